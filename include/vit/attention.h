@@ -1,0 +1,189 @@
+/*
+ * vit/attention.h - scaled dot-product attention, softmax(Q K^T * s + B) V,
+ * single- and multi-head, self- and cross-attention, with masks and an
+ * additive score bias, forward and backward.
+ *
+ * Two levels:
+ *  - vit_sdpa_*: the attention core on already projected Q, K, V.
+ *  - vit_mha_*:  a multi-head layer with the projections W_Q, W_K, W_V, W_O.
+ *
+ * Layouts (row-major, batch first):
+ *   q     [B, n_q, H*d_k]   head h uses columns h*d_k .. h*d_k + d_k - 1
+ *   k     [B, n_k, H*d_k]
+ *   v     [B, n_k, H*d_v]
+ *   out   [B, n_q, H*d_v]   heads concatenated in the same way
+ *   probs [B, H, n_q, n_k]  the attention maps: row i of head h is the
+ *                           distribution of query i over the keys
+ *
+ * MASK CONVENTION.  Our masks say what is ALLOWED, and the fields are named
+ * so: `allowed[i*n_k + j] != 0` means query i may attend to key j, and
+ * `key_valid[b*n_k + j] != 0` means key j of item b is a real token (0 marks
+ * padding).  This is the convention of PyTorch's scaled_dot_product_attention
+ * and the opposite of nn.MultiheadAttention's attn_mask / key_padding_mask,
+ * where True forbids: pass the logical NOT of such a mask.
+ * A forbidden score becomes -infinity before the softmax, so its weight is
+ * exactly 0 and every row still sums to 1.  A query row with EVERY key
+ * forbidden has no distribution: its weights and its output are all zeros
+ * (not NaN) and it passes no gradient.
+ *
+ * See core.h for ownership, accumulation and error rules.
+ */
+#ifndef VIT_ATTENTION_H
+#define VIT_ATTENTION_H
+
+#include "vit/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Which query-key pairs may interact; every field is optional (zero / NULL
+ * means no restriction from that field).  The three restrictions combine:
+ * a pair is allowed only if every given field allows it. */
+typedef struct vit_attn_mask {
+    const unsigned char *allowed; /* [n_q, n_k], or [B, n_q, n_k] if allowed_per_item */
+    int allowed_per_item;         /* nonzero: one matrix per batch item */
+    const unsigned char *key_valid; /* [B, n_k]: 0 marks a padding key */
+    int causal;                   /* nonzero: query i may attend key j only if j <= i */
+} vit_attn_mask;
+
+/* Shape and options of the attention core. */
+typedef struct vit_sdpa {
+    int batch;       /* B */
+    int heads;       /* H */
+    int n_q;         /* query tokens */
+    int n_k;         /* key/value tokens */
+    int d_k;         /* query/key width per head */
+    int d_v;         /* value width per head */
+    vit_real scale;  /* score scale; 0 means 1/sqrt(d_k) */
+    vit_attn_mask mask;
+    /* Additive score bias B, e.g. Swin's relative position bias after its
+     * table lookup: [bias_heads, n_q, n_k], shared by the batch.  bias_heads
+     * is 1 (one bias for all heads) or H.  NULL for none. */
+    const vit_real *bias;
+    int bias_heads;
+} vit_sdpa;
+
+/* Forward.  Writes out [B, n_q, H*d_v] and probs [B, H, n_q, n_k] (both
+ * overwritten; probs is needed by the backward).
+ * Errors: VIT_EINVAL for NULL buffers or bad sizes, VIT_ENUM for a
+ * non-finite score. */
+int vit_sdpa_forward(const vit_sdpa *a, vit_real *out, vit_real *probs,
+                     const vit_real *q, const vit_real *k, const vit_real *v);
+
+/* Number of vit_real a backward needs as scratch: n_q * n_k. */
+size_t vit_sdpa_work_size(const vit_sdpa *a);
+
+/* Backward.  From dout [B, n_q, H*d_v] and the forward's q, k, v, probs,
+ * accumulates dq, dk, dv (layouts as q, k, v) and dbias
+ * [bias_heads, n_q, n_k]; any of them may be NULL.  The softmax Jacobian is
+ * applied in O(n_k) per row: dS = P .* (dP - rowsum(dP .* P)).
+ * work: vit_sdpa_work_size(a) reals of scratch, or NULL to allocate. */
+int vit_sdpa_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_real *dv,
+                      vit_real *dbias, const vit_real *dout, const vit_real *probs,
+                      const vit_real *q, const vit_real *k, const vit_real *v,
+                      vit_real *work);
+
+/* ---- Masks ---------------------------------------------------------- */
+
+/* allowed[n_q, n_k]: 1 where j <= i (causal), else 0. */
+int vit_mask_causal(unsigned char *allowed, int n_q, int n_k);
+
+/* Swin-style window mask for self-attention on a grid_h x grid_w token grid
+ * (tokens numbered row by row): allowed[N, N], N = grid_h*grid_w, is 1 where
+ * two tokens fall in the same M x M window.  With shift > 0 (Swin uses
+ * M/2, rounded down) the windows are those of the grid cyclically shifted
+ * by `shift` rows and columns, and two tokens in one shifted window may
+ * interact only if they were also neighbours before the shift (Swin's
+ * region mask), so no token attends across the wrapped border.
+ * grid_h and grid_w must be multiples of M; 0 <= shift < M. */
+int vit_mask_window(unsigned char *allowed, int grid_h, int grid_w, int M, int shift);
+
+/* Number of nonzero entries of an n_q x n_k mask. */
+size_t vit_mask_count(const unsigned char *allowed, int n_q, int n_k);
+
+/* ---- Multi-head attention layer ------------------------------------- */
+
+/* Shape and options of a multi-head attention layer.
+ *
+ * Y = Concat(head_1..head_H) W_O + b_O,
+ * head_h = Attention(X_q W_Q^(h) + b_Q^(h), X_kv W_K^(h) + b_K^(h), X_kv W_V^(h) + b_V^(h))
+ *
+ * with d_k = d_v = d_model / H.  Self-attention passes the same buffer as
+ * x_q and x_kv (n_k = n_q, d_kv = d_model).
+ *
+ * Parameters live in ONE flat buffer, gradients in another laid out alike:
+ *   W_Q [d_model, d_model] | W_K [d_kv, d_model] | W_V [d_kv, d_model] |
+ *   W_O [d_model, d_model] | b_Q [d_model] | b_K | b_V | b_O  (biases only
+ *   if has_bias)
+ * so the count is 4 d^2 without biases and 4 d^2 + 4 d with them for
+ * self-attention (1,048,576 and 1,050,624 for d = 512).
+ *
+ * PyTorch's nn.MultiheadAttention computes x W^T, so with E = d_model:
+ *   in_proj_weight = [W_Q^T; W_K^T; W_V^T]       (3E x E, stacked rows)
+ *   in_proj_bias   = [b_Q; b_K; b_V]
+ *   out_proj.weight = W_O^T, out_proj.bias = b_O
+ * Columns h*d_k .. h*d_k+d_k-1 of W_Q feed head h, matching PyTorch's head
+ * split.  (For cross-attention with kdim != embed_dim PyTorch uses separate
+ * q_proj_weight, k_proj_weight, v_proj_weight: the transposes of ours.)
+ */
+typedef struct vit_mha {
+    int batch;       /* B */
+    int n_q;         /* query tokens per item */
+    int n_k;         /* key/value tokens per item */
+    int d_model;     /* query input width = output width */
+    int d_kv;        /* key/value input width; 0 means d_model */
+    int heads;       /* H, must divide d_model */
+    int has_bias;    /* nonzero: b_Q, b_K, b_V, b_O present */
+    vit_real scale;  /* 0 means 1/sqrt(d_model / heads) */
+    vit_attn_mask mask;
+    const vit_real *bias;   /* additive score bias, as in vit_sdpa */
+    int bias_heads;
+} vit_mha;
+
+/* Pointers into a flat parameter (or gradient) buffer. */
+typedef struct vit_mha_views {
+    vit_real *w_q, *w_k, *w_v, *w_o;
+    vit_real *b_q, *b_k, *b_v, *b_o; /* NULL without biases */
+} vit_mha_views;
+
+/* Checks the shape; VIT_OK or VIT_EINVAL with a message (e.g. heads not
+ * dividing d_model). */
+int vit_mha_check(const vit_mha *m);
+
+/* Number of parameters (0 for an invalid shape). */
+size_t vit_mha_param_count(const vit_mha *m);
+
+/* Splits a flat buffer of vit_mha_param_count(m) reals into named views. */
+int vit_mha_views_of(const vit_mha *m, vit_real *flat, vit_mha_views *views);
+
+/* Number of reals the forward saves for the backward (the "cache"):
+ * Q [B,n_q,d], K [B,n_k,d], V [B,n_k,d], context [B,n_q,d] and the maps
+ * probs [B,H,n_q,n_k]. */
+size_t vit_mha_cache_size(const vit_mha *m);
+
+/* The attention maps inside a cache: [B, H, n_q, n_k]. */
+vit_real *vit_mha_probs(const vit_mha *m, vit_real *cache);
+
+/* Forward.  y [B, n_q, d_model] (overwritten, must not alias inputs);
+ * x_q [B, n_q, d_model]; x_kv [B, n_k, d_kv]; cache as above (written). */
+int vit_mha_forward(const vit_mha *m, const vit_real *params, vit_real *y,
+                    const vit_real *x_q, const vit_real *x_kv, vit_real *cache);
+
+/* Scratch for the backward, in reals. */
+size_t vit_mha_work_size(const vit_mha *m);
+
+/* Backward.  Accumulates grads (flat, laid out like params), dx_q, dx_kv and
+ * dbias (any may be NULL; for self-attention pass the same buffer for dx_q
+ * and dx_kv and it receives both contributions).
+ * work: vit_mha_work_size(m) reals, or NULL to allocate. */
+int vit_mha_backward(const vit_mha *m, const vit_real *params, vit_real *grads,
+                     vit_real *dx_q, vit_real *dx_kv, vit_real *dbias,
+                     const vit_real *dy, const vit_real *x_q, const vit_real *x_kv,
+                     const vit_real *cache, vit_real *work);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

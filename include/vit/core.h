@@ -1,0 +1,81 @@
+/*
+ * vit/core.h - the real type, error codes and conventions shared by every
+ * part of the vit library.
+ *
+ * Conventions that hold for every public function unless its comment says
+ * otherwise:
+ *
+ *  - Buffers are plain, contiguous, row-major arrays of vit_real.  Shapes are
+ *    written outermost first: [B, T, D] means B*T*D values with D varying
+ *    fastest.  When a batch dimension exists it is the first one.
+ *  - The caller owns every buffer it passes in.  The library never keeps a
+ *    pointer past the return of a kernel call and never frees caller memory.
+ *    Opaque objects (vit_tape, vit_model, ...) own what they allocate and
+ *    release it in their *_free function.
+ *  - Forward kernels overwrite their outputs.  Backward kernels ACCUMULATE
+ *    (+=) into every gradient buffer, so that a tensor used twice receives
+ *    the sum of both contributions; zero gradient buffers before a step.
+ *    A gradient pointer may be NULL when that gradient is not wanted.
+ *  - Functions that can fail return int: VIT_OK (0) on success or a negative
+ *    VIT_E* code.  The failing call also stores a one-line message naming the
+ *    argument and the problem, readable with vit_last_error() on the same
+ *    thread.  On failure, outputs are left in an unspecified state but no
+ *    caller memory outside the documented outputs is touched.
+ *  - Thread safety: kernels are reentrant (no global state except the
+ *    thread-local error message).  An opaque object may be used by one thread
+ *    at a time.
+ *
+ * The library is built twice from the same sources, like FFTW's fftw3 and
+ * fftw3f: libvit with vit_real = float (training) and libvit-f64 with
+ * vit_real = double (gradient checks).  Code using libvit-f64 must be
+ * compiled with -DVIT_DOUBLE, which `pkg-config --cflags vit-f64` adds.
+ */
+#ifndef VIT_CORE_H
+#define VIT_CORE_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifdef VIT_DOUBLE
+typedef double vit_real;
+#define VIT_REAL_NAME "float64"
+#else
+typedef float vit_real;
+#define VIT_REAL_NAME "float32"
+#endif
+
+#define VIT_VERSION_STRING "0.1.0"
+
+/* Error codes (negative; VIT_OK is 0). */
+enum vit_status {
+    VIT_OK = 0,
+    VIT_EINVAL = -1,  /* bad argument: NULL buffer, size out of range, shapes that disagree */
+    VIT_ENOMEM = -2,  /* an allocation failed or a size computation would overflow */
+    VIT_EIO = -3,     /* reading or writing a file failed */
+    VIT_EFORMAT = -4, /* a file's contents are malformed */
+    VIT_ENUM = -5     /* a non-finite value (NaN or infinity) where a finite one is required */
+};
+
+/* The message of the last failing call on this thread ("" if none).
+ * The returned string stays valid until the next failing call on the thread. */
+const char *vit_last_error(void);
+
+/* Name of a status code, e.g. "VIT_EINVAL". */
+const char *vit_status_name(int status);
+
+/* Size in bytes of vit_real in the library that was linked (4 or 8).  Lets a
+ * program check that it was compiled with the same VIT_DOUBLE setting as the
+ * library: sizeof(vit_real) == vit_real_size(). */
+size_t vit_real_size(void);
+
+/* Library version, VIT_VERSION_STRING of the build. */
+const char *vit_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,1 @@
+#include "vit/core.h"

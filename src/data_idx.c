@@ -1,0 +1,2 @@
+/* placeholder until implemented */
+#include "vit/core.h"

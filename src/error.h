@@ -1,0 +1,25 @@
+/* Internal: recording errors for vit_last_error(). */
+#ifndef VIT_SRC_ERROR_H
+#define VIT_SRC_ERROR_H
+
+#include "vit/core.h"
+
+/* Formats a message into the thread-local error slot and returns code, so
+ * that error paths read `return vit_fail(VIT_EINVAL, "...", ...);`. */
+int vit_fail(int code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* Argument checks used at the top of every public kernel.  Each returns
+ * VIT_OK or the error code after recording a message that names the
+ * function and the argument. */
+int vit_check_ptr(const char *fn, const char *name, const void *p);
+int vit_check_dim(const char *fn, const char *name, long v);
+
+/* Product of sizes with overflow detection: returns 0 and records VIT_ENOMEM
+ * when the product does not fit in size_t. */
+int vit_mul_size(size_t *out, size_t a, size_t b);
+
+#endif
