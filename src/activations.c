@@ -1,2 +1,155 @@
-/* placeholder until implemented */
-#include "vit/core.h"
+/* Elementwise GELU and residual add, row softmax: forward and backward. */
+#include "vit/activations.h"
+
+#include <math.h>
+
+#include "error.h"
+
+#define TRY(e) do { int rc_ = (e); if (rc_ != VIT_OK) return rc_; } while (0)
+
+#define INV_SQRT2 0.70710678118654752440     /* 1/sqrt(2) */
+#define INV_SQRT2PI 0.39894228040143267794   /* 1/sqrt(2 pi) */
+
+/* Elementwise lengths are size_t (they can exceed the 2^30 bound of
+ * vit_check_dim for large activations), so only zero is rejected. */
+static int check_len(const char *fn, size_t n)
+{
+    if (n == 0)
+        return vit_fail(VIT_EINVAL, "%s: n must be positive, got 0", fn);
+    return VIT_OK;
+}
+
+/* ---- GELU ------------------------------------------------------------ */
+
+/* x [n] -> y [n].  Evaluated in double and rounded once, so the float32
+ * build gets correctly rounded values of the exact erf form. */
+int vit_gelu_forward(vit_real *y, const vit_real *x, size_t n)
+{
+    static const char fn[] = "vit_gelu_forward";
+    TRY(vit_check_ptr(fn, "y", y));
+    TRY(vit_check_ptr(fn, "x", x));
+    TRY(check_len(fn, n));
+    for (size_t i = 0; i < n; i++) {
+        double v = x[i];
+        y[i] = (vit_real)(0.5 * v * (1.0 + erf(v * INV_SQRT2)));
+    }
+    return VIT_OK;
+}
+
+/* dy [n], x [n] -> dx [n] +=.  GELU(x) = x Phi(x), so
+ * GELU'(x) = Phi(x) + x phi(x) with phi the standard normal density. */
+int vit_gelu_backward(vit_real *dx, const vit_real *dy, const vit_real *x, size_t n)
+{
+    static const char fn[] = "vit_gelu_backward";
+    TRY(vit_check_ptr(fn, "dx", dx));
+    TRY(vit_check_ptr(fn, "dy", dy));
+    TRY(vit_check_ptr(fn, "x", x));
+    TRY(check_len(fn, n));
+    for (size_t i = 0; i < n; i++) {
+        double v = x[i];
+        double cdf = 0.5 * (1.0 + erf(v * INV_SQRT2));
+        double pdf = INV_SQRT2PI * exp(-0.5 * v * v);
+        dx[i] += (vit_real)(dy[i] * (cdf + v * pdf));
+    }
+    return VIT_OK;
+}
+
+/* ---- Residual -------------------------------------------------------- */
+
+/* a [n], b [n] -> y [n] */
+int vit_residual_forward(vit_real *y, const vit_real *a, const vit_real *b, size_t n)
+{
+    static const char fn[] = "vit_residual_forward";
+    TRY(vit_check_ptr(fn, "y", y));
+    TRY(vit_check_ptr(fn, "a", a));
+    TRY(vit_check_ptr(fn, "b", b));
+    TRY(check_len(fn, n));
+    for (size_t i = 0; i < n; i++)
+        y[i] = a[i] + b[i];
+    return VIT_OK;
+}
+
+/* dy [n] -> da [n] +=, db [n] += */
+int vit_residual_backward(vit_real *da, vit_real *db, const vit_real *dy, size_t n)
+{
+    static const char fn[] = "vit_residual_backward";
+    TRY(vit_check_ptr(fn, "dy", dy));
+    TRY(check_len(fn, n));
+    if (da)
+        for (size_t i = 0; i < n; i++)
+            da[i] += dy[i];
+    if (db)
+        for (size_t i = 0; i < n; i++)
+            db[i] += dy[i];
+    return VIT_OK;
+}
+
+/* ---- Softmax --------------------------------------------------------- */
+
+/* x [rows, cols] -> y [rows, cols] */
+int vit_softmax_forward(vit_real *y, const vit_real *x, int rows, int cols)
+{
+    static const char fn[] = "vit_softmax_forward";
+    TRY(vit_check_ptr(fn, "y", y));
+    TRY(vit_check_ptr(fn, "x", x));
+    TRY(vit_check_dim(fn, "rows", rows));
+    TRY(vit_check_dim(fn, "cols", cols));
+
+    for (int r = 0; r < rows; r++) {
+        const vit_real *xr = x + (size_t)r * cols;
+        vit_real *yr = y + (size_t)r * cols;
+        /* -inf is a legitimate "masked out" score; NaN and +inf are not
+         * (+inf would make the max infinite and every weight NaN). */
+        double mx = -INFINITY;
+        for (int c = 0; c < cols; c++) {
+            double v = xr[c];
+            if (isnan(v) || v == INFINITY)
+                return vit_fail(VIT_ENUM, "%s: x[%d, %d] is %s", fn, r, c,
+                                isnan(v) ? "NaN" : "+inf");
+            if (v > mx)
+                mx = v;
+        }
+        if (mx == -INFINITY) { /* fully masked row: no distribution */
+            for (int c = 0; c < cols; c++)
+                yr[c] = 0;
+            continue;
+        }
+        /* exp(-inf - mx) is exactly 0, so masked entries need no branch.
+         * Each xr[c] is read before yr[c] is written: y may alias x. */
+        double sum = 0.0;
+        for (int c = 0; c < cols; c++) {
+            double e = exp((double)xr[c] - mx);
+            yr[c] = (vit_real)e;
+            sum += e;
+        }
+        double inv = 1.0 / sum; /* sum >= 1: the max term is exp(0) */
+        for (int c = 0; c < cols; c++)
+            yr[c] = (vit_real)(yr[c] * inv);
+    }
+    return VIT_OK;
+}
+
+/* dy [rows, cols], y [rows, cols] -> dx [rows, cols] += */
+int vit_softmax_backward(vit_real *dx, const vit_real *dy, const vit_real *y,
+                         int rows, int cols)
+{
+    static const char fn[] = "vit_softmax_backward";
+    TRY(vit_check_ptr(fn, "dx", dx));
+    TRY(vit_check_ptr(fn, "dy", dy));
+    TRY(vit_check_ptr(fn, "y", y));
+    TRY(vit_check_dim(fn, "rows", rows));
+    TRY(vit_check_dim(fn, "cols", cols));
+
+    for (int r = 0; r < rows; r++) {
+        const vit_real *yr = y + (size_t)r * cols;
+        const vit_real *dyr = dy + (size_t)r * cols;
+        vit_real *dxr = dx + (size_t)r * cols;
+        double s = 0.0;
+        for (int c = 0; c < cols; c++)
+            s += (double)dyr[c] * yr[c];
+        /* A zero row (fully masked) gets exactly zero gradient. */
+        for (int c = 0; c < cols; c++)
+            dxr[c] += (vit_real)(yr[c] * (dyr[c] - s));
+    }
+    return VIT_OK;
+}

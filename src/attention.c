@@ -1,2 +1,527 @@
-/* placeholder until implemented */
-#include "vit/core.h"
+/*
+ * Scaled dot-product attention, softmax(Q K^T * s + B) V, and the multi-head
+ * layer around it, forward and backward.  See include/vit/attention.h.
+ *
+ * Every head is addressed in place inside the [B, n, H*d] layouts: head h of
+ * item b starts at column h*d of row b*n, and BLAS walks it with a leading
+ * dimension of H*d, so no head is ever copied out.
+ */
+#include "vit/attention.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blas.h"
+#include "error.h"
+
+#ifdef VIT_DOUBLE
+#define vit_exp exp
+#else
+#define vit_exp expf
+#endif
+
+/* ---- Argument checks ------------------------------------------------- */
+
+/* a*b*c in size_t, or 0 (with VIT_ENOMEM recorded) on overflow. */
+static int mul3(size_t *out, size_t a, size_t b, size_t c)
+{
+    size_t ab;
+    return vit_mul_size(&ab, a, b) && vit_mul_size(out, ab, c);
+}
+
+/* Validates the shape of an attention core and resolves the default scale.
+ * Sizes are each <= 2^30 (vit_check_dim); the products handed to BLAS as int
+ * (H*d_k, H*d_v) are checked against INT_MAX, the buffer sizes against
+ * size_t. */
+static int sdpa_check(const char *fn, const vit_sdpa *a, vit_real *scale)
+{
+    int rc;
+    if ((rc = vit_check_ptr(fn, "a", a)) != VIT_OK) return rc;
+    if ((rc = vit_check_dim(fn, "batch", a->batch)) != VIT_OK) return rc;
+    if ((rc = vit_check_dim(fn, "heads", a->heads)) != VIT_OK) return rc;
+    if ((rc = vit_check_dim(fn, "n_q", a->n_q)) != VIT_OK) return rc;
+    if ((rc = vit_check_dim(fn, "n_k", a->n_k)) != VIT_OK) return rc;
+    if ((rc = vit_check_dim(fn, "d_k", a->d_k)) != VIT_OK) return rc;
+    if ((rc = vit_check_dim(fn, "d_v", a->d_v)) != VIT_OK) return rc;
+    if ((long long)a->heads * a->d_k > INT_MAX || (long long)a->heads * a->d_v > INT_MAX)
+        return vit_fail(VIT_EINVAL, "%s: heads * d_k or heads * d_v exceeds INT_MAX", fn);
+    size_t s;
+    if (!mul3(&s, (size_t)a->batch * a->heads, a->n_q, a->n_k) ||
+        !mul3(&s, (size_t)a->batch * a->n_q, a->heads, a->d_v) ||
+        !mul3(&s, (size_t)a->batch * a->n_k, a->heads, a->d_k))
+        return vit_fail(VIT_ENOMEM, "%s: buffer sizes overflow size_t", fn);
+    if (!isfinite(a->scale))
+        return vit_fail(VIT_EINVAL, "%s: scale is not finite", fn);
+    if (a->bias != NULL && a->bias_heads != 1 && a->bias_heads != a->heads)
+        return vit_fail(VIT_EINVAL, "%s: bias_heads must be 1 or heads (%d), got %d",
+                        fn, a->heads, a->bias_heads);
+    *scale = a->scale != 0 ? a->scale : (vit_real)(1.0 / sqrt((double)a->d_k));
+    return VIT_OK;
+}
+
+/* ---- Masks inside the softmax ------------------------------------------ */
+
+/* The three mask fields as seen by one query row: allowed row (or NULL),
+ * key_valid row of the item (or NULL), and the last key index the causal
+ * rule admits. */
+typedef struct {
+    const unsigned char *allowed;
+    const unsigned char *valid;
+    int last;
+} row_mask;
+
+static row_mask mask_row(const vit_sdpa *a, int b, int i)
+{
+    const vit_attn_mask *m = &a->mask;
+    row_mask r;
+    r.allowed = NULL;
+    if (m->allowed) {
+        size_t item = m->allowed_per_item ? (size_t)b * a->n_q * a->n_k : 0;
+        r.allowed = m->allowed + item + (size_t)i * a->n_k;
+    }
+    r.valid = m->key_valid ? m->key_valid + (size_t)b * a->n_k : NULL;
+    r.last = (m->causal && i < a->n_k - 1) ? i : a->n_k - 1;
+    return r;
+}
+
+static int row_allows(const row_mask *r, int j)
+{
+    return j <= r->last && (!r->allowed || r->allowed[j]) && (!r->valid || r->valid[j]);
+}
+
+/* In place: scores s[n] -> masked softmax.  Forbidden entries get weight
+ * exactly 0 (the -infinity of the maths); a row with nothing allowed becomes
+ * all zeros rather than 0/0.  The max is subtracted so exp never overflows;
+ * the sum is taken in double, which costs nothing and helps float32. */
+static void softmax_row(vit_real *s, int n, const row_mask *r)
+{
+    vit_real mx = -INFINITY;
+    for (int j = 0; j < n; j++) {
+        if (row_allows(r, j)) {
+            if (s[j] > mx) mx = s[j];
+        } else {
+            s[j] = -INFINITY;
+        }
+    }
+    if (mx == -INFINITY) { /* fully masked row */
+        for (int j = 0; j < n; j++) s[j] = 0;
+        return;
+    }
+    double sum = 0.0;
+    for (int j = 0; j < n; j++) {
+        s[j] = s[j] == -INFINITY ? (vit_real)0 : vit_exp(s[j] - mx);
+        sum += s[j];
+    }
+    vit_real inv = (vit_real)(1.0 / sum); /* sum >= 1: the max contributes exp(0) */
+    for (int j = 0; j < n; j++) s[j] *= inv;
+}
+
+/* ---- Attention core ---------------------------------------------------- */
+
+/* q [B, n_q, H*d_k], k [B, n_k, H*d_k], v [B, n_k, H*d_v]
+ *   -> probs [B, H, n_q, n_k], out [B, n_q, H*d_v]
+ * Per (b, h): S = s * Q_bh K_bh^T + bias_h, P = softmax(mask(S)), O = P V_bh.
+ * Every score, masked or not, must be finite: a NaN or infinity from the
+ * inputs or the bias is reported as VIT_ENUM rather than silently hidden by
+ * a mask. */
+int vit_sdpa_forward(const vit_sdpa *a, vit_real *out, vit_real *probs,
+                     const vit_real *q, const vit_real *k, const vit_real *v)
+{
+    static const char fn[] = "vit_sdpa_forward";
+    vit_real scale = 0;
+    int rc;
+    if ((rc = sdpa_check(fn, a, &scale)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "out", out)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "probs", probs)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "q", q)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "k", k)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "v", v)) != VIT_OK) return rc;
+    if (out == q || out == k || out == v || out == probs)
+        return vit_fail(VIT_EINVAL, "%s: out must not alias q, k, v or probs", fn);
+
+    const int B = a->batch, H = a->heads, nq = a->n_q, nk = a->n_k;
+    const int dk = a->d_k, dv = a->d_v, ldk = H * dk, ldv = H * dv;
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < H; h++) {
+            const vit_real *qbh = q + (size_t)b * nq * ldk + (size_t)h * dk;
+            const vit_real *kbh = k + (size_t)b * nk * ldk + (size_t)h * dk;
+            const vit_real *vbh = v + (size_t)b * nk * ldv + (size_t)h * dv;
+            vit_real *obh = out + (size_t)b * nq * ldv + (size_t)h * dv;
+            vit_real *p = probs + ((size_t)b * H + h) * nq * nk;
+            const vit_real *bias = NULL;
+            if (a->bias)
+                bias = a->bias + (a->bias_heads == 1 ? 0 : (size_t)h * nq * nk);
+
+            /* S[nq, nk] = s * Q_bh[nq, dk] K_bh[nk, dk]^T */
+            vit_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, dk,
+                     scale, qbh, ldk, kbh, ldk, 0, p, nk);
+            for (int i = 0; i < nq; i++) {
+                vit_real *s = p + (size_t)i * nk;
+                if (bias)
+                    for (int j = 0; j < nk; j++) s[j] += bias[(size_t)i * nk + j];
+                for (int j = 0; j < nk; j++)
+                    if (!isfinite(s[j]))
+                        return vit_fail(VIT_ENUM,
+                                        "%s: non-finite score at item %d, head %d, query %d, "
+                                        "key %d (check q, k, bias)", fn, b, h, i, j);
+                row_mask r = mask_row(a, b, i);
+                softmax_row(s, nk, &r);
+            }
+            /* O_bh[nq, dv] = P[nq, nk] V_bh[nk, dv] */
+            vit_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, dv, nk,
+                     1, p, nk, vbh, ldv, 0, obh, ldv);
+        }
+    }
+    return VIT_OK;
+}
+
+size_t vit_sdpa_work_size(const vit_sdpa *a)
+{
+    if (!a || a->n_q <= 0 || a->n_k <= 0) return 0;
+    return (size_t)a->n_q * (size_t)a->n_k;
+}
+
+/* dout [B, n_q, H*d_v] -> dq, dk, dv (layouts of q, k, v), dbias
+ * [bias_heads, n_q, n_k], all accumulated.  Per (b, h):
+ *   dV_bh += P^T dO_bh
+ *   dP     = dO_bh V_bh^T                       (into work)
+ *   dS     = P .* (dP - rowsum(dP .* P))        (in place, O(n_k) per row)
+ *   dbias += dS,  dQ_bh += s dS K_bh,  dK_bh += s dS^T Q_bh
+ * Forbidden weights are 0, so their dS is 0 and masks need no second look. */
+int vit_sdpa_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_real *dv,
+                      vit_real *dbias, const vit_real *dout, const vit_real *probs,
+                      const vit_real *q, const vit_real *k, const vit_real *v,
+                      vit_real *work)
+{
+    static const char fn[] = "vit_sdpa_backward";
+    vit_real scale = 0;
+    int rc;
+    if ((rc = sdpa_check(fn, a, &scale)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "dout", dout)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "probs", probs)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "q", q)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "k", k)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "v", v)) != VIT_OK) return rc;
+    if (dbias && a->bias_heads != 1 && a->bias_heads != a->heads)
+        return vit_fail(VIT_EINVAL, "%s: dbias needs bias_heads 1 or heads (%d), got %d",
+                        fn, a->heads, a->bias_heads);
+
+    const int B = a->batch, H = a->heads, nq = a->n_q, nk = a->n_k;
+    const int dkh = a->d_k, dvh = a->d_v, ldk = H * dkh, ldv = H * dvh;
+    const int need_ds = dq || dk || dbias;
+    vit_real *owned = NULL;
+    if (need_ds && !work) {
+        owned = malloc(vit_sdpa_work_size(a) * sizeof *owned);
+        if (!owned)
+            return vit_fail(VIT_ENOMEM, "%s: cannot allocate %zu reals of work", fn,
+                            vit_sdpa_work_size(a));
+        work = owned;
+    }
+
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < H; h++) {
+            size_t qo = (size_t)b * nq * ldk + (size_t)h * dkh;
+            size_t ko = (size_t)b * nk * ldk + (size_t)h * dkh;
+            size_t vo = (size_t)b * nk * ldv + (size_t)h * dvh;
+            size_t oo = (size_t)b * nq * ldv + (size_t)h * dvh;
+            const vit_real *p = probs + ((size_t)b * H + h) * nq * nk;
+
+            /* dV_bh[nk, dv] += P[nq, nk]^T dO_bh[nq, dv] */
+            if (dv)
+                vit_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, dvh, nq,
+                         1, p, nk, dout + oo, ldv, 1, dv + vo, ldv);
+            if (!need_ds) continue;
+
+            /* dP[nq, nk] = dO_bh[nq, dv] V_bh[nk, dv]^T */
+            vit_real *ds = work;
+            vit_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, dvh,
+                     1, dout + oo, ldv, v + vo, ldv, 0, ds, nk);
+            for (int i = 0; i < nq; i++) {
+                const vit_real *pi = p + (size_t)i * nk;
+                vit_real *di = ds + (size_t)i * nk;
+                double dot = 0.0;
+                for (int j = 0; j < nk; j++) dot += (double)di[j] * pi[j];
+                for (int j = 0; j < nk; j++) di[j] = pi[j] * (di[j] - (vit_real)dot);
+            }
+            if (dbias) {
+                vit_real *db = dbias + (a->bias_heads == 1 ? 0 : (size_t)h * nq * nk);
+                vit_axpy(nq * nk, 1, ds, 1, db, 1);
+            }
+            /* dQ_bh[nq, dk] += s dS[nq, nk] K_bh[nk, dk] */
+            if (dq)
+                vit_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, dkh, nk,
+                         scale, ds, nk, k + ko, ldk, 1, dq + qo, ldk);
+            /* dK_bh[nk, dk] += s dS[nq, nk]^T Q_bh[nq, dk] */
+            if (dk)
+                vit_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, dkh, nq,
+                         scale, ds, nk, q + qo, ldk, 1, dk + ko, ldk);
+        }
+    }
+    free(owned);
+    return VIT_OK;
+}
+
+/* ---- Multi-head layer ---------------------------------------------------- */
+
+static int mha_dkv(const vit_mha *m) { return m->d_kv ? m->d_kv : m->d_model; }
+
+static int mha_check_fn(const char *fn, const vit_mha *m)
+{
+    int rc;
+    if ((rc = vit_check_ptr(fn, "m", m)) != VIT_OK) return rc;
+    if ((rc = vit_check_dim(fn, "batch", m->batch)) != VIT_OK) return rc;
+    if ((rc = vit_check_dim(fn, "n_q", m->n_q)) != VIT_OK) return rc;
+    if ((rc = vit_check_dim(fn, "n_k", m->n_k)) != VIT_OK) return rc;
+    if ((rc = vit_check_dim(fn, "d_model", m->d_model)) != VIT_OK) return rc;
+    if ((rc = vit_check_dim(fn, "heads", m->heads)) != VIT_OK) return rc;
+    if (m->d_kv != 0 && (rc = vit_check_dim(fn, "d_kv", m->d_kv)) != VIT_OK) return rc;
+    if (m->d_model % m->heads != 0)
+        return vit_fail(VIT_EINVAL, "%s: heads (%d) does not divide d_model (%d)",
+                        fn, m->heads, m->d_model);
+    if (!isfinite(m->scale))
+        return vit_fail(VIT_EINVAL, "%s: scale is not finite", fn);
+    if (m->bias != NULL && m->bias_heads != 1 && m->bias_heads != m->heads)
+        return vit_fail(VIT_EINVAL, "%s: bias_heads must be 1 or heads (%d), got %d",
+                        fn, m->heads, m->bias_heads);
+    /* The projections run as one GEMM over all B*n rows, whose count BLAS
+     * takes as int; the cache must be addressable. */
+    if ((long long)m->batch * m->n_q > INT_MAX || (long long)m->batch * m->n_k > INT_MAX)
+        return vit_fail(VIT_EINVAL, "%s: batch * n_q or batch * n_k exceeds INT_MAX", fn);
+    size_t s;
+    if (!mul3(&s, (size_t)m->batch * m->heads, m->n_q, m->n_k) ||
+        !mul3(&s, (size_t)m->batch, (size_t)m->n_q + m->n_k, m->d_model) ||
+        !mul3(&s, 2, (size_t)m->d_model, (size_t)m->d_model + mha_dkv(m)))
+        return vit_fail(VIT_ENOMEM, "%s: buffer sizes overflow size_t", fn);
+    return VIT_OK;
+}
+
+int vit_mha_check(const vit_mha *m) { return mha_check_fn("vit_mha", m); }
+
+size_t vit_mha_param_count(const vit_mha *m)
+{
+    if (mha_check_fn("vit_mha_param_count", m) != VIT_OK) return 0;
+    size_t d = (size_t)m->d_model, dkv = (size_t)mha_dkv(m);
+    return 2 * d * d + 2 * dkv * d + (m->has_bias ? 4 * d : 0);
+}
+
+/* Layout: W_Q [d, d] | W_K [d_kv, d] | W_V [d_kv, d] | W_O [d, d] |
+ *         b_Q [d] | b_K [d] | b_V [d] | b_O [d]. */
+static void views_of(const vit_mha *m, vit_real *flat, vit_mha_views *w)
+{
+    size_t d = (size_t)m->d_model, dkv = (size_t)mha_dkv(m);
+    w->w_q = flat;
+    w->w_k = w->w_q + d * d;
+    w->w_v = w->w_k + dkv * d;
+    w->w_o = w->w_v + dkv * d;
+    if (m->has_bias) {
+        w->b_q = w->w_o + d * d;
+        w->b_k = w->b_q + d;
+        w->b_v = w->b_k + d;
+        w->b_o = w->b_v + d;
+    } else {
+        w->b_q = w->b_k = w->b_v = w->b_o = NULL;
+    }
+}
+
+int vit_mha_views_of(const vit_mha *m, vit_real *flat, vit_mha_views *views)
+{
+    static const char fn[] = "vit_mha_views_of";
+    int rc;
+    if ((rc = mha_check_fn(fn, m)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "flat", flat)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "views", views)) != VIT_OK) return rc;
+    views_of(m, flat, views);
+    return VIT_OK;
+}
+
+/* Cache layout: Q [B,n_q,d] | K [B,n_k,d] | V [B,n_k,d] | ctx [B,n_q,d] |
+ * probs [B,H,n_q,n_k]. */
+typedef struct {
+    vit_real *q, *k, *v, *ctx, *probs;
+} mha_cache;
+
+static mha_cache cache_of(const vit_mha *m, vit_real *cache)
+{
+    size_t d = (size_t)m->d_model;
+    size_t nq = (size_t)m->batch * m->n_q, nk = (size_t)m->batch * m->n_k;
+    mha_cache c;
+    c.q = cache;
+    c.k = c.q + nq * d;
+    c.v = c.k + nk * d;
+    c.ctx = c.v + nk * d;
+    c.probs = c.ctx + nq * d;
+    return c;
+}
+
+size_t vit_mha_cache_size(const vit_mha *m)
+{
+    if (mha_check_fn("vit_mha_cache_size", m) != VIT_OK) return 0;
+    size_t d = (size_t)m->d_model;
+    size_t nq = (size_t)m->batch * m->n_q, nk = (size_t)m->batch * m->n_k;
+    return 2 * nq * d + 2 * nk * d + (size_t)m->batch * m->heads * m->n_q * m->n_k;
+}
+
+vit_real *vit_mha_probs(const vit_mha *m, vit_real *cache)
+{
+    if (mha_check_fn("vit_mha_probs", m) != VIT_OK) return NULL;
+    if (vit_check_ptr("vit_mha_probs", "cache", cache) != VIT_OK) return NULL;
+    return cache_of(m, cache).probs;
+}
+
+/* The attention core of a layer: H heads of width d_model / H. */
+static vit_sdpa mha_core(const vit_mha *m)
+{
+    vit_sdpa a;
+    a.batch = m->batch;
+    a.heads = m->heads;
+    a.n_q = m->n_q;
+    a.n_k = m->n_k;
+    a.d_k = a.d_v = m->d_model / m->heads;
+    a.scale = m->scale;
+    a.mask = m->mask;
+    a.bias = m->bias;
+    a.bias_heads = m->bias_heads;
+    return a;
+}
+
+/* y[rows, out] = x[rows, in] W[in, out] + b[out] (b may be NULL).  The bias
+ * is written first and the GEMM accumulates onto it. */
+static void dense_forward(vit_real *y, const vit_real *x, const vit_real *w,
+                          const vit_real *b, int rows, int in, int out)
+{
+    if (b)
+        for (int r = 0; r < rows; r++)
+            memcpy(y + (size_t)r * out, b, (size_t)out * sizeof *y);
+    vit_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, out, in,
+             1, x, in, w, out, b ? 1 : 0, y, out);
+}
+
+/* Given dy[rows, out]: dx += dy W^T, dW += x^T dy, db += column sums of dy;
+ * each skipped when NULL. */
+static void dense_backward(vit_real *dx, vit_real *dw, vit_real *db, const vit_real *dy,
+                           const vit_real *x, const vit_real *w, int rows, int in, int out)
+{
+    if (dx)
+        vit_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, in, out,
+                 1, dy, out, w, out, 1, dx, in);
+    if (dw)
+        vit_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, out, rows,
+                 1, x, in, dy, out, 1, dw, out);
+    if (db)
+        for (int r = 0; r < rows; r++)
+            vit_axpy(out, 1, dy + (size_t)r * out, 1, db, 1);
+}
+
+/* x_q [B, n_q, d], x_kv [B, n_k, d_kv] -> y [B, n_q, d], cache:
+ *   Q = x_q W_Q + b_Q, K = x_kv W_K + b_K, V = x_kv W_V + b_V  (one GEMM each)
+ *   ctx = attention(Q, K, V) with H heads of width d / H
+ *   y = ctx W_O + b_O */
+int vit_mha_forward(const vit_mha *m, const vit_real *params, vit_real *y,
+                    const vit_real *x_q, const vit_real *x_kv, vit_real *cache)
+{
+    static const char fn[] = "vit_mha_forward";
+    int rc;
+    if ((rc = mha_check_fn(fn, m)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "params", params)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "y", y)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "x_q", x_q)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "x_kv", x_kv)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "cache", cache)) != VIT_OK) return rc;
+    if (y == x_q || y == x_kv)
+        return vit_fail(VIT_EINVAL, "%s: y must not alias x_q or x_kv", fn);
+
+    const int d = m->d_model, dkv = mha_dkv(m);
+    const int rq = m->batch * m->n_q, rk = m->batch * m->n_k;
+    vit_mha_views w;
+    views_of(m, (vit_real *)params, &w); /* read only here */
+    mha_cache c = cache_of(m, cache);
+
+    dense_forward(c.q, x_q, w.w_q, w.b_q, rq, d, d);
+    dense_forward(c.k, x_kv, w.w_k, w.b_k, rk, dkv, d);
+    dense_forward(c.v, x_kv, w.w_v, w.b_v, rk, dkv, d);
+    vit_sdpa a = mha_core(m);
+    if ((rc = vit_sdpa_forward(&a, c.ctx, c.probs, c.q, c.k, c.v)) != VIT_OK) return rc;
+    dense_forward(y, c.ctx, w.w_o, w.b_o, rq, d, d);
+    return VIT_OK;
+}
+
+/* dctx [B,n_q,d] | dQ [B,n_q,d] | dK [B,n_k,d] | dV [B,n_k,d] | sdpa work. */
+size_t vit_mha_work_size(const vit_mha *m)
+{
+    if (mha_check_fn("vit_mha_work_size", m) != VIT_OK) return 0;
+    size_t d = (size_t)m->d_model;
+    size_t nq = (size_t)m->batch * m->n_q, nk = (size_t)m->batch * m->n_k;
+    return 2 * nq * d + 2 * nk * d + (size_t)m->n_q * m->n_k;
+}
+
+/* dy [B, n_q, d] -> grads (flat, like params), dx_q, dx_kv, dbias, all
+ * accumulated, in reverse order of the forward:
+ *   dW_O += ctx^T dy, db_O += sum dy, dctx = dy W_O^T
+ *   dQ, dK, dV from the attention core
+ *   each projection P in {Q, K, V}: dW_P += x^T dP, db_P += sum dP,
+ *   dx += dP W_P^T  (x_q for Q, x_kv for K and V) */
+int vit_mha_backward(const vit_mha *m, const vit_real *params, vit_real *grads,
+                     vit_real *dx_q, vit_real *dx_kv, vit_real *dbias,
+                     const vit_real *dy, const vit_real *x_q, const vit_real *x_kv,
+                     const vit_real *cache, vit_real *work)
+{
+    static const char fn[] = "vit_mha_backward";
+    int rc;
+    if ((rc = mha_check_fn(fn, m)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "params", params)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "dy", dy)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "x_q", x_q)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "x_kv", x_kv)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "cache", cache)) != VIT_OK) return rc;
+    if (dbias && m->bias_heads != 1 && m->bias_heads != m->heads)
+        return vit_fail(VIT_EINVAL, "%s: dbias needs bias_heads 1 or heads (%d), got %d",
+                        fn, m->heads, m->bias_heads);
+
+    const int d = m->d_model, dkv = mha_dkv(m);
+    const int rq = m->batch * m->n_q, rk = m->batch * m->n_k;
+    vit_mha_views w, g;
+    views_of(m, (vit_real *)params, &w);
+    if (grads) views_of(m, grads, &g);
+    else memset(&g, 0, sizeof g);
+    mha_cache c = cache_of(m, (vit_real *)cache); /* read only here */
+
+    /* Output projection. */
+    dense_backward(NULL, g.w_o, g.b_o, dy, c.ctx, w.w_o, rq, d, d);
+    const int need_q = grads || dx_q, need_kv = grads || dx_kv;
+    if (!need_q && !need_kv && !dbias) return VIT_OK;
+
+    vit_real *owned = NULL;
+    if (!work) {
+        size_t n = vit_mha_work_size(m);
+        owned = malloc(n * sizeof *owned);
+        if (!owned)
+            return vit_fail(VIT_ENOMEM, "%s: cannot allocate %zu reals of work", fn, n);
+        work = owned;
+    }
+    vit_real *dctx = work;
+    vit_real *dq = dctx + (size_t)rq * d;
+    vit_real *dk = dq + (size_t)rq * d;
+    vit_real *dv = dk + (size_t)rk * d;
+    vit_real *wsdpa = dv + (size_t)rk * d;
+
+    /* dctx = dy W_O^T (overwrite), then the core accumulates into zeroed dQ,
+     * dK, dV. */
+    vit_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, rq, d, d,
+             1, dy, d, w.w_o, d, 0, dctx, d);
+    memset(dq, 0, (size_t)rq * d * sizeof *dq);
+    memset(dk, 0, 2 * (size_t)rk * d * sizeof *dk);
+    vit_sdpa a = mha_core(m);
+    rc = vit_sdpa_backward(&a, need_q ? dq : NULL, need_kv ? dk : NULL,
+                           need_kv ? dv : NULL, dbias, dctx, c.probs, c.q, c.k, c.v, wsdpa);
+    if (rc == VIT_OK) {
+        if (need_q) dense_backward(dx_q, g.w_q, g.b_q, dq, x_q, w.w_q, rq, d, d);
+        if (need_kv) {
+            dense_backward(dx_kv, g.w_k, g.b_k, dk, x_kv, w.w_k, rk, dkv, d);
+            dense_backward(dx_kv, g.w_v, g.b_v, dv, x_kv, w.w_v, rk, dkv, d);
+        }
+    }
+    free(owned);
+    return rc;
+}

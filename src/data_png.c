@@ -1,2 +1,419 @@
-/* placeholder until implemented */
-#include "vit/core.h"
+/* PNG images through libpng's simplified API: single files (vit_png_read,
+ * vit_png_write) and folders with one subfolder of PNGs per class. */
+#include "vit/data.h"
+#include "error.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <png.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int vit_data_internal_alloc(vit_dataset *ds, int count, int height, int width,
+                            int channels, const char *what);
+int vit_data_internal_png_pair(const char *train_dir, const char *test_dir,
+                               vit_dataset *train, vit_dataset *test);
+
+/* ---------------------------------------------------------------- one file */
+
+/* An image as 8-bit samples [h, w, c], c = 1 (gray) or 3 (RGB). */
+typedef struct {
+    unsigned char *px;
+    int h, w, c;
+} u8_image;
+
+static const char *kind(int c) { return c == 1 ? "grayscale" : "RGB"; }
+
+/* Reads path into img.  The file is opened here (not by libpng) so that a
+ * missing file is VIT_EIO and a file that is not a PNG is VIT_EFORMAT. */
+static int read_png_u8(const char *path, u8_image *img)
+{
+    png_image im;
+    unsigned char sig[8];
+    int rc = VIT_OK;
+    memset(img, 0, sizeof *img);
+    FILE *fp = fopen(path, "rb");
+    if (fp == NULL)
+        return vit_fail(VIT_EIO, "%s: cannot open (%s)", path, strerror(errno));
+    if (fread(sig, 1, sizeof sig, fp) != sizeof sig || png_sig_cmp(sig, 0, sizeof sig) != 0) {
+        rc = ferror(fp) ? vit_fail(VIT_EIO, "%s: read error", path)
+                        : vit_fail(VIT_EFORMAT, "%s: not a PNG file (bad signature)", path);
+        fclose(fp);
+        return rc;
+    }
+    rewind(fp);
+
+    memset(&im, 0, sizeof im);
+    im.version = PNG_IMAGE_VERSION;
+    if (!png_image_begin_read_from_stdio(&im, fp)) {
+        rc = vit_fail(VIT_EFORMAT, "%s: not a valid PNG (libpng: %s)", path, im.message);
+        fclose(fp);
+        return rc;
+    }
+    /* Ask for the file's own colour kind, keeping alpha if it has any so that
+     * libpng does not composite; the alpha samples are dropped below. */
+    int c = (im.format & PNG_FORMAT_FLAG_COLOR) ? 3 : 1;
+    int alpha = (im.format & PNG_FORMAT_FLAG_ALPHA) ? 1 : 0;
+    im.format = (c == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY) | (alpha ? PNG_FORMAT_FLAG_ALPHA : 0);
+    size_t n = 0;
+    if (im.width > (1u << 30) || im.height > (1u << 30) ||
+        (size_t)im.width * (size_t)(c + alpha) > INT32_MAX ||
+        !vit_mul_size(&n, (size_t)im.width * (size_t)(c + alpha), im.height)) {
+        rc = vit_fail(VIT_EFORMAT, "%s: image of %lux%lu pixels is too large", path,
+                      (unsigned long)im.width, (unsigned long)im.height);
+        png_image_free(&im);
+        fclose(fp);
+        return rc;
+    }
+    img->px = malloc(n);
+    if (img->px == NULL) {
+        png_image_free(&im);
+        fclose(fp);
+        return vit_fail(VIT_ENOMEM, "%s: out of memory for %zu bytes", path, n);
+    }
+    if (!png_image_finish_read(&im, NULL, img->px, 0, NULL)) {
+        rc = vit_fail(VIT_EFORMAT, "%s: corrupt PNG (libpng: %s)", path, im.message);
+        free(img->px);
+        img->px = NULL;
+        fclose(fp);
+        return rc;
+    }
+    fclose(fp);
+    img->h = (int)im.height;
+    img->w = (int)im.width;
+    img->c = c;
+    if (alpha) { /* compact [.., c+1] to [.., c] in place, front to back */
+        size_t pixels = (size_t)img->h * (size_t)img->w;
+        for (size_t i = 0; i < pixels; i++)
+            memmove(img->px + i * (size_t)c, img->px + i * (size_t)(c + 1), (size_t)c);
+    }
+    return VIT_OK;
+}
+
+int vit_png_read(const char *path, vit_real **pixels, int *height, int *width, int *channels)
+{
+    static const char *fn = "vit_png_read";
+    u8_image img;
+    int rc;
+    if ((rc = vit_check_ptr(fn, "path", path)) || (rc = vit_check_ptr(fn, "pixels", pixels)) ||
+        (rc = vit_check_ptr(fn, "height", height)) || (rc = vit_check_ptr(fn, "width", width)) ||
+        (rc = vit_check_ptr(fn, "channels", channels)))
+        return rc;
+    *pixels = NULL;
+    *height = *width = *channels = 0;
+    if ((rc = read_png_u8(path, &img)))
+        return rc;
+    size_t n = (size_t)img.h * (size_t)img.w * (size_t)img.c, bytes = 0;
+    if (!vit_mul_size(&bytes, n, sizeof(vit_real)) || (*pixels = malloc(bytes)) == NULL) {
+        free(img.px);
+        return vit_fail(VIT_ENOMEM, "%s: out of memory for %zu pixels", path, n);
+    }
+    for (size_t i = 0; i < n; i++)
+        (*pixels)[i] = (vit_real)img.px[i] / (vit_real)255;
+    free(img.px);
+    *height = img.h;
+    *width = img.w;
+    *channels = img.c;
+    return VIT_OK;
+}
+
+int vit_png_write(const char *path, const unsigned char *pixels, int height, int width,
+                  int channels)
+{
+    static const char *fn = "vit_png_write";
+    png_image im;
+    int rc;
+    if ((rc = vit_check_ptr(fn, "path", path)) || (rc = vit_check_ptr(fn, "pixels", pixels)) ||
+        (rc = vit_check_dim(fn, "height", height)) || (rc = vit_check_dim(fn, "width", width)))
+        return rc;
+    if (channels != 1 && channels != 3)
+        return vit_fail(VIT_EINVAL, "%s: channels must be 1 or 3, got %d", fn, channels);
+    if ((long long)width * channels > INT32_MAX)
+        return vit_fail(VIT_EINVAL, "%s: width %d is too large for a PNG row", fn, width);
+
+    /* Write beside the target, then rename: rename within one folder is
+     * atomic, so readers see either the old file or the complete new one. */
+    size_t len = strlen(path);
+    char *tmp = malloc(len + 8);
+    if (tmp == NULL)
+        return vit_fail(VIT_ENOMEM, "%s: out of memory", path);
+    memcpy(tmp, path, len);
+    memcpy(tmp + len, ".XXXXXX", 8);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        rc = vit_fail(VIT_EIO, "%s: cannot create a temporary file (%s)", path, strerror(errno));
+        free(tmp);
+        return rc;
+    }
+    FILE *fp = fdopen(fd, "wb");
+    if (fp == NULL) {
+        rc = vit_fail(VIT_EIO, "%s: cannot write (%s)", path, strerror(errno));
+        close(fd);
+        unlink(tmp);
+        free(tmp);
+        return rc;
+    }
+    memset(&im, 0, sizeof im);
+    im.version = PNG_IMAGE_VERSION;
+    im.width = (png_uint_32)width;
+    im.height = (png_uint_32)height;
+    im.format = channels == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY;
+    if (!png_image_write_to_stdio(&im, fp, 0, pixels, 0, NULL))
+        rc = vit_fail(VIT_EIO, "%s: cannot write PNG (libpng: %s)", path, im.message);
+    else if (fflush(fp) != 0 || fsync(fileno(fp)) != 0 || fchmod(fileno(fp), 0644) != 0)
+        rc = vit_fail(VIT_EIO, "%s: cannot write (%s)", path, strerror(errno));
+    if (fclose(fp) != 0 && rc == VIT_OK)
+        rc = vit_fail(VIT_EIO, "%s: cannot write (%s)", path, strerror(errno));
+    if (rc == VIT_OK && rename(tmp, path) != 0)
+        rc = vit_fail(VIT_EIO, "%s: cannot rename %s into place (%s)", path, tmp, strerror(errno));
+    if (rc != VIT_OK)
+        unlink(tmp);
+    free(tmp);
+    return rc;
+}
+
+/* ------------------------------------------------------- class folders */
+
+/* A sorted list of names. */
+typedef struct {
+    char **name;
+    int n;
+} name_list;
+
+static void names_free(name_list *l)
+{
+    for (int i = 0; i < l->n; i++)
+        free(l->name[i]);
+    free(l->name);
+    l->name = NULL;
+    l->n = 0;
+}
+
+static char *join(const char *dir, const char *name)
+{
+    size_t a = strlen(dir), b = strlen(name);
+    char *s = malloc(a + b + 2);
+    if (s != NULL) {
+        memcpy(s, dir, a);
+        s[a] = '/';
+        memcpy(s + a + 1, name, b + 1);
+    }
+    return s;
+}
+
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int is_png_name(const char *s)
+{
+    size_t n = strlen(s);
+    return n > 4 && strcasecmp(s + n - 4, ".png") == 0;
+}
+
+/* Lists the subfolders (want_dirs) or the regular .png files of dir, sorted
+ * with strcmp; names starting with '.' are skipped. */
+static int list_dir(const char *dir, int want_dirs, name_list *out)
+{
+    DIR *d;
+    struct dirent *e;
+    int cap = 0, rc = VIT_OK;
+    out->name = NULL;
+    out->n = 0;
+    d = opendir(dir);
+    if (d == NULL)
+        return vit_fail(VIT_EIO, "%s: cannot open folder (%s)", dir, strerror(errno));
+    while (rc == VIT_OK && (e = readdir(d)) != NULL) {
+        struct stat st;
+        char *full;
+        if (e->d_name[0] == '.' || (!want_dirs && !is_png_name(e->d_name)))
+            continue;
+        if ((full = join(dir, e->d_name)) == NULL) {
+            rc = vit_fail(VIT_ENOMEM, "%s: out of memory", dir);
+            break;
+        }
+        int keep = stat(full, &st) == 0 && (want_dirs ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode));
+        free(full);
+        if (!keep)
+            continue;
+        if (out->n == cap) {
+            int ncap = cap ? 2 * cap : 16;
+            char **p = cap < INT_MAX / 2 ? realloc(out->name, (size_t)ncap * sizeof *p) : NULL;
+            if (p == NULL) {
+                rc = vit_fail(VIT_ENOMEM, "%s: out of memory listing the folder", dir);
+                break;
+            }
+            out->name = p;
+            cap = ncap;
+        }
+        if ((out->name[out->n] = strdup(e->d_name)) == NULL)
+            rc = vit_fail(VIT_ENOMEM, "%s: out of memory listing the folder", dir);
+        else
+            out->n++;
+    }
+    closedir(d);
+    if (rc != VIT_OK)
+        names_free(out);
+    else if (out->n > 1)
+        qsort(out->name, (size_t)out->n, sizeof *out->name, cmp_names);
+    return rc;
+}
+
+/* Lists classes and their files; files[k] belongs to classes.name[k]. */
+static int list_classes(const char *dir, name_list *classes, name_list **files, int *total)
+{
+    int rc = list_dir(dir, 1, classes);
+    *files = NULL;
+    *total = 0;
+    if (rc)
+        return rc;
+    if (classes->n == 0) {
+        names_free(classes);
+        return vit_fail(VIT_EFORMAT, "%s: no class subfolders (expected one folder of PNG "
+                        "files per class)", dir);
+    }
+    *files = calloc((size_t)classes->n, sizeof **files);
+    if (*files == NULL)
+        rc = vit_fail(VIT_ENOMEM, "%s: out of memory", dir);
+    for (int k = 0; rc == VIT_OK && k < classes->n; k++) {
+        char *sub = join(dir, classes->name[k]);
+        if (sub == NULL) {
+            rc = vit_fail(VIT_ENOMEM, "%s: out of memory", dir);
+            break;
+        }
+        rc = list_dir(sub, 0, &(*files)[k]);
+        if (rc == VIT_OK && (*files)[k].n == 0)
+            rc = vit_fail(VIT_EFORMAT, "%s: empty class folder (no .png files)", sub);
+        else if (rc == VIT_OK && (*files)[k].n > INT_MAX - *total)
+            rc = vit_fail(VIT_EFORMAT, "%s: too many images", dir);
+        else if (rc == VIT_OK)
+            *total += (*files)[k].n;
+        free(sub);
+    }
+    return rc;
+}
+
+static void classes_free(name_list *classes, name_list *files)
+{
+    if (files != NULL)
+        for (int k = 0; k < classes->n; k++)
+            names_free(&files[k]);
+    free(files);
+    names_free(classes);
+}
+
+/* Reads every image, in class then file order, into ds.  The first image
+ * fixes the size; the first one that differs is reported. */
+static int read_images(const char *dir, const name_list *classes, const name_list *files,
+                       int total, vit_dataset *ds)
+{
+    char *first = NULL;
+    int rc = VIT_OK, i = 0;
+    for (int k = 0; rc == VIT_OK && k < classes->n; k++) {
+        for (int j = 0; rc == VIT_OK && j < files[k].n; j++, i++) {
+            u8_image img;
+            char *sub = join(dir, classes->name[k]);
+            char *path = sub ? join(sub, files[k].name[j]) : NULL;
+            free(sub);
+            if (path == NULL) {
+                rc = vit_fail(VIT_ENOMEM, "%s: out of memory", dir);
+                break;
+            }
+            rc = read_png_u8(path, &img);
+            if (rc == VIT_OK && first == NULL) {
+                rc = vit_data_internal_alloc(ds, total, img.h, img.w, img.c, dir);
+                ds->classes = classes->n;
+                first = path;
+                path = NULL;
+            } else if (rc == VIT_OK && (img.h != ds->height || img.w != ds->width ||
+                                        img.c != ds->channels)) {
+                rc = vit_fail(VIT_EFORMAT, "%s: %s %dx%d (HxW), but the first image %s is %s %dx%d",
+                              path, kind(img.c), img.h, img.w, first, kind(ds->channels),
+                              ds->height, ds->width);
+            }
+            if (rc == VIT_OK) {
+                size_t n = (size_t)img.h * (size_t)img.w * (size_t)img.c;
+                vit_real *dst = ds->images + (size_t)i * n;
+                for (size_t p = 0; p < n; p++)
+                    dst[p] = (vit_real)img.px[p] / (vit_real)255;
+                ds->labels[i] = k;
+            }
+            free(img.px);
+            free(path);
+        }
+    }
+    free(first);
+    return rc;
+}
+
+/* vit_data_load_png_dir, also handing back the class names when wanted. */
+static int load_dir(const char *dir, vit_dataset *ds, name_list *class_names)
+{
+    name_list classes = {NULL, 0}, *files = NULL;
+    int total = 0;
+    int rc = list_classes(dir, &classes, &files, &total);
+    if (rc == VIT_OK)
+        rc = read_images(dir, &classes, files, total, ds);
+    if (rc != VIT_OK)
+        vit_dataset_free(ds);
+    if (rc == VIT_OK && class_names != NULL) {
+        *class_names = classes;
+        classes.n = 0; /* ownership moved: free only the file lists below */
+        classes.name = NULL;
+        for (int k = 0; k < class_names->n; k++)
+            names_free(&files[k]);
+        free(files);
+        return rc;
+    }
+    classes_free(&classes, files);
+    return rc;
+}
+
+int vit_data_load_png_dir(const char *dir, vit_dataset *ds)
+{
+    static const char *fn = "vit_data_load_png_dir";
+    int rc;
+    if ((rc = vit_check_ptr(fn, "dir", dir)) || (rc = vit_check_ptr(fn, "ds", ds)))
+        return rc;
+    memset(ds, 0, sizeof *ds);
+    return load_dir(dir, ds, NULL);
+}
+
+/* The train/ and test/ halves of a PNG data set: both must have the same
+ * class folders (names, hence label meaning), image size and channels. */
+int vit_data_internal_png_pair(const char *train_dir, const char *test_dir,
+                               vit_dataset *train, vit_dataset *test)
+{
+    name_list a = {NULL, 0}, b = {NULL, 0};
+    memset(train, 0, sizeof *train);
+    memset(test, 0, sizeof *test);
+    int rc = load_dir(train_dir, train, &a);
+    if (rc == VIT_OK)
+        rc = load_dir(test_dir, test, &b);
+    if (rc == VIT_OK && a.n != b.n)
+        rc = vit_fail(VIT_EFORMAT, "%s: %d class folders, but %s has %d", test_dir, b.n,
+                      train_dir, a.n);
+    for (int k = 0; rc == VIT_OK && k < a.n; k++)
+        if (strcmp(a.name[k], b.name[k]) != 0)
+            rc = vit_fail(VIT_EFORMAT, "%s: class folder %d is '%s', but in %s it is '%s'",
+                          test_dir, k, b.name[k], train_dir, a.name[k]);
+    if (rc == VIT_OK && (train->height != test->height || train->width != test->width ||
+                         train->channels != test->channels))
+        rc = vit_fail(VIT_EFORMAT, "%s: images are %s %dx%d, but those in %s are %s %dx%d",
+                      test_dir, kind(test->channels), test->height, test->width, train_dir,
+                      kind(train->channels), train->height, train->width);
+    names_free(&a);
+    names_free(&b);
+    if (rc != VIT_OK) {
+        vit_dataset_free(train);
+        vit_dataset_free(test);
+    }
+    return rc;
+}

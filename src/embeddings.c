@@ -1,2 +1,227 @@
-/* placeholder until implemented */
-#include "vit/core.h"
+/* From images to tokens: patch embedding (im2col + GEMM), class-token
+ * prepend and learned position embeddings, forward and backward. */
+#include "vit/embeddings.h"
+
+#include <limits.h>
+#include <string.h>
+
+#include "blas.h"
+#include "error.h"
+
+#define TRY(e) do { int rc_ = (e); if (rc_ != VIT_OK) return rc_; } while (0)
+
+/* ---- Patch embedding ------------------------------------------------- */
+
+/* Validates a shape, recording a message under fn's name.  Besides positive
+ * sizes and divisibility, the GEMM's int arguments must not overflow:
+ * B*N rows and P*P*C columns. */
+static int check_shape(const char *fn, const vit_patch_shape *s)
+{
+    TRY(vit_check_ptr(fn, "shape", s));
+    TRY(vit_check_dim(fn, "batch", s->batch));
+    TRY(vit_check_dim(fn, "height", s->height));
+    TRY(vit_check_dim(fn, "width", s->width));
+    TRY(vit_check_dim(fn, "channels", s->channels));
+    TRY(vit_check_dim(fn, "patch", s->patch));
+    TRY(vit_check_dim(fn, "dim", s->dim));
+    if (s->height % s->patch != 0 || s->width % s->patch != 0)
+        return vit_fail(VIT_EINVAL, "%s: image %dx%d is not a multiple of patch %d", fn,
+                        s->height, s->width, s->patch);
+    long long n = (long long)(s->height / s->patch) * (s->width / s->patch);
+    long long k = (long long)s->patch * s->patch * s->channels;
+    if (n * s->batch > INT_MAX || k > INT_MAX ||
+        (long long)s->height * s->width * s->channels * s->batch > INT_MAX)
+        return vit_fail(VIT_EINVAL, "%s: shape too large", fn);
+    return VIT_OK;
+}
+
+int vit_patch_count(const vit_patch_shape *s)
+{
+    /* Validation records a message even though this function only returns
+     * 0; the caller asked about a shape, so that explanation is useful. */
+    if (check_shape("vit_patch_count", s) != VIT_OK)
+        return 0;
+    return (s->height / s->patch) * (s->width / s->patch);
+}
+
+/* img [B, H, W, C] -> cols [B*N, P*P*C], y [B, N, D] = cols W + b
+ *
+ * Row r = b*N + gy*(W/P) + gx of cols is patch (gy, gx) of image b.  For a
+ * fixed patch row py, the P*C values (px, c) are contiguous in both the
+ * image and the patch vector, so im2col is one memcpy per (patch, py). */
+int vit_patch_embed_forward(const vit_patch_shape *s, vit_real *y, vit_real *cols,
+                            const vit_real *img, const vit_real *W, const vit_real *b)
+{
+    static const char fn[] = "vit_patch_embed_forward";
+    TRY(check_shape(fn, s));
+    TRY(vit_check_ptr(fn, "y", y));
+    TRY(vit_check_ptr(fn, "cols", cols));
+    TRY(vit_check_ptr(fn, "img", img));
+    TRY(vit_check_ptr(fn, "W", W));
+
+    const int P = s->patch, C = s->channels, D = s->dim;
+    const int gh = s->height / P, gw = s->width / P;
+    const int rows = s->batch * gh * gw, K = P * P * C;
+    const size_t pc = (size_t)P * C, img_row = (size_t)s->width * C;
+
+    vit_real *dst = cols;
+    for (int bi = 0; bi < s->batch; bi++) {
+        const vit_real *im = img + (size_t)bi * s->height * img_row;
+        for (int gy = 0; gy < gh; gy++)
+            for (int gx = 0; gx < gw; gx++)
+                for (int py = 0; py < P; py++) {
+                    const vit_real *src = im + (size_t)(gy * P + py) * img_row + (size_t)gx * pc;
+                    memcpy(dst, src, pc * sizeof *dst);
+                    dst += pc;
+                }
+    }
+
+    vit_real beta = 0;
+    if (b) {
+        for (int r = 0; r < rows; r++)
+            memcpy(y + (size_t)r * D, b, (size_t)D * sizeof *y);
+        beta = 1;
+    }
+    vit_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, K,
+             1, cols, K, W, D, beta, y, D);
+    return VIT_OK;
+}
+
+/* dy [B, N, D]; cols [B*N, P*P*C], W [P*P*C, D]
+ *   -> dW [P*P*C, D] +=, db [D] +=, dimg [B, H, W, C] +=
+ *
+ * dimg is col2im(dy W^T).  Patches do not overlap (stride = P), so every
+ * pixel belongs to exactly one patch vector and col2im is a plain
+ * rearrangement; we let the GEMM write straight into the image instead of
+ * going through a [B*N, P*P*C] scratch.  For image b, grid row gy and patch
+ * row py, the image row gy*P + py holds the (px, c) slices of the gw
+ * patches of that grid row one after another: as a matrix it is
+ * [gw, P*C] with leading dimension P*C.  Those gw patches are consecutive
+ * rows of dy ([gw, D]), and the slice py of every patch vector uses rows
+ * py*P*C .. py*P*C + P*C - 1 of W ([P*C, D]).  So
+ *   image_row[gw, P*C] += dy_block[gw, D] W_block[P*C, D]^T. */
+int vit_patch_embed_backward(const vit_patch_shape *s, vit_real *dimg, vit_real *dW,
+                             vit_real *db, const vit_real *dy, const vit_real *cols,
+                             const vit_real *W)
+{
+    static const char fn[] = "vit_patch_embed_backward";
+    TRY(check_shape(fn, s));
+    TRY(vit_check_ptr(fn, "dy", dy));
+    if (dW)
+        TRY(vit_check_ptr(fn, "cols", cols));
+    if (dimg)
+        TRY(vit_check_ptr(fn, "W", W));
+
+    const int P = s->patch, C = s->channels, D = s->dim;
+    const int gh = s->height / P, gw = s->width / P;
+    const int rows = s->batch * gh * gw, K = P * P * C, pc = P * C;
+
+    if (dW) /* dW[K, D] += cols[rows, K]^T dy[rows, D] */
+        vit_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, D, rows,
+                 1, cols, K, dy, D, 1, dW, D);
+    if (db)
+        for (int r = 0; r < rows; r++)
+            for (int j = 0; j < D; j++)
+                db[j] += dy[(size_t)r * D + j];
+    if (dimg) {
+        const size_t img_row = (size_t)s->width * C;
+        for (int bi = 0; bi < s->batch; bi++)
+            for (int gy = 0; gy < gh; gy++) {
+                const vit_real *dyb = dy + ((size_t)bi * gh * gw + (size_t)gy * gw) * D;
+                for (int py = 0; py < P; py++) {
+                    vit_real *row = dimg + ((size_t)bi * s->height + (size_t)gy * P + py) * img_row;
+                    vit_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, gw, pc, D,
+                             1, dyb, D, W + (size_t)py * pc * D, D, 1, row, pc);
+                }
+            }
+    }
+    return VIT_OK;
+}
+
+/* ---- Class token ----------------------------------------------------- */
+
+static int check_bnd(const char *fn, int batch, int n, int d)
+{
+    TRY(vit_check_dim(fn, "batch", batch));
+    TRY(vit_check_dim(fn, "n", n));
+    TRY(vit_check_dim(fn, "d", d));
+    return VIT_OK;
+}
+
+/* x [B, N, D], cls [D] -> y [B, N+1, D] */
+int vit_cls_prepend_forward(vit_real *y, const vit_real *x, const vit_real *cls,
+                            int batch, int n, int d)
+{
+    static const char fn[] = "vit_cls_prepend_forward";
+    TRY(vit_check_ptr(fn, "y", y));
+    TRY(vit_check_ptr(fn, "x", x));
+    TRY(vit_check_ptr(fn, "cls", cls));
+    TRY(check_bnd(fn, batch, n, d));
+    if (y == x)
+        return vit_fail(VIT_EINVAL, "%s: y must not alias x", fn);
+    const size_t tok = (size_t)d * sizeof *y;
+    for (int b = 0; b < batch; b++) {
+        vit_real *yb = y + (size_t)b * (n + 1) * d;
+        memcpy(yb, cls, tok);
+        memcpy(yb + d, x + (size_t)b * n * d, (size_t)n * tok);
+    }
+    return VIT_OK;
+}
+
+/* dy [B, N+1, D] -> dx [B, N, D] +=, dcls [D] += */
+int vit_cls_prepend_backward(vit_real *dx, vit_real *dcls, const vit_real *dy,
+                             int batch, int n, int d)
+{
+    static const char fn[] = "vit_cls_prepend_backward";
+    TRY(vit_check_ptr(fn, "dy", dy));
+    TRY(check_bnd(fn, batch, n, d));
+    for (int b = 0; b < batch; b++) {
+        const vit_real *dyb = dy + (size_t)b * (n + 1) * d;
+        if (dcls)
+            for (int j = 0; j < d; j++)
+                dcls[j] += dyb[j];
+        if (dx) {
+            vit_real *dxb = dx + (size_t)b * n * d;
+            for (size_t i = 0; i < (size_t)n * d; i++)
+                dxb[i] += dyb[d + i];
+        }
+    }
+    return VIT_OK;
+}
+
+/* ---- Position embedding ---------------------------------------------- */
+
+/* x [B, T, D], pos [T, D] -> y [B, T, D] */
+int vit_pos_add_forward(vit_real *y, const vit_real *x, const vit_real *pos,
+                        int batch, int t, int d)
+{
+    static const char fn[] = "vit_pos_add_forward";
+    TRY(vit_check_ptr(fn, "y", y));
+    TRY(vit_check_ptr(fn, "x", x));
+    TRY(vit_check_ptr(fn, "pos", pos));
+    TRY(check_bnd(fn, batch, t, d));
+    const size_t td = (size_t)t * d;
+    for (int b = 0; b < batch; b++)
+        for (size_t i = 0; i < td; i++)
+            y[b * td + i] = x[b * td + i] + pos[i];
+    return VIT_OK;
+}
+
+/* dy [B, T, D] -> dx [B, T, D] +=, dpos [T, D] += */
+int vit_pos_add_backward(vit_real *dx, vit_real *dpos, const vit_real *dy,
+                         int batch, int t, int d)
+{
+    static const char fn[] = "vit_pos_add_backward";
+    TRY(vit_check_ptr(fn, "dy", dy));
+    TRY(check_bnd(fn, batch, t, d));
+    const size_t td = (size_t)t * d;
+    for (int b = 0; b < batch; b++)
+        for (size_t i = 0; i < td; i++) {
+            vit_real g = dy[b * td + i];
+            if (dx)
+                dx[b * td + i] += g;
+            if (dpos)
+                dpos[i] += g;
+        }
+    return VIT_OK;
+}

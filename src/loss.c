@@ -1,2 +1,91 @@
-/* placeholder until implemented */
-#include "vit/core.h"
+/* Softmax cross-entropy with optional label smoothing, fused, mean over rows. */
+#include "vit/loss.h"
+
+#include <math.h>
+
+#include "error.h"
+
+#define TRY(e) do { int rc_ = (e); if (rc_ != VIT_OK) return rc_; } while (0)
+
+static int check_common(const char *fn, const int *labels, int n, int classes,
+                        vit_real smoothing)
+{
+    TRY(vit_check_ptr(fn, "labels", labels));
+    TRY(vit_check_dim(fn, "n", n));
+    TRY(vit_check_dim(fn, "classes", classes));
+    if (!(smoothing >= 0 && smoothing < 1))
+        return vit_fail(VIT_EINVAL, "%s: smoothing must be in [0, 1), got %g", fn,
+                        (double)smoothing);
+    for (int i = 0; i < n; i++)
+        if (labels[i] < 0 || labels[i] >= classes)
+            return vit_fail(VIT_EINVAL, "%s: labels[%d] = %d is outside 0..%d", fn, i,
+                            labels[i], classes - 1);
+    return VIT_OK;
+}
+
+/* logits [n, C], labels [n] -> *loss (scalar), probs [n, C]
+ *
+ * Per row, with lse = max + log sum exp(x - max) and log p_c = x_c - lse:
+ *   -sum_c target_c log p_c = -(1 - s) log p_y - (s / C) sum_c log p_c. */
+int vit_cross_entropy_forward(vit_real *loss, vit_real *probs,
+                              const vit_real *logits, const int *labels,
+                              int n, int classes, vit_real smoothing)
+{
+    static const char fn[] = "vit_cross_entropy_forward";
+    TRY(vit_check_ptr(fn, "loss", loss));
+    TRY(vit_check_ptr(fn, "probs", probs));
+    TRY(vit_check_ptr(fn, "logits", logits));
+    TRY(check_common(fn, labels, n, classes, smoothing));
+
+    double s = smoothing, total = 0.0;
+    for (int i = 0; i < n; i++) {
+        const vit_real *xr = logits + (size_t)i * classes;
+        vit_real *pr = probs + (size_t)i * classes;
+        double mx = -INFINITY, sum_x = 0.0;
+        for (int c = 0; c < classes; c++) {
+            double v = xr[c];
+            if (!isfinite(v))
+                return vit_fail(VIT_ENUM, "%s: logits[%d, %d] is not finite", fn, i, c);
+            if (v > mx)
+                mx = v;
+            sum_x += v;
+        }
+        double z = 0.0;
+        for (int c = 0; c < classes; c++)
+            z += exp((double)xr[c] - mx);
+        double lse = mx + log(z);
+        for (int c = 0; c < classes; c++)
+            pr[c] = (vit_real)exp((double)xr[c] - lse);
+        double logp_y = (double)xr[labels[i]] - lse;
+        double sum_logp = sum_x - classes * lse;
+        total += -(1.0 - s) * logp_y - (s / classes) * sum_logp;
+    }
+    *loss = (vit_real)(total / n);
+    return VIT_OK;
+}
+
+/* probs [n, C], labels [n], dloss (scalar) -> dlogits [n, C] += */
+int vit_cross_entropy_backward(vit_real *dlogits, const vit_real *probs,
+                               const int *labels, int n, int classes,
+                               vit_real smoothing, vit_real dloss)
+{
+    static const char fn[] = "vit_cross_entropy_backward";
+    TRY(vit_check_ptr(fn, "dlogits", dlogits));
+    TRY(vit_check_ptr(fn, "probs", probs));
+    TRY(check_common(fn, labels, n, classes, smoothing));
+    if (!isfinite((double)dloss))
+        return vit_fail(VIT_ENUM, "%s: dloss is not finite", fn);
+
+    double scale = (double)dloss / n;
+    double off = (double)smoothing / classes;   /* target off the label */
+    double on = 1.0 - (double)smoothing + off;  /* target at the label */
+    for (int i = 0; i < n; i++) {
+        const vit_real *pr = probs + (size_t)i * classes;
+        vit_real *dr = dlogits + (size_t)i * classes;
+        for (int c = 0; c < classes; c++) {
+            double t = c == labels[i] ? on : off;
+            dr[c] += (vit_real)(scale * (pr[c] - t));
+        }
+    }
+    return VIT_OK;
+}

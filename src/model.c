@@ -1,2 +1,317 @@
-/* placeholder until implemented */
-#include "vit/core.h"
+/*
+ * The Vision Transformer as forward code on the tape.  The backward comes
+ * from the kernels through vit_tape_backward().
+ *
+ * Parameters are one flat buffer; `tensors` names its pieces in order:
+ *   patch.w [P*P*C, D]  patch.b [D]  cls [D]  pos [T, D]
+ *   blocks.L.{ln1.g, ln1.b [D], attn.{w_q,w_k,w_v,w_o [D, D], b_q,b_k,b_v,b_o [D]},
+ *             ln2.g, ln2.b [D], mlp.w1 [D, M], mlp.b1 [M], mlp.w2 [M, D], mlp.b2 [D]}
+ *   ln.g, ln.b [D]  head.w [D, K]  head.b [K]
+ * The attention weights are contiguous in the layout vit_mha expects, so one
+ * leaf over that range feeds vit_op_mha.
+ */
+#include "vit/model.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+#define NAME_LEN 48
+
+typedef struct named {
+    vit_model_tensor t;
+    char name[NAME_LEN];
+    int decay;   /* weight decay applies */
+    int init;    /* 0 zero, 1 one, 2 truncated normal */
+} named;
+
+typedef struct block_ix {
+    int ln1_g, ln1_b, attn, ln2_g, ln2_b, w1, b1, w2, b2;
+} block_ix;
+
+struct vit_model {
+    vit_config cfg;
+    vit_mha mha;             /* the self-attention shape; batch set per forward */
+    vit_patch_shape patch;
+    int tokens;              /* T = patches + 1 */
+    size_t nparams;
+    vit_real *params, *grads;
+    named *tensors;
+    int ntensors;
+    vit_param_group *groups;
+    int ngroups;
+    int patch_w, patch_b, cls, pos, ln_g, ln_b, head_w, head_b;
+    block_ix *blocks;
+    const vit_real **maps;   /* per layer, from the last forward */
+};
+
+/* ---- layout ----------------------------------------------------------- */
+
+static int add_tensor(vit_model *m, const char *name, int ndim, int d0, int d1, int decay, int init)
+{
+    named *n = &m->tensors[m->ntensors];
+    snprintf(n->name, sizeof n->name, "%s", name);
+    n->t.name = n->name;
+    n->t.ndim = ndim;
+    n->t.shape[0] = d0;
+    n->t.shape[1] = ndim > 1 ? d1 : 0;
+    n->t.size = (size_t)d0 * (ndim > 1 ? (size_t)d1 : 1);
+    n->t.offset = m->nparams;
+    n->decay = decay;
+    n->init = init;
+    m->nparams += n->t.size;
+    return m->ntensors++;
+}
+
+/* Lays out every tensor; with m->tensors == NULL only counts them. */
+static void layout(vit_model *m)
+{
+    const vit_config *c = &m->cfg;
+    int D = c->dim, M = c->mlp, K = c->classes, T = m->tokens;
+    int pdim = c->patch * c->patch * c->channels;
+    char name[NAME_LEN];
+    m->ntensors = 0;
+    m->nparams = 0;
+    m->patch_w = add_tensor(m, "patch.w", 2, pdim, D, 1, 2);
+    m->patch_b = add_tensor(m, "patch.b", 1, D, 0, 0, 0);
+    m->cls = add_tensor(m, "cls", 1, D, 0, 0, 0);
+    m->pos = add_tensor(m, "pos", 2, T, D, 0, 2);
+    static const char *attn_w[4] = {"w_q", "w_k", "w_v", "w_o"};
+    static const char *attn_b[4] = {"b_q", "b_k", "b_v", "b_o"};
+    for (int l = 0; l < c->depth; l++) {
+        block_ix *b = &m->blocks[l];
+#define BLOCK_T(field, suffix, nd, d0, d1, decay, init) \
+        (snprintf(name, sizeof name, "blocks.%d.%s", l, suffix), \
+         b->field = add_tensor(m, name, nd, d0, d1, decay, init))
+        BLOCK_T(ln1_g, "ln1.g", 1, D, 0, 0, 1);
+        BLOCK_T(ln1_b, "ln1.b", 1, D, 0, 0, 0);
+        for (int i = 0; i < 4; i++) {
+            snprintf(name, sizeof name, "blocks.%d.attn.%s", l, attn_w[i]);
+            int ix = add_tensor(m, name, 2, D, D, 1, 2);
+            if (i == 0)
+                b->attn = ix;
+        }
+        for (int i = 0; i < 4; i++) {
+            snprintf(name, sizeof name, "blocks.%d.attn.%s", l, attn_b[i]);
+            add_tensor(m, name, 1, D, 0, 0, 0);
+        }
+        BLOCK_T(ln2_g, "ln2.g", 1, D, 0, 0, 1);
+        BLOCK_T(ln2_b, "ln2.b", 1, D, 0, 0, 0);
+        BLOCK_T(w1, "mlp.w1", 2, D, M, 1, 2);
+        BLOCK_T(b1, "mlp.b1", 1, M, 0, 0, 0);
+        BLOCK_T(w2, "mlp.w2", 2, M, D, 1, 2);
+        BLOCK_T(b2, "mlp.b2", 1, D, 0, 0, 0);
+#undef BLOCK_T
+    }
+    m->ln_g = add_tensor(m, "ln.g", 1, D, 0, 0, 1);
+    m->ln_b = add_tensor(m, "ln.b", 1, D, 0, 0, 0);
+    m->head_w = add_tensor(m, "head.w", 2, D, K, 1, 2);
+    m->head_b = add_tensor(m, "head.b", 1, K, 0, 0, 0);
+}
+
+static int tensors_per_model(int depth) { return 8 + depth * 16; }
+
+/* Merges runs of tensors with the same decay flag into optimizer groups. */
+static void make_groups(vit_model *m)
+{
+    m->ngroups = 0;
+    for (int i = 0; i < m->ntensors; i++) {
+        named *n = &m->tensors[i];
+        vit_param_group *g = m->ngroups ? &m->groups[m->ngroups - 1] : NULL;
+        if (g && g->decay == n->decay) {
+            g->count += n->t.size;
+            continue;
+        }
+        g = &m->groups[m->ngroups++];
+        g->offset = n->t.offset;
+        g->count = n->t.size;
+        g->decay = n->decay;
+    }
+}
+
+size_t vit_config_param_count(const vit_config *cfg)
+{
+    if (vit_config_check(cfg) != VIT_OK)
+        return 0;
+    size_t D = (size_t)cfg->dim, M = (size_t)cfg->mlp, K = (size_t)cfg->classes;
+    size_t T = (size_t)(cfg->image_height / cfg->patch) * (size_t)(cfg->image_width / cfg->patch) + 1;
+    size_t pdim = (size_t)cfg->patch * cfg->patch * cfg->channels;
+    size_t block = 4 * D + (4 * D * D + 4 * D) + (D * M + M + M * D + D);
+    return pdim * D + D + D + T * D + (size_t)cfg->depth * block + 2 * D + D * K + K;
+}
+
+vit_model *vit_model_new(const vit_config *cfg)
+{
+    if (!cfg) {
+        vit_fail(VIT_EINVAL, "vit_model_new: cfg is NULL");
+        return NULL;
+    }
+    if (vit_config_check(cfg) != VIT_OK)
+        return NULL;
+    size_t n = vit_config_param_count(cfg);
+    vit_model *m = calloc(1, sizeof *m);
+    if (!m)
+        goto oom;
+    m->cfg = *cfg;
+    m->patch = (vit_patch_shape){0, cfg->image_height, cfg->image_width, cfg->channels,
+                                 cfg->patch, cfg->dim};
+    m->tokens = vit_patch_count(&(vit_patch_shape){1, cfg->image_height, cfg->image_width,
+                                                   cfg->channels, cfg->patch, cfg->dim}) + 1;
+    m->mha = (vit_mha){.n_q = m->tokens, .n_k = m->tokens, .d_model = cfg->dim,
+                       .heads = cfg->heads, .has_bias = 1};
+    int nt = tensors_per_model(cfg->depth);
+    m->tensors = calloc((size_t)nt, sizeof *m->tensors);
+    m->groups = calloc((size_t)nt, sizeof *m->groups);
+    m->blocks = calloc((size_t)cfg->depth, sizeof *m->blocks);
+    m->maps = calloc((size_t)cfg->depth, sizeof *m->maps);
+    m->params = calloc(n, sizeof *m->params);
+    m->grads = calloc(n, sizeof *m->grads);
+    if (!m->tensors || !m->groups || !m->blocks || !m->maps || !m->params || !m->grads)
+        goto oom;
+    layout(m);
+    if (m->nparams != n || m->ntensors != nt) {
+        vit_model_free(m);
+        vit_fail(VIT_EINVAL, "vit_model_new: internal layout mismatch");
+        return NULL;
+    }
+    make_groups(m);
+    return m;
+oom:
+    vit_model_free(m);
+    vit_fail(VIT_ENOMEM, "vit_model_new: out of memory for %zu parameters", n);
+    return NULL;
+}
+
+void vit_model_free(vit_model *m)
+{
+    if (!m)
+        return;
+    free(m->tensors);
+    free(m->groups);
+    free(m->blocks);
+    free(m->maps);
+    free(m->params);
+    free(m->grads);
+    free(m);
+}
+
+const vit_config *vit_model_config(const vit_model *m) { return &m->cfg; }
+vit_real *vit_model_params(vit_model *m) { return m->params; }
+vit_real *vit_model_grads(vit_model *m) { return m->grads; }
+size_t vit_model_param_count(const vit_model *m) { return m->nparams; }
+
+void vit_model_zero_grads(vit_model *m)
+{
+    memset(m->grads, 0, m->nparams * sizeof *m->grads);
+}
+
+const vit_param_group *vit_model_groups(const vit_model *m, int *count)
+{
+    if (count)
+        *count = m->ngroups;
+    return m->groups;
+}
+
+int vit_model_tensor_count(const vit_model *m) { return m->ntensors; }
+
+const vit_model_tensor *vit_model_tensor_at(const vit_model *m, int i)
+{
+    if (!m || i < 0 || i >= m->ntensors)
+        return NULL;
+    return &m->tensors[i].t;
+}
+
+static double trunc_normal(vit_rng *rng, double std)
+{
+    /* Redraw outside two standard deviations, as timm's trunc_normal_. */
+    for (;;) {
+        double z = vit_rng_normal(rng);
+        if (fabs(z) <= 2.0)
+            return z * std;
+    }
+}
+
+void vit_model_init(vit_model *m, vit_rng *rng)
+{
+    for (int i = 0; i < m->ntensors; i++) {
+        named *n = &m->tensors[i];
+        vit_real *p = m->params + n->t.offset;
+        for (size_t j = 0; j < n->t.size; j++)
+            p[j] = n->init == 2 ? (vit_real)trunc_normal(rng, m->cfg.init_std)
+                 : n->init == 1 ? (vit_real)1 : (vit_real)0;
+    }
+}
+
+/* ---- forward ---------------------------------------------------------- */
+
+/* A leaf over parameter tensor i, or over `count` consecutive tensors
+ * starting at i flattened to one dimension. */
+static vit_tensor *param(vit_model *m, vit_tape *tape, int i, int grads)
+{
+    const vit_model_tensor *t = &m->tensors[i].t;
+    return vit_tape_leaf(tape, m->params + t->offset, grads ? m->grads + t->offset : NULL,
+                         t->ndim, t->shape);
+}
+
+static vit_tensor *param_range(vit_model *m, vit_tape *tape, int i, size_t count, int grads)
+{
+    size_t off = m->tensors[i].t.offset;
+    int shape[1] = {(int)count};
+    return vit_tape_leaf(tape, m->params + off, grads ? m->grads + off : NULL, 1, shape);
+}
+
+vit_tensor *vit_model_forward(vit_model *m, vit_tape *tape, const vit_real *images, int batch,
+                              int grads)
+{
+    if (!m || !tape || !images) {
+        vit_fail(VIT_EINVAL, "vit_model_forward: %s is NULL", !m ? "model" : !tape ? "tape" : "images");
+        return NULL;
+    }
+    if (batch <= 0) {
+        vit_fail(VIT_EINVAL, "vit_model_forward: batch %d must be positive", batch);
+        return NULL;
+    }
+    const vit_config *c = &m->cfg;
+    const vit_real eps = (vit_real)VIT_LAYERNORM_EPS;
+    vit_patch_shape ps = m->patch;
+    ps.batch = batch;
+    vit_mha mha = m->mha;
+    mha.batch = batch;
+    size_t mha_count = vit_mha_param_count(&mha);
+
+    int ishape[4] = {batch, c->image_height, c->image_width, c->channels};
+    vit_tensor *img = vit_tape_leaf(tape, (vit_real *)(uintptr_t)images, NULL, 4, ishape);
+    vit_tensor *x = vit_op_patch_embed(tape, &ps, img, param(m, tape, m->patch_w, grads),
+                                       param(m, tape, m->patch_b, grads));
+    x = vit_op_cls_prepend(tape, x, param(m, tape, m->cls, grads));
+    x = vit_op_pos_add(tape, x, param(m, tape, m->pos, grads));
+    for (int l = 0; l < c->depth; l++) {
+        const block_ix *b = &m->blocks[l];
+        vit_real *probs = NULL;
+        vit_tensor *h = vit_op_layernorm(tape, x, param(m, tape, b->ln1_g, grads),
+                                         param(m, tape, b->ln1_b, grads), eps);
+        h = vit_op_mha(tape, &mha, param_range(m, tape, b->attn, mha_count, grads), h, h, &probs);
+        x = vit_op_add(tape, x, h);
+        m->maps[l] = probs;
+        h = vit_op_layernorm(tape, x, param(m, tape, b->ln2_g, grads),
+                             param(m, tape, b->ln2_b, grads), eps);
+        h = vit_op_linear(tape, h, param(m, tape, b->w1, grads), param(m, tape, b->b1, grads));
+        h = vit_op_gelu(tape, h);
+        h = vit_op_linear(tape, h, param(m, tape, b->w2, grads), param(m, tape, b->b2, grads));
+        x = vit_op_add(tape, x, h);
+    }
+    x = vit_op_layernorm(tape, x, param(m, tape, m->ln_g, grads), param(m, tape, m->ln_b, grads), eps);
+    x = c->pool == VIT_POOL_MEAN ? vit_op_mean_tokens(tape, x, 1) : vit_op_token(tape, x, 0);
+    return vit_op_linear(tape, x, param(m, tape, m->head_w, grads), param(m, tape, m->head_b, grads));
+}
+
+const vit_real *vit_model_attention_maps(const vit_model *m, int layer)
+{
+    if (!m || layer < 0 || layer >= m->cfg.depth)
+        return NULL;
+    return m->maps[layer];
+}

@@ -1,2 +1,265 @@
-/* placeholder until implemented */
-#include "vit/core.h"
+/*
+ * The model/training config: defaults, `key = value` text, and the checks
+ * that keep a model buildable.  One table describes every field, so parsing,
+ * formatting and flag overrides cannot drift apart.
+ */
+#include "vit/model.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+enum kind { K_INT, K_DOUBLE, K_U64, K_POOL };
+
+typedef struct field {
+    const char *key;
+    enum kind kind;
+    size_t offset;
+    double lo, hi;     /* allowed range (inclusive) */
+    const char *help;
+} field;
+
+#define F(key, kind, lo, hi, help) {#key, kind, offsetof(vit_config, key), lo, hi, help}
+
+static const field fields[] = {
+    F(image_height, K_INT, 1, 4096, "image height in pixels (from the data)"),
+    F(image_width, K_INT, 1, 4096, "image width in pixels (from the data)"),
+    F(channels, K_INT, 1, 4, "image channels (from the data)"),
+    F(classes, K_INT, 2, 100000, "number of classes (from the data)"),
+    F(patch, K_INT, 1, 4096, "patch side in pixels"),
+    F(dim, K_INT, 1, 65536, "token width"),
+    F(depth, K_INT, 1, 1024, "number of transformer blocks"),
+    F(heads, K_INT, 1, 4096, "attention heads (divides dim)"),
+    F(mlp, K_INT, 1, 1 << 20, "MLP hidden width"),
+    F(pool, K_POOL, 0, 1, "cls or mean: what the head reads"),
+    F(epochs, K_INT, 1, 1000000, "training epochs"),
+    F(batch, K_INT, 1, 1 << 20, "minibatch size"),
+    F(lr, K_DOUBLE, 1e-12, 10, "peak learning rate"),
+    F(min_lr, K_DOUBLE, 0, 10, "final learning rate of the cosine decay"),
+    F(warmup, K_DOUBLE, 0, 1000000, "linear warm-up length in epochs"),
+    F(weight_decay, K_DOUBLE, 0, 10, "AdamW decoupled weight decay"),
+    F(beta1, K_DOUBLE, 0, 0.999999, "AdamW beta1"),
+    F(beta2, K_DOUBLE, 0, 0.999999999, "AdamW beta2"),
+    F(eps, K_DOUBLE, 1e-30, 1, "AdamW epsilon"),
+    F(smoothing, K_DOUBLE, 0, 0.99, "label smoothing"),
+    F(shift, K_INT, 0, 64, "random translation in pixels (augmentation)"),
+    F(init_std, K_DOUBLE, 1e-6, 10, "std of the weight initialisation"),
+    F(seed, K_U64, 0, 0, "random seed"),
+};
+#define NFIELDS (int)(sizeof fields / sizeof fields[0])
+
+void vit_config_default(vit_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->image_height = 8;
+    c->image_width = 8;
+    c->channels = 1;
+    c->classes = 10;
+    c->patch = 2;
+    c->dim = 64;
+    c->depth = 4;
+    c->heads = 4;
+    c->mlp = 128;
+    c->pool = VIT_POOL_CLS;
+    c->epochs = 100;
+    c->batch = 64;
+    c->lr = 2e-3;
+    c->min_lr = 1e-5;
+    c->warmup = 5;
+    c->weight_decay = 0.05;
+    c->beta1 = 0.9;
+    c->beta2 = 0.999;
+    c->eps = 1e-8;
+    c->smoothing = 0.1;
+    c->shift = 1;
+    c->init_std = 0.02;
+    c->seed = 1;
+}
+
+static const field *find_field(const char *key)
+{
+    for (int i = 0; i < NFIELDS; i++)
+        if (strcmp(fields[i].key, key) == 0)
+            return &fields[i];
+    return NULL;
+}
+
+int vit_config_set(vit_config *c, const char *key, const char *value)
+{
+    if (!c || !key || !value)
+        return vit_fail(VIT_EINVAL, "vit_config_set: NULL argument");
+    const field *f = find_field(key);
+    if (!f)
+        return vit_fail(VIT_EINVAL, "unknown config key '%s'", key);
+    void *dst = (char *)c + f->offset;
+    char *end = NULL;
+    errno = 0;
+    switch (f->kind) {
+    case K_POOL:
+        if (strcmp(value, "cls") == 0)
+            *(int *)dst = VIT_POOL_CLS;
+        else if (strcmp(value, "mean") == 0)
+            *(int *)dst = VIT_POOL_MEAN;
+        else
+            return vit_fail(VIT_EINVAL, "%s: expected cls or mean, got '%s'", key, value);
+        return VIT_OK;
+    case K_U64: {
+        if (*value == '-')
+            return vit_fail(VIT_EINVAL, "%s: expected a non-negative integer, got '%s'", key, value);
+        unsigned long long v = strtoull(value, &end, 10);
+        if (end == value || *end || errno)
+            return vit_fail(VIT_EINVAL, "%s: expected a non-negative integer, got '%s'", key, value);
+        *(unsigned long long *)dst = v;
+        return VIT_OK;
+    }
+    case K_INT: {
+        long v = strtol(value, &end, 10);
+        if (end == value || *end || errno)
+            return vit_fail(VIT_EINVAL, "%s: expected an integer, got '%s'", key, value);
+        if (v < f->lo || v > f->hi)
+            return vit_fail(VIT_EINVAL, "%s: %ld is out of range [%.0f, %.0f]", key, v, f->lo, f->hi);
+        *(int *)dst = (int)v;
+        return VIT_OK;
+    }
+    case K_DOUBLE: {
+        double v = strtod(value, &end);
+        if (end == value || *end || errno || !isfinite(v))
+            return vit_fail(VIT_EINVAL, "%s: expected a number, got '%s'", key, value);
+        if (v < f->lo || v > f->hi)
+            return vit_fail(VIT_EINVAL, "%s: %g is out of range [%g, %g]", key, v, f->lo, f->hi);
+        *(double *)dst = v;
+        return VIT_OK;
+    }
+    }
+    return VIT_EINVAL;
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = 0;
+    return s;
+}
+
+int vit_config_parse(vit_config *c, const char *text, const char *origin)
+{
+    if (!c || !text)
+        return vit_fail(VIT_EINVAL, "vit_config_parse: NULL argument");
+    if (!origin)
+        origin = "config";
+    int line = 0;
+    const char *p = text;
+    while (*p) {
+        line++;
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        char buf[512];
+        if (len >= sizeof buf)
+            return vit_fail(VIT_EFORMAT, "%s:%d: line too long", origin, line);
+        memcpy(buf, p, len);
+        buf[len] = 0;
+        p += len + (nl ? 1 : 0);
+        char *hash = strchr(buf, '#');
+        if (hash)
+            *hash = 0;
+        char *s = trim(buf);
+        if (!*s)
+            continue;
+        char *eq = strchr(s, '=');
+        if (!eq)
+            return vit_fail(VIT_EFORMAT, "%s:%d: expected 'key = value'", origin, line);
+        *eq = 0;
+        char *key = trim(s), *val = trim(eq + 1);
+        if (vit_config_set(c, key, val) != VIT_OK) {
+            char msg[400];
+            snprintf(msg, sizeof msg, "%s", vit_last_error());
+            return vit_fail(VIT_EFORMAT, "%s:%d: %s", origin, line, msg);
+        }
+    }
+    return VIT_OK;
+}
+
+int vit_config_load(vit_config *c, const char *path)
+{
+    if (!c || !path)
+        return vit_fail(VIT_EINVAL, "vit_config_load: NULL argument");
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return vit_fail(VIT_EIO, "%s: cannot open config: %s", path, strerror(errno));
+    char text[16384];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    int err = ferror(f), more = !feof(f) && fgetc(f) != EOF;
+    fclose(f);
+    if (err)
+        return vit_fail(VIT_EIO, "%s: read error", path);
+    if (more)
+        return vit_fail(VIT_EFORMAT, "%s: config larger than %zu bytes", path, sizeof text - 1);
+    if (memchr(text, 0, n))
+        return vit_fail(VIT_EFORMAT, "%s: not a text file (NUL byte)", path);
+    text[n] = 0;
+    return vit_config_parse(c, text, path);
+}
+
+int vit_config_format(const vit_config *c, char *buf, size_t cap)
+{
+    if (!c || !buf)
+        return vit_fail(VIT_EINVAL, "vit_config_format: NULL argument");
+    size_t len = 0;
+    for (int i = 0; i < NFIELDS; i++) {
+        const field *f = &fields[i];
+        const void *src = (const char *)c + f->offset;
+        int n = 0;
+        size_t room = len < cap ? cap - len : 0;
+        switch (f->kind) {
+        case K_INT: n = snprintf(buf + len, room, "%s = %d\n", f->key, *(const int *)src); break;
+        case K_U64: n = snprintf(buf + len, room, "%s = %llu\n", f->key, *(const unsigned long long *)src); break;
+        case K_DOUBLE: n = snprintf(buf + len, room, "%s = %.17g\n", f->key, *(const double *)src); break;
+        case K_POOL: n = snprintf(buf + len, room, "%s = %s\n", f->key,
+                                  *(const int *)src == VIT_POOL_MEAN ? "mean" : "cls"); break;
+        }
+        if (n < 0 || (size_t)n >= room)
+            return vit_fail(VIT_EINVAL, "vit_config_format: buffer of %zu bytes too small", cap);
+        len += (size_t)n;
+    }
+    return (int)len;
+}
+
+int vit_config_check(const vit_config *c)
+{
+    if (!c)
+        return vit_fail(VIT_EINVAL, "vit_config_check: NULL config");
+    for (int i = 0; i < NFIELDS; i++) {
+        const field *f = &fields[i];
+        if (f->kind != K_INT)
+            continue;
+        int v = *(const int *)((const char *)c + f->offset);
+        if (v < f->lo || v > f->hi)
+            return vit_fail(VIT_EINVAL, "%s: %d is out of range [%.0f, %.0f]", f->key, v, f->lo, f->hi);
+    }
+    if (c->image_height % c->patch || c->image_width % c->patch)
+        return vit_fail(VIT_EINVAL, "patch: %d does not divide the %dx%d image", c->patch,
+                        c->image_height, c->image_width);
+    if (c->dim % c->heads)
+        return vit_fail(VIT_EINVAL, "heads: %d does not divide dim %d", c->heads, c->dim);
+    if (c->min_lr > c->lr)
+        return vit_fail(VIT_EINVAL, "min_lr: %g exceeds lr %g", c->min_lr, c->lr);
+    return VIT_OK;
+}
+
+/* The help text of each key, for tools that list them. */
+const char *vit_config_key_help(int i, const char **key)
+{
+    if (i < 0 || i >= NFIELDS)
+        return NULL;
+    *key = fields[i].key;
+    return fields[i].help;
+}

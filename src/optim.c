@@ -1,2 +1,176 @@
-/* placeholder until implemented */
-#include "vit/core.h"
+/* AdamW (decoupled weight decay), warm-up + cosine schedule, gradient norm. */
+#include "vit/optim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+int vit_adamw_init(vit_adamw *opt, size_t n, double beta1, double beta2, double eps,
+                   double weight_decay)
+{
+    const char *fn = "vit_adamw_init";
+    int rc = vit_check_ptr(fn, "opt", opt);
+    if (rc)
+        return rc;
+    memset(opt, 0, sizeof *opt);
+    if (n == 0)
+        return vit_fail(VIT_EINVAL, "%s: n must be positive", fn);
+    /* Written as !(in range) so that NaN fails the test too. */
+    if (!(beta1 >= 0.0 && beta1 < 1.0))
+        return vit_fail(VIT_EINVAL, "%s: beta1 = %g must be in [0, 1)", fn, beta1);
+    if (!(beta2 >= 0.0 && beta2 < 1.0))
+        return vit_fail(VIT_EINVAL, "%s: beta2 = %g must be in [0, 1)", fn, beta2);
+    if (!(eps >= 0.0 && isfinite(eps)))
+        return vit_fail(VIT_EINVAL, "%s: eps = %g must be finite and >= 0", fn, eps);
+    if (!(weight_decay >= 0.0 && isfinite(weight_decay)))
+        return vit_fail(VIT_EINVAL, "%s: weight_decay = %g must be finite and >= 0", fn,
+                        weight_decay);
+    size_t bytes;
+    if (!vit_mul_size(&bytes, n, sizeof(vit_real)))
+        return VIT_ENOMEM;
+    vit_real *m = calloc(n, sizeof(vit_real));
+    vit_real *v = calloc(n, sizeof(vit_real));
+    if (m == NULL || v == NULL) {
+        free(m);
+        free(v);
+        return vit_fail(VIT_ENOMEM, "%s: cannot allocate moments for %zu parameters", fn, n);
+    }
+    opt->beta1 = beta1;
+    opt->beta2 = beta2;
+    opt->eps = eps;
+    opt->weight_decay = weight_decay;
+    opt->n = n;
+    opt->t = 0;
+    opt->m = m;
+    opt->v = v;
+    return VIT_OK;
+}
+
+void vit_adamw_free(vit_adamw *opt)
+{
+    if (opt == NULL)
+        return;
+    free(opt->m);
+    free(opt->v);
+    memset(opt, 0, sizeof *opt);
+}
+
+/* Checks that groups[ngroups] tile [0, n) exactly.  The usual layout lists
+ * the groups in buffer order, which a single pass confirms; any other
+ * order falls back to comparing every pair (ngroups is a few hundred at
+ * most, and this only runs when the caller did not sort). */
+static int check_groups(const vit_param_group *g, int ngroups, size_t n)
+{
+    const char *fn = "vit_adamw_step";
+    size_t total = 0;
+    int in_order = 1;
+    for (int i = 0; i < ngroups; i++) {
+        if (g[i].offset > n || g[i].count > n - g[i].offset)
+            return vit_fail(VIT_EINVAL,
+                            "%s: groups[%d] = [%zu, +%zu) reaches past the %zu parameters",
+                            fn, i, g[i].offset, g[i].count, n);
+        if (g[i].offset != total)
+            in_order = 0;
+        /* total stays <= 2n, so the sum cannot wrap around. */
+        if (total <= n)
+            total += g[i].count;
+    }
+    if (in_order && total == n)
+        return VIT_OK;
+    for (int i = 0; i < ngroups; i++) {
+        for (int j = i + 1; j < ngroups; j++) {
+            const vit_param_group *a = &g[i], *b = &g[j];
+            if (a->count && b->count && a->offset < b->offset + b->count &&
+                b->offset < a->offset + a->count)
+                return vit_fail(VIT_EINVAL, "%s: groups[%d] and groups[%d] overlap", fn, i, j);
+        }
+    }
+    /* Disjoint ranges inside [0, n) add up to at most n, and cover it
+     * exactly when they add up to n. */
+    if (total != n)
+        return vit_fail(VIT_EINVAL, "%s: groups cover only %zu of the %zu parameters (gap)",
+                        fn, total, n);
+    return VIT_OK;
+}
+
+int vit_adamw_step(vit_adamw *opt, vit_real *params, const vit_real *grads,
+                   const vit_param_group *groups, int ngroups, double lr)
+{
+    const char *fn = "vit_adamw_step";
+    int rc;
+    if ((rc = vit_check_ptr(fn, "opt", opt)) || (rc = vit_check_ptr(fn, "params", params)) ||
+        (rc = vit_check_ptr(fn, "grads", grads)) || (rc = vit_check_ptr(fn, "groups", groups)))
+        return rc;
+    if (opt->m == NULL || opt->v == NULL || opt->n == 0)
+        return vit_fail(VIT_EINVAL, "%s: opt is not initialised (vit_adamw_init)", fn);
+    if (ngroups < 1)
+        return vit_fail(VIT_EINVAL, "%s: ngroups must be positive, got %d", fn, ngroups);
+    if (!(lr >= 0.0 && isfinite(lr)))
+        return vit_fail(VIT_EINVAL, "%s: lr = %g must be finite and >= 0", fn, lr);
+    if ((rc = check_groups(groups, ngroups, opt->n)))
+        return rc;
+    /* Scan every gradient before touching anything: one NaN from an
+     * overflowing loss must not leave half the model updated. */
+    for (size_t i = 0; i < opt->n; i++)
+        if (!isfinite(grads[i]))
+            return vit_fail(VIT_ENUM, "%s: grads[%zu] = %g is not finite", fn, i,
+                            (double)grads[i]);
+
+    opt->t++;
+    double b1 = opt->beta1, b2 = opt->beta2;
+    /* Bias corrections undo the zero initialisation of m and v, which
+     * otherwise makes the first steps far too small. */
+    double bc1 = 1.0 - pow(b1, (double)opt->t);
+    double bc2 = 1.0 - pow(b2, (double)opt->t);
+    double decay = 1.0 - lr * opt->weight_decay;
+    for (int k = 0; k < ngroups; k++) {
+        size_t lo = groups[k].offset, hi = lo + groups[k].count;
+        int use_decay = groups[k].decay != 0;
+        for (size_t i = lo; i < hi; i++) {
+            double g = grads[i];
+            double m = b1 * opt->m[i] + (1.0 - b1) * g;
+            double v = b2 * opt->v[i] + (1.0 - b2) * g * g;
+            double p = params[i];
+            if (use_decay)
+                p *= decay;
+            p -= lr * (m / bc1) / (sqrt(v / bc2) + opt->eps);
+            opt->m[i] = (vit_real)m;
+            opt->v[i] = (vit_real)v;
+            params[i] = (vit_real)p;
+        }
+    }
+    return VIT_OK;
+}
+
+double vit_lr_at(long step, long total_steps, long warmup_steps, double base_lr,
+                 double min_lr)
+{
+    if (total_steps <= 0)
+        return min_lr;
+    if (step < 0)
+        step = 0;
+    if (warmup_steps < 0)
+        warmup_steps = 0;
+    if (warmup_steps > total_steps)
+        warmup_steps = total_steps;
+    if (step < warmup_steps)
+        return base_lr * (double)(step + 1) / (double)warmup_steps;
+    if (step >= total_steps)
+        return min_lr;
+    /* Here warmup_steps <= step < total_steps, so the denominator is >= 1. */
+    double q = (double)(step - warmup_steps) / (double)(total_steps - warmup_steps);
+    const double pi = 3.14159265358979323846264338327950288;
+    return min_lr + (base_lr - min_lr) * 0.5 * (1.0 + cos(pi * q));
+}
+
+double vit_grad_norm(const vit_real *g, size_t n)
+{
+    if (g == NULL)
+        return 0.0;
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)g[i] * (double)g[i];
+    return sqrt(s);
+}

@@ -67,7 +67,8 @@ typedef struct vit_sdpa {
 /* Forward.  Writes out [B, n_q, H*d_v] and probs [B, H, n_q, n_k] (both
  * overwritten; probs is needed by the backward).
  * Errors: VIT_EINVAL for NULL buffers or bad sizes, VIT_ENUM for a
- * non-finite score. */
+ * non-finite score s q.k + bias (checked before masking, so NaN or infinity
+ * in a masked position is reported too). */
 int vit_sdpa_forward(const vit_sdpa *a, vit_real *out, vit_real *probs,
                      const vit_real *q, const vit_real *k, const vit_real *v);
 
@@ -76,7 +77,9 @@ size_t vit_sdpa_work_size(const vit_sdpa *a);
 
 /* Backward.  From dout [B, n_q, H*d_v] and the forward's q, k, v, probs,
  * accumulates dq, dk, dv (layouts as q, k, v) and dbias
- * [bias_heads, n_q, n_k]; any of them may be NULL.  The softmax Jacobian is
+ * [bias_heads, n_q, n_k]; any of them may be NULL.  A non-NULL dbias needs
+ * bias_heads 1 or H even when bias is NULL (it is then the gradient at a
+ * zero bias).  The softmax Jacobian is
  * applied in O(n_k) per row: dS = P .* (dP - rowsum(dP .* P)).
  * work: vit_sdpa_work_size(a) reals of scratch, or NULL to allocate. */
 int vit_sdpa_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_real *dv,
@@ -93,13 +96,15 @@ int vit_mask_causal(unsigned char *allowed, int n_q, int n_k);
  * (tokens numbered row by row): allowed[N, N], N = grid_h*grid_w, is 1 where
  * two tokens fall in the same M x M window.  With shift > 0 (Swin uses
  * M/2, rounded down) the windows are those of the grid cyclically shifted
- * by `shift` rows and columns, and two tokens in one shifted window may
+ * by `shift` rows and columns towards the origin (Swin's
+ * roll(x, -shift)), and two tokens in one shifted window may
  * interact only if they were also neighbours before the shift (Swin's
  * region mask), so no token attends across the wrapped border.
  * grid_h and grid_w must be multiples of M; 0 <= shift < M. */
 int vit_mask_window(unsigned char *allowed, int grid_h, int grid_w, int M, int shift);
 
-/* Number of nonzero entries of an n_q x n_k mask. */
+/* Number of nonzero entries of an n_q x n_k mask (0, with a message, for a
+ * NULL mask or a non-positive size). */
 size_t vit_mask_count(const unsigned char *allowed, int n_q, int n_k);
 
 /* ---- Multi-head attention layer ------------------------------------- */

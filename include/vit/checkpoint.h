@@ -1,1 +1,120 @@
+/*
+ * vit/checkpoint.h - saving and loading training state as named tensors.
+ *
+ * A checkpoint holds a step and epoch counter, the vit_rng state, the model
+ * configuration as text and any number of named tensors of rank 1 to 4
+ * (model parameters, AdamW moments, ...).  The format does not know what
+ * the tensors mean; the caller picks the names and finds them again with
+ * vit_ckpt_find.
+ *
+ * File format, version 1.  Every integer is little-endian and is written
+ * and read one byte at a time, so the file is the same on every machine.
+ * Offsets are in bytes from the start of the file.
+ *
+ *   offset  size       field
+ *   0       8          magic, the ASCII bytes "VITCKPT1" (no terminator)
+ *   8       4          u32 format version, 1
+ *   12      4          u32 sizeof(vit_real) of the writer, 4 or 8
+ *                      (informational: values are float32 either way)
+ *   16      8          u64 step
+ *   24      8          u64 epoch
+ *   32      32         4 x u64 rng state s[0], s[1], s[2], s[3]
+ *   64      4          u32 L, length of the config text
+ *   68      L          config text bytes (no terminator, no NUL inside)
+ *   68+L    4          u32 K, number of tensors
+ *   then K tensor records, each:
+ *           2          u16 name length N (1 .. 63)
+ *           N          name bytes (no terminator, no NUL inside)
+ *           4          u32 ndim (1 .. 4)
+ *           8*ndim     u64 dims, outermost first, each >= 1
+ *           4*count    values, count = product of dims, row-major, each an
+ *                      IEEE 754 binary32 whose bit pattern is stored as a
+ *                      little-endian u32
+ *   end-4   4          u32 CRC-32 (zlib's crc32, polynomial 0xEDB88320) of
+ *                      every byte before it
+ *
+ * Values are always float32 so that the float32 and float64 builds read
+ * each other's files; the float64 build rounds to nearest when writing and
+ * widens exactly when reading.  Tensor names are unique within a file.
+ */
+#ifndef VIT_CHECKPOINT_H
+#define VIT_CHECKPOINT_H
+
 #include "vit/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define VIT_CKPT_VERSION 1
+#define VIT_CKPT_NAME_MAX 64 /* size of vit_ckpt_tensor.name, including its NUL */
+
+/* One tensor: name (NUL-terminated, 1..63 bytes), ndim in 1..4, dims[0 ..
+ * ndim-1] >= 1 (entries past ndim are ignored), and data holding the
+ * product of the dims values. */
+typedef struct vit_ckpt_tensor {
+    char name[VIT_CKPT_NAME_MAX];
+    int ndim;
+    long long dims[4];
+    vit_real *data;
+} vit_ckpt_tensor;
+
+/* A whole checkpoint.  config is NUL-terminated text (NULL is written as
+ * empty).  When writing, the caller owns everything and the structure is
+ * only read.  When vit_ckpt_read fills it, config, tensors and every
+ * tensors[i].data are allocated by the library and released together by
+ * vit_ckpt_free. */
+typedef struct vit_ckpt {
+    unsigned long long step, epoch;
+    unsigned long long rng[4];
+    char *config;
+    int ntensors;
+    vit_ckpt_tensor *tensors;
+} vit_ckpt;
+
+/* Writes c to path atomically: the bytes go to a new temporary file
+ * PATH.tmp.XXXXXX (mkstemp) in the same folder, which is flushed, fsync'ed
+ * and closed, then renamed over path, and finally the folder is fsync'ed
+ * so the rename itself is durable.  A reader therefore sees the old file
+ * or the complete new one, never a mix.  The file gets the permission bits
+ * of the file it replaces, or 0644 when path did not exist.
+ * Returns VIT_EINVAL for a NULL path or c, ntensors < 0, a NULL tensors or
+ * data pointer, a name that is empty, too long, unterminated or repeated,
+ * ndim outside 1..4 or a dim < 1; VIT_ENUM when a value is not finite as
+ * float32 (NaN, infinity, or a double beyond the float range), naming the
+ * tensor; VIT_ENOMEM when sizes overflow; VIT_EIO when any file operation
+ * fails (including a full disk or a file size limit), with a message that
+ * names the path and the system's reason.  On every failure the temporary
+ * file is removed and path is left as it was - except when only the final
+ * fsync of the folder fails, after the rename: then path already holds
+ * the new checkpoint but VIT_EIO still reports that it may not be durable. */
+int vit_ckpt_write(const char *path, const vit_ckpt *c);
+
+/* Reads path into *c (overwritten; call vit_ckpt_free when done).  Checks,
+ * in this order, that the file is at least as long as each field it
+ * reads, the magic, the version, the writer's real size, every length,
+ * count and dims against the bytes left in the file before allocating
+ * anything sized by them (so a corrupt file can never cause a huge
+ * allocation or an overflow), the names, that exactly the CRC follows the
+ * last tensor, the CRC, and finally that every value is finite.
+ * Returns VIT_EINVAL for a NULL path or c; VIT_EIO when the file cannot be
+ * opened or read; VIT_EFORMAT for anything malformed, with a message that
+ * names the file and the problem ("bad magic", "truncated at byte N",
+ * "checksum mismatch", ...); VIT_ENUM for a non-finite value; VIT_ENOMEM
+ * when an allocation fails.  On failure nothing is left allocated and *c
+ * is zeroed. */
+int vit_ckpt_read(const char *path, vit_ckpt *c);
+
+/* Frees what vit_ckpt_read allocated and zeroes *c.  Accepts NULL and a
+ * zeroed checkpoint.  Do not call it on a caller-built vit_ckpt whose
+ * memory the caller manages. */
+void vit_ckpt_free(vit_ckpt *c);
+
+/* The tensor named name, or NULL when there is none (or c or name is NULL). */
+const vit_ckpt_tensor *vit_ckpt_find(const vit_ckpt *c, const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -71,6 +71,12 @@ const char *vit_status_name(int status);
  * library: sizeof(vit_real) == vit_real_size(). */
 size_t vit_real_size(void);
 
+/* Sets the number of threads the library's BLAS calls may use (OpenBLAS's
+ * openblas_set_num_threads; a no-op returning VIT_EINVAL with another BLAS).
+ * n >= 1.  Results are bitwise reproducible for a fixed thread count.
+ * Process-wide: call it before training, not while kernels run. */
+int vit_set_threads(int n);
+
 /* Library version, VIT_VERSION_STRING of the build. */
 const char *vit_version(void);
 

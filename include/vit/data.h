@@ -1,1 +1,130 @@
+/*
+ * vit/data.h - loading image classification data sets for the trainer.
+ *
+ * Three on-disk formats are understood:
+ *   - the 8x8 "digits" CSV shipped in data/digits.csv.gz (see data/README.md),
+ *   - MNIST-style IDX files (MNIST, Fashion-MNIST, ...),
+ *   - folders of PNG files, one subfolder per class.
+ * Every loader produces a vit_dataset: images as one flat [count, H, W, C]
+ * buffer of vit_real in [0, 1] (channels last, row-major, top row first) and
+ * one int label per image.
+ *
+ * Ownership: a loader allocates images and labels with malloc and hands them
+ * to the caller, who releases them with vit_dataset_free.  Output structs are
+ * overwritten without freeing what they held, so pass zeroed or freed structs.
+ * On failure every output struct is left zeroed and nothing leaks.
+ *
+ * Errors: VIT_EINVAL (bad argument), VIT_EIO (a file or folder cannot be
+ * opened, read or written), VIT_EFORMAT (malformed content), VIT_ENOMEM.
+ * The message from vit_last_error() names the file (and the line or field
+ * where that applies) and the problem.
+ */
+#ifndef VIT_DATA_H
+#define VIT_DATA_H
+
 #include "vit/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A labelled image set held in memory. */
+typedef struct vit_dataset {
+    int count;        /* number of images */
+    int height;       /* H, pixels per column */
+    int width;        /* W, pixels per row */
+    int channels;     /* C: 1 for grayscale, 3 for RGB */
+    int classes;      /* K: labels are 0..K-1 */
+    vit_real *images; /* [count, H, W, C], pixel values scaled to [0, 1] */
+    int *labels;      /* [count], each in 0..classes-1 */
+} vit_dataset;
+
+/* Frees images and labels and zeroes every field.  Safe on a zeroed struct
+ * (and on NULL), so calling it twice is harmless. */
+void vit_dataset_free(vit_dataset *ds);
+
+/* Reads the digits CSV at path, gzip-compressed or plain: one image per line,
+ * 64 comma-separated integers 0..16 (8x8 pixels, row-major) and then the
+ * label 0..9.  Blank lines are allowed only at the end of the file.
+ * The first n_train lines (file order) go to train, the rest to test;
+ * both get H = W = 8, C = 1, classes = 10 and pixels value/16.
+ * Errors: VIT_EINVAL for a NULL argument, train == test or n_train < 1;
+ * VIT_EIO if the file cannot be opened or read; VIT_EFORMAT, naming the file
+ * and line, for a wrong field count, a non-integer field, a pixel or label
+ * out of range, a truncated file, or fewer than n_train + 1 lines. */
+int vit_data_load_digits(const char *path, int n_train, vit_dataset *train,
+                         vit_dataset *test);
+
+/* Reads MNIST-format IDX files from the folder dir:
+ *   train-images-idx3-ubyte, train-labels-idx1-ubyte,
+ *   t10k-images-idx3-ubyte,  t10k-labels-idx1-ubyte,
+ * each plain or gzip-compressed with a ".gz" suffix.  When an exact name is
+ * absent, the single file matching *train*images*idx3-ubyte* (labels:
+ * *train*labels*idx1-ubyte*; test: *t10k*... or *test*...) is used instead.
+ * Images: big-endian magic 0x00000803, count, rows, cols, then count*rows*cols
+ * unsigned bytes; labels: magic 0x00000801, count, then count bytes.
+ * Output: H = rows, W = cols, C = 1, pixels byte/255, and on both sets
+ * classes = (largest label in train or test) + 1, at least 2.
+ * The headers are checked (magic, nonzero sizes, image and label counts
+ * agree, train and test image sizes agree) and the data must be exactly as
+ * long as the header says; memory is only allocated for bytes actually
+ * present, so absurd dimensions are rejected without a huge allocation.
+ * Errors: VIT_EINVAL (NULL argument, train == test), VIT_EIO (a file is
+ * missing or unreadable), VIT_EFORMAT (bad header, short or long data, ...),
+ * VIT_ENOMEM. */
+int vit_data_load_idx(const char *dir, vit_dataset *train, vit_dataset *test);
+
+/* Reads a folder of PNG images: dir holds one subfolder per class, class ids
+ * 0..K-1 following the subfolder names sorted with strcmp; inside each, the
+ * files whose name ends in ".png" (any case) are read in strcmp order of their
+ * names, other files are ignored.  Entries whose name starts with '.' are
+ * skipped.  Images are stored class by class (class 0 first).
+ * Grayscale PNGs load as C = 1, colour (and palette) PNGs as C = 3; an alpha
+ * channel is dropped (colour values kept, not composited).  Pixels are 8-bit
+ * values / 255 (16-bit files are reduced to 8 bits by libpng).
+ * All images must share height, width and channel count.
+ * Errors: VIT_EINVAL (NULL argument), VIT_EIO (unreadable folder or file),
+ * VIT_EFORMAT: no class subfolders, an empty class folder (named), a file
+ * that is not a valid PNG, or the first image whose size or channel count
+ * differs from the first image's (message names both and the difference). */
+int vit_data_load_png_dir(const char *dir, vit_dataset *ds);
+
+/* What `vit_train --data SPEC` calls.  spec is one of
+ *   "digits"   -> vit_data_load_digits(digits_path, 1437, train, test),
+ *   a folder holding IDX files (a name containing "-idx3-ubyte")
+ *              -> vit_data_load_idx(spec, train, test),
+ *   a folder with train/ and test/ subfolders of class folders
+ *              -> vit_data_load_png_dir on each; both must have the same
+ *                 class names, image size and channel count.
+ * digits_path is only used (and must be non-NULL) for "digits".
+ * Anything else fails with VIT_EINVAL and the message
+ *   "SPEC: not a data set (expected digits, a folder of IDX files, or a
+ *    folder with train/ and test/ class folders)".
+ * Other errors as for the loader called. */
+int vit_data_load(const char *spec, const char *digits_path, vit_dataset *train,
+                  vit_dataset *test);
+
+/* Reads one PNG (e.g. an image to classify) as in vit_data_load_png_dir.
+ * On success *pixels is a malloc'd [H, W, C] buffer in [0, 1] that the caller
+ * frees with free(), and *height, *width, *channels (1 or 3) describe it.
+ * On failure *pixels is NULL and the sizes are 0.
+ * Errors: VIT_EINVAL (NULL argument), VIT_EIO (cannot open or read),
+ * VIT_EFORMAT (not a valid PNG), VIT_ENOMEM. */
+int vit_png_read(const char *path, vit_real **pixels, int *height, int *width,
+                 int *channels);
+
+/* Writes pixels [height, width, channels] (8-bit values, row-major) to path as
+ * an 8-bit grayscale (channels = 1) or RGB (channels = 3) PNG.  The data go to
+ * a temporary file next to path that is renamed over path only once complete
+ * and flushed to disk, so a failure never leaves a partial file at path.
+ * The new file gets mode 0644.
+ * Errors: VIT_EINVAL (NULL argument, non-positive size, channels not 1 or 3),
+ * VIT_EIO (cannot create, write or rename), VIT_ENOMEM. */
+int vit_png_write(const char *path, const unsigned char *pixels, int height,
+                  int width, int channels);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,1 +1,95 @@
+/*
+ * vit/optim.h - AdamW with decoupled weight decay, the learning-rate
+ * schedule and the gradient norm.
+ *
+ * All trainable values of a model live in one flat parameter buffer (and
+ * one gradient buffer of the same length).  Parameter groups are ranges of
+ * that buffer; each says whether weight decay applies, so that biases,
+ * layer-norm gains/shifts, position embeddings and the class token can be
+ * excluded while weight matrices are decayed.
+ *
+ * The update matches PyTorch's torch.optim.AdamW.  For every parameter p
+ * with gradient g, at step t = 1, 2, ...:
+ *
+ *     p <- p - lr * wd * p                  (only if its group has decay)
+ *     m <- beta1 * m + (1 - beta1) * g
+ *     v <- beta2 * v + (1 - beta2) * g^2
+ *     p <- p - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
+ *
+ * The decay is "decoupled": it shrinks p directly instead of being added to
+ * g, so it is not rescaled by Adam's per-parameter step size.
+ */
+#ifndef VIT_OPTIM_H
+#define VIT_OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
 #include "vit/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Parameters [offset, offset + count) of the flat buffer; decay is nonzero
+ * when weight decay applies to them. */
+typedef struct vit_param_group {
+    size_t offset, count;
+    int decay;
+} vit_param_group;
+
+/* Optimizer state.  m and v (n values each) are the first and second
+ * moment estimates, t the number of steps taken so far.  All fields are
+ * public so that a checkpoint can save and restore them (m and v as
+ * tensors, t as an integer). */
+typedef struct vit_adamw {
+    double beta1, beta2, eps, weight_decay;
+    size_t n;
+    uint64_t t;
+    vit_real *m, *v;
+} vit_adamw;
+
+/* Sets the hyper-parameters, t = 0, and allocates zeroed m[n] and v[n]
+ * owned by opt (release with vit_adamw_free).
+ * Returns VIT_EINVAL for a NULL opt, n = 0, beta1 or beta2 outside [0, 1),
+ * a negative or non-finite eps or weight_decay; VIT_ENOMEM when the
+ * allocation fails.  On failure opt is left zeroed (safe to free). */
+int vit_adamw_init(vit_adamw *opt, size_t n, double beta1, double beta2, double eps,
+                   double weight_decay);
+
+/* Releases m and v and zeroes opt.  Accepts NULL and a zeroed opt. */
+void vit_adamw_free(vit_adamw *opt);
+
+/* One AdamW step with learning rate lr: updates params[n] in place from
+ * grads[n] (read only), advances t and the moments.  groups[ngroups] must
+ * cover [0, n) exactly, without overlap, in any order (empty groups are
+ * allowed).
+ * Returns VIT_EINVAL for NULL buffers, ngroups < 1, groups that overlap,
+ * leave a gap or reach past n, or an lr that is negative or not finite;
+ * VIT_ENUM when any gradient is NaN or infinite.  In both cases nothing is
+ * changed: not params, nor m, v or t (all checks run before any update). */
+int vit_adamw_step(vit_adamw *opt, vit_real *params, const vit_real *grads,
+                   const vit_param_group *groups, int ngroups, double lr);
+
+/* Learning rate at step (counted from 0) of a run of total_steps:
+ *   step < warmup_steps:   base_lr * (step + 1) / warmup_steps  (linear warm-up)
+ *   afterwards:            min_lr + (base_lr - min_lr) * (1 + cos(pi * q)) / 2
+ *                          with q = (step - warmup_steps) / (total_steps - warmup_steps)
+ * so the cosine starts at base_lr right after the warm-up and reaches
+ * min_lr at step == total_steps.  Out-of-range input is clamped rather than
+ * rejected: a negative step counts as 0, a step past total_steps gives
+ * min_lr, warmup_steps is clamped to [0, total_steps], and a run with no
+ * room for the cosine (total_steps <= warmup_steps) gives min_lr after
+ * the warm-up.  total_steps <= 0 returns min_lr. */
+double vit_lr_at(long step, long total_steps, long warmup_steps, double base_lr,
+                 double min_lr);
+
+/* Euclidean norm sqrt(sum g_i^2) of g[n], accumulated in double.  Returns
+ * 0 for a NULL g or n = 0, and NaN/inf when g holds a non-finite value, so
+ * the result doubles as a finiteness check. */
+double vit_grad_norm(const vit_real *g, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -14,4 +14,5 @@
 #include "vit/rng.h"
 #include "vit/data.h"
 #include "vit/checkpoint.h"
+#include "vit/train.h"
 #endif

@@ -1,0 +1,125 @@
+/*
+ * Checkpoints of a training run: the model's named tensors, the AdamW
+ * moments and the run's progress, mapped onto the generic vit_ckpt format.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "vit/checkpoint.h"
+#include "vit/train.h"
+
+#define CONFIG_CAP 4096
+
+int vit_run_save(const char *path, const vit_model *m, const vit_adamw *opt,
+                 const vit_run_state *st)
+{
+    if (!path || !m || !st)
+        return vit_fail(VIT_EINVAL, "vit_run_save: %s is NULL", !path ? "path" : !m ? "model" : "state");
+    char config[CONFIG_CAP];
+    int rc = vit_config_format(vit_model_config(m), config, sizeof config);
+    if (rc < 0)
+        return rc;
+    int nt = vit_model_tensor_count(m);
+    vit_ckpt_tensor *t = calloc((size_t)nt + 2, sizeof *t);
+    if (!t)
+        return vit_fail(VIT_ENOMEM, "%s: out of memory", path);
+    vit_real *params = vit_model_params((vit_model *)(uintptr_t)m);
+    for (int i = 0; i < nt; i++) {
+        const vit_model_tensor *mt = vit_model_tensor_at(m, i);
+        snprintf(t[i].name, sizeof t[i].name, "%s", mt->name);
+        t[i].ndim = mt->ndim;
+        for (int d = 0; d < mt->ndim; d++)
+            t[i].dims[d] = mt->shape[d];
+        t[i].data = params + mt->offset;
+    }
+    int n = nt;
+    if (opt) {
+        const char *names[2] = {"adam.m", "adam.v"};
+        vit_real *bufs[2] = {opt->m, opt->v};
+        for (int k = 0; k < 2; k++, n++) {
+            snprintf(t[n].name, sizeof t[n].name, "%s", names[k]);
+            t[n].ndim = 1;
+            t[n].dims[0] = (long long)opt->n;
+            t[n].data = bufs[k];
+        }
+    }
+    vit_ckpt c = {.step = st->step, .epoch = st->epoch, .config = config, .ntensors = n, .tensors = t};
+    memcpy(c.rng, st->rng.s, sizeof c.rng);
+    rc = vit_ckpt_write(path, &c);
+    free(t);
+    return rc;
+}
+
+/* Copies tensor `name` of shape (ndim, shape) from the checkpoint into dst. */
+static int take(const char *path, const vit_ckpt *c, const char *name, int ndim,
+                const long long *shape, vit_real *dst)
+{
+    const vit_ckpt_tensor *t = vit_ckpt_find(c, name);
+    if (!t)
+        return vit_fail(VIT_EFORMAT, "%s: tensor '%s' is missing", path, name);
+    if (t->ndim != ndim)
+        return vit_fail(VIT_EFORMAT, "%s: tensor '%s' has %d dimensions, expected %d", path, name,
+                        t->ndim, ndim);
+    size_t size = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (t->dims[d] != shape[d])
+            return vit_fail(VIT_EFORMAT, "%s: tensor '%s' dimension %d is %lld, the config needs %lld",
+                            path, name, d, t->dims[d], shape[d]);
+        size *= (size_t)shape[d];
+    }
+    memcpy(dst, t->data, size * sizeof *dst);
+    return VIT_OK;
+}
+
+int vit_run_load(const char *path, vit_model **model, vit_adamw *opt, vit_run_state *st)
+{
+    if (!path || !model)
+        return vit_fail(VIT_EINVAL, "vit_run_load: %s is NULL", !path ? "path" : "model");
+    *model = NULL;
+    vit_ckpt c;
+    int rc = vit_ckpt_read(path, &c);
+    if (rc)
+        return rc;
+    vit_config cfg;
+    vit_config_default(&cfg);
+    vit_model *m = NULL;
+    rc = vit_config_parse(&cfg, c.config ? c.config : "", path);
+    if (rc == VIT_OK && !(m = vit_model_new(&cfg)))
+        rc = vit_fail(VIT_EFORMAT, "%s: the stored config does not describe a model: %s", path,
+                      vit_last_error());
+    for (int i = 0; rc == VIT_OK && i < (m ? vit_model_tensor_count(m) : 0); i++) {
+        const vit_model_tensor *mt = vit_model_tensor_at(m, i);
+        long long shape[VIT_TENSOR_MAX_DIMS];
+        for (int d = 0; d < mt->ndim; d++)
+            shape[d] = mt->shape[d];
+        rc = take(path, &c, mt->name, mt->ndim, shape, vit_model_params(m) + mt->offset);
+    }
+    if (rc == VIT_OK && opt) {
+        const vit_config *k = &cfg;
+        long long n = (long long)vit_model_param_count(m);
+        rc = vit_adamw_init(opt, (size_t)n, k->beta1, k->beta2, k->eps, k->weight_decay);
+        if (rc == VIT_OK)
+            rc = take(path, &c, "adam.m", 1, &n, opt->m);
+        if (rc == VIT_OK)
+            rc = take(path, &c, "adam.v", 1, &n, opt->v);
+        if (rc == VIT_OK)
+            opt->t = c.step;
+        else
+            vit_adamw_free(opt);
+    }
+    if (rc == VIT_OK && st) {
+        st->step = c.step;
+        st->epoch = c.epoch;
+        memcpy(st->rng.s, c.rng, sizeof st->rng.s);
+    }
+    vit_ckpt_free(&c);
+    if (rc) {
+        vit_model_free(m);
+        return rc;
+    }
+    *model = m;
+    return VIT_OK;
+}

@@ -1,0 +1,490 @@
+/*
+ * Training and evaluation: minibatches, augmentation, AdamW with warm-up and
+ * cosine decay, per-epoch scoring, metrics, checkpoints and resume.
+ */
+#include "vit/train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "vit/loss.h"
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int check_data_shape(const vit_config *c, const vit_dataset *ds, const char *what)
+{
+    if (!ds || !ds->images || !ds->labels || ds->count <= 0)
+        return vit_fail(VIT_EINVAL, "%s set is empty", what);
+    if (ds->height != c->image_height || ds->width != c->image_width || ds->channels != c->channels)
+        return vit_fail(VIT_EINVAL, "%s images are %dx%dx%d but the model expects %dx%dx%d", what,
+                        ds->height, ds->width, ds->channels, c->image_height, c->image_width,
+                        c->channels);
+    if (ds->classes > c->classes)
+        return vit_fail(VIT_EINVAL, "%s set has %d classes but the model has %d", what, ds->classes,
+                        c->classes);
+    return VIT_OK;
+}
+
+/* ---- evaluation ------------------------------------------------------- */
+
+static int argmax(const vit_real *x, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+int vit_predict(vit_model *m, vit_tape *tape, const vit_real *images, int count, vit_real *probs)
+{
+    if (!m || !tape || !images || !probs || count <= 0)
+        return vit_fail(VIT_EINVAL, "vit_predict: bad argument");
+    const vit_config *c = vit_model_config(m);
+    size_t img = (size_t)c->image_height * c->image_width * c->channels;
+    const int chunk = 256;
+    for (int i = 0; i < count; i += chunk) {
+        int b = count - i < chunk ? count - i : chunk;
+        vit_tape_reset(tape);
+        vit_tensor *z = vit_model_forward(m, tape, images + (size_t)i * img, b, 0);
+        if (!z)
+            return vit_tape_status(tape) ? vit_tape_status(tape) : VIT_EINVAL;
+        /* Reuse the softmax of the loss kernel row by row via labels 0. */
+        for (int r = 0; r < b; r++) {
+            const vit_real *zr = z->data + (size_t)r * c->classes;
+            vit_real *pr = probs + (size_t)(i + r) * c->classes;
+            vit_real mx = zr[argmax(zr, c->classes)];
+            double sum = 0;
+            for (int k = 0; k < c->classes; k++)
+                sum += (double)(pr[k] = (vit_real)exp((double)(zr[k] - mx)));
+            for (int k = 0; k < c->classes; k++)
+                pr[k] = (vit_real)(pr[k] / sum);
+        }
+    }
+    return VIT_OK;
+}
+
+void vit_eval_result_free(vit_eval_result *r)
+{
+    if (!r)
+        return;
+    free(r->confusion);
+    memset(r, 0, sizeof *r);
+}
+
+int vit_evaluate(vit_model *m, vit_tape *tape, const vit_dataset *ds, int batch, vit_eval_result *r)
+{
+    if (!m || !tape || !r || batch <= 0)
+        return vit_fail(VIT_EINVAL, "vit_evaluate: bad argument");
+    memset(r, 0, sizeof *r);
+    const vit_config *c = vit_model_config(m);
+    int rc = check_data_shape(c, ds, "evaluation");
+    if (rc)
+        return rc;
+    int K = c->classes;
+    r->confusion = calloc((size_t)K * K, sizeof *r->confusion);
+    vit_real *probs = malloc((size_t)batch * K * sizeof *probs);
+    if (!r->confusion || !probs) {
+        free(probs);
+        vit_eval_result_free(r);
+        return vit_fail(VIT_ENOMEM, "vit_evaluate: out of memory");
+    }
+    r->classes = K;
+    size_t img = (size_t)c->image_height * c->image_width * c->channels;
+    double loss_sum = 0;
+    int correct = 0;
+    for (int i = 0; i < ds->count && rc == VIT_OK; i += batch) {
+        int b = ds->count - i < batch ? ds->count - i : batch;
+        rc = vit_predict(m, tape, ds->images + (size_t)i * img, b, probs);
+        for (int k = 0; rc == VIT_OK && k < b; k++) {
+            int y = ds->labels[i + k], p = argmax(probs + (size_t)k * K, K);
+            double py = probs[(size_t)k * K + y];
+            loss_sum += -log(py > 1e-300 ? py : 1e-300);
+            correct += p == y;
+            r->confusion[y * K + p]++;
+        }
+    }
+    free(probs);
+    if (rc) {
+        vit_eval_result_free(r);
+        return rc;
+    }
+    r->count = ds->count;
+    r->loss = loss_sum / ds->count;
+    r->accuracy = (double)correct / ds->count;
+    if (!isfinite(r->loss)) {
+        vit_eval_result_free(r);
+        return vit_fail(VIT_ENUM, "vit_evaluate: the loss is not finite");
+    }
+    return VIT_OK;
+}
+
+/* ---- batches ---------------------------------------------------------- */
+
+/* Copies image src [H, W, C] into dst translated by (dy, dx), zero fill. */
+static void translate(vit_real *dst, const vit_real *src, int H, int W, int C, int dy, int dx)
+{
+    for (int y = 0; y < H; y++) {
+        int sy = y - dy;
+        for (int x = 0; x < W; x++) {
+            int sx = x - dx;
+            vit_real *d = dst + ((size_t)y * W + x) * C;
+            if (sy < 0 || sy >= H || sx < 0 || sx >= W)
+                memset(d, 0, (size_t)C * sizeof *d);
+            else
+                memcpy(d, src + ((size_t)sy * W + sx) * C, (size_t)C * sizeof *d);
+        }
+    }
+}
+
+static void gather_batch(const vit_dataset *ds, const int *idx, int b, int shift, vit_rng *rng,
+                         vit_real *images, int *labels)
+{
+    int H = ds->height, W = ds->width, C = ds->channels;
+    size_t img = (size_t)H * W * C;
+    for (int k = 0; k < b; k++) {
+        const vit_real *src = ds->images + (size_t)idx[k] * img;
+        labels[k] = ds->labels[idx[k]];
+        if (shift > 0) {
+            int dy = (int)vit_rng_below(rng, (uint32_t)(2 * shift + 1)) - shift;
+            int dx = (int)vit_rng_below(rng, (uint32_t)(2 * shift + 1)) - shift;
+            translate(images + (size_t)k * img, src, H, W, C, dy, dx);
+        } else {
+            memcpy(images + (size_t)k * img, src, img * sizeof *images);
+        }
+    }
+}
+
+/* ---- output folder, metrics ------------------------------------------ */
+
+static int make_out_dir(const char *dir)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return vit_fail(VIT_EINVAL, "--out: path too long");
+    /* mkdir -p */
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = 0;
+        if (mkdir(path, 0755) && errno != EEXIST)
+            return vit_fail(VIT_EIO, "%s: cannot create folder: %s", path, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(path, 0755) && errno != EEXIST)
+        return vit_fail(VIT_EIO, "%s: cannot create folder: %s", path, strerror(errno));
+    /* Prove we can write there before any training time is spent. */
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/.write-test-XXXXXX", dir);
+    int fd = mkstemp(probe);
+    if (fd < 0)
+        return vit_fail(VIT_EIO, "%s: output folder is not writable: %s", dir, strerror(errno));
+    close(fd);
+    unlink(probe);
+    return VIT_OK;
+}
+
+static const char metrics_header[] = "epoch,train_loss,train_acc,test_loss,test_acc,lr,seconds\n";
+
+/* Opens OUT/metrics.csv for appending.  On resume, keeps only the rows of
+ * epochs the checkpoint covers (a killed run may have logged more), by
+ * rewriting through a temporary file; returns the seconds already spent. */
+static FILE *open_metrics(const char *dir, unsigned long long keep_epochs, double *seconds)
+{
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof path, "%s/metrics.csv", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    *seconds = 0;
+    FILE *out = fopen(tmp, "w");
+    if (!out) {
+        vit_fail(VIT_EIO, "%s: cannot write: %s", tmp, strerror(errno));
+        return NULL;
+    }
+    fputs(metrics_header, out);
+    FILE *in = keep_epochs ? fopen(path, "r") : NULL;
+    if (in) {
+        char line[512];
+        while (fgets(line, sizeof line, in)) {
+            unsigned long long ep;
+            double f[6];
+            if (sscanf(line, "%llu,%lf,%lf,%lf,%lf,%lf,%lf", &ep, &f[0], &f[1], &f[2], &f[3], &f[4],
+                       &f[5]) == 7 && ep <= keep_epochs) {
+                fputs(line, out);
+                *seconds = f[5];
+            }
+        }
+        fclose(in);
+    }
+    if (fflush(out) || rename(tmp, path)) {
+        vit_fail(VIT_EIO, "%s: cannot write: %s", path, strerror(errno));
+        fclose(out);
+        unlink(tmp);
+        return NULL;
+    }
+    return out;
+}
+
+/* ---- training --------------------------------------------------------- */
+
+static int same_model_shape(const vit_config *a, const vit_config *b, const char *path)
+{
+#define SAME(f) if (a->f != b->f) return vit_fail(VIT_EINVAL, \
+        "%s: checkpoint has " #f " = %d but this run asks for %d", path, a->f, b->f)
+    SAME(image_height); SAME(image_width); SAME(channels); SAME(classes); SAME(patch);
+    SAME(dim); SAME(depth); SAME(heads); SAME(mlp); SAME(pool);
+#undef SAME
+    return VIT_OK;
+}
+
+typedef struct run {
+    vit_config cfg;
+    vit_model *m;
+    vit_adamw opt;
+    vit_run_state st;
+    vit_tape *tape, *eval_tape;
+    vit_real *images;
+    int *labels, *perm;
+    FILE *metrics;
+    char ckpt[4200];
+    unsigned long long start_step; /* step at which this invocation began */
+} run;
+
+static void run_free(run *r)
+{
+    vit_model_free(r->m);
+    vit_adamw_free(&r->opt);
+    vit_tape_free(r->tape);
+    vit_tape_free(r->eval_tape);
+    free(r->images);
+    free(r->labels);
+    free(r->perm);
+    if (r->metrics)
+        fclose(r->metrics);
+}
+
+static int run_setup(run *r, const vit_config *cfg, const vit_dataset *train, const vit_dataset *test,
+                     const vit_train_opts *o)
+{
+    r->cfg = *cfg;
+    r->cfg.image_height = train->height;
+    r->cfg.image_width = train->width;
+    r->cfg.channels = train->channels;
+    r->cfg.classes = train->classes > test->classes ? train->classes : test->classes;
+    int rc = vit_config_check(&r->cfg);
+    if (rc)
+        return rc;
+    if ((rc = make_out_dir(o->out_dir)))
+        return rc;
+    snprintf(r->ckpt, sizeof r->ckpt, "%s/last.ckpt", o->out_dir);
+    if (o->resume) {
+        if ((rc = vit_run_load(o->resume, &r->m, &r->opt, &r->st)))
+            return rc;
+        if ((rc = same_model_shape(vit_model_config(r->m), &r->cfg, o->resume)))
+            return rc;
+        r->cfg = *vit_model_config(r->m);
+    } else {
+        if (!(r->m = vit_model_new(&r->cfg)))
+            return VIT_EINVAL;
+        vit_rng_seed(&r->st.rng, r->cfg.seed);
+        vit_model_init(r->m, &r->st.rng);
+        rc = vit_adamw_init(&r->opt, vit_model_param_count(r->m), r->cfg.beta1, r->cfg.beta2,
+                            r->cfg.eps, r->cfg.weight_decay);
+        if (rc)
+            return rc;
+    }
+    if ((rc = check_data_shape(&r->cfg, train, "training")) || (rc = check_data_shape(&r->cfg, test, "test")))
+        return rc;
+    size_t img = (size_t)r->cfg.image_height * r->cfg.image_width * r->cfg.channels;
+    r->tape = vit_tape_new();
+    r->eval_tape = vit_tape_new();
+    r->images = malloc((size_t)r->cfg.batch * img * sizeof *r->images);
+    r->labels = malloc((size_t)r->cfg.batch * sizeof *r->labels);
+    r->perm = malloc((size_t)train->count * sizeof *r->perm);
+    if (!r->tape || !r->eval_tape || !r->images || !r->labels || !r->perm)
+        return vit_fail(VIT_ENOMEM, "vit_train_run: out of memory");
+    return VIT_OK;
+}
+
+static void progress_bar(FILE *log, const run *r, int epoch, long step_in_epoch, long spe,
+                         double loss, double ips, double eta)
+{
+    int width = 20, fill = (int)(width * step_in_epoch / spe);
+    char bar[32];
+    for (int i = 0; i < width; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[width] = 0;
+    fprintf(log, "\repoch %d/%d [%s] step %ld/%ld loss %.4f %6.0f img/s ETA %dm%02ds ", epoch + 1,
+            r->cfg.epochs, bar, step_in_epoch, spe, loss, ips, (int)eta / 60, (int)eta % 60);
+    fflush(log);
+}
+
+/* One epoch of minibatch steps.  Returns VIT_OK or the error (VIT_ENUM names
+ * the step whose loss was not finite). */
+static int train_epoch(run *r, const vit_dataset *train, const vit_train_opts *o, FILE *log,
+                       double t0, long total_steps, double *loss_out, double *acc_out, double *lr_out)
+{
+    const vit_config *c = &r->cfg;
+    long spe = (train->count + c->batch - 1) / c->batch;
+    long warm = (long)(c->warmup * (double)spe);
+    int ngroups;
+    const vit_param_group *groups = vit_model_groups(r->m, &ngroups);
+    double loss_sum = 0, lr = 0;
+    long correct = 0, seen = 0;
+    for (int i = 0; i < train->count; i++)
+        r->perm[i] = i;
+    vit_rng_shuffle(&r->st.rng, r->perm, train->count);
+    for (long s = 0; s < spe; s++) {
+        int start = (int)(s * c->batch);
+        int b = train->count - start < c->batch ? train->count - start : c->batch;
+        gather_batch(train, r->perm + start, b, c->shift, &r->st.rng, r->images, r->labels);
+        vit_tape_reset(r->tape);
+        vit_tensor *z = vit_model_forward(r->m, r->tape, r->images, b, 1);
+        vit_tensor *loss = vit_op_cross_entropy(r->tape, z, r->labels, (vit_real)c->smoothing, NULL);
+        if (!loss) {
+            int rc = vit_tape_status(r->tape);
+            if (rc == VIT_ENUM)
+                return vit_fail(VIT_ENUM, "training diverged at step %llu: %s", r->st.step + 1,
+                                vit_last_error());
+            return rc ? rc : VIT_EINVAL;
+        }
+        double lv = (double)loss->data[0];
+        if (!isfinite(lv))
+            return vit_fail(VIT_ENUM, "training diverged: loss is %g at step %llu (epoch %llu)", lv,
+                            r->st.step + 1, r->st.epoch + 1);
+        vit_model_zero_grads(r->m);
+        int rc = vit_tape_backward(r->tape, loss);
+        if (rc)
+            return rc;
+        lr = vit_lr_at((long)r->st.step, total_steps, warm, c->lr, c->min_lr);
+        rc = vit_adamw_step(&r->opt, vit_model_params(r->m), vit_model_grads(r->m), groups, ngroups, lr);
+        if (rc == VIT_ENUM)
+            return vit_fail(VIT_ENUM, "training diverged: non-finite gradient at step %llu (epoch %llu)",
+                            r->st.step + 1, r->st.epoch + 1);
+        if (rc)
+            return rc;
+        r->st.step++;
+        loss_sum += lv * b;
+        seen += b;
+        for (int k = 0; k < b; k++)
+            correct += argmax(z->data + (size_t)k * c->classes, c->classes) == r->labels[k];
+        if (o->progress == 2 && (s % 4 == 3 || s == spe - 1)) {
+            double el = now_seconds() - t0;
+            double done = (double)(r->st.step);
+            double ips = (double)seen / (el > 1e-9 ? el : 1e-9);
+            double rate = (done - (double)r->start_step) / el; /* steps/s in this invocation */
+            double eta = rate > 0 ? (double)(total_steps - (long)r->st.step) / rate : 0;
+            progress_bar(log, r, (int)r->st.epoch, s + 1, spe, lv, ips, eta);
+        }
+    }
+    *loss_out = loss_sum / seen;
+    *acc_out = (double)correct / seen;
+    *lr_out = lr;
+    return VIT_OK;
+}
+
+void vit_train_result_free(vit_train_result *r)
+{
+    if (!r)
+        return;
+    free(r->confusion);
+    r->confusion = NULL;
+}
+
+int vit_train_run(const vit_config *cfg, const vit_dataset *train_in, const vit_dataset *test,
+                  const vit_train_opts *o, vit_train_result *res)
+{
+    if (!cfg || !train_in || !test || !o || !o->out_dir || !res)
+        return vit_fail(VIT_EINVAL, "vit_train_run: NULL argument");
+    memset(res, 0, sizeof *res);
+    res->val_accuracy = -1;
+    if (train_in->count <= o->val_count || o->val_count < 0)
+        return vit_fail(VIT_EINVAL, "--val %d leaves no training images (of %d)", o->val_count,
+                        train_in->count);
+    /* The validation set is the tail of the training part, never the test. */
+    vit_dataset train = *train_in, val = *train_in;
+    size_t img = (size_t)train.height * train.width * train.channels;
+    train.count -= o->val_count;
+    val.count = o->val_count;
+    val.images += (size_t)train.count * img;
+    val.labels += train.count;
+
+    FILE *log = o->log ? o->log : stdout;
+    double t0 = now_seconds();
+    run r;
+    memset(&r, 0, sizeof r);
+    int rc = run_setup(&r, cfg, &train, test, o);
+    double prior_seconds = 0;
+    if (rc == VIT_OK && !(r.metrics = open_metrics(o->out_dir, r.st.epoch, &prior_seconds)))
+        rc = VIT_EIO;
+    const vit_config *c = &r.cfg;
+    long spe = (train.count + c->batch - 1) / c->batch;
+    long total_steps = spe * c->epochs;
+    unsigned long long start_step = r.st.step, start_epoch = r.st.epoch;
+    r.start_step = start_step;
+    vit_eval_result ev = {0};
+    while (rc == VIT_OK && r.st.epoch < (unsigned long long)c->epochs) {
+        if (o->stop_after_epochs > 0 && r.st.epoch >= (unsigned long long)o->stop_after_epochs)
+            break;
+        double tl = 0, ta = 0, lr = 0;
+        rc = train_epoch(&r, &train, o, log, t0, total_steps, &tl, &ta, &lr);
+        if (rc)
+            break;
+        r.st.epoch++;
+        vit_eval_result_free(&ev);
+        if ((rc = vit_evaluate(r.m, r.eval_tape, test, 256, &ev)))
+            break;
+        double secs = prior_seconds + now_seconds() - t0;
+        fprintf(r.metrics, "%llu,%.6f,%.6f,%.6f,%.6f,%.8g,%.3f\n", r.st.epoch, tl, ta, ev.loss,
+                ev.accuracy, lr, secs);
+        fflush(r.metrics);
+        if (o->progress == 2)
+            fputc('\r', log);
+        if (o->progress >= 1) {
+            double ips = (double)(r.st.epoch - start_epoch) * train.count / (now_seconds() - t0);
+            fprintf(log, "epoch %3llu/%d  loss %.4f  train_acc %.4f  test_loss %.4f  test_acc %.4f"
+                         "  lr %.2e  %5.0f img/s  %.1fs%*s\n",
+                    r.st.epoch, c->epochs, tl, ta, ev.loss, ev.accuracy, lr, ips, secs, 8, "");
+            fflush(log);
+        }
+        int last = r.st.epoch == (unsigned long long)c->epochs
+                   || (o->stop_after_epochs > 0 && r.st.epoch == (unsigned long long)o->stop_after_epochs);
+        if (o->ckpt_every > 0 && (r.st.epoch % (unsigned long long)o->ckpt_every == 0 || last))
+            if ((rc = vit_run_save(r.ckpt, r.m, &r.opt, &r.st)))
+                break;
+    }
+    if (rc == VIT_OK && !ev.confusion)
+        rc = vit_evaluate(r.m, r.eval_tape, test, 256, &ev);
+    if (rc == VIT_OK && val.count > 0) {
+        vit_eval_result vr;
+        if ((rc = vit_evaluate(r.m, r.eval_tape, &val, 256, &vr)) == VIT_OK) {
+            res->val_accuracy = vr.accuracy;
+            vit_eval_result_free(&vr);
+        }
+    }
+    if (rc == VIT_OK) {
+        res->test_accuracy = ev.accuracy;
+        res->test_loss = ev.loss;
+        res->seconds = now_seconds() - t0;
+        res->steps = r.st.step;
+        res->epochs_done = (int)r.st.epoch;
+        res->images_per_second = (double)(r.st.epoch - start_epoch) * train.count / res->seconds;
+        res->confusion = ev.confusion;
+        res->confusion_classes = ev.classes;
+        ev.confusion = NULL;
+    }
+    vit_eval_result_free(&ev);
+    run_free(&r);
+    return rc;
+}

@@ -1,0 +1,294 @@
+/* The computations shared by precision_dump (float64) and test_precision
+ * (float32); see precision_cases.h. */
+#include "precision_cases.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vit/activations.h"
+#include "vit/attention.h"
+#include "vit/embeddings.h"
+#include "vit/layernorm.h"
+#include "vit/linear.h"
+#include "vit/loss.h"
+
+#define TRY(e) do { rc = (e); if (rc != VIT_OK) goto done; } while (0)
+
+/* ---- Inputs ------------------------------------------------------------ */
+
+static double pc_uniform(uint64_t *seed)
+{
+    /* splitmix64, the same stream in both builds */
+    uint64_t z = (*seed += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* v[i] = scale * k/256 with integer k in [-256, 256].  scale must be a power
+ * of two, so every value is exact in float32 and float64 alike. */
+static void pc_fill(vit_real *v, size_t n, uint64_t seed, double scale)
+{
+    for (size_t i = 0; i < n; i++) {
+        int k = (int)(pc_uniform(&seed) * 513.0) - 256;
+        v[i] = (vit_real)(scale * k / 256.0);
+    }
+}
+
+/* All buffers of a case, freed together. */
+typedef struct {
+    void *p[24];
+    int count;
+} pool;
+
+static vit_real *pool_zeros(pool *pl, size_t n)
+{
+    if (pl->count == (int)(sizeof pl->p / sizeof pl->p[0]))
+        return NULL;
+    vit_real *v = calloc(n, sizeof *v);
+    if (v)
+        pl->p[pl->count++] = v;
+    return v;
+}
+
+static void pool_free(pool *pl)
+{
+    for (int i = 0; i < pl->count; i++)
+        free(pl->p[i]);
+    pl->count = 0;
+}
+
+/* Allocates zeroed buffers or jumps to done with VIT_ENOMEM. */
+#define ALLOC(var, n) do { if (!((var) = pool_zeros(&pl, (n)))) { rc = VIT_ENOMEM; goto done; } } while (0)
+
+/* ---- Cases -------------------------------------------------------------- */
+
+static int case_linear(pc_emit_fn emit, void *ctx)
+{
+    enum { N = 8, IN = 48, OUT = 24 };
+    pool pl = {0};
+    int rc = VIT_OK;
+    vit_real *x, *W, *b, *y, *dy, *dx, *dW, *db;
+    ALLOC(x, N * IN); ALLOC(W, IN * OUT); ALLOC(b, OUT); ALLOC(y, N * OUT);
+    ALLOC(dy, N * OUT); ALLOC(dx, N * IN); ALLOC(dW, IN * OUT); ALLOC(db, OUT);
+    pc_fill(x, N * IN, 101, 1.0);
+    pc_fill(W, IN * OUT, 102, 0.25);
+    pc_fill(b, OUT, 103, 1.0);
+    pc_fill(dy, N * OUT, 104, 1.0);
+    TRY(vit_linear_forward(y, x, W, b, N, IN, OUT));
+    TRY(vit_linear_backward(dx, dW, db, dy, x, W, N, IN, OUT));
+    emit(ctx, "linear.y", y, N * OUT);
+    emit(ctx, "linear.dx", dx, N * IN);
+    emit(ctx, "linear.dW", dW, IN * OUT);
+    emit(ctx, "linear.db", db, OUT);
+done:
+    pool_free(&pl);
+    return rc;
+}
+
+static int case_layernorm(pc_emit_fn emit, void *ctx)
+{
+    enum { N = 8, D = 48 };
+    /* 2^-16 instead of VIT_LAYERNORM_EPS: exact in both builds. */
+    const vit_real eps = (vit_real)(1.0 / 65536.0);
+    pool pl = {0};
+    int rc = VIT_OK;
+    vit_real *x, *g, *bt, *y, *mean, *rstd, *dy, *dx, *dg, *db;
+    ALLOC(x, N * D); ALLOC(g, D); ALLOC(bt, D); ALLOC(y, N * D); ALLOC(mean, N);
+    ALLOC(rstd, N); ALLOC(dy, N * D); ALLOC(dx, N * D); ALLOC(dg, D); ALLOC(db, D);
+    pc_fill(x, N * D, 201, 2.0);
+    for (int i = 0; i < N; i++) /* row offsets up to 28: mean far from 0 */
+        for (int j = 0; j < D; j++)
+            x[i * D + j] += (vit_real)(4 * i);
+    pc_fill(g, D, 202, 0.5);
+    for (int j = 0; j < D; j++)
+        g[j] += 1;
+    pc_fill(bt, D, 203, 0.5);
+    pc_fill(dy, N * D, 204, 1.0);
+    TRY(vit_layernorm_forward(y, mean, rstd, x, g, bt, N, D, eps));
+    TRY(vit_layernorm_backward(dx, dg, db, dy, x, mean, rstd, g, N, D));
+    emit(ctx, "layernorm.y", y, N * D);
+    emit(ctx, "layernorm.mean", mean, N);
+    emit(ctx, "layernorm.rstd", rstd, N);
+    emit(ctx, "layernorm.dx", dx, N * D);
+    emit(ctx, "layernorm.dgamma", dg, D);
+    emit(ctx, "layernorm.dbeta", db, D);
+done:
+    pool_free(&pl);
+    return rc;
+}
+
+static int case_gelu(pc_emit_fn emit, void *ctx)
+{
+    enum { N = 128 };
+    pool pl = {0};
+    int rc = VIT_OK;
+    vit_real *x, *y, *dy, *dx;
+    ALLOC(x, N); ALLOC(y, N); ALLOC(dy, N); ALLOC(dx, N);
+    pc_fill(x, N, 301, 4.0);
+    pc_fill(dy, N, 302, 1.0);
+    TRY(vit_gelu_forward(y, x, N));
+    TRY(vit_gelu_backward(dx, dy, x, N));
+    emit(ctx, "gelu.y", y, N);
+    emit(ctx, "gelu.dx", dx, N);
+done:
+    pool_free(&pl);
+    return rc;
+}
+
+static int case_softmax(pc_emit_fn emit, void *ctx)
+{
+    enum { R = 8, C = 16 };
+    pool pl = {0};
+    int rc = VIT_OK;
+    vit_real *x, *y, *dy, *dx;
+    ALLOC(x, R * C); ALLOC(y, R * C); ALLOC(dy, R * C); ALLOC(dx, R * C);
+    pc_fill(x, R * C, 401, 8.0);
+    /* A few masked entries, and a fully masked last row. */
+    x[1 * C + 3] = -INFINITY;
+    for (int j = 0; j < C; j += 2)
+        x[5 * C + j] = -INFINITY;
+    for (int j = 0; j < C; j++)
+        x[(R - 1) * C + j] = -INFINITY;
+    pc_fill(dy, R * C, 402, 1.0);
+    TRY(vit_softmax_forward(y, x, R, C));
+    TRY(vit_softmax_backward(dx, dy, y, R, C));
+    emit(ctx, "softmax.y", y, R * C);
+    emit(ctx, "softmax.dx", dx, R * C);
+done:
+    pool_free(&pl);
+    return rc;
+}
+
+static int case_cross_entropy(pc_emit_fn emit, void *ctx)
+{
+    enum { N = 8, C = 10 };
+    pool pl = {0};
+    int rc = VIT_OK;
+    int labels[N];
+    vit_real *logits, *probs, *dl, loss = 0;
+    ALLOC(logits, N * C); ALLOC(probs, N * C); ALLOC(dl, N * C);
+    pc_fill(logits, N * C, 501, 4.0);
+    for (int i = 0; i < N; i++)
+        labels[i] = (i * 7 + 2) % C;
+    const vit_real smoothing = (vit_real)0.125; /* exact */
+    TRY(vit_cross_entropy_forward(&loss, probs, logits, labels, N, C, smoothing));
+    TRY(vit_cross_entropy_backward(dl, probs, labels, N, C, smoothing, 1));
+    emit(ctx, "cross_entropy.loss", &loss, 1);
+    emit(ctx, "cross_entropy.probs", probs, N * C);
+    emit(ctx, "cross_entropy.dlogits", dl, N * C);
+done:
+    pool_free(&pl);
+    return rc;
+}
+
+static int case_patch_embed(pc_emit_fn emit, void *ctx)
+{
+    const vit_patch_shape s = {.batch = 2, .height = 8, .width = 8, .channels = 3,
+                               .patch = 4, .dim = 16};
+    const size_t npix = 2 * 8 * 8 * 3, K = 4 * 4 * 3, rows = 2 * 4, D = 16;
+    pool pl = {0};
+    int rc = VIT_OK;
+    vit_real *img, *W, *b, *cols, *y, *dy, *dimg, *dW, *db;
+    ALLOC(img, npix); ALLOC(W, K * D); ALLOC(b, D); ALLOC(cols, rows * K);
+    ALLOC(y, rows * D); ALLOC(dy, rows * D); ALLOC(dimg, npix); ALLOC(dW, K * D);
+    ALLOC(db, D);
+    pc_fill(img, npix, 601, 1.0);
+    pc_fill(W, K * D, 602, 0.25);
+    pc_fill(b, D, 603, 1.0);
+    pc_fill(dy, rows * D, 604, 1.0);
+    TRY(vit_patch_embed_forward(&s, y, cols, img, W, b));
+    TRY(vit_patch_embed_backward(&s, dimg, dW, db, dy, cols, W));
+    emit(ctx, "patch_embed.y", y, rows * D);
+    emit(ctx, "patch_embed.dimg", dimg, npix);
+    emit(ctx, "patch_embed.dW", dW, K * D);
+    emit(ctx, "patch_embed.db", db, D);
+done:
+    pool_free(&pl);
+    return rc;
+}
+
+/* Self-attention with biases, a causal mask and padding keys in item 1. */
+static int case_mha(pc_emit_fn emit, void *ctx)
+{
+    enum { B = 2, T = 6, D = 16, H = 4 };
+    static const unsigned char key_valid[B * T] = {1, 1, 1, 1, 1, 1,
+                                                   1, 1, 1, 1, 0, 0};
+    vit_mha m;
+    memset(&m, 0, sizeof m);
+    m.batch = B; m.n_q = T; m.n_k = T; m.d_model = D; m.d_kv = D;
+    m.heads = H; m.has_bias = 1; m.scale = 0; /* 1/sqrt(4) = 0.5, exact */
+    m.mask.key_valid = key_valid;
+    m.mask.causal = 1;
+
+    pool pl = {0};
+    int rc = VIT_OK;
+    vit_real *params, *grads, *x, *y, *cache, *dy, *dx;
+    TRY(vit_mha_check(&m));
+    const size_t np = vit_mha_param_count(&m), nc = vit_mha_cache_size(&m);
+    ALLOC(params, np); ALLOC(grads, np); ALLOC(cache, nc);
+    ALLOC(x, B * T * D); ALLOC(y, B * T * D); ALLOC(dy, B * T * D); ALLOC(dx, B * T * D);
+    pc_fill(params, np, 701, 0.5);
+    pc_fill(x, B * T * D, 702, 1.0);
+    pc_fill(dy, B * T * D, 703, 1.0);
+    TRY(vit_mha_forward(&m, params, y, x, x, cache));
+    /* Self-attention: one dx receives both the query and key/value paths. */
+    TRY(vit_mha_backward(&m, params, grads, dx, dx, NULL, dy, x, x, cache, NULL));
+
+    vit_mha_views g;
+    TRY(vit_mha_views_of(&m, grads, &g));
+    emit(ctx, "mha.y", y, B * T * D);
+    emit(ctx, "mha.probs", vit_mha_probs(&m, cache), (size_t)B * H * T * T);
+    emit(ctx, "mha.dx", dx, B * T * D);
+    emit(ctx, "mha.dW_Q", g.w_q, D * D);
+    emit(ctx, "mha.dW_K", g.w_k, D * D);
+    emit(ctx, "mha.dW_V", g.w_v, D * D);
+    emit(ctx, "mha.dW_O", g.w_o, D * D);
+    emit(ctx, "mha.db_Q", g.b_q, D);
+    emit(ctx, "mha.db_K", g.b_k, D);
+    emit(ctx, "mha.db_V", g.b_v, D);
+    emit(ctx, "mha.db_O", g.b_o, D);
+done:
+    pool_free(&pl);
+    return rc;
+}
+
+/* ---- Table -------------------------------------------------------------- */
+
+static const struct {
+    const char *name;
+    int (*run)(pc_emit_fn, void *);
+} cases[] = {
+    {"linear", case_linear},
+    {"layernorm", case_layernorm},
+    {"gelu", case_gelu},
+    {"softmax", case_softmax},
+    {"cross_entropy", case_cross_entropy},
+    {"patch_embed", case_patch_embed},
+    {"mha", case_mha},
+};
+
+int pc_case_count(void) { return (int)(sizeof cases / sizeof cases[0]); }
+
+const char *pc_case_name(int i)
+{
+    return i >= 0 && i < pc_case_count() ? cases[i].name : NULL;
+}
+
+int pc_case_find(const char *name)
+{
+    for (int i = 0; i < pc_case_count(); i++)
+        if (strcmp(cases[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+int pc_run_case(int i, pc_emit_fn emit, void *ctx)
+{
+    if (i < 0 || i >= pc_case_count())
+        return VIT_EINVAL;
+    return cases[i].run(emit, ctx);
+}

@@ -1,0 +1,739 @@
+/*
+ * tests/test_kernels.c - the basic kernels (linear, layernorm, GELU,
+ * residual, softmax, cross-entropy, embeddings), float64 build.
+ *
+ *  - gradient checks: every input and parameter gradient against central
+ *    differences (gc_check) of a scalar L = sum w * y with fixed random w;
+ *  - forward checks against naive references written here from the maths,
+ *    not from the library's code;
+ *  - bad input: the documented error codes and a message naming the
+ *    function and the argument.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gradcheck.h"
+#include "vit/activations.h"
+#include "vit/embeddings.h"
+#include "vit/layernorm.h"
+#include "vit/linear.h"
+#include "vit/loss.h"
+
+/* Forward results against references computed in double by other formulas:
+ * only rounding differences are expected. */
+#define FWD_TOL 1e-12
+
+#define ASSERT_GRAD(name, x, g, n, f, ctx)                                         \
+    do {                                                                           \
+        double e_ = gc_check(name, x, g, n, f, ctx);                               \
+        ck_assert_msg(e_ <= GC_TOL, "%s: max_rel %.3e > %.0e", name, e_, GC_TOL);  \
+    } while (0)
+
+#define ASSERT_OK(call) \
+    do { int rc_ = (call); ck_assert_msg(rc_ == VIT_OK, "%s -> %s: %s", #call, vit_status_name(rc_), vit_last_error()); } while (0)
+
+/* rc must be `code` and the message must name the function and the argument. */
+static void expect_err(int rc, int code, const char *fn, const char *what)
+{
+    const char *msg = vit_last_error();
+    ck_assert_msg(rc == code, "%s: expected %s, got %s", fn, vit_status_name(code),
+                  vit_status_name(rc));
+    ck_assert_msg(msg[0] != '\0', "%s: empty error message", fn);
+    ck_assert_msg(strstr(msg, fn) != NULL, "message '%s' does not name %s", msg, fn);
+    ck_assert_msg(strstr(msg, what) != NULL, "message '%s' does not name '%s'", msg, what);
+}
+
+static double max_abs_diff(const vit_real *a, const vit_real *b, size_t n)
+{
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= m))
+            m = isnan(d) ? INFINITY : d;
+    }
+    return m;
+}
+
+/* ==== Linear =========================================================== */
+
+enum { LN_N = 3, LN_IN = 4, LN_OUT = 5 };
+
+typedef struct {
+    vit_real x[LN_N * LN_IN], W[LN_IN * LN_OUT], b[LN_OUT];
+    vit_real y[LN_N * LN_OUT], w[LN_N * LN_OUT];
+} linear_ctx;
+
+static double linear_loss(void *p)
+{
+    linear_ctx *c = p;
+    if (vit_linear_forward(c->y, c->x, c->W, c->b, LN_N, LN_IN, LN_OUT) != VIT_OK)
+        return NAN;
+    return gc_dot(c->w, c->y, LN_N * LN_OUT);
+}
+
+static void linear_init(linear_ctx *c, uint64_t seed)
+{
+    gc_fill(c->x, LN_N * LN_IN, &seed, 1.0);
+    gc_fill(c->W, LN_IN * LN_OUT, &seed, 1.0);
+    gc_fill(c->b, LN_OUT, &seed, 1.0);
+    gc_fill(c->w, LN_N * LN_OUT, &seed, 1.0);
+}
+
+START_TEST(test_linear_forward)
+{
+    linear_ctx c;
+    linear_init(&c, 11);
+    vit_real ref[LN_N * LN_OUT];
+    for (int i = 0; i < LN_N; i++)
+        for (int o = 0; o < LN_OUT; o++) {
+            double s = c.b[o];
+            for (int k = 0; k < LN_IN; k++)
+                s += (double)c.x[i * LN_IN + k] * c.W[k * LN_OUT + o];
+            ref[i * LN_OUT + o] = s;
+        }
+    ASSERT_OK(vit_linear_forward(c.y, c.x, c.W, c.b, LN_N, LN_IN, LN_OUT));
+    ck_assert_double_le(max_abs_diff(c.y, ref, LN_N * LN_OUT), FWD_TOL);
+
+    /* Without bias: the same minus b.  y is pre-filled with garbage to check
+     * it is overwritten, not accumulated. */
+    for (int i = 0; i < LN_N * LN_OUT; i++) {
+        ref[i] -= c.b[i % LN_OUT];
+        c.y[i] = 1e6;
+    }
+    ASSERT_OK(vit_linear_forward(c.y, c.x, c.W, NULL, LN_N, LN_IN, LN_OUT));
+    ck_assert_double_le(max_abs_diff(c.y, ref, LN_N * LN_OUT), FWD_TOL);
+}
+END_TEST
+
+START_TEST(test_linear_grad)
+{
+    linear_ctx c;
+    linear_init(&c, 12);
+    vit_real *dx = gc_zeros(LN_N * LN_IN), *dW = gc_zeros(LN_IN * LN_OUT), *db = gc_zeros(LN_OUT);
+    ASSERT_OK(vit_linear_backward(dx, dW, db, c.w, c.x, c.W, LN_N, LN_IN, LN_OUT));
+    ASSERT_GRAD("linear dx", c.x, dx, LN_N * LN_IN, linear_loss, &c);
+    ASSERT_GRAD("linear dW", c.W, dW, LN_IN * LN_OUT, linear_loss, &c);
+    ASSERT_GRAD("linear db", c.b, db, LN_OUT, linear_loss, &c);
+
+    /* Backward accumulates: a second call doubles every gradient, and NULL
+     * gradients are skipped without touching the others. */
+    vit_real *dW2 = gc_zeros(LN_IN * LN_OUT);
+    memcpy(dW2, dW, sizeof(vit_real) * LN_IN * LN_OUT);
+    ASSERT_OK(vit_linear_backward(NULL, dW2, NULL, c.w, c.x, NULL, LN_N, LN_IN, LN_OUT));
+    for (int i = 0; i < LN_IN * LN_OUT; i++)
+        ck_assert_double_eq_tol(dW2[i], 2 * dW[i], 1e-12);
+    free(dx); free(dW); free(db); free(dW2);
+}
+END_TEST
+
+/* ==== Layernorm ======================================================== */
+
+enum { LNR_N = 3, LNR_D = 6 };
+
+typedef struct {
+    vit_real x[LNR_N * LNR_D], gamma[LNR_D], beta[LNR_D];
+    vit_real y[LNR_N * LNR_D], mean[LNR_N], rstd[LNR_N], w[LNR_N * LNR_D];
+} ln_ctx;
+
+static double ln_loss(void *p)
+{
+    ln_ctx *c = p;
+    if (vit_layernorm_forward(c->y, c->mean, c->rstd, c->x, c->gamma, c->beta, LNR_N, LNR_D,
+                              VIT_LAYERNORM_EPS) != VIT_OK)
+        return NAN;
+    return gc_dot(c->w, c->y, LNR_N * LNR_D);
+}
+
+static void ln_init(ln_ctx *c, uint64_t seed)
+{
+    gc_fill(c->x, LNR_N * LNR_D, &seed, 2.0);
+    gc_fill(c->gamma, LNR_D, &seed, 0.5);
+    for (int j = 0; j < LNR_D; j++)
+        c->gamma[j] += 1.0;
+    gc_fill(c->beta, LNR_D, &seed, 0.5);
+    gc_fill(c->w, LNR_N * LNR_D, &seed, 1.0);
+}
+
+START_TEST(test_layernorm_forward)
+{
+    ln_ctx c;
+    ln_init(&c, 21);
+    /* Offset one row far from 0 to exercise the cancellation-prone case. */
+    for (int j = 0; j < LNR_D; j++)
+        c.x[LNR_D + j] += 1000.0;
+    vit_real one[LNR_D], zero[LNR_D];
+    for (int j = 0; j < LNR_D; j++) { one[j] = 1; zero[j] = 0; }
+    ASSERT_OK(vit_layernorm_forward(c.y, c.mean, c.rstd, c.x, one, zero, LNR_N, LNR_D,
+                                    VIT_LAYERNORM_EPS));
+    for (int i = 0; i < LNR_N; i++) {
+        const vit_real *xr = c.x + i * LNR_D, *yr = c.y + i * LNR_D;
+        double m = 0, v = 0, ym = 0, yv = 0;
+        for (int j = 0; j < LNR_D; j++) m += xr[j];
+        m /= LNR_D;
+        for (int j = 0; j < LNR_D; j++) v += (xr[j] - m) * (xr[j] - m);
+        v /= LNR_D;
+        for (int j = 0; j < LNR_D; j++) ym += yr[j];
+        ym /= LNR_D;
+        for (int j = 0; j < LNR_D; j++) yv += (yr[j] - ym) * (yr[j] - ym);
+        yv /= LNR_D;
+        /* Normalized rows: mean 0 and variance v / (v + eps) (1 up to eps). */
+        ck_assert_double_le(fabs(ym), 1e-12);
+        ck_assert_double_le(fabs(yv - v / (v + VIT_LAYERNORM_EPS)), 1e-10);
+        ck_assert_double_le(fabs(c.mean[i] - m), 1e-9);
+        ck_assert_double_le(fabs(c.rstd[i] - 1 / sqrt(v + VIT_LAYERNORM_EPS)) * sqrt(v), 1e-10);
+    }
+    /* Affine part, and in-place operation (y aliasing x). */
+    vit_real ref[LNR_N * LNR_D], xin[LNR_N * LNR_D];
+    for (int i = 0; i < LNR_N * LNR_D; i++)
+        ref[i] = c.y[i] * c.gamma[i % LNR_D] + c.beta[i % LNR_D];
+    memcpy(xin, c.x, sizeof xin);
+    ASSERT_OK(vit_layernorm_forward(xin, c.mean, c.rstd, xin, c.gamma, c.beta, LNR_N, LNR_D,
+                                    VIT_LAYERNORM_EPS));
+    ck_assert_double_le(max_abs_diff(xin, ref, LNR_N * LNR_D), 1e-10);
+}
+END_TEST
+
+START_TEST(test_layernorm_grad)
+{
+    ln_ctx c;
+    ln_init(&c, 22);
+    ck_assert_double_eq(ln_loss(&c), ln_loss(&c)); /* fills mean and rstd */
+    vit_real *dx = gc_zeros(LNR_N * LNR_D), *dg = gc_zeros(LNR_D), *dbt = gc_zeros(LNR_D);
+    ASSERT_OK(vit_layernorm_backward(dx, dg, dbt, c.w, c.x, c.mean, c.rstd, c.gamma, LNR_N, LNR_D));
+    ASSERT_GRAD("layernorm dx", c.x, dx, LNR_N * LNR_D, ln_loss, &c);
+    ASSERT_GRAD("layernorm dgamma", c.gamma, dg, LNR_D, ln_loss, &c);
+    ASSERT_GRAD("layernorm dbeta", c.beta, dbt, LNR_D, ln_loss, &c);
+    free(dx); free(dg); free(dbt);
+}
+END_TEST
+
+/* ==== GELU and residual ================================================ */
+
+enum { G_N = 21 };
+
+typedef struct {
+    vit_real x[G_N], y[G_N], w[G_N];
+} gelu_ctx;
+
+static double gelu_loss(void *p)
+{
+    gelu_ctx *c = p;
+    if (vit_gelu_forward(c->y, c->x, G_N) != VIT_OK)
+        return NAN;
+    return gc_dot(c->w, c->y, G_N);
+}
+
+START_TEST(test_gelu_forward)
+{
+    /* x Phi(x) with Phi(1) = 0.8413447460685429 (normal CDF tables). */
+    vit_real x[5] = {1, -1, 0, 10, -10}, y[5];
+    ASSERT_OK(vit_gelu_forward(y, x, 5));
+    ck_assert_double_eq_tol(y[0], 0.8413447460685429, 1e-15);
+    ck_assert_double_eq_tol(y[1], -(1 - 0.8413447460685429), 1e-15);
+    ck_assert_double_eq(y[2], 0.0);
+    ck_assert_double_eq_tol(y[3], 10.0, 1e-15);
+    ck_assert_double_le(fabs(y[4]), 1e-20);
+    /* Against Phi written with erfc, a different route to the same value. */
+    vit_real xs[G_N], ys[G_N];
+    for (int i = 0; i < G_N; i++)
+        xs[i] = -5.0 + 0.5 * i;
+    ASSERT_OK(vit_gelu_forward(ys, xs, G_N));
+    for (int i = 0; i < G_N; i++) {
+        double ref = xs[i] * 0.5 * erfc(-xs[i] / sqrt(2.0));
+        ck_assert_double_le(fabs(ys[i] - ref), 1e-15 * fmax(1, fabs(ref)));
+    }
+    /* GELU'(0) = Phi(0) = 1/2. */
+    vit_real dx = 0, dy = 1, x0 = 0;
+    ASSERT_OK(vit_gelu_backward(&dx, &dy, &x0, 1));
+    ck_assert_double_eq_tol(dx, 0.5, 1e-15);
+}
+END_TEST
+
+START_TEST(test_gelu_grad)
+{
+    gelu_ctx c;
+    uint64_t seed = 31;
+    gc_fill(c.x, G_N, &seed, 3.0);
+    c.x[0] = 0.0;
+    gc_fill(c.w, G_N, &seed, 1.0);
+    vit_real *dx = gc_zeros(G_N);
+    ASSERT_OK(vit_gelu_backward(dx, c.w, c.x, G_N));
+    ASSERT_GRAD("gelu dx", c.x, dx, G_N, gelu_loss, &c);
+    free(dx);
+}
+END_TEST
+
+typedef struct {
+    vit_real a[G_N], b[G_N], y[G_N], w[G_N];
+} res_ctx;
+
+static double res_loss(void *p)
+{
+    res_ctx *c = p;
+    if (vit_residual_forward(c->y, c->a, c->b, G_N) != VIT_OK)
+        return NAN;
+    return gc_dot(c->w, c->y, G_N);
+}
+
+START_TEST(test_residual)
+{
+    res_ctx c;
+    uint64_t seed = 41;
+    gc_fill(c.a, G_N, &seed, 1.0);
+    gc_fill(c.b, G_N, &seed, 1.0);
+    gc_fill(c.w, G_N, &seed, 1.0);
+    ASSERT_OK(vit_residual_forward(c.y, c.a, c.b, G_N));
+    for (int i = 0; i < G_N; i++)
+        ck_assert_double_eq(c.y[i], c.a[i] + c.b[i]);
+    vit_real *da = gc_zeros(G_N), *db = gc_zeros(G_N);
+    ASSERT_OK(vit_residual_backward(da, db, c.w, G_N));
+    ASSERT_GRAD("residual da", c.a, da, G_N, res_loss, &c);
+    ASSERT_GRAD("residual db", c.b, db, G_N, res_loss, &c);
+    free(da); free(db);
+}
+END_TEST
+
+/* ==== Softmax ========================================================== */
+
+enum { SM_R = 4, SM_C = 5 };
+
+typedef struct {
+    vit_real x[SM_R * SM_C], y[SM_R * SM_C], w[SM_R * SM_C];
+} sm_ctx;
+
+static double sm_loss(void *p)
+{
+    sm_ctx *c = p;
+    if (vit_softmax_forward(c->y, c->x, SM_R, SM_C) != VIT_OK)
+        return NAN;
+    return gc_dot(c->w, c->y, SM_R * SM_C);
+}
+
+/* Row 2 has two masked (-inf) entries, row 3 is fully masked. */
+static void sm_init(sm_ctx *c, uint64_t seed)
+{
+    gc_fill(c->x, SM_R * SM_C, &seed, 2.0);
+    gc_fill(c->w, SM_R * SM_C, &seed, 1.0);
+    c->x[2 * SM_C + 1] = -INFINITY;
+    c->x[2 * SM_C + 3] = -INFINITY;
+    for (int j = 0; j < SM_C; j++)
+        c->x[3 * SM_C + j] = -INFINITY;
+}
+
+START_TEST(test_softmax_forward)
+{
+    sm_ctx c;
+    sm_init(&c, 51);
+    ASSERT_OK(vit_softmax_forward(c.y, c.x, SM_R, SM_C));
+    for (int r = 0; r < 3; r++) {
+        /* Naive: exp / sum without the max shift (safe for |x| <= 2). */
+        double z = 0;
+        for (int j = 0; j < SM_C; j++)
+            z += exp(c.x[r * SM_C + j]);
+        for (int j = 0; j < SM_C; j++)
+            ck_assert_double_le(fabs(c.y[r * SM_C + j] - exp(c.x[r * SM_C + j]) / z), FWD_TOL);
+    }
+    ck_assert_double_eq(c.y[2 * SM_C + 1], 0.0);
+    ck_assert_double_eq(c.y[2 * SM_C + 3], 0.0);
+    for (int j = 0; j < SM_C; j++)
+        ck_assert_double_eq(c.y[3 * SM_C + j], 0.0);
+
+    /* Large logits: shift invariance, no overflow; in place. */
+    vit_real big[SM_C], ref[SM_C];
+    for (int j = 0; j < SM_C; j++)
+        big[j] = 1000.0 + c.x[j];
+    ASSERT_OK(vit_softmax_forward(big, big, 1, SM_C));
+    memcpy(ref, c.y, sizeof ref);
+    ck_assert_double_le(max_abs_diff(big, ref, SM_C), 1e-12);
+}
+END_TEST
+
+START_TEST(test_softmax_grad)
+{
+    sm_ctx c;
+    sm_init(&c, 52);
+    ASSERT_OK(vit_softmax_forward(c.y, c.x, SM_R, SM_C));
+    vit_real *dx = gc_zeros(SM_R * SM_C);
+    ASSERT_OK(vit_softmax_backward(dx, c.w, c.y, SM_R, SM_C));
+    ASSERT_GRAD("softmax dx", c.x, dx, SM_R * SM_C, sm_loss, &c);
+    /* Masked entries and the fully masked row pass exactly no gradient. */
+    ck_assert_double_eq(dx[2 * SM_C + 1], 0.0);
+    for (int j = 0; j < SM_C; j++)
+        ck_assert_double_eq(dx[3 * SM_C + j], 0.0);
+    free(dx);
+}
+END_TEST
+
+/* ==== Cross-entropy ==================================================== */
+
+enum { CE_N = 4, CE_C = 5 };
+
+typedef struct {
+    vit_real logits[CE_N * CE_C], probs[CE_N * CE_C];
+    int labels[CE_N];
+    vit_real smoothing, dloss;
+} ce_ctx;
+
+static double ce_loss(void *p)
+{
+    ce_ctx *c = p;
+    vit_real loss;
+    if (vit_cross_entropy_forward(&loss, c->probs, c->logits, c->labels, CE_N, CE_C,
+                                  c->smoothing) != VIT_OK)
+        return NAN;
+    return c->dloss * loss;
+}
+
+static void ce_init(ce_ctx *c, uint64_t seed, vit_real smoothing)
+{
+    gc_fill(c->logits, CE_N * CE_C, &seed, 3.0);
+    for (int i = 0; i < CE_N; i++)
+        c->labels[i] = (i * 3 + 1) % CE_C;
+    c->smoothing = smoothing;
+    c->dloss = 0.7;
+}
+
+/* The loss from its definition: explicit target vector, log of the
+ * normalized probabilities. */
+static double ce_naive(const ce_ctx *c)
+{
+    double total = 0;
+    for (int i = 0; i < CE_N; i++) {
+        const vit_real *x = c->logits + i * CE_C;
+        double z = 0;
+        for (int j = 0; j < CE_C; j++)
+            z += exp(x[j]);
+        for (int j = 0; j < CE_C; j++) {
+            double t = (1 - c->smoothing) * (j == c->labels[i]) + c->smoothing / CE_C;
+            total -= t * log(exp(x[j]) / z);
+        }
+    }
+    return total / CE_N;
+}
+
+START_TEST(test_cross_entropy_forward)
+{
+    vit_real sm[2] = {0.0, 0.1};
+    for (int k = 0; k < 2; k++) {
+        ce_ctx c;
+        ce_init(&c, 61, sm[k]);
+        vit_real loss;
+        ASSERT_OK(vit_cross_entropy_forward(&loss, c.probs, c.logits, c.labels, CE_N, CE_C, sm[k]));
+        ck_assert_double_le(fabs(loss - ce_naive(&c)), FWD_TOL);
+        for (int i = 0; i < CE_N; i++) {
+            double s = 0;
+            for (int j = 0; j < CE_C; j++)
+                s += c.probs[i * CE_C + j];
+            ck_assert_double_le(fabs(s - 1), FWD_TOL);
+        }
+        /* Uniform logits: every log p is -log C, whatever the target. */
+        for (int i = 0; i < CE_N * CE_C; i++)
+            c.logits[i] = 0.25;
+        ASSERT_OK(vit_cross_entropy_forward(&loss, c.probs, c.logits, c.labels, CE_N, CE_C, sm[k]));
+        ck_assert_double_le(fabs(loss - log((double)CE_C)), FWD_TOL);
+    }
+    /* Huge logits stay finite: the label has the largest logit by 1, so the
+     * loss is log(1 + (C-1) e^-1) without smoothing. */
+    vit_real big[CE_C], probs[CE_C], loss;
+    int label = 2;
+    for (int j = 0; j < CE_C; j++)
+        big[j] = j == label ? 1001.0 : 1000.0;
+    ASSERT_OK(vit_cross_entropy_forward(&loss, probs, big, &label, 1, CE_C, 0.0));
+    ck_assert_double_le(fabs(loss - log(1 + (CE_C - 1) * exp(-1.0))), FWD_TOL);
+}
+END_TEST
+
+START_TEST(test_cross_entropy_grad)
+{
+    vit_real sm[2] = {0.0, 0.1};
+    const char *names[2] = {"cross_entropy dlogits", "cross_entropy dlogits ls=0.1"};
+    for (int k = 0; k < 2; k++) {
+        ce_ctx c;
+        ce_init(&c, 62 + k, sm[k]);
+        ck_assert(isfinite(ce_loss(&c)));
+        vit_real *dl = gc_zeros(CE_N * CE_C);
+        ASSERT_OK(vit_cross_entropy_backward(dl, c.probs, c.labels, CE_N, CE_C, sm[k], c.dloss));
+        ASSERT_GRAD(names[k], c.logits, dl, CE_N * CE_C, ce_loss, &c);
+        free(dl);
+    }
+}
+END_TEST
+
+/* ==== Patch embedding ================================================== */
+
+enum { PE_B = 2, PE_H = 4, PE_W = 6, PE_P = 2, PE_D = 3, PE_CMAX = 3 };
+enum { PE_N = (PE_H / PE_P) * (PE_W / PE_P) };
+
+typedef struct {
+    vit_patch_shape s;
+    vit_real img[PE_B * PE_H * PE_W * PE_CMAX];
+    vit_real W[PE_P * PE_P * PE_CMAX * PE_D], b[PE_D];
+    vit_real cols[PE_B * PE_N * PE_P * PE_P * PE_CMAX];
+    vit_real y[PE_B * PE_N * PE_D], w[PE_B * PE_N * PE_D];
+} pe_ctx;
+
+static double pe_loss(void *p)
+{
+    pe_ctx *c = p;
+    if (vit_patch_embed_forward(&c->s, c->y, c->cols, c->img, c->W, c->b) != VIT_OK)
+        return NAN;
+    return gc_dot(c->w, c->y, PE_B * PE_N * PE_D);
+}
+
+static void pe_init(pe_ctx *c, int C, uint64_t seed)
+{
+    c->s = (vit_patch_shape){.batch = PE_B, .height = PE_H, .width = PE_W,
+                             .channels = C, .patch = PE_P, .dim = PE_D};
+    gc_fill(c->img, PE_B * PE_H * PE_W * C, &seed, 1.0);
+    gc_fill(c->W, PE_P * PE_P * C * PE_D, &seed, 1.0);
+    gc_fill(c->b, PE_D, &seed, 1.0);
+    gc_fill(c->w, PE_B * PE_N * PE_D, &seed, 1.0);
+}
+
+/* Channel counts for the loop tests: C = 1 and C = 3. */
+static const int pe_channels[2] = {1, 3};
+
+START_TEST(test_patch_embed_forward)
+{
+    const int C = pe_channels[_i];
+    pe_ctx c;
+    pe_init(&c, C, 71 + _i);
+    ck_assert_int_eq(vit_patch_count(&c.s), PE_N);
+
+    /* A PyTorch-layout conv weight wc[D, C, P, P], mapped to W as the
+     * header documents, and a direct stride-P convolution loop. */
+    vit_real wc[PE_D][PE_CMAX][PE_P][PE_P];
+    uint64_t seed = 700 + _i;
+    for (int d = 0; d < PE_D; d++)
+        for (int ch = 0; ch < C; ch++)
+            for (int py = 0; py < PE_P; py++)
+                for (int px = 0; px < PE_P; px++) {
+                    wc[d][ch][py][px] = 2 * gc_uniform(&seed) - 1;
+                    c.W[((py * PE_P + px) * C + ch) * PE_D + d] = wc[d][ch][py][px];
+                }
+    ASSERT_OK(vit_patch_embed_forward(&c.s, c.y, c.cols, c.img, c.W, c.b));
+    const int gw = PE_W / PE_P;
+    for (int b = 0; b < PE_B; b++)
+        for (int oy = 0; oy < PE_H / PE_P; oy++)
+            for (int ox = 0; ox < gw; ox++)
+                for (int d = 0; d < PE_D; d++) {
+                    double s = c.b[d];
+                    for (int ch = 0; ch < C; ch++)
+                        for (int ky = 0; ky < PE_P; ky++)
+                            for (int kx = 0; kx < PE_P; kx++) {
+                                int iy = oy * PE_P + ky, ix = ox * PE_P + kx;
+                                s += wc[d][ch][ky][kx] *
+                                     c.img[((b * PE_H + iy) * PE_W + ix) * C + ch];
+                            }
+                    double got = c.y[((b * PE_N) + oy * gw + ox) * PE_D + d];
+                    ck_assert_double_le(fabs(got - s), FWD_TOL);
+                }
+}
+END_TEST
+
+START_TEST(test_patch_embed_grad)
+{
+    const int C = pe_channels[_i];
+    pe_ctx c;
+    pe_init(&c, C, 81 + _i);
+    ck_assert(isfinite(pe_loss(&c)));
+    const size_t ni = PE_B * PE_H * PE_W * C, nw = PE_P * PE_P * C * PE_D;
+    vit_real *dimg = gc_zeros(ni), *dW = gc_zeros(nw), *db = gc_zeros(PE_D);
+    ASSERT_OK(vit_patch_embed_backward(&c.s, dimg, dW, db, c.w, c.cols, c.W));
+    char name[64];
+    snprintf(name, sizeof name, "patch_embed C=%d dimg", C);
+    ASSERT_GRAD(name, c.img, dimg, ni, pe_loss, &c);
+    snprintf(name, sizeof name, "patch_embed C=%d dW", C);
+    ASSERT_GRAD(name, c.W, dW, nw, pe_loss, &c);
+    snprintf(name, sizeof name, "patch_embed C=%d db", C);
+    ASSERT_GRAD(name, c.b, db, PE_D, pe_loss, &c);
+    free(dimg); free(dW); free(db);
+}
+END_TEST
+
+/* ==== Class token and position embedding =============================== */
+
+enum { T_B = 2, T_N = 3, T_D = 4 };
+
+typedef struct {
+    vit_real x[T_B * T_N * T_D], cls[T_D], pos[T_N * T_D];
+    vit_real y[T_B * (T_N + 1) * T_D], w[T_B * (T_N + 1) * T_D];
+} tok_ctx;
+
+static double cls_loss(void *p)
+{
+    tok_ctx *c = p;
+    if (vit_cls_prepend_forward(c->y, c->x, c->cls, T_B, T_N, T_D) != VIT_OK)
+        return NAN;
+    return gc_dot(c->w, c->y, T_B * (T_N + 1) * T_D);
+}
+
+static double pos_loss(void *p)
+{
+    tok_ctx *c = p;
+    if (vit_pos_add_forward(c->y, c->x, c->pos, T_B, T_N, T_D) != VIT_OK)
+        return NAN;
+    return gc_dot(c->w, c->y, T_B * T_N * T_D);
+}
+
+static void tok_init(tok_ctx *c, uint64_t seed)
+{
+    gc_fill(c->x, T_B * T_N * T_D, &seed, 1.0);
+    gc_fill(c->cls, T_D, &seed, 1.0);
+    gc_fill(c->pos, T_N * T_D, &seed, 1.0);
+    gc_fill(c->w, T_B * (T_N + 1) * T_D, &seed, 1.0);
+}
+
+START_TEST(test_cls_prepend)
+{
+    tok_ctx c;
+    tok_init(&c, 91);
+    ASSERT_OK(vit_cls_prepend_forward(c.y, c.x, c.cls, T_B, T_N, T_D));
+    for (int b = 0; b < T_B; b++)
+        for (int t = 0; t <= T_N; t++)
+            for (int j = 0; j < T_D; j++) {
+                double want = t == 0 ? c.cls[j] : c.x[(b * T_N + t - 1) * T_D + j];
+                ck_assert_double_eq(c.y[(b * (T_N + 1) + t) * T_D + j], want);
+            }
+    vit_real *dx = gc_zeros(T_B * T_N * T_D), *dcls = gc_zeros(T_D);
+    ASSERT_OK(vit_cls_prepend_backward(dx, dcls, c.w, T_B, T_N, T_D));
+    ASSERT_GRAD("cls_prepend dx", c.x, dx, T_B * T_N * T_D, cls_loss, &c);
+    ASSERT_GRAD("cls_prepend dcls", c.cls, dcls, T_D, cls_loss, &c);
+    free(dx); free(dcls);
+}
+END_TEST
+
+START_TEST(test_pos_add)
+{
+    tok_ctx c;
+    tok_init(&c, 92);
+    ASSERT_OK(vit_pos_add_forward(c.y, c.x, c.pos, T_B, T_N, T_D));
+    for (int i = 0; i < T_B * T_N * T_D; i++)
+        ck_assert_double_eq(c.y[i], c.x[i] + c.pos[i % (T_N * T_D)]);
+    vit_real *dx = gc_zeros(T_B * T_N * T_D), *dpos = gc_zeros(T_N * T_D);
+    ASSERT_OK(vit_pos_add_backward(dx, dpos, c.w, T_B, T_N, T_D));
+    ASSERT_GRAD("pos_add dx", c.x, dx, T_B * T_N * T_D, pos_loss, &c);
+    ASSERT_GRAD("pos_add dpos", c.pos, dpos, T_N * T_D, pos_loss, &c);
+    free(dx); free(dpos);
+}
+END_TEST
+
+/* ==== Bad input ======================================================== */
+
+START_TEST(test_bad_input)
+{
+    vit_real a[64] = {0}, b[64] = {0}, c[64] = {0}, d[64] = {0}, e[64] = {0};
+    int labels[4] = {0, 1, 2, 0};
+
+    expect_err(vit_linear_forward(a, NULL, b, NULL, 2, 2, 2), VIT_EINVAL, "vit_linear_forward", "x");
+    expect_err(vit_linear_forward(a, b, c, NULL, 0, 2, 2), VIT_EINVAL, "vit_linear_forward", "n");
+    expect_err(vit_linear_forward(a, b, c, NULL, 2, -1, 2), VIT_EINVAL, "vit_linear_forward", "in");
+    expect_err(vit_linear_backward(a, b, c, NULL, d, e, 2, 2, 2), VIT_EINVAL, "vit_linear_backward", "dy");
+    expect_err(vit_linear_backward(a, NULL, NULL, d, e, NULL, 2, 2, 2), VIT_EINVAL, "vit_linear_backward", "W");
+    expect_err(vit_linear_backward(NULL, NULL, NULL, d, e, c, 2, 0, 2), VIT_EINVAL, "vit_linear_backward", "in");
+
+    expect_err(vit_layernorm_forward(a, b, c, d, NULL, e, 2, 4, 1e-5), VIT_EINVAL, "vit_layernorm_forward", "gamma");
+    expect_err(vit_layernorm_forward(a, b, c, d, e, e, 2, 0, 1e-5), VIT_EINVAL, "vit_layernorm_forward", "d");
+    expect_err(vit_layernorm_forward(a, b, c, d, e, e, 2, 4, 0.0), VIT_EINVAL, "vit_layernorm_forward", "eps");
+    expect_err(vit_layernorm_backward(a, b, c, d, e, NULL, e, e, 2, 4), VIT_EINVAL, "vit_layernorm_backward", "mean");
+    expect_err(vit_layernorm_backward(a, b, c, d, e, e, e, e, 0, 4), VIT_EINVAL, "vit_layernorm_backward", "n");
+
+    expect_err(vit_gelu_forward(NULL, b, 4), VIT_EINVAL, "vit_gelu_forward", "y");
+    expect_err(vit_gelu_forward(a, b, 0), VIT_EINVAL, "vit_gelu_forward", "n");
+    expect_err(vit_gelu_backward(a, b, NULL, 4), VIT_EINVAL, "vit_gelu_backward", "x");
+    expect_err(vit_residual_forward(a, b, NULL, 4), VIT_EINVAL, "vit_residual_forward", "b");
+    expect_err(vit_residual_backward(a, b, c, 0), VIT_EINVAL, "vit_residual_backward", "n");
+
+    expect_err(vit_softmax_forward(a, NULL, 2, 2), VIT_EINVAL, "vit_softmax_forward", "x");
+    expect_err(vit_softmax_forward(a, b, 2, 0), VIT_EINVAL, "vit_softmax_forward", "cols");
+    b[3] = NAN;
+    expect_err(vit_softmax_forward(a, b, 2, 2), VIT_ENUM, "vit_softmax_forward", "x[1, 1]");
+    b[3] = INFINITY;
+    expect_err(vit_softmax_forward(a, b, 2, 2), VIT_ENUM, "vit_softmax_forward", "+inf");
+    b[3] = 0;
+    expect_err(vit_softmax_backward(a, b, NULL, 2, 2), VIT_EINVAL, "vit_softmax_backward", "y");
+
+    vit_real loss;
+    expect_err(vit_cross_entropy_forward(&loss, a, b, NULL, 4, 3, 0), VIT_EINVAL, "vit_cross_entropy_forward", "labels");
+    expect_err(vit_cross_entropy_forward(NULL, a, b, labels, 4, 3, 0), VIT_EINVAL, "vit_cross_entropy_forward", "loss");
+    expect_err(vit_cross_entropy_forward(&loss, a, b, labels, 0, 3, 0), VIT_EINVAL, "vit_cross_entropy_forward", "n");
+    expect_err(vit_cross_entropy_forward(&loss, a, b, labels, 4, 3, 1.0), VIT_EINVAL, "vit_cross_entropy_forward", "smoothing");
+    labels[2] = 3;
+    expect_err(vit_cross_entropy_forward(&loss, a, b, labels, 4, 3, 0), VIT_EINVAL, "vit_cross_entropy_forward", "labels[2]");
+    expect_err(vit_cross_entropy_backward(c, a, labels, 4, 3, 0, 1), VIT_EINVAL, "vit_cross_entropy_backward", "labels[2]");
+    labels[2] = -1;
+    expect_err(vit_cross_entropy_forward(&loss, a, b, labels, 4, 3, 0), VIT_EINVAL, "vit_cross_entropy_forward", "labels[2]");
+    labels[2] = 2;
+    b[7] = NAN;
+    expect_err(vit_cross_entropy_forward(&loss, a, b, labels, 4, 3, 0), VIT_ENUM, "vit_cross_entropy_forward", "logits[2, 1]");
+    b[7] = -INFINITY;
+    expect_err(vit_cross_entropy_forward(&loss, a, b, labels, 4, 3, 0), VIT_ENUM, "vit_cross_entropy_forward", "logits[2, 1]");
+    b[7] = 0;
+
+    vit_patch_shape s = {.batch = 1, .height = 4, .width = 5, .channels = 1, .patch = 2, .dim = 2};
+    ck_assert_int_eq(vit_patch_count(&s), 0);
+    ck_assert_int_eq(vit_patch_count(NULL), 0);
+    expect_err(vit_patch_embed_forward(&s, a, b, c, d, NULL), VIT_EINVAL, "vit_patch_embed_forward", "multiple of patch");
+    s.width = 4;
+    ck_assert_int_eq(vit_patch_count(&s), 4);
+    s.dim = 0;
+    ck_assert_int_eq(vit_patch_count(&s), 0);
+    expect_err(vit_patch_embed_forward(&s, a, b, c, d, NULL), VIT_EINVAL, "vit_patch_embed_forward", "dim");
+    s.dim = 2;
+    expect_err(vit_patch_embed_forward(&s, a, NULL, c, d, NULL), VIT_EINVAL, "vit_patch_embed_forward", "cols");
+    expect_err(vit_patch_embed_forward(NULL, a, b, c, d, NULL), VIT_EINVAL, "vit_patch_embed_forward", "shape");
+    expect_err(vit_patch_embed_backward(&s, a, NULL, NULL, d, e, NULL), VIT_EINVAL, "vit_patch_embed_backward", "W");
+    expect_err(vit_patch_embed_backward(&s, NULL, a, NULL, d, NULL, e), VIT_EINVAL, "vit_patch_embed_backward", "cols");
+
+    expect_err(vit_cls_prepend_forward(a, b, NULL, 1, 2, 2), VIT_EINVAL, "vit_cls_prepend_forward", "cls");
+    expect_err(vit_cls_prepend_forward(a, a, c, 1, 2, 2), VIT_EINVAL, "vit_cls_prepend_forward", "alias");
+    expect_err(vit_cls_prepend_backward(a, b, c, 1, 0, 2), VIT_EINVAL, "vit_cls_prepend_backward", "n");
+    expect_err(vit_pos_add_forward(a, b, NULL, 1, 2, 2), VIT_EINVAL, "vit_pos_add_forward", "pos");
+    expect_err(vit_pos_add_backward(a, b, NULL, 1, 2, 2), VIT_EINVAL, "vit_pos_add_backward", "dy");
+    expect_err(vit_pos_add_backward(a, b, c, 0, 2, 2), VIT_EINVAL, "vit_pos_add_backward", "batch");
+}
+END_TEST
+
+/* ======================================================================= */
+
+static Suite *kernels_suite(void)
+{
+    Suite *s = suite_create("test_kernels");
+    TCase *tc = tcase_create("kernels");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_linear_forward);
+    tcase_add_test(tc, test_linear_grad);
+    tcase_add_test(tc, test_layernorm_forward);
+    tcase_add_test(tc, test_layernorm_grad);
+    tcase_add_test(tc, test_gelu_forward);
+    tcase_add_test(tc, test_gelu_grad);
+    tcase_add_test(tc, test_residual);
+    tcase_add_test(tc, test_softmax_forward);
+    tcase_add_test(tc, test_softmax_grad);
+    tcase_add_test(tc, test_cross_entropy_forward);
+    tcase_add_test(tc, test_cross_entropy_grad);
+    tcase_add_loop_test(tc, test_patch_embed_forward, 0, 2);
+    tcase_add_loop_test(tc, test_patch_embed_grad, 0, 2);
+    tcase_add_test(tc, test_cls_prepend);
+    tcase_add_test(tc, test_pos_add);
+    tcase_add_test(tc, test_bad_input);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    if (vit_real_size() != sizeof(vit_real)) {
+        fprintf(stderr, "test_kernels: compiled for %zu-byte reals, library has %zu\n",
+                sizeof(vit_real), vit_real_size());
+        return EXIT_FAILURE;
+    }
+    SRunner *sr = srunner_create(kernels_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,170 @@
+/*
+ * vit_train - train a Vision Transformer on the digits, IDX files or a PNG
+ * folder.  All the work is in the library (vit/train.h); this file only
+ * turns flags into a config and options.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "vit/vit.h"
+
+static const char *prog = "vit_train";
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: vit_train [--data digits|DIR] [--config FILE] [--out DIR] [options]\n"
+        "\n"
+        "Trains a Vision Transformer and scores it on the held-out test set after\n"
+        "every epoch.  Writes OUT/metrics.csv and OUT/last.ckpt.\n"
+        "\n"
+        "  --data SPEC          digits (the shipped 8x8 digits: first 1437 train, last\n"
+        "                       360 test), a folder of MNIST IDX files, or a folder\n"
+        "                       with train/ and test/ class subfolders of PNGs\n"
+        "  --config FILE        model and recipe (key = value lines); flags override it\n"
+        "  --out DIR            output folder (default runs/NAME of the data)\n"
+        "  --resume CKPT        continue a run from its checkpoint\n"
+        "  --val N              hold out the last N training images for validation\n"
+        "  --ckpt-every N       epochs between checkpoints (default 1)\n"
+        "  --stop-after N       stop after N epochs, as if interrupted (resume later)\n"
+        "  --threads N          BLAS threads (default: OpenBLAS's own choice)\n"
+        "  --quiet              print only the final result\n"
+        "  --help, --version\n"
+        "\n"
+        "Model and recipe (any config key):\n");
+    cli_print_config_keys(f);
+}
+
+/* Folder name for a data spec: "digits", or the last path component. */
+static void default_out(const char *spec, char *out, size_t cap)
+{
+    const char *base = strrchr(spec, '/');
+    base = base && base[1] ? base + 1 : spec;
+    snprintf(out, cap, "runs/%s", base);
+}
+
+static void print_confusion(const vit_train_result *r)
+{
+    int K = r->confusion_classes;
+    printf("confusion matrix (rows: true class, columns: predicted)\n     ");
+    for (int j = 0; j < K; j++)
+        printf("%5d", j);
+    printf("\n");
+    for (int i = 0; i < K; i++) {
+        printf("%5d", i);
+        for (int j = 0; j < K; j++)
+            printf("%5d", r->confusion[i * K + j]);
+        printf("\n");
+    }
+}
+
+int main(int argc, char **argv)
+{
+    vit_config cfg;
+    vit_config_default(&cfg);
+    vit_train_opts o = {.ckpt_every = 1, .progress = isatty(STDOUT_FILENO) ? 2 : 1};
+    const char *data = "digits", *config = NULL;
+    char out[4096] = "";
+    int threads = 0;
+
+    /* First pass: --config, so that flags given later override the file
+     * whatever their order on the line. */
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        if (strcmp(argv[i], "--version") == 0) {
+            printf("vit_train %s (%s)\n", vit_version(), VIT_REAL_NAME);
+            return 0;
+        }
+        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+            config = argv[++i];
+    }
+    if (config && vit_config_load(&cfg, config))
+        return cli_fail(prog, NULL);
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--quiet") == 0) {
+            o.progress = 0;
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", prog, a);
+            return 2;
+        }
+        if (!v) {
+            fprintf(stderr, "%s: %s needs a value\n", prog, a);
+            return 2;
+        }
+        i++;
+        if (strcmp(a, "--config") == 0)
+            continue;
+        else if (strcmp(a, "--data") == 0)
+            data = v;
+        else if (strcmp(a, "--out") == 0)
+            snprintf(out, sizeof out, "%s", v);
+        else if (strcmp(a, "--resume") == 0)
+            o.resume = v;
+        else if (strcmp(a, "--val") == 0) {
+            if (!cli_int(prog, a, v, 0, 1 << 30, &o.val_count))
+                return 2;
+        } else if (strcmp(a, "--ckpt-every") == 0) {
+            if (!cli_int(prog, a, v, 1, 1 << 30, &o.ckpt_every))
+                return 2;
+        } else if (strcmp(a, "--stop-after") == 0) {
+            if (!cli_int(prog, a, v, 1, 1 << 30, &o.stop_after_epochs))
+                return 2;
+        } else if (strcmp(a, "--threads") == 0) {
+            if (!cli_int(prog, a, v, 1, 256, &threads))
+                return 2;
+        } else {
+            char key[64];
+            snprintf(key, sizeof key, "%s", a + 2);
+            for (char *p = key; *p; p++)
+                if (*p == '-')
+                    *p = '_';
+            if (vit_config_set(&cfg, key, v)) {
+                fprintf(stderr, "%s: %s: %s\n", prog, a, vit_last_error());
+                return 2;
+            }
+        }
+    }
+    if (threads > 0)
+        vit_set_threads(threads);
+    if (!*out)
+        default_out(data, out, sizeof out);
+    o.out_dir = out;
+
+    vit_dataset train = {0}, test = {0};
+    if (vit_data_load(data, cli_digits_path(), &train, &test))
+        return cli_fail(prog, NULL);
+    if (o.progress)
+        printf("data: %d train, %d test images of %dx%dx%d, %d classes%s\n", train.count - o.val_count,
+               test.count, train.height, train.width, train.channels, train.classes,
+               o.val_count ? " (plus validation)" : "");
+
+    vit_train_result res;
+    int rc = vit_train_run(&cfg, &train, &test, &o, &res);
+    vit_dataset_free(&train);
+    vit_dataset_free(&test);
+    if (rc) {
+        fprintf(stderr, "%s: %s\n", prog, vit_last_error());
+        if (rc == VIT_ENUM)
+            fprintf(stderr, "%s: the last good checkpoint is kept in %s/last.ckpt\n", prog, out);
+        return 1;
+    }
+    if (o.progress)
+        print_confusion(&res);
+    if (res.val_accuracy >= 0)
+        printf("validation accuracy %.4f\n", res.val_accuracy);
+    printf("test accuracy %.4f (%d epochs, %.1f s, %.0f images/s); checkpoint %s/last.ckpt\n",
+           res.test_accuracy, res.epochs_done, res.seconds, res.images_per_second, out);
+    vit_train_result_free(&res);
+    return 0;
+}
