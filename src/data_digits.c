@@ -83,6 +83,16 @@ static int parse_line(const char *path, int lineno, char *line, unsigned char *o
     return VIT_OK;
 }
 
+/* gzerror's message without the "path: " prefix zlib puts in front. */
+static const char *zlib_message(gzFile g, const char *path, int *err)
+{
+    const char *msg = gzerror(g, err);
+    size_t n = strlen(path);
+    if (strncmp(msg, path, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ')
+        msg += n + 2;
+    return msg;
+}
+
 /* Reads every line of the file into r.  A line without a final newline is
  * either the last line of a clean file or the sign of a truncated stream;
  * gzerror tells which. */
@@ -97,7 +107,7 @@ static int read_records(gzFile f, const char *path, records *r)
             if (len == sizeof buf - 1)
                 return vit_fail(VIT_EFORMAT, "%s:%d: line longer than %d characters",
                                 path, lineno, (int)sizeof buf - 2);
-            const char *msg = gzerror(f, &err);
+            const char *msg = zlib_message(f, path, &err);
             if (err != Z_OK)
                 return vit_fail(err == Z_ERRNO ? VIT_EIO : VIT_EFORMAT,
                                 "%s:%d: file is truncated or corrupt (zlib: %s)",
@@ -118,7 +128,7 @@ static int read_records(gzFile f, const char *path, records *r)
         if ((rc = parse_line(path, lineno, buf, r->rec + (size_t)(r->n - 1) * DIGITS_FIELDS)))
             return rc;
     }
-    const char *msg = gzerror(f, &err);
+    const char *msg = zlib_message(f, path, &err);
     if (err != Z_OK)
         return vit_fail(err == Z_ERRNO ? VIT_EIO : VIT_EFORMAT,
                         "%s:%d: file is truncated or corrupt (zlib: %s)", path, lineno + 1, msg);

@@ -130,10 +130,20 @@ static long long read_full(gzFile g, unsigned char *buf, size_t want)
     return (long long)got;
 }
 
+/* gzerror's message without the "path: " prefix zlib puts in front. */
+static const char *zlib_message(gzFile g, const char *path, int *err)
+{
+    const char *msg = gzerror(g, err);
+    size_t n = strlen(path);
+    if (strncmp(msg, path, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ')
+        msg += n + 2;
+    return msg;
+}
+
 static int zlib_error(gzFile g, const char *path)
 {
     int err;
-    const char *msg = gzerror(g, &err);
+    const char *msg = zlib_message(g, path, &err);
     return vit_fail(err == Z_ERRNO ? VIT_EIO : VIT_EFORMAT, "%s: read error (%s)", path,
                     err == Z_ERRNO ? strerror(errno) : msg);
 }

@@ -22,20 +22,49 @@ int vit_data_internal_png_pair(const char *train_dir, const char *test_dir,
 
 /* ---------------------------------------------------------------- one file */
 
-/* An image as 8-bit samples [h, w, c], c = 1 (gray) or 3 (RGB). */
+/* An image [h, w, c] in [0, 1], c = 1 (gray) or 3 (RGB). */
 typedef struct {
-    unsigned char *px;
+    vit_real *px;
     int h, w, c;
-} u8_image;
+} real_image;
 
 static const char *kind(int c) { return c == 1 ? "grayscale" : "RGB"; }
 
+/* Converts the samples libpng produced ([h*w, c + alpha], 8- or 16-bit) to
+ * vit_real, dropping alpha.  8-bit samples are unassociated: the colour is
+ * kept as it is.  16-bit linear samples come premultiplied by alpha, so the
+ * colour is divided by alpha again (and is 0 where alpha is 0). */
+static void samples_to_real(vit_real *dst, const void *src, size_t pixels, int c, int alpha,
+                            int wide)
+{
+    const unsigned char *b8 = src;
+    const png_uint_16 *b16 = src;
+    int stride = c + alpha;
+    for (size_t i = 0; i < pixels; i++) {
+        for (int ch = 0; ch < c; ch++) {
+            size_t at = i * (size_t)stride + (size_t)ch;
+            vit_real v;
+            if (!wide) {
+                v = (vit_real)b8[at] / (vit_real)255;
+            } else if (alpha) {
+                unsigned a = b16[i * (size_t)stride + (size_t)c];
+                v = a == 0 ? 0 : (vit_real)b16[at] / (vit_real)a;
+                v = v > 1 ? 1 : v;
+            } else {
+                v = (vit_real)b16[at] / (vit_real)65535;
+            }
+            dst[i * (size_t)c + (size_t)ch] = v;
+        }
+    }
+}
+
 /* Reads path into img.  The file is opened here (not by libpng) so that a
  * missing file is VIT_EIO and a file that is not a PNG is VIT_EFORMAT. */
-static int read_png_u8(const char *path, u8_image *img)
+static int read_png(const char *path, real_image *img)
 {
     png_image im;
     unsigned char sig[8];
+    void *raw = NULL;
     int rc = VIT_OK;
     memset(img, 0, sizeof *img);
     FILE *fp = fopen(path, "rb");
@@ -56,50 +85,53 @@ static int read_png_u8(const char *path, u8_image *img)
         fclose(fp);
         return rc;
     }
-    /* Ask for the file's own colour kind, keeping alpha if it has any so that
-     * libpng does not composite; the alpha samples are dropped below. */
+    /* Ask for the file's own colour kind and depth: libpng then changes no
+     * values.  Alpha is kept if present (else libpng would composite it onto
+     * a background) and dropped in samples_to_real.  16-bit files are
+     * treated by libpng as linear; reading them as 8-bit would gamma-encode
+     * them, so they are read as 16-bit linear. */
     int c = (im.format & PNG_FORMAT_FLAG_COLOR) ? 3 : 1;
     int alpha = (im.format & PNG_FORMAT_FLAG_ALPHA) ? 1 : 0;
-    im.format = (c == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY) | (alpha ? PNG_FORMAT_FLAG_ALPHA : 0);
-    size_t n = 0;
+    int wide = (im.format & PNG_FORMAT_FLAG_LINEAR) ? 1 : 0;
+    im.format = (c == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY) | (alpha ? PNG_FORMAT_FLAG_ALPHA : 0) |
+                (wide ? PNG_FORMAT_FLAG_LINEAR : 0);
+    size_t pixels = (size_t)im.width * (size_t)im.height, n = 0, bytes = 0;
     if (im.width > (1u << 30) || im.height > (1u << 30) ||
         (size_t)im.width * (size_t)(c + alpha) > INT32_MAX ||
-        !vit_mul_size(&n, (size_t)im.width * (size_t)(c + alpha), im.height)) {
+        !vit_mul_size(&n, pixels, (size_t)(c + alpha)) ||
+        !vit_mul_size(&bytes, pixels, (size_t)c * sizeof(vit_real))) {
         rc = vit_fail(VIT_EFORMAT, "%s: image of %lux%lu pixels is too large", path,
                       (unsigned long)im.width, (unsigned long)im.height);
         png_image_free(&im);
         fclose(fp);
         return rc;
     }
-    img->px = malloc(n);
-    if (img->px == NULL) {
+    raw = malloc(n * (wide ? 2 : 1));
+    img->px = malloc(bytes);
+    if (raw == NULL || img->px == NULL) {
+        rc = vit_fail(VIT_ENOMEM, "%s: out of memory for %zu pixels", path, pixels);
         png_image_free(&im);
-        fclose(fp);
-        return vit_fail(VIT_ENOMEM, "%s: out of memory for %zu bytes", path, n);
-    }
-    if (!png_image_finish_read(&im, NULL, img->px, 0, NULL)) {
+    } else if (!png_image_finish_read(&im, NULL, raw, 0, NULL)) {
         rc = vit_fail(VIT_EFORMAT, "%s: corrupt PNG (libpng: %s)", path, im.message);
-        free(img->px);
-        img->px = NULL;
-        fclose(fp);
-        return rc;
     }
     fclose(fp);
-    img->h = (int)im.height;
-    img->w = (int)im.width;
-    img->c = c;
-    if (alpha) { /* compact [.., c+1] to [.., c] in place, front to back */
-        size_t pixels = (size_t)img->h * (size_t)img->w;
-        for (size_t i = 0; i < pixels; i++)
-            memmove(img->px + i * (size_t)c, img->px + i * (size_t)(c + 1), (size_t)c);
+    if (rc == VIT_OK) {
+        samples_to_real(img->px, raw, pixels, c, alpha, wide);
+        img->h = (int)im.height;
+        img->w = (int)im.width;
+        img->c = c;
+    } else {
+        free(img->px);
+        img->px = NULL;
     }
-    return VIT_OK;
+    free(raw);
+    return rc;
 }
 
 int vit_png_read(const char *path, vit_real **pixels, int *height, int *width, int *channels)
 {
     static const char *fn = "vit_png_read";
-    u8_image img;
+    real_image img;
     int rc;
     if ((rc = vit_check_ptr(fn, "path", path)) || (rc = vit_check_ptr(fn, "pixels", pixels)) ||
         (rc = vit_check_ptr(fn, "height", height)) || (rc = vit_check_ptr(fn, "width", width)) ||
@@ -107,16 +139,9 @@ int vit_png_read(const char *path, vit_real **pixels, int *height, int *width, i
         return rc;
     *pixels = NULL;
     *height = *width = *channels = 0;
-    if ((rc = read_png_u8(path, &img)))
+    if ((rc = read_png(path, &img)))
         return rc;
-    size_t n = (size_t)img.h * (size_t)img.w * (size_t)img.c, bytes = 0;
-    if (!vit_mul_size(&bytes, n, sizeof(vit_real)) || (*pixels = malloc(bytes)) == NULL) {
-        free(img.px);
-        return vit_fail(VIT_ENOMEM, "%s: out of memory for %zu pixels", path, n);
-    }
-    for (size_t i = 0; i < n; i++)
-        (*pixels)[i] = (vit_real)img.px[i] / (vit_real)255;
-    free(img.px);
+    *pixels = img.px;
     *height = img.h;
     *width = img.w;
     *channels = img.c;
@@ -318,7 +343,7 @@ static int read_images(const char *dir, const name_list *classes, const name_lis
     int rc = VIT_OK, i = 0;
     for (int k = 0; rc == VIT_OK && k < classes->n; k++) {
         for (int j = 0; rc == VIT_OK && j < files[k].n; j++, i++) {
-            u8_image img;
+            real_image img;
             char *sub = join(dir, classes->name[k]);
             char *path = sub ? join(sub, files[k].name[j]) : NULL;
             free(sub);
@@ -326,7 +351,7 @@ static int read_images(const char *dir, const name_list *classes, const name_lis
                 rc = vit_fail(VIT_ENOMEM, "%s: out of memory", dir);
                 break;
             }
-            rc = read_png_u8(path, &img);
+            rc = read_png(path, &img);
             if (rc == VIT_OK && first == NULL) {
                 rc = vit_data_internal_alloc(ds, total, img.h, img.w, img.c, dir);
                 ds->classes = classes->n;
@@ -341,8 +366,7 @@ static int read_images(const char *dir, const name_list *classes, const name_lis
             if (rc == VIT_OK) {
                 size_t n = (size_t)img.h * (size_t)img.w * (size_t)img.c;
                 vit_real *dst = ds->images + (size_t)i * n;
-                for (size_t p = 0; p < n; p++)
-                    dst[p] = (vit_real)img.px[p] / (vit_real)255;
+                memcpy(dst, img.px, n * sizeof *dst);
                 ds->labels[i] = k;
             }
             free(img.px);

@@ -28,13 +28,16 @@ static double pc_uniform(uint64_t *seed)
     return (double)(z >> 11) * (1.0 / 9007199254740992.0);
 }
 
-/* v[i] = scale * k/256 with integer k in [-256, 256].  scale must be a power
- * of two, so every value is exact in float32 and float64 alike. */
+/* v[i] = scale * k / 2^16 with integer k in [-2^16, 2^16].  17 significant
+ * bits fit float32's 24, and scale is a power of two, so every value is
+ * exact in both builds.  The grid is deliberately finer than k/256: with
+ * 8-bit inputs every product and short sum is itself exact in float32, and
+ * a GEMM would agree bit for bit without exercising any rounding. */
 static void pc_fill(vit_real *v, size_t n, uint64_t seed, double scale)
 {
     for (size_t i = 0; i < n; i++) {
-        int k = (int)(pc_uniform(&seed) * 513.0) - 256;
-        v[i] = (vit_real)(scale * k / 256.0);
+        long k = (long)(pc_uniform(&seed) * 131073.0) - 65536;
+        v[i] = (vit_real)(scale * (double)k / 65536.0);
     }
 }
 

@@ -5,8 +5,8 @@
  *
  * precision_cases.c is compiled twice: into precision_dump (against
  * libvit-f64, vit_real = double) and into test_precision (against libvit,
- * vit_real = float).  The inputs are generated from fixed seeds as small
- * integers over 256 (k/256, |k| <= 256), which float32 represents exactly,
+ * vit_real = float).  The inputs are generated from fixed seeds as integers
+ * over 2^16 (k/65536, |k| <= 65536), which float32 represents exactly,
  * so both builds start from bit-identical inputs and any difference in the
  * outputs is the kernels' own rounding.
  */

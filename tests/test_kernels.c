@@ -57,6 +57,26 @@ static double max_abs_diff(const vit_real *a, const vit_real *b, size_t n)
     return m;
 }
 
+/* Backward kernels accumulate: starting from g + 1 (g the gradient a first
+ * call produced from zeros), a second call must leave 2 g + 1.  Returns a
+ * buffer holding g + 1 for the caller to pass to that second call. */
+static vit_real *accum_start(const vit_real *g, size_t n)
+{
+    vit_real *b = gc_zeros(n);
+    for (size_t i = 0; i < n; i++)
+        b[i] = g[i] + 1;
+    return b;
+}
+
+static void accum_check(const char *name, vit_real *b, const vit_real *g, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(fabs(b[i] - (2 * g[i] + 1)) <= 1e-12,
+                      "%s does not accumulate: [%zu] = %g, want %g", name, i,
+                      (double)b[i], 2 * (double)g[i] + 1);
+    free(b);
+}
+
 /* ==== Linear =========================================================== */
 
 enum { LN_N = 3, LN_IN = 4, LN_OUT = 5 };
@@ -118,14 +138,18 @@ START_TEST(test_linear_grad)
     ASSERT_GRAD("linear dW", c.W, dW, LN_IN * LN_OUT, linear_loss, &c);
     ASSERT_GRAD("linear db", c.b, db, LN_OUT, linear_loss, &c);
 
-    /* Backward accumulates: a second call doubles every gradient, and NULL
-     * gradients are skipped without touching the others. */
-    vit_real *dW2 = gc_zeros(LN_IN * LN_OUT);
-    memcpy(dW2, dW, sizeof(vit_real) * LN_IN * LN_OUT);
+    vit_real *ax = accum_start(dx, LN_N * LN_IN), *aw = accum_start(dW, LN_IN * LN_OUT),
+             *ab = accum_start(db, LN_OUT);
+    ASSERT_OK(vit_linear_backward(ax, aw, ab, c.w, c.x, c.W, LN_N, LN_IN, LN_OUT));
+    accum_check("linear dx", ax, dx, LN_N * LN_IN);
+    accum_check("linear dW", aw, dW, LN_IN * LN_OUT);
+    accum_check("linear db", ab, db, LN_OUT);
+
+    /* NULL gradients are skipped, and x / W are then not needed. */
+    vit_real *dW2 = accum_start(dW, LN_IN * LN_OUT);
     ASSERT_OK(vit_linear_backward(NULL, dW2, NULL, c.w, c.x, NULL, LN_N, LN_IN, LN_OUT));
-    for (int i = 0; i < LN_IN * LN_OUT; i++)
-        ck_assert_double_eq_tol(dW2[i], 2 * dW[i], 1e-12);
-    free(dx); free(dW); free(db); free(dW2);
+    accum_check("linear dW (dx, db NULL)", dW2, dW, LN_IN * LN_OUT);
+    free(dx); free(dW); free(db);
 }
 END_TEST
 
@@ -206,6 +230,13 @@ START_TEST(test_layernorm_grad)
     ASSERT_GRAD("layernorm dx", c.x, dx, LNR_N * LNR_D, ln_loss, &c);
     ASSERT_GRAD("layernorm dgamma", c.gamma, dg, LNR_D, ln_loss, &c);
     ASSERT_GRAD("layernorm dbeta", c.beta, dbt, LNR_D, ln_loss, &c);
+    ck_assert(isfinite(ln_loss(&c))); /* mean, rstd of the unperturbed x again */
+    vit_real *ax = accum_start(dx, LNR_N * LNR_D), *ag = accum_start(dg, LNR_D),
+             *ab = accum_start(dbt, LNR_D);
+    ASSERT_OK(vit_layernorm_backward(ax, ag, ab, c.w, c.x, c.mean, c.rstd, c.gamma, LNR_N, LNR_D));
+    accum_check("layernorm dx", ax, dx, LNR_N * LNR_D);
+    accum_check("layernorm dgamma", ag, dg, LNR_D);
+    accum_check("layernorm dbeta", ab, dbt, LNR_D);
     free(dx); free(dg); free(dbt);
 }
 END_TEST
@@ -262,6 +293,9 @@ START_TEST(test_gelu_grad)
     vit_real *dx = gc_zeros(G_N);
     ASSERT_OK(vit_gelu_backward(dx, c.w, c.x, G_N));
     ASSERT_GRAD("gelu dx", c.x, dx, G_N, gelu_loss, &c);
+    vit_real *acc = accum_start(dx, G_N);
+    ASSERT_OK(vit_gelu_backward(acc, c.w, c.x, G_N));
+    accum_check("gelu dx", acc, dx, G_N);
     free(dx);
 }
 END_TEST
@@ -292,6 +326,10 @@ START_TEST(test_residual)
     ASSERT_OK(vit_residual_backward(da, db, c.w, G_N));
     ASSERT_GRAD("residual da", c.a, da, G_N, res_loss, &c);
     ASSERT_GRAD("residual db", c.b, db, G_N, res_loss, &c);
+    vit_real *aa = accum_start(da, G_N), *ab = accum_start(db, G_N);
+    ASSERT_OK(vit_residual_backward(aa, ab, c.w, G_N));
+    accum_check("residual da", aa, da, G_N);
+    accum_check("residual db", ab, db, G_N);
     free(da); free(db);
 }
 END_TEST
@@ -359,6 +397,10 @@ START_TEST(test_softmax_grad)
     vit_real *dx = gc_zeros(SM_R * SM_C);
     ASSERT_OK(vit_softmax_backward(dx, c.w, c.y, SM_R, SM_C));
     ASSERT_GRAD("softmax dx", c.x, dx, SM_R * SM_C, sm_loss, &c);
+    ck_assert(isfinite(sm_loss(&c))); /* y of the unperturbed x again */
+    vit_real *acc = accum_start(dx, SM_R * SM_C);
+    ASSERT_OK(vit_softmax_backward(acc, c.w, c.y, SM_R, SM_C));
+    accum_check("softmax dx", acc, dx, SM_R * SM_C);
     /* Masked entries and the fully masked row pass exactly no gradient. */
     ck_assert_double_eq(dx[2 * SM_C + 1], 0.0);
     for (int j = 0; j < SM_C; j++)
@@ -457,6 +499,10 @@ START_TEST(test_cross_entropy_grad)
         vit_real *dl = gc_zeros(CE_N * CE_C);
         ASSERT_OK(vit_cross_entropy_backward(dl, c.probs, c.labels, CE_N, CE_C, sm[k], c.dloss));
         ASSERT_GRAD(names[k], c.logits, dl, CE_N * CE_C, ce_loss, &c);
+        ck_assert(isfinite(ce_loss(&c))); /* probs of the unperturbed logits again */
+        vit_real *acc = accum_start(dl, CE_N * CE_C);
+        ASSERT_OK(vit_cross_entropy_backward(acc, c.probs, c.labels, CE_N, CE_C, sm[k], c.dloss));
+        accum_check(names[k], acc, dl, CE_N * CE_C);
         free(dl);
     }
 }
@@ -550,6 +596,11 @@ START_TEST(test_patch_embed_grad)
     ASSERT_GRAD(name, c.W, dW, nw, pe_loss, &c);
     snprintf(name, sizeof name, "patch_embed C=%d db", C);
     ASSERT_GRAD(name, c.b, db, PE_D, pe_loss, &c);
+    vit_real *ai = accum_start(dimg, ni), *aw = accum_start(dW, nw), *ab = accum_start(db, PE_D);
+    ASSERT_OK(vit_patch_embed_backward(&c.s, ai, aw, ab, c.w, c.cols, c.W));
+    accum_check("patch_embed dimg", ai, dimg, ni);
+    accum_check("patch_embed dW", aw, dW, nw);
+    accum_check("patch_embed db", ab, db, PE_D);
     free(dimg); free(dW); free(db);
 }
 END_TEST
@@ -602,6 +653,10 @@ START_TEST(test_cls_prepend)
     ASSERT_OK(vit_cls_prepend_backward(dx, dcls, c.w, T_B, T_N, T_D));
     ASSERT_GRAD("cls_prepend dx", c.x, dx, T_B * T_N * T_D, cls_loss, &c);
     ASSERT_GRAD("cls_prepend dcls", c.cls, dcls, T_D, cls_loss, &c);
+    vit_real *ax = accum_start(dx, T_B * T_N * T_D), *ac = accum_start(dcls, T_D);
+    ASSERT_OK(vit_cls_prepend_backward(ax, ac, c.w, T_B, T_N, T_D));
+    accum_check("cls_prepend dx", ax, dx, T_B * T_N * T_D);
+    accum_check("cls_prepend dcls", ac, dcls, T_D);
     free(dx); free(dcls);
 }
 END_TEST
@@ -617,6 +672,10 @@ START_TEST(test_pos_add)
     ASSERT_OK(vit_pos_add_backward(dx, dpos, c.w, T_B, T_N, T_D));
     ASSERT_GRAD("pos_add dx", c.x, dx, T_B * T_N * T_D, pos_loss, &c);
     ASSERT_GRAD("pos_add dpos", c.pos, dpos, T_N * T_D, pos_loss, &c);
+    vit_real *ax = accum_start(dx, T_B * T_N * T_D), *ap = accum_start(dpos, T_N * T_D);
+    ASSERT_OK(vit_pos_add_backward(ax, ap, c.w, T_B, T_N, T_D));
+    accum_check("pos_add dx", ax, dx, T_B * T_N * T_D);
+    accum_check("pos_add dpos", ap, dpos, T_N * T_D);
     free(dx); free(dpos);
 }
 END_TEST

@@ -80,8 +80,12 @@ int vit_data_load_idx(const char *dir, vit_dataset *train, vit_dataset *test);
  * names, other files are ignored.  Entries whose name starts with '.' are
  * skipped.  Images are stored class by class (class 0 first).
  * Grayscale PNGs load as C = 1, colour (and palette) PNGs as C = 3; an alpha
- * channel is dropped (colour values kept, not composited).  Pixels are 8-bit
- * values / 255 (16-bit files are reduced to 8 bits by libpng).
+ * channel is dropped (colour values kept, not composited onto a background;
+ * in 16-bit files the colour of a fully transparent pixel reads as 0).
+ * Pixels are sample / 255 for 8-bit files and sample / 65535 for 16-bit ones
+ * (bit depths below 8 are scaled up to 8 first).  Samples are taken as
+ * stored, except that libpng re-encodes a file whose gAMA chunk differs from
+ * the default for its depth (sRGB for 8-bit, linear for 16-bit).
  * All images must share height, width and channel count.
  * Errors: VIT_EINVAL (NULL argument), VIT_EIO (unreadable folder or file),
  * VIT_EFORMAT: no class subfolders, an empty class folder (named), a file

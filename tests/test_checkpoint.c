@@ -1,0 +1,853 @@
+/*
+ * tests/test_checkpoint.c - the checkpoint file format, its reader's
+ * defences against damaged files, and atomic replacement on write
+ * (float64 build).
+ *
+ * Every test works in its own mkdtemp folder under /tmp and removes it.
+ * Files with a valid checksum but hostile contents are assembled here
+ * byte by byte with a CRC-32 implemented independently below (bit at a
+ * time, no table), which also cross-checks the writer's CRC.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "vit/checkpoint.h"
+
+/* ---- helpers ---- */
+
+/* CRC-32 as zlib computes it: reflected polynomial 0xEDB88320, initial
+ * value and final xor all ones. */
+static uint32_t ref_crc32(const unsigned char *p, size_t n)
+{
+    uint32_t crc = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) {
+        crc ^= p[i];
+        for (int b = 0; b < 8; b++)
+            crc = (crc & 1u) ? (crc >> 1) ^ 0xEDB88320u : crc >> 1;
+    }
+    return ~crc;
+}
+
+typedef struct tmpdir {
+    char path[64];
+} tmpdir;
+
+static void tmpdir_make(tmpdir *d)
+{
+    strcpy(d->path, "/tmp/vit_ckpt_test_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(d->path));
+}
+
+/* Number of entries in folder d (without "." and ".."). */
+static int count_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            n++;
+    closedir(d);
+    return n;
+}
+
+/* Removes every file in the folder, then the folder (one level only). */
+static void tmpdir_remove(tmpdir *d)
+{
+    DIR *dir = opendir(d->path);
+    if (dir == NULL)
+        return;
+    struct dirent *e;
+    char p[512];
+    while ((e = readdir(dir)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        snprintf(p, sizeof p, "%s/%s", d->path, e->d_name);
+        unlink(p);
+    }
+    closedir(dir);
+    rmdir(d->path);
+}
+
+static unsigned char *read_all(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    ck_assert_int_ge(n, 0);
+    rewind(f);
+    unsigned char *b = malloc((size_t)n + 1);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_uint_eq(fread(b, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+static void write_all(const char *path, const unsigned char *b, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(b, 1, n, f), n);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* Rewrites the trailing CRC of an edited file image so that only the
+ * edit itself can make the reader complain. */
+static void fix_crc(unsigned char *b, size_t n)
+{
+    uint32_t c = ref_crc32(b, n - 4);
+    for (int i = 0; i < 4; i++)
+        b[n - 4 + i] = (unsigned char)(c >> (8 * i));
+}
+
+/* A growing byte image for hand-built files. */
+typedef struct bytes {
+    unsigned char b[4096];
+    size_t n;
+} bytes;
+
+static void put(bytes *o, uint64_t v, int width)
+{
+    for (int i = 0; i < width; i++)
+        o->b[o->n++] = (unsigned char)(v >> (8 * i));
+}
+
+static void put_str(bytes *o, const char *s)
+{
+    size_t k = strlen(s);
+    memcpy(o->b + o->n, s, k);
+    o->n += k;
+}
+
+static void put_f32(bytes *o, float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    put(o, u, 4);
+}
+
+/* Header through the config text, as in the format description. */
+static void put_header(bytes *o, const char *config)
+{
+    put_str(o, "VITCKPT1");
+    put(o, 1, 4);
+    put(o, 4, 4); /* as if written by the float32 build */
+    put(o, 5, 8);
+    put(o, 6, 8);
+    for (int i = 0; i < 4; i++)
+        put(o, 100 + i, 8);
+    put(o, strlen(config), 4);
+    put_str(o, config);
+}
+
+static void put_crc(bytes *o) { put(o, ref_crc32(o->b, o->n), 4); }
+
+/* Reads path expecting failure with code rc; checks that the message names
+ * the file and contains want (unless NULL) and that c is left zeroed. */
+static void expect_read_fails(const char *path, int rc, const char *want)
+{
+    vit_ckpt c;
+    memset(&c, 0x5a, sizeof c);
+    int got = vit_ckpt_read(path, &c);
+    ck_assert_msg(got == rc, "reading %s: got %d, want %d (%s)", path, got, rc, vit_last_error());
+    ck_assert_msg(strstr(vit_last_error(), path) != NULL, "message does not name the file: %s",
+                  vit_last_error());
+    if (want)
+        ck_assert_msg(strstr(vit_last_error(), want) != NULL, "message '%s' lacks '%s'",
+                      vit_last_error(), want);
+    ck_assert_ptr_null(c.config);
+    ck_assert_ptr_null(c.tensors);
+    ck_assert_int_eq(c.ntensors, 0);
+}
+
+static void write_image(const char *path, const bytes *o) { write_all(path, o->b, o->n); }
+
+/* A small checkpoint with two tensors whose values exercise float32
+ * rounding. */
+static vit_real small_a[6], small_b[3];
+
+static vit_ckpt small_ckpt(vit_ckpt_tensor t[2])
+{
+    for (int i = 0; i < 6; i++)
+        small_a[i] = 0.1 * (i + 1) - 0.25;
+    for (int i = 0; i < 3; i++)
+        small_b[i] = -1.0 / (i + 3);
+    memset(t, 0, 2 * sizeof *t);
+    strcpy(t[0].name, "blocks.0.attn.w");
+    t[0].ndim = 2;
+    t[0].dims[0] = 2;
+    t[0].dims[1] = 3;
+    t[0].data = small_a;
+    strcpy(t[1].name, "b");
+    t[1].ndim = 1;
+    t[1].dims[0] = 3;
+    t[1].data = small_b;
+    vit_ckpt c = {7, 2, {1, 2, 3, 4}, "dim=8\n", 2, t};
+    return c;
+}
+
+/* ---- tests ---- */
+
+START_TEST(test_reference_crc)
+{
+    /* The standard CRC-32 check value. */
+    ck_assert_uint_eq(ref_crc32((const unsigned char *)"123456789", 9), 0xCBF43926u);
+}
+END_TEST
+
+START_TEST(test_byte_layout)
+{
+    /* The writer's output must equal the documented layout assembled here
+     * by hand. */
+    tmpdir d;
+    tmpdir_make(&d);
+    char path[128];
+    snprintf(path, sizeof path, "%s/layout.ckpt", d.path);
+    vit_real w[2] = {1.0, -2.0};
+    vit_ckpt_tensor t = {"w", 2, {1, 2, 0, 0}, w};
+    vit_ckpt c = {0x0102030405060708ULL, 9, {1, 2, 3, 0x8000000000000000ULL}, "ab", 1, &t};
+    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_OK);
+
+    static const unsigned char want_head[] = {
+        'V', 'I', 'T', 'C', 'K', 'P', 'T', '1',
+        1, 0, 0, 0,                           /* version */
+        8, 0, 0, 0,                           /* sizeof(vit_real) of this float64 build */
+        8, 7, 6, 5, 4, 3, 2, 1,               /* step */
+        9, 0, 0, 0, 0, 0, 0, 0,               /* epoch */
+        1, 0, 0, 0, 0, 0, 0, 0,               /* rng */
+        2, 0, 0, 0, 0, 0, 0, 0,
+        3, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0x80,
+        2, 0, 0, 0, 'a', 'b',                 /* config */
+        1, 0, 0, 0,                           /* tensor count */
+        1, 0, 'w',                            /* name */
+        2, 0, 0, 0,                           /* ndim */
+        1, 0, 0, 0, 0, 0, 0, 0,               /* dims */
+        2, 0, 0, 0, 0, 0, 0, 0,
+        0x00, 0x00, 0x80, 0x3F,               /* 1.0f  = 0x3F800000 */
+        0x00, 0x00, 0x00, 0xC0,               /* -2.0f = 0xC0000000 */
+    };
+    size_t n;
+    unsigned char *got = read_all(path, &n);
+    ck_assert_uint_eq(n, sizeof want_head + 4);
+    ck_assert_mem_eq(got, want_head, sizeof want_head);
+    uint32_t crc = ref_crc32(want_head, sizeof want_head);
+    unsigned char want_crc[4] = {(unsigned char)crc, (unsigned char)(crc >> 8),
+                                 (unsigned char)(crc >> 16), (unsigned char)(crc >> 24)};
+    ck_assert_mem_eq(got + sizeof want_head, want_crc, 4);
+    free(got);
+    /* New files are readable like ordinary files, despite mkstemp's 0600. */
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 0777, 0644);
+    tmpdir_remove(&d);
+}
+END_TEST
+
+START_TEST(test_round_trip)
+{
+    tmpdir d;
+    tmpdir_make(&d);
+    char path[128];
+    snprintf(path, sizeof path, "%s/rt.ckpt", d.path);
+    enum { A = 2, B = 3, C = 4, D = 5 };
+    vit_real x4[A * B * C * D], x1[7], x2[3 * 2];
+    for (int i = 0; i < A * B * C * D; i++)
+        x4[i] = sin(0.37 * i) * pow(10.0, (i % 9) - 4); /* magnitudes 1e-4 .. 1e4 */
+    for (int i = 0; i < 7; i++)
+        x1[i] = 1.0 / 3.0 + i;
+    for (int i = 0; i < 6; i++)
+        x2[i] = -0.1 * i;
+    vit_ckpt_tensor t[3];
+    memset(t, 0, sizeof t);
+    strcpy(t[0].name, "patch_embed.w");
+    t[0].ndim = 4;
+    t[0].dims[0] = A;
+    t[0].dims[1] = B;
+    t[0].dims[2] = C;
+    t[0].dims[3] = D;
+    t[0].data = x4;
+    strcpy(t[1].name, "cls");
+    t[1].ndim = 1;
+    t[1].dims[0] = 7;
+    t[1].data = x1;
+    /* 63 characters, the longest allowed name */
+    strcpy(t[2].name, "a23456789b123456789c123456789d123456789e123456789f123456789g123");
+    ck_assert_uint_eq(strlen(t[2].name), 63);
+    t[2].ndim = 2;
+    t[2].dims[0] = 3;
+    t[2].dims[1] = 2;
+    t[2].data = x2;
+    char config[] = "model=vit-tiny\ndepth=12\nheads=3\n";
+    vit_ckpt c = {123456789012ULL, 42, {0xDEADBEEFULL, 0, ~0ULL, 5}, config, 3, t};
+    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_OK);
+    ck_assert_int_eq(count_entries(d.path), 1); /* no temporary file left */
+
+    vit_ckpt r;
+    ck_assert_int_eq(vit_ckpt_read(path, &r), VIT_OK);
+    ck_assert_uint_eq(r.step, 123456789012ULL);
+    ck_assert_uint_eq(r.epoch, 42);
+    ck_assert_uint_eq(r.rng[0], 0xDEADBEEFULL);
+    ck_assert_uint_eq(r.rng[1], 0);
+    ck_assert_uint_eq(r.rng[2], ~0ULL);
+    ck_assert_uint_eq(r.rng[3], 5);
+    ck_assert_str_eq(r.config, config);
+    ck_assert_int_eq(r.ntensors, 3);
+    for (int k = 0; k < 3; k++) {
+        const vit_ckpt_tensor *g = vit_ckpt_find(&r, t[k].name);
+        ck_assert_ptr_nonnull(g);
+        ck_assert_ptr_eq(g, &r.tensors[k]); /* order is kept */
+        ck_assert_int_eq(g->ndim, t[k].ndim);
+        size_t count = 1;
+        for (int j = 0; j < t[k].ndim; j++) {
+            ck_assert_int_eq(g->dims[j], t[k].dims[j]);
+            count *= (size_t)t[k].dims[j];
+        }
+        /* Stored as float32: exactly the float-rounded value comes back. */
+        for (size_t i = 0; i < count; i++)
+            if (g->data[i] != (double)(float)t[k].data[i])
+                ck_abort_msg("%s[%zu]: %.17g read back as %.17g", t[k].name, i,
+                             (double)t[k].data[i], (double)g->data[i]);
+    }
+    ck_assert_ptr_null(vit_ckpt_find(&r, "missing"));
+    ck_assert_ptr_null(vit_ckpt_find(&r, NULL));
+    ck_assert_ptr_null(vit_ckpt_find(NULL, "cls"));
+    vit_ckpt_free(&r);
+    ck_assert_ptr_null(r.tensors);
+    vit_ckpt_free(&r); /* freeing twice is harmless once zeroed */
+
+    /* No config and no tensors at all is a valid checkpoint too. */
+    vit_ckpt empty = {1, 0, {0, 0, 0, 0}, NULL, 0, NULL};
+    ck_assert_int_eq(vit_ckpt_write(path, &empty), VIT_OK);
+    ck_assert_int_eq(vit_ckpt_read(path, &r), VIT_OK);
+    ck_assert_str_eq(r.config, "");
+    ck_assert_int_eq(r.ntensors, 0);
+    ck_assert_uint_eq(r.step, 1);
+    vit_ckpt_free(&r);
+    tmpdir_remove(&d);
+}
+END_TEST
+
+START_TEST(test_read_float32_writer)
+{
+    /* A file as the float32 build writes it (real size 4), built by hand:
+     * the float64 build reads the values exactly. */
+    tmpdir d;
+    tmpdir_make(&d);
+    char path[128];
+    snprintf(path, sizeof path, "%s/f32.ckpt", d.path);
+    bytes o = {.n = 0};
+    put_header(&o, "cfg");
+    put(&o, 1, 4);
+    put(&o, 2, 2);
+    put_str(&o, "ln");
+    put(&o, 1, 4);
+    put(&o, 3, 8);
+    put_f32(&o, 0.1f);
+    put_f32(&o, -3.5f);
+    put_f32(&o, 1e-30f);
+    put_crc(&o);
+    write_image(path, &o);
+    vit_ckpt r;
+    ck_assert_int_eq(vit_ckpt_read(path, &r), VIT_OK);
+    ck_assert_uint_eq(r.step, 5);
+    ck_assert_uint_eq(r.epoch, 6);
+    ck_assert_uint_eq(r.rng[3], 103);
+    ck_assert_str_eq(r.config, "cfg");
+    const vit_ckpt_tensor *t = vit_ckpt_find(&r, "ln");
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(t->ndim, 1);
+    ck_assert_int_eq(t->dims[0], 3);
+    ck_assert(t->data[0] == (double)0.1f && t->data[1] == -3.5 && t->data[2] == (double)1e-30f);
+    vit_ckpt_free(&r);
+    tmpdir_remove(&d);
+}
+END_TEST
+
+START_TEST(test_every_flipped_byte_detected)
+{
+    tmpdir d;
+    tmpdir_make(&d);
+    char path[128], bad[128];
+    snprintf(path, sizeof path, "%s/ok.ckpt", d.path);
+    snprintf(bad, sizeof bad, "%s/bad.ckpt", d.path);
+    vit_ckpt_tensor t[2];
+    vit_ckpt c = small_ckpt(t);
+    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_OK);
+    size_t n;
+    unsigned char *img = read_all(path, &n);
+    /* Values of the last tensor start 12 bytes (3 floats) before the CRC;
+     * a flip there leaves the structure intact, so only the CRC can
+     * notice. */
+    size_t values_from = n - 4 - 12;
+    for (size_t i = 0; i < n; i++) {
+        for (int bit = 0; bit < 8; bit += 7) { /* lowest and highest bit of each byte */
+            img[i] ^= (unsigned char)(1u << bit);
+            write_all(bad, img, n);
+            img[i] ^= (unsigned char)(1u << bit);
+            expect_read_fails(bad, VIT_EFORMAT, i >= values_from ? "checksum mismatch" : NULL);
+        }
+    }
+    free(img);
+    tmpdir_remove(&d);
+}
+END_TEST
+
+START_TEST(test_every_truncation_rejected)
+{
+    tmpdir d;
+    tmpdir_make(&d);
+    char path[128], cut[128];
+    snprintf(path, sizeof path, "%s/ok.ckpt", d.path);
+    snprintf(cut, sizeof cut, "%s/cut.ckpt", d.path);
+    vit_ckpt_tensor t[2];
+    vit_ckpt c = small_ckpt(t);
+    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_OK);
+    size_t n;
+    unsigned char *img = read_all(path, &n);
+    for (size_t len = 0; len < n; len++) {
+        write_all(cut, img, len);
+        /* Every cut is reported as a truncation; one inside the CRC,
+         * after all values parsed, names the exact end of the file. */
+        char want[64];
+        snprintf(want, sizeof want, "truncated at byte %zu", len);
+        expect_read_fails(cut, VIT_EFORMAT, len >= n - 4 ? want : "truncated");
+    }
+    /* One byte too many is rejected as well. */
+    unsigned char *longer = malloc(n + 1);
+    ck_assert_ptr_nonnull(longer);
+    memcpy(longer, img, n);
+    longer[n] = 0;
+    write_all(cut, longer, n + 1);
+    expect_read_fails(cut, VIT_EFORMAT, "after the last tensor");
+    free(longer);
+    free(img);
+    tmpdir_remove(&d);
+}
+END_TEST
+
+START_TEST(test_bad_header_fields)
+{
+    tmpdir d;
+    tmpdir_make(&d);
+    char path[128], bad[128];
+    snprintf(path, sizeof path, "%s/ok.ckpt", d.path);
+    snprintf(bad, sizeof bad, "%s/bad.ckpt", d.path);
+    vit_ckpt_tensor t[2];
+    vit_ckpt c = small_ckpt(t);
+    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_OK);
+    size_t n;
+    unsigned char *img = read_all(path, &n);
+
+    /* Each edit gets a valid CRC so that the field check itself must fire. */
+    img[0] = 'X';
+    fix_crc(img, n);
+    write_all(bad, img, n);
+    expect_read_fails(bad, VIT_EFORMAT, "bad magic");
+    img[0] = 'V';
+
+    img[8] = 2; /* version */
+    fix_crc(img, n);
+    write_all(bad, img, n);
+    expect_read_fails(bad, VIT_EFORMAT, "version 2");
+    img[8] = 1;
+
+    img[12] = 2; /* real size */
+    fix_crc(img, n);
+    write_all(bad, img, n);
+    expect_read_fails(bad, VIT_EFORMAT, "real size");
+    img[12] = 8;
+
+    fix_crc(img, n); /* the restored image is good again */
+    write_all(bad, img, n);
+    vit_ckpt r;
+    ck_assert_int_eq(vit_ckpt_read(bad, &r), VIT_OK);
+    vit_ckpt_free(&r);
+
+    /* A text file and an empty file. */
+    const char *text = "this is not a checkpoint, just some text\n";
+    write_all(bad, (const unsigned char *)text, strlen(text));
+    expect_read_fails(bad, VIT_EFORMAT, "bad magic");
+    write_all(bad, img, 0);
+    expect_read_fails(bad, VIT_EFORMAT, "truncated at byte 0");
+    free(img);
+
+    /* Missing file and a folder. */
+    snprintf(bad, sizeof bad, "%s/none.ckpt", d.path);
+    expect_read_fails(bad, VIT_EIO, strerror(ENOENT));
+    expect_read_fails(d.path, VIT_EIO, NULL);
+    vit_ckpt z;
+    ck_assert_int_eq(vit_ckpt_read(NULL, &z), VIT_EINVAL);
+    ck_assert_int_eq(vit_ckpt_read(path, NULL), VIT_EINVAL);
+    tmpdir_remove(&d);
+}
+END_TEST
+
+/* Hand-built files with a valid CRC and absurd sizes.  The reader must
+ * reject each from the sizes alone - a huge allocation would show up
+ * under valgrind and an overflowed product could pass a naive check. */
+START_TEST(test_absurd_sizes)
+{
+    tmpdir d;
+    tmpdir_make(&d);
+    char path[128];
+    snprintf(path, sizeof path, "%s/x.ckpt", d.path);
+    bytes o;
+
+    /* dims 2^62 x 4: the product wraps to 0 in 64 bits. */
+    o.n = 0;
+    put_header(&o, "");
+    put(&o, 1, 4);
+    put(&o, 1, 2);
+    put_str(&o, "w");
+    put(&o, 2, 4);
+    put(&o, 1ULL << 62, 8);
+    put(&o, 4, 8);
+    put_f32(&o, 1.0f);
+    put_crc(&o);
+    write_image(path, &o);
+    expect_read_fails(path, VIT_EFORMAT, "exceeds");
+
+    /* One dim of 2^40 values (4 TiB). */
+    o.n = 0;
+    put_header(&o, "");
+    put(&o, 1, 4);
+    put(&o, 1, 2);
+    put_str(&o, "w");
+    put(&o, 1, 4);
+    put(&o, 1ULL << 40, 8);
+    put_f32(&o, 1.0f);
+    put_crc(&o);
+    write_image(path, &o);
+    expect_read_fails(path, VIT_EFORMAT, "exceeds");
+
+    /* Dims one value too many for the bytes present. */
+    o.n = 0;
+    put_header(&o, "");
+    put(&o, 1, 4);
+    put(&o, 1, 2);
+    put_str(&o, "w");
+    put(&o, 1, 4);
+    put(&o, 3, 8);
+    put_f32(&o, 1.0f);
+    put_f32(&o, 2.0f);
+    put_crc(&o); /* the CRC's 4 bytes are not values */
+    write_image(path, &o);
+    expect_read_fails(path, VIT_EFORMAT, NULL);
+
+    /* A zero dim. */
+    o.n = 0;
+    put_header(&o, "");
+    put(&o, 1, 4);
+    put(&o, 1, 2);
+    put_str(&o, "w");
+    put(&o, 2, 4);
+    put(&o, 0, 8);
+    put(&o, 1, 8);
+    put_crc(&o);
+    write_image(path, &o);
+    expect_read_fails(path, VIT_EFORMAT, "is 0");
+
+    /* 4 billion tensors. */
+    o.n = 0;
+    put_header(&o, "");
+    put(&o, 0xFFFFFFFFu, 4);
+    put_crc(&o);
+    write_image(path, &o);
+    expect_read_fails(path, VIT_EFORMAT, "tensor count");
+
+    /* A 4 GiB config. */
+    o.n = 0;
+    put_header(&o, "");
+    o.n -= 4;
+    put(&o, 0xFFFFFFFFu, 4);
+    put(&o, 0, 4);
+    put_crc(&o);
+    write_image(path, &o);
+    expect_read_fails(path, VIT_EFORMAT, "config");
+
+    /* ndim 5 and ndim 0 (with a dim after it anyway, so that only ndim
+     * is wrong). */
+    for (int nd = 0; nd <= 5; nd += 5) {
+        o.n = 0;
+        put_header(&o, "");
+        put(&o, 1, 4);
+        put(&o, 1, 2);
+        put_str(&o, "w");
+        put(&o, (uint64_t)nd, 4);
+        for (int k = 0; k < (nd ? nd : 1); k++)
+            put(&o, 1, 8);
+        put_f32(&o, 1.0f);
+        put_crc(&o);
+        write_image(path, &o);
+        expect_read_fails(path, VIT_EFORMAT, "ndim");
+    }
+
+    /* Name lengths 0 and 64 (over the 63 limit), and a 40000-byte one. */
+    const unsigned name_lens[3] = {0, 64, 40000};
+    for (int k = 0; k < 3; k++) {
+        o.n = 0;
+        put_header(&o, "");
+        put(&o, 1, 4);
+        put(&o, name_lens[k], 2);
+        for (unsigned i = 0; i < name_lens[k] && i < 64; i++)
+            put(&o, 'n', 1);
+        put(&o, 1, 4);
+        put(&o, 1, 8);
+        put_f32(&o, 1.0f);
+        put_crc(&o);
+        write_image(path, &o);
+        expect_read_fails(path, VIT_EFORMAT, "name length");
+    }
+
+    /* Two tensors with the same name. */
+    o.n = 0;
+    put_header(&o, "");
+    put(&o, 2, 4);
+    for (int k = 0; k < 2; k++) {
+        put(&o, 1, 2);
+        put_str(&o, "w");
+        put(&o, 1, 4);
+        put(&o, 1, 8);
+        put_f32(&o, 1.0f);
+    }
+    put_crc(&o);
+    write_image(path, &o);
+    expect_read_fails(path, VIT_EFORMAT, "twice");
+    tmpdir_remove(&d);
+}
+END_TEST
+
+START_TEST(test_nonfinite_value_in_file)
+{
+    tmpdir d;
+    tmpdir_make(&d);
+    char path[128];
+    snprintf(path, sizeof path, "%s/nan.ckpt", d.path);
+    const float bad[2] = {NAN, -INFINITY};
+    for (int k = 0; k < 2; k++) {
+        bytes o = {.n = 0};
+        put_header(&o, "");
+        put(&o, 1, 4);
+        put(&o, 1, 2);
+        put_str(&o, "w");
+        put(&o, 1, 4);
+        put(&o, 3, 8);
+        put_f32(&o, 1.0f);
+        put_f32(&o, bad[k]);
+        put_f32(&o, 2.0f);
+        put_crc(&o);
+        write_image(path, &o);
+        expect_read_fails(path, VIT_ENUM, "'w' value [1]");
+    }
+    tmpdir_remove(&d);
+}
+END_TEST
+
+START_TEST(test_write_rejects_bad_input)
+{
+    tmpdir d;
+    tmpdir_make(&d);
+    char path[128];
+    snprintf(path, sizeof path, "%s/w.ckpt", d.path);
+    vit_ckpt_tensor t[2];
+    vit_ckpt c = small_ckpt(t);
+    ck_assert_int_eq(vit_ckpt_write(NULL, &c), VIT_EINVAL);
+    ck_assert_int_eq(vit_ckpt_write(path, NULL), VIT_EINVAL);
+
+    t[1].ndim = 5;
+    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_EINVAL);
+    t[1].ndim = 1;
+    t[1].dims[0] = 0;
+    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_EINVAL);
+    t[1].dims[0] = 3;
+    strcpy(t[1].name, t[0].name);
+    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "both named"));
+    t[1].name[0] = '\0';
+    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_EINVAL);
+    memset(t[1].name, 'x', sizeof t[1].name); /* no terminator */
+    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_EINVAL);
+    strcpy(t[1].name, "b");
+    t[1].data = NULL;
+    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_EINVAL);
+    t[1].data = small_b;
+    c.ntensors = -1;
+    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_EINVAL);
+    c.ntensors = 2;
+
+    small_b[2] = NAN;
+    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_ENUM);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "'b'"));
+    /* Finite as a double but infinite as float32. */
+    small_b[2] = 1e300;
+    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_ENUM);
+    small_b[2] = 1.0;
+    ck_assert_int_eq(count_entries(d.path), 0); /* no failed attempt left a file */
+    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_OK);
+    ck_assert_int_eq(count_entries(d.path), 1);
+    tmpdir_remove(&d);
+}
+END_TEST
+
+START_TEST(test_write_missing_folder)
+{
+    tmpdir d;
+    tmpdir_make(&d);
+    char path[160];
+    snprintf(path, sizeof path, "%s/no/such/folder/x.ckpt", d.path);
+    vit_ckpt_tensor t[2];
+    vit_ckpt c = small_ckpt(t);
+    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_EIO);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), path));
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), strerror(ENOENT)));
+    ck_assert_int_eq(count_entries(d.path), 0);
+    tmpdir_remove(&d);
+}
+END_TEST
+
+START_TEST(test_overwrite_keeps_mode)
+{
+    tmpdir d;
+    tmpdir_make(&d);
+    char path[128];
+    snprintf(path, sizeof path, "%s/m.ckpt", d.path);
+    vit_ckpt_tensor t[2];
+    vit_ckpt c = small_ckpt(t);
+    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_OK);
+    ck_assert_int_eq(chmod(path, 0640), 0);
+    c.step = 8;
+    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_OK);
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 0777, 0640);
+    vit_ckpt r;
+    ck_assert_int_eq(vit_ckpt_read(path, &r), VIT_OK);
+    ck_assert_uint_eq(r.step, 8);
+    vit_ckpt_free(&r);
+    ck_assert_int_eq(count_entries(d.path), 1);
+    tmpdir_remove(&d);
+}
+END_TEST
+
+/* A write that fails half way (here: the file size limit, which even root
+ * cannot bypass) must leave the previous checkpoint intact and no
+ * temporary file behind.  The limit is set in a forked child so the test
+ * process itself keeps writing normally. */
+START_TEST(test_failed_overwrite_keeps_old_file)
+{
+    tmpdir d;
+    tmpdir_make(&d);
+    char path[128];
+    snprintf(path, sizeof path, "%s/keep.ckpt", d.path);
+    vit_ckpt_tensor t[2];
+    vit_ckpt old = small_ckpt(t);
+    ck_assert_int_eq(vit_ckpt_write(path, &old), VIT_OK);
+    size_t old_len;
+    unsigned char *old_img = read_all(path, &old_len);
+
+    /* The new checkpoint is 80 KB; the child may only write 1000 bytes. */
+    enum { BIG = 20000 };
+    vit_real *big = malloc(BIG * sizeof *big);
+    ck_assert_ptr_nonnull(big);
+    for (int i = 0; i < BIG; i++)
+        big[i] = i * 0.5;
+    vit_ckpt_tensor bt = {"big", 1, {BIG, 0, 0, 0}, big};
+    vit_ckpt fresh = {99, 9, {0, 0, 0, 0}, "new", 1, &bt};
+
+    fflush(NULL); /* nothing buffered may be written twice by the child */
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int code = 0;
+        signal(SIGXFSZ, SIG_IGN); /* get EFBIG from write() instead of dying */
+        struct rlimit lim = {1000, 1000};
+        if (setrlimit(RLIMIT_FSIZE, &lim) != 0)
+            code = 10;
+        else if (vit_ckpt_write(path, &fresh) != VIT_EIO)
+            code = 11;
+        else if (strstr(vit_last_error(), path) == NULL)
+            code = 12;
+        else if (strstr(vit_last_error(), strerror(EFBIG)) == NULL)
+            code = 13;
+        free(big);
+        free(old_img);
+        _exit(code);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "child status %d (10 setrlimit, 11 wrong code, 12/13 message)", status);
+
+    /* The old file is byte for byte what it was, and alone in its folder. */
+    size_t now_len;
+    unsigned char *now = read_all(path, &now_len);
+    ck_assert_uint_eq(now_len, old_len);
+    ck_assert_mem_eq(now, old_img, old_len);
+    ck_assert_int_eq(count_entries(d.path), 1);
+    vit_ckpt r;
+    ck_assert_int_eq(vit_ckpt_read(path, &r), VIT_OK);
+    ck_assert_uint_eq(r.step, old.step);
+    ck_assert_ptr_nonnull(vit_ckpt_find(&r, "b"));
+    vit_ckpt_free(&r);
+
+    /* Without the limit the same write succeeds. */
+    ck_assert_int_eq(vit_ckpt_write(path, &fresh), VIT_OK);
+    ck_assert_int_eq(vit_ckpt_read(path, &r), VIT_OK);
+    ck_assert_uint_eq(r.step, 99);
+    ck_assert(r.tensors[0].data[BIG - 1] == (BIG - 1) * 0.5);
+    vit_ckpt_free(&r);
+    free(now);
+    free(old_img);
+    free(big);
+    tmpdir_remove(&d);
+}
+END_TEST
+
+static Suite *checkpoint_suite(void)
+{
+    Suite *s = suite_create("checkpoint");
+    TCase *tc = tcase_create("format");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_reference_crc);
+    tcase_add_test(tc, test_byte_layout);
+    tcase_add_test(tc, test_round_trip);
+    tcase_add_test(tc, test_read_float32_writer);
+    tcase_add_test(tc, test_every_flipped_byte_detected);
+    tcase_add_test(tc, test_every_truncation_rejected);
+    tcase_add_test(tc, test_bad_header_fields);
+    tcase_add_test(tc, test_absurd_sizes);
+    tcase_add_test(tc, test_nonfinite_value_in_file);
+    suite_add_tcase(s, tc);
+    TCase *io = tcase_create("io");
+    tcase_set_timeout(io, 60);
+    tcase_add_test(io, test_write_rejects_bad_input);
+    tcase_add_test(io, test_write_missing_folder);
+    tcase_add_test(io, test_overwrite_keeps_mode);
+    tcase_add_test(io, test_failed_overwrite_keeps_old_file);
+    suite_add_tcase(s, io);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(checkpoint_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,96 @@
+/*
+ * vit_eval - score a checkpoint on a data set: loss, accuracy, confusion.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "vit/vit.h"
+
+static const char *prog = "vit_eval";
+
+int main(int argc, char **argv)
+{
+    const char *ckpt = NULL, *data = "digits";
+    int split_train = 0, threads = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            printf("usage: vit_eval CKPT [--data digits|DIR] [--split test|train] [--threads N]\n"
+                   "Scores a checkpoint written by vit_train on the test (default) or training\n"
+                   "split of a data set and prints loss, accuracy and the confusion matrix.\n");
+            return 0;
+        }
+        if (strcmp(a, "--version") == 0) {
+            printf("vit_eval %s (%s)\n", vit_version(), VIT_REAL_NAME);
+            return 0;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            if (ckpt) {
+                fprintf(stderr, "%s: unexpected argument '%s'\n", prog, a);
+                return 2;
+            }
+            ckpt = a;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "%s: %s needs a value\n", prog, a);
+            return 2;
+        }
+        i++;
+        if (strcmp(a, "--data") == 0)
+            data = v;
+        else if (strcmp(a, "--split") == 0) {
+            if (strcmp(v, "train") && strcmp(v, "test")) {
+                fprintf(stderr, "%s: --split: expected test or train, got '%s'\n", prog, v);
+                return 2;
+            }
+            split_train = strcmp(v, "train") == 0;
+        } else if (strcmp(a, "--threads") == 0) {
+            if (!cli_int(prog, a, v, 1, 256, &threads))
+                return 2;
+        } else {
+            fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, a);
+            return 2;
+        }
+    }
+    if (!ckpt) {
+        fprintf(stderr, "%s: no checkpoint given (see --help)\n", prog);
+        return 2;
+    }
+    if (threads)
+        vit_set_threads(threads);
+    vit_model *m = NULL;
+    if (vit_run_load(ckpt, &m, NULL, NULL))
+        return cli_fail(prog, NULL);
+    vit_dataset train = {0}, test = {0};
+    vit_tape *tape = vit_tape_new();
+    vit_eval_result r = {0};
+    int rc = 1;
+    if (!tape || vit_data_load(data, cli_digits_path(), &train, &test))
+        cli_fail(prog, NULL);
+    else if (vit_evaluate(m, tape, split_train ? &train : &test, 256, &r))
+        cli_fail(prog, ckpt);
+    else {
+        int K = r.classes;
+        printf("confusion matrix (rows: true class, columns: predicted)\n     ");
+        for (int j = 0; j < K; j++)
+            printf("%5d", j);
+        printf("\n");
+        for (int i = 0; i < K; i++) {
+            printf("%5d", i);
+            for (int j = 0; j < K; j++)
+                printf("%5d", r.confusion[i * K + j]);
+            printf("\n");
+        }
+        printf("%s split: %d images, loss %.4f, accuracy %.4f\n", split_train ? "train" : "test",
+               r.count, r.loss, r.accuracy);
+        rc = 0;
+    }
+    vit_eval_result_free(&r);
+    vit_tape_free(tape);
+    vit_dataset_free(&train);
+    vit_dataset_free(&test);
+    vit_model_free(m);
+    return rc;
+}
