@@ -2,6 +2,7 @@
 #include "vit/optim.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,9 +28,8 @@ int vit_adamw_init(vit_adamw *opt, size_t n, double beta1, double beta2, double 
     if (!(weight_decay >= 0.0 && isfinite(weight_decay)))
         return vit_fail(VIT_EINVAL, "%s: weight_decay = %g must be finite and >= 0", fn,
                         weight_decay);
-    size_t bytes;
-    if (!vit_mul_size(&bytes, n, sizeof(vit_real)))
-        return VIT_ENOMEM;
+    if (n > SIZE_MAX / sizeof(vit_real))
+        return vit_fail(VIT_ENOMEM, "%s: n = %zu parameters is too large", fn, n);
     vit_real *m = calloc(n, sizeof(vit_real));
     vit_real *v = calloc(n, sizeof(vit_real));
     if (m == NULL || v == NULL) {

@@ -1,0 +1,717 @@
+/*
+ * tests/test_tape.c - the reverse-mode tape (float64 build).
+ *
+ *  - gradient checks: for every op a small graph ending in the
+ *    cross-entropy op; the tape's backward gives the gradient of every leaf,
+ *    central differences of the same loss (recomputed by a forward on a
+ *    reset tape without gradient buffers) check it, per leaf;
+ *  - a tensor used several times receives the sum of the contributions;
+ *  - memory: after the first step the arena keeps its size and the op count
+ *    restarts at every reset;
+ *  - errors: a NULL input propagates to the end of the forward and to the
+ *    backward, shape mismatches are VIT_EINVAL with a message, reset clears.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gradcheck.h"
+#include "vit/tape.h"
+
+#define ASSERT_GRAD(name, x, g, n, f, ctx)                                         \
+    do {                                                                           \
+        double e_ = gc_check(name, x, g, n, f, ctx);                               \
+        ck_assert_msg(e_ <= GC_TOL, "%s: max_rel %.3e > %.0e", name, e_, GC_TOL);  \
+    } while (0)
+
+/* ---- a small harness: leaves, a builder, a cross-entropy at the end ---- */
+
+#define MAX_LEAVES 4
+#define MAX_ROWS 64
+#define SMOOTHING 0.1
+
+typedef struct leaf {
+    const char *name;
+    int ndim, shape[VIT_TENSOR_MAX_DIMS];
+    size_t n;
+    vit_real *data, *grad;
+    int wants_grad; /* 0: a constant input (no grad buffer) */
+} leaf;
+
+typedef struct graph graph;
+
+/* Records the graph's ops on t from the leaf tensors in[] and returns its
+ * output; the harness views that output as rows [size / last, last] of
+ * logits for the cross-entropy. */
+typedef vit_tensor *(*build_fn)(graph *g, vit_tape *t, vit_tensor **in);
+
+struct graph {
+    int nleaves;
+    leaf leaf[MAX_LEAVES];
+    build_fn build;
+    vit_mha mha;
+    vit_patch_shape ps;
+    int index;
+    vit_real smoothing;
+    int labels[MAX_ROWS];
+    vit_tape *tape; /* used for the finite-difference losses */
+};
+
+static void add_leaf(graph *g, const char *name, int wants_grad, double scale, uint64_t *seed,
+                     int ndim, int d0, int d1, int d2, int d3)
+{
+    leaf *l = &g->leaf[g->nleaves++];
+    int dims[4] = {d0, d1, d2, d3};
+    l->name = name;
+    l->ndim = ndim;
+    l->n = 1;
+    for (int i = 0; i < ndim; i++) {
+        l->shape[i] = dims[i];
+        l->n *= (size_t)dims[i];
+    }
+    l->data = gc_zeros(l->n);
+    l->grad = gc_zeros(l->n);
+    l->wants_grad = wants_grad;
+    gc_fill(l->data, l->n, seed, scale);
+}
+
+static void graph_free(graph *g)
+{
+    for (int i = 0; i < g->nleaves; i++) {
+        free(g->leaf[i].data);
+        free(g->leaf[i].grad);
+    }
+    vit_tape_free(g->tape);
+}
+
+/* A view of y as a 2-D [rows, last] tensor sharing y's data and grad: the
+ * cross-entropy's gradient lands in y->grad, where y's own op reads it. */
+static vit_tensor *as_rows(vit_tape *t, vit_tensor *y)
+{
+    if (!y)
+        return NULL;
+    int last = y->shape[y->ndim - 1];
+    int shape[2] = {(int)(y->size / (size_t)last), last};
+    return vit_tape_leaf(t, y->data, y->grad, 2, shape);
+}
+
+/* Records the whole graph on t (reset first) and returns the loss. */
+static vit_tensor *record(graph *g, vit_tape *t, int with_grads)
+{
+    vit_tensor *in[MAX_LEAVES];
+    vit_tape_reset(t);
+    for (int i = 0; i < g->nleaves; i++) {
+        leaf *l = &g->leaf[i];
+        in[i] = vit_tape_leaf(t, l->data, with_grads && l->wants_grad ? l->grad : NULL, l->ndim,
+                              l->shape);
+    }
+    vit_tensor *z = as_rows(t, g->build(g, t, in));
+    if (!z)
+        return NULL;
+    ck_assert_int_le(z->shape[0], MAX_ROWS);
+    for (int i = 0; i < z->shape[0]; i++)
+        g->labels[i] = (5 * i + 2) % z->shape[1];
+    return vit_op_cross_entropy(t, z, g->labels, g->smoothing, NULL);
+}
+
+static double graph_loss(void *ctx)
+{
+    graph *g = ctx;
+    vit_tensor *loss = record(g, g->tape, 0);
+    ck_assert_msg(loss != NULL, "forward failed: %s", vit_last_error());
+    return (double)loss->data[0];
+}
+
+/* Backward on the tape, then every leaf that wants a gradient against
+ * central differences.  A second step without zeroing must double every
+ * gradient (the tape accumulates into leaves, like the kernels). */
+static void check_graph(graph *g, const char *what)
+{
+    g->tape = vit_tape_new();
+    vit_tape *t = vit_tape_new();
+    ck_assert_ptr_nonnull(g->tape);
+    ck_assert_ptr_nonnull(t);
+    vit_tensor *loss = record(g, t, 1);
+    ck_assert_msg(loss != NULL, "%s: forward failed: %s", what, vit_last_error());
+    ck_assert_msg(isfinite((double)loss->data[0]), "%s: loss not finite", what);
+    int rc = vit_tape_backward(t, loss);
+    ck_assert_msg(rc == VIT_OK, "%s: backward: %s", what, vit_last_error());
+    /* The loss recomputed without gradient buffers is the same number. */
+    ck_assert_msg(graph_loss(g) == (double)loss->data[0], "%s: loss differs without grads", what);
+
+    vit_real *first[MAX_LEAVES] = {0};
+    for (int i = 0; i < g->nleaves; i++) {
+        leaf *l = &g->leaf[i];
+        if (!l->wants_grad)
+            continue;
+        char name[96];
+        snprintf(name, sizeof name, "%s.%s", what, l->name);
+        ASSERT_GRAD(name, l->data, l->grad, l->n, graph_loss, g);
+        first[i] = gc_zeros(l->n);
+        memcpy(first[i], l->grad, l->n * sizeof *l->grad);
+    }
+    loss = record(g, t, 1);
+    ck_assert_int_eq(vit_tape_backward(t, loss), VIT_OK);
+    for (int i = 0; i < g->nleaves; i++) {
+        leaf *l = &g->leaf[i];
+        if (!l->wants_grad)
+            continue;
+        for (size_t j = 0; j < l->n; j++)
+            ck_assert_msg(fabs((double)l->grad[j] - 2.0 * (double)first[i][j])
+                              <= 1e-12 * fmax(1.0, fabs((double)l->grad[j])),
+                          "%s.%s[%zu]: second backward did not accumulate", what, l->name, j);
+        free(first[i]);
+    }
+    vit_tape_free(t);
+    graph_free(g);
+}
+
+/* ---- one graph per op ----------------------------------------------- */
+
+static vit_tensor *b_linear(graph *g, vit_tape *t, vit_tensor **in)
+{
+    (void)g;
+    return vit_op_linear(t, in[0], in[1], g->nleaves > 2 ? in[2] : NULL);
+}
+
+START_TEST(test_linear)
+{
+    /* 3-D input: the leading dimensions are flattened into rows. */
+    graph g = {.build = b_linear, .smoothing = SMOOTHING};
+    uint64_t seed = 11;
+    add_leaf(&g, "x", 1, 1.0, &seed, 3, 2, 3, 4, 0);
+    add_leaf(&g, "W", 1, 1.0, &seed, 2, 4, 5, 0, 0);
+    add_leaf(&g, "b", 1, 1.0, &seed, 1, 5, 0, 0, 0);
+    check_graph(&g, "linear");
+}
+END_TEST
+
+START_TEST(test_linear_nobias_const_input)
+{
+    /* No bias, and x a constant: only W gets a gradient. */
+    graph g = {.build = b_linear, .smoothing = SMOOTHING};
+    uint64_t seed = 12;
+    add_leaf(&g, "x", 0, 1.0, &seed, 2, 5, 4, 0, 0);
+    add_leaf(&g, "W", 1, 1.0, &seed, 2, 4, 3, 0, 0);
+    check_graph(&g, "linear_nobias");
+}
+END_TEST
+
+static vit_tensor *b_layernorm(graph *g, vit_tape *t, vit_tensor **in)
+{
+    (void)g;
+    return vit_op_layernorm(t, in[0], in[1], in[2], (vit_real)1e-5);
+}
+
+START_TEST(test_layernorm)
+{
+    graph g = {.build = b_layernorm, .smoothing = SMOOTHING};
+    uint64_t seed = 13;
+    add_leaf(&g, "x", 1, 2.0, &seed, 2, 6, 5, 0, 0);
+    add_leaf(&g, "gamma", 1, 1.5, &seed, 1, 5, 0, 0, 0);
+    add_leaf(&g, "beta", 1, 1.0, &seed, 1, 5, 0, 0, 0);
+    check_graph(&g, "layernorm");
+}
+END_TEST
+
+static vit_tensor *b_gelu(graph *g, vit_tape *t, vit_tensor **in)
+{
+    (void)g;
+    return vit_op_gelu(t, in[0]);
+}
+
+START_TEST(test_gelu)
+{
+    graph g = {.build = b_gelu, .smoothing = SMOOTHING};
+    uint64_t seed = 14;
+    add_leaf(&g, "x", 1, 3.0, &seed, 2, 6, 5, 0, 0);
+    check_graph(&g, "gelu");
+}
+END_TEST
+
+/* x feeds both operands of the add: directly and through a linear map. */
+static vit_tensor *b_add_residual(graph *g, vit_tape *t, vit_tensor **in)
+{
+    (void)g;
+    return vit_op_add(t, in[0], vit_op_linear(t, in[0], in[1], NULL));
+}
+
+START_TEST(test_add_residual)
+{
+    graph g = {.build = b_add_residual, .smoothing = SMOOTHING};
+    uint64_t seed = 15;
+    add_leaf(&g, "x", 1, 1.0, &seed, 2, 6, 5, 0, 0);
+    add_leaf(&g, "W", 1, 1.0, &seed, 2, 5, 5, 0, 0);
+    check_graph(&g, "add_residual");
+}
+END_TEST
+
+/* x used three times: both operands of one add, and through GELU. */
+static vit_tensor *b_add_same(graph *g, vit_tape *t, vit_tensor **in)
+{
+    (void)g;
+    return vit_op_add(t, vit_op_add(t, in[0], in[0]), vit_op_gelu(t, in[0]));
+}
+
+START_TEST(test_add_same_tensor)
+{
+    graph g = {.build = b_add_same, .smoothing = SMOOTHING};
+    uint64_t seed = 16;
+    add_leaf(&g, "x", 1, 1.0, &seed, 2, 6, 5, 0, 0);
+    check_graph(&g, "add_same");
+
+    /* Independently of finite differences: for y = x + x the gradient of x
+     * is exactly twice that of y. */
+    vit_tape *t = vit_tape_new();
+    vit_real x[6] = {0.1, -0.2, 0.3, 0.4, -0.5, 0.6}, gx[6] = {0};
+    int shape[2] = {2, 3}, labels[2] = {0, 2};
+    vit_tensor *lx = vit_tape_leaf(t, x, gx, 2, shape);
+    vit_tensor *y = vit_op_add(t, lx, lx);
+    vit_tensor *loss = vit_op_cross_entropy(t, y, labels, 0, NULL);
+    ck_assert_ptr_nonnull(loss);
+    ck_assert_int_eq(vit_tape_backward(t, loss), VIT_OK);
+    for (int i = 0; i < 6; i++)
+        ck_assert_double_eq_tol(gx[i], 2.0 * y->grad[i], 1e-15);
+    vit_tape_free(t);
+}
+END_TEST
+
+static vit_tensor *b_mha(graph *g, vit_tape *t, vit_tensor **in)
+{
+    vit_real *probs = NULL;
+    /* Self-attention passes the same tensor as x_q and x_kv. */
+    vit_tensor *xkv = g->nleaves > 2 ? in[2] : in[1];
+    vit_tensor *y = vit_op_mha(t, &g->mha, in[0], in[1], xkv, &probs);
+    if (y)
+        ck_assert_ptr_nonnull(probs);
+    return y;
+}
+
+START_TEST(test_mha_self)
+{
+    graph g = {.build = b_mha, .smoothing = SMOOTHING};
+    g.mha = (vit_mha){.batch = 2, .n_q = 3, .n_k = 3, .d_model = 4, .heads = 2, .has_bias = 1};
+    uint64_t seed = 17;
+    add_leaf(&g, "params", 1, 0.8, &seed, 1, (int)vit_mha_param_count(&g.mha), 0, 0, 0);
+    add_leaf(&g, "x", 1, 1.0, &seed, 3, 2, 3, 4, 0);
+    check_graph(&g, "mha_self");
+}
+END_TEST
+
+START_TEST(test_mha_cross)
+{
+    graph g = {.build = b_mha, .smoothing = SMOOTHING};
+    g.mha = (vit_mha){.batch = 2, .n_q = 3, .n_k = 5, .d_model = 4, .d_kv = 6, .heads = 2,
+                      .has_bias = 1};
+    uint64_t seed = 18;
+    add_leaf(&g, "params", 1, 0.8, &seed, 1, (int)vit_mha_param_count(&g.mha), 0, 0, 0);
+    add_leaf(&g, "x_q", 1, 1.0, &seed, 3, 2, 3, 4, 0);
+    add_leaf(&g, "x_kv", 1, 1.0, &seed, 3, 2, 5, 6, 0);
+    check_graph(&g, "mha_cross");
+}
+END_TEST
+
+static vit_tensor *b_patch(graph *g, vit_tape *t, vit_tensor **in)
+{
+    return vit_op_patch_embed(t, &g->ps, in[0], in[1], in[2]);
+}
+
+START_TEST(test_patch_embed)
+{
+    graph g = {.build = b_patch, .smoothing = SMOOTHING};
+    g.ps = (vit_patch_shape){.batch = 2, .height = 4, .width = 6, .channels = 2, .patch = 2, .dim = 3};
+    uint64_t seed = 19;
+    add_leaf(&g, "img", 1, 1.0, &seed, 4, 2, 4, 6, 2);
+    add_leaf(&g, "W", 1, 1.0, &seed, 2, 8, 3, 0, 0);
+    add_leaf(&g, "b", 1, 1.0, &seed, 1, 3, 0, 0, 0);
+    check_graph(&g, "patch_embed");
+}
+END_TEST
+
+static vit_tensor *b_cls(graph *g, vit_tape *t, vit_tensor **in)
+{
+    (void)g;
+    return vit_op_cls_prepend(t, in[0], in[1]);
+}
+
+START_TEST(test_cls_prepend)
+{
+    graph g = {.build = b_cls, .smoothing = SMOOTHING};
+    uint64_t seed = 20;
+    add_leaf(&g, "x", 1, 1.0, &seed, 3, 2, 3, 4, 0);
+    add_leaf(&g, "cls", 1, 1.0, &seed, 1, 4, 0, 0, 0);
+    check_graph(&g, "cls_prepend");
+}
+END_TEST
+
+static vit_tensor *b_pos(graph *g, vit_tape *t, vit_tensor **in)
+{
+    (void)g;
+    return vit_op_pos_add(t, in[0], in[1]);
+}
+
+START_TEST(test_pos_add)
+{
+    graph g = {.build = b_pos, .smoothing = SMOOTHING};
+    uint64_t seed = 21;
+    add_leaf(&g, "x", 1, 1.0, &seed, 3, 2, 3, 4, 0);
+    add_leaf(&g, "pos", 1, 1.0, &seed, 2, 3, 4, 0, 0);
+    check_graph(&g, "pos_add");
+}
+END_TEST
+
+static vit_tensor *b_token(graph *g, vit_tape *t, vit_tensor **in)
+{
+    return vit_op_token(t, in[0], g->index);
+}
+
+START_TEST(test_token)
+{
+    /* Loop over token 0, 1, 2 of three. */
+    graph g = {.build = b_token, .smoothing = SMOOTHING, .index = _i};
+    uint64_t seed = 22 + (uint64_t)_i;
+    add_leaf(&g, "x", 1, 2.0, &seed, 3, 2, 3, 4, 0);
+    char what[32];
+    snprintf(what, sizeof what, "token%d", _i);
+    check_graph(&g, what);
+}
+END_TEST
+
+static vit_tensor *b_mean(graph *g, vit_tape *t, vit_tensor **in)
+{
+    return vit_op_mean_tokens(t, in[0], g->index);
+}
+
+START_TEST(test_mean_tokens)
+{
+    /* first = 0 (all tokens) and 1 (skip the class token). */
+    graph g = {.build = b_mean, .smoothing = SMOOTHING, .index = _i};
+    uint64_t seed = 30 + (uint64_t)_i;
+    add_leaf(&g, "x", 1, 2.0, &seed, 3, 2, 4, 5, 0);
+    char what[32];
+    snprintf(what, sizeof what, "mean_tokens%d", _i);
+    check_graph(&g, what);
+}
+END_TEST
+
+static vit_tensor *b_identity(graph *g, vit_tape *t, vit_tensor **in)
+{
+    (void)g;
+    (void)t;
+    return in[0];
+}
+
+START_TEST(test_cross_entropy)
+{
+    /* Logits straight from a leaf; with and without label smoothing. */
+    graph g = {.build = b_identity, .smoothing = _i ? (vit_real)0.2 : 0};
+    uint64_t seed = 40;
+    add_leaf(&g, "logits", 1, 3.0, &seed, 2, 4, 5, 0, 0);
+    check_graph(&g, _i ? "cross_entropy_smooth" : "cross_entropy");
+}
+END_TEST
+
+START_TEST(test_chain_shapes)
+{
+    /* Shapes only: cls_prepend adds one token, token/mean drop the token
+     * dimension, linear keeps leading dimensions. */
+    vit_tape *t = vit_tape_new();
+    vit_real img[2 * 4 * 4], W[4 * 3], cls[3], pos[5 * 3];
+    uint64_t seed = 50;
+    gc_fill(img, 32, &seed, 1);
+    gc_fill(W, 12, &seed, 1);
+    gc_fill(cls, 3, &seed, 1);
+    gc_fill(pos, 15, &seed, 1);
+    vit_patch_shape ps = {2, 4, 4, 1, 2, 3};
+    vit_tensor *x = vit_op_patch_embed(t, &ps, vit_tape_leaf(t, img, NULL, 4, (int[]){2, 4, 4, 1}),
+                                       vit_tape_leaf(t, W, NULL, 2, (int[]){4, 3}), NULL);
+    ck_assert_ptr_nonnull(x);
+    ck_assert_int_eq(x->ndim, 3);
+    ck_assert_int_eq(x->shape[0], 2);
+    ck_assert_int_eq(x->shape[1], 4);
+    ck_assert_int_eq(x->shape[2], 3);
+    ck_assert_ptr_null(x->grad); /* no input had a gradient */
+    x = vit_op_cls_prepend(t, x, vit_tape_leaf(t, cls, NULL, 1, (int[]){3}));
+    ck_assert_int_eq(x->shape[1], 5);
+    for (int b = 0; b < 2; b++)
+        for (int j = 0; j < 3; j++)
+            ck_assert(x->data[(size_t)b * 15 + j] == cls[j]);
+    x = vit_op_pos_add(t, x, vit_tape_leaf(t, pos, NULL, 2, (int[]){5, 3}));
+    ck_assert_int_eq(x->shape[1], 5);
+    vit_tensor *tok = vit_op_token(t, x, 4), *mean = vit_op_mean_tokens(t, x, 1);
+    ck_assert_int_eq(tok->ndim, 2);
+    ck_assert_int_eq(tok->shape[0], 2);
+    ck_assert_int_eq(tok->shape[1], 3);
+    ck_assert_int_eq(mean->ndim, 2);
+    for (int b = 0; b < 2; b++)
+        for (int j = 0; j < 3; j++) {
+            ck_assert(tok->data[b * 3 + j] == x->data[(size_t)b * 15 + 12 + j]);
+            double s = 0;
+            for (int k = 1; k < 5; k++)
+                s += x->data[(size_t)b * 15 + k * 3 + j];
+            ck_assert_double_eq_tol(mean->data[b * 3 + j], s / 4, 1e-15);
+        }
+    ck_assert_int_eq(vit_tape_op_count(t), 5);
+    ck_assert_int_eq(vit_tape_status(t), VIT_OK);
+    vit_tape_free(t);
+}
+END_TEST
+
+/* ---- memory ---------------------------------------------------------- */
+
+typedef struct mem_net {
+    vit_real *x, *W1, *b1, *W2, *Wh, *g1, *g2, *gb1, *gh;
+    int labels[64];
+} mem_net;
+
+/* A step big enough to need several arena chunks the first time
+ * (activations [64, 512] in doubles are 256 KiB each). */
+static double mem_step(vit_tape *t, mem_net *n, int *ops)
+{
+    vit_tape_reset(t);
+    ck_assert_int_eq(vit_tape_op_count(t), 0);
+    vit_tensor *x = vit_tape_leaf(t, n->x, NULL, 2, (int[]){64, 128});
+    vit_tensor *W1 = vit_tape_leaf(t, n->W1, n->g1, 2, (int[]){128, 512});
+    vit_tensor *b1 = vit_tape_leaf(t, n->b1, n->gb1, 1, (int[]){512});
+    vit_tensor *W2 = vit_tape_leaf(t, n->W2, n->g2, 2, (int[]){512, 128});
+    vit_tensor *Wh = vit_tape_leaf(t, n->Wh, n->gh, 2, (int[]){128, 10});
+    vit_tensor *h = vit_op_gelu(t, vit_op_linear(t, x, W1, b1));
+    vit_tensor *y = vit_op_add(t, x, vit_op_linear(t, h, W2, NULL));
+    vit_tensor *loss = vit_op_cross_entropy(t, vit_op_linear(t, y, Wh, NULL), n->labels, 0.1, NULL);
+    ck_assert_msg(loss != NULL, "%s", vit_last_error());
+    ck_assert_int_eq(vit_tape_backward(t, loss), VIT_OK);
+    *ops = vit_tape_op_count(t);
+    return (double)loss->data[0];
+}
+
+START_TEST(test_memory_steady)
+{
+    mem_net n;
+    uint64_t seed = 60;
+    n.x = gc_zeros(64 * 128);
+    n.W1 = gc_zeros(128 * 512);
+    n.b1 = gc_zeros(512);
+    n.W2 = gc_zeros(512 * 128);
+    n.Wh = gc_zeros(128 * 10);
+    n.g1 = gc_zeros(128 * 512);
+    n.gb1 = gc_zeros(512);
+    n.g2 = gc_zeros(512 * 128);
+    n.gh = gc_zeros(128 * 10);
+    gc_fill(n.x, 64 * 128, &seed, 1);
+    gc_fill(n.W1, 128 * 512, &seed, 0.1);
+    gc_fill(n.b1, 512, &seed, 0.1);
+    gc_fill(n.W2, 512 * 128, &seed, 0.05);
+    gc_fill(n.Wh, 128 * 10, &seed, 0.1);
+    for (int i = 0; i < 64; i++)
+        n.labels[i] = i % 10;
+
+    vit_tape *t = vit_tape_new();
+    ck_assert_int_eq(vit_tape_bytes(t), 0);
+    int ops1, ops;
+    double loss1 = mem_step(t, &n, &ops1);
+    size_t bytes1 = vit_tape_bytes(t);
+    ck_assert_int_eq(ops1, 6); /* linear, gelu, linear, add, linear, cross-entropy */
+    /* Four [64, 512] values+grads alone are 2 MiB. */
+    ck_assert_msg(bytes1 >= 2u << 20, "arena holds only %zu bytes", bytes1);
+    vit_real *g1 = gc_zeros(128 * 512);
+    memcpy(g1, n.g1, 128 * 512 * sizeof *g1);
+    for (int step = 0; step < 5; step++) {
+        memset(n.g1, 0, 128 * 512 * sizeof *n.g1);
+        memset(n.gb1, 0, 512 * sizeof *n.gb1);
+        memset(n.g2, 0, 512 * 128 * sizeof *n.g2);
+        memset(n.gh, 0, 128 * 10 * sizeof *n.gh);
+        double loss = mem_step(t, &n, &ops);
+        ck_assert_int_eq(ops, ops1);
+        ck_assert_msg(vit_tape_bytes(t) == bytes1, "step %d: arena %zu bytes, first step %zu",
+                      step + 2, vit_tape_bytes(t), bytes1);
+        /* Reused memory must not leak old values into the new step. */
+        ck_assert(loss == loss1);
+        ck_assert(memcmp(g1, n.g1, 128 * 512 * sizeof *g1) == 0);
+    }
+    printf("tape memory: %zu bytes after the first step, unchanged over 5 more\n", bytes1);
+    vit_tape_reset(t);
+    ck_assert_int_eq(vit_tape_op_count(t), 0);
+    ck_assert_int_eq(vit_tape_bytes(t), bytes1);
+    vit_tape_free(t);
+    free(g1);
+    free(n.x); free(n.W1); free(n.b1); free(n.W2); free(n.Wh);
+    free(n.g1); free(n.gb1); free(n.g2); free(n.gh);
+}
+END_TEST
+
+/* ---- errors ---------------------------------------------------------- */
+
+static void expect_msg(const char *fn, const char *what)
+{
+    const char *msg = vit_last_error();
+    ck_assert_msg(strstr(msg, fn) != NULL, "message '%s' does not name %s", msg, fn);
+    if (what)
+        ck_assert_msg(strstr(msg, what) != NULL, "message '%s' does not mention '%s'", msg, what);
+}
+
+START_TEST(test_null_propagates)
+{
+    vit_tape *t = vit_tape_new();
+    vit_real w[12] = {0}, gw[12] = {0};
+    int labels[3] = {0, 1, 2};
+    vit_tensor *W = vit_tape_leaf(t, w, gw, 2, (int[]){4, 3});
+    ck_assert_int_eq(vit_tape_status(t), VIT_OK);
+    vit_tensor *y = vit_op_linear(t, NULL, W, NULL);
+    ck_assert_ptr_null(y);
+    ck_assert_int_eq(vit_tape_status(t), VIT_EINVAL);
+    expect_msg("vit_op_linear", "NULL");
+    int ops = vit_tape_op_count(t);
+    /* Every later op returns NULL at once, whatever its inputs. */
+    y = vit_op_gelu(t, y);
+    ck_assert_ptr_null(y);
+    ck_assert_ptr_null(vit_op_gelu(t, W)); /* even a valid input, after an error */
+    vit_tensor *loss = vit_op_cross_entropy(t, y, labels, 0, NULL);
+    ck_assert_ptr_null(loss);
+    ck_assert_int_eq(vit_tape_op_count(t), ops);
+    ck_assert_int_eq(vit_tape_status(t), VIT_EINVAL);
+    expect_msg("vit_op_linear", NULL); /* the first error's message is kept */
+    int rc = vit_tape_backward(t, loss);
+    ck_assert_int_eq(rc, VIT_EINVAL);
+    ck_assert_int_eq(rc, vit_tape_status(t));
+    expect_msg("vit_tape_backward", NULL);
+    /* Reset clears the error: the same ops now work. */
+    vit_tape_reset(t);
+    ck_assert_int_eq(vit_tape_status(t), VIT_OK);
+    ck_assert_int_eq(vit_tape_op_count(t), 0);
+    vit_real x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    vit_tensor *lx = vit_tape_leaf(t, x, NULL, 2, (int[]){2, 4});
+    W = vit_tape_leaf(t, w, gw, 2, (int[]){4, 3});
+    loss = vit_op_cross_entropy(t, vit_op_linear(t, lx, W, NULL), labels, 0, NULL);
+    ck_assert_ptr_nonnull(loss);
+    ck_assert_int_eq(vit_tape_backward(t, loss), VIT_OK);
+    ck_assert_int_eq(vit_tape_status(t), VIT_OK);
+
+    /* A NULL tape is an error, not a crash. */
+    ck_assert_ptr_null(vit_op_gelu(NULL, lx));
+    ck_assert_ptr_null(vit_tape_leaf(NULL, x, NULL, 1, (int[]){8}));
+    ck_assert_int_eq(vit_tape_backward(NULL, loss), VIT_EINVAL);
+    ck_assert_int_eq(vit_tape_status(NULL), VIT_EINVAL);
+    vit_tape_free(t);
+    vit_tape_free(NULL);
+}
+END_TEST
+
+START_TEST(test_shape_errors)
+{
+    vit_tape *t = vit_tape_new();
+    vit_real a[24] = {0}, b[24] = {0};
+    /* linear: x width 4 but W has 5 rows */
+    vit_tensor *x = vit_tape_leaf(t, a, NULL, 2, (int[]){3, 4});
+    vit_tensor *W = vit_tape_leaf(t, b, NULL, 2, (int[]){5, 2});
+    ck_assert_ptr_null(vit_op_linear(t, x, W, NULL));
+    ck_assert_int_eq(vit_tape_status(t), VIT_EINVAL);
+    expect_msg("vit_op_linear", NULL);
+    vit_tape_reset(t);
+    /* linear: bias of the wrong length */
+    x = vit_tape_leaf(t, a, NULL, 2, (int[]){3, 4});
+    W = vit_tape_leaf(t, b, NULL, 2, (int[]){4, 2});
+    vit_tensor *bias = vit_tape_leaf(t, b, NULL, 1, (int[]){3});
+    ck_assert_ptr_null(vit_op_linear(t, x, W, bias));
+    ck_assert_int_eq(vit_tape_status(t), VIT_EINVAL);
+    expect_msg("vit_op_linear", NULL);
+    vit_tape_reset(t);
+    ck_assert_int_eq(vit_tape_status(t), VIT_OK);
+    /* add: same number of values, different shapes */
+    vit_tensor *p = vit_tape_leaf(t, a, NULL, 2, (int[]){3, 4});
+    vit_tensor *q = vit_tape_leaf(t, b, NULL, 2, (int[]){4, 3});
+    ck_assert_ptr_null(vit_op_add(t, p, q));
+    ck_assert_int_eq(vit_tape_status(t), VIT_EINVAL);
+    expect_msg("vit_op_add", "shape");
+    vit_tape_reset(t);
+    /* token out of range, pos of the wrong size, layernorm gamma too short */
+    x = vit_tape_leaf(t, a, NULL, 3, (int[]){2, 3, 4});
+    ck_assert_ptr_null(vit_op_token(t, x, 3));
+    expect_msg("vit_op_token", NULL);
+    vit_tape_reset(t);
+    x = vit_tape_leaf(t, a, NULL, 3, (int[]){2, 3, 4});
+    ck_assert_ptr_null(vit_op_pos_add(t, x, vit_tape_leaf(t, b, NULL, 2, (int[]){2, 4})));
+    expect_msg("vit_op_pos_add", NULL);
+    vit_tape_reset(t);
+    x = vit_tape_leaf(t, a, NULL, 2, (int[]){6, 4});
+    vit_tensor *g3 = vit_tape_leaf(t, b, NULL, 1, (int[]){3});
+    ck_assert_ptr_null(vit_op_layernorm(t, x, g3, g3, 1e-5));
+    expect_msg("vit_op_layernorm", NULL);
+    vit_tape_reset(t);
+    /* bad leaves */
+    ck_assert_ptr_null(vit_tape_leaf(t, a, NULL, 2, (int[]){3, 0}));
+    ck_assert_int_eq(vit_tape_status(t), VIT_EINVAL);
+    vit_tape_reset(t);
+    ck_assert_ptr_null(vit_tape_leaf(t, NULL, NULL, 1, (int[]){3}));
+    vit_tape_reset(t);
+    /* backward of a loss that is not a scalar with a gradient */
+    x = vit_tape_leaf(t, a, NULL, 2, (int[]){3, 4});
+    ck_assert_int_eq(vit_tape_backward(t, x), VIT_EINVAL);
+    expect_msg("vit_tape_backward", NULL);
+    vit_tape_free(t);
+}
+END_TEST
+
+START_TEST(test_kernel_error_status)
+{
+    /* An error inside a kernel (a NaN reaching attention scores) becomes the
+     * tape's status with the kernel's code. */
+    vit_tape *t = vit_tape_new();
+    vit_mha m = {.batch = 1, .n_q = 2, .n_k = 2, .d_model = 4, .heads = 2, .has_bias = 1};
+    size_t np = vit_mha_param_count(&m);
+    vit_real *p = gc_zeros(np), x[8];
+    uint64_t seed = 70;
+    gc_fill(p, np, &seed, 0.5);
+    gc_fill(x, 8, &seed, 1);
+    x[3] = NAN;
+    vit_tensor *lx = vit_tape_leaf(t, x, NULL, 3, (int[]){1, 2, 4});
+    vit_tensor *lp = vit_tape_leaf(t, p, NULL, 1, (int[]){(int)np});
+    ck_assert_ptr_null(vit_op_mha(t, &m, lp, lx, lx, NULL));
+    ck_assert_int_eq(vit_tape_status(t), VIT_ENUM);
+    vit_tape_reset(t);
+    ck_assert_int_eq(vit_tape_status(t), VIT_OK);
+    free(p);
+    vit_tape_free(t);
+}
+END_TEST
+
+static Suite *tape_suite(void)
+{
+    Suite *s = suite_create("tape");
+    TCase *tc = tcase_create("grad");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_linear);
+    tcase_add_test(tc, test_linear_nobias_const_input);
+    tcase_add_test(tc, test_layernorm);
+    tcase_add_test(tc, test_gelu);
+    tcase_add_test(tc, test_add_residual);
+    tcase_add_test(tc, test_add_same_tensor);
+    tcase_add_test(tc, test_mha_self);
+    tcase_add_test(tc, test_mha_cross);
+    tcase_add_test(tc, test_patch_embed);
+    tcase_add_test(tc, test_cls_prepend);
+    tcase_add_test(tc, test_pos_add);
+    tcase_add_loop_test(tc, test_token, 0, 3);
+    tcase_add_loop_test(tc, test_mean_tokens, 0, 2);
+    tcase_add_loop_test(tc, test_cross_entropy, 0, 2);
+    suite_add_tcase(s, tc);
+    TCase *tm = tcase_create("memory_errors");
+    tcase_set_timeout(tm, 60);
+    tcase_add_test(tm, test_chain_shapes);
+    tcase_add_test(tm, test_memory_steady);
+    tcase_add_test(tm, test_null_propagates);
+    tcase_add_test(tm, test_shape_errors);
+    tcase_add_test(tm, test_kernel_error_status);
+    suite_add_tcase(s, tm);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(tape_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
