@@ -213,7 +213,8 @@ START_TEST(digits_small_plain_and_gz)
     char *csv = digits_csv(5);
     size_t len = strlen(csv);
     char *csv_blank = malloc(len + 8);
-    sprintf(csv_blank, "%s\n\n", csv); /* trailing blank lines are allowed */
+    ck_assert_ptr_nonnull(csv_blank);
+    snprintf(csv_blank, len + 8, "%s\n\n", csv); /* trailing blank lines are allowed */
     write_bytes("d5.csv", csv, len, 0);
     write_bytes("d5.csv.gz", csv_blank, strlen(csv_blank), 1);
     for (int gz = 0; gz < 2; gz++) {

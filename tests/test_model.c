@@ -1,0 +1,676 @@
+/*
+ * tests/test_model.c - the Vision Transformer model, its config and its
+ * run checkpoints (float64 build).
+ *
+ *  - the gradient of the whole model (every parameter, cross-entropy with
+ *    label smoothing) against central differences, per named tensor, for
+ *    both pooling modes;
+ *  - parameter counting and layout: three independent counts agree, the
+ *    tensors tile the flat buffer, the optimizer groups cover it and decay
+ *    exactly the weight matrices;
+ *  - config text: the shipped models/digits-tiny.cfg equals the defaults,
+ *    format/parse round-trips, bad text is rejected naming line and key;
+ *  - checkpoints: save/load restores parameters, logits, AdamW moments and
+ *    progress; resuming with a different model shape fails naming it.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gradcheck.h"
+#include "vit/checkpoint.h"
+#include "vit/model.h"
+#include "vit/train.h"
+
+#define DIGITS_CFG "../models/digits-tiny.cfg"
+
+/* The tiny model of the gradient checks: 4x4x1 images, 2x2 patches (4
+ * patches + the class token, T = 5), width 8, 2 blocks of 2 heads, MLP 12,
+ * 3 classes.  Parameters by hand:
+ *   patch.w 4*8 + patch.b 8 + cls 8 + pos 5*8                       =   88
+ *   per block: 2 norms 2*2*8 + attention 4*(8*8 + 8)
+ *              + mlp 8*12 + 12 + 12*8 + 8    = 32 + 288 + 212        =  532
+ *   final norm 2*8 + head 8*3 + 3                                   =   43
+ *   total 88 + 2*532 + 43                                           = 1195 */
+static void tiny_config(vit_config *c, int pool)
+{
+    vit_config_default(c);
+    c->image_height = 4;
+    c->image_width = 4;
+    c->channels = 1;
+    c->classes = 3;
+    c->patch = 2;
+    c->dim = 8;
+    c->depth = 2;
+    c->heads = 2;
+    c->mlp = 12;
+    c->pool = pool;
+    c->epochs = 1;
+    c->batch = 4;
+}
+
+/* Field-by-field equality (the struct has padding, so no memcmp); names
+ * the first field that differs in *which. */
+static int config_equal(const vit_config *a, const vit_config *b, const char **which)
+{
+#define EQ(f) if (a->f != b->f) { *which = #f; return 0; }
+    EQ(image_height) EQ(image_width) EQ(channels) EQ(classes) EQ(patch) EQ(dim) EQ(depth)
+    EQ(heads) EQ(mlp) EQ(pool) EQ(epochs) EQ(batch) EQ(lr) EQ(min_lr) EQ(warmup)
+    EQ(weight_decay) EQ(beta1) EQ(beta2) EQ(eps) EQ(smoothing) EQ(shift) EQ(init_std) EQ(seed)
+#undef EQ
+    *which = "";
+    return 1;
+}
+
+#define ASSERT_CONFIG_EQ(a, b)                                                   \
+    do {                                                                         \
+        const char *w_;                                                          \
+        ck_assert_msg(config_equal(a, b, &w_), "configs differ in '%s'", w_);    \
+    } while (0)
+
+/* ---- whole-model gradient -------------------------------------------- */
+
+#define GB 3 /* batch of the gradient check */
+
+typedef struct model_ctx {
+    vit_model *m;
+    vit_tape *tape;
+    vit_real *images;
+    int labels[GB];
+} model_ctx;
+
+static double model_loss(void *p)
+{
+    model_ctx *c = p;
+    vit_tape_reset(c->tape);
+    vit_tensor *z = vit_model_forward(c->m, c->tape, c->images, GB, 0);
+    vit_tensor *loss = vit_op_cross_entropy(c->tape, z, c->labels, (vit_real)0.1, NULL);
+    ck_assert_msg(loss != NULL, "forward failed: %s", vit_last_error());
+    return (double)loss->data[0];
+}
+
+START_TEST(test_model_gradient)
+{
+    int pool = _i ? VIT_POOL_MEAN : VIT_POOL_CLS;
+    const char *pname = _i ? "mean" : "cls";
+    vit_config cfg;
+    tiny_config(&cfg, pool);
+    model_ctx c = {.m = vit_model_new(&cfg), .tape = vit_tape_new()};
+    ck_assert_msg(c.m != NULL, "%s", vit_last_error());
+    size_t n = vit_model_param_count(c.m);
+    vit_real *params = vit_model_params(c.m);
+    /* Every parameter random and of order one, including layer-norm gains,
+     * biases and the class token, so that no gradient is trivially zero
+     * or hidden below the floor by a tiny initialisation. */
+    uint64_t seed = 100 + (uint64_t)_i;
+    gc_fill(params, n, &seed, 0.6);
+    c.images = gc_zeros((size_t)GB * 16);
+    for (int i = 0; i < GB * 16; i++)
+        c.images[i] = (vit_real)gc_uniform(&seed);
+    for (int i = 0; i < GB; i++)
+        c.labels[i] = (i + 1) % 3;
+
+    vit_tape *t = vit_tape_new();
+    vit_model_zero_grads(c.m);
+    vit_tensor *z = vit_model_forward(c.m, t, c.images, GB, 1);
+    ck_assert_msg(z != NULL, "%s", vit_last_error());
+    ck_assert_int_eq(z->ndim, 2);
+    ck_assert_int_eq(z->shape[0], GB);
+    ck_assert_int_eq(z->shape[1], 3);
+    vit_tensor *loss = vit_op_cross_entropy(t, z, c.labels, (vit_real)0.1, NULL);
+    ck_assert_ptr_nonnull(loss);
+    ck_assert_int_eq(vit_tape_backward(t, loss), VIT_OK);
+    vit_real *grads = gc_zeros(n);
+    memcpy(grads, vit_model_grads(c.m), n * sizeof *grads);
+
+    double worst = 0;
+    int nt = vit_model_tensor_count(c.m);
+    for (int i = 0; i < nt; i++) {
+        const vit_model_tensor *mt = vit_model_tensor_at(c.m, i);
+        char name[96];
+        snprintf(name, sizeof name, "%s:%s", pname, mt->name);
+        double e = gc_check(name, params + mt->offset, grads + mt->offset, mt->size, model_loss, &c);
+        ck_assert_msg(e <= GC_TOL, "%s: max_rel %.3e > %.0e", name, e, GC_TOL);
+        /* Every tensor must actually receive a gradient - except the key
+         * bias: it adds q.b_k to every score of a query row, which the
+         * softmax ignores, so its gradient is exactly zero. */
+        double norm = 0;
+        for (size_t j = 0; j < mt->size; j++)
+            norm += fabs((double)grads[mt->offset + j]);
+        const char *sfx = mt->name + strlen(mt->name) - 3;
+        if (strcmp(sfx, "b_k") == 0)
+            ck_assert_msg(norm < 1e-12, "%s: gradient %g should vanish", name, norm);
+        else
+            ck_assert_msg(norm > 1e-6, "%s: gradient is zero", name);
+        worst = fmax(worst, e);
+    }
+    printf("model gradient (pool=%s): %d tensors, %zu parameters, max_rel %.2e\n", pname, nt, n, worst);
+    vit_model_free(c.m);
+    vit_tape_free(c.tape);
+    vit_tape_free(t);
+    free(c.images);
+    free(grads);
+}
+END_TEST
+
+START_TEST(test_forward_shapes_and_maps)
+{
+    /* Attention maps are probability rows; evaluation mode makes no grads;
+     * batch 1 and batch 5 give the same logits for the same image. */
+    vit_config cfg;
+    tiny_config(&cfg, VIT_POOL_CLS);
+    cfg.init_std = 0.5; /* attention maps far from uniform */
+    vit_model *m = vit_model_new(&cfg);
+    vit_rng rng;
+    vit_rng_seed(&rng, 3);
+    vit_model_init(m, &rng);
+    vit_tape *t = vit_tape_new();
+    vit_real img[5 * 16];
+    uint64_t seed = 7;
+    for (int i = 0; i < 5 * 16; i++)
+        img[i] = (vit_real)gc_uniform(&seed);
+    vit_tensor *z = vit_model_forward(m, t, img, 5, 0);
+    ck_assert_ptr_nonnull(z);
+    ck_assert_ptr_null(z->grad);
+    vit_real z5[15];
+    memcpy(z5, z->data, sizeof z5);
+    for (int l = 0; l < 2; l++) {
+        const vit_real *maps = vit_model_attention_maps(m, l);
+        ck_assert_ptr_nonnull(maps);
+        for (int r = 0; r < 5 * 2 * 5; r++) { /* [B=5, H=2, T=5] rows of T=5 */
+            double s = 0;
+            for (int k = 0; k < 5; k++) {
+                ck_assert(maps[r * 5 + k] >= 0);
+                s += maps[r * 5 + k];
+            }
+            ck_assert_double_eq_tol(s, 1.0, 1e-12);
+        }
+    }
+    ck_assert_ptr_null(vit_model_attention_maps(m, 2));
+    ck_assert_ptr_null(vit_model_attention_maps(m, -1));
+    for (int b = 0; b < 5; b++) {
+        vit_tape_reset(t);
+        z = vit_model_forward(m, t, img + b * 16, 1, 0);
+        ck_assert_ptr_nonnull(z);
+        for (int k = 0; k < 3; k++)
+            ck_assert_double_eq_tol(z->data[k], z5[b * 3 + k], 1e-12);
+    }
+    /* Bad arguments. */
+    vit_tape_reset(t);
+    ck_assert_ptr_null(vit_model_forward(m, t, img, 0, 0));
+    ck_assert_ptr_null(vit_model_forward(m, t, NULL, 1, 0));
+    ck_assert_ptr_null(vit_model_forward(NULL, t, img, 1, 0));
+    ck_assert_ptr_null(vit_model_forward(m, NULL, img, 1, 0));
+    vit_model_free(m);
+    vit_tape_free(t);
+}
+END_TEST
+
+/* ---- parameter count, layout, groups --------------------------------- */
+
+/* Weight matrices by name: the last component is w, w_q, w_k, w_v, w_o,
+ * w1 or w2. */
+static int is_weight_matrix(const char *name)
+{
+    const char *dot = strrchr(name, '.');
+    const char *last = dot ? dot + 1 : name;
+    static const char *w[] = {"w", "w_q", "w_k", "w_v", "w_o", "w1", "w2"};
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+        if (strcmp(last, w[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* The count from the architecture, written out independently. */
+static size_t expected_count(const vit_config *c)
+{
+    size_t D = (size_t)c->dim, M = (size_t)c->mlp, K = (size_t)c->classes;
+    size_t N = (size_t)(c->image_height / c->patch) * (size_t)(c->image_width / c->patch);
+    size_t patch = (size_t)c->patch * c->patch * c->channels * D + D;
+    size_t attn = 4 * (D * D + D);
+    size_t mlp = D * M + M + M * D + D;
+    size_t norms = 2 * 2 * D;
+    return patch + D /* cls */ + (N + 1) * D /* pos */ + (size_t)c->depth * (attn + mlp + norms)
+           + 2 * D /* final norm */ + D * K + K;
+}
+
+static void check_layout(const vit_config *cfg)
+{
+    vit_model *m = vit_model_new(cfg);
+    ck_assert_msg(m != NULL, "%s", vit_last_error());
+    size_t n = vit_model_param_count(m);
+    ck_assert_uint_eq(n, vit_config_param_count(cfg));
+    ck_assert_uint_eq(n, expected_count(cfg));
+    int nt = vit_model_tensor_count(m);
+    ck_assert_int_eq(nt, 8 + 16 * cfg->depth);
+    size_t sum = 0;
+    int weights = 0;
+    for (int i = 0; i < nt; i++) {
+        const vit_model_tensor *t = vit_model_tensor_at(m, i);
+        ck_assert_ptr_nonnull(t);
+        ck_assert_uint_eq(t->offset, sum); /* tiles the buffer in order */
+        size_t prod = 1;
+        for (int d = 0; d < t->ndim; d++)
+            prod *= (size_t)t->shape[d];
+        ck_assert_uint_eq(prod, t->size);
+        sum += t->size;
+        weights += is_weight_matrix(t->name);
+        for (int j = 0; j < i; j++)
+            ck_assert_msg(strcmp(vit_model_tensor_at(m, j)->name, t->name) != 0, "duplicate %s",
+                          t->name);
+    }
+    ck_assert_uint_eq(sum, n);
+    ck_assert_int_eq(weights, 2 + 6 * cfg->depth); /* patch.w, head.w, 6 per block */
+    ck_assert_ptr_null(vit_model_tensor_at(m, nt));
+    ck_assert_ptr_null(vit_model_tensor_at(m, -1));
+
+    /* Groups: every parameter in exactly one, decay exactly on weights. */
+    int ng = 0;
+    const vit_param_group *g = vit_model_groups(m, &ng);
+    ck_assert_int_ge(ng, 1);
+    signed char *flag = malloc(n);
+    memset(flag, -1, n);
+    for (int k = 0; k < ng; k++) {
+        ck_assert_uint_le(g[k].offset + g[k].count, n);
+        for (size_t j = g[k].offset; j < g[k].offset + g[k].count; j++) {
+            ck_assert_msg(flag[j] == -1, "parameter %zu in two groups", j);
+            flag[j] = g[k].decay ? 1 : 0;
+        }
+    }
+    for (int i = 0; i < nt; i++) {
+        const vit_model_tensor *t = vit_model_tensor_at(m, i);
+        int want = is_weight_matrix(t->name);
+        for (size_t j = t->offset; j < t->offset + t->size; j++)
+            ck_assert_msg(flag[j] == want, "%s: decay %d, expected %d", t->name, flag[j], want);
+    }
+    free(flag);
+
+    /* Initialisation: gains 1, biases and cls 0, weights and pos random
+     * with |w| <= 2 std (truncated). */
+    vit_rng rng;
+    vit_rng_seed(&rng, 5);
+    vit_model_init(m, &rng);
+    const vit_real *p = vit_model_params(m);
+    for (int i = 0; i < nt; i++) {
+        const vit_model_tensor *t = vit_model_tensor_at(m, i);
+        const char *last = strrchr(t->name, '.');
+        last = last ? last + 1 : t->name;
+        int gain = strcmp(last, "g") == 0;
+        int random = is_weight_matrix(t->name) || strcmp(t->name, "pos") == 0;
+        double maxabs = 0;
+        for (size_t j = 0; j < t->size; j++) {
+            double v = (double)p[t->offset + j];
+            maxabs = fmax(maxabs, fabs(v));
+            if (gain)
+                ck_assert_msg(v == 1.0, "%s not 1", t->name);
+            else if (!random)
+                ck_assert_msg(v == 0.0, "%s not 0", t->name);
+        }
+        if (random)
+            ck_assert_msg(maxabs > 0 && maxabs <= 2 * cfg->init_std + 1e-12, "%s: max |w| %g",
+                          t->name, maxabs);
+    }
+    vit_model_free(m);
+}
+
+START_TEST(test_param_count_and_groups)
+{
+    vit_config c;
+    tiny_config(&c, VIT_POOL_CLS);
+    ck_assert_uint_eq(vit_config_param_count(&c), 1195); /* by hand, above tiny_config */
+    check_layout(&c);
+    vit_config_default(&c);
+    check_layout(&c);
+    /* A non-square colour image with another patch size. */
+    tiny_config(&c, VIT_POOL_MEAN);
+    c.image_height = 12;
+    c.image_width = 6;
+    c.channels = 3;
+    c.patch = 3;
+    c.depth = 3;
+    c.classes = 5;
+    check_layout(&c);
+    /* An invalid config counts 0 and makes no model. */
+    c.heads = 5;
+    ck_assert_uint_eq(vit_config_param_count(&c), 0);
+    ck_assert_ptr_null(vit_model_new(&c));
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "heads"));
+}
+END_TEST
+
+/* ---- config text ------------------------------------------------------ */
+
+START_TEST(test_config_file_is_default)
+{
+    vit_config def, c;
+    vit_config_default(&def);
+    /* Start from garbage so a key missing from the file shows up. */
+    memset(&c, 0x7b, sizeof c);
+    int rc = vit_config_load(&c, DIGITS_CFG);
+    ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
+    ASSERT_CONFIG_EQ(&c, &def);
+    ck_assert_int_eq(vit_config_check(&def), VIT_OK);
+
+    rc = vit_config_load(&c, "../models/no-such-file.cfg");
+    ck_assert_int_eq(rc, VIT_EIO);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "no-such-file.cfg"));
+}
+END_TEST
+
+START_TEST(test_config_round_trip)
+{
+    vit_config a, b;
+    vit_config_default(&a);
+    /* Every field away from its default, with values that need all 17
+     * digits to survive text. */
+    a.image_height = 12; a.image_width = 20; a.channels = 3; a.classes = 7;
+    a.patch = 4; a.dim = 48; a.depth = 3; a.heads = 6; a.mlp = 100; a.pool = VIT_POOL_MEAN;
+    a.epochs = 17; a.batch = 33;
+    a.lr = 0.1 + 0.2; a.min_lr = 1.0 / 3.0 * 1e-5; a.warmup = 2.5;
+    a.weight_decay = 0.123456789012345678; a.beta1 = 0.85; a.beta2 = 0.98765432109876;
+    a.eps = 3e-9; a.smoothing = 0.05; a.shift = 2; a.init_std = 0.0312;
+    a.seed = 18446744073709551615ull;
+    char buf[4096], buf2[4096];
+    int len = vit_config_format(&a, buf, sizeof buf);
+    ck_assert_int_gt(len, 0);
+    ck_assert_int_eq((int)strlen(buf), len);
+    vit_config_default(&b);
+    int rc = vit_config_parse(&b, buf, "formatted");
+    ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
+    ASSERT_CONFIG_EQ(&a, &b);
+    ck_assert_int_eq(vit_config_format(&b, buf2, sizeof buf2), len);
+    ck_assert_str_eq(buf, buf2);
+    /* Every documented key appears in the text. */
+    const char *key = NULL;
+    int nkeys = 0;
+    for (int i = 0; vit_config_key_help(i, &key); i++, nkeys++) {
+        char pat[64];
+        snprintf(pat, sizeof pat, "%s = ", key);
+        ck_assert_msg(strstr(buf, pat) != NULL, "key %s missing from the formatted text", key);
+    }
+    ck_assert_int_eq(nkeys, 23);
+    /* A buffer one byte short fails; exactly enough works. */
+    ck_assert_int_lt(vit_config_format(&a, buf2, (size_t)len), 0);
+    ck_assert_int_eq(vit_config_format(&a, buf2, (size_t)len + 1), len);
+    /* Comments, blank lines, spaces and CR-less last line. */
+    vit_config_default(&b);
+    rc = vit_config_parse(&b, "# c\n\n   dim=16   # width\n\theads = 8\npool=mean", "t");
+    ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
+    ck_assert_int_eq(b.dim, 16);
+    ck_assert_int_eq(b.heads, 8);
+    ck_assert_int_eq(b.pool, VIT_POOL_MEAN);
+}
+END_TEST
+
+START_TEST(test_config_bad_text)
+{
+    static const struct {
+        const char *text, *line, *key;
+    } bad[] = {
+        {"dim = 8\nbogus = 3\n", "bad.cfg:2", "bogus"},  /* unknown key */
+        {"lr = fast\n", "bad.cfg:1", "lr"},              /* not a number */
+        {"dim = 64x\n", "bad.cfg:1", "dim"},             /* trailing junk */
+        {"dim =\n", "bad.cfg:1", "dim"},                 /* empty value */
+        {"epochs = 2.5\n", "bad.cfg:1", "epochs"},       /* not an integer */
+        {"# ok\ndepth = 0\n", "bad.cfg:2", "depth"},     /* out of range */
+        {"heads = -2\n", "bad.cfg:1", "heads"},          /* out of range */
+        {"batch = 99999999999999999999\n", "bad.cfg:1", "batch"}, /* overflow */
+        {"lr = 100\n", "bad.cfg:1", "lr"},               /* out of range */
+        {"lr = nan\n", "bad.cfg:1", "lr"},               /* not finite */
+        {"smoothing = inf\n", "bad.cfg:1", "smoothing"},
+        {"seed = -1\n", "bad.cfg:1", "seed"},
+        {"pool = max\n", "bad.cfg:1", "pool"},
+        {"\n\npatch 2\n", "bad.cfg:3", NULL},            /* missing '=' */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        vit_config c;
+        vit_config_default(&c);
+        int rc = vit_config_parse(&c, bad[i].text, "bad.cfg");
+        const char *msg = vit_last_error();
+        ck_assert_msg(rc == VIT_EFORMAT || rc == VIT_EINVAL, "'%s' accepted (%d)", bad[i].text, rc);
+        ck_assert_msg(strstr(msg, bad[i].line) != NULL, "'%s': message '%s' lacks %s", bad[i].text,
+                      msg, bad[i].line);
+        if (bad[i].key)
+            ck_assert_msg(strstr(msg, bad[i].key) != NULL, "'%s': message '%s' lacks %s",
+                          bad[i].text, msg, bad[i].key);
+    }
+    /* vit_config_set directly. */
+    vit_config c;
+    vit_config_default(&c);
+    ck_assert_int_eq(vit_config_set(&c, "nope", "1"), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "nope"));
+    ck_assert_int_eq(vit_config_set(&c, "mlp", "1e3"), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "mlp"));
+    ck_assert_int_eq(c.mlp, 128); /* unchanged by the failed set */
+    ck_assert_int_eq(vit_config_set(&c, "mlp", "96"), VIT_OK);
+    ck_assert_int_eq(c.mlp, 96);
+
+    /* Each value valid, the combination not: the check names the key. */
+    vit_config_default(&c);
+    ck_assert_int_eq(vit_config_parse(&c, "dim = 10\nheads = 4\n", "bad.cfg"), VIT_OK);
+    ck_assert_int_eq(vit_config_check(&c), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "heads"));
+    vit_config_default(&c);
+    c.patch = 3; /* does not divide 8 */
+    ck_assert_int_eq(vit_config_check(&c), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "patch"));
+    vit_config_default(&c);
+    c.min_lr = 1.0;
+    ck_assert_int_eq(vit_config_check(&c), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "min_lr"));
+}
+END_TEST
+
+/* ---- checkpoints ------------------------------------------------------ */
+
+static void make_tmpdir(char *path, size_t cap)
+{
+    snprintf(path, cap, "/tmp/vit_model_test_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(path));
+}
+
+/* Removes a folder of plain files and folders of plain files. */
+static void remove_tree(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d)
+        return;
+    struct dirent *e;
+    char sub[1024];
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+        struct stat st;
+        if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
+            remove_tree(sub);
+        else
+            unlink(sub);
+    }
+    closedir(d);
+    rmdir(path);
+}
+
+/* Values a float32 checkpoint stores exactly. */
+static void fill_float_exact(vit_real *x, size_t n, uint64_t *seed, double scale, int positive)
+{
+    gc_fill(x, n, seed, scale);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (vit_real)(float)(positive ? fabs((double)x[i]) : x[i]);
+}
+
+START_TEST(test_run_save_load)
+{
+    char dir[64], path[128];
+    make_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/run.ckpt", dir);
+    vit_config cfg;
+    tiny_config(&cfg, VIT_POOL_MEAN);
+    cfg.lr = 0.0123;
+    cfg.seed = 77;
+    vit_model *m = vit_model_new(&cfg);
+    size_t n = vit_model_param_count(m);
+    uint64_t seed = 200;
+    fill_float_exact(vit_model_params(m), n, &seed, 0.5, 0);
+    vit_adamw opt;
+    ck_assert_int_eq(vit_adamw_init(&opt, n, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay), VIT_OK);
+    fill_float_exact(opt.m, n, &seed, 0.01, 0);
+    fill_float_exact(opt.v, n, &seed, 0.001, 1);
+    opt.t = 7;
+    vit_run_state st = {.step = 7, .epoch = 2};
+    vit_rng_seed(&st.rng, 99);
+    vit_rng_next(&st.rng);
+    ck_assert_msg(vit_run_save(path, m, &opt, &st) == VIT_OK, "%s", vit_last_error());
+
+    vit_model *m2 = NULL;
+    vit_adamw opt2;
+    vit_run_state st2;
+    memset(&st2, 0, sizeof st2);
+    ck_assert_msg(vit_run_load(path, &m2, &opt2, &st2) == VIT_OK, "%s", vit_last_error());
+    ck_assert_ptr_nonnull(m2);
+    ASSERT_CONFIG_EQ(vit_model_config(m2), &cfg);
+    ck_assert_uint_eq(vit_model_param_count(m2), n);
+    ck_assert(memcmp(vit_model_params(m2), vit_model_params(m), n * sizeof(vit_real)) == 0);
+    ck_assert_uint_eq(opt2.n, n);
+    ck_assert(memcmp(opt2.m, opt.m, n * sizeof(vit_real)) == 0);
+    ck_assert(memcmp(opt2.v, opt.v, n * sizeof(vit_real)) == 0);
+    ck_assert_uint_eq(opt2.t, 7);
+    ck_assert(opt2.beta1 == cfg.beta1 && opt2.beta2 == cfg.beta2 && opt2.eps == cfg.eps
+              && opt2.weight_decay == cfg.weight_decay);
+    ck_assert_uint_eq(st2.step, 7);
+    ck_assert_uint_eq(st2.epoch, 2);
+    ck_assert(memcmp(st2.rng.s, st.rng.s, sizeof st.rng.s) == 0);
+    ck_assert_uint_eq(vit_rng_next(&st2.rng), vit_rng_next(&st.rng));
+
+    /* Same logits, bit for bit. */
+    vit_tape *t = vit_tape_new();
+    vit_real img[2 * 16];
+    for (int i = 0; i < 32; i++)
+        img[i] = (vit_real)gc_uniform(&seed);
+    vit_tensor *z1 = vit_model_forward(m, t, img, 2, 0);
+    ck_assert_ptr_nonnull(z1);
+    vit_real l1[6];
+    memcpy(l1, z1->data, sizeof l1);
+    vit_tape_reset(t);
+    vit_tensor *z2 = vit_model_forward(m2, t, img, 2, 0);
+    ck_assert_ptr_nonnull(z2);
+    ck_assert(memcmp(l1, z2->data, sizeof l1) == 0);
+
+    /* Weights only: loads without an optimizer, not with one. */
+    vit_model_free(m2);
+    vit_adamw_free(&opt2);
+    ck_assert_int_eq(vit_run_save(path, m, NULL, &st), VIT_OK);
+    ck_assert_int_eq(vit_run_load(path, &m2, NULL, NULL), VIT_OK);
+    ck_assert(memcmp(vit_model_params(m2), vit_model_params(m), n * sizeof(vit_real)) == 0);
+    vit_model_free(m2);
+    m2 = (vit_model *)&opt; /* must be reset to NULL on failure */
+    ck_assert_int_eq(vit_run_load(path, &m2, &opt2, NULL), VIT_EFORMAT);
+    ck_assert_ptr_null(m2);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "adam.m"));
+    ck_assert_int_eq(vit_run_load("/nonexistent/x.ckpt", &m2, NULL, NULL), VIT_EIO);
+
+    vit_tape_free(t);
+    vit_adamw_free(&opt);
+    vit_model_free(m);
+    remove_tree(dir);
+}
+END_TEST
+
+START_TEST(test_resume_shape_mismatch)
+{
+    char dir[64], path[128], out[128];
+    make_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/saved.ckpt", dir);
+    snprintf(out, sizeof out, "%s/out", dir);
+    vit_config cfg;
+    tiny_config(&cfg, VIT_POOL_CLS);
+    vit_model *m = vit_model_new(&cfg);
+    vit_rng rng;
+    vit_rng_seed(&rng, 1);
+    vit_model_init(m, &rng);
+    vit_adamw opt;
+    ck_assert_int_eq(vit_adamw_init(&opt, vit_model_param_count(m), cfg.beta1, cfg.beta2, cfg.eps,
+                                    cfg.weight_decay), VIT_OK);
+    /* A checkpoint of a finished one-epoch run. */
+    vit_run_state st = {.step = 2, .epoch = 1, .rng = rng};
+    opt.t = 2;
+    ck_assert_int_eq(vit_run_save(path, m, &opt, &st), VIT_OK);
+
+    /* Six 4x4 images of 3 classes. */
+    vit_real img[6 * 16];
+    int lab[6] = {0, 1, 2, 0, 1, 2};
+    uint64_t seed = 300;
+    for (int i = 0; i < 6 * 16; i++)
+        img[i] = (vit_real)gc_uniform(&seed);
+    vit_dataset ds = {.count = 6, .height = 4, .width = 4, .channels = 1, .classes = 3,
+                      .images = img, .labels = lab};
+    vit_train_opts o = {.out_dir = out, .resume = path, .ckpt_every = 1, .progress = 0};
+    vit_train_result res;
+
+    vit_config other = cfg;
+    other.dim = 16;
+    int rc = vit_train_run(&other, &ds, &ds, &o, &res);
+    ck_assert_int_eq(rc, VIT_EINVAL);
+    ck_assert_msg(strstr(vit_last_error(), "dim") != NULL, "message '%s' does not name dim",
+                  vit_last_error());
+    other = cfg;
+    other.depth = 3;
+    rc = vit_train_run(&other, &ds, &ds, &o, &res);
+    ck_assert_int_eq(rc, VIT_EINVAL);
+    ck_assert_msg(strstr(vit_last_error(), "depth") != NULL, "'%s'", vit_last_error());
+    other = cfg;
+    other.pool = VIT_POOL_MEAN;
+    ck_assert_int_eq(vit_train_run(&other, &ds, &ds, &o, &res), VIT_EINVAL);
+    ck_assert_msg(strstr(vit_last_error(), "pool") != NULL, "'%s'", vit_last_error());
+
+    /* Control: the same shape resumes (nothing left to train). */
+    rc = vit_train_run(&cfg, &ds, &ds, &o, &res);
+    ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
+    ck_assert_int_eq(res.epochs_done, 1);
+    ck_assert_uint_eq(res.steps, 2);
+    vit_train_result_free(&res);
+
+    vit_adamw_free(&opt);
+    vit_model_free(m);
+    remove_tree(dir);
+}
+END_TEST
+
+static Suite *model_suite(void)
+{
+    Suite *s = suite_create("model");
+    TCase *tg = tcase_create("gradient");
+    tcase_set_timeout(tg, 120);
+    tcase_add_loop_test(tg, test_model_gradient, 0, 2);
+    tcase_add_test(tg, test_forward_shapes_and_maps);
+    suite_add_tcase(s, tg);
+    TCase *tc = tcase_create("config_layout");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_param_count_and_groups);
+    tcase_add_test(tc, test_config_file_is_default);
+    tcase_add_test(tc, test_config_round_trip);
+    tcase_add_test(tc, test_config_bad_text);
+    suite_add_tcase(s, tc);
+    TCase *tk = tcase_create("checkpoint");
+    tcase_set_timeout(tk, 60);
+    tcase_add_test(tk, test_run_save_load);
+    tcase_add_test(tk, test_resume_shape_mismatch);
+    suite_add_tcase(s, tk);
+    return s;
+}
+
+int main(void)
+{
+    vit_set_threads(1);
+    SRunner *sr = srunner_create(model_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

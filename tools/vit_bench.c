@@ -1,0 +1,394 @@
+/*
+ * vit_bench - training throughput of the library against the same shapes
+ * that tools/torch_vit_speed.py times in PyTorch.
+ *
+ * Each configuration runs in a forked child so that its peak resident
+ * memory (VmHWM) is its own.  A training configuration does warm-up steps,
+ * then several timed repetitions of full steps (forward, cross-entropy,
+ * backward, AdamW) on a batch of random images, and reports the median
+ * images/s.  GFLOP/s counts 2 FLOP per multiply-add and 3x the forward for a
+ * step, from the layer shapes, exactly as the PyTorch script does, so the two
+ * figures are comparable.  A large cblas_sgemm gives the machine's GEMM rate
+ * in the same run, and every GFLOP/s figure is also shown as a fraction of it.
+ *
+ *   vit_bench [--threads N] [--config NAME] [--steps N] [--reps N] [--quick]
+ *
+ * NAME is digits, medium, large, attention, gemm or all (the default).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cblas.h>
+
+#include "vit/vit.h"
+
+typedef struct train_shape {
+    const char *name;
+    int img, chans, patch, dim, depth, heads, mlp;
+} train_shape;
+
+static const train_shape shapes[] = {
+    {"digits", 8, 1, 2, 64, 4, 4, 128},
+    {"medium", 28, 1, 4, 128, 6, 4, 256},
+    {"large", 32, 3, 4, 192, 6, 3, 768},
+};
+
+enum { BATCH = 64, CLASSES = 10, MAX_REPS = 64 };
+
+typedef struct options {
+    int threads, steps, reps, warmup, quick;
+    const char *config;
+} options;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Peak resident set of this process in MB, from /proc (VmHWM), or -1. */
+static double peak_rss_mb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = -1;
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "VmHWM:", 6) == 0)
+            kb = atof(line + 6);
+    fclose(f);
+    return kb < 0 ? -1 : kb / 1024.0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Multiply-adds of one image's forward, counted like torch_vit_speed.py:
+ * patch embedding, per block the four projections, the two attention
+ * products and the MLP, then the head. */
+static double forward_macs(const train_shape *s)
+{
+    double n = (double)(s->img / s->patch) * (s->img / s->patch), T = n + 1, d = s->dim;
+    return n * s->patch * s->patch * s->chans * d
+         + s->depth * (T * d * 4 * d + 2 * T * T * d + 2 * T * d * s->mlp) + d * CLASSES;
+}
+
+/* ---- GEMM rate -------------------------------------------------------- */
+
+static double gemm_gflops(const options *o)
+{
+    int n = o->quick ? 1024 : 2048;
+    float *a = malloc((size_t)n * n * sizeof *a), *b = malloc((size_t)n * n * sizeof *b);
+    float *c = malloc((size_t)n * n * sizeof *c);
+    if (!a || !b || !c) {
+        free(a); free(b); free(c);
+        return -1;
+    }
+    for (size_t i = 0; i < (size_t)n * n; i++) {
+        a[i] = (float)((i * 7 % 13) - 6) / 8.0f;
+        b[i] = (float)((i * 5 % 11) - 5) / 8.0f;
+    }
+    double rates[MAX_REPS];
+    int reps = o->quick ? 3 : 7;
+    for (int r = -1; r < reps; r++) { /* r = -1 warms up */
+        double t0 = now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+        double dt = now() - t0;
+        if (r >= 0)
+            rates[r] = 2.0 * n * n * (double)n / dt / 1e9;
+    }
+    free(a); free(b); free(c);
+    return median(rates, reps);
+}
+
+/* ---- Training step ---------------------------------------------------- */
+
+static int run_train(const train_shape *s, const options *o, double gemm_rate)
+{
+    vit_config cfg;
+    vit_config_default(&cfg);
+    cfg.image_height = cfg.image_width = s->img;
+    cfg.channels = s->chans;
+    cfg.classes = CLASSES;
+    cfg.patch = s->patch;
+    cfg.dim = s->dim;
+    cfg.depth = s->depth;
+    cfg.heads = s->heads;
+    cfg.mlp = s->mlp;
+    cfg.pool = VIT_POOL_CLS;
+    cfg.batch = BATCH;
+
+    vit_model *m = vit_model_new(&cfg);
+    vit_tape *tape = vit_tape_new();
+    size_t npix = (size_t)BATCH * s->img * s->img * s->chans;
+    vit_real *images = malloc(npix * sizeof *images);
+    int labels[BATCH];
+    vit_adamw opt;
+    memset(&opt, 0, sizeof opt);
+    if (!m || !tape || !images
+        || vit_adamw_init(&opt, vit_model_param_count(m), 0.9, 0.999, 1e-8, 0.05) != VIT_OK) {
+        fprintf(stderr, "vit_bench: setup failed: %s\n", vit_last_error());
+        return 1;
+    }
+    vit_rng rng;
+    vit_rng_seed(&rng, 1234);
+    vit_model_init(m, &rng);
+    for (size_t i = 0; i < npix; i++)
+        images[i] = (vit_real)vit_rng_normal(&rng);
+    for (int i = 0; i < BATCH; i++)
+        labels[i] = (int)vit_rng_below(&rng, CLASSES);
+    int ngroups;
+    const vit_param_group *groups = vit_model_groups(m, &ngroups);
+
+    double rates[MAX_REPS];
+    for (int r = -1; r < o->reps; r++) {
+        int steps = r < 0 ? o->warmup : o->steps;
+        double t0 = now();
+        for (int st = 0; st < steps; st++) {
+            vit_tape_reset(tape);
+            vit_tensor *z = vit_model_forward(m, tape, images, BATCH, 1);
+            vit_tensor *loss = vit_op_cross_entropy(tape, z, labels, 0, NULL);
+            vit_model_zero_grads(m);
+            if (!loss || vit_tape_backward(tape, loss) != VIT_OK
+                || vit_adamw_step(&opt, vit_model_params(m), vit_model_grads(m), groups, ngroups,
+                                  1e-4) != VIT_OK) {
+                fprintf(stderr, "vit_bench: step failed: %s\n", vit_last_error());
+                return 1;
+            }
+        }
+        if (r >= 0)
+            rates[r] = (double)BATCH * steps / (now() - t0);
+    }
+    double ips = median(rates, o->reps);
+    double lo = rates[0], hi = rates[o->reps - 1]; /* sorted by median() */
+    double gf = 6.0 * forward_macs(s) * ips / 1e9;
+    printf("%-10s %9.0f %6.0f-%-6.0f %9.1f %7.0f%% %9.1f\n", s->name, ips, lo, hi, gf,
+           gemm_rate > 0 ? 100.0 * gf / gemm_rate : 0.0, peak_rss_mb());
+    vit_adamw_free(&opt);
+    free(images);
+    vit_tape_free(tape);
+    vit_model_free(m);
+    return 0;
+}
+
+/* ---- Attention alone -------------------------------------------------- */
+
+/* vit_sdpa forward + backward, batch 1, 4 heads of width 64, n tokens. */
+static int run_attention(int n, const options *o)
+{
+    const int H = 4, dh = 64;
+    vit_sdpa a;
+    memset(&a, 0, sizeof a);
+    a.batch = 1;
+    a.heads = H;
+    a.n_q = a.n_k = n;
+    a.d_k = a.d_v = dh;
+    size_t nx = (size_t)n * H * dh, np = (size_t)H * n * n;
+    vit_real *buf = calloc(8 * nx, sizeof *buf);
+    vit_real *probs = malloc(np * sizeof *probs);
+    vit_real *work = malloc(vit_sdpa_work_size(&a) * sizeof *work);
+    if (!buf || !probs || !work) {
+        fprintf(stderr, "vit_bench: attention n=%d: out of memory\n", n);
+        return 1;
+    }
+    vit_real *q = buf, *k = q + nx, *v = k + nx, *out = v + nx, *dout = out + nx;
+    vit_real *dq = dout + nx, *dk = dq + nx, *dv = dk + nx;
+    vit_rng rng;
+    vit_rng_seed(&rng, 99);
+    for (size_t i = 0; i < 5 * nx; i++)
+        buf[i] = (vit_real)vit_rng_normal(&rng);
+    int reps = o->quick ? 2 : (n >= 4096 ? 3 : 7);
+    double times[MAX_REPS];
+    for (int r = -1; r < reps; r++) {
+        double t0 = now();
+        if (vit_sdpa_forward(&a, out, probs, q, k, v) != VIT_OK
+            || vit_sdpa_backward(&a, dq, dk, dv, NULL, dout, probs, q, k, v, work) != VIT_OK) {
+            fprintf(stderr, "vit_bench: attention failed: %s\n", vit_last_error());
+            return 1;
+        }
+        if (r >= 0)
+            times[r] = now() - t0;
+    }
+    double t = median(times, reps);
+    /* QK^T and PV forward, four products of the same size backward. */
+    double flops = 6.0 * 2.0 * (double)H * n * (double)n * dh;
+    printf("attn n=%-5d %9.2f ms %9.1f GFLOP/s %9.1f MB\n", n, 1e3 * t, flops / t / 1e9,
+           peak_rss_mb());
+    free(buf);
+    free(probs);
+    free(work);
+    return 0;
+}
+
+/* ---- Driver ----------------------------------------------------------- */
+
+/* Runs fn in a child process so that the peak memory it reports is its own.
+ * The child's stdout is flushed before it exits. */
+typedef int (*bench_fn)(const void *arg, const options *o, double gemm_rate);
+
+static int in_child(bench_fn fn, const void *arg, const options *o, double gemm_rate)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0)
+        return fn(arg, o, gemm_rate);
+    if (pid == 0) {
+        int rc = fn(arg, o, gemm_rate);
+        fflush(stdout);
+        _exit(rc);
+    }
+    int status = 0;
+    if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status))
+        return 1;
+    return WEXITSTATUS(status);
+}
+
+static int train_fn(const void *arg, const options *o, double g)
+{
+    return run_train(arg, o, g);
+}
+
+static int attn_fn(const void *arg, const options *o, double g)
+{
+    (void)g;
+    return run_attention(*(const int *)arg, o);
+}
+
+/* The GEMM rate, measured in a child too (OpenBLAS's buffers for the big
+ * matrices must not count in the parent's peak), sent back through a pipe. */
+static double gemm_in_child(const options *o)
+{
+    int fd[2];
+    double r = -1;
+    fflush(stdout);
+    if (pipe(fd) != 0)
+        return gemm_gflops(o);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        r = gemm_gflops(o);
+        ssize_t w = write(fd[1], &r, sizeof r);
+        _exit(w == (ssize_t)sizeof r ? 0 : 1);
+    }
+    close(fd[1]);
+    if (pid > 0 && read(fd[0], &r, sizeof r) != (ssize_t)sizeof r)
+        r = -1;
+    close(fd[0]);
+    if (pid > 0)
+        waitpid(pid, NULL, 0);
+    return r;
+}
+
+static int usage(FILE *f)
+{
+    fprintf(f,
+        "usage: vit_bench [--threads N] [--config NAME] [--steps N] [--reps N] [--quick]\n"
+        "  NAME: digits, medium, large, attention, gemm or all (default)\n"
+        "  --threads N  threads for our loops and for OpenBLAS (default: all cores)\n"
+        "  --steps N    timed training steps per repetition (default 20)\n"
+        "  --reps N     timed repetitions; the median is reported (default 5)\n"
+        "  --quick      fewer steps and repetitions, smaller GEMM\n");
+    return f == stdout ? 0 : 2;
+}
+
+static int parse_int(const char *flag, const char *v, int lo, int hi, int *out)
+{
+    char *end;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || *end || x < lo || x > hi) {
+        fprintf(stderr, "vit_bench: %s needs an integer in [%d, %d]\n", flag, lo, hi);
+        return 0;
+    }
+    *out = (int)x;
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    options o = {0, 20, 5, 5, 0, "all"};
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    o.threads = ncpu > 0 ? (int)ncpu : 1;
+    int steps_set = 0, reps_set = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h"))
+            return usage(stdout);
+        if (!strcmp(a, "--quick")) {
+            o.quick = 1;
+            continue;
+        }
+        if (!strcmp(a, "--threads")) {
+            if (!parse_int(a, v, 1, 256, &o.threads)) return 2;
+        } else if (!strcmp(a, "--steps")) {
+            if (!parse_int(a, v, 1, 100000, &o.steps)) return 2;
+            steps_set = 1;
+        } else if (!strcmp(a, "--reps")) {
+            if (!parse_int(a, v, 1, MAX_REPS, &o.reps)) return 2;
+            reps_set = 1;
+        } else if (!strcmp(a, "--config")) {
+            if (!v) return usage(stderr);
+            o.config = v;
+        } else {
+            fprintf(stderr, "vit_bench: unknown option %s\n", a);
+            return usage(stderr);
+        }
+        i++;
+    }
+    if (o.quick) {
+        if (!steps_set) o.steps = 5;
+        if (!reps_set) o.reps = 3;
+        o.warmup = 2;
+    }
+    const char *c = o.config;
+    int all = !strcmp(c, "all"), known = all || !strcmp(c, "attention") || !strcmp(c, "gemm");
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+        known |= !strcmp(c, shapes[i].name);
+    if (!known) {
+        fprintf(stderr, "vit_bench: unknown config %s\n", c);
+        return usage(stderr);
+    }
+    if (vit_set_threads(o.threads) != VIT_OK)
+        fprintf(stderr, "vit_bench: %s\n", vit_last_error());
+
+    printf("vit_bench %s (%s), %d thread(s), batch %d, %d reps x %d steps\n", vit_version(),
+           VIT_REAL_NAME, o.threads, BATCH, o.reps, o.steps);
+    int rc = 0;
+    /* The GEMM rate first, in the parent, so the training rows can quote it. */
+    double gemm_rate = 0;
+    if (strcmp(c, "attention")) {
+        gemm_rate = gemm_in_child(&o);
+        printf("sgemm %d^3: %.1f GFLOP/s\n", o.quick ? 1024 : 2048, gemm_rate);
+        rc |= gemm_rate <= 0;
+    }
+    int header = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        if (!all && strcmp(c, shapes[i].name))
+            continue;
+        if (!header++)
+            printf("%-10s %9s %13s %9s %8s %9s\n", "config", "images/s", "range", "GFLOP/s",
+                   "%GEMM", "peak MB");
+        rc |= in_child(train_fn, &shapes[i], &o, gemm_rate);
+    }
+    if (all || !strcmp(c, "attention")) {
+        static const int ns[] = {256, 1024, 4096};
+        for (int i = 0; i < 3; i++)
+            rc |= in_child(attn_fn, &ns[i], &o, 0);
+    }
+    return rc ? 1 : 0;
+}
