@@ -36,22 +36,6 @@ size_t vit_real_size(void) { return sizeof(vit_real); }
 
 const char *vit_version(void) { return VIT_VERSION_STRING; }
 
-#ifdef VIT_HAVE_OPENBLAS_THREADS
-void openblas_set_num_threads(int num_threads);
-#endif
-
-int vit_set_threads(int n)
-{
-    if (n < 1 || n > 1024)
-        return vit_fail(VIT_EINVAL, "vit_set_threads: %d threads is out of range [1, 1024]", n);
-#ifdef VIT_HAVE_OPENBLAS_THREADS
-    openblas_set_num_threads(n);
-    return VIT_OK;
-#else
-    return vit_fail(VIT_EINVAL, "vit_set_threads: the BLAS in use has no thread control");
-#endif
-}
-
 int vit_check_ptr(const char *fn, const char *name, const void *p)
 {
     if (p == NULL)

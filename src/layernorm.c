@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "error.h"
+#include "threads.h"
 
 #define TRY(e) do { int rc_ = (e); if (rc_ != VIT_OK) return rc_; } while (0)
 
@@ -24,6 +25,9 @@ int vit_layernorm_forward(vit_real *y, vit_real *mean, vit_real *rstd,
     if (!(eps > 0) || !isfinite((double)eps))
         return vit_fail(VIT_EINVAL, "%s: eps must be positive and finite, got %g", fn, (double)eps);
 
+    /* Rows are independent: split across threads. */
+    int nt = vit_threads_for(8.0 * n * d);
+    VIT_PARALLEL_FOR(nt)
     for (int i = 0; i < n; i++) {
         const vit_real *xr = x + (size_t)i * d;
         vit_real *yr = y + (size_t)i * d;
@@ -69,29 +73,49 @@ int vit_layernorm_backward(vit_real *dx, vit_real *dgamma, vit_real *dbeta,
     TRY(vit_check_dim(fn, "n", n));
     TRY(vit_check_dim(fn, "d", d));
 
-    for (int i = 0; i < n; i++) {
-        const vit_real *xr = x + (size_t)i * d;
-        const vit_real *dyr = dy + (size_t)i * d;
-        double m = mean[i], rs = rstd[i];
-        double sum_g = 0.0, sum_gx = 0.0;
-        for (int j = 0; j < d; j++) {
-            double xhat = (xr[j] - m) * rs;
-            double g = (double)dyr[j] * gamma[j];
-            sum_g += g;
-            sum_gx += g * xhat;
-            if (dgamma)
-                dgamma[j] += (vit_real)(dyr[j] * xhat);
-            if (dbeta)
-                dbeta[j] += dyr[j];
+    int nt = vit_threads_for(12.0 * n * d);
+    /* dx: rows are independent. */
+    if (dx) {
+        VIT_PARALLEL_FOR(nt)
+        for (int i = 0; i < n; i++) {
+            const vit_real *xr = x + (size_t)i * d;
+            const vit_real *dyr = dy + (size_t)i * d;
+            vit_real *dxr = dx + (size_t)i * d;
+            double m = mean[i], rs = rstd[i];
+            double sum_g = 0.0, sum_gx = 0.0;
+            for (int j = 0; j < d; j++) {
+                double xhat = (xr[j] - m) * rs;
+                double g = (double)dyr[j] * gamma[j];
+                sum_g += g;
+                sum_gx += g * xhat;
+            }
+            double mg = sum_g / d, mgx = sum_gx / d;
+            for (int j = 0; j < d; j++) {
+                double xhat = (xr[j] - m) * rs;
+                double g = (double)dyr[j] * gamma[j];
+                dxr[j] += (vit_real)(rs * (g - mg - xhat * mgx));
+            }
         }
-        if (!dx)
-            continue;
-        double mg = sum_g / d, mgx = sum_gx / d;
-        vit_real *dxr = dx + (size_t)i * d;
-        for (int j = 0; j < d; j++) {
-            double xhat = (xr[j] - m) * rs;
-            double g = (double)dyr[j] * gamma[j];
-            dxr[j] += (vit_real)(rs * (g - mg - xhat * mgx));
+    }
+    /* dgamma, dbeta: sums over rows, so the columns are split instead and
+     * every column adds its rows in order, whatever the thread count. */
+    if (dgamma || dbeta) {
+        int ntc = d / 8 < nt ? (d / 8 > 1 ? d / 8 : 1) : nt;
+        VIT_PARALLEL_FOR(ntc)
+        for (int t = 0; t < ntc; t++) {
+            size_t lo, hi;
+            vit_split((size_t)d, t, ntc, &lo, &hi);
+            for (int i = 0; i < n; i++) {
+                const vit_real *xr = x + (size_t)i * d;
+                const vit_real *dyr = dy + (size_t)i * d;
+                double m = mean[i], rs = rstd[i];
+                if (dgamma)
+                    for (size_t j = lo; j < hi; j++)
+                        dgamma[j] += (vit_real)(dyr[j] * ((xr[j] - m) * rs));
+                if (dbeta)
+                    for (size_t j = lo; j < hi; j++)
+                        dbeta[j] += dyr[j];
+            }
         }
     }
     return VIT_OK;

@@ -5,6 +5,7 @@
 
 #include "blas.h"
 #include "error.h"
+#include "threads.h"
 
 #define TRY(e) do { int rc_ = (e); if (rc_ != VIT_OK) return rc_; } while (0)
 
@@ -36,8 +37,7 @@ int vit_linear_forward(vit_real *y, const vit_real *x, const vit_real *W,
             memcpy(y + (size_t)i * out, b, (size_t)out * sizeof *y);
         beta = 1;
     }
-    vit_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, out, in,
-             1, x, in, W, out, beta, y, out);
+    vit_pgemm(CblasNoTrans, CblasNoTrans, n, out, in, 1, x, in, W, out, beta, y, out);
     return VIT_OK;
 }
 
@@ -57,19 +57,10 @@ int vit_linear_backward(vit_real *dx, vit_real *dW, vit_real *db,
         TRY(vit_check_ptr(fn, "x", x));
 
     if (dx) /* dx[n, in] += dy[n, out] W[in, out]^T */
-        vit_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, in, out,
-                 1, dy, out, W, out, 1, dx, in);
+        vit_pgemm(CblasNoTrans, CblasTrans, n, in, out, 1, dy, out, W, out, 1, dx, in);
     if (dW) /* dW[in, out] += x[n, in]^T dy[n, out] */
-        vit_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, out, n,
-                 1, x, in, dy, out, 1, dW, out);
-    if (db) {
-        /* Column sums of dy; a plain loop keeps this allocation-free (a gemv
-         * against a ones vector would need the ones from somewhere). */
-        for (int i = 0; i < n; i++) {
-            const vit_real *row = dy + (size_t)i * out;
-            for (int o = 0; o < out; o++)
-                db[o] += row[o];
-        }
-    }
+        vit_pgemm(CblasTrans, CblasNoTrans, in, out, n, 1, x, in, dy, out, 1, dW, out);
+    if (db)
+        vit_column_sums(db, dy, n, out);
     return VIT_OK;
 }

@@ -87,9 +87,12 @@ int vit_run_load(const char *path, vit_model **model, vit_adamw *opt, vit_run_st
     vit_config_default(&cfg);
     vit_model *m = NULL;
     rc = vit_config_parse(&cfg, c.config ? c.config : "", path);
-    if (rc == VIT_OK && !(m = vit_model_new(&cfg)))
-        rc = vit_fail(VIT_EFORMAT, "%s: the stored config does not describe a model: %s", path,
-                      vit_last_error());
+    if (rc == VIT_OK && !(m = vit_model_new(&cfg))) {
+        /* Copy the cause first: vit_fail writes the buffer it lives in. */
+        char why[400];
+        snprintf(why, sizeof why, "%s", vit_last_error());
+        rc = vit_fail(VIT_EFORMAT, "%s: the stored config does not describe a model: %s", path, why);
+    }
     for (int i = 0; rc == VIT_OK && i < (m ? vit_model_tensor_count(m) : 0); i++) {
         const vit_model_tensor *mt = vit_model_tensor_at(m, i);
         long long shape[VIT_TENSOR_MAX_DIMS];

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "vit/dist.h"
 #include "vit/loss.h"
 
 static double now_seconds(void)
@@ -149,22 +150,40 @@ static void translate(vit_real *dst, const vit_real *src, int H, int W, int C, i
     }
 }
 
-static void gather_batch(const vit_dataset *ds, const int *idx, int b, int shift, vit_rng *rng,
-                         vit_real *images, int *labels)
+/* Fills images/labels with items [lo, hi) of the minibatch idx[0..b).  The
+ * random shifts are drawn for all b items whatever the slice, so every rank
+ * of a data-parallel job advances its generator identically and they all
+ * agree on the next permutation. */
+static void gather_batch(const vit_dataset *ds, const int *idx, int b, int lo, int hi, int shift,
+                         vit_rng *rng, vit_real *images, int *labels)
 {
     int H = ds->height, W = ds->width, C = ds->channels;
     size_t img = (size_t)H * W * C;
     for (int k = 0; k < b; k++) {
-        const vit_real *src = ds->images + (size_t)idx[k] * img;
-        labels[k] = ds->labels[idx[k]];
+        int dy = 0, dx = 0;
         if (shift > 0) {
-            int dy = (int)vit_rng_below(rng, (uint32_t)(2 * shift + 1)) - shift;
-            int dx = (int)vit_rng_below(rng, (uint32_t)(2 * shift + 1)) - shift;
-            translate(images + (size_t)k * img, src, H, W, C, dy, dx);
-        } else {
-            memcpy(images + (size_t)k * img, src, img * sizeof *images);
+            dy = (int)vit_rng_below(rng, (uint32_t)(2 * shift + 1)) - shift;
+            dx = (int)vit_rng_below(rng, (uint32_t)(2 * shift + 1)) - shift;
         }
+        if (k < lo || k >= hi)
+            continue;
+        const vit_real *src = ds->images + (size_t)idx[k] * img;
+        vit_real *dst = images + (size_t)(k - lo) * img;
+        labels[k - lo] = ds->labels[idx[k]];
+        if (shift > 0)
+            translate(dst, src, H, W, C, dy, dx);
+        else
+            memcpy(dst, src, img * sizeof *images);
     }
+}
+
+/* This rank's share [lo, hi) of n items: contiguous, sizes differing by at
+ * most one. */
+static void share(int n, int *lo, int *hi)
+{
+    int r = vit_dist_rank(), size = vit_dist_size();
+    *lo = (int)((long long)n * r / size);
+    *hi = (int)((long long)n * (r + 1) / size);
 }
 
 /* ---- output folder, metrics ------------------------------------------ */
@@ -238,6 +257,19 @@ static FILE *open_metrics(const char *dir, unsigned long long keep_epochs, doubl
 
 /* ---- training --------------------------------------------------------- */
 
+/* FNV-1a over the parameter bytes: equal on every rank iff the replicas
+ * hold bitwise the same parameters (up to a 2^-64 collision). */
+static unsigned long long params_hash(vit_model *m)
+{
+    const unsigned char *p = (const unsigned char *)vit_model_params(m);
+    size_t n = vit_model_param_count(m) * sizeof(vit_real);
+    unsigned long long h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+
 static int same_model_shape(const vit_config *a, const vit_config *b, const char *path)
 {
 #define SAME(f) if (a->f != b->f) return vit_fail(VIT_EINVAL, \
@@ -285,8 +317,11 @@ static int run_setup(run *r, const vit_config *cfg, const vit_dataset *train, co
     int rc = vit_config_check(&r->cfg);
     if (rc)
         return rc;
-    if ((rc = make_out_dir(o->out_dir)))
-        return rc;
+    /* Rank 0 alone writes; the others learn of its failure from the agree. */
+    rc = vit_dist_rank() == 0 ? make_out_dir(o->out_dir) : VIT_OK;
+    int all = vit_dist_agree(rc);
+    if (all)
+        return rc ? rc : vit_fail(all, "%s: rank 0 cannot use the output folder", o->out_dir);
     snprintf(r->ckpt, sizeof r->ckpt, "%s/last.ckpt", o->out_dir);
     if (o->resume) {
         if ((rc = vit_run_load(o->resume, &r->m, &r->opt, &r->st)))
@@ -330,8 +365,57 @@ static void progress_bar(FILE *log, const run *r, int epoch, long step_in_epoch,
     fflush(log);
 }
 
+/* Forward and backward of this rank's bl images (already gathered):
+ * leaves the gradient of their mean loss in the model's gradient buffer and
+ * adds (loss * bl, correct) to red. */
+static int local_step(run *r, int bl, double red[2])
+{
+    const vit_config *c = &r->cfg;
+    vit_model_zero_grads(r->m);
+    if (bl == 0)
+        return VIT_OK; /* a batch smaller than the job: this rank adds nothing */
+    vit_tape_reset(r->tape);
+    vit_tensor *z = vit_model_forward(r->m, r->tape, r->images, bl, 1);
+    vit_tensor *loss = vit_op_cross_entropy(r->tape, z, r->labels, (vit_real)c->smoothing, NULL);
+    if (!loss) {
+        int rc = vit_tape_status(r->tape);
+        if (rc == VIT_ENUM) {
+            /* Copy the cause first: vit_fail writes the buffer it lives in. */
+            char why[400];
+            snprintf(why, sizeof why, "%s", vit_last_error());
+            return vit_fail(VIT_ENUM, "training diverged at step %llu (epoch %llu): %s",
+                            r->st.step + 1, r->st.epoch + 1, why);
+        }
+        return rc ? rc : VIT_EINVAL;
+    }
+    int rc = vit_tape_backward(r->tape, loss);
+    if (rc)
+        return rc;
+    red[0] += (double)loss->data[0] * bl;
+    for (int k = 0; k < bl; k++)
+        red[1] += argmax(z->data + (size_t)k * c->classes, c->classes) == r->labels[k];
+    return VIT_OK;
+}
+
+/* Sums the ranks' gradients of their mean losses into the gradient of the
+ * global batch mean: each share is weighted by its size first. */
+static int reduce_grads(run *r, int bl, int b, double red[2])
+{
+    if (vit_dist_size() == 1)
+        return VIT_OK;
+    vit_real *g = vit_model_grads(r->m);
+    size_t n = vit_model_param_count(r->m);
+    vit_real w = (vit_real)bl / (vit_real)b;
+    for (size_t i = 0; i < n; i++)
+        g[i] *= w;
+    int rc = vit_dist_sum(g, n);
+    return rc ? rc : vit_dist_sum_double(red, 2);
+}
+
 /* One epoch of minibatch steps.  Returns VIT_OK or the error (VIT_ENUM names
- * the step whose loss was not finite). */
+ * the step whose loss was not finite).  In a data-parallel job every rank
+ * runs this with the same generator state; each computes its share of every
+ * minibatch and all apply the same summed gradient. */
 static int train_epoch(run *r, const vit_dataset *train, const vit_train_opts *o, FILE *log,
                        double t0, long total_steps, double *loss_out, double *acc_out, double *lr_out)
 {
@@ -340,33 +424,28 @@ static int train_epoch(run *r, const vit_dataset *train, const vit_train_opts *o
     long warm = (long)(c->warmup * (double)spe);
     int ngroups;
     const vit_param_group *groups = vit_model_groups(r->m, &ngroups);
-    double loss_sum = 0, lr = 0;
-    long correct = 0, seen = 0;
+    double loss_sum = 0, correct = 0, lr = 0;
+    long seen = 0;
     for (int i = 0; i < train->count; i++)
         r->perm[i] = i;
     vit_rng_shuffle(&r->st.rng, r->perm, train->count);
     for (long s = 0; s < spe; s++) {
         int start = (int)(s * c->batch);
         int b = train->count - start < c->batch ? train->count - start : c->batch;
-        gather_batch(train, r->perm + start, b, c->shift, &r->st.rng, r->images, r->labels);
-        vit_tape_reset(r->tape);
-        vit_tensor *z = vit_model_forward(r->m, r->tape, r->images, b, 1);
-        vit_tensor *loss = vit_op_cross_entropy(r->tape, z, r->labels, (vit_real)c->smoothing, NULL);
-        if (!loss) {
-            int rc = vit_tape_status(r->tape);
-            if (rc == VIT_ENUM)
-                return vit_fail(VIT_ENUM, "training diverged at step %llu: %s", r->st.step + 1,
-                                vit_last_error());
-            return rc ? rc : VIT_EINVAL;
-        }
-        double lv = (double)loss->data[0];
+        int lo, hi;
+        share(b, &lo, &hi);
+        gather_batch(train, r->perm + start, b, lo, hi, c->shift, &r->st.rng, r->images, r->labels);
+        double red[2] = {0, 0};
+        int mine = local_step(r, hi - lo, red);
+        int rc = vit_dist_agree(mine);
+        if (rc != VIT_OK && mine == VIT_OK)
+            return vit_fail(rc, "step %llu failed on another rank", r->st.step + 1);
+        if (rc || (rc = reduce_grads(r, hi - lo, b, red)))
+            return rc;
+        double lv = red[0] / b;
         if (!isfinite(lv))
             return vit_fail(VIT_ENUM, "training diverged: loss is %g at step %llu (epoch %llu)", lv,
                             r->st.step + 1, r->st.epoch + 1);
-        vit_model_zero_grads(r->m);
-        int rc = vit_tape_backward(r->tape, loss);
-        if (rc)
-            return rc;
         lr = vit_lr_at((long)r->st.step, total_steps, warm, c->lr, c->min_lr);
         rc = vit_adamw_step(&r->opt, vit_model_params(r->m), vit_model_grads(r->m), groups, ngroups, lr);
         if (rc == VIT_ENUM)
@@ -375,22 +454,60 @@ static int train_epoch(run *r, const vit_dataset *train, const vit_train_opts *o
         if (rc)
             return rc;
         r->st.step++;
-        loss_sum += lv * b;
+        loss_sum += red[0];
+        correct += red[1];
         seen += b;
-        for (int k = 0; k < b; k++)
-            correct += argmax(z->data + (size_t)k * c->classes, c->classes) == r->labels[k];
-        if (o->progress == 2 && (s % 4 == 3 || s == spe - 1)) {
+        if (o->progress == 2 && vit_dist_rank() == 0 && (s % 4 == 3 || s == spe - 1)) {
             double el = now_seconds() - t0;
-            double done = (double)(r->st.step);
-            double ips = (double)seen / (el > 1e-9 ? el : 1e-9);
-            double rate = (done - (double)r->start_step) / el; /* steps/s in this invocation */
-            double eta = rate > 0 ? (double)(total_steps - (long)r->st.step) / rate : 0;
+            double steps = (double)(r->st.step - r->start_step);
+            double ips = steps * c->batch / (el > 1e-9 ? el : 1e-9);
+            double eta = steps > 0 ? (double)(total_steps - (long)r->st.step) * el / steps : 0;
             progress_bar(log, r, (int)r->st.epoch, s + 1, spe, lv, ips, eta);
         }
     }
     *loss_out = loss_sum / seen;
-    *acc_out = (double)correct / seen;
+    *acc_out = correct / seen;
     *lr_out = lr;
+    return VIT_OK;
+}
+
+/* vit_evaluate over a data-parallel job: each rank scores its share of ds
+ * and the sums are combined, so every rank gets the whole result. */
+static int evaluate_shared(run *r, const vit_dataset *ds, vit_eval_result *ev)
+{
+    if (vit_dist_size() == 1)
+        return vit_evaluate(r->m, r->eval_tape, ds, 256, ev);
+    int lo, hi, K = r->cfg.classes;
+    share(ds->count, &lo, &hi);
+    vit_dataset part = *ds;
+    size_t img = (size_t)ds->height * ds->width * ds->channels;
+    part.images += (size_t)lo * img;
+    part.labels += lo;
+    part.count = hi - lo;
+    memset(ev, 0, sizeof *ev);
+    int rc = part.count > 0 ? vit_evaluate(r->m, r->eval_tape, &part, 256, ev) : VIT_OK;
+    if (rc == VIT_OK && !ev->confusion) {
+        ev->confusion = calloc((size_t)K * K, sizeof *ev->confusion);
+        ev->classes = K;
+        if (!ev->confusion)
+            rc = vit_fail(VIT_ENOMEM, "evaluation: out of memory");
+    }
+    int all = vit_dist_agree(rc);
+    if (all) {
+        vit_eval_result_free(ev);
+        return rc ? rc : vit_fail(all, "evaluation failed on another rank");
+    }
+    double loss = ev->loss * ev->count;
+    if ((rc = vit_dist_sum_double(&loss, 1)) || (rc = vit_dist_sum_int(ev->confusion, K * K))) {
+        vit_eval_result_free(ev);
+        return rc;
+    }
+    int correct = 0;
+    for (int k = 0; k < K; k++)
+        correct += ev->confusion[k * K + k];
+    ev->count = ds->count;
+    ev->loss = loss / ds->count;
+    ev->accuracy = (double)correct / ds->count;
     return VIT_OK;
 }
 
@@ -426,8 +543,12 @@ int vit_train_run(const vit_config *cfg, const vit_dataset *train_in, const vit_
     memset(&r, 0, sizeof r);
     int rc = run_setup(&r, cfg, &train, test, o);
     double prior_seconds = 0;
-    if (rc == VIT_OK && !(r.metrics = open_metrics(o->out_dir, r.st.epoch, &prior_seconds)))
+    int rank = vit_dist_rank();
+    if (rc == VIT_OK && rank == 0 && !(r.metrics = open_metrics(o->out_dir, r.st.epoch, &prior_seconds)))
         rc = VIT_EIO;
+    rc = vit_dist_agree(rc);
+    if (rc == VIT_OK && r.cfg.batch < vit_dist_size())
+        rc = vit_fail(VIT_EINVAL, "batch %d is smaller than the %d ranks", r.cfg.batch, vit_dist_size());
     const vit_config *c = &r.cfg;
     long spe = (train.count + c->batch - 1) / c->batch;
     long total_steps = spe * c->epochs;
@@ -443,15 +564,22 @@ int vit_train_run(const vit_config *cfg, const vit_dataset *train_in, const vit_
             break;
         r.st.epoch++;
         vit_eval_result_free(&ev);
-        if ((rc = vit_evaluate(r.m, r.eval_tape, test, 256, &ev)))
+        if ((rc = evaluate_shared(&r, test, &ev)))
             break;
+        if (o->check_replicas && !vit_dist_same(params_hash(r.m))) {
+            rc = vit_fail(VIT_EINVAL, "replicas diverged: parameters differ between ranks after epoch %llu",
+                          r.st.epoch);
+            break;
+        }
         double secs = prior_seconds + now_seconds() - t0;
+        if (rank == 0) {
         fprintf(r.metrics, "%llu,%.6f,%.6f,%.6f,%.6f,%.8g,%.3f\n", r.st.epoch, tl, ta, ev.loss,
                 ev.accuracy, lr, secs);
         fflush(r.metrics);
-        if (o->progress == 2)
+        }
+        if (o->progress == 2 && rank == 0)
             fputc('\r', log);
-        if (o->progress >= 1) {
+        if (o->progress >= 1 && rank == 0) {
             double ips = (double)(r.st.epoch - start_epoch) * train.count / (now_seconds() - t0);
             fprintf(log, "epoch %3llu/%d  loss %.4f  train_acc %.4f  test_loss %.4f  test_acc %.4f"
                          "  lr %.2e  %5.0f img/s  %.1fs%*s\n",
@@ -460,15 +588,20 @@ int vit_train_run(const vit_config *cfg, const vit_dataset *train_in, const vit_
         }
         int last = r.st.epoch == (unsigned long long)c->epochs
                    || (o->stop_after_epochs > 0 && r.st.epoch == (unsigned long long)o->stop_after_epochs);
-        if (o->ckpt_every > 0 && (r.st.epoch % (unsigned long long)o->ckpt_every == 0 || last))
-            if ((rc = vit_run_save(r.ckpt, r.m, &r.opt, &r.st)))
+        if (o->ckpt_every > 0 && (r.st.epoch % (unsigned long long)o->ckpt_every == 0 || last)) {
+            int mine = rank == 0 ? vit_run_save(r.ckpt, r.m, &r.opt, &r.st) : VIT_OK;
+            if ((rc = vit_dist_agree(mine))) {
+                if (mine == VIT_OK)
+                    vit_fail(rc, "rank 0 could not write %s", r.ckpt);
                 break;
+            }
+        }
     }
     if (rc == VIT_OK && !ev.confusion)
-        rc = vit_evaluate(r.m, r.eval_tape, test, 256, &ev);
+        rc = evaluate_shared(&r, test, &ev);
     if (rc == VIT_OK && val.count > 0) {
         vit_eval_result vr;
-        if ((rc = vit_evaluate(r.m, r.eval_tape, &val, 256, &vr)) == VIT_OK) {
+        if ((rc = evaluate_shared(&r, &val, &vr)) == VIT_OK) {
             res->val_accuracy = vr.accuracy;
             vit_eval_result_free(&vr);
         }

@@ -575,6 +575,17 @@ START_TEST(test_run_save_load)
     ck_assert_ptr_nonnull(strstr(vit_last_error(), "adam.m"));
     ck_assert_int_eq(vit_run_load("/nonexistent/x.ckpt", &m2, NULL, NULL), VIT_EIO);
 
+    /* A well-formed file whose config describes no model: the message names
+     * the file and keeps the config's own complaint. */
+    vit_ckpt bad = {.config = "dim = 8\nheads = 3\n", .ntensors = 1,
+                    .tensors = (vit_ckpt_tensor[]){{.name = "x", .ndim = 1, .dims = {1},
+                                                    .data = (vit_real[]){0}}}};
+    ck_assert_int_eq(vit_ckpt_write(path, &bad), VIT_OK);
+    ck_assert_int_eq(vit_run_load(path, &m2, NULL, NULL), VIT_EFORMAT);
+    ck_assert_ptr_null(m2);
+    ck_assert_msg(strstr(vit_last_error(), path) && strstr(vit_last_error(), "heads: 3"),
+                  "message '%s'", vit_last_error());
+
     vit_tape_free(t);
     vit_adamw_free(&opt);
     vit_model_free(m);

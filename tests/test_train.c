@@ -35,8 +35,10 @@
 #define DIGITS "../data/digits.csv.gz"
 #define N_TRAIN 1437
 
-/* Test accuracy a correct trainer reaches with small_config (measured
- * 0.9xx, see the report printed by the test); chance is 0.1. */
+/* The end-to-end run: EPOCHS epochs of small_config.  It reaches a test
+ * accuracy of about 0.92 (0.91-0.94 over seeds 1-5); chance is 0.1, and
+ * the same recipe with the digits-tiny init and shift stays near 0.4. */
+#define EPOCHS 10
 #define MIN_TEST_ACC 0.85
 
 static vit_dataset g_train, g_test;
@@ -51,7 +53,11 @@ static void load_digits(void)
     ck_assert_int_gt(g_test.count, 300);
 }
 
-/* A small model that still learns digits in a few epochs. */
+/* A small model that learns digits in a few epochs.  Two changes from the
+ * digits-tiny recipe make the short run work: a larger init (0.02 leaves
+ * the attention near uniform for the first epochs) and no random shift
+ * (a 1-pixel shift of an 8x8 image is strong augmentation that only pays
+ * off over long runs). */
 static void small_config(vit_config *c, int epochs)
 {
     vit_config_default(c);
@@ -60,8 +66,11 @@ static void small_config(vit_config *c, int epochs)
     c->heads = 2;
     c->mlp = 64;
     c->epochs = epochs;
-    c->batch = 64;
+    c->batch = 32;
+    c->lr = 3e-3;
     c->warmup = 1;
+    c->init_std = 0.1;
+    c->shift = 0;
     c->seed = 1;
 }
 
@@ -138,24 +147,24 @@ START_TEST(test_learns_digits)
     char dir[64], path[128];
     make_tmpdir(dir, sizeof dir);
     vit_config cfg;
-    small_config(&cfg, 8);
+    small_config(&cfg, EPOCHS);
     vit_train_opts o = {.out_dir = dir, .ckpt_every = 100, .progress = 0};
     vit_train_result res;
     double t0 = now();
     int rc = vit_train_run(&cfg, &g_train, &g_test, &o, &res);
     double secs = now() - t0;
     ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
-    ck_assert_int_eq(res.epochs_done, 8);
-    ck_assert_uint_eq(res.steps, 8 * ((N_TRAIN + 63) / 64));
+    ck_assert_int_eq(res.epochs_done, EPOCHS);
+    ck_assert_uint_eq(res.steps, EPOCHS * ((N_TRAIN + 31) / 32));
 
-    /* metrics.csv: the header, then epochs 1..8 in order. */
+    /* metrics.csv: the header, then epochs 1..EPOCHS in order. */
     snprintf(path, sizeof path, "%s/metrics.csv", dir);
     char *lines[32];
     int n = read_lines(path, lines, 32);
-    ck_assert_int_eq(n, 1 + 8);
+    ck_assert_int_eq(n, 1 + EPOCHS);
     ck_assert_str_eq(lines[0], "epoch,train_loss,train_acc,test_loss,test_acc,lr,seconds");
     double first_loss = 0, last_loss = 0, last_acc = 0;
-    for (int e = 1; e <= 8; e++) {
+    for (int e = 1; e <= EPOCHS; e++) {
         int ep;
         double tl, ta, vl, va, lr, s;
         ck_assert_int_eq(sscanf(lines[e], "%d,%lf,%lf,%lf,%lf,%lf,%lf", &ep, &tl, &ta, &vl, &va, &lr, &s), 7);
@@ -169,8 +178,8 @@ START_TEST(test_learns_digits)
     free_lines(lines, n);
     /* The final row is the result's test accuracy (printed with 6 digits). */
     ck_assert_double_eq_tol(last_acc, res.test_accuracy, 1e-6);
-    printf("digits: 8 epochs in %.1f s (%.0f img/s), train loss %.4f -> %.4f, test accuracy %.4f, "
-           "test loss %.4f\n", secs, res.images_per_second, first_loss, last_loss,
+    printf("digits: %d epochs in %.1f s (%.0f img/s), train loss %.4f -> %.4f, test accuracy %.4f, "
+           "test loss %.4f\n", EPOCHS, secs, res.images_per_second, first_loss, last_loss,
            res.test_accuracy, res.test_loss);
     /* Cross-entropy with smoothing 0.1 starts near ln 10 = 2.30 and cannot
      * go below about 0.5 for 10 classes; a working trainer gets well
@@ -193,7 +202,7 @@ START_TEST(test_learns_digits)
     vit_model *m = NULL;
     vit_run_state st;
     ck_assert_msg(vit_run_load(path, &m, NULL, &st) == VIT_OK, "%s", vit_last_error());
-    ck_assert_uint_eq(st.epoch, 8);
+    ck_assert_uint_eq(st.epoch, EPOCHS);
     vit_model_free(m);
     vit_train_result_free(&res);
     remove_tree(dir);
@@ -215,6 +224,7 @@ START_TEST(test_resume_is_exact)
     small_config(&cfg, 4);
     cfg.dim = 16;
     cfg.mlp = 32;
+    cfg.shift = 1; /* the augmentation draws must resume exactly too */
     vit_train_result res;
 
     /* A: four epochs in one go. */
@@ -303,15 +313,38 @@ START_TEST(test_divergence_stops)
     cfg.weight_decay = 10;
     cfg.init_std = 10;
     cfg.warmup = 0;
-    cfg.batch = 16;
     vit_train_opts o = {.out_dir = out, .ckpt_every = 1, .progress = 0};
     vit_train_result res;
     int rc = vit_train_run(&cfg, &g_train, &g_test, &o, &res);
     ck_assert_int_eq(rc, VIT_ENUM);
-    ck_assert_msg(strstr(vit_last_error(), "step") != NULL, "message '%s' does not name the step",
-                  vit_last_error());
-    printf("divergence: %s\n", vit_last_error());
+    const char *msg = vit_last_error(), *first = strstr(msg, "diverged");
+    ck_assert_msg(strstr(msg, "step") != NULL, "message '%s' does not name the step", msg);
+    /* One clean sentence (the cause is appended, not garbled into it). */
+    ck_assert_msg(first && !strstr(first + 1, "diverged"), "message '%s'", msg);
+    printf("divergence: %s\n", msg);
     ck_assert_msg(!file_exists(ckpt), "a diverged first epoch wrote a checkpoint");
+
+    /* A NaN pixel in one training image: the forward fails in the step that
+     * draws it, and the message names that step once. */
+    vit_dataset poisoned = g_train;
+    size_t bytes = (size_t)g_train.count * 64 * sizeof(vit_real);
+    poisoned.images = malloc(bytes);
+    ck_assert_ptr_nonnull(poisoned.images);
+    memcpy(poisoned.images, g_train.images, bytes);
+    poisoned.images[100 * 64 + 27] = NAN;
+    small_config(&cfg, 2);
+    cfg.dim = 16;
+    cfg.mlp = 32;
+    snprintf(out, sizeof out, "%s/nan", dir);
+    o.out_dir = out;
+    rc = vit_train_run(&cfg, &poisoned, &g_test, &o, &res);
+    free(poisoned.images);
+    ck_assert_int_eq(rc, VIT_ENUM);
+    msg = vit_last_error();
+    first = strstr(msg, "diverged");
+    ck_assert_msg(strstr(msg, "step") != NULL, "message '%s' does not name the step", msg);
+    ck_assert_msg(first && !strstr(first + 1, "diverged"), "message '%s'", msg);
+    printf("NaN pixel: %s\n", msg);
 
     /* After good epochs: train one epoch normally, then continue from its
      * checkpoint with the absurd recipe (a checkpoint's config decides the

@@ -32,6 +32,8 @@ static void usage(FILE *f)
         "  --stop-after N       stop after N epochs, as if interrupted (resume later)\n"
         "  --threads N          BLAS threads (default: OpenBLAS's own choice)\n"
         "  --quiet              print only the final result\n"
+        "  --check-replicas     under mpirun: fail unless all ranks hold identical\n"
+        "                       parameters after every epoch\n"
         "  --help, --version\n"
         "\n"
         "Model and recipe (any config key):\n");
@@ -61,7 +63,21 @@ static void print_confusion(const vit_train_result *r)
     }
 }
 
+static int run(int argc, char **argv);
+
+/* Under mpirun every rank runs the same command; rank 0 alone speaks. */
 int main(int argc, char **argv)
+{
+    if (vit_dist_init(&argc, &argv)) {
+        fprintf(stderr, "%s: %s\n", prog, vit_last_error());
+        return 1;
+    }
+    int rc = run(argc, argv);
+    vit_dist_finalize();
+    return rc;
+}
+
+static int run(int argc, char **argv)
 {
     vit_config cfg;
     vit_config_default(&cfg);
@@ -78,7 +94,8 @@ int main(int argc, char **argv)
             return 0;
         }
         if (strcmp(argv[i], "--version") == 0) {
-            printf("vit_train %s (%s)\n", vit_version(), VIT_REAL_NAME);
+            printf("vit_train %s (%s%s)\n", vit_version(), VIT_REAL_NAME,
+                   vit_dist_available() ? ", MPI" : "");
             return 0;
         }
         if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
@@ -92,6 +109,10 @@ int main(int argc, char **argv)
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--quiet") == 0) {
             o.progress = 0;
+            continue;
+        }
+        if (strcmp(a, "--check-replicas") == 0) {
+            o.check_replicas = 1;
             continue;
         }
         if (strncmp(a, "--", 2) != 0) {
@@ -144,20 +165,31 @@ int main(int argc, char **argv)
     vit_dataset train = {0}, test = {0};
     if (vit_data_load(data, cli_digits_path(), &train, &test))
         return cli_fail(prog, NULL);
+    int speak = vit_dist_rank() == 0;
+    if (!speak)
+        o.progress = 0;
     if (o.progress)
         printf("data: %d train, %d test images of %dx%dx%d, %d classes%s\n", train.count - o.val_count,
                test.count, train.height, train.width, train.channels, train.classes,
                o.val_count ? " (plus validation)" : "");
+    if (o.progress && vit_dist_size() > 1)
+        printf("data-parallel over %d ranks, global batch %d\n", vit_dist_size(), cfg.batch);
 
     vit_train_result res;
     int rc = vit_train_run(&cfg, &train, &test, &o, &res);
     vit_dataset_free(&train);
     vit_dataset_free(&test);
     if (rc) {
+        if (!speak)
+            return 1;
         fprintf(stderr, "%s: %s\n", prog, vit_last_error());
         if (rc == VIT_ENUM)
             fprintf(stderr, "%s: the last good checkpoint is kept in %s/last.ckpt\n", prog, out);
         return 1;
+    }
+    if (!speak) {
+        vit_train_result_free(&res);
+        return 0;
     }
     if (o.progress)
         print_confusion(&res);

@@ -81,6 +81,9 @@ typedef struct vit_train_opts {
                                 are complete, as if interrupted; 0: run to
                                 the end */
     int progress;            /* 0 quiet, 1 plain lines, 2 terminal bar */
+    int check_replicas;      /* data-parallel jobs: after every epoch, fail
+                                unless all ranks hold bitwise identical
+                                parameters */
     FILE *log;               /* where progress goes (stdout if NULL) */
 } vit_train_opts;
 
@@ -102,7 +105,14 @@ typedef struct vit_train_result {
  * resume, the run continues from the checkpoint (its config wins; cfg's
  * model fields must agree with it) and the result equals an uninterrupted
  * run.  A non-finite loss stops the run with VIT_ENUM and a message naming
- * the step; the last good checkpoint is kept. */
+ * the step; the last good checkpoint is kept.
+ *
+ * Data-parallel (vit/dist.h): every rank calls this with the same data and
+ * options; each minibatch is split across the ranks, their gradients are
+ * summed with one MPI_Allreduce over the flat gradient buffer, and all
+ * apply the same AdamW update, so the parameters stay identical.  Rank 0
+ * alone prints, writes metrics and checkpoints; evaluation is split and
+ * its counts summed. */
 int vit_train_run(const vit_config *cfg, const vit_dataset *train, const vit_dataset *test,
                   const vit_train_opts *opts, vit_train_result *res);
 

@@ -15,4 +15,5 @@
 #include "vit/data.h"
 #include "vit/checkpoint.h"
 #include "vit/train.h"
+#include "vit/dist.h"
 #endif

@@ -1,0 +1,112 @@
+/*
+ * tools/figures.h - the two pictures the tools draw, kept out of the tools'
+ * main() so that tests/test_pictures.c draws them with the same code:
+ *
+ *  - the attention figure of vit_attn: the input image and, per layer
+ *    (rows) and head (columns), one query's attention over the patch grid
+ *    as a heat map, each patch a square of `cell` pixels (nearest-neighbour
+ *    upsampling, so a patch is exactly one uniform cell);
+ *  - the training curves of vit_plot: train and test loss in one panel and
+ *    test accuracy in a second, against the epoch, read from the
+ *    metrics.csv that vit_train writes.
+ *
+ * Errors: functions return 0, or -1 after writing a one-line message into
+ * err (cap bytes, always NUL-terminated when cap > 0).
+ */
+#ifndef VIT_TOOLS_FIGURES_H
+#define VIT_TOOLS_FIGURES_H
+
+#include <stddef.h>
+
+#include "draw.h"
+
+/* ---- attention figure ------------------------------------------------- */
+
+enum { FIG_MAP_MIN_PX = 96, /* each heat map is at least this many pixels wide and tall */
+       FIG_NOTES = 4 };
+
+typedef struct fig_attn {
+    const vit_real *image;   /* [height, width, channels] in [0, 1]: the input */
+    int height, width, channels; /* channels 1 or 3 */
+    int grid_h, grid_w;      /* the patch grid; patches are numbered row by row */
+    int layers, heads;
+    /* [layers, heads, grid_h * grid_w]: the query's attention weights over
+     * the patches (the class token's own column left out).  Each map is
+     * coloured from 0 (draw_colormap(0)) to its own largest weight
+     * (draw_colormap(1)); the label prints that largest weight. */
+    const vit_real *maps;
+    int query;               /* -1: the class token; else the patch index
+                                (outlined on the image and on every map) */
+    const char *title;       /* top line, or NULL */
+    const char *notes[FIG_NOTES]; /* lines printed beside the image, NULL-ended */
+} fig_attn;
+
+/* Where things are on the attention figure. */
+typedef struct fig_attn_layout {
+    int width, height;       /* of the canvas */
+    int cell;                /* pixels per patch side on a map */
+    int image_x, image_y, image_scale; /* input image: corner and pixels per image pixel */
+    int maps_x, maps_y;      /* top-left pixel of map (layer 0, head 0) */
+    int pitch_x, pitch_y;    /* distance between neighbouring maps */
+} fig_attn_layout;
+
+/* Computes the layout of f (sizes checked: positive grid, layers, heads;
+ * image size a multiple of the grid; channels 1 or 3; non-NULL buffers). */
+int fig_attn_layout_of(const fig_attn *f, fig_attn_layout *lay, char *err, size_t cap);
+
+/* Top-left pixel of the heat map of (layer, head). */
+void fig_attn_map_origin(const fig_attn_layout *lay, int layer, int head, int *x, int *y);
+
+/* Draws f onto a new canvas *out (free with draw_canvas_free) and fills
+ * *lay.  On error *out is zeroed. */
+int fig_attn_draw(const fig_attn *f, draw_canvas *out, fig_attn_layout *lay, char *err,
+                  size_t cap);
+
+/* ---- training curves -------------------------------------------------- */
+
+/* The columns of metrics.csv that the plot uses, one entry per data row. */
+typedef struct fig_metrics {
+    int rows;
+    double *epoch, *train_loss, *test_loss, *test_acc; /* [rows] each, malloc'd */
+} fig_metrics;
+
+/* Reads a metrics CSV: a header line naming the columns (at least epoch,
+ * train_loss, test_loss, test_acc, in any order; others are ignored), then
+ * one row of finite numbers per epoch, each with as many fields as the
+ * header.  Blank lines may only end the file.  Errors name the file and, for
+ * a bad line, its number ("metrics.csv:4: field 3 'x' is not a number").
+ * *m is zeroed on failure. */
+int fig_metrics_load(const char *path, fig_metrics *m, char *err, size_t cap);
+
+void fig_metrics_free(fig_metrics *m);
+
+/* One panel's plot area: x0..x1, y0..y1 are pixel columns and rows (inclusive);
+ * the x axis is drawn along row y1 and the y axis along column x0. */
+typedef struct fig_panel {
+    int x0, y0, x1, y1;
+    double xmin, xmax, ymin, ymax; /* data range shown (nice round numbers) */
+} fig_panel;
+
+typedef struct fig_curves_layout {
+    int width, height;
+    fig_panel loss;  /* train loss and test loss */
+    fig_panel acc;   /* test accuracy */
+} fig_curves_layout;
+
+/* Series colours (also used in the legend). */
+extern const draw_rgb fig_train_loss_rgb, fig_test_loss_rgb, fig_test_acc_rgb;
+/* Colour of the axis lines and tick marks. */
+extern const draw_rgb fig_axis_rgb;
+
+/* Pixel column of x and row of y in panel p (rounded to nearest). */
+int fig_panel_x(const fig_panel *p, double x);
+int fig_panel_y(const fig_panel *p, double y);
+
+/* Draws the curves of m (at least one row) onto a new canvas *out: axes,
+ * ticks with labels, axis labels, a legend per panel, and title at the top
+ * (may be NULL).  Points are joined by 2-pixel lines whose top-left pixel
+ * is the exact point (see draw_line).  Fills *lay. */
+int fig_curves_draw(const fig_metrics *m, const char *title, draw_canvas *out,
+                    fig_curves_layout *lay, char *err, size_t cap);
+
+#endif
