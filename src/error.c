@@ -5,15 +5,20 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 static _Thread_local char last_error[512];
 
 int vit_fail(int code, const char *fmt, ...)
 {
+    /* Format into a local buffer first: callers may pass vit_last_error()
+     * itself as an argument to wrap an earlier message. */
+    char msg[sizeof last_error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(last_error, msg, sizeof msg);
     return code;
 }
 

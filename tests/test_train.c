@@ -365,9 +365,10 @@ START_TEST(test_divergence_stops)
     ck_assert_uint_eq(st.epoch, 1);
     vit_config bad = *vit_model_config(good);
     bad.epochs = 20;
-    bad.lr = 3;           /* weights times 1 - 3 = -2 per step: overflow */
-    bad.weight_decay = 1; /* after about 130 steps, in a later epoch */
-    bad.min_lr = 3;
+    bad.batch = 64;         /* 23 steps per epoch */
+    bad.lr = 2.5;           /* weights times 1 - 2.5 = -1.5 per step: the */
+    bad.weight_decay = 1;   /* gradients overflow some epochs later */
+    bad.min_lr = 2.5;
     vit_model *sab = vit_model_new(&bad);
     ck_assert_ptr_nonnull(sab);
     memcpy(vit_model_params(sab), vit_model_params(good),

@@ -1,7 +1,7 @@
 /*
  * seq_model.c - a decoder-only transformer on digit sequences, written the
  * way a user would lift libvit's layers into their own training code: only
- * the public kernels (vit/*.h), called directly, each forward next to the
+ * the public kernels (include/vit), called directly, each forward next to the
  * matching backward.  The one piece the library lacks, the token lookup, is
  * a gather here and a scatter-add in the backward.  See seq_model.h.
  */
@@ -545,10 +545,12 @@ int seq_evaluate(seq_model *m, int n, unsigned long long seed, double *seq_acc,
         int b = n - done < B ? n - done : B;
         seq_make_batch(c, &rng, 1, b, tokens, labels);
         /* Hide the answer: only the digits and the separator are given; the
-         * model's own predictions are written into positions k+1 .. 2k-1. */
+         * model's own predictions are written into positions k+1 .. 2k-1.
+         * Until then those positions hold random digits, which a causal
+         * model never sees but a model that peeks ahead is misled by. */
         for (int i = 0; i < b; i++)
             for (int t = k + 1; t < T; t++)
-                tokens[(size_t)i * T + t] = 0;
+                tokens[(size_t)i * T + t] = (int)vit_rng_below(&rng, SEQ_DIGITS);
         int *right = calloc((size_t)b, sizeof *right);
         if (!right) {
             rc = seq_failf("seq_evaluate: out of memory");

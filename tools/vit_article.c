@@ -46,7 +46,7 @@ static int show_heads(uint64_t seed)
     printf("output %dx%d, attention maps %dx%dx%d, parameters %zu\n", h.out_rows, h.out_cols,
            h.map_heads, h.map_rows, h.map_cols, h.params);
     printf("max |f(X[perm]) - f(X)[perm]|: %.1e (%s)\n", h.perm_max_diff, VIT_REAL_NAME);
-    printf("patch (0,1): attention mass outside its window, all heads: %.4f global, %.1f windowed\n",
+    printf("patch (0,1): attention mass outside its window, summed over the 4 heads: %.4f global, %.1f windowed\n",
            h.outside_global, h.outside_window);
     printf("score entries per head: global %zu, windowed %zu\n\n", h.entries_global,
            h.entries_window);

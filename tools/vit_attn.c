@@ -1,0 +1,271 @@
+/*
+ * vit_attn - draw what a trained model attends to: the input image and, for
+ * every layer (rows) and head (columns), the attention of the class token
+ * (or of one patch) over the patch grid as a heat map, into one PNG.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "figures.h"
+#include "vit/vit.h"
+
+static const char *prog = "vit_attn";
+
+static void usage(void)
+{
+    printf("usage: vit_attn CKPT (--digit N | IMAGE.png) [--query cls|R,C] [--out FILE.png]\n"
+           "                [--data digits|DIR]\n"
+           "Runs the model of checkpoint CKPT on one image, either image N of the test split\n"
+           "of --data (default digits) or a PNG of the training image size, and writes a PNG\n"
+           "(default attention.png) with the image and, per layer (rows) and head (columns),\n"
+           "the attention weights of the query over the patch grid, each map coloured from 0\n"
+           "to its own largest weight.  --query cls (default) uses the class token; --query\n"
+           "R,C uses the patch in row R, column C of the grid (0-based), outlined in the\n"
+           "picture.  Also prints, per map, the patch with the largest weight.\n");
+}
+
+/* Parses "cls" (query -1) or "R,C" into a patch index on a gh x gw grid. */
+static int parse_query(const char *text, int gh, int gw, int *query)
+{
+    if (strcmp(text, "cls") == 0) {
+        *query = -1;
+        return 1;
+    }
+    char *e1, *e2;
+    errno = 0;
+    long r = strtol(text, &e1, 10), c = -1;
+    int ok = e1 != text && *e1 == ',';
+    if (ok) {
+        c = strtol(e1 + 1, &e2, 10);
+        ok = e2 != e1 + 1 && *e2 == 0 && errno == 0;
+    }
+    if (!ok) {
+        fprintf(stderr, "%s: --query: expected cls or R,C (patch row and column), got '%s'\n",
+                prog, text);
+        return 0;
+    }
+    if (r < 0 || r >= gh || c < 0 || c >= gw) {
+        fprintf(stderr, "%s: --query: patch (%ld,%ld) is outside the %dx%d patch grid (rows 0..%d, "
+                "columns 0..%d)\n", prog, r, c, gh, gw, gh - 1, gw - 1);
+        return 0;
+    }
+    *query = (int)(r * gw + c);
+    return 1;
+}
+
+/* The image to look at, [H, W, C] as the model expects, malloc'd into *px.
+ * Exactly one of png and digit >= 0 is given. */
+static int load_image(const vit_config *c, const char *png, int digit, const char *data,
+                      vit_real **px, int *label)
+{
+    size_t n = (size_t)c->image_height * c->image_width * c->channels;
+    *label = -1;
+    if (png) {
+        int h, w, ch;
+        if (vit_png_read(png, px, &h, &w, &ch))
+            return cli_fail(prog, NULL);
+        if (h != c->image_height || w != c->image_width || ch != c->channels) {
+            fprintf(stderr, "%s: %s: image is %dx%dx%d (height x width x channels) but the model "
+                    "expects %dx%dx%d\n", prog, png, h, w, ch, c->image_height, c->image_width,
+                    c->channels);
+            free(*px);
+            *px = NULL;
+            return 1;
+        }
+        return 0;
+    }
+    vit_dataset train = {0}, test = {0};
+    int rc = 1;
+    if (vit_data_load(data, cli_digits_path(), &train, &test))
+        cli_fail(prog, NULL);
+    else if (digit >= test.count)
+        fprintf(stderr, "%s: --digit: %d is out of range; the test split of %s has images 0..%d\n",
+                prog, digit, data, test.count - 1);
+    else if (test.height != c->image_height || test.width != c->image_width ||
+             test.channels != c->channels)
+        fprintf(stderr, "%s: %s: images are %dx%dx%d but the model expects %dx%dx%d\n", prog, data,
+                test.height, test.width, test.channels, c->image_height, c->image_width,
+                c->channels);
+    else if (!(*px = malloc(n * sizeof **px)))
+        fprintf(stderr, "%s: out of memory\n", prog);
+    else {
+        memcpy(*px, test.images + (size_t)digit * n, n * sizeof **px);
+        *label = test.labels[digit];
+        rc = 0;
+    }
+    vit_dataset_free(&train);
+    vit_dataset_free(&test);
+    return rc;
+}
+
+/* Runs the model on one image and copies each layer's and head's query row,
+ * without the class token's column, into maps [layers, heads, gh*gw].
+ * Returns the predicted class and its probability. */
+static int attention_rows(vit_model *m, const vit_real *px, int query, vit_real *maps,
+                          int *pred, double *prob)
+{
+    const vit_config *c = vit_model_config(m);
+    int T = (c->image_height / c->patch) * (c->image_width / c->patch) + 1;
+    int q = query < 0 ? 0 : query + 1;
+    vit_tape *tape = vit_tape_new();
+    if (!tape)
+        return cli_fail(prog, NULL);
+    vit_tensor *logits = vit_model_forward(m, tape, px, 1, 0);
+    if (!logits || vit_tape_status(tape)) {
+        vit_tape_free(tape);
+        return cli_fail(prog, "forward");
+    }
+    int best = 0;
+    double sum = 0;
+    for (int k = 0; k < c->classes; k++)
+        if (logits->data[k] > logits->data[best])
+            best = k;
+    for (int k = 0; k < c->classes; k++)
+        sum += exp((double)(logits->data[k] - logits->data[best]));
+    *pred = best;
+    *prob = 1 / sum;
+    for (int l = 0; l < c->depth; l++) {
+        const vit_real *a = vit_model_attention_maps(m, l);
+        for (int h = 0; h < c->heads && a; h++) {
+            const vit_real *row = a + ((size_t)h * T + (size_t)q) * (size_t)T;
+            memcpy(maps + ((size_t)l * c->heads + h) * (size_t)(T - 1), row + 1,
+                   (size_t)(T - 1) * sizeof *maps);
+        }
+    }
+    vit_tape_free(tape);
+    return 0;
+}
+
+/* One line per map: where the weight goes. */
+static void print_summary(const vit_config *c, const vit_real *maps, int gw)
+{
+    int n = (c->image_height / c->patch) * gw;
+    for (int l = 0; l < c->depth; l++)
+        for (int h = 0; h < c->heads; h++) {
+            const vit_real *w = maps + ((size_t)l * c->heads + h) * (size_t)n;
+            int best = 0;
+            double patches = 0;
+            for (int i = 0; i < n; i++) {
+                patches += (double)w[i];
+                if (w[i] > w[best])
+                    best = i;
+            }
+            printf("L%d H%d: largest weight %.3f on patch (%d,%d); class token %.3f\n", l, h,
+                   (double)w[best], best / gw, best % gw, 1 - patches);
+        }
+}
+
+int main(int argc, char **argv)
+{
+    const char *ckpt = NULL, *png = NULL, *out = "attention.png", *data = "digits", *qtext = "cls";
+    int digit = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage();
+            return 0;
+        }
+        if (strcmp(a, "--version") == 0) {
+            printf("vit_attn %s (%s)\n", vit_version(), VIT_REAL_NAME);
+            return 0;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            if (!ckpt)
+                ckpt = a;
+            else if (!png)
+                png = a;
+            else {
+                fprintf(stderr, "%s: unexpected argument '%s'\n", prog, a);
+                return 2;
+            }
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "%s: %s needs a value\n", prog, a);
+            return 2;
+        }
+        i++;
+        if (strcmp(a, "--digit") == 0) {
+            if (!cli_int(prog, a, v, 0, 1 << 30, &digit))
+                return 2;
+        } else if (strcmp(a, "--query") == 0)
+            qtext = v;
+        else if (strcmp(a, "--out") == 0)
+            out = v;
+        else if (strcmp(a, "--data") == 0)
+            data = v;
+        else {
+            fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, a);
+            return 2;
+        }
+    }
+    if (!ckpt) {
+        fprintf(stderr, "%s: no checkpoint given (see --help)\n", prog);
+        return 2;
+    }
+    if ((digit >= 0) == (png != NULL)) {
+        fprintf(stderr, "%s: give exactly one image: --digit N or a PNG file\n", prog);
+        return 2;
+    }
+
+    vit_model *m = NULL;
+    if (vit_run_load(ckpt, &m, NULL, NULL))
+        return cli_fail(prog, NULL);
+    const vit_config *c = vit_model_config(m);
+    int gh = c->image_height / c->patch, gw = c->image_width / c->patch, query = -1, label = -1, pred = 0;
+    double prob = 0;
+    vit_real *px = NULL, *maps = NULL;
+    draw_canvas canvas = {0};
+    int rc = 1;
+    if (!parse_query(qtext, gh, gw, &query) || load_image(c, png, digit, data, &px, &label))
+        goto done;
+    maps = malloc((size_t)c->depth * c->heads * gh * gw * sizeof *maps);
+    if (!maps) {
+        fprintf(stderr, "%s: out of memory\n", prog);
+        goto done;
+    }
+    if (attention_rows(m, px, query, maps, &pred, &prob))
+        goto done;
+
+    char source[96], qline[64], pline[64];
+    if (png)
+        snprintf(source, sizeof source, "IMAGE: %.80s", strrchr(png, '/') ? strrchr(png, '/') + 1 : png);
+    else
+        snprintf(source, sizeof source, "TEST IMAGE %d, LABEL %d", digit, label);
+    if (query < 0)
+        snprintf(qline, sizeof qline, "QUERY: CLASS TOKEN");
+    else
+        snprintf(qline, sizeof qline, "QUERY: PATCH (%d,%d)", query / gw, query % gw);
+    snprintf(pline, sizeof pline, "PREDICTED %d (P = %.3f)", pred, prob);
+    fig_attn f = {.image = px, .height = c->image_height, .width = c->image_width,
+                  .channels = c->channels, .grid_h = gh, .grid_w = gw, .layers = c->depth,
+                  .heads = c->heads, .maps = maps, .query = query,
+                  .title = "ATTENTION MAPS: ROWS = LAYERS, COLUMNS = HEADS",
+                  .notes = {source, qline, pline, "EACH MAP: 0 TO ITS LARGEST WEIGHT"}};
+    fig_attn_layout lay;
+    char err[256];
+    if (fig_attn_draw(&f, &canvas, &lay, err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", prog, err);
+        goto done;
+    }
+    if (draw_save_png(&canvas, out)) {
+        cli_fail(prog, NULL);
+        goto done;
+    }
+    printf("%s: predicted %d (p = %.3f)%s\n", png ? png : "test image", pred, prob,
+           label >= 0 ? (label == pred ? ", correct" : ", wrong") : "");
+    print_summary(c, maps, gw);
+    printf("wrote %s (%dx%d pixels): %d layers x %d heads, query %s\n", out, lay.width, lay.height,
+           c->depth, c->heads, qtext);
+    rc = 0;
+done:
+    draw_canvas_free(&canvas);
+    free(maps);
+    free(px);
+    vit_model_free(m);
+    return rc;
+}

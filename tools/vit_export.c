@@ -1,0 +1,96 @@
+/*
+ * vit_export - write a checkpoint's weights as a safetensors file with the
+ * tensor names and layouts of timm's VisionTransformer, so PyTorch can load
+ * them; optionally also the model's logits on the test split as CSV, which
+ * tools/torch_check_export.py compares against PyTorch's.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "export.h"
+#include "vit/vit.h"
+
+static const char *prog = "vit_export";
+
+int main(int argc, char **argv)
+{
+    const char *ckpt = NULL, *out = NULL, *logits = NULL, *data = "digits";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            printf("usage: vit_export CKPT --out MODEL.safetensors [--logits LOGITS.csv]\n"
+                   "                  [--data digits|DIR]\n"
+                   "Writes the weights of checkpoint CKPT as float32 safetensors under timm's\n"
+                   "VisionTransformer names (patch_embed.proj, cls_token, pos_embed,\n"
+                   "blocks.N.attn.qkv, ..., head), with the model config in __metadata__.\n"
+                   "--logits also writes the logits of the test split of --data (default\n"
+                   "digits) as CSV (index,label,pred,logit_0,...) for\n"
+                   "tools/torch_check_export.py to compare with PyTorch.\n");
+            return 0;
+        }
+        if (strcmp(a, "--version") == 0) {
+            printf("vit_export %s (%s)\n", vit_version(), VIT_REAL_NAME);
+            return 0;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            if (ckpt) {
+                fprintf(stderr, "%s: unexpected argument '%s'\n", prog, a);
+                return 2;
+            }
+            ckpt = a;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "%s: %s needs a value\n", prog, a);
+            return 2;
+        }
+        i++;
+        if (strcmp(a, "--out") == 0)
+            out = v;
+        else if (strcmp(a, "--logits") == 0)
+            logits = v;
+        else if (strcmp(a, "--data") == 0)
+            data = v;
+        else {
+            fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, a);
+            return 2;
+        }
+    }
+    if (!ckpt || !out) {
+        fprintf(stderr, "%s: %s (see --help)\n", prog,
+                !ckpt ? "no checkpoint given" : "no --out file given");
+        return 2;
+    }
+    vit_model *m = NULL;
+    if (vit_run_load(ckpt, &m, NULL, NULL))
+        return cli_fail(prog, NULL);
+    char err[512];
+    size_t bytes = 0;
+    int rc = 1;
+    vit_dataset train = {0}, test = {0};
+    double acc = 0;
+    if (export_safetensors(m, out, &bytes, err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", prog, err);
+        goto done;
+    }
+    printf("wrote %s: %d tensors, %zu parameters, %zu bytes\n", out,
+           8 + 12 * vit_model_config(m)->depth, vit_model_param_count(m), bytes);
+    if (logits) {
+        if (vit_data_load(data, cli_digits_path(), &train, &test)) {
+            cli_fail(prog, NULL);
+            goto done;
+        }
+        if (export_logits_csv(m, &test, logits, &acc, err, sizeof err)) {
+            fprintf(stderr, "%s: %s\n", prog, err);
+            goto done;
+        }
+        printf("wrote %s: logits of %d test images, accuracy %.4f\n", logits, test.count, acc);
+    }
+    rc = 0;
+done:
+    vit_dataset_free(&train);
+    vit_dataset_free(&test);
+    vit_model_free(m);
+    return rc;
+}

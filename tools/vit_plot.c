@@ -1,0 +1,84 @@
+/*
+ * vit_plot - draw the training curves of a vit_train run (train and test
+ * loss, test accuracy, per epoch) from its metrics.csv into a PNG.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "figures.h"
+#include "vit/vit.h"
+
+static const char *prog = "vit_plot";
+
+int main(int argc, char **argv)
+{
+    const char *csv = NULL, *out = "curves.png", *title = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            printf("usage: vit_plot METRICS.csv [--out curves.png] [--title TEXT]\n"
+                   "Draws train loss and test loss (top panel) and test accuracy (bottom\n"
+                   "panel) against the epoch from the metrics.csv that vit_train writes into\n"
+                   "its --out folder, as a PNG (default curves.png).  The title defaults to\n"
+                   "the CSV's path.\n");
+            return 0;
+        }
+        if (strcmp(a, "--version") == 0) {
+            printf("vit_plot %s (%s)\n", vit_version(), VIT_REAL_NAME);
+            return 0;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            if (csv) {
+                fprintf(stderr, "%s: unexpected argument '%s'\n", prog, a);
+                return 2;
+            }
+            csv = a;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "%s: %s needs a value\n", prog, a);
+            return 2;
+        }
+        i++;
+        if (strcmp(a, "--out") == 0)
+            out = v;
+        else if (strcmp(a, "--title") == 0)
+            title = v;
+        else {
+            fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, a);
+            return 2;
+        }
+    }
+    if (!csv) {
+        fprintf(stderr, "%s: no metrics file given (see --help)\n", prog);
+        return 2;
+    }
+    char err[512];
+    fig_metrics m;
+    if (fig_metrics_load(csv, &m, err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", prog, err);
+        return 1;
+    }
+    /* The title is drawn at twice the font size: keep it on the canvas. */
+    char title_buf[56];
+    size_t len = strlen(title ? title : csv);
+    snprintf(title_buf, sizeof title_buf, "%s%s", len > 52 ? "..." : "",
+             (title ? title : csv) + (len > 52 ? len - 49 : 0));
+    draw_canvas canvas;
+    fig_curves_layout lay;
+    int rc = 1;
+    if (fig_curves_draw(&m, title_buf, &canvas, &lay, err, sizeof err))
+        fprintf(stderr, "%s: %s\n", prog, err);
+    else if (draw_save_png(&canvas, out))
+        cli_fail(prog, NULL);
+    else {
+        printf("%s: %d epochs, last test accuracy %.4f, last test loss %.4f\n", csv, m.rows,
+               m.test_acc[m.rows - 1], m.test_loss[m.rows - 1]);
+        printf("wrote %s (%dx%d pixels)\n", out, lay.width, lay.height);
+        rc = 0;
+    }
+    draw_canvas_free(&canvas);
+    fig_metrics_free(&m);
+    return rc;
+}
