@@ -15,6 +15,7 @@
 
 #include "blas.h"
 #include "error.h"
+#include "threads.h"
 
 #ifdef VIT_DOUBLE
 #define vit_exp exp
@@ -120,6 +121,126 @@ static void softmax_row(vit_real *s, int n, const row_mask *r)
 
 /* ---- Attention core ---------------------------------------------------- */
 
+/* Heads up to this size go through direct loops, one (item, head) pair per
+ * task across the threads: for ViT-sized heads (n = 17..65 tokens) a BLAS
+ * call per pair costs more in call overhead and packing than the arithmetic.
+ * The transposed K (or V) of a head is kept on the stack. */
+#define SMALL_N 128
+#define SMALL_D 64
+
+static int small_heads(const vit_sdpa *a)
+{
+    return a->n_k <= SMALL_N && a->d_k <= SMALL_D && a->d_v <= SMALL_D;
+}
+
+/* A non-finite score: its (item, head, query, key), or item < 0 for none. */
+typedef struct {
+    int b, h, i, j;
+} bad_score;
+
+/* Bias, finiteness check and masked softmax of rows i0..i1-1 of the score
+ * block p [nq, nk] of pair (b, h).  Returns 0, or 1 with *bad set. */
+static int softmax_rows(const vit_sdpa *a, int b, int h, vit_real *p, int i0, int i1,
+                        bad_score *bad)
+{
+    const int nq = a->n_q, nk = a->n_k;
+    const vit_real *bias = NULL;
+    if (a->bias)
+        bias = a->bias + (a->bias_heads == 1 ? 0 : (size_t)h * nq * nk);
+    for (int i = i0; i < i1; i++) {
+        vit_real *s = p + (size_t)i * nk;
+        if (bias)
+            for (int j = 0; j < nk; j++) s[j] += bias[(size_t)i * nk + j];
+        for (int j = 0; j < nk; j++)
+            if (!isfinite(s[j])) {
+                *bad = (bad_score){b, h, i, j};
+                return 1;
+            }
+        row_mask r = mask_row(a, b, i);
+        softmax_row(s, nk, &r);
+    }
+    return 0;
+}
+
+/* One (item, head) pair by direct loops, every inner loop running along a
+ * contiguous row so that it vectorises:
+ *   S = s Q K^T (through K^T), softmax, O = P V. */
+static int head_forward_small(const vit_sdpa *a, vit_real scale, int b, int h, vit_real *out,
+                              vit_real *probs, const vit_real *q, const vit_real *k,
+                              const vit_real *v, bad_score *bad)
+{
+    const int H = a->heads, nq = a->n_q, nk = a->n_k, dk = a->d_k, dv = a->d_v;
+    const int ldk = H * dk, ldv = H * dv;
+    const vit_real *qbh = q + (size_t)b * nq * ldk + (size_t)h * dk;
+    const vit_real *kbh = k + (size_t)b * nk * ldk + (size_t)h * dk;
+    const vit_real *vbh = v + (size_t)b * nk * ldv + (size_t)h * dv;
+    vit_real *obh = out + (size_t)b * nq * ldv + (size_t)h * dv;
+    vit_real *p = probs + ((size_t)b * H + h) * nq * nk;
+    vit_real kt[SMALL_D * SMALL_N];
+    for (int j = 0; j < nk; j++)
+        for (int c = 0; c < dk; c++)
+            kt[c * nk + j] = kbh[(size_t)j * ldk + c];
+    for (int i = 0; i < nq; i++) {
+        const vit_real *qi = qbh + (size_t)i * ldk;
+        vit_real *s = p + (size_t)i * nk;
+        for (int j = 0; j < nk; j++) s[j] = 0;
+        for (int c = 0; c < dk; c++) {
+            const vit_real qc = qi[c], *kc = kt + c * nk;
+            for (int j = 0; j < nk; j++) s[j] += qc * kc[j];
+        }
+        for (int j = 0; j < nk; j++) s[j] *= scale;
+    }
+    if (softmax_rows(a, b, h, p, 0, nq, bad))
+        return 1;
+    for (int i = 0; i < nq; i++) {
+        const vit_real *pi = p + (size_t)i * nk;
+        vit_real *oi = obh + (size_t)i * ldv;
+        for (int c = 0; c < dv; c++) oi[c] = 0;
+        for (int j = 0; j < nk; j++) {
+            const vit_real pj = pi[j], *vj = vbh + (size_t)j * ldv;
+            if (pj != 0)
+                for (int c = 0; c < dv; c++) oi[c] += pj * vj[c];
+        }
+    }
+    return 0;
+}
+
+/* One pair by BLAS: S = s Q K^T and O = P V as split GEMMs, the softmax
+ * rows split across the threads. */
+static int head_forward_blas(const vit_sdpa *a, vit_real scale, int b, int h, vit_real *out,
+                             vit_real *probs, const vit_real *q, const vit_real *k,
+                             const vit_real *v, bad_score *bad)
+{
+    const int H = a->heads, nq = a->n_q, nk = a->n_k, dk = a->d_k, dv = a->d_v;
+    const int ldk = H * dk, ldv = H * dv;
+    const vit_real *qbh = q + (size_t)b * nq * ldk + (size_t)h * dk;
+    const vit_real *kbh = k + (size_t)b * nk * ldk + (size_t)h * dk;
+    const vit_real *vbh = v + (size_t)b * nk * ldv + (size_t)h * dv;
+    vit_real *obh = out + (size_t)b * nq * ldv + (size_t)h * dv;
+    vit_real *p = probs + ((size_t)b * H + h) * nq * nk;
+
+    /* S[nq, nk] = s * Q_bh[nq, dk] K_bh[nk, dk]^T */
+    vit_pgemm(CblasNoTrans, CblasTrans, nq, nk, dk, scale, qbh, ldk, kbh, ldk, 0, p, nk);
+    int nt = vit_threads_for(20.0 * nq * (double)nk);
+    bad_score found[256];
+    int failed[256] = {0};
+    if (nt > 256) nt = 256;
+    VIT_PARALLEL_FOR(nt)
+    for (int t = 0; t < nt; t++) {
+        size_t lo, hi;
+        vit_split((size_t)nq, t, nt, &lo, &hi);
+        failed[t] = softmax_rows(a, b, h, p, (int)lo, (int)hi, &found[t]);
+    }
+    for (int t = 0; t < nt; t++)
+        if (failed[t]) { /* the first failing row in order */
+            *bad = found[t];
+            return 1;
+        }
+    /* O_bh[nq, dv] = P[nq, nk] V_bh[nk, dv] */
+    vit_pgemm(CblasNoTrans, CblasNoTrans, nq, dv, nk, 1, p, nk, vbh, ldv, 0, obh, ldv);
+    return 0;
+}
+
 /* q [B, n_q, H*d_k], k [B, n_k, H*d_k], v [B, n_k, H*d_v]
  *   -> probs [B, H, n_q, n_k], out [B, n_q, H*d_v]
  * Per (b, h): S = s * Q_bh K_bh^T + bias_h, P = softmax(mask(S)), O = P V_bh.
@@ -141,39 +262,34 @@ int vit_sdpa_forward(const vit_sdpa *a, vit_real *out, vit_real *probs,
     if (out == q || out == k || out == v || out == probs)
         return vit_fail(VIT_EINVAL, "%s: out must not alias q, k, v or probs", fn);
 
-    const int B = a->batch, H = a->heads, nq = a->n_q, nk = a->n_k;
-    const int dk = a->d_k, dv = a->d_v, ldk = H * dk, ldv = H * dv;
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < H; h++) {
-            const vit_real *qbh = q + (size_t)b * nq * ldk + (size_t)h * dk;
-            const vit_real *kbh = k + (size_t)b * nk * ldk + (size_t)h * dk;
-            const vit_real *vbh = v + (size_t)b * nk * ldv + (size_t)h * dv;
-            vit_real *obh = out + (size_t)b * nq * ldv + (size_t)h * dv;
-            vit_real *p = probs + ((size_t)b * H + h) * nq * nk;
-            const vit_real *bias = NULL;
-            if (a->bias)
-                bias = a->bias + (a->bias_heads == 1 ? 0 : (size_t)h * nq * nk);
-
-            /* S[nq, nk] = s * Q_bh[nq, dk] K_bh[nk, dk]^T */
-            vit_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, dk,
-                     scale, qbh, ldk, kbh, ldk, 0, p, nk);
-            for (int i = 0; i < nq; i++) {
-                vit_real *s = p + (size_t)i * nk;
-                if (bias)
-                    for (int j = 0; j < nk; j++) s[j] += bias[(size_t)i * nk + j];
-                for (int j = 0; j < nk; j++)
-                    if (!isfinite(s[j]))
-                        return vit_fail(VIT_ENUM,
-                                        "%s: non-finite score at item %d, head %d, query %d, "
-                                        "key %d (check q, k, bias)", fn, b, h, i, j);
-                row_mask r = mask_row(a, b, i);
-                softmax_row(s, nk, &r);
-            }
-            /* O_bh[nq, dv] = P[nq, nk] V_bh[nk, dv] */
-            vit_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, dv, nk,
-                     1, p, nk, vbh, ldv, 0, obh, ldv);
+    const int B = a->batch, H = a->heads;
+    const int pairs = B * H;
+    bad_score bad = {-1, 0, 0, 0};
+    if (small_heads(a)) {
+        /* Pairs split statically; each thread remembers its first failure
+         * and the earliest one in (item, head) order is reported. */
+        int nt = vit_threads_for(4.0 * pairs * a->n_q * a->n_k * (a->d_k + a->d_v));
+        if (nt > pairs) nt = pairs;
+        if (nt > 256) nt = 256;
+        bad_score found[256];
+        int failed[256] = {0};
+        VIT_PARALLEL_FOR(nt)
+        for (int t = 0; t < nt; t++) {
+            size_t lo, hi;
+            vit_split((size_t)pairs, t, nt, &lo, &hi);
+            for (size_t x = lo; x < hi && !failed[t]; x++)
+                failed[t] = head_forward_small(a, scale, (int)(x / H), (int)(x % H), out, probs,
+                                               q, k, v, &found[t]);
         }
+        for (int t = 0; t < nt && bad.b < 0; t++)
+            if (failed[t]) bad = found[t];
+    } else {
+        for (int x = 0; x < pairs && bad.b < 0; x++)
+            head_forward_blas(a, scale, x / H, x % H, out, probs, q, k, v, &bad);
     }
+    if (bad.b >= 0)
+        return vit_fail(VIT_ENUM, "%s: non-finite score at item %d, head %d, query %d, key %d "
+                        "(check q, k, bias)", fn, bad.b, bad.h, bad.i, bad.j);
     return VIT_OK;
 }
 
@@ -183,13 +299,128 @@ size_t vit_sdpa_work_size(const vit_sdpa *a)
     return (size_t)a->n_q * (size_t)a->n_k;
 }
 
+/* dS = P .* (dP - rowsum(dP .* P)) for rows i0..i1-1, in place over dP. */
+static void softmax_grad_rows(const vit_real *p, vit_real *ds, int nk, int i0, int i1)
+{
+    for (int i = i0; i < i1; i++) {
+        const vit_real *pi = p + (size_t)i * nk;
+        vit_real *di = ds + (size_t)i * nk;
+        double dot = 0.0;
+        for (int j = 0; j < nk; j++) dot += (double)di[j] * pi[j];
+        for (int j = 0; j < nk; j++) di[j] = pi[j] * (di[j] - (vit_real)dot);
+    }
+}
+
+/* Backward of one pair by direct loops, one query row at a time:
+ *   dV_j += P_ij dO_i;  dP_i = dO_i V^T (through V^T);  dS_i from the softmax;
+ *   dbias_i += dS_i;  dQ_i += s dS_i K;  dK_j += s dS_ij Q_i. */
+static void head_backward_small(const vit_sdpa *a, vit_real scale, int b, int h, vit_real *dq,
+                                vit_real *dk, vit_real *dv, vit_real *dbias,
+                                const vit_real *dout, const vit_real *probs, const vit_real *q,
+                                const vit_real *k, const vit_real *v)
+{
+    const int H = a->heads, nq = a->n_q, nk = a->n_k, dkh = a->d_k, dvh = a->d_v;
+    const int ldk = H * dkh, ldv = H * dvh;
+    size_t qo = (size_t)b * nq * ldk + (size_t)h * dkh;
+    size_t ko = (size_t)b * nk * ldk + (size_t)h * dkh;
+    size_t vo = (size_t)b * nk * ldv + (size_t)h * dvh;
+    size_t oo = (size_t)b * nq * ldv + (size_t)h * dvh;
+    const vit_real *p = probs + ((size_t)b * H + h) * nq * nk;
+    const int need_ds = dq || dk || dbias;
+    vit_real vt[SMALL_D * SMALL_N], ds[SMALL_N];
+    if (need_ds)
+        for (int j = 0; j < nk; j++)
+            for (int c = 0; c < dvh; c++)
+                vt[c * nk + j] = v[vo + (size_t)j * ldv + c];
+    for (int i = 0; i < nq; i++) {
+        const vit_real *pi = p + (size_t)i * nk, *doi = dout + oo + (size_t)i * ldv;
+        if (dv)
+            for (int j = 0; j < nk; j++) {
+                vit_real pj = pi[j], *dvj = dv + vo + (size_t)j * ldv;
+                if (pj != 0)
+                    for (int c = 0; c < dvh; c++) dvj[c] += pj * doi[c];
+            }
+        if (!need_ds) continue;
+        for (int j = 0; j < nk; j++) ds[j] = 0;
+        for (int c = 0; c < dvh; c++) {
+            const vit_real oc = doi[c], *vc = vt + c * nk;
+            for (int j = 0; j < nk; j++) ds[j] += oc * vc[j];
+        }
+        softmax_grad_rows(pi, ds, nk, 0, 1);
+        if (dbias) {
+            vit_real *db = dbias + (a->bias_heads == 1 ? 0 : (size_t)h * nq * nk)
+                         + (size_t)i * nk;
+            for (int j = 0; j < nk; j++) db[j] += ds[j];
+        }
+        const vit_real *qi = q + qo + (size_t)i * ldk;
+        vit_real *dqi = dq ? dq + qo + (size_t)i * ldk : NULL;
+        for (int j = 0; j < nk; j++) {
+            vit_real w = scale * ds[j];
+            if (w == 0) continue; /* masked keys and zero rows */
+            const vit_real *kj = k + ko + (size_t)j * ldk;
+            if (dqi)
+                for (int c = 0; c < dkh; c++) dqi[c] += w * kj[c];
+            if (dk) {
+                vit_real *dkj = dk + ko + (size_t)j * ldk;
+                for (int c = 0; c < dkh; c++) dkj[c] += w * qi[c];
+            }
+        }
+    }
+}
+
+/* Backward of one pair by split GEMMs, with the softmax rows split too;
+ * work holds dP then dS [nq, nk]. */
+static void head_backward_blas(const vit_sdpa *a, vit_real scale, int b, int h, vit_real *dq,
+                               vit_real *dk, vit_real *dv, vit_real *dbias,
+                               const vit_real *dout, const vit_real *probs, const vit_real *q,
+                               const vit_real *k, const vit_real *v, vit_real *work)
+{
+    const int H = a->heads, nq = a->n_q, nk = a->n_k, dkh = a->d_k, dvh = a->d_v;
+    const int ldk = H * dkh, ldv = H * dvh;
+    size_t qo = (size_t)b * nq * ldk + (size_t)h * dkh;
+    size_t ko = (size_t)b * nk * ldk + (size_t)h * dkh;
+    size_t vo = (size_t)b * nk * ldv + (size_t)h * dvh;
+    size_t oo = (size_t)b * nq * ldv + (size_t)h * dvh;
+    const vit_real *p = probs + ((size_t)b * H + h) * nq * nk;
+
+    /* dV_bh[nk, dv] += P[nq, nk]^T dO_bh[nq, dv] */
+    if (dv)
+        vit_pgemm(CblasTrans, CblasNoTrans, nk, dvh, nq, 1, p, nk, dout + oo, ldv, 1,
+                  dv + vo, ldv);
+    if (!(dq || dk || dbias)) return;
+    /* dP[nq, nk] = dO_bh[nq, dv] V_bh[nk, dv]^T */
+    vit_real *ds = work;
+    vit_pgemm(CblasNoTrans, CblasTrans, nq, nk, dvh, 1, dout + oo, ldv, v + vo, ldv, 0, ds, nk);
+    int nt = vit_threads_for(4.0 * nq * (double)nk);
+    VIT_PARALLEL_FOR(nt)
+    for (int t = 0; t < nt; t++) {
+        size_t lo, hi;
+        vit_split((size_t)nq, t, nt, &lo, &hi);
+        softmax_grad_rows(p, ds, nk, (int)lo, (int)hi);
+    }
+    if (dbias) {
+        vit_real *db = dbias + (a->bias_heads == 1 ? 0 : (size_t)h * nq * nk);
+        vit_axpy(nq * nk, 1, ds, 1, db, 1);
+    }
+    /* dQ_bh[nq, dk] += s dS[nq, nk] K_bh[nk, dk] */
+    if (dq)
+        vit_pgemm(CblasNoTrans, CblasNoTrans, nq, dkh, nk, scale, ds, nk, k + ko, ldk, 1,
+                  dq + qo, ldk);
+    /* dK_bh[nk, dk] += s dS[nq, nk]^T Q_bh[nq, dk] */
+    if (dk)
+        vit_pgemm(CblasTrans, CblasNoTrans, nk, dkh, nq, scale, ds, nk, q + qo, ldk, 1,
+                  dk + ko, ldk);
+}
+
 /* dout [B, n_q, H*d_v] -> dq, dk, dv (layouts of q, k, v), dbias
  * [bias_heads, n_q, n_k], all accumulated.  Per (b, h):
  *   dV_bh += P^T dO_bh
- *   dP     = dO_bh V_bh^T                       (into work)
- *   dS     = P .* (dP - rowsum(dP .* P))        (in place, O(n_k) per row)
+ *   dP     = dO_bh V_bh^T
+ *   dS     = P .* (dP - rowsum(dP .* P))        (O(n_k) per row)
  *   dbias += dS,  dQ_bh += s dS K_bh,  dK_bh += s dS^T Q_bh
- * Forbidden weights are 0, so their dS is 0 and masks need no second look. */
+ * Forbidden weights are 0, so their dS is 0 and masks need no second look.
+ * Pairs write disjoint columns of dq, dk, dv, so small heads run one pair
+ * per task; dbias is shared by the batch, so with it they run in order. */
 int vit_sdpa_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_real *dv,
                       vit_real *dbias, const vit_real *dout, const vit_real *probs,
                       const vit_real *q, const vit_real *k, const vit_real *v,
@@ -208,57 +439,31 @@ int vit_sdpa_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_real *d
         return vit_fail(VIT_EINVAL, "%s: dbias needs bias_heads 1 or heads (%d), got %d",
                         fn, a->heads, a->bias_heads);
 
-    const int B = a->batch, H = a->heads, nq = a->n_q, nk = a->n_k;
-    const int dkh = a->d_k, dvh = a->d_v, ldk = H * dkh, ldv = H * dvh;
-    const int need_ds = dq || dk || dbias;
+    const int H = a->heads, pairs = a->batch * H;
+    if (small_heads(a)) {
+        int nt = dbias ? 1 : vit_threads_for(8.0 * pairs * a->n_q * a->n_k * (a->d_k + a->d_v));
+        if (nt > pairs) nt = pairs;
+        VIT_PARALLEL_FOR(nt)
+        for (int t = 0; t < nt; t++) {
+            size_t lo, hi;
+            vit_split((size_t)pairs, t, nt, &lo, &hi);
+            for (size_t x = lo; x < hi; x++)
+                head_backward_small(a, scale, (int)(x / H), (int)(x % H), dq, dk, dv, dbias,
+                                    dout, probs, q, k, v);
+        }
+        return VIT_OK;
+    }
     vit_real *owned = NULL;
-    if (need_ds && !work) {
+    if ((dq || dk || dbias) && !work) {
         owned = malloc(vit_sdpa_work_size(a) * sizeof *owned);
         if (!owned)
             return vit_fail(VIT_ENOMEM, "%s: cannot allocate %zu reals of work", fn,
                             vit_sdpa_work_size(a));
         work = owned;
     }
-
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < H; h++) {
-            size_t qo = (size_t)b * nq * ldk + (size_t)h * dkh;
-            size_t ko = (size_t)b * nk * ldk + (size_t)h * dkh;
-            size_t vo = (size_t)b * nk * ldv + (size_t)h * dvh;
-            size_t oo = (size_t)b * nq * ldv + (size_t)h * dvh;
-            const vit_real *p = probs + ((size_t)b * H + h) * nq * nk;
-
-            /* dV_bh[nk, dv] += P[nq, nk]^T dO_bh[nq, dv] */
-            if (dv)
-                vit_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, dvh, nq,
-                         1, p, nk, dout + oo, ldv, 1, dv + vo, ldv);
-            if (!need_ds) continue;
-
-            /* dP[nq, nk] = dO_bh[nq, dv] V_bh[nk, dv]^T */
-            vit_real *ds = work;
-            vit_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, dvh,
-                     1, dout + oo, ldv, v + vo, ldv, 0, ds, nk);
-            for (int i = 0; i < nq; i++) {
-                const vit_real *pi = p + (size_t)i * nk;
-                vit_real *di = ds + (size_t)i * nk;
-                double dot = 0.0;
-                for (int j = 0; j < nk; j++) dot += (double)di[j] * pi[j];
-                for (int j = 0; j < nk; j++) di[j] = pi[j] * (di[j] - (vit_real)dot);
-            }
-            if (dbias) {
-                vit_real *db = dbias + (a->bias_heads == 1 ? 0 : (size_t)h * nq * nk);
-                vit_axpy(nq * nk, 1, ds, 1, db, 1);
-            }
-            /* dQ_bh[nq, dk] += s dS[nq, nk] K_bh[nk, dk] */
-            if (dq)
-                vit_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, dkh, nk,
-                         scale, ds, nk, k + ko, ldk, 1, dq + qo, ldk);
-            /* dK_bh[nk, dk] += s dS[nq, nk]^T Q_bh[nq, dk] */
-            if (dk)
-                vit_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, dkh, nq,
-                         scale, ds, nk, q + qo, ldk, 1, dk + ko, ldk);
-        }
-    }
+    for (int x = 0; x < pairs; x++)
+        head_backward_blas(a, scale, x / H, x % H, dq, dk, dv, dbias, dout, probs, q, k, v,
+                           work);
     free(owned);
     return VIT_OK;
 }
@@ -394,8 +599,7 @@ static void dense_forward(vit_real *y, const vit_real *x, const vit_real *w,
     if (b)
         for (int r = 0; r < rows; r++)
             memcpy(y + (size_t)r * out, b, (size_t)out * sizeof *y);
-    vit_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, out, in,
-             1, x, in, w, out, b ? 1 : 0, y, out);
+    vit_pgemm(CblasNoTrans, CblasNoTrans, rows, out, in, 1, x, in, w, out, b ? 1 : 0, y, out);
 }
 
 /* Given dy[rows, out]: dx += dy W^T, dW += x^T dy, db += column sums of dy;
@@ -404,14 +608,11 @@ static void dense_backward(vit_real *dx, vit_real *dw, vit_real *db, const vit_r
                            const vit_real *x, const vit_real *w, int rows, int in, int out)
 {
     if (dx)
-        vit_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, in, out,
-                 1, dy, out, w, out, 1, dx, in);
+        vit_pgemm(CblasNoTrans, CblasTrans, rows, in, out, 1, dy, out, w, out, 1, dx, in);
     if (dw)
-        vit_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, out, rows,
-                 1, x, in, dy, out, 1, dw, out);
+        vit_pgemm(CblasTrans, CblasNoTrans, in, out, rows, 1, x, in, dy, out, 1, dw, out);
     if (db)
-        for (int r = 0; r < rows; r++)
-            vit_axpy(out, 1, dy + (size_t)r * out, 1, db, 1);
+        vit_column_sums(db, dy, rows, out);
 }
 
 /* x_q [B, n_q, d], x_kv [B, n_k, d_kv] -> y [B, n_q, d], cache:
@@ -508,8 +709,7 @@ int vit_mha_backward(const vit_mha *m, const vit_real *params, vit_real *grads,
 
     /* dctx = dy W_O^T (overwrite), then the core accumulates into zeroed dQ,
      * dK, dV. */
-    vit_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, rq, d, d,
-             1, dy, d, w.w_o, d, 0, dctx, d);
+    vit_pgemm(CblasNoTrans, CblasTrans, rq, d, d, 1, dy, d, w.w_o, d, 0, dctx, d);
     memset(dq, 0, (size_t)rq * d * sizeof *dq);
     memset(dk, 0, 2 * (size_t)rk * d * sizeof *dk);
     vit_sdpa a = mha_core(m);

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <png.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -58,21 +59,52 @@ static void samples_to_real(vit_real *dst, const void *src, size_t pixels, int c
     }
 }
 
+/* The most a zlib stream can inflate: a 258-byte match coded in two bits
+ * gives 1032 output bytes per input byte, and nothing does better. */
+#define DEFLATE_MAX_RATIO 1032
+
+/* Whether a PNG whose header (the 8-byte signature, then the IHDR chunk,
+ * which libpng has already checked is first and valid) describes more
+ * image data than a file of file_size bytes can hold compressed.  The
+ * decoded data of a non-interlaced image is height rows of a filter byte
+ * and the packed samples; an interlaced one holds at least the packed
+ * samples.  Checking this before allocating means a tiny file claiming
+ * 100000 x 100000 pixels is rejected at once, without a huge allocation or
+ * a long decode. */
+static int claims_too_much(const unsigned char hdr[33], long long file_size)
+{
+    static const int samples[7] = {1, 1, 3, 1, 2, 1, 4}; /* per pixel, by colour type */
+    double w = (double)((uint32_t)hdr[16] << 24 | (uint32_t)hdr[17] << 16 |
+                        (uint32_t)hdr[18] << 8 | hdr[19]);
+    double h = (double)((uint32_t)hdr[20] << 24 | (uint32_t)hdr[21] << 16 |
+                        (uint32_t)hdr[22] << 8 | hdr[23]);
+    double bpp = (double)hdr[24] * (hdr[25] < 7 ? samples[hdr[25]] : 1); /* bits per pixel */
+    double least = hdr[28] != 0 ? w * h * bpp / 8 : h * (1 + ceil(w * bpp / 8));
+    return least > (double)DEFLATE_MAX_RATIO * (double)file_size;
+}
+
 /* Reads path into img.  The file is opened here (not by libpng) so that a
  * missing file is VIT_EIO and a file that is not a PNG is VIT_EFORMAT. */
 static int read_png(const char *path, real_image *img)
 {
     png_image im;
-    unsigned char sig[8];
+    unsigned char hdr[33]; /* signature, IHDR length and type, IHDR data */
     void *raw = NULL;
     int rc = VIT_OK;
+    struct stat st;
     memset(img, 0, sizeof *img);
     FILE *fp = fopen(path, "rb");
     if (fp == NULL)
         return vit_fail(VIT_EIO, "%s: cannot open (%s)", path, strerror(errno));
-    if (fread(sig, 1, sizeof sig, fp) != sizeof sig || png_sig_cmp(sig, 0, sizeof sig) != 0) {
+    size_t got = fread(hdr, 1, sizeof hdr, fp);
+    if (got < 8 || png_sig_cmp(hdr, 0, 8) != 0) {
         rc = ferror(fp) ? vit_fail(VIT_EIO, "%s: read error", path)
                         : vit_fail(VIT_EFORMAT, "%s: not a PNG file (bad signature)", path);
+        fclose(fp);
+        return rc;
+    }
+    if (fstat(fileno(fp), &st) != 0) {
+        rc = vit_fail(VIT_EIO, "%s: cannot stat (%s)", path, strerror(errno));
         fclose(fp);
         return rc;
     }
@@ -96,6 +128,14 @@ static int read_png(const char *path, real_image *img)
     im.format = (c == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY) | (alpha ? PNG_FORMAT_FLAG_ALPHA : 0) |
                 (wide ? PNG_FORMAT_FLAG_LINEAR : 0);
     size_t pixels = (size_t)im.width * (size_t)im.height, n = 0, bytes = 0;
+    if (got == sizeof hdr && claims_too_much(hdr, (long long)st.st_size)) {
+        rc = vit_fail(VIT_EFORMAT, "%s: header claims %lux%lu pixels, more than its %lld bytes "
+                      "can hold (truncated or corrupt)", path, (unsigned long)im.width,
+                      (unsigned long)im.height, (long long)st.st_size);
+        png_image_free(&im);
+        fclose(fp);
+        return rc;
+    }
     if (im.width > (1u << 30) || im.height > (1u << 30) ||
         (size_t)im.width * (size_t)(c + alpha) > INT32_MAX ||
         !vit_mul_size(&n, pixels, (size_t)(c + alpha)) ||

@@ -87,6 +87,19 @@ int vit_run_load(const char *path, vit_model **model, vit_adamw *opt, vit_run_st
     vit_config_default(&cfg);
     vit_model *m = NULL;
     rc = vit_config_parse(&cfg, c.config ? c.config : "", path);
+    /* The stored config is untrusted: before the model is allocated, its
+     * size must match what the file actually holds, so a corrupt config
+     * cannot ask for a huge model. */
+    size_t want = rc == VIT_OK ? vit_config_param_count(&cfg) : 0, held = 0;
+    for (int i = 0; i < c.ntensors; i++) {
+        size_t n = 1;
+        for (int d = 0; d < c.tensors[i].ndim; d++)
+            n *= (size_t)c.tensors[i].dims[d]; /* cannot overflow: bounded by the file size */
+        held += n;
+    }
+    if (rc == VIT_OK && want > held)
+        rc = vit_fail(VIT_EFORMAT, "%s: the stored config describes %zu parameters, but the file "
+                      "holds only %zu values", path, want, held);
     if (rc == VIT_OK && !(m = vit_model_new(&cfg))) {
         /* Copy the cause first: vit_fail writes the buffer it lives in. */
         char why[400];

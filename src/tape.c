@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "tape_internal.h"
 #include "vit/activations.h"
 #include "vit/layernorm.h"
 #include "vit/linear.h"
@@ -182,6 +183,20 @@ static vit_tensor *tensor_new(vit_tape *t, int ndim, const int *shape, int with_
     memcpy(x->shape, shape, (size_t)ndim * sizeof *shape);
     x->size = size;
     return x;
+}
+
+vit_tensor *vit_tape_tensor(vit_tape *t, int ndim, const int *shape)
+{
+    if (!t || t->status != VIT_OK)
+        return NULL;
+    return tensor_new(t, ndim, shape, 0);
+}
+
+vit_real *vit_tape_reals(vit_tape *t, size_t n)
+{
+    if (!t || t->status != VIT_OK)
+        return NULL;
+    return arena_reals(t, n);
 }
 
 vit_tensor *vit_tape_leaf(vit_tape *t, vit_real *data, vit_real *grad, int ndim,

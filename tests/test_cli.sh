@@ -60,6 +60,18 @@ expect "resume with another shape" 1 "checkpoint has dim = 16 but this run asks 
     "$tools/vit_train" --resume "$tmp/run/last.ckpt" --dim 32 --depth 1 --heads 2 --mlp 16 \
     --out "$tmp/run2" --quiet
 
+# Pictures and export on the same checkpoint.
+expect "attention picture" 0 "wrote" "$tools/vit_attn" "$tmp/run/last.ckpt" --digit 0 --out "$tmp/a.png"
+[ -s "$tmp/a.png" ] || { fail=$((fail + 1)); echo "FAIL attention picture: no file"; }
+expect "attention query out of range" 1 "outside the" \
+    "$tools/vit_attn" "$tmp/run/last.ckpt" --digit 0 --query 9,9 --out "$tmp/b.png"
+[ -e "$tmp/b.png" ] && { fail=$((fail + 1)); echo "FAIL attention query: a file was written"; }
+expect "training curves" 0 "" "$tools/vit_plot" "$tmp/run/metrics.csv" --out "$tmp/c.png"
+[ -s "$tmp/c.png" ] || { fail=$((fail + 1)); echo "FAIL training curves: no file"; }
+expect "export" 0 "20 tensors" "$tools/vit_export" "$tmp/run/last.ckpt" --out "$tmp/m.safetensors"
+expect "export of a missing checkpoint" 1 "$tmp/none.ckpt" \
+    "$tools/vit_export" "$tmp/none.ckpt" --out "$tmp/n.safetensors"
+
 # The README's attention example is the file that meson builds and runs.
 awk '/^```c$/{on=1; next} /^```$/{on=0} on' "$readme" >"$tmp/readme_example.c"
 if diff -q "$tmp/readme_example.c" "$example" >/dev/null; then

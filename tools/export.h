@@ -28,8 +28,10 @@
  *   format "pt", producer "vit_export VERSION", layout "timm.VisionTransformer",
  *   global_pool "token" or "avg", layer_norm_eps "1e-05", activation
  *   "gelu_exact", input "NCHW float32 in [0, 1], no normalization".
- * Note that timm's default LayerNorm eps is 1e-6; build the model with
- * norm_layer=partial(nn.LayerNorm, eps=1e-5) to reproduce our logits.
+ * To reproduce our logits in timm itself: its default LayerNorm eps is 1e-6,
+ * so pass norm_layer=partial(nn.LayerNorm, eps=1e-5); and for pool = mean
+ * (global_pool "avg") pass fc_norm=False, because we apply the final norm to
+ * every token before averaging, while timm's "avg" default normalises after.
  *
  * Errors: functions return 0, or -1 after writing a one-line message into
  * err (cap bytes).

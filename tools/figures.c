@@ -338,7 +338,7 @@ static void nice_range(double lo, double hi, double min_step, double *a, double 
         lo -= pad;
         hi += pad;
     }
-    double s = nice_step(hi - lo, 5);
+    double s = nice_step(hi - lo, 6);
     if (s < min_step)
         s = min_step;
     /* The small slack keeps a value that is already a multiple of s from

@@ -1,6 +1,11 @@
 /*
  * vit/activations.h - elementwise and row-wise pieces: GELU, residual add,
  * row softmax.  See core.h for ownership, accumulation and error rules.
+ *
+ * Elementwise functions take a length n: any row-major tensor ([B, T, D]
+ * gives n = B*T*D) is treated as a flat array, so the batch layout does not
+ * matter to them.  Every buffer belongs to the caller and is not kept after
+ * the call.  All functions here are reentrant (core.h).
  */
 #ifndef VIT_ACTIVATIONS_H
 #define VIT_ACTIVATIONS_H
@@ -13,26 +18,39 @@ extern "C" {
 
 /* GELU, exact erf form (PyTorch's default): y = x/2 (1 + erf(x/sqrt 2)).
  * x, y: [n]; y is overwritten and may alias x only when no backward is
- * needed (the backward reads x). */
+ * needed (the backward reads x).
+ * Returns VIT_OK, or VIT_EINVAL for a NULL x or y or n = 0. */
 int vit_gelu_forward(vit_real *y, const vit_real *x, size_t n);
 
-/* dx[n] += dy * GELU'(x). */
+/* dx[n] += dy * GELU'(x), accumulated; x is the forward input.  dx is
+ * required here (not optional) and must not alias x.
+ * Returns VIT_OK, or VIT_EINVAL for a NULL dx, dy or x or n = 0. */
 int vit_gelu_backward(vit_real *dx, const vit_real *dy, const vit_real *x, size_t n);
 
-/* Residual: y[n] = a[n] + b[n] (y may alias a or b). */
+/* Residual: y[n] = a[n] + b[n], overwritten (y may alias a or b).
+ * Returns VIT_OK, or VIT_EINVAL for a NULL y, a or b or n = 0. */
 int vit_residual_forward(vit_real *y, const vit_real *a, const vit_real *b, size_t n);
 
-/* da[n] += dy, db[n] += dy (either may be NULL). */
+/* da[n] += dy, db[n] += dy, accumulated (either may be NULL; they must be
+ * distinct buffers, or the same buffer receives dy twice).
+ * Returns VIT_OK, or VIT_EINVAL for a NULL dy or n = 0. */
 int vit_residual_backward(vit_real *da, vit_real *db, const vit_real *dy, size_t n);
 
 /* Row softmax, max-subtracted for range: y[r, c] = exp(x - max_r) / sum.
- * x, y: [rows, cols]; y may alias x.  Entries equal to -INFINITY get weight
- * exactly 0; a row whose entries are all -INFINITY becomes all zeros (not
- * NaN).  Any NaN or +INFINITY in x gives VIT_ENUM. */
+ * x, y: [rows, cols], row-major, each row normalised on its own (leading
+ * dimensions such as batch and heads flattened into rows); y is overwritten
+ * and may alias x.  Entries equal to -INFINITY get weight exactly 0; a row
+ * whose entries are all -INFINITY becomes all zeros (not NaN).
+ * Returns VIT_OK; VIT_EINVAL for a NULL x or y or rows or cols < 1;
+ * VIT_ENUM, naming the entry, for any NaN or +INFINITY in x (rows before it
+ * are already written). */
 int vit_softmax_forward(vit_real *y, const vit_real *x, int rows, int cols);
 
 /* Through the softmax Jacobian diag(p) - p p^T in O(cols) per row:
- * dx += y * (dy - sum_c(dy * y)).  y is the forward output. */
+ * dx[rows, cols] += y * (dy - sum_c(dy * y)), accumulated.  y is the
+ * forward output; an all-zero (fully masked) row passes zero gradient.
+ * dx is required and must not alias dy or y.
+ * Returns VIT_OK, or VIT_EINVAL for a NULL dx, dy or y or rows or cols < 1. */
 int vit_softmax_backward(vit_real *dx, const vit_real *dy, const vit_real *y,
                          int rows, int cols);
 

@@ -26,7 +26,13 @@
  * forbidden has no distribution: its weights and its output are all zeros
  * (not NaN) and it passes no gradient.
  *
- * See core.h for ownership, accumulation and error rules.
+ * See core.h for ownership, accumulation and error rules.  In short: every
+ * buffer belongs to the caller and is not kept after a call (the shape
+ * structs' mask and bias pointers are only read during the call); forwards
+ * overwrite their outputs, backwards accumulate (+=) into gradients and skip
+ * NULL ones; failures return a negative VIT_E* code with a message in
+ * vit_last_error().  All functions are reentrant: distinct calls may run on
+ * different threads as long as they do not share output or scratch buffers.
  */
 #ifndef VIT_ATTENTION_H
 #define VIT_ATTENTION_H
@@ -64,24 +70,33 @@ typedef struct vit_sdpa {
     int bias_heads;
 } vit_sdpa;
 
-/* Forward.  Writes out [B, n_q, H*d_v] and probs [B, H, n_q, n_k] (both
- * overwritten; probs is needed by the backward).
- * Errors: VIT_EINVAL for NULL buffers or bad sizes, VIT_ENUM for a
- * non-finite score s q.k + bias (checked before masking, so NaN or infinity
- * in a masked position is reported too). */
+/* Forward.  From q [B, n_q, H*d_k], k [B, n_k, H*d_k], v [B, n_k, H*d_v]
+ * writes out [B, n_q, H*d_v] and probs [B, H, n_q, n_k] (both overwritten;
+ * probs is needed by the backward).  out must not alias q, k, v or probs.
+ * Errors: VIT_EINVAL for a NULL a or buffer, a size < 1, out aliasing an
+ * input, a non-finite scale or bias_heads not 1 or H with a bias;
+ * VIT_ENOMEM when the sizes overflow; VIT_ENUM for a non-finite score
+ * s q.k + bias (checked before masking, so NaN or infinity in a masked
+ * position is reported too), naming item, head, query and key. */
 int vit_sdpa_forward(const vit_sdpa *a, vit_real *out, vit_real *probs,
                      const vit_real *q, const vit_real *k, const vit_real *v);
 
-/* Number of vit_real a backward needs as scratch: n_q * n_k. */
+/* Number of vit_real a backward needs as scratch: n_q * n_k (0 for a NULL
+ * a or a size < 1; no message).  Cannot fail otherwise. */
 size_t vit_sdpa_work_size(const vit_sdpa *a);
 
-/* Backward.  From dout [B, n_q, H*d_v] and the forward's q, k, v, probs,
- * accumulates dq, dk, dv (layouts as q, k, v) and dbias
- * [bias_heads, n_q, n_k]; any of them may be NULL.  A non-NULL dbias needs
- * bias_heads 1 or H even when bias is NULL (it is then the gradient at a
- * zero bias).  The softmax Jacobian is
+/* Backward.  From dout [B, n_q, H*d_v] and the forward's q, k, v, probs
+ * (and the same *a), accumulates (+=) dq, dk, dv (layouts as q, k, v) and
+ * dbias [bias_heads, n_q, n_k], summed over the batch; any of them may be
+ * NULL.  A non-NULL dbias needs bias_heads 1 or H even when bias is NULL (it
+ * is then the gradient at a zero bias).  The softmax Jacobian is
  * applied in O(n_k) per row: dS = P .* (dP - rowsum(dP .* P)).
- * work: vit_sdpa_work_size(a) reals of scratch, or NULL to allocate. */
+ * work: vit_sdpa_work_size(a) reals of caller scratch (contents ignored and
+ * clobbered), or NULL to have the call allocate and free its own.
+ * Gradient buffers must not overlap each other or the inputs.
+ * Errors: VIT_EINVAL as for the forward (NULL dout, probs, q, k or v
+ * included) or a dbias with bad bias_heads; VIT_ENOMEM if work is NULL and
+ * the allocation fails.  On error the gradients are unspecified. */
 int vit_sdpa_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_real *dv,
                       vit_real *dbias, const vit_real *dout, const vit_real *probs,
                       const vit_real *q, const vit_real *k, const vit_real *v,
@@ -89,7 +104,9 @@ int vit_sdpa_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_real *d
 
 /* ---- Masks ---------------------------------------------------------- */
 
-/* allowed[n_q, n_k]: 1 where j <= i (causal), else 0. */
+/* Writes (overwrites) allowed[n_q, n_k], row-major (row i = query i):
+ * 1 where j <= i (causal), else 0.  The caller owns allowed.
+ * Returns VIT_OK, or VIT_EINVAL for a NULL allowed or n_q or n_k < 1. */
 int vit_mask_causal(unsigned char *allowed, int n_q, int n_k);
 
 /* Swin-style window mask for self-attention on a grid_h x grid_w token grid
@@ -100,11 +117,14 @@ int vit_mask_causal(unsigned char *allowed, int n_q, int n_k);
  * roll(x, -shift)), and two tokens in one shifted window may
  * interact only if they were also neighbours before the shift (Swin's
  * region mask), so no token attends across the wrapped border.
- * grid_h and grid_w must be multiples of M; 0 <= shift < M. */
+ * grid_h and grid_w must be multiples of M; 0 <= shift < M.  allowed is
+ * overwritten and owned by the caller.
+ * Returns VIT_OK, or VIT_EINVAL for a NULL allowed, a size < 1, a grid that
+ * is not a multiple of M, or shift outside [0, M). */
 int vit_mask_window(unsigned char *allowed, int grid_h, int grid_w, int M, int shift);
 
-/* Number of nonzero entries of an n_q x n_k mask (0, with a message, for a
- * NULL mask or a non-positive size). */
+/* Number of nonzero entries of an n_q x n_k mask (0, with a message in
+ * vit_last_error, for a NULL mask or a non-positive size).  Reads only. */
 size_t vit_mask_count(const unsigned char *allowed, int n_q, int n_k);
 
 /* ---- Multi-head attention layer ------------------------------------- */
@@ -152,36 +172,59 @@ typedef struct vit_mha_views {
     vit_real *b_q, *b_k, *b_v, *b_o; /* NULL without biases */
 } vit_mha_views;
 
-/* Checks the shape; VIT_OK or VIT_EINVAL with a message (e.g. heads not
- * dividing d_model). */
+/* Checks the shape; VIT_OK, VIT_EINVAL with a message (a NULL m, a size
+ * < 1, heads not dividing d_model, a non-finite scale, bad bias_heads,
+ * batch * n exceeding INT_MAX) or VIT_ENOMEM (buffer sizes overflow).
+ * Reads only. */
 int vit_mha_check(const vit_mha *m);
 
-/* Number of parameters (0 for an invalid shape). */
+/* Number of parameters: 2 d^2 + 2 d_kv d, plus 4 d with biases (0, with a
+ * message, for an invalid shape). */
 size_t vit_mha_param_count(const vit_mha *m);
 
-/* Splits a flat buffer of vit_mha_param_count(m) reals into named views. */
+/* Splits a flat buffer of vit_mha_param_count(m) reals into named views
+ * (pointers into flat, which stays the caller's; nothing is copied).
+ * *views is overwritten.  Returns VIT_OK, or VIT_EINVAL for an invalid
+ * shape or a NULL flat or views. */
 int vit_mha_views_of(const vit_mha *m, vit_real *flat, vit_mha_views *views);
 
 /* Number of reals the forward saves for the backward (the "cache"):
  * Q [B,n_q,d], K [B,n_k,d], V [B,n_k,d], context [B,n_q,d] and the maps
- * probs [B,H,n_q,n_k]. */
+ * probs [B,H,n_q,n_k].  The caller allocates and owns the cache.  0, with a
+ * message, for an invalid shape. */
 size_t vit_mha_cache_size(const vit_mha *m);
 
-/* The attention maps inside a cache: [B, H, n_q, n_k]. */
+/* The attention maps inside a cache: [B, H, n_q, n_k] (row i of head h of
+ * item b is query i's distribution over the keys).  A pointer into cache,
+ * valid as long as the cache is; NULL, with a message, for an invalid shape
+ * or a NULL cache. */
 vit_real *vit_mha_probs(const vit_mha *m, vit_real *cache);
 
 /* Forward.  y [B, n_q, d_model] (overwritten, must not alias inputs);
- * x_q [B, n_q, d_model]; x_kv [B, n_k, d_kv]; cache as above (written). */
+ * x_q [B, n_q, d_model]; x_kv [B, n_k, d_kv]; params: the flat buffer of
+ * vit_mha_param_count(m) reals (read only); cache: vit_mha_cache_size(m)
+ * reals (overwritten; keep it, unchanged, for the backward).
+ * Errors: VIT_EINVAL for an invalid shape (vit_mha_check), a NULL buffer or
+ * y aliasing x_q or x_kv; VIT_ENUM for a non-finite attention score (as
+ * vit_sdpa_forward). */
 int vit_mha_forward(const vit_mha *m, const vit_real *params, vit_real *y,
                     const vit_real *x_q, const vit_real *x_kv, vit_real *cache);
 
-/* Scratch for the backward, in reals. */
+/* Scratch for the backward, in reals (0, with a message, for an invalid
+ * shape). */
 size_t vit_mha_work_size(const vit_mha *m);
 
-/* Backward.  Accumulates grads (flat, laid out like params), dx_q, dx_kv and
- * dbias (any may be NULL; for self-attention pass the same buffer for dx_q
- * and dx_kv and it receives both contributions).
- * work: vit_mha_work_size(m) reals, or NULL to allocate. */
+/* Backward.  From dy [B, n_q, d_model] and the forward's params, x_q, x_kv
+ * and cache, accumulates (+=) grads (flat, laid out like params, summed over
+ * the batch), dx_q [B, n_q, d_model], dx_kv [B, n_k, d_kv] and dbias
+ * [bias_heads, n_q, n_k] (any may be NULL; for self-attention pass the same
+ * buffer for dx_q and dx_kv and it receives both contributions).
+ * work: vit_mha_work_size(m) reals of caller scratch (clobbered), or NULL to
+ * have the call allocate and free its own.  Gradient buffers must not
+ * overlap params, dy, the inputs or the cache.
+ * Errors: VIT_EINVAL for an invalid shape, a NULL params, dy, x_q, x_kv or
+ * cache, or a dbias with bad bias_heads; VIT_ENOMEM if work is NULL and the
+ * allocation fails. */
 int vit_mha_backward(const vit_mha *m, const vit_real *params, vit_real *grads,
                      vit_real *dx_q, vit_real *dx_kv, vit_real *dbias,
                      const vit_real *dy, const vit_real *x_q, const vit_real *x_kv,

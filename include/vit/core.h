@@ -21,9 +21,12 @@
  *    argument and the problem, readable with vit_last_error() on the same
  *    thread.  On failure, outputs are left in an unspecified state but no
  *    caller memory outside the documented outputs is touched.
- *  - Thread safety: kernels are reentrant (no global state except the
- *    thread-local error message).  An opaque object may be used by one thread
- *    at a time.
+ *  - Thread safety: kernels are reentrant: several threads may call them at
+ *    once as long as no output buffer is shared (inputs may be).  Their only
+ *    global state is the thread-local error message and the thread count of
+ *    vit_set_threads; a kernel may itself run its loops on that many OpenMP
+ *    threads, and returns only when they are done.  An opaque object
+ *    (vit_tape, vit_model, ...) may be used by one thread at a time.
  *
  * The library is built twice from the same sources, like FFTW's fftw3 and
  * fftw3f: libvit with vit_real = float (training) and libvit-f64 with
@@ -59,25 +62,36 @@ enum vit_status {
     VIT_ENUM = -5     /* a non-finite value (NaN or infinity) where a finite one is required */
 };
 
-/* The message of the last failing call on this thread ("" if none).
- * The returned string stays valid until the next failing call on the thread. */
+/* The message of the last failing call on this thread ("" if none), e.g.
+ * "vit_linear_forward: n must be positive, got 0".  Never NULL.  The string
+ * is owned by the library (do not free it) and stays valid, unchanged, until
+ * the next failing call on the same thread.  Successful calls do not clear
+ * it, so read it only after a call returned an error.  Thread-safe: each
+ * thread has its own message. */
 const char *vit_last_error(void);
 
-/* Name of a status code, e.g. "VIT_EINVAL". */
+/* Name of a status code, e.g. "VIT_EINVAL"; "VIT_E(unknown)" for a code
+ * that is not a vit_status.  A static string (never NULL, never freed).
+ * Cannot fail; thread-safe. */
 const char *vit_status_name(int status);
 
 /* Size in bytes of vit_real in the library that was linked (4 or 8).  Lets a
  * program check that it was compiled with the same VIT_DOUBLE setting as the
- * library: sizeof(vit_real) == vit_real_size(). */
+ * library: sizeof(vit_real) == vit_real_size().  Cannot fail; thread-safe. */
 size_t vit_real_size(void);
 
-/* Sets the number of threads the library's BLAS calls may use (OpenBLAS's
- * openblas_set_num_threads; a no-op returning VIT_EINVAL with another BLAS).
- * n >= 1.  Results are bitwise reproducible for a fixed thread count.
- * Process-wide: call it before training, not while kernels run. */
+/* Sets the number of threads (1 .. 1024) the library's kernels split their
+ * loops and GEMMs across (OpenMP, static partitioning); without a call it is
+ * the number of online CPUs.  OpenBLAS's own pool is kept at one thread,
+ * since the library splits GEMMs itself.  Results are bitwise reproducible
+ * for a fixed thread count.  Returns VIT_OK, or VIT_EINVAL (nothing changed)
+ * for n outside 1 .. 1024.
+ * NOT thread-safe: the count is one process-wide variable that every kernel
+ * reads; call it before training, never while kernels run on other threads. */
 int vit_set_threads(int n);
 
-/* Library version, VIT_VERSION_STRING of the build. */
+/* Library version, VIT_VERSION_STRING of the build: a static string.
+ * Cannot fail; thread-safe. */
 const char *vit_version(void);
 
 #ifdef __cplusplus

@@ -8,7 +8,9 @@
  * grid.  The patch embedding is then a linear map, the same as a stride-P
  * convolution: PyTorch's Conv2d weight w[D, C, P, P] corresponds to our
  * W[(py*P + px)*C + c, D] = w[D, c, py, px].
- * See core.h for ownership, accumulation and error rules.
+ * See core.h for ownership, accumulation and error rules: every buffer here
+ * belongs to the caller and is not kept; forwards overwrite, backwards
+ * accumulate (+=) and skip NULL gradients; all functions are reentrant.
  */
 #ifndef VIT_EMBEDDINGS_H
 #define VIT_EMBEDDINGS_H
@@ -29,35 +31,52 @@ typedef struct vit_patch_shape {
     int dim;         /* D, the embedding width */
 } vit_patch_shape;
 
-/* Number of patches per image, (H/P)*(W/P), or 0 for an invalid shape. */
+/* Number of patches per image, (H/P)*(W/P), or 0 for an invalid shape
+ * (NULL, a size < 1, or H or W not a multiple of P; vit_last_error says
+ * which). */
 int vit_patch_count(const vit_patch_shape *s);
 
-/* cols: [B*N, P*P*C] (written: the im2col matrix, saved for the backward);
- * y: [B, N, D] (overwritten); img: [B, H, W, C]; W: [P*P*C, D]; b: [D] or
- * NULL.  N = vit_patch_count(s). */
+/* cols: [B*N, P*P*C] (overwritten: the im2col matrix, saved for the
+ * backward; row b*N + n is patch n of image b); y: [B, N, D] (overwritten);
+ * img: [B, H, W, C]; W: [P*P*C, D]; b: [D] or NULL.  N = vit_patch_count(s).
+ * y and cols must not overlap img.
+ * Returns VIT_OK, or VIT_EINVAL for a NULL s, y, cols, img or W, a size
+ * < 1, H or W not a multiple of P, or sizes that overflow. */
 int vit_patch_embed_forward(const vit_patch_shape *s, vit_real *y, vit_real *cols,
                             const vit_real *img, const vit_real *W, const vit_real *b);
 
-/* Accumulates dW, db and (when dimg is not NULL) dimg[B, H, W, C] from
- * dy[B, N, D], using the saved cols. */
+/* Accumulates (+=) dW[P*P*C, D], db[D] and dimg[B, H, W, C] from
+ * dy[B, N, D]; any of the three may be NULL.  cols (the forward's) is read
+ * only for dW, W only for dimg, so either may be NULL when that gradient is
+ * not wanted.
+ * Returns VIT_OK, or VIT_EINVAL for a bad shape (as the forward), a NULL
+ * dy, or a NULL cols or W that is needed. */
 int vit_patch_embed_backward(const vit_patch_shape *s, vit_real *dimg, vit_real *dW,
                              vit_real *db, const vit_real *dy, const vit_real *cols,
                              const vit_real *W);
 
 /* y[B, N+1, D]: row 0 of each item is cls[D], rows 1..N are x[B, N, D].
- * y is overwritten and must not alias x. */
+ * y is overwritten and must not alias x.
+ * Returns VIT_OK, or VIT_EINVAL for a NULL y, x or cls, y == x, or a size
+ * < 1. */
 int vit_cls_prepend_forward(vit_real *y, const vit_real *x, const vit_real *cls,
                             int batch, int n, int d);
 
-/* dx[B, N, D] += dy rows 1..N;  dcls[D] += sum over the batch of dy row 0. */
+/* From dy[B, N+1, D]: dx[B, N, D] += dy rows 1..N; dcls[D] += sum over the
+ * batch of dy row 0.  Accumulated; either may be NULL.
+ * Returns VIT_OK, or VIT_EINVAL for a NULL dy or a size < 1. */
 int vit_cls_prepend_backward(vit_real *dx, vit_real *dcls, const vit_real *dy,
                              int batch, int n, int d);
 
-/* y[B, T, D] = x[B, T, D] + pos[T, D] (y may alias x). */
+/* y[B, T, D] = x[B, T, D] + pos[T, D], the same pos for every item of the
+ * batch.  y is overwritten and may alias x.
+ * Returns VIT_OK, or VIT_EINVAL for a NULL y, x or pos or a size < 1. */
 int vit_pos_add_forward(vit_real *y, const vit_real *x, const vit_real *pos,
                         int batch, int t, int d);
 
-/* dx += dy; dpos[T, D] += sum over the batch of dy. */
+/* From dy[B, T, D]: dx[B, T, D] += dy; dpos[T, D] += sum over the batch of
+ * dy.  Accumulated; either may be NULL.
+ * Returns VIT_OK, or VIT_EINVAL for a NULL dy or a size < 1. */
 int vit_pos_add_backward(vit_real *dx, vit_real *dpos, const vit_real *dy,
                          int batch, int t, int d);
 

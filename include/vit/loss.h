@@ -1,6 +1,7 @@
 /*
  * vit/loss.h - softmax cross-entropy, fused, averaged over the batch.
- * See core.h for ownership, accumulation and error rules.
+ * See core.h for ownership, accumulation and error rules.  Every buffer
+ * belongs to the caller and is not kept; both functions are reentrant.
  */
 #ifndef VIT_LOSS_H
 #define VIT_LOSS_H
@@ -11,18 +12,25 @@
 extern "C" {
 #endif
 
-/* logits: [n, classes]; labels: [n] in 0..classes-1; probs: [n, classes]
- * (written: the softmax, saved for the backward).  smoothing in [0, 1):
- * the target is (1 - smoothing) one-hot + smoothing / classes, as in
- * PyTorch's cross_entropy(label_smoothing=...).
- * *loss = mean over the n rows of -sum_c target_c log p_c.
- * Returns VIT_EINVAL for a label out of range (naming its row), VIT_ENUM
- * if a logit is not finite. */
+/* logits: [n, classes], row-major, one row per example (the batch; for
+ * tokens [B, T, classes] pass n = B*T); labels: [n] in 0..classes-1;
+ * probs: [n, classes] (overwritten: the softmax, saved for the backward).
+ * smoothing in [0, 1): the target is (1 - smoothing) one-hot +
+ * smoothing / classes, as in PyTorch's cross_entropy(label_smoothing=...).
+ * *loss (overwritten) = mean over the n rows of -sum_c target_c log p_c.
+ * Returns VIT_OK; VIT_EINVAL for a NULL pointer, n or classes < 1,
+ * smoothing outside [0, 1) or a label out of range (naming its row);
+ * VIT_ENUM if a logit is not finite. */
 int vit_cross_entropy_forward(vit_real *loss, vit_real *probs,
                               const vit_real *logits, const int *labels,
                               int n, int classes, vit_real smoothing);
 
-/* dlogits[n, classes] += dloss * (probs - target) / n. */
+/* dlogits[n, classes] += dloss * (probs - target) / n, accumulated, where
+ * probs is the forward's output and dloss the gradient arriving at the
+ * scalar loss (1 when it is the final loss).  Labels and smoothing must be
+ * the forward's.  dlogits must not alias probs.
+ * Returns VIT_OK; VIT_EINVAL as for the forward (NULL dlogits or probs
+ * included); VIT_ENUM for a non-finite dloss. */
 int vit_cross_entropy_backward(vit_real *dlogits, const vit_real *probs,
                                const int *labels, int n, int classes,
                                vit_real smoothing, vit_real dloss);

@@ -14,6 +14,12 @@
  * All parameters live in one flat buffer and their gradients in another laid
  * out alike; named views (vit_model_tensor) describe the layout, which is
  * also the order tensors are stored in a checkpoint.
+ *
+ * Ownership: a vit_model owns its parameter, gradient and scratch buffers
+ * (pointers returned by the accessors below stay valid until
+ * vit_model_free).  Thread safety: a model and the tape it records on are
+ * used by one thread at a time; the config functions are reentrant.
+ * The accessors take a valid (non-NULL) model: they do not check it.
  */
 #ifndef VIT_MODEL_H
 #define VIT_MODEL_H
@@ -58,61 +64,80 @@ typedef struct vit_config {
     unsigned long long seed;
 } vit_config;
 
-/* Fills *cfg with the built-in defaults (the digits-tiny shape and recipe). */
+/* Fills (overwrites) *cfg with the built-in defaults (the digits-tiny shape
+ * and recipe).  cfg must not be NULL.  Cannot fail. */
 void vit_config_default(vit_config *cfg);
 
-/* Sets one field from text, e.g. ("dim", "64").  VIT_EINVAL with a message
- * naming the key for an unknown key or a value that does not parse or is out
- * of range. */
+/* Sets one field from text, e.g. ("dim", "64"); the strings are only read.
+ * Returns VIT_OK, or VIT_EINVAL with a message naming the key for a NULL
+ * argument, an unknown key or a value that does not parse or is out of range
+ * (then *cfg is unchanged). */
 int vit_config_set(vit_config *cfg, const char *key, const char *value);
 
 /* Reads a config file over *cfg (fields not in the file keep their value).
- * Errors name the file and line. */
+ * Returns VIT_OK; VIT_EINVAL for a NULL argument or a bad key or value;
+ * VIT_EIO if the file cannot be opened or read; VIT_EFORMAT for a line that
+ * is not `key = value`, an overlong line or file, or a NUL byte.  Errors
+ * name the file and line; on error *cfg may hold the lines before it. */
 int vit_config_load(vit_config *cfg, const char *path);
 
-/* Parses config text (same syntax as the file); `origin` names it in errors. */
+/* Parses NUL-terminated config text (same syntax as the file) over *cfg;
+ * `origin` names it in errors ("config" if NULL).  Errors as for
+ * vit_config_load, without VIT_EIO. */
 int vit_config_parse(vit_config *cfg, const char *text, const char *origin);
 
-/* Writes every field as config text into buf (NUL-terminated).  Returns the
- * length, or a negative code if cap is too small. */
+/* Writes every field as config text into the caller's buf[cap]
+ * (overwritten, NUL-terminated).  Returns the length (without the NUL), or
+ * VIT_EINVAL for a NULL argument or a cap too small. */
 int vit_config_format(const vit_config *cfg, char *buf, size_t cap);
 
-/* Checks the model fields for consistency (positive sizes, patch divides the
- * image, heads divide dim); VIT_EINVAL naming the field otherwise. */
+/* Checks the model fields for consistency (sizes in range, patch divides
+ * the image, heads divide dim, min_lr <= lr); VIT_OK, or VIT_EINVAL naming
+ * the field (also for a NULL cfg).  Reads only. */
 int vit_config_check(const vit_config *cfg);
 
 /* Key and help text of config field i (0-based), for tools that list the
- * keys; NULL past the last field. */
+ * keys: returns the help and sets *key (key must not be NULL); both are
+ * static strings.  NULL (and *key untouched) outside 0 .. count-1. */
 const char *vit_config_key_help(int i, const char **key);
 
-/* Number of model parameters for a config (0 if the config is invalid). */
+/* Number of model parameters for a config (0, with a message, if the config
+ * is invalid or NULL). */
 size_t vit_config_param_count(const vit_config *cfg);
 
 typedef struct vit_model vit_model;
 
-/* A model for cfg with zeroed parameters; NULL with vit_last_error on error. */
+/* A model for cfg (copied) with zeroed parameters and gradients, owned by
+ * the caller (vit_model_free).  NULL with vit_last_error on error:
+ * VIT_EINVAL for a NULL or inconsistent cfg (vit_config_check), VIT_ENOMEM. */
 vit_model *vit_model_new(const vit_config *cfg);
 
+/* Frees the model and every buffer it owns.  NULL is allowed. */
 void vit_model_free(vit_model *m);
 
-/* The config the model was made with. */
+/* The config the model was made with (owned by the model). */
 const vit_config *vit_model_config(const vit_model *m);
 
 /* ViT-style initialisation: weights ~ truncated normal(0, init_std), biases
  * and the class token 0, layer-norm gains 1, position embeddings
- * ~ truncated normal(0, init_std). */
+ * ~ truncated normal(0, init_std).  Overwrites every parameter, drawing from
+ * (and advancing) the caller's rng.  Cannot fail. */
 void vit_model_init(vit_model *m, vit_rng *rng);
 
-/* Flat parameter and gradient buffers, vit_model_param_count() reals each. */
+/* Flat parameter and gradient buffers, vit_model_param_count() reals each,
+ * laid out as vit_model_tensor_at describes.  Owned by the model; the caller
+ * may read and write them (an optimizer updates params in place). */
 vit_real *vit_model_params(vit_model *m);
 vit_real *vit_model_grads(vit_model *m);
 size_t vit_model_param_count(const vit_model *m);
 
-/* Sets all gradients to zero. */
+/* Sets all gradients to zero (call before each backward: it accumulates). */
 void vit_model_zero_grads(vit_model *m);
 
 /* Weight-decay groups: weight matrices decay; biases, layer-norm parameters,
- * position embeddings and the class token do not. */
+ * position embeddings and the class token do not.  Returns an array owned by
+ * the model, covering [0, param_count) as vit_adamw_step needs; *count (if
+ * count is not NULL) gets its length. */
 const vit_param_group *vit_model_groups(const vit_model *m, int *count);
 
 /* Named parameter tensors in layout order, for checkpoints and export. */
@@ -124,20 +149,28 @@ typedef struct vit_model_tensor {
     size_t size;
 } vit_model_tensor;
 
+/* Number of named tensors, and tensor i of them (owned by the model; NULL
+ * for a NULL m or i outside 0 .. count-1). */
 int vit_model_tensor_count(const vit_model *m);
 const vit_model_tensor *vit_model_tensor_at(const vit_model *m, int i);
 
-/* Records the forward pass for images [batch, H, W, C] on the tape (after
- * the caller's vit_tape_reset) and returns the logits [batch, classes].  The
- * images buffer must stay valid until the backward.  With grads = 0 the
- * parameters are constants (evaluation: no gradient buffers, less work).
- * Returns NULL on error (message in vit_last_error). */
+/* Records the forward pass for images [batch, H, W, C] (batch first,
+ * channels last) on the tape (after the caller's vit_tape_reset) and returns
+ * the logits [batch, classes], a tensor owned by the tape.  The images
+ * buffer (the caller's, only read) must stay valid until the backward.  With
+ * grads != 0 the parameters are leaves whose grad is the model's gradient
+ * buffer, so vit_tape_backward accumulates into vit_model_grads(m); with
+ * grads = 0 they are constants (evaluation: no gradient buffers, less work).
+ * Returns NULL on error (message in vit_last_error): VIT_EINVAL for a NULL
+ * m, tape or images or batch < 1, VIT_ENOMEM, or a kernel's error. */
 vit_tensor *vit_model_forward(vit_model *m, vit_tape *tape, const vit_real *images,
                               int batch, int grads);
 
-/* The attention maps [batch, heads, T, T] of block `layer` from the last
- * forward on `tape` (valid until its reset), T = patches + 1 (token 0 is the
- * class token); NULL if out of range. */
+/* The attention maps [batch, heads, T, T] of block `layer` from the model's
+ * last forward (memory of the tape it ran on, valid until that tape's
+ * reset), T = patches + 1 (token 0 is the class token); row i of head h is
+ * query i's distribution over the keys.  Read only; NULL for a NULL m or
+ * layer outside 0 .. depth-1. */
 const vit_real *vit_model_attention_maps(const vit_model *m, int layer);
 
 #ifdef __cplusplus

@@ -18,6 +18,10 @@
  *
  * The decay is "decoupled": it shrinks p directly instead of being added to
  * g, so it is not rescaled by Adam's per-parameter step size.
+ *
+ * Ownership and threads: a vit_adamw owns its m and v; the parameter and
+ * gradient buffers stay the caller's.  One optimizer is used by one thread
+ * at a time; vit_lr_at and vit_grad_norm are pure and thread-safe.
  */
 #ifndef VIT_OPTIM_H
 #define VIT_OPTIM_H
@@ -60,7 +64,9 @@ int vit_adamw_init(vit_adamw *opt, size_t n, double beta1, double beta2, double 
 void vit_adamw_free(vit_adamw *opt);
 
 /* One AdamW step with learning rate lr: updates params[n] in place from
- * grads[n] (read only), advances t and the moments.  groups[ngroups] must
+ * grads[n] (read only, not cleared: zero them before the next backward),
+ * advances t and the moments.  params and grads are flat arrays of
+ * opt->n reals, the caller's.  groups[ngroups] must
  * cover [0, n) exactly, without overlap, in any order (empty groups are
  * allowed).
  * Returns VIT_EINVAL for NULL buffers, ngroups < 1, groups that overlap,
@@ -70,7 +76,8 @@ void vit_adamw_free(vit_adamw *opt);
 int vit_adamw_step(vit_adamw *opt, vit_real *params, const vit_real *grads,
                    const vit_param_group *groups, int ngroups, double lr);
 
-/* Learning rate at step (counted from 0) of a run of total_steps:
+/* Learning rate at step (counted from 0) of a run of total_steps (cannot
+ * fail: see the clamping below):
  *   step < warmup_steps:   base_lr * (step + 1) / warmup_steps  (linear warm-up)
  *   afterwards:            min_lr + (base_lr - min_lr) * (1 + cos(pi * q)) / 2
  *                          with q = (step - warmup_steps) / (total_steps - warmup_steps)
@@ -83,9 +90,10 @@ int vit_adamw_step(vit_adamw *opt, vit_real *params, const vit_real *grads,
 double vit_lr_at(long step, long total_steps, long warmup_steps, double base_lr,
                  double min_lr);
 
-/* Euclidean norm sqrt(sum g_i^2) of g[n], accumulated in double.  Returns
- * 0 for a NULL g or n = 0, and NaN/inf when g holds a non-finite value, so
- * the result doubles as a finiteness check. */
+/* Euclidean norm sqrt(sum g_i^2) of g[n] (any flat buffer, read only),
+ * accumulated in double.  Returns 0 for a NULL g or n = 0 (no message), and
+ * NaN/inf when g holds a non-finite value, so the result doubles as a
+ * finiteness check. */
 double vit_grad_norm(const vit_real *g, size_t n);
 
 #ifdef __cplusplus

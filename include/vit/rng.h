@@ -16,7 +16,13 @@
  *
  * The functions here cannot fail: they take a valid generator and return
  * a value.  Passing NULL is a programming error that they tolerate by doing
- * nothing (seed, shuffle) or returning 0.
+ * nothing (seed, shuffle) or returning 0.  No error codes, no messages.
+ *
+ * Ownership and threads: a vit_rng is a plain value the caller owns (no
+ * allocation, nothing to free).  Every call advances the generator passed
+ * to it and touches nothing else, so separate generators may be used on
+ * separate threads; one generator must not be shared between threads
+ * without a lock.
  */
 #ifndef VIT_RNG_H
 #define VIT_RNG_H
@@ -53,8 +59,8 @@ uint32_t vit_rng_below(vit_rng *r, uint32_t n);
  * nowhere, so the vit_rng struct remains the entire state. */
 double vit_rng_normal(vit_rng *r);
 
-/* Shuffles a[n] in place (Fisher-Yates, every permutation equally likely).
- * Does nothing when a is NULL or n < 2. */
+/* Shuffles the caller's a[n] in place (Fisher-Yates, every permutation
+ * equally likely).  Does nothing when a is NULL or n < 2. */
 void vit_rng_shuffle(vit_rng *r, int *a, int n);
 
 #ifdef __cplusplus

@@ -57,13 +57,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     pos = 7 < size ? 7 : size;
     for (int i = 0; i < 4; i++) {
         if (!(i == 3 && (flags & 4))) {
-            snprintf(path, sizeof path, "%s/%s", dir, (flags & 1) ? globbed[i] : exact[i]);
+            if (snprintf(path, sizeof path, "%s/%s", dir, (flags & 1) ? globbed[i] : exact[i]) >=
+                (int)sizeof path)
+                abort();
             fuzz_write_file(path, data + pos, len[i]);
         }
         pos += len[i];
     }
     if ((flags & 3) == 3) {
-        snprintf(path, sizeof path, "%s/y-train-images-idx3-ubyte", dir);
+        if (snprintf(path, sizeof path, "%s/y-train-images-idx3-ubyte", dir) >= (int)sizeof path)
+            abort();
         fuzz_write_file(path, data, 0);
     }
 

@@ -57,8 +57,8 @@ static inline void fuzz_remove_tree(const char *path)
             char sub[1024];
             if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
                 continue;
-            snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-            fuzz_remove_tree(sub);
+            if (snprintf(sub, sizeof sub, "%s/%s", path, e->d_name) < (int)sizeof sub)
+                fuzz_remove_tree(sub);
         }
         if (d != NULL)
             closedir(d);
@@ -96,7 +96,8 @@ static inline const char *fuzz_dir(void)
 /* "<scratch>/name" in buf (cap bytes). */
 static inline const char *fuzz_path(char *buf, size_t cap, const char *name)
 {
-    snprintf(buf, cap, "%s/%s", fuzz_dir(), name);
+    if (snprintf(buf, cap, "%s/%s", fuzz_dir(), name) >= (int)cap)
+        abort(); /* the scratch paths are short; this cannot happen */
     return buf;
 }
 

@@ -1,0 +1,17 @@
+/* Internal: tape allocation for code that calls the kernels directly (the
+ * model's evaluation forward) but must hand back tape-owned results. */
+#ifndef VIT_SRC_TAPE_INTERNAL_H
+#define VIT_SRC_TAPE_INTERNAL_H
+
+#include "vit/tape.h"
+
+/* A tensor of the given shape on the tape, without a gradient and without
+ * an op record (nothing flows back through it): data uninitialised, valid
+ * until the next reset.  NULL (and the tape's error set) on failure. */
+vit_tensor *vit_tape_tensor(vit_tape *tape, int ndim, const int *shape);
+
+/* n uninitialised reals from the tape's arena, valid until the next reset;
+ * NULL (and the tape's error set) on failure. */
+vit_real *vit_tape_reals(vit_tape *tape, size_t n);
+
+#endif

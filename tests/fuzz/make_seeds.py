@@ -1,0 +1,169 @@
+#!/usr/bin/python3
+"""Writes the seed corpora of the fuzz harnesses into tests/fuzz/corpus/.
+
+Usage: make_seeds.py VIT_TRAIN   (path of a built vit_train)
+
+The seeds are small valid inputs of each format (and a few near-misses),
+written by hand from the format descriptions in include/vit/*.h, so that a
+fuzzer starts from files that reach deep into each parser.  The checkpoint
+seeds also include real checkpoints of a tiny run of vit_train.  The output
+is deterministic; the files are committed, this script documents how they
+were made.
+"""
+import gzip
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import zlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+CORPUS = os.path.join(HERE, "corpus")
+
+
+def put(kind, name, data):
+    d = os.path.join(CORPUS, kind)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def gz(data):
+    return gzip.compress(data, mtime=0)
+
+
+# ---- digits CSV -------------------------------------------------------------
+
+def digits():
+    with gzip.open(os.path.join(ROOT, "data", "digits.csv.gz"), "rb") as f:
+        lines = f.read().splitlines(keepends=True)[:5]
+    text = b"".join(lines)
+    put("digits_csv", "five_lines.csv", text)
+    put("digits_csv", "four_lines.csv.gz", gz(b"".join(lines[:4])))
+    put("digits_csv", "crlf_trailing_blank.csv", text.replace(b"\n", b"\r\n") + b"\n\n")
+    put("digits_csv", "no_final_newline.csv", text.rstrip(b"\n"))
+    put("digits_csv", "spaces.csv", b"\n".join(l.strip().replace(b",", b" ,") for l in lines[:3]) + b"\n")
+    put("digits_csv", "label_out_of_range.csv", text.replace(b",0\n", b",10\n", 1))
+
+
+# ---- IDX --------------------------------------------------------------------
+
+def idx_images(n, rows, cols, seed):
+    body = bytes((seed * 37 + i * 11) & 0xFF for i in range(n * rows * cols))
+    return struct.pack(">IIII", 0x803, n, rows, cols) + body
+
+
+def idx_labels(labels):
+    return struct.pack(">II", 0x801, len(labels)) + bytes(labels)
+
+
+def idx_input(flags, files):
+    """The harness's layout: flags, three u16 lengths, four files."""
+    head = bytes([flags]) + b"".join(struct.pack("<H", len(f)) for f in files[:3])
+    return head + b"".join(files)
+
+
+def idx():
+    tr = [idx_images(4, 3, 2, 1), idx_labels([0, 1, 2, 1]),
+          idx_images(2, 3, 2, 2), idx_labels([1, 0])]
+    put("idx", "plain", idx_input(0, tr))
+    put("idx", "globbed_names", idx_input(1, tr))
+    put("idx", "gzip", idx_input(0, [gz(f) for f in tr]))
+    put("idx", "one_label_class", idx_input(0, [tr[0], idx_labels([0, 0, 0, 0]), tr[2], idx_labels([0, 0])]))
+    put("idx", "size_mismatch", idx_input(0, [tr[0], tr[1], idx_images(2, 2, 3, 2), tr[3]]))
+    put("idx", "absurd_header", idx_input(0, [struct.pack(">IIII", 0x803, 0x7FFFFFFF, 0x7FFFFFFF, 0x7FFFFFFF)] + tr[1:]))
+    put("idx", "ambiguous", idx_input(3, tr))
+    put("idx", "missing_file", idx_input(4, tr))
+
+
+# ---- PNG --------------------------------------------------------------------
+
+def chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def png(width, height, depth, color, rows, extra=b""):
+    """rows: list of raw row bytes (without the filter byte)."""
+    raw = b"".join(b"\x00" + r for r in rows)
+    ihdr = struct.pack(">IIBBBBB", width, height, depth, color, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + extra +
+            chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+
+
+def pngs():
+    put("png", "gray8_2x2", png(2, 2, 8, 0, [b"\x00\x55", b"\xaa\xff"]))
+    put("png", "gray8_3x5", png(5, 3, 8, 0, [bytes(range(i, i + 5)) for i in range(3)]))
+    put("png", "rgb8_2x3", png(3, 2, 8, 2, [bytes(range(9)), bytes(range(9, 18))]))
+    put("png", "rgba8_2x2", png(2, 2, 8, 6, [bytes([1, 2, 3, 0, 4, 5, 6, 255])] * 2))
+    put("png", "graya8_2x2", png(2, 2, 8, 4, [bytes([7, 0, 8, 128])] * 2))
+    put("png", "gray16_2x2", png(2, 2, 16, 0, [b"\x00\x01\xff\xff"] * 2))
+    put("png", "rgba16_1x2", png(2, 1, 16, 6, [bytes(range(16))]))
+    put("png", "gray1_8x2", png(8, 2, 1, 0, [b"\xa5", b"\x3c"]))
+    plte = chunk(b"PLTE", bytes([0, 0, 0, 255, 0, 0, 0, 255, 0, 0, 0, 255]))
+    trns = chunk(b"tRNS", bytes([255, 128]))
+    put("png", "palette4_2x2", png(2, 2, 4, 3, [b"\x01", b"\x23"], plte + trns))
+    put("png", "gray8_gamma", png(2, 2, 8, 0, [b"\x10\x20", b"\x30\x40"], chunk(b"gAMA", struct.pack(">I", 100000))))
+    put("png", "huge_header", png(100000, 100000, 8, 0, [b"\x00" * 4]))
+
+
+# ---- config -----------------------------------------------------------------
+
+def configs():
+    with open(os.path.join(ROOT, "models", "digits-tiny.cfg"), "rb") as f:
+        put("config", "digits-tiny.cfg", f.read())
+    put("config", "small.cfg", b"patch = 2\ndim = 8\ndepth = 1\nheads = 2\nmlp = 8\npool = mean\n")
+    put("config", "recipe.cfg", b"lr = 1e-3 # peak\nmin_lr=0\nwarmup = 0.5\nseed = 18446744073709551615\n")
+    put("config", "errors.cfg", b"dim = 64\nheads four\n")
+    put("config", "range.cfg", b"heads = 3\nsmoothing = 0.99\neps = 1e-30\n")
+
+
+# ---- checkpoints -----------------------------------------------------------
+
+def ckpt(config, tensors, step=3, epoch=1, rng=(1, 2, 3, 4), real_size=4):
+    out = b"VITCKPT1" + struct.pack("<II", 1, real_size) + struct.pack("<QQ", step, epoch)
+    out += struct.pack("<4Q", *rng) + struct.pack("<I", len(config)) + config
+    out += struct.pack("<I", len(tensors))
+    for name, dims, values in tensors:
+        out += struct.pack("<H", len(name)) + name + struct.pack("<I", len(dims))
+        out += b"".join(struct.pack("<Q", d) for d in dims)
+        out += b"".join(struct.pack("<f", v) for v in values)
+    return out + struct.pack("<I", zlib.crc32(out))
+
+
+def checkpoints(vit_train):
+    put("checkpoint", "generic", ckpt(b"dim = 2\n", [(b"a", [2], [1.0, -2.5]),
+                                                     (b"b.w", [1, 2, 1, 1], [0.5, 3e38])]))
+    put("checkpoint", "empty", ckpt(b"", []))
+    put("checkpoint", "real8", ckpt(b"x", [(b"t", [1], [0.0])], real_size=8))
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(tmp, "data")
+        os.makedirs(data)
+        imgs = [idx_images(8, 4, 4, 1), idx_labels([0, 1] * 4), idx_images(2, 4, 4, 2), idx_labels([1, 0])]
+        for name, body in zip(["train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                               "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"], imgs):
+            with open(os.path.join(data, name), "wb") as f:
+                f.write(body)
+        for name, flags in [("run_tiny_cls", ["--pool", "cls"]), ("run_tiny_mean", ["--pool", "mean"])]:
+            out = os.path.join(tmp, name)
+            subprocess.run([vit_train, "--data", data, "--out", out, "--quiet", "--threads", "1",
+                            "--patch", "2", "--dim", "2", "--heads", "1", "--depth", "1",
+                            "--mlp", "2", "--epochs", "1", "--batch", "4"] + flags,
+                           check=True, stdout=subprocess.DEVNULL)
+            with open(os.path.join(out, "last.ckpt"), "rb") as f:
+                put("checkpoint", name, f.read())
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    digits()
+    idx()
+    pngs()
+    configs()
+    checkpoints(sys.argv[1])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,699 @@
+/* tests/test_export.c - vit_export's safetensors writer and logits CSV
+ * (tools/export.c, float32 build).
+ *
+ * The file is parsed here from scratch (8-byte little-endian header length,
+ * a JSON header read by the small parser below, raw little-endian float32
+ * data) and checked against the safetensors format and timm's names and
+ * layouts, which this file spells out on its own: names, shapes, dtype,
+ * contiguous offsets, the transposes (qkv.weight row i = column i of W_Q,
+ * ...), the Conv2d layout of the patch embedding, and a round trip back into
+ * a fresh model that must reproduce every parameter bit for bit. */
+#include <check.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../tools/export.h"
+#include "vit/vit.h"
+
+static char g_tmp[64];
+
+static const char *tp(const char *rel)
+{
+    static char buf[4][512];
+    static int next;
+    char *b = buf[next++ % 4];
+    snprintf(b, sizeof buf[0], "%s/%s", g_tmp, rel);
+    return b;
+}
+
+/* The small model: non-square colour images, two blocks. */
+enum { H = 4, W = 6, C = 3, P = 2, D = 8, DEPTH = 2, HEADS = 2, M = 12, K = 5,
+       T = (H / P) * (W / P) + 1 };
+
+static vit_model *small_model(int pool)
+{
+    vit_config cfg;
+    vit_config_default(&cfg);
+    cfg.image_height = H;
+    cfg.image_width = W;
+    cfg.channels = C;
+    cfg.classes = K;
+    cfg.patch = P;
+    cfg.dim = D;
+    cfg.depth = DEPTH;
+    cfg.heads = HEADS;
+    cfg.mlp = M;
+    cfg.pool = pool;
+    vit_model *m = vit_model_new(&cfg);
+    ck_assert_ptr_nonnull(m);
+    /* Distinct values, so any misplaced element is noticed. */
+    vit_real *p = vit_model_params(m);
+    for (size_t i = 0; i < vit_model_param_count(m); i++)
+        p[i] = (vit_real)((double)(i + 1) * (i % 2 ? -1e-3 : 1e-3));
+    return m;
+}
+
+static const vit_real *ours(vit_model *m, const char *name, int *rows, int *cols)
+{
+    for (int i = 0; i < vit_model_tensor_count(m); i++) {
+        const vit_model_tensor *t = vit_model_tensor_at(m, i);
+        if (strcmp(t->name, name) == 0) {
+            if (rows)
+                *rows = t->shape[0];
+            if (cols)
+                *cols = t->ndim > 1 ? t->shape[1] : 1;
+            return vit_model_params(m) + t->offset;
+        }
+    }
+    ck_abort_msg("model has no tensor '%s'", name);
+    return NULL;
+}
+
+/* ---------------------------------------------------------- the parser */
+
+enum { MAX_T = 64, MAX_META = 64 };
+
+typedef struct st_tensor {
+    char name[64], dtype[8];
+    int ndim;
+    long long shape[4], begin, end;
+} st_tensor;
+
+typedef struct st_file {
+    unsigned char *bytes;
+    size_t size, header_len;
+    const unsigned char *data; /* after the header */
+    int ntensors, nmeta;
+    st_tensor t[MAX_T];
+    char meta_key[MAX_META][64], meta_val[MAX_META][256];
+} st_file;
+
+typedef struct js {
+    const char *s;
+    size_t i, n;
+} js;
+
+static void js_ws(js *j)
+{
+    while (j->i < j->n && strchr(" \t\r\n", j->s[j->i]))
+        j->i++;
+}
+
+static void js_expect(js *j, char c)
+{
+    js_ws(j);
+    ck_assert_msg(j->i < j->n && j->s[j->i] == c, "JSON: expected '%c' at byte %zu", c, j->i);
+    j->i++;
+}
+
+static int js_peek(js *j, char c)
+{
+    js_ws(j);
+    return j->i < j->n && j->s[j->i] == c;
+}
+
+/* A string without escapes other than \" and \\ (all our names). */
+static void js_string(js *j, char *out, size_t cap)
+{
+    js_expect(j, '"');
+    size_t k = 0;
+    while (j->i < j->n && j->s[j->i] != '"') {
+        char c = j->s[j->i++];
+        if (c == '\\') {
+            ck_assert(j->i < j->n);
+            c = j->s[j->i++];
+            ck_assert_msg(c == '"' || c == '\\', "JSON: unexpected escape \\%c", c);
+        }
+        ck_assert_msg(k + 1 < cap, "JSON: string too long");
+        out[k++] = c;
+    }
+    out[k] = 0;
+    js_expect(j, '"');
+}
+
+static long long js_int(js *j)
+{
+    js_ws(j);
+    long long v = 0;
+    size_t start = j->i;
+    while (j->i < j->n && j->s[j->i] >= '0' && j->s[j->i] <= '9')
+        v = v * 10 + (j->s[j->i++] - '0');
+    ck_assert_msg(j->i > start, "JSON: expected a number at byte %zu", start);
+    return v;
+}
+
+static int js_int_array(js *j, long long *out, int max)
+{
+    int n = 0;
+    js_expect(j, '[');
+    if (js_peek(j, ']')) {
+        j->i++;
+        return 0;
+    }
+    for (;;) {
+        ck_assert(n < max);
+        out[n++] = js_int(j);
+        if (js_peek(j, ']')) {
+            j->i++;
+            return n;
+        }
+        js_expect(j, ',');
+    }
+}
+
+static void parse_tensor(js *j, st_tensor *t)
+{
+    int seen = 0;
+    js_expect(j, '{');
+    for (;;) {
+        char key[32];
+        js_string(j, key, sizeof key);
+        js_expect(j, ':');
+        if (strcmp(key, "dtype") == 0) {
+            js_string(j, t->dtype, sizeof t->dtype);
+            seen |= 1;
+        } else if (strcmp(key, "shape") == 0) {
+            t->ndim = js_int_array(j, t->shape, 4);
+            seen |= 2;
+        } else if (strcmp(key, "data_offsets") == 0) {
+            long long o[2];
+            ck_assert_int_eq(js_int_array(j, o, 2), 2);
+            t->begin = o[0];
+            t->end = o[1];
+            seen |= 4;
+        } else {
+            ck_abort_msg("tensor %s: unexpected key '%s'", t->name, key);
+        }
+        if (!js_peek(j, ','))
+            break;
+        j->i++;
+    }
+    js_expect(j, '}');
+    ck_assert_msg(seen == 7, "tensor %s lacks dtype, shape or data_offsets", t->name);
+}
+
+static void read_file(const char *path, st_file *f)
+{
+    memset(f, 0, sizeof *f);
+    FILE *fp = fopen(path, "rb");
+    ck_assert_ptr_nonnull(fp);
+    fseek(fp, 0, SEEK_END);
+    f->size = (size_t)ftell(fp);
+    rewind(fp);
+    f->bytes = malloc(f->size);
+    ck_assert_ptr_nonnull(f->bytes);
+    ck_assert_uint_eq(fread(f->bytes, 1, f->size, fp), f->size);
+    fclose(fp);
+
+    ck_assert_uint_ge(f->size, 8);
+    uint64_t n = 0;
+    for (int k = 7; k >= 0; k--)
+        n = n << 8 | f->bytes[k];
+    ck_assert_uint_le(n, f->size - 8);
+    ck_assert_uint_eq(n % 8, 0); /* padded so the data start 8-aligned */
+    f->header_len = (size_t)n;
+    f->data = f->bytes + 8 + n;
+
+    js j = {(const char *)f->bytes + 8, 0, (size_t)n};
+    js_expect(&j, '{');
+    for (;;) {
+        char key[64];
+        js_string(&j, key, sizeof key);
+        js_expect(&j, ':');
+        if (strcmp(key, "__metadata__") == 0) {
+            js_expect(&j, '{');
+            while (!js_peek(&j, '}')) {
+                ck_assert(f->nmeta < MAX_META);
+                js_string(&j, f->meta_key[f->nmeta], sizeof f->meta_key[0]);
+                js_expect(&j, ':');
+                js_string(&j, f->meta_val[f->nmeta], sizeof f->meta_val[0]); /* strings only */
+                f->nmeta++;
+                if (js_peek(&j, ','))
+                    j.i++;
+            }
+            j.i++;
+        } else {
+            ck_assert(f->ntensors < MAX_T);
+            st_tensor *t = &f->t[f->ntensors++];
+            snprintf(t->name, sizeof t->name, "%s", key);
+            parse_tensor(&j, t);
+        }
+        if (!js_peek(&j, ','))
+            break;
+        j.i++;
+    }
+    js_expect(&j, '}');
+    /* Only space padding may follow the JSON object. */
+    for (; j.i < j.n; j.i++)
+        ck_assert_msg(j.s[j.i] == ' ', "header byte %zu after the JSON is 0x%02x", j.i,
+                      (unsigned char)j.s[j.i]);
+}
+
+static const st_tensor *tensor(const st_file *f, const char *name)
+{
+    for (int i = 0; i < f->ntensors; i++)
+        if (strcmp(f->t[i].name, name) == 0)
+            return &f->t[i];
+    ck_abort_msg("no tensor '%s' in the file", name);
+    return NULL;
+}
+
+static const char *meta(const st_file *f, const char *key)
+{
+    for (int i = 0; i < f->nmeta; i++)
+        if (strcmp(f->meta_key[i], key) == 0)
+            return f->meta_val[i];
+    return NULL;
+}
+
+/* Element i of a tensor, decoded as little-endian float32. */
+static float value(const st_file *f, const st_tensor *t, size_t i)
+{
+    const unsigned char *b = f->data + t->begin + 4 * i;
+    uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+    float v;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+static void free_file(st_file *f) { free(f->bytes); }
+
+/* ------------------------------------------------------- expected layout */
+
+typedef struct want {
+    char name[64];
+    int ndim;
+    long long shape[4];
+} want;
+
+static int expected(want *w)
+{
+    int n = 0;
+#define W(nm, nd, a, b, c, d) \
+    (snprintf(w[n].name, sizeof w[n].name, "%s", nm), w[n].ndim = nd, w[n].shape[0] = a, \
+     w[n].shape[1] = b, w[n].shape[2] = c, w[n].shape[3] = d, n++)
+    W("patch_embed.proj.weight", 4, D, C, P, P);
+    W("patch_embed.proj.bias", 1, D, 0, 0, 0);
+    W("cls_token", 3, 1, 1, D, 0);
+    W("pos_embed", 3, 1, T, D, 0);
+    for (int l = 0; l < DEPTH; l++) {
+        static const struct { const char *suffix; int nd, a, b; } blk[] = {
+            {"norm1.weight", 1, D, 0}, {"norm1.bias", 1, D, 0},
+            {"attn.qkv.weight", 2, 3 * D, D}, {"attn.qkv.bias", 1, 3 * D, 0},
+            {"attn.proj.weight", 2, D, D}, {"attn.proj.bias", 1, D, 0},
+            {"norm2.weight", 1, D, 0}, {"norm2.bias", 1, D, 0},
+            {"mlp.fc1.weight", 2, M, D}, {"mlp.fc1.bias", 1, M, 0},
+            {"mlp.fc2.weight", 2, D, M}, {"mlp.fc2.bias", 1, D, 0},
+        };
+        for (size_t k = 0; k < sizeof blk / sizeof blk[0]; k++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "blocks.%d.%s", l, blk[k].suffix);
+            W(nm, blk[k].nd, blk[k].a, blk[k].b, 0, 0);
+        }
+    }
+    W("norm.weight", 1, D, 0, 0, 0);
+    W("norm.bias", 1, D, 0, 0, 0);
+    W("head.weight", 2, K, D, 0, 0);
+    W("head.bias", 1, K, 0, 0, 0);
+#undef W
+    return n;
+}
+
+static st_file g_file; /* big: keep it off the stack */
+
+static void export_small(vit_model *m, const char *rel)
+{
+    char err[512] = "";
+    size_t bytes = 0;
+    ck_assert_msg(export_safetensors(m, tp(rel), &bytes, err, sizeof err) == 0, "%s", err);
+    read_file(tp(rel), &g_file);
+    ck_assert_uint_eq(bytes, g_file.size);
+}
+
+/* ----------------------------------------------------------------- tests */
+
+START_TEST(names_shapes_offsets)
+{
+    vit_model *m = small_model(VIT_POOL_CLS);
+    export_small(m, "m.safetensors");
+    st_file *f = &g_file;
+    want w[64];
+    int n = expected(w);
+    ck_assert_int_eq(f->ntensors, n);
+    long long total = 0;
+    for (int i = 0; i < n; i++) {
+        const st_tensor *t = tensor(f, w[i].name);
+        ck_assert_str_eq(t->dtype, "F32");
+        ck_assert_msg(t->ndim == w[i].ndim, "%s: %d dims", t->name, t->ndim);
+        long long count = 1;
+        for (int k = 0; k < t->ndim; k++) {
+            ck_assert_msg(t->shape[k] == w[i].shape[k], "%s dim %d: %lld, want %lld", t->name, k,
+                          t->shape[k], w[i].shape[k]);
+            count *= t->shape[k];
+        }
+        ck_assert_msg(t->end - t->begin == 4 * count, "%s: %lld bytes for %lld values", t->name,
+                      t->end - t->begin, count);
+        total += count;
+    }
+    ck_assert_int_eq(total, (long long)vit_model_param_count(m));
+    /* Offsets tile the data exactly: sorted by begin, each starts where the
+     * previous ended, from 0 to the end of the file. */
+    long long at = 0;
+    for (int used = 0; used < n; used++) {
+        const st_tensor *next = NULL;
+        for (int i = 0; i < n; i++)
+            if (f->t[i].begin == at && f->t[i].end > at)
+                next = &f->t[i];
+        ck_assert_msg(next != NULL, "no tensor starts at byte %lld of the data", at);
+        at = next->end;
+    }
+    ck_assert_int_eq(at, (long long)(f->size - 8 - f->header_len));
+    free_file(f);
+    vit_model_free(m);
+}
+END_TEST
+
+START_TEST(metadata)
+{
+    vit_model *m = small_model(VIT_POOL_CLS);
+    export_small(m, "meta.safetensors");
+    static const char *kv[][2] = {
+        {"dim", "8"}, {"depth", "2"}, {"heads", "2"}, {"mlp", "12"}, {"patch", "2"},
+        {"image_height", "4"}, {"image_width", "6"}, {"channels", "3"}, {"classes", "5"},
+        {"pool", "cls"}, {"global_pool", "token"}, {"layer_norm_eps", "1e-05"},
+        {"layout", "timm.VisionTransformer"}, {"format", "pt"},
+    };
+    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) {
+        const char *v = meta(&g_file, kv[i][0]);
+        ck_assert_msg(v != NULL, "metadata has no '%s'", kv[i][0]);
+        ck_assert_msg(strcmp(v, kv[i][1]) == 0, "metadata %s = '%s', want '%s'", kv[i][0], v,
+                      kv[i][1]);
+    }
+    free_file(&g_file);
+    vit_model_free(m);
+    m = small_model(VIT_POOL_MEAN);
+    export_small(m, "mean.safetensors");
+    ck_assert_str_eq(meta(&g_file, "global_pool"), "avg");
+    ck_assert_str_eq(meta(&g_file, "pool"), "mean");
+    free_file(&g_file);
+    vit_model_free(m);
+}
+END_TEST
+
+START_TEST(transposes_and_patch_layout)
+{
+    vit_model *m = small_model(VIT_POOL_CLS);
+    export_small(m, "t.safetensors");
+    const st_file *f = &g_file;
+    /* qkv.weight [3D, D]: row i of block s is column i of W_Q, W_K, W_V. */
+    static const char *wn[3] = {"w_q", "w_k", "w_v"}, *bn[3] = {"b_q", "b_k", "b_v"};
+    for (int l = 0; l < DEPTH; l++) {
+        char name[64];
+        snprintf(name, sizeof name, "blocks.%d.attn.qkv.weight", l);
+        const st_tensor *qkv = tensor(f, name);
+        snprintf(name, sizeof name, "blocks.%d.attn.qkv.bias", l);
+        const st_tensor *qkvb = tensor(f, name);
+        for (int s = 0; s < 3; s++) {
+            snprintf(name, sizeof name, "blocks.%d.attn.%s", l, wn[s]);
+            const vit_real *w = ours(m, name, NULL, NULL);
+            snprintf(name, sizeof name, "blocks.%d.attn.%s", l, bn[s]);
+            const vit_real *b = ours(m, name, NULL, NULL);
+            for (int i = 0; i < D; i++) {
+                for (int j = 0; j < D; j++)
+                    ck_assert_msg(value(f, qkv, (size_t)(s * D + i) * D + j) == (float)w[j * D + i],
+                                  "L%d %s: qkv row %d col %d", l, wn[s], s * D + i, j);
+                ck_assert(value(f, qkvb, (size_t)(s * D + i)) == (float)b[i]);
+            }
+        }
+        /* proj.weight = W_O^T; fc1.weight = w1^T [M, D]; fc2.weight = w2^T [D, M]. */
+        snprintf(name, sizeof name, "blocks.%d.attn.w_o", l);
+        const vit_real *wo = ours(m, name, NULL, NULL);
+        snprintf(name, sizeof name, "blocks.%d.attn.proj.weight", l);
+        const st_tensor *proj = tensor(f, name);
+        snprintf(name, sizeof name, "blocks.%d.mlp.w1", l);
+        const vit_real *w1 = ours(m, name, NULL, NULL);
+        snprintf(name, sizeof name, "blocks.%d.mlp.fc1.weight", l);
+        const st_tensor *fc1 = tensor(f, name);
+        snprintf(name, sizeof name, "blocks.%d.mlp.w2", l);
+        const vit_real *w2 = ours(m, name, NULL, NULL);
+        snprintf(name, sizeof name, "blocks.%d.mlp.fc2.weight", l);
+        const st_tensor *fc2 = tensor(f, name);
+        for (int i = 0; i < D; i++) {
+            for (int j = 0; j < D; j++)
+                ck_assert(value(f, proj, (size_t)i * D + j) == (float)wo[j * D + i]);
+            for (int h = 0; h < M; h++) {
+                ck_assert(value(f, fc1, (size_t)h * D + i) == (float)w1[i * M + h]);
+                ck_assert(value(f, fc2, (size_t)i * M + h) == (float)w2[h * D + i]);
+            }
+        }
+    }
+    /* The patch embedding as a Conv2d weight [D, C, P, P]: element
+     * (d, c, py, px) multiplies pixel (py, px) channel c of a patch, which
+     * our im2col puts in row (py*P + px)*C + c of patch.w [P*P*C, D]. */
+    const st_tensor *pw = tensor(f, "patch_embed.proj.weight");
+    const vit_real *ow = ours(m, "patch.w", NULL, NULL);
+    for (int d = 0; d < D; d++)
+        for (int c = 0; c < C; c++)
+            for (int py = 0; py < P; py++)
+                for (int px = 0; px < P; px++)
+                    ck_assert(value(f, pw, (((size_t)d * C + c) * P + py) * P + px) ==
+                              (float)ow[((py * P + px) * C + c) * D + d]);
+    /* head.weight [K, D] = head.w^T. */
+    const st_tensor *hw = tensor(f, "head.weight");
+    const vit_real *oh = ours(m, "head.w", NULL, NULL);
+    for (int k = 0; k < K; k++)
+        for (int d = 0; d < D; d++)
+            ck_assert(value(f, hw, (size_t)k * D + d) == (float)oh[d * K + k]);
+    free_file(&g_file);
+    vit_model_free(m);
+}
+END_TEST
+
+/* Copies tensor `name` of the file into our tensor `dst`, transposing when
+ * asked: the inverse of the export, written from the timm layout. */
+static void load_back(vit_model *m, const char *name, const char *dst, int transpose,
+                      size_t first_row)
+{
+    int r, c;
+    vit_real *o = (vit_real *)ours(m, dst, &r, &c);
+    const st_tensor *t = tensor(&g_file, name);
+    for (int i = 0; i < r; i++)
+        for (int j = 0; j < c; j++)
+            o[i * c + j] = transpose ? value(&g_file, t, (first_row + (size_t)j) * (size_t)r + i)
+                                     : value(&g_file, t, first_row * (size_t)c + (size_t)i * c + j);
+}
+
+START_TEST(round_trip)
+{
+    vit_model *m = small_model(VIT_POOL_CLS);
+    export_small(m, "rt.safetensors");
+    vit_model *back = vit_model_new(vit_model_config(m));
+    ck_assert_ptr_nonnull(back);
+    vit_real *bp = vit_model_params(back);
+    for (size_t i = 0; i < vit_model_param_count(back); i++)
+        bp[i] = NAN; /* anything not loaded stays NaN and fails the compare */
+    load_back(back, "cls_token", "cls", 0, 0);
+    load_back(back, "pos_embed", "pos", 0, 0);
+    load_back(back, "patch_embed.proj.bias", "patch.b", 0, 0);
+    {
+        vit_real *o = (vit_real *)ours(back, "patch.w", NULL, NULL);
+        const st_tensor *t = tensor(&g_file, "patch_embed.proj.weight");
+        for (int d = 0; d < D; d++)
+            for (int c = 0; c < C; c++)
+                for (int py = 0; py < P; py++)
+                    for (int px = 0; px < P; px++)
+                        o[((py * P + px) * C + c) * D + d] =
+                            value(&g_file, t, (((size_t)d * C + c) * P + py) * P + px);
+    }
+    for (int l = 0; l < DEPTH; l++) {
+        char a[64], b[64];
+#define BACK(timm, mine, tr, row) \
+        (snprintf(a, sizeof a, "blocks.%d.%s", l, timm), \
+         snprintf(b, sizeof b, "blocks.%d.%s", l, mine), load_back(back, a, b, tr, row))
+        BACK("norm1.weight", "ln1.g", 0, 0);
+        BACK("norm1.bias", "ln1.b", 0, 0);
+        BACK("attn.qkv.weight", "attn.w_q", 1, 0);
+        BACK("attn.qkv.weight", "attn.w_k", 1, D);
+        BACK("attn.qkv.weight", "attn.w_v", 1, 2 * D);
+        BACK("attn.qkv.bias", "attn.b_q", 0, 0);
+        BACK("attn.qkv.bias", "attn.b_k", 0, D);
+        BACK("attn.qkv.bias", "attn.b_v", 0, 2 * D);
+        BACK("attn.proj.weight", "attn.w_o", 1, 0);
+        BACK("attn.proj.bias", "attn.b_o", 0, 0);
+        BACK("norm2.weight", "ln2.g", 0, 0);
+        BACK("norm2.bias", "ln2.b", 0, 0);
+        BACK("mlp.fc1.weight", "mlp.w1", 1, 0);
+        BACK("mlp.fc1.bias", "mlp.b1", 0, 0);
+        BACK("mlp.fc2.weight", "mlp.w2", 1, 0);
+        BACK("mlp.fc2.bias", "mlp.b2", 0, 0);
+#undef BACK
+    }
+    load_back(back, "norm.weight", "ln.g", 0, 0);
+    load_back(back, "norm.bias", "ln.b", 0, 0);
+    load_back(back, "head.weight", "head.w", 1, 0);
+    load_back(back, "head.bias", "head.b", 0, 0);
+    const vit_real *mp = vit_model_params(m);
+    for (size_t i = 0; i < vit_model_param_count(m); i++)
+        ck_assert_msg(bp[i] == mp[i], "parameter %zu: %g after the round trip, %g before", i,
+                      (double)bp[i], (double)mp[i]);
+    free_file(&g_file);
+    vit_model_free(back);
+    vit_model_free(m);
+}
+END_TEST
+
+static int count_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return n;
+}
+
+START_TEST(atomic_write_and_errors)
+{
+    vit_model *m = small_model(VIT_POOL_CLS);
+    char err[512] = "", dir[600];
+    snprintf(dir, sizeof dir, "%s", tp("atomic"));
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    char path[700];
+    snprintf(path, sizeof path, "%s/m.safetensors", dir);
+    FILE *fp = fopen(path, "w");
+    ck_assert_ptr_nonnull(fp);
+    fputs("old contents", fp);
+    fclose(fp);
+    /* Replacing a file leaves exactly the new file, mode 0644. */
+    ck_assert_msg(export_safetensors(m, path, NULL, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(count_entries(dir), 1);
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_int_eq(st.st_mode & 0777, 0644);
+    read_file(path, &g_file);
+    ck_assert_int_eq(g_file.ntensors, 8 + 12 * DEPTH);
+    free_file(&g_file);
+    /* A folder that does not exist: an error naming the path, no file. */
+    snprintf(path, sizeof path, "%s/none/m.safetensors", dir);
+    ck_assert_int_eq(export_safetensors(m, path, NULL, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, path) != NULL, "%s", err);
+    ck_assert_int_eq(export_safetensors(NULL, path, NULL, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "model is NULL") != NULL, "%s", err);
+    vit_model_free(m);
+}
+END_TEST
+
+START_TEST(logits_csv)
+{
+    vit_model *m = small_model(VIT_POOL_CLS);
+    /* Small weights give nearly equal logits; make them differ by image. */
+    vit_real *p = vit_model_params(m);
+    for (size_t i = 0; i < vit_model_param_count(m); i++)
+        p[i] = (vit_real)(0.3 * sin(0.7 * (double)i + 0.1));
+    enum { N = 3 };
+    vit_real images[N * H * W * C];
+    int labels[N] = {0, 3, 4};
+    for (int i = 0; i < N * H * W * C; i++)
+        images[i] = (vit_real)(0.5 + 0.5 * cos(1.3 * i));
+    vit_dataset ds = {N, H, W, C, K, images, labels};
+    char err[512] = "";
+    double acc = -1;
+    ck_assert_msg(export_logits_csv(m, &ds, tp("logits.csv"), &acc, err, sizeof err) == 0, "%s",
+                  err);
+    vit_tape *tape = vit_tape_new();
+    vit_tensor *y = vit_model_forward(m, tape, images, N, 0);
+    ck_assert_ptr_nonnull(y);
+
+    FILE *fp = fopen(tp("logits.csv"), "r");
+    ck_assert_ptr_nonnull(fp);
+    char line[1024];
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, fp));
+    ck_assert_str_eq(line, "index,label,pred,logit_0,logit_1,logit_2,logit_3,logit_4\n");
+    int correct = 0;
+    for (int i = 0; i < N; i++) {
+        ck_assert_ptr_nonnull(fgets(line, sizeof line, fp));
+        char *s = line, *end;
+        long idx = strtol(s, &end, 10), lab = strtol(end + 1, &end, 10),
+             pred = strtol(end + 1, &end, 10);
+        ck_assert(idx == i && lab == labels[i]);
+        int best = 0;
+        for (int k = 0; k < K; k++) {
+            ck_assert_int_eq(*end, ',');
+            /* 9 significant digits give back the float exactly. */
+            float v = (float)strtod(end + 1, &end);
+            ck_assert_msg(v == (float)y->data[i * K + k], "image %d logit %d: %.9g vs %.9g", i, k,
+                          (double)v, (double)y->data[i * K + k]);
+            if (y->data[i * K + k] > y->data[i * K + best])
+                best = k;
+        }
+        ck_assert_int_eq(pred, best);
+        correct += best == labels[i];
+    }
+    ck_assert_ptr_null(fgets(line, sizeof line, fp));
+    fclose(fp);
+    ck_assert_double_eq_tol(acc, (double)correct / N, 1e-15);
+
+    ds.width = 4; /* no longer the model's image size */
+    ck_assert_int_eq(export_logits_csv(m, &ds, tp("bad.csv"), &acc, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "expects 4x6x3") != NULL, "%s", err);
+    ck_assert_int_ne(access(tp("bad.csv"), F_OK), 0);
+    vit_tape_free(tape);
+    vit_model_free(m);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ main */
+
+static void remove_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
+            remove_tree(path);
+        else
+            unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+int main(void)
+{
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/vit-export-XXXXXX");
+    if (!mkdtemp(g_tmp)) {
+        perror("mkdtemp");
+        return EXIT_FAILURE;
+    }
+    Suite *s = suite_create("export");
+    TCase *tc = tcase_create("safetensors");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, names_shapes_offsets);
+    tcase_add_test(tc, metadata);
+    tcase_add_test(tc, transposes_and_patch_layout);
+    tcase_add_test(tc, round_trip);
+    tcase_add_test(tc, atomic_write_and_errors);
+    tcase_add_test(tc, logits_csv);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    remove_tree(g_tmp);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

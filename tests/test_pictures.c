@@ -1,0 +1,516 @@
+/* tests/test_pictures.c - the pictures of vit_attn and vit_plot (float32
+ * build), drawn with the tools' own code (tools/draw.c, tools/figures.c),
+ * written as PNG, read back with vit_png_read and checked pixel by pixel
+ * where the expected pixel follows from the layout: a one-hot attention map
+ * lights exactly one patch cell, axis lines are dark, a curve passes through
+ * the pixel its data point maps to.  Files go to a mkdtemp folder. */
+#include <check.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../tools/draw.h"
+#include "../tools/figures.h"
+#include "vit/vit.h"
+
+static char g_tmp[64];
+
+static const char *tp(const char *rel)
+{
+    static char buf[4][512];
+    static int next;
+    char *b = buf[next++ % 4];
+    snprintf(b, sizeof buf[0], "%s/%s", g_tmp, rel);
+    return b;
+}
+
+static void write_text(const char *rel, const char *text)
+{
+    FILE *f = fopen(tp(rel), "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fputs(text, f) >= 0, 1);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* A PNG read back as bytes [h, w, 3]. */
+typedef struct picture {
+    int h, w;
+    unsigned char *px;
+} picture;
+
+static picture save_and_read(const draw_canvas *c, const char *rel)
+{
+    ck_assert_int_eq(draw_save_png(c, tp(rel)), VIT_OK);
+    vit_real *v = NULL;
+    int h, w, ch;
+    ck_assert_int_eq(vit_png_read(tp(rel), &v, &h, &w, &ch), VIT_OK);
+    ck_assert_int_eq(ch, 3);
+    picture p = {h, w, malloc((size_t)h * w * 3)};
+    ck_assert_ptr_nonnull(p.px);
+    for (size_t i = 0; i < (size_t)h * w * 3; i++)
+        p.px[i] = (unsigned char)lround((double)v[i] * 255);
+    free(v);
+    return p;
+}
+
+static draw_rgb at(const picture *p, int x, int y)
+{
+    ck_assert_msg(x >= 0 && y >= 0 && x < p->w && y < p->h, "pixel (%d,%d) outside %dx%d", x, y,
+                  p->w, p->h);
+    const unsigned char *q = p->px + 3 * ((size_t)y * p->w + x);
+    return (draw_rgb){q[0], q[1], q[2]};
+}
+
+static int same(draw_rgb a, draw_rgb b) { return a.r == b.r && a.g == b.g && a.b == b.b; }
+
+static double luminance(draw_rgb c) { return 0.2126 * c.r + 0.7152 * c.g + 0.0722 * c.b; }
+
+static int dark(draw_rgb c) { return c.r < 80 && c.g < 80 && c.b < 80; }
+
+/* ------------------------------------------------------------ primitives */
+
+START_TEST(font_and_text)
+{
+    draw_canvas c;
+    const draw_rgb white = {255, 255, 255}, black = {0, 0, 0};
+    ck_assert_int_eq(draw_canvas_init(&c, 40, 30, white), 0);
+    ck_assert_int_eq(draw_text_width("", 1), 0);
+    ck_assert_int_eq(draw_text_width("AB", 1), 11);  /* 5 + 1 + 5 */
+    ck_assert_int_eq(draw_text_width("AB", 2), 22);
+    /* A minus sign is the middle row of the glyph: 5 pixels in row y + 3. */
+    ck_assert_int_eq(draw_text(&c, 10, 10, "-", 1, black), 5);
+    for (int y = 0; y < 30; y++)
+        for (int x = 0; x < 40; x++)
+            ck_assert_msg(same(draw_get(&c, x, y), black) == (y == 13 && x >= 10 && x <= 14),
+                          "minus sign pixel (%d,%d)", x, y);
+    /* Turned a quarter counter-clockwise, with (20, 25) the bottom-left
+     * corner, the minus becomes a vertical bar in column 23, rows 21..25. */
+    draw_fill(&c, 0, 0, 40, 30, white);
+    draw_text_up(&c, 20, 25, "-", 1, black);
+    for (int y = 0; y < 30; y++)
+        for (int x = 0; x < 40; x++)
+            ck_assert_msg(same(draw_get(&c, x, y), black) == (x == 23 && y >= 21 && y <= 25),
+                          "upward minus pixel (%d,%d)", x, y);
+    /* Lower case prints as upper case; an unknown character as '?'. */
+    draw_canvas d;
+    ck_assert_int_eq(draw_canvas_init(&d, 40, 30, white), 0);
+    draw_fill(&c, 0, 0, 40, 30, white);
+    draw_text(&c, 1, 1, "q~", 1, black);
+    draw_text(&d, 1, 1, "Q?", 1, black);
+    ck_assert_int_eq(memcmp(c.px, d.px, 40 * 30 * 3), 0);
+    draw_canvas_free(&c);
+    draw_canvas_free(&d);
+}
+END_TEST
+
+START_TEST(lines_and_clipping)
+{
+    draw_canvas c;
+    const draw_rgb white = {255, 255, 255}, red = {255, 0, 0};
+    ck_assert_int_eq(draw_canvas_init(&c, 20, 20, white), 0);
+    draw_line(&c, 0, 0, 9, 9, 1, red);
+    for (int i = 0; i < 10; i++)
+        ck_assert(same(draw_get(&c, i, i), red));
+    ck_assert(same(draw_get(&c, 1, 0), white));
+    /* A 2-pixel line paints the 1-pixel line plus the pixel right and below. */
+    draw_line(&c, 2, 15, 12, 15, 2, red);
+    for (int x = 2; x <= 13; x++)
+        ck_assert(same(draw_get(&c, x, 15), red) && same(draw_get(&c, x, 16), red));
+    ck_assert(same(draw_get(&c, 2, 14), white) && same(draw_get(&c, 14, 15), white));
+    /* Off-canvas drawing is clipped, not a crash. */
+    draw_line(&c, -50, -7, 70, 40, 3, red);
+    draw_fill(&c, -100, -1, 1000, 2, red); /* only row 0 is on the canvas */
+    draw_text(&c, 15, 18, "WIDE TEXT", 3, red);
+    ck_assert(same(draw_get(&c, 5, 0), red) && same(draw_get(&c, 19, 0), red));
+    ck_assert(same(draw_get(&c, 5, 1), white));
+    draw_canvas_free(&c);
+    ck_assert_int_eq(draw_canvas_init(&c, 0, 5, white), -1);
+    ck_assert_ptr_null(c.px);
+    draw_canvas_free(&c);
+}
+END_TEST
+
+START_TEST(colormap_ramp)
+{
+    double prev = -1;
+    for (int i = 0; i <= 256; i++) {
+        double l = luminance(draw_colormap(i / 256.0));
+        ck_assert_msg(l >= prev, "luminance falls at t = %d/256", i);
+        prev = l;
+    }
+    ck_assert(luminance(draw_colormap(0)) < 40);
+    ck_assert(luminance(draw_colormap(1)) > 200);
+    ck_assert(same(draw_colormap(-3), draw_colormap(0)));
+    ck_assert(same(draw_colormap(7), draw_colormap(1)));
+    ck_assert(same(draw_colormap(NAN), draw_colormap(0)));
+}
+END_TEST
+
+/* ------------------------------------------------------ attention figure */
+
+enum { GH = 4, GW = 4, LAYERS = 2, HEADS = 3, IMG = 8 };
+
+/* The hot patch of map (layer, head) in the one-hot test. */
+static int hot_cell(int l, int h) { return (l * HEADS + h) * 5 % (GH * GW); }
+
+static void one_hot_maps(vit_real *maps)
+{
+    for (int l = 0; l < LAYERS; l++)
+        for (int h = 0; h < HEADS; h++)
+            for (int i = 0; i < GH * GW; i++)
+                maps[(l * HEADS + h) * GH * GW + i] = i == hot_cell(l, h) ? (vit_real)0.9 : 0;
+}
+
+START_TEST(attention_one_hot_cells)
+{
+    vit_real image[IMG * IMG] = {0}, maps[LAYERS * HEADS * GH * GW];
+    image[3 * IMG + 5] = 1; /* one white pixel: row 3, column 5 */
+    one_hot_maps(maps);
+    fig_attn f = {.image = image, .height = IMG, .width = IMG, .channels = 1, .grid_h = GH,
+                  .grid_w = GW, .layers = LAYERS, .heads = HEADS, .maps = maps, .query = -1,
+                  .title = "TEST", .notes = {"A NOTE", NULL}};
+    draw_canvas c;
+    fig_attn_layout lay;
+    char err[256] = "";
+    ck_assert_msg(fig_attn_draw(&f, &c, &lay, err, sizeof err) == 0, "%s", err);
+    picture p = save_and_read(&c, "attn.png");
+    ck_assert_int_eq(p.w, lay.width);
+    ck_assert_int_eq(p.h, lay.height);
+    ck_assert_int_ge(lay.cell * GW, FIG_MAP_MIN_PX);
+    ck_assert_int_ge(lay.cell * GH, FIG_MAP_MIN_PX);
+
+    draw_rgb hot = draw_colormap(1), cold = draw_colormap(0);
+    for (int l = 0; l < LAYERS; l++)
+        for (int h = 0; h < HEADS; h++) {
+            int x0, y0;
+            fig_attn_map_origin(&lay, l, h, &x0, &y0);
+            /* Every pixel of every cell: hot only inside the one patch. */
+            for (int y = 0; y < GH * lay.cell; y++)
+                for (int x = 0; x < GW * lay.cell; x++) {
+                    int cell = (y / lay.cell) * GW + x / lay.cell;
+                    draw_rgb want = cell == hot_cell(l, h) ? hot : cold;
+                    ck_assert_msg(same(at(&p, x0 + x, y0 + y), want),
+                                  "L%d H%d pixel (%d,%d) of cell %d", l, h, x, y, cell);
+                }
+            /* Maps do not overlap: the next one starts past this one. */
+            ck_assert_int_gt(lay.pitch_x, GW * lay.cell);
+            ck_assert_int_gt(lay.pitch_y, GH * lay.cell);
+        }
+    /* The input image, upsampled: its white pixel and a black one. */
+    int s = lay.image_scale;
+    ck_assert_int_ge(s * IMG, FIG_MAP_MIN_PX);
+    draw_rgb w = at(&p, lay.image_x + 5 * s + s / 2, lay.image_y + 3 * s + s / 2);
+    draw_rgb b = at(&p, lay.image_x + 2 * s + s / 2, lay.image_y + 6 * s + s / 2);
+    ck_assert(w.r == 255 && w.g == 255 && w.b == 255);
+    ck_assert(b.r == 0 && b.g == 0 && b.b == 0);
+    free(p.px);
+    draw_canvas_free(&c);
+}
+END_TEST
+
+START_TEST(attention_scale_and_query_outline)
+{
+    /* Weights 0, 1/3, 2/3 of the map's largest weight get those colours;
+     * a patch query is outlined in white on every map. */
+    vit_real image[IMG * IMG * 3], maps[GH * GW];
+    for (int i = 0; i < IMG * IMG * 3; i++)
+        image[i] = (vit_real)(i % 3) / 2;
+    for (int i = 0; i < GH * GW; i++)
+        maps[i] = (vit_real)(0.125 * (i % 4)); /* exact in binary */
+    int query = 1 * GW + 2;
+    fig_attn f = {.image = image, .height = IMG, .width = IMG, .channels = 3, .grid_h = GH,
+                  .grid_w = GW, .layers = 1, .heads = 1, .maps = maps, .query = query};
+    draw_canvas c;
+    fig_attn_layout lay;
+    char err[256] = "";
+    ck_assert_msg(fig_attn_draw(&f, &c, &lay, err, sizeof err) == 0, "%s", err);
+    picture p = save_and_read(&c, "attn_q.png");
+    int x0, y0, k = lay.cell;
+    fig_attn_map_origin(&lay, 0, 0, &x0, &y0);
+    for (int i = 0; i < GH * GW; i++) {
+        int cx = x0 + (i % GW) * k, cy = y0 + (i / GW) * k;
+        ck_assert(same(at(&p, cx + k / 2, cy + k / 2), draw_colormap((i % 4) / 3.0)));
+    }
+    draw_rgb white = {255, 255, 255};
+    int qx = x0 + 2 * k, qy = y0 + 1 * k;
+    ck_assert(same(at(&p, qx, qy + k / 2), white));
+    ck_assert(same(at(&p, qx + k - 1, qy + k / 2), white));
+    ck_assert(same(at(&p, qx + k / 2, qy), white));
+    ck_assert(!same(at(&p, qx + 1, qy + k / 2), white));
+    /* RGB input shown in colour: pixel (0,0) is (0, 0.5, 1). */
+    int s = lay.image_scale;
+    draw_rgb px = at(&p, lay.image_x + s / 2, lay.image_y + s / 2);
+    ck_assert(px.r == 0 && px.g == 128 && px.b == 255);
+    free(p.px);
+    draw_canvas_free(&c);
+}
+END_TEST
+
+START_TEST(attention_bad_input)
+{
+    vit_real image[IMG * IMG] = {0}, maps[GH * GW] = {0};
+    fig_attn f = {.image = image, .height = IMG, .width = IMG, .channels = 1, .grid_h = GH,
+                  .grid_w = GW, .layers = 1, .heads = 1, .maps = maps, .query = -1};
+    draw_canvas c;
+    fig_attn_layout lay;
+    char err[256];
+    fig_attn g = f;
+    g.grid_w = 3; /* 8 is not a multiple of 3 */
+    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "8x8") != NULL, "%s", err);
+    ck_assert_ptr_null(c.px);
+    g = f;
+    g.query = GH * GW;
+    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "query patch 16") != NULL, "%s", err);
+    g = f;
+    g.maps = NULL;
+    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "maps is NULL") != NULL, "%s", err);
+    g = f;
+    g.channels = 2;
+    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "channels") != NULL, "%s", err);
+    g = f;
+    g.heads = 0;
+    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "0 heads") != NULL, "%s", err);
+}
+END_TEST
+
+/* -------------------------------------------------------- training curves */
+
+/* The metrics of a made-up 10-epoch run, in vit_train's column order. */
+static void write_metrics(const char *rel)
+{
+    char text[2048] = "epoch,train_loss,train_acc,test_loss,test_acc,lr,seconds\n";
+    for (int e = 1; e <= 10; e++) {
+        char row[128];
+        snprintf(row, sizeof row, "%d,%.3f,0.5,%.3f,%.3f,0.001,%d.5\n", e, 2.0 - 0.15 * e,
+                 1.3 - 0.08 * e, 0.5 + 0.04 * e, e);
+        strcat(text, row);
+    }
+    write_text(rel, text);
+}
+
+/* Pixel column and row of a data point, computed here from the panel's
+ * rectangle and range (not with fig_panel_x / fig_panel_y). */
+static void expect_point(const picture *p, const fig_panel *pn, double x, double y, draw_rgb col)
+{
+    int px = pn->x0 + (int)lround((x - pn->xmin) / (pn->xmax - pn->xmin) * (pn->x1 - pn->x0));
+    int py = pn->y1 - (int)lround((y - pn->ymin) / (pn->ymax - pn->ymin) * (pn->y1 - pn->y0));
+    draw_rgb got = at(p, px, py);
+    ck_assert_msg(same(got, col), "point (%g, %g) -> pixel (%d,%d) is (%d,%d,%d)", x, y, px, py,
+                  got.r, got.g, got.b);
+}
+
+/* True if colour col appears within r pixels of the point. */
+static int near_point(const picture *p, const fig_panel *pn, double x, double y, int r, draw_rgb col)
+{
+    int px = pn->x0 + (int)lround((x - pn->xmin) / (pn->xmax - pn->xmin) * (pn->x1 - pn->x0));
+    int py = pn->y1 - (int)lround((y - pn->ymin) / (pn->ymax - pn->ymin) * (pn->y1 - pn->y0));
+    for (int dy = -r; dy <= r; dy++)
+        for (int dx = -r; dx <= r; dx++)
+            if (same(at(p, px + dx, py + dy), col))
+                return 1;
+    return 0;
+}
+
+static void check_panel_axes(const picture *p, const fig_panel *pn)
+{
+    ck_assert_int_lt(pn->x0 + 100, pn->x1);
+    ck_assert_int_lt(pn->y0 + 100, pn->y1);
+    for (int y = pn->y0; y <= pn->y1; y++)
+        ck_assert_msg(dark(at(p, pn->x0, y)), "y axis pixel (%d,%d) not dark", pn->x0, y);
+    for (int x = pn->x0; x <= pn->x1; x++)
+        ck_assert_msg(dark(at(p, x, pn->y1)), "x axis pixel (%d,%d) not dark", x, pn->y1);
+    /* Tick labels: ink left of the y axis and below the x axis. */
+    int ink_left = 0, ink_below = 0;
+    for (int y = pn->y0 - 4; y <= pn->y1 + 4; y++)
+        for (int x = pn->x0 - 40; x < pn->x0 - 6; x++)
+            ink_left += dark(at(p, x, y));
+    for (int y = pn->y1 + 6; y < pn->y1 + 16; y++)
+        for (int x = pn->x0 - 5; x <= pn->x1; x++)
+            ink_below += dark(at(p, x, y));
+    ck_assert_int_gt(ink_left, 20);
+    ck_assert_int_gt(ink_below, 20);
+}
+
+START_TEST(curves_axes_and_points)
+{
+    write_metrics("metrics.csv");
+    fig_metrics m;
+    char err[256] = "";
+    ck_assert_msg(fig_metrics_load(tp("metrics.csv"), &m, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(m.rows, 10);
+    ck_assert(m.epoch[3] == 4 && fabs(m.train_loss[3] - 1.4) < 1e-12 &&
+              fabs(m.test_loss[3] - 0.98) < 1e-12 && fabs(m.test_acc[3] - 0.66) < 1e-12);
+
+    draw_canvas c;
+    fig_curves_layout lay;
+    ck_assert_msg(fig_curves_draw(&m, "RUN", &c, &lay, err, sizeof err) == 0, "%s", err);
+    picture p = save_and_read(&c, "curves.png");
+    ck_assert_int_eq(p.w, lay.width);
+    ck_assert_int_eq(p.h, lay.height);
+
+    /* Every data value is inside its panel's range. */
+    const fig_panel *L = &lay.loss, *A = &lay.acc;
+    ck_assert(L->xmin <= 1 && L->xmax >= 10 && A->xmin <= 1 && A->xmax >= 10);
+    ck_assert(L->ymin <= 0.5 && L->ymax >= 1.85 && A->ymin <= 0.54 && A->ymax >= 0.9);
+    ck_assert(A->ymax <= 1 && L->ymin >= 0);
+    /* Panels one above the other. */
+    ck_assert_int_lt(L->y1, A->y0);
+
+    check_panel_axes(&p, L);
+    check_panel_axes(&p, A);
+    /* Known points lie on their curves: the exact pixel of each epoch. */
+    for (int e = 2; e <= 9; e += 3) {
+        expect_point(&p, L, e, 2.0 - 0.15 * e, fig_train_loss_rgb);
+        expect_point(&p, L, e, 1.3 - 0.08 * e, fig_test_loss_rgb);
+        expect_point(&p, A, e, 0.5 + 0.04 * e, fig_test_acc_rgb);
+    }
+    /* Halfway between two epochs the line passes within a pixel of the
+     * midpoint, and nowhere near a value it does not have. */
+    ck_assert(near_point(&p, A, 6.5, 0.76, 1, fig_test_acc_rgb));
+    ck_assert(near_point(&p, L, 6.5, 1.025, 1, fig_train_loss_rgb));
+    ck_assert(!near_point(&p, A, 6.5, 0.6, 3, fig_test_acc_rgb));
+    ck_assert(!near_point(&p, L, 6.5, 1.5, 3, fig_train_loss_rgb));
+    free(p.px);
+    draw_canvas_free(&c);
+    fig_metrics_free(&m);
+}
+END_TEST
+
+START_TEST(curves_long_run_without_markers)
+{
+    /* 60 epochs: no point markers, so only the 2-pixel line, whose top-left
+     * pixel is the data point, can paint the expected pixel. */
+    char text[8192] = "epoch,train_loss,test_loss,test_acc\n";
+    for (int e = 1; e <= 60; e++) {
+        char row[96];
+        snprintf(row, sizeof row, "%d,%.4f,%.4f,%.4f\n", e, 2.5 * exp(-e / 15.0) + 0.3,
+                 2.0 * exp(-e / 20.0) + 0.1, 0.95 - 0.6 * exp(-e / 10.0));
+        strcat(text, row);
+    }
+    write_text("long.csv", text);
+    fig_metrics m;
+    char err[256] = "";
+    ck_assert_msg(fig_metrics_load(tp("long.csv"), &m, err, sizeof err) == 0, "%s", err);
+    draw_canvas c;
+    fig_curves_layout lay;
+    ck_assert_msg(fig_curves_draw(&m, "LONG", &c, &lay, err, sizeof err) == 0, "%s", err);
+    picture p = save_and_read(&c, "long.png");
+    for (int e = 5; e <= 55; e += 10) {
+        expect_point(&p, &lay.loss, e, m.train_loss[e - 1], fig_train_loss_rgb);
+        expect_point(&p, &lay.loss, e, m.test_loss[e - 1], fig_test_loss_rgb);
+        expect_point(&p, &lay.acc, e, m.test_acc[e - 1], fig_test_acc_rgb);
+    }
+    free(p.px);
+    draw_canvas_free(&c);
+    fig_metrics_free(&m);
+}
+END_TEST
+
+START_TEST(curves_single_epoch_and_column_order)
+{
+    /* Columns in another order, an extra one, CRLF and a trailing blank line. */
+    write_text("one.csv", "test_acc, epoch ,note,test_loss,train_loss\r\n0.25,1,7,1.5,2.5\r\n\r\n");
+    fig_metrics m;
+    char err[256] = "";
+    ck_assert_msg(fig_metrics_load(tp("one.csv"), &m, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(m.rows, 1);
+    ck_assert(m.epoch[0] == 1 && m.train_loss[0] == 2.5 && m.test_loss[0] == 1.5 &&
+              m.test_acc[0] == 0.25);
+    draw_canvas c;
+    fig_curves_layout lay;
+    ck_assert_msg(fig_curves_draw(&m, NULL, &c, &lay, err, sizeof err) == 0, "%s", err);
+    picture p = save_and_read(&c, "one.png");
+    ck_assert(lay.acc.ymin < 0.25 && lay.acc.ymax > 0.25);
+    expect_point(&p, &lay.acc, 1, 0.25, fig_test_acc_rgb);
+    expect_point(&p, &lay.loss, 1, 2.5, fig_train_loss_rgb);
+    free(p.px);
+    draw_canvas_free(&c);
+    fig_metrics_free(&m);
+}
+END_TEST
+
+/* Loading rel must fail with a message containing want. */
+static void expect_csv_error(const char *rel, const char *text, const char *want)
+{
+    if (text)
+        write_text(rel, text);
+    fig_metrics m;
+    char err[512] = "";
+    ck_assert_int_eq(fig_metrics_load(tp(rel), &m, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, want) != NULL, "%s: expected '%s' in '%s'", rel, want, err);
+    ck_assert_int_eq(m.rows, 0);
+    ck_assert_ptr_null(m.epoch);
+}
+
+START_TEST(curves_bad_csv)
+{
+    const char *h = "epoch,train_loss,test_loss,test_acc\n";
+    char text[512], want[512];
+    snprintf(text, sizeof text, "%s1,2,2,0.1\n2,2,two,0.1\n", h);
+    snprintf(want, sizeof want, "%s:3: field 3 'two' is not a finite number", tp("num.csv"));
+    expect_csv_error("num.csv", text, want);
+    snprintf(text, sizeof text, "%s1,2,2\n", h);
+    expect_csv_error("short.csv", text, "short.csv:2: 3 fields, the header has 4");
+    expect_csv_error("nocol.csv", "epoch,train_loss,test_loss\n1,2,3\n", "nocol.csv:1: the header "
+                     "has no column 'test_acc'");
+    snprintf(text, sizeof text, "%s1,2,2,0.1\n\n2,2,2,0.2\n", h);
+    expect_csv_error("blank.csv", text, "blank.csv:3: blank line");
+    expect_csv_error("header.csv", h, "header.csv: no data rows");
+    expect_csv_error("empty.csv", "", "empty.csv: empty file");
+    snprintf(text, sizeof text, "%s1,nan,2,0.1\n", h);
+    expect_csv_error("nan.csv", text, "nan.csv:2: field 2 'nan'");
+    expect_csv_error("missing.csv", NULL, "missing.csv: cannot open");
+}
+END_TEST
+
+/* ------------------------------------------------------------------ main */
+
+static void remove_tmp(void)
+{
+    DIR *d = opendir(g_tmp);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            unlink(tp(e->d_name));
+    closedir(d);
+    rmdir(g_tmp);
+}
+
+int main(void)
+{
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/vit-pictures-XXXXXX");
+    if (!mkdtemp(g_tmp)) {
+        perror("mkdtemp");
+        return EXIT_FAILURE;
+    }
+    Suite *s = suite_create("pictures");
+    TCase *tc = tcase_create("pictures");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, font_and_text);
+    tcase_add_test(tc, lines_and_clipping);
+    tcase_add_test(tc, colormap_ramp);
+    tcase_add_test(tc, attention_one_hot_cells);
+    tcase_add_test(tc, attention_scale_and_query_outline);
+    tcase_add_test(tc, attention_bad_input);
+    tcase_add_test(tc, curves_axes_and_points);
+    tcase_add_test(tc, curves_long_run_without_markers);
+    tcase_add_test(tc, curves_single_epoch_and_column_order);
+    tcase_add_test(tc, curves_bad_csv);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    remove_tmp();
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""Check a vit_export safetensors file in PyTorch.
+
+Builds a minimal ViT in plain torch with timm's VisionTransformer parameter
+names (pre-norm blocks, exact GELU, LayerNorm eps 1e-5, class-token or mean
+pooling), loads the file with strict name and shape checking, runs the test
+split of the 8x8 digits (the last 360 images of data/digits.csv.gz, pixels
+value/16, images [B, 1, 8, 8]) and compares with our own results:
+
+  --logits FILE    the CSV that `vit_export --logits FILE` wrote: the largest
+                   |logit difference|, and whether every prediction agrees;
+  --accuracy ACC   the test accuracy that vit_eval printed.
+
+The safetensors file is parsed with json + numpy (no safetensors package).
+Needs torch and numpy; not run by the tests.  Exit status 0 if everything
+agrees (logits within --tol, default 1e-4), 1 otherwise.
+
+Usage:
+  python3 tools/torch_check_export.py model.safetensors --logits logits.csv \
+      [--accuracy 0.9750] [--digits data/digits.csv.gz]
+"""
+import argparse
+import csv
+import gzip
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+from torch import nn
+
+N_TRAIN = 1437  # vit_data_load("digits"): the first 1437 lines train, the rest test
+
+
+def read_safetensors(path):
+    """Returns ({name: float32 tensor}, metadata dict)."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    if len(blob) < 8:
+        sys.exit(f"{path}: too short for a safetensors file")
+    (n,) = struct.unpack("<Q", blob[:8])
+    if 8 + n > len(blob):
+        sys.exit(f"{path}: header length {n} runs past the end of the file")
+    header = json.loads(blob[8:8 + n].decode("utf-8"))
+    data = blob[8 + n:]
+    meta = header.pop("__metadata__", {})
+    tensors = {}
+    for name, info in header.items():
+        if info["dtype"] != "F32":
+            sys.exit(f"{path}: {name} has dtype {info['dtype']}, expected F32")
+        begin, end = info["data_offsets"]
+        arr = np.frombuffer(data[begin:end], dtype="<f4").reshape(info["shape"])
+        tensors[name] = torch.from_numpy(arr.astype(np.float32))
+    return tensors, meta
+
+
+class Attention(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, N, D = x.shape
+        hd = D // self.heads
+        # Columns h*hd .. h*hd+hd-1 of q, k and v belong to head h.
+        qkv = self.qkv(x).reshape(B, N, 3, self.heads, hd).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        attn = (q @ k.transpose(-2, -1)) * hd ** -0.5
+        attn = attn.softmax(dim=-1)
+        return self.proj((attn @ v).transpose(1, 2).reshape(B, N, D))
+
+
+class Mlp(nn.Module):
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.act = nn.GELU()  # exact (erf) GELU, as ours
+        self.fc2 = nn.Linear(hidden, dim)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads, hidden, eps):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=eps)
+        self.attn = Attention(dim, heads)
+        self.norm2 = nn.LayerNorm(dim, eps=eps)
+        self.mlp = Mlp(dim, hidden)
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class PatchEmbed(nn.Module):
+    def __init__(self, channels, dim, patch):
+        super().__init__()
+        self.proj = nn.Conv2d(channels, dim, kernel_size=patch, stride=patch)
+
+    def forward(self, x):
+        # [B, D, H/P, W/P] -> [B, N, D], patches row by row
+        return self.proj(x).flatten(2).transpose(1, 2)
+
+
+class ViT(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        D, P = cfg["dim"], cfg["patch"]
+        T = (cfg["image_height"] // P) * (cfg["image_width"] // P) + 1
+        eps = float(cfg["layer_norm_eps"])
+        self.pool = cfg["global_pool"]
+        self.patch_embed = PatchEmbed(cfg["channels"], D, P)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, D))
+        self.pos_embed = nn.Parameter(torch.zeros(1, T, D))
+        self.blocks = nn.ModuleList(
+            [Block(D, cfg["heads"], cfg["mlp"], eps) for _ in range(cfg["depth"])])
+        self.norm = nn.LayerNorm(D, eps=eps)
+        self.head = nn.Linear(D, cfg["classes"])
+
+    def forward(self, x):
+        x = self.patch_embed(x)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
+        for blk in self.blocks:
+            x = blk(x)
+        x = self.norm(x)
+        x = x[:, 0] if self.pool == "token" else x[:, 1:].mean(dim=1)
+        return self.head(x)
+
+
+def load_digits_test(path):
+    with gzip.open(path, "rt") as f:
+        rows = [line for line in f.read().splitlines() if line.strip()]
+    values = np.array([[int(v) for v in r.split(",")] for r in rows[N_TRAIN:]])
+    images = (values[:, :64] / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
+    return torch.from_numpy(images), values[:, 64]
+
+
+def read_logits(path):
+    with open(path, newline="") as f:
+        r = csv.reader(f)
+        header = next(r)
+        if header[:3] != ["index", "label", "pred"]:
+            sys.exit(f"{path}: not a vit_export --logits file (header {header[:3]})")
+        rows = [[float(v) for v in row] for row in r if row]
+    a = np.array(rows)
+    return a[:, 1].astype(int), a[:, 2].astype(int), a[:, 3:]
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model", help="safetensors file written by vit_export")
+    ap.add_argument("--logits", help="CSV written by vit_export --logits")
+    ap.add_argument("--accuracy", type=float, help="test accuracy printed by vit_eval")
+    ap.add_argument("--digits", default=os.path.join(here, "..", "data", "digits.csv.gz"))
+    ap.add_argument("--tol", type=float, default=1e-4, help="largest allowed |logit difference|")
+    args = ap.parse_args()
+
+    tensors, meta = read_safetensors(args.model)
+    cfg = {k: int(meta[k]) for k in ("dim", "depth", "heads", "mlp", "patch", "image_height",
+                                     "image_width", "channels", "classes")}
+    cfg["global_pool"] = meta.get("global_pool", "token")
+    cfg["layer_norm_eps"] = meta.get("layer_norm_eps", "1e-05")
+    if (cfg["image_height"], cfg["image_width"], cfg["channels"]) != (8, 8, 1):
+        sys.exit("this check runs the 8x8 digits; the model expects "
+                 f"{cfg['image_height']}x{cfg['image_width']}x{cfg['channels']}")
+    model = ViT(cfg)
+    model.load_state_dict(tensors, strict=True)  # every name and shape must match
+    model.eval()
+    print(f"{args.model}: {len(tensors)} tensors, "
+          f"{sum(t.numel() for t in tensors.values())} parameters, loaded strictly; "
+          f"dim {cfg['dim']}, depth {cfg['depth']}, heads {cfg['heads']}, pool {cfg['global_pool']}")
+
+    images, labels = load_digits_test(args.digits)
+    with torch.no_grad():
+        logits = model(images)
+        logits64 = model.double()(images.double())
+    pred = logits.argmax(dim=1).numpy()
+    acc = float((pred == labels).mean())
+    print(f"PyTorch float32: test split {len(labels)} images, accuracy {acc:.4f}")
+    ok = True
+    if args.accuracy is not None:
+        same = abs(acc - args.accuracy) < 5e-5  # vit_eval prints 4 decimals
+        print(f"vit_eval accuracy {args.accuracy:.4f}: {'same' if same else 'DIFFERENT'}")
+        ok &= same
+    if args.logits:
+        our_labels, our_pred, ours = read_logits(args.logits)
+        if ours.shape != tuple(logits.shape) or not (our_labels == labels).all():
+            sys.exit(f"{args.logits}: {ours.shape} logits / labels do not match the test split")
+        diff = np.abs(ours - logits.numpy().astype(np.float64)).max()
+        diff64 = np.abs(ours - logits64.numpy()).max()
+        agree = int((our_pred == pred).sum())
+        our_acc = float((our_pred == labels).mean())
+        print(f"ours: accuracy {our_acc:.4f}; predictions agree on {agree}/{len(labels)} images")
+        print(f"max |logit difference|: {diff:.3g} vs PyTorch float32, "
+              f"{diff64:.3g} vs PyTorch float64 (largest |logit| {np.abs(ours).max():.3g})")
+        ok &= diff <= args.tol and agree == len(labels)
+    print("OK: PyTorch reproduces our model" if ok else "MISMATCH")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
