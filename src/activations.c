@@ -33,6 +33,40 @@ static int check_len(const char *fn, size_t n)
 #define vit_expr expf
 #endif
 
+/* Elementwise loops split across threads: y[i] = f(a[i], b[i]). */
+typedef struct {
+    vit_real *y;
+    const vit_real *a, *b;
+} ew_job;
+
+static void gelu_fwd_range(void *p, size_t lo, size_t hi)
+{
+    const ew_job *J = p;
+    for (size_t i = lo; i < hi; i++) {
+        vit_real v = J->a[i];
+        J->y[i] = (vit_real)0.5 * v * ((vit_real)1 + vit_erf(v * (vit_real)INV_SQRT2));
+    }
+}
+
+/* dx += dy GELU'(x) with y = dx, a = x, b = dy. */
+static void gelu_bwd_range(void *p, size_t lo, size_t hi)
+{
+    const ew_job *J = p;
+    for (size_t i = lo; i < hi; i++) {
+        vit_real v = J->a[i];
+        vit_real cdf = (vit_real)0.5 * ((vit_real)1 + vit_erf(v * (vit_real)INV_SQRT2));
+        vit_real pdf = (vit_real)INV_SQRT2PI * vit_expr((vit_real)-0.5 * v * v);
+        J->y[i] += J->b[i] * (cdf + v * pdf);
+    }
+}
+
+static void add_range(void *p, size_t lo, size_t hi)
+{
+    const ew_job *J = p;
+    for (size_t i = lo; i < hi; i++)
+        J->y[i] = J->a[i] + J->b[i];
+}
+
 /* x [n] -> y [n] */
 int vit_gelu_forward(vit_real *y, const vit_real *x, size_t n)
 {
@@ -40,12 +74,8 @@ int vit_gelu_forward(vit_real *y, const vit_real *x, size_t n)
     TRY(vit_check_ptr(fn, "y", y));
     TRY(vit_check_ptr(fn, "x", x));
     TRY(check_len(fn, n));
-    int nt = vit_threads_for(20.0 * (double)n);
-    VIT_PARALLEL_FOR(nt)
-    for (size_t i = 0; i < n; i++) {
-        vit_real v = x[i];
-        y[i] = (vit_real)0.5 * v * ((vit_real)1 + vit_erf(v * (vit_real)INV_SQRT2));
-    }
+    ew_job J = {.y = y, .a = x};
+    vit_parallel(vit_threads_for(20.0 * (double)n), n, gelu_fwd_range, &J);
     return VIT_OK;
 }
 
@@ -58,14 +88,8 @@ int vit_gelu_backward(vit_real *dx, const vit_real *dy, const vit_real *x, size_
     TRY(vit_check_ptr(fn, "dy", dy));
     TRY(vit_check_ptr(fn, "x", x));
     TRY(check_len(fn, n));
-    int nt = vit_threads_for(30.0 * (double)n);
-    VIT_PARALLEL_FOR(nt)
-    for (size_t i = 0; i < n; i++) {
-        vit_real v = x[i];
-        vit_real cdf = (vit_real)0.5 * ((vit_real)1 + vit_erf(v * (vit_real)INV_SQRT2));
-        vit_real pdf = (vit_real)INV_SQRT2PI * vit_expr((vit_real)-0.5 * v * v);
-        dx[i] += dy[i] * (cdf + v * pdf);
-    }
+    ew_job J = {.y = dx, .a = x, .b = dy};
+    vit_parallel(vit_threads_for(30.0 * (double)n), n, gelu_bwd_range, &J);
     return VIT_OK;
 }
 
@@ -79,10 +103,8 @@ int vit_residual_forward(vit_real *y, const vit_real *a, const vit_real *b, size
     TRY(vit_check_ptr(fn, "a", a));
     TRY(vit_check_ptr(fn, "b", b));
     TRY(check_len(fn, n));
-    int nt = vit_threads_for((double)n);
-    VIT_PARALLEL_FOR(nt)
-    for (size_t i = 0; i < n; i++)
-        y[i] = a[i] + b[i];
+    ew_job J = {.y = y, .a = a, .b = b};
+    vit_parallel(vit_threads_for((double)n), n, add_range, &J);
     return VIT_OK;
 }
 

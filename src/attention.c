@@ -9,6 +9,7 @@
 #include "vit/attention.h"
 
 #include <limits.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,6 +206,33 @@ static int head_forward_small(const vit_sdpa *a, vit_real scale, int b, int h, v
     return 0;
 }
 
+/* Lowers *slot to v if v is smaller: the earliest failure wins whatever the
+ * order the threads found them in. */
+static void atomic_min(atomic_ullong *slot, unsigned long long v)
+{
+    unsigned long long cur = atomic_load(slot);
+    while (v < cur && !atomic_compare_exchange_weak(slot, &cur, v))
+        ;
+}
+
+/* Softmax rows of one pair split across threads; first_bad is the flat
+ * index i*nk + j of the earliest non-finite score, ULLONG_MAX for none. */
+typedef struct {
+    const vit_sdpa *a;
+    int b, h;
+    vit_real *p;
+    atomic_ullong first_bad;
+} sm_job;
+
+static void softmax_piece(void *ctx, size_t lo, size_t hi)
+{
+    sm_job *J = ctx;
+    bad_score bad;
+    if (softmax_rows(J->a, J->b, J->h, J->p, (int)lo, (int)hi, &bad))
+        atomic_min(&J->first_bad, (unsigned long long)bad.i * (unsigned long long)J->a->n_k
+                                  + (unsigned long long)bad.j);
+}
+
 /* One pair by BLAS: S = s Q K^T and O = P V as split GEMMs, the softmax
  * rows split across the threads. */
 static int head_forward_blas(const vit_sdpa *a, vit_real scale, int b, int h, vit_real *out,
@@ -221,24 +249,38 @@ static int head_forward_blas(const vit_sdpa *a, vit_real scale, int b, int h, vi
 
     /* S[nq, nk] = s * Q_bh[nq, dk] K_bh[nk, dk]^T */
     vit_pgemm(CblasNoTrans, CblasTrans, nq, nk, dk, scale, qbh, ldk, kbh, ldk, 0, p, nk);
-    int nt = vit_threads_for(20.0 * nq * (double)nk);
-    bad_score found[256];
-    int failed[256] = {0};
-    if (nt > 256) nt = 256;
-    VIT_PARALLEL_FOR(nt)
-    for (int t = 0; t < nt; t++) {
-        size_t lo, hi;
-        vit_split((size_t)nq, t, nt, &lo, &hi);
-        failed[t] = softmax_rows(a, b, h, p, (int)lo, (int)hi, &found[t]);
+    sm_job J = {a, b, h, p, ATOMIC_VAR_INIT(ULLONG_MAX)};
+    vit_parallel(vit_threads_for(20.0 * nq * (double)nk), (size_t)nq, softmax_piece, &J);
+    unsigned long long f = atomic_load(&J.first_bad);
+    if (f != ULLONG_MAX) {
+        *bad = (bad_score){b, h, (int)(f / (unsigned long long)nk), (int)(f % (unsigned long long)nk)};
+        return 1;
     }
-    for (int t = 0; t < nt; t++)
-        if (failed[t]) { /* the first failing row in order */
-            *bad = found[t];
-            return 1;
-        }
     /* O_bh[nq, dv] = P[nq, nk] V_bh[nk, dv] */
     vit_pgemm(CblasNoTrans, CblasNoTrans, nq, dv, nk, 1, p, nk, vbh, ldv, 0, obh, ldv);
     return 0;
+}
+
+/* Pairs lo..hi-1 of the small-head forward; first_bad is the earliest
+ * pair with a non-finite score. */
+typedef struct {
+    const vit_sdpa *a;
+    vit_real scale, *out, *probs;
+    const vit_real *q, *k, *v;
+    atomic_ullong first_bad;
+} fwd_job;
+
+static void forward_pairs(void *ctx, size_t lo, size_t hi)
+{
+    fwd_job *J = ctx;
+    const int H = J->a->heads;
+    bad_score bad;
+    for (size_t x = lo; x < hi; x++)
+        if (head_forward_small(J->a, J->scale, (int)(x / H), (int)(x % H), J->out, J->probs,
+                               J->q, J->k, J->v, &bad)) {
+            atomic_min(&J->first_bad, x);
+            return;
+        }
 }
 
 /* q [B, n_q, H*d_k], k [B, n_k, H*d_k], v [B, n_k, H*d_v]
@@ -266,23 +308,15 @@ int vit_sdpa_forward(const vit_sdpa *a, vit_real *out, vit_real *probs,
     const int pairs = B * H;
     bad_score bad = {-1, 0, 0, 0};
     if (small_heads(a)) {
-        /* Pairs split statically; each thread remembers its first failure
-         * and the earliest one in (item, head) order is reported. */
-        int nt = vit_threads_for(4.0 * pairs * a->n_q * a->n_k * (a->d_k + a->d_v));
-        if (nt > pairs) nt = pairs;
-        if (nt > 256) nt = 256;
-        bad_score found[256];
-        int failed[256] = {0};
-        VIT_PARALLEL_FOR(nt)
-        for (int t = 0; t < nt; t++) {
-            size_t lo, hi;
-            vit_split((size_t)pairs, t, nt, &lo, &hi);
-            for (size_t x = lo; x < hi && !failed[t]; x++)
-                failed[t] = head_forward_small(a, scale, (int)(x / H), (int)(x % H), out, probs,
-                                               q, k, v, &found[t]);
-        }
-        for (int t = 0; t < nt && bad.b < 0; t++)
-            if (failed[t]) bad = found[t];
+        /* Pairs split statically; the earliest failing pair is found again
+         * on this thread for its message. */
+        fwd_job J = {a, scale, out, probs, q, k, v, ATOMIC_VAR_INIT(ULLONG_MAX)};
+        vit_parallel(vit_threads_for(4.0 * pairs * a->n_q * a->n_k * (a->d_k + a->d_v)),
+                     (size_t)pairs, forward_pairs, &J);
+        unsigned long long f = atomic_load(&J.first_bad);
+        if (f != ULLONG_MAX)
+            head_forward_small(a, scale, (int)(f / (unsigned)H), (int)(f % (unsigned)H), out,
+                               probs, q, k, v, &bad);
     } else {
         for (int x = 0; x < pairs && bad.b < 0; x++)
             head_forward_blas(a, scale, x / H, x % H, out, probs, q, k, v, &bad);
@@ -368,6 +402,18 @@ static void head_backward_small(const vit_sdpa *a, vit_real scale, int b, int h,
     }
 }
 
+typedef struct {
+    const vit_real *p;
+    vit_real *ds;
+    int nk;
+} sg_job;
+
+static void softmax_grad_piece(void *ctx, size_t lo, size_t hi)
+{
+    const sg_job *J = ctx;
+    softmax_grad_rows(J->p, J->ds, J->nk, (int)lo, (int)hi);
+}
+
 /* Backward of one pair by split GEMMs, with the softmax rows split too;
  * work holds dP then dS [nq, nk]. */
 static void head_backward_blas(const vit_sdpa *a, vit_real scale, int b, int h, vit_real *dq,
@@ -391,13 +437,8 @@ static void head_backward_blas(const vit_sdpa *a, vit_real scale, int b, int h, 
     /* dP[nq, nk] = dO_bh[nq, dv] V_bh[nk, dv]^T */
     vit_real *ds = work;
     vit_pgemm(CblasNoTrans, CblasTrans, nq, nk, dvh, 1, dout + oo, ldv, v + vo, ldv, 0, ds, nk);
-    int nt = vit_threads_for(4.0 * nq * (double)nk);
-    VIT_PARALLEL_FOR(nt)
-    for (int t = 0; t < nt; t++) {
-        size_t lo, hi;
-        vit_split((size_t)nq, t, nt, &lo, &hi);
-        softmax_grad_rows(p, ds, nk, (int)lo, (int)hi);
-    }
+    sg_job J = {p, ds, nk};
+    vit_parallel(vit_threads_for(4.0 * nq * (double)nk), (size_t)nq, softmax_grad_piece, &J);
     if (dbias) {
         vit_real *db = dbias + (a->bias_heads == 1 ? 0 : (size_t)h * nq * nk);
         vit_axpy(nq * nk, 1, ds, 1, db, 1);
@@ -410,6 +451,21 @@ static void head_backward_blas(const vit_sdpa *a, vit_real scale, int b, int h, 
     if (dk)
         vit_pgemm(CblasTrans, CblasNoTrans, nk, dkh, nq, scale, ds, nk, q + qo, ldk, 1,
                   dk + ko, ldk);
+}
+
+typedef struct {
+    const vit_sdpa *a;
+    vit_real scale, *dq, *dk, *dv, *dbias;
+    const vit_real *dout, *probs, *q, *k, *v;
+} bwd_job;
+
+static void backward_pairs(void *ctx, size_t lo, size_t hi)
+{
+    const bwd_job *J = ctx;
+    const int H = J->a->heads;
+    for (size_t x = lo; x < hi; x++)
+        head_backward_small(J->a, J->scale, (int)(x / H), (int)(x % H), J->dq, J->dk, J->dv,
+                            J->dbias, J->dout, J->probs, J->q, J->k, J->v);
 }
 
 /* dout [B, n_q, H*d_v] -> dq, dk, dv (layouts of q, k, v), dbias
@@ -442,15 +498,8 @@ int vit_sdpa_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_real *d
     const int H = a->heads, pairs = a->batch * H;
     if (small_heads(a)) {
         int nt = dbias ? 1 : vit_threads_for(8.0 * pairs * a->n_q * a->n_k * (a->d_k + a->d_v));
-        if (nt > pairs) nt = pairs;
-        VIT_PARALLEL_FOR(nt)
-        for (int t = 0; t < nt; t++) {
-            size_t lo, hi;
-            vit_split((size_t)pairs, t, nt, &lo, &hi);
-            for (size_t x = lo; x < hi; x++)
-                head_backward_small(a, scale, (int)(x / H), (int)(x % H), dq, dk, dv, dbias,
-                                    dout, probs, q, k, v);
-        }
+        bwd_job J = {a, scale, dq, dk, dv, dbias, dout, probs, q, k, v};
+        vit_parallel(nt, (size_t)pairs, backward_pairs, &J);
         return VIT_OK;
     }
     vit_real *owned = NULL;

@@ -8,6 +8,42 @@
 
 #define TRY(e) do { int rc_ = (e); if (rc_ != VIT_OK) return rc_; } while (0)
 
+typedef struct {
+    vit_real *y, *mean, *rstd, *dx, *dgamma, *dbeta;
+    const vit_real *x, *gamma, *beta, *dy, *cmean, *crstd;
+    int d, n_rows;
+    vit_real eps;
+} ln_job;
+
+/* Rows lo..hi-1 of the forward. */
+static void ln_forward_rows(void *p, size_t lo, size_t hi)
+{
+    const ln_job *J = p;
+    const int d = J->d;
+    for (size_t i = lo; i < hi; i++) {
+        const vit_real *xr = J->x + i * d;
+        vit_real *yr = J->y + i * d;
+        /* Two passes (mean, then squared deviations) in double: the one-pass
+         * E[x^2] - E[x]^2 cancels badly when |mean| >> std. */
+        double m = 0.0;
+        for (int j = 0; j < d; j++)
+            m += xr[j];
+        m /= d;
+        double v = 0.0;
+        for (int j = 0; j < d; j++) {
+            double c = xr[j] - m;
+            v += c * c;
+        }
+        v /= d; /* biased, as PyTorch */
+        double rs = 1.0 / sqrt(v + (double)J->eps);
+        J->mean[i] = (vit_real)m;
+        J->rstd[i] = (vit_real)rs;
+        /* Reads xr[j] before writing yr[j], so y may alias x. */
+        for (int j = 0; j < d; j++)
+            yr[j] = (vit_real)((xr[j] - m) * rs * J->gamma[j] + J->beta[j]);
+    }
+}
+
 /* x [n, d], gamma [d], beta [d]  ->  y [n, d], mean [n], rstd [n] */
 int vit_layernorm_forward(vit_real *y, vit_real *mean, vit_real *rstd,
                           const vit_real *x, const vit_real *gamma,
@@ -24,33 +60,55 @@ int vit_layernorm_forward(vit_real *y, vit_real *mean, vit_real *rstd,
     TRY(vit_check_dim(fn, "d", d));
     if (!(eps > 0) || !isfinite((double)eps))
         return vit_fail(VIT_EINVAL, "%s: eps must be positive and finite, got %g", fn, (double)eps);
-
     /* Rows are independent: split across threads. */
-    int nt = vit_threads_for(8.0 * n * d);
-    VIT_PARALLEL_FOR(nt)
-    for (int i = 0; i < n; i++) {
-        const vit_real *xr = x + (size_t)i * d;
-        vit_real *yr = y + (size_t)i * d;
-        /* Two passes (mean, then squared deviations) in double: the one-pass
-         * E[x^2] - E[x]^2 cancels badly when |mean| >> std. */
-        double m = 0.0;
-        for (int j = 0; j < d; j++)
-            m += xr[j];
-        m /= d;
-        double v = 0.0;
-        for (int j = 0; j < d; j++) {
-            double c = xr[j] - m;
-            v += c * c;
-        }
-        v /= d; /* biased, as PyTorch */
-        double rs = 1.0 / sqrt(v + (double)eps);
-        mean[i] = (vit_real)m;
-        rstd[i] = (vit_real)rs;
-        /* Reads xr[j] before writing yr[j], so y may alias x. */
-        for (int j = 0; j < d; j++)
-            yr[j] = (vit_real)((xr[j] - m) * rs * gamma[j] + beta[j]);
-    }
+    ln_job J = {.y = y, .mean = mean, .rstd = rstd, .x = x, .gamma = gamma, .beta = beta,
+                .d = d, .eps = eps};
+    vit_parallel(vit_threads_for(8.0 * n * d), (size_t)n, ln_forward_rows, &J);
     return VIT_OK;
+}
+
+/* Rows lo..hi-1 of dx. */
+static void ln_dx_rows(void *p, size_t lo, size_t hi)
+{
+    const ln_job *J = p;
+    const int d = J->d;
+    for (size_t i = lo; i < hi; i++) {
+        const vit_real *xr = J->x + i * d;
+        const vit_real *dyr = J->dy + i * d;
+        vit_real *dxr = J->dx + i * d;
+        double m = J->cmean[i], rs = J->crstd[i];
+        double sum_g = 0.0, sum_gx = 0.0;
+        for (int j = 0; j < d; j++) {
+            double xhat = (xr[j] - m) * rs;
+            double g = (double)dyr[j] * J->gamma[j];
+            sum_g += g;
+            sum_gx += g * xhat;
+        }
+        double mg = sum_g / d, mgx = sum_gx / d;
+        for (int j = 0; j < d; j++) {
+            double xhat = (xr[j] - m) * rs;
+            double g = (double)dyr[j] * J->gamma[j];
+            dxr[j] += (vit_real)(rs * (g - mg - xhat * mgx));
+        }
+    }
+}
+
+/* Columns lo..hi-1 of dgamma and dbeta, each summing its rows in order. */
+static void ln_dparam_cols(void *p, size_t lo, size_t hi)
+{
+    const ln_job *J = p;
+    const int d = J->d;
+    for (size_t i = 0; i < (size_t)J->n_rows; i++) {
+        const vit_real *xr = J->x + i * d;
+        const vit_real *dyr = J->dy + i * d;
+        double m = J->cmean[i], rs = J->crstd[i];
+        if (J->dgamma)
+            for (size_t j = lo; j < hi; j++)
+                J->dgamma[j] += (vit_real)(dyr[j] * ((xr[j] - m) * rs));
+        if (J->dbeta)
+            for (size_t j = lo; j < hi; j++)
+                J->dbeta[j] += dyr[j];
+    }
 }
 
 /* dy [n, d]; x [n, d], mean [n], rstd [n], gamma [d]
@@ -73,50 +131,15 @@ int vit_layernorm_backward(vit_real *dx, vit_real *dgamma, vit_real *dbeta,
     TRY(vit_check_dim(fn, "n", n));
     TRY(vit_check_dim(fn, "d", d));
 
+    /* dx: rows are independent.  dgamma, dbeta: sums over rows, so the
+     * columns are split instead and every column adds its rows in order,
+     * whatever the thread count. */
     int nt = vit_threads_for(12.0 * n * d);
-    /* dx: rows are independent. */
-    if (dx) {
-        VIT_PARALLEL_FOR(nt)
-        for (int i = 0; i < n; i++) {
-            const vit_real *xr = x + (size_t)i * d;
-            const vit_real *dyr = dy + (size_t)i * d;
-            vit_real *dxr = dx + (size_t)i * d;
-            double m = mean[i], rs = rstd[i];
-            double sum_g = 0.0, sum_gx = 0.0;
-            for (int j = 0; j < d; j++) {
-                double xhat = (xr[j] - m) * rs;
-                double g = (double)dyr[j] * gamma[j];
-                sum_g += g;
-                sum_gx += g * xhat;
-            }
-            double mg = sum_g / d, mgx = sum_gx / d;
-            for (int j = 0; j < d; j++) {
-                double xhat = (xr[j] - m) * rs;
-                double g = (double)dyr[j] * gamma[j];
-                dxr[j] += (vit_real)(rs * (g - mg - xhat * mgx));
-            }
-        }
-    }
-    /* dgamma, dbeta: sums over rows, so the columns are split instead and
-     * every column adds its rows in order, whatever the thread count. */
-    if (dgamma || dbeta) {
-        int ntc = d / 8 < nt ? (d / 8 > 1 ? d / 8 : 1) : nt;
-        VIT_PARALLEL_FOR(ntc)
-        for (int t = 0; t < ntc; t++) {
-            size_t lo, hi;
-            vit_split((size_t)d, t, ntc, &lo, &hi);
-            for (int i = 0; i < n; i++) {
-                const vit_real *xr = x + (size_t)i * d;
-                const vit_real *dyr = dy + (size_t)i * d;
-                double m = mean[i], rs = rstd[i];
-                if (dgamma)
-                    for (size_t j = lo; j < hi; j++)
-                        dgamma[j] += (vit_real)(dyr[j] * ((xr[j] - m) * rs));
-                if (dbeta)
-                    for (size_t j = lo; j < hi; j++)
-                        dbeta[j] += dyr[j];
-            }
-        }
-    }
+    ln_job J = {.dx = dx, .dgamma = dgamma, .dbeta = dbeta, .x = x, .gamma = gamma, .dy = dy,
+                .cmean = mean, .crstd = rstd, .d = d, .n_rows = n};
+    if (dx)
+        vit_parallel(nt, (size_t)n, ln_dx_rows, &J);
+    if (dgamma || dbeta)
+        vit_parallel(d / 8 < nt ? d / 8 : nt, (size_t)d, ln_dparam_cols, &J);
     return VIT_OK;
 }

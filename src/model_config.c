@@ -49,6 +49,8 @@ static const field fields[] = {
     F(eps, K_DOUBLE, 1e-30, 1, "AdamW epsilon"),
     F(smoothing, K_DOUBLE, 0, 0.99, "label smoothing"),
     F(shift, K_INT, 0, 64, "random translation in pixels (augmentation)"),
+    F(rotate, K_DOUBLE, 0, 180, "random rotation in degrees (augmentation)"),
+    F(scale, K_DOUBLE, 0, 0.5, "random zoom: factor in [1-scale, 1+scale] (augmentation)"),
     F(init_std, K_DOUBLE, 1e-6, 10, "std of the weight initialisation"),
     F(seed, K_U64, 0, 0, "random seed"),
 };

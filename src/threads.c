@@ -1,6 +1,8 @@
-/* The library's thread count and the GEMM split (see threads.h). */
+/* The library's thread pool, thread count and GEMM split (see threads.h). */
 #include "threads.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #include "blas.h"
@@ -9,6 +11,11 @@
 #ifdef VIT_HAVE_OPENBLAS_THREADS
 void openblas_set_num_threads(int num_threads);
 #endif
+
+#define MAX_THREADS 256
+/* Polls of the job counter before a waiting thread sleeps: a few
+ * microseconds, enough to catch the next loop of a training step. */
+#define SPIN 4000
 
 /* 0 until set or first used.  Written by vit_set_threads, which core.h asks
  * to be called before training, not while kernels run. */
@@ -25,7 +32,7 @@ int vit_threads(void)
 {
     if (nthreads == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
-        nthreads = n < 1 ? 1 : n > 256 ? 256 : (int)n;
+        nthreads = n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (int)n;
         pin_blas();
     }
     return nthreads;
@@ -44,9 +51,143 @@ int vit_set_threads(int n)
 {
     if (n < 1 || n > 1024)
         return vit_fail(VIT_EINVAL, "vit_set_threads: %d threads is out of range [1, 1024]", n);
-    nthreads = n;
+    nthreads = n > MAX_THREADS ? MAX_THREADS : n;
     pin_blas();
     return VIT_OK;
+}
+
+/* ---- Pool --------------------------------------------------------------- */
+
+/* One job at a time: the caller publishes it by bumping `job`; worker t
+ * runs piece t if t < nt, and every worker then counts down `pending`, so
+ * the next job is published only when all have seen this one. */
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t wake, done;
+    atomic_ulong job;
+    atomic_int pending;
+    int workers;          /* started so far */
+    pid_t owner;          /* process that started them (a fork loses them) */
+    vit_range_fn body;
+    void *ctx;
+    size_t n;
+    int nt;
+} pool; /* lock and conditions set up by pool_grow() on first use */
+
+static _Thread_local int in_body;
+
+static void run_piece(int t)
+{
+    size_t lo = pool.n * (size_t)t / (size_t)pool.nt;
+    size_t hi = pool.n * (size_t)(t + 1) / (size_t)pool.nt;
+    in_body = 1;
+    pool.body(pool.ctx, lo, hi);
+    in_body = 0;
+}
+
+static void *worker(void *arg)
+{
+    int id = (int)(size_t)arg;
+    unsigned long seen = atomic_load(&pool.job);
+    for (;;) {
+        unsigned long j;
+        int spins = 0;
+        while ((j = atomic_load_explicit(&pool.job, memory_order_acquire)) == seen
+               && ++spins < SPIN)
+            ;
+        if (j == seen) {
+            pthread_mutex_lock(&pool.lock);
+            while ((j = atomic_load(&pool.job)) == seen)
+                pthread_cond_wait(&pool.wake, &pool.lock);
+            pthread_mutex_unlock(&pool.lock);
+        }
+        seen = j;
+        if (id < pool.nt)
+            run_piece(id);
+        if (atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_acq_rel) == 1) {
+            pthread_mutex_lock(&pool.lock);
+            pthread_cond_signal(&pool.done);
+            pthread_mutex_unlock(&pool.lock);
+        }
+    }
+    return NULL;
+}
+
+/* Starts workers up to want - 1; returns how many threads can take part. */
+static int pool_grow(int want)
+{
+    if (pool.owner != getpid()) { /* first use, or a child after fork() */
+        pthread_mutex_init(&pool.lock, NULL);
+        pthread_cond_init(&pool.wake, NULL);
+        pthread_cond_init(&pool.done, NULL);
+        pool.workers = 0;
+        pool.owner = getpid();
+    }
+    while (pool.workers < want - 1) {
+        pthread_t th;
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&th, &at, worker, (void *)(size_t)(pool.workers + 1));
+        pthread_attr_destroy(&at);
+        if (rc != 0)
+            break; /* fewer threads: still correct, pieces just run here */
+        pool.workers++;
+    }
+    return pool.workers + 1;
+}
+
+void vit_parallel(int nt, size_t n, vit_range_fn body, void *ctx)
+{
+    if (nt > (int)n)
+        nt = (int)n;
+    if (nt <= 1 || in_body) {
+        body(ctx, 0, n);
+        return;
+    }
+    int have = pool_grow(nt);
+    pool.body = body;
+    pool.ctx = ctx;
+    pool.n = n;
+    pool.nt = nt;
+    /* Pieces no worker could take run here, after the caller's own. */
+    int spread = nt < have ? nt : have;
+    atomic_store(&pool.pending, pool.workers);
+    pthread_mutex_lock(&pool.lock);
+    atomic_fetch_add_explicit(&pool.job, 1, memory_order_release);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+    run_piece(0);
+    for (int t = spread; t < nt; t++)
+        run_piece(t);
+    int spins = 0;
+    while (atomic_load_explicit(&pool.pending, memory_order_acquire) > 0 && ++spins < SPIN)
+        ;
+    if (atomic_load(&pool.pending) > 0) {
+        pthread_mutex_lock(&pool.lock);
+        while (atomic_load(&pool.pending) > 0)
+            pthread_cond_wait(&pool.done, &pool.lock);
+        pthread_mutex_unlock(&pool.lock);
+    }
+}
+
+/* ---- GEMM split and column sums ----------------------------------------- */
+
+typedef struct {
+    enum CBLAS_TRANSPOSE ta, tb;
+    int N, K, lda, ldb, ldc;
+    vit_real alpha, beta;
+    const vit_real *A, *B;
+    vit_real *C;
+} gemm_job;
+
+static void gemm_rows(void *p, size_t r0, size_t r1)
+{
+    const gemm_job *g = p;
+    /* Row r of op(A) is row r of A, or column r of A when transposed. */
+    const vit_real *a = g->ta == CblasNoTrans ? g->A + r0 * (size_t)g->lda : g->A + r0;
+    vit_gemm(CblasRowMajor, g->ta, g->tb, (int)(r1 - r0), g->N, g->K, g->alpha, a, g->lda,
+             g->B, g->ldb, g->beta, g->C + r0 * (size_t)g->ldc, g->ldc);
 }
 
 void vit_pgemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K,
@@ -57,36 +198,34 @@ void vit_pgemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, i
     /* Row blocks of at least 16 rows keep each call's micro-kernel busy. */
     if (nt > M / 16)
         nt = M / 16 > 1 ? M / 16 : 1;
-    if (nt <= 1) {
-        vit_gemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-        return;
-    }
-    VIT_PARALLEL_FOR(nt)
-    for (int t = 0; t < nt; t++) {
-        int r0 = (int)((long long)M * t / nt), r1 = (int)((long long)M * (t + 1) / nt);
-        /* Row r of op(A) is row r of A, or column r of A when transposed. */
-        const vit_real *a = ta == CblasNoTrans ? A + (size_t)r0 * lda : A + r0;
-        vit_gemm(CblasRowMajor, ta, tb, r1 - r0, N, K, alpha, a, lda, B, ldb, beta,
-                 C + (size_t)r0 * ldc, ldc);
+    gemm_job g = {ta, tb, N, K, lda, ldb, ldc, alpha, beta, A, B, C};
+    if (nt <= 1)
+        gemm_rows(&g, 0, (size_t)M);
+    else
+        vit_parallel(nt, (size_t)M, gemm_rows, &g);
+}
+
+typedef struct {
+    vit_real *acc;
+    const vit_real *x;
+    int rows, cols;
+} colsum_job;
+
+static void colsum_range(void *p, size_t lo, size_t hi)
+{
+    const colsum_job *c = p;
+    for (int i = 0; i < c->rows; i++) {
+        const vit_real *row = c->x + (size_t)i * c->cols;
+        for (size_t o = lo; o < hi; o++)
+            c->acc[o] += row[o];
     }
 }
 
-/* Columns are split across threads and each column sums its rows in order,
- * so the result is the same for any thread count.  A plain loop keeps this
- * allocation-free (a gemv against ones would need the ones somewhere). */
 void vit_column_sums(vit_real *acc, const vit_real *x, int rows, int cols)
 {
     int nt = vit_threads_for((double)rows * cols * 4);
     if (nt > cols / 16)
         nt = cols / 16 > 1 ? cols / 16 : 1;
-    VIT_PARALLEL_FOR(nt)
-    for (int t = 0; t < nt; t++) {
-        size_t lo, hi;
-        vit_split((size_t)cols, t, nt, &lo, &hi);
-        for (int i = 0; i < rows; i++) {
-            const vit_real *row = x + (size_t)i * cols;
-            for (size_t o = lo; o < hi; o++)
-                acc[o] += row[o];
-        }
-    }
+    colsum_job c = {acc, x, rows, cols};
+    vit_parallel(nt, (size_t)cols, colsum_range, &c);
 }

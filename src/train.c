@@ -151,17 +151,23 @@ static void translate(vit_real *dst, const vit_real *src, int H, int W, int C, i
 }
 
 /* Fills images/labels with items [lo, hi) of the minibatch idx[0..b).  The
- * random shifts are drawn for all b items whatever the slice, so every rank
- * of a data-parallel job advances its generator identically and they all
- * agree on the next permutation. */
-static void gather_batch(const vit_dataset *ds, const int *idx, int b, int lo, int hi, int shift,
-                         vit_rng *rng, vit_real *images, int *labels)
+ * random augmentation is drawn for all b items whatever the slice, so every
+ * rank of a data-parallel job advances its generator identically and they
+ * all agree on the next permutation.  Whole-pixel shifts alone use an exact
+ * copy; rotation or zoom switch to the bilinear affine warp (with a
+ * continuous shift). */
+static void gather_batch(const vit_dataset *ds, const int *idx, int b, int lo, int hi,
+                         const vit_config *c, vit_rng *rng, vit_real *images, int *labels)
 {
-    int H = ds->height, W = ds->width, C = ds->channels;
+    int H = ds->height, W = ds->width, C = ds->channels, shift = c->shift;
+    int affine = c->rotate > 0 || c->scale > 0;
     size_t img = (size_t)H * W * C;
     for (int k = 0; k < b; k++) {
         int dy = 0, dx = 0;
-        if (shift > 0) {
+        vit_affine a = {0, 1, 0, 0};
+        if (affine)
+            vit_affine_draw(&a, rng, c->rotate, c->scale, shift);
+        else if (shift > 0) {
             dy = (int)vit_rng_below(rng, (uint32_t)(2 * shift + 1)) - shift;
             dx = (int)vit_rng_below(rng, (uint32_t)(2 * shift + 1)) - shift;
         }
@@ -170,7 +176,9 @@ static void gather_batch(const vit_dataset *ds, const int *idx, int b, int lo, i
         const vit_real *src = ds->images + (size_t)idx[k] * img;
         vit_real *dst = images + (size_t)(k - lo) * img;
         labels[k - lo] = ds->labels[idx[k]];
-        if (shift > 0)
+        if (affine)
+            vit_affine_apply(dst, src, H, W, C, &a);
+        else if (shift > 0)
             translate(dst, src, H, W, C, dy, dx);
         else
             memcpy(dst, src, img * sizeof *images);
@@ -434,7 +442,7 @@ static int train_epoch(run *r, const vit_dataset *train, const vit_train_opts *o
         int b = train->count - start < c->batch ? train->count - start : c->batch;
         int lo, hi;
         share(b, &lo, &hi);
-        gather_batch(train, r->perm + start, b, lo, hi, c->shift, &r->st.rng, r->images, r->labels);
+        gather_batch(train, r->perm + start, b, lo, hi, c, &r->st.rng, r->images, r->labels);
         double red[2] = {0, 0};
         int mine = local_step(r, hi - lo, red);
         int rc = vit_dist_agree(mine);

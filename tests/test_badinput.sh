@@ -110,7 +110,7 @@ digits_row "csv: missing file" "$csv/none.csv.gz: cannot open" "$csv/none.csv.gz
 # be32 N: N as four big-endian bytes.
 be32() { printf "\\x$(printf %02x $(($1 >> 24 & 255)))\\x$(printf %02x $(($1 >> 16 & 255)))\\x$(printf %02x $(($1 >> 8 & 255)))\\x$(printf %02x $(($1 & 255)))"; }
 # images MAGIC COUNT ROWS COLS DATA_BYTES / labels MAGIC COUNT LABEL_BYTES
-images() { be32 "$1"; be32 "$2"; be32 "$3"; be32 "$4"; head -c "$5" /dev/urandom; }
+images() { be32 "$1"; be32 "$2"; be32 "$3"; be32 "$4"; head -c "$5" /dev/zero | tr "\\0" "\\200"; }
 labels() { be32 "$1"; be32 "$2"; printf "$3"; }
 # idx_set NAME: a valid set of 6 train and 3 test 4x4 images, 3 classes.
 idx_set() {
@@ -129,7 +129,7 @@ row "idx: wrong label magic" "train-labels-idx1-ubyte: magic 0x00000803, expecte
 d=$(idx_set overflow); images 0x803 0x7fffffff 0x7fffffff 0x7fffffff 96 >"$d/train-images-idx3-ubyte"
 row "idx: dimensions overflowing size_t" "train-images-idx3-ubyte: header sizes overflow" vit_train --data "$d"
 d=$(idx_set absurd); images 0x803 0x7fffffff 28 28 96 >"$d/train-images-idx3-ubyte"
-row "idx: absurd count, tiny file" "train-images-idx3-ubyte: truncated: the header promises 1683627180032 data bytes, the file holds 96" vit_train --data "$d"
+row "idx: absurd count, tiny file" "train-images-idx3-ubyte: truncated: the header promises 1683627179248 data bytes, the file holds 96" vit_train --data "$d"
 d=$(idx_set zero); images 0x803 6 0 4 96 >"$d/train-images-idx3-ubyte"
 row "idx: zero dimension" "train-images-idx3-ubyte: dimension 1 is 0" vit_train --data "$d"
 d=$(idx_set big); images 0x803 6 4 0x80000000 96 >"$d/train-images-idx3-ubyte"
@@ -146,7 +146,8 @@ d=$(idx_set size); images 0x803 3 5 4 60 >"$d/t10k-images-idx3-ubyte"
 row "idx: test images of another size" "t10k-images-idx3-ubyte: images are 5x4, but .*train-images-idx3-ubyte has 4x4" vit_train --data "$d"
 d=$(idx_set missing); rm "$d/t10k-labels-idx1-ubyte"
 row "idx: missing labels file" "idx/missing: no t10k-labels-idx1-ubyte or t10k-labels-idx1-ubyte.gz" vit_train --data "$d"
-d=$(idx_set gz); gzip -c "$d/train-images-idx3-ubyte" | head -c 40 >"$d/train-images-idx3-ubyte.gz"; rm "$d/train-images-idx3-ubyte"
+d=$(idx_set gz); images 0x803 6 16 16 1536 | gzip -c | head -c 800 >"$d/train-images-idx3-ubyte.gz"
+rm "$d/train-images-idx3-ubyte"
 row "idx: truncated gzip" "train-images-idx3-ubyte.gz: (truncated|read error)" vit_train --data "$d"
 d=$(idx_set wide); labels 0x801 3 '\2\1\5' >"$d/t10k-labels-idx1-ubyte"
 row "idx: labels out of the model's range" "other_config_4x4.ckpt: .*6 classes but the model has 2" \

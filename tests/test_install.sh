@@ -40,7 +40,7 @@ run_consumer() {
         out=$(env -u LD_LIBRARY_PATH "$exe" 2>&1)
     fi
     rc=$?
-    sed 's/^/     /' <<<"$out"
+    while IFS= read -r line; do echo "     $line"; done <<<"$out"
     if [ $rc -eq 0 ] && [ "$(tail -n 1 <<<"$out")" = PASS ]; then
         ok "$name"
     else

@@ -431,12 +431,69 @@ START_TEST(test_out_dir_not_creatable)
 }
 END_TEST
 
+/* The affine augmentation: identity is exact, a quarter turn moves pixels
+ * where the rotation says, zoom and shift move the centre of mass, and the
+ * draw always consumes four uniforms. */
+START_TEST(test_affine_augmentation)
+{
+    enum { H = 5, W = 5 };
+    vit_real src[H * W], dst[H * W];
+    for (int i = 0; i < H * W; i++)
+        src[i] = (vit_real)(i + 1);
+    vit_affine id = {0, 1, 0, 0};
+    vit_affine_apply(dst, src, H, W, 1, &id);
+    ck_assert_mem_eq(dst, src, sizeof src);
+
+    /* A single bright pixel right of the centre turns by 90 degrees. */
+    memset(src, 0, sizeof src);
+    src[2 * W + 4] = 1; /* (y=2, x=4) */
+    vit_affine quarter = {3.14159265358979323846 / 2, 1, 0, 0};
+    vit_affine_apply(dst, src, H, W, 1, &quarter);
+    int lit = -1;
+    for (int i = 0; i < H * W; i++)
+        if (dst[i] > (vit_real)0.99)
+            lit = i;
+    /* It lands on the vertical axis through the centre, at the same distance. */
+    ck_assert_msg(lit == 0 * W + 2 || lit == 4 * W + 2, "quarter turn lit pixel %d", lit);
+
+    /* A whole-pixel shift equals moving the image. */
+    vit_affine move = {0, 1, 1, -1};
+    memset(src, 0, sizeof src);
+    src[2 * W + 2] = 1;
+    vit_affine_apply(dst, src, H, W, 1, &move);
+    ck_assert(fabs((double)dst[3 * W + 1] - 1) < 1e-6);
+
+    /* Zoom 2 about the centre spreads a centred block outward. */
+    vit_affine zoom = {0, 2, 0, 0};
+    memset(src, 0, sizeof src);
+    src[2 * W + 2] = 1;
+    vit_affine_apply(dst, src, H, W, 1, &zoom);
+    ck_assert(dst[2 * W + 2] > (vit_real)0.99 && dst[2 * W + 3] > (vit_real)0.4);
+
+    /* Draws stay in range and consume exactly four uniforms. */
+    vit_rng a, b;
+    vit_rng_seed(&a, 11);
+    vit_rng_seed(&b, 11);
+    for (int t = 0; t < 100; t++) {
+        vit_affine d;
+        vit_affine_draw(&d, &a, 15, 0.1, 1);
+        ck_assert(fabs(d.angle) <= 15 * 3.14159265358979323846 / 180 + 1e-12);
+        ck_assert(d.zoom >= 0.9 - 1e-12 && d.zoom <= 1.1 + 1e-12);
+        ck_assert(fabs(d.dx) <= 1 && fabs(d.dy) <= 1);
+        for (int k = 0; k < 4; k++)
+            vit_rng_uniform(&b);
+        ck_assert(memcmp(&a, &b, sizeof a) == 0);
+    }
+}
+END_TEST
+
 static Suite *train_suite(void)
 {
     Suite *s = suite_create("train");
     TCase *tc = tcase_create("train");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_out_dir_not_creatable);
+    tcase_add_test(tc, test_affine_augmentation);
     tcase_add_test(tc, test_learns_digits);
     tcase_add_test(tc, test_resume_is_exact);
     tcase_add_test(tc, test_divergence_stops);

@@ -40,7 +40,7 @@ void seq_config_default(seq_config *cfg)
 {
     *cfg = (seq_config){
         .task = SEQ_REVERSE, .len = 5, .dim = 64, .heads = 4, .layers = 2, .mlp = 128,
-        .batch = 64, .steps = 1500, .lr = 3e-3, .causal = 1, .seed = 1,
+        .batch = 64, .steps = 500, .lr = 3e-3, .causal = 1, .seed = 1,
     };
 }
 
@@ -222,8 +222,10 @@ seq_model *seq_model_new(const seq_config *cfg)
         return NULL;
     }
     seq_model *m = calloc(1, sizeof *m);
-    if (!m)
+    if (!m) {
+        seq_failf("out of memory");
         return NULL;
+    }
     m->cfg = *cfg;
     m->T = 2 * cfg->len;
     m->D = cfg->dim;
@@ -235,6 +237,8 @@ seq_model *seq_model_new(const seq_config *cfg)
     views probe = {0};
     layer_views *tmp = calloc((size_t)cfg->layers, sizeof *tmp);
     if (!tmp || m->n_attn == 0) {
+        if (!tmp)
+            seq_failf("out of memory");
         free(tmp);
         free(m);
         return NULL;
@@ -298,6 +302,8 @@ void seq_make_batch(const seq_config *cfg, vit_rng *rng, int split, int n, int *
 {
     const int k = cfg->len, T = 2 * k;
     int d[16];
+    if (k < 1 || k > 16)
+        return; /* seq_config_check's range; nothing to make */
     for (int i = 0; i < n; i++) {
         do {
             for (int j = 0; j < k; j++)

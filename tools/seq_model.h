@@ -52,7 +52,7 @@ typedef struct seq_config {
 } seq_config;
 
 /* Fills in the defaults: reverse, k = 5, D = 64, 4 heads, 2 layers, MLP 128,
- * batch 64, 1500 steps, lr 3e-3, causal, seed 1. */
+ * batch 64, 500 steps, lr 3e-3, causal, seed 1. */
 void seq_config_default(seq_config *cfg);
 
 /* Checks the fields: VIT_OK, or VIT_EINVAL with *msg (if msg is not NULL)

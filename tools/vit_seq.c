@@ -25,7 +25,7 @@ static void usage(void)
            "held out from training.\n"
            "  --task reverse|sort  what to learn (default reverse)\n"
            "  --len K              digits per input, 1..16 (default 5)\n"
-           "  --steps N            optimizer steps of 64 sequences (default 1500)\n"
+           "  --steps N            optimizer steps of 64 sequences (default 500)\n"
            "  --seed S             seed of the initialisation and the data (default 1)\n"
            "  --threads N          BLAS threads\n"
            "  --quiet              print only the accuracy lines\n");

@@ -36,6 +36,11 @@
  * Values are always float32 so that the float32 and float64 builds read
  * each other's files; the float64 build rounds to nearest when writing and
  * widens exactly when reading.  Tensor names are unique within a file.
+ *
+ * Errors follow core.h (VIT_OK or a negative VIT_E* code, message in
+ * vit_last_error() naming the file).  Thread safety: reentrant; calls on
+ * different vit_ckpt structs may run on different threads.  Concurrent
+ * writers to one path each replace it atomically; the last rename wins.
  */
 #ifndef VIT_CHECKPOINT_H
 #define VIT_CHECKPOINT_H

@@ -18,6 +18,10 @@
  * opened, read or written), VIT_EFORMAT (malformed content), VIT_ENOMEM.
  * The message from vit_last_error() names the file (and the line or field
  * where that applies) and the problem.
+ *
+ * Thread safety: every function is reentrant; separate calls may run on
+ * separate threads as long as they do not share output structs (and, for
+ * the writer, the output path).
  */
 #ifndef VIT_DATA_H
 #define VIT_DATA_H

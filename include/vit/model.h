@@ -60,6 +60,8 @@ typedef struct vit_config {
     double beta1, beta2, eps;
     double smoothing;    /* label smoothing */
     int shift;           /* random translation of up to this many pixels */
+    double rotate;       /* random rotation of up to this many degrees */
+    double scale;        /* random zoom by a factor in [1 - scale, 1 + scale] */
     double init_std;     /* std of the truncated-normal weight init */
     unsigned long long seed;
 } vit_config;
