@@ -5,10 +5,16 @@
  */
 #include <math.h>
 
+#include "error.h"
 #include "vit/train.h"
 
-void vit_affine_draw(vit_affine *a, vit_rng *rng, double rotate_deg, double scale, double shift)
+int vit_affine_draw(vit_affine *a, vit_rng *rng, double rotate_deg, double scale, double shift)
 {
+    if (!a || !rng)
+        return vit_fail(VIT_EINVAL, "vit_affine_draw: %s is NULL", !a ? "a" : "rng");
+    if (!(rotate_deg >= 0 && rotate_deg < 1e6) || !(scale >= 0 && scale < 1) || !(shift >= 0 && shift < 1e6))
+        return vit_fail(VIT_EINVAL, "vit_affine_draw: rotate %g, scale %g or shift %g out of range",
+                        rotate_deg, scale, shift);
     /* Four draws always, so every caller's generator advances alike. */
     double u0 = vit_rng_uniform(rng), u1 = vit_rng_uniform(rng);
     double u2 = vit_rng_uniform(rng), u3 = vit_rng_uniform(rng);
@@ -16,12 +22,17 @@ void vit_affine_draw(vit_affine *a, vit_rng *rng, double rotate_deg, double scal
     a->zoom = 1 + (2 * u1 - 1) * scale;
     a->dy = (2 * u2 - 1) * shift;
     a->dx = (2 * u3 - 1) * shift;
+    return VIT_OK;
 }
 
 /* dst [H, W, C]; output pixel (y, x) reads src at the inverse transform of
  * its offset from the centre. */
-void vit_affine_apply(vit_real *dst, const vit_real *src, int H, int W, int C, const vit_affine *a)
+int vit_affine_apply(vit_real *dst, const vit_real *src, int H, int W, int C, const vit_affine *a)
 {
+    if (!dst || !src || !a)
+        return vit_fail(VIT_EINVAL, "vit_affine_apply: %s is NULL", !dst ? "dst" : !src ? "src" : "a");
+    if (H <= 0 || W <= 0 || C <= 0 || !(a->zoom > 0))
+        return vit_fail(VIT_EINVAL, "vit_affine_apply: size %dx%dx%d or zoom %g invalid", H, W, C, a->zoom);
     double cy = (H - 1) / 2.0, cx = (W - 1) / 2.0;
     double co = cos(a->angle) / a->zoom, si = sin(a->angle) / a->zoom;
     for (int y = 0; y < H; y++)
@@ -44,4 +55,5 @@ void vit_affine_apply(vit_real *dst, const vit_real *src, int H, int W, int C, c
                 d[ch] = (vit_real)acc;
             }
         }
+    return VIT_OK;
 }

@@ -48,6 +48,8 @@ int vit_dist_available(void) { return 1; }
 
 static int reduce(void *buf, size_t n, MPI_Datatype type, MPI_Op op)
 {
+    if (!buf && n > 0)
+        return vit_fail(VIT_EINVAL, "vit_dist_sum: buffer is NULL");
     if (size == 1 || n == 0)
         return VIT_OK;
     /* MPI counts are int: reduce in chunks for very large buffers. */
@@ -109,9 +111,13 @@ void vit_dist_finalize(void) {}
 int vit_dist_rank(void) { return 0; }
 int vit_dist_size(void) { return 1; }
 int vit_dist_available(void) { return 0; }
-int vit_dist_sum(vit_real *x, size_t n) { (void)x; (void)n; return VIT_OK; }
-int vit_dist_sum_double(double *d, int n) { (void)d; (void)n; return VIT_OK; }
-int vit_dist_sum_int(int *k, int n) { (void)k; (void)n; return VIT_OK; }
+static int check_buf(const void *p, long n)
+{
+    return !p && n > 0 ? vit_fail(VIT_EINVAL, "vit_dist_sum: buffer is NULL") : VIT_OK;
+}
+int vit_dist_sum(vit_real *x, size_t n) { return check_buf(x, (long)n); }
+int vit_dist_sum_double(double *d, int n) { return check_buf(d, n); }
+int vit_dist_sum_int(int *k, int n) { return check_buf(k, n); }
 int vit_dist_agree(int code) { return code; }
 int vit_dist_same(unsigned long long value) { (void)value; return 1; }
 void vit_dist_abort(int status) { exit(status); }

@@ -205,24 +205,26 @@ void vit_model_free(vit_model *m)
     free(m);
 }
 
-const vit_config *vit_model_config(const vit_model *m) { return &m->cfg; }
-vit_real *vit_model_params(vit_model *m) { return m->params; }
-vit_real *vit_model_grads(vit_model *m) { return m->grads; }
-size_t vit_model_param_count(const vit_model *m) { return m->nparams; }
+const vit_config *vit_model_config(const vit_model *m) { return m ? &m->cfg : NULL; }
+vit_real *vit_model_params(vit_model *m) { return m ? m->params : NULL; }
+vit_real *vit_model_grads(vit_model *m) { return m ? m->grads : NULL; }
+size_t vit_model_param_count(const vit_model *m) { return m ? m->nparams : 0; }
 
 void vit_model_zero_grads(vit_model *m)
 {
+    if (!m)
+        return;
     memset(m->grads, 0, m->nparams * sizeof *m->grads);
 }
 
 const vit_param_group *vit_model_groups(const vit_model *m, int *count)
 {
     if (count)
-        *count = m->ngroups;
-    return m->groups;
+        *count = m ? m->ngroups : 0;
+    return m ? m->groups : NULL;
 }
 
-int vit_model_tensor_count(const vit_model *m) { return m->ntensors; }
+int vit_model_tensor_count(const vit_model *m) { return m ? m->ntensors : 0; }
 
 const vit_model_tensor *vit_model_tensor_at(const vit_model *m, int i)
 {
@@ -243,6 +245,8 @@ static double trunc_normal(vit_rng *rng, double std)
 
 void vit_model_init(vit_model *m, vit_rng *rng)
 {
+    if (!m || !rng)
+        return;
     for (int i = 0; i < m->ntensors; i++) {
         named *n = &m->tensors[i];
         vit_real *p = m->params + n->t.offset;

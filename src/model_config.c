@@ -262,6 +262,7 @@ const char *vit_config_key_help(int i, const char **key)
 {
     if (i < 0 || i >= NFIELDS)
         return NULL;
-    *key = fields[i].key;
+    if (key)
+        *key = fields[i].key;
     return fields[i].help;
 }

@@ -15,7 +15,7 @@ void openblas_set_num_threads(int num_threads);
 #define MAX_THREADS 256
 /* Polls of the job counter before a waiting thread sleeps: a few
  * microseconds, enough to catch the next loop of a training step. */
-#define SPIN 4000
+#define SPIN 20000
 
 /* 0 until set or first used.  Written by vit_set_threads, which core.h asks
  * to be called before training, not while kernels run. */
@@ -75,6 +75,9 @@ static struct {
 } pool; /* lock and conditions set up by pool_grow() on first use */
 
 static _Thread_local int in_body;
+/* The job count when worker i was started: it waits for the next one (read
+ * at its start, the current count could already include a job it owes). */
+static unsigned long start_job[MAX_THREADS];
 
 static void run_piece(int t)
 {
@@ -88,7 +91,7 @@ static void run_piece(int t)
 static void *worker(void *arg)
 {
     int id = (int)(size_t)arg;
-    unsigned long seen = atomic_load(&pool.job);
+    unsigned long seen = start_job[id];
     for (;;) {
         unsigned long j;
         int spins = 0;
@@ -128,6 +131,7 @@ static int pool_grow(int want)
         pthread_attr_t at;
         pthread_attr_init(&at);
         pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        start_job[pool.workers + 1] = atomic_load(&pool.job);
         int rc = pthread_create(&th, &at, worker, (void *)(size_t)(pool.workers + 1));
         pthread_attr_destroy(&at);
         if (rc != 0)

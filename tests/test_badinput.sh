@@ -146,7 +146,10 @@ d=$(idx_set size); images 0x803 3 5 4 60 >"$d/t10k-images-idx3-ubyte"
 row "idx: test images of another size" "t10k-images-idx3-ubyte: images are 5x4, but .*train-images-idx3-ubyte has 4x4" vit_train --data "$d"
 d=$(idx_set missing); rm "$d/t10k-labels-idx1-ubyte"
 row "idx: missing labels file" "idx/missing: no t10k-labels-idx1-ubyte or t10k-labels-idx1-ubyte.gz" vit_train --data "$d"
-d=$(idx_set gz); images 0x803 6 16 16 1536 | gzip -c | head -c 800 >"$d/train-images-idx3-ubyte.gz"
+# (pixels taken from a gzip file, which does not compress again, so that
+# the cut falls inside the data)
+d=$(idx_set gz); { be32 0x803; be32 6; be32 4; be32 64; head -c 1536 "$digits"; } | gzip -c |
+    head -c 800 >"$d/train-images-idx3-ubyte.gz"
 rm "$d/train-images-idx3-ubyte"
 row "idx: truncated gzip" "train-images-idx3-ubyte.gz: (truncated|read error)" vit_train --data "$d"
 d=$(idx_set wide); labels 0x801 3 '\2\1\5' >"$d/t10k-labels-idx1-ubyte"

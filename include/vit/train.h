@@ -100,16 +100,20 @@ typedef struct vit_affine {
     double dy, dx;  /* pixels */
 } vit_affine;
 
-/* Draws a transform: angle uniform in +-rotate_deg degrees, zoom uniform in
- * [1 - scale, 1 + scale], dy and dx uniform in [-shift, shift].  Always
- * consumes exactly four draws of rng, so generators stay in step whatever
- * the settings. */
-void vit_affine_draw(vit_affine *a, vit_rng *rng, double rotate_deg, double scale, double shift);
+/* Draws a transform into *a (overwritten): angle uniform in +-rotate_deg
+ * degrees, zoom uniform in [1 - scale, 1 + scale], dy and dx uniform in
+ * [-shift, shift].  Always consumes exactly four draws of rng, so
+ * generators stay in step whatever the settings.  Returns VIT_EINVAL for a
+ * NULL a or rng, or rotate_deg, scale, shift negative, non-finite or scale
+ * >= 1.  Reentrant: touches only *a and *rng. */
+int vit_affine_draw(vit_affine *a, vit_rng *rng, double rotate_deg, double scale, double shift);
 
-/* dst[H, W, C] = src warped by a: each output pixel samples the input at
- * the inverse-transformed position, bilinearly, with zeros outside.  dst
- * must not alias src. */
-void vit_affine_apply(vit_real *dst, const vit_real *src, int H, int W, int C, const vit_affine *a);
+/* dst[H, W, C] (overwritten; caller-owned, must not alias src) = src[H, W, C]
+ * warped by a about the image centre: each output pixel samples the input
+ * at the inverse-transformed position, bilinearly, with zeros outside.
+ * Returns VIT_EINVAL for NULL buffers, non-positive sizes or a zoom <= 0.
+ * Reentrant. */
+int vit_affine_apply(vit_real *dst, const vit_real *src, int H, int W, int C, const vit_affine *a);
 
 /* ---- Training -------------------------------------------------------- */
 
