@@ -24,8 +24,8 @@
  *  - Thread safety: kernels are reentrant: several threads may call them at
  *    once as long as no output buffer is shared (inputs may be).  Their only
  *    global state is the thread-local error message and the thread count of
- *    vit_set_threads; a kernel may itself run its loops on that many OpenMP
- *    threads, and returns only when they are done.  An opaque object
+ *    vit_set_threads; a kernel may itself run its loops on that many threads
+ *    of the library's own pool, and returns only when they are done.  An opaque object
  *    (vit_tape, vit_model, ...) may be used by one thread at a time.
  *
  * The library is built twice from the same sources, like FFTW's fftw3 and
@@ -81,8 +81,8 @@ const char *vit_status_name(int status);
 size_t vit_real_size(void);
 
 /* Sets the number of threads (1 .. 1024) the library's kernels split their
- * loops and GEMMs across (OpenMP, static partitioning); without a call it is
- * the number of online CPUs.  OpenBLAS's own pool is kept at one thread,
+ * loops and GEMMs across (its own small pool, static partitioning); without
+ * a call it is the number of online CPUs.  OpenBLAS's own pool is kept at one thread,
  * since the library splits GEMMs itself.  Results are bitwise reproducible
  * for a fixed thread count.  Returns VIT_OK, or VIT_EINVAL (nothing changed)
  * for n outside 1 .. 1024.
