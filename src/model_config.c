@@ -69,8 +69,8 @@ void vit_config_default(vit_config *c)
     c->heads = 4;
     c->mlp = 128;
     c->pool = VIT_POOL_CLS;
-    c->epochs = 100;
-    c->batch = 64;
+    c->epochs = 40;
+    c->batch = 32;
     c->lr = 2e-3;
     c->min_lr = 1e-5;
     c->warmup = 5;
@@ -80,7 +80,7 @@ void vit_config_default(vit_config *c)
     c->eps = 1e-8;
     c->smoothing = 0.1;
     c->shift = 1;
-    c->init_std = 0.02;
+    c->init_std = 0.1;
     c->seed = 1;
 }
 

@@ -198,21 +198,29 @@ static int run_train(const train_shape *s, const options *o, double gemm_rate)
 
 /* ---- Attention alone -------------------------------------------------- */
 
-/* vit_sdpa forward + backward, batch 1, 4 heads of width 64, n tokens. */
-static int run_attention(int n, const options *o)
+/* vit_sdpa forward + backward, batch 1, 4 heads of width 64, n tokens, by
+ * the standard path (probs [H, n, n] kept for the backward, n * n of work)
+ * or the tiled one (only lse [H, n] kept, work independent of n). */
+typedef struct attn_arg {
+    int n, tiled;
+} attn_arg;
+
+static int run_attention(const attn_arg *arg, const options *o)
 {
-    const int H = 4, dh = 64;
+    const int H = 4, dh = 64, n = arg->n;
     vit_sdpa a;
     memset(&a, 0, sizeof a);
     a.batch = 1;
     a.heads = H;
     a.n_q = a.n_k = n;
     a.d_k = a.d_v = dh;
-    size_t nx = (size_t)n * H * dh, np = (size_t)H * n * n;
+    size_t nx = (size_t)n * H * dh;
+    size_t nsave = arg->tiled ? (size_t)H * n : (size_t)H * n * n;
+    size_t nwork = arg->tiled ? vit_sdpa_tiled_work_size(&a) : vit_sdpa_work_size(&a);
     vit_real *buf = calloc(8 * nx, sizeof *buf);
-    vit_real *probs = malloc(np * sizeof *probs);
-    vit_real *work = malloc(vit_sdpa_work_size(&a) * sizeof *work);
-    if (!buf || !probs || !work) {
+    vit_real *saved = malloc(nsave * sizeof *saved); /* probs or lse */
+    vit_real *work = malloc(nwork * sizeof *work);
+    if (!buf || !saved || !work) {
         fprintf(stderr, "vit_bench: attention n=%d: out of memory\n", n);
         return 1;
     }
@@ -226,8 +234,13 @@ static int run_attention(int n, const options *o)
     double times[MAX_REPS];
     for (int r = -1; r < reps; r++) {
         double t0 = now();
-        if (vit_sdpa_forward(&a, out, probs, q, k, v) != VIT_OK
-            || vit_sdpa_backward(&a, dq, dk, dv, NULL, dout, probs, q, k, v, work) != VIT_OK) {
+        int rc = arg->tiled
+            ? vit_sdpa_tiled_forward(&a, out, saved, q, k, v, work) != VIT_OK
+              || vit_sdpa_tiled_backward(&a, dq, dk, dv, NULL, dout, out, saved, q, k, v,
+                                         work) != VIT_OK
+            : vit_sdpa_forward(&a, out, saved, q, k, v) != VIT_OK
+              || vit_sdpa_backward(&a, dq, dk, dv, NULL, dout, saved, q, k, v, work) != VIT_OK;
+        if (rc) {
             fprintf(stderr, "vit_bench: attention failed: %s\n", vit_last_error());
             return 1;
         }
@@ -235,12 +248,13 @@ static int run_attention(int n, const options *o)
             times[r] = now() - t0;
     }
     double t = median(times, reps);
-    /* QK^T and PV forward, four products of the same size backward. */
+    /* QK^T and PV forward, four products of the same size backward (the
+     * tiled backward's recomputed products are not counted). */
     double flops = 6.0 * 2.0 * (double)H * n * (double)n * dh;
-    printf("attn n=%-5d %9.2f ms %9.1f GFLOP/s %9.1f MB\n", n, 1e3 * t, flops / t / 1e9,
-           peak_rss_mb());
+    printf("attn %-8s n=%-5d %9.2f ms %9.1f GFLOP/s %9.1f MB\n",
+           arg->tiled ? "tiled" : "standard", n, 1e3 * t, flops / t / 1e9, peak_rss_mb());
     free(buf);
-    free(probs);
+    free(saved);
     free(work);
     return 0;
 }
@@ -276,7 +290,7 @@ static int train_fn(const void *arg, const options *o, double g)
 static int attn_fn(const void *arg, const options *o, double g)
 {
     (void)g;
-    return run_attention(*(const int *)arg, o);
+    return run_attention(arg, o);
 }
 
 /* The GEMM rate, measured in a child too (OpenBLAS's buffers for the big
@@ -377,6 +391,17 @@ int main(int argc, char **argv)
 
     printf("vit_bench %s (%s), %d thread(s), batch %d, %d reps x %d steps\n", vit_version(),
            VIT_REAL_NAME, o.threads, BATCH, o.reps, o.steps);
+    /* Every figure here assumes the cores are ours: say how busy they were. */
+    FILE *la = fopen("/proc/loadavg", "r");
+    double load = -1;
+    if (la) {
+        if (fscanf(la, "%lf", &load) != 1)
+            load = -1;
+        fclose(la);
+    }
+    if (load >= 0)
+        printf("load average %.2f on %ld CPUs%s\n", load, ncpu,
+               load > 0.5 ? " (a busy machine: figures are low and noisy)" : "");
     int rc = 0;
     /* The GEMM rate first, in the parent, so the training rows can quote it. */
     double gemm_rate = 0;
@@ -397,7 +422,10 @@ int main(int argc, char **argv)
     if (all || !strcmp(c, "attention")) {
         static const int ns[] = {256, 1024, 4096};
         for (int i = 0; i < 3; i++)
-            rc |= in_child(attn_fn, &ns[i], &o, 0);
+            for (int tiled = 0; tiled < 2; tiled++) {
+                attn_arg arg = {ns[i], tiled};
+                rc |= in_child(attn_fn, &arg, &o, 0);
+            }
     }
     return rc ? 1 : 0;
 }

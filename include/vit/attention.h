@@ -230,6 +230,149 @@ int vit_mha_backward(const vit_mha *m, const vit_real *params, vit_real *grads,
                      const vit_real *dy, const vit_real *x_q, const vit_real *x_kv,
                      const vit_real *cache, vit_real *work);
 
+/* ---- Memory-efficient (tiled) attention core ------------------------- */
+
+/* The same attention as vit_sdpa_forward/backward (same vit_sdpa, masks,
+ * bias, scale, layouts of q, k, v and out, same errors), computed in tiles
+ * of queries x keys with an online softmax, so that memory grows linearly
+ * in the sequence length: instead of probs [B, H, n_q, n_k] the forward
+ * keeps only each query row's log-sum-exp
+ *   lse [B, H, n_q],  lse = log sum_j exp(s q_i.k_j + bias_ij) over the
+ *                     allowed keys j (-infinity for a fully masked row),
+ * and the backward recomputes the weights tile by tile from q, k and lse.
+ * It costs about 1.4x (single thread: 1.2x) the arithmetic of the standard
+ * backward and no [n_q, n_k] buffer.  Results agree with the standard path
+ * to rounding; they do not depend on the thread count (every output element
+ * is summed in the same order whatever the split).  The loops run on the
+ * library's threads over (item, head, query tile), and over key tiles in the
+ * backward.
+ *
+ * Which path to use: vit_sdpa_use_tiled() below. */
+
+/* n_q * n_k above which vit_sdpa_use_tiled picks the tiled path. */
+#define VIT_SDPA_TILED_THRESHOLD (256L * 256L)
+
+/* Nonzero when the tiled path should be used for shape *a: when the
+ * environment variable VIT_SDPA_TILED is "1" (always), never when it is
+ * "0", and otherwise (unset or any other value) when
+ * n_q * n_k > VIT_SDPA_TILED_THRESHOLD, i.e. from 257 x 257 tokens on:
+ * below that the [n_q, n_k] maps are small and the standard path is
+ * faster.  For a tape or model that picks its attention path per layer.
+ * 0 for a NULL a or a size < 1.  Reads the environment on every call; does
+ * not record errors. */
+int vit_sdpa_use_tiled(const vit_sdpa *a);
+
+/* Sets the tile sizes of the tiled path: tile_q query rows by tile_k keys
+ * (each in 1 .. 4096, or 0 for the default 128 x 256; tiles are clipped to
+ * n_q, n_k and need not divide them).  A tuning and testing knob: results
+ * change only by rounding.  Returns VIT_OK or VIT_EINVAL (nothing changed)
+ * for a size out of range.  NOT thread-safe, like vit_set_threads: one
+ * process-wide setting read by every tiled call; the work size depends on
+ * it. */
+int vit_sdpa_tiled_set_tiles(int tile_q, int tile_k);
+
+/* Number of vit_real of scratch a tiled forward or backward needs:
+ * T * (2 * tq * tk + 2 * tq) with tq x tk the tile clipped to the
+ * sequence and T the thread count (vit_set_threads) at the time of the
+ * call: about T * 256 KB in float32 by default, independent of n.  Ask again
+ * after changing the thread count or the tiles.  0 for a NULL a or a
+ * size < 1 (no message). */
+size_t vit_sdpa_tiled_work_size(const vit_sdpa *a);
+
+/* Forward.  From q [B, n_q, H*d_k], k [B, n_k, H*d_k], v [B, n_k, H*d_v]
+ * writes out [B, n_q, H*d_v] (as vit_sdpa_forward) and lse [B, H, n_q]
+ * (both overwritten; keep them for the backward).  A fully masked row gets
+ * zeros in out and -infinity in lse.  out must not alias q, k, v or lse.
+ * work: vit_sdpa_tiled_work_size(a) reals of caller scratch (clobbered), or
+ * NULL to have the call allocate and free its own.
+ * Errors: as vit_sdpa_forward (VIT_EINVAL for a NULL a, out, lse, q, k or
+ * v, a size < 1, out aliasing an input, a non-finite scale, bad
+ * bias_heads; VIT_ENOMEM for overflowing sizes or a failed allocation;
+ * VIT_ENUM for a non-finite score, masked or not, naming item, head, query
+ * and key). */
+int vit_sdpa_tiled_forward(const vit_sdpa *a, vit_real *out, vit_real *lse,
+                           const vit_real *q, const vit_real *k, const vit_real *v,
+                           vit_real *work);
+
+/* Backward.  From dout [B, n_q, H*d_v] and the forward's out, lse, q, k, v
+ * (and the same *a), accumulates (+=) dq, dk, dv and dbias [bias_heads,
+ * n_q, n_k] exactly as vit_sdpa_backward does (any may be NULL; a non-NULL
+ * dbias needs bias_heads 1 or H even without a bias).  Per tile it
+ * recomputes P = exp(S - lse) and uses D_i = dout_i . out_i for the softmax
+ * Jacobian: dS = P .* (dP - D).  work as for the forward.  Gradient buffers
+ * must not overlap each other or the inputs.
+ * Errors: VIT_EINVAL as for the forward (NULL dout, out, lse, q, k or v
+ * included) or a dbias with bad bias_heads; VIT_ENOMEM if work is NULL and
+ * the allocation fails.  On error the gradients are unspecified. */
+int vit_sdpa_tiled_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_real *dv,
+                            vit_real *dbias, const vit_real *dout, const vit_real *out,
+                            const vit_real *lse, const vit_real *q, const vit_real *k,
+                            const vit_real *v, vit_real *work);
+
+/* ---- Windowed self-attention (Swin) ------------------------------------ */
+
+/* Self-attention restricted to M x M windows of a grid_h x grid_w token
+ * grid, computing scores only inside each window: cost linear in the
+ * number of tokens N = grid_h * grid_w (N * M^2 scores, not N^2).  The
+ * result equals vit_sdpa with mask.allowed from
+ * vit_mask_window(grid_h, grid_w, M, shift) (same shift and region rules:
+ * nothing attends across the wrapped border) and the window bias spread
+ * over the window pairs.
+ *
+ * Layouts: q, k [B, N, H*d_k], v and out [B, N, H*d_v], tokens numbered row
+ * by row in the ORIGINAL grid, as for vit_sdpa.  Windows are numbered row
+ * by row over the SHIFTED grid, nW = (grid_h/M) * (grid_w/M), and inside a
+ * window positions p = py*M + px (T = M*M of them) are row-major in the
+ * shifted frame: position (py, px) of window (wy, wx) is the token at
+ * original row (wy*M + py + shift) mod grid_h, column
+ * (wx*M + px + shift) mod grid_w.
+ *   probs [B, H, nW, T, T]   row p of a window: that token's weights over
+ *                            the window's T tokens (0 across regions)
+ *   bias  [bias_heads, T, T] additive bias by position pair, shared by all
+ *                            windows and items (Swin's relative position
+ *                            bias after its table lookup); bias_heads 1 or
+ *                            H, NULL for none. */
+typedef struct vit_window_attn {
+    int batch;      /* B */
+    int heads;      /* H */
+    int grid_h;     /* token rows */
+    int grid_w;     /* token columns */
+    int window;     /* M; must divide grid_h and grid_w */
+    int shift;      /* 0 <= shift < M (Swin: 0, or M/2 every other block) */
+    int d_k;        /* query/key width per head */
+    int d_v;        /* value width per head */
+    vit_real scale; /* 0 means 1/sqrt(d_k) */
+    const vit_real *bias;
+    int bias_heads;
+} vit_window_attn;
+
+/* Reals of probs: B * H * N * M^2 (0, with a message, for an invalid
+ * shape). */
+size_t vit_window_attn_probs_size(const vit_window_attn *w);
+
+/* Forward.  Writes (overwrites) out [B, N, H*d_v] and probs
+ * [B, H, nW, T, T] from q, k, v.  out must not alias q, k, v or probs.
+ * Allocates and frees a little scratch (a few windows' worth per thread).
+ * Errors: VIT_EINVAL for a NULL w or buffer, a size < 1, a grid not a
+ * multiple of M, shift outside [0, M), a non-finite scale, bad bias_heads,
+ * out aliasing an input; VIT_ENOMEM for overflowing sizes or a failed
+ * allocation; VIT_ENUM for a non-finite score inside a window (masked or
+ * not), naming item, head, query and key tokens. */
+int vit_window_attn_forward(const vit_window_attn *w, vit_real *out, vit_real *probs,
+                            const vit_real *q, const vit_real *k, const vit_real *v);
+
+/* Backward.  From dout [B, N, H*d_v] and the forward's probs, q, k, v,
+ * accumulates (+=) dq, dk (layout of q), dv (layout of v) and dbias
+ * [bias_heads, T, T] (summed over items and windows); any may be NULL; a
+ * non-NULL dbias needs bias_heads 1 or H.  Gradient buffers must not
+ * overlap each other or the inputs.  Errors: VIT_EINVAL as for the forward
+ * (NULL dout, probs, q, k or v included) or a dbias with bad bias_heads;
+ * VIT_ENOMEM if the scratch cannot be allocated. */
+int vit_window_attn_backward(const vit_window_attn *w, vit_real *dq, vit_real *dk,
+                             vit_real *dv, vit_real *dbias, const vit_real *dout,
+                             const vit_real *probs, const vit_real *q, const vit_real *k,
+                             const vit_real *v);
+
 #ifdef __cplusplus
 }
 #endif

@@ -105,7 +105,6 @@ def pngs():
     trns = chunk(b"tRNS", bytes([255, 128]))
     put("png", "palette4_2x2", png(2, 2, 4, 3, [b"\x01", b"\x23"], plte + trns))
     put("png", "gray8_gamma", png(2, 2, 8, 0, [b"\x10\x20", b"\x30\x40"], chunk(b"gAMA", struct.pack(">I", 100000))))
-    put("png", "huge_header", png(100000, 100000, 8, 0, [b"\x00" * 4]))
 
 
 # ---- config -----------------------------------------------------------------

@@ -1,0 +1,439 @@
+/*
+ * Windowed self-attention on a token grid (Swin): scores only inside each
+ * M x M window, so the cost is linear in the number of tokens.  Each
+ * window's tokens are gathered into small dense blocks (taking the cyclic
+ * shift into account), attended densely, and the results scattered back.
+ * Same result as vit_sdpa with the vit_mask_window mask.  See
+ * include/vit/attention.h.
+ */
+#include "vit/attention.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blas.h"
+#include "error.h"
+#include "threads.h"
+
+#ifdef VIT_DOUBLE
+#define vit_exp exp
+#else
+#define vit_exp expf
+#endif
+
+/* ---- Shapes ------------------------------------------------------------- */
+
+/* Derived sizes: N tokens, T = M*M tokens per window, windows per axis,
+ * leading dimensions, and the reals of one thread's scratch:
+ * q, k [T, d_k], v, o [T, d_v], tmp [T, max(d_k, d_v)], s [T, T]. */
+typedef struct {
+    int N, T, nwy, nwx, nW, ldk, ldv, dmax;
+    size_t slab;
+} wgeo;
+
+static wgeo wgeometry(const vit_window_attn *w)
+{
+    wgeo g;
+    g.N = w->grid_h * w->grid_w;
+    g.T = w->window * w->window;
+    g.nwy = w->grid_h / w->window;
+    g.nwx = w->grid_w / w->window;
+    g.nW = g.nwy * g.nwx;
+    g.ldk = w->heads * w->d_k;
+    g.ldv = w->heads * w->d_v;
+    g.dmax = w->d_k > w->d_v ? w->d_k : w->d_v;
+    g.slab = (size_t)g.T * (2 * (size_t)w->d_k + 2 * (size_t)w->d_v + g.dmax + g.T);
+    return g;
+}
+
+static int window_check(const char *fn, const vit_window_attn *w, vit_real *scale)
+{
+    int rc;
+    if ((rc = vit_check_ptr(fn, "w", w)) != VIT_OK) return rc;
+    if ((rc = vit_check_dim(fn, "batch", w->batch)) != VIT_OK) return rc;
+    if ((rc = vit_check_dim(fn, "heads", w->heads)) != VIT_OK) return rc;
+    if ((rc = vit_check_dim(fn, "grid_h", w->grid_h)) != VIT_OK) return rc;
+    if ((rc = vit_check_dim(fn, "grid_w", w->grid_w)) != VIT_OK) return rc;
+    if ((rc = vit_check_dim(fn, "window", w->window)) != VIT_OK) return rc;
+    if ((rc = vit_check_dim(fn, "d_k", w->d_k)) != VIT_OK) return rc;
+    if ((rc = vit_check_dim(fn, "d_v", w->d_v)) != VIT_OK) return rc;
+    if (w->grid_h % w->window != 0 || w->grid_w % w->window != 0)
+        return vit_fail(VIT_EINVAL, "%s: grid %d x %d is not a multiple of the window %d",
+                        fn, w->grid_h, w->grid_w, w->window);
+    if (w->shift < 0 || w->shift >= w->window)
+        return vit_fail(VIT_EINVAL, "%s: shift must be in [0, window = %d), got %d",
+                        fn, w->window, w->shift);
+    if ((long long)w->heads * w->d_k > INT_MAX || (long long)w->heads * w->d_v > INT_MAX ||
+        (long long)w->grid_h * w->grid_w > INT_MAX ||
+        (long long)w->window * w->window > 65536)
+        return vit_fail(VIT_EINVAL, "%s: heads * d, grid_h * grid_w or window^2 too large", fn);
+    size_t n, s;
+    if (!vit_mul_size(&n, (size_t)w->batch * w->heads, (size_t)w->grid_h * w->grid_w) ||
+        !vit_mul_size(&s, n, (size_t)w->window * w->window) ||
+        !vit_mul_size(&s, n, (size_t)w->d_k > (size_t)w->d_v ? (size_t)w->d_k : (size_t)w->d_v))
+        return vit_fail(VIT_ENOMEM, "%s: buffer sizes overflow size_t", fn);
+    if (!isfinite(w->scale))
+        return vit_fail(VIT_EINVAL, "%s: scale is not finite", fn);
+    if (w->bias != NULL && w->bias_heads != 1 && w->bias_heads != w->heads)
+        return vit_fail(VIT_EINVAL, "%s: bias_heads must be 1 or heads (%d), got %d",
+                        fn, w->heads, w->bias_heads);
+    *scale = w->scale != 0 ? w->scale : (vit_real)(1.0 / sqrt((double)w->d_k));
+    return VIT_OK;
+}
+
+size_t vit_window_attn_probs_size(const vit_window_attn *w)
+{
+    vit_real scale;
+    if (window_check("vit_window_attn_probs_size", w, &scale) != VIT_OK) return 0;
+    return (size_t)w->batch * w->heads * (size_t)w->grid_h * w->grid_w * w->window * w->window;
+}
+
+/* ---- Windows -------------------------------------------------------------- */
+
+/* Along one axis of length len, shifted coordinate s (Swin's
+ * roll(x, -shift) puts original position (s + shift) mod len there) and
+ * its region label: with a shift the last window of the axis holds the
+ * positions [len-M, len-shift) and [len-shift, len) of the shifted frame,
+ * which come from opposite ends of the original axis and must not
+ * interact. */
+static int axis_region(int s, int len, int M, int shift)
+{
+    return shift == 0 ? 0 : s < len - M ? 0 : s < len - shift ? 1 : 2;
+}
+
+/* Tokens (row-major in the original grid) and region labels of the T
+ * positions of window wi (windows and positions row-major in the shifted
+ * frame). */
+static void window_tokens(const vit_window_attn *w, const wgeo *g, int wi, int *tok, int *label)
+{
+    const int M = w->window, wy = wi / g->nwx, wx = wi % g->nwx;
+    for (int py = 0; py < M; py++)
+        for (int px = 0; px < M; px++) {
+            int sy = wy * M + py, sx = wx * M + px;
+            int r = (sy + w->shift) % w->grid_h, c = (sx + w->shift) % w->grid_w;
+            tok[py * M + px] = r * w->grid_w + c;
+            label[py * M + px] = 3 * axis_region(sy, w->grid_h, M, w->shift)
+                               + axis_region(sx, w->grid_w, M, w->shift);
+        }
+}
+
+/* dst[T, d] = rows tok[] of the head's columns of src (leading dim ld). */
+static void gather(vit_real *dst, const vit_real *src, const int *tok, int T, int d, int ld)
+{
+    for (int p = 0; p < T; p++)
+        memcpy(dst + (size_t)p * d, src + (size_t)tok[p] * ld, (size_t)d * sizeof *dst);
+}
+
+/* rows tok[] of dst (+)= src[T, d]. */
+static void scatter(vit_real *dst, const vit_real *src, const int *tok, int T, int d, int ld,
+                    int add)
+{
+    for (int p = 0; p < T; p++) {
+        vit_real *row = dst + (size_t)tok[p] * ld;
+        const vit_real *sr = src + (size_t)p * d;
+        if (add)
+            for (int c = 0; c < d; c++) row[c] += sr[c];
+        else
+            memcpy(row, sr, (size_t)d * sizeof *row);
+    }
+}
+
+/* ---- Jobs ------------------------------------------------------------------ */
+
+typedef struct {
+    const vit_window_attn *w;
+    wgeo g;
+    vit_real scale;
+    const vit_real *q, *k, *v, *dout, *probs_in;
+    vit_real *out, *probs, *dq, *dk, *dv, *dbias;
+    vit_real *work;
+    int *iwork;              /* per thread: tok[T], label[T] */
+    atomic_int next_slab;
+    atomic_ullong first_bad; /* task * T * T + p * T + p' of a non-finite score */
+    int per_head;            /* backward with dbias per head: tasks are heads */
+} wjob;
+
+typedef struct {
+    vit_real *q, *k, *v, *o, *tmp, *s;
+    int *tok, *label;
+} wslab;
+
+static wslab take_slab(wjob *J)
+{
+    int i = atomic_fetch_add(&J->next_slab, 1);
+    const int T = J->g.T;
+    wslab s;
+    s.q = J->work + (size_t)i * J->g.slab;
+    s.k = s.q + (size_t)T * J->w->d_k;
+    s.v = s.k + (size_t)T * J->w->d_k;
+    s.o = s.v + (size_t)T * J->w->d_v;
+    s.tmp = s.o + (size_t)T * J->w->d_v;
+    s.s = s.tmp + (size_t)T * J->g.dmax;
+    s.tok = J->iwork + (size_t)i * 2 * T;
+    s.label = s.tok + T;
+    return s;
+}
+
+/* Task t = (item b, head h, window wi) in that nesting. */
+static void task_index(const wjob *J, size_t t, int *b, int *h, int *wi)
+{
+    *wi = (int)(t % (size_t)J->g.nW);
+    size_t x = t / (size_t)J->g.nW;
+    *h = (int)(x % (size_t)J->w->heads);
+    *b = (int)(x / (size_t)J->w->heads);
+}
+
+/* ---- Forward --------------------------------------------------------------- */
+
+/* Lowers *slot to v if smaller: one definite failure whatever the order in
+ * which threads found theirs. */
+static void atomic_min(atomic_ullong *slot, unsigned long long v)
+{
+    unsigned long long cur = atomic_load(slot);
+    while (v < cur && !atomic_compare_exchange_weak(slot, &cur, v))
+        ;
+}
+
+/* One window of one (item, head): S = s Q_w K_w^T + bias, region mask,
+ * softmax into probs, O_w = P V_w scattered to out.  Returns 1 after
+ * recording a non-finite score. */
+static int window_forward(wjob *J, size_t t, const wslab *sl)
+{
+    const vit_window_attn *w = J->w;
+    const wgeo *g = &J->g;
+    const int T = g->T, dk = w->d_k, dv = w->d_v;
+    int b, h, wi;
+    task_index(J, t, &b, &h, &wi);
+    window_tokens(w, g, wi, sl->tok, sl->label);
+    const size_t ok = (size_t)b * g->N * g->ldk + (size_t)h * dk;
+    const size_t ov = (size_t)b * g->N * g->ldv + (size_t)h * dv;
+    gather(sl->q, J->q + ok, sl->tok, T, dk, g->ldk);
+    gather(sl->k, J->k + ok, sl->tok, T, dk, g->ldk);
+    gather(sl->v, J->v + ov, sl->tok, T, dv, g->ldv);
+
+    vit_real *p = J->probs + t * T * T;
+    vit_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, dk, J->scale, sl->q, dk, sl->k, dk,
+             0, p, T);
+    if (w->bias) {
+        const vit_real *bb = w->bias + (w->bias_heads == 1 ? 0 : (size_t)h * T * T);
+        for (size_t e = 0; e < (size_t)T * T; e++) p[e] += bb[e];
+    }
+    for (size_t e = 0; e < (size_t)T * T; e++)
+        if (!isfinite(p[e])) {
+            atomic_min(&J->first_bad, (unsigned long long)t * T * T + e);
+            return 1;
+        }
+    /* Masked softmax per row; the diagonal is always allowed, so no row is
+     * empty. */
+    for (int i = 0; i < T; i++) {
+        vit_real *pi = p + (size_t)i * T, mx = -INFINITY;
+        for (int j = 0; j < T; j++)
+            if (sl->label[j] == sl->label[i] && pi[j] > mx) mx = pi[j];
+        double sum = 0.0;
+        for (int j = 0; j < T; j++) {
+            pi[j] = sl->label[j] == sl->label[i] ? vit_exp(pi[j] - mx) : (vit_real)0;
+            sum += pi[j];
+        }
+        vit_real inv = (vit_real)(1.0 / sum);
+        for (int j = 0; j < T; j++) pi[j] *= inv;
+    }
+    vit_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, dv, T, 1, p, T, sl->v, dv, 0, sl->o,
+             dv);
+    scatter(J->out + ov, sl->o, sl->tok, T, dv, g->ldv, 0);
+    return 0;
+}
+
+static void forward_tasks(void *ctx, size_t lo, size_t hi)
+{
+    wjob *J = ctx;
+    wslab sl = take_slab(J);
+    for (size_t t = lo; t < hi; t++)
+        if (window_forward(J, t, &sl)) return;
+}
+
+/* Scratch of nt threads; 0 or VIT_ENOMEM. */
+static int alloc_work(const char *fn, wjob *J, int nt)
+{
+    J->work = malloc((size_t)nt * J->g.slab * sizeof *J->work);
+    J->iwork = malloc((size_t)nt * 2 * J->g.T * sizeof *J->iwork);
+    if (!J->work || !J->iwork) {
+        free(J->work);
+        free(J->iwork);
+        return vit_fail(VIT_ENOMEM, "%s: cannot allocate scratch for %d thread(s)", fn, nt);
+    }
+    return VIT_OK;
+}
+
+static void job_init(wjob *J, const vit_window_attn *w, vit_real scale)
+{
+    memset(J, 0, sizeof *J);
+    J->w = w;
+    J->g = wgeometry(w);
+    J->scale = scale;
+    atomic_init(&J->next_slab, 0);
+    atomic_init(&J->first_bad, ULLONG_MAX);
+}
+
+/* q, k [B, N, H*d_k], v [B, N, H*d_v] -> out [B, N, H*d_v],
+ * probs [B, H, nW, T, T]. */
+int vit_window_attn_forward(const vit_window_attn *w, vit_real *out, vit_real *probs,
+                            const vit_real *q, const vit_real *k, const vit_real *v)
+{
+    static const char fn[] = "vit_window_attn_forward";
+    vit_real scale = 0;
+    int rc;
+    if ((rc = window_check(fn, w, &scale)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "out", out)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "probs", probs)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "q", q)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "k", k)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "v", v)) != VIT_OK) return rc;
+    if (out == q || out == k || out == v || out == probs)
+        return vit_fail(VIT_EINVAL, "%s: out must not alias q, k, v or probs", fn);
+
+    wjob J;
+    job_init(&J, w, scale);
+    J.q = q; J.k = k; J.v = v; J.out = out; J.probs = probs;
+    size_t tasks = (size_t)w->batch * w->heads * J.g.nW;
+    int nt = vit_threads_for(2.0 * tasks * J.g.T * (double)J.g.T * (w->d_k + w->d_v));
+    if ((size_t)nt > tasks) nt = (int)tasks;
+    if ((rc = alloc_work(fn, &J, nt)) != VIT_OK) return rc;
+    vit_parallel(nt, tasks, forward_tasks, &J);
+    free(J.work);
+    free(J.iwork);
+
+    unsigned long long f = atomic_load(&J.first_bad);
+    if (f != ULLONG_MAX) {
+        unsigned long long TT = (unsigned long long)J.g.T * J.g.T;
+        int b, h, wi, tok[2];
+        task_index(&J, (size_t)(f / TT), &b, &h, &wi);
+        int *ts = malloc(2 * (size_t)J.g.T * sizeof *ts);
+        if (!ts)
+            return vit_fail(VIT_ENUM, "%s: non-finite score at item %d, head %d, window %d "
+                            "(check q, k, bias)", fn, b, h, wi);
+        window_tokens(w, &J.g, wi, ts, ts + J.g.T);
+        tok[0] = ts[(f % TT) / (unsigned)J.g.T];
+        tok[1] = ts[(f % TT) % (unsigned)J.g.T];
+        free(ts);
+        return vit_fail(VIT_ENUM, "%s: non-finite score at item %d, head %d, query %d, key %d "
+                        "(check q, k, bias)", fn, b, h, tok[0], tok[1]);
+    }
+    return VIT_OK;
+}
+
+/* ---- Backward -------------------------------------------------------------- */
+
+/* One window: with P from the forward,
+ *   dV_w = P^T dO_w,  dP = dO_w V_w^T,  dS = P .* (dP - rowsum(dP .* P)),
+ *   dbias += dS,  dQ_w = s dS K_w,  dK_w = s dS^T Q_w,
+ * each scattered (added) to the window's tokens. */
+static void window_backward(wjob *J, size_t t, const wslab *sl)
+{
+    const vit_window_attn *w = J->w;
+    const wgeo *g = &J->g;
+    const int T = g->T, dk = w->d_k, dv = w->d_v;
+    int b, h, wi;
+    task_index(J, t, &b, &h, &wi);
+    window_tokens(w, g, wi, sl->tok, sl->label);
+    const size_t ok = (size_t)b * g->N * g->ldk + (size_t)h * dk;
+    const size_t ov = (size_t)b * g->N * g->ldv + (size_t)h * dv;
+    const vit_real *p = J->probs_in + t * T * T;
+    vit_real *dout = sl->o;
+    gather(dout, J->dout + ov, sl->tok, T, dv, g->ldv);
+
+    if (J->dv) {
+        vit_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, dv, T, 1, p, T, dout, dv, 0,
+                 sl->tmp, dv);
+        scatter(J->dv + ov, sl->tmp, sl->tok, T, dv, g->ldv, 1);
+    }
+    if (!J->dq && !J->dk && !J->dbias) return;
+    gather(sl->v, J->v + ov, sl->tok, T, dv, g->ldv);
+    vit_real *ds = sl->s;
+    vit_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, dv, 1, dout, dv, sl->v, dv, 0, ds, T);
+    for (int i = 0; i < T; i++) {
+        const vit_real *pi = p + (size_t)i * T;
+        vit_real *di = ds + (size_t)i * T;
+        double dot = 0.0;
+        for (int j = 0; j < T; j++) dot += (double)di[j] * pi[j];
+        for (int j = 0; j < T; j++) di[j] = pi[j] * (di[j] - (vit_real)dot);
+    }
+    if (J->dbias) {
+        vit_real *db = J->dbias + (w->bias_heads == 1 ? 0 : (size_t)h * T * T);
+        for (size_t e = 0; e < (size_t)T * T; e++) db[e] += ds[e];
+    }
+    if (J->dq) {
+        gather(sl->k, J->k + ok, sl->tok, T, dk, g->ldk);
+        vit_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, dk, T, J->scale, ds, T, sl->k, dk,
+                 0, sl->tmp, dk);
+        scatter(J->dq + ok, sl->tmp, sl->tok, T, dk, g->ldk, 1);
+    }
+    if (J->dk) {
+        gather(sl->q, J->q + ok, sl->tok, T, dk, g->ldk);
+        vit_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, dk, T, J->scale, ds, T, sl->q, dk,
+                 0, sl->tmp, dk);
+        scatter(J->dk + ok, sl->tmp, sl->tok, T, dk, g->ldk, 1);
+    }
+}
+
+/* Tasks are windows, each writing only its own tokens' rows; with a dbias
+ * per head they are heads (items and windows in order inside), with one
+ * shared dbias a single task: the order in which dbias sums its windows is
+ * then the same for every thread count. */
+static void backward_tasks(void *ctx, size_t lo, size_t hi)
+{
+    wjob *J = ctx;
+    wslab sl = take_slab(J);
+    const size_t nW = (size_t)J->g.nW, H = (size_t)J->w->heads;
+    for (size_t t = lo; t < hi; t++) {
+        if (!J->dbias) {
+            window_backward(J, t, &sl);
+        } else if (J->per_head) {
+            for (size_t b = 0; b < (size_t)J->w->batch; b++)
+                for (size_t wi = 0; wi < nW; wi++)
+                    window_backward(J, (b * H + t) * nW + wi, &sl);
+        } else {
+            for (size_t u = 0; u < (size_t)J->w->batch * H * nW; u++)
+                window_backward(J, u, &sl);
+        }
+    }
+}
+
+int vit_window_attn_backward(const vit_window_attn *w, vit_real *dq, vit_real *dk,
+                             vit_real *dv, vit_real *dbias, const vit_real *dout,
+                             const vit_real *probs, const vit_real *q, const vit_real *k,
+                             const vit_real *v)
+{
+    static const char fn[] = "vit_window_attn_backward";
+    vit_real scale = 0;
+    int rc;
+    if ((rc = window_check(fn, w, &scale)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "dout", dout)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "probs", probs)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "q", q)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "k", k)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "v", v)) != VIT_OK) return rc;
+    if (dbias && w->bias_heads != 1 && w->bias_heads != w->heads)
+        return vit_fail(VIT_EINVAL, "%s: dbias needs bias_heads 1 or heads (%d), got %d",
+                        fn, w->heads, w->bias_heads);
+    if (!dq && !dk && !dv && !dbias) return VIT_OK;
+
+    wjob J;
+    job_init(&J, w, scale);
+    J.q = q; J.k = k; J.v = v; J.dout = dout; J.probs_in = probs;
+    J.dq = dq; J.dk = dk; J.dv = dv; J.dbias = dbias;
+    size_t windows = (size_t)w->batch * w->heads * J.g.nW, tasks = windows;
+    if (dbias) {
+        J.per_head = w->bias_heads == w->heads && w->heads > 1;
+        tasks = J.per_head ? (size_t)w->heads : 1;
+    }
+    int nt = vit_threads_for(4.0 * windows * J.g.T * (double)J.g.T * (w->d_k + w->d_v));
+    if ((size_t)nt > tasks) nt = (int)tasks;
+    if ((rc = alloc_work(fn, &J, nt)) != VIT_OK) return rc;
+    vit_parallel(nt, tasks, backward_tasks, &J);
+    free(J.work);
+    free(J.iwork);
+    return VIT_OK;
+}
