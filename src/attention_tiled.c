@@ -398,7 +398,7 @@ int vit_sdpa_tiled_forward(const vit_sdpa *a, vit_real *out, vit_real *lse,
     atomic_init(&J.next_slab, 0);
     atomic_init(&J.first_bad, ULLONG_MAX);
     const size_t pairs = (size_t)a->batch * a->heads;
-    double flops = 2.0 * pairs * a->n_q * (double)a->n_k * (a->d_k + a->d_v);
+    double flops = 2.0 * (double)pairs * a->n_q * (double)a->n_k * (a->d_k + a->d_v);
     vit_parallel(vit_threads_for(flops), pairs * J.g.nqt, forward_tasks, &J);
     free(owned);
 

@@ -298,7 +298,7 @@ int vit_window_attn_forward(const vit_window_attn *w, vit_real *out, vit_real *p
     job_init(&J, w, scale);
     J.q = q; J.k = k; J.v = v; J.out = out; J.probs = probs;
     size_t tasks = (size_t)w->batch * w->heads * J.g.nW;
-    int nt = vit_threads_for(2.0 * tasks * J.g.T * (double)J.g.T * (w->d_k + w->d_v));
+    int nt = vit_threads_for(2.0 * (double)tasks * J.g.T * (double)J.g.T * (w->d_k + w->d_v));
     if ((size_t)nt > tasks) nt = (int)tasks;
     if ((rc = alloc_work(fn, &J, nt)) != VIT_OK) return rc;
     vit_parallel(nt, tasks, forward_tasks, &J);
@@ -429,7 +429,7 @@ int vit_window_attn_backward(const vit_window_attn *w, vit_real *dq, vit_real *d
         J.per_head = w->bias_heads == w->heads && w->heads > 1;
         tasks = J.per_head ? (size_t)w->heads : 1;
     }
-    int nt = vit_threads_for(4.0 * windows * J.g.T * (double)J.g.T * (w->d_k + w->d_v));
+    int nt = vit_threads_for(4.0 * (double)windows * J.g.T * (double)J.g.T * (w->d_k + w->d_v));
     if ((size_t)nt > tasks) nt = (int)tasks;
     if ((rc = alloc_work(fn, &J, nt)) != VIT_OK) return rc;
     vit_parallel(nt, tasks, backward_tasks, &J);

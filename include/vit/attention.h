@@ -240,12 +240,15 @@ int vit_mha_backward(const vit_mha *m, const vit_real *params, vit_real *grads,
  *   lse [B, H, n_q],  lse = log sum_j exp(s q_i.k_j + bias_ij) over the
  *                     allowed keys j (-infinity for a fully masked row),
  * and the backward recomputes the weights tile by tile from q, k and lse.
- * It costs about 1.4x (single thread: 1.2x) the arithmetic of the standard
- * backward and no [n_q, n_k] buffer.  Results agree with the standard path
- * to rounding; they do not depend on the thread count (every output element
- * is summed in the same order whatever the split).  The loops run on the
- * library's threads over (item, head, query tile), and over key tiles in the
- * backward.
+ * The price is arithmetic: the backward does 5 products of the size of
+ * Q K^T where the standard one does 4 (7 when it splits the sequence across
+ * threads because there are fewer (item, head) pairs than threads can share
+ * evenly, or a dbias is shared by several pairs), and the exponentials
+ * twice.  Results agree with the standard path to rounding, and do not
+ * depend on the thread count: every output element is summed in the same
+ * order whatever the split.  The loops run on the library's threads over
+ * (item, head, query tile), and in the backward over (item, head) pairs or
+ * key tiles.
  *
  * Which path to use: vit_sdpa_use_tiled() below. */
 
@@ -257,7 +260,8 @@ int vit_mha_backward(const vit_mha *m, const vit_real *params, vit_real *grads,
  * "0", and otherwise (unset or any other value) when
  * n_q * n_k > VIT_SDPA_TILED_THRESHOLD, i.e. from 257 x 257 tokens on:
  * below that the [n_q, n_k] maps are small and the standard path is
- * faster.  For a tape or model that picks its attention path per layer.
+ * faster.  For a tape or model that picks its attention path per layer;
+ * vit_mha_forward/backward themselves always use the standard path.
  * 0 for a NULL a or a size < 1.  Reads the environment on every call; does
  * not record errors. */
 int vit_sdpa_use_tiled(const vit_sdpa *a);

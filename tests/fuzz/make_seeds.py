@@ -8,7 +8,9 @@ written by hand from the format descriptions in include/vit/*.h, so that a
 fuzzer starts from files that reach deep into each parser.  The checkpoint
 seeds also include real checkpoints of a tiny run of vit_train.  The output
 is deterministic; the files are committed, this script documents how they
-were made.
+were made.  The files with 40-hex-digit names beside them are not written
+here: they are what the 10-minute libFuzzer runs added, minimised with
+`fuzz_NAME -merge=1 NEW tests/fuzz/corpus/NAME FOUND`.
 """
 import gzip
 import os
