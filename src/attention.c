@@ -591,7 +591,9 @@ int vit_mha_views_of(const vit_mha *m, vit_real *flat, vit_mha_views *views)
 }
 
 /* Cache layout: Q [B,n_q,d] | K [B,n_k,d] | V [B,n_k,d] | ctx [B,n_q,d] |
- * probs [B,H,n_q,n_k]. */
+ * probs [B,H,n_q,n_k], or, when the layer is long enough for the
+ * memory-efficient path (vit_sdpa_use_tiled), only the rows' log-sum-exp
+ * [B,H,n_q] in place of probs. */
 typedef struct {
     vit_real *q, *k, *v, *ctx, *probs;
 } mha_cache;
@@ -609,18 +611,34 @@ static mha_cache cache_of(const vit_mha *m, vit_real *cache)
     return c;
 }
 
+static vit_sdpa mha_core(const vit_mha *m);
+
+/* Whether this layer runs the tiled attention core (decided the same way in
+ * the forward, the backward and the size queries). */
+static int mha_tiled(const vit_mha *m)
+{
+    vit_sdpa a = mha_core(m);
+    return vit_sdpa_use_tiled(&a);
+}
+
 size_t vit_mha_cache_size(const vit_mha *m)
 {
     if (mha_check_fn("vit_mha_cache_size", m) != VIT_OK) return 0;
     size_t d = (size_t)m->d_model;
     size_t nq = (size_t)m->batch * m->n_q, nk = (size_t)m->batch * m->n_k;
-    return 2 * nq * d + 2 * nk * d + (size_t)m->batch * m->heads * m->n_q * m->n_k;
+    size_t maps = (size_t)m->batch * m->heads * m->n_q * (mha_tiled(m) ? 1 : (size_t)m->n_k);
+    return 2 * nq * d + 2 * nk * d + maps;
 }
 
 vit_real *vit_mha_probs(const vit_mha *m, vit_real *cache)
 {
     if (mha_check_fn("vit_mha_probs", m) != VIT_OK) return NULL;
     if (vit_check_ptr("vit_mha_probs", "cache", cache) != VIT_OK) return NULL;
+    if (mha_tiled(m)) {
+        vit_fail(VIT_EINVAL, "vit_mha_probs: a layer of %d x %d tokens runs the tiled path, "
+                 "which keeps no attention maps", m->n_q, m->n_k);
+        return NULL;
+    }
     return cache_of(m, cache).probs;
 }
 
@@ -692,7 +710,9 @@ int vit_mha_forward(const vit_mha *m, const vit_real *params, vit_real *y,
     dense_forward(c.k, x_kv, w.w_k, w.b_k, rk, dkv, d);
     dense_forward(c.v, x_kv, w.w_v, w.b_v, rk, dkv, d);
     vit_sdpa a = mha_core(m);
-    if ((rc = vit_sdpa_forward(&a, c.ctx, c.probs, c.q, c.k, c.v)) != VIT_OK) return rc;
+    rc = vit_sdpa_use_tiled(&a) ? vit_sdpa_tiled_forward(&a, c.ctx, c.probs, c.q, c.k, c.v, NULL)
+                                : vit_sdpa_forward(&a, c.ctx, c.probs, c.q, c.k, c.v);
+    if (rc != VIT_OK) return rc;
     dense_forward(y, c.ctx, w.w_o, w.b_o, rq, d, d);
     return VIT_OK;
 }
@@ -703,7 +723,7 @@ size_t vit_mha_work_size(const vit_mha *m)
     if (mha_check_fn("vit_mha_work_size", m) != VIT_OK) return 0;
     size_t d = (size_t)m->d_model;
     size_t nq = (size_t)m->batch * m->n_q, nk = (size_t)m->batch * m->n_k;
-    return 2 * nq * d + 2 * nk * d + (size_t)m->n_q * m->n_k;
+    return 2 * nq * d + 2 * nk * d + (mha_tiled(m) ? 0 : (size_t)m->n_q * m->n_k);
 }
 
 /* dy [B, n_q, d] -> grads (flat, like params), dx_q, dx_kv, dbias, all
@@ -762,8 +782,13 @@ int vit_mha_backward(const vit_mha *m, const vit_real *params, vit_real *grads,
     memset(dq, 0, (size_t)rq * d * sizeof *dq);
     memset(dk, 0, 2 * (size_t)rk * d * sizeof *dk);
     vit_sdpa a = mha_core(m);
-    rc = vit_sdpa_backward(&a, need_q ? dq : NULL, need_kv ? dk : NULL,
-                           need_kv ? dv : NULL, dbias, dctx, c.probs, c.q, c.k, c.v, wsdpa);
+    if (vit_sdpa_use_tiled(&a)) /* c.probs holds the log-sum-exp; O(tile) scratch of its own */
+        rc = vit_sdpa_tiled_backward(&a, need_q ? dq : NULL, need_kv ? dk : NULL,
+                                     need_kv ? dv : NULL, dbias, dctx, c.ctx, c.probs,
+                                     c.q, c.k, c.v, NULL);
+    else
+        rc = vit_sdpa_backward(&a, need_q ? dq : NULL, need_kv ? dk : NULL,
+                               need_kv ? dv : NULL, dbias, dctx, c.probs, c.q, c.k, c.v, wsdpa);
     if (rc == VIT_OK) {
         if (need_q) dense_backward(dx_q, g.w_q, g.b_q, dq, x_q, w.w_q, rq, d, d);
         if (need_kv) {

@@ -351,8 +351,10 @@ static int eval_chunk(vit_model *m, const eval_bufs *e, const vit_real *images, 
                                  eps));
         /* The MLP's hidden buffer holds the attention output for a moment. */
         EV(vit_mha_forward(&mha, P(b->attn), e->u, e->h, e->h, e->cache));
-        memcpy(maps[l], vit_mha_probs(&mha, e->cache), nmaps * sizeof *maps[l]);
-        maps[l] += nmaps;
+        if (maps) { /* NULL when the layers run the tiled core, which keeps none */
+            memcpy(maps[l], vit_mha_probs(&mha, e->cache), nmaps * sizeof *maps[l]);
+            maps[l] += nmaps;
+        }
         EV(vit_residual_forward(e->x, e->x, e->u, (size_t)rows * D));
         EV(vit_layernorm_forward(e->h, e->mean, e->rstd, e->x, P(b->ln2_g), P(b->ln2_b), rows, D,
                                  eps));
@@ -393,11 +395,15 @@ static vit_tensor *forward_eval(vit_model *m, vit_tape *tape, const vit_real *im
     if (!z)
         return NULL;
     size_t per_map = (size_t)batch * c->heads * m->tokens * m->tokens;
-    vit_real *all = vit_tape_reals(tape, per_map * (size_t)c->depth);
-    if (!all)
+    /* Long sequences run the tiled attention core, which keeps no maps. */
+    vit_sdpa core = {.batch = chunk, .heads = c->heads, .n_q = m->tokens, .n_k = m->tokens,
+                     .d_k = c->dim / c->heads, .d_v = c->dim / c->heads};
+    int keep_maps = !vit_sdpa_use_tiled(&core);
+    vit_real *all = keep_maps ? vit_tape_reals(tape, per_map * (size_t)c->depth) : NULL;
+    if (keep_maps && !all)
         return NULL;
-    vit_real **cursor = (vit_real **)m->maps; /* advanced per chunk, reset below */
-    for (int l = 0; l < c->depth; l++)
+    vit_real **cursor = keep_maps ? (vit_real **)m->maps : NULL; /* advanced per chunk */
+    for (int l = 0; keep_maps && l < c->depth; l++)
         cursor[l] = all + per_map * l;
     size_t img = (size_t)c->image_height * c->image_width * c->channels;
     for (int i = 0; i < batch; i += chunk) {
@@ -409,7 +415,7 @@ static vit_tensor *forward_eval(vit_model *m, vit_tape *tape, const vit_real *im
         }
     }
     for (int l = 0; l < c->depth; l++)
-        m->maps[l] = all + per_map * l;
+        m->maps[l] = keep_maps ? all + per_map * l : NULL;
     return z;
 }
 

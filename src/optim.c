@@ -1,6 +1,7 @@
 /* AdamW (decoupled weight decay), warm-up + cosine schedule, gradient norm. */
 #include "vit/optim.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -95,6 +96,14 @@ static int check_groups(const vit_param_group *g, int ngroups, size_t n)
     return VIT_OK;
 }
 
+/* Largest |g| whose square still fits in vit_real (with room for the
+ * moment's weighted sum). */
+#ifdef VIT_DOUBLE
+#define GRAD_SQUARE_MAX 1e150
+#else
+#define GRAD_SQUARE_MAX 1e18
+#endif
+
 int vit_adamw_step(vit_adamw *opt, vit_real *params, const vit_real *grads,
                    const vit_param_group *groups, int ngroups, double lr)
 {
@@ -113,10 +122,16 @@ int vit_adamw_step(vit_adamw *opt, vit_real *params, const vit_real *grads,
         return rc;
     /* Scan every gradient before touching anything: one NaN from an
      * overflowing loss must not leave half the model updated. */
-    for (size_t i = 0; i < opt->n; i++)
+    for (size_t i = 0; i < opt->n; i++) {
         if (!isfinite(grads[i]))
             return vit_fail(VIT_ENUM, "%s: grads[%zu] = %g is not finite", fn, i,
                             (double)grads[i]);
+        /* A finite gradient whose square overflows vit_real would turn the
+         * second moment into infinity and freeze that parameter for good. */
+        if (fabs((double)grads[i]) > GRAD_SQUARE_MAX)
+            return vit_fail(VIT_ENUM, "%s: grads[%zu] = %g is too large (its square overflows)", fn,
+                            i, (double)grads[i]);
+    }
 
     opt->t++;
     double b1 = opt->beta1, b2 = opt->beta2;

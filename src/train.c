@@ -457,7 +457,9 @@ static int train_epoch(run *r, const vit_dataset *train, const vit_train_opts *o
         lr = vit_lr_at((long)r->st.step, total_steps, warm, c->lr, c->min_lr);
         rc = vit_adamw_step(&r->opt, vit_model_params(r->m), vit_model_grads(r->m), groups, ngroups, lr);
         if (rc == VIT_ENUM)
-            return vit_fail(VIT_ENUM, "training diverged: non-finite gradient at step %llu (epoch %llu)",
+            return vit_fail(VIT_ENUM, "training diverged: %s at step %llu (epoch %llu)",
+                            strstr(vit_last_error(), "too large") ? "overflowing gradient"
+                                                                  : "non-finite gradient",
                             r->st.step + 1, r->st.epoch + 1);
         if (rc)
             return rc;

@@ -190,14 +190,18 @@ int vit_mha_views_of(const vit_mha *m, vit_real *flat, vit_mha_views *views);
 
 /* Number of reals the forward saves for the backward (the "cache"):
  * Q [B,n_q,d], K [B,n_k,d], V [B,n_k,d], context [B,n_q,d] and the maps
- * probs [B,H,n_q,n_k].  The caller allocates and owns the cache.  0, with a
- * message, for an invalid shape. */
+ * probs [B,H,n_q,n_k].  Long layers (vit_sdpa_use_tiled true for the
+ * layer's core: above VIT_SDPA_TILED_THRESHOLD score entries per head, or
+ * as VIT_SDPA_TILED forces) run the memory-efficient tiled core instead and
+ * keep only the rows' log-sum-exp [B,H,n_q] in place of the maps, so the
+ * cache and the backward's work grow linearly in the tokens.  The caller
+ * allocates and owns the cache.  0, with a message, for an invalid shape. */
 size_t vit_mha_cache_size(const vit_mha *m);
 
 /* The attention maps inside a cache: [B, H, n_q, n_k] (row i of head h of
  * item b is query i's distribution over the keys).  A pointer into cache,
- * valid as long as the cache is; NULL, with a message, for an invalid shape
- * or a NULL cache. */
+ * valid as long as the cache is; NULL, with a message, for an invalid shape,
+ * a NULL cache, or a layer that runs the tiled core (which keeps no maps). */
 vit_real *vit_mha_probs(const vit_mha *m, vit_real *cache);
 
 /* Forward.  y [B, n_q, d_model] (overwritten, must not alias inputs);

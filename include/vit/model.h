@@ -171,8 +171,9 @@ vit_tensor *vit_model_forward(vit_model *m, vit_tape *tape, const vit_real *imag
 /* The attention maps [batch, heads, T, T] of block `layer` from the model's
  * last forward (memory of the tape it ran on, valid until that tape's
  * reset), T = patches + 1 (token 0 is the class token); row i of head h is
- * query i's distribution over the keys.  Read only; NULL for a NULL m or
- * layer outside 0 .. depth-1. */
+ * query i's distribution over the keys.  Read only; NULL for a NULL m,
+ * layer outside 0 .. depth-1, or a model long enough that its layers run
+ * the tiled attention core (vit_sdpa_use_tiled), which keeps no maps. */
 const vit_real *vit_model_attention_maps(const vit_model *m, int layer);
 
 #ifdef __cplusplus
