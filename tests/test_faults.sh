@@ -46,7 +46,9 @@ echo "reference run: $ref_time s"
 # then kills it at a random moment within the time a whole run takes.
 # Prints "killed", or "finished" when the run ended before the signal.
 kill_randomly() {
-    train --epochs $epochs --out "$tmp/run" "$@" >/dev/null 2>&1 &
+    # (vit_train itself in the background, not the train function: $! must
+    # be the trainer's pid, not that of a subshell the signal would not reach)
+    "$tools/vit_train" "${small[@]}" --epochs $epochs --out "$tmp/run" "$@" >/dev/null 2>&1 &
     local pid=$! waited=0
     while [ ! -e "$tmp/run/last.ckpt" ] && kill -0 $pid 2>/dev/null && [ $waited -lt 1200 ]; do
         sleep 0.05
@@ -55,11 +57,12 @@ kill_randomly() {
     local delay
     delay=$(calc "$ref_time * $RANDOM / 32768 * 0.6")
     sleep "$delay"
-    if kill -9 $pid 2>/dev/null; then
-        wait $pid 2>/dev/null
+    kill -9 $pid 2>/dev/null
+    wait $pid 2>/dev/null
+    # 128 + 9 when the signal did it; a run that had already ended says 0
+    if [ $? -eq 137 ]; then
         echo "killed after a further ${delay}s"
     else
-        wait $pid 2>/dev/null
         echo "finished"
     fi
 }
