@@ -122,16 +122,19 @@ static void softmax_row(vit_real *s, int n, const row_mask *r)
 
 /* ---- Attention core ---------------------------------------------------- */
 
-/* Heads up to this size go through direct loops, one (item, head) pair per
- * task across the threads: for ViT-sized heads (n = 17..65 tokens) a BLAS
- * call per pair costs more in call overhead and packing than the arithmetic.
- * The transposed K (or V) of a head is kept on the stack. */
-#define SMALL_N 128
-#define SMALL_D 64
+/* Pairs whose score block has at most this many entries, when there are at
+ * least as many pairs as threads, run one pair per task across the threads
+ * with single-threaded GEMMs (the backward keeps its dS block on the stack).
+ * Bigger pairs run one after another, each GEMM split across the threads.
+ * ViT-sized heads (17..65 tokens) are too small to split well, and there are
+ * batch * heads of them; BLAS on a pair beat hand-written loops at every
+ * ViT size measured (17, 50 and 65 tokens). */
+#define PAIR_SCORES_MAX (128 * 128)
 
-static int small_heads(const vit_sdpa *a)
+static int pairs_in_parallel(const vit_sdpa *a)
 {
-    return a->n_k <= SMALL_N && a->d_k <= SMALL_D && a->d_v <= SMALL_D;
+    return (size_t)a->n_q * (size_t)a->n_k <= PAIR_SCORES_MAX
+        && a->batch * a->heads >= vit_threads();
 }
 
 /* A non-finite score: its (item, head, query, key), or item < 0 for none. */
@@ -163,49 +166,6 @@ static int softmax_rows(const vit_sdpa *a, int b, int h, vit_real *p, int i0, in
     return 0;
 }
 
-/* One (item, head) pair by direct loops, every inner loop running along a
- * contiguous row so that it vectorises:
- *   S = s Q K^T (through K^T), softmax, O = P V. */
-static int head_forward_small(const vit_sdpa *a, vit_real scale, int b, int h, vit_real *out,
-                              vit_real *probs, const vit_real *q, const vit_real *k,
-                              const vit_real *v, bad_score *bad)
-{
-    const int H = a->heads, nq = a->n_q, nk = a->n_k, dk = a->d_k, dv = a->d_v;
-    const int ldk = H * dk, ldv = H * dv;
-    const vit_real *qbh = q + (size_t)b * nq * ldk + (size_t)h * dk;
-    const vit_real *kbh = k + (size_t)b * nk * ldk + (size_t)h * dk;
-    const vit_real *vbh = v + (size_t)b * nk * ldv + (size_t)h * dv;
-    vit_real *obh = out + (size_t)b * nq * ldv + (size_t)h * dv;
-    vit_real *p = probs + ((size_t)b * H + h) * nq * nk;
-    vit_real kt[SMALL_D * SMALL_N];
-    for (int j = 0; j < nk; j++)
-        for (int c = 0; c < dk; c++)
-            kt[c * nk + j] = kbh[(size_t)j * ldk + c];
-    for (int i = 0; i < nq; i++) {
-        const vit_real *qi = qbh + (size_t)i * ldk;
-        vit_real *s = p + (size_t)i * nk;
-        for (int j = 0; j < nk; j++) s[j] = 0;
-        for (int c = 0; c < dk; c++) {
-            const vit_real qc = qi[c], *kc = kt + c * nk;
-            for (int j = 0; j < nk; j++) s[j] += qc * kc[j];
-        }
-        for (int j = 0; j < nk; j++) s[j] *= scale;
-    }
-    if (softmax_rows(a, b, h, p, 0, nq, bad))
-        return 1;
-    for (int i = 0; i < nq; i++) {
-        const vit_real *pi = p + (size_t)i * nk;
-        vit_real *oi = obh + (size_t)i * ldv;
-        for (int c = 0; c < dv; c++) oi[c] = 0;
-        for (int j = 0; j < nk; j++) {
-            const vit_real pj = pi[j], *vj = vbh + (size_t)j * ldv;
-            if (pj != 0)
-                for (int c = 0; c < dv; c++) oi[c] += pj * vj[c];
-        }
-    }
-    return 0;
-}
-
 /* Lowers *slot to v if v is smaller: the earliest failure wins whatever the
  * order the threads found them in. */
 static void atomic_min(atomic_ullong *slot, unsigned long long v)
@@ -233,9 +193,9 @@ static void softmax_piece(void *ctx, size_t lo, size_t hi)
                                   + (unsigned long long)bad.j);
 }
 
-/* One pair by BLAS: S = s Q K^T and O = P V as split GEMMs, the softmax
- * rows split across the threads. */
-static int head_forward_blas(const vit_sdpa *a, vit_real scale, int b, int h, vit_real *out,
+/* One pair: S = s Q K^T and O = P V as GEMMs, split across the threads with
+ * the softmax rows unless called from a pair-parallel task. */
+static int head_forward(const vit_sdpa *a, vit_real scale, int b, int h, vit_real *out,
                              vit_real *probs, const vit_real *q, const vit_real *k,
                              const vit_real *v, bad_score *bad)
 {
@@ -261,7 +221,7 @@ static int head_forward_blas(const vit_sdpa *a, vit_real scale, int b, int h, vi
     return 0;
 }
 
-/* Pairs lo..hi-1 of the small-head forward; first_bad is the earliest
+/* Pairs lo..hi-1 of the pair-parallel forward; first_bad is the earliest
  * pair with a non-finite score. */
 typedef struct {
     const vit_sdpa *a;
@@ -276,8 +236,8 @@ static void forward_pairs(void *ctx, size_t lo, size_t hi)
     const int H = J->a->heads;
     bad_score bad;
     for (size_t x = lo; x < hi; x++)
-        if (head_forward_small(J->a, J->scale, (int)(x / H), (int)(x % H), J->out, J->probs,
-                               J->q, J->k, J->v, &bad)) {
+        if (head_forward(J->a, J->scale, (int)(x / H), (int)(x % H), J->out, J->probs,
+                         J->q, J->k, J->v, &bad)) {
             atomic_min(&J->first_bad, x);
             return;
         }
@@ -307,7 +267,7 @@ int vit_sdpa_forward(const vit_sdpa *a, vit_real *out, vit_real *probs,
     const int B = a->batch, H = a->heads;
     const int pairs = B * H;
     bad_score bad = {-1, 0, 0, 0};
-    if (small_heads(a)) {
+    if (pairs_in_parallel(a)) {
         /* Pairs split statically; the earliest failing pair is found again
          * on this thread for its message. */
         fwd_job J = {a, scale, out, probs, q, k, v, ATOMIC_VAR_INIT(ULLONG_MAX)};
@@ -315,11 +275,11 @@ int vit_sdpa_forward(const vit_sdpa *a, vit_real *out, vit_real *probs,
                      (size_t)pairs, forward_pairs, &J);
         unsigned long long f = atomic_load(&J.first_bad);
         if (f != ULLONG_MAX)
-            head_forward_small(a, scale, (int)(f / (unsigned)H), (int)(f % (unsigned)H), out,
-                               probs, q, k, v, &bad);
+            head_forward(a, scale, (int)(f / (unsigned)H), (int)(f % (unsigned)H), out, probs,
+                         q, k, v, &bad);
     } else {
         for (int x = 0; x < pairs && bad.b < 0; x++)
-            head_forward_blas(a, scale, x / H, x % H, out, probs, q, k, v, &bad);
+            head_forward(a, scale, x / H, x % H, out, probs, q, k, v, &bad);
     }
     if (bad.b >= 0)
         return vit_fail(VIT_ENUM, "%s: non-finite score at item %d, head %d, query %d, key %d "
@@ -345,63 +305,6 @@ static void softmax_grad_rows(const vit_real *p, vit_real *ds, int nk, int i0, i
     }
 }
 
-/* Backward of one pair by direct loops, one query row at a time:
- *   dV_j += P_ij dO_i;  dP_i = dO_i V^T (through V^T);  dS_i from the softmax;
- *   dbias_i += dS_i;  dQ_i += s dS_i K;  dK_j += s dS_ij Q_i. */
-static void head_backward_small(const vit_sdpa *a, vit_real scale, int b, int h, vit_real *dq,
-                                vit_real *dk, vit_real *dv, vit_real *dbias,
-                                const vit_real *dout, const vit_real *probs, const vit_real *q,
-                                const vit_real *k, const vit_real *v)
-{
-    const int H = a->heads, nq = a->n_q, nk = a->n_k, dkh = a->d_k, dvh = a->d_v;
-    const int ldk = H * dkh, ldv = H * dvh;
-    size_t qo = (size_t)b * nq * ldk + (size_t)h * dkh;
-    size_t ko = (size_t)b * nk * ldk + (size_t)h * dkh;
-    size_t vo = (size_t)b * nk * ldv + (size_t)h * dvh;
-    size_t oo = (size_t)b * nq * ldv + (size_t)h * dvh;
-    const vit_real *p = probs + ((size_t)b * H + h) * nq * nk;
-    const int need_ds = dq || dk || dbias;
-    vit_real vt[SMALL_D * SMALL_N], ds[SMALL_N];
-    if (need_ds)
-        for (int j = 0; j < nk; j++)
-            for (int c = 0; c < dvh; c++)
-                vt[c * nk + j] = v[vo + (size_t)j * ldv + c];
-    for (int i = 0; i < nq; i++) {
-        const vit_real *pi = p + (size_t)i * nk, *doi = dout + oo + (size_t)i * ldv;
-        if (dv)
-            for (int j = 0; j < nk; j++) {
-                vit_real pj = pi[j], *dvj = dv + vo + (size_t)j * ldv;
-                if (pj != 0)
-                    for (int c = 0; c < dvh; c++) dvj[c] += pj * doi[c];
-            }
-        if (!need_ds) continue;
-        for (int j = 0; j < nk; j++) ds[j] = 0;
-        for (int c = 0; c < dvh; c++) {
-            const vit_real oc = doi[c], *vc = vt + c * nk;
-            for (int j = 0; j < nk; j++) ds[j] += oc * vc[j];
-        }
-        softmax_grad_rows(pi, ds, nk, 0, 1);
-        if (dbias) {
-            vit_real *db = dbias + (a->bias_heads == 1 ? 0 : (size_t)h * nq * nk)
-                         + (size_t)i * nk;
-            for (int j = 0; j < nk; j++) db[j] += ds[j];
-        }
-        const vit_real *qi = q + qo + (size_t)i * ldk;
-        vit_real *dqi = dq ? dq + qo + (size_t)i * ldk : NULL;
-        for (int j = 0; j < nk; j++) {
-            vit_real w = scale * ds[j];
-            if (w == 0) continue; /* masked keys and zero rows */
-            const vit_real *kj = k + ko + (size_t)j * ldk;
-            if (dqi)
-                for (int c = 0; c < dkh; c++) dqi[c] += w * kj[c];
-            if (dk) {
-                vit_real *dkj = dk + ko + (size_t)j * ldk;
-                for (int c = 0; c < dkh; c++) dkj[c] += w * qi[c];
-            }
-        }
-    }
-}
-
 typedef struct {
     const vit_real *p;
     vit_real *ds;
@@ -414,9 +317,10 @@ static void softmax_grad_piece(void *ctx, size_t lo, size_t hi)
     softmax_grad_rows(J->p, J->ds, J->nk, (int)lo, (int)hi);
 }
 
-/* Backward of one pair by split GEMMs, with the softmax rows split too;
- * work holds dP then dS [nq, nk]. */
-static void head_backward_blas(const vit_sdpa *a, vit_real scale, int b, int h, vit_real *dq,
+/* Backward of one pair by GEMMs, split across the threads with the softmax
+ * rows unless called from a pair-parallel task; work holds dP then dS
+ * [nq, nk]. */
+static void head_backward(const vit_sdpa *a, vit_real scale, int b, int h, vit_real *dq,
                                vit_real *dk, vit_real *dv, vit_real *dbias,
                                const vit_real *dout, const vit_real *probs, const vit_real *q,
                                const vit_real *k, const vit_real *v, vit_real *work)
@@ -463,9 +367,10 @@ static void backward_pairs(void *ctx, size_t lo, size_t hi)
 {
     const bwd_job *J = ctx;
     const int H = J->a->heads;
+    vit_real ds[PAIR_SCORES_MAX];
     for (size_t x = lo; x < hi; x++)
-        head_backward_small(J->a, J->scale, (int)(x / H), (int)(x % H), J->dq, J->dk, J->dv,
-                            J->dbias, J->dout, J->probs, J->q, J->k, J->v);
+        head_backward(J->a, J->scale, (int)(x / H), (int)(x % H), J->dq, J->dk, J->dv,
+                      J->dbias, J->dout, J->probs, J->q, J->k, J->v, ds);
 }
 
 /* dout [B, n_q, H*d_v] -> dq, dk, dv (layouts of q, k, v), dbias
@@ -475,7 +380,7 @@ static void backward_pairs(void *ctx, size_t lo, size_t hi)
  *   dS     = P .* (dP - rowsum(dP .* P))        (O(n_k) per row)
  *   dbias += dS,  dQ_bh += s dS K_bh,  dK_bh += s dS^T Q_bh
  * Forbidden weights are 0, so their dS is 0 and masks need no second look.
- * Pairs write disjoint columns of dq, dk, dv, so small heads run one pair
+ * Pairs write disjoint columns of dq, dk, dv, so small pairs run one pair
  * per task; dbias is shared by the batch, so with it they run in order. */
 int vit_sdpa_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_real *dv,
                       vit_real *dbias, const vit_real *dout, const vit_real *probs,
@@ -496,7 +401,7 @@ int vit_sdpa_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_real *d
                         fn, a->heads, a->bias_heads);
 
     const int H = a->heads, pairs = a->batch * H;
-    if (small_heads(a)) {
+    if (pairs_in_parallel(a)) {
         int nt = dbias ? 1 : vit_threads_for(8.0 * pairs * a->n_q * a->n_k * (a->d_k + a->d_v));
         bwd_job J = {a, scale, dq, dk, dv, dbias, dout, probs, q, k, v};
         vit_parallel(nt, (size_t)pairs, backward_pairs, &J);
@@ -511,8 +416,7 @@ int vit_sdpa_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_real *d
         work = owned;
     }
     for (int x = 0; x < pairs; x++)
-        head_backward_blas(a, scale, x / H, x % H, dq, dk, dv, dbias, dout, probs, q, k, v,
-                           work);
+        head_backward(a, scale, x / H, x % H, dq, dk, dv, dbias, dout, probs, q, k, v, work);
     free(owned);
     return VIT_OK;
 }
