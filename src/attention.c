@@ -95,10 +95,25 @@ static int row_allows(const row_mask *r, int j)
 
 /* In place: scores s[n] -> masked softmax.  Forbidden entries get weight
  * exactly 0 (the -infinity of the maths); a row with nothing allowed becomes
- * all zeros rather than 0/0.  The max is subtracted so exp never overflows;
- * the sum is taken in double, which costs nothing and helps float32. */
+ * all zeros rather than 0/0.  The max is subtracted so exp never overflows.
+ * Unmasked rows (every ViT row) take a plain path whose sum uses SIMD
+ * partial sums; masked rows sum in double. */
 static void softmax_row(vit_real *s, int n, const row_mask *r)
 {
+    if (!r->allowed && !r->valid && r->last == n - 1) { /* no mask: one plain pass each */
+        vit_real mx = s[0];
+        for (int j = 1; j < n; j++)
+            mx = s[j] > mx ? s[j] : mx;
+        vit_real sum = 0;
+#pragma omp simd reduction(+ : sum)
+        for (int j = 0; j < n; j++) {
+            s[j] = vit_exp(s[j] - mx);
+            sum += s[j];
+        }
+        const vit_real inv = (vit_real)1 / sum; /* sum >= 1: the max contributes exp(0) */
+        for (int j = 0; j < n; j++) s[j] *= inv;
+        return;
+    }
     vit_real mx = -INFINITY;
     for (int j = 0; j < n; j++) {
         if (row_allows(r, j)) {
@@ -119,8 +134,6 @@ static void softmax_row(vit_real *s, int n, const row_mask *r)
     vit_real inv = (vit_real)(1.0 / sum); /* sum >= 1: the max contributes exp(0) */
     for (int j = 0; j < n; j++) s[j] *= inv;
 }
-
-/* ---- Attention core ---------------------------------------------------- */
 
 /* Pairs whose score block has at most this many entries, when there are at
  * least as many pairs as threads, run one pair per task across the threads

@@ -15,32 +15,35 @@ typedef struct {
     vit_real eps;
 } ln_job;
 
-/* Rows lo..hi-1 of the forward. */
+/* Rows lo..hi-1 of the forward.  Two passes (mean, then squared
+ * deviations): the one-pass E[x^2] - E[x]^2 cancels badly when |mean| >>
+ * std.  Sums are in the build's precision with SIMD partial sums (the
+ * `omp simd` reductions, compiled with -fopenmp-simd, no OpenMP runtime);
+ * widening every element to double cost most of the time in float32. */
 static void ln_forward_rows(void *p, size_t lo, size_t hi)
 {
     const ln_job *J = p;
     const int d = J->d;
+    const vit_real *gamma = J->gamma, *beta = J->beta;
     for (size_t i = lo; i < hi; i++) {
         const vit_real *xr = J->x + i * d;
         vit_real *yr = J->y + i * d;
-        /* Two passes (mean, then squared deviations) in double: the one-pass
-         * E[x^2] - E[x]^2 cancels badly when |mean| >> std. */
-        double m = 0.0;
+        vit_real m = 0;
+#pragma omp simd reduction(+ : m)
         for (int j = 0; j < d; j++)
             m += xr[j];
-        m /= d;
-        double v = 0.0;
-        for (int j = 0; j < d; j++) {
-            double c = xr[j] - m;
-            v += c * c;
-        }
-        v /= d; /* biased, as PyTorch */
-        double rs = 1.0 / sqrt(v + (double)J->eps);
-        J->mean[i] = (vit_real)m;
-        J->rstd[i] = (vit_real)rs;
+        m /= (vit_real)d;
+        vit_real v = 0;
+#pragma omp simd reduction(+ : v)
+        for (int j = 0; j < d; j++)
+            v += (xr[j] - m) * (xr[j] - m);
+        v /= (vit_real)d; /* biased, as PyTorch */
+        vit_real rs = (vit_real)(1.0 / sqrt((double)v + (double)J->eps));
+        J->mean[i] = m;
+        J->rstd[i] = rs;
         /* Reads xr[j] before writing yr[j], so y may alias x. */
         for (int j = 0; j < d; j++)
-            yr[j] = (vit_real)((xr[j] - m) * rs * J->gamma[j] + J->beta[j]);
+            yr[j] = (xr[j] - m) * rs * gamma[j] + beta[j];
     }
 }
 
@@ -67,28 +70,28 @@ int vit_layernorm_forward(vit_real *y, vit_real *mean, vit_real *rstd,
     return VIT_OK;
 }
 
-/* Rows lo..hi-1 of dx. */
+/* Rows lo..hi-1 of dx, sums in the build's precision as in the forward. */
 static void ln_dx_rows(void *p, size_t lo, size_t hi)
 {
     const ln_job *J = p;
     const int d = J->d;
+    const vit_real *gamma = J->gamma;
     for (size_t i = lo; i < hi; i++) {
         const vit_real *xr = J->x + i * d;
         const vit_real *dyr = J->dy + i * d;
         vit_real *dxr = J->dx + i * d;
-        double m = J->cmean[i], rs = J->crstd[i];
-        double sum_g = 0.0, sum_gx = 0.0;
+        const vit_real m = J->cmean[i], rs = J->crstd[i];
+        vit_real sum_g = 0, sum_gx = 0;
+#pragma omp simd reduction(+ : sum_g, sum_gx)
         for (int j = 0; j < d; j++) {
-            double xhat = (xr[j] - m) * rs;
-            double g = (double)dyr[j] * J->gamma[j];
+            vit_real g = dyr[j] * gamma[j];
             sum_g += g;
-            sum_gx += g * xhat;
+            sum_gx += g * ((xr[j] - m) * rs);
         }
-        double mg = sum_g / d, mgx = sum_gx / d;
+        const vit_real mg = sum_g / (vit_real)d, mgx = sum_gx / (vit_real)d;
         for (int j = 0; j < d; j++) {
-            double xhat = (xr[j] - m) * rs;
-            double g = (double)dyr[j] * J->gamma[j];
-            dxr[j] += (vit_real)(rs * (g - mg - xhat * mgx));
+            vit_real xhat = (xr[j] - m) * rs;
+            dxr[j] += rs * (dyr[j] * gamma[j] - mg - xhat * mgx);
         }
     }
 }
@@ -101,10 +104,10 @@ static void ln_dparam_cols(void *p, size_t lo, size_t hi)
     for (size_t i = 0; i < (size_t)J->n_rows; i++) {
         const vit_real *xr = J->x + i * d;
         const vit_real *dyr = J->dy + i * d;
-        double m = J->cmean[i], rs = J->crstd[i];
+        const vit_real m = J->cmean[i], rs = J->crstd[i];
         if (J->dgamma)
             for (size_t j = lo; j < hi; j++)
-                J->dgamma[j] += (vit_real)(dyr[j] * ((xr[j] - m) * rs));
+                J->dgamma[j] += dyr[j] * ((xr[j] - m) * rs);
         if (J->dbeta)
             for (size_t j = lo; j < hi; j++)
                 J->dbeta[j] += dyr[j];
