@@ -383,7 +383,8 @@ static vit_tensor *forward_eval(vit_model *m, vit_tape *tape, const vit_real *im
     if (need > m->scratch_cap) {
         vit_real *s = realloc(m->scratch, need * sizeof *s);
         if (!s) {
-            vit_fail(VIT_ENOMEM, "vit_model_forward: out of memory for %zu reals of scratch", need);
+            vit_tape_fail(tape, vit_fail(VIT_ENOMEM,
+                          "vit_model_forward: out of memory for %zu reals of scratch", need));
             return NULL;
         }
         m->scratch = s;
@@ -408,9 +409,11 @@ static vit_tensor *forward_eval(vit_model *m, vit_tape *tape, const vit_real *im
     size_t img = (size_t)c->image_height * c->image_width * c->channels;
     for (int i = 0; i < batch; i += chunk) {
         int nb = batch - i < chunk ? batch - i : chunk;
-        if (eval_chunk(m, &e, images + (size_t)i * img, nb, z->data + (size_t)i * c->classes,
-                       cursor) != VIT_OK) {
+        int rc = eval_chunk(m, &e, images + (size_t)i * img, nb, z->data + (size_t)i * c->classes,
+                            cursor);
+        if (rc != VIT_OK) {
             memset(m->maps, 0, (size_t)c->depth * sizeof *m->maps);
+            vit_tape_fail(tape, rc); /* e.g. VIT_ENUM from a diverged model */
             return NULL;
         }
     }

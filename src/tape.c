@@ -153,6 +153,8 @@ void vit_tape_reset(vit_tape *t)
     t->status = VIT_OK;
 }
 
+int vit_tape_fail(vit_tape *t, int code) { return t ? tape_fail(t, code) : code; }
+
 int vit_tape_status(const vit_tape *t) { return t ? t->status : VIT_EINVAL; }
 
 size_t vit_tape_bytes(const vit_tape *t) { return t ? t->total_cap : 0; }

@@ -14,4 +14,9 @@ vit_tensor *vit_tape_tensor(vit_tape *tape, int ndim, const int *shape);
  * NULL (and the tape's error set) on failure. */
 vit_real *vit_tape_reals(vit_tape *tape, size_t n);
 
+/* Records `code` as the tape's error (the first one stays) and returns it,
+ * so that a failure in code outside the ops reaches vit_tape_status() like
+ * an op's would. */
+int vit_tape_fail(vit_tape *tape, int code);
+
 #endif

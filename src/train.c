@@ -574,8 +574,15 @@ int vit_train_run(const vit_config *cfg, const vit_dataset *train_in, const vit_
             break;
         r.st.epoch++;
         vit_eval_result_free(&ev);
-        if ((rc = evaluate_shared(&r, test, &ev)))
+        if ((rc = evaluate_shared(&r, test, &ev))) {
+            if (rc == VIT_ENUM) { /* the epoch's last steps diverged without a NaN loss yet */
+                char why[400];
+                snprintf(why, sizeof why, "%s", vit_last_error());
+                vit_fail(VIT_ENUM, "training diverged by step %llu (evaluation after epoch %llu): %s",
+                         r.st.step, r.st.epoch, why);
+            }
             break;
+        }
         if (o->check_replicas && !vit_dist_same(params_hash(r.m))) {
             rc = vit_fail(VIT_EINVAL, "replicas diverged: parameters differ between ranks after epoch %llu",
                           r.st.epoch);
