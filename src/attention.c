@@ -16,6 +16,7 @@
 
 #include "blas.h"
 #include "error.h"
+#include "fastmath.h"
 #include "threads.h"
 
 #ifdef VIT_DOUBLE
@@ -96,22 +97,34 @@ static int row_allows(const row_mask *r, int j)
 /* In place: scores s[n] -> masked softmax.  Forbidden entries get weight
  * exactly 0 (the -infinity of the maths); a row with nothing allowed becomes
  * all zeros rather than 0/0.  The max is subtracted so exp never overflows.
- * Unmasked rows (every ViT row) take a plain path whose sum uses SIMD
- * partial sums; masked rows sum in double. */
+ * Unmasked rows (every ViT row) take softmax_plain; masked rows sum in
+ * double. */
+/* Unmasked row in place: s[n] -> softmax(s).  The sum uses SIMD partial
+ * sums; in float32 the exp is fastmath.h's, which vectorises. */
+FM_CLONES
+static void softmax_plain(vit_real *s, int n)
+{
+    vit_real mx = s[0];
+    for (int j = 1; j < n; j++)
+        mx = s[j] > mx ? s[j] : mx;
+    vit_real sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < n; j++) {
+#ifdef VIT_DOUBLE
+        s[j] = exp(s[j] - mx);
+#else
+        s[j] = fm_exp_nonpos(s[j] - mx);
+#endif
+        sum += s[j];
+    }
+    const vit_real inv = (vit_real)1 / sum; /* sum >= 1: the max contributes exp(0) */
+    for (int j = 0; j < n; j++) s[j] *= inv;
+}
+
 static void softmax_row(vit_real *s, int n, const row_mask *r)
 {
-    if (!r->allowed && !r->valid && r->last == n - 1) { /* no mask: one plain pass each */
-        vit_real mx = s[0];
-        for (int j = 1; j < n; j++)
-            mx = s[j] > mx ? s[j] : mx;
-        vit_real sum = 0;
-#pragma omp simd reduction(+ : sum)
-        for (int j = 0; j < n; j++) {
-            s[j] = vit_exp(s[j] - mx);
-            sum += s[j];
-        }
-        const vit_real inv = (vit_real)1 / sum; /* sum >= 1: the max contributes exp(0) */
-        for (int j = 0; j < n; j++) s[j] *= inv;
+    if (!r->allowed && !r->valid && r->last == n - 1) {
+        softmax_plain(s, n);
         return;
     }
     vit_real mx = -INFINITY;

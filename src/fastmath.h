@@ -157,6 +157,15 @@ FM_INLINE float fm_select(int c, float a, float b)
     return fm_from_bits((fm_bits(a) & m) | (fm_bits(b) & ~m));
 }
 
+/* exp(a) for finite a <= 0 (a softmax's score minus its row max).  a is
+ * clamped at -104, where exp already rounds to 0 in float, so that
+ * fm_exp_shifted stays in its range; the 2^FM_EXP_SHIFT comes off last. */
+FM_INLINE float fm_exp_nonpos(float a)
+{
+    float c = fm_select(a < -104.0f, -104.0f, a);
+    return fm_exp_shifted(c, 0.0f) * FM_EXP_UNSHIFT;
+}
+
 /* |x| clamped to FM_TMAX; NaN stays NaN (the comparison is false).  A
  * plain ?: here, too, left a branch in the loop (presumably gcc threads
  * the clamped case, where everything after it folds to constants). */

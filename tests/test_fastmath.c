@@ -217,6 +217,41 @@ START_TEST(gelu_special_values)
 }
 END_TEST
 
+
+/* The attention softmax in float32 uses fastmath.h's exp too.  One query
+ * (q = 1, d_k = 1, scale 1) against keys k_j makes the scores exactly k_j,
+ * so probs must equal softmax(k) computed here in double.  Scores run from
+ * 0 down to -120, through float's underflow (exp(-103.3) < 2^-149); the
+ * error is relative where the reference is a normal float, in units of
+ * FLT_MIN below.  Measured: SOFTMAX_BAR is that maximum plus ~10%. */
+#define SOFTMAX_BAR 1.7e-7
+#define SM_N 1200
+
+START_TEST(softmax_exp_accuracy)
+{
+    static vit_real k[SM_N], v[SM_N], probs[SM_N], out[1];
+    vit_real q[1] = {1};
+    for (int j = 0; j < SM_N; j++) {
+        k[j] = (vit_real)(-120.0 * j / (SM_N - 1) + 1e-3 * (j % 7)); /* scrambled low bits */
+        v[j] = 0;
+    }
+    vit_sdpa a = {.batch = 1, .heads = 1, .n_q = 1, .n_k = SM_N, .d_k = 1, .d_v = 1, .scale = 1};
+    ck_assert_int_eq(vit_sdpa_forward(&a, out, probs, q, k, v), VIT_OK);
+    double mx = -INFINITY, sum = 0, worst = 0;
+    for (int j = 0; j < SM_N; j++)
+        mx = fmax(mx, (double)k[j]);
+    for (int j = 0; j < SM_N; j++)
+        sum += exp((double)k[j] - mx);
+    for (int j = 0; j < SM_N; j++) {
+        double ref = exp((double)k[j] - mx) / sum;
+        double err = fabs((double)probs[j] - ref) / fmax(ref, FLT_MIN);
+        worst = fmax(worst, err);
+    }
+    printf("softmax: worst error %.3g\n", worst);
+    ck_assert_msg(worst <= SOFTMAX_BAR, "softmax error %.3g above %.3g", worst, SOFTMAX_BAR);
+}
+END_TEST
+
 static Suite *fastmath_suite(void)
 {
     Suite *s = suite_create("test_fastmath");
@@ -226,6 +261,7 @@ static Suite *fastmath_suite(void)
     tcase_add_test(tc, gelu_underflow_region);
     tcase_add_test(tc, gelu_core_region);
     tcase_add_test(tc, gelu_special_values);
+    tcase_add_test(tc, softmax_exp_accuracy);
     suite_add_tcase(s, tc);
     return s;
 }
