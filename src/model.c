@@ -20,6 +20,7 @@
 
 #include "error.h"
 #include "tape_internal.h"
+#include "threads.h"
 #include "vit/activations.h"
 #include "vit/linear.h"
 
@@ -35,6 +36,17 @@ typedef struct named {
 typedef struct block_ix {
     int ln1_g, ln1_b, attn, ln2_g, ln2_b, w1, b1, w2, b2;
 } block_ix;
+
+/* One slice of vit_model_train_grads: its tape, its gradient buffer (slice
+ * 0 uses the model's own), and what its run left behind.  The message is
+ * copied here because vit_last_error() is per thread. */
+struct slice {
+    vit_tape *tape;
+    vit_real *grads;
+    double loss_sum;
+    int correct, rc;
+    char msg[320];
+};
 
 struct vit_model {
     vit_config cfg;
@@ -52,6 +64,8 @@ struct vit_model {
     const vit_real **maps;   /* per layer, from the last forward */
     vit_real *scratch;       /* evaluation forward's working memory */
     size_t scratch_cap;      /* in reals */
+    struct slice *slices;    /* vit_model_train_grads, one per thread */
+    int nslices;
 };
 
 /* ---- layout ----------------------------------------------------------- */
@@ -200,6 +214,11 @@ void vit_model_free(vit_model *m)
     free(m->blocks);
     free(m->maps);
     free(m->scratch);
+    for (int i = 0; i < m->nslices; i++) {
+        vit_tape_free(m->slices[i].tape);
+        free(m->slices[i].grads);
+    }
+    free(m->slices);
     free(m->params);
     free(m->grads);
     free(m);
@@ -260,18 +279,19 @@ void vit_model_init(vit_model *m, vit_rng *rng)
 
 /* A leaf over parameter tensor i, or over `count` consecutive tensors
  * starting at i flattened to one dimension. */
-static vit_tensor *param(vit_model *m, vit_tape *tape, int i, int grads)
+static vit_tensor *param(vit_model *m, vit_tape *tape, int i, vit_real *grads)
 {
     const vit_model_tensor *t = &m->tensors[i].t;
-    return vit_tape_leaf(tape, m->params + t->offset, grads ? m->grads + t->offset : NULL,
+    return vit_tape_leaf(tape, m->params + t->offset, grads ? grads + t->offset : NULL,
                          t->ndim, t->shape);
 }
 
-static vit_tensor *param_range(vit_model *m, vit_tape *tape, int i, size_t count, int grads)
+static vit_tensor *param_range(vit_model *m, vit_tape *tape, int i, size_t count,
+                               vit_real *grads)
 {
     size_t off = m->tensors[i].t.offset;
     int shape[1] = {(int)count};
-    return vit_tape_leaf(tape, m->params + off, grads ? m->grads + off : NULL, 1, shape);
+    return vit_tape_leaf(tape, m->params + off, grads ? grads + off : NULL, 1, shape);
 }
 
 /* ---- evaluation forward ------------------------------------------------ */
@@ -424,6 +444,9 @@ static vit_tensor *forward_eval(vit_model *m, vit_tape *tape, const vit_real *im
 
 #undef P
 
+static vit_tensor *forward_train(vit_model *m, vit_tape *tape, const vit_real *images, int batch,
+                                 vit_real *grads, const vit_real **maps);
+
 vit_tensor *vit_model_forward(vit_model *m, vit_tape *tape, const vit_real *images, int batch,
                               int grads)
 {
@@ -437,6 +460,14 @@ vit_tensor *vit_model_forward(vit_model *m, vit_tape *tape, const vit_real *imag
     }
     if (!grads)
         return forward_eval(m, tape, images, batch);
+    return forward_train(m, tape, images, batch, m->grads, m->maps);
+}
+
+/* The recorded forward, parameters' gradients going to grads [nparams];
+ * maps[l] (if maps is non-NULL) gets block l's attention probabilities. */
+static vit_tensor *forward_train(vit_model *m, vit_tape *tape, const vit_real *images, int batch,
+                                 vit_real *grads, const vit_real **maps)
+{
     const vit_config *c = &m->cfg;
     const vit_real eps = (vit_real)VIT_LAYERNORM_EPS;
     vit_patch_shape ps = m->patch;
@@ -458,7 +489,8 @@ vit_tensor *vit_model_forward(vit_model *m, vit_tape *tape, const vit_real *imag
                                          param(m, tape, b->ln1_b, grads), eps);
         h = vit_op_mha(tape, &mha, param_range(m, tape, b->attn, mha_count, grads), h, h, &probs);
         x = vit_op_add(tape, x, h);
-        m->maps[l] = probs;
+        if (maps)
+            maps[l] = probs;
         h = vit_op_layernorm(tape, x, param(m, tape, b->ln2_g, grads),
                              param(m, tape, b->ln2_b, grads), eps);
         h = vit_op_linear(tape, h, param(m, tape, b->w1, grads), param(m, tape, b->b1, grads));
@@ -476,4 +508,132 @@ const vit_real *vit_model_attention_maps(const vit_model *m, int layer)
     if (!m || layer < 0 || layer >= m->cfg.depth)
         return NULL;
     return m->maps[layer];
+}
+
+/* ---- a training batch split across threads ------------------------------ */
+
+typedef struct {
+    vit_model *m;
+    const vit_real *images;
+    const int *labels;
+    int batch, n;
+    vit_real smoothing;
+} slice_job;
+
+static int argmax_row(const vit_real *z, int n)
+{
+    int k = 0;
+    for (int i = 1; i < n; i++)
+        if (z[i] > z[k])
+            k = i;
+    return k;
+}
+
+/* Forward and backward of rows [lo, hi) of the batch into the slice's own
+ * gradient buffer, seeded with its share (hi - lo) / batch of the mean. */
+static void run_slice(const slice_job *J, int s)
+{
+    vit_model *m = J->m;
+    struct slice *S = &m->slices[s];
+    const vit_config *c = &m->cfg;
+    int lo = (int)((long long)J->batch * s / J->n), hi = (int)((long long)J->batch * (s + 1) / J->n);
+    int nb = hi - lo;
+    size_t img = (size_t)c->image_height * c->image_width * c->channels;
+    vit_real *g = s == 0 ? m->grads : S->grads;
+    memset(g, 0, m->nparams * sizeof *g);
+    vit_tape_reset(S->tape);
+    vit_tensor *z = forward_train(m, S->tape, J->images + (size_t)lo * img, nb, g, NULL);
+    vit_tensor *loss = vit_op_cross_entropy(S->tape, z, J->labels + lo, J->smoothing, NULL);
+    S->rc = loss ? vit_tape_backward_seed(S->tape, loss, (vit_real)nb / (vit_real)J->batch)
+                 : vit_tape_status(S->tape) ? vit_tape_status(S->tape) : VIT_EINVAL;
+    if (S->rc != VIT_OK) {
+        snprintf(S->msg, sizeof S->msg, "%s", vit_last_error());
+        return;
+    }
+    S->loss_sum = (double)loss->data[0] * nb;
+    S->correct = 0;
+    for (int r = 0; r < nb; r++)
+        S->correct += argmax_row(z->data + (size_t)r * c->classes, c->classes) == J->labels[lo + r];
+}
+
+static void run_slices(void *ctx, size_t lo, size_t hi)
+{
+    for (size_t s = lo; s < hi; s++)
+        run_slice(ctx, (int)s);
+}
+
+/* grads[i] += slice s's grads[i] for s = 1 .. n-1, in that order. */
+typedef struct {
+    vit_model *m;
+    int n;
+} sum_job;
+
+static void sum_slices(void *ctx, size_t lo, size_t hi)
+{
+    const sum_job *J = ctx;
+    for (int s = 1; s < J->n; s++) {
+        const vit_real *gs = J->m->slices[s].grads;
+        vit_real *g = J->m->grads;
+        for (size_t i = lo; i < hi; i++)
+            g[i] += gs[i];
+    }
+}
+
+/* Tapes and buffers for n slices, kept across calls. */
+static int ensure_slices(vit_model *m, int n)
+{
+    if (n <= m->nslices)
+        return VIT_OK;
+    struct slice *sl = realloc(m->slices, (size_t)n * sizeof *sl);
+    if (!sl)
+        return vit_fail(VIT_ENOMEM, "vit_model_train_grads: out of memory");
+    m->slices = sl;
+    for (; m->nslices < n; m->nslices++) {
+        struct slice *S = &sl[m->nslices];
+        memset(S, 0, sizeof *S);
+        S->tape = vit_tape_new();
+        S->grads = m->nslices ? malloc(m->nparams * sizeof *S->grads) : NULL;
+        if (!S->tape || (m->nslices && !S->grads)) {
+            vit_tape_free(S->tape);
+            free(S->grads);
+            return vit_fail(VIT_ENOMEM, "vit_model_train_grads: out of memory for slice %d",
+                            m->nslices);
+        }
+    }
+    return VIT_OK;
+}
+
+int vit_model_train_grads(vit_model *m, const vit_real *images, const int *labels, int batch,
+                          vit_real smoothing, double *loss, int *correct)
+{
+    if (!m || !images || !labels || !loss)
+        return vit_fail(VIT_EINVAL, "vit_model_train_grads: %s is NULL",
+                        !m ? "model" : !images ? "images" : !labels ? "labels" : "loss");
+    if (batch <= 0)
+        return vit_fail(VIT_EINVAL, "vit_model_train_grads: batch %d must be positive", batch);
+    int n = vit_threads() < batch ? vit_threads() : batch;
+    int rc = ensure_slices(m, n);
+    if (rc != VIT_OK)
+        return rc;
+    slice_job J = {m, images, labels, batch, n, smoothing};
+    vit_parallel(n, (size_t)n, run_slices, &J);
+    for (int l = 0; l < m->cfg.depth; l++)
+        m->maps[l] = NULL; /* spread over the slices' tapes: none to show */
+    double sum = 0;
+    int right = 0;
+    for (int s = 0; s < n; s++) {
+        const struct slice *S = &m->slices[s];
+        if (S->rc != VIT_OK) /* the first failing slice speaks for the batch */
+            return vit_fail(S->rc, "%s", S->msg);
+        sum += S->loss_sum;
+        right += S->correct;
+    }
+    if (n > 1) {
+        sum_job G = {m, n};
+        vit_parallel(vit_threads_for(2.0 * (double)m->nparams * n), m->nparams, sum_slices, &G);
+    }
+    *loss = sum / batch;
+    if (correct)
+        *correct = right;
+    return VIT_OK;
 }

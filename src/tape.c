@@ -691,7 +691,9 @@ vit_tensor *vit_op_cross_entropy(vit_tape *t, vit_tensor *logits, const int *lab
 
 /* ---- backward -------------------------------------------------------- */
 
-int vit_tape_backward(vit_tape *t, vit_tensor *loss)
+int vit_tape_backward(vit_tape *t, vit_tensor *loss) { return vit_tape_backward_seed(t, loss, 1); }
+
+int vit_tape_backward_seed(vit_tape *t, vit_tensor *loss, vit_real seed)
 {
     if (!t)
         return vit_fail(VIT_EINVAL, "vit_tape_backward: tape is NULL");
@@ -701,7 +703,7 @@ int vit_tape_backward(vit_tape *t, vit_tensor *loss)
     if (!loss || loss->size != 1 || !loss->grad)
         return tape_fail(t, vit_fail(VIT_EINVAL,
             "vit_tape_backward: loss must be a one-element tensor with a gradient"));
-    loss->grad[0] = 1;
+    loss->grad[0] = seed;
     for (int i = t->nops - 1; i >= 0; i--) {
         op_rec *op = &t->ops[i];
         if (!op->out->grad)

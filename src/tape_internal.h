@@ -19,4 +19,8 @@ vit_real *vit_tape_reals(vit_tape *tape, size_t n);
  * an op's would. */
 int vit_tape_fail(vit_tape *tape, int code);
 
+/* vit_tape_backward with d(objective)/d(loss) = seed instead of 1: the
+ * gradient of seed * loss, e.g. a slice's share of a batch mean. */
+int vit_tape_backward_seed(vit_tape *tape, vit_tensor *loss, vit_real seed);
+
 #endif

@@ -293,7 +293,7 @@ typedef struct run {
     vit_model *m;
     vit_adamw opt;
     vit_run_state st;
-    vit_tape *tape, *eval_tape;
+    vit_tape *eval_tape;      /* training steps run on the model's own tapes */
     vit_real *images;
     int *labels, *perm;
     FILE *metrics;
@@ -305,7 +305,6 @@ static void run_free(run *r)
 {
     vit_model_free(r->m);
     vit_adamw_free(&r->opt);
-    vit_tape_free(r->tape);
     vit_tape_free(r->eval_tape);
     free(r->images);
     free(r->labels);
@@ -350,12 +349,11 @@ static int run_setup(run *r, const vit_config *cfg, const vit_dataset *train, co
     if ((rc = check_data_shape(&r->cfg, train, "training")) || (rc = check_data_shape(&r->cfg, test, "test")))
         return rc;
     size_t img = (size_t)r->cfg.image_height * r->cfg.image_width * r->cfg.channels;
-    r->tape = vit_tape_new();
     r->eval_tape = vit_tape_new();
     r->images = malloc((size_t)r->cfg.batch * img * sizeof *r->images);
     r->labels = malloc((size_t)r->cfg.batch * sizeof *r->labels);
     r->perm = malloc((size_t)train->count * sizeof *r->perm);
-    if (!r->tape || !r->eval_tape || !r->images || !r->labels || !r->perm)
+    if (!r->eval_tape || !r->images || !r->labels || !r->perm)
         return vit_fail(VIT_ENOMEM, "vit_train_run: out of memory");
     return VIT_OK;
 }
@@ -379,29 +377,25 @@ static void progress_bar(FILE *log, const run *r, int epoch, long step_in_epoch,
 static int local_step(run *r, int bl, double red[2])
 {
     const vit_config *c = &r->cfg;
-    vit_model_zero_grads(r->m);
-    if (bl == 0)
+    if (bl == 0) {
+        vit_model_zero_grads(r->m);
         return VIT_OK; /* a batch smaller than the job: this rank adds nothing */
-    vit_tape_reset(r->tape);
-    vit_tensor *z = vit_model_forward(r->m, r->tape, r->images, bl, 1);
-    vit_tensor *loss = vit_op_cross_entropy(r->tape, z, r->labels, (vit_real)c->smoothing, NULL);
-    if (!loss) {
-        int rc = vit_tape_status(r->tape);
-        if (rc == VIT_ENUM) {
-            /* Copy the cause first: vit_fail writes the buffer it lives in. */
-            char why[400];
-            snprintf(why, sizeof why, "%s", vit_last_error());
-            return vit_fail(VIT_ENUM, "training diverged at step %llu (epoch %llu): %s",
-                            r->st.step + 1, r->st.epoch + 1, why);
-        }
-        return rc ? rc : VIT_EINVAL;
     }
-    int rc = vit_tape_backward(r->tape, loss);
+    double loss;
+    int correct;
+    int rc = vit_model_train_grads(r->m, r->images, r->labels, bl, (vit_real)c->smoothing, &loss,
+                                   &correct);
+    if (rc == VIT_ENUM) {
+        /* Copy the cause first: vit_fail writes the buffer it lives in. */
+        char why[400];
+        snprintf(why, sizeof why, "%s", vit_last_error());
+        return vit_fail(VIT_ENUM, "training diverged at step %llu (epoch %llu): %s",
+                        r->st.step + 1, r->st.epoch + 1, why);
+    }
     if (rc)
         return rc;
-    red[0] += (double)loss->data[0] * bl;
-    for (int k = 0; k < bl; k++)
-        red[1] += argmax(z->data + (size_t)k * c->classes, c->classes) == r->labels[k];
+    red[0] += loss * bl;
+    red[1] += correct;
     return VIT_OK;
 }
 

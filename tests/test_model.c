@@ -5,6 +5,8 @@
  *  - the gradient of the whole model (every parameter, cross-entropy with
  *    label smoothing) against central differences, per named tensor, for
  *    both pooling modes;
+ *  - vit_model_train_grads (the batch in slices across threads) against
+ *    one tape over the whole batch;
  *  - parameter counting and layout: three independent counts agree, the
  *    tensors tile the flat buffer, the optimizer groups cover it and decay
  *    exactly the weight matrices;
@@ -659,6 +661,103 @@ START_TEST(test_resume_shape_mismatch)
 }
 END_TEST
 
+
+/* vit_model_train_grads against one tape over the whole batch: with 1 thread
+ * the same numbers exactly; with 2 and 3 threads (slices of 4, 3 and 3 or
+ * 5 and 5 rows) the same up to rounding (float64: 1e-12 relative to the
+ * largest gradient), the same twice bitwise, and the gradient overwritten,
+ * not accumulated.  A NaN pixel in the last slice's rows is reported as
+ * VIT_ENUM with the kernel's message, and a batch smaller than the thread
+ * count still works. */
+#define SB 10
+START_TEST(test_train_grads_slices)
+{
+    vit_config cfg;
+    tiny_config(&cfg, VIT_POOL_CLS);
+    vit_model *m = vit_model_new(&cfg);
+    ck_assert_ptr_nonnull(m);
+    size_t n = vit_model_param_count(m);
+    uint64_t seed = 77;
+    gc_fill(vit_model_params(m), n, &seed, 0.6);
+    vit_real images[SB * 16];
+    int labels[SB];
+    for (int i = 0; i < SB * 16; i++)
+        images[i] = (vit_real)gc_uniform(&seed);
+    for (int i = 0; i < SB; i++)
+        labels[i] = i % 3;
+
+    /* Reference: one tape, whole batch, smoothing 0.1. */
+    vit_tape *t = vit_tape_new();
+    vit_model_zero_grads(m);
+    vit_tensor *z = vit_model_forward(m, t, images, SB, 1);
+    vit_tensor *loss = vit_op_cross_entropy(t, z, labels, (vit_real)0.1, NULL);
+    ck_assert_ptr_nonnull(loss);
+    ck_assert_int_eq(vit_tape_backward(t, loss), VIT_OK);
+    double ref_loss = loss->data[0];
+    int ref_correct = 0;
+    for (int r = 0; r < SB; r++) {
+        const vit_real *zr = z->data + (size_t)r * 3;
+        int k = zr[1] > zr[0] ? 1 : 0;
+        k = zr[2] > zr[k] ? 2 : k;
+        ref_correct += k == labels[r];
+    }
+    vit_real *ref = gc_zeros(n), *first = gc_zeros(n);
+    memcpy(ref, vit_model_grads(m), n * sizeof *ref);
+    double gmax = 0;
+    for (size_t i = 0; i < n; i++)
+        gmax = fmax(gmax, fabs(ref[i]));
+
+    for (int threads = 1; threads <= 3; threads++) {
+        ck_assert_int_eq(vit_set_threads(threads), VIT_OK);
+        for (int rep = 0; rep < 2; rep++) {
+            double l = 0;
+            int correct = -1;
+            for (size_t i = 0; i < n; i++) /* stale values must not survive */
+                vit_model_grads(m)[i] = 1e6;
+            ck_assert_int_eq(vit_model_train_grads(m, images, labels, SB, (vit_real)0.1, &l,
+                                                   &correct), VIT_OK);
+            const vit_real *g = vit_model_grads(m);
+            double worst = 0;
+            for (size_t i = 0; i < n; i++)
+                worst = fmax(worst, fabs(g[i] - ref[i]));
+            if (threads == 1) {
+                ck_assert_msg(worst == 0, "1 thread differs from one tape by %g", worst);
+                ck_assert_double_eq(l, ref_loss);
+            } else {
+                ck_assert_msg(worst <= 1e-12 * gmax, "%d threads: gradient off by %g (max %g)",
+                              threads, worst, gmax);
+                ck_assert_double_le(fabs(l - ref_loss), 1e-13 * fabs(ref_loss));
+            }
+            ck_assert_int_eq(correct, ref_correct);
+            if (rep == 0)
+                memcpy(first, g, n * sizeof *first);
+            else
+                ck_assert_msg(memcmp(first, g, n * sizeof *first) == 0,
+                              "%d threads: two runs differ", threads);
+        }
+    }
+
+    /* Batch of 2 on 3 threads: 2 slices. */
+    double l2;
+    ck_assert_int_eq(vit_model_train_grads(m, images, labels, 2, 0, &l2, NULL), VIT_OK);
+    ck_assert(isfinite(l2));
+
+    /* NaN in the last image: the last slice fails, its message comes back. */
+    images[(SB - 1) * 16 + 3] = NAN;
+    double l3;
+    ck_assert_int_eq(vit_model_train_grads(m, images, labels, SB, 0, &l3, NULL), VIT_ENUM);
+    ck_assert_msg(strstr(vit_last_error(), "non-finite") != NULL, "message: %s", vit_last_error());
+    ck_assert_int_eq(vit_model_train_grads(NULL, images, labels, SB, 0, &l3, NULL), VIT_EINVAL);
+    ck_assert_int_eq(vit_model_train_grads(m, images, labels, 0, 0, &l3, NULL), VIT_EINVAL);
+
+    vit_set_threads(1);
+    free(ref);
+    free(first);
+    vit_tape_free(t);
+    vit_model_free(m);
+}
+END_TEST
+
 static Suite *model_suite(void)
 {
     Suite *s = suite_create("model");
@@ -666,6 +765,7 @@ static Suite *model_suite(void)
     tcase_set_timeout(tg, 120);
     tcase_add_loop_test(tg, test_model_gradient, 0, 2);
     tcase_add_test(tg, test_forward_shapes_and_maps);
+    tcase_add_test(tg, test_train_grads_slices);
     suite_add_tcase(s, tg);
     TCase *tc = tcase_create("config_layout");
     tcase_set_timeout(tc, 60);

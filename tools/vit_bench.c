@@ -170,11 +170,8 @@ static int run_train(const train_shape *s, const options *o, double gemm_rate)
         int steps = r < 0 ? o->warmup : o->steps;
         double t0 = now();
         for (int st = 0; st < steps; st++) {
-            vit_tape_reset(tape);
-            vit_tensor *z = vit_model_forward(m, tape, images, BATCH, 1);
-            vit_tensor *loss = vit_op_cross_entropy(tape, z, labels, 0, NULL);
-            vit_model_zero_grads(m);
-            if (!loss || vit_tape_backward(tape, loss) != VIT_OK
+            double loss;
+            if (vit_model_train_grads(m, images, labels, BATCH, 0, &loss, NULL) != VIT_OK
                 || vit_adamw_step(&opt, vit_model_params(m), vit_model_grads(m), groups, ngroups,
                                   1e-4) != VIT_OK) {
                 fprintf(stderr, "vit_bench: step failed: %s\n", vit_last_error());

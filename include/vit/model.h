@@ -168,6 +168,30 @@ const vit_model_tensor *vit_model_tensor_at(const vit_model *m, int i);
 vit_tensor *vit_model_forward(vit_model *m, vit_tape *tape, const vit_real *images,
                               int batch, int grads);
 
+/* One training batch's loss and gradients, the batch cut into one
+ * contiguous slice per thread (vit_threads(), at most batch), each slice run
+ * forward and backward on its own tape at the same time.
+ *
+ * images [batch, H, W, C], labels [batch] (0 .. classes-1) -> the model's
+ * gradient buffer OVERWRITTEN with d(mean loss)/d(params), *loss = the mean
+ * cross-entropy (label smoothing as vit_op_cross_entropy), *correct (may be
+ * NULL) = rows whose largest logit is their label.
+ *
+ * For a tiny model this is the only way to keep two cores busy: a slice
+ * runs every kernel on one thread, with no fork/join per op.  The slices'
+ * gradients are added in slice order, so the result is bitwise the same for
+ * a fixed thread count and equals, up to rounding, the one-tape forward and
+ * backward of the whole batch.  With one thread it is exactly that.  Tapes
+ * and one gradient buffer per extra slice are owned by the model (created
+ * on first use, freed with it); activation memory is the same as one tape's.
+ * Afterwards vit_model_attention_maps() has nothing to show (NULL).
+ *
+ * Returns VIT_OK; VIT_EINVAL for NULL pointers or batch < 1; VIT_ENOMEM;
+ * or a kernel's error from the first failing slice (VIT_ENUM for a
+ * non-finite score or loss), with its message. */
+int vit_model_train_grads(vit_model *m, const vit_real *images, const int *labels, int batch,
+                          vit_real smoothing, double *loss, int *correct);
+
 /* The attention maps [batch, heads, T, T] of block `layer` from the model's
  * last forward (memory of the tape it ran on, valid until that tape's
  * reset), T = patches + 1 (token 0 is the class token); row i of head h is
