@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "error.h"
+#include "fastmath.h"
+#include "threads.h"
 
 int vit_adamw_init(vit_adamw *opt, size_t n, double beta1, double beta2, double eps,
                    double weight_decay)
@@ -104,6 +106,49 @@ static int check_groups(const vit_param_group *g, int ngroups, size_t n)
 #define GRAD_SQUARE_MAX 1e18
 #endif
 
+/* 1 when every |grads[i]| <= GRAD_SQUARE_MAX (so none is NaN or inf). */
+FM_CLONES
+static int grads_ok(const vit_real *grads, size_t n)
+{
+    int bad = 0;
+    for (size_t i = 0; i < n; i++)
+#ifdef VIT_DOUBLE
+        bad |= !(fabs(grads[i]) <= GRAD_SQUARE_MAX);
+#else
+        bad |= !(fabsf(grads[i]) <= (float)GRAD_SQUARE_MAX);
+#endif
+    return !bad;
+}
+
+typedef struct {
+    vit_adamw *opt;
+    vit_real *params;
+    const vit_real *grads;
+    double b1, b2, bc1, bc2, lr, decay;
+    size_t base; /* the group's first parameter */
+} adamw_job;
+
+/* Parameters base+lo .. base+hi-1 of one group, in double whatever the
+ * build (m / bc1 and sqrt(v / bc2) + eps lose digits in float). */
+FM_CLONES
+static void adamw_range(void *ctx, size_t lo, size_t hi)
+{
+    const adamw_job *J = ctx;
+    vit_real *restrict p = J->params + J->base, *restrict mv = J->opt->m + J->base;
+    vit_real *restrict vv = J->opt->v + J->base;
+    const vit_real *restrict gr = J->grads + J->base;
+    const double b1 = J->b1, b2 = J->b2, bc1 = J->bc1, bc2 = J->bc2, lr = J->lr;
+    const double decay = J->decay, eps = J->opt->eps;
+    for (size_t i = lo; i < hi; i++) {
+        double g = gr[i];
+        double m = b1 * mv[i] + (1.0 - b1) * g;
+        double v = b2 * vv[i] + (1.0 - b2) * g * g;
+        mv[i] = (vit_real)m;
+        vv[i] = (vit_real)v;
+        p[i] = (vit_real)(p[i] * decay - lr * (m / bc1) / (sqrt(v / bc2) + eps));
+    }
+}
+
 int vit_adamw_step(vit_adamw *opt, vit_real *params, const vit_real *grads,
                    const vit_param_group *groups, int ngroups, double lr)
 {
@@ -121,40 +166,33 @@ int vit_adamw_step(vit_adamw *opt, vit_real *params, const vit_real *grads,
     if ((rc = check_groups(groups, ngroups, opt->n)))
         return rc;
     /* Scan every gradient before touching anything: one NaN from an
-     * overflowing loss must not leave half the model updated. */
-    for (size_t i = 0; i < opt->n; i++) {
-        if (!isfinite(grads[i]))
-            return vit_fail(VIT_ENUM, "%s: grads[%zu] = %g is not finite", fn, i,
-                            (double)grads[i]);
-        /* A finite gradient whose square overflows vit_real would turn the
-         * second moment into infinity and freeze that parameter for good. */
-        if (fabs((double)grads[i]) > GRAD_SQUARE_MAX)
-            return vit_fail(VIT_ENUM, "%s: grads[%zu] = %g is too large (its square overflows)", fn,
-                            i, (double)grads[i]);
+     * overflowing loss must not leave half the model updated.  A finite
+     * gradient whose square overflows vit_real would turn the second moment
+     * into infinity and freeze that parameter for good.  The scan is one
+     * branch-free pass (NaN fails the comparison too); only a bad batch
+     * looks for the culprit. */
+    if (!grads_ok(grads, opt->n)) {
+        for (size_t i = 0; i < opt->n; i++) {
+            if (!isfinite(grads[i]))
+                return vit_fail(VIT_ENUM, "%s: grads[%zu] = %g is not finite", fn, i,
+                                (double)grads[i]);
+            if (fabs((double)grads[i]) > GRAD_SQUARE_MAX)
+                return vit_fail(VIT_ENUM, "%s: grads[%zu] = %g is too large (its square overflows)",
+                                fn, i, (double)grads[i]);
+        }
     }
 
     opt->t++;
     double b1 = opt->beta1, b2 = opt->beta2;
     /* Bias corrections undo the zero initialisation of m and v, which
      * otherwise makes the first steps far too small. */
-    double bc1 = 1.0 - pow(b1, (double)opt->t);
-    double bc2 = 1.0 - pow(b2, (double)opt->t);
-    double decay = 1.0 - lr * opt->weight_decay;
+    adamw_job J = {opt, params, grads, b1, b2, 1.0 - pow(b1, (double)opt->t),
+                   1.0 - pow(b2, (double)opt->t), lr, 1.0, 0};
     for (int k = 0; k < ngroups; k++) {
-        size_t lo = groups[k].offset, hi = lo + groups[k].count;
-        int use_decay = groups[k].decay != 0;
-        for (size_t i = lo; i < hi; i++) {
-            double g = grads[i];
-            double m = b1 * opt->m[i] + (1.0 - b1) * g;
-            double v = b2 * opt->v[i] + (1.0 - b2) * g * g;
-            double p = params[i];
-            if (use_decay)
-                p *= decay;
-            p -= lr * (m / bc1) / (sqrt(v / bc2) + opt->eps);
-            opt->m[i] = (vit_real)m;
-            opt->v[i] = (vit_real)v;
-            params[i] = (vit_real)p;
-        }
+        J.decay = groups[k].decay ? 1.0 - lr * opt->weight_decay : 1.0;
+        J.base = groups[k].offset;
+        vit_parallel(vit_threads_for(20.0 * (double)groups[k].count), groups[k].count,
+                     adamw_range, &J);
     }
     return VIT_OK;
 }
