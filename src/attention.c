@@ -346,7 +346,8 @@ static void softmax_grad_piece(void *ctx, size_t lo, size_t hi)
 /* Backward of one pair by GEMMs, split across the threads with the softmax
  * rows unless called from a pair-parallel task; work holds dP then dS
  * [nq, nk]. */
-static void head_backward(const vit_sdpa *a, vit_real scale, int b, int h, vit_real *dq,
+static void head_backward(const vit_sdpa *a, vit_real scale, vit_real beta, int b, int h,
+                          vit_real *dq,
                                vit_real *dk, vit_real *dv, vit_real *dbias,
                                const vit_real *dout, const vit_real *probs, const vit_real *q,
                                const vit_real *k, const vit_real *v, vit_real *work)
@@ -361,7 +362,7 @@ static void head_backward(const vit_sdpa *a, vit_real scale, int b, int h, vit_r
 
     /* dV_bh[nk, dv] += P[nq, nk]^T dO_bh[nq, dv] */
     if (dv)
-        vit_pgemm(CblasTrans, CblasNoTrans, nk, dvh, nq, 1, p, nk, dout + oo, ldv, 1,
+        vit_pgemm(CblasTrans, CblasNoTrans, nk, dvh, nq, 1, p, nk, dout + oo, ldv, beta,
                   dv + vo, ldv);
     if (!(dq || dk || dbias)) return;
     /* dP[nq, nk] = dO_bh[nq, dv] V_bh[nk, dv]^T */
@@ -375,17 +376,17 @@ static void head_backward(const vit_sdpa *a, vit_real scale, int b, int h, vit_r
     }
     /* dQ_bh[nq, dk] += s dS[nq, nk] K_bh[nk, dk] */
     if (dq)
-        vit_pgemm(CblasNoTrans, CblasNoTrans, nq, dkh, nk, scale, ds, nk, k + ko, ldk, 1,
+        vit_pgemm(CblasNoTrans, CblasNoTrans, nq, dkh, nk, scale, ds, nk, k + ko, ldk, beta,
                   dq + qo, ldk);
     /* dK_bh[nk, dk] += s dS[nq, nk]^T Q_bh[nq, dk] */
     if (dk)
-        vit_pgemm(CblasTrans, CblasNoTrans, nk, dkh, nq, scale, ds, nk, q + qo, ldk, 1,
+        vit_pgemm(CblasTrans, CblasNoTrans, nk, dkh, nq, scale, ds, nk, q + qo, ldk, beta,
                   dk + ko, ldk);
 }
 
 typedef struct {
     const vit_sdpa *a;
-    vit_real scale, *dq, *dk, *dv, *dbias;
+    vit_real scale, beta, *dq, *dk, *dv, *dbias;
     const vit_real *dout, *probs, *q, *k, *v;
 } bwd_job;
 
@@ -395,7 +396,7 @@ static void backward_pairs(void *ctx, size_t lo, size_t hi)
     const int H = J->a->heads;
     vit_real ds[PAIR_SCORES_MAX];
     for (size_t x = lo; x < hi; x++)
-        head_backward(J->a, J->scale, (int)(x / H), (int)(x % H), J->dq, J->dk, J->dv,
+        head_backward(J->a, J->scale, J->beta, (int)(x / H), (int)(x % H), J->dq, J->dk, J->dv,
                       J->dbias, J->dout, J->probs, J->q, J->k, J->v, ds);
 }
 
@@ -408,10 +409,13 @@ static void backward_pairs(void *ctx, size_t lo, size_t hi)
  * Forbidden weights are 0, so their dS is 0 and masks need no second look.
  * Pairs write disjoint columns of dq, dk, dv, so small pairs run one pair
  * per task; dbias is shared by the batch, so with it they run in order. */
-int vit_sdpa_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_real *dv,
-                      vit_real *dbias, const vit_real *dout, const vit_real *probs,
-                      const vit_real *q, const vit_real *k, const vit_real *v,
-                      vit_real *work)
+/* beta 1 accumulates into dq, dk, dv (the public contract); beta 0
+ * overwrites them, which saves the multi-head layer zeroing its buffers
+ * first: every element is written by exactly one GEMM. */
+static int sdpa_backward(const vit_sdpa *a, vit_real beta, vit_real *dq, vit_real *dk,
+                         vit_real *dv, vit_real *dbias, const vit_real *dout,
+                         const vit_real *probs, const vit_real *q, const vit_real *k,
+                         const vit_real *v, vit_real *work)
 {
     static const char fn[] = "vit_sdpa_backward";
     vit_real scale = 0;
@@ -429,7 +433,7 @@ int vit_sdpa_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_real *d
     const int H = a->heads, pairs = a->batch * H;
     if (pairs_in_parallel(a)) {
         int nt = dbias ? 1 : vit_threads_for(8.0 * pairs * a->n_q * a->n_k * (a->d_k + a->d_v));
-        bwd_job J = {a, scale, dq, dk, dv, dbias, dout, probs, q, k, v};
+        bwd_job J = {a, scale, beta, dq, dk, dv, dbias, dout, probs, q, k, v};
         vit_parallel(nt, (size_t)pairs, backward_pairs, &J);
         return VIT_OK;
     }
@@ -442,9 +446,18 @@ int vit_sdpa_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_real *d
         work = owned;
     }
     for (int x = 0; x < pairs; x++)
-        head_backward(a, scale, x / H, x % H, dq, dk, dv, dbias, dout, probs, q, k, v, work);
+        head_backward(a, scale, beta, x / H, x % H, dq, dk, dv, dbias, dout, probs, q, k, v,
+                      work);
     free(owned);
     return VIT_OK;
+}
+
+int vit_sdpa_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_real *dv,
+                      vit_real *dbias, const vit_real *dout, const vit_real *probs,
+                      const vit_real *q, const vit_real *k, const vit_real *v,
+                      vit_real *work)
+{
+    return sdpa_backward(a, 1, dq, dk, dv, dbias, dout, probs, q, k, v, work);
 }
 
 /* ---- Multi-head layer ---------------------------------------------------- */
@@ -706,19 +719,20 @@ int vit_mha_backward(const vit_mha *m, const vit_real *params, vit_real *grads,
     vit_real *dv = dk + (size_t)rk * d;
     vit_real *wsdpa = dv + (size_t)rk * d;
 
-    /* dctx = dy W_O^T (overwrite), then the core accumulates into zeroed dQ,
-     * dK, dV. */
+    /* dctx = dy W_O^T (overwrite), then the core writes dQ, dK, dV (the
+     * tiled core accumulates, so they are zeroed for it). */
     vit_pgemm(CblasNoTrans, CblasTrans, rq, d, d, 1, dy, d, w.w_o, d, 0, dctx, d);
-    memset(dq, 0, (size_t)rq * d * sizeof *dq);
-    memset(dk, 0, 2 * (size_t)rk * d * sizeof *dk);
     vit_sdpa a = mha_core(m);
-    if (vit_sdpa_use_tiled(&a)) /* c.probs holds the log-sum-exp; O(tile) scratch of its own */
+    if (vit_sdpa_use_tiled(&a)) { /* c.probs holds the log-sum-exp; O(tile) scratch of its own */
+        memset(dq, 0, (size_t)rq * d * sizeof *dq);
+        memset(dk, 0, 2 * (size_t)rk * d * sizeof *dk);
         rc = vit_sdpa_tiled_backward(&a, need_q ? dq : NULL, need_kv ? dk : NULL,
                                      need_kv ? dv : NULL, dbias, dctx, c.ctx, c.probs,
                                      c.q, c.k, c.v, NULL);
-    else
-        rc = vit_sdpa_backward(&a, need_q ? dq : NULL, need_kv ? dk : NULL,
-                               need_kv ? dv : NULL, dbias, dctx, c.probs, c.q, c.k, c.v, wsdpa);
+    } else { /* the standard core overwrites dQ, dK, dV */
+        rc = sdpa_backward(&a, 0, need_q ? dq : NULL, need_kv ? dk : NULL,
+                           need_kv ? dv : NULL, dbias, dctx, c.probs, c.q, c.k, c.v, wsdpa);
+    }
     if (rc == VIT_OK) {
         if (need_q) dense_backward(dx_q, g.w_q, g.b_q, dq, x_q, w.w_q, rq, d, d);
         if (need_kv) {
