@@ -235,7 +235,7 @@ static int head_forward(const vit_sdpa *a, vit_real scale, int b, int h, vit_rea
 
     /* S[nq, nk] = s * Q_bh[nq, dk] K_bh[nk, dk]^T */
     vit_pgemm(CblasNoTrans, CblasTrans, nq, nk, dk, scale, qbh, ldk, kbh, ldk, 0, p, nk);
-    sm_job J = {a, b, h, p, ATOMIC_VAR_INIT(ULLONG_MAX)};
+    sm_job J = {a, b, h, p, ULLONG_MAX};
     vit_parallel(vit_threads_for(20.0 * nq * (double)nk), (size_t)nq, softmax_piece, &J);
     unsigned long long f = atomic_load(&J.first_bad);
     if (f != ULLONG_MAX) {
@@ -296,7 +296,7 @@ int vit_sdpa_forward(const vit_sdpa *a, vit_real *out, vit_real *probs,
     if (pairs_in_parallel(a)) {
         /* Pairs split statically; the earliest failing pair is found again
          * on this thread for its message. */
-        fwd_job J = {a, scale, out, probs, q, k, v, ATOMIC_VAR_INIT(ULLONG_MAX)};
+        fwd_job J = {a, scale, out, probs, q, k, v, ULLONG_MAX};
         vit_parallel(vit_threads_for(4.0 * pairs * a->n_q * a->n_k * (a->d_k + a->d_v)),
                      (size_t)pairs, forward_pairs, &J);
         unsigned long long f = atomic_load(&J.first_bad);
