@@ -99,25 +99,27 @@ static int row_allows(const row_mask *r, int j)
  * all zeros rather than 0/0.  The max is subtracted so exp never overflows.
  * Unmasked rows (every ViT row) take softmax_plain; masked rows sum in
  * double. */
-/* Unmasked row in place: s[n] -> softmax(s).  The sum uses SIMD partial
- * sums; in float32 the exp is fastmath.h's, which vectorises. */
+/* Unmasked row in place: s[n] -> softmax(s).  In float32 the exp is
+ * fastmath.h's, which vectorises; the sum is in double (also vectorised),
+ * so that its rounding does not grow with n or depend on the compiler's
+ * order of summation. */
 FM_CLONES
 static void softmax_plain(vit_real *s, int n)
 {
     vit_real mx = s[0];
     for (int j = 1; j < n; j++)
         mx = s[j] > mx ? s[j] : mx;
-    vit_real sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < n; j++) {
+    for (int j = 0; j < n; j++)
 #ifdef VIT_DOUBLE
         s[j] = exp(s[j] - mx);
 #else
         s[j] = fm_exp_nonpos(s[j] - mx);
 #endif
+    double sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < n; j++)
         sum += s[j];
-    }
-    const vit_real inv = (vit_real)1 / sum; /* sum >= 1: the max contributes exp(0) */
+    const vit_real inv = (vit_real)(1.0 / sum); /* sum >= 1: the max contributes exp(0) */
     for (int j = 0; j < n; j++) s[j] *= inv;
 }
 
