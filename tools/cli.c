@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,17 @@ int cli_fail(const char *prog, const char *what)
     else
         fprintf(stderr, "%s: %s\n", prog, vit_last_error());
     return 1;
+}
+
+void cli_ignore_file_size_signal(void)
+{
+#ifdef SIGXFSZ
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_IGN;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGXFSZ, &sa, NULL);
+#endif
 }
 
 const char *cli_digits_path(void)

@@ -16,6 +16,12 @@ const char *cli_digits_path(void);
  * flag and returns 0 on failure. */
 int cli_int(const char *prog, const char *flag, const char *text, int lo, int hi, int *out);
 
+/* Ignores SIGXFSZ, so that writing past a file-size limit (ulimit -f) makes
+ * write() fail with EFBIG, which the library reports and cleans up after
+ * (no temporary file left), instead of the kernel killing the tool in the
+ * middle of a write.  Call first thing in main() of a tool that writes files. */
+void cli_ignore_file_size_signal(void);
+
 /* Prints the config keys as options (for --help). */
 void cli_print_config_keys(FILE *f);
 

@@ -107,6 +107,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    cli_ignore_file_size_signal();
     int seed = 0;
     const char *what = NULL;
     for (int i = 1; i < argc; i++) {

@@ -161,6 +161,7 @@ static void print_summary(const vit_config *c, const vit_real *maps, int gw)
 
 int main(int argc, char **argv)
 {
+    cli_ignore_file_size_signal();
     const char *ckpt = NULL, *png = NULL, *out = "attention.png", *data = "digits", *qtext = "cls";
     int digit = -1;
     for (int i = 1; i < argc; i++) {

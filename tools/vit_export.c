@@ -15,6 +15,7 @@ static const char *prog = "vit_export";
 
 int main(int argc, char **argv)
 {
+    cli_ignore_file_size_signal();
     const char *ckpt = NULL, *out = NULL, *logits = NULL, *data = "digits";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

@@ -13,6 +13,7 @@ static const char *prog = "vit_plot";
 
 int main(int argc, char **argv)
 {
+    cli_ignore_file_size_signal();
     const char *csv = NULL, *out = "curves.png", *title = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

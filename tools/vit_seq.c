@@ -33,6 +33,7 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
+    cli_ignore_file_size_signal();
     seq_config cfg;
     seq_config_default(&cfg);
     int quiet = 0, threads = 0;

@@ -68,6 +68,7 @@ static int run(int argc, char **argv);
 /* Under mpirun every rank runs the same command; rank 0 alone speaks. */
 int main(int argc, char **argv)
 {
+    cli_ignore_file_size_signal();
     if (vit_dist_init(&argc, &argv)) {
         fprintf(stderr, "%s: %s\n", prog, vit_last_error());
         return 1;
