@@ -4,6 +4,7 @@
  */
 #include "vit/train.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -196,6 +197,29 @@ static void share(int n, int *lo, int *hi)
 
 /* ---- output folder, metrics ------------------------------------------ */
 
+/* Deletes last.ckpt.tmp.XXXXXX files, the temporaries of checkpoint writes
+ * that a kill -9 or power loss interrupted (a finished write renames its
+ * temporary to last.ckpt).  Only rank 0 of one run writes into a folder, so
+ * no other writer can own them.  Failures are ignored: they only leave
+ * litter, as before. */
+static void remove_stale_temporaries(const char *dir)
+{
+    static const char prefix[] = "last.ckpt.tmp.";
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (n != sizeof prefix - 1 + 6 || strncmp(e->d_name, prefix, sizeof prefix - 1) != 0)
+            continue;
+        char path[4400];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+}
+
 static int make_out_dir(const char *dir)
 {
     char path[4096];
@@ -220,6 +244,14 @@ static int make_out_dir(const char *dir)
         return vit_fail(VIT_EIO, "%s: output folder is not writable: %s", dir, strerror(errno));
     close(fd);
     unlink(probe);
+    /* A checkpoint path that is a folder (or anything but a file) would fail
+     * only at the end of the first epoch: say so now. */
+    char ckpt[4200];
+    struct stat st;
+    snprintf(ckpt, sizeof ckpt, "%s/last.ckpt", dir);
+    if (lstat(ckpt, &st) == 0 && !S_ISREG(st.st_mode))
+        return vit_fail(VIT_EIO, "%s: exists and is not a regular file", ckpt);
+    remove_stale_temporaries(dir);
     return VIT_OK;
 }
 

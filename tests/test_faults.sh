@@ -8,8 +8,10 @@
 #      ulimit -f, smaller than a checkpoint): a clear error, the previous
 #      checkpoint unchanged and loadable, no temporary file left; the same
 #      when SIGXFSZ is left fatal in the environment (the tools ignore it).
-#   3. an output folder that cannot be written: a clear error within seconds
-#      of the start, before any training time is spent, and nothing written.
+#   3. an output folder that cannot be written, or whose last.ckpt is a
+#      folder: a clear error within seconds of the start, before any training
+#      time is spent, and nothing written.  (1 also checks that a resume
+#      removes the temporary files an interrupted checkpoint write leaves.)
 #   4. a loss that turns non-finite (absurd learning rate and weight decay):
 #      training stops with a message naming the step, and the checkpoint left
 #      behind is exactly the last good one.
@@ -82,8 +84,18 @@ done
 # A killed writer may leave its temporary file; a reader never uses it.
 ls "$tmp/run" | grep '\.tmp' | sed 's/^/     left by the kill: /'
 check "the run was interrupted at least once (else rerun)" '[ $interrupted -ge 1 ]'
+# The kills may or may not have hit a write: plant one such temporary for
+# sure, and two files of other names that must be left alone.
+: >"$tmp/run/last.ckpt.tmp.Zq81xB"
+: >"$tmp/run/last.ckpt.tmp.longer-name"
+: >"$tmp/run/notes.txt"
 train --epochs $epochs --out "$tmp/run" --resume "$tmp/run/last.ckpt" >/dev/null 2>&1
 check "resume to the end exits 0" '[ $? -eq 0 ]'
+check "resume removed the temporaries a kill leaves" \
+    '! ls "$tmp/run" | grep -qE "^last\.ckpt\.tmp\.[A-Za-z0-9]{6}$"'
+check "resume left files of other names alone" \
+    '[ -e "$tmp/run/last.ckpt.tmp.longer-name" ] && [ -e "$tmp/run/notes.txt" ]'
+rm -f "$tmp/run/last.ckpt.tmp.longer-name" "$tmp/run/notes.txt"
 check "final checkpoint equals the uninterrupted run's, byte for byte" \
     'cmp "$tmp/ref/last.ckpt" "$tmp/run/last.ckpt"'
 check "metrics equal the uninterrupted run's (but for the seconds column)" \
@@ -136,6 +148,16 @@ for out in "$tmp/plain/out" "$tmp/plain"; do
         '[ "$(calc "$secs < 10")" = 1 ]'
 done
 check "unwritable --out: the regular file is untouched" '[ ! -s "$tmp/plain" ]'
+# OUT/last.ckpt is a folder: found before training, not after an epoch.
+mkdir -p "$tmp/dirckpt/last.ckpt"
+t0=$(now)
+err=$(train --epochs 1000 --out "$tmp/dirckpt" 2>&1 >/dev/null)
+rc=$?
+secs=$(calc "$(now) - $t0")
+echo "     stderr: $err ($secs s)"
+check "last.ckpt is a folder: non-zero exit, one error line naming it" \
+    '[ $rc -ne 0 ] && [ "$(wc -l <<<"$err")" -eq 1 ] && grep -q "last.ckpt: exists and is not a regular file" <<<"$err"'
+check "last.ckpt is a folder: fails before training (${secs}s)" '[ "$(calc "$secs < 10")" = 1 ]'
 if [ "$(id -u)" -ne 0 ]; then
     mkdir "$tmp/ro" && chmod 555 "$tmp/ro"
     err=$(train --epochs 1000 --out "$tmp/ro" 2>&1 >/dev/null)
