@@ -8,6 +8,12 @@
  * cores oversubscribe them, and every OpenBLAS thread holds its own packing
  * buffer, which counts against the resident memory.
  *
+ * Training steps go one level up: vit_model_train_grads runs one slice of
+ * the batch per thread, and every kernel inside a slice runs on that thread
+ * alone (vit_parallel called from inside a body runs inline), so a step has
+ * one fork/join instead of hundreds.  Op-level splitting still serves
+ * everything else (evaluation, the kernels called directly, batch 1).
+ *
  * Workers wait for work by spinning briefly and then sleeping on a condition
  * variable.  Long spinning (OpenMP's default) is faster on an idle machine
  * but, on a shared one, a spinning worker uses up its share of the CPU and
