@@ -4,8 +4,9 @@
  *
  * Each configuration runs in a forked child so that its peak resident
  * memory (VmHWM) is its own.  A training configuration does warm-up steps,
- * then several timed repetitions of full steps (forward, cross-entropy,
- * backward, AdamW) on a batch of random images, and reports the median
+ * then several timed repetitions of full steps (vit_model_train_grads:
+ * forward, cross-entropy and backward, one batch slice per thread; then
+ * AdamW) on a batch of random images, and reports the median
  * images/s.  GFLOP/s counts 2 FLOP per multiply-add and 3x the forward for a
  * step, from the layer shapes, exactly as the PyTorch script does, so the two
  * figures are comparable.  A large cblas_sgemm gives the machine's GEMM rate
@@ -144,13 +145,12 @@ static int run_train(const train_shape *s, const options *o, double gemm_rate)
     cfg.batch = BATCH;
 
     vit_model *m = vit_model_new(&cfg);
-    vit_tape *tape = vit_tape_new();
     size_t npix = (size_t)BATCH * s->img * s->img * s->chans;
     vit_real *images = malloc(npix * sizeof *images);
     int labels[BATCH];
     vit_adamw opt;
     memset(&opt, 0, sizeof opt);
-    if (!m || !tape || !images
+    if (!m || !images
         || vit_adamw_init(&opt, vit_model_param_count(m), 0.9, 0.999, 1e-8, 0.05) != VIT_OK) {
         fprintf(stderr, "vit_bench: setup failed: %s\n", vit_last_error());
         return 1;
@@ -188,7 +188,6 @@ static int run_train(const train_shape *s, const options *o, double gemm_rate)
            gemm_rate > 0 ? 100.0 * gf / gemm_rate : 0.0, peak_rss_mb());
     vit_adamw_free(&opt);
     free(images);
-    vit_tape_free(tape);
     vit_model_free(m);
     return 0;
 }
