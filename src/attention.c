@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "blas.h"
+#include "attention_internal.h"
 #include "error.h"
 #include "fastmath.h"
 #include "threads.h"
@@ -27,18 +28,13 @@
 
 /* ---- Argument checks ------------------------------------------------- */
 
-/* a*b*c in size_t, or 0 (with VIT_ENOMEM recorded) on overflow. */
-static int mul3(size_t *out, size_t a, size_t b, size_t c)
+int vit_mul3_size(size_t *out, size_t a, size_t b, size_t c)
 {
     size_t ab;
     return vit_mul_size(&ab, a, b) && vit_mul_size(out, ab, c);
 }
 
-/* Validates the shape of an attention core and resolves the default scale.
- * Sizes are each <= 2^30 (vit_check_dim); the products handed to BLAS as int
- * (H*d_k, H*d_v) are checked against INT_MAX, the buffer sizes against
- * size_t. */
-static int sdpa_check(const char *fn, const vit_sdpa *a, vit_real *scale)
+int vit_sdpa_validate(const char *fn, const vit_sdpa *a, vit_real *scale)
 {
     int rc;
     if ((rc = vit_check_ptr(fn, "a", a)) != VIT_OK) return rc;
@@ -50,10 +46,14 @@ static int sdpa_check(const char *fn, const vit_sdpa *a, vit_real *scale)
     if ((rc = vit_check_dim(fn, "d_v", a->d_v)) != VIT_OK) return rc;
     if ((long long)a->heads * a->d_k > INT_MAX || (long long)a->heads * a->d_v > INT_MAX)
         return vit_fail(VIT_EINVAL, "%s: heads * d_k or heads * d_v exceeds INT_MAX", fn);
+    if ((long long)a->batch * a->heads > INT_MAX)
+        return vit_fail(VIT_EINVAL, "%s: batch * heads exceeds INT_MAX", fn);
     size_t s;
-    if (!mul3(&s, (size_t)a->batch * a->heads, a->n_q, a->n_k) ||
-        !mul3(&s, (size_t)a->batch * a->n_q, a->heads, a->d_v) ||
-        !mul3(&s, (size_t)a->batch * a->n_k, a->heads, a->d_k))
+    if (!vit_mul3_size(&s, (size_t)a->batch * a->heads, a->n_q, a->n_k) ||
+        !vit_mul3_size(&s, (size_t)a->batch * a->n_q, a->heads, a->d_v) ||
+        !vit_mul3_size(&s, (size_t)a->batch * a->n_k, a->heads, a->d_k) ||
+        !vit_mul3_size(&s, (size_t)a->batch * a->n_k, a->heads, a->d_v) ||
+        !vit_mul3_size(&s, (size_t)a->batch * a->n_q, a->heads, a->d_k))
         return vit_fail(VIT_ENOMEM, "%s: buffer sizes overflow size_t", fn);
     if (!isfinite(a->scale))
         return vit_fail(VIT_EINVAL, "%s: scale is not finite", fn);
@@ -283,7 +283,7 @@ int vit_sdpa_forward(const vit_sdpa *a, vit_real *out, vit_real *probs,
     static const char fn[] = "vit_sdpa_forward";
     vit_real scale = 0;
     int rc;
-    if ((rc = sdpa_check(fn, a, &scale)) != VIT_OK) return rc;
+    if ((rc = vit_sdpa_validate(fn, a, &scale)) != VIT_OK) return rc;
     if ((rc = vit_check_ptr(fn, "out", out)) != VIT_OK) return rc;
     if ((rc = vit_check_ptr(fn, "probs", probs)) != VIT_OK) return rc;
     if ((rc = vit_check_ptr(fn, "q", q)) != VIT_OK) return rc;
@@ -422,7 +422,7 @@ static int sdpa_backward(const vit_sdpa *a, vit_real beta, vit_real *dq, vit_rea
     static const char fn[] = "vit_sdpa_backward";
     vit_real scale = 0;
     int rc;
-    if ((rc = sdpa_check(fn, a, &scale)) != VIT_OK) return rc;
+    if ((rc = vit_sdpa_validate(fn, a, &scale)) != VIT_OK) return rc;
     if ((rc = vit_check_ptr(fn, "dout", dout)) != VIT_OK) return rc;
     if ((rc = vit_check_ptr(fn, "probs", probs)) != VIT_OK) return rc;
     if ((rc = vit_check_ptr(fn, "q", q)) != VIT_OK) return rc;
@@ -489,9 +489,9 @@ static int mha_check_fn(const char *fn, const vit_mha *m)
     if ((long long)m->batch * m->n_q > INT_MAX || (long long)m->batch * m->n_k > INT_MAX)
         return vit_fail(VIT_EINVAL, "%s: batch * n_q or batch * n_k exceeds INT_MAX", fn);
     size_t s;
-    if (!mul3(&s, (size_t)m->batch * m->heads, m->n_q, m->n_k) ||
-        !mul3(&s, (size_t)m->batch, (size_t)m->n_q + m->n_k, m->d_model) ||
-        !mul3(&s, 2, (size_t)m->d_model, (size_t)m->d_model + mha_dkv(m)))
+    if (!vit_mul3_size(&s, (size_t)m->batch * m->heads, m->n_q, m->n_k) ||
+        !vit_mul3_size(&s, (size_t)m->batch, (size_t)m->n_q + m->n_k, m->d_model) ||
+        !vit_mul3_size(&s, 2, (size_t)m->d_model, (size_t)m->d_model + mha_dkv(m)))
         return vit_fail(VIT_ENOMEM, "%s: buffer sizes overflow size_t", fn);
     return VIT_OK;
 }

@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "blas.h"
+#include "attention_internal.h"
 #include "error.h"
 #include "threads.h"
 
@@ -101,45 +102,6 @@ static geo geometry(const vit_sdpa *a)
     g.ldv = a->heads * a->d_v;
     g.slab = 2 * (size_t)g.tq * g.tk + 2 * (size_t)g.tq;
     return g;
-}
-
-/* a*b*c in size_t, 0 (with VIT_ENOMEM recorded) on overflow. */
-static int mul3(size_t *out, size_t a, size_t b, size_t c)
-{
-    size_t ab;
-    return vit_mul_size(&ab, a, b) && vit_mul_size(out, ab, c);
-}
-
-/* The checks of vit_sdpa_forward (same rules, same messages), and the
- * resolved scale. */
-static int tiled_check(const char *fn, const vit_sdpa *a, vit_real *scale)
-{
-    int rc;
-    if ((rc = vit_check_ptr(fn, "a", a)) != VIT_OK) return rc;
-    if ((rc = vit_check_dim(fn, "batch", a->batch)) != VIT_OK) return rc;
-    if ((rc = vit_check_dim(fn, "heads", a->heads)) != VIT_OK) return rc;
-    if ((rc = vit_check_dim(fn, "n_q", a->n_q)) != VIT_OK) return rc;
-    if ((rc = vit_check_dim(fn, "n_k", a->n_k)) != VIT_OK) return rc;
-    if ((rc = vit_check_dim(fn, "d_k", a->d_k)) != VIT_OK) return rc;
-    if ((rc = vit_check_dim(fn, "d_v", a->d_v)) != VIT_OK) return rc;
-    if ((long long)a->heads * a->d_k > INT_MAX || (long long)a->heads * a->d_v > INT_MAX)
-        return vit_fail(VIT_EINVAL, "%s: heads * d_k or heads * d_v exceeds INT_MAX", fn);
-    if ((long long)a->batch * a->heads > INT_MAX)
-        return vit_fail(VIT_EINVAL, "%s: batch * heads exceeds INT_MAX", fn);
-    size_t s;
-    if (!mul3(&s, (size_t)a->batch * a->heads, a->n_q, a->n_k) ||
-        !mul3(&s, (size_t)a->batch * a->n_q, a->heads, a->d_v) ||
-        !mul3(&s, (size_t)a->batch * a->n_k, a->heads, a->d_k) ||
-        !mul3(&s, (size_t)a->batch * a->n_k, a->heads, a->d_v) ||
-        !mul3(&s, (size_t)a->batch * a->n_q, a->heads, a->d_k))
-        return vit_fail(VIT_ENOMEM, "%s: buffer sizes overflow size_t", fn);
-    if (!isfinite(a->scale))
-        return vit_fail(VIT_EINVAL, "%s: scale is not finite", fn);
-    if (a->bias != NULL && a->bias_heads != 1 && a->bias_heads != a->heads)
-        return vit_fail(VIT_EINVAL, "%s: bias_heads must be 1 or heads (%d), got %d",
-                        fn, a->heads, a->bias_heads);
-    *scale = a->scale != 0 ? a->scale : (vit_real)(1.0 / sqrt((double)a->d_k));
-    return VIT_OK;
 }
 
 size_t vit_sdpa_tiled_work_size(const vit_sdpa *a)
@@ -376,7 +338,7 @@ int vit_sdpa_tiled_forward(const vit_sdpa *a, vit_real *out, vit_real *lse,
     static const char fn[] = "vit_sdpa_tiled_forward";
     vit_real scale = 0;
     int rc;
-    if ((rc = tiled_check(fn, a, &scale)) != VIT_OK) return rc;
+    if ((rc = vit_sdpa_validate(fn, a, &scale)) != VIT_OK) return rc;
     if ((rc = vit_check_ptr(fn, "out", out)) != VIT_OK) return rc;
     if ((rc = vit_check_ptr(fn, "lse", lse)) != VIT_OK) return rc;
     if ((rc = vit_check_ptr(fn, "q", q)) != VIT_OK) return rc;
@@ -563,7 +525,7 @@ int vit_sdpa_tiled_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_r
     static const char fn[] = "vit_sdpa_tiled_backward";
     vit_real scale = 0;
     int rc;
-    if ((rc = tiled_check(fn, a, &scale)) != VIT_OK) return rc;
+    if ((rc = vit_sdpa_validate(fn, a, &scale)) != VIT_OK) return rc;
     if ((rc = vit_check_ptr(fn, "dout", dout)) != VIT_OK) return rc;
     if ((rc = vit_check_ptr(fn, "out", out)) != VIT_OK) return rc;
     if ((rc = vit_check_ptr(fn, "lse", lse)) != VIT_OK) return rc;

@@ -1,0 +1,19 @@
+/* Internal: what the standard, tiled and windowed attention files share. */
+#ifndef VIT_SRC_ATTENTION_INTERNAL_H
+#define VIT_SRC_ATTENTION_INTERNAL_H
+
+#include <stddef.h>
+#include "vit/attention.h"
+
+/* a*b*c in size_t; 0 (with VIT_ENOMEM recorded) on overflow. */
+int vit_mul3_size(size_t *out, size_t a, size_t b, size_t c);
+
+/* Validates the shape of an attention core (the rules and messages of
+ * vit_sdpa_forward/backward and their tiled twins, prefixed with fn) and
+ * resolves the default scale 1/sqrt(d_k) into *scale.  Sizes are each
+ * <= 2^30 (vit_check_dim); the products handed to BLAS as int (H*d_k,
+ * H*d_v, B*H) are checked against INT_MAX, every buffer size against
+ * size_t. */
+int vit_sdpa_validate(const char *fn, const vit_sdpa *a, vit_real *scale);
+
+#endif
