@@ -282,6 +282,25 @@ static vit_tensor *op_error(vit_tape *t, int code)
     return NULL;
 }
 
+/* The common tail of an op: the kernel's return code rc, then the op's
+ * record with its inputs (up to three, NULL for none).  NULL, with the
+ * tape's error set, if the kernel failed or the record could not grow. */
+static op_rec *op_finish(vit_tape *t, int rc, back_fn fn, vit_tensor *y, vit_tensor *a,
+                         vit_tensor *b, vit_tensor *c)
+{
+    if (rc) {
+        op_error(t, rc);
+        return NULL;
+    }
+    op_rec *op = op_push(t, fn, y);
+    if (!op)
+        return NULL;
+    op->in[0] = a;
+    op->in[1] = b;
+    op->in[2] = c;
+    return op;
+}
+
 static int wants_grad(vit_tensor *a, vit_tensor *b, vit_tensor *c)
 {
     return (a && a->grad) || (b && b->grad) || (c && c->grad);
@@ -320,13 +339,7 @@ vit_tensor *vit_op_linear(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_tensor 
         return NULL;
     int rc = vit_linear_forward(y->data, x->data, W->data, b ? b->data : NULL, rows_of(x),
                                 W->shape[0], W->shape[1]);
-    if (rc)
-        return op_error(t, rc);
-    op_rec *op = op_push(t, back_linear, y);
-    if (!op)
-        return NULL;
-    op->in[0] = x; op->in[1] = W; op->in[2] = b;
-    return y;
+    return op_finish(t, rc, back_linear, y, x, W, b) ? y : NULL;
 }
 
 /* ---- layernorm ------------------------------------------------------- */
@@ -355,12 +368,9 @@ vit_tensor *vit_op_layernorm(vit_tape *t, vit_tensor *x, vit_tensor *gamma, vit_
     if (!rstd)
         return NULL;
     int rc = vit_layernorm_forward(y->data, mean, rstd, x->data, gamma->data, beta->data, n, d, eps);
-    if (rc)
-        return op_error(t, rc);
-    op_rec *op = op_push(t, back_layernorm, y);
+    op_rec *op = op_finish(t, rc, back_layernorm, y, x, gamma, beta);
     if (!op)
         return NULL;
-    op->in[0] = x; op->in[1] = gamma; op->in[2] = beta;
     op->saved[0] = mean; op->saved[1] = rstd;
     return y;
 }
@@ -381,13 +391,7 @@ vit_tensor *vit_op_gelu(vit_tape *t, vit_tensor *x)
     if (!y)
         return NULL;
     int rc = vit_gelu_forward(y->data, x->data, x->size);
-    if (rc)
-        return op_error(t, rc);
-    op_rec *op = op_push(t, back_gelu, y);
-    if (!op)
-        return NULL;
-    op->in[0] = x;
-    return y;
+    return op_finish(t, rc, back_gelu, y, x, NULL, NULL) ? y : NULL;
 }
 
 static int back_add(op_rec *op)
@@ -407,13 +411,7 @@ vit_tensor *vit_op_add(vit_tape *t, vit_tensor *a, vit_tensor *b)
     if (!y)
         return NULL;
     int rc = vit_residual_forward(y->data, a->data, b->data, a->size);
-    if (rc)
-        return op_error(t, rc);
-    op_rec *op = op_push(t, back_add, y);
-    if (!op)
-        return NULL;
-    op->in[0] = a; op->in[1] = b;
-    return y;
+    return op_finish(t, rc, back_add, y, a, b, NULL) ? y : NULL;
 }
 
 /* ---- multi-head attention -------------------------------------------- */
@@ -455,12 +453,9 @@ vit_tensor *vit_op_mha(vit_tape *t, const vit_mha *cfg, vit_tensor *params, vit_
     if (y->grad && !(work = arena_reals(t, vit_mha_work_size(cfg))))
         return NULL;
     rc = vit_mha_forward(cfg, params->data, y->data, x_q->data, x_kv->data, cache);
-    if (rc)
-        return op_error(t, rc);
-    op_rec *op = op_push(t, back_mha, y);
+    op_rec *op = op_finish(t, rc, back_mha, y, params, x_q, x_kv);
     if (!op)
         return NULL;
-    op->in[0] = params; op->in[1] = x_q; op->in[2] = x_kv;
     op->saved[0] = cache; op->saved[1] = work;
     op->cfg.mha = *cfg;
     if (probs)
@@ -498,12 +493,9 @@ vit_tensor *vit_op_patch_embed(vit_tape *t, const vit_patch_shape *s, vit_tensor
     if (!cols)
         return NULL;
     int rc = vit_patch_embed_forward(s, y->data, cols, img->data, W->data, b ? b->data : NULL);
-    if (rc)
-        return op_error(t, rc);
-    op_rec *op = op_push(t, back_patch, y);
+    op_rec *op = op_finish(t, rc, back_patch, y, img, W, b);
     if (!op)
         return NULL;
-    op->in[0] = img; op->in[1] = W; op->in[2] = b;
     op->saved[0] = cols;
     op->cfg.patch = *s;
     return y;
@@ -530,13 +522,7 @@ vit_tensor *vit_op_cls_prepend(vit_tape *t, vit_tensor *x, vit_tensor *cls)
         return NULL;
     int rc = vit_cls_prepend_forward(y->data, x->data, cls->data, x->shape[0], x->shape[1],
                                      x->shape[2]);
-    if (rc)
-        return op_error(t, rc);
-    op_rec *op = op_push(t, back_cls, y);
-    if (!op)
-        return NULL;
-    op->in[0] = x; op->in[1] = cls;
-    return y;
+    return op_finish(t, rc, back_cls, y, x, cls, NULL) ? y : NULL;
 }
 
 static int back_pos(op_rec *op)
@@ -558,13 +544,7 @@ vit_tensor *vit_op_pos_add(vit_tape *t, vit_tensor *x, vit_tensor *pos)
     if (!y)
         return NULL;
     int rc = vit_pos_add_forward(y->data, x->data, pos->data, x->shape[0], x->shape[1], x->shape[2]);
-    if (rc)
-        return op_error(t, rc);
-    op_rec *op = op_push(t, back_pos, y);
-    if (!op)
-        return NULL;
-    op->in[0] = x; op->in[1] = pos;
-    return y;
+    return op_finish(t, rc, back_pos, y, x, pos, NULL) ? y : NULL;
 }
 
 /* ---- token selection and pooling ------------------------------------- */
@@ -675,12 +655,9 @@ vit_tensor *vit_op_cross_entropy(vit_tape *t, vit_tensor *logits, const int *lab
         return NULL;
     memcpy(lab, labels, (size_t)B * sizeof *lab);
     int rc = vit_cross_entropy_forward(y->data, p, logits->data, lab, B, C, smoothing);
-    if (rc)
-        return op_error(t, rc);
-    op_rec *op = op_push(t, back_xent, y);
+    op_rec *op = op_finish(t, rc, back_xent, y, logits, NULL, NULL);
     if (!op)
         return NULL;
-    op->in[0] = logits;
     op->saved[0] = p;
     op->labels = lab;
     op->f = smoothing;
