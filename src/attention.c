@@ -66,19 +66,10 @@ int vit_sdpa_validate(const char *fn, const vit_sdpa *a, vit_real *scale)
 
 /* ---- Masks inside the softmax ------------------------------------------ */
 
-/* The three mask fields as seen by one query row: allowed row (or NULL),
- * key_valid row of the item (or NULL), and the last key index the causal
- * rule admits. */
-typedef struct {
-    const unsigned char *allowed;
-    const unsigned char *valid;
-    int last;
-} row_mask;
-
-static row_mask mask_row(const vit_sdpa *a, int b, int i)
+vit_row_mask vit_mask_row(const vit_sdpa *a, int b, int i)
 {
     const vit_attn_mask *m = &a->mask;
-    row_mask r;
+    vit_row_mask r;
     r.allowed = NULL;
     if (m->allowed) {
         size_t item = m->allowed_per_item ? (size_t)b * a->n_q * a->n_k : 0;
@@ -87,11 +78,6 @@ static row_mask mask_row(const vit_sdpa *a, int b, int i)
     r.valid = m->key_valid ? m->key_valid + (size_t)b * a->n_k : NULL;
     r.last = (m->causal && i < a->n_k - 1) ? i : a->n_k - 1;
     return r;
-}
-
-static int row_allows(const row_mask *r, int j)
-{
-    return j <= r->last && (!r->allowed || r->allowed[j]) && (!r->valid || r->valid[j]);
 }
 
 /* In place: scores s[n] -> masked softmax.  Forbidden entries get weight
@@ -123,7 +109,7 @@ static void softmax_plain(vit_real *s, int n)
     for (int j = 0; j < n; j++) s[j] *= inv;
 }
 
-static void softmax_row(vit_real *s, int n, const row_mask *r)
+static void softmax_row(vit_real *s, int n, const vit_row_mask *r)
 {
     if (!r->allowed && !r->valid && r->last == n - 1) {
         softmax_plain(s, n);
@@ -131,7 +117,7 @@ static void softmax_row(vit_real *s, int n, const row_mask *r)
     }
     vit_real mx = -INFINITY;
     for (int j = 0; j < n; j++) {
-        if (row_allows(r, j)) {
+        if (vit_row_allows(r, j)) {
             if (s[j] > mx) mx = s[j];
         } else {
             s[j] = -INFINITY;
@@ -188,7 +174,7 @@ static int softmax_rows(const vit_sdpa *a, int b, int h, vit_real *p, int i0, in
                 *bad = (bad_score){b, h, i, j};
                 return 1;
             }
-        row_mask r = mask_row(a, b, i);
+        vit_row_mask r = vit_mask_row(a, b, i);
         softmax_row(s, nk, &r);
     }
     return 0;

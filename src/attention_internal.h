@@ -16,4 +16,21 @@ int vit_mul3_size(size_t *out, size_t a, size_t b, size_t c);
  * size_t. */
 int vit_sdpa_validate(const char *fn, const vit_sdpa *a, vit_real *scale);
 
+/* The mask fields as seen by query row i of item b: its allowed row (or
+ * NULL), the item's key_valid row (or NULL), and the last key index the
+ * causal rule admits. */
+typedef struct {
+    const unsigned char *allowed;
+    const unsigned char *valid;
+    int last;
+} vit_row_mask;
+
+vit_row_mask vit_mask_row(const vit_sdpa *a, int b, int i);
+
+/* Whether that row may attend key j. */
+static inline int vit_row_allows(const vit_row_mask *r, int j)
+{
+    return j <= r->last && (!r->allowed || r->allowed[j]) && (!r->valid || r->valid[j]);
+}
+
 #endif

@@ -115,38 +115,14 @@ size_t vit_sdpa_tiled_work_size(const vit_sdpa *a)
 
 /* ---- Masks -------------------------------------------------------------- */
 
-/* The mask fields as seen by query row i of item b (as in attention.c). */
-typedef struct {
-    const unsigned char *allowed, *valid;
-    int last;
-} row_mask;
-
-static row_mask mask_row(const vit_sdpa *a, int b, int i)
-{
-    const vit_attn_mask *m = &a->mask;
-    row_mask r;
-    r.allowed = NULL;
-    if (m->allowed) {
-        size_t item = m->allowed_per_item ? (size_t)b * a->n_q * a->n_k : 0;
-        r.allowed = m->allowed + item + (size_t)i * a->n_k;
-    }
-    r.valid = m->key_valid ? m->key_valid + (size_t)b * a->n_k : NULL;
-    r.last = (m->causal && i < a->n_k - 1) ? i : a->n_k - 1;
-    return r;
-}
-
-static int row_allows(const row_mask *r, int j)
-{
-    return j <= r->last && (!r->allowed || r->allowed[j]) && (!r->valid || r->valid[j]);
-}
-
 /* Sets the scores sr[nj] of query i (item b) against keys j0.. that the
  * mask forbids to -infinity, so that exp() gives them weight exactly 0;
  * returns whether any is allowed.  Rows without a mask matrix (no mask, or
- * only causal) take the fast path: a contiguous tail. */
+ * only causal) take the fast path: a contiguous tail; others go through
+ * vit_mask_row / vit_row_allows (attention_internal.h), as in attention.c. */
 static int mask_scores(const vit_sdpa *a, int b, int i, int j0, int nj, vit_real *sr)
 {
-    row_mask rm = mask_row(a, b, i);
+    vit_row_mask rm = vit_mask_row(a, b, i);
     if (!rm.allowed && !rm.valid) {
         int keep = rm.last - j0 + 1; /* keys j0 .. last are allowed */
         for (int c = keep < 0 ? 0 : keep; c < nj; c++) sr[c] = -INFINITY;
@@ -154,7 +130,7 @@ static int mask_scores(const vit_sdpa *a, int b, int i, int j0, int nj, vit_real
     }
     int any = 0;
     for (int c = 0; c < nj; c++) {
-        if (row_allows(&rm, j0 + c)) any = 1;
+        if (vit_row_allows(&rm, j0 + c)) any = 1;
         else sr[c] = -INFINITY;
     }
     return any;
@@ -396,8 +372,8 @@ static void backward_tile(const job *J, int x, int it, int jt, int what, vit_rea
     int any = 0;
     for (int r = 0; r < ni && !any; r++) {
         if (lse[r] == -INFINITY) continue;
-        row_mask rm = mask_row(a, b, i0 + r);
-        for (int c = 0; c < nj && !any; c++) any = row_allows(&rm, j0 + c);
+        vit_row_mask rm = vit_mask_row(a, b, i0 + r);
+        for (int c = 0; c < nj && !any; c++) any = vit_row_allows(&rm, j0 + c);
     }
     if (!any) return;
 
