@@ -64,6 +64,35 @@ int vit_sdpa_validate(const char *fn, const vit_sdpa *a, vit_real *scale)
     return VIT_OK;
 }
 
+int vit_attn_check_qkv(const char *fn, const vit_real *q, const vit_real *k, const vit_real *v)
+{
+    int rc;
+    if ((rc = vit_check_ptr(fn, "q", q)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "k", k)) != VIT_OK) return rc;
+    return vit_check_ptr(fn, "v", v);
+}
+
+int vit_attn_check_forward(const char *fn, const vit_real *out, const vit_real *second,
+                           const char *second_name, const vit_real *q, const vit_real *k,
+                           const vit_real *v)
+{
+    int rc;
+    if ((rc = vit_check_ptr(fn, "out", out)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, second_name, second)) != VIT_OK) return rc;
+    if ((rc = vit_attn_check_qkv(fn, q, k, v)) != VIT_OK) return rc;
+    if (out == q || out == k || out == v || out == second)
+        return vit_fail(VIT_EINVAL, "%s: out must not alias q, k, v or %s", fn, second_name);
+    return VIT_OK;
+}
+
+int vit_attn_check_dbias(const char *fn, const vit_real *dbias, int bias_heads, int heads)
+{
+    if (dbias && bias_heads != 1 && bias_heads != heads)
+        return vit_fail(VIT_EINVAL, "%s: dbias needs bias_heads 1 or heads (%d), got %d",
+                        fn, heads, bias_heads);
+    return VIT_OK;
+}
+
 /* ---- Masks inside the softmax ------------------------------------------ */
 
 vit_row_mask vit_mask_row(const vit_sdpa *a, int b, int i)
@@ -270,13 +299,7 @@ int vit_sdpa_forward(const vit_sdpa *a, vit_real *out, vit_real *probs,
     vit_real scale = 0;
     int rc;
     if ((rc = vit_sdpa_validate(fn, a, &scale)) != VIT_OK) return rc;
-    if ((rc = vit_check_ptr(fn, "out", out)) != VIT_OK) return rc;
-    if ((rc = vit_check_ptr(fn, "probs", probs)) != VIT_OK) return rc;
-    if ((rc = vit_check_ptr(fn, "q", q)) != VIT_OK) return rc;
-    if ((rc = vit_check_ptr(fn, "k", k)) != VIT_OK) return rc;
-    if ((rc = vit_check_ptr(fn, "v", v)) != VIT_OK) return rc;
-    if (out == q || out == k || out == v || out == probs)
-        return vit_fail(VIT_EINVAL, "%s: out must not alias q, k, v or probs", fn);
+    if ((rc = vit_attn_check_forward(fn, out, probs, "probs", q, k, v)) != VIT_OK) return rc;
 
     const int B = a->batch, H = a->heads;
     const int pairs = B * H;
@@ -411,12 +434,8 @@ static int sdpa_backward(const vit_sdpa *a, vit_real beta, vit_real *dq, vit_rea
     if ((rc = vit_sdpa_validate(fn, a, &scale)) != VIT_OK) return rc;
     if ((rc = vit_check_ptr(fn, "dout", dout)) != VIT_OK) return rc;
     if ((rc = vit_check_ptr(fn, "probs", probs)) != VIT_OK) return rc;
-    if ((rc = vit_check_ptr(fn, "q", q)) != VIT_OK) return rc;
-    if ((rc = vit_check_ptr(fn, "k", k)) != VIT_OK) return rc;
-    if ((rc = vit_check_ptr(fn, "v", v)) != VIT_OK) return rc;
-    if (dbias && a->bias_heads != 1 && a->bias_heads != a->heads)
-        return vit_fail(VIT_EINVAL, "%s: dbias needs bias_heads 1 or heads (%d), got %d",
-                        fn, a->heads, a->bias_heads);
+    if ((rc = vit_attn_check_qkv(fn, q, k, v)) != VIT_OK) return rc;
+    if ((rc = vit_attn_check_dbias(fn, dbias, a->bias_heads, a->heads)) != VIT_OK) return rc;
 
     const int H = a->heads, pairs = a->batch * H;
     if (pairs_in_parallel(a)) {
@@ -676,9 +695,7 @@ int vit_mha_backward(const vit_mha *m, const vit_real *params, vit_real *grads,
     if ((rc = vit_check_ptr(fn, "x_q", x_q)) != VIT_OK) return rc;
     if ((rc = vit_check_ptr(fn, "x_kv", x_kv)) != VIT_OK) return rc;
     if ((rc = vit_check_ptr(fn, "cache", cache)) != VIT_OK) return rc;
-    if (dbias && m->bias_heads != 1 && m->bias_heads != m->heads)
-        return vit_fail(VIT_EINVAL, "%s: dbias needs bias_heads 1 or heads (%d), got %d",
-                        fn, m->heads, m->bias_heads);
+    if ((rc = vit_attn_check_dbias(fn, dbias, m->bias_heads, m->heads)) != VIT_OK) return rc;
 
     const int d = m->d_model, dkv = mha_dkv(m);
     const int rq = m->batch * m->n_q, rk = m->batch * m->n_k;

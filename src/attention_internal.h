@@ -16,6 +16,21 @@ int vit_mul3_size(size_t *out, size_t a, size_t b, size_t c);
  * size_t. */
 int vit_sdpa_validate(const char *fn, const vit_sdpa *a, vit_real *scale);
 
+/* Argument checks the attention cores share (messages prefixed with fn). */
+
+/* q, k, v, the inputs every core reads, are non-NULL. */
+int vit_attn_check_qkv(const char *fn, const vit_real *q, const vit_real *k, const vit_real *v);
+
+/* A forward's pointers: out and its second output (named second_name:
+ * "probs" or "lse") non-NULL, q, k, v non-NULL, and out distinct from all
+ * four (the cores read q, k, v while writing out). */
+int vit_attn_check_forward(const char *fn, const vit_real *out, const vit_real *second,
+                           const char *second_name, const vit_real *q, const vit_real *k,
+                           const vit_real *v);
+
+/* A bias gradient (NULL for none) needs bias_heads 1 or heads. */
+int vit_attn_check_dbias(const char *fn, const vit_real *dbias, int bias_heads, int heads);
+
 /* The mask fields as seen by query row i of item b: its allowed row (or
  * NULL), the item's key_valid row (or NULL), and the last key index the
  * causal rule admits. */

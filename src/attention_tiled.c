@@ -315,13 +315,7 @@ int vit_sdpa_tiled_forward(const vit_sdpa *a, vit_real *out, vit_real *lse,
     vit_real scale = 0;
     int rc;
     if ((rc = vit_sdpa_validate(fn, a, &scale)) != VIT_OK) return rc;
-    if ((rc = vit_check_ptr(fn, "out", out)) != VIT_OK) return rc;
-    if ((rc = vit_check_ptr(fn, "lse", lse)) != VIT_OK) return rc;
-    if ((rc = vit_check_ptr(fn, "q", q)) != VIT_OK) return rc;
-    if ((rc = vit_check_ptr(fn, "k", k)) != VIT_OK) return rc;
-    if ((rc = vit_check_ptr(fn, "v", v)) != VIT_OK) return rc;
-    if (out == q || out == k || out == v || out == lse)
-        return vit_fail(VIT_EINVAL, "%s: out must not alias q, k, v or lse", fn);
+    if ((rc = vit_attn_check_forward(fn, out, lse, "lse", q, k, v)) != VIT_OK) return rc;
     vit_real *owned;
     if ((rc = get_work(fn, a, &work, &owned)) != VIT_OK) return rc;
 
@@ -505,12 +499,8 @@ int vit_sdpa_tiled_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_r
     if ((rc = vit_check_ptr(fn, "dout", dout)) != VIT_OK) return rc;
     if ((rc = vit_check_ptr(fn, "out", out)) != VIT_OK) return rc;
     if ((rc = vit_check_ptr(fn, "lse", lse)) != VIT_OK) return rc;
-    if ((rc = vit_check_ptr(fn, "q", q)) != VIT_OK) return rc;
-    if ((rc = vit_check_ptr(fn, "k", k)) != VIT_OK) return rc;
-    if ((rc = vit_check_ptr(fn, "v", v)) != VIT_OK) return rc;
-    if (dbias && a->bias_heads != 1 && a->bias_heads != a->heads)
-        return vit_fail(VIT_EINVAL, "%s: dbias needs bias_heads 1 or heads (%d), got %d",
-                        fn, a->heads, a->bias_heads);
+    if ((rc = vit_attn_check_qkv(fn, q, k, v)) != VIT_OK) return rc;
+    if ((rc = vit_attn_check_dbias(fn, dbias, a->bias_heads, a->heads)) != VIT_OK) return rc;
     if (!dq && !dk && !dv && !dbias) return VIT_OK;
     vit_real *owned;
     if ((rc = get_work(fn, a, &work, &owned)) != VIT_OK) return rc;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention_internal.h"
 #include "blas.h"
 #include "error.h"
 #include "threads.h"
@@ -286,13 +287,7 @@ int vit_window_attn_forward(const vit_window_attn *w, vit_real *out, vit_real *p
     vit_real scale = 0;
     int rc;
     if ((rc = window_check(fn, w, &scale)) != VIT_OK) return rc;
-    if ((rc = vit_check_ptr(fn, "out", out)) != VIT_OK) return rc;
-    if ((rc = vit_check_ptr(fn, "probs", probs)) != VIT_OK) return rc;
-    if ((rc = vit_check_ptr(fn, "q", q)) != VIT_OK) return rc;
-    if ((rc = vit_check_ptr(fn, "k", k)) != VIT_OK) return rc;
-    if ((rc = vit_check_ptr(fn, "v", v)) != VIT_OK) return rc;
-    if (out == q || out == k || out == v || out == probs)
-        return vit_fail(VIT_EINVAL, "%s: out must not alias q, k, v or probs", fn);
+    if ((rc = vit_attn_check_forward(fn, out, probs, "probs", q, k, v)) != VIT_OK) return rc;
 
     wjob J;
     job_init(&J, w, scale);
@@ -412,12 +407,8 @@ int vit_window_attn_backward(const vit_window_attn *w, vit_real *dq, vit_real *d
     if ((rc = window_check(fn, w, &scale)) != VIT_OK) return rc;
     if ((rc = vit_check_ptr(fn, "dout", dout)) != VIT_OK) return rc;
     if ((rc = vit_check_ptr(fn, "probs", probs)) != VIT_OK) return rc;
-    if ((rc = vit_check_ptr(fn, "q", q)) != VIT_OK) return rc;
-    if ((rc = vit_check_ptr(fn, "k", k)) != VIT_OK) return rc;
-    if ((rc = vit_check_ptr(fn, "v", v)) != VIT_OK) return rc;
-    if (dbias && w->bias_heads != 1 && w->bias_heads != w->heads)
-        return vit_fail(VIT_EINVAL, "%s: dbias needs bias_heads 1 or heads (%d), got %d",
-                        fn, w->heads, w->bias_heads);
+    if ((rc = vit_attn_check_qkv(fn, q, k, v)) != VIT_OK) return rc;
+    if ((rc = vit_attn_check_dbias(fn, dbias, w->bias_heads, w->heads)) != VIT_OK) return rc;
     if (!dq && !dk && !dv && !dbias) return VIT_OK;
 
     wjob J;

@@ -901,6 +901,10 @@ START_TEST(test_bad_input)
                   "dy");
     EXPECT_EINVAL(vit_mha_backward(&m, params, NULL, NULL, NULL, NULL, y, x, NULL, cache, NULL),
                   "x_kv");
+    e = m;
+    e.bias_heads = 0; /* dbias asked for without a valid bias_heads */
+    EXPECT_EINVAL(vit_mha_backward(&e, params, NULL, NULL, NULL, buf + 3000, y, x, x, cache, NULL),
+                  "bias_heads");
     vit_mha_views vw;
     EXPECT_EINVAL(vit_mha_views_of(&m, NULL, &vw), "flat");
     EXPECT_EINVAL(vit_mha_views_of(&m, buf, NULL), "views");

@@ -853,6 +853,10 @@ START_TEST(test_bad_input)
     EXPECT_EINVAL(vit_window_attn_forward(&w, v, p, q, k, v), "alias");
     EXPECT_EINVAL(vit_window_attn_backward(&w, q, k, v, NULL, NULL, p, q, k, v), "dout");
     EXPECT_EINVAL(vit_window_attn_backward(&w, q, k, v, NULL, out, p, NULL, k, v), "q is NULL");
+    vit_window_attn wb = w;
+    wb.bias_heads = 0; /* dbias asked for without a valid bias_heads */
+    EXPECT_EINVAL(vit_window_attn_backward(&wb, NULL, NULL, NULL, buf + 3000, out, p, q, k, v),
+                  "bias_heads");
     vit_window_attn e = w;
     e.grid_w = 5;
     EXPECT_EINVAL(vit_window_attn_forward(&e, out, p, q, k, v), "multiple");
