@@ -39,7 +39,10 @@ now() { date +%s.%N; }
 calc() { awk "BEGIN { print $1 }"; } # floating-point arithmetic without bc
 
 # ---- 1. kill -9 and resume ---------------------------------------------------
-epochs=16
+# Enough epochs that training, not start-up, fills the run: with 16 the
+# whole run took 0.4 s, and on a loaded machine a kill aimed within it
+# sometimes came after both runs had ended.
+epochs=48
 t0=$(now)
 train --epochs $epochs --out "$tmp/ref" >/dev/null 2>&1 || bad "reference run"
 ref_time=$(calc "$(now) - $t0")
