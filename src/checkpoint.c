@@ -3,6 +3,7 @@
  * documented in include/vit/checkpoint.h. */
 #include "vit/checkpoint.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -297,6 +298,11 @@ static int write_failed(const char *path, const char *step, int err)
     return vit_fail(VIT_EIO, "vit_ckpt_write: '%s': %s failed: %s", path, step, why);
 }
 
+/* vit_ckpt_write's temporary is PATH TMP_INFIX and mkstemp's six
+ * characters; vit_ckpt_remove_temporaries matches the same pattern. */
+#define TMP_INFIX ".tmp."
+#define TMP_RANDOM 6
+
 int vit_ckpt_write(const char *path, const vit_ckpt *c)
 {
     const char *fn = "vit_ckpt_write";
@@ -306,7 +312,7 @@ int vit_ckpt_write(const char *path, const vit_ckpt *c)
     if ((rc = validate_for_write(c)))
         return rc;
 
-    static const char suffix[] = ".tmp.XXXXXX";
+    static const char suffix[] = TMP_INFIX "XXXXXX";
     size_t plen = strlen(path);
     char *tmp = malloc(plen + sizeof suffix);
     if (tmp == NULL)
@@ -676,4 +682,32 @@ const vit_ckpt_tensor *vit_ckpt_find(const vit_ckpt *c, const char *name)
         if (strcmp(c->tensors[i].name, name) == 0)
             return &c->tensors[i];
     return NULL;
+}
+
+void vit_ckpt_remove_temporaries(const char *path)
+{
+    if (!path)
+        return;
+    /* path's folder: ".", "/", or everything before the last slash. */
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    int dlen = !slash ? 1 : slash == path ? 1 : (int)(slash - path);
+    char dir[4096];
+    if (snprintf(dir, sizeof dir, "%.*s", dlen, slash ? path : ".") >= (int)sizeof dir)
+        return;
+    size_t blen = strlen(base), ilen = strlen(TMP_INFIX);
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *n = e->d_name;
+        if (strlen(n) != blen + ilen + TMP_RANDOM || strncmp(n, base, blen) != 0
+            || strncmp(n + blen, TMP_INFIX, ilen) != 0)
+            continue;
+        char full[8192];
+        if (snprintf(full, sizeof full, "%s/%s", dir, n) < (int)sizeof full)
+            unlink(full);
+    }
+    closedir(d);
 }

@@ -4,7 +4,6 @@
  */
 #include "vit/train.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,6 +14,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "vit/checkpoint.h"
 #include "vit/dist.h"
 #include "vit/loss.h"
 
@@ -197,30 +197,9 @@ static void share(int n, int *lo, int *hi)
 
 /* ---- output folder, metrics ------------------------------------------ */
 
-/* Deletes last.ckpt.tmp.XXXXXX files, the temporaries of checkpoint writes
- * that a kill -9 or power loss interrupted (a finished write renames its
- * temporary to last.ckpt).  Only rank 0 of one run writes into a folder, so
- * no other writer can own them.  Failures are ignored: they only leave
- * litter, as before. */
-static void remove_stale_temporaries(const char *dir)
-{
-    static const char prefix[] = "last.ckpt.tmp.";
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        size_t n = strlen(e->d_name);
-        if (n != sizeof prefix - 1 + 6 || strncmp(e->d_name, prefix, sizeof prefix - 1) != 0)
-            continue;
-        char path[4400];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        unlink(path);
-    }
-    closedir(d);
-}
-
-static int make_out_dir(const char *dir)
+/* Creates the output folder dir (mkdir -p), proves it writable, and checks
+ * that ckpt, the checkpoint path inside it, is free or a file. */
+static int make_out_dir(const char *dir, const char *ckpt)
 {
     char path[4096];
     if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
@@ -246,12 +225,12 @@ static int make_out_dir(const char *dir)
     unlink(probe);
     /* A checkpoint path that is a folder (or anything but a file) would fail
      * only at the end of the first epoch: say so now. */
-    char ckpt[4200];
     struct stat st;
-    snprintf(ckpt, sizeof ckpt, "%s/last.ckpt", dir);
     if (lstat(ckpt, &st) == 0 && !S_ISREG(st.st_mode))
         return vit_fail(VIT_EIO, "%s: exists and is not a regular file", ckpt);
-    remove_stale_temporaries(dir);
+    /* Only this run writes here, so temporaries of an interrupted write are
+     * litter. */
+    vit_ckpt_remove_temporaries(ckpt);
     return VIT_OK;
 }
 
@@ -357,11 +336,11 @@ static int run_setup(run *r, const vit_config *cfg, const vit_dataset *train, co
     if (rc)
         return rc;
     /* Rank 0 alone writes; the others learn of its failure from the agree. */
-    rc = vit_dist_rank() == 0 ? make_out_dir(o->out_dir) : VIT_OK;
+    snprintf(r->ckpt, sizeof r->ckpt, "%s/last.ckpt", o->out_dir);
+    rc = vit_dist_rank() == 0 ? make_out_dir(o->out_dir, r->ckpt) : VIT_OK;
     int all = vit_dist_agree(rc);
     if (all)
         return rc ? rc : vit_fail(all, "%s: rank 0 cannot use the output folder", o->out_dir);
-    snprintf(r->ckpt, sizeof r->ckpt, "%s/last.ckpt", o->out_dir);
     if (o->resume) {
         if ((rc = vit_run_load(o->resume, &r->m, &r->opt, &r->st)))
             return rc;

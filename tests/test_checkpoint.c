@@ -720,6 +720,55 @@ START_TEST(test_write_missing_folder)
 }
 END_TEST
 
+/* vit_ckpt_remove_temporaries: exactly PATH.tmp.XXXXXX (six characters)
+ * goes; the checkpoint, other lengths, other prefixes and other files stay. */
+static void touch(const char *dir, const char *name)
+{
+    char p[256];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+}
+
+static int exists(const char *dir, const char *name)
+{
+    char p[256];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return stat(p, &st) == 0;
+}
+
+START_TEST(test_remove_temporaries)
+{
+    tmpdir d;
+    tmpdir_make(&d);
+    char path[160];
+    snprintf(path, sizeof path, "%s/last.ckpt", d.path);
+    vit_ckpt_tensor t[2];
+    vit_ckpt c = small_ckpt(t);
+    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_OK);
+    const char *gone[] = {"last.ckpt.tmp.Ab12Xz", "last.ckpt.tmp.000000"};
+    const char *kept[] = {"last.ckpt.tmp.Ab12X", "last.ckpt.tmp.Ab12Xz9", "other.ckpt.tmp.Ab12Xz",
+                          "xlast.ckpt.tmp.Ab12Xz", "last.ckpt.tm.Ab12Xz", "notes.txt"};
+    for (size_t i = 0; i < sizeof gone / sizeof *gone; i++)
+        touch(d.path, gone[i]);
+    for (size_t i = 0; i < sizeof kept / sizeof *kept; i++)
+        touch(d.path, kept[i]);
+    vit_ckpt_remove_temporaries(path);
+    for (size_t i = 0; i < sizeof gone / sizeof *gone; i++)
+        ck_assert_msg(!exists(d.path, gone[i]), "%s was not removed", gone[i]);
+    for (size_t i = 0; i < sizeof kept / sizeof *kept; i++)
+        ck_assert_msg(exists(d.path, kept[i]), "%s was removed", kept[i]);
+    vit_ckpt r;
+    ck_assert_int_eq(vit_ckpt_read(path, &r), VIT_OK); /* the checkpoint itself stays */
+    vit_ckpt_free(&r);
+    vit_ckpt_remove_temporaries(NULL);                 /* no-ops, no crash */
+    vit_ckpt_remove_temporaries("/no/such/folder/last.ckpt");
+    tmpdir_remove(&d);
+}
+END_TEST
+
 START_TEST(test_overwrite_keeps_mode)
 {
     tmpdir d;
@@ -837,6 +886,7 @@ static Suite *checkpoint_suite(void)
     tcase_set_timeout(io, 60);
     tcase_add_test(io, test_write_rejects_bad_input);
     tcase_add_test(io, test_write_missing_folder);
+    tcase_add_test(io, test_remove_temporaries);
     tcase_add_test(io, test_overwrite_keeps_mode);
     tcase_add_test(io, test_failed_overwrite_keeps_old_file);
     suite_add_tcase(s, io);

@@ -95,6 +95,14 @@ typedef struct vit_ckpt {
  * the new checkpoint but VIT_EIO still reports that it may not be durable. */
 int vit_ckpt_write(const char *path, const vit_ckpt *c);
 
+/* Deletes the temporaries PATH.tmp.XXXXXX (exactly six characters after
+ * ".tmp.", the pattern vit_ckpt_write uses) that a write of path killed
+ * before its rename (kill -9, power loss) left in path's folder.  Call it
+ * only while nothing else writes path.  Best effort: a folder that cannot
+ * be read or a file that cannot be removed is skipped; nothing is
+ * returned, since litter is all that stays. */
+void vit_ckpt_remove_temporaries(const char *path);
+
 /* Reads path into *c (overwritten; call vit_ckpt_free when done).  Checks,
  * in this order, that the file is at least as long as each field it
  * reads, the magic, the version, the writer's real size, every length,
