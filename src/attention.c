@@ -412,7 +412,10 @@ static void backward_pairs(void *ctx, size_t lo, size_t hi)
 }
 
 /* dout [B, n_q, H*d_v] -> dq, dk, dv (layouts of q, k, v), dbias
- * [bias_heads, n_q, n_k], all accumulated.  Per (b, h):
+ * [bias_heads, n_q, n_k], dbias accumulated; dq, dk, dv accumulated with
+ * beta 1 (vit_sdpa_backward's contract) or overwritten with beta 0, which
+ * spares the multi-head layer zeroing them first: every element is written
+ * by exactly one GEMM.  Per (b, h):
  *   dV_bh += P^T dO_bh
  *   dP     = dO_bh V_bh^T
  *   dS     = P .* (dP - rowsum(dP .* P))        (O(n_k) per row)
@@ -420,9 +423,6 @@ static void backward_pairs(void *ctx, size_t lo, size_t hi)
  * Forbidden weights are 0, so their dS is 0 and masks need no second look.
  * Pairs write disjoint columns of dq, dk, dv, so small pairs run one pair
  * per task; dbias is shared by the batch, so with it they run in order. */
-/* beta 1 accumulates into dq, dk, dv (the public contract); beta 0
- * overwrites them, which saves the multi-head layer zeroing its buffers
- * first: every element is written by exactly one GEMM. */
 static int sdpa_backward(const vit_sdpa *a, vit_real beta, vit_real *dq, vit_real *dk,
                          vit_real *dv, vit_real *dbias, const vit_real *dout,
                          const vit_real *probs, const vit_real *q, const vit_real *k,
