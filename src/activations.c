@@ -1,4 +1,5 @@
-/* Elementwise GELU and residual add, row softmax: forward and backward. */
+/* Elementwise GELU, residual add, multiply and scale, row softmax: forward
+ * and backward. */
 #include "vit/activations.h"
 
 #include <math.h>
@@ -27,6 +28,7 @@ static int check_len(const char *fn, size_t n)
 typedef struct {
     vit_real *y;
     const vit_real *a, *b;
+    vit_real s; /* the constant of vit_scale_forward */
 } ew_job;
 
 #ifdef VIT_DOUBLE
@@ -113,17 +115,24 @@ int vit_gelu_backward(vit_real *dx, const vit_real *dy, const vit_real *x, size_
 
 /* ---- Residual -------------------------------------------------------- */
 
-/* a [n], b [n] -> y [n] */
-int vit_residual_forward(vit_real *y, const vit_real *a, const vit_real *b, size_t n)
+/* a [n], b [n] -> y [n] = body(a, b) elementwise, split across threads:
+ * the whole of vit_residual_forward and vit_mul_forward but for the body. */
+static int binary_forward(const char *fn, vit_range_fn body, vit_real *y, const vit_real *a,
+                          const vit_real *b, size_t n)
 {
-    static const char fn[] = "vit_residual_forward";
     TRY(vit_check_ptr(fn, "y", y));
     TRY(vit_check_ptr(fn, "a", a));
     TRY(vit_check_ptr(fn, "b", b));
     TRY(check_len(fn, n));
     ew_job J = {.y = y, .a = a, .b = b};
-    vit_parallel(vit_threads_for((double)n), n, add_range, &J);
+    vit_parallel(vit_threads_for((double)n), n, body, &J);
     return VIT_OK;
+}
+
+/* a [n], b [n] -> y [n] */
+int vit_residual_forward(vit_real *y, const vit_real *a, const vit_real *b, size_t n)
+{
+    return binary_forward("vit_residual_forward", add_range, y, a, b, n);
 }
 
 /* dy [n] -> da [n] +=, db [n] += */
@@ -138,6 +147,87 @@ int vit_residual_backward(vit_real *da, vit_real *db, const vit_real *dy, size_t
     if (db)
         for (size_t i = 0; i < n; i++)
             db[i] += dy[i];
+    return VIT_OK;
+}
+
+/* ---- Multiply and scale ---------------------------------------------- */
+
+/* The fields are read into locals first: J->s has the type of y's
+ * elements, so the compiler would otherwise reload it after every store. */
+static void mul_range(void *p, size_t lo, size_t hi)
+{
+    const ew_job *J = p;
+    vit_real *y = J->y;
+    const vit_real *a = J->a, *b = J->b;
+    for (size_t i = lo; i < hi; i++)
+        y[i] = a[i] * b[i];
+}
+
+static void scale_range(void *p, size_t lo, size_t hi)
+{
+    const ew_job *J = p;
+    vit_real *y = J->y;
+    const vit_real *x = J->a, s = J->s;
+    for (size_t i = lo; i < hi; i++)
+        y[i] = s * x[i];
+}
+
+/* A scale that is NaN or infinite would silently poison every output. */
+static int check_scale(const char *fn, vit_real s)
+{
+    if (!isfinite((double)s))
+        return vit_fail(VIT_EINVAL, "%s: s must be finite, got %g", fn, (double)s);
+    return VIT_OK;
+}
+
+/* a [n], b [n] -> y [n] */
+int vit_mul_forward(vit_real *y, const vit_real *a, const vit_real *b, size_t n)
+{
+    return binary_forward("vit_mul_forward", mul_range, y, a, b, n);
+}
+
+/* dy [n], a [n], b [n] -> da [n] +=, db [n] +=.  Two separate passes, so
+ * that da == db receives both terms. */
+int vit_mul_backward(vit_real *da, vit_real *db, const vit_real *dy, const vit_real *a,
+                     const vit_real *b, size_t n)
+{
+    static const char fn[] = "vit_mul_backward";
+    TRY(vit_check_ptr(fn, "dy", dy));
+    TRY(vit_check_ptr(fn, "a", a));
+    TRY(vit_check_ptr(fn, "b", b));
+    TRY(check_len(fn, n));
+    if (da)
+        for (size_t i = 0; i < n; i++)
+            da[i] += dy[i] * b[i];
+    if (db)
+        for (size_t i = 0; i < n; i++)
+            db[i] += dy[i] * a[i];
+    return VIT_OK;
+}
+
+/* x [n] -> y [n] */
+int vit_scale_forward(vit_real *y, const vit_real *x, vit_real s, size_t n)
+{
+    static const char fn[] = "vit_scale_forward";
+    TRY(vit_check_ptr(fn, "y", y));
+    TRY(vit_check_ptr(fn, "x", x));
+    TRY(check_len(fn, n));
+    TRY(check_scale(fn, s));
+    ew_job J = {.y = y, .a = x, .s = s};
+    vit_parallel(vit_threads_for((double)n), n, scale_range, &J);
+    return VIT_OK;
+}
+
+/* dy [n] -> dx [n] += */
+int vit_scale_backward(vit_real *dx, const vit_real *dy, vit_real s, size_t n)
+{
+    static const char fn[] = "vit_scale_backward";
+    TRY(vit_check_ptr(fn, "dy", dy));
+    TRY(check_len(fn, n));
+    TRY(check_scale(fn, s));
+    if (dx)
+        for (size_t i = 0; i < n; i++)
+            dx[i] += s * dy[i];
     return VIT_OK;
 }
 

@@ -1,6 +1,7 @@
 /*
  * tests/test_kernels.c - the basic kernels (linear, layernorm, GELU,
- * residual, softmax, cross-entropy, embeddings), float64 build.
+ * residual, multiply, scale, softmax, cross-entropy, embeddings), float64
+ * build.
  *
  *  - gradient checks: every input and parameter gradient against central
  *    differences (gc_check) of a scalar L = sum w * y with fixed random w;
@@ -241,7 +242,7 @@ START_TEST(test_layernorm_grad)
 }
 END_TEST
 
-/* ==== GELU and residual ================================================ */
+/* ==== GELU ============================================================ */
 
 enum { G_N = 21 };
 
@@ -300,37 +301,126 @@ START_TEST(test_gelu_grad)
 }
 END_TEST
 
-typedef struct {
-    vit_real a[G_N], b[G_N], y[G_N], w[G_N];
-} res_ctx;
+/* ==== Residual, multiply, scale ======================================== */
 
-static double res_loss(void *p)
+/* The elementwise ops with one or two inputs share a context and one
+ * check.  EW_SQUARE is a * a through vit_mul_forward(y, a, a): a tensor
+ * used twice, whose gradient buffer is passed as both da and db. */
+enum ew_op { EW_ADD, EW_MUL, EW_SQUARE, EW_SCALE, EW_OPS };
+static const char *const ew_names[EW_OPS] = {"residual", "mul", "mul a*a", "scale"};
+
+typedef struct {
+    enum ew_op op;
+    vit_real a[G_N], b[G_N], y[G_N], w[G_N], s;
+} ew_ctx;
+
+static int ew_forward(const ew_ctx *c, vit_real *y)
 {
-    res_ctx *c = p;
-    if (vit_residual_forward(c->y, c->a, c->b, G_N) != VIT_OK)
+    switch (c->op) {
+    case EW_ADD: return vit_residual_forward(y, c->a, c->b, G_N);
+    case EW_MUL: return vit_mul_forward(y, c->a, c->b, G_N);
+    case EW_SQUARE: return vit_mul_forward(y, c->a, c->a, G_N);
+    default: return vit_scale_forward(y, c->a, c->s, G_N);
+    }
+}
+
+/* dy = w; db is not passed for the one-input ops. */
+static int ew_backward(const ew_ctx *c, vit_real *da, vit_real *db)
+{
+    switch (c->op) {
+    case EW_ADD: return vit_residual_backward(da, db, c->w, G_N);
+    case EW_MUL: return vit_mul_backward(da, db, c->w, c->a, c->b, G_N);
+    case EW_SQUARE: return vit_mul_backward(da, da, c->w, c->a, c->a, G_N);
+    default: return vit_scale_backward(da, c->w, c->s, G_N);
+    }
+}
+
+/* Naive reference, entry i. */
+static double ew_ref(const ew_ctx *c, int i)
+{
+    switch (c->op) {
+    case EW_ADD: return (double)c->a[i] + c->b[i];
+    case EW_MUL: return (double)c->a[i] * c->b[i];
+    case EW_SQUARE: return (double)c->a[i] * c->a[i];
+    default: return (double)c->s * c->a[i];
+    }
+}
+
+static double ew_loss(void *p)
+{
+    ew_ctx *c = p;
+    if (ew_forward(c, c->y) != VIT_OK)
         return NAN;
     return gc_dot(c->w, c->y, G_N);
 }
 
-START_TEST(test_residual)
+START_TEST(test_elementwise)
 {
-    res_ctx c;
-    uint64_t seed = 41;
+    ew_ctx c;
+    c.op = (enum ew_op)_i;
+    c.s = -1.75;
+    uint64_t seed = 41 + _i;
     gc_fill(c.a, G_N, &seed, 1.0);
     gc_fill(c.b, G_N, &seed, 1.0);
     gc_fill(c.w, G_N, &seed, 1.0);
-    ASSERT_OK(vit_residual_forward(c.y, c.a, c.b, G_N));
+    const int two = c.op == EW_ADD || c.op == EW_MUL; /* b is an input */
+    char name[64];
+
+    /* Forward: overwritten (y pre-filled), then in place (y aliasing a; for
+     * a * a, both inputs). */
     for (int i = 0; i < G_N; i++)
-        ck_assert_double_eq(c.y[i], c.a[i] + c.b[i]);
+        c.y[i] = 1e6;
+    ASSERT_OK(ew_forward(&c, c.y));
+    for (int i = 0; i < G_N; i++)
+        ck_assert_double_eq(c.y[i], ew_ref(&c, i));
+    vit_real a0[G_N];
+    memcpy(a0, c.a, sizeof a0);
+    ASSERT_OK(ew_forward(&c, c.a));
+    ck_assert_double_le(max_abs_diff(c.a, c.y, G_N), 0.0);
+    memcpy(c.a, a0, sizeof a0);
+
     vit_real *da = gc_zeros(G_N), *db = gc_zeros(G_N);
-    ASSERT_OK(vit_residual_backward(da, db, c.w, G_N));
-    ASSERT_GRAD("residual da", c.a, da, G_N, res_loss, &c);
-    ASSERT_GRAD("residual db", c.b, db, G_N, res_loss, &c);
-    vit_real *aa = accum_start(da, G_N), *ab = accum_start(db, G_N);
-    ASSERT_OK(vit_residual_backward(aa, ab, c.w, G_N));
-    accum_check("residual da", aa, da, G_N);
-    accum_check("residual db", ab, db, G_N);
+    ASSERT_OK(ew_backward(&c, da, two ? db : NULL));
+    snprintf(name, sizeof name, "%s da", ew_names[_i]);
+    ASSERT_GRAD(name, c.a, da, G_N, ew_loss, &c);
+    if (two) {
+        snprintf(name, sizeof name, "%s db", ew_names[_i]);
+        ASSERT_GRAD(name, c.b, db, G_N, ew_loss, &c);
+    }
+    /* Accumulation with each gradient alone (the other NULL), then none. */
+    vit_real *acc = accum_start(da, G_N);
+    ASSERT_OK(ew_backward(&c, acc, NULL));
+    accum_check(ew_names[_i], acc, da, G_N);
+    if (two) {
+        acc = accum_start(db, G_N);
+        ASSERT_OK(ew_backward(&c, NULL, acc));
+        accum_check(ew_names[_i], acc, db, G_N);
+    }
+    ASSERT_OK(ew_backward(&c, NULL, NULL));
     free(da); free(db);
+}
+END_TEST
+
+START_TEST(test_mul_scale_bad_input)
+{
+    vit_real a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, c[4] = {0};
+    expect_err(vit_mul_forward(NULL, a, b, 4), VIT_EINVAL, "vit_mul_forward", "y is NULL");
+    expect_err(vit_mul_forward(c, a, NULL, 4), VIT_EINVAL, "vit_mul_forward", "b is NULL");
+    expect_err(vit_mul_forward(c, a, b, 0), VIT_EINVAL, "vit_mul_forward", "n must be positive");
+    expect_err(vit_mul_backward(c, c, NULL, a, b, 4), VIT_EINVAL, "vit_mul_backward", "dy is NULL");
+    expect_err(vit_mul_backward(c, NULL, b, NULL, b, 4), VIT_EINVAL, "vit_mul_backward", "a is NULL");
+    expect_err(vit_mul_backward(c, c, b, a, b, 0), VIT_EINVAL, "vit_mul_backward", "n must be positive");
+    expect_err(vit_scale_forward(c, NULL, 2, 4), VIT_EINVAL, "vit_scale_forward", "x is NULL");
+    expect_err(vit_scale_forward(c, a, 2, 0), VIT_EINVAL, "vit_scale_forward", "n must be positive");
+    expect_err(vit_scale_backward(c, NULL, 2, 4), VIT_EINVAL, "vit_scale_backward", "dy is NULL");
+    const vit_real bad_s[3] = {NAN, INFINITY, -INFINITY};
+    for (int k = 0; k < 3; k++) {
+        expect_err(vit_scale_forward(c, a, bad_s[k], 4), VIT_EINVAL, "vit_scale_forward", "s must be finite");
+        expect_err(vit_scale_backward(c, b, bad_s[k], 4), VIT_EINVAL, "vit_scale_backward", "s must be finite");
+    }
+    /* Nothing written on those failures. */
+    for (int i = 0; i < 4; i++)
+        ck_assert_double_eq(c[i], 0.0);
 }
 END_TEST
 
@@ -769,7 +859,8 @@ static Suite *kernels_suite(void)
     tcase_add_test(tc, test_layernorm_grad);
     tcase_add_test(tc, test_gelu_forward);
     tcase_add_test(tc, test_gelu_grad);
-    tcase_add_test(tc, test_residual);
+    tcase_add_loop_test(tc, test_elementwise, 0, EW_OPS);
+    tcase_add_test(tc, test_mul_scale_bad_input);
     tcase_add_test(tc, test_softmax_forward);
     tcase_add_test(tc, test_softmax_grad);
     tcase_add_test(tc, test_cross_entropy_forward);

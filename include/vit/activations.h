@@ -1,6 +1,7 @@
 /*
  * vit/activations.h - elementwise and row-wise pieces: GELU, residual add,
- * row softmax.  See core.h for ownership, accumulation and error rules.
+ * elementwise multiply, scaling by a constant, row softmax.  See core.h for
+ * ownership, accumulation and error rules.
  *
  * Elementwise functions take a length n: any row-major tensor ([B, T, D]
  * gives n = B*T*D) is treated as a flat array, so the batch layout does not
@@ -35,6 +36,33 @@ int vit_residual_forward(vit_real *y, const vit_real *a, const vit_real *b, size
  * distinct buffers, or the same buffer receives dy twice).
  * Returns VIT_OK, or VIT_EINVAL for a NULL dy or n = 0. */
 int vit_residual_backward(vit_real *da, vit_real *db, const vit_real *dy, size_t n);
+
+/* Elementwise product: y[n] = a[n] * b[n], overwritten; y may alias a or b
+ * (or both).  Split across the library's threads when n is large.
+ * Returns VIT_OK, or VIT_EINVAL for a NULL y, a or b or n = 0. */
+int vit_mul_forward(vit_real *y, const vit_real *a, const vit_real *b, size_t n);
+
+/* da[n] += dy * b, db[n] += dy * a, accumulated; a and b are the forward's
+ * inputs (so the forward must not have overwritten them through y if a
+ * backward follows).  Either gradient may be NULL.  da == db is allowed
+ * (a tensor multiplied by itself, a == b): that buffer receives both terms,
+ * 2 a dy.  Otherwise da and db must not overlap each other, and neither
+ * may overlap dy, a or b.  Runs on the calling thread.
+ * Returns VIT_OK, or VIT_EINVAL for a NULL dy, a or b or n = 0. */
+int vit_mul_backward(vit_real *da, vit_real *db, const vit_real *dy, const vit_real *a,
+                     const vit_real *b, size_t n);
+
+/* Scaling by a constant: y[n] = s * x[n], overwritten; y may alias x.
+ * Split across the library's threads when n is large.
+ * Returns VIT_OK, or VIT_EINVAL for a NULL y or x, n = 0, or a non-finite s
+ * (NaN or infinity; nothing is written). */
+int vit_scale_forward(vit_real *y, const vit_real *x, vit_real s, size_t n);
+
+/* dx[n] += s * dy, accumulated; s is the forward's constant (it gets no
+ * gradient).  dx may be NULL (not wanted: nothing is written, the arguments
+ * are still checked) and must not overlap dy.  Runs on the calling thread.
+ * Returns VIT_OK, or VIT_EINVAL for a NULL dy, n = 0 or a non-finite s. */
+int vit_scale_backward(vit_real *dx, const vit_real *dy, vit_real s, size_t n);
 
 /* Row softmax, max-subtracted for range: y[r, c] = exp(x - max_r) / sum.
  * x, y: [rows, cols], row-major, each row normalised on its own (leading
