@@ -1,5 +1,6 @@
 /* From images to tokens: patch embedding (im2col + GEMM), class-token
- * prepend and learned position embeddings, forward and backward. */
+ * prepend and learned position embeddings, and from ids to tokens: the
+ * embedding table lookup, forward and backward. */
 #include "vit/embeddings.h"
 
 #include <limits.h>
@@ -223,5 +224,58 @@ int vit_pos_add_backward(vit_real *dx, vit_real *dpos, const vit_real *dy,
             if (dpos)
                 dpos[i] += g;
         }
+    return VIT_OK;
+}
+
+/* ---- Embedding lookup ------------------------------------------------ */
+
+/* The checks both directions share: sizes, then every id, before anything
+ * is written (the backward must not half-accumulate into dtable). */
+static int check_lookup(const char *fn, const int *ids, size_t n, int vocab, int dim)
+{
+    TRY(vit_check_ptr(fn, "ids", ids));
+    if (n == 0)
+        return vit_fail(VIT_EINVAL, "%s: n must be positive, got 0", fn);
+    TRY(vit_check_dim(fn, "vocab", vocab));
+    TRY(vit_check_dim(fn, "dim", dim));
+    size_t total;
+    if (!vit_mul_size(&total, n, (size_t)dim))
+        return vit_fail(VIT_ENOMEM, "%s: n = %zu times dim = %d overflows", fn, n, dim);
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab)
+            return vit_fail(VIT_EINVAL, "%s: ids[%zu] = %d is outside 0 .. vocab-1 = %d", fn, i,
+                            ids[i], vocab - 1);
+    return VIT_OK;
+}
+
+/* table [vocab, dim], ids [n] -> y [n, dim] */
+int vit_embedding_forward(vit_real *y, const vit_real *table, const int *ids, size_t n,
+                          int vocab, int dim)
+{
+    static const char fn[] = "vit_embedding_forward";
+    TRY(vit_check_ptr(fn, "y", y));
+    TRY(vit_check_ptr(fn, "table", table));
+    TRY(check_lookup(fn, ids, n, vocab, dim));
+    const size_t row = (size_t)dim * sizeof *y;
+    for (size_t i = 0; i < n; i++)
+        memcpy(y + i * dim, table + (size_t)ids[i] * dim, row);
+    return VIT_OK;
+}
+
+/* dy [n, dim], ids [n] -> dtable [vocab, dim] += */
+int vit_embedding_backward(vit_real *dtable, const vit_real *dy, const int *ids, size_t n,
+                           int vocab, int dim)
+{
+    static const char fn[] = "vit_embedding_backward";
+    TRY(vit_check_ptr(fn, "dy", dy));
+    TRY(check_lookup(fn, ids, n, vocab, dim));
+    if (!dtable)
+        return VIT_OK;
+    for (size_t i = 0; i < n; i++) {
+        vit_real *dst = dtable + (size_t)ids[i] * dim;
+        const vit_real *src = dy + i * dim;
+        for (int j = 0; j < dim; j++)
+            dst[j] += src[j];
+    }
     return VIT_OK;
 }

@@ -1,7 +1,7 @@
 /*
  * tests/test_kernels.c - the basic kernels (linear, layernorm, GELU,
- * residual, multiply, scale, softmax, cross-entropy, embeddings), float64
- * build.
+ * residual, multiply, scale, softmax, cross-entropy, embeddings, embedding
+ * lookup), float64 build.
  *
  *  - gradient checks: every input and parameter gradient against central
  *    differences (gc_check) of a scalar L = sum w * y with fixed random w;
@@ -770,6 +770,96 @@ START_TEST(test_pos_add)
 }
 END_TEST
 
+/* ==== Embedding lookup ================================================= */
+
+enum { EM_N = 7, EM_V = 5, EM_D = 3 };
+
+/* Id 3 three times, 0 twice, 2 never. */
+static const int em_ids[EM_N] = {3, 0, 3, 4, 3, 0, 1};
+
+typedef struct {
+    vit_real table[EM_V * EM_D], y[EM_N * EM_D], w[EM_N * EM_D];
+} em_ctx;
+
+static double em_loss(void *p)
+{
+    em_ctx *c = p;
+    if (vit_embedding_forward(c->y, c->table, em_ids, EM_N, EM_V, EM_D) != VIT_OK)
+        return NAN;
+    return gc_dot(c->w, c->y, EM_N * EM_D);
+}
+
+static void em_init(em_ctx *c, uint64_t seed)
+{
+    gc_fill(c->table, EM_V * EM_D, &seed, 1.0);
+    gc_fill(c->w, EM_N * EM_D, &seed, 1.0);
+}
+
+START_TEST(test_embedding_forward)
+{
+    em_ctx c;
+    em_init(&c, 93);
+    for (int i = 0; i < EM_N * EM_D; i++)
+        c.y[i] = 1e6;
+    ASSERT_OK(vit_embedding_forward(c.y, c.table, em_ids, EM_N, EM_V, EM_D));
+    for (int i = 0; i < EM_N; i++)
+        for (int j = 0; j < EM_D; j++)
+            ck_assert_double_eq(c.y[i * EM_D + j], c.table[em_ids[i] * EM_D + j]);
+    /* The last row of the table, alone. */
+    const int last = EM_V - 1;
+    ASSERT_OK(vit_embedding_forward(c.y, c.table, &last, 1, EM_V, EM_D));
+    ck_assert_double_le(max_abs_diff(c.y, c.table + last * EM_D, EM_D), 0.0);
+}
+END_TEST
+
+START_TEST(test_embedding_grad)
+{
+    em_ctx c;
+    em_init(&c, 94);
+    vit_real *dt = gc_zeros(EM_V * EM_D);
+    ASSERT_OK(vit_embedding_backward(dt, c.w, em_ids, EM_N, EM_V, EM_D));
+    ASSERT_GRAD("embedding dtable", c.table, dt, EM_V * EM_D, em_loss, &c);
+    /* Repeated ids sum their rows of dy; an id never looked up gets none. */
+    for (int j = 0; j < EM_D; j++) {
+        ck_assert_double_eq_tol(dt[3 * EM_D + j], c.w[j] + c.w[2 * EM_D + j] + c.w[4 * EM_D + j],
+                                1e-15);
+        ck_assert_double_eq_tol(dt[0 * EM_D + j], c.w[1 * EM_D + j] + c.w[5 * EM_D + j], 1e-15);
+        ck_assert_double_eq(dt[2 * EM_D + j], 0.0);
+    }
+    vit_real *acc = accum_start(dt, EM_V * EM_D);
+    ASSERT_OK(vit_embedding_backward(acc, c.w, em_ids, EM_N, EM_V, EM_D));
+    accum_check("embedding dtable", acc, dt, EM_V * EM_D);
+    ASSERT_OK(vit_embedding_backward(NULL, c.w, em_ids, EM_N, EM_V, EM_D));
+    free(dt);
+}
+END_TEST
+
+START_TEST(test_embedding_bad_input)
+{
+    vit_real table[6] = {1, 2, 3, 4, 5, 6}, y[6] = {0}, dt[6] = {0};
+    int ids[3] = {0, 2, 1};
+    expect_err(vit_embedding_forward(NULL, table, ids, 3, 3, 2), VIT_EINVAL, "vit_embedding_forward", "y is NULL");
+    expect_err(vit_embedding_forward(y, NULL, ids, 3, 3, 2), VIT_EINVAL, "vit_embedding_forward", "table is NULL");
+    expect_err(vit_embedding_forward(y, table, NULL, 3, 3, 2), VIT_EINVAL, "vit_embedding_forward", "ids is NULL");
+    expect_err(vit_embedding_forward(y, table, ids, 0, 3, 2), VIT_EINVAL, "vit_embedding_forward", "n must be positive");
+    expect_err(vit_embedding_forward(y, table, ids, 3, 0, 2), VIT_EINVAL, "vit_embedding_forward", "vocab must be positive");
+    expect_err(vit_embedding_forward(y, table, ids, 3, 3, -1), VIT_EINVAL, "vit_embedding_forward", "dim must be positive");
+    expect_err(vit_embedding_backward(dt, NULL, ids, 3, 3, 2), VIT_EINVAL, "vit_embedding_backward", "dy is NULL");
+    expect_err(vit_embedding_backward(dt, y, ids, 3, 3, 0), VIT_EINVAL, "vit_embedding_backward", "dim must be positive");
+    /* An id out of range, named by position and value; the backward checks
+     * every id before touching dtable, so the valid ids[0] adds nothing. */
+    ids[1] = 3;
+    expect_err(vit_embedding_forward(y, table, ids, 3, 3, 2), VIT_EINVAL, "vit_embedding_forward", "ids[1] = 3");
+    expect_err(vit_embedding_backward(dt, table, ids, 3, 3, 2), VIT_EINVAL, "vit_embedding_backward", "ids[1] = 3");
+    ids[1] = 1;
+    ids[2] = -1;
+    expect_err(vit_embedding_forward(y, table, ids, 3, 3, 2), VIT_EINVAL, "vit_embedding_forward", "ids[2] = -1");
+    expect_err(vit_embedding_backward(NULL, table, ids, 3, 3, 2), VIT_EINVAL, "vit_embedding_backward", "ids[2] = -1");
+    for (int i = 0; i < 6; i++)
+        ck_assert_double_eq(dt[i], 0.0);
+}
+END_TEST
+
 /* ==== Bad input ======================================================== */
 
 START_TEST(test_bad_input)
@@ -869,6 +959,9 @@ static Suite *kernels_suite(void)
     tcase_add_loop_test(tc, test_patch_embed_grad, 0, 2);
     tcase_add_test(tc, test_cls_prepend);
     tcase_add_test(tc, test_pos_add);
+    tcase_add_test(tc, test_embedding_forward);
+    tcase_add_test(tc, test_embedding_grad);
+    tcase_add_test(tc, test_embedding_bad_input);
     tcase_add_test(tc, test_bad_input);
     suite_add_tcase(s, tc);
     return s;

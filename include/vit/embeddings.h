@@ -1,6 +1,7 @@
 /*
  * vit/embeddings.h - from images to tokens: patch embedding, class-token
- * prepend, learned position embeddings.
+ * prepend, learned position embeddings; and from integer ids to tokens: an
+ * embedding table lookup.
  *
  * Images are [B, H, W, C] (channels last, row-major, top row first).  A P x P
  * patch is flattened in (row, column, channel) order, so patch vectors have
@@ -79,6 +80,29 @@ int vit_pos_add_forward(vit_real *y, const vit_real *x, const vit_real *pos,
  * Returns VIT_OK, or VIT_EINVAL for a NULL dy or a size < 1. */
 int vit_pos_add_backward(vit_real *dx, vit_real *dpos, const vit_real *dy,
                          int batch, int t, int d);
+
+/* Embedding lookup: y[n, dim], row i = table[ids[i]], a copy of row
+ * ids[i] of table[vocab, dim] (overwritten).  ids[n] must each be in
+ * 0 .. vocab-1; they may repeat.  y must not overlap table.  Runs on the
+ * calling thread.
+ * Returns VIT_OK; VIT_EINVAL for a NULL y, table or ids, n = 0, vocab or dim
+ * < 1, or an id out of range (the message names its position and value,
+ * e.g. "ids[3] = 7"; every id is checked before y is written);
+ * VIT_ENOMEM when n*dim overflows size_t. */
+int vit_embedding_forward(vit_real *y, const vit_real *table, const int *ids, size_t n,
+                          int vocab, int dim);
+
+/* Scatter-add: dtable[ids[i]] += dy[i] for every i of dy[n, dim] into
+ * dtable[vocab, dim], accumulated, so a row whose id appears k times
+ * receives the sum of its k gradient rows and rows of ids that do not
+ * appear are left alone.  dtable may be NULL (not wanted: nothing is
+ * written, the arguments are still checked) and must not overlap dy.
+ * Runs on the calling thread (repeated ids would race across threads).
+ * Returns VIT_OK; VIT_EINVAL for a NULL dy or ids, n = 0, vocab or dim < 1,
+ * or an id out of range, named as in the forward (every id is checked
+ * before dtable is touched); VIT_ENOMEM when n*dim overflows size_t. */
+int vit_embedding_backward(vit_real *dtable, const vit_real *dy, const int *ids, size_t n,
+                           int vocab, int dim);
 
 #ifdef __cplusplus
 }
