@@ -1,7 +1,7 @@
 /*
  * tests/test_kernels.c - the basic kernels (linear, layernorm, GELU,
  * residual, multiply, scale, softmax, cross-entropy, embeddings, embedding
- * lookup), float64 build.
+ * lookup, masked mean pooling), float64 build.
  *
  *  - gradient checks: every input and parameter gradient against central
  *    differences (gc_check) of a scalar L = sum w * y with fixed random w;
@@ -22,6 +22,7 @@
 #include "vit/layernorm.h"
 #include "vit/linear.h"
 #include "vit/loss.h"
+#include "vit/pool.h"
 
 /* Forward results against references computed in double by other formulas:
  * only rounding differences are expected. */
@@ -860,6 +861,109 @@ START_TEST(test_embedding_bad_input)
 }
 END_TEST
 
+/* ==== Masked mean over tokens ========================================== */
+
+enum { MM_B = 3, MM_T = 4, MM_D = 3 };
+
+/* Item 0: all real; item 1: tokens 1 and 3 padding (and 7, any nonzero
+ * value, marks a real token); item 2: all padding. */
+static const unsigned char mm_valid[MM_B * MM_T] = {1, 1, 1, 1, 1, 0, 7, 0, 0, 0, 0, 0};
+static const vit_real mm_count[MM_B] = {4, 2, 0};
+
+typedef struct {
+    const unsigned char *valid;
+    vit_real x[MM_B * MM_T * MM_D], y[MM_B * MM_D], count[MM_B], w[MM_B * MM_D];
+} mm_ctx;
+
+static double mm_loss(void *p)
+{
+    mm_ctx *c = p;
+    if (vit_masked_mean_forward(c->y, c->count, c->x, c->valid, MM_B, MM_T, MM_D) != VIT_OK)
+        return NAN;
+    return gc_dot(c->w, c->y, MM_B * MM_D);
+}
+
+static void mm_init(mm_ctx *c, uint64_t seed, const unsigned char *valid)
+{
+    c->valid = valid;
+    gc_fill(c->x, MM_B * MM_T * MM_D, &seed, 1.0);
+    gc_fill(c->w, MM_B * MM_D, &seed, 1.0);
+}
+
+/* The masks of the loop tests: with padding, and NULL (every token real). */
+static const unsigned char *const mm_masks[2] = {mm_valid, NULL};
+
+START_TEST(test_masked_mean_forward)
+{
+    mm_ctx c;
+    mm_init(&c, 95 + _i, mm_masks[_i]);
+    for (int i = 0; i < MM_B * MM_D; i++)
+        c.y[i] = NAN; /* overwritten, including the all-padding item */
+    ASSERT_OK(vit_masked_mean_forward(c.y, c.count, c.x, c.valid, MM_B, MM_T, MM_D));
+    for (int b = 0; b < MM_B; b++) {
+        const vit_real *row = c.y + b * MM_D;
+        int n = 0;
+        for (int t = 0; t < MM_T; t++)
+            n += !c.valid || c.valid[b * MM_T + t];
+        ck_assert_double_eq(c.count[b], (c.valid ? mm_count[b] : MM_T));
+        for (int j = 0; j < MM_D; j++) {
+            double s = 0;
+            for (int t = 0; t < MM_T; t++)
+                if (!c.valid || c.valid[b * MM_T + t])
+                    s += c.x[(b * MM_T + t) * MM_D + j];
+            if (n == 0)
+                ck_assert_double_eq(row[j], 0.0); /* not NaN */
+            else
+                ck_assert_double_le(fabs(row[j] - s / n), FWD_TOL);
+        }
+    }
+    /* count is optional. */
+    ASSERT_OK(vit_masked_mean_forward(c.y, NULL, c.x, c.valid, MM_B, MM_T, MM_D));
+    ck_assert(isfinite(c.y[MM_D]));
+}
+END_TEST
+
+START_TEST(test_masked_mean_grad)
+{
+    mm_ctx c;
+    mm_init(&c, 97 + _i, mm_masks[_i]);
+    const size_t nx = MM_B * MM_T * MM_D;
+    vit_real *dx = gc_zeros(nx);
+    ASSERT_OK(vit_masked_mean_backward(dx, c.w, c.valid, MM_B, MM_T, MM_D));
+    ASSERT_GRAD(c.valid ? "masked_mean dx (padding)" : "masked_mean dx (no mask)", c.x, dx, nx,
+                mm_loss, &c);
+    /* Against the formula: dy / n on real tokens, exactly 0 on padding and
+     * on the all-padding item. */
+    for (int b = 0; b < MM_B; b++)
+        for (int t = 0; t < MM_T; t++)
+            for (int j = 0; j < MM_D; j++) {
+                double n = c.valid ? mm_count[b] : MM_T;
+                int real = !c.valid || c.valid[b * MM_T + t];
+                double want = real ? c.w[b * MM_D + j] / n : 0.0;
+                ck_assert_double_eq_tol(dx[(b * MM_T + t) * MM_D + j], want, 1e-15);
+            }
+    vit_real *acc = accum_start(dx, nx);
+    ASSERT_OK(vit_masked_mean_backward(acc, c.w, c.valid, MM_B, MM_T, MM_D));
+    accum_check("masked_mean dx", acc, dx, nx);
+    ASSERT_OK(vit_masked_mean_backward(NULL, c.w, c.valid, MM_B, MM_T, MM_D));
+    free(dx);
+}
+END_TEST
+
+START_TEST(test_masked_mean_bad_input)
+{
+    vit_real x[8] = {0}, y[4] = {0};
+    const unsigned char kv[4] = {1, 0, 1, 1};
+    expect_err(vit_masked_mean_forward(NULL, NULL, x, kv, 2, 2, 2), VIT_EINVAL, "vit_masked_mean_forward", "y is NULL");
+    expect_err(vit_masked_mean_forward(y, NULL, NULL, kv, 2, 2, 2), VIT_EINVAL, "vit_masked_mean_forward", "x is NULL");
+    expect_err(vit_masked_mean_forward(y, NULL, x, kv, 0, 2, 2), VIT_EINVAL, "vit_masked_mean_forward", "B must be positive");
+    expect_err(vit_masked_mean_forward(y, NULL, x, kv, 2, -3, 2), VIT_EINVAL, "vit_masked_mean_forward", "T must be positive");
+    expect_err(vit_masked_mean_forward(y, NULL, x, kv, 2, 2, 0), VIT_EINVAL, "vit_masked_mean_forward", "D must be positive");
+    expect_err(vit_masked_mean_backward(x, NULL, kv, 2, 2, 2), VIT_EINVAL, "vit_masked_mean_backward", "dy is NULL");
+    expect_err(vit_masked_mean_backward(x, y, kv, 2, 0, 2), VIT_EINVAL, "vit_masked_mean_backward", "T must be positive");
+}
+END_TEST
+
 /* ==== Bad input ======================================================== */
 
 START_TEST(test_bad_input)
@@ -962,6 +1066,9 @@ static Suite *kernels_suite(void)
     tcase_add_test(tc, test_embedding_forward);
     tcase_add_test(tc, test_embedding_grad);
     tcase_add_test(tc, test_embedding_bad_input);
+    tcase_add_loop_test(tc, test_masked_mean_forward, 0, 2);
+    tcase_add_loop_test(tc, test_masked_mean_grad, 0, 2);
+    tcase_add_test(tc, test_masked_mean_bad_input);
     tcase_add_test(tc, test_bad_input);
     suite_add_tcase(s, tc);
     return s;

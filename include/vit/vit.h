@@ -7,6 +7,7 @@
 #include "vit/activations.h"
 #include "vit/loss.h"
 #include "vit/embeddings.h"
+#include "vit/pool.h"
 #include "vit/attention.h"
 #include "vit/tape.h"
 #include "vit/model.h"
