@@ -1,20 +1,37 @@
 /*
- * vit/tape.h - a reverse-mode tape that composes the kernels into models.
+ * vit/tape.h - a reverse-mode tape that composes the kernels into models,
+ * and the way to extend it with ops of your own.
  *
  * A model is written as forward code only: each vit_op_* call runs a kernel's
  * forward, records what its backward needs, and returns the output tensor.
- * vit_tape_backward() then replays the backward kernels in reverse order,
- * accumulating gradients into every tensor that has a grad buffer.
+ * vit_tape_backward() then replays the backward kernels in reverse order.
  *
- * Memory: every tensor an op creates (values, gradients, saved
- * intermediates, op records) comes from one arena owned by the tape.
- * vit_tape_reset() starts a new step and reuses that memory: after the first
- * step the arena is one block of the high-water size and a step allocates
- * nothing.  Tensors returned by ops are valid until the next reset or free.
+ * Memory: every tensor an op creates (values, saved intermediates, op
+ * records) comes from one arena owned by the tape.  vit_tape_reset() starts
+ * a new step and reuses that memory: after the first step the arena is one
+ * block of the high-water size actually used and a step allocates nothing.
+ * Tensors returned by ops are valid until the next reset or free.
  *
- * Gradients: a tensor has a grad buffer when some input of the op that made
- * it has one (leaves decide: parameters get the caller's gradient storage,
- * data inputs pass grad = NULL).  Op-created grads start at zero.
+ * Gradients: a tensor requires a gradient (requires_grad) when it is a leaf
+ * given a grad buffer, or when some input of the op that made it requires
+ * one.  Leaves' gradients are the caller's storage and the backward
+ * ACCUMULATES into them.  An op-made tensor has no gradient buffer during
+ * the forward (grad is NULL: nothing is zeroed or held for it); the backward
+ * allocates it when an op first writes it (that first write overwrites,
+ * later ones accumulate) and recycles its memory as soon as the op that made
+ * the tensor has run its own backward, so only the gradients still in
+ * flight take memory.  vit_tape_retain_grad() keeps one for reading after
+ * the backward.
+ *
+ * No-grad mode (vit_tape_set_grad(tape, 0)): the same ops compute the same
+ * values, bitwise, but record nothing for a backward and keep no saved
+ * intermediates; their outputs require no gradient.  Evaluation and
+ * inference use it, with vit_tape_mark()/vit_tape_release() to run a long
+ * batch in pieces through the same memory.
+ *
+ * Extending: vit_op_custom() records an op whose forward and backward are
+ * the caller's functions; vit_op_checkpoint() records a whole sub-graph that
+ * keeps only its inputs and is recomputed during the backward.
  *
  * Errors: ops return NULL on failure and the tape remembers the first error
  * (vit_tape_status); any op given a NULL input returns NULL at once, so a
@@ -23,7 +40,7 @@
  *
  * Thread safety: a tape (and the tensors it made) belongs to one thread at
  * a time; separate tapes may record and run backward on different threads
- * at once, provided they do not share gradient buffers.
+ * at once, provided they do not share leaf gradient buffers.
  *
  * Layout: tensors are row-major over their shape; where a batch dimension
  * exists it is the first one ([B, T, D], [B, C]).
@@ -42,17 +59,22 @@ extern "C" {
 #define VIT_TENSOR_MAX_DIMS 4
 
 typedef struct vit_tensor {
-    vit_real *data;  /* values, row-major over shape */
-    vit_real *grad;  /* same layout, or NULL when no gradient flows here */
+    vit_real *data;    /* values, row-major over shape */
+    vit_real *grad;    /* leaf: the caller's buffer or NULL; op-made: NULL
+                        * except between the backward's first write and the
+                        * recycling (or for good after vit_tape_retain_grad) */
     int ndim;
     int shape[VIT_TENSOR_MAX_DIMS];
-    size_t size;     /* product of shape */
+    size_t size;       /* product of shape */
+    int requires_grad; /* a gradient flows into this tensor (read only) */
 } vit_tensor;
 
 typedef struct vit_tape vit_tape;
 
-/* A new, empty tape, owned by the caller (release it with vit_tape_free);
- * NULL (with vit_last_error) if out of memory. */
+/* ---- The tape ---------------------------------------------------------- */
+
+/* A new, empty tape in grad mode, owned by the caller (release it with
+ * vit_tape_free); NULL (with vit_last_error) if out of memory. */
 vit_tape *vit_tape_new(void);
 
 /* Frees the tape and everything its ops allocated (every tensor it
@@ -60,36 +82,99 @@ vit_tape *vit_tape_new(void);
  * allowed. */
 void vit_tape_free(vit_tape *tape);
 
-/* Forgets the recorded ops and tensors and clears the error, keeping the
- * memory for the next step.  Tensors from before the reset become invalid.
- * Cannot fail; NULL is allowed (does nothing). */
+/* Forgets the recorded ops and tensors, clears the error and allows a new
+ * backward, keeping the memory (arena, gradient pool, attention scratch) for
+ * the next step and the grad mode as it is.  Tensors from before the reset
+ * become invalid.  Cannot fail; NULL is allowed (does nothing). */
 void vit_tape_reset(vit_tape *tape);
 
 /* VIT_OK, or the first error code since the last reset (VIT_EINVAL for a
  * NULL tape). */
 int vit_tape_status(const vit_tape *tape);
 
-/* Bytes the arena holds (for memory reports); 0 for NULL. */
+/* Records `code` as the tape's error if it has none yet, and returns code:
+ * lets code outside the ops (a custom forward, a model's checks) stop the
+ * forward like a failing op would.  With a NULL tape it only returns code. */
+int vit_tape_fail(vit_tape *tape, int code);
+
+/* Bytes the tape holds for the next step: arena, gradient pool, attention
+ * scratch and op records (for memory reports); 0 for NULL. */
 size_t vit_tape_bytes(const vit_tape *tape);
 
 /* Number of ops recorded since the last reset; 0 for NULL. */
 int vit_tape_op_count(const vit_tape *tape);
 
+/* Grad mode.  vit_tape_set_grad(tape, 0) switches recording off: later ops
+ * compute the same values but record no backward, keep no saved
+ * intermediates and return tensors with requires_grad = 0 and grad NULL
+ * (leaves keep whatever grad the caller gives them, unused).  Nonzero
+ * switches it back on.  Returns the previous mode (1 or 0), or VIT_EINVAL
+ * for a NULL tape, so that a caller can restore it.  Not changed by reset.
+ * vit_tape_grad_enabled: the current mode (0 for NULL). */
+int vit_tape_set_grad(vit_tape *tape, int enabled);
+int vit_tape_grad_enabled(const vit_tape *tape);
+
+/* Marks and releases: vit_tape_mark returns the arena's current position;
+ * vit_tape_release(tape, mark) frees everything allocated since (tensors,
+ * their data, custom allocations), which must all be dead by then.  Only
+ * allowed when no op was recorded since the mark (the usual case: the
+ * no-grad forward of one piece of a batch, whose result was copied out).
+ * Returns VIT_OK; VIT_EINVAL for a NULL tape, a mark beyond the current
+ * position, or ops recorded since the mark.  A mark is good until the next
+ * reset. */
+size_t vit_tape_mark(const vit_tape *tape);
+int vit_tape_release(vit_tape *tape, size_t mark);
+
+/* n bytes of arena memory, 64-byte aligned and uninitialised, valid until
+ * the next reset (or a release below its mark): for a custom op's saved
+ * buffers and similar.  NULL on error (VIT_EINVAL for a NULL tape or a
+ * tape holding an error, VIT_ENOMEM), recorded in the tape's status. */
+void *vit_tape_alloc(vit_tape *tape, size_t n);
+
+/* A tensor of the given shape from the arena (data uninitialised, no
+ * gradient, no op behind it), valid until the next reset: e.g. a constant
+ * input the caller fills, or an output a no-grad forward copies into.  NULL
+ * on error (VIT_EINVAL for a bad shape as in vit_tape_leaf, VIT_ENOMEM),
+ * recorded in the tape's status. */
+vit_tensor *vit_tape_tensor(vit_tape *tape, int ndim, const int *shape);
+
 /* Wraps caller storage as a leaf tensor: data (and grad, or NULL for a
  * constant input) must hold the product of shape values and stay valid until
  * the next reset.  The tape never frees them; shape (ndim values, each >= 1,
  * ndim 1..4) is copied.  The backward ACCUMULATES into grad, so zero it
- * before the step.  The returned
- * tensor struct belongs to the tape.  NULL on error (VIT_EINVAL for a NULL
- * tape, data or shape, a bad ndim or a dimension < 1; VIT_ENOMEM), which is
- * also recorded in the tape's status. */
+ * before the step.  The returned tensor struct belongs to the tape.  NULL
+ * on error (VIT_EINVAL for a NULL tape, data or shape, a bad ndim or a
+ * dimension < 1; VIT_ENOMEM), which is also recorded in the tape's status. */
 vit_tensor *vit_tape_leaf(vit_tape *tape, vit_real *data, vit_real *grad,
                           int ndim, const int *shape);
 
+/* Keeps the gradient of op-made tensor x (requires_grad, made on this tape)
+ * after the backward instead of recycling it: x->grad then holds d/dx of
+ * the backward's objective until the next reset (all zeros if nothing
+ * reached x).  Call it before the backward.  Returns VIT_OK; VIT_EINVAL for
+ * a NULL argument, a leaf or a tensor without requires_grad. */
+int vit_tape_retain_grad(vit_tape *tape, vit_tensor *x);
+
+/* Runs the backward of every recorded op in reverse order, starting from
+ * d(loss)/d(loss) = 1; loss must be a one-element tensor made on this tape
+ * that requires a gradient.  Accumulates into every leaf gradient buffer.
+ * Once per reset: a second call without vit_tape_reset is refused.  Returns
+ * VIT_OK; VIT_EINVAL for a NULL tape, a bad loss or a second backward; the
+ * tape's status if the forward failed; VIT_ENOMEM; or the first kernel (or
+ * custom backward) error. */
+int vit_tape_backward(vit_tape *tape, vit_tensor *loss);
+
+/* The same, started from any tensor y made on this tape with a
+ * caller-supplied gradient dy (y->size values, read only; copied before
+ * use): the backward computes the vector-Jacobian product of dy, e.g. the
+ * gradient of sum(dy * y), or of s * loss for a one-element y and dy = {s}.
+ * Errors as vit_tape_backward, and VIT_EINVAL for a NULL dy. */
+int vit_tape_backward_from(vit_tape *tape, vit_tensor *y, const vit_real *dy);
+
 /* ---- Ops.  Shapes: the last dimension is the feature dimension; leading
  * dimensions are flattened into rows where the kernel works on rows.
- * Every op: runs the kernel's forward now, returns a new tensor owned by the
- * tape (data written, grad zeroed, or grad NULL when no input has one), and
+ * Every op: runs the kernel's forward now and returns a new tensor owned by
+ * the tape, requiring a gradient when some input does (in grad mode);
  * returns NULL without doing anything if the tape already holds an error or
  * an input is NULL.  On a shape mismatch it returns NULL with VIT_EINVAL
  * (the message names the op and the shapes); kernel errors (VIT_ENUM for a
@@ -112,15 +197,56 @@ vit_tensor *vit_op_gelu(vit_tape *tape, vit_tensor *x);
  * connection. */
 vit_tensor *vit_op_add(vit_tape *tape, vit_tensor *a, vit_tensor *b);
 
+/* Elementwise a * b (identical shapes, else VIT_EINVAL); a and b may be the
+ * same tensor. */
+vit_tensor *vit_op_mul(vit_tape *tape, vit_tensor *a, vit_tensor *b);
+
+/* s * x elementwise (s finite, else VIT_EINVAL). */
+vit_tensor *vit_op_scale(vit_tape *tape, vit_tensor *x, vit_real s);
+
+/* Softmax over the last dimension; output has x's shape. */
+vit_tensor *vit_op_softmax(vit_tape *tape, vit_tensor *x);
+
+/* The same values as x under another shape (ndim 1..4, same product, else
+ * VIT_EINVAL): no copy, the output's data is x's data.  Its gradient is
+ * handed to x without a copy when x has none yet. */
+vit_tensor *vit_op_reshape(vit_tape *tape, vit_tensor *x, int ndim, const int *shape);
+
+/* Concatenation along tokens: n tensors [B, T_i, D] (same B and D, else
+ * VIT_EINVAL; 1 <= n <= 16) -> [B, sum T_i, D], x[0]'s tokens first. */
+vit_tensor *vit_op_concat_tokens(vit_tape *tape, int n, vit_tensor *const *x);
+
+/* Embedding lookup: rows ids[0..n-1] of table [V, D] (2-D), each id in
+ * 0..V-1 (else VIT_EINVAL naming it).  ids (copied) are viewed with shape
+ * id_shape[id_ndim] (id_ndim 1..3, product n); the output has that shape
+ * plus [D], e.g. ids [B, T] -> [B, T, D].  The backward scatter-adds into
+ * the table's gradient (repeated ids sum). */
+vit_tensor *vit_op_embedding(vit_tape *tape, vit_tensor *table, const int *ids,
+                             int id_ndim, const int *id_shape);
+
+/* Mean over the valid tokens of x [B, T, D]: key_valid [B, T] (copied;
+ * nonzero = a real token, 0 = padding, the convention of the attention
+ * masks; NULL = all valid) -> [B, D].  An item without a valid token gets
+ * zeros. */
+vit_tensor *vit_op_masked_mean(vit_tape *tape, vit_tensor *x, const unsigned char *key_valid);
+
 /* Multi-head attention layer (vit/attention.h).  cfg is copied; its mask and
  * score-bias pointers must stay valid until backward.  params: the flat
  * parameter tensor of vit_mha_param_count(cfg) values.  x_q [B, n_q, d_model],
  * x_kv [B, n_k, d_kv] (pass x_q again for self-attention).  If probs is not
  * NULL it receives a pointer to the attention maps [B, H, n_q, n_k], valid
- * until the next reset.  The score bias, if any, gets no gradient through
- * the tape; use vit_mha_backward directly to learn it. */
+ * until the next reset (NULL for a layer that runs the tiled core).  A
+ * score bias given in cfg is a constant here; vit_op_mha_bias learns it. */
 vit_tensor *vit_op_mha(vit_tape *tape, const vit_mha *cfg, vit_tensor *params,
                        vit_tensor *x_q, vit_tensor *x_kv, vit_real **probs);
+
+/* vit_op_mha with the additive score bias taken from the tensor `bias`
+ * [cfg->bias_heads, n_q, n_k] (bias_heads 1 or H, else VIT_EINVAL; cfg->bias
+ * is ignored) so that it gets a gradient like any input: a learnable
+ * relative-position bias, say. */
+vit_tensor *vit_op_mha_bias(vit_tape *tape, const vit_mha *cfg, vit_tensor *params,
+                            vit_tensor *x_q, vit_tensor *x_kv, vit_tensor *bias,
+                            vit_real **probs);
 
 /* Patch embedding of images [B, H, W, C] (a leaf, usually without grad) with
  * W [P*P*C, D] and b [D] (may be NULL): tokens [B, N, D]. */
@@ -149,13 +275,59 @@ vit_tensor *vit_op_mean_tokens(vit_tape *tape, vit_tensor *x, int first);
 vit_tensor *vit_op_cross_entropy(vit_tape *tape, vit_tensor *logits, const int *labels,
                                  vit_real smoothing, vit_real **probs);
 
-/* Runs the backward of every recorded op in reverse order, starting from
- * d(loss)/d(loss) = 1, accumulating into every grad buffer (op-made and
- * leaf).  loss must be a one-element tensor with a grad buffer made on this
- * tape.  Run it at most once per reset: the intermediate gradients are not
- * cleared, so a second run would give wrong results.  Returns VIT_OK; VIT_EINVAL for a NULL tape or a bad loss; the
- * tape's status if the forward failed; or the first kernel error. */
-int vit_tape_backward(vit_tape *tape, vit_tensor *loss);
+/* ---- Custom ops -------------------------------------------------------- */
+
+/* What a custom op's forward and backward are given. */
+typedef struct vit_op_call {
+    void *ctx;                 /* the op's own copy of the caller's context
+                                * (ctx_size bytes in the arena; the forward may
+                                * write to it, e.g. pointers to saved buffers) */
+    int n_in;
+    vit_tensor *const *in;     /* the inputs (read only) */
+    vit_tensor *out;           /* forward: write out->data; backward: read it */
+    vit_tape *tape;            /* for vit_tape_alloc (saved buffers) */
+    const vit_real *dout;      /* backward only: d/d out, out->size values */
+    vit_real *const *din;      /* backward only: din[i] receives (+=) d/d in[i],
+                                * in[i]->size values, zero on the first write;
+                                * NULL when in[i] needs no gradient */
+} vit_op_call;
+
+/* A custom forward or backward: VIT_OK, or a negative VIT_E* code (with a
+ * message through the caller's own means) that stops the forward or the
+ * backward and becomes the tape's status. */
+typedef int (*vit_op_fn)(const vit_op_call *call);
+
+/* Records an op of the caller's: inputs in[0..n_in-1] (1 <= n_in <= 16),
+ * output shape (ndim 1..4), a forward (may be NULL: the caller then writes
+ * the returned tensor's data itself right after the call) and a backward
+ * (may be NULL only if no input requires a gradient; it runs only when one
+ * does).  ctx_size bytes of ctx (may be 0 and NULL) are copied to the arena
+ * and handed to both calls as call->ctx, so a stack struct is fine; saved
+ * buffers the backward needs come from vit_tape_alloc in the forward.  In
+ * no-grad mode only the forward runs.  `name` (a static string) names the
+ * op in errors.  Returns the output, or NULL on error as every op. */
+vit_tensor *vit_op_custom(vit_tape *tape, const char *name, int n_in, vit_tensor *const *in,
+                          int ndim, const int *shape, vit_op_fn forward, vit_op_fn backward,
+                          const void *ctx, size_t ctx_size);
+
+/* ---- Recomputation (activation checkpointing) --------------------------- */
+
+/* A sub-graph: records ops on `tape` from the inputs in[0..n_in-1] and
+ * returns its output (or NULL on error).  It must compute the same values
+ * each time it runs (no random draws of its own) and may read ctx. */
+typedef vit_tensor *(*vit_graph_fn)(vit_tape *tape, vit_tensor *const *in, void *ctx);
+
+/* Runs fn once in no-grad mode and keeps only its inputs and output; during
+ * the backward it runs fn again on a scratch tape with gradients and
+ * backpropagates through that recording.  Gradients are bitwise those of
+ * calling fn directly on the tape; peak memory holds one sub-graph's
+ * activations instead of all of them.  Leaves fn makes (parameters) get
+ * their gradients as usual.  ctx_size bytes of ctx are copied (as for
+ * vit_op_custom); 1 <= n_in <= 16.  In no-grad mode it just runs fn.  A
+ * probs-like pointer fn hands out of the first run dies with that run.
+ * Returns fn's output (a copy on this tape), or NULL on error. */
+vit_tensor *vit_op_checkpoint(vit_tape *tape, vit_graph_fn fn, int n_in, vit_tensor *const *in,
+                              const void *ctx, size_t ctx_size);
 
 #ifdef __cplusplus
 }
