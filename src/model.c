@@ -19,7 +19,6 @@
 #include <string.h>
 
 #include "error.h"
-#include "tape_internal.h"
 #include "threads.h"
 #include "vit/activations.h"
 #include "vit/linear.h"
@@ -62,8 +61,6 @@ struct vit_model {
     int patch_w, patch_b, cls, pos, ln_g, ln_b, head_w, head_b;
     block_ix *blocks;
     const vit_real **maps;   /* per layer, from the last forward */
-    vit_real *scratch;       /* evaluation forward's working memory */
-    size_t scratch_cap;      /* in reals */
     struct slice *slices;    /* vit_model_train_grads, one per thread */
     int nslices;
 };
@@ -213,7 +210,6 @@ void vit_model_free(vit_model *m)
     free(m->groups);
     free(m->blocks);
     free(m->maps);
-    free(m->scratch);
     for (int i = 0; i < m->nslices; i++) {
         vit_tape_free(m->slices[i].tape);
         free(m->slices[i].grads);
@@ -294,187 +290,63 @@ static vit_tensor *param_range(vit_model *m, vit_tape *tape, int i, size_t count
     return vit_tape_leaf(tape, m->params + off, grads ? grads + off : NULL, 1, shape);
 }
 
-/* ---- evaluation forward ------------------------------------------------ */
+/* ---- forward ---------------------------------------------------------- */
 
-/* Images per chunk of the evaluation forward. */
-#define EVAL_CHUNK 64
+/* What one block's graph reads: the model and layer, where the parameters'
+ * gradients go (NULL: constants), the attention shape, and where the block
+ * leaves its attention maps (NULL: nowhere). */
+typedef struct block_ctx {
+    vit_model *m;
+    vit_real *grads;
+    vit_mha mha;
+    int layer;
+    const vit_real **maps;
+} block_ctx;
 
-/* Working buffers of one evaluation chunk of nb images, carved from the
- * model's scratch. */
-typedef struct eval_bufs {
-    vit_real *tokens, *cols, *x, *h, *mean, *rstd, *cache, *u, *pooled;
-} eval_bufs;
-
-/* Lays out (or, with base NULL, only counts) the buffers for nb images. */
-static size_t eval_layout(const vit_model *m, int nb, vit_real *base, eval_bufs *e)
+/* One pre-norm block on x [B, T, D]:
+ *   x = x + MHA(LN1(x));  x = x + W2 GELU(W1 LN2(x) + b1) + b2
+ * A vit_graph_fn, so that vit_op_checkpoint can run it again. */
+static vit_tensor *block_graph(vit_tape *tape, vit_tensor *const *in, void *ctx)
 {
-    const vit_config *c = &m->cfg;
-    size_t T = (size_t)m->tokens, N = T - 1, D = (size_t)c->dim, rows = (size_t)nb * T;
-    size_t pdim = (size_t)c->patch * c->patch * c->channels;
-    vit_mha mha = m->mha;
-    mha.batch = nb;
-    size_t sizes[9] = {nb * N * D, nb * N * pdim, rows * D, rows * D, rows, rows,
-                       vit_mha_cache_size(&mha), rows * (size_t)c->mlp, (size_t)nb * D};
-    vit_real **slots[9] = {&e->tokens, &e->cols, &e->x, &e->h, &e->mean, &e->rstd, &e->cache,
-                           &e->u, &e->pooled};
-    size_t off = 0;
-    for (int i = 0; i < 9; i++) {
-        if (base)
-            *slots[i] = base + off;
-        off += (sizes[i] + 15) & ~(size_t)15; /* 64-byte aligned pieces */
-    }
-    return off;
-}
-
-/* Class token, or the mean of the patch tokens, of x [nb, T, D] in the
- * same arithmetic as the tape's token ops. */
-static void eval_pool(const vit_model *m, vit_real *y, const vit_real *x, int nb)
-{
-    int T = m->tokens, D = m->cfg.dim;
-    int first = m->cfg.pool == VIT_POOL_MEAN ? 1 : 0;
-    int last = m->cfg.pool == VIT_POOL_MEAN ? T - 1 : 0;
-    vit_real w = (vit_real)1 / (vit_real)(last - first + 1);
-    for (int b = 0; b < nb; b++) {
-        vit_real *yb = y + (size_t)b * D;
-        memset(yb, 0, (size_t)D * sizeof *yb);
-        for (int k = first; k <= last; k++) {
-            const vit_real *xk = x + ((size_t)b * T + k) * D;
-            for (int j = 0; j < D; j++)
-                yb[j] += (first == last ? (vit_real)1 : w) * xk[j];
-        }
-    }
-}
-
-#define P(i) (m->params + m->tensors[i].t.offset)
-#define EV(call) do { if ((rc = (call)) != VIT_OK) return rc; } while (0)
-
-/* Forward of images [nb, ...] into logits [nb, classes], the attention maps
- * of layer l going to maps[l] + the chunk's offset. */
-static int eval_chunk(vit_model *m, const eval_bufs *e, const vit_real *images, int nb,
-                      vit_real *logits, vit_real **maps)
-{
-    const vit_config *c = &m->cfg;
+    const block_ctx *B = ctx;
+    vit_model *m = B->m;
+    const block_ix *b = &m->blocks[B->layer];
+    vit_real *g = B->grads, *probs = NULL;
     const vit_real eps = (vit_real)VIT_LAYERNORM_EPS;
-    const int T = m->tokens, D = c->dim, M = c->mlp, rows = nb * T;
-    vit_patch_shape ps = m->patch;
-    ps.batch = nb;
-    vit_mha mha = m->mha;
-    mha.batch = nb;
-    size_t nmaps = (size_t)nb * c->heads * T * T;
-    int rc;
-    EV(vit_patch_embed_forward(&ps, e->tokens, e->cols, images, P(m->patch_w), P(m->patch_b)));
-    EV(vit_cls_prepend_forward(e->x, e->tokens, P(m->cls), nb, T - 1, D));
-    EV(vit_pos_add_forward(e->x, e->x, P(m->pos), nb, T, D));
-    for (int l = 0; l < c->depth; l++) {
-        const block_ix *b = &m->blocks[l];
-        EV(vit_layernorm_forward(e->h, e->mean, e->rstd, e->x, P(b->ln1_g), P(b->ln1_b), rows, D,
-                                 eps));
-        /* The MLP's hidden buffer holds the attention output for a moment. */
-        EV(vit_mha_forward(&mha, P(b->attn), e->u, e->h, e->h, e->cache));
-        if (maps) { /* NULL when the layers run the tiled core, which keeps none */
-            memcpy(maps[l], vit_mha_probs(&mha, e->cache), nmaps * sizeof *maps[l]);
-            maps[l] += nmaps;
-        }
-        EV(vit_residual_forward(e->x, e->x, e->u, (size_t)rows * D));
-        EV(vit_layernorm_forward(e->h, e->mean, e->rstd, e->x, P(b->ln2_g), P(b->ln2_b), rows, D,
-                                 eps));
-        EV(vit_linear_forward(e->u, e->h, P(b->w1), P(b->b1), rows, D, M));
-        EV(vit_gelu_forward(e->u, e->u, (size_t)rows * M));
-        EV(vit_linear_forward(e->h, e->u, P(b->w2), P(b->b2), rows, M, D));
-        EV(vit_residual_forward(e->x, e->x, e->h, (size_t)rows * D));
-    }
-    EV(vit_layernorm_forward(e->h, e->mean, e->rstd, e->x, P(m->ln_g), P(m->ln_b), rows, D, eps));
-    eval_pool(m, e->pooled, e->h, nb);
-    return vit_linear_forward(logits, e->pooled, P(m->head_w), P(m->head_b), nb, D, c->classes);
+    vit_tensor *x = in[0];
+    vit_tensor *h = vit_op_layernorm(tape, x, param(m, tape, b->ln1_g, g),
+                                     param(m, tape, b->ln1_b, g), eps);
+    h = vit_op_mha(tape, &B->mha, param_range(m, tape, b->attn, vit_mha_param_count(&B->mha), g),
+                   h, h, B->maps ? &probs : NULL);
+    if (B->maps)
+        B->maps[B->layer] = probs;
+    x = vit_op_add(tape, x, h);
+    h = vit_op_layernorm(tape, x, param(m, tape, b->ln2_g, g), param(m, tape, b->ln2_b, g), eps);
+    h = vit_op_linear(tape, h, param(m, tape, b->w1, g), param(m, tape, b->b1, g));
+    h = vit_op_gelu(tape, h);
+    h = vit_op_linear(tape, h, param(m, tape, b->w2, g), param(m, tape, b->b2, g));
+    return vit_op_add(tape, x, h);
 }
 
-#undef EV
-
-/* Evaluation (grads = 0): nothing is saved for a backward, so the batch runs
- * in chunks through scratch owned by the model and only the logits and the
- * attention maps (readable until the tape's reset) take tape memory.  A
- * 256-image evaluation of the digits model needs ~5 MB instead of ~70. */
-static vit_tensor *forward_eval(vit_model *m, vit_tape *tape, const vit_real *images, int batch)
-{
-    const vit_config *c = &m->cfg;
-    int chunk = batch < EVAL_CHUNK ? batch : EVAL_CHUNK;
-    eval_bufs e;
-    size_t need = eval_layout(m, chunk, NULL, &e);
-    if (need > m->scratch_cap) {
-        vit_real *s = realloc(m->scratch, need * sizeof *s);
-        if (!s) {
-            vit_tape_fail(tape, vit_fail(VIT_ENOMEM,
-                          "vit_model_forward: out of memory for %zu reals of scratch", need));
-            return NULL;
-        }
-        m->scratch = s;
-        m->scratch_cap = need;
-    }
-    eval_layout(m, chunk, m->scratch, &e);
-    int shape[2] = {batch, c->classes};
-    vit_tensor *z = vit_tape_tensor(tape, 2, shape);
-    if (!z)
-        return NULL;
-    size_t per_map = (size_t)batch * c->heads * m->tokens * m->tokens;
-    /* Long sequences run the tiled attention core, which keeps no maps. */
-    vit_sdpa core = {.batch = chunk, .heads = c->heads, .n_q = m->tokens, .n_k = m->tokens,
-                     .d_k = c->dim / c->heads, .d_v = c->dim / c->heads};
-    int keep_maps = !vit_sdpa_use_tiled(&core);
-    vit_real *all = keep_maps ? vit_tape_reals(tape, per_map * (size_t)c->depth) : NULL;
-    if (keep_maps && !all)
-        return NULL;
-    vit_real **cursor = keep_maps ? (vit_real **)m->maps : NULL; /* advanced per chunk */
-    for (int l = 0; keep_maps && l < c->depth; l++)
-        cursor[l] = all + per_map * l;
-    size_t img = (size_t)c->image_height * c->image_width * c->channels;
-    for (int i = 0; i < batch; i += chunk) {
-        int nb = batch - i < chunk ? batch - i : chunk;
-        int rc = eval_chunk(m, &e, images + (size_t)i * img, nb, z->data + (size_t)i * c->classes,
-                            cursor);
-        if (rc != VIT_OK) {
-            memset(m->maps, 0, (size_t)c->depth * sizeof *m->maps);
-            vit_tape_fail(tape, rc); /* e.g. VIT_ENUM from a diverged model */
-            return NULL;
-        }
-    }
-    for (int l = 0; l < c->depth; l++)
-        m->maps[l] = keep_maps ? all + per_map * l : NULL;
-    return z;
-}
-
-#undef P
-
-static vit_tensor *forward_train(vit_model *m, vit_tape *tape, const vit_real *images, int batch,
-                                 vit_real *grads, const vit_real **maps);
-
-vit_tensor *vit_model_forward(vit_model *m, vit_tape *tape, const vit_real *images, int batch,
-                              int grads)
-{
-    if (!m || !tape || !images) {
-        vit_fail(VIT_EINVAL, "vit_model_forward: %s is NULL", !m ? "model" : !tape ? "tape" : "images");
-        return NULL;
-    }
-    if (batch <= 0) {
-        vit_fail(VIT_EINVAL, "vit_model_forward: batch %d must be positive", batch);
-        return NULL;
-    }
-    if (!grads)
-        return forward_eval(m, tape, images, batch);
-    return forward_train(m, tape, images, batch, m->grads, m->maps);
-}
-
-/* The recorded forward, parameters' gradients going to grads [nparams];
- * maps[l] (if maps is non-NULL) gets block l's attention probabilities. */
-static vit_tensor *forward_train(vit_model *m, vit_tape *tape, const vit_real *images, int batch,
+/* The model's one forward, recorded on the tape as its grad mode says:
+ * images [batch, H, W, C] -> logits [batch, classes], the parameters'
+ * gradients going to grads [nparams] (NULL: parameters are constants);
+ * maps[l] (if maps is non-NULL) gets block l's attention probabilities.
+ * With cfg.recompute (and a tape in grad mode) each block is a checkpoint
+ * that keeps only its input, and the maps are not kept. */
+static vit_tensor *forward_graph(vit_model *m, vit_tape *tape, const vit_real *images, int batch,
                                  vit_real *grads, const vit_real **maps)
 {
     const vit_config *c = &m->cfg;
     const vit_real eps = (vit_real)VIT_LAYERNORM_EPS;
     vit_patch_shape ps = m->patch;
     ps.batch = batch;
-    vit_mha mha = m->mha;
-    mha.batch = batch;
-    size_t mha_count = vit_mha_param_count(&mha);
+    block_ctx B = {.m = m, .grads = grads, .mha = m->mha, .maps = maps};
+    B.mha.batch = batch;
+    int recompute = c->recompute && vit_tape_grad_enabled(tape);
+    if (recompute && maps)
+        for (int l = 0; l < c->depth; l++)
+            maps[l] = NULL;
 
     int ishape[4] = {batch, c->image_height, c->image_width, c->channels};
     vit_tensor *img = vit_tape_leaf(tape, (vit_real *)(uintptr_t)images, NULL, 4, ishape);
@@ -483,24 +355,78 @@ static vit_tensor *forward_train(vit_model *m, vit_tape *tape, const vit_real *i
     x = vit_op_cls_prepend(tape, x, param(m, tape, m->cls, grads));
     x = vit_op_pos_add(tape, x, param(m, tape, m->pos, grads));
     for (int l = 0; l < c->depth; l++) {
-        const block_ix *b = &m->blocks[l];
-        vit_real *probs = NULL;
-        vit_tensor *h = vit_op_layernorm(tape, x, param(m, tape, b->ln1_g, grads),
-                                         param(m, tape, b->ln1_b, grads), eps);
-        h = vit_op_mha(tape, &mha, param_range(m, tape, b->attn, mha_count, grads), h, h, &probs);
-        x = vit_op_add(tape, x, h);
-        if (maps)
-            maps[l] = probs;
-        h = vit_op_layernorm(tape, x, param(m, tape, b->ln2_g, grads),
-                             param(m, tape, b->ln2_b, grads), eps);
-        h = vit_op_linear(tape, h, param(m, tape, b->w1, grads), param(m, tape, b->b1, grads));
-        h = vit_op_gelu(tape, h);
-        h = vit_op_linear(tape, h, param(m, tape, b->w2, grads), param(m, tape, b->b2, grads));
-        x = vit_op_add(tape, x, h);
+        B.layer = l;
+        if (recompute) {
+            B.maps = NULL;
+            x = vit_op_checkpoint(tape, block_graph, 1, &x, &B, sizeof B);
+        } else {
+            x = x ? block_graph(tape, &x, &B) : NULL;
+        }
     }
     x = vit_op_layernorm(tape, x, param(m, tape, m->ln_g, grads), param(m, tape, m->ln_b, grads), eps);
     x = c->pool == VIT_POOL_MEAN ? vit_op_mean_tokens(tape, x, 1) : vit_op_token(tape, x, 0);
     return vit_op_linear(tape, x, param(m, tape, m->head_w, grads), param(m, tape, m->head_b, grads));
+}
+
+/* Images per piece of the no-grad forward. */
+#define EVAL_CHUNK 64
+
+/* Evaluation: the same forward in no-grad mode, a piece of the batch at a
+ * time through the same arena memory (a mark and a release per piece), so
+ * that only the logits and the attention maps stay on the tape.  A
+ * 256-image evaluation of the digits model needs a few MB instead of ~70. */
+static vit_tensor *forward_eval(vit_model *m, vit_tape *tape, const vit_real *images, int batch)
+{
+    const vit_config *c = &m->cfg;
+    int was = vit_tape_set_grad(tape, 0);
+    int chunk = batch < EVAL_CHUNK ? batch : EVAL_CHUNK;
+    int shape[2] = {batch, c->classes};
+    vit_tensor *z = vit_tape_tensor(tape, 2, shape);
+    size_t per_item = (size_t)c->heads * m->tokens * m->tokens, per_map = per_item * batch;
+    /* Long sequences run the tiled attention core, which keeps no maps. */
+    vit_sdpa core = {.batch = chunk, .heads = c->heads, .n_q = m->tokens, .n_k = m->tokens,
+                     .d_k = c->dim / c->heads, .d_v = c->dim / c->heads};
+    int keep_maps = !vit_sdpa_use_tiled(&core);
+    vit_real *all = z && keep_maps ? vit_tape_alloc(tape, per_map * c->depth * sizeof *all) : NULL;
+    for (int l = 0; l < c->depth; l++)
+        m->maps[l] = NULL;
+    size_t img = (size_t)c->image_height * c->image_width * c->channels;
+    for (int i = 0; z && (all || !keep_maps) && i < batch; i += chunk) {
+        int nb = batch - i < chunk ? batch - i : chunk;
+        size_t mark = vit_tape_mark(tape);
+        vit_tensor *y = forward_graph(m, tape, images + (size_t)i * img, nb, NULL,
+                                      keep_maps ? m->maps : NULL);
+        if (!y) {
+            z = NULL;
+            break;
+        }
+        memcpy(z->data + (size_t)i * c->classes, y->data, y->size * sizeof *y->data);
+        for (int l = 0; keep_maps && l < c->depth; l++) /* the piece's items of map l */
+            memcpy(all + per_map * l + per_item * i, m->maps[l], per_item * nb * sizeof *all);
+        vit_tape_release(tape, mark);
+    }
+    for (int l = 0; l < c->depth; l++)
+        m->maps[l] = z && keep_maps ? all + per_map * l : NULL;
+    vit_tape_set_grad(tape, was);
+    return z && (all || !keep_maps) ? z : NULL;
+}
+
+vit_tensor *vit_model_forward(vit_model *m, vit_tape *tape, const vit_real *images, int batch,
+                              int grads)
+{
+    if (!m || !tape || !images) {
+        vit_fail(VIT_EINVAL, "vit_model_forward: %s is NULL", !m ? "model" : !tape ? "tape" : "images");
+        vit_tape_fail(tape, VIT_EINVAL);
+        return NULL;
+    }
+    if (batch <= 0) {
+        vit_fail(VIT_EINVAL, "vit_model_forward: batch %d must be positive", batch);
+        vit_tape_fail(tape, VIT_EINVAL);
+        return NULL;
+    }
+    if (!grads || !vit_tape_grad_enabled(tape))
+        return forward_eval(m, tape, images, batch);
+    return forward_graph(m, tape, images, batch, m->grads, m->maps);
 }
 
 const vit_real *vit_model_attention_maps(const vit_model *m, int layer)
@@ -542,9 +468,10 @@ static void run_slice(const slice_job *J, int s)
     vit_real *g = s == 0 ? m->grads : S->grads;
     memset(g, 0, m->nparams * sizeof *g);
     vit_tape_reset(S->tape);
-    vit_tensor *z = forward_train(m, S->tape, J->images + (size_t)lo * img, nb, g, NULL);
+    vit_tensor *z = forward_graph(m, S->tape, J->images + (size_t)lo * img, nb, g, NULL);
     vit_tensor *loss = vit_op_cross_entropy(S->tape, z, J->labels + lo, J->smoothing, NULL);
-    S->rc = loss ? vit_tape_backward_seed(S->tape, loss, (vit_real)nb / (vit_real)J->batch)
+    vit_real share = (vit_real)nb / (vit_real)J->batch;
+    S->rc = loss ? vit_tape_backward_from(S->tape, loss, &share)
                  : vit_tape_status(S->tape) ? vit_tape_status(S->tape) : VIT_EINVAL;
     if (S->rc != VIT_OK) {
         snprintf(S->msg, sizeof S->msg, "%s", vit_last_error());

@@ -53,6 +53,8 @@ static const field fields[] = {
     F(scale, K_DOUBLE, 0, 0.5, "random zoom: factor in [1-scale, 1+scale] (augmentation)"),
     F(init_std, K_DOUBLE, 1e-6, 10, "std of the weight initialisation"),
     F(seed, K_U64, 0, 0, "random seed"),
+    F(recompute, K_INT, 0, 1,
+      "1: keep only each block's input and recompute the block in the backward (less memory)"),
 };
 #define NFIELDS (int)(sizeof fields / sizeof fields[0])
 

@@ -42,7 +42,7 @@ static const train_shape shapes[] = {
 enum { BATCH = 64, CLASSES = 10, MAX_REPS = 64 };
 
 typedef struct options {
-    int threads, steps, reps, warmup, quick;
+    int threads, steps, reps, warmup, quick, recompute;
     const char *config;
 } options;
 
@@ -143,6 +143,7 @@ static int run_train(const train_shape *s, const options *o, double gemm_rate)
     cfg.mlp = s->mlp;
     cfg.pool = VIT_POOL_CLS;
     cfg.batch = BATCH;
+    cfg.recompute = o->recompute;
 
     vit_model *m = vit_model_new(&cfg);
     size_t npix = (size_t)BATCH * s->img * s->img * s->chans;
@@ -318,11 +319,13 @@ static int usage(FILE *f)
 {
     fprintf(f,
         "usage: vit_bench [--threads N] [--config NAME] [--steps N] [--reps N] [--quick]\n"
+        "                 [--recompute]\n"
         "  NAME: digits, medium, large, attention, gemm or all (default)\n"
         "  --threads N  threads for our loops and for OpenBLAS (default: all cores)\n"
         "  --steps N    timed training steps per repetition (default 20)\n"
         "  --reps N     timed repetitions; the median is reported (default 5)\n"
-        "  --quick      fewer steps and repetitions, smaller GEMM\n");
+        "  --quick      fewer steps and repetitions, smaller GEMM\n"
+        "  --recompute  train with recompute = 1: each block recomputed in the backward\n");
     return f == stdout ? 0 : 2;
 }
 
@@ -340,7 +343,7 @@ static int parse_int(const char *flag, const char *v, int lo, int hi, int *out)
 
 int main(int argc, char **argv)
 {
-    options o = {0, 20, 5, 5, 0, "all"};
+    options o = {0, 20, 5, 5, 0, 0, "all"};
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     o.threads = ncpu > 0 ? (int)ncpu : 1;
     int steps_set = 0, reps_set = 0;
@@ -348,8 +351,8 @@ int main(int argc, char **argv)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h"))
             return usage(stdout);
-        if (!strcmp(a, "--quick")) {
-            o.quick = 1;
+        if (!strcmp(a, "--quick") || !strcmp(a, "--recompute")) {
+            *(a[2] == 'q' ? &o.quick : &o.recompute) = 1;
             continue;
         }
         if (!strcmp(a, "--threads")) {
@@ -385,8 +388,8 @@ int main(int argc, char **argv)
     if (vit_set_threads(o.threads) != VIT_OK)
         fprintf(stderr, "vit_bench: %s\n", vit_last_error());
 
-    printf("vit_bench %s (%s), %d thread(s), batch %d, %d reps x %d steps\n", vit_version(),
-           VIT_REAL_NAME, o.threads, BATCH, o.reps, o.steps);
+    printf("vit_bench %s (%s), %d thread(s), batch %d, %d reps x %d steps%s\n", vit_version(),
+           VIT_REAL_NAME, o.threads, BATCH, o.reps, o.steps, o.recompute ? ", recompute" : "");
     /* Every figure here assumes the cores are ours: say how busy they were. */
     FILE *la = fopen("/proc/loadavg", "r");
     double load = -1;

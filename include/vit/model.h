@@ -64,6 +64,8 @@ typedef struct vit_config {
     double scale;        /* random zoom by a factor in [1 - scale, 1 + scale] */
     double init_std;     /* std of the truncated-normal weight init */
     unsigned long long seed;
+    /* memory */
+    int recompute;       /* 1: activation checkpointing of every block (0 or 1) */
 } vit_config;
 
 /* Fills (overwrites) *cfg with the built-in defaults (the digits-tiny shape
