@@ -284,8 +284,8 @@ static int check_leaf(const vit_params *p, vit_tape *tape, const char *fn, int f
     else if (count < 1)
         rc = vit_fail(VIT_EINVAL, "%s: count must be positive, got %d", fn, count);
     else if (first < 0 || first >= p->ntensors || count > p->ntensors - first)
-        rc = vit_fail(VIT_EINVAL, "%s: tensors %d..%d are outside 0..%d", fn, first,
-                      first + (count - 1), p->ntensors - 1);
+        rc = vit_fail(VIT_EINVAL, "%s: tensors %d..%ld are outside 0..%d", fn, first,
+                      (long)first + (count - 1), p->ntensors - 1);
     if (rc != VIT_OK && tape)
         vit_tape_fail(tape, rc);
     return rc;
