@@ -25,6 +25,8 @@ typedef struct entry {
     char name[VIT_PARAMS_NAME_MAX + 1];
 } entry;
 
+_Static_assert(sizeof(entry) >= sizeof(vit_param_group), "grow() bounds both arrays by entry");
+
 struct vit_params {
     entry *tensors;
     int ntensors, cap;
@@ -54,27 +56,27 @@ void vit_params_free(vit_params *p)
 }
 
 /* Room for one more tensor and group.  The descriptions point into their
- * own entries, so a move re-aims them. */
+ * own entries, so a move re-aims them at once: if the second realloc fails,
+ * p is still whole (its cap, the smaller of the two arrays, unchanged). */
 static int grow(vit_params *p, const char *name)
 {
     if (p->ntensors < p->cap)
         return VIT_OK;
-    if (p->cap > INT_MAX / 2)
-        return vit_fail(VIT_ENOMEM, "vit_params_add: tensor \"%s\": too many tensors", name);
-    int cap = p->cap ? 2 * p->cap : 16;
-    size_t bytes;
-    if (!vit_mul_size(&bytes, (size_t)cap, sizeof(entry)))
+    size_t bytes; /* an entry is larger than a group: this bounds both */
+    int cap = p->cap <= INT_MAX / 2 ? (p->cap ? 2 * p->cap : 16) : 0;
+    if (!cap || !vit_mul_size(&bytes, (size_t)cap, sizeof(entry)))
         return vit_fail(VIT_ENOMEM, "vit_params_add: tensor \"%s\": too many tensors", name);
     entry *t = realloc(p->tensors, bytes);
-    if (t)
+    if (t) {
         p->tensors = t;
+        for (int i = 0; i < p->ntensors; i++)
+            t[i].t.name = t[i].name;
+    }
     vit_param_group *g = t ? realloc(p->groups, (size_t)cap * sizeof *g) : NULL;
     if (!g)
         return vit_fail(VIT_ENOMEM, "vit_params_add: tensor \"%s\": out of memory", name);
     p->groups = g;
     p->cap = cap;
-    for (int i = 0; i < p->ntensors; i++)
-        p->tensors[i].t.name = p->tensors[i].name;
     return VIT_OK;
 }
 
