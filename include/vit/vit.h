@@ -13,6 +13,7 @@
 #include "vit/model.h"
 #include "vit/optim.h"
 #include "vit/rng.h"
+#include "vit/params.h"
 #include "vit/data.h"
 #include "vit/checkpoint.h"
 #include "vit/train.h"
