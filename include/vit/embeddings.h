@@ -17,9 +17,7 @@
 
 #include "vit/core.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+VIT_BEGIN_DECLS
 
 /* Shape of a patch embedding. H and W must be multiples of P. */
 typedef struct vit_patch_shape {
@@ -80,8 +78,6 @@ int vit_pos_add_forward(vit_real *y, const vit_real *x, const vit_real *pos,
 int vit_pos_add_backward(vit_real *dx, vit_real *dpos, const vit_real *dy,
                          int batch, int t, int d);
 
-#ifdef __cplusplus
-}
-#endif
+VIT_END_DECLS
 
 #endif

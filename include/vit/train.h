@@ -25,9 +25,7 @@
 #include "vit/rng.h"
 #include "vit/tape.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+VIT_BEGIN_DECLS
 
 /* ---- Checkpoints of a training run ---------------------------------- */
 
@@ -172,8 +170,6 @@ int vit_train_run(const vit_config *cfg, const vit_dataset *train, const vit_dat
  * a zeroed struct are fine. */
 void vit_train_result_free(vit_train_result *r);
 
-#ifdef __cplusplus
-}
-#endif
+VIT_END_DECLS
 
 #endif
