@@ -204,13 +204,6 @@ static void tile_scores(const job *J, int b, int h, int i0, int ni, int j0, int 
 
 /* ---- Forward -------------------------------------------------------------- */
 
-static void atomic_min(atomic_ullong *slot, unsigned long long v)
-{
-    unsigned long long cur = atomic_load(slot);
-    while (v < cur && !atomic_compare_exchange_weak(slot, &cur, v))
-        ;
-}
-
 /* One query tile of one pair against every key tile (the online softmax).
  * out rows of the tile hold the running, unnormalised sum.  Returns 0, or
  * 1 after recording a non-finite score. */
@@ -235,7 +228,7 @@ static int forward_tile(job *J, int x, int it, vit_real *slab)
         size_t e = first_nonfinite(s, (size_t)ni * nj);
         if (e < (size_t)ni * nj) {
             int r = (int)(e / (size_t)nj), c = (int)(e % (size_t)nj);
-            atomic_min(&J->first_bad, (((unsigned long long)x * nq + (unsigned)(i0 + r))
+            vit_atomic_min(&J->first_bad, (((unsigned long long)x * nq + (unsigned)(i0 + r))
                                        * (unsigned long long)nk) + (unsigned)(j0 + c));
             return 1;
         }

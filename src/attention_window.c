@@ -189,15 +189,6 @@ static void task_index(const wjob *J, size_t t, int *b, int *h, int *wi)
 
 /* ---- Forward --------------------------------------------------------------- */
 
-/* Lowers *slot to v if smaller: one definite failure whatever the order in
- * which threads found theirs. */
-static void atomic_min(atomic_ullong *slot, unsigned long long v)
-{
-    unsigned long long cur = atomic_load(slot);
-    while (v < cur && !atomic_compare_exchange_weak(slot, &cur, v))
-        ;
-}
-
 /* One window of one (item, head): S = s Q_w K_w^T + bias, region mask,
  * softmax into probs, O_w = P V_w scattered to out.  Returns 1 after
  * recording a non-finite score. */
@@ -224,7 +215,7 @@ static int window_forward(wjob *J, size_t t, const wslab *sl)
     }
     for (size_t e = 0; e < (size_t)T * T; e++)
         if (!isfinite(p[e])) {
-            atomic_min(&J->first_bad, (unsigned long long)t * T * T + e);
+            vit_atomic_min(&J->first_bad, (unsigned long long)t * T * T + e);
             return 1;
         }
     /* Masked softmax per row; the diagonal is always allowed, so no row is
