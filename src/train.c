@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "argmax.h"
 #include "error.h"
 #include "vit/checkpoint.h"
 #include "vit/dist.h"
@@ -41,15 +42,6 @@ static int check_data_shape(const vit_config *c, const vit_dataset *ds, const ch
 
 /* ---- evaluation ------------------------------------------------------- */
 
-static int argmax(const vit_real *x, int n)
-{
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
-}
-
 int vit_predict(vit_model *m, vit_tape *tape, const vit_real *images, int count, vit_real *probs)
 {
     if (!m || !tape || !images || !probs || count <= 0)
@@ -67,7 +59,7 @@ int vit_predict(vit_model *m, vit_tape *tape, const vit_real *images, int count,
         for (int r = 0; r < b; r++) {
             const vit_real *zr = z->data + (size_t)r * c->classes;
             vit_real *pr = probs + (size_t)(i + r) * c->classes;
-            vit_real mx = zr[argmax(zr, c->classes)];
+            vit_real mx = zr[vit_argmax(zr, c->classes)];
             double sum = 0;
             for (int k = 0; k < c->classes; k++)
                 sum += (double)(pr[k] = (vit_real)exp((double)(zr[k] - mx)));
@@ -111,7 +103,7 @@ int vit_evaluate(vit_model *m, vit_tape *tape, const vit_dataset *ds, int batch,
         int b = ds->count - i < batch ? ds->count - i : batch;
         rc = vit_predict(m, tape, ds->images + (size_t)i * img, b, probs);
         for (int k = 0; rc == VIT_OK && k < b; k++) {
-            int y = ds->labels[i + k], p = argmax(probs + (size_t)k * K, K);
+            int y = ds->labels[i + k], p = vit_argmax(probs + (size_t)k * K, K);
             double py = probs[(size_t)k * K + y];
             loss_sum += -log(py > 1e-300 ? py : 1e-300);
             correct += p == y;
