@@ -15,6 +15,7 @@
 
 #include "argmax.h"
 #include "error.h"
+#include "vit/augment.h"
 #include "vit/checkpoint.h"
 #include "vit/dist.h"
 #include "vit/loss.h"

@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "vit/augment.h"
 #include "vit/checkpoint.h"
 #include "vit/data.h"
 #include "vit/model.h"

@@ -14,6 +14,7 @@
 #include "vit/rng.h"
 #include "vit/data.h"
 #include "vit/checkpoint.h"
+#include "vit/augment.h"
 #include "vit/train.h"
 #include "vit/dist.h"
 #endif
