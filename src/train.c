@@ -196,7 +196,8 @@ static int make_out_dir(const char *dir, const char *ckpt)
 {
     char path[4096];
     if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
-        return vit_fail(VIT_EINVAL, "--out: path too long");
+        return vit_fail(VIT_EINVAL, "vit_train_run: out_dir is longer than %d bytes",
+                        (int)sizeof path - 1);
     /* mkdir -p */
     for (char *p = path + 1; *p; p++) {
         if (*p != '/')
@@ -535,8 +536,8 @@ int vit_train_run(const vit_config *cfg, const vit_dataset *train_in, const vit_
     memset(res, 0, sizeof *res);
     res->val_accuracy = -1;
     if (train_in->count <= o->val_count || o->val_count < 0)
-        return vit_fail(VIT_EINVAL, "--val %d leaves no training images (of %d)", o->val_count,
-                        train_in->count);
+        return vit_fail(VIT_EINVAL, "vit_train_run: val_count %d leaves no training images (of %d)",
+                        o->val_count, train_in->count);
     /* The validation set is the tail of the training part, never the test. */
     vit_dataset train = *train_in, val = *train_in;
     size_t img = (size_t)train.height * train.width * train.channels;
