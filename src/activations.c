@@ -8,8 +8,6 @@
 #include "fastmath.h"
 #include "threads.h"
 
-#define TRY(e) do { int rc_ = (e); if (rc_ != VIT_OK) return rc_; } while (0)
-
 #define INV_SQRT2 0.70710678118654752440     /* 1/sqrt(2) */
 #define INV_SQRT2PI 0.39894228040143267794   /* 1/sqrt(2 pi) */
 

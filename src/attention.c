@@ -209,15 +209,6 @@ static int softmax_rows(const vit_sdpa *a, int b, int h, vit_real *p, int i0, in
     return 0;
 }
 
-/* Lowers *slot to v if v is smaller: the earliest failure wins whatever the
- * order the threads found them in. */
-static void atomic_min(atomic_ullong *slot, unsigned long long v)
-{
-    unsigned long long cur = atomic_load(slot);
-    while (v < cur && !atomic_compare_exchange_weak(slot, &cur, v))
-        ;
-}
-
 /* Softmax rows of one pair split across threads; first_bad is the flat
  * index i*nk + j of the earliest non-finite score, ULLONG_MAX for none. */
 typedef struct {
@@ -232,7 +223,7 @@ static void softmax_piece(void *ctx, size_t lo, size_t hi)
     sm_job *J = ctx;
     bad_score bad;
     if (softmax_rows(J->a, J->b, J->h, J->p, (int)lo, (int)hi, &bad))
-        atomic_min(&J->first_bad, (unsigned long long)bad.i * (unsigned long long)J->a->n_k
+        vit_atomic_min(&J->first_bad, (unsigned long long)bad.i * (unsigned long long)J->a->n_k
                                   + (unsigned long long)bad.j);
 }
 
@@ -281,7 +272,7 @@ static void forward_pairs(void *ctx, size_t lo, size_t hi)
     for (size_t x = lo; x < hi; x++)
         if (head_forward(J->a, J->scale, (int)(x / H), (int)(x % H), J->out, J->probs,
                          J->q, J->k, J->v, &bad)) {
-            atomic_min(&J->first_bad, x);
+            vit_atomic_min(&J->first_bad, x);
             return;
         }
 }

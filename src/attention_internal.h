@@ -2,6 +2,7 @@
 #ifndef VIT_SRC_ATTENTION_INTERNAL_H
 #define VIT_SRC_ATTENTION_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include "vit/attention.h"
 
@@ -46,6 +47,16 @@ vit_row_mask vit_mask_row(const vit_sdpa *a, int b, int i);
 static inline int vit_row_allows(const vit_row_mask *r, int j)
 {
     return j <= r->last && (!r->allowed || r->allowed[j]) && (!r->valid || r->valid[j]);
+}
+
+/* Lowers *slot to v if v is smaller.  The parallel loops record the flat
+ * index of the first non-finite score they meet this way, so that the
+ * earliest one wins whatever the order the threads found theirs in. */
+static inline void vit_atomic_min(atomic_ullong *slot, unsigned long long v)
+{
+    unsigned long long cur = atomic_load(slot);
+    while (v < cur && !atomic_compare_exchange_weak(slot, &cur, v))
+        ;
 }
 
 #endif

@@ -204,13 +204,6 @@ static void tile_scores(const job *J, int b, int h, int i0, int ni, int j0, int 
 
 /* ---- Forward -------------------------------------------------------------- */
 
-static void atomic_min(atomic_ullong *slot, unsigned long long v)
-{
-    unsigned long long cur = atomic_load(slot);
-    while (v < cur && !atomic_compare_exchange_weak(slot, &cur, v))
-        ;
-}
-
 /* One query tile of one pair against every key tile (the online softmax).
  * out rows of the tile hold the running, unnormalised sum.  Returns 0, or
  * 1 after recording a non-finite score. */
@@ -235,7 +228,7 @@ static int forward_tile(job *J, int x, int it, vit_real *slab)
         size_t e = first_nonfinite(s, (size_t)ni * nj);
         if (e < (size_t)ni * nj) {
             int r = (int)(e / (size_t)nj), c = (int)(e % (size_t)nj);
-            atomic_min(&J->first_bad, (((unsigned long long)x * nq + (unsigned)(i0 + r))
+            vit_atomic_min(&J->first_bad, (((unsigned long long)x * nq + (unsigned)(i0 + r))
                                        * (unsigned long long)nk) + (unsigned)(j0 + c));
             return 1;
         }
@@ -292,6 +285,21 @@ static void forward_tasks(void *ctx, size_t lo, size_t hi)
             return;
 }
 
+/* A job on the validated a with the inputs and work every pass uses; the
+ * pass sets its own fields, the others stay NULL. */
+static void job_init(job *J, const vit_sdpa *a, vit_real scale, const vit_real *q,
+                     const vit_real *k, const vit_real *v, vit_real *work)
+{
+    memset(J, 0, sizeof *J);
+    J->a = a;
+    J->g = geometry(a);
+    J->scale = scale;
+    J->q = q; J->k = k; J->v = v;
+    J->work = work;
+    atomic_init(&J->next_slab, 0);
+    atomic_init(&J->first_bad, ULLONG_MAX);
+}
+
 /* Allocates the work when the caller passed none. */
 static int get_work(const char *fn, const vit_sdpa *a, vit_real **work, vit_real **owned)
 {
@@ -320,15 +328,8 @@ int vit_sdpa_tiled_forward(const vit_sdpa *a, vit_real *out, vit_real *lse,
     if ((rc = get_work(fn, a, &work, &owned)) != VIT_OK) return rc;
 
     job J;
-    memset(&J, 0, sizeof J);
-    J.a = a;
-    J.g = geometry(a);
-    J.scale = scale;
-    J.q = q; J.k = k; J.v = v;
+    job_init(&J, a, scale, q, k, v, work);
     J.out = out; J.lse = lse;
-    J.work = work;
-    atomic_init(&J.next_slab, 0);
-    atomic_init(&J.first_bad, ULLONG_MAX);
     const size_t pairs = (size_t)a->batch * a->heads;
     double flops = 2.0 * (double)pairs * a->n_q * (double)a->n_k * (a->d_k + a->d_v);
     vit_parallel(vit_threads_for(flops), pairs * J.g.nqt, forward_tasks, &J);
@@ -506,15 +507,9 @@ int vit_sdpa_tiled_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_r
     if ((rc = get_work(fn, a, &work, &owned)) != VIT_OK) return rc;
 
     job J;
-    memset(&J, 0, sizeof J);
-    J.a = a;
-    J.g = geometry(a);
-    J.scale = scale;
-    J.q = q; J.k = k; J.v = v; J.dout = dout; J.out_in = out; J.lse_in = lse;
+    job_init(&J, a, scale, q, k, v, work);
+    J.dout = dout; J.out_in = out; J.lse_in = lse;
     J.dq = dq; J.dk = dk; J.dv = dv; J.dbias = dbias;
-    J.work = work;
-    atomic_init(&J.next_slab, 0);
-    atomic_init(&J.first_bad, ULLONG_MAX);
 
     const int B = a->batch, H = a->heads, pairs = B * H;
     double flops = 2.0 * pairs * a->n_q * (double)a->n_k * (2.0 * a->d_k + 3.0 * a->d_v);

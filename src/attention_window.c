@@ -187,16 +187,26 @@ static void task_index(const wjob *J, size_t t, int *b, int *h, int *wi)
     *b = (int)(x / (size_t)J->w->heads);
 }
 
-/* ---- Forward --------------------------------------------------------------- */
+/* Task t's head and the offsets of its (item, head) in the [B, N, H*d_k]
+ * and [B, N, H*d_v] buffers; also lists the window's tokens and region
+ * labels in the slab. */
+typedef struct {
+    int h;
+    size_t ok, ov;
+} wtask;
 
-/* Lowers *slot to v if smaller: one definite failure whatever the order in
- * which threads found theirs. */
-static void atomic_min(atomic_ullong *slot, unsigned long long v)
+static wtask begin_task(const wjob *J, size_t t, const wslab *sl)
 {
-    unsigned long long cur = atomic_load(slot);
-    while (v < cur && !atomic_compare_exchange_weak(slot, &cur, v))
-        ;
+    const wgeo *g = &J->g;
+    int b, h, wi;
+    task_index(J, t, &b, &h, &wi);
+    window_tokens(J->w, g, wi, sl->tok, sl->label);
+    wtask task = {h, (size_t)b * g->N * g->ldk + (size_t)h * J->w->d_k,
+                  (size_t)b * g->N * g->ldv + (size_t)h * J->w->d_v};
+    return task;
 }
+
+/* ---- Forward --------------------------------------------------------------- */
 
 /* One window of one (item, head): S = s Q_w K_w^T + bias, region mask,
  * softmax into probs, O_w = P V_w scattered to out.  Returns 1 after
@@ -206,11 +216,9 @@ static int window_forward(wjob *J, size_t t, const wslab *sl)
     const vit_window_attn *w = J->w;
     const wgeo *g = &J->g;
     const int T = g->T, dk = w->d_k, dv = w->d_v;
-    int b, h, wi;
-    task_index(J, t, &b, &h, &wi);
-    window_tokens(w, g, wi, sl->tok, sl->label);
-    const size_t ok = (size_t)b * g->N * g->ldk + (size_t)h * dk;
-    const size_t ov = (size_t)b * g->N * g->ldv + (size_t)h * dv;
+    const wtask task = begin_task(J, t, sl);
+    const int h = task.h;
+    const size_t ok = task.ok, ov = task.ov;
     gather(sl->q, J->q + ok, sl->tok, T, dk, g->ldk);
     gather(sl->k, J->k + ok, sl->tok, T, dk, g->ldk);
     gather(sl->v, J->v + ov, sl->tok, T, dv, g->ldv);
@@ -224,7 +232,7 @@ static int window_forward(wjob *J, size_t t, const wslab *sl)
     }
     for (size_t e = 0; e < (size_t)T * T; e++)
         if (!isfinite(p[e])) {
-            atomic_min(&J->first_bad, (unsigned long long)t * T * T + e);
+            vit_atomic_min(&J->first_bad, (unsigned long long)t * T * T + e);
             return 1;
         }
     /* Masked softmax per row; the diagonal is always allowed, so no row is
@@ -330,11 +338,9 @@ static void window_backward(wjob *J, size_t t, const wslab *sl)
     const vit_window_attn *w = J->w;
     const wgeo *g = &J->g;
     const int T = g->T, dk = w->d_k, dv = w->d_v;
-    int b, h, wi;
-    task_index(J, t, &b, &h, &wi);
-    window_tokens(w, g, wi, sl->tok, sl->label);
-    const size_t ok = (size_t)b * g->N * g->ldk + (size_t)h * dk;
-    const size_t ov = (size_t)b * g->N * g->ldv + (size_t)h * dv;
+    const wtask task = begin_task(J, t, sl);
+    const int h = task.h;
+    const size_t ok = task.ok, ov = task.ov;
     const vit_real *p = J->probs_in + t * T * T;
     vit_real *dout = sl->o;
     gather(dout, J->dout + ov, sl->tok, T, dv, g->ldv);

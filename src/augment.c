@@ -3,10 +3,11 @@
  * centre, sampled bilinearly.  Digits written by other people differ from
  * the training writers mostly by such small deformations.
  */
+#include "vit/augment.h"
+
 #include <math.h>
 
 #include "error.h"
-#include "vit/train.h"
 
 int vit_affine_draw(vit_affine *a, vit_rng *rng, double rotate_deg, double scale, double shift)
 {

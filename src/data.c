@@ -1,20 +1,14 @@
-/* Data sets: freeing, the shared allocator, and vit_data_load, which picks a
- * loader from the --data argument of vit_train.  The loaders themselves live
- * in data_digits.c, data_idx.c and data_png.c. */
+/* Data sets: freeing, the helpers the loaders share (data_internal.h), and
+ * vit_data_load, which picks a loader from its spec argument.  The loaders
+ * themselves live in data_digits.c, data_idx.c and data_png.c. */
 #include "vit/data.h"
+#include "data_internal.h"
 #include "error.h"
 
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-/* Internal to the data_*.c files (no private header on purpose: two small
- * functions).  The allocator is defined here, the PNG pair in data_png.c. */
-int vit_data_internal_alloc(vit_dataset *ds, int count, int height, int width,
-                            int channels, const char *what);
-int vit_data_internal_png_pair(const char *train_dir, const char *test_dir,
-                               vit_dataset *train, vit_dataset *test);
 
 void vit_dataset_free(vit_dataset *ds)
 {
@@ -25,9 +19,20 @@ void vit_dataset_free(vit_dataset *ds)
     memset(ds, 0, sizeof *ds);
 }
 
-/* Allocates images [count, H, W, C] and labels [count] of a zeroed ds and
- * fills in the sizes (classes is left to the caller).  The size products are
- * checked for overflow first.  what names the source in the error message. */
+int vit_data_internal_begin(const char *fn, const char *src_name, const void *src,
+                            vit_dataset *train, vit_dataset *test)
+{
+    int rc;
+    if ((rc = vit_check_ptr(fn, src_name, src)) || (rc = vit_check_ptr(fn, "train", train)) ||
+        (rc = vit_check_ptr(fn, "test", test)))
+        return rc;
+    if (train == test)
+        return vit_fail(VIT_EINVAL, "%s: train and test are the same struct", fn);
+    memset(train, 0, sizeof *train);
+    memset(test, 0, sizeof *test);
+    return VIT_OK;
+}
+
 int vit_data_internal_alloc(vit_dataset *ds, int count, int height, int width,
                             int channels, const char *what)
 {
@@ -59,17 +64,26 @@ static int is_dir(const char *path)
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-/* path + "/" + name in a malloc'd string, or NULL when out of memory. */
-static char *join(const char *path, const char *name)
+char *vit_data_internal_join(const char *dir, const char *name, const char *suffix)
 {
-    size_t a = strlen(path), b = strlen(name);
-    char *s = malloc(a + b + 2);
+    size_t a = strlen(dir), b = strlen(name), c = strlen(suffix);
+    char *s = malloc(a + b + c + 2);
     if (s != NULL) {
-        memcpy(s, path, a);
+        memcpy(s, dir, a);
         s[a] = '/';
-        memcpy(s + a + 1, name, b + 1);
+        memcpy(s + a + 1, name, b);
+        memcpy(s + a + 1 + b, suffix, c + 1);
     }
     return s;
+}
+
+const char *vit_data_internal_zlib_message(gzFile g, const char *path, int *err)
+{
+    const char *msg = gzerror(g, err);
+    size_t n = strlen(path);
+    if (strncmp(msg, path, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ')
+        msg += n + 2;
+    return msg;
 }
 
 /* Whether the folder holds a file that looks like an IDX image file: then
@@ -94,13 +108,8 @@ int vit_data_load(const char *spec, const char *digits_path, vit_dataset *train,
     static const char *fn = "vit_data_load";
     char *tr = NULL, *te = NULL;
     int rc;
-    if ((rc = vit_check_ptr(fn, "spec", spec)) || (rc = vit_check_ptr(fn, "train", train)) ||
-        (rc = vit_check_ptr(fn, "test", test)))
+    if ((rc = vit_data_internal_begin(fn, "spec", spec, train, test)))
         return rc;
-    if (train == test)
-        return vit_fail(VIT_EINVAL, "%s: train and test are the same struct", fn);
-    memset(train, 0, sizeof *train);
-    memset(test, 0, sizeof *test);
 
     if (strcmp(spec, "digits") == 0) {
         if ((rc = vit_check_ptr(fn, "digits_path", digits_path)))
@@ -110,8 +119,8 @@ int vit_data_load(const char *spec, const char *digits_path, vit_dataset *train,
     if (is_dir(spec) && has_idx_files(spec))
         return vit_data_load_idx(spec, train, test);
     if (is_dir(spec)) {
-        tr = join(spec, "train");
-        te = join(spec, "test");
+        tr = vit_data_internal_join(spec, "train", "");
+        te = vit_data_internal_join(spec, "test", "");
         if (tr == NULL || te == NULL) {
             free(tr);
             free(te);

@@ -2,6 +2,7 @@
  * 0..16 and a label 0..9.  zlib's gzopen reads gzip and plain text alike, so
  * one code path serves both. */
 #include "vit/data.h"
+#include "data_internal.h"
 #include "error.h"
 
 #include <ctype.h>
@@ -10,9 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
-
-int vit_data_internal_alloc(vit_dataset *ds, int count, int height, int width,
-                            int channels, const char *what);
 
 #define DIGITS_SIDE 8
 #define DIGITS_PIXELS (DIGITS_SIDE * DIGITS_SIDE)
@@ -83,16 +81,6 @@ static int parse_line(const char *path, int lineno, char *line, unsigned char *o
     return VIT_OK;
 }
 
-/* gzerror's message without the "path: " prefix zlib puts in front. */
-static const char *zlib_message(gzFile g, const char *path, int *err)
-{
-    const char *msg = gzerror(g, err);
-    size_t n = strlen(path);
-    if (strncmp(msg, path, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ')
-        msg += n + 2;
-    return msg;
-}
-
 /* Reads every line of the file into r.  A line without a final newline is
  * either the last line of a clean file or the sign of a truncated stream;
  * gzerror tells which. */
@@ -107,7 +95,7 @@ static int read_records(gzFile f, const char *path, records *r)
             if (len == sizeof buf - 1)
                 return vit_fail(VIT_EFORMAT, "%s:%d: line longer than %d characters",
                                 path, lineno, (int)sizeof buf - 2);
-            const char *msg = zlib_message(f, path, &err);
+            const char *msg = vit_data_internal_zlib_message(f, path, &err);
             if (err != Z_OK)
                 return vit_fail(err == Z_ERRNO ? VIT_EIO : VIT_EFORMAT,
                                 "%s:%d: file is truncated or corrupt (zlib: %s)",
@@ -128,7 +116,7 @@ static int read_records(gzFile f, const char *path, records *r)
         if ((rc = parse_line(path, lineno, buf, r->rec + (size_t)(r->n - 1) * DIGITS_FIELDS)))
             return rc;
     }
-    const char *msg = zlib_message(f, path, &err);
+    const char *msg = vit_data_internal_zlib_message(f, path, &err);
     if (err != Z_OK)
         return vit_fail(err == Z_ERRNO ? VIT_EIO : VIT_EFORMAT,
                         "%s:%d: file is truncated or corrupt (zlib: %s)", path, lineno + 1, msg);
@@ -159,13 +147,8 @@ int vit_data_load_digits(const char *path, int n_train, vit_dataset *train,
     records r = {NULL, 0, 0};
     gzFile f;
     int rc;
-    if ((rc = vit_check_ptr(fn, "path", path)) || (rc = vit_check_ptr(fn, "train", train)) ||
-        (rc = vit_check_ptr(fn, "test", test)))
+    if ((rc = vit_data_internal_begin(fn, "path", path, train, test)))
         return rc;
-    if (train == test)
-        return vit_fail(VIT_EINVAL, "%s: train and test are the same struct", fn);
-    memset(train, 0, sizeof *train);
-    memset(test, 0, sizeof *test);
     if (n_train < 1 || n_train == INT_MAX)
         return vit_fail(VIT_EINVAL, "%s: n_train must be in 1..%d, got %d", fn, INT_MAX - 1,
                         n_train);

@@ -6,6 +6,7 @@
  * actually arrive from the file, so a header claiming 2^31 x 2^31 pixels is
  * rejected as truncated instead of triggering a huge allocation. */
 #include "vit/data.h"
+#include "data_internal.h"
 #include "error.h"
 
 #include <dirent.h>
@@ -17,9 +18,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <zlib.h>
-
-int vit_data_internal_alloc(vit_dataset *ds, int count, int height, int width,
-                            int channels, const char *what);
 
 #define IDX_MAGIC_IMAGES 0x00000803u /* unsigned bytes, 3 dimensions */
 #define IDX_MAGIC_LABELS 0x00000801u /* unsigned bytes, 1 dimension */
@@ -40,19 +38,6 @@ static void idx_free(idx_file *f)
     memset(f, 0, sizeof *f);
 }
 
-static char *join(const char *dir, const char *name, const char *suffix)
-{
-    size_t a = strlen(dir), b = strlen(name), c = strlen(suffix);
-    char *s = malloc(a + b + c + 2);
-    if (s != NULL) {
-        memcpy(s, dir, a);
-        s[a] = '/';
-        memcpy(s + a + 1, name, b);
-        memcpy(s + a + 1 + b, suffix, c + 1);
-    }
-    return s;
-}
-
 static int is_file(const char *path)
 {
     struct stat st;
@@ -70,7 +55,7 @@ static int find_file(const char *dir, const char *name, const char *pat1, const 
     struct dirent *e;
     *out = NULL;
     for (int i = 0; i < 2; i++) {
-        char *p = join(dir, name, suffixes[i]);
+        char *p = vit_data_internal_join(dir, name, suffixes[i]);
         if (p == NULL)
             return vit_fail(VIT_ENOMEM, "%s: out of memory", dir);
         if (is_file(p)) {
@@ -103,7 +88,7 @@ static int find_file(const char *dir, const char *name, const char *pat1, const 
     if (match == NULL)
         return vit_fail(VIT_EIO, "%s: no %s or %s.gz (nor a file matching %s)", dir, name,
                         name, pat1);
-    *out = join(dir, match, "");
+    *out = vit_data_internal_join(dir, match, "");
     free(match);
     return *out ? VIT_OK : vit_fail(VIT_ENOMEM, "%s: out of memory", dir);
 }
@@ -130,20 +115,10 @@ static long long read_full(gzFile g, unsigned char *buf, size_t want)
     return (long long)got;
 }
 
-/* gzerror's message without the "path: " prefix zlib puts in front. */
-static const char *zlib_message(gzFile g, const char *path, int *err)
-{
-    const char *msg = gzerror(g, err);
-    size_t n = strlen(path);
-    if (strncmp(msg, path, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ')
-        msg += n + 2;
-    return msg;
-}
-
 static int zlib_error(gzFile g, const char *path)
 {
     int err;
-    const char *msg = zlib_message(g, path, &err);
+    const char *msg = vit_data_internal_zlib_message(g, path, &err);
     return vit_fail(err == Z_ERRNO ? VIT_EIO : VIT_EFORMAT, "%s: read error (%s)", path,
                     err == Z_ERRNO ? strerror(errno) : msg);
 }
@@ -252,13 +227,8 @@ int vit_data_load_idx(const char *dir, vit_dataset *train, vit_dataset *test)
     static const char *fn = "vit_data_load_idx";
     idx_file f[4]; /* train images, train labels, test images, test labels */
     int rc, max_label = 0;
-    if ((rc = vit_check_ptr(fn, "dir", dir)) || (rc = vit_check_ptr(fn, "train", train)) ||
-        (rc = vit_check_ptr(fn, "test", test)))
+    if ((rc = vit_data_internal_begin(fn, "dir", dir, train, test)))
         return rc;
-    if (train == test)
-        return vit_fail(VIT_EINVAL, "%s: train and test are the same struct", fn);
-    memset(train, 0, sizeof *train);
-    memset(test, 0, sizeof *test);
     memset(f, 0, sizeof f);
 
     rc = read_idx(dir, "train-images-idx3-ubyte", "*train*images*idx3-ubyte*", NULL,

@@ -1,6 +1,7 @@
 /* PNG images through libpng's simplified API: single files (vit_png_read,
  * vit_png_write) and folders with one subfolder of PNGs per class. */
 #include "vit/data.h"
+#include "data_internal.h"
 #include "error.h"
 
 #include <dirent.h>
@@ -15,11 +16,6 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-int vit_data_internal_alloc(vit_dataset *ds, int count, int height, int width,
-                            int channels, const char *what);
-int vit_data_internal_png_pair(const char *train_dir, const char *test_dir,
-                               vit_dataset *train, vit_dataset *test);
 
 /* ---------------------------------------------------------------- one file */
 
@@ -260,18 +256,6 @@ static void names_free(name_list *l)
     l->n = 0;
 }
 
-static char *join(const char *dir, const char *name)
-{
-    size_t a = strlen(dir), b = strlen(name);
-    char *s = malloc(a + b + 2);
-    if (s != NULL) {
-        memcpy(s, dir, a);
-        s[a] = '/';
-        memcpy(s + a + 1, name, b + 1);
-    }
-    return s;
-}
-
 static int cmp_names(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
@@ -300,7 +284,7 @@ static int list_dir(const char *dir, int want_dirs, name_list *out)
         char *full;
         if (e->d_name[0] == '.' || (!want_dirs && !is_png_name(e->d_name)))
             continue;
-        if ((full = join(dir, e->d_name)) == NULL) {
+        if ((full = vit_data_internal_join(dir, e->d_name, "")) == NULL) {
             rc = vit_fail(VIT_ENOMEM, "%s: out of memory", dir);
             break;
         }
@@ -348,7 +332,7 @@ static int list_classes(const char *dir, name_list *classes, name_list **files, 
     if (*files == NULL)
         rc = vit_fail(VIT_ENOMEM, "%s: out of memory", dir);
     for (int k = 0; rc == VIT_OK && k < classes->n; k++) {
-        char *sub = join(dir, classes->name[k]);
+        char *sub = vit_data_internal_join(dir, classes->name[k], "");
         if (sub == NULL) {
             rc = vit_fail(VIT_ENOMEM, "%s: out of memory", dir);
             break;
@@ -384,8 +368,8 @@ static int read_images(const char *dir, const name_list *classes, const name_lis
     for (int k = 0; rc == VIT_OK && k < classes->n; k++) {
         for (int j = 0; rc == VIT_OK && j < files[k].n; j++, i++) {
             real_image img;
-            char *sub = join(dir, classes->name[k]);
-            char *path = sub ? join(sub, files[k].name[j]) : NULL;
+            char *sub = vit_data_internal_join(dir, classes->name[k], "");
+            char *path = sub ? vit_data_internal_join(sub, files[k].name[j], "") : NULL;
             free(sub);
             if (path == NULL) {
                 rc = vit_fail(VIT_ENOMEM, "%s: out of memory", dir);

@@ -9,8 +9,6 @@
 #include "blas.h"
 #include "error.h"
 
-#define TRY(e) do { int rc_ = (e); if (rc_ != VIT_OK) return rc_; } while (0)
-
 /* ---- Patch embedding ------------------------------------------------- */
 
 /* Validates a shape, recording a message under fn's name.  Besides positive

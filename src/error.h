@@ -12,6 +12,11 @@ int vit_fail(int code, const char *fmt, ...)
 #endif
     ;
 
+/* Evaluates e, a call returning VIT_OK or a VIT_E* code, and returns that
+ * code from the enclosing function when it is not VIT_OK (the message is
+ * already recorded): `TRY(vit_check_ptr(fn, "x", x));`. */
+#define TRY(e) do { int rc_ = (e); if (rc_ != VIT_OK) return rc_; } while (0)
+
 /* Argument checks used at the top of every public kernel.  Each returns
  * VIT_OK or the error code after recording a message that names the
  * function and the argument. */

@@ -6,8 +6,6 @@
 #include "error.h"
 #include "threads.h"
 
-#define TRY(e) do { int rc_ = (e); if (rc_ != VIT_OK) return rc_; } while (0)
-
 typedef struct {
     vit_real *y, *mean, *rstd, *dx, *dgamma, *dbeta;
     const vit_real *x, *gamma, *beta, *dy, *cmean, *crstd;

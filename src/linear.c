@@ -7,8 +7,6 @@
 #include "error.h"
 #include "threads.h"
 
-#define TRY(e) do { int rc_ = (e); if (rc_ != VIT_OK) return rc_; } while (0)
-
 static int check_sizes(const char *fn, int n, int in, int out)
 {
     TRY(vit_check_dim(fn, "n", n));

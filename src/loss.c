@@ -5,8 +5,6 @@
 
 #include "error.h"
 
-#define TRY(e) do { int rc_ = (e); if (rc_ != VIT_OK) return rc_; } while (0)
-
 static int check_common(const char *fn, const int *labels, int n, int classes,
                         vit_real smoothing)
 {

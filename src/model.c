@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "argmax.h"
 #include "error.h"
 #include "threads.h"
 #include "vit/activations.h"
@@ -446,15 +447,6 @@ typedef struct {
     vit_real smoothing;
 } slice_job;
 
-static int argmax_row(const vit_real *z, int n)
-{
-    int k = 0;
-    for (int i = 1; i < n; i++)
-        if (z[i] > z[k])
-            k = i;
-    return k;
-}
-
 /* Forward and backward of rows [lo, hi) of the batch into the slice's own
  * gradient buffer, seeded with its share (hi - lo) / batch of the mean. */
 static void run_slice(const slice_job *J, int s)
@@ -480,7 +472,7 @@ static void run_slice(const slice_job *J, int s)
     S->loss_sum = (double)loss->data[0] * nb;
     S->correct = 0;
     for (int r = 0; r < nb; r++)
-        S->correct += argmax_row(z->data + (size_t)r * c->classes, c->classes) == J->labels[lo + r];
+        S->correct += vit_argmax(z->data + (size_t)r * c->classes, c->classes) == J->labels[lo + r];
 }
 
 static void run_slices(void *ctx, size_t lo, size_t hi)

@@ -5,7 +5,6 @@
 
 #include "error.h"
 
-#define TRY(e) do { int rc_ = (e); if (rc_ != VIT_OK) return rc_; } while (0)
 
 static int check_btd(const char *fn, int B, int T, int D)
 {

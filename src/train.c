@@ -13,7 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "argmax.h"
 #include "error.h"
+#include "vit/augment.h"
 #include "vit/checkpoint.h"
 #include "vit/dist.h"
 #include "vit/loss.h"
@@ -41,15 +43,6 @@ static int check_data_shape(const vit_config *c, const vit_dataset *ds, const ch
 
 /* ---- evaluation ------------------------------------------------------- */
 
-static int argmax(const vit_real *x, int n)
-{
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
-}
-
 int vit_predict(vit_model *m, vit_tape *tape, const vit_real *images, int count, vit_real *probs)
 {
     if (!m || !tape || !images || !probs || count <= 0)
@@ -67,7 +60,7 @@ int vit_predict(vit_model *m, vit_tape *tape, const vit_real *images, int count,
         for (int r = 0; r < b; r++) {
             const vit_real *zr = z->data + (size_t)r * c->classes;
             vit_real *pr = probs + (size_t)(i + r) * c->classes;
-            vit_real mx = zr[argmax(zr, c->classes)];
+            vit_real mx = zr[vit_argmax(zr, c->classes)];
             double sum = 0;
             for (int k = 0; k < c->classes; k++)
                 sum += (double)(pr[k] = (vit_real)exp((double)(zr[k] - mx)));
@@ -111,7 +104,7 @@ int vit_evaluate(vit_model *m, vit_tape *tape, const vit_dataset *ds, int batch,
         int b = ds->count - i < batch ? ds->count - i : batch;
         rc = vit_predict(m, tape, ds->images + (size_t)i * img, b, probs);
         for (int k = 0; rc == VIT_OK && k < b; k++) {
-            int y = ds->labels[i + k], p = argmax(probs + (size_t)k * K, K);
+            int y = ds->labels[i + k], p = vit_argmax(probs + (size_t)k * K, K);
             double py = probs[(size_t)k * K + y];
             loss_sum += -log(py > 1e-300 ? py : 1e-300);
             correct += p == y;
@@ -203,7 +196,8 @@ static int make_out_dir(const char *dir, const char *ckpt)
 {
     char path[4096];
     if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
-        return vit_fail(VIT_EINVAL, "--out: path too long");
+        return vit_fail(VIT_EINVAL, "vit_train_run: out_dir is longer than %d bytes",
+                        (int)sizeof path - 1);
     /* mkdir -p */
     for (char *p = path + 1; *p; p++) {
         if (*p != '/')
@@ -542,8 +536,8 @@ int vit_train_run(const vit_config *cfg, const vit_dataset *train_in, const vit_
     memset(res, 0, sizeof *res);
     res->val_accuracy = -1;
     if (train_in->count <= o->val_count || o->val_count < 0)
-        return vit_fail(VIT_EINVAL, "--val %d leaves no training images (of %d)", o->val_count,
-                        train_in->count);
+        return vit_fail(VIT_EINVAL, "vit_train_run: val_count %d leaves no training images (of %d)",
+                        o->val_count, train_in->count);
     /* The validation set is the tail of the training part, never the test. */
     vit_dataset train = *train_in, val = *train_in;
     size_t img = (size_t)train.height * train.width * train.channels;

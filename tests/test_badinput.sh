@@ -277,6 +277,7 @@ row "flag: --ckpt-every 0" "--ckpt-every: expected an integer in \[1, [0-9]+\], 
 row "flag: --stop-after -2" "--stop-after: expected an integer" vit_train --stop-after -2
 row "flag: --val -1" "--val: expected an integer in \[0, [0-9]+\], got '-1'" vit_train --val -1
 row "flag: --val larger than the data" "--val 100000 leaves no training images \(of 1437\)" vit_train --val 100000
+row "flag: --out too long" "--out: path longer than 4095 bytes" vit_train --out "$(printf '%05000d' 0)"
 row "flag: a model too large for memory" "out of memory for [0-9]+ parameters" \
     vit_train --dim 65536 --heads 1 --depth 1024 --mlp 1048576
 row "flag: unknown" "unknown config key 'colour'" vit_train --colour blue

@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "vit/augment.h"
 #include "vit/checkpoint.h"
 #include "vit/data.h"
 #include "vit/model.h"
@@ -431,6 +432,36 @@ START_TEST(test_out_dir_not_creatable)
 }
 END_TEST
 
+/* Bad options are reported by the name of the field, not by a tool's flag
+ * (the tools add their own wording). */
+START_TEST(test_bad_opts_named)
+{
+    load_digits();
+    vit_config cfg;
+    small_config(&cfg, 1);
+    vit_train_result res;
+    char dir[64];
+    make_tmpdir(dir, sizeof dir);
+    vit_train_opts o = {.out_dir = dir, .ckpt_every = 1, .progress = 0};
+
+    o.val_count = g_train.count;
+    ck_assert_int_eq(vit_train_run(&cfg, &g_train, &g_test, &o, &res), VIT_EINVAL);
+    printf("val_count = count: %s\n", vit_last_error());
+    ck_assert_msg(strstr(vit_last_error(), "vit_train_run: val_count") != NULL &&
+                  strstr(vit_last_error(), "--") == NULL, "message '%s'", vit_last_error());
+
+    o.val_count = 0;
+    static char longdir[5000];
+    memset(longdir, 'a', sizeof longdir - 1);
+    o.out_dir = longdir;
+    ck_assert_int_eq(vit_train_run(&cfg, &g_train, &g_test, &o, &res), VIT_EINVAL);
+    printf("long out_dir: %s\n", vit_last_error());
+    ck_assert_msg(strstr(vit_last_error(), "vit_train_run: out_dir") != NULL &&
+                  strstr(vit_last_error(), "--") == NULL, "message '%s'", vit_last_error());
+    remove_tree(dir);
+}
+END_TEST
+
 /* The affine augmentation: identity is exact, a quarter turn moves pixels
  * where the rotation says, zoom and shift move the centre of mass, and the
  * draw always consumes four uniforms. */
@@ -493,6 +524,7 @@ static Suite *train_suite(void)
     TCase *tc = tcase_create("train");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_out_dir_not_creatable);
+    tcase_add_test(tc, test_bad_opts_named);
     tcase_add_test(tc, test_affine_augmentation);
     tcase_add_test(tc, test_learns_digits);
     tcase_add_test(tc, test_resume_is_exact);

@@ -131,9 +131,12 @@ static int run(int argc, char **argv)
             continue;
         else if (strcmp(a, "--data") == 0)
             data = v;
-        else if (strcmp(a, "--out") == 0)
-            snprintf(out, sizeof out, "%s", v);
-        else if (strcmp(a, "--resume") == 0)
+        else if (strcmp(a, "--out") == 0) {
+            if (snprintf(out, sizeof out, "%s", v) >= (int)sizeof out) {
+                fprintf(stderr, "%s: --out: path longer than %d bytes\n", prog, (int)sizeof out - 1);
+                return 2;
+            }
+        } else if (strcmp(a, "--resume") == 0)
             o.resume = v;
         else if (strcmp(a, "--val") == 0) {
             if (!cli_int(prog, a, v, 0, 1 << 30, &o.val_count))
@@ -169,6 +172,14 @@ static int run(int argc, char **argv)
     if (vit_data_load(data, cli_digits_path(), &train, &test))
         return cli_fail(prog, NULL);
     int speak = vit_dist_rank() == 0;
+    if (o.val_count >= train.count) {
+        if (speak)
+            fprintf(stderr, "%s: --val %d leaves no training images (of %d)\n", prog, o.val_count,
+                    train.count);
+        vit_dataset_free(&train);
+        vit_dataset_free(&test);
+        return 2;
+    }
     if (!speak)
         o.progress = 0;
     if (o.progress)

@@ -13,9 +13,7 @@
 
 #include "vit/core.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+VIT_BEGIN_DECLS
 
 /* GELU, exact erf form (PyTorch's default): y = x/2 (1 + erf(x/sqrt 2)).
  * x, y: [n]; y is overwritten and may alias x only when no backward is
@@ -82,8 +80,6 @@ int vit_softmax_forward(vit_real *y, const vit_real *x, int rows, int cols);
 int vit_softmax_backward(vit_real *dx, const vit_real *dy, const vit_real *y,
                          int rows, int cols);
 
-#ifdef __cplusplus
-}
-#endif
+VIT_END_DECLS
 
 #endif

@@ -39,9 +39,7 @@
 
 #include "vit/core.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+VIT_BEGIN_DECLS
 
 /* Which query-key pairs may interact; every field is optional (zero / NULL
  * means no restriction from that field).  The three restrictions combine:
@@ -381,8 +379,6 @@ int vit_window_attn_backward(const vit_window_attn *w, vit_real *dq, vit_real *d
                              const vit_real *probs, const vit_real *q, const vit_real *k,
                              const vit_real *v);
 
-#ifdef __cplusplus
-}
-#endif
+VIT_END_DECLS
 
 #endif

@@ -47,9 +47,7 @@
 
 #include "vit/core.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+VIT_BEGIN_DECLS
 
 #define VIT_CKPT_VERSION 1
 #define VIT_CKPT_NAME_MAX 64 /* size of vit_ckpt_tensor.name, including its NUL */
@@ -126,8 +124,6 @@ void vit_ckpt_free(vit_ckpt *c);
 /* The tensor named name, or NULL when there is none (or c or name is NULL). */
 const vit_ckpt_tensor *vit_ckpt_find(const vit_ckpt *c, const char *name);
 
-#ifdef __cplusplus
-}
-#endif
+VIT_END_DECLS
 
 #endif

@@ -38,9 +38,30 @@
 
 #include <stddef.h>
 
-#ifdef __cplusplus
-extern "C" {
+/* Every public header puts its declarations between VIT_BEGIN_DECLS and
+ * VIT_END_DECLS.  They give the declarations C linkage in C++ and, with GCC
+ * and Clang, default symbol visibility.  The libraries are compiled with
+ * -fvisibility=hidden, so the functions declared in include/vit/ are exactly
+ * what libvit exports.  The helpers the library's files share among
+ * themselves (declared in src/) stay hidden and out of the ABI.  A header
+ * that leaves out the wrap has its functions hidden too, and
+ * tests/test_symbols.sh reports them as declared but not exported. */
+#if defined(__GNUC__)
+#define VIT_VISIBILITY_PUSH_ _Pragma("GCC visibility push(default)")
+#define VIT_VISIBILITY_POP_ _Pragma("GCC visibility pop")
+#else
+#define VIT_VISIBILITY_PUSH_
+#define VIT_VISIBILITY_POP_
 #endif
+#ifdef __cplusplus
+#define VIT_BEGIN_DECLS extern "C" { VIT_VISIBILITY_PUSH_
+#define VIT_END_DECLS VIT_VISIBILITY_POP_ }
+#else
+#define VIT_BEGIN_DECLS VIT_VISIBILITY_PUSH_
+#define VIT_END_DECLS VIT_VISIBILITY_POP_
+#endif
+
+VIT_BEGIN_DECLS
 
 #ifdef VIT_DOUBLE
 typedef double vit_real;
@@ -94,8 +115,6 @@ int vit_set_threads(int n);
  * Cannot fail; thread-safe. */
 const char *vit_version(void);
 
-#ifdef __cplusplus
-}
-#endif
+VIT_END_DECLS
 
 #endif

@@ -28,9 +28,7 @@
 
 #include "vit/core.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+VIT_BEGIN_DECLS
 
 /* A labelled image set held in memory. */
 typedef struct vit_dataset {
@@ -131,8 +129,6 @@ int vit_png_read(const char *path, vit_real **pixels, int *height, int *width,
 int vit_png_write(const char *path, const unsigned char *pixels, int height,
                   int width, int channels);
 
-#ifdef __cplusplus
-}
-#endif
+VIT_END_DECLS
 
 #endif

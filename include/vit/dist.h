@@ -17,9 +17,7 @@
 
 #include "vit/core.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+VIT_BEGIN_DECLS
 
 /* Joins the MPI job if the process was started by mpirun (and MPI support
  * was built); returns VIT_OK otherwise too.  Call once, before training.
@@ -60,8 +58,6 @@ int vit_dist_same(unsigned long long value);
  * Does not return. */
 void vit_dist_abort(int status);
 
-#ifdef __cplusplus
-}
-#endif
+VIT_END_DECLS
 
 #endif

@@ -18,9 +18,7 @@
 
 #include "vit/core.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+VIT_BEGIN_DECLS
 
 /* Shape of a patch embedding. H and W must be multiples of P. */
 typedef struct vit_patch_shape {
@@ -104,8 +102,6 @@ int vit_embedding_forward(vit_real *y, const vit_real *table, const int *ids, si
 int vit_embedding_backward(vit_real *dtable, const vit_real *dy, const int *ids, size_t n,
                            int vocab, int dim);
 
-#ifdef __cplusplus
-}
-#endif
+VIT_END_DECLS
 
 #endif

@@ -10,9 +10,7 @@
 
 #include "vit/core.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+VIT_BEGIN_DECLS
 
 /* PyTorch's default epsilon. */
 #define VIT_LAYERNORM_EPS 1e-5
@@ -40,8 +38,6 @@ int vit_layernorm_backward(vit_real *dx, vit_real *dgamma, vit_real *dbeta,
                            const vit_real *mean, const vit_real *rstd,
                            const vit_real *gamma, int n, int d);
 
-#ifdef __cplusplus
-}
-#endif
+VIT_END_DECLS
 
 #endif

@@ -10,9 +10,7 @@
 
 #include "vit/core.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+VIT_BEGIN_DECLS
 
 /* y[n, out] = x[n, in] W[in, out] + b[out].  b may be NULL (no bias).
  * Row-major; the n rows are the batch (for tokens [B, T, in] pass n = B*T).
@@ -36,8 +34,6 @@ int vit_linear_backward(vit_real *dx, vit_real *dW, vit_real *db,
                         const vit_real *dy, const vit_real *x, const vit_real *W,
                         int n, int in, int out);
 
-#ifdef __cplusplus
-}
-#endif
+VIT_END_DECLS
 
 #endif

@@ -8,9 +8,7 @@
 
 #include "vit/core.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+VIT_BEGIN_DECLS
 
 /* logits: [n, classes], row-major, one row per example (the batch; for
  * tokens [B, T, classes] pass n = B*T); labels: [n] in 0..classes-1;
@@ -35,8 +33,6 @@ int vit_cross_entropy_backward(vit_real *dlogits, const vit_real *probs,
                                const int *labels, int n, int classes,
                                vit_real smoothing, vit_real dloss);
 
-#ifdef __cplusplus
-}
-#endif
+VIT_END_DECLS
 
 #endif

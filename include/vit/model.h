@@ -30,9 +30,7 @@
 #include "vit/layernorm.h"
 #include "vit/tape.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+VIT_BEGIN_DECLS
 
 enum { VIT_POOL_CLS = 0, VIT_POOL_MEAN = 1 };
 
@@ -202,8 +200,6 @@ int vit_model_train_grads(vit_model *m, const vit_real *images, const int *label
  * the tiled attention core (vit_sdpa_use_tiled), which keeps no maps. */
 const vit_real *vit_model_attention_maps(const vit_model *m, int layer);
 
-#ifdef __cplusplus
-}
-#endif
+VIT_END_DECLS
 
 #endif

@@ -30,9 +30,7 @@
 #include <stdint.h>
 #include "vit/core.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+VIT_BEGIN_DECLS
 
 /* Parameters [offset, offset + count) of the flat buffer; decay is nonzero
  * when weight decay applies to them. */
@@ -96,8 +94,6 @@ double vit_lr_at(long step, long total_steps, long warmup_steps, double base_lr,
  * finiteness check. */
 double vit_grad_norm(const vit_real *g, size_t n);
 
-#ifdef __cplusplus
-}
-#endif
+VIT_END_DECLS
 
 #endif

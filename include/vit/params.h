@@ -60,9 +60,7 @@
 #include "vit/rng.h"
 #include "vit/tape.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+VIT_BEGIN_DECLS
 
 /* How vit_params_init fills a tensor.  The values 0, 1, 2 are the codes
  * vit_model has always used internally for zero, one and truncated normal. */
@@ -198,8 +196,6 @@ vit_tensor *vit_params_leaf(vit_params *p, vit_tape *tape, int i, int with_grad)
 vit_tensor *vit_params_leaf_range(vit_params *p, vit_tape *tape, int first, int count,
                                   int with_grad);
 
-#ifdef __cplusplus
-}
-#endif
+VIT_END_DECLS
 
 #endif

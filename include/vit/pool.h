@@ -20,9 +20,7 @@
 
 #include "vit/core.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+VIT_BEGIN_DECLS
 
 /* y[B, D] = mean over the real tokens t of item b of x[b, t, :]
  * (overwritten); 0 for an item with none.  count[B], if not NULL, receives
@@ -44,8 +42,6 @@ int vit_masked_mean_forward(vit_real *y, vit_real *count, const vit_real *x,
 int vit_masked_mean_backward(vit_real *dx, const vit_real *dy, const unsigned char *key_valid,
                              int B, int T, int D);
 
-#ifdef __cplusplus
-}
-#endif
+VIT_END_DECLS
 
 #endif

@@ -30,9 +30,7 @@
 #include <stdint.h>
 #include "vit/core.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+VIT_BEGIN_DECLS
 
 /* The whole generator state.  Never all zero after vit_rng_seed. */
 typedef struct vit_rng {
@@ -63,8 +61,6 @@ double vit_rng_normal(vit_rng *r);
  * equally likely).  Does nothing when a is NULL or n < 2. */
 void vit_rng_shuffle(vit_rng *r, int *a, int n);
 
-#ifdef __cplusplus
-}
-#endif
+VIT_END_DECLS
 
 #endif

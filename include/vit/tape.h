@@ -52,9 +52,7 @@
 #include "vit/attention.h"
 #include "vit/embeddings.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+VIT_BEGIN_DECLS
 
 #define VIT_TENSOR_MAX_DIMS 4
 
@@ -329,8 +327,6 @@ typedef vit_tensor *(*vit_graph_fn)(vit_tape *tape, vit_tensor *const *in, void 
 vit_tensor *vit_op_checkpoint(vit_tape *tape, vit_graph_fn fn, int n_in, vit_tensor *const *in,
                               const void *ctx, size_t ctx_size);
 
-#ifdef __cplusplus
-}
-#endif
+VIT_END_DECLS
 
 #endif

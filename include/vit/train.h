@@ -25,9 +25,7 @@
 #include "vit/rng.h"
 #include "vit/tape.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+VIT_BEGIN_DECLS
 
 /* ---- Checkpoints of a training run ---------------------------------- */
 
@@ -91,30 +89,6 @@ void vit_eval_result_free(vit_eval_result *r);
 int vit_predict(vit_model *m, vit_tape *tape, const vit_real *images, int count,
                 vit_real *probs);
 
-/* ---- Augmentation ---------------------------------------------------- */
-
-/* One random affine transform about the image centre. */
-typedef struct vit_affine {
-    double angle;   /* radians */
-    double zoom;    /* > 0 */
-    double dy, dx;  /* pixels */
-} vit_affine;
-
-/* Draws a transform into *a (overwritten): angle uniform in +-rotate_deg
- * degrees, zoom uniform in [1 - scale, 1 + scale], dy and dx uniform in
- * [-shift, shift].  Always consumes exactly four draws of rng, so
- * generators stay in step whatever the settings.  Returns VIT_EINVAL for a
- * NULL a or rng, or rotate_deg, scale, shift negative, non-finite or scale
- * >= 1.  Reentrant: touches only *a and *rng. */
-int vit_affine_draw(vit_affine *a, vit_rng *rng, double rotate_deg, double scale, double shift);
-
-/* dst[H, W, C] (overwritten; caller-owned, must not alias src) = src[H, W, C]
- * warped by a about the image centre: each output pixel samples the input
- * at the inverse-transformed position, bilinearly, with zeros outside.
- * Returns VIT_EINVAL for NULL buffers, non-positive sizes or a zoom <= 0.
- * Reentrant. */
-int vit_affine_apply(vit_real *dst, const vit_real *src, int H, int W, int C, const vit_affine *a);
-
 /* ---- Training -------------------------------------------------------- */
 
 typedef struct vit_train_opts {
@@ -172,8 +146,6 @@ int vit_train_run(const vit_config *cfg, const vit_dataset *train, const vit_dat
  * a zeroed struct are fine. */
 void vit_train_result_free(vit_train_result *r);
 
-#ifdef __cplusplus
-}
-#endif
+VIT_END_DECLS
 
 #endif

@@ -16,6 +16,7 @@
 #include "vit/params.h"
 #include "vit/data.h"
 #include "vit/checkpoint.h"
+#include "vit/augment.h"
 #include "vit/train.h"
 #include "vit/dist.h"
 #endif

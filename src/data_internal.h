@@ -1,0 +1,35 @@
+/* Internal: what the data loaders (data.c, data_digits.c, data_idx.c,
+ * data_png.c) share.  Everything is defined in data.c except the PNG pair,
+ * which is in data_png.c. */
+#ifndef VIT_SRC_DATA_INTERNAL_H
+#define VIT_SRC_DATA_INTERNAL_H
+
+#include <zlib.h>
+#include "vit/data.h"
+
+/* The start of every loader that fills a train and a test set: src (named
+ * src_name in the message), train and test non-NULL, train != test; then
+ * both zeroed, so that the caller may free them whatever happens next.
+ * Returns VIT_OK or VIT_EINVAL with a message prefixed with fn. */
+int vit_data_internal_begin(const char *fn, const char *src_name, const void *src,
+                            vit_dataset *train, vit_dataset *test);
+
+/* Allocates images [count, H, W, C] and labels [count] of a zeroed ds and
+ * fills in the sizes (classes is left to the caller).  The size products are
+ * checked for overflow first.  what names the source in the error message. */
+int vit_data_internal_alloc(vit_dataset *ds, int count, int height, int width,
+                            int channels, const char *what);
+
+/* dir + "/" + name + suffix in a malloc'd string, or NULL when out of
+ * memory. */
+char *vit_data_internal_join(const char *dir, const char *name, const char *suffix);
+
+/* gzerror's message for g, without the "path: " prefix zlib puts in front;
+ * the zlib error code goes to *err. */
+const char *vit_data_internal_zlib_message(gzFile g, const char *path, int *err);
+
+/* The train/ and test/ halves of a PNG data set (data_png.c). */
+int vit_data_internal_png_pair(const char *train_dir, const char *test_dir,
+                               vit_dataset *train, vit_dataset *test);
+
+#endif
