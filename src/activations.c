@@ -4,6 +4,7 @@
 
 #include <math.h>
 
+#include "activations_internal.h"
 #include "error.h"
 #include "fastmath.h"
 #include "threads.h"
@@ -51,6 +52,18 @@ static void gelu_bwd_range(void *p, size_t lo, size_t hi)
         J->y[i] += J->b[i] * (cdf + v * pdf);
     }
 }
+
+/* dx = dy GELU'(x), overwritten (dx may be dy). */
+static void gelu_bwd_set_range(void *p, size_t lo, size_t hi)
+{
+    const ew_job *J = p;
+    for (size_t i = lo; i < hi; i++) {
+        vit_real v = J->a[i];
+        vit_real cdf = (vit_real)0.5 * ((vit_real)1 + erf(v * (vit_real)INV_SQRT2));
+        vit_real pdf = (vit_real)INV_SQRT2PI * exp((vit_real)-0.5 * v * v);
+        J->y[i] = J->b[i] * (cdf + v * pdf);
+    }
+}
 #else
 /* float32: the branch-free helpers of fastmath.h, which gcc vectorises
  * (calls to erff/expf kept these loops scalar, ~20% of a training step).
@@ -75,6 +88,17 @@ static void gelu_bwd_range(void *p, size_t lo, size_t hi)
     const float *x = J->a, *dy = J->b;
     for (size_t i = lo; i < hi; i++)
         dx[i] += dy[i] * fm_gelu_grad(x[i]);
+}
+
+/* dx = dy GELU'(x), overwritten (dx may be dy, so no restrict). */
+FM_CLONES
+static void gelu_bwd_set_range(void *p, size_t lo, size_t hi)
+{
+    const ew_job *J = p;
+    float *dx = J->y;
+    const float *x = J->a, *dy = J->b;
+    for (size_t i = lo; i < hi; i++)
+        dx[i] = dy[i] * fm_gelu_grad(x[i]);
 }
 #endif
 
@@ -109,6 +133,14 @@ int vit_gelu_backward(vit_real *dx, const vit_real *dy, const vit_real *x, size_
     ew_job J = {.y = dx, .a = x, .b = dy};
     vit_parallel(vit_threads_for(30.0 * (double)n), n, gelu_bwd_range, &J);
     return VIT_OK;
+}
+
+/* The tape's first write of a gradient: overwrites, in place when dx = dy
+ * (arguments checked by the tape). */
+void vit_gelu_backward_set(vit_real *dx, const vit_real *dy, const vit_real *x, size_t n)
+{
+    ew_job J = {.y = dx, .a = x, .b = dy};
+    vit_parallel(vit_threads_for(30.0 * (double)n), n, gelu_bwd_set_range, &J);
 }
 
 /* ---- Residual -------------------------------------------------------- */

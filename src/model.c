@@ -62,6 +62,7 @@ struct vit_model {
     int patch_w, patch_b, cls, pos, ln_g, ln_b, head_w, head_b;
     block_ix *blocks;
     const vit_real **maps;   /* per layer, from the last forward */
+    vit_real **maps_to;      /* per layer, where an evaluation piece copies them */
     struct slice *slices;    /* vit_model_train_grads, one per thread */
     int nslices;
 };
@@ -185,9 +186,10 @@ vit_model *vit_model_new(const vit_config *cfg)
     m->groups = calloc((size_t)nt, sizeof *m->groups);
     m->blocks = calloc((size_t)cfg->depth, sizeof *m->blocks);
     m->maps = calloc((size_t)cfg->depth, sizeof *m->maps);
+    m->maps_to = calloc((size_t)cfg->depth, sizeof *m->maps_to);
     m->params = calloc(n, sizeof *m->params);
     m->grads = calloc(n, sizeof *m->grads);
-    if (!m->tensors || !m->groups || !m->blocks || !m->maps || !m->params || !m->grads)
+    if (!m->tensors || !m->groups || !m->blocks || !m->maps || !m->maps_to || !m->params || !m->grads)
         goto oom;
     layout(m);
     if (m->nparams != n || m->ntensors != nt) {
@@ -211,6 +213,7 @@ void vit_model_free(vit_model *m)
     free(m->groups);
     free(m->blocks);
     free(m->maps);
+    free(m->maps_to);
     for (int i = 0; i < m->nslices; i++) {
         vit_tape_free(m->slices[i].tape);
         free(m->slices[i].grads);
@@ -294,14 +297,17 @@ static vit_tensor *param_range(vit_model *m, vit_tape *tape, int i, size_t count
 /* ---- forward ---------------------------------------------------------- */
 
 /* What one block's graph reads: the model and layer, where the parameters'
- * gradients go (NULL: constants), the attention shape, and where the block
- * leaves its attention maps (NULL: nowhere). */
+ * gradients go (NULL: constants), the attention shape, and what becomes of
+ * the block's attention maps: maps[layer] points at them (on the tape), or
+ * they are copied to maps_to[layer] (which outlives a released run), or
+ * both NULL: nothing. */
 typedef struct block_ctx {
     vit_model *m;
     vit_real *grads;
     vit_mha mha;
     int layer;
     const vit_real **maps;
+    vit_real *const *maps_to;
 } block_ctx;
 
 /* One pre-norm block on x [B, T, D]:
@@ -317,37 +323,46 @@ static vit_tensor *block_graph(vit_tape *tape, vit_tensor *const *in, void *ctx)
     vit_tensor *x = in[0];
     vit_tensor *h = vit_op_layernorm(tape, x, param(m, tape, b->ln1_g, g),
                                      param(m, tape, b->ln1_b, g), eps);
+    int keep = B->maps || B->maps_to;
     h = vit_op_mha(tape, &B->mha, param_range(m, tape, b->attn, vit_mha_param_count(&B->mha), g),
-                   h, h, B->maps ? &probs : NULL);
+                   h, h, keep ? &probs : NULL);
     if (B->maps)
         B->maps[B->layer] = probs;
+    if (B->maps_to && probs)
+        memcpy(B->maps_to[B->layer], probs, (size_t)B->mha.batch * B->mha.heads * B->mha.n_q
+                                                * B->mha.n_k * sizeof *probs);
     x = vit_op_add(tape, x, h);
     h = vit_op_layernorm(tape, x, param(m, tape, b->ln2_g, g), param(m, tape, b->ln2_b, g), eps);
     h = vit_op_linear(tape, h, param(m, tape, b->w1, g), param(m, tape, b->b1, g));
     h = vit_op_gelu(tape, h);
-    h = vit_op_linear(tape, h, param(m, tape, b->w2, g), param(m, tape, b->b2, g));
-    return vit_op_add(tape, x, h);
+    return vit_op_linear_add(tape, h, param(m, tape, b->w2, g), param(m, tape, b->b2, g), x);
 }
 
 /* The model's one forward, recorded on the tape as its grad mode says:
  * images [batch, H, W, C] -> logits [batch, classes], the parameters'
  * gradients going to grads [nparams] (NULL: parameters are constants);
- * maps[l] (if maps is non-NULL) gets block l's attention probabilities.
- * With cfg.recompute (and a tape in grad mode) each block is a checkpoint
- * that keeps only its input, and the maps are not kept. */
+ * maps[l] (if maps is non-NULL) points at block l's attention
+ * probabilities, or they are copied to maps_to[l] (if non-NULL).
+ * Each block is a checkpoint in no-grad mode (one block's activations on
+ * the tape at a time) and with cfg.recompute in grad mode (only its input
+ * kept; then maps are not kept). */
 static vit_tensor *forward_graph(vit_model *m, vit_tape *tape, const vit_real *images, int batch,
-                                 vit_real *grads, const vit_real **maps)
+                                 vit_real *grads, const vit_real **maps, vit_real *const *maps_to)
 {
     const vit_config *c = &m->cfg;
     const vit_real eps = (vit_real)VIT_LAYERNORM_EPS;
     vit_patch_shape ps = m->patch;
     ps.batch = batch;
-    block_ctx B = {.m = m, .grads = grads, .mha = m->mha, .maps = maps};
+    block_ctx B = {.m = m, .grads = grads, .mha = m->mha, .maps = maps, .maps_to = maps_to};
     B.mha.batch = batch;
-    int recompute = c->recompute && vit_tape_grad_enabled(tape);
-    if (recompute && maps)
+    int grad = vit_tape_grad_enabled(tape), checkpoint = !grad || c->recompute;
+    if (checkpoint && maps) {
         for (int l = 0; l < c->depth; l++)
             maps[l] = NULL;
+        B.maps = NULL;
+    }
+    if (grad && checkpoint)
+        B.maps_to = NULL;
 
     int ishape[4] = {batch, c->image_height, c->image_width, c->channels};
     vit_tensor *img = vit_tape_leaf(tape, (vit_real *)(uintptr_t)images, NULL, 4, ishape);
@@ -357,12 +372,10 @@ static vit_tensor *forward_graph(vit_model *m, vit_tape *tape, const vit_real *i
     x = vit_op_pos_add(tape, x, param(m, tape, m->pos, grads));
     for (int l = 0; l < c->depth; l++) {
         B.layer = l;
-        if (recompute) {
-            B.maps = NULL;
+        if (checkpoint)
             x = vit_op_checkpoint(tape, block_graph, 1, &x, &B, sizeof B);
-        } else {
+        else
             x = x ? block_graph(tape, &x, &B) : NULL;
-        }
     }
     x = vit_op_layernorm(tape, x, param(m, tape, m->ln_g, grads), param(m, tape, m->ln_b, grads), eps);
     x = c->pool == VIT_POOL_MEAN ? vit_op_mean_tokens(tape, x, 1) : vit_op_token(tape, x, 0);
@@ -392,18 +405,18 @@ static vit_tensor *forward_eval(vit_model *m, vit_tape *tape, const vit_real *im
     for (int l = 0; l < c->depth; l++)
         m->maps[l] = NULL;
     size_t img = (size_t)c->image_height * c->image_width * c->channels;
+    vit_real **to = keep_maps ? m->maps_to : NULL;
     for (int i = 0; z && (all || !keep_maps) && i < batch; i += chunk) {
         int nb = batch - i < chunk ? batch - i : chunk;
+        for (int l = 0; to && l < c->depth; l++) /* the piece's items of map l */
+            to[l] = all + per_map * l + per_item * i;
         size_t mark = vit_tape_mark(tape);
-        vit_tensor *y = forward_graph(m, tape, images + (size_t)i * img, nb, NULL,
-                                      keep_maps ? m->maps : NULL);
+        vit_tensor *y = forward_graph(m, tape, images + (size_t)i * img, nb, NULL, NULL, to);
         if (!y) {
             z = NULL;
             break;
         }
         memcpy(z->data + (size_t)i * c->classes, y->data, y->size * sizeof *y->data);
-        for (int l = 0; keep_maps && l < c->depth; l++) /* the piece's items of map l */
-            memcpy(all + per_map * l + per_item * i, m->maps[l], per_item * nb * sizeof *all);
         vit_tape_release(tape, mark);
     }
     for (int l = 0; l < c->depth; l++)
@@ -427,7 +440,7 @@ vit_tensor *vit_model_forward(vit_model *m, vit_tape *tape, const vit_real *imag
     }
     if (!grads || !vit_tape_grad_enabled(tape))
         return forward_eval(m, tape, images, batch);
-    return forward_graph(m, tape, images, batch, m->grads, m->maps);
+    return forward_graph(m, tape, images, batch, m->grads, m->maps, NULL);
 }
 
 const vit_real *vit_model_attention_maps(const vit_model *m, int layer)
@@ -460,7 +473,7 @@ static void run_slice(const slice_job *J, int s)
     vit_real *g = s == 0 ? m->grads : S->grads;
     memset(g, 0, m->nparams * sizeof *g);
     vit_tape_reset(S->tape);
-    vit_tensor *z = forward_graph(m, S->tape, J->images + (size_t)lo * img, nb, g, NULL);
+    vit_tensor *z = forward_graph(m, S->tape, J->images + (size_t)lo * img, nb, g, NULL, NULL);
     vit_tensor *loss = vit_op_cross_entropy(S->tape, z, J->labels + lo, J->smoothing, NULL);
     vit_real share = (vit_real)nb / (vit_real)J->batch;
     S->rc = loss ? vit_tape_backward_from(S->tape, loss, &share)

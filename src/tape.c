@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "activations_internal.h"
 #include "blas.h"
 #include "error.h"
 #include "threads.h"
@@ -272,21 +273,27 @@ static vit_real *grad_acc(vit_tape *t, node *x)
     return g;
 }
 
+/* Hands y's gradient buffer to x when x has none yet, x and y have the
+ * same size and the buffer is the pool's to give (y not retained): the
+ * caller then computes x's gradient in place.  Returns 1 if it did. */
+static int grad_take(node *x, node *y)
+{
+    if (x->leaf || x->t.grad || !x->t.requires_grad || !y->gb || y->retain
+        || x->t.size != y->t.size)
+        return 0;
+    x->gb = y->gb;
+    x->t.grad = y->t.grad;
+    y->gb = NULL;
+    y->t.grad = NULL;
+    return 1;
+}
+
 /* dy into x's gradient: copied when x's buffer is fresh, added otherwise,
- * or, if `give` (the caller's last read of dy), x has none yet and dy's
- * buffer is the pool's to give (y not retained), handed over without a
- * copy.  Same size required. */
+ * or, if `give` (the caller's last read of dy), handed over by grad_take. */
 static int grad_pass(vit_tape *t, node *x, node *y, int give)
 {
-    if (!x->t.requires_grad)
+    if (!x->t.requires_grad || (give && grad_take(x, y)))
         return VIT_OK;
-    if (give && !x->leaf && !x->t.grad && y->gb && !y->retain) {
-        x->gb = y->gb;
-        x->t.grad = y->t.grad;
-        y->gb = NULL;
-        y->t.grad = NULL;
-        return VIT_OK;
-    }
     int fresh;
     vit_real *g = grad_out(t, x, &fresh);
     if (!g)
@@ -670,6 +677,45 @@ vit_tensor *vit_op_linear(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_tensor 
     return op_finish(t, rc, back_linear, y, 3, in) ? &y->t : NULL;
 }
 
+/* in: x, W, b (or NULL), r.  Every read of dy before r may take it. */
+static int back_linear_add(vit_tape *t, op_rec *op)
+{
+    int rc = back_linear(t, op);
+    return rc ? rc : grad_pass(t, op->in[3], op->out, 1);
+}
+
+vit_tensor *vit_op_linear_add(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_tensor *b,
+                              vit_tensor *r)
+{
+    static const char fn[] = "vit_op_linear_add";
+    vit_tensor *in[4] = {x, W, b, r};
+    if (!op_begin(t, fn, 2, in) || !op_begin(t, fn, 1, in + 3))
+        return NULL;
+    if (W->ndim != 2 || last_dim(x) != W->shape[0] || (b && (int)b->size != W->shape[1])
+        || r->ndim != x->ndim || last_dim(r) != W->shape[1]
+        || memcmp(r->shape, x->shape, (size_t)(x->ndim - 1) * sizeof *x->shape))
+        return op_error(t, vit_fail(VIT_EINVAL,
+            "%s: x width %d, W [%d, %d], b %zu and r (%zu values, width %d) do not agree", fn,
+            last_dim(x), W->shape[0], W->ndim > 1 ? W->shape[1] : 0, b ? b->size : 0, r->size,
+            last_dim(r)));
+    int n = rows_of(x), k = W->shape[0], m = W->shape[1];
+    node *y = tensor_new(t, r->ndim, r->shape, wants_grad(t, 4, in));
+    if (!y)
+        return NULL;
+    /* y = r + b row by row, then one GEMM adds x W onto it. */
+    for (int i = 0; i < n; i++) {
+        vit_real *yi = y->t.data + (size_t)i * m;
+        const vit_real *ri = r->data + (size_t)i * m;
+        if (b)
+            for (int j = 0; j < m; j++)
+                yi[j] = ri[j] + b->data[j];
+        else
+            memcpy(yi, ri, (size_t)m * sizeof *yi);
+    }
+    vit_pgemm(CblasNoTrans, CblasNoTrans, n, m, k, 1, x->data, k, W->data, m, 1, y->t.data, m);
+    return op_finish(t, VIT_OK, back_linear_add, y, 4, in) ? &y->t : NULL;
+}
+
 /* ---- layernorm ------------------------------------------------------- */
 
 static int back_layernorm(vit_tape *t, op_rec *op)
@@ -710,10 +756,25 @@ vit_tensor *vit_op_layernorm(vit_tape *t, vit_tensor *x, vit_tensor *gamma, vit_
 
 /* ---- elementwise: GELU, add, mul, scale, softmax ----------------------- */
 
+/* The first write of x's gradient overwrites, in dy's own buffer when it
+ * can be handed over (the MLP's widest gradient is then held once). */
 static int back_gelu(vit_tape *t, op_rec *op)
 {
-    vit_real *dx = grad_acc(t, op->in[0]);
-    return dx ? vit_gelu_backward(dx, DY, IN(0)->data, IN(0)->size) : t->status;
+    const vit_tensor *x = IN(0);
+    const vit_real *dy = DY;
+    int fresh;
+    if (grad_take(op->in[0], op->out)) {
+        vit_gelu_backward_set(x->grad, dy, x->data, x->size);
+        return VIT_OK;
+    }
+    vit_real *dx = grad_out(t, op->in[0], &fresh);
+    if (!dx)
+        return t->status;
+    if (fresh)
+        vit_gelu_backward_set(dx, dy, x->data, x->size);
+    else
+        return vit_gelu_backward(dx, dy, x->data, x->size);
+    return VIT_OK;
 }
 
 vit_tensor *vit_op_gelu(vit_tape *t, vit_tensor *x)
@@ -1408,6 +1469,26 @@ static int back_checkpoint(vit_tape *t, op_rec *op)
     return VIT_OK;
 }
 
+/* No-grad mode: fn's output copied out, everything fn allocated released. */
+static vit_tensor *run_released(vit_tape *t, vit_graph_fn fn, vit_tensor *const *in, void *c)
+{
+    size_t mark = arena_pos(t);
+    vit_tensor *y = fn(t, in, c);
+    if (!y)
+        return t->status ? NULL : op_error(t, vit_fail(VIT_EINVAL, "vit_op_checkpoint: fn returned NULL"));
+    int ndim = y->ndim, shape[VIT_TENSOR_MAX_DIMS];
+    memcpy(shape, y->shape, sizeof shape);
+    vit_real *park = grow(t, &t->scratch, &t->scratch_cap, y->size);
+    if (!park)
+        return NULL;
+    memcpy(park, y->data, y->size * sizeof *park);
+    vit_tape_release(t, mark);
+    node *out = tensor_new(t, ndim, shape, 0);
+    if (out)
+        memcpy(out->t.data, park, out->t.size * sizeof *park);
+    return out ? &out->t : NULL;
+}
+
 vit_tensor *vit_op_checkpoint(vit_tape *t, vit_graph_fn fn, int n_in, vit_tensor *const *in,
                               const void *ctx, size_t ctx_size)
 {
@@ -1420,7 +1501,7 @@ vit_tensor *vit_op_checkpoint(vit_tape *t, vit_graph_fn fn, int n_in, vit_tensor
     if (ctx_size && !c)
         return NULL;
     if (!t->grad)
-        return fn(t, in, c);
+        return run_released(t, fn, in, c);
     /* The first run is in no-grad mode on the scratch tape, whose arena the
      * recomputation reuses: only the output is copied to this tape. */
     if (!t->sub && !(t->sub = vit_tape_new()))

@@ -183,6 +183,13 @@ int vit_tape_backward_from(vit_tape *tape, vit_tensor *y, const vit_real *dy);
  * 2-D and b hold out values. */
 vit_tensor *vit_op_linear(vit_tape *tape, vit_tensor *x, vit_tensor *W, vit_tensor *b);
 
+/* y = r + x W + b: a linear layer added onto a residual r [..., out] (the
+ * leading dimensions of x) in one pass; b may be NULL.  The linear's own
+ * output is never stored, which saves one activation per residual branch
+ * over vit_op_add(r, vit_op_linear(x, W, b)) (the sums round differently). */
+vit_tensor *vit_op_linear_add(vit_tape *tape, vit_tensor *x, vit_tensor *W, vit_tensor *b,
+                              vit_tensor *r);
+
 /* Layer norm over the last dimension; gamma, beta: [d]; eps > 0.  Output
  * has x's shape. */
 vit_tensor *vit_op_layernorm(vit_tape *tape, vit_tensor *x, vit_tensor *gamma,
@@ -321,8 +328,11 @@ typedef vit_tensor *(*vit_graph_fn)(vit_tape *tape, vit_tensor *const *in, void 
  * calling fn directly on the tape; peak memory holds one sub-graph's
  * activations instead of all of them.  Leaves fn makes (parameters) get
  * their gradients as usual.  ctx_size bytes of ctx are copied (as for
- * vit_op_custom); 1 <= n_in <= 16.  In no-grad mode it just runs fn.  A
- * probs-like pointer fn hands out of the first run dies with that run.
+ * vit_op_custom); 1 <= n_in <= 16.  In no-grad mode it runs fn once and
+ * keeps only the output, releasing what fn allocated on the tape (how a
+ * long no-grad forward holds one block's activations at a time).  Pointers
+ * into the tape that fn hands out (attention maps) die with its run: copy
+ * what you need inside fn.
  * Returns fn's output (a copy on this tape), or NULL on error. */
 vit_tensor *vit_op_checkpoint(vit_tape *tape, vit_graph_fn fn, int n_in, vit_tensor *const *in,
                               const void *ctx, size_t ctx_size);
