@@ -98,9 +98,11 @@ struct vit_tape {
     int backward_done;
     long grad_leaves;     /* leaves made with a gradient buffer */
     gblock *pool;
-    vit_real *work;       /* attention backward scratch, shared by every layer */
-    size_t work_cap;
-    vit_real *scratch;    /* no-grad intermediates nobody keeps */
+    /* One scratch buffer for what nobody keeps past an op: no-grad
+     * intermediates, the attention backward's work (shared by every
+     * layer), a checkpoint's output on its way out.  These never overlap:
+     * a no-grad forward runs no backward. */
+    vit_real *scratch;
     size_t scratch_cap;
     vit_tape *sub;        /* recomputation tape of vit_op_checkpoint */
 };
@@ -337,7 +339,6 @@ void vit_tape_free(vit_tape *t)
         free(b);
     }
     free(t->ops);
-    free(t->work);
     free(t->scratch);
     vit_tape_free(t->sub);
     free(t);
@@ -372,7 +373,7 @@ size_t vit_tape_bytes(const vit_tape *t)
 {
     if (!t)
         return 0;
-    size_t n = t->cap_ops * sizeof *t->ops + (t->work_cap + t->scratch_cap) * sizeof(vit_real);
+    size_t n = t->cap_ops * sizeof *t->ops + t->scratch_cap * sizeof(vit_real);
     for (const chunk *c = t->chunks; c; c = c->next)
         n += c->cap;
     for (const gblock *b = t->pool; b; b = b->next)
@@ -1046,7 +1047,7 @@ static int back_mha(vit_tape *t, op_rec *op)
     vit_real *dkv = op->in[2] == op->in[1] ? dq : grad_acc(t, op->in[2]);
     vit_real *dbias = op->n_in > 3 ? grad_acc(t, op->in[3]) : NULL;
     /* One scratch for every layer: the backwards run one at a time. */
-    vit_real *work = grow(t, &t->work, &t->work_cap, vit_mha_work_size(m));
+    vit_real *work = grow(t, &t->scratch, &t->scratch_cap, vit_mha_work_size(m));
     if (t->status || !work)
         return t->status;
     return vit_mha_backward(m, IN(0)->data, dp, dq, dkv, dbias, DY, IN(1)->data, IN(2)->data,
