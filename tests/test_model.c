@@ -65,7 +65,7 @@ static int config_equal(const vit_config *a, const vit_config *b, const char **w
     EQ(image_height) EQ(image_width) EQ(channels) EQ(classes) EQ(patch) EQ(dim) EQ(depth)
     EQ(heads) EQ(mlp) EQ(pool) EQ(epochs) EQ(batch) EQ(lr) EQ(min_lr) EQ(warmup)
     EQ(weight_decay) EQ(beta1) EQ(beta2) EQ(eps) EQ(smoothing) EQ(shift) EQ(rotate) EQ(scale)
-    EQ(init_std) EQ(seed)
+    EQ(init_std) EQ(seed) EQ(recompute)
 #undef EQ
     *which = "";
     return 1;
@@ -758,6 +758,220 @@ START_TEST(test_train_grads_slices)
 }
 END_TEST
 
+/* ---- one model, several modes ----------------------------------------- */
+
+/* A model of cfg with parameters and images drawn from seed. */
+static vit_model *filled_model(const vit_config *cfg, uint64_t seed, vit_real **images, int batch)
+{
+    vit_model *m = vit_model_new(cfg);
+    ck_assert_msg(m != NULL, "%s", vit_last_error());
+    gc_fill(vit_model_params(m), vit_model_param_count(m), &seed, 0.5);
+    size_t n = (size_t)batch * cfg->image_height * cfg->image_width * cfg->channels;
+    *images = gc_zeros(n);
+    gc_fill(*images, n, &seed, 1.0);
+    return m;
+}
+
+START_TEST(test_nograd_forward_is_bitwise)
+{
+    /* Shapes: the tiny model with either pool; an RGB model with 3x3
+     * patches, 3 blocks and 70 images, more than one 64-image piece of the
+     * evaluation forward. */
+    vit_config cfg;
+    tiny_config(&cfg, _i % 2 ? VIT_POOL_MEAN : VIT_POOL_CLS);
+    int batch = 5;
+    if (_i >= 2) {
+        cfg.image_height = cfg.image_width = 6;
+        cfg.channels = 3;
+        cfg.patch = 3;
+        cfg.dim = 12;
+        cfg.depth = 3;
+        cfg.heads = 3;
+        cfg.mlp = 20;
+        cfg.classes = 4;
+        batch = 70;
+    }
+    vit_real *images;
+    vit_model *m = filled_model(&cfg, 300 + (uint64_t)_i, &images, batch);
+    vit_tape *train = vit_tape_new(), *eval = vit_tape_new();
+    vit_tensor *zt = vit_model_forward(m, train, images, batch, 1);
+    vit_tensor *ze = vit_model_forward(m, eval, images, batch, 0);
+    ck_assert_msg(zt && ze, "%s", vit_last_error());
+    ck_assert(zt->requires_grad && !ze->requires_grad);
+    ck_assert_int_eq(vit_tape_op_count(eval), 0); /* nothing recorded */
+    ck_assert_int_gt(vit_tape_op_count(train), 10);
+    ck_assert_uint_eq(zt->size, ze->size);
+    ck_assert_msg(memcmp(zt->data, ze->data, zt->size * sizeof *zt->data) == 0,
+                  "shape %d: no-grad logits differ from the training forward's", _i);
+    /* The maps too: the training tape's pointers against the copies. */
+    int T = (cfg.image_height / cfg.patch) * (cfg.image_width / cfg.patch) + 1;
+    size_t nmap = (size_t)batch * cfg.heads * T * T;
+    vit_real *maps = gc_zeros(nmap * cfg.depth);
+    vit_tape_reset(train);
+    zt = vit_model_forward(m, train, images, batch, 1);
+    for (int l = 0; l < cfg.depth; l++)
+        memcpy(maps + nmap * l, vit_model_attention_maps(m, l), nmap * sizeof *maps);
+    vit_tape_reset(eval);
+    ze = vit_model_forward(m, eval, images, batch, 0);
+    for (int l = 0; l < cfg.depth; l++)
+        ck_assert_msg(memcmp(maps + nmap * l, vit_model_attention_maps(m, l),
+                             nmap * sizeof *maps) == 0, "shape %d: maps of layer %d differ", _i, l);
+    /* And with recompute the evaluation is the same again. */
+    vit_model *mr;
+    cfg.recompute = 1;
+    vit_real *images2;
+    mr = filled_model(&cfg, 300 + (uint64_t)_i, &images2, batch);
+    vit_tape_reset(eval);
+    vit_tensor *zr = vit_model_forward(mr, eval, images2, batch, 0);
+    ck_assert_ptr_nonnull(zr);
+    ck_assert(memcmp(zt->data, zr->data, zt->size * sizeof *zt->data) == 0);
+    free(maps);
+    free(images);
+    free(images2);
+    vit_tape_free(train);
+    vit_tape_free(eval);
+    vit_model_free(m);
+    vit_model_free(mr);
+}
+END_TEST
+
+START_TEST(test_recompute_is_bitwise)
+{
+    /* The same batch through vit_model_train_grads with and without
+     * recompute, on 1 and 2 threads: gradients and loss bitwise equal. */
+    vit_config cfg;
+    tiny_config(&cfg, _i ? VIT_POOL_MEAN : VIT_POOL_CLS);
+    cfg.depth = 3;
+    const int batch = 6;
+    int labels[6] = {0, 1, 2, 2, 1, 0};
+    vit_real *images, *images2;
+    vit_model *plain = filled_model(&cfg, 400, &images, batch);
+    cfg.recompute = 1;
+    vit_model *rec = filled_model(&cfg, 400, &images2, batch);
+    size_t n = vit_model_param_count(plain);
+    for (int threads = 1; threads <= 2; threads++) {
+        ck_assert_int_eq(vit_set_threads(threads), VIT_OK);
+        double lp, lr;
+        int cp, cr;
+        ck_assert_int_eq(vit_model_train_grads(plain, images, labels, batch, (vit_real)0.1, &lp,
+                                               &cp), VIT_OK);
+        ck_assert_int_eq(vit_model_train_grads(rec, images, labels, batch, (vit_real)0.1, &lr,
+                                               &cr), VIT_OK);
+        ck_assert_msg(lp == lr, "%d threads: loss %.17g vs %.17g", threads, lp, lr);
+        ck_assert_int_eq(cp, cr);
+        const vit_real *gp = vit_model_grads(plain), *gr = vit_model_grads(rec);
+        double gmax = 0;
+        for (size_t i = 0; i < n; i++)
+            gmax = fmax(gmax, fabs(gp[i]));
+        ck_assert(gmax > 1e-6); /* a real gradient, not zeros on both sides */
+        for (size_t i = 0; i < n; i++)
+            ck_assert_msg(memcmp(&gp[i], &gr[i], sizeof *gp) == 0,
+                          "%d threads: gradient %zu differs: %.17g vs %.17g", threads, i,
+                          (double)gp[i], (double)gr[i]);
+    }
+    /* One tape, forward and backward, on the digits model with 16 images:
+     * recompute holds well under half of the plain tape. */
+    vit_model_free(plain);
+    vit_model_free(rec);
+    free(images);
+    free(images2);
+    vit_config_default(&cfg);
+    int dl[16];
+    for (int i = 0; i < 16; i++)
+        dl[i] = i % 10;
+    plain = filled_model(&cfg, 401, &images, 16);
+    cfg.recompute = 1;
+    rec = filled_model(&cfg, 401, &images2, 16);
+    vit_tape *tp = vit_tape_new(), *tr = vit_tape_new();
+    for (int step = 0; step < 2; step++) {
+        vit_model *ms[2] = {plain, rec};
+        vit_tape *ts[2] = {tp, tr};
+        for (int k = 0; k < 2; k++) {
+            vit_tape_reset(ts[k]);
+            vit_tensor *loss = vit_op_cross_entropy(ts[k], vit_model_forward(ms[k], ts[k], images,
+                                                    16, 1), dl, 0, NULL);
+            ck_assert_int_eq(vit_tape_backward(ts[k], loss), VIT_OK);
+        }
+    }
+    printf("tape bytes, digits model on 16 images: plain %zu, recompute %zu\n",
+           vit_tape_bytes(tp), vit_tape_bytes(tr));
+    ck_assert_uint_lt(2 * vit_tape_bytes(tr), vit_tape_bytes(tp));
+    vit_set_threads(1);
+    free(images);
+    free(images2);
+    vit_tape_free(tp);
+    vit_tape_free(tr);
+    vit_model_free(plain);
+    vit_model_free(rec);
+}
+END_TEST
+
+/* Bytes a training step needs on the tape, from the shapes alone: the
+ * values of every op's output and what its backward reads (layer-norm
+ * statistics, the attention cache, the patch matrix, the softmax), each
+ * rounded up to the arena's 64 bytes. */
+static size_t step_bytes(const vit_config *c, int B)
+{
+#define R64(n) ((((size_t)(n) * sizeof(vit_real)) + 63) & ~(size_t)63)
+    size_t N = (size_t)(c->image_height / c->patch) * (c->image_width / c->patch), T = N + 1;
+    size_t rows = (size_t)B * T, D = (size_t)c->dim, M = (size_t)c->mlp;
+    size_t pdim = (size_t)c->patch * c->patch * c->channels;
+    vit_mha mha = {.batch = B, .n_q = (int)T, .n_k = (int)T, .d_model = c->dim,
+                   .heads = c->heads, .has_bias = 1};
+    size_t front = R64(B * N * D) + R64(B * N * pdim) + 2 * R64(rows * D);
+    size_t block = R64(rows * D) + R64(2 * rows)                 /* ln1 */
+                 + R64(rows * D) + R64(vit_mha_cache_size(&mha)) /* attention */
+                 + R64(rows * D)                                 /* add */
+                 + R64(rows * D) + R64(2 * rows)                 /* ln2 */
+                 + 2 * R64(rows * M)                             /* linear, GELU */
+                 + R64(rows * D);                                /* linear + residual */
+    size_t end = R64(rows * D) + R64(2 * rows) + R64(B * D) + R64(B * c->classes) /* head */
+               + R64(1) + R64(B * c->classes);                   /* loss, softmax */
+    return front + (size_t)c->depth * block + end;
+#undef R64
+}
+
+START_TEST(test_tape_memory_bound)
+{
+    /* The digits model on 16 images: after a step the tape holds the
+     * values and saved tensors, plus the few gradients in flight (at most
+     * four [rows, max(D, M)] buffers), the attention backward's scratch and
+     * small records.  A gradient kept per activation (the old design) adds
+     * about as much again as the values and fails this. */
+    vit_config cfg;
+    vit_config_default(&cfg);
+    const int B = 16;
+    int labels[16];
+    for (int i = 0; i < B; i++)
+        labels[i] = i % 10;
+    vit_real *images;
+    vit_model *m = filled_model(&cfg, 500, &images, B);
+    vit_tape *t = vit_tape_new();
+    for (int step = 0; step < 3; step++) {
+        vit_tape_reset(t);
+        vit_model_zero_grads(m);
+        vit_tensor *loss = vit_op_cross_entropy(t, vit_model_forward(m, t, images, B, 1), labels, 0,
+                                                NULL);
+        ck_assert_int_eq(vit_tape_backward(t, loss), VIT_OK);
+    }
+    size_t rows = (size_t)B * 17, wide = (size_t)(cfg.mlp > cfg.dim ? cfg.mlp : cfg.dim);
+    vit_mha mha = {.batch = B, .n_q = 17, .n_k = 17, .d_model = cfg.dim, .heads = cfg.heads,
+                   .has_bias = 1};
+    size_t values = step_bytes(&cfg, B);
+    size_t bound = values + 4 * rows * wide * sizeof(vit_real)
+                 + vit_mha_work_size(&mha) * sizeof(vit_real) + 64 * 1024;
+    size_t have = vit_tape_bytes(t);
+    printf("tape bytes: %zu, values and saved %zu, bound %zu\n", have, values, bound);
+    ck_assert_msg(have <= bound, "the tape holds %zu bytes, more than the %zu the shapes need",
+                  have, bound);
+    ck_assert_msg(have >= values, "the tape holds %zu bytes, less than its values (%zu)?", have,
+                  values);
+    free(images);
+    vit_tape_free(t);
+    vit_model_free(m);
+}
+END_TEST
+
 static Suite *model_suite(void)
 {
     Suite *s = suite_create("model");
@@ -766,6 +980,9 @@ static Suite *model_suite(void)
     tcase_add_loop_test(tg, test_model_gradient, 0, 2);
     tcase_add_test(tg, test_forward_shapes_and_maps);
     tcase_add_test(tg, test_train_grads_slices);
+    tcase_add_loop_test(tg, test_nograd_forward_is_bitwise, 0, 4);
+    tcase_add_loop_test(tg, test_recompute_is_bitwise, 0, 2);
+    tcase_add_test(tg, test_tape_memory_bound);
     suite_add_tcase(s, tg);
     TCase *tc = tcase_create("config_layout");
     tcase_set_timeout(tc, 60);
