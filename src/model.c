@@ -26,13 +26,6 @@
 
 #define NAME_LEN 48
 
-typedef struct named {
-    vit_model_tensor t;
-    char name[NAME_LEN];
-    int decay;   /* weight decay applies */
-    int init;    /* 0 zero, 1 one, 2 truncated normal */
-} named;
-
 typedef struct block_ix {
     int ln1_g, ln1_b, attn, ln2_g, ln2_b, w1, b1, w2, b2;
 } block_ix;
@@ -53,12 +46,9 @@ struct vit_model {
     vit_mha mha;             /* the self-attention shape; batch set per forward */
     vit_patch_shape patch;
     int tokens;              /* T = patches + 1 */
+    vit_params *P;           /* the named tensors, their init and decay, both buffers */
     size_t nparams;
-    vit_real *params, *grads;
-    named *tensors;
-    int ntensors;
-    vit_param_group *groups;
-    int ngroups;
+    vit_real *params, *grads; /* P's buffers */
     int patch_w, patch_b, cls, pos, ln_g, ln_b, head_w, head_b;
     block_ix *blocks;
     const vit_real **maps;   /* per layer, from the last forward */
@@ -69,86 +59,65 @@ struct vit_model {
 
 /* ---- layout ----------------------------------------------------------- */
 
+/* Adds a tensor of shape [d0] or [d0, d1] to the layout; its index. */
 static int add_tensor(vit_model *m, const char *name, int ndim, int d0, int d1, int decay, int init)
 {
-    named *n = &m->tensors[m->ntensors];
-    snprintf(n->name, sizeof n->name, "%s", name);
-    n->t.name = n->name;
-    n->t.ndim = ndim;
-    n->t.shape[0] = d0;
-    n->t.shape[1] = ndim > 1 ? d1 : 0;
-    n->t.size = (size_t)d0 * (ndim > 1 ? (size_t)d1 : 1);
-    n->t.offset = m->nparams;
-    n->decay = decay;
-    n->init = init;
-    m->nparams += n->t.size;
-    return m->ntensors++;
+    int shape[2] = {d0, d1};
+    return vit_params_add(m->P, name, ndim, shape, init, init == VIT_INIT_NORMAL ? m->cfg.init_std : 0,
+                          decay);
 }
 
-/* Lays out every tensor; with m->tensors == NULL only counts them. */
-static void layout(vit_model *m)
+/* Lays out every tensor: weights decay and start truncated normal, biases
+ * and the class token zero, layer-norm gains one.  VIT_OK or the first
+ * error of vit_params_add. */
+static int layout(vit_model *m)
 {
     const vit_config *c = &m->cfg;
     int D = c->dim, M = c->mlp, K = c->classes, T = m->tokens;
     int pdim = c->patch * c->patch * c->channels;
+    enum { Z = VIT_INIT_ZERO, ONE = VIT_INIT_ONE, N = VIT_INIT_NORMAL };
     char name[NAME_LEN];
-    m->ntensors = 0;
-    m->nparams = 0;
-    m->patch_w = add_tensor(m, "patch.w", 2, pdim, D, 1, 2);
-    m->patch_b = add_tensor(m, "patch.b", 1, D, 0, 0, 0);
-    m->cls = add_tensor(m, "cls", 1, D, 0, 0, 0);
-    m->pos = add_tensor(m, "pos", 2, T, D, 0, 2);
+    int ok = 1;
+#define T_(ix, nm, nd, d0, d1, decay, init) \
+    (ok &= ((ix) = add_tensor(m, nm, nd, d0, d1, decay, init)) >= 0)
+    T_(m->patch_w, "patch.w", 2, pdim, D, 1, N);
+    T_(m->patch_b, "patch.b", 1, D, 0, 0, Z);
+    T_(m->cls, "cls", 1, D, 0, 0, Z);
+    T_(m->pos, "pos", 2, T, D, 0, N);
     static const char *attn_w[4] = {"w_q", "w_k", "w_v", "w_o"};
     static const char *attn_b[4] = {"b_q", "b_k", "b_v", "b_o"};
     for (int l = 0; l < c->depth; l++) {
         block_ix *b = &m->blocks[l];
+        int ix;
 #define BLOCK_T(field, suffix, nd, d0, d1, decay, init) \
         (snprintf(name, sizeof name, "blocks.%d.%s", l, suffix), \
-         b->field = add_tensor(m, name, nd, d0, d1, decay, init))
-        BLOCK_T(ln1_g, "ln1.g", 1, D, 0, 0, 1);
-        BLOCK_T(ln1_b, "ln1.b", 1, D, 0, 0, 0);
-        for (int i = 0; i < 4; i++) {
+         T_(b->field, name, nd, d0, d1, decay, init))
+        BLOCK_T(ln1_g, "ln1.g", 1, D, 0, 0, ONE);
+        BLOCK_T(ln1_b, "ln1.b", 1, D, 0, 0, Z);
+        for (int i = 0; i < 4; i++) { /* laid out as vit_mha expects: one leaf feeds it */
             snprintf(name, sizeof name, "blocks.%d.attn.%s", l, attn_w[i]);
-            int ix = add_tensor(m, name, 2, D, D, 1, 2);
+            T_(ix, name, 2, D, D, 1, N);
             if (i == 0)
                 b->attn = ix;
         }
         for (int i = 0; i < 4; i++) {
             snprintf(name, sizeof name, "blocks.%d.attn.%s", l, attn_b[i]);
-            add_tensor(m, name, 1, D, 0, 0, 0);
+            T_(ix, name, 1, D, 0, 0, Z);
         }
-        BLOCK_T(ln2_g, "ln2.g", 1, D, 0, 0, 1);
-        BLOCK_T(ln2_b, "ln2.b", 1, D, 0, 0, 0);
-        BLOCK_T(w1, "mlp.w1", 2, D, M, 1, 2);
-        BLOCK_T(b1, "mlp.b1", 1, M, 0, 0, 0);
-        BLOCK_T(w2, "mlp.w2", 2, M, D, 1, 2);
-        BLOCK_T(b2, "mlp.b2", 1, D, 0, 0, 0);
+        BLOCK_T(ln2_g, "ln2.g", 1, D, 0, 0, ONE);
+        BLOCK_T(ln2_b, "ln2.b", 1, D, 0, 0, Z);
+        BLOCK_T(w1, "mlp.w1", 2, D, M, 1, N);
+        BLOCK_T(b1, "mlp.b1", 1, M, 0, 0, Z);
+        BLOCK_T(w2, "mlp.w2", 2, M, D, 1, N);
+        BLOCK_T(b2, "mlp.b2", 1, D, 0, 0, Z);
 #undef BLOCK_T
     }
-    m->ln_g = add_tensor(m, "ln.g", 1, D, 0, 0, 1);
-    m->ln_b = add_tensor(m, "ln.b", 1, D, 0, 0, 0);
-    m->head_w = add_tensor(m, "head.w", 2, D, K, 1, 2);
-    m->head_b = add_tensor(m, "head.b", 1, K, 0, 0, 0);
-}
-
-static int tensors_per_model(int depth) { return 8 + depth * 16; }
-
-/* Merges runs of tensors with the same decay flag into optimizer groups. */
-static void make_groups(vit_model *m)
-{
-    m->ngroups = 0;
-    for (int i = 0; i < m->ntensors; i++) {
-        named *n = &m->tensors[i];
-        vit_param_group *g = m->ngroups ? &m->groups[m->ngroups - 1] : NULL;
-        if (g && g->decay == n->decay) {
-            g->count += n->t.size;
-            continue;
-        }
-        g = &m->groups[m->ngroups++];
-        g->offset = n->t.offset;
-        g->count = n->t.size;
-        g->decay = n->decay;
-    }
+    T_(m->ln_g, "ln.g", 1, D, 0, 0, ONE);
+    T_(m->ln_b, "ln.b", 1, D, 0, 0, Z);
+    T_(m->head_w, "head.w", 2, D, K, 1, N);
+    T_(m->head_b, "head.b", 1, K, 0, 0, Z);
+#undef T_
+    return ok ? VIT_OK : VIT_EINVAL;
 }
 
 size_t vit_config_param_count(const vit_config *cfg)
@@ -181,23 +150,25 @@ vit_model *vit_model_new(const vit_config *cfg)
                                                    cfg->channels, cfg->patch, cfg->dim}) + 1;
     m->mha = (vit_mha){.n_q = m->tokens, .n_k = m->tokens, .d_model = cfg->dim,
                        .heads = cfg->heads, .has_bias = 1};
-    int nt = tensors_per_model(cfg->depth);
-    m->tensors = calloc((size_t)nt, sizeof *m->tensors);
-    m->groups = calloc((size_t)nt, sizeof *m->groups);
+    m->P = vit_params_new();
     m->blocks = calloc((size_t)cfg->depth, sizeof *m->blocks);
     m->maps = calloc((size_t)cfg->depth, sizeof *m->maps);
     m->maps_to = calloc((size_t)cfg->depth, sizeof *m->maps_to);
-    m->params = calloc(n, sizeof *m->params);
-    m->grads = calloc(n, sizeof *m->grads);
-    if (!m->tensors || !m->groups || !m->blocks || !m->maps || !m->maps_to || !m->params || !m->grads)
+    if (!m->P || !m->blocks || !m->maps || !m->maps_to)
         goto oom;
-    layout(m);
-    if (m->nparams != n || m->ntensors != nt) {
+    int rc = layout(m);
+    if (rc == VIT_OK && vit_params_count(m->P) != n)
+        rc = vit_fail(VIT_EINVAL, "vit_model_new: internal layout mismatch (%zu vs %zu parameters)",
+                      vit_params_count(m->P), n);
+    if (rc == VIT_OK && (rc = vit_params_alloc(m->P)) == VIT_ENOMEM)
+        goto oom;
+    if (rc != VIT_OK) {
         vit_model_free(m);
-        vit_fail(VIT_EINVAL, "vit_model_new: internal layout mismatch");
         return NULL;
     }
-    make_groups(m);
+    m->nparams = n;
+    m->params = vit_params_values(m->P);
+    m->grads = vit_params_grads(m->P);
     return m;
 oom:
     vit_model_free(m);
@@ -209,8 +180,7 @@ void vit_model_free(vit_model *m)
 {
     if (!m)
         return;
-    free(m->tensors);
-    free(m->groups);
+    vit_params_free(m->P);
     free(m->blocks);
     free(m->maps);
     free(m->maps_to);
@@ -219,8 +189,6 @@ void vit_model_free(vit_model *m)
         free(m->slices[i].grads);
     }
     free(m->slices);
-    free(m->params);
-    free(m->grads);
     free(m);
 }
 
@@ -231,57 +199,40 @@ size_t vit_model_param_count(const vit_model *m) { return m ? m->nparams : 0; }
 
 void vit_model_zero_grads(vit_model *m)
 {
-    if (!m)
-        return;
-    memset(m->grads, 0, m->nparams * sizeof *m->grads);
+    if (m)
+        vit_params_zero_grads(m->P);
 }
 
 const vit_param_group *vit_model_groups(const vit_model *m, int *count)
 {
-    if (count)
-        *count = m ? m->ngroups : 0;
-    return m ? m->groups : NULL;
+    if (!m) {
+        if (count)
+            *count = 0;
+        return NULL;
+    }
+    return vit_params_groups(m->P, count);
 }
 
-int vit_model_tensor_count(const vit_model *m) { return m ? m->ntensors : 0; }
+int vit_model_tensor_count(const vit_model *m) { return m ? vit_params_tensor_count(m->P) : 0; }
 
 const vit_model_tensor *vit_model_tensor_at(const vit_model *m, int i)
 {
-    if (!m || i < 0 || i >= m->ntensors)
-        return NULL;
-    return &m->tensors[i].t;
-}
-
-static double trunc_normal(vit_rng *rng, double std)
-{
-    /* Redraw outside two standard deviations, as timm's trunc_normal_. */
-    for (;;) {
-        double z = vit_rng_normal(rng);
-        if (fabs(z) <= 2.0)
-            return z * std;
-    }
+    return m ? vit_params_tensor(m->P, i) : NULL;
 }
 
 void vit_model_init(vit_model *m, vit_rng *rng)
 {
-    if (!m || !rng)
-        return;
-    for (int i = 0; i < m->ntensors; i++) {
-        named *n = &m->tensors[i];
-        vit_real *p = m->params + n->t.offset;
-        for (size_t j = 0; j < n->t.size; j++)
-            p[j] = n->init == 2 ? (vit_real)trunc_normal(rng, m->cfg.init_std)
-                 : n->init == 1 ? (vit_real)1 : (vit_real)0;
-    }
+    if (m && rng)
+        vit_params_init(m->P, rng);
 }
 
-/* ---- forward ---------------------------------------------------------- */
-
-/* A leaf over parameter tensor i, or over `count` consecutive tensors
- * starting at i flattened to one dimension. */
+/* A leaf over parameter tensor i, or over `count` values of consecutive
+ * tensors from i flattened to one dimension, its gradient going to grads
+ * (laid out like the parameters; NULL: a constant).  grads is the model's
+ * own buffer or a slice's. */
 static vit_tensor *param(vit_model *m, vit_tape *tape, int i, vit_real *grads)
 {
-    const vit_model_tensor *t = &m->tensors[i].t;
+    const vit_model_tensor *t = vit_params_tensor(m->P, i);
     return vit_tape_leaf(tape, m->params + t->offset, grads ? grads + t->offset : NULL,
                          t->ndim, t->shape);
 }
@@ -289,7 +240,7 @@ static vit_tensor *param(vit_model *m, vit_tape *tape, int i, vit_real *grads)
 static vit_tensor *param_range(vit_model *m, vit_tape *tape, int i, size_t count,
                                vit_real *grads)
 {
-    size_t off = m->tensors[i].t.offset;
+    size_t off = vit_params_tensor(m->P, i)->offset;
     int shape[1] = {(int)count};
     return vit_tape_leaf(tape, m->params + off, grads ? grads + off : NULL, 1, shape);
 }

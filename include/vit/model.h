@@ -26,6 +26,7 @@
 
 #include "vit/core.h"
 #include "vit/optim.h"
+#include "vit/params.h"
 #include "vit/rng.h"
 #include "vit/layernorm.h"
 #include "vit/tape.h"
@@ -142,14 +143,11 @@ void vit_model_zero_grads(vit_model *m);
  * count is not NULL) gets its length. */
 const vit_param_group *vit_model_groups(const vit_model *m, int *count);
 
-/* Named parameter tensors in layout order, for checkpoints and export. */
-typedef struct vit_model_tensor {
-    const char *name;  /* e.g. "blocks.0.attn.w_q" */
-    int ndim;
-    int shape[VIT_TENSOR_MAX_DIMS];
-    size_t offset;     /* into the flat buffers */
-    size_t size;
-} vit_model_tensor;
+/* Named parameter tensors in layout order, for checkpoints and export: the
+ * model lays out its parameters with a vit_params (vit/params.h), and these
+ * are its descriptions (name, e.g. "blocks.0.attn.w_q", shape, offset into
+ * the flat buffers, size, init, decay). */
+typedef vit_param_tensor vit_model_tensor;
 
 /* Number of named tensors, and tensor i of them (owned by the model; NULL
  * for a NULL m or i outside 0 .. count-1). */
