@@ -55,6 +55,7 @@ struct graph {
     vit_patch_shape ps;
     int index;
     vit_real smoothing;
+    const void *aux; /* what a builder needs besides leaves (ids, a mask) */
     int labels[MAX_ROWS];
     vit_tape *tape; /* used for the finite-difference losses */
 };
@@ -126,8 +127,9 @@ static double graph_loss(void *ctx)
 
 /* Backward on the tape, then every leaf that wants a gradient against
  * central differences.  A second step without zeroing must double every
- * gradient (the tape accumulates into leaves, like the kernels). */
-static void check_graph(graph *g, const char *what)
+ * gradient (the tape accumulates into leaves, like the kernels).  The
+ * leaves are kept (holding twice their gradient) for further checks. */
+static void check_graph_keep(graph *g, const char *what)
 {
     g->tape = vit_tape_new();
     vit_tape *t = vit_tape_new();
@@ -148,6 +150,13 @@ static void check_graph(graph *g, const char *what)
             continue;
         char name[96];
         snprintf(name, sizeof name, "%s.%s", what, l->name);
+        /* A gradient far below the check's absolute floor would pass
+         * whatever it held. */
+        double big = 0;
+        for (size_t j = 0; j < l->n; j++)
+            big = fmax(big, fabs((double)l->grad[j]));
+        ck_assert_msg(big > 10 * GC_ABS_FLOOR, "%s: gradient too small to check (max %.3e)", name,
+                      big);
         ASSERT_GRAD(name, l->data, l->grad, l->n, graph_loss, g);
         first[i] = gc_zeros(l->n);
         memcpy(first[i], l->grad, l->n * sizeof *l->grad);
@@ -165,6 +174,11 @@ static void check_graph(graph *g, const char *what)
         free(first[i]);
     }
     vit_tape_free(t);
+}
+
+static void check_graph(graph *g, const char *what)
+{
+    check_graph_keep(g, what);
     graph_free(g);
 }
 
@@ -411,6 +425,240 @@ START_TEST(test_cross_entropy)
     uint64_t seed = 40;
     add_leaf(&g, "logits", 1, 3.0, &seed, 2, 4, 5, 0, 0);
     check_graph(&g, _i ? "cross_entropy_smooth" : "cross_entropy");
+}
+END_TEST
+
+/* ---- the elementwise, shape and lookup ops ------------------------------ */
+
+static vit_tensor *b_mul(graph *g, vit_tape *t, vit_tensor **in)
+{
+    (void)g;
+    return vit_op_mul(t, in[0], in[1]);
+}
+
+START_TEST(test_mul)
+{
+    graph g = {.build = b_mul, .smoothing = SMOOTHING};
+    uint64_t seed = 80;
+    add_leaf(&g, "a", 1, 2.0, &seed, 3, 2, 3, 5, 0);
+    add_leaf(&g, "b", 1, 2.0, &seed, 3, 2, 3, 5, 0);
+    check_graph(&g, "mul");
+}
+END_TEST
+
+/* The same tensor as both operands: a leaf (x * x) and an op-made one
+ * (h * h with h = GELU(x)), whose lent gradient receives both terms. */
+static vit_tensor *b_mul_same(graph *g, vit_tape *t, vit_tensor **in)
+{
+    (void)g;
+    vit_tensor *h = vit_op_gelu(t, in[0]);
+    return vit_op_add(t, vit_op_mul(t, in[0], in[0]), vit_op_mul(t, h, h));
+}
+
+START_TEST(test_mul_same_tensor)
+{
+    graph g = {.build = b_mul_same, .smoothing = SMOOTHING};
+    uint64_t seed = 81;
+    add_leaf(&g, "x", 1, 2.0, &seed, 2, 6, 5, 0, 0);
+    check_graph(&g, "mul_same");
+}
+END_TEST
+
+static vit_tensor *b_scale(graph *g, vit_tape *t, vit_tensor **in)
+{
+    (void)g;
+    return vit_op_scale(t, in[0], (vit_real)-1.75);
+}
+
+START_TEST(test_scale)
+{
+    graph g = {.build = b_scale, .smoothing = SMOOTHING};
+    uint64_t seed = 82;
+    add_leaf(&g, "x", 1, 1.0, &seed, 2, 6, 5, 0, 0);
+    check_graph(&g, "scale");
+}
+END_TEST
+
+/* Softmax over the last dimension of a 3-D tensor, scaled so that the
+ * cross-entropy sees logits of some spread. */
+static vit_tensor *b_softmax(graph *g, vit_tape *t, vit_tensor **in)
+{
+    (void)g;
+    return vit_op_scale(t, vit_op_softmax(t, in[0]), 6);
+}
+
+START_TEST(test_softmax)
+{
+    graph g = {.build = b_softmax, .smoothing = SMOOTHING};
+    uint64_t seed = 83;
+    add_leaf(&g, "x", 1, 2.0, &seed, 3, 2, 3, 5, 0);
+    check_graph(&g, "softmax");
+}
+END_TEST
+
+/* x [2, 3, 4] -> [6, 4] (a leaf's gradient through a reshape), a linear map,
+ * then back to [2, 3, 4] (an op-made tensor's), used twice after that. */
+static vit_tensor *b_reshape(graph *g, vit_tape *t, vit_tensor **in)
+{
+    (void)g;
+    vit_tensor *r = vit_op_reshape(t, in[0], 2, (int[]){6, 4});
+    if (r)
+        ck_assert(r->ndim == 2 && r->shape[0] == 6 && r->shape[1] == 4 && r->data == in[0]->data);
+    vit_tensor *u = vit_op_reshape(t, vit_op_linear(t, r, in[1], NULL), 3, (int[]){2, 3, 4});
+    if (u)
+        ck_assert(u->ndim == 3 && u->shape[0] == 2 && u->shape[1] == 3 && u->shape[2] == 4);
+    return vit_op_add(t, vit_op_gelu(t, u), u);
+}
+
+START_TEST(test_reshape)
+{
+    graph g = {.build = b_reshape, .smoothing = SMOOTHING};
+    uint64_t seed = 84;
+    add_leaf(&g, "x", 1, 1.0, &seed, 3, 2, 3, 4, 0);
+    add_leaf(&g, "W", 1, 1.0, &seed, 2, 4, 4, 0, 0);
+    check_graph(&g, "reshape");
+}
+END_TEST
+
+/* Leaves: a [2, 2, 4], b [2, 3, 4] (constant), c [2, 1, 4]; two pieces
+ * (a, b) or three (a, b, c). */
+static vit_tensor *b_concat(graph *g, vit_tape *t, vit_tensor **in)
+{
+    return vit_op_concat_tokens(t, g->nleaves, in);
+}
+
+START_TEST(test_concat_tokens)
+{
+    graph g = {.build = b_concat, .smoothing = SMOOTHING};
+    uint64_t seed = 85 + (uint64_t)_i;
+    add_leaf(&g, "a", 1, 2.0, &seed, 3, 2, 2, 4, 0);
+    add_leaf(&g, "b", 0, 2.0, &seed, 3, 2, 3, 4, 0);
+    if (_i)
+        add_leaf(&g, "c", 1, 2.0, &seed, 3, 2, 1, 4, 0);
+
+    /* The values: each item's tokens in the order of the pieces. */
+    vit_tape *t = vit_tape_new();
+    vit_tensor *in[3];
+    for (int k = 0; k < g.nleaves; k++)
+        in[k] = vit_tape_leaf(t, g.leaf[k].data, NULL, 3, g.leaf[k].shape);
+    vit_tensor *y = vit_op_concat_tokens(t, g.nleaves, in);
+    ck_assert_ptr_nonnull(y);
+    ck_assert_int_eq(y->shape[1], _i ? 6 : 5);
+    for (int b = 0; b < 2; b++)
+        for (int k = 0, t0 = 0; k < g.nleaves; t0 += g.leaf[k].shape[1], k++) {
+            size_t n = (size_t)g.leaf[k].shape[1] * 4;
+            ck_assert(memcmp(y->data + ((size_t)b * y->shape[1] + t0) * 4,
+                             g.leaf[k].data + b * n, n * sizeof(vit_real)) == 0);
+        }
+    vit_tape_free(t);
+    check_graph(&g, _i ? "concat3" : "concat2");
+}
+END_TEST
+
+/* Ids [2, 3] into a table [5, 4]; ids 1 and 3 repeat, 2 is never used. */
+static const int embed_ids[6] = {1, 3, 1, 4, 1, 3};
+
+static vit_tensor *b_embedding(graph *g, vit_tape *t, vit_tensor **in)
+{
+    int ids[6];
+    memcpy(ids, g->aux, sizeof ids); /* the op copies its ids */
+    vit_tensor *y = vit_op_embedding(t, in[0], ids, 2, (int[]){2, 3});
+    memset(ids, 0, sizeof ids);
+    return y;
+}
+
+START_TEST(test_embedding)
+{
+    graph g = {.build = b_embedding, .smoothing = SMOOTHING, .aux = embed_ids};
+    uint64_t seed = 87;
+    add_leaf(&g, "table", 1, 2.0, &seed, 2, 5, 4, 0, 0);
+    vit_tape *t = vit_tape_new();
+    vit_tensor *y = b_embedding(&g, t, (vit_tensor *[]){
+        vit_tape_leaf(t, g.leaf[0].data, NULL, 2, g.leaf[0].shape)});
+    ck_assert_ptr_nonnull(y);
+    ck_assert(y->ndim == 3 && y->shape[0] == 2 && y->shape[1] == 3 && y->shape[2] == 4);
+    for (int i = 0; i < 6; i++)
+        ck_assert(memcmp(y->data + i * 4, g.leaf[0].data + embed_ids[i] * 4,
+                         4 * sizeof(vit_real)) == 0);
+    vit_tape_free(t);
+    check_graph_keep(&g, "embedding");
+    /* Rows 0 and 2 are never looked up: exactly no gradient.  Rows 1 and 3,
+     * looked up several times, were checked above. */
+    for (int j = 0; j < 4; j++)
+        ck_assert(g.leaf[0].grad[j] == 0 && g.leaf[0].grad[2 * 4 + j] == 0);
+    graph_free(&g);
+}
+END_TEST
+
+/* x [3, 4, 5]: item 0 has two padding tokens, item 1 none, item 2 only
+ * padding (its output is zeros and x gets no gradient there); aux NULL
+ * means no mask. */
+static const unsigned char mean_mask[12] = {1, 0, 1, 0, 1, 1, 1, 1, 0, 0, 0, 0};
+
+static vit_tensor *b_masked_mean(graph *g, vit_tape *t, vit_tensor **in)
+{
+    return vit_op_masked_mean(t, in[0], g->aux);
+}
+
+START_TEST(test_masked_mean)
+{
+    graph g = {.build = b_masked_mean, .smoothing = SMOOTHING, .aux = _i ? NULL : mean_mask};
+    uint64_t seed = 88 + (uint64_t)_i;
+    add_leaf(&g, "x", 1, 2.0, &seed, 3, 3, 4, 5, 0);
+    /* The values against sums written out here. */
+    vit_tape *t = vit_tape_new();
+    vit_tensor *y = b_masked_mean(&g, t, (vit_tensor *[]){
+        vit_tape_leaf(t, g.leaf[0].data, NULL, 3, g.leaf[0].shape)});
+    ck_assert_ptr_nonnull(y);
+    ck_assert(y->ndim == 2 && y->shape[0] == 3 && y->shape[1] == 5);
+    for (int b = 0; b < 3; b++)
+        for (int j = 0; j < 5; j++) {
+            double s = 0, n = 0;
+            for (int k = 0; k < 4; k++)
+                if (_i || mean_mask[b * 4 + k]) {
+                    s += g.leaf[0].data[(b * 4 + k) * 5 + j];
+                    n++;
+                }
+            ck_assert_double_eq_tol(y->data[b * 5 + j], n ? s / n : 0.0, 1e-15);
+        }
+    vit_tape_free(t);
+    check_graph_keep(&g, _i ? "masked_mean_nomask" : "masked_mean");
+    for (int i = 0; i < 12; i++)
+        for (int j = 0; j < 5; j++)
+            ck_assert_msg((g.leaf[0].grad[i * 5 + j] == 0) == (!_i && !mean_mask[i]),
+                          "token %d: gradient %g", i, (double)g.leaf[0].grad[i * 5 + j]);
+    graph_free(&g);
+}
+END_TEST
+
+/* Attention with a learnable score bias: leaves params, x_q, [x_kv,] bias. */
+static vit_tensor *b_mha_bias(graph *g, vit_tape *t, vit_tensor **in)
+{
+    vit_real *probs = NULL;
+    int cross = g->nleaves == 4;
+    vit_tensor *y = vit_op_mha_bias(t, &g->mha, in[0], in[1], in[cross ? 2 : 1],
+                                    in[cross ? 3 : 2], &probs);
+    if (y)
+        ck_assert_ptr_nonnull(probs);
+    return y;
+}
+
+START_TEST(test_mha_bias)
+{
+    /* _i bit 0: bias_heads H (else 1); bit 1: cross-attention. */
+    int H = 2, bh = _i & 1 ? H : 1, cross = _i & 2;
+    graph g = {.build = b_mha_bias, .smoothing = SMOOTHING};
+    g.mha = (vit_mha){.batch = 2, .n_q = 3, .n_k = cross ? 4 : 3, .d_model = 4,
+                      .d_kv = cross ? 6 : 0, .heads = H, .has_bias = 1, .bias_heads = bh};
+    uint64_t seed = 90 + (uint64_t)_i;
+    add_leaf(&g, "params", 1, 0.8, &seed, 1, (int)vit_mha_param_count(&g.mha), 0, 0, 0);
+    add_leaf(&g, "x_q", 1, 1.0, &seed, 3, 2, 3, 4, 0);
+    if (cross)
+        add_leaf(&g, "x_kv", 1, 1.0, &seed, 3, 2, 4, 6, 0);
+    add_leaf(&g, "bias", 1, 2.0, &seed, 3, bh, 3, g.mha.n_k, 0);
+    char what[32];
+    snprintf(what, sizeof what, "mha_bias%s_h%d", cross ? "_cross" : "", bh);
+    check_graph(&g, what);
 }
 END_TEST
 
@@ -697,6 +945,15 @@ static Suite *tape_suite(void)
     tcase_add_loop_test(tc, test_token, 0, 3);
     tcase_add_loop_test(tc, test_mean_tokens, 0, 2);
     tcase_add_loop_test(tc, test_cross_entropy, 0, 2);
+    tcase_add_test(tc, test_mul);
+    tcase_add_test(tc, test_mul_same_tensor);
+    tcase_add_test(tc, test_scale);
+    tcase_add_test(tc, test_softmax);
+    tcase_add_test(tc, test_reshape);
+    tcase_add_loop_test(tc, test_concat_tokens, 0, 2);
+    tcase_add_test(tc, test_embedding);
+    tcase_add_loop_test(tc, test_masked_mean, 0, 2);
+    tcase_add_loop_test(tc, test_mha_bias, 0, 4);
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("memory_errors");
     tcase_set_timeout(tm, 60);
