@@ -662,6 +662,185 @@ START_TEST(test_mha_bias)
 }
 END_TEST
 
+/* ---- custom ops and checkpoints ---------------------------------------- */
+
+/* y[r, j] = coef * x[r, j]^3 * w[j] for x [R, D], w [D]: the context comes
+ * from the caller's stack (coef) and the forward stores there a saved
+ * buffer from the tape's arena (3 coef x^2) for the backward. */
+typedef struct cube_ctx {
+    vit_real coef;
+    vit_real *x2; /* set by the forward */
+} cube_ctx;
+
+static int cube_forward(const vit_op_call *c)
+{
+    cube_ctx *ctx = c->ctx;
+    const vit_tensor *x = c->in[0], *w = c->in[1];
+    size_t D = w->size;
+    ctx->x2 = vit_tape_alloc(c->tape, x->size * sizeof *ctx->x2);
+    if (!ctx->x2)
+        return vit_tape_status(c->tape);
+    for (size_t i = 0; i < x->size; i++) {
+        ctx->x2[i] = 3 * ctx->coef * x->data[i] * x->data[i];
+        c->out->data[i] = ctx->coef * x->data[i] * x->data[i] * x->data[i] * w->data[i % D];
+    }
+    return VIT_OK;
+}
+
+static int cube_backward(const vit_op_call *c)
+{
+    const cube_ctx *ctx = c->ctx;
+    const vit_tensor *x = c->in[0], *w = c->in[1];
+    size_t D = w->size;
+    for (size_t i = 0; i < x->size; i++) {
+        if (c->din[0])
+            c->din[0][i] += c->dout[i] * ctx->x2[i] * w->data[i % D];
+        if (c->din[1]) /* y / w[j] = coef x^3 = x2 x / 3 */
+            c->din[1][i % D] += c->dout[i] * ctx->x2[i] * x->data[i] / 3;
+    }
+    return VIT_OK;
+}
+
+static vit_tensor *cube_op(vit_tape *t, vit_tensor *x, vit_tensor *w)
+{
+    cube_ctx ctx = {.coef = (vit_real)0.75};
+    vit_tensor *in[2] = {x, w};
+    vit_tensor *y = x ? vit_op_custom(t, "cube", 2, in, x->ndim, x->shape, cube_forward,
+                                      cube_backward, &ctx, sizeof ctx)
+                      : NULL;
+    /* The op has its own copy: what the stack holds later does not matter. */
+    ctx.coef = NAN;
+    ctx.x2 = NULL;
+    return y;
+}
+
+/* The custom op between two tape ops, so that its din and dout are lent
+ * gradients; for _i = 1, w is a constant (its din is NULL). */
+static vit_tensor *b_cube(graph *g, vit_tape *t, vit_tensor **in)
+{
+    (void)g;
+    return vit_op_gelu(t, cube_op(t, vit_op_scale(t, in[0], (vit_real)1.5), in[1]));
+}
+
+START_TEST(test_custom_cube)
+{
+    graph g = {.build = b_cube, .smoothing = SMOOTHING};
+    uint64_t seed = 100 + (uint64_t)_i;
+    add_leaf(&g, "x", 1, 1.0, &seed, 2, 4, 5, 0, 0);
+    add_leaf(&g, "w", !_i, 1.5, &seed, 1, 5, 0, 0, 0);
+    check_graph(&g, _i ? "custom_cube_const_w" : "custom_cube");
+}
+END_TEST
+
+/* A custom op without a forward: the caller writes y = sin(x) after the
+ * call; the backward reads x from its input. */
+static int sin_backward(const vit_op_call *c)
+{
+    const vit_tensor *x = c->in[0];
+    for (size_t i = 0; i < x->size; i++)
+        c->din[0][i] += c->dout[i] * cos(x->data[i]);
+    return VIT_OK;
+}
+
+static vit_tensor *b_sin(graph *g, vit_tape *t, vit_tensor **in)
+{
+    (void)g;
+    vit_tensor *y = vit_op_custom(t, "sin", 1, in, in[0]->ndim, in[0]->shape, NULL, sin_backward,
+                                  NULL, 0);
+    if (y)
+        for (size_t i = 0; i < y->size; i++)
+            y->data[i] = sin(in[0]->data[i]);
+    return vit_op_scale(t, y, 3);
+}
+
+START_TEST(test_custom_no_forward)
+{
+    graph g = {.build = b_sin, .smoothing = SMOOTHING};
+    uint64_t seed = 102;
+    add_leaf(&g, "x", 1, 2.0, &seed, 2, 6, 5, 0, 0);
+    check_graph(&g, "custom_no_forward");
+}
+END_TEST
+
+/* The checkpointed sub-graph: a parameter W [4, 4] made inside from ctx,
+ * r = x + s * GELU(x W + b)^2, with x [2, 3, 4] and b [4] as inputs. */
+typedef struct block_ctx {
+    vit_real *W, *gW;
+    vit_real s;
+} block_ctx;
+
+static vit_tensor *block_fn(vit_tape *t, vit_tensor *const *in, void *c)
+{
+    const block_ctx *ctx = c;
+    vit_tensor *W = vit_tape_leaf(t, ctx->W, ctx->gW, 2, (int[]){4, 4});
+    vit_tensor *h = vit_op_gelu(t, vit_op_linear(t, in[0], W, in[1]));
+    return vit_op_add(t, in[0], vit_op_scale(t, vit_op_mul(t, h, h), ctx->s));
+}
+
+/* Leaves x, W, b, W2: the block through a checkpoint (g->index 1) or
+ * called directly (0), then x + block(x) (x reaches the loss outside the
+ * block too) through a linear map W2. */
+static vit_tensor *b_block(graph *g, vit_tape *t, vit_tensor **in)
+{
+    block_ctx ctx = {.W = in[1]->data, .gW = in[1]->grad, .s = (vit_real)0.5};
+    vit_tensor *bin[2] = {in[0], in[2]};
+    vit_tensor *r = g->index ? vit_op_checkpoint(t, block_fn, 2, bin, &ctx, sizeof ctx)
+                             : block_fn(t, bin, &ctx);
+    ctx.W = ctx.gW = NULL; /* the checkpoint's copy is used in its backward */
+    return vit_op_linear(t, vit_op_add(t, r, in[0]), in[3], NULL);
+}
+
+static void block_graph(graph *g, int checkpoint)
+{
+    *g = (graph){.build = b_block, .smoothing = SMOOTHING, .index = checkpoint};
+    uint64_t seed = 103;
+    add_leaf(g, "x", 1, 1.0, &seed, 3, 2, 3, 4, 0);
+    add_leaf(g, "W", 1, 1.0, &seed, 2, 4, 4, 0, 0);
+    add_leaf(g, "b", 1, 1.0, &seed, 1, 4, 0, 0, 0);
+    add_leaf(g, "W2", 1, 1.0, &seed, 2, 4, 5, 0, 0);
+}
+
+START_TEST(test_checkpoint_grad)
+{
+    graph g;
+    block_graph(&g, 1);
+    check_graph(&g, "checkpoint");
+}
+END_TEST
+
+START_TEST(test_checkpoint_bitwise)
+{
+    /* Gradients of every leaf bitwise those of the direct call: from zeroed
+     * gradients, and again accumulating onto the first step's. */
+    graph g[2];
+    vit_tape *t[2];
+    vit_tensor *loss[2];
+    for (int k = 0; k < 2; k++) {
+        block_graph(&g[k], k);
+        t[k] = vit_tape_new();
+    }
+    for (int step = 0; step < 2; step++) {
+        for (int k = 0; k < 2; k++) {
+            loss[k] = record(&g[k], t[k], 1);
+            ck_assert_msg(loss[k] != NULL, "%s", vit_last_error());
+            ck_assert_int_eq(vit_tape_backward(t[k], loss[k]), VIT_OK);
+        }
+        ck_assert(memcmp(loss[0]->data, loss[1]->data, sizeof *loss[0]->data) == 0);
+        /* The block's five ops are one on the checkpointing tape. */
+        ck_assert_int_eq(vit_tape_op_count(t[1]), vit_tape_op_count(t[0]) - 4);
+        for (int i = 0; i < 4; i++)
+            ck_assert_msg(memcmp(g[0].leaf[i].grad, g[1].leaf[i].grad,
+                                 g[0].leaf[i].n * sizeof(vit_real)) == 0,
+                          "step %d: gradient of %s differs from the direct call's", step + 1,
+                          g[0].leaf[i].name);
+    }
+    for (int k = 0; k < 2; k++) {
+        vit_tape_free(t[k]);
+        graph_free(&g[k]);
+    }
+}
+END_TEST
+
 START_TEST(test_chain_shapes)
 {
     /* Shapes only: cls_prepend adds one token, token/mean drop the token
@@ -954,6 +1133,10 @@ static Suite *tape_suite(void)
     tcase_add_test(tc, test_embedding);
     tcase_add_loop_test(tc, test_masked_mean, 0, 2);
     tcase_add_loop_test(tc, test_mha_bias, 0, 4);
+    tcase_add_loop_test(tc, test_custom_cube, 0, 2);
+    tcase_add_test(tc, test_custom_no_forward);
+    tcase_add_test(tc, test_checkpoint_grad);
+    tcase_add_test(tc, test_checkpoint_bitwise);
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("memory_errors");
     tcase_set_timeout(tm, 60);
