@@ -1105,6 +1105,240 @@ START_TEST(test_kernel_error_status)
 }
 END_TEST
 
+/* ---- backward from any tensor, once per reset --------------------------- */
+
+/* Leaves x [3, 4] and W [4, 5], both with gradients, on tape t. */
+typedef struct xw {
+    vit_real x[12], W[20], gx[12], gW[20];
+    vit_tensor *lx, *lW;
+} xw;
+
+static void xw_init(xw *f, uint64_t seed)
+{
+    memset(f, 0, sizeof *f);
+    gc_fill(f->x, 12, &seed, 1);
+    gc_fill(f->W, 20, &seed, 1);
+}
+
+static vit_tensor *xw_linear(vit_tape *t, xw *f)
+{
+    f->lx = vit_tape_leaf(t, f->x, f->gx, 2, (int[]){3, 4});
+    f->lW = vit_tape_leaf(t, f->W, f->gW, 2, (int[]){4, 5});
+    return vit_op_linear(t, f->lx, f->lW, NULL);
+}
+
+static const int xw_labels[3] = {4, 0, 2};
+
+static vit_tensor *xw_loss(vit_tape *t, xw *f)
+{
+    return vit_op_cross_entropy(t, xw_linear(t, f), xw_labels, SMOOTHING, NULL);
+}
+
+/* |a - b| <= tol * max(1, |b|) for every entry. */
+static void assert_close(const char *what, const vit_real *a, const double *b, size_t n,
+                         double tol)
+{
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(fabs((double)a[i] - b[i]) <= tol * fmax(1.0, fabs(b[i])),
+                      "%s[%zu]: %.17g, expected %.17g", what, i, (double)a[i], b[i]);
+}
+
+START_TEST(test_backward_from_tensor)
+{
+    /* y = x W with a caller's dy [3, 5]: dW = x^T dy, dx = dy W^T. */
+    xw f;
+    xw_init(&f, 110);
+    vit_real dy[15], dy0[15];
+    uint64_t seed = 111;
+    gc_fill(dy, 15, &seed, 1);
+    memcpy(dy0, dy, sizeof dy);
+    vit_tape *t = vit_tape_new();
+    vit_tensor *y = xw_linear(t, &f);
+    ck_assert_ptr_nonnull(y);
+    ck_assert_int_eq(vit_tape_backward_from(t, y, dy), VIT_OK);
+    ck_assert(memcmp(dy, dy0, sizeof dy) == 0); /* read only */
+    ck_assert_ptr_null(y->grad);                 /* not retained */
+    double dW[20] = {0}, dx[12] = {0};
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 5; j++)
+            for (int r = 0; r < 3; r++) {
+                dW[i * 5 + j] += (double)f.x[r * 4 + i] * dy[r * 5 + j];
+                dx[r * 4 + i] += (double)dy[r * 5 + j] * f.W[i * 5 + j];
+            }
+    assert_close("dW", f.gW, dW, 20, 1e-14);
+    assert_close("dx", f.gx, dx, 12, 1e-14);
+
+    /* A scalar loss with dy = {s}: s times the plain backward's gradients. */
+    xw g;
+    xw_init(&g, 112);
+    vit_tape_reset(t);
+    ck_assert_int_eq(vit_tape_backward(t, xw_loss(t, &g)), VIT_OK);
+    double sW[20], sx[12];
+    const vit_real s = (vit_real)-0.3;
+    for (int i = 0; i < 20; i++)
+        sW[i] = s * g.gW[i];
+    for (int i = 0; i < 12; i++)
+        sx[i] = s * g.gx[i];
+    memset(g.gW, 0, sizeof g.gW);
+    memset(g.gx, 0, sizeof g.gx);
+    vit_tape_reset(t);
+    ck_assert_int_eq(vit_tape_backward_from(t, xw_loss(t, &g), &s), VIT_OK);
+    assert_close("s dW", g.gW, sW, 20, 1e-14);
+    assert_close("s dx", g.gx, sx, 12, 1e-14);
+
+    /* dy NULL is refused. */
+    vit_tape_reset(t);
+    ck_assert_int_eq(vit_tape_backward_from(t, xw_linear(t, &g), NULL), VIT_EINVAL);
+    expect_msg("vit_tape_backward", "dy");
+    vit_tape_free(t);
+}
+END_TEST
+
+START_TEST(test_backward_once)
+{
+    xw f;
+    xw_init(&f, 113);
+    vit_tape *t = vit_tape_new();
+    vit_tensor *loss = xw_loss(t, &f);
+    ck_assert_int_eq(vit_tape_backward(t, loss), VIT_OK);
+    vit_real gx[12], gW[20];
+    memcpy(gx, f.gx, sizeof gx);
+    memcpy(gW, f.gW, sizeof gW);
+    /* Again without a reset: refused, leaf gradients untouched. */
+    ck_assert_int_eq(vit_tape_backward(t, loss), VIT_EINVAL);
+    expect_msg("vit_tape_backward", "already ran its backward");
+    vit_real one = 1;
+    ck_assert_int_eq(vit_tape_backward_from(t, loss, &one), VIT_EINVAL);
+    expect_msg("vit_tape_backward", "already ran its backward");
+    ck_assert(memcmp(gx, f.gx, sizeof gx) == 0 && memcmp(gW, f.gW, sizeof gW) == 0);
+    /* After a reset the same step runs again and accumulates: exactly twice. */
+    vit_tape_reset(t);
+    ck_assert_int_eq(vit_tape_backward(t, xw_loss(t, &f)), VIT_OK);
+    for (int i = 0; i < 12; i++)
+        ck_assert(f.gx[i] == 2 * gx[i]);
+    for (int i = 0; i < 20; i++)
+        ck_assert(f.gW[i] == 2 * gW[i]);
+    vit_tape_free(t);
+}
+END_TEST
+
+/* ---- no-grad mode ------------------------------------------------------ */
+
+/* Inputs for one of every op, all leaves with gradient buffers. */
+typedef struct all_in {
+    vit_real x[24], W[16], b[4], gamma[4], beta[4], table[20], clsv[4], pos[12], img[32], Wp[16];
+    vit_real bias[18], *params;
+    vit_real g[512]; /* gradient buffers, carved per leaf */
+    vit_mha mha, mha_b;
+    vit_patch_shape ps;
+} all_in;
+
+static void all_in_init(all_in *a)
+{
+    memset(a, 0, sizeof *a);
+    a->mha = (vit_mha){.batch = 2, .n_q = 3, .n_k = 3, .d_model = 4, .heads = 2, .has_bias = 1};
+    a->mha_b = a->mha;
+    a->mha_b.bias_heads = 2;
+    a->ps = (vit_patch_shape){.batch = 2, .height = 4, .width = 4, .channels = 1, .patch = 2,
+                              .dim = 4};
+    size_t np = vit_mha_param_count(&a->mha);
+    a->params = gc_zeros(np);
+    uint64_t seed = 120;
+    vit_real *bufs[] = {a->x, a->W, a->b, a->gamma, a->beta, a->table, a->clsv, a->pos, a->img,
+                        a->Wp, a->bias, a->params};
+    size_t ns[] = {24, 16, 4, 4, 4, 20, 4, 12, 32, 16, 18, np};
+    for (size_t k = 0; k < sizeof ns / sizeof *ns; k++)
+        gc_fill(bufs[k], ns[k], &seed, 1);
+}
+
+#define ALL_OPS 21
+
+/* Runs every op (and a custom op and a checkpoint) on t; out[ALL_OPS]. */
+static void all_ops(vit_tape *t, all_in *a, vit_tensor **out)
+{
+    vit_real *g = a->g;
+#define LEAF(data, n, nd, ...) \
+    (g += (n), vit_tape_leaf(t, data, g - (n), nd, (int[]){__VA_ARGS__}))
+    vit_tensor *x = LEAF(a->x, 24, 3, 2, 3, 4), *W = LEAF(a->W, 16, 2, 4, 4);
+    vit_tensor *b = LEAF(a->b, 4, 1, 4), *gm = LEAF(a->gamma, 4, 1, 4);
+    vit_tensor *bt = LEAF(a->beta, 4, 1, 4), *tab = LEAF(a->table, 20, 2, 5, 4);
+    vit_tensor *cls = LEAF(a->clsv, 4, 1, 4), *pos = LEAF(a->pos, 12, 2, 3, 4);
+    vit_tensor *img = LEAF(a->img, 32, 4, 2, 4, 4, 1), *Wp = LEAF(a->Wp, 16, 2, 4, 4);
+    vit_tensor *bias = LEAF(a->bias, 18, 3, 2, 3, 3);
+    ck_assert_int_le(g - a->g, 512);
+#undef LEAF
+    vit_tensor *p = vit_tape_leaf(t, a->params, NULL, 1, (int[]){(int)vit_mha_param_count(&a->mha)});
+    static const int ids[6] = {0, 4, 4, 2, 1, 0}, labels[6] = {0, 1, 2, 3, 0, 1};
+    static const unsigned char mask[12] = {1, 1, 0, 1, 0, 1, 1, 1, 1, 1, 0, 0};
+    int k = 0;
+    out[k++] = vit_op_linear(t, x, W, b);
+    out[k++] = vit_op_layernorm(t, out[0], gm, bt, (vit_real)1e-5);
+    out[k++] = vit_op_gelu(t, out[1]);
+    out[k++] = vit_op_add(t, out[2], x);
+    out[k++] = vit_op_mul(t, out[3], x);
+    out[k++] = vit_op_scale(t, out[4], (vit_real)0.5);
+    out[k++] = vit_op_softmax(t, out[5]);
+    out[k++] = vit_op_reshape(t, out[6], 2, (int[]){6, 4});
+    out[k++] = vit_op_concat_tokens(t, 2, (vit_tensor *[]){x, out[3]});
+    out[k++] = vit_op_embedding(t, tab, ids, 2, (int[]){2, 3});
+    out[k++] = vit_op_masked_mean(t, out[8], mask);
+    out[k++] = vit_op_mha(t, &a->mha, p, x, out[9], NULL);
+    out[k++] = vit_op_mha_bias(t, &a->mha_b, p, out[2], out[2], bias, NULL);
+    out[k++] = vit_op_patch_embed(t, &a->ps, img, Wp, b);
+    out[k++] = vit_op_cls_prepend(t, out[13], cls);
+    out[k++] = vit_op_pos_add(t, out[12], pos);
+    out[k++] = vit_op_token(t, out[14], 0);
+    out[k++] = vit_op_mean_tokens(t, out[14], 1);
+    out[k++] = vit_op_cross_entropy(t, out[7], labels, SMOOTHING, NULL);
+    out[k++] = cube_op(t, out[15], b);
+    block_ctx bc = {.W = a->W, .gW = g, .s = (vit_real)0.5};
+    out[k++] = vit_op_checkpoint(t, block_fn, 2, (vit_tensor *[]){out[19], b}, &bc, sizeof bc);
+    ck_assert_int_eq(k, ALL_OPS);
+    ck_assert_msg(vit_tape_status(t) == VIT_OK, "%s", vit_last_error());
+}
+
+START_TEST(test_no_grad)
+{
+    all_in a;
+    all_in_init(&a);
+    vit_tape *tg = vit_tape_new(), *tn = vit_tape_new();
+    vit_tensor *yg[ALL_OPS], *yn[ALL_OPS];
+    all_ops(tg, &a, yg);
+    ck_assert_int_gt(vit_tape_op_count(tg), ALL_OPS - 2);
+
+    ck_assert_int_eq(vit_tape_grad_enabled(tn), 1);
+    ck_assert_int_eq(vit_tape_set_grad(tn, 0), 1);
+    ck_assert_int_eq(vit_tape_set_grad(tn, 0), 0);
+    ck_assert_int_eq(vit_tape_grad_enabled(tn), 0);
+    all_ops(tn, &a, yn);
+    ck_assert_int_eq(vit_tape_op_count(tn), 0);
+    for (int k = 0; k < ALL_OPS; k++) {
+        ck_assert_msg(yg[k]->requires_grad, "op %d", k);
+        ck_assert_msg(!yn[k]->requires_grad && !yn[k]->grad, "op %d", k);
+        ck_assert_int_eq(yn[k]->size, yg[k]->size);
+        ck_assert_msg(memcmp(yn[k]->data, yg[k]->data, yn[k]->size * sizeof(vit_real)) == 0,
+                      "op %d: values differ without gradients", k);
+    }
+    /* Nothing to run a backward from. */
+    ck_assert_int_eq(vit_tape_backward(tn, yn[18]), VIT_EINVAL);
+    expect_msg("vit_tape_backward", "no-grad");
+    for (size_t i = 0; i < sizeof a.g / sizeof *a.g; i++)
+        ck_assert(a.g[i] == 0);
+    /* The mode survives a reset; switching back returns the old mode. */
+    vit_tape_reset(tn);
+    ck_assert_int_eq(vit_tape_grad_enabled(tn), 0);
+    ck_assert_int_eq(vit_tape_set_grad(tn, 1), 0);
+    ck_assert_int_eq(vit_tape_set_grad(tn, 1), 1);
+    all_ops(tn, &a, yn);
+    ck_assert_int_eq(vit_tape_op_count(tn), vit_tape_op_count(tg));
+    ck_assert_int_eq(vit_tape_set_grad(NULL, 0), VIT_EINVAL);
+    ck_assert_int_eq(vit_tape_grad_enabled(NULL), 0);
+    vit_tape_free(tg);
+    vit_tape_free(tn);
+    free(a.params);
+}
+END_TEST
+
 static Suite *tape_suite(void)
 {
     Suite *s = suite_create("tape");
@@ -1145,6 +1379,9 @@ static Suite *tape_suite(void)
     tcase_add_test(tm, test_null_propagates);
     tcase_add_test(tm, test_shape_errors);
     tcase_add_test(tm, test_kernel_error_status);
+    tcase_add_test(tm, test_backward_from_tensor);
+    tcase_add_test(tm, test_backward_once);
+    tcase_add_test(tm, test_no_grad);
     suite_add_tcase(s, tm);
     return s;
 }
