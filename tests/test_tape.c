@@ -1339,6 +1339,328 @@ START_TEST(test_no_grad)
 }
 END_TEST
 
+/* ---- marks and releases ------------------------------------------------ */
+
+/* One piece of a no-grad evaluation: layer norm, attention, GELU(x W + b)
+ * over x [4, 16, 32]; the piece's leaf is piece p of the batch. */
+typedef struct piece_net {
+    vit_real x[8][4 * 16 * 32], W[32 * 32], b[32], gamma[32], beta[32], *params;
+    vit_mha mha;
+} piece_net;
+
+static vit_tensor *piece(vit_tape *t, piece_net *n, int p)
+{
+    vit_tensor *x = vit_tape_leaf(t, n->x[p], NULL, 3, (int[]){4, 16, 32});
+    vit_tensor *prm = vit_tape_leaf(t, n->params, NULL, 1, (int[]){(int)vit_mha_param_count(&n->mha)});
+    vit_tensor *h = vit_op_layernorm(t, x, vit_tape_leaf(t, n->gamma, NULL, 1, (int[]){32}),
+                                     vit_tape_leaf(t, n->beta, NULL, 1, (int[]){32}), 1e-5);
+    h = vit_op_mha(t, &n->mha, prm, h, h, NULL);
+    return vit_op_gelu(t, vit_op_linear(t, h, vit_tape_leaf(t, n->W, NULL, 2, (int[]){32, 32}),
+                                        vit_tape_leaf(t, n->b, NULL, 1, (int[]){32})));
+}
+
+START_TEST(test_mark_release)
+{
+    piece_net *n = calloc(1, sizeof *n);
+    ck_assert_ptr_nonnull(n);
+    n->mha = (vit_mha){.batch = 4, .n_q = 16, .n_k = 16, .d_model = 32, .heads = 4, .has_bias = 1};
+    n->params = gc_zeros(vit_mha_param_count(&n->mha));
+    uint64_t seed = 130;
+    gc_fill(&n->x[0][0], sizeof n->x / sizeof(vit_real), &seed, 1);
+    gc_fill(n->W, 32 * 32, &seed, 0.2);
+    gc_fill(n->b, 32, &seed, 0.2);
+    gc_fill(n->gamma, 32, &seed, 1);
+    gc_fill(n->beta, 32, &seed, 1);
+    gc_fill(n->params, vit_mha_param_count(&n->mha), &seed, 0.2);
+    const size_t piece_n = 4 * 16 * 32;
+
+    /* Reference: every piece on its own tape, nothing released. */
+    vit_real *ref = gc_zeros(8 * piece_n);
+    vit_tape *r = vit_tape_new();
+    vit_tape_set_grad(r, 0);
+    for (int p = 0; p < 8; p++) {
+        vit_tensor *y = piece(r, n, p);
+        ck_assert_ptr_nonnull(y);
+        memcpy(ref + p * piece_n, y->data, piece_n * sizeof *ref);
+    }
+    vit_tape_free(r);
+
+    /* Forty pieces through one mark: the same memory every time. */
+    vit_tape *t = vit_tape_new();
+    vit_tape_set_grad(t, 0);
+    size_t m = vit_tape_mark(t), bytes = 0;
+    vit_real *first = NULL;
+    for (int p = 0; p < 40; p++) {
+        vit_tensor *y = piece(t, n, p % 8);
+        ck_assert_ptr_nonnull(y);
+        ck_assert_msg(memcmp(y->data, ref + (p % 8) * piece_n, piece_n * sizeof *ref) == 0,
+                      "piece %d: values differ from a tape without releases", p);
+        if (p == 0) {
+            first = y->data;
+            bytes = vit_tape_bytes(t);
+        }
+        ck_assert_msg(y->data == first, "piece %d: output at %p, first at %p", p,
+                      (void *)y->data, (void *)first);
+        ck_assert_msg(vit_tape_bytes(t) == bytes, "piece %d: %zu bytes, first piece %zu", p,
+                      vit_tape_bytes(t), bytes);
+        ck_assert_int_gt(vit_tape_mark(t), m);
+        ck_assert_int_eq(vit_tape_release(t, m), VIT_OK);
+        ck_assert_int_eq(vit_tape_mark(t), m);
+    }
+    /* A mark beyond the position: refused. */
+    ck_assert_int_eq(vit_tape_release(t, m + 64), VIT_EINVAL);
+    expect_msg("vit_tape_release", "beyond");
+    vit_tape_free(t);
+
+    /* Grad mode: a step recorded before the mark, a no-grad piece released
+     * after it, then the step's backward gives the gradients of a tape
+     * that never ran the piece. */
+    xw f[2];
+    vit_tape *tt[2] = {vit_tape_new(), vit_tape_new()};
+    for (int k = 0; k < 2; k++) {
+        xw_init(&f[k], 131);
+        vit_tensor *loss = xw_loss(tt[k], &f[k]);
+        if (k) {
+            m = vit_tape_mark(tt[k]);
+            ck_assert_int_eq(vit_tape_set_grad(tt[k], 0), 1);
+            ck_assert_ptr_nonnull(piece(tt[k], n, 3));
+            ck_assert_int_eq(vit_tape_release(tt[k], m), VIT_OK);
+            ck_assert_int_eq(vit_tape_set_grad(tt[k], 1), 0);
+        }
+        ck_assert_int_eq(vit_tape_backward(tt[k], loss), VIT_OK);
+    }
+    ck_assert(memcmp(f[0].gx, f[1].gx, sizeof f[0].gx) == 0);
+    ck_assert(memcmp(f[0].gW, f[1].gW, sizeof f[0].gW) == 0);
+
+    /* Ops recorded since the mark: refused, and the tape stays usable. */
+    vit_tape_reset(tt[0]);
+    memset(f[0].gW, 0, sizeof f[0].gW);
+    memset(f[0].gx, 0, sizeof f[0].gx);
+    m = vit_tape_mark(tt[0]);
+    vit_tensor *loss = xw_loss(tt[0], &f[0]);
+    ck_assert_int_eq(vit_tape_release(tt[0], m), VIT_EINVAL);
+    expect_msg("vit_tape_release", "recorded");
+    ck_assert_int_eq(vit_tape_backward(tt[0], loss), VIT_OK);
+    ck_assert(memcmp(f[0].gW, f[1].gW, sizeof f[0].gW) == 0);
+    ck_assert_int_eq(vit_tape_release(NULL, 0), VIT_EINVAL);
+    for (int k = 0; k < 2; k++)
+        vit_tape_free(tt[k]);
+    free(ref);
+    free(n->params);
+    free(n);
+}
+END_TEST
+
+/* ---- lean gradients ---------------------------------------------------- */
+
+START_TEST(test_retain_grad)
+{
+    /* a = x W1, h = GELU(a), z = h W2, loss = CE(z); q = GELU(a) unused.
+     * x [4, 6] constant, W1 [6, 8], W2 [8, 5]. */
+    vit_real x[24], W1[48], W2[40], g1[48] = {0}, g2[40] = {0};
+    uint64_t seed = 140;
+    gc_fill(x, 24, &seed, 1);
+    gc_fill(W1, 48, &seed, 1);
+    gc_fill(W2, 40, &seed, 1);
+    static const int labels[4] = {1, 4, 0, 2};
+    vit_tape *t = vit_tape_new();
+    vit_tensor *lx = vit_tape_leaf(t, x, NULL, 2, (int[]){4, 6});
+    vit_tensor *lW1 = vit_tape_leaf(t, W1, g1, 2, (int[]){6, 8});
+    vit_tensor *lW2 = vit_tape_leaf(t, W2, g2, 2, (int[]){8, 5});
+    vit_tensor *a = vit_op_linear(t, lx, lW1, NULL), *h = vit_op_gelu(t, a);
+    vit_tensor *q = vit_op_gelu(t, a), *z = vit_op_linear(t, h, lW2, NULL);
+    vit_tensor *loss = vit_op_cross_entropy(t, z, labels, 0, NULL);
+    ck_assert_ptr_nonnull(loss);
+    vit_tensor *made[5] = {a, h, q, z, loss};
+    for (int k = 0; k < 5; k++)
+        ck_assert_msg(made[k]->requires_grad && !made[k]->grad, "tensor %d holds a gradient", k);
+
+    /* Leaves and tensors without a gradient cannot be retained. */
+    ck_assert_int_eq(vit_tape_retain_grad(t, lW1), VIT_EINVAL);
+    expect_msg("vit_tape_retain_grad", "leaf");
+    vit_tensor *c = vit_op_gelu(t, lx);
+    ck_assert_int_eq(vit_tape_retain_grad(t, c), VIT_EINVAL);
+    expect_msg("vit_tape_retain_grad", "no gradient");
+    ck_assert_int_eq(vit_tape_retain_grad(t, NULL), VIT_EINVAL);
+
+    ck_assert_int_eq(vit_tape_retain_grad(t, h), VIT_OK);
+    ck_assert_int_eq(vit_tape_retain_grad(t, z), VIT_OK);
+    ck_assert_int_eq(vit_tape_retain_grad(t, q), VIT_OK);
+    ck_assert_int_eq(vit_tape_backward(t, loss), VIT_OK);
+    ck_assert_ptr_null(a->grad);
+    ck_assert_ptr_null(loss->grad);
+    ck_assert_ptr_nonnull(h->grad);
+    ck_assert_ptr_nonnull(z->grad);
+    ck_assert_ptr_nonnull(q->grad);
+
+    /* dz = (softmax(z) - onehot) / B, dh = dz W2^T, dW2 = h^T dz. */
+    double dz[20], dh[32] = {0}, dW2[40] = {0};
+    for (int r = 0; r < 4; r++) {
+        double mx = -INFINITY, s = 0;
+        for (int j = 0; j < 5; j++)
+            mx = fmax(mx, z->data[r * 5 + j]);
+        for (int j = 0; j < 5; j++)
+            s += exp(z->data[r * 5 + j] - mx);
+        for (int j = 0; j < 5; j++)
+            dz[r * 5 + j] = (exp(z->data[r * 5 + j] - mx) / s - (j == labels[r])) / 4;
+    }
+    for (int r = 0; r < 4; r++)
+        for (int i = 0; i < 8; i++)
+            for (int j = 0; j < 5; j++) {
+                dh[r * 8 + i] += dz[r * 5 + j] * W2[i * 5 + j];
+                dW2[i * 5 + j] += (double)h->data[r * 8 + i] * dz[r * 5 + j];
+            }
+    assert_close("dz", z->grad, dz, 20, 1e-14);
+    assert_close("dh", h->grad, dh, 32, 1e-14);
+    assert_close("dW2", g2, dW2, 40, 1e-14);
+    /* Nothing reached q: its retained gradient reads as zeros. */
+    for (int i = 0; i < 32; i++)
+        ck_assert(q->grad[i] == 0);
+
+    /* No-grad outputs cannot be retained either. */
+    vit_tape_reset(t);
+    vit_tape_set_grad(t, 0);
+    lW1 = vit_tape_leaf(t, W1, g1, 2, (int[]){6, 8});
+    c = vit_op_gelu(t, lW1);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_int_eq(vit_tape_retain_grad(t, c), VIT_EINVAL);
+    vit_tape_free(t);
+}
+END_TEST
+
+/* K layers x = GELU(x W_k + b_k) of [64, 128] and a cross-entropy over
+ * the last x as 128-class logits. */
+#define LEAN_K 8
+#define LEAN_R 64
+#define LEAN_D 128
+
+typedef struct lean_net {
+    vit_real *x, *W[LEAN_K], *b[LEAN_K], *gW[LEAN_K], *gb[LEAN_K];
+    int labels[LEAN_R];
+} lean_net;
+
+static void lean_step(vit_tape *t, lean_net *n)
+{
+    vit_tape_reset(t);
+    vit_tensor *x = vit_tape_leaf(t, n->x, NULL, 2, (int[]){LEAN_R, LEAN_D});
+    vit_tensor *made[2 * LEAN_K + 1];
+    for (int k = 0; k < LEAN_K; k++) {
+        made[2 * k] = vit_op_linear(t, x, vit_tape_leaf(t, n->W[k], n->gW[k], 2,
+                                                         (int[]){LEAN_D, LEAN_D}),
+                                    vit_tape_leaf(t, n->b[k], n->gb[k], 1, (int[]){LEAN_D}));
+        made[2 * k + 1] = x = vit_op_gelu(t, made[2 * k]);
+    }
+    made[2 * LEAN_K] = vit_op_cross_entropy(t, x, n->labels, SMOOTHING, NULL);
+    ck_assert_msg(made[2 * LEAN_K] != NULL, "%s", vit_last_error());
+    for (int k = 0; k <= 2 * LEAN_K; k++)
+        ck_assert_msg(!made[k]->grad, "forward: op %d holds a gradient", k);
+    ck_assert_int_eq(vit_tape_backward(t, made[2 * LEAN_K]), VIT_OK);
+    for (int k = 0; k <= 2 * LEAN_K; k++)
+        ck_assert_msg(!made[k]->grad, "backward: op %d still holds a gradient", k);
+}
+
+START_TEST(test_lean_memory)
+{
+    lean_net n;
+    uint64_t seed = 150;
+    n.x = gc_zeros(LEAN_R * LEAN_D);
+    gc_fill(n.x, LEAN_R * LEAN_D, &seed, 1);
+    for (int k = 0; k < LEAN_K; k++) {
+        n.W[k] = gc_zeros(LEAN_D * LEAN_D);
+        n.gW[k] = gc_zeros(LEAN_D * LEAN_D);
+        n.b[k] = gc_zeros(LEAN_D);
+        n.gb[k] = gc_zeros(LEAN_D);
+        gc_fill(n.W[k], LEAN_D * LEAN_D, &seed, 0.15);
+        gc_fill(n.b[k], LEAN_D, &seed, 0.1);
+    }
+    for (int i = 0; i < LEAN_R; i++)
+        n.labels[i] = (7 * i) % LEAN_D;
+    vit_tape *t = vit_tape_new();
+    lean_step(t, &n);
+    lean_step(t, &n); /* the arena is now one block of the step's size */
+    /* One activation [64, 128]; the arena holds the 2K op outputs and the
+     * cross-entropy's probabilities, plus records; the gradient pool holds
+     * at most three activations' gradients (the two crossing an op and
+     * the loss's), where one per activation would be another 2K + 1. */
+    const size_t act = (size_t)LEAN_R * LEAN_D * sizeof(vit_real);
+    const size_t values = (2 * LEAN_K + 1) * act, records = 64 * 1024, pool = 3 * act;
+    size_t bytes = vit_tape_bytes(t);
+    printf("lean tape: %zu bytes for %d layers, bound %zu (values %zu)\n", bytes, LEAN_K,
+           values + records + pool, values);
+    ck_assert_msg(bytes >= values, "%zu bytes cannot hold the %zu bytes of values", bytes, values);
+    ck_assert_msg(bytes <= values + records + pool, "%zu bytes > values %zu + records %zu + pool %zu",
+                  bytes, values, records, pool);
+    vit_tape_free(t);
+    free(n.x);
+    for (int k = 0; k < LEAN_K; k++) {
+        free(n.W[k]);
+        free(n.gW[k]);
+        free(n.b[k]);
+        free(n.gb[k]);
+    }
+}
+END_TEST
+
+/* ---- custom op errors ------------------------------------------------- */
+
+static int fail_backward(const vit_op_call *c)
+{
+    (void)c;
+    return VIT_ENUM;
+}
+
+static int fail_forward(const vit_op_call *c)
+{
+    (void)c;
+    return VIT_EFORMAT;
+}
+
+START_TEST(test_custom_errors)
+{
+    vit_real x[6] = {1, 2, 3, 4, 5, 6}, gx[6] = {0};
+    static const int labels[2] = {0, 2};
+    vit_tape *t = vit_tape_new();
+    vit_tensor *lx = vit_tape_leaf(t, x, gx, 2, (int[]){2, 3});
+    /* A backward's error stops vit_tape_backward with its code. */
+    vit_tensor *y = vit_op_custom(t, "fails", 1, &lx, 2, lx->shape, NULL, fail_backward, NULL, 0);
+    ck_assert_ptr_nonnull(y);
+    memcpy(y->data, x, sizeof x);
+    vit_tensor *loss = vit_op_cross_entropy(t, y, labels, 0, NULL);
+    ck_assert_int_eq(vit_tape_backward(t, loss), VIT_ENUM);
+    ck_assert_int_eq(vit_tape_status(t), VIT_ENUM);
+    for (int i = 0; i < 6; i++)
+        ck_assert(gx[i] == 0);
+    /* So does a forward's, in the forward. */
+    vit_tape_reset(t);
+    lx = vit_tape_leaf(t, x, gx, 2, (int[]){2, 3});
+    ck_assert_ptr_null(vit_op_custom(t, "fails", 1, &lx, 2, lx->shape, fail_forward,
+                                     fail_backward, NULL, 0));
+    ck_assert_int_eq(vit_tape_status(t), VIT_EFORMAT);
+    /* An input with a gradient needs a backward; a constant one does not. */
+    vit_tape_reset(t);
+    lx = vit_tape_leaf(t, x, gx, 2, (int[]){2, 3});
+    ck_assert_ptr_null(vit_op_custom(t, "nobackward", 1, &lx, 2, lx->shape, NULL, NULL, NULL, 0));
+    ck_assert_int_eq(vit_tape_status(t), VIT_EINVAL);
+    expect_msg("nobackward", "backward is NULL");
+    vit_tape_reset(t);
+    lx = vit_tape_leaf(t, x, NULL, 2, (int[]){2, 3});
+    ck_assert_ptr_nonnull(vit_op_custom(t, "nobackward", 1, &lx, 2, lx->shape, NULL, NULL, NULL, 0));
+    ck_assert_int_eq(vit_tape_op_count(t), 0);
+    /* n_in out of range. */
+    vit_tensor *many[17];
+    for (int n_in = 0; n_in <= 17; n_in += 17) {
+        vit_tape_reset(t);
+        for (int i = 0; i < 17; i++)
+            many[i] = vit_tape_leaf(t, x, gx, 2, (int[]){2, 3});
+        ck_assert_ptr_null(vit_op_custom(t, "wide", n_in, many, 2, (int[]){2, 3}, NULL,
+                                         sin_backward, NULL, 0));
+        ck_assert_int_eq(vit_tape_status(t), VIT_EINVAL);
+        expect_msg("wide", "n_in");
+    }
+    vit_tape_free(t);
+}
+END_TEST
+
 static Suite *tape_suite(void)
 {
     Suite *s = suite_create("tape");
@@ -1382,6 +1704,10 @@ static Suite *tape_suite(void)
     tcase_add_test(tm, test_backward_from_tensor);
     tcase_add_test(tm, test_backward_once);
     tcase_add_test(tm, test_no_grad);
+    tcase_add_test(tm, test_mark_release);
+    tcase_add_test(tm, test_retain_grad);
+    tcase_add_test(tm, test_lean_memory);
+    tcase_add_test(tm, test_custom_errors);
     suite_add_tcase(s, tm);
     return s;
 }
