@@ -1,16 +1,28 @@
 /*
  * tests/test_tape.c - the reverse-mode tape (float64 build).
  *
- *  - gradient checks: for every op a small graph ending in the
- *    cross-entropy op; the tape's backward gives the gradient of every leaf,
- *    central differences of the same loss (recomputed by a forward on a
- *    reset tape without gradient buffers) check it, per leaf;
+ *  - gradient checks: for every op (mul also as x * x, concat with a
+ *    constant piece, embedding with repeated ids, masked mean with padding,
+ *    an all-padding item and no mask, mha_bias with bias_heads 1 and H,
+ *    self and cross), custom ops (a context copied from the stack, an
+ *    arena-saved buffer, a NULL forward) and a checkpointed sub-graph, a
+ *    small graph ending in the cross-entropy op; the tape's backward gives
+ *    the gradient of every leaf, central differences of the same loss
+ *    (recomputed by a forward on a reset tape without gradient buffers)
+ *    check it, per leaf; a checkpoint's gradients are bitwise the direct
+ *    call's;
  *  - a tensor used several times receives the sum of the contributions;
+ *  - vit_tape_backward_from against hand-computed vector-Jacobian
+ *    products; one backward per reset;
+ *  - no-grad mode: every op's values bitwise, nothing recorded;
  *  - memory: after the first step the arena keeps its size and the op count
- *    restarts at every reset;
+ *    restarts at every reset; marks and releases reuse the same memory;
+ *    op-made tensors hold no gradient outside the backward (retained ones
+ *    against a hand computation) and a chain of K layers keeps a constant
+ *    number of gradients;
  *  - errors: a NULL input propagates to the end of the forward and to the
- *    backward, shape mismatches are VIT_EINVAL with a message, reset clears.
- */
+ *    backward, shape mismatches are VIT_EINVAL with a message, reset clears;
+ *    custom op errors. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -436,16 +448,6 @@ static vit_tensor *b_mul(graph *g, vit_tape *t, vit_tensor **in)
     return vit_op_mul(t, in[0], in[1]);
 }
 
-START_TEST(test_mul)
-{
-    graph g = {.build = b_mul, .smoothing = SMOOTHING};
-    uint64_t seed = 80;
-    add_leaf(&g, "a", 1, 2.0, &seed, 3, 2, 3, 5, 0);
-    add_leaf(&g, "b", 1, 2.0, &seed, 3, 2, 3, 5, 0);
-    check_graph(&g, "mul");
-}
-END_TEST
-
 /* The same tensor as both operands: a leaf (x * x) and an op-made one
  * (h * h with h = GELU(x)), whose lent gradient receives both terms. */
 static vit_tensor *b_mul_same(graph *g, vit_tape *t, vit_tensor **in)
@@ -455,29 +457,11 @@ static vit_tensor *b_mul_same(graph *g, vit_tape *t, vit_tensor **in)
     return vit_op_add(t, vit_op_mul(t, in[0], in[0]), vit_op_mul(t, h, h));
 }
 
-START_TEST(test_mul_same_tensor)
-{
-    graph g = {.build = b_mul_same, .smoothing = SMOOTHING};
-    uint64_t seed = 81;
-    add_leaf(&g, "x", 1, 2.0, &seed, 2, 6, 5, 0, 0);
-    check_graph(&g, "mul_same");
-}
-END_TEST
-
 static vit_tensor *b_scale(graph *g, vit_tape *t, vit_tensor **in)
 {
     (void)g;
     return vit_op_scale(t, in[0], (vit_real)-1.75);
 }
-
-START_TEST(test_scale)
-{
-    graph g = {.build = b_scale, .smoothing = SMOOTHING};
-    uint64_t seed = 82;
-    add_leaf(&g, "x", 1, 1.0, &seed, 2, 6, 5, 0, 0);
-    check_graph(&g, "scale");
-}
-END_TEST
 
 /* Softmax over the last dimension of a 3-D tensor, scaled so that the
  * cross-entropy sees logits of some spread. */
@@ -486,15 +470,6 @@ static vit_tensor *b_softmax(graph *g, vit_tape *t, vit_tensor **in)
     (void)g;
     return vit_op_scale(t, vit_op_softmax(t, in[0]), 6);
 }
-
-START_TEST(test_softmax)
-{
-    graph g = {.build = b_softmax, .smoothing = SMOOTHING};
-    uint64_t seed = 83;
-    add_leaf(&g, "x", 1, 2.0, &seed, 3, 2, 3, 5, 0);
-    check_graph(&g, "softmax");
-}
-END_TEST
 
 /* x [2, 3, 4] -> [6, 4] (a leaf's gradient through a reshape), a linear map,
  * then back to [2, 3, 4] (an op-made tensor's), used twice after that. */
@@ -509,16 +484,6 @@ static vit_tensor *b_reshape(graph *g, vit_tape *t, vit_tensor **in)
         ck_assert(u->ndim == 3 && u->shape[0] == 2 && u->shape[1] == 3 && u->shape[2] == 4);
     return vit_op_add(t, vit_op_gelu(t, u), u);
 }
-
-START_TEST(test_reshape)
-{
-    graph g = {.build = b_reshape, .smoothing = SMOOTHING};
-    uint64_t seed = 84;
-    add_leaf(&g, "x", 1, 1.0, &seed, 3, 2, 3, 4, 0);
-    add_leaf(&g, "W", 1, 1.0, &seed, 2, 4, 4, 0, 0);
-    check_graph(&g, "reshape");
-}
-END_TEST
 
 /* Leaves: a [2, 2, 4], b [2, 3, 4] (constant), c [2, 1, 4]; two pieces
  * (a, b) or three (a, b, c). */
@@ -715,22 +680,12 @@ static vit_tensor *cube_op(vit_tape *t, vit_tensor *x, vit_tensor *w)
 }
 
 /* The custom op between two tape ops, so that its din and dout are lent
- * gradients; for _i = 1, w is a constant (its din is NULL). */
+ * gradients; with w a constant, its din is NULL. */
 static vit_tensor *b_cube(graph *g, vit_tape *t, vit_tensor **in)
 {
     (void)g;
     return vit_op_gelu(t, cube_op(t, vit_op_scale(t, in[0], (vit_real)1.5), in[1]));
 }
-
-START_TEST(test_custom_cube)
-{
-    graph g = {.build = b_cube, .smoothing = SMOOTHING};
-    uint64_t seed = 100 + (uint64_t)_i;
-    add_leaf(&g, "x", 1, 1.0, &seed, 2, 4, 5, 0, 0);
-    add_leaf(&g, "w", !_i, 1.5, &seed, 1, 5, 0, 0, 0);
-    check_graph(&g, _i ? "custom_cube_const_w" : "custom_cube");
-}
-END_TEST
 
 /* A custom op without a forward: the caller writes y = sin(x) after the
  * call; the backward reads x from its input. */
@@ -753,12 +708,40 @@ static vit_tensor *b_sin(graph *g, vit_tape *t, vit_tensor **in)
     return vit_op_scale(t, y, 3);
 }
 
-START_TEST(test_custom_no_forward)
+/* ---- graphs that need only their leaves -------------------------------- */
+
+typedef struct leaf_spec {
+    const char *name;
+    int wants_grad, ndim, d[4];
+    double scale;
+} leaf_spec;
+
+static const struct leaf_case {
+    const char *what;
+    build_fn build;
+    leaf_spec leaf[MAX_LEAVES];
+} leaf_cases[] = {
+    {"mul", b_mul, {{"a", 1, 3, {2, 3, 5}, 2.0}, {"b", 1, 3, {2, 3, 5}, 2.0}}},
+    {"mul_same", b_mul_same, {{"x", 1, 2, {6, 5}, 2.0}}},
+    {"scale", b_scale, {{"x", 1, 2, {6, 5}, 1.0}}},
+    {"softmax", b_softmax, {{"x", 1, 3, {2, 3, 5}, 2.0}}},
+    {"reshape", b_reshape, {{"x", 1, 3, {2, 3, 4}, 1.0}, {"W", 1, 2, {4, 4}, 1.0}}},
+    {"custom_cube", b_cube, {{"x", 1, 2, {4, 5}, 1.0}, {"w", 1, 1, {5}, 1.5}}},
+    {"custom_cube_const_w", b_cube, {{"x", 1, 2, {4, 5}, 1.0}, {"w", 0, 1, {5}, 1.5}}},
+    {"custom_no_forward", b_sin, {{"x", 1, 2, {6, 5}, 2.0}}},
+};
+
+START_TEST(test_leaf_cases)
 {
-    graph g = {.build = b_sin, .smoothing = SMOOTHING};
-    uint64_t seed = 102;
-    add_leaf(&g, "x", 1, 2.0, &seed, 2, 6, 5, 0, 0);
-    check_graph(&g, "custom_no_forward");
+    const struct leaf_case *c = &leaf_cases[_i];
+    graph g = {.build = c->build, .smoothing = SMOOTHING};
+    uint64_t seed = 80 + (uint64_t)_i;
+    for (int k = 0; k < MAX_LEAVES && c->leaf[k].name; k++) {
+        const leaf_spec *l = &c->leaf[k];
+        add_leaf(&g, l->name, l->wants_grad, l->scale, &seed, l->ndim, l->d[0], l->d[1], l->d[2],
+                 l->d[3]);
+    }
+    check_graph(&g, c->what);
 }
 END_TEST
 
@@ -1680,17 +1663,11 @@ static Suite *tape_suite(void)
     tcase_add_loop_test(tc, test_token, 0, 3);
     tcase_add_loop_test(tc, test_mean_tokens, 0, 2);
     tcase_add_loop_test(tc, test_cross_entropy, 0, 2);
-    tcase_add_test(tc, test_mul);
-    tcase_add_test(tc, test_mul_same_tensor);
-    tcase_add_test(tc, test_scale);
-    tcase_add_test(tc, test_softmax);
-    tcase_add_test(tc, test_reshape);
+    tcase_add_loop_test(tc, test_leaf_cases, 0, (int)(sizeof leaf_cases / sizeof *leaf_cases));
     tcase_add_loop_test(tc, test_concat_tokens, 0, 2);
     tcase_add_test(tc, test_embedding);
     tcase_add_loop_test(tc, test_masked_mean, 0, 2);
     tcase_add_loop_test(tc, test_mha_bias, 0, 4);
-    tcase_add_loop_test(tc, test_custom_cube, 0, 2);
-    tcase_add_test(tc, test_custom_no_forward);
     tcase_add_test(tc, test_checkpoint_grad);
     tcase_add_test(tc, test_checkpoint_bitwise);
     suite_add_tcase(s, tc);
