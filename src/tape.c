@@ -1433,6 +1433,7 @@ static int back_checkpoint(vit_tape *t, op_rec *op)
     vit_tape_reset(s);
     s->grad = 1;
     vit_tensor *in[MAX_INPUTS];
+    unsigned char shared[MAX_INPUTS];
     for (int k = 0; k < op->n_in; k++) {
         const vit_tensor *x = IN(k);
         node *p = node_new(s, x->ndim, x->shape, x->size);
@@ -1440,9 +1441,16 @@ static int back_checkpoint(vit_tape *t, op_rec *op)
             return tape_fail(t, s->status);
         p->t.data = x->data;
         /* Not a leaf: its gradient is lent and overwritten like an
-         * activation's, as in a run without the checkpoint. */
+         * activation's, as in a run without the checkpoint.  If x already
+         * has a gradient (a leaf's, or one in flight from ops after this
+         * one), the recomputation accumulates straight into it, in the
+         * order of a run without the checkpoint: summing apart first and
+         * adding the sum would round differently. */
         p->t.requires_grad = x->requires_grad;
         p->retain = 1;
+        shared[k] = x->requires_grad && x->grad;
+        if (shared[k])
+            p->t.grad = x->grad;
         in[k] = &p->t;
     }
     vit_tensor *y = op->cfg.custom.graph(s, in, op->cfg.custom.ctx);
@@ -1451,7 +1459,7 @@ static int back_checkpoint(vit_tape *t, op_rec *op)
         return rc;
     for (int k = 0; k < op->n_in; k++) {
         node *p = (node *)in[k];
-        if (!p->t.requires_grad)
+        if (!p->t.requires_grad || shared[k])
             continue;
         int fresh;
         vit_real *g = grad_out(t, op->in[k], &fresh);

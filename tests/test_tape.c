@@ -1,16 +1,28 @@
 /*
  * tests/test_tape.c - the reverse-mode tape (float64 build).
  *
- *  - gradient checks: for every op a small graph ending in the
- *    cross-entropy op; the tape's backward gives the gradient of every leaf,
- *    central differences of the same loss (recomputed by a forward on a
- *    reset tape without gradient buffers) check it, per leaf;
+ *  - gradient checks: for every op (mul also as x * x, concat with a
+ *    constant piece, embedding with repeated ids, masked mean with padding,
+ *    an all-padding item and no mask, mha_bias with bias_heads 1 and H,
+ *    self and cross), custom ops (a context copied from the stack, an
+ *    arena-saved buffer, a NULL forward) and a checkpointed sub-graph, a
+ *    small graph ending in the cross-entropy op; the tape's backward gives
+ *    the gradient of every leaf, central differences of the same loss
+ *    (recomputed by a forward on a reset tape without gradient buffers)
+ *    check it, per leaf; a checkpoint's gradients are bitwise the direct
+ *    call's;
  *  - a tensor used several times receives the sum of the contributions;
+ *  - vit_tape_backward_from against hand-computed vector-Jacobian
+ *    products; one backward per reset;
+ *  - no-grad mode: every op's values bitwise, nothing recorded;
  *  - memory: after the first step the arena keeps its size and the op count
- *    restarts at every reset;
+ *    restarts at every reset; marks and releases reuse the same memory;
+ *    op-made tensors hold no gradient outside the backward (retained ones
+ *    against a hand computation) and a chain of K layers keeps a constant
+ *    number of gradients;
  *  - errors: a NULL input propagates to the end of the forward and to the
- *    backward, shape mismatches are VIT_EINVAL with a message, reset clears.
- */
+ *    backward, shape mismatches are VIT_EINVAL with a message, reset clears;
+ *    custom op errors. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -55,6 +67,7 @@ struct graph {
     vit_patch_shape ps;
     int index;
     vit_real smoothing;
+    const void *aux; /* what a builder needs besides leaves (ids, a mask) */
     int labels[MAX_ROWS];
     vit_tape *tape; /* used for the finite-difference losses */
 };
@@ -126,8 +139,9 @@ static double graph_loss(void *ctx)
 
 /* Backward on the tape, then every leaf that wants a gradient against
  * central differences.  A second step without zeroing must double every
- * gradient (the tape accumulates into leaves, like the kernels). */
-static void check_graph(graph *g, const char *what)
+ * gradient (the tape accumulates into leaves, like the kernels).  The
+ * leaves are kept (holding twice their gradient) for further checks. */
+static void check_graph_keep(graph *g, const char *what)
 {
     g->tape = vit_tape_new();
     vit_tape *t = vit_tape_new();
@@ -148,6 +162,13 @@ static void check_graph(graph *g, const char *what)
             continue;
         char name[96];
         snprintf(name, sizeof name, "%s.%s", what, l->name);
+        /* A gradient far below the check's absolute floor would pass
+         * whatever it held. */
+        double big = 0;
+        for (size_t j = 0; j < l->n; j++)
+            big = fmax(big, fabs((double)l->grad[j]));
+        ck_assert_msg(big > 10 * GC_ABS_FLOOR, "%s: gradient too small to check (max %.3e)", name,
+                      big);
         ASSERT_GRAD(name, l->data, l->grad, l->n, graph_loss, g);
         first[i] = gc_zeros(l->n);
         memcpy(first[i], l->grad, l->n * sizeof *l->grad);
@@ -165,6 +186,11 @@ static void check_graph(graph *g, const char *what)
         free(first[i]);
     }
     vit_tape_free(t);
+}
+
+static void check_graph(graph *g, const char *what)
+{
+    check_graph_keep(g, what);
     graph_free(g);
 }
 
@@ -411,6 +437,390 @@ START_TEST(test_cross_entropy)
     uint64_t seed = 40;
     add_leaf(&g, "logits", 1, 3.0, &seed, 2, 4, 5, 0, 0);
     check_graph(&g, _i ? "cross_entropy_smooth" : "cross_entropy");
+}
+END_TEST
+
+/* ---- the elementwise, shape and lookup ops ------------------------------ */
+
+static vit_tensor *b_mul(graph *g, vit_tape *t, vit_tensor **in)
+{
+    (void)g;
+    return vit_op_mul(t, in[0], in[1]);
+}
+
+/* The same tensor as both operands: a leaf (x * x) and an op-made one
+ * (h * h with h = GELU(x)), whose lent gradient receives both terms. */
+static vit_tensor *b_mul_same(graph *g, vit_tape *t, vit_tensor **in)
+{
+    (void)g;
+    vit_tensor *h = vit_op_gelu(t, in[0]);
+    return vit_op_add(t, vit_op_mul(t, in[0], in[0]), vit_op_mul(t, h, h));
+}
+
+static vit_tensor *b_scale(graph *g, vit_tape *t, vit_tensor **in)
+{
+    (void)g;
+    return vit_op_scale(t, in[0], (vit_real)-1.75);
+}
+
+/* Softmax over the last dimension of a 3-D tensor, scaled so that the
+ * cross-entropy sees logits of some spread. */
+static vit_tensor *b_softmax(graph *g, vit_tape *t, vit_tensor **in)
+{
+    (void)g;
+    return vit_op_scale(t, vit_op_softmax(t, in[0]), 6);
+}
+
+/* x [2, 3, 4] -> [6, 4] (a leaf's gradient through a reshape), a linear map,
+ * then back to [2, 3, 4] (an op-made tensor's), used twice after that. */
+static vit_tensor *b_reshape(graph *g, vit_tape *t, vit_tensor **in)
+{
+    (void)g;
+    vit_tensor *r = vit_op_reshape(t, in[0], 2, (int[]){6, 4});
+    if (r)
+        ck_assert(r->ndim == 2 && r->shape[0] == 6 && r->shape[1] == 4 && r->data == in[0]->data);
+    vit_tensor *u = vit_op_reshape(t, vit_op_linear(t, r, in[1], NULL), 3, (int[]){2, 3, 4});
+    if (u)
+        ck_assert(u->ndim == 3 && u->shape[0] == 2 && u->shape[1] == 3 && u->shape[2] == 4);
+    return vit_op_add(t, vit_op_gelu(t, u), u);
+}
+
+/* Leaves: a [2, 2, 4], b [2, 3, 4] (constant), c [2, 1, 4]; two pieces
+ * (a, b) or three (a, b, c). */
+static vit_tensor *b_concat(graph *g, vit_tape *t, vit_tensor **in)
+{
+    return vit_op_concat_tokens(t, g->nleaves, in);
+}
+
+START_TEST(test_concat_tokens)
+{
+    graph g = {.build = b_concat, .smoothing = SMOOTHING};
+    uint64_t seed = 85 + (uint64_t)_i;
+    add_leaf(&g, "a", 1, 2.0, &seed, 3, 2, 2, 4, 0);
+    add_leaf(&g, "b", 0, 2.0, &seed, 3, 2, 3, 4, 0);
+    if (_i)
+        add_leaf(&g, "c", 1, 2.0, &seed, 3, 2, 1, 4, 0);
+
+    /* The values: each item's tokens in the order of the pieces. */
+    vit_tape *t = vit_tape_new();
+    vit_tensor *in[3];
+    for (int k = 0; k < g.nleaves; k++)
+        in[k] = vit_tape_leaf(t, g.leaf[k].data, NULL, 3, g.leaf[k].shape);
+    vit_tensor *y = vit_op_concat_tokens(t, g.nleaves, in);
+    ck_assert_ptr_nonnull(y);
+    ck_assert_int_eq(y->shape[1], _i ? 6 : 5);
+    for (int b = 0; b < 2; b++)
+        for (int k = 0, t0 = 0; k < g.nleaves; t0 += g.leaf[k].shape[1], k++) {
+            size_t n = (size_t)g.leaf[k].shape[1] * 4;
+            ck_assert(memcmp(y->data + ((size_t)b * y->shape[1] + t0) * 4,
+                             g.leaf[k].data + b * n, n * sizeof(vit_real)) == 0);
+        }
+    vit_tape_free(t);
+    check_graph(&g, _i ? "concat3" : "concat2");
+}
+END_TEST
+
+/* Ids [2, 3] into a table [5, 4]; ids 1 and 3 repeat, 2 is never used. */
+static const int embed_ids[6] = {1, 3, 1, 4, 1, 3};
+
+static vit_tensor *b_embedding(graph *g, vit_tape *t, vit_tensor **in)
+{
+    int ids[6];
+    memcpy(ids, g->aux, sizeof ids); /* the op copies its ids */
+    vit_tensor *y = vit_op_embedding(t, in[0], ids, 2, (int[]){2, 3});
+    memset(ids, 0, sizeof ids);
+    return y;
+}
+
+START_TEST(test_embedding)
+{
+    graph g = {.build = b_embedding, .smoothing = SMOOTHING, .aux = embed_ids};
+    uint64_t seed = 87;
+    add_leaf(&g, "table", 1, 2.0, &seed, 2, 5, 4, 0, 0);
+    vit_tape *t = vit_tape_new();
+    vit_tensor *y = b_embedding(&g, t, (vit_tensor *[]){
+        vit_tape_leaf(t, g.leaf[0].data, NULL, 2, g.leaf[0].shape)});
+    ck_assert_ptr_nonnull(y);
+    ck_assert(y->ndim == 3 && y->shape[0] == 2 && y->shape[1] == 3 && y->shape[2] == 4);
+    for (int i = 0; i < 6; i++)
+        ck_assert(memcmp(y->data + i * 4, g.leaf[0].data + embed_ids[i] * 4,
+                         4 * sizeof(vit_real)) == 0);
+    vit_tape_free(t);
+    check_graph_keep(&g, "embedding");
+    /* Rows 0 and 2 are never looked up: exactly no gradient.  Rows 1 and 3,
+     * looked up several times, were checked above. */
+    for (int j = 0; j < 4; j++)
+        ck_assert(g.leaf[0].grad[j] == 0 && g.leaf[0].grad[2 * 4 + j] == 0);
+    graph_free(&g);
+}
+END_TEST
+
+/* x [3, 4, 5]: item 0 has two padding tokens, item 1 none, item 2 only
+ * padding (its output is zeros and x gets no gradient there); aux NULL
+ * means no mask. */
+static const unsigned char mean_mask[12] = {1, 0, 1, 0, 1, 1, 1, 1, 0, 0, 0, 0};
+
+static vit_tensor *b_masked_mean(graph *g, vit_tape *t, vit_tensor **in)
+{
+    return vit_op_masked_mean(t, in[0], g->aux);
+}
+
+START_TEST(test_masked_mean)
+{
+    graph g = {.build = b_masked_mean, .smoothing = SMOOTHING, .aux = _i ? NULL : mean_mask};
+    uint64_t seed = 88 + (uint64_t)_i;
+    add_leaf(&g, "x", 1, 2.0, &seed, 3, 3, 4, 5, 0);
+    /* The values against sums written out here. */
+    vit_tape *t = vit_tape_new();
+    vit_tensor *y = b_masked_mean(&g, t, (vit_tensor *[]){
+        vit_tape_leaf(t, g.leaf[0].data, NULL, 3, g.leaf[0].shape)});
+    ck_assert_ptr_nonnull(y);
+    ck_assert(y->ndim == 2 && y->shape[0] == 3 && y->shape[1] == 5);
+    for (int b = 0; b < 3; b++)
+        for (int j = 0; j < 5; j++) {
+            double s = 0, n = 0;
+            for (int k = 0; k < 4; k++)
+                if (_i || mean_mask[b * 4 + k]) {
+                    s += g.leaf[0].data[(b * 4 + k) * 5 + j];
+                    n++;
+                }
+            ck_assert_double_eq_tol(y->data[b * 5 + j], n ? s / n : 0.0, 1e-15);
+        }
+    vit_tape_free(t);
+    check_graph_keep(&g, _i ? "masked_mean_nomask" : "masked_mean");
+    for (int i = 0; i < 12; i++)
+        for (int j = 0; j < 5; j++)
+            ck_assert_msg((g.leaf[0].grad[i * 5 + j] == 0) == (!_i && !mean_mask[i]),
+                          "token %d: gradient %g", i, (double)g.leaf[0].grad[i * 5 + j]);
+    graph_free(&g);
+}
+END_TEST
+
+/* Attention with a learnable score bias: leaves params, x_q, [x_kv,] bias. */
+static vit_tensor *b_mha_bias(graph *g, vit_tape *t, vit_tensor **in)
+{
+    vit_real *probs = NULL;
+    int cross = g->nleaves == 4;
+    vit_tensor *y = vit_op_mha_bias(t, &g->mha, in[0], in[1], in[cross ? 2 : 1],
+                                    in[cross ? 3 : 2], &probs);
+    if (y)
+        ck_assert_ptr_nonnull(probs);
+    return y;
+}
+
+START_TEST(test_mha_bias)
+{
+    /* _i bit 0: bias_heads H (else 1); bit 1: cross-attention. */
+    int H = 2, bh = _i & 1 ? H : 1, cross = _i & 2;
+    graph g = {.build = b_mha_bias, .smoothing = SMOOTHING};
+    g.mha = (vit_mha){.batch = 2, .n_q = 3, .n_k = cross ? 4 : 3, .d_model = 4,
+                      .d_kv = cross ? 6 : 0, .heads = H, .has_bias = 1, .bias_heads = bh};
+    uint64_t seed = 90 + (uint64_t)_i;
+    add_leaf(&g, "params", 1, 0.8, &seed, 1, (int)vit_mha_param_count(&g.mha), 0, 0, 0);
+    add_leaf(&g, "x_q", 1, 1.0, &seed, 3, 2, 3, 4, 0);
+    if (cross)
+        add_leaf(&g, "x_kv", 1, 1.0, &seed, 3, 2, 4, 6, 0);
+    add_leaf(&g, "bias", 1, 2.0, &seed, 3, bh, 3, g.mha.n_k, 0);
+    char what[32];
+    snprintf(what, sizeof what, "mha_bias%s_h%d", cross ? "_cross" : "", bh);
+    check_graph(&g, what);
+}
+END_TEST
+
+/* ---- custom ops and checkpoints ---------------------------------------- */
+
+/* y[r, j] = coef * x[r, j]^3 * w[j] for x [R, D], w [D]: the context comes
+ * from the caller's stack (coef) and the forward stores there a saved
+ * buffer from the tape's arena (3 coef x^2) for the backward. */
+typedef struct cube_ctx {
+    vit_real coef;
+    vit_real *x2; /* set by the forward */
+} cube_ctx;
+
+static int cube_forward(const vit_op_call *c)
+{
+    cube_ctx *ctx = c->ctx;
+    const vit_tensor *x = c->in[0], *w = c->in[1];
+    size_t D = w->size;
+    ctx->x2 = vit_tape_alloc(c->tape, x->size * sizeof *ctx->x2);
+    if (!ctx->x2)
+        return vit_tape_status(c->tape);
+    for (size_t i = 0; i < x->size; i++) {
+        ctx->x2[i] = 3 * ctx->coef * x->data[i] * x->data[i];
+        c->out->data[i] = ctx->coef * x->data[i] * x->data[i] * x->data[i] * w->data[i % D];
+    }
+    return VIT_OK;
+}
+
+static int cube_backward(const vit_op_call *c)
+{
+    const cube_ctx *ctx = c->ctx;
+    const vit_tensor *x = c->in[0], *w = c->in[1];
+    size_t D = w->size;
+    for (size_t i = 0; i < x->size; i++) {
+        if (c->din[0])
+            c->din[0][i] += c->dout[i] * ctx->x2[i] * w->data[i % D];
+        if (c->din[1]) /* y / w[j] = coef x^3 = x2 x / 3 */
+            c->din[1][i % D] += c->dout[i] * ctx->x2[i] * x->data[i] / 3;
+    }
+    return VIT_OK;
+}
+
+static vit_tensor *cube_op(vit_tape *t, vit_tensor *x, vit_tensor *w)
+{
+    cube_ctx ctx = {.coef = (vit_real)0.75};
+    vit_tensor *in[2] = {x, w};
+    vit_tensor *y = x ? vit_op_custom(t, "cube", 2, in, x->ndim, x->shape, cube_forward,
+                                      cube_backward, &ctx, sizeof ctx)
+                      : NULL;
+    /* The op has its own copy: what the stack holds later does not matter. */
+    ctx.coef = NAN;
+    ctx.x2 = NULL;
+    return y;
+}
+
+/* The custom op between two tape ops, so that its din and dout are lent
+ * gradients; with w a constant, its din is NULL. */
+static vit_tensor *b_cube(graph *g, vit_tape *t, vit_tensor **in)
+{
+    (void)g;
+    return vit_op_gelu(t, cube_op(t, vit_op_scale(t, in[0], (vit_real)1.5), in[1]));
+}
+
+/* A custom op without a forward: the caller writes y = sin(x) after the
+ * call; the backward reads x from its input. */
+static int sin_backward(const vit_op_call *c)
+{
+    const vit_tensor *x = c->in[0];
+    for (size_t i = 0; i < x->size; i++)
+        c->din[0][i] += c->dout[i] * cos(x->data[i]);
+    return VIT_OK;
+}
+
+static vit_tensor *b_sin(graph *g, vit_tape *t, vit_tensor **in)
+{
+    (void)g;
+    vit_tensor *y = vit_op_custom(t, "sin", 1, in, in[0]->ndim, in[0]->shape, NULL, sin_backward,
+                                  NULL, 0);
+    if (y)
+        for (size_t i = 0; i < y->size; i++)
+            y->data[i] = sin(in[0]->data[i]);
+    return vit_op_scale(t, y, 3);
+}
+
+/* ---- graphs that need only their leaves -------------------------------- */
+
+typedef struct leaf_spec {
+    const char *name;
+    int wants_grad, ndim, d[4];
+    double scale;
+} leaf_spec;
+
+static const struct leaf_case {
+    const char *what;
+    build_fn build;
+    leaf_spec leaf[MAX_LEAVES];
+} leaf_cases[] = {
+    {"mul", b_mul, {{"a", 1, 3, {2, 3, 5}, 2.0}, {"b", 1, 3, {2, 3, 5}, 2.0}}},
+    {"mul_same", b_mul_same, {{"x", 1, 2, {6, 5}, 2.0}}},
+    {"scale", b_scale, {{"x", 1, 2, {6, 5}, 1.0}}},
+    {"softmax", b_softmax, {{"x", 1, 3, {2, 3, 5}, 2.0}}},
+    {"reshape", b_reshape, {{"x", 1, 3, {2, 3, 4}, 1.0}, {"W", 1, 2, {4, 4}, 1.0}}},
+    {"custom_cube", b_cube, {{"x", 1, 2, {4, 5}, 1.0}, {"w", 1, 1, {5}, 1.5}}},
+    {"custom_cube_const_w", b_cube, {{"x", 1, 2, {4, 5}, 1.0}, {"w", 0, 1, {5}, 1.5}}},
+    {"custom_no_forward", b_sin, {{"x", 1, 2, {6, 5}, 2.0}}},
+};
+
+START_TEST(test_leaf_cases)
+{
+    const struct leaf_case *c = &leaf_cases[_i];
+    graph g = {.build = c->build, .smoothing = SMOOTHING};
+    uint64_t seed = 80 + (uint64_t)_i;
+    for (int k = 0; k < MAX_LEAVES && c->leaf[k].name; k++) {
+        const leaf_spec *l = &c->leaf[k];
+        add_leaf(&g, l->name, l->wants_grad, l->scale, &seed, l->ndim, l->d[0], l->d[1], l->d[2],
+                 l->d[3]);
+    }
+    check_graph(&g, c->what);
+}
+END_TEST
+
+/* The checkpointed sub-graph: a parameter W [4, 4] made inside from ctx,
+ * r = x + s * GELU(x W + b)^2, with x [2, 3, 4] and b [4] as inputs. */
+typedef struct block_ctx {
+    vit_real *W, *gW;
+    vit_real s;
+} block_ctx;
+
+static vit_tensor *block_fn(vit_tape *t, vit_tensor *const *in, void *c)
+{
+    const block_ctx *ctx = c;
+    vit_tensor *W = vit_tape_leaf(t, ctx->W, ctx->gW, 2, (int[]){4, 4});
+    vit_tensor *h = vit_op_gelu(t, vit_op_linear(t, in[0], W, in[1]));
+    return vit_op_add(t, in[0], vit_op_scale(t, vit_op_mul(t, h, h), ctx->s));
+}
+
+/* Leaves x, W, b, W2: the block through a checkpoint (g->index 1) or
+ * called directly (0), then x + block(x) (x reaches the loss outside the
+ * block too) through a linear map W2. */
+static vit_tensor *b_block(graph *g, vit_tape *t, vit_tensor **in)
+{
+    block_ctx ctx = {.W = in[1]->data, .gW = in[1]->grad, .s = (vit_real)0.5};
+    vit_tensor *bin[2] = {in[0], in[2]};
+    vit_tensor *r = g->index ? vit_op_checkpoint(t, block_fn, 2, bin, &ctx, sizeof ctx)
+                             : block_fn(t, bin, &ctx);
+    ctx.W = ctx.gW = NULL; /* the checkpoint's copy is used in its backward */
+    return vit_op_linear(t, vit_op_add(t, r, in[0]), in[3], NULL);
+}
+
+static void block_graph(graph *g, int checkpoint)
+{
+    *g = (graph){.build = b_block, .smoothing = SMOOTHING, .index = checkpoint};
+    uint64_t seed = 103;
+    add_leaf(g, "x", 1, 1.0, &seed, 3, 2, 3, 4, 0);
+    add_leaf(g, "W", 1, 1.0, &seed, 2, 4, 4, 0, 0);
+    add_leaf(g, "b", 1, 1.0, &seed, 1, 4, 0, 0, 0);
+    add_leaf(g, "W2", 1, 1.0, &seed, 2, 4, 5, 0, 0);
+}
+
+START_TEST(test_checkpoint_grad)
+{
+    graph g;
+    block_graph(&g, 1);
+    check_graph(&g, "checkpoint");
+}
+END_TEST
+
+START_TEST(test_checkpoint_bitwise)
+{
+    /* Gradients of every leaf bitwise those of the direct call: from zeroed
+     * gradients, and again accumulating onto the first step's. */
+    graph g[2];
+    vit_tape *t[2];
+    vit_tensor *loss[2];
+    for (int k = 0; k < 2; k++) {
+        block_graph(&g[k], k);
+        t[k] = vit_tape_new();
+    }
+    for (int step = 0; step < 2; step++) {
+        for (int k = 0; k < 2; k++) {
+            loss[k] = record(&g[k], t[k], 1);
+            ck_assert_msg(loss[k] != NULL, "%s", vit_last_error());
+            ck_assert_int_eq(vit_tape_backward(t[k], loss[k]), VIT_OK);
+        }
+        ck_assert(memcmp(loss[0]->data, loss[1]->data, sizeof *loss[0]->data) == 0);
+        /* The block's five ops are one on the checkpointing tape. */
+        ck_assert_int_eq(vit_tape_op_count(t[1]), vit_tape_op_count(t[0]) - 4);
+        for (int i = 0; i < 4; i++)
+            ck_assert_msg(memcmp(g[0].leaf[i].grad, g[1].leaf[i].grad,
+                                 g[0].leaf[i].n * sizeof(vit_real)) == 0,
+                          "step %d: gradient of %s differs from the direct call's", step + 1,
+                          g[0].leaf[i].name);
+    }
+    for (int k = 0; k < 2; k++) {
+        vit_tape_free(t[k]);
+        graph_free(&g[k]);
+    }
 }
 END_TEST
 
@@ -678,6 +1088,562 @@ START_TEST(test_kernel_error_status)
 }
 END_TEST
 
+/* ---- backward from any tensor, once per reset --------------------------- */
+
+/* Leaves x [3, 4] and W [4, 5], both with gradients, on tape t. */
+typedef struct xw {
+    vit_real x[12], W[20], gx[12], gW[20];
+    vit_tensor *lx, *lW;
+} xw;
+
+static void xw_init(xw *f, uint64_t seed)
+{
+    memset(f, 0, sizeof *f);
+    gc_fill(f->x, 12, &seed, 1);
+    gc_fill(f->W, 20, &seed, 1);
+}
+
+static vit_tensor *xw_linear(vit_tape *t, xw *f)
+{
+    f->lx = vit_tape_leaf(t, f->x, f->gx, 2, (int[]){3, 4});
+    f->lW = vit_tape_leaf(t, f->W, f->gW, 2, (int[]){4, 5});
+    return vit_op_linear(t, f->lx, f->lW, NULL);
+}
+
+static const int xw_labels[3] = {4, 0, 2};
+
+static vit_tensor *xw_loss(vit_tape *t, xw *f)
+{
+    return vit_op_cross_entropy(t, xw_linear(t, f), xw_labels, SMOOTHING, NULL);
+}
+
+/* |a - b| <= tol * max(1, |b|) for every entry. */
+static void assert_close(const char *what, const vit_real *a, const double *b, size_t n,
+                         double tol)
+{
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(fabs((double)a[i] - b[i]) <= tol * fmax(1.0, fabs(b[i])),
+                      "%s[%zu]: %.17g, expected %.17g", what, i, (double)a[i], b[i]);
+}
+
+START_TEST(test_backward_from_tensor)
+{
+    /* y = x W with a caller's dy [3, 5]: dW = x^T dy, dx = dy W^T. */
+    xw f;
+    xw_init(&f, 110);
+    vit_real dy[15], dy0[15];
+    uint64_t seed = 111;
+    gc_fill(dy, 15, &seed, 1);
+    memcpy(dy0, dy, sizeof dy);
+    vit_tape *t = vit_tape_new();
+    vit_tensor *y = xw_linear(t, &f);
+    ck_assert_ptr_nonnull(y);
+    ck_assert_int_eq(vit_tape_backward_from(t, y, dy), VIT_OK);
+    ck_assert(memcmp(dy, dy0, sizeof dy) == 0); /* read only */
+    ck_assert_ptr_null(y->grad);                 /* not retained */
+    double dW[20] = {0}, dx[12] = {0};
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 5; j++)
+            for (int r = 0; r < 3; r++) {
+                dW[i * 5 + j] += (double)f.x[r * 4 + i] * dy[r * 5 + j];
+                dx[r * 4 + i] += (double)dy[r * 5 + j] * f.W[i * 5 + j];
+            }
+    assert_close("dW", f.gW, dW, 20, 1e-14);
+    assert_close("dx", f.gx, dx, 12, 1e-14);
+
+    /* A scalar loss with dy = {s}: s times the plain backward's gradients. */
+    xw g;
+    xw_init(&g, 112);
+    vit_tape_reset(t);
+    ck_assert_int_eq(vit_tape_backward(t, xw_loss(t, &g)), VIT_OK);
+    double sW[20], sx[12];
+    const vit_real s = (vit_real)-0.3;
+    for (int i = 0; i < 20; i++)
+        sW[i] = s * g.gW[i];
+    for (int i = 0; i < 12; i++)
+        sx[i] = s * g.gx[i];
+    memset(g.gW, 0, sizeof g.gW);
+    memset(g.gx, 0, sizeof g.gx);
+    vit_tape_reset(t);
+    ck_assert_int_eq(vit_tape_backward_from(t, xw_loss(t, &g), &s), VIT_OK);
+    assert_close("s dW", g.gW, sW, 20, 1e-14);
+    assert_close("s dx", g.gx, sx, 12, 1e-14);
+
+    /* dy NULL is refused. */
+    vit_tape_reset(t);
+    ck_assert_int_eq(vit_tape_backward_from(t, xw_linear(t, &g), NULL), VIT_EINVAL);
+    expect_msg("vit_tape_backward", "dy");
+    vit_tape_free(t);
+}
+END_TEST
+
+START_TEST(test_backward_once)
+{
+    xw f;
+    xw_init(&f, 113);
+    vit_tape *t = vit_tape_new();
+    vit_tensor *loss = xw_loss(t, &f);
+    ck_assert_int_eq(vit_tape_backward(t, loss), VIT_OK);
+    vit_real gx[12], gW[20];
+    memcpy(gx, f.gx, sizeof gx);
+    memcpy(gW, f.gW, sizeof gW);
+    /* Again without a reset: refused, leaf gradients untouched. */
+    ck_assert_int_eq(vit_tape_backward(t, loss), VIT_EINVAL);
+    expect_msg("vit_tape_backward", "already ran its backward");
+    vit_real one = 1;
+    ck_assert_int_eq(vit_tape_backward_from(t, loss, &one), VIT_EINVAL);
+    expect_msg("vit_tape_backward", "already ran its backward");
+    ck_assert(memcmp(gx, f.gx, sizeof gx) == 0 && memcmp(gW, f.gW, sizeof gW) == 0);
+    /* After a reset the same step runs again and accumulates: exactly twice. */
+    vit_tape_reset(t);
+    ck_assert_int_eq(vit_tape_backward(t, xw_loss(t, &f)), VIT_OK);
+    for (int i = 0; i < 12; i++)
+        ck_assert(f.gx[i] == 2 * gx[i]);
+    for (int i = 0; i < 20; i++)
+        ck_assert(f.gW[i] == 2 * gW[i]);
+    vit_tape_free(t);
+}
+END_TEST
+
+/* ---- no-grad mode ------------------------------------------------------ */
+
+/* Inputs for one of every op, all leaves with gradient buffers. */
+typedef struct all_in {
+    vit_real x[24], W[16], b[4], gamma[4], beta[4], table[20], clsv[4], pos[12], img[32], Wp[16];
+    vit_real bias[18], *params;
+    vit_real g[512]; /* gradient buffers, carved per leaf */
+    vit_mha mha, mha_b;
+    vit_patch_shape ps;
+} all_in;
+
+static void all_in_init(all_in *a)
+{
+    memset(a, 0, sizeof *a);
+    a->mha = (vit_mha){.batch = 2, .n_q = 3, .n_k = 3, .d_model = 4, .heads = 2, .has_bias = 1};
+    a->mha_b = a->mha;
+    a->mha_b.bias_heads = 2;
+    a->ps = (vit_patch_shape){.batch = 2, .height = 4, .width = 4, .channels = 1, .patch = 2,
+                              .dim = 4};
+    size_t np = vit_mha_param_count(&a->mha);
+    a->params = gc_zeros(np);
+    uint64_t seed = 120;
+    vit_real *bufs[] = {a->x, a->W, a->b, a->gamma, a->beta, a->table, a->clsv, a->pos, a->img,
+                        a->Wp, a->bias, a->params};
+    size_t ns[] = {24, 16, 4, 4, 4, 20, 4, 12, 32, 16, 18, np};
+    for (size_t k = 0; k < sizeof ns / sizeof *ns; k++)
+        gc_fill(bufs[k], ns[k], &seed, 1);
+}
+
+#define ALL_OPS 21
+
+/* Runs every op (and a custom op and a checkpoint) on t; out[ALL_OPS]. */
+static void all_ops(vit_tape *t, all_in *a, vit_tensor **out)
+{
+    vit_real *g = a->g;
+#define LEAF(data, n, nd, ...) \
+    (g += (n), vit_tape_leaf(t, data, g - (n), nd, (int[]){__VA_ARGS__}))
+    vit_tensor *x = LEAF(a->x, 24, 3, 2, 3, 4), *W = LEAF(a->W, 16, 2, 4, 4);
+    vit_tensor *b = LEAF(a->b, 4, 1, 4), *gm = LEAF(a->gamma, 4, 1, 4);
+    vit_tensor *bt = LEAF(a->beta, 4, 1, 4), *tab = LEAF(a->table, 20, 2, 5, 4);
+    vit_tensor *cls = LEAF(a->clsv, 4, 1, 4), *pos = LEAF(a->pos, 12, 2, 3, 4);
+    vit_tensor *img = LEAF(a->img, 32, 4, 2, 4, 4, 1), *Wp = LEAF(a->Wp, 16, 2, 4, 4);
+    vit_tensor *bias = LEAF(a->bias, 18, 3, 2, 3, 3);
+    ck_assert_int_le(g - a->g, 512);
+#undef LEAF
+    vit_tensor *p = vit_tape_leaf(t, a->params, NULL, 1, (int[]){(int)vit_mha_param_count(&a->mha)});
+    static const int ids[6] = {0, 4, 4, 2, 1, 0}, labels[6] = {0, 1, 2, 3, 0, 1};
+    static const unsigned char mask[12] = {1, 1, 0, 1, 0, 1, 1, 1, 1, 1, 0, 0};
+    int k = 0;
+    out[k++] = vit_op_linear(t, x, W, b);
+    out[k++] = vit_op_layernorm(t, out[0], gm, bt, (vit_real)1e-5);
+    out[k++] = vit_op_gelu(t, out[1]);
+    out[k++] = vit_op_add(t, out[2], x);
+    out[k++] = vit_op_mul(t, out[3], x);
+    out[k++] = vit_op_scale(t, out[4], (vit_real)0.5);
+    out[k++] = vit_op_softmax(t, out[5]);
+    out[k++] = vit_op_reshape(t, out[6], 2, (int[]){6, 4});
+    out[k++] = vit_op_concat_tokens(t, 2, (vit_tensor *[]){x, out[3]});
+    out[k++] = vit_op_embedding(t, tab, ids, 2, (int[]){2, 3});
+    out[k++] = vit_op_masked_mean(t, out[8], mask);
+    out[k++] = vit_op_mha(t, &a->mha, p, x, out[9], NULL);
+    out[k++] = vit_op_mha_bias(t, &a->mha_b, p, out[2], out[2], bias, NULL);
+    out[k++] = vit_op_patch_embed(t, &a->ps, img, Wp, b);
+    out[k++] = vit_op_cls_prepend(t, out[13], cls);
+    out[k++] = vit_op_pos_add(t, out[12], pos);
+    out[k++] = vit_op_token(t, out[14], 0);
+    out[k++] = vit_op_mean_tokens(t, out[14], 1);
+    out[k++] = vit_op_cross_entropy(t, out[7], labels, SMOOTHING, NULL);
+    out[k++] = cube_op(t, out[15], b);
+    block_ctx bc = {.W = a->W, .gW = g, .s = (vit_real)0.5};
+    out[k++] = vit_op_checkpoint(t, block_fn, 2, (vit_tensor *[]){out[19], b}, &bc, sizeof bc);
+    ck_assert_int_eq(k, ALL_OPS);
+    ck_assert_msg(vit_tape_status(t) == VIT_OK, "%s", vit_last_error());
+}
+
+START_TEST(test_no_grad)
+{
+    all_in a;
+    all_in_init(&a);
+    vit_tape *tg = vit_tape_new(), *tn = vit_tape_new();
+    vit_tensor *yg[ALL_OPS], *yn[ALL_OPS];
+    all_ops(tg, &a, yg);
+    ck_assert_int_gt(vit_tape_op_count(tg), ALL_OPS - 2);
+
+    ck_assert_int_eq(vit_tape_grad_enabled(tn), 1);
+    ck_assert_int_eq(vit_tape_set_grad(tn, 0), 1);
+    ck_assert_int_eq(vit_tape_set_grad(tn, 0), 0);
+    ck_assert_int_eq(vit_tape_grad_enabled(tn), 0);
+    all_ops(tn, &a, yn);
+    ck_assert_int_eq(vit_tape_op_count(tn), 0);
+    for (int k = 0; k < ALL_OPS; k++) {
+        ck_assert_msg(yg[k]->requires_grad, "op %d", k);
+        ck_assert_msg(!yn[k]->requires_grad && !yn[k]->grad, "op %d", k);
+        ck_assert_int_eq(yn[k]->size, yg[k]->size);
+        ck_assert_msg(memcmp(yn[k]->data, yg[k]->data, yn[k]->size * sizeof(vit_real)) == 0,
+                      "op %d: values differ without gradients", k);
+    }
+    /* Nothing to run a backward from. */
+    ck_assert_int_eq(vit_tape_backward(tn, yn[18]), VIT_EINVAL);
+    expect_msg("vit_tape_backward", "no-grad");
+    for (size_t i = 0; i < sizeof a.g / sizeof *a.g; i++)
+        ck_assert(a.g[i] == 0);
+    /* The mode survives a reset; switching back returns the old mode. */
+    vit_tape_reset(tn);
+    ck_assert_int_eq(vit_tape_grad_enabled(tn), 0);
+    ck_assert_int_eq(vit_tape_set_grad(tn, 1), 0);
+    ck_assert_int_eq(vit_tape_set_grad(tn, 1), 1);
+    all_ops(tn, &a, yn);
+    ck_assert_int_eq(vit_tape_op_count(tn), vit_tape_op_count(tg));
+    ck_assert_int_eq(vit_tape_set_grad(NULL, 0), VIT_EINVAL);
+    ck_assert_int_eq(vit_tape_grad_enabled(NULL), 0);
+    vit_tape_free(tg);
+    vit_tape_free(tn);
+    free(a.params);
+}
+END_TEST
+
+/* ---- marks and releases ------------------------------------------------ */
+
+/* One piece of a no-grad evaluation: layer norm, attention, GELU(x W + b)
+ * over x [4, 16, 32]; the piece's leaf is piece p of the batch. */
+typedef struct piece_net {
+    vit_real x[8][4 * 16 * 32], W[32 * 32], b[32], gamma[32], beta[32], *params;
+    vit_mha mha;
+} piece_net;
+
+static vit_tensor *piece(vit_tape *t, piece_net *n, int p)
+{
+    vit_tensor *x = vit_tape_leaf(t, n->x[p], NULL, 3, (int[]){4, 16, 32});
+    vit_tensor *prm = vit_tape_leaf(t, n->params, NULL, 1, (int[]){(int)vit_mha_param_count(&n->mha)});
+    vit_tensor *h = vit_op_layernorm(t, x, vit_tape_leaf(t, n->gamma, NULL, 1, (int[]){32}),
+                                     vit_tape_leaf(t, n->beta, NULL, 1, (int[]){32}), 1e-5);
+    h = vit_op_mha(t, &n->mha, prm, h, h, NULL);
+    return vit_op_gelu(t, vit_op_linear(t, h, vit_tape_leaf(t, n->W, NULL, 2, (int[]){32, 32}),
+                                        vit_tape_leaf(t, n->b, NULL, 1, (int[]){32})));
+}
+
+START_TEST(test_mark_release)
+{
+    piece_net *n = calloc(1, sizeof *n);
+    ck_assert_ptr_nonnull(n);
+    n->mha = (vit_mha){.batch = 4, .n_q = 16, .n_k = 16, .d_model = 32, .heads = 4, .has_bias = 1};
+    n->params = gc_zeros(vit_mha_param_count(&n->mha));
+    uint64_t seed = 130;
+    gc_fill(&n->x[0][0], sizeof n->x / sizeof(vit_real), &seed, 1);
+    gc_fill(n->W, 32 * 32, &seed, 0.2);
+    gc_fill(n->b, 32, &seed, 0.2);
+    gc_fill(n->gamma, 32, &seed, 1);
+    gc_fill(n->beta, 32, &seed, 1);
+    gc_fill(n->params, vit_mha_param_count(&n->mha), &seed, 0.2);
+    const size_t piece_n = 4 * 16 * 32;
+
+    /* Reference: every piece on its own tape, nothing released. */
+    vit_real *ref = gc_zeros(8 * piece_n);
+    vit_tape *r = vit_tape_new();
+    vit_tape_set_grad(r, 0);
+    for (int p = 0; p < 8; p++) {
+        vit_tensor *y = piece(r, n, p);
+        ck_assert_ptr_nonnull(y);
+        memcpy(ref + p * piece_n, y->data, piece_n * sizeof *ref);
+    }
+    vit_tape_free(r);
+
+    /* Forty pieces through one mark: the same memory every time. */
+    vit_tape *t = vit_tape_new();
+    vit_tape_set_grad(t, 0);
+    size_t m = vit_tape_mark(t), bytes = 0;
+    vit_real *first = NULL;
+    for (int p = 0; p < 40; p++) {
+        vit_tensor *y = piece(t, n, p % 8);
+        ck_assert_ptr_nonnull(y);
+        ck_assert_msg(memcmp(y->data, ref + (p % 8) * piece_n, piece_n * sizeof *ref) == 0,
+                      "piece %d: values differ from a tape without releases", p);
+        if (p == 0) {
+            first = y->data;
+            bytes = vit_tape_bytes(t);
+        }
+        ck_assert_msg(y->data == first, "piece %d: output at %p, first at %p", p,
+                      (void *)y->data, (void *)first);
+        ck_assert_msg(vit_tape_bytes(t) == bytes, "piece %d: %zu bytes, first piece %zu", p,
+                      vit_tape_bytes(t), bytes);
+        ck_assert_int_gt(vit_tape_mark(t), m);
+        ck_assert_int_eq(vit_tape_release(t, m), VIT_OK);
+        ck_assert_int_eq(vit_tape_mark(t), m);
+    }
+    /* A mark beyond the position: refused. */
+    ck_assert_int_eq(vit_tape_release(t, m + 64), VIT_EINVAL);
+    expect_msg("vit_tape_release", "beyond");
+    vit_tape_free(t);
+
+    /* Grad mode: a step recorded before the mark, a no-grad piece released
+     * after it, then the step's backward gives the gradients of a tape
+     * that never ran the piece. */
+    xw f[2];
+    vit_tape *tt[2] = {vit_tape_new(), vit_tape_new()};
+    for (int k = 0; k < 2; k++) {
+        xw_init(&f[k], 131);
+        vit_tensor *loss = xw_loss(tt[k], &f[k]);
+        if (k) {
+            m = vit_tape_mark(tt[k]);
+            ck_assert_int_eq(vit_tape_set_grad(tt[k], 0), 1);
+            ck_assert_ptr_nonnull(piece(tt[k], n, 3));
+            ck_assert_int_eq(vit_tape_release(tt[k], m), VIT_OK);
+            ck_assert_int_eq(vit_tape_set_grad(tt[k], 1), 0);
+        }
+        ck_assert_int_eq(vit_tape_backward(tt[k], loss), VIT_OK);
+    }
+    ck_assert(memcmp(f[0].gx, f[1].gx, sizeof f[0].gx) == 0);
+    ck_assert(memcmp(f[0].gW, f[1].gW, sizeof f[0].gW) == 0);
+
+    /* Ops recorded since the mark: refused, and the tape stays usable. */
+    vit_tape_reset(tt[0]);
+    memset(f[0].gW, 0, sizeof f[0].gW);
+    memset(f[0].gx, 0, sizeof f[0].gx);
+    m = vit_tape_mark(tt[0]);
+    vit_tensor *loss = xw_loss(tt[0], &f[0]);
+    ck_assert_int_eq(vit_tape_release(tt[0], m), VIT_EINVAL);
+    expect_msg("vit_tape_release", "recorded");
+    ck_assert_int_eq(vit_tape_backward(tt[0], loss), VIT_OK);
+    ck_assert(memcmp(f[0].gW, f[1].gW, sizeof f[0].gW) == 0);
+    ck_assert_int_eq(vit_tape_release(NULL, 0), VIT_EINVAL);
+    for (int k = 0; k < 2; k++)
+        vit_tape_free(tt[k]);
+    free(ref);
+    free(n->params);
+    free(n);
+}
+END_TEST
+
+/* ---- lean gradients ---------------------------------------------------- */
+
+START_TEST(test_retain_grad)
+{
+    /* a = x W1, h = GELU(a), z = h W2, loss = CE(z); q = GELU(a) unused.
+     * x [4, 6] constant, W1 [6, 8], W2 [8, 5]. */
+    vit_real x[24], W1[48], W2[40], g1[48] = {0}, g2[40] = {0};
+    uint64_t seed = 140;
+    gc_fill(x, 24, &seed, 1);
+    gc_fill(W1, 48, &seed, 1);
+    gc_fill(W2, 40, &seed, 1);
+    static const int labels[4] = {1, 4, 0, 2};
+    vit_tape *t = vit_tape_new();
+    vit_tensor *lx = vit_tape_leaf(t, x, NULL, 2, (int[]){4, 6});
+    vit_tensor *lW1 = vit_tape_leaf(t, W1, g1, 2, (int[]){6, 8});
+    vit_tensor *lW2 = vit_tape_leaf(t, W2, g2, 2, (int[]){8, 5});
+    vit_tensor *a = vit_op_linear(t, lx, lW1, NULL), *h = vit_op_gelu(t, a);
+    vit_tensor *q = vit_op_gelu(t, a), *z = vit_op_linear(t, h, lW2, NULL);
+    vit_tensor *loss = vit_op_cross_entropy(t, z, labels, 0, NULL);
+    ck_assert_ptr_nonnull(loss);
+    vit_tensor *made[5] = {a, h, q, z, loss};
+    for (int k = 0; k < 5; k++)
+        ck_assert_msg(made[k]->requires_grad && !made[k]->grad, "tensor %d holds a gradient", k);
+
+    /* Leaves and tensors without a gradient cannot be retained. */
+    ck_assert_int_eq(vit_tape_retain_grad(t, lW1), VIT_EINVAL);
+    expect_msg("vit_tape_retain_grad", "leaf");
+    vit_tensor *c = vit_op_gelu(t, lx);
+    ck_assert_int_eq(vit_tape_retain_grad(t, c), VIT_EINVAL);
+    expect_msg("vit_tape_retain_grad", "no gradient");
+    ck_assert_int_eq(vit_tape_retain_grad(t, NULL), VIT_EINVAL);
+
+    ck_assert_int_eq(vit_tape_retain_grad(t, h), VIT_OK);
+    ck_assert_int_eq(vit_tape_retain_grad(t, z), VIT_OK);
+    ck_assert_int_eq(vit_tape_retain_grad(t, q), VIT_OK);
+    ck_assert_int_eq(vit_tape_backward(t, loss), VIT_OK);
+    ck_assert_ptr_null(a->grad);
+    ck_assert_ptr_null(loss->grad);
+    ck_assert_ptr_nonnull(h->grad);
+    ck_assert_ptr_nonnull(z->grad);
+    ck_assert_ptr_nonnull(q->grad);
+
+    /* dz = (softmax(z) - onehot) / B, dh = dz W2^T, dW2 = h^T dz. */
+    double dz[20], dh[32] = {0}, dW2[40] = {0};
+    for (int r = 0; r < 4; r++) {
+        double mx = -INFINITY, s = 0;
+        for (int j = 0; j < 5; j++)
+            mx = fmax(mx, z->data[r * 5 + j]);
+        for (int j = 0; j < 5; j++)
+            s += exp(z->data[r * 5 + j] - mx);
+        for (int j = 0; j < 5; j++)
+            dz[r * 5 + j] = (exp(z->data[r * 5 + j] - mx) / s - (j == labels[r])) / 4;
+    }
+    for (int r = 0; r < 4; r++)
+        for (int i = 0; i < 8; i++)
+            for (int j = 0; j < 5; j++) {
+                dh[r * 8 + i] += dz[r * 5 + j] * W2[i * 5 + j];
+                dW2[i * 5 + j] += (double)h->data[r * 8 + i] * dz[r * 5 + j];
+            }
+    assert_close("dz", z->grad, dz, 20, 1e-14);
+    assert_close("dh", h->grad, dh, 32, 1e-14);
+    assert_close("dW2", g2, dW2, 40, 1e-14);
+    /* Nothing reached q: its retained gradient reads as zeros. */
+    for (int i = 0; i < 32; i++)
+        ck_assert(q->grad[i] == 0);
+
+    /* No-grad outputs cannot be retained either. */
+    vit_tape_reset(t);
+    vit_tape_set_grad(t, 0);
+    lW1 = vit_tape_leaf(t, W1, g1, 2, (int[]){6, 8});
+    c = vit_op_gelu(t, lW1);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_int_eq(vit_tape_retain_grad(t, c), VIT_EINVAL);
+    vit_tape_free(t);
+}
+END_TEST
+
+/* K layers x = GELU(x W_k + b_k) of [64, 128] and a cross-entropy over
+ * the last x as 128-class logits. */
+#define LEAN_K 8
+#define LEAN_R 64
+#define LEAN_D 128
+
+typedef struct lean_net {
+    vit_real *x, *W[LEAN_K], *b[LEAN_K], *gW[LEAN_K], *gb[LEAN_K];
+    int labels[LEAN_R];
+} lean_net;
+
+static void lean_step(vit_tape *t, lean_net *n)
+{
+    vit_tape_reset(t);
+    vit_tensor *x = vit_tape_leaf(t, n->x, NULL, 2, (int[]){LEAN_R, LEAN_D});
+    vit_tensor *made[2 * LEAN_K + 1];
+    for (int k = 0; k < LEAN_K; k++) {
+        made[2 * k] = vit_op_linear(t, x, vit_tape_leaf(t, n->W[k], n->gW[k], 2,
+                                                         (int[]){LEAN_D, LEAN_D}),
+                                    vit_tape_leaf(t, n->b[k], n->gb[k], 1, (int[]){LEAN_D}));
+        made[2 * k + 1] = x = vit_op_gelu(t, made[2 * k]);
+    }
+    made[2 * LEAN_K] = vit_op_cross_entropy(t, x, n->labels, SMOOTHING, NULL);
+    ck_assert_msg(made[2 * LEAN_K] != NULL, "%s", vit_last_error());
+    for (int k = 0; k <= 2 * LEAN_K; k++)
+        ck_assert_msg(!made[k]->grad, "forward: op %d holds a gradient", k);
+    ck_assert_int_eq(vit_tape_backward(t, made[2 * LEAN_K]), VIT_OK);
+    for (int k = 0; k <= 2 * LEAN_K; k++)
+        ck_assert_msg(!made[k]->grad, "backward: op %d still holds a gradient", k);
+}
+
+START_TEST(test_lean_memory)
+{
+    lean_net n;
+    uint64_t seed = 150;
+    n.x = gc_zeros(LEAN_R * LEAN_D);
+    gc_fill(n.x, LEAN_R * LEAN_D, &seed, 1);
+    for (int k = 0; k < LEAN_K; k++) {
+        n.W[k] = gc_zeros(LEAN_D * LEAN_D);
+        n.gW[k] = gc_zeros(LEAN_D * LEAN_D);
+        n.b[k] = gc_zeros(LEAN_D);
+        n.gb[k] = gc_zeros(LEAN_D);
+        gc_fill(n.W[k], LEAN_D * LEAN_D, &seed, 0.15);
+        gc_fill(n.b[k], LEAN_D, &seed, 0.1);
+    }
+    for (int i = 0; i < LEAN_R; i++)
+        n.labels[i] = (7 * i) % LEAN_D;
+    vit_tape *t = vit_tape_new();
+    lean_step(t, &n);
+    lean_step(t, &n); /* the arena is now one block of the step's size */
+    /* One activation [64, 128]; the arena holds the 2K op outputs and the
+     * cross-entropy's probabilities, plus records; the gradient pool holds
+     * at most three activations' gradients (the two crossing an op and
+     * the loss's), where one per activation would be another 2K + 1. */
+    const size_t act = (size_t)LEAN_R * LEAN_D * sizeof(vit_real);
+    const size_t values = (2 * LEAN_K + 1) * act, records = 64 * 1024, pool = 3 * act;
+    size_t bytes = vit_tape_bytes(t);
+    printf("lean tape: %zu bytes for %d layers, bound %zu (values %zu)\n", bytes, LEAN_K,
+           values + records + pool, values);
+    ck_assert_msg(bytes >= values, "%zu bytes cannot hold the %zu bytes of values", bytes, values);
+    ck_assert_msg(bytes <= values + records + pool, "%zu bytes > values %zu + records %zu + pool %zu",
+                  bytes, values, records, pool);
+    vit_tape_free(t);
+    free(n.x);
+    for (int k = 0; k < LEAN_K; k++) {
+        free(n.W[k]);
+        free(n.gW[k]);
+        free(n.b[k]);
+        free(n.gb[k]);
+    }
+}
+END_TEST
+
+/* ---- custom op errors ------------------------------------------------- */
+
+static int fail_backward(const vit_op_call *c)
+{
+    (void)c;
+    return VIT_ENUM;
+}
+
+static int fail_forward(const vit_op_call *c)
+{
+    (void)c;
+    return VIT_EFORMAT;
+}
+
+START_TEST(test_custom_errors)
+{
+    vit_real x[6] = {1, 2, 3, 4, 5, 6}, gx[6] = {0};
+    static const int labels[2] = {0, 2};
+    vit_tape *t = vit_tape_new();
+    vit_tensor *lx = vit_tape_leaf(t, x, gx, 2, (int[]){2, 3});
+    /* A backward's error stops vit_tape_backward with its code. */
+    vit_tensor *y = vit_op_custom(t, "fails", 1, &lx, 2, lx->shape, NULL, fail_backward, NULL, 0);
+    ck_assert_ptr_nonnull(y);
+    memcpy(y->data, x, sizeof x);
+    vit_tensor *loss = vit_op_cross_entropy(t, y, labels, 0, NULL);
+    ck_assert_int_eq(vit_tape_backward(t, loss), VIT_ENUM);
+    ck_assert_int_eq(vit_tape_status(t), VIT_ENUM);
+    for (int i = 0; i < 6; i++)
+        ck_assert(gx[i] == 0);
+    /* So does a forward's, in the forward. */
+    vit_tape_reset(t);
+    lx = vit_tape_leaf(t, x, gx, 2, (int[]){2, 3});
+    ck_assert_ptr_null(vit_op_custom(t, "fails", 1, &lx, 2, lx->shape, fail_forward,
+                                     fail_backward, NULL, 0));
+    ck_assert_int_eq(vit_tape_status(t), VIT_EFORMAT);
+    /* An input with a gradient needs a backward; a constant one does not. */
+    vit_tape_reset(t);
+    lx = vit_tape_leaf(t, x, gx, 2, (int[]){2, 3});
+    ck_assert_ptr_null(vit_op_custom(t, "nobackward", 1, &lx, 2, lx->shape, NULL, NULL, NULL, 0));
+    ck_assert_int_eq(vit_tape_status(t), VIT_EINVAL);
+    expect_msg("nobackward", "backward is NULL");
+    vit_tape_reset(t);
+    lx = vit_tape_leaf(t, x, NULL, 2, (int[]){2, 3});
+    ck_assert_ptr_nonnull(vit_op_custom(t, "nobackward", 1, &lx, 2, lx->shape, NULL, NULL, NULL, 0));
+    ck_assert_int_eq(vit_tape_op_count(t), 0);
+    /* n_in out of range. */
+    vit_tensor *many[17];
+    for (int n_in = 0; n_in <= 17; n_in += 17) {
+        vit_tape_reset(t);
+        for (int i = 0; i < 17; i++)
+            many[i] = vit_tape_leaf(t, x, gx, 2, (int[]){2, 3});
+        ck_assert_ptr_null(vit_op_custom(t, "wide", n_in, many, 2, (int[]){2, 3}, NULL,
+                                         sin_backward, NULL, 0));
+        ck_assert_int_eq(vit_tape_status(t), VIT_EINVAL);
+        expect_msg("wide", "n_in");
+    }
+    vit_tape_free(t);
+}
+END_TEST
+
 static Suite *tape_suite(void)
 {
     Suite *s = suite_create("tape");
@@ -697,6 +1663,13 @@ static Suite *tape_suite(void)
     tcase_add_loop_test(tc, test_token, 0, 3);
     tcase_add_loop_test(tc, test_mean_tokens, 0, 2);
     tcase_add_loop_test(tc, test_cross_entropy, 0, 2);
+    tcase_add_loop_test(tc, test_leaf_cases, 0, (int)(sizeof leaf_cases / sizeof *leaf_cases));
+    tcase_add_loop_test(tc, test_concat_tokens, 0, 2);
+    tcase_add_test(tc, test_embedding);
+    tcase_add_loop_test(tc, test_masked_mean, 0, 2);
+    tcase_add_loop_test(tc, test_mha_bias, 0, 4);
+    tcase_add_test(tc, test_checkpoint_grad);
+    tcase_add_test(tc, test_checkpoint_bitwise);
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("memory_errors");
     tcase_set_timeout(tm, 60);
@@ -705,6 +1678,13 @@ static Suite *tape_suite(void)
     tcase_add_test(tm, test_null_propagates);
     tcase_add_test(tm, test_shape_errors);
     tcase_add_test(tm, test_kernel_error_status);
+    tcase_add_test(tm, test_backward_from_tensor);
+    tcase_add_test(tm, test_backward_once);
+    tcase_add_test(tm, test_no_grad);
+    tcase_add_test(tm, test_mark_release);
+    tcase_add_test(tm, test_retain_grad);
+    tcase_add_test(tm, test_lean_memory);
+    tcase_add_test(tm, test_custom_errors);
     suite_add_tcase(s, tm);
     return s;
 }
