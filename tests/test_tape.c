@@ -708,6 +708,15 @@ static vit_tensor *b_sin(graph *g, vit_tape *t, vit_tensor **in)
     return vit_op_scale(t, y, 3);
 }
 
+/* r + GELU(x) W + b: the residual r also feeds the loss through a GELU, so
+ * its gradient has two parts. */
+static vit_tensor *b_linear_add(graph *g, vit_tape *t, vit_tensor **in)
+{
+    vit_tensor *y = vit_op_linear_add(t, vit_op_gelu(t, in[0]), in[1], g->nleaves > 3 ? in[3] : NULL,
+                                      in[2]);
+    return vit_op_add(t, y, vit_op_gelu(t, in[2]));
+}
+
 /* ---- graphs that need only their leaves -------------------------------- */
 
 typedef struct leaf_spec {
@@ -729,6 +738,10 @@ static const struct leaf_case {
     {"custom_cube", b_cube, {{"x", 1, 2, {4, 5}, 1.0}, {"w", 1, 1, {5}, 1.5}}},
     {"custom_cube_const_w", b_cube, {{"x", 1, 2, {4, 5}, 1.0}, {"w", 0, 1, {5}, 1.5}}},
     {"custom_no_forward", b_sin, {{"x", 1, 2, {6, 5}, 2.0}}},
+    {"linear_add", b_linear_add, {{"x", 1, 3, {2, 3, 4}, 1.0}, {"W", 1, 2, {4, 5}, 1.0},
+                                  {"r", 1, 3, {2, 3, 5}, 1.0}, {"b", 1, 1, {5}, 1.0}}},
+    {"linear_add_nobias", b_linear_add, {{"x", 1, 2, {6, 4}, 1.0}, {"W", 1, 2, {4, 5}, 1.0},
+                                         {"r", 1, 2, {6, 5}, 1.0}}},
 };
 
 START_TEST(test_leaf_cases)
