@@ -93,12 +93,13 @@ static vit_tensor *forward(vit_tape *tape, model *m, const int *ids, const unsig
                          vit_params_leaf(m->p, tape, m->head_b, grad));
 }
 
+/* The attention's tensors in the flat order vit_op_mha takes. */
+static const char *const attn_names[8] = {"attn.w_q", "attn.w_k", "attn.w_v", "attn.w_o",
+                                          "attn.b_q", "attn.b_k", "attn.b_v", "attn.b_o"};
+
 int main(int argc, char **argv)
 {
-    /* Parameters by name, in the flat layout vit_op_mha wants for attn.*:
-     * W_Q W_K W_V W_O, then b_Q b_K b_V b_O.  Matrices are decayed. */
-    static const char *attn_names[8] = {"attn.w_q", "attn.w_k", "attn.w_v", "attn.w_o",
-                                        "attn.b_q", "attn.b_k", "attn.b_v", "attn.b_o"};
+    /* Parameters by name; weight matrices are decayed. */
     model m = {.p = vit_params_new()};
     m.embed = vit_params_add(m.p, "embed", 2, (int[]){V, D}, VIT_INIT_NORMAL, 1.0, 0);
     m.attn = m.embed + 1;
