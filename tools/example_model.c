@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <vit/vit.h>
 
-/* Does a padded sequence of tokens 0..7 contain token 7?  Real lengths 2..8. */
-enum { V = 8, T = 8, D = 16, HEADS = 2, B = 32, STEPS = 100, N_TEST = 500, NEEDLE = 7 };
+/* Does a padded sequence of tokens 0..15 contain token 15?  Real lengths 2..16. */
+enum { V = 16, T = 16, D = 16, HEADS = 2, B = 32, STEPS = 100, N_TEST = 500, NEEDLE = 15 };
 
 /* n sequences; label 1 iff NEEDLE is among the real tokens.  Padding slots
  * hold junk ids (the needle too), as a reused buffer would: only the mask
