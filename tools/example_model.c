@@ -117,11 +117,12 @@ int main(int argc, char **argv)
     vit_rng_seed(&test_rng, 3);
     vit_adamw opt = {0};
     vit_tape *tape = vit_tape_new();
+    int rc = 1;                                  /* until the end is reached */
     /* A failed add leaves p as it was, so 12 tensors means every add worked. */
     if (vit_params_tensor_count(m.p) != 12 || vit_params_alloc(m.p) != VIT_OK ||
         vit_params_init(m.p, &init_rng) != VIT_OK || !tape ||
         vit_adamw_init(&opt, vit_params_count(m.p), 0.9, 0.999, 1e-8, 0.01) != VIT_OK)
-        goto fail;
+        goto done;
     int ngroups;
     const vit_param_group *groups = vit_params_groups(m.p, &ngroups);
 
@@ -136,7 +137,7 @@ int main(int argc, char **argv)
         if (vit_tape_backward(tape, loss) != VIT_OK ||
             vit_adamw_step(&opt, vit_params_values(m.p), vit_params_grads(m.p), groups, ngroups,
                            vit_lr_at(step, STEPS, 10, 0.003, 0.0)) != VIT_OK)
-            goto fail;
+            goto done;
         if (step == 0 || step == STEPS - 1)
             printf("step %d: training loss %.4f\n", step, (double)loss->data[0]);
     }
@@ -148,7 +149,7 @@ int main(int argc, char **argv)
     vit_tensor *logits = forward(tape, &m, ids, valid, N_TEST, 0);
     vit_tensor *loss = vit_op_cross_entropy(tape, logits, labels, 0, NULL);
     if (!loss)
-        goto fail;
+        goto done;
     int correct = 0;
     for (int b = 0; b < N_TEST; b++)
         correct += (logits->data[2 * b + 1] > logits->data[2 * b]) == labels[b];
@@ -170,16 +171,14 @@ int main(int argc, char **argv)
         }
         vit_ckpt c = {.step = STEPS, .ntensors = n, .tensors = t};
         if (vit_ckpt_write(argv[1], &c) != VIT_OK)
-            goto fail;
+            goto done;
     }
+    rc = 0;
+done:
+    if (rc)
+        fprintf(stderr, "example_model: %s\n", vit_last_error());
     vit_tape_free(tape);
     vit_adamw_free(&opt);
     vit_params_free(m.p);
-    return 0;
-fail:
-    fprintf(stderr, "example_model: %s\n", vit_last_error());
-    vit_tape_free(tape);
-    vit_adamw_free(&opt);
-    vit_params_free(m.p);
-    return 1;
+    return rc;
 }
