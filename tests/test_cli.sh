@@ -90,7 +90,10 @@ check_readme_block() {
 }
 check_readme_block "## Using attention in your own training code" "$example"
 check_readme_block "## Writing your own model" "$model_example"
-expect "README example runs" 0 "y\[0\] = " "$tools/example_attention"
+# y[0] = -0.496 recomputed by hand (plain loops over the same weights); causal
+# query 0 sees only key 0, so its weight is exactly 1.
+expect "README example prints true numbers" 0 "^y\[0\] = -0\.49(6|59[0-9]*), weight of token 0 on itself = 1, " \
+    "$tools/example_attention"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
