@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The tools' main paths on a tiny model: train, stop, resume, evaluate,
-# predict, a run that diverges, and a few bad inputs.  Under
-# `meson test --setup valgrind` (which sets VIT_UNDER_VALGRIND=1) every tool
+# predict, a run that diverges, and a few bad inputs; and the README's C
+# examples.  Under `meson test --setup valgrind` (which sets
+# VIT_UNDER_VALGRIND=1) every tool
 # runs under valgrind memcheck and must show no memory error and no definite
 # or indirect leak: this is how the training loop, checkpoints and resume
 # get checked by memcheck, since the suites that train real models
@@ -64,6 +65,12 @@ run "PNG folder with a mismatched image" 1 "2.png: grayscale 5x5" vit_train "${s
 printf '1,2,3\n' >"$tmp/bad.csv"
 VIT_DIGITS=$tmp/bad.csv run "garbled digits file" 1 "bad.csv:1: 3 fields" vit_train "${small[@]}" \
     --out "$tmp/csvrun"
+
+# The README's examples: the model example trains, scores and saves its
+# tensors (test_example_model checks its numbers natively).
+run "README model example" 0 "held-out: loss 0\.0[0-9]+, accuracy 0\.99" example_model \
+    "$tmp/example.ckpt"
+run "README attention example" 0 "^y\[0\] = -0\.49" example_attention
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

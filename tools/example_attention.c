@@ -11,7 +11,7 @@ int main(void)
     vit_real *w = calloc(np, sizeof *w), *dw = calloc(np, sizeof *dw);
     vit_real x[2 * 5 * 8], y[2 * 5 * 8], dx[2 * 5 * 8] = {0}, dy[2 * 5 * 8];
     vit_real *cache = malloc(vit_mha_cache_size(&m) * sizeof *cache);
-    for (size_t i = 0; i < np; i++) w[i] = (vit_real)((i % 7) - 3) / 10;
+    for (size_t i = 0; i < np; i++) w[i] = (vit_real)((int)(i % 7) - 3) / 10;
     for (int i = 0; i < 80; i++) { x[i] = (vit_real)(i % 5) / 5; dy[i] = 1; }
 
     if (vit_mha_forward(&m, w, y, x, x, cache) != VIT_OK ||
