@@ -1342,6 +1342,27 @@ vit_tensor *vit_op_cross_entropy(vit_tape *t, vit_tensor *logits, const int *lab
 
 /* ---- custom ops -------------------------------------------------------- */
 
+/* Runs a caller's forward or backward.  A failure always leaves a message
+ * naming the op: the callback's own (set through any vit_* call that
+ * failed inside it), prefixed, or "returned VIT_E..." when it set none.
+ * A positive return is not a status: VIT_EINVAL.  On success the previous
+ * message is left as it was. */
+static int call_user(vit_op_fn f, const vit_op_call *call, const char *name, const char *what)
+{
+    char before[512];
+    snprintf(before, sizeof before, "%s", vit_last_error());
+    vit_fail(VIT_OK, "%s", "");
+    int rc = f(call);
+    if (rc == VIT_OK) {
+        vit_fail(VIT_OK, "%s", before);
+        return VIT_OK;
+    }
+    int code = rc < 0 ? rc : VIT_EINVAL;
+    if (*vit_last_error())
+        return vit_fail(code, "%s %s: %s", name, what, vit_last_error());
+    return vit_fail(code, "%s %s returned %d (%s)", name, what, rc, vit_status_name(rc));
+}
+
 static int back_custom(vit_tape *t, op_rec *op)
 {
     vit_real *din[MAX_INPUTS];
@@ -1354,10 +1375,7 @@ static int back_custom(vit_tape *t, op_rec *op)
         in[k] = IN(k);
     vit_op_call call = {.ctx = op->cfg.custom.ctx, .n_in = op->n_in, .in = in,
                         .out = &op->out->t, .tape = t, .dout = DY, .din = din};
-    int rc = op->cfg.custom.backward(&call);
-    if (rc > 0)
-        return vit_fail(VIT_EINVAL, "%s: backward returned %d", op->cfg.custom.name, rc);
-    return rc;
+    return call_user(op->cfg.custom.backward, &call, op->cfg.custom.name, "backward");
 }
 
 /* Checks of a caller's input list, shared by custom ops and checkpoints. */
@@ -1408,9 +1426,9 @@ vit_tensor *vit_op_custom(vit_tape *t, const char *name, int n_in, vit_tensor *c
         return NULL;
     if (forward) {
         vit_op_call call = {.ctx = c, .n_in = n_in, .in = in, .out = &y->t, .tape = t};
-        int rc = forward(&call);
+        int rc = call_user(forward, &call, fn, "forward");
         if (rc != VIT_OK)
-            return op_error(t, rc < 0 ? rc : vit_fail(VIT_EINVAL, "%s: forward returned %d", fn, rc));
+            return op_error(t, rc);
         if (t->status != VIT_OK)
             return NULL;
     }

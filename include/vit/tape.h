@@ -292,14 +292,18 @@ typedef struct vit_op_call {
     vit_tensor *out;           /* forward: write out->data; backward: read it */
     vit_tape *tape;            /* for vit_tape_alloc (saved buffers) */
     const vit_real *dout;      /* backward only: d/d out, out->size values */
-    vit_real *const *din;      /* backward only: din[i] receives (+=) d/d in[i],
-                                * in[i]->size values, zero on the first write;
-                                * NULL when in[i] needs no gradient */
+    vit_real *const *din;      /* backward only: din[i] receives d/d in[i],
+                                * in[i]->size values: always ADD (+=), the tape
+                                * hands a new buffer over zeroed; NULL when
+                                * in[i] needs no gradient */
 } vit_op_call;
 
-/* A custom forward or backward: VIT_OK, or a negative VIT_E* code (with a
- * message through the caller's own means) that stops the forward or the
- * backward and becomes the tape's status. */
+/* A custom forward or backward: VIT_OK, or a negative VIT_E* code that
+ * stops the forward or the backward and becomes the tape's status.  The
+ * message in vit_last_error() then names the op: "NAME forward: " before
+ * the message of a vit_* call that failed inside the callback, or "NAME
+ * forward returned -5 (VIT_ENUM)" if none did.  Inputs are never NULL in a
+ * callback (the op refuses a NULL input first). */
 typedef int (*vit_op_fn)(const vit_op_call *call);
 
 /* Records an op of the caller's: inputs in[0..n_in-1] (1 <= n_in <= 16),
