@@ -10,6 +10,7 @@
  */
 #include "seq_model.h"
 
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,9 +21,20 @@ static char seq_msg[160];
 
 const char *seq_error(void) { return seq_msg[0] ? seq_msg : vit_last_error(); }
 
-static int seq_failf(const char *what)
+/* The model's own error (a bad argument): VIT_EINVAL, message for seq_error.
+ * (libvit has no public call that sets vit_last_error(), hence this slot.) */
+static int seq_failf(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+static int seq_failf(const char *fmt, ...)
 {
-    snprintf(seq_msg, sizeof seq_msg, "%s", what);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(seq_msg, sizeof seq_msg, fmt, ap);
+    va_end(ap);
     return VIT_EINVAL;
 }
 
@@ -150,7 +162,7 @@ seq_model *seq_model_new(const seq_config *cfg)
     const char *msg;
     seq_msg[0] = '\0';
     if (!cfg || seq_config_check(cfg, &msg) != VIT_OK) {
-        seq_failf(cfg ? msg : "cfg is NULL");
+        seq_failf("%s", cfg ? msg : "cfg is NULL");
         return NULL;
     }
     seq_model *m = calloc(1, sizeof *m);
@@ -276,16 +288,12 @@ static vit_tensor *forward_graph(seq_model *m, const int *tokens, int b)
  * model's own rule (a token outside 0..10) rather than the lookup's. */
 static int check_tokens(const seq_model *m, const int *tokens, int b, const char *fn)
 {
-    static char msg[96];
-    if (!tokens || b < 1 || b > m->cfg.batch) {
-        snprintf(msg, sizeof msg, "%s: tokens is NULL or b is outside 1..batch", fn);
-        return seq_failf(msg);
-    }
+    if (!tokens || b < 1 || b > m->cfg.batch)
+        return seq_failf("%s: tokens is NULL or b = %d is outside 1..%d", fn, b, m->cfg.batch);
     for (size_t r = 0; r < (size_t)b * m->T; r++)
-        if (tokens[r] < 0 || tokens[r] >= SEQ_VOCAB) {
-            snprintf(msg, sizeof msg, "%s: a token is outside 0..10", fn);
-            return seq_failf(msg);
-        }
+        if (tokens[r] < 0 || tokens[r] >= SEQ_VOCAB)
+            return seq_failf("%s: token %d (item %zu, position %zu) is outside 0..10", fn,
+                             tokens[r], r / (size_t)m->T, r % (size_t)m->T);
     return VIT_OK;
 }
 
