@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
 # A program outside the project, built the way a user builds one: nothing but
 # `cc prog.c $(pkg-config --cflags --libs vit)`.  Usage:
-#   test_install.sh PC_DIR SOURCE SANITIZE BUILD_ROOT MESON CC...
+#   test_install.sh PC_DIR SOURCE SEQ_MAIN SEQ_MODEL SANITIZE BUILD_ROOT MESON CC...
 #  1. against the build tree: PKG_CONFIG_PATH=PC_DIR (meson's
 #     meson-uninstalled folder, whose vit-uninstalled.pc pkg-config prefers
 #     over vit.pc when asked for vit);
 #  2. against an installed tree: `meson install --destdir` into a temporary
 #     folder, checking that the headers, both libraries (shared and static)
 #     and both .pc files are there, then building SOURCE from the installed
-#     vit.pc, once linked to the shared and once to the static library.
+#     vit.pc, once linked to the shared and once to the static library;
+#  3. a whole model written by a user: SEQ_MODEL (tools/seq_model.c, the
+#     causal sequence model on the tape) with SEQ_MAIN (a main that trains it
+#     for a few steps and checks its loss falls), built from the installed
+#     vit.pc alone - proof that the public headers suffice to write one.
 # SANITIZE is meson's b_sanitize ("none", "address,undefined", ...): a
 # library built with sanitizers can only be linked by a program built with
 # them, so the same -fsanitize flags are added - the one flag not from
 # pkg-config.  CC is meson's C compiler command (the same runtime).
 set -u
-pcdir=$1 src=$2 sanitize=$3 build=$4 meson=$5
-shift 5
+pcdir=$1 src=$2 seq_main=$3 seq_model=$4 sanitize=$5 build=$6 meson=$7
+shift 7
 cc=("$@")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -132,6 +136,32 @@ else
                 run_consumer "installed, static library (no LD_LIBRARY_PATH)" "$tmp/consumer_static"
             else
                 bad "installed: linking the static library failed"
+            fi
+            # ---- 3. the sequence model, from the installed headers only ----
+            # Every header it pulls in must come from the installed tree, none
+            # from the source tree (its include/ or src/).
+            srcroot=$(cd "$(dirname "$seq_model")/.." && pwd)
+            # shellcheck disable=SC2086
+            if deps=$("${cc[@]}" $cflags -MM "$seq_main" "$seq_model"); then
+                # Only the two sources themselves and seq_model.h may come from the project.
+                leaked=$(tr ' \\' '\n\n' <<<"$deps" | grep -v ':$' | grep -F "$srcroot/" \
+                         | grep -v -e '/tools/seq_model\.[ch]$' -e '/tests/seq_consumer\.c$' | sort -u)
+                if [ -z "$leaked" ]; then
+                    ok "sequence model: every vit header it includes is the installed one"
+                else
+                    bad "sequence model includes headers from the source tree: $leaked"
+                fi
+            else
+                bad "sequence model: the preprocessor failed on the installed headers"
+            fi
+            # shellcheck disable=SC2086
+            if "${cc[@]}" "${san[@]}" -o "$tmp/seq_model" "$seq_main" "$seq_model" $flags; then
+                ok "sequence model: compiled and linked with the installed vit.pc's flags only"
+                # shellcheck disable=SC2086
+                run_consumer "installed, sequence model trains (loss falls)" "$tmp/seq_model" \
+                    "$(lib_path $flags)"
+            else
+                bad "sequence model: compiling $seq_model against the installed tree failed"
             fi
         else
             bad "pkg-config cannot read the installed vit.pc"

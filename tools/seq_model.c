@@ -1,13 +1,16 @@
 /*
  * seq_model.c - a decoder-only transformer on digit sequences, written the
- * way a user would lift libvit's layers into their own training code: only
- * the public kernels (include/vit), called directly, each forward next to the
- * matching backward.  The one piece the library lacks, the token lookup, is
- * a gather here and a scatter-add in the backward.  See seq_model.h.
+ * way a user would write their own model on libvit: from the public API only
+ * (<vit/vit.h>), as forward code on the tape.  The parameters are a
+ * vit_params, the backward is vit_tape_backward's, and the one op the tape
+ * lacks - the answer positions of each sequence - is a custom op with its
+ * own backward.  tests/test_install.sh builds this file against an installed
+ * libvit with nothing but `pkg-config --cflags --libs vit`, so it must not
+ * use libm either (those flags do not link it).  See seq_model.h.
  */
 #include "seq_model.h"
 
-#include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,21 +21,22 @@ static char seq_msg[160];
 
 const char *seq_error(void) { return seq_msg[0] ? seq_msg : vit_last_error(); }
 
-static int seq_failf(const char *what)
+/* The model's own error (a bad argument): VIT_EINVAL, message for seq_error.
+ * (libvit has no public call that sets vit_last_error(), hence this slot.) */
+static int seq_failf(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+static int seq_failf(const char *fmt, ...)
 {
-    snprintf(seq_msg, sizeof seq_msg, "%s", what);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(seq_msg, sizeof seq_msg, fmt, ap);
+    va_end(ap);
     return VIT_EINVAL;
 }
-
-/* Kernel calls: on failure return their code; vit_last_error() has the text. */
-#define TRY(call)                        \
-    do {                                 \
-        int rc_ = (call);                \
-        if (rc_ != VIT_OK) {             \
-            seq_msg[0] = '\0';           \
-            return rc_;                  \
-        }                                \
-    } while (0)
 
 /* ---- Configuration ------------------------------------------------------ */
 
@@ -61,164 +65,104 @@ int seq_config_check(const seq_config *c, const char **msg)
     return m ? VIT_EINVAL : VIT_OK;
 }
 
-/* ---- Parameters ---------------------------------------------------------- */
+/* ---- The model ------------------------------------------------------------ */
 
-/* Pointers into a flat buffer (parameters or their gradients, laid out
- * alike).  Per layer: ln1 gain/shift, the attention layer's own flat block
- * (vit/attention.h), ln2, the MLP. */
-typedef struct layer_views {
-    vit_real *ln1_g, *ln1_b, *attn, *ln2_g, *ln2_b, *fc_w, *fc_b, *proj_w, *proj_b;
-} layer_views;
+/* Indices of one block's tensors in the vit_params.  attn is the first of
+ * the attention layer's eight (w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o),
+ * contiguous in the order vit_mha's flat buffer wants. */
+typedef struct seq_block {
+    int ln1_g, ln1_b, attn, ln2_g, ln2_b, fc_w, fc_b, proj_w, proj_b;
+} seq_block;
 
-typedef struct views {
-    vit_real *wte, *wpe;            /* [V, D], [T, D] */
-    layer_views *layer;             /* [layers] */
-    vit_real *lnf_g, *lnf_b;        /* [D] */
-    vit_real *head_w, *head_b;      /* [D, 10], [10] */
-} views;
-
-/* Saved forward values of one block, each [B*T, width] (rows = tokens). */
-typedef struct layer_acts {
-    vit_real *x_in, *ln1, *mean1, *rstd1, *cache, *att, *x_mid;
-    vit_real *ln2, *mean2, *rstd2, *fc, *gl, *proj;
-} layer_acts;
+enum { ATTN_TENSORS = 8 };
 
 struct seq_model {
     seq_config cfg;
-    int T, D, F;
-    vit_mha mha;                 /* shape at the largest batch */
-    size_t n_attn, n_params;
-    vit_real *params, *grads;    /* flat, n_params each */
-    views p, g;
-    layer_acts *act;             /* [layers] */
-    vit_real *x_fin, *lnf, *meanf, *rstdf, *logits;
-    /* backward scratch */
-    vit_real *dres, *dtmp, *dF1, *dF2, *dlogits, *work;
-    vit_real *sel_logits, *sel_probs, *sel_dlogits; /* [B*k, 10] answer rows */
-    int *sel_labels;
+    int T;
+    vit_mha mha;          /* the attention shape; batch set per forward */
+    vit_params *params;
+    int wte, wpe, lnf_g, lnf_b, head_w, head_b;
+    seq_block *block;     /* [layers] */
+    vit_tape *tape;       /* one step (or one evaluation forward) at a time */
     vit_adamw opt;
-    long step;
-    void *block;                 /* every buffer above comes from this one allocation */
 };
 
-/* The attention layer's shape for a batch of b sequences. */
-static vit_mha mha_for(const seq_model *m, int b)
+/* sqrt(x) for x >= 1 by Newton's iteration (converged well within the
+ * iterations for the x used here), keeping this file free of libm. */
+static double root(double x)
 {
-    vit_mha a = m->mha;
-    a.batch = b;
-    return a;
+    double r = x;
+    for (int i = 0; i < 64; i++)
+        r = (r + x / r) / 2;
+    return r;
 }
 
-/* Lays out a flat buffer; returns the number of reals it needs. */
-static size_t map_views(const seq_model *m, vit_real *base, views *v)
+/* Adds tensor "blocks.<layer>.<name>" (or "<name>" for layer < 0); the
+ * first failure is kept in *err. */
+static int add(vit_params *p, int *err, int layer, const char *name, int ndim, int d0, int d1,
+               int init, double scale, int decay)
 {
-    size_t o = 0;
-    const size_t D = (size_t)m->D, F = (size_t)m->F;
-#define TAKE(ptr, count) do { (ptr) = base ? base + o : NULL; o += (count); } while (0)
-    TAKE(v->wte, SEQ_VOCAB * D);
-    TAKE(v->wpe, (size_t)m->T * D);
+    char full[VIT_PARAMS_NAME_MAX + 1];
+    if (layer >= 0)
+        snprintf(full, sizeof full, "blocks.%d.%s", layer, name);
+    else
+        snprintf(full, sizeof full, "%s", name);
+    int ix = vit_params_add(p, full, ndim, (const int[]){d0, d1}, init, scale, decay);
+    if (ix < 0 && *err == VIT_OK)
+        *err = ix;
+    return ix;
+}
+
+/* The layout, in the order the old flat buffer had:
+ *   wte [V, D]  wpe [T, D]
+ *   blocks.L.{ln1.g, ln1.b, attn.{w_q, w_k, w_v, w_o [D, D], b_q, b_k, b_v, b_o [D]},
+ *             ln2.g, ln2.b, mlp.w1 [D, F], mlp.b1 [F], mlp.w2 [F, D], mlp.b2 [D]}
+ *   ln_f.g, ln_f.b [D]  head.w [D, 10]  head.b [10]
+ * GPT-2's init: weights normal with std 0.02, the two projections that
+ * write into the residual stream (attn.w_o, mlp.w2) with 0.02/sqrt(2 layers)
+ * so its variance does not grow with depth; biases 0, gains 1.  Matrices
+ * are decayed, the rest not (the default run uses no weight decay). */
+static int layout(seq_model *m)
+{
+    vit_params *p = m->params;
+    const int D = m->cfg.dim, F = m->cfg.mlp, T = m->T;
+    const double std = 0.02, out_std = 0.02 / root(2.0 * m->cfg.layers);
+    int err = VIT_OK;
+    m->wte = add(p, &err, -1, "wte", 2, SEQ_VOCAB, D, VIT_INIT_NORMAL, std, 1);
+    m->wpe = add(p, &err, -1, "wpe", 2, T, D, VIT_INIT_NORMAL, std, 0);
+    static const char *attn_w[4] = {"attn.w_q", "attn.w_k", "attn.w_v", "attn.w_o"};
+    static const char *attn_b[4] = {"attn.b_q", "attn.b_k", "attn.b_v", "attn.b_o"};
     for (int l = 0; l < m->cfg.layers; l++) {
-        layer_views *L = &v->layer[l];
-        TAKE(L->ln1_g, D); TAKE(L->ln1_b, D);
-        TAKE(L->attn, m->n_attn);
-        TAKE(L->ln2_g, D); TAKE(L->ln2_b, D);
-        TAKE(L->fc_w, D * F); TAKE(L->fc_b, F);
-        TAKE(L->proj_w, F * D); TAKE(L->proj_b, D);
+        seq_block *b = &m->block[l];
+        b->ln1_g = add(p, &err, l, "ln1.g", 1, D, 0, VIT_INIT_ONE, 0, 0);
+        b->ln1_b = add(p, &err, l, "ln1.b", 1, D, 0, VIT_INIT_ZERO, 0, 0);
+        for (int i = 0; i < 4; i++) {
+            int ix = add(p, &err, l, attn_w[i], 2, D, D, VIT_INIT_NORMAL, i == 3 ? out_std : std, 1);
+            if (i == 0)
+                b->attn = ix;
+        }
+        for (int i = 0; i < 4; i++)
+            add(p, &err, l, attn_b[i], 1, D, 0, VIT_INIT_ZERO, 0, 0);
+        b->ln2_g = add(p, &err, l, "ln2.g", 1, D, 0, VIT_INIT_ONE, 0, 0);
+        b->ln2_b = add(p, &err, l, "ln2.b", 1, D, 0, VIT_INIT_ZERO, 0, 0);
+        b->fc_w = add(p, &err, l, "mlp.w1", 2, D, F, VIT_INIT_NORMAL, std, 1);
+        b->fc_b = add(p, &err, l, "mlp.b1", 1, F, 0, VIT_INIT_ZERO, 0, 0);
+        b->proj_w = add(p, &err, l, "mlp.w2", 2, F, D, VIT_INIT_NORMAL, out_std, 1);
+        b->proj_b = add(p, &err, l, "mlp.b2", 1, D, 0, VIT_INIT_ZERO, 0, 0);
     }
-    TAKE(v->lnf_g, D); TAKE(v->lnf_b, D);
-    TAKE(v->head_w, D * SEQ_DIGITS); TAKE(v->head_b, SEQ_DIGITS);
-#undef TAKE
-    return o;
-}
-
-/* Sizes of every buffer, in order, so one allocation holds them all. */
-typedef struct carve { char *base; size_t used; } carve;
-
-static void *take(carve *c, size_t bytes)
-{
-    size_t at = (c->used + 63) & ~(size_t)63; /* cache-line aligned slices */
-    c->used = at + bytes;
-    return c->base ? c->base + at : NULL;
-}
-#define REALS(c, n) ((vit_real *)take((c), (size_t)(n) * sizeof(vit_real)))
-
-static void carve_all(seq_model *m, carve *c)
-{
-    const size_t N = (size_t)m->cfg.batch * m->T, D = (size_t)m->D, F = (size_t)m->F;
-    const size_t sel = (size_t)m->cfg.batch * m->cfg.len * SEQ_DIGITS;
-    m->params = REALS(c, m->n_params);
-    m->grads = REALS(c, m->n_params);
-    m->p.layer = take(c, (size_t)m->cfg.layers * sizeof(layer_views));
-    m->g.layer = take(c, (size_t)m->cfg.layers * sizeof(layer_views));
-    m->act = take(c, (size_t)m->cfg.layers * sizeof(layer_acts));
-    for (int l = 0; l < m->cfg.layers; l++) {
-        layer_acts a;
-        a.x_in = REALS(c, N * D); a.ln1 = REALS(c, N * D);
-        a.mean1 = REALS(c, N); a.rstd1 = REALS(c, N);
-        a.cache = REALS(c, vit_mha_cache_size(&m->mha));
-        a.att = REALS(c, N * D); a.x_mid = REALS(c, N * D); a.ln2 = REALS(c, N * D);
-        a.mean2 = REALS(c, N); a.rstd2 = REALS(c, N);
-        a.fc = REALS(c, N * F); a.gl = REALS(c, N * F); a.proj = REALS(c, N * D);
-        if (m->act)
-            m->act[l] = a;
-    }
-    m->x_fin = REALS(c, N * D); m->lnf = REALS(c, N * D);
-    m->meanf = REALS(c, N); m->rstdf = REALS(c, N);
-    m->logits = REALS(c, N * SEQ_DIGITS);
-    m->dres = REALS(c, N * D); m->dtmp = REALS(c, N * D);
-    m->dF1 = REALS(c, N * F); m->dF2 = REALS(c, N * F);
-    m->dlogits = REALS(c, N * SEQ_DIGITS);
-    m->work = REALS(c, vit_mha_work_size(&m->mha));
-    m->sel_logits = REALS(c, sel); m->sel_probs = REALS(c, sel); m->sel_dlogits = REALS(c, sel);
-    m->sel_labels = take(c, (size_t)m->cfg.batch * m->cfg.len * sizeof(int));
-}
-
-static void fill_normal(vit_real *x, size_t n, double std, vit_rng *r)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] = (vit_real)(std * vit_rng_normal(r));
-}
-
-static void fill_const(vit_real *x, size_t n, vit_real v)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] = v;
-}
-
-/* GPT-2's recipe: small normal weights, and the two projections that write
- * into the residual stream scaled by 1/sqrt(2 layers) so its variance does
- * not grow with depth. */
-static void init_params(seq_model *m)
-{
-    vit_rng r;
-    vit_rng_seed(&r, m->cfg.seed);
-    const size_t D = (size_t)m->D, F = (size_t)m->F;
-    const double std = 0.02, out_std = 0.02 / sqrt(2.0 * m->cfg.layers);
-    memset(m->params, 0, m->n_params * sizeof *m->params);
-    fill_normal(m->p.wte, SEQ_VOCAB * D, std, &r);
-    fill_normal(m->p.wpe, (size_t)m->T * D, std, &r);
-    for (int l = 0; l < m->cfg.layers; l++) {
-        layer_views *L = &m->p.layer[l];
-        vit_mha_views a;
-        vit_mha_views_of(&m->mha, L->attn, &a);
-        fill_const(L->ln1_g, D, 1);
-        fill_const(L->ln2_g, D, 1);
-        fill_normal(a.w_q, D * D, std, &r);
-        fill_normal(a.w_k, D * D, std, &r);
-        fill_normal(a.w_v, D * D, std, &r);
-        fill_normal(a.w_o, D * D, out_std, &r);
-        fill_normal(L->fc_w, D * F, std, &r);
-        fill_normal(L->proj_w, F * D, out_std, &r);
-    }
-    fill_const(m->p.lnf_g, D, 1);
-    fill_normal(m->p.head_w, D * SEQ_DIGITS, std, &r);
+    m->lnf_g = add(p, &err, -1, "ln_f.g", 1, D, 0, VIT_INIT_ONE, 0, 0);
+    m->lnf_b = add(p, &err, -1, "ln_f.b", 1, D, 0, VIT_INIT_ZERO, 0, 0);
+    m->head_w = add(p, &err, -1, "head.w", 2, D, SEQ_DIGITS, VIT_INIT_NORMAL, std, 1);
+    m->head_b = add(p, &err, -1, "head.b", 1, SEQ_DIGITS, 0, VIT_INIT_ZERO, 0, 0);
+    return err;
 }
 
 seq_model *seq_model_new(const seq_config *cfg)
 {
     const char *msg;
+    seq_msg[0] = '\0';
     if (!cfg || seq_config_check(cfg, &msg) != VIT_OK) {
-        seq_failf(cfg ? msg : "cfg is NULL");
+        seq_failf("%s", cfg ? msg : "cfg is NULL");
         return NULL;
     }
     seq_model *m = calloc(1, sizeof *m);
@@ -228,39 +172,21 @@ seq_model *seq_model_new(const seq_config *cfg)
     }
     m->cfg = *cfg;
     m->T = 2 * cfg->len;
-    m->D = cfg->dim;
-    m->F = cfg->mlp;
-    m->mha = (vit_mha){.batch = cfg->batch, .n_q = m->T, .n_k = m->T, .d_model = m->D,
+    m->mha = (vit_mha){.batch = 1, .n_q = m->T, .n_k = m->T, .d_model = cfg->dim,
                        .heads = cfg->heads, .has_bias = 1};
     m->mha.mask.causal = cfg->causal;
-    m->n_attn = vit_mha_param_count(&m->mha);
-    views probe = {0};
-    layer_views *tmp = calloc((size_t)cfg->layers, sizeof *tmp);
-    if (!tmp || m->n_attn == 0) {
-        if (!tmp)
-            seq_failf("out of memory");
-        free(tmp);
-        free(m);
+    m->block = calloc((size_t)cfg->layers, sizeof *m->block);
+    m->params = vit_params_new();
+    m->tape = vit_tape_new();
+    vit_rng rng;
+    vit_rng_seed(&rng, cfg->seed);
+    if (!m->block || !m->params || !m->tape || layout(m) != VIT_OK
+        || vit_params_alloc(m->params) != VIT_OK || vit_params_init(m->params, &rng) != VIT_OK
+        || vit_adamw_init(&m->opt, vit_params_count(m->params), 0.9, 0.98, 1e-8, 0.0) != VIT_OK) {
+        seq_msg[0] = '\0'; /* vit_last_error() names the failing call */
+        seq_model_free(m);
         return NULL;
     }
-    probe.layer = tmp;
-    m->n_params = map_views(m, NULL, &probe);
-    free(tmp);
-
-    carve c = {NULL, 0};
-    carve_all(m, &c);            /* first pass: sizes only */
-    m->block = calloc(1, c.used);
-    if (!m->block || vit_adamw_init(&m->opt, m->n_params, 0.9, 0.98, 1e-8, 0.0) != VIT_OK) {
-        seq_failf("out of memory");
-        free(m->block);
-        free(m);
-        return NULL;
-    }
-    c = (carve){m->block, 0};
-    carve_all(m, &c);
-    map_views(m, m->params, &m->p);
-    map_views(m, m->grads, &m->g);
-    init_params(m);
     return m;
 }
 
@@ -269,11 +195,13 @@ void seq_model_free(seq_model *m)
     if (!m)
         return;
     vit_adamw_free(&m->opt);
+    vit_tape_free(m->tape);
+    vit_params_free(m->params);
     free(m->block);
     free(m);
 }
 
-size_t seq_model_param_count(const seq_model *m) { return m ? m->n_params : 0; }
+size_t seq_model_param_count(const seq_model *m) { return m ? vit_params_count(m->params) : 0; }
 
 /* ---- Data ------------------------------------------------------------------ */
 
@@ -324,169 +252,157 @@ void seq_make_batch(const seq_config *cfg, vit_rng *rng, int split, int n, int *
 
 /* ---- Forward ------------------------------------------------------------- */
 
-/* Token lookup: x[r] = wte[tokens[r]] for the n = b*T rows, then + wpe. */
-static int embed_forward(seq_model *m, vit_real *x, const int *tokens, int b)
+/* A leaf over parameter tensor i, with a gradient when the tape records one. */
+static vit_tensor *leaf(seq_model *m, int i)
 {
-    const size_t D = (size_t)m->D;
-    for (size_t r = 0; r < (size_t)b * m->T; r++)
-        memcpy(x + r * D, m->p.wte + (size_t)tokens[r] * D, D * sizeof *x);
-    return vit_pos_add_forward(x, x, m->p.wpe, b, m->T, m->D);
+    return vit_params_leaf(m->params, m->tape, i, vit_tape_grad_enabled(m->tape));
 }
 
-/* Its backward: dwpe += sum over the batch, dwte[tokens[r]] += dx[r]. */
-static int embed_backward(seq_model *m, const vit_real *dx, const int *tokens, int b)
+/* The model on the tape, in its grad mode: tokens [b, T] -> logits [b, T, 10].
+ *   x = wte[tokens] + wpe
+ *   per block: x = x + MHA_causal(LN1(x));  x = x + W2 GELU(W1 LN2(x) + b1) + b2
+ *   logits = LN_f(x) head.w + head.b */
+static vit_tensor *forward_graph(seq_model *m, const int *tokens, int b)
 {
-    const size_t D = (size_t)m->D;
-    TRY(vit_pos_add_backward(NULL, m->g.wpe, dx, b, m->T, m->D));
-    for (size_t r = 0; r < (size_t)b * m->T; r++) {
-        vit_real *dst = m->g.wte + (size_t)tokens[r] * D;
-        for (size_t i = 0; i < D; i++)
-            dst[i] += dx[r * D + i];
-    }
-    return VIT_OK;
-}
-
-/* One pre-norm block: x_mid = x_in + MHA(LN1(x_in)); out = x_mid + MLP(LN2(x_mid)). */
-static int block_forward(seq_model *m, int l, vit_real *out, int b)
-{
-    const layer_views *P = &m->p.layer[l];
-    const layer_acts *a = &m->act[l];
-    const int n = b * m->T, D = m->D, F = m->F;
-    const size_t nD = (size_t)n * D;
-    vit_mha mha = mha_for(m, b);
-    TRY(vit_layernorm_forward(a->ln1, a->mean1, a->rstd1, a->x_in, P->ln1_g, P->ln1_b, n, D,
-                              VIT_LAYERNORM_EPS));
-    TRY(vit_mha_forward(&mha, P->attn, a->att, a->ln1, a->ln1, a->cache));
-    TRY(vit_residual_forward(a->x_mid, a->x_in, a->att, nD));
-    TRY(vit_layernorm_forward(a->ln2, a->mean2, a->rstd2, a->x_mid, P->ln2_g, P->ln2_b, n, D,
-                              VIT_LAYERNORM_EPS));
-    TRY(vit_linear_forward(a->fc, a->ln2, P->fc_w, P->fc_b, n, D, F));
-    TRY(vit_gelu_forward(a->gl, a->fc, (size_t)n * F));
-    TRY(vit_linear_forward(a->proj, a->gl, P->proj_w, P->proj_b, n, F, D));
-    return vit_residual_forward(out, a->x_mid, a->proj, nD);
-}
-
-/* Its backward.  On entry dres holds d(out); on return d(x_in).  The
- * residual paths need no code: the kernels accumulate into dres. */
-static int block_backward(seq_model *m, int l, int b)
-{
-    const layer_views *P = &m->p.layer[l];
-    const layer_views *G = &m->g.layer[l];
-    const layer_acts *a = &m->act[l];
-    const int n = b * m->T, D = m->D, F = m->F;
-    const size_t nD = (size_t)n * D, nF = (size_t)n * F;
-    vit_mha mha = mha_for(m, b);
-    memset(m->dF2, 0, nF * sizeof *m->dF2);
-    TRY(vit_linear_backward(m->dF2, G->proj_w, G->proj_b, m->dres, a->gl, P->proj_w, n, F, D));
-    memset(m->dF1, 0, nF * sizeof *m->dF1);
-    TRY(vit_gelu_backward(m->dF1, m->dF2, a->fc, nF));
-    memset(m->dtmp, 0, nD * sizeof *m->dtmp);
-    TRY(vit_linear_backward(m->dtmp, G->fc_w, G->fc_b, m->dF1, a->ln2, P->fc_w, n, D, F));
-    TRY(vit_layernorm_backward(m->dres, G->ln2_g, G->ln2_b, m->dtmp, a->x_mid, a->mean2,
-                               a->rstd2, P->ln2_g, n, D));
-    /* Self-attention: the same buffer receives the query and key/value parts. */
-    memset(m->dtmp, 0, nD * sizeof *m->dtmp);
-    TRY(vit_mha_backward(&mha, P->attn, G->attn, m->dtmp, m->dtmp, NULL, m->dres, a->ln1,
-                         a->ln1, a->cache, m->work));
-    TRY(vit_layernorm_backward(m->dres, G->ln1_g, G->ln1_b, m->dtmp, a->x_in, a->mean1,
-                               a->rstd1, P->ln1_g, n, D));
-    return VIT_OK;
-}
-
-static int forward(seq_model *m, const int *tokens, int b)
-{
-    const int n = b * m->T;
-    seq_msg[0] = '\0';
-    if (!tokens || b < 1 || b > m->cfg.batch)
-        return seq_failf("seq_forward: tokens is NULL or b is outside 1..batch");
-    for (int r = 0; r < n; r++)
-        if (tokens[r] < 0 || tokens[r] >= SEQ_VOCAB)
-            return seq_failf("seq_forward: a token is outside 0..10");
-    TRY(embed_forward(m, m->act[0].x_in, tokens, b));
+    vit_tape *t = m->tape;
+    const vit_real eps = (vit_real)VIT_LAYERNORM_EPS;
+    vit_mha mha = m->mha;
+    mha.batch = b;
+    vit_tensor *x = vit_op_embedding(t, leaf(m, m->wte), tokens, 2, (const int[]){b, m->T});
+    x = vit_op_pos_add(t, x, leaf(m, m->wpe));
     for (int l = 0; l < m->cfg.layers; l++) {
-        vit_real *out = l + 1 < m->cfg.layers ? m->act[l + 1].x_in : m->x_fin;
-        TRY(block_forward(m, l, out, b));
+        const seq_block *B = &m->block[l];
+        vit_tensor *h = vit_op_layernorm(t, x, leaf(m, B->ln1_g), leaf(m, B->ln1_b), eps);
+        vit_tensor *w = vit_params_leaf_range(m->params, t, B->attn, ATTN_TENSORS,
+                                              vit_tape_grad_enabled(t));
+        x = vit_op_add(t, x, vit_op_mha(t, &mha, w, h, h, NULL));
+        h = vit_op_layernorm(t, x, leaf(m, B->ln2_g), leaf(m, B->ln2_b), eps);
+        h = vit_op_gelu(t, vit_op_linear(t, h, leaf(m, B->fc_w), leaf(m, B->fc_b)));
+        x = vit_op_add(t, x, vit_op_linear(t, h, leaf(m, B->proj_w), leaf(m, B->proj_b)));
     }
-    TRY(vit_layernorm_forward(m->lnf, m->meanf, m->rstdf, m->x_fin, m->p.lnf_g, m->p.lnf_b,
-                              n, m->D, VIT_LAYERNORM_EPS));
-    return vit_linear_forward(m->logits, m->lnf, m->p.head_w, m->p.head_b, n, m->D,
-                              SEQ_DIGITS);
+    x = vit_op_layernorm(t, x, leaf(m, m->lnf_g), leaf(m, m->lnf_b), eps);
+    return vit_op_linear(t, x, leaf(m, m->head_w), leaf(m, m->head_b));
+}
+
+/* Checks the batch before anything is recorded, so the message names the
+ * model's own rule (a token outside 0..10) rather than the lookup's. */
+static int check_tokens(const seq_model *m, const int *tokens, int b, const char *fn)
+{
+    if (!tokens || b < 1 || b > m->cfg.batch)
+        return seq_failf("%s: tokens is NULL or b = %d is outside 1..%d", fn, b, m->cfg.batch);
+    for (size_t r = 0; r < (size_t)b * m->T; r++)
+        if (tokens[r] < 0 || tokens[r] >= SEQ_VOCAB)
+            return seq_failf("%s: token %d (item %zu, position %zu) is outside 0..10", fn,
+                             tokens[r], r / (size_t)m->T, r % (size_t)m->T);
+    return VIT_OK;
 }
 
 const vit_real *seq_forward(seq_model *m, const int *tokens, int b)
 {
-    if (!m || forward(m, tokens, b) != VIT_OK)
+    seq_msg[0] = '\0';
+    if (!m) {
+        seq_failf("seq_forward: model is NULL");
         return NULL;
-    return m->logits;
+    }
+    if (check_tokens(m, tokens, b, "seq_forward") != VIT_OK)
+        return NULL;
+    vit_tape_reset(m->tape);
+    int was = vit_tape_set_grad(m->tape, 0); /* evaluation: nothing recorded */
+    vit_tensor *y = forward_graph(m, tokens, b);
+    vit_tape_set_grad(m->tape, was);
+    return y ? y->data : NULL;
 }
 
-/* ---- Loss and backward ---------------------------------------------------- */
+/* ---- The answer positions: a custom op ------------------------------------ */
 
-/* The logits rows at the answer positions k .. 2k-1 of each sequence, as a
- * [b*k, 10] block for the cross-entropy kernels. */
-static void gather_answers(seq_model *m, int b)
+/* Tokens first .. first+count-1 of each item of x [B, T, C]: [B, count, C].
+ * The tape has single tokens (vit_op_token) and means over tokens, not a
+ * range; the forward copies the rows out, the backward adds the gradient
+ * back into them (the other positions get none: they carry no loss). */
+typedef struct token_range {
+    int first, count;
+} token_range;
+
+static int token_range_forward(const vit_op_call *c)
 {
-    const int k = m->cfg.len;
-    for (int i = 0; i < b; i++)
-        for (int j = 0; j < k; j++)
-            memcpy(m->sel_logits + ((size_t)i * k + j) * SEQ_DIGITS,
-                   m->logits + ((size_t)i * m->T + k + j) * SEQ_DIGITS,
-                   SEQ_DIGITS * sizeof(vit_real));
+    const token_range *r = c->ctx;
+    const vit_tensor *x = c->in[0];
+    const size_t T = (size_t)x->shape[1], C = (size_t)x->shape[2];
+    for (size_t i = 0; i < (size_t)x->shape[0]; i++)
+        memcpy(c->out->data + i * r->count * C, x->data + (i * T + (size_t)r->first) * C,
+               (size_t)r->count * C * sizeof *x->data);
+    return VIT_OK;
 }
 
-static int backward(seq_model *m, const int *tokens, int b)
+static int token_range_backward(const vit_op_call *c)
 {
-    const int k = m->cfg.len, n = b * m->T, D = m->D;
-    const size_t nD = (size_t)n * D, sel = (size_t)b * k * SEQ_DIGITS;
-    memset(m->grads, 0, m->n_params * sizeof *m->grads);
-    memset(m->sel_dlogits, 0, sel * sizeof *m->sel_dlogits);
-    TRY(vit_cross_entropy_backward(m->sel_dlogits, m->sel_probs, m->sel_labels, b * k,
-                                   SEQ_DIGITS, 0, 1));
-    /* Scatter back: positions before the separator carry no loss. */
-    memset(m->dlogits, 0, (size_t)n * SEQ_DIGITS * sizeof *m->dlogits);
-    for (int i = 0; i < b; i++)
-        for (int j = 0; j < k; j++)
-            memcpy(m->dlogits + ((size_t)i * m->T + k + j) * SEQ_DIGITS,
-                   m->sel_dlogits + ((size_t)i * k + j) * SEQ_DIGITS,
-                   SEQ_DIGITS * sizeof(vit_real));
-    memset(m->dtmp, 0, nD * sizeof *m->dtmp);
-    TRY(vit_linear_backward(m->dtmp, m->g.head_w, m->g.head_b, m->dlogits, m->lnf,
-                            m->p.head_w, n, D, SEQ_DIGITS));
-    memset(m->dres, 0, nD * sizeof *m->dres);
-    TRY(vit_layernorm_backward(m->dres, m->g.lnf_g, m->g.lnf_b, m->dtmp, m->x_fin, m->meanf,
-                               m->rstdf, m->p.lnf_g, n, D));
-    for (int l = m->cfg.layers - 1; l >= 0; l--)
-        TRY(block_backward(m, l, b));
-    return embed_backward(m, m->dres, tokens, b);
+    const token_range *r = c->ctx;
+    const vit_tensor *x = c->in[0];
+    const size_t T = (size_t)x->shape[1], C = (size_t)x->shape[2], n = (size_t)r->count * C;
+    vit_real *dx = c->din[0];
+    if (!dx)
+        return VIT_OK;
+    for (size_t i = 0; i < (size_t)x->shape[0]; i++) {
+        vit_real *d = dx + (i * T + (size_t)r->first) * C;
+        const vit_real *dy = c->dout + i * n;
+        for (size_t j = 0; j < n; j++)
+            d[j] += dy[j];
+    }
+    return VIT_OK;
 }
+
+static vit_tensor *op_token_range(vit_tape *t, vit_tensor *x, int first, int count)
+{
+    if (!x)
+        return NULL; /* the tape holds the error already */
+    if (x->ndim != 3 || first < 0 || count < 1 || first + count > x->shape[1]) {
+        vit_tape_fail(t, seq_failf("token_range: x must be [B, T, C] and the range inside T"));
+        return NULL;
+    }
+    token_range r = {first, count};
+    return vit_op_custom(t, "token_range", 1, &x, 3, (const int[]){x->shape[0], count, x->shape[2]},
+                         token_range_forward, token_range_backward, &r, sizeof r);
+}
+
+/* ---- Training -------------------------------------------------------------- */
 
 int seq_train_step(seq_model *m, const int *tokens, const int *labels, int b, double lr,
                    double *loss)
 {
+    seq_msg[0] = '\0';
     if (!m || !labels)
         return seq_failf("seq_train_step: model or labels is NULL");
-    TRY(forward(m, tokens, b));
+    if (check_tokens(m, tokens, b, "seq_train_step") != VIT_OK)
+        return VIT_EINVAL;
     const int k = m->cfg.len;
-    for (int i = 0; i < b * k; i++) {
+    for (int i = 0; i < b * k; i++)
         if (labels[i] < 0 || labels[i] >= SEQ_DIGITS)
             return seq_failf("seq_train_step: a label is outside 0..9");
-        m->sel_labels[i] = labels[i];
-    }
-    gather_answers(m, b);
-    vit_real l;
-    TRY(vit_cross_entropy_forward(&l, m->sel_probs, m->sel_logits, m->sel_labels, b * k,
-                                  SEQ_DIGITS, 0));
-    TRY(backward(m, tokens, b));
-    vit_param_group all = {0, m->n_params, 0};
-    TRY(vit_adamw_step(&m->opt, m->params, m->grads, &all, 1, lr));
-    m->step++;
+    vit_tape *t = m->tape;
+    vit_tape_reset(t);
+    vit_tape_set_grad(t, 1);
+    vit_params_zero_grads(m->params);
+    /* Loss: mean cross-entropy over the b*k answer positions k .. 2k-1, the
+     * logits there as rows [b*k, 10]; the positions before carry none. */
+    vit_tensor *z = op_token_range(t, forward_graph(m, tokens, b), k, k);
+    z = vit_op_reshape(t, z, 2, (const int[]){b * k, SEQ_DIGITS});
+    vit_tensor *l = vit_op_cross_entropy(t, z, labels, 0, NULL);
+    int rc = l ? vit_tape_backward(t, l) : vit_tape_status(t);
+    int ng = 0;
+    const vit_param_group *g = vit_params_groups(m->params, &ng);
+    if (rc == VIT_OK)
+        rc = vit_adamw_step(&m->opt, vit_params_values(m->params), vit_params_grads(m->params),
+                            g, ng, lr);
+    if (rc != VIT_OK)
+        return rc; /* seq_error() gives the message of the failing call */
     if (loss)
-        *loss = (double)l;
+        *loss = (double)l->data[0];
     return VIT_OK;
 }
 
 int seq_train(seq_model *m, FILE *log, int every)
 {
+    seq_msg[0] = '\0';
     if (!m)
         return seq_failf("seq_train: model is NULL");
     const seq_config *c = &m->cfg;
@@ -532,15 +448,18 @@ static int argmax(const vit_real *x, int n)
 int seq_evaluate(seq_model *m, int n, unsigned long long seed, double *seq_acc,
                  double *tok_acc)
 {
+    seq_msg[0] = '\0';
     if (!m || n < 1)
         return seq_failf("seq_evaluate: model is NULL or n < 1");
     const seq_config *c = &m->cfg;
     const int k = c->len, T = m->T, B = c->batch;
     int *tokens = malloc((size_t)B * T * sizeof *tokens);
     int *labels = malloc((size_t)B * k * sizeof *labels);
-    if (!tokens || !labels) {
+    int *right = malloc((size_t)B * sizeof *right);
+    if (!tokens || !labels || !right) {
         free(tokens);
         free(labels);
+        free(right);
         return seq_failf("seq_evaluate: out of memory");
     }
     vit_rng rng;
@@ -557,15 +476,15 @@ int seq_evaluate(seq_model *m, int n, unsigned long long seed, double *seq_acc,
         for (int i = 0; i < b; i++)
             for (int t = k + 1; t < T; t++)
                 tokens[(size_t)i * T + t] = (int)vit_rng_below(&rng, SEQ_DIGITS);
-        int *right = calloc((size_t)b, sizeof *right);
-        if (!right) {
-            rc = seq_failf("seq_evaluate: out of memory");
-            break;
-        }
+        memset(right, 0, (size_t)b * sizeof *right);
         for (int j = 0; j < k && rc == VIT_OK; j++) {
-            rc = forward(m, tokens, b);
-            for (int i = 0; i < b && rc == VIT_OK; i++) {
-                int p = argmax(m->logits + ((size_t)i * T + k + j) * SEQ_DIGITS, SEQ_DIGITS);
+            const vit_real *logits = seq_forward(m, tokens, b);
+            if (!logits) {
+                rc = seq_msg[0] ? VIT_EINVAL : vit_tape_status(m->tape);
+                break;
+            }
+            for (int i = 0; i < b; i++) {
+                int p = argmax(logits + ((size_t)i * T + k + j) * SEQ_DIGITS, SEQ_DIGITS);
                 if (j + 1 < k)
                     tokens[(size_t)i * T + k + 1 + j] = p;
                 if (p == labels[(size_t)i * k + j]) {
@@ -576,10 +495,10 @@ int seq_evaluate(seq_model *m, int n, unsigned long long seed, double *seq_acc,
         }
         for (int i = 0; i < b; i++)
             seq_ok += right[i] == k;
-        free(right);
     }
     free(tokens);
     free(labels);
+    free(right);
     if (rc != VIT_OK)
         return rc;
     if (seq_acc)

@@ -1,7 +1,11 @@
 /*
  * seq_model.h - a small causal sequence model (a decoder-only transformer)
- * built only from the public kernels of libvit, with its own training loop.
- * tools/vit_seq is its command-line front end; tests/test_seq drives it too.
+ * written on libvit's tape from the public API only (<vit/vit.h>), with its
+ * own training loop: parameters in a vit_params, forward code on the tape,
+ * the backward from vit_tape_backward, evaluation in no-grad mode.
+ * tools/vit_seq is its command-line front end; tests/test_seq drives it too,
+ * and test_install builds it against an installed libvit with pkg-config's
+ * flags alone (tests/seq_consumer.c).
  *
  * The task: k digits, a separator, then the same digits reversed (or
  * sorted).  With k = 3 and the input 4 0 7 the sequence the model reads is
@@ -20,7 +24,8 @@
  *   tokens [B, T] -> lookup in wte [V, D] + wpe [T, D]         x [B, T, D]
  *   layers x:  x = x + MHA_causal(LN1(x));  x = x + W2 GELU(W1 LN2(x) + b1) + b2
  *   -> LN_f -> linear head [D, 10]                        logits [B, T, 10]
- *   loss = mean cross-entropy over the B*k answer positions.
+ *   loss = mean cross-entropy over the B*k answer positions (the logits at
+ *   positions k .. 2k-1, picked by a custom op, as rows [B*k, 10]).
  *
  * Buffers are row-major with the batch first, like every libvit buffer.
  * These are tool helpers, not part of the library's API; a seq_model is used
@@ -65,9 +70,10 @@ const char *seq_error(void);
 
 typedef struct seq_model seq_model;
 
-/* A model for cfg with parameters drawn from cfg->seed (weights normal with
- * std 0.02, output projections scaled down by sqrt(2 layers), biases 0,
- * layer-norm gains 1).  NULL if cfg is invalid or memory runs out. */
+/* A model for cfg with parameters drawn from cfg->seed (weights truncated
+ * normal with std 0.02, output projections scaled down by sqrt(2 layers),
+ * biases 0, layer-norm gains 1; vit_params_init).  NULL if cfg is invalid or
+ * memory runs out. */
 seq_model *seq_model_new(const seq_config *cfg);
 void seq_model_free(seq_model *m);
 
@@ -83,9 +89,10 @@ size_t seq_model_param_count(const seq_model *m);
 void seq_make_batch(const seq_config *cfg, vit_rng *rng, int split, int n,
                     int *tokens, int *labels);
 
-/* Forward pass over tokens [b, T] (b <= cfg->batch; token values 0..10).
- * Returns the logits [b, T, 10], owned by the model and valid until its next
- * forward, or NULL on error (message in vit_last_error). */
+/* Forward pass over tokens [b, T] (b <= cfg->batch; token values 0..10), in
+ * no-grad mode.  Returns the logits [b, T, 10], owned by the model and valid
+ * until its next forward or training step, or NULL on error (message in
+ * seq_error). */
 const vit_real *seq_forward(seq_model *m, const int *tokens, int b);
 
 /* One training step on a batch of tokens [b, T] and labels [b, k]: forward,

@@ -1,8 +1,8 @@
 /*
- * vit_seq - trains the small causal sequence model of seq_model.h (libvit's
- * attention, layer norm, MLP and loss kernels outside the ViT) to reverse or
- * sort short digit strings, then prints its autoregressive accuracy on
- * held-out strings.
+ * vit_seq - trains the small causal sequence model of seq_model.h (a model
+ * of the user's own on libvit's tape: attention, layer norm, MLP, loss and a
+ * custom op outside the ViT) to reverse or sort short digit strings, then
+ * prints its autoregressive accuracy on held-out strings.
  */
 #include <stdio.h>
 #include <string.h>
@@ -18,8 +18,9 @@ static void usage(void)
     printf("usage: vit_seq [--task reverse|sort] [--len K] [--steps N] [--seed S]\n"
            "               [--threads N] [--quiet]\n"
            "Trains a small causal transformer (token embedding, causal multi-head\n"
-           "attention, MLP, output layer; built from libvit's public kernels) on K digits\n"
-           "followed by a separator, the answer being the digits reversed or sorted.\n"
+           "attention, MLP, output layer; written on libvit's tape from its public API)\n"
+           "on K digits followed by a separator, the answer being the digits reversed or\n"
+           "sorted.\n"
            "Training uses teacher forcing; the accuracy printed at the end is measured\n"
            "autoregressively (the model reads its own predictions) on 2000 digit strings\n"
            "held out from training.\n"
