@@ -41,28 +41,28 @@ static void gelu_fwd_range(void *p, size_t lo, size_t hi)
     }
 }
 
+/* GELU'(v) = Phi(v) + v phi(v). */
+static vit_real gelu_grad(vit_real v)
+{
+    vit_real cdf = (vit_real)0.5 * ((vit_real)1 + erf(v * (vit_real)INV_SQRT2));
+    vit_real pdf = (vit_real)INV_SQRT2PI * exp((vit_real)-0.5 * v * v);
+    return cdf + v * pdf;
+}
+
 /* dx += dy GELU'(x) with y = dx, a = x, b = dy. */
 static void gelu_bwd_range(void *p, size_t lo, size_t hi)
 {
     const ew_job *J = p;
-    for (size_t i = lo; i < hi; i++) {
-        vit_real v = J->a[i];
-        vit_real cdf = (vit_real)0.5 * ((vit_real)1 + erf(v * (vit_real)INV_SQRT2));
-        vit_real pdf = (vit_real)INV_SQRT2PI * exp((vit_real)-0.5 * v * v);
-        J->y[i] += J->b[i] * (cdf + v * pdf);
-    }
+    for (size_t i = lo; i < hi; i++)
+        J->y[i] += J->b[i] * gelu_grad(J->a[i]);
 }
 
 /* dx = dy GELU'(x), overwritten (dx may be dy). */
 static void gelu_bwd_set_range(void *p, size_t lo, size_t hi)
 {
     const ew_job *J = p;
-    for (size_t i = lo; i < hi; i++) {
-        vit_real v = J->a[i];
-        vit_real cdf = (vit_real)0.5 * ((vit_real)1 + erf(v * (vit_real)INV_SQRT2));
-        vit_real pdf = (vit_real)INV_SQRT2PI * exp((vit_real)-0.5 * v * v);
-        J->y[i] = J->b[i] * (cdf + v * pdf);
-    }
+    for (size_t i = lo; i < hi; i++)
+        J->y[i] = J->b[i] * gelu_grad(J->a[i]);
 }
 #else
 /* float32: the branch-free helpers of fastmath.h, which gcc vectorises

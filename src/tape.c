@@ -72,8 +72,11 @@ typedef struct custom_rec {
     void *ctx;
 } custom_rec;
 
+typedef int (*fwd_fn)(op_rec *op);
+
 struct op_rec {
     back_fn backward;
+    fwd_fn forward;      /* set by ops whose forward can wait (see pending) */
     node *out;
     node **in;
     int n_in;
@@ -105,6 +108,10 @@ struct vit_tape {
     vit_real *scratch;
     size_t scratch_cap;
     vit_tape *sub;        /* recomputation tape of vit_op_checkpoint */
+    /* While a checkpoint's sub-graph is recomputed, the forward of its last
+     * op waits (pending = 1 + its index) until another op reads its output:
+     * none does, and the backward needs only its inputs. */
+    int recomputing, pending;
 };
 
 static chunk *chunk_new(size_t cap)
@@ -360,6 +367,7 @@ void vit_tape_reset(vit_tape *t)
     for (gblock *b = t->pool; b; b = b->next)
         b->busy = 0;
     t->nops = 0;
+    t->pending = 0;
     t->status = VIT_OK;
     t->backward_done = 0;
     t->grad_leaves = 0;
@@ -572,6 +580,17 @@ static op_rec *op_push(vit_tape *t, back_fn fn, node *out, int n_in)
     return op;
 }
 
+/* Runs the forward that waits, if any: a new op may read its output. */
+static int flush_pending(vit_tape *t)
+{
+    if (!t->pending)
+        return VIT_OK;
+    op_rec *op = &t->ops[t->pending - 1];
+    t->pending = 0;
+    int rc = op->forward(op);
+    return rc ? tape_fail(t, rc) : VIT_OK;
+}
+
 /* Common entry check: a usable tape, no earlier error, non-NULL inputs. */
 static int op_begin(vit_tape *t, const char *name, int n, vit_tensor *const *in)
 {
@@ -579,7 +598,7 @@ static int op_begin(vit_tape *t, const char *name, int n, vit_tensor *const *in)
         vit_fail(VIT_EINVAL, "%s: tape is NULL", name);
         return 0;
     }
-    if (t->status != VIT_OK)
+    if (t->status != VIT_OK || flush_pending(t) != VIT_OK)
         return 0;
     for (int i = 0; i < n; i++)
         if (!in[i]) {
@@ -685,6 +704,29 @@ static int back_linear_add(vit_tape *t, op_rec *op)
     return rc ? rc : grad_pass(t, op->in[3], op->out, 1);
 }
 
+/* y = r + b row by row, then one GEMM adds x W onto it. */
+static void linear_add(vit_tensor *y, const vit_tensor *x, const vit_tensor *W,
+                       const vit_tensor *b, const vit_tensor *r)
+{
+    int n = rows_of(x), k = W->shape[0], m = W->shape[1];
+    for (int i = 0; i < n; i++) {
+        vit_real *yi = y->data + (size_t)i * m;
+        const vit_real *ri = r->data + (size_t)i * m;
+        if (b)
+            for (int j = 0; j < m; j++)
+                yi[j] = ri[j] + b->data[j];
+        else
+            memcpy(yi, ri, (size_t)m * sizeof *yi);
+    }
+    vit_pgemm(CblasNoTrans, CblasNoTrans, n, m, k, 1, x->data, k, W->data, m, 1, y->data, m);
+}
+
+static int fwd_linear_add(op_rec *op)
+{
+    linear_add(&op->out->t, IN(0), IN(1), op->in[2] ? IN(2) : NULL, IN(3));
+    return VIT_OK;
+}
+
 vit_tensor *vit_op_linear_add(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_tensor *b,
                               vit_tensor *r)
 {
@@ -699,22 +741,22 @@ vit_tensor *vit_op_linear_add(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_ten
             "%s: x width %d, W [%d, %d], b %zu and r (%zu values, width %d) do not agree", fn,
             last_dim(x), W->shape[0], W->ndim > 1 ? W->shape[1] : 0, b ? b->size : 0, r->size,
             last_dim(r)));
-    int n = rows_of(x), k = W->shape[0], m = W->shape[1];
     node *y = tensor_new(t, r->ndim, r->shape, wants_grad(t, 4, in));
     if (!y)
         return NULL;
-    /* y = r + b row by row, then one GEMM adds x W onto it. */
-    for (int i = 0; i < n; i++) {
-        vit_real *yi = y->t.data + (size_t)i * m;
-        const vit_real *ri = r->data + (size_t)i * m;
-        if (b)
-            for (int j = 0; j < m; j++)
-                yi[j] = ri[j] + b->data[j];
-        else
-            memcpy(yi, ri, (size_t)m * sizeof *yi);
+    op_rec *op = op_finish(t, VIT_OK, back_linear_add, y, 4, in);
+    if (!op)
+        return NULL;
+    if (op == &no_record) {
+        linear_add(&y->t, x, W, b, r);
+        return &y->t;
     }
-    vit_pgemm(CblasNoTrans, CblasNoTrans, n, m, k, 1, x->data, k, W->data, m, 1, y->t.data, m);
-    return op_finish(t, VIT_OK, back_linear_add, y, 4, in) ? &y->t : NULL;
+    op->forward = fwd_linear_add;
+    if (t->recomputing)
+        t->pending = t->nops;
+    else
+        fwd_linear_add(op);
+    return &y->t;
 }
 
 /* ---- layernorm ------------------------------------------------------- */
@@ -815,16 +857,25 @@ static int binary_check(vit_tape *t, const char *name, vit_tensor *a, vit_tensor
     return 1;
 }
 
-vit_tensor *vit_op_add(vit_tape *t, vit_tensor *a, vit_tensor *b)
+/* An elementwise op of two same-shape tensors: the kernel's forward, then
+ * the record. */
+static vit_tensor *binary_op(vit_tape *t, const char *name, vit_tensor *a, vit_tensor *b,
+                             int (*fwd)(vit_real *, const vit_real *, const vit_real *, size_t),
+                             back_fn back)
 {
-    if (!binary_check(t, "vit_op_add", a, b))
+    if (!binary_check(t, name, a, b))
         return NULL;
     vit_tensor *in[2] = {a, b};
     node *y = tensor_new(t, a->ndim, a->shape, wants_grad(t, 2, in));
     if (!y)
         return NULL;
-    int rc = vit_residual_forward(y->t.data, a->data, b->data, a->size);
-    return op_finish(t, rc, back_add, y, 2, in) ? &y->t : NULL;
+    int rc = fwd(y->t.data, a->data, b->data, a->size);
+    return op_finish(t, rc, back, y, 2, in) ? &y->t : NULL;
+}
+
+vit_tensor *vit_op_add(vit_tape *t, vit_tensor *a, vit_tensor *b)
+{
+    return binary_op(t, "vit_op_add", a, b, vit_residual_forward, back_add);
 }
 
 static int back_mul(vit_tape *t, op_rec *op)
@@ -838,14 +889,7 @@ static int back_mul(vit_tape *t, op_rec *op)
 
 vit_tensor *vit_op_mul(vit_tape *t, vit_tensor *a, vit_tensor *b)
 {
-    if (!binary_check(t, "vit_op_mul", a, b))
-        return NULL;
-    vit_tensor *in[2] = {a, b};
-    node *y = tensor_new(t, a->ndim, a->shape, wants_grad(t, 2, in));
-    if (!y)
-        return NULL;
-    int rc = vit_mul_forward(y->t.data, a->data, b->data, a->size);
-    return op_finish(t, rc, back_mul, y, 2, in) ? &y->t : NULL;
+    return binary_op(t, "vit_op_mul", a, b, vit_mul_forward, back_mul);
 }
 
 static int back_scale(vit_tape *t, op_rec *op)
@@ -1471,7 +1515,9 @@ static int back_checkpoint(vit_tape *t, op_rec *op)
             p->t.grad = x->grad;
         in[k] = &p->t;
     }
+    s->recomputing = 1;
     vit_tensor *y = op->cfg.custom.graph(s, in, op->cfg.custom.ctx);
+    s->recomputing = 0;
     int rc = y ? vit_tape_backward_from(s, y, DY) : s->status ? s->status : VIT_EINVAL;
     if (rc)
         return rc;
@@ -1581,6 +1627,10 @@ int vit_tape_backward_from(vit_tape *t, vit_tensor *y, const vit_real *dy)
                                      root->leaf ? "is a leaf (no op to run)"
                                                 : "requires no gradient (no input of its op "
                                                   "has one, or it was made in no-grad mode)"));
+    if (t->pending && t->ops[t->pending - 1].out == root)
+        t->pending = 0; /* its values are read by nobody */
+    else if (flush_pending(t) != VIT_OK)
+        return t->status;
     t->backward_done = 1;
     int fresh;
     vit_real *g = grad_out(t, root, &fresh);

@@ -336,7 +336,10 @@ typedef vit_tensor *(*vit_graph_fn)(vit_tape *tape, vit_tensor *const *in, void 
  * keeps only the output, releasing what fn allocated on the tape (how a
  * long no-grad forward holds one block's activations at a time).  Pointers
  * into the tape that fn hands out (attention maps) die with its run: copy
- * what you need inside fn.
+ * what you need inside fn.  When fn runs again for the backward, the
+ * values of its output are not computed if its last op's backward does not
+ * read them (vit_op_linear_add ends a block that way): fn must not read
+ * its own output's values.
  * Returns fn's output (a copy on this tape), or NULL on error. */
 vit_tensor *vit_op_checkpoint(vit_tape *tape, vit_graph_fn fn, int n_in, vit_tensor *const *in,
                               const void *ctx, size_t ctx_size);
