@@ -228,9 +228,14 @@ static gblock *pool_take(vit_tape *t, size_t n)
     for (gblock *b = t->pool; b; b = b->next)
         if (!b->busy && b->cap >= n && (!best || b->cap < best->cap))
             best = b;
+    size_t bytes;
+    if (!best && !vit_mul_size(&bytes, n, sizeof(vit_real))) {
+        tape_fail(t, VIT_ENOMEM);
+        return NULL;
+    }
     if (!best) {
         best = calloc(1, sizeof *best);
-        if (!best || posix_memalign((void **)&best->p, ARENA_ALIGN, n * sizeof(vit_real))) {
+        if (!best || posix_memalign((void **)&best->p, ARENA_ALIGN, bytes)) {
             free(best);
             vit_fail(VIT_ENOMEM, "vit_tape_backward: out of memory for a %zu-value gradient", n);
             tape_fail(t, VIT_ENOMEM);
@@ -547,6 +552,9 @@ int vit_tape_retain_grad(vit_tape *t, vit_tensor *x)
     if (!t || !x)
         return vit_fail(VIT_EINVAL, "vit_tape_retain_grad: %s is NULL", !t ? "tape" : "x");
     node *n = (node *)x;
+    if (t->backward_done)
+        return vit_fail(VIT_EINVAL, "vit_tape_retain_grad: the backward has run; retain "
+                        "gradients before it");
     if (n->leaf || !x->requires_grad)
         return vit_fail(VIT_EINVAL, "vit_tape_retain_grad: x is %s", n->leaf
                         ? "a leaf (its gradient is the caller's buffer)"

@@ -1483,6 +1483,9 @@ START_TEST(test_retain_grad)
     ck_assert_int_eq(vit_tape_retain_grad(t, z), VIT_OK);
     ck_assert_int_eq(vit_tape_retain_grad(t, q), VIT_OK);
     ck_assert_int_eq(vit_tape_backward(t, loss), VIT_OK);
+    /* Too late for a itself: its gradient has gone back to the pool. */
+    ck_assert_int_eq(vit_tape_retain_grad(t, a), VIT_EINVAL);
+    expect_msg("vit_tape_retain_grad", "before");
     ck_assert_ptr_null(a->grad);
     ck_assert_ptr_null(loss->grad);
     ck_assert_ptr_nonnull(h->grad);

@@ -149,8 +149,9 @@ vit_tensor *vit_tape_leaf(vit_tape *tape, vit_real *data, vit_real *grad,
 /* Keeps the gradient of op-made tensor x (requires_grad, made on this tape)
  * after the backward instead of recycling it: x->grad then holds d/dx of
  * the backward's objective until the next reset (all zeros if nothing
- * reached x).  Call it before the backward.  Returns VIT_OK; VIT_EINVAL for
- * a NULL argument, a leaf or a tensor without requires_grad. */
+ * reached x).  Returns VIT_OK; VIT_EINVAL for a NULL argument, a leaf, a
+ * tensor without requires_grad, or a call after the backward (its gradient
+ * is gone by then). */
 int vit_tape_retain_grad(vit_tape *tape, vit_tensor *x);
 
 /* Runs the backward of every recorded op in reverse order, starting from
