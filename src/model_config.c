@@ -86,6 +86,20 @@ void vit_config_default(vit_config *c)
     c->seed = 1;
 }
 
+/* The shortest of %.15g, %.16g and %.17g that reads back as the same
+ * double: 0.05 stays "0.05" (not 0.050000000000000003), yet every value
+ * survives text bitwise (%.17g always does). */
+static const char *fmt_double(double v, char out[32])
+{
+    for (int prec = 15; prec < 17; prec++) {
+        snprintf(out, 32, "%.*g", prec, v);
+        if (strtod(out, NULL) == v)
+            return out;
+    }
+    snprintf(out, 32, "%.17g", v);
+    return out;
+}
+
 static const field *find_field(const char *key)
 {
     for (int i = 0; i < NFIELDS; i++)
@@ -133,10 +147,12 @@ int vit_config_set(vit_config *c, const char *key, const char *value)
     }
     case K_DOUBLE: {
         double v = strtod(value, &end);
+        char t[3][32];
         if (end == value || *end || errno || !isfinite(v))
             return vit_fail(VIT_EINVAL, "%s: expected a number, got '%s'", key, value);
         if (v < f->lo || v > f->hi)
-            return vit_fail(VIT_EINVAL, "%s: %g is out of range [%g, %g]", key, v, f->lo, f->hi);
+            return vit_fail(VIT_EINVAL, "%s: %s is out of range [%s, %s]", key, fmt_double(v, t[0]),
+                            fmt_double(f->lo, t[1]), fmt_double(f->hi, t[2]));
         *(double *)dst = v;
         return VIT_OK;
     }
@@ -222,11 +238,14 @@ int vit_config_format(const vit_config *c, char *buf, size_t cap)
         const field *f = &fields[i];
         const void *src = (const char *)c + f->offset;
         int n = 0;
+        char t[32];
         size_t room = len < cap ? cap - len : 0;
         switch (f->kind) {
         case K_INT: n = snprintf(buf + len, room, "%s = %d\n", f->key, *(const int *)src); break;
         case K_U64: n = snprintf(buf + len, room, "%s = %llu\n", f->key, *(const unsigned long long *)src); break;
-        case K_DOUBLE: n = snprintf(buf + len, room, "%s = %.17g\n", f->key, *(const double *)src); break;
+        case K_DOUBLE:
+            n = snprintf(buf + len, room, "%s = %s\n", f->key, fmt_double(*(const double *)src, t));
+            break;
         case K_POOL: n = snprintf(buf + len, room, "%s = %s\n", f->key,
                                   *(const int *)src == VIT_POOL_MEAN ? "mean" : "cls"); break;
         }
@@ -254,8 +273,11 @@ int vit_config_check(const vit_config *c)
                         c->image_height, c->image_width);
     if (c->dim % c->heads)
         return vit_fail(VIT_EINVAL, "heads: %d does not divide dim %d", c->heads, c->dim);
-    if (c->min_lr > c->lr)
-        return vit_fail(VIT_EINVAL, "min_lr: %g exceeds lr %g", c->min_lr, c->lr);
+    if (c->min_lr > c->lr) {
+        char t[2][32];
+        return vit_fail(VIT_EINVAL, "min_lr: %s exceeds lr %s", fmt_double(c->min_lr, t[0]),
+                        fmt_double(c->lr, t[1]));
+    }
     return VIT_OK;
 }
 

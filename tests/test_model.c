@@ -11,7 +11,8 @@
  *    tensors tile the flat buffer, the optimizer groups cover it and decay
  *    exactly the weight matrices;
  *  - config text: the shipped models/digits-tiny.cfg equals the defaults,
- *    format/parse round-trips, bad text is rejected naming line and key;
+ *    format/parse round-trips, doubles are written in the fewest digits
+ *    that read back bitwise, bad text is rejected naming line and key;
  *  - checkpoints: save/load restores parameters, logits, AdamW moments and
  *    progress; resuming with a different model shape fails naming it.
  */
@@ -413,6 +414,86 @@ START_TEST(test_config_round_trip)
     ck_assert_int_eq(b.dim, 16);
     ck_assert_int_eq(b.heads, 8);
     ck_assert_int_eq(b.pool, VIT_POOL_MEAN);
+}
+END_TEST
+
+/* The text of key's line in buf ("lr = 0.002\n" -> "0.002"), or "". */
+static const char *line_value(const char *buf, const char *key, char *out, size_t cap)
+{
+    char pat[64];
+    int n = snprintf(pat, sizeof pat, "%s = ", key);
+    *out = 0;
+    for (const char *p = buf; p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (strncmp(p, pat, (size_t)n) == 0) {
+            snprintf(out, cap, "%.*s", (int)strcspn(p + n, "\n"), p + n);
+            break;
+        }
+    return out;
+}
+
+START_TEST(test_config_format_shortest)
+{
+    /* Doubles are written as people write them in a config file: the
+     * defaults read 0.002, 1e-05, 0.05 (not 0.050000000000000003) ... */
+    vit_config c, back;
+    vit_config_default(&c);
+    char buf[4096], v[64];
+    ck_assert_int_gt(vit_config_format(&c, buf, sizeof buf), 0);
+    static const char *want[][2] = {
+        {"lr", "0.002"}, {"min_lr", "1e-05"}, {"warmup", "5"}, {"weight_decay", "0.05"},
+        {"beta1", "0.9"}, {"beta2", "0.999"}, {"eps", "1e-08"}, {"smoothing", "0.1"},
+        {"rotate", "0"}, {"init_std", "0.1"},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        ck_assert_str_eq(line_value(buf, want[i][0], v, sizeof v), want[i][1]);
+    /* ... with as many digits as the value needs: 15, 16 or 17. */
+    static const struct {
+        double x;
+        const char *text;
+    } digits[] = {
+        {0.1 + 0.2, "0.30000000000000004"},  /* 17 */
+        {1.0 / 3.0, "0.3333333333333333"},   /* 16 */
+        {2.0 / 3.0, "0.6666666666666666"},   /* 16 */
+        {0.123456789012345, "0.123456789012345"}, /* 15 */
+        {1e-12, "1e-12"},
+        {7.0, "7"},
+    };
+    for (size_t i = 0; i < sizeof digits / sizeof digits[0]; i++) {
+        vit_config_default(&c);
+        c.lr = digits[i].x;
+        ck_assert_int_gt(vit_config_format(&c, buf, sizeof buf), 0);
+        ck_assert_str_eq(line_value(buf, "lr", v, sizeof v), digits[i].text);
+    }
+    /* Every double survives text bitwise: 2000 random ones in lr's range
+     * (1e-12 .. 10), drawn uniformly in the exponent and the mantissa. */
+    uint64_t s = 88172645463325252ull;
+    for (int i = 0; i < 2000; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        double x = ldexp(1.0 + (double)(s >> 12) / 4503599627370496.0, -39 + (int)(s % 43));
+        if (x > 10)
+            x /= 16;
+        vit_config_default(&c);
+        c.lr = x;
+        c.min_lr = x * 1e-3;
+        ck_assert_int_gt(vit_config_format(&c, buf, sizeof buf), 0);
+        vit_config_default(&back);
+        ck_assert_msg(vit_config_parse(&back, buf, "t") == VIT_OK, "%s", vit_last_error());
+        ck_assert_msg(memcmp(&back.lr, &c.lr, sizeof c.lr) == 0 &&
+                          memcmp(&back.min_lr, &c.min_lr, sizeof c.min_lr) == 0,
+                      "%.17g / %.17g read back as %.17g / %.17g", c.lr, c.min_lr, back.lr,
+                      back.min_lr);
+    }
+    /* Range messages use the same writing, so a value just outside is not
+     * shown as a value inside (%g printed 0.9999995 as 1). */
+    vit_config_default(&c);
+    ck_assert_int_eq(vit_config_set(&c, "beta1", "0.9999995"), VIT_EINVAL);
+    ck_assert_str_eq(vit_last_error(), "beta1: 0.9999995 is out of range [0, 0.999999]");
+    ck_assert_int_eq(vit_config_set(&c, "lr", "1e-13"), VIT_EINVAL);
+    ck_assert_str_eq(vit_last_error(), "lr: 1e-13 is out of range [1e-12, 10]");
+    c.lr = 0.1 + 0.2;
+    c.min_lr = 0.30000000000000010;
+    ck_assert_int_eq(vit_config_check(&c), VIT_EINVAL);
+    ck_assert_str_eq(vit_last_error(), "min_lr: 0.3000000000000001 exceeds lr 0.30000000000000004");
 }
 END_TEST
 
@@ -989,6 +1070,7 @@ static Suite *model_suite(void)
     tcase_add_test(tc, test_param_count_and_groups);
     tcase_add_test(tc, test_config_file_is_default);
     tcase_add_test(tc, test_config_round_trip);
+    tcase_add_test(tc, test_config_format_shortest);
     tcase_add_test(tc, test_config_bad_text);
     suite_add_tcase(s, tc);
     TCase *tk = tcase_create("checkpoint");
