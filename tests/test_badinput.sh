@@ -257,34 +257,41 @@ row "config: line too long" "line.cfg:1: line too long" vit_train --config "$tmp
 row "config: missing" "none.cfg: cannot open config" vit_train --config "$tmp/none.cfg"
 
 # ---- flags out of range -------------------------------------------------------
-row "flag: --epochs 0" "epochs: 0 is out of range" vit_train --epochs 0
-row "flag: --epochs overflowing long" "epochs: expected an integer" vit_train --epochs 99999999999999999999
-row "flag: --lr -1" "lr: -1 is out of range" vit_train --lr -1
-row "flag: --lr nan" "lr: expected a number, got 'nan'" vit_train --lr nan
-row "flag: --lr inf" "lr: expected a number, got 'inf'" vit_train --lr inf
-row "flag: --min-lr above --lr" "min_lr: 0.1 exceeds lr 0.01" vit_train --lr 0.01 --min-lr 0.1
-row "flag: --batch 0" "batch: 0 is out of range" vit_train --batch 0
-row "flag: --beta1 1" "beta1: 1 is out of range" vit_train --beta1 1
-row "flag: --smoothing 1" "smoothing: 1 is out of range" vit_train --smoothing 1
-row "flag: --init-std 0" "init_std: 0 is out of range" vit_train --init-std 0
-row "flag: --seed -1" "seed: expected a non-negative integer" vit_train --seed -1
-row "flag: --pool max" "pool: expected cls or mean, got 'max'" vit_train --pool max
-row "flag: --heads not dividing --dim" "heads: 3 does not divide dim 16" vit_train --heads 3
-row "flag: --patch not dividing the image" "patch: 3 does not divide the 8x8 image" vit_train --patch 3
-row "flag: --threads 0" "--threads: expected an integer in \[1, 256\], got '0'" vit_train --threads 0
-row "flag: --threads 257" "--threads: expected an integer in \[1, 256\], got '257'" vit_train --threads 257
-row "flag: --ckpt-every 0" "--ckpt-every: expected an integer in \[1, [0-9]+\], got '0'" vit_train --ckpt-every 0
-row "flag: --stop-after -2" "--stop-after: expected an integer" vit_train --stop-after -2
-row "flag: --val -1" "--val: expected an integer in \[0, [0-9]+\], got '-1'" vit_train --val -1
-row "flag: --val larger than the data" "--val 100000 leaves no training images \(of 1437\)" vit_train --val 100000
-row "flag: --out too long" "--out: path longer than 4095 bytes" vit_train --out "$(printf '%05000d' 0)"
+# (each message whole: the option named once, as typed but with '-')
+row "flag: --epochs 0" "^vit_train: --epochs: 0 is out of range \[1, 1000000\]$" vit_train --epochs 0
+row "flag: --epochs overflowing long" "^vit_train: --epochs: expected an integer, got '99999999999999999999'$" \
+    vit_train --epochs 99999999999999999999
+row "flag: --lr -1" "^vit_train: --lr: -1 is out of range \[1e-12, 10\]$" vit_train --lr -1
+row "flag: --lr nan" "^vit_train: --lr: expected a number, got 'nan'$" vit_train --lr nan
+row "flag: --lr inf" "^vit_train: --lr: expected a number, got 'inf'$" vit_train --lr=inf
+row "flag: --min-lr above --lr" "^vit_train: min_lr: 0\.1 exceeds lr 0\.01$" vit_train --lr 0.01 --min-lr 0.1
+row "flag: --batch 0" "^vit_train: --batch: 0 is out of range \[1, 1048576\]$" vit_train --batch 0
+row "flag: --beta1 1" "^vit_train: --beta1: 1 is out of range \[0, 0\.999999\]$" vit_train --beta1 1
+row "flag: --smoothing 1" "^vit_train: --smoothing: 1 is out of range \[0, 0\.99\]$" vit_train --smoothing 1
+row "flag: --init-std 0" "^vit_train: --init-std: 0 is out of range \[1e-06, 10\]$" vit_train --init-std 0
+row "flag: --init_std=0" "^vit_train: --init-std: 0 is out of range \[1e-06, 10\]$" vit_train --init_std=0
+row "flag: --seed -1" "^vit_train: --seed: expected a non-negative integer, got '-1'$" vit_train --seed -1
+row "flag: --pool max" "^vit_train: --pool: expected cls or mean, got 'max'$" vit_train --pool max
+row "flag: --heads not dividing --dim" "^vit_train: heads: 3 does not divide dim 16$" vit_train --heads 3
+row "flag: --patch not dividing the image" "^vit_train: patch: 3 does not divide the 8x8 image$" vit_train --patch 3
+row "flag: --threads 0" "^vit_train: --threads: expected an integer in \[1, 256\], got '0'$" vit_train --threads 0
+row "flag: --threads 257" "^vit_train: --threads: expected an integer in \[1, 256\], got '257'$" vit_train --threads=257
+row "flag: --ckpt-every 0" "^vit_train: --ckpt-every: expected an integer in \[1, [0-9]+\], got '0'$" vit_train --ckpt-every 0
+row "flag: --stop-after -2" "^vit_train: --stop-after: expected an integer in \[1, [0-9]+\], got '-2'$" \
+    vit_train --stop_after=-2
+row "flag: --val -1" "^vit_train: --val: expected an integer in \[0, [0-9]+\], got '-1'$" vit_train --val -1
+row "flag: --val larger than the data" "^vit_train: --val 100000 leaves no training images \(of 1437\)$" vit_train --val 100000
+row "flag: --out too long" "^vit_train: --out: path longer than 4095 bytes$" vit_train --out "$(printf '%05000d' 0)"
 row "flag: a model too large for memory" "out of memory for [0-9]+ parameters" \
     vit_train --dim 65536 --heads 1 --depth 1024 --mlp 1048576
-row "flag: unknown" "unknown config key 'colour'" vit_train --colour blue
-row "flag: missing value" "--epochs needs a value" vit_train --epochs
-row "eval flag: --split" "--split: expected test or train, got 'val'" vit_eval "$good" --split val
-row "eval flag: --threads 0" "--threads: expected an integer in \[1, 256\], got '0'" vit_eval "$good" --threads 0
-row "eval flag: unknown" "unknown option '--colour'" vit_eval "$good" --colour blue
+row "flag: unknown" "^vit_train: unknown option --colour \(see --help\)$" vit_train --colour blue
+row "flag: unknown, close to a key" "^vit_train: unknown option --dimm; did you mean --dim\?$" vit_train --dimm=8
+row "flag: missing value" "^vit_train: --epochs: missing value$" vit_train --epochs
+row "flag: value for a flag taking none" "^vit_train: --quiet: takes no value, got '1'$" vit_train --quiet=1
+row "eval flag: --split" "^vit_eval: --split: expected test or train, got 'val'$" vit_eval "$good" --split val
+row "eval flag: --threads 0" "^vit_eval: --threads: expected an integer in \[1, 256\], got '0'$" vit_eval "$good" --threads=0
+row "eval flag: unknown" "^vit_eval: unknown option --colour \(see --help\)$" vit_eval "$good" --colour blue
+row "eval flag: missing value" "^vit_eval: --data: missing value$" vit_eval "$good" --data
 row "eval: no checkpoint" "no checkpoint given" vit_eval
 
 echo "$pass passed, $fail failed"

@@ -25,13 +25,79 @@ expect() {
     echo "FAIL $name: exit $rc, output:"; sed 's/^/     /' <<<"$out"
 }
 
+# exact NAME WANT_EXIT TEXT CMD...: runs CMD, checks the exit status and
+# that stdout+stderr is exactly TEXT.
+exact() {
+    local name=$1 want=$2 text=$3
+    shift 3
+    local out rc
+    out=$("$@" 2>&1)
+    rc=$?
+    if [ "$rc" = "$want" ] && [ "$out" = "$text" ]; then
+        pass=$((pass + 1)); echo "ok   $name"; return
+    fi
+    fail=$((fail + 1))
+    echo "FAIL $name: exit $rc (want $want), output:"; sed 's/^/     /' <<<"$out"
+    echo "     want:"; sed 's/^/     /' <<<"$text"
+}
+# in_dir DIR CMD...: CMD run from DIR (expect and exact run it in a subshell).
+in_dir() { cd "$1" && shift && "$@"; }
+
 expect "help" 0 "usage: vit_train" "$tools/vit_train" --help
 expect "version" 0 "vit_train [0-9]+\.[0-9]+" "$tools/vit_train" --version
-expect "unknown flag" 2 "unknown config key 'bogus'" "$tools/vit_train" --bogus 1
-expect "flag without value" 2 "--epochs needs a value" "$tools/vit_train" --epochs
-expect "zero dim" 2 "dim: 0 is out of range" "$tools/vit_train" --dim 0
-expect "negative epochs" 2 "epochs: -3 is out of range" "$tools/vit_train" --epochs -3
-expect "not a number" 2 "lr: expected a number" "$tools/vit_train" --lr fast
+# --help shows the defaults as a config file has them, not 1.0000000000000001e-05.
+expect "help: lr default" 0 "^  --lr +peak learning rate \(default 0\.002\)$" "$tools/vit_train" --help
+expect "help: min-lr default" 0 "^  --min-lr +final learning rate of the cosine decay \(default 1e-05\)$" \
+    "$tools/vit_train" --help
+expect "help: weight-decay default" 0 "^  --weight-decay +AdamW decoupled weight decay \(default 0\.05\)$" \
+    "$tools/vit_train" --help
+exact "unknown flag" 2 "vit_train: unknown option --bogus (see --help)" "$tools/vit_train" --bogus 1
+exact "flag without value" 2 "vit_train: --epochs: missing value" "$tools/vit_train" --epochs
+exact "zero dim" 2 "vit_train: --dim: 0 is out of range [1, 65536]" "$tools/vit_train" --dim 0
+exact "negative epochs" 2 "vit_train: --epochs: -3 is out of range [1, 1000000]" "$tools/vit_train" --epochs -3
+exact "not a number" 2 "vit_train: --lr: expected a number, got 'fast'" "$tools/vit_train" --lr fast
+
+# Flags as people type them: --key=value and --key value, '-' and '_' alike,
+# for config keys and the tools' own flags; the option named once.
+exact "--key=value" 2 "vit_train: --epochs: 0 is out of range [1, 1000000]" "$tools/vit_train" --epochs=0
+exact "--key=value, value with '='" 2 "vit_train: --lr: expected a number, got '1=2'" \
+    "$tools/vit_train" --lr=1=2
+exact "--key= (empty value)" 2 "vit_train: --lr: expected a number, got ''" "$tools/vit_train" --lr=
+exact "named once" 2 "vit_train: --lr: expected a number, got '1e-3x'" "$tools/vit_train" --lr 1e-3x
+exact "named once, =" 2 "vit_train: --lr: expected a number, got '1e-3x'" "$tools/vit_train" --lr=1e-3x
+exact "underscore key" 2 "vit_train: --min-lr: expected a number, got 'x'" "$tools/vit_train" --min_lr x
+exact "underscore key=" 2 "vit_train: --weight-decay: 11 is out of range [0, 10]" \
+    "$tools/vit_train" --weight_decay=11
+exact "tool flag=" 2 "vit_train: --threads: expected an integer in [1, 256], got '0'" \
+    "$tools/vit_train" --threads=0
+exact "tool flag with underscore" 2 "vit_train: --ckpt-every: expected an integer in [1, 1073741824], got '0'" \
+    "$tools/vit_train" --ckpt_every 0
+exact "negative value after a flag" 2 "vit_train: --lr: -1 is out of range [1e-12, 10]" "$tools/vit_train" --lr -1
+exact "no-value flag given one" 2 "vit_train: --quiet: takes no value, got 'yes'" "$tools/vit_train" --quiet=yes
+exact "missing value at the end" 2 "vit_train: --out: missing value" "$tools/vit_train" --quiet --out
+exact "suggest a config key" 2 "vit_train: unknown option --epoch; did you mean --epochs?" \
+    "$tools/vit_train" --epoch 2
+exact "suggest, = form" 2 "vit_train: unknown option --epoch; did you mean --epochs?" \
+    "$tools/vit_train" --epochs=2 --epoch=2
+exact "suggest, swapped letters" 2 "vit_train: unknown option --ephocs; did you mean --epochs?" \
+    "$tools/vit_train" --ephocs 2
+exact "suggest, underscores" 2 "vit_train: unknown option --weight-decy; did you mean --weight-decay?" \
+    "$tools/vit_train" --weight_decy 0.1
+exact "suggest a tool flag" 2 "vit_train: unknown option --chekc-replicas; did you mean --check-replicas?" \
+    "$tools/vit_train" --chekc-replicas
+exact "nothing close" 2 "vit_train: unknown option --colour (see --help)" "$tools/vit_train" --colour blue
+exact "eval: suggest" 2 "vit_eval: unknown option --splt; did you mean --split?" "$tools/vit_eval" x.ckpt --splt test
+exact "eval: flag=" 2 "vit_eval: --split: expected test or train, got 'val'" "$tools/vit_eval" x.ckpt --split=val
+exact "predict: suggest" 2 "vit_predict: unknown option --versoin; did you mean --version?" \
+    "$tools/vit_predict" --versoin
+exact "attn: flag=" 2 "vit_attn: --digit: expected an integer in [0, 1073741824], got '-1'" \
+    "$tools/vit_attn" x.ckpt --digit=-1
+exact "plot: suggest" 2 "vit_plot: unknown option --tilte; did you mean --title?" "$tools/vit_plot" m.csv --tilte x
+exact "export: suggest" 2 "vit_export: unknown option --logit; did you mean --logits?" \
+    "$tools/vit_export" x.ckpt --logit l.csv
+exact "seq: flag=" 2 "vit_seq: --task: expected reverse or sort, got 'copy'" "$tools/vit_seq" --task=copy
+exact "article: flag=" 2 "vit_article: --seed: expected an integer in [0, 2147483647], got 'x'" \
+    "$tools/vit_article" --seed=x all
 expect "heads not dividing dim" 1 "heads: 3 does not divide dim 64" \
     "$tools/vit_train" --heads 3 --out "$tmp/h" --quiet
 expect "patch not dividing image" 1 "patch: 3 does not divide" \
@@ -45,12 +111,18 @@ expect "output folder not writable" 1 "$tmp/file/out" \
     "$tools/vit_train" --out "$tmp/file/out" --epochs 1 --quiet
 [ -e "$tmp/file/out" ] && { fail=$((fail + 1)); echo "FAIL output folder: something was created"; }
 
-# A tiny real run, then the other tools on its checkpoint.
-expect "tiny training run" 0 "test accuracy 0\.[0-9]+" "$tools/vit_train" --dim 16 --depth 1 \
-    --heads 2 --mlp 16 --epochs 1 --out "$tmp/run" --quiet --threads 1
+# A tiny real run, then the other tools on its checkpoint.  Without --out it
+# writes runs/digits; its flags in both forms (the shape checked below by
+# "resume with another shape").
+expect "tiny training run" 0 "^test accuracy 0\.[0-9]+ .*; checkpoint runs/digits/last\.ckpt$" \
+    in_dir "$tmp" "$tools/vit_train" --data=digits --dim=16 --depth 1 \
+    --heads=2 --mlp=16 --epochs 1 --quiet --threads=1
+mv "$tmp/runs/digits" "$tmp/run"
 expect "metrics written" 0 "^epoch,train_loss,train_acc,test_loss,test_acc,lr,seconds" cat "$tmp/run/metrics.csv"
 expect "eval" 0 "test split: 360 images, loss [0-9.]+, accuracy 0\.[0-9]+" \
     "$tools/vit_eval" "$tmp/run/last.ckpt" --data digits
+expect "eval, --key=value" 0 "^train split: 1437 images, loss [0-9.]+, accuracy 0\.[0-9]+$" \
+    "$tools/vit_eval" "$tmp/run/last.ckpt" --data=digits --split=train
 expect "eval missing checkpoint" 1 "$tmp/none.ckpt" "$tools/vit_eval" "$tmp/none.ckpt"
 head -c 100 "$tmp/run/last.ckpt" >"$tmp/cut.ckpt"
 expect "eval truncated checkpoint" 1 "cut.ckpt.*truncated" "$tools/vit_eval" "$tmp/cut.ckpt"

@@ -52,6 +52,149 @@ int cli_int(const char *prog, const char *flag, const char *text, int lo, int hi
     return 1;
 }
 
+/* ---- flags as people type them ------------------------------------------ */
+
+/* Optimal string alignment distance (edits: insert, delete, substitute,
+ * swap two neighbours) between a and b, counted up to 32 characters. */
+static int edit_distance(const char *a, const char *b)
+{
+    enum { M = 33 };
+    int d[M][M];
+    int n = (int)strlen(a), m = (int)strlen(b);
+    n = n < M - 1 ? n : M - 1;
+    m = m < M - 1 ? m : M - 1;
+    for (int i = 0; i <= n; i++)
+        d[i][0] = i;
+    for (int j = 0; j <= m; j++)
+        d[0][j] = j;
+    for (int i = 1; i <= n; i++)
+        for (int j = 1; j <= m; j++) {
+            int best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best)
+                best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best)
+                best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[n][m];
+}
+
+/* Known option number i (tool flags first, then config keys as flags) in
+ * buf; 0 past the end. */
+static int known_option(const cli_flag *flags, int config_keys, int i, char *buf, size_t cap,
+                        int *takes_value)
+{
+    int nflags = 0;
+    while (flags && flags[nflags].name)
+        nflags++;
+    if (i < nflags) {
+        snprintf(buf, cap, "%s", flags[i].name);
+        *takes_value = flags[i].takes_value;
+        return 1;
+    }
+    const char *key;
+    if (!config_keys || !vit_config_key_help(i - nflags, &key))
+        return 0;
+    snprintf(buf, cap, "--%s", key);
+    for (char *p = buf; *p; p++)
+        if (*p == '_')
+            *p = '-';
+    *takes_value = 1;
+    return 1;
+}
+
+int cli_normalize(const char *prog, int *argc, char ***argv, const cli_flag *flags, int config_keys)
+{
+    static char **norm; /* lives until exit */
+    int n = *argc;
+    char **in = *argv;
+    free(norm);
+    norm = malloc((2 * (size_t)n + 1) * sizeof *norm);
+    if (!norm) {
+        fprintf(stderr, "%s: out of memory\n", prog);
+        return 0;
+    }
+    int k = 0;
+    norm[k++] = in[0];
+    for (int i = 1; i < n; i++) {
+        char *a = in[i];
+        if (strncmp(a, "--", 2) != 0 || !a[2]) {
+            norm[k++] = a;
+            continue;
+        }
+        char *eq = strchr(a, '=');
+        if (eq)
+            *eq = 0;
+        for (char *p = a + 2; *p; p++)
+            if (*p == '_')
+                *p = '-';
+        char name[80];
+        int takes_value = 0, found = 0;
+        for (int j = 0; known_option(flags, config_keys, j, name, sizeof name, &takes_value); j++)
+            if (strcmp(name, a) == 0) {
+                found = 1;
+                break;
+            }
+        if (!found) {
+            char best[80] = "";
+            int best_d = 1 << 30, len = (int)strlen(a + 2);
+            for (int j = 0; known_option(flags, config_keys, j, name, sizeof name, &takes_value); j++) {
+                int d = edit_distance(a + 2, name + 2);
+                if (d < best_d) {
+                    best_d = d;
+                    snprintf(best, sizeof best, "%s", name);
+                }
+            }
+            /* close: at most one edit in three characters typed */
+            if (*best && best_d <= (len + 2) / 3)
+                fprintf(stderr, "%s: unknown option %s; did you mean %s?\n", prog, a, best);
+            else
+                fprintf(stderr, "%s: unknown option %s (see --help)\n", prog, a);
+            return 0;
+        }
+        norm[k++] = a;
+        if (!takes_value && eq) {
+            fprintf(stderr, "%s: %s: takes no value, got '%s'\n", prog, a, eq + 1);
+            return 0;
+        }
+        if (takes_value && eq)
+            norm[k++] = eq + 1;
+        else if (takes_value) {
+            if (i + 1 >= n) {
+                fprintf(stderr, "%s: %s: missing value\n", prog, a);
+                return 0;
+            }
+            norm[k++] = in[++i];
+        }
+    }
+    norm[k] = NULL;
+    *argc = k;
+    *argv = norm;
+    return 1;
+}
+
+int cli_config_flag(const char *prog, vit_config *cfg, const char *flag, const char *value)
+{
+    char key[80];
+    snprintf(key, sizeof key, "%s", flag + (strncmp(flag, "--", 2) == 0 ? 2 : 0));
+    for (char *p = key; *p; p++)
+        if (*p == '-')
+            *p = '_';
+    if (vit_config_set(cfg, key, value) == VIT_OK)
+        return 1;
+    /* The library names the key ("min_lr: expected a number, got 'x'");
+     * the user typed the flag, so name that instead, once. */
+    const char *msg = vit_last_error();
+    size_t klen = strlen(key);
+    if (strncmp(msg, key, klen) == 0 && strncmp(msg + klen, ": ", 2) == 0)
+        msg += klen + 2;
+    fprintf(stderr, "%s: %s: %s\n", prog, flag, msg);
+    return 0;
+}
+
 void cli_print_config_keys(FILE *f)
 {
     const char *key, *help;
@@ -65,11 +208,16 @@ void cli_print_config_keys(FILE *f)
         for (char *p = flag + 2; *p; p++)
             if (*p == '_')
                 *p = '-';
-        /* default value: the line "key = value" of the formatted defaults */
-        const char *line = strstr(buf, key);
+        /* default value: the line "key = value" of the formatted defaults
+         * (at a line start: "lr = " also ends "min_lr = ") */
+        char pat[80];
+        int plen = snprintf(pat, sizeof pat, "%s = ", key);
+        const char *line = buf;
+        while (line && strncmp(line, pat, (size_t)plen) != 0)
+            line = (line = strchr(line, '\n')) ? line + 1 : NULL;
         char def[64] = "";
-        if (line && (line = strchr(line, '='))) {
-            snprintf(def, sizeof def, "%s", line + 2);
+        if (line) {
+            snprintf(def, sizeof def, "%s", line + plen);
             def[strcspn(def, "\n")] = 0;
         }
         fprintf(f, "  %-20s %s (default %s)\n", flag, help, def);

@@ -22,6 +22,32 @@ int cli_int(const char *prog, const char *flag, const char *text, int lo, int hi
  * middle of a write.  Call first thing in main() of a tool that writes files. */
 void cli_ignore_file_size_signal(void);
 
+/* One option of a tool: its name as --help shows it (leading "--", words
+ * joined by '-'), and whether it takes a value.  A tool lists its options
+ * in an array ended by {NULL, 0}. */
+typedef struct cli_flag {
+    const char *name;
+    int takes_value;
+} cli_flag;
+
+/* Rewrites *argv into the one form the tools' loops read, so that flags
+ * work as people type them: "--key=value" becomes "--key" "value", and
+ * '_' in a flag's name becomes '-' (--min_lr is --min-lr).  Options are
+ * `flags`, plus every config key as a flag taking a value when
+ * `config_keys` is set; "-h" and arguments not starting with "--" pass
+ * through, and so does the value after an option that takes one, whatever
+ * it looks like (--lr -1).  An unknown option, a missing value or a value
+ * given to an option that takes none prints one line naming the option
+ * (with the nearest known option when one is close) and returns 0; the
+ * tool then exits with 2.  Returns 1 on success.  The new array is
+ * allocated once and lives until exit; the strings are argv's own. */
+int cli_normalize(const char *prog, int *argc, char ***argv, const cli_flag *flags, int config_keys);
+
+/* Sets config key from flag ("--min-lr" sets min_lr) to value; on failure
+ * prints "PROG: --min-lr: PROBLEM" (the library's message without its own
+ * key prefix, so that the option is named once) and returns 0. */
+int cli_config_flag(const char *prog, vit_config *cfg, const char *flag, const char *value);
+
 /* Prints the config keys as options (for --help). */
 void cli_print_config_keys(FILE *f);
 

@@ -110,6 +110,9 @@ int main(int argc, char **argv)
     cli_ignore_file_size_signal();
     int seed = 0;
     const char *what = NULL;
+    static const cli_flag flags[] = {{"--seed", 1}, {"--help", 0}, {"--version", 0}, {NULL, 0}};
+    if (!cli_normalize(prog, &argc, &argv, flags, 0))
+        return 2;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);

@@ -13,6 +13,10 @@ int main(int argc, char **argv)
 {
     const char *ckpt = NULL, *data = "digits";
     int split_train = 0, threads = 0;
+    static const cli_flag flags[] = {{"--data", 1}, {"--split", 1}, {"--threads", 1},
+                                     {"--help", 0}, {"--version", 0}, {NULL, 0}};
+    if (!cli_normalize(prog, &argc, &argv, flags, 0))
+        return 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {

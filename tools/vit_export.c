@@ -17,6 +17,10 @@ int main(int argc, char **argv)
 {
     cli_ignore_file_size_signal();
     const char *ckpt = NULL, *out = NULL, *logits = NULL, *data = "digits";
+    static const cli_flag flags[] = {{"--out", 1}, {"--logits", 1}, {"--data", 1},
+                                     {"--help", 0}, {"--version", 0}, {NULL, 0}};
+    if (!cli_normalize(prog, &argc, &argv, flags, 0))
+        return 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {

@@ -15,6 +15,10 @@ int main(int argc, char **argv)
 {
     cli_ignore_file_size_signal();
     const char *csv = NULL, *out = "curves.png", *title = NULL;
+    static const cli_flag flags[] = {{"--out", 1}, {"--title", 1}, {"--help", 0},
+                                     {"--version", 0}, {NULL, 0}};
+    if (!cli_normalize(prog, &argc, &argv, flags, 0))
+        return 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {

@@ -13,6 +13,9 @@ static const char *prog = "vit_predict";
 
 int main(int argc, char **argv)
 {
+    static const cli_flag flags[] = {{"--help", 0}, {"--version", 0}, {NULL, 0}};
+    if (!cli_normalize(prog, &argc, &argv, flags, 0))
+        return 2;
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         printf("usage: vit_predict CKPT IMAGE.png...\n"
                "Classifies each PNG (same size and channels as the training images; pixel\n"

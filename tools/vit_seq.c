@@ -38,6 +38,11 @@ int main(int argc, char **argv)
     seq_config cfg;
     seq_config_default(&cfg);
     int quiet = 0, threads = 0;
+    static const cli_flag flags[] = {{"--task", 1}, {"--len", 1}, {"--steps", 1}, {"--seed", 1},
+                                     {"--threads", 1}, {"--quiet", 0}, {"--help", 0},
+                                     {"--version", 0}, {NULL, 0}};
+    if (!cli_normalize(prog, &argc, &argv, flags, 0))
+        return 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {

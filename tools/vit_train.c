@@ -19,7 +19,8 @@ static void usage(FILE *f)
         "usage: vit_train [--data digits|DIR] [--config FILE] [--out DIR] [options]\n"
         "\n"
         "Trains a Vision Transformer and scores it on the held-out test set after\n"
-        "every epoch.  Writes OUT/metrics.csv and OUT/last.ckpt.\n"
+        "every epoch.  Writes OUT/metrics.csv and OUT/last.ckpt.  Flags take their\n"
+        "value as --key VALUE or --key=VALUE; '-' and '_' are alike in names.\n"
         "\n"
         "  --data SPEC          digits (the shipped 8x8 digits: first 1437 train, last\n"
         "                       360 test), a folder of MNIST IDX files, or a folder\n"
@@ -41,6 +42,13 @@ static void usage(FILE *f)
         "Model and recipe (any config key):\n");
     cli_print_config_keys(f);
 }
+
+/* The options besides the config keys (see cli_normalize). */
+static const cli_flag flags[] = {
+    {"--data", 1}, {"--config", 1}, {"--out", 1}, {"--resume", 1}, {"--val", 1},
+    {"--ckpt-every", 1}, {"--stop-after", 1}, {"--threads", 1}, {"--quiet", 0},
+    {"--check-replicas", 0}, {"--help", 0}, {"--version", 0}, {NULL, 0},
+};
 
 /* Folder name for a data spec: "digits", or the last path component. */
 static void default_out(const char *spec, char *out, size_t cap)
@@ -88,6 +96,8 @@ static int run(int argc, char **argv)
     const char *data = "digits", *config = NULL;
     char out[4096] = "";
     int threads = 0;
+    if (!cli_normalize(prog, &argc, &argv, flags, 1))
+        return 2;
 
     /* First pass: --config, so that flags given later override the file
      * whatever their order on the line. */
@@ -150,17 +160,8 @@ static int run(int argc, char **argv)
         } else if (strcmp(a, "--threads") == 0) {
             if (!cli_int(prog, a, v, 1, 256, &threads))
                 return 2;
-        } else {
-            char key[64];
-            snprintf(key, sizeof key, "%s", a + 2);
-            for (char *p = key; *p; p++)
-                if (*p == '-')
-                    *p = '_';
-            if (vit_config_set(&cfg, key, v)) {
-                fprintf(stderr, "%s: %s: %s\n", prog, a, vit_last_error());
-                return 2;
-            }
-        }
+        } else if (!cli_config_flag(prog, &cfg, a, v))
+            return 2;
     }
     if (threads > 0)
         vit_set_threads(threads);
