@@ -9,7 +9,8 @@ trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
 
 # expect NAME WANT_EXIT PATTERN CMD...: runs CMD, checks the exit status and
-# that stdout+stderr match PATTERN (grep -E).
+# that stdout+stderr match PATTERN (grep -E).  exact: the same, but
+# stdout+stderr must be exactly PATTERN (the whole message).
 expect() {
     local name=$1 want=$2 pat=$3
     shift 3
@@ -17,29 +18,17 @@ expect() {
     out=$("$@" 2>&1)
     rc=$?
     if { [ "$want" = nonzero ] && [ $rc -ne 0 ]; } || [ "$rc" = "$want" ]; then
-        if grep -qE -- "$pat" <<<"$out"; then
+        if { [ -n "${whole:-}" ] && [ "$out" = "$pat" ]; } ||
+            { [ -z "${whole:-}" ] && grep -qE -- "$pat" <<<"$out"; }; then
             pass=$((pass + 1)); echo "ok   $name"; return
         fi
     fi
     fail=$((fail + 1))
-    echo "FAIL $name: exit $rc, output:"; sed 's/^/     /' <<<"$out"
-}
-
-# exact NAME WANT_EXIT TEXT CMD...: runs CMD, checks the exit status and
-# that stdout+stderr is exactly TEXT.
-exact() {
-    local name=$1 want=$2 text=$3
-    shift 3
-    local out rc
-    out=$("$@" 2>&1)
-    rc=$?
-    if [ "$rc" = "$want" ] && [ "$out" = "$text" ]; then
-        pass=$((pass + 1)); echo "ok   $name"; return
-    fi
-    fail=$((fail + 1))
     echo "FAIL $name: exit $rc (want $want), output:"; sed 's/^/     /' <<<"$out"
-    echo "     want:"; sed 's/^/     /' <<<"$text"
+    if [ -n "${whole:-}" ]; then echo "     want exactly:"; else echo "     want a match of:"; fi
+    sed 's/^/     /' <<<"$pat"
 }
+exact() { whole=1 expect "$@"; }
 # in_dir DIR CMD...: CMD run from DIR (expect and exact run it in a subshell).
 in_dir() { cd "$1" && shift && "$@"; }
 
