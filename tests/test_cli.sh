@@ -133,6 +133,36 @@ expect "export" 0 "20 tensors" "$tools/vit_export" "$tmp/run/last.ckpt" --out "$
 expect "export of a missing checkpoint" 1 "$tmp/none.ckpt" \
     "$tools/vit_export" "$tmp/none.ckpt" --out "$tmp/n.safetensors"
 
+# The run folder is named after the last component of --data, whatever the
+# trailing slashes (tab completion adds one): never runs//abs/path/.  Each
+# case trains a tiny model on a 4x4 IDX set from a fresh folder holding a
+# copy of the set as mn/, and must write runs/mn and nothing else.
+be32() { printf "\\x$(printf %02x $(($1 >> 24 & 255)))\\x$(printf %02x $(($1 >> 16 & 255)))\\x$(printf %02x $(($1 >> 8 & 255)))\\x$(printf %02x $(($1 & 255)))"; }
+idx=$tmp/idx
+mkdir -p "$idx"
+{ be32 0x803; be32 6; be32 4; be32 4; head -c 96 /dev/zero | tr '\0' '\200'; } >"$idx/train-images-idx3-ubyte"
+{ be32 0x801; be32 6; printf '\0\1\2\0\1\2'; } >"$idx/train-labels-idx1-ubyte"
+{ be32 0x803; be32 3; be32 4; be32 4; head -c 48 /dev/zero | tr '\0' '\200'; } >"$idx/t10k-images-idx3-ubyte"
+{ be32 0x801; be32 3; printf '\2\1\0'; } >"$idx/t10k-labels-idx1-ubyte"
+nrun=0
+run_name() { # NAME SPEC [SUBDIR]: --data SPEC from the fresh folder (or its SUBDIR)
+    local name=$1 spec=$2 sub=${3:-} d
+    nrun=$((nrun + 1)); d=$tmp/cwd$nrun
+    mkdir -p "$d" && cp -r "$idx" "$d/mn"
+    expect "run name: $name" 0 "; checkpoint runs/mn/last\.ckpt$" in_dir "$d/$sub" "$tools/vit_train" \
+        --data "${spec//@/$d}" --dim 4 --heads 1 --mlp 4 --depth 1 --epochs 1 --batch 2 --quiet --threads 1
+    exact "run name: $name: only runs/mn" 0 "mn" ls "$d/$sub/runs"
+}
+run_name "relative" mn
+run_name "relative/" mn/
+run_name "relative//" mn//
+run_name "./relative/" ./mn/
+run_name "absolute" @/mn
+run_name "absolute/" @/mn/
+run_name "absolute///" @/mn///
+run_name "." . mn
+run_name "./" ./ mn
+
 # Each README C example is the file that meson builds and runs: the first
 # ```c block under its heading, byte for byte.
 readme_block() {

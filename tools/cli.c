@@ -1,7 +1,9 @@
 /* Helpers shared by the command-line tools; see cli.h. */
+#define _XOPEN_SOURCE 700 /* realpath */
 #include "cli.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,6 +195,27 @@ int cli_config_flag(const char *prog, vit_config *cfg, const char *flag, const c
         msg += klen + 2;
     fprintf(stderr, "%s: %s: %s\n", prog, flag, msg);
     return 0;
+}
+
+int cli_run_dir(const char *spec, char *out, size_t cap)
+{
+    char path[4096], *name;
+    int n = snprintf(path, sizeof path, "%s", spec);
+    if (n < 0 || (size_t)n >= sizeof path)
+        return 0;
+    while (n > 0 && path[n - 1] == '/')
+        path[--n] = 0;
+    name = strrchr(path, '/');
+    name = name ? name + 1 : path;
+    char real[PATH_MAX];
+    if (!*name || strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
+        /* "--data ." names the folder the user stands in */
+        name = "data";
+        if (realpath(spec, real) && strrchr(real, '/') && strrchr(real, '/')[1])
+            name = strrchr(real, '/') + 1;
+    }
+    n = snprintf(out, cap, "runs/%s", name);
+    return n >= 0 && (size_t)n < cap;
 }
 
 void cli_print_config_keys(FILE *f)

@@ -48,6 +48,13 @@ int cli_normalize(const char *prog, int *argc, char ***argv, const cli_flag *fla
  * key prefix, so that the option is named once) and returns 0. */
 int cli_config_flag(const char *prog, vit_config *cfg, const char *flag, const char *value);
 
+/* The default run folder for a data spec: "runs/" and the last path
+ * component of spec, trailing slashes ignored ("digits", "data/mnist/" and
+ * "/abs/mnist//" give runs/digits, runs/mnist, runs/mnist).  "." and ".."
+ * are named after the folder they resolve to; "/" gives runs/data.
+ * Returns 0 if spec or the result does not fit. */
+int cli_run_dir(const char *spec, char *out, size_t cap);
+
 /* Prints the config keys as options (for --help). */
 void cli_print_config_keys(FILE *f);
 

@@ -50,14 +50,6 @@ static const cli_flag flags[] = {
     {"--check-replicas", 0}, {"--help", 0}, {"--version", 0}, {NULL, 0},
 };
 
-/* Folder name for a data spec: "digits", or the last path component. */
-static void default_out(const char *spec, char *out, size_t cap)
-{
-    const char *base = strrchr(spec, '/');
-    base = base && base[1] ? base + 1 : spec;
-    snprintf(out, cap, "runs/%s", base);
-}
-
 static void print_confusion(const vit_train_result *r)
 {
     int K = r->confusion_classes;
@@ -165,8 +157,10 @@ static int run(int argc, char **argv)
     }
     if (threads > 0)
         vit_set_threads(threads);
-    if (!*out)
-        default_out(data, out, sizeof out);
+    if (!*out && !cli_run_dir(data, out, sizeof out)) {
+        fprintf(stderr, "%s: --data: path too long to name the run; give --out\n", prog);
+        return 2;
+    }
     o.out_dir = out;
 
     vit_dataset train = {0}, test = {0};
