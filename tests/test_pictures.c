@@ -94,15 +94,106 @@ START_TEST(font_and_text)
         for (int x = 0; x < 40; x++)
             ck_assert_msg(same(draw_get(&c, x, y), black) == (x == 23 && y >= 21 && y <= 25),
                           "upward minus pixel (%d,%d)", x, y);
-    /* Lower case prints as upper case; an unknown character as '?'. */
+    /* A character without a glyph prints as '?'; lower case does not print
+     * as upper case. */
     draw_canvas d;
     ck_assert_int_eq(draw_canvas_init(&d, 40, 30, white), 0);
     draw_fill(&c, 0, 0, 40, 30, white);
-    draw_text(&c, 1, 1, "q~", 1, black);
-    draw_text(&d, 1, 1, "Q?", 1, black);
+    draw_text(&c, 1, 1, "q\x01\xc3", 1, black);
+    draw_text(&d, 1, 1, "q??", 1, black);
     ck_assert_int_eq(memcmp(c.px, d.px, 40 * 30 * 3), 0);
+    draw_fill(&d, 0, 0, 40, 30, white);
+    draw_text(&d, 1, 1, "Q??", 1, black);
+    ck_assert_int_ne(memcmp(c.px, d.px, 40 * 30 * 3), 0);
     draw_canvas_free(&c);
     draw_canvas_free(&d);
+}
+END_TEST
+
+/* Ink rows of a glyph: bit r set when row r has ink. */
+static unsigned ink_rows(const char *rows)
+{
+    unsigned bits = 0;
+    for (int r = 0; r < DRAW_GLYPH_H; r++)
+        for (int x = 0; x < DRAW_GLYPH_W; x++)
+            if (rows[r * DRAW_GLYPH_W + x] == '#')
+                bits |= 1u << r;
+    return bits;
+}
+
+START_TEST(font_glyph_set)
+{
+    /* Every printable ASCII character has its own well-formed glyph, no two
+     * alike (so none falls back to '?' and no letter borrows its capital). */
+    for (int a = 32; a < 127; a++) {
+        const char *g = draw_glyph((char)a);
+        ck_assert_int_eq(strlen(g), DRAW_GLYPH_W * DRAW_GLYPH_H);
+        ck_assert_msg(strspn(g, "#.") == strlen(g), "glyph '%c' has other characters", a);
+        ck_assert_msg((a == ' ') == (ink_rows(g) == 0), "glyph '%c': ink", a);
+        for (int b = 32; b < a; b++)
+            ck_assert_msg(strcmp(g, draw_glyph((char)b)) != 0, "glyphs '%c' and '%c' are alike",
+                          a, b);
+    }
+    ck_assert_ptr_eq(draw_glyph('\n'), draw_glyph('?'));
+    ck_assert_ptr_eq(draw_glyph((char)0xe9), draw_glyph('?'));
+    /* Capitals and digits stand on the baseline (rows 0..DRAW_CAP_H-1);
+     * lower case without ascenders starts at row 2, descenders go below. */
+    const unsigned below = ~0u << DRAW_CAP_H, top = 3u;
+    for (const char *p = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789bdfhiklt"; *p; p++)
+        ck_assert_msg((ink_rows(draw_glyph(*p)) & below) == 0, "'%c' below the baseline", *p);
+    for (const char *p = "acegmnopqrsuvwxyz"; *p; p++)
+        ck_assert_msg((ink_rows(draw_glyph(*p)) & top) == 0, "'%c' above the x-height", *p);
+    for (const char *p = "bdfhklt"; *p; p++)
+        ck_assert_msg(ink_rows(draw_glyph(*p)) & 1u, "'%c' has no ascender", *p);
+    for (const char *p = "gjpqy,;_"; *p; p++)
+        ck_assert_msg(ink_rows(draw_glyph(*p)) & below, "'%c' has no descender", *p);
+}
+END_TEST
+
+START_TEST(text_drawn_as_given)
+{
+    /* A path and a title in mixed case, at scale 2, written and read back:
+     * every pixel of every glyph cell is ink exactly where the bitmap of the
+     * character as given (not its capital) has '#', and the gaps are blank. */
+    const char *s = "runs/Pic_1: a,A (5%) = 0.9+x";
+    const int scale = 2, x0 = 3, y0 = 4, n = (int)strlen(s);
+    const draw_rgb white = {255, 255, 255}, ink = {20, 30, 40};
+    draw_canvas c;
+    int w = draw_text_width(s, scale) + 2 * x0, h = DRAW_GLYPH_H * scale + 2 * y0;
+    ck_assert_int_eq(draw_canvas_init(&c, w, h, white), 0);
+    ck_assert_int_eq(draw_text(&c, x0, y0, s, scale, ink), draw_text_width(s, scale));
+    picture p = save_and_read(&c, "text.png");
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            int tx = (x - x0) / scale, ty = (y - y0) / scale, k = tx / DRAW_ADVANCE;
+            int gx = tx % DRAW_ADVANCE, want = 0;
+            if (x >= x0 && y >= y0 && k < n && gx < DRAW_GLYPH_W && ty < DRAW_GLYPH_H)
+                want = draw_glyph(s[k])[ty * DRAW_GLYPH_W + gx] == '#';
+            ck_assert_msg(same(at(&p, x, y), want ? ink : white), "pixel (%d,%d), char %d '%c'", x,
+                          y, k, k < n ? s[k] : ' ');
+        }
+    /* The 'a' (character 12) and the 'A' (14) differ on the picture. */
+    int differ = 0;
+    for (int y = y0; y < y0 + DRAW_GLYPH_H * scale; y++)
+        for (int x = 0; x < DRAW_GLYPH_W * scale; x++)
+            differ += !same(at(&p, x0 + 12 * DRAW_ADVANCE * scale + x, y),
+                            at(&p, x0 + 14 * DRAW_ADVANCE * scale + x, y));
+    ck_assert_int_gt(differ, 8);
+    free(p.px);
+    /* Upward text keeps the case and the descender: 'g' turned a quarter
+     * counter-clockwise about its bottom-left corner (20, 25). */
+    draw_canvas_free(&c);
+    ck_assert_int_eq(draw_canvas_init(&c, 40, 30, white), 0);
+    draw_text_up(&c, 20, 25, "g", 1, ink);
+    const char *g = draw_glyph('g');
+    for (int y = 0; y < 30; y++)
+        for (int x = 0; x < 40; x++) {
+            int gy = x - 20, gx = 25 - y;
+            int want = gy >= 0 && gy < DRAW_GLYPH_H && gx >= 0 && gx < DRAW_GLYPH_W &&
+                       g[gy * DRAW_GLYPH_W + gx] == '#';
+            ck_assert_msg(same(draw_get(&c, x, y), want ? ink : white), "upward g (%d,%d)", x, y);
+        }
+    draw_canvas_free(&c);
 }
 END_TEST
 
@@ -497,6 +588,8 @@ int main(void)
     TCase *tc = tcase_create("pictures");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, font_and_text);
+    tcase_add_test(tc, font_glyph_set);
+    tcase_add_test(tc, text_drawn_as_given);
     tcase_add_test(tc, lines_and_clipping);
     tcase_add_test(tc, colormap_ramp);
     tcase_add_test(tc, attention_one_hot_cells);

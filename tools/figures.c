@@ -40,18 +40,19 @@ static int ceil_div(int a, int b) { return (a + b - 1) / b; }
  * Attention figure
  *
  *   title
- *   INPUT
- *   [image]  [colour bar] MAX   notes...
+ *   input
+ *   [image]  [colour bar] max   notes...
  *                          0
- *   L0 H0 MAX 0.41   L0 H1 MAX 0.22   ...      one row per layer,
+ *   L0 H0  max 0.41  L0 H1  max 0.22  ...      one row per layer,
  *   [map]            [map]                     one column per head
  * ==================================================================== */
 
-enum { MARGIN = 10, LABEL_H = 11, GAP = 16, BAR_W = 12 };
+/* LABEL_H: a line of text (DRAW_GLYPH_H with descenders) and its gap. */
+enum { MARGIN = 10, LABEL_H = 13, NOTE_PITCH = 13, GAP = 16, BAR_W = 12 };
 
 static void map_label(char *buf, size_t cap, int layer, int head, double max)
 {
-    snprintf(buf, cap, "L%d H%d  MAX %.2f", layer, head, max);
+    snprintf(buf, cap, "L%d H%d  max %.2f", layer, head, max);
 }
 
 int fig_attn_layout_of(const fig_attn *f, fig_attn_layout *lay, char *err, size_t cap)
@@ -89,7 +90,7 @@ int fig_attn_layout_of(const fig_attn *f, fig_attn_layout *lay, char *err, size_
     lay->image_x = MARGIN;
     lay->image_y = top + LABEL_H;
     int img_w = f->width * lay->image_scale, img_h = f->height * lay->image_scale;
-    int notes_x = lay->image_x + img_w + GAP + BAR_W + 4 + draw_text_width("MAX", 1) + GAP;
+    int notes_x = lay->image_x + img_w + GAP + BAR_W + 4 + draw_text_width("max", 1) + GAP;
     int right = notes_x;
     for (int i = 0; i < FIG_NOTES && f->notes[i]; i++)
         right = imax(right, notes_x + draw_text_width(f->notes[i], 1));
@@ -116,7 +117,7 @@ static void draw_attn_header(draw_canvas *c, const fig_attn *f, const fig_attn_l
     if (f->title)
         draw_text(c, MARGIN, MARGIN, f->title, 1, ink);
     int s = lay->image_scale, img_w = f->width * s, img_h = f->height * s;
-    draw_text(c, lay->image_x, lay->image_y - LABEL_H, "INPUT", 1, ink);
+    draw_text(c, lay->image_x, lay->image_y - LABEL_H, "input", 1, ink);
     draw_image(c, lay->image_x, lay->image_y, f->image, f->height, f->width, f->channels, s);
     if (f->query >= 0) {
         int ph = f->height / f->grid_h * s, pw = f->width / f->grid_w * s;
@@ -129,11 +130,11 @@ static void draw_attn_header(draw_canvas *c, const fig_attn *f, const fig_attn_l
         draw_fill(c, bx, lay->image_y + j, BAR_W, 1,
                   draw_colormap(img_h > 1 ? 1.0 - (double)j / (img_h - 1) : 1.0));
     draw_frame(c, bx - 1, lay->image_y - 1, BAR_W + 2, img_h + 2, grey);
-    draw_text(c, bx + BAR_W + 4, lay->image_y, "MAX", 1, ink);
-    draw_text(c, bx + BAR_W + 4, lay->image_y + img_h - DRAW_GLYPH_H, "0", 1, ink);
-    int nx = bx + BAR_W + 4 + draw_text_width("MAX", 1) + GAP;
+    draw_text(c, bx + BAR_W + 4, lay->image_y, "max", 1, ink);
+    draw_text(c, bx + BAR_W + 4, lay->image_y + img_h - DRAW_CAP_H, "0", 1, ink);
+    int nx = bx + BAR_W + 4 + draw_text_width("max", 1) + GAP;
     for (int i = 0; i < FIG_NOTES && f->notes[i]; i++)
-        draw_text(c, nx, lay->image_y + i * 12, f->notes[i], 1, ink);
+        draw_text(c, nx, lay->image_y + i * NOTE_PITCH, f->notes[i], 1, ink);
 }
 
 /* One heat map: each patch a cell x cell square of draw_colormap(w / max). */
@@ -374,7 +375,7 @@ static void draw_ticks(draw_canvas *c, const fig_panel *p, double xstep, double 
             draw_fill(c, p->x0 + 1, y, p->x1 - p->x0, 1, grid_rgb);
         draw_fill(c, p->x0 - 4, y, 4, 1, fig_axis_rgb);
         snprintf(buf, sizeof buf, "%.*f", decimals(ystep), fabs(v) < ystep * 1e-6 ? 0.0 : v);
-        draw_text(c, p->x0 - 7 - draw_text_width(buf, 1), y - DRAW_GLYPH_H / 2, buf, 1, ink);
+        draw_text(c, p->x0 - 7 - draw_text_width(buf, 1), y - DRAW_CAP_H / 2, buf, 1, ink);
     }
 }
 
@@ -400,7 +401,7 @@ static void draw_frame_labels(draw_canvas *c, const fig_panel *p, const char *he
 {
     draw_fill(c, p->x0, p->y0, 1, p->y1 - p->y0 + 1, fig_axis_rgb);
     draw_fill(c, p->x0, p->y1, p->x1 - p->x0 + 1, 1, fig_axis_rgb);
-    const char *xl = "EPOCH";
+    const char *xl = "epoch";
     draw_text(c, (p->x0 + p->x1 - draw_text_width(xl, 1)) / 2, p->y1 + 22, xl, 1, ink);
     int yl_w = draw_text_width(ylabel, 1);
     draw_text_up(c, 14, (p->y0 + p->y1 + yl_w) / 2, ylabel, 1, ink);
@@ -472,13 +473,13 @@ int fig_curves_draw(const fig_metrics *m, const char *title, draw_canvas *out,
     draw_series(out, A, m->epoch, m->test_acc, n, fig_test_acc_rgb);
 
     char acc_name[64], loss_head[64];
-    snprintf(acc_name, sizeof acc_name, "TEST ACCURACY (LAST %.4f, BEST %.4f)", m->test_acc[n - 1],
+    snprintf(acc_name, sizeof acc_name, "test accuracy (last %.4f, best %.4f)", m->test_acc[n - 1],
              best);
-    snprintf(loss_head, sizeof loss_head, "CROSS-ENTROPY, %d EPOCHS", n);
-    const char *loss_names[2] = {"TRAIN LOSS", "TEST LOSS"};
+    snprintf(loss_head, sizeof loss_head, "Cross-entropy, %d epoch%s", n, n == 1 ? "" : "s");
+    const char *loss_names[2] = {"train loss", "test loss"};
     const draw_rgb loss_cols[2] = {fig_train_loss_rgb, fig_test_loss_rgb};
     const char *acc_names[1] = {acc_name};
-    draw_frame_labels(out, L, loss_head, "LOSS", loss_names, loss_cols, 2);
-    draw_frame_labels(out, A, "FRACTION CORRECT", "ACCURACY", acc_names, &fig_test_acc_rgb, 1);
+    draw_frame_labels(out, L, loss_head, "loss", loss_names, loss_cols, 2);
+    draw_frame_labels(out, A, "Fraction correct", "accuracy", acc_names, &fig_test_acc_rgb, 1);
     return 0;
 }

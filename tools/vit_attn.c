@@ -234,19 +234,19 @@ int main(int argc, char **argv)
 
     char source[96], qline[64], pline[64];
     if (png)
-        snprintf(source, sizeof source, "IMAGE: %.80s", strrchr(png, '/') ? strrchr(png, '/') + 1 : png);
+        snprintf(source, sizeof source, "image: %.80s", strrchr(png, '/') ? strrchr(png, '/') + 1 : png);
     else
-        snprintf(source, sizeof source, "TEST IMAGE %d, LABEL %d", digit, label);
+        snprintf(source, sizeof source, "test image %d, label %d", digit, label);
     if (query < 0)
-        snprintf(qline, sizeof qline, "QUERY: CLASS TOKEN");
+        snprintf(qline, sizeof qline, "query: class token");
     else
-        snprintf(qline, sizeof qline, "QUERY: PATCH (%d,%d)", query / gw, query % gw);
-    snprintf(pline, sizeof pline, "PREDICTED %d (P = %.3f)", pred, prob);
+        snprintf(qline, sizeof qline, "query: patch (%d,%d)", query / gw, query % gw);
+    snprintf(pline, sizeof pline, "predicted %d (p = %.3f)", pred, prob);
     fig_attn f = {.image = px, .height = c->image_height, .width = c->image_width,
                   .channels = c->channels, .grid_h = gh, .grid_w = gw, .layers = c->depth,
                   .heads = c->heads, .maps = maps, .query = query,
-                  .title = "ATTENTION MAPS: ROWS = LAYERS, COLUMNS = HEADS",
-                  .notes = {source, qline, pline, "EACH MAP: 0 TO ITS LARGEST WEIGHT"}};
+                  .title = "Attention maps: rows = layers, columns = heads",
+                  .notes = {source, qline, pline, "each map: 0 to its largest weight"}};
     fig_attn_layout lay;
     char err[256];
     if (fig_attn_draw(&f, &canvas, &lay, err, sizeof err)) {
