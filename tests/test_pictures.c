@@ -255,6 +255,16 @@ static void one_hot_maps(vit_real *maps)
                 maps[(l * HEADS + h) * GH * GW + i] = i == hot_cell(l, h) ? (vit_real)0.9 : 0;
 }
 
+/* The documented overlay, computed here: per channel
+ * lround((1 - FIG_ATTN_ALPHA) * input + FIG_ATTN_ALPHA * heat). */
+static draw_rgb overlay(draw_rgb in, draw_rgb heat)
+{
+    const double a = FIG_ATTN_ALPHA;
+    return (draw_rgb){(unsigned char)lround((1 - a) * in.r + a * heat.r),
+                      (unsigned char)lround((1 - a) * in.g + a * heat.g),
+                      (unsigned char)lround((1 - a) * in.b + a * heat.b)};
+}
+
 START_TEST(attention_one_hot_cells)
 {
     vit_real image[IMG * IMG] = {0}, maps[LAYERS * HEADS * GH * GW];
@@ -273,16 +283,23 @@ START_TEST(attention_one_hot_cells)
     ck_assert_int_ge(lay.cell * GW, FIG_MAP_MIN_PX);
     ck_assert_int_ge(lay.cell * GH, FIG_MAP_MIN_PX);
 
-    draw_rgb hot = draw_colormap(1), cold = draw_colormap(0);
+    /* The map is the image upsampled by a whole factor, a patch a cell. */
+    ck_assert_int_eq(lay.cell, IMG / GH * lay.map_scale);
+    draw_rgb hot = draw_colormap(1), cold = draw_colormap(0), white = {255, 255, 255},
+             black = {0, 0, 0};
+    ck_assert(FIG_ATTN_ALPHA > 0.3 && FIG_ATTN_ALPHA < 0.9);
     for (int l = 0; l < LAYERS; l++)
         for (int h = 0; h < HEADS; h++) {
             int x0, y0;
             fig_attn_map_origin(&lay, l, h, &x0, &y0);
-            /* Every pixel of every cell: hot only inside the one patch. */
+            /* Every pixel of every cell: the heat colour, hot only inside
+             * the one patch, blended over the input's pixel (white only at
+             * row 3, column 5). */
             for (int y = 0; y < GH * lay.cell; y++)
                 for (int x = 0; x < GW * lay.cell; x++) {
                     int cell = (y / lay.cell) * GW + x / lay.cell;
-                    draw_rgb want = cell == hot_cell(l, h) ? hot : cold;
+                    int lit = y / lay.map_scale == 3 && x / lay.map_scale == 5;
+                    draw_rgb want = overlay(lit ? white : black, cell == hot_cell(l, h) ? hot : cold);
                     ck_assert_msg(same(at(&p, x0 + x, y0 + y), want),
                                   "L%d H%d pixel (%d,%d) of cell %d", l, h, x, y, cell);
                 }
@@ -304,11 +321,12 @@ END_TEST
 
 START_TEST(attention_scale_and_query_outline)
 {
-    /* Weights 0, 1/3, 2/3 of the map's largest weight get those colours;
-     * a patch query is outlined in white on every map. */
+    /* Weights 0, 1/3, 2/3 of the map's largest weight get those colours,
+     * blended over an RGB input of many colours; a patch query is outlined
+     * in white on every map. */
     vit_real image[IMG * IMG * 3], maps[GH * GW];
     for (int i = 0; i < IMG * IMG * 3; i++)
-        image[i] = (vit_real)(i % 3) / 2;
+        image[i] = (vit_real)((i * 5 + i / 3) % 7) / 6;
     for (int i = 0; i < GH * GW; i++)
         maps[i] = (vit_real)(0.125 * (i % 4)); /* exact in binary */
     int query = 1 * GW + 2;
@@ -319,22 +337,34 @@ START_TEST(attention_scale_and_query_outline)
     char err[256] = "";
     ck_assert_msg(fig_attn_draw(&f, &c, &lay, err, sizeof err) == 0, "%s", err);
     picture p = save_and_read(&c, "attn_q.png");
-    int x0, y0, k = lay.cell;
+    int x0, y0, k = lay.cell, ms = lay.map_scale;
     fig_attn_map_origin(&lay, 0, 0, &x0, &y0);
-    for (int i = 0; i < GH * GW; i++) {
-        int cx = x0 + (i % GW) * k, cy = y0 + (i / GW) * k;
-        ck_assert(same(at(&p, cx + k / 2, cy + k / 2), draw_colormap((i % 4) / 3.0)));
-    }
-    draw_rgb white = {255, 255, 255};
+    ck_assert_int_eq(k, IMG / GH * ms);
     int qx = x0 + 2 * k, qy = y0 + 1 * k;
+    for (int y = 0; y < GH * k; y++)
+        for (int x = 0; x < GW * k; x++) {
+            if (x0 + x >= qx && x0 + x < qx + k && y0 + y >= qy && y0 + y < qy + k &&
+                (x % k == 0 || x % k == k - 1 || y % k == 0 || y % k == k - 1))
+                continue; /* the query's outline */
+            int i = y / ms, j = x / ms, cell = (y / k) * GW + x / k;
+            const vit_real *v = image + (i * IMG + j) * 3;
+            draw_rgb in = {(unsigned char)lround((double)v[0] * 255),
+                           (unsigned char)lround((double)v[1] * 255),
+                           (unsigned char)lround((double)v[2] * 255)};
+            draw_rgb want = overlay(in, draw_colormap((cell % 4) / 3.0)), got = at(&p, x0 + x, y0 + y);
+            ck_assert_msg(same(got, want), "map pixel (%d,%d): (%d,%d,%d), want (%d,%d,%d)", x, y,
+                          got.r, got.g, got.b, want.r, want.g, want.b);
+        }
+    draw_rgb white = {255, 255, 255};
     ck_assert(same(at(&p, qx, qy + k / 2), white));
     ck_assert(same(at(&p, qx + k - 1, qy + k / 2), white));
     ck_assert(same(at(&p, qx + k / 2, qy), white));
     ck_assert(!same(at(&p, qx + 1, qy + k / 2), white));
-    /* RGB input shown in colour: pixel (0,0) is (0, 0.5, 1). */
+    /* RGB input shown in colour beside the maps: pixel (0,2) is
+     * (4/6, 2/6, 0) of 255, rounded. */
     int s = lay.image_scale;
-    draw_rgb px = at(&p, lay.image_x + s / 2, lay.image_y + s / 2);
-    ck_assert(px.r == 0 && px.g == 128 && px.b == 255);
+    draw_rgb px = at(&p, lay.image_x + 2 * s + s / 2, lay.image_y + s / 2);
+    ck_assert_msg(px.r == 170 && px.g == 85 && px.b == 0, "(%d,%d,%d)", px.r, px.g, px.b);
     free(p.px);
     draw_canvas_free(&c);
 }
@@ -353,6 +383,10 @@ START_TEST(attention_bad_input)
     ck_assert_int_eq(fig_attn_draw(&g, &c, &lay, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "8x8") != NULL, "%s", err);
     ck_assert_ptr_null(c.px);
+    g = f;
+    g.grid_w = 2; /* patches of 2x4 pixels */
+    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "2x4 pixels are not square") != NULL, "%s", err);
     g = f;
     g.query = GH * GW;
     ck_assert_int_eq(fig_attn_draw(&g, &c, &lay, err, sizeof err), -1);

@@ -291,16 +291,35 @@ static unsigned char byte_of(vit_real v)
     return d >= 1 ? 255 : (unsigned char)lround(d * 255);
 }
 
+draw_rgb draw_image_rgb(const vit_real *image, int w, int ch, int row, int col)
+{
+    const vit_real *p = image + ((size_t)row * (size_t)w + (size_t)col) * (size_t)ch;
+    return ch == 3 ? (draw_rgb){byte_of(p[0]), byte_of(p[1]), byte_of(p[2])}
+                   : (draw_rgb){byte_of(p[0]), byte_of(p[0]), byte_of(p[0])};
+}
+
+static unsigned char mix(unsigned char under, unsigned char over, double alpha)
+{
+    return (unsigned char)lround((1 - alpha) * under + alpha * over);
+}
+
+draw_rgb draw_blend(draw_rgb under, draw_rgb over, double alpha)
+{
+    if (!(alpha > 0))
+        alpha = 0;
+    if (alpha > 1)
+        alpha = 1;
+    return (draw_rgb){mix(under.r, over.r, alpha), mix(under.g, over.g, alpha),
+                      mix(under.b, over.b, alpha)};
+}
+
 void draw_image(draw_canvas *c, int x, int y, const vit_real *image, int h, int w, int ch,
                 int scale)
 {
     for (int i = 0; i < h; i++)
-        for (int j = 0; j < w; j++) {
-            const vit_real *p = image + ((size_t)i * (size_t)w + (size_t)j) * (size_t)ch;
-            draw_rgb col = ch == 3 ? (draw_rgb){byte_of(p[0]), byte_of(p[1]), byte_of(p[2])}
-                                   : (draw_rgb){byte_of(p[0]), byte_of(p[0]), byte_of(p[0])};
-            draw_fill(c, x + j * scale, y + i * scale, scale, scale, col);
-        }
+        for (int j = 0; j < w; j++)
+            draw_fill(c, x + j * scale, y + i * scale, scale, scale,
+                      draw_image_rgb(image, w, ch, i, j));
 }
 
 int draw_save_png(const draw_canvas *c, const char *path)

@@ -78,6 +78,15 @@ void draw_text_up(draw_canvas *c, int x, int y, const char *s, int scale, draw_r
  * rises with t, so grey-scale prints keep the order. */
 draw_rgb draw_colormap(double t);
 
+/* Colour of pixel (row, col) of image [h, w, ch] as draw_image paints it:
+ * each value in [0, 1] becomes the byte lround(255 * value) (clamped; NaN
+ * gives 0); ch 1 is grey (r = g = b), ch 3 is RGB. */
+draw_rgb draw_image_rgb(const vit_real *image, int w, int ch, int row, int col);
+
+/* over laid on under with opacity alpha in [0, 1] (clamped): each channel
+ * lround((1 - alpha) * under + alpha * over). */
+draw_rgb draw_blend(draw_rgb under, draw_rgb over, double alpha);
+
 /* Draws image [h, w, ch] (values in [0, 1], ch 1 = grey or 3 = RGB) with its
  * top-left corner at (x, y), each image pixel a scale x scale square. */
 void draw_image(draw_canvas *c, int x, int y, const vit_real *image, int h, int w, int ch,

@@ -44,7 +44,7 @@ static int ceil_div(int a, int b) { return (a + b - 1) / b; }
  *   [image]  [colour bar] max   notes...
  *                          0
  *   L0 H0  max 0.41  L0 H1  max 0.22  ...      one row per layer,
- *   [map]            [map]                     one column per head
+ *   [map over image] [map over image]          one column per head
  * ==================================================================== */
 
 /* LABEL_H: a line of text (DRAW_GLYPH_H with descenders) and its gap. */
@@ -67,6 +67,9 @@ int fig_attn_layout_of(const fig_attn *f, fig_attn_layout *lay, char *err, size_
     if (f->height <= 0 || f->width <= 0 || f->height % f->grid_h || f->width % f->grid_w)
         return fail(err, cap, "attention figure: image %dx%d is not a whole number of %dx%d patches",
                     f->height, f->width, f->grid_h, f->grid_w);
+    if (f->height / f->grid_h != f->width / f->grid_w)
+        return fail(err, cap, "attention figure: patches of %dx%d pixels are not square",
+                    f->height / f->grid_h, f->width / f->grid_w);
     if (f->channels != 1 && f->channels != 3)
         return fail(err, cap, "attention figure: channels must be 1 or 3, got %d", f->channels);
     if (f->query < -1 || f->query >= f->grid_h * f->grid_w)
@@ -76,9 +79,11 @@ int fig_attn_layout_of(const fig_attn *f, fig_attn_layout *lay, char *err, size_
         return fail(err, cap, "attention figure: too large (%d layers, %d heads, %dx%d grid)",
                     f->layers, f->heads, f->grid_h, f->grid_w);
 
-    /* Nearest-neighbour upsampling by a whole factor keeps every patch one
-     * uniform square, at least FIG_MAP_MIN_PX across in total. */
-    lay->cell = ceil_div(FIG_MAP_MIN_PX, f->grid_h < f->grid_w ? f->grid_h : f->grid_w);
+    /* Nearest-neighbour upsampling of the image by a whole factor keeps
+     * every patch one square of whole image pixels, at least
+     * FIG_MAP_MIN_PX across in total. */
+    lay->map_scale = ceil_div(FIG_MAP_MIN_PX, f->height < f->width ? f->height : f->width);
+    lay->cell = f->height / f->grid_h * lay->map_scale;
     int map_w = lay->cell * f->grid_w, map_h = lay->cell * f->grid_h;
     char label[64];
     map_label(label, sizeof label, f->layers - 1, f->heads - 1, 0.99);
@@ -137,7 +142,8 @@ static void draw_attn_header(draw_canvas *c, const fig_attn *f, const fig_attn_l
         draw_text(c, nx, lay->image_y + i * NOTE_PITCH, f->notes[i], 1, ink);
 }
 
-/* One heat map: each patch a cell x cell square of draw_colormap(w / max). */
+/* One heat map over the image: each image pixel a map_scale square of its
+ * colour blended with draw_colormap(w / max) of its patch (FIG_ATTN_ALPHA). */
 static void draw_attn_map(draw_canvas *c, const fig_attn *f, const fig_attn_layout *lay,
                           int layer, int head)
 {
@@ -151,11 +157,15 @@ static void draw_attn_map(draw_canvas *c, const fig_attn *f, const fig_attn_layo
     char label[64];
     map_label(label, sizeof label, layer, head, max);
     draw_text(c, x, y - LABEL_H, label, 1, ink);
-    for (int i = 0; i < n; i++) {
-        double t = max > 0 ? (double)w[i] / max : 0;
-        draw_fill(c, x + (i % f->grid_w) * lay->cell, y + (i / f->grid_w) * lay->cell, lay->cell,
-                  lay->cell, draw_colormap(t));
-    }
+    int patch = f->height / f->grid_h, s = lay->map_scale;
+    for (int i = 0; i < f->height; i++)
+        for (int j = 0; j < f->width; j++) {
+            int k = (i / patch) * f->grid_w + j / patch;
+            double t = max > 0 ? (double)w[k] / max : 0;
+            draw_rgb col = draw_blend(draw_image_rgb(f->image, f->width, f->channels, i, j),
+                                      draw_colormap(t), FIG_ATTN_ALPHA);
+            draw_fill(c, x + j * s, y + i * s, s, s, col);
+        }
     draw_frame(c, x - 1, y - 1, f->grid_w * lay->cell + 2, f->grid_h * lay->cell + 2, grey);
     if (f->query >= 0)
         draw_frame(c, x + (f->query % f->grid_w) * lay->cell, y + (f->query / f->grid_w) * lay->cell,
