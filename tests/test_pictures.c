@@ -539,6 +539,28 @@ START_TEST(curves_long_run_without_markers)
 }
 END_TEST
 
+/* A short run's points: every pixel of colour col in and around panel pn
+ * (8 pixels beyond it on each side) lies strictly inside the plot area,
+ * off the axes and the panel's edges, and there are at least `want` of them
+ * (the 6 x 6 markers).  The axes stay intact. */
+static void expect_points_inside(const picture *p, const fig_panel *pn, draw_rgb col, int want)
+{
+    int count = 0;
+    for (int y = pn->y0 - 8; y <= pn->y1 + 8; y++)
+        for (int x = pn->x0 - 8; x <= pn->x1 + 8; x++)
+            if (same(at(p, x, y), col)) {
+                ck_assert_msg(x > pn->x0 + 2 && x < pn->x1 - 2 && y > pn->y0 + 2 && y < pn->y1 - 2,
+                              "point pixel (%d,%d) on or next to the panel's edge (%d..%d, %d..%d)",
+                              x, y, pn->x0, pn->x1, pn->y0, pn->y1);
+                count++;
+            }
+    ck_assert_msg(count >= want, "%d pixels of the points, expected at least %d", count, want);
+    for (int y = pn->y0; y <= pn->y1; y++)
+        ck_assert(dark(at(p, pn->x0, y)));
+    for (int x = pn->x0; x <= pn->x1; x++)
+        ck_assert(dark(at(p, x, pn->y1)));
+}
+
 START_TEST(curves_single_epoch_and_column_order)
 {
     /* Columns in another order, an extra one, CRLF and a trailing blank line. */
@@ -554,8 +576,42 @@ START_TEST(curves_single_epoch_and_column_order)
     ck_assert_msg(fig_curves_draw(&m, NULL, &c, &lay, err, sizeof err) == 0, "%s", err);
     picture p = save_and_read(&c, "one.png");
     ck_assert(lay.acc.ymin < 0.25 && lay.acc.ymax > 0.25);
+    /* The epoch axis runs 0..2: the one epoch sits in the middle. */
+    ck_assert(lay.loss.xmin == 0 && lay.loss.xmax == 2 && lay.acc.xmax == 2);
     expect_point(&p, &lay.acc, 1, 0.25, fig_test_acc_rgb);
     expect_point(&p, &lay.loss, 1, 2.5, fig_train_loss_rgb);
+    expect_point(&p, &lay.loss, 1, 1.5, fig_test_loss_rgb);
+    ck_assert_int_eq(fig_panel_x(&lay.acc, 1), (lay.acc.x0 + lay.acc.x1 + 1) / 2);
+    expect_points_inside(&p, &lay.acc, fig_test_acc_rgb, 36);
+    expect_points_inside(&p, &lay.loss, fig_train_loss_rgb, 36);
+    expect_points_inside(&p, &lay.loss, fig_test_loss_rgb, 36);
+    free(p.px);
+    draw_canvas_free(&c);
+    fig_metrics_free(&m);
+}
+END_TEST
+
+START_TEST(curves_two_epochs)
+{
+    /* Two epochs, both markers of every series inside the
+     * panels, the last one not on the right edge (the axis runs 0..3). */
+    write_text("two.csv", "epoch,train_loss,test_loss,test_acc\n1,2.0,1.8,0.5\n2,0.6,0.9,0.75\n");
+    fig_metrics m;
+    char err[256] = "";
+    ck_assert_msg(fig_metrics_load(tp("two.csv"), &m, err, sizeof err) == 0, "%s", err);
+    draw_canvas c;
+    fig_curves_layout lay;
+    ck_assert_msg(fig_curves_draw(&m, "runs/two/metrics.csv", &c, &lay, err, sizeof err) == 0, "%s",
+                  err);
+    picture p = save_and_read(&c, "two.png");
+    ck_assert(lay.loss.xmin == 0 && lay.loss.xmax == 3);
+    for (int e = 1; e <= 2; e++) {
+        expect_point(&p, &lay.loss, e, m.train_loss[e - 1], fig_train_loss_rgb);
+        expect_point(&p, &lay.acc, e, m.test_acc[e - 1], fig_test_acc_rgb);
+    }
+    expect_points_inside(&p, &lay.acc, fig_test_acc_rgb, 72);
+    expect_points_inside(&p, &lay.loss, fig_train_loss_rgb, 72);
+    expect_points_inside(&p, &lay.loss, fig_test_loss_rgb, 72);
     free(p.px);
     draw_canvas_free(&c);
     fig_metrics_free(&m);
@@ -632,6 +688,7 @@ int main(void)
     tcase_add_test(tc, curves_axes_and_points);
     tcase_add_test(tc, curves_long_run_without_markers);
     tcase_add_test(tc, curves_single_epoch_and_column_order);
+    tcase_add_test(tc, curves_two_epochs);
     tcase_add_test(tc, curves_bad_csv);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

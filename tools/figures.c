@@ -396,9 +396,10 @@ static void draw_series(draw_canvas *c, const fig_panel *p, const double *x, con
     for (int i = 0; i < n; i++) {
         int qx = fig_panel_x(p, x[i]), qy = fig_panel_y(p, y[i]);
         draw_line(c, px, py, qx, qy, 2, col);
-        /* Markers while they do not crowd each other. */
+        /* Markers while they do not crowd each other: 6 x 6 squares
+         * centred on the 2-pixel line (whose top-left pixel is the point). */
         if (n <= 40)
-            draw_fill(c, qx - 1, qy - 1, 4, 4, col);
+            draw_fill(c, qx - 2, qy - 2, 6, 6, col);
         px = qx;
         py = qy;
     }
@@ -453,14 +454,18 @@ int fig_curves_draw(const fig_metrics *m, const char *title, draw_canvas *out,
     }
     lay->width = FIG_W;
     lay->height = 560;
-    /* Epochs from 0 in whole steps; loss from 0 (or below, if a loss is
-     * negative); accuracy in its own range, kept inside [0, 1] when the data
-     * are.  The 5% pads keep the extreme points off the axes. */
+    /* Epochs from 0 in whole steps, running on at least half a step past
+     * the last epoch so that its points sit inside the panel (one epoch:
+     * 0..2, two: 0..3); loss from 0 (or below, if a loss is negative);
+     * accuracy in its own range, kept inside [0, 1] when the data are.  The
+     * 5% pads keep the extreme points off the axes. */
     double xs, ls, as;
     fig_panel *L = &lay->loss, *A = &lay->acc;
     *L = (fig_panel){PLOT_LEFT, 56, PLOT_RIGHT, 250, 0, 0, 0, 0};
     *A = (fig_panel){PLOT_LEFT, 318, PLOT_RIGHT, 512, 0, 0, 0, 0};
     nice_range(fmin(e_lo, 0), e_hi, 1, &L->xmin, &L->xmax, &xs);
+    if (L->xmax - e_hi < 0.5 * xs)
+        L->xmax += xs;
     A->xmin = L->xmin;
     A->xmax = L->xmax;
     nice_range(l_lo - 0.05 * (l_hi - l_lo), l_hi + 0.05 * (l_hi - l_lo), 0, &L->ymin, &L->ymax, &ls);
