@@ -561,6 +561,14 @@ static void expect_points_inside(const picture *p, const fig_panel *pn, draw_rgb
         ck_assert(dark(at(p, x, pn->y1)));
 }
 
+/* expect_points_inside for the three series, each with `want` pixels. */
+static void expect_series_inside(const picture *p, const fig_curves_layout *lay, int want)
+{
+    expect_points_inside(p, &lay->acc, fig_test_acc_rgb, want);
+    expect_points_inside(p, &lay->loss, fig_train_loss_rgb, want);
+    expect_points_inside(p, &lay->loss, fig_test_loss_rgb, want);
+}
+
 START_TEST(curves_single_epoch_and_column_order)
 {
     /* Columns in another order, an extra one, CRLF and a trailing blank line. */
@@ -582,9 +590,7 @@ START_TEST(curves_single_epoch_and_column_order)
     expect_point(&p, &lay.loss, 1, 2.5, fig_train_loss_rgb);
     expect_point(&p, &lay.loss, 1, 1.5, fig_test_loss_rgb);
     ck_assert_int_eq(fig_panel_x(&lay.acc, 1), (lay.acc.x0 + lay.acc.x1 + 1) / 2);
-    expect_points_inside(&p, &lay.acc, fig_test_acc_rgb, 36);
-    expect_points_inside(&p, &lay.loss, fig_train_loss_rgb, 36);
-    expect_points_inside(&p, &lay.loss, fig_test_loss_rgb, 36);
+    expect_series_inside(&p, &lay, 36);
     free(p.px);
     draw_canvas_free(&c);
     fig_metrics_free(&m);
@@ -593,8 +599,8 @@ END_TEST
 
 START_TEST(curves_two_epochs)
 {
-    /* Two epochs, both markers of every series inside the
-     * panels, the last one not on the right edge (the axis runs 0..3). */
+    /* Two epochs: both markers of every series inside the panels, the last
+     * one not on the right edge (the axis runs 0..3). */
     write_text("two.csv", "epoch,train_loss,test_loss,test_acc\n1,2.0,1.8,0.5\n2,0.6,0.9,0.75\n");
     fig_metrics m;
     char err[256] = "";
@@ -609,9 +615,7 @@ START_TEST(curves_two_epochs)
         expect_point(&p, &lay.loss, e, m.train_loss[e - 1], fig_train_loss_rgb);
         expect_point(&p, &lay.acc, e, m.test_acc[e - 1], fig_test_acc_rgb);
     }
-    expect_points_inside(&p, &lay.acc, fig_test_acc_rgb, 72);
-    expect_points_inside(&p, &lay.loss, fig_train_loss_rgb, 72);
-    expect_points_inside(&p, &lay.loss, fig_test_loss_rgb, 72);
+    expect_series_inside(&p, &lay, 72);
     free(p.px);
     draw_canvas_free(&c);
     fig_metrics_free(&m);
