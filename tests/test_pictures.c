@@ -94,15 +94,106 @@ START_TEST(font_and_text)
         for (int x = 0; x < 40; x++)
             ck_assert_msg(same(draw_get(&c, x, y), black) == (x == 23 && y >= 21 && y <= 25),
                           "upward minus pixel (%d,%d)", x, y);
-    /* Lower case prints as upper case; an unknown character as '?'. */
+    /* A character without a glyph prints as '?'; lower case does not print
+     * as upper case. */
     draw_canvas d;
     ck_assert_int_eq(draw_canvas_init(&d, 40, 30, white), 0);
     draw_fill(&c, 0, 0, 40, 30, white);
-    draw_text(&c, 1, 1, "q~", 1, black);
-    draw_text(&d, 1, 1, "Q?", 1, black);
+    draw_text(&c, 1, 1, "q\x01\xc3", 1, black);
+    draw_text(&d, 1, 1, "q??", 1, black);
     ck_assert_int_eq(memcmp(c.px, d.px, 40 * 30 * 3), 0);
+    draw_fill(&d, 0, 0, 40, 30, white);
+    draw_text(&d, 1, 1, "Q??", 1, black);
+    ck_assert_int_ne(memcmp(c.px, d.px, 40 * 30 * 3), 0);
     draw_canvas_free(&c);
     draw_canvas_free(&d);
+}
+END_TEST
+
+/* Ink rows of a glyph: bit r set when row r has ink. */
+static unsigned ink_rows(const char *rows)
+{
+    unsigned bits = 0;
+    for (int r = 0; r < DRAW_GLYPH_H; r++)
+        for (int x = 0; x < DRAW_GLYPH_W; x++)
+            if (rows[r * DRAW_GLYPH_W + x] == '#')
+                bits |= 1u << r;
+    return bits;
+}
+
+START_TEST(font_glyph_set)
+{
+    /* Every printable ASCII character has its own well-formed glyph, no two
+     * alike (so none falls back to '?' and no letter borrows its capital). */
+    for (int a = 32; a < 127; a++) {
+        const char *g = draw_glyph((char)a);
+        ck_assert_int_eq(strlen(g), DRAW_GLYPH_W * DRAW_GLYPH_H);
+        ck_assert_msg(strspn(g, "#.") == strlen(g), "glyph '%c' has other characters", a);
+        ck_assert_msg((a == ' ') == (ink_rows(g) == 0), "glyph '%c': ink", a);
+        for (int b = 32; b < a; b++)
+            ck_assert_msg(strcmp(g, draw_glyph((char)b)) != 0, "glyphs '%c' and '%c' are alike",
+                          a, b);
+    }
+    ck_assert_ptr_eq(draw_glyph('\n'), draw_glyph('?'));
+    ck_assert_ptr_eq(draw_glyph((char)0xe9), draw_glyph('?'));
+    /* Capitals and digits stand on the baseline (rows 0..DRAW_CAP_H-1);
+     * lower case without ascenders starts at row 2, descenders go below. */
+    const unsigned below = ~0u << DRAW_CAP_H, top = 3u;
+    for (const char *p = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789bdfhiklt"; *p; p++)
+        ck_assert_msg((ink_rows(draw_glyph(*p)) & below) == 0, "'%c' below the baseline", *p);
+    for (const char *p = "acegmnopqrsuvwxyz"; *p; p++)
+        ck_assert_msg((ink_rows(draw_glyph(*p)) & top) == 0, "'%c' above the x-height", *p);
+    for (const char *p = "bdfhklt"; *p; p++)
+        ck_assert_msg(ink_rows(draw_glyph(*p)) & 1u, "'%c' has no ascender", *p);
+    for (const char *p = "gjpqy,;_"; *p; p++)
+        ck_assert_msg(ink_rows(draw_glyph(*p)) & below, "'%c' has no descender", *p);
+}
+END_TEST
+
+START_TEST(text_drawn_as_given)
+{
+    /* A path and a title in mixed case, at scale 2, written and read back:
+     * every pixel of every glyph cell is ink exactly where the bitmap of the
+     * character as given (not its capital) has '#', and the gaps are blank. */
+    const char *s = "runs/Pic_1: a,A (5%) = 0.9+x";
+    const int scale = 2, x0 = 3, y0 = 4, n = (int)strlen(s);
+    const draw_rgb white = {255, 255, 255}, ink = {20, 30, 40};
+    draw_canvas c;
+    int w = draw_text_width(s, scale) + 2 * x0, h = DRAW_GLYPH_H * scale + 2 * y0;
+    ck_assert_int_eq(draw_canvas_init(&c, w, h, white), 0);
+    ck_assert_int_eq(draw_text(&c, x0, y0, s, scale, ink), draw_text_width(s, scale));
+    picture p = save_and_read(&c, "text.png");
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            int tx = (x - x0) / scale, ty = (y - y0) / scale, k = tx / DRAW_ADVANCE;
+            int gx = tx % DRAW_ADVANCE, want = 0;
+            if (x >= x0 && y >= y0 && k < n && gx < DRAW_GLYPH_W && ty < DRAW_GLYPH_H)
+                want = draw_glyph(s[k])[ty * DRAW_GLYPH_W + gx] == '#';
+            ck_assert_msg(same(at(&p, x, y), want ? ink : white), "pixel (%d,%d), char %d '%c'", x,
+                          y, k, k < n ? s[k] : ' ');
+        }
+    /* The 'a' (character 12) and the 'A' (14) differ on the picture. */
+    int differ = 0;
+    for (int y = y0; y < y0 + DRAW_GLYPH_H * scale; y++)
+        for (int x = 0; x < DRAW_GLYPH_W * scale; x++)
+            differ += !same(at(&p, x0 + 12 * DRAW_ADVANCE * scale + x, y),
+                            at(&p, x0 + 14 * DRAW_ADVANCE * scale + x, y));
+    ck_assert_int_gt(differ, 8);
+    free(p.px);
+    /* Upward text keeps the case and the descender: 'g' turned a quarter
+     * counter-clockwise about its bottom-left corner (20, 25). */
+    draw_canvas_free(&c);
+    ck_assert_int_eq(draw_canvas_init(&c, 40, 30, white), 0);
+    draw_text_up(&c, 20, 25, "g", 1, ink);
+    const char *g = draw_glyph('g');
+    for (int y = 0; y < 30; y++)
+        for (int x = 0; x < 40; x++) {
+            int gy = x - 20, gx = 25 - y;
+            int want = gy >= 0 && gy < DRAW_GLYPH_H && gx >= 0 && gx < DRAW_GLYPH_W &&
+                       g[gy * DRAW_GLYPH_W + gx] == '#';
+            ck_assert_msg(same(draw_get(&c, x, y), want ? ink : white), "upward g (%d,%d)", x, y);
+        }
+    draw_canvas_free(&c);
 }
 END_TEST
 
@@ -164,6 +255,16 @@ static void one_hot_maps(vit_real *maps)
                 maps[(l * HEADS + h) * GH * GW + i] = i == hot_cell(l, h) ? (vit_real)0.9 : 0;
 }
 
+/* The documented overlay, computed here: per channel
+ * lround((1 - FIG_ATTN_ALPHA) * input + FIG_ATTN_ALPHA * heat). */
+static draw_rgb overlay(draw_rgb in, draw_rgb heat)
+{
+    const double a = FIG_ATTN_ALPHA;
+    return (draw_rgb){(unsigned char)lround((1 - a) * in.r + a * heat.r),
+                      (unsigned char)lround((1 - a) * in.g + a * heat.g),
+                      (unsigned char)lround((1 - a) * in.b + a * heat.b)};
+}
+
 START_TEST(attention_one_hot_cells)
 {
     vit_real image[IMG * IMG] = {0}, maps[LAYERS * HEADS * GH * GW];
@@ -182,16 +283,23 @@ START_TEST(attention_one_hot_cells)
     ck_assert_int_ge(lay.cell * GW, FIG_MAP_MIN_PX);
     ck_assert_int_ge(lay.cell * GH, FIG_MAP_MIN_PX);
 
-    draw_rgb hot = draw_colormap(1), cold = draw_colormap(0);
+    /* The map is the image upsampled by a whole factor, a patch a cell. */
+    ck_assert_int_eq(lay.cell, IMG / GH * lay.map_scale);
+    draw_rgb hot = draw_colormap(1), cold = draw_colormap(0), white = {255, 255, 255},
+             black = {0, 0, 0};
+    ck_assert(FIG_ATTN_ALPHA > 0.3 && FIG_ATTN_ALPHA < 0.9);
     for (int l = 0; l < LAYERS; l++)
         for (int h = 0; h < HEADS; h++) {
             int x0, y0;
             fig_attn_map_origin(&lay, l, h, &x0, &y0);
-            /* Every pixel of every cell: hot only inside the one patch. */
+            /* Every pixel of every cell: the heat colour, hot only inside
+             * the one patch, blended over the input's pixel (white only at
+             * row 3, column 5). */
             for (int y = 0; y < GH * lay.cell; y++)
                 for (int x = 0; x < GW * lay.cell; x++) {
                     int cell = (y / lay.cell) * GW + x / lay.cell;
-                    draw_rgb want = cell == hot_cell(l, h) ? hot : cold;
+                    int lit = y / lay.map_scale == 3 && x / lay.map_scale == 5;
+                    draw_rgb want = overlay(lit ? white : black, cell == hot_cell(l, h) ? hot : cold);
                     ck_assert_msg(same(at(&p, x0 + x, y0 + y), want),
                                   "L%d H%d pixel (%d,%d) of cell %d", l, h, x, y, cell);
                 }
@@ -213,11 +321,12 @@ END_TEST
 
 START_TEST(attention_scale_and_query_outline)
 {
-    /* Weights 0, 1/3, 2/3 of the map's largest weight get those colours;
-     * a patch query is outlined in white on every map. */
+    /* Weights 0, 1/3, 2/3 of the map's largest weight get those colours,
+     * blended over an RGB input of many colours; a patch query is outlined
+     * in white on every map. */
     vit_real image[IMG * IMG * 3], maps[GH * GW];
     for (int i = 0; i < IMG * IMG * 3; i++)
-        image[i] = (vit_real)(i % 3) / 2;
+        image[i] = (vit_real)((i * 5 + i / 3) % 7) / 6;
     for (int i = 0; i < GH * GW; i++)
         maps[i] = (vit_real)(0.125 * (i % 4)); /* exact in binary */
     int query = 1 * GW + 2;
@@ -228,22 +337,34 @@ START_TEST(attention_scale_and_query_outline)
     char err[256] = "";
     ck_assert_msg(fig_attn_draw(&f, &c, &lay, err, sizeof err) == 0, "%s", err);
     picture p = save_and_read(&c, "attn_q.png");
-    int x0, y0, k = lay.cell;
+    int x0, y0, k = lay.cell, ms = lay.map_scale;
     fig_attn_map_origin(&lay, 0, 0, &x0, &y0);
-    for (int i = 0; i < GH * GW; i++) {
-        int cx = x0 + (i % GW) * k, cy = y0 + (i / GW) * k;
-        ck_assert(same(at(&p, cx + k / 2, cy + k / 2), draw_colormap((i % 4) / 3.0)));
-    }
-    draw_rgb white = {255, 255, 255};
+    ck_assert_int_eq(k, IMG / GH * ms);
     int qx = x0 + 2 * k, qy = y0 + 1 * k;
+    for (int y = 0; y < GH * k; y++)
+        for (int x = 0; x < GW * k; x++) {
+            if (x0 + x >= qx && x0 + x < qx + k && y0 + y >= qy && y0 + y < qy + k &&
+                (x % k == 0 || x % k == k - 1 || y % k == 0 || y % k == k - 1))
+                continue; /* the query's outline */
+            int i = y / ms, j = x / ms, cell = (y / k) * GW + x / k;
+            const vit_real *v = image + (i * IMG + j) * 3;
+            draw_rgb in = {(unsigned char)lround((double)v[0] * 255),
+                           (unsigned char)lround((double)v[1] * 255),
+                           (unsigned char)lround((double)v[2] * 255)};
+            draw_rgb want = overlay(in, draw_colormap((cell % 4) / 3.0)), got = at(&p, x0 + x, y0 + y);
+            ck_assert_msg(same(got, want), "map pixel (%d,%d): (%d,%d,%d), want (%d,%d,%d)", x, y,
+                          got.r, got.g, got.b, want.r, want.g, want.b);
+        }
+    draw_rgb white = {255, 255, 255};
     ck_assert(same(at(&p, qx, qy + k / 2), white));
     ck_assert(same(at(&p, qx + k - 1, qy + k / 2), white));
     ck_assert(same(at(&p, qx + k / 2, qy), white));
     ck_assert(!same(at(&p, qx + 1, qy + k / 2), white));
-    /* RGB input shown in colour: pixel (0,0) is (0, 0.5, 1). */
+    /* RGB input shown in colour beside the maps: pixel (0,2) is
+     * (4/6, 2/6, 0) of 255, rounded. */
     int s = lay.image_scale;
-    draw_rgb px = at(&p, lay.image_x + s / 2, lay.image_y + s / 2);
-    ck_assert(px.r == 0 && px.g == 128 && px.b == 255);
+    draw_rgb px = at(&p, lay.image_x + 2 * s + s / 2, lay.image_y + s / 2);
+    ck_assert_msg(px.r == 170 && px.g == 85 && px.b == 0, "(%d,%d,%d)", px.r, px.g, px.b);
     free(p.px);
     draw_canvas_free(&c);
 }
@@ -262,6 +383,10 @@ START_TEST(attention_bad_input)
     ck_assert_int_eq(fig_attn_draw(&g, &c, &lay, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "8x8") != NULL, "%s", err);
     ck_assert_ptr_null(c.px);
+    g = f;
+    g.grid_w = 2; /* patches of 2x4 pixels */
+    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "2x4 pixels are not square") != NULL, "%s", err);
     g = f;
     g.query = GH * GW;
     ck_assert_int_eq(fig_attn_draw(&g, &c, &lay, err, sizeof err), -1);
@@ -414,6 +539,36 @@ START_TEST(curves_long_run_without_markers)
 }
 END_TEST
 
+/* A short run's points: every pixel of colour col in and around panel pn
+ * (8 pixels beyond it on each side) lies strictly inside the plot area,
+ * off the axes and the panel's edges, and there are at least `want` of them
+ * (the 6 x 6 markers).  The axes stay intact. */
+static void expect_points_inside(const picture *p, const fig_panel *pn, draw_rgb col, int want)
+{
+    int count = 0;
+    for (int y = pn->y0 - 8; y <= pn->y1 + 8; y++)
+        for (int x = pn->x0 - 8; x <= pn->x1 + 8; x++)
+            if (same(at(p, x, y), col)) {
+                ck_assert_msg(x > pn->x0 + 2 && x < pn->x1 - 2 && y > pn->y0 + 2 && y < pn->y1 - 2,
+                              "point pixel (%d,%d) on or next to the panel's edge (%d..%d, %d..%d)",
+                              x, y, pn->x0, pn->x1, pn->y0, pn->y1);
+                count++;
+            }
+    ck_assert_msg(count >= want, "%d pixels of the points, expected at least %d", count, want);
+    for (int y = pn->y0; y <= pn->y1; y++)
+        ck_assert(dark(at(p, pn->x0, y)));
+    for (int x = pn->x0; x <= pn->x1; x++)
+        ck_assert(dark(at(p, x, pn->y1)));
+}
+
+/* expect_points_inside for the three series, each with `want` pixels. */
+static void expect_series_inside(const picture *p, const fig_curves_layout *lay, int want)
+{
+    expect_points_inside(p, &lay->acc, fig_test_acc_rgb, want);
+    expect_points_inside(p, &lay->loss, fig_train_loss_rgb, want);
+    expect_points_inside(p, &lay->loss, fig_test_loss_rgb, want);
+}
+
 START_TEST(curves_single_epoch_and_column_order)
 {
     /* Columns in another order, an extra one, CRLF and a trailing blank line. */
@@ -429,8 +584,38 @@ START_TEST(curves_single_epoch_and_column_order)
     ck_assert_msg(fig_curves_draw(&m, NULL, &c, &lay, err, sizeof err) == 0, "%s", err);
     picture p = save_and_read(&c, "one.png");
     ck_assert(lay.acc.ymin < 0.25 && lay.acc.ymax > 0.25);
+    /* The epoch axis runs 0..2: the one epoch sits in the middle. */
+    ck_assert(lay.loss.xmin == 0 && lay.loss.xmax == 2 && lay.acc.xmax == 2);
     expect_point(&p, &lay.acc, 1, 0.25, fig_test_acc_rgb);
     expect_point(&p, &lay.loss, 1, 2.5, fig_train_loss_rgb);
+    expect_point(&p, &lay.loss, 1, 1.5, fig_test_loss_rgb);
+    ck_assert_int_eq(fig_panel_x(&lay.acc, 1), (lay.acc.x0 + lay.acc.x1 + 1) / 2);
+    expect_series_inside(&p, &lay, 36);
+    free(p.px);
+    draw_canvas_free(&c);
+    fig_metrics_free(&m);
+}
+END_TEST
+
+START_TEST(curves_two_epochs)
+{
+    /* Two epochs: both markers of every series inside the panels, the last
+     * one not on the right edge (the axis runs 0..3). */
+    write_text("two.csv", "epoch,train_loss,test_loss,test_acc\n1,2.0,1.8,0.5\n2,0.6,0.9,0.75\n");
+    fig_metrics m;
+    char err[256] = "";
+    ck_assert_msg(fig_metrics_load(tp("two.csv"), &m, err, sizeof err) == 0, "%s", err);
+    draw_canvas c;
+    fig_curves_layout lay;
+    ck_assert_msg(fig_curves_draw(&m, "runs/two/metrics.csv", &c, &lay, err, sizeof err) == 0, "%s",
+                  err);
+    picture p = save_and_read(&c, "two.png");
+    ck_assert(lay.loss.xmin == 0 && lay.loss.xmax == 3);
+    for (int e = 1; e <= 2; e++) {
+        expect_point(&p, &lay.loss, e, m.train_loss[e - 1], fig_train_loss_rgb);
+        expect_point(&p, &lay.acc, e, m.test_acc[e - 1], fig_test_acc_rgb);
+    }
+    expect_series_inside(&p, &lay, 72);
     free(p.px);
     draw_canvas_free(&c);
     fig_metrics_free(&m);
@@ -497,6 +682,8 @@ int main(void)
     TCase *tc = tcase_create("pictures");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, font_and_text);
+    tcase_add_test(tc, font_glyph_set);
+    tcase_add_test(tc, text_drawn_as_given);
     tcase_add_test(tc, lines_and_clipping);
     tcase_add_test(tc, colormap_ramp);
     tcase_add_test(tc, attention_one_hot_cells);
@@ -505,6 +692,7 @@ int main(void)
     tcase_add_test(tc, curves_axes_and_points);
     tcase_add_test(tc, curves_long_run_without_markers);
     tcase_add_test(tc, curves_single_epoch_and_column_order);
+    tcase_add_test(tc, curves_two_epochs);
     tcase_add_test(tc, curves_bad_csv);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

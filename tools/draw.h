@@ -22,10 +22,19 @@ typedef struct draw_canvas {
     unsigned char *px; /* [height, width, 3] RGB, row-major, malloc'd */
 } draw_canvas;
 
-/* The font: glyphs are DRAW_GLYPH_W x DRAW_GLYPH_H pixels at scale 1 and
- * advance DRAW_ADVANCE pixels.  Letters print as capitals; a character
- * without a glyph prints as '?'. */
-enum { DRAW_GLYPH_W = 5, DRAW_GLYPH_H = 7, DRAW_ADVANCE = 6 };
+/* The font: mixed case, every printable ASCII character; text is drawn as
+ * given (never upper-cased) and a character without a glyph (control
+ * characters, bytes of UTF-8 sequences) prints as '?'.  Glyphs are
+ * DRAW_GLYPH_W x DRAW_GLYPH_H pixels at scale 1 and advance DRAW_ADVANCE
+ * pixels.  Capitals, digits and ascenders fill the top DRAW_CAP_H rows;
+ * the baseline is under them and descenders (g j p q y , ; _) use the rows
+ * below. */
+enum { DRAW_GLYPH_W = 5, DRAW_GLYPH_H = 9, DRAW_CAP_H = 7, DRAW_ADVANCE = 6 };
+
+/* The bitmap of ch: DRAW_GLYPH_H rows of DRAW_GLYPH_W characters, '#' for
+ * ink and '.' for none, row after row (that of '?' when ch has no glyph).
+ * Static storage. */
+const char *draw_glyph(char ch);
 
 /* Allocates a width x height canvas filled with bg.  Returns 0, or -1 (canvas
  * zeroed) for a non-positive or too large size or when out of memory. */
@@ -68,6 +77,15 @@ void draw_text_up(draw_canvas *c, int x, int y, const char *s, int scale, draw_r
  * from dark indigo through blue, teal and green to yellow whose luminance
  * rises with t, so grey-scale prints keep the order. */
 draw_rgb draw_colormap(double t);
+
+/* Colour of pixel (row, col) of image [h, w, ch] as draw_image paints it:
+ * each value in [0, 1] becomes the byte lround(255 * value) (clamped; NaN
+ * gives 0); ch 1 is grey (r = g = b), ch 3 is RGB. */
+draw_rgb draw_image_rgb(const vit_real *image, int w, int ch, int row, int col);
+
+/* over laid on under with opacity alpha in [0, 1] (clamped): each channel
+ * lround((1 - alpha) * under + alpha * over). */
+draw_rgb draw_blend(draw_rgb under, draw_rgb over, double alpha);
 
 /* Draws image [h, w, ch] (values in [0, 1], ch 1 = grey or 3 = RGB) with its
  * top-left corner at (x, y), each image pixel a scale x scale square. */

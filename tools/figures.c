@@ -40,18 +40,19 @@ static int ceil_div(int a, int b) { return (a + b - 1) / b; }
  * Attention figure
  *
  *   title
- *   INPUT
- *   [image]  [colour bar] MAX   notes...
+ *   input
+ *   [image]  [colour bar] max   notes...
  *                          0
- *   L0 H0 MAX 0.41   L0 H1 MAX 0.22   ...      one row per layer,
- *   [map]            [map]                     one column per head
+ *   L0 H0  max 0.41  L0 H1  max 0.22  ...      one row per layer,
+ *   [map over image] [map over image]          one column per head
  * ==================================================================== */
 
-enum { MARGIN = 10, LABEL_H = 11, GAP = 16, BAR_W = 12 };
+/* LABEL_H: a line of text (DRAW_GLYPH_H with descenders) and its gap. */
+enum { MARGIN = 10, LABEL_H = 13, NOTE_PITCH = 13, GAP = 16, BAR_W = 12 };
 
 static void map_label(char *buf, size_t cap, int layer, int head, double max)
 {
-    snprintf(buf, cap, "L%d H%d  MAX %.2f", layer, head, max);
+    snprintf(buf, cap, "L%d H%d  max %.2f", layer, head, max);
 }
 
 int fig_attn_layout_of(const fig_attn *f, fig_attn_layout *lay, char *err, size_t cap)
@@ -66,6 +67,9 @@ int fig_attn_layout_of(const fig_attn *f, fig_attn_layout *lay, char *err, size_
     if (f->height <= 0 || f->width <= 0 || f->height % f->grid_h || f->width % f->grid_w)
         return fail(err, cap, "attention figure: image %dx%d is not a whole number of %dx%d patches",
                     f->height, f->width, f->grid_h, f->grid_w);
+    if (f->height / f->grid_h != f->width / f->grid_w)
+        return fail(err, cap, "attention figure: patches of %dx%d pixels are not square",
+                    f->height / f->grid_h, f->width / f->grid_w);
     if (f->channels != 1 && f->channels != 3)
         return fail(err, cap, "attention figure: channels must be 1 or 3, got %d", f->channels);
     if (f->query < -1 || f->query >= f->grid_h * f->grid_w)
@@ -75,9 +79,11 @@ int fig_attn_layout_of(const fig_attn *f, fig_attn_layout *lay, char *err, size_
         return fail(err, cap, "attention figure: too large (%d layers, %d heads, %dx%d grid)",
                     f->layers, f->heads, f->grid_h, f->grid_w);
 
-    /* Nearest-neighbour upsampling by a whole factor keeps every patch one
-     * uniform square, at least FIG_MAP_MIN_PX across in total. */
-    lay->cell = ceil_div(FIG_MAP_MIN_PX, f->grid_h < f->grid_w ? f->grid_h : f->grid_w);
+    /* Nearest-neighbour upsampling of the image by a whole factor keeps
+     * every patch one square of whole image pixels, at least
+     * FIG_MAP_MIN_PX across in total. */
+    lay->map_scale = ceil_div(FIG_MAP_MIN_PX, f->height < f->width ? f->height : f->width);
+    lay->cell = f->height / f->grid_h * lay->map_scale;
     int map_w = lay->cell * f->grid_w, map_h = lay->cell * f->grid_h;
     char label[64];
     map_label(label, sizeof label, f->layers - 1, f->heads - 1, 0.99);
@@ -89,7 +95,7 @@ int fig_attn_layout_of(const fig_attn *f, fig_attn_layout *lay, char *err, size_
     lay->image_x = MARGIN;
     lay->image_y = top + LABEL_H;
     int img_w = f->width * lay->image_scale, img_h = f->height * lay->image_scale;
-    int notes_x = lay->image_x + img_w + GAP + BAR_W + 4 + draw_text_width("MAX", 1) + GAP;
+    int notes_x = lay->image_x + img_w + GAP + BAR_W + 4 + draw_text_width("max", 1) + GAP;
     int right = notes_x;
     for (int i = 0; i < FIG_NOTES && f->notes[i]; i++)
         right = imax(right, notes_x + draw_text_width(f->notes[i], 1));
@@ -116,7 +122,7 @@ static void draw_attn_header(draw_canvas *c, const fig_attn *f, const fig_attn_l
     if (f->title)
         draw_text(c, MARGIN, MARGIN, f->title, 1, ink);
     int s = lay->image_scale, img_w = f->width * s, img_h = f->height * s;
-    draw_text(c, lay->image_x, lay->image_y - LABEL_H, "INPUT", 1, ink);
+    draw_text(c, lay->image_x, lay->image_y - LABEL_H, "input", 1, ink);
     draw_image(c, lay->image_x, lay->image_y, f->image, f->height, f->width, f->channels, s);
     if (f->query >= 0) {
         int ph = f->height / f->grid_h * s, pw = f->width / f->grid_w * s;
@@ -129,14 +135,15 @@ static void draw_attn_header(draw_canvas *c, const fig_attn *f, const fig_attn_l
         draw_fill(c, bx, lay->image_y + j, BAR_W, 1,
                   draw_colormap(img_h > 1 ? 1.0 - (double)j / (img_h - 1) : 1.0));
     draw_frame(c, bx - 1, lay->image_y - 1, BAR_W + 2, img_h + 2, grey);
-    draw_text(c, bx + BAR_W + 4, lay->image_y, "MAX", 1, ink);
-    draw_text(c, bx + BAR_W + 4, lay->image_y + img_h - DRAW_GLYPH_H, "0", 1, ink);
-    int nx = bx + BAR_W + 4 + draw_text_width("MAX", 1) + GAP;
+    draw_text(c, bx + BAR_W + 4, lay->image_y, "max", 1, ink);
+    draw_text(c, bx + BAR_W + 4, lay->image_y + img_h - DRAW_CAP_H, "0", 1, ink);
+    int nx = bx + BAR_W + 4 + draw_text_width("max", 1) + GAP;
     for (int i = 0; i < FIG_NOTES && f->notes[i]; i++)
-        draw_text(c, nx, lay->image_y + i * 12, f->notes[i], 1, ink);
+        draw_text(c, nx, lay->image_y + i * NOTE_PITCH, f->notes[i], 1, ink);
 }
 
-/* One heat map: each patch a cell x cell square of draw_colormap(w / max). */
+/* One heat map over the image: each image pixel a map_scale square of its
+ * colour blended with draw_colormap(w / max) of its patch (FIG_ATTN_ALPHA). */
 static void draw_attn_map(draw_canvas *c, const fig_attn *f, const fig_attn_layout *lay,
                           int layer, int head)
 {
@@ -150,11 +157,15 @@ static void draw_attn_map(draw_canvas *c, const fig_attn *f, const fig_attn_layo
     char label[64];
     map_label(label, sizeof label, layer, head, max);
     draw_text(c, x, y - LABEL_H, label, 1, ink);
-    for (int i = 0; i < n; i++) {
-        double t = max > 0 ? (double)w[i] / max : 0;
-        draw_fill(c, x + (i % f->grid_w) * lay->cell, y + (i / f->grid_w) * lay->cell, lay->cell,
-                  lay->cell, draw_colormap(t));
-    }
+    int patch = f->height / f->grid_h, s = lay->map_scale;
+    for (int i = 0; i < f->height; i++)
+        for (int j = 0; j < f->width; j++) {
+            int k = (i / patch) * f->grid_w + j / patch;
+            double t = max > 0 ? (double)w[k] / max : 0;
+            draw_rgb col = draw_blend(draw_image_rgb(f->image, f->width, f->channels, i, j),
+                                      draw_colormap(t), FIG_ATTN_ALPHA);
+            draw_fill(c, x + j * s, y + i * s, s, s, col);
+        }
     draw_frame(c, x - 1, y - 1, f->grid_w * lay->cell + 2, f->grid_h * lay->cell + 2, grey);
     if (f->query >= 0)
         draw_frame(c, x + (f->query % f->grid_w) * lay->cell, y + (f->query / f->grid_w) * lay->cell,
@@ -374,7 +385,7 @@ static void draw_ticks(draw_canvas *c, const fig_panel *p, double xstep, double 
             draw_fill(c, p->x0 + 1, y, p->x1 - p->x0, 1, grid_rgb);
         draw_fill(c, p->x0 - 4, y, 4, 1, fig_axis_rgb);
         snprintf(buf, sizeof buf, "%.*f", decimals(ystep), fabs(v) < ystep * 1e-6 ? 0.0 : v);
-        draw_text(c, p->x0 - 7 - draw_text_width(buf, 1), y - DRAW_GLYPH_H / 2, buf, 1, ink);
+        draw_text(c, p->x0 - 7 - draw_text_width(buf, 1), y - DRAW_CAP_H / 2, buf, 1, ink);
     }
 }
 
@@ -385,9 +396,10 @@ static void draw_series(draw_canvas *c, const fig_panel *p, const double *x, con
     for (int i = 0; i < n; i++) {
         int qx = fig_panel_x(p, x[i]), qy = fig_panel_y(p, y[i]);
         draw_line(c, px, py, qx, qy, 2, col);
-        /* Markers while they do not crowd each other. */
+        /* Markers while they do not crowd each other: 6 x 6 squares
+         * centred on the 2-pixel line (whose top-left pixel is the point). */
         if (n <= 40)
-            draw_fill(c, qx - 1, qy - 1, 4, 4, col);
+            draw_fill(c, qx - 2, qy - 2, 6, 6, col);
         px = qx;
         py = qy;
     }
@@ -400,7 +412,7 @@ static void draw_frame_labels(draw_canvas *c, const fig_panel *p, const char *he
 {
     draw_fill(c, p->x0, p->y0, 1, p->y1 - p->y0 + 1, fig_axis_rgb);
     draw_fill(c, p->x0, p->y1, p->x1 - p->x0 + 1, 1, fig_axis_rgb);
-    const char *xl = "EPOCH";
+    const char *xl = "epoch";
     draw_text(c, (p->x0 + p->x1 - draw_text_width(xl, 1)) / 2, p->y1 + 22, xl, 1, ink);
     int yl_w = draw_text_width(ylabel, 1);
     draw_text_up(c, 14, (p->y0 + p->y1 + yl_w) / 2, ylabel, 1, ink);
@@ -442,14 +454,18 @@ int fig_curves_draw(const fig_metrics *m, const char *title, draw_canvas *out,
     }
     lay->width = FIG_W;
     lay->height = 560;
-    /* Epochs from 0 in whole steps; loss from 0 (or below, if a loss is
-     * negative); accuracy in its own range, kept inside [0, 1] when the data
-     * are.  The 5% pads keep the extreme points off the axes. */
+    /* Epochs from 0 in whole steps, running on at least half a step past
+     * the last epoch so that its points sit inside the panel (one epoch:
+     * 0..2, two: 0..3); loss from 0 (or below, if a loss is negative);
+     * accuracy in its own range, kept inside [0, 1] when the data are.  The
+     * 5% pads keep the extreme points off the axes. */
     double xs, ls, as;
     fig_panel *L = &lay->loss, *A = &lay->acc;
     *L = (fig_panel){PLOT_LEFT, 56, PLOT_RIGHT, 250, 0, 0, 0, 0};
     *A = (fig_panel){PLOT_LEFT, 318, PLOT_RIGHT, 512, 0, 0, 0, 0};
     nice_range(fmin(e_lo, 0), e_hi, 1, &L->xmin, &L->xmax, &xs);
+    if (L->xmax - e_hi < 0.5 * xs)
+        L->xmax += xs;
     A->xmin = L->xmin;
     A->xmax = L->xmax;
     nice_range(l_lo - 0.05 * (l_hi - l_lo), l_hi + 0.05 * (l_hi - l_lo), 0, &L->ymin, &L->ymax, &ls);
@@ -472,13 +488,13 @@ int fig_curves_draw(const fig_metrics *m, const char *title, draw_canvas *out,
     draw_series(out, A, m->epoch, m->test_acc, n, fig_test_acc_rgb);
 
     char acc_name[64], loss_head[64];
-    snprintf(acc_name, sizeof acc_name, "TEST ACCURACY (LAST %.4f, BEST %.4f)", m->test_acc[n - 1],
+    snprintf(acc_name, sizeof acc_name, "test accuracy (last %.4f, best %.4f)", m->test_acc[n - 1],
              best);
-    snprintf(loss_head, sizeof loss_head, "CROSS-ENTROPY, %d EPOCHS", n);
-    const char *loss_names[2] = {"TRAIN LOSS", "TEST LOSS"};
+    snprintf(loss_head, sizeof loss_head, "Cross-entropy, %d epoch%s", n, n == 1 ? "" : "s");
+    const char *loss_names[2] = {"train loss", "test loss"};
     const draw_rgb loss_cols[2] = {fig_train_loss_rgb, fig_test_loss_rgb};
     const char *acc_names[1] = {acc_name};
-    draw_frame_labels(out, L, loss_head, "LOSS", loss_names, loss_cols, 2);
-    draw_frame_labels(out, A, "FRACTION CORRECT", "ACCURACY", acc_names, &fig_test_acc_rgb, 1);
+    draw_frame_labels(out, L, loss_head, "loss", loss_names, loss_cols, 2);
+    draw_frame_labels(out, A, "Fraction correct", "accuracy", acc_names, &fig_test_acc_rgb, 1);
     return 0;
 }

@@ -4,8 +4,9 @@
  *
  *  - the attention figure of vit_attn: the input image and, per layer
  *    (rows) and head (columns), one query's attention over the patch grid
- *    as a heat map, each patch a square of `cell` pixels (nearest-neighbour
- *    upsampling, so a patch is exactly one uniform cell);
+ *    as a heat map laid over the input: the image upsampled by a whole
+ *    factor (nearest neighbour), each patch a square of `cell` pixels whose
+ *    heat colour is alpha-blended over the image pixels under it;
  *  - the training curves of vit_plot: train and test loss in one panel and
  *    test accuracy in a second, against the epoch, read from the
  *    metrics.csv that vit_train writes.
@@ -25,6 +26,14 @@
 enum { FIG_MAP_MIN_PX = 96, /* each heat map is at least this many pixels wide and tall */
        FIG_NOTES = 4 };
 
+/* Opacity of the heat colour over the input image on every map: the pixel
+ * at image pixel (i, j) of map (layer, head) is
+ *   draw_blend(draw_image_rgb(image, width, channels, i, j),
+ *              draw_colormap(weight of the patch holding (i, j) / the map's largest),
+ *              FIG_ATTN_ALPHA)
+ * i.e. per channel lround((1 - alpha) * input + alpha * heat). */
+#define FIG_ATTN_ALPHA 0.6
+
 typedef struct fig_attn {
     const vit_real *image;   /* [height, width, channels] in [0, 1]: the input */
     int height, width, channels; /* channels 1 or 3 */
@@ -33,11 +42,12 @@ typedef struct fig_attn {
     /* [layers, heads, grid_h * grid_w]: the query's attention weights over
      * the patches (the class token's own column left out).  Each map is
      * coloured from 0 (draw_colormap(0)) to its own largest weight
-     * (draw_colormap(1)); the label prints that largest weight. */
+     * (draw_colormap(1)), blended over the input (FIG_ATTN_ALPHA); the
+     * label prints that largest weight. */
     const vit_real *maps;
     int query;               /* -1: the class token; else the patch index
                                 (outlined on the image and on every map) */
-    const char *title;       /* top line, or NULL */
+    const char *title;       /* top line, drawn as given, or NULL */
     const char *notes[FIG_NOTES]; /* lines printed beside the image, NULL-ended */
 } fig_attn;
 
@@ -45,13 +55,15 @@ typedef struct fig_attn {
 typedef struct fig_attn_layout {
     int width, height;       /* of the canvas */
     int cell;                /* pixels per patch side on a map */
+    int map_scale;           /* pixels per image pixel side on a map (cell = patch * map_scale) */
     int image_x, image_y, image_scale; /* input image: corner and pixels per image pixel */
     int maps_x, maps_y;      /* top-left pixel of map (layer 0, head 0) */
     int pitch_x, pitch_y;    /* distance between neighbouring maps */
 } fig_attn_layout;
 
 /* Computes the layout of f (sizes checked: positive grid, layers, heads;
- * image size a multiple of the grid; channels 1 or 3; non-NULL buffers). */
+ * image size a multiple of the grid in square patches; channels 1 or 3;
+ * non-NULL buffers). */
 int fig_attn_layout_of(const fig_attn *f, fig_attn_layout *lay, char *err, size_t cap);
 
 /* Top-left pixel of the heat map of (layer, head). */

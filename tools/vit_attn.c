@@ -1,7 +1,8 @@
 /*
  * vit_attn - draw what a trained model attends to: the input image and, for
  * every layer (rows) and head (columns), the attention of the class token
- * (or of one patch) over the patch grid as a heat map, into one PNG.
+ * (or of one patch) over the patch grid as a heat map laid over the input,
+ * into one PNG, labelled with the predicted class.
  */
 #include <errno.h>
 #include <math.h>
@@ -22,10 +23,18 @@ static void usage(void)
            "Runs the model of checkpoint CKPT on one image, either image N of the test split\n"
            "of --data (default digits) or a PNG of the training image size, and writes a PNG\n"
            "(default attention.png) with the image and, per layer (rows) and head (columns),\n"
-           "the attention weights of the query over the patch grid, each map coloured from 0\n"
-           "to its own largest weight.  --query cls (default) uses the class token; --query\n"
+           "the attention weights of the query over the patch grid as a heat map blended over\n"
+           "the image, each map coloured from 0 to its own largest weight.  --query cls (default) uses the class token; --query\n"
            "R,C uses the patch in row R, column C of the grid (0-based), outlined in the\n"
            "picture.  Also prints, per map, the patch with the largest weight.\n");
+}
+
+/* The name of class cls, as printed in the picture and on stdout.  Neither
+ * the checkpoint nor the datasets carry class names yet, so it is the class
+ * index; names plug in here. */
+static void class_name(char *buf, size_t cap, int cls)
+{
+    snprintf(buf, cap, "%d", cls);
 }
 
 /* Parses "cls" (query -1) or "R,C" into a patch index on a gh x gw grid. */
@@ -236,21 +245,24 @@ int main(int argc, char **argv)
     if (attention_rows(m, px, query, maps, &pred, &prob))
         goto done;
 
-    char source[96], qline[64], pline[64];
+    char pred_name[64], label_name[64], title[192], source[128], qline[64], pline[96];
+    class_name(pred_name, sizeof pred_name, pred);
+    class_name(label_name, sizeof label_name, label);
     if (png)
-        snprintf(source, sizeof source, "IMAGE: %.80s", strrchr(png, '/') ? strrchr(png, '/') + 1 : png);
+        snprintf(source, sizeof source, "image: %.80s", strrchr(png, '/') ? strrchr(png, '/') + 1 : png);
     else
-        snprintf(source, sizeof source, "TEST IMAGE %d, LABEL %d", digit, label);
+        snprintf(source, sizeof source, "test image %d, label %s", digit, label_name);
     if (query < 0)
-        snprintf(qline, sizeof qline, "QUERY: CLASS TOKEN");
+        snprintf(qline, sizeof qline, "query: class token");
     else
-        snprintf(qline, sizeof qline, "QUERY: PATCH (%d,%d)", query / gw, query % gw);
-    snprintf(pline, sizeof pline, "PREDICTED %d (P = %.3f)", pred, prob);
+        snprintf(qline, sizeof qline, "query: patch (%d,%d)", query / gw, query % gw);
+    snprintf(title, sizeof title, "Predicted %s (p = %.3f): attention, rows = layers, "
+             "columns = heads", pred_name, prob);
+    snprintf(pline, sizeof pline, "heat over the input at %.0f%%", FIG_ATTN_ALPHA * 100);
     fig_attn f = {.image = px, .height = c->image_height, .width = c->image_width,
                   .channels = c->channels, .grid_h = gh, .grid_w = gw, .layers = c->depth,
-                  .heads = c->heads, .maps = maps, .query = query,
-                  .title = "ATTENTION MAPS: ROWS = LAYERS, COLUMNS = HEADS",
-                  .notes = {source, qline, pline, "EACH MAP: 0 TO ITS LARGEST WEIGHT"}};
+                  .heads = c->heads, .maps = maps, .query = query, .title = title,
+                  .notes = {source, qline, pline, "each map: 0 to its largest weight"}};
     fig_attn_layout lay;
     char err[256];
     if (fig_attn_draw(&f, &canvas, &lay, err, sizeof err)) {
@@ -261,7 +273,7 @@ int main(int argc, char **argv)
         cli_fail(prog, NULL);
         goto done;
     }
-    printf("%s: predicted %d (p = %.3f)%s\n", png ? png : "test image", pred, prob,
+    printf("%s: predicted %s (p = %.3f)%s\n", png ? png : "test image", pred_name, prob,
            label >= 0 ? (label == pred ? ", correct" : ", wrong") : "");
     print_summary(c, maps, gw);
     printf("wrote %s (%dx%d pixels): %d layers x %d heads, query %s\n", out, lay.width, lay.height,
