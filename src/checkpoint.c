@@ -135,6 +135,12 @@ static int validate_for_write(const vit_ckpt *c)
         return vit_fail(VIT_EINVAL, "%s: ntensors = %d is negative", fn, c->ntensors);
     if (c->ntensors > 0 && c->tensors == NULL)
         return vit_fail(VIT_EINVAL, "%s: tensors is NULL with ntensors = %d", fn, c->ntensors);
+    if (c->norder < 0 || (c->norder > 0 && c->order == NULL))
+        return vit_fail(VIT_EINVAL, "%s: norder = %d with order %s", fn, c->norder,
+                        c->order ? "set" : "NULL");
+    for (int i = 0; i < c->norder; i++)
+        if (c->order[i] < 0)
+            return vit_fail(VIT_EINVAL, "%s: order[%d] = %d is negative", fn, i, c->order[i]);
     if (c->config && strlen(c->config) > UINT32_MAX)
         return vit_fail(VIT_EINVAL, "%s: config text is longer than 4 GiB", fn);
     for (int i = 0; i < c->ntensors; i++) {
@@ -228,6 +234,15 @@ static void w_checkpoint(ckpt_writer *w, const vit_ckpt *c)
     w_u64(w, c->epoch);
     for (int i = 0; i < 4; i++)
         w_u64(w, c->rng[i]);
+    w_u64(w, c->epoch_step);
+    for (int i = 0; i < 3; i++) {
+        uint64_t bits;
+        memcpy(&bits, &c->epoch_sums[i], 8);
+        w_u64(w, bits);
+    }
+    w_u32(w, (uint32_t)c->norder);
+    for (int i = 0; i < c->norder; i++)
+        w_u32(w, (uint32_t)c->order[i]);
     size_t clen = c->config ? strlen(c->config) : 0;
     w_u32(w, (uint32_t)clen);
     w_bytes(w, (const unsigned char *)c->config, clen);
@@ -474,6 +489,44 @@ static int load_file(const char *path, unsigned char **out, size_t *len)
     return VIT_OK;
 }
 
+/* Format 2's position inside an epoch: step, sums and the order, whose
+ * length is checked against the bytes left before it is allocated. */
+static int parse_position(ckpt_reader *r, vit_ckpt *c)
+{
+    uint64_t v;
+    int rc;
+    if ((rc = r_u64(r, &v, "epoch step")))
+        return rc;
+    c->epoch_step = v;
+    for (int i = 0; i < 3; i++) {
+        if ((rc = r_u64(r, &v, "epoch sums")))
+            return rc;
+        memcpy(&c->epoch_sums[i], &v, 8);
+    }
+    uint32_t n;
+    if ((rc = r_u32(r, &n, "order length")))
+        return rc;
+    if (n > INT_MAX || n > (r->len - r->pos) / 4)
+        return vit_fail(VIT_EFORMAT,
+                        "vit_ckpt_read: '%s': order length %u cannot fit in the %zu bytes left "
+                        "(truncated or corrupt)",
+                        r->path, (unsigned)n, r->len - r->pos);
+    if (n == 0)
+        return VIT_OK;
+    c->order = malloc((size_t)n * sizeof *c->order);
+    if (c->order == NULL)
+        return vit_fail(VIT_ENOMEM, "vit_ckpt_read: '%s': cannot allocate the order", r->path);
+    c->norder = (int)n;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t x = get_u32(r->buf + r->pos);
+        r->pos += 4;
+        if (x > INT_MAX)
+            return bad(r, "order value above 2^31 - 1");
+        c->order[i] = (int)x;
+    }
+    return VIT_OK;
+}
+
 /* Fixed header up to and including the config text. */
 static int parse_header(ckpt_reader *r, vit_ckpt *c)
 {
@@ -486,9 +539,10 @@ static int parse_header(ckpt_reader *r, vit_ckpt *c)
     uint32_t version, real_size;
     if ((rc = r_u32(r, &version, "format version")))
         return rc;
-    if (version != VIT_CKPT_VERSION)
-        return vit_fail(VIT_EFORMAT, "vit_ckpt_read: '%s': unsupported format version %u (expected %d)",
-                        r->path, (unsigned)version, VIT_CKPT_VERSION);
+    if (version < VIT_CKPT_VERSION_MIN || version > VIT_CKPT_VERSION)
+        return vit_fail(VIT_EFORMAT,
+                        "vit_ckpt_read: '%s': unsupported format version %u (this build reads %d to %d)",
+                        r->path, (unsigned)version, VIT_CKPT_VERSION_MIN, VIT_CKPT_VERSION);
     if ((rc = r_u32(r, &real_size, "real size")))
         return rc;
     if (real_size != 4 && real_size != 8)
@@ -506,6 +560,8 @@ static int parse_header(ckpt_reader *r, vit_ckpt *c)
             return rc;
         c->rng[i] = v;
     }
+    if (version >= 2 && (rc = parse_position(r, c)))
+        return rc;
     uint32_t clen;
     if ((rc = r_u32(r, &clen, "config length")) || (rc = need(r, clen, "config text")))
         return rc;
@@ -671,6 +727,7 @@ void vit_ckpt_free(vit_ckpt *c)
             free(c->tensors[i].data);
     free(c->tensors);
     free(c->config);
+    free(c->order);
     memset(c, 0, sizeof *c);
 }
 

@@ -55,6 +55,7 @@ static const field fields[] = {
     F(seed, K_U64, 0, 0, "random seed"),
     F(recompute, K_INT, 0, 1,
       "1: keep only each block's input and recompute the block in the backward (less memory)"),
+    F(ckpt_minutes, K_DOUBLE, 0, 1e6, "minutes between checkpoints inside an epoch (0: off)"),
 };
 #define NFIELDS (int)(sizeof fields / sizeof fields[0])
 
@@ -84,6 +85,7 @@ void vit_config_default(vit_config *c)
     c->shift = 1;
     c->init_std = 0.1;
     c->seed = 1;
+    c->ckpt_minutes = 10;
 }
 
 /* The shortest of %.15g, %.16g and %.17g that reads back as the same

@@ -46,8 +46,10 @@ int vit_run_save(const char *path, const vit_model *m, const vit_adamw *opt,
             t[n].data = bufs[k];
         }
     }
-    vit_ckpt c = {.step = st->step, .epoch = st->epoch, .config = config, .ntensors = n, .tensors = t};
+    vit_ckpt c = {.step = st->step, .epoch = st->epoch, .config = config, .ntensors = n, .tensors = t,
+                  .epoch_step = st->epoch_step, .norder = st->norder, .order = st->order};
     memcpy(c.rng, st->rng.s, sizeof c.rng);
+    memcpy(c.epoch_sums, st->epoch_sums, sizeof c.epoch_sums);
     rc = vit_ckpt_write(path, &c);
     free(t);
     return rc;
@@ -130,6 +132,12 @@ int vit_run_load(const char *path, vit_model **model, vit_adamw *opt, vit_run_st
         st->step = c.step;
         st->epoch = c.epoch;
         memcpy(st->rng.s, c.rng, sizeof st->rng.s);
+        st->epoch_step = c.epoch_step;
+        memcpy(st->epoch_sums, c.epoch_sums, sizeof st->epoch_sums);
+        st->norder = c.norder;
+        st->order = c.order; /* handed over */
+        c.order = NULL;
+        c.norder = 0;
     }
     vit_ckpt_free(&c);
     if (rc) {
@@ -138,4 +146,27 @@ int vit_run_load(const char *path, vit_model **model, vit_adamw *opt, vit_run_st
     }
     *model = m;
     return VIT_OK;
+}
+
+void vit_run_state_free(vit_run_state *st)
+{
+    if (!st)
+        return;
+    free(st->order);
+    st->order = NULL;
+    st->norder = 0;
+}
+
+int vit_run_config(const char *path, vit_config *cfg)
+{
+    if (!path || !cfg)
+        return vit_fail(VIT_EINVAL, "vit_run_config: %s is NULL", !path ? "path" : "cfg");
+    vit_ckpt c;
+    int rc = vit_ckpt_read(path, &c);
+    if (rc)
+        return rc;
+    vit_config_default(cfg);
+    rc = vit_config_parse(cfg, c.config ? c.config : "", path);
+    vit_ckpt_free(&c);
+    return rc;
 }

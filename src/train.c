@@ -228,15 +228,35 @@ static int make_out_dir(const char *dir, const char *ckpt)
     return VIT_OK;
 }
 
+int vit_run_dir_taken(const char *out_dir, const char *resume)
+{
+    char ckpt[4200];
+    struct stat have, mine;
+    if (!out_dir || snprintf(ckpt, sizeof ckpt, "%s/last.ckpt", out_dir) >= (int)sizeof ckpt)
+        return 0;
+    if (stat(ckpt, &have) != 0 || !S_ISREG(have.st_mode))
+        return 0;
+    return !resume || stat(resume, &mine) != 0 || mine.st_dev != have.st_dev
+           || mine.st_ino != have.st_ino;
+}
+
 static const char metrics_header[] = "epoch,train_loss,train_acc,test_loss,test_acc,lr,seconds\n";
 
 /* Opens OUT/metrics.csv for appending.  On resume, keeps only the rows of
- * epochs the checkpoint covers (a killed run may have logged more), by
- * rewriting through a temporary file; returns the seconds already spent. */
-static FILE *open_metrics(const char *dir, unsigned long long keep_epochs, double *seconds)
+ * epochs the checkpoint covers (a killed run may have logged more), taken
+ * from the metrics.csv next to the checkpoint `from` (so rows of another
+ * run are never mixed in), by rewriting through a temporary file; returns
+ * the seconds already spent. */
+static FILE *open_metrics(const char *dir, const char *from, unsigned long long keep_epochs,
+                          double *seconds)
 {
-    char path[4200], tmp[4300];
+    char path[4200], tmp[4300], src[4200];
     snprintf(path, sizeof path, "%s/metrics.csv", dir);
+    const char *slash = from ? strrchr(from, '/') : NULL;
+    if (slash)
+        snprintf(src, sizeof src, "%.*s/metrics.csv", (int)(slash - from), from);
+    else
+        snprintf(src, sizeof src, "metrics.csv");
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     *seconds = 0;
     FILE *out = fopen(tmp, "w");
@@ -245,7 +265,7 @@ static FILE *open_metrics(const char *dir, unsigned long long keep_epochs, doubl
         return NULL;
     }
     fputs(metrics_header, out);
-    FILE *in = keep_epochs ? fopen(path, "r") : NULL;
+    FILE *in = keep_epochs ? fopen(src, "r") : NULL;
     if (in) {
         char line[512];
         while (fgets(line, sizeof line, in)) {
@@ -283,13 +303,87 @@ static unsigned long long params_hash(vit_model *m)
 }
 
 
-static int same_model_shape(const vit_config *a, const vit_config *b, const char *path)
+/* A config value as text: numbers shortest-first (%g) when that is exact,
+ * so that 0.1 does not read 0.10000000000000001. */
+static const char *value_text(const char *v, char *buf, size_t cap)
 {
-#define SAME(f) if (a->f != b->f) return vit_fail(VIT_EINVAL, \
-        "%s: checkpoint has " #f " = %d but this run asks for %d", path, a->f, b->f)
-    SAME(image_height); SAME(image_width); SAME(channels); SAME(classes); SAME(patch);
-    SAME(dim); SAME(depth); SAME(heads); SAME(mlp); SAME(pool);
-#undef SAME
+    char *end;
+    double d = strtod(v, &end);
+    if (end != v && *end == 0) {
+        snprintf(buf, cap, "%g", d);
+        if (strtod(buf, NULL) == d)
+            return buf;
+    }
+    return v;
+}
+
+/* A resumed run keeps its checkpoint's recipe: compares want with the
+ * checkpoint's config ck key by key (their "key = value" lines, so every
+ * key is covered).  epochs may grow and ckpt_minutes may change: those are
+ * taken into *ck and reported on log (when log is not NULL); any other
+ * difference is refused, naming the key and both values. */
+static int resume_changes(vit_config *ck, const vit_config *want, unsigned long long done,
+                          unsigned long long epoch_step, const char *path, FILE *log)
+{
+    char a[4096], b[4096];
+    if (vit_config_format(ck, a, sizeof a) < 0 || vit_config_format(want, b, sizeof b) < 0)
+        return VIT_EINVAL;
+    for (char *la = a, *lb = b; *la && *lb;) {
+        char *ea = strchr(la, '\n'), *eb = strchr(lb, '\n');
+        if (!ea || !eb)
+            break;
+        *ea = *eb = 0;
+        size_t klen = strcspn(la, " =");
+        if (strcmp(la, lb) != 0) {
+            char ta[64], tb[64];
+            const char *va = value_text(la + klen + 3, ta, sizeof ta); /* after " = " */
+            const char *vb = value_text(lb + klen + 3, tb, sizeof tb);
+            if (strncmp(la, "epochs", klen) == 0 && klen == 6) {
+                if ((unsigned long long)want->epochs < done + (epoch_step > 0))
+                    return vit_fail(VIT_EINVAL, "%s: epochs = %d is fewer than the %llu epochs the "
+                                    "checkpoint has %s", path, want->epochs,
+                                    done + (epoch_step > 0), epoch_step ? "begun" : "done");
+                if (log)
+                    fprintf(log, "epochs: %s -> %s: the run is %s; the cosine schedule is "
+                            "recomputed for %s epochs\n", va, vb,
+                            want->epochs > ck->epochs ? "extended" : "shortened", vb);
+                ck->epochs = want->epochs;
+            } else if (strncmp(la, "ckpt_minutes", klen) == 0 && klen == 12) {
+                if (log)
+                    fprintf(log, "ckpt_minutes: %s -> %s\n", va, vb);
+                ck->ckpt_minutes = want->ckpt_minutes;
+            } else {
+                return vit_fail(VIT_EINVAL, "%s: the checkpoint's run has %.*s = %s, this run asks "
+                                "for %s; a resumed run keeps its recipe (only epochs and "
+                                "ckpt_minutes may change)", path, (int)klen, la, va, vb);
+            }
+        }
+        la = ea + 1;
+        lb = eb + 1;
+    }
+    return VIT_OK;
+}
+
+/* A checkpoint taken inside an epoch must fit this training set: the order
+ * a permutation of its images, the position inside the epoch. */
+static int check_position(const vit_run_state *st, int count, long spe, const char *path, int *seen)
+{
+    if (st->epoch_step == 0)
+        return VIT_OK;
+    if (st->norder != count || st->epoch_step >= (unsigned long long)spe)
+        return vit_fail(VIT_EFORMAT, "%s: taken at step %llu of an epoch over %d images, but this "
+                        "training set has %d images in %ld steps", path, st->epoch_step, st->norder,
+                        count, spe);
+    for (int i = 0; i < 3; i++)
+        if (!isfinite(st->epoch_sums[i]))
+            return vit_fail(VIT_EFORMAT, "%s: the epoch's running sums are not finite", path);
+    memset(seen, 0, (size_t)count * sizeof *seen);
+    for (int i = 0; i < count; i++) {
+        int k = st->order[i];
+        if (k < 0 || k >= count || seen[k]++)
+            return vit_fail(VIT_EFORMAT, "%s: the stored data order is not a permutation of the "
+                            "%d training images", path, count);
+    }
     return VIT_OK;
 }
 
@@ -304,6 +398,7 @@ typedef struct run {
     FILE *metrics;
     char ckpt[4200];
     unsigned long long start_step; /* step at which this invocation began */
+    double last_save;              /* now_seconds() of the last checkpoint */
 } run;
 
 static void run_free(run *r)
@@ -314,6 +409,7 @@ static void run_free(run *r)
     free(r->images);
     free(r->labels);
     free(r->perm);
+    vit_run_state_free(&r->st);
     if (r->metrics)
         fclose(r->metrics);
 }
@@ -331,6 +427,9 @@ static int run_setup(run *r, const vit_config *cfg, const vit_dataset *train, co
         return rc;
     /* Rank 0 alone writes; the others learn of its failure from the agree. */
     snprintf(r->ckpt, sizeof r->ckpt, "%s/last.ckpt", o->out_dir);
+    if (!o->overwrite && vit_run_dir_taken(o->out_dir, o->resume))
+        return vit_fail(VIT_EINVAL, "%s already holds a run (last.ckpt); resume it, or overwrite it "
+                        "to start over", o->out_dir);
     rc = vit_dist_rank() == 0 ? make_out_dir(o->out_dir, r->ckpt) : VIT_OK;
     int all = vit_dist_agree(rc);
     if (all)
@@ -338,9 +437,11 @@ static int run_setup(run *r, const vit_config *cfg, const vit_dataset *train, co
     if (o->resume) {
         if ((rc = vit_run_load(o->resume, &r->m, &r->opt, &r->st)))
             return rc;
-        if ((rc = same_model_shape(vit_model_config(r->m), &r->cfg, o->resume)))
+        vit_config ck = *vit_model_config(r->m);
+        FILE *log = vit_dist_rank() == 0 ? (o->log ? o->log : stdout) : NULL;
+        if ((rc = resume_changes(&ck, &r->cfg, r->st.epoch, r->st.epoch_step, o->resume, log)))
             return rc;
-        r->cfg = *vit_model_config(r->m);
+        r->cfg = ck;
     } else {
         if (!(r->m = vit_model_new(&r->cfg)))
             return VIT_EINVAL;
@@ -360,6 +461,11 @@ static int run_setup(run *r, const vit_config *cfg, const vit_dataset *train, co
     r->perm = malloc((size_t)train->count * sizeof *r->perm);
     if (!r->eval_tape || !r->images || !r->labels || !r->perm)
         return vit_fail(VIT_ENOMEM, "vit_train_run: out of memory");
+    long spe = (train->count + r->cfg.batch - 1) / r->cfg.batch;
+    if ((rc = check_position(&r->st, train->count, spe, o->resume, r->perm)))
+        return rc;
+    if (r->st.epoch_step > 0)
+        memcpy(r->perm, r->st.order, (size_t)train->count * sizeof *r->perm);
     return VIT_OK;
 }
 
@@ -419,24 +525,62 @@ static int reduce_grads(run *r, int bl, int b, double red[2])
     return rc ? rc : vit_dist_sum_double(red, 2);
 }
 
-/* One epoch of minibatch steps.  Returns VIT_OK or the error (VIT_ENUM names
- * the step whose loss was not finite).  In a data-parallel job every rank
- * runs this with the same generator state; each computes its share of every
- * minibatch and all apply the same summed gradient. */
+/* Writes the checkpoint (rank 0; the others learn of a failure), with the
+ * data order when taken inside an epoch (norder > 0). */
+static int save(run *r, int norder)
+{
+    vit_run_state st = r->st;
+    st.order = norder ? r->perm : NULL;
+    st.norder = norder;
+    int mine = vit_dist_rank() == 0 ? vit_run_save(r->ckpt, r->m, &r->opt, &st) : VIT_OK;
+    int rc = vit_dist_agree(mine);
+    if (rc && mine == VIT_OK)
+        vit_fail(rc, "rank 0 could not write %s", r->ckpt);
+    if (rc == VIT_OK)
+        r->last_save = now_seconds();
+    return rc;
+}
+
+/* Between two steps: is a stop asked for (*stop), or a timed checkpoint
+ * due?  Any rank's answer is every rank's, so all pause at the same step. */
+static int pause_wanted(run *r, const vit_train_opts *o, int *stop, int *rc)
+{
+    int want[2] = {o->stop && *o->stop,
+                   r->cfg.ckpt_minutes > 0 && now_seconds() - r->last_save >= 60 * r->cfg.ckpt_minutes};
+    *rc = vit_dist_size() > 1 ? vit_dist_sum_int(want, 2) : VIT_OK;
+    *stop = want[0] > 0;
+    return *rc == VIT_OK && (want[0] > 0 || want[1] > 0);
+}
+
+/* One epoch of minibatch steps, from the position r->st holds (a checkpoint
+ * taken inside the epoch continues it).  Returns VIT_OK or the error
+ * (VIT_ENUM names the step whose loss was not finite); *stopped is set when
+ * opts->stop ended it early, after a checkpoint of that step.  In a
+ * data-parallel job every rank runs this with the same generator state;
+ * each computes its share of every minibatch and all apply the same summed
+ * gradient. */
 static int train_epoch(run *r, const vit_dataset *train, const vit_train_opts *o, FILE *log,
-                       double t0, long total_steps, double *loss_out, double *acc_out, double *lr_out)
+                       double t0, long total_steps, double *loss_out, double *acc_out, double *lr_out,
+                       int *stopped)
 {
     const vit_config *c = &r->cfg;
     long spe = (train->count + c->batch - 1) / c->batch;
     long warm = (long)(c->warmup * (double)spe);
     int ngroups;
     const vit_param_group *groups = vit_model_groups(r->m, &ngroups);
-    double loss_sum = 0, correct = 0, lr = 0;
-    long seen = 0;
-    for (int i = 0; i < train->count; i++)
-        r->perm[i] = i;
-    vit_rng_shuffle(&r->st.rng, r->perm, train->count);
-    for (long s = 0; s < spe; s++) {
+    double loss_sum = 0, correct = 0, lr = 0, seen = 0;
+    long s0 = (long)r->st.epoch_step;
+    if (s0 == 0) {
+        for (int i = 0; i < train->count; i++)
+            r->perm[i] = i;
+        vit_rng_shuffle(&r->st.rng, r->perm, train->count);
+    } else { /* r->perm holds the checkpoint's order */
+        loss_sum = r->st.epoch_sums[0];
+        correct = r->st.epoch_sums[1];
+        seen = r->st.epoch_sums[2];
+    }
+    *stopped = 0;
+    for (long s = s0; s < spe; s++) {
         int start = (int)(s * c->batch);
         int b = train->count - start < c->batch ? train->count - start : c->batch;
         int lo, hi;
@@ -466,6 +610,18 @@ static int train_epoch(run *r, const vit_dataset *train, const vit_train_opts *o
         loss_sum += red[0];
         correct += red[1];
         seen += b;
+        r->st.epoch_step = (unsigned long long)s + 1;
+        r->st.epoch_sums[0] = loss_sum;
+        r->st.epoch_sums[1] = correct;
+        r->st.epoch_sums[2] = seen;
+        if (s + 1 < spe && pause_wanted(r, o, stopped, &rc)) {
+            if ((rc = save(r, train->count)))
+                return rc;
+            if (*stopped)
+                return VIT_OK;
+        }
+        if (rc)
+            return rc;
         if (o->progress == 2 && vit_dist_rank() == 0 && (s % 4 == 3 || s == spe - 1)) {
             double el = now_seconds() - t0;
             double steps = (double)(r->st.step - r->start_step);
@@ -474,6 +630,8 @@ static int train_epoch(run *r, const vit_dataset *train, const vit_train_opts *o
             progress_bar(log, r, (int)r->st.epoch, s + 1, spe, lv, ips, eta);
         }
     }
+    r->st.epoch_step = 0;
+    memset(r->st.epoch_sums, 0, sizeof r->st.epoch_sums);
     *loss_out = loss_sum / seen;
     *acc_out = correct / seen;
     *lr_out = lr;
@@ -553,7 +711,8 @@ int vit_train_run(const vit_config *cfg, const vit_dataset *train_in, const vit_
     int rc = run_setup(&r, cfg, &train, test, o);
     double prior_seconds = 0;
     int rank = vit_dist_rank();
-    if (rc == VIT_OK && rank == 0 && !(r.metrics = open_metrics(o->out_dir, r.st.epoch, &prior_seconds)))
+    if (rc == VIT_OK && rank == 0
+        && !(r.metrics = open_metrics(o->out_dir, o->resume, r.st.epoch, &prior_seconds)))
         rc = VIT_EIO;
     rc = vit_dist_agree(rc);
     if (rc == VIT_OK && r.cfg.batch < vit_dist_size())
@@ -563,13 +722,26 @@ int vit_train_run(const vit_config *cfg, const vit_dataset *train_in, const vit_
     long total_steps = spe * c->epochs;
     unsigned long long start_step = r.st.step, start_epoch = r.st.epoch;
     r.start_step = start_step;
+    r.last_save = t0;
+    res->steps_per_epoch = spe;
+    if (rc == VIT_OK && o->progress && rank == 0 && r.st.epoch_step > 0)
+        fprintf(log, "resuming inside epoch %llu at step %llu of %ld\n", r.st.epoch + 1,
+                r.st.epoch_step, spe);
+    if (rc == VIT_OK && o->resume && r.st.epoch >= (unsigned long long)c->epochs) {
+        res->already_complete = 1;
+        res->epochs_done = (int)r.st.epoch;
+        res->steps = r.st.step;
+        run_free(&r);
+        return VIT_OK;
+    }
     vit_eval_result ev = {0};
-    while (rc == VIT_OK && r.st.epoch < (unsigned long long)c->epochs) {
+    int stop = 0;
+    while (rc == VIT_OK && !stop && r.st.epoch < (unsigned long long)c->epochs) {
         if (o->stop_after_epochs > 0 && r.st.epoch >= (unsigned long long)o->stop_after_epochs)
             break;
         double tl = 0, ta = 0, lr = 0;
-        rc = train_epoch(&r, &train, o, log, t0, total_steps, &tl, &ta, &lr);
-        if (rc)
+        rc = train_epoch(&r, &train, o, log, t0, total_steps, &tl, &ta, &lr, &stop);
+        if (rc || stop)
             break;
         r.st.epoch++;
         vit_eval_result_free(&ev);
@@ -604,14 +776,23 @@ int vit_train_run(const vit_config *cfg, const vit_dataset *train_in, const vit_
         }
         int last = r.st.epoch == (unsigned long long)c->epochs
                    || (o->stop_after_epochs > 0 && r.st.epoch == (unsigned long long)o->stop_after_epochs);
-        if (o->ckpt_every > 0 && (r.st.epoch % (unsigned long long)o->ckpt_every == 0 || last)) {
-            int mine = rank == 0 ? vit_run_save(r.ckpt, r.m, &r.opt, &r.st) : VIT_OK;
-            if ((rc = vit_dist_agree(mine))) {
-                if (mine == VIT_OK)
-                    vit_fail(rc, "rank 0 could not write %s", r.ckpt);
+        int pause = pause_wanted(&r, o, &stop, &rc);
+        if (rc)
+            break;
+        if ((o->ckpt_every > 0 && (r.st.epoch % (unsigned long long)o->ckpt_every == 0 || last))
+            || pause)
+            if ((rc = save(&r, 0)))
                 break;
-            }
-        }
+    }
+    if (rc == VIT_OK && stop) {
+        res->interrupted = 1;
+        res->epoch_step = r.st.epoch_step;
+        res->epochs_done = (int)r.st.epoch;
+        res->steps = r.st.step;
+        res->seconds = now_seconds() - t0;
+        vit_eval_result_free(&ev);
+        run_free(&r);
+        return VIT_OK;
     }
     if (rc == VIT_OK && !ev.confusion)
         rc = evaluate_shared(&r, test, &ev);

@@ -40,14 +40,15 @@ cp "$out/last.ckpt" "$good"
 snapshot() { (cd "$out" && ls -A && cksum -- *); }
 before=$(snapshot)
 
-# row NAME PATTERN TOOL ARGS...: runs the tool (vit_train also gets --out
-# and --quiet first, so that a row's own flags win), then checks the exit,
+# row NAME PATTERN TOOL ARGS...: runs the tool (vit_train also gets --out,
+# --force, so that the folder's run is no excuse to stop early, and --quiet
+# first, so that a row's own flags win), then checks the exit,
 # the single stderr line against PATTERN (grep -E) and the output folder.
 row() {
     local name=$1 pat=$2 tool=$3
     shift 3
     local args=("$@")
-    [ "$tool" = vit_train ] && args=(--out "$out" --quiet "${small[@]}" "$@")
+    [ "$tool" = vit_train ] && args=(--out "$out" --force --quiet "${small[@]}" "$@")
     local err rc lines problem=""
     "$tools/$tool" "${args[@]}" 2>"$tmp/stderr" >/dev/null
     rc=$?
@@ -219,7 +220,7 @@ row "ckpt: one byte changed" "flip.ckpt': checksum mismatch" vit_eval "$c/flip.c
 row "ckpt: bytes appended" "long.ckpt': 4 unexpected bytes after the last tensor" vit_eval "$c/long.ckpt"
 row "ckpt: a folder" "$c' is not a regular file" vit_eval "$c"
 row "ckpt: missing" "cannot open '$c/none.ckpt'" vit_eval "$c/none.ckpt"
-row "ckpt: other format version" "version2.ckpt': unsupported format version 2" vit_eval "$bad/version2.ckpt"
+row "ckpt: other format version" "version3.ckpt': unsupported format version 3" vit_eval "$bad/version3.ckpt"
 row "ckpt: absurd tensor dims" "absurd_dims.ckpt': tensor 'patch.w' dims\[0\] = 4611686018427387904 exceeds the [0-9]+ bytes left" \
     vit_eval "$bad/absurd_dims.ckpt"
 row "ckpt: absurd tensor count" "absurd_count.ckpt': tensor count 4294967295 cannot fit" vit_eval "$bad/absurd_count.ckpt"
@@ -235,9 +236,9 @@ row "ckpt: resume without optimizer state" "weights_only.ckpt: tensor 'adam.m' i
     vit_train --resume "$bad/weights_only.ckpt" --dim 2 --heads 1 --mlp 2 --data "$(idx_set resume)"
 row "ckpt: evaluate on data of another size" "other_config_4x4.ckpt: evaluation images are 8x8x1 but the model expects 4x4x1" \
     vit_eval "$bad/other_config_4x4.ckpt" --data digits
-row "ckpt: resume on data of another size" "other_config_4x4.ckpt: checkpoint has image_height = 4 but this run asks for 8" \
+row "ckpt: resume on data of another size" "other_config_4x4.ckpt: the checkpoint's run has image_height = 4, this run asks for 8" \
     vit_train --resume "$bad/other_config_4x4.ckpt"
-row "ckpt: resume with another model shape" "good.ckpt: checkpoint has dim = 16 but this run asks for 32" \
+row "ckpt: resume with another model shape" "good.ckpt: the checkpoint's run has dim = 16, this run asks for 32" \
     vit_train --resume "$good" --dim 32
 row "ckpt: resume from a truncated file" "cut.ckpt': truncated at byte 100" vit_train --resume "$c/cut.ckpt"
 

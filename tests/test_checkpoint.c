@@ -140,19 +140,33 @@ static void put_f32(bytes *o, float f)
     put(o, u, 4);
 }
 
-/* Header through the config text, as in the format description. */
-static void put_header(bytes *o, const char *config)
+/* Header through the config text, as in the format description: version 1
+ * (which has no position inside an epoch) unless order_len is not NULL;
+ * then version 2 with epoch step 9, sums 0, the order length *order_len
+ * and nvalues order values first, first + 1, ... */
+static void put_header_v(bytes *o, const char *config, const uint32_t *order_len, int nvalues,
+                         uint32_t first)
 {
     put_str(o, "VITCKPT1");
-    put(o, 1, 4);
+    put(o, order_len ? 2 : 1, 4);
     put(o, 4, 4); /* as if written by the float32 build */
     put(o, 5, 8);
     put(o, 6, 8);
     for (int i = 0; i < 4; i++)
         put(o, 100 + i, 8);
+    if (order_len) {
+        put(o, 9, 8);
+        for (int i = 0; i < 3; i++)
+            put(o, 0, 8);
+        put(o, *order_len, 4);
+        for (int i = 0; i < nvalues; i++)
+            put(o, first + (uint64_t)i, 4);
+    }
     put(o, strlen(config), 4);
     put_str(o, config);
 }
+
+static void put_header(bytes *o, const char *config) { put_header_v(o, config, NULL, 0, 0); }
 
 static void put_crc(bytes *o) { put(o, ref_crc32(o->b, o->n), 4); }
 
@@ -196,7 +210,7 @@ static vit_ckpt small_ckpt(vit_ckpt_tensor t[2])
     t[1].ndim = 1;
     t[1].dims[0] = 3;
     t[1].data = small_b;
-    vit_ckpt c = {7, 2, {1, 2, 3, 4}, "dim=8\n", 2, t};
+    vit_ckpt c = {7, 2, {1, 2, 3, 4}, "dim=8\n", 2, t, 0, {0, 0, 0}, 0, NULL};
     return c;
 }
 
@@ -219,12 +233,14 @@ START_TEST(test_byte_layout)
     snprintf(path, sizeof path, "%s/layout.ckpt", d.path);
     vit_real w[2] = {1.0, -2.0};
     vit_ckpt_tensor t = {"w", 2, {1, 2, 0, 0}, w};
-    vit_ckpt c = {0x0102030405060708ULL, 9, {1, 2, 3, 0x8000000000000000ULL}, "ab", 1, &t};
+    int order[2] = {1, 0};
+    vit_ckpt c = {0x0102030405060708ULL, 9, {1, 2, 3, 0x8000000000000000ULL}, "ab", 1, &t,
+                  3, {0.5, -2.0, 0.0}, 2, order};
     ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_OK);
 
     static const unsigned char want_head[] = {
         'V', 'I', 'T', 'C', 'K', 'P', 'T', '1',
-        1, 0, 0, 0,                           /* version */
+        2, 0, 0, 0,                           /* version */
         8, 0, 0, 0,                           /* sizeof(vit_real) of this float64 build */
         8, 7, 6, 5, 4, 3, 2, 1,               /* step */
         9, 0, 0, 0, 0, 0, 0, 0,               /* epoch */
@@ -232,6 +248,12 @@ START_TEST(test_byte_layout)
         2, 0, 0, 0, 0, 0, 0, 0,
         3, 0, 0, 0, 0, 0, 0, 0,
         0, 0, 0, 0, 0, 0, 0, 0x80,
+        3, 0, 0, 0, 0, 0, 0, 0,               /* epoch step */
+        0, 0, 0, 0, 0, 0, 0xE0, 0x3F,         /* epoch sums: 0.5 = 0x3FE0000000000000 */
+        0, 0, 0, 0, 0, 0, 0, 0xC0,            /* -2.0 = 0xC000000000000000 */
+        0, 0, 0, 0, 0, 0, 0, 0,               /* 0.0 */
+        2, 0, 0, 0,                           /* order length */
+        1, 0, 0, 0, 0, 0, 0, 0,               /* order */
         2, 0, 0, 0, 'a', 'b',                 /* config */
         1, 0, 0, 0,                           /* tensor count */
         1, 0, 'w',                            /* name */
@@ -293,7 +315,9 @@ START_TEST(test_round_trip)
     t[2].dims[1] = 2;
     t[2].data = x2;
     char config[] = "model=vit-tiny\ndepth=12\nheads=3\n";
-    vit_ckpt c = {123456789012ULL, 42, {0xDEADBEEFULL, 0, ~0ULL, 5}, config, 3, t};
+    int order[5] = {4, 0, 3, 1, 2};
+    vit_ckpt c = {123456789012ULL, 42, {0xDEADBEEFULL, 0, ~0ULL, 5}, config, 3, t,
+                  7, {1.0 / 3.0, -1e300, 5e-324}, 5, order};
     ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_OK);
     ck_assert_int_eq(count_entries(d.path), 1); /* no temporary file left */
 
@@ -306,6 +330,11 @@ START_TEST(test_round_trip)
     ck_assert_uint_eq(r.rng[2], ~0ULL);
     ck_assert_uint_eq(r.rng[3], 5);
     ck_assert_str_eq(r.config, config);
+    /* The position inside an epoch comes back exactly (sums as float64). */
+    ck_assert_uint_eq(r.epoch_step, 7);
+    ck_assert(r.epoch_sums[0] == 1.0 / 3.0 && r.epoch_sums[1] == -1e300 && r.epoch_sums[2] == 5e-324);
+    ck_assert_int_eq(r.norder, 5);
+    ck_assert_mem_eq(r.order, order, sizeof order);
     ck_assert_int_eq(r.ntensors, 3);
     for (int k = 0; k < 3; k++) {
         const vit_ckpt_tensor *g = vit_ckpt_find(&r, t[k].name);
@@ -331,7 +360,7 @@ START_TEST(test_round_trip)
     vit_ckpt_free(&r); /* freeing twice is harmless once zeroed */
 
     /* No config and no tensors at all is a valid checkpoint too. */
-    vit_ckpt empty = {1, 0, {0, 0, 0, 0}, NULL, 0, NULL};
+    vit_ckpt empty = {1, 0, {0, 0, 0, 0}, NULL, 0, NULL, 0, {0, 0, 0}, 0, NULL};
     ck_assert_int_eq(vit_ckpt_write(path, &empty), VIT_OK);
     ck_assert_int_eq(vit_ckpt_read(path, &r), VIT_OK);
     ck_assert_str_eq(r.config, "");
@@ -368,6 +397,10 @@ START_TEST(test_read_float32_writer)
     ck_assert_uint_eq(r.epoch, 6);
     ck_assert_uint_eq(r.rng[3], 103);
     ck_assert_str_eq(r.config, "cfg");
+    /* put_header writes version 1: no position inside an epoch. */
+    ck_assert_uint_eq(r.epoch_step, 0);
+    ck_assert_int_eq(r.norder, 0);
+    ck_assert_ptr_null(r.order);
     const vit_ckpt_tensor *t = vit_ckpt_find(&r, "ln");
     ck_assert_ptr_nonnull(t);
     ck_assert_int_eq(t->ndim, 1);
@@ -460,11 +493,15 @@ START_TEST(test_bad_header_fields)
     expect_read_fails(bad, VIT_EFORMAT, "bad magic");
     img[0] = 'V';
 
-    img[8] = 2; /* version */
+    img[8] = 3; /* version */
     fix_crc(img, n);
     write_all(bad, img, n);
-    expect_read_fails(bad, VIT_EFORMAT, "version 2");
-    img[8] = 1;
+    expect_read_fails(bad, VIT_EFORMAT, "version 3");
+    img[8] = 0;
+    fix_crc(img, n);
+    write_all(bad, img, n);
+    expect_read_fails(bad, VIT_EFORMAT, "version 0");
+    img[8] = 2;
 
     img[12] = 2; /* real size */
     fix_crc(img, n);
@@ -500,6 +537,23 @@ END_TEST
 /* Hand-built files with a valid CRC and absurd sizes.  The reader must
  * reject each from the sizes alone - a huge allocation would show up
  * under valgrind and an overflowed product could pass a naive check. */
+START_TEST(test_reads_version_1_file)
+{
+    /* A checkpoint written by the format-1 code (committed before the
+     * format gained the position inside an epoch) still reads. */
+    vit_ckpt r;
+    ck_assert_msg(vit_ckpt_read("data/v1/digits-dim8-epoch1-of-2.ckpt", &r) == VIT_OK, "%s",
+                  vit_last_error());
+    ck_assert_uint_eq(r.epoch, 1);
+    ck_assert_uint_eq(r.step, 45); /* 1437 images in batches of 32 */
+    ck_assert_uint_eq(r.epoch_step, 0);
+    ck_assert_int_eq(r.norder, 0);
+    ck_assert_ptr_nonnull(vit_ckpt_find(&r, "adam.m"));
+    ck_assert_ptr_nonnull(strstr(r.config, "dim = 8\n"));
+    vit_ckpt_free(&r);
+}
+END_TEST
+
 START_TEST(test_absurd_sizes)
 {
     tmpdir d;
@@ -507,6 +561,38 @@ START_TEST(test_absurd_sizes)
     char path[128];
     snprintf(path, sizeof path, "%s/x.ckpt", d.path);
     bytes o;
+
+    /* Order lengths the file cannot hold: refused before any allocation. */
+    const uint32_t lens[] = {10, 0x7fffffffu, 0x80000000u, 0xffffffffu};
+    for (int i = 0; i < 4; i++) {
+        o.n = 0;
+        put_header_v(&o, "", &lens[i], 2, 0);
+        put(&o, 0, 4);
+        put_crc(&o);
+        write_image(path, &o);
+        expect_read_fails(path, VIT_EFORMAT, "order length");
+    }
+    /* An order value above 2^31 - 1. */
+    const uint32_t one = 1;
+    o.n = 0;
+    put_header_v(&o, "", &one, 1, 0x80000000u);
+    put(&o, 0, 4);
+    put_crc(&o);
+    write_image(path, &o);
+    expect_read_fails(path, VIT_EFORMAT, "order value");
+    /* A well-formed version-2 header reads back. */
+    const uint32_t two = 2;
+    o.n = 0;
+    put_header_v(&o, "", &two, 2, 0);
+    put(&o, 0, 4);
+    put_crc(&o);
+    write_image(path, &o);
+    vit_ckpt r;
+    ck_assert_msg(vit_ckpt_read(path, &r) == VIT_OK, "%s", vit_last_error());
+    ck_assert_uint_eq(r.epoch_step, 9);
+    ck_assert_int_eq(r.norder, 2);
+    ck_assert_int_eq(r.order[1], 1);
+    vit_ckpt_free(&r);
 
     /* dims 2^62 x 4: the product wraps to 0 in 64 bits. */
     o.n = 0;
@@ -816,7 +902,7 @@ START_TEST(test_failed_overwrite_keeps_old_file)
     for (int i = 0; i < BIG; i++)
         big[i] = i * 0.5;
     vit_ckpt_tensor bt = {"big", 1, {BIG, 0, 0, 0}, big};
-    vit_ckpt fresh = {99, 9, {0, 0, 0, 0}, "new", 1, &bt};
+    vit_ckpt fresh = {99, 9, {0, 0, 0, 0}, "new", 1, &bt, 0, {0, 0, 0}, 0, NULL};
 
     fflush(NULL); /* nothing buffered may be written twice by the child */
     pid_t pid = fork();
@@ -880,6 +966,7 @@ static Suite *checkpoint_suite(void)
     tcase_add_test(tc, test_every_truncation_rejected);
     tcase_add_test(tc, test_bad_header_fields);
     tcase_add_test(tc, test_absurd_sizes);
+    tcase_add_test(tc, test_reads_version_1_file);
     tcase_add_test(tc, test_nonfinite_value_in_file);
     suite_add_tcase(s, tc);
     TCase *io = tcase_create("io");

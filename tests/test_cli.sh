@@ -117,7 +117,7 @@ head -c 100 "$tmp/run/last.ckpt" >"$tmp/cut.ckpt"
 expect "eval truncated checkpoint" 1 "cut.ckpt.*truncated" "$tools/vit_eval" "$tmp/cut.ckpt"
 echo "not a png" >"$tmp/x.png"
 expect "predict not a PNG" 1 "x.png" "$tools/vit_predict" "$tmp/run/last.ckpt" "$tmp/x.png"
-expect "resume with another shape" 1 "checkpoint has dim = 16 but this run asks for 32" \
+expect "resume with another shape" 1 "checkpoint's run has dim = 16, this run asks for 32" \
     "$tools/vit_train" --resume "$tmp/run/last.ckpt" --dim 32 --depth 1 --heads 2 --mlp 16 \
     --out "$tmp/run2" --quiet
 

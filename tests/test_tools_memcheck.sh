@@ -50,7 +50,7 @@ run "evaluate" 0 "test split: 360 images" vit_eval "$tmp/run/last.ckpt" --thread
 run "predict" 0 "gray4x4.png [01] [0-9.]+" vit_predict "$bad/other_config_4x4.ckpt" "$bad/gray4x4.png"
 run "diverging run stops" 1 "diverged.*step [0-9]+" vit_train "${small[@]}" --epochs 3 --lr 10 \
     --weight-decay 10 --warmup 100 --out "$tmp/nan"
-run "resume from a checkpoint of another model" 1 "checkpoint has dim = 8 but this run asks for 16" \
+run "resume from a checkpoint of another model" 1 "checkpoint's run has dim = 8, this run asks for 16" \
     vit_train "${small[@]}" --dim 16 --resume "$tmp/run/last.ckpt" --out "$tmp/other"
 head -c 200 "$tmp/run/last.ckpt" >"$tmp/cut.ckpt"
 run "truncated checkpoint" 1 "truncated at byte 200" vit_eval "$tmp/cut.ckpt"

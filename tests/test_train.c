@@ -348,8 +348,8 @@ START_TEST(test_divergence_stops)
     printf("NaN pixel: %s\n", msg);
 
     /* After good epochs: train one epoch normally, then continue from its
-     * checkpoint with the absurd recipe (a checkpoint's config decides the
-     * recipe, so it is written into one).  The run writes a checkpoint per
+     * checkpoint with the absurd recipe (a resumed run keeps its
+     * checkpoint's recipe, so it is written into one).  The run writes a checkpoint per
      * epoch until it diverges; the last one must still load. */
     snprintf(out, sizeof out, "%s/later", dir);
     snprintf(ckpt, sizeof ckpt, "%s/last.ckpt", out);
@@ -380,7 +380,7 @@ START_TEST(test_divergence_stops)
     vit_adamw_free(&opt);
 
     o.resume = ckpt;
-    rc = vit_train_run(&cfg, &g_train, &g_test, &o, &res);
+    rc = vit_train_run(&bad, &g_train, &g_test, &o, &res); /* a resume must ask for its recipe */
     ck_assert_int_eq(rc, VIT_ENUM);
     ck_assert_msg(strstr(vit_last_error(), "step") != NULL, "message '%s' does not name the step",
                   vit_last_error());

@@ -3,6 +3,7 @@
  * folder.  All the work is in the library (vit/train.h); this file only
  * turns flags into a config and options.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,8 +27,18 @@ static void usage(FILE *f)
         "                       360 test), a folder of MNIST IDX files, or a folder\n"
         "                       with train/ and test/ class subfolders of PNGs\n"
         "  --config FILE        model and recipe (key = value lines); flags override it\n"
-        "  --out DIR            output folder (default runs/NAME of the data)\n"
-        "  --resume CKPT        continue a run from its checkpoint\n"
+        "  --out DIR            output folder (default runs/NAME of the data, or with\n"
+        "                       --resume the checkpoint's own folder); a folder that\n"
+        "                       already holds a run is refused\n"
+        "  --force              start over in a folder that already holds a run\n"
+        "  --resume CKPT        continue a run from its checkpoint (taken at an epoch's\n"
+        "                       end or inside one).  The run keeps its recipe: only\n"
+        "                       --epochs (the run grows or shrinks, the cosine\n"
+        "                       schedule recomputed for the new length),\n"
+        "                       --ckpt-minutes and --threads may change, and each\n"
+        "                       change is printed; any other key that differs from\n"
+        "                       the checkpoint's is refused.  A finished run says\n"
+        "                       so and trains nothing\n"
         "  --val N              hold out the last N training images for validation\n"
         "  --ckpt-every N       epochs between checkpoints (default 1)\n"
         "  --stop-after N       stop after N epochs, as if interrupted (resume later)\n"
@@ -39,6 +50,11 @@ static void usage(FILE *f)
         "                       parameters after every epoch\n"
         "  --help, --version\n"
         "\n"
+        "Ctrl-C (SIGINT) or SIGTERM finishes the current step, writes a checkpoint of\n"
+        "it (inside an epoch too), prints the command that resumes it and exits 130\n"
+        "(SIGTERM: 143); a second Ctrl-C quits at once, keeping the last complete\n"
+        "checkpoint.  A long epoch is also checkpointed every --ckpt-minutes.\n"
+        "\n"
         "Model and recipe (any config key):\n");
     cli_print_config_keys(f);
 }
@@ -47,7 +63,7 @@ static void usage(FILE *f)
 static const cli_flag flags[] = {
     {"--data", 1}, {"--config", 1}, {"--out", 1}, {"--resume", 1}, {"--val", 1},
     {"--ckpt-every", 1}, {"--stop-after", 1}, {"--threads", 1}, {"--quiet", 0},
-    {"--check-replicas", 0}, {"--help", 0}, {"--version", 0}, {NULL, 0},
+    {"--check-replicas", 0}, {"--force", 0}, {"--help", 0}, {"--version", 0}, {NULL, 0},
 };
 
 static void print_confusion(const vit_train_result *r)
@@ -66,6 +82,39 @@ static void print_confusion(const vit_train_result *r)
 }
 
 static int run(int argc, char **argv);
+
+/* The first SIGINT or SIGTERM asks the training loop to checkpoint and
+ * stop after the current step; a second SIGINT quits at once (a checkpoint
+ * being written is a temporary file that is never renamed; the next run
+ * removes it). */
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig)
+{
+    if (stop_signal && sig == SIGINT)
+        _exit(130);
+    stop_signal = sig;
+}
+
+static void catch_stop_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* Folder of a checkpoint path ("." when it has none). */
+static void folder_of(const char *path, char *out, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(out, cap, ".");
+    else
+        snprintf(out, cap, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+}
 
 /* Under mpirun every rank runs the same command; rank 0 alone speaks. */
 int main(int argc, char **argv)
@@ -105,7 +154,12 @@ static int run(int argc, char **argv)
         }
         if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
             config = argv[++i];
+        else if (strcmp(argv[i], "--resume") == 0 && i + 1 < argc)
+            o.resume = argv[++i];
     }
+    /* A resumed run starts from its own recipe; flags then say what differs. */
+    if (o.resume && vit_run_config(o.resume, &cfg))
+        return cli_fail(prog, NULL);
     if (config && vit_config_load(&cfg, config))
         return cli_fail(prog, NULL);
 
@@ -118,6 +172,10 @@ static int run(int argc, char **argv)
         }
         if (strcmp(a, "--check-replicas") == 0) {
             o.check_replicas = 1;
+            continue;
+        }
+        if (strcmp(a, "--force") == 0) {
+            o.overwrite = 1;
             continue;
         }
         if (strncmp(a, "--", 2) != 0) {
@@ -157,11 +215,21 @@ static int run(int argc, char **argv)
     }
     if (threads > 0)
         vit_set_threads(threads);
-    if (!*out && !cli_run_dir(data, out, sizeof out)) {
+    if (!*out && o.resume) {
+        folder_of(o.resume, out, sizeof out);
+    } else if (!*out && !cli_run_dir(data, out, sizeof out)) {
         fprintf(stderr, "%s: --data: path too long to name the run; give --out\n", prog);
         return 2;
     }
     o.out_dir = out;
+    if (!o.overwrite && vit_run_dir_taken(out, o.resume)) {
+        if (vit_dist_rank() == 0)
+            fprintf(stderr, "%s: %s already holds a run (last.ckpt); continue it with --resume "
+                    "%s/last.ckpt, or pass --force to start over\n", prog, out, out);
+        return 1;
+    }
+    o.stop = &stop_signal;
+    catch_stop_signals();
 
     vit_dataset train = {0}, test = {0};
     if (vit_data_load(data, cli_digits_path(), &train, &test))
@@ -198,7 +266,24 @@ static int run(int argc, char **argv)
     }
     if (!speak) {
         vit_train_result_free(&res);
+        return res.interrupted ? 128 + stop_signal : 0;
+    }
+    if (res.already_complete) {
+        printf("%s: %s is already complete (%d of %d epochs); nothing to train (a larger "
+               "--epochs extends it)\n", prog, o.resume, res.epochs_done, res.epochs_done);
         return 0;
+    }
+    if (res.interrupted) {
+        char again[128] = "";
+        if (threads > 0)
+            snprintf(again, sizeof again, " --threads %d", threads);
+        if (o.val_count > 0)
+            snprintf(again + strlen(again), sizeof again - strlen(again), " --val %d", o.val_count);
+        fprintf(stderr, "%s: %s at epoch %d, step %llu of %ld; checkpoint %s/last.ckpt\n"
+                "%s: continue with: %s --data %s --resume %s/last.ckpt%s\n", prog,
+                stop_signal == SIGINT ? "interrupted" : "terminated", res.epochs_done + 1,
+                res.epoch_step, res.steps_per_epoch, out, prog, prog, data, out, again);
+        return 128 + stop_signal;
     }
     if (o.progress)
         print_confusion(&res);

@@ -7,7 +7,7 @@
  * the tensors mean; the caller picks the names and finds them again with
  * vit_ckpt_find.
  *
- * File format, version 1.  Every integer is little-endian and is written
+ * File format, version 2 (version 1, below, is still read).  Every integer is little-endian and is written
  * and read one byte at a time, so the file is the same on every machine.
  * Offsets are in bytes from the start of the file.
  *
@@ -19,9 +19,15 @@
  *   16      8          u64 step
  *   24      8          u64 epoch
  *   32      32         4 x u64 rng state s[0], s[1], s[2], s[3]
- *   64      4          u32 L, length of the config text
- *   68      L          config text bytes (no terminator, no NUL inside)
- *   68+L    4          u32 K, number of tensors
+ *   64      8          u64 epoch_step: steps done in the current epoch
+ *                      (0 at an epoch boundary)
+ *   72      24         3 x f64 epoch_sums, each an IEEE 754 binary64 bit
+ *                      pattern stored as a little-endian u64
+ *   96      4          u32 N, length of the order (0 .. 2^31 - 1)
+ *   100     4*N        N x u32 order values (each < 2^31)
+ *   H=100+4N 4         u32 L, length of the config text
+ *   H+4     L          config text bytes (no terminator, no NUL inside)
+ *   H+4+L   4          u32 K, number of tensors
  *   then K tensor records, each:
  *           2          u16 name length N (1 .. 63)
  *           N          name bytes (no terminator, no NUL inside)
@@ -32,6 +38,10 @@
  *                      little-endian u32
  *   end-4   4          u32 CRC-32 (zlib's crc32, polynomial 0xEDB88320) of
  *                      every byte before it
+ *
+ * Version 1 is the same without the fields at offsets 64 .. H (the config
+ * length follows the rng state at offset 64); reading it gives epoch_step
+ * 0, zero sums and no order.
  *
  * Values are always float32 so that the float32 and float64 builds read
  * each other's files; the float64 build rounds to nearest when writing and
@@ -49,7 +59,8 @@
 
 VIT_BEGIN_DECLS
 
-#define VIT_CKPT_VERSION 1
+#define VIT_CKPT_VERSION 2     /* the version written */
+#define VIT_CKPT_VERSION_MIN 1 /* the oldest version read */
 #define VIT_CKPT_NAME_MAX 64 /* size of vit_ckpt_tensor.name, including its NUL */
 
 /* One tensor: name (NUL-terminated, 1..63 bytes), ndim in 1..4, dims[0 ..
@@ -73,6 +84,14 @@ typedef struct vit_ckpt {
     char *config;
     int ntensors;
     vit_ckpt_tensor *tensors;
+    /* Where inside an epoch the state was taken (format 2; all zero in a
+     * version-1 file): epoch_step steps done, the caller's running sums of
+     * the epoch, and the data order the epoch follows (norder values, each
+     * in 0 .. INT_MAX; order NULL when norder is 0). */
+    unsigned long long epoch_step;
+    double epoch_sums[3];
+    int norder;
+    int *order;
 } vit_ckpt;
 
 /* Writes c to path atomically: the bytes go to a new temporary file
@@ -82,7 +101,8 @@ typedef struct vit_ckpt {
  * or the complete new one, never a mix.  The file gets the permission bits
  * of the file it replaces, or 0644 when path did not exist.
  * Returns VIT_EINVAL for a NULL path or c, ntensors < 0, a NULL tensors or
- * data pointer, a name that is empty, too long, unterminated or repeated,
+ * data pointer, norder < 0, a NULL order with norder > 0 or a negative
+ * order value, a name that is empty, too long, unterminated or repeated,
  * ndim outside 1..4 or a dim < 1; VIT_ENUM when a value is not finite as
  * float32 (NaN, infinity, or a double beyond the float range), naming the
  * tensor; VIT_ENOMEM when sizes overflow; VIT_EIO when any file operation

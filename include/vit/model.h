@@ -65,6 +65,8 @@ typedef struct vit_config {
     unsigned long long seed;
     /* memory */
     int recompute;       /* 1: activation checkpointing of every block (0 or 1) */
+    double ckpt_minutes; /* training: a checkpoint inside a long epoch every
+                            this many minutes (0: only at epoch ends) */
 } vit_config;
 
 /* Fills (overwrites) *cfg with the built-in defaults (the digits-tiny shape

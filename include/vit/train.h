@@ -16,6 +16,7 @@
 #ifndef VIT_TRAIN_H
 #define VIT_TRAIN_H
 
+#include <signal.h>
 #include <stdio.h>
 
 #include "vit/core.h"
@@ -34,10 +35,23 @@ typedef struct vit_run_state {
     unsigned long long step;  /* optimizer steps taken */
     unsigned long long epoch; /* epochs completed */
     vit_rng rng;              /* generator state at that point */
+    /* Inside an epoch (all zero at an epoch boundary): steps done in the
+     * current epoch, its running sums (loss * images, correct, images) and
+     * the order of the training images it follows, norder values, malloc'd
+     * by vit_run_load (free with vit_run_state_free), only read by
+     * vit_run_save.  order is NULL when epoch_step is 0. */
+    unsigned long long epoch_step;
+    double epoch_sums[3];
+    int norder;
+    int *order;
 } vit_run_state;
 
+/* Frees st->order and sets it to NULL (and norder to 0); NULL is fine. */
+void vit_run_state_free(vit_run_state *st);
+
 /* Writes model parameters (named tensors), the optimizer moments ("adam.m",
- * "adam.v"; the step count t is the run step), the config text, step, epoch and RNG state to path,
+ * "adam.v"; the step count t is the run step), the config text, step, epoch,
+ * RNG state and the position inside the epoch to path,
  * atomically (temporary file, fsync, rename): an existing file at path is
  * replaced only by a complete new one.  opt may be NULL (weights only).
  * Everything is only read.  Returns VIT_OK; VIT_EINVAL for a NULL path, m
@@ -51,7 +65,9 @@ int vit_run_save(const char *path, const vit_model *m, const vit_adamw *opt,
  * moments (a weights-only checkpoint then gives VIT_EFORMAT); st may be
  * NULL.  Every tensor's name and shape is checked against the model the
  * config describes.  The new *model belongs to the caller (vit_model_free),
- * as do opt's moments (vit_adamw_free); *opt and *st are overwritten.
+ * as do opt's moments (vit_adamw_free) and st->order (vit_run_state_free;
+ * NULL unless the checkpoint was taken inside an epoch); *opt and *st are
+ * overwritten.  A format-1 checkpoint reads as taken at an epoch boundary.
  * Returns VIT_OK; VIT_EINVAL for a NULL path or model; otherwise the codes
  * of vit_ckpt_read, or VIT_EFORMAT for a config or tensor that does not fit.
  * On error nothing is allocated, *model is NULL and the message names the
@@ -106,7 +122,22 @@ typedef struct vit_train_opts {
                                 unless all ranks hold bitwise identical
                                 parameters */
     FILE *log;               /* where progress goes (stdout if NULL) */
+    int overwrite;           /* start over in an out_dir that already holds
+                                a run; without it such a folder is refused */
+    volatile sig_atomic_t *stop; /* if not NULL: once *stop is nonzero (a
+                                signal handler may set it), the run finishes
+                                the current step, checkpoints it and returns
+                                with result.interrupted set */
 } vit_train_opts;
+
+/* 1 if out_dir already holds a run's checkpoint (out_dir/last.ckpt) that
+ * is not the file resume names (resume may be NULL), else 0.  A fresh run,
+ * or a resume writing elsewhere than its own folder, would replace it. */
+int vit_run_dir_taken(const char *out_dir, const char *resume);
+
+/* The config stored in checkpoint path, into *cfg (overwritten).  Returns
+ * VIT_OK or the codes of vit_ckpt_read and vit_config_parse. */
+int vit_run_config(const char *path, vit_config *cfg);
 
 typedef struct vit_train_result {
     double test_accuracy, test_loss;
@@ -117,6 +148,13 @@ typedef struct vit_train_result {
     int epochs_done;
     int confusion_classes;
     int *confusion;          /* final test confusion matrix, malloc'd */
+    int interrupted;         /* 1: stopped through opts.stop; the checkpoint
+                                holds the position (no scores filled) */
+    unsigned long long epoch_step; /* with interrupted: steps done in the
+                                epoch epochs_done + 1 (0: at its start) */
+    long steps_per_epoch;
+    int already_complete;    /* 1: resumed a run that had done all its
+                                epochs; nothing trained (no scores filled) */
 } vit_train_result;
 
 /* Trains a model described by cfg (its image and class fields are taken
@@ -128,9 +166,18 @@ typedef struct vit_train_result {
  * VIT_EFORMAT (a resume checkpoint that does not fit), VIT_ENUM (below).  Writes
  * OUT/metrics.csv (epoch, train_loss, train_acc, test_loss, test_acc, lr,
  * seconds), OUT/last.ckpt every ckpt_every epochs and at the end.  With
- * resume, the run continues from the checkpoint (its config wins; cfg's
- * model fields must agree with it) and the result equals an uninterrupted
- * run.  A non-finite loss stops the run with VIT_ENUM and a message naming
+ * resume, the run continues from the checkpoint (at an epoch boundary or
+ * inside an epoch) and the result equals an uninterrupted run; cfg must
+ * then equal the checkpoint's config but for two keys: epochs may grow
+ * (the run is extended, the cosine schedule recomputed for the new length)
+ * and ckpt_minutes may change; each change is reported on the log, any
+ * other difference is refused with VIT_EINVAL naming the key and both
+ * values.  A resumed run that has done all its epochs trains nothing and
+ * sets res->already_complete.  OUT/metrics.csv then keeps the checkpoint's
+ * epochs' rows of the metrics.csv next to the checkpoint.  An out_dir that
+ * already holds another run (vit_run_dir_taken) is refused with VIT_EINVAL
+ * unless overwrite is set.  Inside an epoch a checkpoint is also written
+ * every cfg->ckpt_minutes minutes (0: never), and when opts->stop is set.  A non-finite loss stops the run with VIT_ENUM and a message naming
  * the step; the last good checkpoint is kept.
  *
  * Data-parallel (vit/dist.h): every rank calls this with the same data and

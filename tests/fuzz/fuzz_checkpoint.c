@@ -109,6 +109,9 @@ static void load_run(const char *path, size_t size)
     /* parameters and both moments came from the file, 4 bytes a value */
     FUZZ_CHECK(n >= 1 && n <= size / 12);
     FUZZ_CHECK(opt.n == n && opt.t == st.step);
+    /* a position inside an epoch comes with its order, and only then */
+    FUZZ_CHECK((st.norder > 0) == (st.order != NULL));
+    vit_run_state_free(&st);
     vit_adamw_free(&opt);
     vit_model_free(m);
 }

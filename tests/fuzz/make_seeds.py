@@ -122,9 +122,14 @@ def configs():
 
 # ---- checkpoints -----------------------------------------------------------
 
-def ckpt(config, tensors, step=3, epoch=1, rng=(1, 2, 3, 4), real_size=4):
-    out = b"VITCKPT1" + struct.pack("<II", 1, real_size) + struct.pack("<QQ", step, epoch)
-    out += struct.pack("<4Q", *rng) + struct.pack("<I", len(config)) + config
+def ckpt(config, tensors, step=3, epoch=1, rng=(1, 2, 3, 4), real_size=4, version=1,
+         epoch_step=0, sums=(0.0, 0.0, 0.0), order=()):
+    out = b"VITCKPT1" + struct.pack("<II", version, real_size) + struct.pack("<QQ", step, epoch)
+    out += struct.pack("<4Q", *rng)
+    if version >= 2:  # the position inside an epoch
+        out += struct.pack("<Q3d", epoch_step, *sums) + struct.pack("<I", len(order))
+        out += b"".join(struct.pack("<I", k) for k in order)
+    out += struct.pack("<I", len(config)) + config
     out += struct.pack("<I", len(tensors))
     for name, dims, values in tensors:
         out += struct.pack("<H", len(name)) + name + struct.pack("<I", len(dims))
@@ -138,6 +143,8 @@ def checkpoints(vit_train):
                                                      (b"b.w", [1, 2, 1, 1], [0.5, 3e38])]))
     put("checkpoint", "empty", ckpt(b"", []))
     put("checkpoint", "real8", ckpt(b"x", [(b"t", [1], [0.0])], real_size=8))
+    put("checkpoint", "position", ckpt(b"dim = 2\n", [(b"a", [2], [1.0, -2.5])], version=2,
+                                       epoch_step=2, sums=(3.5, 2.0, 4.0), order=(2, 0, 3, 1)))
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "data")
         os.makedirs(data)

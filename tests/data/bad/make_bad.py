@@ -110,9 +110,9 @@ def checkpoints():
         c["tensors"] = [t for t in c["tensors"] if t[0] != b"head.b"]
     put("missing_tensor.ckpt", variant(missing_tensor))
 
-    def version2(c):
-        c["version"] = 2
-    put("version2.ckpt", variant(version2))
+    def version3(c):  # a version newer than this build reads
+        c["version"] = 3
+    put("version3.ckpt", variant(version3))
 
     def duplicate(c):
         c["tensors"][1][0] = c["tensors"][0][0]

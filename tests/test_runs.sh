@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# Runs a person can trust, on vit_train:
+#   1. a folder that holds a run is never silently overwritten: a fresh run
+#      there stops before training with one line naming --resume and
+#      --force; --force starts over; --resume continues in the checkpoint's
+#      own folder (or in --out, with the checkpoint's metrics rows only).
+#   2. recipe flags on resume: --epochs extends the run (said so), other
+#      differing keys are refused, a finished run says it is complete.
+#   3. SIGINT / SIGTERM at a random step: a checkpoint of that step (inside
+#      the epoch), the resume command printed, exit 130 / 143, and resuming
+#      it ends bitwise equal to an uninterrupted run; a second SIGINT quits
+#      at once with nothing written; --ckpt-minutes writes checkpoints
+#      inside a long epoch; a format-1 checkpoint still resumes.
+# Usage: test_runs.sh TOOLS_DIR V1_CKPT
+# Set RUNS_SEED to replay the random signal moments of an earlier run.
+set -u
+tools=$1
+v1=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+seed=${RUNS_SEED:-$$}
+RANDOM=$seed
+echo "random seed $seed (RUNS_SEED=$seed replays the signal moments)"
+
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+
+small=(--dim 16 --depth 1 --heads 2 --mlp 16 --threads 1 --quiet)
+train() { "$tools/vit_train" "${small[@]}" "$@"; }
+rows() { cut -d, -f1-6 "$1"; } # metrics without the wall-clock column
+calc() { awk "BEGIN { print $1 }"; }
+
+# ---- 1. no silent overwrite ---------------------------------------------
+train --epochs 4 --out "$tmp/ref4" >/dev/null 2>&1 || bad "reference run"
+train --epochs 4 --stop-after 2 --out "$tmp/a" >/dev/null 2>&1 || bad "run a"
+cp "$tmp/a/last.ckpt" "$tmp/a2.ckpt"
+cp "$tmp/a/metrics.csv" "$tmp/a2.csv"
+err=$(train --epochs 9 --out "$tmp/a" 2>&1 >/dev/null)
+rc=$?
+echo "     stderr: $err"
+check "fresh run into a folder with a run: refused" '[ $rc -ne 0 ]'
+check "refusal: one line naming the folder, --resume and --force" \
+    '[ "$(wc -l <<<"$err")" -eq 1 ] && grep -qF -- "$tmp/a already holds a run" <<<"$err" && grep -q -- "--resume $tmp/a/last.ckpt" <<<"$err" && grep -q -- "--force" <<<"$err"'
+check "refusal: checkpoint and metrics untouched" \
+    'cmp -s "$tmp/a/last.ckpt" "$tmp/a2.ckpt" && cmp -s "$tmp/a/metrics.csv" "$tmp/a2.csv"'
+mkdir "$tmp/cwd"
+(cd "$tmp/cwd" && "$tools/vit_train" "${small[@]}" --epochs 4 --resume "$tmp/a/last.ckpt" >/dev/null 2>&1)
+check "--resume without --out: continues in the checkpoint's folder" \
+    'cmp -s "$tmp/a/last.ckpt" "$tmp/ref4/last.ckpt" && [ ! -e "$tmp/cwd/runs" ]'
+check "--resume: metrics are the run's own, each epoch once" 'diff <(rows "$tmp/a/metrics.csv") <(rows "$tmp/ref4/metrics.csv")'
+# --resume into another folder that holds a different run: refused.
+cp "$tmp/a2.ckpt" "$tmp/b.ckpt"
+cp "$tmp/a2.csv" "$tmp/metrics.csv"
+err=$(train --resume "$tmp/b.ckpt" --out "$tmp/a" 2>&1 >/dev/null)
+check "--resume into a folder holding another run: refused, nothing written" \
+    '[ $? -ne 0 ] && grep -q -- "--force" <<<"$err" && cmp -s "$tmp/a/last.ckpt" "$tmp/ref4/last.ckpt"'
+# ... into a new folder: the rows come from the checkpoint's folder only.
+train --resume "$tmp/b.ckpt" --out "$tmp/c" >/dev/null 2>&1
+check "--resume --out NEW: final checkpoint equals the uninterrupted run's" 'cmp -s "$tmp/c/last.ckpt" "$tmp/ref4/last.ckpt"'
+check "--resume --out NEW: metrics rows 1-2 from the checkpoint's run, 3-4 new" \
+    'diff <(rows "$tmp/c/metrics.csv") <(rows "$tmp/ref4/metrics.csv")'
+# Metrics of a later run in the folder are cut back to the checkpoint's epoch.
+cp "$tmp/a2.ckpt" "$tmp/a/last.ckpt"
+train --epochs 4 --resume "$tmp/a/last.ckpt" >/dev/null 2>&1
+check "resume of an older checkpoint: metrics cut back, no epoch twice" \
+    'diff <(rows "$tmp/a/metrics.csv") <(rows "$tmp/ref4/metrics.csv")'
+train --epochs 4 --force --out "$tmp/a" >/dev/null 2>&1
+check "--force starts over (equals a fresh run)" \
+    'cmp -s "$tmp/a/last.ckpt" "$tmp/ref4/last.ckpt" && diff <(rows "$tmp/a/metrics.csv") <(rows "$tmp/ref4/metrics.csv")'
+
+# ---- 2. recipe flags on resume ------------------------------------------
+cp "$tmp/ref4/last.ckpt" "$tmp/done.ckpt"
+out=$(train --resume "$tmp/ref4/last.ckpt" 2>&1)
+rc=$?
+echo "     stdout: $out"
+check "finished run resumed: exit 0, one line saying it is complete, nothing trained" \
+    '[ $rc -eq 0 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q "already complete (4 of 4 epochs)" <<<"$out" && cmp -s "$tmp/ref4/last.ckpt" "$tmp/done.ckpt"'
+for flag in "--lr 0.01" "--batch 16" "--seed 7" "--dim 32"; do
+    err=$(train --resume "$tmp/ref4/last.ckpt" $flag 2>&1 >/dev/null)
+    rc=$?
+    key=${flag%% *}
+    key=${key#--}
+    check "resume with $flag: refused naming $key and both values, checkpoint untouched" \
+        '[ $rc -ne 0 ] && [ "$(wc -l <<<"$err")" -eq 1 ] && grep -q "has $key = .*asks for ${flag#* }" <<<"$err" && cmp -s "$tmp/ref4/last.ckpt" "$tmp/done.ckpt"'
+done
+echo "     stderr: $err"
+out=$(train --resume "$tmp/ref4/last.ckpt" --epochs 6 2>&1)
+rc=$?
+echo "     stdout: $out"
+check "--epochs 6 on a 4-epoch run: extended, said so with the schedule" \
+    '[ $rc -eq 0 ] && grep -q "epochs: 4 -> 6: the run is extended; the cosine schedule is recomputed for 6 epochs" <<<"$out" && grep -q "(6 epochs" <<<"$out"'
+check "--epochs 6: metrics hold epochs 1-6 once each" \
+    '[ "$(cut -d, -f1 "$tmp/ref4/metrics.csv" | tail -n +2 | tr "\n" " ")" = "1 2 3 4 5 6 " ]'
+
+# ---- 3. signals ----------------------------------------------------------
+# Batches of 4: 360 steps per epoch, so a random moment is almost always
+# inside an epoch; a stop that lands on an epoch's end is tried again.
+sigrun=(--epochs 10 --batch 4)
+t0=$(date +%s.%N)
+train "${sigrun[@]}" --out "$tmp/ref" >/dev/null 2>&1 || bad "reference run"
+ref_time=$(calc "$(date +%s.%N) - $t0")
+echo "reference run: $ref_time s"
+for sig in INT TERM; do
+    want=$([ $sig = INT ] && echo 130 || echo 143)
+    for attempt in 1 2 3; do
+        rm -rf "$tmp/s"
+        "$tools/vit_train" "${small[@]}" "${sigrun[@]}" --out "$tmp/s" >/dev/null 2>"$tmp/err" &
+        pid=$!
+        delay=$(calc "0.05 + $ref_time * 0.6 * $RANDOM / 32768")
+        sleep "$delay"
+        kill -$sig $pid
+        wait $pid
+        rc=$?
+        echo "     SIG$sig after ${delay}s: exit $rc: $(cat "$tmp/err")"
+        grep -q "step 0 of" "$tmp/err" || break
+    done
+    check "SIG$sig: exit $want" '[ $rc -eq $want ]'
+    cmd=$(sed -n 's/.*continue with: //p' "$tmp/err")
+    check "SIG$sig: stopped inside an epoch, says where and the resume command" \
+        'grep -q "at epoch [0-9]*, step [1-9][0-9]* of 360; checkpoint $tmp/s/last.ckpt" "$tmp/err" && [ -n "$cmd" ]'
+    check "SIG$sig: no temporary file left" '! ls "$tmp/s" | grep -q tmp'
+    # The printed command, with the tool's folder and the model flags.
+    cmd=${cmd/#vit_train/$tools/vit_train}
+    $cmd --quiet >/dev/null 2>&1
+    check "SIG$sig: the printed command resumes to a final checkpoint equal to the uninterrupted run's" \
+        'cmp "$tmp/s/last.ckpt" "$tmp/ref/last.ckpt"'
+    check "SIG$sig: metrics equal the uninterrupted run's" 'diff <(rows "$tmp/s/metrics.csv") <(rows "$tmp/ref/metrics.csv")'
+done
+
+# A second SIGINT quits at once: one step of this model over the whole
+# training set takes seconds, the second signal comes 0.1 s after the first.
+rm -rf "$tmp/slow"
+"$tools/vit_train" --dim 128 --depth 4 --heads 4 --mlp 256 --batch 1437 --threads 1 --quiet \
+    --epochs 3 --out "$tmp/slow" >/dev/null 2>&1 &
+pid=$!
+sleep 0.5
+kill -INT $pid
+sleep 0.1
+t0=$(date +%s.%N)
+kill -INT $pid
+wait $pid
+rc=$?
+secs=$(calc "$(date +%s.%N) - $t0")
+echo "     second SIGINT: exit $rc after ${secs}s"
+check "second SIGINT: exit 130 at once, no checkpoint or temporary written" \
+    '[ $rc -eq 130 ] && [ ! -e "$tmp/slow/last.ckpt" ] && ! ls "$tmp/slow" | grep -q tmp'
+
+# --ckpt-minutes: checkpoints inside the epochs (0.0005 min = 30 ms; an
+# epoch of single-image steps lasts longer); killed -9 right after the
+# first, the run resumes from inside an epoch to the uninterrupted result.
+timed=(--epochs 3 --batch 1 --ckpt-minutes 0.0005)
+train "${timed[@]}" --out "$tmp/tref" >/dev/null 2>&1
+"$tools/vit_train" "${small[@]}" "${timed[@]}" --out "$tmp/t" >/dev/null 2>&1 &
+pid=$!
+waited=0
+while [ ! -e "$tmp/t/last.ckpt" ] && [ $waited -lt 1000 ]; do sleep 0.01; waited=$((waited + 1)); done
+kill -9 $pid 2>/dev/null
+wait $pid 2>/dev/null
+out=$("$tools/vit_train" --threads 1 "${timed[@]}" --resume "$tmp/t/last.ckpt" 2>&1)
+echo "     $(grep resuming <<<"$out")"
+check "--ckpt-minutes: the checkpoint was taken inside an epoch" \
+    'grep -q "resuming inside epoch [0-9] at step [1-9][0-9]* of 1437" <<<"$out"'
+check "--ckpt-minutes: resumed from inside the epoch, equal to the uninterrupted run" \
+    'cmp "$tmp/t/last.ckpt" "$tmp/tref/last.ckpt"'
+
+# ---- format 1 ------------------------------------------------------------
+# $v1: epoch 1 of 2 of --dim 8 --depth 1 --heads 2 --mlp 8, written before
+# the format gained the position inside an epoch.
+mkdir "$tmp/v1"
+cp "$v1" "$tmp/v1/last.ckpt"
+v1flags=(--dim 8 --depth 1 --heads 2 --mlp 8 --threads 1 --quiet)
+"$tools/vit_train" "${v1flags[@]}" --epochs 2 --out "$tmp/v1ref" >/dev/null 2>&1
+"$tools/vit_train" --threads 1 --quiet --resume "$tmp/v1/last.ckpt" >/dev/null 2>&1
+check "a format-1 checkpoint resumes to the same final checkpoint as a run today" \
+    'cmp "$tmp/v1/last.ckpt" "$tmp/v1ref/last.ckpt"'
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
