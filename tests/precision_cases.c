@@ -13,6 +13,8 @@
 #include "vit/layernorm.h"
 #include "vit/linear.h"
 #include "vit/loss.h"
+#include "vit/model.h"
+#include "vit/tape.h"
 
 #define TRY(e) do { rc = (e); if (rc != VIT_OK) goto done; } while (0)
 
@@ -259,6 +261,73 @@ done:
     return rc;
 }
 
+/* The whole ViT step through the tape (patch embedding, blocks whose MLP
+ * ends in vit_op_linear_add, GELU's gradient computed in place, lent
+ * gradients, the mean pool) plus a head over token ids built from the
+ * other tape ops: softmax(0.5 * mean_valid(E[ids]) * gate) W added to the
+ * logits.  One tape on one thread. */
+static int case_model(pc_emit_fn emit, void *ctx)
+{
+    enum { B = 3, IMG = 4, K = 3, V = 7, T = 5, D = 8 };
+    static const unsigned char valid[B * T] = {1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0};
+    pool pl = {0};
+    int rc = VIT_OK;
+    vit_model *m = NULL;
+    vit_tape *t = vit_tape_new();
+    vit_config c;
+    vit_config_default(&c);
+    c.image_height = c.image_width = IMG;
+    c.channels = 1;
+    c.classes = K;
+    c.patch = 2;
+    c.dim = D;
+    c.depth = 2;
+    c.heads = 2;
+    c.mlp = 12;
+    c.pool = VIT_POOL_MEAN;
+    vit_real *img, *table, *gtable, *gate, *ggate, *W, *gW;
+    int labels[B] = {0, 2, 1}, ids[B * T];
+    if (!t || !(m = vit_model_new(&c))) {
+        rc = VIT_ENOMEM;
+        goto done;
+    }
+    const size_t np = vit_model_param_count(m);
+    ALLOC(img, B * IMG * IMG); ALLOC(table, V * D); ALLOC(gtable, V * D);
+    ALLOC(gate, B * D); ALLOC(ggate, B * D); ALLOC(W, D * K); ALLOC(gW, D * K);
+    pc_fill(vit_model_params(m), np, 801, 0.5);
+    pc_fill(img, B * IMG * IMG, 802, 1.0);
+    pc_fill(table, V * D, 803, 1.0);
+    pc_fill(gate, B * D, 804, 1.0);
+    pc_fill(W, D * K, 805, 1.0);
+    for (int i = 0; i < B * T; i++)
+        ids[i] = (i * 5 + 3) % V;
+    vit_model_zero_grads(m);
+    vit_tensor *z = vit_model_forward(m, t, img, B, 1);
+    vit_tensor *e = vit_op_embedding(t, vit_tape_leaf(t, table, gtable, 2, (int[]){V, D}), ids, 2,
+                                     (int[]){B, T});
+    vit_tensor *h = vit_op_mul(t, vit_op_masked_mean(t, e, valid),
+                               vit_tape_leaf(t, gate, ggate, 2, (int[]){B, D}));
+    h = vit_op_softmax(t, vit_op_scale(t, h, (vit_real)0.5));
+    vit_tensor *z2 = vit_op_linear(t, h, vit_tape_leaf(t, W, gW, 2, (int[]){D, K}), NULL);
+    vit_tensor *loss = vit_op_cross_entropy(t, vit_op_add(t, z, z2), labels, (vit_real)0.1, NULL);
+    if (!loss) {
+        rc = vit_tape_status(t);
+        goto done;
+    }
+    TRY(vit_tape_backward(t, loss));
+    emit(ctx, "model.logits", z->data, B * K);
+    emit(ctx, "model.loss", loss->data, 1);
+    emit(ctx, "model.dparams", vit_model_grads(m), np);
+    emit(ctx, "model.dtable", gtable, V * D);
+    emit(ctx, "model.dgate", ggate, B * D);
+    emit(ctx, "model.dW", gW, D * K);
+done:
+    vit_model_free(m);
+    vit_tape_free(t);
+    pool_free(&pl);
+    return rc;
+}
+
 /* ---- Table -------------------------------------------------------------- */
 
 static const struct {
@@ -272,6 +341,7 @@ static const struct {
     {"cross_entropy", case_cross_entropy},
     {"patch_embed", case_patch_embed},
     {"mha", case_mha},
+    {"model", case_model},
 };
 
 int pc_case_count(void) { return (int)(sizeof cases / sizeof cases[0]); }
