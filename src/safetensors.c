@@ -664,6 +664,17 @@ static int jp_uint_array(jp *j, uint64_t *v, int cap, int *count, const char *wh
     }
 }
 
+/* An object's key and the ':' after it; *k is malloc'd (NULL on failure). */
+static int jp_key(jp *j, char **k)
+{
+    int rc = jp_string(j, k);
+    if (rc == VIT_OK && (rc = jp_expect(j, ':', "expected ':' after a key")) != VIT_OK) {
+        free(*k);
+        *k = NULL;
+    }
+    return rc;
+}
+
 static int parse_metadata(jp *j, parsed *p)
 {
     int rc = jp_expect(j, '{', "__metadata__ must be an object of strings");
@@ -673,10 +684,9 @@ static int parse_metadata(jp *j, parsed *p)
         return VIT_OK;
     for (;;) {
         char *k, *v;
-        if ((rc = jp_string(j, &k)))
+        if ((rc = jp_key(j, &k)))
             return rc;
-        if ((rc = jp_expect(j, ':', "expected ':' after a key")) ||
-            (rc = jp_string(j, &v))) {
+        if ((rc = jp_string(j, &v))) {
             free(k);
             return rc;
         }
@@ -711,12 +721,8 @@ static int parse_tensor(jp *j, st_tensor *t)
     if (!jp_peek(j, '}')) {
         for (;;) {
             char *k;
-            if ((rc = jp_string(j, &k)))
+            if ((rc = jp_key(j, &k)))
                 return rc;
-            if ((rc = jp_expect(j, ':', "expected ':' after a key"))) {
-                free(k);
-                return rc;
-            }
             if (strcmp(k, "dtype") == 0 && !t->dtype) {
                 rc = jp_string(j, &t->dtype);
             } else if (strcmp(k, "shape") == 0 && !have_shape) {
@@ -763,12 +769,8 @@ static int parse_header(jp *j, parsed *p)
     if (!jp_peek(j, '}')) {
         for (;;) {
             char *name;
-            if ((rc = jp_string(j, &name)))
+            if ((rc = jp_key(j, &name)))
                 return rc;
-            if ((rc = jp_expect(j, ':', "expected ':' after a name"))) {
-                free(name);
-                return rc;
-            }
             if (strcmp(name, "__metadata__") == 0) {
                 free(name);
                 if (p->has_meta)
