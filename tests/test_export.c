@@ -1,5 +1,5 @@
-/* tests/test_export.c - vit_export's safetensors writer and logits CSV
- * (tools/export.c, float32 build).
+/* tests/test_export.c - the safetensors export and import (vit/safetensors.h)
+ * and vit_export's logits CSV (tools/export.c), float32 build.
  *
  * The file is parsed here from scratch (8-byte little-endian header length,
  * a JSON header read by the small parser below, raw little-endian float32
@@ -329,9 +329,8 @@ static st_file g_file; /* big: keep it off the stack */
 
 static void export_small(vit_model *m, const char *rel)
 {
-    char err[512] = "";
     size_t bytes = 0;
-    ck_assert_msg(export_safetensors(m, tp(rel), &bytes, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(vit_safetensors_save(m, tp(rel), &bytes) == VIT_OK, "%s", vit_last_error());
     read_file(tp(rel), &g_file);
     ck_assert_uint_eq(bytes, g_file.size);
 }
@@ -388,6 +387,10 @@ START_TEST(metadata)
         {"image_height", "4"}, {"image_width", "6"}, {"channels", "3"}, {"classes", "5"},
         {"pool", "cls"}, {"global_pool", "token"}, {"layer_norm_eps", "1e-05"},
         {"layout", "timm.VisionTransformer"}, {"format", "pt"},
+        /* AdamW's hyper-parameters, named so that no loader takes them for
+         * the layer norm's (the defaults: vit_config_default) */
+        {"adamw_eps", "1e-08"}, {"adamw_beta1", "0.90000000000000002"},
+        {"adamw_beta2", "0.999"}, {"adamw_weight_decay", "0.050000000000000003"},
     };
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) {
         const char *v = meta(&g_file, kv[i][0]);
@@ -395,6 +398,10 @@ START_TEST(metadata)
         ck_assert_msg(strcmp(v, kv[i][1]) == 0, "metadata %s = '%s', want '%s'", kv[i][0], v,
                       kv[i][1]);
     }
+    static const char *gone[] = {"eps", "beta1", "beta2", "weight_decay"};
+    for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++)
+        ck_assert_msg(meta(&g_file, gone[i]) == NULL, "metadata still has the bare key '%s'",
+                      gone[i]);
     free_file(&g_file);
     vit_model_free(m);
     m = small_model(VIT_POOL_MEAN);
@@ -563,7 +570,7 @@ static int count_entries(const char *dir)
 START_TEST(atomic_write_and_errors)
 {
     vit_model *m = small_model(VIT_POOL_CLS);
-    char err[512] = "", dir[600];
+    char dir[600];
     snprintf(dir, sizeof dir, "%s", tp("atomic"));
     ck_assert_int_eq(mkdir(dir, 0755), 0);
     char path[700];
@@ -573,7 +580,7 @@ START_TEST(atomic_write_and_errors)
     fputs("old contents", fp);
     fclose(fp);
     /* Replacing a file leaves exactly the new file, mode 0644. */
-    ck_assert_msg(export_safetensors(m, path, NULL, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(vit_safetensors_save(m, path, NULL) == VIT_OK, "%s", vit_last_error());
     ck_assert_int_eq(count_entries(dir), 1);
     struct stat st;
     ck_assert_int_eq(stat(path, &st), 0);
@@ -583,10 +590,10 @@ START_TEST(atomic_write_and_errors)
     free_file(&g_file);
     /* A folder that does not exist: an error naming the path, no file. */
     snprintf(path, sizeof path, "%s/none/m.safetensors", dir);
-    ck_assert_int_eq(export_safetensors(m, path, NULL, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, path) != NULL, "%s", err);
-    ck_assert_int_eq(export_safetensors(NULL, path, NULL, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, "model is NULL") != NULL, "%s", err);
+    ck_assert_int_eq(vit_safetensors_save(m, path, NULL), VIT_EIO);
+    ck_assert_msg(strstr(vit_last_error(), path) != NULL, "%s", vit_last_error());
+    ck_assert_int_eq(vit_safetensors_save(NULL, path, NULL), VIT_EINVAL);
+    ck_assert_msg(strstr(vit_last_error(), "model is NULL") != NULL, "%s", vit_last_error());
     vit_model_free(m);
 }
 END_TEST
@@ -650,6 +657,282 @@ START_TEST(logits_csv)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- import */
+
+/* The whole file at path (malloc'd), its size in *n. */
+static unsigned char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
+    long len = ftell(f);
+    ck_assert_int_ge(len, 0);
+    rewind(f);
+    unsigned char *b = malloc((size_t)len + 1);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_uint_eq(fread(b, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    *n = (size_t)len;
+    return b;
+}
+
+static void spill(const char *path, const void *b, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(b, 1, n, f), n);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+static int same_file(const char *a, const char *b)
+{
+    size_t na, nb;
+    unsigned char *x = slurp(a, &na), *y = slurp(b, &nb);
+    int same = na == nb && memcmp(x, y, na) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+/* Copies src to dst with the first occurrence of `from` in its JSON header
+ * replaced by `to` (the header length is fixed up; the data is kept). */
+static void edit_header(const char *src, const char *dst, const char *from, const char *to)
+{
+    size_t n;
+    unsigned char *b = slurp(src, &n);
+    size_t hl = 0;
+    for (int k = 7; k >= 0; k--)
+        hl = hl << 8 | b[k];
+    char *h = malloc(hl + 1);
+    ck_assert_ptr_nonnull(h);
+    memcpy(h, b + 8, hl);
+    h[hl] = 0;
+    char *at = strstr(h, from);
+    ck_assert_msg(at != NULL, "%s: header has no '%s'", src, from);
+    size_t nl = hl - strlen(from) + strlen(to);
+    unsigned char *o = malloc(8 + nl + (n - 8 - hl));
+    ck_assert_ptr_nonnull(o);
+    for (int k = 0; k < 8; k++)
+        o[k] = (unsigned char)((uint64_t)nl >> (8 * k));
+    size_t pre = (size_t)(at - h);
+    memcpy(o + 8, h, pre);
+    memcpy(o + 8 + pre, to, strlen(to));
+    memcpy(o + 8 + pre + strlen(to), at + strlen(from), hl - pre - strlen(from));
+    memcpy(o + 8 + nl, b + 8 + hl, n - 8 - hl);
+    spill(dst, o, 8 + nl + (n - 8 - hl));
+    free(o);
+    free(h);
+    free(b);
+}
+
+static void assert_same_params(vit_model *a, vit_model *b)
+{
+    ck_assert_uint_eq(vit_model_param_count(a), vit_model_param_count(b));
+    const vit_real *x = vit_model_params(a), *y = vit_model_params(b);
+    for (size_t i = 0; i < vit_model_param_count(a); i++)
+        ck_assert_msg(x[i] == y[i], "parameter %zu: %g vs %g", i, (double)x[i], (double)y[i]);
+}
+
+/* export -> import -> export gives the same bytes, and import gives the
+ * same model, for both poolings. */
+START_TEST(import_round_trip_bitwise)
+{
+    for (int pool = VIT_POOL_CLS; pool <= VIT_POOL_MEAN; pool++) {
+        vit_model *m = small_model(pool), *back = NULL;
+        ck_assert_int_eq(vit_safetensors_save(m, tp("a.safetensors"), NULL), VIT_OK);
+        ck_assert_msg(vit_safetensors_load(tp("a.safetensors"), &back) == VIT_OK, "%s",
+                      vit_last_error());
+        char ca[4096], cb[4096];
+        ck_assert_int_gt(vit_config_format(vit_model_config(m), ca, sizeof ca), 0);
+        ck_assert_int_gt(vit_config_format(vit_model_config(back), cb, sizeof cb), 0);
+        ck_assert_str_eq(ca, cb); /* the whole config, recipe included */
+        assert_same_params(m, back);
+        ck_assert_int_eq(vit_safetensors_save(back, tp("b.safetensors"), NULL), VIT_OK);
+        ck_assert_msg(same_file(tp("a.safetensors"), tp("b.safetensors")),
+                      "pool %d: export -> import -> export changed the file", pool);
+        vit_model_free(back);
+        vit_model_free(m);
+    }
+}
+END_TEST
+
+/* The checkpoint an import writes resumes training: weights as in the file,
+ * fresh AdamW moments, step 0; one step moves the weights. */
+START_TEST(import_to_checkpoint_trains)
+{
+    vit_model *m = small_model(VIT_POOL_CLS), *got = NULL, *ck = NULL;
+    ck_assert_int_eq(vit_safetensors_save(m, tp("c.safetensors"), NULL), VIT_OK);
+    ck_assert_msg(vit_safetensors_import(tp("c.safetensors"), tp("c.ckpt"), &got) == VIT_OK, "%s",
+                  vit_last_error());
+    assert_same_params(m, got);
+    vit_adamw opt;
+    vit_run_state st;
+    ck_assert_msg(vit_run_load(tp("c.ckpt"), &ck, &opt, &st) == VIT_OK, "%s", vit_last_error());
+    assert_same_params(m, ck);
+    ck_assert(st.step == 0 && st.epoch == 0 && opt.t == 0);
+    for (size_t i = 0; i < opt.n; i++)
+        ck_assert(opt.m[i] == 0 && opt.v[i] == 0);
+    vit_real images[2 * H * W * C];
+    int labels[2] = {1, 4};
+    for (int i = 0; i < 2 * H * W * C; i++)
+        images[i] = (vit_real)(0.5 + 0.5 * sin(0.9 * i));
+    double loss;
+    ck_assert_int_eq(vit_model_train_grads(ck, images, labels, 2, 0, &loss, NULL), VIT_OK);
+    ck_assert(isfinite(loss));
+    int ng;
+    const vit_param_group *g = vit_model_groups(ck, &ng);
+    ck_assert_int_eq(vit_adamw_step(&opt, vit_model_params(ck), vit_model_grads(ck), g, ng, 1e-3),
+                     VIT_OK);
+    size_t moved = 0;
+    for (size_t i = 0; i < opt.n; i++)
+        moved += vit_model_params(ck)[i] != vit_model_params(m)[i];
+    ck_assert_uint_gt(moved, opt.n / 2);
+    /* A failing import leaves no checkpoint and no model. */
+    got = (vit_model *)&got;
+    ck_assert_int_eq(vit_safetensors_import(tp("none.safetensors"), tp("d.ckpt"), &got), VIT_EIO);
+    ck_assert_ptr_null(got);
+    ck_assert_int_ne(access(tp("d.ckpt"), F_OK), 0);
+    vit_adamw_free(&opt);
+    vit_model_free(ck);
+    vit_model_free(m);
+}
+END_TEST
+
+/* Earlier exports named AdamW's keys eps, beta1, beta2, weight_decay. */
+START_TEST(import_old_key_names)
+{
+    vit_model *m = small_model(VIT_POOL_CLS), *back = NULL;
+    vit_config cfg = *vit_model_config(m);
+    vit_model_free(m);
+    cfg.eps = 3e-7;
+    cfg.beta2 = 0.98;
+    m = vit_model_new(&cfg);
+    ck_assert_ptr_nonnull(m);
+    ck_assert_int_eq(vit_safetensors_save(m, tp("new.safetensors"), NULL), VIT_OK);
+    edit_header(tp("new.safetensors"), tp("o1.safetensors"), "\"adamw_eps\"", "\"eps\"");
+    edit_header(tp("o1.safetensors"), tp("old.safetensors"), "\"adamw_beta2\"", "\"beta2\"");
+    ck_assert_msg(vit_safetensors_load(tp("old.safetensors"), &back) == VIT_OK, "%s",
+                  vit_last_error());
+    ck_assert_double_eq(vit_model_config(back)->eps, 3e-7);
+    ck_assert_double_eq(vit_model_config(back)->beta2, 0.98);
+    vit_model_free(back);
+    vit_model_free(m);
+}
+END_TEST
+
+/* Each bad file: one VIT_EFORMAT (or the given code) naming the file and
+ * the problem, and no model. */
+START_TEST(import_refuses_bad_files)
+{
+    vit_model *m = small_model(VIT_POOL_CLS);
+    char good[600]; /* tp's buffers are reused */
+    snprintf(good, sizeof good, "%s", tp("good.safetensors"));
+    ck_assert_int_eq(vit_safetensors_save(m, good, NULL), VIT_OK);
+    static const struct {
+        const char *from, *to, *want;
+    } cases[] = {
+        {"\"dim\":\"8\",", "", "lacks the model config key dim"},
+        {"\"dim\":\"8\",\"depth\":\"2\",", "", "keys dim, depth"},
+        {"\"pool\":\"cls\",", "", "format"}, /* global_pool alone suffices: not an error */
+        {"\"global_pool\":\"token\"", "\"global_pool\":\"avg\"", "contradicts pool"},
+        {"\"global_pool\":\"token\"", "\"global_pool\":\"map\"", "global_pool = 'map'"},
+        {"\"layer_norm_eps\":\"1e-05\"", "\"layer_norm_eps\":\"1e-06\"", "layer_norm_eps"},
+        {"\"activation\":\"gelu_exact\"", "\"activation\":\"gelu_tanh\"", "gelu_tanh"},
+        {"\"heads\":\"2\"", "\"heads\":\"3\"", "heads"},
+        {"\"cls_token\":{\"dtype\":\"F32\"", "\"cls_token\":{\"dtype\":\"F16\"",
+         "'cls_token' has dtype F16"},
+        {"\"norm.bias\":{\"dtype\":\"F32\",\"shape\":[8]",
+         "\"norm.bias\":{\"dtype\":\"F32\",\"shape\":[2,4]", "'norm.bias' has shape [2, 4]"},
+        {"\"head.bias\"", "\"head.bias2\"", "'head.bias' is missing"},
+        {"\"dtype\":\"F32\",", "\"dtype\":\"F32\",\"extra\":1,", "unknown key 'extra'"},
+        {"\"data_offsets\":[0,", "\"data_offsets\":[4,", "gaps or overlaps"},
+        {"{\"__metadata__\":{", "{\"__metadatum__\":{", "tensor '__metadatum__': unknown key"},
+        {"{\"__metadata__\":", "{\"__metadata__\":[", "object of strings"},
+        {"\"dim\":\"8\"", "\"dim\":8", "expected a string"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "bad%zu.safetensors", i);
+        char path[600];
+        snprintf(path, sizeof path, "%s", tp(name));
+        edit_header(good, path, cases[i].from, cases[i].to);
+        vit_model *back = (vit_model *)&back;
+        int rc = vit_safetensors_load(path, &back);
+        if (i == 2) { /* the control: pool may go when global_pool stays */
+            ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
+            vit_model_free(back);
+            continue;
+        }
+        ck_assert_msg(rc == VIT_EFORMAT, "case %zu: rc %d (%s)", i, rc, vit_last_error());
+        ck_assert_ptr_null(back);
+        ck_assert_msg(strstr(vit_last_error(), path) && strstr(vit_last_error(), cases[i].want),
+                      "case %zu: '%s' should name the file and say '%s'", i, vit_last_error(),
+                      cases[i].want);
+    }
+    /* Truncations: the length prefix, the header, the data. */
+    size_t n;
+    unsigned char *b = slurp(good, &n);
+    size_t cut[] = {0, 7, 8, 100, n - 1};
+    for (size_t i = 0; i < sizeof cut / sizeof cut[0]; i++) {
+        spill(tp("cut.safetensors"), b, cut[i]);
+        vit_model *back = NULL;
+        ck_assert_int_eq(vit_safetensors_load(tp("cut.safetensors"), &back), VIT_EFORMAT);
+        ck_assert_ptr_null(back);
+    }
+    /* A NaN in the data. */
+    memcpy(b + n - 4, "\x00\x00\xc0\x7f", 4);
+    spill(tp("nan.safetensors"), b, n);
+    vit_model *back = NULL;
+    ck_assert_int_eq(vit_safetensors_load(tp("nan.safetensors"), &back), VIT_ENUM);
+    ck_assert_msg(strstr(vit_last_error(), "'head.bias'"), "%s", vit_last_error());
+    free(b);
+    ck_assert_int_eq(vit_safetensors_load(NULL, &back), VIT_EINVAL);
+    vit_model_free(m);
+}
+END_TEST
+
+/* A file PyTorch wrote (tools/torch_make_fixture.py, tensors in name
+ * order) imports, and the model gives PyTorch's logits on its input. */
+START_TEST(import_pytorch_file)
+{
+    vit_model *m = NULL;
+    ck_assert_msg(vit_safetensors_load("data/torch_vit.safetensors", &m) == VIT_OK, "%s",
+                  vit_last_error());
+    FILE *f = fopen("data/torch_vit_logits.txt", "r");
+    ck_assert_ptr_nonnull(f);
+    int b, h, w, c, k;
+    ck_assert_int_eq(fscanf(f, "%d %d %d %d %d", &b, &h, &w, &c, &k), 5);
+    const vit_config *cfg = vit_model_config(m);
+    ck_assert(cfg->image_height == h && cfg->image_width == w && cfg->channels == c &&
+              cfg->classes == k && cfg->pool == VIT_POOL_CLS);
+    size_t ni = (size_t)b * h * w * c;
+    vit_real *images = malloc(ni * sizeof *images);
+    double *want = malloc((size_t)b * k * sizeof *want);
+    ck_assert(images && want);
+    for (size_t i = 0; i < ni; i++) {
+        double v;
+        ck_assert_int_eq(fscanf(f, "%lf", &v), 1);
+        images[i] = (vit_real)v;
+    }
+    for (int i = 0; i < b * k; i++)
+        ck_assert_int_eq(fscanf(f, "%lf", &want[i]), 1);
+    fclose(f);
+    vit_tape *tape = vit_tape_new();
+    vit_tensor *y = vit_model_forward(m, tape, images, b, 0);
+    ck_assert_ptr_nonnull(y);
+    double scale = 0;
+    for (int i = 0; i < b * k; i++)
+        scale = fmax(scale, fabs(want[i]));
+    for (int i = 0; i < b * k; i++)
+        ck_assert_msg(fabs((double)y->data[i] - want[i]) <= 1e-5 * scale,
+                      "logit %d: ours %.9g, PyTorch %.9g", i, (double)y->data[i], want[i]);
+    vit_tape_free(tape);
+    free(images);
+    free(want);
+    vit_model_free(m);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ main */
 
 static void remove_tree(const char *dir)
@@ -690,6 +973,14 @@ int main(void)
     tcase_add_test(tc, atomic_write_and_errors);
     tcase_add_test(tc, logits_csv);
     suite_add_tcase(s, tc);
+    TCase *ti = tcase_create("import");
+    tcase_set_timeout(ti, 60);
+    tcase_add_test(ti, import_round_trip_bitwise);
+    tcase_add_test(ti, import_to_checkpoint_trains);
+    tcase_add_test(ti, import_old_key_names);
+    tcase_add_test(ti, import_refuses_bad_files);
+    tcase_add_test(ti, import_pytorch_file);
+    suite_add_tcase(s, ti);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -75,8 +75,8 @@ int main(int argc, char **argv)
     int rc = 1;
     vit_dataset train = {0}, test = {0};
     double acc = 0;
-    if (export_safetensors(m, out, &bytes, err, sizeof err)) {
-        fprintf(stderr, "%s: %s\n", prog, err);
+    if (vit_safetensors_save(m, out, &bytes)) {
+        cli_fail(prog, NULL);
         goto done;
     }
     printf("wrote %s: %d tensors, %zu parameters, %zu bytes\n", out,

@@ -19,4 +19,5 @@
 #include "vit/augment.h"
 #include "vit/train.h"
 #include "vit/dist.h"
+#include "vit/safetensors.h"
 #endif

@@ -13,6 +13,7 @@ here: they are what the 10-minute libFuzzer runs added, minimised with
 `fuzz_NAME -merge=1 NEW tests/fuzz/corpus/NAME FOUND`.
 """
 import gzip
+import json
 import os
 import struct
 import subprocess
@@ -163,6 +164,68 @@ def checkpoints(vit_train):
                 put("checkpoint", name, f.read())
 
 
+# ---- safetensors -------------------------------------------------------------
+
+def st_tensors(c):
+    """timm's names and shapes (vit/safetensors.h) for config c, in order."""
+    D, M, K, P = c["dim"], c["mlp"], c["classes"], c["patch"]
+    T = (c["image_height"] // P) * (c["image_width"] // P) + 1
+    out = [("cls_token", [1, 1, D]), ("pos_embed", [1, T, D]),
+           ("patch_embed.proj.weight", [D, c["channels"], P, P]), ("patch_embed.proj.bias", [D])]
+    for l in range(c["depth"]):
+        b = f"blocks.{l}."
+        out += [(b + "norm1.weight", [D]), (b + "norm1.bias", [D]),
+                (b + "attn.qkv.weight", [3 * D, D]), (b + "attn.qkv.bias", [3 * D]),
+                (b + "attn.proj.weight", [D, D]), (b + "attn.proj.bias", [D]),
+                (b + "norm2.weight", [D]), (b + "norm2.bias", [D]),
+                (b + "mlp.fc1.weight", [M, D]), (b + "mlp.fc1.bias", [M]),
+                (b + "mlp.fc2.weight", [D, M]), (b + "mlp.fc2.bias", [D])]
+    return out + [("norm.weight", [D]), ("norm.bias", [D]), ("head.weight", [K, D]),
+                  ("head.bias", [K])]
+
+
+def st_file(meta, tensors, dtype="F32", reverse=False):
+    header = {"__metadata__": meta} if meta is not None else {}
+    blobs, offset, i = [], 0, 0
+    for name, shape in (reversed(tensors) if reverse else tensors):
+        n = 1
+        for d in shape:
+            n *= d
+        raw = b"".join(struct.pack("<f", 0.25 * ((i + k) % 7) - 0.5) for k in range(n))
+        i += n
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + b"".join(blobs)
+
+
+def safetensors():
+    tiny = {"image_height": 2, "image_width": 2, "channels": 1, "classes": 2, "patch": 1,
+            "dim": 2, "depth": 1, "heads": 1, "mlp": 2}
+    meta = {k: str(v) for k, v in tiny.items()}
+    ours = dict(meta, pool="cls", global_pool="token", layer_norm_eps="1e-05",
+                activation="gelu_exact", adamw_eps="1e-08", adamw_beta1="0.9", lr="0.001")
+    put("safetensors", "tiny_cls", st_file(ours, st_tensors(tiny)))
+    put("safetensors", "tiny_mean_reversed",
+        st_file(dict(meta, global_pool="avg"), st_tensors(tiny), reverse=True))
+    put("safetensors", "tiny_old_keys",
+        st_file(dict(meta, pool="mean", eps="1e-07", beta1="0.8", weight_decay="0"),
+                st_tensors(tiny)))
+    two = dict(tiny, depth=2, dim=4, heads=2, channels=3, image_width=4, patch=2, classes=3)
+    put("safetensors", "two_blocks",
+        st_file({k: str(v) for k, v in two.items()} | {"pool": "cls"}, st_tensors(two)))
+    put("safetensors", "f16", st_file(dict(meta, pool="cls"), st_tensors(tiny), dtype="F16"))
+    put("safetensors", "no_metadata", st_file(None, st_tensors(tiny)))
+    put("safetensors", "escapes", st_file(dict(meta, pool="cls", note="\u00e9\U0001f600\"\\\n"),
+                                          st_tensors(tiny)))
+    put("safetensors", "empty_header", struct.pack("<Q", 2) + b"{}")
+    put("safetensors", "truncated", st_file(dict(meta, pool="cls"), st_tensors(tiny))[:-3])
+    with open(os.path.join(ROOT, "tests", "data", "torch_vit.safetensors"), "rb") as f:
+        put("safetensors", "torch_vit", f.read())
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -170,6 +233,7 @@ def main():
     idx()
     pngs()
     configs()
+    safetensors()
     checkpoints(sys.argv[1])
 
 

@@ -1,0 +1,1162 @@
+/*
+ * A model as timm-style safetensors and back; see vit/safetensors.h.
+ *
+ * One table (the "plan") lists the file's tensors in timm's order with the
+ * model tensors each is made of and how (copied, transposed, or the patch
+ * embedding's Conv2d layout); the writer applies it one way, the reader the
+ * other, so the two cannot drift apart.
+ */
+#include "vit/safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "vit/layernorm.h"
+#include "vit/optim.h"
+#include "vit/rng.h"
+#include "vit/train.h"
+
+/* The largest header accepted (the safetensors format's own limit). */
+#define HEADER_MAX ((uint64_t)100 * 1000 * 1000)
+#define NAME_CAP 64
+#define SHAPE_MAX 8
+
+/* ---- the tensor mapping ------------------------------------------------ */
+
+enum { OP_COPY, OP_TRANSPOSE, OP_PATCH };
+
+/* One file tensor: the concatenation of op applied to each source. */
+typedef struct plan_tensor {
+    char name[NAME_CAP];
+    int ndim, shape[4];
+    int op, nsrc;
+    char src[3][48];
+    size_t count; /* values */
+} plan_tensor;
+
+static void plan(plan_tensor *o, int *n, const char *name, int op, int ndim, int d0, int d1,
+                 int d2, int d3, const char *s0, const char *s1, const char *s2)
+{
+    plan_tensor *t = &o[(*n)++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->op = op;
+    t->ndim = ndim;
+    int d[4] = {d0, d1, d2, d3};
+    t->count = 1;
+    for (int k = 0; k < ndim; k++) {
+        t->shape[k] = d[k];
+        t->count *= (size_t)d[k];
+    }
+    const char *s[3] = {s0, s1, s2};
+    for (int k = 0; k < 3 && s[k]; k++)
+        snprintf(t->src[t->nsrc++], sizeof t->src[0], "%s", s[k]);
+}
+
+static int plan_size(const vit_config *c) { return 8 + 12 * c->depth; }
+
+/* The whole plan in timm's state_dict order; returns the number of tensors. */
+static int make_plan(const vit_config *c, plan_tensor *o)
+{
+    int D = c->dim, M = c->mlp, K = c->classes, C = c->channels, P = c->patch;
+    int T = (c->image_height / P) * (c->image_width / P) + 1, n = 0;
+    char name[64], a[48], b[48], e[48];
+    plan(o, &n, "cls_token", OP_COPY, 3, 1, 1, D, 0, "cls", NULL, NULL);
+    plan(o, &n, "pos_embed", OP_COPY, 3, 1, T, D, 0, "pos", NULL, NULL);
+    plan(o, &n, "patch_embed.proj.weight", OP_PATCH, 4, D, C, P, P, "patch.w", NULL, NULL);
+    plan(o, &n, "patch_embed.proj.bias", OP_COPY, 1, D, 0, 0, 0, "patch.b", NULL, NULL);
+    for (int l = 0; l < c->depth; l++) {
+#define NM(dst, ...) snprintf(dst, sizeof dst, __VA_ARGS__)
+        NM(name, "blocks.%d.norm1.weight", l), NM(a, "blocks.%d.ln1.g", l);
+        plan(o, &n, name, OP_COPY, 1, D, 0, 0, 0, a, NULL, NULL);
+        NM(name, "blocks.%d.norm1.bias", l), NM(a, "blocks.%d.ln1.b", l);
+        plan(o, &n, name, OP_COPY, 1, D, 0, 0, 0, a, NULL, NULL);
+        NM(name, "blocks.%d.attn.qkv.weight", l), NM(a, "blocks.%d.attn.w_q", l);
+        NM(b, "blocks.%d.attn.w_k", l), NM(e, "blocks.%d.attn.w_v", l);
+        plan(o, &n, name, OP_TRANSPOSE, 2, 3 * D, D, 0, 0, a, b, e);
+        NM(name, "blocks.%d.attn.qkv.bias", l), NM(a, "blocks.%d.attn.b_q", l);
+        NM(b, "blocks.%d.attn.b_k", l), NM(e, "blocks.%d.attn.b_v", l);
+        plan(o, &n, name, OP_COPY, 1, 3 * D, 0, 0, 0, a, b, e);
+        NM(name, "blocks.%d.attn.proj.weight", l), NM(a, "blocks.%d.attn.w_o", l);
+        plan(o, &n, name, OP_TRANSPOSE, 2, D, D, 0, 0, a, NULL, NULL);
+        NM(name, "blocks.%d.attn.proj.bias", l), NM(a, "blocks.%d.attn.b_o", l);
+        plan(o, &n, name, OP_COPY, 1, D, 0, 0, 0, a, NULL, NULL);
+        NM(name, "blocks.%d.norm2.weight", l), NM(a, "blocks.%d.ln2.g", l);
+        plan(o, &n, name, OP_COPY, 1, D, 0, 0, 0, a, NULL, NULL);
+        NM(name, "blocks.%d.norm2.bias", l), NM(a, "blocks.%d.ln2.b", l);
+        plan(o, &n, name, OP_COPY, 1, D, 0, 0, 0, a, NULL, NULL);
+        NM(name, "blocks.%d.mlp.fc1.weight", l), NM(a, "blocks.%d.mlp.w1", l);
+        plan(o, &n, name, OP_TRANSPOSE, 2, M, D, 0, 0, a, NULL, NULL);
+        NM(name, "blocks.%d.mlp.fc1.bias", l), NM(a, "blocks.%d.mlp.b1", l);
+        plan(o, &n, name, OP_COPY, 1, M, 0, 0, 0, a, NULL, NULL);
+        NM(name, "blocks.%d.mlp.fc2.weight", l), NM(a, "blocks.%d.mlp.w2", l);
+        plan(o, &n, name, OP_TRANSPOSE, 2, D, M, 0, 0, a, NULL, NULL);
+        NM(name, "blocks.%d.mlp.fc2.bias", l), NM(a, "blocks.%d.mlp.b2", l);
+        plan(o, &n, name, OP_COPY, 1, D, 0, 0, 0, a, NULL, NULL);
+#undef NM
+    }
+    plan(o, &n, "norm.weight", OP_COPY, 1, D, 0, 0, 0, "ln.g", NULL, NULL);
+    plan(o, &n, "norm.bias", OP_COPY, 1, D, 0, 0, 0, "ln.b", NULL, NULL);
+    plan(o, &n, "head.weight", OP_TRANSPOSE, 2, K, D, 0, 0, "head.w", NULL, NULL);
+    plan(o, &n, "head.bias", OP_COPY, 1, K, 0, 0, 0, "head.b", NULL, NULL);
+    return n;
+}
+
+static const vit_model_tensor *find_ours(const vit_model *m, const char *name)
+{
+    for (int i = 0; i < vit_model_tensor_count(m); i++) {
+        const vit_model_tensor *t = vit_model_tensor_at(m, i);
+        if (strcmp(t->name, name) == 0)
+            return t;
+    }
+    return NULL;
+}
+
+/* Index into file tensor o of value s[idx] of its source t: the layout map
+ * of the plan, used both ways.  base is where t's values start in o. */
+static size_t file_index(const vit_config *c, const plan_tensor *o, const vit_model_tensor *t,
+                         size_t base, size_t idx)
+{
+    if (o->op == OP_COPY)
+        return base + idx;
+    if (o->op == OP_TRANSPOSE) {
+        /* ours [r, q] (x W convention) -> PyTorch's [q, r] (x W^T) */
+        size_t r = (size_t)t->shape[0], q = t->ndim > 1 ? (size_t)t->shape[1] : 1;
+        size_t i = idx / q, j = idx % q;
+        return base + j * r + i;
+    }
+    /* patch.w [(py*P + px)*C + ch, D] -> Conv2d weight [D, C, P, P] */
+    size_t P = (size_t)c->patch, C = (size_t)c->channels, D = (size_t)c->dim;
+    size_t dd = idx % D, row = idx / D, ch = row % C, pix = row / C, py = pix / P, px = pix % P;
+    return base + ((dd * C + ch) * P + py) * P + px;
+}
+
+/* Checks that o's sources exist and fill it exactly. */
+static int check_sources(const vit_model *m, const plan_tensor *o, const char *path)
+{
+    size_t done = 0;
+    for (int k = 0; k < o->nsrc; k++) {
+        const vit_model_tensor *t = find_ours(m, o->src[k]);
+        if (!t)
+            return vit_fail(VIT_EINVAL, "%s: the model has no tensor '%s' for '%s'", path,
+                            o->src[k], o->name);
+        done += t->size;
+    }
+    if (done != o->count)
+        return vit_fail(VIT_EINVAL, "%s: '%s' needs %zu values, the model has %zu", path, o->name,
+                        o->count, done);
+    return VIT_OK;
+}
+
+/* ---- little-endian floats ------------------------------------------------ */
+
+static void put_f32(unsigned char *p, float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    for (int k = 0; k < 4; k++)
+        p[k] = (unsigned char)(u >> (8 * k));
+}
+
+static float get_f32(const unsigned char *p)
+{
+    uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    float v;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+/* ---- a growing string for the JSON header ------------------------------ */
+
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+    int oom;
+} sbuf;
+
+static void sb_printf(sbuf *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+static void sb_printf(sbuf *b, const char *fmt, ...)
+{
+    for (;;) {
+        if (b->oom)
+            return;
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->oom = 1;
+            return;
+        }
+        if (b->p && b->len + (size_t)n < b->cap) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t want = (b->cap ? b->cap * 2 : 4096) + (size_t)n;
+        char *q = realloc(b->p, want);
+        if (!q) {
+            b->oom = 1;
+            return;
+        }
+        b->p = q;
+        b->cap = want;
+    }
+}
+
+/* s as a JSON string literal. */
+static void sb_json_string(sbuf *b, const char *s)
+{
+    sb_printf(b, "\"");
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            sb_printf(b, "\\%c", ch);
+        else if (ch < 0x20)
+            sb_printf(b, "\\u%04x", ch);
+        else
+            sb_printf(b, "%c", ch);
+    }
+    sb_printf(b, "\"");
+}
+
+/* AdamW's hyper-parameters are config keys of their own names; in the
+ * metadata they carry this prefix, so that "eps" is never AdamW's. */
+static const char *const adamw_keys[] = {"beta1", "beta2", "eps", "weight_decay"};
+#define ADAMW_PREFIX "adamw_"
+
+static int is_adamw_key(const char *key)
+{
+    for (size_t i = 0; i < sizeof adamw_keys / sizeof adamw_keys[0]; i++)
+        if (strcmp(key, adamw_keys[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* The JSON header, padded with spaces to a multiple of 8 bytes. */
+static int header_json(sbuf *b, const vit_config *c, const plan_tensor *o, int n)
+{
+    char cfg[4096], *save = NULL;
+    int rc = vit_config_format(c, cfg, sizeof cfg);
+    if (rc < 0)
+        return rc;
+    sb_printf(b, "{\"__metadata__\":{");
+    /* "key = value" lines -> "key":"value" */
+    for (char *line = strtok_r(cfg, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char *eq = strstr(line, " = ");
+        if (!eq)
+            continue;
+        *eq = 0;
+        if (is_adamw_key(line))
+            sb_printf(b, "\"%s%s\":", ADAMW_PREFIX, line);
+        else {
+            sb_json_string(b, line);
+            sb_printf(b, ":");
+        }
+        sb_json_string(b, eq + 3);
+        sb_printf(b, ",");
+    }
+    sb_printf(b, "\"format\":\"pt\",\"producer\":\"vit_export %s\","
+                 "\"layout\":\"timm.VisionTransformer\",\"global_pool\":\"%s\","
+                 "\"layer_norm_eps\":\"1e-05\",\"activation\":\"gelu_exact\","
+                 "\"input\":\"NCHW float32 in [0, 1], no normalization\"}",
+              vit_version(), c->pool == VIT_POOL_MEAN ? "avg" : "token");
+    size_t offset = 0;
+    for (int i = 0; i < n; i++) {
+        sb_printf(b, ",");
+        sb_json_string(b, o[i].name);
+        sb_printf(b, ":{\"dtype\":\"F32\",\"shape\":[");
+        for (int k = 0; k < o[i].ndim; k++)
+            sb_printf(b, "%s%d", k ? "," : "", o[i].shape[k]);
+        sb_printf(b, "],\"data_offsets\":[%zu,%zu]}", offset * 4, (offset + o[i].count) * 4);
+        offset += o[i].count;
+    }
+    sb_printf(b, "}");
+    while (!b->oom && b->len % 8)
+        sb_printf(b, " ");
+    return VIT_OK;
+}
+
+/* ---- atomic files ------------------------------------------------------ */
+
+/* Writes len bytes to path through a temporary file beside it, flushed to
+ * disk and renamed over path, so a reader never sees half a file; then
+ * syncs the folder so that the rename lasts. */
+static int write_atomic(const char *path, const unsigned char *head, size_t head_len,
+                        const unsigned char *body, size_t body_len)
+{
+    size_t len = strlen(path);
+    char *tmp = malloc(len + 8);
+    if (!tmp)
+        return vit_fail(VIT_ENOMEM, "%s: out of memory", path);
+    memcpy(tmp, path, len);
+    memcpy(tmp + len, ".XXXXXX", 8);
+    int fd = mkstemp(tmp);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (!f) {
+        int rc = vit_fail(VIT_EIO, "%s: cannot create a temporary file beside it: %s", path,
+                          strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            unlink(tmp);
+        }
+        free(tmp);
+        return rc;
+    }
+    int rc = VIT_OK;
+    if (fwrite(head, 1, head_len, f) != head_len || fwrite(body, 1, body_len, f) != body_len ||
+        fflush(f) || fsync(fileno(f)) || fchmod(fileno(f), 0644))
+        rc = vit_fail(VIT_EIO, "%s: write failed: %s", path, strerror(errno));
+    if (fclose(f) && rc == VIT_OK)
+        rc = vit_fail(VIT_EIO, "%s: write failed: %s", path, strerror(errno));
+    if (rc == VIT_OK && rename(tmp, path))
+        rc = vit_fail(VIT_EIO, "%s: cannot rename the temporary file to it: %s", path,
+                      strerror(errno));
+    if (rc != VIT_OK) {
+        unlink(tmp);
+    } else {
+        /* Best effort: not every file system can sync a folder. */
+        char *dir = strdup(path);
+        int dfd = dir ? open(dirname(dir), O_RDONLY | O_DIRECTORY) : -1;
+        if (dfd >= 0) {
+            (void)fsync(dfd);
+            close(dfd);
+        }
+        free(dir);
+    }
+    free(tmp);
+    return rc;
+}
+
+/* ---- export ------------------------------------------------------------- */
+
+int vit_safetensors_save(const vit_model *m, const char *path, size_t *bytes)
+{
+    if (!m || !path)
+        return vit_fail(VIT_EINVAL, "vit_safetensors_save: %s is NULL", !m ? "model" : "path");
+    const vit_config *c = vit_model_config(m);
+    /* Only read: the accessor is not const-qualified. */
+    const vit_real *params = vit_model_params((vit_model *)(uintptr_t)m);
+    int n = 0, rc;
+    plan_tensor *o = calloc((size_t)plan_size(c), sizeof *o);
+    unsigned char *data = NULL;
+    sbuf hdr = {0};
+    if (!o) {
+        rc = vit_fail(VIT_ENOMEM, "%s: out of memory", path);
+        goto done;
+    }
+    n = make_plan(c, o);
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        if ((rc = check_sources(m, &o[i], path)) != VIT_OK)
+            goto done;
+        total += o[i].count;
+    }
+    if (total != vit_model_param_count(m)) {
+        rc = vit_fail(VIT_EINVAL, "%s: the file would hold %zu values, the model has %zu", path,
+                      total, vit_model_param_count(m));
+        goto done;
+    }
+    if (!(data = malloc(total * 4))) {
+        rc = vit_fail(VIT_ENOMEM, "%s: out of memory", path);
+        goto done;
+    }
+    size_t base = 0;
+    for (int i = 0; i < n; i++) {
+        size_t done = 0;
+        for (int k = 0; k < o[i].nsrc; k++) {
+            const vit_model_tensor *t = find_ours(m, o[i].src[k]);
+            const vit_real *s = params + t->offset;
+            for (size_t j = 0; j < t->size; j++) {
+                float v = (float)s[j];
+                if (!isfinite(v)) {
+                    rc = vit_fail(VIT_ENUM, "%s: tensor '%s' holds %g, which float32 cannot "
+                                  "represent as a finite value", path, t->name, (double)s[j]);
+                    goto done;
+                }
+                put_f32(data + 4 * file_index(c, &o[i], t, base + done, j), v);
+            }
+            done += t->size;
+        }
+        base += o[i].count;
+    }
+    if ((rc = header_json(&hdr, c, o, n)) != VIT_OK)
+        goto done;
+    if (hdr.oom) {
+        rc = vit_fail(VIT_ENOMEM, "%s: out of memory", path);
+        goto done;
+    }
+    unsigned char *head = malloc(8 + hdr.len);
+    if (!head) {
+        rc = vit_fail(VIT_ENOMEM, "%s: out of memory", path);
+        goto done;
+    }
+    for (int k = 0; k < 8; k++)
+        head[k] = (unsigned char)((uint64_t)hdr.len >> (8 * k));
+    memcpy(head + 8, hdr.p, hdr.len);
+    rc = write_atomic(path, head, 8 + hdr.len, data, total * 4);
+    free(head);
+    if (rc == VIT_OK && bytes)
+        *bytes = 8 + hdr.len + 4 * total;
+done:
+    free(hdr.p);
+    free(data);
+    free(o);
+    return rc;
+}
+
+/* ---- the header parser ----------------------------------------------------
+ *
+ * Only the JSON the format allows: an object whose values are either the
+ * "__metadata__" object of strings or a tensor object {"dtype": string,
+ * "shape": [non-negative integers], "data_offsets": [begin, end]}.  Anything
+ * else is an error naming the byte where it went wrong. */
+
+typedef struct kv {
+    char *key, *value;
+} kv;
+
+typedef struct st_tensor {
+    char *name;
+    char *dtype;
+    int ndim;
+    uint64_t shape[SHAPE_MAX];
+    uint64_t begin, end;
+    int used;
+} st_tensor;
+
+typedef struct parsed {
+    kv *meta;
+    int nmeta, has_meta;
+    st_tensor *t;
+    int nt, cap_t;
+} parsed;
+
+typedef struct jp {
+    const char *path;
+    const unsigned char *s;
+    size_t n, i;
+} jp;
+
+static void parsed_free(parsed *p)
+{
+    for (int i = 0; i < p->nmeta; i++) {
+        free(p->meta[i].key);
+        free(p->meta[i].value);
+    }
+    for (int i = 0; i < p->nt; i++) {
+        free(p->t[i].name);
+        free(p->t[i].dtype);
+    }
+    free(p->meta);
+    free(p->t);
+    memset(p, 0, sizeof *p);
+}
+
+static int jp_err(const jp *j, const char *what)
+{
+    if (j->i >= j->n)
+        return vit_fail(VIT_EFORMAT, "%s: the JSON header ends early (%zu bytes): %s", j->path,
+                        j->n, what);
+    return vit_fail(VIT_EFORMAT, "%s: JSON header byte %zu: %s", j->path, j->i, what);
+}
+
+static void jp_ws(jp *j)
+{
+    while (j->i < j->n && (j->s[j->i] == ' ' || j->s[j->i] == '\t' || j->s[j->i] == '\n' ||
+                           j->s[j->i] == '\r'))
+        j->i++;
+}
+
+/* Consumes ch after optional white space. */
+static int jp_expect(jp *j, char ch, const char *what)
+{
+    jp_ws(j);
+    if (j->i >= j->n || j->s[j->i] != (unsigned char)ch)
+        return jp_err(j, what);
+    j->i++;
+    return VIT_OK;
+}
+
+static int hex4(const unsigned char *s, unsigned *out)
+{
+    unsigned v = 0;
+    for (int k = 0; k < 4; k++) {
+        unsigned char ch = s[k];
+        v <<= 4;
+        if (ch >= '0' && ch <= '9')
+            v |= (unsigned)(ch - '0');
+        else if (ch >= 'a' && ch <= 'f')
+            v |= (unsigned)(ch - 'a' + 10);
+        else if (ch >= 'A' && ch <= 'F')
+            v |= (unsigned)(ch - 'A' + 10);
+        else
+            return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A JSON string as a malloc'd NUL-terminated UTF-8 string (no NUL inside). */
+static int jp_string(jp *j, char **out)
+{
+    *out = NULL;
+    jp_ws(j);
+    if (j->i >= j->n || j->s[j->i] != '"')
+        return jp_err(j, "expected a string");
+    j->i++;
+    /* The decoded string is never longer than the raw one. */
+    size_t end = j->i;
+    while (end < j->n && j->s[end] != '"')
+        end += j->s[end] == '\\' ? 2 : 1;
+    if (end >= j->n) {
+        j->i = j->n;
+        return jp_err(j, "unterminated string");
+    }
+    char *o = malloc(end - j->i + 1);
+    if (!o)
+        return vit_fail(VIT_ENOMEM, "%s: out of memory", j->path);
+    size_t len = 0;
+    while (j->s[j->i] != '"') {
+        unsigned char ch = j->s[j->i];
+        if (ch < 0x20) {
+            free(o);
+            return jp_err(j, "control character in a string");
+        }
+        if (ch != '\\') {
+            o[len++] = (char)ch;
+            j->i++;
+            continue;
+        }
+        unsigned char e = j->s[j->i + 1];
+        const char *simple = strchr("\"\\/bfnrt", e);
+        if (e && simple) {
+            static const char to[] = "\"\\/\b\f\n\r\t";
+            o[len++] = to[simple - "\"\\/bfnrt"];
+            j->i += 2;
+            continue;
+        }
+        unsigned cp, lo;
+        if (e != 'u' || j->i + 6 > end || hex4(j->s + j->i + 2, &cp)) {
+            free(o);
+            return jp_err(j, "bad escape in a string");
+        }
+        j->i += 6;
+        if (cp >= 0xdc00 && cp <= 0xdfff) {
+            free(o);
+            return jp_err(j, "lone low surrogate in a string");
+        }
+        if (cp >= 0xd800 && cp <= 0xdbff) {
+            if (j->i + 6 > end || j->s[j->i] != '\\' || j->s[j->i + 1] != 'u' ||
+                hex4(j->s + j->i + 2, &lo) || lo < 0xdc00 || lo > 0xdfff) {
+                free(o);
+                return jp_err(j, "high surrogate without its low half in a string");
+            }
+            j->i += 6;
+            cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+        }
+        if (cp == 0) {
+            free(o);
+            return jp_err(j, "\\u0000 in a string");
+        }
+        /* UTF-8: never longer than the 6 or 12 escape bytes it replaces */
+        if (cp < 0x80) {
+            o[len++] = (char)cp;
+        } else if (cp < 0x800) {
+            o[len++] = (char)(0xc0 | cp >> 6);
+            o[len++] = (char)(0x80 | (cp & 0x3f));
+        } else if (cp < 0x10000) {
+            o[len++] = (char)(0xe0 | cp >> 12);
+            o[len++] = (char)(0x80 | ((cp >> 6) & 0x3f));
+            o[len++] = (char)(0x80 | (cp & 0x3f));
+        } else {
+            o[len++] = (char)(0xf0 | cp >> 18);
+            o[len++] = (char)(0x80 | ((cp >> 12) & 0x3f));
+            o[len++] = (char)(0x80 | ((cp >> 6) & 0x3f));
+            o[len++] = (char)(0x80 | (cp & 0x3f));
+        }
+    }
+    j->i++; /* the closing quote */
+    o[len] = 0;
+    *out = o;
+    return VIT_OK;
+}
+
+/* A non-negative integer below 2^53 (no sign, fraction or exponent). */
+static int jp_uint(jp *j, uint64_t *out)
+{
+    jp_ws(j);
+    size_t start = j->i;
+    uint64_t v = 0;
+    while (j->i < j->n && j->s[j->i] >= '0' && j->s[j->i] <= '9') {
+        v = v * 10 + (uint64_t)(j->s[j->i] - '0');
+        if (v >= (uint64_t)1 << 53)
+            return jp_err(j, "integer too large");
+        j->i++;
+    }
+    if (j->i == start)
+        return jp_err(j, "expected a non-negative integer");
+    if (j->i - start > 1 && j->s[start] == '0')
+        return jp_err(j, "integer with a leading zero");
+    if (j->i < j->n && (j->s[j->i] == '.' || j->s[j->i] == 'e' || j->s[j->i] == 'E'))
+        return jp_err(j, "expected an integer, not a fraction");
+    *out = v;
+    return VIT_OK;
+}
+
+/* After an element: 1 for ',', 0 for the closing ch, or an error. */
+static int jp_next(jp *j, char close, const char *what)
+{
+    jp_ws(j);
+    if (j->i < j->n && j->s[j->i] == ',') {
+        j->i++;
+        return 1;
+    }
+    if (j->i < j->n && j->s[j->i] == (unsigned char)close) {
+        j->i++;
+        return 0;
+    }
+    return jp_err(j, what);
+}
+
+/* Is the next non-space byte ch?  (Consumes it if so.) */
+static int jp_peek(jp *j, char ch)
+{
+    jp_ws(j);
+    if (j->i < j->n && j->s[j->i] == (unsigned char)ch) {
+        j->i++;
+        return 1;
+    }
+    return 0;
+}
+
+/* "[" integers "]" into v[0 .. *count-1], at most cap of them. */
+static int jp_uint_array(jp *j, uint64_t *v, int cap, int *count, const char *what)
+{
+    *count = 0;
+    int rc = jp_expect(j, '[', what);
+    if (rc)
+        return rc;
+    if (jp_peek(j, ']'))
+        return VIT_OK;
+    for (;;) {
+        if (*count == cap)
+            return jp_err(j, "too many integers in an array");
+        if ((rc = jp_uint(j, &v[(*count)++])))
+            return rc;
+        rc = jp_next(j, ']', "expected ',' or ']' in an array");
+        if (rc <= 0)
+            return rc;
+    }
+}
+
+/* An object's key and the ':' after it; *k is malloc'd (NULL on failure). */
+static int jp_key(jp *j, char **k)
+{
+    int rc = jp_string(j, k);
+    if (rc == VIT_OK && (rc = jp_expect(j, ':', "expected ':' after a key")) != VIT_OK) {
+        free(*k);
+        *k = NULL;
+    }
+    return rc;
+}
+
+static int parse_metadata(jp *j, parsed *p)
+{
+    int rc = jp_expect(j, '{', "__metadata__ must be an object of strings");
+    if (rc)
+        return rc;
+    if (jp_peek(j, '}'))
+        return VIT_OK;
+    for (;;) {
+        char *k, *v;
+        if ((rc = jp_key(j, &k)))
+            return rc;
+        if ((rc = jp_string(j, &v))) {
+            free(k);
+            return rc;
+        }
+        for (int i = 0; i < p->nmeta; i++)
+            if (strcmp(p->meta[i].key, k) == 0) {
+                rc = vit_fail(VIT_EFORMAT, "%s: __metadata__ has '%s' twice", j->path, k);
+                free(k);
+                free(v);
+                return rc;
+            }
+        kv *grown = realloc(p->meta, (size_t)(p->nmeta + 1) * sizeof *grown);
+        if (!grown) {
+            free(k);
+            free(v);
+            return vit_fail(VIT_ENOMEM, "%s: out of memory", j->path);
+        }
+        p->meta = grown;
+        p->meta[p->nmeta].key = k;
+        p->meta[p->nmeta++].value = v;
+        rc = jp_next(j, '}', "expected ',' or '}' in __metadata__");
+        if (rc <= 0)
+            return rc;
+    }
+}
+
+static int parse_tensor(jp *j, st_tensor *t)
+{
+    int rc = jp_expect(j, '{', "a tensor's entry must be an object");
+    int have_shape = 0, have_offsets = 0;
+    if (rc)
+        return rc;
+    if (!jp_peek(j, '}')) {
+        for (;;) {
+            char *k;
+            if ((rc = jp_key(j, &k)))
+                return rc;
+            if (strcmp(k, "dtype") == 0 && !t->dtype) {
+                rc = jp_string(j, &t->dtype);
+            } else if (strcmp(k, "shape") == 0 && !have_shape) {
+                have_shape = 1;
+                rc = jp_uint_array(j, t->shape, SHAPE_MAX, &t->ndim, "shape must be an array");
+            } else if (strcmp(k, "data_offsets") == 0 && !have_offsets) {
+                uint64_t v[2] = {0, 0};
+                int count;
+                have_offsets = 1;
+                rc = jp_uint_array(j, v, 2, &count, "data_offsets must be an array");
+                if (rc == VIT_OK && count != 2)
+                    rc = jp_err(j, "data_offsets must hold two integers");
+                t->begin = v[0];
+                t->end = v[1];
+            } else {
+                rc = vit_fail(VIT_EFORMAT, "%s: tensor '%s': %s key '%s'", j->path, t->name,
+                              strcmp(k, "dtype") && strcmp(k, "shape") &&
+                                      strcmp(k, "data_offsets")
+                                  ? "unknown"
+                                  : "repeated",
+                              k);
+            }
+            free(k);
+            if (rc)
+                return rc;
+            rc = jp_next(j, '}', "expected ',' or '}' in a tensor's entry");
+            if (rc < 0)
+                return rc;
+            if (rc == 0)
+                break;
+        }
+    }
+    if (!t->dtype || !have_shape || !have_offsets)
+        return vit_fail(VIT_EFORMAT, "%s: tensor '%s' has no %s", j->path, t->name,
+                        !t->dtype ? "dtype" : !have_shape ? "shape" : "data_offsets");
+    return VIT_OK;
+}
+
+static int parse_header(jp *j, parsed *p)
+{
+    int rc = jp_expect(j, '{', "the header must be a JSON object");
+    if (rc)
+        return rc;
+    if (!jp_peek(j, '}')) {
+        for (;;) {
+            char *name;
+            if ((rc = jp_key(j, &name)))
+                return rc;
+            if (strcmp(name, "__metadata__") == 0) {
+                free(name);
+                if (p->has_meta)
+                    return vit_fail(VIT_EFORMAT, "%s: __metadata__ appears twice", j->path);
+                p->has_meta = 1;
+                rc = parse_metadata(j, p);
+            } else {
+                for (int i = 0; i < p->nt; i++)
+                    if (strcmp(p->t[i].name, name) == 0) {
+                        rc = vit_fail(VIT_EFORMAT, "%s: tensor '%s' appears twice", j->path, name);
+                        free(name);
+                        return rc;
+                    }
+                if (p->nt == p->cap_t) {
+                    int cap = p->cap_t ? 2 * p->cap_t : 64;
+                    st_tensor *grown = realloc(p->t, (size_t)cap * sizeof *grown);
+                    if (!grown) {
+                        free(name);
+                        return vit_fail(VIT_ENOMEM, "%s: out of memory", j->path);
+                    }
+                    p->t = grown;
+                    p->cap_t = cap;
+                }
+                st_tensor *t = &p->t[p->nt++];
+                memset(t, 0, sizeof *t);
+                t->name = name;
+                rc = parse_tensor(j, t);
+            }
+            if (rc)
+                return rc;
+            rc = jp_next(j, '}', "expected ',' or '}' after an entry");
+            if (rc < 0)
+                return rc;
+            if (rc == 0)
+                break;
+        }
+    }
+    jp_ws(j);
+    if (j->i != j->n)
+        return jp_err(j, "bytes after the header's closing '}'");
+    return VIT_OK;
+}
+
+/* ---- the config from the metadata ----------------------------------------- */
+
+static const char *meta_get(const parsed *p, const char *key)
+{
+    for (int i = 0; i < p->nmeta; i++)
+        if (strcmp(p->meta[i].key, key) == 0)
+            return p->meta[i].value;
+    return NULL;
+}
+
+static int is_config_key(const char *key)
+{
+    const char *k;
+    for (int i = 0; vit_config_key_help(i, &k); i++)
+        if (strcmp(k, key) == 0)
+            return 1;
+    return 0;
+}
+
+static int meta_config(const char *path, const parsed *p, vit_config *cfg)
+{
+    static const char *const required[] = {"dim", "depth", "heads", "mlp", "patch",
+                                           "image_height", "image_width", "channels",
+                                           "classes"};
+    char missing[256] = "";
+    size_t len = 0;
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
+        if (!meta_get(p, required[i]))
+            len += (size_t)snprintf(missing + len, sizeof missing - len, "%s%s", len ? ", " : "",
+                                    required[i]);
+    const char *pool = meta_get(p, "pool"), *gpool = meta_get(p, "global_pool");
+    if (!pool && !gpool)
+        snprintf(missing + len, sizeof missing - len, "%spool (or global_pool)", len ? ", " : "");
+    if (missing[0])
+        return vit_fail(VIT_EFORMAT, "%s: %s lacks the model config key%s %s", path,
+                        p->has_meta ? "__metadata__" : "the header has no __metadata__; it",
+                        strchr(missing, ',') ? "s" : "", missing);
+
+    vit_config_default(cfg);
+    /* Config keys first (AdamW's under their old bare names too), then the
+     * adamw_ ones, which win. */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < p->nmeta; i++) {
+            const char *k = p->meta[i].key, *v = p->meta[i].value;
+            if (pass == 1) {
+                if (strncmp(k, ADAMW_PREFIX, strlen(ADAMW_PREFIX)) != 0 ||
+                    !is_adamw_key(k + strlen(ADAMW_PREFIX)))
+                    continue;
+                k += strlen(ADAMW_PREFIX);
+            } else if (!is_config_key(k)) {
+                continue;
+            }
+            if (vit_config_set(cfg, k, v) != VIT_OK) {
+                char why[300];
+                snprintf(why, sizeof why, "%s", vit_last_error());
+                return vit_fail(VIT_EFORMAT, "%s: __metadata__ %s = '%s': %s", path,
+                                p->meta[i].key, v, why);
+            }
+        }
+    if (gpool) {
+        int gp = strcmp(gpool, "token") == 0 ? VIT_POOL_CLS
+                 : strcmp(gpool, "avg") == 0 ? VIT_POOL_MEAN
+                                             : -1;
+        if (gp < 0)
+            return vit_fail(VIT_EFORMAT, "%s: __metadata__ global_pool = '%s': only 'token' and "
+                            "'avg' are supported", path, gpool);
+        if (pool && gp != cfg->pool)
+            return vit_fail(VIT_EFORMAT, "%s: __metadata__ global_pool = '%s' contradicts pool = "
+                            "'%s'", path, gpool, pool);
+        cfg->pool = gp;
+    }
+    const char *eps = meta_get(p, "layer_norm_eps");
+    if (eps) {
+        char *end;
+        errno = 0;
+        double e = strtod(eps, &end);
+        if (end == eps || *end || errno || e != VIT_LAYERNORM_EPS)
+            return vit_fail(VIT_EFORMAT, "%s: __metadata__ layer_norm_eps = '%s': this library's "
+                            "layer norm uses 1e-05 only", path, eps);
+    }
+    const char *act = meta_get(p, "activation");
+    if (act && strcmp(act, "gelu_exact") != 0)
+        return vit_fail(VIT_EFORMAT, "%s: __metadata__ activation = '%s': this library computes "
+                        "gelu_exact (erf) only", path, act);
+    if (vit_config_check(cfg) != VIT_OK) {
+        char why[300];
+        snprintf(why, sizeof why, "%s", vit_last_error());
+        return vit_fail(VIT_EFORMAT, "%s: the config in __metadata__ does not describe a model: %s",
+                        path, why);
+    }
+    return VIT_OK;
+}
+
+/* ---- import --------------------------------------------------------------- */
+
+static int read_all(const char *path, unsigned char **buf, size_t *size)
+{
+    *buf = NULL;
+    *size = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return vit_fail(VIT_EIO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        return vit_fail(VIT_EIO, "%s: not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX / 2) {
+        fclose(f);
+        return vit_fail(VIT_ENOMEM, "%s: too large to read", path);
+    }
+    size_t n = (size_t)st.st_size;
+    unsigned char *b = malloc(n ? n : 1);
+    if (!b) {
+        fclose(f);
+        return vit_fail(VIT_ENOMEM, "%s: out of memory", path);
+    }
+    size_t got = fread(b, 1, n, f);
+    int err = ferror(f);
+    fclose(f);
+    if (got != n || err) {
+        free(b);
+        return vit_fail(VIT_EIO, "%s: read failed after %zu of %zu bytes", path, got, n);
+    }
+    *buf = b;
+    *size = n;
+    return VIT_OK;
+}
+
+static st_tensor *find_file_tensor(parsed *p, const char *name)
+{
+    for (int i = 0; i < p->nt; i++)
+        if (strcmp(p->t[i].name, name) == 0)
+            return &p->t[i];
+    return NULL;
+}
+
+static int by_begin(const void *a, const void *b)
+{
+    const st_tensor *x = *(const st_tensor *const *)a, *y = *(const st_tensor *const *)b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+/* The tensors cover the data exactly: no overlap, no hole, nothing after. */
+static int check_layout(const char *path, parsed *p, uint64_t data_size)
+{
+    if (p->nt == 0)
+        return data_size ? vit_fail(VIT_EFORMAT, "%s: %llu data bytes but no tensors", path,
+                                    (unsigned long long)data_size) : VIT_OK;
+    st_tensor **order = malloc((size_t)p->nt * sizeof *order);
+    if (!order)
+        return vit_fail(VIT_ENOMEM, "%s: out of memory", path);
+    for (int i = 0; i < p->nt; i++)
+        order[i] = &p->t[i];
+    qsort(order, (size_t)p->nt, sizeof *order, by_begin);
+    uint64_t at = 0;
+    int rc = VIT_OK;
+    for (int i = 0; i < p->nt && rc == VIT_OK; i++) {
+        const st_tensor *t = order[i];
+        if (t->end < t->begin || t->end > data_size)
+            rc = vit_fail(VIT_EFORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] lie outside "
+                          "the %llu data bytes", path, t->name, (unsigned long long)t->begin,
+                          (unsigned long long)t->end, (unsigned long long)data_size);
+        else if (t->begin != at)
+            rc = vit_fail(VIT_EFORMAT, "%s: tensor '%s' starts at data byte %llu, expected %llu "
+                          "(the tensors must cover the data without gaps or overlaps)", path,
+                          t->name, (unsigned long long)t->begin, (unsigned long long)at);
+        at = t->end;
+    }
+    if (rc == VIT_OK && at != data_size)
+        rc = vit_fail(VIT_EFORMAT, "%s: the tensors end at data byte %llu, the file has %llu "
+                      "data bytes", path, (unsigned long long)at, (unsigned long long)data_size);
+    free(order);
+    return rc;
+}
+
+/* Copies file tensor o (raw little-endian float32 at src) into m. */
+static int take(const char *path, vit_model *m, const plan_tensor *o, const unsigned char *src)
+{
+    const vit_config *c = vit_model_config(m);
+    vit_real *params = vit_model_params(m);
+    size_t done = 0;
+    for (int k = 0; k < o->nsrc; k++) {
+        const vit_model_tensor *t = find_ours(m, o->src[k]);
+        vit_real *d = params + t->offset;
+        for (size_t j = 0; j < t->size; j++) {
+            size_t at = file_index(c, o, t, done, j);
+            float v = get_f32(src + 4 * at);
+            if (!isfinite(v))
+                return vit_fail(VIT_ENUM, "%s: tensor '%s' value %zu is not finite", path,
+                                o->name, at);
+            d[j] = (vit_real)v;
+        }
+        done += t->size;
+    }
+    return VIT_OK;
+}
+
+static int load(const char *path, const unsigned char *buf, size_t size, vit_model **model)
+{
+    if (size < 8)
+        return vit_fail(VIT_EFORMAT, "%s: %zu bytes, too short for a safetensors file (the "
+                        "8-byte header length)", path, size);
+    uint64_t hlen = 0;
+    for (int k = 7; k >= 0; k--)
+        hlen = hlen << 8 | buf[k];
+    if (hlen > HEADER_MAX || hlen > size - 8)
+        return vit_fail(VIT_EFORMAT, "%s: header length %llu runs past the end of the file (%zu "
+                        "bytes)%s", path, (unsigned long long)hlen, size,
+                        hlen > HEADER_MAX ? " or the format's 100 MB limit" : "");
+    parsed p;
+    memset(&p, 0, sizeof p);
+    jp j = {path, buf + 8, (size_t)hlen, 0};
+    vit_model *m = NULL;
+    plan_tensor *o = NULL;
+    const uint64_t data_size = size - 8 - hlen;
+    const unsigned char *data = buf + 8 + hlen;
+    vit_config cfg;
+    int rc = parse_header(&j, &p);
+    if (rc == VIT_OK)
+        rc = check_layout(path, &p, data_size);
+    if (rc == VIT_OK)
+        rc = meta_config(path, &p, &cfg);
+    if (rc != VIT_OK)
+        goto done;
+    /* The file is untrusted: the model it describes must fit in its data
+     * before anything that size is allocated. */
+    size_t want = vit_config_param_count(&cfg);
+    if (want == 0 || want > data_size / 4) {
+        rc = vit_fail(VIT_EFORMAT, "%s: the config in __metadata__ describes %zu parameters, the "
+                      "file holds %llu values", path, want, (unsigned long long)(data_size / 4));
+        goto done;
+    }
+    if (!(o = calloc((size_t)plan_size(&cfg), sizeof *o))) {
+        rc = vit_fail(VIT_ENOMEM, "%s: out of memory", path);
+        goto done;
+    }
+    int n = make_plan(&cfg, o);
+    /* Every name, dtype and shape before the model is made. */
+    for (int i = 0; i < n; i++) {
+        st_tensor *t = find_file_tensor(&p, o[i].name);
+        if (!t) {
+            rc = vit_fail(VIT_EFORMAT, "%s: tensor '%s' is missing", path, o[i].name);
+            goto done;
+        }
+        t->used = 1;
+        if (strcmp(t->dtype, "F32") != 0) {
+            rc = vit_fail(VIT_EFORMAT, "%s: tensor '%s' has dtype %s, only F32 is read", path,
+                          o[i].name, t->dtype);
+            goto done;
+        }
+        int same = t->ndim == o[i].ndim;
+        for (int k = 0; same && k < t->ndim; k++)
+            same = t->shape[k] == (uint64_t)o[i].shape[k];
+        if (!same) {
+            char got[160] = "", need[80] = "";
+            size_t gl = 0, nl = 0;
+            for (int k = 0; k < t->ndim && gl < sizeof got; k++)
+                gl += (size_t)snprintf(got + gl, sizeof got - gl, "%s%llu", k ? ", " : "",
+                                       (unsigned long long)t->shape[k]);
+            for (int k = 0; k < o[i].ndim; k++)
+                nl += (size_t)snprintf(need + nl, sizeof need - nl, "%s%d", k ? ", " : "",
+                                       o[i].shape[k]);
+            rc = vit_fail(VIT_EFORMAT, "%s: tensor '%s' has shape [%s], the config needs [%s]",
+                          path, o[i].name, got, need);
+            goto done;
+        }
+        if (t->end - t->begin != 4 * (uint64_t)o[i].count) {
+            rc = vit_fail(VIT_EFORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] span %llu "
+                          "bytes, its shape needs %zu", path, o[i].name,
+                          (unsigned long long)t->begin, (unsigned long long)t->end,
+                          (unsigned long long)(t->end - t->begin), 4 * o[i].count);
+            goto done;
+        }
+    }
+    for (int i = 0; i < p.nt; i++)
+        if (!p.t[i].used) {
+            rc = vit_fail(VIT_EFORMAT, "%s: unexpected tensor '%s' (not a parameter of the "
+                          "model the metadata describes)", path, p.t[i].name);
+            goto done;
+        }
+    if (!(m = vit_model_new(&cfg))) {
+        char why[300];
+        snprintf(why, sizeof why, "%s", vit_last_error());
+        rc = vit_fail(VIT_ENOMEM, "%s: cannot make the model: %s", path, why);
+        goto done;
+    }
+    for (int i = 0; i < n && rc == VIT_OK; i++) {
+        if ((rc = check_sources(m, &o[i], path)) == VIT_OK)
+            rc = take(path, m, &o[i], data + find_file_tensor(&p, o[i].name)->begin);
+    }
+done:
+    free(o);
+    parsed_free(&p);
+    if (rc != VIT_OK) {
+        vit_model_free(m);
+        return rc;
+    }
+    *model = m;
+    return VIT_OK;
+}
+
+int vit_safetensors_load(const char *path, vit_model **model)
+{
+    if (model)
+        *model = NULL;
+    if (!path || !model)
+        return vit_fail(VIT_EINVAL, "vit_safetensors_load: %s is NULL", !path ? "path" : "model");
+    unsigned char *buf;
+    size_t size;
+    int rc = read_all(path, &buf, &size);
+    if (rc == VIT_OK)
+        rc = load(path, buf, size, model);
+    free(buf);
+    return rc;
+}
+
+int vit_safetensors_import(const char *path, const char *ckpt_path, vit_model **model)
+{
+    if (model)
+        *model = NULL;
+    if (!path || !ckpt_path)
+        return vit_fail(VIT_EINVAL, "vit_safetensors_import: %s is NULL",
+                        !path ? "path" : "ckpt_path");
+    vit_model *m;
+    int rc = vit_safetensors_load(path, &m);
+    if (rc != VIT_OK)
+        return rc;
+    const vit_config *c = vit_model_config(m);
+    vit_adamw opt;
+    memset(&opt, 0, sizeof opt);
+    rc = vit_adamw_init(&opt, vit_model_param_count(m), c->beta1, c->beta2, c->eps,
+                        c->weight_decay);
+    if (rc == VIT_OK) {
+        vit_run_state st;
+        memset(&st, 0, sizeof st);
+        vit_rng_seed(&st.rng, c->seed);
+        rc = vit_run_save(ckpt_path, m, &opt, &st);
+    }
+    vit_adamw_free(&opt);
+    if (rc != VIT_OK || !model)
+        vit_model_free(m);
+    else
+        *model = m;
+    return rc;
+}
