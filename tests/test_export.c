@@ -389,8 +389,8 @@ START_TEST(metadata)
         {"layout", "timm.VisionTransformer"}, {"format", "pt"},
         /* AdamW's hyper-parameters, named so that no loader takes them for
          * the layer norm's (the defaults: vit_config_default) */
-        {"adamw_eps", "1e-08"}, {"adamw_beta1", "0.90000000000000002"},
-        {"adamw_beta2", "0.999"}, {"adamw_weight_decay", "0.050000000000000003"},
+        {"adamw_eps", "1e-08"}, {"adamw_beta1", "0.9"},
+        {"adamw_beta2", "0.999"}, {"adamw_weight_decay", "0.05"},
     };
     for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) {
         const char *v = meta(&g_file, kv[i][0]);
