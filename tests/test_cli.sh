@@ -74,6 +74,10 @@ exact "suggest, underscores" 2 "vit_train: unknown option --weight-decy; did you
     "$tools/vit_train" --weight_decy 0.1
 exact "suggest a tool flag" 2 "vit_train: unknown option --chekc-replicas; did you mean --check-replicas?" \
     "$tools/vit_train" --chekc-replicas
+exact "vit_import: suggest --out" 2 "vit_import: unknown option --ot; did you mean --out?" \
+    "$tools/vit_import" model.safetensors --ot x.ckpt
+exact "vit_import: --out needs a value" 2 "vit_import: --out: missing value" \
+    "$tools/vit_import" model.safetensors --out
 exact "nothing close" 2 "vit_train: unknown option --colour (see --help)" "$tools/vit_train" --colour blue
 exact "eval: suggest" 2 "vit_eval: unknown option --splt; did you mean --split?" "$tools/vit_eval" x.ckpt --splt test
 exact "eval: flag=" 2 "vit_eval: --split: expected test or train, got 'val'" "$tools/vit_eval" x.ckpt --split=val

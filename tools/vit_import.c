@@ -16,6 +16,9 @@ int main(int argc, char **argv)
 {
     cli_ignore_file_size_signal();
     const char *in = NULL, *out = NULL;
+    static const cli_flag flags[] = {{"--out", 1}, {"--help", 0}, {"--version", 0}, {NULL, 0}};
+    if (!cli_normalize(prog, &argc, &argv, flags, 0))
+        return 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -33,14 +36,7 @@ int main(int argc, char **argv)
             return 0;
         }
         if (strcmp(a, "--out") == 0) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "%s: --out needs a value\n", prog);
-                return 2;
-            }
-            out = argv[++i];
-        } else if (strncmp(a, "--", 2) == 0) {
-            fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, a);
-            return 2;
+            out = argv[++i]; /* cli_normalize checked that a value follows */
         } else if (in) {
             fprintf(stderr, "%s: unexpected argument '%s'\n", prog, a);
             return 2;
