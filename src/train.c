@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -240,15 +241,19 @@ int vit_run_dir_taken(const char *out_dir, const char *resume)
            || mine.st_ino != have.st_ino;
 }
 
-static const char metrics_header[] = "epoch,train_loss,train_acc,test_loss,test_acc,lr,seconds\n";
+/* The columns of metrics.csv; val_acc, last, only in a run with a
+ * validation set (so the columns before it never move). */
+static const char metrics_header[] = "epoch,train_loss,train_acc,test_loss,test_acc,lr,seconds";
 
 /* Opens OUT/metrics.csv for appending.  On resume, keeps only the rows of
  * epochs the checkpoint covers (a killed run may have logged more), taken
  * from the metrics.csv next to the checkpoint `from` (so rows of another
- * run are never mixed in), by rewriting through a temporary file; returns
- * the seconds already spent. */
-static FILE *open_metrics(const char *dir, const char *from, unsigned long long keep_epochs,
-                          double *seconds)
+ * run are never mixed in), by rewriting through a temporary file, into
+ * *metrics; *seconds: the seconds already spent.  with_val: the rows end
+ * with val_acc; a resumed run whose rows differ in that is refused (its
+ * validation set would change what it trains on). */
+static int open_metrics(const char *dir, const char *from, unsigned long long keep_epochs,
+                        int with_val, FILE **metrics, double *seconds)
 {
     char path[4200], tmp[4300], src[4200];
     snprintf(path, sizeof path, "%s/metrics.csv", dir);
@@ -260,11 +265,10 @@ static FILE *open_metrics(const char *dir, const char *from, unsigned long long 
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     *seconds = 0;
     FILE *out = fopen(tmp, "w");
-    if (!out) {
-        vit_fail(VIT_EIO, "%s: cannot write: %s", tmp, strerror(errno));
-        return NULL;
-    }
-    fputs(metrics_header, out);
+    if (!out)
+        return vit_fail(VIT_EIO, "%s: cannot write: %s", tmp, strerror(errno));
+    fprintf(out, "%s%s\n", metrics_header, with_val ? ",val_acc" : "");
+    int mixed = 0;
     FILE *in = keep_epochs ? fopen(src, "r") : NULL;
     if (in) {
         char line[512];
@@ -273,19 +277,32 @@ static FILE *open_metrics(const char *dir, const char *from, unsigned long long 
             double f[6];
             if (sscanf(line, "%llu,%lf,%lf,%lf,%lf,%lf,%lf", &ep, &f[0], &f[1], &f[2], &f[3], &f[4],
                        &f[5]) == 7 && ep <= keep_epochs) {
+                int commas = 0;
+                for (const char *q = line; *q; q++)
+                    commas += *q == ',';
+                mixed |= commas != 6 + with_val;
                 fputs(line, out);
                 *seconds = f[5];
             }
         }
         fclose(in);
     }
-    if (fflush(out) || rename(tmp, path)) {
-        vit_fail(VIT_EIO, "%s: cannot write: %s", path, strerror(errno));
+    if (mixed) {
+        int rc = vit_fail(VIT_EINVAL, "%s: the run was logged %s a validation set and this run "
+                          "has %s; a resumed run keeps its val_count", src,
+                          with_val ? "without" : "with", with_val ? "one" : "none");
         fclose(out);
         unlink(tmp);
-        return NULL;
+        return rc;
     }
-    return out;
+    if (fflush(out) || rename(tmp, path)) {
+        int rc = vit_fail(VIT_EIO, "%s: cannot write: %s", path, strerror(errno));
+        fclose(out);
+        unlink(tmp);
+        return rc;
+    }
+    *metrics = out;
+    return VIT_OK;
 }
 
 /* ---- training --------------------------------------------------------- */
@@ -399,6 +416,9 @@ typedef struct run {
     char ckpt[4200];
     unsigned long long start_step; /* step at which this invocation began */
     double last_save;              /* now_seconds() of the last checkpoint */
+    int bar_len;                   /* characters of the progress bar on screen */
+    double last_print;             /* now_seconds() of the last line printed */
+    int epoch_w, extra_cols;       /* the epoch table's first column, lr/img/s */
 } run;
 
 static void run_free(run *r)
@@ -469,16 +489,135 @@ static int run_setup(run *r, const vit_config *cfg, const vit_dataset *train, co
     return VIT_OK;
 }
 
-static void progress_bar(FILE *log, const run *r, int epoch, long step_in_epoch, long spe,
-                         double loss, double ips, double eta)
+/* ---- what the run prints ----------------------------------------------- */
+
+/* Columns of the terminal behind log: its window size, else $COLUMNS, else
+ * 80. */
+static int term_columns(FILE *log)
 {
-    int width = 20, fill = (int)(width * step_in_epoch / spe);
-    char bar[32];
-    for (int i = 0; i < width; i++)
-        bar[i] = i < fill ? '#' : '.';
-    bar[width] = 0;
-    fprintf(log, "\repoch %d/%d [%s] step %ld/%ld loss %.4f %6.0f img/s ETA %dm%02ds ", epoch + 1,
-            r->cfg.epochs, bar, step_in_epoch, spe, loss, ips, (int)eta / 60, (int)eta % 60);
+    struct winsize ws;
+    if (ioctl(fileno(log), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+        return ws.ws_col;
+    const char *e = getenv("COLUMNS");
+    char *end;
+    long n = e ? strtol(e, &end, 10) : 0;
+    return n > 0 && n < 100000 && *end == 0 ? (int)n : 80;
+}
+
+/* Seconds as h:mm:ss (0:02:05, 1:03:07). */
+static const char *hms(double s, char *buf, size_t cap)
+{
+    long t = s > 0 && s < 3.6e9 ? (long)(s + 0.5) : 0;
+    snprintf(buf, cap, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    return buf;
+}
+
+/* The progress line of step `step` of spe into out, at most max characters
+ * long (max < cap): "epoch 3/20 [####......] step 45/90 loss 0.8123
+ * 1830 img/s ETA 0:02:05", bar_width 0 without the bar.  Too long for max,
+ * the bar shrinks to 5 cells, then goes, then the speed, the step counts
+ * and the loss go in that order; what is left is cut at max. */
+static int progress_text(char *out, size_t cap, int max, const run *r, long step, long spe,
+                         double loss, double ips, double eta, int bar_width)
+{
+    char t[32], bar[64] = "", steps[64], lossv[32], speed[32];
+    snprintf(steps, sizeof steps, " step %ld/%ld", step, spe);
+    snprintf(lossv, sizeof lossv, " loss %.4f", loss);
+    snprintf(speed, sizeof speed, " %.0f img/s", ips);
+    hms(eta, t, sizeof t);
+    int n = 0, dropped = 0;
+    for (;;) {
+        if (bar_width > 0) {
+            int fill = (int)(bar_width * step / spe);
+            bar[0] = ' ';
+            bar[1] = '[';
+            for (int i = 0; i < bar_width; i++)
+                bar[2 + i] = i < fill ? '#' : '.';
+            bar[2 + bar_width] = ']';
+            bar[3 + bar_width] = 0;
+        } else {
+            bar[0] = 0;
+        }
+        n = snprintf(out, cap, "epoch %llu/%d%s%s%s%s ETA %s", r->st.epoch + 1, r->cfg.epochs, bar,
+                     dropped < 2 ? steps : "", dropped < 3 ? lossv : "", dropped < 1 ? speed : "",
+                     t);
+        if (n <= max)
+            return n;
+        if (bar_width > 5)
+            bar_width = n - max < bar_width - 5 ? bar_width - (n - max) : 5;
+        else if (bar_width > 0)
+            bar_width = 0;
+        else if (dropped < 3)
+            dropped++;
+        else
+            break;
+    }
+    out[max] = 0;
+    return max;
+}
+
+/* The bar on a terminal: the line redrawn in place (\r), never wider than
+ * the terminal's width - 1 so that it cannot wrap; spaces cover what is
+ * left of a longer line before it. */
+static void progress_bar(FILE *log, run *r, long step, long spe, double loss, double ips,
+                         double eta)
+{
+    int cols = term_columns(log);
+    char line[512];
+    int max = cols - 1 < (int)sizeof line - 1 ? cols - 1 : (int)sizeof line - 1;
+    if (max < 1)
+        max = 1;
+    int n = progress_text(line, sizeof line, max, r, step, spe, loss, ips, eta, 20);
+    int pad = r->bar_len > n && r->bar_len <= max ? r->bar_len - n : 0;
+    fprintf(log, "\r%s%*s", line, pad, "");
+    r->bar_len = n + pad;
+    fflush(log);
+}
+
+/* Wipes the bar off its line, so that the next line starts clean. */
+static void progress_clear(FILE *log, run *r)
+{
+    if (r->bar_len > 0)
+        fprintf(log, "\r%*s\r", r->bar_len, "");
+    r->bar_len = 0;
+}
+
+/* The epochs as a table: a header once, then a row per epoch, in at most
+ * max columns (100 for a file, the width - 1 on a terminal):
+ *
+ *   epoch  train loss     acc  test loss     acc  val acc     time        lr   img/s
+ *     3/20     0.8123  0.7412     0.6543  0.8056   0.7990  0:00:12  1.95e-03    1830
+ *
+ * val acc only with a validation set; lr, then img/s, only while they fit. */
+static void epoch_header(FILE *log, run *r, int with_val, int max)
+{
+    char head[256];
+    int digits = snprintf(NULL, 0, "%d", r->cfg.epochs);
+    r->epoch_w = 2 * digits + 1 > 5 ? 2 * digits + 1 : 5;
+    int n = snprintf(head, sizeof head, "%*s  train loss     acc  test loss     acc%s     time",
+                     r->epoch_w, "epoch", with_val ? "  val acc" : "");
+    r->extra_cols = 0;
+    static const char *extra[2] = {"        lr", "   img/s"};
+    while (r->extra_cols < 2 && n + (int)strlen(extra[r->extra_cols]) <= max)
+        n += snprintf(head + n, sizeof head - (size_t)n, "%s", extra[r->extra_cols++]);
+    fprintf(log, "%s\n", head);
+    fflush(log);
+}
+
+static void epoch_line(FILE *log, const run *r, double tl, double ta, const vit_eval_result *ev,
+                       double val_acc, double secs, double lr, double ips)
+{
+    char ep[48], val[32] = "", t[32];
+    snprintf(ep, sizeof ep, "%llu/%d", r->st.epoch, r->cfg.epochs);
+    if (val_acc >= 0)
+        snprintf(val, sizeof val, "  %7.4f", val_acc);
+    fprintf(log, "%*s  %10.4f  %6.4f  %9.4f  %6.4f%s  %7s", r->epoch_w, ep, tl, ta, ev->loss,
+            ev->accuracy, val, hms(secs, t, sizeof t));
+    if (r->extra_cols > 0)
+        fprintf(log, "  %8.2e", lr);
+    if (r->extra_cols > 1)
+        fprintf(log, "  %6.0f", ips);
+    fputc('\n', log);
     fflush(log);
 }
 
@@ -622,12 +761,25 @@ static int train_epoch(run *r, const vit_dataset *train, const vit_train_opts *o
         }
         if (rc)
             return rc;
-        if (o->progress == 2 && vit_dist_rank() == 0 && (s % 4 == 3 || s == spe - 1)) {
+        /* A terminal gets the bar every 4 steps; a file or pipe a plain
+         * line at most every progress_seconds (no \r in a log). */
+        double tnow = 0, every = o->progress_seconds > 0 ? o->progress_seconds : 30;
+        int bar = o->progress == 2 && (s % 4 == 3 || s == spe - 1);
+        int plain = o->progress == 1 && s + 1 < spe && (tnow = now_seconds()) - r->last_print >= every;
+        if ((bar || plain) && vit_dist_rank() == 0) {
             double el = now_seconds() - t0;
             double steps = (double)(r->st.step - r->start_step);
             double ips = steps * c->batch / (el > 1e-9 ? el : 1e-9);
             double eta = steps > 0 ? (double)(total_steps - (long)r->st.step) * el / steps : 0;
-            progress_bar(log, r, (int)r->st.epoch, s + 1, spe, lv, ips, eta);
+            if (bar) {
+                progress_bar(log, r, s + 1, spe, lv, ips, eta);
+            } else {
+                char line[256];
+                progress_text(line, sizeof line, 100, r, s + 1, spe, lv, ips, eta, 0);
+                fprintf(log, "%s\n", line);
+                fflush(log);
+                r->last_print = tnow;
+            }
         }
     }
     r->st.epoch_step = 0;
@@ -711,9 +863,9 @@ int vit_train_run(const vit_config *cfg, const vit_dataset *train_in, const vit_
     int rc = run_setup(&r, cfg, &train, test, o);
     double prior_seconds = 0;
     int rank = vit_dist_rank();
-    if (rc == VIT_OK && rank == 0
-        && !(r.metrics = open_metrics(o->out_dir, o->resume, r.st.epoch, &prior_seconds)))
-        rc = VIT_EIO;
+    if (rc == VIT_OK && rank == 0)
+        rc = open_metrics(o->out_dir, o->resume, r.st.epoch, o->val_count > 0, &r.metrics,
+                          &prior_seconds);
     rc = vit_dist_agree(rc);
     if (rc == VIT_OK && r.cfg.batch < vit_dist_size())
         rc = vit_fail(VIT_EINVAL, "batch %d is smaller than the %d ranks", r.cfg.batch, vit_dist_size());
@@ -736,6 +888,10 @@ int vit_train_run(const vit_config *cfg, const vit_dataset *train_in, const vit_
     }
     vit_eval_result ev = {0};
     int stop = 0;
+    double val_acc = -1; /* the last epoch's, with a validation set */
+    r.last_print = t0;
+    if (rc == VIT_OK && o->progress >= 1 && rank == 0)
+        epoch_header(log, &r, val.count > 0, o->progress == 2 ? term_columns(log) - 1 : 100);
     while (rc == VIT_OK && !stop && r.st.epoch < (unsigned long long)c->epochs) {
         if (o->stop_after_epochs > 0 && r.st.epoch >= (unsigned long long)o->stop_after_epochs)
             break;
@@ -759,20 +915,27 @@ int vit_train_run(const vit_config *cfg, const vit_dataset *train_in, const vit_
                           r.st.epoch);
             break;
         }
+        if (val.count > 0) {
+            vit_eval_result vr;
+            if ((rc = evaluate_shared(&r, &val, &vr)))
+                break;
+            val_acc = vr.accuracy;
+            vit_eval_result_free(&vr);
+        }
         double secs = prior_seconds + now_seconds() - t0;
         if (rank == 0) {
-        fprintf(r.metrics, "%llu,%.6f,%.6f,%.6f,%.6f,%.8g,%.3f\n", r.st.epoch, tl, ta, ev.loss,
-                ev.accuracy, lr, secs);
-        fflush(r.metrics);
+            fprintf(r.metrics, "%llu,%.6f,%.6f,%.6f,%.6f,%.8g,%.3f", r.st.epoch, tl, ta, ev.loss,
+                    ev.accuracy, lr, secs);
+            if (val.count > 0)
+                fprintf(r.metrics, ",%.6f", val_acc);
+            fputc('\n', r.metrics);
+            fflush(r.metrics);
         }
-        if (o->progress == 2 && rank == 0)
-            fputc('\r', log);
         if (o->progress >= 1 && rank == 0) {
             double ips = (double)(r.st.epoch - start_epoch) * train.count / (now_seconds() - t0);
-            fprintf(log, "epoch %3llu/%d  loss %.4f  train_acc %.4f  test_loss %.4f  test_acc %.4f"
-                         "  lr %.2e  %5.0f img/s  %.1fs%*s\n",
-                    r.st.epoch, c->epochs, tl, ta, ev.loss, ev.accuracy, lr, ips, secs, 8, "");
-            fflush(log);
+            progress_clear(log, &r);
+            epoch_line(log, &r, tl, ta, &ev, val_acc, secs, lr, ips);
+            r.last_print = now_seconds();
         }
         int last = r.st.epoch == (unsigned long long)c->epochs
                    || (o->stop_after_epochs > 0 && r.st.epoch == (unsigned long long)o->stop_after_epochs);
@@ -796,7 +959,9 @@ int vit_train_run(const vit_config *cfg, const vit_dataset *train_in, const vit_
     }
     if (rc == VIT_OK && !ev.confusion)
         rc = evaluate_shared(&r, test, &ev);
-    if (rc == VIT_OK && val.count > 0) {
+    if (rc == VIT_OK && val_acc >= 0) {
+        res->val_accuracy = val_acc;
+    } else if (rc == VIT_OK && val.count > 0) {
         vit_eval_result vr;
         if ((rc = evaluate_shared(&r, &val, &vr)) == VIT_OK) {
             res->val_accuracy = vr.accuracy;

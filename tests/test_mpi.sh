@@ -51,5 +51,17 @@ if "$(dirname "$train")/vit_eval" "$tmp/two/last.ckpt" --data digits >/dev/null 
 else
     fail=$((fail + 1)); echo "FAIL the 2-rank checkpoint does not load"
 fi
+# What a 2-rank run prints to a file: Open MPI gives rank 0 a pseudo-terminal
+# even then, which must not bring the \r bar into the log; rank 0 alone
+# prints (one header, one row per epoch).
+mpirun --oversubscribe --allow-run-as-root -np 2 "$train" --dim 16 --depth 1 --heads 2 --mlp 16 \
+    --epochs 2 --batch 64 --threads 1 --out "$tmp/log" >"$tmp/log.txt" 2>&1
+sed 's/^/     | /' "$tmp/log.txt" | head -5
+if ! grep -q $'\r' "$tmp/log.txt" && [ "$(grep -c '^epoch  train loss' "$tmp/log.txt")" -eq 1 ] &&
+    [ "$(grep -cE '^ *[12]/2  ' "$tmp/log.txt")" -eq 2 ] && [ "$(grep -c '^data: ' "$tmp/log.txt")" -eq 1 ]; then
+    pass=$((pass + 1)); echo "ok   2 ranks to a file: no \\r, rank 0 alone prints"
+else
+    fail=$((fail + 1)); echo "FAIL 2 ranks to a file:"; cat -A "$tmp/log.txt" | head -20
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -147,10 +147,12 @@ echo "     second SIGINT: exit $rc after ${secs}s"
 check "second SIGINT: exit 130 at once, no checkpoint or temporary written" \
     '[ $rc -eq 130 ] && [ ! -e "$tmp/slow/last.ckpt" ] && ! ls "$tmp/slow" | grep -q tmp'
 
-# --ckpt-minutes: checkpoints inside the epochs (0.0005 min = 30 ms; an
-# epoch of single-image steps lasts longer); killed -9 right after the
-# first, the run resumes from inside an epoch to the uninterrupted result.
-timed=(--epochs 3 --batch 1 --ckpt-minutes 0.0005)
+# --ckpt-minutes: checkpoints inside the epochs (0.0002 min = 12 ms; an
+# epoch of 1437 single-image steps of this wider model lasts ~10 times
+# longer, so the first timed checkpoint lands well inside epoch 1 even on
+# a fast machine); killed -9 right after it, the run resumes from inside
+# an epoch to the uninterrupted result.
+timed=(--epochs 3 --batch 1 --dim 48 --mlp 96 --ckpt-minutes 0.0002)
 train "${timed[@]}" --out "$tmp/tref" >/dev/null 2>&1
 "$tools/vit_train" "${small[@]}" "${timed[@]}" --out "$tmp/t" >/dev/null 2>&1 &
 pid=$!

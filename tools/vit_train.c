@@ -50,6 +50,10 @@ static void usage(FILE *f)
         "                       parameters after every epoch\n"
         "  --help, --version\n"
         "\n"
+        "On a terminal a progress bar fits its width; to a file or pipe, a plain\n"
+        "progress line every 30 s (VIT_PROGRESS_SECONDS sets the interval) and one\n"
+        "line per epoch, with the validation accuracy under --val.\n"
+        "\n"
         "Ctrl-C (SIGINT) or SIGTERM finishes the current step, writes a checkpoint of\n"
         "it (inside an epoch too), prints the command that resumes it and exits 130\n"
         "(SIGTERM: 143); a second Ctrl-C quits at once, keeping the last complete\n"
@@ -228,6 +232,19 @@ static int run(int argc, char **argv)
                     "%s/last.ckpt, or pass --force to start over\n", prog, out, out);
         return 1;
     }
+    /* Seconds between the plain progress lines written to a file or pipe
+     * (tests use a fraction of a second). */
+    const char *every = getenv("VIT_PROGRESS_SECONDS");
+    if (every && *every) {
+        char *end;
+        o.progress_seconds = strtod(every, &end);
+        if (*end || !(o.progress_seconds > 0 && o.progress_seconds < 1e9)) {
+            if (vit_dist_rank() == 0)
+                fprintf(stderr, "%s: VIT_PROGRESS_SECONDS: expected a number of seconds > 0, "
+                        "got '%s'\n", prog, every);
+            return 2;
+        }
+    }
     o.stop = &stop_signal;
     catch_stop_signals();
 
@@ -245,10 +262,18 @@ static int run(int argc, char **argv)
     }
     if (!speak)
         o.progress = 0;
-    if (o.progress)
-        printf("data: %d train, %d test images of %dx%dx%d, %d classes%s\n", train.count - o.val_count,
-               test.count, train.height, train.width, train.channels, train.classes,
-               o.val_count ? " (plus validation)" : "");
+    /* Open MPI gives rank 0 a pseudo-terminal even when mpirun's output
+     * goes to a file, so isatty says nothing there: plain lines. */
+    if (o.progress == 2 && vit_dist_size() > 1)
+        o.progress = 1;
+    if (o.progress) {
+        char val[32] = "";
+        if (o.val_count)
+            snprintf(val, sizeof val, ", %d val", o.val_count);
+        printf("data: %d train%s, %d test images of %dx%dx%d, %d classes\n",
+               train.count - o.val_count, val, test.count, train.height, train.width,
+               train.channels, train.classes);
+    }
     if (o.progress && vit_dist_size() > 1)
         printf("data-parallel over %d ranks, global batch %d\n", vit_dist_size(), cfg.batch);
 

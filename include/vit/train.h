@@ -117,7 +117,16 @@ typedef struct vit_train_opts {
     int stop_after_epochs;   /* stop (with a checkpoint) once this many epochs
                                 are complete, as if interrupted; 0: run to
                                 the end */
-    int progress;            /* 0 quiet, 1 plain lines, 2 terminal bar */
+    int progress;            /* 0 quiet; 1 plain lines (for a file or pipe:
+                                no \r, the epoch lines and inside an epoch a
+                                progress line at most every
+                                progress_seconds); 2 a bar redrawn in place
+                                on a terminal, never wider than its width - 1
+                                (the log's window size, else $COLUMNS, else
+                                80), then the epoch lines.  Epoch lines fit
+                                100 columns */
+    double progress_seconds; /* with progress 1: seconds between progress
+                                lines inside an epoch (0: 30) */
     int check_replicas;      /* data-parallel jobs: after every epoch, fail
                                 unless all ranks hold bitwise identical
                                 parameters */
@@ -165,15 +174,17 @@ typedef struct vit_train_result {
  * large), VIT_EIO (output folder, checkpoint or metrics file), VIT_ENOMEM,
  * VIT_EFORMAT (a resume checkpoint that does not fit), VIT_ENUM (below).  Writes
  * OUT/metrics.csv (epoch, train_loss, train_acc, test_loss, test_acc, lr,
- * seconds), OUT/last.ckpt every ckpt_every epochs and at the end.  With
+ * seconds, and val_acc with a validation set: it is scored after every
+ * epoch too), OUT/last.ckpt every ckpt_every epochs and at the end.  With
  * resume, the run continues from the checkpoint (at an epoch boundary or
  * inside an epoch) and the result equals an uninterrupted run; cfg must
  * then equal the checkpoint's config but for two keys: epochs may grow
  * (the run is extended, the cosine schedule recomputed for the new length)
  * and ckpt_minutes may change; each change is reported on the log, any
  * other difference is refused with VIT_EINVAL naming the key and both
- * values.  A resumed run that has done all its epochs trains nothing and
- * sets res->already_complete.  OUT/metrics.csv then keeps the checkpoint's
+ * values, as is a val_count that adds or removes the validation set.  A
+ * resumed run that has done all its epochs trains nothing and sets
+ * res->already_complete.  OUT/metrics.csv then keeps the checkpoint's
  * epochs' rows of the metrics.csv next to the checkpoint.  An out_dir that
  * already holds another run (vit_run_dir_taken) is refused with VIT_EINVAL
  * unless overwrite is set.  Inside an epoch a checkpoint is also written

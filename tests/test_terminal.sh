@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# What vit_train prints, as a person reads it:
+#   1. in a pseudo-terminal of 80 columns (and of 40): the progress bar is
+#      there and no line, nor any piece of one redrawn after a \r, is wider
+#      than the terminal's width - 1, so nothing wraps; the ETA reads h:mm:ss.
+#   2. to a pipe (COLUMNS=60, no terminal): no \r at all, no line over 100
+#      columns, plain progress lines at the VIT_PROGRESS_SECONDS interval
+#      and none in a short run at the default 30 s.
+#   3. --val N: N on the data line, a val acc column whose figures are the
+#      val_acc column of metrics.csv (appended after the old columns), and
+#      a resume that would drop the validation set refused.
+# Usage: test_terminal.sh TOOLS_DIR
+set -u
+tools=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+# widest FILE [PATTERN]: the longest piece between \r and \n (of those
+# matching PATTERN).
+widest() { tr '\r' '\n' <"$1" | awk -v p="${2:-}" '$0 ~ p { if (length($0) > m) m = length($0) } END { print m + 0 }'; }
+show() { echo "     $1:"; tr '\r' '\n' <"$2" | grep -v '^ *$' | head -"${3:-12}" | sed 's/^/     | /'; }
+
+if ! command -v script >/dev/null; then
+    echo "script (util-linux) not found: skipped"; exit 77
+fi
+cd "$tmp" || exit 1
+train=$(printf %q "$tools/vit_train")
+small="--dim 16 --depth 1 --heads 2 --mlp 16 --threads 1 --batch 8"
+eta='ETA [0-9]+:[0-5][0-9]:[0-5][0-9]'
+
+# ---- 1. a terminal ------------------------------------------------------
+# (--out in a short folder: the last line names the checkpoint's path.)
+for cols in 80 40; do
+    mkdir "c$cols"
+    script -q -e -c "stty cols $cols rows 24; cd c$cols && $train $small --epochs 2 --out t" /dev/null \
+        </dev/null >"tty$cols.out" 2>&1
+    rc=$?
+    show "$cols columns, each \\r a new line" "tty$cols.out" 6
+    check "$cols-column terminal: run exits 0" '[ $rc -eq 0 ]'
+    check "$cols-column terminal: no bar piece wider than $((cols - 1)) ($(widest "tty$cols.out" ETA))" \
+        '[ "$(widest "tty$cols.out" ETA)" -le $((cols - 1)) ] && [ "$(widest "tty$cols.out" ETA)" -gt 0 ]'
+done
+check "80 columns: no line or piece wider than 79 ($(widest tty80.out))" '[ "$(widest tty80.out)" -le 79 ]'
+check "80 columns: the bar is drawn in place, with its 20 cells, steps, loss, speed and ETA" \
+    'tr "\r" "\n" <tty80.out | grep -qE "^epoch 1/2 \[[#.]{20}\] step [0-9]+/180 loss [0-9]+\.[0-9]{4} [0-9]+ img/s $eta *$"'
+check "40 columns: the bar shrinks to what fits (epoch, ETA kept)" \
+    'tr "\r" "\n" <tty40.out | grep -qE "^epoch [12]/2 .*$eta *$"'
+
+# ---- 2. a pipe ----------------------------------------------------------
+COLUMNS=60 VIT_PROGRESS_SECONDS=0.002 "$tools/vit_train" $small --epochs 2 --out p >pipe.out 2>&1
+show "to a pipe, VIT_PROGRESS_SECONDS=0.002" pipe.out 5
+check "pipe: no \\r" '! grep -q $'"'"'\r'"'"' pipe.out'
+check "pipe: no line over 100 columns ($(widest pipe.out))" '[ "$(widest pipe.out)" -le 100 ]'
+check "pipe: plain progress lines inside the epochs" \
+    '[ "$(grep -cE "^epoch [12]/2 step [0-9]+/180 loss [0-9]+\.[0-9]{4} [0-9]+ img/s $eta$" pipe.out)" -ge 2 ]'
+check "pipe: one row per epoch under the header" \
+    '[ "$(grep -c "^epoch  train loss     acc  test loss     acc     time" pipe.out)" -eq 1 ] && [ "$(grep -cE "^ *[12]/2  " pipe.out)" -eq 2 ]'
+
+# ---- 3. --val -----------------------------------------------------------
+"$tools/vit_train" $small --epochs 3 --val 100 --out v >val.out 2>&1
+show "--val 100, to a pipe (default interval)" val.out 6
+check "--val: the data line counts the validation images" \
+    'grep -qx "data: 1337 train, 100 val, 360 test images of 8x8x1, 10 classes" val.out'
+check "--val: no progress lines in a short run at the default 30 s" '! grep -q "step" val.out'
+check "--val: no line over 100 columns" '[ "$(widest val.out)" -le 100 ]'
+check "--val: metrics.csv keeps its columns and appends val_acc" \
+    '[ "$(head -1 v/metrics.csv)" = "epoch,train_loss,train_acc,test_loss,test_acc,lr,seconds,val_acc" ]'
+# Row "e/3 train_loss train_acc test_loss test_acc val_acc time ..." against
+# metrics.csv's fields 1, 2, 3, 4, 5 and 8, at the 4 printed decimals.
+rows=$(grep -E "^ *[0-9]+/3 " val.out | awk '{ split($1, e, "/"); print e[1], $2, $3, $4, $5, $6 }')
+want=$(awk -F, 'NR > 1 { printf "%d %.4f %.4f %.4f %.4f %.4f\n", $1, $2, $3, $4, $5, $8 }' v/metrics.csv)
+echo "     printed: $(tr '\n' ';' <<<"$rows")"
+echo "     metrics: $(tr '\n' ';' <<<"$want")"
+check "--val: each epoch's figures, val acc too, are metrics.csv's" '[ -n "$rows" ] && [ "$rows" = "$want" ] && [ "$(wc -l <<<"$rows")" -eq 3 ]'
+check "--val: the final validation accuracy is the last epoch's" \
+    'grep -qx "validation accuracy $(tail -1 <<<"$want" | cut -d" " -f6)" val.out'
+"$tools/vit_train" $small --epochs 4 --resume v/last.ckpt >drop.out 2>&1
+rc=$?
+cat drop.out | sed 's/^/     | /'
+check "--val: a resume without it is refused, metrics untouched" \
+    '[ $rc -ne 0 ] && grep -q "logged with a validation set and this run has none" drop.out && [ "$(wc -l <v/metrics.csv)" -eq 4 ]'
+"$tools/vit_train" $small --epochs 4 --val 100 --resume v/last.ckpt >keep.out 2>&1
+check "--val: a resume with it adds epoch 4 with its val_acc" \
+    '[ "$(wc -l <v/metrics.csv)" -eq 5 ] && [ "$(tail -1 v/metrics.csv | tr -cd , | wc -c)" -eq 7 ]'
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
