@@ -603,7 +603,7 @@ START_TEST(logits_csv)
     int labels[N] = {0, 3, 4};
     for (int i = 0; i < N * H * W * C; i++)
         images[i] = (vit_real)(0.5 + 0.5 * cos(1.3 * i));
-    vit_dataset ds = {N, H, W, C, K, images, labels};
+    vit_dataset ds = {N, H, W, C, K, images, labels, NULL};
     char err[512] = "";
     double acc = -1;
     ck_assert_msg(export_logits_csv(m, &ds, tp("logits.csv"), &acc, err, sizeof err) == 0, "%s",
