@@ -331,7 +331,7 @@ static void export_small(vit_model *m, const char *rel)
 {
     char err[512] = "";
     size_t bytes = 0;
-    ck_assert_msg(export_safetensors(m, tp(rel), &bytes, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(export_safetensors(m, NULL, tp(rel), &bytes, err, sizeof err) == 0, "%s", err);
     read_file(tp(rel), &g_file);
     ck_assert_uint_eq(bytes, g_file.size);
 }
@@ -573,7 +573,7 @@ START_TEST(atomic_write_and_errors)
     fputs("old contents", fp);
     fclose(fp);
     /* Replacing a file leaves exactly the new file, mode 0644. */
-    ck_assert_msg(export_safetensors(m, path, NULL, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(export_safetensors(m, NULL, path, NULL, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(count_entries(dir), 1);
     struct stat st;
     ck_assert_int_eq(stat(path, &st), 0);
@@ -583,9 +583,9 @@ START_TEST(atomic_write_and_errors)
     free_file(&g_file);
     /* A folder that does not exist: an error naming the path, no file. */
     snprintf(path, sizeof path, "%s/none/m.safetensors", dir);
-    ck_assert_int_eq(export_safetensors(m, path, NULL, err, sizeof err), -1);
+    ck_assert_int_eq(export_safetensors(m, NULL, path, NULL, err, sizeof err), -1);
     ck_assert_msg(strstr(err, path) != NULL, "%s", err);
-    ck_assert_int_eq(export_safetensors(NULL, path, NULL, err, sizeof err), -1);
+    ck_assert_int_eq(export_safetensors(NULL, NULL, path, NULL, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "model is NULL") != NULL, "%s", err);
     vit_model_free(m);
 }

@@ -261,7 +261,8 @@ static int fill(vit_model *m, const out_tensor *o, float *dst, char *err, size_t
 }
 
 /* The JSON header, padded with spaces to a multiple of 8 bytes. */
-static void header_json(sbuf *b, const vit_config *c, const out_tensor *o, int n)
+static void header_json(sbuf *b, const vit_config *c, char *const *class_names,
+                        const out_tensor *o, int n)
 {
     char cfg[4096], *save = NULL;
     sb_printf(b, "{\"__metadata__\":{");
@@ -281,8 +282,23 @@ static void header_json(sbuf *b, const vit_config *c, const out_tensor *o, int n
     sb_printf(b, "\"format\":\"pt\",\"producer\":\"vit_export %s\","
                  "\"layout\":\"timm.VisionTransformer\",\"global_pool\":\"%s\","
                  "\"layer_norm_eps\":\"1e-05\",\"activation\":\"gelu_exact\","
-                 "\"input\":\"NCHW float32 in [0, 1], no normalization\"}",
+                 "\"input\":\"NCHW float32 in [0, 1], no normalization\"",
               vit_version(), c->pool == VIT_POOL_MEAN ? "avg" : "token");
+    if (class_names) { /* a JSON array in a string: metadata values are strings */
+        sbuf arr = {NULL, 0, 0, 0};
+        for (int k = 0; k < c->classes; k++) {
+            sb_printf(&arr, k ? "," : "[");
+            sb_json_string(&arr, class_names[k]);
+        }
+        sb_printf(&arr, "]");
+        sb_printf(b, ",\"class_names\":");
+        if (arr.oom)
+            b->oom = 1;
+        else
+            sb_json_string(b, arr.p);
+        free(arr.p);
+    }
+    sb_printf(b, "}");
     for (int i = 0; i < n; i++) {
         sb_printf(b, ",");
         sb_json_string(b, o[i].name);
@@ -296,7 +312,8 @@ static void header_json(sbuf *b, const vit_config *c, const out_tensor *o, int n
         sb_printf(b, " ");
 }
 
-int export_safetensors(vit_model *m, const char *path, size_t *bytes, char *err, size_t cap)
+int export_safetensors(vit_model *m, char *const *class_names, const char *path, size_t *bytes,
+                       char *err, size_t cap)
 {
     if (!m || !path)
         return fail(err, cap, "export_safetensors: %s is NULL", !m ? "model" : "path");
@@ -328,7 +345,7 @@ int export_safetensors(vit_model *m, const char *path, size_t *bytes, char *err,
     for (int i = 0; i < n; i++)
         if (fill(m, &o[i], data + o[i].offset, err, cap))
             goto done;
-    header_json(&hdr, c, o, n);
+    header_json(&hdr, c, class_names, o, n);
     if (hdr.oom) {
         fail(err, cap, "%s: out of memory", path);
         goto done;

@@ -45,9 +45,11 @@
 
 /* Writes m as a safetensors file at path, atomically (a temporary file in the
  * same folder, flushed to disk and renamed over path; on failure path is
- * untouched and the temporary file removed).  *bytes, if not NULL, receives
- * the file size. */
-int export_safetensors(vit_model *m, const char *path, size_t *bytes, char *err, size_t cap);
+ * untouched and the temporary file removed).  class_names (the model's
+ * classes of them, or NULL for none) go into the metadata as "class_names",
+ * a JSON array in a string.  *bytes, if not NULL, receives the file size. */
+int export_safetensors(vit_model *m, char *const *class_names, const char *path, size_t *bytes,
+                       char *err, size_t cap);
 
 /* Runs m on every image of ds and writes path (atomically) as CSV: the
  * header "index,label,pred,logit_0,...,logit_{K-1}", then one row per image
