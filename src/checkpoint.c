@@ -141,6 +141,18 @@ static int validate_for_write(const vit_ckpt *c)
     for (int i = 0; i < c->norder; i++)
         if (c->order[i] < 0)
             return vit_fail(VIT_EINVAL, "%s: order[%d] = %d is negative", fn, i, c->order[i]);
+    if (c->nclass_names < 0 || c->nclass_names > VIT_CKPT_CLASSES_MAX ||
+        (c->nclass_names > 0 && c->class_names == NULL))
+        return vit_fail(VIT_EINVAL, "%s: nclass_names = %d (0 .. %d) with class_names %s", fn,
+                        c->nclass_names, VIT_CKPT_CLASSES_MAX, c->class_names ? "set" : "NULL");
+    for (int i = 0; i < c->nclass_names; i++) {
+        const char *name = c->class_names[i];
+        size_t len = name ? strlen(name) : 0;
+        if (len < 1 || len >= VIT_CKPT_CLASS_NAME_MAX)
+            return vit_fail(VIT_EINVAL, "%s: class_names[%d] is %s (a class name is 1 .. %d bytes)",
+                            fn, i, !name ? "NULL" : len ? "too long" : "empty",
+                            VIT_CKPT_CLASS_NAME_MAX - 1);
+    }
     if (c->config && strlen(c->config) > UINT32_MAX)
         return vit_fail(VIT_EINVAL, "%s: config text is longer than 4 GiB", fn);
     for (int i = 0; i < c->ntensors; i++) {
@@ -246,6 +258,12 @@ static void w_checkpoint(ckpt_writer *w, const vit_ckpt *c)
     size_t clen = c->config ? strlen(c->config) : 0;
     w_u32(w, (uint32_t)clen);
     w_bytes(w, (const unsigned char *)c->config, clen);
+    w_u32(w, (uint32_t)c->nclass_names);
+    for (int i = 0; i < c->nclass_names; i++) {
+        size_t nlen = strlen(c->class_names[i]);
+        w_u16(w, (unsigned)nlen);
+        w_bytes(w, (const unsigned char *)c->class_names[i], nlen);
+    }
     w_u32(w, (uint32_t)c->ntensors);
     for (int i = 0; i < c->ntensors; i++) {
         const vit_ckpt_tensor *t = &c->tensors[i];
@@ -527,7 +545,52 @@ static int parse_position(ckpt_reader *r, vit_ckpt *c)
     return VIT_OK;
 }
 
-/* Fixed header up to and including the config text. */
+/* Format 2's class names.  The count is checked against its limit and
+ * the bytes left (each name takes at least 3) before anything is
+ * allocated; each name is counted as soon as it exists, so vit_ckpt_free
+ * releases exactly what was allocated if a later one fails. */
+static int parse_class_names(ckpt_reader *r, vit_ckpt *c)
+{
+    uint32_t n;
+    int rc;
+    if ((rc = r_u32(r, &n, "class name count")))
+        return rc;
+    if (n > VIT_CKPT_CLASSES_MAX || n > (r->len - r->pos) / 3)
+        return vit_fail(VIT_EFORMAT,
+                        "vit_ckpt_read: '%s': class name count %u is above %d or cannot fit in the "
+                        "%zu bytes left (truncated or corrupt)",
+                        r->path, (unsigned)n, VIT_CKPT_CLASSES_MAX, r->len - r->pos);
+    if (n == 0)
+        return VIT_OK;
+    c->class_names = calloc(n, sizeof *c->class_names);
+    if (c->class_names == NULL)
+        return vit_fail(VIT_ENOMEM, "vit_ckpt_read: '%s': cannot allocate %u class names", r->path,
+                        (unsigned)n);
+    for (uint32_t i = 0; i < n; i++) {
+        unsigned len;
+        if ((rc = r_u16(r, &len, "class name length")))
+            return rc;
+        if (len < 1 || len >= VIT_CKPT_CLASS_NAME_MAX)
+            return vit_fail(VIT_EFORMAT,
+                            "vit_ckpt_read: '%s': class name %u length %u not in 1..%d", r->path,
+                            (unsigned)i, len, VIT_CKPT_CLASS_NAME_MAX - 1);
+        if ((rc = need(r, len, "class name")))
+            return rc;
+        if (memchr(r->buf + r->pos, '\0', len) != NULL)
+            return bad(r, "class name contains a NUL byte");
+        if ((c->class_names[i] = malloc((size_t)len + 1)) == NULL)
+            return vit_fail(VIT_ENOMEM, "vit_ckpt_read: '%s': cannot allocate a class name",
+                            r->path);
+        c->nclass_names = (int)i + 1;
+        memcpy(c->class_names[i], r->buf + r->pos, len);
+        c->class_names[i][len] = '\0';
+        r->pos += len;
+    }
+    return VIT_OK;
+}
+
+/* Fixed header up to and including the config text (and, from format 2,
+ * the class names after it). */
 static int parse_header(ckpt_reader *r, vit_ckpt *c)
 {
     int rc;
@@ -573,7 +636,7 @@ static int parse_header(ckpt_reader *r, vit_ckpt *c)
     memcpy(c->config, r->buf + r->pos, clen);
     c->config[clen] = '\0';
     r->pos += clen;
-    return VIT_OK;
+    return version >= 2 ? parse_class_names(r, c) : VIT_OK;
 }
 
 /* Where the first non-finite value sits, reported only after the CRC has
@@ -728,6 +791,10 @@ void vit_ckpt_free(vit_ckpt *c)
     free(c->tensors);
     free(c->config);
     free(c->order);
+    if (c->class_names)
+        for (int i = 0; i < c->nclass_names; i++)
+            free(c->class_names[i]);
+    free(c->class_names);
     memset(c, 0, sizeof *c);
 }
 

@@ -6,6 +6,7 @@
 #include "error.h"
 
 #include <dirent.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -16,6 +17,10 @@ void vit_dataset_free(vit_dataset *ds)
         return;
     free(ds->images);
     free(ds->labels);
+    if (ds->class_names != NULL)
+        for (int k = 0; k < ds->classes; k++)
+            free(ds->class_names[k]);
+    free(ds->class_names);
     memset(ds, 0, sizeof *ds);
 }
 
@@ -55,6 +60,31 @@ int vit_data_internal_alloc(vit_dataset *ds, int count, int height, int width,
     ds->height = height;
     ds->width = width;
     ds->channels = channels;
+    return VIT_OK;
+}
+
+char **vit_data_internal_numbers(int n)
+{
+    char **s = calloc(n > 0 ? (size_t)n : 1, sizeof *s);
+    for (int k = 0; s != NULL && k < n; k++) {
+        char num[16];
+        snprintf(num, sizeof num, "%d", k);
+        if ((s[k] = strdup(num)) == NULL) {
+            for (int j = 0; j < k; j++)
+                free(s[j]);
+            free(s);
+            s = NULL;
+        }
+    }
+    return s;
+}
+
+int vit_data_internal_number_names(vit_dataset *ds, const char *what)
+{
+    if ((ds->class_names = vit_data_internal_numbers(ds->classes)) == NULL) {
+        vit_dataset_free(ds);
+        return vit_fail(VIT_ENOMEM, "%s: out of memory for %d class names", what, ds->classes);
+    }
     return VIT_OK;
 }
 

@@ -137,7 +137,7 @@ static int fill(vit_dataset *ds, const records *r, int first, int count, const c
             img[j] = (vit_real)rec[j] / (vit_real)DIGITS_MAXVAL;
         ds->labels[i] = rec[DIGITS_PIXELS];
     }
-    return VIT_OK;
+    return vit_data_internal_number_names(ds, path);
 }
 
 int vit_data_load_digits(const char *path, int n_train, vit_dataset *train,

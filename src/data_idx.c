@@ -219,7 +219,7 @@ static int to_dataset(vit_dataset *ds, const idx_file *img, const idx_file *lab,
         ds->images[i] = (vit_real)img->data[i] / (vit_real)255;
     for (int i = 0; i < ds->count; i++)
         ds->labels[i] = lab->data[i];
-    return VIT_OK;
+    return vit_data_internal_number_names(ds, img->path);
 }
 
 int vit_data_load_idx(const char *dir, vit_dataset *train, vit_dataset *test)

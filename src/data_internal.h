@@ -20,6 +20,14 @@ int vit_data_internal_begin(const char *fn, const char *src_name, const void *sr
 int vit_data_internal_alloc(vit_dataset *ds, int count, int height, int width,
                             int channels, const char *what);
 
+/* The strings "0", "1", ... "n-1" in a malloc'd array of n malloc'd
+ * strings, or NULL when out of memory. */
+char **vit_data_internal_numbers(int n);
+
+/* Names the classes of ds (ds->classes of them) "0", "1", ... after their
+ * labels.  On failure ds is freed (zeroed) and VIT_ENOMEM names what. */
+int vit_data_internal_number_names(vit_dataset *ds, const char *what);
+
 /* dir + "/" + name + suffix in a malloc'd string, or NULL when out of
  * memory. */
 char *vit_data_internal_join(const char *dir, const char *name, const char *suffix);

@@ -401,25 +401,22 @@ static int read_images(const char *dir, const name_list *classes, const name_lis
     return rc;
 }
 
-/* vit_data_load_png_dir, also handing back the class names when wanted. */
-static int load_dir(const char *dir, vit_dataset *ds, name_list *class_names)
+/* vit_data_load_png_dir: the class folder names become ds->class_names. */
+static int load_dir(const char *dir, vit_dataset *ds)
 {
     name_list classes = {NULL, 0}, *files = NULL;
     int total = 0;
     int rc = list_classes(dir, &classes, &files, &total);
     if (rc == VIT_OK)
         rc = read_images(dir, &classes, files, total, ds);
-    if (rc != VIT_OK)
-        vit_dataset_free(ds);
-    if (rc == VIT_OK && class_names != NULL) {
-        *class_names = classes;
-        classes.n = 0; /* ownership moved: free only the file lists below */
-        classes.name = NULL;
-        for (int k = 0; k < class_names->n; k++)
+    if (rc == VIT_OK) {
+        ds->class_names = classes.name; /* ds->classes == classes.n of them */
+        for (int k = 0; k < classes.n; k++)
             names_free(&files[k]);
         free(files);
         return rc;
     }
+    vit_dataset_free(ds);
     classes_free(&classes, files);
     return rc;
 }
@@ -431,7 +428,7 @@ int vit_data_load_png_dir(const char *dir, vit_dataset *ds)
     if ((rc = vit_check_ptr(fn, "dir", dir)) || (rc = vit_check_ptr(fn, "ds", ds)))
         return rc;
     memset(ds, 0, sizeof *ds);
-    return load_dir(dir, ds, NULL);
+    return load_dir(dir, ds);
 }
 
 /* The train/ and test/ halves of a PNG data set: both must have the same
@@ -439,26 +436,23 @@ int vit_data_load_png_dir(const char *dir, vit_dataset *ds)
 int vit_data_internal_png_pair(const char *train_dir, const char *test_dir,
                                vit_dataset *train, vit_dataset *test)
 {
-    name_list a = {NULL, 0}, b = {NULL, 0};
     memset(train, 0, sizeof *train);
     memset(test, 0, sizeof *test);
-    int rc = load_dir(train_dir, train, &a);
+    int rc = load_dir(train_dir, train);
     if (rc == VIT_OK)
-        rc = load_dir(test_dir, test, &b);
-    if (rc == VIT_OK && a.n != b.n)
-        rc = vit_fail(VIT_EFORMAT, "%s: %d class folders, but %s has %d", test_dir, b.n,
-                      train_dir, a.n);
-    for (int k = 0; rc == VIT_OK && k < a.n; k++)
-        if (strcmp(a.name[k], b.name[k]) != 0)
+        rc = load_dir(test_dir, test);
+    if (rc == VIT_OK && train->classes != test->classes)
+        rc = vit_fail(VIT_EFORMAT, "%s: %d class folders, but %s has %d", test_dir, test->classes,
+                      train_dir, train->classes);
+    for (int k = 0; rc == VIT_OK && k < train->classes; k++)
+        if (strcmp(train->class_names[k], test->class_names[k]) != 0)
             rc = vit_fail(VIT_EFORMAT, "%s: class folder %d is '%s', but in %s it is '%s'",
-                          test_dir, k, b.name[k], train_dir, a.name[k]);
+                          test_dir, k, test->class_names[k], train_dir, train->class_names[k]);
     if (rc == VIT_OK && (train->height != test->height || train->width != test->width ||
                          train->channels != test->channels))
         rc = vit_fail(VIT_EFORMAT, "%s: images are %s %dx%d, but those in %s are %s %dx%d",
                       test_dir, kind(test->channels), test->height, test->width, train_dir,
                       kind(train->channels), train->height, train->width);
-    names_free(&a);
-    names_free(&b);
     if (rc != VIT_OK) {
         vit_dataset_free(train);
         vit_dataset_free(test);

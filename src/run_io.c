@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data_internal.h"
 #include "error.h"
 #include "vit/checkpoint.h"
 #include "vit/train.h"
@@ -18,6 +19,9 @@ int vit_run_save(const char *path, const vit_model *m, const vit_adamw *opt,
 {
     if (!path || !m || !st)
         return vit_fail(VIT_EINVAL, "vit_run_save: %s is NULL", !path ? "path" : !m ? "model" : "state");
+    if (st->class_names && st->nclass_names != vit_model_config(m)->classes)
+        return vit_fail(VIT_EINVAL, "vit_run_save: %s: %d class names for a model of %d classes",
+                        path, st->nclass_names, vit_model_config(m)->classes);
     char config[CONFIG_CAP];
     int rc = vit_config_format(vit_model_config(m), config, sizeof config);
     if (rc < 0)
@@ -47,7 +51,9 @@ int vit_run_save(const char *path, const vit_model *m, const vit_adamw *opt,
         }
     }
     vit_ckpt c = {.step = st->step, .epoch = st->epoch, .config = config, .ntensors = n, .tensors = t,
-                  .epoch_step = st->epoch_step, .norder = st->norder, .order = st->order};
+                  .epoch_step = st->epoch_step, .norder = st->norder, .order = st->order,
+                  .nclass_names = st->class_names ? st->nclass_names : 0,
+                  .class_names = st->class_names};
     memcpy(c.rng, st->rng.s, sizeof c.rng);
     memcpy(c.epoch_sums, st->epoch_sums, sizeof c.epoch_sums);
     rc = vit_ckpt_write(path, &c);
@@ -99,6 +105,9 @@ int vit_run_load(const char *path, vit_model **model, vit_adamw *opt, vit_run_st
             n *= (size_t)c.tensors[i].dims[d]; /* cannot overflow: bounded by the file size */
         held += n;
     }
+    if (rc == VIT_OK && c.nclass_names > 0 && c.nclass_names != cfg.classes)
+        rc = vit_fail(VIT_EFORMAT, "%s: %d class names, but the stored config has %d classes", path,
+                      c.nclass_names, cfg.classes);
     if (rc == VIT_OK && want > held)
         rc = vit_fail(VIT_EFORMAT, "%s: the stored config describes %zu parameters, but the file "
                       "holds only %zu values", path, want, held);
@@ -138,6 +147,17 @@ int vit_run_load(const char *path, vit_model **model, vit_adamw *opt, vit_run_st
         st->order = c.order; /* handed over */
         c.order = NULL;
         c.norder = 0;
+        st->nclass_names = cfg.classes;
+        st->class_names = c.class_names; /* handed over, or "0" .. "K-1" */
+        c.class_names = NULL;
+        c.nclass_names = 0;
+        if (!st->class_names && !(st->class_names = vit_data_internal_numbers(cfg.classes))) {
+            st->nclass_names = 0;
+            vit_run_state_free(st);
+            if (opt)
+                vit_adamw_free(opt);
+            rc = vit_fail(VIT_ENOMEM, "%s: out of memory for %d class names", path, cfg.classes);
+        }
     }
     vit_ckpt_free(&c);
     if (rc) {
@@ -155,6 +175,12 @@ void vit_run_state_free(vit_run_state *st)
     free(st->order);
     st->order = NULL;
     st->norder = 0;
+    if (st->class_names)
+        for (int k = 0; k < st->nclass_names; k++)
+            free(st->class_names[k]);
+    free(st->class_names);
+    st->class_names = NULL;
+    st->nclass_names = 0;
 }
 
 int vit_run_config(const char *path, vit_config *cfg)

@@ -248,7 +248,8 @@ static int is_adamw_key(const char *key)
 }
 
 /* The JSON header, padded with spaces to a multiple of 8 bytes. */
-static int header_json(sbuf *b, const vit_config *c, const plan_tensor *o, int n)
+static int header_json(sbuf *b, const vit_config *c, char *const *class_names,
+                       const plan_tensor *o, int n)
 {
     char cfg[4096], *save = NULL;
     int rc = vit_config_format(c, cfg, sizeof cfg);
@@ -273,8 +274,23 @@ static int header_json(sbuf *b, const vit_config *c, const plan_tensor *o, int n
     sb_printf(b, "\"format\":\"pt\",\"producer\":\"vit_export %s\","
                  "\"layout\":\"timm.VisionTransformer\",\"global_pool\":\"%s\","
                  "\"layer_norm_eps\":\"1e-05\",\"activation\":\"gelu_exact\","
-                 "\"input\":\"NCHW float32 in [0, 1], no normalization\"}",
+                 "\"input\":\"NCHW float32 in [0, 1], no normalization\"",
               vit_version(), c->pool == VIT_POOL_MEAN ? "avg" : "token");
+    if (class_names) { /* a JSON array in a string: metadata values are strings */
+        sbuf arr = {0};
+        for (int k = 0; k < c->classes; k++) {
+            sb_printf(&arr, k ? "," : "[");
+            sb_json_string(&arr, class_names[k]);
+        }
+        sb_printf(&arr, "]");
+        sb_printf(b, ",\"class_names\":");
+        if (arr.oom)
+            b->oom = 1;
+        else
+            sb_json_string(b, arr.p);
+        free(arr.p);
+    }
+    sb_printf(b, "}"); /* end of __metadata__ */
     size_t offset = 0;
     for (int i = 0; i < n; i++) {
         sb_printf(b, ",");
@@ -344,7 +360,8 @@ static int write_atomic(const char *path, const unsigned char *head, size_t head
 
 /* ---- export ------------------------------------------------------------- */
 
-int vit_safetensors_save(const vit_model *m, const char *path, size_t *bytes)
+int vit_safetensors_save(const vit_model *m, char *const *class_names, const char *path,
+                         size_t *bytes)
 {
     if (!m || !path)
         return vit_fail(VIT_EINVAL, "vit_safetensors_save: %s is NULL", !m ? "model" : "path");
@@ -394,7 +411,7 @@ int vit_safetensors_save(const vit_model *m, const char *path, size_t *bytes)
         }
         base += o[i].count;
     }
-    if ((rc = header_json(&hdr, c, o, n)) != VIT_OK)
+    if ((rc = header_json(&hdr, c, class_names, o, n)) != VIT_OK)
         goto done;
     if (hdr.oom) {
         rc = vit_fail(VIT_ENOMEM, "%s: out of memory", path);

@@ -419,6 +419,7 @@ typedef struct run {
     int bar_len;                   /* characters of the progress bar on screen */
     double last_print;             /* now_seconds() of the last line printed */
     int epoch_w, extra_cols;       /* the epoch table's first column, lr/img/s */
+    char **class_names;            /* the training data's, for the checkpoint (not owned) */
 } run;
 
 static void run_free(run *r)
@@ -474,6 +475,7 @@ static int run_setup(run *r, const vit_config *cfg, const vit_dataset *train, co
     }
     if ((rc = check_data_shape(&r->cfg, train, "training")) || (rc = check_data_shape(&r->cfg, test, "test")))
         return rc;
+    r->class_names = train->classes == r->cfg.classes ? train->class_names : NULL;
     size_t img = (size_t)r->cfg.image_height * r->cfg.image_width * r->cfg.channels;
     r->eval_tape = vit_tape_new();
     r->images = malloc((size_t)r->cfg.batch * img * sizeof *r->images);
@@ -671,6 +673,10 @@ static int save(run *r, int norder)
     vit_run_state st = r->st;
     st.order = norder ? r->perm : NULL;
     st.norder = norder;
+    if (r->class_names) { /* else those of the resumed checkpoint, if any */
+        st.class_names = r->class_names;
+        st.nclass_names = r->cfg.classes;
+    }
     int mine = vit_dist_rank() == 0 ? vit_run_save(r->ckpt, r->m, &r->opt, &st) : VIT_OK;
     int rc = vit_dist_agree(mine);
     if (rc && mine == VIT_OK)

@@ -164,9 +164,22 @@ static void put_header_v(bytes *o, const char *config, const uint32_t *order_len
     }
     put(o, strlen(config), 4);
     put_str(o, config);
+    if (order_len)
+        put(o, 0, 4); /* no class names */
 }
 
 static void put_header(bytes *o, const char *config) { put_header_v(o, config, NULL, 0, 0); }
+
+/* A version-2 header (order of 2) ending in a class name count of n: the
+ * class names are next. */
+static void put_names_start(bytes *o, uint32_t n)
+{
+    const uint32_t two = 2;
+    o->n = 0;
+    put_header_v(o, "", &two, 2, 0);
+    o->n -= 4;
+    put(o, n, 4);
+}
 
 static void put_crc(bytes *o) { put(o, ref_crc32(o->b, o->n), 4); }
 
@@ -186,6 +199,8 @@ static void expect_read_fails(const char *path, int rc, const char *want)
     ck_assert_ptr_null(c.config);
     ck_assert_ptr_null(c.tensors);
     ck_assert_int_eq(c.ntensors, 0);
+    ck_assert_ptr_null(c.class_names);
+    ck_assert_int_eq(c.nclass_names, 0);
 }
 
 static void write_image(const char *path, const bytes *o) { write_all(path, o->b, o->n); }
@@ -210,7 +225,8 @@ static vit_ckpt small_ckpt(vit_ckpt_tensor t[2])
     t[1].ndim = 1;
     t[1].dims[0] = 3;
     t[1].data = small_b;
-    vit_ckpt c = {7, 2, {1, 2, 3, 4}, "dim=8\n", 2, t, 0, {0, 0, 0}, 0, NULL};
+    static char *names[3] = {"bag", "coat", "sneaker"};
+    vit_ckpt c = {7, 2, {1, 2, 3, 4}, "dim=8\n", 2, t, 0, {0, 0, 0}, 0, NULL, 3, names};
     return c;
 }
 
@@ -234,8 +250,9 @@ START_TEST(test_byte_layout)
     vit_real w[2] = {1.0, -2.0};
     vit_ckpt_tensor t = {"w", 2, {1, 2, 0, 0}, w};
     int order[2] = {1, 0};
+    char *names[2] = {"cat", "\xc3\xa9t\xc3\xa9"}; /* "été" in UTF-8 */
     vit_ckpt c = {0x0102030405060708ULL, 9, {1, 2, 3, 0x8000000000000000ULL}, "ab", 1, &t,
-                  3, {0.5, -2.0, 0.0}, 2, order};
+                  3, {0.5, -2.0, 0.0}, 2, order, 2, names};
     ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_OK);
 
     static const unsigned char want_head[] = {
@@ -255,6 +272,9 @@ START_TEST(test_byte_layout)
         2, 0, 0, 0,                           /* order length */
         1, 0, 0, 0, 0, 0, 0, 0,               /* order */
         2, 0, 0, 0, 'a', 'b',                 /* config */
+        2, 0, 0, 0,                           /* class name count */
+        3, 0, 'c', 'a', 't',                  /* class names: length, bytes */
+        5, 0, 0xC3, 0xA9, 't', 0xC3, 0xA9,
         1, 0, 0, 0,                           /* tensor count */
         1, 0, 'w',                            /* name */
         2, 0, 0, 0,                           /* ndim */
@@ -316,8 +336,13 @@ START_TEST(test_round_trip)
     t[2].data = x2;
     char config[] = "model=vit-tiny\ndepth=12\nheads=3\n";
     int order[5] = {4, 0, 3, 1, 2};
+    /* Class names: one byte, UTF-8, and the longest allowed (255 bytes). */
+    char longest[VIT_CKPT_CLASS_NAME_MAX];
+    memset(longest, 'x', sizeof longest - 1);
+    longest[sizeof longest - 1] = '\0';
+    char *names[3] = {"7", "T-shirt/top \xe2\x9c\x93", longest};
     vit_ckpt c = {123456789012ULL, 42, {0xDEADBEEFULL, 0, ~0ULL, 5}, config, 3, t,
-                  7, {1.0 / 3.0, -1e300, 5e-324}, 5, order};
+                  7, {1.0 / 3.0, -1e300, 5e-324}, 5, order, 3, names};
     ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_OK);
     ck_assert_int_eq(count_entries(d.path), 1); /* no temporary file left */
 
@@ -335,6 +360,9 @@ START_TEST(test_round_trip)
     ck_assert(r.epoch_sums[0] == 1.0 / 3.0 && r.epoch_sums[1] == -1e300 && r.epoch_sums[2] == 5e-324);
     ck_assert_int_eq(r.norder, 5);
     ck_assert_mem_eq(r.order, order, sizeof order);
+    ck_assert_int_eq(r.nclass_names, 3);
+    for (int k = 0; k < 3; k++)
+        ck_assert_str_eq(r.class_names[k], names[k]);
     ck_assert_int_eq(r.ntensors, 3);
     for (int k = 0; k < 3; k++) {
         const vit_ckpt_tensor *g = vit_ckpt_find(&r, t[k].name);
@@ -360,11 +388,13 @@ START_TEST(test_round_trip)
     vit_ckpt_free(&r); /* freeing twice is harmless once zeroed */
 
     /* No config and no tensors at all is a valid checkpoint too. */
-    vit_ckpt empty = {1, 0, {0, 0, 0, 0}, NULL, 0, NULL, 0, {0, 0, 0}, 0, NULL};
+    vit_ckpt empty = {1, 0, {0, 0, 0, 0}, NULL, 0, NULL, 0, {0, 0, 0}, 0, NULL, 0, NULL};
     ck_assert_int_eq(vit_ckpt_write(path, &empty), VIT_OK);
     ck_assert_int_eq(vit_ckpt_read(path, &r), VIT_OK);
     ck_assert_str_eq(r.config, "");
     ck_assert_int_eq(r.ntensors, 0);
+    ck_assert_int_eq(r.nclass_names, 0);
+    ck_assert_ptr_null(r.class_names);
     ck_assert_uint_eq(r.step, 1);
     vit_ckpt_free(&r);
     tmpdir_remove(&d);
@@ -548,6 +578,8 @@ START_TEST(test_reads_version_1_file)
     ck_assert_uint_eq(r.step, 45); /* 1437 images in batches of 32 */
     ck_assert_uint_eq(r.epoch_step, 0);
     ck_assert_int_eq(r.norder, 0);
+    ck_assert_int_eq(r.nclass_names, 0); /* format 1 has no class names */
+    ck_assert_ptr_null(r.class_names);
     ck_assert_ptr_nonnull(vit_ckpt_find(&r, "adam.m"));
     ck_assert_ptr_nonnull(strstr(r.config, "dim = 8\n"));
     vit_ckpt_free(&r);
@@ -593,6 +625,47 @@ START_TEST(test_absurd_sizes)
     ck_assert_int_eq(r.norder, 2);
     ck_assert_int_eq(r.order[1], 1);
     vit_ckpt_free(&r);
+
+    /* Class names: a count above the limit, one the file cannot hold, a
+     * length of 0, of 256 (over the 255 limit) and of 40000, a NUL inside,
+     * and a file that ends inside the names. */
+    const uint32_t nnames[2] = {VIT_CKPT_CLASSES_MAX + 1, 0xFFFFFFFFu};
+    for (int i = 0; i < 2; i++) {
+        put_names_start(&o, nnames[i]);
+        put(&o, 0, 4);
+        put_crc(&o);
+        write_image(path, &o);
+        expect_read_fails(path, VIT_EFORMAT, "class name count");
+    }
+    const unsigned class_lens[3] = {0, VIT_CKPT_CLASS_NAME_MAX, 40000};
+    for (int k = 0; k < 3; k++) {
+        put_names_start(&o, 1);
+        put(&o, class_lens[k], 2);
+        for (unsigned i = 0; i < class_lens[k] && i < VIT_CKPT_CLASS_NAME_MAX; i++)
+            put(&o, 'c', 1);
+        put(&o, 0, 4);
+        put_crc(&o);
+        write_image(path, &o);
+        expect_read_fails(path, VIT_EFORMAT, "class name 0 length");
+    }
+    put_names_start(&o, 2);
+    put(&o, 3, 2);
+    put_str(&o, "bag");
+    put(&o, 4, 2);
+    put(&o, 'c', 1);
+    put(&o, 0, 1);
+    put_str(&o, "at");
+    put(&o, 0, 4);
+    put_crc(&o);
+    write_image(path, &o);
+    expect_read_fails(path, VIT_EFORMAT, "class name contains a NUL");
+    put_names_start(&o, 2);
+    put(&o, 3, 2);
+    put_str(&o, "bag");
+    put(&o, 200, 2); /* the second name claims more bytes than follow */
+    put_str(&o, "coat");
+    write_image(path, &o);
+    expect_read_fails(path, VIT_EFORMAT, "class name needs 200 bytes");
 
     /* dims 2^62 x 4: the product wraps to 0 in 64 bits. */
     o.n = 0;
@@ -776,6 +849,30 @@ START_TEST(test_write_rejects_bad_input)
     ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_EINVAL);
     c.ntensors = 2;
 
+    /* Class names: a bad count, a NULL array, a NULL, empty or too long
+     * name. */
+    char **names = c.class_names, *bad_names[3] = {"bag", NULL, "sneaker"};
+    c.nclass_names = -1;
+    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_EINVAL);
+    c.nclass_names = VIT_CKPT_CLASSES_MAX + 1;
+    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_EINVAL);
+    c.nclass_names = 3;
+    c.class_names = NULL;
+    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_EINVAL);
+    c.class_names = bad_names;
+    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "class_names[1] is NULL"));
+    bad_names[1] = "";
+    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "class_names[1] is empty"));
+    char long_name[VIT_CKPT_CLASS_NAME_MAX + 1];
+    memset(long_name, 'x', VIT_CKPT_CLASS_NAME_MAX);
+    long_name[VIT_CKPT_CLASS_NAME_MAX] = '\0';
+    bad_names[1] = long_name;
+    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "class_names[1] is too long"));
+    c.class_names = names;
+
     small_b[2] = NAN;
     ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_ENUM);
     ck_assert_ptr_nonnull(strstr(vit_last_error(), "'b'"));
@@ -902,7 +999,7 @@ START_TEST(test_failed_overwrite_keeps_old_file)
     for (int i = 0; i < BIG; i++)
         big[i] = i * 0.5;
     vit_ckpt_tensor bt = {"big", 1, {BIG, 0, 0, 0}, big};
-    vit_ckpt fresh = {99, 9, {0, 0, 0, 0}, "new", 1, &bt, 0, {0, 0, 0}, 0, NULL};
+    vit_ckpt fresh = {99, 9, {0, 0, 0, 0}, "new", 1, &bt, 0, {0, 0, 0}, 0, NULL, 0, NULL};
 
     fflush(NULL); /* nothing buffered may be written twice by the child */
     pid_t pid = fork();

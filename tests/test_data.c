@@ -158,6 +158,12 @@ START_TEST(digits_shipped)
     ck_assert_int_eq(te.width, 8);
     ck_assert_int_eq(te.channels, 1);
     ck_assert_int_eq(te.classes, 10);
+    /* The digits are the class names. */
+    for (int k = 0; k < 10; k++) {
+        char num[2] = {(char)('0' + k), 0};
+        ck_assert_str_eq(tr.class_names[k], num);
+        ck_assert_str_eq(te.class_names[k], num);
+    }
 
     /* First and last lines read independently with zlib. */
     char line[1024], last[1024] = "";
@@ -410,8 +416,16 @@ START_TEST(idx_plain_and_gz)
         int rc = vit_data_load_idx(tp(dir), &tr, &te);
         ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
         check_idx(&tr, &te);
+        /* IDX classes are named by their labels. */
+        for (int k = 0; k < tr.classes; k++) {
+            char num[16];
+            snprintf(num, sizeof num, "%d", k);
+            ck_assert_str_eq(tr.class_names[k], num);
+            ck_assert_str_eq(te.class_names[k], num);
+        }
         vit_dataset_free(&tr);
         vit_dataset_free(&te);
+        ck_assert_ptr_null(tr.class_names);
         /* the same through vit_data_load */
         rc = vit_data_load(tp(dir), NULL, &tr, &te);
         ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
@@ -564,6 +578,10 @@ START_TEST(png_train_test)
     ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
     check_png_dir(&tr, 4, 3, 3, 3, 5);
     check_png_dir(&te, 4, 3, 3, 3, 6);
+    /* The class folder names, in label order. */
+    ck_assert_str_eq(tr.class_names[0], "a");
+    ck_assert_str_eq(tr.class_names[1], "b");
+    ck_assert_str_eq(te.class_names[1], "b");
     vit_dataset_free(&tr);
     vit_dataset_free(&te);
 

@@ -330,7 +330,7 @@ static st_file g_file; /* big: keep it off the stack */
 static void export_small(vit_model *m, const char *rel)
 {
     size_t bytes = 0;
-    ck_assert_msg(vit_safetensors_save(m, tp(rel), &bytes) == VIT_OK, "%s", vit_last_error());
+    ck_assert_msg(vit_safetensors_save(m, NULL, tp(rel), &bytes) == VIT_OK, "%s", vit_last_error());
     read_file(tp(rel), &g_file);
     ck_assert_uint_eq(bytes, g_file.size);
 }
@@ -580,7 +580,7 @@ START_TEST(atomic_write_and_errors)
     fputs("old contents", fp);
     fclose(fp);
     /* Replacing a file leaves exactly the new file, mode 0644. */
-    ck_assert_msg(vit_safetensors_save(m, path, NULL) == VIT_OK, "%s", vit_last_error());
+    ck_assert_msg(vit_safetensors_save(m, NULL, path, NULL) == VIT_OK, "%s", vit_last_error());
     ck_assert_int_eq(count_entries(dir), 1);
     struct stat st;
     ck_assert_int_eq(stat(path, &st), 0);
@@ -590,9 +590,9 @@ START_TEST(atomic_write_and_errors)
     free_file(&g_file);
     /* A folder that does not exist: an error naming the path, no file. */
     snprintf(path, sizeof path, "%s/none/m.safetensors", dir);
-    ck_assert_int_eq(vit_safetensors_save(m, path, NULL), VIT_EIO);
+    ck_assert_int_eq(vit_safetensors_save(m, NULL, path, NULL), VIT_EIO);
     ck_assert_msg(strstr(vit_last_error(), path) != NULL, "%s", vit_last_error());
-    ck_assert_int_eq(vit_safetensors_save(NULL, path, NULL), VIT_EINVAL);
+    ck_assert_int_eq(vit_safetensors_save(NULL, NULL, path, NULL), VIT_EINVAL);
     ck_assert_msg(strstr(vit_last_error(), "model is NULL") != NULL, "%s", vit_last_error());
     vit_model_free(m);
 }
@@ -610,7 +610,7 @@ START_TEST(logits_csv)
     int labels[N] = {0, 3, 4};
     for (int i = 0; i < N * H * W * C; i++)
         images[i] = (vit_real)(0.5 + 0.5 * cos(1.3 * i));
-    vit_dataset ds = {N, H, W, C, K, images, labels};
+    vit_dataset ds = {N, H, W, C, K, images, labels, NULL};
     char err[512] = "";
     double acc = -1;
     ck_assert_msg(export_logits_csv(m, &ds, tp("logits.csv"), &acc, err, sizeof err) == 0, "%s",
@@ -739,7 +739,7 @@ START_TEST(import_round_trip_bitwise)
 {
     for (int pool = VIT_POOL_CLS; pool <= VIT_POOL_MEAN; pool++) {
         vit_model *m = small_model(pool), *back = NULL;
-        ck_assert_int_eq(vit_safetensors_save(m, tp("a.safetensors"), NULL), VIT_OK);
+        ck_assert_int_eq(vit_safetensors_save(m, NULL, tp("a.safetensors"), NULL), VIT_OK);
         ck_assert_msg(vit_safetensors_load(tp("a.safetensors"), &back) == VIT_OK, "%s",
                       vit_last_error());
         char ca[4096], cb[4096];
@@ -747,7 +747,7 @@ START_TEST(import_round_trip_bitwise)
         ck_assert_int_gt(vit_config_format(vit_model_config(back), cb, sizeof cb), 0);
         ck_assert_str_eq(ca, cb); /* the whole config, recipe included */
         assert_same_params(m, back);
-        ck_assert_int_eq(vit_safetensors_save(back, tp("b.safetensors"), NULL), VIT_OK);
+        ck_assert_int_eq(vit_safetensors_save(back, NULL, tp("b.safetensors"), NULL), VIT_OK);
         ck_assert_msg(same_file(tp("a.safetensors"), tp("b.safetensors")),
                       "pool %d: export -> import -> export changed the file", pool);
         vit_model_free(back);
@@ -761,7 +761,7 @@ END_TEST
 START_TEST(import_to_checkpoint_trains)
 {
     vit_model *m = small_model(VIT_POOL_CLS), *got = NULL, *ck = NULL;
-    ck_assert_int_eq(vit_safetensors_save(m, tp("c.safetensors"), NULL), VIT_OK);
+    ck_assert_int_eq(vit_safetensors_save(m, NULL, tp("c.safetensors"), NULL), VIT_OK);
     ck_assert_msg(vit_safetensors_import(tp("c.safetensors"), tp("c.ckpt"), &got) == VIT_OK, "%s",
                   vit_last_error());
     assert_same_params(m, got);
@@ -808,7 +808,7 @@ START_TEST(import_old_key_names)
     cfg.beta2 = 0.98;
     m = vit_model_new(&cfg);
     ck_assert_ptr_nonnull(m);
-    ck_assert_int_eq(vit_safetensors_save(m, tp("new.safetensors"), NULL), VIT_OK);
+    ck_assert_int_eq(vit_safetensors_save(m, NULL, tp("new.safetensors"), NULL), VIT_OK);
     edit_header(tp("new.safetensors"), tp("o1.safetensors"), "\"adamw_eps\"", "\"eps\"");
     edit_header(tp("o1.safetensors"), tp("old.safetensors"), "\"adamw_beta2\"", "\"beta2\"");
     ck_assert_msg(vit_safetensors_load(tp("old.safetensors"), &back) == VIT_OK, "%s",
@@ -827,7 +827,7 @@ START_TEST(import_refuses_bad_files)
     vit_model *m = small_model(VIT_POOL_CLS);
     char good[600]; /* tp's buffers are reused */
     snprintf(good, sizeof good, "%s", tp("good.safetensors"));
-    ck_assert_int_eq(vit_safetensors_save(m, good, NULL), VIT_OK);
+    ck_assert_int_eq(vit_safetensors_save(m, NULL, good, NULL), VIT_OK);
     static const struct {
         const char *from, *to, *want;
     } cases[] = {

@@ -636,6 +636,52 @@ START_TEST(test_run_save_load)
     ck_assert_uint_eq(st2.epoch, 2);
     ck_assert(memcmp(st2.rng.s, st.rng.s, sizeof st.rng.s) == 0);
     ck_assert_uint_eq(vit_rng_next(&st2.rng), vit_rng_next(&st.rng));
+    /* Saved without class names: they load as the indices. */
+    ck_assert_int_eq(st2.nclass_names, cfg.classes);
+    for (int k = 0; k < cfg.classes; k++) {
+        char num[16];
+        snprintf(num, sizeof num, "%d", k);
+        ck_assert_str_eq(st2.class_names[k], num);
+    }
+    vit_run_state_free(&st2);
+    ck_assert_ptr_null(st2.class_names);
+    vit_adamw_free(&opt2);
+    vit_model_free(m2);
+
+    /* With class names: they come back; a count that is not the model's
+     * classes is refused when saving, and in a file when loading. */
+    char *names[3] = {"bag", "coat", "sneaker \xe2\x9c\x93"};
+    ck_assert_int_eq(cfg.classes, 3);
+    st.class_names = names;
+    st.nclass_names = 2;
+    ck_assert_int_eq(vit_run_save(path, m, &opt, &st), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "2 class names for a model of 3 classes"));
+    st.nclass_names = 3;
+    ck_assert_msg(vit_run_save(path, m, &opt, &st) == VIT_OK, "%s", vit_last_error());
+    st.class_names = NULL;
+    st.nclass_names = 0;
+    ck_assert_msg(vit_run_load(path, &m2, &opt2, &st2) == VIT_OK, "%s", vit_last_error());
+    ck_assert_int_eq(st2.nclass_names, 3);
+    for (int k = 0; k < 3; k++)
+        ck_assert_str_eq(st2.class_names[k], names[k]);
+    vit_run_state_free(&st2);
+    vit_adamw_free(&opt2);
+    vit_model_free(m2);
+    vit_ckpt raw;
+    ck_assert_int_eq(vit_ckpt_read(path, &raw), VIT_OK);
+    ck_assert_int_eq(raw.nclass_names, 3);
+    raw.nclass_names = 2; /* written with one name short */
+    ck_assert_int_eq(vit_ckpt_write(path, &raw), VIT_OK);
+    raw.nclass_names = 3; /* so that vit_ckpt_free frees all three */
+    vit_ckpt_free(&raw);
+    m2 = (vit_model *)&opt;
+    ck_assert_int_eq(vit_run_load(path, &m2, &opt2, &st2), VIT_EFORMAT);
+    ck_assert_ptr_null(m2);
+    ck_assert_msg(strstr(vit_last_error(), path) &&
+                  strstr(vit_last_error(), "2 class names, but the stored config has 3 classes"),
+                  "message '%s'", vit_last_error());
+    ck_assert_msg(vit_run_save(path, m, &opt, &st) == VIT_OK, "%s", vit_last_error());
+    ck_assert_msg(vit_run_load(path, &m2, &opt2, NULL) == VIT_OK, "%s", vit_last_error());
 
     /* Same logits, bit for bit. */
     vit_tape *t = vit_tape_new();

@@ -246,3 +246,58 @@ void cli_print_config_keys(FILE *f)
         fprintf(f, "  %-20s %s (default %s)\n", flag, help, def);
     }
 }
+
+/* Characters (UTF-8 lead bytes) in the first n bytes of s. */
+static int utf8_chars(const char *s, size_t n)
+{
+    int c = 0;
+    for (size_t i = 0; i < n; i++)
+        c += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return c;
+}
+
+/* "k name" in buf, cut to CLI_CLASS_LABEL characters; returns its width. */
+static int class_label(char *buf, size_t cap, int k, const char *name)
+{
+    int n = snprintf(buf, cap, "%d %s", k, name);
+    size_t len = n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+    if (utf8_chars(buf, len) > CLI_CLASS_LABEL) {
+        size_t keep = 0;
+        for (int chars = 0; keep < len; keep++) {
+            if (((unsigned char)buf[keep] & 0xC0) != 0x80 && ++chars > CLI_CLASS_LABEL - 3)
+                break;
+        }
+        memcpy(buf + keep, "...", 4);
+        len = keep + 3;
+    }
+    return utf8_chars(buf, len);
+}
+
+void cli_print_confusion(const int *confusion, int K, char *const *names)
+{
+    int named = 0, width = 5;
+    char num[16], label[4 * CLI_CLASS_LABEL + 8];
+    for (int k = 0; names && k < K; k++) {
+        snprintf(num, sizeof num, "%d", k);
+        named |= strcmp(names[k], num) != 0;
+    }
+    for (int k = 0; named && k < K; k++) {
+        int w = class_label(label, sizeof label, k, names[k]);
+        width = w > width ? w : width;
+    }
+    printf("confusion matrix (rows: true class, columns: predicted)\n%*s", width, "");
+    for (int j = 0; j < K; j++)
+        printf("%5d", j);
+    printf("\n");
+    for (int i = 0; i < K; i++) {
+        if (named) {
+            int w = class_label(label, sizeof label, i, names[i]);
+            printf("%s%*s", label, width - w, "");
+        } else {
+            printf("%*d", width, i);
+        }
+        for (int j = 0; j < K; j++)
+            printf("%5d", confusion[i * K + j]);
+        printf("\n");
+    }
+}

@@ -55,6 +55,15 @@ int cli_config_flag(const char *prog, vit_config *cfg, const char *flag, const c
  * Returns 0 if spec or the result does not fit. */
 int cli_run_dir(const char *spec, char *out, size_t cap);
 
+/* Prints the confusion matrix [K, K] (row = true class, column =
+ * predicted) to stdout under a title line.  Columns are headed by the class
+ * index; rows by "INDEX NAME" when names (K of them, NULL for none) differ
+ * from the indices, else by the index alone.  A name longer than fits
+ * (CLI_CLASS_LABEL characters) is cut, on a UTF-8 character boundary, and
+ * ends in "...". */
+#define CLI_CLASS_LABEL 24
+void cli_print_confusion(const int *confusion, int K, char *const *names);
+
 /* Prints the config keys as options (for --help). */
 void cli_print_config_keys(FILE *f);
 

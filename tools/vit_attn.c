@@ -29,12 +29,14 @@ static void usage(void)
            "picture.  Also prints, per map, the patch with the largest weight.\n");
 }
 
-/* The name of class cls, as printed in the picture and on stdout.  Neither
- * the checkpoint nor the datasets carry class names yet, so it is the class
- * index; names plug in here. */
-static void class_name(char *buf, size_t cap, int cls)
+/* The name of class cls, as printed in the picture and on stdout: the
+ * checkpoint's name for it (the digit itself for digits and IDX). */
+static void class_name(char *buf, size_t cap, const vit_run_state *st, int cls)
 {
-    snprintf(buf, cap, "%d", cls);
+    if (cls >= 0 && cls < st->nclass_names)
+        snprintf(buf, cap, "%s", st->class_names[cls]);
+    else
+        snprintf(buf, cap, "%d", cls);
 }
 
 /* Parses "cls" (query -1) or "R,C" into a patch index on a gh x gw grid. */
@@ -227,7 +229,8 @@ int main(int argc, char **argv)
     }
 
     vit_model *m = NULL;
-    if (vit_run_load(ckpt, &m, NULL, NULL))
+    vit_run_state st;
+    if (vit_run_load(ckpt, &m, NULL, &st))
         return cli_fail(prog, NULL);
     const vit_config *c = vit_model_config(m);
     int gh = c->image_height / c->patch, gw = c->image_width / c->patch, query = -1, label = -1, pred = 0;
@@ -246,8 +249,8 @@ int main(int argc, char **argv)
         goto done;
 
     char pred_name[64], label_name[64], title[192], source[128], qline[64], pline[96];
-    class_name(pred_name, sizeof pred_name, pred);
-    class_name(label_name, sizeof label_name, label);
+    class_name(pred_name, sizeof pred_name, &st, pred);
+    class_name(label_name, sizeof label_name, &st, label);
     if (png)
         snprintf(source, sizeof source, "image: %.80s", strrchr(png, '/') ? strrchr(png, '/') + 1 : png);
     else
@@ -283,6 +286,7 @@ done:
     draw_canvas_free(&canvas);
     free(maps);
     free(px);
+    vit_run_state_free(&st);
     vit_model_free(m);
     return rc;
 }

@@ -65,7 +65,8 @@ int main(int argc, char **argv)
     if (threads)
         vit_set_threads(threads);
     vit_model *m = NULL;
-    if (vit_run_load(ckpt, &m, NULL, NULL))
+    vit_run_state st;
+    if (vit_run_load(ckpt, &m, NULL, &st))
         return cli_fail(prog, NULL);
     vit_dataset train = {0}, test = {0};
     vit_tape *tape = vit_tape_new();
@@ -76,17 +77,9 @@ int main(int argc, char **argv)
     else if (vit_evaluate(m, tape, split_train ? &train : &test, 256, &r))
         cli_fail(prog, ckpt);
     else {
-        int K = r.classes;
-        printf("confusion matrix (rows: true class, columns: predicted)\n     ");
-        for (int j = 0; j < K; j++)
-            printf("%5d", j);
-        printf("\n");
-        for (int i = 0; i < K; i++) {
-            printf("%5d", i);
-            for (int j = 0; j < K; j++)
-                printf("%5d", r.confusion[i * K + j]);
-            printf("\n");
-        }
+        /* The checkpoint's class names (those the model learned). */
+        cli_print_confusion(r.confusion, r.classes,
+                            st.nclass_names == r.classes ? st.class_names : NULL);
         printf("%s split: %d images, loss %.4f, accuracy %.4f\n", split_train ? "train" : "test",
                r.count, r.loss, r.accuracy);
         rc = 0;
@@ -95,6 +88,7 @@ int main(int argc, char **argv)
     vit_tape_free(tape);
     vit_dataset_free(&train);
     vit_dataset_free(&test);
+    vit_run_state_free(&st);
     vit_model_free(m);
     return rc;
 }

@@ -68,14 +68,15 @@ int main(int argc, char **argv)
         return 2;
     }
     vit_model *m = NULL;
-    if (vit_run_load(ckpt, &m, NULL, NULL))
+    vit_run_state st;
+    if (vit_run_load(ckpt, &m, NULL, &st))
         return cli_fail(prog, NULL);
     char err[512];
     size_t bytes = 0;
     int rc = 1;
     vit_dataset train = {0}, test = {0};
     double acc = 0;
-    if (vit_safetensors_save(m, out, &bytes)) {
+    if (vit_safetensors_save(m, st.class_names, out, &bytes)) {
         cli_fail(prog, NULL);
         goto done;
     }
@@ -96,6 +97,7 @@ int main(int argc, char **argv)
 done:
     vit_dataset_free(&train);
     vit_dataset_free(&test);
+    vit_run_state_free(&st);
     vit_model_free(m);
     return rc;
 }

@@ -19,7 +19,9 @@ int main(int argc, char **argv)
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         printf("usage: vit_predict CKPT IMAGE.png...\n"
                "Classifies each PNG (same size and channels as the training images; pixel\n"
-               "values scaled to [0, 1] as in training) and prints: file class probability.\n");
+               "values scaled to [0, 1] as in training) and prints: file class probability,\n"
+               "the class by the name the checkpoint holds (the class folder name for PNG\n"
+               "folders; the digit for digits and IDX).\n");
         return argc < 2 ? 2 : 0;
     }
     if (strcmp(argv[1], "--version") == 0) {
@@ -31,7 +33,8 @@ int main(int argc, char **argv)
         return 2;
     }
     vit_model *m = NULL;
-    if (vit_run_load(argv[1], &m, NULL, NULL))
+    vit_run_state st;
+    if (vit_run_load(argv[1], &m, NULL, &st))
         return cli_fail(prog, NULL);
     const vit_config *c = vit_model_config(m);
     vit_tape *tape = vit_tape_new();
@@ -57,7 +60,7 @@ int main(int argc, char **argv)
             for (int k = 1; k < c->classes; k++)
                 if (probs[k] > probs[best])
                     best = k;
-            printf("%s %d %.4f\n", argv[i], best, (double)probs[best]);
+            printf("%s %s %.4f\n", argv[i], st.class_names[best], (double)probs[best]);
         }
         free(px);
     }
@@ -65,6 +68,7 @@ int main(int argc, char **argv)
         failures += cli_fail(prog, "out of memory");
     free(probs);
     vit_tape_free(tape);
+    vit_run_state_free(&st);
     vit_model_free(m);
     return failures ? 1 : 0;
 }

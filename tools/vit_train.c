@@ -70,21 +70,6 @@ static const cli_flag flags[] = {
     {"--check-replicas", 0}, {"--force", 0}, {"--help", 0}, {"--version", 0}, {NULL, 0},
 };
 
-static void print_confusion(const vit_train_result *r)
-{
-    int K = r->confusion_classes;
-    printf("confusion matrix (rows: true class, columns: predicted)\n     ");
-    for (int j = 0; j < K; j++)
-        printf("%5d", j);
-    printf("\n");
-    for (int i = 0; i < K; i++) {
-        printf("%5d", i);
-        for (int j = 0; j < K; j++)
-            printf("%5d", r->confusion[i * K + j]);
-        printf("\n");
-    }
-}
-
 static int run(int argc, char **argv);
 
 /* The first SIGINT or SIGTERM asks the training loop to checkpoint and
@@ -279,9 +264,13 @@ static int run(int argc, char **argv)
 
     vit_train_result res;
     int rc = vit_train_run(&cfg, &train, &test, &o, &res);
+    /* The class names outlive the images, for the confusion matrix. */
+    vit_dataset names = {.classes = train.classes, .class_names = train.class_names};
+    train.class_names = NULL;
     vit_dataset_free(&train);
     vit_dataset_free(&test);
     if (rc) {
+        vit_dataset_free(&names);
         if (!speak)
             return 1;
         fprintf(stderr, "%s: %s\n", prog, vit_last_error());
@@ -291,11 +280,13 @@ static int run(int argc, char **argv)
     }
     if (!speak) {
         vit_train_result_free(&res);
+        vit_dataset_free(&names);
         return res.interrupted ? 128 + stop_signal : 0;
     }
     if (res.already_complete) {
         printf("%s: %s is already complete (%d of %d epochs); nothing to train (a larger "
                "--epochs extends it)\n", prog, o.resume, res.epochs_done, res.epochs_done);
+        vit_dataset_free(&names);
         return 0;
     }
     if (res.interrupted) {
@@ -308,10 +299,13 @@ static int run(int argc, char **argv)
                 "%s: continue with: %s --data %s --resume %s/last.ckpt%s\n", prog,
                 stop_signal == SIGINT ? "interrupted" : "terminated", res.epochs_done + 1,
                 res.epoch_step, res.steps_per_epoch, out, prog, prog, data, out, again);
+        vit_dataset_free(&names);
         return 128 + stop_signal;
     }
     if (o.progress)
-        print_confusion(&res);
+        cli_print_confusion(res.confusion, res.confusion_classes,
+                            names.classes == res.confusion_classes ? names.class_names : NULL);
+    vit_dataset_free(&names);
     if (res.val_accuracy >= 0)
         printf("validation accuracy %.4f\n", res.val_accuracy);
     printf("test accuracy %.4f (%d epochs, %.1f s, %.0f images/s); checkpoint %s/last.ckpt\n",

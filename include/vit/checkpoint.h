@@ -27,7 +27,12 @@
  *   100     4*N        N x u32 order values (each < 2^31)
  *   H=100+4N 4         u32 L, length of the config text
  *   H+4     L          config text bytes (no terminator, no NUL inside)
- *   H+4+L   4          u32 K, number of tensors
+ *   H+4+L   4          u32 M, number of class names (0 .. VIT_CKPT_CLASSES_MAX;
+ *                      0: the writer knew none)
+ *   then M class names, each:
+ *           2          u16 length (1 .. VIT_CKPT_CLASS_NAME_MAX - 1)
+ *           length     UTF-8 bytes (no terminator, no NUL inside)
+ *   then    4          u32 K, number of tensors
  *   then K tensor records, each:
  *           2          u16 name length N (1 .. 63)
  *           N          name bytes (no terminator, no NUL inside)
@@ -40,8 +45,9 @@
  *                      every byte before it
  *
  * Version 1 is the same without the fields at offsets 64 .. H (the config
- * length follows the rng state at offset 64); reading it gives epoch_step
- * 0, zero sums and no order.
+ * length follows the rng state at offset 64) and without the class names
+ * (the tensor count follows the config text); reading it gives epoch_step
+ * 0, zero sums, no order and no class names.
  *
  * Values are always float32 so that the float32 and float64 builds read
  * each other's files; the float64 build rounds to nearest when writing and
@@ -62,6 +68,8 @@ VIT_BEGIN_DECLS
 #define VIT_CKPT_VERSION 2     /* the version written */
 #define VIT_CKPT_VERSION_MIN 1 /* the oldest version read */
 #define VIT_CKPT_NAME_MAX 64 /* size of vit_ckpt_tensor.name, including its NUL */
+#define VIT_CKPT_CLASS_NAME_MAX 256 /* longest class name + 1 (a file name fits) */
+#define VIT_CKPT_CLASSES_MAX 100000 /* most class names (the most classes a model has) */
 
 /* One tensor: name (NUL-terminated, 1..63 bytes), ndim in 1..4, dims[0 ..
  * ndim-1] >= 1 (entries past ndim are ignored), and data holding the
@@ -75,9 +83,9 @@ typedef struct vit_ckpt_tensor {
 
 /* A whole checkpoint.  config is NUL-terminated text (NULL is written as
  * empty).  When writing, the caller owns everything and the structure is
- * only read.  When vit_ckpt_read fills it, config, tensors and every
- * tensors[i].data are allocated by the library and released together by
- * vit_ckpt_free. */
+ * only read.  When vit_ckpt_read fills it, config, tensors, every
+ * tensors[i].data, order, class_names and every class_names[i] are
+ * allocated by the library and released together by vit_ckpt_free. */
 typedef struct vit_ckpt {
     unsigned long long step, epoch;
     unsigned long long rng[4];
@@ -92,6 +100,13 @@ typedef struct vit_ckpt {
     double epoch_sums[3];
     int norder;
     int *order;
+    /* The names of the model's classes (format 2; none in a version-1
+     * file): nclass_names strings, each NUL-terminated, 1 ..
+     * VIT_CKPT_CLASS_NAME_MAX - 1 bytes long; class_names NULL when
+     * nclass_names is 0.  The format does not know the model: matching
+     * the count to the classes is the caller's (vit_run_load). */
+    int nclass_names;
+    char **class_names;
 } vit_ckpt;
 
 /* Writes c to path atomically: the bytes go to a new temporary file
@@ -102,7 +117,10 @@ typedef struct vit_ckpt {
  * of the file it replaces, or 0644 when path did not exist.
  * Returns VIT_EINVAL for a NULL path or c, ntensors < 0, a NULL tensors or
  * data pointer, norder < 0, a NULL order with norder > 0 or a negative
- * order value, a name that is empty, too long, unterminated or repeated,
+ * order value, nclass_names outside 0 .. VIT_CKPT_CLASSES_MAX, a NULL
+ * class_names with nclass_names > 0, a class name that is NULL, empty or
+ * VIT_CKPT_CLASS_NAME_MAX bytes or longer, a tensor name that is empty,
+ * too long, unterminated or repeated,
  * ndim outside 1..4 or a dim < 1; VIT_ENUM when a value is not finite as
  * float32 (NaN, infinity, or a double beyond the float range), naming the
  * tensor; VIT_ENOMEM when sizes overflow; VIT_EIO when any file operation
@@ -126,7 +144,8 @@ void vit_ckpt_remove_temporaries(const char *path);
  * reads, the magic, the version, the writer's real size, every length,
  * count and dims against the bytes left in the file before allocating
  * anything sized by them (so a corrupt file can never cause a huge
- * allocation or an overflow), the names, that exactly the CRC follows the
+ * allocation or an overflow), the class names (count, lengths, no NUL),
+ * the tensor names, that exactly the CRC follows the
  * last tensor, the CRC, and finally that every value is finite.
  * Returns VIT_EINVAL for a NULL path or c; VIT_EIO when the file cannot be
  * opened or read; VIT_EFORMAT for anything malformed, with a message that

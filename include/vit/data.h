@@ -7,10 +7,10 @@
  *   - folders of PNG files, one subfolder per class.
  * Every loader produces a vit_dataset: images as one flat [count, H, W, C]
  * buffer of vit_real in [0, 1] (channels last, row-major, top row first) and
- * one int label per image.
+ * one int label per image, and the name of each class.
  *
- * Ownership: a loader allocates images and labels with malloc and hands them
- * to the caller, who releases them with vit_dataset_free.  Output structs are
+ * Ownership: a loader allocates images, labels and class names with malloc
+ * and hands them to the caller, who releases them with vit_dataset_free.  Output structs are
  * overwritten without freeing what they held, so pass zeroed or freed structs.
  * On failure every output struct is left zeroed and nothing leaks.
  *
@@ -39,9 +39,16 @@ typedef struct vit_dataset {
     int classes;      /* K: labels are 0..K-1 */
     vit_real *images; /* [count, H, W, C], pixel values scaled to [0, 1] */
     int *labels;      /* [count], each in 0..classes-1 */
+    char **class_names; /* [classes] NUL-terminated names, class_names[k]
+                           naming label k: the class folder names for PNG
+                           folders, "0", "1", ... for digits and IDX.  The
+                           array and each string are malloc'd by the loader
+                           and freed by vit_dataset_free.  NULL in a set
+                           built by hand, which the library reads as
+                           "0" .. "K-1". */
 } vit_dataset;
 
-/* Frees images and labels and zeroes every field.  Safe on a zeroed struct
+/* Frees images, labels and class names and zeroes every field.  Safe on a zeroed struct
  * (and on NULL), so calling it twice is harmless. */
 void vit_dataset_free(vit_dataset *ds);
 
@@ -49,7 +56,8 @@ void vit_dataset_free(vit_dataset *ds);
  * 64 comma-separated integers 0..16 (8x8 pixels, row-major) and then the
  * label 0..9.  Blank lines are allowed only at the end of the file.
  * The first n_train lines (file order) go to train, the rest to test;
- * both get H = W = 8, C = 1, classes = 10 and pixels value/16.
+ * both get H = W = 8, C = 1, classes = 10 (named "0" .. "9") and pixels
+ * value/16.
  * Errors: VIT_EINVAL for a NULL argument, train == test or n_train < 1;
  * VIT_EIO if the file cannot be opened or read; VIT_EFORMAT, naming the file
  * and line, for a wrong field count, a non-integer field, a pixel or label
@@ -66,7 +74,8 @@ int vit_data_load_digits(const char *path, int n_train, vit_dataset *train,
  * Images: big-endian magic 0x00000803, count, rows, cols, then count*rows*cols
  * unsigned bytes; labels: magic 0x00000801, count, then count bytes.
  * Output: H = rows, W = cols, C = 1, pixels byte/255, and on both sets
- * classes = (largest label in train or test) + 1, at least 2.
+ * classes = (largest label in train or test) + 1, at least 2, named "0",
+ * "1", ... after their labels.
  * The headers are checked (magic, nonzero sizes, image and label counts
  * agree, train and test image sizes agree) and the data must be exactly as
  * long as the header says; memory is only allocated for bytes actually
@@ -77,7 +86,8 @@ int vit_data_load_digits(const char *path, int n_train, vit_dataset *train,
 int vit_data_load_idx(const char *dir, vit_dataset *train, vit_dataset *test);
 
 /* Reads a folder of PNG images: dir holds one subfolder per class, class ids
- * 0..K-1 following the subfolder names sorted with strcmp; inside each, the
+ * 0..K-1 following the subfolder names sorted with strcmp, which become
+ * ds->class_names (class k is the k-th name in that order); inside each, the
  * files whose name ends in ".png" (any case) are read in strcmp order of their
  * names, other files are ignored.  Entries whose name starts with '.' are
  * skipped.  Images are stored class by class (class 0 first).

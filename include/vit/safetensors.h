@@ -62,11 +62,14 @@ VIT_BEGIN_DECLS
  * file at path, tensors in timm's state_dict order with contiguous data.
  * Atomic: the bytes go to a temporary file beside path, which is flushed,
  * fsync'ed, given mode 0644 and renamed over path; on failure path is left
- * as it was and the temporary is removed.  m is only read.  *bytes, if
- * bytes is not NULL, receives the file size.  Returns VIT_OK; VIT_EINVAL
- * for a NULL m or path; VIT_ENOMEM; VIT_EIO naming the path and the
- * system's reason. */
-int vit_safetensors_save(const vit_model *m, const char *path, size_t *bytes);
+ * as it was and the temporary is removed.  m is only read.  class_names
+ * (classes strings, e.g. a checkpoint's vit_run_state names, only read) go
+ * into the metadata as "class_names", a JSON array in a string; NULL
+ * leaves it out.  *bytes, if bytes is not NULL, receives the file size.
+ * Returns VIT_OK; VIT_EINVAL for a NULL m or path; VIT_ENOMEM; VIT_EIO
+ * naming the path and the system's reason. */
+int vit_safetensors_save(const vit_model *m, char *const *class_names, const char *path,
+                         size_t *bytes);
 
 /* Reads a safetensors file with the names above (written by
  * vit_safetensors_save or by PyTorch) into a new model, *model, owned by

@@ -44,18 +44,29 @@ typedef struct vit_run_state {
     double epoch_sums[3];
     int norder;
     int *order;
+    /* The names of the model's classes, nclass_names NUL-terminated
+     * strings (class_names[k] names label k).  vit_run_save writes them
+     * when class_names is not NULL, and nclass_names must then equal the
+     * model's classes; NULL writes none.  vit_run_load fills them: the
+     * file's names, or "0" .. "K-1" when it holds none (format 1, or
+     * written without names); the array and strings are malloc'd and
+     * freed by vit_run_state_free. */
+    int nclass_names;
+    char **class_names;
 } vit_run_state;
 
-/* Frees st->order and sets it to NULL (and norder to 0); NULL is fine. */
+/* Frees st->order and st->class_names and sets them to NULL (and their
+ * counts to 0); NULL is fine. */
 void vit_run_state_free(vit_run_state *st);
 
 /* Writes model parameters (named tensors), the optimizer moments ("adam.m",
  * "adam.v"; the step count t is the run step), the config text, step, epoch,
- * RNG state and the position inside the epoch to path,
+ * RNG state, the position inside the epoch and the class names to path,
  * atomically (temporary file, fsync, rename): an existing file at path is
  * replaced only by a complete new one.  opt may be NULL (weights only).
  * Everything is only read.  Returns VIT_OK; VIT_EINVAL for a NULL path, m
- * or st; VIT_ENOMEM; VIT_ENUM for a non-finite value; VIT_EIO (message
+ * or st, or class names whose count is not the model's classes or that
+ * vit_ckpt_write refuses (empty, 256 bytes or longer); VIT_ENOMEM; VIT_ENUM for a non-finite value; VIT_EIO (message
  * names the path and the reason) as vit_ckpt_write. */
 int vit_run_save(const char *path, const vit_model *m, const vit_adamw *opt,
                  const vit_run_state *st);
@@ -66,8 +77,11 @@ int vit_run_save(const char *path, const vit_model *m, const vit_adamw *opt,
  * NULL.  Every tensor's name and shape is checked against the model the
  * config describes.  The new *model belongs to the caller (vit_model_free),
  * as do opt's moments (vit_adamw_free) and st->order (vit_run_state_free;
- * NULL unless the checkpoint was taken inside an epoch); *opt and *st are
- * overwritten.  A format-1 checkpoint reads as taken at an epoch boundary.
+ * NULL unless the checkpoint was taken inside an epoch) and st->class_names
+ * (vit_run_state_free); *opt and *st are overwritten.  A format-1
+ * checkpoint reads as taken at an epoch boundary, with classes "0" ..
+ * "K-1".  Class names, when the file holds any, must be as many as the
+ * model's classes (else VIT_EFORMAT).
  * Returns VIT_OK; VIT_EINVAL for a NULL path or model; otherwise the codes
  * of vit_ckpt_read, or VIT_EFORMAT for a config or tensor that does not fit.
  * On error nothing is allocated, *model is NULL and the message names the

@@ -22,7 +22,7 @@
 static int ckpt_zeroed(const vit_ckpt *c)
 {
     return c->step == 0 && c->epoch == 0 && c->config == NULL && c->ntensors == 0 &&
-           c->tensors == NULL;
+           c->tensors == NULL && c->nclass_names == 0 && c->class_names == NULL;
 }
 
 static size_t tensor_count(const vit_ckpt_tensor *t)
@@ -38,6 +38,16 @@ static void check_ckpt(const vit_ckpt *c, size_t size)
     size_t total = 0;
     FUZZ_CHECK(c->config != NULL && c->ntensors >= 0);
     FUZZ_CHECK(strlen(c->config) <= size);
+    /* class names: bounded, each 1..255 bytes, all of them inside the file */
+    size_t name_bytes = 0;
+    FUZZ_CHECK(c->nclass_names >= 0 && c->nclass_names <= VIT_CKPT_CLASSES_MAX);
+    FUZZ_CHECK((c->nclass_names > 0) == (c->class_names != NULL));
+    for (int i = 0; i < c->nclass_names; i++) {
+        size_t len = strlen(c->class_names[i]);
+        FUZZ_CHECK(len >= 1 && len < VIT_CKPT_CLASS_NAME_MAX);
+        name_bytes += 2 + len;
+    }
+    FUZZ_CHECK(name_bytes <= size);
     for (int i = 0; i < c->ntensors; i++) {
         const vit_ckpt_tensor *t = &c->tensors[i];
         FUZZ_CHECK(t->name[0] != '\0' && strlen(t->name) < VIT_CKPT_NAME_MAX);
@@ -66,6 +76,9 @@ static void check_round_trip(const vit_ckpt *c)
     FUZZ_CHECK(d.step == c->step && d.epoch == c->epoch);
     FUZZ_CHECK(memcmp(d.rng, c->rng, sizeof d.rng) == 0);
     FUZZ_CHECK(strcmp(d.config, c->config) == 0 && d.ntensors == c->ntensors);
+    FUZZ_CHECK(d.nclass_names == c->nclass_names);
+    for (int i = 0; i < c->nclass_names; i++)
+        FUZZ_CHECK(strcmp(d.class_names[i], c->class_names[i]) == 0);
     for (int i = 0; i < c->ntensors; i++) {
         const vit_ckpt_tensor *a = &c->tensors[i], *b = &d.tensors[i];
         FUZZ_CHECK(strcmp(a->name, b->name) == 0 && a->ndim == b->ndim);
@@ -111,6 +124,10 @@ static void load_run(const char *path, size_t size)
     FUZZ_CHECK(opt.n == n && opt.t == st.step);
     /* a position inside an epoch comes with its order, and only then */
     FUZZ_CHECK((st.norder > 0) == (st.order != NULL));
+    /* one name per class, from the file or the defaults */
+    FUZZ_CHECK(st.nclass_names == vit_model_config(m)->classes && st.class_names != NULL);
+    for (int k = 0; k < st.nclass_names; k++)
+        FUZZ_CHECK(st.class_names[k] != NULL && st.class_names[k][0] != '\0');
     vit_run_state_free(&st);
     vit_adamw_free(&opt);
     vit_model_free(m);

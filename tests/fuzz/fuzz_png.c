@@ -57,6 +57,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         FUZZ_CHECK(rc == VIT_OK && h == 2 && w == 2 && c == 1);
         FUZZ_CHECK(ds.count == 2 && ds.classes == 2 && ds.labels[0] == 0 && ds.labels[1] == 1);
+        FUZZ_CHECK(ds.class_names != NULL && strcmp(ds.class_names[0], "a") == 0 &&
+                   strcmp(ds.class_names[1], "b") == 0);
         FUZZ_CHECK(memcmp(ds.images, px, 4 * sizeof *px) == 0);
     }
     vit_dataset_free(&ds);

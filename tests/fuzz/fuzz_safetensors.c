@@ -27,7 +27,7 @@ static void check_round_trip(vit_model *m)
 {
     char path[512];
     vit_model *back = NULL;
-    FUZZ_CHECK(vit_safetensors_save(m, fuzz_path(path, sizeof path, "copy.safetensors"), NULL) ==
+    FUZZ_CHECK(vit_safetensors_save(m, NULL, fuzz_path(path, sizeof path, "copy.safetensors"), NULL) ==
                VIT_OK);
     FUZZ_CHECK(vit_safetensors_load(path, &back) == VIT_OK);
     size_t n = vit_model_param_count(m);

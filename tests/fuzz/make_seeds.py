@@ -124,13 +124,16 @@ def configs():
 # ---- checkpoints -----------------------------------------------------------
 
 def ckpt(config, tensors, step=3, epoch=1, rng=(1, 2, 3, 4), real_size=4, version=1,
-         epoch_step=0, sums=(0.0, 0.0, 0.0), order=()):
+         epoch_step=0, sums=(0.0, 0.0, 0.0), order=(), class_names=()):
     out = b"VITCKPT1" + struct.pack("<II", version, real_size) + struct.pack("<QQ", step, epoch)
     out += struct.pack("<4Q", *rng)
     if version >= 2:  # the position inside an epoch
         out += struct.pack("<Q3d", epoch_step, *sums) + struct.pack("<I", len(order))
         out += b"".join(struct.pack("<I", k) for k in order)
     out += struct.pack("<I", len(config)) + config
+    if version >= 2:  # the class names
+        out += struct.pack("<I", len(class_names))
+        out += b"".join(struct.pack("<H", len(n)) + n for n in class_names)
     out += struct.pack("<I", len(tensors))
     for name, dims, values in tensors:
         out += struct.pack("<H", len(name)) + name + struct.pack("<I", len(dims))
@@ -146,6 +149,8 @@ def checkpoints(vit_train):
     put("checkpoint", "real8", ckpt(b"x", [(b"t", [1], [0.0])], real_size=8))
     put("checkpoint", "position", ckpt(b"dim = 2\n", [(b"a", [2], [1.0, -2.5])], version=2,
                                        epoch_step=2, sums=(3.5, 2.0, 4.0), order=(2, 0, 3, 1)))
+    put("checkpoint", "class_names", ckpt(b"dim = 2\n", [(b"a", [2], [1.0, -2.5])], version=2,
+                                          class_names=(b"bag", "\u00e9t\u00e9".encode(), b"x" * 255)))
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "data")
         os.makedirs(data)
