@@ -787,6 +787,8 @@ START_TEST(import_to_checkpoint_trains)
     for (size_t i = 0; i < opt.n; i++)
         moved += vit_model_params(ck)[i] != vit_model_params(m)[i];
     ck_assert_uint_gt(moved, opt.n / 2);
+    vit_run_state_free(&st);
+    vit_model_free(got);
     /* A failing import leaves no checkpoint and no model. */
     got = (vit_model *)&got;
     ck_assert_int_eq(vit_safetensors_import(tp("none.safetensors"), tp("d.ckpt"), &got), VIT_EIO);

@@ -204,6 +204,7 @@ START_TEST(test_learns_digits)
     vit_run_state st;
     ck_assert_msg(vit_run_load(path, &m, NULL, &st) == VIT_OK, "%s", vit_last_error());
     ck_assert_uint_eq(st.epoch, EPOCHS);
+    vit_run_state_free(&st);
     vit_model_free(m);
     vit_train_result_free(&res);
     remove_tree(dir);
@@ -375,6 +376,7 @@ START_TEST(test_divergence_stops)
     memcpy(vit_model_params(sab), vit_model_params(good),
            vit_model_param_count(good) * sizeof(vit_real));
     ck_assert_int_eq(vit_run_save(ckpt, sab, &opt, &st), VIT_OK);
+    vit_run_state_free(&st);
     vit_model_free(sab);
     vit_model_free(good);
     vit_adamw_free(&opt);
@@ -390,6 +392,7 @@ START_TEST(test_divergence_stops)
     printf("last good checkpoint: epoch %llu, step %llu\n", st.epoch, st.step);
     ck_assert_uint_ge(st.epoch, 2); /* written by the diverging run itself */
     ck_assert_uint_lt(st.epoch, 20);
+    vit_run_state_free(&st);
     vit_model_free(m);
     vit_adamw_free(&opt);
     remove_tree(dir);
