@@ -302,22 +302,31 @@ static int grad_take(node *x, node *y)
     return 1;
 }
 
-/* dy into x's gradient: copied when x's buffer is fresh, added otherwise,
- * or, if `give` (the caller's last read of dy), handed over by grad_take. */
-static int grad_pass(vit_tape *t, node *x, node *y, int give)
+/* src (x->t.size values) into x's gradient: copied when x's buffer is
+ * fresh, added otherwise.  Nothing to do when x needs no gradient. */
+static int grad_add(vit_tape *t, node *x, const vit_real *src)
 {
-    if (!x->t.requires_grad || (give && grad_take(x, y)))
+    if (!x->t.requires_grad)
         return VIT_OK;
     int fresh;
     vit_real *g = grad_out(t, x, &fresh);
     if (!g)
         return t->status;
     if (fresh)
-        memcpy(g, y->t.grad, x->t.size * sizeof *g);
+        memcpy(g, src, x->t.size * sizeof *g);
     else
         for (size_t i = 0; i < x->t.size; i++)
-            g[i] += y->t.grad[i];
+            g[i] += src[i];
     return VIT_OK;
+}
+
+/* dy into x's gradient by grad_add or, if `give` (the caller's last read
+ * of dy), handed over by grad_take. */
+static int grad_pass(vit_tape *t, node *x, node *y, int give)
+{
+    if (give && grad_take(x, y))
+        return VIT_OK;
+    return grad_add(t, x, y->t.grad);
 }
 
 /* ---- The tape ---------------------------------------------------------- */
@@ -1533,19 +1542,9 @@ static int back_checkpoint(vit_tape *t, op_rec *op)
         node *p = (node *)in[k];
         if (!p->t.requires_grad || shared[k])
             continue;
-        int fresh;
-        vit_real *g = grad_out(t, op->in[k], &fresh);
-        if (!g)
+        /* Nothing in the sub-graph reached the input: zeros (if fresh). */
+        if (!p->t.grad ? !grad_acc(t, op->in[k]) : grad_add(t, op->in[k], p->t.grad) != VIT_OK)
             return t->status;
-        if (!p->t.grad) {
-            if (fresh)
-                memset(g, 0, p->t.size * sizeof *g);
-        } else if (fresh) {
-            memcpy(g, p->t.grad, p->t.size * sizeof *g);
-        } else {
-            for (size_t i = 0; i < p->t.size; i++)
-                g[i] += p->t.grad[i];
-        }
     }
     return VIT_OK;
 }
@@ -1640,15 +1639,8 @@ int vit_tape_backward_from(vit_tape *t, vit_tensor *y, const vit_real *dy)
     else if (flush_pending(t) != VIT_OK)
         return t->status;
     t->backward_done = 1;
-    int fresh;
-    vit_real *g = grad_out(t, root, &fresh);
-    if (!g)
+    if (grad_add(t, root, dy) != VIT_OK)
         return t->status;
-    if (fresh)
-        memcpy(g, dy, y->size * sizeof *g);
-    else
-        for (size_t i = 0; i < y->size; i++)
-            g[i] += dy[i];
     for (int i = t->nops - 1; i >= 0; i--) {
         op_rec *op = &t->ops[i];
         if (!op->out->t.grad)
