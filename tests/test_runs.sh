@@ -96,7 +96,10 @@ check "--epochs 6: metrics hold epochs 1-6 once each" \
 
 # ---- 3. signals ----------------------------------------------------------
 # Batches of 4: 360 steps per epoch, so a random moment is almost always
-# inside an epoch; a stop that lands on an epoch's end is tried again.
+# inside an epoch; a stop that lands on an epoch's end is tried again.  The
+# moment is counted from the end of epoch 1 (its metrics row): a delay
+# counted from the start raced the run's own start-up and, when the
+# reference run had been slowed by other tests, its end.
 sigrun=(--epochs 10 --batch 4)
 t0=$(date +%s.%N)
 train "${sigrun[@]}" --out "$tmp/ref" >/dev/null 2>&1 || bad "reference run"
@@ -108,7 +111,11 @@ for sig in INT TERM; do
         rm -rf "$tmp/s"
         "$tools/vit_train" "${small[@]}" "${sigrun[@]}" --out "$tmp/s" >/dev/null 2>"$tmp/err" &
         pid=$!
-        delay=$(calc "0.05 + $ref_time * 0.6 * $RANDOM / 32768")
+        waited=0
+        while [ "$(wc -l <"$tmp/s/metrics.csv" 2>/dev/null || echo 0)" -lt 2 ] && [ $waited -lt 6000 ]
+        do sleep 0.01; waited=$((waited + 1)); done
+        # past the row's checkpoint write, inside the next epoch's steps
+        delay=$(calc "$ref_time / 10 * (0.2 + 0.5 * $RANDOM / 32768)")
         sleep "$delay"
         kill -$sig $pid
         wait $pid
