@@ -1,6 +1,7 @@
 /* PNG images through libpng's simplified API: single files (vit_png_read,
  * vit_png_write) and folders with one subfolder of PNGs per class. */
 #include "vit/data.h"
+#include "atomic_file.h"
 #include "data_internal.h"
 #include "error.h"
 
@@ -198,28 +199,10 @@ int vit_png_write(const char *path, const unsigned char *pixels, int height, int
     if ((long long)width * channels > INT32_MAX)
         return vit_fail(VIT_EINVAL, "%s: width %d is too large for a PNG row", fn, width);
 
-    /* Write beside the target, then rename: rename within one folder is
-     * atomic, so readers see either the old file or the complete new one. */
-    size_t len = strlen(path);
-    char *tmp = malloc(len + 8);
-    if (tmp == NULL)
-        return vit_fail(VIT_ENOMEM, "%s: out of memory", path);
-    memcpy(tmp, path, len);
-    memcpy(tmp + len, ".XXXXXX", 8);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        rc = vit_fail(VIT_EIO, "%s: cannot create a temporary file (%s)", path, strerror(errno));
-        free(tmp);
+    FILE *fp;
+    char *tmp;
+    if ((rc = vit_atomic_open(path, &fp, &tmp)) != VIT_OK)
         return rc;
-    }
-    FILE *fp = fdopen(fd, "wb");
-    if (fp == NULL) {
-        rc = vit_fail(VIT_EIO, "%s: cannot write (%s)", path, strerror(errno));
-        close(fd);
-        unlink(tmp);
-        free(tmp);
-        return rc;
-    }
     memset(&im, 0, sizeof im);
     im.version = PNG_IMAGE_VERSION;
     im.width = (png_uint_32)width;
@@ -227,16 +210,7 @@ int vit_png_write(const char *path, const unsigned char *pixels, int height, int
     im.format = channels == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY;
     if (!png_image_write_to_stdio(&im, fp, 0, pixels, 0, NULL))
         rc = vit_fail(VIT_EIO, "%s: cannot write PNG (libpng: %s)", path, im.message);
-    else if (fflush(fp) != 0 || fsync(fileno(fp)) != 0 || fchmod(fileno(fp), 0644) != 0)
-        rc = vit_fail(VIT_EIO, "%s: cannot write (%s)", path, strerror(errno));
-    if (fclose(fp) != 0 && rc == VIT_OK)
-        rc = vit_fail(VIT_EIO, "%s: cannot write (%s)", path, strerror(errno));
-    if (rc == VIT_OK && rename(tmp, path) != 0)
-        rc = vit_fail(VIT_EIO, "%s: cannot rename %s into place (%s)", path, tmp, strerror(errno));
-    if (rc != VIT_OK)
-        unlink(tmp);
-    free(tmp);
-    return rc;
+    return vit_atomic_close(fp, tmp, path, rc);
 }
 
 /* ------------------------------------------------------- class folders */

@@ -9,8 +9,6 @@
 #include "vit/safetensors.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <libgen.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -20,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "atomic_file.h"
 #include "error.h"
 #include "vit/layernorm.h"
 #include "vit/optim.h"
@@ -309,53 +308,18 @@ static int header_json(sbuf *b, const vit_config *c, char *const *class_names,
 
 /* ---- atomic files ------------------------------------------------------ */
 
-/* Writes len bytes to path through a temporary file beside it, flushed to
- * disk and renamed over path, so a reader never sees half a file; then
- * syncs the folder so that the rename lasts. */
+/* head then body to path, whole or not at all. */
 static int write_atomic(const char *path, const unsigned char *head, size_t head_len,
                         const unsigned char *body, size_t body_len)
 {
-    size_t len = strlen(path);
-    char *tmp = malloc(len + 8);
-    if (!tmp)
-        return vit_fail(VIT_ENOMEM, "%s: out of memory", path);
-    memcpy(tmp, path, len);
-    memcpy(tmp + len, ".XXXXXX", 8);
-    int fd = mkstemp(tmp);
-    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
-    if (!f) {
-        int rc = vit_fail(VIT_EIO, "%s: cannot create a temporary file beside it: %s", path,
-                          strerror(errno));
-        if (fd >= 0) {
-            close(fd);
-            unlink(tmp);
-        }
-        free(tmp);
+    FILE *f;
+    char *tmp;
+    int rc = vit_atomic_open(path, &f, &tmp);
+    if (rc != VIT_OK)
         return rc;
-    }
-    int rc = VIT_OK;
-    if (fwrite(head, 1, head_len, f) != head_len || fwrite(body, 1, body_len, f) != body_len ||
-        fflush(f) || fsync(fileno(f)) || fchmod(fileno(f), 0644))
+    if (fwrite(head, 1, head_len, f) != head_len || fwrite(body, 1, body_len, f) != body_len)
         rc = vit_fail(VIT_EIO, "%s: write failed: %s", path, strerror(errno));
-    if (fclose(f) && rc == VIT_OK)
-        rc = vit_fail(VIT_EIO, "%s: write failed: %s", path, strerror(errno));
-    if (rc == VIT_OK && rename(tmp, path))
-        rc = vit_fail(VIT_EIO, "%s: cannot rename the temporary file to it: %s", path,
-                      strerror(errno));
-    if (rc != VIT_OK) {
-        unlink(tmp);
-    } else {
-        /* Best effort: not every file system can sync a folder. */
-        char *dir = strdup(path);
-        int dfd = dir ? open(dirname(dir), O_RDONLY | O_DIRECTORY) : -1;
-        if (dfd >= 0) {
-            (void)fsync(dfd);
-            close(dfd);
-        }
-        free(dir);
-    }
-    free(tmp);
-    return rc;
+    return vit_atomic_close(f, tmp, path, rc);
 }
 
 /* ---- export ------------------------------------------------------------- */
