@@ -105,6 +105,23 @@ static void folder_of(const char *path, char *out, size_t cap)
         snprintf(out, cap, "%.*s", slash == path ? 1 : (int)(slash - path), path);
 }
 
+/* No patch given (cfg->patch 0): the default, unless the data's images
+ * are larger than the config's or the default does not divide them; then
+ * the library's choice (a grid of at most 8x8), said in one line. */
+static int fit_patch(vit_config *cfg, int patch_default, const vit_dataset *train, int speak)
+{
+    cfg->patch = patch_default;
+    int larger = train->height > cfg->image_height || train->width > cfg->image_width;
+    if (!larger && train->height % patch_default == 0 && train->width % patch_default == 0)
+        return 0;
+    char why[200];
+    if (vit_config_pick_patch(train->height, train->width, 8, &cfg->patch, NULL, why, sizeof why))
+        return cli_fail(prog, NULL);
+    if (speak)
+        printf("patch %d (no --patch given): %s\n", cfg->patch, why);
+    return 0;
+}
+
 /* Under mpirun every rank runs the same command; rank 0 alone speaks. */
 int main(int argc, char **argv)
 {
@@ -149,6 +166,11 @@ static int run(int argc, char **argv)
     /* A resumed run starts from its own recipe; flags then say what differs. */
     if (o.resume && vit_run_config(o.resume, &cfg))
         return cli_fail(prog, NULL);
+    /* patch 0 (out of its range, so no file or flag can set it) marks a
+     * patch nobody gave: it is then fitted to the data's images below. */
+    const int patch_default = cfg.patch;
+    if (!o.resume)
+        cfg.patch = 0;
     if (config && vit_config_load(&cfg, config))
         return cli_fail(prog, NULL);
 
@@ -261,6 +283,11 @@ static int run(int argc, char **argv)
     }
     if (o.progress && vit_dist_size() > 1)
         printf("data-parallel over %d ranks, global batch %d\n", vit_dist_size(), cfg.batch);
+    if (cfg.patch == 0 && fit_patch(&cfg, patch_default, &train, o.progress) != 0) {
+        vit_dataset_free(&train);
+        vit_dataset_free(&test);
+        return 1;
+    }
 
     vit_train_result res;
     int rc = vit_train_run(&cfg, &train, &test, &o, &res);
