@@ -420,6 +420,10 @@ typedef struct run {
     double last_print;             /* now_seconds() of the last line printed */
     int epoch_w, extra_cols;       /* the epoch table's first column, lr/img/s */
     char **class_names;            /* the training data's, for the checkpoint (not owned) */
+    double t_first;                /* now_seconds() after this invocation's first step */
+    int summary_done;              /* the model summary line is out */
+    int header_max, header_val;    /* the epoch table's header, printed after the summary */
+    int header_due;
 } run;
 
 static void run_free(run *r)
@@ -606,6 +610,14 @@ static void epoch_header(FILE *log, run *r, int with_val, int max)
     fflush(log);
 }
 
+/* The header, if due: after the model summary, before the first row. */
+static void epoch_header_due(FILE *log, run *r)
+{
+    if (r->header_due)
+        epoch_header(log, r, r->header_val, r->header_max);
+    r->header_due = 0;
+}
+
 static void epoch_line(FILE *log, const run *r, double tl, double ta, const vit_eval_result *ev,
                        double val_acc, double secs, double lr, double ips)
 {
@@ -620,6 +632,54 @@ static void epoch_line(FILE *log, const run *r, double tl, double ta, const vit_
     if (r->extra_cols > 1)
         fprintf(log, "  %6.0f", ips);
     fputc('\n', log);
+    fflush(log);
+}
+
+/* Parameters as 950, 81.2k or 1.35M. */
+static const char *count_text(size_t n, char *buf, size_t cap)
+{
+    if (n < 10000)
+        snprintf(buf, cap, "%zu", n);
+    else if (n < 1000000)
+        snprintf(buf, cap, "%.1fk", (double)n / 1e3);
+    else
+        snprintf(buf, cap, "%.2fM", (double)n / 1e6);
+    return buf;
+}
+
+/* Once per invocation, after its first steps (at least 10 of them and a
+ * second past the first, or the epoch's end): "model: 81.2k parameters,
+ * 50 tokens (7x7 patches of 4), 1830 img/s, ETA 0:02:05".  The speed is
+ * that of the steps after the first (which also pays for the first
+ * allocations); the ETA is the remaining steps' at that speed.  Cut short
+ * of max as the progress line is: the patches go first. */
+static void model_summary(FILE *log, run *r, long s, long spe, long total_steps, int max)
+{
+    unsigned long long done = r->st.step - r->start_step;
+    double t = now_seconds();
+    if (done == 1)
+        r->t_first = t;
+    if (r->summary_done || done < 2 || (s + 1 < spe && (done < 11 || t - r->t_first < 1.0)))
+        return;
+    r->summary_done = 1;
+    const vit_config *c = &r->cfg;
+    double per_step = (t - r->t_first) / (double)(done - 1);
+    double ips = per_step > 0 ? c->batch / per_step : 0;
+    char n[32], eta[32], grid[64], line[256];
+    int gh = c->image_height / c->patch, gw = c->image_width / c->patch;
+    snprintf(grid, sizeof grid, " (%dx%d patches of %d)", gh, gw, c->patch);
+    hms((double)(total_steps - (long)r->st.step) * per_step, eta, sizeof eta);
+    count_text(vit_model_param_count(r->m), n, sizeof n);
+    int len = snprintf(line, sizeof line, "model: %s parameters, %d tokens%s, %.0f img/s, ETA %s",
+                       n, gh * gw + 1, grid, ips, eta);
+    if (len > max)
+        len = snprintf(line, sizeof line, "model: %s parameters, %d tokens, %.0f img/s, ETA %s", n,
+                       gh * gw + 1, ips, eta);
+    if (len > max)
+        line[max > 0 ? max : 0] = 0;
+    progress_clear(log, r);
+    fprintf(log, "%s\n", line);
+    epoch_header_due(log, r);
     fflush(log);
 }
 
@@ -767,6 +827,9 @@ static int train_epoch(run *r, const vit_dataset *train, const vit_train_opts *o
         }
         if (rc)
             return rc;
+        if (o->progress && vit_dist_rank() == 0)
+            model_summary(log, r, s, spe, total_steps,
+                          o->progress == 2 ? term_columns(log) - 1 : 100);
         /* A terminal gets the bar every 4 steps; a file or pipe a plain
          * line at most every progress_seconds (no \r in a log). */
         double tnow = 0, every = o->progress_seconds > 0 ? o->progress_seconds : 30;
@@ -896,8 +959,9 @@ int vit_train_run(const vit_config *cfg, const vit_dataset *train_in, const vit_
     int stop = 0;
     double val_acc = -1; /* the last epoch's, with a validation set */
     r.last_print = t0;
-    if (rc == VIT_OK && o->progress >= 1 && rank == 0)
-        epoch_header(log, &r, val.count > 0, o->progress == 2 ? term_columns(log) - 1 : 100);
+    r.header_due = rc == VIT_OK && o->progress >= 1 && rank == 0;
+    r.header_val = val.count > 0;
+    r.header_max = o->progress == 2 ? term_columns(log) - 1 : 100;
     while (rc == VIT_OK && !stop && r.st.epoch < (unsigned long long)c->epochs) {
         if (o->stop_after_epochs > 0 && r.st.epoch >= (unsigned long long)o->stop_after_epochs)
             break;
@@ -940,6 +1004,7 @@ int vit_train_run(const vit_config *cfg, const vit_dataset *train_in, const vit_
         if (o->progress >= 1 && rank == 0) {
             double ips = (double)(r.st.epoch - start_epoch) * train.count / (now_seconds() - t0);
             progress_clear(log, &r);
+            epoch_header_due(log, &r);
             epoch_line(log, &r, tl, ta, &ev, val_acc, secs, lr, ips);
             r.last_print = now_seconds();
         }
