@@ -122,6 +122,25 @@ static int fit_patch(vit_config *cfg, int patch_default, const vit_dataset *trai
     return 0;
 }
 
+/* The last line.  On a terminal too narrow for it, the checkpoint goes on
+ * a line of its own, its path shortened in the middle if even that does
+ * not fit (a file or pipe always gets the one whole line). */
+static void print_result(const vit_train_result *res, const char *out)
+{
+    char head[160], path[4200];
+    snprintf(head, sizeof head, "test accuracy %.4f (%d epochs, %.1f s, %.0f images/s)",
+             res->test_accuracy, res->epochs_done, res->seconds, res->images_per_second);
+    snprintf(path, sizeof path, "%s/last.ckpt", out);
+    int cols = cli_terminal_columns();
+    if (cols == 0 || (int)(strlen(head) + strlen(path)) + 13 <= cols - 1) {
+        printf("%s; checkpoint %s\n", head, path);
+        return;
+    }
+    char short_path[4200];
+    cli_short_path(path, cols - 1 - 11, short_path, sizeof short_path);
+    printf("%s\ncheckpoint %s\n", head, short_path);
+}
+
 /* Under mpirun every rank runs the same command; rank 0 alone speaks. */
 int main(int argc, char **argv)
 {
@@ -335,8 +354,7 @@ static int run(int argc, char **argv)
     vit_dataset_free(&names);
     if (res.val_accuracy >= 0)
         printf("validation accuracy %.4f\n", res.val_accuracy);
-    printf("test accuracy %.4f (%d epochs, %.1f s, %.0f images/s); checkpoint %s/last.ckpt\n",
-           res.test_accuracy, res.epochs_done, res.seconds, res.images_per_second, out);
+    print_result(&res, out);
     vit_train_result_free(&res);
     return 0;
 }
