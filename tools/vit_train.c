@@ -327,7 +327,7 @@ static int run(int argc, char **argv)
     if (!speak) {
         vit_train_result_free(&res);
         vit_dataset_free(&names);
-        return res.interrupted ? 128 + stop_signal : 0;
+        return res.interrupted ? 128 + (stop_signal ? stop_signal : SIGTERM) : 0;
     }
     if (res.already_complete) {
         printf("%s: %s is already complete (%d of %d epochs); nothing to train (a larger "
@@ -341,12 +341,19 @@ static int run(int argc, char **argv)
             snprintf(again, sizeof again, " --threads %d", threads);
         if (o.val_count > 0)
             snprintf(again + strlen(again), sizeof again - strlen(again), " --val %d", o.val_count);
+        /* Under mpirun the stop may have come to another rank: this one
+         * then stops as if terminated. */
+        char launcher[64] = "";
+        if (vit_dist_size() > 1)
+            snprintf(launcher, sizeof launcher, "mpirun -np %d ", vit_dist_size());
         fprintf(stderr, "%s: %s at epoch %d, step %llu of %ld; checkpoint %s/last.ckpt\n"
-                "%s: continue with: %s --data %s --resume %s/last.ckpt%s\n", prog,
-                stop_signal == SIGINT ? "interrupted" : "terminated", res.epochs_done + 1,
-                res.epoch_step, res.steps_per_epoch, out, prog, prog, data, out, again);
+                "%s: continue with: %s%s --data %s --resume %s/last.ckpt%s\n", prog,
+                stop_signal == SIGINT ? "interrupted" : stop_signal ? "terminated"
+                                                                    : "stopped (another rank was signalled)",
+                res.epochs_done + 1, res.epoch_step, res.steps_per_epoch, out, prog, launcher,
+                prog, data, out, again);
         vit_dataset_free(&names);
-        return 128 + stop_signal;
+        return 128 + (stop_signal ? stop_signal : SIGTERM);
     }
     if (o.progress)
         cli_print_confusion(res.confusion, res.confusion_classes,
