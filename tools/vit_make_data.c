@@ -8,10 +8,9 @@
  *            middle of a 28x28 black field, as MNIST's digits are.
  *   rgb32    32x32 RGB PNG folders (train/0 .. train/9, test/...): each
  *            digit scaled to 24x24, set at a random offset (0..8 in each
- *            direction), drawn in a random colour on a random background
- *            whose every channel differs from the ink's by at least 96 -
- *            so that position and colour are nuisances a model must see
- *            through.
+ *            direction), in light ink on dark paper, both colours random
+ *            with the ink at least 96 brighter in every channel - so that
+ *            position and colour are nuisances a model must see through.
  *
  * The split is the digits' own (first 1437 train, last 360 test), so the
  * test images are derived from digits no training image came from.  The
@@ -117,14 +116,12 @@ static int write_rgb(const char *dir, const char *split, const vit_dataset *ds, 
     }
     for (int i = 0; i < ds->count; i++) {
         int oy = (int)vit_rng_below(rng, 9), ox = (int)vit_rng_below(rng, 9);
+        /* Light ink on dark paper, each channel at least 96 apart, the
+         * colours otherwise uniform. */
         int ink[3], paper[3];
         for (int ch = 0; ch < 3; ch++) {
-            ink[ch] = (int)vit_rng_below(rng, 256);
-            /* At least 96 away from the ink, uniform over what is left. */
-            int lo = ink[ch] - 96, hi = ink[ch] + 96; /* excluded: (lo, hi) */
-            int below = lo >= 0 ? lo + 1 : 0, above = hi <= 255 ? 255 - hi + 1 : 0;
-            int r = (int)vit_rng_below(rng, (uint32_t)(below + above));
-            paper[ch] = r < below ? r : hi + (r - below);
+            paper[ch] = (int)vit_rng_below(rng, 160);                                /* 0 .. 159 */
+            ink[ch] = paper[ch] + 96 + (int)vit_rng_below(rng, (uint32_t)(160 - paper[ch])); /* .. 255 */
         }
         unsigned char img[32 * 32 * 3];
         for (int y = 0; y < 32; y++)
