@@ -687,7 +687,8 @@ static const char *count_text(size_t n, char *buf, size_t cap)
 }
 
 /* Once per invocation, after its first steps (at least 10 of them and a
- * second past the first, or the epoch's end): "model: 81.2k parameters,
+ * second past the first, or the epoch's end; none when the first epoch's
+ * row came first, as with one step an epoch): "model: 81.2k parameters,
  * 50 tokens (7x7 patches of 4), 1830 img/s, ETA 0:02:05".  The speed is
  * that of the steps after the first (which also pays for the first
  * allocations); the ETA is the remaining steps' at that speed.  Too long
@@ -699,7 +700,9 @@ static void model_summary(FILE *log, run *r, long s, long spe, long total_steps,
     double t = now_seconds();
     if (done == 1)
         r->t_first = t;
-    if (r->summary_done || done < 2 || (s + 1 < spe && (done < 11 || t - r->t_first < 1.0)))
+    if (r->summary_done || !r->header_due) /* never inside the table */
+        return;
+    if (done < 2 || (s + 1 < spe && (done < 11 || t - r->t_first < 1.0)))
         return;
     r->summary_done = 1;
     const vit_config *c = &r->cfg;
