@@ -71,6 +71,14 @@ check "vit_export: class_names metadata" '"class_names":"[\"bag\",\"coat\",\"sne
 check "vit_import exits 0" 0 $?
 pi=$("$tools/vit_predict" "$tmp/imported.ckpt" "$d/test/bag/1.png" "$d/test/sneaker/2.png" 2>&1)
 check "vit_import: vit_predict on the imported model prints the names" "$pr" "$pi"
+# An existing checkpoint is not replaced without --force.
+before=$(cksum <"$tmp/run/last.ckpt")
+err=$("$tools/vit_import" "$tmp/m.safetensors" --out "$tmp/run/last.ckpt" 2>&1)
+check "vit_import over an existing checkpoint: refused (exit 1), file untouched" \
+    "1|vit_import: $tmp/run/last.ckpt already exists; pass --force to replace it|$before" \
+    "$?|$err|$(cksum <"$tmp/run/last.ckpt")"
+"$tools/vit_import" "$tmp/m.safetensors" --out "$tmp/imported.ckpt" --force >/dev/null 2>&1
+check "vit_import --force replaces it" 0 $?
 
 # A format-1 checkpoint (digits) holds no names: the indices are shown.
 ev1=$("$tools/vit_eval" "$data/v1/digits-dim8-epoch1-of-2.ckpt" --threads 1 2>&1)
