@@ -292,3 +292,38 @@ const char *vit_config_key_help(int i, const char **key)
         *key = fields[i].key;
     return fields[i].help;
 }
+
+/* ---- a patch for the data's images --------------------------------------- */
+
+int vit_config_pick_patch(int height, int width, int max_grid, int *patch, int *fits, char *why,
+                          size_t cap)
+{
+    if (!patch || height < 1 || width < 1 || height > 100000 || width > 100000 || max_grid < 1)
+        return vit_fail(VIT_EINVAL, "vit_config_pick_patch: %s",
+                        !patch ? "patch is NULL" : max_grid < 1 ? "max_grid < 1"
+                                                                : "image side outside 1 .. 100000");
+    int small = height < width ? height : width;
+    int best_fit = 0, largest = 0;
+    /* A common divisor leaving at least 2 patches along the shorter side. */
+    for (int p = 1; p <= small / 2; p++) {
+        if (height % p || width % p)
+            continue;
+        largest = p;
+        if (!best_fit && height / p <= max_grid && width / p <= max_grid)
+            best_fit = p;
+    }
+    int p = best_fit ? best_fit : largest ? largest : 1;
+    int gh = height / p, gw = width / p;
+    if (fits)
+        *fits = gh <= max_grid && gw <= max_grid;
+    if (why && cap > 0) {
+        if (best_fit)
+            snprintf(why, cap, "%dx%d patches of %dx%d, the finest grid within %dx%d", gh, gw,
+                     height, width, max_grid, max_grid);
+        else
+            snprintf(why, cap, "%dx%d patches of %dx%d, the coarsest: no grid within %dx%d "
+                     "divides it", gh, gw, height, width, max_grid, max_grid);
+    }
+    *patch = p;
+    return VIT_OK;
+}

@@ -7,6 +7,7 @@
  * other, so the two cannot drift apart.
  */
 #include "vit/safetensors.h"
+#include "vit/checkpoint.h"
 
 #include <errno.h>
 #include <math.h>
@@ -993,7 +994,89 @@ static int take(const char *path, vit_model *m, const plan_tensor *o, const unsi
     return VIT_OK;
 }
 
-static int load(const char *path, const unsigned char *buf, size_t size, vit_model **model)
+/* ---- the class names from the metadata ------------------------------------ */
+
+void vit_safetensors_class_names_free(char **names, int n)
+{
+    if (!names)
+        return;
+    for (int k = 0; k < n; k++)
+        free(names[k]);
+    free(names);
+}
+
+/* One name of the array, checked as a checkpoint will want it (vit_ckpt_write:
+ * not empty, shorter than VIT_CKPT_CLASS_NAME_MAX) and not a repeat. */
+static int check_class_name(const char *path, char **names, int k)
+{
+    size_t len = strlen(names[k]);
+    if (len == 0)
+        return vit_fail(VIT_EFORMAT, "%s: __metadata__ class_names: name %d is empty", path, k);
+    if (len >= VIT_CKPT_CLASS_NAME_MAX)
+        return vit_fail(VIT_EFORMAT, "%s: __metadata__ class_names: name %d is %zu bytes long, "
+                        "at most %d", path, k, len, VIT_CKPT_CLASS_NAME_MAX - 1);
+    for (int i = 0; i < k; i++)
+        if (strcmp(names[i], names[k]) == 0)
+            return vit_fail(VIT_EFORMAT, "%s: __metadata__ class_names: '%s' names classes %d "
+                            "and %d", path, names[k], i, k);
+    return VIT_OK;
+}
+
+/* The metadata's "class_names" - as the export writes it, a JSON array of
+ * strings inside the string value - as `classes` malloc'd strings in
+ * *names; *names stays NULL when the key is absent. */
+static int meta_class_names(const char *path, const parsed *p, int classes, char ***names)
+{
+    *names = NULL;
+    const char *v = meta_get(p, "class_names");
+    if (!v)
+        return VIT_OK;
+    char **out = calloc((size_t)classes, sizeof *out);
+    if (!out)
+        return vit_fail(VIT_ENOMEM, "%s: out of memory", path);
+    jp j = {path, (const unsigned char *)v, strlen(v), 0};
+    int n = 0, rc = jp_expect(&j, '[', "");
+    if (rc == VIT_OK && !jp_peek(&j, ']')) {
+        for (;;) {
+            char *name;
+            if ((rc = jp_string(&j, &name)) != VIT_OK)
+                break;
+            if (n == classes) { /* one too many: the count is the error */
+                free(name);
+                n++;
+                break;
+            }
+            out[n++] = name;
+            if ((rc = check_class_name(path, out, n - 1)) != VIT_OK)
+                goto fail;
+            if ((rc = jp_next(&j, ']', "")) <= 0)
+                break;
+        }
+    }
+    if (rc == VIT_OK && n <= classes) {
+        jp_ws(&j);
+        rc = j.i == j.n ? VIT_OK : VIT_EFORMAT;
+    }
+    if (rc == VIT_ENOMEM)
+        goto fail;
+    if (rc != VIT_OK)
+        rc = vit_fail(VIT_EFORMAT, "%s: __metadata__ class_names = '%.80s%s': not a JSON array "
+                      "of strings", path, v, strlen(v) > 80 ? "..." : "");
+    else if (n != classes)
+        rc = vit_fail(VIT_EFORMAT, "%s: __metadata__ class_names holds %s%d names, the model has "
+                      "%d classes", path, n > classes ? "more than " : "",
+                      n > classes ? classes : n, classes);
+    if (rc == VIT_OK) {
+        *names = out;
+        return VIT_OK;
+    }
+fail:
+    vit_safetensors_class_names_free(out, classes);
+    return rc;
+}
+
+static int load(const char *path, const unsigned char *buf, size_t size, vit_model **model,
+                char ***names)
 {
     if (size < 8)
         return vit_fail(VIT_EFORMAT, "%s: %zu bytes, too short for a safetensors file (the "
@@ -1018,6 +1101,8 @@ static int load(const char *path, const unsigned char *buf, size_t size, vit_mod
         rc = check_layout(path, &p, data_size);
     if (rc == VIT_OK)
         rc = meta_config(path, &p, &cfg);
+    if (rc == VIT_OK && names)
+        rc = meta_class_names(path, &p, cfg.classes, names);
     if (rc != VIT_OK)
         goto done;
     /* The file is untrusted: the model it describes must fit in its data
@@ -1091,25 +1176,36 @@ done:
     parsed_free(&p);
     if (rc != VIT_OK) {
         vit_model_free(m);
+        if (names) {
+            vit_safetensors_class_names_free(*names, cfg.classes);
+            *names = NULL;
+        }
         return rc;
     }
     *model = m;
     return VIT_OK;
 }
 
-int vit_safetensors_load(const char *path, vit_model **model)
+int vit_safetensors_load_named(const char *path, vit_model **model, char ***class_names)
 {
     if (model)
         *model = NULL;
+    if (class_names)
+        *class_names = NULL;
     if (!path || !model)
         return vit_fail(VIT_EINVAL, "vit_safetensors_load: %s is NULL", !path ? "path" : "model");
     unsigned char *buf;
     size_t size;
     int rc = read_all(path, &buf, &size);
     if (rc == VIT_OK)
-        rc = load(path, buf, size, model);
+        rc = load(path, buf, size, model, class_names);
     free(buf);
     return rc;
+}
+
+int vit_safetensors_load(const char *path, vit_model **model)
+{
+    return vit_safetensors_load_named(path, model, NULL);
 }
 
 int vit_safetensors_import(const char *path, const char *ckpt_path, vit_model **model)
@@ -1120,7 +1216,8 @@ int vit_safetensors_import(const char *path, const char *ckpt_path, vit_model **
         return vit_fail(VIT_EINVAL, "vit_safetensors_import: %s is NULL",
                         !path ? "path" : "ckpt_path");
     vit_model *m;
-    int rc = vit_safetensors_load(path, &m);
+    char **names;
+    int rc = vit_safetensors_load_named(path, &m, &names);
     if (rc != VIT_OK)
         return rc;
     const vit_config *c = vit_model_config(m);
@@ -1132,8 +1229,11 @@ int vit_safetensors_import(const char *path, const char *ckpt_path, vit_model **
         vit_run_state st;
         memset(&st, 0, sizeof st);
         vit_rng_seed(&st.rng, c->seed);
+        st.class_names = names; /* NULL (none in the file) writes none */
+        st.nclass_names = names ? c->classes : 0;
         rc = vit_run_save(ckpt_path, m, &opt, &st);
     }
+    vit_safetensors_class_names_free(names, c->classes);
     vit_adamw_free(&opt);
     if (rc != VIT_OK || !model)
         vit_model_free(m);

@@ -418,8 +418,12 @@ typedef struct run {
     double last_save;              /* now_seconds() of the last checkpoint */
     int bar_len;                   /* characters of the progress bar on screen */
     double last_print;             /* now_seconds() of the last line printed */
-    int epoch_w, extra_cols;       /* the epoch table's first column, lr/img/s */
+    int epoch_w, cols;             /* the epoch table's first column; its columns (bits) */
     char **class_names;            /* the training data's, for the checkpoint (not owned) */
+    double t_first;                /* now_seconds() after this invocation's first step */
+    int summary_done;              /* the model summary line is out */
+    int header_max, header_val;    /* the epoch table's header, printed after the summary */
+    int header_due;
 } run;
 
 static void run_free(run *r)
@@ -590,18 +594,53 @@ static void progress_clear(FILE *log, run *r)
  *   epoch  train loss     acc  test loss     acc  val acc     time        lr   img/s
  *     3/20     0.8123  0.7412     0.6543  0.8056   0.7990  0:00:12  1.95e-03    1830
  *
- * val acc only with a validation set; lr, then img/s, only while they fit. */
+ * val acc only with a validation set.  Too wide for max, columns give way
+ * in this order: img/s, lr, time, train acc, test loss, train loss (the
+ * test acc is then headed "test acc"); epoch, test acc and val acc stay. */
+enum { COL_TRAIN_LOSS, COL_TRAIN_ACC, COL_TEST_LOSS, COL_TEST_ACC, COL_VAL, COL_TIME, COL_LR,
+       COL_IPS, NCOLS };
+
+static const struct {
+    const char *head;
+    int width, gives_way; /* 1 gives way first; 0 never */
+} epoch_cols[NCOLS] = {
+    {"train loss", 10, 6}, {"acc", 6, 4}, {"test loss", 9, 5}, {"acc", 6, 0},
+    {"val acc", 7, 0},     {"time", 7, 3}, {"lr", 8, 2},       {"img/s", 6, 1},
+};
+
+/* Column c's width in the table r->cols describes (test acc widens to
+ * "test acc" once test loss is gone). */
+static int col_width(const run *r, int c)
+{
+    return c == COL_TEST_ACC && !(r->cols & 1 << COL_TEST_LOSS) ? 8 : epoch_cols[c].width;
+}
+
 static void epoch_header(FILE *log, run *r, int with_val, int max)
 {
-    char head[256];
     int digits = snprintf(NULL, 0, "%d", r->cfg.epochs);
     r->epoch_w = 2 * digits + 1 > 5 ? 2 * digits + 1 : 5;
-    int n = snprintf(head, sizeof head, "%*s  train loss     acc  test loss     acc%s     time",
-                     r->epoch_w, "epoch", with_val ? "  val acc" : "");
-    r->extra_cols = 0;
-    static const char *extra[2] = {"        lr", "   img/s"};
-    while (r->extra_cols < 2 && n + (int)strlen(extra[r->extra_cols]) <= max)
-        n += snprintf(head + n, sizeof head - (size_t)n, "%s", extra[r->extra_cols++]);
+    r->cols = (1 << NCOLS) - 1;
+    if (!with_val)
+        r->cols &= ~(1 << COL_VAL);
+    for (int next = 1;; next++) {
+        int n = r->epoch_w, drop = -1;
+        for (int c = 0; c < NCOLS; c++) {
+            if (r->cols & 1 << c)
+                n += 2 + col_width(r, c);
+            if (epoch_cols[c].gives_way == next)
+                drop = c;
+        }
+        if (n <= max || drop < 0)
+            break;
+        r->cols &= ~(1 << drop);
+    }
+    char head[256];
+    int n = snprintf(head, sizeof head, "%*s", r->epoch_w, "epoch");
+    for (int c = 0; c < NCOLS; c++)
+        if (r->cols & 1 << c)
+            n += snprintf(head + n, sizeof head - (size_t)n, "  %*s", col_width(r, c),
+                          c == COL_TEST_ACC && col_width(r, c) == 8 ? "test acc"
+                                                                    : epoch_cols[c].head);
     fprintf(log, "%s\n", head);
     fflush(log);
 }
@@ -609,17 +648,86 @@ static void epoch_header(FILE *log, run *r, int with_val, int max)
 static void epoch_line(FILE *log, const run *r, double tl, double ta, const vit_eval_result *ev,
                        double val_acc, double secs, double lr, double ips)
 {
-    char ep[48], val[32] = "", t[32];
+    char ep[48], t[32], cell[NCOLS][32];
     snprintf(ep, sizeof ep, "%llu/%d", r->st.epoch, r->cfg.epochs);
-    if (val_acc >= 0)
-        snprintf(val, sizeof val, "  %7.4f", val_acc);
-    fprintf(log, "%*s  %10.4f  %6.4f  %9.4f  %6.4f%s  %7s", r->epoch_w, ep, tl, ta, ev->loss,
-            ev->accuracy, val, hms(secs, t, sizeof t));
-    if (r->extra_cols > 0)
-        fprintf(log, "  %8.2e", lr);
-    if (r->extra_cols > 1)
-        fprintf(log, "  %6.0f", ips);
+    snprintf(cell[COL_TRAIN_LOSS], sizeof cell[0], "%.4f", tl);
+    snprintf(cell[COL_TRAIN_ACC], sizeof cell[0], "%.4f", ta);
+    snprintf(cell[COL_TEST_LOSS], sizeof cell[0], "%.4f", ev->loss);
+    snprintf(cell[COL_TEST_ACC], sizeof cell[0], "%.4f", ev->accuracy);
+    snprintf(cell[COL_VAL], sizeof cell[0], "%.4f", val_acc);
+    snprintf(cell[COL_TIME], sizeof cell[0], "%s", hms(secs, t, sizeof t));
+    snprintf(cell[COL_LR], sizeof cell[0], "%.2e", lr);
+    snprintf(cell[COL_IPS], sizeof cell[0], "%.0f", ips);
+    fprintf(log, "%*s", r->epoch_w, ep);
+    for (int c = 0; c < NCOLS; c++)
+        if (r->cols & 1 << c)
+            fprintf(log, "  %*s", col_width(r, c), cell[c]);
     fputc('\n', log);
+    fflush(log);
+}
+
+/* The header, if due: after the model summary, before the first row. */
+static void epoch_header_due(FILE *log, run *r)
+{
+    if (r->header_due)
+        epoch_header(log, r, r->header_val, r->header_max);
+    r->header_due = 0;
+}
+
+/* Parameters as 950, 81.2k or 1.35M. */
+static const char *count_text(size_t n, char *buf, size_t cap)
+{
+    if (n < 10000)
+        snprintf(buf, cap, "%zu", n);
+    else if (n < 1000000)
+        snprintf(buf, cap, "%.1fk", (double)n / 1e3);
+    else
+        snprintf(buf, cap, "%.2fM", (double)n / 1e6);
+    return buf;
+}
+
+/* Once per invocation, after its first steps (at least 10 of them and a
+ * second past the first, or the epoch's end; none when the first epoch's
+ * row came first, as with one step an epoch): "model: 81.2k parameters,
+ * 50 tokens (7x7 patches of 4), 1830 img/s, ETA 0:02:05".  The speed is
+ * that of the steps after the first (which also pays for the first
+ * allocations); the ETA is the remaining steps' at that speed.  Too long
+ * for max, the patches go first, then words, then the speed; then it is
+ * cut. */
+static void model_summary(FILE *log, run *r, long s, long spe, long total_steps, int max)
+{
+    unsigned long long done = r->st.step - r->start_step;
+    double t = now_seconds();
+    if (done == 1)
+        r->t_first = t;
+    if (r->summary_done || !r->header_due) /* never inside the table */
+        return;
+    if (done < 2 || (s + 1 < spe && (done < 11 || t - r->t_first < 1.0)))
+        return;
+    r->summary_done = 1;
+    const vit_config *c = &r->cfg;
+    double per_step = (t - r->t_first) / (double)(done - 1);
+    double ips = per_step > 0 ? c->batch / per_step : 0;
+    char n[32], eta[32], grid[64], line[256];
+    int gh = c->image_height / c->patch, gw = c->image_width / c->patch;
+    snprintf(grid, sizeof grid, " (%dx%d patches of %d)", gh, gw, c->patch);
+    hms((double)(total_steps - (long)r->st.step) * per_step, eta, sizeof eta);
+    count_text(vit_model_param_count(r->m), n, sizeof n);
+    int len = snprintf(line, sizeof line, "model: %s parameters, %d tokens%s, %.0f img/s, ETA %s",
+                       n, gh * gw + 1, grid, ips, eta);
+    if (len > max)
+        len = snprintf(line, sizeof line, "model: %s parameters, %d tokens, %.0f img/s, ETA %s", n,
+                       gh * gw + 1, ips, eta);
+    if (len > max)
+        len = snprintf(line, sizeof line, "model: %s params, %d tokens, %.0f img/s, ETA %s", n,
+                       gh * gw + 1, ips, eta);
+    if (len > max)
+        len = snprintf(line, sizeof line, "%s params, %d tokens, ETA %s", n, gh * gw + 1, eta);
+    if (len > max)
+        line[max > 0 ? max : 0] = 0;
+    progress_clear(log, r);
+    fprintf(log, "%s\n", line);
+    epoch_header_due(log, r);
     fflush(log);
 }
 
@@ -767,6 +875,9 @@ static int train_epoch(run *r, const vit_dataset *train, const vit_train_opts *o
         }
         if (rc)
             return rc;
+        if (o->progress && vit_dist_rank() == 0)
+            model_summary(log, r, s, spe, total_steps,
+                          o->progress == 2 ? term_columns(log) - 1 : 100);
         /* A terminal gets the bar every 4 steps; a file or pipe a plain
          * line at most every progress_seconds (no \r in a log). */
         double tnow = 0, every = o->progress_seconds > 0 ? o->progress_seconds : 30;
@@ -896,8 +1007,9 @@ int vit_train_run(const vit_config *cfg, const vit_dataset *train_in, const vit_
     int stop = 0;
     double val_acc = -1; /* the last epoch's, with a validation set */
     r.last_print = t0;
-    if (rc == VIT_OK && o->progress >= 1 && rank == 0)
-        epoch_header(log, &r, val.count > 0, o->progress == 2 ? term_columns(log) - 1 : 100);
+    r.header_due = rc == VIT_OK && o->progress >= 1 && rank == 0;
+    r.header_val = val.count > 0;
+    r.header_max = o->progress == 2 ? term_columns(log) - 1 : 100;
     while (rc == VIT_OK && !stop && r.st.epoch < (unsigned long long)c->epochs) {
         if (o->stop_after_epochs > 0 && r.st.epoch >= (unsigned long long)o->stop_after_epochs)
             break;
@@ -940,6 +1052,7 @@ int vit_train_run(const vit_config *cfg, const vit_dataset *train_in, const vit_
         if (o->progress >= 1 && rank == 0) {
             double ips = (double)(r.st.epoch - start_epoch) * train.count / (now_seconds() - t0);
             progress_clear(log, &r);
+            epoch_header_due(log, &r);
             epoch_line(log, &r, tl, ta, &ev, val_acc, secs, lr, ips);
             r.last_print = now_seconds();
         }

@@ -2,7 +2,7 @@
 # Class names travel with the model: a PNG-folder data set with classes
 # bag/, coat/ and sneaker/ is trained for one epoch; the checkpoint holds
 # the folder names, and vit_predict, vit_eval, vit_train's confusion matrix
-# and vit_export's metadata show them; a format-1 checkpoint (no names)
+# and vit_export's metadata show them, and vit_import brings them back; a format-1 checkpoint (no names)
 # shows the class indices.  Usage:
 #   test_classnames.sh TOOLS_DIR TESTS_DATA_DIR
 set -u
@@ -64,6 +64,21 @@ $d/test/sneaker/2.png $want P" "$(sed -E 's/ 0\.[0-9]{4}$/ P/; s/ 1\.0000$/ P/' 
 check "vit_export exits 0" 0 $?
 meta=$(grep -aoF '"class_names":"[\"bag\",\"coat\",\"sneaker\"]"' "$tmp/m.safetensors")
 check "vit_export: class_names metadata" '"class_names":"[\"bag\",\"coat\",\"sneaker\"]"' "$meta"
+
+# vit_import: the names come back from the metadata into the checkpoint,
+# and vit_predict on the imported model prints them as before.
+"$tools/vit_import" "$tmp/m.safetensors" --out "$tmp/imported.ckpt" >/dev/null 2>&1
+check "vit_import exits 0" 0 $?
+pi=$("$tools/vit_predict" "$tmp/imported.ckpt" "$d/test/bag/1.png" "$d/test/sneaker/2.png" 2>&1)
+check "vit_import: vit_predict on the imported model prints the names" "$pr" "$pi"
+# An existing checkpoint is not replaced without --force.
+before=$(cksum <"$tmp/run/last.ckpt")
+err=$("$tools/vit_import" "$tmp/m.safetensors" --out "$tmp/run/last.ckpt" 2>&1)
+check "vit_import over an existing checkpoint: refused (exit 1), file untouched" \
+    "1|vit_import: $tmp/run/last.ckpt already exists; pass --force to replace it|$before" \
+    "$?|$err|$(cksum <"$tmp/run/last.ckpt")"
+"$tools/vit_import" "$tmp/m.safetensors" --out "$tmp/imported.ckpt" --force >/dev/null 2>&1
+check "vit_import --force replaces it" 0 $?
 
 # A format-1 checkpoint (digits) holds no names: the indices are shown.
 ev1=$("$tools/vit_eval" "$data/v1/digits-dim8-epoch1-of-2.ckpt" --threads 1 2>&1)

@@ -800,6 +800,94 @@ START_TEST(import_to_checkpoint_trains)
 }
 END_TEST
 
+/* Class names travel export -> import -> checkpoint: a name with a quote, a
+ * backslash and UTF-8 comes back byte for byte; a file without class_names
+ * gives a checkpoint that reads back as "0".."K-1"; a bad value is one
+ * VIT_EFORMAT naming the file and class_names, and writes no checkpoint. */
+START_TEST(import_class_names)
+{
+    vit_model *m = small_model(VIT_POOL_CLS), *got = NULL;
+    char *names[K] = {"bag", "co\"at", "back\\slash", "\xc3\xa9t\xc3\xa9", "sneaker"};
+    char good[600];
+    snprintf(good, sizeof good, "%s", tp("named.safetensors"));
+    ck_assert_int_eq(vit_safetensors_save(m, names, good, NULL), VIT_OK);
+    char **back = NULL;
+    ck_assert_msg(vit_safetensors_load_named(good, &got, &back) == VIT_OK, "%s",
+                  vit_last_error());
+    ck_assert_ptr_nonnull(back);
+    for (int k = 0; k < K; k++)
+        ck_assert_str_eq(back[k], names[k]);
+    vit_safetensors_class_names_free(back, K);
+    vit_model_free(got);
+    ck_assert_msg(vit_safetensors_import(good, tp("named.ckpt"), NULL) == VIT_OK, "%s",
+                  vit_last_error());
+    vit_model *ck = NULL;
+    vit_run_state st;
+    ck_assert_msg(vit_run_load(tp("named.ckpt"), &ck, NULL, &st) == VIT_OK, "%s",
+                  vit_last_error());
+    ck_assert_int_eq(st.nclass_names, K);
+    for (int k = 0; k < K; k++)
+        ck_assert_str_eq(st.class_names[k], names[k]);
+    vit_run_state_free(&st);
+    vit_model_free(ck);
+    /* The round trip: the checkpoint's names exported again, same bytes. */
+    ck_assert_int_eq(vit_safetensors_save(m, names, tp("named2.safetensors"), NULL), VIT_OK);
+    ck_assert(same_file(good, tp("named2.safetensors")));
+    /* No class_names: none, and the checkpoint reads back the numbers. */
+    ck_assert_int_eq(vit_safetensors_save(m, NULL, tp("plain.safetensors"), NULL), VIT_OK);
+    back = (char **)&back;
+    ck_assert_int_eq(vit_safetensors_load_named(tp("plain.safetensors"), &got, &back), VIT_OK);
+    ck_assert_ptr_null(back);
+    vit_model_free(got);
+    ck_assert_int_eq(vit_safetensors_import(tp("plain.safetensors"), tp("plain.ckpt"), NULL),
+                     VIT_OK);
+    ck_assert_int_eq(vit_run_load(tp("plain.ckpt"), &ck, NULL, &st), VIT_OK);
+    ck_assert_int_eq(st.nclass_names, K);
+    ck_assert_str_eq(st.class_names[0], "0");
+    ck_assert_str_eq(st.class_names[K - 1], "4");
+    vit_run_state_free(&st);
+    vit_model_free(ck);
+    char longname[400];
+    memset(longname, 'x', 300);
+    longname[300] = 0;
+    char toolong[600];
+    snprintf(toolong, sizeof toolong, "[\\\"a\\\",\\\"b\\\",\\\"c\\\",\\\"d\\\",\\\"%s\\\"]",
+             longname);
+    const char *from = "[\\\"bag\\\",\\\"co\\\\\\\"at\\\",\\\"back\\\\\\\\slash\\\",\\\""
+                       "\xc3\xa9t\xc3\xa9\\\",\\\"sneaker\\\"]";
+    const struct {
+        const char *to, *want;
+    } cases[] = {
+        {"bag", "not a JSON array of strings"},
+        {"[\\\"a\\\",\\\"b\\\"", "not a JSON array of strings"},
+        {"[\\\"a\\\",\\\"b\\\",\\\"c\\\",\\\"d\\\",5]", "not a JSON array of strings"},
+        {"[\\\"a\\\",\\\"b\\\",\\\"c\\\",\\\"d\\\",\\\"e\\\"]x", "not a JSON array of strings"},
+        {"[\\\"a\\\",\\\"b\\\",\\\"c\\\"]", "holds 3 names, the model has 5 classes"},
+        {"[]", "holds 0 names, the model has 5 classes"},
+        {"[\\\"a\\\",\\\"b\\\",\\\"c\\\",\\\"d\\\",\\\"e\\\",\\\"f\\\"]",
+         "holds more than 5 names, the model has 5 classes"},
+        {"[\\\"a\\\",\\\"b\\\",\\\"\\\",\\\"d\\\",\\\"e\\\"]", "name 2 is empty"},
+        {"[\\\"a\\\",\\\"b\\\",\\\"c\\\",\\\"b\\\",\\\"e\\\"]", "'b' names classes 1 and 3"},
+        {toolong, "name 4 is 300 bytes long, at most 255"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[600], ckpt[600];
+        snprintf(path, sizeof path, "%s", tp("badnames.safetensors"));
+        snprintf(ckpt, sizeof ckpt, "%s", tp("badnames.ckpt"));
+        edit_header(good, path, from, cases[i].to);
+        int rc = vit_safetensors_import(path, ckpt, NULL);
+        ck_assert_msg(rc == VIT_EFORMAT, "case %zu: rc %d (%s)", i, rc, vit_last_error());
+        ck_assert_msg(strstr(vit_last_error(), path) &&
+                      strstr(vit_last_error(), "class_names") &&
+                      strstr(vit_last_error(), cases[i].want),
+                      "case %zu: '%s' should name the file, class_names and say '%s'", i,
+                      vit_last_error(), cases[i].want);
+        ck_assert_int_ne(access(ckpt, F_OK), 0);
+    }
+    vit_model_free(m);
+}
+END_TEST
+
 /* Earlier exports named AdamW's keys eps, beta1, beta2, weight_decay. */
 START_TEST(import_old_key_names)
 {
@@ -979,6 +1067,7 @@ int main(void)
     tcase_set_timeout(ti, 60);
     tcase_add_test(ti, import_round_trip_bitwise);
     tcase_add_test(ti, import_to_checkpoint_trains);
+    tcase_add_test(ti, import_class_names);
     tcase_add_test(ti, import_old_key_names);
     tcase_add_test(ti, import_refuses_bad_files);
     tcase_add_test(ti, import_pytorch_file);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A program outside the project, built the way a user builds one: nothing but
 # `cc prog.c $(pkg-config --cflags --libs vit)`.  Usage:
-#   test_install.sh PC_DIR SOURCE SEQ_MAIN SEQ_MODEL SANITIZE BUILD_ROOT MESON CC...
+#   test_install.sh PC_DIR SOURCE SEQ_MAIN SEQ_MODEL SANITIZE BUILD_ROOT MESON README CC...
 #  1. against the build tree: PKG_CONFIG_PATH=PC_DIR (meson's
 #     meson-uninstalled folder, whose vit-uninstalled.pc pkg-config prefers
 #     over vit.pc when asked for vit);
@@ -12,14 +12,19 @@
 #  3. a whole model written by a user: SEQ_MODEL (tools/seq_model.c, the
 #     causal sequence model on the tape) with SEQ_MAIN (a main that trains it
 #     for a few steps and checks its loss falls), built from the installed
-#     vit.pc alone - proof that the public headers suffice to write one.
+#     vit.pc alone - proof that the public headers suffice to write one;
+#  4. `pkg-config --cflags` of the installed vit.pc and vit-f64.pc is the
+#     installed include folder (and -DVIT_DOUBLE) and nothing else: no
+#     OpenBLAS, libpng or Open MPI include folders users never include;
+#  5. README's "into a prefix of your own" recipe, its lines run as written
+#     (see the section below for the one step that is stood in for).
 # SANITIZE is meson's b_sanitize ("none", "address,undefined", ...): a
 # library built with sanitizers can only be linked by a program built with
 # them, so the same -fsanitize flags are added - the one flag not from
 # pkg-config.  CC is meson's C compiler command (the same runtime).
 set -u
-pcdir=$1 src=$2 seq_main=$3 seq_model=$4 sanitize=$5 build=$6 meson=$7
-shift 7
+pcdir=$1 src=$2 seq_main=$3 seq_model=$4 sanitize=$5 build=$6 meson=$7 readme=$8
+shift 8
 cc=("$@")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -163,8 +168,98 @@ else
             else
                 bad "sequence model: compiling $seq_model against the installed tree failed"
             fi
+            # ---- 4. --cflags: the installed include folder, nothing else ----
+            incdir=$(find "$root" -type d -path '*/include/vit' | head -n 1)
+            incdir=${incdir%/vit}
+            for name in vit vit-f64; do
+                want="-I$incdir"
+                [ $name = vit-f64 ] && want="$want -DVIT_DOUBLE"
+                got=$(pkg-config --cflags $name | sed 's/ *$//')
+                if [ "$got" = "$want" ]; then
+                    ok "pkg-config --cflags $name is '$got' alone"
+                else
+                    bad "pkg-config --cflags $name is '$got', want '$want'"
+                fi
+            done
+            unset PKG_CONFIG_SYSROOT_DIR PKG_CONFIG_PATH
         else
             bad "pkg-config cannot read the installed vit.pc"
+        fi
+    fi
+fi
+
+# ---- 5. README's recipe for a prefix of your own, as written ---------------
+# The sh block after "Into a prefix of your own" is read from the README and
+# its lines are run by bash, unchanged, with HOME a temporary folder, in a
+# folder holding SOURCE as app.c.  Stood in for: its first two lines (a fresh
+# `meson setup --prefix=$HOME/.local` + compile + install would rebuild the
+# whole project); this build is installed with --destdir instead, $HOME/.local
+# is made a link to the installed prefix, and PKG_CONFIG_SYSROOT_DIR maps the
+# .pc's /usr/local paths there.  Those two lines are checked to be exactly the
+# README's, and the libdir they imply to be this build's.  `cc` is CC (with
+# the sanitizer flags), so the recipe's compile line is the user's.
+recipe=$(awk '/Into a prefix of your own/ { f = 1 } f && /^```sh$/ { g = 1; next }
+              g && /^```$/ { exit } g { print }' "$readme")
+mapfile -t lines <<<"$recipe"
+libdir_opt=$("$meson" introspect --buildoptions "$build" | tr '{' '\n' |
+             sed -n 's/.*"name": "libdir", "value": "\([^"]*\)".*/\1/p')
+prefix_opt=$("$meson" introspect --buildoptions "$build" | tr '{' '\n' |
+             sed -n 's/.*"name": "prefix", "value": "\([^"]*\)".*/\1/p')
+if [ ${#lines[@]} -ne 5 ] || [ "${lines[0]}" != 'meson setup build --prefix=$HOME/.local' ] ||
+   [ "${lines[1]}" != 'meson compile -C build && meson install -C build' ]; then
+    bad "README recipe: not the 5 lines this test knows (got ${#lines[@]}: ${lines[0]:-})"
+elif [ "$libdir_opt" != lib/x86_64-linux-gnu ]; then
+    echo "skip README recipe: this build's libdir is '$libdir_opt', the README's lib/x86_64-linux-gnu"
+elif [ ! -d "$root$prefix_opt" ]; then
+    bad "README recipe: nothing installed under $root$prefix_opt"
+else
+    home=$tmp/home
+    mkdir -p "$home" "$tmp/app"
+    ln -s "$root$prefix_opt" "$home/.local"
+    cp "$src" "$tmp/app/app.c"
+    # run_recipe LINES: bash runs LINES in the app folder, `cc` being CC.
+    cc_def="cc() { command $(printf '%q ' "${cc[@]}" "${san[@]}")\"\$@\"; }"
+    run_recipe() {
+        (cd "$tmp/app" && env -u LD_LIBRARY_PATH -u PKG_CONFIG_PATH HOME="$home" \
+            PKG_CONFIG_SYSROOT_DIR="$root" bash -c "$cc_def
+set -e
+$1") 2>&1
+    }
+    out=$(run_recipe "${lines[2]}
+${lines[3]}
+${lines[4]}")
+    rc=$?
+    sed 's/^/     /' <<<"$out"
+    if [ $rc -eq 0 ] && [ "$(tail -n 1 <<<"$out")" = PASS ]; then
+        ok "README recipe: PKG_CONFIG_PATH, cc with the rpath, ./app, as written"
+    else
+        bad "README recipe (lines 3-5) failed: exit $rc"
+    fi
+    # The comment's alternative: built without the rpath, the program must
+    # fail to start alone (or the test proves nothing) and run with the
+    # README's LD_LIBRARY_PATH line.
+    alt=${lines[4]#*without the rpath: }
+    norpath=$(sed 's/ -Wl,-rpath,[^ ]*//' <<<"${lines[3]}")
+    if [ "$alt" = "${lines[4]}" ] || [ "$norpath" = "${lines[3]}" ]; then
+        bad "README recipe: no 'without the rpath:' alternative or no -Wl,-rpath to drop"
+    else
+        out=$(run_recipe "${lines[2]}
+$norpath
+./app")
+        rc=$?
+        if [ $rc -eq 0 ]; then
+            bad "README recipe: built without the rpath, ./app still ran alone (the check proves nothing)"
+        else
+            out=$(run_recipe "${lines[2]}
+$norpath
+$alt")
+            rc=$?
+            sed 's/^/     /' <<<"$out"
+            if [ $rc -eq 0 ] && [ "$(tail -n 1 <<<"$out")" = PASS ]; then
+                ok "README recipe: without the rpath, '$alt' runs it"
+            else
+                bad "README recipe: '$alt' failed: exit $rc"
+            fi
         fi
     fi
 fi

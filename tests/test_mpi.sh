@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Data-parallel training over MPI: a 2-rank run must give the losses of a
 # single process with the same global batch (up to the order of summation),
-# and the ranks' parameters must stay bitwise identical.
+# and the ranks' parameters must stay bitwise identical.  Stopped in its
+# second epoch - SIGINT to mpirun (Ctrl-C), or SIGTERM to rank 1 alone -
+# every rank stops at the same step, rank 0 alone writes the checkpoint and
+# says so once with the mpirun command that resumes it, no process is left,
+# and the 2-rank resume ends bitwise equal to the uninterrupted run.
 # Skipped (exit 77) when the tools were built without MPI or mpirun is absent.
 set -u
 train=$1
@@ -51,6 +55,72 @@ if "$(dirname "$train")/vit_eval" "$tmp/two/last.ckpt" --data digits >/dev/null 
 else
     fail=$((fail + 1)); echo "FAIL the 2-rank checkpoint does not load"
 fi
+# Stopping a 2-rank run.  mpirun_stop NAME SIGNAL TARGET: starts the run of
+# "two" into $tmp/NAME (without --quiet, to see what rank 0 says), waits for
+# its first epoch row, then sends SIGNAL to TARGET: "mpirun" (what Ctrl-C in
+# the terminal does: Open MPI forwards it to the ranks as SIGTERM) or
+# "rank1" (one rank alone, as a scheduler or a user's kill may: the stop
+# request is summed across ranks, so all stop at the same step).  Sets rc,
+# the job's exit status, and prints its log.
+mpirun_stop() {
+    local name=$1 sig=$2 target=$3 i pid a loud=()
+    for a in "${args[@]}"; do [ "$a" = --quiet ] || loud+=("$a"); done
+    mpirun --oversubscribe --allow-run-as-root -np 2 "$train" "${loud[@]}" \
+        --check-replicas --out "$tmp/$name" >"$tmp/$name.log" 2>&1 &
+    local job=$!
+    for ((i = 0; i < 3000; i++)); do
+        [ "$(wc -l <"$tmp/$name/metrics.csv" 2>/dev/null || echo 0)" -ge 2 ] && break
+        kill -0 $job 2>/dev/null || break
+        sleep 0.01
+    done
+    if [ "$target" = mpirun ]; then
+        kill -"$sig" $job
+    else
+        # The rank processes are mpirun's children; rank 1 is the one whose
+        # environment says so.
+        for pid in $(pgrep -P $job); do
+            if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1; then
+                kill -"$sig" "$pid"
+            fi
+        done
+    fi
+    wait $job
+    rc=$?
+    sed 's/^/     | /' "$tmp/$name.log" | grep -v '^     | *[0-9 ]*$' | head -12
+}
+for spec in "int INT mpirun" "term TERM rank1"; do
+    read -r name sig target <<<"$spec"
+    mpirun_stop "$name" "$sig" "$target"
+    rows=$(($(wc -l <"$tmp/$name/metrics.csv") - 1))
+    said=$(grep -cE "^vit_train: (interrupted|terminated|stopped \(another rank was signalled\)) at epoch [0-9]+, step [0-9]+ of 23; checkpoint $tmp/$name/last.ckpt$" "$tmp/$name.log")
+    left=$(pgrep -f -- "--out $tmp/$name" | wc -l)
+    resume_cmd=$(grep -c "^vit_train: continue with: mpirun -np 2 vit_train --data digits --resume $tmp/$name/last.ckpt" "$tmp/$name.log")
+    others=$(find "$tmp/$name" -mindepth 1 ! -name last.ckpt ! -name metrics.csv | wc -l)
+    if [ $rc -ne 0 ] && [ "$rows" -ge 1 ] && [ "$rows" -lt 3 ] && [ "$said" -eq 1 ] && [ "$left" -eq 0 ] && [ "$resume_cmd" -eq 1 ] &&
+       [ "$others" -eq 0 ] && [ -f "$tmp/$name/last.ckpt" ]; then
+        pass=$((pass + 1))
+        echo "ok   SIG$sig to $target: every rank stopped (exit $rc) after $rows epoch(s); rank 0 alone wrote one checkpoint and said so once, with the mpirun command that resumes it"
+    else
+        fail=$((fail + 1))
+        echo "FAIL SIG$sig to $target: exit $rc, $rows epochs, $said stop messages (want 1), $resume_cmd mpirun resume commands (want 1), $left processes left, $others stray files"
+        ls -la "$tmp/$name"
+    fi
+    # The resume continues on 2 ranks and ends with the model of the
+    # uninterrupted run: the same checkpoint bytes (once: the stop is the
+    # same whichever rank was signalled).
+    [ "$name" = int ] || continue
+    mpirun --oversubscribe --allow-run-as-root -np 2 "$train" "${args[@]}" --check-replicas \
+        --resume "$tmp/$name/last.ckpt" >"$tmp/$name.resume.log" 2>&1
+    rrc=$?
+    if [ $rrc -eq 0 ] && cmp -s "$tmp/$name/last.ckpt" "$tmp/two/last.ckpt" &&
+       [ "$(wc -l <"$tmp/$name/metrics.csv")" -eq 4 ]; then
+        pass=$((pass + 1)); echo "ok   SIG$sig: the 2-rank resume ends bitwise equal to the uninterrupted run"
+    else
+        fail=$((fail + 1)); echo "FAIL SIG$sig: resume exit $rrc, checkpoint equal: $(cmp -s "$tmp/$name/last.ckpt" "$tmp/two/last.ckpt" && echo yes || echo no)"
+        sed 's/^/     | /' "$tmp/$name.resume.log" | head -10
+    fi
+done
+
 # What a 2-rank run prints to a file: Open MPI gives rank 0 a pseudo-terminal
 # even then, which must not bring the \r bar into the log; rank 0 alone
 # prints (one header, one row per epoch).

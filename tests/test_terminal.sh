@@ -2,7 +2,10 @@
 # What vit_train prints, as a person reads it:
 #   1. in a pseudo-terminal of 80 columns (and of 40): the progress bar is
 #      there and no line, nor any piece of one redrawn after a \r, is wider
-#      than the terminal's width - 1, so nothing wraps; the ETA reads h:mm:ss.
+#      than the terminal's width - 1, so nothing wraps; the ETA reads h:mm:ss;
+#      the result line with a long checkpoint path fits 79 columns (the
+#      path on its own line, shortened in the middle), and the epoch table
+#      at 75, 60, 40 and 20 columns drops columns rather than wrap.
 #   2. to a pipe (COLUMNS=60, no terminal): no \r at all, no line over 100
 #      columns, plain progress lines at the VIT_PROGRESS_SECONDS interval
 #      and none in a short run at the default 30 s.
@@ -49,6 +52,46 @@ check "80 columns: the bar is drawn in place, with its 20 cells, steps, loss, sp
     'tr "\r" "\n" <tty80.out | grep -qE "^epoch 1/2 \[[#.]{20}\] step [0-9]+/180 loss [0-9]+\.[0-9]{4} [0-9]+ img/s $eta *$"'
 check "40 columns: the bar shrinks to what fits (epoch, ETA kept)" \
     'tr "\r" "\n" <tty40.out | grep -qE "^epoch [12]/2 .*$eta *$"'
+
+# The last line at 80 columns: with a short path, one line; with a path too
+# long for it, the checkpoint on its own line within 79 columns, shortened
+# in the middle (its start and its end kept).
+check "80 columns: one result line with a short path" \
+    'tr -d "\r" <tty80.out | grep -qE "^test accuracy [01]\.[0-9]{4} \(2 epochs, [0-9.]+ s, [0-9]+ images/s\); checkpoint t/last.ckpt$"'
+long=runs/a_folder_name_long_enough_that_the_whole_result_line/cannot_fit_in_eighty_columns
+mkdir long
+script -q -e -c "stty cols 80 rows 24; cd long && $train $small --epochs 1 --out $long" /dev/null \
+    </dev/null >long.out 2>&1
+show "80 columns, a long --out" long.out 4
+last=$(tr -d '\r' <long.out | tail -n 2)
+ck=$(tail -n 1 <<<"$last")
+check "long path: the checkpoint exists" '[ -f "long/$long/last.ckpt" ]'
+check "long path: no line wider than 79 ($(widest long.out))" '[ "$(widest long.out)" -le 79 ]'
+check "long path: accuracy, then 'checkpoint START...END' ($ck)" \
+    '[[ $(head -n 1 <<<"$last") =~ ^test\ accuracy\ [01]\.[0-9]{4}\ \(1\ epochs,\ [0-9.]+\ s,\ [0-9]+\ images/s\)$ ]] &&
+     [[ $ck == "checkpoint runs/"*...*"_eighty_columns/last.ckpt" ]] && [ ${#ck} -ge 60 ]'
+
+# The epoch table narrower than its 71 columns: columns give way (img/s,
+# lr, time, train acc, test loss, train loss) and nothing wraps; each row
+# is as wide as its header.
+want_head() {
+    case $1 in
+        75) echo "epoch  train loss     acc  test loss     acc     time        lr   img/s" ;;
+        60) echo "epoch  train loss     acc  test loss     acc     time" ;;
+        40) echo "epoch  train loss  test loss     acc" ;;
+        20) echo "epoch  test acc" ;;
+    esac
+}
+for cols in 75 60 40 20; do
+    script -q -e -c "stty cols $cols rows 24; mkdir -p c$cols && cd c$cols && $train $small --epochs 2 --out t$cols" \
+        /dev/null </dev/null >"table$cols.out" 2>&1
+    table=$(tr '\r' '\n' <"table$cols.out" | grep -E '^(epoch  |  [12]/2  )')
+    head=$(head -n 1 <<<"$table")
+    widths=$(awk '{ print length($0) }' <<<"$table" | sort -u | tr '\n' ' ')
+    check "$cols columns: the table's header is '$(want_head $cols)'" '[ "$head" = "$(want_head $cols)" ]'
+    check "$cols columns: header and 2 rows, all ${#head} wide, under $cols ($widths)" \
+        '[ "$(wc -l <<<"$table")" -eq 3 ] && [ "$widths" = "${#head} " ] && [ ${#head} -lt $cols ]'
+done
 
 # ---- 2. a pipe ----------------------------------------------------------
 COLUMNS=60 VIT_PROGRESS_SECONDS=0.002 "$tools/vit_train" $small --epochs 2 --out p >pipe.out 2>&1

@@ -399,6 +399,54 @@ START_TEST(test_divergence_stops)
 }
 END_TEST
 
+/* vit_config_pick_patch: the smallest common divisor with a grid of at most
+ * max_grid per side, else the coarsest grid there is; every choice divides
+ * the image (vit_config_check accepts it). */
+START_TEST(test_pick_patch)
+{
+    static const struct {
+        int h, w, max, patch, fits;
+        const char *why;
+    } cases[] = {
+        {28, 28, 8, 4, 1, "7x7 patches of 28x28, the finest grid within 8x8"},
+        {32, 32, 8, 4, 1, "8x8 patches of 32x32, the finest grid within 8x8"},
+        {64, 64, 8, 8, 1, NULL},
+        {224, 224, 8, 28, 1, NULL},
+        {96, 64, 8, 16, 1, NULL},  /* 8 gives 12x8: over; 16 gives 6x4 */
+        {30, 20, 8, 5, 1, NULL},   /* common divisors 1, 2, 5, 10 */
+        {8, 8, 4, 2, 1, NULL},     /* the digits' own choice */
+        {28, 30, 8, 2, 0, "14x15 patches of 28x30, the coarsest: no grid within 8x8 divides it"},
+        {29, 29, 8, 1, 0, NULL},   /* 29 itself would leave one patch */
+        {1, 5, 8, 1, 1, NULL},     /* a side of 1: patch 1, a 1x5 grid */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int p = -1, fits = -1;
+        char why[200];
+        ck_assert_int_eq(vit_config_pick_patch(cases[i].h, cases[i].w, cases[i].max, &p, &fits,
+                                               why, sizeof why), VIT_OK);
+        ck_assert_msg(p == cases[i].patch && fits == cases[i].fits,
+                      "%dx%d, max %d: patch %d (fits %d), want %d (%d)", cases[i].h, cases[i].w,
+                      cases[i].max, p, fits, cases[i].patch, cases[i].fits);
+        ck_assert_int_eq(cases[i].h % p, 0);
+        ck_assert_int_eq(cases[i].w % p, 0);
+        if (cases[i].why)
+            ck_assert_str_eq(why, cases[i].why);
+    }
+    /* A short buffer is cut, NUL-terminated; NULL fits and why are fine. */
+    char small[8];
+    int p;
+    ck_assert_int_eq(vit_config_pick_patch(28, 28, 8, &p, NULL, small, sizeof small), VIT_OK);
+    ck_assert_str_eq(small, "7x7 pat");
+    ck_assert_int_eq(vit_config_pick_patch(28, 28, 8, &p, NULL, NULL, 0), VIT_OK);
+    ck_assert_int_eq(p, 4);
+    p = -7;
+    ck_assert_int_eq(vit_config_pick_patch(0, 28, 8, &p, NULL, NULL, 0), VIT_EINVAL);
+    ck_assert_int_eq(vit_config_pick_patch(28, 28, 0, &p, NULL, NULL, 0), VIT_EINVAL);
+    ck_assert_int_eq(p, -7);
+    ck_assert_int_eq(vit_config_pick_patch(28, 28, 8, NULL, NULL, NULL, 0), VIT_EINVAL);
+}
+END_TEST
+
 /* ---- output folder ---------------------------------------------------- */
 
 START_TEST(test_out_dir_not_creatable)
@@ -526,6 +574,7 @@ static Suite *train_suite(void)
     Suite *s = suite_create("train");
     TCase *tc = tcase_create("train");
     tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_pick_patch);
     tcase_add_test(tc, test_out_dir_not_creatable);
     tcase_add_test(tc, test_bad_opts_named);
     tcase_add_test(tc, test_affine_augmentation);

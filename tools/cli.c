@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 int cli_fail(const char *prog, const char *what)
@@ -300,4 +301,44 @@ void cli_print_confusion(const int *confusion, int K, char *const *names)
             printf("%5d", confusion[i * K + j]);
         printf("\n");
     }
+}
+
+int cli_terminal_columns(void)
+{
+    if (!isatty(STDOUT_FILENO))
+        return 0;
+    struct winsize ws;
+    if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+        return ws.ws_col;
+    const char *e = getenv("COLUMNS");
+    char *end;
+    long n = e ? strtol(e, &end, 10) : 0;
+    return n > 0 && n < 100000 && *end == 0 ? (int)n : 80;
+}
+
+void cli_short_path(const char *path, int max, char *out, size_t cap)
+{
+    size_t len = strlen(path);
+    if (cap == 0)
+        return;
+    if ((int)len <= max || max < 8) {
+        snprintf(out, cap, "%s", path);
+        return;
+    }
+    /* A third of the room for the start, the rest for the end (the run
+     * folder and last.ckpt), each moved to a '/' within a few characters. */
+    size_t keep = (size_t)max - 3, head = keep / 3, tail = keep - head;
+    for (size_t k = head; k > head / 2 && k > 1; k--)
+        if (path[k - 1] == '/') {
+            tail += head - k;
+            head = k;
+            break;
+        }
+    const char *t = path + len - tail;
+    for (const char *q = t; q < path + len && q < t + tail / 2; q++)
+        if (*q == '/') {
+            t = q;
+            break;
+        }
+    snprintf(out, cap, "%.*s...%s", (int)head, path, t);
 }

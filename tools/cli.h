@@ -64,6 +64,15 @@ int cli_run_dir(const char *spec, char *out, size_t cap);
 #define CLI_CLASS_LABEL 24
 void cli_print_confusion(const int *confusion, int K, char *const *names);
 
+/* Columns of the terminal stdout is, or 0 when it is not one: the window
+ * size, else $COLUMNS, else 80. */
+int cli_terminal_columns(void);
+
+/* path into out (cap bytes), shortened to at most max characters when it
+ * is longer: its start and its end joined by "...", cut at a '/' where one
+ * is near, so that the run folder and file name stay readable. */
+void cli_short_path(const char *path, int max, char *out, size_t cap);
+
 /* Prints the config keys as options (for --help). */
 void cli_print_config_keys(FILE *f);
 

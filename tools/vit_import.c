@@ -6,6 +6,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "vit/vit.h"
@@ -16,26 +17,32 @@ int main(int argc, char **argv)
 {
     cli_ignore_file_size_signal();
     const char *in = NULL, *out = NULL;
-    static const cli_flag flags[] = {{"--out", 1}, {"--help", 0}, {"--version", 0}, {NULL, 0}};
+    int force = 0;
+    static const cli_flag flags[] = {{"--out", 1}, {"--force", 0}, {"--help", 0}, {"--version", 0},
+                                     {NULL, 0}};
     if (!cli_normalize(prog, &argc, &argv, flags, 0))
         return 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            printf("usage: vit_import MODEL.safetensors --out CKPT\n"
+            printf("usage: vit_import MODEL.safetensors --out CKPT [--force]\n"
                    "Reads float32 weights under timm's VisionTransformer names (the layout\n"
                    "vit_export writes) and the model config from the file's __metadata__\n"
                    "(dim, depth, heads, mlp, patch, image_height, image_width, channels,\n"
                    "classes, pool or global_pool), checks every tensor's name, dtype and\n"
                    "shape, and writes CKPT atomically with a fresh optimizer state (zero\n"
-                   "AdamW moments, step 0), so that vit_train --resume CKPT trains on.\n");
+                   "AdamW moments, step 0), so that vit_train --resume CKPT trains on.\n"
+                   "The metadata's class_names come back into CKPT.  An existing CKPT (a run's\n"
+                   "checkpoint, with its optimizer state) is refused unless --force.\n");
             return 0;
         }
         if (strcmp(a, "--version") == 0) {
             printf("vit_import %s (%s)\n", vit_version(), VIT_REAL_NAME);
             return 0;
         }
-        if (strcmp(a, "--out") == 0) {
+        if (strcmp(a, "--force") == 0) {
+            force = 1;
+        } else if (strcmp(a, "--out") == 0) {
             out = argv[++i]; /* cli_normalize checked that a value follows */
         } else if (in) {
             fprintf(stderr, "%s: unexpected argument '%s'\n", prog, a);
@@ -48,6 +55,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: %s (see --help)\n", prog,
                 !in ? "no safetensors file given" : "no --out checkpoint given");
         return 2;
+    }
+    if (!force && access(out, F_OK) == 0) {
+        fprintf(stderr, "%s: %s already exists; pass --force to replace it\n", prog, out);
+        return 1;
     }
     vit_model *m = NULL;
     if (vit_safetensors_import(in, out, &m))

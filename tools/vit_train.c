@@ -54,6 +54,11 @@ static void usage(FILE *f)
         "progress line every 30 s (VIT_PROGRESS_SECONDS sets the interval) and one\n"
         "line per epoch, with the validation accuracy under --val.\n"
         "\n"
+        "Images larger than the config's (or that its patch does not divide), with no\n"
+        "--patch given on the line or in the --config file, get the patch with the\n"
+        "finest grid of at most 8x8 patches that divides them, said in one line; a\n"
+        "model line (parameters, tokens, speed, ETA) follows the first steps.\n"
+        "\n"
         "Ctrl-C (SIGINT) or SIGTERM finishes the current step, writes a checkpoint of\n"
         "it (inside an epoch too), prints the command that resumes it and exits 130\n"
         "(SIGTERM: 143); a second Ctrl-C quits at once, keeping the last complete\n"
@@ -105,6 +110,42 @@ static void folder_of(const char *path, char *out, size_t cap)
         snprintf(out, cap, "%.*s", slash == path ? 1 : (int)(slash - path), path);
 }
 
+/* No patch given (cfg->patch 0): the default, unless the data's images
+ * are larger than the config's or the default does not divide them; then
+ * the library's choice (a grid of at most 8x8), said in one line. */
+static int fit_patch(vit_config *cfg, int patch_default, const vit_dataset *train, int speak)
+{
+    cfg->patch = patch_default;
+    int larger = train->height > cfg->image_height || train->width > cfg->image_width;
+    if (!larger && train->height % patch_default == 0 && train->width % patch_default == 0)
+        return 0;
+    char why[200];
+    if (vit_config_pick_patch(train->height, train->width, 8, &cfg->patch, NULL, why, sizeof why))
+        return cli_fail(prog, NULL);
+    if (speak)
+        printf("patch %d (no --patch given): %s\n", cfg->patch, why);
+    return 0;
+}
+
+/* The last line.  On a terminal too narrow for it, the checkpoint goes on
+ * a line of its own, its path shortened in the middle if even that does
+ * not fit (a file or pipe always gets the one whole line). */
+static void print_result(const vit_train_result *res, const char *out)
+{
+    char head[160], path[4200];
+    snprintf(head, sizeof head, "test accuracy %.4f (%d epochs, %.1f s, %.0f images/s)",
+             res->test_accuracy, res->epochs_done, res->seconds, res->images_per_second);
+    snprintf(path, sizeof path, "%s/last.ckpt", out);
+    int cols = cli_terminal_columns();
+    if (cols == 0 || (int)(strlen(head) + strlen(path)) + 13 <= cols - 1) {
+        printf("%s; checkpoint %s\n", head, path);
+        return;
+    }
+    char short_path[4200];
+    cli_short_path(path, cols - 1 - 11, short_path, sizeof short_path);
+    printf("%s\ncheckpoint %s\n", head, short_path);
+}
+
 /* Under mpirun every rank runs the same command; rank 0 alone speaks. */
 int main(int argc, char **argv)
 {
@@ -149,6 +190,11 @@ static int run(int argc, char **argv)
     /* A resumed run starts from its own recipe; flags then say what differs. */
     if (o.resume && vit_run_config(o.resume, &cfg))
         return cli_fail(prog, NULL);
+    /* patch 0 (out of its range, so no file or flag can set it) marks a
+     * patch nobody gave: it is then fitted to the data's images below. */
+    const int patch_default = cfg.patch;
+    if (!o.resume)
+        cfg.patch = 0;
     if (config && vit_config_load(&cfg, config))
         return cli_fail(prog, NULL);
 
@@ -261,6 +307,11 @@ static int run(int argc, char **argv)
     }
     if (o.progress && vit_dist_size() > 1)
         printf("data-parallel over %d ranks, global batch %d\n", vit_dist_size(), cfg.batch);
+    if (cfg.patch == 0 && fit_patch(&cfg, patch_default, &train, o.progress) != 0) {
+        vit_dataset_free(&train);
+        vit_dataset_free(&test);
+        return 1;
+    }
 
     vit_train_result res;
     int rc = vit_train_run(&cfg, &train, &test, &o, &res);
@@ -281,7 +332,7 @@ static int run(int argc, char **argv)
     if (!speak) {
         vit_train_result_free(&res);
         vit_dataset_free(&names);
-        return res.interrupted ? 128 + stop_signal : 0;
+        return res.interrupted ? 128 + (stop_signal ? stop_signal : SIGTERM) : 0;
     }
     if (res.already_complete) {
         printf("%s: %s is already complete (%d of %d epochs); nothing to train (a larger "
@@ -295,12 +346,19 @@ static int run(int argc, char **argv)
             snprintf(again, sizeof again, " --threads %d", threads);
         if (o.val_count > 0)
             snprintf(again + strlen(again), sizeof again - strlen(again), " --val %d", o.val_count);
+        /* Under mpirun the stop may have come to another rank: this one
+         * then stops as if terminated. */
+        char launcher[64] = "";
+        if (vit_dist_size() > 1)
+            snprintf(launcher, sizeof launcher, "mpirun -np %d ", vit_dist_size());
         fprintf(stderr, "%s: %s at epoch %d, step %llu of %ld; checkpoint %s/last.ckpt\n"
-                "%s: continue with: %s --data %s --resume %s/last.ckpt%s\n", prog,
-                stop_signal == SIGINT ? "interrupted" : "terminated", res.epochs_done + 1,
-                res.epoch_step, res.steps_per_epoch, out, prog, prog, data, out, again);
+                "%s: continue with: %s%s --data %s --resume %s/last.ckpt%s\n", prog,
+                stop_signal == SIGINT ? "interrupted" : stop_signal ? "terminated"
+                                                                    : "stopped (another rank was signalled)",
+                res.epochs_done + 1, res.epoch_step, res.steps_per_epoch, out, prog, launcher,
+                prog, data, out, again);
         vit_dataset_free(&names);
-        return 128 + stop_signal;
+        return 128 + (stop_signal ? stop_signal : SIGTERM);
     }
     if (o.progress)
         cli_print_confusion(res.confusion, res.confusion_classes,
@@ -308,8 +366,7 @@ static int run(int argc, char **argv)
     vit_dataset_free(&names);
     if (res.val_accuracy >= 0)
         printf("validation accuracy %.4f\n", res.val_accuracy);
-    printf("test accuracy %.4f (%d epochs, %.1f s, %.0f images/s); checkpoint %s/last.ckpt\n",
-           res.test_accuracy, res.epochs_done, res.seconds, res.images_per_second, out);
+    print_result(&res, out);
     vit_train_result_free(&res);
     return 0;
 }

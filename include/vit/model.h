@@ -101,6 +101,25 @@ int vit_config_format(const vit_config *cfg, char *buf, size_t cap);
  * the field (also for a NULL cfg).  Reads only. */
 int vit_config_check(const vit_config *cfg);
 
+/* A patch side for height x width images, for when the caller has none
+ * (e.g. the data's images are larger than those a config was tuned for):
+ * the patch must divide both sides (vit_config_check), and the grid of
+ * height/P x width/P patches decides the tokens and so the cost.
+ *   - Of the sides P dividing both height and width that leave a grid of
+ *     at least 2x2, the smallest with height/P <= max_grid and
+ *     width/P <= max_grid: the finest grid within the limit.
+ *   - If none fits the limit, the largest such P: the fewest tokens
+ *     there are (the grid is then over the limit; *fits says so).
+ *   - Images with a side below 2 have no such P: 1 is used.
+ * Sets *patch and, if not NULL, *fits (1 when the grid is within
+ * max_grid x max_grid) and why: one line (cap bytes, NUL-terminated,
+ * truncated to fit) saying why, e.g. for 28x28 and max_grid 8 (P = 4):
+ * "7x7 patches of 28x28, the finest grid within 8x8".
+ * Returns VIT_OK; VIT_EINVAL (nothing set) for a NULL patch, a side
+ * outside 1 .. 100000 or max_grid < 1.  Pure; any thread. */
+int vit_config_pick_patch(int height, int width, int max_grid, int *patch, int *fits, char *why,
+                          size_t cap);
+
 /* Key and help text of config field i (0-based), for tools that list the
  * keys: returns the help and sets *key (key must not be NULL); both are
  * static strings.  NULL (and *key untouched) outside 0 .. count-1. */

@@ -99,10 +99,26 @@ int vit_safetensors_save(const vit_model *m, char *const *class_names, const cha
  * and nothing stays allocated. */
 int vit_safetensors_load(const char *path, vit_model **model);
 
+/* As vit_safetensors_load, and the metadata's "class_names" (as
+ * vit_safetensors_save writes it: a JSON array of strings inside the
+ * string value) into *class_names, if class_names is not NULL: an array of
+ * the model's classes malloc'd NUL-terminated strings, name k for label k,
+ * the caller's (vit_safetensors_class_names_free with the model's
+ * classes); NULL when the file has no class_names.  The value must be an
+ * array of exactly classes strings, each 1 .. VIT_CKPT_CLASS_NAME_MAX - 1
+ * bytes and none repeated; otherwise VIT_EFORMAT naming the file, the key
+ * and the problem.  On failure *model and *class_names are NULL. */
+int vit_safetensors_load_named(const char *path, vit_model **model, char ***class_names);
+
+/* Frees names[0 .. n-1] and names; NULL is fine. */
+void vit_safetensors_class_names_free(char **names, int n);
+
 /* Imports a safetensors file as a training checkpoint: vit_safetensors_load
  * of path, then vit_run_save to ckpt_path (atomic, as vit_run_save) with a
  * fresh optimizer state - zero AdamW moments, step 0, epoch 0 and the rng
- * seeded from the config's seed - so that training resumes from it
+ * seeded from the config's seed, and the class names of the metadata
+ * (vit_safetensors_load_named; none when the file has none, so the
+ * checkpoint reads back as "0" .. "K-1") - so that training resumes from it
  * (vit_run_load with an optimizer, vit_train --resume) as from a run that
  * has not taken a step yet.  If model is not NULL, *model receives the
  * imported model (the caller's, vit_model_free); otherwise it is freed.

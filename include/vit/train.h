@@ -138,7 +138,11 @@ typedef struct vit_train_opts {
                                 on a terminal, never wider than its width - 1
                                 (the log's window size, else $COLUMNS, else
                                 80), then the epoch lines.  Epoch lines fit
-                                100 columns */
+                                100 columns, and the terminal's width - 1
+                                (columns give way: img/s, lr, time, train
+                                acc, test loss, train loss).  With 1 or 2,
+                                a model line (parameters, tokens, measured
+                                img/s and ETA) after the first steps */
     double progress_seconds; /* with progress 1: seconds between progress
                                 lines inside an epoch (0: 30) */
     int check_replicas;      /* data-parallel jobs: after every epoch, fail
