@@ -306,10 +306,27 @@ static int run(int argc, char **argv)
         cli_print_confusion(res.confusion, res.confusion_classes,
                             names.classes == res.confusion_classes ? names.class_names : NULL);
     vit_dataset_free(&names);
-    if (res.val_accuracy >= 0)
-        printf("validation accuracy %.4f\n", res.val_accuracy);
-    printf("test accuracy %.4f (%d epochs, %.1f s, %.0f images/s); checkpoint %s/last.ckpt\n",
-           res.test_accuracy, res.epochs_done, res.seconds, res.images_per_second, out);
+    /* Labelled: what the final figure is (averaged weights, test-time
+     * augmentation), and then the one-pass figure the epoch lines show. */
+    char how[96] = "", plain[32] = "", vplain[32] = "";
+    if (res.ema > 0)
+        snprintf(how, sizeof how, "ema %g", res.ema);
+    if (res.tta != VIT_TTA_NONE) {
+        snprintf(how + strlen(how), sizeof how - strlen(how), "%stta shift9", *how ? ", " : "");
+        snprintf(plain, sizeof plain, "; one pass %.4f", res.test_accuracy_plain);
+        snprintf(vplain, sizeof vplain, "; one pass %.4f", res.val_accuracy_plain);
+    }
+    if (*how)
+        snprintf(how + strlen(how), sizeof how - strlen(how), "%s", "; ");
+    if (res.val_accuracy >= 0) {
+        if (res.tta != VIT_TTA_NONE)
+            printf("validation accuracy %.4f (tta shift9%s)\n", res.val_accuracy, vplain);
+        else
+            printf("validation accuracy %.4f\n", res.val_accuracy);
+    }
+    printf("test accuracy %.4f (%s%s%s%d epochs, %.1f s, %.0f images/s); checkpoint %s/last.ckpt\n",
+           res.test_accuracy, how, plain + (*plain ? 2 : 0), *plain ? "; " : "", res.epochs_done,
+           res.seconds, res.images_per_second, out);
     vit_train_result_free(&res);
     return 0;
 }
