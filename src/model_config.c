@@ -52,11 +52,11 @@ static const field fields[] = {
     F(rotate, K_DOUBLE, 0, 180, "random rotation in degrees (augmentation)"),
     F(scale, K_DOUBLE, 0, 0.5, "random zoom: factor in [1-scale, 1+scale] (augmentation)"),
     F(init_std, K_DOUBLE, 1e-6, 10, "std of the weight initialisation"),
-    F(ema, K_DOUBLE, 0, 0.999999, "weight averaging: decay of the parameters' moving average "
-      "(0: off; e.g. 0.999), used by evaluation, checkpoints and export"),
+    F(ema, K_DOUBLE, 0, 0.999999, "weight averaging: decay of the weights' moving average, "
+      "which is scored and saved (0: off)"),
     F(seed, K_U64, 0, 0, "random seed"),
-    F(tta, K_TTA, 0, 1, "test-time augmentation of evaluation: none, or shift9 (mean "
-      "probabilities of the image and its 8 one-pixel shifts)"),
+    F(tta, K_TTA, 0, 1, "test-time augmentation: none, or shift9 (image and 8 one-pixel "
+      "shifts)"),
     F(recompute, K_INT, 0, 1,
       "1: keep only each block's input and recompute the block in the backward (less memory)"),
     F(ckpt_minutes, K_DOUBLE, 0, 1e6, "minutes between checkpoints inside an epoch (0: off)"),

@@ -235,9 +235,9 @@ typedef struct vit_train_result {
  * cfg->ema > 0 the run keeps the running average of the parameters
  * (vit_ema_update after every optimizer step, t the run's step): every
  * evaluation scores the average, and checkpoints hold it as the model with
- * the trained weights beside it (vit_run_state.train_params), so vit_eval,
- * vit_predict and export use the average and a resume continues both
- * exactly.  Epoch scores are one pass per image; the final ones (res) are
+ * the trained weights beside it (vit_run_state.train_params), so the model
+ * vit_run_load gives (to vit_evaluate, vit_predict, vit_safetensors_save)
+ * is the average and a resume continues both exactly.  Epoch scores are one pass per image; the final ones (res) are
  * with the config's test-time augmentation, and also one pass.  Errors:
  * VIT_EINVAL (NULL argument, inconsistent config or data, val_count too
  * large), VIT_EIO (output folder, checkpoint or metrics file), VIT_ENOMEM,
