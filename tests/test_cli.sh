@@ -197,6 +197,18 @@ expect "--seeds: a malformed list" 2 "expected seeds like 1,2,3 or 1-5, got '1,,
     "$tools/vit_train" "${tiny[@]}" --seeds 1,,2 --out "$tmp/seeds9"
 expect "--seeds: a seed twice" 2 "seed 2 is listed twice" \
     "$tools/vit_train" "${tiny[@]}" --seeds 1-3,2 --out "$tmp/seeds9"
+# tta in the checkpoint: vit_eval scores as the run did (its final figure,
+# labelled), --tta none gives the one-pass figure the final line names.
+out=$("$tools/vit_train" "${tiny[@]}" --tta shift9 --ema 0.9 --out "$tmp/tta" 2>&1)
+echo "     $out"
+final=$(sed -n 's/^test accuracy \([0-9.]*\) (ema 0.9, tta shift9; one pass \([0-9.]*\); .*/\1 \2/p' <<<"$out")
+expect "vit_train --tta --ema: the final line labelled, both figures" 0 "" test -n "$final"
+expect "vit_eval: the checkpoint's tta, the run's final figure" 0 \
+    "accuracy ${final% *} \(tta shift9\)$" "$tools/vit_eval" "$tmp/tta/last.ckpt" --threads 1
+expect "vit_eval --tta none: the one-pass figure" 0 "accuracy ${final#* }$" \
+    "$tools/vit_eval" "$tmp/tta/last.ckpt" --tta none --threads 1
+expect "vit_eval --tta: a bad value" 2 "expected none or shift9, got 'shift8'" \
+    "$tools/vit_eval" "$tmp/tta/last.ckpt" --tta shift8
 
 readme_block() {
     awk -v h="$1" '$0 == h {sec = 1; next} /^## / {sec = 0}
