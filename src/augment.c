@@ -6,6 +6,7 @@
 #include "vit/augment.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "error.h"
 
@@ -56,5 +57,30 @@ int vit_affine_apply(vit_real *dst, const vit_real *src, int H, int W, int C, co
                 d[ch] = (vit_real)acc;
             }
         }
+    return VIT_OK;
+}
+
+/* dst [H, W, C]: whole-pixel moves are exact copies, zero fill. */
+int vit_translate(vit_real *dst, const vit_real *src, int H, int W, int C, int dy, int dx)
+{
+    if (!dst || !src)
+        return vit_fail(VIT_EINVAL, "vit_translate: %s is NULL", !dst ? "dst" : "src");
+    if (H <= 0 || W <= 0 || C <= 0)
+        return vit_fail(VIT_EINVAL, "vit_translate: size %dx%dx%d invalid", H, W, C);
+    /* A move of the whole size or more leaves zeros; clamping keeps y - dy
+     * from overflowing. */
+    dy = dy > H ? H : dy < -H ? -H : dy;
+    dx = dx > W ? W : dx < -W ? -W : dx;
+    for (int y = 0; y < H; y++) {
+        int sy = y - dy;
+        for (int x = 0; x < W; x++) {
+            int sx = x - dx;
+            vit_real *d = dst + ((size_t)y * W + x) * C;
+            if (sy < 0 || sy >= H || sx < 0 || sx >= W)
+                memset(d, 0, (size_t)C * sizeof *d);
+            else
+                memcpy(d, src + ((size_t)sy * W + sx) * C, (size_t)C * sizeof *d);
+        }
+    }
     return VIT_OK;
 }

@@ -15,7 +15,7 @@
 
 #include "error.h"
 
-enum kind { K_INT, K_DOUBLE, K_U64, K_POOL };
+enum kind { K_INT, K_DOUBLE, K_U64, K_POOL, K_TTA };
 
 typedef struct field {
     const char *key;
@@ -52,7 +52,11 @@ static const field fields[] = {
     F(rotate, K_DOUBLE, 0, 180, "random rotation in degrees (augmentation)"),
     F(scale, K_DOUBLE, 0, 0.5, "random zoom: factor in [1-scale, 1+scale] (augmentation)"),
     F(init_std, K_DOUBLE, 1e-6, 10, "std of the weight initialisation"),
+    F(ema, K_DOUBLE, 0, 0.999999, "weight averaging: decay of the weights' moving average, "
+      "which is scored and saved (0: off)"),
     F(seed, K_U64, 0, 0, "random seed"),
+    F(tta, K_TTA, 0, 1, "test-time augmentation: none, or shift9 (image and 8 one-pixel "
+      "shifts)"),
     F(recompute, K_INT, 0, 1,
       "1: keep only each block's input and recompute the block in the backward (less memory)"),
     F(ckpt_minutes, K_DOUBLE, 0, 1e6, "minutes between checkpoints inside an epoch (0: off)"),
@@ -128,6 +132,14 @@ int vit_config_set(vit_config *c, const char *key, const char *value)
             *(int *)dst = VIT_POOL_MEAN;
         else
             return vit_fail(VIT_EINVAL, "%s: expected cls or mean, got '%s'", key, value);
+        return VIT_OK;
+    case K_TTA:
+        if (strcmp(value, "none") == 0)
+            *(int *)dst = VIT_TTA_NONE;
+        else if (strcmp(value, "shift9") == 0)
+            *(int *)dst = VIT_TTA_SHIFT9;
+        else
+            return vit_fail(VIT_EINVAL, "%s: expected none or shift9, got '%s'", key, value);
         return VIT_OK;
     case K_U64: {
         if (*value == '-')
@@ -250,6 +262,8 @@ int vit_config_format(const vit_config *c, char *buf, size_t cap)
             break;
         case K_POOL: n = snprintf(buf + len, room, "%s = %s\n", f->key,
                                   *(const int *)src == VIT_POOL_MEAN ? "mean" : "cls"); break;
+        case K_TTA: n = snprintf(buf + len, room, "%s = %s\n", f->key,
+                                 *(const int *)src == VIT_TTA_SHIFT9 ? "shift9" : "none"); break;
         }
         if (n < 0 || (size_t)n >= room)
             return vit_fail(VIT_EINVAL, "vit_config_format: buffer of %zu bytes too small", cap);
@@ -264,7 +278,7 @@ int vit_config_check(const vit_config *c)
         return vit_fail(VIT_EINVAL, "vit_config_check: NULL config");
     for (int i = 0; i < NFIELDS; i++) {
         const field *f = &fields[i];
-        if (f->kind != K_INT)
+        if (f->kind != K_INT && f->kind != K_TTA)
             continue;
         int v = *(const int *)((const char *)c + f->offset);
         if (v < f->lo || v > f->hi)
@@ -275,6 +289,10 @@ int vit_config_check(const vit_config *c)
                         c->image_height, c->image_width);
     if (c->dim % c->heads)
         return vit_fail(VIT_EINVAL, "heads: %d does not divide dim %d", c->heads, c->dim);
+    if (!(c->ema >= 0 && c->ema < 1)) {
+        char t[32];
+        return vit_fail(VIT_EINVAL, "ema: %s is out of range [0, 1)", fmt_double(c->ema, t));
+    }
     if (c->min_lr > c->lr) {
         char t[2][32];
         return vit_fail(VIT_EINVAL, "min_lr: %s exceeds lr %s", fmt_double(c->min_lr, t[0]),

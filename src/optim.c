@@ -227,3 +227,24 @@ double vit_grad_norm(const vit_real *g, size_t n)
         s += (double)g[i] * (double)g[i];
     return sqrt(s);
 }
+
+int vit_ema_update(vit_real *avg, const vit_real *params, size_t n, double decay,
+                   unsigned long long t)
+{
+    if (!avg || !params)
+        return vit_fail(VIT_EINVAL, "vit_ema_update: %s is NULL", !avg ? "avg" : "params");
+    if (t == 0 || !(decay >= 0 && decay < 1))
+        return vit_fail(VIT_EINVAL, "vit_ema_update: step %llu or decay %g out of range (step "
+                        ">= 1, decay in [0, 1))", t, decay);
+    /* The normalised weight of the newest step: 1 at t = 1, then falling
+     * to 1 - decay.  It depends on t alone, so a resumed run computes the
+     * same w as an uninterrupted one. */
+    double w = (1 - decay) / (1 - pow(decay, (double)t));
+    if (w >= 1 || t == 1) {
+        memmove(avg, params, n * sizeof *avg);
+        return VIT_OK;
+    }
+    for (size_t i = 0; i < n; i++)
+        avg[i] = (vit_real)((double)avg[i] + w * ((double)params[i] - (double)avg[i]));
+    return VIT_OK;
+}

@@ -27,7 +27,7 @@ int vit_run_save(const char *path, const vit_model *m, const vit_adamw *opt,
     if (rc < 0)
         return rc;
     int nt = vit_model_tensor_count(m);
-    vit_ckpt_tensor *t = calloc((size_t)nt + 2, sizeof *t);
+    vit_ckpt_tensor *t = calloc((size_t)nt + 3, sizeof *t);
     if (!t)
         return vit_fail(VIT_ENOMEM, "%s: out of memory", path);
     vit_real *params = vit_model_params((vit_model *)(uintptr_t)m);
@@ -50,6 +50,13 @@ int vit_run_save(const char *path, const vit_model *m, const vit_adamw *opt,
             t[n].data = bufs[k];
         }
     }
+    if (st->train_params) {
+        snprintf(t[n].name, sizeof t[n].name, "%s", VIT_RUN_TRAIN_PARAMS);
+        t[n].ndim = 1;
+        t[n].dims[0] = (long long)vit_model_param_count(m);
+        t[n].data = st->train_params;
+        n++;
+    }
     vit_ckpt c = {.step = st->step, .epoch = st->epoch, .config = config, .ntensors = n, .tensors = t,
                   .epoch_step = st->epoch_step, .norder = st->norder, .order = st->order,
                   .nclass_names = st->class_names ? st->nclass_names : 0,
@@ -59,6 +66,17 @@ int vit_run_save(const char *path, const vit_model *m, const vit_adamw *opt,
     rc = vit_ckpt_write(path, &c);
     free(t);
     return rc;
+}
+
+/* The config a stored config text is read over: the defaults, but for the
+ * keys that came after format 2 with their meaning before them (a file
+ * whose text lacks them was trained and scored without them), whatever
+ * the defaults become. */
+static void legacy_default(vit_config *cfg)
+{
+    vit_config_default(cfg);
+    cfg->tta = VIT_TTA_NONE;
+    cfg->ema = 0;
 }
 
 /* Copies tensor `name` of shape (ndim, shape) from the checkpoint into dst. */
@@ -92,7 +110,7 @@ int vit_run_load(const char *path, vit_model **model, vit_adamw *opt, vit_run_st
     if (rc)
         return rc;
     vit_config cfg;
-    vit_config_default(&cfg);
+    legacy_default(&cfg);
     vit_model *m = NULL;
     rc = vit_config_parse(&cfg, c.config ? c.config : "", path);
     /* The stored config is untrusted: before the model is allocated, its
@@ -137,7 +155,21 @@ int vit_run_load(const char *path, vit_model **model, vit_adamw *opt, vit_run_st
         else
             vit_adamw_free(opt);
     }
+    vit_real *train_params = NULL;
+    const vit_ckpt_tensor *tp = rc == VIT_OK && st ? vit_ckpt_find(&c, VIT_RUN_TRAIN_PARAMS) : NULL;
+    if (tp) {
+        long long n = (long long)vit_model_param_count(m);
+        if (!(train_params = malloc((size_t)n * sizeof *train_params)))
+            rc = vit_fail(VIT_ENOMEM, "%s: out of memory", path);
+        else if ((rc = take(path, &c, VIT_RUN_TRAIN_PARAMS, 1, &n, train_params))) {
+            free(train_params);
+            train_params = NULL;
+        }
+        if (rc && opt)
+            vit_adamw_free(opt);
+    }
     if (rc == VIT_OK && st) {
+        st->train_params = train_params; /* handed over */
         st->step = c.step;
         st->epoch = c.epoch;
         memcpy(st->rng.s, c.rng, sizeof st->rng.s);
@@ -175,6 +207,8 @@ void vit_run_state_free(vit_run_state *st)
     free(st->order);
     st->order = NULL;
     st->norder = 0;
+    free(st->train_params);
+    st->train_params = NULL;
     if (st->class_names)
         for (int k = 0; k < st->nclass_names; k++)
             free(st->class_names[k]);
@@ -191,7 +225,7 @@ int vit_run_config(const char *path, vit_config *cfg)
     int rc = vit_ckpt_read(path, &c);
     if (rc)
         return rc;
-    vit_config_default(cfg);
+    legacy_default(cfg);
     rc = vit_config_parse(cfg, c.config ? c.config : "", path);
     vit_ckpt_free(&c);
     return rc;

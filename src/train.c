@@ -44,32 +44,87 @@ static int check_data_shape(const vit_config *c, const vit_dataset *ds, const ch
 
 /* ---- evaluation ------------------------------------------------------- */
 
-int vit_predict(vit_model *m, vit_tape *tape, const vit_real *images, int count, vit_real *probs)
+/* probs[b, K] (overwritten) = the row-wise softmax of logits z[b, K]. */
+static void softmax_rows(const vit_real *z, int b, int K, vit_real *probs)
+{
+    for (int r = 0; r < b; r++) {
+        const vit_real *zr = z + (size_t)r * K;
+        vit_real *pr = probs + (size_t)r * K;
+        vit_real mx = zr[vit_argmax(zr, K)];
+        double sum = 0;
+        for (int k = 0; k < K; k++)
+            sum += (double)(pr[k] = (vit_real)exp((double)(zr[k] - mx)));
+        for (int k = 0; k < K; k++)
+            pr[k] = (vit_real)(pr[k] / sum);
+    }
+}
+
+/* One forward of b images on tape, its softmax into probs[b, K]. */
+static int predict_pass(vit_model *m, vit_tape *tape, const vit_real *images, int b, vit_real *probs)
+{
+    vit_tape_reset(tape);
+    vit_tensor *z = vit_model_forward(m, tape, images, b, 0);
+    if (!z)
+        return vit_tape_status(tape) ? vit_tape_status(tape) : VIT_EINVAL;
+    softmax_rows(z->data, b, vit_model_config(m)->classes, probs);
+    return VIT_OK;
+}
+
+/* The nine shifts of VIT_TTA_SHIFT9, the identity first. */
+static const int tta_shifts[9][2] = {{0, 0},  {-1, -1}, {-1, 0}, {-1, 1}, {0, -1},
+                                     {0, 1},  {1, -1},  {1, 0},  {1, 1}};
+
+int vit_predict_tta(vit_model *m, vit_tape *tape, const vit_real *images, int count, int tta,
+                    vit_real *probs)
 {
     if (!m || !tape || !images || !probs || count <= 0)
         return vit_fail(VIT_EINVAL, "vit_predict: bad argument");
+    if (tta != VIT_TTA_NONE && tta != VIT_TTA_SHIFT9)
+        return vit_fail(VIT_EINVAL, "vit_predict: unknown test-time augmentation %d", tta);
     const vit_config *c = vit_model_config(m);
-    size_t img = (size_t)c->image_height * c->image_width * c->channels;
+    int H = c->image_height, W = c->image_width, C = c->channels, K = c->classes;
+    size_t img = (size_t)H * W * C;
     const int chunk = 256;
-    for (int i = 0; i < count; i += chunk) {
-        int b = count - i < chunk ? count - i : chunk;
-        vit_tape_reset(tape);
-        vit_tensor *z = vit_model_forward(m, tape, images + (size_t)i * img, b, 0);
-        if (!z)
-            return vit_tape_status(tape) ? vit_tape_status(tape) : VIT_EINVAL;
-        /* Reuse the softmax of the loss kernel row by row via labels 0. */
-        for (int r = 0; r < b; r++) {
-            const vit_real *zr = z->data + (size_t)r * c->classes;
-            vit_real *pr = probs + (size_t)(i + r) * c->classes;
-            vit_real mx = zr[vit_argmax(zr, c->classes)];
-            double sum = 0;
-            for (int k = 0; k < c->classes; k++)
-                sum += (double)(pr[k] = (vit_real)exp((double)(zr[k] - mx)));
-            for (int k = 0; k < c->classes; k++)
-                pr[k] = (vit_real)(pr[k] / sum);
+    int rc = VIT_OK;
+    if (tta == VIT_TTA_NONE) {
+        for (int i = 0; i < count && rc == VIT_OK; i += chunk) {
+            int b = count - i < chunk ? count - i : chunk;
+            rc = predict_pass(m, tape, images + (size_t)i * img, b, probs + (size_t)i * K);
         }
+        return rc;
     }
-    return VIT_OK;
+    /* Shifted copies of a chunk, one pass's probabilities, their sum. */
+    int most = count < chunk ? count : chunk;
+    vit_real *moved = malloc((size_t)most * img * sizeof *moved);
+    vit_real *pass = malloc((size_t)most * K * sizeof *pass);
+    double *sum = malloc((size_t)most * K * sizeof *sum);
+    if (!moved || !pass || !sum)
+        rc = vit_fail(VIT_ENOMEM, "vit_predict: out of memory for test-time augmentation");
+    for (int i = 0; i < count && rc == VIT_OK; i += chunk) {
+        int b = count - i < chunk ? count - i : chunk;
+        memset(sum, 0, (size_t)b * K * sizeof *sum);
+        for (int s = 0; s < 9 && rc == VIT_OK; s++) {
+            for (int k = 0; k < b; k++)
+                vit_translate(moved + (size_t)k * img, images + (size_t)(i + k) * img, H, W, C,
+                              tta_shifts[s][0], tta_shifts[s][1]);
+            rc = predict_pass(m, tape, moved, b, pass);
+            for (size_t j = 0; rc == VIT_OK && j < (size_t)b * K; j++)
+                sum[j] += (double)pass[j];
+        }
+        for (size_t j = 0; rc == VIT_OK && j < (size_t)b * K; j++)
+            probs[(size_t)i * K + j] = (vit_real)(sum[j] / 9);
+    }
+    free(moved);
+    free(pass);
+    free(sum);
+    return rc;
+}
+
+int vit_predict(vit_model *m, vit_tape *tape, const vit_real *images, int count, vit_real *probs)
+{
+    if (!m)
+        return vit_fail(VIT_EINVAL, "vit_predict: bad argument");
+    return vit_predict_tta(m, tape, images, count, vit_model_config(m)->tta, probs);
 }
 
 void vit_eval_result_free(vit_eval_result *r)
@@ -80,11 +135,14 @@ void vit_eval_result_free(vit_eval_result *r)
     memset(r, 0, sizeof *r);
 }
 
-int vit_evaluate(vit_model *m, vit_tape *tape, const vit_dataset *ds, int batch, vit_eval_result *r)
+int vit_evaluate_tta(vit_model *m, vit_tape *tape, const vit_dataset *ds, int batch, int tta,
+                     vit_eval_result *r)
 {
     if (!m || !tape || !r || batch <= 0)
         return vit_fail(VIT_EINVAL, "vit_evaluate: bad argument");
     memset(r, 0, sizeof *r);
+    if (tta != VIT_TTA_NONE && tta != VIT_TTA_SHIFT9)
+        return vit_fail(VIT_EINVAL, "vit_evaluate: unknown test-time augmentation %d", tta);
     const vit_config *c = vit_model_config(m);
     int rc = check_data_shape(c, ds, "evaluation");
     if (rc)
@@ -103,7 +161,7 @@ int vit_evaluate(vit_model *m, vit_tape *tape, const vit_dataset *ds, int batch,
     int correct = 0;
     for (int i = 0; i < ds->count && rc == VIT_OK; i += batch) {
         int b = ds->count - i < batch ? ds->count - i : batch;
-        rc = vit_predict(m, tape, ds->images + (size_t)i * img, b, probs);
+        rc = vit_predict_tta(m, tape, ds->images + (size_t)i * img, b, tta, probs);
         for (int k = 0; rc == VIT_OK && k < b; k++) {
             int y = ds->labels[i + k], p = vit_argmax(probs + (size_t)k * K, K);
             double py = probs[(size_t)k * K + y];
@@ -127,23 +185,14 @@ int vit_evaluate(vit_model *m, vit_tape *tape, const vit_dataset *ds, int batch,
     return VIT_OK;
 }
 
-/* ---- batches ---------------------------------------------------------- */
-
-/* Copies image src [H, W, C] into dst translated by (dy, dx), zero fill. */
-static void translate(vit_real *dst, const vit_real *src, int H, int W, int C, int dy, int dx)
+int vit_evaluate(vit_model *m, vit_tape *tape, const vit_dataset *ds, int batch, vit_eval_result *r)
 {
-    for (int y = 0; y < H; y++) {
-        int sy = y - dy;
-        for (int x = 0; x < W; x++) {
-            int sx = x - dx;
-            vit_real *d = dst + ((size_t)y * W + x) * C;
-            if (sy < 0 || sy >= H || sx < 0 || sx >= W)
-                memset(d, 0, (size_t)C * sizeof *d);
-            else
-                memcpy(d, src + ((size_t)sy * W + sx) * C, (size_t)C * sizeof *d);
-        }
-    }
+    if (!m)
+        return vit_fail(VIT_EINVAL, "vit_evaluate: bad argument");
+    return vit_evaluate_tta(m, tape, ds, batch, vit_model_config(m)->tta, r);
 }
+
+/* ---- batches ---------------------------------------------------------- */
 
 /* Fills images/labels with items [lo, hi) of the minibatch idx[0..b).  The
  * random augmentation is drawn for all b items whatever the slice, so every
@@ -174,7 +223,7 @@ static void gather_batch(const vit_dataset *ds, const int *idx, int b, int lo, i
         if (affine)
             vit_affine_apply(dst, src, H, W, C, &a);
         else if (shift > 0)
-            translate(dst, src, H, W, C, dy, dx);
+            vit_translate(dst, src, H, W, C, dy, dx);
         else
             memcpy(dst, src, img * sizeof *images);
     }
@@ -406,7 +455,9 @@ static int check_position(const vit_run_state *st, int count, long spe, const ch
 
 typedef struct run {
     vit_config cfg;
-    vit_model *m;
+    vit_model *m;             /* the weights the optimizer trains */
+    vit_model *avg;           /* with ema > 0: their running average, the
+                                 classifier evaluated, saved and exported */
     vit_adamw opt;
     vit_run_state st;
     vit_tape *eval_tape;      /* training steps run on the model's own tapes */
@@ -426,9 +477,13 @@ typedef struct run {
     int header_due;
 } run;
 
+/* The model evaluation scores: the average when the run averages. */
+static vit_model *scored(run *r) { return r->avg ? r->avg : r->m; }
+
 static void run_free(run *r)
 {
     vit_model_free(r->m);
+    vit_model_free(r->avg);
     vit_adamw_free(&r->opt);
     vit_tape_free(r->eval_tape);
     free(r->images);
@@ -467,6 +522,17 @@ static int run_setup(run *r, const vit_config *cfg, const vit_dataset *train, co
         if ((rc = resume_changes(&ck, &r->cfg, r->st.epoch, r->st.epoch_step, o->resume, log)))
             return rc;
         r->cfg = ck;
+        if (ck.ema > 0) { /* the file's named tensors are the average */
+            r->avg = r->m;
+            if (!(r->m = vit_model_new(vit_model_config(r->avg))))
+                return VIT_ENOMEM;
+            /* An imported model has no training weights: they start from
+             * its weights, and the average goes on from there. */
+            const vit_real *from = r->st.train_params ? r->st.train_params : vit_model_params(r->avg);
+            memcpy(vit_model_params(r->m), from, vit_model_param_count(r->m) * sizeof(vit_real));
+        }
+        free(r->st.train_params);
+        r->st.train_params = NULL;
     } else {
         if (!(r->m = vit_model_new(&r->cfg)))
             return VIT_EINVAL;
@@ -476,6 +542,12 @@ static int run_setup(run *r, const vit_config *cfg, const vit_dataset *train, co
                             r->cfg.eps, r->cfg.weight_decay);
         if (rc)
             return rc;
+        if (r->cfg.ema > 0) { /* step 1 overwrites it; until then the init */
+            if (!(r->avg = vit_model_new(&r->cfg)))
+                return VIT_ENOMEM;
+            memcpy(vit_model_params(r->avg), vit_model_params(r->m),
+                   vit_model_param_count(r->m) * sizeof(vit_real));
+        }
     }
     if ((rc = check_data_shape(&r->cfg, train, "training")) || (rc = check_data_shape(&r->cfg, test, "test")))
         return rc;
@@ -779,13 +851,14 @@ static int reduce_grads(run *r, int bl, int b, double red[2])
 static int save(run *r, int norder)
 {
     vit_run_state st = r->st;
+    st.train_params = r->avg ? vit_model_params(r->m) : NULL;
     st.order = norder ? r->perm : NULL;
     st.norder = norder;
     if (r->class_names) { /* else those of the resumed checkpoint, if any */
         st.class_names = r->class_names;
         st.nclass_names = r->cfg.classes;
     }
-    int mine = vit_dist_rank() == 0 ? vit_run_save(r->ckpt, r->m, &r->opt, &st) : VIT_OK;
+    int mine = vit_dist_rank() == 0 ? vit_run_save(r->ckpt, scored(r), &r->opt, &st) : VIT_OK;
     int rc = vit_dist_agree(mine);
     if (rc && mine == VIT_OK)
         vit_fail(rc, "rank 0 could not write %s", r->ckpt);
@@ -860,6 +933,9 @@ static int train_epoch(run *r, const vit_dataset *train, const vit_train_opts *o
         if (rc)
             return rc;
         r->st.step++;
+        if (r->avg && (rc = vit_ema_update(vit_model_params(r->avg), vit_model_params(r->m),
+                                           vit_model_param_count(r->m), c->ema, r->st.step)))
+            return rc;
         loss_sum += red[0];
         correct += red[1];
         seen += b;
@@ -907,12 +983,13 @@ static int train_epoch(run *r, const vit_dataset *train, const vit_train_opts *o
     return VIT_OK;
 }
 
-/* vit_evaluate over a data-parallel job: each rank scores its share of ds
- * and the sums are combined, so every rank gets the whole result. */
-static int evaluate_shared(run *r, const vit_dataset *ds, vit_eval_result *ev)
+/* vit_evaluate_tta of the scored model over a data-parallel job: each rank
+ * scores its share of ds and the sums are combined, so every rank gets the
+ * whole result. */
+static int evaluate_shared(run *r, const vit_dataset *ds, int tta, vit_eval_result *ev)
 {
     if (vit_dist_size() == 1)
-        return vit_evaluate(r->m, r->eval_tape, ds, 256, ev);
+        return vit_evaluate_tta(scored(r), r->eval_tape, ds, 256, tta, ev);
     int lo, hi, K = r->cfg.classes;
     share(ds->count, &lo, &hi);
     vit_dataset part = *ds;
@@ -921,7 +998,7 @@ static int evaluate_shared(run *r, const vit_dataset *ds, vit_eval_result *ev)
     part.labels += lo;
     part.count = hi - lo;
     memset(ev, 0, sizeof *ev);
-    int rc = part.count > 0 ? vit_evaluate(r->m, r->eval_tape, &part, 256, ev) : VIT_OK;
+    int rc = part.count > 0 ? vit_evaluate_tta(scored(r), r->eval_tape, &part, 256, tta, ev) : VIT_OK;
     if (rc == VIT_OK && !ev->confusion) {
         ev->confusion = calloc((size_t)K * K, sizeof *ev->confusion);
         ev->classes = K;
@@ -1019,7 +1096,7 @@ int vit_train_run(const vit_config *cfg, const vit_dataset *train_in, const vit_
             break;
         r.st.epoch++;
         vit_eval_result_free(&ev);
-        if ((rc = evaluate_shared(&r, test, &ev))) {
+        if ((rc = evaluate_shared(&r, test, VIT_TTA_NONE, &ev))) {
             if (rc == VIT_ENUM) { /* the epoch's last steps diverged without a NaN loss yet */
                 char why[400];
                 snprintf(why, sizeof why, "%s", vit_last_error());
@@ -1035,7 +1112,7 @@ int vit_train_run(const vit_config *cfg, const vit_dataset *train_in, const vit_
         }
         if (val.count > 0) {
             vit_eval_result vr;
-            if ((rc = evaluate_shared(&r, &val, &vr)))
+            if ((rc = evaluate_shared(&r, &val, VIT_TTA_NONE, &vr)))
                 break;
             val_acc = vr.accuracy;
             vit_eval_result_free(&vr);
@@ -1076,16 +1153,33 @@ int vit_train_run(const vit_config *cfg, const vit_dataset *train_in, const vit_
         run_free(&r);
         return VIT_OK;
     }
+    /* The final figures: one pass, as the epoch lines show, and then, with
+     * test-time augmentation, the classifier's own, which the result
+     * reports first. */
     if (rc == VIT_OK && !ev.confusion)
-        rc = evaluate_shared(&r, test, &ev);
-    if (rc == VIT_OK && val_acc >= 0) {
-        res->val_accuracy = val_acc;
-    } else if (rc == VIT_OK && val.count > 0) {
-        vit_eval_result vr;
-        if ((rc = evaluate_shared(&r, &val, &vr)) == VIT_OK) {
-            res->val_accuracy = vr.accuracy;
-            vit_eval_result_free(&vr);
+        rc = evaluate_shared(&r, test, VIT_TTA_NONE, &ev);
+    if (rc == VIT_OK && val.count > 0 && val_acc < 0) {
+        vit_eval_result vr = {0};
+        if ((rc = evaluate_shared(&r, &val, VIT_TTA_NONE, &vr)) == VIT_OK)
+            val_acc = vr.accuracy;
+        vit_eval_result_free(&vr);
+    }
+    res->test_accuracy_plain = ev.accuracy;
+    res->test_loss_plain = ev.loss;
+    res->val_accuracy_plain = val_acc;
+    res->val_accuracy = val_acc;
+    res->tta = r.cfg.tta;
+    res->ema = r.cfg.ema;
+    if (rc == VIT_OK && r.cfg.tta != VIT_TTA_NONE) {
+        vit_eval_result et;
+        if ((rc = evaluate_shared(&r, test, r.cfg.tta, &et)) == VIT_OK) {
+            vit_eval_result_free(&ev);
+            ev = et;
         }
+        vit_eval_result vr = {0};
+        if (rc == VIT_OK && val.count > 0 && (rc = evaluate_shared(&r, &val, r.cfg.tta, &vr)) == VIT_OK)
+            res->val_accuracy = vr.accuracy;
+        vit_eval_result_free(&vr);
     }
     if (rc == VIT_OK) {
         res->test_accuracy = ev.accuracy;

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "vit/checkpoint.h"
+#include "vit/train.h"
 
 /* ---- helpers ---- */
 
@@ -257,7 +258,7 @@ START_TEST(test_byte_layout)
 
     static const unsigned char want_head[] = {
         'V', 'I', 'T', 'C', 'K', 'P', 'T', '1',
-        2, 0, 0, 0,                           /* version */
+        3, 0, 0, 0,                           /* version */
         8, 0, 0, 0,                           /* sizeof(vit_real) of this float64 build */
         8, 7, 6, 5, 4, 3, 2, 1,               /* step */
         9, 0, 0, 0, 0, 0, 0, 0,               /* epoch */
@@ -523,15 +524,15 @@ START_TEST(test_bad_header_fields)
     expect_read_fails(bad, VIT_EFORMAT, "bad magic");
     img[0] = 'V';
 
-    img[8] = 3; /* version */
+    img[8] = 4; /* version */
     fix_crc(img, n);
     write_all(bad, img, n);
-    expect_read_fails(bad, VIT_EFORMAT, "version 3");
+    expect_read_fails(bad, VIT_EFORMAT, "version 4");
     img[8] = 0;
     fix_crc(img, n);
     write_all(bad, img, n);
     expect_read_fails(bad, VIT_EFORMAT, "version 0");
-    img[8] = 2;
+    img[8] = 3;
 
     img[12] = 2; /* real size */
     fix_crc(img, n);
@@ -583,6 +584,41 @@ START_TEST(test_reads_version_1_file)
     ck_assert_ptr_nonnull(vit_ckpt_find(&r, "adam.m"));
     ck_assert_ptr_nonnull(strstr(r.config, "dim = 8\n"));
     vit_ckpt_free(&r);
+}
+END_TEST
+
+START_TEST(test_reads_version_2_file)
+{
+    /* A checkpoint written by the format-2 code (committed before weight
+     * averaging and test-time augmentation), taken by SIGINT inside epoch
+     * 2 of 3 of --dim 8 --depth 1 --heads 2 --mlp 8 --batch 4. */
+    const char *path = "data/v2/digits-dim8-epoch2-step270-of-3.ckpt";
+    vit_ckpt r;
+    ck_assert_msg(vit_ckpt_read(path, &r) == VIT_OK, "%s", vit_last_error());
+    ck_assert_uint_eq(r.epoch, 1);
+    ck_assert_uint_eq(r.step, 360 + 270); /* 1437 images in batches of 4: 360 steps an epoch */
+    ck_assert_uint_eq(r.epoch_step, 270);
+    ck_assert_int_eq(r.norder, 1437);
+    ck_assert_int_eq(r.nclass_names, 10);
+    ck_assert_str_eq(r.class_names[7], "7");
+    ck_assert_ptr_nonnull(vit_ckpt_find(&r, "adam.v"));
+    ck_assert_ptr_null(vit_ckpt_find(&r, VIT_RUN_TRAIN_PARAMS));
+    ck_assert_ptr_null(strstr(r.config, "tta"));
+    vit_ckpt_free(&r);
+    /* As a run: no averaging, no test-time augmentation, whatever today's
+     * defaults are. */
+    vit_model *m = NULL;
+    vit_adamw opt;
+    vit_run_state st;
+    ck_assert_msg(vit_run_load(path, &m, &opt, &st) == VIT_OK, "%s", vit_last_error());
+    ck_assert_int_eq(vit_model_config(m)->tta, VIT_TTA_NONE);
+    ck_assert(vit_model_config(m)->ema == 0);
+    ck_assert_int_eq(vit_model_config(m)->dim, 8);
+    ck_assert_ptr_null(st.train_params);
+    ck_assert_uint_eq(st.epoch_step, 270);
+    vit_run_state_free(&st);
+    vit_adamw_free(&opt);
+    vit_model_free(m);
 }
 END_TEST
 
@@ -1064,6 +1100,7 @@ static Suite *checkpoint_suite(void)
     tcase_add_test(tc, test_bad_header_fields);
     tcase_add_test(tc, test_absurd_sizes);
     tcase_add_test(tc, test_reads_version_1_file);
+    tcase_add_test(tc, test_reads_version_2_file);
     tcase_add_test(tc, test_nonfinite_value_in_file);
     suite_add_tcase(s, tc);
     TCase *io = tcase_create("io");

@@ -169,6 +169,47 @@ run_name "./" ./ mn
 
 # Each README C example is the file that meson builds and runs: the first
 # ```c block under its heading, byte for byte.
+# --seeds: one run per seed in OUT/seed-N, each the run --seed N gives
+# (bitwise repeatable at one thread), then mean/sd/min/max and seeds.csv.
+tiny=(--dim 16 --depth 1 --heads 2 --mlp 16 --epochs 2 --threads 1 --quiet)
+out=$("$tools/vit_train" "${tiny[@]}" --seeds 2,5 --out "$tmp/seeds" 2>&1)
+echo "$out" | sed 's/^/     /'
+single=$("$tools/vit_train" "${tiny[@]}" --seed 5 --out "$tmp/seed5" 2>&1)
+acc() { sed -n "s/^test accuracy \([0-9.]*\) .*seed-$1\/last.ckpt$/\1/p" <<<"$out"; }
+a2=$(acc 2) a5=$(acc 5)
+mean=$(awk -v a="$a2" -v b="$a5" 'BEGIN { printf "%.4f", (a + b) / 2 }')
+sd=$(awk -v a="$a2" -v b="$a5" 'BEGIN { d = a - b; if (d < 0) d = -d; printf "%.4f", d / sqrt(2) }')
+lo=$(awk -v a="$a2" -v b="$a5" 'BEGIN { printf "%.4f", a < b ? a : b }')
+s5=$(sed -n 's/^test accuracy \([0-9.]*\) .*/\1/p' <<<"$single")
+expect "--seeds: each seed's final line, as --seed N's" 0 "" \
+    test -n "$a2" -a "$a5" = "$s5" -a -e "$tmp/seeds/seed-2/last.ckpt"
+expect "--seeds: a seed's run is --seed N's, bitwise" 0 "" \
+    cmp "$tmp/seeds/seed-5/last.ckpt" "$tmp/seed5/last.ckpt"
+expect "--seeds: mean, sd and min of the seeds' accuracies" 0 \
+    "^test accuracy mean $mean, sd $sd, min $lo, max " echo "$out"
+csv=$(awk -F, 'NR > 1 { printf "%s:%.4f ", $1, $2 }' "$tmp/seeds/seeds.csv")
+expect "--seeds: seeds.csv, a row per seed" 0 "" test "$csv" = "2:$a2 5:$a5 "
+expect "--seeds again into the same folder: refused" 1 "already holds" \
+    "$tools/vit_train" "${tiny[@]}" --seeds 2,5 --out "$tmp/seeds"
+expect "--seeds with --seed: refused" 2 "give one of them" \
+    "$tools/vit_train" "${tiny[@]}" --seeds 1,2 --seed 3 --out "$tmp/seeds9"
+expect "--seeds: a malformed list" 2 "expected seeds like 1,2,3 or 1-5, got '1,,2'" \
+    "$tools/vit_train" "${tiny[@]}" --seeds 1,,2 --out "$tmp/seeds9"
+expect "--seeds: a seed twice" 2 "seed 2 is listed twice" \
+    "$tools/vit_train" "${tiny[@]}" --seeds 1-3,2 --out "$tmp/seeds9"
+# tta in the checkpoint: vit_eval scores as the run did (its final figure,
+# labelled), --tta none gives the one-pass figure the final line names.
+out=$("$tools/vit_train" "${tiny[@]}" --tta shift9 --ema 0.9 --out "$tmp/tta" 2>&1)
+echo "     $out"
+final=$(sed -n 's/^test accuracy \([0-9.]*\) (ema 0.9, tta shift9; one pass \([0-9.]*\); .*/\1 \2/p' <<<"$out")
+expect "vit_train --tta --ema: the final line labelled, both figures" 0 "" test -n "$final"
+expect "vit_eval: the checkpoint's tta, the run's final figure" 0 \
+    "accuracy ${final% *} \(tta shift9\)$" "$tools/vit_eval" "$tmp/tta/last.ckpt" --threads 1
+expect "vit_eval --tta none: the one-pass figure" 0 "accuracy ${final#* }$" \
+    "$tools/vit_eval" "$tmp/tta/last.ckpt" --tta none --threads 1
+expect "vit_eval --tta: a bad value" 2 "expected none or shift9, got 'shift8'" \
+    "$tools/vit_eval" "$tmp/tta/last.ckpt" --tta shift8
+
 readme_block() {
     awk -v h="$1" '$0 == h {sec = 1; next} /^## / {sec = 0}
         sec && /^```c$/ {on = 1; next} on && /^```$/ {exit} on' "$readme"

@@ -10,12 +10,14 @@
 #      the epoch), the resume command printed, exit 130 / 143, and resuming
 #      it ends bitwise equal to an uninterrupted run; a second SIGINT quits
 #      at once with nothing written; --ckpt-minutes writes checkpoints
-#      inside a long epoch; a format-1 checkpoint still resumes.
-# Usage: test_runs.sh TOOLS_DIR V1_CKPT
+#      inside a long epoch; format-1 and format-2 checkpoints still resume;
+#      with weight averaging (ema) a signal-stopped run resumes exactly too.
+# Usage: test_runs.sh TOOLS_DIR V1_CKPT V2_CKPT
 # Set RUNS_SEED to replay the random signal moments of an earlier run.
 set -u
 tools=$1
 v1=$2
+v2=$3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
@@ -105,11 +107,19 @@ t0=$(date +%s.%N)
 train "${sigrun[@]}" --out "$tmp/ref" >/dev/null 2>&1 || bad "reference run"
 ref_time=$(calc "$(date +%s.%N) - $t0")
 echo "reference run: $ref_time s"
-for sig in INT TERM; do
+# The third case averages the weights and scores with test-time
+# augmentation: the checkpoint then holds the average and the trained
+# weights, and both must resume exactly.
+ema=(--ema 0.99 --tta shift9)
+train "${sigrun[@]}" "${ema[@]}" --out "$tmp/refema" >/dev/null 2>&1 || bad "reference run with ema"
+for case in INT TERM INT-ema; do
+    sig=${case%-ema}
+    extra=() ref=$tmp/ref
+    [ "$case" != "$sig" ] && extra=("${ema[@]}") ref=$tmp/refema
     want=$([ $sig = INT ] && echo 130 || echo 143)
     for attempt in 1 2 3; do
         rm -rf "$tmp/s"
-        "$tools/vit_train" "${small[@]}" "${sigrun[@]}" --out "$tmp/s" >/dev/null 2>"$tmp/err" &
+        "$tools/vit_train" "${small[@]}" "${sigrun[@]}" ${extra[@]+"${extra[@]}"} --out "$tmp/s" >/dev/null 2>"$tmp/err" &
         pid=$!
         waited=0
         while [ "$(wc -l <"$tmp/s/metrics.csv" 2>/dev/null || echo 0)" -lt 2 ] && [ $waited -lt 6000 ]
@@ -123,18 +133,19 @@ for sig in INT TERM; do
         echo "     SIG$sig after ${delay}s: exit $rc: $(cat "$tmp/err")"
         grep -q "step 0 of" "$tmp/err" || break
     done
-    check "SIG$sig: exit $want" '[ $rc -eq $want ]'
+    check "$case: exit $want" '[ $rc -eq $want ]'
     cmd=$(sed -n 's/.*continue with: //p' "$tmp/err")
-    check "SIG$sig: stopped inside an epoch, says where and the resume command" \
+    check "$case: stopped inside an epoch, says where and the resume command" \
         'grep -q "at epoch [0-9]*, step [1-9][0-9]* of 360; checkpoint $tmp/s/last.ckpt" "$tmp/err" && [ -n "$cmd" ]'
-    check "SIG$sig: no temporary file left" '! ls "$tmp/s" | grep -q tmp'
+    check "$case: no temporary file left" '! ls "$tmp/s" | grep -q tmp'
     # The printed command, with the tool's folder and the model flags.
     cmd=${cmd/#vit_train/$tools/vit_train}
     $cmd --quiet >/dev/null 2>&1
-    check "SIG$sig: the printed command resumes to a final checkpoint equal to the uninterrupted run's" \
-        'cmp "$tmp/s/last.ckpt" "$tmp/ref/last.ckpt"'
-    check "SIG$sig: metrics equal the uninterrupted run's" 'diff <(rows "$tmp/s/metrics.csv") <(rows "$tmp/ref/metrics.csv")'
+    check "$case: the printed command resumes to a final checkpoint equal to the uninterrupted run's" \
+        'cmp "$tmp/s/last.ckpt" "$ref/last.ckpt"'
+    check "$case: metrics equal the uninterrupted run's" 'diff <(rows "$tmp/s/metrics.csv") <(rows "$ref/metrics.csv")'
 done
+check "ema: the averaged run differs from the plain one" '! cmp -s "$tmp/ref/last.ckpt" "$tmp/refema/last.ckpt"'
 
 # A second SIGINT quits at once: one step of this model over the whole
 # training set takes seconds, the second signal comes 0.1 s after the first.
@@ -191,6 +202,23 @@ check "a format-1 checkpoint resumes: exit 0, epoch 2 trained and written" \
     '[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && ! cmp -s "$v1" "$tmp/v1/last.ckpt" && grep -q "^2," "$tmp/v1/metrics.csv"'
 check "a format-1 checkpoint resumes the same way twice" \
     'cmp "$tmp/v1/last.ckpt" "$tmp/v1b/last.ckpt" && cmp <(rows "$tmp/v1/metrics.csv") <(rows "$tmp/v1b/metrics.csv")'
+
+# ---- format 2 ------------------------------------------------------------
+# $v2: --dim 8 --depth 1 --heads 2 --mlp 8 --batch 4 --epochs 3, SIGINT
+# inside epoch 2 at step 270 of 360, written by the format-2 code (before
+# weight averaging).  As for format 1: it resumes from inside its epoch,
+# trains to the end, the same way twice, and writes format 3.
+mkdir "$tmp/v2" "$tmp/v2b"
+cp "$v2" "$tmp/v2/last.ckpt"
+cp "$v2" "$tmp/v2b/last.ckpt"
+out=$("$tools/vit_train" --threads 1 --resume "$tmp/v2/last.ckpt" 2>&1)
+rc1=$?
+"$tools/vit_train" --threads 1 --quiet --resume "$tmp/v2b/last.ckpt" >/dev/null 2>&1
+rc2=$?
+check "a format-2 checkpoint resumes inside its epoch: exit 0, epoch 3 trained and written" \
+    '[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && grep -q "resuming inside epoch 2 at step 270 of 360" <<<"$out" && grep -q "^3," "$tmp/v2/metrics.csv"'
+check "a format-2 checkpoint resumes the same way twice, into format 3" \
+    'cmp "$tmp/v2/last.ckpt" "$tmp/v2b/last.ckpt" && [ "$(od -A n -t u1 -j 8 -N 1 "$tmp/v2/last.ckpt" | tr -d " ")" = 3 ]'
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

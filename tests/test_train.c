@@ -31,6 +31,8 @@
 #include "vit/checkpoint.h"
 #include "vit/data.h"
 #include "vit/model.h"
+#include "vit/optim.h"
+#include "vit/safetensors.h"
 #include "vit/train.h"
 
 #define DIGITS "../data/digits.csv.gz"
@@ -569,6 +571,325 @@ START_TEST(test_affine_augmentation)
 }
 END_TEST
 
+/* ---- test-time augmentation -------------------------------------------- */
+
+START_TEST(test_translate_is_the_training_shift)
+{
+    enum { H = 5, W = 6, C = 2 };
+    vit_real src[H * W * C], dst[H * W * C], ref[H * W * C];
+    for (int i = 0; i < H * W * C; i++)
+        src[i] = (vit_real)(1 + i); /* no zeros: a zero fill shows */
+    for (int dy = -2; dy <= 2; dy++)
+        for (int dx = -2; dx <= 2; dx++) {
+            ck_assert_int_eq(vit_translate(dst, src, H, W, C, dy, dx), VIT_OK);
+            int zeros = 0;
+            for (int y = 0; y < H; y++)
+                for (int x = 0; x < W; x++)
+                    for (int c = 0; c < C; c++) {
+                        int sy = y - dy, sx = x - dx;
+                        vit_real want = sy >= 0 && sy < H && sx >= 0 && sx < W
+                                            ? src[(sy * W + sx) * C + c] : 0;
+                        ck_assert_msg(dst[(y * W + x) * C + c] == want, "(%d, %d) at %d %d %d",
+                                      dy, dx, y, x, c);
+                        zeros += want == 0;
+                    }
+            ck_assert_int_eq(zeros, C * (H * W - (H - abs(dy)) * (W - abs(dx))));
+            /* The affine warp's whole-pixel move gives the same values. */
+            vit_affine a = {0, 1, dy, dx};
+            ck_assert_int_eq(vit_affine_apply(ref, src, H, W, C, &a), VIT_OK);
+            ck_assert(memcmp(ref, dst, sizeof dst) == 0);
+        }
+    ck_assert_int_eq(vit_translate(dst, src, H, W, C, 2000000000, -2000000000), VIT_OK);
+    for (int i = 0; i < H * W * C; i++)
+        ck_assert(dst[i] == 0);
+    ck_assert_int_eq(vit_translate(NULL, src, H, W, C, 0, 0), VIT_EINVAL);
+    ck_assert_int_eq(vit_translate(dst, src, 0, W, C, 0, 0), VIT_EINVAL);
+}
+END_TEST
+
+/* A small trained-looking model: random init with a large std, so that the
+ * nine shifted passes disagree visibly. */
+static vit_model *tta_model(int tta)
+{
+    vit_config c;
+    small_config(&c, 1);
+    c.dim = 16;
+    c.depth = 1;
+    c.mlp = 32;
+    c.init_std = 0.5;
+    c.tta = tta;
+    vit_model *m = vit_model_new(&c);
+    ck_assert_ptr_nonnull(m);
+    vit_rng rng;
+    vit_rng_seed(&rng, 7);
+    vit_model_init(m, &rng);
+    return m;
+}
+
+START_TEST(test_tta_averages_nine_shifted_passes)
+{
+    load_digits();
+    enum { N = 300, K = 10 }; /* more than one 256-image chunk */
+    const size_t img = 64;
+    vit_model *m = tta_model(VIT_TTA_NONE);
+    vit_tape *tape = vit_tape_new();
+    vit_real *tta = malloc(N * K * sizeof *tta), *plain = malloc(N * K * sizeof *plain);
+    vit_real *pass = malloc(N * K * sizeof *pass), *moved = malloc(N * img * sizeof *moved);
+    double *want = calloc(N * K, sizeof *want);
+    ck_assert_int_eq(vit_predict_tta(m, tape, g_test.images, N, VIT_TTA_SHIFT9, tta), VIT_OK);
+    ck_assert_int_eq(vit_predict_tta(m, tape, g_test.images, N, VIT_TTA_NONE, plain), VIT_OK);
+    /* Nine explicit passes on shifted copies, rows of dy outermost. */
+    for (int dy = -1; dy <= 1; dy++)
+        for (int dx = -1; dx <= 1; dx++) {
+            for (int i = 0; i < N; i++)
+                vit_translate(moved + i * img, g_test.images + i * img, 8, 8, 1, dy, dx);
+            ck_assert_int_eq(vit_predict_tta(m, tape, moved, N, VIT_TTA_NONE, pass), VIT_OK);
+            for (int j = 0; j < N * K; j++)
+                want[j] += (double)pass[j] / 9;
+        }
+    double worst = 0, moved_most = 0;
+    for (int j = 0; j < N * K; j++) {
+        worst = fmax(worst, fabs((double)tta[j] - want[j]));
+        moved_most = fmax(moved_most, fabs((double)tta[j] - (double)plain[j]));
+    }
+    ck_assert_msg(worst <= 2e-7, "TTA differs from the mean of nine passes by %g", worst);
+    ck_assert_msg(moved_most > 1e-2, "TTA hardly differs from one pass (%g)", moved_most);
+    for (int i = 0; i < N; i++) {
+        double sum = 0;
+        for (int k = 0; k < K; k++)
+            sum += tta[i * K + k];
+        ck_assert_msg(fabs(sum - 1) < 1e-5, "row %d sums to %.9f", i, sum);
+    }
+
+    /* A model whose config says shift9: vit_predict and vit_evaluate do it. */
+    vit_model *mt = tta_model(VIT_TTA_SHIFT9);
+    ck_assert_int_eq(vit_predict(mt, tape, g_test.images, N, pass), VIT_OK);
+    ck_assert(memcmp(pass, tta, N * K * sizeof *pass) == 0);
+    vit_dataset part = g_test;
+    part.count = N;
+    vit_eval_result ev, ep;
+    ck_assert_int_eq(vit_evaluate(mt, tape, &part, 64, &ev), VIT_OK);
+    ck_assert_int_eq(vit_evaluate_tta(mt, tape, &part, 64, VIT_TTA_NONE, &ep), VIT_OK);
+    int correct = 0, correct_plain = 0;
+    for (int i = 0; i < N; i++) {
+        int best = 0, bp = 0;
+        for (int k = 1; k < K; k++) {
+            best = tta[i * K + k] > tta[i * K + best] ? k : best;
+            bp = plain[i * K + k] > plain[i * K + bp] ? k : bp;
+        }
+        correct += best == g_test.labels[i];
+        correct_plain += bp == g_test.labels[i];
+    }
+    ck_assert(ev.accuracy == (double)correct / N);
+    ck_assert(ep.accuracy == (double)correct_plain / N);
+    ck_assert_msg(correct != correct_plain, "the two scores should differ here (%d)", correct);
+    vit_eval_result_free(&ev);
+    vit_eval_result_free(&ep);
+    ck_assert_int_eq(vit_predict_tta(mt, tape, g_test.images, N, 2, pass), VIT_EINVAL);
+    ck_assert_int_eq(vit_evaluate_tta(mt, tape, &part, 64, -1, &ev), VIT_EINVAL);
+    free(tta);
+    free(plain);
+    free(pass);
+    free(moved);
+    free(want);
+    vit_tape_free(tape);
+    vit_model_free(m);
+    vit_model_free(mt);
+}
+END_TEST
+
+START_TEST(test_tta_off_is_the_plain_pass)
+{
+    load_digits();
+    enum { N = 40, K = 10 };
+    vit_model *m = tta_model(VIT_TTA_NONE);
+    vit_tape *tape = vit_tape_new();
+    vit_real probs[N * K], want[N * K];
+    ck_assert_int_eq(vit_predict(m, tape, g_test.images, N, probs), VIT_OK);
+    /* One forward and the softmax as vit_predict has always computed it. */
+    vit_tape_reset(tape);
+    vit_tensor *z = vit_model_forward(m, tape, g_test.images, N, 0);
+    ck_assert_ptr_nonnull(z);
+    for (int r = 0; r < N; r++) {
+        const vit_real *zr = z->data + r * K;
+        vit_real mx = zr[0];
+        for (int k = 1; k < K; k++)
+            mx = zr[k] > mx ? zr[k] : mx;
+        double sum = 0;
+        for (int k = 0; k < K; k++)
+            sum += (double)(want[r * K + k] = (vit_real)exp((double)(zr[k] - mx)));
+        for (int k = 0; k < K; k++)
+            want[r * K + k] = (vit_real)(want[r * K + k] / sum);
+    }
+    ck_assert(memcmp(probs, want, sizeof probs) == 0);
+    vit_tape_free(tape);
+    vit_model_free(m);
+}
+END_TEST
+
+/* ---- weight averaging ---------------------------------------------------- */
+
+START_TEST(test_ema_update_formula)
+{
+    enum { N = 7, T = 6 };
+    const double decays[3] = {0.9, 0.5, 0.999};
+    for (int di = 0; di < 3; di++) {
+        double d = decays[di];
+        vit_real theta[T + 1][N], avg[N];
+        vit_rng rng;
+        vit_rng_seed(&rng, 3 + di);
+        for (int t = 1; t <= T; t++)
+            for (int i = 0; i < N; i++)
+                theta[t][i] = (vit_real)(4 * vit_rng_uniform(&rng) - 2);
+        for (int i = 0; i < N; i++)
+            avg[i] = 1e3f; /* whatever it held is forgotten at step 1 */
+        for (int t = 1; t <= T; t++) {
+            ck_assert_int_eq(vit_ema_update(avg, theta[t], N, d, (unsigned long long)t), VIT_OK);
+            if (t == 1)
+                ck_assert(memcmp(avg, theta[1], sizeof avg) == 0);
+            for (int i = 0; i < N; i++) {
+                double num = 0, den = 0;
+                for (int k = 1; k <= t; k++) {
+                    num += pow(d, t - k) * theta[k][i];
+                    den += pow(d, t - k);
+                }
+                ck_assert_msg(fabs((double)avg[i] - num / den) <= 1e-6,
+                              "decay %g step %d [%d]: %.9g, want %.9g", d, t, i, (double)avg[i],
+                              num / den);
+            }
+        }
+        /* Not a copy of the last step: the average lags it. */
+        double lag = 0;
+        for (int i = 0; i < N; i++)
+            lag = fmax(lag, fabs((double)avg[i] - theta[T][i]));
+        ck_assert_msg(lag > 0.05, "decay %g: the average equals the last step (%g)", d, lag);
+    }
+    vit_real a[2] = {1, 2}, p[2] = {3, 4};
+    ck_assert_int_eq(vit_ema_update(a, p, 2, 0, 5), VIT_OK);
+    ck_assert(a[0] == 3 && a[1] == 4); /* decay 0: the parameters themselves */
+    ck_assert_int_eq(vit_ema_update(a, p, 2, 0.9, 0), VIT_EINVAL);
+    ck_assert_int_eq(vit_ema_update(a, p, 2, 1, 3), VIT_EINVAL);
+    ck_assert_int_eq(vit_ema_update(a, p, 2, -0.1, 3), VIT_EINVAL);
+    ck_assert_int_eq(vit_ema_update(NULL, p, 2, 0.9, 3), VIT_EINVAL);
+}
+END_TEST
+
+/* Reads checkpoint path: its model's parameters (the average) into avg
+ * and its training weights into raw (n reals each). */
+static void read_run(const char *path, vit_real *avg, vit_real *raw, size_t n)
+{
+    vit_model *m = NULL;
+    vit_run_state st;
+    ck_assert_msg(vit_run_load(path, &m, NULL, &st) == VIT_OK, "%s", vit_last_error());
+    ck_assert_uint_eq(vit_model_param_count(m), n);
+    ck_assert_ptr_nonnull(st.train_params);
+    memcpy(avg, vit_model_params(m), n * sizeof *avg);
+    memcpy(raw, st.train_params, n * sizeof *raw);
+    vit_run_state_free(&st);
+    vit_model_free(m);
+}
+
+START_TEST(test_ema_run)
+{
+    load_digits();
+    char dir[64], a_dir[128], b_dir[128], a_ckpt[160], b_ckpt[160], st_path[160];
+    make_tmpdir(dir, sizeof dir);
+    snprintf(a_dir, sizeof a_dir, "%s/a", dir);
+    snprintf(b_dir, sizeof b_dir, "%s/b", dir);
+    snprintf(a_ckpt, sizeof a_ckpt, "%s/last.ckpt", a_dir);
+    snprintf(b_ckpt, sizeof b_ckpt, "%s/last.ckpt", b_dir);
+    snprintf(st_path, sizeof st_path, "%s/model.safetensors", dir);
+    /* 64 images in one batch: one step an epoch, so epoch k's checkpoint
+     * holds the weights after step k. */
+    vit_dataset train = g_train;
+    train.count = 64;
+    enum { T = 4 };
+    const double d = 0.6;
+    vit_config cfg;
+    small_config(&cfg, T);
+    cfg.dim = 16;
+    cfg.mlp = 32;
+    cfg.batch = 64;
+    cfg.shift = 1;
+    cfg.ema = d;
+    cfg.tta = VIT_TTA_SHIFT9;
+    vit_train_result res;
+
+    /* A: the run in one go.  B: one epoch per call, each resumed. */
+    vit_train_opts o = {.out_dir = a_dir, .ckpt_every = 1};
+    ck_assert_msg(vit_train_run(&cfg, &train, &g_test, &o, &res) == VIT_OK, "%s", vit_last_error());
+    double acc_a = res.test_accuracy, plain_a = res.test_accuracy_plain;
+    ck_assert_int_eq(res.tta, VIT_TTA_SHIFT9);
+    ck_assert(res.ema == d);
+    vit_train_result_free(&res);
+    size_t n = vit_config_param_count(&cfg); /* the digits shape: 8x8x1, 10 classes */
+    ck_assert_uint_gt(n, 1000);
+    vit_real *avg = malloc(n * sizeof *avg), *raw = malloc((T + 1) * n * sizeof *raw);
+    vit_real *avg_a = malloc(n * sizeof *avg_a), *raw_a = malloc(n * sizeof *raw_a);
+    read_run(a_ckpt, avg_a, raw_a, n);
+    o.out_dir = b_dir;
+    for (int k = 1; k <= T; k++) {
+        o.stop_after_epochs = k;
+        o.resume = k > 1 ? b_ckpt : NULL;
+        ck_assert_msg(vit_train_run(&cfg, &train, &g_test, &o, &res) == VIT_OK, "%s",
+                      vit_last_error());
+        ck_assert_int_eq(res.epochs_done, k);
+        ck_assert_uint_eq(res.steps, (unsigned long long)k);
+        vit_train_result_free(&res);
+        read_run(b_ckpt, avg, raw + k * n, n);
+        if (k == 1)
+            ck_assert(memcmp(avg, raw + n, n * sizeof *avg) == 0); /* step 1: the weights */
+    }
+    /* The average after T steps against the formula, from each step's
+     * weights. */
+    double worst = 0, lag = 0;
+    for (size_t i = 0; i < n; i++) {
+        double num = 0, den = 0;
+        for (int k = 1; k <= T; k++) {
+            num += pow(d, T - k) * raw[k * n + i];
+            den += pow(d, T - k);
+        }
+        worst = fmax(worst, fabs((double)avg[i] - num / den));
+        lag = fmax(lag, fabs((double)avg[i] - raw[T * n + i]));
+    }
+    ck_assert_msg(worst <= 1e-6, "the average is off its formula by %g", worst);
+    ck_assert_msg(lag > 1e-3, "the average equals the last weights (%g)", lag);
+    /* Resumed four times, bitwise the uninterrupted run. */
+    ck_assert(memcmp(avg, avg_a, n * sizeof *avg) == 0);
+    ck_assert(memcmp(raw + T * n, raw_a, n * sizeof *raw_a) == 0);
+
+    /* What vit_eval scores is the average with TTA: the run's own figure. */
+    vit_model *m = NULL;
+    vit_run_state st;
+    ck_assert_int_eq(vit_run_load(a_ckpt, &m, NULL, &st), VIT_OK);
+    vit_tape *tape = vit_tape_new();
+    vit_eval_result ev;
+    ck_assert_int_eq(vit_evaluate(m, tape, &g_test, 256, &ev), VIT_OK);
+    ck_assert(ev.accuracy == acc_a);
+    vit_eval_result_free(&ev);
+    ck_assert_int_eq(vit_evaluate_tta(m, tape, &g_test, 256, VIT_TTA_NONE, &ev), VIT_OK);
+    ck_assert(ev.accuracy == plain_a);
+    vit_eval_result_free(&ev);
+    /* Export writes the average (what the checkpoint's model holds). */
+    ck_assert_msg(vit_safetensors_save(m, st.class_names, st_path, NULL) == VIT_OK, "%s",
+                  vit_last_error());
+    vit_model *e = NULL;
+    ck_assert_msg(vit_safetensors_load(st_path, &e) == VIT_OK, "%s", vit_last_error());
+    ck_assert(memcmp(vit_model_params(e), avg_a, n * sizeof *avg_a) == 0);
+    ck_assert(memcmp(vit_model_params(e), raw_a, n * sizeof *raw_a) != 0);
+    ck_assert(vit_model_config(e)->ema == d);
+    vit_model_free(e);
+    vit_tape_free(tape);
+    vit_run_state_free(&st);
+    vit_model_free(m);
+    free(avg);
+    free(raw);
+    free(avg_a);
+    free(raw_a);
+    remove_tree(dir);
+}
+END_TEST
+
 static Suite *train_suite(void)
 {
     Suite *s = suite_create("train");
@@ -578,6 +899,11 @@ static Suite *train_suite(void)
     tcase_add_test(tc, test_out_dir_not_creatable);
     tcase_add_test(tc, test_bad_opts_named);
     tcase_add_test(tc, test_affine_augmentation);
+    tcase_add_test(tc, test_translate_is_the_training_shift);
+    tcase_add_test(tc, test_tta_averages_nine_shifted_passes);
+    tcase_add_test(tc, test_tta_off_is_the_plain_pass);
+    tcase_add_test(tc, test_ema_update_formula);
+    tcase_add_test(tc, test_ema_run);
     tcase_add_test(tc, test_learns_digits);
     tcase_add_test(tc, test_resume_is_exact);
     tcase_add_test(tc, test_divergence_stops);

@@ -12,8 +12,8 @@ static const char *prog = "vit_eval";
 int main(int argc, char **argv)
 {
     const char *ckpt = NULL, *data = "digits";
-    int split_train = 0, threads = 0;
-    static const cli_flag flags[] = {{"--data", 1}, {"--split", 1}, {"--threads", 1},
+    int split_train = 0, threads = 0, tta = -1;
+    static const cli_flag flags[] = {{"--data", 1}, {"--split", 1}, {"--threads", 1}, {"--tta", 1},
                                      {"--help", 0}, {"--version", 0}, {NULL, 0}};
     if (!cli_normalize(prog, &argc, &argv, flags, 0))
         return 2;
@@ -21,8 +21,13 @@ int main(int argc, char **argv)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             printf("usage: vit_eval CKPT [--data digits|DIR] [--split test|train] [--threads N]\n"
+                   "                [--tta none|shift9]\n"
                    "Scores a checkpoint written by vit_train on the test (default) or training\n"
-                   "split of a data set and prints loss, accuracy and the confusion matrix.\n");
+                   "split of a data set and prints loss, accuracy and the confusion matrix.\n"
+                   "The model is scored as it was trained to be used: with the averaged weights\n"
+                   "of a run with ema, and with the test-time augmentation of its config (tta);\n"
+                   "--tta overrides that (none: one pass per image; shift9: the mean\n"
+                   "probabilities over the image and its eight one-pixel shifts).\n");
             return 0;
         }
         if (strcmp(a, "--version") == 0) {
@@ -50,6 +55,12 @@ int main(int argc, char **argv)
                 return 2;
             }
             split_train = strcmp(v, "train") == 0;
+        } else if (strcmp(a, "--tta") == 0) {
+            if (strcmp(v, "none") && strcmp(v, "shift9")) {
+                fprintf(stderr, "%s: --tta: expected none or shift9, got '%s'\n", prog, v);
+                return 2;
+            }
+            tta = strcmp(v, "shift9") == 0 ? VIT_TTA_SHIFT9 : VIT_TTA_NONE;
         } else if (strcmp(a, "--threads") == 0) {
             if (!cli_int(prog, a, v, 1, 256, &threads))
                 return 2;
@@ -74,14 +85,16 @@ int main(int argc, char **argv)
     int rc = 1;
     if (!tape || vit_data_load(data, cli_digits_path(), &train, &test))
         cli_fail(prog, NULL);
-    else if (vit_evaluate(m, tape, split_train ? &train : &test, 256, &r))
+    else if (vit_evaluate_tta(m, tape, split_train ? &train : &test, 256,
+                              tta >= 0 ? tta : vit_model_config(m)->tta, &r))
         cli_fail(prog, ckpt);
     else {
         /* The checkpoint's class names (those the model learned). */
         cli_print_confusion(r.confusion, r.classes,
                             st.nclass_names == r.classes ? st.class_names : NULL);
-        printf("%s split: %d images, loss %.4f, accuracy %.4f\n", split_train ? "train" : "test",
-               r.count, r.loss, r.accuracy);
+        int used = tta >= 0 ? tta : vit_model_config(m)->tta;
+        printf("%s split: %d images, loss %.4f, accuracy %.4f%s\n", split_train ? "train" : "test",
+               r.count, r.loss, r.accuracy, used == VIT_TTA_SHIFT9 ? " (tta shift9)" : "");
         rc = 0;
     }
     vit_eval_result_free(&r);

@@ -3,6 +3,7 @@
  * folder.  All the work is in the library (vit/train.h); this file only
  * turns flags into a config and options.
  */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +46,10 @@ static void usage(FILE *f)
         "  --threads N          threads: one batch slice each, and the library's\n"
         "                       loops (default: every online CPU); results are\n"
         "                       bitwise repeatable for a given N\n"
+        "  --seeds LIST         train once per seed (LIST: 1,2,3 or 1-5, at most 64),\n"
+        "                       each into OUT/seed-N, then print the mean, standard\n"
+        "                       deviation, min and max of the test (and --val)\n"
+        "                       accuracies and write them to OUT/seeds.csv\n"
         "  --quiet              print only the final result\n"
         "  --check-replicas     under mpirun: fail unless all ranks hold identical\n"
         "                       parameters after every epoch\n"
@@ -72,7 +77,8 @@ static void usage(FILE *f)
 static const cli_flag flags[] = {
     {"--data", 1}, {"--config", 1}, {"--out", 1}, {"--resume", 1}, {"--val", 1},
     {"--ckpt-every", 1}, {"--stop-after", 1}, {"--threads", 1}, {"--quiet", 0},
-    {"--check-replicas", 0}, {"--force", 0}, {"--help", 0}, {"--version", 0}, {NULL, 0},
+    {"--check-replicas", 0}, {"--force", 0}, {"--seeds", 1}, {"--help", 0}, {"--version", 0},
+    {NULL, 0},
 };
 
 static int run(int argc, char **argv);
@@ -130,11 +136,9 @@ static int fit_patch(vit_config *cfg, int patch_default, const vit_dataset *trai
 /* The last line.  On a terminal too narrow for it, the checkpoint goes on
  * a line of its own, its path shortened in the middle if even that does
  * not fit (a file or pipe always gets the one whole line). */
-static void print_result(const vit_train_result *res, const char *out)
+static void print_result(const char *head, const char *out)
 {
-    char head[160], path[4200];
-    snprintf(head, sizeof head, "test accuracy %.4f (%d epochs, %.1f s, %.0f images/s)",
-             res->test_accuracy, res->epochs_done, res->seconds, res->images_per_second);
+    char path[4200];
     snprintf(path, sizeof path, "%s/last.ckpt", out);
     int cols = cli_terminal_columns();
     if (cols == 0 || (int)(strlen(head) + strlen(path)) + 13 <= cols - 1) {
@@ -159,6 +163,247 @@ int main(int argc, char **argv)
     return rc;
 }
 
+/* --seeds: "1,2,3", ranges "1-5", or both ("1-3,7"), at most MAX_SEEDS. */
+#define MAX_SEEDS 64
+static int parse_seeds(const char *text, unsigned long long *seeds, int *n)
+{
+    const char *p = text;
+    *n = 0;
+    for (;;) {
+        char *end;
+        if (*p < '0' || *p > '9')
+            break;
+        unsigned long long lo = strtoull(p, &end, 10), hi = lo;
+        if (*end == '-') {
+            p = end + 1;
+            if (*p < '0' || *p > '9')
+                break;
+            hi = strtoull(p, &end, 10);
+        }
+        if (hi < lo || hi - lo >= MAX_SEEDS)
+            break;
+        for (unsigned long long v = lo; v <= hi; v++) {
+            if (*n == MAX_SEEDS) {
+                fprintf(stderr, "%s: --seeds: more than %d seeds\n", prog, MAX_SEEDS);
+                return 0;
+            }
+            for (int k = 0; k < *n; k++)
+                if (seeds[k] == v) {
+                    fprintf(stderr, "%s: --seeds: seed %llu is listed twice\n", prog, v);
+                    return 0;
+                }
+            seeds[(*n)++] = v;
+        }
+        if (*end == 0)
+            return 1;
+        if (*end != ',')
+            break;
+        p = end + 1;
+    }
+    fprintf(stderr, "%s: --seeds: expected seeds like 1,2,3 or 1-5, got '%s'\n", prog, text);
+    return 0;
+}
+
+/* --seed and --seeds together: one would be ignored, so neither is taken. */
+static int seed_flag_clash(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--seeds") == 0) {
+            fprintf(stderr, "%s: --seed and --seeds: give one of them\n", prog);
+            return 1;
+        }
+    return 0;
+}
+
+static void seed_dir(const char *out, unsigned long long seed, char *dir, size_t cap)
+{
+    snprintf(dir, cap, "%s/seed-%llu", out, seed);
+}
+
+/* One run of vit_train_run and what it prints; the exit status.  res, if
+ * not NULL, gets the result's figures (no confusion matrix). */
+static int train_once(const vit_config *cfg, const vit_dataset *train, const vit_dataset *test,
+                      const vit_train_opts *op, const char *data, int threads, vit_train_result *keep)
+{
+    vit_train_opts o = *op;
+    const char *out = o.out_dir;
+    int speak = vit_dist_rank() == 0;
+    vit_train_result res;
+    int rc = vit_train_run(cfg, train, test, &o, &res);
+    if (rc) {
+        if (!speak)
+            return 1;
+        fprintf(stderr, "%s: %s\n", prog, vit_last_error());
+        if (rc == VIT_ENUM)
+            fprintf(stderr, "%s: the last good checkpoint is kept in %s/last.ckpt\n", prog, out);
+        return 1;
+    }
+    if (keep) {
+        *keep = res;
+        keep->confusion = NULL;
+    }
+    if (!speak) {
+        vit_train_result_free(&res);
+        return res.interrupted ? 128 + (stop_signal ? stop_signal : SIGTERM) : 0;
+    }
+    if (res.already_complete) {
+        printf("%s: %s is already complete (%d of %d epochs); nothing to train (a larger "
+               "--epochs extends it)\n", prog, o.resume, res.epochs_done, res.epochs_done);
+        return 0;
+    }
+    if (res.interrupted) {
+        char again[128] = "";
+        if (threads > 0)
+            snprintf(again, sizeof again, " --threads %d", threads);
+        if (o.val_count > 0)
+            snprintf(again + strlen(again), sizeof again - strlen(again), " --val %d", o.val_count);
+        /* Under mpirun the stop may have come to another rank: this one
+         * then stops as if terminated. */
+        char launcher[64] = "";
+        if (vit_dist_size() > 1)
+            snprintf(launcher, sizeof launcher, "mpirun -np %d ", vit_dist_size());
+        fprintf(stderr, "%s: %s at epoch %d, step %llu of %ld; checkpoint %s/last.ckpt\n"
+                "%s: continue with: %s%s --data %s --resume %s/last.ckpt%s\n", prog,
+                stop_signal == SIGINT ? "interrupted" : stop_signal ? "terminated"
+                                                                    : "stopped (another rank was signalled)",
+                res.epochs_done + 1, res.epoch_step, res.steps_per_epoch, out, prog, launcher,
+                prog, data, out, again);
+        return 128 + (stop_signal ? stop_signal : SIGTERM);
+    }
+    if (o.progress)
+        cli_print_confusion(res.confusion, res.confusion_classes,
+                            train->classes == res.confusion_classes ? train->class_names : NULL);
+    /* Labelled: what the final figure is (averaged weights, test-time
+     * augmentation), and then the one-pass figure the epoch lines show. */
+    char how[96] = "", plain[32] = "", vplain[32] = "";
+    if (res.ema > 0)
+        snprintf(how, sizeof how, "ema %g", res.ema);
+    if (res.tta != VIT_TTA_NONE) {
+        snprintf(how + strlen(how), sizeof how - strlen(how), "%stta shift9", *how ? ", " : "");
+        snprintf(plain, sizeof plain, "; one pass %.4f", res.test_accuracy_plain);
+        snprintf(vplain, sizeof vplain, "; one pass %.4f", res.val_accuracy_plain);
+    }
+    if (*how)
+        snprintf(how + strlen(how), sizeof how - strlen(how), "%s", "; ");
+    if (res.val_accuracy >= 0) {
+        if (res.tta != VIT_TTA_NONE)
+            printf("validation accuracy %.4f (tta shift9%s)\n", res.val_accuracy, vplain);
+        else
+            printf("validation accuracy %.4f\n", res.val_accuracy);
+    }
+    char head[320];
+    snprintf(head, sizeof head, "test accuracy %.4f (%s%s%s%d epochs, %.1f s, %.0f images/s)",
+             res.test_accuracy, how, plain + (*plain ? 2 : 0), *plain ? "; " : "", res.epochs_done,
+             res.seconds, res.images_per_second);
+    print_result(head, out);
+    vit_train_result_free(&res);
+    return 0;
+}
+
+/* Mean, sample standard deviation (0 for one value), min and max of x[n]. */
+static void spread(const double *x, int n, double st[4])
+{
+    double sum = 0, ss = 0;
+    st[2] = st[3] = x[0];
+    for (int i = 0; i < n; i++) {
+        sum += x[i];
+        st[2] = x[i] < st[2] ? x[i] : st[2];
+        st[3] = x[i] > st[3] ? x[i] : st[3];
+    }
+    st[0] = sum / n;
+    for (int i = 0; i < n; i++)
+        ss += (x[i] - st[0]) * (x[i] - st[0]);
+    st[1] = n > 1 ? sqrt(ss / (n - 1)) : 0;
+}
+
+static void print_spread(const char *what, const double *x, int n)
+{
+    double st[4];
+    spread(x, n, st);
+    printf("%s mean %.4f, sd %.4f, min %.4f, max %.4f\n", what, st[0], st[1], st[2], st[3]);
+}
+
+/* OUT/seeds.csv, written whole or not at all (a temporary renamed over it). */
+static int write_seeds_csv(const char *out, const unsigned long long *seeds, int n,
+                           const vit_train_result *r)
+{
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof path, "%s/seeds.csv", out);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        fprintf(stderr, "%s: cannot write %s\n", prog, tmp);
+        return 1;
+    }
+    fprintf(f, "seed,test_acc,test_acc_one_pass,val_acc,val_acc_one_pass,seconds\n");
+    for (int k = 0; k < n; k++)
+        fprintf(f, "%llu,%.6f,%.6f,%.6f,%.6f,%.3f\n", seeds[k], r[k].test_accuracy,
+                r[k].test_accuracy_plain, r[k].val_accuracy, r[k].val_accuracy_plain,
+                r[k].seconds);
+    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+        fprintf(stderr, "%s: cannot write %s\n", prog, path);
+        unlink(tmp);
+        return 1;
+    }
+    printf("wrote %s\n", path);
+    return 0;
+}
+
+/* --seeds: the run once per seed, each in OUT/seed-N, then the spread. */
+static int train_seeds(const vit_config *cfg, const vit_dataset *train, const vit_dataset *test,
+                       const vit_train_opts *op, const char *data, int threads,
+                       const unsigned long long *seeds, int n)
+{
+    vit_train_result res[MAX_SEEDS];
+    char dir[MAX_SEEDS][4200];
+    int speak = vit_dist_rank() == 0;
+    for (int k = 0; k < n; k++) {
+        vit_config c = *cfg;
+        c.seed = seeds[k];
+        vit_train_opts o = *op;
+        seed_dir(op->out_dir, seeds[k], dir[k], sizeof dir[k]);
+        o.out_dir = dir[k];
+        if (speak && o.progress)
+            printf("%sseed %llu (%d of %d): %s\n", k ? "\n" : "", seeds[k], k + 1, n, dir[k]);
+        int rc = train_once(&c, train, test, &o, data, threads, &res[k]);
+        if (rc) {
+            if (speak && k + 1 < n)
+                fprintf(stderr, "%s: seeds after %llu not run\n", prog, seeds[k]);
+            return rc;
+        }
+    }
+    if (!speak)
+        return 0;
+    double x[MAX_SEEDS], y[MAX_SEEDS];
+    char what[160], list[64] = "";
+    for (int k = 0; k < n; k++) {
+        x[k] = res[k].test_accuracy;
+        y[k] = res[k].test_accuracy_plain;
+        size_t len = strlen(list);
+        if (len < sizeof list - 24)
+            snprintf(list + len, sizeof list - len, "%s%llu", k ? "," : "", seeds[k]);
+        else if (len < sizeof list - 4)
+            snprintf(list + len, sizeof list - len, "...");
+    }
+    const char *label = res[0].tta != VIT_TTA_NONE ? " (tta shift9)" : "";
+    printf("\n%d seeds (%s):\n", n, list);
+    snprintf(what, sizeof what, "test accuracy%s", label);
+    print_spread(what, x, n);
+    if (*label)
+        print_spread("test accuracy (one pass)", y, n);
+    if (res[0].val_accuracy >= 0) {
+        for (int k = 0; k < n; k++) {
+            x[k] = res[k].val_accuracy;
+            y[k] = res[k].val_accuracy_plain;
+        }
+        snprintf(what, sizeof what, "validation accuracy%s", label);
+        print_spread(what, x, n);
+        if (*label)
+            print_spread("validation accuracy (one pass)", y, n);
+    }
+    return write_seeds_csv(op->out_dir, seeds, n, res);
+}
+
 static int run(int argc, char **argv)
 {
     vit_config cfg;
@@ -166,7 +411,8 @@ static int run(int argc, char **argv)
     vit_train_opts o = {.ckpt_every = 1, .progress = isatty(STDOUT_FILENO) ? 2 : 1};
     const char *data = "digits", *config = NULL;
     char out[4096] = "";
-    int threads = 0;
+    int threads = 0, nseeds = 0;
+    unsigned long long seeds[MAX_SEEDS];
     if (!cli_normalize(prog, &argc, &argv, flags, 1))
         return 2;
 
@@ -245,6 +491,11 @@ static int run(int argc, char **argv)
         } else if (strcmp(a, "--threads") == 0) {
             if (!cli_int(prog, a, v, 1, 256, &threads))
                 return 2;
+        } else if (strcmp(a, "--seeds") == 0) {
+            if (!parse_seeds(v, seeds, &nseeds))
+                return 2;
+        } else if (strcmp(a, "--seed") == 0 && seed_flag_clash(argc, argv)) {
+            return 2;
         } else if (!cli_config_flag(prog, &cfg, a, v))
             return 2;
     }
@@ -257,7 +508,30 @@ static int run(int argc, char **argv)
         return 2;
     }
     o.out_dir = out;
-    if (!o.overwrite && vit_run_dir_taken(out, o.resume)) {
+    if (nseeds > 0 && o.resume) {
+        fprintf(stderr, "%s: --seeds starts new runs; resume each seed's run on its own "
+                "(--resume OUT/seed-N/last.ckpt)\n", prog);
+        return 2;
+    }
+    char summary[4200];
+    snprintf(summary, sizeof summary, "%s/seeds.csv", out);
+    if (nseeds > 0 && !o.overwrite && access(summary, F_OK) == 0) {
+        if (vit_dist_rank() == 0)
+            fprintf(stderr, "%s: %s already holds the summary of earlier seeds; pass --force to "
+                    "start over, or another --out\n", prog, summary);
+        return 1;
+    }
+    for (int k = 0; k < nseeds; k++) {
+        char dir[4200];
+        seed_dir(out, seeds[k], dir, sizeof dir);
+        if (!o.overwrite && vit_run_dir_taken(dir, NULL)) {
+            if (vit_dist_rank() == 0)
+                fprintf(stderr, "%s: %s already holds a run (last.ckpt); pass --force to start "
+                        "the seeds over, or another --out\n", prog, dir);
+            return 1;
+        }
+    }
+    if (nseeds == 0 && !o.overwrite && vit_run_dir_taken(out, o.resume)) {
         if (vit_dist_rank() == 0)
             fprintf(stderr, "%s: %s already holds a run (last.ckpt); continue it with --resume "
                     "%s/last.ckpt, or pass --force to start over\n", prog, out, out);
@@ -313,60 +587,9 @@ static int run(int argc, char **argv)
         return 1;
     }
 
-    vit_train_result res;
-    int rc = vit_train_run(&cfg, &train, &test, &o, &res);
-    /* The class names outlive the images, for the confusion matrix. */
-    vit_dataset names = {.classes = train.classes, .class_names = train.class_names};
-    train.class_names = NULL;
+    int rc = nseeds > 0 ? train_seeds(&cfg, &train, &test, &o, data, threads, seeds, nseeds)
+                        : train_once(&cfg, &train, &test, &o, data, threads, NULL);
     vit_dataset_free(&train);
     vit_dataset_free(&test);
-    if (rc) {
-        vit_dataset_free(&names);
-        if (!speak)
-            return 1;
-        fprintf(stderr, "%s: %s\n", prog, vit_last_error());
-        if (rc == VIT_ENUM)
-            fprintf(stderr, "%s: the last good checkpoint is kept in %s/last.ckpt\n", prog, out);
-        return 1;
-    }
-    if (!speak) {
-        vit_train_result_free(&res);
-        vit_dataset_free(&names);
-        return res.interrupted ? 128 + (stop_signal ? stop_signal : SIGTERM) : 0;
-    }
-    if (res.already_complete) {
-        printf("%s: %s is already complete (%d of %d epochs); nothing to train (a larger "
-               "--epochs extends it)\n", prog, o.resume, res.epochs_done, res.epochs_done);
-        vit_dataset_free(&names);
-        return 0;
-    }
-    if (res.interrupted) {
-        char again[128] = "";
-        if (threads > 0)
-            snprintf(again, sizeof again, " --threads %d", threads);
-        if (o.val_count > 0)
-            snprintf(again + strlen(again), sizeof again - strlen(again), " --val %d", o.val_count);
-        /* Under mpirun the stop may have come to another rank: this one
-         * then stops as if terminated. */
-        char launcher[64] = "";
-        if (vit_dist_size() > 1)
-            snprintf(launcher, sizeof launcher, "mpirun -np %d ", vit_dist_size());
-        fprintf(stderr, "%s: %s at epoch %d, step %llu of %ld; checkpoint %s/last.ckpt\n"
-                "%s: continue with: %s%s --data %s --resume %s/last.ckpt%s\n", prog,
-                stop_signal == SIGINT ? "interrupted" : stop_signal ? "terminated"
-                                                                    : "stopped (another rank was signalled)",
-                res.epochs_done + 1, res.epoch_step, res.steps_per_epoch, out, prog, launcher,
-                prog, data, out, again);
-        vit_dataset_free(&names);
-        return 128 + (stop_signal ? stop_signal : SIGTERM);
-    }
-    if (o.progress)
-        cli_print_confusion(res.confusion, res.confusion_classes,
-                            names.classes == res.confusion_classes ? names.class_names : NULL);
-    vit_dataset_free(&names);
-    if (res.val_accuracy >= 0)
-        printf("validation accuracy %.4f\n", res.val_accuracy);
-    print_result(&res, out);
-    vit_train_result_free(&res);
-    return 0;
+    return rc;
 }

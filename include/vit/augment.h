@@ -3,14 +3,15 @@
  * translation about the image centre, sampled bilinearly.
  *
  * vit_train_run applies it to every training image when the config's
- * rotate or scale is positive (vit/model.h: rotate, scale, shift); a
+ * rotate or scale is positive (vit/model.h: rotate, scale, shift), and
+ * vit_translate alone when only shift is; a
  * training loop of your own can draw and apply transforms the same way.
  * A transform is drawn from a vit_rng (vit/rng.h), so a run's augmentation
  * is reproducible from its seed.
  *
  * Conventions (core.h): images are [H, W, C] row-major, the caller owns
  * every buffer; functions return VIT_OK or VIT_EINVAL with a message in
- * vit_last_error().  Thread safety: both functions are reentrant; they
+ * vit_last_error().  Thread safety: the functions are reentrant; they
  * touch only their outputs and the generator passed in.
  */
 #ifndef VIT_AUGMENT_H
@@ -43,6 +44,15 @@ int vit_affine_draw(vit_affine *a, vit_rng *rng, double rotate_deg, double scale
  * Returns VIT_EINVAL for NULL buffers, non-positive sizes or a zoom <= 0.
  * Reentrant. */
 int vit_affine_apply(vit_real *dst, const vit_real *src, int H, int W, int C, const vit_affine *a);
+
+/* dst[H, W, C] (overwritten; caller-owned, must not alias src) = src[H, W,
+ * C] moved down by dy and right by dx whole pixels: dst(y, x) = src(y - dy,
+ * x - dx), zero where that falls outside.  This is the training shift
+ * augmentation (config shift without rotate or scale) and the test-time
+ * augmentation's shift (VIT_TTA_SHIFT9 in vit/model.h); with an integer
+ * shift and no rotation or zoom, vit_affine_apply gives the same values.
+ * Returns VIT_EINVAL for NULL buffers or non-positive sizes.  Reentrant. */
+int vit_translate(vit_real *dst, const vit_real *src, int H, int W, int C, int dy, int dx);
 
 VIT_END_DECLS
 

@@ -7,13 +7,13 @@
  * the tensors mean; the caller picks the names and finds them again with
  * vit_ckpt_find.
  *
- * File format, version 2 (version 1, below, is still read).  Every integer is little-endian and is written
+ * File format, version 3 (versions 2 and 1, below, are still read).  Every integer is little-endian and is written
  * and read one byte at a time, so the file is the same on every machine.
  * Offsets are in bytes from the start of the file.
  *
  *   offset  size       field
  *   0       8          magic, the ASCII bytes "VITCKPT1" (no terminator)
- *   8       4          u32 format version, 1
+ *   8       4          u32 format version, 3
  *   12      4          u32 sizeof(vit_real) of the writer, 4 or 8
  *                      (informational: values are float32 either way)
  *   16      8          u64 step
@@ -44,6 +44,12 @@
  *   end-4   4          u32 CRC-32 (zlib's crc32, polynomial 0xEDB88320) of
  *                      every byte before it
  *
+ * Version 2 has the same layout.  Version 3 marks files a version-2 reader
+ * would misread: a run with weight averaging (vit/train.h) stores the
+ * averaged parameters under the model's names and the trained weights as a
+ * further tensor, and its config text holds keys (ema, tta) older readers
+ * do not know; a version-2 build refuses the file by its version instead.
+ *
  * Version 1 is the same without the fields at offsets 64 .. H (the config
  * length follows the rng state at offset 64) and without the class names
  * (the tensor count follows the config text); reading it gives epoch_step
@@ -65,7 +71,7 @@
 
 VIT_BEGIN_DECLS
 
-#define VIT_CKPT_VERSION 2     /* the version written */
+#define VIT_CKPT_VERSION 3     /* the version written */
 #define VIT_CKPT_VERSION_MIN 1 /* the oldest version read */
 #define VIT_CKPT_NAME_MAX 64 /* size of vit_ckpt_tensor.name, including its NUL */
 #define VIT_CKPT_CLASS_NAME_MAX 256 /* longest class name + 1 (a file name fits) */

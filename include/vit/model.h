@@ -35,6 +35,13 @@ VIT_BEGIN_DECLS
 
 enum { VIT_POOL_CLS = 0, VIT_POOL_MEAN = 1 };
 
+/* Test-time augmentation of evaluation (config key tta, "none" / "shift9"
+ * in text): VIT_TTA_NONE scores one pass per image; VIT_TTA_SHIFT9 averages
+ * the class probabilities of nine passes, the image itself and its eight
+ * one-pixel translations (dy, dx in -1, 0, 1; zeros shifted in, as the
+ * training shift augmentation does: vit_translate in vit/augment.h). */
+enum { VIT_TTA_NONE = 0, VIT_TTA_SHIFT9 = 1 };
+
 /* The model's shape and the training recipe, both read from one text config
  * of `key = value` lines ('#' starts a comment).  Keys are the field names
  * below; vit_config_set() accepts the same keys, which is how command-line
@@ -62,7 +69,15 @@ typedef struct vit_config {
     double rotate;       /* random rotation of up to this many degrees */
     double scale;        /* random zoom by a factor in [1 - scale, 1 + scale] */
     double init_std;     /* std of the truncated-normal weight init */
+    double ema;          /* weight averaging: the decay d of the parameters'
+                            exponential moving average, 0 off, else in
+                            (0, 1); evaluation, checkpoints and export use
+                            the average (vit_ema_update in vit/optim.h) */
     unsigned long long seed;
+    /* evaluation */
+    int tta;             /* VIT_TTA_NONE or VIT_TTA_SHIFT9 ("none" /
+                            "shift9" in text): what vit_evaluate and
+                            vit_predict (vit/train.h) do for this model */
     /* memory */
     int recompute;       /* 1: activation checkpointing of every block (0 or 1) */
     double ckpt_minutes; /* training: a checkpoint inside a long epoch every

@@ -88,6 +88,21 @@ int vit_adamw_step(vit_adamw *opt, vit_real *params, const vit_real *grads,
 double vit_lr_at(long step, long total_steps, long warmup_steps, double base_lr,
                  double min_lr);
 
+/* Weight averaging: folds the parameters after optimizer step t (counted
+ * from 1) into their running average avg[n] (both flat buffers of n reals,
+ * the caller's; params only read), so that after steps 1 .. t
+ *   avg = sum_{i=1..t} decay^(t-i) params_i / sum_{i=1..t} decay^(t-i),
+ * the exponential moving average with decay `decay`, bias-corrected: the
+ * weights are normalised, so the average is never pulled towards the
+ * initialisation or towards zero, and early on it is simply the mean of
+ * the few steps seen (step 1 copies params).  The update is
+ *   avg += w_t (params - avg),  w_t = (1 - decay) / (1 - decay^t),
+ * computed in double per element and rounded once.  decay 0 copies params.
+ * Returns VIT_EINVAL (nothing changed) for NULL buffers, t = 0 or a decay
+ * outside [0, 1).  Reentrant; touches only avg. */
+int vit_ema_update(vit_real *avg, const vit_real *params, size_t n, double decay,
+                   unsigned long long t);
+
 /* Euclidean norm sqrt(sum g_i^2) of g[n] (any flat buffer, read only),
  * accumulated in double.  Returns 0 for a NULL g or n = 0 (no message), and
  * NaN/inf when g holds a non-finite value, so the result doubles as a

@@ -53,15 +53,30 @@ typedef struct vit_run_state {
      * freed by vit_run_state_free. */
     int nclass_names;
     char **class_names;
+    /* Weight averaging (config ema > 0): the model a checkpoint holds
+     * under the parameters' own names is the average, the classifier that
+     * evaluation, prediction and export use; the weights the optimizer
+     * trains are these, vit_model_param_count reals laid out like
+     * vit_model_params, stored as the tensor VIT_RUN_TRAIN_PARAMS.
+     * vit_run_save writes them when train_params is not NULL (only read);
+     * vit_run_load fills them, malloc'd (freed by vit_run_state_free),
+     * when the file holds them, else sets NULL (no averaging, format 1 or
+     * 2, or an imported model). */
+    vit_real *train_params;
 } vit_run_state;
 
-/* Frees st->order and st->class_names and sets them to NULL (and their
- * counts to 0); NULL is fine. */
+/* The checkpoint tensor of vit_run_state.train_params. */
+#define VIT_RUN_TRAIN_PARAMS "train.params"
+
+/* Frees st->order, st->class_names and st->train_params and sets them to
+ * NULL (and their counts to 0); NULL is fine. */
 void vit_run_state_free(vit_run_state *st);
 
 /* Writes model parameters (named tensors), the optimizer moments ("adam.m",
- * "adam.v"; the step count t is the run step), the config text, step, epoch,
- * RNG state, the position inside the epoch and the class names to path,
+ * "adam.v"; the step count t is the run step), the training weights when
+ * st->train_params is not NULL (then m holds the averages), the config
+ * text, step, epoch, RNG state, the position inside the epoch and the
+ * class names to path,
  * atomically (temporary file, fsync, rename): an existing file at path is
  * replaced only by a complete new one.  opt may be NULL (weights only).
  * Everything is only read.  Returns VIT_OK; VIT_EINVAL for a NULL path, m
@@ -78,9 +93,12 @@ int vit_run_save(const char *path, const vit_model *m, const vit_adamw *opt,
  * config describes.  The new *model belongs to the caller (vit_model_free),
  * as do opt's moments (vit_adamw_free) and st->order (vit_run_state_free;
  * NULL unless the checkpoint was taken inside an epoch) and st->class_names
- * (vit_run_state_free); *opt and *st are overwritten.  A format-1
- * checkpoint reads as taken at an epoch boundary, with classes "0" ..
- * "K-1".  Class names, when the file holds any, must be as many as the
+ * (vit_run_state_free), as is st->train_params; *opt and *st are
+ * overwritten.  With weight averaging *model gets the averages (the
+ * classifier) and st->train_params the weights training continues from.
+ * A format-1 checkpoint reads as taken at an epoch boundary, with classes
+ * "0" .. "K-1".  A stored config that lacks a key added later (tta, ema:
+ * formats 1 and 2) reads it as off, not as today's default.  Class names, when the file holds any, must be as many as the
  * model's classes (else VIT_EFORMAT).
  * Returns VIT_OK; VIT_EINVAL for a NULL path or model; otherwise the codes
  * of vit_ckpt_read, or VIT_EFORMAT for a config or tensor that does not fit.
@@ -99,25 +117,46 @@ typedef struct vit_eval_result {
 } vit_eval_result;
 
 /* Scores m on every image of ds in batches of `batch` using tape (reset
- * first; any scratch tape will do).  The data's shape must match the
- * model's config.  *r is overwritten; free r->confusion with
- * vit_eval_result_free.  Returns VIT_OK; VIT_EINVAL for a NULL argument,
- * batch < 1, an empty ds, or images or classes that do not fit the model;
- * VIT_ENOMEM; VIT_ENUM for a non-finite loss.  On error *r holds nothing to
- * free. */
+ * first; any scratch tape will do), each image classified as vit_predict
+ * does: with the model's test-time augmentation (config tta).  The data's
+ * shape must match the model's config.  *r is overwritten; free
+ * r->confusion with vit_eval_result_free.  Returns VIT_OK; VIT_EINVAL for
+ * a NULL argument, batch < 1, an empty ds, or images or classes that do not
+ * fit the model; VIT_ENOMEM; VIT_ENUM for a non-finite loss.  On error *r
+ * holds nothing to free. */
 int vit_evaluate(vit_model *m, vit_tape *tape, const vit_dataset *ds, int batch,
                  vit_eval_result *r);
+
+/* vit_evaluate with the test-time augmentation tta (VIT_TTA_NONE or
+ * VIT_TTA_SHIFT9, vit/model.h) instead of the model's: VIT_TTA_NONE gives
+ * the plain single-pass figure of a model that uses TTA.  An unknown tta
+ * is VIT_EINVAL; otherwise as vit_evaluate. */
+int vit_evaluate_tta(vit_model *m, vit_tape *tape, const vit_dataset *ds, int batch, int tta,
+                     vit_eval_result *r);
 
 /* Frees r->confusion and zeroes *r; NULL and a zeroed struct are fine. */
 void vit_eval_result_free(vit_eval_result *r);
 
-/* Class probabilities (softmax of the logits) into the caller's probs
- * [count, classes] (overwritten) for images [count, H, W, C] of the model's
- * shape, evaluated in chunks on tape (reset each chunk).  Returns VIT_OK;
- * VIT_EINVAL for a NULL argument or count < 1; the forward's error
- * otherwise. */
+/* Class probabilities into the caller's probs [count, classes]
+ * (overwritten) for images [count, H, W, C] of the model's shape (only
+ * read), evaluated in chunks of up to 256 images on tape (reset each
+ * pass), with the model's test-time augmentation (config tta):
+ *   VIT_TTA_NONE: the softmax of the logits of one pass;
+ *   VIT_TTA_SHIFT9: the mean of the softmaxes of nine passes, over the
+ *     image moved by (dy, dx) for dy, dx in {-1, 0, 1} with zeros shifted
+ *     in (vit_translate, the training shift augmentation's padding),
+ *     summed in double and rounded once; nine times the work, plus
+ *     buffers for one chunk's shifted images and probabilities.
+ * The model is the one scored: vit_evaluate and the trainer's final
+ * evaluation use the same setting.  Returns VIT_OK; VIT_EINVAL for a NULL
+ * argument or count < 1; VIT_ENOMEM; the forward's error otherwise. */
 int vit_predict(vit_model *m, vit_tape *tape, const vit_real *images, int count,
                 vit_real *probs);
+
+/* vit_predict with the test-time augmentation tta (VIT_TTA_NONE or
+ * VIT_TTA_SHIFT9) instead of the model's; an unknown tta is VIT_EINVAL. */
+int vit_predict_tta(vit_model *m, vit_tape *tape, const vit_real *images, int count, int tta,
+                    vit_real *probs);
 
 /* ---- Training -------------------------------------------------------- */
 
@@ -167,8 +206,17 @@ int vit_run_dir_taken(const char *out_dir, const char *resume);
 int vit_run_config(const char *path, vit_config *cfg);
 
 typedef struct vit_train_result {
-    double test_accuracy, test_loss;
-    double val_accuracy;     /* -1 without a validation set */
+    double test_accuracy, test_loss; /* the final model as vit_evaluate
+                                scores it: with its test-time augmentation
+                                (tta) and, with ema, the averaged weights */
+    double val_accuracy;     /* likewise; -1 without a validation set */
+    double test_accuracy_plain, test_loss_plain, val_accuracy_plain;
+                             /* the same with one pass per image
+                                (VIT_TTA_NONE), as the epoch lines and
+                                metrics.csv show; equal to the above when
+                                tta is none */
+    int tta;                 /* the run's config tta and ema, to label the */
+    double ema;              /* figures */
     double seconds;          /* wall time of this invocation */
     double images_per_second;
     unsigned long long steps;
@@ -187,7 +235,14 @@ typedef struct vit_train_result {
 /* Trains a model described by cfg (its image and class fields are taken
  * from the data) on train, scoring test after every epoch.  cfg, the data
  * sets and opts are only read; *res is overwritten and its confusion
- * matrix is the caller's to free with vit_train_result_free.  Errors:
+ * matrix is the caller's to free with vit_train_result_free.  With
+ * cfg->ema > 0 the run keeps the running average of the parameters
+ * (vit_ema_update after every optimizer step, t the run's step): every
+ * evaluation scores the average, and checkpoints hold it as the model with
+ * the trained weights beside it (vit_run_state.train_params), so the model
+ * vit_run_load gives (to vit_evaluate, vit_predict, vit_safetensors_save)
+ * is the average and a resume continues both exactly.  Epoch scores are one pass per image; the final ones (res) are
+ * with the config's test-time augmentation, and also one pass.  Errors:
  * VIT_EINVAL (NULL argument, inconsistent config or data, val_count too
  * large), VIT_EIO (output folder, checkpoint or metrics file), VIT_ENOMEM,
  * VIT_EFORMAT (a resume checkpoint that does not fit), VIT_ENUM (below).  Writes

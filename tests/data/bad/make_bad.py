@@ -110,9 +110,9 @@ def checkpoints():
         c["tensors"] = [t for t in c["tensors"] if t[0] != b"head.b"]
     put("missing_tensor.ckpt", variant(missing_tensor))
 
-    def version3(c):  # a version newer than this build reads
-        c["version"] = 3
-    put("version3.ckpt", variant(version3))
+    def version4(c):  # a version newer than this build reads
+        c["version"] = 4
+    put("version4.ckpt", variant(version4))
 
     def duplicate(c):
         c["tensors"][1][0] = c["tensors"][0][0]
