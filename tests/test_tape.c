@@ -848,7 +848,7 @@ START_TEST(test_chain_shapes)
     gc_fill(W, 12, &seed, 1);
     gc_fill(cls, 3, &seed, 1);
     gc_fill(pos, 15, &seed, 1);
-    vit_patch_shape ps = {2, 4, 4, 1, 2, 3};
+    vit_patch_shape ps = {.batch = 2, .height = 4, .width = 4, .channels = 1, .patch = 2, .dim = 3};
     vit_tensor *x = vit_op_patch_embed(t, &ps, vit_tape_leaf(t, img, NULL, 4, (int[]){2, 4, 4, 1}),
                                        vit_tape_leaf(t, W, NULL, 2, (int[]){4, 3}), NULL);
     ck_assert_ptr_nonnull(x);
