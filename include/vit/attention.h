@@ -1,7 +1,8 @@
 /*
  * vit/attention.h - scaled dot-product attention, softmax(Q K^T * s + B) V,
- * single- and multi-head, self- and cross-attention, with masks and an
- * additive score bias, forward and backward.
+ * single- and multi-head, self- and cross-attention, with masks, an
+ * additive score bias and a fixed or learnable (per-head) scale s, forward
+ * and backward.
  *
  * Two levels:
  *  - vit_sdpa_*: the attention core on already projected Q, K, V.
@@ -79,7 +80,8 @@ typedef struct vit_sdpa {
  * writes out [B, n_q, H*d_v] and probs [B, H, n_q, n_k] (both overwritten;
  * probs is needed by the backward).  out must not alias q, k, v or probs.
  * Errors: VIT_EINVAL for a NULL a or buffer, a size < 1, out aliasing an
- * input, a non-finite scale or bias_heads not 1 or H with a bias;
+ * input, a non-finite scale, a head_scale with a nonzero scale or a
+ * non-finite entry, or bias_heads not 1 or H with a bias;
  * VIT_ENOMEM when the sizes overflow; VIT_ENUM for a non-finite score
  * s q.k + bias (checked before masking, so NaN or infinity in a masked
  * position is reported too), naming item, head, query and key. */
