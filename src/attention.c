@@ -60,6 +60,13 @@ int vit_sdpa_validate(const char *fn, const vit_sdpa *a, vit_real *scale)
     if (a->bias != NULL && a->bias_heads != 1 && a->bias_heads != a->heads)
         return vit_fail(VIT_EINVAL, "%s: bias_heads must be 1 or heads (%d), got %d",
                         fn, a->heads, a->bias_heads);
+    if (a->head_scale) {
+        if (a->scale != 0)
+            return vit_fail(VIT_EINVAL, "%s: give scale or head_scale, not both", fn);
+        for (int h = 0; h < a->heads; h++)
+            if (!isfinite(a->head_scale[h]))
+                return vit_fail(VIT_EINVAL, "%s: head_scale[%d] is not finite", fn, h);
+    }
     *scale = a->scale != 0 ? a->scale : (vit_real)(1.0 / sqrt((double)a->d_k));
     return VIT_OK;
 }
@@ -241,8 +248,9 @@ static int head_forward(const vit_sdpa *a, vit_real scale, int b, int h, vit_rea
     vit_real *obh = out + (size_t)b * nq * ldv + (size_t)h * dv;
     vit_real *p = probs + ((size_t)b * H + h) * nq * nk;
 
-    /* S[nq, nk] = s * Q_bh[nq, dk] K_bh[nk, dk]^T */
-    vit_pgemm(CblasNoTrans, CblasTrans, nq, nk, dk, scale, qbh, ldk, kbh, ldk, 0, p, nk);
+    /* S[nq, nk] = s * Q_bh[nq, dk] K_bh[nk, dk]^T, the scale (fixed or
+     * learnable) folded into the GEMM's alpha */
+    vit_pgemm(CblasNoTrans, CblasTrans, nq, nk, dk, vit_sdpa_scale_of(a, scale, h), qbh, ldk, kbh, ldk, 0, p, nk);
     sm_job J = {a, b, h, p, ULLONG_MAX};
     vit_parallel(vit_threads_for(20.0 * nq * (double)nk), (size_t)nq, softmax_piece, &J);
     unsigned long long f = atomic_load(&J.first_bad);
@@ -345,11 +353,28 @@ static void softmax_grad_piece(void *ctx, size_t lo, size_t hi)
     softmax_grad_rows(J->p, J->ds, J->nk, (int)lo, (int)hi);
 }
 
+double vit_attn_scale_grad(const vit_real *ds, const vit_real *q, const vit_real *k, int ni,
+                           int nj, int d, int ldk)
+{
+    double sum = 0.0;
+    for (int i = 0; i < ni; i++) {
+        const vit_real *qi = q + (size_t)i * ldk, *di = ds + (size_t)i * nj;
+        for (int j = 0; j < nj; j++) {
+            const vit_real *kj = k + (size_t)j * ldk;
+            double dot = 0.0;
+            for (int c = 0; c < d; c++) dot += (double)qi[c] * kj[c];
+            sum += (double)di[j] * dot;
+        }
+    }
+    return sum;
+}
+
 /* Backward of one pair by GEMMs, split across the threads with the softmax
  * rows unless called from a pair-parallel task; work holds dP then dS
- * [nq, nk]. */
+ * [nq, nk].  pair_ds (NULL: not wanted) receives the pair's share of the
+ * scale's gradient, sum dS .* Q K^T. */
 static void head_backward(const vit_sdpa *a, vit_real scale, vit_real beta, int b, int h,
-                          vit_real *dq,
+                          vit_real *dq, double *pair_ds,
                                vit_real *dk, vit_real *dv, vit_real *dbias,
                                const vit_real *dout, const vit_real *probs, const vit_real *q,
                                const vit_real *k, const vit_real *v, vit_real *work)
@@ -366,7 +391,8 @@ static void head_backward(const vit_sdpa *a, vit_real scale, vit_real beta, int 
     if (dv)
         vit_pgemm(CblasTrans, CblasNoTrans, nk, dvh, nq, 1, p, nk, dout + oo, ldv, beta,
                   dv + vo, ldv);
-    if (!(dq || dk || dbias)) return;
+    if (!(dq || dk || dbias || pair_ds)) return;
+    scale = vit_sdpa_scale_of(a, scale, h);
     /* dP[nq, nk] = dO_bh[nq, dv] V_bh[nk, dv]^T */
     vit_real *ds = work;
     vit_pgemm(CblasNoTrans, CblasTrans, nq, nk, dvh, 1, dout + oo, ldv, v + vo, ldv, 0, ds, nk);
@@ -376,6 +402,8 @@ static void head_backward(const vit_sdpa *a, vit_real scale, vit_real beta, int 
         vit_real *db = dbias + (a->bias_heads == 1 ? 0 : (size_t)h * nq * nk);
         vit_axpy(nq * nk, 1, ds, 1, db, 1);
     }
+    if (pair_ds)
+        *pair_ds = vit_attn_scale_grad(ds, q + qo, k + ko, nq, nk, dkh, ldk);
     /* dQ_bh[nq, dk] += s dS[nq, nk] K_bh[nk, dk] */
     if (dq)
         vit_pgemm(CblasNoTrans, CblasNoTrans, nq, dkh, nk, scale, ds, nk, k + ko, ldk, beta,
@@ -390,6 +418,7 @@ typedef struct {
     const vit_sdpa *a;
     vit_real scale, beta, *dq, *dk, *dv, *dbias;
     const vit_real *dout, *probs, *q, *k, *v;
+    double *pair_ds; /* [B*H] or NULL */
 } bwd_job;
 
 static void backward_pairs(void *ctx, size_t lo, size_t hi)
@@ -398,8 +427,9 @@ static void backward_pairs(void *ctx, size_t lo, size_t hi)
     const int H = J->a->heads;
     vit_real ds[PAIR_SCORES_MAX];
     for (size_t x = lo; x < hi; x++)
-        head_backward(J->a, J->scale, J->beta, (int)(x / H), (int)(x % H), J->dq, J->dk, J->dv,
-                      J->dbias, J->dout, J->probs, J->q, J->k, J->v, ds);
+        head_backward(J->a, J->scale, J->beta, (int)(x / H), (int)(x % H), J->dq,
+                      J->pair_ds ? J->pair_ds + x : NULL, J->dk, J->dv, J->dbias, J->dout,
+                      J->probs, J->q, J->k, J->v, ds);
 }
 
 /* dout [B, n_q, H*d_v] -> dq, dk, dv (layouts of q, k, v), dbias
@@ -411,11 +441,12 @@ static void backward_pairs(void *ctx, size_t lo, size_t hi)
  *   dP     = dO_bh V_bh^T
  *   dS     = P .* (dP - rowsum(dP .* P))        (O(n_k) per row)
  *   dbias += dS,  dQ_bh += s dS K_bh,  dK_bh += s dS^T Q_bh
+ *   dscale += sum dS .* Q_bh K_bh^T   (per pair, then summed in pair order)
  * Forbidden weights are 0, so their dS is 0 and masks need no second look.
  * Pairs write disjoint columns of dq, dk, dv, so small pairs run one pair
  * per task; dbias is shared by the batch, so with it they run in order. */
 static int sdpa_backward(const vit_sdpa *a, vit_real beta, vit_real *dq, vit_real *dk,
-                         vit_real *dv, vit_real *dbias, const vit_real *dout,
+                         vit_real *dv, vit_real *dbias, vit_real *dscale, const vit_real *dout,
                          const vit_real *probs, const vit_real *q, const vit_real *k,
                          const vit_real *v, vit_real *work)
 {
@@ -429,25 +460,47 @@ static int sdpa_backward(const vit_sdpa *a, vit_real beta, vit_real *dq, vit_rea
     if ((rc = vit_attn_check_dbias(fn, dbias, a->bias_heads, a->heads)) != VIT_OK) return rc;
 
     const int H = a->heads, pairs = a->batch * H;
+    double *pair_ds = NULL;
+    if (dscale && !(pair_ds = malloc((size_t)pairs * sizeof *pair_ds)))
+        return vit_fail(VIT_ENOMEM, "%s: cannot allocate %d sums for dscale", fn, pairs);
     if (pairs_in_parallel(a)) {
         int nt = dbias ? 1 : vit_threads_for(8.0 * pairs * a->n_q * a->n_k * (a->d_k + a->d_v));
-        bwd_job J = {a, scale, beta, dq, dk, dv, dbias, dout, probs, q, k, v};
+        bwd_job J = {a, scale, beta, dq, dk, dv, dbias, dout, probs, q, k, v, pair_ds};
         vit_parallel(nt, (size_t)pairs, backward_pairs, &J);
-        return VIT_OK;
+    } else {
+        vit_real *owned = NULL;
+        if ((dq || dk || dbias || dscale) && !work) {
+            owned = malloc(vit_sdpa_work_size(a) * sizeof *owned);
+            if (!owned) {
+                free(pair_ds);
+                return vit_fail(VIT_ENOMEM, "%s: cannot allocate %zu reals of work", fn,
+                                vit_sdpa_work_size(a));
+            }
+            work = owned;
+        }
+        for (int x = 0; x < pairs; x++)
+            head_backward(a, scale, beta, x / H, x % H, dq, pair_ds ? pair_ds + x : NULL, dk,
+                          dv, dbias, dout, probs, q, k, v, work);
+        free(owned);
     }
-    vit_real *owned = NULL;
-    if ((dq || dk || dbias) && !work) {
-        owned = malloc(vit_sdpa_work_size(a) * sizeof *owned);
-        if (!owned)
-            return vit_fail(VIT_ENOMEM, "%s: cannot allocate %zu reals of work", fn,
-                            vit_sdpa_work_size(a));
-        work = owned;
-    }
-    for (int x = 0; x < pairs; x++)
-        head_backward(a, scale, beta, x / H, x % H, dq, dk, dv, dbias, dout, probs, q, k, v,
-                      work);
-    free(owned);
+    vit_attn_add_scale_grads(a, dscale, pair_ds, 1);
+    free(pair_ds);
     return VIT_OK;
+}
+
+void vit_attn_add_scale_grads(const vit_sdpa *a, vit_real *dscale, const double *parts,
+                              int per_pair)
+{
+    if (!dscale) return;
+    const int H = a->heads;
+    for (int h = 0; h < (a->head_scale ? H : 1); h++) {
+        double sum = 0.0; /* items (and the heads sharing one scale) in order */
+        for (int b = 0; b < a->batch; b++)
+            for (int hh = a->head_scale ? h : 0; hh < (a->head_scale ? h + 1 : H); hh++)
+                for (int t = 0; t < per_pair; t++)
+                    sum += parts[((size_t)b * H + hh) * per_pair + t];
+        dscale[h] += (vit_real)sum;
+    }
 }
 
 int vit_sdpa_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_real *dv,
@@ -455,7 +508,15 @@ int vit_sdpa_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_real *d
                       const vit_real *q, const vit_real *k, const vit_real *v,
                       vit_real *work)
 {
-    return sdpa_backward(a, 1, dq, dk, dv, dbias, dout, probs, q, k, v, work);
+    return sdpa_backward(a, 1, dq, dk, dv, dbias, NULL, dout, probs, q, k, v, work);
+}
+
+int vit_sdpa_backward_scale(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_real *dv,
+                            vit_real *dbias, vit_real *dscale, const vit_real *dout,
+                            const vit_real *probs, const vit_real *q, const vit_real *k,
+                            const vit_real *v, vit_real *work)
+{
+    return sdpa_backward(a, 1, dq, dk, dv, dbias, dscale, dout, probs, q, k, v, work);
 }
 
 /* ---- Multi-head layer ---------------------------------------------------- */
@@ -477,6 +538,9 @@ static int mha_check_fn(const char *fn, const vit_mha *m)
                         fn, m->heads, m->d_model);
     if (!isfinite(m->scale))
         return vit_fail(VIT_EINVAL, "%s: scale is not finite", fn);
+    if (m->learn_scale && m->scale != 0)
+        return vit_fail(VIT_EINVAL, "%s: scale must be 0 with learn_scale (tau in the "
+                        "parameters is the scale)", fn);
     if (m->bias != NULL && m->bias_heads != 1 && m->bias_heads != m->heads)
         return vit_fail(VIT_EINVAL, "%s: bias_heads must be 1 or heads (%d), got %d",
                         fn, m->heads, m->bias_heads);
@@ -498,11 +562,12 @@ size_t vit_mha_param_count(const vit_mha *m)
 {
     if (mha_check_fn("vit_mha_param_count", m) != VIT_OK) return 0;
     size_t d = (size_t)m->d_model, dkv = (size_t)mha_dkv(m);
-    return 2 * d * d + 2 * dkv * d + (m->has_bias ? 4 * d : 0);
+    return 2 * d * d + 2 * dkv * d + (m->has_bias ? 4 * d : 0)
+         + (m->learn_scale ? (size_t)m->heads : 0);
 }
 
 /* Layout: W_Q [d, d] | W_K [d_kv, d] | W_V [d_kv, d] | W_O [d, d] |
- *         b_Q [d] | b_K [d] | b_V [d] | b_O [d]. */
+ *         b_Q [d] | b_K [d] | b_V [d] | b_O [d] | tau [H]. */
 static void views_of(const vit_mha *m, vit_real *flat, vit_mha_views *w)
 {
     size_t d = (size_t)m->d_model, dkv = (size_t)mha_dkv(m);
@@ -518,6 +583,7 @@ static void views_of(const vit_mha *m, vit_real *flat, vit_mha_views *w)
     } else {
         w->b_q = w->b_k = w->b_v = w->b_o = NULL;
     }
+    w->tau = m->learn_scale ? w->w_o + d * d + (m->has_bias ? 4 * d : 0) : NULL;
 }
 
 int vit_mha_views_of(const vit_mha *m, vit_real *flat, vit_mha_views *views)
@@ -596,6 +662,7 @@ static vit_sdpa mha_core(const vit_mha *m)
     a.mask = m->mask;
     a.bias = m->bias;
     a.bias_heads = m->bias_heads;
+    a.head_scale = NULL; /* tau lives in the parameters: set by forward and backward */
     return a;
 }
 
@@ -651,6 +718,7 @@ int vit_mha_forward(const vit_mha *m, const vit_real *params, vit_real *y,
     dense_forward(c.k, x_kv, w.w_k, w.b_k, rk, dkv, d);
     dense_forward(c.v, x_kv, w.w_v, w.b_v, rk, dkv, d);
     vit_sdpa a = mha_core(m);
+    a.head_scale = w.tau;
     rc = vit_sdpa_use_tiled(&a) ? vit_sdpa_tiled_forward(&a, c.ctx, c.probs, c.q, c.k, c.v, NULL)
                                 : vit_sdpa_forward(&a, c.ctx, c.probs, c.q, c.k, c.v);
     if (rc != VIT_OK) return rc;
@@ -719,15 +787,17 @@ int vit_mha_backward(const vit_mha *m, const vit_real *params, vit_real *grads,
      * tiled core accumulates, so they are zeroed for it). */
     vit_pgemm(CblasNoTrans, CblasTrans, rq, d, d, 1, dy, d, w.w_o, d, 0, dctx, d);
     vit_sdpa a = mha_core(m);
+    a.head_scale = w.tau;
     if (vit_sdpa_use_tiled(&a)) { /* c.probs holds the log-sum-exp; O(tile) scratch of its own */
         memset(dq, 0, (size_t)rq * d * sizeof *dq);
         memset(dk, 0, 2 * (size_t)rk * d * sizeof *dk);
-        rc = vit_sdpa_tiled_backward(&a, need_q ? dq : NULL, need_kv ? dk : NULL,
-                                     need_kv ? dv : NULL, dbias, dctx, c.ctx, c.probs,
-                                     c.q, c.k, c.v, NULL);
+        rc = vit_sdpa_tiled_backward_scale(&a, need_q ? dq : NULL, need_kv ? dk : NULL,
+                                           need_kv ? dv : NULL, dbias, g.tau, dctx, c.ctx,
+                                           c.probs, c.q, c.k, c.v, NULL);
     } else { /* the standard core overwrites dQ, dK, dV */
         rc = sdpa_backward(&a, 0, need_q ? dq : NULL, need_kv ? dk : NULL,
-                           need_kv ? dv : NULL, dbias, dctx, c.probs, c.q, c.k, c.v, wsdpa);
+                           need_kv ? dv : NULL, dbias, g.tau, dctx, c.probs, c.q, c.k, c.v,
+                           wsdpa);
     }
     if (rc == VIT_OK) {
         if (need_q) dense_backward(dx_q, g.w_q, g.b_q, dq, x_q, w.w_q, rq, d, d);

@@ -17,6 +17,25 @@ int vit_mul3_size(size_t *out, size_t a, size_t b, size_t c);
  * size_t. */
 int vit_sdpa_validate(const char *fn, const vit_sdpa *a, vit_real *scale);
 
+/* The score scale of head h: a->head_scale[h] when given, else the
+ * validated scale. */
+static inline vit_real vit_sdpa_scale_of(const vit_sdpa *a, vit_real scale, int h)
+{
+    return a->head_scale ? a->head_scale[h] : scale;
+}
+
+/* sum over i < ni, j < nj of ds[i*nj + j] (q_i . k_j), q_i = q + i*ldk,
+ * k_j = k + j*ldk, d values each, in double: one block's share of the
+ * gradient of its score scale (vit_sdpa_backward_scale). */
+double vit_attn_scale_grad(const vit_real *ds, const vit_real *q, const vit_real *k, int ni,
+                           int nj, int d, int ldk);
+
+/* dscale (NULL: nothing) += the per-pair parts [B*H*per_pair] (per_pair
+ * consecutive parts per (item, head) pair), summed in (item, head, part)
+ * order: into dscale[h] with a->head_scale, all into dscale[0] without. */
+void vit_attn_add_scale_grads(const vit_sdpa *a, vit_real *dscale, const double *parts,
+                              int per_pair);
+
 /* Argument checks the attention cores share (messages prefixed with fn). */
 
 /* q, k, v, the inputs every core reads, are non-NULL. */

@@ -1,6 +1,6 @@
 /*
- * Boolean "allowed" masks for vit_attn_mask: causal, Swin windows (plain and
- * shifted), and counting.  See include/vit/attention.h.
+ * Boolean "allowed" masks for vit_attn_mask: causal, no-self (locality
+ * self-attention), Swin windows (plain and shifted), and counting.  See include/vit/attention.h.
  */
 #include "vit/attention.h"
 
@@ -19,6 +19,24 @@ int vit_mask_causal(unsigned char *allowed, int n_q, int n_k)
     for (int i = 0; i < n_q; i++)
         for (int j = 0; j < n_k; j++)
             allowed[(size_t)i * n_k + j] = j <= i;
+    return VIT_OK;
+}
+
+/* allowed[n_q, n_k] = (i != j): locality self-attention's self-mask. */
+int vit_mask_no_self(unsigned char *allowed, int n_q, int n_k)
+{
+    static const char fn[] = "vit_mask_no_self";
+    int rc;
+    if ((rc = vit_check_ptr(fn, "allowed", allowed)) != VIT_OK) return rc;
+    if ((rc = vit_check_dim(fn, "n_q", n_q)) != VIT_OK) return rc;
+    if ((rc = vit_check_dim(fn, "n_k", n_k)) != VIT_OK) return rc;
+    if (n_k == 1)
+        return vit_fail(VIT_EINVAL, "%s: with n_k = 1 query 0 would attend no key", fn);
+    size_t n;
+    if (!vit_mul_size(&n, (size_t)n_q, (size_t)n_k)) return VIT_ENOMEM;
+    for (int i = 0; i < n_q; i++)
+        for (int j = 0; j < n_k; j++)
+            allowed[(size_t)i * n_k + j] = i != j;
     return VIT_OK;
 }
 

@@ -172,6 +172,7 @@ typedef struct {
     const vit_real *q, *k, *v, *dout, *out_in, *lse_in;
     vit_real *out, *lse, *dq, *dk, *dv, *dbias;
     vit_real *work;
+    double *scale_parts;     /* backward: [B*H, key tiles] shares of dscale, or NULL */
     atomic_int next_slab;
     atomic_ullong first_bad; /* forward: flat index of a non-finite score */
     int group_mode;          /* backward pass 1: GROUP_* */
@@ -190,7 +191,8 @@ static void tile_scores(const job *J, int b, int h, int i0, int ni, int j0, int 
     const vit_sdpa *a = J->a;
     const vit_real *qi = J->q + ((size_t)b * a->n_q + i0) * J->g.ldk + (size_t)h * a->d_k;
     const vit_real *kj = J->k + ((size_t)b * a->n_k + j0) * J->g.ldk + (size_t)h * a->d_k;
-    vit_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, ni, nj, a->d_k, J->scale, qi, J->g.ldk,
+    vit_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, ni, nj, a->d_k,
+             vit_sdpa_scale_of(a, J->scale, h), qi, J->g.ldk,
              kj, J->g.ldk, 0, s, nj);
     if (a->bias) {
         const vit_real *bb = a->bias + (a->bias_heads == 1 ? 0 : (size_t)h * a->n_q * a->n_k);
@@ -387,12 +389,13 @@ static void backward_tile(const job *J, int x, int it, int jt, int what, vit_rea
     const size_t vo = ((size_t)b * nk + j0) * g->ldv + (size_t)h * dvh;
     const size_t oo = ((size_t)b * nq + i0) * g->ldv + (size_t)h * dvh;
     const int kv = what & DO_KV, wq = (what & DO_Q) && J->dq;
+    const vit_real scale = vit_sdpa_scale_of(a, J->scale, h);
 
     /* dV_j[nj, dv] += P^T dO_i */
     if (kv && J->dv)
         vit_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, nj, dvh, ni, 1, p, nj,
                  J->dout + oo, g->ldv, 1, J->dv + vo, g->ldv);
-    if (!(wq || (kv && (J->dk || J->dbias)))) return;
+    if (!(wq || (kv && (J->dk || J->dbias || J->scale_parts)))) return;
 
     /* D_r = dO_r . O_r, then dS = P .* (dO V_j^T - D). */
     for (int r = 0; r < ni; r++) {
@@ -417,13 +420,18 @@ static void backward_tile(const job *J, int x, int it, int jt, int what, vit_rea
             for (int c = 0; c < nj; c++) dbr[c] += dr[c];
         }
     }
+    /* This block's share of dscale, summed over the query tiles in order
+     * into the (pair, key tile) slot that only this task touches. */
+    if (kv && J->scale_parts)
+        J->scale_parts[(size_t)x * g->nkt + jt] +=
+            vit_attn_scale_grad(ds, J->q + qo, J->k + ko, ni, nj, dkh, g->ldk);
     /* dK_j[nj, dk] += s dS^T Q_i */
     if (kv && J->dk)
-        vit_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, nj, dkh, ni, J->scale, ds, nj,
+        vit_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, nj, dkh, ni, scale, ds, nj,
                  J->q + qo, g->ldk, 1, J->dk + ko, g->ldk);
     /* dQ_i[ni, dk] += s dS K_j */
     if (wq)
-        vit_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ni, dkh, nj, J->scale, ds, nj,
+        vit_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ni, dkh, nj, scale, ds, nj,
                  J->k + ko, g->ldk, 1, J->dq + qo, g->ldk);
 }
 
@@ -493,6 +501,15 @@ int vit_sdpa_tiled_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_r
                             const vit_real *lse, const vit_real *q, const vit_real *k,
                             const vit_real *v, vit_real *work)
 {
+    return vit_sdpa_tiled_backward_scale(a, dq, dk, dv, dbias, NULL, dout, out, lse, q, k, v,
+                                         work);
+}
+
+int vit_sdpa_tiled_backward_scale(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_real *dv,
+                                  vit_real *dbias, vit_real *dscale, const vit_real *dout,
+                                  const vit_real *out, const vit_real *lse, const vit_real *q,
+                                  const vit_real *k, const vit_real *v, vit_real *work)
+{
     static const char fn[] = "vit_sdpa_tiled_backward";
     vit_real scale = 0;
     int rc;
@@ -502,7 +519,7 @@ int vit_sdpa_tiled_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_r
     if ((rc = vit_check_ptr(fn, "lse", lse)) != VIT_OK) return rc;
     if ((rc = vit_attn_check_qkv(fn, q, k, v)) != VIT_OK) return rc;
     if ((rc = vit_attn_check_dbias(fn, dbias, a->bias_heads, a->heads)) != VIT_OK) return rc;
-    if (!dq && !dk && !dv && !dbias) return VIT_OK;
+    if (!dq && !dk && !dv && !dbias && !dscale) return VIT_OK;
     vit_real *owned;
     if ((rc = get_work(fn, a, &work, &owned)) != VIT_OK) return rc;
 
@@ -512,6 +529,10 @@ int vit_sdpa_tiled_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_r
     J.dq = dq; J.dk = dk; J.dv = dv; J.dbias = dbias;
 
     const int B = a->batch, H = a->heads, pairs = B * H;
+    if (dscale && !(J.scale_parts = calloc((size_t)pairs * J.g.nkt, sizeof *J.scale_parts))) {
+        free(owned);
+        return vit_fail(VIT_ENOMEM, "%s: cannot allocate the sums for dscale", fn);
+    }
     double flops = 2.0 * pairs * a->n_q * (double)a->n_k * (2.0 * a->d_k + 3.0 * a->d_v);
     int nt = vit_threads_for(flops);
     /* Fused pairs in parallel only when they share no dbias element. */
@@ -520,7 +541,7 @@ int vit_sdpa_tiled_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_r
         vit_parallel(nt, (size_t)pairs, backward_pairs, &J);
     } else {
         J.group_mode = !dbias ? GROUP_PAIR : a->bias_heads == 1 ? GROUP_ALL : GROUP_HEAD;
-        if (dk || dv || dbias) {
+        if (dk || dv || dbias || dscale) { /* dscale is summed with the key-side pass */
             int groups, size;
             group_shape(&J, &groups, &size);
             vit_parallel(nt, (size_t)groups * J.g.nkt, backward_keys, &J);
@@ -530,6 +551,8 @@ int vit_sdpa_tiled_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_r
             vit_parallel(nt, (size_t)pairs * J.g.nqt, backward_queries, &J);
         }
     }
+    vit_attn_add_scale_grads(a, dscale, J.scale_parts, J.g.nkt);
+    free(J.scale_parts);
     free(owned);
     return VIT_OK;
 }

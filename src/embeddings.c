@@ -4,6 +4,7 @@
 #include "vit/embeddings.h"
 
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "blas.h"
@@ -23,15 +24,46 @@ static int check_shape(const char *fn, const vit_patch_shape *s)
     TRY(vit_check_dim(fn, "channels", s->channels));
     TRY(vit_check_dim(fn, "patch", s->patch));
     TRY(vit_check_dim(fn, "dim", s->dim));
-    if (s->height % s->patch != 0 || s->width % s->patch != 0)
-        return vit_fail(VIT_EINVAL, "%s: image %dx%d is not a multiple of patch %d", fn,
-                        s->height, s->width, s->patch);
-    long long n = (long long)(s->height / s->patch) * (s->width / s->patch);
+    const int P = s->patch, S = s->stride ? s->stride : P, Z = s->pad;
+    if (S < 1 || S > P)
+        return vit_fail(VIT_EINVAL, "%s: stride %d must be in 1..patch (%d); a larger one "
+                        "would skip pixels", fn, s->stride, P);
+    if (Z < 0 || Z >= P)
+        return vit_fail(VIT_EINVAL, "%s: padding %d must be in 0..patch-1 (%d)", fn, Z, P - 1);
+    if (S == P && Z == 0) {
+        if (s->height % P != 0 || s->width % P != 0)
+            return vit_fail(VIT_EINVAL, "%s: image %dx%d is not a multiple of patch %d", fn,
+                            s->height, s->width, P);
+    } else {
+        long long eh = (long long)s->height + 2LL * Z - P, ew = (long long)s->width + 2LL * Z - P;
+        if (eh < 0 || ew < 0)
+            return vit_fail(VIT_EINVAL, "%s: patch %d is larger than the padded %lldx%lld image",
+                            fn, P, eh + P, ew + P);
+        if (eh % S != 0 || ew % S != 0)
+            return vit_fail(VIT_EINVAL, "%s: patch %d with stride %d and padding %d does not "
+                            "tile the %dx%d image exactly ((size + 2*padding - patch) must be "
+                            "a multiple of the stride)", fn, P, S, Z, s->height, s->width);
+    }
+    long long n = (long long)((s->height + 2 * Z - P) / S + 1) * ((s->width + 2 * Z - P) / S + 1);
     long long k = (long long)s->patch * s->patch * s->channels;
     if (n * s->batch > INT_MAX || k > INT_MAX ||
         (long long)s->height * s->width * s->channels * s->batch > INT_MAX)
         return vit_fail(VIT_EINVAL, "%s: shape too large", fn);
     return VIT_OK;
+}
+
+/* The grid of a validated shape. */
+static void grid_of(const vit_patch_shape *s, int *gh, int *gw)
+{
+    const int P = s->patch, S = s->stride ? s->stride : P, Z = s->pad;
+    *gh = (s->height + 2 * Z - P) / S + 1;
+    *gw = (s->width + 2 * Z - P) / S + 1;
+}
+
+/* Whether patches overlap or pad: the general (im2col / col2im) path. */
+static int general(const vit_patch_shape *s)
+{
+    return (s->stride && s->stride != s->patch) || s->pad != 0;
 }
 
 int vit_patch_count(const vit_patch_shape *s)
@@ -40,7 +72,77 @@ int vit_patch_count(const vit_patch_shape *s)
      * 0; the caller asked about a shape, so that explanation is useful. */
     if (check_shape("vit_patch_count", s) != VIT_OK)
         return 0;
-    return (s->height / s->patch) * (s->width / s->patch);
+    int gh, gw;
+    grid_of(s, &gh, &gw);
+    return gh * gw;
+}
+
+int vit_patch_grid(const vit_patch_shape *s, int *grid_h, int *grid_w)
+{
+    static const char fn[] = "vit_patch_grid";
+    TRY(vit_check_ptr(fn, "grid_h", grid_h));
+    TRY(vit_check_ptr(fn, "grid_w", grid_w));
+    *grid_h = *grid_w = 0;
+    TRY(check_shape(fn, s));
+    grid_of(s, grid_h, grid_w);
+    return VIT_OK;
+}
+
+/* General im2col: patch (gy, gx) of image b is row (b*gh + gy)*gw + gx of
+ * cols; its (py, px, c) entry is pixel (gy*S - Z + py, gx*S - Z + px, c),
+ * or 0 in the padding.  Each patch row is one clipped memcpy. */
+static void im2col_general(const vit_patch_shape *s, vit_real *cols, const vit_real *img)
+{
+    const int P = s->patch, C = s->channels, S = s->stride ? s->stride : P, Z = s->pad;
+    int gh, gw;
+    grid_of(s, &gh, &gw);
+    const size_t img_row = (size_t)s->width * C, pc = (size_t)P * C;
+    vit_real *dst = cols;
+    for (int bi = 0; bi < s->batch; bi++) {
+        const vit_real *im = img + (size_t)bi * s->height * img_row;
+        for (int gy = 0; gy < gh; gy++)
+            for (int gx = 0; gx < gw; gx++)
+                for (int py = 0; py < P; py++, dst += pc) {
+                    const int y = gy * S - Z + py, x0 = gx * S - Z;
+                    const int lo = x0 < 0 ? -x0 : 0;
+                    const int hi = x0 + P > s->width ? s->width - x0 : P; /* px < hi */
+                    if (y < 0 || y >= s->height || hi <= lo) {
+                        memset(dst, 0, pc * sizeof *dst);
+                        continue;
+                    }
+                    memset(dst, 0, (size_t)lo * C * sizeof *dst);
+                    memcpy(dst + (size_t)lo * C, im + (size_t)y * img_row + (size_t)(x0 + lo) * C,
+                           (size_t)(hi - lo) * C * sizeof *dst);
+                    memset(dst + (size_t)hi * C, 0, (size_t)(P - hi) * C * sizeof *dst);
+                }
+    }
+}
+
+/* General col2im: dimg += the patch rows of dcols [B*N, P*P*C] added back
+ * to the pixels they were copied from (padding entries dropped), patches
+ * in row order, so a pixel covered by several patches sums them in a fixed
+ * order. */
+static void col2im_general(const vit_patch_shape *s, vit_real *dimg, const vit_real *dcols)
+{
+    const int P = s->patch, C = s->channels, S = s->stride ? s->stride : P, Z = s->pad;
+    int gh, gw;
+    grid_of(s, &gh, &gw);
+    const size_t img_row = (size_t)s->width * C, pc = (size_t)P * C;
+    const vit_real *src = dcols;
+    for (int bi = 0; bi < s->batch; bi++) {
+        vit_real *im = dimg + (size_t)bi * s->height * img_row;
+        for (int gy = 0; gy < gh; gy++)
+            for (int gx = 0; gx < gw; gx++)
+                for (int py = 0; py < P; py++, src += pc) {
+                    const int y = gy * S - Z + py, x0 = gx * S - Z;
+                    const int lo = x0 < 0 ? -x0 : 0;
+                    const int hi = x0 + P > s->width ? s->width - x0 : P;
+                    if (y < 0 || y >= s->height || hi <= lo) continue;
+                    vit_real *row = im + (size_t)y * img_row + (size_t)(x0 + lo) * C;
+                    const vit_real *sr = src + (size_t)lo * C;
+                    for (int i = 0; i < (hi - lo) * C; i++) row[i] += sr[i];
+                }
+    }
 }
 
 /* img [B, H, W, C] -> cols [B*N, P*P*C], y [B, N, D] = cols W + b
@@ -59,11 +161,15 @@ int vit_patch_embed_forward(const vit_patch_shape *s, vit_real *y, vit_real *col
     TRY(vit_check_ptr(fn, "W", W));
 
     const int P = s->patch, C = s->channels, D = s->dim;
-    const int gh = s->height / P, gw = s->width / P;
+    int gh, gw;
+    grid_of(s, &gh, &gw);
     const int rows = s->batch * gh * gw, K = P * P * C;
     const size_t pc = (size_t)P * C, img_row = (size_t)s->width * C;
 
     vit_real *dst = cols;
+    if (general(s))
+        im2col_general(s, cols, img);
+    else
     for (int bi = 0; bi < s->batch; bi++) {
         const vit_real *im = img + (size_t)bi * s->height * img_row;
         for (int gy = 0; gy < gh; gy++)
@@ -112,8 +218,15 @@ int vit_patch_embed_backward(const vit_patch_shape *s, vit_real *dimg, vit_real 
         TRY(vit_check_ptr(fn, "W", W));
 
     const int P = s->patch, C = s->channels, D = s->dim;
-    const int gh = s->height / P, gw = s->width / P;
+    int gh, gw;
+    grid_of(s, &gh, &gw);
     const int rows = s->batch * gh * gw, K = P * P * C, pc = P * C;
+    vit_real *dcols = NULL;
+    if (dimg && general(s)) { /* allocated first: on failure nothing is touched */
+        size_t n = (size_t)rows * (size_t)K;
+        if (!(dcols = malloc(n * sizeof *dcols)))
+            return vit_fail(VIT_ENOMEM, "%s: cannot allocate %zu reals for col2im", fn, n);
+    }
 
     if (dW) /* dW[K, D] += cols[rows, K]^T dy[rows, D] */
         vit_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, D, rows,
@@ -122,7 +235,12 @@ int vit_patch_embed_backward(const vit_patch_shape *s, vit_real *dimg, vit_real 
         for (int r = 0; r < rows; r++)
             for (int j = 0; j < D; j++)
                 db[j] += dy[(size_t)r * D + j];
-    if (dimg) {
+    if (dcols) { /* dcols[rows, K] = dy[rows, D] W[K, D]^T, then col2im */
+        vit_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, K, D, 1, dy, D, W, D, 0,
+                 dcols, K);
+        col2im_general(s, dimg, dcols);
+        free(dcols);
+    } else if (dimg) {
         const size_t img_row = (size_t)s->width * C;
         for (int bi = 0; bi < s->batch; bi++)
             for (int gy = 0; gy < gh; gy++) {

@@ -4,7 +4,8 @@
  *
  * Parameters are one flat buffer; `tensors` names its pieces in order:
  *   patch.w [P*P*C, D]  patch.b [D]  cls [D]  pos [T, D]
- *   blocks.L.{ln1.g, ln1.b [D], attn.{w_q,w_k,w_v,w_o [D, D], b_q,b_k,b_v,b_o [D]},
+ *   blocks.L.{ln1.g, ln1.b [D], attn.{w_q,w_k,w_v,w_o [D, D], b_q,b_k,b_v,b_o [D],
+ *             tau [heads] (only with lsa)},
  *             ln2.g, ln2.b [D], mlp.w1 [D, M], mlp.b1 [M], mlp.w2 [M, D], mlp.b2 [D]}
  *   ln.g, ln.b [D]  head.w [D, K]  head.b [K]
  * The attention weights are contiguous in the layout vit_mha expects, so one
@@ -22,6 +23,7 @@
 #include "error.h"
 #include "threads.h"
 #include "vit/activations.h"
+#include "vit/attention.h"
 #include "vit/linear.h"
 
 #define NAME_LEN 48
@@ -44,6 +46,7 @@ struct slice {
 struct vit_model {
     vit_config cfg;
     vit_mha mha;             /* the self-attention shape; batch set per forward */
+    unsigned char *no_self;  /* lsa: the [T, T] no-self mask mha.mask points at */
     vit_patch_shape patch;
     int tokens;              /* T = patches + 1 */
     vit_params *P;           /* the named tensors, their init and decay, both buffers */
@@ -104,6 +107,13 @@ static int layout(vit_model *m)
             snprintf(name, sizeof name, "blocks.%d.attn.%s", l, attn_b[i]);
             T_(ix, name, 1, D, 0, 0, Z);
         }
+        if (c->lsa) { /* vit_mha's tau, right after b_o: a per-head multiplier of
+                       * Q K^T starting at the fixed 1/sqrt(d_k), as in the
+                       * LSA reference code; a scalar, so not decayed */
+            snprintf(name, sizeof name, "blocks.%d.attn.tau", l);
+            ok &= (ix = vit_params_add(m->P, name, 1, (int[]){c->heads}, VIT_INIT_CONST,
+                                       1.0 / sqrt((double)(D / c->heads)), 0)) >= 0;
+        }
         BLOCK_T(ln2_g, "ln2.g", 1, D, 0, 0, ONE);
         BLOCK_T(ln2_b, "ln2.b", 1, D, 0, 0, Z);
         BLOCK_T(w1, "mlp.w1", 2, D, M, 1, N);
@@ -120,14 +130,23 @@ static int layout(vit_model *m)
     return ok ? VIT_OK : VIT_EINVAL;
 }
 
+vit_patch_shape vit_config_patch_shape(const vit_config *cfg)
+{
+    return (vit_patch_shape){.batch = 1, .height = cfg->image_height, .width = cfg->image_width,
+                             .channels = cfg->channels, .patch = cfg->patch, .dim = cfg->dim,
+                             .stride = cfg->patch_stride, .pad = cfg->patch_pad};
+}
+
 size_t vit_config_param_count(const vit_config *cfg)
 {
     if (vit_config_check(cfg) != VIT_OK)
         return 0;
     size_t D = (size_t)cfg->dim, M = (size_t)cfg->mlp, K = (size_t)cfg->classes;
-    size_t T = (size_t)(cfg->image_height / cfg->patch) * (size_t)(cfg->image_width / cfg->patch) + 1;
+    vit_patch_shape ps = vit_config_patch_shape(cfg);
+    size_t T = (size_t)vit_patch_count(&ps) + 1;
     size_t pdim = (size_t)cfg->patch * cfg->patch * cfg->channels;
-    size_t block = 4 * D + (4 * D * D + 4 * D) + (D * M + M + M * D + D);
+    size_t block = 4 * D + (4 * D * D + 4 * D) + (D * M + M + M * D + D)
+                 + (cfg->lsa ? (size_t)cfg->heads : 0);
     return pdim * D + D + D + T * D + (size_t)cfg->depth * block + 2 * D + D * K + K;
 }
 
@@ -144,12 +163,17 @@ vit_model *vit_model_new(const vit_config *cfg)
     if (!m)
         goto oom;
     m->cfg = *cfg;
-    m->patch = (vit_patch_shape){0, cfg->image_height, cfg->image_width, cfg->channels,
-                                 cfg->patch, cfg->dim};
-    m->tokens = vit_patch_count(&(vit_patch_shape){1, cfg->image_height, cfg->image_width,
-                                                   cfg->channels, cfg->patch, cfg->dim}) + 1;
+    m->patch = vit_config_patch_shape(cfg);
+    m->tokens = vit_patch_count(&m->patch) + 1;
+    m->patch.batch = 0; /* set per forward */
     m->mha = (vit_mha){.n_q = m->tokens, .n_k = m->tokens, .d_model = cfg->dim,
-                       .heads = cfg->heads, .has_bias = 1};
+                       .heads = cfg->heads, .has_bias = 1, .learn_scale = cfg->lsa};
+    if (cfg->lsa) {
+        m->no_self = malloc((size_t)m->tokens * m->tokens);
+        if (!m->no_self || vit_mask_no_self(m->no_self, m->tokens, m->tokens) != VIT_OK)
+            goto oom;
+        m->mha.mask.allowed = m->no_self;
+    }
     m->P = vit_params_new();
     m->blocks = calloc((size_t)cfg->depth, sizeof *m->blocks);
     m->maps = calloc((size_t)cfg->depth, sizeof *m->maps);
@@ -184,6 +208,7 @@ void vit_model_free(vit_model *m)
     free(m->blocks);
     free(m->maps);
     free(m->maps_to);
+    free(m->no_self);
     for (int i = 0; i < m->nslices; i++) {
         vit_tape_free(m->slices[i].tape);
         free(m->slices[i].grads);

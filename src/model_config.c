@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "vit/embeddings.h"
 
 enum kind { K_INT, K_DOUBLE, K_U64, K_POOL, K_TTA };
 
@@ -38,6 +39,10 @@ static const field fields[] = {
     F(heads, K_INT, 1, 4096, "attention heads (divides dim)"),
     F(mlp, K_INT, 1, 1 << 20, "MLP hidden width"),
     F(pool, K_POOL, 0, 1, "cls or mean: what the head reads"),
+    F(patch_stride, K_INT, 0, 4096, "patch stride in pixels (0: the patch side, no overlap)"),
+    F(patch_pad, K_INT, 0, 4095, "zero padding around the image for overlapping patches"),
+    F(lsa, K_INT, 0, 1,
+      "1: locality self-attention (no token attends itself; learnable per-head scale)"),
     F(epochs, K_INT, 1, 1000000, "training epochs"),
     F(batch, K_INT, 1, 1 << 20, "minibatch size"),
     F(lr, K_DOUBLE, 1e-12, 10, "peak learning rate"),
@@ -284,9 +289,18 @@ int vit_config_check(const vit_config *c)
         if (v < f->lo || v > f->hi)
             return vit_fail(VIT_EINVAL, "%s: %d is out of range [%.0f, %.0f]", f->key, v, f->lo, f->hi);
     }
-    if (c->image_height % c->patch || c->image_width % c->patch)
-        return vit_fail(VIT_EINVAL, "patch: %d does not divide the %dx%d image", c->patch,
-                        c->image_height, c->image_width);
+    if ((c->patch_stride == 0 || c->patch_stride == c->patch) && c->patch_pad == 0) {
+        if (c->image_height % c->patch || c->image_width % c->patch)
+            return vit_fail(VIT_EINVAL, "patch: %d does not divide the %dx%d image", c->patch,
+                            c->image_height, c->image_width);
+    } else {
+        vit_patch_shape ps = vit_config_patch_shape(c);
+        if (vit_patch_count(&ps) == 0) {
+            char msg[320];
+            snprintf(msg, sizeof msg, "%s", vit_last_error());
+            return vit_fail(VIT_EINVAL, "patch, patch_stride, patch_pad: %s", msg);
+        }
+    }
     if (c->dim % c->heads)
         return vit_fail(VIT_EINVAL, "heads: %d does not divide dim %d", c->heads, c->dim);
     if (!(c->ema >= 0 && c->ema < 1)) {

@@ -111,8 +111,11 @@ static int check_tensor(const vit_params *p, const char *name, int ndim, const i
     if (n > (SIZE_MAX - BUF_ALIGN) / sizeof(vit_real) - p->count)
         return vit_fail(VIT_ENOMEM, "%s: tensor \"%s\": %zu values after %zu overflow the "
                         "buffer size", fn, name, n, p->count);
-    if (init < VIT_INIT_ZERO || init > VIT_INIT_UNIFORM)
+    if (init < VIT_INIT_ZERO || init > VIT_INIT_CONST)
         return vit_fail(VIT_EINVAL, "%s: tensor \"%s\": unknown init %d", fn, name, init);
+    if (init == VIT_INIT_CONST && !isfinite(scale))
+        return vit_fail(VIT_EINVAL, "%s: tensor \"%s\": constant %g is not finite", fn, name,
+                        scale);
     if ((init == VIT_INIT_NORMAL || init == VIT_INIT_UNIFORM) && !(scale >= 0 && isfinite(scale)))
         return vit_fail(VIT_EINVAL, "%s: tensor \"%s\": scale must be finite and >= 0, got %g",
                         fn, name, scale);
@@ -142,7 +145,8 @@ int vit_params_add(vit_params *p, const char *name, int ndim, const int *shape, 
     e->t.offset = p->count;
     e->t.size = size;
     e->t.init = init;
-    e->t.scale = init == VIT_INIT_NORMAL || init == VIT_INIT_UNIFORM ? scale : 0;
+    e->t.scale = init == VIT_INIT_NORMAL || init == VIT_INIT_UNIFORM || init == VIT_INIT_CONST
+                     ? scale : 0;
     e->t.decay = decay != 0;
     /* Extend the last group, or open one when the decay flag changes. */
     vit_param_group *g = p->ngroups ? &p->groups[p->ngroups - 1] : NULL;
@@ -232,6 +236,8 @@ static vit_real init_value(vit_rng *rng, int init, double scale)
     }
     case VIT_INIT_UNIFORM:
         return (vit_real)((2.0 * vit_rng_uniform(rng) - 1.0) * scale);
+    case VIT_INIT_CONST:
+        return (vit_real)scale;
     default:
         return (vit_real)0;
     }

@@ -69,7 +69,8 @@ static int plan_size(const vit_config *c) { return 8 + 12 * c->depth; }
 static int make_plan(const vit_config *c, plan_tensor *o)
 {
     int D = c->dim, M = c->mlp, K = c->classes, C = c->channels, P = c->patch;
-    int T = (c->image_height / P) * (c->image_width / P) + 1, n = 0;
+    vit_patch_shape ps = vit_config_patch_shape(c); /* overlapping patches: more tokens */
+    int T = vit_patch_count(&ps) + 1, n = 0;
     char name[64], a[48], b[48], e[48];
     plan(o, &n, "cls_token", OP_COPY, 3, 1, 1, D, 0, "cls", NULL, NULL);
     plan(o, &n, "pos_embed", OP_COPY, 3, 1, T, D, 0, "pos", NULL, NULL);
@@ -331,6 +332,15 @@ int vit_safetensors_save(const vit_model *m, char *const *class_names, const cha
     if (!m || !path)
         return vit_fail(VIT_EINVAL, "vit_safetensors_save: %s is NULL", !m ? "model" : "path");
     const vit_config *c = vit_model_config(m);
+    /* timm's VisionTransformer has no form for locality self-attention (a
+     * no-self mask and a learnable per-head scale): refuse rather than write
+     * a file that loads into a model computing something else.  Overlapping
+     * patches are a Conv2d with stride and padding, in the metadata as
+     * patch_stride and patch_pad. */
+    if (c->lsa)
+        return vit_fail(VIT_EINVAL, "%s: cannot export a model with lsa = 1: timm's "
+                        "VisionTransformer has no locality self-attention (no-self mask, "
+                        "learnable per-head scale tau)", path);
     /* Only read: the accessor is not const-qualified. */
     const vit_real *params = vit_model_params((vit_model *)(uintptr_t)m);
     int n = 0, rc;
@@ -1101,6 +1111,9 @@ static int load(const char *path, const unsigned char *buf, size_t size, vit_mod
         rc = check_layout(path, &p, data_size);
     if (rc == VIT_OK)
         rc = meta_config(path, &p, &cfg);
+    if (rc == VIT_OK && cfg.lsa)
+        rc = vit_fail(VIT_EFORMAT, "%s: the metadata says lsa = 1, which has no timm form "
+                      "(vit_export refuses it) and no tensors to import", path);
     if (rc == VIT_OK && names)
         rc = meta_class_names(path, &p, cfg.classes, names);
     if (rc != VIT_OK)

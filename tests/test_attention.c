@@ -51,7 +51,7 @@ static void ref_sdpa(const vit_sdpa *a, vit_real *out, vit_real *probs,
                     for (int c = 0; c < dk; c++)
                         dot += q[((size_t)b * nq + i) * H * dk + h * dk + c] *
                                k[((size_t)b * nk + j) * H * dk + h * dk + c];
-                    s[j] = scale * dot;
+                    s[j] = (a->head_scale ? a->head_scale[h] : scale) * dot;
                     if (a->bias) {
                         int hb = a->bias_heads == 1 ? 0 : h;
                         s[j] += a->bias[((size_t)hb * nq + i) * nk + j];
@@ -431,6 +431,154 @@ START_TEST(test_sdpa_nonfinite)
 }
 END_TEST
 
+/* ---- Learnable score scale ------------------------------------------------ */
+
+/* The scale as a learnable input: with per_head, head_scale [H] (distinct
+ * values, one negative); else the shared a.scale.  Forward against the
+ * reference, then dscale and (with the scale learnable) dq, dk, dv, dbias
+ * against central differences; dq, dk, dv, dbias must equal those of
+ * vit_sdpa_backward bitwise (the scale's gradient adds, never perturbs). */
+static void run_scale_case(const char *tag, vit_sdpa a, int with_bias, int per_head,
+                           uint64_t seed)
+{
+    sdpa_case c;
+    sdpa_case_init(&c, a, with_bias, seed);
+    const int H = a.heads;
+    vit_real hs[8];
+    ck_assert_int_le(H, 8);
+    for (int h = 0; h < H; h++) hs[h] = (vit_real)(0.9 - 0.45 * h);
+    vit_real *x = per_head ? hs : &c.a.scale;
+    if (per_head) c.a.head_scale = hs;
+    else c.a.scale = (vit_real)0.7;
+    size_t ns = per_head ? (size_t)H : 1;
+
+    ck_assert_int_eq(vit_sdpa_forward(&c.a, c.out, c.probs, c.q, c.k, c.v), VIT_OK);
+    vit_real *rout = gc_zeros(c.nout), *rprobs = gc_zeros(c.np);
+    ref_sdpa(&c.a, rout, rprobs, c.q, c.k, c.v);
+    ck_assert_msg(max_abs_diff(c.out, rout, c.nout) <= 1e-12, "%s: out differs from reference", tag);
+    ck_assert_msg(max_abs_diff(c.probs, rprobs, c.np) <= 1e-12, "%s: probs differ", tag);
+
+    vit_real *dq = gc_zeros(c.nq), *dk = gc_zeros(c.nk), *dv = gc_zeros(c.nv);
+    vit_real *db = with_bias ? gc_zeros(c.nb) : NULL;
+    vit_real *dq0 = gc_zeros(c.nq), *dk0 = gc_zeros(c.nk), *dv0 = gc_zeros(c.nv);
+    vit_real *db0 = with_bias ? gc_zeros(c.nb) : NULL;
+    vit_real ds[8] = {0};
+    ck_assert_int_eq(vit_sdpa_backward_scale(&c.a, dq, dk, dv, db, ds, c.w, c.probs, c.q, c.k,
+                                             c.v, NULL), VIT_OK);
+    ck_assert_int_eq(vit_sdpa_backward(&c.a, dq0, dk0, dv0, db0, c.w, c.probs, c.q, c.k, c.v,
+                                       NULL), VIT_OK);
+    ck_assert(memcmp(dq, dq0, c.nq * sizeof *dq) == 0);
+    ck_assert(memcmp(dk, dk0, c.nk * sizeof *dk) == 0);
+    ck_assert(memcmp(dv, dv0, c.nv * sizeof *dv) == 0);
+    if (with_bias) ck_assert(memcmp(db, db0, c.nb * sizeof *db) == 0);
+    for (size_t h = 0; h < ns; h++)
+        ck_assert_msg(fabs(ds[h]) > 1e-3, "%s: dscale[%zu] = %g is too small to test", tag, h,
+                      (double)ds[h]);
+    check_grad(tag, "dscale", x, ds, ns, sdpa_loss, &c);
+    check_grad(tag, "dq", c.q, dq, c.nq, sdpa_loss, &c);
+    check_grad(tag, "dk", c.k, dk, c.nk, sdpa_loss, &c);
+    if (with_bias) check_grad(tag, "dbias", c.bias, db, c.nb, sdpa_loss, &c);
+
+    /* Accumulates: a second call doubles dscale.  (The checks above left
+     * the last perturbed forward in out and probs: run it again.) */
+    ck_assert_int_eq(vit_sdpa_forward(&c.a, c.out, c.probs, c.q, c.k, c.v), VIT_OK);
+    vit_real ds2[8];
+    memcpy(ds2, ds, sizeof ds);
+    ck_assert_int_eq(vit_sdpa_backward_scale(&c.a, NULL, NULL, NULL, NULL, ds2, c.w, c.probs,
+                                             c.q, c.k, c.v, NULL), VIT_OK);
+    for (size_t h = 0; h < ns; h++)
+        ck_assert_double_eq_tol(ds2[h], 2 * ds[h], 1e-12 * fabs(ds[h]));
+
+    /* The tiled core, in several tiles, agrees to rounding. */
+    ck_assert_int_eq(vit_sdpa_tiled_set_tiles(2, 3), VIT_OK);
+    vit_real *tout = gc_zeros(c.nout), *lse = gc_zeros((size_t)a.batch * H * a.n_q);
+    ck_assert_int_eq(vit_sdpa_tiled_forward(&c.a, tout, lse, c.q, c.k, c.v, NULL), VIT_OK);
+    ck_assert_msg(max_abs_diff(tout, c.out, c.nout) <= 1e-12, "%s: tiled out differs", tag);
+    vit_real *tdq = gc_zeros(c.nq), ts[8] = {0};
+    ck_assert_int_eq(vit_sdpa_tiled_backward_scale(&c.a, tdq, NULL, NULL, NULL, ts, c.w, tout,
+                                                   lse, c.q, c.k, c.v, NULL), VIT_OK);
+    ck_assert_msg(gc_max_rel(ts, ds, ns, 1e-9) <= 1e-11, "%s: tiled dscale differs", tag);
+    ck_assert_msg(gc_max_rel(tdq, dq, c.nq, 1e-9) <= 1e-11, "%s: tiled dq differs", tag);
+    ck_assert_int_eq(vit_sdpa_tiled_set_tiles(0, 0), VIT_OK);
+
+    free(tout); free(lse); free(tdq);
+    free(rout); free(rprobs);
+    free(dq); free(dk); free(dv); free(db); free(dq0); free(dk0); free(dv0); free(db0);
+    sdpa_case_free(&c);
+}
+
+START_TEST(test_sdpa_grad_head_scale)
+{
+    run_scale_case("sdpa/head_scale", sdpa_shape(2, 3, 5, 4, 3, 2), 0, 1, 31);
+}
+END_TEST
+
+START_TEST(test_sdpa_grad_shared_scale_bias)
+{
+    vit_sdpa a = sdpa_shape(2, 2, 4, 5, 3, 3);
+    a.bias_heads = 2;
+    run_scale_case("sdpa/scale+bias", a, 1, 0, 32);
+}
+END_TEST
+
+/* Locality self-attention's mask: every query's own key gets weight exactly
+ * 0, every row still sums to 1, and the gradients (scale included) hold. */
+START_TEST(test_sdpa_no_self_mask)
+{
+    enum { N = 5 };
+    unsigned char allowed[N * N];
+    ck_assert_int_eq(vit_mask_no_self(allowed, N, N), VIT_OK);
+    ck_assert_uint_eq(vit_mask_count(allowed, N, N), N * N - N);
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < N; j++)
+            ck_assert_int_eq(allowed[i * N + j], i != j);
+    vit_sdpa a = sdpa_shape(2, 2, N, N, 3, 3);
+    a.mask.allowed = allowed;
+    run_scale_case("sdpa/no_self", a, 0, 1, 33);
+
+    sdpa_case c;
+    sdpa_case_init(&c, a, 0, 34);
+    ck_assert_int_eq(vit_sdpa_forward(&c.a, c.out, c.probs, c.q, c.k, c.v), VIT_OK);
+    for (int bh = 0; bh < 4; bh++)
+        for (int i = 0; i < N; i++) {
+            const vit_real *row = c.probs + ((size_t)bh * N + i) * N;
+            double sum = 0;
+            for (int j = 0; j < N; j++) {
+                sum += row[j];
+                if (j == i) ck_assert(row[j] == 0);
+                else ck_assert(row[j] > 0);
+            }
+            ck_assert_double_eq_tol(sum, 1.0, 1e-14);
+        }
+    sdpa_case_free(&c);
+    /* More queries than keys: rows past the keys keep every key. */
+    unsigned char wide[4 * 3];
+    ck_assert_int_eq(vit_mask_no_self(wide, 4, 3), VIT_OK);
+    ck_assert_uint_eq(vit_mask_count(wide, 4, 3), 12 - 3);
+    for (int j = 0; j < 3; j++) ck_assert_int_eq(wide[3 * 3 + j], 1);
+}
+END_TEST
+
+/* The scale is the score GEMM's alpha whichever way it is given: a per-head
+ * scale equal to the fixed one gives bitwise the same maps and output. */
+START_TEST(test_head_scale_matches_fixed_scale)
+{
+    vit_sdpa a = sdpa_shape(2, 2, 5, 5, 4, 4);
+    sdpa_case c;
+    sdpa_case_init(&c, a, 0, 35);
+    ck_assert_int_eq(vit_sdpa_forward(&c.a, c.out, c.probs, c.q, c.k, c.v), VIT_OK);
+    vit_real *out2 = gc_zeros(c.nout), *p2 = gc_zeros(c.np);
+    vit_real hs[2] = {(vit_real)(1.0 / sqrt(4.0)), (vit_real)(1.0 / sqrt(4.0))};
+    vit_sdpa b = c.a;
+    b.head_scale = hs;
+    ck_assert_int_eq(vit_sdpa_forward(&b, out2, p2, c.q, c.k, c.v), VIT_OK);
+    ck_assert(memcmp(out2, c.out, c.nout * sizeof *out2) == 0);
+    ck_assert(memcmp(p2, c.probs, c.np * sizeof *p2) == 0);
+    free(out2); free(p2);
+    sdpa_case_free(&c);
+}
+END_TEST
+
 /* ---- Multi-head layer: gradient harness ----------------------------------- */
 
 typedef struct {
@@ -504,6 +652,7 @@ static void ref_mha(const mha_case *c, vit_real *y)
     a.mask = m->mask;
     a.bias = m->bias;
     a.bias_heads = m->bias_heads;
+    a.head_scale = w.tau;
     ref_sdpa(&a, ctx, P, Q, K, V);
     ref_dense(y, ctx, w.w_o, w.b_o, rq, d, d);
     free(Q); free(K); free(V); free(ctx); free(P);
@@ -552,6 +701,10 @@ static void run_mha_case(const char *tag, vit_mha m, int self, int score_bias, u
         check_grad(tag, "dx_kv", c.xkv, dxkv, c.nxkv, mha_loss, &c);
     }
     if (score_bias) check_grad(tag, "dbias", c.bias, db, c.nb, mha_loss, &c);
+    if (m.learn_scale)
+        check_grad(tag, "tau", pv.tau, gv.tau, (size_t)m.heads, mha_loss, &c);
+    else
+        ck_assert_ptr_null(pv.tau);
 
     free(grads); free(dxq);
     if (!self) free(dxkv);
@@ -571,6 +724,19 @@ static vit_mha mha_shape(int B, int nq, int nk, int d, int dkv, int H, int has_b
 START_TEST(test_mha_grad_self_nobias)
 {
     run_mha_case("mha/self", mha_shape(2, 5, 5, 6, 0, 2, 0), 1, 0, 201);
+}
+END_TEST
+
+/* Locality self-attention as the ViT uses it: no-self mask, learnable tau. */
+START_TEST(test_mha_grad_lsa)
+{
+    unsigned char allowed[5 * 5];
+    ck_assert_int_eq(vit_mask_no_self(allowed, 5, 5), VIT_OK);
+    vit_mha m = mha_shape(2, 5, 5, 6, 0, 3, 1);
+    m.learn_scale = 1;
+    m.mask.allowed = allowed;
+    ck_assert_uint_eq(vit_mha_param_count(&m), 4 * 36 + 4 * 6 + 3);
+    run_mha_case("mha/lsa", m, 1, 0, 207);
 }
 END_TEST
 
@@ -866,6 +1032,17 @@ START_TEST(test_bad_input)
     z.scale = NAN;
     EXPECT_EINVAL(vit_sdpa_forward(&z, out, p, q, k, v), "scale");
     EXPECT_EINVAL(vit_sdpa_forward(&a, q, p, q, k, v), "alias");
+    vit_real hs[2] = {0.5, 0.5};
+    z = a;
+    z.head_scale = hs;
+    z.scale = 0.5;
+    EXPECT_EINVAL(vit_sdpa_forward(&z, out, p, q, k, v), "not both");
+    EXPECT_EINVAL(vit_sdpa_backward_scale(&z, NULL, NULL, NULL, NULL, hs, out, p, q, k, v, NULL),
+                  "not both");
+    z.scale = 0;
+    hs[1] = INFINITY;
+    EXPECT_EINVAL(vit_sdpa_forward(&z, out, p, q, k, v), "head_scale[1]");
+    EXPECT_EINVAL(vit_sdpa_tiled_forward(&z, out, p, q, k, v, NULL), "head_scale[1]");
 
     vit_mha m = mha_shape(1, 3, 3, 64, 0, 3, 1);
     EXPECT_EINVAL(vit_mha_check(&m), "heads (3) does not divide d_model (64)");
@@ -891,6 +1068,10 @@ START_TEST(test_bad_input)
     e.bias = buf;
     e.bias_heads = 4;
     EXPECT_EINVAL(vit_mha_check(&e), "bias_heads");
+    vit_mha ls = m;
+    ls.learn_scale = 1;
+    ls.scale = (vit_real)0.3;
+    EXPECT_EINVAL(vit_mha_check(&ls), "learn_scale");
     vit_real *params = buf, *y = buf + 1000, *x = buf + 2000, *cache = buf + 2500;
     EXPECT_EINVAL(vit_mha_forward(&m, NULL, y, x, x, cache), "params");
     EXPECT_EINVAL(vit_mha_forward(&m, params, y, x, x, NULL), "cache");
@@ -918,6 +1099,9 @@ START_TEST(test_bad_input)
     EXPECT_EINVAL(vit_mask_window(mk, 4, 4, 2, -1), "shift");
     EXPECT_EINVAL(vit_mask_window(mk, 4, 4, 0, 0), "M");
     EXPECT_EINVAL(vit_mask_window(NULL, 4, 4, 2, 0), "allowed");
+    EXPECT_EINVAL(vit_mask_no_self(NULL, 3, 3), "allowed");
+    EXPECT_EINVAL(vit_mask_no_self(mk, 0, 3), "n_q");
+    EXPECT_EINVAL(vit_mask_no_self(mk, 2, 1), "n_k = 1");
     ck_assert_uint_eq(vit_mask_count(NULL, 3, 3), 0);
     ck_assert_ptr_nonnull(strstr(vit_last_error(), "allowed"));
     ck_assert_uint_eq(vit_mask_count(mk, 0, 3), 0);
@@ -944,6 +1128,10 @@ static Suite *attention_suite(void)
     tcase_add_test(g, test_sdpa_grad_cross);
     tcase_add_test(g, test_sdpa_grad_combined);
     tcase_add_test(g, test_sdpa_fully_masked_row);
+    tcase_add_test(g, test_sdpa_grad_head_scale);
+    tcase_add_test(g, test_sdpa_grad_shared_scale_bias);
+    tcase_add_test(g, test_sdpa_no_self_mask);
+    tcase_add_test(g, test_head_scale_matches_fixed_scale);
     suite_add_tcase(s, g);
 
     TCase *c = tcase_create("sdpa_behaviour");
@@ -956,6 +1144,7 @@ static Suite *attention_suite(void)
     TCase *h = tcase_create("mha");
     tcase_set_timeout(h, 60);
     tcase_add_test(h, test_mha_grad_self_nobias);
+    tcase_add_test(h, test_mha_grad_lsa);
     tcase_add_test(h, test_mha_grad_self_bias);
     tcase_add_test(h, test_mha_grad_cross);
     tcase_add_test(h, test_mha_grad_mask_and_score_bias);

@@ -756,6 +756,67 @@ START_TEST(import_round_trip_bitwise)
 }
 END_TEST
 
+/* Overlapping patches export as a strided, padded Conv2d: the metadata
+ * names the stride and padding, pos_embed has the grid's tokens, and the
+ * import rebuilds the same model bitwise.  Locality self-attention has no
+ * timm form: the export refuses it, naming why, and writes nothing; a file
+ * whose metadata claims lsa = 1 is refused on import. */
+START_TEST(export_overlap_and_lsa)
+{
+    vit_config cfg;
+    vit_config_default(&cfg);
+    cfg.image_height = H;
+    cfg.image_width = W;
+    cfg.channels = C;
+    cfg.classes = K;
+    cfg.patch = 3;
+    cfg.patch_stride = 1;
+    cfg.patch_pad = 1; /* a 4 x 6 grid of 3 x 3 patches */
+    cfg.dim = D;
+    cfg.depth = DEPTH;
+    cfg.heads = HEADS;
+    cfg.mlp = M;
+    vit_model *m = vit_model_new(&cfg), *back = NULL;
+    ck_assert_msg(m != NULL, "%s", vit_last_error());
+    vit_real *p = vit_model_params(m);
+    for (size_t i = 0; i < vit_model_param_count(m); i++)
+        p[i] = (vit_real)((double)(i + 1) * (i % 2 ? -1e-3 : 1e-3));
+    ck_assert_int_eq(vit_safetensors_save(m, NULL, tp("ov.safetensors"), NULL), VIT_OK);
+    st_file f;
+    read_file(tp("ov.safetensors"), &f);
+    ck_assert_str_eq(meta(&f, "patch"), "3");
+    ck_assert_str_eq(meta(&f, "patch_stride"), "1");
+    ck_assert_str_eq(meta(&f, "patch_pad"), "1");
+    const st_tensor *pos = tensor(&f, "pos_embed");
+    ck_assert_int_eq((int)pos->shape[1], 4 * 6 + 1);
+    const st_tensor *pw = tensor(&f, "patch_embed.proj.weight");
+    ck_assert_int_eq((int)pw->shape[2], 3);
+    ck_assert_int_eq((int)pw->shape[3], 3);
+    free_file(&f);
+    ck_assert_msg(vit_safetensors_load(tp("ov.safetensors"), &back) == VIT_OK, "%s",
+                  vit_last_error());
+    ck_assert_int_eq(vit_model_config(back)->patch_stride, 1);
+    ck_assert_int_eq(vit_model_config(back)->patch_pad, 1);
+    assert_same_params(m, back);
+    vit_model_free(back);
+    vit_model_free(m);
+
+    cfg.lsa = 1;
+    m = vit_model_new(&cfg);
+    ck_assert_ptr_nonnull(m);
+    ck_assert_int_eq(vit_safetensors_save(m, NULL, tp("lsa.safetensors"), NULL), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "lsa = 1"));
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "locality self-attention"));
+    ck_assert_int_eq(access(tp("lsa.safetensors"), F_OK), -1);
+    vit_model_free(m);
+    edit_header(tp("ov.safetensors"), tp("lsa2.safetensors"), "\"lsa\":\"0\"",
+                "\"lsa\":\"1\"");
+    ck_assert_int_eq(vit_safetensors_load(tp("lsa2.safetensors"), &back), VIT_EFORMAT);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "lsa = 1"));
+    ck_assert_ptr_null(back);
+}
+END_TEST
+
 /* The checkpoint an import writes resumes training: weights as in the file,
  * fresh AdamW moments, step 0; one step moves the weights. */
 START_TEST(import_to_checkpoint_trains)
@@ -1066,6 +1127,7 @@ int main(void)
     TCase *ti = tcase_create("import");
     tcase_set_timeout(ti, 60);
     tcase_add_test(ti, import_round_trip_bitwise);
+    tcase_add_test(ti, export_overlap_and_lsa);
     tcase_add_test(ti, import_to_checkpoint_trains);
     tcase_add_test(ti, import_class_names);
     tcase_add_test(ti, import_old_key_names);

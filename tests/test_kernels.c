@@ -696,6 +696,122 @@ START_TEST(test_patch_embed_grad)
 }
 END_TEST
 
+/* ---- Overlapping, padded patches ---------------------------------------- */
+
+/* Geometries on a 5 x 7 image: kernel, stride, padding.  3/1/1 overlaps
+ * everywhere (a 5 x 7 grid), 3/2/1 overlaps by one pixel with padding on
+ * every border (3 x 4), 5/2/2 overlaps by three with a wider padding
+ * (3 x 4), 3/2/0 overlaps without padding (2 x 3).  (The ViT recipe's
+ * 4/2/1 on 8 x 8 is in test_model.) */
+enum { OV_B = 2, OV_H = 5, OV_W = 7, OV_C = 2, OV_D = 3, OV_PMAX = 5, OV_NMAX = 35 };
+static const int ov_geo[4][3] = {{3, 1, 1}, {3, 2, 1}, {5, 2, 2}, {3, 2, 0}};
+
+typedef struct {
+    vit_patch_shape s;
+    int n;
+    vit_real img[OV_B * OV_H * OV_W * OV_C];
+    vit_real W[OV_PMAX * OV_PMAX * OV_C * OV_D], b[OV_D];
+    vit_real cols[OV_B * OV_NMAX * OV_PMAX * OV_PMAX * OV_C];
+    vit_real y[OV_B * OV_NMAX * OV_D], w[OV_B * OV_NMAX * OV_D];
+} ov_ctx;
+
+static double ov_loss(void *p)
+{
+    ov_ctx *c = p;
+    if (vit_patch_embed_forward(&c->s, c->y, c->cols, c->img, c->W, c->b) != VIT_OK)
+        return NAN;
+    return gc_dot(c->w, c->y, (size_t)OV_B * c->n * OV_D);
+}
+
+static void ov_init(ov_ctx *c, int g, uint64_t seed)
+{
+    const int P = ov_geo[g][0];
+    c->s = (vit_patch_shape){.batch = OV_B, .height = OV_H, .width = OV_W, .channels = OV_C,
+                             .patch = P, .dim = OV_D, .stride = ov_geo[g][1],
+                             .pad = ov_geo[g][2]};
+    c->n = vit_patch_count(&c->s);
+    ck_assert_msg(c->n > 0 && c->n <= OV_NMAX, "%s", vit_last_error());
+    gc_fill(c->img, OV_B * OV_H * OV_W * OV_C, &seed, 1.0);
+    gc_fill(c->W, (size_t)P * P * OV_C * OV_D, &seed, 1.0);
+    gc_fill(c->b, OV_D, &seed, 1.0);
+    gc_fill(c->w, (size_t)OV_B * c->n * OV_D, &seed, 1.0);
+}
+
+/* Against a direct strided, zero-padded convolution loop (PyTorch's
+ * Conv2d(C, D, P, stride, padding) with the documented weight mapping). */
+START_TEST(test_patch_embed_overlap_forward)
+{
+    ov_ctx c;
+    ov_init(&c, _i, 171 + (uint64_t)_i);
+    const int P = ov_geo[_i][0], S = ov_geo[_i][1], Z = ov_geo[_i][2];
+    int gh = 0, gw = 0;
+    ASSERT_OK(vit_patch_grid(&c.s, &gh, &gw));
+    ck_assert_int_eq(gh, (OV_H + 2 * Z - P) / S + 1);
+    ck_assert_int_eq(gw, (OV_W + 2 * Z - P) / S + 1);
+    ck_assert_int_eq(gh * gw, c.n);
+    ASSERT_OK(vit_patch_embed_forward(&c.s, c.y, c.cols, c.img, c.W, c.b));
+    int padded = 0;
+    for (int b = 0; b < OV_B; b++)
+        for (int oy = 0; oy < gh; oy++)
+            for (int ox = 0; ox < gw; ox++)
+                for (int d = 0; d < OV_D; d++) {
+                    double s = c.b[d];
+                    for (int ky = 0; ky < P; ky++)
+                        for (int kx = 0; kx < P; kx++)
+                            for (int ch = 0; ch < OV_C; ch++) {
+                                int iy = oy * S - Z + ky, ix = ox * S - Z + kx;
+                                if (iy < 0 || iy >= OV_H || ix < 0 || ix >= OV_W) {
+                                    padded++;
+                                    continue;
+                                }
+                                s += c.W[((ky * P + kx) * OV_C + ch) * OV_D + d] *
+                                     c.img[((b * OV_H + iy) * OV_W + ix) * OV_C + ch];
+                            }
+                    double got = c.y[((size_t)b * c.n + oy * gw + ox) * OV_D + d];
+                    ck_assert_double_le(fabs(got - s), FWD_TOL);
+                }
+    ck_assert_int_eq(padded > 0, Z > 0); /* the padding is read exactly when there is one */
+}
+END_TEST
+
+START_TEST(test_patch_embed_overlap_grad)
+{
+    ov_ctx c;
+    ov_init(&c, _i, 181 + (uint64_t)_i);
+    ck_assert(isfinite(ov_loss(&c)));
+    const int P = ov_geo[_i][0];
+    const size_t ni = OV_B * OV_H * OV_W * OV_C, nw = (size_t)P * P * OV_C * OV_D;
+    vit_real *dimg = gc_zeros(ni), *dW = gc_zeros(nw), *db = gc_zeros(OV_D);
+    ASSERT_OK(vit_patch_embed_backward(&c.s, dimg, dW, db, c.w, c.cols, c.W));
+    char name[64];
+    snprintf(name, sizeof name, "patch_embed %d/%d/%d dimg", P, ov_geo[_i][1], ov_geo[_i][2]);
+    ASSERT_GRAD(name, c.img, dimg, ni, ov_loss, &c);
+    snprintf(name, sizeof name, "patch_embed %d/%d/%d dW", P, ov_geo[_i][1], ov_geo[_i][2]);
+    ASSERT_GRAD(name, c.W, dW, nw, ov_loss, &c);
+    snprintf(name, sizeof name, "patch_embed %d/%d/%d db", P, ov_geo[_i][1], ov_geo[_i][2]);
+    ASSERT_GRAD(name, c.b, db, OV_D, ov_loss, &c);
+    vit_real *ai = accum_start(dimg, ni), *aw = accum_start(dW, nw), *ab = accum_start(db, OV_D);
+    ASSERT_OK(vit_patch_embed_backward(&c.s, ai, aw, ab, c.w, c.cols, c.W));
+    accum_check("patch_embed overlap dimg", ai, dimg, ni);
+    accum_check("patch_embed overlap dW", aw, dW, nw);
+    accum_check("patch_embed overlap db", ab, db, OV_D);
+    free(dimg); free(dW); free(db);
+}
+END_TEST
+
+/* stride = patch and pad 0 spelled out is the plain path, bitwise. */
+START_TEST(test_patch_embed_explicit_default)
+{
+    pe_ctx c, e;
+    pe_init(&c, 3, 91);
+    e = c;
+    e.s.stride = PE_P;
+    ASSERT_OK(vit_patch_embed_forward(&c.s, c.y, c.cols, c.img, c.W, c.b));
+    ASSERT_OK(vit_patch_embed_forward(&e.s, e.y, e.cols, e.img, e.W, e.b));
+    ck_assert(memcmp(c.y, e.y, sizeof c.y) == 0);
+}
+END_TEST
+
 /* ==== Class token and position embedding =============================== */
 
 enum { T_B = 2, T_N = 3, T_D = 4 };
@@ -1028,6 +1144,27 @@ START_TEST(test_bad_input)
     s.dim = 2;
     expect_err(vit_patch_embed_forward(&s, a, NULL, c, d, NULL), VIT_EINVAL, "vit_patch_embed_forward", "cols");
     expect_err(vit_patch_embed_forward(NULL, a, b, c, d, NULL), VIT_EINVAL, "vit_patch_embed_forward", "shape");
+    {
+        vit_patch_shape o = {.batch = 1, .height = 8, .width = 8, .channels = 1, .patch = 4,
+                             .dim = 2, .stride = 3, .pad = 0};
+        int gh = 7, gw = 7;
+        ck_assert_int_eq(vit_patch_count(&o), 0);
+        expect_err(vit_patch_grid(&o, &gh, &gw), VIT_EINVAL, "vit_patch_grid", "tile");
+        ck_assert_int_eq(gh, 0);
+        o.stride = 5;
+        expect_err(vit_patch_embed_forward(&o, a, b, c, d, NULL), VIT_EINVAL, "vit_patch_embed_forward", "skip pixels");
+        o.stride = -1;
+        expect_err(vit_patch_embed_forward(&o, a, b, c, d, NULL), VIT_EINVAL, "vit_patch_embed_forward", "stride -1");
+        o.stride = 2;
+        o.pad = 4;
+        expect_err(vit_patch_embed_backward(&o, a, NULL, NULL, b, NULL, d), VIT_EINVAL, "vit_patch_embed_backward", "padding 4");
+        o.pad = -1;
+        expect_err(vit_patch_embed_forward(&o, a, b, c, d, NULL), VIT_EINVAL, "vit_patch_embed_forward", "padding -1");
+        o = (vit_patch_shape){.batch = 1, .height = 2, .width = 8, .channels = 1, .patch = 5,
+                              .dim = 2, .stride = 1, .pad = 1};
+        expect_err(vit_patch_embed_forward(&o, a, b, c, d, NULL), VIT_EINVAL, "vit_patch_embed_forward", "larger than the padded 4x10");
+        expect_err(vit_patch_grid(&o, NULL, &gw), VIT_EINVAL, "vit_patch_grid", "grid_h");
+    }
     expect_err(vit_patch_embed_backward(&s, a, NULL, NULL, d, e, NULL), VIT_EINVAL, "vit_patch_embed_backward", "W");
     expect_err(vit_patch_embed_backward(&s, NULL, a, NULL, d, NULL, e), VIT_EINVAL, "vit_patch_embed_backward", "cols");
 
@@ -1061,6 +1198,9 @@ static Suite *kernels_suite(void)
     tcase_add_test(tc, test_cross_entropy_grad);
     tcase_add_loop_test(tc, test_patch_embed_forward, 0, 2);
     tcase_add_loop_test(tc, test_patch_embed_grad, 0, 2);
+    tcase_add_loop_test(tc, test_patch_embed_overlap_forward, 0, 4);
+    tcase_add_loop_test(tc, test_patch_embed_overlap_grad, 0, 4);
+    tcase_add_test(tc, test_patch_embed_explicit_default);
     tcase_add_test(tc, test_cls_prepend);
     tcase_add_test(tc, test_pos_add);
     tcase_add_test(tc, test_embedding_forward);

@@ -67,6 +67,7 @@ static int config_equal(const vit_config *a, const vit_config *b, const char **w
     EQ(heads) EQ(mlp) EQ(pool) EQ(epochs) EQ(batch) EQ(lr) EQ(min_lr) EQ(warmup)
     EQ(weight_decay) EQ(beta1) EQ(beta2) EQ(eps) EQ(smoothing) EQ(shift) EQ(rotate) EQ(scale)
     EQ(init_std) EQ(seed) EQ(recompute) EQ(ckpt_minutes) EQ(ema) EQ(tta)
+    EQ(patch_stride) EQ(patch_pad) EQ(lsa)
 #undef EQ
     *which = "";
     return 1;
@@ -99,12 +100,21 @@ static double model_loss(void *p)
     return (double)loss->data[0];
 }
 
+/* _i: 0 cls pool, 1 mean pool, 2 locality self-attention, 3 LSA with
+ * overlapping, padded 3x3 patches at stride 1 (a 4x4 grid, T = 17). */
 START_TEST(test_model_gradient)
 {
-    int pool = _i ? VIT_POOL_MEAN : VIT_POOL_CLS;
-    const char *pname = _i ? "mean" : "cls";
+    static const char *const names[4] = {"cls", "mean", "lsa", "lsa+overlap"};
+    int pool = _i == 1 ? VIT_POOL_MEAN : VIT_POOL_CLS;
+    const char *pname = names[_i];
     vit_config cfg;
     tiny_config(&cfg, pool);
+    cfg.lsa = _i >= 2;
+    if (_i == 3) {
+        cfg.patch = 3;
+        cfg.patch_stride = 1;
+        cfg.patch_pad = 1;
+    }
     model_ctx c = {.m = vit_model_new(&cfg), .tape = vit_tape_new()};
     ck_assert_msg(c.m != NULL, "%s", vit_last_error());
     size_t n = vit_model_param_count(c.m);
@@ -114,6 +124,12 @@ START_TEST(test_model_gradient)
      * or hidden below the floor by a tiny initialisation. */
     uint64_t seed = 100 + (uint64_t)_i;
     gc_fill(params, n, &seed, 0.6);
+    if (_i == 3)
+        ck_assert_uint_eq(n, 1195 - 5 * 8 + 17 * 8 + (9 - 4) * 8 + 2 * 2);
+    else if (_i == 2)
+        ck_assert_uint_eq(n, 1195 + 2 * 2); /* a tau [heads] per block */
+    else
+        ck_assert_uint_eq(n, 1195);
     c.images = gc_zeros((size_t)GB * 16);
     for (int i = 0; i < GB * 16; i++)
         c.images[i] = (vit_real)gc_uniform(&seed);
@@ -160,6 +176,100 @@ START_TEST(test_model_gradient)
     vit_tape_free(t);
     free(c.images);
     free(grads);
+}
+END_TEST
+
+/* Locality self-attention in the model: its tau tensors sit right after
+ * each block's b_o, start at 1/sqrt(d_k) and are not decayed; every
+ * token's weight on itself is exactly 0 in every layer's maps, every row
+ * still sums to 1; with lsa = 0 the layout has no tau.  Overlapping patches
+ * change the token count as the geometry says, and impossible geometry is
+ * refused naming the keys. */
+START_TEST(test_lsa_and_overlap_model)
+{
+    vit_config cfg;
+    tiny_config(&cfg, VIT_POOL_CLS);
+    cfg.lsa = 1;
+    cfg.init_std = 0.5;
+    vit_model *m = vit_model_new(&cfg);
+    ck_assert_msg(m != NULL, "%s", vit_last_error());
+    vit_rng rng;
+    vit_rng_seed(&rng, 5);
+    vit_model_init(m, &rng);
+    int ntau = 0;
+    for (int i = 0; i < vit_model_tensor_count(m); i++) {
+        const vit_model_tensor *t = vit_model_tensor_at(m, i);
+        if (!strstr(t->name, ".attn.tau")) continue;
+        ntau++;
+        const vit_model_tensor *prev = vit_model_tensor_at(m, i - 1);
+        ck_assert_ptr_nonnull(strstr(prev->name, ".attn.b_o"));
+        ck_assert_int_eq(t->ndim, 1);
+        ck_assert_int_eq(t->shape[0], 2);
+        ck_assert_int_eq(t->decay, 0);
+        for (int h = 0; h < 2; h++)
+            ck_assert(vit_model_params(m)[t->offset + h] == (vit_real)(1.0 / sqrt(4.0)));
+    }
+    ck_assert_int_eq(ntau, 2);
+    vit_tape *t = vit_tape_new();
+    vit_real img[3 * 16];
+    uint64_t seed = 9;
+    for (int i = 0; i < 3 * 16; i++)
+        img[i] = (vit_real)gc_uniform(&seed);
+    ck_assert_ptr_nonnull(vit_model_forward(m, t, img, 3, 0));
+    for (int l = 0; l < 2; l++) {
+        const vit_real *maps = vit_model_attention_maps(m, l);
+        ck_assert_ptr_nonnull(maps);
+        for (int r = 0; r < 3 * 2 * 5; r++) { /* [B=3, H=2, T=5] rows of T=5 */
+            double sum = 0;
+            for (int k = 0; k < 5; k++) {
+                if (k == r % 5) ck_assert(maps[r * 5 + k] == 0);
+                else ck_assert(maps[r * 5 + k] > 0);
+                sum += maps[r * 5 + k];
+            }
+            ck_assert_double_eq_tol(sum, 1.0, 1e-12);
+        }
+    }
+    vit_model_free(m);
+
+    /* lsa = 0: no tau anywhere. */
+    tiny_config(&cfg, VIT_POOL_CLS);
+    m = vit_model_new(&cfg);
+    for (int i = 0; i < vit_model_tensor_count(m); i++)
+        ck_assert_ptr_null(strstr(vit_model_tensor_at(m, i)->name, "tau"));
+    vit_model_free(m);
+
+    /* 8x8 with patch 4, stride 2, padding 1: the 4x4 grid of patch 2. */
+    vit_config_default(&cfg);
+    cfg.patch = 4;
+    cfg.patch_stride = 2;
+    cfg.patch_pad = 1;
+    vit_patch_shape ps = vit_config_patch_shape(&cfg);
+    int gh = 0, gw = 0;
+    ck_assert_int_eq(vit_patch_grid(&ps, &gh, &gw), VIT_OK);
+    ck_assert_int_eq(gh, 4);
+    ck_assert_int_eq(gw, 4);
+    m = vit_model_new(&cfg);
+    ck_assert_msg(m != NULL, "%s", vit_last_error());
+    const vit_model_tensor *pw = vit_model_tensor_at(m, 0), *pos = vit_model_tensor_at(m, 3);
+    ck_assert_int_eq(pw->shape[0], 16);
+    ck_assert_int_eq(pos->shape[0], 17);
+    vit_model_free(m);
+    vit_tape_free(t);
+
+    cfg.patch_pad = 0; /* (8 - 4) / 2: fine without padding too (3x3) */
+    ck_assert_int_eq(vit_config_check(&cfg), VIT_OK);
+    cfg.patch_stride = 3; /* 8 + 2 - 4 = 6 = 2 strides of 3, but 8 - 4 = 4 is not */
+    ck_assert_int_eq(vit_config_check(&cfg), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "patch_stride"));
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "tile"));
+    cfg.patch_stride = 5;
+    ck_assert_int_eq(vit_config_check(&cfg), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "skip pixels"));
+    cfg.patch_stride = 2;
+    cfg.patch_pad = 4;
+    ck_assert_int_eq(vit_config_check(&cfg), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "padding 4"));
+    ck_assert_ptr_null(vit_model_new(&cfg));
 }
 END_TEST
 
@@ -398,12 +508,12 @@ START_TEST(test_config_round_trip)
         snprintf(pat, sizeof pat, "%s = ", key);
         ck_assert_msg(strstr(buf, pat) != NULL, "key %s missing from the formatted text", key);
     }
-    /* ... and nothing else: one line per key (29 fields in vit_config). */
+    /* ... and nothing else: one line per key (32 fields in vit_config). */
     int lines = 0;
     for (const char *p = buf; *p; p++)
         lines += *p == '\n';
     ck_assert_int_eq(nkeys, lines);
-    ck_assert_int_eq(nkeys, 29);
+    ck_assert_int_eq(nkeys, 32);
     /* A buffer one byte short fails; exactly enough works. */
     ck_assert_int_lt(vit_config_format(&a, buf2, (size_t)len), 0);
     ck_assert_int_eq(vit_config_format(&a, buf2, (size_t)len + 1), len);
@@ -1104,8 +1214,9 @@ static Suite *model_suite(void)
     Suite *s = suite_create("model");
     TCase *tg = tcase_create("gradient");
     tcase_set_timeout(tg, 120);
-    tcase_add_loop_test(tg, test_model_gradient, 0, 2);
+    tcase_add_loop_test(tg, test_model_gradient, 0, 4);
     tcase_add_test(tg, test_forward_shapes_and_maps);
+    tcase_add_test(tg, test_lsa_and_overlap_model);
     tcase_add_test(tg, test_train_grads_slices);
     tcase_add_loop_test(tg, test_nograd_forward_is_bitwise, 0, 4);
     tcase_add_loop_test(tg, test_recompute_is_bitwise, 0, 2);

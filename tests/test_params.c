@@ -392,7 +392,9 @@ START_TEST(test_add_bad_inputs)
     EXPECT_FAIL(vit_params_add(p, "x", 2, zero, 0, 0, 0), VIT_EINVAL, "\"x\"",
                 "shape[1] = 0 must be positive");
     EXPECT_FAIL(vit_params_add(p, "x", 1, neg, 0, 0, 0), VIT_EINVAL, "\"x\"", "shape[0] = -2");
-    EXPECT_FAIL(vit_params_add(p, "x", 1, one, 4, 0, 0), VIT_EINVAL, "\"x\"", "unknown init 4");
+    EXPECT_FAIL(vit_params_add(p, "x", 1, one, 5, 0, 0), VIT_EINVAL, "\"x\"", "unknown init 5");
+    EXPECT_FAIL(vit_params_add(p, "x", 1, one, VIT_INIT_CONST, NAN, 0), VIT_EINVAL, "\"x\"",
+                "not finite");
     EXPECT_FAIL(vit_params_add(p, "x", 1, one, -1, 0, 0), VIT_EINVAL, "\"x\"", "unknown init");
     EXPECT_FAIL(vit_params_add(p, "x", 1, one, VIT_INIT_NORMAL, -0.1, 0), VIT_EINVAL, "\"x\"",
                 "scale");

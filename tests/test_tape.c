@@ -340,6 +340,24 @@ START_TEST(test_mha_cross)
 }
 END_TEST
 
+/* Locality self-attention through the tape: the no-self mask and tau, the
+ * last heads entries of the parameter tensor, checked with the rest. */
+START_TEST(test_mha_lsa)
+{
+    static unsigned char no_self[4 * 4];
+    ck_assert_int_eq(vit_mask_no_self(no_self, 4, 4), VIT_OK);
+    graph g = {.build = b_mha, .smoothing = SMOOTHING};
+    g.mha = (vit_mha){.batch = 2, .n_q = 4, .n_k = 4, .d_model = 4, .heads = 2, .has_bias = 1,
+                      .learn_scale = 1, .mask = {.allowed = no_self}};
+    ck_assert_uint_eq(vit_mha_param_count(&g.mha), 4 * 16 + 4 * 4 + 2);
+    uint64_t seed = 19;
+    add_leaf(&g, "params", 1, 0.8, &seed, 1, (int)vit_mha_param_count(&g.mha), 0, 0, 0);
+    add_leaf(&g, "x", 1, 1.0, &seed, 3, 2, 4, 4, 0);
+    check_graph(&g, "mha_lsa");
+}
+END_TEST
+
+
 static vit_tensor *b_patch(graph *g, vit_tape *t, vit_tensor **in)
 {
     return vit_op_patch_embed(t, &g->ps, in[0], in[1], in[2]);
@@ -354,6 +372,21 @@ START_TEST(test_patch_embed)
     add_leaf(&g, "W", 1, 1.0, &seed, 2, 8, 3, 0, 0);
     add_leaf(&g, "b", 1, 1.0, &seed, 1, 3, 0, 0, 0);
     check_graph(&g, "patch_embed");
+}
+END_TEST
+
+/* Overlapping, padded patches through the tape. */
+START_TEST(test_patch_embed_overlap)
+{
+    graph g = {.build = b_patch, .smoothing = SMOOTHING};
+    g.ps = (vit_patch_shape){.batch = 2, .height = 4, .width = 6, .channels = 2, .patch = 3,
+                             .dim = 3, .stride = 1, .pad = 1};
+    ck_assert_int_eq(vit_patch_count(&g.ps), 24);
+    uint64_t seed = 23;
+    add_leaf(&g, "img", 1, 1.0, &seed, 4, 2, 4, 6, 2);
+    add_leaf(&g, "W", 1, 1.0, &seed, 2, 18, 3, 0, 0);
+    add_leaf(&g, "b", 1, 1.0, &seed, 1, 3, 0, 0, 0);
+    check_graph(&g, "patch_embed_overlap");
 }
 END_TEST
 
@@ -848,7 +881,7 @@ START_TEST(test_chain_shapes)
     gc_fill(W, 12, &seed, 1);
     gc_fill(cls, 3, &seed, 1);
     gc_fill(pos, 15, &seed, 1);
-    vit_patch_shape ps = {2, 4, 4, 1, 2, 3};
+    vit_patch_shape ps = {.batch = 2, .height = 4, .width = 4, .channels = 1, .patch = 2, .dim = 3};
     vit_tensor *x = vit_op_patch_embed(t, &ps, vit_tape_leaf(t, img, NULL, 4, (int[]){2, 4, 4, 1}),
                                        vit_tape_leaf(t, W, NULL, 2, (int[]){4, 3}), NULL);
     ck_assert_ptr_nonnull(x);
@@ -1673,6 +1706,8 @@ static Suite *tape_suite(void)
     tcase_add_test(tc, test_add_same_tensor);
     tcase_add_test(tc, test_mha_self);
     tcase_add_test(tc, test_mha_cross);
+    tcase_add_test(tc, test_mha_lsa);
+    tcase_add_test(tc, test_patch_embed_overlap);
     tcase_add_test(tc, test_patch_embed);
     tcase_add_test(tc, test_cls_prepend);
     tcase_add_test(tc, test_pos_add);

@@ -99,12 +99,12 @@ class Block(nn.Module):
 
 
 class PatchEmbed(nn.Module):
-    def __init__(self, channels, dim, patch):
+    def __init__(self, channels, dim, patch, stride, pad):
         super().__init__()
-        self.proj = nn.Conv2d(channels, dim, kernel_size=patch, stride=patch)
+        self.proj = nn.Conv2d(channels, dim, kernel_size=patch, stride=stride, padding=pad)
 
     def forward(self, x):
-        # [B, D, H/P, W/P] -> [B, N, D], patches row by row
+        # [B, D, gh, gw] -> [B, N, D], patches row by row
         return self.proj(x).flatten(2).transpose(1, 2)
 
 
@@ -112,10 +112,11 @@ class ViT(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         D, P = cfg["dim"], cfg["patch"]
-        T = (cfg["image_height"] // P) * (cfg["image_width"] // P) + 1
+        S, Z = cfg["patch_stride"] or P, cfg["patch_pad"]  # overlapping patches: a strided conv
+        T = ((cfg["image_height"] + 2 * Z - P) // S + 1) * ((cfg["image_width"] + 2 * Z - P) // S + 1) + 1
         eps = float(cfg["layer_norm_eps"])
         self.pool = cfg["global_pool"]
-        self.patch_embed = PatchEmbed(cfg["channels"], D, P)
+        self.patch_embed = PatchEmbed(cfg["channels"], D, P, S, Z)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D))
         self.pos_embed = nn.Parameter(torch.zeros(1, T, D))
         self.blocks = nn.ModuleList(
@@ -165,6 +166,11 @@ def main():
     tensors, meta = read_safetensors(args.model)
     cfg = {k: int(meta[k]) for k in ("dim", "depth", "heads", "mlp", "patch", "image_height",
                                      "image_width", "channels", "classes")}
+    # Written since overlapping patches; absent in older files: the plain stride-P conv.
+    cfg["patch_stride"] = int(meta.get("patch_stride", "0"))
+    cfg["patch_pad"] = int(meta.get("patch_pad", "0"))
+    if int(meta.get("lsa", "0")):
+        sys.exit(f"{args.model}: lsa = 1 (locality self-attention) has no timm form")
     cfg["global_pool"] = meta.get("global_pool", "token")
     cfg["layer_norm_eps"] = meta.get("layer_norm_eps", "1e-05")
     if (cfg["image_height"], cfg["image_width"], cfg["channels"]) != (8, 8, 1):

@@ -39,6 +39,13 @@ static void class_name(char *buf, size_t cap, const vit_run_state *st, int cls)
         snprintf(buf, cap, "%d", cls);
 }
 
+/* The model's token grid (overlapping patches included). */
+static void config_grid(const vit_config *c, int *gh, int *gw)
+{
+    vit_patch_shape ps = vit_config_patch_shape(c);
+    vit_patch_grid(&ps, gh, gw); /* the model exists, so its geometry is valid */
+}
+
 /* Parses "cls" (query -1) or "R,C" into a patch index on a gh x gw grid. */
 static int parse_query(const char *text, int gh, int gw, int *query)
 {
@@ -120,7 +127,9 @@ static int attention_rows(vit_model *m, const vit_real *px, int query, vit_real 
                           int *pred, double *prob)
 {
     const vit_config *c = vit_model_config(m);
-    int T = (c->image_height / c->patch) * (c->image_width / c->patch) + 1;
+    int gh, gw;
+    config_grid(c, &gh, &gw);
+    int T = gh * gw + 1;
     int q = query < 0 ? 0 : query + 1;
     vit_tape *tape = vit_tape_new();
     if (!tape)
@@ -154,7 +163,9 @@ static int attention_rows(vit_model *m, const vit_real *px, int query, vit_real 
 /* One line per map: where the weight goes. */
 static void print_summary(const vit_config *c, const vit_real *maps, int gw)
 {
-    int n = (c->image_height / c->patch) * gw;
+    int gh, gw_;
+    config_grid(c, &gh, &gw_);
+    int n = gh * gw;
     for (int l = 0; l < c->depth; l++)
         for (int h = 0; h < c->heads; h++) {
             const vit_real *w = maps + ((size_t)l * c->heads + h) * (size_t)n;
@@ -233,7 +244,8 @@ int main(int argc, char **argv)
     if (vit_run_load(ckpt, &m, NULL, &st))
         return cli_fail(prog, NULL);
     const vit_config *c = vit_model_config(m);
-    int gh = c->image_height / c->patch, gw = c->image_width / c->patch, query = -1, label = -1, pred = 0;
+    int gh, gw, query = -1, label = -1, pred = 0;
+    config_grid(c, &gh, &gw);
     double prob = 0;
     vit_real *px = NULL, *maps = NULL;
     draw_canvas canvas = {0};

@@ -1,7 +1,8 @@
 /*
  * vit/attention.h - scaled dot-product attention, softmax(Q K^T * s + B) V,
- * single- and multi-head, self- and cross-attention, with masks and an
- * additive score bias, forward and backward.
+ * single- and multi-head, self- and cross-attention, with masks, an
+ * additive score bias and a fixed or learnable (per-head) scale s, forward
+ * and backward.
  *
  * Two levels:
  *  - vit_sdpa_*: the attention core on already projected Q, K, V.
@@ -66,13 +67,21 @@ typedef struct vit_sdpa {
      * is 1 (one bias for all heads) or H.  NULL for none. */
     const vit_real *bias;
     int bias_heads;
+    /* Per-head score scale [H], e.g. the learnable softmax temperature of
+     * locality self-attention: head h's scores are head_scale[h] q.k + B.
+     * NULL for none (then `scale` applies to every head); when given,
+     * `scale` must be 0 and every entry finite.  Either way the scale is
+     * the alpha of the score GEMM, not a pass of its own.  Its gradient
+     * comes from vit_sdpa_backward_scale. */
+    const vit_real *head_scale;
 } vit_sdpa;
 
 /* Forward.  From q [B, n_q, H*d_k], k [B, n_k, H*d_k], v [B, n_k, H*d_v]
  * writes out [B, n_q, H*d_v] and probs [B, H, n_q, n_k] (both overwritten;
  * probs is needed by the backward).  out must not alias q, k, v or probs.
  * Errors: VIT_EINVAL for a NULL a or buffer, a size < 1, out aliasing an
- * input, a non-finite scale or bias_heads not 1 or H with a bias;
+ * input, a non-finite scale, a head_scale with a nonzero scale or a
+ * non-finite entry, or bias_heads not 1 or H with a bias;
  * VIT_ENOMEM when the sizes overflow; VIT_ENUM for a non-finite score
  * s q.k + bias (checked before masking, so NaN or infinity in a masked
  * position is reported too), naming item, head, query and key. */
@@ -100,12 +109,37 @@ int vit_sdpa_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_real *d
                       const vit_real *q, const vit_real *k, const vit_real *v,
                       vit_real *work);
 
+/* vit_sdpa_backward that also accumulates (+=) the gradient of the score
+ * scale into dscale (NULL: not wanted, and the call is vit_sdpa_backward):
+ * with a->head_scale, dscale [H] and
+ *   dscale[h] += sum over items b and pairs (i, j) of dS_bh[i,j] (q_i . k_j),
+ * the product taken BEFORE the scale (S = s Q K^T + B, so dL/ds =
+ * sum dS .* Q K^T); without it, dscale [1] receives the sum over the heads
+ * as well: the gradient with respect to the one scale a->scale (or the
+ * default 1/sqrt(d_k)) that every head shares.  The per-pair sums are
+ * added in (item, head) order, so the result does not depend on the thread
+ * count.  Costs one more product of the size of Q K^T per pair.  Errors as
+ * vit_sdpa_backward, plus VIT_ENOMEM if the per-pair sums ([B*H] doubles)
+ * cannot be allocated. */
+int vit_sdpa_backward_scale(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_real *dv,
+                            vit_real *dbias, vit_real *dscale, const vit_real *dout,
+                            const vit_real *probs, const vit_real *q, const vit_real *k,
+                            const vit_real *v, vit_real *work);
+
 /* ---- Masks ---------------------------------------------------------- */
 
 /* Writes (overwrites) allowed[n_q, n_k], row-major (row i = query i):
  * 1 where j <= i (causal), else 0.  The caller owns allowed.
  * Returns VIT_OK, or VIT_EINVAL for a NULL allowed or n_q or n_k < 1. */
 int vit_mask_causal(unsigned char *allowed, int n_q, int n_k);
+
+/* Writes (overwrites) allowed[n_q, n_k]: 1 everywhere except the diagonal
+ * i == j, so that no query attends its own key (the self-mask of locality
+ * self-attention, Lee, Lee & Song 2021).  A query row i >= n_k has no
+ * diagonal entry and is all ones.  The caller owns allowed.
+ * Returns VIT_OK, or VIT_EINVAL for a NULL allowed, n_q or n_k < 1, or
+ * n_k == 1 (every query with a diagonal would then attend nothing). */
+int vit_mask_no_self(unsigned char *allowed, int n_q, int n_k);
 
 /* Swin-style window mask for self-attention on a grid_h x grid_w token grid
  * (tokens numbered row by row): allowed[N, N], N = grid_h*grid_w, is 1 where
@@ -138,9 +172,20 @@ size_t vit_mask_count(const unsigned char *allowed, int n_q, int n_k);
  * Parameters live in ONE flat buffer, gradients in another laid out alike:
  *   W_Q [d_model, d_model] | W_K [d_kv, d_model] | W_V [d_kv, d_model] |
  *   W_O [d_model, d_model] | b_Q [d_model] | b_K | b_V | b_O  (biases only
- *   if has_bias)
+ *   if has_bias) | tau [H]  (only if learn_scale)
  * so the count is 4 d^2 without biases and 4 d^2 + 4 d with them for
- * self-attention (1,048,576 and 1,050,624 for d = 512).
+ * self-attention (1,048,576 and 1,050,624 for d = 512), plus H with
+ * learn_scale.
+ *
+ * LEARNABLE TEMPERATURE.  With learn_scale, head h's scores are
+ * tau[h] q.k: tau is the multiplier itself (not its log, not its inverse),
+ * one per head, and its natural initial value is 1/sqrt(d_k), so that the
+ * layer starts as the fixed-scale one.  This is the parameterisation of
+ * the reference code of locality self-attention (Lee, Lee & Song 2021,
+ * "Vision Transformer for Small-Size Datasets": a per-head
+ * nn.Parameter(dim_head ** -0.5 * ones(heads)) multiplying Q K^T; the
+ * paper writes softmax(R / tau), the same family).  Its gradient is
+ * sum dS .* Q K^T (vit_sdpa_backward_scale).
  *
  * PyTorch's nn.MultiheadAttention computes x W^T, so with E = d_model:
  *   in_proj_weight = [W_Q^T; W_K^T; W_V^T]       (3E x E, stacked rows)
@@ -158,26 +203,29 @@ typedef struct vit_mha {
     int d_kv;        /* key/value input width; 0 means d_model */
     int heads;       /* H, must divide d_model */
     int has_bias;    /* nonzero: b_Q, b_K, b_V, b_O present */
-    vit_real scale;  /* 0 means 1/sqrt(d_model / heads) */
+    vit_real scale;  /* 0 means 1/sqrt(d_model / heads); must be 0 with learn_scale */
     vit_attn_mask mask;
     const vit_real *bias;   /* additive score bias, as in vit_sdpa */
     int bias_heads;
+    int learn_scale; /* nonzero: tau [H] at the end of params scales the scores */
 } vit_mha;
 
 /* Pointers into a flat parameter (or gradient) buffer. */
 typedef struct vit_mha_views {
     vit_real *w_q, *w_k, *w_v, *w_o;
     vit_real *b_q, *b_k, *b_v, *b_o; /* NULL without biases */
+    vit_real *tau;                   /* [H], NULL without learn_scale */
 } vit_mha_views;
 
 /* Checks the shape; VIT_OK, VIT_EINVAL with a message (a NULL m, a size
- * < 1, heads not dividing d_model, a non-finite scale, bad bias_heads,
+ * < 1, heads not dividing d_model, a non-finite scale, a nonzero scale
+ * with learn_scale, bad bias_heads,
  * batch * n exceeding INT_MAX) or VIT_ENOMEM (buffer sizes overflow).
  * Reads only. */
 int vit_mha_check(const vit_mha *m);
 
-/* Number of parameters: 2 d^2 + 2 d_kv d, plus 4 d with biases (0, with a
- * message, for an invalid shape). */
+/* Number of parameters: 2 d^2 + 2 d_kv d, plus 4 d with biases, plus H with
+ * learn_scale (0, with a message, for an invalid shape). */
 size_t vit_mha_param_count(const vit_mha *m);
 
 /* Splits a flat buffer of vit_mha_param_count(m) reals into named views
@@ -206,9 +254,9 @@ vit_real *vit_mha_probs(const vit_mha *m, vit_real *cache);
  * x_q [B, n_q, d_model]; x_kv [B, n_k, d_kv]; params: the flat buffer of
  * vit_mha_param_count(m) reals (read only); cache: vit_mha_cache_size(m)
  * reals (overwritten; keep it, unchanged, for the backward).
- * Errors: VIT_EINVAL for an invalid shape (vit_mha_check), a NULL buffer or
- * y aliasing x_q or x_kv; VIT_ENUM for a non-finite attention score (as
- * vit_sdpa_forward). */
+ * Errors: VIT_EINVAL for an invalid shape (vit_mha_check), a NULL buffer,
+ * y aliasing x_q or x_kv, or a non-finite tau; VIT_ENUM for a non-finite
+ * attention score (as vit_sdpa_forward). */
 int vit_mha_forward(const vit_mha *m, const vit_real *params, vit_real *y,
                     const vit_real *x_q, const vit_real *x_kv, vit_real *cache);
 
@@ -218,7 +266,8 @@ size_t vit_mha_work_size(const vit_mha *m);
 
 /* Backward.  From dy [B, n_q, d_model] and the forward's params, x_q, x_kv
  * and cache, accumulates (+=) grads (flat, laid out like params, summed over
- * the batch), dx_q [B, n_q, d_model], dx_kv [B, n_k, d_kv] and dbias
+ * the batch; with learn_scale its last H entries receive dL/dtau, summed
+ * over the batch in item order), dx_q [B, n_q, d_model], dx_kv [B, n_k, d_kv] and dbias
  * [bias_heads, n_q, n_k] (any may be NULL; for self-attention pass the same
  * buffer for dx_q and dx_kv and it receives both contributions).
  * work: vit_mha_work_size(m) reals of caller scratch (clobbered), or NULL to
@@ -315,6 +364,18 @@ int vit_sdpa_tiled_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_r
                             const vit_real *lse, const vit_real *q, const vit_real *k,
                             const vit_real *v, vit_real *work);
 
+/* vit_sdpa_tiled_backward that also accumulates (+=) the gradient of the
+ * score scale into dscale ([H] with a->head_scale, else [1]; NULL: not
+ * wanted), as vit_sdpa_backward_scale defines it.  The per-block sums are
+ * added in (item, head, key tile, query tile) order whatever the thread
+ * count, so the result does not depend on it; they agree with the standard
+ * path to rounding.  Errors as vit_sdpa_tiled_backward, plus VIT_ENOMEM if
+ * the per-block sums cannot be allocated. */
+int vit_sdpa_tiled_backward_scale(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_real *dv,
+                                  vit_real *dbias, vit_real *dscale, const vit_real *dout,
+                                  const vit_real *out, const vit_real *lse, const vit_real *q,
+                                  const vit_real *k, const vit_real *v, vit_real *work);
+
 /* ---- Windowed self-attention (Swin) ------------------------------------ */
 
 /* Self-attention restricted to M x M windows of a grid_h x grid_w token
@@ -347,7 +408,9 @@ typedef struct vit_window_attn {
     int shift;      /* 0 <= shift < M (Swin: 0, or M/2 every other block) */
     int d_k;        /* query/key width per head */
     int d_v;        /* value width per head */
-    vit_real scale; /* 0 means 1/sqrt(d_k) */
+    vit_real scale; /* 0 means 1/sqrt(d_k); fixed (no learnable per-head scale
+                     * here: Swin does not use one; vit_sdpa's head_scale
+                     * with a window mask is the learnable route) */
     const vit_real *bias;
     int bias_heads;
 } vit_window_attn;

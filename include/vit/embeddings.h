@@ -9,6 +9,14 @@
  * grid.  The patch embedding is then a linear map, the same as a stride-P
  * convolution: PyTorch's Conv2d weight w[D, C, P, P] corresponds to our
  * W[(py*P + px)*C + c, D] = w[D, c, py, px].
+ *
+ * OVERLAPPING PATCHES.  With a stride S < P and a zero padding Z, patch
+ * (gy, gx) covers image rows gy*S - Z .. gy*S - Z + P - 1 and columns
+ * likewise, pixels outside the image reading 0: PyTorch's
+ * Conv2d(C, D, kernel_size=P, stride=S, padding=Z), with the same weight
+ * correspondence.  The grid is (H + 2Z - P)/S + 1 by (W + 2Z - P)/S + 1;
+ * e.g. P 4, S 2, Z 1 on 8 x 8 gives the 4 x 4 grid of P 2 with 4x the
+ * pixels per token.  S = P, Z = 0 (the default) is the plain case above.
  * See core.h for ownership, accumulation and error rules: every buffer here
  * belongs to the caller and is not kept; forwards overwrite, backwards
  * accumulate (+=) and skip NULL gradients; all functions are reentrant.
@@ -20,36 +28,50 @@
 
 VIT_BEGIN_DECLS
 
-/* Shape of a patch embedding. H and W must be multiples of P. */
+/* Shape of a patch embedding.  The patches must tile the padded image
+ * exactly: (H + 2Z - P) and (W + 2Z - P) are multiples of S (for S = P,
+ * Z = 0: H and W are multiples of P). */
 typedef struct vit_patch_shape {
     int batch;       /* B */
     int height;      /* H */
     int width;       /* W */
     int channels;    /* C */
-    int patch;       /* P */
+    int patch;       /* P, the kernel side */
     int dim;         /* D, the embedding width */
+    int stride;      /* S, 1 .. P; 0 means P (no overlap) */
+    int pad;         /* Z, zero padding on every side, 0 .. P - 1 */
 } vit_patch_shape;
 
-/* Number of patches per image, (H/P)*(W/P), or 0 for an invalid shape
- * (NULL, a size < 1, or H or W not a multiple of P; vit_last_error says
- * which). */
+/* Number of patches per image, grid_h * grid_w, or 0 for an invalid shape
+ * (NULL, a size < 1, a stride outside 1..P (larger would skip pixels), a
+ * padding outside 0..P-1, a padded image smaller than a patch or one the
+ * stride does not tile exactly; vit_last_error says which). */
 int vit_patch_count(const vit_patch_shape *s);
+
+/* The grid: *grid_h = (H + 2Z - P)/S + 1 patch rows, *grid_w likewise
+ * (both overwritten; neither may be NULL).  Returns VIT_OK, or VIT_EINVAL
+ * as vit_patch_count explains (then both are 0). */
+int vit_patch_grid(const vit_patch_shape *s, int *grid_h, int *grid_w);
 
 /* cols: [B*N, P*P*C] (overwritten: the im2col matrix, saved for the
  * backward; row b*N + n is patch n of image b); y: [B, N, D] (overwritten);
  * img: [B, H, W, C]; W: [P*P*C, D]; b: [D] or NULL.  N = vit_patch_count(s).
  * y and cols must not overlap img.
- * Returns VIT_OK, or VIT_EINVAL for a NULL s, y, cols, img or W, a size
- * < 1, H or W not a multiple of P, or sizes that overflow. */
+ * Pixels of the padding read 0 in cols.
+ * Returns VIT_OK, or VIT_EINVAL for a NULL s, y, cols, img or W, a shape
+ * vit_patch_count refuses, or sizes that overflow. */
 int vit_patch_embed_forward(const vit_patch_shape *s, vit_real *y, vit_real *cols,
                             const vit_real *img, const vit_real *W, const vit_real *b);
 
 /* Accumulates (+=) dW[P*P*C, D], db[D] and dimg[B, H, W, C] from
  * dy[B, N, D]; any of the three may be NULL.  cols (the forward's) is read
  * only for dW, W only for dimg, so either may be NULL when that gradient is
- * not wanted.
- * Returns VIT_OK, or VIT_EINVAL for a bad shape (as the forward), a NULL
- * dy, or a NULL cols or W that is needed. */
+ * not wanted.  With overlapping patches a pixel receives the sum over every
+ * patch that covers it (col2im); that path allocates and frees a
+ * [B*N, P*P*C] scratch.
+ * Returns VIT_OK, VIT_EINVAL for a bad shape (as the forward), a NULL
+ * dy, or a NULL cols or W that is needed; VIT_ENOMEM if that scratch
+ * cannot be allocated. */
 int vit_patch_embed_backward(const vit_patch_shape *s, vit_real *dimg, vit_real *dW,
                              vit_real *db, const vit_real *dy, const vit_real *cols,
                              const vit_real *W);

@@ -4,10 +4,11 @@
  * code on the tape.
  *
  *   images [B, H, W, C]
- *     -> patch embedding (P x P patches, linear)        tokens [B, N, D]
+ *     -> patch embedding (P x P patches, stride S, padding Z, linear)  [B, N, D]
  *     -> prepend the class token, add position embeddings   [B, N+1, D]
  *     -> depth x pre-norm block:
  *          x = x + MHA(LN1(x));  x = x + W2 GELU(W1 LN2(x) + b1) + b2
+ *          (MHA with a no-self mask and a learnable per-head scale with lsa)
  *     -> final layer norm -> class token (or mean of patch tokens)  [B, D]
  *     -> linear head                                   logits [B, classes]
  *
@@ -25,6 +26,7 @@
 #define VIT_MODEL_H
 
 #include "vit/core.h"
+#include "vit/embeddings.h"
 #include "vit/optim.h"
 #include "vit/params.h"
 #include "vit/rng.h"
@@ -56,6 +58,13 @@ typedef struct vit_config {
     int heads;      /* attention heads; divides dim */
     int mlp;        /* hidden width of the MLP */
     int pool;       /* VIT_POOL_CLS or VIT_POOL_MEAN ("cls" / "mean" in text) */
+    int patch_stride; /* S: patch stride, 1 .. P; 0 means P (no overlap) */
+    int patch_pad;  /* Z: zero padding around the image for the patches, 0 .. P-1;
+                       (H + 2Z - P) and (W + 2Z - P) must be multiples of S */
+    int lsa;        /* 1: locality self-attention (Lee, Lee & Song 2021): no
+                       token attends itself (a no-self mask) and each layer
+                       learns a per-head score scale blocks.L.attn.tau [heads],
+                       initialised to 1/sqrt(dim/heads), not decayed */
     /* training recipe */
     int epochs;
     int batch;
@@ -143,6 +152,12 @@ const char *vit_config_key_help(int i, const char **key);
 /* Number of model parameters for a config (0, with a message, if the config
  * is invalid or NULL). */
 size_t vit_config_param_count(const vit_config *cfg);
+
+/* The patch-embedding shape a config describes, for one image (batch 1):
+ * image size, channels, patch, dim, patch_stride and patch_pad.  Does not
+ * check the config (vit_patch_count / vit_patch_grid on the result do).
+ * cfg must not be NULL. */
+vit_patch_shape vit_config_patch_shape(const vit_config *cfg);
 
 typedef struct vit_model vit_model;
 

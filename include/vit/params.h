@@ -71,9 +71,12 @@ enum vit_init {
                            * while |z| > 2, value (vit_real)(z * scale): std
                            * `scale` before the cut at +-2 std, like timm's
                            * trunc_normal_(std=scale, a=-2*scale, b=2*scale) */
-    VIT_INIT_UNIFORM = 3  /* uniform in [-scale, scale): (2u - 1) * scale with
+    VIT_INIT_UNIFORM = 3, /* uniform in [-scale, scale): (2u - 1) * scale with
                            * u from vit_rng_uniform (PyTorch's nn.Linear default
                            * is scale = 1/sqrt(fan_in)) */
+    VIT_INIT_CONST = 4    /* every value (vit_real)scale, e.g. a learnable
+                           * attention scale starting at 1/sqrt(d_k); draws
+                           * nothing */
 };
 
 /* Longest tensor name in bytes (without the NUL): the checkpoint's limit
@@ -90,7 +93,7 @@ typedef struct vit_param_tensor {
     size_t offset;                   /* first value in the flat buffers */
     size_t size;                     /* product of shape */
     int init;                        /* an enum vit_init */
-    double scale;                    /* std (NORMAL) or bound (UNIFORM); 0 for ZERO and ONE */
+    double scale;                    /* std (NORMAL), bound (UNIFORM) or value (CONST); 0 for ZERO and ONE */
     int decay;                       /* 1 when AdamW's weight decay applies, else 0 */
 } vit_param_tensor;
 
@@ -107,8 +110,9 @@ void vit_params_free(vit_params *p);
 
 /* Appends tensor `name` of shape[ndim] (copied) at the end of the layout,
  * to be filled by vit_params_init according to `init` (an enum vit_init)
- * and `scale` (the std of VIT_INIT_NORMAL, the bound of VIT_INIT_UNIFORM;
- * ignored and stored as 0 for VIT_INIT_ZERO and VIT_INIT_ONE), decayed by
+ * and `scale` (the std of VIT_INIT_NORMAL, the bound of VIT_INIT_UNIFORM,
+ * the value of VIT_INIT_CONST; ignored and stored as 0 for VIT_INIT_ZERO
+ * and VIT_INIT_ONE), decayed by
  * AdamW when decay != 0 (stored as 1).  The name is copied.  Only while p
  * is open (before vit_params_alloc).  Cost: O(number of tensors) for the
  * uniqueness check.
@@ -116,7 +120,7 @@ void vit_params_free(vit_params *p);
  * VIT_EINVAL for a NULL p, name or shape, p already allocated, a name that
  * is empty, longer than VIT_PARAMS_NAME_MAX or already used, ndim outside
  * 1..VIT_TENSOR_MAX_DIMS, a dimension < 1, an unknown init, or a scale that
- * is negative or not finite (NORMAL, UNIFORM); VIT_ENOMEM when the tensor's
+ * is negative or not finite (NORMAL, UNIFORM) or not finite (CONST); VIT_ENOMEM when the tensor's
  * size or the total would overflow size_t (or the byte size of a buffer) or
  * memory runs out.  On failure p is unchanged. */
 int vit_params_add(vit_params *p, const char *name, int ndim, const int *shape, int init,
