@@ -284,8 +284,7 @@ static vit_tensor *block_graph(vit_tape *tape, vit_tensor *const *in, void *ctx)
                                                 * B->mha.n_k * sizeof *probs);
     x = vit_op_add(tape, x, h);
     h = vit_op_layernorm(tape, x, param(m, tape, b->ln2_g, g), param(m, tape, b->ln2_b, g), eps);
-    h = vit_op_linear(tape, h, param(m, tape, b->w1, g), param(m, tape, b->b1, g));
-    h = vit_op_gelu(tape, h);
+    h = vit_op_linear_gelu(tape, h, param(m, tape, b->w1, g), param(m, tape, b->b1, g));
     return vit_op_linear_add(tape, h, param(m, tape, b->w2, g), param(m, tape, b->b2, g), x);
 }
 

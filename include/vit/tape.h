@@ -184,6 +184,14 @@ int vit_tape_backward_from(vit_tape *tape, vit_tensor *y, const vit_real *dy);
  * 2-D and b hold out values. */
 vit_tensor *vit_op_linear(vit_tape *tape, vit_tensor *x, vit_tensor *W, vit_tensor *b);
 
+/* y = GELU(x W + b): the MLP's first layer with its bias and activation
+ * in one pass after the GEMM (b may be NULL; shapes as vit_op_linear).  It
+ * keeps the pre-activation x W + b for the backward, as the two ops did,
+ * and its backward forms GELU's gradient in dy's buffer in one pass that
+ * also sums the bias gradient.  Equal to vit_op_gelu(vit_op_linear(x, W,
+ * b)) but for rounding. */
+vit_tensor *vit_op_linear_gelu(vit_tape *tape, vit_tensor *x, vit_tensor *W, vit_tensor *b);
+
 /* y = r + x W + b: a linear layer added onto a residual r [..., out] (the
  * leading dimensions of x) in one pass; b may be NULL.  The linear's own
  * output is never stored, which saves one activation per residual branch
