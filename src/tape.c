@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "activations_internal.h"
+#include "layernorm_internal.h"
 #include "blas.h"
 #include "error.h"
 #include "threads.h"
@@ -872,6 +873,50 @@ vit_tensor *vit_op_layernorm(vit_tape *t, vit_tensor *x, vit_tensor *gamma, vit_
         return NULL;
     op->saved[0] = mean;
     op->saved[1] = mean + n;
+    return &y->t;
+}
+
+static int back_add(vit_tape *t, op_rec *op);
+static int binary_check(vit_tape *t, const char *name, vit_tensor *a, vit_tensor *b);
+
+/* Two records, the add's then the layer norm's, as vit_op_add followed by
+ * vit_op_layernorm would make (their backwards are unchanged); only the
+ * forward is one kernel. */
+vit_tensor *vit_op_add_layernorm(vit_tape *t, vit_tensor *a, vit_tensor *b, vit_tensor *gamma,
+                                 vit_tensor *beta, vit_real eps, vit_tensor **sum)
+{
+    static const char fn[] = "vit_op_add_layernorm";
+    if (sum)
+        *sum = NULL;
+    if (!binary_check(t, fn, a, b))
+        return NULL;
+    vit_tensor *lnin[2] = {gamma, beta};
+    if (!op_begin(t, fn, 2, lnin))
+        return NULL;
+    int d = last_dim(a), n = rows_of(a);
+    if (!sum || (int)gamma->size != d || (int)beta->size != d || !(eps > 0) || !isfinite(eps))
+        return op_error(t, vit_fail(VIT_EINVAL,
+            "%s: gamma (%zu) and beta (%zu) must match the width %d, eps (%g) be positive "
+            "and sum non-NULL", fn, gamma->size, beta->size, d, (double)eps));
+    vit_tensor *in[2] = {a, b};
+    node *s = tensor_new(t, a->ndim, a->shape, wants_grad(t, 2, in));
+    if (!s || !op_finish(t, VIT_OK, back_add, s, 2, in))
+        return NULL;
+    vit_tensor *lin[3] = {&s->t, gamma, beta};
+    node *y = tensor_new(t, a->ndim, a->shape, wants_grad(t, 3, lin));
+    vit_real *mean = y ? saved_reals(t, 2 * (size_t)n) : NULL;
+    if (!mean)
+        return NULL;
+    vit_add_layernorm_forward(s->t.data, y->t.data, mean, mean + n, a->data, b->data,
+                              gamma->data, beta->data, n, d, eps);
+    op_rec *op = op_finish(t, VIT_OK, back_layernorm, y, 3, lin);
+    if (!op)
+        return NULL;
+    if (op != &no_record) {
+        op->saved[0] = mean;
+        op->saved[1] = mean + n;
+    }
+    *sum = &s->t;
     return &y->t;
 }
 

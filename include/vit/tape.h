@@ -204,6 +204,15 @@ vit_tensor *vit_op_linear_add(vit_tape *tape, vit_tensor *x, vit_tensor *W, vit_
 vit_tensor *vit_op_layernorm(vit_tape *tape, vit_tensor *x, vit_tensor *gamma,
                              vit_tensor *beta, vit_real eps);
 
+/* y = LN(a + b) over the last dimension, with *sum set to the tensor a + b
+ * (the residual stream, which the model reads on): vit_op_add then
+ * vit_op_layernorm in one pass over the rows (a row of the sum is
+ * normalised while it is in cache).  a and b have identical shapes; gamma,
+ * beta: [d]; eps > 0; sum non-NULL (else VIT_EINVAL).  The gradients are
+ * exactly those of the two ops.  *sum is NULL when NULL is returned. */
+vit_tensor *vit_op_add_layernorm(vit_tape *tape, vit_tensor *a, vit_tensor *b, vit_tensor *gamma,
+                                 vit_tensor *beta, vit_real eps, vit_tensor **sum);
+
 /* Elementwise exact GELU; output has x's shape. */
 vit_tensor *vit_op_gelu(vit_tape *tape, vit_tensor *x);
 
