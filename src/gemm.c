@@ -318,7 +318,9 @@ static void decide(cache_entry *e)
     e->packed = 0;
 #if USE_XSMM
     e->kernel = NULL;
-    int want = pol == VIT_GEMM_XSMM || (pol == VIT_GEMM_AUTO && auto_wants_xsmm((enum CBLAS_TRANSPOSE)e->ta, e->M, e->N, e->K));
+    int want = pol == VIT_GEMM_XSMM
+               || (pol == VIT_GEMM_AUTO
+                   && auto_wants_xsmm((enum CBLAS_TRANSPOSE)e->ta, e->M, e->N, e->K));
     if (want && e->beta >= 0) {
         pthread_once(&xsmm_once, xsmm_setup);
         e->packed = e->tb != CblasNoTrans || !e->alpha_one;

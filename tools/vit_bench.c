@@ -248,8 +248,9 @@ static int run_train(const train_shape *s, const options *o, double gemm_rate)
     double gf = 6.0 * forward_macs(s) * ips / 1e9;
     printf("%-10s %9.0f %6.0f-%-6.0f %9.1f %7.0f%% %9.1f\n", s->name, ips, lo, hi, gf,
            gemm_rate > 0 ? 100.0 * gf / gemm_rate : 0.0, peak_rss_mb());
-    printf("  phases (timed reps, median): forward+loss+backward %.0f%%, AdamW %.0f%% of the step\n",
-           100 * median(grad_share, o->reps), 100 * (1 - median(grad_share, o->reps)));
+    double share = median(grad_share, o->reps);
+    printf("  phases (timed reps, median): forward+loss+backward %.0f%%, AdamW %.0f%%\n",
+           100 * share, 100 * (1 - share));
     fputs(profile_text, stdout);
     vit_adamw_free(&opt);
     free(images);
@@ -476,7 +477,8 @@ int main(int argc, char **argv)
 #else
     const char *core = "?";
 #endif
-    printf("GEMM path %s (libxsmm %s), OpenBLAS kernels %s\n", vit_gemm_path_name(vit_gemm_get_path()),
+    printf("GEMM path %s (libxsmm %s), OpenBLAS kernels %s\n",
+           vit_gemm_path_name(vit_gemm_get_path()),
            vit_gemm_have_xsmm() ? "built in" : "not built in", core ? core : "?");
     int rc = 0;
     /* The GEMM rate first, in the parent, so the training rows can quote it. */
