@@ -102,6 +102,83 @@ static void gelu_bwd_set_range(void *p, size_t lo, size_t hi)
 }
 #endif
 
+/* ---- Bias + GELU, the MLP's first epilogue ----------------------------- */
+
+typedef struct {
+    vit_real *y, *u, *db;
+    const vit_real *b, *dy, *pre; /* pre: the backward's u */
+    int n, d;
+} bias_gelu_job;
+
+#ifdef VIT_DOUBLE
+static vit_real gelu1(vit_real v)
+{
+    return (vit_real)0.5 * v * ((vit_real)1 + erf(v * (vit_real)INV_SQRT2));
+}
+#define gelu1_grad gelu_grad
+#define BG_CLONES
+#else
+#define gelu1 fm_gelu
+#define gelu1_grad fm_gelu_grad
+#define BG_CLONES FM_CLONES
+#endif
+
+/* Rows [lo, hi): u += b; y = GELU(u).  y may be u. */
+BG_CLONES
+static void bias_gelu_fwd_rows(void *p, size_t lo, size_t hi)
+{
+    const bias_gelu_job *J = p;
+    const int d = J->d;
+    const vit_real *b = J->b;
+    for (size_t i = lo; i < hi; i++) {
+        vit_real *u = J->u + i * (size_t)d, *y = J->y + i * (size_t)d;
+        if (b)
+            for (int j = 0; j < d; j++) {
+                vit_real v = u[j] + b[j];
+                u[j] = v;
+                y[j] = gelu1(v);
+            }
+        else
+            for (int j = 0; j < d; j++)
+                y[j] = gelu1(u[j]);
+    }
+}
+
+void vit_bias_gelu_forward(vit_real *y, vit_real *u, const vit_real *b, int n, int d)
+{
+    bias_gelu_job J = {.y = y, .u = u, .b = b, .n = n, .d = d};
+    vit_parallel(vit_threads_for(20.0 * n * (double)d), (size_t)n, bias_gelu_fwd_rows, &J);
+}
+
+/* Columns [lo, hi) of every row: du = dy GELU'(u), db += du.  du may be dy.
+ * Split by columns so that each db[j] is one thread's sum in row order. */
+BG_CLONES
+static void bias_gelu_bwd_cols(void *p, size_t lo, size_t hi)
+{
+    const bias_gelu_job *J = p;
+    const size_t d = (size_t)J->d;
+    vit_real *db = J->db;
+    for (int i = 0; i < J->n; i++) {
+        vit_real *du = J->y + i * d;
+        const vit_real *dy = J->dy + i * d, *u = J->pre + i * d;
+        for (size_t j = lo; j < hi; j++)
+            du[j] = dy[j] * gelu1_grad(u[j]);
+        if (db)
+            for (size_t j = lo; j < hi; j++)
+                db[j] += du[j];
+    }
+}
+
+void vit_bias_gelu_backward(vit_real *du, vit_real *db, const vit_real *dy, const vit_real *u,
+                            int n, int d)
+{
+    bias_gelu_job J = {.y = du, .db = db, .dy = dy, .pre = u, .n = n, .d = d};
+    int nt = vit_threads_for(30.0 * n * (double)d);
+    if (nt > d / 16)
+        nt = d / 16 > 1 ? d / 16 : 1;
+    vit_parallel(nt, (size_t)d, bias_gelu_bwd_cols, &J);
+}
+
 static void add_range(void *p, size_t lo, size_t hi)
 {
     const ew_job *J = p;

@@ -4,11 +4,12 @@
 #include <math.h>
 
 #include "error.h"
+#include "layernorm_internal.h"
 #include "threads.h"
 
 typedef struct {
-    vit_real *y, *mean, *rstd, *dx, *dgamma, *dbeta;
-    const vit_real *x, *gamma, *beta, *dy, *cmean, *crstd;
+    vit_real *y, *mean, *rstd, *dx, *dgamma, *dbeta, *sum;
+    const vit_real *x, *gamma, *beta, *dy, *cmean, *crstd, *x2;
     int d, n_rows;
     vit_real eps;
 } ln_job;
@@ -27,9 +28,22 @@ static void ln_forward_rows(void *p, size_t lo, size_t hi)
         const vit_real *xr = J->x + i * d;
         vit_real *yr = J->y + i * d;
         vit_real m = 0;
+        if (J->sum) {
+            /* The residual add fused in: the row of the sum is written
+             * once, then read back from L1 by the passes below. */
+            const vit_real *br = J->x2 + i * d;
+            vit_real *sr = J->sum + i * d;
 #pragma omp simd reduction(+ : m)
-        for (int j = 0; j < d; j++)
-            m += xr[j];
+            for (int j = 0; j < d; j++) {
+                sr[j] = xr[j] + br[j];
+                m += sr[j];
+            }
+            xr = sr;
+        } else {
+#pragma omp simd reduction(+ : m)
+            for (int j = 0; j < d; j++)
+                m += xr[j];
+        }
         m /= (vit_real)d;
         vit_real v = 0;
 #pragma omp simd reduction(+ : v)
@@ -66,6 +80,17 @@ int vit_layernorm_forward(vit_real *y, vit_real *mean, vit_real *rstd,
                 .d = d, .eps = eps};
     vit_parallel(vit_threads_for(8.0 * n * d), (size_t)n, ln_forward_rows, &J);
     return VIT_OK;
+}
+
+/* s = a + b, then y = LN(s): the residual add and the layer norm after
+ * it in one pass over the rows (arguments checked by the tape). */
+void vit_add_layernorm_forward(vit_real *s, vit_real *y, vit_real *mean, vit_real *rstd,
+                               const vit_real *a, const vit_real *b, const vit_real *gamma,
+                               const vit_real *beta, int n, int d, vit_real eps)
+{
+    ln_job J = {.y = y, .mean = mean, .rstd = rstd, .sum = s, .x = a, .x2 = b, .gamma = gamma,
+                .beta = beta, .d = d, .eps = eps};
+    vit_parallel(vit_threads_for(9.0 * n * d), (size_t)n, ln_forward_rows, &J);
 }
 
 /* Rows lo..hi-1 of dx, sums in the build's precision as in the forward. */

@@ -307,10 +307,9 @@ static vit_tensor *block_graph(vit_tape *tape, vit_tensor *const *in, void *ctx)
     if (B->maps_to && probs)
         memcpy(B->maps_to[B->layer], probs, (size_t)B->mha.batch * B->mha.heads * B->mha.n_q
                                                 * B->mha.n_k * sizeof *probs);
-    x = vit_op_add(tape, x, h);
-    h = vit_op_layernorm(tape, x, param(m, tape, b->ln2_g, g), param(m, tape, b->ln2_b, g), eps);
-    h = vit_op_linear(tape, h, param(m, tape, b->w1, g), param(m, tape, b->b1, g));
-    h = vit_op_gelu(tape, h);
+    h = vit_op_add_layernorm(tape, x, h, param(m, tape, b->ln2_g, g), param(m, tape, b->ln2_b, g),
+                             eps, &x);
+    h = vit_op_linear_gelu(tape, h, param(m, tape, b->w1, g), param(m, tape, b->b1, g));
     return vit_op_linear_add(tape, h, param(m, tape, b->w2, g), param(m, tape, b->b2, g), x);
 }
 

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "activations_internal.h"
+#include "layernorm_internal.h"
 #include "blas.h"
 #include "error.h"
 #include "threads.h"
@@ -776,6 +777,67 @@ vit_tensor *vit_op_linear_add(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_ten
     return &y->t;
 }
 
+/* ---- linear + bias + GELU (the MLP's first layer) --------------------- */
+
+/* in: x, W, b (or NULL); saved[0]: the pre-activation u = x W + b.  The
+ * GELU's gradient overwrites dy's buffer in place when the pool lent it
+ * (else a buffer borrowed for the op), then dW, db and dx read it. */
+static int back_linear_gelu(vit_tape *t, op_rec *op)
+{
+    const vit_tensor *x = IN(0), *W = IN(1);
+    int n = rows_of(x), in = W->shape[0], out = W->shape[1], fresh;
+    vit_real *db = op->in[2] ? grad_acc(t, op->in[2]) : NULL;
+    vit_real *dW = grad_acc(t, op->in[1]);
+    if (t->status)
+        return t->status;
+    gblock *tmp = NULL;
+    vit_real *du = DY;
+    if (!op->out->gb || op->out->retain) {
+        tmp = pool_take(t, op->out->t.size);
+        if (!tmp)
+            return t->status;
+        du = tmp->p;
+    }
+    vit_bias_gelu_backward(du, db, DY, op->saved[0], n, out);
+    if (dW) /* dW[in, out] += x[n, in]^T du[n, out] */
+        vit_pgemm(CblasTrans, CblasNoTrans, in, out, n, 1, x->data, in, du, out, 1, dW, out);
+    vit_real *dx = grad_out(t, op->in[0], &fresh);
+    if (dx) /* dx[n, in] (= or +=) du[n, out] W[in, out]^T */
+        vit_pgemm(CblasNoTrans, CblasTrans, n, in, out, 1, du, out, W->data, out, fresh ? 0 : 1,
+                  dx, in);
+    if (tmp)
+        tmp->busy = 0;
+    return t->status;
+}
+
+vit_tensor *vit_op_linear_gelu(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_tensor *b)
+{
+    static const char fn[] = "vit_op_linear_gelu";
+    vit_tensor *in[3] = {x, W, b};
+    if (!op_begin(t, fn, 2, in))
+        return NULL;
+    if (W->ndim != 2 || last_dim(x) != W->shape[0] || (b && (int)b->size != W->shape[1]))
+        return op_error(t, vit_fail(VIT_EINVAL, "%s: x width %d, W [%d, %d], b %zu do not agree",
+            fn, last_dim(x), W->shape[0], W->ndim > 1 ? W->shape[1] : 0, b ? b->size : 0));
+    int shape[VIT_TENSOR_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[x->ndim - 1] = W->shape[1];
+    int grad = wants_grad(t, 3, in), n = rows_of(x), k = W->shape[0], m = W->shape[1];
+    node *y = tensor_new(t, x->ndim, shape, grad);
+    /* Without a record the pre-activation is not kept: GELU in place. */
+    vit_real *u = !y ? NULL : grad ? saved_reals(t, y->t.size) : y->t.data;
+    if (!u)
+        return NULL;
+    vit_pgemm(CblasNoTrans, CblasNoTrans, n, m, k, 1, x->data, k, W->data, m, 0, u, m);
+    vit_bias_gelu_forward(y->t.data, u, b ? b->data : NULL, n, m);
+    op_rec *op = op_finish(t, VIT_OK, back_linear_gelu, y, 3, in);
+    if (!op)
+        return NULL;
+    if (op != &no_record)
+        op->saved[0] = u;
+    return &y->t;
+}
+
 /* ---- layernorm ------------------------------------------------------- */
 
 static int back_layernorm(vit_tape *t, op_rec *op)
@@ -811,6 +873,50 @@ vit_tensor *vit_op_layernorm(vit_tape *t, vit_tensor *x, vit_tensor *gamma, vit_
         return NULL;
     op->saved[0] = mean;
     op->saved[1] = mean + n;
+    return &y->t;
+}
+
+static int back_add(vit_tape *t, op_rec *op);
+static int binary_check(vit_tape *t, const char *name, vit_tensor *a, vit_tensor *b);
+
+/* Two records, the add's then the layer norm's, as vit_op_add followed by
+ * vit_op_layernorm would make (their backwards are unchanged); only the
+ * forward is one kernel. */
+vit_tensor *vit_op_add_layernorm(vit_tape *t, vit_tensor *a, vit_tensor *b, vit_tensor *gamma,
+                                 vit_tensor *beta, vit_real eps, vit_tensor **sum)
+{
+    static const char fn[] = "vit_op_add_layernorm";
+    if (sum)
+        *sum = NULL;
+    if (!binary_check(t, fn, a, b))
+        return NULL;
+    vit_tensor *lnin[2] = {gamma, beta};
+    if (!op_begin(t, fn, 2, lnin))
+        return NULL;
+    int d = last_dim(a), n = rows_of(a);
+    if (!sum || (int)gamma->size != d || (int)beta->size != d || !(eps > 0) || !isfinite(eps))
+        return op_error(t, vit_fail(VIT_EINVAL,
+            "%s: gamma (%zu) and beta (%zu) must match the width %d, eps (%g) be positive "
+            "and sum non-NULL", fn, gamma->size, beta->size, d, (double)eps));
+    vit_tensor *in[2] = {a, b};
+    node *s = tensor_new(t, a->ndim, a->shape, wants_grad(t, 2, in));
+    if (!s || !op_finish(t, VIT_OK, back_add, s, 2, in))
+        return NULL;
+    vit_tensor *lin[3] = {&s->t, gamma, beta};
+    node *y = tensor_new(t, a->ndim, a->shape, wants_grad(t, 3, lin));
+    vit_real *mean = y ? saved_reals(t, 2 * (size_t)n) : NULL;
+    if (!mean)
+        return NULL;
+    vit_add_layernorm_forward(s->t.data, y->t.data, mean, mean + n, a->data, b->data,
+                              gamma->data, beta->data, n, d, eps);
+    op_rec *op = op_finish(t, VIT_OK, back_layernorm, y, 3, lin);
+    if (!op)
+        return NULL;
+    if (op != &no_record) {
+        op->saved[0] = mean;
+        op->saved[1] = mean + n;
+    }
+    *sum = &s->t;
     return &y->t;
 }
 

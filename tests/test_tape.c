@@ -750,6 +750,121 @@ static vit_tensor *b_linear_add(graph *g, vit_tape *t, vit_tensor **in)
     return vit_op_add(t, y, vit_op_gelu(t, in[2]));
 }
 
+/* GELU(x W + b) fused, read twice downstream (its gradient then
+ * accumulates before the backward forms GELU's in place). */
+static vit_tensor *b_linear_gelu(graph *g, vit_tape *t, vit_tensor **in)
+{
+    vit_tensor *y = vit_op_linear_gelu(t, in[0], in[1], g->nleaves > 2 ? in[2] : NULL);
+    return vit_op_add(t, vit_op_scale(t, y, 2), vit_op_mul(t, y, y));
+}
+
+/* The fused op against the two ops it replaces, on the same inputs and the
+ * same upstream gradient: outputs and all three gradients agree to
+ * rounding (float64). */
+START_TEST(test_linear_gelu_matches_unfused)
+{
+    enum { N = 7, K = 5, M = 9 };
+    uint64_t seed = 1414;
+    vit_real x[N * K], W[K * M], b[M], dy[N * M], y[2][N * M];
+    vit_real dx[2][N * K], dW[2][K * M], db[2][M];
+    gc_fill(x, N * K, &seed, 1.5);
+    gc_fill(W, K * M, &seed, 1.0);
+    gc_fill(b, M, &seed, 1.0);
+    gc_fill(dy, N * M, &seed, 1.0);
+    for (int f = 0; f < 2; f++) {
+        memset(dx[f], 0, sizeof dx[f]);
+        memset(dW[f], 0, sizeof dW[f]);
+        memset(db[f], 0, sizeof db[f]);
+        vit_tape *t = vit_tape_new();
+        ck_assert_ptr_nonnull(t);
+        vit_tensor *tx = vit_tape_leaf(t, x, dx[f], 2, (int[]){N, K});
+        vit_tensor *tW = vit_tape_leaf(t, W, dW[f], 2, (int[]){K, M});
+        vit_tensor *tb = vit_tape_leaf(t, b, db[f], 1, (int[]){M});
+        vit_tensor *ty = f ? vit_op_linear_gelu(t, tx, tW, tb)
+                           : vit_op_gelu(t, vit_op_linear(t, tx, tW, tb));
+        ck_assert_ptr_nonnull(ty);
+        memcpy(y[f], ty->data, sizeof y[f]);
+        ck_assert_int_eq(vit_tape_backward_from(t, ty, dy), VIT_OK);
+        vit_tape_free(t);
+    }
+    ck_assert_double_le(gc_max_rel(y[0], y[1], N * M, 1e-3), 1e-13);
+    ck_assert_double_le(gc_max_rel(dx[0], dx[1], N * K, 1e-3), 1e-13);
+    ck_assert_double_le(gc_max_rel(dW[0], dW[1], K * M, 1e-3), 1e-13);
+    ck_assert_double_le(gc_max_rel(db[0], db[1], M, 1e-3), 1e-13);
+    double big = 0;
+    for (int i = 0; i < K * M; i++)
+        big = fmax(big, fabs(dW[1][i]));
+    ck_assert_double_gt(big, 0.1);
+}
+END_TEST
+
+/* LN(a + b) fused with the sum read on (as the residual stream is). */
+static vit_tensor *b_add_layernorm(graph *g, vit_tape *t, vit_tensor **in)
+{
+    (void)g;
+    vit_tensor *sum;
+    vit_tensor *y = vit_op_add_layernorm(t, in[0], in[1], in[2], in[3], (vit_real)1e-5, &sum);
+    return vit_op_add(t, vit_op_mul(t, y, y), vit_op_scale(t, sum, 0.5));
+}
+
+/* The fused add + layer norm against the two ops: the sum, the output and
+ * every gradient agree to rounding; a NULL sum is refused by name. */
+START_TEST(test_add_layernorm_matches_unfused)
+{
+    enum { N = 6, D = 11 };
+    uint64_t seed = 1415;
+    vit_real a[N * D], b[N * D], g[D], be[D], dy[N * D], y[2][N * D], s[2][N * D];
+    vit_real da[2][N * D], dbb[2][N * D], dg[2][D], dbe[2][D];
+    gc_fill(a, N * D, &seed, 2.0);
+    gc_fill(b, N * D, &seed, 1.0);
+    gc_fill(g, D, &seed, 1.0);
+    gc_fill(be, D, &seed, 1.0);
+    gc_fill(dy, N * D, &seed, 1.0);
+    for (int f = 0; f < 2; f++) {
+        memset(da[f], 0, sizeof da[f]);
+        memset(dbb[f], 0, sizeof dbb[f]);
+        memset(dg[f], 0, sizeof dg[f]);
+        memset(dbe[f], 0, sizeof dbe[f]);
+        vit_tape *t = vit_tape_new();
+        ck_assert_ptr_nonnull(t);
+        vit_tensor *ta = vit_tape_leaf(t, a, da[f], 2, (int[]){N, D});
+        vit_tensor *tb = vit_tape_leaf(t, b, dbb[f], 2, (int[]){N, D});
+        vit_tensor *tg = vit_tape_leaf(t, g, dg[f], 1, (int[]){D});
+        vit_tensor *tbe = vit_tape_leaf(t, be, dbe[f], 1, (int[]){D});
+        vit_tensor *sum = NULL, *ty;
+        if (f) {
+            ty = vit_op_add_layernorm(t, ta, tb, tg, tbe, (vit_real)1e-5, &sum);
+        } else {
+            sum = vit_op_add(t, ta, tb);
+            ty = vit_op_layernorm(t, sum, tg, tbe, (vit_real)1e-5);
+        }
+        ck_assert_ptr_nonnull(ty);
+        ck_assert_ptr_nonnull(sum);
+        memcpy(y[f], ty->data, sizeof y[f]);
+        memcpy(s[f], sum->data, sizeof s[f]);
+        ck_assert_int_eq(vit_tape_backward_from(t, ty, dy), VIT_OK);
+        vit_tape_free(t);
+    }
+    ck_assert_double_le(gc_max_rel(s[0], s[1], N * D, 1e-3), 0);
+    ck_assert_double_le(gc_max_rel(y[0], y[1], N * D, 1e-3), 1e-13);
+    ck_assert_double_le(gc_max_rel(da[0], da[1], N * D, 1e-3), 1e-13);
+    ck_assert_double_le(gc_max_rel(dbb[0], dbb[1], N * D, 1e-3), 1e-13);
+    ck_assert_double_le(gc_max_rel(dg[0], dg[1], D, 1e-3), 1e-13);
+    ck_assert_double_le(gc_max_rel(dbe[0], dbe[1], D, 1e-3), 1e-13);
+    double big = 0;
+    for (int i = 0; i < N * D; i++)
+        big = fmax(big, fabs(da[1][i]));
+    ck_assert_double_gt(big, 0.1);
+
+    vit_tape *t = vit_tape_new();
+    vit_tensor *ta = vit_tape_leaf(t, a, NULL, 2, (int[]){N, D});
+    vit_tensor *tg = vit_tape_leaf(t, g, NULL, 1, (int[]){D});
+    ck_assert_ptr_null(vit_op_add_layernorm(t, ta, ta, tg, tg, (vit_real)1e-5, NULL));
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "vit_op_add_layernorm"));
+    vit_tape_free(t);
+}
+END_TEST
+
 /* ---- graphs that need only their leaves -------------------------------- */
 
 typedef struct leaf_spec {
@@ -773,6 +888,13 @@ static const struct leaf_case {
     {"custom_no_forward", b_sin, {{"x", 1, 2, {6, 5}, 2.0}}},
     {"linear_add", b_linear_add, {{"x", 1, 3, {2, 3, 4}, 1.0}, {"W", 1, 2, {4, 5}, 1.0},
                                   {"r", 1, 3, {2, 3, 5}, 1.0}, {"b", 1, 1, {5}, 1.0}}},
+    {"linear_gelu", b_linear_gelu, {{"x", 1, 3, {2, 3, 4}, 1.5}, {"W", 1, 2, {4, 5}, 1.0},
+                                    {"b", 1, 1, {5}, 1.0}}},
+    {"linear_gelu_nobias", b_linear_gelu, {{"x", 1, 2, {6, 4}, 1.5}, {"W", 1, 2, {4, 5}, 1.0}}},
+    {"linear_gelu_const_x", b_linear_gelu, {{"x", 0, 2, {6, 4}, 1.5}, {"W", 1, 2, {4, 37}, 1.0},
+                                            {"b", 1, 1, {37}, 1.0}}},
+    {"add_layernorm", b_add_layernorm, {{"a", 1, 3, {2, 3, 6}, 2.0}, {"b", 1, 3, {2, 3, 6}, 1.0},
+                                        {"gamma", 1, 1, {6}, 1.5}, {"beta", 1, 1, {6}, 1.0}}},
     {"linear_add_nobias", b_linear_add, {{"x", 1, 2, {6, 4}, 1.0}, {"W", 1, 2, {4, 5}, 1.0},
                                          {"r", 1, 2, {6, 5}, 1.0}}},
 };
@@ -1715,6 +1837,8 @@ static Suite *tape_suite(void)
     tcase_add_loop_test(tc, test_mean_tokens, 0, 2);
     tcase_add_loop_test(tc, test_cross_entropy, 0, 2);
     tcase_add_loop_test(tc, test_leaf_cases, 0, (int)(sizeof leaf_cases / sizeof *leaf_cases));
+    tcase_add_test(tc, test_linear_gelu_matches_unfused);
+    tcase_add_test(tc, test_add_layernorm_matches_unfused);
     tcase_add_loop_test(tc, test_concat_tokens, 0, 2);
     tcase_add_test(tc, test_embedding);
     tcase_add_loop_test(tc, test_masked_mean, 0, 2);

@@ -12,7 +12,7 @@
  * figures are comparable.  A large cblas_sgemm gives the machine's GEMM rate
  * in the same run, and every GFLOP/s figure is also shown as a fraction of it.
  *
- *   vit_bench [--threads N] [--config NAME] [--steps N] [--reps N] [--quick]
+ *   vit_bench [--threads N] [--config NAME] [--steps N] [--reps N] [--quick] [--shapes]
  *
  * NAME is digits, medium, large, attention, gemm or all (the default).
  */
@@ -42,7 +42,7 @@ static const train_shape shapes[] = {
 enum { BATCH = 64, CLASSES = 10, MAX_REPS = 64 };
 
 typedef struct options {
-    int threads, steps, reps, warmup, quick, recompute;
+    int threads, steps, reps, warmup, quick, recompute, list_shapes;
     const char *config;
 } options;
 
@@ -95,6 +95,9 @@ static double forward_macs(const train_shape *s)
 #ifdef VIT_HAVE_OPENBLAS_THREADS
 void openblas_set_num_threads(int num_threads);
 #endif
+#ifdef VIT_HAVE_OPENBLAS_CORENAME
+char *openblas_get_corename(void);
+#endif
 
 static double gemm_gflops(const options *o)
 {
@@ -128,6 +131,50 @@ static double gemm_gflops(const options *o)
 }
 
 /* ---- Training step ---------------------------------------------------- */
+
+/* ---- Where the GEMMs went --------------------------------------------- */
+
+static char profile_text[8192];
+
+/* Summarises the GEMM shapes of the profiling pass (steps steps in t
+ * seconds): how many shapes and
+ * calls each path took and the GEMMs' share of the thread time (the
+ * timing itself costs a little); with
+ * --shapes, every shape.  Kept as text so it prints below the figures. */
+static void gemm_profile(const options *o, int steps, double t)
+{
+    enum { CAP = 256 };
+    vit_gemm_shape sh[CAP];
+    size_t n = vit_gemm_shapes(sh, CAP), len = 0;
+    if (n > CAP)
+        n = CAP;
+    double sec[3] = {0}, flop[3] = {0};
+    unsigned long long calls[3] = {0};
+    int shapes[3] = {0};
+    for (size_t i = 0; i < n; i++) {
+        int p = sh[i].path == VIT_GEMM_XSMM ? 2 : 1;
+        sec[p] += sh[i].seconds;
+        flop[p] += 2.0 * sh[i].M * (double)sh[i].N * sh[i].K * (double)sh[i].calls;
+        calls[p] += sh[i].calls;
+        shapes[p]++;
+    }
+    double thread_time = t * o->threads;
+    len += (size_t)snprintf(profile_text + len, sizeof profile_text - len,
+        "  GEMM (policy %s): %d shapes/%llu calls per step on BLAS, %d/%llu on libxsmm; "
+        "%.0f%% of the thread time (BLAS %.0f%% at %.0f GFLOP/s, libxsmm %.0f%% at %.0f)\n",
+        vit_gemm_path_name(vit_gemm_get_path()), shapes[1], calls[1] / (unsigned)steps,
+        shapes[2], calls[2] / (unsigned)steps, 100 * (sec[1] + sec[2]) / thread_time,
+        100 * sec[1] / thread_time, sec[1] > 0 ? flop[1] / sec[1] * 1e-9 : 0,
+        100 * sec[2] / thread_time, sec[2] > 0 ? flop[2] / sec[2] * 1e-9 : 0);
+    for (size_t i = 0; o->list_shapes && i < n && len < sizeof profile_text; i++)
+        len += (size_t)snprintf(profile_text + len, sizeof profile_text - len,
+            "    %5d x %4d x %4d %c%c alpha%s beta %2d  %-4s %5llu calls/step %6.1f GFLOP/s\n",
+            sh[i].M, sh[i].N, sh[i].K, sh[i].trans_a ? 'T' : 'N', sh[i].trans_b ? 'T' : 'N',
+            sh[i].alpha_one ? "=1" : "!=1", sh[i].beta, vit_gemm_path_name(sh[i].path),
+            sh[i].calls / (unsigned)steps,
+            sh[i].seconds > 0 ? 2.0 * sh[i].M * (double)sh[i].N * sh[i].K * (double)sh[i].calls
+                                    / sh[i].seconds * 1e-9 : 0);
+}
 
 static int run_train(const train_shape *s, const options *o, double gemm_rate)
 {
@@ -166,27 +213,45 @@ static int run_train(const train_shape *s, const options *o, double gemm_rate)
     int ngroups;
     const vit_param_group *groups = vit_model_groups(m, &ngroups);
 
-    double rates[MAX_REPS];
-    for (int r = -1; r < o->reps; r++) {
-        int steps = r < 0 ? o->warmup : o->steps;
-        double t0 = now();
+    double rates[MAX_REPS], grad_share[MAX_REPS];
+    for (int r = -2; r < o->reps; r++) {
+        /* r = -2 warms up; r = -1 is the profiling pass, with every GEMM
+         * timed, which the figures leave out. */
+        int steps = r == -2 ? o->warmup : o->steps;
+        vit_gemm_stats_reset();
+        vit_gemm_set_timing(r == -1);
+        double t0 = now(), t_grads = 0;
         for (int st = 0; st < steps; st++) {
-            double loss;
-            if (vit_model_train_grads(m, images, labels, BATCH, 0, &loss, NULL) != VIT_OK
-                || vit_adamw_step(&opt, vit_model_params(m), vit_model_grads(m), groups, ngroups,
-                                  1e-4) != VIT_OK) {
+            double loss, tg = now();
+            if (vit_model_train_grads(m, images, labels, BATCH, 0, &loss, NULL) != VIT_OK) {
+                fprintf(stderr, "vit_bench: step failed: %s\n", vit_last_error());
+                return 1;
+            }
+            t_grads += now() - tg;
+            if (vit_adamw_step(&opt, vit_model_params(m), vit_model_grads(m), groups, ngroups,
+                               1e-4) != VIT_OK) {
                 fprintf(stderr, "vit_bench: step failed: %s\n", vit_last_error());
                 return 1;
             }
         }
-        if (r >= 0)
-            rates[r] = (double)BATCH * steps / (now() - t0);
+        double t = now() - t0;
+        vit_gemm_set_timing(0);
+        if (r == -1)
+            gemm_profile(o, steps, t);
+        if (r >= 0) {
+            rates[r] = (double)BATCH * steps / t;
+            grad_share[r] = t_grads / t;
+        }
     }
     double ips = median(rates, o->reps);
     double lo = rates[0], hi = rates[o->reps - 1]; /* sorted by median() */
     double gf = 6.0 * forward_macs(s) * ips / 1e9;
     printf("%-10s %9.0f %6.0f-%-6.0f %9.1f %7.0f%% %9.1f\n", s->name, ips, lo, hi, gf,
            gemm_rate > 0 ? 100.0 * gf / gemm_rate : 0.0, peak_rss_mb());
+    double share = median(grad_share, o->reps);
+    printf("  phases (timed reps, median): forward+loss+backward %.0f%%, AdamW %.0f%%\n",
+           100 * share, 100 * (1 - share));
+    fputs(profile_text, stdout);
     vit_adamw_free(&opt);
     free(images);
     vit_model_free(m);
@@ -319,13 +384,15 @@ static int usage(FILE *f)
 {
     fprintf(f,
         "usage: vit_bench [--threads N] [--config NAME] [--steps N] [--reps N] [--quick]\n"
-        "                 [--recompute]\n"
+        "                 [--recompute] [--shapes]\n"
         "  NAME: digits, medium, large, attention, gemm or all (default)\n"
         "  --threads N  threads for our loops and for OpenBLAS (default: all cores)\n"
         "  --steps N    timed training steps per repetition (default 20)\n"
         "  --reps N     timed repetitions; the median is reported (default 5)\n"
         "  --quick      fewer steps and repetitions, smaller GEMM\n"
-        "  --recompute  train with recompute = 1: each block recomputed in the backward\n");
+        "  --recompute  train with recompute = 1: each block recomputed in the backward\n"
+        "  --shapes     list every GEMM shape of a step, its path (blas or xsmm) and rate\n"
+        "  VIT_GEMM=auto|blas|xsmm in the environment picks the GEMM path (see vit/gemm.h)\n");
     return f == stdout ? 0 : 2;
 }
 
@@ -343,7 +410,7 @@ static int parse_int(const char *flag, const char *v, int lo, int hi, int *out)
 
 int main(int argc, char **argv)
 {
-    options o = {0, 20, 5, 5, 0, 0, "all"};
+    options o = {0, 20, 5, 5, 0, 0, 0, "all"};
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     o.threads = ncpu > 0 ? (int)ncpu : 1;
     int steps_set = 0, reps_set = 0;
@@ -353,6 +420,10 @@ int main(int argc, char **argv)
             return usage(stdout);
         if (!strcmp(a, "--quick") || !strcmp(a, "--recompute")) {
             *(a[2] == 'q' ? &o.quick : &o.recompute) = 1;
+            continue;
+        }
+        if (!strcmp(a, "--shapes")) {
+            o.list_shapes = 1;
             continue;
         }
         if (!strcmp(a, "--threads")) {
@@ -401,6 +472,14 @@ int main(int argc, char **argv)
     if (load >= 0)
         printf("load average %.2f on %ld CPUs%s\n", load, ncpu,
                load > 0.5 ? " (a busy machine: figures are low and noisy)" : "");
+#ifdef VIT_HAVE_OPENBLAS_CORENAME
+    const char *core = openblas_get_corename();
+#else
+    const char *core = "?";
+#endif
+    printf("GEMM path %s (libxsmm %s), OpenBLAS kernels %s\n",
+           vit_gemm_path_name(vit_gemm_get_path()),
+           vit_gemm_have_xsmm() ? "built in" : "not built in", core ? core : "?");
     int rc = 0;
     /* The GEMM rate first, in the parent, so the training rows can quote it. */
     double gemm_rate = 0;

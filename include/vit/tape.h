@@ -184,6 +184,14 @@ int vit_tape_backward_from(vit_tape *tape, vit_tensor *y, const vit_real *dy);
  * 2-D and b hold out values. */
 vit_tensor *vit_op_linear(vit_tape *tape, vit_tensor *x, vit_tensor *W, vit_tensor *b);
 
+/* y = GELU(x W + b): the MLP's first layer with its bias and activation
+ * in one pass after the GEMM (b may be NULL; shapes as vit_op_linear).  It
+ * keeps the pre-activation x W + b for the backward, as the two ops did,
+ * and its backward forms GELU's gradient in dy's buffer in one pass that
+ * also sums the bias gradient.  Equal to vit_op_gelu(vit_op_linear(x, W,
+ * b)) but for rounding. */
+vit_tensor *vit_op_linear_gelu(vit_tape *tape, vit_tensor *x, vit_tensor *W, vit_tensor *b);
+
 /* y = r + x W + b: a linear layer added onto a residual r [..., out] (the
  * leading dimensions of x) in one pass; b may be NULL.  The linear's own
  * output is never stored, which saves one activation per residual branch
@@ -195,6 +203,15 @@ vit_tensor *vit_op_linear_add(vit_tape *tape, vit_tensor *x, vit_tensor *W, vit_
  * has x's shape. */
 vit_tensor *vit_op_layernorm(vit_tape *tape, vit_tensor *x, vit_tensor *gamma,
                              vit_tensor *beta, vit_real eps);
+
+/* y = LN(a + b) over the last dimension, with *sum set to the tensor a + b
+ * (the residual stream, which the model reads on): vit_op_add then
+ * vit_op_layernorm in one pass over the rows (a row of the sum is
+ * normalised while it is in cache).  a and b have identical shapes; gamma,
+ * beta: [d]; eps > 0; sum non-NULL (else VIT_EINVAL).  The gradients are
+ * exactly those of the two ops.  *sum is NULL when NULL is returned. */
+vit_tensor *vit_op_add_layernorm(vit_tape *tape, vit_tensor *a, vit_tensor *b, vit_tensor *gamma,
+                                 vit_tensor *beta, vit_real eps, vit_tensor **sum);
 
 /* Elementwise exact GELU; output has x's shape. */
 vit_tensor *vit_op_gelu(vit_tape *tape, vit_tensor *x);

@@ -20,4 +20,5 @@
 #include "vit/train.h"
 #include "vit/dist.h"
 #include "vit/safetensors.h"
+#include "vit/gemm.h"
 #endif

@@ -1,0 +1,78 @@
+/* vit/gemm.h - which library computes the GEMMs, per shape.
+ *
+ * Every matrix product in the library goes through one internal GEMM call.
+ * In the float32 library built with libxsmm (meson option `xsmm`, on when
+ * libxsmm is found), that call chooses, once per shape, between a libxsmm
+ * JIT kernel (fastest on the small products of small models: rows of a
+ * batch slice by widths up to a few hundred, and attention's per-head
+ * products) and OpenBLAS (faster on large products).  The choice is a fixed
+ * rule of the shape (see src/gemm.c), not a timing, so a run's results do
+ * not depend on how busy the machine was.  The float64 library and a build
+ * without libxsmm always use BLAS.
+ *
+ * The environment variable VIT_GEMM (auto, blas or xsmm), read once at the
+ * first GEMM, and vit_gemm_set_path override the rule, e.g. to compare the
+ * two paths on the same inputs. */
+#ifndef VIT_GEMM_H
+#define VIT_GEMM_H
+
+#include "vit/core.h"
+
+VIT_BEGIN_DECLS
+
+typedef enum vit_gemm_path {
+    VIT_GEMM_AUTO = 0, /* the per-shape rule (the default) */
+    VIT_GEMM_BLAS = 1, /* OpenBLAS (cblas_sgemm / cblas_dgemm) */
+    VIT_GEMM_XSMM = 2  /* libxsmm wherever it has a kernel for the shape;
+                          BLAS for the rest (a beta other than 0 or 1) */
+} vit_gemm_path;
+
+/* 1 if this library can run GEMMs through libxsmm (float32, built with it),
+ * else 0.  Cannot fail; thread-safe. */
+int vit_gemm_have_xsmm(void);
+
+/* Sets the policy for every later GEMM of the process: VIT_GEMM_AUTO,
+ * VIT_GEMM_BLAS or VIT_GEMM_XSMM.  Asking for VIT_GEMM_XSMM in a library
+ * without libxsmm is VIT_EINVAL (nothing changed), as is an unknown value.
+ * Also resets the statistics below (the shapes seen so far were decided by
+ * the old policy).  NOT thread-safe: call it while no kernel runs. */
+int vit_gemm_set_path(vit_gemm_path path);
+
+/* The policy in force: the last vit_gemm_set_path, else VIT_GEMM from the
+ * environment, else VIT_GEMM_AUTO.  Thread-safe. */
+vit_gemm_path vit_gemm_get_path(void);
+
+/* "auto", "blas" or "xsmm"; "?" for another value.  A static string. */
+const char *vit_gemm_path_name(vit_gemm_path path);
+
+/* One shape the GEMM layer has seen since the last reset: row-major
+ * C[M, N] = alpha op(A)[M, K] op(B)[K, N] + beta C. */
+typedef struct vit_gemm_shape {
+    int trans_a, trans_b; /* 1 where op() transposes */
+    int M, N, K;
+    int alpha_one;        /* 1 if alpha was 1 */
+    int beta;             /* 0, 1, or -1 for another value */
+    vit_gemm_path path;   /* VIT_GEMM_BLAS or VIT_GEMM_XSMM: where it ran */
+    unsigned long long calls;
+    double seconds;       /* time inside these calls, summed over threads,
+                             while vit_gemm_set_timing was on; else 0 */
+} vit_gemm_shape;
+
+/* Copies up to cap of the shapes seen since the last reset, in the order
+ * they were first seen, into out (which may be NULL when cap is 0), and
+ * returns how many there are in all (which may exceed cap).  Thread-safe;
+ * the call counts of a GEMM running at the same time may be one behind. */
+size_t vit_gemm_shapes(vit_gemm_shape *out, size_t cap);
+
+/* Turns the timing of every GEMM call on (1) or off (0) for the shapes'
+ * seconds above: two clock reads per call, so leave it off for figures.
+ * Thread-safe. */
+void vit_gemm_set_timing(int on);
+
+/* Forgets the shapes and counts seen so far.  NOT thread-safe: call it
+ * while no kernel runs. */
+void vit_gemm_stats_reset(void);
+
+VIT_END_DECLS
+
+#endif

@@ -1,0 +1,16 @@
+/* Internal: the layer norm fused with the residual add before it, for the
+ * tape (vit_op_add_layernorm). */
+#ifndef VIT_SRC_LAYERNORM_INTERNAL_H
+#define VIT_SRC_LAYERNORM_INTERNAL_H
+
+#include "vit/core.h"
+
+/* s [n, d] = a + b (overwritten), then y [n, d] = LN(s) with mean [n] and
+ * rstd [n] as vit_layernorm_forward: one pass over the rows instead of two
+ * over the whole tensors.  s must not alias a or b; y may not alias s.
+ * No argument checks (eps > 0 is the caller's). */
+void vit_add_layernorm_forward(vit_real *s, vit_real *y, vit_real *mean, vit_real *rstd,
+                               const vit_real *a, const vit_real *b, const vit_real *gamma,
+                               const vit_real *beta, int n, int d, vit_real eps);
+
+#endif

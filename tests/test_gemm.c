@@ -1,0 +1,327 @@
+/* The GEMM layer's two paths (vit/gemm.h), float32: every op that runs a
+ * GEMM gives the same results through OpenBLAS and through libxsmm, to 1e-5
+ * of the output's scale, on the same inputs; the policy switch does what it
+ * says (and each forced run really took the path it names, counted by the
+ * layer's statistics); without libxsmm, asking for it is refused. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vit/vit.h"
+
+#define TOL 1e-5
+
+static vit_rng rng;
+
+static vit_real *randn(size_t n)
+{
+    vit_real *p = malloc(n * sizeof *p);
+    ck_assert_ptr_nonnull(p);
+    for (size_t i = 0; i < n; i++)
+        p[i] = (vit_real)vit_rng_normal(&rng);
+    return p;
+}
+
+static vit_real *zeros(size_t n)
+{
+    vit_real *p = calloc(n, sizeof *p);
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
+/* Calls made on each path since the last reset: [1] BLAS, [2] libxsmm. */
+static void path_calls(unsigned long long calls[3])
+{
+    vit_gemm_shape sh[256];
+    size_t n = vit_gemm_shapes(sh, 256);
+    ck_assert_uint_le(n, 256);
+    calls[0] = calls[1] = calls[2] = 0;
+    for (size_t i = 0; i < n; i++)
+        calls[sh[i].path == VIT_GEMM_XSMM ? 2 : 1] += sh[i].calls;
+}
+
+/* An op under test: fills its outputs (a list of n_out arrays of the given
+ * sizes) from inputs it owns; run once per path. */
+typedef struct op_case {
+    const char *name;
+    void (*run)(void *ctx, vit_real **out);
+    void *ctx;
+    int n_out;
+    size_t sizes[4];
+} op_case;
+
+/* |xsmm - blas| <= TOL * max |blas| for each output, after checking that the
+ * BLAS run used BLAS only and the libxsmm run used libxsmm for every GEMM
+ * it can take (all of these ops' GEMMs: beta is 0 or 1). */
+static void both_paths_agree(const op_case *c)
+{
+    vit_real *out[2][4];
+    for (int p = 0; p < 2; p++) {
+        ck_assert_int_eq(vit_gemm_set_path(p ? VIT_GEMM_XSMM : VIT_GEMM_BLAS), VIT_OK);
+        for (int i = 0; i < c->n_out; i++)
+            out[p][i] = zeros(c->sizes[i]);
+        c->run(c->ctx, out[p]);
+        unsigned long long calls[3];
+        path_calls(calls);
+        ck_assert_msg(calls[1] + calls[2] > 0, "%s ran no GEMM", c->name);
+        if (p == 0)
+            ck_assert_msg(calls[2] == 0, "%s: %llu calls on libxsmm when BLAS was forced",
+                          c->name, calls[2]);
+        else
+            ck_assert_msg(calls[1] == 0, "%s: %llu calls on BLAS when libxsmm was forced",
+                          c->name, calls[1]);
+    }
+    ck_assert_int_eq(vit_gemm_set_path(VIT_GEMM_AUTO), VIT_OK);
+    for (int i = 0; i < c->n_out; i++) {
+        double scale = 0, diff = 0;
+        for (size_t j = 0; j < c->sizes[i]; j++) {
+            scale = fmax(scale, fabs(out[0][i][j]));
+            diff = fmax(diff, fabs(out[0][i][j] - out[1][i][j]));
+        }
+        ck_assert_msg(scale > 1e-2, "%s output %d is trivially small (%g)", c->name, i, scale);
+        ck_assert_msg(diff <= TOL * scale, "%s output %d: paths differ by %g of scale %g",
+                      c->name, i, diff / scale, scale);
+        free(out[0][i]);
+        free(out[1][i]);
+    }
+}
+
+/* ---- linear ----------------------------------------------------------- */
+
+typedef struct {
+    int n, in, out, bias;
+    vit_real *x, *W, *b, *dy;
+} linear_ctx;
+
+static void linear_run(void *p, vit_real **o)
+{
+    linear_ctx *c = p;
+    /* o: y [n, out], dx [n, in] (accumulated onto a start), dW, db */
+    ck_assert_int_eq(vit_linear_forward(o[0], c->x, c->W, c->bias ? c->b : NULL, c->n, c->in,
+                                        c->out), VIT_OK);
+    for (size_t i = 0; i < (size_t)c->n * c->in; i++)
+        o[1][i] = (vit_real)(0.25 * sin((double)i)); /* += onto something */
+    ck_assert_int_eq(vit_linear_backward(o[1], o[2], o[3], c->dy, c->x, c->W, c->n, c->in,
+                                         c->out), VIT_OK);
+}
+
+static void linear_case(int n, int in, int out, int bias)
+{
+    linear_ctx c = {n, in, out, bias, randn((size_t)n * in), randn((size_t)in * out),
+                    randn((size_t)out), randn((size_t)n * out)};
+    op_case oc = {"linear", linear_run, &c, 4,
+                  {(size_t)n * out, (size_t)n * in, (size_t)in * out, (size_t)out}};
+    both_paths_agree(&oc);
+    free(c.x); free(c.W); free(c.b); free(c.dy);
+}
+
+START_TEST(linear_agrees)
+{
+    /* digits' and medium's slice shapes, odd sizes, one row, wide */
+    linear_case(544, 64, 128, 1);
+    linear_case(544, 128, 64, 0);
+    linear_case(1600, 128, 256, 1);
+    linear_case(37, 19, 23, 1);
+    linear_case(1, 64, 10, 1);
+    linear_case(65, 192, 768, 0);
+}
+END_TEST
+
+/* ---- patch embedding -------------------------------------------------- */
+
+typedef struct {
+    vit_patch_shape s;
+    vit_real *img, *W, *b, *dy;
+} patch_ctx;
+
+static void patch_run(void *p, vit_real **o)
+{
+    patch_ctx *c = p;
+    /* o: y, cols, dimg, dW (db is a column sum, no GEMM) */
+    ck_assert_int_eq(vit_patch_embed_forward(&c->s, o[0], o[1], c->img, c->W, c->b), VIT_OK);
+    ck_assert_int_eq(vit_patch_embed_backward(&c->s, o[2], o[3], NULL, c->dy, o[1], c->W),
+                     VIT_OK);
+}
+
+START_TEST(patch_embed_agrees)
+{
+    vit_patch_shape s = {.batch = 5, .height = 12, .width = 8, .channels = 3, .patch = 4, .dim = 24};
+    int N = vit_patch_count(&s), K = s.patch * s.patch * s.channels;
+    size_t nimg = (size_t)s.batch * s.height * s.width * s.channels;
+    patch_ctx c = {s, randn(nimg), randn((size_t)K * s.dim), randn((size_t)s.dim),
+                   randn((size_t)s.batch * N * s.dim)};
+    op_case oc = {"patch embedding", patch_run, &c, 4,
+                  {(size_t)s.batch * N * s.dim, (size_t)s.batch * N * K, nimg,
+                   (size_t)K * s.dim}};
+    both_paths_agree(&oc);
+    free(c.img); free(c.W); free(c.b); free(c.dy);
+}
+END_TEST
+
+/* ---- attention cores ---------------------------------------------------- */
+
+typedef struct {
+    vit_sdpa a;
+    int tiled;
+    vit_real *q, *k, *v, *dout;
+} sdpa_ctx;
+
+static void sdpa_run(void *p, vit_real **o)
+{
+    sdpa_ctx *c = p;
+    const vit_sdpa *a = &c->a;
+    size_t nsave = c->tiled ? (size_t)a->batch * a->heads * a->n_q
+                            : (size_t)a->batch * a->heads * a->n_q * a->n_k;
+    vit_real *saved = zeros(nsave);
+    /* o: out, dq, dk, dv */
+    if (c->tiled) {
+        ck_assert_int_eq(vit_sdpa_tiled_forward(a, o[0], saved, c->q, c->k, c->v, NULL), VIT_OK);
+        ck_assert_int_eq(vit_sdpa_tiled_backward(a, o[1], o[2], o[3], NULL, c->dout, o[0], saved,
+                                                 c->q, c->k, c->v, NULL), VIT_OK);
+    } else {
+        ck_assert_int_eq(vit_sdpa_forward(a, o[0], saved, c->q, c->k, c->v), VIT_OK);
+        ck_assert_int_eq(vit_sdpa_backward(a, o[1], o[2], o[3], NULL, c->dout, saved, c->q, c->k,
+                                           c->v, NULL), VIT_OK);
+    }
+    free(saved);
+}
+
+static void sdpa_case(int B, int H, int nq, int nk, int dk, int dv, int tiled, int causal)
+{
+    sdpa_ctx c;
+    memset(&c, 0, sizeof c);
+    c.a = (vit_sdpa){.batch = B, .heads = H, .n_q = nq, .n_k = nk, .d_k = dk, .d_v = dv};
+    c.a.mask.causal = causal;
+    c.tiled = tiled;
+    size_t nqk = (size_t)B * nq * H * dk, nkk = (size_t)B * nk * H * dk;
+    size_t nv = (size_t)B * nk * H * dv, no = (size_t)B * nq * H * dv;
+    c.q = randn(nqk);
+    c.k = randn(nkk);
+    c.v = randn(nv);
+    c.dout = randn(no);
+    op_case oc = {tiled ? "tiled attention" : "attention", sdpa_run, &c, 4, {no, nqk, nkk, nv}};
+    both_paths_agree(&oc);
+    free(c.q); free(c.k); free(c.v); free(c.dout);
+}
+
+START_TEST(attention_agrees)
+{
+    sdpa_case(4, 4, 17, 17, 16, 16, 0, 0); /* digits' heads */
+    sdpa_case(2, 3, 13, 11, 7, 5, 0, 0);
+    sdpa_case(2, 2, 50, 50, 32, 32, 0, 1);
+    sdpa_case(2, 2, 70, 70, 16, 16, 1, 0);
+    sdpa_case(1, 3, 33, 45, 8, 12, 1, 1);
+}
+END_TEST
+
+/* ---- a whole training step ---------------------------------------------- */
+
+typedef struct {
+    vit_model *m;
+    vit_real *images;
+    int labels[16];
+} model_ctx;
+
+static void model_run(void *p, vit_real **o)
+{
+    model_ctx *c = p;
+    double loss;
+    ck_assert_int_eq(vit_model_train_grads(c->m, c->images, c->labels, 16, 0.1, &loss, NULL),
+                     VIT_OK);
+    memcpy(o[0], vit_model_grads(c->m), vit_model_param_count(c->m) * sizeof(vit_real));
+    o[1][0] = (vit_real)loss;
+}
+
+START_TEST(train_step_agrees)
+{
+    vit_config cfg;
+    vit_config_default(&cfg);
+    cfg.image_height = cfg.image_width = 8;
+    cfg.channels = 1;
+    cfg.classes = 10;
+    cfg.patch = 2;
+    cfg.dim = 32;
+    cfg.depth = 2;
+    cfg.heads = 2;
+    cfg.mlp = 64;
+    cfg.batch = 16;
+    model_ctx c;
+    c.m = vit_model_new(&cfg);
+    ck_assert_ptr_nonnull(c.m);
+    vit_model_init(c.m, &rng);
+    c.images = randn(16 * 64);
+    for (int i = 0; i < 16; i++)
+        c.labels[i] = i % 10;
+    op_case oc = {"training step", model_run, &c, 2, {vit_model_param_count(c.m), 1}};
+    both_paths_agree(&oc);
+    free(c.images);
+    vit_model_free(c.m);
+}
+END_TEST
+
+/* ---- the switch itself ---------------------------------------------------- */
+
+START_TEST(policy_switch)
+{
+    ck_assert_int_eq(vit_gemm_set_path((vit_gemm_path)7), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "vit_gemm_set_path"));
+    ck_assert_int_eq(vit_gemm_set_path(VIT_GEMM_BLAS), VIT_OK);
+    ck_assert_int_eq(vit_gemm_get_path(), VIT_GEMM_BLAS);
+    ck_assert_str_eq(vit_gemm_path_name(VIT_GEMM_XSMM), "xsmm");
+    ck_assert_str_eq(vit_gemm_path_name((vit_gemm_path)9), "?");
+    if (!vit_gemm_have_xsmm()) {
+        /* refused, and the policy in force is unchanged */
+        ck_assert_int_eq(vit_gemm_set_path(VIT_GEMM_XSMM), VIT_EINVAL);
+        ck_assert_ptr_nonnull(strstr(vit_last_error(), "without libxsmm"));
+        ck_assert_int_eq(vit_gemm_get_path(), VIT_GEMM_BLAS);
+    }
+    /* one shape, counted once per call, on the path forced */
+    vit_real *x = randn(40 * 8), *W = randn(8 * 6), *y = zeros(40 * 6);
+    for (int r = 0; r < 3; r++)
+        ck_assert_int_eq(vit_linear_forward(y, x, W, NULL, 40, 8, 6), VIT_OK);
+    vit_gemm_shape sh[4];
+    ck_assert_uint_eq(vit_gemm_shapes(sh, 4), 1);
+    ck_assert_int_eq(sh[0].M, 40);
+    ck_assert_int_eq(sh[0].N, 6);
+    ck_assert_int_eq(sh[0].K, 8);
+    ck_assert_int_eq(sh[0].beta, 0);
+    ck_assert_int_eq(sh[0].path, VIT_GEMM_BLAS);
+    ck_assert_uint_eq(sh[0].calls, 3);
+    ck_assert(sh[0].seconds == 0); /* timing was off */
+    vit_gemm_set_timing(1);
+    ck_assert_int_eq(vit_linear_forward(y, x, W, NULL, 40, 8, 6), VIT_OK);
+    vit_gemm_set_timing(0);
+    ck_assert_uint_eq(vit_gemm_shapes(sh, 4), 1);
+    ck_assert_uint_eq(sh[0].calls, 4);
+    ck_assert(sh[0].seconds > 0);
+    vit_gemm_stats_reset();
+    ck_assert_uint_eq(vit_gemm_shapes(NULL, 0), 0);
+    ck_assert_int_eq(vit_gemm_set_path(VIT_GEMM_AUTO), VIT_OK);
+    free(x); free(W); free(y);
+}
+END_TEST
+
+int main(void)
+{
+    vit_rng_seed(&rng, 14);
+    vit_set_threads(2);
+    Suite *s = suite_create("gemm");
+    TCase *t = tcase_create("policy");
+    tcase_add_test(t, policy_switch);
+    suite_add_tcase(s, t);
+    if (vit_gemm_have_xsmm()) {
+        TCase *p = tcase_create("paths");
+        tcase_set_timeout(p, 60);
+        tcase_add_test(p, linear_agrees);
+        tcase_add_test(p, patch_embed_agrees);
+        tcase_add_test(p, attention_agrees);
+        tcase_add_test(p, train_step_agrees);
+        suite_add_tcase(s, p);
+    }
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? 1 : 0;
+}
