@@ -75,13 +75,15 @@ static void ref_sdpa(const vit_sdpa *a, vit_real *out, vit_real *probs,
 }
 
 /* y[rows, out] = x W + b, by loops. */
-static void ref_dense(vit_real *y, const vit_real *x, const vit_real *w, const vit_real *b,
-                      int rows, int in, int out)
+/* y[rows, out] = x[rows, in] W + b, W's rows ldw apart (a column block of
+ * the joint projection matrices of vit_mha, or dense with ldw = out). */
+static void ref_dense(vit_real *y, const vit_real *x, const vit_real *w, int ldw,
+                      const vit_real *b, int rows, int in, int out)
 {
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < out; c++) {
             double acc = b ? b[c] : 0.0;
-            for (int t = 0; t < in; t++) acc += x[(size_t)r * in + t] * w[(size_t)t * out + c];
+            for (int t = 0; t < in; t++) acc += x[(size_t)r * in + t] * w[(size_t)t * ldw + c];
             y[(size_t)r * out + c] = acc;
         }
 }
@@ -644,9 +646,9 @@ static void ref_mha(const mha_case *c, vit_real *y)
     vit_real *Q = gc_zeros((size_t)rq * d), *K = gc_zeros((size_t)rk * d);
     vit_real *V = gc_zeros((size_t)rk * d), *ctx = gc_zeros((size_t)rq * d);
     vit_real *P = gc_zeros((size_t)m->batch * m->heads * m->n_q * m->n_k);
-    ref_dense(Q, c->xq, w.w_q, w.b_q, rq, d, d);
-    ref_dense(K, c->xkv, w.w_k, w.b_k, rk, dkv, d);
-    ref_dense(V, c->xkv, w.w_v, w.b_v, rk, dkv, d);
+    ref_dense(Q, c->xq, w.w_q, w.ld_q, w.b_q, rq, d, d);
+    ref_dense(K, c->xkv, w.w_k, w.ld_kv, w.b_k, rk, dkv, d);
+    ref_dense(V, c->xkv, w.w_v, w.ld_kv, w.b_v, rk, dkv, d);
     vit_sdpa a = sdpa_shape(m->batch, m->heads, m->n_q, m->n_k, d / m->heads, d / m->heads);
     a.scale = m->scale;
     a.mask = m->mask;
@@ -654,7 +656,7 @@ static void ref_mha(const mha_case *c, vit_real *y)
     a.bias_heads = m->bias_heads;
     a.head_scale = w.tau;
     ref_sdpa(&a, ctx, P, Q, K, V);
-    ref_dense(y, ctx, w.w_o, w.b_o, rq, d, d);
+    ref_dense(y, ctx, w.w_o, d, w.b_o, rq, d, d);
     free(Q); free(K); free(V); free(ctx); free(P);
 }
 
@@ -680,9 +682,12 @@ static void run_mha_case(const char *tag, vit_mha m, int self, int score_bias, u
     ck_assert_int_eq(vit_mha_views_of(&c.m, c.params, &pv), VIT_OK);
     ck_assert_int_eq(vit_mha_views_of(&c.m, grads, &gv), VIT_OK);
     size_t d = (size_t)m.d_model, dkv = (size_t)(m.d_kv ? m.d_kv : m.d_model);
-    check_grad(tag, "W_Q", pv.w_q, gv.w_q, d * d, mha_loss, &c);
-    check_grad(tag, "W_K", pv.w_k, gv.w_k, dkv * d, mha_loss, &c);
-    check_grad(tag, "W_V", pv.w_v, gv.w_v, dkv * d, mha_loss, &c);
+    if (dkv == d) { /* one joint [d, 3d] matrix */
+        check_grad(tag, "W_QKV", pv.w_q, gv.w_q, 3 * d * d, mha_loss, &c);
+    } else {
+        check_grad(tag, "W_Q", pv.w_q, gv.w_q, d * d, mha_loss, &c);
+        check_grad(tag, "W_KV", pv.w_k, gv.w_k, 2 * dkv * d, mha_loss, &c);
+    }
     check_grad(tag, "W_O", pv.w_o, gv.w_o, d * d, mha_loss, &c);
     if (m.has_bias) {
         check_grad(tag, "b_Q", pv.b_q, gv.b_q, d, mha_loss, &c);
