@@ -55,6 +55,16 @@ int vit_sdpa_validate(const char *fn, const vit_sdpa *a, vit_real *scale)
         !vit_mul3_size(&s, (size_t)a->batch * a->n_k, a->heads, a->d_v) ||
         !vit_mul3_size(&s, (size_t)a->batch * a->n_q, a->heads, a->d_k))
         return vit_fail(VIT_ENOMEM, "%s: buffer sizes overflow size_t", fn);
+    const int ld[3] = {a->ld_q, a->ld_k, a->ld_v}, dense[3] = {a->heads * a->d_k,
+        a->heads * a->d_k, a->heads * a->d_v}, rows[3] = {a->n_q, a->n_k, a->n_k};
+    static const char *ld_name[3] = {"ld_q", "ld_k", "ld_v"};
+    for (int t = 0; t < 3; t++) {
+        if (ld[t] != 0 && ld[t] < dense[t])
+            return vit_fail(VIT_EINVAL, "%s: %s (%d) is neither 0 nor at least the row width %d",
+                            fn, ld_name[t], ld[t], dense[t]);
+        if (!vit_mul3_size(&s, (size_t)a->batch, (size_t)rows[t], (size_t)ld[t]))
+            return vit_fail(VIT_ENOMEM, "%s: buffer sizes overflow size_t", fn);
+    }
     if (!isfinite(a->scale))
         return vit_fail(VIT_EINVAL, "%s: scale is not finite", fn);
     if (a->bias != NULL && a->bias_heads != 1 && a->bias_heads != a->heads)
@@ -241,16 +251,16 @@ static int head_forward(const vit_sdpa *a, vit_real scale, int b, int h, vit_rea
                              const vit_real *v, bad_score *bad)
 {
     const int H = a->heads, nq = a->n_q, nk = a->n_k, dk = a->d_k, dv = a->d_v;
-    const int ldk = H * dk, ldv = H * dv;
-    const vit_real *qbh = q + (size_t)b * nq * ldk + (size_t)h * dk;
+    const int ldq = vit_sdpa_ld_q(a), ldk = vit_sdpa_ld_k(a), ldv = vit_sdpa_ld_v(a), ldo = H * dv;
+    const vit_real *qbh = q + (size_t)b * nq * ldq + (size_t)h * dk;
     const vit_real *kbh = k + (size_t)b * nk * ldk + (size_t)h * dk;
     const vit_real *vbh = v + (size_t)b * nk * ldv + (size_t)h * dv;
-    vit_real *obh = out + (size_t)b * nq * ldv + (size_t)h * dv;
+    vit_real *obh = out + (size_t)b * nq * ldo + (size_t)h * dv;
     vit_real *p = probs + ((size_t)b * H + h) * nq * nk;
 
     /* S[nq, nk] = s * Q_bh[nq, dk] K_bh[nk, dk]^T, the scale (fixed or
      * learnable) folded into the GEMM's alpha */
-    vit_pgemm(CblasNoTrans, CblasTrans, nq, nk, dk, vit_sdpa_scale_of(a, scale, h), qbh, ldk, kbh, ldk, 0, p, nk);
+    vit_pgemm(CblasNoTrans, CblasTrans, nq, nk, dk, vit_sdpa_scale_of(a, scale, h), qbh, ldq, kbh, ldk, 0, p, nk);
     sm_job J = {a, b, h, p, ULLONG_MAX};
     vit_parallel(vit_threads_for(20.0 * nq * (double)nk), (size_t)nq, softmax_piece, &J);
     unsigned long long f = atomic_load(&J.first_bad);
@@ -259,7 +269,7 @@ static int head_forward(const vit_sdpa *a, vit_real scale, int b, int h, vit_rea
         return 1;
     }
     /* O_bh[nq, dv] = P[nq, nk] V_bh[nk, dv] */
-    vit_pgemm(CblasNoTrans, CblasNoTrans, nq, dv, nk, 1, p, nk, vbh, ldv, 0, obh, ldv);
+    vit_pgemm(CblasNoTrans, CblasNoTrans, nq, dv, nk, 1, p, nk, vbh, ldv, 0, obh, ldo);
     return 0;
 }
 
@@ -354,11 +364,11 @@ static void softmax_grad_piece(void *ctx, size_t lo, size_t hi)
 }
 
 double vit_attn_scale_grad(const vit_real *ds, const vit_real *q, const vit_real *k, int ni,
-                           int nj, int d, int ldk)
+                           int nj, int d, int ldq, int ldk)
 {
     double sum = 0.0;
     for (int i = 0; i < ni; i++) {
-        const vit_real *qi = q + (size_t)i * ldk, *di = ds + (size_t)i * nj;
+        const vit_real *qi = q + (size_t)i * ldq, *di = ds + (size_t)i * nj;
         for (int j = 0; j < nj; j++) {
             const vit_real *kj = k + (size_t)j * ldk;
             double dot = 0.0;
@@ -380,22 +390,22 @@ static void head_backward(const vit_sdpa *a, vit_real scale, vit_real beta, int 
                                const vit_real *k, const vit_real *v, vit_real *work)
 {
     const int H = a->heads, nq = a->n_q, nk = a->n_k, dkh = a->d_k, dvh = a->d_v;
-    const int ldk = H * dkh, ldv = H * dvh;
-    size_t qo = (size_t)b * nq * ldk + (size_t)h * dkh;
+    const int ldq = vit_sdpa_ld_q(a), ldk = vit_sdpa_ld_k(a), ldv = vit_sdpa_ld_v(a), ldo = H * dvh;
+    size_t qo = (size_t)b * nq * ldq + (size_t)h * dkh;
     size_t ko = (size_t)b * nk * ldk + (size_t)h * dkh;
     size_t vo = (size_t)b * nk * ldv + (size_t)h * dvh;
-    size_t oo = (size_t)b * nq * ldv + (size_t)h * dvh;
+    size_t oo = (size_t)b * nq * ldo + (size_t)h * dvh;
     const vit_real *p = probs + ((size_t)b * H + h) * nq * nk;
 
     /* dV_bh[nk, dv] += P[nq, nk]^T dO_bh[nq, dv] */
     if (dv)
-        vit_pgemm(CblasTrans, CblasNoTrans, nk, dvh, nq, 1, p, nk, dout + oo, ldv, beta,
+        vit_pgemm(CblasTrans, CblasNoTrans, nk, dvh, nq, 1, p, nk, dout + oo, ldo, beta,
                   dv + vo, ldv);
     if (!(dq || dk || dbias || pair_ds)) return;
     scale = vit_sdpa_scale_of(a, scale, h);
     /* dP[nq, nk] = dO_bh[nq, dv] V_bh[nk, dv]^T */
     vit_real *ds = work;
-    vit_pgemm(CblasNoTrans, CblasTrans, nq, nk, dvh, 1, dout + oo, ldv, v + vo, ldv, 0, ds, nk);
+    vit_pgemm(CblasNoTrans, CblasTrans, nq, nk, dvh, 1, dout + oo, ldo, v + vo, ldv, 0, ds, nk);
     sg_job J = {p, ds, nk};
     vit_parallel(vit_threads_for(4.0 * nq * (double)nk), (size_t)nq, softmax_grad_piece, &J);
     if (dbias) {
@@ -403,14 +413,14 @@ static void head_backward(const vit_sdpa *a, vit_real scale, vit_real beta, int 
         vit_axpy(nq * nk, 1, ds, 1, db, 1);
     }
     if (pair_ds)
-        *pair_ds = vit_attn_scale_grad(ds, q + qo, k + ko, nq, nk, dkh, ldk);
+        *pair_ds = vit_attn_scale_grad(ds, q + qo, k + ko, nq, nk, dkh, ldq, ldk);
     /* dQ_bh[nq, dk] += s dS[nq, nk] K_bh[nk, dk] */
     if (dq)
         vit_pgemm(CblasNoTrans, CblasNoTrans, nq, dkh, nk, scale, ds, nk, k + ko, ldk, beta,
-                  dq + qo, ldk);
+                  dq + qo, ldq);
     /* dK_bh[nk, dk] += s dS[nq, nk]^T Q_bh[nq, dk] */
     if (dk)
-        vit_pgemm(CblasTrans, CblasNoTrans, nk, dkh, nq, scale, ds, nk, q + qo, ldk, beta,
+        vit_pgemm(CblasTrans, CblasNoTrans, nk, dkh, nq, scale, ds, nk, q + qo, ldq, beta,
                   dk + ko, ldk);
 }
 
@@ -566,15 +576,26 @@ size_t vit_mha_param_count(const vit_mha *m)
          + (m->learn_scale ? (size_t)m->heads : 0);
 }
 
-/* Layout: W_Q [d, d] | W_K [d_kv, d] | W_V [d_kv, d] | W_O [d, d] |
- *         b_Q [d] | b_K [d] | b_V [d] | b_O [d] | tau [H]. */
+/* Whether both inputs have width d_model, so that the input projections are
+ * one [d, 3d] matrix W_QKV = [W_Q | W_K | W_V]. */
+static int mha_joint(const vit_mha *m) { return mha_dkv(m) == m->d_model; }
+
+/* Layout: W_QKV [d, 3d] (d_kv = d) or W_Q [d, d] | W_KV [d_kv, 2d], then
+ *         W_O [d, d] | b_Q [d] | b_K [d] | b_V [d] | b_O [d] | tau [H]. */
 static void views_of(const vit_mha *m, vit_real *flat, vit_mha_views *w)
 {
     size_t d = (size_t)m->d_model, dkv = (size_t)mha_dkv(m);
     w->w_q = flat;
-    w->w_k = w->w_q + d * d;
-    w->w_v = w->w_k + dkv * d;
-    w->w_o = w->w_v + dkv * d;
+    if (mha_joint(m)) {
+        w->ld_q = w->ld_kv = 3 * m->d_model;
+        w->w_k = flat + d;
+    } else {
+        w->ld_q = m->d_model;
+        w->ld_kv = 2 * m->d_model;
+        w->w_k = flat + d * d;
+    }
+    w->w_v = w->w_k + d;
+    w->w_o = flat + 2 * d * d + 2 * dkv * d - d * d;
     if (m->has_bias) {
         w->b_q = w->w_o + d * d;
         w->b_k = w->b_q + d;
@@ -597,23 +618,42 @@ int vit_mha_views_of(const vit_mha *m, vit_real *flat, vit_mha_views *views)
     return VIT_OK;
 }
 
-/* Cache layout: Q [B,n_q,d] | K [B,n_k,d] | V [B,n_k,d] | ctx [B,n_q,d] |
- * probs [B,H,n_q,n_k], or, when the layer is long enough for the
- * memory-efficient path (vit_sdpa_use_tiled), only the rows' log-sum-exp
- * [B,H,n_q] in place of probs. */
+/* Whether a call projects Q, K and V in one GEMM: self-attention (one input
+ * buffer, so n_q = n_k) with the joint W_QKV.  The backward decides the same
+ * from the same pointers, so it reads the cache as the forward wrote it. */
+static int mha_fused(const vit_mha *m, const vit_real *x_q, const vit_real *x_kv)
+{
+    return x_q == x_kv && m->n_q == m->n_k && mha_joint(m);
+}
+
+/* Cache layout: the projections, then ctx [B,n_q,d] and probs
+ * [B,H,n_q,n_k] (or, when the layer is long enough for the memory-efficient
+ * path (vit_sdpa_use_tiled), only the rows' log-sum-exp [B,H,n_q] in place
+ * of probs).  The projections are QKV [B*n, 3d] (Q, K, V side by side in
+ * each row, as the fused GEMM writes them) for a fused call, else Q [B*n_q,
+ * d] | KV [B*n_k, 2d]; either way the same size, and the work of the
+ * backward holds their gradients laid out alike. */
 typedef struct {
     vit_real *q, *k, *v, *ctx, *probs;
+    int ld_q, ld_kv;
 } mha_cache;
 
-static mha_cache cache_of(const vit_mha *m, vit_real *cache)
+static mha_cache cache_of(const vit_mha *m, vit_real *cache, int fused)
 {
     size_t d = (size_t)m->d_model;
     size_t nq = (size_t)m->batch * m->n_q, nk = (size_t)m->batch * m->n_k;
     mha_cache c;
     c.q = cache;
-    c.k = c.q + nq * d;
-    c.v = c.k + nk * d;
-    c.ctx = c.v + nk * d;
+    if (fused) {
+        c.ld_q = c.ld_kv = 3 * m->d_model;
+        c.k = c.q + d;
+    } else {
+        c.ld_q = m->d_model;
+        c.ld_kv = 2 * m->d_model;
+        c.k = c.q + nq * d;
+    }
+    c.v = c.k + d;
+    c.ctx = cache + nq * d + 2 * nk * d;
     c.probs = c.ctx + nq * d;
     return c;
 }
@@ -646,11 +686,12 @@ vit_real *vit_mha_probs(const vit_mha *m, vit_real *cache)
                  "which keeps no attention maps", m->n_q, m->n_k);
         return NULL;
     }
-    return cache_of(m, cache).probs;
+    return cache_of(m, cache, 0).probs; /* the same place either way */
 }
 
-/* The attention core of a layer: H heads of width d_model / H. */
-static vit_sdpa mha_core(const vit_mha *m)
+/* The attention core of a layer: H heads of width d_model / H, reading the
+ * projections where cache c holds them. */
+static vit_sdpa mha_core_of(const vit_mha *m, const mha_cache *c)
 {
     vit_sdpa a;
     a.batch = m->batch;
@@ -663,36 +704,44 @@ static vit_sdpa mha_core(const vit_mha *m)
     a.bias = m->bias;
     a.bias_heads = m->bias_heads;
     a.head_scale = NULL; /* tau lives in the parameters: set by forward and backward */
+    a.ld_q = c ? c->ld_q : 0;
+    a.ld_k = a.ld_v = c ? c->ld_kv : 0;
     return a;
 }
 
-/* y[rows, out] = x[rows, in] W[in, out] + b[out] (b may be NULL).  The bias
- * is written first and the GEMM accumulates onto it. */
-static void dense_forward(vit_real *y, const vit_real *x, const vit_real *w,
+static vit_sdpa mha_core(const vit_mha *m) { return mha_core_of(m, NULL); }
+
+/* y[rows, out] = x[rows, in] W[in, out] + b[out] (b may be NULL), W with row
+ * stride ldw (a column block of a wider matrix).  The bias is written first
+ * and the GEMM accumulates onto it. */
+static void dense_forward(vit_real *y, const vit_real *x, const vit_real *w, int ldw,
                           const vit_real *b, int rows, int in, int out)
 {
     if (b)
         for (int r = 0; r < rows; r++)
             memcpy(y + (size_t)r * out, b, (size_t)out * sizeof *y);
-    vit_pgemm(CblasNoTrans, CblasNoTrans, rows, out, in, 1, x, in, w, out, b ? 1 : 0, y, out);
+    vit_pgemm(CblasNoTrans, CblasNoTrans, rows, out, in, 1, x, in, w, ldw, b ? 1 : 0, y, out);
 }
 
 /* Given dy[rows, out]: dx += dy W^T, dW += x^T dy, db += column sums of dy;
- * each skipped when NULL. */
+ * each skipped when NULL; W and dW with row stride ldw. */
 static void dense_backward(vit_real *dx, vit_real *dw, vit_real *db, const vit_real *dy,
-                           const vit_real *x, const vit_real *w, int rows, int in, int out)
+                           const vit_real *x, const vit_real *w, int ldw, int rows, int in,
+                           int out)
 {
     if (dx)
-        vit_pgemm(CblasNoTrans, CblasTrans, rows, in, out, 1, dy, out, w, out, 1, dx, in);
+        vit_pgemm(CblasNoTrans, CblasTrans, rows, in, out, 1, dy, out, w, ldw, 1, dx, in);
     if (dw)
-        vit_pgemm(CblasTrans, CblasNoTrans, in, out, rows, 1, x, in, dy, out, 1, dw, out);
+        vit_pgemm(CblasTrans, CblasNoTrans, in, out, rows, 1, x, in, dy, out, 1, dw, ldw);
     if (db)
         vit_column_sums(db, dy, rows, out);
 }
 
 /* x_q [B, n_q, d], x_kv [B, n_k, d_kv] -> y [B, n_q, d], cache:
- *   Q = x_q W_Q + b_Q, K = x_kv W_K + b_K, V = x_kv W_V + b_V  (one GEMM each)
- *   ctx = attention(Q, K, V) with H heads of width d / H
+ *   self-attention: [Q | K | V] = x W_QKV + [b_Q | b_K | b_V]  (one GEMM)
+ *   otherwise:      Q = x_q W_Q + b_Q, [K | V] = x_kv W_KV + [b_K | b_V]
+ *   ctx = attention(Q, K, V) with H heads of width d / H, reading the
+ *         projections in place (row strides 3d, or d and 2d)
  *   y = ctx W_O + b_O */
 int vit_mha_forward(const vit_mha *m, const vit_real *params, vit_real *y,
                     const vit_real *x_q, const vit_real *x_kv, vit_real *cache)
@@ -712,21 +761,26 @@ int vit_mha_forward(const vit_mha *m, const vit_real *params, vit_real *y,
     const int rq = m->batch * m->n_q, rk = m->batch * m->n_k;
     vit_mha_views w;
     views_of(m, (vit_real *)params, &w); /* read only here */
-    mha_cache c = cache_of(m, cache);
+    const int fused = mha_fused(m, x_q, x_kv);
+    mha_cache c = cache_of(m, cache, fused);
 
-    dense_forward(c.q, x_q, w.w_q, w.b_q, rq, d, d);
-    dense_forward(c.k, x_kv, w.w_k, w.b_k, rk, dkv, d);
-    dense_forward(c.v, x_kv, w.w_v, w.b_v, rk, dkv, d);
-    vit_sdpa a = mha_core(m);
+    if (fused) {
+        dense_forward(c.q, x_q, w.w_q, w.ld_q, w.b_q, rq, d, 3 * d);
+    } else {
+        dense_forward(c.q, x_q, w.w_q, w.ld_q, w.b_q, rq, d, d);
+        dense_forward(c.k, x_kv, w.w_k, w.ld_kv, w.b_k, rk, dkv, 2 * d);
+    }
+    vit_sdpa a = mha_core_of(m, &c);
     a.head_scale = w.tau;
     rc = vit_sdpa_use_tiled(&a) ? vit_sdpa_tiled_forward(&a, c.ctx, c.probs, c.q, c.k, c.v, NULL)
                                 : vit_sdpa_forward(&a, c.ctx, c.probs, c.q, c.k, c.v);
     if (rc != VIT_OK) return rc;
-    dense_forward(y, c.ctx, w.w_o, w.b_o, rq, d, d);
+    dense_forward(y, c.ctx, w.w_o, d, w.b_o, rq, d, d);
     return VIT_OK;
 }
 
-/* dctx [B,n_q,d] | dQ [B,n_q,d] | dK [B,n_k,d] | dV [B,n_k,d] | sdpa work. */
+/* dctx [B,n_q,d] | the projections' gradients, laid out as the cache holds
+ * the projections | sdpa work. */
 size_t vit_mha_work_size(const vit_mha *m)
 {
     if (mha_check_fn("vit_mha_work_size", m) != VIT_OK) return 0;
@@ -738,9 +792,10 @@ size_t vit_mha_work_size(const vit_mha *m)
 /* dy [B, n_q, d] -> grads (flat, like params), dx_q, dx_kv, dbias, all
  * accumulated, in reverse order of the forward:
  *   dW_O += ctx^T dy, db_O += sum dy, dctx = dy W_O^T
- *   dQ, dK, dV from the attention core
- *   each projection P in {Q, K, V}: dW_P += x^T dP, db_P += sum dP,
- *   dx += dP W_P^T  (x_q for Q, x_kv for K and V) */
+ *   dQ, dK, dV from the attention core, written in place beside each other
+ *   self-attention: dW_QKV += x^T dQKV, db_QKV += sum dQKV and
+ *                   dx += dQKV W_QKV^T (one GEMM each, one pass over x)
+ *   otherwise Q from x_q and [K | V] from x_kv likewise, two GEMMs each */
 int vit_mha_backward(const vit_mha *m, const vit_real *params, vit_real *grads,
                      vit_real *dx_q, vit_real *dx_kv, vit_real *dbias,
                      const vit_real *dy, const vit_real *x_q, const vit_real *x_kv,
@@ -762,10 +817,11 @@ int vit_mha_backward(const vit_mha *m, const vit_real *params, vit_real *grads,
     views_of(m, (vit_real *)params, &w);
     if (grads) views_of(m, grads, &g);
     else memset(&g, 0, sizeof g);
-    mha_cache c = cache_of(m, (vit_real *)cache); /* read only here */
+    const int fused = mha_fused(m, x_q, x_kv);
+    mha_cache c = cache_of(m, (vit_real *)cache, fused); /* read only here */
 
     /* Output projection. */
-    dense_backward(NULL, g.w_o, g.b_o, dy, c.ctx, w.w_o, rq, d, d);
+    dense_backward(NULL, g.w_o, g.b_o, dy, c.ctx, w.w_o, d, rq, d, d);
     const int need_q = grads || dx_q, need_kv = grads || dx_kv;
     if (!need_q && !need_kv && !dbias) return VIT_OK;
 
@@ -778,33 +834,39 @@ int vit_mha_backward(const vit_mha *m, const vit_real *params, vit_real *grads,
         work = owned;
     }
     vit_real *dctx = work;
-    vit_real *dq = dctx + (size_t)rq * d;
-    vit_real *dk = dq + (size_t)rq * d;
-    vit_real *dv = dk + (size_t)rk * d;
-    vit_real *wsdpa = dv + (size_t)rk * d;
+    mha_cache dc = cache_of(m, dctx + (size_t)rq * d, fused); /* dQ, dK, dV like Q, K, V */
+    vit_real *wsdpa = dc.ctx;
 
     /* dctx = dy W_O^T (overwrite), then the core writes dQ, dK, dV (the
      * tiled core accumulates, so they are zeroed for it). */
     vit_pgemm(CblasNoTrans, CblasTrans, rq, d, d, 1, dy, d, w.w_o, d, 0, dctx, d);
-    vit_sdpa a = mha_core(m);
+    vit_sdpa a = mha_core_of(m, &c);
     a.head_scale = w.tau;
     if (vit_sdpa_use_tiled(&a)) { /* c.probs holds the log-sum-exp; O(tile) scratch of its own */
-        memset(dq, 0, (size_t)rq * d * sizeof *dq);
-        memset(dk, 0, 2 * (size_t)rk * d * sizeof *dk);
-        rc = vit_sdpa_tiled_backward_scale(&a, need_q ? dq : NULL, need_kv ? dk : NULL,
-                                           need_kv ? dv : NULL, dbias, g.tau, dctx, c.ctx,
+        memset(dc.q, 0, ((size_t)rq * d + 2 * (size_t)rk * d) * sizeof *dc.q);
+        rc = vit_sdpa_tiled_backward_scale(&a, need_q ? dc.q : NULL, need_kv ? dc.k : NULL,
+                                           need_kv ? dc.v : NULL, dbias, g.tau, dctx, c.ctx,
                                            c.probs, c.q, c.k, c.v, NULL);
     } else { /* the standard core overwrites dQ, dK, dV */
-        rc = sdpa_backward(&a, 0, need_q ? dq : NULL, need_kv ? dk : NULL,
-                           need_kv ? dv : NULL, dbias, g.tau, dctx, c.probs, c.q, c.k, c.v,
+        rc = sdpa_backward(&a, 0, need_q ? dc.q : NULL, need_kv ? dc.k : NULL,
+                           need_kv ? dc.v : NULL, dbias, g.tau, dctx, c.probs, c.q, c.k, c.v,
                            wsdpa);
     }
-    if (rc == VIT_OK) {
-        if (need_q) dense_backward(dx_q, g.w_q, g.b_q, dq, x_q, w.w_q, rq, d, d);
-        if (need_kv) {
-            dense_backward(dx_kv, g.w_k, g.b_k, dk, x_kv, w.w_k, rk, dkv, d);
-            dense_backward(dx_kv, g.w_v, g.b_v, dv, x_kv, w.w_v, rk, dkv, d);
-        }
+    if (rc == VIT_OK && fused) {
+        /* Both halves are needed whenever the weights' gradient or one dx
+         * for both is asked for: then every column of dQKV was written. */
+        vit_real *dx = dx_q == dx_kv ? dx_q : NULL;
+        dense_backward(dx, g.w_q, g.b_q, dc.q, x_q, w.w_q, w.ld_q, rq, d, 3 * d);
+        if (!dx && dx_q) /* distinct buffers for the one input: each its share */
+            vit_pgemm(CblasNoTrans, CblasTrans, rq, d, d, 1, dc.q, 3 * d, w.w_q, w.ld_q, 1,
+                      dx_q, d);
+        if (!dx && dx_kv)
+            vit_pgemm(CblasNoTrans, CblasTrans, rk, d, 2 * d, 1, dc.k, 3 * d, w.w_k, w.ld_kv,
+                      1, dx_kv, d);
+    } else if (rc == VIT_OK) {
+        if (need_q) dense_backward(dx_q, g.w_q, g.b_q, dc.q, x_q, w.w_q, w.ld_q, rq, d, d);
+        if (need_kv)
+            dense_backward(dx_kv, g.w_k, g.b_k, dc.k, x_kv, w.w_k, w.ld_kv, rk, dkv, 2 * d);
     }
     free(owned);
     return rc;

@@ -24,11 +24,17 @@ static inline vit_real vit_sdpa_scale_of(const vit_sdpa *a, vit_real scale, int 
     return a->head_scale ? a->head_scale[h] : scale;
 }
 
-/* sum over i < ni, j < nj of ds[i*nj + j] (q_i . k_j), q_i = q + i*ldk,
+/* The row strides of q, k and v (vit_sdpa's ld_q, ld_k, ld_v, 0 meaning
+ * dense); gradients share them.  out and dout are dense (H*d_v). */
+static inline int vit_sdpa_ld_q(const vit_sdpa *a) { return a->ld_q ? a->ld_q : a->heads * a->d_k; }
+static inline int vit_sdpa_ld_k(const vit_sdpa *a) { return a->ld_k ? a->ld_k : a->heads * a->d_k; }
+static inline int vit_sdpa_ld_v(const vit_sdpa *a) { return a->ld_v ? a->ld_v : a->heads * a->d_v; }
+
+/* sum over i < ni, j < nj of ds[i*nj + j] (q_i . k_j), q_i = q + i*ldq,
  * k_j = k + j*ldk, d values each, in double: one block's share of the
  * gradient of its score scale (vit_sdpa_backward_scale). */
 double vit_attn_scale_grad(const vit_real *ds, const vit_real *q, const vit_real *k, int ni,
-                           int nj, int d, int ldk);
+                           int nj, int d, int ldq, int ldk);
 
 /* dscale (NULL: nothing) += the per-pair parts [B*H*per_pair] (per_pair
  * consecutive parts per (item, head) pair), summed in (item, head, part)

@@ -87,7 +87,7 @@ int vit_sdpa_use_tiled(const vit_sdpa *a)
  * two [tq, tk] tiles (S or P, and dP or dS) and two rows of tq (running
  * max and sum, or D). */
 typedef struct {
-    int tq, tk, nqt, nkt, ldk, ldv;
+    int tq, tk, nqt, nkt, ldq, ldk, ldv, ldo; /* ldo: out and dout */
     size_t slab;
 } geo;
 
@@ -98,8 +98,10 @@ static geo geometry(const vit_sdpa *a)
     g.tk = tile_k < a->n_k ? tile_k : a->n_k;
     g.nqt = (a->n_q + g.tq - 1) / g.tq;
     g.nkt = (a->n_k + g.tk - 1) / g.tk;
-    g.ldk = a->heads * a->d_k;
-    g.ldv = a->heads * a->d_v;
+    g.ldq = vit_sdpa_ld_q(a);
+    g.ldk = vit_sdpa_ld_k(a);
+    g.ldv = vit_sdpa_ld_v(a);
+    g.ldo = a->heads * a->d_v;
     g.slab = 2 * (size_t)g.tq * g.tk + 2 * (size_t)g.tq;
     return g;
 }
@@ -189,10 +191,10 @@ static vit_real *take_slab(job *J)
 static void tile_scores(const job *J, int b, int h, int i0, int ni, int j0, int nj, vit_real *s)
 {
     const vit_sdpa *a = J->a;
-    const vit_real *qi = J->q + ((size_t)b * a->n_q + i0) * J->g.ldk + (size_t)h * a->d_k;
+    const vit_real *qi = J->q + ((size_t)b * a->n_q + i0) * J->g.ldq + (size_t)h * a->d_k;
     const vit_real *kj = J->k + ((size_t)b * a->n_k + j0) * J->g.ldk + (size_t)h * a->d_k;
     vit_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, ni, nj, a->d_k,
-             vit_sdpa_scale_of(a, J->scale, h), qi, J->g.ldk,
+             vit_sdpa_scale_of(a, J->scale, h), qi, J->g.ldq,
              kj, J->g.ldk, 0, s, nj);
     if (a->bias) {
         const vit_real *bb = a->bias + (a->bias_heads == 1 ? 0 : (size_t)h * a->n_q * a->n_k);
@@ -216,13 +218,13 @@ static int forward_tile(job *J, int x, int it, vit_real *slab)
     const int b = x / a->heads, h = x % a->heads, nq = a->n_q, nk = a->n_k, dv = a->d_v;
     const int i0 = it * g->tq, ni = i0 + g->tq <= nq ? g->tq : nq - i0;
     vit_real *s = slab, *mx = slab + 2 * (size_t)g->tq * g->tk, *l = mx + g->tq;
-    vit_real *o = J->out + ((size_t)b * nq + i0) * g->ldv + (size_t)h * dv;
+    vit_real *o = J->out + ((size_t)b * nq + i0) * g->ldo + (size_t)h * dv;
     const vit_real *vb = J->v + (size_t)b * nk * g->ldv + (size_t)h * dv;
 
     for (int r = 0; r < ni; r++) {
         mx[r] = -INFINITY;
         l[r] = 0;
-        memset(o + (size_t)r * g->ldv, 0, (size_t)dv * sizeof *o);
+        memset(o + (size_t)r * g->ldo, 0, (size_t)dv * sizeof *o);
     }
     for (int j0 = 0; j0 < nk; j0 += g->tk) {
         const int nj = j0 + g->tk <= nk ? g->tk : nk - j0;
@@ -253,7 +255,7 @@ static int forward_tile(job *J, int x, int it, vit_real *slab)
             }
             l[r] = l[r] * corr + (vit_real)sum;
             if (corr != 1) {
-                vit_real *or = o + (size_t)r * g->ldv;
+                vit_real *or = o + (size_t)r * g->ldo;
                 for (int c = 0; c < dv; c++) or[c] *= corr;
             }
             mx[r] = m_new;
@@ -261,11 +263,11 @@ static int forward_tile(job *J, int x, int it, vit_real *slab)
         /* O[ni, dv] += P[ni, nj] V[j0.., dv] */
         if (any)
             vit_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ni, dv, nj, 1, s, nj,
-                     vb + (size_t)j0 * g->ldv, g->ldv, 1, o, g->ldv);
+                     vb + (size_t)j0 * g->ldv, g->ldv, 1, o, g->ldo);
     }
     vit_real *lse = J->lse + (size_t)x * nq + i0;
     for (int r = 0; r < ni; r++) {
-        vit_real *or = o + (size_t)r * g->ldv;
+        vit_real *or = o + (size_t)r * g->ldo;
         if (l[r] == 0) { /* fully masked row: zeros, and P = 0 in the backward */
             memset(or, 0, (size_t)dv * sizeof *or);
             lse[r] = -INFINITY;
@@ -384,28 +386,28 @@ static void backward_tile(const job *J, int x, int it, int jt, int what, vit_rea
         }
         for (int c = 0; c < nj; c++) pr[c] = vit_exp(pr[c] - lse[r]);
     }
-    const size_t qo = ((size_t)b * nq + i0) * g->ldk + (size_t)h * dkh;
+    const size_t qo = ((size_t)b * nq + i0) * g->ldq + (size_t)h * dkh;
     const size_t ko = ((size_t)b * nk + j0) * g->ldk + (size_t)h * dkh;
     const size_t vo = ((size_t)b * nk + j0) * g->ldv + (size_t)h * dvh;
-    const size_t oo = ((size_t)b * nq + i0) * g->ldv + (size_t)h * dvh;
+    const size_t oo = ((size_t)b * nq + i0) * g->ldo + (size_t)h * dvh;
     const int kv = what & DO_KV, wq = (what & DO_Q) && J->dq;
     const vit_real scale = vit_sdpa_scale_of(a, J->scale, h);
 
     /* dV_j[nj, dv] += P^T dO_i */
     if (kv && J->dv)
         vit_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, nj, dvh, ni, 1, p, nj,
-                 J->dout + oo, g->ldv, 1, J->dv + vo, g->ldv);
+                 J->dout + oo, g->ldo, 1, J->dv + vo, g->ldv);
     if (!(wq || (kv && (J->dk || J->dbias || J->scale_parts)))) return;
 
     /* D_r = dO_r . O_r, then dS = P .* (dO V_j^T - D). */
     for (int r = 0; r < ni; r++) {
-        const vit_real *dor = J->dout + oo + (size_t)r * g->ldv;
-        const vit_real *or = J->out_in + oo + (size_t)r * g->ldv;
+        const vit_real *dor = J->dout + oo + (size_t)r * g->ldo;
+        const vit_real *or = J->out_in + oo + (size_t)r * g->ldo;
         double d = 0.0;
         for (int c = 0; c < dvh; c++) d += (double)dor[c] * or[c];
         dd[r] = (vit_real)d;
     }
-    vit_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, ni, nj, dvh, 1, J->dout + oo, g->ldv,
+    vit_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, ni, nj, dvh, 1, J->dout + oo, g->ldo,
              J->v + vo, g->ldv, 0, ds, nj);
     for (int r = 0; r < ni; r++) {
         const vit_real *pr = p + (size_t)r * nj;
@@ -424,15 +426,15 @@ static void backward_tile(const job *J, int x, int it, int jt, int what, vit_rea
      * into the (pair, key tile) slot that only this task touches. */
     if (kv && J->scale_parts)
         J->scale_parts[(size_t)x * g->nkt + jt] +=
-            vit_attn_scale_grad(ds, J->q + qo, J->k + ko, ni, nj, dkh, g->ldk);
+            vit_attn_scale_grad(ds, J->q + qo, J->k + ko, ni, nj, dkh, g->ldq, g->ldk);
     /* dK_j[nj, dk] += s dS^T Q_i */
     if (kv && J->dk)
         vit_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, nj, dkh, ni, scale, ds, nj,
-                 J->q + qo, g->ldk, 1, J->dk + ko, g->ldk);
+                 J->q + qo, g->ldq, 1, J->dk + ko, g->ldk);
     /* dQ_i[ni, dk] += s dS K_j */
     if (wq)
         vit_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ni, dkh, nj, scale, ds, nj,
-                 J->k + ko, g->ldk, 1, J->dq + qo, g->ldk);
+                 J->k + ko, g->ldk, 1, J->dq + qo, g->ldq);
 }
 
 /* Fused schedule: tasks are pairs; key tiles outer so that each dK_j, dV_j

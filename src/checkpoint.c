@@ -606,6 +606,7 @@ static int parse_header(ckpt_reader *r, vit_ckpt *c)
         return vit_fail(VIT_EFORMAT,
                         "vit_ckpt_read: '%s': unsupported format version %u (this build reads %d to %d)",
                         r->path, (unsigned)version, VIT_CKPT_VERSION_MIN, VIT_CKPT_VERSION);
+    c->version = (unsigned)version;
     if ((rc = r_u32(r, &real_size, "real size")))
         return rc;
     if (real_size != 4 && real_size != 8)

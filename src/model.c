@@ -4,7 +4,7 @@
  *
  * Parameters are one flat buffer; `tensors` names its pieces in order:
  *   patch.w [P*P*C, D]  patch.b [D]  cls [D]  pos [T, D]
- *   blocks.L.{ln1.g, ln1.b [D], attn.{w_q,w_k,w_v,w_o [D, D], b_q,b_k,b_v,b_o [D],
+ *   blocks.L.{ln1.g, ln1.b [D], attn.{w_qkv [D, 3D], w_o [D, D], b_qkv [3D], b_o [D],
  *             tau [heads] (only with lsa)},
  *             ln2.g, ln2.b [D], mlp.w1 [D, M], mlp.b1 [M], mlp.w2 [M, D], mlp.b2 [D]}
  *   ln.g, ln.b [D]  head.w [D, K]  head.b [K]
@@ -87,8 +87,8 @@ static int layout(vit_model *m)
     T_(m->patch_b, "patch.b", 1, D, 0, 0, Z);
     T_(m->cls, "cls", 1, D, 0, 0, Z);
     T_(m->pos, "pos", 2, T, D, 0, N);
-    static const char *attn_w[4] = {"w_q", "w_k", "w_v", "w_o"};
-    static const char *attn_b[4] = {"b_q", "b_k", "b_v", "b_o"};
+    /* vit_mha's self-attention layout: W_QKV = [W_Q | W_K | W_V] feeds one GEMM */
+    static const char *attn_w[2] = {"w_qkv", "w_o"}, *attn_b[2] = {"b_qkv", "b_o"};
     for (int l = 0; l < c->depth; l++) {
         block_ix *b = &m->blocks[l];
         int ix;
@@ -97,15 +97,15 @@ static int layout(vit_model *m)
          T_(b->field, name, nd, d0, d1, decay, init))
         BLOCK_T(ln1_g, "ln1.g", 1, D, 0, 0, ONE);
         BLOCK_T(ln1_b, "ln1.b", 1, D, 0, 0, Z);
-        for (int i = 0; i < 4; i++) { /* laid out as vit_mha expects: one leaf feeds it */
+        for (int i = 0; i < 2; i++) { /* laid out as vit_mha expects: one leaf feeds it */
             snprintf(name, sizeof name, "blocks.%d.attn.%s", l, attn_w[i]);
-            T_(ix, name, 2, D, D, 1, N);
+            T_(ix, name, 2, D, i == 0 ? 3 * D : D, 1, N);
             if (i == 0)
                 b->attn = ix;
         }
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < 2; i++) {
             snprintf(name, sizeof name, "blocks.%d.attn.%s", l, attn_b[i]);
-            T_(ix, name, 1, D, 0, 0, Z);
+            T_(ix, name, 1, i == 0 ? 3 * D : D, 0, 0, Z);
         }
         if (c->lsa) { /* vit_mha's tau, right after b_o: a per-head multiplier of
                        * Q K^T starting at the fixed 1/sqrt(d_k), as in the

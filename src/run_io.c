@@ -100,6 +100,90 @@ static int take(const char *path, const vit_ckpt *c, const char *name, int ndim,
     return VIT_OK;
 }
 
+/* ---- formats 1 to 3: the attention's input projections one by one ------ */
+
+/* The format that introduced the fused W_QKV [D, 3D] of each block. */
+#define FUSED_QKV_VERSION 4
+
+/* If name is "PREFIX.attn.w_qkv" or "PREFIX.attn.b_qkv", the length of
+ * "PREFIX.attn." and which (0 weights, 1 biases); else -1. */
+static int qkv_tensor(const char *name, size_t *stem)
+{
+    size_t n = strlen(name);
+    static const char *tail[2] = {".attn.w_qkv", ".attn.b_qkv"};
+    for (int k = 0; k < 2; k++) {
+        size_t t = strlen(tail[k]);
+        if (n > t && strcmp(name + n - t, tail[k]) == 0) {
+            *stem = n - t + strlen(".attn.");
+            return k;
+        }
+    }
+    return -1;
+}
+
+/* Model tensor mt (W_QKV [D, 3D] or b_QKV [3D]) from a format-1..3 file's
+ * w_q, w_k, w_v [D, D] (b_q, b_k, b_v [D]): row i of W_QKV is row i of each
+ * in turn; the biases are simply consecutive. */
+static int take_legacy_qkv(const char *path, const vit_ckpt *c, const vit_model_tensor *mt,
+                           size_t stem, int bias, vit_real *dst)
+{
+    static const char *part[2][3] = {{"w_q", "w_k", "w_v"}, {"b_q", "b_k", "b_v"}};
+    const long long D = mt->shape[0] / (bias ? 3 : 1);
+    const long long shape[2] = {D, D};
+    vit_real *tmp = bias ? NULL : malloc((size_t)(D * D) * sizeof *tmp);
+    if (!bias && !tmp)
+        return vit_fail(VIT_ENOMEM, "%s: out of memory", path);
+    int rc = VIT_OK;
+    for (int p = 0; p < 3 && rc == VIT_OK; p++) {
+        char name[VIT_CKPT_NAME_MAX];
+        snprintf(name, sizeof name, "%.*s%s", (int)stem, mt->name, part[bias][p]);
+        if (bias) {
+            rc = take(path, c, name, 1, shape, dst + p * D);
+            continue;
+        }
+        if ((rc = take(path, c, name, 2, shape, tmp)) == VIT_OK)
+            for (long long i = 0; i < D; i++)
+                memcpy(dst + i * 3 * D + p * D, tmp + i * D, (size_t)D * sizeof *dst);
+    }
+    free(tmp);
+    return rc;
+}
+
+/* The same change of layout on a flat vector over all parameters (AdamW's
+ * moments, the trained weights beside an average), in place: each block's
+ * 3 D^2 values at W_QKV's offset go from [3][D][D] to [D][3][D].  The
+ * biases b_q, b_k, b_v were consecutive and stay where they are. */
+static int legacy_qkv_flat(const char *path, const vit_model *m, vit_real *flat)
+{
+    vit_real *tmp = NULL;
+    for (int t = 0; t < vit_model_tensor_count(m); t++) {
+        const vit_model_tensor *mt = vit_model_tensor_at(m, t);
+        size_t stem;
+        if (qkv_tensor(mt->name, &stem) != 0)
+            continue;
+        size_t D = (size_t)mt->shape[0];
+        if (!tmp && !(tmp = malloc(3 * D * D * sizeof *tmp)))
+            return vit_fail(VIT_ENOMEM, "%s: out of memory", path);
+        vit_real *w = flat + mt->offset;
+        memcpy(tmp, w, 3 * D * D * sizeof *tmp);
+        for (size_t p = 0; p < 3; p++)
+            for (size_t i = 0; i < D; i++)
+                memcpy(w + i * 3 * D + p * D, tmp + (p * D + i) * D, D * sizeof *w);
+    }
+    free(tmp);
+    return VIT_OK;
+}
+
+/* A flat tensor over all n parameters, converted from a format-1..3 file. */
+static int take_flat(const char *path, const vit_ckpt *c, const vit_model *m, const char *name,
+                     long long n, vit_real *dst)
+{
+    int rc = take(path, c, name, 1, &n, dst);
+    if (rc == VIT_OK && c->version < FUSED_QKV_VERSION)
+        rc = legacy_qkv_flat(path, m, dst);
+    return rc;
+}
+
 int vit_run_load(const char *path, vit_model **model, vit_adamw *opt, vit_run_state *st)
 {
     if (!path || !model)
@@ -140,16 +224,19 @@ int vit_run_load(const char *path, vit_model **model, vit_adamw *opt, vit_run_st
         long long shape[VIT_TENSOR_MAX_DIMS];
         for (int d = 0; d < mt->ndim; d++)
             shape[d] = mt->shape[d];
-        rc = take(path, &c, mt->name, mt->ndim, shape, vit_model_params(m) + mt->offset);
+        size_t stem;
+        int qkv = c.version < FUSED_QKV_VERSION ? qkv_tensor(mt->name, &stem) : -1;
+        rc = qkv >= 0 ? take_legacy_qkv(path, &c, mt, stem, qkv, vit_model_params(m) + mt->offset)
+                      : take(path, &c, mt->name, mt->ndim, shape, vit_model_params(m) + mt->offset);
     }
     if (rc == VIT_OK && opt) {
         const vit_config *k = &cfg;
         long long n = (long long)vit_model_param_count(m);
         rc = vit_adamw_init(opt, (size_t)n, k->beta1, k->beta2, k->eps, k->weight_decay);
         if (rc == VIT_OK)
-            rc = take(path, &c, "adam.m", 1, &n, opt->m);
+            rc = take_flat(path, &c, m, "adam.m", n, opt->m);
         if (rc == VIT_OK)
-            rc = take(path, &c, "adam.v", 1, &n, opt->v);
+            rc = take_flat(path, &c, m, "adam.v", n, opt->v);
         if (rc == VIT_OK)
             opt->t = c.step;
         else
@@ -161,7 +248,7 @@ int vit_run_load(const char *path, vit_model **model, vit_adamw *opt, vit_run_st
         long long n = (long long)vit_model_param_count(m);
         if (!(train_params = malloc((size_t)n * sizeof *train_params)))
             rc = vit_fail(VIT_ENOMEM, "%s: out of memory", path);
-        else if ((rc = take(path, &c, VIT_RUN_TRAIN_PARAMS, 1, &n, train_params))) {
+        else if ((rc = take_flat(path, &c, m, VIT_RUN_TRAIN_PARAMS, n, train_params))) {
             free(train_params);
             train_params = NULL;
         }

@@ -71,7 +71,7 @@ static int make_plan(const vit_config *c, plan_tensor *o)
     int D = c->dim, M = c->mlp, K = c->classes, C = c->channels, P = c->patch;
     vit_patch_shape ps = vit_config_patch_shape(c); /* overlapping patches: more tokens */
     int T = vit_patch_count(&ps) + 1, n = 0;
-    char name[64], a[48], b[48], e[48];
+    char name[64], a[48];
     plan(o, &n, "cls_token", OP_COPY, 3, 1, 1, D, 0, "cls", NULL, NULL);
     plan(o, &n, "pos_embed", OP_COPY, 3, 1, T, D, 0, "pos", NULL, NULL);
     plan(o, &n, "patch_embed.proj.weight", OP_PATCH, 4, D, C, P, P, "patch.w", NULL, NULL);
@@ -82,12 +82,12 @@ static int make_plan(const vit_config *c, plan_tensor *o)
         plan(o, &n, name, OP_COPY, 1, D, 0, 0, 0, a, NULL, NULL);
         NM(name, "blocks.%d.norm1.bias", l), NM(a, "blocks.%d.ln1.b", l);
         plan(o, &n, name, OP_COPY, 1, D, 0, 0, 0, a, NULL, NULL);
-        NM(name, "blocks.%d.attn.qkv.weight", l), NM(a, "blocks.%d.attn.w_q", l);
-        NM(b, "blocks.%d.attn.w_k", l), NM(e, "blocks.%d.attn.w_v", l);
-        plan(o, &n, name, OP_TRANSPOSE, 2, 3 * D, D, 0, 0, a, b, e);
-        NM(name, "blocks.%d.attn.qkv.bias", l), NM(a, "blocks.%d.attn.b_q", l);
-        NM(b, "blocks.%d.attn.b_k", l), NM(e, "blocks.%d.attn.b_v", l);
-        plan(o, &n, name, OP_COPY, 1, 3 * D, 0, 0, 0, a, b, e);
+        /* timm's fused qkv is [W_Q^T; W_K^T; W_V^T], the transpose of our
+         * W_QKV = [W_Q | W_K | W_V] */
+        NM(name, "blocks.%d.attn.qkv.weight", l), NM(a, "blocks.%d.attn.w_qkv", l);
+        plan(o, &n, name, OP_TRANSPOSE, 2, 3 * D, D, 0, 0, a, NULL, NULL);
+        NM(name, "blocks.%d.attn.qkv.bias", l), NM(a, "blocks.%d.attn.b_qkv", l);
+        plan(o, &n, name, OP_COPY, 1, 3 * D, 0, 0, 0, a, NULL, NULL);
         NM(name, "blocks.%d.attn.proj.weight", l), NM(a, "blocks.%d.attn.w_o", l);
         plan(o, &n, name, OP_TRANSPOSE, 2, D, D, 0, 0, a, NULL, NULL);
         NM(name, "blocks.%d.attn.proj.bias", l), NM(a, "blocks.%d.attn.b_o", l);

@@ -139,11 +139,20 @@ static void check_linear(void)
 enum { B = 2, T = 4, D = 8, H = 2, DK = D / H };
 
 /* Reference forward and backward for one sequence X [T, D]; p holds the
- * parameters in double in vit_mha's flat layout, g their gradients (+=). */
+ * parameters in double in vit_mha's flat layout, g their gradients (+=).
+ * That layout starts with W_QKV [D, 3D] = [W_Q | W_K | W_V]: row i holds
+ * row i of W_Q, of W_K and of W_V; they are copied out here. */
 static void mha_reference(const double *p, double *g, const double *X, const double *dY,
                           double *Y, double *dX)
 {
-    const double *Wq = p, *Wk = p + D * D, *Wv = p + 2 * D * D, *Wo = p + 3 * D * D;
+    double Wq[D * D], Wk[D * D], Wv[D * D];
+    for (int i = 0; i < D; i++)
+        for (int c = 0; c < D; c++) {
+            Wq[i * D + c] = p[i * 3 * D + c];
+            Wk[i * D + c] = p[i * 3 * D + D + c];
+            Wv[i * D + c] = p[i * 3 * D + 2 * D + c];
+        }
+    const double *Wo = p + 3 * D * D;
     const double *bias = p + 4 * D * D; /* b_Q | b_K | b_V | b_O, D each */
     double Q[T * D], K[T * D], V[T * D], C[T * D], P[H][T][T];
     mm(Q, X, Wq, T, D, D, 0);
@@ -185,7 +194,7 @@ static void mha_reference(const double *p, double *g, const double *X, const dou
             Y[i * D + c] += bias[3 * D + c];
 
     /* Backward, from the output down. */
-    double *gWq = g, *gWk = g + D * D, *gWv = g + 2 * D * D, *gWo = g + 3 * D * D;
+    double gWq[D * D] = {0}, gWk[D * D] = {0}, gWv[D * D] = {0}, *gWo = g + 3 * D * D;
     double *gb = g + 4 * D * D;
     double t1[D * T], t2[D * D], dC[T * D], dQ[T * D] = {0}, dK[T * D] = {0}, dV[T * D] = {0};
     transpose(t1, C, T, D);
@@ -224,6 +233,9 @@ static void mha_reference(const double *p, double *g, const double *X, const dou
                 gb[w * D + c] += dQKV[w][i * D + c];
         transpose(t2, Wqkv[w], D, D);
         mm(dX, dQKV[w], t2, T, D, D, 1);
+        for (int i = 0; i < D; i++) /* back into the joint W_QKV's column block w */
+            for (int c = 0; c < D; c++)
+                g[i * 3 * D + w * D + c] += gW[w][i * D + c];
     }
 }
 

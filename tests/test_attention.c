@@ -19,6 +19,16 @@
 #include "gradcheck.h"
 #include "vit/attention.h"
 
+#define EXPECT_EINVAL(call, needle)                                                  \
+    do {                                                                             \
+        int rc_ = (call);                                                            \
+        ck_assert_msg(rc_ == VIT_EINVAL, "%s returned %d", #call, rc_);              \
+        ck_assert_msg(strlen(vit_last_error()) > 0, "%s: empty message", #call);     \
+        ck_assert_msg(strstr(vit_last_error(), needle) != NULL,                      \
+                      "%s: message \"%s\" does not mention \"%s\"", #call,           \
+                      vit_last_error(), needle);                                     \
+    } while (0)
+
 /* ---- Plain-loop references ------------------------------------------------ */
 
 /* Whether query i of item b may see key j, read straight off the mask
@@ -75,13 +85,15 @@ static void ref_sdpa(const vit_sdpa *a, vit_real *out, vit_real *probs,
 }
 
 /* y[rows, out] = x W + b, by loops. */
-static void ref_dense(vit_real *y, const vit_real *x, const vit_real *w, const vit_real *b,
-                      int rows, int in, int out)
+/* y[rows, out] = x[rows, in] W + b, W's rows ldw apart (a column block of
+ * the joint projection matrices of vit_mha, or dense with ldw = out). */
+static void ref_dense(vit_real *y, const vit_real *x, const vit_real *w, int ldw,
+                      const vit_real *b, int rows, int in, int out)
 {
     for (int r = 0; r < rows; r++)
         for (int c = 0; c < out; c++) {
             double acc = b ? b[c] : 0.0;
-            for (int t = 0; t < in; t++) acc += x[(size_t)r * in + t] * w[(size_t)t * out + c];
+            for (int t = 0; t < in; t++) acc += x[(size_t)r * in + t] * w[(size_t)t * ldw + c];
             y[(size_t)r * out + c] = acc;
         }
 }
@@ -644,9 +656,9 @@ static void ref_mha(const mha_case *c, vit_real *y)
     vit_real *Q = gc_zeros((size_t)rq * d), *K = gc_zeros((size_t)rk * d);
     vit_real *V = gc_zeros((size_t)rk * d), *ctx = gc_zeros((size_t)rq * d);
     vit_real *P = gc_zeros((size_t)m->batch * m->heads * m->n_q * m->n_k);
-    ref_dense(Q, c->xq, w.w_q, w.b_q, rq, d, d);
-    ref_dense(K, c->xkv, w.w_k, w.b_k, rk, dkv, d);
-    ref_dense(V, c->xkv, w.w_v, w.b_v, rk, dkv, d);
+    ref_dense(Q, c->xq, w.w_q, w.ld_q, w.b_q, rq, d, d);
+    ref_dense(K, c->xkv, w.w_k, w.ld_kv, w.b_k, rk, dkv, d);
+    ref_dense(V, c->xkv, w.w_v, w.ld_kv, w.b_v, rk, dkv, d);
     vit_sdpa a = sdpa_shape(m->batch, m->heads, m->n_q, m->n_k, d / m->heads, d / m->heads);
     a.scale = m->scale;
     a.mask = m->mask;
@@ -654,7 +666,7 @@ static void ref_mha(const mha_case *c, vit_real *y)
     a.bias_heads = m->bias_heads;
     a.head_scale = w.tau;
     ref_sdpa(&a, ctx, P, Q, K, V);
-    ref_dense(y, ctx, w.w_o, w.b_o, rq, d, d);
+    ref_dense(y, ctx, w.w_o, d, w.b_o, rq, d, d);
     free(Q); free(K); free(V); free(ctx); free(P);
 }
 
@@ -680,9 +692,12 @@ static void run_mha_case(const char *tag, vit_mha m, int self, int score_bias, u
     ck_assert_int_eq(vit_mha_views_of(&c.m, c.params, &pv), VIT_OK);
     ck_assert_int_eq(vit_mha_views_of(&c.m, grads, &gv), VIT_OK);
     size_t d = (size_t)m.d_model, dkv = (size_t)(m.d_kv ? m.d_kv : m.d_model);
-    check_grad(tag, "W_Q", pv.w_q, gv.w_q, d * d, mha_loss, &c);
-    check_grad(tag, "W_K", pv.w_k, gv.w_k, dkv * d, mha_loss, &c);
-    check_grad(tag, "W_V", pv.w_v, gv.w_v, dkv * d, mha_loss, &c);
+    if (dkv == d) { /* one joint [d, 3d] matrix */
+        check_grad(tag, "W_QKV", pv.w_q, gv.w_q, 3 * d * d, mha_loss, &c);
+    } else {
+        check_grad(tag, "W_Q", pv.w_q, gv.w_q, d * d, mha_loss, &c);
+        check_grad(tag, "W_KV", pv.w_k, gv.w_k, 2 * dkv * d, mha_loss, &c);
+    }
     check_grad(tag, "W_O", pv.w_o, gv.w_o, d * d, mha_loss, &c);
     if (m.has_bias) {
         check_grad(tag, "b_Q", pv.b_q, gv.b_q, d, mha_loss, &c);
@@ -750,6 +765,178 @@ START_TEST(test_mha_grad_cross)
 {
     run_mha_case("mha/cross", mha_shape(2, 4, 6, 6, 5, 2, 1), 0, 0, 221);
     run_mha_case("mha/cross_nobias", mha_shape(2, 4, 6, 6, 5, 3, 0), 0, 0, 222);
+    /* Inputs of one width in two buffers: the joint W_QKV, read as column
+     * blocks by two GEMMs (no fused call), with n_q != n_k and n_q = n_k. */
+    run_mha_case("mha/cross_same_width", mha_shape(2, 4, 6, 6, 0, 2, 1), 0, 0, 223);
+    run_mha_case("mha/two_inputs", mha_shape(2, 5, 5, 6, 0, 3, 1), 0, 0, 224);
+}
+END_TEST
+
+/* Where the views point: the layout of the header, from offsets alone. */
+START_TEST(test_mha_layout)
+{
+    vit_real buf[1];
+    vit_mha_views v;
+    /* d_kv = d_model: W_QKV [6, 18] | W_O | b_Q b_K b_V | b_O | tau [2] */
+    vit_mha m = mha_shape(1, 3, 3, 6, 0, 2, 1);
+    m.learn_scale = 1;
+    ck_assert_uint_eq(vit_mha_param_count(&m), 4 * 36 + 4 * 6 + 2);
+    ck_assert_int_eq(vit_mha_views_of(&m, buf, &v), VIT_OK);
+    ck_assert_ptr_eq(v.w_q, buf);
+    ck_assert_ptr_eq(v.w_k, buf + 6);
+    ck_assert_ptr_eq(v.w_v, buf + 12);
+    ck_assert_int_eq(v.ld_q, 18);
+    ck_assert_int_eq(v.ld_kv, 18);
+    ck_assert_ptr_eq(v.w_o, buf + 108);
+    ck_assert_ptr_eq(v.b_q, buf + 144);
+    ck_assert_ptr_eq(v.b_k, buf + 150);
+    ck_assert_ptr_eq(v.b_v, buf + 156);
+    ck_assert_ptr_eq(v.b_o, buf + 162);
+    ck_assert_ptr_eq(v.tau, buf + 168);
+    /* d_kv = 5: W_Q [6, 6] | W_KV [5, 12] | W_O | biases */
+    m = mha_shape(1, 3, 4, 6, 5, 2, 1);
+    ck_assert_uint_eq(vit_mha_param_count(&m), 2 * 36 + 2 * 30 + 4 * 6);
+    ck_assert_int_eq(vit_mha_views_of(&m, buf, &v), VIT_OK);
+    ck_assert_ptr_eq(v.w_q, buf);
+    ck_assert_int_eq(v.ld_q, 6);
+    ck_assert_ptr_eq(v.w_k, buf + 36);
+    ck_assert_ptr_eq(v.w_v, buf + 42);
+    ck_assert_int_eq(v.ld_kv, 12);
+    ck_assert_ptr_eq(v.w_o, buf + 96);
+    ck_assert_ptr_eq(v.b_q, buf + 132);
+    ck_assert_ptr_eq(v.b_o, buf + 150);
+    ck_assert_ptr_null(v.tau);
+}
+END_TEST
+
+/* The fused call (x_q == x_kv: one GEMM, Q, K, V side by side in the cache)
+ * against the same layer given a copy of x as x_kv (two GEMMs, separate
+ * cache layout): same y, gradients and dx; and the fused call's other ways
+ * of asking for dx (two buffers, one of them, no weights' gradient). */
+START_TEST(test_mha_fused_equals_separate)
+{
+    vit_mha m = mha_shape(2, 5, 5, 8, 0, 2, 1);
+    m.learn_scale = 1;
+    mha_case c;
+    mha_case_init(&c, m, 1, 0, 251);
+    vit_mha_views pv;
+    ck_assert_int_eq(vit_mha_views_of(&c.m, c.params, &pv), VIT_OK);
+    for (int h = 0; h < 2; h++) pv.tau[h] = (vit_real)(0.3 + 0.2 * h);
+    vit_real *copy = gc_zeros(c.nxq), *y2 = gc_zeros(c.ny);
+    vit_real *cache2 = gc_zeros(vit_mha_cache_size(&c.m));
+    memcpy(copy, c.xq, c.nxq * sizeof *copy);
+    ck_assert_int_eq(vit_mha_forward(&c.m, c.params, c.y, c.xq, c.xq, c.cache), VIT_OK);
+    ck_assert_int_eq(vit_mha_forward(&c.m, c.params, y2, c.xq, copy, cache2), VIT_OK);
+    ck_assert(max_abs_diff(c.y, y2, c.ny) <= 1e-13);
+    ck_assert_uint_gt((size_t)(max_abs_diff(c.y, c.w, c.ny) > 0), 0); /* y is not trivial */
+
+    vit_real *g1 = gc_zeros(c.np), *g2 = gc_zeros(c.np), *dx1 = gc_zeros(c.nxq);
+    vit_real *dq2 = gc_zeros(c.nxq), *dkv2 = gc_zeros(c.nxq);
+    ck_assert_int_eq(vit_mha_backward(&c.m, c.params, g1, dx1, dx1, NULL, c.w, c.xq, c.xq,
+                                      c.cache, NULL), VIT_OK);
+    ck_assert_int_eq(vit_mha_backward(&c.m, c.params, g2, dq2, dkv2, NULL, c.w, c.xq, copy,
+                                      cache2, NULL), VIT_OK);
+    ck_assert(max_abs_diff(g1, g2, c.np) <= 1e-13);
+    vit_real *sum = gc_zeros(c.nxq);
+    for (size_t i = 0; i < c.nxq; i++) sum[i] = dq2[i] + dkv2[i];
+    ck_assert(max_abs_diff(dx1, sum, c.nxq) <= 1e-13);
+
+    /* Fused, two dx buffers: each gets its share. */
+    vit_real *dq3 = gc_zeros(c.nxq), *dkv3 = gc_zeros(c.nxq), *g3 = gc_zeros(c.np);
+    ck_assert_int_eq(vit_mha_backward(&c.m, c.params, g3, dq3, dkv3, NULL, c.w, c.xq, c.xq,
+                                      c.cache, NULL), VIT_OK);
+    ck_assert(max_abs_diff(dq3, dq2, c.nxq) <= 1e-13);
+    ck_assert(max_abs_diff(dkv3, dkv2, c.nxq) <= 1e-13);
+    ck_assert(max_abs_diff(g3, g1, c.np) <= 1e-13);
+    /* Fused, only dx_q (then only dx_kv), no weights' gradient. */
+    memset(dq3, 0, c.nxq * sizeof *dq3);
+    memset(dkv3, 0, c.nxq * sizeof *dkv3);
+    ck_assert_int_eq(vit_mha_backward(&c.m, c.params, NULL, dq3, NULL, NULL, c.w, c.xq, c.xq,
+                                      c.cache, NULL), VIT_OK);
+    ck_assert_int_eq(vit_mha_backward(&c.m, c.params, NULL, NULL, dkv3, NULL, c.w, c.xq, c.xq,
+                                      c.cache, NULL), VIT_OK);
+    ck_assert(max_abs_diff(dq3, dq2, c.nxq) <= 1e-13);
+    ck_assert(max_abs_diff(dkv3, dkv2, c.nxq) <= 1e-13);
+    ck_assert(max_abs_diff(dq2, dkv2, c.nxq) > 1e-3); /* the two shares differ */
+
+    free(copy); free(y2); free(cache2); free(g1); free(g2); free(dx1); free(dq2); free(dkv2);
+    free(sum); free(dq3); free(dkv3); free(g3);
+    mha_case_free(&c);
+}
+END_TEST
+
+/* vit_sdpa's row strides: q, k, v (and dq, dk, dv) as column blocks of one
+ * wider buffer, as vit_mha's fused projection lays them out, give the dense
+ * results, in both cores, and leave the rest of the buffer alone. */
+static void strided_case(int tiled)
+{
+    enum { B = 2, H = 2, N = 5, DK = 3, W = H * DK, LD = 3 * W + 1 };
+    vit_sdpa a = sdpa_shape(B, H, N, N, DK, DK);
+    vit_real hs[H] = {0.4, 0.7};
+    a.head_scale = hs;
+    uint64_t seed = 261;
+    const size_t n = (size_t)B * N * W, nf = (size_t)B * N * LD;
+    vit_real *q = gc_zeros(n), *k = gc_zeros(n), *v = gc_zeros(n), *dout = gc_zeros(n);
+    gc_fill(q, n, &seed, 1.0); gc_fill(k, n, &seed, 1.0); gc_fill(v, n, &seed, 1.0);
+    gc_fill(dout, n, &seed, 1.0);
+    vit_real *f = gc_zeros(nf), *df = gc_zeros(nf); /* [B*N, LD]: q | k | v | 1 spare */
+    for (size_t i = 0; i < nf; i++) { f[i] = 1e3 + (double)i; df[i] = -7; }
+    for (size_t r = 0; r < (size_t)B * N; r++)
+        for (int c = 0; c < W; c++) {
+            f[r * LD + c] = q[r * W + c];
+            f[r * LD + W + c] = k[r * W + c];
+            f[r * LD + 2 * W + c] = v[r * W + c];
+            df[r * LD + c] = df[r * LD + W + c] = df[r * LD + 2 * W + c] = 0;
+        }
+    vit_sdpa s = a;
+    s.ld_q = s.ld_k = s.ld_v = LD;
+    const size_t np = tiled ? (size_t)B * H * N : (size_t)B * H * N * N;
+    vit_real *o1 = gc_zeros(n), *o2 = gc_zeros(n), *p1 = gc_zeros(np), *p2 = gc_zeros(np);
+    vit_real *dq = gc_zeros(n), *dk = gc_zeros(n), *dv = gc_zeros(n);
+    vit_real ds1[H] = {0}, ds2[H] = {0};
+    if (tiled) {
+        ck_assert_int_eq(vit_sdpa_tiled_forward(&a, o1, p1, q, k, v, NULL), VIT_OK);
+        ck_assert_int_eq(vit_sdpa_tiled_forward(&s, o2, p2, f, f + W, f + 2 * W, NULL), VIT_OK);
+        ck_assert_int_eq(vit_sdpa_tiled_backward_scale(&a, dq, dk, dv, NULL, ds1, dout, o1, p1,
+                                                       q, k, v, NULL), VIT_OK);
+        ck_assert_int_eq(vit_sdpa_tiled_backward_scale(&s, df, df + W, df + 2 * W, NULL, ds2,
+                                                       dout, o2, p2, f, f + W, f + 2 * W, NULL),
+                         VIT_OK);
+    } else {
+        ck_assert_int_eq(vit_sdpa_forward(&a, o1, p1, q, k, v), VIT_OK);
+        ck_assert_int_eq(vit_sdpa_forward(&s, o2, p2, f, f + W, f + 2 * W), VIT_OK);
+        ck_assert_int_eq(vit_sdpa_backward_scale(&a, dq, dk, dv, NULL, ds1, dout, p1, q, k, v,
+                                                 NULL), VIT_OK);
+        ck_assert_int_eq(vit_sdpa_backward_scale(&s, df, df + W, df + 2 * W, NULL, ds2, dout,
+                                                 p2, f, f + W, f + 2 * W, NULL), VIT_OK);
+    }
+    ck_assert(max_abs_diff(o1, o2, n) <= 1e-14);
+    ck_assert(max_abs_diff(p1, p2, np) <= 1e-14);
+    ck_assert(max_abs_diff(ds1, ds2, H) <= 1e-13);
+    ck_assert(fabs(ds1[0]) > 1e-6);
+    for (size_t r = 0; r < (size_t)B * N; r++) {
+        for (int c = 0; c < W; c++) {
+            ck_assert(fabs(df[r * LD + c] - dq[r * W + c]) <= 1e-14);
+            ck_assert(fabs(df[r * LD + W + c] - dk[r * W + c]) <= 1e-14);
+            ck_assert(fabs(df[r * LD + 2 * W + c] - dv[r * W + c]) <= 1e-14);
+        }
+        ck_assert(df[r * LD + LD - 1] == -7); /* the spare column is not touched */
+    }
+    free(q); free(k); free(v); free(dout); free(f); free(df); free(o1); free(o2); free(p1);
+    free(p2); free(dq); free(dk); free(dv);
+}
+
+START_TEST(test_sdpa_row_strides)
+{
+    strided_case(0);
+    strided_case(1);
+    vit_sdpa a = sdpa_shape(1, 2, 3, 3, 2, 2);
+    vit_real buf[64] = {0}, probs[64];
+    a.ld_k = 3; /* narrower than H*d_k = 4 */
+    EXPECT_EINVAL(vit_sdpa_forward(&a, buf + 40, probs, buf, buf, buf), "ld_k");
+    a.ld_k = 0;
+    a.ld_v = -1;
+    EXPECT_EINVAL(vit_sdpa_tiled_forward(&a, buf + 40, probs, buf, buf, buf, NULL), "ld_v");
 }
 END_TEST
 
@@ -991,16 +1178,6 @@ END_TEST
 
 /* ---- Bad input ------------------------------------------------------------- */
 
-#define EXPECT_EINVAL(call, needle)                                                  \
-    do {                                                                             \
-        int rc_ = (call);                                                            \
-        ck_assert_msg(rc_ == VIT_EINVAL, "%s returned %d", #call, rc_);              \
-        ck_assert_msg(strlen(vit_last_error()) > 0, "%s: empty message", #call);     \
-        ck_assert_msg(strstr(vit_last_error(), needle) != NULL,                      \
-                      "%s: message \"%s\" does not mention \"%s\"", #call,           \
-                      vit_last_error(), needle);                                     \
-    } while (0)
-
 START_TEST(test_bad_input)
 {
     vit_real buf[4096] = {0};
@@ -1149,6 +1326,9 @@ static Suite *attention_suite(void)
     tcase_add_test(h, test_mha_grad_cross);
     tcase_add_test(h, test_mha_grad_mask_and_score_bias);
     tcase_add_test(h, test_mha_backward_null_and_work);
+    tcase_add_test(h, test_mha_layout);
+    tcase_add_test(h, test_mha_fused_equals_separate);
+    tcase_add_test(h, test_sdpa_row_strides);
     suite_add_tcase(s, h);
 
     TCase *p = tcase_create("properties");

@@ -315,6 +315,31 @@ static void parity_end(const parity *p)
 
 /* ---- Multi-head attention cases (a-d) --------------------------------- */
 
+/* The views' W_Q, W_K, W_V are column blocks of the joint input matrix:
+ * an E x E matrix to or from rows ld apart. */
+static void put_block(vit_real *dst, int ld, const double *src, int E)
+{
+    for (int i = 0; i < E; i++)
+        memcpy(dst + (size_t)i * ld, src + (size_t)i * E, (size_t)E * sizeof *dst);
+}
+
+static vit_real *get_block(const vit_real *src, int ld, int E)
+{
+    vit_real *o = gc_zeros((size_t)E * E);
+    for (int i = 0; i < E; i++)
+        memcpy(o + (size_t)i * E, src + (size_t)i * ld, (size_t)E * sizeof *o);
+    return o;
+}
+
+/* Compares the E x E block of rows ld apart with the fixture's matrix. */
+static void compare_block(parity *p, const char *name, const vit_real *ours, int ld,
+                          const double *torch_, int E)
+{
+    vit_real *dense = get_block(ours, ld, E);
+    compare(p, name, dense, torch_, (size_t)E * E);
+    free(dense);
+}
+
 static void run_mha_case(const char *file)
 {
     fixture fx;
@@ -365,9 +390,11 @@ static void run_mha_case(const char *file)
     ck_assert_int_eq(vit_mha_views_of(&m, params, &pv), VIT_OK);
     ck_assert_int_eq(vit_mha_views_of(&m, grads, &gv), VIT_OK);
     const size_t ee = (size_t)(E * E), e = (size_t)E;
-    memcpy(pv.w_q, GET(fx, file, "W_Q", E, E), ee * sizeof(vit_real));
-    memcpy(pv.w_k, GET(fx, file, "W_K", E, E), ee * sizeof(vit_real));
-    memcpy(pv.w_v, GET(fx, file, "W_V", E, E), ee * sizeof(vit_real));
+    ck_assert_int_eq(pv.ld_q, 3 * (int)E); /* d_kv = d_model: one joint W_QKV */
+    ck_assert_int_eq(pv.ld_kv, 3 * (int)E);
+    put_block(pv.w_q, pv.ld_q, GET(fx, file, "W_Q", E, E), (int)E);
+    put_block(pv.w_k, pv.ld_kv, GET(fx, file, "W_K", E, E), (int)E);
+    put_block(pv.w_v, pv.ld_kv, GET(fx, file, "W_V", E, E), (int)E);
     memcpy(pv.w_o, GET(fx, file, "W_O", E, E), ee * sizeof(vit_real));
     if (hb) {
         ck_assert_msg(pv.b_q && pv.b_k && pv.b_v && pv.b_o, "bias views are NULL with has_bias");
@@ -404,9 +431,9 @@ static void run_mha_case(const char *file)
     } else {
         compare(&p, "dx", dx_q, GET(fx, file, "dx", B, nq, E), ny);
     }
-    compare(&p, "dW_Q", gv.w_q, GET(fx, file, "dW_Q", E, E), ee);
-    compare(&p, "dW_K", gv.w_k, GET(fx, file, "dW_K", E, E), ee);
-    compare(&p, "dW_V", gv.w_v, GET(fx, file, "dW_V", E, E), ee);
+    compare_block(&p, "dW_Q", gv.w_q, gv.ld_q, GET(fx, file, "dW_Q", E, E), (int)E);
+    compare_block(&p, "dW_K", gv.w_k, gv.ld_kv, GET(fx, file, "dW_K", E, E), (int)E);
+    compare_block(&p, "dW_V", gv.w_v, gv.ld_kv, GET(fx, file, "dW_V", E, E), (int)E);
     compare(&p, "dW_O", gv.w_o, GET(fx, file, "dW_O", E, E), ee);
     if (hb) {
         compare(&p, "db_Q", gv.b_q, GET(fx, file, "db_Q", E), e);

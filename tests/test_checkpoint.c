@@ -23,6 +23,8 @@
 #include <unistd.h>
 
 #include "vit/checkpoint.h"
+#include "vit/optim.h"
+#include "vit/tape.h"
 #include "vit/train.h"
 
 /* ---- helpers ---- */
@@ -227,7 +229,7 @@ static vit_ckpt small_ckpt(vit_ckpt_tensor t[2])
     t[1].dims[0] = 3;
     t[1].data = small_b;
     static char *names[3] = {"bag", "coat", "sneaker"};
-    vit_ckpt c = {7, 2, {1, 2, 3, 4}, "dim=8\n", 2, t, 0, {0, 0, 0}, 0, NULL, 3, names};
+    vit_ckpt c = {7, 2, {1, 2, 3, 4}, "dim=8\n", 2, t, 0, {0, 0, 0}, 0, NULL, 3, names, 0};
     return c;
 }
 
@@ -253,12 +255,12 @@ START_TEST(test_byte_layout)
     int order[2] = {1, 0};
     char *names[2] = {"cat", "\xc3\xa9t\xc3\xa9"}; /* "été" in UTF-8 */
     vit_ckpt c = {0x0102030405060708ULL, 9, {1, 2, 3, 0x8000000000000000ULL}, "ab", 1, &t,
-                  3, {0.5, -2.0, 0.0}, 2, order, 2, names};
+                  3, {0.5, -2.0, 0.0}, 2, order, 2, names, 0};
     ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_OK);
 
     static const unsigned char want_head[] = {
         'V', 'I', 'T', 'C', 'K', 'P', 'T', '1',
-        3, 0, 0, 0,                           /* version */
+        4, 0, 0, 0,                           /* version */
         8, 0, 0, 0,                           /* sizeof(vit_real) of this float64 build */
         8, 7, 6, 5, 4, 3, 2, 1,               /* step */
         9, 0, 0, 0, 0, 0, 0, 0,               /* epoch */
@@ -343,12 +345,13 @@ START_TEST(test_round_trip)
     longest[sizeof longest - 1] = '\0';
     char *names[3] = {"7", "T-shirt/top \xe2\x9c\x93", longest};
     vit_ckpt c = {123456789012ULL, 42, {0xDEADBEEFULL, 0, ~0ULL, 5}, config, 3, t,
-                  7, {1.0 / 3.0, -1e300, 5e-324}, 5, order, 3, names};
+                  7, {1.0 / 3.0, -1e300, 5e-324}, 5, order, 3, names, 0};
     ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_OK);
     ck_assert_int_eq(count_entries(d.path), 1); /* no temporary file left */
 
     vit_ckpt r;
     ck_assert_int_eq(vit_ckpt_read(path, &r), VIT_OK);
+    ck_assert_uint_eq(r.version, VIT_CKPT_VERSION); /* written in the current format */
     ck_assert_uint_eq(r.step, 123456789012ULL);
     ck_assert_uint_eq(r.epoch, 42);
     ck_assert_uint_eq(r.rng[0], 0xDEADBEEFULL);
@@ -389,7 +392,7 @@ START_TEST(test_round_trip)
     vit_ckpt_free(&r); /* freeing twice is harmless once zeroed */
 
     /* No config and no tensors at all is a valid checkpoint too. */
-    vit_ckpt empty = {1, 0, {0, 0, 0, 0}, NULL, 0, NULL, 0, {0, 0, 0}, 0, NULL, 0, NULL};
+    vit_ckpt empty = {1, 0, {0, 0, 0, 0}, NULL, 0, NULL, 0, {0, 0, 0}, 0, NULL, 0, NULL, 0};
     ck_assert_int_eq(vit_ckpt_write(path, &empty), VIT_OK);
     ck_assert_int_eq(vit_ckpt_read(path, &r), VIT_OK);
     ck_assert_str_eq(r.config, "");
@@ -524,15 +527,15 @@ START_TEST(test_bad_header_fields)
     expect_read_fails(bad, VIT_EFORMAT, "bad magic");
     img[0] = 'V';
 
-    img[8] = 4; /* version */
+    img[8] = 5; /* version */
     fix_crc(img, n);
     write_all(bad, img, n);
-    expect_read_fails(bad, VIT_EFORMAT, "version 4");
+    expect_read_fails(bad, VIT_EFORMAT, "version 5");
     img[8] = 0;
     fix_crc(img, n);
     write_all(bad, img, n);
     expect_read_fails(bad, VIT_EFORMAT, "version 0");
-    img[8] = 3;
+    img[8] = 4;
 
     img[12] = 2; /* real size */
     fix_crc(img, n);
@@ -575,6 +578,7 @@ START_TEST(test_reads_version_1_file)
     vit_ckpt r;
     ck_assert_msg(vit_ckpt_read("data/v1/digits-dim8-epoch1-of-2.ckpt", &r) == VIT_OK, "%s",
                   vit_last_error());
+    ck_assert_uint_eq(r.version, 1);
     ck_assert_uint_eq(r.epoch, 1);
     ck_assert_uint_eq(r.step, 45); /* 1437 images in batches of 32 */
     ck_assert_uint_eq(r.epoch_step, 0);
@@ -595,6 +599,7 @@ START_TEST(test_reads_version_2_file)
     const char *path = "data/v2/digits-dim8-epoch2-step270-of-3.ckpt";
     vit_ckpt r;
     ck_assert_msg(vit_ckpt_read(path, &r) == VIT_OK, "%s", vit_last_error());
+    ck_assert_uint_eq(r.version, 2);
     ck_assert_uint_eq(r.epoch, 1);
     ck_assert_uint_eq(r.step, 360 + 270); /* 1437 images in batches of 4: 360 steps an epoch */
     ck_assert_uint_eq(r.epoch_step, 270);
@@ -616,6 +621,179 @@ START_TEST(test_reads_version_2_file)
     ck_assert_int_eq(vit_model_config(m)->dim, 8);
     ck_assert_ptr_null(st.train_params);
     ck_assert_uint_eq(st.epoch_step, 270);
+    vit_run_state_free(&st);
+    vit_adamw_free(&opt);
+    vit_model_free(m);
+}
+END_TEST
+
+/* ---- formats 1 to 3: the attention's projections converted on load ----- */
+
+/* Logits of three fixed images (pixel i: (i*37 mod 101)/100 - 0.3) from the
+ * two committed old runs, printed with %.17g by the float64 build of main
+ * at c5bfe9a (before the fused W_QKV), as loaded and after one AdamW step
+ * (lr 1e-2, labels 1, 7, 4, one thread) on those images. */
+static const double legacy_logits[2][2][3 * 10] = {
+    {{ /* v1: as loaded */
+        0.14830237505673344, 0.19862734431844514, -0.048905967581246074, 0.14291323074237605, 0.1478428667922001, 0.084615628277008192, 0.10932444544050979, -0.024687832795164878, -0.061516932839271149, 0.10009937258629405,
+        0.12795472566906069, 0.18257588095812149, -0.054165647915975473, 0.17430152022417256, 0.12778932512782454, 0.071239742947584311, 0.10184643991642037, -0.007777576381086948, -0.029007973216486432, 0.1053997206980801,
+        0.1198244794446813, 0.20344437831077739, -0.034668387959485181, 0.16370840066132214, 0.1347038162344813, 0.091748661688852318, 0.10352244632922268, -0.020998101521140244, -0.046586788965742143, 0.10582355150762059,
+    }, { /* after one AdamW step */
+        0.091449826365059564, 0.19402479316769983, 0.0098138848814070777, 0.079916755021082989, 0.12135538865244104, -0.067377301502355047, 0.12625485528725999, 0.05001473090043014, -0.028697669517412139, 0.053193474563998505,
+        0.072539864195842171, 0.17486351339041917, 0.0023898149269939674, 0.11119931803827694, 0.10085599935503957, -0.082344476036164321, 0.11910331840266269, 0.068269361569590112, 0.0058604520198062117, 0.058719279571029064,
+        0.067499059231982503, 0.19755653038214288, 0.021664379851006384, 0.097923831886383594, 0.11070984201353938, -0.060356221023196044, 0.12192379289836897, 0.052899367224124208, -0.014735277124925134, 0.058307616117721124,
+    }},
+    {{ /* v2: as loaded */
+        0.1108255077288192, 0.080119968019703447, 0.0026731182100932782, 0.30510066290196436, 0.087252663952964923, 0.20583796156735296, -0.048081750216686807, 0.0071942816958430397, -0.051350151538444244, 0.086140202688994555,
+        0.10932131167633204, 0.07553824911330613, -0.0012732391464837373, 0.30936509107993604, 0.081606761497016053, 0.2025504311613972, -0.043422253195742097, 0.013565726936262214, -0.038438002654016507, 0.091619260307008329,
+        0.092887302446084549, 0.083957284336246135, 0.013078650158522387, 0.31354534946146828, 0.079289510246063441, 0.20772054814489607, -0.050851078971588644, 0.0097335048480450548, -0.042063781257323178, 0.089945121944331741,
+    }, { /* after one AdamW step */
+        0.13824898906797592, 0.073719901860894915, 0.0090478594969736481, 0.21397487020428355, 0.1189549252423269, 0.15747234987339123, -0.014038197740979835, 0.061364875882532713, -0.086182897072986556, 0.10734193448635115,
+        0.13495460949044757, 0.068588807997543064, 0.005608812511500999, 0.21960961614264918, 0.11214090436090167, 0.15315670054985792, -0.010465598445629323, 0.06863250353941637, -0.072654208301194581, 0.11259627982182775,
+        0.11999971085898231, 0.07730064621650784, 0.019779328167243565, 0.2231053189179783, 0.11080686711761291, 0.15867963021762194, -0.017339589213911911, 0.064814394355641347, -0.077330806180300624, 0.11117725936201488,
+    }},
+};
+
+static void fixed_images(vit_real *img, int n) /* n values */
+{
+    for (int i = 0; i < n; i++)
+        img[i] = (vit_real)((i * 37 % 101) / 100.0 - 0.3);
+}
+
+static void expect_logits(vit_model *m, vit_tape *t, const vit_real *img, const double *want,
+                          double tol, const char *what)
+{
+    vit_tape_reset(t);
+    vit_tensor *lg = vit_model_forward(m, t, img, 3, 0);
+    ck_assert_msg(lg != NULL, "%s", vit_last_error());
+    for (int i = 0; i < 30; i++)
+        ck_assert_msg(fabs(lg->data[i] - want[i]) <= tol * fabs(want[i]) + 1e-300,
+                      "%s: logit %d is %.17g, before the change %.17g", what, i,
+                      (double)lg->data[i], want[i]);
+}
+
+/* The flat vector new (over all parameters, fused layout) is old (formats
+ * 1..3) with each block's W_Q, W_K, W_V [D, D] interleaved row by row into
+ * W_QKV [D, 3D]: rebuilt here from the tensor names and shapes alone. */
+static void expect_flat_converted(const vit_model *m, const vit_real *new_, const vit_real *old)
+{
+    size_t n = vit_model_param_count(m), moved = 0;
+    unsigned char *seen = calloc(n, 1);
+    ck_assert_ptr_nonnull(seen);
+    for (int t = 0; t < vit_model_tensor_count(m); t++) {
+        const vit_model_tensor *mt = vit_model_tensor_at(m, t);
+        const char *suffix = strstr(mt->name, ".attn.w_qkv");
+        if (!suffix || suffix[strlen(".attn.w_qkv")] != '\0')
+            continue;
+        size_t D = (size_t)mt->shape[0], o = mt->offset;
+        ck_assert_uint_eq((size_t)mt->shape[1], 3 * D);
+        for (size_t p = 0; p < 3; p++)
+            for (size_t i = 0; i < D; i++)
+                for (size_t j = 0; j < D; j++) {
+                    size_t at = o + i * 3 * D + p * D + j;
+                    ck_assert(new_[at] == old[o + (p * D + i) * D + j]);
+                    seen[at] = 1;
+                    moved += i != 0 || p != 0;
+                }
+    }
+    ck_assert_uint_gt(moved, 0);
+    for (size_t k = 0; k < n; k++)
+        if (!seen[k])
+            ck_assert_msg(new_[k] == old[k], "value %zu moved", k);
+    free(seen);
+}
+
+START_TEST(test_old_runs_load_converted)
+{
+    static const char *paths[2] = {"data/v1/digits-dim8-epoch1-of-2.ckpt",
+                                   "data/v2/digits-dim8-epoch2-step270-of-3.ckpt"};
+    vit_set_threads(1);
+    for (int f = 0; f < 2; f++) {
+        vit_ckpt raw;
+        ck_assert_msg(vit_ckpt_read(paths[f], &raw) == VIT_OK, "%s", vit_last_error());
+        ck_assert_uint_lt(raw.version, 4);
+        ck_assert_ptr_nonnull(vit_ckpt_find(&raw, "blocks.0.attn.w_q"));
+        ck_assert_ptr_null(vit_ckpt_find(&raw, "blocks.0.attn.w_qkv"));
+        vit_model *m = NULL;
+        vit_adamw opt;
+        vit_run_state st;
+        ck_assert_msg(vit_run_load(paths[f], &m, &opt, &st) == VIT_OK, "%s", vit_last_error());
+        const vit_config *c = vit_model_config(m);
+        const size_t D = (size_t)c->dim;
+
+        /* The model's tensors: W_QKV row i = [W_Q row i | W_K row i | W_V row i]. */
+        for (int l = 0; l < c->depth; l++) {
+            char name[64];
+            snprintf(name, sizeof name, "blocks.%d.attn.w_qkv", l);
+            const vit_model_tensor *qkv = NULL, *bqkv = NULL;
+            for (int t = 0; t < vit_model_tensor_count(m); t++)
+                if (strcmp(vit_model_tensor_at(m, t)->name, name) == 0)
+                    qkv = vit_model_tensor_at(m, t), bqkv = vit_model_tensor_at(m, t + 2);
+            ck_assert_ptr_nonnull(qkv);
+            ck_assert_str_eq(bqkv->name + strlen(bqkv->name) - 5, "b_qkv");
+            const vit_real *w = vit_model_params(m) + qkv->offset;
+            const vit_real *b = vit_model_params(m) + bqkv->offset;
+            static const char *wn[3] = {"w_q", "w_k", "w_v"}, *bn[3] = {"b_q", "b_k", "b_v"};
+            for (size_t p = 0; p < 3; p++) {
+                snprintf(name, sizeof name, "blocks.%d.attn.%s", l, wn[p]);
+                const vit_ckpt_tensor *old = vit_ckpt_find(&raw, name);
+                ck_assert_ptr_nonnull(old);
+                for (size_t i = 0; i < D; i++)
+                    for (size_t j = 0; j < D; j++)
+                        ck_assert(w[i * 3 * D + p * D + j] == old->data[i * D + j]);
+                snprintf(name, sizeof name, "blocks.%d.attn.%s", l, bn[p]);
+                const vit_ckpt_tensor *oldb = vit_ckpt_find(&raw, name);
+                ck_assert_ptr_nonnull(oldb);
+                for (size_t j = 0; j < D; j++)
+                    ck_assert(b[p * D + j] == oldb->data[j]);
+            }
+        }
+        /* AdamW's moments, flat over all parameters, moved the same way. */
+        expect_flat_converted(m, opt.m, vit_ckpt_find(&raw, "adam.m")->data);
+        expect_flat_converted(m, opt.v, vit_ckpt_find(&raw, "adam.v")->data);
+        vit_ckpt_free(&raw);
+
+        /* The same model as before the change, and it resumes the same. */
+        int px = c->image_height * c->image_width * c->channels, labels[3] = {1, 7, 4}, ng;
+        vit_real *img = malloc(3 * (size_t)px * sizeof *img);
+        ck_assert_ptr_nonnull(img);
+        fixed_images(img, 3 * px);
+        vit_tape *t = vit_tape_new();
+        expect_logits(m, t, img, legacy_logits[f][0], 1e-12, paths[f]);
+        double loss;
+        ck_assert_int_eq(vit_model_train_grads(m, img, labels, 3, 0, &loss, NULL), VIT_OK);
+        const vit_param_group *g = vit_model_groups(m, &ng);
+        ck_assert_int_eq(vit_adamw_step(&opt, vit_model_params(m), vit_model_grads(m), g, ng,
+                                        1e-2), VIT_OK);
+        expect_logits(m, t, img, legacy_logits[f][1], 1e-9, paths[f]);
+        vit_tape_free(t);
+        free(img);
+        vit_run_state_free(&st);
+        vit_adamw_free(&opt);
+        vit_model_free(m);
+    }
+}
+END_TEST
+
+/* A format-3 run with weight averaging (the fuzz seed written by the
+ * format-3 code): the trained weights beside the average (train.params),
+ * flat like AdamW's moments, are converted the same way. */
+START_TEST(test_version3_train_params_converted)
+{
+    const char *path = "fuzz/corpus/checkpoint/run_tiny_ema_v3";
+    vit_ckpt raw;
+    ck_assert_msg(vit_ckpt_read(path, &raw) == VIT_OK, "%s", vit_last_error());
+    ck_assert_uint_eq(raw.version, 3);
+    const vit_ckpt_tensor *tp = vit_ckpt_find(&raw, VIT_RUN_TRAIN_PARAMS);
+    ck_assert_ptr_nonnull(tp);
+    vit_model *m = NULL;
+    vit_adamw opt;
+    vit_run_state st;
+    ck_assert_msg(vit_run_load(path, &m, &opt, &st) == VIT_OK, "%s", vit_last_error());
+    ck_assert_ptr_nonnull(st.train_params);
+    expect_flat_converted(m, st.train_params, tp->data);
+    expect_flat_converted(m, opt.m, vit_ckpt_find(&raw, "adam.m")->data);
+    vit_ckpt_free(&raw);
     vit_run_state_free(&st);
     vit_adamw_free(&opt);
     vit_model_free(m);
@@ -1035,7 +1213,7 @@ START_TEST(test_failed_overwrite_keeps_old_file)
     for (int i = 0; i < BIG; i++)
         big[i] = i * 0.5;
     vit_ckpt_tensor bt = {"big", 1, {BIG, 0, 0, 0}, big};
-    vit_ckpt fresh = {99, 9, {0, 0, 0, 0}, "new", 1, &bt, 0, {0, 0, 0}, 0, NULL, 0, NULL};
+    vit_ckpt fresh = {99, 9, {0, 0, 0, 0}, "new", 1, &bt, 0, {0, 0, 0}, 0, NULL, 0, NULL, 0};
 
     fflush(NULL); /* nothing buffered may be written twice by the child */
     pid_t pid = fork();
@@ -1101,6 +1279,8 @@ static Suite *checkpoint_suite(void)
     tcase_add_test(tc, test_absurd_sizes);
     tcase_add_test(tc, test_reads_version_1_file);
     tcase_add_test(tc, test_reads_version_2_file);
+    tcase_add_test(tc, test_old_runs_load_converted);
+    tcase_add_test(tc, test_version3_train_params_converted);
     tcase_add_test(tc, test_nonfinite_value_in_file);
     suite_add_tcase(s, tc);
     TCase *io = tcase_create("io");

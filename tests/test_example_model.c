@@ -74,9 +74,12 @@ static const vit_real *tensor(const vit_ckpt *c, const char *name, size_t size)
     return NULL;
 }
 
-/* The trained model, as the reference reads it. */
+/* The trained model, as the reference reads it: w[0..2] are W_Q, W_K, W_V,
+ * the column blocks of the stored W_QKV [D, 3D] (row stride ld[p] = 3D),
+ * w[3] is W_O (stride D). */
 typedef struct ref_model {
     const vit_real *embed, *w[4], *b[4], *gate, *head_w, *head_b;
+    int ld[4];
 } ref_model;
 
 /* Logits of one sequence, computed directly in double.  use_mask = 0
@@ -94,7 +97,7 @@ static void ref_logits(const ref_model *m, const int *ids, const unsigned char *
             for (int j = 0; j < D; j++) {
                 double s = m->b[p][j];
                 for (int i = 0; i < D; i++)
-                    s += x[t][i] * m->w[p][i * D + j];
+                    s += x[t][i] * m->w[p][i * m->ld[p] + j];
                 proj[p][t][j] = s;
             }
     for (int h = 0; h < HEADS; h++)
@@ -125,7 +128,7 @@ static void ref_logits(const ref_model *m, const int *ids, const unsigned char *
         for (int j = 0; j < D; j++) {
             double a = m->b[3][j];
             for (int i = 0; i < D; i++)
-                a += ctx[t][i] * m->w[3][i * D + j];
+                a += ctx[t][i] * m->w[3][i * m->ld[3] + j];
             pooled[j] += (x[t][j] + a) / (1 + exp(-(double)m->gate[j]));
         }
     }
@@ -148,14 +151,20 @@ START_TEST(test_printed_numbers_are_true)
     unlink(ckpt);
     rmdir(dir);
     ck_assert_msg(rc == VIT_OK, "reading the example's checkpoint: %s", vit_last_error());
-    ck_assert_int_eq(c.ntensors, 12);
+    ck_assert_int_eq(c.ntensors, 8);
 
     ref_model m = {.embed = tensor(&c, "embed", V * D), .gate = tensor(&c, "gate", D),
                    .head_w = tensor(&c, "head.w", D * 2), .head_b = tensor(&c, "head.b", 2)};
-    for (int p = 0; p < 4; p++) {
-        m.w[p] = tensor(&c, attn_names[p], D * D);
-        m.b[p] = tensor(&c, attn_names[4 + p], D);
+    const vit_real *w_qkv = tensor(&c, "attn.w_qkv", 3 * D * D);
+    const vit_real *b_qkv = tensor(&c, "attn.b_qkv", 3 * D);
+    for (int p = 0; p < 3; p++) {
+        m.w[p] = w_qkv + p * D;
+        m.ld[p] = 3 * D;
+        m.b[p] = b_qkv + p * D;
     }
+    m.w[3] = tensor(&c, "attn.w_o", D * D);
+    m.ld[3] = D;
+    m.b[3] = tensor(&c, "attn.b_o", D);
 
     /* The held-out set the example scored: the generator from seed 3. */
     static int ids[N_TEST * T], labels[N_TEST];

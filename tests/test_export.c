@@ -418,26 +418,29 @@ START_TEST(transposes_and_patch_layout)
     vit_model *m = small_model(VIT_POOL_CLS);
     export_small(m, "t.safetensors");
     const st_file *f = &g_file;
-    /* qkv.weight [3D, D]: row i of block s is column i of W_Q, W_K, W_V. */
-    static const char *wn[3] = {"w_q", "w_k", "w_v"}, *bn[3] = {"b_q", "b_k", "b_v"};
+    /* qkv.weight [3D, D]: row i of block s is column i of W_Q, W_K, W_V,
+     * which are the column blocks s*D .. s*D + D-1 of our W_QKV [D, 3D]. */
+    static const char *part[3] = {"W_Q", "W_K", "W_V"};
     for (int l = 0; l < DEPTH; l++) {
         char name[64];
         snprintf(name, sizeof name, "blocks.%d.attn.qkv.weight", l);
         const st_tensor *qkv = tensor(f, name);
         snprintf(name, sizeof name, "blocks.%d.attn.qkv.bias", l);
         const st_tensor *qkvb = tensor(f, name);
-        for (int s = 0; s < 3; s++) {
-            snprintf(name, sizeof name, "blocks.%d.attn.%s", l, wn[s]);
-            const vit_real *w = ours(m, name, NULL, NULL);
-            snprintf(name, sizeof name, "blocks.%d.attn.%s", l, bn[s]);
-            const vit_real *b = ours(m, name, NULL, NULL);
+        int r, c;
+        snprintf(name, sizeof name, "blocks.%d.attn.w_qkv", l);
+        const vit_real *w = ours(m, name, &r, &c);
+        ck_assert(r == D && c == 3 * D);
+        snprintf(name, sizeof name, "blocks.%d.attn.b_qkv", l);
+        const vit_real *b = ours(m, name, NULL, NULL);
+        for (int s = 0; s < 3; s++)
             for (int i = 0; i < D; i++) {
                 for (int j = 0; j < D; j++)
-                    ck_assert_msg(value(f, qkv, (size_t)(s * D + i) * D + j) == (float)w[j * D + i],
-                                  "L%d %s: qkv row %d col %d", l, wn[s], s * D + i, j);
-                ck_assert(value(f, qkvb, (size_t)(s * D + i)) == (float)b[i]);
+                    ck_assert_msg(value(f, qkv, (size_t)(s * D + i) * D + j)
+                                      == (float)w[j * 3 * D + s * D + i],
+                                  "L%d %s: qkv row %d col %d", l, part[s], s * D + i, j);
+                ck_assert(value(f, qkvb, (size_t)(s * D + i)) == (float)b[s * D + i]);
             }
-        }
         /* proj.weight = W_O^T; fc1.weight = w1^T [M, D]; fc2.weight = w2^T [D, M]. */
         snprintf(name, sizeof name, "blocks.%d.attn.w_o", l);
         const vit_real *wo = ours(m, name, NULL, NULL);
@@ -525,12 +528,8 @@ START_TEST(round_trip)
          snprintf(b, sizeof b, "blocks.%d.%s", l, mine), load_back(back, a, b, tr, row))
         BACK("norm1.weight", "ln1.g", 0, 0);
         BACK("norm1.bias", "ln1.b", 0, 0);
-        BACK("attn.qkv.weight", "attn.w_q", 1, 0);
-        BACK("attn.qkv.weight", "attn.w_k", 1, D);
-        BACK("attn.qkv.weight", "attn.w_v", 1, 2 * D);
-        BACK("attn.qkv.bias", "attn.b_q", 0, 0);
-        BACK("attn.qkv.bias", "attn.b_k", 0, D);
-        BACK("attn.qkv.bias", "attn.b_v", 0, 2 * D);
+        BACK("attn.qkv.weight", "attn.w_qkv", 1, 0); /* [3D, D] -> [D, 3D] */
+        BACK("attn.qkv.bias", "attn.b_qkv", 0, 0);
         BACK("attn.proj.weight", "attn.w_o", 1, 0);
         BACK("attn.proj.bias", "attn.b_o", 0, 0);
         BACK("norm2.weight", "ln2.g", 0, 0);

@@ -328,13 +328,13 @@ END_TEST
 
 /* ---- parameter count, layout, groups --------------------------------- */
 
-/* Weight matrices by name: the last component is w, w_q, w_k, w_v, w_o,
+/* Weight matrices by name: the last component is w, w_qkv, w_o,
  * w1 or w2. */
 static int is_weight_matrix(const char *name)
 {
     const char *dot = strrchr(name, '.');
     const char *last = dot ? dot + 1 : name;
-    static const char *w[] = {"w", "w_q", "w_k", "w_v", "w_o", "w1", "w2"};
+    static const char *w[] = {"w", "w_qkv", "w_o", "w1", "w2"};
     for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
         if (strcmp(last, w[i]) == 0)
             return 1;
@@ -362,7 +362,7 @@ static void check_layout(const vit_config *cfg)
     ck_assert_uint_eq(n, vit_config_param_count(cfg));
     ck_assert_uint_eq(n, expected_count(cfg));
     int nt = vit_model_tensor_count(m);
-    ck_assert_int_eq(nt, 8 + 16 * cfg->depth);
+    ck_assert_int_eq(nt, 8 + 12 * cfg->depth); /* attn: w_qkv, w_o, b_qkv, b_o */
     size_t sum = 0;
     int weights = 0;
     for (int i = 0; i < nt; i++) {
@@ -380,7 +380,7 @@ static void check_layout(const vit_config *cfg)
                           t->name);
     }
     ck_assert_uint_eq(sum, n);
-    ck_assert_int_eq(weights, 2 + 6 * cfg->depth); /* patch.w, head.w, 6 per block */
+    ck_assert_int_eq(weights, 2 + 4 * cfg->depth); /* patch.w, head.w, 4 per block */
     ck_assert_ptr_null(vit_model_tensor_at(m, nt));
     ck_assert_ptr_null(vit_model_tensor_at(m, -1));
 

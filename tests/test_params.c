@@ -29,7 +29,9 @@
 /* ---- the ViT's layout, as src/model.c's layout() lays it out ---------- */
 
 /* One row of the block's tensor list: name suffix, the two dimensions as
- * codes (D, M or 0 for a 1-D tensor), decay and init. */
+ * codes (D, M, T for 3D, or 0 for a 1-D tensor), decay and init.  The
+ * attention's input projections are one W_QKV [D, 3D] = [W_Q | W_K | W_V]
+ * with biases b_QKV [3D], as vit_mha lays out self-attention. */
 typedef struct row {
     const char *suffix;
     char d0, d1;
@@ -38,10 +40,8 @@ typedef struct row {
 
 static const row block_rows[] = {
     {"ln1.g", 'D', 0, 0, VIT_INIT_ONE},     {"ln1.b", 'D', 0, 0, VIT_INIT_ZERO},
-    {"attn.w_q", 'D', 'D', 1, VIT_INIT_NORMAL}, {"attn.w_k", 'D', 'D', 1, VIT_INIT_NORMAL},
-    {"attn.w_v", 'D', 'D', 1, VIT_INIT_NORMAL}, {"attn.w_o", 'D', 'D', 1, VIT_INIT_NORMAL},
-    {"attn.b_q", 'D', 0, 0, VIT_INIT_ZERO}, {"attn.b_k", 'D', 0, 0, VIT_INIT_ZERO},
-    {"attn.b_v", 'D', 0, 0, VIT_INIT_ZERO}, {"attn.b_o", 'D', 0, 0, VIT_INIT_ZERO},
+    {"attn.w_qkv", 'D', 'T', 1, VIT_INIT_NORMAL}, {"attn.w_o", 'D', 'D', 1, VIT_INIT_NORMAL},
+    {"attn.b_qkv", 'T', 0, 0, VIT_INIT_ZERO}, {"attn.b_o", 'D', 0, 0, VIT_INIT_ZERO},
     {"ln2.g", 'D', 0, 0, VIT_INIT_ONE},     {"ln2.b", 'D', 0, 0, VIT_INIT_ZERO},
     {"mlp.w1", 'D', 'M', 1, VIT_INIT_NORMAL}, {"mlp.b1", 'M', 0, 0, VIT_INIT_ZERO},
     {"mlp.w2", 'M', 'D', 1, VIT_INIT_NORMAL}, {"mlp.b2", 'D', 0, 0, VIT_INIT_ZERO},
@@ -49,7 +49,7 @@ static const row block_rows[] = {
 
 static int dim_of(char code, const vit_config *c)
 {
-    return code == 'D' ? c->dim : code == 'M' ? c->mlp : 0;
+    return code == 'D' ? c->dim : code == 'M' ? c->mlp : code == 'T' ? 3 * c->dim : 0;
 }
 
 /* Adds a 1-D (d1 == 0) or 2-D tensor and fails the test if that fails. */
@@ -341,10 +341,10 @@ START_TEST(test_leaf_range_is_attention_weights)
     vit_config_default(&c);
     vit_params *p = vit_layout(&c);
     ck_assert_int_eq(vit_params_alloc(p), VIT_OK);
-    int first = vit_params_find(p, "blocks.2.attn.w_q");
-    ck_assert_int_eq(vit_params_find(p, "blocks.2.attn.b_o"), first + 7);
+    int first = vit_params_find(p, "blocks.2.attn.w_qkv");
+    ck_assert_int_eq(vit_params_find(p, "blocks.2.attn.b_o"), first + 3);
     vit_tape *tape = vit_tape_new();
-    vit_tensor *a = vit_params_leaf_range(p, tape, first, 8, 1);
+    vit_tensor *a = vit_params_leaf_range(p, tape, first, 4, 1);
     ck_assert_ptr_nonnull(a);
     vit_mha mha = {.batch = 1, .n_q = 17, .n_k = 17, .d_model = c.dim, .heads = c.heads,
                    .has_bias = 1};

@@ -218,7 +218,7 @@ rc2=$?
 check "a format-2 checkpoint resumes inside its epoch: exit 0, epoch 3 trained and written" \
     '[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && grep -q "resuming inside epoch 2 at step 270 of 360" <<<"$out" && grep -q "^3," "$tmp/v2/metrics.csv"'
 check "a format-2 checkpoint resumes the same way twice, into format 3" \
-    'cmp "$tmp/v2/last.ckpt" "$tmp/v2b/last.ckpt" && [ "$(od -A n -t u1 -j 8 -N 1 "$tmp/v2/last.ckpt" | tr -d " ")" = 3 ]'
+    'cmp "$tmp/v2/last.ckpt" "$tmp/v2b/last.ckpt" && [ "$(od -A n -t u1 -j 8 -N 1 "$tmp/v2/last.ckpt" | tr -d " ")" = 4 ]'
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

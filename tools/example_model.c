@@ -85,7 +85,7 @@ static vit_tensor *forward(vit_tape *tape, model *m, const int *ids, const unsig
     cfg.mask.key_valid = valid;                  /* no query attends to padding */
     vit_tensor *x = vit_op_embedding(tape, vit_params_leaf(m->p, tape, m->embed, grad), ids, 2,
                                      (int[]){n, T});
-    vit_tensor *a = vit_op_mha(tape, &cfg, vit_params_leaf_range(m->p, tape, m->attn, 8, grad),
+    vit_tensor *a = vit_op_mha(tape, &cfg, vit_params_leaf_range(m->p, tape, m->attn, 4, grad),
                                x, x, NULL);
     vit_tensor *h = gate(tape, vit_op_add(tape, x, a), vit_params_leaf(m->p, tape, m->gate, grad));
     vit_tensor *pooled = vit_op_masked_mean(tape, h, valid);   /* mean of the real tokens */
@@ -93,9 +93,10 @@ static vit_tensor *forward(vit_tape *tape, model *m, const int *ids, const unsig
                          vit_params_leaf(m->p, tape, m->head_b, grad));
 }
 
-/* The attention's tensors in the flat order vit_op_mha takes. */
-static const char *const attn_names[8] = {"attn.w_q", "attn.w_k", "attn.w_v", "attn.w_o",
-                                          "attn.b_q", "attn.b_k", "attn.b_v", "attn.b_o"};
+/* The attention's tensors in the flat order vit_op_mha takes for
+ * self-attention: W_QKV = [W_Q | W_K | W_V] [D, 3D], W_O [D, D], then the
+ * biases [b_Q | b_K | b_V] and b_O. */
+static const char *const attn_names[4] = {"attn.w_qkv", "attn.w_o", "attn.b_qkv", "attn.b_o"};
 
 int main(int argc, char **argv)
 {
@@ -103,11 +104,13 @@ int main(int argc, char **argv)
     model m = {.p = vit_params_new()};
     m.embed = vit_params_add(m.p, "embed", 2, (int[]){V, D}, VIT_INIT_NORMAL, 1.0, 0);
     m.attn = m.embed + 1;
-    for (int i = 0; i < 8; i++)
-        if (i < 4)
-            vit_params_add(m.p, attn_names[i], 2, (int[]){D, D}, VIT_INIT_NORMAL, 0.25, 1);
+    for (int i = 0; i < 4; i++) {
+        int width = i % 2 == 0 ? 3 * D : D; /* the joint Q/K/V parts are 3D wide */
+        if (i < 2)
+            vit_params_add(m.p, attn_names[i], 2, (int[]){D, width}, VIT_INIT_NORMAL, 0.25, 1);
         else
-            vit_params_add(m.p, attn_names[i], 1, (int[]){D}, VIT_INIT_ZERO, 0, 0);
+            vit_params_add(m.p, attn_names[i], 1, (int[]){width}, VIT_INIT_ZERO, 0, 0);
+    }
     m.gate = vit_params_add(m.p, "gate", 1, (int[]){D}, VIT_INIT_ZERO, 0, 0);
     m.head_w = vit_params_add(m.p, "head.w", 2, (int[]){D, 2}, VIT_INIT_NORMAL, 0.02, 1);
     m.head_b = vit_params_add(m.p, "head.b", 1, (int[]){2}, VIT_INIT_ZERO, 0, 0);
@@ -118,8 +121,8 @@ int main(int argc, char **argv)
     vit_adamw opt = {0};
     vit_tape *tape = vit_tape_new();
     int rc = 1;                                  /* until the end is reached */
-    /* A failed add leaves p as it was, so 12 tensors means every add worked. */
-    if (vit_params_tensor_count(m.p) != 12 || vit_params_alloc(m.p) != VIT_OK ||
+    /* A failed add leaves p as it was, so 8 tensors means every add worked. */
+    if (vit_params_tensor_count(m.p) != 8 || vit_params_alloc(m.p) != VIT_OK ||
         vit_params_init(m.p, &init_rng) != VIT_OK || !tape ||
         vit_adamw_init(&opt, vit_params_count(m.p), 0.9, 0.999, 1e-8, 0.01) != VIT_OK)
         goto done;

@@ -68,13 +68,13 @@ int seq_config_check(const seq_config *c, const char **msg)
 /* ---- The model ------------------------------------------------------------ */
 
 /* Indices of one block's tensors in the vit_params.  attn is the first of
- * the attention layer's eight (w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o),
- * contiguous in the order vit_mha's flat buffer wants. */
+ * the attention layer's four (w_qkv, w_o, b_qkv, b_o), contiguous in the
+ * order vit_mha's flat buffer wants for self-attention. */
 typedef struct seq_block {
     int ln1_g, ln1_b, attn, ln2_g, ln2_b, fc_w, fc_b, proj_w, proj_b;
 } seq_block;
 
-enum { ATTN_TENSORS = 8 };
+enum { ATTN_TENSORS = 4 };
 
 struct seq_model {
     seq_config cfg;
@@ -115,7 +115,7 @@ static int add(vit_params *p, int *err, int layer, const char *name, int ndim, i
 
 /* The layout, in the order the old flat buffer had:
  *   wte [V, D]  wpe [T, D]
- *   blocks.L.{ln1.g, ln1.b, attn.{w_q, w_k, w_v, w_o [D, D], b_q, b_k, b_v, b_o [D]},
+ *   blocks.L.{ln1.g, ln1.b, attn.{w_qkv [D, 3D], w_o [D, D], b_qkv [3D], b_o [D]},
  *             ln2.g, ln2.b, mlp.w1 [D, F], mlp.b1 [F], mlp.w2 [F, D], mlp.b2 [D]}
  *   ln_f.g, ln_f.b [D]  head.w [D, 10]  head.b [10]
  * GPT-2's init: weights normal with std 0.02, the two projections that
@@ -130,19 +130,20 @@ static int layout(seq_model *m)
     int err = VIT_OK;
     m->wte = add(p, &err, -1, "wte", 2, SEQ_VOCAB, D, VIT_INIT_NORMAL, std, 1);
     m->wpe = add(p, &err, -1, "wpe", 2, T, D, VIT_INIT_NORMAL, std, 0);
-    static const char *attn_w[4] = {"attn.w_q", "attn.w_k", "attn.w_v", "attn.w_o"};
-    static const char *attn_b[4] = {"attn.b_q", "attn.b_k", "attn.b_v", "attn.b_o"};
+    static const char *attn_w[2] = {"attn.w_qkv", "attn.w_o"};
+    static const char *attn_b[2] = {"attn.b_qkv", "attn.b_o"};
     for (int l = 0; l < m->cfg.layers; l++) {
         seq_block *b = &m->block[l];
         b->ln1_g = add(p, &err, l, "ln1.g", 1, D, 0, VIT_INIT_ONE, 0, 0);
         b->ln1_b = add(p, &err, l, "ln1.b", 1, D, 0, VIT_INIT_ZERO, 0, 0);
-        for (int i = 0; i < 4; i++) {
-            int ix = add(p, &err, l, attn_w[i], 2, D, D, VIT_INIT_NORMAL, i == 3 ? out_std : std, 1);
+        for (int i = 0; i < 2; i++) { /* W_QKV = [W_Q | W_K | W_V], then W_O */
+            int ix = add(p, &err, l, attn_w[i], 2, D, i ? D : 3 * D, VIT_INIT_NORMAL,
+                         i == 1 ? out_std : std, 1);
             if (i == 0)
                 b->attn = ix;
         }
-        for (int i = 0; i < 4; i++)
-            add(p, &err, l, attn_b[i], 1, D, 0, VIT_INIT_ZERO, 0, 0);
+        for (int i = 0; i < 2; i++)
+            add(p, &err, l, attn_b[i], 1, i ? D : 3 * D, 0, VIT_INIT_ZERO, 0, 0);
         b->ln2_g = add(p, &err, l, "ln2.g", 1, D, 0, VIT_INIT_ONE, 0, 0);
         b->ln2_b = add(p, &err, l, "ln2.b", 1, D, 0, VIT_INIT_ZERO, 0, 0);
         b->fc_w = add(p, &err, l, "mlp.w1", 2, D, F, VIT_INIT_NORMAL, std, 1);

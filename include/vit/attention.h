@@ -8,7 +8,8 @@
  *  - vit_sdpa_*: the attention core on already projected Q, K, V.
  *  - vit_mha_*:  a multi-head layer with the projections W_Q, W_K, W_V, W_O.
  *
- * Layouts (row-major, batch first):
+ * Layouts (row-major, batch first; the rows of q, k and v may be further
+ * apart than their widths, see vit_sdpa's ld_q, ld_k, ld_v):
  *   q     [B, n_q, H*d_k]   head h uses columns h*d_k .. h*d_k + d_k - 1
  *   k     [B, n_k, H*d_k]
  *   v     [B, n_k, H*d_v]
@@ -74,6 +75,13 @@ typedef struct vit_sdpa {
      * the alpha of the score GEMM, not a pass of its own.  Its gradient
      * comes from vit_sdpa_backward_scale. */
     const vit_real *head_scale;
+    /* Row strides, in reals, of q and dq (ld_q), k and dk (ld_k), v and dv
+     * (ld_v): 0 means dense (H*d_k, H*d_k, H*d_v); otherwise at least that.
+     * With them the core reads slices of one fused projection in place,
+     * e.g. Q, K, V as columns 0, D and 2D of a [B*n, 3D] buffer, each with
+     * stride 3D (vit_mha does), without copying them out.  out and dout are
+     * always dense [B, n_q, H*d_v]. */
+    int ld_q, ld_k, ld_v;
 } vit_sdpa;
 
 /* Forward.  From q [B, n_q, H*d_k], k [B, n_k, H*d_k], v [B, n_k, H*d_v]
@@ -169,13 +177,25 @@ size_t vit_mask_count(const unsigned char *allowed, int n_q, int n_k);
  * with d_k = d_v = d_model / H.  Self-attention passes the same buffer as
  * x_q and x_kv (n_k = n_q, d_kv = d_model).
  *
- * Parameters live in ONE flat buffer, gradients in another laid out alike:
- *   W_Q [d_model, d_model] | W_K [d_kv, d_model] | W_V [d_kv, d_model] |
+ * Parameters live in ONE flat buffer, gradients in another laid out alike.
+ * The input projections come first, side by side in the rows of the
+ * matrices that multiply each input, so that one GEMM computes them:
+ *   d_kv = d_model (self-attention, and cross-attention between inputs of
+ *   one width):
+ *     W_QKV [d_model, 3 d_model] = [W_Q | W_K | W_V]   (row i of W_QKV is
+ *                                  row i of W_Q, then of W_K, then of W_V)
+ *   d_kv != d_model:
+ *     W_Q [d_model, d_model] | W_KV [d_kv, 2 d_model] = [W_K | W_V]
+ * then
  *   W_O [d_model, d_model] | b_Q [d_model] | b_K | b_V | b_O  (biases only
  *   if has_bias) | tau [H]  (only if learn_scale)
  * so the count is 4 d^2 without biases and 4 d^2 + 4 d with them for
  * self-attention (1,048,576 and 1,050,624 for d = 512), plus H with
- * learn_scale.
+ * learn_scale.  Self-attention (x_q and x_kv the same buffer) then projects
+ * with ONE GEMM of x by W_QKV, and its backward makes one pass over x:
+ * dx = dQKV W_QKV^T and dW_QKV = x^T dQKV, one GEMM each.  (Checkpoint
+ * format 4 stores this layout; vit_run_load converts older files, which
+ * held W_Q, W_K, W_V one after the other.)
  *
  * LEARNABLE TEMPERATURE.  With learn_scale, head h's scores are
  * tau[h] q.k: tau is the multiplier itself (not its log, not its inverse),
@@ -188,7 +208,7 @@ size_t vit_mask_count(const unsigned char *allowed, int n_q, int n_k);
  * sum dS .* Q K^T (vit_sdpa_backward_scale).
  *
  * PyTorch's nn.MultiheadAttention computes x W^T, so with E = d_model:
- *   in_proj_weight = [W_Q^T; W_K^T; W_V^T]       (3E x E, stacked rows)
+ *   in_proj_weight = [W_Q^T; W_K^T; W_V^T] = W_QKV^T     (3E x E)
  *   in_proj_bias   = [b_Q; b_K; b_V]
  *   out_proj.weight = W_O^T, out_proj.bias = b_O
  * Columns h*d_k .. h*d_k+d_k-1 of W_Q feed head h, matching PyTorch's head
@@ -210,11 +230,18 @@ typedef struct vit_mha {
     int learn_scale; /* nonzero: tau [H] at the end of params scales the scores */
 } vit_mha;
 
-/* Pointers into a flat parameter (or gradient) buffer. */
+/* Pointers into a flat parameter (or gradient) buffer.  W_Q, W_K and W_V
+ * are column blocks of the joint input matrices, so their rows are ld_q
+ * (W_Q) and ld_kv (W_K, W_V) reals apart: element (i, j) of W_K is
+ * w_k[i * ld_kv + j].  With d_kv = d_model, ld_q = ld_kv = 3 d_model and
+ * w_q is W_QKV itself (w_k = w_q + d_model, w_v = w_k + d_model); otherwise
+ * ld_q = d_model, ld_kv = 2 d_model and w_k is W_KV.  W_O is dense
+ * (stride d_model), and b_Q, b_K, b_V (and b_K, b_V) are consecutive. */
 typedef struct vit_mha_views {
     vit_real *w_q, *w_k, *w_v, *w_o;
     vit_real *b_q, *b_k, *b_v, *b_o; /* NULL without biases */
     vit_real *tau;                   /* [H], NULL without learn_scale */
+    int ld_q, ld_kv;                 /* row strides of w_q and of w_k, w_v */
 } vit_mha_views;
 
 /* Checks the shape; VIT_OK, VIT_EINVAL with a message (a NULL m, a size
@@ -235,8 +262,9 @@ size_t vit_mha_param_count(const vit_mha *m);
 int vit_mha_views_of(const vit_mha *m, vit_real *flat, vit_mha_views *views);
 
 /* Number of reals the forward saves for the backward (the "cache"):
- * Q [B,n_q,d], K [B,n_k,d], V [B,n_k,d], context [B,n_q,d] and the maps
- * probs [B,H,n_q,n_k].  Long layers (vit_sdpa_use_tiled true for the
+ * Q [B,n_q,d], K [B,n_k,d], V [B,n_k,d] (for self-attention side by side in
+ * the rows of one [B*n, 3d] block, as the fused GEMM writes them), context
+ * [B,n_q,d] and the maps probs [B,H,n_q,n_k].  Long layers (vit_sdpa_use_tiled true for the
  * layer's core: above VIT_SDPA_TILED_THRESHOLD score entries per head, or
  * as VIT_SDPA_TILED forces) run the memory-efficient tiled core instead and
  * keep only the rows' log-sum-exp [B,H,n_q] in place of the maps, so the
@@ -251,7 +279,10 @@ size_t vit_mha_cache_size(const vit_mha *m);
 vit_real *vit_mha_probs(const vit_mha *m, vit_real *cache);
 
 /* Forward.  y [B, n_q, d_model] (overwritten, must not alias inputs);
- * x_q [B, n_q, d_model]; x_kv [B, n_k, d_kv]; params: the flat buffer of
+ * x_q [B, n_q, d_model]; x_kv [B, n_k, d_kv] (the same pointer as x_q for
+ * self-attention: then, with n_q = n_k, one GEMM projects Q, K and V and
+ * the cache holds them fused; the backward must be given the same
+ * pointers to read it so); params: the flat buffer of
  * vit_mha_param_count(m) reals (read only); cache: vit_mha_cache_size(m)
  * reals (overwritten; keep it, unchanged, for the backward).
  * Errors: VIT_EINVAL for an invalid shape (vit_mha_check), a NULL buffer,

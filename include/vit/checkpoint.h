@@ -7,13 +7,13 @@
  * the tensors mean; the caller picks the names and finds them again with
  * vit_ckpt_find.
  *
- * File format, version 3 (versions 2 and 1, below, are still read).  Every integer is little-endian and is written
+ * File format, version 4 (versions 3, 2 and 1, below, are still read).  Every integer is little-endian and is written
  * and read one byte at a time, so the file is the same on every machine.
  * Offsets are in bytes from the start of the file.
  *
  *   offset  size       field
  *   0       8          magic, the ASCII bytes "VITCKPT1" (no terminator)
- *   8       4          u32 format version, 3
+ *   8       4          u32 format version, 4
  *   12      4          u32 sizeof(vit_real) of the writer, 4 or 8
  *                      (informational: values are float32 either way)
  *   16      8          u64 step
@@ -44,7 +44,16 @@
  *   end-4   4          u32 CRC-32 (zlib's crc32, polynomial 0xEDB88320) of
  *                      every byte before it
  *
- * Version 2 has the same layout.  Version 3 marks files a version-2 reader
+ * Versions 3 and 2 have the same layout.  Version 4 marks the fused
+ * attention layout of a run (vit/train.h): each block's input projections
+ * are one tensor blocks.L.attn.w_qkv [D, 3D] = [W_Q | W_K | W_V] (and
+ * b_qkv [3D]) where versions 1 to 3 stored w_q, w_k, w_v [D, D] (and b_q,
+ * b_k, b_v) one after the other, and the flat tensors over all parameters
+ * (adam.m, adam.v, train.params) follow the model's layout; vit_run_load
+ * converts the older files, and a version-3 build refuses a version-4 file
+ * by its version instead of misreading it.  The format itself does not
+ * know the model: this reader returns each file's tensors as stored, with
+ * the version in vit_ckpt.version.  Version 3 marks files a version-2 reader
  * would misread: a run with weight averaging (vit/train.h) stores the
  * averaged parameters under the model's names and the trained weights as a
  * further tensor, and its config text holds keys (ema, tta) older readers
@@ -71,7 +80,7 @@
 
 VIT_BEGIN_DECLS
 
-#define VIT_CKPT_VERSION 3     /* the version written */
+#define VIT_CKPT_VERSION 4     /* the version written */
 #define VIT_CKPT_VERSION_MIN 1 /* the oldest version read */
 #define VIT_CKPT_NAME_MAX 64 /* size of vit_ckpt_tensor.name, including its NUL */
 #define VIT_CKPT_CLASS_NAME_MAX 256 /* longest class name + 1 (a file name fits) */
@@ -113,6 +122,10 @@ typedef struct vit_ckpt {
      * the count to the classes is the caller's (vit_run_load). */
     int nclass_names;
     char **class_names;
+    /* The file's format version (1 .. VIT_CKPT_VERSION), set by
+     * vit_ckpt_read so that a caller can convert what older versions
+     * meant; ignored by vit_ckpt_write, which writes VIT_CKPT_VERSION. */
+    unsigned version;
 } vit_ckpt;
 
 /* Writes c to path atomically: the bytes go to a new temporary file

@@ -196,7 +196,7 @@ const vit_param_group *vit_model_groups(const vit_model *m, int *count);
 
 /* Named parameter tensors in layout order, for checkpoints and export: the
  * model lays out its parameters with a vit_params (vit/params.h), and these
- * are its descriptions (name, e.g. "blocks.0.attn.w_q", shape, offset into
+ * are its descriptions (name, e.g. "blocks.0.attn.w_qkv", shape, offset into
  * the flat buffers, size, init, decay). */
 typedef vit_param_tensor vit_model_tensor;
 

@@ -19,8 +19,9 @@
  *   cls [D]                            cls_token [1, 1, D]
  *   pos [T, D]                         pos_embed [1, T, D]
  *   blocks.L.ln1.g / .b                blocks.L.norm1.weight / .bias
- *   blocks.L.attn.w_q, w_k, w_v [D, D] blocks.L.attn.qkv.weight [3D, D] = [W_Q^T; W_K^T; W_V^T]
- *   blocks.L.attn.b_q, b_k, b_v        blocks.L.attn.qkv.bias [3D]
+ *   blocks.L.attn.w_qkv [D, 3D]        blocks.L.attn.qkv.weight [3D, D] = w_qkv^T
+ *     (= [W_Q | W_K | W_V])              (= [W_Q^T; W_K^T; W_V^T])
+ *   blocks.L.attn.b_qkv [3D]           blocks.L.attn.qkv.bias [3D]
  *   blocks.L.attn.w_o [D, D], b_o      blocks.L.attn.proj.weight [D, D] = W_O^T, .bias
  *   blocks.L.ln2.g / .b                blocks.L.norm2.weight / .bias
  *   blocks.L.mlp.w1 [D, M], b1         blocks.L.mlp.fc1.weight [M, D] = w1^T, .bias
