@@ -118,7 +118,10 @@ static void folder_of(const char *path, char *out, size_t cap)
 
 /* No patch given (cfg->patch 0): the default, unless the data's images
  * are larger than the config's or the default does not divide them; then
- * the library's choice (a grid of at most 8x8), said in one line. */
+ * the library's choice (a grid of at most 8x8), said in one line.  The
+ * default's overlap (stride and padding, made for 8x8 images) goes with the
+ * default patch: a picked patch tiles the image without overlap, unless a
+ * stride or padding other than the default's was given. */
 static int fit_patch(vit_config *cfg, int patch_default, const vit_dataset *train, int speak)
 {
     cfg->patch = patch_default;
@@ -128,6 +131,10 @@ static int fit_patch(vit_config *cfg, int patch_default, const vit_dataset *trai
     char why[200];
     if (vit_config_pick_patch(train->height, train->width, 8, &cfg->patch, NULL, why, sizeof why))
         return cli_fail(prog, NULL);
+    vit_config d;
+    vit_config_default(&d);
+    if (cfg->patch_stride == d.patch_stride && cfg->patch_pad == d.patch_pad)
+        cfg->patch_stride = cfg->patch_pad = 0;
     if (speak)
         printf("patch %d (no --patch given): %s\n", cfg->patch, why);
     return 0;
