@@ -118,10 +118,8 @@ static void folder_of(const char *path, char *out, size_t cap)
 
 /* No patch given (cfg->patch 0): the default, unless the data's images
  * are larger than the config's or the default does not divide them; then
- * the library's choice (a grid of at most 8x8), said in one line.  The
- * default's overlap (stride and padding, made for 8x8 images) goes with the
- * default patch: a picked patch tiles the image without overlap, unless a
- * stride or padding other than the default's was given. */
+ * the library's choice (a grid of at most 8x8), said in one line (the
+ * stride and padding are settled after it, in run). */
 static int fit_patch(vit_config *cfg, int patch_default, const vit_dataset *train, int speak)
 {
     cfg->patch = patch_default;
@@ -131,10 +129,6 @@ static int fit_patch(vit_config *cfg, int patch_default, const vit_dataset *trai
     char why[200];
     if (vit_config_pick_patch(train->height, train->width, 8, &cfg->patch, NULL, why, sizeof why))
         return cli_fail(prog, NULL);
-    vit_config d;
-    vit_config_default(&d);
-    if (cfg->patch_stride == d.patch_stride && cfg->patch_pad == d.patch_pad)
-        cfg->patch_stride = cfg->patch_pad = 0;
     if (speak)
         printf("patch %d (no --patch given): %s\n", cfg->patch, why);
     return 0;
@@ -464,8 +458,12 @@ static int run(int argc, char **argv)
     /* patch 0 (out of its range, so no file or flag can set it) marks a
      * patch nobody gave: it is then fitted to the data's images below. */
     const int patch_default = cfg.patch;
-    if (!o.resume)
+    const int stride_default = cfg.patch_stride, pad_default = cfg.patch_pad;
+    if (!o.resume) {
         cfg.patch = 0;
+        cfg.patch_stride = -1; /* likewise: -1 is out of range */
+        cfg.patch_pad = -1;
+    }
     if (config && vit_config_load(&cfg, config))
         return cli_fail(prog, NULL);
 
@@ -611,6 +609,18 @@ static int run(int argc, char **argv)
         vit_dataset_free(&test);
         return 1;
     }
+    /* The default's overlap (stride and padding, made for its 4x4 patches
+     * on 8x8 images) goes with the default patch on images of the default
+     * size: any other patch, given or picked for larger images, tiles the
+     * image without overlap unless a stride or padding was given too. */
+    vit_config d;
+    vit_config_default(&d);
+    int keep = cfg.patch == patch_default && train.height == d.image_height &&
+               train.width == d.image_width;
+    if (cfg.patch_stride < 0)
+        cfg.patch_stride = keep ? stride_default : 0;
+    if (cfg.patch_pad < 0)
+        cfg.patch_pad = keep ? pad_default : 0;
 
     int rc = nseeds > 0 ? train_seeds(&cfg, &train, &test, &o, data, threads, seeds, nseeds)
                         : train_once(&cfg, &train, &test, &o, data, threads, NULL);
