@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config_internal.h"
 #include "data_internal.h"
 #include "error.h"
 #include "vit/checkpoint.h"
@@ -66,17 +67,6 @@ int vit_run_save(const char *path, const vit_model *m, const vit_adamw *opt,
     rc = vit_ckpt_write(path, &c);
     free(t);
     return rc;
-}
-
-/* The config a stored config text is read over: the defaults, but for the
- * keys that came after format 2 with their meaning before them (a file
- * whose text lacks them was trained and scored without them), whatever
- * the defaults become. */
-static void legacy_default(vit_config *cfg)
-{
-    vit_config_default(cfg);
-    cfg->tta = VIT_TTA_NONE;
-    cfg->ema = 0;
 }
 
 /* Copies tensor `name` of shape (ndim, shape) from the checkpoint into dst. */
@@ -194,7 +184,7 @@ int vit_run_load(const char *path, vit_model **model, vit_adamw *opt, vit_run_st
     if (rc)
         return rc;
     vit_config cfg;
-    legacy_default(&cfg);
+    vit_config_legacy_default(&cfg);
     vit_model *m = NULL;
     rc = vit_config_parse(&cfg, c.config ? c.config : "", path);
     /* The stored config is untrusted: before the model is allocated, its
@@ -312,7 +302,7 @@ int vit_run_config(const char *path, vit_config *cfg)
     int rc = vit_ckpt_read(path, &c);
     if (rc)
         return rc;
-    legacy_default(cfg);
+    vit_config_legacy_default(cfg);
     rc = vit_config_parse(cfg, c.config ? c.config : "", path);
     vit_ckpt_free(&c);
     return rc;

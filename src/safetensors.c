@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "atomic_file.h"
+#include "config_internal.h"
 #include "error.h"
 #include "vit/layernorm.h"
 #include "vit/optim.h"
@@ -844,7 +845,7 @@ static int meta_config(const char *path, const parsed *p, vit_config *cfg)
                         p->has_meta ? "__metadata__" : "the header has no __metadata__; it",
                         strchr(missing, ',') ? "s" : "", missing);
 
-    vit_config_default(cfg);
+    vit_config_legacy_default(cfg);
     /* Config keys first (AdamW's under their old bare names too), then the
      * adamw_ ones, which win. */
     for (int pass = 0; pass < 2; pass++)

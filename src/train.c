@@ -781,8 +781,17 @@ static void model_summary(FILE *log, run *r, long s, long spe, long total_steps,
     double per_step = (t - r->t_first) / (double)(done - 1);
     double ips = per_step > 0 ? c->batch / per_step : 0;
     char n[32], eta[32], grid[64], line[256];
-    int gh = c->image_height / c->patch, gw = c->image_width / c->patch;
-    snprintf(grid, sizeof grid, " (%dx%d patches of %d)", gh, gw, c->patch);
+    /* The grid the model tiles (overlapping patches give more tokens than
+     * image / patch), with the stride and padding when they overlap. */
+    vit_patch_shape ps = vit_config_patch_shape(c);
+    int gh = 0, gw = 0;
+    if (vit_patch_grid(&ps, &gh, &gw) != VIT_OK)
+        gh = gw = 0; /* cannot happen: the model was built on this config */
+    if ((c->patch_stride == 0 || c->patch_stride == c->patch) && c->patch_pad == 0)
+        snprintf(grid, sizeof grid, " (%dx%d patches of %d)", gh, gw, c->patch);
+    else
+        snprintf(grid, sizeof grid, " (%dx%d patches of %d, stride %d, padding %d)", gh, gw,
+                 c->patch, c->patch_stride ? c->patch_stride : c->patch, c->patch_pad);
     hms((double)(total_steps - (long)r->st.step) * per_step, eta, sizeof eta);
     count_text(vit_model_param_count(r->m), n, sizeof n);
     int len = snprintf(line, sizeof line, "model: %s parameters, %d tokens%s, %.0f img/s, ETA %s",

@@ -94,7 +94,7 @@ exact "article: flag=" 2 "vit_article: --seed: expected an integer in [0, 214748
 expect "heads not dividing dim" 1 "heads: 3 does not divide dim 64" \
     "$tools/vit_train" --heads 3 --out "$tmp/h" --quiet
 expect "patch not dividing image" 1 "patch: 3 does not divide" \
-    "$tools/vit_train" --patch 3 --out "$tmp/p" --quiet
+    "$tools/vit_train" --patch 3 --patch-stride 0 --patch-pad 0 --out "$tmp/p" --quiet
 expect "missing data folder" 1 "$tmp/none" "$tools/vit_train" --data "$tmp/none" --out "$tmp/o"
 expect "missing config" 1 "$tmp/none.cfg: cannot open" "$tools/vit_train" --config "$tmp/none.cfg"
 printf 'dim = 64\nheads four\n' >"$tmp/bad.cfg"
@@ -108,7 +108,8 @@ expect "output folder not writable" 1 "$tmp/file/out" \
 # writes runs/digits; its flags in both forms (the shape checked below by
 # "resume with another shape").
 expect "tiny training run" 0 "^test accuracy 0\.[0-9]+ .*; checkpoint runs/digits/last\.ckpt$" \
-    in_dir "$tmp" "$tools/vit_train" --data=digits --dim=16 --depth 1 \
+    in_dir "$tmp" "$tools/vit_train" --data=digits --dim=16 --depth 1 --patch 2 --patch-stride=0 \
+    --patch-pad 0 --tta=none \
     --heads=2 --mlp=16 --epochs 1 --quiet --threads=1
 mv "$tmp/runs/digits" "$tmp/run"
 expect "metrics written" 0 "^epoch,train_loss,train_acc,test_loss,test_acc,lr,seconds" cat "$tmp/run/metrics.csv"
@@ -154,7 +155,8 @@ run_name() { # NAME SPEC [SUBDIR]: --data SPEC from the fresh folder (or its SUB
     nrun=$((nrun + 1)); d=$tmp/cwd$nrun
     mkdir -p "$d" && cp -r "$idx" "$d/mn"
     expect "run name: $name" 0 "; checkpoint runs/mn/last\.ckpt$" in_dir "$d/$sub" "$tools/vit_train" \
-        --data "${spec//@/$d}" --dim 4 --heads 1 --mlp 4 --depth 1 --epochs 1 --batch 2 --quiet --threads 1
+        --data "${spec//@/$d}" --dim 4 --heads 1 --mlp 4 --depth 1 --epochs 1 --batch 2 --quiet --threads 1 \
+        --patch 2 --patch-stride 0 --patch-pad 0 --tta none
     exact "run name: $name: only runs/mn" 0 "mn" ls "$d/$sub/runs"
 }
 run_name "relative" mn
@@ -171,11 +173,18 @@ run_name "./" ./ mn
 # ```c block under its heading, byte for byte.
 # --seeds: one run per seed in OUT/seed-N, each the run --seed N gives
 # (bitwise repeatable at one thread), then mean/sd/min/max and seeds.csv.
-tiny=(--dim 16 --depth 1 --heads 2 --mlp 16 --epochs 2 --threads 1 --quiet)
+# (The old shape and one pass: the final lines below are the one-line form.)
+tiny=(--dim 16 --depth 1 --heads 2 --mlp 16 --epochs 2 --threads 1 --quiet --patch 2 --patch-stride 0
+      --patch-pad 0 --tta none)
 out=$("$tools/vit_train" "${tiny[@]}" --seeds 2,5 --out "$tmp/seeds" 2>&1)
 echo "$out" | sed 's/^/     /'
 single=$("$tools/vit_train" "${tiny[@]}" --seed 5 --out "$tmp/seed5" 2>&1)
-acc() { sed -n "s/^test accuracy \([0-9.]*\) .*seed-$1\/last.ckpt$/\1/p" <<<"$out"; }
+# A seed's figure: its result line, or the line before its checkpoint's
+# when the checkpoint went on a line of its own (over 100 columns).
+acc() {
+    awk -v s="seed-$1/last.ckpt" '/^test accuracy [0-9]/ { a = $3 }
+        length($0) >= length(s) && substr($0, length($0) - length(s) + 1) == s { print a; exit }' <<<"$out"
+}
 a2=$(acc 2) a5=$(acc 5)
 # The summary from seeds.csv's six decimals: the printed four would round a
 # mean twice (0.1861 and 0.3222 average to 0.25415, the run's 0.254167).
@@ -207,6 +216,9 @@ out=$("$tools/vit_train" "${tiny[@]}" --tta shift9 --ema 0.9 --out "$tmp/tta" 2>
 echo "     $out"
 final=$(sed -n 's/^test accuracy \([0-9.]*\) (ema 0.9, tta shift9; one pass \([0-9.]*\); .*/\1 \2/p' <<<"$out")
 expect "vit_train --tta --ema: the final line labelled, both figures" 0 "" test -n "$final"
+expect "vit_train --tta --ema: the checkpoint on the next line, no line over 100 columns" 0 "" \
+    test "$(tail -n 1 <<<"$out")" = "checkpoint $tmp/tta/last.ckpt" -a \
+    "$(awk '{ if (length($0) > m) m = length($0) } END { print m + 0 }' <<<"$out")" -le 100
 expect "vit_eval: the checkpoint's tta, the run's final figure" 0 \
     "accuracy ${final% *} \(tta shift9\)$" "$tools/vit_eval" "$tmp/tta/last.ckpt" --threads 1
 expect "vit_eval --tta none: the one-pass figure" 0 "accuracy ${final#* }$" \

@@ -45,6 +45,8 @@ static vit_model *small_model(int pool)
     cfg.channels = C;
     cfg.classes = K;
     cfg.patch = P;
+    cfg.patch_stride = 0; /* non-overlapping: T above */
+    cfg.patch_pad = 0;
     cfg.dim = D;
     cfg.depth = DEPTH;
     cfg.heads = HEADS;

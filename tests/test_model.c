@@ -48,7 +48,10 @@ static void tiny_config(vit_config *c, int pool)
     c->image_width = 4;
     c->channels = 1;
     c->classes = 3;
-    c->patch = 2;
+    c->patch = 2; /* non-overlapping, whatever the default recipe overlaps */
+    c->patch_stride = 0;
+    c->patch_pad = 0;
+    c->tta = VIT_TTA_NONE;
     c->dim = 8;
     c->depth = 2;
     c->heads = 2;
@@ -345,7 +348,12 @@ static int is_weight_matrix(const char *name)
 static size_t expected_count(const vit_config *c)
 {
     size_t D = (size_t)c->dim, M = (size_t)c->mlp, K = (size_t)c->classes;
-    size_t N = (size_t)(c->image_height / c->patch) * (size_t)(c->image_width / c->patch);
+    /* Patches along a side of the padded image, one every stride pixels
+     * (stride 0: the patch side); each patch is patch^2 * channels wide. */
+    size_t stride = (size_t)(c->patch_stride ? c->patch_stride : c->patch);
+    size_t gh = ((size_t)c->image_height + 2 * (size_t)c->patch_pad - (size_t)c->patch) / stride + 1;
+    size_t gw = ((size_t)c->image_width + 2 * (size_t)c->patch_pad - (size_t)c->patch) / stride + 1;
+    size_t N = gh * gw;
     size_t patch = (size_t)c->patch * c->patch * c->channels * D + D;
     size_t attn = 4 * (D * D + D);
     size_t mlp = D * M + M + M * D + D;
@@ -440,6 +448,15 @@ START_TEST(test_param_count_and_groups)
     ck_assert_uint_eq(vit_config_param_count(&c), 1195); /* by hand, above tiny_config */
     check_layout(&c);
     vit_config_default(&c);
+    /* The default model by hand: 4x4 patches of 1 channel at stride 2 over
+     * the 8x8 image padded by 1, a (8 + 2 - 4) / 2 + 1 = 4x4 grid:
+     *   patch.w 16*64 + patch.b 64 + cls 64 + pos 17*64          =   2240
+     *   per block: norms 4*64 + attention 4*(64*64 + 64)
+     *              + mlp 64*128 + 128 + 128*64 + 64 = 256 + 16640 + 16576
+     *                                                            =  33472
+     *   final norm 2*64 + head 64*10 + 10                        =    778
+     *   total 2240 + 4*33472 + 778                               = 136906 */
+    ck_assert_uint_eq(vit_config_param_count(&c), 136906);
     check_layout(&c);
     /* A non-square colour image with another patch size. */
     tiny_config(&c, VIT_POOL_MEAN);
@@ -657,6 +674,8 @@ START_TEST(test_config_bad_text)
     ck_assert_ptr_nonnull(strstr(vit_last_error(), "heads"));
     vit_config_default(&c);
     c.patch = 3; /* does not divide 8 */
+    c.patch_stride = 0;
+    c.patch_pad = 0;
     ck_assert_int_eq(vit_config_check(&c), VIT_EINVAL);
     ck_assert_ptr_nonnull(strstr(vit_last_error(), "patch"));
     vit_config_default(&c);
@@ -1150,7 +1169,13 @@ END_TEST
 static size_t step_bytes(const vit_config *c, int B)
 {
 #define R64(n) ((((size_t)(n) * sizeof(vit_real)) + 63) & ~(size_t)63)
-    size_t N = (size_t)(c->image_height / c->patch) * (c->image_width / c->patch), T = N + 1;
+    /* The patch grid as the model tiles it (overlapping patches give more
+     * tokens than image / patch); each token's im2col row is patch^2 *
+     * channels wide whatever the stride. */
+    vit_patch_shape ps = vit_config_patch_shape(c);
+    int gh = 0, gw = 0;
+    ck_assert_int_eq(vit_patch_grid(&ps, &gh, &gw), VIT_OK);
+    size_t N = (size_t)gh * (size_t)gw, T = N + 1;
     size_t rows = (size_t)B * T, D = (size_t)c->dim, M = (size_t)c->mlp;
     size_t pdim = (size_t)c->patch * c->patch * c->channels;
     vit_mha mha = {.batch = B, .n_q = (int)T, .n_k = (int)T, .d_model = c->dim,

@@ -9,8 +9,9 @@
 #  2. 28x28 images with no patch given: patch 4 (a 7x7 grid), said in one
 #     line, and the summary line names the parameters (counted here
 #     independently), 50 tokens, a speed and an ETA; a --patch flag or a
-#     patch in a --config file is kept, without that line; 8x8 digits keep
-#     the default;
+#     patch in a --config file is kept, without that line, and tiles
+#     without the default's overlap; 8x8 digits keep the default (4x4
+#     patches at stride 2, padding 1);
 #  3. models/gray28.cfg and models/rgb32.cfg: parse, describe the model
 #     their comments say (parameter count), train on a slice of their data
 #     set with the file's recipe, and the training loss falls.
@@ -71,8 +72,8 @@ out=$("$tools/vit_train" --data g28s --out run3 --config p14.cfg "${tiny[@]}" 2>
 check "patch in a --config file is kept: no choice line" "" "$(grep '^patch ' <<<"$out")"
 check "--config patch 14: 5 tokens" 1 "$(grep -c '^model: .* 5 tokens (2x2 patches of 14)' <<<"$out")"
 out=$("$tools/vit_train" --data digits --out run4 "${tiny[@]}" 2>&1)
-check "8x8 digits: the default patch 2, no choice line" "|1" \
-    "$(grep '^patch ' <<<"$out")|$(grep -c '^model: .* 17 tokens (4x4 patches of 2)' <<<"$out")"
+check "8x8 digits: the default patch 4 at stride 2, padding 1, no choice line" "|1" \
+    "$(grep '^patch ' <<<"$out")|$(grep -c '^model: .* 17 tokens (4x4 patches of 4, stride 2, padding 1)' <<<"$out")"
 
 # ---- 3. the shipped configs ------------------------------------------------
 # Each file's model and recipe as written, but 3 epochs on a slice of its

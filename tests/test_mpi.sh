@@ -24,9 +24,11 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 # Twenty epochs: the stop tests below signal after the first epoch row, and
 # the rest of the run must outlast the signal's way through mpirun on a busy
 # machine (with libxsmm an epoch of this model takes 0.08 s; six of them
-# ended before the signal arrived).
+# ended before the signal arrived).  The old recipe's shape and one pass,
+# whatever the defaults become: the timings are this model's.
 epochs=20
-args=(--dim 32 --depth 2 --heads 2 --mlp 64 --epochs $epochs --batch 64 --seed 7 --quiet --threads 1)
+args=(--dim 32 --depth 2 --heads 2 --mlp 64 --epochs $epochs --batch 64 --seed 7 --quiet --threads 1
+      --patch 2 --patch-stride 0 --patch-pad 0 --tta none)
 pass=0 fail=0
 
 "$train" "${args[@]}" --out "$tmp/one" >"$tmp/one.log" 2>&1 || { cat "$tmp/one.log"; exit 1; }

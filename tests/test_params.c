@@ -67,7 +67,12 @@ static vit_params *vit_layout(const vit_config *c)
 {
     vit_params *p = vit_params_new();
     ck_assert_ptr_nonnull(p);
-    int D = c->dim, T = (c->image_height / c->patch) * (c->image_width / c->patch) + 1;
+    /* Tokens: the patch grid of the padded image at the stride (0: the
+     * patch side, no overlap), plus the class token. */
+    int stride = c->patch_stride ? c->patch_stride : c->patch;
+    int gh = (c->image_height + 2 * c->patch_pad - c->patch) / stride + 1;
+    int gw = (c->image_width + 2 * c->patch_pad - c->patch) / stride + 1;
+    int D = c->dim, T = gh * gw + 1;
     double s = c->init_std;
     add2(p, "patch.w", c->patch * c->patch * c->channels, D, 1, VIT_INIT_NORMAL, s);
     add2(p, "patch.b", D, 0, 0, VIT_INIT_ZERO, 0);
@@ -159,6 +164,7 @@ START_TEST(test_other_shape_matches_model)
     vit_config_default(&c);
     c.image_height = 12, c.image_width = 8, c.channels = 3, c.classes = 7;
     c.patch = 4, c.dim = 24, c.depth = 2, c.heads = 3, c.mlp = 40, c.init_std = 0.37;
+    c.patch_stride = 0, c.patch_pad = 0; /* a 3x2 grid: T = 7, apart from every other size */
     check_against_model(&c, 5);
 }
 END_TEST

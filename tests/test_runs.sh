@@ -29,7 +29,8 @@ ok() { pass=$((pass + 1)); echo "ok   $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL $1"; }
 check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
 
-small=(--dim 16 --depth 1 --heads 2 --mlp 16 --threads 1 --quiet)
+# (The old shape and one pass: the checks read the one-line result.)
+small=(--dim 16 --depth 1 --heads 2 --mlp 16 --threads 1 --quiet --patch 2 --patch-stride 0 --patch-pad 0 --tta none)
 train() { "$tools/vit_train" "${small[@]}" "$@"; }
 rows() { cut -d, -f1-6 "$1"; } # metrics without the wall-clock column
 calc() { awk "BEGIN { print $1 }"; }

@@ -32,7 +32,10 @@ if ! command -v script >/dev/null; then
 fi
 cd "$tmp" || exit 1
 train=$(printf %q "$tools/vit_train")
-small="--dim 16 --depth 1 --heads 2 --mlp 16 --threads 1 --batch 8"
+# The old recipe's shape and one-pass evaluation, whatever the defaults
+# become (the result line's one-pass form and the validation figures below
+# are about it); the tta form of the last lines has its own runs.
+small="--dim 16 --depth 1 --heads 2 --mlp 16 --threads 1 --batch 8 --patch 2 --patch-stride 0 --patch-pad 0 --tta none"
 eta='ETA [0-9]+:[0-5][0-9]:[0-5][0-9]'
 
 # ---- 1. a terminal ------------------------------------------------------
@@ -71,6 +74,28 @@ check "long path: accuracy, then 'checkpoint START...END' ($ck)" \
     '[[ $(head -n 1 <<<"$last") =~ ^test\ accuracy\ [01]\.[0-9]{4}\ \(1\ epochs,\ [0-9.]+\ s,\ [0-9]+\ images/s\)$ ]] &&
      [[ $ck == "checkpoint runs/"*...*"_eighty_columns/last.ckpt" ]] && [ ${#ck} -ge 60 ]'
 
+# With tta the labelled figures alone fill a line: at 80 columns they stay
+# on the first line, the timing and the checkpoint on the second, or the
+# checkpoint on a third (shortened) when the path is long.
+script -q -e -c "stty cols 80 rows 24; cd c80 && $train $small --tta shift9 --epochs 1 --out tta" /dev/null \
+    </dev/null >tta80.out 2>&1
+script -q -e -c "stty cols 80 rows 24; cd long && $train $small --tta shift9 --epochs 1 --out tta_$long" \
+    /dev/null </dev/null >ttalong.out 2>&1
+show "80 columns, tta" tta80.out 3
+show "80 columns, tta, a long --out" ttalong.out 3
+check "tta, 80 columns: no line wider than 79 ($(widest tta80.out), $(widest ttalong.out))" \
+    '[ "$(widest tta80.out)" -le 79 ] && [ "$(widest ttalong.out)" -le 79 ]'
+acc_re='^test accuracy [01]\.[0-9]{4} \(tta shift9; one pass [01]\.[0-9]{4}\)$'
+time_re='^1 epochs, [0-9.]+ s, [0-9]+ images/s'
+check "tta, 80 columns: the labelled figures, then the timing and the checkpoint" \
+    '[[ $(tr -d "\r" <tta80.out | tail -n 2 | head -n 1) =~ $acc_re ]] &&
+     [[ $(tr -d "\r" <tta80.out | tail -n 1) =~ $time_re\;\ checkpoint\ tta/last\.ckpt$ ]]'
+ck=$(tr -d '\r' <ttalong.out | tail -n 1)
+check "tta, long path: the figures, the timing, then 'checkpoint START...END' ($ck)" \
+    '[[ $(tr -d "\r" <ttalong.out | tail -n 3 | head -n 1) =~ $acc_re ]] &&
+     [[ $(tr -d "\r" <ttalong.out | tail -n 2 | head -n 1) =~ $time_re$ ]] &&
+     [[ $ck == "checkpoint tta_runs/"*...*"_eighty_columns/last.ckpt" ]] && [ -f "long/tta_$long/last.ckpt" ]'
+
 # The epoch table narrower than its 71 columns: columns give way (img/s,
 # lr, time, train acc, test loss, train loss) and nothing wraps; each row
 # is as wide as its header.
@@ -98,6 +123,14 @@ COLUMNS=60 VIT_PROGRESS_SECONDS=0.002 "$tools/vit_train" $small --epochs 2 --out
 show "to a pipe, VIT_PROGRESS_SECONDS=0.002" pipe.out 5
 check "pipe: no \\r" '! grep -q $'"'"'\r'"'"' pipe.out'
 check "pipe: no line over 100 columns ($(widest pipe.out))" '[ "$(widest pipe.out)" -le 100 ]'
+# tta and ema labelled: the whole result does not fit 100 columns, the
+# figures with the timing do; the checkpoint on the next line, whole.
+"$tools/vit_train" $small --tta shift9 --ema 0.9 --epochs 1 --out pipe_tta_ema >pipetta.out 2>&1
+show "to a pipe, tta and ema" pipetta.out 2
+check "pipe, tta and ema: no line over 100 columns ($(widest pipetta.out))" '[ "$(widest pipetta.out)" -le 100 ]'
+check "pipe, tta and ema: figures and timing, then the checkpoint" \
+    '[[ $(tail -n 2 pipetta.out | head -n 1) =~ ^test\ accuracy\ [01]\.[0-9]{4}\ \(ema\ 0\.9,\ tta\ shift9\;\ one\ pass\ [01]\.[0-9]{4}\;\ 1\ epochs,\ [0-9.]+\ s,\ [0-9]+\ images/s\)$ ]] &&
+     [ "$(tail -n 1 pipetta.out)" = "checkpoint pipe_tta_ema/last.ckpt" ]'
 check "pipe: plain progress lines inside the epochs" \
     '[ "$(grep -cE "^epoch [12]/2 step [0-9]+/180 loss [0-9]+\.[0-9]{4} [0-9]+ img/s $eta$" pipe.out)" -ge 2 ]'
 check "pipe: one row per epoch under the header" \

@@ -183,7 +183,11 @@ static int run_train(const train_shape *s, const options *o, double gemm_rate)
     cfg.image_height = cfg.image_width = s->img;
     cfg.channels = s->chans;
     cfg.classes = CLASSES;
+    /* Non-overlapping patches, as tools/torch_vit_speed.py builds them
+     * (the default recipe's overlap is not the benchmark's shape). */
     cfg.patch = s->patch;
+    cfg.patch_stride = 0;
+    cfg.patch_pad = 0;
     cfg.dim = s->dim;
     cfg.depth = s->depth;
     cfg.heads = s->heads;

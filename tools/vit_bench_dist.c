@@ -41,6 +41,8 @@ static int bench(int steps)
     cfg.channels = 1;
     cfg.classes = CLASSES;
     cfg.patch = 4;
+    cfg.patch_stride = 0;
+    cfg.patch_pad = 0;
     cfg.dim = 128;
     cfg.depth = 6;
     cfg.heads = 4;

@@ -118,7 +118,8 @@ static void folder_of(const char *path, char *out, size_t cap)
 
 /* No patch given (cfg->patch 0): the default, unless the data's images
  * are larger than the config's or the default does not divide them; then
- * the library's choice (a grid of at most 8x8), said in one line. */
+ * the library's choice (a grid of at most 8x8), said in one line (the
+ * stride and padding are settled after it, in run). */
 static int fit_patch(vit_config *cfg, int patch_default, const vit_dataset *train, int speak)
 {
     cfg->patch = patch_default;
@@ -133,21 +134,40 @@ static int fit_patch(vit_config *cfg, int patch_default, const vit_dataset *trai
     return 0;
 }
 
-/* The last line.  On a terminal too narrow for it, the checkpoint goes on
- * a line of its own, its path shortened in the middle if even that does
- * not fit (a file or pipe always gets the one whole line). */
-static void print_result(const char *head, const char *out)
+/* The last lines: "ACC (LABELS; TIMING); checkpoint PATH" when that fits
+ * (a terminal's width - 1, or 100 columns in a file or pipe); else the
+ * checkpoint goes on a line of its own; else, when even "ACC (LABELS;
+ * TIMING)" is too wide (ema, tta and the one-pass figure), the labelled
+ * figures stay on the first line and the timing opens the second.  On a
+ * terminal the path is shortened in the middle if its line would not fit;
+ * a file or pipe always gets the whole path (a script may read it).
+ * labels is "" or e.g. "tta shift9; one pass 0.9639". */
+static void print_result(const char *acc, const char *labels, const char *timing, const char *out)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/last.ckpt", out);
     int cols = cli_terminal_columns();
-    if (cols == 0 || (int)(strlen(head) + strlen(path)) + 13 <= cols - 1) {
-        printf("%s; checkpoint %s\n", head, path);
+    size_t width = cols > 0 ? (size_t)cols - 1 : 100;
+    const char *sep = *labels ? "; " : "";
+    /* acc + " (" + labels + sep + timing + ")" */
+    size_t head = strlen(acc) + 2 + strlen(labels) + strlen(sep) + strlen(timing) + 1;
+    if (head + strlen("; checkpoint ") + strlen(path) <= width) {
+        printf("%s (%s%s%s); checkpoint %s\n", acc, labels, sep, timing, path);
         return;
     }
     char short_path[4200];
-    cli_short_path(path, cols - 1 - 11, short_path, sizeof short_path);
-    printf("%s\ncheckpoint %s\n", head, short_path);
+    if (cols > 0 && width > strlen("checkpoint ") && strlen("checkpoint ") + strlen(path) > width)
+        cli_short_path(path, (int)(width - strlen("checkpoint ")), short_path, sizeof short_path);
+    else
+        snprintf(short_path, sizeof short_path, "%s", path);
+    if (head <= width || !*labels) {
+        printf("%s (%s%s%s)\ncheckpoint %s\n", acc, labels, sep, timing, short_path);
+        return;
+    }
+    if (strlen(timing) + strlen("; checkpoint ") + strlen(path) <= width)
+        printf("%s (%s)\n%s; checkpoint %s\n", acc, labels, timing, path);
+    else
+        printf("%s (%s)\n%s\ncheckpoint %s\n", acc, labels, timing, short_path);
 }
 
 /* Under mpirun every rank runs the same command; rank 0 alone speaks. */
@@ -283,19 +303,18 @@ static int train_once(const vit_config *cfg, const vit_dataset *train, const vit
         snprintf(plain, sizeof plain, "; one pass %.4f", res.test_accuracy_plain);
         snprintf(vplain, sizeof vplain, "; one pass %.4f", res.val_accuracy_plain);
     }
-    if (*how)
-        snprintf(how + strlen(how), sizeof how - strlen(how), "%s", "; ");
     if (res.val_accuracy >= 0) {
         if (res.tta != VIT_TTA_NONE)
             printf("validation accuracy %.4f (tta shift9%s)\n", res.val_accuracy, vplain);
         else
             printf("validation accuracy %.4f\n", res.val_accuracy);
     }
-    char head[320];
-    snprintf(head, sizeof head, "test accuracy %.4f (%s%s%s%d epochs, %.1f s, %.0f images/s)",
-             res.test_accuracy, how, plain + (*plain ? 2 : 0), *plain ? "; " : "", res.epochs_done,
+    char acc[48], labels[160], timing[96];
+    snprintf(acc, sizeof acc, "test accuracy %.4f", res.test_accuracy);
+    snprintf(labels, sizeof labels, "%s%s", how, plain); /* plain: "; one pass ..." or "" */
+    snprintf(timing, sizeof timing, "%d epochs, %.1f s, %.0f images/s", res.epochs_done,
              res.seconds, res.images_per_second);
-    print_result(head, out);
+    print_result(acc, labels, timing, out);
     vit_train_result_free(&res);
     return 0;
 }
@@ -439,8 +458,12 @@ static int run(int argc, char **argv)
     /* patch 0 (out of its range, so no file or flag can set it) marks a
      * patch nobody gave: it is then fitted to the data's images below. */
     const int patch_default = cfg.patch;
-    if (!o.resume)
+    const int stride_default = cfg.patch_stride, pad_default = cfg.patch_pad;
+    if (!o.resume) {
         cfg.patch = 0;
+        cfg.patch_stride = -1; /* likewise: -1 is out of range */
+        cfg.patch_pad = -1;
+    }
     if (config && vit_config_load(&cfg, config))
         return cli_fail(prog, NULL);
 
@@ -586,6 +609,18 @@ static int run(int argc, char **argv)
         vit_dataset_free(&test);
         return 1;
     }
+    /* The default's overlap (stride and padding, made for its 4x4 patches
+     * on 8x8 images) goes with the default patch on images of the default
+     * size: any other patch, given or picked for larger images, tiles the
+     * image without overlap unless a stride or padding was given too. */
+    vit_config d;
+    vit_config_default(&d);
+    int keep = cfg.patch == patch_default && train.height == d.image_height &&
+               train.width == d.image_width;
+    if (cfg.patch_stride < 0)
+        cfg.patch_stride = keep ? stride_default : 0;
+    if (cfg.patch_pad < 0)
+        cfg.patch_pad = keep ? pad_default : 0;
 
     int rc = nseeds > 0 ? train_seeds(&cfg, &train, &test, &o, data, threads, seeds, nseeds)
                         : train_once(&cfg, &train, &test, &o, data, threads, NULL);
