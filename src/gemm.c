@@ -202,9 +202,10 @@ static int blas_is_strong(void)
  * K <= 256: all of digits' projections and MLP, medium's second MLP layer
  * and its dx) and on weight gradients x^T dy over up to ~1000 rows; it ties
  * at 192 wide and falls behind from 256 wide, on weight gradients over
- * 1600+ rows (to 40-60% of OpenBLAS) and on attention's tiny per-head
- * products (17x16 by 17: about half).  Against OpenBLAS's SSE3 fallback
- * libxsmm won every one of the 36 shapes, by 1.1x to 10x. */
+ * 1600+ rows (to 40-60% of OpenBLAS before k_chunk; 90-100% with it, so
+ * they stay with OpenBLAS) and on attention's tiny per-head products
+ * (17x16 by 17: about half).  Against OpenBLAS's SSE3 fallback libxsmm won
+ * every one of the 36 shapes, by 1.1x to 10x. */
 static int auto_wants_xsmm(enum CBLAS_TRANSPOSE ta, int M, int N, int K)
 {
     static atomic_int strong = -1;
@@ -293,7 +294,12 @@ typedef struct {
     int packed; /* 1: the kernel reads a packed alpha op(B) */
     int slot;   /* statistics entry or -1 */
 #if USE_XSMM
-    libxsmm_smmfunction kernel;
+    /* The reduction runs in chunks of kc (see k_chunk): kernel for the
+     * first chunk (with the call's beta), kernel_rest for the full chunks
+     * after it and kernel_tail for the last one (beta 1 both); the last two
+     * are NULL when K fits one chunk. */
+    int kc;
+    libxsmm_smmfunction kernel, kernel_rest, kernel_tail;
 #endif
 } cache_entry;
 
@@ -310,6 +316,42 @@ static unsigned shape_hash(int ta, int tb, int M, int N, int K, int lda, int ldb
     return h % CACHE;
 }
 
+#if USE_XSMM
+/* Reduction chunk for libxsmm: its JIT kernels have no blocking over k, so
+ * the whole first operand op(B) [K, N] streams through the cache once per
+ * block of rows of C.  Past ~256 KB (N = 768, K = 2080 is 6.4 MB) a
+ * product ran at a third of its small-K rate (34-42 against 119 GFLOP/s,
+ * one thread, weight gradients of the large model); chunks of K that keep
+ * op(B)'s slice within 64 Ki floats, summed into C with beta 1, run at
+ * the small-K rate.  Chunks are equal but for the last, multiples of 16
+ * (whole cache lines), and depend on the shape alone. */
+static int k_chunk(int N, int K)
+{
+    const int budget = 65536; /* floats of op(B) per chunk */
+    int kmax = budget / (N > 0 ? N : 1);
+    if (kmax < 64)
+        kmax = 64;
+    if (K <= kmax)
+        return K;
+    int n = (K + kmax - 1) / kmax;
+    int kc = (K + n - 1) / n;
+    kc = (kc + 15) / 16 * 16;
+    return kc < K ? kc : K;
+}
+
+/* The kernel for e's shape with reduction length k and beta 0 or 1. */
+static libxsmm_smmfunction xsmm_kernel(const cache_entry *e, int k, int beta_flag)
+{
+    libxsmm_blasint m = e->N, n = e->M, kk = k;
+    libxsmm_blasint lda = e->packed ? e->N : e->ldb, ldb = e->lda, ldc = e->ldc;
+    int flags = (e->ta != CblasNoTrans ? LIBXSMM_GEMM_FLAG_TRANS_B : 0) |
+                (beta_flag == 0 ? LIBXSMM_GEMM_FLAG_BETA_0 : 0);
+    int prefetch = LIBXSMM_GEMM_PREFETCH_NONE;
+    float one = 1, beta = (float)beta_flag;
+    return libxsmm_smmdispatch(m, n, kk, &lda, &ldb, &ldc, &one, &beta, &flags, &prefetch);
+}
+#endif
+
 /* Fills e (whose key fields are set) for the policy in force. */
 static void decide(cache_entry *e)
 {
@@ -317,22 +359,24 @@ static void decide(cache_entry *e)
     e->path = VIT_GEMM_BLAS;
     e->packed = 0;
 #if USE_XSMM
-    e->kernel = NULL;
+    e->kernel = e->kernel_rest = e->kernel_tail = NULL;
     int want = pol == VIT_GEMM_XSMM
                || (pol == VIT_GEMM_AUTO
                    && auto_wants_xsmm((enum CBLAS_TRANSPOSE)e->ta, e->M, e->N, e->K));
     if (want && e->beta >= 0) {
         pthread_once(&xsmm_once, xsmm_setup);
         e->packed = e->tb != CblasNoTrans || !e->alpha_one;
-        libxsmm_blasint m = e->N, n = e->M, k = e->K;
-        libxsmm_blasint lda = e->packed ? e->N : e->ldb, ldb = e->lda, ldc = e->ldc;
-        int flags = (e->ta != CblasNoTrans ? LIBXSMM_GEMM_FLAG_TRANS_B : 0) |
-                    (e->beta == 0 ? LIBXSMM_GEMM_FLAG_BETA_0 : 0);
-        int prefetch = LIBXSMM_GEMM_PREFETCH_NONE;
-        float one = 1, beta = (float)e->beta;
-        if (!e->packed || pack_key_ok)
-            e->kernel = libxsmm_smmdispatch(m, n, k, &lda, &ldb, &ldc, &one, &beta, &flags,
-                                            &prefetch);
+        if (!e->packed || pack_key_ok) {
+            e->kc = k_chunk(e->N, e->K);
+            int n_chunks = (e->K + e->kc - 1) / e->kc, tail = e->K - (n_chunks - 1) * e->kc;
+            e->kernel = xsmm_kernel(e, e->kc < e->K ? e->kc : e->K, e->beta);
+            if (n_chunks > 1) {
+                e->kernel_rest = n_chunks > 2 || tail == e->kc ? xsmm_kernel(e, e->kc, 1) : NULL;
+                e->kernel_tail = tail == e->kc ? e->kernel_rest : xsmm_kernel(e, tail, 1);
+                if ((n_chunks > 2 && !e->kernel_rest) || !e->kernel_tail)
+                    e->kernel = NULL;
+            }
+        }
         if (e->kernel)
             e->path = VIT_GEMM_XSMM;
     }
@@ -361,7 +405,7 @@ void vit_gemm_rm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N,
         *e = (cache_entry){gen, (signed char)ta, (signed char)tb, (signed char)a1,
                            (signed char)b, M, N, K, lda, ldb, ldc, VIT_GEMM_BLAS, 0, -1
 #if USE_XSMM
-                           , NULL
+                           , 0, NULL, NULL, NULL
 #endif
         };
         decide(e);
@@ -394,7 +438,22 @@ static void run(const cache_entry *e, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSP
             pack_b(P, tb, K, N, alpha, B, ldb);
             first = P;
         }
+        if (!e->kernel_tail) {
+            e->kernel(first, A, C);
+            return;
+        }
+        /* Chunk c of the reduction: rows c*kc.. of op(B) (or of the packed
+         * copy) and the matching columns of op(A). */
+        size_t step_b = (size_t)e->kc * (size_t)(e->packed ? N : ldb);
+        size_t step_a = ta == CblasNoTrans ? (size_t)e->kc : (size_t)e->kc * (size_t)lda;
         e->kernel(first, A, C);
+        int k0 = e->kc;
+        for (; k0 + e->kc < K; k0 += e->kc) {
+            first += step_b;
+            A += step_a;
+            e->kernel_rest(first, A, C);
+        }
+        e->kernel_tail(first + step_b, A + step_a, C);
         return;
     }
 blas:

@@ -125,6 +125,13 @@ START_TEST(linear_agrees)
     linear_case(37, 19, 23, 1);
     linear_case(1, 64, 10, 1);
     linear_case(65, 192, 768, 0);
+    /* libxsmm sums long reductions in chunks (src/gemm.c, k_chunk): dW over
+     * 512 rows into 256 outputs is two equal chunks, over 800 rows four with
+     * a shorter last one; dx = dy W^T of 2080 outputs is three chunks of a
+     * packed operand */
+    linear_case(512, 48, 256, 1);
+    linear_case(800, 40, 256, 0);
+    linear_case(300, 64, 2080, 0);
 }
 END_TEST
 
