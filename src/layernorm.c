@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "error.h"
+#include "fastmath.h"
 #include "layernorm_internal.h"
 #include "threads.h"
 
@@ -19,6 +20,7 @@ typedef struct {
  * std.  Sums are in the build's precision with SIMD partial sums (the
  * `omp simd` reductions, compiled with -fopenmp-simd, no OpenMP runtime);
  * widening every element to double cost most of the time in float32. */
+FM_CLONES
 static void ln_forward_rows(void *p, size_t lo, size_t hi)
 {
     const ln_job *J = p;
@@ -94,6 +96,7 @@ void vit_add_layernorm_forward(vit_real *s, vit_real *y, vit_real *mean, vit_rea
 }
 
 /* Rows lo..hi-1 of dx, sums in the build's precision as in the forward. */
+FM_CLONES
 static void ln_dx_rows(void *p, size_t lo, size_t hi)
 {
     const ln_job *J = p;
@@ -120,6 +123,7 @@ static void ln_dx_rows(void *p, size_t lo, size_t hi)
 }
 
 /* Columns lo..hi-1 of dgamma and dbeta, each summing its rows in order. */
+FM_CLONES
 static void ln_dparam_cols(void *p, size_t lo, size_t hi)
 {
     const ln_job *J = p;

@@ -7,6 +7,7 @@
 
 #include "blas.h"
 #include "error.h"
+#include "fastmath.h"
 
 #ifdef VIT_HAVE_OPENBLAS_THREADS
 void openblas_set_num_threads(int num_threads);
@@ -215,6 +216,7 @@ typedef struct {
     int rows, cols;
 } colsum_job;
 
+FM_CLONES
 static void colsum_range(void *p, size_t lo, size_t hi)
 {
     const colsum_job *c = p;
