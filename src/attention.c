@@ -414,13 +414,18 @@ static void head_backward(const vit_sdpa *a, vit_real scale, vit_real beta, int 
     }
     if (pair_ds)
         *pair_ds = vit_attn_scale_grad(ds, q + qo, k + ko, nq, nk, dkh, ldq, ldk);
+    if (!(dq || dk)) return;
+    /* s dS in place, once: with alpha = s each GEMM below would make
+     * libxsmm read a scaled copy of its first operand (src/gemm.c). */
+    if (scale != 1)
+        for (size_t i = 0; i < (size_t)nq * nk; i++) ds[i] *= scale;
     /* dQ_bh[nq, dk] += s dS[nq, nk] K_bh[nk, dk] */
     if (dq)
-        vit_pgemm(CblasNoTrans, CblasNoTrans, nq, dkh, nk, scale, ds, nk, k + ko, ldk, beta,
+        vit_pgemm(CblasNoTrans, CblasNoTrans, nq, dkh, nk, 1, ds, nk, k + ko, ldk, beta,
                   dq + qo, ldq);
     /* dK_bh[nk, dk] += s dS[nq, nk]^T Q_bh[nq, dk] */
     if (dk)
-        vit_pgemm(CblasTrans, CblasNoTrans, nk, dkh, nq, scale, ds, nk, q + qo, ldq, beta,
+        vit_pgemm(CblasTrans, CblasNoTrans, nk, dkh, nq, 1, ds, nk, q + qo, ldq, beta,
                   dk + ko, ldk);
 }
 
