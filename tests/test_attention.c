@@ -431,13 +431,23 @@ START_TEST(test_sdpa_nonfinite)
     vit_sdpa a = sdpa_shape(1, 2, 3, 3, 2, 2);
     sdpa_case c;
     sdpa_case_init(&c, a, 0, 141);
+    /* k, q [1, 3, 2 heads * 2]: k[5] is key 1 of head 0, q[10] query 2 of
+     * head 1; the message names the first bad score in (item, head, query,
+     * key) order */
     c.k[5] = NAN;
     ck_assert_int_eq(vit_sdpa_forward(&c.a, c.out, c.probs, c.q, c.k, c.v), VIT_ENUM);
     ck_assert_ptr_nonnull(strstr(vit_last_error(), "non-finite"));
+    ck_assert_msg(strstr(vit_last_error(), "item 0, head 0, query 0, key 1"), "%s",
+                  vit_last_error());
     c.k[5] = 0.5;
     c.q[0] = INFINITY;
     ck_assert_int_eq(vit_sdpa_forward(&c.a, c.out, c.probs, c.q, c.k, c.v), VIT_ENUM);
+    ck_assert_msg(strstr(vit_last_error(), "head 0, query 0, key 0"), "%s", vit_last_error());
     c.q[0] = 0.5;
+    c.q[10] = NAN;
+    ck_assert_int_eq(vit_sdpa_forward(&c.a, c.out, c.probs, c.q, c.k, c.v), VIT_ENUM);
+    ck_assert_msg(strstr(vit_last_error(), "head 1, query 2, key 0"), "%s", vit_last_error());
+    c.q[10] = 0.5;
     ck_assert_int_eq(vit_sdpa_forward(&c.a, c.out, c.probs, c.q, c.k, c.v), VIT_OK);
     sdpa_case_free(&c);
 }
