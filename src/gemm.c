@@ -303,11 +303,11 @@ typedef struct {
 #endif
 } cache_entry;
 
-/* Open addressing, PROBE slots from the hash: a step of the three models
- * has 23-40 shapes (distinct strides count), and with a direct-mapped table
- * of 64 two of them shared a slot and evicted each other on every call,
- * each miss a trip through libxsmm's locked registry and the statistics
- * lock (3.8% of the digits step). */
+/* Open addressing, PROBE slots from the hash.  A step of each of the three
+ * models has 21-23 shapes (a few more with distinct strides); with a
+ * direct-mapped table of 64, two of digits' shared a slot and evicted each
+ * other on every call, each miss a trip through libxsmm's locked registry
+ * and the statistics lock (3.8% of the digits step). */
 enum { CACHE = 256, PROBE = 8 };
 static _Thread_local cache_entry cache[CACHE];
 
