@@ -9,7 +9,6 @@
  * time, no table), which also cross-checks the writer's CRC.
  */
 #include <check.h>
-#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -22,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "file_util.h"
 #include "vit/checkpoint.h"
 #include "vit/optim.h"
 #include "vit/tape.h"
@@ -42,71 +42,18 @@ static uint32_t ref_crc32(const unsigned char *p, size_t n)
     return ~crc;
 }
 
+/* Each test's own folder, made by tmpdir_make, removed with its files by
+ * tmpdir_remove. */
 typedef struct tmpdir {
     char path[64];
 } tmpdir;
 
 static void tmpdir_make(tmpdir *d)
 {
-    strcpy(d->path, "/tmp/vit_ckpt_test_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(d->path));
+    fu_mkdtemp(d->path, sizeof d->path, "/tmp/vit_ckpt_test_XXXXXX");
 }
 
-/* Number of entries in folder d (without "." and ".."). */
-static int count_entries(const char *dir)
-{
-    DIR *d = opendir(dir);
-    ck_assert_ptr_nonnull(d);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-            n++;
-    closedir(d);
-    return n;
-}
-
-/* Removes every file in the folder, then the folder (one level only). */
-static void tmpdir_remove(tmpdir *d)
-{
-    DIR *dir = opendir(d->path);
-    if (dir == NULL)
-        return;
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(dir)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        snprintf(p, sizeof p, "%s/%s", d->path, e->d_name);
-        unlink(p);
-    }
-    closedir(dir);
-    rmdir(d->path);
-}
-
-static unsigned char *read_all(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
-    long n = ftell(f);
-    ck_assert_int_ge(n, 0);
-    rewind(f);
-    unsigned char *b = malloc((size_t)n + 1);
-    ck_assert_ptr_nonnull(b);
-    ck_assert_uint_eq(fread(b, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return b;
-}
-
-static void write_all(const char *path, const unsigned char *b, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(b, 1, n, f), n);
-    ck_assert_int_eq(fclose(f), 0);
-}
+static void tmpdir_remove(tmpdir *d) { fu_remove_tree(d->path); }
 
 /* Rewrites the trailing CRC of an edited file image so that only the
  * edit itself can make the reader complain. */
@@ -206,7 +153,7 @@ static void expect_read_fails(const char *path, int rc, const char *want)
     ck_assert_int_eq(c.nclass_names, 0);
 }
 
-static void write_image(const char *path, const bytes *o) { write_all(path, o->b, o->n); }
+static void write_image(const char *path, const bytes *o) { fu_write(path, o->b, o->n); }
 
 /* A small checkpoint with two tensors whose values exercise float32
  * rounding. */
@@ -287,7 +234,7 @@ START_TEST(test_byte_layout)
         0x00, 0x00, 0x00, 0xC0,               /* -2.0f = 0xC0000000 */
     };
     size_t n;
-    unsigned char *got = read_all(path, &n);
+    unsigned char *got = fu_read(path, &n);
     ck_assert_uint_eq(n, sizeof want_head + 4);
     ck_assert_mem_eq(got, want_head, sizeof want_head);
     uint32_t crc = ref_crc32(want_head, sizeof want_head);
@@ -347,7 +294,7 @@ START_TEST(test_round_trip)
     vit_ckpt c = {123456789012ULL, 42, {0xDEADBEEFULL, 0, ~0ULL, 5}, config, 3, t,
                   7, {1.0 / 3.0, -1e300, 5e-324}, 5, order, 3, names, 0};
     ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_OK);
-    ck_assert_int_eq(count_entries(d.path), 1); /* no temporary file left */
+    ck_assert_int_eq(fu_count_entries(d.path), 1); /* no temporary file left */
 
     vit_ckpt r;
     ck_assert_int_eq(vit_ckpt_read(path, &r), VIT_OK);
@@ -456,7 +403,7 @@ START_TEST(test_every_flipped_byte_detected)
     vit_ckpt c = small_ckpt(t);
     ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_OK);
     size_t n;
-    unsigned char *img = read_all(path, &n);
+    unsigned char *img = fu_read(path, &n);
     /* Values of the last tensor start 12 bytes (3 floats) before the CRC;
      * a flip there leaves the structure intact, so only the CRC can
      * notice. */
@@ -464,7 +411,7 @@ START_TEST(test_every_flipped_byte_detected)
     for (size_t i = 0; i < n; i++) {
         for (int bit = 0; bit < 8; bit += 7) { /* lowest and highest bit of each byte */
             img[i] ^= (unsigned char)(1u << bit);
-            write_all(bad, img, n);
+            fu_write(bad, img, n);
             img[i] ^= (unsigned char)(1u << bit);
             expect_read_fails(bad, VIT_EFORMAT, i >= values_from ? "checksum mismatch" : NULL);
         }
@@ -485,9 +432,9 @@ START_TEST(test_every_truncation_rejected)
     vit_ckpt c = small_ckpt(t);
     ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_OK);
     size_t n;
-    unsigned char *img = read_all(path, &n);
+    unsigned char *img = fu_read(path, &n);
     for (size_t len = 0; len < n; len++) {
-        write_all(cut, img, len);
+        fu_write(cut, img, len);
         /* Every cut is reported as a truncation; one inside the CRC,
          * after all values parsed, names the exact end of the file. */
         char want[64];
@@ -499,7 +446,7 @@ START_TEST(test_every_truncation_rejected)
     ck_assert_ptr_nonnull(longer);
     memcpy(longer, img, n);
     longer[n] = 0;
-    write_all(cut, longer, n + 1);
+    fu_write(cut, longer, n + 1);
     expect_read_fails(cut, VIT_EFORMAT, "after the last tensor");
     free(longer);
     free(img);
@@ -518,42 +465,42 @@ START_TEST(test_bad_header_fields)
     vit_ckpt c = small_ckpt(t);
     ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_OK);
     size_t n;
-    unsigned char *img = read_all(path, &n);
+    unsigned char *img = fu_read(path, &n);
 
     /* Each edit gets a valid CRC so that the field check itself must fire. */
     img[0] = 'X';
     fix_crc(img, n);
-    write_all(bad, img, n);
+    fu_write(bad, img, n);
     expect_read_fails(bad, VIT_EFORMAT, "bad magic");
     img[0] = 'V';
 
     img[8] = 5; /* version */
     fix_crc(img, n);
-    write_all(bad, img, n);
+    fu_write(bad, img, n);
     expect_read_fails(bad, VIT_EFORMAT, "version 5");
     img[8] = 0;
     fix_crc(img, n);
-    write_all(bad, img, n);
+    fu_write(bad, img, n);
     expect_read_fails(bad, VIT_EFORMAT, "version 0");
     img[8] = 4;
 
     img[12] = 2; /* real size */
     fix_crc(img, n);
-    write_all(bad, img, n);
+    fu_write(bad, img, n);
     expect_read_fails(bad, VIT_EFORMAT, "real size");
     img[12] = 8;
 
     fix_crc(img, n); /* the restored image is good again */
-    write_all(bad, img, n);
+    fu_write(bad, img, n);
     vit_ckpt r;
     ck_assert_int_eq(vit_ckpt_read(bad, &r), VIT_OK);
     vit_ckpt_free(&r);
 
     /* A text file and an empty file. */
     const char *text = "this is not a checkpoint, just some text\n";
-    write_all(bad, (const unsigned char *)text, strlen(text));
+    fu_write(bad, (const unsigned char *)text, strlen(text));
     expect_read_fails(bad, VIT_EFORMAT, "bad magic");
-    write_all(bad, img, 0);
+    fu_write(bad, img, 0);
     expect_read_fails(bad, VIT_EFORMAT, "truncated at byte 0");
     free(img);
 
@@ -1094,9 +1041,9 @@ START_TEST(test_write_rejects_bad_input)
     small_b[2] = 1e300;
     ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_ENUM);
     small_b[2] = 1.0;
-    ck_assert_int_eq(count_entries(d.path), 0); /* no failed attempt left a file */
+    ck_assert_int_eq(fu_count_entries(d.path), 0); /* no failed attempt left a file */
     ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_OK);
-    ck_assert_int_eq(count_entries(d.path), 1);
+    ck_assert_int_eq(fu_count_entries(d.path), 1);
     tmpdir_remove(&d);
 }
 END_TEST
@@ -1112,7 +1059,7 @@ START_TEST(test_write_missing_folder)
     ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_EIO);
     ck_assert_ptr_nonnull(strstr(vit_last_error(), path));
     ck_assert_ptr_nonnull(strstr(vit_last_error(), strerror(ENOENT)));
-    ck_assert_int_eq(count_entries(d.path), 0);
+    ck_assert_int_eq(fu_count_entries(d.path), 0);
     tmpdir_remove(&d);
 }
 END_TEST
@@ -1185,7 +1132,7 @@ START_TEST(test_overwrite_keeps_mode)
     ck_assert_int_eq(vit_ckpt_read(path, &r), VIT_OK);
     ck_assert_uint_eq(r.step, 8);
     vit_ckpt_free(&r);
-    ck_assert_int_eq(count_entries(d.path), 1);
+    ck_assert_int_eq(fu_count_entries(d.path), 1);
     tmpdir_remove(&d);
 }
 END_TEST
@@ -1204,7 +1151,7 @@ START_TEST(test_failed_overwrite_keeps_old_file)
     vit_ckpt old = small_ckpt(t);
     ck_assert_int_eq(vit_ckpt_write(path, &old), VIT_OK);
     size_t old_len;
-    unsigned char *old_img = read_all(path, &old_len);
+    unsigned char *old_img = fu_read(path, &old_len);
 
     /* The new checkpoint is 80 KB; the child may only write 1000 bytes. */
     enum { BIG = 20000 };
@@ -1241,10 +1188,10 @@ START_TEST(test_failed_overwrite_keeps_old_file)
 
     /* The old file is byte for byte what it was, and alone in its folder. */
     size_t now_len;
-    unsigned char *now = read_all(path, &now_len);
+    unsigned char *now = fu_read(path, &now_len);
     ck_assert_uint_eq(now_len, old_len);
     ck_assert_mem_eq(now, old_img, old_len);
-    ck_assert_int_eq(count_entries(d.path), 1);
+    ck_assert_int_eq(fu_count_entries(d.path), 1);
     vit_ckpt r;
     ck_assert_int_eq(vit_ckpt_read(path, &r), VIT_OK);
     ck_assert_uint_eq(r.step, old.step);
