@@ -155,6 +155,41 @@ static void expect_read_fails(const char *path, int rc, const char *want)
 
 static void write_image(const char *path, const bytes *o) { fu_write(path, o->b, o->n); }
 
+/* The file image img[n] with byte at set to value and a valid CRC, so that
+ * only the field check can refuse it: written to path, the reader must
+ * refuse it (format error) naming want.  img[at] is put back after. */
+static void expect_edit_fails(const char *path, unsigned char *img, size_t n, size_t at,
+                              unsigned char value, const char *want)
+{
+    unsigned char was = img[at];
+    img[at] = value;
+    fix_crc(img, n);
+    fu_write(path, img, n);
+    expect_read_fails(path, VIT_EFORMAT, want);
+    img[at] = was;
+}
+
+/* Ends o with its CRC, writes it to path and expects the reader to refuse
+ * it with rc and a message naming want (see expect_read_fails). */
+static void expect_image_fails(const char *path, bytes *o, int rc, const char *want)
+{
+    put_crc(o);
+    write_image(path, o);
+    expect_read_fails(path, rc, want);
+}
+
+/* Restarts o as a version-1 file of one tensor "w" with ndim dims: the
+ * dims come next. */
+static void put_one_tensor(bytes *o, uint64_t ndim)
+{
+    o->n = 0;
+    put_header(o, "");
+    put(o, 1, 4);
+    put(o, 1, 2);
+    put_str(o, "w");
+    put(o, ndim, 4);
+}
+
 /* A small checkpoint with two tensors whose values exercise float32
  * rounding. */
 static vit_real small_a[6], small_b[3];
@@ -178,6 +213,18 @@ static vit_ckpt small_ckpt(vit_ckpt_tensor t[2])
     static char *names[3] = {"bag", "coat", "sneaker"};
     vit_ckpt c = {7, 2, {1, 2, 3, 4}, "dim=8\n", 2, t, 0, {0, 0, 0}, 0, NULL, 3, names, 0};
     return c;
+}
+
+/* small_ckpt written by vit_ckpt_write to d/ok.ckpt (its path in
+ * path[128]) and read back as bytes: the image that the damage tests edit
+ * (malloc'd, its size in *n). */
+static unsigned char *small_image(const tmpdir *d, char *path, size_t *n)
+{
+    snprintf(path, 128, "%s/ok.ckpt", d->path);
+    vit_ckpt_tensor t[2];
+    vit_ckpt c = small_ckpt(t);
+    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_OK);
+    return fu_read(path, n);
 }
 
 /* ---- tests ---- */
@@ -397,13 +444,9 @@ START_TEST(test_every_flipped_byte_detected)
     tmpdir d;
     tmpdir_make(&d);
     char path[128], bad[128];
-    snprintf(path, sizeof path, "%s/ok.ckpt", d.path);
     snprintf(bad, sizeof bad, "%s/bad.ckpt", d.path);
-    vit_ckpt_tensor t[2];
-    vit_ckpt c = small_ckpt(t);
-    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_OK);
     size_t n;
-    unsigned char *img = fu_read(path, &n);
+    unsigned char *img = small_image(&d, path, &n);
     /* Values of the last tensor start 12 bytes (3 floats) before the CRC;
      * a flip there leaves the structure intact, so only the CRC can
      * notice. */
@@ -426,13 +469,9 @@ START_TEST(test_every_truncation_rejected)
     tmpdir d;
     tmpdir_make(&d);
     char path[128], cut[128];
-    snprintf(path, sizeof path, "%s/ok.ckpt", d.path);
     snprintf(cut, sizeof cut, "%s/cut.ckpt", d.path);
-    vit_ckpt_tensor t[2];
-    vit_ckpt c = small_ckpt(t);
-    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_OK);
     size_t n;
-    unsigned char *img = fu_read(path, &n);
+    unsigned char *img = small_image(&d, path, &n);
     for (size_t len = 0; len < n; len++) {
         fu_write(cut, img, len);
         /* Every cut is reported as a truncation; one inside the CRC,
@@ -459,36 +498,18 @@ START_TEST(test_bad_header_fields)
     tmpdir d;
     tmpdir_make(&d);
     char path[128], bad[128];
-    snprintf(path, sizeof path, "%s/ok.ckpt", d.path);
     snprintf(bad, sizeof bad, "%s/bad.ckpt", d.path);
-    vit_ckpt_tensor t[2];
-    vit_ckpt c = small_ckpt(t);
-    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_OK);
     size_t n;
-    unsigned char *img = fu_read(path, &n);
+    unsigned char *img = small_image(&d, path, &n);
 
     /* Each edit gets a valid CRC so that the field check itself must fire. */
-    img[0] = 'X';
-    fix_crc(img, n);
-    fu_write(bad, img, n);
-    expect_read_fails(bad, VIT_EFORMAT, "bad magic");
-    img[0] = 'V';
-
-    img[8] = 5; /* version */
-    fix_crc(img, n);
-    fu_write(bad, img, n);
-    expect_read_fails(bad, VIT_EFORMAT, "version 5");
-    img[8] = 0;
-    fix_crc(img, n);
-    fu_write(bad, img, n);
-    expect_read_fails(bad, VIT_EFORMAT, "version 0");
-    img[8] = 4;
-
-    img[12] = 2; /* real size */
-    fix_crc(img, n);
-    fu_write(bad, img, n);
-    expect_read_fails(bad, VIT_EFORMAT, "real size");
-    img[12] = 8;
+    ck_assert_int_eq(img[0], 'V');
+    expect_edit_fails(bad, img, n, 0, 'X', "bad magic");
+    ck_assert_int_eq(img[8], 4);
+    expect_edit_fails(bad, img, n, 8, 5, "version 5");
+    expect_edit_fails(bad, img, n, 8, 0, "version 0");
+    ck_assert_int_eq(img[12], 8);
+    expect_edit_fails(bad, img, n, 12, 2, "real size");
 
     fix_crc(img, n); /* the restored image is good again */
     fu_write(bad, img, n);
@@ -761,18 +782,14 @@ START_TEST(test_absurd_sizes)
         o.n = 0;
         put_header_v(&o, "", &lens[i], 2, 0);
         put(&o, 0, 4);
-        put_crc(&o);
-        write_image(path, &o);
-        expect_read_fails(path, VIT_EFORMAT, "order length");
+        expect_image_fails(path, &o, VIT_EFORMAT, "order length");
     }
     /* An order value above 2^31 - 1. */
     const uint32_t one = 1;
     o.n = 0;
     put_header_v(&o, "", &one, 1, 0x80000000u);
     put(&o, 0, 4);
-    put_crc(&o);
-    write_image(path, &o);
-    expect_read_fails(path, VIT_EFORMAT, "order value");
+    expect_image_fails(path, &o, VIT_EFORMAT, "order value");
     /* A well-formed version-2 header reads back. */
     const uint32_t two = 2;
     o.n = 0;
@@ -794,9 +811,7 @@ START_TEST(test_absurd_sizes)
     for (int i = 0; i < 2; i++) {
         put_names_start(&o, nnames[i]);
         put(&o, 0, 4);
-        put_crc(&o);
-        write_image(path, &o);
-        expect_read_fails(path, VIT_EFORMAT, "class name count");
+        expect_image_fails(path, &o, VIT_EFORMAT, "class name count");
     }
     const unsigned class_lens[3] = {0, VIT_CKPT_CLASS_NAME_MAX, 40000};
     for (int k = 0; k < 3; k++) {
@@ -805,9 +820,7 @@ START_TEST(test_absurd_sizes)
         for (unsigned i = 0; i < class_lens[k] && i < VIT_CKPT_CLASS_NAME_MAX; i++)
             put(&o, 'c', 1);
         put(&o, 0, 4);
-        put_crc(&o);
-        write_image(path, &o);
-        expect_read_fails(path, VIT_EFORMAT, "class name 0 length");
+        expect_image_fails(path, &o, VIT_EFORMAT, "class name 0 length");
     }
     put_names_start(&o, 2);
     put(&o, 3, 2);
@@ -817,9 +830,7 @@ START_TEST(test_absurd_sizes)
     put(&o, 0, 1);
     put_str(&o, "at");
     put(&o, 0, 4);
-    put_crc(&o);
-    write_image(path, &o);
-    expect_read_fails(path, VIT_EFORMAT, "class name contains a NUL");
+    expect_image_fails(path, &o, VIT_EFORMAT, "class name contains a NUL");
     put_names_start(&o, 2);
     put(&o, 3, 2);
     put_str(&o, "bag");
@@ -829,66 +840,36 @@ START_TEST(test_absurd_sizes)
     expect_read_fails(path, VIT_EFORMAT, "class name needs 200 bytes");
 
     /* dims 2^62 x 4: the product wraps to 0 in 64 bits. */
-    o.n = 0;
-    put_header(&o, "");
-    put(&o, 1, 4);
-    put(&o, 1, 2);
-    put_str(&o, "w");
-    put(&o, 2, 4);
+    put_one_tensor(&o, 2);
     put(&o, 1ULL << 62, 8);
     put(&o, 4, 8);
     put_f32(&o, 1.0f);
-    put_crc(&o);
-    write_image(path, &o);
-    expect_read_fails(path, VIT_EFORMAT, "exceeds");
+    expect_image_fails(path, &o, VIT_EFORMAT, "exceeds");
 
     /* One dim of 2^40 values (4 TiB). */
-    o.n = 0;
-    put_header(&o, "");
-    put(&o, 1, 4);
-    put(&o, 1, 2);
-    put_str(&o, "w");
-    put(&o, 1, 4);
+    put_one_tensor(&o, 1);
     put(&o, 1ULL << 40, 8);
     put_f32(&o, 1.0f);
-    put_crc(&o);
-    write_image(path, &o);
-    expect_read_fails(path, VIT_EFORMAT, "exceeds");
+    expect_image_fails(path, &o, VIT_EFORMAT, "exceeds");
 
     /* Dims one value too many for the bytes present. */
-    o.n = 0;
-    put_header(&o, "");
-    put(&o, 1, 4);
-    put(&o, 1, 2);
-    put_str(&o, "w");
-    put(&o, 1, 4);
+    put_one_tensor(&o, 1);
     put(&o, 3, 8);
     put_f32(&o, 1.0f);
     put_f32(&o, 2.0f);
-    put_crc(&o); /* the CRC's 4 bytes are not values */
-    write_image(path, &o);
-    expect_read_fails(path, VIT_EFORMAT, NULL);
+    expect_image_fails(path, &o, VIT_EFORMAT, NULL); /* the CRC's 4 bytes are not values */
 
     /* A zero dim. */
-    o.n = 0;
-    put_header(&o, "");
-    put(&o, 1, 4);
-    put(&o, 1, 2);
-    put_str(&o, "w");
-    put(&o, 2, 4);
+    put_one_tensor(&o, 2);
     put(&o, 0, 8);
     put(&o, 1, 8);
-    put_crc(&o);
-    write_image(path, &o);
-    expect_read_fails(path, VIT_EFORMAT, "is 0");
+    expect_image_fails(path, &o, VIT_EFORMAT, "is 0");
 
     /* 4 billion tensors. */
     o.n = 0;
     put_header(&o, "");
     put(&o, 0xFFFFFFFFu, 4);
-    put_crc(&o);
-    write_image(path, &o);
-    expect_read_fails(path, VIT_EFORMAT, "tensor count");
+    expect_image_fails(path, &o, VIT_EFORMAT, "tensor count");
 
     /* A 4 GiB config. */
     o.n = 0;
@@ -896,25 +877,16 @@ START_TEST(test_absurd_sizes)
     o.n -= 4;
     put(&o, 0xFFFFFFFFu, 4);
     put(&o, 0, 4);
-    put_crc(&o);
-    write_image(path, &o);
-    expect_read_fails(path, VIT_EFORMAT, "config");
+    expect_image_fails(path, &o, VIT_EFORMAT, "config");
 
     /* ndim 5 and ndim 0 (with a dim after it anyway, so that only ndim
      * is wrong). */
     for (int nd = 0; nd <= 5; nd += 5) {
-        o.n = 0;
-        put_header(&o, "");
-        put(&o, 1, 4);
-        put(&o, 1, 2);
-        put_str(&o, "w");
-        put(&o, (uint64_t)nd, 4);
+        put_one_tensor(&o, (uint64_t)nd);
         for (int k = 0; k < (nd ? nd : 1); k++)
             put(&o, 1, 8);
         put_f32(&o, 1.0f);
-        put_crc(&o);
-        write_image(path, &o);
-        expect_read_fails(path, VIT_EFORMAT, "ndim");
+        expect_image_fails(path, &o, VIT_EFORMAT, "ndim");
     }
 
     /* Name lengths 0 and 64 (over the 63 limit), and a 40000-byte one. */
@@ -929,9 +901,7 @@ START_TEST(test_absurd_sizes)
         put(&o, 1, 4);
         put(&o, 1, 8);
         put_f32(&o, 1.0f);
-        put_crc(&o);
-        write_image(path, &o);
-        expect_read_fails(path, VIT_EFORMAT, "name length");
+        expect_image_fails(path, &o, VIT_EFORMAT, "name length");
     }
 
     /* Two tensors with the same name. */
@@ -945,9 +915,7 @@ START_TEST(test_absurd_sizes)
         put(&o, 1, 8);
         put_f32(&o, 1.0f);
     }
-    put_crc(&o);
-    write_image(path, &o);
-    expect_read_fails(path, VIT_EFORMAT, "twice");
+    expect_image_fails(path, &o, VIT_EFORMAT, "twice");
     tmpdir_remove(&d);
 }
 END_TEST
@@ -960,19 +928,13 @@ START_TEST(test_nonfinite_value_in_file)
     snprintf(path, sizeof path, "%s/nan.ckpt", d.path);
     const float bad[2] = {NAN, -INFINITY};
     for (int k = 0; k < 2; k++) {
-        bytes o = {.n = 0};
-        put_header(&o, "");
-        put(&o, 1, 4);
-        put(&o, 1, 2);
-        put_str(&o, "w");
-        put(&o, 1, 4);
+        bytes o;
+        put_one_tensor(&o, 1);
         put(&o, 3, 8);
         put_f32(&o, 1.0f);
         put_f32(&o, bad[k]);
         put_f32(&o, 2.0f);
-        put_crc(&o);
-        write_image(path, &o);
-        expect_read_fails(path, VIT_ENUM, "'w' value [1]");
+        expect_image_fails(path, &o, VIT_ENUM, "'w' value [1]");
     }
     tmpdir_remove(&d);
 }
