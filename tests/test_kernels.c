@@ -48,17 +48,6 @@ static void expect_err(int rc, int code, const char *fn, const char *what)
     ck_assert_msg(strstr(msg, what) != NULL, "message '%s' does not name '%s'", msg, what);
 }
 
-static double max_abs_diff(const vit_real *a, const vit_real *b, size_t n)
-{
-    double m = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)b[i]);
-        if (!(d <= m))
-            m = isnan(d) ? INFINITY : d;
-    }
-    return m;
-}
-
 /* Backward kernels accumulate: starting from g + 1 (g the gradient a first
  * call produced from zeros), a second call must leave 2 g + 1.  Returns a
  * buffer holding g + 1 for the caller to pass to that second call. */
@@ -117,7 +106,7 @@ START_TEST(test_linear_forward)
             ref[i * LN_OUT + o] = s;
         }
     ASSERT_OK(vit_linear_forward(c.y, c.x, c.W, c.b, LN_N, LN_IN, LN_OUT));
-    ck_assert_double_le(max_abs_diff(c.y, ref, LN_N * LN_OUT), FWD_TOL);
+    ck_assert_double_le(gc_max_abs_diff(c.y, ref, LN_N * LN_OUT), FWD_TOL);
 
     /* Without bias: the same minus b.  y is pre-filled with garbage to check
      * it is overwritten, not accumulated. */
@@ -126,7 +115,7 @@ START_TEST(test_linear_forward)
         c.y[i] = 1e6;
     }
     ASSERT_OK(vit_linear_forward(c.y, c.x, c.W, NULL, LN_N, LN_IN, LN_OUT));
-    ck_assert_double_le(max_abs_diff(c.y, ref, LN_N * LN_OUT), FWD_TOL);
+    ck_assert_double_le(gc_max_abs_diff(c.y, ref, LN_N * LN_OUT), FWD_TOL);
 }
 END_TEST
 
@@ -218,7 +207,7 @@ START_TEST(test_layernorm_forward)
     memcpy(xin, c.x, sizeof xin);
     ASSERT_OK(vit_layernorm_forward(xin, c.mean, c.rstd, xin, c.gamma, c.beta, LNR_N, LNR_D,
                                     VIT_LAYERNORM_EPS));
-    ck_assert_double_le(max_abs_diff(xin, ref, LNR_N * LNR_D), 1e-10);
+    ck_assert_double_le(gc_max_abs_diff(xin, ref, LNR_N * LNR_D), 1e-10);
 }
 END_TEST
 
@@ -377,7 +366,7 @@ START_TEST(test_elementwise)
     vit_real a0[G_N];
     memcpy(a0, c.a, sizeof a0);
     ASSERT_OK(ew_forward(&c, c.a));
-    ck_assert_double_le(max_abs_diff(c.a, c.y, G_N), 0.0);
+    ck_assert_double_le(gc_max_abs_diff(c.a, c.y, G_N), 0.0);
     memcpy(c.a, a0, sizeof a0);
 
     vit_real *da = gc_zeros(G_N), *db = gc_zeros(G_N);
@@ -476,7 +465,7 @@ START_TEST(test_softmax_forward)
         big[j] = 1000.0 + c.x[j];
     ASSERT_OK(vit_softmax_forward(big, big, 1, SM_C));
     memcpy(ref, c.y, sizeof ref);
-    ck_assert_double_le(max_abs_diff(big, ref, SM_C), 1e-12);
+    ck_assert_double_le(gc_max_abs_diff(big, ref, SM_C), 1e-12);
 }
 END_TEST
 
@@ -925,7 +914,7 @@ START_TEST(test_embedding_forward)
     /* The last row of the table, alone. */
     const int last = EM_V - 1;
     ASSERT_OK(vit_embedding_forward(c.y, c.table, &last, 1, EM_V, EM_D));
-    ck_assert_double_le(max_abs_diff(c.y, c.table + last * EM_D, EM_D), 0.0);
+    ck_assert_double_le(gc_max_abs_diff(c.y, c.table + last * EM_D, EM_D), 0.0);
 }
 END_TEST
 
