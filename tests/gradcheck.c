@@ -83,3 +83,22 @@ double gc_max_rel(const vit_real *a, const vit_real *b, size_t n, double floor)
     }
     return worst;
 }
+
+double gc_max_abs_diff(const vit_real *a, const vit_real *b, size_t n)
+{
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= m))
+            m = isnan(d) ? INFINITY : d;
+    }
+    return m;
+}
+
+int gc_all_finite(const vit_real *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite((double)x[i]))
+            return 0;
+    return 1;
+}

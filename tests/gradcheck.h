@@ -49,4 +49,10 @@ vit_real *gc_zeros(size_t n);
 /* max_i |a_i - b_i| / max(|a_i|, |b_i|, floor). */
 double gc_max_rel(const vit_real *a, const vit_real *b, size_t n, double floor);
 
+/* max_i |a_i - b_i|; INFINITY when any difference is NaN. */
+double gc_max_abs_diff(const vit_real *a, const vit_real *b, size_t n);
+
+/* 1 when every x_i is finite, else 0. */
+int gc_all_finite(const vit_real *x, size_t n);
+
 #endif

@@ -16,34 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention_util.h"
 #include "gradcheck.h"
 #include "vit/attention.h"
 
-#define EXPECT_EINVAL(call, needle)                                                  \
-    do {                                                                             \
-        int rc_ = (call);                                                            \
-        ck_assert_msg(rc_ == VIT_EINVAL, "%s returned %d", #call, rc_);              \
-        ck_assert_msg(strlen(vit_last_error()) > 0, "%s: empty message", #call);     \
-        ck_assert_msg(strstr(vit_last_error(), needle) != NULL,                      \
-                      "%s: message \"%s\" does not mention \"%s\"", #call,           \
-                      vit_last_error(), needle);                                     \
-    } while (0)
-
 /* ---- Plain-loop references ------------------------------------------------ */
-
-/* Whether query i of item b may see key j, read straight off the mask
- * definition. */
-static int ref_allowed(const vit_sdpa *a, int b, int i, int j)
-{
-    const vit_attn_mask *m = &a->mask;
-    if (m->causal && j > i) return 0;
-    if (m->key_valid && !m->key_valid[b * a->n_k + j]) return 0;
-    if (m->allowed) {
-        size_t off = m->allowed_per_item ? (size_t)b * a->n_q * a->n_k : 0;
-        if (!m->allowed[off + (size_t)i * a->n_k + j]) return 0;
-    }
-    return 1;
-}
 
 /* out and probs of softmax(s Q K^T + B) V, one score at a time. */
 static void ref_sdpa(const vit_sdpa *a, vit_real *out, vit_real *probs,
@@ -96,23 +73,6 @@ static void ref_dense(vit_real *y, const vit_real *x, const vit_real *w, int ldw
             for (int t = 0; t < in; t++) acc += x[(size_t)r * in + t] * w[(size_t)t * ldw + c];
             y[(size_t)r * out + c] = acc;
         }
-}
-
-static double max_abs_diff(const vit_real *a, const vit_real *b, size_t n)
-{
-    double m = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)b[i]);
-        if (!(d <= m)) m = isnan(d) ? INFINITY : d;
-    }
-    return m;
-}
-
-static int all_finite(const vit_real *x, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i])) return 0;
-    return 1;
 }
 
 /* Random 0/1 mask with P(1) = p, plus the diagonal so no row is empty. */
@@ -183,7 +143,7 @@ static void check_grad(const char *tag, const char *what, vit_real *x, const vit
 {
     char name[96];
     snprintf(name, sizeof name, "%s %s", tag, what);
-    ck_assert_msg(all_finite(g, n), "%s: non-finite analytic gradient", name);
+    ck_assert_msg(gc_all_finite(g, n), "%s: non-finite analytic gradient", name);
     double err = gc_check(name, x, g, n, f, ctx);
     ck_assert_msg(err <= GC_TOL, "%s: max_rel %.3e > %.1e", name, err, GC_TOL);
 }
@@ -198,8 +158,10 @@ static void run_sdpa_case(const char *tag, vit_sdpa a, int with_bias, uint64_t s
 
     vit_real *rout = gc_zeros(c.nout), *rprobs = gc_zeros(c.np);
     ref_sdpa(&c.a, rout, rprobs, c.q, c.k, c.v);
-    ck_assert_msg(max_abs_diff(c.out, rout, c.nout) <= 1e-12, "%s: out differs from reference", tag);
-    ck_assert_msg(max_abs_diff(c.probs, rprobs, c.np) <= 1e-12, "%s: probs differ from reference", tag);
+    ck_assert_msg(gc_max_abs_diff(c.out, rout, c.nout) <= 1e-12, "%s: out differs from reference",
+                  tag);
+    ck_assert_msg(gc_max_abs_diff(c.probs, rprobs, c.np) <= 1e-12,
+                  "%s: probs differ from reference", tag);
     free(rout);
     free(rprobs);
 
@@ -215,14 +177,6 @@ static void run_sdpa_case(const char *tag, vit_sdpa a, int with_bias, uint64_t s
 
     free(dq); free(dk); free(dv); free(db); free(work);
     sdpa_case_free(&c);
-}
-
-static vit_sdpa sdpa_shape(int B, int H, int nq, int nk, int dk, int dv)
-{
-    vit_sdpa a;
-    memset(&a, 0, sizeof a);
-    a.batch = B; a.heads = H; a.n_q = nq; a.n_k = nk; a.d_k = dk; a.d_v = dv;
-    return a;
 }
 
 START_TEST(test_sdpa_grad_nomask)
@@ -351,7 +305,7 @@ START_TEST(test_sdpa_fully_masked_row)
     sdpa_case c;
     sdpa_case_init(&c, a, 1, 111);
     ck_assert_int_eq(vit_sdpa_forward(&c.a, c.out, c.probs, c.q, c.k, c.v), VIT_OK);
-    ck_assert(all_finite(c.out, c.nout) && all_finite(c.probs, c.np));
+    ck_assert(gc_all_finite(c.out, c.nout) && gc_all_finite(c.probs, c.np));
     for (int b = 0; b < 2; b++)
         for (int h = 0; h < 2; h++) {
             for (int j = 0; j < 6; j++)
@@ -419,8 +373,8 @@ START_TEST(test_sdpa_causal_flag_matches_mask)
     vit_real *out2 = gc_zeros(c.nout), *probs2 = gc_zeros(c.np);
     ck_assert_int_eq(vit_sdpa_forward(&a, c.out, c.probs, c.q, c.k, c.v), VIT_OK);
     ck_assert_int_eq(vit_sdpa_forward(&b, out2, probs2, c.q, c.k, c.v), VIT_OK);
-    ck_assert(max_abs_diff(c.out, out2, c.nout) == 0.0);
-    ck_assert(max_abs_diff(c.probs, probs2, c.np) == 0.0);
+    ck_assert(gc_max_abs_diff(c.out, out2, c.nout) == 0.0);
+    ck_assert(gc_max_abs_diff(c.probs, probs2, c.np) == 0.0);
     free(out2); free(probs2);
     sdpa_case_free(&c);
 }
@@ -477,8 +431,9 @@ static void run_scale_case(const char *tag, vit_sdpa a, int with_bias, int per_h
     ck_assert_int_eq(vit_sdpa_forward(&c.a, c.out, c.probs, c.q, c.k, c.v), VIT_OK);
     vit_real *rout = gc_zeros(c.nout), *rprobs = gc_zeros(c.np);
     ref_sdpa(&c.a, rout, rprobs, c.q, c.k, c.v);
-    ck_assert_msg(max_abs_diff(c.out, rout, c.nout) <= 1e-12, "%s: out differs from reference", tag);
-    ck_assert_msg(max_abs_diff(c.probs, rprobs, c.np) <= 1e-12, "%s: probs differ", tag);
+    ck_assert_msg(gc_max_abs_diff(c.out, rout, c.nout) <= 1e-12, "%s: out differs from reference",
+                  tag);
+    ck_assert_msg(gc_max_abs_diff(c.probs, rprobs, c.np) <= 1e-12, "%s: probs differ", tag);
 
     vit_real *dq = gc_zeros(c.nq), *dk = gc_zeros(c.nk), *dv = gc_zeros(c.nv);
     vit_real *db = with_bias ? gc_zeros(c.nb) : NULL;
@@ -515,7 +470,7 @@ static void run_scale_case(const char *tag, vit_sdpa a, int with_bias, int per_h
     ck_assert_int_eq(vit_sdpa_tiled_set_tiles(2, 3), VIT_OK);
     vit_real *tout = gc_zeros(c.nout), *lse = gc_zeros((size_t)a.batch * H * a.n_q);
     ck_assert_int_eq(vit_sdpa_tiled_forward(&c.a, tout, lse, c.q, c.k, c.v, NULL), VIT_OK);
-    ck_assert_msg(max_abs_diff(tout, c.out, c.nout) <= 1e-12, "%s: tiled out differs", tag);
+    ck_assert_msg(gc_max_abs_diff(tout, c.out, c.nout) <= 1e-12, "%s: tiled out differs", tag);
     vit_real *tdq = gc_zeros(c.nq), ts[8] = {0};
     ck_assert_int_eq(vit_sdpa_tiled_backward_scale(&c.a, tdq, NULL, NULL, NULL, ts, c.w, tout,
                                                    lse, c.q, c.k, c.v, NULL), VIT_OK);
@@ -687,7 +642,7 @@ static void run_mha_case(const char *tag, vit_mha m, int self, int score_bias, u
     ck_assert_int_eq(vit_mha_forward(&c.m, c.params, c.y, c.xq, c.xkv, c.cache), VIT_OK);
     vit_real *ry = gc_zeros(c.ny);
     ref_mha(&c, ry);
-    ck_assert_msg(max_abs_diff(c.y, ry, c.ny) <= 1e-12, "%s: y differs from reference", tag);
+    ck_assert_msg(gc_max_abs_diff(c.y, ry, c.ny) <= 1e-12, "%s: y differs from reference", tag);
     free(ry);
 
     vit_real *grads = gc_zeros(c.np), *dxq = gc_zeros(c.nxq);
@@ -837,8 +792,8 @@ START_TEST(test_mha_fused_equals_separate)
     memcpy(copy, c.xq, c.nxq * sizeof *copy);
     ck_assert_int_eq(vit_mha_forward(&c.m, c.params, c.y, c.xq, c.xq, c.cache), VIT_OK);
     ck_assert_int_eq(vit_mha_forward(&c.m, c.params, y2, c.xq, copy, cache2), VIT_OK);
-    ck_assert(max_abs_diff(c.y, y2, c.ny) <= 1e-13);
-    ck_assert_uint_gt((size_t)(max_abs_diff(c.y, c.w, c.ny) > 0), 0); /* y is not trivial */
+    ck_assert(gc_max_abs_diff(c.y, y2, c.ny) <= 1e-13);
+    ck_assert_uint_gt((size_t)(gc_max_abs_diff(c.y, c.w, c.ny) > 0), 0); /* y is not trivial */
 
     vit_real *g1 = gc_zeros(c.np), *g2 = gc_zeros(c.np), *dx1 = gc_zeros(c.nxq);
     vit_real *dq2 = gc_zeros(c.nxq), *dkv2 = gc_zeros(c.nxq);
@@ -846,18 +801,18 @@ START_TEST(test_mha_fused_equals_separate)
                                       c.cache, NULL), VIT_OK);
     ck_assert_int_eq(vit_mha_backward(&c.m, c.params, g2, dq2, dkv2, NULL, c.w, c.xq, copy,
                                       cache2, NULL), VIT_OK);
-    ck_assert(max_abs_diff(g1, g2, c.np) <= 1e-13);
+    ck_assert(gc_max_abs_diff(g1, g2, c.np) <= 1e-13);
     vit_real *sum = gc_zeros(c.nxq);
     for (size_t i = 0; i < c.nxq; i++) sum[i] = dq2[i] + dkv2[i];
-    ck_assert(max_abs_diff(dx1, sum, c.nxq) <= 1e-13);
+    ck_assert(gc_max_abs_diff(dx1, sum, c.nxq) <= 1e-13);
 
     /* Fused, two dx buffers: each gets its share. */
     vit_real *dq3 = gc_zeros(c.nxq), *dkv3 = gc_zeros(c.nxq), *g3 = gc_zeros(c.np);
     ck_assert_int_eq(vit_mha_backward(&c.m, c.params, g3, dq3, dkv3, NULL, c.w, c.xq, c.xq,
                                       c.cache, NULL), VIT_OK);
-    ck_assert(max_abs_diff(dq3, dq2, c.nxq) <= 1e-13);
-    ck_assert(max_abs_diff(dkv3, dkv2, c.nxq) <= 1e-13);
-    ck_assert(max_abs_diff(g3, g1, c.np) <= 1e-13);
+    ck_assert(gc_max_abs_diff(dq3, dq2, c.nxq) <= 1e-13);
+    ck_assert(gc_max_abs_diff(dkv3, dkv2, c.nxq) <= 1e-13);
+    ck_assert(gc_max_abs_diff(g3, g1, c.np) <= 1e-13);
     /* Fused, only dx_q (then only dx_kv), no weights' gradient. */
     memset(dq3, 0, c.nxq * sizeof *dq3);
     memset(dkv3, 0, c.nxq * sizeof *dkv3);
@@ -865,9 +820,9 @@ START_TEST(test_mha_fused_equals_separate)
                                       c.cache, NULL), VIT_OK);
     ck_assert_int_eq(vit_mha_backward(&c.m, c.params, NULL, NULL, dkv3, NULL, c.w, c.xq, c.xq,
                                       c.cache, NULL), VIT_OK);
-    ck_assert(max_abs_diff(dq3, dq2, c.nxq) <= 1e-13);
-    ck_assert(max_abs_diff(dkv3, dkv2, c.nxq) <= 1e-13);
-    ck_assert(max_abs_diff(dq2, dkv2, c.nxq) > 1e-3); /* the two shares differ */
+    ck_assert(gc_max_abs_diff(dq3, dq2, c.nxq) <= 1e-13);
+    ck_assert(gc_max_abs_diff(dkv3, dkv2, c.nxq) <= 1e-13);
+    ck_assert(gc_max_abs_diff(dq2, dkv2, c.nxq) > 1e-3); /* the two shares differ */
 
     free(copy); free(y2); free(cache2); free(g1); free(g2); free(dx1); free(dq2); free(dkv2);
     free(sum); free(dq3); free(dkv3); free(g3);
@@ -920,9 +875,9 @@ static void strided_case(int tiled)
         ck_assert_int_eq(vit_sdpa_backward_scale(&s, df, df + W, df + 2 * W, NULL, ds2, dout,
                                                  p2, f, f + W, f + 2 * W, NULL), VIT_OK);
     }
-    ck_assert(max_abs_diff(o1, o2, n) <= 1e-14);
-    ck_assert(max_abs_diff(p1, p2, np) <= 1e-14);
-    ck_assert(max_abs_diff(ds1, ds2, H) <= 1e-13);
+    ck_assert(gc_max_abs_diff(o1, o2, n) <= 1e-14);
+    ck_assert(gc_max_abs_diff(p1, p2, np) <= 1e-14);
+    ck_assert(gc_max_abs_diff(ds1, ds2, H) <= 1e-13);
     ck_assert(fabs(ds1[0]) > 1e-6);
     for (size_t r = 0; r < (size_t)B * N; r++) {
         for (int c = 0; c < W; c++) {
@@ -989,8 +944,8 @@ START_TEST(test_mha_backward_null_and_work)
                                       c.cache, NULL), VIT_OK);
     ck_assert_int_eq(vit_mha_backward(&c.m, c.params, NULL, NULL, NULL, NULL, c.w, c.xq, c.xkv,
                                       c.cache, NULL), VIT_OK);
-    ck_assert(max_abs_diff(g1, g2, c.np) <= 1e-14);
-    ck_assert(max_abs_diff(x1, x2, c.nxkv) <= 1e-14);
+    ck_assert(gc_max_abs_diff(g1, g2, c.np) <= 1e-14);
+    ck_assert(gc_max_abs_diff(x1, x2, c.nxkv) <= 1e-14);
     free(g1); free(g2); free(x1); free(x2); free(work);
     mha_case_free(&c);
 }
@@ -1028,7 +983,7 @@ START_TEST(test_mha_permutation_equivariance)
     double worst = 0.0;
     for (int b = 0; b < B; b++)
         for (int i = 0; i < N; i++)
-            worst = fmax(worst, max_abs_diff(py + ((size_t)b * N + i) * D,
+            worst = fmax(worst, gc_max_abs_diff(py + ((size_t)b * N + i) * D,
                                              c.y + ((size_t)b * N + perm[b][i]) * D, D));
     printf("permutation equivariance: max |f(PX) - P f(X)| = %.3e\n", worst);
     ck_assert_msg(worst <= 1e-12, "f(PX) != P f(X): %.3e", worst);

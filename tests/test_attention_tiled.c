@@ -20,39 +20,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "attention_util.h"
 #include "gradcheck.h"
 #include "vit/attention.h"
 
 /* ---- Helpers ---------------------------------------------------------------- */
 
-static double max_abs_diff(const vit_real *a, const vit_real *b, size_t n)
-{
-    double m = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)b[i]);
-        if (!(d <= m)) m = isnan(d) ? INFINITY : d;
-    }
-    return m;
-}
-
-static int all_finite(const vit_real *x, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i])) return 0;
-    return 1;
-}
-
 static int bitwise_equal(const vit_real *a, const vit_real *b, size_t n)
 {
     return memcmp(a, b, n * sizeof *a) == 0;
-}
-
-static vit_sdpa sdpa_shape(int B, int H, int nq, int nk, int dk, int dv)
-{
-    vit_sdpa a;
-    memset(&a, 0, sizeof a);
-    a.batch = B; a.heads = H; a.n_q = nq; a.n_k = nk; a.d_k = dk; a.d_v = dv;
-    return a;
 }
 
 /* Random 0/1 mask with P(1) = p. */
@@ -61,19 +37,6 @@ static unsigned char *random_mask(size_t n, double p, uint64_t *seed)
     unsigned char *m = malloc(n);
     for (size_t i = 0; i < n; i++) m[i] = gc_uniform(seed) < p;
     return m;
-}
-
-/* Whether query i of item b may see key j, read off the mask definition. */
-static int ref_allowed(const vit_sdpa *a, int b, int i, int j)
-{
-    const vit_attn_mask *m = &a->mask;
-    if (m->causal && j > i) return 0;
-    if (m->key_valid && !m->key_valid[b * a->n_k + j]) return 0;
-    if (m->allowed) {
-        size_t off = m->allowed_per_item ? (size_t)b * a->n_q * a->n_k : 0;
-        if (!m->allowed[off + (size_t)i * a->n_k + j]) return 0;
-    }
-    return 1;
 }
 
 /* ---- One attention problem ---------------------------------------------------- */
@@ -212,16 +175,17 @@ static void compare_paths(const char *tag, vit_sdpa a, int with_bias, int want_d
         ck_assert_int_eq(vit_sdpa_tiled_set_tiles(tiles[t][0], tiles[t][1]), VIT_OK);
         grads g = grads_new(&c);
         run_tiled(&c, &g, want_dbias);
-        double e = max_abs_diff(c.out, ref_out, c.nout);
+        double e = gc_max_abs_diff(c.out, ref_out, c.nout);
         printf("tiled %-22s tiles %3d x %-3d out %.1e", tag, tiles[t][0], tiles[t][1], e);
-        ck_assert_msg(all_finite(c.out, c.nout) && e <= 1e-12, "%s tiles %dx%d: out differs by %g",
-                      tag, tiles[t][0], tiles[t][1], e);
+        ck_assert_msg(gc_all_finite(c.out, c.nout) && e <= 1e-12,
+                      "%s tiles %dx%d: out differs by %g", tag, tiles[t][0], tiles[t][1], e);
         for (int u = 0; u < (want_dbias ? 4 : 3); u++) {
             size_t n = grad_len(&c, u);
-            double d = max_abs_diff(g.g[u], ref.g[u], n);
+            double d = gc_max_abs_diff(g.g[u], ref.g[u], n);
             printf(" %s %.1e", grad_name[u], d);
-            ck_assert_msg(all_finite(g.g[u], n) && d <= 1e-12, "%s tiles %dx%d: %s differs by %g",
-                          tag, tiles[t][0], tiles[t][1], grad_name[u], d);
+            ck_assert_msg(gc_all_finite(g.g[u], n) && d <= 1e-12,
+                          "%s tiles %dx%d: %s differs by %g", tag, tiles[t][0], tiles[t][1],
+                          grad_name[u], d);
         }
         printf("\n");
         check_lse(tag, &c);
@@ -372,7 +336,7 @@ static void gradcheck_tiled(const char *tag, vit_sdpa a, int with_bias, int tq, 
         char name[96];
         snprintf(name, sizeof name, "tiled %s %s", tag, grad_name[t]);
         size_t n = grad_len(&c, t);
-        ck_assert_msg(all_finite(g.g[t], n), "%s: non-finite gradient", name);
+        ck_assert_msg(gc_all_finite(g.g[t], n), "%s: non-finite gradient", name);
         double err = gc_check(name, x[t], g.g[t], n, tiled_loss, &c);
         ck_assert_msg(err <= GC_TOL, "%s: max_rel %.3e > %.1e", name, err, GC_TOL);
     }
@@ -489,7 +453,7 @@ START_TEST(test_tiled_accumulates_and_work)
         p[t] = one.g[t];
         ck_assert_int_eq(vit_sdpa_tiled_backward(&c.a, p[0], p[1], p[2], p[3], c.w, c.out, c.lse,
                                                  c.q, c.k, c.v, NULL), VIT_OK);
-        ck_assert_msg(max_abs_diff(one.g[t], g1.g[t], grad_len(&c, t)) <= 1e-15,
+        ck_assert_msg(gc_max_abs_diff(one.g[t], g1.g[t], grad_len(&c, t)) <= 1e-15,
                       "%s alone differs", grad_name[t]);
         grads_free(&one);
     }
@@ -648,7 +612,7 @@ static void compare_window(const char *tag, vit_window_attn w, int with_bias, ui
     ck_assert_int_eq(vit_window_attn_backward(&c.w, g[0], g[1], g[2], with_bias ? g[3] : NULL,
                                               c.dout, c.probs, c.q, c.k, c.v), VIT_OK);
 
-    double eo = max_abs_diff(c.out, ref_out, c.nv);
+    double eo = gc_max_abs_diff(c.out, ref_out, c.nv);
     ck_assert_msg(eo <= 1e-12, "%s: out differs by %g", tag, eo);
     /* Window probs are the full map's entries at the window's token pairs,
      * and the full map is zero outside the windows (checked by its sum). */
@@ -672,7 +636,7 @@ static void compare_window(const char *tag, vit_window_attn w, int with_bias, ui
     printf("window %-24s out %.1e probs %.1e", tag, eo, ep);
     for (int u = 0; u < 3; u++) {
         size_t n = u < 2 ? c.nq : c.nv;
-        double d = max_abs_diff(g[u], rg[u], n);
+        double d = gc_max_abs_diff(g[u], rg[u], n);
         printf(" %s %.1e", grad_name[u], d);
         ck_assert_msg(d <= 1e-12, "%s: %s differs by %g", tag, grad_name[u], d);
     }
@@ -684,7 +648,7 @@ static void compare_window(const char *tag, vit_window_attn w, int with_bias, ui
                     for (int u = 0; u < T; u++)
                         wb[((size_t)h * T + p) * T + u] +=
                             rg[3][((size_t)h * N + win_token(&w, wi, p)) * N + win_token(&w, wi, u)];
-        double d = max_abs_diff(g[3], wb, c.nb);
+        double d = gc_max_abs_diff(g[3], wb, c.nb);
         printf(" dbias %.1e", d);
         ck_assert_msg(d <= 1e-12, "%s: dbias differs by %g", tag, d);
         free(wb);
@@ -746,7 +710,7 @@ static void gradcheck_window(const char *tag, vit_window_attn w, int with_bias, 
     for (int t = 0; t < (with_bias ? 4 : 3); t++) {
         char name[96];
         snprintf(name, sizeof name, "window %s %s", tag, grad_name[t]);
-        ck_assert_msg(all_finite(g[t], n[t]), "%s: non-finite gradient", name);
+        ck_assert_msg(gc_all_finite(g[t], n[t]), "%s: non-finite gradient", name);
         double err = gc_check(name, x[t], g[t], n[t], window_loss, &c);
         ck_assert_msg(err <= GC_TOL, "%s: max_rel %.3e > %.1e", name, err, GC_TOL);
     }
@@ -800,13 +764,6 @@ START_TEST(test_window_accumulates)
 END_TEST
 
 /* ---- Argument errors ---------------------------------------------------------- */
-
-#define EXPECT_EINVAL(call, needle)                                                    \
-    do {                                                                               \
-        ck_assert_int_eq((call), VIT_EINVAL);                                          \
-        ck_assert_msg(strstr(vit_last_error(), (needle)) != NULL,                      \
-                      "message \"%s\" lacks \"%s\"", vit_last_error(), (needle));      \
-    } while (0)
 
 START_TEST(test_bad_input)
 {

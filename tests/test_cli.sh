@@ -89,6 +89,23 @@ exact "plot: suggest" 2 "vit_plot: unknown option --tilte; did you mean --title?
 exact "export: suggest" 2 "vit_export: unknown option --logit; did you mean --logits?" \
     "$tools/vit_export" x.ckpt --logit l.csv
 exact "seq: flag=" 2 "vit_seq: --task: expected reverse or sort, got 'copy'" "$tools/vit_seq" --task=copy
+# The option loop these tools share (cli_arg): --help and -h, --version, and
+# one argument more than the tool takes.
+for t in vit_eval vit_export vit_plot vit_attn vit_seq; do
+    expect "$t: help" 0 "^usage: $t" "$tools/$t" --help
+    expect "$t: -h" 0 "^usage: $t" "$tools/$t" -h
+    expect "$t: version" 0 "^$t [0-9]+\.[0-9]+\.[0-9]+ \(float32\)$" "$tools/$t" --version
+done
+exact "eval: extra argument" 2 "vit_eval: unexpected argument 'b.ckpt' (see --help)" \
+    "$tools/vit_eval" a.ckpt b.ckpt
+exact "export: extra argument" 2 "vit_export: unexpected argument 'b.ckpt' (see --help)" \
+    "$tools/vit_export" a.ckpt b.ckpt --out x.safetensors
+exact "plot: extra argument" 2 "vit_plot: unexpected argument 'b.csv' (see --help)" \
+    "$tools/vit_plot" a.csv b.csv
+exact "attn: third argument" 2 "vit_attn: unexpected argument 'c.png' (see --help)" \
+    "$tools/vit_attn" a.ckpt b.png c.png
+exact "seq: any argument" 2 "vit_seq: unexpected argument 'reverse' (see --help)" \
+    "$tools/vit_seq" reverse
 exact "article: flag=" 2 "vit_article: --seed: expected an integer in [0, 2147483647], got 'x'" \
     "$tools/vit_article" --seed=x all
 expect "heads not dividing dim" 1 "heads: 3 does not divide dim 64" \

@@ -4,7 +4,6 @@
  * under test), into a temporary folder under /tmp removed at the end.  The
  * working directory is tests/, so the shipped digits are ../data/. */
 #include <check.h>
-#include <dirent.h>
 #include <math.h>
 #include <png.h>
 #include <stdint.h>
@@ -15,40 +14,28 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "file_util.h"
 #include "vit/data.h"
 
 #define DIGITS "../data/digits.csv.gz"
 #define PIX_TOL 1e-6 /* float rounding of byte/255 */
 
-static char g_tmp[64]; /* the temporary folder */
-
 /* ------------------------------------------------------------- helpers */
-
-/* g_tmp + "/" + rel in a static ring of buffers, enough for a few paths per
- * expression. */
-static const char *tp(const char *rel)
-{
-    static char buf[8][512];
-    static int next;
-    char *b = buf[next++ % 8];
-    snprintf(b, sizeof buf[0], "%s/%s", g_tmp, rel);
-    return b;
-}
 
 static void mkdir_rel(const char *rel)
 {
-    ck_assert_msg(mkdir(tp(rel), 0755) == 0, "mkdir %s", tp(rel));
+    ck_assert_msg(mkdir(fu_path(rel), 0755) == 0, "mkdir %s", fu_path(rel));
 }
 
 static void write_bytes(const char *rel, const void *data, size_t n, int gz)
 {
     if (gz) {
-        gzFile g = gzopen(tp(rel), "wb");
+        gzFile g = gzopen(fu_path(rel), "wb");
         ck_assert_ptr_nonnull(g);
         ck_assert_int_eq(gzwrite(g, data, (unsigned)n), (int)n);
         ck_assert_int_eq(gzclose(g), Z_OK);
     } else {
-        FILE *f = fopen(tp(rel), "wb");
+        FILE *f = fopen(fu_path(rel), "wb");
         ck_assert_ptr_nonnull(f);
         ck_assert_uint_eq(fwrite(data, 1, n, f), n);
         ck_assert_int_eq(fclose(f), 0);
@@ -70,8 +57,8 @@ static void write_png(const char *rel, const unsigned char *px, int h, int w, un
     im.width = (png_uint_32)w;
     im.height = (png_uint_32)h;
     im.format = format;
-    ck_assert_msg(png_image_write_to_file(&im, tp(rel), 0, px, 0, NULL), "write %s: %s",
-                  tp(rel), im.message);
+    ck_assert_msg(png_image_write_to_file(&im, fu_path(rel), 0, px, 0, NULL), "write %s: %s",
+                  fu_path(rel), im.message);
 }
 
 /* A deterministic byte pattern distinct per seed. */
@@ -95,41 +82,6 @@ static void expect_zeroed(const vit_dataset *ds)
     ck_assert_int_eq(ds->count, 0);
     ck_assert_ptr_null(ds->images);
     ck_assert_ptr_null(ds->labels);
-}
-
-static void rm_rf(const char *path)
-{
-    struct stat st;
-    if (lstat(path, &st) != 0)
-        return;
-    if (S_ISDIR(st.st_mode)) {
-        DIR *d = opendir(path);
-        struct dirent *e;
-        char sub[1024];
-        while (d != NULL && (e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                continue;
-            snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-            rm_rf(sub);
-        }
-        if (d != NULL)
-            closedir(d);
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
-}
-
-static int count_entries(const char *dir)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    int n = 0;
-    ck_assert_ptr_nonnull(d);
-    while ((e = readdir(d)) != NULL)
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n;
 }
 
 /* -------------------------------------------------------------- digits */
@@ -225,7 +177,7 @@ START_TEST(digits_small_plain_and_gz)
     write_bytes("d5.csv.gz", csv_blank, strlen(csv_blank), 1);
     for (int gz = 0; gz < 2; gz++) {
         vit_dataset tr = {0}, te = {0};
-        int rc = vit_data_load_digits(tp(gz ? "d5.csv.gz" : "d5.csv"), 3, &tr, &te);
+        int rc = vit_data_load_digits(fu_path(gz ? "d5.csv.gz" : "d5.csv"), 3, &tr, &te);
         ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
         ck_assert_int_eq(tr.count, 3);
         ck_assert_int_eq(te.count, 2);
@@ -271,36 +223,36 @@ START_TEST(digits_errors)
     p[-1] = '\0'; /* 64 pixels, no label yet */
 
     tr.count = 77; /* outputs must be zeroed on failure */
-    expect_error(vit_data_load_digits(tp("nope.csv.gz"), 3, &tr, &te), VIT_EIO, "nope.csv.gz");
+    expect_error(vit_data_load_digits(fu_path("nope.csv.gz"), 3, &tr, &te), VIT_EIO, "nope.csv.gz");
     expect_zeroed(&tr);
     expect_zeroed(&te);
 
     digits_with_bad_line("short.csv", 3, "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,0,1,2,3");
-    expect_error(vit_data_load_digits(tp("short.csv"), 2, &tr, &te), VIT_EFORMAT, "short.csv:3");
+    expect_error(vit_data_load_digits(fu_path("short.csv"), 2, &tr, &te), VIT_EFORMAT, "short.csv:3");
     expect_zeroed(&tr);
 
     snprintf(bad, sizeof bad, "%s,10", good);
     digits_with_bad_line("label.csv", 2, bad);
-    expect_error(vit_data_load_digits(tp("label.csv"), 2, &tr, &te), VIT_EFORMAT, "label.csv:2");
+    expect_error(vit_data_load_digits(fu_path("label.csv"), 2, &tr, &te), VIT_EFORMAT, "label.csv:2");
     snprintf(bad, sizeof bad, "%s,-1", good);
     digits_with_bad_line("label2.csv", 4, bad);
-    expect_error(vit_data_load_digits(tp("label2.csv"), 2, &tr, &te), VIT_EFORMAT, "label2.csv:4");
+    expect_error(vit_data_load_digits(fu_path("label2.csv"), 2, &tr, &te), VIT_EFORMAT, "label2.csv:4");
 
     snprintf(bad, sizeof bad, "17,%s", good + 2); /* first pixel 0 -> 17, then label-less: */
     snprintf(bad + strlen(bad), sizeof bad - strlen(bad), ",3");
     digits_with_bad_line("pixel.csv", 1, bad);
-    expect_error(vit_data_load_digits(tp("pixel.csv"), 2, &tr, &te), VIT_EFORMAT, "pixel.csv:1");
+    expect_error(vit_data_load_digits(fu_path("pixel.csv"), 2, &tr, &te), VIT_EFORMAT, "pixel.csv:1");
 
     snprintf(bad, sizeof bad, "%s,x7", good);
     digits_with_bad_line("nonint.csv", 2, bad);
-    expect_error(vit_data_load_digits(tp("nonint.csv"), 2, &tr, &te), VIT_EFORMAT, "nonint.csv:2");
+    expect_error(vit_data_load_digits(fu_path("nonint.csv"), 2, &tr, &te), VIT_EFORMAT, "nonint.csv:2");
     snprintf(bad, sizeof bad, "%s,1.5", good);
     digits_with_bad_line("float.csv", 3, bad);
-    expect_error(vit_data_load_digits(tp("float.csv"), 2, &tr, &te), VIT_EFORMAT, "float.csv:3");
+    expect_error(vit_data_load_digits(fu_path("float.csv"), 2, &tr, &te), VIT_EFORMAT, "float.csv:3");
 
     char *csv = digits_csv(3);
     write_bytes("three.csv", csv, strlen(csv), 0);
-    expect_error(vit_data_load_digits(tp("three.csv"), 3, &tr, &te), VIT_EFORMAT, "three.csv");
+    expect_error(vit_data_load_digits(fu_path("three.csv"), 3, &tr, &te), VIT_EFORMAT, "three.csv");
     expect_zeroed(&tr);
     free(csv);
 
@@ -308,14 +260,14 @@ START_TEST(digits_errors)
     csv = digits_csv(400);
     write_bytes("long.csv.gz", csv, strlen(csv), 1);
     free(csv);
-    FILE *f = fopen(tp("long.csv.gz"), "rb");
+    FILE *f = fopen(fu_path("long.csv.gz"), "rb");
     ck_assert_ptr_nonnull(f);
     unsigned char buf[1 << 16];
     size_t n = fread(buf, 1, sizeof buf, f);
     fclose(f);
     ck_assert(n > 200 && n < sizeof buf);
     write_bytes("cut.csv.gz", buf, n / 2, 0);
-    expect_error(vit_data_load_digits(tp("cut.csv.gz"), 3, &tr, &te), VIT_EFORMAT, "cut.csv.gz:");
+    expect_error(vit_data_load_digits(fu_path("cut.csv.gz"), 3, &tr, &te), VIT_EFORMAT, "cut.csv.gz:");
     expect_zeroed(&tr);
     expect_zeroed(&te);
 
@@ -413,7 +365,7 @@ START_TEST(idx_plain_and_gz)
         vit_dataset tr = {0}, te = {0};
         const char *dir = gz ? "idx_gz" : "idx_plain";
         make_idx(dir, gz);
-        int rc = vit_data_load_idx(tp(dir), &tr, &te);
+        int rc = vit_data_load_idx(fu_path(dir), &tr, &te);
         ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
         check_idx(&tr, &te);
         /* IDX classes are named by their labels. */
@@ -427,7 +379,7 @@ START_TEST(idx_plain_and_gz)
         vit_dataset_free(&te);
         ck_assert_ptr_null(tr.class_names);
         /* the same through vit_data_load */
-        rc = vit_data_load(tp(dir), NULL, &tr, &te);
+        rc = vit_data_load(fu_path(dir), NULL, &tr, &te);
         ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
         check_idx(&tr, &te);
         vit_dataset_free(&tr);
@@ -443,55 +395,55 @@ START_TEST(idx_errors)
 
     make_idx("idx_magic", 0);
     write_idx_images("idx_magic/train-images-idx3-ubyte", 0, 0x00000804, 6, 5, 4, 120, 1);
-    expect_error(vit_data_load_idx(tp("idx_magic"), &tr, &te), VIT_EFORMAT, img);
+    expect_error(vit_data_load_idx(fu_path("idx_magic"), &tr, &te), VIT_EFORMAT, img);
     expect_zeroed(&tr);
     expect_zeroed(&te);
 
     /* Labels file where the images file should be: wrong magic too. */
     make_idx("idx_swap", 1);
     write_idx_labels("idx_swap/train-images-idx3-ubyte.gz", 1, idx_train_labels, 6);
-    expect_error(vit_data_load_idx(tp("idx_swap"), &tr, &te), VIT_EFORMAT, img);
+    expect_error(vit_data_load_idx(fu_path("idx_swap"), &tr, &te), VIT_EFORMAT, img);
 
     /* 2^31 x 2^31 pixels: rejected from the header.  A loader that trusted
      * the header would fail with VIT_ENOMEM (or worse) instead. */
     make_idx("idx_huge", 0);
     write_idx_images("idx_huge/train-images-idx3-ubyte", 0, 0x00000803, 1, 1u << 31, 1u << 31,
                      64, 1);
-    expect_error(vit_data_load_idx(tp("idx_huge"), &tr, &te), VIT_EFORMAT, img);
+    expect_error(vit_data_load_idx(fu_path("idx_huge"), &tr, &te), VIT_EFORMAT, img);
     /* 2^20 images of 2^20 x 2^20 (each size plausible, 2^60 bytes in all),
      * gzip so that the file size says nothing: truncated, not ENOMEM. */
     make_idx("idx_huge2", 1);
     write_idx_images("idx_huge2/train-images-idx3-ubyte.gz", 1, 0x00000803, 1u << 20, 1u << 20,
                      1u << 20, 1000, 1);
-    expect_error(vit_data_load_idx(tp("idx_huge2"), &tr, &te), VIT_EFORMAT, img);
+    expect_error(vit_data_load_idx(fu_path("idx_huge2"), &tr, &te), VIT_EFORMAT, img);
     expect_zeroed(&tr);
 
     /* Header says 6 images, file holds 5. */
     make_idx("idx_short", 0);
     write_idx_images("idx_short/train-images-idx3-ubyte", 0, 0x00000803, 6, 5, 4, 100, 1);
-    expect_error(vit_data_load_idx(tp("idx_short"), &tr, &te), VIT_EFORMAT, img);
+    expect_error(vit_data_load_idx(fu_path("idx_short"), &tr, &te), VIT_EFORMAT, img);
 
     /* 6 images, 5 labels. */
     make_idx("idx_count", 0);
     write_idx_labels("idx_count/train-labels-idx1-ubyte", 0, idx_train_labels, 5);
-    expect_error(vit_data_load_idx(tp("idx_count"), &tr, &te), VIT_EFORMAT,
+    expect_error(vit_data_load_idx(fu_path("idx_count"), &tr, &te), VIT_EFORMAT,
                  "train-labels-idx1-ubyte");
 
     /* Test images of another size. */
     make_idx("idx_size", 0);
     write_idx_images("idx_size/t10k-images-idx3-ubyte", 0, 0x00000803, 3, 4, 5, 60, 2);
-    expect_error(vit_data_load_idx(tp("idx_size"), &tr, &te), VIT_EFORMAT,
+    expect_error(vit_data_load_idx(fu_path("idx_size"), &tr, &te), VIT_EFORMAT,
                  "t10k-images-idx3-ubyte");
 
     /* Missing test labels. */
     make_idx("idx_missing", 0);
-    ck_assert_int_eq(unlink(tp("idx_missing/t10k-labels-idx1-ubyte")), 0);
-    expect_error(vit_data_load_idx(tp("idx_missing"), &tr, &te), VIT_EIO, "t10k-labels-idx1-ubyte");
+    ck_assert_int_eq(unlink(fu_path("idx_missing/t10k-labels-idx1-ubyte")), 0);
+    expect_error(vit_data_load_idx(fu_path("idx_missing"), &tr, &te), VIT_EIO, "t10k-labels-idx1-ubyte");
     expect_zeroed(&tr);
     expect_zeroed(&te);
 
     ck_assert_int_eq(vit_data_load_idx(NULL, &tr, &te), VIT_EINVAL);
-    ck_assert_int_eq(vit_data_load_idx(tp("idx_plain"), &tr, &tr), VIT_EINVAL);
+    ck_assert_int_eq(vit_data_load_idx(fu_path("idx_plain"), &tr, &tr), VIT_EINVAL);
 }
 END_TEST
 
@@ -548,20 +500,20 @@ START_TEST(png_dirs)
 {
     vit_dataset ds = {0};
     make_png_dir("png_gray", 6, 5, PNG_FORMAT_GRAY, 1);
-    int rc = vit_data_load_png_dir(tp("png_gray"), &ds);
+    int rc = vit_data_load_png_dir(fu_path("png_gray"), &ds);
     ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
     check_png_dir(&ds, 6, 5, 1, 1, 1);
     vit_dataset_free(&ds);
 
     make_png_dir("png_rgb", 3, 7, PNG_FORMAT_RGB, 2);
-    rc = vit_data_load_png_dir(tp("png_rgb"), &ds);
+    rc = vit_data_load_png_dir(fu_path("png_rgb"), &ds);
     ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
     check_png_dir(&ds, 3, 7, 3, 3, 2);
     vit_dataset_free(&ds);
 
     /* RGBA files load as RGB with the colour values untouched. */
     make_png_dir("png_rgba", 4, 4, PNG_FORMAT_RGBA, 3);
-    rc = vit_data_load_png_dir(tp("png_rgba"), &ds);
+    rc = vit_data_load_png_dir(fu_path("png_rgba"), &ds);
     ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
     check_png_dir(&ds, 4, 4, 3, 4, 3);
     vit_dataset_free(&ds);
@@ -574,7 +526,7 @@ START_TEST(png_train_test)
     mkdir_rel("pngset");
     make_png_dir("pngset/train", 4, 3, PNG_FORMAT_RGB, 5);
     make_png_dir("pngset/test", 4, 3, PNG_FORMAT_RGB, 6);
-    int rc = vit_data_load(tp("pngset"), NULL, &tr, &te);
+    int rc = vit_data_load(fu_path("pngset"), NULL, &tr, &te);
     ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
     check_png_dir(&tr, 4, 3, 3, 3, 5);
     check_png_dir(&te, 4, 3, 3, 3, 6);
@@ -589,8 +541,8 @@ START_TEST(png_train_test)
     mkdir_rel("pngset2");
     make_png_dir("pngset2/train", 4, 3, PNG_FORMAT_RGB, 5);
     make_png_dir("pngset2/test", 4, 3, PNG_FORMAT_RGB, 6);
-    ck_assert_int_eq(rename(tp("pngset2/test/b"), tp("pngset2/test/c")), 0);
-    expect_error(vit_data_load(tp("pngset2"), NULL, &tr, &te), VIT_EFORMAT, "pngset2/test");
+    ck_assert_int_eq(rename(fu_path("pngset2/test/b"), fu_path("pngset2/test/c")), 0);
+    expect_error(vit_data_load(fu_path("pngset2"), NULL, &tr, &te), VIT_EFORMAT, "pngset2/test");
     expect_zeroed(&tr);
     expect_zeroed(&te);
 
@@ -598,7 +550,7 @@ START_TEST(png_train_test)
     mkdir_rel("pngset3");
     make_png_dir("pngset3/train", 4, 3, PNG_FORMAT_RGB, 5);
     make_png_dir("pngset3/test", 4, 3, PNG_FORMAT_GRAY, 6);
-    expect_error(vit_data_load(tp("pngset3"), NULL, &tr, &te), VIT_EFORMAT, "pngset3/test");
+    expect_error(vit_data_load(fu_path("pngset3"), NULL, &tr, &te), VIT_EFORMAT, "pngset3/test");
     expect_zeroed(&tr);
 }
 END_TEST
@@ -613,38 +565,38 @@ START_TEST(png_errors)
     make_png_dir("bad_sig", 2, 2, PNG_FORMAT_GRAY, 1);
     write_text("bad_sig/b/2.png", "hello, I am text");
     ds.count = 5;
-    expect_error(vit_data_load_png_dir(tp("bad_sig"), &ds), VIT_EFORMAT, "bad_sig/b/2.png");
+    expect_error(vit_data_load_png_dir(fu_path("bad_sig"), &ds), VIT_EFORMAT, "bad_sig/b/2.png");
     expect_zeroed(&ds);
     /* A PNG cut short after its signature. */
     make_png_dir("bad_cut", 2, 2, PNG_FORMAT_GRAY, 1);
     write_bytes("bad_cut/a/3.PNG", "\x89PNG\r\n\x1a\n\0\0\0", 11, 0);
-    expect_error(vit_data_load_png_dir(tp("bad_cut"), &ds), VIT_EFORMAT, "bad_cut/a/3.PNG");
+    expect_error(vit_data_load_png_dir(fu_path("bad_cut"), &ds), VIT_EFORMAT, "bad_cut/a/3.PNG");
 
     /* Sizes differ: the message names the first file that differs. */
     make_png_dir("bad_size", 4, 4, PNG_FORMAT_GRAY, 1);
     write_png("bad_size/a/2.png", px, 4, 5, PNG_FORMAT_GRAY);
     write_png("bad_size/b/10.png", px, 5, 4, PNG_FORMAT_GRAY);
-    expect_error(vit_data_load_png_dir(tp("bad_size"), &ds), VIT_EFORMAT, "bad_size/a/2.png");
+    expect_error(vit_data_load_png_dir(fu_path("bad_size"), &ds), VIT_EFORMAT, "bad_size/a/2.png");
     ck_assert_ptr_null(strstr(vit_last_error(), "b/10.png"));
     /* Channel counts differ. */
     make_png_dir("bad_chan", 4, 4, PNG_FORMAT_GRAY, 1);
     write_png("bad_chan/b/10.png", px, 4, 4, PNG_FORMAT_RGB);
-    expect_error(vit_data_load_png_dir(tp("bad_chan"), &ds), VIT_EFORMAT, "bad_chan/b/10.png");
+    expect_error(vit_data_load_png_dir(fu_path("bad_chan"), &ds), VIT_EFORMAT, "bad_chan/b/10.png");
     expect_zeroed(&ds);
 
     /* Empty class folder (only a non-PNG file in it). */
     make_png_dir("empty_class", 2, 2, PNG_FORMAT_GRAY, 1);
     mkdir_rel("empty_class/c");
     write_text("empty_class/c/readme.txt", "x");
-    expect_error(vit_data_load_png_dir(tp("empty_class"), &ds), VIT_EFORMAT, "empty_class/c");
+    expect_error(vit_data_load_png_dir(fu_path("empty_class"), &ds), VIT_EFORMAT, "empty_class/c");
 
     /* No subfolders at all. */
     mkdir_rel("flat");
     write_png("flat/1.png", px, 2, 2, PNG_FORMAT_GRAY);
-    expect_error(vit_data_load_png_dir(tp("flat"), &ds), VIT_EFORMAT, "flat");
-    expect_error(vit_data_load_png_dir(tp("no_such_dir"), &ds), VIT_EIO, "no_such_dir");
+    expect_error(vit_data_load_png_dir(fu_path("flat"), &ds), VIT_EFORMAT, "flat");
+    expect_error(vit_data_load_png_dir(fu_path("no_such_dir"), &ds), VIT_EIO, "no_such_dir");
     ck_assert_int_eq(vit_data_load_png_dir(NULL, &ds), VIT_EINVAL);
-    ck_assert_int_eq(vit_data_load_png_dir(tp("flat"), NULL), VIT_EINVAL);
+    ck_assert_int_eq(vit_data_load_png_dir(fu_path("flat"), NULL), VIT_EINVAL);
 }
 END_TEST
 
@@ -658,9 +610,9 @@ START_TEST(png_write_read)
         vit_real *got = NULL;
         int gh = 0, gw = 0, gc = 0;
         pattern(px, (size_t)h * w * c, s);
-        ck_assert_int_eq(vit_png_write(tp("rw/img.png"), px, h, w, c), VIT_OK);
-        ck_assert_int_eq(count_entries(tp("rw")), 1); /* no temporary left behind */
-        int rc = vit_png_read(tp("rw/img.png"), &got, &gh, &gw, &gc);
+        ck_assert_int_eq(vit_png_write(fu_path("rw/img.png"), px, h, w, c), VIT_OK);
+        ck_assert_int_eq(fu_count_entries(fu_path("rw")), 1); /* no temporary left behind */
+        int rc = vit_png_read(fu_path("rw/img.png"), &got, &gh, &gw, &gc);
         ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
         ck_assert_int_eq(gh, h);
         ck_assert_int_eq(gw, w);
@@ -674,7 +626,7 @@ START_TEST(png_write_read)
         unsigned char back[5 * 7 * 3];
         memset(&im, 0, sizeof im);
         im.version = PNG_IMAGE_VERSION;
-        ck_assert(png_image_begin_read_from_file(&im, tp("rw/img.png")));
+        ck_assert(png_image_begin_read_from_file(&im, fu_path("rw/img.png")));
         ck_assert_uint_eq(im.width, (unsigned)w);
         ck_assert_uint_eq(im.height, (unsigned)h);
         ck_assert_uint_eq(im.format & PNG_FORMAT_FLAG_COLOR, c == 3 ? PNG_FORMAT_FLAG_COLOR : 0);
@@ -687,17 +639,17 @@ START_TEST(png_write_read)
     unsigned char px[4] = {0};
     vit_real *got = (vit_real *)px;
     int gh = 9, gw = 9, gc = 9;
-    expect_error(vit_png_write(tp("rw/nodir/x.png"), px, 2, 2, 1), VIT_EIO, "rw/nodir/x.png");
-    ck_assert_int_eq(count_entries(tp("rw")), 1);
-    ck_assert_int_eq(vit_png_write(tp("rw/x.png"), px, 2, 2, 2), VIT_EINVAL);
-    ck_assert_int_eq(vit_png_write(tp("rw/x.png"), px, 0, 2, 1), VIT_EINVAL);
-    ck_assert_int_eq(vit_png_write(tp("rw/x.png"), NULL, 2, 2, 1), VIT_EINVAL);
-    ck_assert_int_eq(count_entries(tp("rw")), 1);
-    expect_error(vit_png_read(tp("rw/missing.png"), &got, &gh, &gw, &gc), VIT_EIO, "rw/missing.png");
+    expect_error(vit_png_write(fu_path("rw/nodir/x.png"), px, 2, 2, 1), VIT_EIO, "rw/nodir/x.png");
+    ck_assert_int_eq(fu_count_entries(fu_path("rw")), 1);
+    ck_assert_int_eq(vit_png_write(fu_path("rw/x.png"), px, 2, 2, 2), VIT_EINVAL);
+    ck_assert_int_eq(vit_png_write(fu_path("rw/x.png"), px, 0, 2, 1), VIT_EINVAL);
+    ck_assert_int_eq(vit_png_write(fu_path("rw/x.png"), NULL, 2, 2, 1), VIT_EINVAL);
+    ck_assert_int_eq(fu_count_entries(fu_path("rw")), 1);
+    expect_error(vit_png_read(fu_path("rw/missing.png"), &got, &gh, &gw, &gc), VIT_EIO, "rw/missing.png");
     ck_assert_ptr_null(got);
     ck_assert_int_eq(gh + gw + gc, 0);
     write_text("rw/text.png", "plain text");
-    expect_error(vit_png_read(tp("rw/text.png"), &got, &gh, &gw, &gc), VIT_EFORMAT, "rw/text.png");
+    expect_error(vit_png_read(fu_path("rw/text.png"), &got, &gh, &gw, &gc), VIT_EFORMAT, "rw/text.png");
     ck_assert_int_eq(vit_png_read(NULL, &got, &gh, &gw, &gc), VIT_EINVAL);
 }
 END_TEST
@@ -718,8 +670,8 @@ START_TEST(png_16bit)
     im.width = 4;
     im.height = 3;
     im.format = PNG_FORMAT_LINEAR_Y;
-    ck_assert(png_image_write_to_file(&im, tp("p16/g.png"), 0, px, 0, NULL));
-    int rc = vit_png_read(tp("p16/g.png"), &got, &h, &w, &c);
+    ck_assert(png_image_write_to_file(&im, fu_path("p16/g.png"), 0, px, 0, NULL));
+    int rc = vit_png_read(fu_path("p16/g.png"), &got, &h, &w, &c);
     ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
     ck_assert_int_eq(h, 3);
     ck_assert_int_eq(w, 4);
@@ -742,11 +694,11 @@ START_TEST(load_dispatch)
 
     ck_assert_int_eq(vit_data_load("digits", NULL, &tr, &te), VIT_EINVAL);
     mkdir_rel("not_a_set");
-    rc = vit_data_load(tp("not_a_set"), DIGITS, &tr, &te);
+    rc = vit_data_load(fu_path("not_a_set"), DIGITS, &tr, &te);
     ck_assert_int_eq(rc, VIT_EINVAL);
     char want[600];
     snprintf(want, sizeof want, "%s: not a data set (expected digits, a folder of IDX files, "
-             "or a folder with train/ and test/ class folders)", tp("not_a_set"));
+             "or a folder with train/ and test/ class folders)", fu_path("not_a_set"));
     ck_assert_str_eq(vit_last_error(), want);
     expect_error(vit_data_load("mnist-typo", DIGITS, &tr, &te), VIT_EINVAL, "mnist-typo: not a data set");
     expect_zeroed(&tr);
@@ -775,17 +727,4 @@ static Suite *data_suite(void)
     return s;
 }
 
-int main(void)
-{
-    strcpy(g_tmp, "/tmp/vit_test_data_XXXXXX");
-    if (mkdtemp(g_tmp) == NULL) {
-        perror("mkdtemp");
-        return EXIT_FAILURE;
-    }
-    SRunner *sr = srunner_create(data_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    rm_rf(g_tmp);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+int main(void) { return fu_run_suite(data_suite, "/tmp/vit_test_data_XXXXXX"); }

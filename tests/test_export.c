@@ -9,7 +9,6 @@
  * ...), the Conv2d layout of the patch embedding, and a round trip back into
  * a fresh model that must reproduce every parameter bit for bit. */
 #include <check.h>
-#include <dirent.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,18 +18,8 @@
 #include <unistd.h>
 
 #include "../tools/export.h"
+#include "file_util.h"
 #include "vit/vit.h"
-
-static char g_tmp[64];
-
-static const char *tp(const char *rel)
-{
-    static char buf[4][512];
-    static int next;
-    char *b = buf[next++ % 4];
-    snprintf(b, sizeof buf[0], "%s/%s", g_tmp, rel);
-    return b;
-}
 
 /* The small model: non-square colour images, two blocks. */
 enum { H = 4, W = 6, C = 3, P = 2, D = 8, DEPTH = 2, HEADS = 2, M = 12, K = 5,
@@ -332,8 +321,8 @@ static st_file g_file; /* big: keep it off the stack */
 static void export_small(vit_model *m, const char *rel)
 {
     size_t bytes = 0;
-    ck_assert_msg(vit_safetensors_save(m, NULL, tp(rel), &bytes) == VIT_OK, "%s", vit_last_error());
-    read_file(tp(rel), &g_file);
+    ck_assert_msg(vit_safetensors_save(m, NULL, fu_path(rel), &bytes) == VIT_OK, "%s", vit_last_error());
+    read_file(fu_path(rel), &g_file);
     ck_assert_uint_eq(bytes, g_file.size);
 }
 
@@ -556,23 +545,11 @@ START_TEST(round_trip)
 }
 END_TEST
 
-static int count_entries(const char *dir)
-{
-    DIR *d = opendir(dir);
-    ck_assert_ptr_nonnull(d);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
-    closedir(d);
-    return n;
-}
-
 START_TEST(atomic_write_and_errors)
 {
     vit_model *m = small_model(VIT_POOL_CLS);
     char dir[600];
-    snprintf(dir, sizeof dir, "%s", tp("atomic"));
+    snprintf(dir, sizeof dir, "%s", fu_path("atomic"));
     ck_assert_int_eq(mkdir(dir, 0755), 0);
     char path[700];
     snprintf(path, sizeof path, "%s/m.safetensors", dir);
@@ -582,7 +559,7 @@ START_TEST(atomic_write_and_errors)
     fclose(fp);
     /* Replacing a file leaves exactly the new file, mode 0644. */
     ck_assert_msg(vit_safetensors_save(m, NULL, path, NULL) == VIT_OK, "%s", vit_last_error());
-    ck_assert_int_eq(count_entries(dir), 1);
+    ck_assert_int_eq(fu_count_entries(dir), 1);
     struct stat st;
     ck_assert_int_eq(stat(path, &st), 0);
     ck_assert_int_eq(st.st_mode & 0777, 0644);
@@ -614,13 +591,13 @@ START_TEST(logits_csv)
     vit_dataset ds = {N, H, W, C, K, images, labels, NULL};
     char err[512] = "";
     double acc = -1;
-    ck_assert_msg(export_logits_csv(m, &ds, tp("logits.csv"), &acc, err, sizeof err) == 0, "%s",
+    ck_assert_msg(export_logits_csv(m, &ds, fu_path("logits.csv"), &acc, err, sizeof err) == 0, "%s",
                   err);
     vit_tape *tape = vit_tape_new();
     vit_tensor *y = vit_model_forward(m, tape, images, N, 0);
     ck_assert_ptr_nonnull(y);
 
-    FILE *fp = fopen(tp("logits.csv"), "r");
+    FILE *fp = fopen(fu_path("logits.csv"), "r");
     ck_assert_ptr_nonnull(fp);
     char line[1024];
     ck_assert_ptr_nonnull(fgets(line, sizeof line, fp));
@@ -650,9 +627,9 @@ START_TEST(logits_csv)
     ck_assert_double_eq_tol(acc, (double)correct / N, 1e-15);
 
     ds.width = 4; /* no longer the model's image size */
-    ck_assert_int_eq(export_logits_csv(m, &ds, tp("bad.csv"), &acc, err, sizeof err), -1);
+    ck_assert_int_eq(export_logits_csv(m, &ds, fu_path("bad.csv"), &acc, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "expects 4x6x3") != NULL, "%s", err);
-    ck_assert_int_ne(access(tp("bad.csv"), F_OK), 0);
+    ck_assert_int_ne(access(fu_path("bad.csv"), F_OK), 0);
     vit_tape_free(tape);
     vit_model_free(m);
 }
@@ -660,35 +637,10 @@ END_TEST
 
 /* ---------------------------------------------------------------- import */
 
-/* The whole file at path (malloc'd), its size in *n. */
-static unsigned char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
-    long len = ftell(f);
-    ck_assert_int_ge(len, 0);
-    rewind(f);
-    unsigned char *b = malloc((size_t)len + 1);
-    ck_assert_ptr_nonnull(b);
-    ck_assert_uint_eq(fread(b, 1, (size_t)len, f), (size_t)len);
-    fclose(f);
-    *n = (size_t)len;
-    return b;
-}
-
-static void spill(const char *path, const void *b, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(b, 1, n, f), n);
-    ck_assert_int_eq(fclose(f), 0);
-}
-
 static int same_file(const char *a, const char *b)
 {
     size_t na, nb;
-    unsigned char *x = slurp(a, &na), *y = slurp(b, &nb);
+    unsigned char *x = fu_read(a, &na), *y = fu_read(b, &nb);
     int same = na == nb && memcmp(x, y, na) == 0;
     free(x);
     free(y);
@@ -700,7 +652,7 @@ static int same_file(const char *a, const char *b)
 static void edit_header(const char *src, const char *dst, const char *from, const char *to)
 {
     size_t n;
-    unsigned char *b = slurp(src, &n);
+    unsigned char *b = fu_read(src, &n);
     size_t hl = 0;
     for (int k = 7; k >= 0; k--)
         hl = hl << 8 | b[k];
@@ -720,7 +672,7 @@ static void edit_header(const char *src, const char *dst, const char *from, cons
     memcpy(o + 8 + pre, to, strlen(to));
     memcpy(o + 8 + pre + strlen(to), at + strlen(from), hl - pre - strlen(from));
     memcpy(o + 8 + nl, b + 8 + hl, n - 8 - hl);
-    spill(dst, o, 8 + nl + (n - 8 - hl));
+    fu_write(dst, o, 8 + nl + (n - 8 - hl));
     free(o);
     free(h);
     free(b);
@@ -740,16 +692,16 @@ START_TEST(import_round_trip_bitwise)
 {
     for (int pool = VIT_POOL_CLS; pool <= VIT_POOL_MEAN; pool++) {
         vit_model *m = small_model(pool), *back = NULL;
-        ck_assert_int_eq(vit_safetensors_save(m, NULL, tp("a.safetensors"), NULL), VIT_OK);
-        ck_assert_msg(vit_safetensors_load(tp("a.safetensors"), &back) == VIT_OK, "%s",
+        ck_assert_int_eq(vit_safetensors_save(m, NULL, fu_path("a.safetensors"), NULL), VIT_OK);
+        ck_assert_msg(vit_safetensors_load(fu_path("a.safetensors"), &back) == VIT_OK, "%s",
                       vit_last_error());
         char ca[4096], cb[4096];
         ck_assert_int_gt(vit_config_format(vit_model_config(m), ca, sizeof ca), 0);
         ck_assert_int_gt(vit_config_format(vit_model_config(back), cb, sizeof cb), 0);
         ck_assert_str_eq(ca, cb); /* the whole config, recipe included */
         assert_same_params(m, back);
-        ck_assert_int_eq(vit_safetensors_save(back, NULL, tp("b.safetensors"), NULL), VIT_OK);
-        ck_assert_msg(same_file(tp("a.safetensors"), tp("b.safetensors")),
+        ck_assert_int_eq(vit_safetensors_save(back, NULL, fu_path("b.safetensors"), NULL), VIT_OK);
+        ck_assert_msg(same_file(fu_path("a.safetensors"), fu_path("b.safetensors")),
                       "pool %d: export -> import -> export changed the file", pool);
         vit_model_free(back);
         vit_model_free(m);
@@ -782,9 +734,9 @@ START_TEST(export_overlap_and_lsa)
     vit_real *p = vit_model_params(m);
     for (size_t i = 0; i < vit_model_param_count(m); i++)
         p[i] = (vit_real)((double)(i + 1) * (i % 2 ? -1e-3 : 1e-3));
-    ck_assert_int_eq(vit_safetensors_save(m, NULL, tp("ov.safetensors"), NULL), VIT_OK);
+    ck_assert_int_eq(vit_safetensors_save(m, NULL, fu_path("ov.safetensors"), NULL), VIT_OK);
     st_file f;
-    read_file(tp("ov.safetensors"), &f);
+    read_file(fu_path("ov.safetensors"), &f);
     ck_assert_str_eq(meta(&f, "patch"), "3");
     ck_assert_str_eq(meta(&f, "patch_stride"), "1");
     ck_assert_str_eq(meta(&f, "patch_pad"), "1");
@@ -794,7 +746,7 @@ START_TEST(export_overlap_and_lsa)
     ck_assert_int_eq((int)pw->shape[2], 3);
     ck_assert_int_eq((int)pw->shape[3], 3);
     free_file(&f);
-    ck_assert_msg(vit_safetensors_load(tp("ov.safetensors"), &back) == VIT_OK, "%s",
+    ck_assert_msg(vit_safetensors_load(fu_path("ov.safetensors"), &back) == VIT_OK, "%s",
                   vit_last_error());
     ck_assert_int_eq(vit_model_config(back)->patch_stride, 1);
     ck_assert_int_eq(vit_model_config(back)->patch_pad, 1);
@@ -805,14 +757,14 @@ START_TEST(export_overlap_and_lsa)
     cfg.lsa = 1;
     m = vit_model_new(&cfg);
     ck_assert_ptr_nonnull(m);
-    ck_assert_int_eq(vit_safetensors_save(m, NULL, tp("lsa.safetensors"), NULL), VIT_EINVAL);
+    ck_assert_int_eq(vit_safetensors_save(m, NULL, fu_path("lsa.safetensors"), NULL), VIT_EINVAL);
     ck_assert_ptr_nonnull(strstr(vit_last_error(), "lsa = 1"));
     ck_assert_ptr_nonnull(strstr(vit_last_error(), "locality self-attention"));
-    ck_assert_int_eq(access(tp("lsa.safetensors"), F_OK), -1);
+    ck_assert_int_eq(access(fu_path("lsa.safetensors"), F_OK), -1);
     vit_model_free(m);
-    edit_header(tp("ov.safetensors"), tp("lsa2.safetensors"), "\"lsa\":\"0\"",
+    edit_header(fu_path("ov.safetensors"), fu_path("lsa2.safetensors"), "\"lsa\":\"0\"",
                 "\"lsa\":\"1\"");
-    ck_assert_int_eq(vit_safetensors_load(tp("lsa2.safetensors"), &back), VIT_EFORMAT);
+    ck_assert_int_eq(vit_safetensors_load(fu_path("lsa2.safetensors"), &back), VIT_EFORMAT);
     ck_assert_ptr_nonnull(strstr(vit_last_error(), "lsa = 1"));
     ck_assert_ptr_null(back);
 }
@@ -823,13 +775,13 @@ END_TEST
 START_TEST(import_to_checkpoint_trains)
 {
     vit_model *m = small_model(VIT_POOL_CLS), *got = NULL, *ck = NULL;
-    ck_assert_int_eq(vit_safetensors_save(m, NULL, tp("c.safetensors"), NULL), VIT_OK);
-    ck_assert_msg(vit_safetensors_import(tp("c.safetensors"), tp("c.ckpt"), &got) == VIT_OK, "%s",
+    ck_assert_int_eq(vit_safetensors_save(m, NULL, fu_path("c.safetensors"), NULL), VIT_OK);
+    ck_assert_msg(vit_safetensors_import(fu_path("c.safetensors"), fu_path("c.ckpt"), &got) == VIT_OK, "%s",
                   vit_last_error());
     assert_same_params(m, got);
     vit_adamw opt;
     vit_run_state st;
-    ck_assert_msg(vit_run_load(tp("c.ckpt"), &ck, &opt, &st) == VIT_OK, "%s", vit_last_error());
+    ck_assert_msg(vit_run_load(fu_path("c.ckpt"), &ck, &opt, &st) == VIT_OK, "%s", vit_last_error());
     assert_same_params(m, ck);
     ck_assert(st.step == 0 && st.epoch == 0 && opt.t == 0);
     for (size_t i = 0; i < opt.n; i++)
@@ -853,9 +805,9 @@ START_TEST(import_to_checkpoint_trains)
     vit_model_free(got);
     /* A failing import leaves no checkpoint and no model. */
     got = (vit_model *)&got;
-    ck_assert_int_eq(vit_safetensors_import(tp("none.safetensors"), tp("d.ckpt"), &got), VIT_EIO);
+    ck_assert_int_eq(vit_safetensors_import(fu_path("none.safetensors"), fu_path("d.ckpt"), &got), VIT_EIO);
     ck_assert_ptr_null(got);
-    ck_assert_int_ne(access(tp("d.ckpt"), F_OK), 0);
+    ck_assert_int_ne(access(fu_path("d.ckpt"), F_OK), 0);
     vit_adamw_free(&opt);
     vit_model_free(ck);
     vit_model_free(m);
@@ -871,7 +823,7 @@ START_TEST(import_class_names)
     vit_model *m = small_model(VIT_POOL_CLS), *got = NULL;
     char *names[K] = {"bag", "co\"at", "back\\slash", "\xc3\xa9t\xc3\xa9", "sneaker"};
     char good[600];
-    snprintf(good, sizeof good, "%s", tp("named.safetensors"));
+    snprintf(good, sizeof good, "%s", fu_path("named.safetensors"));
     ck_assert_int_eq(vit_safetensors_save(m, names, good, NULL), VIT_OK);
     char **back = NULL;
     ck_assert_msg(vit_safetensors_load_named(good, &got, &back) == VIT_OK, "%s",
@@ -881,11 +833,11 @@ START_TEST(import_class_names)
         ck_assert_str_eq(back[k], names[k]);
     vit_safetensors_class_names_free(back, K);
     vit_model_free(got);
-    ck_assert_msg(vit_safetensors_import(good, tp("named.ckpt"), NULL) == VIT_OK, "%s",
+    ck_assert_msg(vit_safetensors_import(good, fu_path("named.ckpt"), NULL) == VIT_OK, "%s",
                   vit_last_error());
     vit_model *ck = NULL;
     vit_run_state st;
-    ck_assert_msg(vit_run_load(tp("named.ckpt"), &ck, NULL, &st) == VIT_OK, "%s",
+    ck_assert_msg(vit_run_load(fu_path("named.ckpt"), &ck, NULL, &st) == VIT_OK, "%s",
                   vit_last_error());
     ck_assert_int_eq(st.nclass_names, K);
     for (int k = 0; k < K; k++)
@@ -893,17 +845,17 @@ START_TEST(import_class_names)
     vit_run_state_free(&st);
     vit_model_free(ck);
     /* The round trip: the checkpoint's names exported again, same bytes. */
-    ck_assert_int_eq(vit_safetensors_save(m, names, tp("named2.safetensors"), NULL), VIT_OK);
-    ck_assert(same_file(good, tp("named2.safetensors")));
+    ck_assert_int_eq(vit_safetensors_save(m, names, fu_path("named2.safetensors"), NULL), VIT_OK);
+    ck_assert(same_file(good, fu_path("named2.safetensors")));
     /* No class_names: none, and the checkpoint reads back the numbers. */
-    ck_assert_int_eq(vit_safetensors_save(m, NULL, tp("plain.safetensors"), NULL), VIT_OK);
+    ck_assert_int_eq(vit_safetensors_save(m, NULL, fu_path("plain.safetensors"), NULL), VIT_OK);
     back = (char **)&back;
-    ck_assert_int_eq(vit_safetensors_load_named(tp("plain.safetensors"), &got, &back), VIT_OK);
+    ck_assert_int_eq(vit_safetensors_load_named(fu_path("plain.safetensors"), &got, &back), VIT_OK);
     ck_assert_ptr_null(back);
     vit_model_free(got);
-    ck_assert_int_eq(vit_safetensors_import(tp("plain.safetensors"), tp("plain.ckpt"), NULL),
+    ck_assert_int_eq(vit_safetensors_import(fu_path("plain.safetensors"), fu_path("plain.ckpt"), NULL),
                      VIT_OK);
-    ck_assert_int_eq(vit_run_load(tp("plain.ckpt"), &ck, NULL, &st), VIT_OK);
+    ck_assert_int_eq(vit_run_load(fu_path("plain.ckpt"), &ck, NULL, &st), VIT_OK);
     ck_assert_int_eq(st.nclass_names, K);
     ck_assert_str_eq(st.class_names[0], "0");
     ck_assert_str_eq(st.class_names[K - 1], "4");
@@ -934,8 +886,8 @@ START_TEST(import_class_names)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char path[600], ckpt[600];
-        snprintf(path, sizeof path, "%s", tp("badnames.safetensors"));
-        snprintf(ckpt, sizeof ckpt, "%s", tp("badnames.ckpt"));
+        snprintf(path, sizeof path, "%s", fu_path("badnames.safetensors"));
+        snprintf(ckpt, sizeof ckpt, "%s", fu_path("badnames.ckpt"));
         edit_header(good, path, from, cases[i].to);
         int rc = vit_safetensors_import(path, ckpt, NULL);
         ck_assert_msg(rc == VIT_EFORMAT, "case %zu: rc %d (%s)", i, rc, vit_last_error());
@@ -960,10 +912,10 @@ START_TEST(import_old_key_names)
     cfg.beta2 = 0.98;
     m = vit_model_new(&cfg);
     ck_assert_ptr_nonnull(m);
-    ck_assert_int_eq(vit_safetensors_save(m, NULL, tp("new.safetensors"), NULL), VIT_OK);
-    edit_header(tp("new.safetensors"), tp("o1.safetensors"), "\"adamw_eps\"", "\"eps\"");
-    edit_header(tp("o1.safetensors"), tp("old.safetensors"), "\"adamw_beta2\"", "\"beta2\"");
-    ck_assert_msg(vit_safetensors_load(tp("old.safetensors"), &back) == VIT_OK, "%s",
+    ck_assert_int_eq(vit_safetensors_save(m, NULL, fu_path("new.safetensors"), NULL), VIT_OK);
+    edit_header(fu_path("new.safetensors"), fu_path("o1.safetensors"), "\"adamw_eps\"", "\"eps\"");
+    edit_header(fu_path("o1.safetensors"), fu_path("old.safetensors"), "\"adamw_beta2\"", "\"beta2\"");
+    ck_assert_msg(vit_safetensors_load(fu_path("old.safetensors"), &back) == VIT_OK, "%s",
                   vit_last_error());
     ck_assert_double_eq(vit_model_config(back)->eps, 3e-7);
     ck_assert_double_eq(vit_model_config(back)->beta2, 0.98);
@@ -978,7 +930,7 @@ START_TEST(import_refuses_bad_files)
 {
     vit_model *m = small_model(VIT_POOL_CLS);
     char good[600]; /* tp's buffers are reused */
-    snprintf(good, sizeof good, "%s", tp("good.safetensors"));
+    snprintf(good, sizeof good, "%s", fu_path("good.safetensors"));
     ck_assert_int_eq(vit_safetensors_save(m, NULL, good, NULL), VIT_OK);
     static const struct {
         const char *from, *to, *want;
@@ -1006,7 +958,7 @@ START_TEST(import_refuses_bad_files)
         char name[64];
         snprintf(name, sizeof name, "bad%zu.safetensors", i);
         char path[600];
-        snprintf(path, sizeof path, "%s", tp(name));
+        snprintf(path, sizeof path, "%s", fu_path(name));
         edit_header(good, path, cases[i].from, cases[i].to);
         vit_model *back = (vit_model *)&back;
         int rc = vit_safetensors_load(path, &back);
@@ -1023,19 +975,19 @@ START_TEST(import_refuses_bad_files)
     }
     /* Truncations: the length prefix, the header, the data. */
     size_t n;
-    unsigned char *b = slurp(good, &n);
+    unsigned char *b = fu_read(good, &n);
     size_t cut[] = {0, 7, 8, 100, n - 1};
     for (size_t i = 0; i < sizeof cut / sizeof cut[0]; i++) {
-        spill(tp("cut.safetensors"), b, cut[i]);
+        fu_write(fu_path("cut.safetensors"), b, cut[i]);
         vit_model *back = NULL;
-        ck_assert_int_eq(vit_safetensors_load(tp("cut.safetensors"), &back), VIT_EFORMAT);
+        ck_assert_int_eq(vit_safetensors_load(fu_path("cut.safetensors"), &back), VIT_EFORMAT);
         ck_assert_ptr_null(back);
     }
     /* A NaN in the data. */
     memcpy(b + n - 4, "\x00\x00\xc0\x7f", 4);
-    spill(tp("nan.safetensors"), b, n);
+    fu_write(fu_path("nan.safetensors"), b, n);
     vit_model *back = NULL;
-    ck_assert_int_eq(vit_safetensors_load(tp("nan.safetensors"), &back), VIT_ENUM);
+    ck_assert_int_eq(vit_safetensors_load(fu_path("nan.safetensors"), &back), VIT_ENUM);
     ck_assert_msg(strstr(vit_last_error(), "'head.bias'"), "%s", vit_last_error());
     free(b);
     ck_assert_int_eq(vit_safetensors_load(NULL, &back), VIT_EINVAL);
@@ -1087,34 +1039,8 @@ END_TEST
 
 /* ------------------------------------------------------------------ main */
 
-static void remove_tree(const char *dir)
+static Suite *export_suite(void)
 {
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        char path[1024];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
-            remove_tree(path);
-        else
-            unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
-int main(void)
-{
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/vit-export-XXXXXX");
-    if (!mkdtemp(g_tmp)) {
-        perror("mkdtemp");
-        return EXIT_FAILURE;
-    }
     Suite *s = suite_create("export");
     TCase *tc = tcase_create("safetensors");
     tcase_set_timeout(tc, 60);
@@ -1135,10 +1061,7 @@ int main(void)
     tcase_add_test(ti, import_refuses_bad_files);
     tcase_add_test(ti, import_pytorch_file);
     suite_add_tcase(s, ti);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    remove_tree(g_tmp);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+int main(void) { return fu_run_suite(export_suite, "/tmp/vit-export-XXXXXX"); }

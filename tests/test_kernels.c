@@ -48,17 +48,6 @@ static void expect_err(int rc, int code, const char *fn, const char *what)
     ck_assert_msg(strstr(msg, what) != NULL, "message '%s' does not name '%s'", msg, what);
 }
 
-static double max_abs_diff(const vit_real *a, const vit_real *b, size_t n)
-{
-    double m = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)b[i]);
-        if (!(d <= m))
-            m = isnan(d) ? INFINITY : d;
-    }
-    return m;
-}
-
 /* Backward kernels accumulate: starting from g + 1 (g the gradient a first
  * call produced from zeros), a second call must leave 2 g + 1.  Returns a
  * buffer holding g + 1 for the caller to pass to that second call. */
@@ -117,7 +106,7 @@ START_TEST(test_linear_forward)
             ref[i * LN_OUT + o] = s;
         }
     ASSERT_OK(vit_linear_forward(c.y, c.x, c.W, c.b, LN_N, LN_IN, LN_OUT));
-    ck_assert_double_le(max_abs_diff(c.y, ref, LN_N * LN_OUT), FWD_TOL);
+    ck_assert_double_le(gc_max_abs_diff(c.y, ref, LN_N * LN_OUT), FWD_TOL);
 
     /* Without bias: the same minus b.  y is pre-filled with garbage to check
      * it is overwritten, not accumulated. */
@@ -126,7 +115,7 @@ START_TEST(test_linear_forward)
         c.y[i] = 1e6;
     }
     ASSERT_OK(vit_linear_forward(c.y, c.x, c.W, NULL, LN_N, LN_IN, LN_OUT));
-    ck_assert_double_le(max_abs_diff(c.y, ref, LN_N * LN_OUT), FWD_TOL);
+    ck_assert_double_le(gc_max_abs_diff(c.y, ref, LN_N * LN_OUT), FWD_TOL);
 }
 END_TEST
 
@@ -218,7 +207,7 @@ START_TEST(test_layernorm_forward)
     memcpy(xin, c.x, sizeof xin);
     ASSERT_OK(vit_layernorm_forward(xin, c.mean, c.rstd, xin, c.gamma, c.beta, LNR_N, LNR_D,
                                     VIT_LAYERNORM_EPS));
-    ck_assert_double_le(max_abs_diff(xin, ref, LNR_N * LNR_D), 1e-10);
+    ck_assert_double_le(gc_max_abs_diff(xin, ref, LNR_N * LNR_D), 1e-10);
 }
 END_TEST
 
@@ -377,7 +366,7 @@ START_TEST(test_elementwise)
     vit_real a0[G_N];
     memcpy(a0, c.a, sizeof a0);
     ASSERT_OK(ew_forward(&c, c.a));
-    ck_assert_double_le(max_abs_diff(c.a, c.y, G_N), 0.0);
+    ck_assert_double_le(gc_max_abs_diff(c.a, c.y, G_N), 0.0);
     memcpy(c.a, a0, sizeof a0);
 
     vit_real *da = gc_zeros(G_N), *db = gc_zeros(G_N);
@@ -476,7 +465,7 @@ START_TEST(test_softmax_forward)
         big[j] = 1000.0 + c.x[j];
     ASSERT_OK(vit_softmax_forward(big, big, 1, SM_C));
     memcpy(ref, c.y, sizeof ref);
-    ck_assert_double_le(max_abs_diff(big, ref, SM_C), 1e-12);
+    ck_assert_double_le(gc_max_abs_diff(big, ref, SM_C), 1e-12);
 }
 END_TEST
 
@@ -604,30 +593,84 @@ END_TEST
 enum { PE_B = 2, PE_H = 4, PE_W = 6, PE_P = 2, PE_D = 3, PE_CMAX = 3 };
 enum { PE_N = (PE_H / PE_P) * (PE_W / PE_P) };
 
+/* One patch embedding problem, plain (pe_init) or overlapping (ov_init,
+ * below): the shape, its patch count n, the inputs and the loss weights w
+ * of L = sum w .* y.  Buffers fit the largest problem of either kind. */
+enum { PC_IMG = 144, PC_W = 150, PC_COLS = 3500, PC_Y = 210 };
+
 typedef struct {
     vit_patch_shape s;
-    vit_real img[PE_B * PE_H * PE_W * PE_CMAX];
-    vit_real W[PE_P * PE_P * PE_CMAX * PE_D], b[PE_D];
-    vit_real cols[PE_B * PE_N * PE_P * PE_P * PE_CMAX];
-    vit_real y[PE_B * PE_N * PE_D], w[PE_B * PE_N * PE_D];
+    int n;
+    vit_real img[PC_IMG], W[PC_W], b[PE_D];
+    vit_real cols[PC_COLS], y[PC_Y], w[PC_Y];
 } pe_ctx;
+
+static size_t pe_img_len(const pe_ctx *c)
+{
+    return (size_t)c->s.batch * c->s.height * c->s.width * c->s.channels;
+}
+
+static size_t pe_w_len(const pe_ctx *c)
+{
+    return (size_t)c->s.patch * c->s.patch * c->s.channels * c->s.dim;
+}
+
+static size_t pe_y_len(const pe_ctx *c) { return (size_t)c->s.batch * c->n * c->s.dim; }
 
 static double pe_loss(void *p)
 {
     pe_ctx *c = p;
     if (vit_patch_embed_forward(&c->s, c->y, c->cols, c->img, c->W, c->b) != VIT_OK)
         return NAN;
-    return gc_dot(c->w, c->y, PE_B * PE_N * PE_D);
+    return gc_dot(c->w, c->y, pe_y_len(c));
+}
+
+/* c for shape s, filled from seed: image, W, b, then w. */
+static void pe_fill(pe_ctx *c, vit_patch_shape s, uint64_t seed)
+{
+    memset(c, 0, sizeof *c);
+    c->s = s;
+    c->n = vit_patch_count(&c->s);
+    ck_assert_msg(c->n > 0, "%s", vit_last_error());
+    ck_assert(pe_img_len(c) <= PC_IMG && pe_w_len(c) <= PC_W && pe_y_len(c) <= PC_Y);
+    ck_assert((size_t)s.batch * c->n * s.patch * s.patch * s.channels <= PC_COLS);
+    gc_fill(c->img, pe_img_len(c), &seed, 1.0);
+    gc_fill(c->W, pe_w_len(c), &seed, 1.0);
+    gc_fill(c->b, (size_t)s.dim, &seed, 1.0);
+    gc_fill(c->w, pe_y_len(c), &seed, 1.0);
 }
 
 static void pe_init(pe_ctx *c, int C, uint64_t seed)
 {
-    c->s = (vit_patch_shape){.batch = PE_B, .height = PE_H, .width = PE_W,
-                             .channels = C, .patch = PE_P, .dim = PE_D};
-    gc_fill(c->img, PE_B * PE_H * PE_W * C, &seed, 1.0);
-    gc_fill(c->W, PE_P * PE_P * C * PE_D, &seed, 1.0);
-    gc_fill(c->b, PE_D, &seed, 1.0);
-    gc_fill(c->w, PE_B * PE_N * PE_D, &seed, 1.0);
+    pe_fill(c, (vit_patch_shape){.batch = PE_B, .height = PE_H, .width = PE_W, .channels = C,
+                                 .patch = PE_P, .dim = PE_D},
+            seed);
+}
+
+/* dimg, dW, db of c's loss against central differences, named "TAG dimg"
+ * and so on; then the backward again onto g + 1 must add the same
+ * gradients (named "ACCUM dimg" ...). */
+static void pe_grad_check(pe_ctx *c, const char *tag, const char *accum)
+{
+    ck_assert(isfinite(pe_loss(c)));
+    const size_t ni = pe_img_len(c), nw = pe_w_len(c), nb = (size_t)c->s.dim;
+    vit_real *dimg = gc_zeros(ni), *dW = gc_zeros(nw), *db = gc_zeros(nb);
+    ASSERT_OK(vit_patch_embed_backward(&c->s, dimg, dW, db, c->w, c->cols, c->W));
+    const char *what[3] = {"dimg", "dW", "db"};
+    vit_real *x[3] = {c->img, c->W, c->b}, *g[3] = {dimg, dW, db}, *acc[3];
+    const size_t len[3] = {ni, nw, nb};
+    char name[64];
+    for (int k = 0; k < 3; k++) {
+        snprintf(name, sizeof name, "%s %s", tag, what[k]);
+        ASSERT_GRAD(name, x[k], g[k], len[k], pe_loss, c);
+        acc[k] = accum_start(g[k], len[k]);
+    }
+    ASSERT_OK(vit_patch_embed_backward(&c->s, acc[0], acc[1], acc[2], c->w, c->cols, c->W));
+    for (int k = 0; k < 3; k++) {
+        snprintf(name, sizeof name, "%s %s", accum, what[k]);
+        accum_check(name, acc[k], g[k], len[k]);
+        free(g[k]);
+    }
 }
 
 /* Channel counts for the loop tests: C = 1 and C = 3. */
@@ -639,6 +682,7 @@ START_TEST(test_patch_embed_forward)
     pe_ctx c;
     pe_init(&c, C, 71 + _i);
     ck_assert_int_eq(vit_patch_count(&c.s), PE_N);
+    ck_assert_int_eq(c.n, PE_N);
 
     /* A PyTorch-layout conv weight wc[D, C, P, P], mapped to W as the
      * header documents, and a direct stride-P convolution loop. */
@@ -676,23 +720,9 @@ START_TEST(test_patch_embed_grad)
     const int C = pe_channels[_i];
     pe_ctx c;
     pe_init(&c, C, 81 + _i);
-    ck_assert(isfinite(pe_loss(&c)));
-    const size_t ni = PE_B * PE_H * PE_W * C, nw = PE_P * PE_P * C * PE_D;
-    vit_real *dimg = gc_zeros(ni), *dW = gc_zeros(nw), *db = gc_zeros(PE_D);
-    ASSERT_OK(vit_patch_embed_backward(&c.s, dimg, dW, db, c.w, c.cols, c.W));
-    char name[64];
-    snprintf(name, sizeof name, "patch_embed C=%d dimg", C);
-    ASSERT_GRAD(name, c.img, dimg, ni, pe_loss, &c);
-    snprintf(name, sizeof name, "patch_embed C=%d dW", C);
-    ASSERT_GRAD(name, c.W, dW, nw, pe_loss, &c);
-    snprintf(name, sizeof name, "patch_embed C=%d db", C);
-    ASSERT_GRAD(name, c.b, db, PE_D, pe_loss, &c);
-    vit_real *ai = accum_start(dimg, ni), *aw = accum_start(dW, nw), *ab = accum_start(db, PE_D);
-    ASSERT_OK(vit_patch_embed_backward(&c.s, ai, aw, ab, c.w, c.cols, c.W));
-    accum_check("patch_embed dimg", ai, dimg, ni);
-    accum_check("patch_embed dW", aw, dW, nw);
-    accum_check("patch_embed db", ab, db, PE_D);
-    free(dimg); free(dW); free(db);
+    char tag[32];
+    snprintf(tag, sizeof tag, "patch_embed C=%d", C);
+    pe_grad_check(&c, tag, "patch_embed");
 }
 END_TEST
 
@@ -706,42 +736,20 @@ END_TEST
 enum { OV_B = 2, OV_H = 5, OV_W = 7, OV_C = 2, OV_D = 3, OV_PMAX = 5, OV_NMAX = 35 };
 static const int ov_geo[4][3] = {{3, 1, 1}, {3, 2, 1}, {5, 2, 2}, {3, 2, 0}};
 
-typedef struct {
-    vit_patch_shape s;
-    int n;
-    vit_real img[OV_B * OV_H * OV_W * OV_C];
-    vit_real W[OV_PMAX * OV_PMAX * OV_C * OV_D], b[OV_D];
-    vit_real cols[OV_B * OV_NMAX * OV_PMAX * OV_PMAX * OV_C];
-    vit_real y[OV_B * OV_NMAX * OV_D], w[OV_B * OV_NMAX * OV_D];
-} ov_ctx;
-
-static double ov_loss(void *p)
+static void ov_init(pe_ctx *c, int g, uint64_t seed)
 {
-    ov_ctx *c = p;
-    if (vit_patch_embed_forward(&c->s, c->y, c->cols, c->img, c->W, c->b) != VIT_OK)
-        return NAN;
-    return gc_dot(c->w, c->y, (size_t)OV_B * c->n * OV_D);
-}
-
-static void ov_init(ov_ctx *c, int g, uint64_t seed)
-{
-    const int P = ov_geo[g][0];
-    c->s = (vit_patch_shape){.batch = OV_B, .height = OV_H, .width = OV_W, .channels = OV_C,
-                             .patch = P, .dim = OV_D, .stride = ov_geo[g][1],
-                             .pad = ov_geo[g][2]};
-    c->n = vit_patch_count(&c->s);
-    ck_assert_msg(c->n > 0 && c->n <= OV_NMAX, "%s", vit_last_error());
-    gc_fill(c->img, OV_B * OV_H * OV_W * OV_C, &seed, 1.0);
-    gc_fill(c->W, (size_t)P * P * OV_C * OV_D, &seed, 1.0);
-    gc_fill(c->b, OV_D, &seed, 1.0);
-    gc_fill(c->w, (size_t)OV_B * c->n * OV_D, &seed, 1.0);
+    pe_fill(c, (vit_patch_shape){.batch = OV_B, .height = OV_H, .width = OV_W, .channels = OV_C,
+                                 .patch = ov_geo[g][0], .dim = OV_D, .stride = ov_geo[g][1],
+                                 .pad = ov_geo[g][2]},
+            seed);
+    ck_assert_int_le(c->n, OV_NMAX);
 }
 
 /* Against a direct strided, zero-padded convolution loop (PyTorch's
  * Conv2d(C, D, P, stride, padding) with the documented weight mapping). */
 START_TEST(test_patch_embed_overlap_forward)
 {
-    ov_ctx c;
+    pe_ctx c;
     ov_init(&c, _i, 171 + (uint64_t)_i);
     const int P = ov_geo[_i][0], S = ov_geo[_i][1], Z = ov_geo[_i][2];
     int gh = 0, gw = 0;
@@ -776,26 +784,12 @@ END_TEST
 
 START_TEST(test_patch_embed_overlap_grad)
 {
-    ov_ctx c;
+    pe_ctx c;
     ov_init(&c, _i, 181 + (uint64_t)_i);
-    ck_assert(isfinite(ov_loss(&c)));
-    const int P = ov_geo[_i][0];
-    const size_t ni = OV_B * OV_H * OV_W * OV_C, nw = (size_t)P * P * OV_C * OV_D;
-    vit_real *dimg = gc_zeros(ni), *dW = gc_zeros(nw), *db = gc_zeros(OV_D);
-    ASSERT_OK(vit_patch_embed_backward(&c.s, dimg, dW, db, c.w, c.cols, c.W));
-    char name[64];
-    snprintf(name, sizeof name, "patch_embed %d/%d/%d dimg", P, ov_geo[_i][1], ov_geo[_i][2]);
-    ASSERT_GRAD(name, c.img, dimg, ni, ov_loss, &c);
-    snprintf(name, sizeof name, "patch_embed %d/%d/%d dW", P, ov_geo[_i][1], ov_geo[_i][2]);
-    ASSERT_GRAD(name, c.W, dW, nw, ov_loss, &c);
-    snprintf(name, sizeof name, "patch_embed %d/%d/%d db", P, ov_geo[_i][1], ov_geo[_i][2]);
-    ASSERT_GRAD(name, c.b, db, OV_D, ov_loss, &c);
-    vit_real *ai = accum_start(dimg, ni), *aw = accum_start(dW, nw), *ab = accum_start(db, OV_D);
-    ASSERT_OK(vit_patch_embed_backward(&c.s, ai, aw, ab, c.w, c.cols, c.W));
-    accum_check("patch_embed overlap dimg", ai, dimg, ni);
-    accum_check("patch_embed overlap dW", aw, dW, nw);
-    accum_check("patch_embed overlap db", ab, db, OV_D);
-    free(dimg); free(dW); free(db);
+    char tag[48];
+    snprintf(tag, sizeof tag, "patch_embed %d/%d/%d", ov_geo[_i][0], ov_geo[_i][1],
+             ov_geo[_i][2]);
+    pe_grad_check(&c, tag, "patch_embed overlap");
 }
 END_TEST
 
@@ -808,7 +802,7 @@ START_TEST(test_patch_embed_explicit_default)
     e.s.stride = PE_P;
     ASSERT_OK(vit_patch_embed_forward(&c.s, c.y, c.cols, c.img, c.W, c.b));
     ASSERT_OK(vit_patch_embed_forward(&e.s, e.y, e.cols, e.img, e.W, e.b));
-    ck_assert(memcmp(c.y, e.y, sizeof c.y) == 0);
+    ck_assert(memcmp(c.y, e.y, pe_y_len(&c) * sizeof *c.y) == 0);
 }
 END_TEST
 
@@ -925,7 +919,7 @@ START_TEST(test_embedding_forward)
     /* The last row of the table, alone. */
     const int last = EM_V - 1;
     ASSERT_OK(vit_embedding_forward(c.y, c.table, &last, 1, EM_V, EM_D));
-    ck_assert_double_le(max_abs_diff(c.y, c.table + last * EM_D, EM_D), 0.0);
+    ck_assert_double_le(gc_max_abs_diff(c.y, c.table + last * EM_D, EM_D), 0.0);
 }
 END_TEST
 

@@ -17,7 +17,6 @@
  *    progress; resuming with a different model shape fails naming it.
  */
 #include <check.h>
-#include <dirent.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "file_util.h"
 #include "gradcheck.h"
 #include "vit/checkpoint.h"
 #include "vit/model.h"
@@ -687,34 +687,6 @@ END_TEST
 
 /* ---- checkpoints ------------------------------------------------------ */
 
-static void make_tmpdir(char *path, size_t cap)
-{
-    snprintf(path, cap, "/tmp/vit_model_test_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(path));
-}
-
-/* Removes a folder of plain files and folders of plain files. */
-static void remove_tree(const char *path)
-{
-    DIR *d = opendir(path);
-    if (!d)
-        return;
-    struct dirent *e;
-    char sub[1024];
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-        struct stat st;
-        if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
-            remove_tree(sub);
-        else
-            unlink(sub);
-    }
-    closedir(d);
-    rmdir(path);
-}
-
 /* Values a float32 checkpoint stores exactly. */
 static void fill_float_exact(vit_real *x, size_t n, uint64_t *seed, double scale, int positive)
 {
@@ -726,7 +698,7 @@ static void fill_float_exact(vit_real *x, size_t n, uint64_t *seed, double scale
 START_TEST(test_run_save_load)
 {
     char dir[64], path[128];
-    make_tmpdir(dir, sizeof dir);
+    fu_mkdtemp(dir, sizeof dir, "/tmp/vit_model_test_XXXXXX");
     snprintf(path, sizeof path, "%s/run.ckpt", dir);
     vit_config cfg;
     tiny_config(&cfg, VIT_POOL_MEAN);
@@ -853,14 +825,14 @@ START_TEST(test_run_save_load)
     vit_tape_free(t);
     vit_adamw_free(&opt);
     vit_model_free(m);
-    remove_tree(dir);
+    fu_remove_tree(dir);
 }
 END_TEST
 
 START_TEST(test_resume_shape_mismatch)
 {
     char dir[64], path[128], out[128];
-    make_tmpdir(dir, sizeof dir);
+    fu_mkdtemp(dir, sizeof dir, "/tmp/vit_model_test_XXXXXX");
     snprintf(path, sizeof path, "%s/saved.ckpt", dir);
     snprintf(out, sizeof out, "%s/out", dir);
     vit_config cfg;
@@ -913,7 +885,7 @@ START_TEST(test_resume_shape_mismatch)
 
     vit_adamw_free(&opt);
     vit_model_free(m);
-    remove_tree(dir);
+    fu_remove_tree(dir);
 }
 END_TEST
 

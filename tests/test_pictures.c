@@ -5,7 +5,6 @@
  * lights exactly one patch cell, axis lines are dark, a curve passes through
  * the pixel its data point maps to.  Files go to a mkdtemp folder. */
 #include <check.h>
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,22 +13,12 @@
 
 #include "../tools/draw.h"
 #include "../tools/figures.h"
+#include "file_util.h"
 #include "vit/vit.h"
-
-static char g_tmp[64];
-
-static const char *tp(const char *rel)
-{
-    static char buf[4][512];
-    static int next;
-    char *b = buf[next++ % 4];
-    snprintf(b, sizeof buf[0], "%s/%s", g_tmp, rel);
-    return b;
-}
 
 static void write_text(const char *rel, const char *text)
 {
-    FILE *f = fopen(tp(rel), "w");
+    FILE *f = fopen(fu_path(rel), "w");
     ck_assert_ptr_nonnull(f);
     ck_assert_int_eq(fputs(text, f) >= 0, 1);
     ck_assert_int_eq(fclose(f), 0);
@@ -43,10 +32,10 @@ typedef struct picture {
 
 static picture save_and_read(const draw_canvas *c, const char *rel)
 {
-    ck_assert_int_eq(draw_save_png(c, tp(rel)), VIT_OK);
+    ck_assert_int_eq(draw_save_png(c, fu_path(rel)), VIT_OK);
     vit_real *v = NULL;
     int h, w, ch;
-    ck_assert_int_eq(vit_png_read(tp(rel), &v, &h, &w, &ch), VIT_OK);
+    ck_assert_int_eq(vit_png_read(fu_path(rel), &v, &h, &w, &ch), VIT_OK);
     ck_assert_int_eq(ch, 3);
     picture p = {h, w, malloc((size_t)h * w * 3)};
     ck_assert_ptr_nonnull(p.px);
@@ -469,7 +458,7 @@ START_TEST(curves_axes_and_points)
     write_metrics("metrics.csv");
     fig_metrics m;
     char err[256] = "";
-    ck_assert_msg(fig_metrics_load(tp("metrics.csv"), &m, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(fig_metrics_load(fu_path("metrics.csv"), &m, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(m.rows, 10);
     ck_assert(m.epoch[3] == 4 && fabs(m.train_loss[3] - 1.4) < 1e-12 &&
               fabs(m.test_loss[3] - 0.98) < 1e-12 && fabs(m.test_acc[3] - 0.66) < 1e-12);
@@ -523,7 +512,7 @@ START_TEST(curves_long_run_without_markers)
     write_text("long.csv", text);
     fig_metrics m;
     char err[256] = "";
-    ck_assert_msg(fig_metrics_load(tp("long.csv"), &m, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(fig_metrics_load(fu_path("long.csv"), &m, err, sizeof err) == 0, "%s", err);
     draw_canvas c;
     fig_curves_layout lay;
     ck_assert_msg(fig_curves_draw(&m, "LONG", &c, &lay, err, sizeof err) == 0, "%s", err);
@@ -575,7 +564,7 @@ START_TEST(curves_single_epoch_and_column_order)
     write_text("one.csv", "test_acc, epoch ,note,test_loss,train_loss\r\n0.25,1,7,1.5,2.5\r\n\r\n");
     fig_metrics m;
     char err[256] = "";
-    ck_assert_msg(fig_metrics_load(tp("one.csv"), &m, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(fig_metrics_load(fu_path("one.csv"), &m, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(m.rows, 1);
     ck_assert(m.epoch[0] == 1 && m.train_loss[0] == 2.5 && m.test_loss[0] == 1.5 &&
               m.test_acc[0] == 0.25);
@@ -604,7 +593,7 @@ START_TEST(curves_two_epochs)
     write_text("two.csv", "epoch,train_loss,test_loss,test_acc\n1,2.0,1.8,0.5\n2,0.6,0.9,0.75\n");
     fig_metrics m;
     char err[256] = "";
-    ck_assert_msg(fig_metrics_load(tp("two.csv"), &m, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(fig_metrics_load(fu_path("two.csv"), &m, err, sizeof err) == 0, "%s", err);
     draw_canvas c;
     fig_curves_layout lay;
     ck_assert_msg(fig_curves_draw(&m, "runs/two/metrics.csv", &c, &lay, err, sizeof err) == 0, "%s",
@@ -629,7 +618,7 @@ static void expect_csv_error(const char *rel, const char *text, const char *want
         write_text(rel, text);
     fig_metrics m;
     char err[512] = "";
-    ck_assert_int_eq(fig_metrics_load(tp(rel), &m, err, sizeof err), -1);
+    ck_assert_int_eq(fig_metrics_load(fu_path(rel), &m, err, sizeof err), -1);
     ck_assert_msg(strstr(err, want) != NULL, "%s: expected '%s' in '%s'", rel, want, err);
     ck_assert_int_eq(m.rows, 0);
     ck_assert_ptr_null(m.epoch);
@@ -640,7 +629,7 @@ START_TEST(curves_bad_csv)
     const char *h = "epoch,train_loss,test_loss,test_acc\n";
     char text[512], want[512];
     snprintf(text, sizeof text, "%s1,2,2,0.1\n2,2,two,0.1\n", h);
-    snprintf(want, sizeof want, "%s:3: field 3 'two' is not a finite number", tp("num.csv"));
+    snprintf(want, sizeof want, "%s:3: field 3 'two' is not a finite number", fu_path("num.csv"));
     expect_csv_error("num.csv", text, want);
     snprintf(text, sizeof text, "%s1,2,2\n", h);
     expect_csv_error("short.csv", text, "short.csv:2: 3 fields, the header has 4");
@@ -658,26 +647,8 @@ END_TEST
 
 /* ------------------------------------------------------------------ main */
 
-static void remove_tmp(void)
+static Suite *pictures_suite(void)
 {
-    DIR *d = opendir(g_tmp);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-            unlink(tp(e->d_name));
-    closedir(d);
-    rmdir(g_tmp);
-}
-
-int main(void)
-{
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/vit-pictures-XXXXXX");
-    if (!mkdtemp(g_tmp)) {
-        perror("mkdtemp");
-        return EXIT_FAILURE;
-    }
     Suite *s = suite_create("pictures");
     TCase *tc = tcase_create("pictures");
     tcase_set_timeout(tc, 60);
@@ -695,10 +666,7 @@ int main(void)
     tcase_add_test(tc, curves_two_epochs);
     tcase_add_test(tc, curves_bad_csv);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    remove_tmp();
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s;
 }
+
+int main(void) { return fu_run_suite(pictures_suite, "/tmp/vit-pictures-XXXXXX"); }

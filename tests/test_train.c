@@ -18,7 +18,6 @@
  * fastest for these sizes.
  */
 #include <check.h>
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "file_util.h"
 #include "vit/augment.h"
 #include "vit/checkpoint.h"
 #include "vit/data.h"
@@ -92,35 +92,6 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void make_tmpdir(char *path, size_t cap)
-{
-    snprintf(path, cap, "/tmp/vit_train_test_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(path));
-}
-
-static void remove_tree(const char *path)
-{
-    DIR *d = opendir(path);
-    if (!d) {
-        unlink(path);
-        return;
-    }
-    struct dirent *e;
-    char sub[1024];
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-        struct stat st;
-        if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
-            remove_tree(sub);
-        else
-            unlink(sub);
-    }
-    closedir(d);
-    rmdir(path);
-}
-
 /* Reads the lines of a text file into lines[] (each malloc'd, newline
  * stripped); returns the count. */
 static int read_lines(const char *path, char **lines, int cap)
@@ -156,7 +127,7 @@ START_TEST(test_learns_digits)
 {
     load_digits();
     char dir[64], path[128];
-    make_tmpdir(dir, sizeof dir);
+    fu_mkdtemp(dir, sizeof dir, "/tmp/vit_train_test_XXXXXX");
     vit_config cfg;
     small_config(&cfg, EPOCHS);
     vit_train_opts o = {.out_dir = dir, .ckpt_every = 100, .progress = 0};
@@ -217,7 +188,7 @@ START_TEST(test_learns_digits)
     vit_run_state_free(&st);
     vit_model_free(m);
     vit_train_result_free(&res);
-    remove_tree(dir);
+    fu_remove_tree(dir);
 }
 END_TEST
 
@@ -227,7 +198,7 @@ START_TEST(test_resume_is_exact)
 {
     load_digits();
     char dir[64], a_dir[128], b_dir[128], a_ckpt[160], b_ckpt[160], path[160];
-    make_tmpdir(dir, sizeof dir);
+    fu_mkdtemp(dir, sizeof dir, "/tmp/vit_train_test_XXXXXX");
     snprintf(a_dir, sizeof a_dir, "%s/a", dir);
     snprintf(b_dir, sizeof b_dir, "%s/b", dir);
     snprintf(a_ckpt, sizeof a_ckpt, "%s/last.ckpt", a_dir);
@@ -302,7 +273,7 @@ START_TEST(test_resume_is_exact)
     }
     free_lines(la, na);
     free_lines(lb, nb);
-    remove_tree(dir);
+    fu_remove_tree(dir);
 }
 END_TEST
 
@@ -312,7 +283,7 @@ START_TEST(test_divergence_stops)
 {
     load_digits();
     char dir[64], out[128], ckpt[160];
-    make_tmpdir(dir, sizeof dir);
+    fu_mkdtemp(dir, sizeof dir, "/tmp/vit_train_test_XXXXXX");
     snprintf(out, sizeof out, "%s/fresh", dir);
     snprintf(ckpt, sizeof ckpt, "%s/last.ckpt", out);
     vit_config cfg;
@@ -405,7 +376,7 @@ START_TEST(test_divergence_stops)
     vit_run_state_free(&st);
     vit_model_free(m);
     vit_adamw_free(&opt);
-    remove_tree(dir);
+    fu_remove_tree(dir);
 }
 END_TEST
 
@@ -463,7 +434,7 @@ START_TEST(test_out_dir_not_creatable)
 {
     load_digits();
     char dir[64], file[128], out[160];
-    make_tmpdir(dir, sizeof dir);
+    fu_mkdtemp(dir, sizeof dir, "/tmp/vit_train_test_XXXXXX");
     snprintf(file, sizeof file, "%s/plain-file", dir);
     FILE *f = fopen(file, "w");
     ck_assert_ptr_nonnull(f);
@@ -489,7 +460,7 @@ START_TEST(test_out_dir_not_creatable)
     ck_assert_msg(strstr(vit_last_error(), file) != NULL, "message '%s' does not name %s",
                   vit_last_error(), file);
     ck_assert_msg(now() - t0 < 1.0, "the failures took %.1f s: training started?", now() - t0);
-    remove_tree(dir);
+    fu_remove_tree(dir);
 }
 END_TEST
 
@@ -502,7 +473,7 @@ START_TEST(test_bad_opts_named)
     small_config(&cfg, 1);
     vit_train_result res;
     char dir[64];
-    make_tmpdir(dir, sizeof dir);
+    fu_mkdtemp(dir, sizeof dir, "/tmp/vit_train_test_XXXXXX");
     vit_train_opts o = {.out_dir = dir, .ckpt_every = 1, .progress = 0};
 
     o.val_count = g_train.count;
@@ -519,7 +490,7 @@ START_TEST(test_bad_opts_named)
     printf("long out_dir: %s\n", vit_last_error());
     ck_assert_msg(strstr(vit_last_error(), "vit_train_run: out_dir") != NULL &&
                   strstr(vit_last_error(), "--") == NULL, "message '%s'", vit_last_error());
-    remove_tree(dir);
+    fu_remove_tree(dir);
 }
 END_TEST
 
@@ -801,7 +772,7 @@ START_TEST(test_ema_run)
 {
     load_digits();
     char dir[64], a_dir[128], b_dir[128], a_ckpt[160], b_ckpt[160], st_path[160];
-    make_tmpdir(dir, sizeof dir);
+    fu_mkdtemp(dir, sizeof dir, "/tmp/vit_train_test_XXXXXX");
     snprintf(a_dir, sizeof a_dir, "%s/a", dir);
     snprintf(b_dir, sizeof b_dir, "%s/b", dir);
     snprintf(a_ckpt, sizeof a_ckpt, "%s/last.ckpt", a_dir);
@@ -894,7 +865,7 @@ START_TEST(test_ema_run)
     free(raw);
     free(avg_a);
     free(raw_a);
-    remove_tree(dir);
+    fu_remove_tree(dir);
 }
 END_TEST
 

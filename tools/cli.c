@@ -179,6 +179,45 @@ int cli_normalize(const char *prog, int *argc, char ***argv, const cli_flag *fla
     return 1;
 }
 
+int cli_arg(const char *prog, int argc, char **argv, int *i, const cli_flag *flags,
+            void (*usage)(void), const char **pos[], int npos, const char **value)
+{
+    const char *a = argv[*i];
+    *value = NULL;
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+        usage();
+        return 0;
+    }
+    if (strcmp(a, "--version") == 0) {
+        printf("%s %s (%s)\n", prog, vit_version(), VIT_REAL_NAME);
+        return 0;
+    }
+    if (strncmp(a, "--", 2) != 0) {
+        for (int k = 0; k < npos; k++)
+            if (!*pos[k]) {
+                *pos[k] = a;
+                return CLI_ARG_TAKEN;
+            }
+        fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", prog, a);
+        return 2;
+    }
+    for (const cli_flag *f = flags; f->name; f++)
+        if (!f->takes_value && strcmp(f->name, a) == 0)
+            return CLI_ARG_OPTION;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "%s: %s needs a value\n", prog, a);
+        return 2;
+    }
+    *value = argv[++*i];
+    return CLI_ARG_OPTION;
+}
+
+int cli_unknown_option(const char *prog, const char *option)
+{
+    fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, option);
+    return 2;
+}
+
 int cli_config_flag(const char *prog, vit_config *cfg, const char *flag, const char *value)
 {
     char key[80];

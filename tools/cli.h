@@ -43,6 +43,29 @@ typedef struct cli_flag {
  * allocated once and lives until exit; the strings are argv's own. */
 int cli_normalize(const char *prog, int *argc, char ***argv, const cli_flag *flags, int config_keys);
 
+/* What cli_arg found, besides an exit status (0 or 2). */
+#define CLI_ARG_OPTION (-1) /* an option: the tool reads it (and *value) */
+#define CLI_ARG_TAKEN (-2)  /* a positional argument, stored: go on */
+
+/* One step of the option loop every tool runs over argv after
+ * cli_normalize, at argv[*i]:
+ *  - "--help" or "-h": calls usage() and returns 0 (the tool exits 0);
+ *  - "--version": prints "PROG VERSION (PRECISION)" and returns 0;
+ *  - an argument not starting with "--": stored in the first of
+ *    *pos[0..npos) still NULL, returns CLI_ARG_TAKEN; when none is free,
+ *    prints "PROG: unexpected argument 'ARG' (see --help)" and returns 2;
+ *  - an option that flags lists as taking no value: *value NULL,
+ *    returns CLI_ARG_OPTION;
+ *  - any other option: *value is the argument after it and *i moves past
+ *    that, returns CLI_ARG_OPTION; when none follows, prints
+ *    "PROG: OPTION needs a value" and returns 2. */
+int cli_arg(const char *prog, int argc, char **argv, int *i, const cli_flag *flags,
+            void (*usage)(void), const char **pos[], int npos, const char **value);
+
+/* Prints "PROG: unknown option 'OPTION' (see --help)" and returns 2 (for an
+ * option a tool lists but its loop does not read). */
+int cli_unknown_option(const char *prog, const char *option);
+
 /* Sets config key from flag ("--min-lr" sets min_lr) to value; on failure
  * prints "PROG: --min-lr: PROBLEM" (the library's message without its own
  * key prefix, so that the option is named once) and returns 0. */

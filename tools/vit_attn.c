@@ -190,32 +190,14 @@ int main(int argc, char **argv)
                                      {"--help", 0}, {"--version", 0}, {NULL, 0}};
     if (!cli_normalize(prog, &argc, &argv, flags, 0))
         return 2;
+    const char **pos[] = {&ckpt, &png};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage();
-            return 0;
-        }
-        if (strcmp(a, "--version") == 0) {
-            printf("vit_attn %s (%s)\n", vit_version(), VIT_REAL_NAME);
-            return 0;
-        }
-        if (strncmp(a, "--", 2) != 0) {
-            if (!ckpt)
-                ckpt = a;
-            else if (!png)
-                png = a;
-            else {
-                fprintf(stderr, "%s: unexpected argument '%s'\n", prog, a);
-                return 2;
-            }
+        const char *a = argv[i], *v;
+        int r = cli_arg(prog, argc, argv, &i, flags, usage, pos, 2, &v);
+        if (r == CLI_ARG_TAKEN)
             continue;
-        }
-        if (!v) {
-            fprintf(stderr, "%s: %s needs a value\n", prog, a);
-            return 2;
-        }
-        i++;
+        if (r != CLI_ARG_OPTION)
+            return r;
         if (strcmp(a, "--digit") == 0) {
             if (!cli_int(prog, a, v, 0, 1 << 30, &digit))
                 return 2;
@@ -225,10 +207,8 @@ int main(int argc, char **argv)
             out = v;
         else if (strcmp(a, "--data") == 0)
             data = v;
-        else {
-            fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, a);
-            return 2;
-        }
+        else
+            return cli_unknown_option(prog, a);
     }
     if (!ckpt) {
         fprintf(stderr, "%s: no checkpoint given (see --help)\n", prog);

@@ -9,6 +9,18 @@
 
 static const char *prog = "vit_eval";
 
+static void usage(void)
+{
+    printf("usage: vit_eval CKPT [--data digits|DIR] [--split test|train] [--threads N]\n"
+           "                [--tta none|shift9]\n"
+           "Scores a checkpoint written by vit_train on the test (default) or training\n"
+           "split of a data set and prints loss, accuracy and the confusion matrix.\n"
+           "The model is scored as it was trained to be used: with the averaged weights\n"
+           "of a run with ema, and with the test-time augmentation of its config (tta);\n"
+           "--tta overrides that (none: one pass per image; shift9: the mean\n"
+           "probabilities over the image and its eight one-pixel shifts).\n");
+}
+
 int main(int argc, char **argv)
 {
     const char *ckpt = NULL, *data = "digits";
@@ -17,36 +29,14 @@ int main(int argc, char **argv)
                                      {"--help", 0}, {"--version", 0}, {NULL, 0}};
     if (!cli_normalize(prog, &argc, &argv, flags, 0))
         return 2;
+    const char **pos[] = {&ckpt};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            printf("usage: vit_eval CKPT [--data digits|DIR] [--split test|train] [--threads N]\n"
-                   "                [--tta none|shift9]\n"
-                   "Scores a checkpoint written by vit_train on the test (default) or training\n"
-                   "split of a data set and prints loss, accuracy and the confusion matrix.\n"
-                   "The model is scored as it was trained to be used: with the averaged weights\n"
-                   "of a run with ema, and with the test-time augmentation of its config (tta);\n"
-                   "--tta overrides that (none: one pass per image; shift9: the mean\n"
-                   "probabilities over the image and its eight one-pixel shifts).\n");
-            return 0;
-        }
-        if (strcmp(a, "--version") == 0) {
-            printf("vit_eval %s (%s)\n", vit_version(), VIT_REAL_NAME);
-            return 0;
-        }
-        if (strncmp(a, "--", 2) != 0) {
-            if (ckpt) {
-                fprintf(stderr, "%s: unexpected argument '%s'\n", prog, a);
-                return 2;
-            }
-            ckpt = a;
+        const char *a = argv[i], *v;
+        int r = cli_arg(prog, argc, argv, &i, flags, usage, pos, 1, &v);
+        if (r == CLI_ARG_TAKEN)
             continue;
-        }
-        if (!v) {
-            fprintf(stderr, "%s: %s needs a value\n", prog, a);
-            return 2;
-        }
-        i++;
+        if (r != CLI_ARG_OPTION)
+            return r;
         if (strcmp(a, "--data") == 0)
             data = v;
         else if (strcmp(a, "--split") == 0) {
@@ -65,8 +55,7 @@ int main(int argc, char **argv)
             if (!cli_int(prog, a, v, 1, 256, &threads))
                 return 2;
         } else {
-            fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, a);
-            return 2;
+            return cli_unknown_option(prog, a);
         }
     }
     if (!ckpt) {

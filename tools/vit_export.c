@@ -13,6 +13,18 @@
 
 static const char *prog = "vit_export";
 
+static void usage(void)
+{
+    printf("usage: vit_export CKPT --out MODEL.safetensors [--logits LOGITS.csv]\n"
+           "                  [--data digits|DIR]\n"
+           "Writes the weights of checkpoint CKPT as float32 safetensors under timm's\n"
+           "VisionTransformer names (patch_embed.proj, cls_token, pos_embed,\n"
+           "blocks.N.attn.qkv, ..., head), with the model config in __metadata__.\n"
+           "--logits also writes the logits of the test split of --data (default\n"
+           "digits) as CSV (index,label,pred,logit_0,...) for\n"
+           "tools/torch_check_export.py to compare with PyTorch.\n");
+}
+
 int main(int argc, char **argv)
 {
     cli_ignore_file_size_signal();
@@ -21,46 +33,22 @@ int main(int argc, char **argv)
                                      {"--help", 0}, {"--version", 0}, {NULL, 0}};
     if (!cli_normalize(prog, &argc, &argv, flags, 0))
         return 2;
+    const char **pos[] = {&ckpt};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            printf("usage: vit_export CKPT --out MODEL.safetensors [--logits LOGITS.csv]\n"
-                   "                  [--data digits|DIR]\n"
-                   "Writes the weights of checkpoint CKPT as float32 safetensors under timm's\n"
-                   "VisionTransformer names (patch_embed.proj, cls_token, pos_embed,\n"
-                   "blocks.N.attn.qkv, ..., head), with the model config in __metadata__.\n"
-                   "--logits also writes the logits of the test split of --data (default\n"
-                   "digits) as CSV (index,label,pred,logit_0,...) for\n"
-                   "tools/torch_check_export.py to compare with PyTorch.\n");
-            return 0;
-        }
-        if (strcmp(a, "--version") == 0) {
-            printf("vit_export %s (%s)\n", vit_version(), VIT_REAL_NAME);
-            return 0;
-        }
-        if (strncmp(a, "--", 2) != 0) {
-            if (ckpt) {
-                fprintf(stderr, "%s: unexpected argument '%s'\n", prog, a);
-                return 2;
-            }
-            ckpt = a;
+        const char *a = argv[i], *v;
+        int r = cli_arg(prog, argc, argv, &i, flags, usage, pos, 1, &v);
+        if (r == CLI_ARG_TAKEN)
             continue;
-        }
-        if (!v) {
-            fprintf(stderr, "%s: %s needs a value\n", prog, a);
-            return 2;
-        }
-        i++;
+        if (r != CLI_ARG_OPTION)
+            return r;
         if (strcmp(a, "--out") == 0)
             out = v;
         else if (strcmp(a, "--logits") == 0)
             logits = v;
         else if (strcmp(a, "--data") == 0)
             data = v;
-        else {
-            fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, a);
-            return 2;
-        }
+        else
+            return cli_unknown_option(prog, a);
     }
     if (!ckpt || !out) {
         fprintf(stderr, "%s: %s (see --help)\n", prog,

@@ -11,6 +11,15 @@
 
 static const char *prog = "vit_plot";
 
+static void usage(void)
+{
+    printf("usage: vit_plot METRICS.csv [--out curves.png] [--title TEXT]\n"
+           "Draws train loss and test loss (top panel) and test accuracy (bottom\n"
+           "panel) against the epoch from the metrics.csv that vit_train writes into\n"
+           "its --out folder, as a PNG (default curves.png).  The title defaults to\n"
+           "the CSV's path.\n");
+}
+
 int main(int argc, char **argv)
 {
     cli_ignore_file_size_signal();
@@ -19,41 +28,20 @@ int main(int argc, char **argv)
                                      {"--version", 0}, {NULL, 0}};
     if (!cli_normalize(prog, &argc, &argv, flags, 0))
         return 2;
+    const char **pos[] = {&csv};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            printf("usage: vit_plot METRICS.csv [--out curves.png] [--title TEXT]\n"
-                   "Draws train loss and test loss (top panel) and test accuracy (bottom\n"
-                   "panel) against the epoch from the metrics.csv that vit_train writes into\n"
-                   "its --out folder, as a PNG (default curves.png).  The title defaults to\n"
-                   "the CSV's path.\n");
-            return 0;
-        }
-        if (strcmp(a, "--version") == 0) {
-            printf("vit_plot %s (%s)\n", vit_version(), VIT_REAL_NAME);
-            return 0;
-        }
-        if (strncmp(a, "--", 2) != 0) {
-            if (csv) {
-                fprintf(stderr, "%s: unexpected argument '%s'\n", prog, a);
-                return 2;
-            }
-            csv = a;
+        const char *a = argv[i], *v;
+        int r = cli_arg(prog, argc, argv, &i, flags, usage, pos, 1, &v);
+        if (r == CLI_ARG_TAKEN)
             continue;
-        }
-        if (!v) {
-            fprintf(stderr, "%s: %s needs a value\n", prog, a);
-            return 2;
-        }
-        i++;
+        if (r != CLI_ARG_OPTION)
+            return r;
         if (strcmp(a, "--out") == 0)
             out = v;
         else if (strcmp(a, "--title") == 0)
             title = v;
-        else {
-            fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, a);
-            return 2;
-        }
+        else
+            return cli_unknown_option(prog, a);
     }
     if (!csv) {
         fprintf(stderr, "%s: no metrics file given (see --help)\n", prog);

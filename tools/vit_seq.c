@@ -44,28 +44,16 @@ int main(int argc, char **argv)
     if (!cli_normalize(prog, &argc, &argv, flags, 0))
         return 2;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage();
-            return 0;
-        }
-        if (strcmp(a, "--version") == 0) {
-            printf("vit_seq %s (%s)\n", vit_version(), VIT_REAL_NAME);
-            return 0;
-        }
+        const char *a = argv[i], *v;
+        int r = cli_arg(prog, argc, argv, &i, flags, usage, NULL, 0, &v);
+        if (r == CLI_ARG_TAKEN)
+            continue;
+        if (r != CLI_ARG_OPTION)
+            return r;
         if (strcmp(a, "--quiet") == 0) {
             quiet = 1;
             continue;
         }
-        if (strncmp(a, "--", 2) != 0) {
-            fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", prog, a);
-            return 2;
-        }
-        if (!v) {
-            fprintf(stderr, "%s: %s needs a value\n", prog, a);
-            return 2;
-        }
-        i++;
         int seed = 0;
         if (strcmp(a, "--task") == 0) {
             if (strcmp(v, "reverse") == 0)
@@ -90,8 +78,7 @@ int main(int argc, char **argv)
             if (!cli_int(prog, a, v, 1, 256, &threads))
                 return 2;
         } else {
-            fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, a);
-            return 2;
+            return cli_unknown_option(prog, a);
         }
     }
     if (threads)
