@@ -212,6 +212,10 @@ int vit_config_parse(vit_config *c, const char *text, const char *origin)
         return vit_fail(VIT_EINVAL, "vit_config_parse: NULL argument");
     if (!origin)
         origin = "config";
+    /* The line each key was set on (0: not yet), so that a key given twice
+     * is refused: the later line would silently win, hiding the earlier one
+     * from whoever reads the file top-down. */
+    int first[NFIELDS] = {0};
     int line = 0;
     const char *p = text;
     while (*p) {
@@ -235,11 +239,16 @@ int vit_config_parse(vit_config *c, const char *text, const char *origin)
             return vit_fail(VIT_EFORMAT, "%s:%d: expected 'key = value'", origin, line);
         *eq = 0;
         char *key = trim(s), *val = trim(eq + 1);
+        const field *f = find_field(key);
+        if (f && first[f - fields])
+            return vit_fail(VIT_EFORMAT, "%s:%d: %s is set twice (first on line %d)", origin, line,
+                            key, first[f - fields]);
         if (vit_config_set(c, key, val) != VIT_OK) {
             char msg[400];
             snprintf(msg, sizeof msg, "%s", vit_last_error());
             return vit_fail(VIT_EFORMAT, "%s:%d: %s", origin, line, msg);
         }
+        first[f - fields] = line; /* f is known: vit_config_set refuses unknown keys */
     }
     return VIT_OK;
 }

@@ -10,6 +10,7 @@
 #include "config_internal.h"
 #include "data_internal.h"
 #include "error.h"
+#include "run_internal.h"
 #include "vit/checkpoint.h"
 #include "vit/train.h"
 
@@ -18,13 +19,24 @@
 int vit_run_save(const char *path, const vit_model *m, const vit_adamw *opt,
                  const vit_run_state *st)
 {
-    if (!path || !m || !st)
-        return vit_fail(VIT_EINVAL, "vit_run_save: %s is NULL", !path ? "path" : !m ? "model" : "state");
-    if (st->class_names && st->nclass_names != vit_model_config(m)->classes)
+    return vit_run_internal_save(path, m, vit_model_config(m), opt, st);
+}
+
+int vit_run_internal_save(const char *path, const vit_model *m, const vit_config *cfg,
+                          const vit_adamw *opt, const vit_run_state *st)
+{
+    if (!path || !m || !cfg || !st)
+        return vit_fail(VIT_EINVAL, "vit_run_save: %s is NULL",
+                        !path ? "path" : !m ? "model" : !cfg ? "config" : "state");
+    if (vit_config_param_count(cfg) != vit_model_param_count(m))
+        return vit_fail(VIT_EINVAL, "vit_run_save: %s: the config to store describes %zu "
+                        "parameters, the model has %zu", path, vit_config_param_count(cfg),
+                        vit_model_param_count(m));
+    if (st->class_names && st->nclass_names != cfg->classes)
         return vit_fail(VIT_EINVAL, "vit_run_save: %s: %d class names for a model of %d classes",
-                        path, st->nclass_names, vit_model_config(m)->classes);
+                        path, st->nclass_names, cfg->classes);
     char config[CONFIG_CAP];
-    int rc = vit_config_format(vit_model_config(m), config, sizeof config);
+    int rc = vit_config_format(cfg, config, sizeof config);
     if (rc < 0)
         return rc;
     int nt = vit_model_tensor_count(m);

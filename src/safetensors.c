@@ -2,7 +2,7 @@
  * A model as timm-style safetensors and back; see vit/safetensors.h.
  *
  * One table (the "plan") lists the file's tensors in timm's order with the
- * model tensors each is made of and how (copied, transposed, or the patch
+ * model tensor each is made of and how (copied, transposed, or the patch
  * embedding's Conv2d layout); the writer applies it one way, the reader the
  * other, so the two cannot drift apart.
  */
@@ -36,17 +36,19 @@
 
 enum { OP_COPY, OP_TRANSPOSE, OP_PATCH };
 
-/* One file tensor: the concatenation of op applied to each source. */
+/* One file tensor: op applied to the model tensor src, which has as many
+ * values (every file tensor has one model tensor: the fused W_QKV [D, 3D]
+ * is timm's qkv.weight transposed). */
 typedef struct plan_tensor {
     char name[NAME_CAP];
     int ndim, shape[4];
-    int op, nsrc;
-    char src[3][48];
+    int op;
+    char src[48];
     size_t count; /* values */
 } plan_tensor;
 
 static void plan(plan_tensor *o, int *n, const char *name, int op, int ndim, int d0, int d1,
-                 int d2, int d3, const char *s0, const char *s1, const char *s2)
+                 int d2, int d3, const char *src)
 {
     plan_tensor *t = &o[(*n)++];
     memset(t, 0, sizeof *t);
@@ -59,9 +61,7 @@ static void plan(plan_tensor *o, int *n, const char *name, int op, int ndim, int
         t->shape[k] = d[k];
         t->count *= (size_t)d[k];
     }
-    const char *s[3] = {s0, s1, s2};
-    for (int k = 0; k < 3 && s[k]; k++)
-        snprintf(t->src[t->nsrc++], sizeof t->src[0], "%s", s[k]);
+    snprintf(t->src, sizeof t->src, "%s", src);
 }
 
 static int plan_size(const vit_config *c) { return 8 + 12 * c->depth; }
@@ -73,44 +73,44 @@ static int make_plan(const vit_config *c, plan_tensor *o)
     vit_patch_shape ps = vit_config_patch_shape(c); /* overlapping patches: more tokens */
     int T = vit_patch_count(&ps) + 1, n = 0;
     char name[64], a[48];
-    plan(o, &n, "cls_token", OP_COPY, 3, 1, 1, D, 0, "cls", NULL, NULL);
-    plan(o, &n, "pos_embed", OP_COPY, 3, 1, T, D, 0, "pos", NULL, NULL);
-    plan(o, &n, "patch_embed.proj.weight", OP_PATCH, 4, D, C, P, P, "patch.w", NULL, NULL);
-    plan(o, &n, "patch_embed.proj.bias", OP_COPY, 1, D, 0, 0, 0, "patch.b", NULL, NULL);
+    plan(o, &n, "cls_token", OP_COPY, 3, 1, 1, D, 0, "cls");
+    plan(o, &n, "pos_embed", OP_COPY, 3, 1, T, D, 0, "pos");
+    plan(o, &n, "patch_embed.proj.weight", OP_PATCH, 4, D, C, P, P, "patch.w");
+    plan(o, &n, "patch_embed.proj.bias", OP_COPY, 1, D, 0, 0, 0, "patch.b");
     for (int l = 0; l < c->depth; l++) {
 #define NM(dst, ...) snprintf(dst, sizeof dst, __VA_ARGS__)
         NM(name, "blocks.%d.norm1.weight", l), NM(a, "blocks.%d.ln1.g", l);
-        plan(o, &n, name, OP_COPY, 1, D, 0, 0, 0, a, NULL, NULL);
+        plan(o, &n, name, OP_COPY, 1, D, 0, 0, 0, a);
         NM(name, "blocks.%d.norm1.bias", l), NM(a, "blocks.%d.ln1.b", l);
-        plan(o, &n, name, OP_COPY, 1, D, 0, 0, 0, a, NULL, NULL);
+        plan(o, &n, name, OP_COPY, 1, D, 0, 0, 0, a);
         /* timm's fused qkv is [W_Q^T; W_K^T; W_V^T], the transpose of our
          * W_QKV = [W_Q | W_K | W_V] */
         NM(name, "blocks.%d.attn.qkv.weight", l), NM(a, "blocks.%d.attn.w_qkv", l);
-        plan(o, &n, name, OP_TRANSPOSE, 2, 3 * D, D, 0, 0, a, NULL, NULL);
+        plan(o, &n, name, OP_TRANSPOSE, 2, 3 * D, D, 0, 0, a);
         NM(name, "blocks.%d.attn.qkv.bias", l), NM(a, "blocks.%d.attn.b_qkv", l);
-        plan(o, &n, name, OP_COPY, 1, 3 * D, 0, 0, 0, a, NULL, NULL);
+        plan(o, &n, name, OP_COPY, 1, 3 * D, 0, 0, 0, a);
         NM(name, "blocks.%d.attn.proj.weight", l), NM(a, "blocks.%d.attn.w_o", l);
-        plan(o, &n, name, OP_TRANSPOSE, 2, D, D, 0, 0, a, NULL, NULL);
+        plan(o, &n, name, OP_TRANSPOSE, 2, D, D, 0, 0, a);
         NM(name, "blocks.%d.attn.proj.bias", l), NM(a, "blocks.%d.attn.b_o", l);
-        plan(o, &n, name, OP_COPY, 1, D, 0, 0, 0, a, NULL, NULL);
+        plan(o, &n, name, OP_COPY, 1, D, 0, 0, 0, a);
         NM(name, "blocks.%d.norm2.weight", l), NM(a, "blocks.%d.ln2.g", l);
-        plan(o, &n, name, OP_COPY, 1, D, 0, 0, 0, a, NULL, NULL);
+        plan(o, &n, name, OP_COPY, 1, D, 0, 0, 0, a);
         NM(name, "blocks.%d.norm2.bias", l), NM(a, "blocks.%d.ln2.b", l);
-        plan(o, &n, name, OP_COPY, 1, D, 0, 0, 0, a, NULL, NULL);
+        plan(o, &n, name, OP_COPY, 1, D, 0, 0, 0, a);
         NM(name, "blocks.%d.mlp.fc1.weight", l), NM(a, "blocks.%d.mlp.w1", l);
-        plan(o, &n, name, OP_TRANSPOSE, 2, M, D, 0, 0, a, NULL, NULL);
+        plan(o, &n, name, OP_TRANSPOSE, 2, M, D, 0, 0, a);
         NM(name, "blocks.%d.mlp.fc1.bias", l), NM(a, "blocks.%d.mlp.b1", l);
-        plan(o, &n, name, OP_COPY, 1, M, 0, 0, 0, a, NULL, NULL);
+        plan(o, &n, name, OP_COPY, 1, M, 0, 0, 0, a);
         NM(name, "blocks.%d.mlp.fc2.weight", l), NM(a, "blocks.%d.mlp.w2", l);
-        plan(o, &n, name, OP_TRANSPOSE, 2, D, M, 0, 0, a, NULL, NULL);
+        plan(o, &n, name, OP_TRANSPOSE, 2, D, M, 0, 0, a);
         NM(name, "blocks.%d.mlp.fc2.bias", l), NM(a, "blocks.%d.mlp.b2", l);
-        plan(o, &n, name, OP_COPY, 1, D, 0, 0, 0, a, NULL, NULL);
+        plan(o, &n, name, OP_COPY, 1, D, 0, 0, 0, a);
 #undef NM
     }
-    plan(o, &n, "norm.weight", OP_COPY, 1, D, 0, 0, 0, "ln.g", NULL, NULL);
-    plan(o, &n, "norm.bias", OP_COPY, 1, D, 0, 0, 0, "ln.b", NULL, NULL);
-    plan(o, &n, "head.weight", OP_TRANSPOSE, 2, K, D, 0, 0, "head.w", NULL, NULL);
-    plan(o, &n, "head.bias", OP_COPY, 1, K, 0, 0, 0, "head.b", NULL, NULL);
+    plan(o, &n, "norm.weight", OP_COPY, 1, D, 0, 0, 0, "ln.g");
+    plan(o, &n, "norm.bias", OP_COPY, 1, D, 0, 0, 0, "ln.b");
+    plan(o, &n, "head.weight", OP_TRANSPOSE, 2, K, D, 0, 0, "head.w");
+    plan(o, &n, "head.bias", OP_COPY, 1, K, 0, 0, 0, "head.b");
     return n;
 }
 
@@ -124,8 +124,8 @@ static const vit_model_tensor *find_ours(const vit_model *m, const char *name)
     return NULL;
 }
 
-/* Index into file tensor o of value s[idx] of its source t: the layout map
- * of the plan, used both ways.  base is where t's values start in o. */
+/* Index of value s[idx] of o's source t in the data holding file tensor o
+ * from value base on: the layout map of the plan, used both ways. */
 static size_t file_index(const vit_config *c, const plan_tensor *o, const vit_model_tensor *t,
                          size_t base, size_t idx)
 {
@@ -143,20 +143,16 @@ static size_t file_index(const vit_config *c, const plan_tensor *o, const vit_mo
     return base + ((dd * C + ch) * P + py) * P + px;
 }
 
-/* Checks that o's sources exist and fill it exactly. */
-static int check_sources(const vit_model *m, const plan_tensor *o, const char *path)
+/* Checks that o's source exists and fills it exactly. */
+static int check_source(const vit_model *m, const plan_tensor *o, const char *path)
 {
-    size_t done = 0;
-    for (int k = 0; k < o->nsrc; k++) {
-        const vit_model_tensor *t = find_ours(m, o->src[k]);
-        if (!t)
-            return vit_fail(VIT_EINVAL, "%s: the model has no tensor '%s' for '%s'", path,
-                            o->src[k], o->name);
-        done += t->size;
-    }
-    if (done != o->count)
+    const vit_model_tensor *t = find_ours(m, o->src);
+    if (!t)
+        return vit_fail(VIT_EINVAL, "%s: the model has no tensor '%s' for '%s'", path, o->src,
+                        o->name);
+    if (t->size != o->count)
         return vit_fail(VIT_EINVAL, "%s: '%s' needs %zu values, the model has %zu", path, o->name,
-                        o->count, done);
+                        o->count, t->size);
     return VIT_OK;
 }
 
@@ -355,7 +351,7 @@ int vit_safetensors_save(const vit_model *m, char *const *class_names, const cha
     n = make_plan(c, o);
     size_t total = 0;
     for (int i = 0; i < n; i++) {
-        if ((rc = check_sources(m, &o[i], path)) != VIT_OK)
+        if ((rc = check_source(m, &o[i], path)) != VIT_OK)
             goto done;
         total += o[i].count;
     }
@@ -370,20 +366,16 @@ int vit_safetensors_save(const vit_model *m, char *const *class_names, const cha
     }
     size_t base = 0;
     for (int i = 0; i < n; i++) {
-        size_t done = 0;
-        for (int k = 0; k < o[i].nsrc; k++) {
-            const vit_model_tensor *t = find_ours(m, o[i].src[k]);
-            const vit_real *s = params + t->offset;
-            for (size_t j = 0; j < t->size; j++) {
-                float v = (float)s[j];
-                if (!isfinite(v)) {
-                    rc = vit_fail(VIT_ENUM, "%s: tensor '%s' holds %g, which float32 cannot "
-                                  "represent as a finite value", path, t->name, (double)s[j]);
-                    goto done;
-                }
-                put_f32(data + 4 * file_index(c, &o[i], t, base + done, j), v);
+        const vit_model_tensor *t = find_ours(m, o[i].src);
+        const vit_real *s = params + t->offset;
+        for (size_t j = 0; j < t->size; j++) {
+            float v = (float)s[j];
+            if (!isfinite(v)) {
+                rc = vit_fail(VIT_ENUM, "%s: tensor '%s' holds %g, which float32 cannot "
+                              "represent as a finite value", path, t->name, (double)s[j]);
+                goto done;
             }
-            done += t->size;
+            put_f32(data + 4 * file_index(c, &o[i], t, base, j), v);
         }
         base += o[i].count;
     }
@@ -987,20 +979,15 @@ static int check_layout(const char *path, parsed *p, uint64_t data_size)
 static int take(const char *path, vit_model *m, const plan_tensor *o, const unsigned char *src)
 {
     const vit_config *c = vit_model_config(m);
-    vit_real *params = vit_model_params(m);
-    size_t done = 0;
-    for (int k = 0; k < o->nsrc; k++) {
-        const vit_model_tensor *t = find_ours(m, o->src[k]);
-        vit_real *d = params + t->offset;
-        for (size_t j = 0; j < t->size; j++) {
-            size_t at = file_index(c, o, t, done, j);
-            float v = get_f32(src + 4 * at);
-            if (!isfinite(v))
-                return vit_fail(VIT_ENUM, "%s: tensor '%s' value %zu is not finite", path,
-                                o->name, at);
-            d[j] = (vit_real)v;
-        }
-        done += t->size;
+    const vit_model_tensor *t = find_ours(m, o->src);
+    vit_real *d = vit_model_params(m) + t->offset;
+    for (size_t j = 0; j < t->size; j++) {
+        size_t at = file_index(c, o, t, 0, j);
+        float v = get_f32(src + 4 * at);
+        if (!isfinite(v))
+            return vit_fail(VIT_ENUM, "%s: tensor '%s' value %zu is not finite", path, o->name,
+                            at);
+        d[j] = (vit_real)v;
     }
     return VIT_OK;
 }
@@ -1182,7 +1169,7 @@ static int load(const char *path, const unsigned char *buf, size_t size, vit_mod
         goto done;
     }
     for (int i = 0; i < n && rc == VIT_OK; i++) {
-        if ((rc = check_sources(m, &o[i], path)) == VIT_OK)
+        if ((rc = check_source(m, &o[i], path)) == VIT_OK)
             rc = take(path, m, &o[i], data + find_file_tensor(&p, o[i].name)->begin);
     }
 done:

@@ -16,6 +16,7 @@
 
 #include "argmax.h"
 #include "error.h"
+#include "run_internal.h"
 #include "vit/augment.h"
 #include "vit/checkpoint.h"
 #include "vit/dist.h"
@@ -867,7 +868,11 @@ static int save(run *r, int norder)
         st.class_names = r->class_names;
         st.nclass_names = r->cfg.classes;
     }
-    int mine = vit_dist_rank() == 0 ? vit_run_save(r->ckpt, scored(r), &r->opt, &st) : VIT_OK;
+    /* The run's config, not the model's copy: a resume may have extended
+     * the run (epochs) or changed ckpt_minutes, and a later resume or
+     * vit_run_config must see that. */
+    int mine = vit_dist_rank() == 0 ? vit_run_internal_save(r->ckpt, scored(r), &r->cfg, &r->opt, &st)
+                                    : VIT_OK;
     int rc = vit_dist_agree(mine);
     if (rc && mine == VIT_OK)
         vit_fail(rc, "rank 0 could not write %s", r->ckpt);

@@ -4,8 +4,10 @@
 #      there stops before training with one line naming --resume and
 #      --force; --force starts over; --resume continues in the checkpoint's
 #      own folder (or in --out, with the checkpoint's metrics rows only).
-#   2. recipe flags on resume: --epochs extends the run (said so), other
-#      differing keys are refused, a finished run says it is complete.
+#   2. recipe flags on resume: --epochs extends the run (said so, and
+#      stored in its checkpoints, so a later resume goes on to the new
+#      end), other differing keys are refused, a finished run says it is
+#      complete.
 #   3. SIGINT / SIGTERM at a random step: a checkpoint of that step (inside
 #      the epoch), the resume command printed, exit 130 / 143, and resuming
 #      it ends bitwise equal to an uninterrupted run; a second SIGINT quits
@@ -96,6 +98,28 @@ check "--epochs 6 on a 4-epoch run: extended, said so with the schedule" \
     '[ $rc -eq 0 ] && grep -q "epochs: 4 -> 6: the run is extended; the cosine schedule is recomputed for 6 epochs" <<<"$out" && grep -q "(6 epochs" <<<"$out"'
 check "--epochs 6: metrics hold epochs 1-6 once each" \
     '[ "$(cut -d, -f1 "$tmp/ref4/metrics.csv" | tail -n +2 | tr "\n" " ")" = "1 2 3 4 5 6 " ]'
+# The extension is the run's from then on: its checkpoints store the new
+# epochs (the config text is plain "key = value" lines inside the file), so
+# a later resume without --epochs (the command printed on Ctrl-C has none)
+# goes on to the new end instead of finding the run "complete" at epoch 5.
+stored() { grep -a "^$1 = " "$2"; } # KEY CKPT: the stored config's line
+check "--epochs 6: the final checkpoint stores epochs = 6" \
+    '[ "$(stored epochs "$tmp/ref4/last.ckpt")" = "epochs = 6" ]'
+mkdir "$tmp/ext"
+cp "$tmp/done.ckpt" "$tmp/ext/last.ckpt"
+train --resume "$tmp/ext/last.ckpt" --epochs 6 --stop-after 5 >/dev/null 2>&1
+check "--epochs 6 --stop-after 5: the epoch-5 checkpoint stores epochs = 6" \
+    '[ "$(stored epochs "$tmp/ext/last.ckpt")" = "epochs = 6" ] && grep -q "^5," "$tmp/ext/metrics.csv"'
+out=$(train --resume "$tmp/ext/last.ckpt" 2>&1)
+rc=$?
+echo "     stdout: $out"
+check "... resumed without --epochs: goes on to epoch 6, equal to the run extended in one go" \
+    '[ $rc -eq 0 ] && ! grep -q "already complete" <<<"$out" && cmp "$tmp/ext/last.ckpt" "$tmp/ref4/last.ckpt"'
+mkdir "$tmp/cm"
+cp "$tmp/done.ckpt" "$tmp/cm/last.ckpt"
+train --resume "$tmp/cm/last.ckpt" --epochs 5 --ckpt-minutes 7 >/dev/null 2>&1
+check "--ckpt-minutes 7 on resume: stored in the checkpoint with epochs = 5" \
+    '[ "$(stored ckpt_minutes "$tmp/cm/last.ckpt")" = "ckpt_minutes = 7" ] && [ "$(stored epochs "$tmp/cm/last.ckpt")" = "epochs = 5" ]'
 
 # ---- 3. signals ----------------------------------------------------------
 # Batches of 4: 360 steps per epoch, so a random moment is almost always

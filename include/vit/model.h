@@ -104,15 +104,22 @@ void vit_config_default(vit_config *cfg);
 int vit_config_set(vit_config *cfg, const char *key, const char *value);
 
 /* Reads a config file over *cfg (fields not in the file keep their value).
- * Returns VIT_OK; VIT_EINVAL for a NULL argument or a bad key or value;
- * VIT_EIO if the file cannot be opened or read; VIT_EFORMAT for a line that
- * is not `key = value`, an overlong line or file, or a NUL byte.  Errors
- * name the file and line; on error *cfg may hold the lines before it. */
+ * Each key may appear once: a key given twice is refused (the later line
+ * would otherwise silently win), and the message names both lines, e.g.
+ * "run.cfg:7: patch_stride is set twice (first on line 3)".
+ * Returns VIT_OK; VIT_EINVAL for a NULL argument; VIT_EIO if the file
+ * cannot be opened or read; VIT_EFORMAT for a line that is not
+ * `key = value`, an unknown key, a value that does not parse or is out of
+ * range (the message of vit_config_set after the file and line), a key
+ * given twice, an overlong line or file, or a NUL byte.  Errors name the
+ * file and line; on error *cfg may hold the lines before it. */
 int vit_config_load(vit_config *cfg, const char *path);
 
-/* Parses NUL-terminated config text (same syntax as the file) over *cfg;
- * `origin` names it in errors ("config" if NULL).  Errors as for
- * vit_config_load, without VIT_EIO. */
+/* Parses NUL-terminated config text (same syntax and rules as the file,
+ * each key at most once) over *cfg; `origin` names it in errors ("config"
+ * if NULL).  Errors as for vit_config_load, without VIT_EIO.  The config
+ * text stored in checkpoints is read with it, so a checkpoint whose config
+ * repeats a key is refused too (vit_config_format never writes one). */
 int vit_config_parse(vit_config *cfg, const char *text, const char *origin);
 
 /* Writes every field as config text into the caller's buf[cap]

@@ -253,8 +253,10 @@ typedef struct vit_train_result {
  * inside an epoch) and the result equals an uninterrupted run; cfg must
  * then equal the checkpoint's config but for two keys: epochs may grow
  * (the run is extended, the cosine schedule recomputed for the new length)
- * and ckpt_minutes may change; each change is reported on the log, any
- * other difference is refused with VIT_EINVAL naming the key and both
+ * and ckpt_minutes may change; each change is reported on the log and
+ * stored in the config of the checkpoints the run writes from then on (so
+ * vit_run_config and a later resume see the new values), any other
+ * difference is refused with VIT_EINVAL naming the key and both
  * values, as is a val_count that adds or removes the validation set.  A
  * resumed run that has done all its epochs trains nothing and sets
  * res->already_complete.  OUT/metrics.csv then keeps the checkpoint's

@@ -5,58 +5,126 @@ Usage: make_bad.py   (run from anywhere; writes next to this script)
 
 Most malformed files are made by the test itself with printf, head and dd.
 The ones here need a valid checksum over altered content (checkpoints) or
-a hand-built PNG, which is easier in Python.  The base checkpoint is the
-fuzz seed tests/fuzz/corpus/checkpoint/run_tiny_cls: a real vit_train
-checkpoint of a 4x4-pixel, 2-class model (patch 2, dim 2, depth 1).
-The output is deterministic; the files are committed.
+a hand-built PNG, which is easier in Python.  Only the standard library is
+used; the tests never run this script, they use the committed files.
+
+The base checkpoint is other_config_4x4.ckpt, committed beside this script
+and read, not written: a real vit_train checkpoint of a 4x4-pixel, 2-class
+model (patch 2, dim 2, depth 1) in format 1.  It is the fuzz seed
+tests/fuzz/corpus/checkpoint/run_tiny_cls as it was when these files were
+first made; that seed has since been rewritten in format 2 by a newer
+vit_train (other weights, other config text), so deriving from it would
+change every fixture.  The tests read these files through the format-1
+path of the reader, which the current reader keeps (include/vit/checkpoint.h).
+
+The checkpoint code below reads and writes every format this project has
+had, 1 to VIT_CKPT_VERSION (taken from include/vit/checkpoint.h), keeping
+each file in the layout of its base, so another base can be used.  The
+"version newer than this build reads" file is versionN.ckpt for N =
+VIT_CKPT_VERSION + 1 (version5.ckpt while the format is 4); after a format
+change the test's row names the new file, and the old one is for git rm.
+
+The output is deterministic: run on the committed base, every file comes
+out byte-identical to the committed one (checked with git diff).  Each file
+is written to a temporary name and renamed, so none is ever half-written.
 """
 import os
+import re
 import struct
 import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BASE = os.path.join(HERE, "..", "..", "fuzz", "corpus", "checkpoint", "run_tiny_cls")
+BASE = os.path.join(HERE, "other_config_4x4.ckpt")
+HEADER = os.path.join(HERE, "..", "..", "..", "include", "vit", "checkpoint.h")
+MAGIC = b"VITCKPT1"
 
 
 def put(name, data):
-    with open(os.path.join(HERE, name), "wb") as f:
+    path = os.path.join(HERE, name)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
         f.write(data)
+    os.replace(tmp, path)
+
+
+def format_version():
+    """VIT_CKPT_VERSION, the format the library writes."""
+    with open(HEADER, encoding="utf-8") as f:
+        m = re.search(r"^#define VIT_CKPT_VERSION (\d+)", f.read(), re.M)
+    assert m, "%s: no VIT_CKPT_VERSION" % HEADER
+    return int(m.group(1))
 
 
 # ---- checkpoints ------------------------------------------------------------
 
+class Reader:
+    def __init__(self, data):
+        self.data, self.pos = data, 0
+
+    def take(self, fmt):
+        values = struct.unpack_from("<" + fmt, self.data, self.pos)
+        self.pos += struct.calcsize("<" + fmt)
+        return values
+
+    def one(self, fmt):
+        return self.take(fmt)[0]
+
+    def raw(self, n):
+        b = self.data[self.pos:self.pos + n]
+        assert len(b) == n, "truncated at byte %d" % self.pos
+        self.pos += n
+        return b
+
+
 def parse(data):
-    """A checkpoint as a dict (see include/vit/checkpoint.h)."""
-    assert data[:8] == b"VITCKPT1"
-    version, real_size, step, epoch = struct.unpack_from("<IIQQ", data, 8)
-    rng = struct.unpack_from("<4Q", data, 32)
-    (clen,) = struct.unpack_from("<I", data, 64)
-    config = data[68:68 + clen]
-    pos = 68 + clen
-    (count,) = struct.unpack_from("<I", data, pos)
-    pos += 4
+    """A checkpoint of any format 1 .. VIT_CKPT_VERSION as a dict (layout:
+    include/vit/checkpoint.h).  Formats 2 and later add the position inside
+    an epoch and the class names; the tensor records are the same in all."""
+    assert data[:8] == MAGIC, "not a vit checkpoint"
+    assert zlib.crc32(data[:-4]) == struct.unpack("<I", data[-4:])[0], "checksum mismatch"
+    r = Reader(data)
+    r.pos = 8
+    version, real_size, step, epoch = r.take("IIQQ")
+    assert 1 <= version <= format_version(), "format version %d" % version
+    # layout: 1, or 2 for format 2 and the later ones, which share it
+    c = dict(version=version, layout=min(version, 2), real_size=real_size, step=step,
+             epoch=epoch, rng=r.take("4Q"), epoch_step=0, sums=(0, 0, 0), order=[],
+             class_names=[], count=None)
+    if c["layout"] == 2:
+        c["epoch_step"] = r.one("Q")
+        c["sums"] = r.take("3Q")  # f64 bit patterns, kept as they are
+        c["order"] = list(r.take("%dI" % r.one("I")))
+    c["config"] = r.raw(r.one("I"))
+    if c["layout"] == 2:
+        c["class_names"] = [r.raw(r.one("H")) for _ in range(r.one("I"))]
     tensors = []
-    for _ in range(count):
-        (nlen,) = struct.unpack_from("<H", data, pos)
-        name = data[pos + 2:pos + 2 + nlen]
-        pos += 2 + nlen
-        (ndim,) = struct.unpack_from("<I", data, pos)
-        dims = list(struct.unpack_from("<%dQ" % ndim, data, pos + 4))
-        pos += 4 + 8 * ndim
+    for _ in range(r.one("I")):
+        name = r.raw(r.one("H"))
+        dims = list(r.take("%dQ" % r.one("I")))
         n = 1
         for d in dims:
             n *= d
-        values = data[pos:pos + 4 * n]
-        pos += 4 * n
-        tensors.append([name, dims, values])
-    assert pos + 4 == len(data)
-    return dict(version=version, real_size=real_size, step=step, epoch=epoch, rng=rng,
-                config=config, tensors=tensors, count=None)
+        tensors.append([name, dims, r.raw(4 * n)])
+    c["tensors"] = tensors
+    assert r.pos + 4 == len(data), "bytes after the last tensor"
+    return c
 
 
 def build(c):
-    out = b"VITCKPT1" + struct.pack("<IIQQ", c["version"], c["real_size"], c["step"], c["epoch"])
-    out += struct.pack("<4Q", *c["rng"]) + struct.pack("<I", len(c["config"])) + c["config"]
+    """The bytes of checkpoint c: the layout of c["layout"] under the
+    version number c["version"], which need not match (a file claiming a
+    newer version is made by changing the number alone).  c["count"], when
+    not None, is written as the tensor count instead of the true one."""
+    layout = c["layout"]
+    out = MAGIC + struct.pack("<IIQQ", c["version"], c["real_size"], c["step"], c["epoch"])
+    out += struct.pack("<4Q", *c["rng"])
+    if layout == 2:
+        out += struct.pack("<Q3QI", c["epoch_step"], *c["sums"], len(c["order"]))
+        out += b"".join(struct.pack("<I", v) for v in c["order"])
+    out += struct.pack("<I", len(c["config"])) + c["config"]
+    if layout == 2:
+        out += struct.pack("<I", len(c["class_names"]))
+        out += b"".join(struct.pack("<H", len(n)) + n for n in c["class_names"])
     count = c["count"] if c["count"] is not None else len(c["tensors"])
     out += struct.pack("<I", count)
     for name, dims, values in c["tensors"]:
@@ -74,7 +142,8 @@ def variant(change):
 
 def checkpoints():
     with open(BASE, "rb") as f:
-        put("other_config_4x4.ckpt", f.read())
+        base = f.read()
+    assert build(parse(base)) == base, "%s: does not read back to its own bytes" % BASE
 
     def absurd_dims(c):
         c["tensors"][0][1] = [1 << 62] + c["tensors"][0][1][1:]
@@ -89,6 +158,7 @@ def checkpoints():
     put("huge_config.ckpt", variant(huge_config))
 
     def bad_config(c):
+        assert b"dim = 2\n" in c["config"]
         c["config"] = c["config"].replace(b"dim = 2\n", b"dim = two\n")
     put("bad_config.ckpt", variant(bad_config))
 
@@ -110,9 +180,11 @@ def checkpoints():
         c["tensors"] = [t for t in c["tensors"] if t[0] != b"head.b"]
     put("missing_tensor.ckpt", variant(missing_tensor))
 
-    def version4(c):  # a version newer than this build reads
-        c["version"] = 4
-    put("version4.ckpt", variant(version4))
+    newer = format_version() + 1
+
+    def newer_version(c):  # a version newer than this build reads, else the base
+        c["version"] = newer
+    put("version%d.ckpt" % newer, variant(newer_version))
 
     def duplicate(c):
         c["tensors"][1][0] = c["tensors"][0][0]
