@@ -127,39 +127,84 @@ vit_row_mask vit_mask_row(const vit_sdpa *a, int b, int i)
     return r;
 }
 
+/* 1 when x is neither infinite nor NaN: its exponent bits are not all
+ * ones.  As bits rather than isfinite() so that a loop of it vectorises. */
+static inline int finite_bits(vit_real x)
+{
+#ifdef VIT_DOUBLE
+    uint64_t u;
+    memcpy(&u, &x, sizeof u);
+    return (u & 0x7ff0000000000000ull) != 0x7ff0000000000000ull;
+#else
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (u & 0x7f800000u) != 0x7f800000u;
+#endif
+}
+
+/* Unmasked rows s[rows, nk] (contiguous, finite) in place -> their
+ * softmax.  In float32 the exp is fastmath.h's, which vectorises; each row
+ * sums in double (also vectorised), so that its rounding does not grow
+ * with nk or depend on the compiler's order of summation.  Each pass runs
+ * over the whole block rather than row by row: a ViT row is short (17 keys
+ * for digits: one AVX-512 vector and one lane), and the exp, the costly
+ * pass, then runs in full vectors. */
+FM_CLONES
+static void softmax_plain(vit_real *s, int rows, int nk)
+{
+    const size_t n = (size_t)rows * (size_t)nk;
+    for (int i = 0; i < rows; i++) {
+        vit_real *r = s + (size_t)i * nk, mx = r[0];
+        for (int j = 1; j < nk; j++)
+            mx = r[j] > mx ? r[j] : mx;
+        for (int j = 0; j < nk; j++) r[j] -= mx;
+    }
+    for (size_t t = 0; t < n; t++)
+#ifdef VIT_DOUBLE
+        s[t] = exp(s[t]);
+#else
+        s[t] = fm_exp_nonpos(s[t]);
+#endif
+    for (int i = 0; i < rows; i++) {
+        vit_real *r = s + (size_t)i * nk;
+        double sum = 0;
+#pragma omp simd reduction(+ : sum)
+        for (int j = 0; j < nk; j++)
+            sum += r[j];
+        const vit_real inv = (vit_real)(1.0 / sum); /* sum >= 1: the max gives exp(0) */
+        for (int j = 0; j < nk; j++) r[j] *= inv;
+    }
+}
+
+/* Unmasked rows s[rows, nk] in place: + bias[rows, nk] (NULL: none), then
+ * softmax_plain.  Returns the flat index of the first non-finite score, or
+ * -1 with the rows done. */
+FM_CLONES
+static long softmax_plain_block(vit_real *s, const vit_real *bias, int rows, int nk)
+{
+    const size_t n = (size_t)rows * (size_t)nk;
+    if (bias)
+        for (size_t t = 0; t < n; t++) s[t] += bias[t];
+    int ok = 1;
+    for (size_t t = 0; t < n; t++) ok &= finite_bits(s[t]);
+    if (!ok) {
+        for (size_t t = 0; t < n; t++)
+            if (!finite_bits(s[t]))
+                return (long)t;
+    }
+    softmax_plain(s, rows, nk);
+    return -1;
+}
+
 /* In place: scores s[n] -> masked softmax.  Forbidden entries get weight
  * exactly 0 (the -infinity of the maths); a row with nothing allowed becomes
  * all zeros rather than 0/0.  The max is subtracted so exp never overflows.
- * Unmasked rows (every ViT row) take softmax_plain; masked rows sum in
+ * Unmasked rows take softmax_plain; masked rows sum in
  * double. */
-/* Unmasked row in place: s[n] -> softmax(s).  In float32 the exp is
- * fastmath.h's, which vectorises; the sum is in double (also vectorised),
- * so that its rounding does not grow with n or depend on the compiler's
- * order of summation. */
-FM_CLONES
-static void softmax_plain(vit_real *s, int n)
-{
-    vit_real mx = s[0];
-    for (int j = 1; j < n; j++)
-        mx = s[j] > mx ? s[j] : mx;
-    for (int j = 0; j < n; j++)
-#ifdef VIT_DOUBLE
-        s[j] = exp(s[j] - mx);
-#else
-        s[j] = fm_exp_nonpos(s[j] - mx);
-#endif
-    double sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < n; j++)
-        sum += s[j];
-    const vit_real inv = (vit_real)(1.0 / sum); /* sum >= 1: the max contributes exp(0) */
-    for (int j = 0; j < n; j++) s[j] *= inv;
-}
-
 static void softmax_row(vit_real *s, int n, const vit_row_mask *r)
 {
     if (!r->allowed && !r->valid && r->last == n - 1) {
-        softmax_plain(s, n);
+        softmax_plain(s, 1, n);
         return;
     }
     vit_real mx = -INFINITY;
@@ -202,64 +247,6 @@ static int pairs_in_parallel(const vit_sdpa *a)
 typedef struct {
     int b, h, i, j;
 } bad_score;
-
-/* 1 when x is neither infinite nor NaN: its exponent bits are not all
- * ones.  As bits rather than isfinite() so that a loop of it vectorises. */
-static inline int finite_bits(vit_real x)
-{
-#ifdef VIT_DOUBLE
-    uint64_t u;
-    memcpy(&u, &x, sizeof u);
-    return (u & 0x7ff0000000000000ull) != 0x7ff0000000000000ull;
-#else
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return (u & 0x7f800000u) != 0x7f800000u;
-#endif
-}
-
-/* Unmasked rows s[rows, nk] (contiguous) in place: + bias[rows, nk] (NULL:
- * none), then the softmax of every row.  Returns the flat index of the
- * first non-finite score, or -1 with the rows done.  The same arithmetic as
- * softmax_plain row by row, but each pass runs over the whole block: a ViT
- * row is short (17 keys for digits: one AVX-512 vector and one left over),
- * and the exp, the costly pass, then runs in full vectors. */
-FM_CLONES
-static long softmax_plain_block(vit_real *s, const vit_real *bias, int rows, int nk)
-{
-    const size_t n = (size_t)rows * (size_t)nk;
-    if (bias)
-        for (size_t t = 0; t < n; t++) s[t] += bias[t];
-    int ok = 1;
-    for (size_t t = 0; t < n; t++) ok &= finite_bits(s[t]);
-    if (!ok) {
-        for (size_t t = 0; t < n; t++)
-            if (!finite_bits(s[t]))
-                return (long)t;
-    }
-    for (int i = 0; i < rows; i++) {
-        vit_real *r = s + (size_t)i * nk, mx = r[0];
-        for (int j = 1; j < nk; j++)
-            mx = r[j] > mx ? r[j] : mx;
-        for (int j = 0; j < nk; j++) r[j] -= mx;
-    }
-    for (size_t t = 0; t < n; t++)
-#ifdef VIT_DOUBLE
-        s[t] = exp(s[t]);
-#else
-        s[t] = fm_exp_nonpos(s[t]);
-#endif
-    for (int i = 0; i < rows; i++) {
-        vit_real *r = s + (size_t)i * nk;
-        double sum = 0;
-#pragma omp simd reduction(+ : sum)
-        for (int j = 0; j < nk; j++)
-            sum += r[j];
-        const vit_real inv = (vit_real)(1.0 / sum); /* sum >= 1: the max gives exp(0) */
-        for (int j = 0; j < nk; j++) r[j] *= inv;
-    }
-    return -1;
-}
 
 /* Bias, finiteness check and masked softmax of rows i0..i1-1 of the score
  * block p [nq, nk] of pair (b, h).  Returns 0, or 1 with *bad set. */
