@@ -195,18 +195,19 @@ static int blas_is_strong(void)
 #endif
 }
 
-/* Where the automatic policy sends a product.  From crossovers measured on
- * this project's shapes (2-core AVX-512 Xeon, one thread, libxsmm 1.17
- * against OpenBLAS 0.3.21's SkylakeX kernels, 36 shapes of the three
- * vit_bench models): libxsmm is 10-30% ahead on narrow products (N <= 128,
- * K <= 256: all of digits' projections and MLP, medium's second MLP layer
- * and its dx) and on weight gradients x^T dy over up to ~1000 rows; it ties
- * at 192 wide and falls behind from 256 wide, on weight gradients over
- * 1600+ rows (to 40-60% of OpenBLAS before k_chunk; 90-100% with it, so
- * they stay with OpenBLAS) and on attention's tiny per-head products
- * (17x16 by 17: about half).  Against OpenBLAS's SSE3 fallback libxsmm won
- * every one of the 36 shapes, by 1.1x to 10x. */
-static int auto_wants_xsmm(enum CBLAS_TRANSPOSE ta, int M, int N, int K)
+/* Where the automatic policy sends a product.  libxsmm's kernels do not
+ * block over N (nor over K, which k_chunk makes up for), so very wide
+ * products stay with a BLAS that does.  Up to N = 1024 libxsmm was ahead or
+ * level on every shape of the three vit_bench models once long reductions
+ * ran in chunks and the attention backward stopped passing alpha != 1
+ * (whole steps, 2 threads, alternating, OpenBLAS 0.3.21's SkylakeX
+ * kernels: digits 4360-5447 images/s against 4058-5011 with the earlier
+ * rule that kept the per-head products and long weight gradients on BLAS,
+ * medium 442-471 against 419-438, large 134 against 109-132; with the
+ * Haswell kernels digits 4302-5054 against 3790-4234).  Against OpenBLAS's
+ * SSE3 fallback libxsmm won every one of 36 shapes measured, by 1.1x to
+ * 10x, so it takes every product then. */
+static int auto_wants_xsmm(int N)
 {
     static atomic_int strong = -1;
     int st = atomic_load_explicit(&strong, memory_order_relaxed);
@@ -214,11 +215,7 @@ static int auto_wants_xsmm(enum CBLAS_TRANSPOSE ta, int M, int N, int K)
         st = blas_is_strong();
         atomic_store_explicit(&strong, st, memory_order_relaxed);
     }
-    if (!st)
-        return 1;
-    if (ta != CblasNoTrans) /* weight gradients: K is the rows */
-        return N <= 128 && M <= 256 && K <= 1024;
-    return N <= 128 && K <= 256 && M >= 32;
+    return !st || N <= 1024;
 }
 
 /* ---- libxsmm ------------------------------------------------------------- */
@@ -367,7 +364,7 @@ static void decide(cache_entry *e)
     e->kernel = e->kernel_rest = e->kernel_tail = NULL;
     int want = pol == VIT_GEMM_XSMM
                || (pol == VIT_GEMM_AUTO
-                   && auto_wants_xsmm((enum CBLAS_TRANSPOSE)e->ta, e->M, e->N, e->K));
+                   && auto_wants_xsmm(e->N));
     if (want && e->beta >= 0) {
         pthread_once(&xsmm_once, xsmm_setup);
         e->packed = e->tb != CblasNoTrans || !e->alpha_one;
