@@ -3,9 +3,10 @@
  * Every matrix product in the library goes through one internal GEMM call.
  * In the float32 library built with libxsmm (meson option `xsmm`, on when
  * libxsmm is found), that call chooses, once per shape, between a libxsmm
- * JIT kernel (fastest on the small products of small models: rows of a
- * batch slice by widths up to a few hundred, and attention's per-head
- * products) and OpenBLAS (faster on large products).  The choice is a fixed
+ * JIT kernel (every product up to 1024 wide: the projections, MLPs, weight
+ * gradients and attention's per-head products of ViT-sized models, where it
+ * was ahead of or level with OpenBLAS) and OpenBLAS (wider products, and a
+ * beta other than 0 or 1).  The choice is a fixed
  * rule of the shape (see src/gemm.c), not a timing, so a run's results do
  * not depend on how busy the machine was.  The float64 library and a build
  * without libxsmm always use BLAS.
