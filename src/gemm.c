@@ -293,8 +293,9 @@ typedef struct {
 #if USE_XSMM
     /* The reduction runs in chunks of kc (see k_chunk): kernel for the
      * first chunk (with the call's beta), kernel_rest for the full chunks
-     * after it and kernel_tail for the last one (beta 1 both); the last two
-     * are NULL when K fits one chunk. */
+     * after it and kernel_tail for the last one (beta 1 both, the same
+     * kernel when the last chunk is full); both NULL when K fits one
+     * chunk. */
     int kc;
     libxsmm_smmfunction kernel, kernel_rest, kernel_tail;
 #endif
@@ -369,13 +370,13 @@ static void decide(cache_entry *e)
         pthread_once(&xsmm_once, xsmm_setup);
         e->packed = e->tb != CblasNoTrans || !e->alpha_one;
         if (!e->packed || pack_key_ok) {
-            e->kc = k_chunk(e->N, e->K);
-            int n_chunks = (e->K + e->kc - 1) / e->kc, tail = e->K - (n_chunks - 1) * e->kc;
-            e->kernel = xsmm_kernel(e, e->kc < e->K ? e->kc : e->K, e->beta);
-            if (n_chunks > 1) {
-                e->kernel_rest = n_chunks > 2 || tail == e->kc ? xsmm_kernel(e, e->kc, 1) : NULL;
+            e->kc = k_chunk(e->N, e->K); /* <= K */
+            e->kernel = xsmm_kernel(e, e->kc, e->beta);
+            if (e->kc < e->K) {
+                int tail = e->K - (e->K - 1) / e->kc * e->kc; /* the last chunk, 1..kc */
+                e->kernel_rest = xsmm_kernel(e, e->kc, 1);
                 e->kernel_tail = tail == e->kc ? e->kernel_rest : xsmm_kernel(e, tail, 1);
-                if ((n_chunks > 2 && !e->kernel_rest) || !e->kernel_tail)
+                if (!e->kernel_rest || !e->kernel_tail)
                     e->kernel = NULL;
             }
         }
@@ -461,13 +462,11 @@ static void run(const cache_entry *e, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSP
         size_t step_b = (size_t)e->kc * (size_t)(e->packed ? N : ldb);
         size_t step_a = ta == CblasNoTrans ? (size_t)e->kc : (size_t)e->kc * (size_t)lda;
         e->kernel(first, A, C);
-        int k0 = e->kc;
-        for (; k0 + e->kc < K; k0 += e->kc) {
+        for (int k0 = e->kc; k0 < K; k0 += e->kc) {
             first += step_b;
             A += step_a;
-            e->kernel_rest(first, A, C);
+            (k0 + e->kc < K ? e->kernel_rest : e->kernel_tail)(first, A, C);
         }
-        e->kernel_tail(first + step_b, A + step_a, C);
         return;
     }
 blas:
