@@ -176,23 +176,20 @@ static void softmax_plain(vit_real *s, int rows, int nk)
     }
 }
 
-/* Unmasked rows s[rows, nk] in place: + bias[rows, nk] (NULL: none), then
- * softmax_plain.  Returns the flat index of the first non-finite score, or
- * -1 with the rows done. */
+/* s[n] += bias[n] (NULL: none), then the flat index of the first score
+ * that is not finite, or -1.  Whole blocks at a time, so that both loops
+ * vectorise however short the rows. */
 FM_CLONES
-static long softmax_plain_block(vit_real *s, const vit_real *bias, int rows, int nk)
+static long add_bias_check(vit_real *s, const vit_real *bias, size_t n)
 {
-    const size_t n = (size_t)rows * (size_t)nk;
     if (bias)
         for (size_t t = 0; t < n; t++) s[t] += bias[t];
     int ok = 1;
     for (size_t t = 0; t < n; t++) ok &= finite_bits(s[t]);
-    if (!ok) {
+    if (!ok)
         for (size_t t = 0; t < n; t++)
             if (!finite_bits(s[t]))
                 return (long)t;
-    }
-    softmax_plain(s, rows, nk);
     return -1;
 }
 
@@ -257,23 +254,18 @@ static int softmax_rows(const vit_sdpa *a, int b, int h, vit_real *p, int i0, in
     const vit_real *bias = NULL;
     if (a->bias)
         bias = a->bias + (a->bias_heads == 1 ? 0 : (size_t)h * nq * nk);
-    if (!a->mask.allowed && !a->mask.key_valid && !a->mask.causal) {
-        long t = softmax_plain_block(p + (size_t)i0 * nk, bias ? bias + (size_t)i0 * nk : NULL,
-                                     i1 - i0, nk);
-        if (t < 0)
-            return 0;
+    vit_real *s0 = p + (size_t)i0 * nk;
+    long t = add_bias_check(s0, bias ? bias + (size_t)i0 * nk : NULL, (size_t)(i1 - i0) * nk);
+    if (t >= 0) {
         *bad = (bad_score){b, h, i0 + (int)(t / nk), (int)(t % nk)};
         return 1;
     }
+    if (!a->mask.allowed && !a->mask.key_valid && !a->mask.causal) {
+        softmax_plain(s0, i1 - i0, nk);
+        return 0;
+    }
     for (int i = i0; i < i1; i++) {
         vit_real *s = p + (size_t)i * nk;
-        if (bias)
-            for (int j = 0; j < nk; j++) s[j] += bias[(size_t)i * nk + j];
-        for (int j = 0; j < nk; j++)
-            if (!isfinite(s[j])) {
-                *bad = (bad_score){b, h, i, j};
-                return 1;
-            }
         vit_row_mask r = vit_mask_row(a, b, i);
         softmax_row(s, nk, &r);
     }

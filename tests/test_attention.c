@@ -393,6 +393,13 @@ START_TEST(test_sdpa_nonfinite)
     ck_assert_ptr_nonnull(strstr(vit_last_error(), "non-finite"));
     ck_assert_msg(strstr(vit_last_error(), "item 0, head 0, query 0, key 1"), "%s",
                   vit_last_error());
+    /* masked or not, every score must be finite: key 1 is hidden from
+     * query 0 by a causal mask, and its score is still the first named */
+    c.a.mask.causal = 1;
+    ck_assert_int_eq(vit_sdpa_forward(&c.a, c.out, c.probs, c.q, c.k, c.v), VIT_ENUM);
+    ck_assert_msg(strstr(vit_last_error(), "item 0, head 0, query 0, key 1"), "%s",
+                  vit_last_error());
+    c.a.mask.causal = 0;
     c.k[5] = 0.5;
     c.q[0] = INFINITY;
     ck_assert_int_eq(vit_sdpa_forward(&c.a, c.out, c.probs, c.q, c.k, c.v), VIT_ENUM);
