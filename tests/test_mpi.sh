@@ -21,12 +21,16 @@ trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Open MPI's own allocations are not ours to judge under LeakSanitizer.
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-# Twenty epochs: the stop tests below signal after the first epoch row, and
-# the rest of the run must outlast the signal's way through mpirun on a busy
-# machine (with libxsmm an epoch of this model takes 0.08 s; six of them
-# ended before the signal arrived).  The old recipe's shape and one pass,
-# whatever the defaults become: the timings are this model's.
-epochs=20
+# Sixty epochs: the stop tests below signal after the first epoch row, and
+# the rest of the run must outlast the signal's way through mpirun.  On
+# SIGINT, Open MPI 4.1's mpirun sends its ranks SIGCONT, then SIGTERM one
+# second later, then SIGKILL a second after that (odls_base_sigkill_timeout,
+# 1 s by default).  An epoch of this model takes 0.06-0.08 s: twenty epochs
+# left about 1.1 s, and on a loaded CI machine the run ended before the
+# SIGTERM came.  Sixty leave about 4 s, and a loaded machine slows the run,
+# not mpirun's timer.  The old recipe's shape and one pass, whatever the
+# defaults become: the timings are this model's.
+epochs=60
 args=(--dim 32 --depth 2 --heads 2 --mlp 64 --epochs $epochs --batch 64 --seed 7 --quiet --threads 1
       --patch 2 --patch-stride 0 --patch-pad 0 --tta none)
 pass=0 fail=0
@@ -81,7 +85,7 @@ mpirun_stop() {
         --check-replicas --out "$tmp/$name" >"$tmp/$name.log" 2>&1 &
     local job=$!
     for ((i = 0; i < 3000; i++)); do
-        [ "$(wc -l <"$tmp/$name/metrics.csv" 2>/dev/null || echo 0)" -ge 2 ] && break
+        [ "$({ wc -l <"$tmp/$name/metrics.csv"; } 2>/dev/null || echo 0)" -ge 2 ] && break
         kill -0 $job 2>/dev/null || break
         sleep 0.01
     done
