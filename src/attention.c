@@ -19,6 +19,7 @@
 #include "attention_internal.h"
 #include "error.h"
 #include "fastmath.h"
+#include "pair_gemm.h"
 #include "threads.h"
 
 #ifdef VIT_DOUBLE
@@ -240,6 +241,15 @@ static int pairs_in_parallel(const vit_sdpa *a)
         && a->batch * a->heads >= vit_threads();
 }
 
+/* A pair's products run on the direct kernels of src/pair_gemm.c when they
+ * take its widths and each pair is one task (so no GEMM would have split
+ * it across threads); else on GEMMs.  The same answer for every pair of a
+ * call. */
+static int pair_direct(const vit_sdpa *a)
+{
+    return pairs_in_parallel(a) && vit_pair_direct(a->d_k, a->d_v, a->n_k);
+}
+
 /* A non-finite score: its (item, head, query, key), or item < 0 for none. */
 typedef struct {
     int b, h, i, j;
@@ -303,10 +313,15 @@ static int head_forward(const vit_sdpa *a, vit_real scale, int b, int h, vit_rea
     const vit_real *vbh = v + (size_t)b * nk * ldv + (size_t)h * dv;
     vit_real *obh = out + (size_t)b * nq * ldo + (size_t)h * dv;
     vit_real *p = probs + ((size_t)b * H + h) * nq * nk;
+    const int direct = pair_direct(a);
 
     /* S[nq, nk] = s * Q_bh[nq, dk] K_bh[nk, dk]^T, the scale (fixed or
-     * learnable) folded into the GEMM's alpha */
-    vit_pgemm(CblasNoTrans, CblasTrans, nq, nk, dk, vit_sdpa_scale_of(a, scale, h), qbh, ldq, kbh, ldk, 0, p, nk);
+     * learnable) folded into the product's alpha */
+    const vit_real s = vit_sdpa_scale_of(a, scale, h);
+    if (direct)
+        vit_pair_nt(nq, nk, dk, s, qbh, ldq, kbh, ldk, p, nk);
+    else
+        vit_pgemm(CblasNoTrans, CblasTrans, nq, nk, dk, s, qbh, ldq, kbh, ldk, 0, p, nk);
     sm_job J = {a, b, h, p, ULLONG_MAX};
     vit_parallel(vit_threads_for(20.0 * nq * (double)nk), (size_t)nq, softmax_piece, &J);
     unsigned long long f = atomic_load(&J.first_bad);
@@ -315,7 +330,10 @@ static int head_forward(const vit_sdpa *a, vit_real scale, int b, int h, vit_rea
         return 1;
     }
     /* O_bh[nq, dv] = P[nq, nk] V_bh[nk, dv] */
-    vit_pgemm(CblasNoTrans, CblasNoTrans, nq, dv, nk, 1, p, nk, vbh, ldv, 0, obh, ldo);
+    if (direct)
+        vit_pair_nn(0, nq, nk, dv, p, nk, vbh, ldv, 0, obh, ldo);
+    else
+        vit_pgemm(CblasNoTrans, CblasNoTrans, nq, dv, nk, 1, p, nk, vbh, ldv, 0, obh, ldo);
     return 0;
 }
 
@@ -442,16 +460,23 @@ static void head_backward(const vit_sdpa *a, vit_real scale, vit_real beta, int 
     size_t vo = (size_t)b * nk * ldv + (size_t)h * dvh;
     size_t oo = (size_t)b * nq * ldo + (size_t)h * dvh;
     const vit_real *p = probs + ((size_t)b * H + h) * nq * nk;
+    const int direct = pair_direct(a);
 
     /* dV_bh[nk, dv] += P[nq, nk]^T dO_bh[nq, dv] */
-    if (dv)
+    if (dv && direct)
+        vit_pair_nn(1, nk, nq, dvh, p, nk, dout + oo, ldo, beta, dv + vo, ldv);
+    else if (dv)
         vit_pgemm(CblasTrans, CblasNoTrans, nk, dvh, nq, 1, p, nk, dout + oo, ldo, beta,
                   dv + vo, ldv);
     if (!(dq || dk || dbias || pair_ds)) return;
     scale = vit_sdpa_scale_of(a, scale, h);
     /* dP[nq, nk] = dO_bh[nq, dv] V_bh[nk, dv]^T */
     vit_real *ds = work;
-    vit_pgemm(CblasNoTrans, CblasTrans, nq, nk, dvh, 1, dout + oo, ldo, v + vo, ldv, 0, ds, nk);
+    if (direct)
+        vit_pair_nt(nq, nk, dvh, 1, dout + oo, ldo, v + vo, ldv, ds, nk);
+    else
+        vit_pgemm(CblasNoTrans, CblasTrans, nq, nk, dvh, 1, dout + oo, ldo, v + vo, ldv, 0, ds,
+                  nk);
     sg_job J = {p, ds, nk};
     vit_parallel(vit_threads_for(4.0 * nq * (double)nk), (size_t)nq, softmax_grad_piece, &J);
     if (dbias) {
@@ -466,11 +491,15 @@ static void head_backward(const vit_sdpa *a, vit_real scale, vit_real beta, int 
     if (scale != 1)
         for (size_t i = 0; i < (size_t)nq * nk; i++) ds[i] *= scale;
     /* dQ_bh[nq, dk] += s dS[nq, nk] K_bh[nk, dk] */
-    if (dq)
+    if (dq && direct)
+        vit_pair_nn(0, nq, nk, dkh, ds, nk, k + ko, ldk, beta, dq + qo, ldq);
+    else if (dq)
         vit_pgemm(CblasNoTrans, CblasNoTrans, nq, dkh, nk, 1, ds, nk, k + ko, ldk, beta,
                   dq + qo, ldq);
     /* dK_bh[nk, dk] += s dS[nq, nk]^T Q_bh[nq, dk] */
-    if (dk)
+    if (dk && direct)
+        vit_pair_nn(1, nk, nq, dkh, ds, nk, q + qo, ldq, beta, dk + ko, ldk);
+    else if (dk)
         vit_pgemm(CblasTrans, CblasNoTrans, nk, dkh, nq, 1, ds, nk, q + qo, ldq, beta,
                   dk + ko, ldk);
 }

@@ -1,0 +1,250 @@
+/*
+ * Direct products for one small attention pair.  See pair_gemm.h.
+ *
+ * Two kernels, each written once as a macro over a handful of vector
+ * operations and instantiated per head width D (16, 32) and instruction
+ * set (AVX-512, AVX2; both with FMA):
+ *   rows  C[i, 0:D] = beta C[i, 0:D] + sum_k a(i, k) B[k, 0:D]
+ *         with a(i, k) = A[i, k] or A[k, i]: the output rows of a block
+ *         held in registers over the whole reduction, one load of B's row
+ *         shared by the block, one broadcast and fused multiply-add per
+ *         vector;
+ *   nt    C[i, j] = alpha sum_c A[i, c] B[j, c]: B copied transposed to the
+ *         stack (D rows of 32 keys, zero past N), then the rows kernel's
+ *         scheme over that copy, all 32 keys of a block of rows at once.
+ * Intrinsics rather than loops left to the vectoriser: gcc 12 turned the
+ * loop form into scalar code or stack round trips in two of four tries.
+ */
+#include "pair_gemm.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+#include "vit/gemm.h"
+
+#ifdef VIT_DOUBLE
+
+int vit_pair_direct(int dk, int dv, int nk)
+{
+    (void)dk, (void)dv, (void)nk;
+    return 0;
+}
+
+void vit_pair_nt(int M, int N, int d, vit_real alpha, const vit_real *A, int lda,
+                 const vit_real *B, int ldb, vit_real *C, int ldc)
+{
+    (void)M, (void)N, (void)d, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)C,
+        (void)ldc;
+}
+
+void vit_pair_nn(int ta, int M, int K, int d, const vit_real *A, int lda, const vit_real *B,
+                 int ldb, vit_real beta, vit_real *C, int ldc)
+{
+    (void)ta, (void)M, (void)K, (void)d, (void)A, (void)lda, (void)B, (void)ldb, (void)beta,
+        (void)C, (void)ldc;
+}
+
+#elif defined(__x86_64__) && defined(__GNUC__)
+
+#include <immintrin.h>
+
+/* The vector operations a kernel is written in, for one instruction set:
+ * VT the type, VW its floats, and load, store, broadcast, multiply and
+ * fused multiply-add. */
+#define V512_T __m512
+#define V512_W 16
+#define V512_LOAD(p) _mm512_loadu_ps(p)
+#define V512_STORE(p, v) _mm512_storeu_ps((p), (v))
+#define V512_SET1(x) _mm512_set1_ps(x)
+#define V512_MUL(a, b) _mm512_mul_ps((a), (b))
+#define V512_FMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define V512_ATTR __attribute__((target("avx512f,fma")))
+
+#define V256_T __m256
+#define V256_W 8
+#define V256_LOAD(p) _mm256_loadu_ps(p)
+#define V256_STORE(p, v) _mm256_storeu_ps((p), (v))
+#define V256_SET1(x) _mm256_set1_ps(x)
+#define V256_MUL(a, b) _mm256_mul_ps((a), (b))
+#define V256_FMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#define V256_ATTR __attribute__((target("avx2,fma")))
+
+/* a(i, k): op(A) = A (TA 0) or A^T (TA 1). */
+#define OP_A(TA, i, k) ((TA) ? A[(size_t)(k) * lda + (i)] : A[(size_t)(i) * lda + (k)])
+
+/* Rows i..i+R-1 of C = beta C + op(A) B: R * NV accumulators held in
+ * registers over the whole reduction, one load of each vector of B's row k
+ * shared by the R rows (R independent chains of multiply-adds). */
+#define ROWS_BLOCK(V, TA, R, NV)                                                              \
+    do {                                                                                       \
+        V##_T acc[R][NV];                                                                      \
+        for (int r = 0; r < R; r++)                                                            \
+            for (int v = 0; v < NV; v++)                                                       \
+                acc[r][v] = beta == 0 ? V##_SET1(0.0f)                                         \
+                                      : V##_MUL(V##_SET1(beta),                                \
+                                                V##_LOAD(C + (size_t)(i + r) * ldc + v * V##_W)); \
+        for (int k = 0; k < K; k++) {                                                          \
+            V##_T b[NV];                                                                       \
+            for (int v = 0; v < NV; v++)                                                       \
+                b[v] = V##_LOAD(B + (size_t)k * ldb + v * V##_W);                              \
+            for (int r = 0; r < R; r++) {                                                      \
+                V##_T a = V##_SET1(OP_A(TA, i + r, k));                                        \
+                for (int v = 0; v < NV; v++)                                                   \
+                    acc[r][v] = V##_FMA(a, b[v], acc[r][v]);                                   \
+            }                                                                                  \
+        }                                                                                      \
+        for (int r = 0; r < R; r++)                                                            \
+            for (int v = 0; v < NV; v++)                                                       \
+                V##_STORE(C + (size_t)(i + r) * ldc + v * V##_W, acc[r][v]);                   \
+    } while (0)
+
+/* Rows per block: as many as keep the accumulators within 16 registers. */
+#define ROWS_PER_BLOCK(NV) ((NV) <= 2 ? 4 : (NV) == 4 ? 2 : 1)
+
+#define PAIR_ROWS(NAME, V, TA, D)                                                             \
+    V##_ATTR static void NAME(int M, int K, const float *A, int lda, const float *B, int ldb,  \
+                              float beta, float *C, int ldc)                                   \
+    {                                                                                          \
+        enum { NV = D / V##_W, R = ROWS_PER_BLOCK(D / V##_W) };                                \
+        int i = 0;                                                                             \
+        for (; i + R <= M; i += R)                                                             \
+            ROWS_BLOCK(V, TA, R, NV);                                                          \
+        for (; i < M; i++)                                                                     \
+            ROWS_BLOCK(V, TA, 1, NV);                                                          \
+    }
+
+/* Rows i..i+R-1 of C = alpha A B^T from the transposed copy bt, all
+ * VIT_PAIR_MAX_KEYS keys at once (KB vectors; keys past N are zero in bt
+ * and not stored): R * KB independent chains of multiply-adds. */
+#define NT_BLOCK(V, R, KB)                                                                    \
+    do {                                                                                       \
+        V##_T acc[R][KB];                                                                      \
+        for (int r = 0; r < R; r++)                                                            \
+            for (int u = 0; u < KB; u++)                                                       \
+                acc[r][u] = V##_SET1(0.0f);                                                    \
+        for (int t = 0; t < D; t++) {                                                          \
+            V##_T b[KB];                                                                       \
+            for (int u = 0; u < KB; u++)                                                       \
+                b[u] = V##_LOAD(&bt[t][u * V##_W]);                                            \
+            for (int r = 0; r < R; r++) {                                                      \
+                V##_T a = V##_SET1(A[(size_t)(i + r) * lda + t]);                              \
+                for (int u = 0; u < KB; u++)                                                   \
+                    acc[r][u] = V##_FMA(a, b[u], acc[r][u]);                                   \
+            }                                                                                  \
+        }                                                                                      \
+        for (int r = 0; r < R; r++) {                                                          \
+            float *c = C + (size_t)(i + r) * ldc;                                              \
+            float row[VIT_PAIR_MAX_KEYS] __attribute__((aligned(64)));                         \
+            for (int u = 0; u < KB; u++)                                                       \
+                V##_STORE(row + u * V##_W, V##_MUL(V##_SET1(alpha), acc[r][u]));               \
+            memcpy(c, row, (size_t)N * sizeof *c);                                             \
+        }                                                                                      \
+    } while (0)
+
+/* B [N, D] is copied transposed to bt [D, VIT_PAIR_MAX_KEYS], zero past N;
+ * rows in blocks of R (8 accumulators with KB). */
+#define PAIR_NT(NAME, V, DD)                                                                  \
+    V##_ATTR static void NAME(int M, int N, float alpha, const float *A, int lda,              \
+                              const float *B, int ldb, float *C, int ldc)                      \
+    {                                                                                          \
+        enum { D = DD, KB = VIT_PAIR_MAX_KEYS / V##_W, R = 8 / KB > 0 ? 8 / KB : 1 };          \
+        float bt[D][VIT_PAIR_MAX_KEYS] __attribute__((aligned(64)));                           \
+        for (int j = 0; j < N; j++)                                                            \
+            for (int t = 0; t < D; t++)                                                        \
+                bt[t][j] = B[(size_t)j * ldb + t];                                             \
+        for (int t = 0; t < D; t++)                                                            \
+            for (int j = N; j < VIT_PAIR_MAX_KEYS; j++)                                        \
+                bt[t][j] = 0.0f;                                                               \
+        int i = 0;                                                                             \
+        for (; i + R <= M; i += R)                                                             \
+            NT_BLOCK(V, R, KB);                                                                \
+        for (; i < M; i++)                                                                     \
+            NT_BLOCK(V, 1, KB);                                                                \
+    }
+
+typedef void (*rows_fn)(int, int, const float *, int, const float *, int, float, float *, int);
+typedef void (*nt_fn)(int, int, float, const float *, int, const float *, int, float *, int);
+
+typedef struct {
+    rows_fn rows[2][2]; /* [ta][width] */
+    nt_fn nt[2];
+} kernel_set;
+
+/* One instruction set's kernels, for D = 16 and 32. */
+#define PAIR_SET(V, SUFFIX)                                                                   \
+    PAIR_ROWS(rows_n16_##SUFFIX, V, 0, 16)                                                    \
+    PAIR_ROWS(rows_n32_##SUFFIX, V, 0, 32)                                                    \
+    PAIR_ROWS(rows_t16_##SUFFIX, V, 1, 16)                                                    \
+    PAIR_ROWS(rows_t32_##SUFFIX, V, 1, 32)                                                    \
+    PAIR_NT(nt16_##SUFFIX, V, 16)                                                             \
+    PAIR_NT(nt32_##SUFFIX, V, 32)                                                             \
+    static const kernel_set SUFFIX##_set = {                                                   \
+        {{rows_n16_##SUFFIX, rows_n32_##SUFFIX}, {rows_t16_##SUFFIX, rows_t32_##SUFFIX}},      \
+        {nt16_##SUFFIX, nt32_##SUFFIX}};
+
+PAIR_SET(V512, avx512)
+PAIR_SET(V256, avx2)
+
+/* The set for this CPU, or NULL for none (then the GEMMs serve); chosen on
+ * first use (threads that race to choose choose the same). */
+static const kernel_set *kernels(void)
+{
+    static atomic_int chosen; /* 0 not yet, 1 none, 2 AVX2, 3 AVX-512 */
+    int c = atomic_load_explicit(&chosen, memory_order_relaxed);
+    if (!c) {
+        __builtin_cpu_init();
+        c = !__builtin_cpu_supports("fma") ? 1
+            : __builtin_cpu_supports("avx512f") ? 3
+            : __builtin_cpu_supports("avx2") ? 2 : 1;
+        atomic_store_explicit(&chosen, c, memory_order_relaxed);
+    }
+    return c == 3 ? &avx512_set : c == 2 ? &avx2_set : NULL;
+}
+
+/* 0, 1 for D = 16, 32; -1 for any other width. */
+static int width_index(int d)
+{
+    return d == 16 ? 0 : d == 32 ? 1 : -1;
+}
+
+int vit_pair_direct(int dk, int dv, int nk)
+{
+    return width_index(dk) >= 0 && width_index(dv) >= 0 && nk >= 1 && nk <= VIT_PAIR_MAX_KEYS
+        && kernels() && vit_gemm_get_path() != VIT_GEMM_BLAS;
+}
+
+void vit_pair_nt(int M, int N, int d, vit_real alpha, const vit_real *A, int lda,
+                 const vit_real *B, int ldb, vit_real *C, int ldc)
+{
+    kernels()->nt[width_index(d)](M, N, alpha, A, lda, B, ldb, C, ldc);
+}
+
+void vit_pair_nn(int ta, int M, int K, int d, const vit_real *A, int lda, const vit_real *B,
+                 int ldb, vit_real beta, vit_real *C, int ldc)
+{
+    kernels()->rows[ta != 0][width_index(d)](M, K, A, lda, B, ldb, beta, C, ldc);
+}
+
+#else /* float32 without x86-64 vector kernels: the GEMMs serve */
+
+int vit_pair_direct(int dk, int dv, int nk)
+{
+    (void)dk, (void)dv, (void)nk;
+    return 0;
+}
+
+void vit_pair_nt(int M, int N, int d, vit_real alpha, const vit_real *A, int lda,
+                 const vit_real *B, int ldb, vit_real *C, int ldc)
+{
+    (void)M, (void)N, (void)d, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)C,
+        (void)ldc;
+}
+
+void vit_pair_nn(int ta, int M, int K, int d, const vit_real *A, int lda, const vit_real *B,
+                 int ldb, vit_real beta, vit_real *C, int ldc)
+{
+    (void)ta, (void)M, (void)K, (void)d, (void)A, (void)lda, (void)B, (void)ldb, (void)beta,
+        (void)C, (void)ldc;
+}
+
+#endif

@@ -1,0 +1,48 @@
+/*
+ * Direct products for one small attention pair (one item, one head).
+ *
+ * Private to the library.  An attention pair of the digits model is a
+ * 17x16 by 16x17 product and three more of that size, 6,144 calls a step:
+ * small enough that a GEMM call's fixed costs (dispatch, a packed copy of a
+ * transposed operand, a kernel shaped for larger blocks) are most of its
+ * time.  These kernels fix the head width at compile time (16 or 32), so
+ * one output row is one or two vector registers held across the whole
+ * reduction, and take the transposed operand of a score product through a
+ * transposed copy on the stack.  Measured on one AVX-512 core against
+ * libxsmm's kernels (tools/vit_bench's shapes, per call): 17x16 by 17 rows
+ * 2.1x faster, the 17x17 by 16 scores 1.2x; at 50 keys and width 32 the
+ * scores were 1.5x slower, and at width 64 the rows 1.8x slower, hence the
+ * limits below.
+ *
+ * Float32 only: the float64 build (the gradient checks) keeps its GEMMs,
+ * and so does the BLAS path (vit_gemm_set_path(VIT_GEMM_BLAS) or
+ * VIT_GEMM=blas), which is therefore the reference these kernels are
+ * tested against (tests/test_gemm.c).  On x86-64 each kernel has AVX-512
+ * and AVX2 builds with FMA (intrinsics), picked by CPUID once; elsewhere,
+ * or on a CPU without FMA, there are none and the GEMMs serve.
+ */
+#ifndef VIT_PAIR_GEMM_H
+#define VIT_PAIR_GEMM_H
+
+#include "vit/core.h"
+
+/* Largest key count vit_pair_nt takes (its transposed copy is on the
+ * stack). */
+#define VIT_PAIR_MAX_KEYS 32
+
+/* 1 if the kernels take a pair of head widths dk (queries, keys) and dv
+ * (values) with nk keys: float32, widths 16 or 32, nk <= 32, a CPU with
+ * AVX2 and FMA, and the GEMM path not BLAS.  0 otherwise (then use GEMMs). */
+int vit_pair_direct(int dk, int dv, int nk);
+
+/* C[M, N] = alpha * A[M, d] B[N, d]^T (overwritten); N <= VIT_PAIR_MAX_KEYS,
+ * d a width vit_pair_direct took; rows of A, B, C lda, ldb, ldc apart. */
+void vit_pair_nt(int M, int N, int d, vit_real alpha, const vit_real *A, int lda,
+                 const vit_real *B, int ldb, vit_real *C, int ldc);
+
+/* C[M, d] = beta * C + op(A) B[K, d], op(A) = A[M, K] (ta = 0) or
+ * A[K, M]^T (ta = 1); beta 0 overwrites (C is not read). */
+void vit_pair_nn(int ta, int M, int K, int d, const vit_real *A, int lda, const vit_real *B,
+                 int ldb, vit_real beta, vit_real *C, int ldc);
+
+#endif
