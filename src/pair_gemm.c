@@ -18,7 +18,6 @@
 #include "pair_gemm.h"
 
 #include <stdatomic.h>
-#include <string.h>
 
 #include "vit/gemm.h"
 
@@ -49,12 +48,13 @@ void vit_pair_nn(int ta, int M, int K, int d, const vit_real *A, int lda, const 
 #include <immintrin.h>
 
 /* The vector operations a kernel is written in, for one instruction set:
- * VT the type, VW its floats, and load, store, broadcast, multiply and
- * fused multiply-add. */
+ * V_T the type, V_W its floats, and load, store (STORE_N: the first n of
+ * them only, 0 < n < V_W), broadcast, multiply and fused multiply-add. */
 #define V512_T __m512
 #define V512_W 16
 #define V512_LOAD(p) _mm512_loadu_ps(p)
 #define V512_STORE(p, v) _mm512_storeu_ps((p), (v))
+#define V512_STORE_N(p, v, n) _mm512_mask_storeu_ps((p), (__mmask16)((1u << (n)) - 1), (v))
 #define V512_SET1(x) _mm512_set1_ps(x)
 #define V512_MUL(a, b) _mm512_mul_ps((a), (b))
 #define V512_FMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
@@ -64,6 +64,11 @@ void vit_pair_nn(int ta, int M, int K, int d, const vit_real *A, int lda, const 
 #define V256_W 8
 #define V256_LOAD(p) _mm256_loadu_ps(p)
 #define V256_STORE(p, v) _mm256_storeu_ps((p), (v))
+#define V256_STORE_N(p, v, n)                                                                 \
+    _mm256_maskstore_ps((p),                                                                   \
+                        _mm256_cmpgt_epi32(_mm256_set1_epi32(n),                               \
+                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),         \
+                        (v))
 #define V256_SET1(x) _mm256_set1_ps(x)
 #define V256_MUL(a, b) _mm256_mul_ps((a), (b))
 #define V256_FMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
@@ -134,10 +139,13 @@ void vit_pair_nn(int ta, int M, int K, int d, const vit_real *A, int lda, const 
         }                                                                                      \
         for (int r = 0; r < R; r++) {                                                          \
             float *c = C + (size_t)(i + r) * ldc;                                              \
-            float row[VIT_PAIR_MAX_KEYS] __attribute__((aligned(64)));                         \
-            for (int u = 0; u < KB; u++)                                                       \
-                V##_STORE(row + u * V##_W, V##_MUL(V##_SET1(alpha), acc[r][u]));               \
-            memcpy(c, row, (size_t)N * sizeof *c);                                             \
+            for (int u = 0; u < KB && u * V##_W < N; u++) {                                    \
+                V##_T y = V##_MUL(V##_SET1(alpha), acc[r][u]);                                 \
+                if (N - u * V##_W >= V##_W)                                                    \
+                    V##_STORE(c + u * V##_W, y);                                               \
+                else                                                                           \
+                    V##_STORE_N(c + u * V##_W, y, N - u * V##_W);                              \
+            }                                                                                  \
         }                                                                                      \
     } while (0)
 
