@@ -58,6 +58,18 @@ void vit_pair_nn(int ta, int M, int K, int d, const vit_real *A, int lda, const 
 #define V512_SET1(x) _mm512_set1_ps(x)
 #define V512_MUL(a, b) _mm512_mul_ps((a), (b))
 #define V512_FMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
+#define V512_INDEX_T __m512i
+/* the offsets of rows j0.. of a matrix with rows ld apart */
+#define V512_ROWS(j0, ld)                                                                     \
+    _mm512_mullo_epi32(_mm512_add_epi32(_mm512_set1_epi32(j0),                                 \
+                                        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,   \
+                                                          11, 12, 13, 14, 15)),                \
+                       _mm512_set1_epi32(ld))
+/* p[idx[u]] for the first n lanes (n may be <= 0 or >= 16), 0 elsewhere */
+#define V512_GATHER_N(p, idx, n)                                                              \
+    _mm512_mask_i32gather_ps(_mm512_setzero_ps(),                                              \
+                             (__mmask16)((n) >= 16 ? 0xffffu : (n) <= 0 ? 0u : (1u << (n)) - 1), \
+                             (idx), (p), 4)
 #define V512_ATTR __attribute__((target("avx512f,fma")))
 
 #define V256_T __m256
@@ -72,6 +84,16 @@ void vit_pair_nn(int ta, int M, int K, int d, const vit_real *A, int lda, const 
 #define V256_SET1(x) _mm256_set1_ps(x)
 #define V256_MUL(a, b) _mm256_mul_ps((a), (b))
 #define V256_FMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
+#define V256_INDEX_T __m256i
+#define V256_ROWS(j0, ld)                                                                     \
+    _mm256_mullo_epi32(_mm256_add_epi32(_mm256_set1_epi32(j0),                                 \
+                                        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),            \
+                       _mm256_set1_epi32(ld))
+#define V256_GATHER_N(p, idx, n)                                                              \
+    _mm256_mask_i32gather_ps(_mm256_setzero_ps(), (p), (idx),                                  \
+                             _mm256_castsi256_ps(_mm256_cmpgt_epi32(                           \
+                                 _mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))), \
+                             4)
 #define V256_ATTR __attribute__((target("avx2,fma")))
 
 /* a(i, k): op(A) = A (TA 0) or A^T (TA 1). */
@@ -149,20 +171,21 @@ void vit_pair_nn(int ta, int M, int K, int d, const vit_real *A, int lda, const 
         }                                                                                      \
     } while (0)
 
-/* B [N, D] is copied transposed to bt [D, VIT_PAIR_MAX_KEYS], zero past N;
- * rows in blocks of R (8 accumulators with KB). */
+/* B [N, D] is copied transposed to bt [D, VIT_PAIR_MAX_KEYS], zero past N,
+ * by gathers (a column of B, V_W keys at a time: a fifth of the kernel's
+ * time went to copying it element by element); rows in blocks of R (8
+ * accumulators with KB). */
 #define PAIR_NT(NAME, V, DD)                                                                  \
     V##_ATTR static void NAME(int M, int N, float alpha, const float *A, int lda,              \
                               const float *B, int ldb, float *C, int ldc)                      \
     {                                                                                          \
         enum { D = DD, KB = VIT_PAIR_MAX_KEYS / V##_W, R = 8 / KB > 0 ? 8 / KB : 1 };          \
         float bt[D][VIT_PAIR_MAX_KEYS] __attribute__((aligned(64)));                           \
-        for (int j = 0; j < N; j++)                                                            \
+        for (int u = 0; u < KB; u++) {                                                         \
+            V##_INDEX_T rows = V##_ROWS(u * V##_W, ldb);                                       \
             for (int t = 0; t < D; t++)                                                        \
-                bt[t][j] = B[(size_t)j * ldb + t];                                             \
-        for (int t = 0; t < D; t++)                                                            \
-            for (int j = N; j < VIT_PAIR_MAX_KEYS; j++)                                        \
-                bt[t][j] = 0.0f;                                                               \
+                V##_STORE(&bt[t][u * V##_W], V##_GATHER_N(B + t, rows, N - u * V##_W));        \
+        }                                                                                      \
         int i = 0;                                                                             \
         for (; i + R <= M; i += R)                                                             \
             NT_BLOCK(V, R, KB);                                                                \
