@@ -803,10 +803,7 @@ static vit_sdpa mha_core(const vit_mha *m) { return mha_core_of(m, NULL); }
 static void dense_forward(vit_real *y, const vit_real *x, const vit_real *w, int ldw,
                           const vit_real *b, int rows, int in, int out)
 {
-    if (b)
-        for (int r = 0; r < rows; r++)
-            memcpy(y + (size_t)r * out, b, (size_t)out * sizeof *y);
-    vit_pgemm(CblasNoTrans, CblasNoTrans, rows, out, in, 1, x, in, w, ldw, b ? 1 : 0, y, out);
+    vit_pgemm_bias(rows, out, in, x, in, w, ldw, b, y, out);
 }
 
 /* Given dy[rows, out]: dx += dy W^T, dW += x^T dy, db += column sums of dy;

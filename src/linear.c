@@ -1,7 +1,6 @@
 /* Fully connected layer y = x W + b, forward and backward, on BLAS. */
 #include "vit/linear.h"
 
-#include <string.h>
 
 #include "blas.h"
 #include "error.h"
@@ -27,15 +26,9 @@ int vit_linear_forward(vit_real *y, const vit_real *x, const vit_real *W,
     if (y == x)
         return vit_fail(VIT_EINVAL, "%s: y must not alias x", fn);
 
-    /* Broadcast the bias into y first so that one GEMM with beta = 1 adds
-     * x W on top of it. */
-    vit_real beta = 0;
-    if (b) {
-        for (int i = 0; i < n; i++)
-            memcpy(y + (size_t)i * out, b, (size_t)out * sizeof *y);
-        beta = 1;
-    }
-    vit_pgemm(CblasNoTrans, CblasNoTrans, n, out, in, 1, x, in, W, out, beta, y, out);
+    /* The bias is broadcast into y first, so that one GEMM with beta = 1
+     * adds x W on top of it. */
+    vit_pgemm_bias(n, out, in, x, in, W, out, b, y, out);
     return VIT_OK;
 }
 

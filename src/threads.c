@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "blas.h"
@@ -184,11 +185,18 @@ typedef struct {
     vit_real alpha, beta;
     const vit_real *A, *B;
     vit_real *C;
+    const vit_real *bias; /* [N] broadcast into C's rows first, or NULL */
 } gemm_job;
 
 static void gemm_rows(void *p, size_t r0, size_t r1)
 {
     const gemm_job *g = p;
+    /* Each thread writes the bias into its own rows just before its GEMM
+     * adds onto them (beta 1): the copy is split like the product, and the
+     * rows are still in that core's cache when the product runs. */
+    if (g->bias)
+        for (size_t r = r0; r < r1; r++)
+            memcpy(g->C + r * (size_t)g->ldc, g->bias, (size_t)g->N * sizeof *g->C);
     /* Row r of op(A) is row r of A, or column r of A when transposed. */
     const vit_real *a = g->ta == CblasNoTrans ? g->A + r0 * (size_t)g->lda : g->A + r0;
     vit_gemm(CblasRowMajor, g->ta, g->tb, (int)(r1 - r0), g->N, g->K, g->alpha, a, g->lda,
@@ -203,7 +211,21 @@ void vit_pgemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, i
     /* Row blocks of at least 16 rows keep each call's micro-kernel busy. */
     if (nt > M / 16)
         nt = M / 16 > 1 ? M / 16 : 1;
-    gemm_job g = {ta, tb, N, K, lda, ldb, ldc, alpha, beta, A, B, C};
+    gemm_job g = {ta, tb, N, K, lda, ldb, ldc, alpha, beta, A, B, C, NULL};
+    if (nt <= 1)
+        gemm_rows(&g, 0, (size_t)M);
+    else
+        vit_parallel(nt, (size_t)M, gemm_rows, &g);
+}
+
+void vit_pgemm_bias(int M, int N, int K, const vit_real *A, int lda, const vit_real *B, int ldb,
+                    const vit_real *bias, vit_real *C, int ldc)
+{
+    int nt = vit_threads_for(2.0 * M * (double)N * K);
+    if (nt > M / 16)
+        nt = M / 16 > 1 ? M / 16 : 1;
+    gemm_job g = {CblasNoTrans, CblasNoTrans, N, K, lda, ldb, ldc, 1, bias ? 1 : 0,
+                  A, B, C, bias};
     if (nt <= 1)
         gemm_rows(&g, 0, (size_t)M);
     else

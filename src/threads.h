@@ -50,6 +50,13 @@ void vit_pgemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, i
                vit_real alpha, const vit_real *A, int lda, const vit_real *B, int ldb,
                vit_real beta, vit_real *C, int ldc);
 
+/* C[M, N] = A[M, K] B[K, N] + bias (each row; NULL: none), overwriting C,
+ * split like vit_pgemm: each thread copies the bias into its own rows, then
+ * its GEMM adds onto them with beta 1.  The same result as the copy and
+ * vit_pgemm with beta 1, bitwise. */
+void vit_pgemm_bias(int M, int N, int K, const vit_real *A, int lda, const vit_real *B, int ldb,
+                    const vit_real *bias, vit_real *C, int ldc);
+
 /* acc[cols] += column sums of x[rows, cols] (a bias gradient); columns are
  * split across threads and each sums its rows in order, so the result is
  * the same for any thread count. */
