@@ -1,7 +1,6 @@
 /* Fully connected layer y = x W + b, forward and backward, on BLAS. */
 #include "vit/linear.h"
 
-
 #include "blas.h"
 #include "error.h"
 #include "threads.h"
