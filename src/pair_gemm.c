@@ -21,29 +21,8 @@
 
 #include "vit/gemm.h"
 
-#ifdef VIT_DOUBLE
-
-int vit_pair_direct(int dk, int dv, int nk)
-{
-    (void)dk, (void)dv, (void)nk;
-    return 0;
-}
-
-void vit_pair_nt(int M, int N, int d, vit_real alpha, const vit_real *A, int lda,
-                 const vit_real *B, int ldb, vit_real *C, int ldc)
-{
-    (void)M, (void)N, (void)d, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)C,
-        (void)ldc;
-}
-
-void vit_pair_nn(int ta, int M, int K, int d, const vit_real *A, int lda, const vit_real *B,
-                 int ldb, vit_real beta, vit_real *C, int ldc)
-{
-    (void)ta, (void)M, (void)K, (void)d, (void)A, (void)lda, (void)B, (void)ldb, (void)beta,
-        (void)C, (void)ldc;
-}
-
-#elif defined(__x86_64__) && defined(__GNUC__)
+/* The float64 build (gradient checks) keeps its GEMMs. */
+#if !defined(VIT_DOUBLE) && defined(__x86_64__) && defined(__GNUC__)
 
 #include <immintrin.h>
 
@@ -256,7 +235,7 @@ void vit_pair_nn(int ta, int M, int K, int d, const vit_real *A, int lda, const 
     kernels()->rows[ta != 0][width_index(d)](M, K, A, lda, B, ldb, beta, C, ldc);
 }
 
-#else /* float32 without x86-64 vector kernels: the GEMMs serve */
+#else /* float64, or no x86-64 vector kernels: the GEMMs serve */
 
 int vit_pair_direct(int dk, int dv, int nk)
 {
