@@ -203,33 +203,33 @@ static void gemm_rows(void *p, size_t r0, size_t r1)
              g->B, g->ldb, g->beta, g->C + r0 * (size_t)g->ldc, g->ldc);
 }
 
+/* Runs g over M rows, split into blocks of at least 16 rows (each call's
+ * micro-kernel stays busy) when the product is large enough. */
+static void run_rows(gemm_job *g, int M)
+{
+    int nt = vit_threads_for(2.0 * M * (double)g->N * g->K);
+    if (nt > M / 16)
+        nt = M / 16 > 1 ? M / 16 : 1;
+    if (nt <= 1)
+        gemm_rows(g, 0, (size_t)M);
+    else
+        vit_parallel(nt, (size_t)M, gemm_rows, g);
+}
+
 void vit_pgemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K,
                vit_real alpha, const vit_real *A, int lda, const vit_real *B, int ldb,
                vit_real beta, vit_real *C, int ldc)
 {
-    int nt = vit_threads_for(2.0 * M * (double)N * K);
-    /* Row blocks of at least 16 rows keep each call's micro-kernel busy. */
-    if (nt > M / 16)
-        nt = M / 16 > 1 ? M / 16 : 1;
     gemm_job g = {ta, tb, N, K, lda, ldb, ldc, alpha, beta, A, B, C, NULL};
-    if (nt <= 1)
-        gemm_rows(&g, 0, (size_t)M);
-    else
-        vit_parallel(nt, (size_t)M, gemm_rows, &g);
+    run_rows(&g, M);
 }
 
 void vit_pgemm_bias(int M, int N, int K, const vit_real *A, int lda, const vit_real *B, int ldb,
                     const vit_real *bias, vit_real *C, int ldc)
 {
-    int nt = vit_threads_for(2.0 * M * (double)N * K);
-    if (nt > M / 16)
-        nt = M / 16 > 1 ? M / 16 : 1;
     gemm_job g = {CblasNoTrans, CblasNoTrans, N, K, lda, ldb, ldc, 1, bias ? 1 : 0,
                   A, B, C, bias};
-    if (nt <= 1)
-        gemm_rows(&g, 0, (size_t)M);
-    else
-        vit_parallel(nt, (size_t)M, gemm_rows, &g);
+    run_rows(&g, M);
 }
 
 typedef struct {
