@@ -252,6 +252,30 @@ static int pair_direct(const vit_sdpa *a)
     return pairs_in_parallel(a) && vit_pair_direct(a->d_k, a->d_v, a->n_k);
 }
 
+/* A pair's two kinds of product, on the kernels or on GEMMs (direct as
+ * pair_direct said):
+ *   pair_nt    C[M, N] = alpha A[M, d] B[N, d]^T            (overwritten)
+ *   pair_rows  C[M, d] = beta C + op(A) B[K, d], op(A) = A[M, K] or, with
+ *              ta, A[K, M]^T */
+static void pair_nt(int direct, int M, int N, int d, vit_real alpha, const vit_real *A,
+                    int lda, const vit_real *B, int ldb, vit_real *C, int ldc)
+{
+    if (direct)
+        vit_pair_nt(M, N, d, alpha, A, lda, B, ldb, C, ldc);
+    else
+        vit_pgemm(CblasNoTrans, CblasTrans, M, N, d, alpha, A, lda, B, ldb, 0, C, ldc);
+}
+
+static void pair_rows(int direct, int ta, int M, int K, int d, const vit_real *A, int lda,
+                      const vit_real *B, int ldb, vit_real beta, vit_real *C, int ldc)
+{
+    if (direct)
+        vit_pair_nn(ta, M, K, d, A, lda, B, ldb, beta, C, ldc);
+    else
+        vit_pgemm(ta ? CblasTrans : CblasNoTrans, CblasNoTrans, M, d, K, 1, A, lda, B, ldb,
+                  beta, C, ldc);
+}
+
 /* A non-finite score: its (item, head, query, key), or item < 0 for none. */
 typedef struct {
     int b, h, i, j;
@@ -319,11 +343,7 @@ static int head_forward(const vit_sdpa *a, vit_real scale, int b, int h, vit_rea
 
     /* S[nq, nk] = s * Q_bh[nq, dk] K_bh[nk, dk]^T, the scale (fixed or
      * learnable) folded into the product's alpha */
-    const vit_real s = vit_sdpa_scale_of(a, scale, h);
-    if (direct)
-        vit_pair_nt(nq, nk, dk, s, qbh, ldq, kbh, ldk, p, nk);
-    else
-        vit_pgemm(CblasNoTrans, CblasTrans, nq, nk, dk, s, qbh, ldq, kbh, ldk, 0, p, nk);
+    pair_nt(direct, nq, nk, dk, vit_sdpa_scale_of(a, scale, h), qbh, ldq, kbh, ldk, p, nk);
     sm_job J = {a, b, h, p, ULLONG_MAX};
     vit_parallel(vit_threads_for(20.0 * nq * (double)nk), (size_t)nq, softmax_piece, &J);
     unsigned long long f = atomic_load(&J.first_bad);
@@ -332,10 +352,7 @@ static int head_forward(const vit_sdpa *a, vit_real scale, int b, int h, vit_rea
         return 1;
     }
     /* O_bh[nq, dv] = P[nq, nk] V_bh[nk, dv] */
-    if (direct)
-        vit_pair_nn(0, nq, nk, dv, p, nk, vbh, ldv, 0, obh, ldo);
-    else
-        vit_pgemm(CblasNoTrans, CblasNoTrans, nq, dv, nk, 1, p, nk, vbh, ldv, 0, obh, ldo);
+    pair_rows(direct, 0, nq, nk, dv, p, nk, vbh, ldv, 0, obh, ldo);
     return 0;
 }
 
@@ -469,20 +486,13 @@ static void head_backward(const vit_sdpa *a, vit_real scale, vit_real beta, int 
     const int direct = pair_direct(a);
 
     /* dV_bh[nk, dv] += P[nq, nk]^T dO_bh[nq, dv] */
-    if (dv && direct)
-        vit_pair_nn(1, nk, nq, dvh, p, nk, dout + oo, ldo, beta, dv + vo, ldv);
-    else if (dv)
-        vit_pgemm(CblasTrans, CblasNoTrans, nk, dvh, nq, 1, p, nk, dout + oo, ldo, beta,
-                  dv + vo, ldv);
+    if (dv)
+        pair_rows(direct, 1, nk, nq, dvh, p, nk, dout + oo, ldo, beta, dv + vo, ldv);
     if (!(dq || dk || dbias || pair_ds)) return;
     scale = vit_sdpa_scale_of(a, scale, h);
     /* dP[nq, nk] = dO_bh[nq, dv] V_bh[nk, dv]^T */
     vit_real *ds = work;
-    if (direct)
-        vit_pair_nt(nq, nk, dvh, 1, dout + oo, ldo, v + vo, ldv, ds, nk);
-    else
-        vit_pgemm(CblasNoTrans, CblasTrans, nq, nk, dvh, 1, dout + oo, ldo, v + vo, ldv, 0, ds,
-                  nk);
+    pair_nt(direct, nq, nk, dvh, 1, dout + oo, ldo, v + vo, ldv, ds, nk);
     sg_job J = {p, ds, nk};
     vit_parallel(vit_threads_for(4.0 * nq * (double)nk), (size_t)nq, softmax_grad_piece, &J);
     if (dbias) {
@@ -497,17 +507,11 @@ static void head_backward(const vit_sdpa *a, vit_real scale, vit_real beta, int 
     if (scale != 1)
         for (size_t i = 0; i < (size_t)nq * nk; i++) ds[i] *= scale;
     /* dQ_bh[nq, dk] += s dS[nq, nk] K_bh[nk, dk] */
-    if (dq && direct)
-        vit_pair_nn(0, nq, nk, dkh, ds, nk, k + ko, ldk, beta, dq + qo, ldq);
-    else if (dq)
-        vit_pgemm(CblasNoTrans, CblasNoTrans, nq, dkh, nk, 1, ds, nk, k + ko, ldk, beta,
-                  dq + qo, ldq);
+    if (dq)
+        pair_rows(direct, 0, nq, nk, dkh, ds, nk, k + ko, ldk, beta, dq + qo, ldq);
     /* dK_bh[nk, dk] += s dS[nq, nk]^T Q_bh[nq, dk] */
-    if (dk && direct)
-        vit_pair_nn(1, nk, nq, dkh, ds, nk, q + qo, ldq, beta, dk + ko, ldk);
-    else if (dk)
-        vit_pgemm(CblasTrans, CblasNoTrans, nk, dkh, nq, 1, ds, nk, q + qo, ldq, beta,
-                  dk + ko, ldk);
+    if (dk)
+        pair_rows(direct, 1, nk, nq, dkh, ds, nk, q + qo, ldq, beta, dk + ko, ldk);
 }
 
 typedef struct {
