@@ -5,6 +5,7 @@
  * layer's statistics); without libxsmm, asking for it is refused. */
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,6 +52,20 @@ typedef struct op_case {
     size_t sizes[4];
 } op_case;
 
+/* |got - ref| <= TOL * max |ref| over n values, ref not trivially small;
+ * what names the output in a failure. */
+static void output_agrees(const char *what, const vit_real *ref, const vit_real *got, size_t n)
+{
+    double scale = 0, diff = 0;
+    for (size_t j = 0; j < n; j++) {
+        scale = fmax(scale, fabs(ref[j]));
+        diff = fmax(diff, fabs(ref[j] - got[j]));
+    }
+    ck_assert_msg(scale > 1e-2, "%s is trivially small (%g)", what, scale);
+    ck_assert_msg(diff <= TOL * scale, "%s: paths differ by %g of scale %g", what, diff / scale,
+                  scale);
+}
+
 /* |xsmm - blas| <= TOL * max |blas| for each output, after checking that the
  * BLAS run used BLAS only and the libxsmm run used libxsmm for every GEMM
  * it can take (all of these ops' GEMMs: beta is 0 or 1). */
@@ -76,14 +91,9 @@ static void both_paths_agree(const op_case *c)
     }
     ck_assert_int_eq(vit_gemm_set_path(VIT_GEMM_AUTO), VIT_OK);
     for (int i = 0; i < c->n_out; i++) {
-        double scale = 0, diff = 0;
-        for (size_t j = 0; j < c->sizes[i]; j++) {
-            scale = fmax(scale, fabs(out[0][i][j]));
-            diff = fmax(diff, fabs(out[0][i][j] - out[1][i][j]));
-        }
-        ck_assert_msg(scale > 1e-2, "%s output %d is trivially small (%g)", c->name, i, scale);
-        ck_assert_msg(diff <= TOL * scale, "%s output %d: paths differ by %g of scale %g",
-                      c->name, i, diff / scale, scale);
+        char what[96];
+        snprintf(what, sizeof what, "%s output %d", c->name, i);
+        output_agrees(what, out[0][i], out[1][i], c->sizes[i]);
         free(out[0][i]);
         free(out[1][i]);
     }
@@ -331,14 +341,10 @@ static void direct_case(int B, int H, int nq, int nk, int d, int stride, int cau
     for (int i = 0; i < 5; i++) {
         if (i == 4 && !learn_scale)
             break;
-        double scale = 0, diff = 0;
-        for (size_t j = 0; j < sizes[i]; j++) {
-            scale = fmax(scale, fabs(out[0][i][j]));
-            diff = fmax(diff, fabs(out[0][i][j] - out[1][i][j]));
-        }
-        ck_assert_msg(scale > 1e-2, "output %d is trivially small (%g)", i, scale);
-        ck_assert_msg(diff <= TOL * scale, "B %d H %d nq %d nk %d d %d, output %d: direct and "
-                      "BLAS differ by %g of scale %g", B, H, nq, nk, d, i, diff / scale, scale);
+        char what[96];
+        snprintf(what, sizeof what, "direct attention B %d H %d nq %d nk %d d %d, output %d", B,
+                 H, nq, nk, d, i);
+        output_agrees(what, out[0][i], out[1][i], sizes[i]);
     }
     for (int p = 0; p < 2; p++)
         for (int i = 0; i < 5; i++)
