@@ -1,9 +1,13 @@
 /* The library's thread pool, thread count and GEMM split (see threads.h). */
 #include "threads.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "blas.h"
@@ -15,9 +19,6 @@ void openblas_set_num_threads(int num_threads);
 #endif
 
 #define MAX_THREADS 256
-/* Polls of the job counter before a waiting thread sleeps: a few
- * microseconds, enough to catch the next loop of a training step. */
-#define SPIN 20000
 
 /* 0 until set or first used.  Written by vit_set_threads, which core.h asks
  * to be called before training, not while kernels run. */
@@ -58,6 +59,92 @@ int vit_set_threads(int n)
     return VIT_OK;
 }
 
+/* ---- Waiting ------------------------------------------------------------ */
+
+/* How long a waiting thread polls before it sleeps.  Waking a sleeping
+ * thread costs the waker a futex call and the sleeper tens of microseconds
+ * before it runs (more on a virtual machine, whose idle CPU has halted):
+ * with a 5 us spin the workers slept 8 times a digits step, which then ran
+ * at 0.84-0.89x of its speed with a 200 us spin.  But a thread that polls
+ * while another program waits for its CPU takes that program's share, and
+ * the scheduler takes it back in the middle of real work: with one busy
+ * loop beside a digits run, the long spin ran at 0.67x of the short one.
+ * So a thread spins long only while it has not been kept waiting for a
+ * CPU: its run delay (the time it was runnable but not running, which
+ * Linux counts in /proc/thread-self/schedstat) over the last CHECK_NS of
+ * wall time under 1/20 of it.  On an idle machine the delay was 0.5%
+ * (kernel threads). */
+#define SPIN_LONG_NS 200000L
+#define SPIN_SHORT_NS 5000L
+#define CHECK_NS 10000000L
+
+static long now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long)ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+/* This thread's run delay in ns so far, or -1 when the system does not
+ * say (no /proc, no scheduler statistics, or no descriptor to spare).
+ * errno is left as it was: the caller's error path may still read it. */
+static long run_delay_ns(void)
+{
+    char buf[96];
+    int saved = errno;
+    int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    ssize_t got = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+    if (fd >= 0)
+        close(fd);
+    errno = saved;
+    if (got <= 0)
+        return -1;
+    buf[got] = 0;
+    unsigned long long run, delay;
+    if (sscanf(buf, "%llu %llu", &run, &delay) != 2 || run == 0)
+        return -1; /* "0 0 ..." where the kernel keeps no statistics */
+    return (long)delay;
+}
+
+/* This thread's spin time for a wait starting at t. */
+static long spin_budget(long t)
+{
+    static _Thread_local long checked_at, delay_at_check = -1;
+    static _Thread_local int crowded = 1; /* until a check says otherwise */
+    if (t - checked_at >= CHECK_NS) {
+        long d = run_delay_ns();
+        if (d < 0 || delay_at_check < 0)
+            crowded = 1;
+        else
+            crowded = (d - delay_at_check) * 20 > t - checked_at;
+        checked_at = t;
+        delay_at_check = d;
+    }
+    return crowded ? SPIN_SHORT_NS : SPIN_LONG_NS;
+}
+
+/* Polls *p until it differs from seen or the spin time is up; returns the
+ * last value read.  The clock is read every 256 polls (~0.1 us apart). */
+static unsigned long spin_while_equal(atomic_ulong *p, unsigned long seen)
+{
+    long t0 = now_ns(), budget = spin_budget(t0);
+    for (unsigned n = 1;; n++) {
+        unsigned long v = atomic_load_explicit(p, memory_order_acquire);
+        if (v != seen || ((n & 255) == 0 && now_ns() - t0 > budget))
+            return v;
+    }
+}
+
+/* Polls *p until it is <= 0 or the spin time is up. */
+static void spin_while_positive(atomic_int *p)
+{
+    long t0 = now_ns(), budget = spin_budget(t0);
+    for (unsigned n = 1;; n++)
+        if (atomic_load_explicit(p, memory_order_acquire) <= 0
+            || ((n & 255) == 0 && now_ns() - t0 > budget))
+            return;
+}
+
 /* ---- Pool --------------------------------------------------------------- */
 
 /* One job at a time: the caller publishes it by bumping `job`; worker t
@@ -95,11 +182,7 @@ static void *worker(void *arg)
     int id = (int)(size_t)arg;
     unsigned long seen = start_job[id];
     for (;;) {
-        unsigned long j;
-        int spins = 0;
-        while ((j = atomic_load_explicit(&pool.job, memory_order_acquire)) == seen
-               && ++spins < SPIN)
-            ;
+        unsigned long j = spin_while_equal(&pool.job, seen);
         if (j == seen) {
             pthread_mutex_lock(&pool.lock);
             while ((j = atomic_load(&pool.job)) == seen)
@@ -166,9 +249,7 @@ void vit_parallel(int nt, size_t n, vit_range_fn body, void *ctx)
     run_piece(0);
     for (int t = spread; t < nt; t++)
         run_piece(t);
-    int spins = 0;
-    while (atomic_load_explicit(&pool.pending, memory_order_acquire) > 0 && ++spins < SPIN)
-        ;
+    spin_while_positive(&pool.pending);
     if (atomic_load(&pool.pending) > 0) {
         pthread_mutex_lock(&pool.lock);
         while (atomic_load(&pool.pending) > 0)

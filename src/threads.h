@@ -14,11 +14,13 @@
  * one fork/join instead of hundreds.  Op-level splitting still serves
  * everything else (evaluation, the kernels called directly, batch 1).
  *
- * Workers wait for work by spinning briefly and then sleeping on a condition
- * variable.  Long spinning (OpenMP's default) is faster on an idle machine
- * but, on a shared one, a spinning worker uses up its share of the CPU and
- * then wakes late for every one of the hundreds of parallel loops in a
- * training step. */
+ * Workers wait for work by polling and then sleeping on a condition
+ * variable.  The poll is long (200 us) while the thread has had its CPU to
+ * itself, which keeps a training step's few fork/joins from paying a
+ * wake-up each, and short (5 us) while the scheduler has kept it waiting
+ * for a CPU: on a shared machine a polling thread uses up its share of the
+ * CPU and is then preempted in the middle of real work (threads.c,
+ * "Waiting", has the measurements). */
 #ifndef VIT_SRC_THREADS_H
 #define VIT_SRC_THREADS_H
 
