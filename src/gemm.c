@@ -25,6 +25,7 @@
 
 #include "blas.h"
 #include "error.h"
+#include "transpose.h"
 
 #if defined(VIT_HAVE_XSMM) && !defined(VIT_DOUBLE)
 #define USE_XSMM 1
@@ -273,10 +274,8 @@ static void pack_b(float *P, enum CBLAS_TRANSPOSE tb, int K, int N, float alpha,
         for (int k = 0; k < K; k++)
             for (int n = 0; n < N; n++)
                 P[(size_t)k * N + n] = alpha * B[(size_t)k * ldb + n];
-    } else { /* B is [N, K]: walk it by rows, write P by columns */
-        for (int n = 0; n < N; n++)
-            for (int k = 0; k < K; k++)
-                P[(size_t)k * N + n] = alpha * B[(size_t)n * ldb + k];
+    } else { /* B is [N, K] */
+        vit_transpose_scaled(N, K, alpha, B, ldb, P, N);
     }
 }
 #endif

@@ -1,0 +1,130 @@
+/*
+ * Scaled transposed copies (see transpose.h).
+ *
+ * Square tiles of 16 x 16: the 16 rows read and the 16 written are each
+ * one cache line, where a copy walking B by rows and P by columns touches
+ * a new line of P for every element.  On a CPU with AVX-512 a tile is 16
+ * vector loads, a transpose inside the registers and 16 vector stores
+ * (masked at the edges); elsewhere the same tiles element by element.
+ */
+#include "transpose.h"
+
+#include <stdatomic.h>
+
+#include "fastmath.h"
+
+enum { TILE = 16 };
+
+/* Static: target clones of an external function would export their
+ * resolver. */
+FM_CLONES
+static void plain_tiles(int rows, int cols, float alpha, const float *restrict B, int ldb,
+                        float *restrict P, int ldp)
+{
+    for (int r0 = 0; r0 < rows; r0 += TILE) {
+        int r1 = r0 + TILE < rows ? r0 + TILE : rows;
+        for (int c0 = 0; c0 < cols; c0 += TILE) {
+            int c1 = c0 + TILE < cols ? c0 + TILE : cols;
+            for (int c = c0; c < c1; c++)
+                for (int r = r0; r < r1; r++)
+                    P[(size_t)c * ldp + r] = alpha * B[(size_t)r * ldb + c];
+        }
+    }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_AVX512_TILES 1
+
+/* A 16 x 16 transpose as four rounds of block swaps: round s exchanges the
+ * off-diagonal b x b blocks (b = 2^s) of every 2b x 2b block, pairing row i
+ * with row i + b.  The new row i takes the first b of every 2b columns of
+ * rows i and i + b, the new row i + b their second b (two-source permutes,
+ * indices 16.. naming the second row).  After all four rounds x[j] holds
+ * column j of the tile.  swap_index[s][0] and [1] are those two permutes'
+ * indices for round s. */
+static const int swap_index[4][2][TILE] __attribute__((aligned(64))) = {
+    {{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30},
+     {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}},
+    {{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
+     {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}},
+    {{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
+     {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}},
+    {{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+     {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}},
+};
+
+__attribute__((target("avx512f")))
+static void transpose_avx512(int rows, int cols, float alpha, const float *B, int ldb,
+                             float *P, int ldp)
+{
+    __m512i lo[4], hi[4];
+    for (int s = 0; s < 4; s++) {
+        lo[s] = _mm512_loadu_si512(swap_index[s][0]);
+        hi[s] = _mm512_loadu_si512(swap_index[s][1]);
+    }
+    const __m512 va = _mm512_set1_ps(alpha);
+    for (int r0 = 0; r0 < rows; r0 += TILE) {
+        int nr = rows - r0 < TILE ? rows - r0 : TILE;
+        __mmask16 row_mask = (__mmask16)(nr == TILE ? 0xffffu : (1u << nr) - 1);
+        for (int c0 = 0; c0 < cols; c0 += TILE) {
+            int nc = cols - c0 < TILE ? cols - c0 : TILE;
+            __mmask16 col_mask = (__mmask16)(nc == TILE ? 0xffffu : (1u << nc) - 1);
+            __m512 x[TILE];
+#pragma GCC unroll 16
+            for (int i = 0; i < TILE; i++)
+                x[i] = i < nr ? _mm512_maskz_loadu_ps(col_mask, B + (size_t)(r0 + i) * ldb + c0)
+                              : _mm512_setzero_ps();
+#pragma GCC unroll 4
+            for (int s = 0; s < 4; s++) {
+                int b = 1 << s;
+#pragma GCC unroll 16
+                for (int i = 0; i < TILE; i++) {
+                    if (i & b)
+                        continue;
+                    __m512 a = x[i], c = x[i + b];
+                    x[i] = _mm512_permutex2var_ps(a, lo[s], c);
+                    x[i + b] = _mm512_permutex2var_ps(a, hi[s], c);
+                }
+            }
+#pragma GCC unroll 16
+            for (int j = 0; j < TILE; j++)
+                if (j < nc)
+                    _mm512_mask_storeu_ps(P + (size_t)(c0 + j) * ldp + r0, row_mask,
+                                          _mm512_mul_ps(va, x[j]));
+        }
+    }
+}
+
+/* 1 when this CPU runs the AVX-512 tiles; decided on first use (threads
+ * that race decide the same). */
+static int use_avx512(void)
+{
+    static atomic_int chosen; /* 0 not yet, 1 no, 2 yes */
+    int c = atomic_load_explicit(&chosen, memory_order_acquire);
+    if (!c) {
+        __builtin_cpu_init();
+        c = __builtin_cpu_supports("avx512f") ? 2 : 1;
+        atomic_store_explicit(&chosen, c, memory_order_release);
+    }
+    return c == 2;
+}
+#endif
+
+void vit_transpose_scaled(int rows, int cols, float alpha, const float *B, int ldb, float *P,
+                          int ldp)
+{
+#ifdef HAVE_AVX512_TILES
+    if (use_avx512()) {
+        transpose_avx512(rows, cols, alpha, B, ldb, P, ldp);
+        return;
+    }
+#endif
+    plain_tiles(rows, cols, alpha, B, ldb, P, ldp);
+}
+
+void vit_transpose_scaled_plain(int rows, int cols, float alpha, const float *B, int ldb,
+                                float *P, int ldp)
+{
+    plain_tiles(rows, cols, alpha, B, ldb, P, ldp);
+}

@@ -1,0 +1,28 @@
+/*
+ * Scaled transposed copies, for the GEMM layer's packed operands.
+ *
+ * Private to the library.  libxsmm 1.17 takes neither a transposed first
+ * operand nor alpha != 1, so gemm.c hands it a copy of alpha B^T instead:
+ * on the large model that copy is made 2,300 times a step for the 65x64
+ * keys of the attention scores and 12 times for each 192x768 weight.  Done
+ * element by element, walking B by rows and writing the copy by columns,
+ * it was 5% of that step.
+ */
+#ifndef VIT_TRANSPOSE_H
+#define VIT_TRANSPOSE_H
+
+/* P[c, r] = alpha * B[r, c] for 0 <= r < rows, 0 <= c < cols: P is
+ * [cols, rows] with rows ldp apart (ldp >= rows), B is [rows, cols] with
+ * rows ldb apart (ldb >= cols); P is overwritten, B and P must not
+ * overlap.  Each element is one multiplication by alpha, so the result is
+ * the same on every path.  Float32 only (the GEMM layer packs nothing in
+ * the float64 build). */
+void vit_transpose_scaled(int rows, int cols, float alpha, const float *B, int ldb, float *P,
+                          int ldp);
+
+/* The same without the vector tiles, as a CPU without AVX-512 runs it
+ * (tests/test_transpose.c checks both against a plain loop). */
+void vit_transpose_scaled_plain(int rows, int cols, float alpha, const float *B, int ldb,
+                                float *P, int ldp);
+
+#endif

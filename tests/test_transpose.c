@@ -1,0 +1,98 @@
+/* The GEMM layer's scaled transposed copies (src/transpose.c), both paths
+ * (vector tiles where the CPU has AVX-512, plain tiles elsewhere), against
+ * a plain loop: bitwise, over every shape up to 40 x 40 (full tiles, edge
+ * tiles of every width, one row, one column), padded strides and alphas,
+ * and nothing written outside the copy. */
+#include <check.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "transpose.h"
+
+typedef void (*transpose_fn)(int, int, float, const float *, int, float *, int);
+
+/* A value with a distinct bit pattern per position, never 0. */
+static float value_at(int r, int c)
+{
+    return (float)(r * 1000 + c + 1) * 0.37f;
+}
+
+#define CANARY (-12345.5f)
+
+/* Runs fn on a rows x cols matrix with strides ldb = cols + pad_b and
+ * ldp = rows + pad_p; returns the number of wrong elements (inside the
+ * copy, or a changed canary outside it). */
+static int wrong(transpose_fn fn, int rows, int cols, int pad_b, int pad_p, float alpha)
+{
+    int ldb = cols + pad_b, ldp = rows + pad_p;
+    size_t nb = (size_t)rows * ldb, np = (size_t)cols * ldp + 64;
+    float *B = malloc(nb * sizeof *B), *P = malloc(np * sizeof *P);
+    ck_assert_ptr_nonnull(B);
+    ck_assert_ptr_nonnull(P);
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < ldb; c++)
+            B[(size_t)r * ldb + c] = c < cols ? value_at(r, c) : 1e30f; /* padding: unread */
+    for (size_t i = 0; i < np; i++)
+        P[i] = CANARY;
+    fn(rows, cols, alpha, B, ldb, P, ldp);
+    int bad = 0;
+    for (int c = 0; c < cols; c++)
+        for (int r = 0; r < ldp; r++) {
+            float got = P[(size_t)c * ldp + r];
+            float want = r < rows ? alpha * value_at(r, c) : CANARY;
+            if (memcmp(&got, &want, sizeof got) != 0)
+                bad++;
+        }
+    for (size_t i = (size_t)cols * ldp; i < np; i++)
+        bad += P[i] != CANARY;
+    free(B);
+    free(P);
+    return bad;
+}
+
+static void all_shapes(transpose_fn fn, const char *name)
+{
+    const float alphas[] = {1.0f, 0.125f, -0.3f};
+    for (int rows = 1; rows <= 40; rows++)
+        for (int cols = 1; cols <= 40; cols++) {
+            int pad = (rows + cols) % 3 * 5;
+            float a = alphas[(rows * 7 + cols) % 3];
+            int bad = wrong(fn, rows, cols, pad, (pad + 2) % 7, a);
+            ck_assert_msg(bad == 0, "%s: %d x %d (pads %d, %d, alpha %g): %d elements wrong",
+                          name, rows, cols, pad, (pad + 2) % 7, (double)a, bad);
+        }
+    /* The shapes the models pack: keys of the attention scores, weights. */
+    const int shapes[][2] = {{17, 16}, {50, 32}, {65, 64}, {768, 192}, {192, 768}, {576, 192}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        int bad = wrong(fn, shapes[i][0], shapes[i][1], 3, 1, 0.125f);
+        ck_assert_msg(bad == 0, "%s: %d x %d: %d elements wrong", name, shapes[i][0],
+                      shapes[i][1], bad);
+    }
+}
+
+START_TEST(dispatched)
+{
+    all_shapes(vit_transpose_scaled, "vit_transpose_scaled");
+}
+END_TEST
+
+START_TEST(plain)
+{
+    all_shapes(vit_transpose_scaled_plain, "vit_transpose_scaled_plain");
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("transpose");
+    TCase *t = tcase_create("copies");
+    tcase_add_test(t, dispatched);
+    tcase_add_test(t, plain);
+    suite_add_tcase(s, t);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
