@@ -370,6 +370,70 @@ START_TEST(test_adamw_matches_reference)
 }
 END_TEST
 
+/* Many groups out of buffer order, two of them empty, over enough
+ * parameters that the step is split across threads: the pieces cross group
+ * boundaries, and every parameter must still get its own group's decay and
+ * the reference's value, on 1 and on 3 threads alike (bitwise). */
+START_TEST(test_adamw_split_across_groups)
+{
+    enum { NG = 40, STEPS = 3 };
+    const double b1 = 0.9, b2 = 0.99, eps = 1e-8, wd = 0.1, lr = 0.003;
+    vit_param_group groups[NG];
+    size_t at = 0;
+    for (int k = 0; k < NG; k++) { /* sizes 0 .. 4,000 */
+        size_t count = k == 7 || k == NG - 1 ? 0 : (size_t)(k * 997 % 4001);
+        groups[k] = (vit_param_group){at, count, k % 3 != 0};
+        at += count;
+    }
+    const size_t n = at;
+    for (int k = 0; k < NG; k++) { /* a fixed shuffle of the listing order */
+        int j = (k * 17 + 5) % NG;
+        vit_param_group tmp = groups[k];
+        groups[k] = groups[j];
+        groups[j] = tmp;
+    }
+    int *decay = malloc(n * sizeof *decay);
+    double *rp = malloc(n * sizeof *rp), *rm = calloc(n, sizeof *rm), *rv = calloc(n, sizeof *rv);
+    double *rg = malloc(n * sizeof *rg);
+    vit_real *p[2], *g = malloc(n * sizeof *g);
+    ck_assert(decay && rp && rm && rv && rg && g);
+    for (int k = 0; k < NG; k++)
+        for (size_t i = 0; i < groups[k].count; i++)
+            decay[groups[k].offset + i] = groups[k].decay;
+    vit_rng r;
+    vit_rng_seed(&r, 5);
+    vit_adamw opt[2];
+    for (int c = 0; c < 2; c++) {
+        p[c] = malloc(n * sizeof *p[c]);
+        ck_assert_ptr_nonnull(p[c]);
+        ck_assert_int_eq(vit_adamw_init(&opt[c], n, b1, b2, eps, wd), VIT_OK);
+    }
+    for (size_t i = 0; i < n; i++)
+        rp[i] = p[0][i] = p[1][i] = (vit_real)(2 * vit_rng_uniform(&r) - 1);
+    for (int t = 1; t <= STEPS; t++) {
+        for (size_t i = 0; i < n; i++)
+            rg[i] = g[i] = (vit_real)vit_rng_normal(&r);
+        ref_adamw(rp, rm, rv, rg, decay, (int)n, t, lr, b1, b2, eps, wd);
+        for (int c = 0; c < 2; c++) {
+            ck_assert_int_eq(vit_set_threads(c ? 3 : 1), VIT_OK);
+            ck_assert_int_eq(vit_adamw_step(&opt[c], p[c], g, groups, NG, lr), VIT_OK);
+        }
+        ck_assert_msg(memcmp(p[0], p[1], n * sizeof *p[0]) == 0,
+                      "step %d: 1 and 3 threads differ", t);
+        for (size_t i = 0; i < n; i++)
+            ck_assert_msg(fabs(p[1][i] - rp[i]) <= 1e-13 * fmax(1.0, fabs(rp[i])),
+                          "step %d p[%zu] = %.17g, reference %.17g", t, i, (double)p[1][i],
+                          rp[i]);
+    }
+    vit_set_threads(1);
+    for (int c = 0; c < 2; c++) {
+        vit_adamw_free(&opt[c]);
+        free(p[c]);
+    }
+    free(decay), free(rp), free(rm), free(rv), free(rg), free(g);
+}
+END_TEST
+
 START_TEST(test_adamw_excluded_group_no_decay)
 {
     /* With a zero gradient Adam's step is exactly 0 (m = 0), so only
@@ -570,6 +634,7 @@ static Suite *optim_suite(void)
     tcase_set_timeout(adam, 60);
     tcase_add_test(adam, test_adamw_hand_value);
     tcase_add_test(adam, test_adamw_matches_reference);
+    tcase_add_test(adam, test_adamw_split_across_groups);
     tcase_add_test(adam, test_adamw_excluded_group_no_decay);
     tcase_add_test(adam, test_adamw_bad_groups);
     tcase_add_test(adam, test_adamw_nonfinite_grad);
