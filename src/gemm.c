@@ -275,7 +275,7 @@ static void pack_b(float *P, enum CBLAS_TRANSPOSE tb, int K, int N, float alpha,
             for (int n = 0; n < N; n++)
                 P[(size_t)k * N + n] = alpha * B[(size_t)k * ldb + n];
     } else { /* B is [N, K] */
-        vit_transpose_scaled(N, K, alpha, B, ldb, P, N);
+        vit_transpose_scaled(N, N, K, alpha, B, ldb, P, N);
     }
 }
 #endif

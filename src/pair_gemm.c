@@ -39,15 +39,11 @@
 #define V512_MUL(a, b) _mm512_mul_ps((a), (b))
 #define V512_FMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
 #define V512_ATTR __attribute__((target("avx512f,fma")))
-/* bt[t][j] = B[j, t] for j < N, 0 for N <= j < KB * 16: zeros where the
- * 16x16 tiles of the transposed copy leave keys out, then the tiles. */
+/* bt[t][j] = B[j, t] for j < N, 0 for N <= j < KB * 16: 16x16 tiles of the
+ * transposed copy, zero-padded to whole vectors of keys. */
 #define V512_TRANSPOSE(bt, B, ldb, N, D, KB)                                                  \
-    do {                                                                                       \
-        for (int u = (N) / V512_W; u < (KB); u++)                                              \
-            for (int t = 0; t < (D); t++)                                                      \
-                V512_STORE(&(bt)[t][u * V512_W], _mm512_setzero_ps());                         \
-        vit_transpose_scaled((N), (D), 1.0f, (B), (ldb), &(bt)[0][0], VIT_PAIR_MAX_KEYS);     \
-    } while (0)
+    vit_transpose_scaled((N), (KB) * V512_W, (D), 1.0f, (B), (ldb), &(bt)[0][0],              \
+                         VIT_PAIR_MAX_KEYS)
 
 #define V256_T __m256
 #define V256_W 8

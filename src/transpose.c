@@ -18,8 +18,8 @@ enum { TILE = 16 };
 /* Static: target clones of an external function would export their
  * resolver. */
 FM_CLONES
-static void plain_tiles(int rows, int cols, float alpha, const float *restrict B, int ldb,
-                        float *restrict P, int ldp)
+static void plain_tiles(int rows, int pad_to, int cols, float alpha, const float *restrict B,
+                        int ldb, float *restrict P, int ldp)
 {
     for (int r0 = 0; r0 < rows; r0 += TILE) {
         int r1 = r0 + TILE < rows ? r0 + TILE : rows;
@@ -30,6 +30,9 @@ static void plain_tiles(int rows, int cols, float alpha, const float *restrict B
                     P[(size_t)c * ldp + r] = alpha * B[(size_t)r * ldb + c];
         }
     }
+    for (int c = 0; c < cols; c++)
+        for (int r = rows; r < pad_to; r++)
+            P[(size_t)c * ldp + r] = 0;
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -55,8 +58,8 @@ static const int swap_index[4][2][TILE] __attribute__((aligned(64))) = {
 };
 
 __attribute__((target("avx512f")))
-static void transpose_avx512(int rows, int cols, float alpha, const float *B, int ldb,
-                             float *P, int ldp)
+static void transpose_avx512(int rows, int pad_to, int cols, float alpha, const float *B,
+                             int ldb, float *P, int ldp)
 {
     __m512i lo[4], hi[4];
     for (int s = 0; s < 4; s++) {
@@ -64,11 +67,20 @@ static void transpose_avx512(int rows, int cols, float alpha, const float *B, in
         hi[s] = _mm512_loadu_si512(swap_index[s][1]);
     }
     const __m512 va = _mm512_set1_ps(alpha);
-    for (int r0 = 0; r0 < rows; r0 += TILE) {
-        int nr = rows - r0 < TILE ? rows - r0 : TILE;
+    for (int r0 = 0; r0 < pad_to; r0 += TILE) {
+        /* nr rows of B, then zeros up to np rows of P */
+        int nr = rows - r0 < TILE ? (rows > r0 ? rows - r0 : 0) : TILE;
+        int np = pad_to - r0 < TILE ? pad_to - r0 : TILE;
         __mmask16 row_mask = (__mmask16)(nr == TILE ? 0xffffu : (1u << nr) - 1);
+        __mmask16 pad_mask = (__mmask16)(np == TILE ? 0xffffu : (1u << np) - 1);
         for (int c0 = 0; c0 < cols; c0 += TILE) {
             int nc = cols - c0 < TILE ? cols - c0 : TILE;
+            if (nr == 0) { /* padding alone */
+                for (int j = 0; j < nc; j++)
+                    _mm512_mask_storeu_ps(P + (size_t)(c0 + j) * ldp + r0, pad_mask,
+                                          _mm512_setzero_ps());
+                continue;
+            }
             __mmask16 col_mask = (__mmask16)(nc == TILE ? 0xffffu : (1u << nc) - 1);
             __m512 x[TILE];
 #pragma GCC unroll 16
@@ -90,8 +102,8 @@ static void transpose_avx512(int rows, int cols, float alpha, const float *B, in
 #pragma GCC unroll 16
             for (int j = 0; j < TILE; j++)
                 if (j < nc)
-                    _mm512_mask_storeu_ps(P + (size_t)(c0 + j) * ldp + r0, row_mask,
-                                          _mm512_mul_ps(va, x[j]));
+                    _mm512_mask_storeu_ps(P + (size_t)(c0 + j) * ldp + r0, pad_mask,
+                                          _mm512_maskz_mul_ps(row_mask, va, x[j]));
         }
     }
 }
@@ -111,20 +123,22 @@ static int use_avx512(void)
 }
 #endif
 
-void vit_transpose_scaled(int rows, int cols, float alpha, const float *B, int ldb, float *P,
-                          int ldp)
+void vit_transpose_scaled(int rows, int pad_to, int cols, float alpha, const float *B,
+                          int ldb, float *P, int ldp)
 {
+    if (pad_to < rows)
+        pad_to = rows;
 #ifdef HAVE_AVX512_TILES
     if (use_avx512()) {
-        transpose_avx512(rows, cols, alpha, B, ldb, P, ldp);
+        transpose_avx512(rows, pad_to, cols, alpha, B, ldb, P, ldp);
         return;
     }
 #endif
-    plain_tiles(rows, cols, alpha, B, ldb, P, ldp);
+    plain_tiles(rows, pad_to, cols, alpha, B, ldb, P, ldp);
 }
 
-void vit_transpose_scaled_plain(int rows, int cols, float alpha, const float *B, int ldb,
-                                float *P, int ldp)
+void vit_transpose_scaled_plain(int rows, int pad_to, int cols, float alpha, const float *B,
+                                int ldb, float *P, int ldp)
 {
-    plain_tiles(rows, cols, alpha, B, ldb, P, ldp);
+    plain_tiles(rows, pad_to < rows ? rows : pad_to, cols, alpha, B, ldb, P, ldp);
 }

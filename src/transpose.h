@@ -11,18 +11,21 @@
 #ifndef VIT_TRANSPOSE_H
 #define VIT_TRANSPOSE_H
 
-/* P[c, r] = alpha * B[r, c] for 0 <= r < rows, 0 <= c < cols: P is
- * [cols, rows] with rows ldp apart (ldp >= rows), B is [rows, cols] with
- * rows ldb apart (ldb >= cols); P is overwritten, B and P must not
- * overlap.  Each element is one multiplication by alpha, so the result is
- * the same on every path.  Float32 only (the GEMM layer packs nothing in
- * the float64 build). */
-void vit_transpose_scaled(int rows, int cols, float alpha, const float *B, int ldb, float *P,
-                          int ldp);
+/* P[c, r] = alpha * B[r, c] for 0 <= r < rows, and 0 for rows <= r <
+ * pad_to (a pad_to below rows counts as rows), for 0 <= c < cols: P is
+ * [cols, pad_to] with rows ldp apart (ldp >= pad_to), B is [rows, cols]
+ * with rows ldb apart (ldb >= cols); P is overwritten there and not
+ * touched elsewhere, B and P must not overlap.  Each element is one
+ * multiplication by alpha, so the result is the same on every path.  The
+ * zero padding is for the attention scores' kernel, which reads whole
+ * vectors of keys.  Float32 only (the GEMM layer packs nothing in the
+ * float64 build). */
+void vit_transpose_scaled(int rows, int pad_to, int cols, float alpha, const float *B,
+                          int ldb, float *P, int ldp);
 
 /* The same without the vector tiles, as a CPU without AVX-512 runs it
  * (tests/test_transpose.c checks both against a plain loop). */
-void vit_transpose_scaled_plain(int rows, int cols, float alpha, const float *B, int ldb,
-                                float *P, int ldp);
+void vit_transpose_scaled_plain(int rows, int pad_to, int cols, float alpha, const float *B,
+                                int ldb, float *P, int ldp);
 
 #endif

@@ -1,8 +1,8 @@
 /* The GEMM layer's scaled transposed copies (src/transpose.c), both paths
  * (vector tiles where the CPU has AVX-512, plain tiles elsewhere), against
  * a plain loop: bitwise, over every shape up to 40 x 40 (full tiles, edge
- * tiles of every width, one row, one column), padded strides and alphas,
- * and nothing written outside the copy. */
+ * tiles of every width, one row, one column), padded strides, zero padding
+ * of the copy's rows and alphas, and nothing written outside the copy. */
 #include <check.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -10,7 +10,7 @@
 
 #include "transpose.h"
 
-typedef void (*transpose_fn)(int, int, float, const float *, int, float *, int);
+typedef void (*transpose_fn)(int, int, int, float, const float *, int, float *, int);
 
 /* A value with a distinct bit pattern per position, never 0. */
 static float value_at(int r, int c)
@@ -20,12 +20,15 @@ static float value_at(int r, int c)
 
 #define CANARY (-12345.5f)
 
-/* Runs fn on a rows x cols matrix with strides ldb = cols + pad_b and
- * ldp = rows + pad_p; returns the number of wrong elements (inside the
- * copy, or a changed canary outside it). */
-static int wrong(transpose_fn fn, int rows, int cols, int pad_b, int pad_p, float alpha)
+/* Runs fn on a rows x cols matrix, zero-padded to pad_to rows of the copy,
+ * with strides ldb = cols + pad_b and ldp = max(rows, pad_to) + pad_p;
+ * returns the number of wrong elements (inside the copy, in its padding,
+ * or a changed canary outside both). */
+static int wrong(transpose_fn fn, int rows, int pad_to, int cols, int pad_b, int pad_p,
+                 float alpha)
 {
-    int ldb = cols + pad_b, ldp = rows + pad_p;
+    int filled = pad_to > rows ? pad_to : rows;
+    int ldb = cols + pad_b, ldp = filled + pad_p;
     size_t nb = (size_t)rows * ldb, np = (size_t)cols * ldp + 64;
     float *B = malloc(nb * sizeof *B), *P = malloc(np * sizeof *P);
     ck_assert_ptr_nonnull(B);
@@ -35,12 +38,12 @@ static int wrong(transpose_fn fn, int rows, int cols, int pad_b, int pad_p, floa
             B[(size_t)r * ldb + c] = c < cols ? value_at(r, c) : 1e30f; /* padding: unread */
     for (size_t i = 0; i < np; i++)
         P[i] = CANARY;
-    fn(rows, cols, alpha, B, ldb, P, ldp);
+    fn(rows, pad_to, cols, alpha, B, ldb, P, ldp);
     int bad = 0;
     for (int c = 0; c < cols; c++)
         for (int r = 0; r < ldp; r++) {
             float got = P[(size_t)c * ldp + r];
-            float want = r < rows ? alpha * value_at(r, c) : CANARY;
+            float want = r < rows ? alpha * value_at(r, c) : r < filled ? 0.0f : CANARY;
             if (memcmp(&got, &want, sizeof got) != 0)
                 bad++;
         }
@@ -58,16 +61,22 @@ static void all_shapes(transpose_fn fn, const char *name)
         for (int cols = 1; cols <= 40; cols++) {
             int pad = (rows + cols) % 3 * 5;
             float a = alphas[(rows * 7 + cols) % 3];
-            int bad = wrong(fn, rows, cols, pad, (pad + 2) % 7, a);
-            ck_assert_msg(bad == 0, "%s: %d x %d (pads %d, %d, alpha %g): %d elements wrong",
-                          name, rows, cols, pad, (pad + 2) % 7, (double)a, bad);
+            /* no padding, to the next 16, to 48 (a tile of padding alone), or less than rows */
+            int pad_to = (rows + cols) % 4 == 0 ? 0 : (rows + cols) % 4 == 1 ? (rows + 15) / 16 * 16
+                         : (rows + cols) % 4 == 2 ? 48 : rows;
+            int bad = wrong(fn, rows, pad_to, cols, pad, (pad + 2) % 7, a);
+            ck_assert_msg(bad == 0,
+                          "%s: %d x %d padded to %d (strides +%d, +%d, alpha %g): %d elements wrong",
+                          name, rows, cols, pad_to, pad, (pad + 2) % 7, (double)a, bad);
         }
-    /* The shapes the models pack: keys of the attention scores, weights. */
-    const int shapes[][2] = {{17, 16}, {50, 32}, {65, 64}, {768, 192}, {192, 768}, {576, 192}};
+    /* The shapes the models pack {rows, pad_to, cols}: keys of the attention
+     * scores (padded to whole vectors for the direct kernels), weights. */
+    const int shapes[][3] = {{17, 32, 16}, {5, 32, 32}, {50, 50, 32}, {65, 65, 64},
+                             {768, 768, 192}, {192, 192, 768}, {576, 576, 192}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        int bad = wrong(fn, shapes[i][0], shapes[i][1], 3, 1, 0.125f);
-        ck_assert_msg(bad == 0, "%s: %d x %d: %d elements wrong", name, shapes[i][0],
-                      shapes[i][1], bad);
+        int bad = wrong(fn, shapes[i][0], shapes[i][1], shapes[i][2], 3, 1, 0.125f);
+        ck_assert_msg(bad == 0, "%s: %d x %d padded to %d: %d elements wrong", name,
+                      shapes[i][0], shapes[i][2], shapes[i][1], bad);
     }
 }
 
