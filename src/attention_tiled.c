@@ -37,6 +37,7 @@
 #include "blas.h"
 #include "attention_internal.h"
 #include "error.h"
+#include "fastmath.h"
 #include "threads.h"
 
 #ifdef VIT_DOUBLE
@@ -46,6 +47,33 @@
 #define vit_exp expf
 #define vit_log logf
 #endif
+
+/* s[n] -> exp(s[n] - shift) in place, where every s[j] - shift is <= 0 or
+ * -inf (a forbidden key: weight 0).  In float32 the exp is fastmath.h's,
+ * which vectorises: libm's expf, one call per score, was 39% of a tiled
+ * forward + backward (perf, AMD EPYC). */
+FM_CLONES
+static void exp_shifted(vit_real *s, int n, vit_real shift)
+{
+    for (int j = 0; j < n; j++)
+#ifdef VIT_DOUBLE
+        s[j] = exp(s[j] - shift);
+#else
+        s[j] = fm_exp_nonpos(s[j] - shift);
+#endif
+}
+
+/* The sum of s[n] in double (vectorised: the order of the additions is
+ * the vector width's, fixed for a build and a machine). */
+FM_CLONES
+static double row_sum(const vit_real *s, int n)
+{
+    double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < n; j++)
+        sum += s[j];
+    return sum;
+}
 
 /* Default tiles: 128 queries x 256 keys.  Measured at n = 1024 and 2048
  * (4 heads of 64, float32): the backward gets about 10% faster from 64 x 128
@@ -248,12 +276,8 @@ static int forward_tile(job *J, int x, int it, vit_real *slab)
             for (int c = 0; c < nj; c++) tmax = sr[c] > tmax ? sr[c] : tmax;
             vit_real m_new = tmax > mx[r] ? tmax : mx[r];
             vit_real corr = mx[r] == -INFINITY ? 0 : vit_exp(mx[r] - m_new);
-            double sum = 0.0;
-            for (int c = 0; c < nj; c++) { /* exp(-inf) = 0 for forbidden keys */
-                sr[c] = vit_exp(sr[c] - m_new);
-                sum += sr[c];
-            }
-            l[r] = l[r] * corr + (vit_real)sum;
+            exp_shifted(sr, nj, m_new); /* m_new is finite: the row allows a key */
+            l[r] = l[r] * corr + (vit_real)row_sum(sr, nj);
             if (corr != 1) {
                 vit_real *or = o + (size_t)r * g->ldo;
                 for (int c = 0; c < dv; c++) or[c] *= corr;
@@ -384,7 +408,7 @@ static void backward_tile(const job *J, int x, int it, int jt, int what, vit_rea
             memset(pr, 0, (size_t)nj * sizeof *pr);
             continue;
         }
-        for (int c = 0; c < nj; c++) pr[c] = vit_exp(pr[c] - lse[r]);
+        exp_shifted(pr, nj, lse[r]); /* lse >= the row's max score */
     }
     const size_t qo = ((size_t)b * nq + i0) * g->ldq + (size_t)h * dkh;
     const size_t ko = ((size_t)b * nk + j0) * g->ldk + (size_t)h * dkh;

@@ -259,6 +259,42 @@ done:
     return rc;
 }
 
+/* The tiled attention core over several tiles (8 queries x 16 keys) with a
+ * causal mask and padding keys in item 1: its exp (fastmath's in float32)
+ * and its online softmax against the float64 build's. */
+static int case_sdpa_tiled(pc_emit_fn emit, void *ctx)
+{
+    enum { B = 2, H = 2, N = 40, DK = 8, DV = 8 };
+    static unsigned char key_valid[B * N];
+    for (int i = 0; i < B * N; i++)
+        key_valid[i] = i < N || i % N < N - 7;
+    vit_sdpa a = {.batch = B, .heads = H, .n_q = N, .n_k = N, .d_k = DK, .d_v = DV};
+    a.mask.causal = 1;
+    a.mask.key_valid = key_valid;
+    const size_t nq = (size_t)B * N * H * DK, nv = (size_t)B * N * H * DV;
+    pool pl = {0};
+    int rc = VIT_OK;
+    vit_real *q, *k, *v, *out, *lse, *dout, *dq, *dk, *dv;
+    ALLOC(q, nq); ALLOC(k, nq); ALLOC(v, nv); ALLOC(out, nv); ALLOC(lse, B * H * N);
+    ALLOC(dout, nv); ALLOC(dq, nq); ALLOC(dk, nq); ALLOC(dv, nv);
+    pc_fill(q, nq, 801, 2.0);
+    pc_fill(k, nq, 802, 2.0);
+    pc_fill(v, nv, 803, 1.0);
+    pc_fill(dout, nv, 804, 1.0);
+    TRY(vit_sdpa_tiled_set_tiles(8, 16));
+    TRY(vit_sdpa_tiled_forward(&a, out, lse, q, k, v, NULL));
+    TRY(vit_sdpa_tiled_backward(&a, dq, dk, dv, NULL, dout, out, lse, q, k, v, NULL));
+    emit(ctx, "sdpa_tiled.out", out, nv);
+    emit(ctx, "sdpa_tiled.lse", lse, B * H * N);
+    emit(ctx, "sdpa_tiled.dq", dq, nq);
+    emit(ctx, "sdpa_tiled.dk", dk, nq);
+    emit(ctx, "sdpa_tiled.dv", dv, nv);
+done:
+    vit_sdpa_tiled_set_tiles(0, 0);
+    pool_free(&pl);
+    return rc;
+}
+
 /* The whole ViT step through the tape (patch embedding, blocks whose MLP
  * ends in vit_op_linear_add, GELU's gradient computed in place, lent
  * gradients, the mean pool) plus a head over token ids built from the
@@ -339,6 +375,7 @@ static const struct {
     {"cross_entropy", case_cross_entropy},
     {"patch_embed", case_patch_embed},
     {"mha", case_mha},
+    {"sdpa_tiled", case_sdpa_tiled},
     {"model", case_model},
 };
 
