@@ -106,7 +106,7 @@ static void gelu_bwd_set_range(void *p, size_t lo, size_t hi)
 
 typedef struct {
     vit_real *y, *u, *db;
-    const vit_real *b, *dy, *pre; /* pre: the backward's u */
+    const vit_real *b, *dy, *g; /* g: the backward's GELU'(u + b) */
     int n, d;
 } bias_gelu_job;
 
@@ -115,15 +115,19 @@ static vit_real gelu1(vit_real v)
 {
     return (vit_real)0.5 * v * ((vit_real)1 + erf(v * (vit_real)INV_SQRT2));
 }
-#define gelu1_grad gelu_grad
+static vit_real gelu1_and_grad(vit_real v, vit_real *grad)
+{
+    *grad = gelu_grad(v);
+    return gelu1(v);
+}
 #define BG_CLONES
 #else
 #define gelu1 fm_gelu
-#define gelu1_grad fm_gelu_grad
+#define gelu1_and_grad fm_gelu_and_grad
 #define BG_CLONES FM_CLONES
 #endif
 
-/* Rows [lo, hi): u += b; y = GELU(u).  y may be u. */
+/* Rows [lo, hi): v = u + b; y = GELU(v), and u = GELU'(v) unless y is u. */
 BG_CLONES
 static void bias_gelu_fwd_rows(void *p, size_t lo, size_t hi)
 {
@@ -132,15 +136,15 @@ static void bias_gelu_fwd_rows(void *p, size_t lo, size_t hi)
     const vit_real *b = J->b;
     for (size_t i = lo; i < hi; i++) {
         vit_real *u = J->u + i * (size_t)d, *y = J->y + i * (size_t)d;
-        if (b)
-            for (int j = 0; j < d; j++) {
-                vit_real v = u[j] + b[j];
-                u[j] = v;
-                y[j] = gelu1(v);
-            }
+        if (y == u) /* no-grad: GELU in place */
+            for (int j = 0; j < d; j++)
+                y[j] = gelu1(b ? u[j] + b[j] : u[j]);
+        else if (b)
+            for (int j = 0; j < d; j++)
+                y[j] = gelu1_and_grad(u[j] + b[j], &u[j]);
         else
             for (int j = 0; j < d; j++)
-                y[j] = gelu1(u[j]);
+                y[j] = gelu1_and_grad(u[j], &u[j]);
     }
 }
 
@@ -150,7 +154,7 @@ void vit_bias_gelu_forward(vit_real *y, vit_real *u, const vit_real *b, int n, i
     vit_parallel(vit_threads_for(20.0 * n * (double)d), (size_t)n, bias_gelu_fwd_rows, &J);
 }
 
-/* Columns [lo, hi) of every row: du = dy GELU'(u), db += du.  du may be dy.
+/* Columns [lo, hi) of every row: du = dy g, db += du.  du may be dy.
  * Split by columns so that each db[j] is one thread's sum in row order. */
 BG_CLONES
 static void bias_gelu_bwd_cols(void *p, size_t lo, size_t hi)
@@ -160,20 +164,20 @@ static void bias_gelu_bwd_cols(void *p, size_t lo, size_t hi)
     vit_real *db = J->db;
     for (int i = 0; i < J->n; i++) {
         vit_real *du = J->y + i * d;
-        const vit_real *dy = J->dy + i * d, *u = J->pre + i * d;
+        const vit_real *dy = J->dy + i * d, *g = J->g + i * d;
         for (size_t j = lo; j < hi; j++)
-            du[j] = dy[j] * gelu1_grad(u[j]);
+            du[j] = dy[j] * g[j];
         if (db)
             for (size_t j = lo; j < hi; j++)
                 db[j] += du[j];
     }
 }
 
-void vit_bias_gelu_backward(vit_real *du, vit_real *db, const vit_real *dy, const vit_real *u,
+void vit_bias_gelu_backward(vit_real *du, vit_real *db, const vit_real *dy, const vit_real *g,
                             int n, int d)
 {
-    bias_gelu_job J = {.y = du, .db = db, .dy = dy, .pre = u, .n = n, .d = d};
-    int nt = vit_threads_for(30.0 * n * (double)d);
+    bias_gelu_job J = {.y = du, .db = db, .dy = dy, .g = g, .n = n, .d = d};
+    int nt = vit_threads_for(4.0 * n * (double)d);
     if (nt > d / 16)
         nt = d / 16 > 1 ? d / 16 : 1;
     vit_parallel(nt, (size_t)d, bias_gelu_bwd_cols, &J);

@@ -10,16 +10,19 @@
 void vit_gelu_backward_set(vit_real *dx, const vit_real *dy, const vit_real *x, size_t n);
 
 /* The MLP's first layer's epilogue, after u = x W (beta 0): one pass over
- * u [n, d] that adds the bias b [d] (NULL: none) into u, keeping the
- * pre-activation for the backward, and writes y = GELU(u) [n, d].  y may be
- * u (no-grad: the pre-activation is then not kept).  No argument checks. */
+ * u [n, d] that adds the bias b [d] (NULL: none) and writes y = GELU(u + b)
+ * [n, d] and, when y is not u, GELU'(u + b) over u: the derivative is all
+ * the backward needs of the pre-activation, and computing it here shares
+ * the exp and the tail ratio with GELU itself, where the backward would
+ * compute them again.  y may be u (no-grad: nothing is kept).  No argument
+ * checks. */
 void vit_bias_gelu_forward(vit_real *y, vit_real *u, const vit_real *b, int n, int d);
 
-/* Its backward, one pass: du = dy * GELU'(u) [n, d], OVERWRITTEN (du may be
- * dy, computed in place), and db [d] += the column sums of du (db NULL:
- * none), each column summed in row order whatever the thread count.  No
- * argument checks. */
-void vit_bias_gelu_backward(vit_real *du, vit_real *db, const vit_real *dy, const vit_real *u,
+/* Its backward, one pass: du = dy * g [n, d] with g the derivative the
+ * forward left in u, OVERWRITTEN (du may be dy, computed in place), and
+ * db [d] += the column sums of du (db NULL: none), each column summed in
+ * row order whatever the thread count.  No argument checks. */
+void vit_bias_gelu_backward(vit_real *du, vit_real *db, const vit_real *dy, const vit_real *g,
                             int n, int d);
 
 #endif

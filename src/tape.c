@@ -779,9 +779,10 @@ vit_tensor *vit_op_linear_add(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_ten
 
 /* ---- linear + bias + GELU (the MLP's first layer) --------------------- */
 
-/* in: x, W, b (or NULL); saved[0]: the pre-activation u = x W + b.  The
- * GELU's gradient overwrites dy's buffer in place when the pool lent it
- * (else a buffer borrowed for the op), then dW, db and dx read it. */
+/* in: x, W, b (or NULL); saved[0]: GELU'(u) of the pre-activation
+ * u = x W + b, which the forward computed beside GELU(u).  The GELU's
+ * gradient overwrites dy's buffer in place when the pool lent it (else a
+ * buffer borrowed for the op), then dW, db and dx read it. */
 static int back_linear_gelu(vit_tape *t, op_rec *op)
 {
     const vit_tensor *x = IN(0), *W = IN(1);
@@ -824,7 +825,8 @@ vit_tensor *vit_op_linear_gelu(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_te
     shape[x->ndim - 1] = W->shape[1];
     int grad = wants_grad(t, 3, in), n = rows_of(x), k = W->shape[0], m = W->shape[1];
     node *y = tensor_new(t, x->ndim, shape, grad);
-    /* Without a record the pre-activation is not kept: GELU in place. */
+    /* Without a record nothing is kept: GELU in place.  With one, u ends
+     * up holding GELU'(x W + b) (vit_bias_gelu_forward). */
     vit_real *u = !y ? NULL : grad ? saved_reals(t, y->t.size) : y->t.data;
     if (!u)
         return NULL;
