@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -74,21 +75,21 @@ int vit_set_threads(int n)
  * Linux counts in /proc/thread-self/schedstat) over the last CHECK_NS of
  * wall time under 1/20 of it.  On an idle machine the delay was 0.5%
  * (kernel threads). */
-#define SPIN_LONG_NS 200000L
-#define SPIN_SHORT_NS 5000L
-#define CHECK_NS 10000000L
+#define SPIN_LONG_NS 200000
+#define SPIN_SHORT_NS 5000
+#define CHECK_NS 10000000
 
-static long now_ns(void)
+static int64_t now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long)ts.tv_sec * 1000000000L + ts.tv_nsec;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 /* This thread's run delay in ns so far, or -1 when the system does not
  * say (no /proc, no scheduler statistics, or no descriptor to spare).
  * errno is left as it was: the caller's error path may still read it. */
-static long run_delay_ns(void)
+static int64_t run_delay_ns(void)
 {
     char buf[96];
     int saved = errno;
@@ -103,16 +104,16 @@ static long run_delay_ns(void)
     unsigned long long run, delay;
     if (sscanf(buf, "%llu %llu", &run, &delay) != 2 || run == 0)
         return -1; /* "0 0 ..." where the kernel keeps no statistics */
-    return (long)delay;
+    return delay > INT64_MAX ? -1 : (int64_t)delay;
 }
 
 /* This thread's spin time for a wait starting at t. */
-static long spin_budget(long t)
+static int64_t spin_budget(int64_t t)
 {
-    static _Thread_local long checked_at, delay_at_check = -1;
+    static _Thread_local int64_t checked_at, delay_at_check = -1;
     static _Thread_local int crowded = 1; /* until a check says otherwise */
     if (t - checked_at >= CHECK_NS) {
-        long d = run_delay_ns();
+        int64_t d = run_delay_ns();
         if (d < 0 || delay_at_check < 0)
             crowded = 1;
         else
@@ -127,7 +128,7 @@ static long spin_budget(long t)
  * last value read.  The clock is read every 256 polls (~0.1 us apart). */
 static unsigned long spin_while_equal(atomic_ulong *p, unsigned long seen)
 {
-    long t0 = now_ns(), budget = spin_budget(t0);
+    int64_t t0 = now_ns(), budget = spin_budget(t0);
     for (unsigned n = 1;; n++) {
         unsigned long v = atomic_load_explicit(p, memory_order_acquire);
         if (v != seen || ((n & 255) == 0 && now_ns() - t0 > budget))
@@ -138,7 +139,7 @@ static unsigned long spin_while_equal(atomic_ulong *p, unsigned long seen)
 /* Polls *p until it is <= 0 or the spin time is up. */
 static void spin_while_positive(atomic_int *p)
 {
-    long t0 = now_ns(), budget = spin_budget(t0);
+    int64_t t0 = now_ns(), budget = spin_budget(t0);
     for (unsigned n = 1;; n++)
         if (atomic_load_explicit(p, memory_order_acquire) <= 0
             || ((n & 255) == 0 && now_ns() - t0 > budget))
