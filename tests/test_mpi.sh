@@ -131,9 +131,13 @@ for spec in "int INT mpirun" "term TERM rank1"; do
     read -r name sig target <<<"$spec"
     mpirun_stop "$name" "$sig" "$target"
     rows=$(($(wc -l <"$tmp/$name/metrics.csv") - 1))
-    said=$(grep -cE "^vit_train: (interrupted|terminated|stopped \(another rank was signalled\)) at epoch [0-9]+, step [0-9]+ of 23; checkpoint $tmp/$name/last.ckpt$" "$tmp/$name.log")
+    # Not anchored at the line's start: mpirun forwards a rank's stdout and
+    # stderr on separate channels, and the message (stderr) can land in the
+    # middle of an epoch row (stdout) it read in two pieces, as in
+    # " 57/400      0.6581  0.93vit_train: terminated at epoch 58, ...".
+    said=$(grep -cE "vit_train: (interrupted|terminated|stopped \(another rank was signalled\)) at epoch [0-9]+, step [0-9]+ of 23; checkpoint $tmp/$name/last.ckpt$" "$tmp/$name.log")
     left=$(pgrep -f -- "--out $tmp/$name" | wc -l)
-    resume_cmd=$(grep -c "^vit_train: continue with: mpirun -np 2 vit_train --data digits --resume $tmp/$name/last.ckpt" "$tmp/$name.log")
+    resume_cmd=$(grep -c "vit_train: continue with: mpirun -np 2 vit_train --data digits --resume $tmp/$name/last.ckpt" "$tmp/$name.log")
     others=$(find "$tmp/$name" -mindepth 1 ! -name last.ckpt ! -name metrics.csv | wc -l)
     if [ $rc -ne 0 ] && [ "$rows" -ge 1 ] && [ "$rows" -lt $stop_epochs ] && [ "$said" -eq 1 ] && [ "$left" -eq 0 ] && [ "$resume_cmd" -eq 1 ] &&
        [ "$others" -eq 0 ] && [ -f "$tmp/$name/last.ckpt" ]; then
