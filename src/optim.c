@@ -131,7 +131,6 @@ typedef struct {
     vit_real *params;
     const vit_real *grads;
     const vit_param_group *groups;
-    const size_t *start; /* start[k]: group k's first index in the space */
     int ngroups;
     double b1, b2, bc1, bc2, lr, decay; /* decay: the factor of decaying groups */
 } adamw_job;
@@ -157,20 +156,14 @@ static void adamw_span(const adamw_job *J, size_t base, size_t count, double dec
     }
 }
 
-/* Indices lo .. hi-1 of the groups' index space. */
+/* Indices lo .. hi-1 of the groups' index space: each group's start in it
+ * is the sum of the counts before it (a few hundred groups at most). */
 static void adamw_range(void *ctx, size_t lo, size_t hi)
 {
     const adamw_job *J = ctx;
-    int k = 0; /* the group holding lo: the last one starting at or before it */
-    for (int a = 0, b = J->ngroups - 1; a <= b;) {
-        int mid = a + (b - a) / 2;
-        if (J->start[mid] <= lo)
-            k = mid, a = mid + 1;
-        else
-            b = mid - 1;
-    }
-    for (; k < J->ngroups && J->start[k] < hi; k++) {
-        size_t g0 = J->start[k], g1 = g0 + J->groups[k].count;
+    size_t g0 = 0; /* group k's first index in the space */
+    for (int k = 0; k < J->ngroups && g0 < hi; g0 += J->groups[k++].count) {
+        size_t g1 = g0 + J->groups[k].count;
         size_t from = lo > g0 ? lo : g0, to = hi < g1 ? hi : g1;
         if (from < to)
             adamw_span(J, J->groups[k].offset + (from - g0), to - from,
@@ -211,26 +204,15 @@ int vit_adamw_step(vit_adamw *opt, vit_real *params, const vit_real *grads,
         }
     }
 
-    /* Each group's first index in the space the job splits (check_groups
-     * found that the counts add up to n). */
-    size_t *start = malloc((size_t)ngroups * sizeof *start);
-    if (!start)
-        return vit_fail(VIT_ENOMEM, "%s: out of memory for %d groups", fn, ngroups);
-    size_t at = 0;
-    for (int k = 0; k < ngroups; k++) {
-        start[k] = at;
-        at += groups[k].count;
-    }
-
     opt->t++;
     double b1 = opt->beta1, b2 = opt->beta2;
     /* Bias corrections undo the zero initialisation of m and v, which
      * otherwise makes the first steps far too small. */
-    adamw_job J = {opt, params, grads, groups, start, ngroups, b1, b2,
+    adamw_job J = {opt, params, grads, groups, ngroups, b1, b2,
                    1.0 - pow(b1, (double)opt->t), 1.0 - pow(b2, (double)opt->t), lr,
                    1.0 - lr * opt->weight_decay};
+    /* check_groups found that the counts add up to n */
     vit_parallel(vit_threads_for(20.0 * (double)opt->n), opt->n, adamw_range, &J);
-    free(start);
     return VIT_OK;
 }
 
