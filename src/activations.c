@@ -115,17 +115,22 @@ static vit_real gelu1(vit_real v)
 {
     return (vit_real)0.5 * v * ((vit_real)1 + erf(v * (vit_real)INV_SQRT2));
 }
-static vit_real gelu1_and_grad(vit_real v, vit_real *grad)
-{
-    *grad = gelu_grad(v);
-    return gelu1(v);
-}
+#define gelu1_grad gelu_grad
 #define BG_CLONES
 #else
 #define gelu1 fm_gelu
-#define gelu1_and_grad fm_gelu_and_grad
+#define gelu1_grad fm_gelu_grad
 #define BG_CLONES FM_CLONES
 #endif
+
+/* GELU(v), and GELU'(v) into *grad: both inlined side by side, so that the
+ * compiler computes their common terms (in float32 the clamped |v|, the
+ * exp and the tail ratio with its division) once. */
+FM_INLINE vit_real gelu1_and_grad(vit_real v, vit_real *grad)
+{
+    *grad = gelu1_grad(v);
+    return gelu1(v);
+}
 
 /* Rows [lo, hi): v = u + b; y = GELU(v), and u = GELU'(v) unless y is u. */
 BG_CLONES

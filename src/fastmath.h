@@ -207,19 +207,4 @@ FM_INLINE float fm_gelu_grad(float x)
     return fm_select(x < 0.0f, neg, pos);
 }
 
-/* GELU(x) and GELU'(x) at once, sharing R and E: bitwise fm_gelu(x) and
- * fm_gelu_grad(x), for a forward that keeps the derivative its backward
- * needs instead of the pre-activation. */
-FM_INLINE float fm_gelu_and_grad(float x, float *grad)
-{
-    float t = fm_clamped_abs(x);
-    float R = fm_tail_ratio(t);
-    float E = fm_gauss_shifted(t);
-    float tc = t * FM_INV_SQRT2PI;
-    *grad = fm_select(x < 0.0f, ((R - tc) * E) * FM_EXP_UNSHIFT,
-                      1.0f + ((tc - R) * E) * FM_EXP_UNSHIFT);
-    return fm_select(x < 0.0f, ((-t * R) * E) * FM_EXP_UNSHIFT,
-                     x * (1.0f - (R * E) * FM_EXP_UNSHIFT));
-}
-
 #endif
