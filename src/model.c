@@ -313,6 +313,41 @@ static vit_tensor *block_graph(vit_tape *tape, vit_tensor *const *in, void *ctx)
     return vit_op_linear_add(tape, h, param(m, tape, b->w2, g), param(m, tape, b->b2, g), x);
 }
 
+/* The last block when nothing but the class token's output is read (the
+ * head pools token 0 and no attention maps are kept):
+ *   x0 = x[:, 0] + MHA(LN1(x)[:, 0] as the one query, LN1(x) as keys
+ *        and values);  x0 = x0 + W2 GELU(W1 LN2(x0) + b1) + b2
+ * x [B, T, D] -> [B, 1, D].  Every token still feeds the keys and values,
+ * but the query, the attention output, the residuals and the MLP are
+ * needed for token 0 alone: an item's block costs 2 T D^2 + 2 D^2 + 2 T D
+ * + 2 D mlp multiply-adds instead of T (4 D^2 + 2 D mlp) + 2 T^2 D (a sixth
+ * of the large model's step), and its gradients are those of block_graph
+ * up to rounding, since the rows left out get none from the head.  The
+ * lsa mask's row 0 is the class token's, so the [T, T] mask serves as
+ * [1, T]. */
+static vit_tensor *last_block_cls_graph(vit_tape *tape, vit_tensor *const *in, void *ctx)
+{
+    const block_ctx *B = ctx;
+    vit_model *m = B->m;
+    const block_ix *b = &m->blocks[B->layer];
+    vit_real *g = B->grads;
+    const vit_real eps = (vit_real)VIT_LAYERNORM_EPS;
+    vit_mha one = B->mha;
+    one.n_q = 1;
+    int row[3] = {one.batch, 1, one.d_model};
+    vit_tensor *x = in[0];
+    vit_tensor *h = vit_op_layernorm(tape, x, param(m, tape, b->ln1_g, g),
+                                     param(m, tape, b->ln1_b, g), eps);
+    vit_tensor *q = vit_op_reshape(tape, vit_op_token(tape, h, 0), 3, row);
+    h = vit_op_mha(tape, &one, param_range(m, tape, b->attn, vit_mha_param_count(&B->mha), g),
+                   q, h, NULL);
+    vit_tensor *x0 = vit_op_reshape(tape, vit_op_token(tape, x, 0), 3, row);
+    h = vit_op_add_layernorm(tape, x0, h, param(m, tape, b->ln2_g, g),
+                             param(m, tape, b->ln2_b, g), eps, &x0);
+    h = vit_op_linear_gelu(tape, h, param(m, tape, b->w1, g), param(m, tape, b->b1, g));
+    return vit_op_linear_add(tape, h, param(m, tape, b->w2, g), param(m, tape, b->b2, g), x0);
+}
+
 /* The model's one forward, recorded on the tape as its grad mode says:
  * images [batch, H, W, C] -> logits [batch, classes], the parameters'
  * gradients going to grads [nparams] (NULL: parameters are constants);
@@ -320,9 +355,12 @@ static vit_tensor *block_graph(vit_tape *tape, vit_tensor *const *in, void *ctx)
  * probabilities, or they are copied to maps_to[l] (if non-NULL).
  * Each block is a checkpoint in no-grad mode (one block's activations on
  * the tape at a time) and with cfg.recompute in grad mode (only its input
- * kept; then maps are not kept). */
+ * kept; then maps are not kept).  With cls_only (for a head on the class
+ * token, and no maps) the last block computes token 0 alone
+ * (last_block_cls_graph). */
 static vit_tensor *forward_graph(vit_model *m, vit_tape *tape, const vit_real *images, int batch,
-                                 vit_real *grads, const vit_real **maps, vit_real *const *maps_to)
+                                 vit_real *grads, const vit_real **maps, vit_real *const *maps_to,
+                                 int cls_only)
 {
     const vit_config *c = &m->cfg;
     const vit_real eps = (vit_real)VIT_LAYERNORM_EPS;
@@ -347,10 +385,11 @@ static vit_tensor *forward_graph(vit_model *m, vit_tape *tape, const vit_real *i
     x = vit_op_pos_add(tape, x, param(m, tape, m->pos, grads));
     for (int l = 0; l < c->depth; l++) {
         B.layer = l;
+        vit_graph_fn fn = cls_only && l == c->depth - 1 ? last_block_cls_graph : block_graph;
         if (checkpoint)
-            x = vit_op_checkpoint(tape, block_graph, 1, &x, &B, sizeof B);
+            x = vit_op_checkpoint(tape, fn, 1, &x, &B, sizeof B);
         else
-            x = x ? block_graph(tape, &x, &B) : NULL;
+            x = x ? fn(tape, &x, &B) : NULL;
     }
     x = vit_op_layernorm(tape, x, param(m, tape, m->ln_g, grads), param(m, tape, m->ln_b, grads), eps);
     x = c->pool == VIT_POOL_MEAN ? vit_op_mean_tokens(tape, x, 1) : vit_op_token(tape, x, 0);
@@ -386,7 +425,7 @@ static vit_tensor *forward_eval(vit_model *m, vit_tape *tape, const vit_real *im
         for (int l = 0; to && l < c->depth; l++) /* the piece's items of map l */
             to[l] = all + per_map * l + per_item * i;
         size_t mark = vit_tape_mark(tape);
-        vit_tensor *y = forward_graph(m, tape, images + (size_t)i * img, nb, NULL, NULL, to);
+        vit_tensor *y = forward_graph(m, tape, images + (size_t)i * img, nb, NULL, NULL, to, 0);
         if (!y) {
             z = NULL;
             break;
@@ -415,7 +454,7 @@ vit_tensor *vit_model_forward(vit_model *m, vit_tape *tape, const vit_real *imag
     }
     if (!grads || !vit_tape_grad_enabled(tape))
         return forward_eval(m, tape, images, batch);
-    return forward_graph(m, tape, images, batch, m->grads, m->maps, NULL);
+    return forward_graph(m, tape, images, batch, m->grads, m->maps, NULL, 0);
 }
 
 const vit_real *vit_model_attention_maps(const vit_model *m, int layer)
@@ -448,7 +487,10 @@ static void run_slice(const slice_job *J, int s)
     vit_real *g = s == 0 ? m->grads : S->grads;
     memset(g, 0, m->nparams * sizeof *g);
     vit_tape_reset(S->tape);
-    vit_tensor *z = forward_graph(m, S->tape, J->images + (size_t)lo * img, nb, g, NULL, NULL);
+    /* No maps are kept here, so a head on the class token lets the last
+     * block compute that token alone. */
+    vit_tensor *z = forward_graph(m, S->tape, J->images + (size_t)lo * img, nb, g, NULL, NULL,
+                                  c->pool == VIT_POOL_CLS);
     vit_tensor *loss = vit_op_cross_entropy(S->tape, z, J->labels + lo, J->smoothing, NULL);
     vit_real share = (vit_real)nb / (vit_real)J->batch;
     S->rc = loss ? vit_tape_backward_from(S->tape, loss, &share)

@@ -30,6 +30,7 @@
 #include "file_util.h"
 #include "gradcheck.h"
 #include "vit/checkpoint.h"
+#include "vit/gemm.h"
 #include "vit/model.h"
 #include "vit/train.h"
 
@@ -971,18 +972,36 @@ START_TEST(test_resume_shape_mismatch)
 END_TEST
 
 
-/* vit_model_train_grads against one tape over the whole batch: with 1 thread
- * the same numbers exactly; with 2 and 3 threads (slices of 4, 3 and 3 or
- * 5 and 5 rows) the same up to rounding (float64: 1e-12 relative to the
- * largest gradient), the same twice bitwise, and the gradient overwritten,
- * not accumulated.  A NaN pixel in the last slice's rows is reported as
+/* Calls of the last GEMM statistics with M rows, N columns and depth K. */
+static unsigned long long gemm_calls_of(int M, int N, int K)
+{
+    vit_gemm_shape sh[256];
+    size_t n = vit_gemm_shapes(sh, 256);
+    unsigned long long calls = 0;
+    for (size_t i = 0; i < n && i < 256; i++)
+        if (sh[i].M == M && sh[i].N == N && sh[i].K == K)
+            calls += sh[i].calls;
+    return calls;
+}
+
+/* vit_model_train_grads against one tape over the whole batch (the full
+ * forward, which the finite-difference checks cover): on 1, 2 and 3
+ * threads (slices of 4, 3 and 3 or 5 and 5 rows) the same up to rounding
+ * (float64: 1e-12 relative to the largest gradient), the same twice
+ * bitwise, and the gradient overwritten, not accumulated.  With the mean
+ * pool (_i = 1) 1 thread gives the tape's numbers exactly; with a head on
+ * the class token (_i = 0, and 2 with lsa's no-self mask and per-head
+ * scale) the last block computes token 0 alone, seen in its MLP's GEMM of
+ * one row an item.  A NaN pixel in the last slice's rows is reported as
  * VIT_ENUM with the kernel's message, and a batch smaller than the thread
  * count still works. */
 #define SB 10
 START_TEST(test_train_grads_slices)
 {
     vit_config cfg;
-    tiny_config(&cfg, VIT_POOL_CLS);
+    tiny_config(&cfg, _i == 1 ? VIT_POOL_MEAN : VIT_POOL_CLS);
+    cfg.lsa = _i == 2;
+    const int cls_only = _i != 1;
     vit_model *m = vit_model_new(&cfg);
     ck_assert_ptr_nonnull(m);
     size_t n = vit_model_param_count(m);
@@ -1023,13 +1042,24 @@ START_TEST(test_train_grads_slices)
             int correct = -1;
             for (size_t i = 0; i < n; i++) /* stale values must not survive */
                 vit_model_grads(m)[i] = 1e6;
+            vit_gemm_stats_reset();
             ck_assert_int_eq(vit_model_train_grads(m, images, labels, SB, (vit_real)0.1, &l,
                                                    &correct), VIT_OK);
+            /* The MLP's [rows, D] x [D, mlp] forward and its [rows, D] x
+             * [mlp, D]^T backward, counted for the slices of the first
+             * slice's size (1 thread: one of 10 items; 2: two of 5; 3:
+             * two of 3, and one of 4): the last block's on one row an
+             * item with cls_only, every block's on all T = 5 otherwise. */
+            int items = threads == 1 ? SB : SB / threads, slices = threads == 1 ? 1 : 2;
+            ck_assert_uint_eq(gemm_calls_of(items, cfg.mlp, cfg.dim),
+                              (unsigned long long)(2 * slices * cls_only));
+            ck_assert_uint_eq(gemm_calls_of(items * 5, cfg.mlp, cfg.dim),
+                              (unsigned long long)(2 * slices * (cfg.depth - cls_only)));
             const vit_real *g = vit_model_grads(m);
             double worst = 0;
             for (size_t i = 0; i < n; i++)
                 worst = fmax(worst, fabs(g[i] - ref[i]));
-            if (threads == 1) {
+            if (threads == 1 && !cls_only) {
                 ck_assert_msg(worst == 0, "1 thread differs from one tape by %g", worst);
                 ck_assert_double_eq(l, ref_loss);
             } else {
@@ -1295,7 +1325,7 @@ static Suite *model_suite(void)
     tcase_add_loop_test(tg, test_model_gradient, 0, 4);
     tcase_add_test(tg, test_forward_shapes_and_maps);
     tcase_add_test(tg, test_lsa_and_overlap_model);
-    tcase_add_test(tg, test_train_grads_slices);
+    tcase_add_loop_test(tg, test_train_grads_slices, 0, 3);
     tcase_add_loop_test(tg, test_nograd_forward_is_bitwise, 0, 4);
     tcase_add_loop_test(tg, test_recompute_is_bitwise, 0, 2);
     tcase_add_test(tg, test_tape_memory_bound);
