@@ -237,10 +237,16 @@ vit_tensor *vit_model_forward(vit_model *m, vit_tape *tape, const vit_real *imag
  * runs every kernel on one thread, with no fork/join per op.  The slices'
  * gradients are added in slice order, so the result is bitwise the same for
  * a fixed thread count and equals, up to rounding, the one-tape forward and
- * backward of the whole batch.  With one thread it is exactly that.  Tapes
- * and one gradient buffer per extra slice are owned by the model (created
- * on first use, freed with it); activation memory is the same as one tape's.
- * Afterwards vit_model_attention_maps() has nothing to show (NULL).
+ * backward of the whole batch (vit_model_forward).  With a head on the
+ * class token (pool = cls) the last block computes that token alone: every
+ * token's keys and values, the query, attention and MLP of token 0 (the
+ * other rows would receive no gradient), so that block costs a fraction of
+ * the full one and the result differs from the one tape's by rounding on
+ * any thread count; with the mean pool, one thread gives exactly the one
+ * tape's numbers.  Tapes and one gradient buffer per extra slice are owned
+ * by the model (created on first use, freed with it); activation memory is
+ * at most one tape's.  Afterwards vit_model_attention_maps() has nothing to
+ * show (NULL).
  *
  * Returns VIT_OK; VIT_EINVAL for NULL pointers or batch < 1; VIT_ENOMEM;
  * or a kernel's error from the first failing slice (VIT_ENUM for a
