@@ -276,7 +276,8 @@ static vit_tensor *param_range(vit_model *m, vit_tape *tape, int i, size_t count
  * gradients go (NULL: constants), the attention shape, and what becomes of
  * the block's attention maps: maps[layer] points at them (on the tape), or
  * they are copied to maps_to[layer] (which outlives a released run), or
- * both NULL: nothing. */
+ * both NULL: nothing; cls_only: the block computes the class token alone
+ * (see block_graph; then no maps are asked for). */
 typedef struct block_ctx {
     vit_model *m;
     vit_real *grads;
@@ -284,11 +285,22 @@ typedef struct block_ctx {
     int layer;
     const vit_real **maps;
     vit_real *const *maps_to;
+    int cls_only;
 } block_ctx;
 
 /* One pre-norm block on x [B, T, D]:
  *   x = x + MHA(LN1(x));  x = x + W2 GELU(W1 LN2(x) + b1) + b2
- * A vit_graph_fn, so that vit_op_checkpoint can run it again. */
+ * A vit_graph_fn, so that vit_op_checkpoint can run it again.
+ *
+ * With cls_only (the last block, when nothing but the class token's output
+ * is read) token 0 of LN1(x) is the one query against every token's keys
+ * and values, and the residuals and the MLP run on token 0 alone: x [B, T,
+ * D] -> [B, 1, D].  An item's block then costs 2 T D^2 + 2 D^2 + 2 T D +
+ * 2 D mlp multiply-adds instead of T (4 D^2 + 2 D mlp) + 2 T^2 D (the whole
+ * model's drop by 14% on the large model, 18% on digits), with the same
+ * gradients up to rounding, since the rows left out get none from the
+ * head.  The lsa mask's row 0 is the class token's, so the [T, T] mask
+ * serves as [1, T]. */
 static vit_tensor *block_graph(vit_tape *tape, vit_tensor *const *in, void *ctx)
 {
     const block_ctx *B = ctx;
@@ -296,56 +308,29 @@ static vit_tensor *block_graph(vit_tape *tape, vit_tensor *const *in, void *ctx)
     const block_ix *b = &m->blocks[B->layer];
     vit_real *g = B->grads, *probs = NULL;
     const vit_real eps = (vit_real)VIT_LAYERNORM_EPS;
+    vit_mha mha = B->mha;
     vit_tensor *x = in[0];
     vit_tensor *h = vit_op_layernorm(tape, x, param(m, tape, b->ln1_g, g),
                                      param(m, tape, b->ln1_b, g), eps);
+    vit_tensor *q = h; /* the same tensor: the fused Q/K/V projection */
+    if (B->cls_only) {
+        int row[3] = {mha.batch, 1, mha.d_model};
+        mha.n_q = 1;
+        q = vit_op_reshape(tape, vit_op_token(tape, h, 0), 3, row);
+        x = vit_op_reshape(tape, vit_op_token(tape, x, 0), 3, row);
+    }
     int keep = B->maps || B->maps_to;
-    h = vit_op_mha(tape, &B->mha, param_range(m, tape, b->attn, vit_mha_param_count(&B->mha), g),
-                   h, h, keep ? &probs : NULL);
+    h = vit_op_mha(tape, &mha, param_range(m, tape, b->attn, vit_mha_param_count(&mha), g),
+                   q, h, keep ? &probs : NULL);
     if (B->maps)
         B->maps[B->layer] = probs;
     if (B->maps_to && probs)
-        memcpy(B->maps_to[B->layer], probs, (size_t)B->mha.batch * B->mha.heads * B->mha.n_q
-                                                * B->mha.n_k * sizeof *probs);
+        memcpy(B->maps_to[B->layer], probs, (size_t)mha.batch * mha.heads * mha.n_q
+                                                * mha.n_k * sizeof *probs);
     h = vit_op_add_layernorm(tape, x, h, param(m, tape, b->ln2_g, g), param(m, tape, b->ln2_b, g),
                              eps, &x);
     h = vit_op_linear_gelu(tape, h, param(m, tape, b->w1, g), param(m, tape, b->b1, g));
     return vit_op_linear_add(tape, h, param(m, tape, b->w2, g), param(m, tape, b->b2, g), x);
-}
-
-/* The last block when nothing but the class token's output is read (the
- * head pools token 0 and no attention maps are kept):
- *   x0 = x[:, 0] + MHA(LN1(x)[:, 0] as the one query, LN1(x) as keys
- *        and values);  x0 = x0 + W2 GELU(W1 LN2(x0) + b1) + b2
- * x [B, T, D] -> [B, 1, D].  Every token still feeds the keys and values,
- * but the query, the attention output, the residuals and the MLP are
- * needed for token 0 alone: an item's block costs 2 T D^2 + 2 D^2 + 2 T D
- * + 2 D mlp multiply-adds instead of T (4 D^2 + 2 D mlp) + 2 T^2 D (the
- * whole model's drop by 14% on the large model, 18% on digits), and its
- * gradients are those of block_graph up to rounding, since the rows left
- * out get none from the head.  The lsa mask's row 0 is the class token's,
- * so the [T, T] mask serves as [1, T]. */
-static vit_tensor *last_block_cls_graph(vit_tape *tape, vit_tensor *const *in, void *ctx)
-{
-    const block_ctx *B = ctx;
-    vit_model *m = B->m;
-    const block_ix *b = &m->blocks[B->layer];
-    vit_real *g = B->grads;
-    const vit_real eps = (vit_real)VIT_LAYERNORM_EPS;
-    vit_mha one = B->mha;
-    one.n_q = 1;
-    int row[3] = {one.batch, 1, one.d_model};
-    vit_tensor *x = in[0];
-    vit_tensor *h = vit_op_layernorm(tape, x, param(m, tape, b->ln1_g, g),
-                                     param(m, tape, b->ln1_b, g), eps);
-    vit_tensor *q = vit_op_reshape(tape, vit_op_token(tape, h, 0), 3, row);
-    h = vit_op_mha(tape, &one, param_range(m, tape, b->attn, vit_mha_param_count(&B->mha), g),
-                   q, h, NULL);
-    vit_tensor *x0 = vit_op_reshape(tape, vit_op_token(tape, x, 0), 3, row);
-    h = vit_op_add_layernorm(tape, x0, h, param(m, tape, b->ln2_g, g),
-                             param(m, tape, b->ln2_b, g), eps, &x0);
-    h = vit_op_linear_gelu(tape, h, param(m, tape, b->w1, g), param(m, tape, b->b1, g));
-    return vit_op_linear_add(tape, h, param(m, tape, b->w2, g), param(m, tape, b->b2, g), x0);
 }
 
 /* The model's one forward, recorded on the tape as its grad mode says:
@@ -356,8 +341,7 @@ static vit_tensor *last_block_cls_graph(vit_tape *tape, vit_tensor *const *in, v
  * Each block is a checkpoint in no-grad mode (one block's activations on
  * the tape at a time) and with cfg.recompute in grad mode (only its input
  * kept; then maps are not kept).  With cls_only (for a head on the class
- * token, and no maps) the last block computes token 0 alone
- * (last_block_cls_graph). */
+ * token, and no maps) the last block computes token 0 alone (block_graph). */
 static vit_tensor *forward_graph(vit_model *m, vit_tape *tape, const vit_real *images, int batch,
                                  vit_real *grads, const vit_real **maps, vit_real *const *maps_to,
                                  int cls_only)
@@ -385,11 +369,11 @@ static vit_tensor *forward_graph(vit_model *m, vit_tape *tape, const vit_real *i
     x = vit_op_pos_add(tape, x, param(m, tape, m->pos, grads));
     for (int l = 0; l < c->depth; l++) {
         B.layer = l;
-        vit_graph_fn fn = cls_only && l == c->depth - 1 ? last_block_cls_graph : block_graph;
+        B.cls_only = cls_only && l == c->depth - 1;
         if (checkpoint)
-            x = vit_op_checkpoint(tape, fn, 1, &x, &B, sizeof B);
+            x = vit_op_checkpoint(tape, block_graph, 1, &x, &B, sizeof B);
         else
-            x = x ? fn(tape, &x, &B) : NULL;
+            x = x ? block_graph(tape, &x, &B) : NULL;
     }
     x = vit_op_layernorm(tape, x, param(m, tape, m->ln_g, grads), param(m, tape, m->ln_b, grads), eps);
     x = c->pool == VIT_POOL_MEAN ? vit_op_mean_tokens(tape, x, 1) : vit_op_token(tape, x, 0);
