@@ -85,23 +85,17 @@ static double median(double *v, int n)
 
 /* Multiply-adds of one image's forward, counted like torch_vit_speed.py:
  * patch embedding, per block the four projections, the two attention
- * products and the MLP, then the head. */
-static double forward_macs(const train_shape *s)
-{
-    double n = (double)(s->img / s->patch) * (s->img / s->patch), T = n + 1, d = s->dim;
-    return n * s->patch * s->patch * s->chans * d
-         + s->depth * (T * d * 4 * d + 2 * T * T * d + 2 * T * d * s->mlp) + d * CLASSES;
-}
-
-/* The same for the forward the library runs in training: its last block
- * needs keys and values of all T tokens but the query, attention, output
- * projection and MLP of the class token alone. */
-static double run_macs(const train_shape *s)
+ * products and the MLP, then the head; with cls_only_last, what the library
+ * runs instead. */
+static double forward_macs(const train_shape *s, int cls_only_last)
 {
     double n = (double)(s->img / s->patch) * (s->img / s->patch), T = n + 1, d = s->dim;
     double block = T * d * 4 * d + 2 * T * T * d + 2 * T * d * s->mlp;
-    double last = T * d * 2 * d + 2 * d * d + 2 * T * d + 2 * d * s->mlp;
-    return forward_macs(s) - block + last;
+    /* The library's last block in training: keys and values of all T
+     * tokens, the query, attention, output projection and MLP of the class
+     * token alone. */
+    double last = cls_only_last ? T * d * 2 * d + 2 * d * d + 2 * T * d + 2 * d * s->mlp : block;
+    return n * s->patch * s->patch * s->chans * d + (s->depth - 1) * block + last + d * CLASSES;
 }
 
 /* ---- GEMM rate -------------------------------------------------------- */
@@ -263,7 +257,7 @@ static int run_train(const train_shape *s, const options *o, double gemm_rate)
     }
     double ips = median(rates, o->reps);
     double lo = rates[0], hi = rates[o->reps - 1]; /* sorted by median() */
-    double gf = 6.0 * forward_macs(s) * ips / 1e9, run = 6.0 * run_macs(s) * ips / 1e9;
+    double gf = 6.0 * forward_macs(s, 0) * ips / 1e9, run = 6.0 * forward_macs(s, 1) * ips / 1e9;
     printf("%-10s %9.0f %6.0f-%-6.0f %9.1f %9.1f %7.0f%% %9.1f\n", s->name, ips, lo, hi, gf, run,
            gemm_rate > 0 ? 100.0 * run / gemm_rate : 0.0, peak_rss_mb());
     double share = median(grad_share, o->reps);
