@@ -1,5 +1,5 @@
 /* Writing a file through a temporary beside it and a rename. */
-#include "atomic_file.h"
+#include "vit/atomic_file.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,7 +1,7 @@
 /* PNG images through libpng's simplified API: single files (vit_png_read,
  * vit_png_write) and folders with one subfolder of PNGs per class. */
 #include "vit/data.h"
-#include "atomic_file.h"
+#include "vit/atomic_file.h"
 #include "data_internal.h"
 #include "error.h"
 

@@ -9,7 +9,7 @@
 
 static _Thread_local char last_error[512];
 
-int vit_fail(int code, const char *fmt, ...)
+int vit_set_error(int code, const char *fmt, ...)
 {
     /* Format into a local buffer first: callers may pass vit_last_error()
      * itself as an argument to wrap an earlier message. */

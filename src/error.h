@@ -4,13 +4,9 @@
 
 #include "vit/core.h"
 
-/* Formats a message into the thread-local error slot and returns code, so
- * that error paths read `return vit_fail(VIT_EINVAL, "...", ...);`. */
-int vit_fail(int code, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
+/* The library's own name for vit_set_error (vit/core.h), so that error
+ * paths read `return vit_fail(VIT_EINVAL, "...", ...);`. */
+#define vit_fail vit_set_error
 
 /* Evaluates e, a call returning VIT_OK or a VIT_E* code, and returns that
  * code from the enclosing function when it is not VIT_OK (the message is

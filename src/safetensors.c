@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "atomic_file.h"
+#include "vit/atomic_file.h"
 #include "config_internal.h"
 #include "error.h"
 #include "vit/layernorm.h"

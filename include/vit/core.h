@@ -91,6 +91,19 @@ enum vit_status {
  * thread has its own message. */
 const char *vit_last_error(void);
 
+/* Records msg (printf-style) as this thread's vit_last_error() message and
+ * returns code, so that a custom op, a callback or any user code on top of
+ * the library reports errors the way the library does:
+ * `return vit_set_error(VIT_EINVAL, "my_op: k = %d is odd", k);`.  The
+ * message is cut at 511 bytes; an argument may be vit_last_error() itself
+ * (to wrap an earlier message).  code is returned unchanged, whatever it
+ * is.  Thread-safe: each thread has its own message. */
+int vit_set_error(int code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
 /* Name of a status code, e.g. "VIT_EINVAL"; "VIT_E(unknown)" for a code
  * that is not a vit_status.  A static string (never NULL, never freed).
  * Cannot fail; thread-safe. */

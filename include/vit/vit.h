@@ -2,6 +2,7 @@
 #ifndef VIT_VIT_H
 #define VIT_VIT_H
 #include "vit/core.h"
+#include "vit/atomic_file.h"
 #include "vit/linear.h"
 #include "vit/layernorm.h"
 #include "vit/activations.h"

@@ -1,0 +1,101 @@
+/* The conventions every part of the library and its users share
+ * (vit/core.h, vit/atomic_file.h): the public error setter and the one
+ * atomic file writer. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "file_util.h"
+#include "vit/atomic_file.h"
+#include "vit/core.h"
+
+START_TEST(set_error_records_and_returns)
+{
+    ck_assert_int_eq(vit_set_error(VIT_EFORMAT, "my_op: k = %d is odd", 7), VIT_EFORMAT);
+    ck_assert_str_eq(vit_last_error(), "my_op: k = 7 is odd");
+    /* wrapping the previous message in a new one */
+    ck_assert_int_eq(vit_set_error(VIT_EIO, "loading x: %s", vit_last_error()), VIT_EIO);
+    ck_assert_str_eq(vit_last_error(), "loading x: my_op: k = 7 is odd");
+    /* any code comes back unchanged, even one the library does not define */
+    ck_assert_int_eq(vit_set_error(-99, "%s", "other"), -99);
+    /* a long message is cut, not overrun */
+    char big[2000];
+    memset(big, 'a', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    vit_set_error(VIT_EINVAL, "%s", big);
+    ck_assert_uint_eq(strlen(vit_last_error()), 511);
+}
+END_TEST
+
+START_TEST(atomic_file_replaces_whole)
+{
+    const char *path = fu_path("a.txt");
+    fu_write(path, "old", 3);
+    FILE *f;
+    char *tmp;
+    ck_assert_int_eq(vit_atomic_open(path, &f, &tmp), VIT_OK);
+    fputs("new contents", f);
+    /* before the close the old file is still there, whole */
+    size_t n;
+    unsigned char *b = fu_read(path, &n);
+    ck_assert_uint_eq(n, 3);
+    free(b);
+    ck_assert_int_eq(vit_atomic_close(f, tmp, path, VIT_OK), VIT_OK);
+    b = fu_read(path, &n);
+    ck_assert_uint_eq(n, 12);
+    ck_assert_int_eq(memcmp(b, "new contents", 12), 0);
+    free(b);
+    struct stat s;
+    ck_assert_int_eq(stat(path, &s), 0);
+    ck_assert_int_eq(s.st_mode & 0777, 0644);
+}
+END_TEST
+
+START_TEST(atomic_file_failure_keeps_old)
+{
+    const char *path = fu_path("b.txt");
+    fu_write(path, "keep", 4);
+    int before = fu_count_entries(fu_suite_dir);
+    FILE *f;
+    char *tmp;
+    ck_assert_int_eq(vit_atomic_open(path, &f, &tmp), VIT_OK);
+    fputs("half", f);
+    /* the caller's own failure comes back as it was, the old file stays and
+     * no temporary is left beside it */
+    ck_assert_int_eq(vit_atomic_close(f, tmp, path, VIT_ENUM), VIT_ENUM);
+    size_t n;
+    unsigned char *b = fu_read(path, &n);
+    ck_assert_uint_eq(n, 4);
+    ck_assert_int_eq(memcmp(b, "keep", 4), 0);
+    free(b);
+    ck_assert_int_eq(fu_count_entries(fu_suite_dir), before);
+}
+END_TEST
+
+START_TEST(atomic_file_missing_folder)
+{
+    const char *path = fu_path("no/such/folder/c.txt");
+    FILE *f = (FILE *)1;
+    char *tmp = (char *)1;
+    ck_assert_int_eq(vit_atomic_open(path, &f, &tmp), VIT_EIO);
+    ck_assert_ptr_null(f);
+    ck_assert_ptr_null(tmp);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "no/such/folder/c.txt"));
+}
+END_TEST
+
+static Suite *core_suite(void)
+{
+    Suite *s = suite_create("core");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, set_error_records_and_returns);
+    tcase_add_test(tc, atomic_file_replaces_whole);
+    tcase_add_test(tc, atomic_file_failure_keeps_old);
+    tcase_add_test(tc, atomic_file_missing_folder);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return fu_run_suite(core_suite, "/tmp/vit_test_core_XXXXXX"); }
