@@ -1,5 +1,5 @@
 /*
- * tools/article.c - the article's four experiments on the public vit API;
+ * examples/article.c - the article's four experiments on the public vit API;
  * see article.h for what each returns.
  */
 #include "article.h"

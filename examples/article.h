@@ -1,5 +1,5 @@
 /*
- * tools/article.h - the worked examples of the self-attention article the
+ * examples/article.h - the worked examples of the self-attention article the
  * project started from, rebuilt on the public vit API.  Each experiment is a
  * function that fills a struct with its figures; vit_article prints them and
  * tests/test_article.c checks their pattern (not the article's exact digits,

@@ -3,7 +3,7 @@
  * written on libvit's tape from the public API only (<vit/vit.h>), with its
  * own training loop: parameters in a vit_params, forward code on the tape,
  * the backward from vit_tape_backward, evaluation in no-grad mode.
- * tools/vit_seq is its command-line front end; tests/test_seq drives it too,
+ * examples/vit_seq is its command-line front end; tests/test_seq drives it too,
  * and test_install builds it against an installed libvit with pkg-config's
  * flags alone (tests/seq_consumer.c).
  *
@@ -28,7 +28,7 @@
  *   positions k .. 2k-1, picked by a custom op, as rows [B*k, 10]).
  *
  * Buffers are row-major with the batch first, like every libvit buffer.
- * These are tool helpers, not part of the library's API; a seq_model is used
+ * These are the example's own functions, not part of the library's API; a seq_model is used
  * by one thread at a time.
  */
 #ifndef VIT_TOOLS_SEQ_MODEL_H

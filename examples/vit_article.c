@@ -1,6 +1,6 @@
 /*
  * vit_article - reruns the worked examples of the self-attention article the
- * project started from and prints their figures (tools/article.c does the
+ * project started from and prints their figures (examples/article.c does the
  * work; tests/test_article.c checks the same figures' pattern).
  */
 #include <inttypes.h>

@@ -1,7 +1,7 @@
 /*
- * seq_consumer - the causal sequence model of tools/seq_model.c built the
+ * seq_consumer - the causal sequence model of examples/seq_model.c built the
  * way a user builds their own model: test_install compiles this file and
- * tools/seq_model.c against an installed libvit with nothing but
+ * examples/seq_model.c against an installed libvit with nothing but
  * `pkg-config --cflags --libs vit`, so the model must be writable from the
  * public headers alone (tape, custom op, parameters, optimizer).  It trains
  * reversal of 5 digits for STEPS steps and checks that the loss goes down:
@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../tools/seq_model.h"
+#include "../examples/seq_model.h"
 
 enum { STEPS = 40, LAST = 5 };
 

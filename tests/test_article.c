@@ -1,6 +1,6 @@
 /*
  * tests/test_article.c - the self-attention article's worked examples
- * (tools/article.c) reproduce the article's PATTERN, in the float64 build.
+ * (examples/article.c) reproduce the article's PATTERN, in the float64 build.
  *
  * Our random numbers are not NumPy's, so the article's printed digits are
  * not expected; what is checked is what the article says about them, over
@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../tools/article.h"
+#include "../examples/article.h"
 #include "vit/attention.h"
 
 #define DIGITS "../data/digits.csv.gz"

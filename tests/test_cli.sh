@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Command-line behaviour of the tools: help, version, and one clear error
 # line with a non-zero exit for each kind of bad input.  Usage:
-#   test_cli.sh TOOLS_DIR README EXAMPLE_SOURCE MODEL_EXAMPLE_SOURCE
+#   test_cli.sh TOOLS_DIR README EXAMPLE_SOURCE MODEL_EXAMPLE_SOURCE EXAMPLES_DIR
 set -u
-tools=$1 readme=$2 example=$3 model_example=$4
+tools=$1 readme=$2 example=$3 model_example=$4 examples=$5
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
@@ -88,13 +88,14 @@ exact "attn: flag=" 2 "vit_attn: --digit: expected an integer in [0, 1073741824]
 exact "plot: suggest" 2 "vit_plot: unknown option --tilte; did you mean --title?" "$tools/vit_plot" m.csv --tilte x
 exact "export: suggest" 2 "vit_export: unknown option --logit; did you mean --logits?" \
     "$tools/vit_export" x.ckpt --logit l.csv
-exact "seq: flag=" 2 "vit_seq: --task: expected reverse or sort, got 'copy'" "$tools/vit_seq" --task=copy
+exact "seq: flag=" 2 "vit_seq: --task: expected reverse or sort, got 'copy'" "$examples/vit_seq" --task=copy
 # The option loop these tools share (cli_arg): --help and -h, --version, and
 # one argument more than the tool takes.
-for t in vit_eval vit_export vit_plot vit_attn vit_seq; do
-    expect "$t: help" 0 "^usage: $t" "$tools/$t" --help
-    expect "$t: -h" 0 "^usage: $t" "$tools/$t" -h
-    expect "$t: version" 0 "^$t [0-9]+\.[0-9]+\.[0-9]+ \(float32\)$" "$tools/$t" --version
+for t in "$tools"/vit_eval "$tools"/vit_export "$tools"/vit_plot "$tools"/vit_attn "$examples"/vit_seq; do
+    n=${t##*/}
+    expect "$n: help" 0 "^usage: $n" "$t" --help
+    expect "$n: -h" 0 "^usage: $n" "$t" -h
+    expect "$n: version" 0 "^$n [0-9]+\.[0-9]+\.[0-9]+ \(float32\)$" "$t" --version
 done
 exact "eval: extra argument" 2 "vit_eval: unexpected argument 'b.ckpt' (see --help)" \
     "$tools/vit_eval" a.ckpt b.ckpt
@@ -105,9 +106,9 @@ exact "plot: extra argument" 2 "vit_plot: unexpected argument 'b.csv' (see --hel
 exact "attn: third argument" 2 "vit_attn: unexpected argument 'c.png' (see --help)" \
     "$tools/vit_attn" a.ckpt b.png c.png
 exact "seq: any argument" 2 "vit_seq: unexpected argument 'reverse' (see --help)" \
-    "$tools/vit_seq" reverse
+    "$examples/vit_seq" reverse
 exact "article: flag=" 2 "vit_article: --seed: expected an integer in [0, 2147483647], got 'x'" \
-    "$tools/vit_article" --seed=x all
+    "$examples/vit_article" --seed=x all
 expect "heads not dividing dim" 1 "heads: 3 does not divide dim 64" \
     "$tools/vit_train" --heads 3 --out "$tmp/h" --quiet
 expect "patch not dividing image" 1 "patch: 3 does not divide" \
@@ -263,7 +264,7 @@ check_readme_block "## Writing your own model" "$model_example"
 # as the third column block of W_QKV [8, 24]; -0.496 with the former separate
 # W_Q, W_K, W_V); causal query 0 sees only key 0, so its weight is exactly 1.
 expect "README example prints true numbers" 0 "^y\[0\] = -0\.55(2|19[0-9]*), weight of token 0 on itself = 1, " \
-    "$tools/example_attention"
+    "$examples/example_attention"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

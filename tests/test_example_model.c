@@ -1,6 +1,6 @@
 /*
  * tests/test_example_model.c - the README's "Writing your own model"
- * example (tools/example_model.c) prints true numbers.
+ * example (examples/example_model.c) prints true numbers.
  *
  * The example binary (float32, argv[1]) is run with a checkpoint path; it
  * prints the training loss at the first and last step, the held-out loss
@@ -18,7 +18,7 @@
  * finite differences.
  */
 #define main example_main
-#include "../tools/example_model.c"
+#include "../examples/example_model.c"
 #undef main
 
 #include <check.h>

@@ -9,7 +9,7 @@
 #     folder, checking that the headers, both libraries (shared and static)
 #     and both .pc files are there, then building SOURCE from the installed
 #     vit.pc, once linked to the shared and once to the static library;
-#  3. a whole model written by a user: SEQ_MODEL (tools/seq_model.c, the
+#  3. a whole model written by a user: SEQ_MODEL (examples/seq_model.c, the
 #     causal sequence model on the tape) with SEQ_MAIN (a main that trains it
 #     for a few steps and checks its loss falls), built from the installed
 #     vit.pc alone - proof that the public headers suffice to write one;
@@ -150,7 +150,7 @@ else
             if deps=$("${cc[@]}" $cflags -MM "$seq_main" "$seq_model"); then
                 # Only the two sources themselves and seq_model.h may come from the project.
                 leaked=$(tr ' \\' '\n\n' <<<"$deps" | grep -v ':$' | grep -F "$srcroot/" \
-                         | grep -v -e '/tools/seq_model\.[ch]$' -e '/tests/seq_consumer\.c$' | sort -u)
+                         | grep -v -e '/examples/seq_model\.[ch]$' -e '/tests/seq_consumer\.c$' | sort -u)
                 if [ -z "$leaked" ]; then
                     ok "sequence model: every vit header it includes is the installed one"
                 else

@@ -1,5 +1,5 @@
 /*
- * test_seq - the causal sequence model of tools/seq_model.h, written on the
+ * test_seq - the causal sequence model of examples/seq_model.h, written on the
  * tape from the public API only: its data are what they claim, its forward
  * is causal, and it learns to reverse and to sort digit strings it never saw.
  *
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../tools/seq_model.h"
+#include "../examples/seq_model.h"
 #include "vit/vit.h"
 
 /* ---- data ---------------------------------------------------------------- */

@@ -8,9 +8,9 @@
 # get checked by memcheck, since the suites that train real models
 # (test_train, test_seq) are too slow for it.  In other builds the same
 # commands run natively (the sanitizer build checks them with ASan).
-# Usage: test_tools_memcheck.sh TOOLS_DIR BAD_DIR
+# Usage: test_tools_memcheck.sh TOOLS_DIR BAD_DIR EXAMPLES_DIR
 set -u
-tools=$1 bad=$2
+tools=$1 bad=$2 examples=$3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
@@ -24,12 +24,14 @@ if [ "${VIT_UNDER_VALGRIND:-0}" = 1 ]; then
 fi
 
 # run NAME WANT_EXIT PATTERN TOOL ARGS...: the tool's exit status must be
-# WANT_EXIT and its output (stdout and stderr) must match PATTERN.
+# WANT_EXIT and its output (stdout and stderr) must match PATTERN.  TOOL is a
+# name in TOOLS_DIR or a path.
 run() {
     local name=$1 want=$2 pat=$3 tool=$4
     shift 4
     local out rc
-    out=$("${memcheck[@]}" "$tools/$tool" "$@" 2>&1)
+    case $tool in */*) ;; *) tool=$tools/$tool ;; esac
+    out=$("${memcheck[@]}" "$tool" "$@" 2>&1)
     rc=$?
     if [ $rc -eq "$want" ] && grep -qE -- "$pat" <<<"$out"; then
         pass=$((pass + 1))
@@ -68,9 +70,9 @@ VIT_DIGITS=$tmp/bad.csv run "garbled digits file" 1 "bad.csv:1: 3 fields" vit_tr
 
 # The README's examples: the model example trains, scores and saves its
 # tensors (test_example_model checks its numbers natively).
-run "README model example" 0 "held-out: loss 0\.0[0-9]+, accuracy 0\.99" example_model \
+run "README model example" 0 "held-out: loss 0\.0[0-9]+, accuracy 0\.99" "$examples/example_model" \
     "$tmp/example.ckpt"
-run "README attention example" 0 "^y\[0\] = -0\.552" example_attention
+run "README attention example" 0 "^y\[0\] = -0\.552" "$examples/example_attention"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
