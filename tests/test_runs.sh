@@ -142,7 +142,7 @@ for case in INT TERM INT-ema; do
     extra=() ref=$tmp/ref
     [ "$case" != "$sig" ] && extra=("${ema[@]}") ref=$tmp/refema
     want=$([ $sig = INT ] && echo 130 || echo 143)
-    for attempt in 1 2 3; do
+    for attempt in 1 2 3 4 5 6; do
         rm -rf "$tmp/s"
         "$tools/vit_train" "${small[@]}" "${sigrun[@]}" ${extra[@]+"${extra[@]}"} --out "$tmp/s" >/dev/null 2>"$tmp/err" &
         pid=$!
