@@ -199,7 +199,7 @@ fi
 # README's, and the libdir they imply to be this build's.  `cc` is CC (with
 # the sanitizer flags), so the recipe's compile line is the user's.
 recipe=$(awk '/Into a prefix of your own/ { f = 1 } f && /^```sh$/ { g = 1; next }
-              g && /^```$/ { exit } g { print }' "$readme")
+              g && /^```$/ { exit } g { print }' "$(dirname "$readme")/docs/extending.md")
 mapfile -t lines <<<"$recipe"
 libdir_opt=$("$meson" introspect --buildoptions "$build" | tr '{' '\n' |
              sed -n 's/.*"name": "libdir", "value": "\([^"]*\)".*/\1/p')
