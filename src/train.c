@@ -291,6 +291,46 @@ int vit_run_dir_taken(const char *out_dir, const char *resume)
            || mine.st_ino != have.st_ino;
 }
 
+/* --force (overwrite) into a folder holding another run: its checkpoint and
+ * metrics move to the first free OUT/replaced-N (mkdir reserves the name,
+ * so nothing is clobbered) before this run writes anything, so a kill at
+ * any moment leaves the old run whole in one place.  Both files are
+ * hard-linked there first and only then is OUT/last.ckpt unlinked (the old
+ * metrics.csv is replaced by the new run's own); where hard links are not
+ * supported they are renamed, the checkpoint first.  moved gets the folder
+ * (empty when there was nothing to move). */
+static int set_aside(const char *dir, char *moved, size_t cap)
+{
+    char ckpt[4200], csv[4200], to_ckpt[4400], to_csv[4400];
+    snprintf(ckpt, sizeof ckpt, "%s/last.ckpt", dir);
+    snprintf(csv, sizeof csv, "%s/metrics.csv", dir);
+    moved[0] = 0;
+    for (int n = 1; n < 100000; n++) {
+        snprintf(moved, cap, "%s/replaced-%d", dir, n);
+        if (mkdir(moved, 0755) == 0)
+            break;
+        if (errno != EEXIST) {
+            int rc = vit_fail(VIT_EIO, "%s: cannot create folder: %s", moved, strerror(errno));
+            moved[0] = 0;
+            return rc;
+        }
+    }
+    snprintf(to_ckpt, sizeof to_ckpt, "%s/last.ckpt", moved);
+    snprintf(to_csv, sizeof to_csv, "%s/metrics.csv", moved);
+    int have_csv = access(csv, F_OK) == 0;
+    int linked = link(ckpt, to_ckpt) == 0 && (!have_csv || link(csv, to_csv) == 0);
+    if (linked) {
+        if (unlink(ckpt))
+            return vit_fail(VIT_EIO, "%s: cannot remove: %s", ckpt, strerror(errno));
+        return VIT_OK;
+    }
+    unlink(to_ckpt); /* a link that was made, if the second one failed */
+    if (rename(ckpt, to_ckpt) || (have_csv && rename(csv, to_csv)))
+        return vit_fail(VIT_EIO, "%s: cannot move the run there aside to %s: %s", dir, moved,
+                        strerror(errno));
+    return VIT_OK;
+}
+
 /* The columns of metrics.csv; val_acc, last, only in a run with a
  * validation set (so the columns before it never move). */
 static const char metrics_header[] = "epoch,train_loss,train_acc,test_loss,test_acc,lr,seconds";
@@ -1071,6 +1111,18 @@ int vit_train_run(const vit_config *cfg, const vit_dataset *train_in, const vit_
     int rc = run_setup(&r, cfg, &train, test, o);
     double prior_seconds = 0;
     int rank = vit_dist_rank();
+    /* A stop epoch the checkpoint has already passed would train nothing
+     * and then spend the final evaluation on an unchanged model: refused
+     * before anything is written. */
+    if (rc == VIT_OK && o->stop_after_epochs > 0 && r.st.epoch < (unsigned long long)r.cfg.epochs
+        && r.st.epoch >= (unsigned long long)o->stop_after_epochs)
+        rc = vit_fail(VIT_EINVAL, "%s: the run has already done %llu epochs, so a stop after "
+                      "epoch %d is already reached; nothing to train (stop at a later epoch, "
+                      "or not at all)", o->resume, r.st.epoch, o->stop_after_epochs);
+    char moved[4300] = "";
+    if (rc == VIT_OK && rank == 0 && o->overwrite && vit_run_dir_taken(o->out_dir, o->resume)
+        && (rc = set_aside(o->out_dir, moved, sizeof moved)) == VIT_OK && o->progress)
+        fprintf(log, "%s: the run there (last.ckpt, metrics.csv) moved to %s\n", o->out_dir, moved);
     if (rc == VIT_OK && rank == 0)
         rc = open_metrics(o->out_dir, o->resume, r.st.epoch, o->val_count > 0, &r.metrics,
                           &prior_seconds);

@@ -75,6 +75,51 @@ train --epochs 4 --force --out "$tmp/a" >/dev/null 2>&1
 check "--force starts over (equals a fresh run)" \
     'cmp -s "$tmp/a/last.ckpt" "$tmp/ref4/last.ckpt" && diff <(rows "$tmp/a/metrics.csv") <(rows "$tmp/ref4/metrics.csv")'
 
+# --force into a folder with a run, killed -9 before the new run's first
+# checkpoint (one step of this wide model over the whole set takes
+# seconds): the old run's checkpoint and its metrics stay together, in the
+# folder or moved aside into it, never the checkpoint without its history.
+mkdir "$tmp/f"
+cp "$tmp/ref4/last.ckpt" "$tmp/ref4/metrics.csv" "$tmp/f/"
+"$tools/vit_train" --dim 128 --depth 4 --heads 4 --mlp 256 --batch 1437 --threads 1 --quiet \
+    --epochs 3 --force --out "$tmp/f" >/dev/null 2>&1 &
+pid=$!
+waited=0
+while [ "$(tail -n +2 "$tmp/f/metrics.csv" | cmp -s - <(tail -n +2 "$tmp/ref4/metrics.csv") && echo same)" = same ] \
+    && [ ! -d "$tmp/f/replaced-1" ] && [ $waited -lt 3000 ]; do sleep 0.01; waited=$((waited + 1)); done
+sleep 0.3
+kill -9 $pid 2>/dev/null
+wait $pid 2>/dev/null
+whole=no
+for c in $(find "$tmp/f" -name last.ckpt); do
+    cmp -s "$c" "$tmp/ref4/last.ckpt" && cmp -s "$(dirname "$c")/metrics.csv" "$tmp/ref4/metrics.csv" && whole=yes
+done
+echo "     after kill -9: $(cd "$tmp/f" && find . -type f | sort | tr '\n' ' ')"
+check "--force, kill -9 before the first checkpoint: the old checkpoint keeps its metrics beside it" \
+    '[ $whole = yes ]'
+
+# --stop-after: the stop prints the command that continues the run; a
+# resume whose checkpoint has already reached the stop epoch is refused at
+# once (it used to train nothing, evaluate and exit 0), nothing written.
+out=$(train --epochs 4 --stop-after 2 --out "$tmp/sa" 2>&1)
+cmd=$(sed -n 's/.*continue with: //p' <<<"$out")
+echo "     stdout: $out"
+check "--stop-after 2: says it stopped and prints the resume command" \
+    'grep -q "stopped after epoch 2 of 4" <<<"$out" && [ -n "$cmd" ]'
+cp "$tmp/sa/last.ckpt" "$tmp/sa2.ckpt"
+cp "$tmp/sa/metrics.csv" "$tmp/sa2.csv"
+for n in 1 2; do
+    err=$(train --resume "$tmp/sa/last.ckpt" --stop-after $n 2>&1 >/dev/null)
+    rc=$?
+    echo "     stderr: $err"
+    check "--stop-after $n on a run at epoch 2: refused in one line saying why, nothing written" \
+        '[ $rc -ne 0 ] && [ "$(wc -l <<<"$err")" -eq 1 ] && grep -q "already done 2 epochs.*already reached" <<<"$err" && cmp -s "$tmp/sa/last.ckpt" "$tmp/sa2.ckpt" && cmp -s "$tmp/sa/metrics.csv" "$tmp/sa2.csv"'
+done
+cmd=${cmd/#vit_train/$tools/vit_train}
+$cmd --quiet >/dev/null 2>&1
+check "the printed command continues to the uninterrupted run's checkpoint and metrics" \
+    'cmp -s "$tmp/sa/last.ckpt" "$tmp/ref4/last.ckpt" && diff <(rows "$tmp/sa/metrics.csv") <(rows "$tmp/ref4/metrics.csv")'
+
 # ---- 2. recipe flags on resume ------------------------------------------
 cp "$tmp/ref4/last.ckpt" "$tmp/done.ckpt"
 out=$(train --resume "$tmp/ref4/last.ckpt" 2>&1)

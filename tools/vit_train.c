@@ -271,17 +271,17 @@ static int train_once(const vit_config *cfg, const vit_dataset *train, const vit
                "--epochs extends it)\n", prog, o.resume, res.epochs_done, res.epochs_done);
         return 0;
     }
+    /* What resumes the run: the same data, threads and validation set. */
+    char again[128] = "", launcher[64] = "";
+    if (threads > 0)
+        snprintf(again, sizeof again, " --threads %d", threads);
+    if (o.val_count > 0)
+        snprintf(again + strlen(again), sizeof again - strlen(again), " --val %d", o.val_count);
+    if (vit_dist_size() > 1)
+        snprintf(launcher, sizeof launcher, "mpirun -np %d ", vit_dist_size());
     if (res.interrupted) {
-        char again[128] = "";
-        if (threads > 0)
-            snprintf(again, sizeof again, " --threads %d", threads);
-        if (o.val_count > 0)
-            snprintf(again + strlen(again), sizeof again - strlen(again), " --val %d", o.val_count);
         /* Under mpirun the stop may have come to another rank: this one
          * then stops as if terminated. */
-        char launcher[64] = "";
-        if (vit_dist_size() > 1)
-            snprintf(launcher, sizeof launcher, "mpirun -np %d ", vit_dist_size());
         fprintf(stderr, "%s: %s at epoch %d, step %llu of %ld; checkpoint %s/last.ckpt\n"
                 "%s: continue with: %s%s --data %s --resume %s/last.ckpt%s\n", prog,
                 stop_signal == SIGINT ? "interrupted" : stop_signal ? "terminated"
@@ -315,6 +315,10 @@ static int train_once(const vit_config *cfg, const vit_dataset *train, const vit
     snprintf(timing, sizeof timing, "%d epochs, %.1f s, %.0f images/s", res.epochs_done,
              res.seconds, res.images_per_second);
     print_result(acc, labels, timing, out);
+    if (o.stop_after_epochs > 0 && res.epochs_done < cfg->epochs)
+        printf("stopped after epoch %d of %d (--stop-after); continue with: %s%s --data %s "
+               "--resume %s/last.ckpt%s\n", res.epochs_done, cfg->epochs, launcher, prog, data,
+               out, again);
     vit_train_result_free(&res);
     return 0;
 }
