@@ -1,9 +1,10 @@
-/* The computations shared by precision_dump (float64) and test_precision
- * (float32); see precision_cases.h. */
+/* The computations test_precision runs in both precisions: this file is
+ * compiled once with VIT_DOUBLE and once without; see precision_cases.h. */
 #include "precision_cases.h"
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,9 @@
 #include "vit/loss.h"
 #include "vit/model.h"
 #include "vit/tape.h"
+
+/* What the cases emit to: this copy's vit_real, widened by emit_wide. */
+typedef void (*real_emit_fn)(void *ctx, const char *name, const vit_real *v, size_t n);
 
 #define TRY(e) do { rc = (e); if (rc != VIT_OK) goto done; } while (0)
 
@@ -71,7 +75,7 @@ static void pool_free(pool *pl)
 
 /* ---- Cases -------------------------------------------------------------- */
 
-static int case_linear(pc_emit_fn emit, void *ctx)
+static int case_linear(real_emit_fn emit, void *ctx)
 {
     enum { N = 8, IN = 48, OUT = 24 };
     pool pl = {0};
@@ -94,7 +98,7 @@ done:
     return rc;
 }
 
-static int case_layernorm(pc_emit_fn emit, void *ctx)
+static int case_layernorm(real_emit_fn emit, void *ctx)
 {
     enum { N = 8, D = 48 };
     /* 2^-16 instead of VIT_LAYERNORM_EPS: exact in both builds. */
@@ -126,7 +130,7 @@ done:
     return rc;
 }
 
-static int case_gelu(pc_emit_fn emit, void *ctx)
+static int case_gelu(real_emit_fn emit, void *ctx)
 {
     enum { N = 128 };
     pool pl = {0};
@@ -144,7 +148,7 @@ done:
     return rc;
 }
 
-static int case_softmax(pc_emit_fn emit, void *ctx)
+static int case_softmax(real_emit_fn emit, void *ctx)
 {
     enum { R = 8, C = 16 };
     pool pl = {0};
@@ -168,7 +172,7 @@ done:
     return rc;
 }
 
-static int case_cross_entropy(pc_emit_fn emit, void *ctx)
+static int case_cross_entropy(real_emit_fn emit, void *ctx)
 {
     enum { N = 8, C = 10 };
     pool pl = {0};
@@ -190,7 +194,7 @@ done:
     return rc;
 }
 
-static int case_patch_embed(pc_emit_fn emit, void *ctx)
+static int case_patch_embed(real_emit_fn emit, void *ctx)
 {
     const vit_patch_shape s = {.batch = 2, .height = 8, .width = 8, .channels = 3,
                                .patch = 4, .dim = 16};
@@ -217,7 +221,7 @@ done:
 }
 
 /* Self-attention with biases, a causal mask and padding keys in item 1. */
-static int case_mha(pc_emit_fn emit, void *ctx)
+static int case_mha(real_emit_fn emit, void *ctx)
 {
     enum { B = 2, T = 6, D = 16, H = 4 };
     static const unsigned char key_valid[B * T] = {1, 1, 1, 1, 1, 1,
@@ -262,7 +266,7 @@ done:
 /* The tiled attention core over several tiles (8 queries x 16 keys) with a
  * causal mask and padding keys in item 1: its exp (fastmath's in float32)
  * and its online softmax against the float64 build's. */
-static int case_sdpa_tiled(pc_emit_fn emit, void *ctx)
+static int case_sdpa_tiled(real_emit_fn emit, void *ctx)
 {
     enum { B = 2, H = 2, N = 40, DK = 8, DV = 8 };
     static unsigned char key_valid[B * N];
@@ -300,7 +304,7 @@ done:
  * gradients, the mean pool) plus a head over token ids built from the
  * other tape ops: softmax(0.5 * mean_valid(E[ids]) * gate) W added to the
  * logits.  One tape on one thread. */
-static int case_model(pc_emit_fn emit, void *ctx)
+static int case_model(real_emit_fn emit, void *ctx)
 {
     enum { B = 3, IMG = 4, K = 3, V = 7, T = 5, D = 8 };
     static const unsigned char valid[B * T] = {1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0};
@@ -366,7 +370,7 @@ done:
 
 static const struct {
     const char *name;
-    int (*run)(pc_emit_fn, void *);
+    int (*run)(real_emit_fn, void *);
 } cases[] = {
     {"linear", case_linear},
     {"layernorm", case_layernorm},
@@ -379,24 +383,53 @@ static const struct {
     {"model", case_model},
 };
 
-int pc_case_count(void) { return (int)(sizeof cases / sizeof cases[0]); }
+static int case_count(void) { return (int)(sizeof cases / sizeof cases[0]); }
 
-const char *pc_case_name(int i)
+static const char *case_name(int i)
 {
-    return i >= 0 && i < pc_case_count() ? cases[i].name : NULL;
+    return i >= 0 && i < case_count() ? cases[i].name : NULL;
 }
 
-int pc_case_find(const char *name)
+/* The caller's double-typed emit, and the first allocation failure. */
+typedef struct {
+    pc_emit_fn emit;
+    void *ctx;
+    int nomem;
+} wide_sink;
+
+static void emit_wide(void *ctx, const char *name, const vit_real *v, size_t n)
 {
-    for (int i = 0; i < pc_case_count(); i++)
-        if (strcmp(cases[i].name, name) == 0)
-            return i;
-    return -1;
+    wide_sink *w = ctx;
+    double *d = malloc((n ? n : 1) * sizeof *d);
+    if (!d) {
+        w->nomem = 1;
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        d[i] = (double)v[i];
+    w->emit(w->ctx, name, d, n);
+    free(d);
 }
 
-int pc_run_case(int i, pc_emit_fn emit, void *ctx)
+static int run_case(int i, pc_emit_fn emit, void *ctx, char *err, size_t errlen)
 {
-    if (i < 0 || i >= pc_case_count())
+    wide_sink w = {emit, ctx, 0};
+    if (i < 0 || i >= case_count()) {
+        snprintf(err, errlen, "VIT_EINVAL: no case %d", i);
         return VIT_EINVAL;
-    return cases[i].run(emit, ctx);
+    }
+    int rc = cases[i].run(emit_wide, &w);
+    if (rc != VIT_OK)
+        snprintf(err, errlen, "%s: %s", vit_status_name(rc), vit_last_error());
+    else if (w.nomem)
+        snprintf(err, errlen, "VIT_ENOMEM: out of memory widening a tensor");
+    return rc != VIT_OK ? rc : w.nomem ? VIT_ENOMEM : VIT_OK;
 }
+
+#ifdef VIT_DOUBLE
+const pc_build pc_float64 =
+#else
+const pc_build pc_float32 =
+#endif
+    {VIT_REAL_NAME, sizeof(vit_real), vit_real_size, vit_version,
+     case_count, case_name, run_case};

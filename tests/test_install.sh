@@ -14,7 +14,8 @@
 #     for a few steps and checks its loss falls), built from the installed
 #     vit.pc alone - proof that the public headers suffice to write one;
 #  4. `pkg-config --cflags` of the installed vit.pc and vit-f64.pc is the
-#     installed include folder (and -DVIT_DOUBLE) and nothing else: no
+#     installed include folder and nothing else (no -DVIT_DOUBLE: see
+#     vit/f64.h), no
 #     OpenBLAS, libpng or Open MPI include folders users never include;
 #  5. README's "into a prefix of your own" recipe, its lines run as written
 #     (see the section below for the one step that is stood in for).
@@ -172,8 +173,9 @@ else
             incdir=$(find "$root" -type d -path '*/include/vit' | head -n 1)
             incdir=${incdir%/vit}
             for name in vit vit-f64; do
+                # No -DVIT_DOUBLE for vit-f64: a file picks float64 by
+                # including <vit/f64.h>, so one program can use both.
                 want="-I$incdir"
-                [ $name = vit-f64 ] && want="$want -DVIT_DOUBLE"
                 got=$(pkg-config --cflags $name | sed 's/ *$//')
                 if [ "$got" = "$want" ]; then
                     ok "pkg-config --cflags $name is '$got' alone"

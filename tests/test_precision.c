@@ -1,10 +1,12 @@
 /*
- * tests/test_precision.c - the float32 library agrees with the float64 one.
+ * tests/test_precision.c - the float32 library agrees with the float64 one,
+ * both in this one process.
  *
- * Both libraries export the same symbols, so they cannot share a process:
- * this program (float32) runs the cases of precision_cases.c itself and
- * reads the float64 results from the precision_dump program (its path is
- * argv[1]), then compares tensor by tensor:
+ * libvit-f64's functions are named vit_f64_* (see vit/core.h), so this
+ * program links both libraries: it runs each case of precision_cases.c
+ * through the float32 copy (pc_float32, calling libvit) and the float64
+ * copy (pc_float64, built with VIT_DOUBLE into its own file, calling
+ * libvit-f64), then compares tensor by tensor:
  *   max_i |a_i - b_i| / max(max_i |a_i|, max_i |b_i|, 1e-3) <= 1e-4
  * (see norm_rel for why the denominator is the tensor's scale).
  * One Check test per case, so a failing kernel is named.
@@ -14,15 +16,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #include "precision_cases.h"
 
 #define PREC_TOL 1e-4
 #define PREC_FLOOR 1e-3
 #define MAX_TENSORS 32
-
-static const char *dump_path;
 
 typedef struct {
     char name[64];
@@ -34,7 +33,6 @@ typedef struct {
     tensor t[MAX_TENSORS];
     int count;
     int overflow;         /* more tensors than MAX_TENSORS */
-    char error[1024];     /* the dumper's "error" line, if any */
 } tensor_set;
 
 static void set_free(tensor_set *s)
@@ -67,54 +65,22 @@ static const tensor *set_find(const tensor_set *s, const char *name)
     return NULL;
 }
 
-/* pc_emit_fn for the float32 run: widen to double and keep. */
-static void collect(void *ctx, const char *name, const vit_real *v, size_t n)
+/* pc_emit_fn for both runs: keep a copy. */
+static void collect(void *ctx, const char *name, const double *v, size_t n)
 {
     tensor *t = set_add(ctx, name, n);
     if (t)
-        for (size_t i = 0; i < n; i++)
-            t->v[i] = (double)v[i];
+        memcpy(t->v, v, n * sizeof *v);
 }
 
-/* Runs the float64 dumper on one case and parses its blocks. */
-static void read_f64(const char *case_name, tensor_set *s)
+/* Runs case i in one precision into s. */
+static void run_in(const pc_build *b, int i, tensor_set *s)
 {
-    ck_assert_msg(dump_path != NULL, "no precision_dump path given (argv[1])");
-    ck_assert_msg(strchr(dump_path, '\'') == NULL, "dumper path contains a quote");
-    char cmd[4096];
-    int len = snprintf(cmd, sizeof cmd, "'%s' %s", dump_path, case_name);
-    ck_assert_msg(len > 0 && (size_t)len < sizeof cmd, "dumper path too long");
-    FILE *p = popen(cmd, "r");
-    ck_assert_msg(p != NULL, "popen(%s) failed", cmd);
-
-    char line[1024];
-    int ended = 0;
-    while (!ended && fgets(line, sizeof line, p)) {
-        char name[64];
-        size_t n;
-        if (sscanf(line, "tensor %63s %zu", name, &n) == 2) {
-            tensor *t = set_add(s, name, n);
-            ck_assert_msg(t != NULL, "too many tensors from the dumper");
-            for (size_t i = 0; i < n; i++) {
-                char *end;
-                ck_assert_msg(fgets(line, sizeof line, p) != NULL,
-                              "dump of %s truncated at %zu of %zu", name, i, n);
-                t->v[i] = strtod(line, &end);
-                ck_assert_msg(end != line, "bad value '%s' in %s", line, name);
-            }
-        } else if (strncmp(line, "error ", 6) == 0) {
-            line[strcspn(line, "\n")] = '\0';
-            snprintf(s->error, sizeof s->error, "%s", line + 6);
-        } else if (strcmp(line, "end\n") == 0) {
-            ended = 1;
-        } else {
-            ck_abort_msg("unexpected dumper line '%s'", line);
-        }
-    }
-    int status = pclose(p);
-    ck_assert_msg(ended, "dumper output has no 'end' line (command: %s)", cmd);
-    ck_assert_msg(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
-                  "dumper exited with status %d", status);
+    char err[1024] = "";
+    int rc = b->run_case(i, collect, s, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s case %s failed: %s", b->precision, b->case_name(i), err);
+    ck_assert_msg(!s->overflow, "case %s emits more than %d tensors", b->case_name(i),
+                  MAX_TENSORS);
 }
 
 /* The figure the bar applies to, normwise over the tensor:
@@ -175,15 +141,13 @@ static double elem_rel(const double *a, const double *b, size_t n)
 
 START_TEST(test_case_agrees)
 {
-    const char *name = pc_case_name(_i);
+    const char *name = pc_float32.case_name(_i);
+    ck_assert_msg(name && pc_float64.case_name(_i) && strcmp(name, pc_float64.case_name(_i)) == 0,
+                  "case %d: the two builds' case tables differ", _i);
     tensor_set f32 = {0}, f64 = {0};
 
-    int rc = pc_run_case(_i, collect, &f32);
-    ck_assert_msg(rc == VIT_OK, "float32 case %s failed: %s %s", name, vit_status_name(rc),
-                  vit_last_error());
-    ck_assert_msg(!f32.overflow, "case %s emits more than %d tensors", name, MAX_TENSORS);
-    read_f64(name, &f64);
-    ck_assert_msg(f64.error[0] == '\0', "float64 case failed: %s", f64.error);
+    run_in(&pc_float32, _i, &f32);
+    run_in(&pc_float64, _i, &f64);
     ck_assert_msg(f32.count > 0, "case %s emitted nothing", name);
     ck_assert_msg(f32.count == f64.count, "case %s: %d float32 tensors, %d float64", name,
                   f32.count, f64.count);
@@ -192,7 +156,7 @@ START_TEST(test_case_agrees)
     const char *worst_name = "";
     for (int k = 0; k < f32.count; k++) {
         const tensor *a = &f32.t[k], *b = set_find(&f64, a->name);
-        ck_assert_msg(b != NULL, "float64 dump has no tensor %s", a->name);
+        ck_assert_msg(b != NULL, "float64 run has no tensor %s", a->name);
         ck_assert_msg(a->n == b->n, "%s: %zu float32 values, %zu float64", a->name, a->n, b->n);
         size_t at;
         double r = norm_rel(a->v, b->v, a->n, &at);
@@ -200,7 +164,7 @@ START_TEST(test_case_agrees)
             if (strcmp(a->name, zero_in_exact[z].name) != 0)
                 continue;
             const tensor *ref = set_find(&f64, zero_in_exact[z].scale_of);
-            ck_assert_msg(ref != NULL, "float64 dump has no tensor %s", zero_in_exact[z].scale_of);
+            ck_assert_msg(ref != NULL, "float64 run has no tensor %s", zero_in_exact[z].scale_of);
             double scale = fmax(max_abs(ref->v, ref->n), PREC_FLOOR);
             /* The float64 value must be zero to its own rounding, or the
              * premise is wrong and the tensor belongs with the others. */
@@ -229,22 +193,44 @@ START_TEST(test_case_agrees)
 }
 END_TEST
 
-int main(int argc, char **argv)
+/* Each copy calls the library of its precision, and the two are the same
+ * release: otherwise the comparison below proves nothing. */
+static int builds_ok(void)
 {
-    if (vit_real_size() != 4 || sizeof(vit_real) != 4) {
-        fprintf(stderr, "test_precision: must be built against the float32 library\n");
-        return EXIT_FAILURE;
+    const pc_build *b[2] = {&pc_float32, &pc_float64};
+    const size_t want[2] = {4, 8};
+    for (int k = 0; k < 2; k++) {
+        if (b[k]->real_size != want[k] || b[k]->library_real_size() != want[k]) {
+            fprintf(stderr, "test_precision: the %s copy has %zu-byte reals and its library "
+                    "%zu-byte ones, want %zu\n", b[k]->precision, b[k]->real_size,
+                    b[k]->library_real_size(), want[k]);
+            return 0;
+        }
     }
-    if (argc < 2) {
-        fprintf(stderr, "usage: test_precision PATH_TO_PRECISION_DUMP\n");
-        return EXIT_FAILURE;
+    if (strcmp(pc_float32.library_version(), pc_float64.library_version()) != 0) {
+        fprintf(stderr, "test_precision: libvit %s but libvit-f64 %s\n",
+                pc_float32.library_version(), pc_float64.library_version());
+        return 0;
     }
-    dump_path = argv[1];
+    if (pc_float32.case_count() != pc_float64.case_count()) {
+        fprintf(stderr, "test_precision: %d float32 cases, %d float64\n",
+                pc_float32.case_count(), pc_float64.case_count());
+        return 0;
+    }
+    return 1;
+}
+
+int main(void)
+{
+    if (!builds_ok())
+        return EXIT_FAILURE;
+    printf("libvit %s (%s) and libvit-f64 (%s) in one process\n", pc_float32.library_version(),
+           pc_float32.precision, pc_float64.precision);
 
     Suite *s = suite_create("test_precision");
     TCase *tc = tcase_create("float32_vs_float64");
     tcase_set_timeout(tc, 60);
-    tcase_add_loop_test(tc, test_case_agrees, 0, pc_case_count());
+    tcase_add_loop_test(tc, test_case_agrees, 0, pc_float32.case_count());
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

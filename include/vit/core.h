@@ -30,8 +30,10 @@
  *
  * The library is built twice from the same sources, like FFTW's fftw3 and
  * fftw3f: libvit with vit_real = float (training) and libvit-f64 with
- * vit_real = double (gradient checks).  Code using libvit-f64 must be
- * compiled with -DVIT_DOUBLE, which `pkg-config --cflags vit-f64` adds.
+ * vit_real = double (gradient checks).  A file that uses libvit-f64
+ * includes <vit/f64.h> (or defines VIT_DOUBLE before its first vit header);
+ * in it every public function vit_NAME is the symbol vit_f64_NAME, so one
+ * program can link both libraries (see below and vit/f64.h).
  */
 #ifndef VIT_CORE_H
 #define VIT_CORE_H
@@ -61,6 +63,27 @@
 #define VIT_END_DECLS VIT_VISIBILITY_POP_
 #endif
 
+/* VIT_VERSION_MAJOR, _MINOR, _PATCH and _STRING, from meson.build. */
+#include "vit/version.h"
+
+/* The float64 library's names.  With VIT_DOUBLE, vit/f64_names.h (generated
+ * from these headers at build time, installed beside them) defines every
+ * public function name vit_NAME as vit_f64_NAME, before any declaration:
+ * the float64 library is compiled that way, so its symbols are vit_f64_*,
+ * and a float64 file's calls are to them.  The float32 library keeps the
+ * plain names.  Two libraries that export no common symbol can share one
+ * process (FFTW prefixes its float build the same way: fftwf_).
+ * Why vit_f64_ rather than a short vitd_ or vitf_: it is the package's
+ * and the library's own name (vit-f64, libvit-f64), it says the width
+ * rather than leaving "d" to be guessed, and it stays inside the vit_
+ * namespace every public name uses.  No public name may itself start with
+ * vit_f64_ (the generator refuses it): its float64 name could be another's.
+ * Only functions are renamed; types, enums and macros have no linkage and
+ * keep their names, which is why one file sees one precision. */
+#ifdef VIT_DOUBLE
+#include "vit/f64_names.h"
+#endif
+
 VIT_BEGIN_DECLS
 
 #ifdef VIT_DOUBLE
@@ -70,8 +93,6 @@ typedef double vit_real;
 typedef float vit_real;
 #define VIT_REAL_NAME "float32"
 #endif
-
-#define VIT_VERSION_STRING "0.1.0"
 
 /* Error codes (negative; VIT_OK is 0). */
 enum vit_status {
@@ -124,8 +145,9 @@ size_t vit_real_size(void);
  * reads; call it before training, never while kernels run on other threads. */
 int vit_set_threads(int n);
 
-/* Library version, VIT_VERSION_STRING of the build: a static string.
- * Cannot fail; thread-safe. */
+/* The linked library's version, "MAJOR.MINOR.PATCH": the VIT_VERSION_STRING
+ * it was built with (compare with the header's to detect a mismatch).  A
+ * static string.  Cannot fail; thread-safe. */
 const char *vit_version(void);
 
 VIT_END_DECLS
