@@ -185,8 +185,9 @@ int vit_tape_backward_from(vit_tape *tape, vit_tensor *y, const vit_real *dy);
 vit_tensor *vit_op_linear(vit_tape *tape, vit_tensor *x, vit_tensor *W, vit_tensor *b);
 
 /* y = GELU(x W + b): the MLP's first layer with its bias and activation
- * in one pass after the GEMM (b may be NULL; shapes as vit_op_linear).  It
- * keeps the pre-activation x W + b for the backward, as the two ops did,
+ * in one pass after the GEMM (b may be NULL; shapes as vit_op_linear).  For
+ * the backward it keeps GELU'(x W + b), computed in the same pass as GELU
+ * (one value per output, as many as the pre-activation the two ops keep),
  * and its backward forms GELU's gradient in dy's buffer in one pass that
  * also sums the bias gradient.  Equal to vit_op_gelu(vit_op_linear(x, W,
  * b)) but for rounding. */
