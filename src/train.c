@@ -298,22 +298,25 @@ int vit_run_dir_taken(const char *out_dir, const char *resume)
  * hard-linked there first and only then is OUT/last.ckpt unlinked (the old
  * metrics.csv is replaced by the new run's own); where hard links are not
  * supported they are renamed, the checkpoint first.  moved gets the folder
- * (empty when there was nothing to move). */
+ * (empty on failure). */
 static int set_aside(const char *dir, char *moved, size_t cap)
 {
     char ckpt[4200], csv[4200], to_ckpt[4400], to_csv[4400];
     snprintf(ckpt, sizeof ckpt, "%s/last.ckpt", dir);
     snprintf(csv, sizeof csv, "%s/metrics.csv", dir);
-    moved[0] = 0;
-    for (int n = 1; n < 100000; n++) {
+    int made = 0;
+    for (int n = 1; n < 100000 && !made; n++) {
         snprintf(moved, cap, "%s/replaced-%d", dir, n);
-        if (mkdir(moved, 0755) == 0)
-            break;
-        if (errno != EEXIST) {
+        made = mkdir(moved, 0755) == 0;
+        if (!made && errno != EEXIST) {
             int rc = vit_fail(VIT_EIO, "%s: cannot create folder: %s", moved, strerror(errno));
             moved[0] = 0;
             return rc;
         }
+    }
+    if (!made) { /* every name taken: never move into a folder that holds a run */
+        moved[0] = 0;
+        return vit_fail(VIT_EIO, "%s: replaced-1 .. replaced-99999 all exist; remove some", dir);
     }
     snprintf(to_ckpt, sizeof to_ckpt, "%s/last.ckpt", moved);
     snprintf(to_csv, sizeof to_csv, "%s/metrics.csv", moved);
