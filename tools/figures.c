@@ -1,7 +1,6 @@
 /* The attention figure and the training curves; see figures.h. */
 #include "figures.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -188,136 +187,6 @@ int fig_attn_draw(const fig_attn *f, draw_canvas *out, fig_attn_layout *lay, cha
 }
 
 /* ======================================================================
- * metrics.csv
- * ==================================================================== */
-
-void fig_metrics_free(fig_metrics *m)
-{
-    free(m->epoch);
-    free(m->train_loss);
-    free(m->test_loss);
-    free(m->test_acc);
-    memset(m, 0, sizeof *m);
-}
-
-/* Splits line in place at commas into at most max fields, trimming spaces
- * and a trailing '\r' or '\n'.  Returns the number of fields found (which
- * may exceed max: the count goes on, the pointers stop). */
-static int split_csv(char *line, char **field, int max)
-{
-    line[strcspn(line, "\r\n")] = 0;
-    int n = 0;
-    for (char *p = line;;) {
-        while (*p == ' ' || *p == '\t')
-            p++;
-        char *end = strchr(p, ',');
-        char *stop = end ? end : p + strlen(p);
-        char *q = stop;
-        while (q > p && (q[-1] == ' ' || q[-1] == '\t'))
-            q--;
-        *q = 0;
-        if (n < max)
-            field[n] = p;
-        n++;
-        if (!end)
-            return n;
-        p = end + 1;
-    }
-}
-
-static int blank(const char *s)
-{
-    return s[strspn(s, " \t\r\n")] == 0;
-}
-
-enum { MAX_COLS = 64 };
-
-static int grow(fig_metrics *m, int *capacity)
-{
-    if (m->rows < *capacity)
-        return 0;
-    int n = *capacity ? 2 * *capacity : 64;
-    double **cols[4] = {&m->epoch, &m->train_loss, &m->test_loss, &m->test_acc};
-    for (int k = 0; k < 4; k++) {
-        double *p = realloc(*cols[k], (size_t)n * sizeof *p);
-        if (!p)
-            return -1;
-        *cols[k] = p;
-    }
-    *capacity = n;
-    return 0;
-}
-
-int fig_metrics_load(const char *path, fig_metrics *m, char *err, size_t cap)
-{
-    static const char *want[4] = {"epoch", "train_loss", "test_loss", "test_acc"};
-    memset(m, 0, sizeof *m);
-    if (!path)
-        return fail(err, cap, "metrics: path is NULL");
-    FILE *fp = fopen(path, "r");
-    if (!fp)
-        return fail(err, cap, "%s: cannot open: %s", path, strerror(errno));
-    char *line = NULL, *field[MAX_COLS];
-    size_t line_cap = 0;
-    int lineno = 0, ncols = 0, col[4] = {-1, -1, -1, -1}, capacity = 0, first_blank = 0, rc = 0;
-    while (rc == 0 && getline(&line, &line_cap, fp) >= 0) {
-        lineno++;
-        if (blank(line)) {
-            if (!first_blank)
-                first_blank = lineno;
-            continue;
-        }
-        if (first_blank) {
-            rc = fail(err, cap, "%s:%d: blank line inside the file", path, first_blank);
-            break;
-        }
-        int n = split_csv(line, field, MAX_COLS);
-        if (n > MAX_COLS) {
-            rc = fail(err, cap, "%s:%d: %d fields, at most %d are supported", path, lineno, n,
-                      MAX_COLS);
-        } else if (lineno == 1) {
-            ncols = n;
-            for (int i = 0; i < n; i++)
-                for (int k = 0; k < 4; k++)
-                    if (strcmp(field[i], want[k]) == 0 && col[k] < 0)
-                        col[k] = i;
-            for (int k = 0; k < 4 && rc == 0; k++)
-                if (col[k] < 0)
-                    rc = fail(err, cap, "%s:1: the header has no column '%s' (expected a metrics.csv "
-                              "from vit_train)", path, want[k]);
-        } else if (n != ncols) {
-            rc = fail(err, cap, "%s:%d: %d fields, the header has %d", path, lineno, n, ncols);
-        } else if (grow(m, &capacity)) {
-            rc = fail(err, cap, "%s: out of memory", path);
-        } else {
-            double *dst[4] = {m->epoch, m->train_loss, m->test_loss, m->test_acc};
-            for (int i = 0; i < n && rc == 0; i++) {
-                char *end;
-                double v = strtod(field[i], &end);
-                if (end == field[i] || *end || !isfinite(v))
-                    rc = fail(err, cap, "%s:%d: field %d '%s' is not a finite number", path, lineno,
-                              i + 1, field[i]);
-                for (int k = 0; k < 4; k++)
-                    if (col[k] == i)
-                        dst[k][m->rows] = v;
-            }
-            m->rows++;
-        }
-    }
-    if (rc == 0 && ferror(fp))
-        rc = fail(err, cap, "%s: read error: %s", path, strerror(errno));
-    if (rc == 0 && lineno == 0)
-        rc = fail(err, cap, "%s: empty file (expected a header line)", path);
-    if (rc == 0 && m->rows == 0)
-        rc = fail(err, cap, "%s: no data rows after the header", path);
-    free(line);
-    fclose(fp);
-    if (rc)
-        fig_metrics_free(m);
-    return rc;
-}
-
-/* ======================================================================
  * Training curves
  * ==================================================================== */
 
@@ -429,7 +298,7 @@ static void draw_frame_labels(draw_canvas *c, const fig_panel *p, const char *he
     }
 }
 
-int fig_curves_draw(const fig_metrics *m, const char *title, draw_canvas *out,
+int fig_curves_draw(const vit_metrics_table *m, const char *title, draw_canvas *out,
                     fig_curves_layout *lay, char *err, size_t cap)
 {
     memset(out, 0, sizeof *out);

@@ -47,12 +47,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: no metrics file given (see --help)\n", prog);
         return 2;
     }
-    char err[512];
-    fig_metrics m;
-    if (fig_metrics_load(csv, &m, err, sizeof err)) {
-        fprintf(stderr, "%s: %s\n", prog, err);
-        return 1;
-    }
+    vit_metrics_table m;
+    if (vit_metrics_read(csv, &m))
+        return cli_fail(prog, NULL);
     /* The title is drawn at twice the font size: keep it on the canvas. */
     char title_buf[56];
     size_t len = strlen(title ? title : csv);
@@ -60,6 +57,7 @@ int main(int argc, char **argv)
              (title ? title : csv) + (len > 52 ? len - 49 : 0));
     draw_canvas canvas;
     fig_curves_layout lay;
+    char err[512];
     int rc = 1;
     if (fig_curves_draw(&m, title_buf, &canvas, &lay, err, sizeof err))
         fprintf(stderr, "%s: %s\n", prog, err);
@@ -72,6 +70,6 @@ int main(int argc, char **argv)
         rc = 0;
     }
     draw_canvas_free(&canvas);
-    fig_metrics_free(&m);
+    vit_metrics_free(&m);
     return rc;
 }

@@ -19,6 +19,7 @@
 #include "vit/checkpoint.h"
 #include "vit/augment.h"
 #include "vit/train.h"
+#include "vit/metrics.h"
 #include "vit/dist.h"
 #include "vit/safetensors.h"
 #include "vit/gemm.h"
