@@ -22,5 +22,6 @@
 #include "vit/metrics.h"
 #include "vit/dist.h"
 #include "vit/safetensors.h"
+#include "vit/export.h"
 #include "vit/gemm.h"
 #endif
