@@ -207,7 +207,7 @@ START_TEST(lines_and_clipping)
     ck_assert(same(draw_get(&c, 5, 0), red) && same(draw_get(&c, 19, 0), red));
     ck_assert(same(draw_get(&c, 5, 1), white));
     draw_canvas_free(&c);
-    ck_assert_int_eq(draw_canvas_init(&c, 0, 5, white), -1);
+    ck_assert_int_eq(draw_canvas_init(&c, 0, 5, white), VIT_EINVAL);
     ck_assert_ptr_null(c.px);
     draw_canvas_free(&c);
 }
@@ -264,8 +264,7 @@ START_TEST(attention_one_hot_cells)
                   .title = "TEST", .notes = {"A NOTE", NULL}};
     draw_canvas c;
     fig_attn_layout lay;
-    char err[256] = "";
-    ck_assert_msg(fig_attn_draw(&f, &c, &lay, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(fig_attn_draw(&f, &c, &lay) == VIT_OK, "%s", vit_last_error());
     picture p = save_and_read(&c, "attn.png");
     ck_assert_int_eq(p.w, lay.width);
     ck_assert_int_eq(p.h, lay.height);
@@ -323,8 +322,7 @@ START_TEST(attention_scale_and_query_outline)
                   .grid_w = GW, .layers = 1, .heads = 1, .maps = maps, .query = query};
     draw_canvas c;
     fig_attn_layout lay;
-    char err[256] = "";
-    ck_assert_msg(fig_attn_draw(&f, &c, &lay, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(fig_attn_draw(&f, &c, &lay) == VIT_OK, "%s", vit_last_error());
     picture p = save_and_read(&c, "attn_q.png");
     int x0, y0, k = lay.cell, ms = lay.map_scale;
     fig_attn_map_origin(&lay, 0, 0, &x0, &y0);
@@ -366,32 +364,32 @@ START_TEST(attention_bad_input)
                   .grid_w = GW, .layers = 1, .heads = 1, .maps = maps, .query = -1};
     draw_canvas c;
     fig_attn_layout lay;
-    char err[256];
     fig_attn g = f;
     g.grid_w = 3; /* 8 is not a multiple of 3 */
-    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, "8x8") != NULL, "%s", err);
+    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay), VIT_EINVAL);
+    ck_assert_msg(strstr(vit_last_error(), "8x8") != NULL, "%s", vit_last_error());
     ck_assert_ptr_null(c.px);
     g = f;
     g.grid_w = 2; /* patches of 2x4 pixels */
-    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, "2x4 pixels are not square") != NULL, "%s", err);
+    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay), VIT_EINVAL);
+    ck_assert_msg(strstr(vit_last_error(), "2x4 pixels are not square") != NULL, "%s",
+                  vit_last_error());
     g = f;
     g.query = GH * GW;
-    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, "query patch 16") != NULL, "%s", err);
+    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay), VIT_EINVAL);
+    ck_assert_msg(strstr(vit_last_error(), "query patch 16") != NULL, "%s", vit_last_error());
     g = f;
     g.maps = NULL;
-    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, "maps is NULL") != NULL, "%s", err);
+    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay), VIT_EINVAL);
+    ck_assert_msg(strstr(vit_last_error(), "maps is NULL") != NULL, "%s", vit_last_error());
     g = f;
     g.channels = 2;
-    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, "channels") != NULL, "%s", err);
+    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay), VIT_EINVAL);
+    ck_assert_msg(strstr(vit_last_error(), "channels") != NULL, "%s", vit_last_error());
     g = f;
     g.heads = 0;
-    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, "0 heads") != NULL, "%s", err);
+    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay), VIT_EINVAL);
+    ck_assert_msg(strstr(vit_last_error(), "0 heads") != NULL, "%s", vit_last_error());
 }
 END_TEST
 
@@ -457,7 +455,6 @@ START_TEST(curves_axes_and_points)
 {
     write_metrics("metrics.csv");
     vit_metrics_table m;
-    char err[256] = "";
     ck_assert_msg(vit_metrics_read(fu_path("metrics.csv"), &m) == VIT_OK, "%s",
                   vit_last_error());
     ck_assert_int_eq(m.rows, 10);
@@ -466,7 +463,7 @@ START_TEST(curves_axes_and_points)
 
     draw_canvas c;
     fig_curves_layout lay;
-    ck_assert_msg(fig_curves_draw(&m, "RUN", &c, &lay, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(fig_curves_draw(&m, "RUN", &c, &lay) == VIT_OK, "%s", vit_last_error());
     picture p = save_and_read(&c, "curves.png");
     ck_assert_int_eq(p.w, lay.width);
     ck_assert_int_eq(p.h, lay.height);
@@ -512,12 +509,11 @@ START_TEST(curves_long_run_without_markers)
     }
     write_text("long.csv", text);
     vit_metrics_table m;
-    char err[256] = "";
     ck_assert_msg(vit_metrics_read(fu_path("long.csv"), &m) == VIT_OK, "%s",
                   vit_last_error());
     draw_canvas c;
     fig_curves_layout lay;
-    ck_assert_msg(fig_curves_draw(&m, "LONG", &c, &lay, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(fig_curves_draw(&m, "LONG", &c, &lay) == VIT_OK, "%s", vit_last_error());
     picture p = save_and_read(&c, "long.png");
     for (int e = 5; e <= 55; e += 10) {
         expect_point(&p, &lay.loss, e, m.train_loss[e - 1], fig_train_loss_rgb);
@@ -565,7 +561,6 @@ START_TEST(curves_single_epoch_and_column_order)
     /* Columns in another order, an extra one, CRLF and a trailing blank line. */
     write_text("one.csv", "test_acc, epoch ,note,test_loss,train_loss\r\n0.25,1,7,1.5,2.5\r\n\r\n");
     vit_metrics_table m;
-    char err[256] = "";
     ck_assert_msg(vit_metrics_read(fu_path("one.csv"), &m) == VIT_OK, "%s",
                   vit_last_error());
     ck_assert_int_eq(m.rows, 1);
@@ -573,7 +568,7 @@ START_TEST(curves_single_epoch_and_column_order)
               m.test_acc[0] == 0.25);
     draw_canvas c;
     fig_curves_layout lay;
-    ck_assert_msg(fig_curves_draw(&m, NULL, &c, &lay, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(fig_curves_draw(&m, NULL, &c, &lay) == VIT_OK, "%s", vit_last_error());
     picture p = save_and_read(&c, "one.png");
     ck_assert(lay.acc.ymin < 0.25 && lay.acc.ymax > 0.25);
     /* The epoch axis runs 0..2: the one epoch sits in the middle. */
@@ -595,13 +590,12 @@ START_TEST(curves_two_epochs)
      * one not on the right edge (the axis runs 0..3). */
     write_text("two.csv", "epoch,train_loss,test_loss,test_acc\n1,2.0,1.8,0.5\n2,0.6,0.9,0.75\n");
     vit_metrics_table m;
-    char err[256] = "";
     ck_assert_msg(vit_metrics_read(fu_path("two.csv"), &m) == VIT_OK, "%s",
                   vit_last_error());
     draw_canvas c;
     fig_curves_layout lay;
-    ck_assert_msg(fig_curves_draw(&m, "runs/two/metrics.csv", &c, &lay, err, sizeof err) == 0, "%s",
-                  err);
+    ck_assert_msg(fig_curves_draw(&m, "runs/two/metrics.csv", &c, &lay) == VIT_OK, "%s",
+                  vit_last_error());
     picture p = save_and_read(&c, "two.png");
     ck_assert(lay.loss.xmin == 0 && lay.loss.xmax == 3);
     for (int e = 1; e <= 2; e++) {

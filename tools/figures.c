@@ -2,7 +2,6 @@
 #include "figures.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,23 +13,6 @@ const draw_rgb fig_train_loss_rgb = {31, 100, 200};
 const draw_rgb fig_test_loss_rgb = {230, 110, 20};
 const draw_rgb fig_test_acc_rgb = {30, 150, 60};
 const draw_rgb fig_axis_rgb = {20, 20, 20};
-
-static int fail(char *err, size_t cap, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-
-static int fail(char *err, size_t cap, const char *fmt, ...)
-{
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 static int imax(int a, int b) { return a > b ? a : b; }
 static int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -54,29 +36,31 @@ static void map_label(char *buf, size_t cap, int layer, int head, double max)
     snprintf(buf, cap, "L%d H%d  max %.2f", layer, head, max);
 }
 
-int fig_attn_layout_of(const fig_attn *f, fig_attn_layout *lay, char *err, size_t cap)
+int fig_attn_layout_of(const fig_attn *f, fig_attn_layout *lay)
 {
     memset(lay, 0, sizeof *lay);
+    const char *what = "attention figure";
     if (!f || !f->image || !f->maps)
-        return fail(err, cap, "attention figure: %s is NULL",
-                    !f ? "figure" : !f->image ? "image" : "maps");
+        return vit_set_error(VIT_EINVAL, "%s: %s is NULL", what,
+                             !f ? "figure" : !f->image ? "image" : "maps");
     if (f->grid_h <= 0 || f->grid_w <= 0 || f->layers <= 0 || f->heads <= 0)
-        return fail(err, cap, "attention figure: grid %dx%d, %d layers, %d heads: all must be positive",
-                    f->grid_h, f->grid_w, f->layers, f->heads);
+        return vit_set_error(VIT_EINVAL,
+                             "%s: grid %dx%d, %d layers, %d heads: all must be positive", what,
+                             f->grid_h, f->grid_w, f->layers, f->heads);
     if (f->height <= 0 || f->width <= 0 || f->height % f->grid_h || f->width % f->grid_w)
-        return fail(err, cap, "attention figure: image %dx%d is not a whole number of %dx%d patches",
-                    f->height, f->width, f->grid_h, f->grid_w);
+        return vit_set_error(VIT_EINVAL, "%s: image %dx%d is not a whole number of %dx%d patches",
+                             what, f->height, f->width, f->grid_h, f->grid_w);
     if (f->height / f->grid_h != f->width / f->grid_w)
-        return fail(err, cap, "attention figure: patches of %dx%d pixels are not square",
-                    f->height / f->grid_h, f->width / f->grid_w);
+        return vit_set_error(VIT_EINVAL, "%s: patches of %dx%d pixels are not square", what,
+                             f->height / f->grid_h, f->width / f->grid_w);
     if (f->channels != 1 && f->channels != 3)
-        return fail(err, cap, "attention figure: channels must be 1 or 3, got %d", f->channels);
+        return vit_set_error(VIT_EINVAL, "%s: channels must be 1 or 3, got %d", what, f->channels);
     if (f->query < -1 || f->query >= f->grid_h * f->grid_w)
-        return fail(err, cap, "attention figure: query patch %d is outside the %dx%d grid",
-                    f->query, f->grid_h, f->grid_w);
+        return vit_set_error(VIT_EINVAL, "%s: query patch %d is outside the %dx%d grid", what,
+                             f->query, f->grid_h, f->grid_w);
     if (f->layers > 1000 || f->heads > 1000 || f->grid_h > 4096 || f->grid_w > 4096)
-        return fail(err, cap, "attention figure: too large (%d layers, %d heads, %dx%d grid)",
-                    f->layers, f->heads, f->grid_h, f->grid_w);
+        return vit_set_error(VIT_EINVAL, "%s: too large (%d layers, %d heads, %dx%d grid)", what,
+                             f->layers, f->heads, f->grid_h, f->grid_w);
 
     /* Nearest-neighbour upsampling of the image by a whole factor keeps
      * every patch one square of whole image pixels, at least
@@ -106,7 +90,7 @@ int fig_attn_layout_of(const fig_attn *f, fig_attn_layout *lay, char *err, size_
     right = imax(right, lay->maps_x + f->heads * lay->pitch_x - GAP);
     lay->width = right + MARGIN;
     lay->height = lay->maps_y + (f->layers - 1) * lay->pitch_y + map_h + 1 + MARGIN;
-    return 0;
+    return VIT_OK;
 }
 
 void fig_attn_map_origin(const fig_attn_layout *lay, int layer, int head, int *x, int *y)
@@ -171,19 +155,19 @@ static void draw_attn_map(draw_canvas *c, const fig_attn *f, const fig_attn_layo
                    lay->cell, lay->cell, white);
 }
 
-int fig_attn_draw(const fig_attn *f, draw_canvas *out, fig_attn_layout *lay, char *err, size_t cap)
+int fig_attn_draw(const fig_attn *f, draw_canvas *out, fig_attn_layout *lay)
 {
     memset(out, 0, sizeof *out);
-    if (fig_attn_layout_of(f, lay, err, cap))
-        return -1;
-    if (draw_canvas_init(out, lay->width, lay->height, white))
-        return fail(err, cap, "attention figure: out of memory for %dx%d pixels", lay->width,
-                    lay->height);
+    int rc = fig_attn_layout_of(f, lay);
+    if (rc == VIT_OK)
+        rc = draw_canvas_init(out, lay->width, lay->height, white);
+    if (rc != VIT_OK)
+        return rc;
     draw_attn_header(out, f, lay);
     for (int l = 0; l < f->layers; l++)
         for (int h = 0; h < f->heads; h++)
             draw_attn_map(out, f, lay, l, h);
-    return 0;
+    return VIT_OK;
 }
 
 /* ======================================================================
@@ -299,12 +283,12 @@ static void draw_frame_labels(draw_canvas *c, const fig_panel *p, const char *he
 }
 
 int fig_curves_draw(const vit_metrics_table *m, const char *title, draw_canvas *out,
-                    fig_curves_layout *lay, char *err, size_t cap)
+                    fig_curves_layout *lay)
 {
     memset(out, 0, sizeof *out);
     memset(lay, 0, sizeof *lay);
     if (!m || m->rows <= 0 || !m->epoch || !m->train_loss || !m->test_loss || !m->test_acc)
-        return fail(err, cap, "training curves: no metrics rows to plot");
+        return vit_set_error(VIT_EINVAL, "training curves: no metrics rows to plot");
     int n = m->rows;
     double e_lo = m->epoch[0], e_hi = m->epoch[0], l_hi = 0, l_lo = 0, a_lo = m->test_acc[0],
            a_hi = m->test_acc[0], best = m->test_acc[0];
@@ -312,7 +296,8 @@ int fig_curves_draw(const vit_metrics_table *m, const char *title, draw_canvas *
         double v[4] = {m->epoch[i], m->train_loss[i], m->test_loss[i], m->test_acc[i]};
         for (int k = 0; k < 4; k++)
             if (!isfinite(v[k]))
-                return fail(err, cap, "training curves: row %d has a non-finite value", i + 1);
+                return vit_set_error(VIT_EINVAL, "training curves: row %d has a non-finite value",
+                                     i + 1);
         e_lo = fmin(e_lo, v[0]);
         e_hi = fmax(e_hi, v[0]);
         l_lo = fmin(l_lo, fmin(v[1], v[2]));
@@ -346,8 +331,9 @@ int fig_curves_draw(const vit_metrics_table *m, const char *title, draw_canvas *
     if (a_hi <= 1 && A->ymax > 1)
         A->ymax = 1;
 
-    if (draw_canvas_init(out, lay->width, lay->height, white))
-        return fail(err, cap, "training curves: out of memory");
+    int rc = draw_canvas_init(out, lay->width, lay->height, white);
+    if (rc != VIT_OK)
+        return rc;
     if (title)
         draw_text(out, PLOT_LEFT, 12, title, 2, ink);
     draw_ticks(out, L, xs, ls);
@@ -365,5 +351,5 @@ int fig_curves_draw(const vit_metrics_table *m, const char *title, draw_canvas *
     const char *acc_names[1] = {acc_name};
     draw_frame_labels(out, L, loss_head, "loss", loss_names, loss_cols, 2);
     draw_frame_labels(out, A, "Fraction correct", "accuracy", acc_names, &fig_test_acc_rgb, 1);
-    return 0;
+    return VIT_OK;
 }

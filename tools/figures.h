@@ -11,8 +11,8 @@
  *    test accuracy in a second, against the epoch, from the metrics.csv
  *    that vit_train writes (read by the library: vit_metrics_read).
  *
- * Errors: functions return 0, or -1 after writing a one-line message into
- * err (cap bytes, always NUL-terminated when cap > 0).
+ * Errors are the library's (vit/core.h): VIT_OK, or VIT_EINVAL (bad
+ * figure) or VIT_ENOMEM with the message in vit_last_error().
  */
 #ifndef VIT_TOOLS_FIGURES_H
 #define VIT_TOOLS_FIGURES_H
@@ -64,15 +64,14 @@ typedef struct fig_attn_layout {
 /* Computes the layout of f (sizes checked: positive grid, layers, heads;
  * image size a multiple of the grid in square patches; channels 1 or 3;
  * non-NULL buffers). */
-int fig_attn_layout_of(const fig_attn *f, fig_attn_layout *lay, char *err, size_t cap);
+int fig_attn_layout_of(const fig_attn *f, fig_attn_layout *lay);
 
 /* Top-left pixel of the heat map of (layer, head). */
 void fig_attn_map_origin(const fig_attn_layout *lay, int layer, int head, int *x, int *y);
 
 /* Draws f onto a new canvas *out (free with draw_canvas_free) and fills
  * *lay.  On error *out is zeroed. */
-int fig_attn_draw(const fig_attn *f, draw_canvas *out, fig_attn_layout *lay, char *err,
-                  size_t cap);
+int fig_attn_draw(const fig_attn *f, draw_canvas *out, fig_attn_layout *lay);
 
 /* ---- training curves -------------------------------------------------- */
 
@@ -103,6 +102,6 @@ int fig_panel_y(const fig_panel *p, double y);
  * (may be NULL).  Points are joined by 2-pixel lines whose top-left pixel
  * is the exact point (see draw_line).  Fills *lay. */
 int fig_curves_draw(const vit_metrics_table *m, const char *title, draw_canvas *out,
-                    fig_curves_layout *lay, char *err, size_t cap);
+                    fig_curves_layout *lay);
 
 #endif

@@ -57,10 +57,9 @@ int main(int argc, char **argv)
              (title ? title : csv) + (len > 52 ? len - 49 : 0));
     draw_canvas canvas;
     fig_curves_layout lay;
-    char err[512];
     int rc = 1;
-    if (fig_curves_draw(&m, title_buf, &canvas, &lay, err, sizeof err))
-        fprintf(stderr, "%s: %s\n", prog, err);
+    if (fig_curves_draw(&m, title_buf, &canvas, &lay))
+        cli_fail(prog, NULL);
     else if (draw_save_png(&canvas, out))
         cli_fail(prog, NULL);
     else {
