@@ -27,8 +27,9 @@ static int check_args(vit_model *m, const vit_dataset *ds, const char *path)
     const vit_config *c = vit_model_config(m);
     if (ds->height != c->image_height || ds->width != c->image_width ||
         ds->channels != c->channels || ds->count <= 0 || !ds->images || !ds->labels)
-        return vit_fail(VIT_EINVAL, "%s: data are %d images of %dx%dx%d, the model expects %dx%dx%d",
-                        path, ds->count, ds->height, ds->width, ds->channels, c->image_height,
+        return vit_fail(VIT_EINVAL,
+                        "%s: data are %d images of %dx%dx%d, the model expects %dx%dx%d", path,
+                        ds->count, ds->height, ds->width, ds->channels, c->image_height,
                         c->image_width, c->channels);
     return VIT_OK;
 }

@@ -107,44 +107,42 @@ static void expect_error(const char *rel, const char *text, int code, const char
     assert_zeroed(&t);
 }
 
+/* Malformed files, each VIT_EFORMAT; H stands for a good header line. */
+#define H "epoch,train_loss,test_loss,test_acc\n"
+static const struct {
+    const char *rel, *text, *want;
+} bad_files[] = {
+    {"num.csv", H "1,2,2,0.1\n2,2,two,0.1\n", ":3: field 3 'two' is not a finite number"},
+    {"exp.csv", H "1,2,2,0.1\n2,2,1e,0.1\n", ":3: field 3 '1e' is not a finite number"},
+    {"empty_field.csv", H "1,2,,0.1\n", ":2: field 3 '' is not a finite number"},
+    {"nan.csv", H "1,nan,2,0.1\n", ":2: field 2 'nan' is not a finite number"},
+    {"inf.csv", H "1,2,2,1e999\n", ":2: field 4 '1e999' is not a finite number"},
+    {"short.csv", H "1,2,2\n", ":2: 3 fields, the header has 4"},
+    {"long.csv", H "1,2,2,0.1,5\n", ":2: 5 fields, the header has 4"},
+    {"nocol.csv", "epoch,train_loss,test_loss\n1,2,3\n", ":1: the header has no column 'test_acc'"},
+    {"noepoch.csv", "step,train_loss,test_loss,test_acc\n1,2,3,4\n",
+     ":1: the header has no column 'epoch'"},
+    {"twice.csv", "epoch,train_loss,test_loss,test_acc,epoch\n1,2,3,0.4,1\n",
+     ":1: the header names column 'epoch' twice (fields 1 and 5)"},
+    {"noname.csv", "epoch,train_loss,,test_loss,test_acc\n1,2,3,4,0.5\n",
+     ":1: column 3 of the header has no name"},
+    {"blank.csv", H "1,2,2,0.1\n\n2,2,2,0.2\n", ":3: blank line inside the file"},
+    /* Truncated: the last line lacks its end, mid-row, mid-number, mid-header. */
+    {"cut_row.csv", H "1,2,2,0.1\n2,1.5,1.", ":3: the line has no end (the file is cut short)"},
+    {"cut_num.csv", H "1,2,2,0.1\n2,1.5,1.25,0.7",
+     ":3: the line has no end (the file is cut short)"},
+    {"cut_head.csv", "epoch,train_loss,test_l", ":1: the line has no end (the file is cut short)"},
+    {"header.csv", H, ": no data rows after the header"},
+    {"empty.csv", "", ": empty file (expected a header line)"},
+    {"blanks.csv", "\n \n", ": empty file (expected a header line)"},
+};
+#undef H
+
 START_TEST(refuses_bad_files)
 {
-    const char *h = "epoch,train_loss,test_loss,test_acc\n";
+    for (size_t i = 0; i < sizeof bad_files / sizeof bad_files[0]; i++)
+        expect_error(bad_files[i].rel, bad_files[i].text, VIT_EFORMAT, bad_files[i].want);
     char text[4096];
-    snprintf(text, sizeof text, "%s1,2,2,0.1\n2,2,two,0.1\n", h);
-    expect_error("num.csv", text, VIT_EFORMAT, ":3: field 3 'two' is not a finite number");
-    snprintf(text, sizeof text, "%s1,2,2,0.1\n2,2,1e,0.1\n", h);
-    expect_error("exp.csv", text, VIT_EFORMAT, ":3: field 3 '1e' is not a finite number");
-    snprintf(text, sizeof text, "%s1,2,,0.1\n", h);
-    expect_error("empty_field.csv", text, VIT_EFORMAT, ":2: field 3 '' is not a finite number");
-    snprintf(text, sizeof text, "%s1,nan,2,0.1\n", h);
-    expect_error("nan.csv", text, VIT_EFORMAT, ":2: field 2 'nan' is not a finite number");
-    snprintf(text, sizeof text, "%s1,2,2,1e999\n", h);
-    expect_error("inf.csv", text, VIT_EFORMAT, ":2: field 4 '1e999' is not a finite number");
-    snprintf(text, sizeof text, "%s1,2,2\n", h);
-    expect_error("short.csv", text, VIT_EFORMAT, ":2: 3 fields, the header has 4");
-    snprintf(text, sizeof text, "%s1,2,2,0.1,5\n", h);
-    expect_error("long.csv", text, VIT_EFORMAT, ":2: 5 fields, the header has 4");
-    expect_error("nocol.csv", "epoch,train_loss,test_loss\n1,2,3\n", VIT_EFORMAT,
-                 ":1: the header has no column 'test_acc'");
-    expect_error("noepoch.csv", "step,train_loss,test_loss,test_acc\n1,2,3,4\n", VIT_EFORMAT,
-                 ":1: the header has no column 'epoch'");
-    expect_error("twice.csv", "epoch,train_loss,test_loss,test_acc,epoch\n1,2,3,0.4,1\n",
-                 VIT_EFORMAT, ":1: the header names column 'epoch' twice (fields 1 and 5)");
-    expect_error("noname.csv", "epoch,train_loss,,test_loss,test_acc\n1,2,3,4,0.5\n",
-                 VIT_EFORMAT, ":1: column 3 of the header has no name");
-    snprintf(text, sizeof text, "%s1,2,2,0.1\n\n2,2,2,0.2\n", h);
-    expect_error("blank.csv", text, VIT_EFORMAT, ":3: blank line inside the file");
-    /* Truncated: the last line lacks its end, mid-row and mid-number. */
-    snprintf(text, sizeof text, "%s1,2,2,0.1\n2,1.5,1.", h);
-    expect_error("cut_row.csv", text, VIT_EFORMAT, ":3: the line has no end (the file is cut short)");
-    snprintf(text, sizeof text, "%s1,2,2,0.1\n2,1.5,1.25,0.7", h);
-    expect_error("cut_num.csv", text, VIT_EFORMAT, ":3: the line has no end (the file is cut short)");
-    expect_error("cut_head.csv", "epoch,train_loss,test_l", VIT_EFORMAT,
-                 ":1: the line has no end (the file is cut short)");
-    expect_error("header.csv", h, VIT_EFORMAT, ": no data rows after the header");
-    expect_error("empty.csv", "", VIT_EFORMAT, ": empty file (expected a header line)");
-    expect_error("blanks.csv", "\n \n", VIT_EFORMAT, ": empty file (expected a header line)");
     /* More columns than supported. */
     char *wide = text;
     wide[0] = 0;
