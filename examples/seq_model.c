@@ -10,33 +10,14 @@
  */
 #include "seq_model.h"
 
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ---- Errors ------------------------------------------------------------ */
 
-static char seq_msg[160];
-
-const char *seq_error(void) { return seq_msg[0] ? seq_msg : vit_last_error(); }
-
-/* The model's own error (a bad argument): VIT_EINVAL, message for seq_error.
- * (libvit has no public call that sets vit_last_error(), hence this slot.) */
-static int seq_failf(const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 1, 2)))
-#endif
-    ;
-
-static int seq_failf(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(seq_msg, sizeof seq_msg, fmt, ap);
-    va_end(ap);
-    return VIT_EINVAL;
-}
+/* The model's own errors are reported the library's way: a VIT_E* code
+ * and the thread's vit_last_error() message, set with vit_set_error. */
 
 /* ---- Configuration ------------------------------------------------------ */
 
@@ -161,14 +142,13 @@ static int layout(seq_model *m)
 seq_model *seq_model_new(const seq_config *cfg)
 {
     const char *msg;
-    seq_msg[0] = '\0';
     if (!cfg || seq_config_check(cfg, &msg) != VIT_OK) {
-        seq_failf("%s", cfg ? msg : "cfg is NULL");
+        vit_set_error(VIT_EINVAL, "%s", cfg ? msg : "cfg is NULL");
         return NULL;
     }
     seq_model *m = calloc(1, sizeof *m);
     if (!m) {
-        seq_failf("out of memory");
+        vit_set_error(VIT_ENOMEM, "seq_model_new: out of memory");
         return NULL;
     }
     m->cfg = *cfg;
@@ -184,7 +164,7 @@ seq_model *seq_model_new(const seq_config *cfg)
     if (!m->block || !m->params || !m->tape || layout(m) != VIT_OK
         || vit_params_alloc(m->params) != VIT_OK || vit_params_init(m->params, &rng) != VIT_OK
         || vit_adamw_init(&m->opt, vit_params_count(m->params), 0.9, 0.98, 1e-8, 0.0) != VIT_OK) {
-        seq_msg[0] = '\0'; /* vit_last_error() names the failing call */
+        /* vit_last_error() names the failing call */
         seq_model_free(m);
         return NULL;
     }
@@ -290,19 +270,20 @@ static vit_tensor *forward_graph(seq_model *m, const int *tokens, int b)
 static int check_tokens(const seq_model *m, const int *tokens, int b, const char *fn)
 {
     if (!tokens || b < 1 || b > m->cfg.batch)
-        return seq_failf("%s: tokens is NULL or b = %d is outside 1..%d", fn, b, m->cfg.batch);
+        return vit_set_error(VIT_EINVAL, "%s: tokens is NULL or b = %d is outside 1..%d", fn, b,
+                             m->cfg.batch);
     for (size_t r = 0; r < (size_t)b * m->T; r++)
         if (tokens[r] < 0 || tokens[r] >= SEQ_VOCAB)
-            return seq_failf("%s: token %d (item %zu, position %zu) is outside 0..10", fn,
-                             tokens[r], r / (size_t)m->T, r % (size_t)m->T);
+            return vit_set_error(VIT_EINVAL,
+                                 "%s: token %d (item %zu, position %zu) is outside 0..10", fn,
+                                 tokens[r], r / (size_t)m->T, r % (size_t)m->T);
     return VIT_OK;
 }
 
 const vit_real *seq_forward(seq_model *m, const int *tokens, int b)
 {
-    seq_msg[0] = '\0';
     if (!m) {
-        seq_failf("seq_forward: model is NULL");
+        vit_set_error(VIT_EINVAL, "seq_forward: model is NULL");
         return NULL;
     }
     if (check_tokens(m, tokens, b, "seq_forward") != VIT_OK)
@@ -357,7 +338,8 @@ static vit_tensor *op_token_range(vit_tape *t, vit_tensor *x, int first, int cou
     if (!x)
         return NULL; /* the tape holds the error already */
     if (x->ndim != 3 || first < 0 || count < 1 || first + count > x->shape[1]) {
-        vit_tape_fail(t, seq_failf("token_range: x must be [B, T, C] and the range inside T"));
+        vit_tape_fail(t, vit_set_error(VIT_EINVAL,
+                                       "token_range: x must be [B, T, C] and the range inside T"));
         return NULL;
     }
     token_range r = {first, count};
@@ -370,15 +352,14 @@ static vit_tensor *op_token_range(vit_tape *t, vit_tensor *x, int first, int cou
 int seq_train_step(seq_model *m, const int *tokens, const int *labels, int b, double lr,
                    double *loss)
 {
-    seq_msg[0] = '\0';
     if (!m || !labels)
-        return seq_failf("seq_train_step: model or labels is NULL");
+        return vit_set_error(VIT_EINVAL, "seq_train_step: model or labels is NULL");
     if (check_tokens(m, tokens, b, "seq_train_step") != VIT_OK)
         return VIT_EINVAL;
     const int k = m->cfg.len;
     for (int i = 0; i < b * k; i++)
         if (labels[i] < 0 || labels[i] >= SEQ_DIGITS)
-            return seq_failf("seq_train_step: a label is outside 0..9");
+            return vit_set_error(VIT_EINVAL, "seq_train_step: a label is outside 0..9");
     vit_tape *t = m->tape;
     vit_tape_reset(t);
     vit_tape_set_grad(t, 1);
@@ -395,7 +376,7 @@ int seq_train_step(seq_model *m, const int *tokens, const int *labels, int b, do
         rc = vit_adamw_step(&m->opt, vit_params_values(m->params), vit_params_grads(m->params),
                             g, ng, lr);
     if (rc != VIT_OK)
-        return rc; /* seq_error() gives the message of the failing call */
+        return rc; /* vit_last_error() gives the message of the failing call */
     if (loss)
         *loss = (double)l->data[0];
     return VIT_OK;
@@ -403,9 +384,8 @@ int seq_train_step(seq_model *m, const int *tokens, const int *labels, int b, do
 
 int seq_train(seq_model *m, FILE *log, int every)
 {
-    seq_msg[0] = '\0';
     if (!m)
-        return seq_failf("seq_train: model is NULL");
+        return vit_set_error(VIT_EINVAL, "seq_train: model is NULL");
     const seq_config *c = &m->cfg;
     const int B = c->batch;
     int *tokens = malloc((size_t)B * 2 * c->len * sizeof *tokens);
@@ -413,7 +393,7 @@ int seq_train(seq_model *m, FILE *log, int every)
     if (!tokens || !labels) {
         free(tokens);
         free(labels);
-        return seq_failf("seq_train: out of memory");
+        return vit_set_error(VIT_ENOMEM, "seq_train: out of memory");
     }
     vit_rng rng;
     vit_rng_seed(&rng, c->seed ^ 0x5eedda7aULL); /* data stream apart from the init */
@@ -449,9 +429,8 @@ static int argmax(const vit_real *x, int n)
 int seq_evaluate(seq_model *m, int n, unsigned long long seed, double *seq_acc,
                  double *tok_acc)
 {
-    seq_msg[0] = '\0';
     if (!m || n < 1)
-        return seq_failf("seq_evaluate: model is NULL or n < 1");
+        return vit_set_error(VIT_EINVAL, "seq_evaluate: model is NULL or n < 1");
     const seq_config *c = &m->cfg;
     const int k = c->len, T = m->T, B = c->batch;
     int *tokens = malloc((size_t)B * T * sizeof *tokens);
@@ -461,7 +440,7 @@ int seq_evaluate(seq_model *m, int n, unsigned long long seed, double *seq_acc,
         free(tokens);
         free(labels);
         free(right);
-        return seq_failf("seq_evaluate: out of memory");
+        return vit_set_error(VIT_ENOMEM, "seq_evaluate: out of memory");
     }
     vit_rng rng;
     vit_rng_seed(&rng, seed);
@@ -481,7 +460,8 @@ int seq_evaluate(seq_model *m, int n, unsigned long long seed, double *seq_acc,
         for (int j = 0; j < k && rc == VIT_OK; j++) {
             const vit_real *logits = seq_forward(m, tokens, b);
             if (!logits) {
-                rc = seq_msg[0] ? VIT_EINVAL : vit_tape_status(m->tape);
+                /* a forward that failed on the tape, or refused the tokens */
+                rc = vit_tape_status(m->tape) != VIT_OK ? vit_tape_status(m->tape) : VIT_EINVAL;
                 break;
             }
             for (int i = 0; i < b; i++) {

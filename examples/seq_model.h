@@ -29,7 +29,9 @@
  *
  * Buffers are row-major with the batch first, like every libvit buffer.
  * These are the example's own functions, not part of the library's API; a seq_model is used
- * by one thread at a time.
+ * by one thread at a time.  Errors are the library's: a VIT_E* code (or
+ * NULL) and the message in vit_last_error() on the failing thread, the
+ * model's own checks set with vit_set_error like the kernels'.
  */
 #ifndef VIT_TOOLS_SEQ_MODEL_H
 #define VIT_TOOLS_SEQ_MODEL_H
@@ -64,10 +66,6 @@ void seq_config_default(seq_config *cfg);
  * pointing at a static message naming the field. */
 int seq_config_check(const seq_config *cfg, const char **msg);
 
-/* The message of the last failing seq_* call: its own check, or the failing
- * kernel's vit_last_error().  Not thread-safe (one static buffer). */
-const char *seq_error(void);
-
 typedef struct seq_model seq_model;
 
 /* A model for cfg with parameters drawn from cfg->seed (weights truncated
@@ -92,7 +90,7 @@ void seq_make_batch(const seq_config *cfg, vit_rng *rng, int split, int n,
 /* Forward pass over tokens [b, T] (b <= cfg->batch; token values 0..10), in
  * no-grad mode.  Returns the logits [b, T, 10], owned by the model and valid
  * until its next forward or training step, or NULL on error (message in
- * seq_error). */
+ * vit_last_error()). */
 const vit_real *seq_forward(seq_model *m, const int *tokens, int b);
 
 /* One training step on a batch of tokens [b, T] and labels [b, k]: forward,

@@ -86,7 +86,7 @@ int main(int argc, char **argv)
 
     seq_model *m = seq_model_new(&cfg);
     if (!m) {
-        fprintf(stderr, "%s: %s\n", prog, seq_error());
+        fprintf(stderr, "%s: %s\n", prog, vit_last_error());
         return 1;
     }
     if (!quiet)
@@ -99,7 +99,7 @@ int main(int argc, char **argv)
     int every = cfg.steps >= 10 ? cfg.steps / 10 : 1;
     if (seq_train(m, quiet ? NULL : stdout, every) != VIT_OK
         || seq_evaluate(m, 2000, cfg.seed + 1000003ULL, &seq_acc, &tok_acc) != VIT_OK) {
-        fprintf(stderr, "%s: %s\n", prog, seq_error());
+        fprintf(stderr, "%s: %s\n", prog, vit_last_error());
         seq_model_free(m);
         return 1;
     }

@@ -26,7 +26,7 @@ int main(void)
     int *tokens = malloc((size_t)c.batch * 2 * c.len * sizeof *tokens);
     int *labels = malloc((size_t)c.batch * c.len * sizeof *labels);
     if (!m || !tokens || !labels) {
-        printf("FAIL seq_model_new: %s\n", seq_error());
+        printf("FAIL seq_model_new: %s\n", vit_last_error());
         return 1;
     }
     printf("seq_model: %zu parameters, %d steps of %d sequences\n", seq_model_param_count(m),
@@ -40,7 +40,7 @@ int main(void)
         int rc = seq_train_step(m, tokens, labels, c.batch,
                                 vit_lr_at(s, STEPS, STEPS / 20, c.lr, c.lr / 10), &loss);
         if (rc != VIT_OK || !(loss >= 0 && loss < 100)) {
-            printf("FAIL step %d: rc %d, loss %g: %s\n", s + 1, rc, loss, seq_error());
+            printf("FAIL step %d: rc %d, loss %g: %s\n", s + 1, rc, loss, vit_last_error());
             return 1;
         }
         if (s == 0)

@@ -10,6 +10,7 @@
 #include "file_util.h"
 #include "vit/atomic_file.h"
 #include "vit/core.h"
+#include "vit/model.h"
 
 START_TEST(set_error_records_and_returns)
 {
@@ -26,6 +27,40 @@ START_TEST(set_error_records_and_returns)
     big[sizeof big - 1] = '\0';
     vit_set_error(VIT_EINVAL, "%s", big);
     ck_assert_uint_eq(strlen(vit_last_error()), 511);
+}
+END_TEST
+
+/* vit_config_set's message for a known key's bad value is "KEY: PROBLEM"
+ * (vit/model.h), which the tools rely on to name the flag instead: every
+ * key, with a value no kind of field accepts and one that breaks numbers. */
+START_TEST(config_set_message_names_key_first)
+{
+    const char *key;
+    int n = 0;
+    for (int i = 0; vit_config_key_help(i, &key); i++, n++) {
+        static const char *const bad[] = {"x", "1x", ""};
+        for (size_t j = 0; j < sizeof bad / sizeof bad[0]; j++) {
+            vit_config c, before;
+            vit_config_default(&c);
+            before = c;
+            ck_assert_int_eq(vit_config_set(&c, key, bad[j]), VIT_EINVAL);
+            const char *msg = vit_last_error();
+            size_t k = strlen(key);
+            ck_assert_msg(strncmp(msg, key, k) == 0 && strncmp(msg + k, ": ", 2) == 0 &&
+                              strlen(msg) > k + 2,
+                          "%s = '%s': message '%s' does not start with '%s: '", key, bad[j], msg,
+                          key);
+            ck_assert_msg(strstr(msg + k + 2, bad[j]) != NULL, "%s: '%s' lacks the value", key,
+                          msg);
+            ck_assert(memcmp(&c, &before, sizeof c) == 0);
+        }
+    }
+    ck_assert_int_gt(n, 20);
+    /* An unknown key is the other kind of message. */
+    vit_config c;
+    vit_config_default(&c);
+    ck_assert_int_eq(vit_config_set(&c, "colour", "1"), VIT_EINVAL);
+    ck_assert_str_eq(vit_last_error(), "unknown config key 'colour'");
 }
 END_TEST
 
@@ -91,6 +126,7 @@ static Suite *core_suite(void)
     Suite *s = suite_create("core");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, set_error_records_and_returns);
+    tcase_add_test(tc, config_set_message_names_key_first);
     tcase_add_test(tc, atomic_file_replaces_whole);
     tcase_add_test(tc, atomic_file_failure_keeps_old);
     tcase_add_test(tc, atomic_file_missing_folder);

@@ -1,5 +1,5 @@
 /* tests/test_export.c - the safetensors export and import (vit/safetensors.h)
- * and vit_export's logits CSV (tools/export.c), float32 build.
+ * and the logits CSV (vit/export.h), float32 build.
  *
  * The file is parsed here from scratch (8-byte little-endian header length,
  * a JSON header read by the small parser below, raw little-endian float32
@@ -17,7 +17,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../tools/export.h"
 #include "file_util.h"
 #include "vit/vit.h"
 
@@ -589,10 +588,9 @@ START_TEST(logits_csv)
     for (int i = 0; i < N * H * W * C; i++)
         images[i] = (vit_real)(0.5 + 0.5 * cos(1.3 * i));
     vit_dataset ds = {N, H, W, C, K, images, labels, NULL};
-    char err[512] = "";
     double acc = -1;
-    ck_assert_msg(export_logits_csv(m, &ds, fu_path("logits.csv"), &acc, err, sizeof err) == 0, "%s",
-                  err);
+    ck_assert_msg(vit_export_logits_csv(m, &ds, fu_path("logits.csv"), &acc) == VIT_OK, "%s",
+                  vit_last_error());
     vit_tape *tape = vit_tape_new();
     vit_tensor *y = vit_model_forward(m, tape, images, N, 0);
     ck_assert_ptr_nonnull(y);
@@ -627,10 +625,76 @@ START_TEST(logits_csv)
     ck_assert_double_eq_tol(acc, (double)correct / N, 1e-15);
 
     ds.width = 4; /* no longer the model's image size */
-    ck_assert_int_eq(export_logits_csv(m, &ds, fu_path("bad.csv"), &acc, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, "expects 4x6x3") != NULL, "%s", err);
+    ck_assert_int_eq(vit_export_logits_csv(m, &ds, fu_path("bad.csv"), &acc), VIT_EINVAL);
+    ck_assert_msg(strstr(vit_last_error(), "expects 4x6x3") != NULL, "%s", vit_last_error());
     ck_assert_int_ne(access(fu_path("bad.csv"), F_OK), 0);
+    ds.width = W;
+    /* A folder that does not exist: VIT_EIO naming the path, *accuracy kept. */
+    acc = -1;
+    const char *nowhere = fu_path("no/such/folder/logits.csv");
+    ck_assert_int_eq(vit_export_logits_csv(m, &ds, nowhere, &acc), VIT_EIO);
+    ck_assert_msg(strstr(vit_last_error(), nowhere) != NULL, "%s", vit_last_error());
+    ck_assert(acc == -1);
+    ck_assert_int_eq(vit_export_logits_csv(NULL, &ds, fu_path("x.csv"), NULL), VIT_EINVAL);
+    ck_assert_int_eq(vit_export_logits_csv(m, NULL, fu_path("x.csv"), NULL), VIT_EINVAL);
+    ck_assert_int_eq(vit_export_logits_csv(m, &ds, NULL, NULL), VIT_EINVAL);
+    ck_assert_int_ne(access(fu_path("x.csv"), F_OK), 0);
     vit_tape_free(tape);
+    vit_model_free(m);
+}
+END_TEST
+
+/* More images than one forward batch: every row once, in order, its pred
+ * the argmax of its own logits, over an older file that is replaced whole. */
+START_TEST(logits_csv_many_batches)
+{
+    vit_model *m = small_model(VIT_POOL_MEAN);
+    vit_real *p = vit_model_params(m);
+    for (size_t i = 0; i < vit_model_param_count(m); i++)
+        p[i] = (vit_real)(0.3 * sin(0.9 * (double)i + 0.2));
+    enum { N = 300 };
+    static vit_real images[N * H * W * C];
+    static int labels[N];
+    for (int i = 0; i < N * H * W * C; i++)
+        images[i] = (vit_real)(0.5 + 0.5 * cos(0.37 * i));
+    for (int i = 0; i < N; i++)
+        labels[i] = i % K;
+    vit_dataset ds = {N, H, W, C, K, images, labels, NULL};
+    const char *old = "old contents, longer than nothing\n";
+    ck_assert_int_eq(mkdir(fu_path("many"), 0755), 0);
+    fu_write(fu_path("many/logits.csv"), old, strlen(old));
+    double acc = -1;
+    ck_assert_msg(vit_export_logits_csv(m, &ds, fu_path("many/logits.csv"), &acc) == VIT_OK, "%s",
+                  vit_last_error());
+    FILE *fp = fopen(fu_path("many/logits.csv"), "r");
+    ck_assert_ptr_nonnull(fp);
+    char line[1024];
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, fp));
+    ck_assert_str_eq(line, "index,label,pred,logit_0,logit_1,logit_2,logit_3,logit_4\n");
+    int rows = 0, correct = 0;
+    while (fgets(line, sizeof line, fp)) {
+        char *end;
+        long idx = strtol(line, &end, 10), lab = strtol(end + 1, &end, 10),
+             pred = strtol(end + 1, &end, 10);
+        ck_assert_int_eq(idx, rows);
+        ck_assert_int_eq(lab, labels[rows]);
+        double z[K];
+        int best = 0;
+        for (int k = 0; k < K; k++) {
+            ck_assert_int_eq(*end, ',');
+            z[k] = strtod(end + 1, &end);
+            if (z[k] > z[best])
+                best = k;
+        }
+        ck_assert_int_eq(*end, '\n');
+        ck_assert_int_eq(pred, best);
+        correct += best == labels[rows];
+        rows++;
+    }
+    fclose(fp);
+    ck_assert_int_eq(rows, N);
+    ck_assert_double_eq_tol(acc, (double)correct / N, 1e-15);
+    ck_assert_int_eq(fu_count_entries(fu_path("many")), 1); /* no temporary left beside it */
     vit_model_free(m);
 }
 END_TEST
@@ -1050,6 +1114,7 @@ static Suite *export_suite(void)
     tcase_add_test(tc, round_trip);
     tcase_add_test(tc, atomic_write_and_errors);
     tcase_add_test(tc, logits_csv);
+    tcase_add_test(tc, logits_csv_many_batches);
     suite_add_tcase(s, tc);
     TCase *ti = tcase_create("import");
     tcase_set_timeout(ti, 60);

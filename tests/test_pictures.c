@@ -207,7 +207,7 @@ START_TEST(lines_and_clipping)
     ck_assert(same(draw_get(&c, 5, 0), red) && same(draw_get(&c, 19, 0), red));
     ck_assert(same(draw_get(&c, 5, 1), white));
     draw_canvas_free(&c);
-    ck_assert_int_eq(draw_canvas_init(&c, 0, 5, white), -1);
+    ck_assert_int_eq(draw_canvas_init(&c, 0, 5, white), VIT_EINVAL);
     ck_assert_ptr_null(c.px);
     draw_canvas_free(&c);
 }
@@ -264,8 +264,7 @@ START_TEST(attention_one_hot_cells)
                   .title = "TEST", .notes = {"A NOTE", NULL}};
     draw_canvas c;
     fig_attn_layout lay;
-    char err[256] = "";
-    ck_assert_msg(fig_attn_draw(&f, &c, &lay, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(fig_attn_draw(&f, &c, &lay) == VIT_OK, "%s", vit_last_error());
     picture p = save_and_read(&c, "attn.png");
     ck_assert_int_eq(p.w, lay.width);
     ck_assert_int_eq(p.h, lay.height);
@@ -323,8 +322,7 @@ START_TEST(attention_scale_and_query_outline)
                   .grid_w = GW, .layers = 1, .heads = 1, .maps = maps, .query = query};
     draw_canvas c;
     fig_attn_layout lay;
-    char err[256] = "";
-    ck_assert_msg(fig_attn_draw(&f, &c, &lay, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(fig_attn_draw(&f, &c, &lay) == VIT_OK, "%s", vit_last_error());
     picture p = save_and_read(&c, "attn_q.png");
     int x0, y0, k = lay.cell, ms = lay.map_scale;
     fig_attn_map_origin(&lay, 0, 0, &x0, &y0);
@@ -366,32 +364,32 @@ START_TEST(attention_bad_input)
                   .grid_w = GW, .layers = 1, .heads = 1, .maps = maps, .query = -1};
     draw_canvas c;
     fig_attn_layout lay;
-    char err[256];
     fig_attn g = f;
     g.grid_w = 3; /* 8 is not a multiple of 3 */
-    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, "8x8") != NULL, "%s", err);
+    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay), VIT_EINVAL);
+    ck_assert_msg(strstr(vit_last_error(), "8x8") != NULL, "%s", vit_last_error());
     ck_assert_ptr_null(c.px);
     g = f;
     g.grid_w = 2; /* patches of 2x4 pixels */
-    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, "2x4 pixels are not square") != NULL, "%s", err);
+    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay), VIT_EINVAL);
+    ck_assert_msg(strstr(vit_last_error(), "2x4 pixels are not square") != NULL, "%s",
+                  vit_last_error());
     g = f;
     g.query = GH * GW;
-    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, "query patch 16") != NULL, "%s", err);
+    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay), VIT_EINVAL);
+    ck_assert_msg(strstr(vit_last_error(), "query patch 16") != NULL, "%s", vit_last_error());
     g = f;
     g.maps = NULL;
-    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, "maps is NULL") != NULL, "%s", err);
+    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay), VIT_EINVAL);
+    ck_assert_msg(strstr(vit_last_error(), "maps is NULL") != NULL, "%s", vit_last_error());
     g = f;
     g.channels = 2;
-    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, "channels") != NULL, "%s", err);
+    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay), VIT_EINVAL);
+    ck_assert_msg(strstr(vit_last_error(), "channels") != NULL, "%s", vit_last_error());
     g = f;
     g.heads = 0;
-    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, "0 heads") != NULL, "%s", err);
+    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay), VIT_EINVAL);
+    ck_assert_msg(strstr(vit_last_error(), "0 heads") != NULL, "%s", vit_last_error());
 }
 END_TEST
 
@@ -456,16 +454,16 @@ static void check_panel_axes(const picture *p, const fig_panel *pn)
 START_TEST(curves_axes_and_points)
 {
     write_metrics("metrics.csv");
-    fig_metrics m;
-    char err[256] = "";
-    ck_assert_msg(fig_metrics_load(fu_path("metrics.csv"), &m, err, sizeof err) == 0, "%s", err);
+    vit_metrics_table m;
+    ck_assert_msg(vit_metrics_read(fu_path("metrics.csv"), &m) == VIT_OK, "%s",
+                  vit_last_error());
     ck_assert_int_eq(m.rows, 10);
     ck_assert(m.epoch[3] == 4 && fabs(m.train_loss[3] - 1.4) < 1e-12 &&
               fabs(m.test_loss[3] - 0.98) < 1e-12 && fabs(m.test_acc[3] - 0.66) < 1e-12);
 
     draw_canvas c;
     fig_curves_layout lay;
-    ck_assert_msg(fig_curves_draw(&m, "RUN", &c, &lay, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(fig_curves_draw(&m, "RUN", &c, &lay) == VIT_OK, "%s", vit_last_error());
     picture p = save_and_read(&c, "curves.png");
     ck_assert_int_eq(p.w, lay.width);
     ck_assert_int_eq(p.h, lay.height);
@@ -494,7 +492,7 @@ START_TEST(curves_axes_and_points)
     ck_assert(!near_point(&p, L, 6.5, 1.5, 3, fig_train_loss_rgb));
     free(p.px);
     draw_canvas_free(&c);
-    fig_metrics_free(&m);
+    vit_metrics_free(&m);
 }
 END_TEST
 
@@ -510,12 +508,12 @@ START_TEST(curves_long_run_without_markers)
         strcat(text, row);
     }
     write_text("long.csv", text);
-    fig_metrics m;
-    char err[256] = "";
-    ck_assert_msg(fig_metrics_load(fu_path("long.csv"), &m, err, sizeof err) == 0, "%s", err);
+    vit_metrics_table m;
+    ck_assert_msg(vit_metrics_read(fu_path("long.csv"), &m) == VIT_OK, "%s",
+                  vit_last_error());
     draw_canvas c;
     fig_curves_layout lay;
-    ck_assert_msg(fig_curves_draw(&m, "LONG", &c, &lay, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(fig_curves_draw(&m, "LONG", &c, &lay) == VIT_OK, "%s", vit_last_error());
     picture p = save_and_read(&c, "long.png");
     for (int e = 5; e <= 55; e += 10) {
         expect_point(&p, &lay.loss, e, m.train_loss[e - 1], fig_train_loss_rgb);
@@ -524,7 +522,7 @@ START_TEST(curves_long_run_without_markers)
     }
     free(p.px);
     draw_canvas_free(&c);
-    fig_metrics_free(&m);
+    vit_metrics_free(&m);
 }
 END_TEST
 
@@ -562,15 +560,15 @@ START_TEST(curves_single_epoch_and_column_order)
 {
     /* Columns in another order, an extra one, CRLF and a trailing blank line. */
     write_text("one.csv", "test_acc, epoch ,note,test_loss,train_loss\r\n0.25,1,7,1.5,2.5\r\n\r\n");
-    fig_metrics m;
-    char err[256] = "";
-    ck_assert_msg(fig_metrics_load(fu_path("one.csv"), &m, err, sizeof err) == 0, "%s", err);
+    vit_metrics_table m;
+    ck_assert_msg(vit_metrics_read(fu_path("one.csv"), &m) == VIT_OK, "%s",
+                  vit_last_error());
     ck_assert_int_eq(m.rows, 1);
     ck_assert(m.epoch[0] == 1 && m.train_loss[0] == 2.5 && m.test_loss[0] == 1.5 &&
               m.test_acc[0] == 0.25);
     draw_canvas c;
     fig_curves_layout lay;
-    ck_assert_msg(fig_curves_draw(&m, NULL, &c, &lay, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(fig_curves_draw(&m, NULL, &c, &lay) == VIT_OK, "%s", vit_last_error());
     picture p = save_and_read(&c, "one.png");
     ck_assert(lay.acc.ymin < 0.25 && lay.acc.ymax > 0.25);
     /* The epoch axis runs 0..2: the one epoch sits in the middle. */
@@ -582,7 +580,7 @@ START_TEST(curves_single_epoch_and_column_order)
     expect_series_inside(&p, &lay, 36);
     free(p.px);
     draw_canvas_free(&c);
-    fig_metrics_free(&m);
+    vit_metrics_free(&m);
 }
 END_TEST
 
@@ -591,13 +589,13 @@ START_TEST(curves_two_epochs)
     /* Two epochs: both markers of every series inside the panels, the last
      * one not on the right edge (the axis runs 0..3). */
     write_text("two.csv", "epoch,train_loss,test_loss,test_acc\n1,2.0,1.8,0.5\n2,0.6,0.9,0.75\n");
-    fig_metrics m;
-    char err[256] = "";
-    ck_assert_msg(fig_metrics_load(fu_path("two.csv"), &m, err, sizeof err) == 0, "%s", err);
+    vit_metrics_table m;
+    ck_assert_msg(vit_metrics_read(fu_path("two.csv"), &m) == VIT_OK, "%s",
+                  vit_last_error());
     draw_canvas c;
     fig_curves_layout lay;
-    ck_assert_msg(fig_curves_draw(&m, "runs/two/metrics.csv", &c, &lay, err, sizeof err) == 0, "%s",
-                  err);
+    ck_assert_msg(fig_curves_draw(&m, "runs/two/metrics.csv", &c, &lay) == VIT_OK, "%s",
+                  vit_last_error());
     picture p = save_and_read(&c, "two.png");
     ck_assert(lay.loss.xmin == 0 && lay.loss.xmax == 3);
     for (int e = 1; e <= 2; e++) {
@@ -607,41 +605,7 @@ START_TEST(curves_two_epochs)
     expect_series_inside(&p, &lay, 72);
     free(p.px);
     draw_canvas_free(&c);
-    fig_metrics_free(&m);
-}
-END_TEST
-
-/* Loading rel must fail with a message containing want. */
-static void expect_csv_error(const char *rel, const char *text, const char *want)
-{
-    if (text)
-        write_text(rel, text);
-    fig_metrics m;
-    char err[512] = "";
-    ck_assert_int_eq(fig_metrics_load(fu_path(rel), &m, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, want) != NULL, "%s: expected '%s' in '%s'", rel, want, err);
-    ck_assert_int_eq(m.rows, 0);
-    ck_assert_ptr_null(m.epoch);
-}
-
-START_TEST(curves_bad_csv)
-{
-    const char *h = "epoch,train_loss,test_loss,test_acc\n";
-    char text[512], want[512];
-    snprintf(text, sizeof text, "%s1,2,2,0.1\n2,2,two,0.1\n", h);
-    snprintf(want, sizeof want, "%s:3: field 3 'two' is not a finite number", fu_path("num.csv"));
-    expect_csv_error("num.csv", text, want);
-    snprintf(text, sizeof text, "%s1,2,2\n", h);
-    expect_csv_error("short.csv", text, "short.csv:2: 3 fields, the header has 4");
-    expect_csv_error("nocol.csv", "epoch,train_loss,test_loss\n1,2,3\n", "nocol.csv:1: the header "
-                     "has no column 'test_acc'");
-    snprintf(text, sizeof text, "%s1,2,2,0.1\n\n2,2,2,0.2\n", h);
-    expect_csv_error("blank.csv", text, "blank.csv:3: blank line");
-    expect_csv_error("header.csv", h, "header.csv: no data rows");
-    expect_csv_error("empty.csv", "", "empty.csv: empty file");
-    snprintf(text, sizeof text, "%s1,nan,2,0.1\n", h);
-    expect_csv_error("nan.csv", text, "nan.csv:2: field 2 'nan'");
-    expect_csv_error("missing.csv", NULL, "missing.csv: cannot open");
+    vit_metrics_free(&m);
 }
 END_TEST
 
@@ -664,7 +628,6 @@ static Suite *pictures_suite(void)
     tcase_add_test(tc, curves_long_run_without_markers);
     tcase_add_test(tc, curves_single_epoch_and_column_order);
     tcase_add_test(tc, curves_two_epochs);
-    tcase_add_test(tc, curves_bad_csv);
     suite_add_tcase(s, tc);
     return s;
 }

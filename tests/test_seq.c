@@ -139,7 +139,7 @@ static void perturb_future(int causal, double *past, double *future)
     vit_real *base = malloc((size_t)B * T * SEQ_DIGITS * sizeof *base);
     ck_assert_ptr_nonnull(base);
     const vit_real *y = seq_forward(m, tok, B);
-    ck_assert_msg(y != NULL, "%s", seq_error());
+    ck_assert_msg(y != NULL, "%s", vit_last_error());
     memcpy(base, y, (size_t)B * T * SEQ_DIGITS * sizeof *base);
     *past = 0;
     *future = 1e30;
@@ -149,7 +149,7 @@ static void perturb_future(int causal, double *past, double *future)
             for (int t = i + 1; t < T; t++) /* a different token, never the same */
                 tok2[s * T + t] = (tok[s * T + t] + 1 + (int)vit_rng_below(&r, 10)) % SEQ_VOCAB;
         y = seq_forward(m, tok2, B);
-        ck_assert_msg(y != NULL, "%s", seq_error());
+        ck_assert_msg(y != NULL, "%s", vit_last_error());
         double p = row_diff(base, y, B, T, 0, i), f = row_diff(base, y, B, T, i + 1, T - 1);
         if (p > *past) *past = p;
         if (f < *future) *future = f;
@@ -193,10 +193,10 @@ static void learn(int task, int steps, double seq_bar, double tok_bar)
     c.steps = steps;
     seq_model *m = seq_model_new(&c);
     ck_assert_ptr_nonnull(m);
-    ck_assert_msg(seq_train(m, NULL, 0) == VIT_OK, "%s", seq_error());
+    ck_assert_msg(seq_train(m, NULL, 0) == VIT_OK, "%s", vit_last_error());
     double seq_acc = -1, tok_acc = -1;
     ck_assert_msg(seq_evaluate(m, 1000, 12345, &seq_acc, &tok_acc) == VIT_OK, "%s",
-                  seq_error());
+                  vit_last_error());
     printf("%s, k = 5, %d steps: held-out sequence accuracy %.4f, token accuracy %.4f\n",
            task == SEQ_REVERSE ? "reverse" : "sort", steps, seq_acc, tok_acc);
     ck_assert_msg(seq_acc >= seq_bar, "sequence accuracy %.4f < %.2f", seq_acc, seq_bar);
@@ -218,13 +218,13 @@ START_TEST(test_bad_input)
     seq_config_default(&c);
     c.heads = 3; /* does not divide 64 */
     ck_assert_ptr_null(seq_model_new(&c));
-    ck_assert_ptr_nonnull(strstr(seq_error(), "heads"));
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "heads"));
     seq_config_default(&c);
     seq_model *m = seq_model_new(&c);
     ck_assert_ptr_nonnull(m);
     int tok[10] = {1, 2, 3, 4, 5, SEQ_SEP, 5, 4, 3, 11};
     ck_assert_ptr_null(seq_forward(m, tok, 1));
-    ck_assert_ptr_nonnull(strstr(seq_error(), "token"));
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "token"));
     tok[9] = 2;
     ck_assert_ptr_null(seq_forward(m, tok, c.batch + 1));
     ck_assert_ptr_nonnull(seq_forward(m, tok, 1));

@@ -30,6 +30,7 @@
 #include "vit/augment.h"
 #include "vit/checkpoint.h"
 #include "vit/data.h"
+#include "vit/metrics.h"
 #include "vit/model.h"
 #include "vit/optim.h"
 #include "vit/safetensors.h"
@@ -158,6 +159,17 @@ START_TEST(test_learns_digits)
         last_acc = va;
     }
     free_lines(lines, n);
+    /* The library's reader gives the same rows (vit/metrics.h). */
+    vit_metrics_table mt;
+    ck_assert_msg(vit_metrics_read(path, &mt) == VIT_OK, "%s", vit_last_error());
+    ck_assert_int_eq(mt.rows, EPOCHS);
+    ck_assert_int_eq(mt.cols, 7);
+    for (int e = 1; e <= EPOCHS; e++)
+        ck_assert(mt.epoch[e - 1] == e);
+    ck_assert(mt.train_loss[0] == first_loss && mt.train_loss[EPOCHS - 1] == last_loss);
+    ck_assert(mt.test_acc[EPOCHS - 1] == last_acc);
+    ck_assert_ptr_nonnull(vit_metrics_column(&mt, "seconds"));
+    vit_metrics_free(&mt);
     /* The final row is the result's test accuracy (printed with 6 digits). */
     ck_assert_double_eq_tol(last_acc, res.test_accuracy, 1e-6);
     printf("digits: %d epochs in %.1f s (%.0f img/s), train loss %.4f -> %.4f, test accuracy %.4f, "

@@ -218,6 +218,15 @@ int cli_unknown_option(const char *prog, const char *option)
     return 2;
 }
 
+static int config_key_known(const char *key)
+{
+    const char *k;
+    for (int i = 0; vit_config_key_help(i, &k); i++)
+        if (strcmp(k, key) == 0)
+            return 1;
+    return 0;
+}
+
 int cli_config_flag(const char *prog, vit_config *cfg, const char *flag, const char *value)
 {
     char key[80];
@@ -225,13 +234,14 @@ int cli_config_flag(const char *prog, vit_config *cfg, const char *flag, const c
     for (char *p = key; *p; p++)
         if (*p == '-')
             *p = '_';
-    if (vit_config_set(cfg, key, value) == VIT_OK)
+    int rc = vit_config_set(cfg, key, value);
+    if (rc == VIT_OK)
         return 1;
-    /* The library names the key ("min_lr: expected a number, got 'x'");
-     * the user typed the flag, so name that instead, once. */
+    /* A known key's value error is "KEY: PROBLEM" (vit/model.h); the user
+     * typed the flag, so name that instead, once. */
     const char *msg = vit_last_error();
     size_t klen = strlen(key);
-    if (strncmp(msg, key, klen) == 0 && strncmp(msg + klen, ": ", 2) == 0)
+    if (rc == VIT_EINVAL && config_key_known(key) && strlen(msg) > klen + 2)
         msg += klen + 2;
     fprintf(stderr, "%s: %s: %s\n", prog, flag, msg);
     return 0;

@@ -12,11 +12,11 @@ int draw_canvas_init(draw_canvas *c, int width, int height, draw_rgb bg)
 {
     memset(c, 0, sizeof *c);
     if (width <= 0 || height <= 0 || (size_t)width > SIZE_MAX / 3 / (size_t)height)
-        return -1;
+        return vit_set_error(VIT_EINVAL, "canvas: %dx%d pixels is not a size", width, height);
     size_t n = (size_t)width * (size_t)height;
     c->px = malloc(n * 3);
     if (!c->px)
-        return -1;
+        return vit_set_error(VIT_ENOMEM, "canvas: out of memory for %dx%d pixels", width, height);
     c->width = width;
     c->height = height;
     for (size_t i = 0; i < n; i++) {

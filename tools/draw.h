@@ -36,8 +36,9 @@ enum { DRAW_GLYPH_W = 5, DRAW_GLYPH_H = 9, DRAW_CAP_H = 7, DRAW_ADVANCE = 6 };
  * Static storage. */
 const char *draw_glyph(char ch);
 
-/* Allocates a width x height canvas filled with bg.  Returns 0, or -1 (canvas
- * zeroed) for a non-positive or too large size or when out of memory. */
+/* Allocates a width x height canvas filled with bg.  Returns VIT_OK;
+ * VIT_EINVAL for a non-positive or too large size, VIT_ENOMEM (canvas
+ * zeroed, message in vit_last_error()). */
 int draw_canvas_init(draw_canvas *c, int width, int height, draw_rgb bg);
 
 /* Frees the pixels and zeroes the struct; safe on a zeroed canvas. */

@@ -1,9 +1,7 @@
 /* The attention figure and the training curves; see figures.h. */
 #include "figures.h"
 
-#include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,23 +13,6 @@ const draw_rgb fig_train_loss_rgb = {31, 100, 200};
 const draw_rgb fig_test_loss_rgb = {230, 110, 20};
 const draw_rgb fig_test_acc_rgb = {30, 150, 60};
 const draw_rgb fig_axis_rgb = {20, 20, 20};
-
-static int fail(char *err, size_t cap, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-
-static int fail(char *err, size_t cap, const char *fmt, ...)
-{
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 static int imax(int a, int b) { return a > b ? a : b; }
 static int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -55,29 +36,31 @@ static void map_label(char *buf, size_t cap, int layer, int head, double max)
     snprintf(buf, cap, "L%d H%d  max %.2f", layer, head, max);
 }
 
-int fig_attn_layout_of(const fig_attn *f, fig_attn_layout *lay, char *err, size_t cap)
+int fig_attn_layout_of(const fig_attn *f, fig_attn_layout *lay)
 {
     memset(lay, 0, sizeof *lay);
+    const char *what = "attention figure";
     if (!f || !f->image || !f->maps)
-        return fail(err, cap, "attention figure: %s is NULL",
-                    !f ? "figure" : !f->image ? "image" : "maps");
+        return vit_set_error(VIT_EINVAL, "%s: %s is NULL", what,
+                             !f ? "figure" : !f->image ? "image" : "maps");
     if (f->grid_h <= 0 || f->grid_w <= 0 || f->layers <= 0 || f->heads <= 0)
-        return fail(err, cap, "attention figure: grid %dx%d, %d layers, %d heads: all must be positive",
-                    f->grid_h, f->grid_w, f->layers, f->heads);
+        return vit_set_error(VIT_EINVAL,
+                             "%s: grid %dx%d, %d layers, %d heads: all must be positive", what,
+                             f->grid_h, f->grid_w, f->layers, f->heads);
     if (f->height <= 0 || f->width <= 0 || f->height % f->grid_h || f->width % f->grid_w)
-        return fail(err, cap, "attention figure: image %dx%d is not a whole number of %dx%d patches",
-                    f->height, f->width, f->grid_h, f->grid_w);
+        return vit_set_error(VIT_EINVAL, "%s: image %dx%d is not a whole number of %dx%d patches",
+                             what, f->height, f->width, f->grid_h, f->grid_w);
     if (f->height / f->grid_h != f->width / f->grid_w)
-        return fail(err, cap, "attention figure: patches of %dx%d pixels are not square",
-                    f->height / f->grid_h, f->width / f->grid_w);
+        return vit_set_error(VIT_EINVAL, "%s: patches of %dx%d pixels are not square", what,
+                             f->height / f->grid_h, f->width / f->grid_w);
     if (f->channels != 1 && f->channels != 3)
-        return fail(err, cap, "attention figure: channels must be 1 or 3, got %d", f->channels);
+        return vit_set_error(VIT_EINVAL, "%s: channels must be 1 or 3, got %d", what, f->channels);
     if (f->query < -1 || f->query >= f->grid_h * f->grid_w)
-        return fail(err, cap, "attention figure: query patch %d is outside the %dx%d grid",
-                    f->query, f->grid_h, f->grid_w);
+        return vit_set_error(VIT_EINVAL, "%s: query patch %d is outside the %dx%d grid", what,
+                             f->query, f->grid_h, f->grid_w);
     if (f->layers > 1000 || f->heads > 1000 || f->grid_h > 4096 || f->grid_w > 4096)
-        return fail(err, cap, "attention figure: too large (%d layers, %d heads, %dx%d grid)",
-                    f->layers, f->heads, f->grid_h, f->grid_w);
+        return vit_set_error(VIT_EINVAL, "%s: too large (%d layers, %d heads, %dx%d grid)", what,
+                             f->layers, f->heads, f->grid_h, f->grid_w);
 
     /* Nearest-neighbour upsampling of the image by a whole factor keeps
      * every patch one square of whole image pixels, at least
@@ -107,7 +90,7 @@ int fig_attn_layout_of(const fig_attn *f, fig_attn_layout *lay, char *err, size_
     right = imax(right, lay->maps_x + f->heads * lay->pitch_x - GAP);
     lay->width = right + MARGIN;
     lay->height = lay->maps_y + (f->layers - 1) * lay->pitch_y + map_h + 1 + MARGIN;
-    return 0;
+    return VIT_OK;
 }
 
 void fig_attn_map_origin(const fig_attn_layout *lay, int layer, int head, int *x, int *y)
@@ -172,149 +155,19 @@ static void draw_attn_map(draw_canvas *c, const fig_attn *f, const fig_attn_layo
                    lay->cell, lay->cell, white);
 }
 
-int fig_attn_draw(const fig_attn *f, draw_canvas *out, fig_attn_layout *lay, char *err, size_t cap)
+int fig_attn_draw(const fig_attn *f, draw_canvas *out, fig_attn_layout *lay)
 {
     memset(out, 0, sizeof *out);
-    if (fig_attn_layout_of(f, lay, err, cap))
-        return -1;
-    if (draw_canvas_init(out, lay->width, lay->height, white))
-        return fail(err, cap, "attention figure: out of memory for %dx%d pixels", lay->width,
-                    lay->height);
+    int rc = fig_attn_layout_of(f, lay);
+    if (rc == VIT_OK)
+        rc = draw_canvas_init(out, lay->width, lay->height, white);
+    if (rc != VIT_OK)
+        return rc;
     draw_attn_header(out, f, lay);
     for (int l = 0; l < f->layers; l++)
         for (int h = 0; h < f->heads; h++)
             draw_attn_map(out, f, lay, l, h);
-    return 0;
-}
-
-/* ======================================================================
- * metrics.csv
- * ==================================================================== */
-
-void fig_metrics_free(fig_metrics *m)
-{
-    free(m->epoch);
-    free(m->train_loss);
-    free(m->test_loss);
-    free(m->test_acc);
-    memset(m, 0, sizeof *m);
-}
-
-/* Splits line in place at commas into at most max fields, trimming spaces
- * and a trailing '\r' or '\n'.  Returns the number of fields found (which
- * may exceed max: the count goes on, the pointers stop). */
-static int split_csv(char *line, char **field, int max)
-{
-    line[strcspn(line, "\r\n")] = 0;
-    int n = 0;
-    for (char *p = line;;) {
-        while (*p == ' ' || *p == '\t')
-            p++;
-        char *end = strchr(p, ',');
-        char *stop = end ? end : p + strlen(p);
-        char *q = stop;
-        while (q > p && (q[-1] == ' ' || q[-1] == '\t'))
-            q--;
-        *q = 0;
-        if (n < max)
-            field[n] = p;
-        n++;
-        if (!end)
-            return n;
-        p = end + 1;
-    }
-}
-
-static int blank(const char *s)
-{
-    return s[strspn(s, " \t\r\n")] == 0;
-}
-
-enum { MAX_COLS = 64 };
-
-static int grow(fig_metrics *m, int *capacity)
-{
-    if (m->rows < *capacity)
-        return 0;
-    int n = *capacity ? 2 * *capacity : 64;
-    double **cols[4] = {&m->epoch, &m->train_loss, &m->test_loss, &m->test_acc};
-    for (int k = 0; k < 4; k++) {
-        double *p = realloc(*cols[k], (size_t)n * sizeof *p);
-        if (!p)
-            return -1;
-        *cols[k] = p;
-    }
-    *capacity = n;
-    return 0;
-}
-
-int fig_metrics_load(const char *path, fig_metrics *m, char *err, size_t cap)
-{
-    static const char *want[4] = {"epoch", "train_loss", "test_loss", "test_acc"};
-    memset(m, 0, sizeof *m);
-    if (!path)
-        return fail(err, cap, "metrics: path is NULL");
-    FILE *fp = fopen(path, "r");
-    if (!fp)
-        return fail(err, cap, "%s: cannot open: %s", path, strerror(errno));
-    char *line = NULL, *field[MAX_COLS];
-    size_t line_cap = 0;
-    int lineno = 0, ncols = 0, col[4] = {-1, -1, -1, -1}, capacity = 0, first_blank = 0, rc = 0;
-    while (rc == 0 && getline(&line, &line_cap, fp) >= 0) {
-        lineno++;
-        if (blank(line)) {
-            if (!first_blank)
-                first_blank = lineno;
-            continue;
-        }
-        if (first_blank) {
-            rc = fail(err, cap, "%s:%d: blank line inside the file", path, first_blank);
-            break;
-        }
-        int n = split_csv(line, field, MAX_COLS);
-        if (n > MAX_COLS) {
-            rc = fail(err, cap, "%s:%d: %d fields, at most %d are supported", path, lineno, n,
-                      MAX_COLS);
-        } else if (lineno == 1) {
-            ncols = n;
-            for (int i = 0; i < n; i++)
-                for (int k = 0; k < 4; k++)
-                    if (strcmp(field[i], want[k]) == 0 && col[k] < 0)
-                        col[k] = i;
-            for (int k = 0; k < 4 && rc == 0; k++)
-                if (col[k] < 0)
-                    rc = fail(err, cap, "%s:1: the header has no column '%s' (expected a metrics.csv "
-                              "from vit_train)", path, want[k]);
-        } else if (n != ncols) {
-            rc = fail(err, cap, "%s:%d: %d fields, the header has %d", path, lineno, n, ncols);
-        } else if (grow(m, &capacity)) {
-            rc = fail(err, cap, "%s: out of memory", path);
-        } else {
-            double *dst[4] = {m->epoch, m->train_loss, m->test_loss, m->test_acc};
-            for (int i = 0; i < n && rc == 0; i++) {
-                char *end;
-                double v = strtod(field[i], &end);
-                if (end == field[i] || *end || !isfinite(v))
-                    rc = fail(err, cap, "%s:%d: field %d '%s' is not a finite number", path, lineno,
-                              i + 1, field[i]);
-                for (int k = 0; k < 4; k++)
-                    if (col[k] == i)
-                        dst[k][m->rows] = v;
-            }
-            m->rows++;
-        }
-    }
-    if (rc == 0 && ferror(fp))
-        rc = fail(err, cap, "%s: read error: %s", path, strerror(errno));
-    if (rc == 0 && lineno == 0)
-        rc = fail(err, cap, "%s: empty file (expected a header line)", path);
-    if (rc == 0 && m->rows == 0)
-        rc = fail(err, cap, "%s: no data rows after the header", path);
-    free(line);
-    fclose(fp);
-    if (rc)
-        fig_metrics_free(m);
-    return rc;
+    return VIT_OK;
 }
 
 /* ======================================================================
@@ -429,13 +282,13 @@ static void draw_frame_labels(draw_canvas *c, const fig_panel *p, const char *he
     }
 }
 
-int fig_curves_draw(const fig_metrics *m, const char *title, draw_canvas *out,
-                    fig_curves_layout *lay, char *err, size_t cap)
+int fig_curves_draw(const vit_metrics_table *m, const char *title, draw_canvas *out,
+                    fig_curves_layout *lay)
 {
     memset(out, 0, sizeof *out);
     memset(lay, 0, sizeof *lay);
     if (!m || m->rows <= 0 || !m->epoch || !m->train_loss || !m->test_loss || !m->test_acc)
-        return fail(err, cap, "training curves: no metrics rows to plot");
+        return vit_set_error(VIT_EINVAL, "training curves: no metrics rows to plot");
     int n = m->rows;
     double e_lo = m->epoch[0], e_hi = m->epoch[0], l_hi = 0, l_lo = 0, a_lo = m->test_acc[0],
            a_hi = m->test_acc[0], best = m->test_acc[0];
@@ -443,7 +296,8 @@ int fig_curves_draw(const fig_metrics *m, const char *title, draw_canvas *out,
         double v[4] = {m->epoch[i], m->train_loss[i], m->test_loss[i], m->test_acc[i]};
         for (int k = 0; k < 4; k++)
             if (!isfinite(v[k]))
-                return fail(err, cap, "training curves: row %d has a non-finite value", i + 1);
+                return vit_set_error(VIT_EINVAL, "training curves: row %d has a non-finite value",
+                                     i + 1);
         e_lo = fmin(e_lo, v[0]);
         e_hi = fmax(e_hi, v[0]);
         l_lo = fmin(l_lo, fmin(v[1], v[2]));
@@ -477,8 +331,9 @@ int fig_curves_draw(const fig_metrics *m, const char *title, draw_canvas *out,
     if (a_hi <= 1 && A->ymax > 1)
         A->ymax = 1;
 
-    if (draw_canvas_init(out, lay->width, lay->height, white))
-        return fail(err, cap, "training curves: out of memory");
+    int rc = draw_canvas_init(out, lay->width, lay->height, white);
+    if (rc != VIT_OK)
+        return rc;
     if (title)
         draw_text(out, PLOT_LEFT, 12, title, 2, ink);
     draw_ticks(out, L, xs, ls);
@@ -496,5 +351,5 @@ int fig_curves_draw(const fig_metrics *m, const char *title, draw_canvas *out,
     const char *acc_names[1] = {acc_name};
     draw_frame_labels(out, L, loss_head, "loss", loss_names, loss_cols, 2);
     draw_frame_labels(out, A, "Fraction correct", "accuracy", acc_names, &fig_test_acc_rgb, 1);
-    return 0;
+    return VIT_OK;
 }

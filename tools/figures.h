@@ -8,11 +8,11 @@
  *    factor (nearest neighbour), each patch a square of `cell` pixels whose
  *    heat colour is alpha-blended over the image pixels under it;
  *  - the training curves of vit_plot: train and test loss in one panel and
- *    test accuracy in a second, against the epoch, read from the
- *    metrics.csv that vit_train writes.
+ *    test accuracy in a second, against the epoch, from the metrics.csv
+ *    that vit_train writes (read by the library: vit_metrics_read).
  *
- * Errors: functions return 0, or -1 after writing a one-line message into
- * err (cap bytes, always NUL-terminated when cap > 0).
+ * Errors are the library's (vit/core.h): VIT_OK, or VIT_EINVAL (bad
+ * figure) or VIT_ENOMEM with the message in vit_last_error().
  */
 #ifndef VIT_TOOLS_FIGURES_H
 #define VIT_TOOLS_FIGURES_H
@@ -64,33 +64,16 @@ typedef struct fig_attn_layout {
 /* Computes the layout of f (sizes checked: positive grid, layers, heads;
  * image size a multiple of the grid in square patches; channels 1 or 3;
  * non-NULL buffers). */
-int fig_attn_layout_of(const fig_attn *f, fig_attn_layout *lay, char *err, size_t cap);
+int fig_attn_layout_of(const fig_attn *f, fig_attn_layout *lay);
 
 /* Top-left pixel of the heat map of (layer, head). */
 void fig_attn_map_origin(const fig_attn_layout *lay, int layer, int head, int *x, int *y);
 
 /* Draws f onto a new canvas *out (free with draw_canvas_free) and fills
  * *lay.  On error *out is zeroed. */
-int fig_attn_draw(const fig_attn *f, draw_canvas *out, fig_attn_layout *lay, char *err,
-                  size_t cap);
+int fig_attn_draw(const fig_attn *f, draw_canvas *out, fig_attn_layout *lay);
 
 /* ---- training curves -------------------------------------------------- */
-
-/* The columns of metrics.csv that the plot uses, one entry per data row. */
-typedef struct fig_metrics {
-    int rows;
-    double *epoch, *train_loss, *test_loss, *test_acc; /* [rows] each, malloc'd */
-} fig_metrics;
-
-/* Reads a metrics CSV: a header line naming the columns (at least epoch,
- * train_loss, test_loss, test_acc, in any order; others are ignored), then
- * one row of finite numbers per epoch, each with as many fields as the
- * header.  Blank lines may only end the file.  Errors name the file and, for
- * a bad line, its number ("metrics.csv:4: field 3 'x' is not a number").
- * *m is zeroed on failure. */
-int fig_metrics_load(const char *path, fig_metrics *m, char *err, size_t cap);
-
-void fig_metrics_free(fig_metrics *m);
 
 /* One panel's plot area: x0..x1, y0..y1 are pixel columns and rows (inclusive);
  * the x axis is drawn along row y1 and the y axis along column x0. */
@@ -114,11 +97,11 @@ extern const draw_rgb fig_axis_rgb;
 int fig_panel_x(const fig_panel *p, double x);
 int fig_panel_y(const fig_panel *p, double y);
 
-/* Draws the curves of m (at least one row) onto a new canvas *out: axes,
+/* Draws the curves of m (vit_metrics_read, vit/metrics.h; at least one row) onto a new canvas *out: axes,
  * ticks with labels, axis labels, a legend per panel, and title at the top
  * (may be NULL).  Points are joined by 2-pixel lines whose top-left pixel
  * is the exact point (see draw_line).  Fills *lay. */
-int fig_curves_draw(const fig_metrics *m, const char *title, draw_canvas *out,
-                    fig_curves_layout *lay, char *err, size_t cap);
+int fig_curves_draw(const vit_metrics_table *m, const char *title, draw_canvas *out,
+                    fig_curves_layout *lay);
 
 #endif

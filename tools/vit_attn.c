@@ -259,9 +259,8 @@ int main(int argc, char **argv)
                   .heads = c->heads, .maps = maps, .query = query, .title = title,
                   .notes = {source, qline, pline, "each map: 0 to its largest weight"}};
     fig_attn_layout lay;
-    char err[256];
-    if (fig_attn_draw(&f, &canvas, &lay, err, sizeof err)) {
-        fprintf(stderr, "%s: %s\n", prog, err);
+    if (fig_attn_draw(&f, &canvas, &lay)) {
+        cli_fail(prog, NULL);
         goto done;
     }
     if (draw_save_png(&canvas, out)) {

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "export.h"
 #include "vit/vit.h"
 
 static const char *prog = "vit_export";
@@ -59,7 +58,6 @@ int main(int argc, char **argv)
     vit_run_state st;
     if (vit_run_load(ckpt, &m, NULL, &st))
         return cli_fail(prog, NULL);
-    char err[512];
     size_t bytes = 0;
     int rc = 1;
     vit_dataset train = {0}, test = {0};
@@ -75,8 +73,8 @@ int main(int argc, char **argv)
             cli_fail(prog, NULL);
             goto done;
         }
-        if (export_logits_csv(m, &test, logits, &acc, err, sizeof err)) {
-            fprintf(stderr, "%s: %s\n", prog, err);
+        if (vit_export_logits_csv(m, &test, logits, &acc)) {
+            cli_fail(prog, NULL);
             goto done;
         }
         printf("wrote %s: logits of %d test images, accuracy %.4f\n", logits, test.count, acc);

@@ -68,14 +68,9 @@ static int put_u32(FILE *f, unsigned v)
     return fwrite(b, 1, 4, f) == 4;
 }
 
-/* One split as IDX: images [count, 28, 28] and labels. */
-static int write_idx(const char *dir, const char *split, const vit_dataset *ds)
+/* DIR/SPLIT-images-idx3-ubyte: [count, 28, 28] bytes after the header. */
+static int idx_images(FILE *f, const vit_dataset *ds)
 {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s-images-idx3-ubyte", dir, split);
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        goto io;
     int ok = put_u32(f, 0x803) && put_u32(f, (unsigned)ds->count) && put_u32(f, 28) &&
              put_u32(f, 28);
     for (int i = 0; ok && i < ds->count; i++) {
@@ -85,20 +80,37 @@ static int write_idx(const char *dir, const char *split, const vit_dataset *ds)
                 img[(y + 4) * 28 + x + 4] = to_byte(sample(ds->images + (size_t)i * 64, 20, y, x));
         ok = fwrite(img, 1, sizeof img, f) == sizeof img;
     }
-    if (fclose(f) != 0 || !ok)
-        goto io;
-    snprintf(path, sizeof path, "%s/%s-labels-idx1-ubyte", dir, split);
-    if (!(f = fopen(path, "wb")))
-        goto io;
-    ok = put_u32(f, 0x801) && put_u32(f, (unsigned)ds->count);
+    return ok;
+}
+
+/* DIR/SPLIT-labels-idx1-ubyte: one byte per image after the header. */
+static int idx_labels(FILE *f, const vit_dataset *ds)
+{
+    int ok = put_u32(f, 0x801) && put_u32(f, (unsigned)ds->count);
     for (int i = 0; ok && i < ds->count; i++)
         ok = fputc(ds->labels[i], f) != EOF;
-    if (fclose(f) != 0 || !ok)
-        goto io;
+    return ok;
+}
+
+/* One split as IDX, each file written whole or not at all. */
+static int write_idx(const char *dir, const char *split, const vit_dataset *ds)
+{
+    static const char *const suffix[2] = {"images-idx3-ubyte", "labels-idx1-ubyte"};
+    int (*const body[2])(FILE *, const vit_dataset *) = {idx_images, idx_labels};
+    for (int k = 0; k < 2; k++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s-%s", dir, split, suffix[k]);
+        FILE *f = NULL;
+        char *tmp = NULL;
+        int rc = vit_atomic_open(path, &f, &tmp);
+        if (rc == VIT_OK && !body[k](f, ds))
+            rc = vit_set_error(VIT_EIO, "%s: write failed: %s", path, strerror(errno));
+        if (f) /* opened: close it, keeping the file only if all was written */
+            rc = vit_atomic_close(f, tmp, path, rc);
+        if (rc != VIT_OK)
+            return cli_fail(prog, NULL);
+    }
     return 0;
-io:
-    fprintf(stderr, "%s: %s: %s\n", prog, path, strerror(errno));
-    return 1;
 }
 
 /* One split as PNG folders DIR/split/LABEL/NNNNN.png. */

@@ -47,12 +47,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: no metrics file given (see --help)\n", prog);
         return 2;
     }
-    char err[512];
-    fig_metrics m;
-    if (fig_metrics_load(csv, &m, err, sizeof err)) {
-        fprintf(stderr, "%s: %s\n", prog, err);
-        return 1;
-    }
+    vit_metrics_table m;
+    if (vit_metrics_read(csv, &m))
+        return cli_fail(prog, NULL);
     /* The title is drawn at twice the font size: keep it on the canvas. */
     char title_buf[56];
     size_t len = strlen(title ? title : csv);
@@ -61,8 +58,8 @@ int main(int argc, char **argv)
     draw_canvas canvas;
     fig_curves_layout lay;
     int rc = 1;
-    if (fig_curves_draw(&m, title_buf, &canvas, &lay, err, sizeof err))
-        fprintf(stderr, "%s: %s\n", prog, err);
+    if (fig_curves_draw(&m, title_buf, &canvas, &lay))
+        cli_fail(prog, NULL);
     else if (draw_save_png(&canvas, out))
         cli_fail(prog, NULL);
     else {
@@ -72,6 +69,6 @@ int main(int argc, char **argv)
         rc = 0;
     }
     draw_canvas_free(&canvas);
-    fig_metrics_free(&m);
+    vit_metrics_free(&m);
     return rc;
 }

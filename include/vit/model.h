@@ -100,7 +100,11 @@ void vit_config_default(vit_config *cfg);
 /* Sets one field from text, e.g. ("dim", "64"); the strings are only read.
  * Returns VIT_OK, or VIT_EINVAL with a message naming the key for a NULL
  * argument, an unknown key or a value that does not parse or is out of range
- * (then *cfg is unchanged). */
+ * (then *cfg is unchanged).  For a known key (one vit_config_key_help
+ * lists) and a non-NULL value the message is always "KEY: PROBLEM", KEY
+ * as given, e.g. "min_lr: expected a number, got 'x'": a caller that
+ * names the setting its own way (a command-line flag) prints its name and
+ * the message from byte strlen(key) + 2 on. */
 int vit_config_set(vit_config *cfg, const char *key, const char *value);
 
 /* Reads a config file over *cfg (fields not in the file keep their value).

@@ -19,7 +19,9 @@
 #include "vit/checkpoint.h"
 #include "vit/augment.h"
 #include "vit/train.h"
+#include "vit/metrics.h"
 #include "vit/dist.h"
 #include "vit/safetensors.h"
+#include "vit/export.h"
 #include "vit/gemm.h"
 #endif

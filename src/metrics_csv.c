@@ -1,0 +1,207 @@
+/* metrics.csv: the per-epoch table of a training run; see vit/metrics.h. */
+#include "vit/metrics.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+/* The columns every metrics.csv has, in the order of the table's pointers. */
+static const char *const required[4] = {"epoch", "train_loss", "test_loss", "test_acc"};
+
+void vit_metrics_free(vit_metrics_table *t)
+{
+    if (!t)
+        return;
+    for (int c = 0; t->names && c < t->cols; c++)
+        free(t->names[c]);
+    free(t->names);
+    free(t->values);
+    memset(t, 0, sizeof *t);
+}
+
+const double *vit_metrics_column(const vit_metrics_table *t, const char *name)
+{
+    if (!t || !name || !t->names || !t->values)
+        return NULL;
+    for (int c = 0; c < t->cols; c++)
+        if (strcmp(t->names[c], name) == 0)
+            return t->values + (size_t)c * (size_t)t->rows;
+    return NULL;
+}
+
+/* Splits line in place at commas into at most max fields, trimming spaces
+ * and tabs around each.  Returns the number of fields found (which may
+ * exceed max: the count goes on, the pointers stop). */
+static int split_csv(char *line, char **field, int max)
+{
+    int n = 0;
+    for (char *p = line;;) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        char *end = strchr(p, ',');
+        char *q = end ? end : p + strlen(p);
+        while (q > p && (q[-1] == ' ' || q[-1] == '\t'))
+            q--;
+        *q = 0;
+        if (n < max)
+            field[n] = p;
+        n++;
+        if (!end)
+            return n;
+        p = end + 1;
+    }
+}
+
+static int blank(const char *s) { return s[strspn(s, " \t\r\n")] == 0; }
+
+/* What the reader has so far: rows are kept row-major while the file is
+ * read (a row is appended whole) and turned column-major at the end. */
+typedef struct reader {
+    const char *path;
+    int lineno, cols, rows;
+    size_t cap_rows;
+    double *data; /* [cap_rows, cols] */
+    vit_metrics_table *out;
+} reader;
+
+/* The header: names every column once, the four required among them. */
+static int read_header(reader *r, char **field, int n)
+{
+    vit_metrics_table *t = r->out;
+    if (!(t->names = calloc((size_t)n, sizeof *t->names)))
+        return vit_fail(VIT_ENOMEM, "%s: out of memory", r->path);
+    t->cols = n;
+    for (int i = 0; i < n; i++) {
+        if (!*field[i])
+            return vit_fail(VIT_EFORMAT, "%s:%d: column %d of the header has no name", r->path,
+                            r->lineno, i + 1);
+        for (int j = 0; j < i; j++)
+            if (strcmp(field[i], field[j]) == 0)
+                return vit_fail(VIT_EFORMAT, "%s:%d: the header names column '%s' twice "
+                                "(fields %d and %d)", r->path, r->lineno, field[i], j + 1, i + 1);
+        if (!(t->names[i] = strdup(field[i])))
+            return vit_fail(VIT_ENOMEM, "%s: out of memory", r->path);
+    }
+    for (int k = 0; k < 4; k++) {
+        int found = 0;
+        for (int i = 0; i < n; i++)
+            found |= strcmp(field[i], required[k]) == 0;
+        if (!found)
+            return vit_fail(VIT_EFORMAT, "%s:%d: the header has no column '%s' (expected a "
+                            "metrics.csv of a training run)", r->path, r->lineno, required[k]);
+    }
+    r->cols = n;
+    return VIT_OK;
+}
+
+/* One data row: as many fields as the header, each a finite number. */
+static int read_row(reader *r, char **field, int n)
+{
+    if (n != r->cols)
+        return vit_fail(VIT_EFORMAT, "%s:%d: %d fields, the header has %d", r->path, r->lineno, n,
+                        r->cols);
+    if (r->rows == INT_MAX)
+        return vit_fail(VIT_ENOMEM, "%s: more than %d rows", r->path, INT_MAX);
+    if ((size_t)r->rows == r->cap_rows) {
+        size_t cap = r->cap_rows ? 2 * r->cap_rows : 64;
+        double *d = cap <= SIZE_MAX / sizeof *d / (size_t)r->cols
+                        ? realloc(r->data, cap * (size_t)r->cols * sizeof *d)
+                        : NULL;
+        if (!d)
+            return vit_fail(VIT_ENOMEM, "%s: out of memory", r->path);
+        r->data = d;
+        r->cap_rows = cap;
+    }
+    double *row = r->data + (size_t)r->rows * (size_t)r->cols;
+    for (int i = 0; i < n; i++) {
+        char *end;
+        row[i] = strtod(field[i], &end);
+        if (end == field[i] || *end || !isfinite(row[i]))
+            return vit_fail(VIT_EFORMAT, "%s:%d: field %d '%s' is not a finite number", r->path,
+                            r->lineno, i + 1, field[i]);
+    }
+    r->rows++;
+    return VIT_OK;
+}
+
+/* One line of the file (its end of line still on it). */
+static int read_line(reader *r, char *line, int *first_blank)
+{
+    if (blank(line)) {
+        if (!*first_blank)
+            *first_blank = r->lineno;
+        return VIT_OK;
+    }
+    if (*first_blank)
+        return vit_fail(VIT_EFORMAT, "%s:%d: blank line inside the file", r->path, *first_blank);
+    /* The library ends every line it writes: a line without its end is
+     * what a cut-off write leaves, possibly in the middle of a number. */
+    size_t len = strcspn(line, "\r\n");
+    if (!line[len])
+        return vit_fail(VIT_EFORMAT, "%s:%d: the line has no end (the file is cut short)",
+                        r->path, r->lineno);
+    line[len] = 0;
+    char *field[VIT_METRICS_MAX_COLS];
+    int n = split_csv(line, field, VIT_METRICS_MAX_COLS);
+    if (n > VIT_METRICS_MAX_COLS)
+        return vit_fail(VIT_EFORMAT, "%s:%d: %d fields, at most %d are supported", r->path,
+                        r->lineno, n, VIT_METRICS_MAX_COLS);
+    return r->lineno == 1 ? read_header(r, field, n) : read_row(r, field, n);
+}
+
+/* Turns the row-major rows into the table's column-major values. */
+static int finish(reader *r)
+{
+    vit_metrics_table *t = r->out;
+    size_t rows = (size_t)r->rows, cols = (size_t)r->cols;
+    if (!(t->values = malloc(rows * cols * sizeof *t->values)))
+        return vit_fail(VIT_ENOMEM, "%s: out of memory", r->path);
+    for (size_t i = 0; i < rows; i++)
+        for (size_t c = 0; c < cols; c++)
+            t->values[c * rows + i] = r->data[i * cols + c];
+    t->rows = r->rows;
+    const double **named[4] = {&t->epoch, &t->train_loss, &t->test_loss, &t->test_acc};
+    for (int k = 0; k < 4; k++)
+        *named[k] = vit_metrics_column(t, required[k]);
+    return VIT_OK;
+}
+
+int vit_metrics_read(const char *path, vit_metrics_table *out)
+{
+    if (!out)
+        return vit_fail(VIT_EINVAL, "vit_metrics_read: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!path)
+        return vit_fail(VIT_EINVAL, "vit_metrics_read: path is NULL");
+    FILE *fp = fopen(path, "r");
+    if (!fp)
+        return vit_fail(VIT_EIO, "%s: cannot open: %s", path, strerror(errno));
+    reader r = {.path = path, .out = out};
+    char *line = NULL;
+    size_t line_cap = 0;
+    int first_blank = 0, rc = VIT_OK;
+    while (rc == VIT_OK && getline(&line, &line_cap, fp) >= 0) {
+        r.lineno++;
+        rc = read_line(&r, line, &first_blank);
+    }
+    if (rc == VIT_OK && ferror(fp))
+        rc = vit_fail(VIT_EIO, "%s: read error: %s", path, strerror(errno));
+    else if (rc == VIT_OK && r.cols == 0)
+        rc = vit_fail(VIT_EFORMAT, "%s: empty file (expected a header line)", path);
+    else if (rc == VIT_OK && r.rows == 0)
+        rc = vit_fail(VIT_EFORMAT, "%s: no data rows after the header", path);
+    if (rc == VIT_OK)
+        rc = finish(&r);
+    free(line);
+    free(r.data);
+    fclose(fp);
+    if (rc != VIT_OK)
+        vit_metrics_free(out);
+    return rc;
+}
