@@ -25,6 +25,7 @@
 #include "threads.h"
 #include "vit/activations.h"
 #include "vit/attention.h"
+#include "vit/block.h"
 #include "vit/linear.h"
 
 /* A block's tensor indices, by row id (the stem and end rows unused). */
@@ -223,13 +224,11 @@ typedef struct block_ctx {
     int cls_only;
 } block_ctx;
 
-/* One pre-norm block on x [B, T, D]:
- *   x = x + MHA(LN1(x));  x = x + W2 GELU(W1 LN2(x) + b1) + b2
- * A vit_graph_fn, so that vit_op_checkpoint can run it again.
+/* One pre-norm block (vit_op_block) on x [B, T, D], a vit_graph_fn, so
+ * that vit_op_checkpoint can run it again.
  *
  * With cls_only (the last block, when nothing but the class token's output
- * is read) token 0 of LN1(x) is the one query against every token's keys
- * and values, and the residuals and the MLP run on token 0 alone: x [B, T,
+ * is read) it computes token 0 alone (vit_block_opts.token0_only): x [B, T,
  * D] -> [B, 1, D].  An item's block then costs 2 T D^2 + 2 D^2 + 2 T D +
  * 2 D mlp multiply-adds instead of T (4 D^2 + 2 D mlp) + 2 T^2 D (the whole
  * model's drop by 14% on the large model, 18% on digits), with the same
@@ -242,31 +241,23 @@ static vit_tensor *block_graph(vit_tape *tape, vit_tensor *const *in, void *ctx)
     vit_model *m = B->m;
     const block_ix *b = &m->blocks[B->layer];
     vit_real *g = B->grads, *probs = NULL;
-    const vit_real eps = (vit_real)VIT_LAYERNORM_EPS;
-    vit_mha mha = B->mha;
-    vit_tensor *x = in[0];
+    const vit_mha *mha = &B->mha;
 #define W_(id) param(m, tape, b->ix[VIT_MT_##id], g)
-    vit_tensor *h = vit_op_layernorm(tape, x, W_(LN1_G), W_(LN1_B), eps);
-    vit_tensor *q = h; /* the same tensor: the fused Q/K/V projection */
-    if (B->cls_only) {
-        int row[3] = {mha.batch, 1, mha.d_model};
-        mha.n_q = 1;
-        q = vit_op_reshape(tape, vit_op_token(tape, h, 0), 3, row);
-        x = vit_op_reshape(tape, vit_op_token(tape, x, 0), 3, row);
-    }
-    int keep = B->maps || B->maps_to;
-    h = vit_op_mha(tape, &mha,
-                   param_range(m, tape, b->ix[VIT_MT_W_QKV], vit_mha_param_count(&mha), g),
-                   q, h, keep ? &probs : NULL);
+    vit_block_weights w = {
+        .ln1_g = W_(LN1_G), .ln1_b = W_(LN1_B),
+        .attn = param_range(m, tape, b->ix[VIT_MT_W_QKV], vit_mha_param_count(mha), g),
+        .ln2_g = W_(LN2_G), .ln2_b = W_(LN2_B),
+        .w1 = W_(W1), .b1 = W_(B1), .w2 = W_(W2), .b2 = W_(B2)};
+#undef W_
+    vit_block_opts opts = {.token0_only = B->cls_only,
+                           .probs = B->maps || B->maps_to ? &probs : NULL};
+    vit_tensor *y = vit_op_block(tape, mha, &w, in[0], &opts);
     if (B->maps)
         B->maps[B->layer] = probs;
-    if (B->maps_to && probs)
-        memcpy(B->maps_to[B->layer], probs, (size_t)mha.batch * mha.heads * mha.n_q
-                                                * mha.n_k * sizeof *probs);
-    h = vit_op_add_layernorm(tape, x, h, W_(LN2_G), W_(LN2_B), eps, &x);
-    h = vit_op_linear_gelu(tape, h, W_(W1), W_(B1));
-    return vit_op_linear_add(tape, h, W_(W2), W_(B2), x);
-#undef W_
+    if (B->maps_to && probs) /* maps are asked for only of whole blocks: n_q = T */
+        memcpy(B->maps_to[B->layer], probs, (size_t)mha->batch * mha->heads * mha->n_q
+                                                * mha->n_k * sizeof *probs);
+    return y;
 }
 
 /* The model's one forward, recorded on the tape as its grad mode says:
