@@ -162,7 +162,9 @@ size_t vit_config_macs(const vit_config *cfg)
 {
     if (vit_config_check(cfg) != VIT_OK)
         return 0;
-    const size_t T = (size_t)vit_mt_dim(cfg, VIT_MT_TOKENS), uses[] = {0, T - 1, T, 1};
+    const size_t T = (size_t)vit_mt_dim(cfg, VIT_MT_TOKENS);
+    const size_t uses[] = {[VIT_MT_NO_MACS] = 0, [VIT_MT_PER_PATCH] = T - 1,
+                           [VIT_MT_PER_TOKEN] = T, [VIT_MT_PER_IMAGE] = 1};
     size_t n = (size_t)cfg->depth * 2 * T * T * (size_t)cfg->dim;
     vit_mt t = {.pos = 0};
     while (vit_mt_next(cfg, &t))

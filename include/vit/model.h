@@ -6,7 +6,7 @@
  *   images [B, H, W, C]
  *     -> patch embedding (P x P patches, stride S, padding Z, linear)  [B, N, D]
  *     -> prepend the class token, add position embeddings   [B, N+1, D]
- *     -> depth x pre-norm block:
+ *     -> depth x pre-norm block (vit_op_block, vit/block.h):
  *          x = x + MHA(LN1(x));  x = x + W2 GELU(W1 LN2(x) + b1) + b2
  *          (MHA with a no-self mask and a learnable per-head scale with lsa)
  *     -> final layer norm -> class token (or mean of patch tokens)  [B, D]
