@@ -33,6 +33,7 @@ const char *vit_status_name(int status)
     case VIT_EIO: return "VIT_EIO";
     case VIT_EFORMAT: return "VIT_EFORMAT";
     case VIT_ENUM: return "VIT_ENUM";
+    case VIT_ERANGE: return "VIT_ERANGE";
     default: return "VIT_E(unknown)";
     }
 }

@@ -199,7 +199,7 @@ int vit_adamw_step(vit_adamw *opt, vit_real *params, const vit_real *grads,
                 return vit_fail(VIT_ENUM, "%s: grads[%zu] = %g is not finite", fn, i,
                                 (double)grads[i]);
             if (fabs((double)grads[i]) > GRAD_SQUARE_MAX)
-                return vit_fail(VIT_ENUM, "%s: grads[%zu] = %g is too large (its square overflows)",
+                return vit_fail(VIT_ERANGE, "%s: grads[%zu] = %g is too large (its square overflows)",
                                 fn, i, (double)grads[i]);
         }
     }

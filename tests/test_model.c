@@ -981,7 +981,7 @@ START_TEST(test_resume_shape_mismatch)
         img[i] = (vit_real)gc_uniform(&seed);
     vit_dataset ds = {.count = 6, .height = 4, .width = 4, .channels = 1, .classes = 3,
                       .images = img, .labels = lab};
-    vit_train_opts o = {.out_dir = out, .resume = path, .ckpt_every = 1, .progress = 0};
+    vit_train_opts o = {.out_dir = out, .resume = path, .ckpt_every = 1};
     vit_train_result res;
 
     vit_config other = cfg;

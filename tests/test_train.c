@@ -130,7 +130,7 @@ START_TEST(test_learns_digits)
     fu_mkdtemp(dir, sizeof dir, "/tmp/vit_train_test_XXXXXX");
     vit_config cfg;
     small_config(&cfg, EPOCHS);
-    vit_train_opts o = {.out_dir = dir, .ckpt_every = 100, .progress = 0};
+    vit_train_opts o = {.out_dir = dir, .ckpt_every = 100};
     vit_train_result res;
     double t0 = now();
     int rc = vit_train_run(&cfg, &g_train, &g_test, &o, &res);
@@ -211,7 +211,7 @@ START_TEST(test_resume_is_exact)
     vit_train_result res;
 
     /* A: four epochs in one go. */
-    vit_train_opts o = {.out_dir = a_dir, .ckpt_every = 1, .progress = 0};
+    vit_train_opts o = {.out_dir = a_dir, .ckpt_every = 1};
     ck_assert_msg(vit_train_run(&cfg, &g_train, &g_test, &o, &res) == VIT_OK, "%s", vit_last_error());
     ck_assert_int_eq(res.epochs_done, 4);
     vit_train_result_free(&res);
@@ -296,7 +296,7 @@ START_TEST(test_divergence_stops)
     cfg.weight_decay = 10;
     cfg.init_std = 10;
     cfg.warmup = 0;
-    vit_train_opts o = {.out_dir = out, .ckpt_every = 1, .progress = 0};
+    vit_train_opts o = {.out_dir = out, .ckpt_every = 1};
     vit_train_result res;
     int rc = vit_train_run(&cfg, &g_train, &g_test, &o, &res);
     ck_assert_int_eq(rc, VIT_ENUM);
@@ -446,7 +446,7 @@ START_TEST(test_out_dir_not_creatable)
 
     /* A folder below a regular file. */
     snprintf(out, sizeof out, "%s/sub/run", file);
-    vit_train_opts o = {.out_dir = out, .ckpt_every = 1, .progress = 0};
+    vit_train_opts o = {.out_dir = out, .ckpt_every = 1};
     double t0 = now();
     int rc = vit_train_run(&cfg, &g_train, &g_test, &o, &res);
     ck_assert_int_eq(rc, VIT_EIO);
@@ -474,7 +474,7 @@ START_TEST(test_bad_opts_named)
     vit_train_result res;
     char dir[64];
     fu_mkdtemp(dir, sizeof dir, "/tmp/vit_train_test_XXXXXX");
-    vit_train_opts o = {.out_dir = dir, .ckpt_every = 1, .progress = 0};
+    vit_train_opts o = {.out_dir = dir, .ckpt_every = 1};
 
     o.val_count = g_train.count;
     ck_assert_int_eq(vit_train_run(&cfg, &g_train, &g_test, &o, &res), VIT_EINVAL);

@@ -99,4 +99,34 @@ void cli_short_path(const char *path, int max, char *out, size_t cap);
 /* Prints the config keys as options (for --help). */
 void cli_print_config_keys(FILE *f);
 
+/* ---- training progress (cli_progress.c) ---- */
+
+/* What vit_train shows of a run, as the state of the callback below.
+ * mode 0 quiet (only a resume's changed keys are said); 1 plain lines, for
+ * a file or pipe: no \r, the epoch table and inside an epoch a progress
+ * line at most every `every` seconds; 2 a bar redrawn in place on a
+ * terminal, never wider than its width - 1, then the table.  Epoch rows
+ * fit 100 columns, and on a terminal its width - 1 (columns give way:
+ * img/s, lr, time, train acc, test loss, train loss).  With 1 or 2, a
+ * model line (parameters, tokens, measured img/s and ETA) after the first
+ * steps. */
+typedef struct cli_progress {
+    int mode;
+    double every;              /* seconds between plain lines (0: 30) */
+    const char *out_dir;       /* the run's folder, for the set-aside line */
+    int with_val;              /* the table has a val acc column */
+    FILE *out;                 /* stdout */
+    int bar_len;               /* characters of the bar on screen */
+    double last_print;         /* when the last plain line or row went out */
+    int epoch_w, cols;         /* the table's first column; its columns (bits) */
+    int header_max, header_due;
+    double t_first;            /* after the run's first step */
+    int summary_done;
+} cli_progress;
+
+void cli_progress_init(cli_progress *p, int mode, double every, const char *out_dir, int with_val);
+
+/* A vit_train_callback; user is a cli_progress.  Never asks for a stop. */
+int cli_progress_event(const vit_train_event *ev, void *user);
+
 #endif

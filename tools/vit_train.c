@@ -83,6 +83,14 @@ static const cli_flag flags[] = {
 
 static int run(int argc, char **argv);
 
+/* How the run is shown: progress 0 quiet, 1 plain lines (a file or pipe),
+ * 2 a bar on a terminal (cli_progress); every: seconds between plain
+ * lines. */
+typedef struct shown {
+    int progress;
+    double every;
+} shown;
+
 /* The first SIGINT or SIGTERM asks the training loop to checkpoint and
  * stop after the current step; a second SIGINT quits at once (a checkpoint
  * being written is a temporary file that is never renamed; the next run
@@ -243,11 +251,16 @@ static void seed_dir(const char *out, unsigned long long seed, char *dir, size_t
 /* One run of vit_train_run and what it prints; the exit status.  res, if
  * not NULL, gets the result's figures (no confusion matrix). */
 static int train_once(const vit_config *cfg, const vit_dataset *train, const vit_dataset *test,
-                      const vit_train_opts *op, const char *data, int threads, vit_train_result *keep)
+                      const vit_train_opts *op, const shown *look, const char *data, int threads,
+                      vit_train_result *keep)
 {
     vit_train_opts o = *op;
     const char *out = o.out_dir;
     int speak = vit_dist_rank() == 0;
+    cli_progress bar;
+    cli_progress_init(&bar, look->progress, look->every, out, o.val_count > 0);
+    o.on_event = cli_progress_event;
+    o.user = &bar;
     vit_train_result res;
     int rc = vit_train_run(cfg, train, test, &o, &res);
     if (rc) {
@@ -290,7 +303,7 @@ static int train_once(const vit_config *cfg, const vit_dataset *train, const vit
                 prog, data, out, again);
         return 128 + (stop_signal ? stop_signal : SIGTERM);
     }
-    if (o.progress)
+    if (look->progress)
         cli_print_confusion(res.confusion, res.confusion_classes,
                             train->classes == res.confusion_classes ? train->class_names : NULL);
     /* Labelled: what the final figure is (averaged weights, test-time
@@ -346,36 +359,36 @@ static void print_spread(const char *what, const double *x, int n)
     printf("%s mean %.4f, sd %.4f, min %.4f, max %.4f\n", what, st[0], st[1], st[2], st[3]);
 }
 
-/* OUT/seeds.csv, written whole or not at all (a temporary renamed over it). */
+/* OUT/seeds.csv, written whole or not at all (vit_atomic_open). */
 static int write_seeds_csv(const char *out, const unsigned long long *seeds, int n,
                            const vit_train_result *r)
 {
-    char path[4200], tmp[4300];
+    char path[4200];
     snprintf(path, sizeof path, "%s/seeds.csv", out);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        fprintf(stderr, "%s: cannot write %s\n", prog, tmp);
-        return 1;
-    }
-    fprintf(f, "seed,test_acc,test_acc_one_pass,val_acc,val_acc_one_pass,seconds\n");
-    for (int k = 0; k < n; k++)
-        fprintf(f, "%llu,%.6f,%.6f,%.6f,%.6f,%.3f\n", seeds[k], r[k].test_accuracy,
-                r[k].test_accuracy_plain, r[k].val_accuracy, r[k].val_accuracy_plain,
-                r[k].seconds);
-    if (fclose(f) != 0 || rename(tmp, path) != 0) {
-        fprintf(stderr, "%s: cannot write %s\n", prog, path);
-        unlink(tmp);
-        return 1;
-    }
+    FILE *f;
+    char *tmp;
+    int rc = vit_atomic_open(path, &f, &tmp);
+    if (rc)
+        return cli_fail(prog, NULL);
+    if (fprintf(f, "seed,test_acc,test_acc_one_pass,val_acc,val_acc_one_pass,seconds\n") < 0)
+        rc = VIT_EIO;
+    for (int k = 0; k < n && rc == VIT_OK; k++)
+        if (fprintf(f, "%llu,%.6f,%.6f,%.6f,%.6f,%.3f\n", seeds[k], r[k].test_accuracy,
+                    r[k].test_accuracy_plain, r[k].val_accuracy, r[k].val_accuracy_plain,
+                    r[k].seconds) < 0)
+            rc = VIT_EIO;
+    if (rc)
+        vit_set_error(rc, "%s: cannot write", path);
+    if (vit_atomic_close(f, tmp, path, rc))
+        return cli_fail(prog, NULL);
     printf("wrote %s\n", path);
     return 0;
 }
 
 /* --seeds: the run once per seed, each in OUT/seed-N, then the spread. */
 static int train_seeds(const vit_config *cfg, const vit_dataset *train, const vit_dataset *test,
-                       const vit_train_opts *op, const char *data, int threads,
-                       const unsigned long long *seeds, int n)
+                       const vit_train_opts *op, const shown *look, const char *data,
+                       int threads, const unsigned long long *seeds, int n)
 {
     vit_train_result res[MAX_SEEDS];
     char dir[MAX_SEEDS][4200];
@@ -386,9 +399,9 @@ static int train_seeds(const vit_config *cfg, const vit_dataset *train, const vi
         vit_train_opts o = *op;
         seed_dir(op->out_dir, seeds[k], dir[k], sizeof dir[k]);
         o.out_dir = dir[k];
-        if (speak && o.progress)
+        if (speak && look->progress)
             printf("%sseed %llu (%d of %d): %s\n", k ? "\n" : "", seeds[k], k + 1, n, dir[k]);
-        int rc = train_once(&c, train, test, &o, data, threads, &res[k]);
+        int rc = train_once(&c, train, test, &o, look, data, threads, &res[k]);
         if (rc) {
             if (speak && k + 1 < n)
                 fprintf(stderr, "%s: seeds after %llu not run\n", prog, seeds[k]);
@@ -431,7 +444,8 @@ static int run(int argc, char **argv)
 {
     vit_config cfg;
     vit_config_default(&cfg);
-    vit_train_opts o = {.ckpt_every = 1, .progress = isatty(STDOUT_FILENO) ? 2 : 1};
+    vit_train_opts o = {.ckpt_every = 1};
+    shown look = {.progress = isatty(STDOUT_FILENO) ? 2 : 1};
     const char *data = "digits", *config = NULL;
     char out[4096] = "";
     int threads = 0, nseeds = 0;
@@ -475,7 +489,7 @@ static int run(int argc, char **argv)
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--quiet") == 0) {
-            o.progress = 0;
+            look.progress = 0;
             continue;
         }
         if (strcmp(a, "--check-replicas") == 0) {
@@ -569,8 +583,8 @@ static int run(int argc, char **argv)
     const char *every = getenv("VIT_PROGRESS_SECONDS");
     if (every && *every) {
         char *end;
-        o.progress_seconds = strtod(every, &end);
-        if (*end || !(o.progress_seconds > 0 && o.progress_seconds < 1e9)) {
+        look.every = strtod(every, &end);
+        if (*end || !(look.every > 0 && look.every < 1e9)) {
             if (vit_dist_rank() == 0)
                 fprintf(stderr, "%s: VIT_PROGRESS_SECONDS: expected a number of seconds > 0, "
                         "got '%s'\n", prog, every);
@@ -593,12 +607,12 @@ static int run(int argc, char **argv)
         return 2;
     }
     if (!speak)
-        o.progress = 0;
+        look.progress = 0;
     /* Open MPI gives rank 0 a pseudo-terminal even when mpirun's output
      * goes to a file, so isatty says nothing there: plain lines. */
-    if (o.progress == 2 && vit_dist_size() > 1)
-        o.progress = 1;
-    if (o.progress) {
+    if (look.progress == 2 && vit_dist_size() > 1)
+        look.progress = 1;
+    if (look.progress) {
         char val[32] = "";
         if (o.val_count)
             snprintf(val, sizeof val, ", %d val", o.val_count);
@@ -606,9 +620,9 @@ static int run(int argc, char **argv)
                train.count - o.val_count, val, test.count, train.height, train.width,
                train.channels, train.classes);
     }
-    if (o.progress && vit_dist_size() > 1)
+    if (look.progress && vit_dist_size() > 1)
         printf("data-parallel over %d ranks, global batch %d\n", vit_dist_size(), cfg.batch);
-    if (cfg.patch == 0 && fit_patch(&cfg, patch_default, &train, o.progress) != 0) {
+    if (cfg.patch == 0 && fit_patch(&cfg, patch_default, &train, look.progress) != 0) {
         vit_dataset_free(&train);
         vit_dataset_free(&test);
         return 1;
@@ -626,8 +640,8 @@ static int run(int argc, char **argv)
     if (cfg.patch_pad < 0)
         cfg.patch_pad = keep ? pad_default : 0;
 
-    int rc = nseeds > 0 ? train_seeds(&cfg, &train, &test, &o, data, threads, seeds, nseeds)
-                        : train_once(&cfg, &train, &test, &o, data, threads, NULL);
+    int rc = nseeds > 0 ? train_seeds(&cfg, &train, &test, &o, &look, data, threads, seeds, nseeds)
+                        : train_once(&cfg, &train, &test, &o, &look, data, threads, NULL);
     vit_dataset_free(&train);
     vit_dataset_free(&test);
     return rc;

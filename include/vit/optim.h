@@ -69,7 +69,9 @@ void vit_adamw_free(vit_adamw *opt);
  * allowed).
  * Returns VIT_EINVAL for NULL buffers, ngroups < 1, groups that overlap,
  * leave a gap or reach past n, or an lr that is negative or not finite;
- * VIT_ENUM when any gradient is NaN or infinite.  In both cases nothing is
+ * VIT_ENUM when any gradient is NaN or infinite; VIT_ERANGE when one is
+ * finite but its square overflows vit_real (the second moment would become
+ * infinite and freeze that parameter).  In each case nothing is
  * changed: not params, nor m, v or t (all checks run before any update). */
 int vit_adamw_step(vit_adamw *opt, vit_real *params, const vit_real *grads,
                    const vit_param_group *groups, int ngroups, double lr);

@@ -3,8 +3,11 @@
  * and model checkpoints (model + optimizer + progress) on top of the
  * generic format in vit/checkpoint.h.
  *
- * Everything vit_train, vit_eval and vit_predict do lives here, so the tools
- * are thin and tests can drive the same code.
+ * The training loop is a library object without a user interface: a
+ * vit_trainer steps, scores, checkpoints and resumes a run and reports each
+ * step, epoch and checkpoint to a callback (vit_train_event); drawing that
+ * for a person (bars, tables, ETA lines) is the caller's.  vit_train_run is
+ * the whole run in one call.
  *
  * Conventions (core.h): images are [count, H, W, C], batch first; functions
  * return VIT_OK or a negative VIT_E* code with a message in
@@ -17,7 +20,6 @@
 #define VIT_TRAIN_H
 
 #include <signal.h>
-#include <stdio.h>
 
 #include "vit/core.h"
 #include "vit/data.h"
@@ -160,6 +162,85 @@ int vit_predict_tta(vit_model *m, vit_tape *tape, const vit_real *images, int co
 
 /* ---- Training -------------------------------------------------------- */
 
+/* One row of a run's history, as OUT/metrics.csv stores it (one row per
+ * epoch; the scores are one pass per image, VIT_TTA_NONE, of the model
+ * evaluation scores: with ema the averaged weights). */
+typedef struct vit_epoch_metrics {
+    unsigned long long epoch; /* epochs completed, counted from 1 */
+    double train_loss;        /* mean loss of the epoch's training batches */
+    double train_acc;         /* their fraction correct */
+    double test_loss, test_acc;
+    double lr;                /* the learning rate of the epoch's last step */
+    double seconds;           /* wall time of the run until this row, over
+                                 every invocation of a resumed run */
+    double val_acc;           /* -1 without a validation set */
+} vit_epoch_metrics;
+
+/* A training run in progress (below: vit_trainer_new). */
+typedef struct vit_trainer vit_trainer;
+
+/* Where a run stands; vit_trainer_progress and every event give it. */
+typedef struct vit_train_progress {
+    unsigned long long step;       /* optimizer steps the run has taken */
+    unsigned long long epoch;      /* epochs completed */
+    unsigned long long epoch_step; /* steps done in epoch `epoch` + 1 (0 at a
+                                      boundary; steps_per_epoch in the STEP
+                                      event of an epoch's last step) */
+    unsigned long long start_step, start_epoch; /* where this invocation began */
+    long steps_per_epoch;
+    long total_steps;              /* steps_per_epoch * epochs */
+    int epochs;                    /* the run's length (a resume may change it) */
+    int batch;                     /* images per step */
+    int train_count;               /* training images per epoch (without the
+                                      validation tail) */
+    double elapsed;                /* seconds since vit_trainer_new */
+    int stopped;                   /* a stop request ended the run here, and
+                                      a checkpoint holds this position */
+    int finished;                  /* every epoch is done, or stop_after_epochs
+                                      is reached: nothing more to train */
+} vit_train_progress;
+
+/* What a run reports to its callback, in the order they happen. */
+typedef enum vit_train_event_kind {
+    VIT_TRAIN_RESUME_CHANGE = 1, /* in vit_trainer_new: a key this resume changes
+                                    (key, old_value, new_value: the config's
+                                    text for each; only epochs, ckpt_minutes) */
+    VIT_TRAIN_SET_ASIDE,         /* in vit_trainer_new: with opts.overwrite, the
+                                    folder's earlier run (last.ckpt,
+                                    metrics.csv) was moved to the folder path */
+    VIT_TRAIN_BEGIN,             /* once, at the end of vit_trainer_new, before
+                                    any step (at.epoch_step > 0: resumed
+                                    inside an epoch) */
+    VIT_TRAIN_STEP,              /* after every optimizer step (loss, lr,
+                                    images_per_second) */
+    VIT_TRAIN_EPOCH,             /* after an epoch is scored and its row is in
+                                    metrics.csv (epoch, images_per_second) */
+    VIT_TRAIN_CHECKPOINT         /* after a checkpoint is written (path) */
+} vit_train_event_kind;
+
+typedef struct vit_train_event {
+    vit_train_event_kind kind;
+    vit_trainer *trainer;            /* the run: vit_trainer_config, _model
+                                        (not to be stepped or freed from
+                                        the callback) */
+    const vit_train_progress *at;    /* the position after the event */
+    double loss;                     /* STEP: the batch's mean loss */
+    double lr;                       /* STEP: the step's learning rate */
+    double images_per_second;        /* STEP, EPOCH: this invocation's
+                                        training images (steps * batch, or
+                                        whole epochs * train_count) per second
+                                        of elapsed (EPOCH counts scoring too) */
+    const vit_epoch_metrics *epoch;  /* EPOCH: the row just written */
+    const char *path;                /* CHECKPOINT, SET_ASIDE */
+    const char *key, *old_value, *new_value; /* RESUME_CHANGE */
+} vit_train_event;
+
+/* Called for every event on rank 0 of a data-parallel job (only there);
+ * pointers in *ev are valid during the call.  Return 0 to go on; nonzero
+ * asks the run to stop as opts.stop does (a checkpoint at the next step
+ * boundary, then vit_trainer_fit returns with result.interrupted). */
+typedef int (*vit_train_callback)(const vit_train_event *ev, void *user);
+
 typedef struct vit_train_opts {
     const char *out_dir;     /* checkpoints and metrics go here (created) */
     const char *resume;      /* checkpoint to continue from, or NULL */
@@ -170,30 +251,20 @@ typedef struct vit_train_opts {
     int stop_after_epochs;   /* stop (with a checkpoint) once this many epochs
                                 are complete, as if interrupted; 0: run to
                                 the end */
-    int progress;            /* 0 quiet; 1 plain lines (for a file or pipe:
-                                no \r, the epoch lines and inside an epoch a
-                                progress line at most every
-                                progress_seconds); 2 a bar redrawn in place
-                                on a terminal, never wider than its width - 1
-                                (the log's window size, else $COLUMNS, else
-                                80), then the epoch lines.  Epoch lines fit
-                                100 columns, and the terminal's width - 1
-                                (columns give way: img/s, lr, time, train
-                                acc, test loss, train loss).  With 1 or 2,
-                                a model line (parameters, tokens, measured
-                                img/s and ETA) after the first steps */
-    double progress_seconds; /* with progress 1: seconds between progress
-                                lines inside an epoch (0: 30) */
     int check_replicas;      /* data-parallel jobs: after every epoch, fail
                                 unless all ranks hold bitwise identical
                                 parameters */
-    FILE *log;               /* where progress goes (stdout if NULL) */
     int overwrite;           /* start over in an out_dir that already holds
-                                a run; without it such a folder is refused */
+                                a run: that run's last.ckpt and metrics.csv
+                                move to OUT/replaced-N first (event
+                                VIT_TRAIN_SET_ASIDE); without it such a
+                                folder is refused */
     volatile sig_atomic_t *stop; /* if not NULL: once *stop is nonzero (a
                                 signal handler may set it), the run finishes
                                 the current step, checkpoints it and returns
                                 with result.interrupted set */
+    vit_train_callback on_event; /* progress, or NULL */
+    void *user;              /* passed to on_event */
 } vit_train_opts;
 
 /* 1 if out_dir already holds a run's checkpoint (out_dir/last.ckpt) that
@@ -223,7 +294,8 @@ typedef struct vit_train_result {
     int epochs_done;
     int confusion_classes;
     int *confusion;          /* final test confusion matrix, malloc'd */
-    int interrupted;         /* 1: stopped through opts.stop; the checkpoint
+    int interrupted;         /* 1: stopped through opts.stop, the callback or
+                                vit_trainer_request_stop; the checkpoint
                                 holds the position (no scores filled) */
     unsigned long long epoch_step; /* with interrupted: steps done in the
                                 epoch epochs_done + 1 (0: at its start) */
@@ -232,46 +304,125 @@ typedef struct vit_train_result {
                                 epochs; nothing trained (no scores filled) */
 } vit_train_result;
 
+/* ---- The trainer: a run driven step by step ---------------------------- */
+
+/* A training run in progress: the model, its optimizer and averaged
+ * weights, the data order, the output folder and its metrics file.  Made
+ * by vit_trainer_new, driven by vit_trainer_step / _epoch / _fit, freed by
+ * vit_trainer_free.  One thread drives it (the library's own threads work
+ * inside each call: vit_set_threads); vit_trainer_request_stop alone may be
+ * called from elsewhere (another thread; a signal handler should set
+ * opts.stop instead).  In a data-parallel job every rank makes the same
+ * calls in the same order (each of them is collective). */
+
+/* Sets up the run vit_train_run describes (below) without training:
+ * builds or resumes the model, checks the data against it, prepares
+ * out_dir (refusing a folder that holds another run unless overwrite, and
+ * then moving that run aside), and writes OUT/metrics.csv's header and, on
+ * resume, the checkpoint's epochs' rows.  cfg, the data sets and opts are
+ * only read and must outlive the trainer (the data sets and the strings of
+ * opts are not copied).  Events RESUME_CHANGE, SET_ASIDE and BEGIN go to
+ * opts->on_event from here.  *out gets the trainer (NULL on error).
+ * Errors as vit_train_run's, and VIT_EINVAL for a stop_after_epochs the
+ * resumed checkpoint has already reached (nothing is written then). */
+int vit_trainer_new(vit_trainer **out, const vit_config *cfg, const vit_dataset *train,
+                    const vit_dataset *test, const vit_train_opts *opts);
+
+/* One optimizer step (the next minibatch of the epoch; an epoch's first
+ * step shuffles the data).  After an epoch's last step, also the epoch's
+ * end: the test (and validation) scores, the metrics.csv row, the EPOCH
+ * event and the checkpoint every opts.ckpt_every epochs (and at the last
+ * epoch).  Between steps a stop request or a due ckpt_minutes checkpoint
+ * writes the position inside the epoch; a stop then sets
+ * progress.stopped.  Returns VIT_OK; VIT_EINVAL when the run is finished
+ * or stopped; VIT_ENUM naming the step when the loss or a gradient is not
+ * finite or a gradient's square overflows (the message says which; the
+ * last good checkpoint is kept); VIT_EIO, VIT_ENOMEM. */
+int vit_trainer_step(vit_trainer *t);
+
+/* Steps until the current epoch ends (its end as in vit_trainer_step) or
+ * a stop request; errors as vit_trainer_step. */
+int vit_trainer_epoch(vit_trainer *t);
+
+/* Epochs until the run is finished or stopped, then (unless stopped) the
+ * final scores, with the config's test-time augmentation and one pass,
+ * into *res (overwritten; free with vit_train_result_free).  A resumed run
+ * that had done all its epochs sets res->already_complete.  Errors as
+ * vit_trainer_step, and the evaluation's. */
+int vit_trainer_fit(vit_trainer *t, vit_train_result *res);
+
+/* Scores the model the run evaluates (with ema, the averaged weights) on
+ * ds with test-time augmentation tta, split across a data-parallel job's
+ * ranks (every rank must call it); *r as vit_evaluate_tta. */
+int vit_trainer_evaluate(vit_trainer *t, const vit_dataset *ds, int tta, vit_eval_result *r);
+
+/* Writes OUT/last.ckpt now (inside an epoch too: the position and data
+ * order are kept), atomically; event CHECKPOINT.  Errors as vit_run_save. */
+int vit_trainer_checkpoint(vit_trainer *t);
+
+/* Asks the run to stop at the next step boundary with a checkpoint
+ * (progress.stopped).  Safe from another thread. */
+void vit_trainer_request_stop(vit_trainer *t);
+
+/* The run's position (owned by the trainer, updated by each call). */
+const vit_train_progress *vit_trainer_progress(const vit_trainer *t);
+
+/* The run's config (a resume's: the checkpoint's recipe with the changed
+ * epochs or ckpt_minutes; image and class fields from the data). */
+const vit_config *vit_trainer_config(const vit_trainer *t);
+
+/* The model evaluation scores and checkpoints hold (with ema, the average
+ * of the trained weights; else the trained model).  Owned by the trainer. */
+vit_model *vit_trainer_model(vit_trainer *t);
+
+/* Frees the trainer and closes its metrics file; NULL is fine. */
+void vit_trainer_free(vit_trainer *t);
+
 /* Trains a model described by cfg (its image and class fields are taken
- * from the data) on train, scoring test after every epoch.  cfg, the data
- * sets and opts are only read; *res is overwritten and its confusion
- * matrix is the caller's to free with vit_train_result_free.  With
- * cfg->ema > 0 the run keeps the running average of the parameters
+ * from the data) on train, scoring test after every epoch:
+ * vit_trainer_new, vit_trainer_fit and vit_trainer_free in one call.  cfg,
+ * the data sets and opts are only read; *res is overwritten and its
+ * confusion matrix is the caller's to free with vit_train_result_free.
+ * With cfg->ema > 0 the run keeps the running average of the parameters
  * (vit_ema_update after every optimizer step, t the run's step): every
  * evaluation scores the average, and checkpoints hold it as the model with
  * the trained weights beside it (vit_run_state.train_params), so the model
  * vit_run_load gives (to vit_evaluate, vit_predict, vit_safetensors_save)
- * is the average and a resume continues both exactly.  Epoch scores are one pass per image; the final ones (res) are
- * with the config's test-time augmentation, and also one pass.  Errors:
- * VIT_EINVAL (NULL argument, inconsistent config or data, val_count too
- * large), VIT_EIO (output folder, checkpoint or metrics file), VIT_ENOMEM,
- * VIT_EFORMAT (a resume checkpoint that does not fit), VIT_ENUM (below).  Writes
+ * is the average and a resume continues both exactly.  Epoch scores are
+ * one pass per image; the final ones (res) are with the config's test-time
+ * augmentation, and also one pass.  Errors: VIT_EINVAL (NULL argument,
+ * inconsistent config or data, val_count too large), VIT_EIO (output
+ * folder, checkpoint or metrics file), VIT_ENOMEM, VIT_EFORMAT (a resume
+ * checkpoint that does not fit), VIT_ENUM (below).  Writes
  * OUT/metrics.csv (epoch, train_loss, train_acc, test_loss, test_acc, lr,
  * seconds, and val_acc with a validation set: it is scored after every
- * epoch too), OUT/last.ckpt every ckpt_every epochs and at the end.  With
- * resume, the run continues from the checkpoint (at an epoch boundary or
- * inside an epoch) and the result equals an uninterrupted run; cfg must
- * then equal the checkpoint's config but for two keys: epochs may grow
- * (the run is extended, the cosine schedule recomputed for the new length)
- * and ckpt_minutes may change; each change is reported on the log and
- * stored in the config of the checkpoints the run writes from then on (so
- * vit_run_config and a later resume see the new values), any other
- * difference is refused with VIT_EINVAL naming the key and both
- * values, as is a val_count that adds or removes the validation set.  A
- * resumed run that has done all its epochs trains nothing and sets
- * res->already_complete.  OUT/metrics.csv then keeps the checkpoint's
- * epochs' rows of the metrics.csv next to the checkpoint.  An out_dir that
- * already holds another run (vit_run_dir_taken) is refused with VIT_EINVAL
- * unless overwrite is set.  Inside an epoch a checkpoint is also written
- * every cfg->ckpt_minutes minutes (0: never), and when opts->stop is set.  A non-finite loss stops the run with VIT_ENUM and a message naming
- * the step; the last good checkpoint is kept.
+ * epoch too; vit_epoch_metrics), OUT/last.ckpt every ckpt_every epochs and
+ * at the end.  With resume, the run continues from the checkpoint (at an
+ * epoch boundary or inside an epoch) and the result equals an
+ * uninterrupted run; cfg must then equal the checkpoint's config but for
+ * two keys: epochs may grow (the run is extended, the cosine schedule
+ * recomputed for the new length) and ckpt_minutes may change; each change
+ * is an event VIT_TRAIN_RESUME_CHANGE and is stored in the config of the
+ * checkpoints the run writes from then on (so vit_run_config and a later
+ * resume see the new values), any other difference is refused with
+ * VIT_EINVAL naming the key and both values, as is a val_count that adds
+ * or removes the validation set.  A resumed run that has done all its
+ * epochs trains nothing and sets res->already_complete.  OUT/metrics.csv
+ * then keeps the checkpoint's epochs' rows of the metrics.csv next to the
+ * checkpoint.  An out_dir that already holds another run
+ * (vit_run_dir_taken) is refused with VIT_EINVAL unless overwrite is set.
+ * Inside an epoch a checkpoint is also written every cfg->ckpt_minutes
+ * minutes (0: never), and when a stop is asked for.  A non-finite loss or
+ * gradient, or a gradient whose square overflows (vit_adamw_step's
+ * VIT_ERANGE), stops the run with VIT_ENUM and a message naming the step
+ * and which it was; the last good checkpoint is kept.
  *
  * Data-parallel (vit/dist.h): every rank calls this with the same data and
  * options; each minibatch is split across the ranks, their gradients are
  * summed with one MPI_Allreduce over the flat gradient buffer, and all
  * apply the same AdamW update, so the parameters stay identical.  Rank 0
- * alone prints, writes metrics and checkpoints; evaluation is split and
- * its counts summed. */
+ * alone reports events, writes metrics and checkpoints; evaluation is
+ * split and its counts summed. */
 int vit_train_run(const vit_config *cfg, const vit_dataset *train, const vit_dataset *test,
                   const vit_train_opts *opts, vit_train_result *res);
 

@@ -1,0 +1,191 @@
+/*
+ * A run's folder: creating it, telling whether it holds another run,
+ * moving such a run aside, and OUT/metrics.csv, the run's history.
+ */
+#include "vit/train.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "train_internal.h"
+#include "vit/checkpoint.h"
+
+/* Creates the output folder dir (mkdir -p), proves it writable, and checks
+ * that ckpt, the checkpoint path inside it, is free or a file. */
+int vit_run_dir_make(const char *dir, const char *ckpt)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return vit_fail(VIT_EINVAL, "vit_train_run: out_dir is longer than %d bytes",
+                        (int)sizeof path - 1);
+    /* mkdir -p */
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = 0;
+        if (mkdir(path, 0755) && errno != EEXIST)
+            return vit_fail(VIT_EIO, "%s: cannot create folder: %s", path, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(path, 0755) && errno != EEXIST)
+        return vit_fail(VIT_EIO, "%s: cannot create folder: %s", path, strerror(errno));
+    /* Prove we can write there before any training time is spent. */
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/.write-test-XXXXXX", dir);
+    int fd = mkstemp(probe);
+    if (fd < 0)
+        return vit_fail(VIT_EIO, "%s: output folder is not writable: %s", dir, strerror(errno));
+    close(fd);
+    unlink(probe);
+    /* A checkpoint path that is a folder (or anything but a file) would fail
+     * only at the end of the first epoch: say so now. */
+    struct stat st;
+    if (lstat(ckpt, &st) == 0 && !S_ISREG(st.st_mode))
+        return vit_fail(VIT_EIO, "%s: exists and is not a regular file", ckpt);
+    /* Only this run writes here, so temporaries of an interrupted write are
+     * litter. */
+    vit_ckpt_remove_temporaries(ckpt);
+    return VIT_OK;
+}
+
+int vit_run_dir_taken(const char *out_dir, const char *resume)
+{
+    char ckpt[4200];
+    struct stat have, mine;
+    if (!out_dir || snprintf(ckpt, sizeof ckpt, "%s/last.ckpt", out_dir) >= (int)sizeof ckpt)
+        return 0;
+    if (stat(ckpt, &have) != 0 || !S_ISREG(have.st_mode))
+        return 0;
+    return !resume || stat(resume, &mine) != 0 || mine.st_dev != have.st_dev
+           || mine.st_ino != have.st_ino;
+}
+
+/* --force (overwrite) into a folder holding another run: its checkpoint and
+ * metrics move to the first free OUT/replaced-N (mkdir reserves the name,
+ * so nothing is clobbered) before this run writes anything, so a kill at
+ * any moment leaves the old run whole in one place.  Both files are
+ * hard-linked there first and only then is OUT/last.ckpt unlinked (the old
+ * metrics.csv is replaced by the new run's own); where hard links are not
+ * supported they are renamed, the checkpoint first.  moved gets the folder
+ * (empty on failure). */
+int vit_run_dir_set_aside(const char *dir, char *moved, size_t cap)
+{
+    char ckpt[4200], csv[4200], to_ckpt[4400], to_csv[4400];
+    snprintf(ckpt, sizeof ckpt, "%s/last.ckpt", dir);
+    snprintf(csv, sizeof csv, "%s/metrics.csv", dir);
+    int made = 0;
+    for (int n = 1; n < 100000 && !made; n++) {
+        snprintf(moved, cap, "%s/replaced-%d", dir, n);
+        made = mkdir(moved, 0755) == 0;
+        if (!made && errno != EEXIST) {
+            int rc = vit_fail(VIT_EIO, "%s: cannot create folder: %s", moved, strerror(errno));
+            moved[0] = 0;
+            return rc;
+        }
+    }
+    if (!made) { /* every name taken: never move into a folder that holds a run */
+        moved[0] = 0;
+        return vit_fail(VIT_EIO, "%s: replaced-1 .. replaced-99999 all exist; remove some", dir);
+    }
+    snprintf(to_ckpt, sizeof to_ckpt, "%s/last.ckpt", moved);
+    snprintf(to_csv, sizeof to_csv, "%s/metrics.csv", moved);
+    int have_csv = access(csv, F_OK) == 0;
+    int linked = link(ckpt, to_ckpt) == 0 && (!have_csv || link(csv, to_csv) == 0);
+    if (linked) {
+        if (unlink(ckpt))
+            return vit_fail(VIT_EIO, "%s: cannot remove: %s", ckpt, strerror(errno));
+        return VIT_OK;
+    }
+    unlink(to_ckpt); /* a link that was made, if the second one failed */
+    if (rename(ckpt, to_ckpt) || (have_csv && rename(csv, to_csv)))
+        return vit_fail(VIT_EIO, "%s: cannot move the run there aside to %s: %s", dir, moved,
+                        strerror(errno));
+    return VIT_OK;
+}
+
+/* The columns of metrics.csv; val_acc, last, only in a run with a
+ * validation set (so the columns before it never move). */
+static const char metrics_header[] = "epoch,train_loss,train_acc,test_loss,test_acc,lr,seconds";
+
+/* Opens OUT/metrics.csv for appending.  On resume, keeps only the rows of
+ * epochs the checkpoint covers (a killed run may have logged more), taken
+ * from the metrics.csv next to the checkpoint `from` (so rows of another
+ * run are never mixed in), by rewriting through a temporary file, into
+ * *metrics; *seconds: the seconds already spent.  with_val: the rows end
+ * with val_acc; a resumed run whose rows differ in that is refused (its
+ * validation set would change what it trains on). */
+int vit_metrics_open(const char *dir, const char *from, unsigned long long keep_epochs,
+                     int with_val, FILE **metrics, double *seconds)
+{
+    char path[4200], tmp[4300], src[4200];
+    snprintf(path, sizeof path, "%s/metrics.csv", dir);
+    const char *slash = from ? strrchr(from, '/') : NULL;
+    if (slash)
+        snprintf(src, sizeof src, "%.*s/metrics.csv", (int)(slash - from), from);
+    else
+        snprintf(src, sizeof src, "metrics.csv");
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    *seconds = 0;
+    FILE *out = fopen(tmp, "w");
+    if (!out)
+        return vit_fail(VIT_EIO, "%s: cannot write: %s", tmp, strerror(errno));
+    fprintf(out, "%s%s\n", metrics_header, with_val ? ",val_acc" : "");
+    int mixed = 0;
+    FILE *in = keep_epochs ? fopen(src, "r") : NULL;
+    if (in) {
+        char line[512];
+        while (fgets(line, sizeof line, in)) {
+            unsigned long long ep;
+            double f[6];
+            if (sscanf(line, "%llu,%lf,%lf,%lf,%lf,%lf,%lf", &ep, &f[0], &f[1], &f[2], &f[3], &f[4],
+                       &f[5]) == 7 && ep <= keep_epochs) {
+                int commas = 0;
+                for (const char *q = line; *q; q++)
+                    commas += *q == ',';
+                mixed |= commas != 6 + with_val;
+                fputs(line, out);
+                *seconds = f[5];
+            }
+        }
+        fclose(in);
+    }
+    if (mixed) {
+        int rc = vit_fail(VIT_EINVAL, "%s: the run was logged %s a validation set and this run "
+                          "has %s; a resumed run keeps its val_count", src,
+                          with_val ? "without" : "with", with_val ? "one" : "none");
+        fclose(out);
+        unlink(tmp);
+        return rc;
+    }
+    if (fflush(out) || rename(tmp, path)) {
+        int rc = vit_fail(VIT_EIO, "%s: cannot write: %s", path, strerror(errno));
+        fclose(out);
+        unlink(tmp);
+        return rc;
+    }
+    *metrics = out;
+    return VIT_OK;
+}
+
+/* ---- training --------------------------------------------------------- */
+
+/* FNV-1a over the parameter bytes: equal on every rank iff the replicas
+ * hold bitwise the same parameters (up to a 2^-64 collision). */
+
+int vit_metrics_append(FILE *f, const char *path, const vit_epoch_metrics *m, int with_val)
+{
+    fprintf(f, "%llu,%.6f,%.6f,%.6f,%.6f,%.8g,%.3f", m->epoch, m->train_loss, m->train_acc,
+            m->test_loss, m->test_acc, m->lr, m->seconds);
+    if (with_val)
+        fprintf(f, ",%.6f", m->val_acc);
+    fputc('\n', f);
+    if (fflush(f) || ferror(f))
+        return vit_fail(VIT_EIO, "%s: cannot write epoch %llu's row: %s", path, m->epoch,
+                        strerror(errno));
+    return VIT_OK;
+}

@@ -1,0 +1,38 @@
+/* Internal: what the trainer (train.c) shares with scoring (evaluate.c)
+ * and with the run folder and its history (run_dir.c). */
+#ifndef VIT_SRC_TRAIN_INTERNAL_H
+#define VIT_SRC_TRAIN_INTERNAL_H
+
+#include <stdio.h>
+
+#include "vit/train.h"
+
+/* VIT_OK if ds (named `what` in the message: "training", "test") is not
+ * empty and its images and classes fit config c; VIT_EINVAL otherwise. */
+int vit_check_data_shape(const vit_config *c, const vit_dataset *ds, const char *what);
+
+/* Creates the output folder dir (mkdir -p), proves it writable, and
+ * checks that ckpt, the checkpoint path inside it, is free or a regular
+ * file; removes temporaries an interrupted checkpoint write left there.
+ * VIT_EINVAL (path too long), VIT_EIO. */
+int vit_run_dir_make(const char *dir, const char *ckpt);
+
+/* Moves the run in dir (last.ckpt and metrics.csv, together) to the first
+ * free dir/replaced-N, which gets into moved[cap] (empty on failure).
+ * VIT_EIO when no name is free or a move fails. */
+int vit_run_dir_set_aside(const char *dir, char *moved, size_t cap);
+
+/* Opens dir/metrics.csv for appending, written anew with the header and,
+ * on resume (keep_epochs > 0), the rows of the metrics.csv next to the
+ * checkpoint `from` for epochs up to keep_epochs; *seconds gets the
+ * seconds of the last kept row (0 without).  with_val: rows end with
+ * val_acc; a history that differs in that is refused (VIT_EINVAL).
+ * VIT_EIO when it cannot be written. */
+int vit_metrics_open(const char *dir, const char *from, unsigned long long keep_epochs,
+                     int with_val, FILE **metrics, double *seconds);
+
+/* Appends m as one row of the metrics file f (at path, for the message)
+ * and flushes it.  VIT_EIO when the write fails. */
+int vit_metrics_append(FILE *f, const char *path, const vit_epoch_metrics *m, int with_val);
+
+#endif
