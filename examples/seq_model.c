@@ -241,7 +241,8 @@ static vit_tensor *leaf(seq_model *m, int i)
 
 /* The model on the tape, in its grad mode: tokens [b, T] -> logits [b, T, 10].
  *   x = wte[tokens] + wpe
- *   per block: x = x + MHA_causal(LN1(x));  x = x + W2 GELU(W1 LN2(x) + b1) + b2
+ *   per block (vit_op_block): x = x + MHA_causal(LN1(x));
+ *                             x = x + W2 GELU(W1 LN2(x) + b1) + b2
  *   logits = LN_f(x) head.w + head.b */
 static vit_tensor *forward_graph(seq_model *m, const int *tokens, int b)
 {
@@ -253,13 +254,14 @@ static vit_tensor *forward_graph(seq_model *m, const int *tokens, int b)
     x = vit_op_pos_add(t, x, leaf(m, m->wpe));
     for (int l = 0; l < m->cfg.layers; l++) {
         const seq_block *B = &m->block[l];
-        vit_tensor *h = vit_op_layernorm(t, x, leaf(m, B->ln1_g), leaf(m, B->ln1_b), eps);
-        vit_tensor *w = vit_params_leaf_range(m->params, t, B->attn, ATTN_TENSORS,
-                                              vit_tape_grad_enabled(t));
-        x = vit_op_add(t, x, vit_op_mha(t, &mha, w, h, h, NULL));
-        h = vit_op_layernorm(t, x, leaf(m, B->ln2_g), leaf(m, B->ln2_b), eps);
-        h = vit_op_gelu(t, vit_op_linear(t, h, leaf(m, B->fc_w), leaf(m, B->fc_b)));
-        x = vit_op_add(t, x, vit_op_linear(t, h, leaf(m, B->proj_w), leaf(m, B->proj_b)));
+        vit_block_weights w = {
+            .ln1_g = leaf(m, B->ln1_g), .ln1_b = leaf(m, B->ln1_b),
+            .attn = vit_params_leaf_range(m->params, t, B->attn, ATTN_TENSORS,
+                                          vit_tape_grad_enabled(t)),
+            .ln2_g = leaf(m, B->ln2_g), .ln2_b = leaf(m, B->ln2_b),
+            .w1 = leaf(m, B->fc_w), .b1 = leaf(m, B->fc_b),
+            .w2 = leaf(m, B->proj_w), .b2 = leaf(m, B->proj_b)};
+        x = vit_op_block(t, &mha, &w, x, NULL);
     }
     x = vit_op_layernorm(t, x, leaf(m, m->lnf_g), leaf(m, m->lnf_b), eps);
     return vit_op_linear(t, x, leaf(m, m->head_w), leaf(m, m->head_b));

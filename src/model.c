@@ -2,11 +2,11 @@
  * The Vision Transformer as forward code on the tape.  The backward comes
  * from the kernels through vit_tape_backward().
  *
- * Parameters are one flat buffer; `tensors` names its pieces in order:
+ * Parameters are one flat buffer whose pieces, their shapes, init and decay
+ * are the rows of the tensor table (model_tensors.c), laid out in its order:
  *   patch.w [P*P*C, D]  patch.b [D]  cls [D]  pos [T, D]
- *   blocks.L.{ln1.g, ln1.b [D], attn.{w_qkv [D, 3D], w_o [D, D], b_qkv [3D], b_o [D],
- *             tau [heads] (only with lsa)},
- *             ln2.g, ln2.b [D], mlp.w1 [D, M], mlp.b1 [M], mlp.w2 [M, D], mlp.b2 [D]}
+ *   blocks.L.{ln1.g, ln1.b, attn.{w_qkv, w_o, b_qkv, b_o, tau (lsa)}, ln2.g, ln2.b,
+ *             mlp.{w1, b1, w2, b2}}
  *   ln.g, ln.b [D]  head.w [D, K]  head.b [K]
  * The attention weights are contiguous in the layout vit_mha expects, so one
  * leaf over that range feeds vit_op_mha.
@@ -21,15 +21,16 @@
 
 #include "argmax.h"
 #include "error.h"
+#include "model_tensors.h"
 #include "threads.h"
 #include "vit/activations.h"
 #include "vit/attention.h"
+#include "vit/block.h"
 #include "vit/linear.h"
 
-#define NAME_LEN 48
-
+/* A block's tensor indices, by row id (the stem and end rows unused). */
 typedef struct block_ix {
-    int ln1_g, ln1_b, attn, ln2_g, ln2_b, w1, b1, w2, b2;
+    int ix[VIT_MT_ROWS];
 } block_ix;
 
 /* One slice of vit_model_train_grads: its tape, its gradient buffer (slice
@@ -52,7 +53,7 @@ struct vit_model {
     vit_params *P;           /* the named tensors, their init and decay, both buffers */
     size_t nparams;
     vit_real *params, *grads; /* P's buffers */
-    int patch_w, patch_b, cls, pos, ln_g, ln_b, head_w, head_b;
+    int ix[VIT_MT_ROWS];     /* the stem's and end's tensor indices, by row id */
     block_ix *blocks;
     const vit_real **maps;   /* per layer, from the last forward */
     vit_real **maps_to;      /* per layer, where an evaluation piece copies them */
@@ -62,72 +63,23 @@ struct vit_model {
 
 /* ---- layout ----------------------------------------------------------- */
 
-/* Adds a tensor of shape [d0] or [d0, d1] to the layout; its index. */
-static int add_tensor(vit_model *m, const char *name, int ndim, int d0, int d1, int decay, int init)
-{
-    int shape[2] = {d0, d1};
-    return vit_params_add(m->P, name, ndim, shape, init, init == VIT_INIT_NORMAL ? m->cfg.init_std : 0,
-                          decay);
-}
-
-/* Lays out every tensor: weights decay and start truncated normal, biases
- * and the class token zero, layer-norm gains one.  VIT_OK or the first
+/* Lays out every tensor of the table (model_tensors.c) in its order, with
+ * its init and decay, and notes each one's index.  VIT_OK or the first
  * error of vit_params_add. */
 static int layout(vit_model *m)
 {
-    const vit_config *c = &m->cfg;
-    int D = c->dim, M = c->mlp, K = c->classes, T = m->tokens;
-    int pdim = c->patch * c->patch * c->channels;
-    enum { Z = VIT_INIT_ZERO, ONE = VIT_INIT_ONE, N = VIT_INIT_NORMAL };
-    char name[NAME_LEN];
-    int ok = 1;
-#define T_(ix, nm, nd, d0, d1, decay, init) \
-    (ok &= ((ix) = add_tensor(m, nm, nd, d0, d1, decay, init)) >= 0)
-    T_(m->patch_w, "patch.w", 2, pdim, D, 1, N);
-    T_(m->patch_b, "patch.b", 1, D, 0, 0, Z);
-    T_(m->cls, "cls", 1, D, 0, 0, Z);
-    T_(m->pos, "pos", 2, T, D, 0, N);
-    /* vit_mha's self-attention layout: W_QKV = [W_Q | W_K | W_V] feeds one GEMM */
-    static const char *attn_w[2] = {"w_qkv", "w_o"}, *attn_b[2] = {"b_qkv", "b_o"};
-    for (int l = 0; l < c->depth; l++) {
-        block_ix *b = &m->blocks[l];
-        int ix;
-#define BLOCK_T(field, suffix, nd, d0, d1, decay, init) \
-        (snprintf(name, sizeof name, "blocks.%d.%s", l, suffix), \
-         T_(b->field, name, nd, d0, d1, decay, init))
-        BLOCK_T(ln1_g, "ln1.g", 1, D, 0, 0, ONE);
-        BLOCK_T(ln1_b, "ln1.b", 1, D, 0, 0, Z);
-        for (int i = 0; i < 2; i++) { /* laid out as vit_mha expects: one leaf feeds it */
-            snprintf(name, sizeof name, "blocks.%d.attn.%s", l, attn_w[i]);
-            T_(ix, name, 2, D, i == 0 ? 3 * D : D, 1, N);
-            if (i == 0)
-                b->attn = ix;
-        }
-        for (int i = 0; i < 2; i++) {
-            snprintf(name, sizeof name, "blocks.%d.attn.%s", l, attn_b[i]);
-            T_(ix, name, 1, i == 0 ? 3 * D : D, 0, 0, Z);
-        }
-        if (c->lsa) { /* vit_mha's tau, right after b_o: a per-head multiplier of
-                       * Q K^T starting at the fixed 1/sqrt(d_k), as in the
-                       * LSA reference code; a scalar, so not decayed */
-            snprintf(name, sizeof name, "blocks.%d.attn.tau", l);
-            ok &= (ix = vit_params_add(m->P, name, 1, (int[]){c->heads}, VIT_INIT_CONST,
-                                       1.0 / sqrt((double)(D / c->heads)), 0)) >= 0;
-        }
-        BLOCK_T(ln2_g, "ln2.g", 1, D, 0, 0, ONE);
-        BLOCK_T(ln2_b, "ln2.b", 1, D, 0, 0, Z);
-        BLOCK_T(w1, "mlp.w1", 2, D, M, 1, N);
-        BLOCK_T(b1, "mlp.b1", 1, M, 0, 0, Z);
-        BLOCK_T(w2, "mlp.w2", 2, M, D, 1, N);
-        BLOCK_T(b2, "mlp.b2", 1, D, 0, 0, Z);
-#undef BLOCK_T
+    vit_mt t = {.pos = 0};
+    while (vit_mt_next(&m->cfg, &t)) {
+        int ix = vit_params_add(m->P, t.name, t.ndim, t.shape, t.row->init, t.scale,
+                                t.row->decay);
+        if (ix < 0)
+            return ix;
+        if (t.layer >= 0)
+            m->blocks[t.layer].ix[t.id] = ix;
+        else
+            m->ix[t.id] = ix;
     }
-    T_(m->ln_g, "ln.g", 1, D, 0, 0, ONE);
-    T_(m->ln_b, "ln.b", 1, D, 0, 0, Z);
-    T_(m->head_w, "head.w", 2, D, K, 1, N);
-    T_(m->head_b, "head.b", 1, K, 0, 0, Z);
-#undef T_
-    return ok ? VIT_OK : VIT_EINVAL;
+    return VIT_OK;
 }
 
 vit_patch_shape vit_config_patch_shape(const vit_config *cfg)
@@ -135,19 +87,6 @@ vit_patch_shape vit_config_patch_shape(const vit_config *cfg)
     return (vit_patch_shape){.batch = 1, .height = cfg->image_height, .width = cfg->image_width,
                              .channels = cfg->channels, .patch = cfg->patch, .dim = cfg->dim,
                              .stride = cfg->patch_stride, .pad = cfg->patch_pad};
-}
-
-size_t vit_config_param_count(const vit_config *cfg)
-{
-    if (vit_config_check(cfg) != VIT_OK)
-        return 0;
-    size_t D = (size_t)cfg->dim, M = (size_t)cfg->mlp, K = (size_t)cfg->classes;
-    vit_patch_shape ps = vit_config_patch_shape(cfg);
-    size_t T = (size_t)vit_patch_count(&ps) + 1;
-    size_t pdim = (size_t)cfg->patch * cfg->patch * cfg->channels;
-    size_t block = 4 * D + (4 * D * D + 4 * D) + (D * M + M + M * D + D)
-                 + (cfg->lsa ? (size_t)cfg->heads : 0);
-    return pdim * D + D + D + T * D + (size_t)cfg->depth * block + 2 * D + D * K + K;
 }
 
 vit_model *vit_model_new(const vit_config *cfg)
@@ -181,9 +120,6 @@ vit_model *vit_model_new(const vit_config *cfg)
     if (!m->P || !m->blocks || !m->maps || !m->maps_to)
         goto oom;
     int rc = layout(m);
-    if (rc == VIT_OK && vit_params_count(m->P) != n)
-        rc = vit_fail(VIT_EINVAL, "vit_model_new: internal layout mismatch (%zu vs %zu parameters)",
-                      vit_params_count(m->P), n);
     if (rc == VIT_OK && (rc = vit_params_alloc(m->P)) == VIT_ENOMEM)
         goto oom;
     if (rc != VIT_OK) {
@@ -288,13 +224,11 @@ typedef struct block_ctx {
     int cls_only;
 } block_ctx;
 
-/* One pre-norm block on x [B, T, D]:
- *   x = x + MHA(LN1(x));  x = x + W2 GELU(W1 LN2(x) + b1) + b2
- * A vit_graph_fn, so that vit_op_checkpoint can run it again.
+/* One pre-norm block (vit_op_block) on x [B, T, D], a vit_graph_fn, so
+ * that vit_op_checkpoint can run it again.
  *
  * With cls_only (the last block, when nothing but the class token's output
- * is read) token 0 of LN1(x) is the one query against every token's keys
- * and values, and the residuals and the MLP run on token 0 alone: x [B, T,
+ * is read) it computes token 0 alone (vit_block_opts.token0_only): x [B, T,
  * D] -> [B, 1, D].  An item's block then costs 2 T D^2 + 2 D^2 + 2 T D +
  * 2 D mlp multiply-adds instead of T (4 D^2 + 2 D mlp) + 2 T^2 D (the whole
  * model's drop by 14% on the large model, 18% on digits), with the same
@@ -307,30 +241,23 @@ static vit_tensor *block_graph(vit_tape *tape, vit_tensor *const *in, void *ctx)
     vit_model *m = B->m;
     const block_ix *b = &m->blocks[B->layer];
     vit_real *g = B->grads, *probs = NULL;
-    const vit_real eps = (vit_real)VIT_LAYERNORM_EPS;
-    vit_mha mha = B->mha;
-    vit_tensor *x = in[0];
-    vit_tensor *h = vit_op_layernorm(tape, x, param(m, tape, b->ln1_g, g),
-                                     param(m, tape, b->ln1_b, g), eps);
-    vit_tensor *q = h; /* the same tensor: the fused Q/K/V projection */
-    if (B->cls_only) {
-        int row[3] = {mha.batch, 1, mha.d_model};
-        mha.n_q = 1;
-        q = vit_op_reshape(tape, vit_op_token(tape, h, 0), 3, row);
-        x = vit_op_reshape(tape, vit_op_token(tape, x, 0), 3, row);
-    }
-    int keep = B->maps || B->maps_to;
-    h = vit_op_mha(tape, &mha, param_range(m, tape, b->attn, vit_mha_param_count(&mha), g),
-                   q, h, keep ? &probs : NULL);
+    const vit_mha *mha = &B->mha;
+#define W_(id) param(m, tape, b->ix[VIT_MT_##id], g)
+    vit_block_weights w = {
+        .ln1_g = W_(LN1_G), .ln1_b = W_(LN1_B),
+        .attn = param_range(m, tape, b->ix[VIT_MT_W_QKV], vit_mha_param_count(mha), g),
+        .ln2_g = W_(LN2_G), .ln2_b = W_(LN2_B),
+        .w1 = W_(W1), .b1 = W_(B1), .w2 = W_(W2), .b2 = W_(B2)};
+#undef W_
+    vit_block_opts opts = {.token0_only = B->cls_only,
+                           .probs = B->maps || B->maps_to ? &probs : NULL};
+    vit_tensor *y = vit_op_block(tape, mha, &w, in[0], &opts);
     if (B->maps)
         B->maps[B->layer] = probs;
-    if (B->maps_to && probs)
-        memcpy(B->maps_to[B->layer], probs, (size_t)mha.batch * mha.heads * mha.n_q
-                                                * mha.n_k * sizeof *probs);
-    h = vit_op_add_layernorm(tape, x, h, param(m, tape, b->ln2_g, g), param(m, tape, b->ln2_b, g),
-                             eps, &x);
-    h = vit_op_linear_gelu(tape, h, param(m, tape, b->w1, g), param(m, tape, b->b1, g));
-    return vit_op_linear_add(tape, h, param(m, tape, b->w2, g), param(m, tape, b->b2, g), x);
+    if (B->maps_to && probs) /* maps are asked for only of whole blocks: n_q = T */
+        memcpy(B->maps_to[B->layer], probs, (size_t)mha->batch * mha->heads * mha->n_q
+                                                * mha->n_k * sizeof *probs);
+    return y;
 }
 
 /* The model's one forward, recorded on the tape as its grad mode says:
@@ -363,10 +290,10 @@ static vit_tensor *forward_graph(vit_model *m, vit_tape *tape, const vit_real *i
 
     int ishape[4] = {batch, c->image_height, c->image_width, c->channels};
     vit_tensor *img = vit_tape_leaf(tape, (vit_real *)(uintptr_t)images, NULL, 4, ishape);
-    vit_tensor *x = vit_op_patch_embed(tape, &ps, img, param(m, tape, m->patch_w, grads),
-                                       param(m, tape, m->patch_b, grads));
-    x = vit_op_cls_prepend(tape, x, param(m, tape, m->cls, grads));
-    x = vit_op_pos_add(tape, x, param(m, tape, m->pos, grads));
+#define W_(id) param(m, tape, m->ix[VIT_MT_##id], grads)
+    vit_tensor *x = vit_op_patch_embed(tape, &ps, img, W_(PATCH_W), W_(PATCH_B));
+    x = vit_op_cls_prepend(tape, x, W_(CLS));
+    x = vit_op_pos_add(tape, x, W_(POS));
     for (int l = 0; l < c->depth; l++) {
         B.layer = l;
         B.cls_only = cls_only && l == c->depth - 1;
@@ -375,9 +302,10 @@ static vit_tensor *forward_graph(vit_model *m, vit_tape *tape, const vit_real *i
         else
             x = x ? block_graph(tape, &x, &B) : NULL;
     }
-    x = vit_op_layernorm(tape, x, param(m, tape, m->ln_g, grads), param(m, tape, m->ln_b, grads), eps);
+    x = vit_op_layernorm(tape, x, W_(LN_G), W_(LN_B), eps);
     x = c->pool == VIT_POOL_MEAN ? vit_op_mean_tokens(tape, x, 1) : vit_op_token(tape, x, 0);
-    return vit_op_linear(tape, x, param(m, tape, m->head_w, grads), param(m, tape, m->head_b, grads));
+    return vit_op_linear(tape, x, W_(HEAD_W), W_(HEAD_B));
+#undef W_
 }
 
 /* Images per piece of the no-grad forward. */

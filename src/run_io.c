@@ -10,6 +10,7 @@
 #include "config_internal.h"
 #include "data_internal.h"
 #include "error.h"
+#include "model_tensors.h"
 #include "run_internal.h"
 #include "vit/checkpoint.h"
 #include "vit/train.h"
@@ -107,29 +108,14 @@ static int take(const char *path, const vit_ckpt *c, const char *name, int ndim,
 /* The format that introduced the fused W_QKV [D, 3D] of each block. */
 #define FUSED_QKV_VERSION 4
 
-/* If name is "PREFIX.attn.w_qkv" or "PREFIX.attn.b_qkv", the length of
- * "PREFIX.attn." and which (0 weights, 1 biases); else -1. */
-static int qkv_tensor(const char *name, size_t *stem)
-{
-    size_t n = strlen(name);
-    static const char *tail[2] = {".attn.w_qkv", ".attn.b_qkv"};
-    for (int k = 0; k < 2; k++) {
-        size_t t = strlen(tail[k]);
-        if (n > t && strcmp(name + n - t, tail[k]) == 0) {
-            *stem = n - t + strlen(".attn.");
-            return k;
-        }
-    }
-    return -1;
-}
-
-/* Model tensor mt (W_QKV [D, 3D] or b_QKV [3D]) from a format-1..3 file's
- * w_q, w_k, w_v [D, D] (b_q, b_k, b_v [D]): row i of W_QKV is row i of each
- * in turn; the biases are simply consecutive. */
+/* Model tensor mt (W_QKV [D, 3D] or b_QKV [3D], table tensor t) from a
+ * format-1..3 file's w_q, w_k, w_v [D, D] (b_q, b_k, b_v [D]), the parts
+ * the table's row names: row i of W_QKV is row i of each in turn; the
+ * biases are simply consecutive. */
 static int take_legacy_qkv(const char *path, const vit_ckpt *c, const vit_model_tensor *mt,
-                           size_t stem, int bias, vit_real *dst)
+                           const vit_mt *t, vit_real *dst)
 {
-    static const char *part[2][3] = {{"w_q", "w_k", "w_v"}, {"b_q", "b_k", "b_v"}};
+    const int bias = t->row->legacy == VIT_MT_LEGACY_QKV_B;
     const long long D = mt->shape[0] / (bias ? 3 : 1);
     const long long shape[2] = {D, D};
     vit_real *tmp = bias ? NULL : malloc((size_t)(D * D) * sizeof *tmp);
@@ -138,7 +124,7 @@ static int take_legacy_qkv(const char *path, const vit_ckpt *c, const vit_model_
     int rc = VIT_OK;
     for (int p = 0; p < 3 && rc == VIT_OK; p++) {
         char name[VIT_CKPT_NAME_MAX];
-        snprintf(name, sizeof name, "%.*s%s", (int)stem, mt->name, part[bias][p]);
+        snprintf(name, sizeof name, "blocks.%d.%s", t->layer, t->row->legacy_parts[p]);
         if (bias) {
             rc = take(path, c, name, 1, shape, dst + p * D);
             continue;
@@ -154,23 +140,24 @@ static int take_legacy_qkv(const char *path, const vit_ckpt *c, const vit_model_
 /* The same change of layout on a flat vector over all parameters (AdamW's
  * moments, the trained weights beside an average), in place: each block's
  * 3 D^2 values at W_QKV's offset go from [3][D][D] to [D][3][D].  The
- * biases b_q, b_k, b_v were consecutive and stay where they are. */
+ * biases b_q, b_k, b_v were consecutive and stay where they are.  The
+ * model's tensors are the table's, in its order. */
 static int legacy_qkv_flat(const char *path, const vit_model *m, vit_real *flat)
 {
     vit_real *tmp = NULL;
-    for (int t = 0; t < vit_model_tensor_count(m); t++) {
-        const vit_model_tensor *mt = vit_model_tensor_at(m, t);
-        size_t stem;
-        if (qkv_tensor(mt->name, &stem) != 0)
+    vit_mt t = {.pos = 0};
+    for (int i = 0; vit_mt_next(vit_model_config(m), &t); i++) {
+        if (t.row->legacy != VIT_MT_LEGACY_QKV_W)
             continue;
+        const vit_model_tensor *mt = vit_model_tensor_at(m, i);
         size_t D = (size_t)mt->shape[0];
         if (!tmp && !(tmp = malloc(3 * D * D * sizeof *tmp)))
             return vit_fail(VIT_ENOMEM, "%s: out of memory", path);
         vit_real *w = flat + mt->offset;
         memcpy(tmp, w, 3 * D * D * sizeof *tmp);
         for (size_t p = 0; p < 3; p++)
-            for (size_t i = 0; i < D; i++)
-                memcpy(w + i * 3 * D + p * D, tmp + (p * D + i) * D, D * sizeof *w);
+            for (size_t r = 0; r < D; r++)
+                memcpy(w + r * 3 * D + p * D, tmp + (p * D + r) * D, D * sizeof *w);
     }
     free(tmp);
     return VIT_OK;
@@ -221,15 +208,16 @@ int vit_run_load(const char *path, vit_model **model, vit_adamw *opt, vit_run_st
         snprintf(why, sizeof why, "%s", vit_last_error());
         rc = vit_fail(VIT_EFORMAT, "%s: the stored config does not describe a model: %s", path, why);
     }
-    for (int i = 0; rc == VIT_OK && i < (m ? vit_model_tensor_count(m) : 0); i++) {
+    vit_mt t = {.pos = 0}; /* the model's tensors are the table's, in its order */
+    for (int i = 0; rc == VIT_OK && m && vit_mt_next(&cfg, &t); i++) {
         const vit_model_tensor *mt = vit_model_tensor_at(m, i);
         long long shape[VIT_TENSOR_MAX_DIMS];
         for (int d = 0; d < mt->ndim; d++)
             shape[d] = mt->shape[d];
-        size_t stem;
-        int qkv = c.version < FUSED_QKV_VERSION ? qkv_tensor(mt->name, &stem) : -1;
-        rc = qkv >= 0 ? take_legacy_qkv(path, &c, mt, stem, qkv, vit_model_params(m) + mt->offset)
-                      : take(path, &c, mt->name, mt->ndim, shape, vit_model_params(m) + mt->offset);
+        vit_real *dst = vit_model_params(m) + mt->offset;
+        rc = c.version < FUSED_QKV_VERSION && t.row->legacy != VIT_MT_LEGACY_NONE
+                 ? take_legacy_qkv(path, &c, mt, &t, dst)
+                 : take(path, &c, mt->name, mt->ndim, shape, dst);
     }
     if (rc == VIT_OK && opt) {
         const vit_config *k = &cfg;

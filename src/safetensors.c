@@ -1,10 +1,11 @@
 /*
  * A model as timm-style safetensors and back; see vit/safetensors.h.
  *
- * One table (the "plan") lists the file's tensors in timm's order with the
- * model tensor each is made of and how (copied, transposed, or the patch
- * embedding's Conv2d layout); the writer applies it one way, the reader the
- * other, so the two cannot drift apart.
+ * The "plan" lists the file's tensors in timm's order with the model tensor
+ * each is made of and how (copied, transposed, or the patch embedding's
+ * Conv2d layout), all read off the model's tensor table (model_tensors.c);
+ * the writer applies it one way, the reader the other, so the two cannot
+ * drift apart.
  */
 #include "vit/safetensors.h"
 #include "vit/checkpoint.h"
@@ -22,6 +23,7 @@
 #include "vit/atomic_file.h"
 #include "config_internal.h"
 #include "error.h"
+#include "model_tensors.h"
 #include "vit/layernorm.h"
 #include "vit/optim.h"
 #include "vit/rng.h"
@@ -34,85 +36,80 @@
 
 /* ---- the tensor mapping ------------------------------------------------ */
 
-enum { OP_COPY, OP_TRANSPOSE, OP_PATCH };
-
-/* One file tensor: op applied to the model tensor src, which has as many
- * values (every file tensor has one model tensor: the fused W_QKV [D, 3D]
- * is timm's qkv.weight transposed). */
+/* One file tensor: op (enum vit_mt_timm_op) applied to the model tensor
+ * src, which has as many values (every file tensor has one model tensor:
+ * the fused W_QKV [D, 3D] is timm's qkv.weight transposed). */
 typedef struct plan_tensor {
     char name[NAME_CAP];
     int ndim, shape[4];
     int op;
-    char src[48];
+    char src[NAME_CAP];
     size_t count; /* values */
 } plan_tensor;
 
-static void plan(plan_tensor *o, int *n, const char *name, int op, int ndim, int d0, int d1,
-                 int d2, int d3, const char *src)
+/* The file tensor of model tensor t, as its table row says. */
+static void plan_one(const vit_config *c, const vit_mt *t, plan_tensor *o)
 {
-    plan_tensor *t = &o[(*n)++];
-    memset(t, 0, sizeof *t);
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->op = op;
-    t->ndim = ndim;
-    int d[4] = {d0, d1, d2, d3};
-    t->count = 1;
-    for (int k = 0; k < ndim; k++) {
-        t->shape[k] = d[k];
-        t->count *= (size_t)d[k];
+    memset(o, 0, sizeof *o);
+    snprintf(o->name, sizeof o->name, "%s", t->timm);
+    snprintf(o->src, sizeof o->src, "%s", t->name);
+    o->op = t->row->timm_op;
+    o->ndim = t->row->timm_ndim;
+    o->count = t->size;
+    if (o->op == VIT_MT_CONV) { /* Conv2d's [D, C, P, P] */
+        int d[4] = {c->dim, c->channels, c->patch, c->patch};
+        memcpy(o->shape, d, sizeof d);
+    } else if (o->op == VIT_MT_TRANSPOSE) {
+        o->shape[0] = t->shape[1];
+        o->shape[1] = t->shape[0];
+    } else { /* leading 1s, e.g. cls [D] as cls_token [1, 1, D] */
+        int lead = o->ndim - t->ndim;
+        for (int k = 0; k < o->ndim; k++)
+            o->shape[k] = k < lead ? 1 : t->shape[k - lead];
     }
-    snprintf(t->src, sizeof t->src, "%s", src);
 }
 
-static int plan_size(const vit_config *c) { return 8 + 12 * c->depth; }
+/* The file tensors of one part of the model (the stem, a block, the end:
+ * part[0 .. np-1] in layout order) at o, in timm's order; their number. */
+static int plan_part(const vit_config *c, vit_mt *part, int np, plan_tensor *o)
+{
+    for (int i = 1; i < np; i++) /* insertion sort by timm_rank */
+        for (int j = i; j > 0 && part[j - 1].row->timm_rank > part[j].row->timm_rank; j--) {
+            vit_mt tmp = part[j];
+            part[j] = part[j - 1];
+            part[j - 1] = tmp;
+        }
+    for (int i = 0; i < np; i++)
+        plan_one(c, &part[i], &o[i]);
+    return np;
+}
 
-/* The whole plan in timm's state_dict order; returns the number of tensors. */
+static int section(const vit_mt *t)
+{
+    return t->id < VIT_MT_FIRST_BLOCK ? 0 : t->id < VIT_MT_FIRST_END ? 1 : 2;
+}
+
+/* The whole plan in timm's state_dict order (the tensors of the table with
+ * a timm name, part by part) at o (NULL: only counted); their number.
+ * Rows without a timm form (lsa's tau) are left out: the export refuses
+ * such a model first. */
 static int make_plan(const vit_config *c, plan_tensor *o)
 {
-    int D = c->dim, M = c->mlp, K = c->classes, C = c->channels, P = c->patch;
-    vit_patch_shape ps = vit_config_patch_shape(c); /* overlapping patches: more tokens */
-    int T = vit_patch_count(&ps) + 1, n = 0;
-    char name[64], a[48];
-    plan(o, &n, "cls_token", OP_COPY, 3, 1, 1, D, 0, "cls");
-    plan(o, &n, "pos_embed", OP_COPY, 3, 1, T, D, 0, "pos");
-    plan(o, &n, "patch_embed.proj.weight", OP_PATCH, 4, D, C, P, P, "patch.w");
-    plan(o, &n, "patch_embed.proj.bias", OP_COPY, 1, D, 0, 0, 0, "patch.b");
-    for (int l = 0; l < c->depth; l++) {
-#define NM(dst, ...) snprintf(dst, sizeof dst, __VA_ARGS__)
-        NM(name, "blocks.%d.norm1.weight", l), NM(a, "blocks.%d.ln1.g", l);
-        plan(o, &n, name, OP_COPY, 1, D, 0, 0, 0, a);
-        NM(name, "blocks.%d.norm1.bias", l), NM(a, "blocks.%d.ln1.b", l);
-        plan(o, &n, name, OP_COPY, 1, D, 0, 0, 0, a);
-        /* timm's fused qkv is [W_Q^T; W_K^T; W_V^T], the transpose of our
-         * W_QKV = [W_Q | W_K | W_V] */
-        NM(name, "blocks.%d.attn.qkv.weight", l), NM(a, "blocks.%d.attn.w_qkv", l);
-        plan(o, &n, name, OP_TRANSPOSE, 2, 3 * D, D, 0, 0, a);
-        NM(name, "blocks.%d.attn.qkv.bias", l), NM(a, "blocks.%d.attn.b_qkv", l);
-        plan(o, &n, name, OP_COPY, 1, 3 * D, 0, 0, 0, a);
-        NM(name, "blocks.%d.attn.proj.weight", l), NM(a, "blocks.%d.attn.w_o", l);
-        plan(o, &n, name, OP_TRANSPOSE, 2, D, D, 0, 0, a);
-        NM(name, "blocks.%d.attn.proj.bias", l), NM(a, "blocks.%d.attn.b_o", l);
-        plan(o, &n, name, OP_COPY, 1, D, 0, 0, 0, a);
-        NM(name, "blocks.%d.norm2.weight", l), NM(a, "blocks.%d.ln2.g", l);
-        plan(o, &n, name, OP_COPY, 1, D, 0, 0, 0, a);
-        NM(name, "blocks.%d.norm2.bias", l), NM(a, "blocks.%d.ln2.b", l);
-        plan(o, &n, name, OP_COPY, 1, D, 0, 0, 0, a);
-        NM(name, "blocks.%d.mlp.fc1.weight", l), NM(a, "blocks.%d.mlp.w1", l);
-        plan(o, &n, name, OP_TRANSPOSE, 2, M, D, 0, 0, a);
-        NM(name, "blocks.%d.mlp.fc1.bias", l), NM(a, "blocks.%d.mlp.b1", l);
-        plan(o, &n, name, OP_COPY, 1, M, 0, 0, 0, a);
-        NM(name, "blocks.%d.mlp.fc2.weight", l), NM(a, "blocks.%d.mlp.w2", l);
-        plan(o, &n, name, OP_TRANSPOSE, 2, D, M, 0, 0, a);
-        NM(name, "blocks.%d.mlp.fc2.bias", l), NM(a, "blocks.%d.mlp.b2", l);
-        plan(o, &n, name, OP_COPY, 1, D, 0, 0, 0, a);
-#undef NM
-    }
-    plan(o, &n, "norm.weight", OP_COPY, 1, D, 0, 0, 0, "ln.g");
-    plan(o, &n, "norm.bias", OP_COPY, 1, D, 0, 0, 0, "ln.b");
-    plan(o, &n, "head.weight", OP_TRANSPOSE, 2, K, D, 0, 0, "head.w");
-    plan(o, &n, "head.bias", OP_COPY, 1, K, 0, 0, 0, "head.b");
+    vit_mt part[VIT_MT_ROWS], t = {.pos = 0};
+    int n = 0, np = 0, more;
+    do {
+        more = vit_mt_next(c, &t);
+        if (np > 0 && (!more || section(&t) != section(&part[0]) || t.layer != part[0].layer)) {
+            n += o ? plan_part(c, part, np, o + n) : np;
+            np = 0;
+        }
+        if (more && t.row->timm)
+            part[np++] = t;
+    } while (more);
     return n;
 }
+
+static int plan_size(const vit_config *c) { return make_plan(c, NULL); }
 
 static const vit_model_tensor *find_ours(const vit_model *m, const char *name)
 {
@@ -129,9 +126,9 @@ static const vit_model_tensor *find_ours(const vit_model *m, const char *name)
 static size_t file_index(const vit_config *c, const plan_tensor *o, const vit_model_tensor *t,
                          size_t base, size_t idx)
 {
-    if (o->op == OP_COPY)
+    if (o->op == VIT_MT_COPY)
         return base + idx;
-    if (o->op == OP_TRANSPOSE) {
+    if (o->op == VIT_MT_TRANSPOSE) {
         /* ours [r, q] (x W convention) -> PyTorch's [q, r] (x W^T) */
         size_t r = (size_t)t->shape[0], q = t->ndim > 1 ? (size_t)t->shape[1] : 1;
         size_t i = idx / q, j = idx % q;

@@ -478,6 +478,48 @@ START_TEST(test_param_count_and_groups)
 }
 END_TEST
 
+START_TEST(test_macs_by_hand)
+{
+    vit_config c;
+    vit_config_default(&c);
+    /* The default model: N = 16 patches (the 4x4 grid above), T = 17,
+     * D = 64, mlp 128, 1 channel of 4x4 patches, 10 classes:
+     *   patch embedding 16 * 16 * 64                                =    16384
+     *   per block 17 * (64*192 + 64*64 + 2*64*128) = 17 * 32768     =   557056
+     *             + 2 * 17*17 * 64                                   =    36992
+     *   4 blocks 4 * 594048                                          =  2376192
+     *   head 64 * 10                                                 =      640
+     *   total                                                        =  2393216 */
+    ck_assert_uint_eq(vit_config_macs(&c), 2393216);
+    /* Overlapping patches: 3x3 patches of a 6x10 image of 2 channels at
+     * stride 1, padded by 1, a (6 + 2 - 3) + 1 = 6 by (10 + 2 - 3) + 1 = 10
+     * grid, N = 60, T = 61; D = 8, mlp 12, 3 classes; lsa's tau adds no
+     * multiply-adds:
+     *   patch embedding 60 * 18 * 8                                 =     8640
+     *   per block 61 * (8*24 + 8*8 + 2*8*12) = 61 * 448              =    27328
+     *             + 2 * 61*61 * 8                                    =    59536
+     *   2 blocks 2 * 86864                                           =   173728
+     *   head 8 * 3                                                   =       24
+     *   total                                                        =   182392 */
+    tiny_config(&c, VIT_POOL_MEAN);
+    c.image_height = 6;
+    c.image_width = 10;
+    c.channels = 2;
+    c.patch = 3;
+    c.patch_stride = 1;
+    c.patch_pad = 1;
+    c.lsa = 1;
+    ck_assert_uint_eq(vit_config_macs(&c), 182392);
+    c.lsa = 0;
+    ck_assert_uint_eq(vit_config_macs(&c), 182392);
+    /* An invalid config counts 0. */
+    c.heads = 3;
+    ck_assert_uint_eq(vit_config_macs(&c), 0);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "heads"));
+    ck_assert_uint_eq(vit_config_macs(NULL), 0);
+}
+END_TEST
+
 /* ---- config text ------------------------------------------------------ */
 
 START_TEST(test_config_file_is_default)
@@ -1333,6 +1375,7 @@ static Suite *model_suite(void)
     TCase *tc = tcase_create("config_layout");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_param_count_and_groups);
+    tcase_add_test(tc, test_macs_by_hand);
     tcase_add_test(tc, test_config_file_is_default);
     tcase_add_test(tc, test_config_round_trip);
     tcase_add_test(tc, test_config_format_shortest);

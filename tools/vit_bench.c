@@ -83,19 +83,21 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Multiply-adds of one image's forward, counted like torch_vit_speed.py:
- * patch embedding, per block the four projections, the two attention
- * products and the MLP, then the head; with cls_only_last, what the library
- * runs instead. */
-static double forward_macs(const train_shape *s, int cls_only_last)
+/* Multiply-adds of one image's forward (vit_config_macs: patch embedding,
+ * per block the four projections, the two attention products and the MLP,
+ * then the head, as torch_vit_speed.py counts them); with cls_only_last,
+ * what the library runs in training instead: its last block computes the
+ * keys and values of all T tokens but the query, attention, output
+ * projection and MLP of the class token alone, T - 1 tokens fewer for
+ * all but the keys and values. */
+static double forward_macs(const vit_config *c, int cls_only_last)
 {
-    double n = (double)(s->img / s->patch) * (s->img / s->patch), T = n + 1, d = s->dim;
-    double block = T * d * 4 * d + 2 * T * T * d + 2 * T * d * s->mlp;
-    /* The library's last block in training: keys and values of all T
-     * tokens, the query, attention, output projection and MLP of the class
-     * token alone. */
-    double last = cls_only_last ? T * d * 2 * d + 2 * d * d + 2 * T * d + 2 * d * s->mlp : block;
-    return n * s->patch * s->patch * s->chans * d + (s->depth - 1) * block + last + d * CLASSES;
+    double full = (double)vit_config_macs(c);
+    if (!cls_only_last)
+        return full;
+    vit_patch_shape ps = vit_config_patch_shape(c);
+    double T = vit_patch_count(&ps) + 1, d = c->dim;
+    return full - (T - 1) * (2 * d * d + 2 * T * d + 2 * d * c->mlp);
 }
 
 /* ---- GEMM rate -------------------------------------------------------- */
@@ -257,7 +259,8 @@ static int run_train(const train_shape *s, const options *o, double gemm_rate)
     }
     double ips = median(rates, o->reps);
     double lo = rates[0], hi = rates[o->reps - 1]; /* sorted by median() */
-    double gf = 6.0 * forward_macs(s, 0) * ips / 1e9, run = 6.0 * forward_macs(s, 1) * ips / 1e9;
+    double gf = 6.0 * forward_macs(&cfg, 0) * ips / 1e9;
+    double run = 6.0 * forward_macs(&cfg, 1) * ips / 1e9;
     printf("%-10s %9.0f %6.0f-%-6.0f %9.1f %9.1f %7.0f%% %9.1f\n", s->name, ips, lo, hi, gf, run,
            gemm_rate > 0 ? 100.0 * run / gemm_rate : 0.0, peak_rss_mb());
     double share = median(grad_share, o->reps);

@@ -6,7 +6,7 @@
  *   images [B, H, W, C]
  *     -> patch embedding (P x P patches, stride S, padding Z, linear)  [B, N, D]
  *     -> prepend the class token, add position embeddings   [B, N+1, D]
- *     -> depth x pre-norm block:
+ *     -> depth x pre-norm block (vit_op_block, vit/block.h):
  *          x = x + MHA(LN1(x));  x = x + W2 GELU(W1 LN2(x) + b1) + b2
  *          (MHA with a no-self mask and a learnable per-head scale with lsa)
  *     -> final layer norm -> class token (or mean of patch tokens)  [B, D]
@@ -161,8 +161,24 @@ int vit_config_pick_patch(int height, int width, int max_grid, int *patch, int *
 const char *vit_config_key_help(int i, const char **key);
 
 /* Number of model parameters for a config (0, with a message, if the config
- * is invalid or NULL). */
+ * is invalid or NULL).  Pure; any thread. */
 size_t vit_config_param_count(const vit_config *cfg);
+
+/* Multiply-adds of one image's forward pass (what the model's matrix
+ * products do; layer norms, softmax, GELU, bias and residual adds are not
+ * counted), with N patches (vit_patch_count of vit_config_patch_shape, so
+ * overlapping patches count as the model makes them), T = N + 1 tokens and
+ * D = dim:
+ *   patch embedding        N * P*P*C * D
+ *   per block              T * (D*3D + D*D + 2*D*mlp)   (Q/K/V, output, MLP)
+ *                        + 2 * T*T * D                  (Q K^T and P V)
+ *   head                   D * classes
+ * The count of vit_model_forward for one image; the training step's last
+ * block with pool = cls computes less (see vit_model_train_grads).  The
+ * default config (digits-tiny: 4x4 grid, D 64, depth 4, mlp 128) gives
+ * 2,393,216.  Returns 0, with a message, if cfg is NULL or invalid
+ * (vit_config_check).  Pure; any thread. */
+size_t vit_config_macs(const vit_config *cfg);
 
 /* The patch-embedding shape a config describes, for one image (batch 1):
  * image size, channels, patch, dim, patch_stride and patch_pad.  Does not

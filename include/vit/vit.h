@@ -11,6 +11,7 @@
 #include "vit/pool.h"
 #include "vit/attention.h"
 #include "vit/tape.h"
+#include "vit/block.h"
 #include "vit/model.h"
 #include "vit/optim.h"
 #include "vit/rng.h"

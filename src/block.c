@@ -1,0 +1,43 @@
+/*
+ * The pre-norm transformer block from the public ops; see vit/block.h.
+ */
+#include "vit/block.h"
+
+#include "error.h"
+#include "vit/layernorm.h"
+
+/* The first required weight left NULL, or NULL when all are there. */
+static const char *missing(const vit_block_weights *w)
+{
+    return !w->ln1_g ? "ln1_g" : !w->ln1_b ? "ln1_b" : !w->attn ? "attn" : !w->ln2_g ? "ln2_g"
+         : !w->ln2_b ? "ln2_b" : !w->w1 ? "w1" : !w->w2 ? "w2" : NULL;
+}
+
+vit_tensor *vit_op_block(vit_tape *tape, const vit_mha *mha, const vit_block_weights *w,
+                         vit_tensor *x, const vit_block_opts *opts)
+{
+    static const char fn[] = "vit_op_block";
+    if (!x)
+        return NULL;
+    const char *none = !tape ? "tape" : !mha ? "mha" : !w ? "weights" : missing(w);
+    if (none) {
+        vit_fail(VIT_EINVAL, "%s: %s%s is NULL", fn, tape && mha && w ? "weight " : "", none);
+        vit_tape_fail(tape, VIT_EINVAL);
+        return NULL;
+    }
+    const vit_block_opts o = opts ? *opts : (vit_block_opts){0};
+    const vit_real eps = o.eps != 0 ? o.eps : (vit_real)VIT_LAYERNORM_EPS;
+    vit_mha m = *mha;
+    vit_tensor *h = vit_op_layernorm(tape, x, w->ln1_g, w->ln1_b, eps);
+    vit_tensor *q = h; /* the same tensor: the fused Q/K/V projection */
+    if (o.token0_only) {
+        int row[3] = {m.batch, 1, m.d_model};
+        m.n_q = 1;
+        q = vit_op_reshape(tape, vit_op_token(tape, h, 0), 3, row);
+        x = vit_op_reshape(tape, vit_op_token(tape, x, 0), 3, row);
+    }
+    h = vit_op_mha(tape, &m, w->attn, q, h, o.probs);
+    h = vit_op_add_layernorm(tape, x, h, w->ln2_g, w->ln2_b, eps, &x);
+    h = vit_op_linear_gelu(tape, h, w->w1, w->b1);
+    return vit_op_linear_add(tape, h, w->w2, w->b2, x);
+}

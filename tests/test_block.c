@@ -1,0 +1,274 @@
+/*
+ * tests/test_block.c - the pre-norm transformer block op, vit_op_block
+ * (float64 build).
+ *
+ *  - values: the block equals the chain LN -> MHA -> add -> LN -> linear
+ *    -> GELU -> linear -> add written with the unfused ops (to rounding),
+ *    with and without a causal mask; token0_only gives row 0 of the whole
+ *    block's output, and the maps it hands back are the attention of query
+ *    0 (each row a distribution);
+ *  - gradients: every weight and x by central differences of a weighted
+ *    sum of the output (gc_check), for the whole block and token0_only;
+ *  - errors: a NULL tape, mha, weights struct or required weight is
+ *    VIT_EINVAL naming it and stops the tape; a NULL x returns NULL at
+ *    once; NULL biases of the MLP are allowed.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gradcheck.h"
+#include "vit/block.h"
+#include "vit/layernorm.h"
+
+enum { B = 2, T = 5, D = 8, HEADS = 2, M = 12, NW = 9 };
+
+/* The block's inputs as buffers: x, then the weights in vit_block_weights'
+ * order, each with a gradient buffer. */
+typedef struct setup {
+    vit_mha mha;
+    unsigned char mask[T * T];
+    vit_real *val[1 + NW], *grad[1 + NW];
+    size_t n[1 + NW];
+    int ndim[1 + NW], shape[1 + NW][3];
+    vit_real *wout; /* the loss weights, [B, T, D] */
+    int token0_only;
+    vit_tape *tape;
+} setup;
+
+static const char *const names[1 + NW] = {"x", "ln1_g", "ln1_b", "attn", "ln2_g", "ln2_b",
+                                          "w1", "b1", "w2", "b2"};
+
+static void make(setup *s, int causal)
+{
+    memset(s, 0, sizeof *s);
+    s->mha = (vit_mha){.batch = B, .n_q = T, .n_k = T, .d_model = D, .heads = HEADS,
+                       .has_bias = 1};
+    if (causal) {
+        for (int i = 0; i < T; i++)
+            for (int j = 0; j < T; j++)
+                s->mask[i * T + j] = j <= i;
+        s->mha.mask.allowed = s->mask;
+    }
+    const int np = (int)vit_mha_param_count(&s->mha);
+    const int shapes[1 + NW][4] = {{3, B, T, D}, {1, D}, {1, D}, {1, np}, {1, D},
+                                   {1, D}, {2, D, M}, {1, M}, {2, M, D}, {1, D}};
+    uint64_t seed = 7;
+    for (int i = 0; i < 1 + NW; i++) {
+        s->ndim[i] = shapes[i][0];
+        s->n[i] = 1;
+        for (int k = 0; k < s->ndim[i]; k++) {
+            s->shape[i][k] = shapes[i][1 + k];
+            s->n[i] *= (size_t)shapes[i][1 + k];
+        }
+        s->val[i] = gc_zeros(s->n[i]);
+        s->grad[i] = gc_zeros(s->n[i]);
+        gc_fill(s->val[i], s->n[i], &seed, i == 0 ? 1.0 : 0.4);
+        if (i == 1 || i == 4) /* gains around 1 */
+            for (size_t j = 0; j < s->n[i]; j++)
+                s->val[i][j] += 1;
+    }
+    s->wout = gc_zeros((size_t)B * T * D);
+    gc_fill(s->wout, (size_t)B * T * D, &seed, 1.0);
+    s->tape = vit_tape_new();
+    ck_assert_ptr_nonnull(s->tape);
+}
+
+static void unmake(setup *s)
+{
+    for (int i = 0; i < 1 + NW; i++) {
+        free(s->val[i]);
+        free(s->grad[i]);
+    }
+    free(s->wout);
+    vit_tape_free(s->tape);
+}
+
+static vit_tensor *leaf(setup *s, int i, int grads)
+{
+    return vit_tape_leaf(s->tape, s->val[i], grads ? s->grad[i] : NULL, s->ndim[i], s->shape[i]);
+}
+
+static vit_block_weights weights(vit_tensor *const *in)
+{
+    return (vit_block_weights){in[1], in[2], in[3], in[4], in[5], in[6], in[7], in[8], in[9]};
+}
+
+/* The block on the setup's leaves (grads: with gradient buffers). */
+static vit_tensor *block(setup *s, int grads, vit_real **probs)
+{
+    vit_tensor *in[1 + NW];
+    for (int i = 0; i < 1 + NW; i++)
+        in[i] = leaf(s, i, grads);
+    vit_block_weights w = weights(in);
+    vit_block_opts o = {.token0_only = s->token0_only, .probs = probs};
+    return vit_op_block(s->tape, &s->mha, &w, in[0], &o);
+}
+
+/* The same block from the unfused ops. */
+static vit_tensor *reference(setup *s)
+{
+    vit_tape *t = s->tape;
+    vit_tensor *in[1 + NW];
+    for (int i = 0; i < 1 + NW; i++)
+        in[i] = leaf(s, i, 0);
+    const vit_real eps = (vit_real)VIT_LAYERNORM_EPS;
+    vit_tensor *x = in[0];
+    vit_tensor *h = vit_op_layernorm(t, x, in[1], in[2], eps);
+    x = vit_op_add(t, x, vit_op_mha(t, &s->mha, in[3], h, h, NULL));
+    h = vit_op_layernorm(t, x, in[4], in[5], eps);
+    h = vit_op_gelu(t, vit_op_linear(t, h, in[6], in[7]));
+    return vit_op_add(t, x, vit_op_linear(t, h, in[8], in[9]));
+}
+
+START_TEST(test_block_values)
+{
+    setup s;
+    make(&s, _i);
+    size_t n = (size_t)B * T * D;
+    vit_real *ref = gc_zeros(n);
+    vit_tensor *y = reference(&s);
+    ck_assert_ptr_nonnull(y);
+    memcpy(ref, y->data, n * sizeof *ref);
+    vit_tape_reset(s.tape);
+    y = block(&s, 0, NULL);
+    ck_assert_msg(y != NULL, "%s", vit_last_error());
+    ck_assert_int_eq(y->ndim, 3);
+    ck_assert_int_eq(y->shape[0], B);
+    ck_assert_int_eq(y->shape[1], T);
+    ck_assert_int_eq(y->shape[2], D);
+    double e = gc_max_abs_diff(ref, y->data, n);
+    ck_assert_msg(e < 1e-12, "block vs unfused ops: max |diff| %g", e);
+    ck_assert_msg(gc_max_abs_diff(ref, s.val[0], n) > 1e-2, "the block did nothing");
+
+    /* token 0 alone: row 0 of each item, and the maps of query 0 */
+    vit_tape_reset(s.tape);
+    s.token0_only = 1;
+    vit_real *probs = NULL;
+    y = block(&s, 0, &probs);
+    ck_assert_msg(y != NULL, "%s", vit_last_error());
+    ck_assert_int_eq(y->shape[1], 1);
+    ck_assert_ptr_nonnull(probs);
+    for (int b = 0; b < B; b++) {
+        double e0 = gc_max_abs_diff(ref + (size_t)b * T * D, y->data + (size_t)b * D, D);
+        ck_assert_msg(e0 < 1e-12, "token0_only item %d: max |diff| %g", b, e0);
+        for (int h = 0; h < HEADS; h++) {
+            const vit_real *p = probs + ((size_t)b * HEADS + h) * T;
+            double sum = 0;
+            for (int j = 0; j < T; j++)
+                sum += p[j];
+            ck_assert_msg(fabs(sum - 1) < 1e-12, "maps of item %d head %d sum to %g", b, h, sum);
+            if (_i) /* causal: query 0 sees key 0 alone */
+                ck_assert_msg(fabs(p[0] - 1) < 1e-12, "masked map %g", (double)p[0]);
+        }
+    }
+    free(ref);
+    unmake(&s);
+}
+END_TEST
+
+/* sum of wout * output, recomputed without gradients. */
+static double loss_of(void *ctx)
+{
+    setup *s = ctx;
+    vit_tape_reset(s->tape);
+    vit_tensor *y = block(s, 0, NULL);
+    ck_assert_ptr_nonnull(y);
+    return gc_dot(y->data, s->wout, y->size);
+}
+
+START_TEST(test_block_gradients)
+{
+    setup s;
+    make(&s, _i & 1);
+    s.token0_only = _i >> 1;
+    vit_tensor *y = block(&s, 1, NULL);
+    ck_assert_msg(y != NULL, "%s", vit_last_error());
+    ck_assert_int_eq(vit_tape_backward_from(s.tape, y, s.wout), VIT_OK);
+    for (int i = 0; i < 1 + NW; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "block%s%s d%s", _i & 1 ? " causal" : "",
+                 s.token0_only ? " token0" : "", names[i]);
+        double e = gc_check(name, s.val[i], s.grad[i], s.n[i], loss_of, &s);
+        ck_assert_msg(e <= GC_TOL, "%s: max_rel %.3e", name, e);
+    }
+    unmake(&s);
+}
+END_TEST
+
+START_TEST(test_block_errors)
+{
+    setup s;
+    make(&s, 0);
+    vit_tensor *in[1 + NW];
+    for (int i = 0; i < 1 + NW; i++)
+        in[i] = leaf(&s, i, 0);
+    vit_block_weights w = weights(in);
+    ck_assert_ptr_null(vit_op_block(s.tape, &s.mha, &w, NULL, NULL));
+    ck_assert_int_eq(vit_tape_status(s.tape), VIT_OK); /* a NULL x: nothing new to say */
+    ck_assert_ptr_null(vit_op_block(NULL, &s.mha, &w, in[0], NULL));
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "tape is NULL"));
+    ck_assert_ptr_null(vit_op_block(s.tape, NULL, &w, in[0], NULL));
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "mha is NULL"));
+    ck_assert_int_eq(vit_tape_status(s.tape), VIT_EINVAL);
+    vit_tape_reset(s.tape);
+    ck_assert_ptr_null(vit_op_block(s.tape, &s.mha, NULL, in[0], NULL));
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "weights is NULL"));
+    vit_tensor **field[7] = {&w.ln1_g, &w.ln1_b, &w.attn, &w.ln2_g, &w.ln2_b, &w.w1, &w.w2};
+    const char *fname[7] = {"ln1_g", "ln1_b", "attn", "ln2_g", "ln2_b", "w1", "w2"};
+    for (int k = 0; k < 7; k++) {
+        vit_tape_reset(s.tape);
+        for (int i = 0; i < 1 + NW; i++)
+            in[i] = leaf(&s, i, 0);
+        w = weights(in);
+        *field[k] = NULL;
+        ck_assert_ptr_null(vit_op_block(s.tape, &s.mha, &w, in[0], NULL));
+        ck_assert_int_eq(vit_tape_status(s.tape), VIT_EINVAL);
+        char want[64];
+        snprintf(want, sizeof want, "weight %s is NULL", fname[k]);
+        ck_assert_msg(strstr(vit_last_error(), want), "'%s' lacks '%s'", vit_last_error(), want);
+    }
+    /* The MLP's biases may be left out: then the block is the one with zeros. */
+    vit_tape_reset(s.tape);
+    memset(s.val[7], 0, s.n[7] * sizeof *s.val[7]);
+    memset(s.val[9], 0, s.n[9] * sizeof *s.val[9]);
+    for (int i = 0; i < 1 + NW; i++)
+        in[i] = leaf(&s, i, 0);
+    w = weights(in);
+    vit_tensor *with = vit_op_block(s.tape, &s.mha, &w, in[0], NULL);
+    w.b1 = w.b2 = NULL;
+    vit_tensor *without = vit_op_block(s.tape, &s.mha, &w, in[0], NULL);
+    ck_assert_ptr_nonnull(with);
+    ck_assert_ptr_nonnull(without);
+    ck_assert(gc_max_abs_diff(with->data, without->data, with->size) < 1e-12);
+    /* A shape that does not agree is refused by the op that reads it. */
+    vit_tensor *bad = vit_tape_leaf(s.tape, s.val[6], NULL, 2, (int[]){M, D});
+    w.w1 = bad;
+    ck_assert_ptr_null(vit_op_block(s.tape, &s.mha, &w, in[0], NULL));
+    ck_assert_int_eq(vit_tape_status(s.tape), VIT_EINVAL);
+    unmake(&s);
+}
+END_TEST
+
+static Suite *block_suite(void)
+{
+    Suite *s = suite_create("block");
+    TCase *tc = tcase_create("block");
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, test_block_values, 0, 2);
+    tcase_add_loop_test(tc, test_block_gradients, 0, 4);
+    tcase_add_test(tc, test_block_errors);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(block_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
