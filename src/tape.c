@@ -1,8 +1,9 @@
 /*
  * The reverse-mode tape's engine: an arena for tensors and saved
- * intermediates, the list of op records, a pool that lends gradient buffers
- * during the backward, the backward pass that walks the list in reverse,
- * no-grad mode, and recomputation (vit_op_checkpoint).
+ * intermediates, the list of op records, the backward pass that walks the
+ * list in reverse, no-grad mode, and recomputation (vit_op_checkpoint).
+ * The tensors themselves and the pool that lends their gradient buffers
+ * are the engine's second file, src/tape_tensors.c.
  *
  * The ops live in src/tape_ops_*.c, by area.  Each is a vit_op_def (name,
  * backward, flags) and a function that runs the forward kernel and ends
@@ -25,59 +26,18 @@
 #include <string.h>
 
 #include "error.h"
+#include "tape_engine.h"
 #include "tape_internal.h"
 
-#define ARENA_ALIGN 64
 #define ARENA_FIRST_CHUNK (1u << 20)
 
 /* Arena chunks in allocation order; `cur` is the one being filled.  Chunks
  * after cur are empty (a release moved back over them), and are reused
  * before a new one is made. */
-typedef struct chunk {
+struct chunk {
     struct chunk *next;
     size_t cap, used;
     unsigned char *base; /* aligned start of the usable bytes */
-} chunk;
-
-/* A gradient buffer lent by the pool. */
-typedef struct gblock {
-    struct gblock *next;
-    size_t cap; /* in reals */
-    int busy;
-    vit_real *p;
-} gblock;
-
-/* The tape's own view of a tensor: every vit_tensor it hands out is the
- * first member of a node, so a vit_tensor * from this tape is a node *. */
-typedef struct node {
-    vit_tensor t;
-    gblock *gb;        /* the pool buffer behind t.grad, or NULL */
-    unsigned char leaf, retain;
-} node;
-
-static node *N(vit_tensor *x) { return (node *)x; }
-
-struct vit_tape {
-    chunk *chunks, *cur;
-    size_t high;          /* most arena bytes in use at once since the reset */
-    vit_op_rec *ops;
-    int nops, cap_ops;
-    int status;
-    int grad;             /* grad mode */
-    int backward_done;
-    long grad_leaves;     /* leaves made with a gradient buffer */
-    gblock *pool;
-    /* One scratch buffer for what nobody keeps past an op: no-grad
-     * intermediates, the attention backward's work (shared by every
-     * layer), a checkpoint's output on its way out.  These never overlap:
-     * a no-grad forward runs no backward. */
-    vit_real *scratch;
-    size_t scratch_cap;
-    vit_tape *sub;        /* recomputation tape of vit_op_checkpoint */
-    /* While a checkpoint's sub-graph is recomputed, the forward of a lazy
-     * op (VIT_OP_LAZY) waits (pending = 1 + its index) until another op
-     * reads its output: none does, and the backward needs only its inputs. */
-    int recomputing, pending;
 };
 
 static int tape_fail(vit_tape *t, int code)
@@ -98,11 +58,11 @@ vit_tensor *vit_tape_error(vit_tape *t, int code)
 static chunk *chunk_new(size_t cap)
 {
     /* One malloc holds the header and the bytes; over-allocate to align. */
-    chunk *c = malloc(sizeof *c + cap + ARENA_ALIGN);
+    chunk *c = malloc(sizeof *c + cap + VIT_TAPE_ALIGN);
     if (!c)
         return NULL;
     uintptr_t p = (uintptr_t)(c + 1);
-    p = (p + ARENA_ALIGN - 1) & ~(uintptr_t)(ARENA_ALIGN - 1);
+    p = (p + VIT_TAPE_ALIGN - 1) & ~(uintptr_t)(VIT_TAPE_ALIGN - 1);
     *c = (chunk){.cap = cap, .base = (unsigned char *)p};
     return c;
 }
@@ -129,9 +89,9 @@ static size_t arena_pos(const vit_tape *t)
 /* Bump allocation in the current chunk, else the next empty one that fits,
  * else a new chunk at the end.  reset() folds the chunks into one of the
  * high-water size, so steady state is one block. */
-static void *arena_alloc(vit_tape *t, size_t bytes)
+void *vit_tape_arena(vit_tape *t, size_t bytes)
 {
-    bytes = (bytes + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
+    bytes = (bytes + VIT_TAPE_ALIGN - 1) & ~(size_t)(VIT_TAPE_ALIGN - 1);
     chunk *c = t->cur;
     while (c && c->cap - c->used < bytes)
         c = c->next;
@@ -165,14 +125,14 @@ vit_real *vit_tape_reals(vit_tape *t, size_t n)
         tape_fail(t, VIT_ENOMEM);
         return NULL;
     }
-    return arena_alloc(t, bytes);
+    return vit_tape_arena(t, bytes);
 }
 
 static void *arena_copy(vit_tape *t, const void *src, size_t bytes)
 {
     if (!bytes)
         return NULL;
-    void *p = arena_alloc(t, bytes);
+    void *p = vit_tape_arena(t, bytes);
     if (p)
         memcpy(p, src, bytes);
     return p;
@@ -183,7 +143,8 @@ vit_real *vit_tape_scratch(vit_tape *t, size_t n)
     if (n > t->scratch_cap) {
         vit_real *p = NULL;
         size_t bytes;
-        if (!vit_mul_size(&bytes, n, sizeof *p) || posix_memalign((void **)&p, ARENA_ALIGN, bytes)) {
+        if (!vit_mul_size(&bytes, n, sizeof *p)
+            || posix_memalign((void **)&p, VIT_TAPE_ALIGN, bytes)) {
             vit_fail(VIT_ENOMEM, "vit_tape: out of memory for %zu reals of scratch", n);
             tape_fail(t, VIT_ENOMEM);
             return NULL;
@@ -198,121 +159,6 @@ vit_real *vit_tape_scratch(vit_tape *t, size_t n)
 vit_real *vit_tape_saved(vit_tape *t, size_t n)
 {
     return t->grad ? vit_tape_reals(t, n) : vit_tape_scratch(t, n);
-}
-
-/* ---- Gradient pool ---------------------------------------------------- */
-
-/* Lends the smallest free buffer of at least n reals, or makes one. */
-static gblock *pool_take(vit_tape *t, size_t n)
-{
-    gblock *best = NULL;
-    for (gblock *b = t->pool; b; b = b->next)
-        if (!b->busy && b->cap >= n && (!best || b->cap < best->cap))
-            best = b;
-    size_t bytes;
-    if (!best && !vit_mul_size(&bytes, n, sizeof(vit_real))) {
-        tape_fail(t, VIT_ENOMEM);
-        return NULL;
-    }
-    if (!best) {
-        best = calloc(1, sizeof *best);
-        if (!best || posix_memalign((void **)&best->p, ARENA_ALIGN, bytes)) {
-            free(best);
-            vit_fail(VIT_ENOMEM, "vit_tape_backward: out of memory for a %zu-value gradient", n);
-            tape_fail(t, VIT_ENOMEM);
-            return NULL;
-        }
-        best->cap = n;
-        best->next = t->pool;
-        t->pool = best;
-    }
-    best->busy = 1;
-    return best;
-}
-
-static void grad_drop(node *x)
-{
-    if (x->gb) {
-        x->gb->busy = 0;
-        x->gb = NULL;
-        x->t.grad = NULL;
-    }
-}
-
-vit_real *vit_tape_grad_out(vit_tape *t, vit_tensor *x, int *fresh)
-{
-    *fresh = 0;
-    if (!x || !x->requires_grad)
-        return NULL;
-    if (x->grad || N(x)->leaf)
-        return x->grad;
-    gblock *b = pool_take(t, x->size);
-    if (!b)
-        return NULL;
-    N(x)->gb = b;
-    x->grad = b->p;
-    *fresh = 1;
-    return x->grad;
-}
-
-vit_real *vit_tape_grad_acc(vit_tape *t, vit_tensor *x)
-{
-    int fresh;
-    vit_real *g = vit_tape_grad_out(t, x, &fresh);
-    if (g && fresh)
-        memset(g, 0, x->size * sizeof *g);
-    return g;
-}
-
-int vit_tape_grad_take(vit_tensor *x, vit_tensor *y)
-{
-    node *a = N(x), *b = N(y);
-    if (a->leaf || x->grad || !x->requires_grad || !b->gb || b->retain || x->size != y->size)
-        return 0;
-    a->gb = b->gb;
-    x->grad = y->grad;
-    b->gb = NULL;
-    y->grad = NULL;
-    return 1;
-}
-
-int vit_tape_grad_add(vit_tape *t, vit_tensor *x, const vit_real *src)
-{
-    if (!x->requires_grad)
-        return VIT_OK;
-    int fresh;
-    vit_real *g = vit_tape_grad_out(t, x, &fresh);
-    if (!g)
-        return t->status;
-    if (fresh)
-        memcpy(g, src, x->size * sizeof *g);
-    else
-        for (size_t i = 0; i < x->size; i++)
-            g[i] += src[i];
-    return VIT_OK;
-}
-
-int vit_tape_grad_pass(vit_tape *t, vit_tensor *x, vit_tensor *y, int give)
-{
-    if (give && vit_tape_grad_take(x, y))
-        return VIT_OK;
-    return vit_tape_grad_add(t, x, y->grad);
-}
-
-vit_real *vit_tape_dy_writable(vit_tape *t, vit_tensor *y, void **lease)
-{
-    *lease = NULL;
-    if (N(y)->gb && !N(y)->retain)
-        return y->grad;
-    gblock *b = pool_take(t, y->size);
-    *lease = b;
-    return b ? b->p : NULL;
-}
-
-void vit_tape_lease_end(void *lease)
-{
-    if (lease)
-        ((gblock *)lease)->busy = 0;
 }
 
 /* ---- The tape ---------------------------------------------------------- */
@@ -445,99 +291,7 @@ void *vit_tape_alloc(vit_tape *t, size_t n)
                  vit_status_name(t->status));
         return NULL;
     }
-    return arena_alloc(t, n ? n : 1);
-}
-
-/* ---- Tensors ----------------------------------------------------------- */
-
-int vit_tape_shape_size(vit_tape *t, const char *fn, int ndim, const int *shape, size_t *size)
-{
-    if (!shape || ndim < 1 || ndim > VIT_TENSOR_MAX_DIMS)
-        return tape_fail(t, vit_fail(VIT_EINVAL, "%s: %s", fn,
-                                     !shape ? "shape is NULL" : "ndim must be 1..4"));
-    *size = 1;
-    for (int d = 0; d < ndim; d++) {
-        if (shape[d] <= 0)
-            return tape_fail(t, vit_fail(VIT_EINVAL, "%s: shape[%d] = %d must be positive", fn, d,
-                                         shape[d]));
-        if (!vit_mul_size(size, *size, (size_t)shape[d]))
-            return tape_fail(t, VIT_ENOMEM);
-    }
-    return VIT_OK;
-}
-
-vit_tensor *vit_tape_header(vit_tape *t, int ndim, const int *shape, size_t size)
-{
-    node *x = arena_alloc(t, sizeof *x);
-    if (!x)
-        return NULL;
-    memset(x, 0, sizeof *x);
-    x->t.ndim = ndim;
-    memcpy(x->t.shape, shape, (size_t)ndim * sizeof *shape);
-    x->t.size = size;
-    return &x->t;
-}
-
-vit_tensor *vit_tape_output(vit_tape *t, int ndim, const int *shape, int requires_grad)
-{
-    size_t size;
-    if (vit_tape_shape_size(t, "vit_tape", ndim, shape, &size))
-        return NULL;
-    vit_tensor *x = vit_tape_header(t, ndim, shape, size);
-    if (!x || !(x->data = vit_tape_reals(t, size)))
-        return NULL;
-    x->requires_grad = requires_grad && t->grad;
-    return x;
-}
-
-vit_tensor *vit_tape_tensor(vit_tape *t, int ndim, const int *shape)
-{
-    if (!t) {
-        vit_fail(VIT_EINVAL, "vit_tape_tensor: tape is NULL");
-        return NULL;
-    }
-    size_t size;
-    if (t->status != VIT_OK || vit_tape_shape_size(t, "vit_tape_tensor", ndim, shape, &size))
-        return NULL;
-    return vit_tape_output(t, ndim, shape, 0);
-}
-
-vit_tensor *vit_tape_leaf(vit_tape *t, vit_real *data, vit_real *grad, int ndim,
-                          const int *shape)
-{
-    if (!t) {
-        vit_fail(VIT_EINVAL, "vit_tape_leaf: tape is NULL");
-        return NULL;
-    }
-    if (!data)
-        return vit_tape_error(t, vit_fail(VIT_EINVAL, "vit_tape_leaf: data is NULL"));
-    size_t size;
-    if (vit_tape_shape_size(t, "vit_tape_leaf", ndim, shape, &size))
-        return NULL;
-    vit_tensor *x = vit_tape_header(t, ndim, shape, size);
-    if (!x)
-        return NULL;
-    x->data = data;
-    x->grad = grad;
-    x->requires_grad = grad != NULL;
-    N(x)->leaf = 1;
-    t->grad_leaves += grad != NULL;
-    return x;
-}
-
-int vit_tape_retain_grad(vit_tape *t, vit_tensor *x)
-{
-    if (!t || !x)
-        return vit_fail(VIT_EINVAL, "vit_tape_retain_grad: %s is NULL", !t ? "tape" : "x");
-    if (t->backward_done)
-        return vit_fail(VIT_EINVAL, "vit_tape_retain_grad: the backward has run; retain "
-                        "gradients before it");
-    if (N(x)->leaf || !x->requires_grad)
-        return vit_fail(VIT_EINVAL, "vit_tape_retain_grad: x is %s", N(x)->leaf
-                        ? "a leaf (its gradient is the caller's buffer)"
-                        : "a tensor that requires no gradient");
-    N(x)->retain = 1;
-    return VIT_OK;
+    return vit_tape_arena(t, n ? n : 1);
 }
 
 /* ---- Records ----------------------------------------------------------- */
@@ -572,7 +326,7 @@ static vit_op_rec *op_push(vit_tape *t, const vit_op_def *def, vit_tensor *y, in
         t->ops = ops;
         t->cap_ops = cap;
     }
-    vit_tensor **args = arena_alloc(t, (size_t)n * sizeof *args);
+    vit_tensor **args = vit_tape_arena(t, (size_t)n * sizeof *args);
     void *c = args ? arena_copy(t, ctx, ctx_size) : NULL;
     if (!args || (ctx_size && !c))
         return NULL;
@@ -675,7 +429,7 @@ static int stand_ins(vit_tape *s, const vit_op_rec *op, vit_tensor **in, unsigne
             return s->status;
         p->data = x->data;
         p->requires_grad = x->requires_grad;
-        N(p)->retain = 1;
+        vit_tape_node(p)->retain = 1;
         shared[k] = x->requires_grad && x->grad;
         if (shared[k])
             p->grad = x->grad;
@@ -773,6 +527,17 @@ vit_tensor *vit_op_checkpoint(vit_tape *t, vit_graph_fn fn, int n_in, vit_tensor
 
 /* ---- Backward -------------------------------------------------------- */
 
+/* Gives x's gradient buffer back to the pool after x's own op has run its
+ * backward: nobody reads it again. */
+static void grad_drop(node *x)
+{
+    if (x->gb) {
+        x->gb->busy = 0;
+        x->gb = NULL;
+        x->t.grad = NULL;
+    }
+}
+
 int vit_tape_backward(vit_tape *t, vit_tensor *loss)
 {
     static const vit_real one = 1;
@@ -793,11 +558,12 @@ static int backward_check(vit_tape *t, vit_tensor *y, const vit_real *dy)
                         "vit_tape_reset it and record the forward again");
     if (!y || !dy)
         return tape_fail(t, vit_fail(VIT_EINVAL, "vit_tape_backward: %s is NULL", !y ? "y" : "dy"));
-    if (!y->requires_grad || N(y)->leaf)
+    int leaf = vit_tape_node(y)->leaf;
+    if (!y->requires_grad || leaf)
         return tape_fail(t, vit_fail(VIT_EINVAL, "vit_tape_backward: the starting tensor %s",
-                                     N(y)->leaf ? "is a leaf (no op to run)"
-                                                : "requires no gradient (no input of its op "
-                                                  "has one, or it was made in no-grad mode)"));
+                                     leaf ? "is a leaf (no op to run)"
+                                          : "requires no gradient (no input of its op has "
+                                            "one, or it was made in no-grad mode)"));
     return VIT_OK;
 }
 
@@ -821,13 +587,14 @@ int vit_tape_backward_from(vit_tape *t, vit_tensor *y, const vit_real *dy)
             continue; /* nothing downstream reached this op */
         if ((rc = op->def->backward(t, op)))
             return tape_fail(t, rc);
-        if (!N(op->out)->retain)
-            grad_drop(N(op->out));
+        node *o = vit_tape_node(op->out);
+        if (!o->retain)
+            grad_drop(o);
     }
     /* Retained tensors nothing reached read as zeros. */
     for (int i = 0; i < t->nops; i++) {
         vit_tensor *o = t->ops[i].out;
-        if (N(o)->retain && !o->grad && !vit_tape_grad_acc(t, o))
+        if (vit_tape_node(o)->retain && !o->grad && !vit_tape_grad_acc(t, o))
             return t->status;
     }
     return VIT_OK;

@@ -17,7 +17,8 @@
 /* The check the three ops share: W 2-D, x's width W's rows, b W's columns. */
 static int linear_shapes_ok(const vit_tensor *x, const vit_tensor *W, const vit_tensor *b)
 {
-    return W->ndim == 2 && vit_tape_last_dim(x) == W->shape[0] && (!b || (int)b->size == W->shape[1]);
+    return W->ndim == 2 && vit_tape_last_dim(x) == W->shape[0]
+        && (!b || (int)b->size == W->shape[1]);
 }
 
 /* ---- y = x W + b ------------------------------------------------------- */
@@ -109,8 +110,8 @@ vit_tensor *vit_op_linear_add(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_ten
         || memcmp(r->shape, x->shape, (size_t)(x->ndim - 1) * sizeof *x->shape))
         return vit_tape_error(t, vit_fail(VIT_EINVAL,
             "%s: x width %d, W [%d, %d], b %zu and r (%zu values, width %d) do not agree", fn,
-            vit_tape_last_dim(x), W->shape[0], W->ndim > 1 ? W->shape[1] : 0, b ? b->size : 0, r->size,
-            vit_tape_last_dim(r)));
+            vit_tape_last_dim(x), W->shape[0], W->ndim > 1 ? W->shape[1] : 0, b ? b->size : 0,
+            r->size, vit_tape_last_dim(r)));
     vit_tensor *y = vit_tape_output(t, r->ndim, r->shape, vit_tape_wants_grad(t, 4, in));
     return y ? vit_tape_record(t, &linear_add_def, VIT_OK, y, 4, in, NULL, 0) : NULL;
 }
@@ -166,7 +167,8 @@ vit_tensor *vit_op_linear_gelu(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_te
     int shape[VIT_TENSOR_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
     shape[x->ndim - 1] = W->shape[1];
-    int grad = vit_tape_wants_grad(t, 3, in), n = vit_tape_rows(x), k = W->shape[0], m = W->shape[1];
+    int grad = vit_tape_wants_grad(t, 3, in);
+    int n = vit_tape_rows(x), k = W->shape[0], m = W->shape[1];
     vit_tensor *y = vit_tape_output(t, x->ndim, shape, grad);
     /* Without a record nothing is kept: GELU in place.  With one, u ends
      * up holding GELU'(x W + b) (vit_bias_gelu_forward). */
