@@ -1,9 +1,8 @@
 /*
  * The reverse-mode tape's engine: an arena for tensors and saved
  * intermediates, the list of op records, the backward pass that walks the
- * list in reverse, no-grad mode, and recomputation (vit_op_checkpoint).
- * The tensors themselves and the pool that lends their gradient buffers
- * are the engine's second file, src/tape_tensors.c.
+ * list in reverse, no-grad mode and recomputation (vit_op_checkpoint).  The
+ * tensors and the pool lending their gradients are in src/tape_tensors.c.
  *
  * The ops live in src/tape_ops_*.c, by area.  Each is a vit_op_def (name,
  * backward, flags) and a function that runs the forward kernel and ends
@@ -40,6 +39,7 @@ struct chunk {
     unsigned char *base; /* aligned start of the usable bytes */
 };
 
+/* Records code as the tape's error if it has none yet; returns code. */
 static int tape_fail(vit_tape *t, int code)
 {
     if (t->status == VIT_OK)
@@ -527,8 +527,7 @@ vit_tensor *vit_op_checkpoint(vit_tape *t, vit_graph_fn fn, int n_in, vit_tensor
 
 /* ---- Backward -------------------------------------------------------- */
 
-/* Gives x's gradient buffer back to the pool after x's own op has run its
- * backward: nobody reads it again. */
+/* Gives x's gradient back to the pool once x's op has run its backward. */
 static void grad_drop(node *x)
 {
     if (x->gb) {

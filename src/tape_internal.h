@@ -1,5 +1,5 @@
 /* Internal: what the op files (src/tape_ops_*.c) share with the tape's
- * engine (src/tape.c).
+ * engine (src/tape.c, src/tape_tensors.c).
  *
  * An op is a vit_op_def (its name, its backward and, for an op whose
  * forward may wait, that forward) and a function vit_op_NAME that checks
@@ -18,7 +18,8 @@
 
 #include "vit/tape.h"
 
-/* Most inputs of one op (vit_op_custom, vit_op_checkpoint, concat). */
+/* Most inputs of one op (vit_op_custom, vit_op_checkpoint,
+ * vit_op_concat_tokens). */
 #define VIT_TAPE_MAX_INPUTS 16
 
 typedef struct vit_op_rec vit_op_rec;
@@ -50,13 +51,15 @@ struct vit_op_rec {
     void *ctx;         /* the op's own state (saved buffers, its shape) */
 };
 
-/* The common tail of every op.  rc: the forward kernel's return code (an
- * error is recorded and NULL returned); VIT_OK for a VIT_OP_LAZY op, whose
- * forward this runs (now, or later for a recomputation).  y: the output
- * (from vit_tape_output or vit_tape_header); in[0..n-1] the inputs (NULL
- * for an absent optional one).  When y requires a gradient, records the
- * op with a copy of ctx_size bytes of ctx (its backward's state; 0 and NULL
- * for none).  Returns y, or NULL with the tape's error set. */
+/* The common tail of every op, the only way onto the tape's list.  rc: the
+ * forward kernel's return code (an error is recorded and NULL returned);
+ * VIT_OK for a VIT_OP_LAZY op, whose forward this runs (now, or later in a
+ * recomputation).  y: the output (from vit_tape_output or vit_tape_header);
+ * in[0..n-1] the inputs (NULL for an absent optional one).  When y
+ * requires a gradient, records the op with a copy of ctx_size bytes of ctx
+ * (its backward's state; 0 and NULL for none); when it does not, nothing
+ * is kept (a lazy forward then runs at once on ctx itself).  Returns y, or
+ * NULL with the tape's error set. */
 vit_tensor *vit_tape_record(vit_tape *t, const vit_op_def *def, int rc, vit_tensor *y, int n,
                             vit_tensor *const *in, const void *ctx, size_t ctx_size);
 
