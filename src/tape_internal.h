@@ -109,9 +109,10 @@ vit_real *vit_tape_saved(vit_tape *t, size_t n);
  * one at a time.  NULL on error (recorded). */
 vit_real *vit_tape_scratch(vit_tape *t, size_t n);
 
-/* ---- Gradients, for backwards.  Each returns NULL (or an error) with the
- * tape's status set on failure; a NULL x, or one requiring no gradient,
- * gets NULL from the first two and nothing from the others. ---- */
+/* ---- Gradients, for backwards.  On failure (out of memory) each returns
+ * NULL, or the error code, with the tape's status set.  For an x that
+ * requires no gradient the first two return NULL (also for a NULL x, an
+ * absent optional input) and the others do nothing. ---- */
 
 /* x's gradient buffer to write into.  *fresh is set when it was just lent:
  * its contents are garbage and the first write must overwrite them. */
@@ -134,7 +135,8 @@ int vit_tape_grad_pass(vit_tape *t, vit_tensor *x, vit_tensor *y, int give);
 
 /* y->size reals y's op may overwrite in its backward: y's gradient itself
  * when the pool lent it and y is not retained (that op is its last reader),
- * else a pool buffer that *lease holds until vit_tape_lease_end. */
+ * else a pool buffer that *lease holds until vit_tape_lease_end (which
+ * does nothing for a NULL lease).  NULL on failure. */
 vit_real *vit_tape_dy_writable(vit_tape *t, vit_tensor *y, void **lease);
 void vit_tape_lease_end(void *lease);
 
