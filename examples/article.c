@@ -145,9 +145,11 @@ int article_squares_run(uint64_t seed, double noise, article_squares *out)
     }
     /* W_Q = W_K = 2R, so (x W_Q)(x W_K)^T / sqrt(16) = x x^T; W_O = I keeps
      * the layer a bare attention head. */
-    for (int i = 0; i < d * d; i++) w.w_q[i / d * w.ld_q + i % d] = w.w_k[i / d * w.ld_kv + i % d] = 2 * r[i];
+    for (int i = 0; i < d * d; i++)
+        w.w_q_cols[i / d * w.row_stride_q + i % d] = w.w_k_cols[i / d * w.row_stride_kv + i % d]
+            = 2 * r[i];
     for (int i = 0; i < d; i++) /* W_V is a column block of W_QKV: row by row */
-        gaussian(&rng, w.w_v + (size_t)i * w.ld_kv, (size_t)d, 1.0 / sqrt((double)d));
+        gaussian(&rng, w.w_v_cols + (size_t)i * w.row_stride_kv, (size_t)d, 1.0 / sqrt((double)d));
     for (int i = 0; i < d * d; i++) w.w_o[i] = (vit_real)(i / d == i % d);
     if ((rc = vit_mha_forward(&m, params, y, x, x, cache))) {
         rc = lib_fail(rc, fn);

@@ -675,16 +675,16 @@ static int mha_joint(const vit_mha *m) { return mha_dkv(m) == m->d_model; }
 static void views_of(const vit_mha *m, vit_real *flat, vit_mha_views *w)
 {
     size_t d = (size_t)m->d_model, dkv = (size_t)mha_dkv(m);
-    w->w_q = flat;
+    w->w_q_cols = flat;
     if (mha_joint(m)) {
-        w->ld_q = w->ld_kv = 3 * m->d_model;
-        w->w_k = flat + d;
+        w->row_stride_q = w->row_stride_kv = 3 * m->d_model;
+        w->w_k_cols = flat + d;
     } else {
-        w->ld_q = m->d_model;
-        w->ld_kv = 2 * m->d_model;
-        w->w_k = flat + d * d;
+        w->row_stride_q = m->d_model;
+        w->row_stride_kv = 2 * m->d_model;
+        w->w_k_cols = flat + d * d;
     }
-    w->w_v = w->w_k + d;
+    w->w_v_cols = w->w_k_cols + d;
     w->w_o = flat + 2 * d * d + 2 * dkv * d - d * d;
     if (m->has_bias) {
         w->b_q = w->w_o + d * d;
@@ -852,10 +852,10 @@ int vit_mha_forward(const vit_mha *m, const vit_real *params, vit_real *y,
     mha_cache c = cache_of(m, cache, fused);
 
     if (fused) {
-        dense_forward(c.q, x_q, w.w_q, w.ld_q, w.b_q, rq, d, 3 * d);
+        dense_forward(c.q, x_q, w.w_q_cols, w.row_stride_q, w.b_q, rq, d, 3 * d);
     } else {
-        dense_forward(c.q, x_q, w.w_q, w.ld_q, w.b_q, rq, d, d);
-        dense_forward(c.k, x_kv, w.w_k, w.ld_kv, w.b_k, rk, dkv, 2 * d);
+        dense_forward(c.q, x_q, w.w_q_cols, w.row_stride_q, w.b_q, rq, d, d);
+        dense_forward(c.k, x_kv, w.w_k_cols, w.row_stride_kv, w.b_k, rk, dkv, 2 * d);
     }
     vit_sdpa a = mha_core_of(m, &c);
     a.head_scale = w.tau;
@@ -943,17 +943,21 @@ int vit_mha_backward(const vit_mha *m, const vit_real *params, vit_real *grads,
         /* Both halves are needed whenever the weights' gradient or one dx
          * for both is asked for: then every column of dQKV was written. */
         vit_real *dx = dx_q == dx_kv ? dx_q : NULL;
-        dense_backward(dx, g.w_q, g.b_q, dc.q, x_q, w.w_q, w.ld_q, rq, d, 3 * d);
+        dense_backward(dx, g.w_q_cols, g.b_q, dc.q, x_q, w.w_q_cols, w.row_stride_q, rq, d,
+                       3 * d);
         if (!dx && dx_q) /* distinct buffers for the one input: each its share */
-            vit_pgemm(CblasNoTrans, CblasTrans, rq, d, d, 1, dc.q, 3 * d, w.w_q, w.ld_q, 1,
-                      dx_q, d);
+            vit_pgemm(CblasNoTrans, CblasTrans, rq, d, d, 1, dc.q, 3 * d, w.w_q_cols,
+                      w.row_stride_q, 1, dx_q, d);
         if (!dx && dx_kv)
-            vit_pgemm(CblasNoTrans, CblasTrans, rk, d, 2 * d, 1, dc.k, 3 * d, w.w_k, w.ld_kv,
-                      1, dx_kv, d);
+            vit_pgemm(CblasNoTrans, CblasTrans, rk, d, 2 * d, 1, dc.k, 3 * d, w.w_k_cols,
+                      w.row_stride_kv, 1, dx_kv, d);
     } else if (rc == VIT_OK) {
-        if (need_q) dense_backward(dx_q, g.w_q, g.b_q, dc.q, x_q, w.w_q, w.ld_q, rq, d, d);
+        if (need_q)
+            dense_backward(dx_q, g.w_q_cols, g.b_q, dc.q, x_q, w.w_q_cols, w.row_stride_q, rq, d,
+                           d);
         if (need_kv)
-            dense_backward(dx_kv, g.w_k, g.b_k, dc.k, x_kv, w.w_k, w.ld_kv, rk, dkv, 2 * d);
+            dense_backward(dx_kv, g.w_k_cols, g.b_k, dc.k, x_kv, w.w_k_cols, w.row_stride_kv, rk,
+                           dkv, 2 * d);
     }
     free(owned);
     return rc;

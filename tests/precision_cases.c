@@ -252,7 +252,7 @@ static int case_mha(real_emit_fn emit, void *ctx)
     emit(ctx, "mha.y", y, B * T * D);
     emit(ctx, "mha.probs", vit_mha_probs(&m, cache), (size_t)B * H * T * T);
     emit(ctx, "mha.dx", dx, B * T * D);
-    emit(ctx, "mha.dW_QKV", g.w_q, 3 * D * D); /* [D, 3D]: W_Q | W_K | W_V by rows */
+    emit(ctx, "mha.dW_QKV", g.w_q_cols, 3 * D * D); /* [D, 3D]: W_Q | W_K | W_V by rows */
     emit(ctx, "mha.dW_O", g.w_o, D * D);
     emit(ctx, "mha.db_Q", g.b_q, D);
     emit(ctx, "mha.db_K", g.b_k, D);

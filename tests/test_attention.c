@@ -628,9 +628,9 @@ static void ref_mha(const mha_case *c, vit_real *y)
     vit_real *Q = gc_zeros((size_t)rq * d), *K = gc_zeros((size_t)rk * d);
     vit_real *V = gc_zeros((size_t)rk * d), *ctx = gc_zeros((size_t)rq * d);
     vit_real *P = gc_zeros((size_t)m->batch * m->heads * m->n_q * m->n_k);
-    ref_dense(Q, c->xq, w.w_q, w.ld_q, w.b_q, rq, d, d);
-    ref_dense(K, c->xkv, w.w_k, w.ld_kv, w.b_k, rk, dkv, d);
-    ref_dense(V, c->xkv, w.w_v, w.ld_kv, w.b_v, rk, dkv, d);
+    ref_dense(Q, c->xq, w.w_q_cols, w.row_stride_q, w.b_q, rq, d, d);
+    ref_dense(K, c->xkv, w.w_k_cols, w.row_stride_kv, w.b_k, rk, dkv, d);
+    ref_dense(V, c->xkv, w.w_v_cols, w.row_stride_kv, w.b_v, rk, dkv, d);
     vit_sdpa a = sdpa_shape(m->batch, m->heads, m->n_q, m->n_k, d / m->heads, d / m->heads);
     a.scale = m->scale;
     a.mask = m->mask;
@@ -665,10 +665,10 @@ static void run_mha_case(const char *tag, vit_mha m, int self, int score_bias, u
     ck_assert_int_eq(vit_mha_views_of(&c.m, grads, &gv), VIT_OK);
     size_t d = (size_t)m.d_model, dkv = (size_t)(m.d_kv ? m.d_kv : m.d_model);
     if (dkv == d) { /* one joint [d, 3d] matrix */
-        check_grad(tag, "W_QKV", pv.w_q, gv.w_q, 3 * d * d, mha_loss, &c);
+        check_grad(tag, "W_QKV", pv.w_q_cols, gv.w_q_cols, 3 * d * d, mha_loss, &c);
     } else {
-        check_grad(tag, "W_Q", pv.w_q, gv.w_q, d * d, mha_loss, &c);
-        check_grad(tag, "W_KV", pv.w_k, gv.w_k, 2 * dkv * d, mha_loss, &c);
+        check_grad(tag, "W_Q", pv.w_q_cols, gv.w_q_cols, d * d, mha_loss, &c);
+        check_grad(tag, "W_KV", pv.w_k_cols, gv.w_k_cols, 2 * dkv * d, mha_loss, &c);
     }
     check_grad(tag, "W_O", pv.w_o, gv.w_o, d * d, mha_loss, &c);
     if (m.has_bias) {
@@ -754,11 +754,11 @@ START_TEST(test_mha_layout)
     m.learn_scale = 1;
     ck_assert_uint_eq(vit_mha_param_count(&m), 4 * 36 + 4 * 6 + 2);
     ck_assert_int_eq(vit_mha_views_of(&m, buf, &v), VIT_OK);
-    ck_assert_ptr_eq(v.w_q, buf);
-    ck_assert_ptr_eq(v.w_k, buf + 6);
-    ck_assert_ptr_eq(v.w_v, buf + 12);
-    ck_assert_int_eq(v.ld_q, 18);
-    ck_assert_int_eq(v.ld_kv, 18);
+    ck_assert_ptr_eq(v.w_q_cols, buf);
+    ck_assert_ptr_eq(v.w_k_cols, buf + 6);
+    ck_assert_ptr_eq(v.w_v_cols, buf + 12);
+    ck_assert_int_eq(v.row_stride_q, 18);
+    ck_assert_int_eq(v.row_stride_kv, 18);
     ck_assert_ptr_eq(v.w_o, buf + 108);
     ck_assert_ptr_eq(v.b_q, buf + 144);
     ck_assert_ptr_eq(v.b_k, buf + 150);
@@ -769,11 +769,11 @@ START_TEST(test_mha_layout)
     m = mha_shape(1, 3, 4, 6, 5, 2, 1);
     ck_assert_uint_eq(vit_mha_param_count(&m), 2 * 36 + 2 * 30 + 4 * 6);
     ck_assert_int_eq(vit_mha_views_of(&m, buf, &v), VIT_OK);
-    ck_assert_ptr_eq(v.w_q, buf);
-    ck_assert_int_eq(v.ld_q, 6);
-    ck_assert_ptr_eq(v.w_k, buf + 36);
-    ck_assert_ptr_eq(v.w_v, buf + 42);
-    ck_assert_int_eq(v.ld_kv, 12);
+    ck_assert_ptr_eq(v.w_q_cols, buf);
+    ck_assert_int_eq(v.row_stride_q, 6);
+    ck_assert_ptr_eq(v.w_k_cols, buf + 36);
+    ck_assert_ptr_eq(v.w_v_cols, buf + 42);
+    ck_assert_int_eq(v.row_stride_kv, 12);
     ck_assert_ptr_eq(v.w_o, buf + 96);
     ck_assert_ptr_eq(v.b_q, buf + 132);
     ck_assert_ptr_eq(v.b_o, buf + 150);

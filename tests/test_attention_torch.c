@@ -390,11 +390,11 @@ static void run_mha_case(const char *file)
     ck_assert_int_eq(vit_mha_views_of(&m, params, &pv), VIT_OK);
     ck_assert_int_eq(vit_mha_views_of(&m, grads, &gv), VIT_OK);
     const size_t ee = (size_t)(E * E), e = (size_t)E;
-    ck_assert_int_eq(pv.ld_q, 3 * (int)E); /* d_kv = d_model: one joint W_QKV */
-    ck_assert_int_eq(pv.ld_kv, 3 * (int)E);
-    put_block(pv.w_q, pv.ld_q, GET(fx, file, "W_Q", E, E), (int)E);
-    put_block(pv.w_k, pv.ld_kv, GET(fx, file, "W_K", E, E), (int)E);
-    put_block(pv.w_v, pv.ld_kv, GET(fx, file, "W_V", E, E), (int)E);
+    ck_assert_int_eq(pv.row_stride_q, 3 * (int)E); /* d_kv = d_model: one joint W_QKV */
+    ck_assert_int_eq(pv.row_stride_kv, 3 * (int)E);
+    put_block(pv.w_q_cols, pv.row_stride_q, GET(fx, file, "W_Q", E, E), (int)E);
+    put_block(pv.w_k_cols, pv.row_stride_kv, GET(fx, file, "W_K", E, E), (int)E);
+    put_block(pv.w_v_cols, pv.row_stride_kv, GET(fx, file, "W_V", E, E), (int)E);
     memcpy(pv.w_o, GET(fx, file, "W_O", E, E), ee * sizeof(vit_real));
     if (hb) {
         ck_assert_msg(pv.b_q && pv.b_k && pv.b_v && pv.b_o, "bias views are NULL with has_bias");
@@ -431,9 +431,9 @@ static void run_mha_case(const char *file)
     } else {
         compare(&p, "dx", dx_q, GET(fx, file, "dx", B, nq, E), ny);
     }
-    compare_block(&p, "dW_Q", gv.w_q, gv.ld_q, GET(fx, file, "dW_Q", E, E), (int)E);
-    compare_block(&p, "dW_K", gv.w_k, gv.ld_kv, GET(fx, file, "dW_K", E, E), (int)E);
-    compare_block(&p, "dW_V", gv.w_v, gv.ld_kv, GET(fx, file, "dW_V", E, E), (int)E);
+    compare_block(&p, "dW_Q", gv.w_q_cols, gv.row_stride_q, GET(fx, file, "dW_Q", E, E), (int)E);
+    compare_block(&p, "dW_K", gv.w_k_cols, gv.row_stride_kv, GET(fx, file, "dW_K", E, E), (int)E);
+    compare_block(&p, "dW_V", gv.w_v_cols, gv.row_stride_kv, GET(fx, file, "dW_V", E, E), (int)E);
     compare(&p, "dW_O", gv.w_o, GET(fx, file, "dW_O", E, E), ee);
     if (hb) {
         compare(&p, "db_Q", gv.b_q, GET(fx, file, "db_Q", E), e);

@@ -230,18 +230,23 @@ typedef struct vit_mha {
     int learn_scale; /* nonzero: tau [H] at the end of params scales the scores */
 } vit_mha;
 
-/* Pointers into a flat parameter (or gradient) buffer.  W_Q, W_K and W_V
- * are column blocks of the joint input matrices, so their rows are ld_q
- * (W_Q) and ld_kv (W_K, W_V) reals apart: element (i, j) of W_K is
- * w_k[i * ld_kv + j].  With d_kv = d_model, ld_q = ld_kv = 3 d_model and
- * w_q is W_QKV itself (w_k = w_q + d_model, w_v = w_k + d_model); otherwise
- * ld_q = d_model, ld_kv = 2 d_model and w_k is W_KV.  W_O is dense
+/* Pointers into a flat parameter (or gradient) buffer.  The input
+ * projections are not separate [d, d] matrices: W_Q, W_K and W_V are column
+ * blocks of the joint input matrices (hence the _cols names), so their rows
+ * are row_stride_q (W_Q) and row_stride_kv (W_K, W_V) reals apart: element
+ * (i, j) of W_K is w_k_cols[i * row_stride_kv + j].  With d_kv = d_model,
+ * row_stride_q = row_stride_kv = 3 d_model and w_q_cols is W_QKV [d, 3d]
+ * itself (w_k_cols = w_q_cols + d_model, w_v_cols = w_k_cols + d_model);
+ * otherwise w_q_cols is W_Q [d, d] with row_stride_q = d_model, and
+ * w_k_cols is W_KV [d_kv, 2d] with row_stride_kv = 2 d_model.  W_O is dense
  * (stride d_model), and b_Q, b_K, b_V (and b_K, b_V) are consecutive. */
 typedef struct vit_mha_views {
-    vit_real *w_q, *w_k, *w_v, *w_o;
+    vit_real *w_q_cols, *w_k_cols, *w_v_cols; /* column blocks, see above */
+    vit_real *w_o;
     vit_real *b_q, *b_k, *b_v, *b_o; /* NULL without biases */
     vit_real *tau;                   /* [H], NULL without learn_scale */
-    int ld_q, ld_kv;                 /* row strides of w_q and of w_k, w_v */
+    int row_stride_q;                /* reals between rows of w_q_cols */
+    int row_stride_kv;               /* reals between rows of w_k_cols, w_v_cols */
 } vit_mha_views;
 
 /* Checks the shape; VIT_OK, VIT_EINVAL with a message (a NULL m, a size

@@ -96,7 +96,8 @@ int vit_tape_status(const vit_tape *tape);
 int vit_tape_fail(vit_tape *tape, int code);
 
 /* Bytes the tape holds for the next step: arena, gradient pool, attention
- * scratch and op records (for memory reports); 0 for NULL. */
+ * scratch and op records, with those of the tape vit_op_checkpoint
+ * recomputes on (for memory reports); 0 for NULL. */
 size_t vit_tape_bytes(const vit_tape *tape);
 
 /* Number of ops recorded since the last reset; 0 for NULL. */

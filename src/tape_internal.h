@@ -1,0 +1,160 @@
+/* Internal: what the op files (src/tape_ops_*.c) share with the tape's
+ * engine (src/tape.c, src/tape_tensors.c).
+ *
+ * An op is a vit_op_def (its name, its backward and, for an op whose
+ * forward may wait, that forward) and a function vit_op_NAME that checks
+ * the shapes, makes the output (vit_tape_output), runs the forward kernel
+ * and ends with vit_tape_record.  vit_op_custom and vit_op_checkpoint record
+ * themselves the same way: the engine knows no op by name.
+ *
+ * The gradient helpers below are how a backward reaches its inputs'
+ * gradients: an op-made tensor has none until the first op that writes it
+ * borrows one from the tape's pool, and that first write overwrites.
+ */
+#ifndef VIT_SRC_TAPE_INTERNAL_H
+#define VIT_SRC_TAPE_INTERNAL_H
+
+#include <stddef.h>
+
+#include "vit/tape.h"
+
+/* Most inputs of one op (vit_op_custom, vit_op_checkpoint,
+ * vit_op_concat_tokens). */
+#define VIT_TAPE_MAX_INPUTS 16
+
+typedef struct vit_op_rec vit_op_rec;
+
+/* Flags of a vit_op_def. */
+enum {
+    /* The op's forward is def->forward, run by vit_tape_record, and may
+     * wait: while a checkpoint's sub-graph is recomputed for the backward,
+     * it runs only when another op reads the output, so the last op of a
+     * block whose backward reads only its inputs never computes it. */
+    VIT_OP_LAZY = 1
+};
+
+typedef struct vit_op_def {
+    const char *name;
+    /* Adds the op's part of the gradient into its inputs' gradients
+     * (vit_tape_grad_*), reading rec->out->grad; VIT_OK or an error. */
+    int (*backward)(vit_tape *t, const vit_op_rec *rec);
+    int (*forward)(const vit_op_rec *rec); /* VIT_OP_LAZY ops only */
+    unsigned flags;
+} vit_op_def;
+
+/* One recorded op.  The pointers are the tape's (arena) until its reset. */
+struct vit_op_rec {
+    const vit_op_def *def;
+    vit_tensor *out;
+    vit_tensor **in;   /* n_in inputs; NULL where an optional one is absent */
+    int n_in;
+    void *ctx;         /* the op's own state (saved buffers, its shape) */
+};
+
+/* The common tail of every op, the only way onto the tape's list.  rc: the
+ * forward kernel's return code (an error is recorded and NULL returned);
+ * VIT_OK for a VIT_OP_LAZY op, whose forward this runs (now, or later in a
+ * recomputation).  y: the output (from vit_tape_output or vit_tape_header);
+ * in[0..n-1] the inputs (NULL for an absent optional one).  When y
+ * requires a gradient, records the op with a copy of ctx_size bytes of ctx
+ * (its backward's state; 0 and NULL for none); when it does not, nothing
+ * is kept (a lazy forward then runs at once on ctx itself).  Returns y, or
+ * NULL with the tape's error set. */
+vit_tensor *vit_tape_record(vit_tape *t, const vit_op_def *def, int rc, vit_tensor *y, int n,
+                            vit_tensor *const *in, const void *ctx, size_t ctx_size);
+
+/* An op's entry check: a usable tape without an error and non-NULL
+ * in[0..n-1] (1 when fine; 0 with the error recorded).  Runs a forward
+ * that waits, since this op may read its output. */
+int vit_tape_begin(vit_tape *t, const char *name, int n, vit_tensor *const *in);
+
+/* The same for a caller's input list (vit_op_custom, vit_op_checkpoint):
+ * 1 <= n_in <= VIT_TAPE_MAX_INPUTS, in non-NULL, ctx non-NULL when
+ * ctx_size is not 0. */
+int vit_tape_begin_list(vit_tape *t, const char *name, int n_in, vit_tensor *const *in,
+                        const void *ctx, size_t ctx_size);
+
+/* Records code as the tape's error and returns NULL, for `return
+ * vit_tape_error(t, vit_fail(VIT_EINVAL, "..."));`. */
+vit_tensor *vit_tape_error(vit_tape *t, int code);
+
+/* Whether an op on in[0..n-1] records: grad mode and an input (NULL ones
+ * skipped) that requires a gradient. */
+int vit_tape_wants_grad(const vit_tape *t, int n, vit_tensor *const *in);
+
+/* A new op output with values from the arena (uninitialised) and no
+ * gradient buffer; requires a gradient when requires_grad and the tape is
+ * in grad mode.  NULL on error (bad shape, out of memory; recorded). */
+vit_tensor *vit_tape_output(vit_tape *t, int ndim, const int *shape, int requires_grad);
+
+/* The same without values (data NULL, the caller points it at some) and
+ * without requires_grad: a view (vit_op_reshape).  size is the product of
+ * the (checked) shape. */
+vit_tensor *vit_tape_header(vit_tape *t, int ndim, const int *shape, size_t size);
+
+/* Checks ndim (1..4) and shape[0..ndim-1] (each >= 1) and sets *size to
+ * their product; VIT_OK or the error, recorded and named after fn. */
+int vit_tape_shape_size(vit_tape *t, const char *fn, int ndim, const int *shape, size_t *size);
+
+/* n reals of arena memory, valid until the reset (NULL on error). */
+vit_real *vit_tape_reals(vit_tape *t, size_t n);
+
+/* Memory for an intermediate the op keeps for its backward: the arena in
+ * grad mode; in no-grad mode one scratch buffer the next op reuses, since
+ * nobody reads it again. */
+vit_real *vit_tape_saved(vit_tape *t, size_t n);
+
+/* The tape's scratch buffer of at least n reals (kept across steps), for
+ * work a backward does not keep; shared by every op, whose backwards run
+ * one at a time.  NULL on error (recorded). */
+vit_real *vit_tape_scratch(vit_tape *t, size_t n);
+
+/* ---- Gradients, for backwards.  On failure (out of memory) each returns
+ * NULL, or the error code, with the tape's status set.  For an x that
+ * requires no gradient the first two return NULL (also for a NULL x, an
+ * absent optional input) and the others do nothing. ---- */
+
+/* x's gradient buffer to write into.  *fresh is set when it was just lent:
+ * its contents are garbage and the first write must overwrite them. */
+vit_real *vit_tape_grad_out(vit_tape *t, vit_tensor *x, int *fresh);
+
+/* The same for kernels that only accumulate: a fresh buffer is zeroed. */
+vit_real *vit_tape_grad_acc(vit_tape *t, vit_tensor *x);
+
+/* src (x->size values) into x's gradient: copied when fresh, else added. */
+int vit_tape_grad_add(vit_tape *t, vit_tensor *x, const vit_real *src);
+
+/* Hands y's gradient buffer to x when x has none yet, both have the same
+ * size and the buffer is the pool's to give (y not retained): x's gradient
+ * is then y's, to compute in place.  Returns 1 if it did. */
+int vit_tape_grad_take(vit_tensor *x, vit_tensor *y);
+
+/* y's gradient into x's: handed over by vit_tape_grad_take when `give`
+ * (the op's last read of it), else by vit_tape_grad_add. */
+int vit_tape_grad_pass(vit_tape *t, vit_tensor *x, vit_tensor *y, int give);
+
+/* y->size reals y's op may overwrite in its backward: y's gradient itself
+ * when the pool lent it and y is not retained (that op is its last reader),
+ * else a pool buffer that *lease holds until vit_tape_lease_end (which
+ * does nothing for a NULL lease).  NULL on failure. */
+vit_real *vit_tape_dy_writable(vit_tape *t, vit_tensor *y, void **lease);
+void vit_tape_lease_end(void *lease);
+
+/* ---- Shared between op files (src/tape_ops_elementwise.c). ---- */
+
+/* vit_op_add's definition: vit_op_add_layernorm records the add itself. */
+extern const vit_op_def vit_tape_add_def;
+
+/* The entry check of an op on a and b of identical shapes (1 when fine; 0
+ * with the error recorded, the message naming `name`). */
+int vit_tape_binary_check(vit_tape *t, const char *name, vit_tensor *a, vit_tensor *b);
+
+/* x's last dimension (the feature dimension), and its rows: the product of
+ * the others. */
+static inline int vit_tape_last_dim(const vit_tensor *x) { return x->shape[x->ndim - 1]; }
+static inline int vit_tape_rows(const vit_tensor *x)
+{
+    return (int)(x->size / (size_t)vit_tape_last_dim(x));
+}
+
+#endif

@@ -1,0 +1,110 @@
+/*
+ * The multi-head attention tape ops, forward beside backward: vit_op_mha
+ * and vit_op_mha_bias (the score bias an input with a gradient).  Shapes
+ * (vit/attention.h): params [vit_mha_param_count], x_q [B, n_q, d_model],
+ * x_kv [B, n_k, d_kv], bias [bias_heads, n_q, n_k], y [B, n_q, d_model].
+ */
+#include "error.h"
+#include "tape_internal.h"
+#include "vit/attention.h"
+
+/* What the backward keeps: the layer (cfg, copied) and the forward's cache
+ * (vit_mha_cache_size reals: projections, context, maps). */
+typedef struct mha_ctx {
+    vit_mha cfg;
+    vit_real *cache;
+} mha_ctx;
+
+/* in: params, x_q, x_kv and, for vit_op_mha_bias, the bias; all four
+ * gradients accumulated (x_kv's into x_q's for self-attention). */
+static int back_mha(vit_tape *t, const vit_op_rec *r)
+{
+    const mha_ctx *c = r->ctx;
+    vit_real *dp = vit_tape_grad_acc(t, r->in[0]);
+    vit_real *dq = vit_tape_grad_acc(t, r->in[1]);
+    vit_real *dkv = r->in[2] == r->in[1] ? dq : vit_tape_grad_acc(t, r->in[2]);
+    vit_real *dbias = r->n_in > 3 ? vit_tape_grad_acc(t, r->in[3]) : NULL;
+    /* One scratch for every layer: the backwards run one at a time. */
+    vit_real *work = vit_tape_scratch(t, vit_mha_work_size(&c->cfg));
+    if (vit_tape_status(t) || !work)
+        return vit_tape_status(t);
+    return vit_mha_backward(&c->cfg, r->in[0]->data, dp, dq, dkv, dbias, r->out->grad,
+                            r->in[1]->data, r->in[2]->data, c->cache, work);
+}
+
+static const vit_op_def mha_def = {"vit_op_mha", back_mha, NULL, 0};
+static const vit_op_def mha_bias_def = {"vit_op_mha_bias", back_mha, NULL, 0};
+
+/* The attention maps inside the cache, or NULL for a layer on the tiled
+ * core (which keeps none). */
+static vit_real *maps_of(const vit_mha *cfg, vit_real *cache)
+{
+    vit_sdpa core = {.batch = cfg->batch, .heads = cfg->heads, .n_q = cfg->n_q, .n_k = cfg->n_k,
+                     .d_k = cfg->d_model / cfg->heads, .d_v = cfg->d_model / cfg->heads};
+    return vit_sdpa_use_tiled(&core) ? NULL : vit_mha_probs(cfg, cache);
+}
+
+static vit_tensor *mha_op(vit_tape *t, const vit_op_def *def, const vit_mha *cfg, int n,
+                          vit_tensor *const *in, vit_real **probs)
+{
+    const char *fn = def->name;
+    if (!vit_tape_begin(t, fn, n, in))
+        return NULL;
+    if (!cfg)
+        return vit_tape_error(t, vit_fail(VIT_EINVAL, "%s: cfg is NULL", fn));
+    int rc = vit_mha_check(cfg);
+    if (rc)
+        return vit_tape_error(t, rc);
+    const vit_tensor *params = in[0], *x_q = in[1], *x_kv = in[2];
+    int d_kv = cfg->d_kv ? cfg->d_kv : cfg->d_model;
+    if (params->size != vit_mha_param_count(cfg)
+        || x_q->size != (size_t)cfg->batch * cfg->n_q * cfg->d_model
+        || x_kv->size != (size_t)cfg->batch * cfg->n_k * d_kv)
+        return vit_tape_error(t, vit_fail(VIT_EINVAL,
+            "%s: params (%zu), x_q (%zu) or x_kv (%zu) do not match the layer shape", fn,
+            params->size, x_q->size, x_kv->size));
+    int shape[3] = {cfg->batch, cfg->n_q, cfg->d_model};
+    vit_tensor *y = vit_tape_output(t, 3, shape, vit_tape_wants_grad(t, n, in));
+    if (!y)
+        return NULL;
+    /* The maps a caller asks for outlive the op even in no-grad mode. */
+    size_t nc = vit_mha_cache_size(cfg);
+    vit_real *cache = probs && !vit_tape_grad_enabled(t) ? vit_tape_reals(t, nc)
+                                                         : vit_tape_saved(t, nc);
+    if (!cache)
+        return NULL;
+    rc = vit_mha_forward(cfg, params->data, y->data, x_q->data, x_kv->data, cache);
+    mha_ctx c = {*cfg, cache};
+    if (!vit_tape_record(t, def, rc, y, n, in, &c, sizeof c))
+        return NULL;
+    if (probs)
+        *probs = maps_of(cfg, cache);
+    return y;
+}
+
+vit_tensor *vit_op_mha(vit_tape *t, const vit_mha *cfg, vit_tensor *params, vit_tensor *x_q,
+                       vit_tensor *x_kv, vit_real **probs)
+{
+    vit_tensor *in[3] = {params, x_q, x_kv};
+    return mha_op(t, &mha_def, cfg, 3, in, probs);
+}
+
+vit_tensor *vit_op_mha_bias(vit_tape *t, const vit_mha *cfg, vit_tensor *params,
+                            vit_tensor *x_q, vit_tensor *x_kv, vit_tensor *bias, vit_real **probs)
+{
+    const char *fn = mha_bias_def.name;
+    vit_tensor *in[4] = {params, x_q, x_kv, bias};
+    if (!vit_tape_begin(t, fn, 4, in))
+        return NULL;
+    if (!cfg)
+        return vit_tape_error(t, vit_fail(VIT_EINVAL, "%s: cfg is NULL", fn));
+    if ((cfg->bias_heads != 1 && cfg->bias_heads != cfg->heads)
+        || bias->size != (size_t)cfg->bias_heads * cfg->n_q * cfg->n_k)
+        return vit_tape_error(t, vit_fail(VIT_EINVAL,
+            "%s: bias holds %zu values; [bias_heads, n_q, n_k] with bias_heads %d (1 or %d) "
+            "needs %zu", fn, bias->size, cfg->bias_heads, cfg->heads,
+            (size_t)cfg->bias_heads * cfg->n_q * cfg->n_k));
+    vit_mha m = *cfg;
+    m.bias = bias->data;
+    return mha_op(t, &mha_bias_def, &m, 4, in, probs);
+}

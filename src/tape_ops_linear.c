@@ -1,0 +1,182 @@
+/*
+ * Tape ops of the linear layers: vit_op_linear, vit_op_linear_add (a
+ * linear added onto the residual stream) and vit_op_linear_gelu (the MLP's
+ * first layer with its bias and GELU), each forward beside its backward.
+ * Shapes: x [n, in] (leading dimensions flattened into rows), W [in, out],
+ * b [out], y [n, out].
+ */
+#include <string.h>
+
+#include "activations_internal.h"
+#include "blas.h"
+#include "error.h"
+#include "tape_internal.h"
+#include "threads.h"
+#include "vit/linear.h"
+
+/* The check the three ops share: W 2-D, x's width W's rows, b W's columns. */
+static int linear_shapes_ok(const vit_tensor *x, const vit_tensor *W, const vit_tensor *b)
+{
+    return W->ndim == 2 && vit_tape_last_dim(x) == W->shape[0]
+        && (!b || (int)b->size == W->shape[1]);
+}
+
+/* ---- y = x W + b ------------------------------------------------------- */
+
+/* in: x, W, b (or NULL).  dx [n, in] (= or +=) dy [n, out] W^T; dW [in, out]
+ * += x^T dy; db [out] += the column sums of dy. */
+static int back_linear(vit_tape *t, const vit_op_rec *r)
+{
+    const vit_tensor *x = r->in[0], *W = r->in[1];
+    const vit_real *dy = r->out->grad;
+    int n = vit_tape_rows(x), in = W->shape[0], out = W->shape[1], fresh;
+    vit_real *dx = vit_tape_grad_out(t, r->in[0], &fresh);
+    if (!dx && x->requires_grad)
+        return vit_tape_status(t);
+    if (dx)
+        vit_pgemm(CblasNoTrans, CblasTrans, n, in, out, 1, dy, out, W->data, out, fresh ? 0 : 1,
+                  dx, in);
+    vit_real *dW = vit_tape_grad_acc(t, r->in[1]);
+    vit_real *db = r->in[2] ? vit_tape_grad_acc(t, r->in[2]) : NULL;
+    if (!dW && !db)
+        return vit_tape_status(t);
+    return vit_linear_backward(NULL, dW, db, dy, x->data, W->data, n, in, out);
+}
+
+static const vit_op_def linear_def = {"vit_op_linear", back_linear, NULL, 0};
+
+vit_tensor *vit_op_linear(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_tensor *b)
+{
+    vit_tensor *in[3] = {x, W, b};
+    if (!vit_tape_begin(t, linear_def.name, 2, in))
+        return NULL;
+    if (!linear_shapes_ok(x, W, b))
+        return vit_tape_error(t, vit_fail(VIT_EINVAL,
+            "vit_op_linear: x width %d, W [%d, %d], b %zu do not agree", vit_tape_last_dim(x),
+            W->shape[0], W->ndim > 1 ? W->shape[1] : 0, b ? b->size : 0));
+    int shape[VIT_TENSOR_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[x->ndim - 1] = W->shape[1];
+    vit_tensor *y = vit_tape_output(t, x->ndim, shape, vit_tape_wants_grad(t, 3, in));
+    if (!y)
+        return NULL;
+    int rc = vit_linear_forward(y->data, x->data, W->data, b ? b->data : NULL, vit_tape_rows(x),
+                                W->shape[0], W->shape[1]);
+    return vit_tape_record(t, &linear_def, rc, y, 3, in, NULL, 0);
+}
+
+/* ---- y = r + x W + b ---------------------------------------------------- */
+
+/* in: x, W, b (or NULL), r [n, out].  The linear's gradients, then dr = dy
+ * (handed over: every read of dy before r's may take it). */
+static int back_linear_add(vit_tape *t, const vit_op_rec *r)
+{
+    int rc = back_linear(t, r);
+    return rc ? rc : vit_tape_grad_pass(t, r->in[3], r->out, 1);
+}
+
+/* y = r + b row by row, then one GEMM adds x W onto it.  A lazy forward
+ * (VIT_OP_LAZY): the backward reads only the inputs, so when this op ends a
+ * recomputed checkpoint nobody needs y's values. */
+static int fwd_linear_add(const vit_op_rec *r)
+{
+    vit_tensor *y = r->out;
+    const vit_tensor *x = r->in[0], *W = r->in[1], *b = r->in[2], *res = r->in[3];
+    int n = vit_tape_rows(x), k = W->shape[0], m = W->shape[1];
+    for (int i = 0; i < n; i++) {
+        vit_real *yi = y->data + (size_t)i * m;
+        const vit_real *ri = res->data + (size_t)i * m;
+        if (b)
+            for (int j = 0; j < m; j++)
+                yi[j] = ri[j] + b->data[j];
+        else
+            memcpy(yi, ri, (size_t)m * sizeof *yi);
+    }
+    vit_pgemm(CblasNoTrans, CblasNoTrans, n, m, k, 1, x->data, k, W->data, m, 1, y->data, m);
+    return VIT_OK;
+}
+
+static const vit_op_def linear_add_def = {"vit_op_linear_add", back_linear_add, fwd_linear_add,
+                                          VIT_OP_LAZY};
+
+vit_tensor *vit_op_linear_add(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_tensor *b,
+                              vit_tensor *r)
+{
+    const char *fn = linear_add_def.name;
+    vit_tensor *in[4] = {x, W, b, r};
+    if (!vit_tape_begin(t, fn, 2, in) || !vit_tape_begin(t, fn, 1, in + 3))
+        return NULL;
+    if (!linear_shapes_ok(x, W, b) || r->ndim != x->ndim || vit_tape_last_dim(r) != W->shape[1]
+        || memcmp(r->shape, x->shape, (size_t)(x->ndim - 1) * sizeof *x->shape))
+        return vit_tape_error(t, vit_fail(VIT_EINVAL,
+            "%s: x width %d, W [%d, %d], b %zu and r (%zu values, width %d) do not agree", fn,
+            vit_tape_last_dim(x), W->shape[0], W->ndim > 1 ? W->shape[1] : 0, b ? b->size : 0,
+            r->size, vit_tape_last_dim(r)));
+    vit_tensor *y = vit_tape_output(t, r->ndim, r->shape, vit_tape_wants_grad(t, 4, in));
+    return y ? vit_tape_record(t, &linear_add_def, VIT_OK, y, 4, in, NULL, 0) : NULL;
+}
+
+/* ---- y = GELU(x W + b) ------------------------------------------------- */
+
+/* What the backward keeps: GELU'(u) [n, out] of the pre-activation
+ * u = x W + b, which the forward computed beside GELU(u). */
+typedef struct linear_gelu_ctx {
+    vit_real *dgelu;
+} linear_gelu_ctx;
+
+/* in: x, W, b (or NULL).  du [n, out] = dy * GELU'(u) overwrites dy's
+ * buffer in place when the pool lent it (else a borrowed one) and db [out]
+ * += its column sums in the same pass; then dW [in, out] += x^T du and
+ * dx [n, in] (= or +=) du W^T. */
+static int back_linear_gelu(vit_tape *t, const vit_op_rec *r)
+{
+    const linear_gelu_ctx *c = r->ctx;
+    const vit_tensor *x = r->in[0], *W = r->in[1];
+    int n = vit_tape_rows(x), in = W->shape[0], out = W->shape[1], fresh;
+    vit_real *db = r->in[2] ? vit_tape_grad_acc(t, r->in[2]) : NULL;
+    vit_real *dW = vit_tape_grad_acc(t, r->in[1]);
+    if (vit_tape_status(t))
+        return vit_tape_status(t);
+    void *lease;
+    vit_real *du = vit_tape_dy_writable(t, r->out, &lease);
+    if (!du)
+        return vit_tape_status(t);
+    vit_bias_gelu_backward(du, db, r->out->grad, c->dgelu, n, out);
+    if (dW)
+        vit_pgemm(CblasTrans, CblasNoTrans, in, out, n, 1, x->data, in, du, out, 1, dW, out);
+    vit_real *dx = vit_tape_grad_out(t, r->in[0], &fresh);
+    if (dx)
+        vit_pgemm(CblasNoTrans, CblasTrans, n, in, out, 1, du, out, W->data, out, fresh ? 0 : 1,
+                  dx, in);
+    vit_tape_lease_end(lease);
+    return vit_tape_status(t);
+}
+
+static const vit_op_def linear_gelu_def = {"vit_op_linear_gelu", back_linear_gelu, NULL, 0};
+
+vit_tensor *vit_op_linear_gelu(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_tensor *b)
+{
+    const char *fn = linear_gelu_def.name;
+    vit_tensor *in[3] = {x, W, b};
+    if (!vit_tape_begin(t, fn, 2, in))
+        return NULL;
+    if (!linear_shapes_ok(x, W, b))
+        return vit_tape_error(t, vit_fail(VIT_EINVAL,
+            "%s: x width %d, W [%d, %d], b %zu do not agree", fn, vit_tape_last_dim(x), W->shape[0],
+            W->ndim > 1 ? W->shape[1] : 0, b ? b->size : 0));
+    int shape[VIT_TENSOR_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[x->ndim - 1] = W->shape[1];
+    int grad = vit_tape_wants_grad(t, 3, in);
+    int n = vit_tape_rows(x), k = W->shape[0], m = W->shape[1];
+    vit_tensor *y = vit_tape_output(t, x->ndim, shape, grad);
+    /* Without a record nothing is kept: GELU in place.  With one, u ends
+     * up holding GELU'(x W + b) (vit_bias_gelu_forward). */
+    vit_real *u = !y ? NULL : grad ? vit_tape_saved(t, y->size) : y->data;
+    if (!u)
+        return NULL;
+    vit_pgemm(CblasNoTrans, CblasNoTrans, n, m, k, 1, x->data, k, W->data, m, 0, u, m);
+    vit_bias_gelu_forward(y->data, u, b ? b->data : NULL, n, m);
+    linear_gelu_ctx c = {u};
+    return vit_tape_record(t, &linear_gelu_def, VIT_OK, y, 3, in, &c, sizeof c);
+}

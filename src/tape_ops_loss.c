@@ -1,0 +1,56 @@
+/*
+ * The loss on the tape, forward beside backward: vit_op_cross_entropy,
+ * logits [B, C] and labels [B] -> the mean loss [1].
+ */
+#include <string.h>
+
+#include "error.h"
+#include "tape_internal.h"
+#include "vit/loss.h"
+
+/* What the backward keeps: the softmax [B, C] (also the op's *probs), the
+ * labels [B] (copied) and the label smoothing. */
+typedef struct xent_ctx {
+    vit_real *probs;
+    int *labels;
+    vit_real smoothing;
+} xent_ctx;
+
+/* dlogits += dy[0] (p - the smoothed one-hot labels) / B. */
+static int back_xent(vit_tape *t, const vit_op_rec *r)
+{
+    const xent_ctx *c = r->ctx;
+    const vit_tensor *z = r->in[0];
+    vit_real *dz = vit_tape_grad_acc(t, r->in[0]);
+    return dz ? vit_cross_entropy_backward(dz, c->probs, c->labels, z->shape[0], z->shape[1],
+                                           c->smoothing, r->out->grad[0])
+              : vit_tape_status(t);
+}
+
+static const vit_op_def xent_def = {"vit_op_cross_entropy", back_xent, NULL, 0};
+
+vit_tensor *vit_op_cross_entropy(vit_tape *t, vit_tensor *logits, const int *labels,
+                                 vit_real smoothing, vit_real **probs)
+{
+    if (!vit_tape_begin(t, xent_def.name, 1, &logits))
+        return NULL;
+    if (logits->ndim != 2 || !labels)
+        return vit_tape_error(t, vit_fail(VIT_EINVAL,
+            "vit_op_cross_entropy: logits must be [B, C] and labels non-NULL"));
+    int B = logits->shape[0], C = logits->shape[1];
+    int one = 1;
+    vit_tensor *y = vit_tape_output(t, 1, &one, vit_tape_wants_grad(t, 1, &logits));
+    /* The probabilities are the op's output too (probs), so they stay. */
+    vit_real *p = y ? vit_tape_reals(t, (size_t)B * C) : NULL;
+    int *lab = p ? vit_tape_alloc(t, (size_t)B * sizeof *lab) : NULL;
+    if (!lab)
+        return NULL;
+    memcpy(lab, labels, (size_t)B * sizeof *lab);
+    int rc = vit_cross_entropy_forward(y->data, p, logits->data, lab, B, C, smoothing);
+    xent_ctx c = {p, lab, smoothing};
+    if (!vit_tape_record(t, &xent_def, rc, y, 1, &logits, &c, sizeof c))
+        return NULL;
+    if (probs)
+        *probs = p;
+    return y;
+}

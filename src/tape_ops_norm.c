@@ -1,0 +1,91 @@
+/*
+ * Layer-norm tape ops, forward beside backward: vit_op_layernorm and
+ * vit_op_add_layernorm (the residual add before it, in the same pass over
+ * the rows).  Shapes: x [n, d] (leading dimensions flattened into rows),
+ * gamma and beta [d], the output x's shape.
+ */
+#include <math.h>
+
+#include "error.h"
+#include "layernorm_internal.h"
+#include "tape_internal.h"
+#include "vit/layernorm.h"
+
+/* What the backward keeps: the rows' mean and 1/std, [n] each. */
+typedef struct layernorm_ctx {
+    vit_real *mean, *rstd;
+} layernorm_ctx;
+
+/* in: x, gamma, beta.  dx, dgamma and dbeta, all accumulated, from x and
+ * the saved mean and rstd. */
+static int back_layernorm(vit_tape *t, const vit_op_rec *r)
+{
+    const layernorm_ctx *c = r->ctx;
+    const vit_tensor *x = r->in[0], *g = r->in[1];
+    vit_real *dx = vit_tape_grad_acc(t, r->in[0]), *dg = vit_tape_grad_acc(t, r->in[1]);
+    vit_real *db = vit_tape_grad_acc(t, r->in[2]);
+    if (vit_tape_status(t))
+        return vit_tape_status(t);
+    return vit_layernorm_backward(dx, dg, db, r->out->grad, x->data, c->mean, c->rstd, g->data,
+                                  vit_tape_rows(x), vit_tape_last_dim(x));
+}
+
+static const vit_op_def layernorm_def = {"vit_op_layernorm", back_layernorm, NULL, 0};
+
+vit_tensor *vit_op_layernorm(vit_tape *t, vit_tensor *x, vit_tensor *gamma, vit_tensor *beta,
+                             vit_real eps)
+{
+    vit_tensor *in[3] = {x, gamma, beta};
+    if (!vit_tape_begin(t, layernorm_def.name, 3, in))
+        return NULL;
+    int d = vit_tape_last_dim(x), n = vit_tape_rows(x);
+    if ((int)gamma->size != d || (int)beta->size != d)
+        return vit_tape_error(t, vit_fail(VIT_EINVAL,
+            "vit_op_layernorm: gamma (%zu) and beta (%zu) must match the width %d",
+            gamma->size, beta->size, d));
+    vit_tensor *y = vit_tape_output(t, x->ndim, x->shape, vit_tape_wants_grad(t, 3, in));
+    vit_real *mean = y ? vit_tape_saved(t, 2 * (size_t)n) : NULL;
+    if (!mean)
+        return NULL;
+    int rc = vit_layernorm_forward(y->data, mean, mean + n, x->data, gamma->data, beta->data, n,
+                                   d, eps);
+    layernorm_ctx c = {mean, mean + n};
+    return vit_tape_record(t, &layernorm_def, rc, y, 3, in, &c, sizeof c);
+}
+
+/* s = a + b, y = LN(s).  Two records, the add's then the layer norm's, as
+ * vit_op_add followed by vit_op_layernorm would make (their backwards are
+ * those ops'); only the forward is one kernel. */
+vit_tensor *vit_op_add_layernorm(vit_tape *t, vit_tensor *a, vit_tensor *b, vit_tensor *gamma,
+                                 vit_tensor *beta, vit_real eps, vit_tensor **sum)
+{
+    static const char fn[] = "vit_op_add_layernorm";
+    if (sum)
+        *sum = NULL;
+    if (!vit_tape_binary_check(t, fn, a, b))
+        return NULL;
+    vit_tensor *lnin[2] = {gamma, beta};
+    if (!vit_tape_begin(t, fn, 2, lnin))
+        return NULL;
+    int d = vit_tape_last_dim(a), n = vit_tape_rows(a);
+    if (!sum || (int)gamma->size != d || (int)beta->size != d || !(eps > 0) || !isfinite(eps))
+        return vit_tape_error(t, vit_fail(VIT_EINVAL,
+            "%s: gamma (%zu) and beta (%zu) must match the width %d, eps (%g) be positive "
+            "and sum non-NULL", fn, gamma->size, beta->size, d, (double)eps));
+    vit_tensor *in[2] = {a, b};
+    vit_tensor *s = vit_tape_output(t, a->ndim, a->shape, vit_tape_wants_grad(t, 2, in));
+    if (!s || !vit_tape_record(t, &vit_tape_add_def, VIT_OK, s, 2, in, NULL, 0))
+        return NULL;
+    vit_tensor *lin[3] = {s, gamma, beta};
+    vit_tensor *y = vit_tape_output(t, a->ndim, a->shape, vit_tape_wants_grad(t, 3, lin));
+    vit_real *mean = y ? vit_tape_saved(t, 2 * (size_t)n) : NULL;
+    if (!mean)
+        return NULL;
+    vit_add_layernorm_forward(s->data, y->data, mean, mean + n, a->data, b->data, gamma->data,
+                              beta->data, n, d, eps);
+    layernorm_ctx c = {mean, mean + n};
+    if (!vit_tape_record(t, &layernorm_def, VIT_OK, y, 3, lin, &c, sizeof c))
+        return NULL;
+    *sum = s;
+    return y;
+}
