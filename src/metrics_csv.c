@@ -1,4 +1,6 @@
-/* metrics.csv: the per-epoch table of a training run; see vit/metrics.h. */
+/* metrics.csv: the per-epoch table of a training run, written by the
+ * trainer as it goes (vit_metrics_open, vit_metrics_append:
+ * train_internal.h) and read back by vit_metrics_read (vit/metrics.h). */
 #include "vit/metrics.h"
 
 #include <errno.h>
@@ -8,8 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "error.h"
+#include "train_internal.h"
 
 /* The columns every metrics.csv has, in the order of the table's pointers. */
 static const char *const required[4] = {"epoch", "train_loss", "test_loss", "test_acc"};
@@ -204,4 +208,88 @@ int vit_metrics_read(const char *path, vit_metrics_table *out)
     if (rc != VIT_OK)
         vit_metrics_free(out);
     return rc;
+}
+
+/* ---- writing ------------------------------------------------------------ */
+
+/* The columns of metrics.csv; val_acc, last, only in a run with a
+ * validation set (so the columns before it never move). */
+static const char metrics_header[] = "epoch,train_loss,train_acc,test_loss,test_acc,lr,seconds";
+
+/* Opens OUT/metrics.csv for appending.  On resume, keeps only the rows of
+ * epochs the checkpoint covers (a killed run may have logged more), taken
+ * from the metrics.csv next to the checkpoint `from` (so rows of another
+ * run are never mixed in), by rewriting through a temporary file, into
+ * *metrics; *seconds: the seconds already spent.  with_val: the rows end
+ * with val_acc; a resumed run whose rows differ in that is refused (its
+ * validation set would change what it trains on). */
+int vit_metrics_open(const char *dir, const char *from, unsigned long long keep_epochs,
+                     int with_val, FILE **metrics, double *seconds)
+{
+    char path[4200], tmp[4300], src[4200];
+    snprintf(path, sizeof path, "%s/metrics.csv", dir);
+    const char *slash = from ? strrchr(from, '/') : NULL;
+    if (slash)
+        snprintf(src, sizeof src, "%.*s/metrics.csv", (int)(slash - from), from);
+    else
+        snprintf(src, sizeof src, "metrics.csv");
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    *seconds = 0;
+    FILE *out = fopen(tmp, "w");
+    if (!out)
+        return vit_fail(VIT_EIO, "%s: cannot write: %s", tmp, strerror(errno));
+    fprintf(out, "%s%s\n", metrics_header, with_val ? ",val_acc" : "");
+    int mixed = 0;
+    FILE *in = keep_epochs ? fopen(src, "r") : NULL;
+    if (in) {
+        char line[512];
+        while (fgets(line, sizeof line, in)) {
+            unsigned long long ep;
+            double f[6];
+            if (sscanf(line, "%llu,%lf,%lf,%lf,%lf,%lf,%lf", &ep, &f[0], &f[1], &f[2], &f[3], &f[4],
+                       &f[5]) == 7 && ep <= keep_epochs) {
+                int commas = 0;
+                for (const char *q = line; *q; q++)
+                    commas += *q == ',';
+                mixed |= commas != 6 + with_val;
+                fputs(line, out);
+                *seconds = f[5];
+            }
+        }
+        fclose(in);
+    }
+    if (mixed) {
+        int rc = vit_fail(VIT_EINVAL, "%s: the run was logged %s a validation set and this run "
+                          "has %s; a resumed run keeps its val_count", src,
+                          with_val ? "without" : "with", with_val ? "one" : "none");
+        fclose(out);
+        unlink(tmp);
+        return rc;
+    }
+    if (fflush(out) || rename(tmp, path)) {
+        int rc = vit_fail(VIT_EIO, "%s: cannot write: %s", path, strerror(errno));
+        fclose(out);
+        unlink(tmp);
+        return rc;
+    }
+    *metrics = out;
+    return VIT_OK;
+}
+
+/* ---- training --------------------------------------------------------- */
+
+/* FNV-1a over the parameter bytes: equal on every rank iff the replicas
+ * hold bitwise the same parameters (up to a 2^-64 collision). */
+
+int vit_metrics_append(FILE *f, const char *path, const vit_epoch_metrics *m, int with_val)
+{
+    fprintf(f, "%llu,%.6f,%.6f,%.6f,%.6f,%.8g,%.3f", m->epoch, m->train_loss, m->train_acc,
+            m->test_loss, m->test_acc, m->lr, m->seconds);
+    if (with_val)
+        fprintf(f, ",%.6f", m->val_acc);
+    fputc('\n', f);
+    if (fflush(f) || ferror(f))
+        return vit_fail(VIT_EIO, "%s: cannot write epoch %llu's row: %s", path, m->epoch,
+                        strerror(errno));
+    return VIT_OK;
 }
