@@ -155,6 +155,8 @@ static int validate_for_write(const vit_ckpt *c)
     }
     if (c->config && strlen(c->config) > UINT32_MAX)
         return vit_fail(VIT_EINVAL, "%s: config text is longer than 4 GiB", fn);
+    if (c->data && strlen(c->data) > VIT_CKPT_DATA_MAX)
+        return vit_fail(VIT_EINVAL, "%s: data record is longer than %d bytes", fn, VIT_CKPT_DATA_MAX);
     for (int i = 0; i < c->ntensors; i++) {
         const vit_ckpt_tensor *t = &c->tensors[i];
         const char *nul = memchr(t->name, '\0', sizeof t->name);
@@ -264,6 +266,9 @@ static void w_checkpoint(ckpt_writer *w, const vit_ckpt *c)
         w_u16(w, (unsigned)nlen);
         w_bytes(w, (const unsigned char *)c->class_names[i], nlen);
     }
+    size_t dlen = c->data ? strlen(c->data) : 0;
+    w_u32(w, (uint32_t)dlen);
+    w_bytes(w, (const unsigned char *)c->data, dlen);
     w_u32(w, (uint32_t)c->ntensors);
     for (int i = 0; i < c->ntensors; i++) {
         const vit_ckpt_tensor *t = &c->tensors[i];
@@ -589,6 +594,28 @@ static int parse_class_names(ckpt_reader *r, vit_ckpt *c)
     return VIT_OK;
 }
 
+/* Format 5's data record: text like the config's, without NUL bytes. */
+static int parse_data_text(ckpt_reader *r, vit_ckpt *c)
+{
+    uint32_t dlen;
+    int rc;
+    if ((rc = r_u32(r, &dlen, "data record length")) || (rc = need(r, dlen, "data record")))
+        return rc;
+    if (dlen > VIT_CKPT_DATA_MAX)
+        return vit_fail(VIT_EFORMAT, "vit_ckpt_read: '%s': data record of %u bytes (at most %d)",
+                        r->path, (unsigned)dlen, VIT_CKPT_DATA_MAX);
+    if (memchr(r->buf + r->pos, '\0', dlen) != NULL)
+        return bad(r, "data record contains a NUL byte");
+    if (dlen == 0)
+        return VIT_OK;
+    if ((c->data = malloc((size_t)dlen + 1)) == NULL)
+        return vit_fail(VIT_ENOMEM, "vit_ckpt_read: '%s': cannot allocate the data record", r->path);
+    memcpy(c->data, r->buf + r->pos, dlen);
+    c->data[dlen] = '\0';
+    r->pos += dlen;
+    return VIT_OK;
+}
+
 /* Fixed header up to and including the config text (and, from format 2,
  * the class names after it). */
 static int parse_header(ckpt_reader *r, vit_ckpt *c)
@@ -637,7 +664,9 @@ static int parse_header(ckpt_reader *r, vit_ckpt *c)
     memcpy(c->config, r->buf + r->pos, clen);
     c->config[clen] = '\0';
     r->pos += clen;
-    return version >= 2 ? parse_class_names(r, c) : VIT_OK;
+    if (version >= 2 && (rc = parse_class_names(r, c)))
+        return rc;
+    return version >= 5 ? parse_data_text(r, c) : VIT_OK;
 }
 
 /* Where the first non-finite value sits, reported only after the CRC has
@@ -791,6 +820,7 @@ void vit_ckpt_free(vit_ckpt *c)
             free(c->tensors[i].data);
     free(c->tensors);
     free(c->config);
+    free(c->data);
     free(c->order);
     if (c->class_names)
         for (int i = 0; i < c->nclass_names; i++)

@@ -14,4 +14,12 @@
 int vit_run_internal_save(const char *path, const vit_model *m, const vit_config *cfg,
                           const vit_adamw *opt, const vit_run_state *st);
 
+/* The data record's text ("key = value" lines) into buf[cap]: VIT_OK, or
+ * VIT_EINVAL when it does not fit. */
+int vit_run_data_format(const vit_run_data *d, char *buf, size_t cap);
+
+/* Parses a data record's text (of the checkpoint at path, for messages)
+ * into *d; unknown keys are skipped.  VIT_EFORMAT naming the line. */
+int vit_run_data_parse(const char *text, const char *path, vit_run_data *d);
+
 #endif

@@ -71,10 +71,15 @@ int vit_run_internal_save(const char *path, const vit_model *m, const vit_config
         t[n].data = st->train_params;
         n++;
     }
+    char data[VIT_RUN_DATA_SPEC_MAX + 512];
+    if (st->has_data && (rc = vit_run_data_format(&st->data, data, sizeof data))) {
+        free(t);
+        return rc;
+    }
     vit_ckpt c = {.step = st->step, .epoch = st->epoch, .config = config, .ntensors = n, .tensors = t,
                   .epoch_step = st->epoch_step, .norder = st->norder, .order = st->order,
                   .nclass_names = st->class_names ? st->nclass_names : 0,
-                  .class_names = st->class_names};
+                  .class_names = st->class_names, .data = st->has_data ? data : NULL};
     memcpy(c.rng, st->rng.s, sizeof c.rng);
     memcpy(c.epoch_sums, st->epoch_sums, sizeof c.epoch_sums);
     rc = vit_ckpt_write(path, &c);
@@ -245,7 +250,17 @@ int vit_run_load(const char *path, vit_model **model, vit_adamw *opt, vit_run_st
         if (rc && opt)
             vit_adamw_free(opt);
     }
+    vit_run_data data;
+    memset(&data, 0, sizeof data);
+    int has_data = rc == VIT_OK && c.data && *c.data;
+    if (has_data && (rc = vit_run_data_parse(c.data, path, &data))) {
+        free(train_params);
+        if (opt)
+            vit_adamw_free(opt);
+    }
     if (rc == VIT_OK && st) {
+        st->has_data = has_data;
+        st->data = data;
         st->train_params = train_params; /* handed over */
         st->step = c.step;
         st->epoch = c.epoch;

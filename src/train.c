@@ -31,8 +31,8 @@ static double now_seconds(void)
 struct vit_trainer {
     vit_config cfg;           /* the run's: a resume's recipe, its changes */
     vit_train_opts o;
-    vit_dataset train, val;   /* views of the caller's training set: the
-                                 validation set is its tail */
+    const vit_dataset *train_all; /* the caller's training set */
+    vit_dataset train, val;   /* views of it: the validation set is its tail */
     const vit_dataset *test;
     vit_model *m;             /* the weights the optimizer trains */
     vit_model *avg;           /* with ema > 0: their running average, the
@@ -48,7 +48,6 @@ struct vit_trainer {
     double t0;                /* now_seconds() at vit_trainer_new */
     double prior_seconds;     /* of the run's earlier invocations */
     double last_save;         /* now_seconds() of the last checkpoint */
-    long warm;                /* warm-up steps */
     vit_train_progress at;
     _Atomic int stop_asked;   /* vit_trainer_request_stop, a callback */
     int failed;               /* the error that ended the run, or VIT_OK */
@@ -222,12 +221,39 @@ void vit_trainer_free(vit_trainer *t)
     free(t);
 }
 
+/* What this run trains on, into t->st.data (and so into its checkpoints).
+ * A resume compares it with the checkpoint's record: other data is refused
+ * unless opts.other_data; the spec is the one given, else the record's. */
+static int check_data(vit_trainer *t)
+{
+    vit_run_data now;
+    int rc = vit_run_data_of(t->train_all, t->test, t->o.data_spec, &now);
+    if (rc)
+        return rc;
+    if (t->st.has_data && !vit_run_data_same(&t->st.data, &now) && !t->o.other_data) {
+        char was[256], is[256];
+        return vit_fail(VIT_EINVAL, "%s: the checkpoint's run trained on %s%s%s%s; this data is "
+                        "%s: a resumed run keeps its data unless other data is allowed",
+                        t->o.resume, *t->st.data.spec ? "'" : "", t->st.data.spec,
+                        *t->st.data.spec ? "', " : "",
+                        vit_run_data_describe(&t->st.data, was, sizeof was),
+                        vit_run_data_describe(&now, is, sizeof is));
+    }
+    if (!t->o.data_spec && t->st.has_data)
+        memcpy(now.spec, t->st.data.spec, sizeof now.spec);
+    t->st.data = now;
+    t->st.has_data = 1;
+    return VIT_OK;
+}
+
 /* The model: loaded from the checkpoint to resume (its recipe checked
  * against cfg), or made and initialized from the seed. */
 static int make_model(vit_trainer *t)
 {
     int rc;
     if (!t->o.resume) {
+        if ((rc = check_data(t)))
+            return rc;
         if (!(t->m = vit_model_new(&t->cfg)))
             return VIT_EINVAL;
         vit_rng_seed(&t->st.rng, t->cfg.seed);
@@ -250,6 +276,8 @@ static int make_model(vit_trainer *t)
     if ((rc = resume_changes(t, &ck, &t->cfg, t->o.resume)))
         return rc;
     t->cfg = ck;
+    if ((rc = check_data(t)))
+        return rc;
     if (ck.ema > 0) { /* the file's named tensors are the average */
         t->avg = t->m;
         if (!(t->m = vit_model_new(vit_model_config(t->avg))))
@@ -350,6 +378,7 @@ int vit_trainer_new(vit_trainer **out, const vit_config *cfg, const vit_dataset 
     t->t0 = t->last_save = now_seconds();
     t->o = *o;
     t->test = test;
+    t->train_all = train;
     t->last_val = -1;
     /* The validation set is the tail of the training part, never the test. */
     t->train = t->val = *train;
@@ -370,12 +399,16 @@ int vit_trainer_new(vit_trainer **out, const vit_config *cfg, const vit_dataset 
     }
     const vit_config *c = &t->cfg;
     long spe = (t->train.count + c->batch - 1) / c->batch;
-    t->warm = (long)(c->warmup * (double)spe);
+    /* The steps taken and those left at this steps-per-epoch: epochs *
+     * spe for a run on its own data, and on other data the schedule laid
+     * out over what is left. */
+    long total = (long)t->st.step + (c->epochs - (long)t->st.epoch) * spe - (long)t->st.epoch_step;
+    long warm = (long)(c->warmup * (double)spe);
     t->at = (vit_train_progress){
         .step = t->st.step, .epoch = t->st.epoch, .epoch_step = t->st.epoch_step,
         .start_step = t->st.step, .start_epoch = t->st.epoch, .steps_per_epoch = spe,
-        .total_steps = spe * c->epochs, .epochs = c->epochs, .batch = c->batch,
-        .train_count = t->train.count};
+        .total_steps = total, .warmup_steps = warm < total / 10 ? warm : total / 10,
+        .epochs = c->epochs, .batch = c->batch, .train_count = t->train.count};
     t->complete_at_start = o->resume && t->st.epoch >= (unsigned long long)c->epochs;
     t->at.finished = t->st.epoch >= (unsigned long long)c->epochs
                      || (o->stop_after_epochs > 0
@@ -561,7 +594,8 @@ static int train_batch(vit_trainer *t, long s, double *loss)
                         t->st.step + 1, t->st.epoch + 1);
     int ngroups;
     const vit_param_group *groups = vit_model_groups(t->m, &ngroups);
-    double lr = vit_lr_at((long)t->st.step, t->at.total_steps, t->warm, c->lr, c->min_lr);
+    double lr = vit_lr_at((long)t->st.step, t->at.total_steps, t->at.warmup_steps, c->lr,
+                          c->min_lr);
     rc = vit_adamw_step(&t->opt, vit_model_params(t->m), vit_model_grads(t->m), groups, ngroups, lr);
     if (rc)
         return diverged(t, rc);

@@ -220,7 +220,7 @@ row "ckpt: one byte changed" "flip.ckpt': checksum mismatch" vit_eval "$c/flip.c
 row "ckpt: bytes appended" "long.ckpt': 4 unexpected bytes after the last tensor" vit_eval "$c/long.ckpt"
 row "ckpt: a folder" "$c' is not a regular file" vit_eval "$c"
 row "ckpt: missing" "cannot open '$c/none.ckpt'" vit_eval "$c/none.ckpt"
-row "ckpt: other format version" "version5.ckpt': unsupported format version 5" vit_eval "$bad/version5.ckpt"
+row "ckpt: other format version" "version6.ckpt': unsupported format version 6" vit_eval "$bad/version6.ckpt"
 row "ckpt: absurd tensor dims" "absurd_dims.ckpt': tensor 'patch.w' dims\[0\] = 4611686018427387904 exceeds the [0-9]+ bytes left" \
     vit_eval "$bad/absurd_dims.ckpt"
 row "ckpt: absurd tensor count" "absurd_count.ckpt': tensor count 4294967295 cannot fit" vit_eval "$bad/absurd_count.ckpt"

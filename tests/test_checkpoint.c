@@ -211,7 +211,7 @@ static vit_ckpt small_ckpt(vit_ckpt_tensor t[2])
     t[1].dims[0] = 3;
     t[1].data = small_b;
     static char *names[3] = {"bag", "coat", "sneaker"};
-    vit_ckpt c = {7, 2, {1, 2, 3, 4}, "dim=8\n", 2, t, 0, {0, 0, 0}, 0, NULL, 3, names, 0};
+    vit_ckpt c = {7, 2, {1, 2, 3, 4}, "dim=8\n", 2, t, 0, {0, 0, 0}, 0, NULL, 3, names, NULL, 0};
     return c;
 }
 
@@ -249,12 +249,12 @@ START_TEST(test_byte_layout)
     int order[2] = {1, 0};
     char *names[2] = {"cat", "\xc3\xa9t\xc3\xa9"}; /* "été" in UTF-8 */
     vit_ckpt c = {0x0102030405060708ULL, 9, {1, 2, 3, 0x8000000000000000ULL}, "ab", 1, &t,
-                  3, {0.5, -2.0, 0.0}, 2, order, 2, names, 0};
+                  3, {0.5, -2.0, 0.0}, 2, order, 2, names, NULL, 0};
     ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_OK);
 
     static const unsigned char want_head[] = {
         'V', 'I', 'T', 'C', 'K', 'P', 'T', '1',
-        4, 0, 0, 0,                           /* version */
+        5, 0, 0, 0,                           /* version */
         8, 0, 0, 0,                           /* sizeof(vit_real) of this float64 build */
         8, 7, 6, 5, 4, 3, 2, 1,               /* step */
         9, 0, 0, 0, 0, 0, 0, 0,               /* epoch */
@@ -272,6 +272,7 @@ START_TEST(test_byte_layout)
         2, 0, 0, 0,                           /* class name count */
         3, 0, 'c', 'a', 't',                  /* class names: length, bytes */
         5, 0, 0xC3, 0xA9, 't', 0xC3, 0xA9,
+        0, 0, 0, 0,                           /* data record length (none) */
         1, 0, 0, 0,                           /* tensor count */
         1, 0, 'w',                            /* name */
         2, 0, 0, 0,                           /* ndim */
@@ -338,8 +339,9 @@ START_TEST(test_round_trip)
     memset(longest, 'x', sizeof longest - 1);
     longest[sizeof longest - 1] = '\0';
     char *names[3] = {"7", "T-shirt/top \xe2\x9c\x93", longest};
+    char data[] = "spec = x\ntrain_count = 3\n"; /* format 5's data record, as text */
     vit_ckpt c = {123456789012ULL, 42, {0xDEADBEEFULL, 0, ~0ULL, 5}, config, 3, t,
-                  7, {1.0 / 3.0, -1e300, 5e-324}, 5, order, 3, names, 0};
+                  7, {1.0 / 3.0, -1e300, 5e-324}, 5, order, 3, names, data, 0};
     ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_OK);
     ck_assert_int_eq(fu_count_entries(d.path), 1); /* no temporary file left */
 
@@ -361,6 +363,7 @@ START_TEST(test_round_trip)
     ck_assert_int_eq(r.nclass_names, 3);
     for (int k = 0; k < 3; k++)
         ck_assert_str_eq(r.class_names[k], names[k]);
+    ck_assert_str_eq(r.data, data);
     ck_assert_int_eq(r.ntensors, 3);
     for (int k = 0; k < 3; k++) {
         const vit_ckpt_tensor *g = vit_ckpt_find(&r, t[k].name);
@@ -386,7 +389,7 @@ START_TEST(test_round_trip)
     vit_ckpt_free(&r); /* freeing twice is harmless once zeroed */
 
     /* No config and no tensors at all is a valid checkpoint too. */
-    vit_ckpt empty = {1, 0, {0, 0, 0, 0}, NULL, 0, NULL, 0, {0, 0, 0}, 0, NULL, 0, NULL, 0};
+    vit_ckpt empty = {1, 0, {0, 0, 0, 0}, NULL, 0, NULL, 0, {0, 0, 0}, 0, NULL, 0, NULL, NULL, 0};
     ck_assert_int_eq(vit_ckpt_write(path, &empty), VIT_OK);
     ck_assert_int_eq(vit_ckpt_read(path, &r), VIT_OK);
     ck_assert_str_eq(r.config, "");
@@ -505,8 +508,8 @@ START_TEST(test_bad_header_fields)
     /* Each edit gets a valid CRC so that the field check itself must fire. */
     ck_assert_int_eq(img[0], 'V');
     expect_edit_fails(bad, img, n, 0, 'X', "bad magic");
-    ck_assert_int_eq(img[8], 4);
-    expect_edit_fails(bad, img, n, 8, 5, "version 5");
+    ck_assert_int_eq(img[8], 5);
+    expect_edit_fails(bad, img, n, 8, 6, "version 6");
     expect_edit_fails(bad, img, n, 8, 0, "version 0");
     ck_assert_int_eq(img[12], 8);
     expect_edit_fails(bad, img, n, 12, 2, "real size");
@@ -1122,7 +1125,7 @@ START_TEST(test_failed_overwrite_keeps_old_file)
     for (int i = 0; i < BIG; i++)
         big[i] = i * 0.5;
     vit_ckpt_tensor bt = {"big", 1, {BIG, 0, 0, 0}, big};
-    vit_ckpt fresh = {99, 9, {0, 0, 0, 0}, "new", 1, &bt, 0, {0, 0, 0}, 0, NULL, 0, NULL, 0};
+    vit_ckpt fresh = {99, 9, {0, 0, 0, 0}, "new", 1, &bt, 0, {0, 0, 0}, 0, NULL, 0, NULL, NULL, 0};
 
     fflush(NULL); /* nothing buffered may be written twice by the child */
     pid_t pid = fork();

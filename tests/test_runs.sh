@@ -277,7 +277,7 @@ check "a format-1 checkpoint resumes the same way twice" \
 # $v2: --dim 8 --depth 1 --heads 2 --mlp 8 --batch 4 --epochs 3, SIGINT
 # inside epoch 2 at step 270 of 360, written by the format-2 code (before
 # weight averaging).  As for format 1: it resumes from inside its epoch,
-# trains to the end, the same way twice, and writes format 3.
+# trains to the end, the same way twice, and writes the current format (5).
 mkdir "$tmp/v2" "$tmp/v2b"
 cp "$v2" "$tmp/v2/last.ckpt"
 cp "$v2" "$tmp/v2b/last.ckpt"
@@ -287,8 +287,8 @@ rc1=$?
 rc2=$?
 check "a format-2 checkpoint resumes inside its epoch: exit 0, epoch 3 trained and written" \
     '[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && grep -q "resuming inside epoch 2 at step 270 of 360" <<<"$out" && grep -q "^3," "$tmp/v2/metrics.csv"'
-check "a format-2 checkpoint resumes the same way twice, into format 3" \
-    'cmp "$tmp/v2/last.ckpt" "$tmp/v2b/last.ckpt" && [ "$(od -A n -t u1 -j 8 -N 1 "$tmp/v2/last.ckpt" | tr -d " ")" = 4 ]'
+check "a format-2 checkpoint resumes the same way twice, into format 5" \
+    'cmp "$tmp/v2/last.ckpt" "$tmp/v2b/last.ckpt" && [ "$(od -A n -t u1 -j 8 -N 1 "$tmp/v2/last.ckpt" | tr -d " ")" = 5 ]'
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

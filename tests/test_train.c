@@ -804,6 +804,7 @@ START_TEST(test_ema_run)
     cfg.shift = 1;
     cfg.ema = d;
     cfg.tta = VIT_TTA_SHIFT9;
+    cfg.lr = 6e-3; /* 4 steps far enough apart that the average lags the last weights */
     vit_train_result res;
 
     /* A: the run in one go.  B: one epoch per call, each resumed. */

@@ -197,9 +197,14 @@ START_TEST(test_events_in_order)
         i++;
     }
     ck_assert_str_eq(s.path, ckpt);
-    /* Warm-up over the first epoch: the rate rises step by step. */
-    ck_assert(s.lr[1] > 0 && s.lr[2] > s.lr[1] && s.lr[SPE] > s.lr[SPE / 2]);
-    ck_assert(s.lr[SPE] <= cfg.lr * (1 + 1e-6));
+    /* The warm-up of 1 epoch (42 steps) is capped at a tenth of the run's
+     * 126 steps: 12 steps rising to the peak, then the cosine falls. */
+    ck_assert_int_eq(at->warmup_steps, 12);
+    for (int k = 2; k <= 12; k++)
+        ck_assert_msg(s.lr[k] > s.lr[k - 1], "step %d: lr %g after %g", k, s.lr[k], s.lr[k - 1]);
+    ck_assert_double_eq_tol(s.lr[12], cfg.lr, 1e-9);
+    for (int k = 14; k <= SPE; k++)
+        ck_assert_msg(s.lr[k] < s.lr[k - 1], "step %d: lr %g after %g", k, s.lr[k], s.lr[k - 1]);
 
     /* The EPOCH rows are metrics.csv's (which rounds to 6 decimals). */
     ck_assert_int_eq(s.nrows, 3);
@@ -388,6 +393,56 @@ START_TEST(test_resume_and_set_aside_events)
 }
 END_TEST
 
+START_TEST(test_checkpoint_knows_its_data)
+{
+    load_digits();
+    char dir[64], ckpt[128];
+    fu_mkdtemp(dir, sizeof dir, "/tmp/vit_trainer_test_XXXXXX");
+    snprintf(ckpt, sizeof ckpt, "%s/last.ckpt", dir);
+    vit_config cfg;
+    tiny_config(&cfg, 2);
+    vit_train_result res;
+    vit_train_opts o = {.out_dir = dir, .ckpt_every = 1, .stop_after_epochs = 1,
+                        .data_spec = "digits"};
+    ck_assert_int_eq(vit_train_run(&cfg, &g_train, &g_test, &o, &res), VIT_OK);
+    vit_train_result_free(&res);
+    vit_run_data got, want;
+    int known = 0;
+    ck_assert_int_eq(vit_run_data_read(ckpt, &got, &known), VIT_OK);
+    ck_assert_int_eq(known, 1);
+    ck_assert_int_eq(vit_run_data_of(&g_train, &g_test, "digits", &want), VIT_OK);
+    ck_assert(vit_run_data_same(&got, &want));
+    ck_assert_str_eq(got.spec, "digits");
+    ck_assert_int_eq(got.train_count, N_TRAIN);
+    ck_assert_int_eq(got.test_count, g_test.count);
+    ck_assert_int_eq(got.height * got.width * got.channels, 64);
+
+    /* One label changed is other data: refused on resume, naming both. */
+    vit_dataset other = g_train;
+    other.labels = malloc((size_t)other.count * sizeof *other.labels);
+    memcpy(other.labels, g_train.labels, (size_t)other.count * sizeof *other.labels);
+    other.labels[700] = (other.labels[700] + 1) % 10;
+    vit_run_data changed;
+    ck_assert_int_eq(vit_run_data_of(&other, &g_test, NULL, &changed), VIT_OK);
+    ck_assert(!vit_run_data_same(&got, &changed));
+    o.resume = ckpt;
+    o.stop_after_epochs = 0;
+    o.data_spec = NULL;
+    ck_assert_int_eq(vit_train_run(&cfg, &other, &g_test, &o, &res), VIT_EINVAL);
+    ck_assert_msg(strstr(vit_last_error(), "1437 train + 360 test images") != NULL
+                  && strstr(vit_last_error(), "'digits'") != NULL, "%s", vit_last_error());
+    o.other_data = 1; /* allowed: trains on, and records the new data */
+    ck_assert_msg(vit_train_run(&cfg, &other, &g_test, &o, &res) == VIT_OK, "%s",
+                  vit_last_error());
+    vit_train_result_free(&res);
+    ck_assert_int_eq(vit_run_data_read(ckpt, &got, &known), VIT_OK);
+    ck_assert(vit_run_data_same(&got, &changed));
+    ck_assert_str_eq(got.spec, "digits"); /* no spec given: the run's is kept */
+    free(other.labels);
+    fu_remove_tree(dir);
+}
+END_TEST
+
 static Suite *trainer_suite(void)
 {
     Suite *s = suite_create("trainer");
@@ -397,6 +452,7 @@ static Suite *trainer_suite(void)
     tcase_add_test(tc, test_stepping_equals_one_call);
     tcase_add_test(tc, test_stop_and_resume_exact);
     tcase_add_test(tc, test_resume_and_set_aside_events);
+    tcase_add_test(tc, test_checkpoint_knows_its_data);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -391,3 +391,16 @@ void cli_short_path(const char *path, int max, char *out, size_t cap)
         }
     snprintf(out, cap, "%.*s...%s", (int)head, path, t);
 }
+
+const char *cli_data_of_run(const char *ckpt, const char *given, char *buf, size_t cap)
+{
+    if (given)
+        return given;
+    vit_run_data d;
+    int known = 0;
+    if (ckpt && vit_run_data_read(ckpt, &d, &known) == VIT_OK && known && *d.spec) {
+        snprintf(buf, cap, "%s", d.spec);
+        return buf;
+    }
+    return "digits";
+}

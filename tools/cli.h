@@ -96,6 +96,12 @@ int cli_terminal_columns(void);
  * is near, so that the run folder and file name stay readable. */
 void cli_short_path(const char *path, int max, char *out, size_t cap);
 
+/* The data set a tool works on for checkpoint ckpt: given (--data) when
+ * not NULL, else the spec the checkpoint's run recorded (vit_run_data),
+ * else "digits" (a checkpoint written before runs recorded their data).
+ * Points into buf[cap] or at a constant. */
+const char *cli_data_of_run(const char *ckpt, const char *given, char *buf, size_t cap);
+
 /* Prints the config keys as options (for --help). */
 void cli_print_config_keys(FILE *f);
 
@@ -122,9 +128,13 @@ typedef struct cli_progress {
     int header_max, header_due;
     double t_first;            /* after the run's first step */
     int summary_done;
+    int score_images;          /* test + validation images scored per epoch */
+    double t_last_step;        /* when the last step's event came */
+    double score_seconds;      /* one epoch's scoring, once measured */
 } cli_progress;
 
-void cli_progress_init(cli_progress *p, int mode, double every, const char *out_dir, int with_val);
+void cli_progress_init(cli_progress *p, int mode, double every, const char *out_dir, int with_val,
+                       int score_images);
 
 /* A vit_train_callback; user is a cli_progress.  Never asks for a stop. */
 int cli_progress_event(const vit_train_event *ev, void *user);

@@ -191,6 +191,21 @@ static void epoch_row(cli_progress *p, const vit_train_progress *at, const vit_e
     fflush(p->out);
 }
 
+/* Seconds the scoring still to come will take: after each remaining epoch
+ * a pass over the test (and validation) images, and at the end, with
+ * test-time augmentation, nine more.  Measured once an epoch has been
+ * scored (the time between its last step and its row); before that,
+ * guessed from the training speed, a forward being about a third of a
+ * training step's work.  per_image: seconds per training image. */
+static double scoring_left(const cli_progress *p, const vit_train_event *ev, double per_image)
+{
+    const vit_train_progress *at = ev->at;
+    const vit_config *c = vit_trainer_config(ev->trainer);
+    double pass = p->score_seconds > 0 ? p->score_seconds : p->score_images * per_image / 3;
+    double epochs_left = (double)at->epochs - (double)at->epoch;
+    return pass * (epochs_left + (c->tta != VIT_TTA_NONE ? 9 : 0));
+}
+
 /* Parameters as 950, 81.2k or 1.35M. */
 static const char *count_text(size_t n, char *buf, size_t cap)
 {
@@ -238,7 +253,8 @@ static void model_summary(cli_progress *p, const vit_train_event *ev)
     else
         snprintf(grid, sizeof grid, " (%dx%d patches of %d, stride %d, padding %d)", gh, gw,
                  c->patch, c->patch_stride ? c->patch_stride : c->patch, c->patch_pad);
-    hms((double)(at->total_steps - (long)at->step) * per_step, eta, sizeof eta);
+    double left = (double)(at->total_steps - (long)at->step) * per_step;
+    hms(left + scoring_left(p, ev, per_step / c->batch), eta, sizeof eta);
     count_text(vit_model_param_count(vit_trainer_model(ev->trainer)), n, sizeof n);
     int max = line_max(p);
     int len = snprintf(line, sizeof line, "model: %s parameters, %d tokens%s, %.0f img/s, ETA %s",
@@ -265,6 +281,7 @@ static void model_summary(cli_progress *p, const vit_train_event *ev)
 static void on_step(cli_progress *p, const vit_train_event *ev)
 {
     const vit_train_progress *at = ev->at;
+    p->t_last_step = now_seconds();
     model_summary(p, ev);
     long s1 = (long)at->epoch_step, spe = at->steps_per_epoch;
     double tnow = 0;
@@ -273,7 +290,9 @@ static void on_step(cli_progress *p, const vit_train_event *ev)
     if (!bar && !plain)
         return;
     double steps = (double)(at->step - at->start_step);
-    double eta = steps > 0 ? (double)(at->total_steps - (long)at->step) * at->elapsed / steps : 0;
+    double per_step = steps > 0 ? at->elapsed / steps : 0;
+    double eta = (double)(at->total_steps - (long)at->step) * per_step
+                 + scoring_left(p, ev, per_step / at->batch);
     if (bar) {
         bar_draw(p, at, ev->loss, ev->images_per_second, eta);
         return;
@@ -283,6 +302,23 @@ static void on_step(cli_progress *p, const vit_train_event *ev)
     fprintf(p->out, "%s\n", line);
     fflush(p->out);
     p->last_print = tnow;
+}
+
+/* The warm-up the config asks for, when it is more than a tenth of the
+ * run and so shortened (vit_train_progress.warmup_steps). */
+static void warmup_note(cli_progress *p, const vit_train_event *ev)
+{
+    const vit_train_progress *at = ev->at;
+    double want = vit_trainer_config(ev->trainer)->warmup;
+    if ((long)(want * (double)at->steps_per_epoch) <= at->warmup_steps)
+        return;
+    char line[160];
+    int max = line_max(p);
+    snprintf(line, sizeof line, "warm-up: %g epochs cut to %.2g, a tenth of the run", want,
+             (double)at->warmup_steps / (double)at->steps_per_epoch);
+    if (max > 0 && max < (int)sizeof line)
+        line[max] = 0;
+    fprintf(p->out, "%s\n", line);
 }
 
 /* epochs: 20 -> 30, said as the run's change. */
@@ -298,9 +334,11 @@ static void on_resume_change(cli_progress *p, const vit_train_event *ev)
     fflush(p->out);
 }
 
-void cli_progress_init(cli_progress *p, int mode, double every, const char *out_dir, int with_val)
+void cli_progress_init(cli_progress *p, int mode, double every, const char *out_dir, int with_val,
+                       int score_images)
 {
     memset(p, 0, sizeof *p);
+    p->score_images = score_images;
     p->mode = mode;
     p->every = every > 0 ? every : 30;
     p->out_dir = out_dir;
@@ -330,11 +368,14 @@ int cli_progress_event(const vit_train_event *ev, void *user)
         if (at->epoch_step > 0)
             fprintf(p->out, "resuming inside epoch %llu at step %llu of %ld\n", at->epoch + 1,
                     at->epoch_step, at->steps_per_epoch);
+        warmup_note(p, ev);
         break;
     case VIT_TRAIN_STEP:
         on_step(p, ev);
         break;
     case VIT_TRAIN_EPOCH:
+        if (p->t_last_step > 0)
+            p->score_seconds = now_seconds() - p->t_last_step;
         bar_clear(p);
         epoch_header_due(p, at->epochs);
         epoch_row(p, at, ev->epoch, ev->images_per_second);

@@ -19,9 +19,10 @@ static const char *prog = "vit_attn";
 static void usage(void)
 {
     printf("usage: vit_attn CKPT (--digit N | IMAGE.png) [--query cls|R,C] [--out FILE.png]\n"
-           "                [--data digits|DIR]\n"
+           "                [--data SPEC]\n"
            "Runs the model of checkpoint CKPT on one image, either image N of the test split\n"
-           "of --data (default digits) or a PNG of the training image size, and writes a PNG\n"
+           "of --data (default: the data the run trained on) or a PNG of the training image\n"
+           "size, and writes a PNG\n"
            "(default attention.png) with the image and, per layer (rows) and head (columns),\n"
            "the attention weights of the query over the patch grid as a heat map blended over\n"
            "the image, each map coloured from 0 to its own largest weight.  --query cls (default) uses the class token; --query\n"
@@ -184,7 +185,7 @@ static void print_summary(const vit_config *c, const vit_real *maps, int gw)
 int main(int argc, char **argv)
 {
     cli_ignore_file_size_signal();
-    const char *ckpt = NULL, *png = NULL, *out = "attention.png", *data = "digits", *qtext = "cls";
+    const char *ckpt = NULL, *png = NULL, *out = "attention.png", *data = NULL, *qtext = "cls";
     int digit = -1;
     static const cli_flag flags[] = {{"--digit", 1}, {"--query", 1}, {"--out", 1}, {"--data", 1},
                                      {"--help", 0}, {"--version", 0}, {NULL, 0}};
@@ -214,6 +215,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: no checkpoint given (see --help)\n", prog);
         return 2;
     }
+    /* Without --data: the data the checkpoint's run trained on. */
+    char data_buf[VIT_RUN_DATA_SPEC_MAX];
+    data = cli_data_of_run(ckpt, data, data_buf, sizeof data_buf);
     if ((digit >= 0) == (png != NULL)) {
         fprintf(stderr, "%s: give exactly one image: --digit N or a PNG file\n", prog);
         return 2;

@@ -11,19 +11,20 @@ static const char *prog = "vit_eval";
 
 static void usage(void)
 {
-    printf("usage: vit_eval CKPT [--data digits|DIR] [--split test|train] [--threads N]\n"
+    printf("usage: vit_eval CKPT [--data SPEC] [--split test|train] [--threads N]\n"
            "                [--tta none|shift9]\n"
            "Scores a checkpoint written by vit_train on the test (default) or training\n"
            "split of a data set and prints loss, accuracy and the confusion matrix.\n"
            "The model is scored as it was trained to be used: with the averaged weights\n"
            "of a run with ema, and with the test-time augmentation of its config (tta);\n"
            "--tta overrides that (none: one pass per image; shift9: the mean\n"
-           "probabilities over the image and its eight one-pixel shifts).\n");
+           "probabilities over the image and its eight one-pixel shifts).  --data: digits\n"
+           "or a data folder; without it, the data the checkpoint's run trained on.\n");
 }
 
 int main(int argc, char **argv)
 {
-    const char *ckpt = NULL, *data = "digits";
+    const char *ckpt = NULL, *data = NULL;
     int split_train = 0, threads = 0, tta = -1;
     static const cli_flag flags[] = {{"--data", 1}, {"--split", 1}, {"--threads", 1}, {"--tta", 1},
                                      {"--help", 0}, {"--version", 0}, {NULL, 0}};
@@ -62,6 +63,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: no checkpoint given (see --help)\n", prog);
         return 2;
     }
+    /* Without --data: the data the checkpoint's run trained on. */
+    char data_buf[VIT_RUN_DATA_SPEC_MAX];
+    data = cli_data_of_run(ckpt, data, data_buf, sizeof data_buf);
     if (threads)
         vit_set_threads(threads);
     vit_model *m = NULL;

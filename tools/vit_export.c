@@ -15,19 +15,19 @@ static const char *prog = "vit_export";
 static void usage(void)
 {
     printf("usage: vit_export CKPT --out MODEL.safetensors [--logits LOGITS.csv]\n"
-           "                  [--data digits|DIR]\n"
+           "                  [--data SPEC]\n"
            "Writes the weights of checkpoint CKPT as float32 safetensors under timm's\n"
            "VisionTransformer names (patch_embed.proj, cls_token, pos_embed,\n"
            "blocks.N.attn.qkv, ..., head), with the model config in __metadata__.\n"
-           "--logits also writes the logits of the test split of --data (default\n"
-           "digits) as CSV (index,label,pred,logit_0,...) for\n"
+           "--logits also writes the logits of the test split of --data (default: the\n"
+           "data the run trained on) as CSV (index,label,pred,logit_0,...) for\n"
            "tools/torch_check_export.py to compare with PyTorch.\n");
 }
 
 int main(int argc, char **argv)
 {
     cli_ignore_file_size_signal();
-    const char *ckpt = NULL, *out = NULL, *logits = NULL, *data = "digits";
+    const char *ckpt = NULL, *out = NULL, *logits = NULL, *data = NULL;
     static const cli_flag flags[] = {{"--out", 1}, {"--logits", 1}, {"--data", 1},
                                      {"--help", 0}, {"--version", 0}, {NULL, 0}};
     if (!cli_normalize(prog, &argc, &argv, flags, 0))
@@ -54,6 +54,9 @@ int main(int argc, char **argv)
                 !ckpt ? "no checkpoint given" : "no --out file given");
         return 2;
     }
+    /* Without --data: the data the checkpoint's run trained on. */
+    char data_buf[VIT_RUN_DATA_SPEC_MAX];
+    data = cli_data_of_run(ckpt, data, data_buf, sizeof data_buf);
     vit_model *m = NULL;
     vit_run_state st;
     if (vit_run_load(ckpt, &m, NULL, &st))

@@ -3,6 +3,9 @@
  * folder.  All the work is in the library (vit/train.h); this file only
  * turns flags into a config and options.
  */
+/* realpath (XSI) */
+#define _XOPEN_SOURCE 700
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -39,7 +42,11 @@ static void usage(FILE *f)
         "                       --ckpt-minutes and --threads may change, and each\n"
         "                       change is printed; any other key that differs from\n"
         "                       the checkpoint's is refused.  A finished run says\n"
-        "                       so and trains nothing\n"
+        "                       so and trains nothing.  Without --data, the data\n"
+        "                       the run trained on (the checkpoint records it);\n"
+        "                       other data is refused\n"
+        "  --other-data         resume on data other than the run's: the schedule is\n"
+        "                       laid out anew over the steps left\n"
         "  --val N              hold out the last N training images for validation\n"
         "  --ckpt-every N       epochs between checkpoints (default 1)\n"
         "  --stop-after N       stop after N epochs, as if interrupted (resume later)\n"
@@ -77,7 +84,7 @@ static void usage(FILE *f)
 static const cli_flag flags[] = {
     {"--data", 1}, {"--config", 1}, {"--out", 1}, {"--resume", 1}, {"--val", 1},
     {"--ckpt-every", 1}, {"--stop-after", 1}, {"--threads", 1}, {"--quiet", 0},
-    {"--check-replicas", 0}, {"--force", 0}, {"--seeds", 1}, {"--help", 0}, {"--version", 0},
+    {"--check-replicas", 0}, {"--force", 0}, {"--other-data", 0}, {"--seeds", 1}, {"--help", 0}, {"--version", 0},
     {NULL, 0},
 };
 
@@ -178,6 +185,28 @@ static void print_result(const char *acc, const char *labels, const char *timing
         printf("%s (%s)\n%s\ncheckpoint %s\n", acc, labels, timing, short_path);
 }
 
+/* 1 if train and test (loaded from spec) are the data the run of ckpt
+ * recorded, or it recorded none; else says so (when speak) and gives 0.
+ * The library refuses such a resume too; this names the flag. */
+static int same_data_as_run(const char *ckpt, const char *spec, const vit_dataset *train,
+                            const vit_dataset *test, int speak)
+{
+    vit_run_data was, now;
+    int known = 0;
+    if (vit_run_data_read(ckpt, &was, &known) || !known)
+        return 1; /* an unreadable file is the library's to report */
+    if (vit_run_data_of(train, test, spec, &now) || vit_run_data_same(&was, &now))
+        return 1;
+    if (speak) {
+        char a[256], b[256];
+        fprintf(stderr, "%s: %s: the run trained on %s%s%s; --data %s is %s; pass --other-data "
+                "to continue it on this data\n", prog, ckpt, *was.spec ? was.spec : "",
+                *was.spec ? ", " : "", vit_run_data_describe(&was, a, sizeof a), spec,
+                vit_run_data_describe(&now, b, sizeof b));
+    }
+    return 0;
+}
+
 /* Under mpirun every rank runs the same command; rank 0 alone speaks. */
 int main(int argc, char **argv)
 {
@@ -258,7 +287,8 @@ static int train_once(const vit_config *cfg, const vit_dataset *train, const vit
     const char *out = o.out_dir;
     int speak = vit_dist_rank() == 0;
     cli_progress bar;
-    cli_progress_init(&bar, look->progress, look->every, out, o.val_count > 0);
+    cli_progress_init(&bar, look->progress, look->every, out, o.val_count > 0,
+                      test->count + o.val_count);
     o.on_event = cli_progress_event;
     o.user = &bar;
     vit_train_result res;
@@ -446,7 +476,8 @@ static int run(int argc, char **argv)
     vit_config_default(&cfg);
     vit_train_opts o = {.ckpt_every = 1};
     shown look = {.progress = isatty(STDOUT_FILENO) ? 2 : 1};
-    const char *data = "digits", *config = NULL;
+    const char *data = NULL, *config = NULL;
+    char data_buf[VIT_RUN_DATA_SPEC_MAX];
     char out[4096] = "";
     int threads = 0, nseeds = 0;
     unsigned long long seeds[MAX_SEEDS];
@@ -496,6 +527,10 @@ static int run(int argc, char **argv)
             o.check_replicas = 1;
             continue;
         }
+        if (strcmp(a, "--other-data") == 0) {
+            o.other_data = 1;
+            continue;
+        }
         if (strcmp(a, "--force") == 0) {
             o.overwrite = 1;
             continue;
@@ -542,6 +577,13 @@ static int run(int argc, char **argv)
     }
     if (threads > 0)
         vit_set_threads(threads);
+    /* A resume trains on its run's data unless --data says otherwise. */
+    data = o.resume ? cli_data_of_run(o.resume, data, data_buf, sizeof data_buf)
+                    : data ? data : "digits";
+    /* Recorded as an absolute path, so that tools run from elsewhere find
+     * it again ("digits" and paths that do not resolve stay as given). */
+    char data_abs[PATH_MAX];
+    o.data_spec = strcmp(data, "digits") != 0 && realpath(data, data_abs) ? data_abs : data;
     if (!*out && o.resume) {
         folder_of(o.resume, out, sizeof out);
     } else if (!*out && !cli_run_dir(data, out, sizeof out)) {
@@ -598,6 +640,11 @@ static int run(int argc, char **argv)
     if (vit_data_load(data, cli_digits_path(), &train, &test))
         return cli_fail(prog, NULL);
     int speak = vit_dist_rank() == 0;
+    if (o.resume && !o.other_data && !same_data_as_run(o.resume, data, &train, &test, speak)) {
+        vit_dataset_free(&train);
+        vit_dataset_free(&test);
+        return 1;
+    }
     if (o.val_count >= train.count) {
         if (speak)
             fprintf(stderr, "%s: --val %d leaves no training images (of %d)\n", prog, o.val_count,

@@ -7,13 +7,13 @@
  * the tensors mean; the caller picks the names and finds them again with
  * vit_ckpt_find.
  *
- * File format, version 4 (versions 3, 2 and 1, below, are still read).  Every integer is little-endian and is written
- * and read one byte at a time, so the file is the same on every machine.
+ * File format, version 5 (versions 4 to 1, below, are still read).  Every
+ * integer is little-endian and is written and read one byte at a time, so the file is the same on every machine.
  * Offsets are in bytes from the start of the file.
  *
  *   offset  size       field
  *   0       8          magic, the ASCII bytes "VITCKPT1" (no terminator)
- *   8       4          u32 format version, 4
+ *   8       4          u32 format version, 5
  *   12      4          u32 sizeof(vit_real) of the writer, 4 or 8
  *                      (informational: values are float32 either way)
  *   16      8          u64 step
@@ -32,6 +32,8 @@
  *   then M class names, each:
  *           2          u16 length (1 .. VIT_CKPT_CLASS_NAME_MAX - 1)
  *           length     UTF-8 bytes (no terminator, no NUL inside)
+ *   then    4          u32 D, length of the data record (0 .. VIT_CKPT_DATA_MAX)
+ *           D          data record bytes (no terminator, no NUL inside)
  *   then    4          u32 K, number of tensors
  *   then K tensor records, each:
  *           2          u16 name length N (1 .. 63)
@@ -44,7 +46,8 @@
  *   end-4   4          u32 CRC-32 (zlib's crc32, polynomial 0xEDB88320) of
  *                      every byte before it
  *
- * Versions 3 and 2 have the same layout.  Version 4 marks the fused
+ * Version 4 is version 5 without the data record (the tensor count follows
+ * the class names).  Versions 3 and 2 have the layout of 4.  Version 4 marks the fused
  * attention layout of a run (vit/train.h): each block's input projections
  * are one tensor blocks.L.attn.w_qkv [D, 3D] = [W_Q | W_K | W_V] (and
  * b_qkv [3D]) where versions 1 to 3 stored w_q, w_k, w_v [D, D] (and b_q,
@@ -80,11 +83,12 @@
 
 VIT_BEGIN_DECLS
 
-#define VIT_CKPT_VERSION 4     /* the version written */
+#define VIT_CKPT_VERSION 5     /* the version written */
 #define VIT_CKPT_VERSION_MIN 1 /* the oldest version read */
 #define VIT_CKPT_NAME_MAX 64 /* size of vit_ckpt_tensor.name, including its NUL */
 #define VIT_CKPT_CLASS_NAME_MAX 256 /* longest class name + 1 (a file name fits) */
 #define VIT_CKPT_CLASSES_MAX 100000 /* most class names (the most classes a model has) */
+#define VIT_CKPT_DATA_MAX 65536 /* longest data record, in bytes */
 
 /* One tensor: name (NUL-terminated, 1..63 bytes), ndim in 1..4, dims[0 ..
  * ndim-1] >= 1 (entries past ndim are ignored), and data holding the
@@ -99,7 +103,7 @@ typedef struct vit_ckpt_tensor {
 /* A whole checkpoint.  config is NUL-terminated text (NULL is written as
  * empty).  When writing, the caller owns everything and the structure is
  * only read.  When vit_ckpt_read fills it, config, tensors, every
- * tensors[i].data, order, class_names and every class_names[i] are
+ * tensors[i].data, order, class_names, every class_names[i] and data are
  * allocated by the library and released together by vit_ckpt_free. */
 typedef struct vit_ckpt {
     unsigned long long step, epoch;
@@ -122,6 +126,10 @@ typedef struct vit_ckpt {
      * the count to the classes is the caller's (vit_run_load). */
     int nclass_names;
     char **class_names;
+    /* What the run trained on (format 5; NULL in older files, and written
+     * as empty when NULL): NUL-terminated text the format does not
+     * interpret (vit/train.h's vit_run_data writes and reads it). */
+    char *data;
     /* The file's format version (1 .. VIT_CKPT_VERSION), set by
      * vit_ckpt_read so that a caller can convert what older versions
      * meant; ignored by vit_ckpt_write, which writes VIT_CKPT_VERSION. */

@@ -32,6 +32,48 @@ VIT_BEGIN_DECLS
 
 /* ---- Checkpoints of a training run ---------------------------------- */
 
+/* What a run trains on, as its checkpoints record it: how to load it again
+ * and a fingerprint that tells another data set from it.  Fixed size, no
+ * pointers: copy it freely. */
+#define VIT_RUN_DATA_SPEC_MAX 1024
+typedef struct vit_run_data {
+    char spec[VIT_RUN_DATA_SPEC_MAX]; /* vit_data_load's spec ("digits", a
+                                         folder), or "" when not known */
+    int train_count, test_count;      /* images; the training count includes
+                                         a validation tail (val_count) */
+    int height, width, channels, classes;
+    unsigned long long labels_hash;   /* FNV-1a (64-bit) of the labels, the
+                                         training set's then the test set's,
+                                         each as 4 little-endian bytes */
+    unsigned long long pixels_hash;   /* FNV-1a of up to 64 images of each set,
+                                         evenly spread, every pixel as the
+                                         byte round(255 x) of x in [0, 1]: the
+                                         same in the float32 and float64
+                                         builds */
+} vit_run_data;
+
+/* Fills *out with the fingerprint of train and test and with spec (NULL:
+ * ""; a spec of VIT_RUN_DATA_SPEC_MAX bytes or more, or with a newline, is
+ * stored as "").  Reads every label and the sampled images.  VIT_EINVAL
+ * for a NULL or empty set. */
+int vit_run_data_of(const vit_dataset *train, const vit_dataset *test, const char *spec,
+                    vit_run_data *out);
+
+/* 1 if a and b have the same fingerprint (counts, shape, classes and both
+ * hashes; the specs are not compared), else 0. */
+int vit_run_data_same(const vit_run_data *a, const vit_run_data *b);
+
+/* One line for a person: "1437 train + 360 test images of 8x8x1, 10
+ * classes (labels 9f3c21d04ab6e7c1, pixels 04aa...)" into buf[cap]
+ * (cut to fit); returns buf. */
+const char *vit_run_data_describe(const vit_run_data *d, char *buf, size_t cap);
+
+/* The data record of the checkpoint at path into *out, *known = 1; a
+ * checkpoint without one (written before format 5, or by vit_run_save
+ * without it) gives *known = 0 and *out zeroed.  Errors as vit_ckpt_read,
+ * and VIT_EFORMAT for a record that does not parse. */
+int vit_run_data_read(const char *path, vit_run_data *out, int *known);
+
 /* The state a run needs to continue exactly where it stopped. */
 typedef struct vit_run_state {
     unsigned long long step;  /* optimizer steps taken */
@@ -65,6 +107,10 @@ typedef struct vit_run_state {
      * when the file holds them, else sets NULL (no averaging, format 1 or
      * 2, or an imported model). */
     vit_real *train_params;
+    /* What the run trains on: vit_run_save writes it when has_data is 1;
+     * vit_run_load fills it and sets has_data when the file holds it. */
+    int has_data;
+    vit_run_data data;
 } vit_run_state;
 
 /* The checkpoint tensor of vit_run_state.train_params. */
@@ -188,7 +234,11 @@ typedef struct vit_train_progress {
                                       event of an epoch's last step) */
     unsigned long long start_step, start_epoch; /* where this invocation began */
     long steps_per_epoch;
-    long total_steps;              /* steps_per_epoch * epochs */
+    long total_steps;              /* the schedule's length: steps_per_epoch *
+                                      epochs, or on other data (other_data)
+                                      the steps taken + those left */
+    long warmup_steps;             /* the schedule's warm-up: warmup epochs,
+                                      at most a tenth of total_steps */
     int epochs;                    /* the run's length (a resume may change it) */
     int batch;                     /* images per step */
     int train_count;               /* training images per epoch (without the
@@ -263,6 +313,14 @@ typedef struct vit_train_opts {
                                 signal handler may set it), the run finishes
                                 the current step, checkpoints it and returns
                                 with result.interrupted set */
+    const char *data_spec;   /* how the data was named (vit_data_load's spec),
+                                stored in the checkpoints with the data's
+                                fingerprint (vit_run_data); NULL: on resume
+                                the checkpoint's, else "" */
+    int other_data;          /* resume on data whose fingerprint differs from
+                                the checkpoint's (refused without it): the
+                                schedule is laid out anew over the steps
+                                left at the new steps per epoch */
     vit_train_callback on_event; /* progress, or NULL */
     void *user;              /* passed to on_event */
 } vit_train_opts;

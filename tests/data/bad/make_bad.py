@@ -21,7 +21,7 @@ The checkpoint code below reads and writes every format this project has
 had, 1 to VIT_CKPT_VERSION (taken from include/vit/checkpoint.h), keeping
 each file in the layout of its base, so another base can be used.  The
 "version newer than this build reads" file is versionN.ckpt for N =
-VIT_CKPT_VERSION + 1 (version5.ckpt while the format is 4); after a format
+VIT_CKPT_VERSION + 1 (version6.ckpt while the format is 5); after a format
 change the test's row names the new file, and the old one is for git rm.
 
 The output is deterministic: run on the committed base, every file comes
@@ -79,24 +79,27 @@ class Reader:
 def parse(data):
     """A checkpoint of any format 1 .. VIT_CKPT_VERSION as a dict (layout:
     include/vit/checkpoint.h).  Formats 2 and later add the position inside
-    an epoch and the class names; the tensor records are the same in all."""
+    an epoch and the class names, format 5 the data record; the tensor
+    records are the same in all."""
     assert data[:8] == MAGIC, "not a vit checkpoint"
     assert zlib.crc32(data[:-4]) == struct.unpack("<I", data[-4:])[0], "checksum mismatch"
     r = Reader(data)
     r.pos = 8
     version, real_size, step, epoch = r.take("IIQQ")
     assert 1 <= version <= format_version(), "format version %d" % version
-    # layout: 1, or 2 for format 2 and the later ones, which share it
-    c = dict(version=version, layout=min(version, 2), real_size=real_size, step=step,
-             epoch=epoch, rng=r.take("4Q"), epoch_step=0, sums=(0, 0, 0), order=[],
-             class_names=[], count=None)
-    if c["layout"] == 2:
+    # layout: 1; 2 for formats 2 to 4, which share it; 3 from format 5
+    c = dict(version=version, layout=1 if version == 1 else 2 if version < 5 else 3,
+             real_size=real_size, step=step, epoch=epoch, rng=r.take("4Q"), epoch_step=0,
+             sums=(0, 0, 0), order=[], class_names=[], data=b"", count=None)
+    if c["layout"] >= 2:
         c["epoch_step"] = r.one("Q")
         c["sums"] = r.take("3Q")  # f64 bit patterns, kept as they are
         c["order"] = list(r.take("%dI" % r.one("I")))
     c["config"] = r.raw(r.one("I"))
-    if c["layout"] == 2:
+    if c["layout"] >= 2:
         c["class_names"] = [r.raw(r.one("H")) for _ in range(r.one("I"))]
+    if c["layout"] >= 3:
+        c["data"] = r.raw(r.one("I"))
     tensors = []
     for _ in range(r.one("I")):
         name = r.raw(r.one("H"))
@@ -118,13 +121,15 @@ def build(c):
     layout = c["layout"]
     out = MAGIC + struct.pack("<IIQQ", c["version"], c["real_size"], c["step"], c["epoch"])
     out += struct.pack("<4Q", *c["rng"])
-    if layout == 2:
+    if layout >= 2:
         out += struct.pack("<Q3QI", c["epoch_step"], *c["sums"], len(c["order"]))
         out += b"".join(struct.pack("<I", v) for v in c["order"])
     out += struct.pack("<I", len(c["config"])) + c["config"]
-    if layout == 2:
+    if layout >= 2:
         out += struct.pack("<I", len(c["class_names"]))
         out += b"".join(struct.pack("<H", len(n)) + n for n in c["class_names"])
+    if layout >= 3:
+        out += struct.pack("<I", len(c["data"])) + c["data"]
     count = c["count"] if c["count"] is not None else len(c["tensors"])
     out += struct.pack("<I", count)
     for name, dims, values in c["tensors"]:
