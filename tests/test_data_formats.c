@@ -558,6 +558,39 @@ START_TEST(class_counts)
 }
 END_TEST
 
+START_TEST(image_fit)
+{
+    vit_real out[48];
+    /* Same size and channels: an exact copy. */
+    const vit_real same[6] = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f};
+    ck_assert_int_eq(vit_image_fit(same, 2, 3, 1, out, 2, 3, 1), VIT_OK);
+    ck_assert_mem_eq(out, same, sizeof same);
+    /* Enlarging 1x2 -> 1x4 is bilinear on pixel centres: 0, 1/4, 3/4, 1. */
+    const vit_real two[2] = {0, 1};
+    ck_assert_int_eq(vit_image_fit(two, 1, 2, 1, out, 1, 4, 1), VIT_OK);
+    ck_assert_double_eq_tol(out[0], 0, PIX_TOL);
+    ck_assert_double_eq_tol(out[1], 0.25, PIX_TOL);
+    ck_assert_double_eq_tol(out[2], 0.75, PIX_TOL);
+    ck_assert_double_eq_tol(out[3], 1, PIX_TOL);
+    /* Shrinking 4 -> 2 widens the tent to 2 pixels: output 0 (centre 1.0)
+     * weighs inputs 0, 1, 2 by 0.75, 0.75, 0.25 (normalised). */
+    const vit_real four[4] = {0, 0.1f, 0.2f, 0.3f};
+    ck_assert_int_eq(vit_image_fit(four, 4, 1, 1, out, 2, 1, 1), VIT_OK);
+    ck_assert_double_eq_tol(out[0], (0.075 + 0.05) / 1.75, PIX_TOL);
+    ck_assert_double_eq_tol(out[1], (0.025 + 0.15 + 0.225) / 1.75, PIX_TOL);
+    /* Gray -> RGB copies; RGB -> gray is BT.601 luma. */
+    const vit_real g[1] = {0.5f}, rgb[3] = {1, 0.5f, 0};
+    ck_assert_int_eq(vit_image_fit(g, 1, 1, 1, out, 1, 1, 3), VIT_OK);
+    ck_assert(out[0] == 0.5f && out[1] == 0.5f && out[2] == 0.5f);
+    ck_assert_int_eq(vit_image_fit(rgb, 1, 1, 3, out, 2, 2, 1), VIT_OK);
+    for (int i = 0; i < 4; i++)
+        ck_assert_double_eq_tol(out[i], 0.299 + 0.5 * 0.587, PIX_TOL);
+    ck_assert_int_eq(vit_image_fit(rgb, 1, 1, 2, out, 1, 1, 1), VIT_EINVAL);
+    ck_assert_int_eq(vit_image_fit(rgb, 1, 1, 3, out, 0, 1, 1), VIT_EINVAL);
+    ck_assert_int_eq(vit_image_fit(NULL, 1, 1, 3, out, 1, 1, 1), VIT_EINVAL);
+}
+END_TEST
+
 static Suite *formats_suite(void)
 {
     Suite *s = suite_create("data_formats");
@@ -575,6 +608,7 @@ static Suite *formats_suite(void)
     tcase_add_test(tc, idx_colour);
     tcase_add_test(tc, not_a_data_set);
     tcase_add_test(tc, class_counts);
+    tcase_add_test(tc, image_fit);
     suite_add_tcase(s, tc);
     return s;
 }

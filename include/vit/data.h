@@ -177,6 +177,24 @@ int vit_data_load(const char *spec, const char *digits_path, vit_dataset *train,
 int vit_image_read(const char *path, vit_real **pixels, int *height, int *width,
                    int *channels);
 
+/* Fits an image src [h, w, c] to the size a model expects, writing dst
+ * [out_h, out_w, out_c] (overwritten; it must not overlap src).  c and
+ * out_c are 1 or 3.  Channels are converted first: gray to RGB copies the
+ * value into all three, RGB to gray takes the luma 0.299 R + 0.587 G +
+ * 0.114 B (ITU-R BT.601).  Then each axis is resampled with a triangle
+ * (bilinear) filter on pixel centres: output pixel o of an axis of n
+ * inputs and m outputs sits at (o + 0.5) n / m in input coordinates and
+ * averages the inputs within s = max(1, n / m) of it, input i (centre
+ * i + 0.5) weighted by max(0, 1 - |i + 0.5 - pos| / s), the weights
+ * normalised to sum to 1 (so edges are clamped).  Enlarging is plain
+ * bilinear interpolation; shrinking widens the filter, as Pillow's
+ * Image.resize(..., BILINEAR) does, so no input pixel is skipped.  The
+ * same size and channels copy src exactly.
+ * Errors: VIT_EINVAL (NULL pointer, a size < 1, channels not 1 or 3),
+ * VIT_ENOMEM.  Reentrant. */
+int vit_image_fit(const vit_real *src, int h, int w, int c, vit_real *dst, int out_h,
+                  int out_w, int out_c);
+
 /* Reads one PNG (e.g. an image to classify) as in vit_data_load_png_dir.
  * On success *pixels is a malloc'd [H, W, C] buffer in [0, 1] that the caller
  * frees with free(), and *height, *width, *channels (1 or 3) describe it.
