@@ -1,10 +1,11 @@
 /*
  * vit/data.h - loading image classification data sets for the trainer.
  *
- * Three on-disk formats are understood:
+ * These on-disk formats are understood:
  *   - the 8x8 "digits" CSV shipped in data/digits.csv.gz (see data/README.md),
- *   - MNIST-style IDX files (MNIST, Fashion-MNIST, ...),
- *   - folders of PNG files, one subfolder per class.
+ *   - MNIST-style IDX files (MNIST, Fashion-MNIST, ...), gray or colour,
+ *   - CIFAR-10 and CIFAR-100 binary batches,
+ *   - folders of PNG and JPEG files, one subfolder per class.
  * Every loader produces a vit_dataset: images as one flat [count, H, W, C]
  * buffer of vit_real in [0, 1] (channels last, row-major, top row first) and
  * one int label per image, and the name of each class.
