@@ -1,14 +1,18 @@
 /* Data sets: freeing, the helpers the loaders share (data_internal.h), and
- * vit_data_load, which picks a loader from its spec argument.  The loaders
- * themselves live in data_digits.c, data_idx.c and data_png.c. */
+ * vit_data_load, which picks a loader from its spec argument (and says what
+ * it found when none fits), and the per-class counts.  The loaders
+ * themselves live in data_digits.c, data_idx.c, data_cifar.c, data_png.c
+ * and data_jpeg.c. */
 #include "vit/data.h"
 #include "data_internal.h"
 #include "error.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 void vit_dataset_free(vit_dataset *ds)
@@ -120,16 +124,115 @@ const char *vit_data_internal_zlib_message(gzFile g, const char *path, int *err)
  * the IDX loader runs and reports precisely whatever else is missing. */
 static int has_idx_files(const char *dir)
 {
+    static const char *marks[4] = {"-idx3-ubyte", ".idx3-ubyte", "-idx4-ubyte", ".idx4-ubyte"};
     DIR *d = opendir(dir);
     struct dirent *e;
     int found = 0;
     if (d == NULL)
         return 0;
     while (!found && (e = readdir(d)) != NULL)
-        found = strstr(e->d_name, "-idx3-ubyte") != NULL ||
-                strstr(e->d_name, ".idx3-ubyte") != NULL;
+        for (int i = 0; i < 4; i++)
+            found |= strstr(e->d_name, marks[i]) != NULL;
     closedir(d);
     return found;
+}
+
+/* Whether dir holds one of the CIFAR binary files (the loader then names
+ * whichever others are missing). */
+static int has_cifar_files(const char *dir)
+{
+    static const char *names[4] = {"data_batch_1.bin", "test_batch.bin", "train.bin", "test.bin"};
+    int found = 0;
+    for (int i = 0; i < 4 && !found; i++) {
+        char *p = vit_data_internal_join(dir, names[i], "");
+        struct stat st;
+        found = p != NULL && stat(p, &st) == 0 && S_ISREG(st.st_mode);
+        free(p);
+    }
+    return found;
+}
+
+static int is_image_file_name(const char *s)
+{
+    const char *dot = strrchr(s, '.');
+    return dot != NULL && (strcasecmp(dot, ".png") == 0 || strcasecmp(dot, ".jpg") == 0 ||
+                           strcasecmp(dot, ".jpeg") == 0);
+}
+
+/* Whether the folder dir/name holds an image file (then it looks like a
+ * class folder). */
+static int holds_images(const char *dir, const char *name)
+{
+    char *sub = vit_data_internal_join(dir, name, "");
+    DIR *d = sub ? opendir(sub) : NULL;
+    struct dirent *e;
+    int found = 0;
+    free(sub);
+    if (d == NULL)
+        return 0;
+    while (!found && (e = readdir(d)) != NULL)
+        found = e->d_name[0] != '.' && is_image_file_name(e->d_name);
+    closedir(d);
+    return found;
+}
+
+/* What a folder of no known layout holds, in a few words for the message:
+ * its subfolders (the first three named) and how many look like class
+ * folders, and its files. */
+static void describe_folder(const char *dir, char *out, size_t cap)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char names[160] = "";
+    int subs = 0, files = 0, classy = 0, train = 0, test = 0;
+    if (d == NULL) {
+        snprintf(out, cap, "a folder that cannot be listed");
+        return;
+    }
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char *p = vit_data_internal_join(dir, e->d_name, "");
+        struct stat st;
+        int sub = p != NULL && stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+        free(p);
+        if (!sub) {
+            files++;
+            continue;
+        }
+        train |= strcmp(e->d_name, "train") == 0;
+        test |= strcmp(e->d_name, "test") == 0;
+        classy += holds_images(dir, e->d_name);
+        if (subs++ < 3) {
+            size_t n = strlen(names);
+            snprintf(names + n, sizeof names - n, "%s%.40s", subs > 1 ? ", " : "", e->d_name);
+        }
+    }
+    closedir(d);
+    if (train != test)
+        snprintf(out, cap, "%s/ but no %s/", train ? "train" : "test", train ? "test" : "train");
+    else if (subs == 0 && files == 0)
+        snprintf(out, cap, "an empty folder");
+    else
+        snprintf(out, cap, "%d subfolder%s%s%s%s%s, %d of them holding images%s, and %d other "
+                 "file%s", subs, subs == 1 ? "" : "s", subs ? " (" : "", names,
+                 subs > 3 ? ", ..." : "", subs ? ")" : "", classy,
+                 classy ? " (class folders need a train/ and test/ split)" : "", files,
+                 files == 1 ? "" : "s");
+}
+
+/* The VIT_EINVAL of a spec that is no data set, saying what it is. */
+static int not_a_data_set(const char *spec, int is_folder)
+{
+    char found[400];
+    if (is_folder)
+        describe_folder(spec, found, sizeof found);
+    else
+        snprintf(found, sizeof found, "a file, not a folder");
+    return vit_fail(VIT_EINVAL,
+                    "%s: not a data set (expected digits, a folder of IDX files, a folder of "
+                    "CIFAR-10/100 binary batches, or a folder with train/ and test/ class "
+                    "folders of PNG or JPEG images); found %s", spec, found);
 }
 
 int vit_data_load(const char *spec, const char *digits_path, vit_dataset *train,
@@ -137,6 +240,7 @@ int vit_data_load(const char *spec, const char *digits_path, vit_dataset *train,
 {
     static const char *fn = "vit_data_load";
     char *tr = NULL, *te = NULL;
+    struct stat st;
     int rc;
     if ((rc = vit_data_internal_begin(fn, "spec", spec, train, test)))
         return rc;
@@ -146,26 +250,47 @@ int vit_data_load(const char *spec, const char *digits_path, vit_dataset *train,
             return rc;
         return vit_data_load_digits(digits_path, 1437, train, test);
     }
-    if (is_dir(spec) && has_idx_files(spec))
+    if (stat(spec, &st) != 0)
+        return errno == ENOENT ? vit_fail(VIT_EIO, "%s: no such file or folder", spec)
+                               : vit_fail(VIT_EIO, "%s: cannot stat (%s)", spec, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return not_a_data_set(spec, 0);
+    if (has_idx_files(spec))
         return vit_data_load_idx(spec, train, test);
-    if (is_dir(spec)) {
-        tr = vit_data_internal_join(spec, "train", "");
-        te = vit_data_internal_join(spec, "test", "");
-        if (tr == NULL || te == NULL) {
-            free(tr);
-            free(te);
-            return vit_fail(VIT_ENOMEM, "%s: out of memory", fn);
-        }
-        if (is_dir(tr) && is_dir(te)) {
-            rc = vit_data_internal_png_pair(tr, te, train, test);
-            free(tr);
-            free(te);
-            return rc;
-        }
+    if (has_cifar_files(spec))
+        return vit_data_load_cifar(spec, 0, train, test);
+    tr = vit_data_internal_join(spec, "train", "");
+    te = vit_data_internal_join(spec, "test", "");
+    if (tr == NULL || te == NULL) {
         free(tr);
         free(te);
+        return vit_fail(VIT_ENOMEM, "%s: out of memory", fn);
     }
-    return vit_fail(VIT_EINVAL,
-                    "%s: not a data set (expected digits, a folder of IDX files, "
-                    "or a folder with train/ and test/ class folders)", spec);
+    if (is_dir(tr) && is_dir(te))
+        rc = vit_data_internal_png_pair(tr, te, train, test);
+    else
+        rc = not_a_data_set(spec, 1);
+    free(tr);
+    free(te);
+    return rc;
+}
+
+int vit_dataset_class_counts(const vit_dataset *ds, int *counts)
+{
+    static const char *fn = "vit_dataset_class_counts";
+    int rc;
+    if ((rc = vit_check_ptr(fn, "ds", ds)) || (rc = vit_check_ptr(fn, "counts", counts)))
+        return rc;
+    if (ds->classes < 1)
+        return vit_fail(VIT_EINVAL, "%s: classes = %d, expected at least 1", fn, ds->classes);
+    if (ds->count > 0 && ds->labels == NULL)
+        return vit_fail(VIT_EINVAL, "%s: %d images but no labels", fn, ds->count);
+    memset(counts, 0, (size_t)ds->classes * sizeof *counts);
+    for (int i = 0; i < ds->count; i++) {
+        if (ds->labels[i] < 0 || ds->labels[i] >= ds->classes)
+            return vit_fail(VIT_EINVAL, "%s: image %d has label %d, expected 0..%d", fn, i,
+                            ds->labels[i], ds->classes - 1);
+        counts[ds->labels[i]]++;
+    }
+    return VIT_OK;
 }

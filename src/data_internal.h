@@ -1,6 +1,6 @@
 /* Internal: what the data loaders (data.c, data_digits.c, data_idx.c,
- * data_png.c) share.  Everything is defined in data.c except the PNG pair,
- * which is in data_png.c. */
+ * data_png.c, data_jpeg.c, data_cifar.c) share.  Everything is defined in
+ * data.c except the PNG pair (data_png.c) and the JPEG reader (data_jpeg.c). */
 #ifndef VIT_SRC_DATA_INTERNAL_H
 #define VIT_SRC_DATA_INTERNAL_H
 
@@ -35,6 +35,13 @@ char *vit_data_internal_join(const char *dir, const char *name, const char *suff
 /* gzerror's message for g, without the "path: " prefix zlib puts in front;
  * the zlib error code goes to *err. */
 const char *vit_data_internal_zlib_message(gzFile g, const char *path, int *err);
+
+/* Reads the JPEG at path (data_jpeg.c) as vit_image_read does: *pixels a
+ * malloc'd [H, W, C] buffer in [0, 1], or NULL and zero sizes on failure
+ * (VIT_EIO cannot open; VIT_EFORMAT corrupt, CMYK, 12-bit, or a library
+ * built without libjpeg; VIT_ENOMEM). */
+int vit_data_internal_read_jpeg(const char *path, vit_real **pixels, int *height, int *width,
+                                int *channels);
 
 /* The train/ and test/ halves of a PNG data set (data_png.c). */
 int vit_data_internal_png_pair(const char *train_dir, const char *test_dir,

@@ -1,5 +1,6 @@
 /* PNG images through libpng's simplified API: single files (vit_png_read,
- * vit_png_write) and folders with one subfolder of PNGs per class. */
+ * vit_png_write, and vit_image_read, which hands JPEGs to data_jpeg.c) and
+ * folders with one subfolder of PNG or JPEG images per class. */
 #include "vit/data.h"
 #include "vit/atomic_file.h"
 #include "data_internal.h"
@@ -165,6 +166,47 @@ static int read_png(const char *path, real_image *img)
     return rc;
 }
 
+/* The first bytes of every JPEG: SOI, then the first marker's 0xFF. */
+static int is_jpeg_file(const char *path)
+{
+    unsigned char b[3];
+    FILE *fp = fopen(path, "rb");
+    size_t got = fp ? fread(b, 1, sizeof b, fp) : 0;
+    if (fp != NULL)
+        fclose(fp);
+    return got == 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF;
+}
+
+/* A PNG or JPEG, told apart by content rather than name.  A file that is
+ * neither goes to the PNG reader, whose message says it is not a PNG. */
+static int read_image(const char *path, real_image *img)
+{
+    memset(img, 0, sizeof *img);
+    if (is_jpeg_file(path))
+        return vit_data_internal_read_jpeg(path, &img->px, &img->h, &img->w, &img->c);
+    return read_png(path, img);
+}
+
+int vit_image_read(const char *path, vit_real **pixels, int *height, int *width, int *channels)
+{
+    static const char *fn = "vit_image_read";
+    real_image img;
+    int rc;
+    if ((rc = vit_check_ptr(fn, "path", path)) || (rc = vit_check_ptr(fn, "pixels", pixels)) ||
+        (rc = vit_check_ptr(fn, "height", height)) || (rc = vit_check_ptr(fn, "width", width)) ||
+        (rc = vit_check_ptr(fn, "channels", channels)))
+        return rc;
+    *pixels = NULL;
+    *height = *width = *channels = 0;
+    if ((rc = read_image(path, &img)))
+        return rc;
+    *pixels = img.px;
+    *height = img.h;
+    *width = img.w;
+    *channels = img.c;
+    return VIT_OK;
+}
+
 int vit_png_read(const char *path, vit_real **pixels, int *height, int *width, int *channels)
 {
     static const char *fn = "vit_png_read";
@@ -235,13 +277,15 @@ static int cmp_names(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static int is_png_name(const char *s)
+/* The names a class folder's images may have: .png, .jpg, .jpeg, any case. */
+static int is_image_name(const char *s)
 {
     size_t n = strlen(s);
-    return n > 4 && strcasecmp(s + n - 4, ".png") == 0;
+    return (n > 4 && (strcasecmp(s + n - 4, ".png") == 0 || strcasecmp(s + n - 4, ".jpg") == 0)) ||
+           (n > 5 && strcasecmp(s + n - 5, ".jpeg") == 0);
 }
 
-/* Lists the subfolders (want_dirs) or the regular .png files of dir, sorted
+/* Lists the subfolders (want_dirs) or the regular image files of dir, sorted
  * with strcmp; names starting with '.' are skipped. */
 static int list_dir(const char *dir, int want_dirs, name_list *out)
 {
@@ -256,7 +300,7 @@ static int list_dir(const char *dir, int want_dirs, name_list *out)
     while (rc == VIT_OK && (e = readdir(d)) != NULL) {
         struct stat st;
         char *full;
-        if (e->d_name[0] == '.' || (!want_dirs && !is_png_name(e->d_name)))
+        if (e->d_name[0] == '.' || (!want_dirs && !is_image_name(e->d_name)))
             continue;
         if ((full = vit_data_internal_join(dir, e->d_name, "")) == NULL) {
             rc = vit_fail(VIT_ENOMEM, "%s: out of memory", dir);
@@ -299,8 +343,8 @@ static int list_classes(const char *dir, name_list *classes, name_list **files, 
         return rc;
     if (classes->n == 0) {
         names_free(classes);
-        return vit_fail(VIT_EFORMAT, "%s: no class subfolders (expected one folder of PNG "
-                        "files per class)", dir);
+        return vit_fail(VIT_EFORMAT, "%s: no class subfolders (expected one folder of PNG or "
+                        "JPEG files per class)", dir);
     }
     *files = calloc((size_t)classes->n, sizeof **files);
     if (*files == NULL)
@@ -313,7 +357,7 @@ static int list_classes(const char *dir, name_list *classes, name_list **files, 
         }
         rc = list_dir(sub, 0, &(*files)[k]);
         if (rc == VIT_OK && (*files)[k].n == 0)
-            rc = vit_fail(VIT_EFORMAT, "%s: empty class folder (no .png files)", sub);
+            rc = vit_fail(VIT_EFORMAT, "%s: empty class folder (no .png, .jpg or .jpeg files)", sub);
         else if (rc == VIT_OK && (*files)[k].n > INT_MAX - *total)
             rc = vit_fail(VIT_EFORMAT, "%s: too many images", dir);
         else if (rc == VIT_OK)
@@ -349,7 +393,7 @@ static int read_images(const char *dir, const name_list *classes, const name_lis
                 rc = vit_fail(VIT_ENOMEM, "%s: out of memory", dir);
                 break;
             }
-            rc = read_png(path, &img);
+            rc = read_image(path, &img);
             if (rc == VIT_OK && first == NULL) {
                 rc = vit_data_internal_alloc(ds, total, img.h, img.w, img.c, dir);
                 ds->classes = classes->n;

@@ -174,7 +174,7 @@ png_set() {
     echo "$d"
 }
 d=$(png_set empty); rm "$d/train/b/"*
-row "png: empty class folder" "train/b: empty class folder \(no .png files\)" vit_train --data "$d"
+row "png: empty class folder" "train/b: empty class folder \(no .png, .jpg or .jpeg files\)" vit_train --data "$d"
 d=$(png_set noclass); rm -r "$d/test/"*; : >"$d/test/stray.png"
 row "png: no class folders" "test: no class subfolders" vit_train --data "$d"
 d=$(png_set garbage); echo "not a png" >"$d/train/a/2.png"
@@ -193,7 +193,9 @@ d=$(png_set names); mv "$d/test/b" "$d/test/c"
 row "png: test classes named differently" "test: class folder 1 is 'c', but in .*train it is 'b'" vit_train --data "$d"
 d=$(png_set split); for f in "$d"/test/*/*.png; do cp "$bad/gray5x5.png" "$f"; done
 row "png: test images of another size" "test: images are grayscale 5x5, but those in .*train are grayscale 4x4" vit_train --data "$d"
-row "data: not a data set" "$tmp/nowhere: not a data set" vit_train --data "$tmp/nowhere"
+row "data: a missing path" "$tmp/nowhere: no such file or folder" vit_train --data "$tmp/nowhere"
+mkdir -p "$tmp/flat/a"; cp "$bad/gray5x5.png" "$tmp/flat/a/1.png"
+row "data: class folders without a split" "flat: not a data set .*found 1 subfolder \(a\), 1 of them holding images \(class folders need a train/ and test/ split\)" vit_train --data "$tmp/flat"
 
 # ---- vit_predict on bad images -----------------------------------------------
 cp "$bad/huge_header.png" "$tmp/huge.png"

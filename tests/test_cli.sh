@@ -140,6 +140,17 @@ head -c 100 "$tmp/run/last.ckpt" >"$tmp/cut.ckpt"
 expect "eval truncated checkpoint" 1 "cut.ckpt.*truncated" "$tools/vit_eval" "$tmp/cut.ckpt"
 echo "not a png" >"$tmp/x.png"
 expect "predict not a PNG" 1 "x.png" "$tools/vit_predict" "$tmp/run/last.ckpt" "$tmp/x.png"
+# vit_predict on an image of another size and kind: refused, or fitted with
+# --fit (the readme's folder is the source tree, where tests/data/bad is).
+rgb="$(dirname "$readme")/tests/data/bad/rgb4x4.png"
+expect "predict: another size without --fit" 1 "rgb4x4.png: image is 4x4x3 but the model expects 8x8x1 \(--fit" \
+    "$tools/vit_predict" "$tmp/run/last.ckpt" "$rgb"
+expect "predict --fit" 0 "^[^ ]*rgb4x4.png [0-9] [01]\.[0-9]{4}$" \
+    "$tools/vit_predict" --fit "$tmp/run/last.ckpt" "$rgb"
+expect "predict --fit --topk 3" 0 "^[^ ]*rgb4x4.png( [0-9] [01]\.[0-9]{4}){3}$" \
+    "$tools/vit_predict" --fit "$tmp/run/last.ckpt" --topk 3 "$rgb"
+expect "predict --topk 0" 2 "--topk: expected a positive integer, got '0'" \
+    "$tools/vit_predict" --topk 0 "$tmp/run/last.ckpt" "$rgb"
 expect "resume with another shape" 1 "checkpoint's run has dim = 16, this run asks for 32" \
     "$tools/vit_train" --resume "$tmp/run/last.ckpt" --dim 32 --depth 1 --heads 2 --mlp 16 \
     --out "$tmp/run2" --quiet

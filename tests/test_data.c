@@ -394,7 +394,7 @@ START_TEST(idx_errors)
     const char *img = "train-images-idx3-ubyte";
 
     make_idx("idx_magic", 0);
-    write_idx_images("idx_magic/train-images-idx3-ubyte", 0, 0x00000804, 6, 5, 4, 120, 1);
+    write_idx_images("idx_magic/train-images-idx3-ubyte", 0, 0x00000D03, 6, 5, 4, 120, 1);
     expect_error(vit_data_load_idx(fu_path("idx_magic"), &tr, &te), VIT_EFORMAT, img);
     expect_zeroed(&tr);
     expect_zeroed(&te);
@@ -698,9 +698,11 @@ START_TEST(load_dispatch)
     ck_assert_int_eq(rc, VIT_EINVAL);
     char want[600];
     snprintf(want, sizeof want, "%s: not a data set (expected digits, a folder of IDX files, "
-             "or a folder with train/ and test/ class folders)", fu_path("not_a_set"));
+             "a folder of CIFAR-10/100 binary batches, or a folder with train/ and test/ class "
+             "folders of PNG or JPEG images); found an empty folder", fu_path("not_a_set"));
     ck_assert_str_eq(vit_last_error(), want);
-    expect_error(vit_data_load("mnist-typo", DIGITS, &tr, &te), VIT_EINVAL, "mnist-typo: not a data set");
+    expect_error(vit_data_load("mnist-typo", DIGITS, &tr, &te), VIT_EIO,
+                 "mnist-typo: no such file or folder");
     expect_zeroed(&tr);
     expect_zeroed(&te);
     ck_assert_int_eq(vit_data_load(NULL, DIGITS, &tr, &te), VIT_EINVAL);

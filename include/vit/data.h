@@ -1,10 +1,11 @@
 /*
  * vit/data.h - loading image classification data sets for the trainer.
  *
- * Three on-disk formats are understood:
+ * These on-disk formats are understood:
  *   - the 8x8 "digits" CSV shipped in data/digits.csv.gz (see data/README.md),
- *   - MNIST-style IDX files (MNIST, Fashion-MNIST, ...),
- *   - folders of PNG files, one subfolder per class.
+ *   - MNIST-style IDX files (MNIST, Fashion-MNIST, ...), gray or colour,
+ *   - CIFAR-10 and CIFAR-100 binary batches,
+ *   - folders of PNG and JPEG files, one subfolder per class.
  * Every loader produces a vit_dataset: images as one flat [count, H, W, C]
  * buffer of vit_real in [0, 1] (channels last, row-major, top row first) and
  * one int label per image, and the name of each class.
@@ -85,12 +86,22 @@ int vit_data_load_digits(const char *path, int n_train, vit_dataset *train,
  * VIT_ENOMEM. */
 int vit_data_load_idx(const char *dir, vit_dataset *train, vit_dataset *test);
 
-/* Reads a folder of PNG images: dir holds one subfolder per class, class ids
- * 0..K-1 following the subfolder names sorted with strcmp, which become
- * ds->class_names (class k is the k-th name in that order); inside each, the
- * files whose name ends in ".png" (any case) are read in strcmp order of their
- * names, other files are ignored.  Entries whose name starts with '.' are
- * skipped.  Images are stored class by class (class 0 first).
+/* Reads a folder of PNG and JPEG images: dir holds one subfolder per class,
+ * class ids 0..K-1 following the subfolder names sorted with strcmp, which
+ * become ds->class_names (class k is the k-th name in that order); inside
+ * each, the files whose name ends in ".png", ".jpg" or ".jpeg" (any case)
+ * are read in strcmp order of their names, other files are ignored.  Whether
+ * a file is read as PNG or JPEG follows its first bytes (a JPEG starts
+ * FF D8 FF), not its name.  Entries whose name starts with '.' are skipped.
+ * Images are stored class by class (class 0 first).
+ * JPEG (through libjpeg-turbo; a library built without libjpeg refuses
+ * every JPEG by name): 8-bit grayscale files load as C = 1, 8-bit colour
+ * files (YCbCr or RGB, baseline or progressive) as C = 3, pixels
+ * sample / 255 as libjpeg decodes them (its default IDCT and chroma
+ * upsampling).  Refused with VIT_EFORMAT naming the file: CMYK and YCCK
+ * files, 12-bit files, files libjpeg finds corrupt or even warns about
+ * (corrupt entropy data, a premature end), more than 200 scans, and headers
+ * claiming more than 1024 pixels per byte of file.
  * Grayscale PNGs load as C = 1, colour (and palette) PNGs as C = 3; an alpha
  * channel is dropped (colour values kept, not composited onto a background;
  * in 16-bit files the colour of a fully transparent pixel reads as 0).
@@ -105,20 +116,85 @@ int vit_data_load_idx(const char *dir, vit_dataset *train, vit_dataset *test);
  * differs from the first image's (message names both and the difference). */
 int vit_data_load_png_dir(const char *dir, vit_dataset *ds);
 
-/* What `vit_train --data SPEC` calls.  spec is one of
+/* Reads the binary version of CIFAR-10 or CIFAR-100 from the folder dir
+ * (what the cifar-10-binary / cifar-100-binary archives unpack to):
+ *   CIFAR-10:  data_batch_1.bin .. data_batch_5.bin (train, in that order)
+ *              and test_batch.bin; each record is 1 label byte 0..9 and
+ *              3072 image bytes; class names from batches.meta.txt;
+ *   CIFAR-100: train.bin and test.bin, chosen when train.bin exists; each
+ *              record is a coarse label byte 0..19, a fine label byte
+ *              0..99 and 3072 image bytes; the fine label is used (the
+ *              coarse one when coarse is nonzero), class names from
+ *              fine_label_names.txt (coarse_label_names.txt).
+ * The 3072 image bytes are a 32x32 colour image stored channel-planar:
+ * 1024 red bytes, 1024 green, 1024 blue, each plane row by row from the
+ * top.  Output: H = W = 32, C = 3 in the [H, W, C] layout of vit_dataset,
+ * pixels byte/255, classes = 10, 100 or 20, records in file order.  A
+ * names file holds one name a line (surrounding white space dropped, blank
+ * lines skipped) and must hold exactly as many as there are classes; when
+ * it is absent the classes are named "0", "1", ....  A file may hold any
+ * whole number (at least one) of records.
+ * Errors: VIT_EINVAL (NULL argument, train == test, coarse for CIFAR-10),
+ * VIT_EIO (a file missing - named with the list of files the layout needs -
+ * or unreadable), VIT_EFORMAT (a file whose size is not a whole number of
+ * records, named with its byte count and the record size; a label out of
+ * range, named with its record; a names file with the wrong number of
+ * names), VIT_ENOMEM. */
+int vit_data_load_cifar(const char *dir, int coarse, vit_dataset *train, vit_dataset *test);
+
+/* How many images of ds carry each label: counts[k] for k in
+ * 0..ds->classes-1 (counts has room for ds->classes ints and is
+ * overwritten).  For a data line or a warning about classes with few
+ * images; nothing is printed.
+ * Errors: VIT_EINVAL (NULL argument, ds->classes < 1, or a label outside
+ * 0..classes-1, which leaves counts partly written). */
+int vit_dataset_class_counts(const vit_dataset *ds, int *counts);
+
+/* What `vit_train --data SPEC` calls.  spec is one of (checked in order)
  *   "digits"   -> vit_data_load_digits(digits_path, 1437, train, test),
- *   a folder holding IDX files (a name containing "-idx3-ubyte")
+ *   a folder holding IDX files (a name containing "-idx3-ubyte" or
+ *              "-idx4-ubyte", or those with '.' for '-')
  *              -> vit_data_load_idx(spec, train, test),
+ *   a folder holding CIFAR files (data_batch_1.bin, test_batch.bin,
+ *              train.bin or test.bin)
+ *              -> vit_data_load_cifar(spec, 0, train, test),
  *   a folder with train/ and test/ subfolders of class folders
  *              -> vit_data_load_png_dir on each; both must have the same
  *                 class names, image size and channel count.
  * digits_path is only used (and must be non-NULL) for "digits".
- * Anything else fails with VIT_EINVAL and the message
- *   "SPEC: not a data set (expected digits, a folder of IDX files, or a
- *    folder with train/ and test/ class folders)".
+ * A spec that does not exist fails with VIT_EIO and "SPEC: no such file or
+ * folder"; a file, or a folder of none of these layouts, with VIT_EINVAL
+ * and a message starting "SPEC: not a data set", which lists the layouts
+ * and says what was found instead (the subfolders and files, for instance
+ * class folders without train/ and test/, or train/ without test/).
  * Other errors as for the loader called. */
 int vit_data_load(const char *spec, const char *digits_path, vit_dataset *train,
                   vit_dataset *test);
+
+/* Reads one PNG or JPEG image (e.g. an image to classify), told apart by the
+ * file's first bytes, not its name; PNGs as in vit_png_read, JPEGs as in
+ * vit_data_load_png_dir.  Output, ownership and errors as for
+ * vit_png_read, plus VIT_EFORMAT for a JPEG this reader refuses. */
+int vit_image_read(const char *path, vit_real **pixels, int *height, int *width,
+                   int *channels);
+
+/* Fits an image src [h, w, c] to the size a model expects, writing dst
+ * [out_h, out_w, out_c] (overwritten; it must not overlap src).  c and
+ * out_c are 1 or 3.  Channels are converted first: gray to RGB copies the
+ * value into all three, RGB to gray takes the luma 0.299 R + 0.587 G +
+ * 0.114 B (ITU-R BT.601).  Then each axis is resampled with a triangle
+ * (bilinear) filter on pixel centres: output pixel o of an axis of n
+ * inputs and m outputs sits at (o + 0.5) n / m in input coordinates and
+ * averages the inputs within s = max(1, n / m) of it, input i (centre
+ * i + 0.5) weighted by max(0, 1 - |i + 0.5 - pos| / s), the weights
+ * normalised to sum to 1 (so edges are clamped).  Enlarging is plain
+ * bilinear interpolation; shrinking widens the filter, as Pillow's
+ * Image.resize(..., BILINEAR) does, so no input pixel is skipped.  The
+ * same size and channels copy src exactly.
+ * Errors: VIT_EINVAL (NULL pointer, a size < 1, channels not 1 or 3),
+ * VIT_ENOMEM.  Reentrant. */
+int vit_image_fit(const vit_real *src, int h, int w, int c, vit_real *dst, int out_h,
+                  int out_w, int out_c);
 
 /* Reads one PNG (e.g. an image to classify) as in vit_data_load_png_dir.
  * On success *pixels is a malloc'd [H, W, C] buffer in [0, 1] that the caller

@@ -2,6 +2,10 @@
 """Writes the seed corpora of the fuzz harnesses into tests/fuzz/corpus/.
 
 Usage: make_seeds.py VIT_TRAIN   (path of a built vit_train)
+       make_seeds.py --only KIND...  (only those corpora: jpeg, cifar, ...)
+
+The JPEG seeds are written with Pillow (Debian python3-pil), the rest with
+the standard library alone.
 
 The seeds are small valid inputs of each format (and a few near-misses),
 written by hand from the format descriptions in include/vit/*.h, so that a
@@ -231,12 +235,76 @@ def safetensors():
         put("safetensors", "torch_vit", f.read())
 
 
+# ---- JPEG -------------------------------------------------------------------
+
+def jpegs():
+    import io
+    from PIL import Image
+
+    def img(mode, w, h):
+        im = Image.new(mode, (w, h))
+        bands = len(mode)
+        im.putdata([tuple((x * 37 + y * 11 + b * 50) & 0xFF for b in range(bands))
+                    if bands > 1 else (x * 37 + y * 11) & 0xFF
+                    for y in range(h) for x in range(w)])
+        return im
+
+    def jpeg(im, **kw):
+        out = io.BytesIO()
+        im.save(out, "JPEG", **kw)
+        return out.getvalue()
+
+    put("jpeg", "gray_2x2", jpeg(img("L", 2, 2), quality=90))
+    put("jpeg", "gray_8x8", jpeg(img("L", 8, 8), quality=75))
+    put("jpeg", "rgb_16x8_420", jpeg(img("RGB", 16, 8), quality=75, subsampling=2))
+    put("jpeg", "rgb_9x7_444", jpeg(img("RGB", 9, 7), quality=95, subsampling=0))
+    put("jpeg", "rgb_8x8_422_optimized", jpeg(img("RGB", 8, 8), quality=50, subsampling=1,
+                                              optimize=True))
+    put("jpeg", "rgb_16x16_progressive", jpeg(img("RGB", 16, 16), quality=80, progressive=True))
+    put("jpeg", "gray_8x8_progressive", jpeg(img("L", 8, 8), quality=80, progressive=True))
+    put("jpeg", "cmyk_8x8", jpeg(img("CMYK", 8, 8), quality=80))
+    base = jpeg(img("L", 8, 8), quality=75)
+    sof = base.index(b"\xff\xc0")
+    put("jpeg", "gray_8x8_12bit", base[:sof + 4] + b"\x0c" + base[sof + 5:])
+    put("jpeg", "gray_8x8_truncated", base[:len(base) * 2 // 3])
+
+
+# ---- CIFAR (the harness's own description, see fuzz_cifar.c) -----------------
+
+def cifar_input(flags, files, names=b"", payload=b""):
+    return bytes([flags] + files + [0] * (6 - len(files))) + struct.pack("<H", len(names)) + \
+        names + payload
+
+
+def cifars():
+    ok10 = bytes(range(10)) * 3  # labels 0..9 whichever the offset
+    names10 = b"airplane\nautomobile\nbird\ncat\ndeer\ndog\nfrog\nhorse\nship\ntruck\n"
+    put("cifar", "c10_one_each", cifar_input(0, [1] * 6, payload=ok10))
+    put("cifar", "c10_names", cifar_input(4, [2, 1, 1, 1, 1, 1], names10, ok10))
+    put("cifar", "c10_few_names", cifar_input(4, [1] * 6, b"a\nb\n", ok10))
+    put("cifar", "c10_cut", cifar_input(0, [1, 1, 1, 1 | 4, 1, 1], payload=ok10))
+    put("cifar", "c10_missing", cifar_input(8, [1] * 6, payload=ok10))
+    put("cifar", "c10_bad_label", cifar_input(0, [1] * 6, payload=bytes([200])))
+    put("cifar", "c100_fine", cifar_input(1, [3, 1], payload=bytes(range(20))))
+    put("cifar", "c100_coarse_names", cifar_input(
+        1 | 2 | 4, [2, 2], b"".join(b"c%d\n" % k for k in range(20)), bytes(range(20))))
+    put("cifar", "c100_names", cifar_input(
+        1 | 4, [1, 1], b"".join(b"  f%d \n\n" % k for k in range(100)), bytes(range(20))))
+
+
 def main():
+    if len(sys.argv) > 2 and sys.argv[1] == "--only":
+        for kind in sys.argv[2:]:
+            {"digits_csv": digits, "idx": idx, "png": pngs, "jpeg": jpegs, "cifar": cifars,
+             "config": configs, "safetensors": safetensors}[kind]()
+        return
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     digits()
     idx()
     pngs()
+    jpegs()
+    cifars()
     configs()
     safetensors()
     checkpoints(sys.argv[1])
