@@ -187,9 +187,11 @@ static int read_image(const char *path, real_image *img)
     return read_png(path, img);
 }
 
-int vit_image_read(const char *path, vit_real **pixels, int *height, int *width, int *channels)
+/* vit_image_read and vit_png_read: the checks, then read (read_image or
+ * read_png) into the caller's pointers. */
+static int read_public(const char *fn, int (*read)(const char *, real_image *), const char *path,
+                       vit_real **pixels, int *height, int *width, int *channels)
 {
-    static const char *fn = "vit_image_read";
     real_image img;
     int rc;
     if ((rc = vit_check_ptr(fn, "path", path)) || (rc = vit_check_ptr(fn, "pixels", pixels)) ||
@@ -198,7 +200,7 @@ int vit_image_read(const char *path, vit_real **pixels, int *height, int *width,
         return rc;
     *pixels = NULL;
     *height = *width = *channels = 0;
-    if ((rc = read_image(path, &img)))
+    if ((rc = read(path, &img)))
         return rc;
     *pixels = img.px;
     *height = img.h;
@@ -207,24 +209,14 @@ int vit_image_read(const char *path, vit_real **pixels, int *height, int *width,
     return VIT_OK;
 }
 
+int vit_image_read(const char *path, vit_real **pixels, int *height, int *width, int *channels)
+{
+    return read_public("vit_image_read", read_image, path, pixels, height, width, channels);
+}
+
 int vit_png_read(const char *path, vit_real **pixels, int *height, int *width, int *channels)
 {
-    static const char *fn = "vit_png_read";
-    real_image img;
-    int rc;
-    if ((rc = vit_check_ptr(fn, "path", path)) || (rc = vit_check_ptr(fn, "pixels", pixels)) ||
-        (rc = vit_check_ptr(fn, "height", height)) || (rc = vit_check_ptr(fn, "width", width)) ||
-        (rc = vit_check_ptr(fn, "channels", channels)))
-        return rc;
-    *pixels = NULL;
-    *height = *width = *channels = 0;
-    if ((rc = read_png(path, &img)))
-        return rc;
-    *pixels = img.px;
-    *height = img.h;
-    *width = img.w;
-    *channels = img.c;
-    return VIT_OK;
+    return read_public("vit_png_read", read_png, path, pixels, height, width, channels);
 }
 
 int vit_png_write(const char *path, const unsigned char *pixels, int height, int width,
