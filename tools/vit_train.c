@@ -208,6 +208,42 @@ static int same_data_as_run(const char *ckpt, const char *spec, const vit_datase
     return 0;
 }
 
+/* Per-class counts of the training file (before --val): all of them when
+ * they fit in a line, else the range (or the one count they share); then
+ * what looks wrong: classes of under 5 images, a 10x imbalance. */
+static void print_class_counts(const vit_dataset *train)
+{
+    int *n = calloc((size_t)train->classes, sizeof *n), lo = 0, hi = 0, few = 0, at;
+    if (n == NULL || vit_dataset_class_counts(train, n) != VIT_OK) {
+        free(n);
+        return;
+    }
+    const char *const *nm = (const char *const *)train->class_names;
+    char line[80];
+    at = snprintf(line, sizeof line, "per class:");
+    for (int k = 0; k < train->classes; k++) {
+        lo = n[k] < n[lo] ? k : lo;
+        hi = n[k] > n[hi] ? k : hi;
+        if (at < (int)sizeof line)
+            at += snprintf(line + at, sizeof line - (size_t)at, " %s:%d", nm ? nm[k] : "?", n[k]);
+    }
+    if (at >= (int)sizeof line && n[lo] == n[hi])
+        snprintf(line, sizeof line, "per class: %d images each", n[lo]);
+    else if (at >= (int)sizeof line)
+        snprintf(line, sizeof line, "per class: %d ('%.20s') to %d ('%.20s')", n[lo],
+                 nm ? nm[lo] : "?", n[hi], nm ? nm[hi] : "?");
+    printf("%s\n", line);
+    for (int k = 0; k < train->classes; k++)
+        few += n[k] < 5;
+    if (few)
+        printf("warning: %d class%s with under 5 training images, e.g. '%.16s' (%d)\n", few,
+               few == 1 ? "" : "es", nm ? nm[lo] : "?", n[lo]);
+    if (n[hi] > 10 * n[lo])
+        printf("warning: imbalanced classes: '%.12s' %d images, '%.12s' %d\n", nm ? nm[hi] : "?",
+               n[hi], nm ? nm[lo] : "?", n[lo]);
+    free(n);
+}
+
 /* Under mpirun every rank runs the same command; rank 0 alone speaks. */
 int main(int argc, char **argv)
 {
@@ -667,34 +703,7 @@ static int run(int argc, char **argv)
         printf("data: %d train%s, %d test images of %dx%dx%d, %d classes\n",
                train.count - o.val_count, val, test.count, train.height, train.width,
                train.channels, train.classes);
-        /* Per-class counts of the training file (before --val): all of them
-         * when they fit in a line, else the range; then what looks wrong. */
-        int *n = calloc((size_t)train.classes, sizeof *n), lo = 0, hi = 0, few = 0, at;
-        if (n != NULL && vit_dataset_class_counts(&train, n) == VIT_OK) {
-            const char *const *nm = (const char *const *)train.class_names;
-            char line[80];
-            at = snprintf(line, sizeof line, "per class:");
-            for (int k = 0; k < train.classes; k++) {
-                lo = n[k] < n[lo] ? k : lo;
-                hi = n[k] > n[hi] ? k : hi;
-                if (at < (int)sizeof line)
-                    at += snprintf(line + at, sizeof line - (size_t)at, " %s:%d",
-                                   nm ? nm[k] : "?", n[k]);
-            }
-            if (at >= (int)sizeof line)
-                snprintf(line, sizeof line, "per class: %d ('%.20s') to %d ('%.20s')", n[lo],
-                         nm ? nm[lo] : "?", n[hi], nm ? nm[hi] : "?");
-            printf("%s\n", line);
-            for (int k = 0; k < train.classes; k++)
-                few += n[k] < 5;
-            if (few)
-                printf("warning: %d class%s with under 5 training images, e.g. '%.16s' (%d)\n",
-                       few, few == 1 ? "" : "es", nm ? nm[lo] : "?", n[lo]);
-            if (n[hi] > 10 * n[lo])
-                printf("warning: imbalanced classes: '%.12s' %d images, '%.12s' %d\n",
-                       nm ? nm[hi] : "?", n[hi], nm ? nm[lo] : "?", n[lo]);
-        }
-        free(n);
+        print_class_counts(&train);
     }
     if (look.progress && vit_dist_size() > 1)
         printf("data-parallel over %d ranks, global batch %d\n", vit_dist_size(), cfg.batch);
