@@ -507,6 +507,151 @@ static int train_seeds(const vit_config *cfg, const vit_dataset *train, const vi
     return write_seeds_csv(op->out_dir, seeds, n, res);
 }
 
+/* The flags after --config (the second pass, so that they override the
+ * file whatever their order): options into *o, *look, *data, out[out_cap],
+ * *threads and the seeds; config keys into *cfg.  -1 to go on, else the
+ * exit status (the message is out). */
+static int parse_flags(int argc, char **argv, vit_config *cfg, vit_train_opts *o, shown *look,
+                       const char **data, char *out, size_t out_cap, int *threads,
+                       unsigned long long *seeds, int *nseeds)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--quiet") == 0) {
+            look->progress = 0;
+            continue;
+        }
+        if (strcmp(a, "--check-replicas") == 0) {
+            o->check_replicas = 1;
+            continue;
+        }
+        if (strcmp(a, "--other-data") == 0) {
+            o->other_data = 1;
+            continue;
+        }
+        if (strcmp(a, "--force") == 0) {
+            o->overwrite = 1;
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", prog, a);
+            return 2;
+        }
+        if (!v) {
+            fprintf(stderr, "%s: %s needs a value\n", prog, a);
+            return 2;
+        }
+        i++;
+        if (strcmp(a, "--config") == 0)
+            continue;
+        else if (strcmp(a, "--data") == 0)
+            *data = v;
+        else if (strcmp(a, "--out") == 0) {
+            if (snprintf(out, out_cap, "%s", v) >= (int)out_cap) {
+                fprintf(stderr, "%s: --out: path longer than %d bytes\n", prog, (int)out_cap - 1);
+                return 2;
+            }
+        } else if (strcmp(a, "--resume") == 0)
+            o->resume = v;
+        else if (strcmp(a, "--val") == 0) {
+            if (!cli_int(prog, a, v, 0, 1 << 30, &o->val_count))
+                return 2;
+        } else if (strcmp(a, "--ckpt-every") == 0) {
+            if (!cli_int(prog, a, v, 1, 1 << 30, &o->ckpt_every))
+                return 2;
+        } else if (strcmp(a, "--stop-after") == 0) {
+            if (!cli_int(prog, a, v, 1, 1 << 30, &o->stop_after_epochs))
+                return 2;
+        } else if (strcmp(a, "--threads") == 0) {
+            if (!cli_int(prog, a, v, 1, 256, threads))
+                return 2;
+        } else if (strcmp(a, "--seeds") == 0) {
+            if (!parse_seeds(v, seeds, nseeds))
+                return 2;
+        } else if (strcmp(a, "--seed") == 0 && seed_flag_clash(argc, argv)) {
+            return 2;
+        } else if (!cli_config_flag(prog, cfg, a, v))
+            return 2;
+    }
+    return -1;
+}
+
+/* The output folder before anything is loaded: a run there is never
+ * replaced without --force (nor a --seeds summary), and --seeds starts new
+ * runs only.  -1 to go on, else the exit status (the message is out). */
+static int check_out_folder(const vit_train_opts *o, const char *out,
+                            const unsigned long long *seeds, int nseeds)
+{
+    if (nseeds > 0 && o->resume) {
+        fprintf(stderr, "%s: --seeds starts new runs; resume each seed's run on its own "
+                "(--resume OUT/seed-N/last.ckpt)\n", prog);
+        return 2;
+    }
+    char summary[4200];
+    snprintf(summary, sizeof summary, "%s/seeds.csv", out);
+    if (nseeds > 0 && !o->overwrite && access(summary, F_OK) == 0) {
+        if (vit_dist_rank() == 0)
+            fprintf(stderr, "%s: %s already holds the summary of earlier seeds; pass --force to "
+                    "start over, or another --out\n", prog, summary);
+        return 1;
+    }
+    for (int k = 0; k < nseeds; k++) {
+        char dir[4200];
+        seed_dir(out, seeds[k], dir, sizeof dir);
+        if (!o->overwrite && vit_run_dir_taken(dir, NULL)) {
+            if (vit_dist_rank() == 0)
+                fprintf(stderr, "%s: %s already holds a run (last.ckpt); pass --force to start "
+                        "the seeds over, or another --out\n", prog, dir);
+            return 1;
+        }
+    }
+    if (nseeds == 0 && !o->overwrite && vit_run_dir_taken(out, o->resume)) {
+        if (vit_dist_rank() == 0)
+            fprintf(stderr, "%s: %s already holds a run (last.ckpt); continue it with --resume "
+                    "%s/last.ckpt, or pass --force to start over\n", prog, out, out);
+        return 1;
+    }
+    return -1;
+}
+
+/* VIT_PROGRESS_SECONDS: seconds between the plain progress lines written
+ * to a file or pipe (tests use a fraction of a second) into *every_out, left
+ * as it is when unset; 0 (said) when it is not a number of seconds. */
+static int progress_interval(double *every_out)
+{
+    const char *every = getenv("VIT_PROGRESS_SECONDS");
+    if (every && *every) {
+        char *end;
+        *every_out = strtod(every, &end);
+        if (*end || !(*every_out > 0 && *every_out < 1e9)) {
+            if (vit_dist_rank() == 0)
+                fprintf(stderr, "%s: VIT_PROGRESS_SECONDS: expected a number of seconds > 0, "
+                        "got '%s'\n", prog, every);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The default's overlap (stride and padding, made for its 4x4 patches
+ * on 8x8 images) goes with the default patch on images of the default
+ * size: any other patch, given or picked for larger images, tiles the
+ * image without overlap unless a stride or padding was given too (-1 marks
+ * one not given). */
+static void settle_overlap(vit_config *cfg, int patch_default, int stride_default,
+                           int pad_default, const vit_dataset *train)
+{
+    vit_config d;
+    vit_config_default(&d);
+    int keep = cfg->patch == patch_default && train->height == d.image_height &&
+               train->width == d.image_width;
+    if (cfg->patch_stride < 0)
+        cfg->patch_stride = keep ? stride_default : 0;
+    if (cfg->patch_pad < 0)
+        cfg->patch_pad = keep ? pad_default : 0;
+}
+
 static int run(int argc, char **argv)
 {
     vit_config cfg;
@@ -516,7 +661,7 @@ static int run(int argc, char **argv)
     const char *data = NULL, *config = NULL;
     char data_buf[VIT_RUN_DATA_SPEC_MAX];
     char out[4096] = "";
-    int threads = 0, nseeds = 0;
+    int threads = 0, nseeds = 0, rc;
     unsigned long long seeds[MAX_SEEDS];
     if (!cli_normalize(prog, &argc, &argv, flags, 1))
         return 2;
@@ -553,65 +698,9 @@ static int run(int argc, char **argv)
     if (config && vit_config_load(&cfg, config))
         return cli_fail(prog, NULL);
 
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--quiet") == 0) {
-            look.progress = 0;
-            continue;
-        }
-        if (strcmp(a, "--check-replicas") == 0) {
-            o.check_replicas = 1;
-            continue;
-        }
-        if (strcmp(a, "--other-data") == 0) {
-            o.other_data = 1;
-            continue;
-        }
-        if (strcmp(a, "--force") == 0) {
-            o.overwrite = 1;
-            continue;
-        }
-        if (strncmp(a, "--", 2) != 0) {
-            fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", prog, a);
-            return 2;
-        }
-        if (!v) {
-            fprintf(stderr, "%s: %s needs a value\n", prog, a);
-            return 2;
-        }
-        i++;
-        if (strcmp(a, "--config") == 0)
-            continue;
-        else if (strcmp(a, "--data") == 0)
-            data = v;
-        else if (strcmp(a, "--out") == 0) {
-            if (snprintf(out, sizeof out, "%s", v) >= (int)sizeof out) {
-                fprintf(stderr, "%s: --out: path longer than %d bytes\n", prog, (int)sizeof out - 1);
-                return 2;
-            }
-        } else if (strcmp(a, "--resume") == 0)
-            o.resume = v;
-        else if (strcmp(a, "--val") == 0) {
-            if (!cli_int(prog, a, v, 0, 1 << 30, &o.val_count))
-                return 2;
-        } else if (strcmp(a, "--ckpt-every") == 0) {
-            if (!cli_int(prog, a, v, 1, 1 << 30, &o.ckpt_every))
-                return 2;
-        } else if (strcmp(a, "--stop-after") == 0) {
-            if (!cli_int(prog, a, v, 1, 1 << 30, &o.stop_after_epochs))
-                return 2;
-        } else if (strcmp(a, "--threads") == 0) {
-            if (!cli_int(prog, a, v, 1, 256, &threads))
-                return 2;
-        } else if (strcmp(a, "--seeds") == 0) {
-            if (!parse_seeds(v, seeds, &nseeds))
-                return 2;
-        } else if (strcmp(a, "--seed") == 0 && seed_flag_clash(argc, argv)) {
-            return 2;
-        } else if (!cli_config_flag(prog, &cfg, a, v))
-            return 2;
-    }
+    if ((rc = parse_flags(argc, argv, &cfg, &o, &look, &data, out, sizeof out, &threads, seeds,
+                          &nseeds)) >= 0)
+        return rc;
     if (threads > 0)
         vit_set_threads(threads);
     /* A resume trains on its run's data unless --data says otherwise. */
@@ -628,48 +717,10 @@ static int run(int argc, char **argv)
         return 2;
     }
     o.out_dir = out;
-    if (nseeds > 0 && o.resume) {
-        fprintf(stderr, "%s: --seeds starts new runs; resume each seed's run on its own "
-                "(--resume OUT/seed-N/last.ckpt)\n", prog);
+    if ((rc = check_out_folder(&o, out, seeds, nseeds)) >= 0)
+        return rc;
+    if (!progress_interval(&look.every))
         return 2;
-    }
-    char summary[4200];
-    snprintf(summary, sizeof summary, "%s/seeds.csv", out);
-    if (nseeds > 0 && !o.overwrite && access(summary, F_OK) == 0) {
-        if (vit_dist_rank() == 0)
-            fprintf(stderr, "%s: %s already holds the summary of earlier seeds; pass --force to "
-                    "start over, or another --out\n", prog, summary);
-        return 1;
-    }
-    for (int k = 0; k < nseeds; k++) {
-        char dir[4200];
-        seed_dir(out, seeds[k], dir, sizeof dir);
-        if (!o.overwrite && vit_run_dir_taken(dir, NULL)) {
-            if (vit_dist_rank() == 0)
-                fprintf(stderr, "%s: %s already holds a run (last.ckpt); pass --force to start "
-                        "the seeds over, or another --out\n", prog, dir);
-            return 1;
-        }
-    }
-    if (nseeds == 0 && !o.overwrite && vit_run_dir_taken(out, o.resume)) {
-        if (vit_dist_rank() == 0)
-            fprintf(stderr, "%s: %s already holds a run (last.ckpt); continue it with --resume "
-                    "%s/last.ckpt, or pass --force to start over\n", prog, out, out);
-        return 1;
-    }
-    /* Seconds between the plain progress lines written to a file or pipe
-     * (tests use a fraction of a second). */
-    const char *every = getenv("VIT_PROGRESS_SECONDS");
-    if (every && *every) {
-        char *end;
-        look.every = strtod(every, &end);
-        if (*end || !(look.every > 0 && look.every < 1e9)) {
-            if (vit_dist_rank() == 0)
-                fprintf(stderr, "%s: VIT_PROGRESS_SECONDS: expected a number of seconds > 0, "
-                        "got '%s'\n", prog, every);
-            return 2;
-        }
-    }
     o.stop = &stop_signal;
     catch_stop_signals();
 
@@ -712,21 +763,10 @@ static int run(int argc, char **argv)
         vit_dataset_free(&test);
         return 1;
     }
-    /* The default's overlap (stride and padding, made for its 4x4 patches
-     * on 8x8 images) goes with the default patch on images of the default
-     * size: any other patch, given or picked for larger images, tiles the
-     * image without overlap unless a stride or padding was given too. */
-    vit_config d;
-    vit_config_default(&d);
-    int keep = cfg.patch == patch_default && train.height == d.image_height &&
-               train.width == d.image_width;
-    if (cfg.patch_stride < 0)
-        cfg.patch_stride = keep ? stride_default : 0;
-    if (cfg.patch_pad < 0)
-        cfg.patch_pad = keep ? pad_default : 0;
+    settle_overlap(&cfg, patch_default, stride_default, pad_default, &train);
 
-    int rc = nseeds > 0 ? train_seeds(&cfg, &train, &test, &o, &look, data, threads, seeds, nseeds)
-                        : train_once(&cfg, &train, &test, &o, &look, data, threads, NULL);
+    rc = nseeds > 0 ? train_seeds(&cfg, &train, &test, &o, &look, data, threads, seeds, nseeds)
+                    : train_once(&cfg, &train, &test, &o, &look, data, threads, NULL);
     vit_dataset_free(&train);
     vit_dataset_free(&test);
     return rc;
