@@ -13,6 +13,8 @@
 #     causal sequence model on the tape) with SEQ_MAIN (a main that trains it
 #     for a few steps and checks its loss falls), built from the installed
 #     vit.pc alone - proof that the public headers suffice to write one;
+#     then one program of two files, float32 and float64 (<vit/f64.h>),
+#     linked with vit.pc and vit-f64.pc together, computing in both;
 #  4. `pkg-config --cflags` of the installed vit.pc and vit-f64.pc is the
 #     installed include folder and nothing else (no -DVIT_DOUBLE: see
 #     vit/f64.h), no
@@ -168,6 +170,43 @@ else
                     "$(lib_path $flags)"
             else
                 bad "sequence model: compiling $seq_model against the installed tree failed"
+            fi
+            # ---- 3b. one program, both precisions ----
+            # Two files: one includes <vit/vit.h> (float32, libvit), the other
+            # <vit/f64.h> first (float64, libvit-f64, whose symbols are
+            # vit_f64_*); linked together with both .pc files' flags, each
+            # computes the same softmax in its own precision.
+            cat >"$tmp/both_f32.c" <<'SRC'
+#include <vit/vit.h>
+double softmax_f32(int k) {
+    vit_real x[3] = {0.5, -1.25, 2}, y[3];
+    return vit_softmax_forward(y, x, 1, 3) == VIT_OK ? (double)y[k] + 100 * sizeof(vit_real) : -1;
+}
+SRC
+            cat >"$tmp/both_f64.c" <<'SRC'
+#include <vit/f64.h>
+#include <stdio.h>
+#include <math.h>
+double softmax_f32(int k);
+int main(void) {
+    vit_real x[3] = {0.5, -1.25, 2}, y[3];
+    if (vit_softmax_forward(y, x, 1, 3) != VIT_OK) return 1;
+    for (int k = 0; k < 3; k++) {
+        double f = softmax_f32(k) - 400; /* float32's vit_real is 4 bytes */
+        printf("softmax[%d]: float32 %.9f, float64 %.17f\n", k, f, (double)y[k]);
+        if (sizeof(vit_real) != 8 || !(fabs(f - (double)y[k]) < 1e-6) || f == (double)y[k]) return 1;
+    }
+    printf("PASS\n");
+    return 0;
+}
+SRC
+            if both=$(pkg-config --cflags --libs vit vit-f64) &&
+               "${cc[@]}" "${san[@]}" -o "$tmp/both" "$tmp/both_f32.c" "$tmp/both_f64.c" $both -lm; then
+                ok "one program linked against libvit and libvit-f64 together"
+                # shellcheck disable=SC2086
+                run_consumer "installed, both precisions in one process" "$tmp/both" "$(lib_path $both)"
+            else
+                bad "one program against both libraries: compiling or linking failed"
             fi
             # ---- 4. --cflags: the installed include folder, nothing else ----
             incdir=$(find "$root" -type d -path '*/include/vit' | head -n 1)
