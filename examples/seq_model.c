@@ -2,9 +2,9 @@
  * seq_model.c - a decoder-only transformer on digit sequences, written the
  * way a user would write their own model on libvit: from the public API only
  * (<vit/vit.h>), as forward code on the tape.  The parameters are a
- * vit_params, the backward is vit_tape_backward's, and the one op the tape
- * lacks - the answer positions of each sequence - is a custom op with its
- * own backward.  tests/test_install.sh builds this file against an installed
+ * vit_params, the backward is vit_tape_backward's, and the loss counts the
+ * answer positions alone through the cross-entropy's ignore label
+ * (vit_op_cross_entropy_masked).  tests/test_install.sh builds this file against an installed
  * libvit with nothing but `pkg-config --cflags --libs vit`, so it must not
  * use libm either (those flags do not link it).  See seq_model.h.
  */
@@ -13,6 +13,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The label of the positions that carry no loss (not an answer). */
+#define SEQ_IGNORE -1
 
 /* ---- Errors ------------------------------------------------------------ */
 
@@ -297,58 +300,6 @@ const vit_real *seq_forward(seq_model *m, const int *tokens, int b)
     return y ? y->data : NULL;
 }
 
-/* ---- The answer positions: a custom op ------------------------------------ */
-
-/* Tokens first .. first+count-1 of each item of x [B, T, C]: [B, count, C].
- * The tape has single tokens (vit_op_token) and means over tokens, not a
- * range; the forward copies the rows out, the backward adds the gradient
- * back into them (the other positions get none: they carry no loss). */
-typedef struct token_range {
-    int first, count;
-} token_range;
-
-static int token_range_forward(const vit_op_call *c)
-{
-    const token_range *r = c->ctx;
-    const vit_tensor *x = c->in[0];
-    const size_t T = (size_t)x->shape[1], C = (size_t)x->shape[2];
-    for (size_t i = 0; i < (size_t)x->shape[0]; i++)
-        memcpy(c->out->data + i * r->count * C, x->data + (i * T + (size_t)r->first) * C,
-               (size_t)r->count * C * sizeof *x->data);
-    return VIT_OK;
-}
-
-static int token_range_backward(const vit_op_call *c)
-{
-    const token_range *r = c->ctx;
-    const vit_tensor *x = c->in[0];
-    const size_t T = (size_t)x->shape[1], C = (size_t)x->shape[2], n = (size_t)r->count * C;
-    vit_real *dx = c->din[0];
-    if (!dx)
-        return VIT_OK;
-    for (size_t i = 0; i < (size_t)x->shape[0]; i++) {
-        vit_real *d = dx + (i * T + (size_t)r->first) * C;
-        const vit_real *dy = c->dout + i * n;
-        for (size_t j = 0; j < n; j++)
-            d[j] += dy[j];
-    }
-    return VIT_OK;
-}
-
-static vit_tensor *op_token_range(vit_tape *t, vit_tensor *x, int first, int count)
-{
-    if (!x)
-        return NULL; /* the tape holds the error already */
-    if (x->ndim != 3 || first < 0 || count < 1 || first + count > x->shape[1]) {
-        vit_tape_fail(t, vit_set_error(VIT_EINVAL,
-                                       "token_range: x must be [B, T, C] and the range inside T"));
-        return NULL;
-    }
-    token_range r = {first, count};
-    return vit_op_custom(t, "token_range", 1, &x, 3, (const int[]){x->shape[0], count, x->shape[2]},
-                         token_range_forward, token_range_backward, &r, sizeof r);
-}
-
 /* ---- Training -------------------------------------------------------------- */
 
 int seq_train_step(seq_model *m, const int *tokens, const int *labels, int b, double lr,
@@ -366,11 +317,21 @@ int seq_train_step(seq_model *m, const int *tokens, const int *labels, int b, do
     vit_tape_reset(t);
     vit_tape_set_grad(t, 1);
     vit_params_zero_grads(m->params);
-    /* Loss: mean cross-entropy over the b*k answer positions k .. 2k-1, the
-     * logits there as rows [b*k, 10]; the positions before carry none. */
-    vit_tensor *z = op_token_range(t, forward_graph(m, tokens, b), k, k);
-    z = vit_op_reshape(t, z, 2, (const int[]){b * k, SEQ_DIGITS});
-    vit_tensor *l = vit_op_cross_entropy(t, z, labels, 0, NULL);
+    /* Loss: mean cross-entropy over the b*k answer positions k .. 2k-1 of
+     * the logits as rows [b*T, 10]; every other position's label is the
+     * ignore label, so it counts for nothing and gets no gradient. */
+    vit_tensor *y = forward_graph(m, tokens, b);
+    int T = y ? y->shape[1] : 0;
+    int *all = y ? malloc((size_t)b * T * sizeof *all) : NULL;
+    if (y && !all)
+        return vit_set_error(VIT_ENOMEM, "seq_train_step: out of memory for the labels");
+    for (int i = 0; i < b * T; i++) {
+        int p = i % T;
+        all[i] = p >= k && p < 2 * k ? labels[i / T * k + p - k] : SEQ_IGNORE;
+    }
+    vit_tensor *z = vit_op_reshape(t, y, 2, (const int[]){b * T, SEQ_DIGITS});
+    vit_tensor *l = all ? vit_op_cross_entropy_masked(t, z, all, NULL, SEQ_IGNORE, 0, NULL) : NULL;
+    free(all);
     int rc = l ? vit_tape_backward(t, l) : vit_tape_status(t);
     int ng = 0;
     const vit_param_group *g = vit_params_groups(m->params, &ng);

@@ -25,7 +25,8 @@
  *   layers x:  x = x + MHA_causal(LN1(x));  x = x + W2 GELU(W1 LN2(x) + b1) + b2
  *   -> LN_f -> linear head [D, 10]                        logits [B, T, 10]
  *   loss = mean cross-entropy over the B*k answer positions (the logits at
- *   positions k .. 2k-1, picked by a custom op, as rows [B*k, 10]).
+ *   positions k .. 2k-1; the others carry the ignore label of
+ *   vit_op_cross_entropy_masked).
  *
  * Buffers are row-major with the batch first, like every libvit buffer.
  * These are the example's own functions, not part of the library's API; a seq_model is used

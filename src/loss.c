@@ -87,3 +87,102 @@ int vit_cross_entropy_backward(vit_real *dlogits, const vit_real *probs,
     }
     return VIT_OK;
 }
+
+/* Row i's weight in the masked loss: 0 for an ignored row, else
+ * weights[i] (1 without weights). */
+static double row_weight(const int *labels, const vit_real *weights, int i, int ignore)
+{
+    return labels[i] == ignore ? 0.0 : weights ? (double)weights[i] : 1.0;
+}
+
+/* The masked loss's checks: labels in 0..C-1 or ignore, weights >= 0 and
+ * finite; *total gets the sum of the weights. */
+static int check_masked(const char *fn, const int *labels, const vit_real *weights, int n,
+                        int classes, vit_real smoothing, int ignore, double *total)
+{
+    TRY(vit_check_ptr(fn, "labels", labels));
+    TRY(vit_check_dim(fn, "n", n));
+    TRY(vit_check_dim(fn, "classes", classes));
+    if (!(smoothing >= 0 && smoothing < 1))
+        return vit_fail(VIT_EINVAL, "%s: smoothing must be in [0, 1), got %g", fn,
+                        (double)smoothing);
+    *total = 0;
+    for (int i = 0; i < n; i++) {
+        if (labels[i] != ignore && (labels[i] < 0 || labels[i] >= classes))
+            return vit_fail(VIT_EINVAL, "%s: labels[%d] = %d is outside 0..%d (and is not the "
+                            "ignore label %d)", fn, i, labels[i], classes - 1, ignore);
+        if (weights && !(weights[i] >= 0 && isfinite((double)weights[i])))
+            return vit_fail(VIT_EINVAL, "%s: weights[%d] = %g is not a finite weight >= 0", fn,
+                            i, (double)weights[i]);
+        *total += row_weight(labels, weights, i, ignore);
+    }
+    return VIT_OK;
+}
+
+/* logits [n, C], labels [n] (ignore: left out), weights [n] or NULL ->
+ * *loss = sum_i w_i l_i / sum_i w_i (0 when nothing counts), probs [n, C]
+ * (rows of ignored labels too) */
+int vit_cross_entropy_masked_forward(vit_real *loss, vit_real *probs, const vit_real *logits,
+                                     const int *labels, const vit_real *weights, int n,
+                                     int classes, vit_real smoothing, int ignore)
+{
+    static const char fn[] = "vit_cross_entropy_masked_forward";
+    double wsum;
+    TRY(vit_check_ptr(fn, "loss", loss));
+    TRY(vit_check_ptr(fn, "probs", probs));
+    TRY(vit_check_ptr(fn, "logits", logits));
+    TRY(check_masked(fn, labels, weights, n, classes, smoothing, ignore, &wsum));
+    double s = smoothing, total = 0.0;
+    for (int i = 0; i < n; i++) {
+        const vit_real *xr = logits + (size_t)i * classes;
+        vit_real *pr = probs + (size_t)i * classes;
+        double mx = -INFINITY, sum_x = 0.0, z = 0.0;
+        for (int c = 0; c < classes; c++) {
+            double v = xr[c];
+            if (!isfinite(v))
+                return vit_fail(VIT_ENUM, "%s: logits[%d, %d] is not finite", fn, i, c);
+            mx = v > mx ? v : mx;
+            sum_x += v;
+        }
+        for (int c = 0; c < classes; c++)
+            z += exp((double)xr[c] - mx);
+        double lse = mx + log(z);
+        for (int c = 0; c < classes; c++)
+            pr[c] = (vit_real)exp((double)xr[c] - lse);
+        double w = row_weight(labels, weights, i, ignore);
+        if (w == 0)
+            continue;
+        double logp_y = (double)xr[labels[i]] - lse;
+        total += w * (-(1.0 - s) * logp_y - (s / classes) * (sum_x - classes * lse));
+    }
+    *loss = wsum > 0 ? (vit_real)(total / wsum) : 0;
+    return VIT_OK;
+}
+
+/* probs [n, C], labels [n], weights [n] or NULL, dloss ->
+ * dlogits [n, C] += dloss w_i / sum w (p - target); ignored rows get 0 */
+int vit_cross_entropy_masked_backward(vit_real *dlogits, const vit_real *probs, const int *labels,
+                                      const vit_real *weights, int n, int classes,
+                                      vit_real smoothing, int ignore, vit_real dloss)
+{
+    static const char fn[] = "vit_cross_entropy_masked_backward";
+    double wsum;
+    TRY(vit_check_ptr(fn, "dlogits", dlogits));
+    TRY(vit_check_ptr(fn, "probs", probs));
+    TRY(check_masked(fn, labels, weights, n, classes, smoothing, ignore, &wsum));
+    if (!isfinite((double)dloss))
+        return vit_fail(VIT_ENUM, "%s: dloss is not finite", fn);
+    if (wsum == 0)
+        return VIT_OK;
+    double off = (double)smoothing / classes, on = 1.0 - (double)smoothing + off;
+    for (int i = 0; i < n; i++) {
+        double scale = (double)dloss * row_weight(labels, weights, i, ignore) / wsum;
+        if (scale == 0)
+            continue;
+        const vit_real *pr = probs + (size_t)i * classes;
+        vit_real *dr = dlogits + (size_t)i * classes;
+        for (int c = 0; c < classes; c++)
+            dr[c] += (vit_real)(scale * (pr[c] - (c == labels[i] ? on : off)));
+    }
+    return VIT_OK;
+}

@@ -1,6 +1,7 @@
 /*
  * The loss on the tape, forward beside backward: vit_op_cross_entropy,
- * logits [B, C] and labels [B] -> the mean loss [1].
+ * logits [B, C] and labels [B] -> the mean loss [1]; and
+ * vit_op_cross_entropy_masked, the same with ignored and weighted rows.
  */
 #include <string.h>
 
@@ -49,6 +50,60 @@ vit_tensor *vit_op_cross_entropy(vit_tape *t, vit_tensor *logits, const int *lab
     int rc = vit_cross_entropy_forward(y->data, p, logits->data, lab, B, C, smoothing);
     xent_ctx c = {p, lab, smoothing};
     if (!vit_tape_record(t, &xent_def, rc, y, 1, &logits, &c, sizeof c))
+        return NULL;
+    if (probs)
+        *probs = p;
+    return y;
+}
+
+/* What the masked loss's backward keeps: as xent_ctx, plus the weights
+ * [B] (copied, or NULL) and the ignore label. */
+typedef struct xent_masked_ctx {
+    vit_real *probs, *weights;
+    int *labels;
+    vit_real smoothing;
+    int ignore;
+} xent_masked_ctx;
+
+/* dlogits += dy[0] w_i / sum w (p - the smoothed one-hot labels), counted rows only. */
+static int back_xent_masked(vit_tape *t, const vit_op_rec *r)
+{
+    const xent_masked_ctx *c = r->ctx;
+    const vit_tensor *z = r->in[0];
+    vit_real *dz = vit_tape_grad_acc(t, r->in[0]);
+    return dz ? vit_cross_entropy_masked_backward(dz, c->probs, c->labels, c->weights,
+                                                  z->shape[0], z->shape[1], c->smoothing,
+                                                  c->ignore, r->out->grad[0])
+              : vit_tape_status(t);
+}
+
+static const vit_op_def xent_masked_def = {"vit_op_cross_entropy_masked", back_xent_masked, NULL,
+                                           0};
+
+vit_tensor *vit_op_cross_entropy_masked(vit_tape *t, vit_tensor *logits, const int *labels,
+                                        const vit_real *weights, int ignore, vit_real smoothing,
+                                        vit_real **probs)
+{
+    if (!vit_tape_begin(t, xent_masked_def.name, 1, &logits))
+        return NULL;
+    if (logits->ndim != 2 || !labels)
+        return vit_tape_error(t, vit_fail(VIT_EINVAL, "vit_op_cross_entropy_masked: logits must "
+                                          "be [B, C] and labels non-NULL"));
+    int B = logits->shape[0], C = logits->shape[1];
+    int one = 1;
+    vit_tensor *y = vit_tape_output(t, 1, &one, vit_tape_wants_grad(t, 1, &logits));
+    vit_real *p = y ? vit_tape_reals(t, (size_t)B * C) : NULL;
+    int *lab = p ? vit_tape_alloc(t, (size_t)B * sizeof *lab) : NULL;
+    vit_real *w = lab && weights ? vit_tape_reals(t, (size_t)B) : NULL;
+    if (!lab || (weights && !w))
+        return NULL;
+    memcpy(lab, labels, (size_t)B * sizeof *lab);
+    if (w)
+        memcpy(w, weights, (size_t)B * sizeof *w);
+    int rc = vit_cross_entropy_masked_forward(y->data, p, logits->data, lab, w, B, C, smoothing,
+                                              ignore);
+    xent_masked_ctx c = {p, w, lab, smoothing, ignore};
+    if (!vit_tape_record(t, &xent_masked_def, rc, y, 1, &logits, &c, sizeof c))
         return NULL;
     if (probs)
         *probs = p;

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "gradcheck.h"
+#include "vit/loss.h"
 #include "vit/tape.h"
 
 #define ASSERT_GRAD(name, x, g, n, f, ctx)                                         \
@@ -470,6 +471,98 @@ START_TEST(test_cross_entropy)
     uint64_t seed = 40;
     add_leaf(&g, "logits", 1, 3.0, &seed, 2, 4, 5, 0, 0);
     check_graph(&g, _i ? "cross_entropy_smooth" : "cross_entropy");
+}
+END_TEST
+
+/* The masked, weighted cross-entropy on logits z [6, 5]: rows 1 and 4
+ * ignored (label -1), weights 0.5 .. 3. */
+typedef struct masked_xent {
+    vit_real z[30], dz[30];
+    int labels[6];
+    const vit_real *weights;
+    int ignore;
+    vit_real smoothing;
+} masked_xent;
+
+static double masked_loss(masked_xent *m, vit_real *grad)
+{
+    vit_tape *t = vit_tape_new();
+    int shape[2] = {6, 5};
+    vit_tensor *z = vit_tape_leaf(t, m->z, grad, 2, shape);
+    vit_tensor *loss = vit_op_cross_entropy_masked(t, z, m->labels, m->weights, m->ignore,
+                                                   m->smoothing, NULL);
+    ck_assert_msg(loss != NULL, "%s", vit_last_error());
+    double v = (double)loss->data[0];
+    if (grad)
+        ck_assert_int_eq(vit_tape_backward(t, loss), VIT_OK);
+    vit_tape_free(t);
+    return v;
+}
+
+static double masked_loss_fn(void *ctx) { return masked_loss(ctx, NULL); }
+
+START_TEST(test_cross_entropy_masked)
+{
+    static const vit_real w[6] = {0.5, 7, 1, 2, 9, 3}; /* rows 1 and 4 are ignored anyway */
+    masked_xent m = {.labels = {0, -1, 3, 4, -1, 2}, .weights = w, .ignore = -1,
+                     .smoothing = _i ? (vit_real)0.1 : 0};
+    uint64_t seed = 77;
+    gc_fill(m.z, 30, &seed, 3.0);
+    double loss = masked_loss(&m, m.dz);
+    /* By hand: the weighted mean of the counted rows' smoothed losses. */
+    double num = 0, den = 0;
+    for (int i = 0; i < 6; i++) {
+        if (m.labels[i] < 0)
+            continue;
+        double mx = -INFINITY, z = 0, sum = 0;
+        for (int c = 0; c < 5; c++)
+            mx = fmax(mx, (double)m.z[i * 5 + c]);
+        for (int c = 0; c < 5; c++) {
+            z += exp((double)m.z[i * 5 + c] - mx);
+            sum += (double)m.z[i * 5 + c];
+        }
+        double lse = mx + log(z), s = (double)m.smoothing;
+        double li = -(1 - s) * ((double)m.z[i * 5 + m.labels[i]] - lse) - s / 5 * (sum - 5 * lse);
+        num += (double)w[i] * li;
+        den += (double)w[i];
+    }
+    ck_assert_msg(fabs(loss - num / den) < 1e-14, "loss %.17g, by hand %.17g", loss, num / den);
+    for (int c = 0; c < 5; c++) /* ignored rows: exactly no gradient */
+        ck_assert(m.dz[5 + c] == 0 && m.dz[20 + c] == 0);
+    ASSERT_GRAD(_i ? "xent_masked_smooth" : "xent_masked", m.z, m.dz, 30, masked_loss_fn, &m);
+
+    /* Nothing ignored, no weights: the plain op's loss and gradient. */
+    masked_xent p = m;
+    p.weights = NULL;
+    p.ignore = -100;
+    for (int i = 0; i < 6; i++)
+        p.labels[i] = i % 5;
+    memset(p.dz, 0, sizeof p.dz);
+    double lp = masked_loss(&p, p.dz);
+    vit_tape *t = vit_tape_new();
+    vit_real dz[30] = {0};
+    vit_tensor *z = vit_tape_leaf(t, p.z, dz, 2, (int[]){6, 5});
+    vit_tensor *plain = vit_op_cross_entropy(t, z, p.labels, p.smoothing, NULL);
+    ck_assert_int_eq(vit_tape_backward(t, plain), VIT_OK);
+    ck_assert(fabs(lp - (double)plain->data[0]) < 1e-15);
+    ck_assert(gc_max_abs_diff(dz, p.dz, 30) < 1e-16);
+    vit_tape_free(t);
+
+    /* Every row ignored: loss 0, gradient 0.  A negative weight: refused. */
+    for (int i = 0; i < 6; i++)
+        p.labels[i] = -100;
+    memset(p.dz, 0, sizeof p.dz);
+    ck_assert(masked_loss(&p, p.dz) == 0);
+    for (int j = 0; j < 30; j++)
+        ck_assert(p.dz[j] == 0);
+    vit_real bad[6] = {1, 1, -1, 1, 1, 1}, loss1, probs[30];
+    ck_assert_int_eq(vit_cross_entropy_masked_forward(&loss1, probs, m.z, m.labels, bad, 6, 5, 0,
+                                                      -1), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "weights[2]"));
+    int out_of_range[6] = {0, 5, 0, 0, 0, 0};
+    ck_assert_int_eq(vit_cross_entropy_masked_forward(&loss1, probs, m.z, out_of_range, NULL, 6,
+                                                      5, 0, -1), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "labels[1] = 5"));
 }
 END_TEST
 
@@ -1836,6 +1929,7 @@ static Suite *tape_suite(void)
     tcase_add_loop_test(tc, test_token, 0, 3);
     tcase_add_loop_test(tc, test_mean_tokens, 0, 2);
     tcase_add_loop_test(tc, test_cross_entropy, 0, 2);
+    tcase_add_loop_test(tc, test_cross_entropy_masked, 0, 2);
     tcase_add_loop_test(tc, test_leaf_cases, 0, (int)(sizeof leaf_cases / sizeof *leaf_cases));
     tcase_add_test(tc, test_linear_gelu_matches_unfused);
     tcase_add_test(tc, test_add_layernorm_matches_unfused);

@@ -33,6 +33,28 @@ int vit_cross_entropy_backward(vit_real *dlogits, const vit_real *probs,
                                const int *labels, int n, int classes,
                                vit_real smoothing, vit_real dloss);
 
+/* The cross-entropy with rows left out and rows weighted, as PyTorch's
+ * cross_entropy(ignore_index=ignore) with per-row weights: a row whose
+ * label is `ignore` (e.g. -100, or a padding class) counts for nothing;
+ * weights [n] (>= 0, finite; NULL: all 1) weigh the others, and
+ * *loss = sum_i w_i l_i / sum_i w_i over the counted rows, l_i the row's
+ * smoothed cross-entropy as above; 0 when no row counts (where PyTorch
+ * gives NaN), with a zero gradient.  probs [n, classes] is overwritten for
+ * every row, ignored ones too.  Labels other than `ignore` must be in
+ * 0..classes-1.  Errors as vit_cross_entropy_forward, and VIT_EINVAL for a
+ * negative or non-finite weight. */
+int vit_cross_entropy_masked_forward(vit_real *loss, vit_real *probs, const vit_real *logits,
+                                     const int *labels, const vit_real *weights, int n,
+                                     int classes, vit_real smoothing, int ignore);
+
+/* dlogits[n, classes] += dloss * w_i / sum_j w_j * (probs - target) for
+ * each counted row (ignored rows: nothing), accumulated; labels, weights,
+ * smoothing and ignore as in the forward.  Errors as
+ * vit_cross_entropy_backward. */
+int vit_cross_entropy_masked_backward(vit_real *dlogits, const vit_real *probs, const int *labels,
+                                      const vit_real *weights, int n, int classes,
+                                      vit_real smoothing, int ignore, vit_real dloss);
+
 VIT_END_DECLS
 
 #endif

@@ -300,6 +300,16 @@ vit_tensor *vit_op_mean_tokens(vit_tape *tape, vit_tensor *x, int first);
 vit_tensor *vit_op_cross_entropy(vit_tape *tape, vit_tensor *logits, const int *labels,
                                  vit_real smoothing, vit_real **probs);
 
+/* vit_op_cross_entropy with rows left out and weighted
+ * (vit_cross_entropy_masked_forward, vit/loss.h): a row whose label is
+ * `ignore` counts for nothing (padding, positions that are not answers);
+ * weights [B] (copied; NULL: all 1) weigh the others; the loss is their
+ * weighted mean, 0 when no row counts.  logits [B, C] 2-D, else
+ * VIT_EINVAL; labels [B] copied; *probs as for vit_op_cross_entropy. */
+vit_tensor *vit_op_cross_entropy_masked(vit_tape *tape, vit_tensor *logits, const int *labels,
+                                        const vit_real *weights, int ignore, vit_real smoothing,
+                                        vit_real **probs);
+
 /* ---- Custom ops -------------------------------------------------------- */
 
 /* What a custom op's forward and backward are given. */
