@@ -22,4 +22,5 @@
 #include "vit/dist.h"
 #include "vit/safetensors.h"
 #include "vit/gemm.h"
+#include "vit/bf16.h"
 #endif
