@@ -25,4 +25,5 @@
 #include "vit/safetensors.h"
 #include "vit/export.h"
 #include "vit/gemm.h"
+#include "vit/bf16.h"
 #endif
