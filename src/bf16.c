@@ -621,6 +621,7 @@ typedef struct {
     atomic_int failed;
 } gemm_job;
 
+#if USE_XSMM
 /* Row r of op(A), for r0 <= r < r0 + rows, converted to bf16 into
  * dst[(r - r0) * ld ..] (K values, then zeros up to ld). */
 static int convert_a(scratch *s, vit_bf16 *dst, int ld, const gemm_job *j, int r0, int rows)
@@ -644,6 +645,7 @@ static int convert_a(scratch *s, vit_bf16 *dst, int ld, const gemm_job *j, int r
             dst[(size_t)r * ld + k] = 0;
     return 1;
 }
+#endif
 
 /* The same rows of op(A) rounded to bf16, as float32 [rows, K]. */
 static void round_a(float *dst, const gemm_job *j, int r0, int rows)
@@ -661,6 +663,7 @@ static void round_a(float *dst, const gemm_job *j, int r0, int rows)
     }
 }
 
+#if USE_XSMM
 /* C[rows, N] = alpha T + beta C (C not read when beta is 0). */
 static void combine(float *C, int ldc, const float *T, int rows, int N, float alpha, float beta)
 {
@@ -676,7 +679,6 @@ static void combine(float *C, int ldc, const float *T, int rows, int N, float al
     }
 }
 
-#if USE_XSMM
 /* The VNNI operand back as float32 [Kp, N] (exact). */
 static void unpack_vnni(float *dst, const vit_bf16_packed *B)
 {
