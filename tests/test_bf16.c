@@ -222,6 +222,10 @@ START_TEST(cpu_features)
     fclose(fp);
     if (avx512_bf16 < 0)
         return; /* not x86 */
+    /* valgrind's CPUID hides AVX-512 from the program (and the library then
+     * takes its portable path), so only the kernel's flags differ there. */
+    if (getenv("VIT_UNDER_VALGRIND"))
+        return;
     ck_assert_int_eq((feat & VIT_BF16_CPU_AVX512) != 0, avx512_bf16);
     ck_assert_int_eq((feat & VIT_BF16_CPU_AMX) != 0, amx_bf16);
 }
