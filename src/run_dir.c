@@ -77,6 +77,8 @@ int vit_run_dir_taken(const char *out_dir, const char *resume)
 int vit_run_dir_set_aside(const char *dir, char *moved, size_t cap)
 {
     char ckpt[4200], csv[4200], to_ckpt[4400], to_csv[4400];
+    if (!moved || cap == 0)
+        return vit_fail(VIT_EINVAL, "vit_run_dir_set_aside: no room for the folder's name");
     snprintf(ckpt, sizeof ckpt, "%s/last.ckpt", dir);
     snprintf(csv, sizeof csv, "%s/metrics.csv", dir);
     int made = 0;
