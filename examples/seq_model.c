@@ -69,6 +69,8 @@ struct seq_model {
     seq_block *block;     /* [layers] */
     vit_tape *tape;       /* one step (or one evaluation forward) at a time */
     vit_adamw opt;
+    int *row_labels;      /* [batch * T]: a training step's label per position,
+                             kept here so that a step allocates nothing */
 };
 
 /* sqrt(x) for x >= 1 by Newton's iteration (converged well within the
@@ -160,11 +162,12 @@ seq_model *seq_model_new(const seq_config *cfg)
                        .heads = cfg->heads, .has_bias = 1};
     m->mha.mask.causal = cfg->causal;
     m->block = calloc((size_t)cfg->layers, sizeof *m->block);
+    m->row_labels = malloc((size_t)cfg->batch * m->T * sizeof *m->row_labels);
     m->params = vit_params_new();
     m->tape = vit_tape_new();
     vit_rng rng;
     vit_rng_seed(&rng, cfg->seed);
-    if (!m->block || !m->params || !m->tape || layout(m) != VIT_OK
+    if (!m->block || !m->row_labels || !m->params || !m->tape || layout(m) != VIT_OK
         || vit_params_alloc(m->params) != VIT_OK || vit_params_init(m->params, &rng) != VIT_OK
         || vit_adamw_init(&m->opt, vit_params_count(m->params), 0.9, 0.98, 1e-8, 0.0) != VIT_OK) {
         /* vit_last_error() names the failing call */
@@ -182,6 +185,7 @@ void seq_model_free(seq_model *m)
     vit_tape_free(m->tape);
     vit_params_free(m->params);
     free(m->block);
+    free(m->row_labels);
     free(m);
 }
 
@@ -322,16 +326,13 @@ int seq_train_step(seq_model *m, const int *tokens, const int *labels, int b, do
      * ignore label, so it counts for nothing and gets no gradient. */
     vit_tensor *y = forward_graph(m, tokens, b);
     int T = y ? y->shape[1] : 0;
-    int *all = y ? malloc((size_t)b * T * sizeof *all) : NULL;
-    if (y && !all)
-        return vit_set_error(VIT_ENOMEM, "seq_train_step: out of memory for the labels");
+    int *all = y ? m->row_labels : NULL; /* b <= batch, checked by check_tokens */
     for (int i = 0; i < b * T; i++) {
         int p = i % T;
         all[i] = p >= k && p < 2 * k ? labels[i / T * k + p - k] : SEQ_IGNORE;
     }
     vit_tensor *z = vit_op_reshape(t, y, 2, (const int[]){b * T, SEQ_DIGITS});
     vit_tensor *l = all ? vit_op_cross_entropy_masked(t, z, all, NULL, SEQ_IGNORE, 0, NULL) : NULL;
-    free(all);
     int rc = l ? vit_tape_backward(t, l) : vit_tape_status(t);
     int ng = 0;
     const vit_param_group *g = vit_params_groups(m->params, &ng);
