@@ -70,8 +70,8 @@ static const field fields[] = {
     F(drop_path, K_DOUBLE, 0, 0.99, "stochastic depth: residual branches dropped per image, at "
       "this rate in the last block, linearly less in earlier ones (0: off)"),
     F(seed, K_U64, 0, 0, "random seed"),
-    F(tta, K_TTA, 0, 1, "test-time augmentation: none, or shift9 (image and 8 one-pixel "
-      "shifts)"),
+    F(tta, K_TTA, 0, 2, "test-time augmentation: none, shift9 (image and 8 one-pixel "
+      "shifts), or auto (shift9 only if it beats one pass on the validation set)"),
     F(recompute, K_INT, 0, 1,
       "1: keep only each block's input and recompute the block in the backward (less memory)"),
     F(ckpt_minutes, K_DOUBLE, 0, 1e6, "minutes between checkpoints inside an epoch (0: off)"),
@@ -170,8 +170,10 @@ int vit_config_set(vit_config *c, const char *key, const char *value)
             *(int *)dst = VIT_TTA_NONE;
         else if (strcmp(value, "shift9") == 0)
             *(int *)dst = VIT_TTA_SHIFT9;
+        else if (strcmp(value, "auto") == 0)
+            *(int *)dst = VIT_TTA_AUTO;
         else
-            return vit_fail(VIT_EINVAL, "%s: expected none or shift9, got '%s'", key, value);
+            return vit_fail(VIT_EINVAL, "%s: expected none, shift9 or auto, got '%s'", key, value);
         return VIT_OK;
     case K_U64: {
         if (*value == '-')
@@ -304,7 +306,8 @@ int vit_config_format(const vit_config *c, char *buf, size_t cap)
         case K_POOL: n = snprintf(buf + len, room, "%s = %s\n", f->key,
                                   *(const int *)src == VIT_POOL_MEAN ? "mean" : "cls"); break;
         case K_TTA: n = snprintf(buf + len, room, "%s = %s\n", f->key,
-                                 *(const int *)src == VIT_TTA_SHIFT9 ? "shift9" : "none"); break;
+                                 *(const int *)src == VIT_TTA_SHIFT9 ? "shift9"
+                                 : *(const int *)src == VIT_TTA_AUTO ? "auto" : "none"); break;
         }
         if (n < 0 || (size_t)n >= room)
             return vit_fail(VIT_EINVAL, "vit_config_format: buffer of %zu bytes too small", cap);

@@ -783,9 +783,30 @@ void vit_train_result_free(vit_train_result *r)
     r->confusion = NULL;
 }
 
+/* tta = auto: shift9 is used only if it beats one pass (val_plain) on the
+ * validation set; without one, one pass is kept and the shift9 test figure
+ * goes beside it.  *tta gets the choice. */
+static int choose_tta(vit_trainer *t, double val_plain, int *tta, vit_train_result *res)
+{
+    vit_eval_result e = {0};
+    int rc;
+    res->tta_auto = 1;
+    *tta = VIT_TTA_NONE;
+    if (t->val.count > 0) {
+        if ((rc = evaluate_shared(t, &t->val, VIT_TTA_SHIFT9, &e)) == VIT_OK) {
+            res->val_accuracy_tta = e.accuracy;
+            *tta = e.accuracy > val_plain ? VIT_TTA_SHIFT9 : VIT_TTA_NONE;
+        }
+    } else if ((rc = evaluate_shared(t, t->test, VIT_TTA_SHIFT9, &e)) == VIT_OK)
+        res->test_accuracy_tta = e.accuracy;
+    vit_eval_result_free(&e);
+    return rc;
+}
+
 /* The final figures: one pass, as the epoch rows show (the last epoch's,
  * when this invocation scored one), and then, with test-time
- * augmentation, the classifier's own, which the result reports first. */
+ * augmentation, the classifier's own, which the result reports first
+ * (tta = auto: choose_tta decides which). */
 static int final_scores(vit_trainer *t, vit_train_result *res)
 {
     vit_eval_result ev = t->last_test;
@@ -802,16 +823,21 @@ static int final_scores(vit_trainer *t, vit_train_result *res)
     res->test_loss_plain = ev.loss;
     res->val_accuracy_plain = val_acc;
     res->val_accuracy = val_acc;
-    if (rc == VIT_OK && t->cfg.tta != VIT_TTA_NONE) {
+    res->val_accuracy_tta = res->test_accuracy_tta = -1;
+    int tta = t->cfg.tta;
+    if (rc == VIT_OK && tta == VIT_TTA_AUTO)
+        rc = choose_tta(t, val_acc, &tta, res);
+    res->tta = tta;
+    if (rc == VIT_OK && tta != VIT_TTA_NONE) {
         vit_eval_result et;
-        if ((rc = evaluate_shared(t, t->test, t->cfg.tta, &et)) == VIT_OK) {
+        if ((rc = evaluate_shared(t, t->test, tta, &et)) == VIT_OK) {
             vit_eval_result_free(&ev);
             ev = et;
         }
         vit_eval_result vr = {0};
         if (rc == VIT_OK && t->val.count > 0
-            && (rc = evaluate_shared(t, &t->val, t->cfg.tta, &vr)) == VIT_OK)
-            res->val_accuracy = vr.accuracy;
+            && (rc = res->tta_auto ? VIT_OK : evaluate_shared(t, &t->val, tta, &vr)) == VIT_OK)
+            res->val_accuracy = res->tta_auto ? res->val_accuracy_tta : vr.accuracy;
         vit_eval_result_free(&vr);
     }
     if (rc == VIT_OK) {
@@ -833,6 +859,7 @@ int vit_trainer_fit(vit_trainer *t, vit_train_result *res)
     res->val_accuracy = -1;
     res->steps_per_epoch = t->at.steps_per_epoch;
     res->tta = t->cfg.tta;
+    res->val_accuracy_tta = res->test_accuracy_tta = -1;
     res->ema = t->cfg.ema;
     int rc = VIT_OK;
     while (rc == VIT_OK && !t->at.finished && !t->at.stopped)

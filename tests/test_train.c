@@ -879,7 +879,7 @@ START_TEST(test_tta_averages_nine_shifted_passes)
     ck_assert_msg(correct != correct_plain, "the two scores should differ here (%d)", correct);
     vit_eval_result_free(&ev);
     vit_eval_result_free(&ep);
-    ck_assert_int_eq(vit_predict_tta(mt, tape, g_test.images, N, 2, pass), VIT_EINVAL);
+    ck_assert_int_eq(vit_predict_tta(mt, tape, g_test.images, N, 3, pass), VIT_EINVAL);
     ck_assert_int_eq(vit_evaluate_tta(mt, tape, &part, 64, -1, &ev), VIT_EINVAL);
     free(tta);
     free(plain);
@@ -982,6 +982,73 @@ static void read_run(const char *path, vit_real *avg, vit_real *raw, size_t n)
     vit_run_state_free(&st);
     vit_model_free(m);
 }
+
+/* tta = auto: with a validation set shift9 is the headline exactly when
+ * its validation accuracy beats one pass; without one, one pass is the
+ * headline and the shift9 test figure is reported beside it.  The digits'
+ * model of 3 epochs on 256 images. */
+START_TEST(test_tta_auto)
+{
+    load_digits();
+    char dir[64], out[128];
+    fu_mkdtemp(dir, sizeof dir, "/tmp/vit_train_test_XXXXXX");
+    vit_dataset train = g_train;
+    train.count = 256;
+    vit_config cfg;
+    small_config(&cfg, 3);
+    cfg.dim = 16;
+    cfg.mlp = 32;
+    cfg.shift = 1;
+    ck_assert_int_eq(vit_config_set(&cfg, "tta", "auto"), VIT_OK);
+    ck_assert_int_eq(cfg.tta, VIT_TTA_AUTO);
+    char text[4096];
+    ck_assert_int_gt(vit_config_format(&cfg, text, sizeof text), 0);
+    ck_assert_ptr_nonnull(strstr(text, "tta = auto\n"));
+    vit_train_result res;
+    for (int val = 0; val <= 1; val++) {
+        snprintf(out, sizeof out, "%s/run%d", dir, val);
+        vit_train_opts o = {.out_dir = out, .ckpt_every = 1, .val_count = val ? 64 : 0};
+        ck_assert_msg(vit_train_run(&cfg, &train, &g_test, &o, &res) == VIT_OK, "%s",
+                      vit_last_error());
+        ck_assert_int_eq(res.tta_auto, 1);
+        if (val) {
+            ck_assert(res.val_accuracy_tta >= 0 && res.test_accuracy_tta == -1);
+            int want = res.val_accuracy_tta > res.val_accuracy_plain ? VIT_TTA_SHIFT9
+                                                                     : VIT_TTA_NONE;
+            ck_assert_int_eq(res.tta, want);
+            ck_assert(res.val_accuracy == (want ? res.val_accuracy_tta : res.val_accuracy_plain));
+            if (want == VIT_TTA_NONE)
+                ck_assert(res.test_accuracy == res.test_accuracy_plain);
+        } else {
+            ck_assert_int_eq(res.tta, VIT_TTA_NONE);
+            ck_assert(res.test_accuracy == res.test_accuracy_plain);
+            ck_assert(res.test_accuracy_tta >= 0 && res.test_accuracy_tta <= 1);
+            ck_assert(res.val_accuracy_tta == -1);
+            /* the figure beside is shift9's: the model scored with it */
+            vit_model *m = NULL;
+            vit_adamw opt;
+            vit_run_state st;
+            char ck[160];
+            snprintf(ck, sizeof ck, "%s/last.ckpt", out);
+            ck_assert_msg(vit_run_load(ck, &m, &opt, &st) == VIT_OK, "%s", vit_last_error());
+            vit_tape *tape = vit_tape_new();
+            vit_eval_result e = {0};
+            ck_assert_int_eq(vit_evaluate_tta(m, tape, &g_test, 256, VIT_TTA_SHIFT9, &e), VIT_OK);
+            ck_assert(e.accuracy == res.test_accuracy_tta);
+            vit_eval_result_free(&e);
+            ck_assert_int_eq(vit_evaluate(m, tape, &g_test, 256, &e), VIT_OK); /* auto: one pass */
+            ck_assert(e.accuracy == res.test_accuracy_plain);
+            vit_eval_result_free(&e);
+            vit_tape_free(tape);
+            vit_model_free(m);
+            vit_adamw_free(&opt);
+            vit_run_state_free(&st);
+        }
+        vit_train_result_free(&res);
+    }
+    fu_remove_tree(dir);
+}
+END_TEST
 
 START_TEST(test_ema_run)
 {
@@ -1102,6 +1169,7 @@ static Suite *train_suite(void)
     tcase_add_test(tc, test_tta_off_is_the_plain_pass);
     tcase_add_test(tc, test_ema_update_formula);
     tcase_add_test(tc, test_ema_run);
+    tcase_add_test(tc, test_tta_auto);
     tcase_add_test(tc, test_learns_digits);
     tcase_add_test(tc, test_resume_is_exact);
     tcase_add_test(tc, test_divergence_stops);

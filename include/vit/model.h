@@ -41,8 +41,14 @@ enum { VIT_POOL_CLS = 0, VIT_POOL_MEAN = 1 };
  * in text): VIT_TTA_NONE scores one pass per image; VIT_TTA_SHIFT9 averages
  * the class probabilities of nine passes, the image itself and its eight
  * one-pixel translations (dy, dx in -1, 0, 1; zeros shifted in, as the
- * training shift augmentation does: vit_translate in vit/augment.h). */
-enum { VIT_TTA_NONE = 0, VIT_TTA_SHIFT9 = 1 };
+ * training shift augmentation does: vit_translate in vit/augment.h).
+ * VIT_TTA_AUTO ("auto") is the trainer's choice at the end of a run
+ * (vit_train_result in vit/train.h): shift9 becomes the headline only if
+ * it scores higher than one pass on the validation set; without one, one
+ * pass is the headline and the shift9 test figure is reported beside it.
+ * vit_evaluate and vit_predict of a model whose config says auto score
+ * one pass (pass VIT_TTA_SHIFT9 to vit_evaluate_tta to use it). */
+enum { VIT_TTA_NONE = 0, VIT_TTA_SHIFT9 = 1, VIT_TTA_AUTO = 2 };
 
 /* The model's shape and the training recipe, both read from one text config
  * of `key = value` lines ('#' starts a comment).  Keys are the field names
@@ -102,9 +108,10 @@ typedef struct vit_config {
                             scaled by 1 / (1 - rate) */
     unsigned long long seed;
     /* evaluation */
-    int tta;             /* VIT_TTA_NONE or VIT_TTA_SHIFT9 ("none" /
-                            "shift9" in text): what vit_evaluate and
-                            vit_predict (vit/train.h) do for this model */
+    int tta;             /* VIT_TTA_NONE, VIT_TTA_SHIFT9 or VIT_TTA_AUTO
+                            ("none" / "shift9" / "auto" in text): what
+                            vit_evaluate and vit_predict (vit/train.h) do
+                            for this model, auto as none */
     /* memory */
     int recompute;       /* 1: activation checkpointing of every block (0 or 1) */
     double ckpt_minutes; /* training: a checkpoint inside a long epoch every
