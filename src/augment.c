@@ -6,6 +6,7 @@
 #include "vit/augment.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "error.h"
@@ -82,5 +83,203 @@ int vit_translate(vit_real *dst, const vit_real *src, int H, int W, int C, int d
                 memcpy(d, src + ((size_t)sy * W + sx) * C, (size_t)C * sizeof *d);
         }
     }
+    return VIT_OK;
+}
+
+/* dst [H, W, C]: column x reads column W-1-x. */
+int vit_flip_horizontal(vit_real *dst, const vit_real *src, int H, int W, int C)
+{
+    if (!dst || !src)
+        return vit_fail(VIT_EINVAL, "vit_flip_horizontal: %s is NULL", !dst ? "dst" : "src");
+    if (H <= 0 || W <= 0 || C <= 0)
+        return vit_fail(VIT_EINVAL, "vit_flip_horizontal: size %dx%dx%d invalid", H, W, C);
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++)
+            memcpy(dst + ((size_t)y * W + x) * C, src + ((size_t)y * W + (W - 1 - x)) * C,
+                   (size_t)C * sizeof *dst);
+    return VIT_OK;
+}
+
+static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+double vit_cutmix_box(int box[4], int H, int W, double lam, double uy, double ux)
+{
+    if (!box || H < 1 || W < 1 || !(lam >= 0 && lam <= 1) || !(uy >= 0 && uy < 1)
+        || !(ux >= 0 && ux < 1)) {
+        vit_fail(VIT_EINVAL, "vit_cutmix_box: %s", !box ? "box is NULL"
+                 : H < 1 || W < 1 ? "size below 1" : "lam, uy or ux out of range");
+        return -1;
+    }
+    double cut = sqrt(1 - lam);
+    int ch = (int)(H * cut), cw = (int)(W * cut);
+    int cy = (int)(uy * H), cx = (int)(ux * W);
+    box[0] = clampi(cy - ch / 2, 0, H);
+    box[1] = clampi(cx - cw / 2, 0, W);
+    box[2] = clampi(cy + ch / 2, 0, H);
+    box[3] = clampi(cx + cw / 2, 0, W);
+    return 1 - (double)(box[2] - box[0]) * (box[3] - box[1]) / ((double)H * W);
+}
+
+/* Gamma(a, 1) by Marsaglia and Tsang (a < 1 through Gamma(a + 1) U^(1/a)). */
+static double gamma_draw(vit_rng *rng, double a)
+{
+    double boost = 1;
+    if (a < 1) {
+        double u = vit_rng_uniform(rng);
+        boost = pow(u > 0 ? u : 0x1p-53, 1 / a);
+        a += 1;
+    }
+    double d = a - 1.0 / 3, c = 1 / sqrt(9 * d);
+    for (;;) {
+        double x = vit_rng_normal(rng), v = 1 + c * x;
+        if (v <= 0)
+            continue;
+        v = v * v * v;
+        double u = vit_rng_uniform(rng);
+        if (u < 1 - 0.0331 * x * x * x * x || log(u > 0 ? u : 0x1p-53) < 0.5 * x * x + d * (1 - v + log(v)))
+            return boost * d * v;
+    }
+}
+
+/* Beta(a, a) from two gamma draws. */
+static double beta_draw(vit_rng *rng, double a)
+{
+    double x = gamma_draw(rng, a), y = gamma_draw(rng, a);
+    return x + y > 0 ? x / (x + y) : 0.5;
+}
+
+/* One item's draws. */
+typedef struct item_draw {
+    vit_affine a;
+    int dy, dx, flip;
+} item_draw;
+
+/* An item's draws, in a fixed order: the affine (four) or the shift (two,
+ * as before flips existed), then the flip (one, only with flip on). */
+static void draw_item(const vit_augment *g, vit_rng *rng, item_draw *d)
+{
+    *d = (item_draw){.a = {0, 1, 0, 0}};
+    if (g->rotate > 0 || g->scale > 0)
+        vit_affine_draw(&d->a, rng, g->rotate, g->scale, g->shift);
+    else if (g->shift > 0) {
+        d->dy = (int)vit_rng_below(rng, (uint32_t)(2 * g->shift + 1)) - g->shift;
+        d->dx = (int)vit_rng_below(rng, (uint32_t)(2 * g->shift + 1)) - g->shift;
+    }
+    if (g->flip)
+        d->flip = vit_rng_uniform(rng) < 0.5;
+}
+
+/* dst [H, W, C] = src flipped (if drawn), then warped or translated; tmp
+ * [H, W, C] is scratch. */
+static void apply_item(const vit_augment *g, const item_draw *d, const vit_real *src,
+                       vit_real *dst, vit_real *tmp, int H, int W, int C)
+{
+    size_t img = (size_t)H * W * C;
+    if (d->flip) {
+        vit_flip_horizontal(tmp, src, H, W, C);
+        src = tmp;
+    }
+    if (g->rotate > 0 || g->scale > 0)
+        vit_affine_apply(dst, src, H, W, C, &d->a);
+    else if (g->shift > 0)
+        vit_translate(dst, src, H, W, C, d->dy, d->dx);
+    else
+        memcpy(dst, src, img * sizeof *dst);
+}
+
+static int check_augment(const vit_augment *g)
+{
+    if (!(g->shift >= 0 && g->shift <= 4096) || !(g->rotate >= 0 && g->rotate < 1e6)
+        || !(g->scale >= 0 && g->scale < 1) || (g->flip != 0 && g->flip != 1)
+        || !(g->mixup >= 0 && g->mixup <= 1e6) || !(g->cutmix >= 0 && g->cutmix <= 1e6)
+        || !(g->mix_prob >= 0 && g->mix_prob <= 1) || !(g->smoothing >= 0 && g->smoothing < 1)
+        || g->classes < 1)
+        return vit_fail(VIT_EINVAL, "vit_augment_batch: a setting is out of range (shift %d, "
+                        "rotate %g, scale %g, flip %d, mixup %g, cutmix %g, mix_prob %g, "
+                        "smoothing %g, classes %d)", g->shift, g->rotate, g->scale, g->flip,
+                        g->mixup, g->cutmix, g->mix_prob, g->smoothing, g->classes);
+    return VIT_OK;
+}
+
+/* The batch's mixing draws: whether, which, lam and the cutmix box. */
+static int draw_mix(const vit_augment *g, vit_rng *rng, int H, int W, double *lam, int box[4])
+{
+    *lam = 1;
+    if (g->mixup <= 0 && g->cutmix <= 0)
+        return 0;
+    int on = vit_rng_uniform(rng) < g->mix_prob;
+    int cut = g->cutmix > 0;
+    if (g->mixup > 0 && g->cutmix > 0)
+        cut = vit_rng_uniform(rng) < 0.5;
+    if (!on)
+        return 0;
+    double l = beta_draw(rng, cut ? g->cutmix : g->mixup);
+    if (!cut) {
+        *lam = l;
+        return 1;
+    }
+    double uy = vit_rng_uniform(rng), ux = vit_rng_uniform(rng);
+    *lam = vit_cutmix_box(box, H, W, l, uy, ux);
+    return 2;
+}
+
+int vit_augment_batch(const vit_augment *g, const vit_dataset *ds, const int *idx, int b,
+                      int lo, int hi, vit_rng *rng, vit_real *images, int *labels,
+                      vit_real *targets, int *mixed, double *lam_out)
+{
+    if (!g || !ds || !idx || !rng || !images || !labels || !mixed)
+        return vit_fail(VIT_EINVAL, "vit_augment_batch: NULL argument");
+    if (!(0 <= lo && lo <= hi && hi <= b))
+        return vit_fail(VIT_EINVAL, "vit_augment_batch: slice [%d, %d) of %d items", lo, hi, b);
+    int rc = check_augment(g);
+    if (rc)
+        return rc;
+    int H = ds->height, W = ds->width, C = ds->channels;
+    size_t img = (size_t)H * W * C;
+    int mixing = g->mixup > 0 || g->cutmix > 0;
+    /* Mixing needs the partners' draws after all draws are taken. */
+    item_draw *d = malloc((size_t)(mixing ? b : 1) * sizeof *d);
+    vit_real *tmp = malloc(2 * img * sizeof *tmp);
+    if (!d || !tmp) {
+        free(d);
+        free(tmp);
+        return vit_fail(VIT_ENOMEM, "vit_augment_batch: out of memory");
+    }
+    for (int k = 0; k < b; k++) {
+        item_draw *dk = mixing ? &d[k] : d;
+        draw_item(g, rng, dk);
+        if (k < lo || k >= hi)
+            continue;
+        labels[k - lo] = ds->labels[idx[k]];
+        apply_item(g, dk, ds->images + (size_t)idx[k] * img, images + (size_t)(k - lo) * img,
+                   tmp, H, W, C);
+    }
+    int box[4] = {0, 0, 0, 0};
+    double lam = 1;
+    int how = mixing ? draw_mix(g, rng, H, W, &lam, box) : 0;
+    *mixed = how != 0;
+    if (lam_out)
+        *lam_out = lam;
+    for (int k = lo; how && k < hi; k++) {
+        int p = b - 1 - k;
+        vit_real *x = images + (size_t)(k - lo) * img, *xp = tmp + img;
+        apply_item(g, &d[p], ds->images + (size_t)idx[p] * img, xp, tmp, H, W, C);
+        if (how == 1)
+            for (size_t i = 0; i < img; i++)
+                x[i] = (vit_real)(lam * x[i] + (1 - lam) * xp[i]);
+        else
+            for (int y = box[0]; y < box[2]; y++)
+                memcpy(x + ((size_t)y * W + box[1]) * C, xp + ((size_t)y * W + box[1]) * C,
+                       (size_t)(box[3] - box[1]) * C * sizeof *x);
+        if (targets) {
+            int K = g->classes, ya = ds->labels[idx[k]], yb = ds->labels[idx[p]];
+            double off = g->smoothing / K, on = 1 - g->smoothing + off;
+            vit_real *t = targets + (size_t)(k - lo) * K;
+            for (int c = 0; c < K; c++)
+                t[c] = (vit_real)(lam * (c == ya ? on : off) + (1 - lam) * (c == yb ? on : off));
+        }
+    }
+    free(d);
+    free(tmp);
     return VIT_OK;
 }

@@ -37,7 +37,26 @@ vit_tensor *vit_op_block(vit_tape *tape, const vit_mha *mha, const vit_block_wei
         x = vit_op_reshape(tape, vit_op_token(tape, x, 0), 3, row);
     }
     h = vit_op_mha(tape, &m, w->attn, q, h, o.probs);
+    if (o.drop_attn && h)
+        h = vit_op_drop_path(tape, h, o.drop_attn);
     h = vit_op_add_layernorm(tape, x, h, w->ln2_g, w->ln2_b, eps, &x);
     h = vit_op_linear_gelu(tape, h, w->w1, w->b1);
+    if (o.drop_mlp) {
+        h = vit_op_linear(tape, h, w->w2, w->b2);
+        h = h ? vit_op_drop_path(tape, h, o.drop_mlp) : NULL;
+        return vit_op_add(tape, x, h);
+    }
     return vit_op_linear_add(tape, h, w->w2, w->b2, x);
+}
+
+int vit_drop_path_scales(vit_real *scale, int n, double rate, vit_rng *rng)
+{
+    if (!scale || !rng || n < 0 || !(rate >= 0 && rate < 1))
+        return vit_fail(VIT_EINVAL, "vit_drop_path_scales: %s",
+                        !scale ? "scale is NULL" : !rng ? "rng is NULL"
+                        : n < 0 ? "n is negative" : "rate outside [0, 1)");
+    vit_real keep = (vit_real)(1 / (1 - rate));
+    for (int i = 0; i < n; i++)
+        scale[i] = vit_rng_uniform(rng) < rate ? 0 : keep;
+    return VIT_OK;
 }

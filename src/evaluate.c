@@ -65,6 +65,8 @@ int vit_predict_tta(vit_model *m, vit_tape *tape, const vit_real *images, int co
 {
     if (!m || !tape || !images || !probs || count <= 0)
         return vit_fail(VIT_EINVAL, "vit_predict: bad argument");
+    if (tta == VIT_TTA_AUTO) /* the trainer's choice; a model scores one pass */
+        tta = VIT_TTA_NONE;
     if (tta != VIT_TTA_NONE && tta != VIT_TTA_SHIFT9)
         return vit_fail(VIT_EINVAL, "vit_predict: unknown test-time augmentation %d", tta);
     const vit_config *c = vit_model_config(m);
@@ -127,6 +129,8 @@ int vit_evaluate_tta(vit_model *m, vit_tape *tape, const vit_dataset *ds, int ba
     if (!m || !tape || !r || batch <= 0)
         return vit_fail(VIT_EINVAL, "vit_evaluate: bad argument");
     memset(r, 0, sizeof *r);
+    if (tta == VIT_TTA_AUTO) /* the trainer's choice; a model scores one pass */
+        tta = VIT_TTA_NONE;
     if (tta != VIT_TTA_NONE && tta != VIT_TTA_SHIFT9)
         return vit_fail(VIT_EINVAL, "vit_evaluate: unknown test-time augmentation %d", tta);
     const vit_config *c = vit_model_config(m);

@@ -186,3 +186,79 @@ int vit_cross_entropy_masked_backward(vit_real *dlogits, const vit_real *probs, 
     }
     return VIT_OK;
 }
+
+/* Soft targets [n, C]: finite and >= 0. */
+static int check_soft(const char *fn, const vit_real *targets, int n, int classes)
+{
+    TRY(vit_check_ptr(fn, "targets", targets));
+    TRY(vit_check_dim(fn, "n", n));
+    TRY(vit_check_dim(fn, "classes", classes));
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < classes; c++) {
+            double v = targets[(size_t)i * classes + c];
+            if (!(v >= 0 && isfinite(v)))
+                return vit_fail(VIT_EINVAL, "%s: targets[%d, %d] = %g is not a finite value >= 0",
+                                fn, i, c, v);
+        }
+    return VIT_OK;
+}
+
+/* logits [n, C], targets [n, C] -> *loss (scalar), probs [n, C]
+ *
+ * Per row, with lse = max + log sum exp(x - max):
+ *   -sum_c t_c log p_c = S lse - sum_c t_c x_c,  S = sum_c t_c. */
+int vit_soft_cross_entropy_forward(vit_real *loss, vit_real *probs, const vit_real *logits,
+                                   const vit_real *targets, int n, int classes)
+{
+    static const char fn[] = "vit_soft_cross_entropy_forward";
+    TRY(vit_check_ptr(fn, "loss", loss));
+    TRY(vit_check_ptr(fn, "probs", probs));
+    TRY(vit_check_ptr(fn, "logits", logits));
+    TRY(check_soft(fn, targets, n, classes));
+    double total = 0.0;
+    for (int i = 0; i < n; i++) {
+        const vit_real *xr = logits + (size_t)i * classes, *tr = targets + (size_t)i * classes;
+        vit_real *pr = probs + (size_t)i * classes;
+        double mx = -INFINITY, tx = 0.0, ts = 0.0, z = 0.0;
+        for (int c = 0; c < classes; c++) {
+            double v = xr[c];
+            if (!isfinite(v))
+                return vit_fail(VIT_ENUM, "%s: logits[%d, %d] is not finite", fn, i, c);
+            mx = v > mx ? v : mx;
+            tx += (double)tr[c] * v;
+            ts += tr[c];
+        }
+        for (int c = 0; c < classes; c++)
+            z += exp((double)xr[c] - mx);
+        double lse = mx + log(z);
+        for (int c = 0; c < classes; c++)
+            pr[c] = (vit_real)exp((double)xr[c] - lse);
+        total += ts * lse - tx;
+    }
+    *loss = (vit_real)(total / n);
+    return VIT_OK;
+}
+
+/* probs [n, C], targets [n, C], dloss (scalar) -> dlogits [n, C] += */
+int vit_soft_cross_entropy_backward(vit_real *dlogits, const vit_real *probs,
+                                    const vit_real *targets, int n, int classes,
+                                    vit_real dloss)
+{
+    static const char fn[] = "vit_soft_cross_entropy_backward";
+    TRY(vit_check_ptr(fn, "dlogits", dlogits));
+    TRY(vit_check_ptr(fn, "probs", probs));
+    TRY(check_soft(fn, targets, n, classes));
+    if (!isfinite((double)dloss))
+        return vit_fail(VIT_ENUM, "%s: dloss is not finite", fn);
+    double scale = (double)dloss / n;
+    for (int i = 0; i < n; i++) {
+        const vit_real *pr = probs + (size_t)i * classes, *tr = targets + (size_t)i * classes;
+        vit_real *dr = dlogits + (size_t)i * classes;
+        double ts = 0.0;
+        for (int c = 0; c < classes; c++)
+            ts += tr[c];
+        for (int c = 0; c < classes; c++)
+            dr[c] += (vit_real)(scale * (ts * pr[c] - tr[c]));
+    }
+    return VIT_OK;
+}

@@ -222,6 +222,9 @@ typedef struct block_ctx {
     const vit_real **maps;
     vit_real *const *maps_to;
     int cls_only;
+    const vit_real *drop; /* NULL, or [depth, 2, drop_stride] drop-path scales,
+                             this batch's rows first */
+    int drop_stride;
 } block_ctx;
 
 /* One pre-norm block (vit_op_block) on x [B, T, D], a vit_graph_fn, so
@@ -251,6 +254,10 @@ static vit_tensor *block_graph(vit_tape *tape, vit_tensor *const *in, void *ctx)
 #undef W_
     vit_block_opts opts = {.token0_only = B->cls_only,
                            .probs = B->maps || B->maps_to ? &probs : NULL};
+    if (B->drop) {
+        opts.drop_attn = B->drop + (size_t)2 * B->layer * B->drop_stride;
+        opts.drop_mlp = opts.drop_attn + B->drop_stride;
+    }
     vit_tensor *y = vit_op_block(tape, mha, &w, in[0], &opts);
     if (B->maps)
         B->maps[B->layer] = probs;
@@ -268,16 +275,19 @@ static vit_tensor *block_graph(vit_tape *tape, vit_tensor *const *in, void *ctx)
  * Each block is a checkpoint in no-grad mode (one block's activations on
  * the tape at a time) and with cfg.recompute in grad mode (only its input
  * kept; then maps are not kept).  With cls_only (for a head on the class
- * token, and no maps) the last block computes token 0 alone (block_graph). */
+ * token, and no maps) the last block computes token 0 alone (block_graph).
+ * drop (NULL: none) holds drop-path scales [depth, 2, drop_stride], this
+ * batch's rows first (block l: attention at 2l, MLP at 2l + 1). */
 static vit_tensor *forward_graph(vit_model *m, vit_tape *tape, const vit_real *images, int batch,
                                  vit_real *grads, const vit_real **maps, vit_real *const *maps_to,
-                                 int cls_only)
+                                 int cls_only, const vit_real *drop, int drop_stride)
 {
     const vit_config *c = &m->cfg;
     const vit_real eps = (vit_real)VIT_LAYERNORM_EPS;
     vit_patch_shape ps = m->patch;
     ps.batch = batch;
-    block_ctx B = {.m = m, .grads = grads, .mha = m->mha, .maps = maps, .maps_to = maps_to};
+    block_ctx B = {.m = m, .grads = grads, .mha = m->mha, .maps = maps, .maps_to = maps_to,
+                   .drop = drop, .drop_stride = drop_stride};
     B.mha.batch = batch;
     int grad = vit_tape_grad_enabled(tape), checkpoint = !grad || c->recompute;
     if (checkpoint && maps) {
@@ -337,7 +347,8 @@ static vit_tensor *forward_eval(vit_model *m, vit_tape *tape, const vit_real *im
         for (int l = 0; to && l < c->depth; l++) /* the piece's items of map l */
             to[l] = all + per_map * l + per_item * i;
         size_t mark = vit_tape_mark(tape);
-        vit_tensor *y = forward_graph(m, tape, images + (size_t)i * img, nb, NULL, NULL, to, 0);
+        vit_tensor *y = forward_graph(m, tape, images + (size_t)i * img, nb, NULL, NULL, to, 0,
+                                      NULL, 0);
         if (!y) {
             z = NULL;
             break;
@@ -366,7 +377,7 @@ vit_tensor *vit_model_forward(vit_model *m, vit_tape *tape, const vit_real *imag
     }
     if (!grads || !vit_tape_grad_enabled(tape))
         return forward_eval(m, tape, images, batch);
-    return forward_graph(m, tape, images, batch, m->grads, m->maps, NULL, 0);
+    return forward_graph(m, tape, images, batch, m->grads, m->maps, NULL, 0, NULL, 0);
 }
 
 const vit_real *vit_model_attention_maps(const vit_model *m, int layer)
@@ -384,6 +395,7 @@ typedef struct {
     const int *labels;
     int batch, n;
     vit_real smoothing;
+    const vit_real *targets, *drop; /* vit_train_extras' (may be NULL) */
 } slice_job;
 
 /* Forward and backward of rows [lo, hi) of the batch into the slice's own
@@ -402,8 +414,11 @@ static void run_slice(const slice_job *J, int s)
     /* No maps are kept here, so a head on the class token lets the last
      * block compute that token alone. */
     vit_tensor *z = forward_graph(m, S->tape, J->images + (size_t)lo * img, nb, g, NULL, NULL,
-                                  c->pool == VIT_POOL_CLS);
-    vit_tensor *loss = vit_op_cross_entropy(S->tape, z, J->labels + lo, J->smoothing, NULL);
+                                  c->pool == VIT_POOL_CLS, J->drop ? J->drop + lo : NULL, J->batch);
+    vit_tensor *loss = J->targets ? vit_op_cross_entropy_soft(S->tape, z, J->targets
+                                                              + (size_t)lo * c->classes, NULL)
+                                  : vit_op_cross_entropy(S->tape, z, J->labels + lo, J->smoothing,
+                                                         NULL);
     vit_real share = (vit_real)nb / (vit_real)J->batch;
     S->rc = loss ? vit_tape_backward_from(S->tape, loss, &share)
                  : vit_tape_status(S->tape) ? vit_tape_status(S->tape) : VIT_EINVAL;
@@ -467,6 +482,13 @@ static int ensure_slices(vit_model *m, int n)
 int vit_model_train_grads(vit_model *m, const vit_real *images, const int *labels, int batch,
                           vit_real smoothing, double *loss, int *correct)
 {
+    return vit_model_train_grads_ex(m, images, labels, batch, smoothing, NULL, loss, correct);
+}
+
+int vit_model_train_grads_ex(vit_model *m, const vit_real *images, const int *labels, int batch,
+                             vit_real smoothing, const vit_train_extras *ex, double *loss,
+                             int *correct)
+{
     if (!m || !images || !labels || !loss)
         return vit_fail(VIT_EINVAL, "vit_model_train_grads: %s is NULL",
                         !m ? "model" : !images ? "images" : !labels ? "labels" : "loss");
@@ -476,7 +498,8 @@ int vit_model_train_grads(vit_model *m, const vit_real *images, const int *label
     int rc = ensure_slices(m, n);
     if (rc != VIT_OK)
         return rc;
-    slice_job J = {m, images, labels, batch, n, smoothing};
+    slice_job J = {m, images, labels, batch, n, smoothing, ex ? ex->targets : NULL,
+                   ex ? ex->drop_scale : NULL};
     vit_parallel(n, (size_t)n, run_slices, &J);
     for (int l = 0; l < m->cfg.depth; l++)
         m->maps[l] = NULL; /* spread over the slices' tapes: none to show */

@@ -60,9 +60,18 @@ static const field fields[] = {
     F(init_std, K_DOUBLE, 1e-6, 10, "std of the weight initialisation"),
     F(ema, K_DOUBLE, 0, 0.999999, "weight averaging: decay of the weights' moving average, "
       "which is scored and saved (0: off)"),
+    F(crop_pad, K_INT, 0, 64, "random crop with zero padding of this many pixels (the same "
+      "translation as shift; the larger of the two is used)"),
+    F(flip, K_INT, 0, 1, "1: random horizontal flip with probability 0.5 (not for digits or text)"),
+    F(mixup, K_DOUBLE, 0, 100, "mixup: alpha of the Beta(alpha, alpha) mixing weight (0: off)"),
+    F(cutmix, K_DOUBLE, 0, 100, "cutmix: alpha of the Beta(alpha, alpha) box area (0: off)"),
+    F(mix_prob, K_DOUBLE, 0, 1, "probability that a batch is mixed when mixup or cutmix is on "
+      "(both on: one of them per batch, each with probability 0.5)"),
+    F(drop_path, K_DOUBLE, 0, 0.99, "stochastic depth: residual branches dropped per image, at "
+      "this rate in the last block, linearly less in earlier ones (0: off)"),
     F(seed, K_U64, 0, 0, "random seed"),
-    F(tta, K_TTA, 0, 1, "test-time augmentation: none, or shift9 (image and 8 one-pixel "
-      "shifts)"),
+    F(tta, K_TTA, 0, 2, "test-time augmentation: none, shift9 (image and 8 one-pixel "
+      "shifts), or auto (shift9 only if it beats one pass on the validation set)"),
     F(recompute, K_INT, 0, 1,
       "1: keep only each block's input and recompute the block in the backward (less memory)"),
     F(ckpt_minutes, K_DOUBLE, 0, 1e6, "minutes between checkpoints inside an epoch (0: off)"),
@@ -102,6 +111,7 @@ void vit_config_default(vit_config *c)
     c->seed = 1;
     c->ckpt_minutes = 10;
     c->tta = VIT_TTA_SHIFT9;
+    c->mix_prob = 1;
 }
 
 void vit_config_legacy_default(vit_config *c)
@@ -160,8 +170,10 @@ int vit_config_set(vit_config *c, const char *key, const char *value)
             *(int *)dst = VIT_TTA_NONE;
         else if (strcmp(value, "shift9") == 0)
             *(int *)dst = VIT_TTA_SHIFT9;
+        else if (strcmp(value, "auto") == 0)
+            *(int *)dst = VIT_TTA_AUTO;
         else
-            return vit_fail(VIT_EINVAL, "%s: expected none or shift9, got '%s'", key, value);
+            return vit_fail(VIT_EINVAL, "%s: expected none, shift9 or auto, got '%s'", key, value);
         return VIT_OK;
     case K_U64: {
         if (*value == '-')
@@ -294,7 +306,8 @@ int vit_config_format(const vit_config *c, char *buf, size_t cap)
         case K_POOL: n = snprintf(buf + len, room, "%s = %s\n", f->key,
                                   *(const int *)src == VIT_POOL_MEAN ? "mean" : "cls"); break;
         case K_TTA: n = snprintf(buf + len, room, "%s = %s\n", f->key,
-                                 *(const int *)src == VIT_TTA_SHIFT9 ? "shift9" : "none"); break;
+                                 *(const int *)src == VIT_TTA_SHIFT9 ? "shift9"
+                                 : *(const int *)src == VIT_TTA_AUTO ? "auto" : "none"); break;
         }
         if (n < 0 || (size_t)n >= room)
             return vit_fail(VIT_EINVAL, "vit_config_format: buffer of %zu bytes too small", cap);
@@ -333,6 +346,17 @@ int vit_config_check(const vit_config *c)
         char t[32];
         return vit_fail(VIT_EINVAL, "ema: %s is out of range [0, 1)", fmt_double(c->ema, t));
     }
+    /* The augmentation rates (a config filled in by code, not text). */
+    const struct { const char *key; double v, hi; int open; } rate[] = {
+        {"drop_path", c->drop_path, 1, 1}, {"mixup", c->mixup, 100, 0},
+        {"cutmix", c->cutmix, 100, 0},     {"mix_prob", c->mix_prob, 1, 0}};
+    for (size_t i = 0; i < sizeof rate / sizeof rate[0]; i++)
+        if (!(rate[i].v >= 0 && (rate[i].open ? rate[i].v < rate[i].hi : rate[i].v <= rate[i].hi))) {
+            char t[2][32];
+            return vit_fail(VIT_EINVAL, "%s: %s is out of range [0, %s%c", rate[i].key,
+                            fmt_double(rate[i].v, t[0]), fmt_double(rate[i].hi, t[1]),
+                            rate[i].open ? ')' : ']');
+        }
     if (c->min_lr > c->lr) {
         char t[2][32];
         return vit_fail(VIT_EINVAL, "min_lr: %s exceeds lr %s", fmt_double(c->min_lr, t[0]),

@@ -1,7 +1,8 @@
 /*
  * Elementwise tape ops, each forward beside its backward: vit_op_gelu,
- * vit_op_add (the residual connection), vit_op_mul, vit_op_scale and
- * vit_op_softmax (over the last dimension).  Every output has its inputs'
+ * vit_op_add (the residual connection), vit_op_mul, vit_op_scale,
+ * vit_op_drop_path (per-sample scale) and vit_op_softmax (over the last
+ * dimension).  Every output has its inputs'
  * shape.
  */
 #include <math.h>
@@ -147,6 +148,60 @@ vit_tensor *vit_op_scale(vit_tape *t, vit_tensor *x, vit_real s)
     int rc = vit_scale_forward(y->data, x->data, s, x->size);
     scale_ctx c = {s};
     return vit_tape_record(t, &scale_def, rc, y, 1, &x, &c, sizeof c);
+}
+
+/* ---- y[b, ...] = scale[b] x[b, ...]: drop path --------------------------- */
+
+typedef struct drop_path_ctx {
+    vit_real *scale; /* [B], the tape's copy */
+} drop_path_ctx;
+
+/* x [B, R] (R the rest of the shape), scale [B] -> y [B, R] (overwritten) */
+static void drop_path_forward(vit_real *y, const vit_real *x, const vit_real *scale, int B,
+                              size_t R)
+{
+    for (int b = 0; b < B; b++)
+        for (size_t i = 0; i < R; i++)
+            y[(size_t)b * R + i] = scale[b] * x[(size_t)b * R + i];
+}
+
+/* dy [B, R], scale [B] -> dx [B, R] += scale[b] dy */
+static int back_drop_path(vit_tape *t, const vit_op_rec *r)
+{
+    const drop_path_ctx *c = r->ctx;
+    vit_real *dx = vit_tape_grad_acc(t, r->in[0]);
+    if (!dx)
+        return vit_tape_status(t);
+    int B = r->in[0]->shape[0];
+    size_t R = r->in[0]->size / (size_t)B;
+    const vit_real *dy = r->out->grad;
+    for (int b = 0; b < B; b++)
+        for (size_t i = 0; i < R; i++)
+            dx[(size_t)b * R + i] += c->scale[b] * dy[(size_t)b * R + i];
+    return VIT_OK;
+}
+
+static const vit_op_def drop_path_def = {"vit_op_drop_path", back_drop_path, NULL, 0};
+
+vit_tensor *vit_op_drop_path(vit_tape *t, vit_tensor *x, const vit_real *scale)
+{
+    if (!vit_tape_begin(t, drop_path_def.name, 1, &x))
+        return NULL;
+    if (!scale)
+        return vit_tape_error(t, vit_fail(VIT_EINVAL, "vit_op_drop_path: scale is NULL"));
+    int B = x->shape[0];
+    for (int b = 0; b < B; b++)
+        if (!isfinite((double)scale[b]))
+            return vit_tape_error(t, vit_fail(VIT_EINVAL, "vit_op_drop_path: scale[%d] = %g is "
+                                              "not finite", b, (double)scale[b]));
+    vit_tensor *y = vit_tape_output(t, x->ndim, x->shape, vit_tape_wants_grad(t, 1, &x));
+    vit_real *s = y ? vit_tape_reals(t, (size_t)B) : NULL;
+    if (!s)
+        return NULL;
+    memcpy(s, scale, (size_t)B * sizeof *s);
+    drop_path_forward(y->data, x->data, s, B, x->size / (size_t)B);
+    drop_path_ctx c = {s};
+    return vit_tape_record(t, &drop_path_def, VIT_OK, y, 1, &x, &c, sizeof c);
 }
 
 /* ---- y = softmax(x) over rows [n, d] ----------------------------------- */

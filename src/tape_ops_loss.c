@@ -109,3 +109,47 @@ vit_tensor *vit_op_cross_entropy_masked(vit_tape *t, vit_tensor *logits, const i
         *probs = p;
     return y;
 }
+
+/* What the soft loss's backward keeps: the softmax [B, C] and the targets
+ * [B, C] (copied). */
+typedef struct xent_soft_ctx {
+    vit_real *probs, *targets;
+} xent_soft_ctx;
+
+/* dlogits += dy[0] (S p - t) / B. */
+static int back_xent_soft(vit_tape *t, const vit_op_rec *r)
+{
+    const xent_soft_ctx *c = r->ctx;
+    const vit_tensor *z = r->in[0];
+    vit_real *dz = vit_tape_grad_acc(t, r->in[0]);
+    return dz ? vit_soft_cross_entropy_backward(dz, c->probs, c->targets, z->shape[0],
+                                                z->shape[1], r->out->grad[0])
+              : vit_tape_status(t);
+}
+
+static const vit_op_def xent_soft_def = {"vit_op_cross_entropy_soft", back_xent_soft, NULL, 0};
+
+vit_tensor *vit_op_cross_entropy_soft(vit_tape *t, vit_tensor *logits, const vit_real *targets,
+                                      vit_real **probs)
+{
+    if (!vit_tape_begin(t, xent_soft_def.name, 1, &logits))
+        return NULL;
+    if (logits->ndim != 2 || !targets)
+        return vit_tape_error(t, vit_fail(VIT_EINVAL, "vit_op_cross_entropy_soft: logits must "
+                                          "be [B, C] and targets non-NULL"));
+    int B = logits->shape[0], C = logits->shape[1];
+    int one = 1;
+    vit_tensor *y = vit_tape_output(t, 1, &one, vit_tape_wants_grad(t, 1, &logits));
+    vit_real *p = y ? vit_tape_reals(t, (size_t)B * C) : NULL;
+    vit_real *tg = p ? vit_tape_reals(t, (size_t)B * C) : NULL;
+    if (!tg)
+        return NULL;
+    memcpy(tg, targets, (size_t)B * C * sizeof *tg);
+    int rc = vit_soft_cross_entropy_forward(y->data, p, logits->data, tg, B, C);
+    xent_soft_ctx c = {p, tg};
+    if (!vit_tape_record(t, &xent_soft_def, rc, y, 1, &logits, &c, sizeof c))
+        return NULL;
+    if (probs)
+        *probs = p;
+    return y;
+}

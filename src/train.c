@@ -18,6 +18,7 @@
 #include "run_internal.h"
 #include "train_internal.h"
 #include "vit/augment.h"
+#include "vit/block.h"
 #include "vit/checkpoint.h"
 #include "vit/dist.h"
 
@@ -42,6 +43,9 @@ struct vit_trainer {
     vit_tape *eval_tape;      /* training steps run on the model's own tapes */
     vit_real *images;
     int *labels, *perm;
+    vit_real *targets;        /* [batch, classes] mixed labels (mixup, cutmix) */
+    vit_real *drop;           /* [depth, 2, batch] drop-path scales (drop_path) */
+    int mixed;                /* the batch in images is mixed: use targets */
     char **class_names;       /* the training data's, for the checkpoint (not owned) */
     FILE *metrics;
     char ckpt[4200], metrics_path[4200];
@@ -74,39 +78,46 @@ static void emit(vit_trainer *t, vit_train_event *ev)
 
 /* ---- batches ---------------------------------------------------------- */
 
-/* Fills images/labels with items [lo, hi) of the minibatch idx[0..b).  The
- * random augmentation is drawn for all b items whatever the slice, so every
- * rank of a data-parallel job advances its generator identically and they
- * all agree on the next permutation.  Whole-pixel shifts alone use an exact
- * copy; rotation or zoom switch to the bilinear affine warp (with a
- * continuous shift). */
-static void gather_batch(const vit_dataset *ds, const int *idx, int b, int lo, int hi,
-                         const vit_config *c, vit_rng *rng, vit_real *images, int *labels)
+/* Fills images/labels with items [lo, hi) of the minibatch idx[0..b),
+ * augmented as the config says (vit_augment_batch: shift or crop_pad,
+ * rotate, scale, flip, mixup, cutmix), and then draws the batch's
+ * drop-path scales.  Every draw is for all b items whatever the slice, so
+ * every rank of a data-parallel job advances its generator identically and
+ * they all agree on the next permutation; with every new key off the draws
+ * are the digits' as before.  t->mixed says whether targets hold the
+ * batch's mixed labels. */
+static int gather_batch(vit_trainer *t, const int *idx, int b, int lo, int hi)
 {
-    int H = ds->height, W = ds->width, C = ds->channels, shift = c->shift;
-    int affine = c->rotate > 0 || c->scale > 0;
-    size_t img = (size_t)H * W * C;
-    for (int k = 0; k < b; k++) {
-        int dy = 0, dx = 0;
-        vit_affine a = {0, 1, 0, 0};
-        if (affine)
-            vit_affine_draw(&a, rng, c->rotate, c->scale, shift);
-        else if (shift > 0) {
-            dy = (int)vit_rng_below(rng, (uint32_t)(2 * shift + 1)) - shift;
-            dx = (int)vit_rng_below(rng, (uint32_t)(2 * shift + 1)) - shift;
-        }
-        if (k < lo || k >= hi)
-            continue;
-        const vit_real *src = ds->images + (size_t)idx[k] * img;
-        vit_real *dst = images + (size_t)(k - lo) * img;
-        labels[k - lo] = ds->labels[idx[k]];
-        if (affine)
-            vit_affine_apply(dst, src, H, W, C, &a);
-        else if (shift > 0)
-            vit_translate(dst, src, H, W, C, dy, dx);
-        else
-            memcpy(dst, src, img * sizeof *images);
+    const vit_config *c = &t->cfg;
+    vit_augment g = {.shift = c->shift > c->crop_pad ? c->shift : c->crop_pad,
+                     .rotate = c->rotate, .scale = c->scale, .flip = c->flip, .mixup = c->mixup,
+                     .cutmix = c->cutmix, .mix_prob = c->mix_prob, .smoothing = c->smoothing,
+                     .classes = c->classes};
+    int rc = vit_augment_batch(&g, &t->train, idx, b, lo, hi, &t->st.rng, t->images, t->labels,
+                               t->targets, &t->mixed, NULL);
+    /* Row j (block j / 2, branch j % 2) is drawn for all b items, then its
+     * slice moved to j (hi - lo): [depth, 2, hi - lo] as the model reads it
+     * (each move goes to lower addresses than the rows still to draw). */
+    for (int j = 0; rc == VIT_OK && t->drop && j < 2 * c->depth; j++) {
+        vit_real *row = t->drop + (size_t)j * c->batch;
+        rc = vit_drop_path_scales(row, b, c->drop_path * (j / 2 + 1) / c->depth, &t->st.rng);
+        memmove(t->drop + (size_t)j * (hi - lo), row + lo, (size_t)(hi - lo) * sizeof *row);
     }
+    return rc;
+}
+
+/* The buffers of the mixed targets and drop-path scales, when the config
+ * asks for them. */
+static int augment_buffers(vit_trainer *t)
+{
+    const vit_config *c = &t->cfg;
+    if (c->mixup > 0 || c->cutmix > 0)
+        t->targets = malloc((size_t)c->batch * c->classes * sizeof *t->targets);
+    if (c->drop_path > 0)
+        t->drop = malloc((size_t)2 * c->depth * c->batch * sizeof *t->drop);
+    if (((c->mixup > 0 || c->cutmix > 0) && !t->targets) || (c->drop_path > 0 && !t->drop))
+        return vit_fail(VIT_ENOMEM, "vit_train_run: out of memory");
+    return VIT_OK;
 }
 
 /* This rank's share [lo, hi) of n items: contiguous, sizes differing by at
@@ -214,6 +225,8 @@ void vit_trainer_free(vit_trainer *t)
     free(t->images);
     free(t->labels);
     free(t->perm);
+    free(t->targets);
+    free(t->drop);
     vit_run_state_free(&t->st);
     vit_eval_result_free(&t->last_test);
     if (t->metrics)
@@ -310,6 +323,8 @@ static int setup_model(vit_trainer *t)
     t->perm = malloc((size_t)count * sizeof *t->perm);
     if (!t->eval_tape || !t->images || !t->labels || !t->perm)
         return vit_fail(VIT_ENOMEM, "vit_train_run: out of memory");
+    if ((rc = augment_buffers(t)))
+        return rc;
     long spe = (count + t->cfg.batch - 1) / t->cfg.batch;
     if ((rc = check_position(&t->st, count, spe, t->o.resume, t->perm)))
         return rc;
@@ -445,8 +460,9 @@ static int local_step(vit_trainer *r, int bl, double red[2])
     }
     double loss;
     int correct;
-    int rc = vit_model_train_grads(r->m, r->images, r->labels, bl, (vit_real)c->smoothing, &loss,
-                                   &correct);
+    vit_train_extras ex = {r->mixed ? r->targets : NULL, r->drop};
+    int rc = vit_model_train_grads_ex(r->m, r->images, r->labels, bl, (vit_real)c->smoothing, &ex,
+                                      &loss, &correct);
     if (rc == VIT_ENUM) {
         /* Copy the cause first: vit_fail writes the buffer it lives in. */
         char why[400];
@@ -580,9 +596,10 @@ static int train_batch(vit_trainer *t, long s, double *loss)
     int b = train->count - start < c->batch ? train->count - start : c->batch;
     int lo, hi;
     share(b, &lo, &hi);
-    gather_batch(train, t->perm + start, b, lo, hi, c, &t->st.rng, t->images, t->labels);
     double red[2] = {0, 0};
-    int mine = local_step(t, hi - lo, red);
+    int mine = gather_batch(t, t->perm + start, b, lo, hi);
+    if (mine == VIT_OK)
+        mine = local_step(t, hi - lo, red);
     int rc = vit_dist_agree(mine);
     if (rc != VIT_OK && mine == VIT_OK)
         return vit_fail(rc, "step %llu failed on another rank", t->st.step + 1);
@@ -766,9 +783,30 @@ void vit_train_result_free(vit_train_result *r)
     r->confusion = NULL;
 }
 
+/* tta = auto: shift9 is used only if it beats one pass (val_plain) on the
+ * validation set; without one, one pass is kept and the shift9 test figure
+ * goes beside it.  *tta gets the choice. */
+static int choose_tta(vit_trainer *t, double val_plain, int *tta, vit_train_result *res)
+{
+    vit_eval_result e = {0};
+    int rc;
+    res->tta_auto = 1;
+    *tta = VIT_TTA_NONE;
+    if (t->val.count > 0) {
+        if ((rc = evaluate_shared(t, &t->val, VIT_TTA_SHIFT9, &e)) == VIT_OK) {
+            res->val_accuracy_tta = e.accuracy;
+            *tta = e.accuracy > val_plain ? VIT_TTA_SHIFT9 : VIT_TTA_NONE;
+        }
+    } else if ((rc = evaluate_shared(t, t->test, VIT_TTA_SHIFT9, &e)) == VIT_OK)
+        res->test_accuracy_tta = e.accuracy;
+    vit_eval_result_free(&e);
+    return rc;
+}
+
 /* The final figures: one pass, as the epoch rows show (the last epoch's,
  * when this invocation scored one), and then, with test-time
- * augmentation, the classifier's own, which the result reports first. */
+ * augmentation, the classifier's own, which the result reports first
+ * (tta = auto: choose_tta decides which). */
 static int final_scores(vit_trainer *t, vit_train_result *res)
 {
     vit_eval_result ev = t->last_test;
@@ -785,16 +823,21 @@ static int final_scores(vit_trainer *t, vit_train_result *res)
     res->test_loss_plain = ev.loss;
     res->val_accuracy_plain = val_acc;
     res->val_accuracy = val_acc;
-    if (rc == VIT_OK && t->cfg.tta != VIT_TTA_NONE) {
+    res->val_accuracy_tta = res->test_accuracy_tta = -1;
+    int tta = t->cfg.tta;
+    if (rc == VIT_OK && tta == VIT_TTA_AUTO)
+        rc = choose_tta(t, val_acc, &tta, res);
+    res->tta = tta;
+    if (rc == VIT_OK && tta != VIT_TTA_NONE) {
         vit_eval_result et;
-        if ((rc = evaluate_shared(t, t->test, t->cfg.tta, &et)) == VIT_OK) {
+        if ((rc = evaluate_shared(t, t->test, tta, &et)) == VIT_OK) {
             vit_eval_result_free(&ev);
             ev = et;
         }
         vit_eval_result vr = {0};
         if (rc == VIT_OK && t->val.count > 0
-            && (rc = evaluate_shared(t, &t->val, t->cfg.tta, &vr)) == VIT_OK)
-            res->val_accuracy = vr.accuracy;
+            && (rc = res->tta_auto ? VIT_OK : evaluate_shared(t, &t->val, tta, &vr)) == VIT_OK)
+            res->val_accuracy = res->tta_auto ? res->val_accuracy_tta : vr.accuracy;
         vit_eval_result_free(&vr);
     }
     if (rc == VIT_OK) {
@@ -816,6 +859,7 @@ int vit_trainer_fit(vit_trainer *t, vit_train_result *res)
     res->val_accuracy = -1;
     res->steps_per_epoch = t->at.steps_per_epoch;
     res->tta = t->cfg.tta;
+    res->val_accuracy_tta = res->test_accuracy_tta = -1;
     res->ema = t->cfg.ema;
     int rc = VIT_OK;
     while (rc == VIT_OK && !t->at.finished && !t->at.stopped)

@@ -9,6 +9,10 @@
  *    0 (each row a distribution);
  *  - gradients: every weight and x by central differences of a weighted
  *    sum of the output (gc_check), for the whole block and token0_only;
+ *  - drop path: the scales come from the rng (0 or 1/(1-rate), rate 0 all
+ *    exactly 1); a sample dropped on both branches comes out bitwise as it
+ *    went in; scales of 1 give the plain block; a kept sample's branches
+ *    are scaled; gradients with a fixed mask by central differences;
  *  - errors: a NULL tape, mha, weights struct or required weight is
  *    VIT_EINVAL naming it and stops the tape; a NULL x returns NULL at
  *    once; NULL biases of the MLP are allowed.
@@ -35,6 +39,7 @@ typedef struct setup {
     int ndim[1 + NW], shape[1 + NW][3];
     vit_real *wout; /* the loss weights, [B, T, D] */
     int token0_only;
+    const vit_real *drop_attn, *drop_mlp; /* drop-path scales [B] or NULL */
     vit_tape *tape;
 } setup;
 
@@ -103,7 +108,8 @@ static vit_tensor *block(setup *s, int grads, vit_real **probs)
     for (int i = 0; i < 1 + NW; i++)
         in[i] = leaf(s, i, grads);
     vit_block_weights w = weights(in);
-    vit_block_opts o = {.token0_only = s->token0_only, .probs = probs};
+    vit_block_opts o = {.token0_only = s->token0_only, .probs = probs,
+                        .drop_attn = s->drop_attn, .drop_mlp = s->drop_mlp};
     return vit_op_block(s->tape, &s->mha, &w, in[0], &o);
 }
 
@@ -198,6 +204,115 @@ START_TEST(test_block_gradients)
 }
 END_TEST
 
+/* The block with drop-path scales against the unfused chain with each
+ * branch scaled by hand. */
+static vit_tensor *reference_drop(setup *s, const vit_real *sa, const vit_real *sm)
+{
+    vit_tape *t = s->tape;
+    vit_tensor *in[1 + NW];
+    for (int i = 0; i < 1 + NW; i++)
+        in[i] = leaf(s, i, 0);
+    const vit_real eps = (vit_real)VIT_LAYERNORM_EPS;
+    vit_tensor *x = in[0];
+    vit_tensor *h = vit_op_layernorm(t, x, in[1], in[2], eps);
+    vit_tensor *a = vit_op_mha(t, &s->mha, in[3], h, h, NULL);
+    for (int b = 0; a && b < B; b++)
+        for (int j = 0; j < T * D; j++)
+            a->data[b * T * D + j] *= sa[b];
+    x = vit_op_add(t, x, a);
+    h = vit_op_layernorm(t, x, in[4], in[5], eps);
+    h = vit_op_linear(t, vit_op_gelu(t, vit_op_linear(t, h, in[6], in[7])), in[8], in[9]);
+    for (int b = 0; h && b < B; b++)
+        for (int j = 0; j < T * D; j++)
+            h->data[b * T * D + j] *= sm[b];
+    return vit_op_add(t, x, h);
+}
+
+START_TEST(test_block_drop_path_values)
+{
+    setup s;
+    make(&s, 0);
+    size_t n = (size_t)B * T * D;
+    vit_rng rng;
+    vit_rng_seed(&rng, 3);
+    vit_real sc[4];
+    ck_assert_int_eq(vit_drop_path_scales(sc, 4, 0.0, &rng), VIT_OK);
+    for (int i = 0; i < 4; i++)
+        ck_assert(sc[i] == 1); /* rate 0 keeps everything, unscaled */
+    ck_assert_int_eq(vit_drop_path_scales(sc, 4, 0.25, &rng), VIT_OK);
+    for (int i = 0; i < 4; i++)
+        ck_assert(sc[i] == 0 || sc[i] == (vit_real)(1 / 0.75));
+    ck_assert_int_eq(vit_drop_path_scales(sc, 4, 1.0, &rng), VIT_EINVAL);
+    ck_assert_int_eq(vit_drop_path_scales(NULL, 4, 0.5, &rng), VIT_EINVAL);
+
+    /* scales of 1: the plain block (to rounding: the MLP's add is unfused) */
+    vit_real ones[B] = {1, 1}, *plain = gc_zeros(n);
+    vit_tensor *y = block(&s, 0, NULL);
+    ck_assert_ptr_nonnull(y);
+    memcpy(plain, y->data, n * sizeof *plain);
+    vit_tape_reset(s.tape);
+    s.drop_attn = s.drop_mlp = ones;
+    y = block(&s, 0, NULL);
+    ck_assert_msg(y != NULL, "%s", vit_last_error());
+    ck_assert(gc_max_abs_diff(plain, y->data, n) < 1e-12);
+
+    /* item 0 dropped on both branches: bitwise its input; item 1 kept with
+     * scale 2 on attention, 1.5 on the MLP: the hand-scaled chain */
+    vit_real sa[B] = {0, 2}, sm[B] = {0, 1.5};
+    vit_tape_reset(s.tape);
+    s.drop_attn = sa;
+    s.drop_mlp = sm;
+    y = block(&s, 0, NULL);
+    ck_assert_ptr_nonnull(y);
+    ck_assert(memcmp(y->data, s.val[0], (size_t)T * D * sizeof *y->data) == 0);
+    ck_assert(gc_max_abs_diff(y->data + T * D, plain + T * D, (size_t)T * D) > 1e-3);
+    memcpy(plain, y->data, n * sizeof *plain);
+    vit_tape_reset(s.tape);
+    y = reference_drop(&s, sa, sm);
+    ck_assert_ptr_nonnull(y);
+    double e = gc_max_abs_diff(plain, y->data, n);
+    ck_assert_msg(e < 1e-12, "drop path vs scaled chain: max |diff| %g", e);
+    /* token0_only: row 0 of the same */
+    vit_tape_reset(s.tape);
+    s.token0_only = 1;
+    y = block(&s, 0, NULL);
+    ck_assert_ptr_nonnull(y);
+    for (int b = 0; b < B; b++)
+        ck_assert(gc_max_abs_diff(plain + (size_t)b * T * D, y->data + (size_t)b * D, D) < 1e-12);
+    free(plain);
+    unmake(&s);
+}
+END_TEST
+
+/* Gradients through a fixed mask drawn from a vit_rng: the forward of every
+ * perturbation uses the same scales, as the trainer's step does. */
+START_TEST(test_block_drop_path_gradients)
+{
+    setup s;
+    make(&s, 0);
+    s.token0_only = _i;
+    vit_rng rng;
+    vit_rng_seed(&rng, 11);
+    vit_real sc[2 * B];
+    /* redraw until each branch keeps one item and drops one */
+    do
+        ck_assert_int_eq(vit_drop_path_scales(sc, 2 * B, 0.5, &rng), VIT_OK);
+    while (sc[0] == sc[1] || sc[2] == sc[3]);
+    s.drop_attn = sc;
+    s.drop_mlp = sc + B;
+    vit_tensor *y = block(&s, 1, NULL);
+    ck_assert_msg(y != NULL, "%s", vit_last_error());
+    ck_assert_int_eq(vit_tape_backward_from(s.tape, y, s.wout), VIT_OK);
+    for (int i = 0; i < 1 + NW; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "block drop_path%s d%s", _i ? " token0" : "", names[i]);
+        double e = gc_check(name, s.val[i], s.grad[i], s.n[i], loss_of, &s);
+        ck_assert_msg(e <= GC_TOL, "%s: max_rel %.3e", name, e);
+    }
+    unmake(&s);
+}
+END_TEST
+
 START_TEST(test_block_errors)
 {
     setup s;
@@ -259,6 +374,8 @@ static Suite *block_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, test_block_values, 0, 2);
     tcase_add_loop_test(tc, test_block_gradients, 0, 4);
+    tcase_add_test(tc, test_block_drop_path_values);
+    tcase_add_loop_test(tc, test_block_drop_path_gradients, 0, 2);
     tcase_add_test(tc, test_block_errors);
     suite_add_tcase(s, tc);
     return s;

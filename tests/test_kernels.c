@@ -588,6 +588,99 @@ START_TEST(test_cross_entropy_grad)
 }
 END_TEST
 
+/* ==== Soft-target cross-entropy ======================================== */
+
+typedef struct {
+    vit_real logits[CE_N * CE_C], probs[CE_N * CE_C], targets[CE_N * CE_C];
+    vit_real dloss;
+} soft_ctx;
+
+static double soft_loss(void *p)
+{
+    soft_ctx *c = p;
+    vit_real loss;
+    if (vit_soft_cross_entropy_forward(&loss, c->probs, c->logits, c->targets, CE_N, CE_C)
+        != VIT_OK)
+        return NAN;
+    return c->dloss * loss;
+}
+
+/* Rows of mixed smoothed one-hots, lam t(a) + (1 - lam) t(b), as mixup
+ * makes them; the last row does not sum to 1 (the kernel allows it). */
+static void soft_init(soft_ctx *c, uint64_t seed, double lam, double s)
+{
+    gc_fill(c->logits, CE_N * CE_C, &seed, 3.0);
+    for (int i = 0; i < CE_N; i++) {
+        int a = (i * 3 + 1) % CE_C, b = (i + 4) % CE_C;
+        for (int j = 0; j < CE_C; j++)
+            c->targets[i * CE_C + j] = (vit_real)(lam * ((1 - s) * (j == a) + s / CE_C)
+                                                  + (1 - lam) * ((1 - s) * (j == b) + s / CE_C));
+    }
+    c->targets[(CE_N - 1) * CE_C] += 0.3;
+    c->dloss = 0.7;
+}
+
+START_TEST(test_soft_cross_entropy_grad)
+{
+    const char *names[2] = {"soft_cross_entropy dlogits", "soft_cross_entropy dlogits ls=0.1"};
+    for (int k = 0; k < 2; k++) {
+        soft_ctx c;
+        soft_init(&c, 71 + k, 0.3, k ? 0.1 : 0.0);
+        /* the loss from its definition */
+        vit_real loss;
+        ASSERT_OK(vit_soft_cross_entropy_forward(&loss, c.probs, c.logits, c.targets, CE_N, CE_C));
+        double want = 0;
+        for (int i = 0; i < CE_N; i++) {
+            double z = 0;
+            for (int j = 0; j < CE_C; j++)
+                z += exp(c.logits[i * CE_C + j]);
+            for (int j = 0; j < CE_C; j++)
+                want -= c.targets[i * CE_C + j] * log(exp(c.logits[i * CE_C + j]) / z);
+        }
+        ck_assert_double_le(fabs(loss - want / CE_N), FWD_TOL);
+        vit_real *dl = gc_zeros(CE_N * CE_C);
+        ASSERT_OK(vit_soft_cross_entropy_backward(dl, c.probs, c.targets, CE_N, CE_C, c.dloss));
+        ASSERT_GRAD(names[k], c.logits, dl, CE_N * CE_C, soft_loss, &c);
+        ck_assert(isfinite(soft_loss(&c)));
+        vit_real *acc = accum_start(dl, CE_N * CE_C);
+        ASSERT_OK(vit_soft_cross_entropy_backward(acc, c.probs, c.targets, CE_N, CE_C, c.dloss));
+        accum_check(names[k], acc, dl, CE_N * CE_C);
+        free(dl);
+    }
+}
+END_TEST
+
+/* One-hot targets smoothed as timm does give the hard-label loss and
+ * gradient with that smoothing; bad targets are refused. */
+START_TEST(test_soft_cross_entropy_onehot)
+{
+    vit_real sm[2] = {0.0, 0.1};
+    for (int k = 0; k < 2; k++) {
+        ce_ctx c;
+        ce_init(&c, 81 + k, sm[k]);
+        vit_real t[CE_N * CE_C], p2[CE_N * CE_C], hard, soft;
+        for (int i = 0; i < CE_N; i++)
+            for (int j = 0; j < CE_C; j++)
+                t[i * CE_C + j] = (1 - sm[k]) * (j == c.labels[i]) + sm[k] / CE_C;
+        ASSERT_OK(vit_cross_entropy_forward(&hard, c.probs, c.logits, c.labels, CE_N, CE_C, sm[k]));
+        ASSERT_OK(vit_soft_cross_entropy_forward(&soft, p2, c.logits, t, CE_N, CE_C));
+        ck_assert_double_le(fabs(hard - soft), 1e-14);
+        ck_assert(memcmp(c.probs, p2, sizeof p2) == 0);
+        vit_real dh[CE_N * CE_C] = {0}, ds[CE_N * CE_C] = {0};
+        ASSERT_OK(vit_cross_entropy_backward(dh, c.probs, c.labels, CE_N, CE_C, sm[k], 0.7));
+        ASSERT_OK(vit_soft_cross_entropy_backward(ds, p2, t, CE_N, CE_C, 0.7));
+        ck_assert_double_le(gc_max_abs_diff(dh, ds, CE_N * CE_C), 1e-15);
+    }
+    vit_real x[2] = {0, 1}, p[2], t[2] = {0.5, -0.1}, loss;
+    ck_assert_int_eq(vit_soft_cross_entropy_forward(&loss, p, x, t, 1, 2), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "targets[0, 1]"));
+    ck_assert_int_eq(vit_soft_cross_entropy_forward(&loss, p, x, NULL, 1, 2), VIT_EINVAL);
+    t[1] = 0.5;
+    x[1] = INFINITY;
+    ck_assert_int_eq(vit_soft_cross_entropy_forward(&loss, p, x, t, 1, 2), VIT_ENUM);
+}
+END_TEST
+
 /* ==== Patch embedding ================================================== */
 
 enum { PE_B = 2, PE_H = 4, PE_W = 6, PE_P = 2, PE_D = 3, PE_CMAX = 3 };
@@ -1190,6 +1283,8 @@ static Suite *kernels_suite(void)
     tcase_add_test(tc, test_softmax_grad);
     tcase_add_test(tc, test_cross_entropy_forward);
     tcase_add_test(tc, test_cross_entropy_grad);
+    tcase_add_test(tc, test_soft_cross_entropy_grad);
+    tcase_add_test(tc, test_soft_cross_entropy_onehot);
     tcase_add_loop_test(tc, test_patch_embed_forward, 0, 2);
     tcase_add_loop_test(tc, test_patch_embed_grad, 0, 2);
     tcase_add_loop_test(tc, test_patch_embed_overlap_forward, 0, 4);

@@ -74,6 +74,7 @@ static int config_equal(const vit_config *a, const vit_config *b, const char **w
     EQ(weight_decay) EQ(beta1) EQ(beta2) EQ(eps) EQ(smoothing) EQ(shift) EQ(rotate) EQ(scale)
     EQ(init_std) EQ(seed) EQ(recompute) EQ(ckpt_minutes) EQ(ema) EQ(tta)
     EQ(patch_stride) EQ(patch_pad) EQ(lsa)
+    EQ(crop_pad) EQ(flip) EQ(mixup) EQ(cutmix) EQ(mix_prob) EQ(drop_path)
 #undef EQ
     *which = "";
     return 1;
@@ -552,6 +553,8 @@ START_TEST(test_config_round_trip)
     a.weight_decay = 0.123456789012345678; a.beta1 = 0.85; a.beta2 = 0.98765432109876;
     a.eps = 3e-9; a.smoothing = 0.05; a.shift = 2; a.init_std = 0.0312;
     a.seed = 18446744073709551615ull;
+    a.crop_pad = 3; a.flip = 1; a.mixup = 0.8; a.cutmix = 1.0 / 3.0; a.mix_prob = 0.5;
+    a.drop_path = 0.1 + 0.2;
     char buf[4096], buf2[4096];
     int len = vit_config_format(&a, buf, sizeof buf);
     ck_assert_int_gt(len, 0);
@@ -570,12 +573,12 @@ START_TEST(test_config_round_trip)
         snprintf(pat, sizeof pat, "%s = ", key);
         ck_assert_msg(strstr(buf, pat) != NULL, "key %s missing from the formatted text", key);
     }
-    /* ... and nothing else: one line per key (32 fields in vit_config). */
+    /* ... and nothing else: one line per key (38 fields in vit_config). */
     int lines = 0;
     for (const char *p = buf; *p; p++)
         lines += *p == '\n';
     ck_assert_int_eq(nkeys, lines);
-    ck_assert_int_eq(nkeys, 32);
+    ck_assert_int_eq(nkeys, 38);
     /* A buffer one byte short fails; exactly enough works. */
     ck_assert_int_lt(vit_config_format(&a, buf2, (size_t)len), 0);
     ck_assert_int_eq(vit_config_format(&a, buf2, (size_t)len + 1), len);
@@ -666,6 +669,46 @@ START_TEST(test_config_format_shortest)
     c.min_lr = 0.30000000000000010;
     ck_assert_int_eq(vit_config_check(&c), VIT_EINVAL);
     ck_assert_str_eq(vit_last_error(), "min_lr: 0.3000000000000001 exceeds lr 0.30000000000000004");
+}
+END_TEST
+
+/* The augmentation keys: defaults off (mix_prob 1), ranges refused by
+ * vit_config_set and, for a struct filled in by code, vit_config_check. */
+START_TEST(test_config_augment_ranges)
+{
+    vit_config c;
+    vit_config_default(&c);
+    ck_assert(c.crop_pad == 0 && c.flip == 0 && c.mixup == 0 && c.cutmix == 0
+              && c.drop_path == 0 && c.mix_prob == 1);
+    static const char *bad[][3] = {
+        {"crop_pad", "-1", "crop_pad: -1 is out of range [0, 64]"},
+        {"crop_pad", "65", "crop_pad: 65 is out of range [0, 64]"},
+        {"flip", "2", "flip: 2 is out of range [0, 1]"},
+        {"mixup", "-0.5", "mixup: -0.5 is out of range [0, 100]"},
+        {"cutmix", "nan", "cutmix: expected a number, got 'nan'"},
+        {"mix_prob", "1.5", "mix_prob: 1.5 is out of range [0, 1]"},
+        {"drop_path", "1", "drop_path: 1 is out of range [0, 0.99]"},
+        {"drop_path", "-0.1", "drop_path: -0.1 is out of range [0, 0.99]"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(vit_config_set(&c, bad[i][0], bad[i][1]), VIT_EINVAL);
+        ck_assert_str_eq(vit_last_error(), bad[i][2]);
+    }
+    ck_assert_int_eq(vit_config_set(&c, "crop_pad", "4"), VIT_OK);
+    ck_assert_int_eq(vit_config_set(&c, "drop_path", "0.1"), VIT_OK);
+    ck_assert(c.crop_pad == 4 && c.drop_path == 0.1);
+    ck_assert_int_eq(vit_config_check(&c), VIT_OK);
+    c.drop_path = 1;
+    ck_assert_int_eq(vit_config_check(&c), VIT_EINVAL);
+    ck_assert_str_eq(vit_last_error(), "drop_path: 1 is out of range [0, 1)");
+    c.drop_path = 0;
+    c.mix_prob = -1;
+    ck_assert_int_eq(vit_config_check(&c), VIT_EINVAL);
+    ck_assert_str_eq(vit_last_error(), "mix_prob: -1 is out of range [0, 1]");
+    c.mix_prob = 1;
+    c.flip = 3;
+    ck_assert_int_eq(vit_config_check(&c), VIT_EINVAL);
+    ck_assert_str_eq(vit_last_error(), "flip: 3 is out of range [0, 1]");
 }
 END_TEST
 
@@ -1038,6 +1081,91 @@ static unsigned long long gemm_calls_of(int M, int N, int K)
  * VIT_ENUM with the kernel's message, and a batch smaller than the thread
  * count still works. */
 #define SB 10
+/* vit_model_train_grads_ex: soft targets that are smoothed one-hots and
+ * drop-path scales of 1 give the plain step (to rounding); every branch
+ * dropped leaves the blocks' gradients exactly 0 and the rest nonzero;
+ * slices on 3 threads read their rows of the scales and targets (same as 1
+ * thread to rounding); and a config's drop_path alone changes nothing: the
+ * forward of evaluation never drops (bitwise). */
+START_TEST(test_train_grads_extras)
+{
+    vit_config cfg;
+    tiny_config(&cfg, VIT_POOL_CLS);
+    vit_model *m = vit_model_new(&cfg);
+    cfg.drop_path = 0.5;
+    cfg.mixup = 0.8;
+    vit_model *m2 = vit_model_new(&cfg);
+    ck_assert_ptr_nonnull(m);
+    ck_assert_ptr_nonnull(m2);
+    size_t n = vit_model_param_count(m);
+    uint64_t seed = 78;
+    gc_fill(vit_model_params(m), n, &seed, 0.6);
+    memcpy(vit_model_params(m2), vit_model_params(m), n * sizeof(vit_real));
+    vit_real images[SB * 16], targets[SB * 3], ones[2 * 2 * SB], zeros[2 * 2 * SB] = {0};
+    vit_real half[2 * 2 * SB];
+    int labels[SB];
+    for (int i = 0; i < SB * 16; i++)
+        images[i] = (vit_real)gc_uniform(&seed);
+    for (int i = 0; i < SB; i++) {
+        labels[i] = i % 3;
+        for (int c = 0; c < 3; c++)
+            targets[i * 3 + c] = (vit_real)(0.9 * (c == labels[i]) + 0.1 / 3);
+    }
+    for (int i = 0; i < 4 * SB; i++) {
+        ones[i] = 1;
+        half[i] = (i * 7) % 3 ? 2 : 0;
+    }
+    vit_tape *t = vit_tape_new();
+    vit_tensor *z1 = vit_model_forward(m, t, images, SB, 0);
+    vit_tape *t2 = vit_tape_new();
+    vit_tensor *z2 = vit_model_forward(m2, t2, images, SB, 0);
+    ck_assert(z1 && z2 && memcmp(z1->data, z2->data, z1->size * sizeof *z1->data) == 0);
+
+    vit_real *ref = gc_zeros(n), *g = vit_model_grads(m), *one = gc_zeros(n);
+    double l0, l1, l2;
+    ck_assert_int_eq(vit_model_train_grads(m, images, labels, SB, (vit_real)0.1, &l0, NULL), VIT_OK);
+    memcpy(ref, g, n * sizeof *ref);
+    double gmax = 0;
+    for (size_t i = 0; i < n; i++)
+        gmax = fmax(gmax, fabs(ref[i]));
+    vit_train_extras ex = {targets, ones};
+    ck_assert_int_eq(vit_model_train_grads_ex(m, images, labels, SB, 0, &ex, &l1, NULL), VIT_OK);
+    ck_assert_double_le(fabs(l1 - l0), 1e-13);
+    ck_assert(gc_max_abs_diff(ref, g, n) <= 1e-12 * gmax);
+
+    ex = (vit_train_extras){NULL, zeros};
+    ck_assert_int_eq(vit_model_train_grads_ex(m, images, labels, SB, 0, &ex, &l1, NULL), VIT_OK);
+    for (int k = 0; k < vit_model_tensor_count(m); k++) {
+        const vit_model_tensor *tt = vit_model_tensor_at(m, k);
+        double most = 0;
+        for (size_t i = 0; i < tt->size; i++)
+            most = fmax(most, fabs(g[tt->offset + i]));
+        if (strncmp(tt->name, "blocks.", 7) == 0)
+            ck_assert_msg(most == 0, "%s: gradient %g with every branch dropped", tt->name, most);
+        else if (strncmp(tt->name, "head.", 5) == 0) /* the class token's input alone */
+            ck_assert_msg(most > 0, "%s: no gradient", tt->name);
+    }
+
+    ex = (vit_train_extras){targets, half};
+    for (int threads = 1; threads <= 3; threads += 2) {
+        ck_assert_int_eq(vit_set_threads(threads), VIT_OK);
+        ck_assert_int_eq(vit_model_train_grads_ex(m, images, labels, SB, 0, &ex, &l2, NULL),
+                         VIT_OK);
+        if (threads == 1)
+            memcpy(one, g, n * sizeof *one);
+    }
+    ck_assert(gc_max_abs_diff(one, g, n) <= 1e-12 * gmax);
+    ck_assert(gc_max_abs_diff(ref, g, n) > 1e-3 * gmax); /* the drops did something */
+    vit_set_threads(1);
+    free(ref);
+    free(one);
+    vit_tape_free(t);
+    vit_tape_free(t2);
+    vit_model_free(m);
+    vit_model_free(m2);
+}
+END_TEST
+
 START_TEST(test_train_grads_slices)
 {
     vit_config cfg;
@@ -1368,6 +1496,7 @@ static Suite *model_suite(void)
     tcase_add_test(tg, test_forward_shapes_and_maps);
     tcase_add_test(tg, test_lsa_and_overlap_model);
     tcase_add_loop_test(tg, test_train_grads_slices, 0, 3);
+    tcase_add_test(tg, test_train_grads_extras);
     tcase_add_loop_test(tg, test_nograd_forward_is_bitwise, 0, 4);
     tcase_add_loop_test(tg, test_recompute_is_bitwise, 0, 2);
     tcase_add_test(tg, test_tape_memory_bound);
@@ -1379,6 +1508,7 @@ static Suite *model_suite(void)
     tcase_add_test(tc, test_config_file_is_default);
     tcase_add_test(tc, test_config_round_trip);
     tcase_add_test(tc, test_config_format_shortest);
+    tcase_add_test(tc, test_config_augment_ranges);
     tcase_add_test(tc, test_config_bad_text);
     tcase_add_test(tc, test_config_repeated_key);
     suite_add_tcase(s, tc);

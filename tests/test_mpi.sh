@@ -5,7 +5,9 @@
 # second epoch - SIGINT to mpirun (Ctrl-C), or SIGTERM to rank 1 alone -
 # every rank stops at the same step, rank 0 alone writes the checkpoint and
 # says so once with the mpirun command that resumes it, no process is left,
-# and the 2-rank resume ends bitwise equal to the uninterrupted run.
+# and the 2-rank resume ends bitwise equal to the uninterrupted run.  The
+# augmentations for real images (mixup, cutmix, drop path ...) give the
+# single process's losses on 2 ranks too.
 # Skipped (exit 77) when the tools were built without MPI or mpirun is absent.
 set -u
 train=$1
@@ -69,6 +71,27 @@ if "$(dirname "$train")/vit_eval" "$tmp/two/last.ckpt" --data digits >/dev/null 
 else
     fail=$((fail + 1)); echo "FAIL the 2-rank checkpoint does not load"
 fi
+# The augmentations for real images on one and two ranks: every rank draws
+# the whole batch's augmentation, mixing and drop-path masks and builds its
+# own share (the mixing partners included), so the losses agree as above
+# and the replicas stay identical.
+aug=("${model[@]}" --epochs 4 --crop-pad 2 --flip 1 --mixup 0.8 --cutmix 1 --mix-prob 0.7
+     --drop-path 0.2)
+"$train" "${aug[@]}" --out "$tmp/aug1" >"$tmp/aug1.log" 2>&1 || { cat "$tmp/aug1.log"; exit 1; }
+if mpirun --oversubscribe --allow-run-as-root -np 2 "$train" "${aug[@]}" --check-replicas \
+       --out "$tmp/aug2" >"$tmp/aug2.log" 2>&1 &&
+   awk -F, 'NR == FNR { if (FNR > 1) { l[$1] = $2; t[$1] = $4 } next }
+            FNR > 1 { n++
+                      if (!($1 in l)) bad = 1
+                      else if ((($2 - l[$1]) ^ 2) > (1e-3 * l[$1]) ^ 2 || (($4 - t[$1]) ^ 2) > (1e-3 * t[$1]) ^ 2) {
+                          printf "epoch %s: one rank %s/%s, two ranks %s/%s\n", $1, l[$1], t[$1], $2, $4; bad = 1 } }
+            END { exit (bad || n != 4) }' "$tmp/aug1/metrics.csv" "$tmp/aug2/metrics.csv"; then
+    pass=$((pass + 1)); echo "ok   with crop_pad, flip, mixup, cutmix and drop_path, 2 ranks match one process"
+else
+    fail=$((fail + 1)); echo "FAIL augmented 2-rank run:"; cat "$tmp/aug2.log"
+    paste -d'|' "$tmp/aug1/metrics.csv" "$tmp/aug2/metrics.csv"
+fi
+
 # The stop runs last at least 8 s on this machine, from the 2-rank run's
 # own epoch time (its metrics' cumulative seconds), and an uninterrupted
 # run of that length is what their resume must end equal to.

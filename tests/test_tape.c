@@ -474,6 +474,82 @@ START_TEST(test_cross_entropy)
 }
 END_TEST
 
+/* The soft-target op on logits z [6, 5] (a leaf): mixed targets by
+ * central differences; smoothed one-hot targets give the hard op's loss
+ * and gradient; the op copies the targets. */
+typedef struct soft_xent {
+    vit_real z[30], t[30];
+} soft_xent;
+
+static double soft_xent_loss(soft_xent *s, vit_real *grad)
+{
+    vit_tape *t = vit_tape_new();
+    vit_tensor *z = vit_tape_leaf(t, s->z, grad, 2, (int[]){6, 5});
+    vit_tensor *loss = vit_op_cross_entropy_soft(t, z, s->t, NULL);
+    ck_assert_msg(loss != NULL, "%s", vit_last_error());
+    double v = (double)loss->data[0];
+    if (grad)
+        ck_assert_int_eq(vit_tape_backward(t, loss), VIT_OK);
+    vit_tape_free(t);
+    return v;
+}
+
+static double soft_xent_fn(void *ctx) { return soft_xent_loss(ctx, NULL); }
+
+START_TEST(test_cross_entropy_soft)
+{
+    soft_xent s;
+    uint64_t seed = 91;
+    gc_fill(s.z, 30, &seed, 3.0);
+    const double sm = 0.1, lam = 0.35;
+    int labels[6];
+    for (int i = 0; i < 6; i++) {
+        labels[i] = (2 * i + 1) % 5;
+        for (int c = 0; c < 5; c++)
+            s.t[i * 5 + c] = (vit_real)(lam * ((1 - sm) * (c == labels[i]) + sm / 5)
+                                        + (1 - lam) * ((1 - sm) * (c == (i + 3) % 5) + sm / 5));
+    }
+    vit_real dz[30] = {0};
+    soft_xent_loss(&s, dz);
+    ASSERT_GRAD("xent_soft", s.z, dz, 30, soft_xent_fn, &s);
+
+    /* one-hot targets, smoothed: the hard op */
+    for (int i = 0; i < 30; i++)
+        s.t[i] = (vit_real)((1 - sm) * (i % 5 == labels[i / 5]) + sm / 5);
+    memset(dz, 0, sizeof dz);
+    double ls = soft_xent_loss(&s, dz);
+    vit_tape *t = vit_tape_new();
+    vit_real dh[30] = {0};
+    vit_tensor *z = vit_tape_leaf(t, s.z, dh, 2, (int[]){6, 5});
+    vit_tensor *hard = vit_op_cross_entropy(t, z, labels, (vit_real)sm, NULL);
+    ck_assert_int_eq(vit_tape_backward(t, hard), VIT_OK);
+    ck_assert_msg(fabs(ls - (double)hard->data[0]) < 1e-14, "soft %.17g, hard %.17g", ls,
+                  (double)hard->data[0]);
+    ck_assert(gc_max_abs_diff(dz, dh, 30) < 1e-15);
+    /* the targets are copied: changed after the forward, the backward
+     * still uses the forward's */
+    vit_tape_reset(t);
+    memset(dh, 0, sizeof dh);
+    z = vit_tape_leaf(t, s.z, dh, 2, (int[]){6, 5});
+    vit_tensor *soft = vit_op_cross_entropy_soft(t, z, s.t, NULL);
+    ck_assert_ptr_nonnull(soft);
+    vit_real keep = s.t[0];
+    s.t[0] = 5;
+    ck_assert_int_eq(vit_tape_backward(t, soft), VIT_OK);
+    s.t[0] = keep;
+    ck_assert(gc_max_abs_diff(dz, dh, 30) == 0);
+    /* refused: 3-D logits, NULL targets */
+    vit_tape_reset(t);
+    z = vit_tape_leaf(t, s.z, NULL, 3, (int[]){2, 3, 5});
+    ck_assert_ptr_null(vit_op_cross_entropy_soft(t, z, s.t, NULL));
+    ck_assert_int_eq(vit_tape_status(t), VIT_EINVAL);
+    vit_tape_reset(t);
+    z = vit_tape_leaf(t, s.z, NULL, 2, (int[]){6, 5});
+    ck_assert_ptr_null(vit_op_cross_entropy_soft(t, z, NULL, NULL));
+    vit_tape_free(t);
+}
+END_TEST
+
 /* The masked, weighted cross-entropy on logits z [6, 5]: rows 1 and 4
  * ignored (label -1), weights 0.5 .. 3. */
 typedef struct masked_xent {
@@ -1930,6 +2006,7 @@ static Suite *tape_suite(void)
     tcase_add_loop_test(tc, test_mean_tokens, 0, 2);
     tcase_add_loop_test(tc, test_cross_entropy, 0, 2);
     tcase_add_loop_test(tc, test_cross_entropy_masked, 0, 2);
+    tcase_add_test(tc, test_cross_entropy_soft);
     tcase_add_loop_test(tc, test_leaf_cases, 0, (int)(sizeof leaf_cases / sizeof *leaf_cases));
     tcase_add_test(tc, test_linear_gelu_matches_unfused);
     tcase_add_test(tc, test_add_layernorm_matches_unfused);

@@ -13,6 +13,11 @@
  *    step, and the last good checkpoint still loads;
  *  - an output folder that cannot be created fails with VIT_EIO before any
  *    training, naming the path.
+ *  - augmentations by value on small arrays: a flip is the exact mirror, a
+ *    crop of the zero-padded image is exactly vit_translate's window, the
+ *    cutmix box and its corrected lam, and vit_augment_batch's flips,
+ *    shifts, pasted boxes (lam = the share outside, the targets mixed with
+ *    it), mixup's blend and a rank's slice equal to the whole batch's rows.
  *
  * BLAS runs on one thread (vit_set_threads(1)): bitwise reproducible and
  * fastest for these sizes.
@@ -598,6 +603,204 @@ START_TEST(test_translate_is_the_training_shift)
 }
 END_TEST
 
+/* ---- augmentations for real images ------------------------------------ */
+
+/* A flip is exactly the mirror; the random crop of a zero-padded image is
+ * exactly vit_translate(p - oy, p - ox), for every window. */
+START_TEST(test_flip_and_crop_values)
+{
+    enum { H = 3, W = 4, C = 2, P = 2 };
+    vit_real src[H * W * C], dst[H * W * C], pad[(H + 2 * P) * (W + 2 * P) * C];
+    for (int i = 0; i < H * W * C; i++)
+        src[i] = (vit_real)(1 + i);
+    ck_assert_int_eq(vit_flip_horizontal(dst, src, H, W, C), VIT_OK);
+    static const vit_real row0[W * C] = {7, 8, 5, 6, 3, 4, 1, 2}; /* row 0 mirrored, pixels kept */
+    ck_assert(memcmp(dst, row0, sizeof row0) == 0);
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++)
+            for (int c = 0; c < C; c++)
+                ck_assert(dst[(y * W + x) * C + c] == src[(y * W + W - 1 - x) * C + c]);
+    ck_assert_int_eq(vit_flip_horizontal(NULL, src, H, W, C), VIT_EINVAL);
+    ck_assert_int_eq(vit_flip_horizontal(dst, src, H, 0, C), VIT_EINVAL);
+
+    memset(pad, 0, sizeof pad);
+    for (int y = 0; y < H; y++)
+        memcpy(pad + ((size_t)(y + P) * (W + 2 * P) + P) * C, src + (size_t)y * W * C,
+               (size_t)W * C * sizeof *src);
+    for (int oy = 0; oy <= 2 * P; oy++)
+        for (int ox = 0; ox <= 2 * P; ox++) {
+            vit_real window[H * W * C];
+            for (int y = 0; y < H; y++)
+                memcpy(window + (size_t)y * W * C, pad + ((size_t)(y + oy) * (W + 2 * P) + ox) * C,
+                       (size_t)W * C * sizeof *src);
+            ck_assert_int_eq(vit_translate(dst, src, H, W, C, P - oy, P - ox), VIT_OK);
+            ck_assert_msg(memcmp(dst, window, sizeof window) == 0, "window (%d, %d)", oy, ox);
+        }
+}
+END_TEST
+
+START_TEST(test_cutmix_box_values)
+{
+    int box[4];
+    /* lam 0.75: sides 10 * 0.5 = 5, half-sides 2, centred on (4, 9) */
+    double lam = vit_cutmix_box(box, 10, 12, 0.75, 0.45, 0.8);
+    ck_assert_int_eq(box[0], 2);
+    ck_assert_int_eq(box[2], 6);
+    ck_assert_int_eq(box[1], 6);  /* 12 * 0.5 = 6, half 3: 9 - 3 */
+    ck_assert_int_eq(box[3], 12); /* 9 + 3 */
+    ck_assert(lam == 1 - 4.0 * 6 / 120);
+    /* clipped at the corner */
+    lam = vit_cutmix_box(box, 10, 10, 0.0, 0.0, 0.0);
+    ck_assert(box[0] == 0 && box[1] == 0 && box[2] == 5 && box[3] == 5);
+    ck_assert(lam == 0.75);
+    /* lam 1: an empty box, nothing pasted */
+    ck_assert(vit_cutmix_box(box, 10, 10, 1.0, 0.5, 0.5) == 1);
+    ck_assert(vit_cutmix_box(box, 10, 10, 1.5, 0.5, 0.5) == -1);
+    ck_assert(vit_cutmix_box(NULL, 10, 10, 0.5, 0.5, 0.5) == -1);
+}
+END_TEST
+
+/* A hand-built set of 6 images 4x5x2, every pixel value distinct across
+ * the set (item i pixel j = 100 i + j + 1), labels 0, 1, 2, 0, 1, 2. */
+enum { AH = 4, AW = 5, AC = 2, AN = 6, AIMG = AH * AW * AC };
+
+static void aug_set(vit_dataset *ds, vit_real *images, int *labels)
+{
+    memset(ds, 0, sizeof *ds);
+    for (int i = 0; i < AN; i++) {
+        labels[i] = i % 3;
+        for (int j = 0; j < AIMG; j++)
+            images[i * AIMG + j] = (vit_real)(100 * i + j + 1);
+    }
+    *ds = (vit_dataset){.count = AN, .height = AH, .width = AW, .channels = AC, .classes = 3,
+                        .images = images, .labels = labels};
+}
+
+START_TEST(test_augment_batch_values)
+{
+    vit_dataset ds;
+    vit_real all[AN * AIMG], out[AN * AIMG], full[AN * AIMG], tg[AN * 3], want[AIMG];
+    int labs[AN], lab[AN], mixed = -1;
+    aug_set(&ds, all, labs);
+    const int idx[AN] = {3, 0, 5, 1, 4, 2};
+    vit_rng rng, copy;
+    double lam;
+
+    /* all off: copies, and the generator untouched */
+    vit_augment g = {.classes = 3, .mix_prob = 1};
+    vit_rng_seed(&rng, 5);
+    copy = rng;
+    ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, &rng, out, lab, tg, &mixed, &lam),
+                     VIT_OK);
+    ck_assert(memcmp(&rng, &copy, sizeof rng) == 0 && mixed == 0 && lam == 1);
+    for (int k = 0; k < AN; k++) {
+        ck_assert(memcmp(out + k * AIMG, all + idx[k] * AIMG, AIMG * sizeof *out) == 0);
+        ck_assert_int_eq(lab[k], labs[idx[k]]);
+    }
+
+    /* shift 1 and flip: each item the flip (one draw < 0.5) of its image,
+     * translated by the two draws before it, as predicted from a copy */
+    g.shift = 1;
+    g.flip = 1;
+    copy = rng;
+    ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, &rng, out, lab, NULL, &mixed, NULL),
+                     VIT_OK);
+    int flips = 0;
+    for (int k = 0; k < AN; k++) {
+        int dy = (int)vit_rng_below(&copy, 3) - 1, dx = (int)vit_rng_below(&copy, 3) - 1;
+        int flip = vit_rng_uniform(&copy) < 0.5;
+        vit_real f[AIMG];
+        if (flip)
+            vit_flip_horizontal(f, all + idx[k] * AIMG, AH, AW, AC);
+        else
+            memcpy(f, all + idx[k] * AIMG, sizeof f);
+        vit_translate(want, f, AH, AW, AC, dy, dx);
+        ck_assert_msg(memcmp(out + k * AIMG, want, sizeof want) == 0, "item %d", k);
+        flips += flip;
+    }
+    ck_assert(memcmp(&rng, &copy, sizeof rng) == 0);
+    ck_assert(flips > 0 && flips < AN);
+
+    /* cutmix: each item its own image outside one box and its partner's
+     * (item AN-1-k) inside it; lam is the share outside, and the targets
+     * mix the smoothed one-hots with it */
+    g = (vit_augment){.cutmix = 1.0, .mix_prob = 1, .smoothing = 0.1, .classes = 3};
+    int boxes = 0;
+    for (int rep = 0; rep < 8; rep++) {
+        ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, &rng, out, lab, tg, &mixed,
+                                           &lam), VIT_OK);
+        ck_assert_int_eq(mixed, 1);
+        for (int k = 0; k < AN; k++) {
+            const vit_real *own = all + idx[k] * AIMG, *other = all + idx[AN - 1 - k] * AIMG;
+            int pasted = 0, y0 = AH, y1 = -1, x0 = AW, x1 = -1;
+            for (int y = 0; y < AH; y++)
+                for (int x = 0; x < AW; x++)
+                    for (int c = 0; c < AC; c++) {
+                        int j = (y * AW + x) * AC + c;
+                        vit_real v = out[k * AIMG + j];
+                        ck_assert(v == own[j] || v == other[j]);
+                        if (v == other[j] && own[j] != other[j] && c == 0) {
+                            pasted++;
+                            y0 = y < y0 ? y : y0;
+                            y1 = y > y1 ? y : y1;
+                            x0 = x < x0 ? x : x0;
+                            x1 = x > x1 ? x : x1;
+                        }
+                    }
+            if (k != AN - 1 - k && pasted) /* a box: its pixels fill their bounds */
+                ck_assert_int_eq(pasted, (y1 - y0 + 1) * (x1 - x0 + 1));
+            ck_assert_msg(fabs(lam - (1 - (double)pasted / (AH * AW))) < 1e-12,
+                          "lam %g, pasted %d", lam, pasted);
+            int ya = labs[idx[k]], yb = labs[idx[AN - 1 - k]];
+            for (int c = 0; c < 3; c++) {
+                double t = lam * (0.9 * (c == ya) + 0.1 / 3) + (1 - lam) * (0.9 * (c == yb) + 0.1 / 3);
+                ck_assert_msg(fabs(tg[k * 3 + c] - t) < 1e-6, "target %g, want %g", tg[k * 3 + c], t);
+            }
+            ck_assert_int_eq(lab[k], ya);
+        }
+        boxes += lam < 1;
+    }
+    ck_assert(boxes > 0);
+
+    /* mixup: lam x_k + (1 - lam) x_partner */
+    g = (vit_augment){.mixup = 0.8, .mix_prob = 1, .classes = 3};
+    ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, &rng, out, lab, tg, &mixed, &lam),
+                     VIT_OK);
+    ck_assert(mixed == 1 && lam > 0 && lam < 1);
+    for (int k = 0; k < AN; k++)
+        for (int j = 0; j < AIMG; j++) {
+            double w = lam * all[idx[k] * AIMG + j] + (1 - lam) * all[idx[AN - 1 - k] * AIMG + j];
+            ck_assert(fabs(out[k * AIMG + j] - w) <= 1e-6 * w);
+        }
+
+    /* mix_prob 0: nothing mixed; a slice [2, 5) is rows 2..4 of the whole
+     * batch, and the generator ends where the whole batch's does */
+    g = (vit_augment){.shift = 1, .flip = 1, .mixup = 0.5, .cutmix = 1, .mix_prob = 0.5,
+                      .classes = 3};
+    for (int rep = 0; rep < 6; rep++) {
+        copy = rng;
+        int m1, m2;
+        ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, &rng, full, lab, tg, &m1, NULL),
+                         VIT_OK);
+        ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 2, 5, &copy, out, lab, tg, &m2, NULL),
+                         VIT_OK);
+        ck_assert(memcmp(&rng, &copy, sizeof rng) == 0 && m1 == m2);
+        ck_assert(memcmp(out, full + 2 * AIMG, 3 * AIMG * sizeof *out) == 0);
+    }
+    g.mix_prob = 0;
+    ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, &rng, out, lab, tg, &mixed, NULL),
+                     VIT_OK);
+    ck_assert_int_eq(mixed, 0);
+    /* refused */
+    g.flip = 2;
+    ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, &rng, out, lab, tg, &mixed, NULL),
+                     VIT_EINVAL);
+    g.flip = 0;
+    ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 3, 2, &rng, out, lab, tg, &mixed, NULL),
+                     VIT_EINVAL);
+}
+END_TEST
+
 /* A small trained-looking model: random init with a large std, so that the
  * nine shifted passes disagree visibly. */
 static vit_model *tta_model(int tta)
@@ -676,7 +879,7 @@ START_TEST(test_tta_averages_nine_shifted_passes)
     ck_assert_msg(correct != correct_plain, "the two scores should differ here (%d)", correct);
     vit_eval_result_free(&ev);
     vit_eval_result_free(&ep);
-    ck_assert_int_eq(vit_predict_tta(mt, tape, g_test.images, N, 2, pass), VIT_EINVAL);
+    ck_assert_int_eq(vit_predict_tta(mt, tape, g_test.images, N, 3, pass), VIT_EINVAL);
     ck_assert_int_eq(vit_evaluate_tta(mt, tape, &part, 64, -1, &ev), VIT_EINVAL);
     free(tta);
     free(plain);
@@ -779,6 +982,73 @@ static void read_run(const char *path, vit_real *avg, vit_real *raw, size_t n)
     vit_run_state_free(&st);
     vit_model_free(m);
 }
+
+/* tta = auto: with a validation set shift9 is the headline exactly when
+ * its validation accuracy beats one pass; without one, one pass is the
+ * headline and the shift9 test figure is reported beside it.  The digits'
+ * model of 3 epochs on 256 images. */
+START_TEST(test_tta_auto)
+{
+    load_digits();
+    char dir[64], out[128];
+    fu_mkdtemp(dir, sizeof dir, "/tmp/vit_train_test_XXXXXX");
+    vit_dataset train = g_train;
+    train.count = 256;
+    vit_config cfg;
+    small_config(&cfg, 3);
+    cfg.dim = 16;
+    cfg.mlp = 32;
+    cfg.shift = 1;
+    ck_assert_int_eq(vit_config_set(&cfg, "tta", "auto"), VIT_OK);
+    ck_assert_int_eq(cfg.tta, VIT_TTA_AUTO);
+    char text[4096];
+    ck_assert_int_gt(vit_config_format(&cfg, text, sizeof text), 0);
+    ck_assert_ptr_nonnull(strstr(text, "tta = auto\n"));
+    vit_train_result res;
+    for (int val = 0; val <= 1; val++) {
+        snprintf(out, sizeof out, "%s/run%d", dir, val);
+        vit_train_opts o = {.out_dir = out, .ckpt_every = 1, .val_count = val ? 64 : 0};
+        ck_assert_msg(vit_train_run(&cfg, &train, &g_test, &o, &res) == VIT_OK, "%s",
+                      vit_last_error());
+        ck_assert_int_eq(res.tta_auto, 1);
+        if (val) {
+            ck_assert(res.val_accuracy_tta >= 0 && res.test_accuracy_tta == -1);
+            int want = res.val_accuracy_tta > res.val_accuracy_plain ? VIT_TTA_SHIFT9
+                                                                     : VIT_TTA_NONE;
+            ck_assert_int_eq(res.tta, want);
+            ck_assert(res.val_accuracy == (want ? res.val_accuracy_tta : res.val_accuracy_plain));
+            if (want == VIT_TTA_NONE)
+                ck_assert(res.test_accuracy == res.test_accuracy_plain);
+        } else {
+            ck_assert_int_eq(res.tta, VIT_TTA_NONE);
+            ck_assert(res.test_accuracy == res.test_accuracy_plain);
+            ck_assert(res.test_accuracy_tta >= 0 && res.test_accuracy_tta <= 1);
+            ck_assert(res.val_accuracy_tta == -1);
+            /* the figure beside is shift9's: the model scored with it */
+            vit_model *m = NULL;
+            vit_adamw opt;
+            vit_run_state st;
+            char ck[160];
+            snprintf(ck, sizeof ck, "%s/last.ckpt", out);
+            ck_assert_msg(vit_run_load(ck, &m, &opt, &st) == VIT_OK, "%s", vit_last_error());
+            vit_tape *tape = vit_tape_new();
+            vit_eval_result e = {0};
+            ck_assert_int_eq(vit_evaluate_tta(m, tape, &g_test, 256, VIT_TTA_SHIFT9, &e), VIT_OK);
+            ck_assert(e.accuracy == res.test_accuracy_tta);
+            vit_eval_result_free(&e);
+            ck_assert_int_eq(vit_evaluate(m, tape, &g_test, 256, &e), VIT_OK); /* auto: one pass */
+            ck_assert(e.accuracy == res.test_accuracy_plain);
+            vit_eval_result_free(&e);
+            vit_tape_free(tape);
+            vit_model_free(m);
+            vit_adamw_free(&opt);
+            vit_run_state_free(&st);
+        }
+        vit_train_result_free(&res);
+    }
+    fu_remove_tree(dir);
+}
+END_TEST
 
 START_TEST(test_ema_run)
 {
@@ -892,10 +1162,14 @@ static Suite *train_suite(void)
     tcase_add_test(tc, test_bad_opts_named);
     tcase_add_test(tc, test_affine_augmentation);
     tcase_add_test(tc, test_translate_is_the_training_shift);
+    tcase_add_test(tc, test_flip_and_crop_values);
+    tcase_add_test(tc, test_cutmix_box_values);
+    tcase_add_test(tc, test_augment_batch_values);
     tcase_add_test(tc, test_tta_averages_nine_shifted_passes);
     tcase_add_test(tc, test_tta_off_is_the_plain_pass);
     tcase_add_test(tc, test_ema_update_formula);
     tcase_add_test(tc, test_ema_run);
+    tcase_add_test(tc, test_tta_auto);
     tcase_add_test(tc, test_learns_digits);
     tcase_add_test(tc, test_resume_is_exact);
     tcase_add_test(tc, test_divergence_stops);

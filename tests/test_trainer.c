@@ -12,7 +12,8 @@
  *  - a stop asked for by the callback (mid-epoch) or by
  *    vit_trainer_request_stop leaves a checkpoint of that step, further
  *    steps are refused, and resuming gives the uninterrupted run's
- *    checkpoint bit for bit;
+ *    checkpoint bit for bit (also with crop_pad, flip, mixup, cutmix and
+ *    drop_path on);
  *  - a resume that extends the run reports the change as an event; a
  *    start-over in a used folder reports where the old run went.
  */
@@ -239,6 +240,15 @@ START_TEST(test_stepping_equals_one_call)
     snprintf(cb, sizeof cb, "%s/last.ckpt", b);
     vit_config cfg;
     tiny_config(&cfg, 2);
+    if (_i) { /* every augmentation for real images on: their draws resume too */
+        cfg.depth = 2;
+        cfg.crop_pad = 2;
+        cfg.flip = 1;
+        cfg.mixup = 0.8;
+        cfg.cutmix = 1.0;
+        cfg.mix_prob = 0.7;
+        cfg.drop_path = 0.2;
+    }
     vit_train_result res;
     vit_train_opts o = {.out_dir = a, .ckpt_every = 1};
     ck_assert_msg(vit_train_run(&cfg, &g_train, &g_test, &o, &res) == VIT_OK, "%s",
@@ -450,7 +460,7 @@ static Suite *trainer_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_events_in_order);
     tcase_add_test(tc, test_stepping_equals_one_call);
-    tcase_add_test(tc, test_stop_and_resume_exact);
+    tcase_add_loop_test(tc, test_stop_and_resume_exact, 0, 2);
     tcase_add_test(tc, test_resume_and_set_aside_events);
     tcase_add_test(tc, test_checkpoint_knows_its_data);
     suite_add_tcase(s, tc);

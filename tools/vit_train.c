@@ -150,6 +150,21 @@ static int fit_patch(vit_config *cfg, int patch_default, const vit_dataset *trai
     return 0;
 }
 
+/* With --tta auto: what was chosen, and the figure that decided it (or
+ * the shift9 test figure beside the one-pass headline). */
+static void print_tta_auto(const vit_train_result *r)
+{
+    if (!r->tta_auto)
+        return;
+    if (r->val_accuracy_tta >= 0)
+        printf("tta auto: %s (validation: shift9 %.4f, one pass %.4f)\n",
+               r->tta == VIT_TTA_SHIFT9 ? "shift9 chosen" : "one pass kept", r->val_accuracy_tta,
+               r->val_accuracy_plain);
+    else if (r->test_accuracy_tta >= 0)
+        printf("tta auto: one pass kept, no validation set to choose by (--val N); test "
+               "accuracy with shift9 %.4f\n", r->test_accuracy_tta);
+}
+
 /* The last lines: "ACC (LABELS; TIMING); checkpoint PATH" when that fits
  * (a terminal's width - 1, or 100 columns in a file or pipe); else the
  * checkpoint goes on a line of its own; else, when even "ACC (LABELS;
@@ -395,6 +410,7 @@ static int train_once(const vit_config *cfg, const vit_dataset *train, const vit
     snprintf(timing, sizeof timing, "%d epochs, %.1f s, %.0f images/s", res.epochs_done,
              res.seconds, res.images_per_second);
     print_result(acc, labels, timing, out);
+    print_tta_auto(&res);
     if (o.stop_after_epochs > 0 && res.epochs_done < cfg->epochs)
         printf("stopped after epoch %d of %d (--stop-after); continue with: %s%s --data %s "
                "--resume %s/last.ckpt%s\n", res.epochs_done, cfg->epochs, launcher, prog, data,

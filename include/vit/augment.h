@@ -1,10 +1,13 @@
 /*
- * vit/augment.h - random affine augmentation of images: rotation, zoom and
- * translation about the image centre, sampled bilinearly.
+ * vit/augment.h - random augmentation of training images: rotation, zoom
+ * and translation about the image centre (sampled bilinearly), whole-pixel
+ * translation (= random crop with zero padding), horizontal flip, and the
+ * batch mixing of mixup and cutmix with their mixed (soft) label targets.
  *
  * vit_train_run applies it to every training image when the config's
  * rotate or scale is positive (vit/model.h: rotate, scale, shift), and
- * vit_translate alone when only shift is; a
+ * vit_translate alone when only shift is (vit_augment_batch does
+ * the whole batch, flip, mixup and cutmix included); a
  * training loop of your own can draw and apply transforms the same way.
  * A transform is drawn from a vit_rng (vit/rng.h), so a run's augmentation
  * is reproducible from its seed.
@@ -18,6 +21,7 @@
 #define VIT_AUGMENT_H
 
 #include "vit/core.h"
+#include "vit/data.h"
 #include "vit/rng.h"
 
 VIT_BEGIN_DECLS
@@ -51,8 +55,71 @@ int vit_affine_apply(vit_real *dst, const vit_real *src, int H, int W, int C, co
  * augmentation (config shift without rotate or scale) and the test-time
  * augmentation's shift (VIT_TTA_SHIFT9 in vit/model.h); with an integer
  * shift and no rotation or zoom, vit_affine_apply gives the same values.
+ * It is also the random crop with zero padding (config crop_pad): padding
+ * by p pixels and taking the H x W window at offset (oy, ox) in 0 .. 2p
+ * gives exactly vit_translate(dy = p - oy, dx = p - ox), and the uniform
+ * window offsets are the uniform shifts in [-p, p].
  * Returns VIT_EINVAL for NULL buffers or non-positive sizes.  Reentrant. */
 int vit_translate(vit_real *dst, const vit_real *src, int H, int W, int C, int dy, int dx);
+
+/* dst[H, W, C] (overwritten; must not alias src) = src mirrored left-right:
+ * dst(y, x) = src(y, W - 1 - x), channels kept together.  Returns
+ * VIT_EINVAL for NULL buffers or non-positive sizes.  Reentrant. */
+int vit_flip_horizontal(vit_real *dst, const vit_real *src, int H, int W, int C);
+
+/* The cutmix box for mixing weight lam in [0, 1] (the share the image keeps)
+ * on an H x W image, from two uniforms uy, ux in [0, 1): a box of sides
+ * floor(H sqrt(1 - lam)) by floor(W sqrt(1 - lam)) centred on
+ * (floor(uy H), floor(ux W)), half-sides rounded down, clipped to the
+ * image, written as box = {y0, x0, y1, x1} (rows y0 .. y1-1, columns
+ * x0 .. x1-1; may be empty).  Returns the share of the image outside the
+ * box, 1 - (y1-y0)(x1-x0)/(HW): the corrected lam the labels are mixed
+ * with.  Returns -1 with VIT_EINVAL for a NULL box, sizes < 1 or lam, uy,
+ * ux out of range.  Pure. */
+double vit_cutmix_box(int box[4], int H, int W, double lam, double uy, double ux);
+
+/* A training batch's random augmentation (vit_augment_batch), from the
+ * config keys of the same names (vit/model.h).  All 0: plain copies. */
+typedef struct vit_augment {
+    int shift;        /* whole-pixel translation in [-shift, shift] (the
+                         trainer: max(shift, crop_pad)); with rotate or
+                         scale the affine warp's continuous shift instead */
+    double rotate, scale; /* vit_affine_draw's */
+    int flip;         /* 1: mirror left-right with probability 0.5 */
+    double mixup, cutmix; /* Beta(alpha, alpha) alphas, 0 off */
+    double mix_prob;  /* probability a batch is mixed (when either is on) */
+    double smoothing; /* label smoothing, folded into the mixed targets */
+    int classes;      /* width of a target row, > every label */
+} vit_augment;
+
+/* Fills images/labels with items [lo, hi) of the minibatch idx[0 .. b)
+ * (indices into ds), augmented: each item is flipped (flip), then
+ * translated (shift) or warped (rotate, scale); the draws for all b items
+ * are taken whatever the slice, in item order, so every rank of a
+ * data-parallel job, each filling its own slice, advances its generator
+ * alike.  Then, with mixup or cutmix on, one draw decides whether the
+ * batch is mixed (probability mix_prob), one more (both on) which of the
+ * two (probability 0.5 each), then lam ~ Beta(alpha, alpha) and, for
+ * cutmix, the box (vit_cutmix_box).  Item k is mixed with its partner
+ * b-1-k of the same minibatch (augmented by the partner's own draws):
+ * mixup: lam x_k + (1 - lam) x_partner; cutmix: the partner's pixels
+ * pasted into the box, lam corrected to the share outside it.
+ *
+ * images [hi-lo, H, W, C] and labels [hi-lo] are overwritten (labels: each
+ * item's own label).  For a mixed batch, *mixed = 1 and targets
+ * [hi-lo, classes] (if not NULL) get lam t(y_k) + (1 - lam) t(y_partner),
+ * t(y) = (1 - smoothing) one-hot(y) + smoothing / classes (smoothing on
+ * each one-hot before mixing, as timm does); otherwise *mixed = 0 and
+ * targets are not written (train on the labels with smoothing).  *lam (if
+ * not NULL) gets lam (1 when not mixed).  Draws nothing for settings that
+ * are off, so with only shift, rotate and scale the generator advances as
+ * it did before flip and mixing existed.
+ * Returns VIT_OK; VIT_EINVAL for NULL arguments (targets and lam may be
+ * NULL), 0 <= lo <= hi <= b not holding, or settings out of range;
+ * VIT_ENOMEM.  Reentrant: touches its outputs and *rng. */
+int vit_augment_batch(const vit_augment *aug, const vit_dataset *ds, const int *idx, int b,
+                      int lo, int hi, vit_rng *rng, vit_real *images, int *labels,
+                      vit_real *targets, int *mixed, double *lam);
 
 VIT_END_DECLS
 

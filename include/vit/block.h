@@ -4,6 +4,8 @@
  *     y = x + MHA(LN1(x))
  *     out = y + W2 GELU(W1 LN2(y) + b1) + b2
  *
+ * (with drop path, vit_block_opts, each branch scaled per sample first)
+ *
  * the block of the ViT (vit/model.h) and of the GPT-style sequence model in
  * examples/seq_model.c, written from the public ops of vit/tape.h:
  * vit_op_layernorm, vit_op_mha, vit_op_add_layernorm (the first residual
@@ -23,6 +25,7 @@
 
 #include "vit/core.h"
 #include "vit/attention.h"
+#include "vit/rng.h"
 #include "vit/tape.h"
 
 VIT_BEGIN_DECLS
@@ -52,6 +55,17 @@ typedef struct vit_block_opts {
                          n_q, T] (n_q = 1 with token0_only, else T), memory of
                          the tape, as vit_op_mha's probs (NULL for a layer
                          that runs the tiled core) */
+    const vit_real *drop_attn, *drop_mlp; /* stochastic depth (drop path): if not
+                         NULL, [B] per-sample scales of the attention and the
+                         MLP branch before each is added to the residual
+                         (vit_op_drop_path; vit_drop_path_scales draws them:
+                         0 drops the branch for that sample, 1 / (1 - rate)
+                         keeps it).  The MLP's second layer then runs as
+                         vit_op_linear, vit_op_drop_path and vit_op_add
+                         instead of the fused vit_op_linear_add.  Read until
+                         the backward (the op copies them).  NULL: the plain
+                         block, bitwise (training only: leave them NULL at
+                         evaluation) */
 } vit_block_opts;
 
 /* Records one pre-norm block on x [B, T, D]: self-attention of shape mha
@@ -66,6 +80,13 @@ typedef struct vit_block_opts {
  * refuses them); VIT_ENOMEM. */
 vit_tensor *vit_op_block(vit_tape *tape, const vit_mha *mha, const vit_block_weights *w,
                          vit_tensor *x, const vit_block_opts *opts);
+
+/* Stochastic depth's per-sample branch scales: scale[i] (i < n, overwritten)
+ * = 0 with probability rate (the branch dropped for sample i), else
+ * 1 / (1 - rate), so the branch's expected value is unchanged.  One uniform
+ * draw of rng per sample (u < rate drops).  Returns VIT_OK; VIT_EINVAL for
+ * a NULL scale or rng, n < 0 or rate outside [0, 1).  Reentrant. */
+int vit_drop_path_scales(vit_real *scale, int n, double rate, vit_rng *rng);
 
 VIT_END_DECLS
 

@@ -55,6 +55,29 @@ int vit_cross_entropy_masked_backward(vit_real *dlogits, const vit_real *probs, 
                                       const vit_real *weights, int n, int classes,
                                       vit_real smoothing, int ignore, vit_real dloss);
 
+/* Cross-entropy against soft targets, e.g. the mixed labels of mixup and
+ * cutmix (vit_augment_batch, vit/augment.h): logits [n, classes], targets
+ * [n, classes] (each row >= 0, finite; rows normally sum to 1), probs
+ * [n, classes] (overwritten: the softmax, for the backward).
+ * *loss (overwritten) = mean over the n rows of -sum_c t_c log p_c.
+ * Label smoothing is not applied here: it belongs in the targets, as timm
+ * folds it into each one-hot before mixing, so targets (1 - s) one-hot(y)
+ * + s / classes give exactly vit_cross_entropy_forward's loss with
+ * smoothing s.  Returns VIT_OK; VIT_EINVAL for a NULL pointer, n or classes
+ * < 1, or a negative or non-finite target (naming its row and class);
+ * VIT_ENUM if a logit is not finite.  Reentrant. */
+int vit_soft_cross_entropy_forward(vit_real *loss, vit_real *probs, const vit_real *logits,
+                                   const vit_real *targets, int n, int classes);
+
+/* dlogits[n, classes] += dloss * (S_i probs - targets) / n, accumulated,
+ * S_i the sum of row i's targets; for rows summing to 1 that is dloss (probs - targets) / n.
+ * probs is the forward's output, targets the forward's.  dlogits must not
+ * alias probs or targets.  Errors as the forward (NULL dlogits or probs
+ * included); VIT_ENUM for a non-finite dloss. */
+int vit_soft_cross_entropy_backward(vit_real *dlogits, const vit_real *probs,
+                                    const vit_real *targets, int n, int classes,
+                                    vit_real dloss);
+
 VIT_END_DECLS
 
 #endif

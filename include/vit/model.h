@@ -41,8 +41,14 @@ enum { VIT_POOL_CLS = 0, VIT_POOL_MEAN = 1 };
  * in text): VIT_TTA_NONE scores one pass per image; VIT_TTA_SHIFT9 averages
  * the class probabilities of nine passes, the image itself and its eight
  * one-pixel translations (dy, dx in -1, 0, 1; zeros shifted in, as the
- * training shift augmentation does: vit_translate in vit/augment.h). */
-enum { VIT_TTA_NONE = 0, VIT_TTA_SHIFT9 = 1 };
+ * training shift augmentation does: vit_translate in vit/augment.h).
+ * VIT_TTA_AUTO ("auto") is the trainer's choice at the end of a run
+ * (vit_train_result in vit/train.h): shift9 becomes the headline only if
+ * it scores higher than one pass on the validation set; without one, one
+ * pass is the headline and the shift9 test figure is reported beside it.
+ * vit_evaluate and vit_predict of a model whose config says auto score
+ * one pass (pass VIT_TTA_SHIFT9 to vit_evaluate_tta to use it). */
+enum { VIT_TTA_NONE = 0, VIT_TTA_SHIFT9 = 1, VIT_TTA_AUTO = 2 };
 
 /* The model's shape and the training recipe, both read from one text config
  * of `key = value` lines ('#' starts a comment).  Keys are the field names
@@ -82,11 +88,30 @@ typedef struct vit_config {
                             exponential moving average, 0 off, else in
                             (0, 1); evaluation, checkpoints and export use
                             the average (vit_ema_update in vit/optim.h) */
+    /* augmentations for real images (vit_augment_batch in vit/augment.h),
+       all off (0) by default; training only, never at evaluation or TTA */
+    int crop_pad;        /* random crop with zero padding: pad by crop_pad and
+                            take a random H x W window.  The same operation as
+                            shift = crop_pad (a uniform whole-pixel translation
+                            in [-crop_pad, crop_pad], zeros shifted in): the
+                            trainer translates by up to max(shift, crop_pad) */
+    int flip;            /* 1: mirror left-right with probability 0.5 (for
+                            Fashion or natural images, never digits or text) */
+    double mixup;        /* mixup's Beta(alpha, alpha) alpha, 0 off */
+    double cutmix;       /* cutmix's Beta(alpha, alpha) alpha, 0 off */
+    double mix_prob;     /* probability that a batch is mixed (with mixup or
+                            cutmix on; both on: one of them per batch, each
+                            with probability 0.5) */
+    double drop_path;    /* stochastic depth, in [0, 1), 0 off: block l of
+                            depth drops each residual branch per image with
+                            rate drop_path * (l + 1) / depth, survivors
+                            scaled by 1 / (1 - rate) */
     unsigned long long seed;
     /* evaluation */
-    int tta;             /* VIT_TTA_NONE or VIT_TTA_SHIFT9 ("none" /
-                            "shift9" in text): what vit_evaluate and
-                            vit_predict (vit/train.h) do for this model */
+    int tta;             /* VIT_TTA_NONE, VIT_TTA_SHIFT9 or VIT_TTA_AUTO
+                            ("none" / "shift9" / "auto" in text): what
+                            vit_evaluate and vit_predict (vit/train.h) do
+                            for this model, auto as none */
     /* memory */
     int recompute;       /* 1: activation checkpointing of every block (0 or 1) */
     double ckpt_minutes; /* training: a checkpoint inside a long epoch every
@@ -273,6 +298,28 @@ vit_tensor *vit_model_forward(vit_model *m, vit_tape *tape, const vit_real *imag
  * non-finite score or loss), with its message. */
 int vit_model_train_grads(vit_model *m, const vit_real *images, const int *labels, int batch,
                           vit_real smoothing, double *loss, int *correct);
+
+/* What a training step may add to vit_model_train_grads (NULL fields: as
+ * without them). */
+typedef struct vit_train_extras {
+    const vit_real *targets;    /* [batch, classes] soft targets (mixup, cutmix:
+                                   vit_augment_batch in vit/augment.h), the
+                                   loss then vit_op_cross_entropy_soft and
+                                   smoothing unused (fold it into the
+                                   targets); labels still count *correct */
+    const vit_real *drop_scale; /* [depth, 2, batch] stochastic depth: block
+                                   l's attention branch scaled per sample by
+                                   drop_scale[(2l) batch + i], its MLP branch
+                                   by drop_scale[(2l + 1) batch + i]
+                                   (vit_block_opts.drop_attn, drop_mlp) */
+} vit_train_extras;
+
+/* vit_model_train_grads with extras ex (may be NULL: exactly
+ * vit_model_train_grads).  The buffers ex points at are read during the
+ * call only.  Errors as vit_model_train_grads. */
+int vit_model_train_grads_ex(vit_model *m, const vit_real *images, const int *labels, int batch,
+                             vit_real smoothing, const vit_train_extras *ex, double *loss,
+                             int *correct);
 
 /* The attention maps [batch, heads, T, T] of block `layer` from the model's
  * last forward (memory of the tape it ran on, valid until that tape's

@@ -310,6 +310,23 @@ vit_tensor *vit_op_cross_entropy_masked(vit_tape *tape, vit_tensor *logits, cons
                                         const vit_real *weights, int ignore, vit_real smoothing,
                                         vit_real **probs);
 
+/* Mean softmax cross-entropy of logits [B, C] (2-D, else VIT_EINVAL)
+ * against soft targets [B, C] (copied; finite, >= 0; e.g. mixup's mixed
+ * labels with label smoothing folded in, vit_augment_batch in
+ * vit/augment.h): a scalar tensor [1], vit_soft_cross_entropy_forward
+ * (vit/loss.h).  With targets (1 - s) one-hot + s / C it equals
+ * vit_op_cross_entropy with smoothing s.  *probs as for
+ * vit_op_cross_entropy. */
+vit_tensor *vit_op_cross_entropy_soft(vit_tape *tape, vit_tensor *logits, const vit_real *targets,
+                                      vit_real **probs);
+
+/* Stochastic depth's per-sample scaling of a residual branch: x [B, ...]
+ * (ndim >= 1) -> y with y[b, ...] = scale[b] * x[b, ...]; scale [B] is
+ * copied (usually 0 for a dropped sample, 1 / (1 - rate) for a kept one:
+ * vit_drop_path_scales in vit/block.h).  Its backward is dx += scale[b]
+ * dy[b, ...].  VIT_EINVAL for a NULL scale or a non-finite entry. */
+vit_tensor *vit_op_drop_path(vit_tape *tape, vit_tensor *x, const vit_real *scale);
+
 /* ---- Custom ops -------------------------------------------------------- */
 
 /* What a custom op's forward and backward are given. */

@@ -177,8 +177,9 @@ int vit_evaluate(vit_model *m, vit_tape *tape, const vit_dataset *ds, int batch,
 
 /* vit_evaluate with the test-time augmentation tta (VIT_TTA_NONE or
  * VIT_TTA_SHIFT9, vit/model.h) instead of the model's: VIT_TTA_NONE gives
- * the plain single-pass figure of a model that uses TTA.  An unknown tta
- * is VIT_EINVAL; otherwise as vit_evaluate. */
+ * the plain single-pass figure of a model that uses TTA; VIT_TTA_AUTO
+ * scores one pass.  An unknown tta is VIT_EINVAL; otherwise as
+ * vit_evaluate. */
 int vit_evaluate_tta(vit_model *m, vit_tape *tape, const vit_dataset *ds, int batch, int tta,
                      vit_eval_result *r);
 
@@ -202,7 +203,8 @@ int vit_predict(vit_model *m, vit_tape *tape, const vit_real *images, int count,
                 vit_real *probs);
 
 /* vit_predict with the test-time augmentation tta (VIT_TTA_NONE or
- * VIT_TTA_SHIFT9) instead of the model's; an unknown tta is VIT_EINVAL. */
+ * VIT_TTA_SHIFT9; VIT_TTA_AUTO is one pass) instead of the model's; an
+ * unknown tta is VIT_EINVAL. */
 int vit_predict_tta(vit_model *m, vit_tape *tape, const vit_real *images, int count, int tta,
                     vit_real *probs);
 
@@ -344,8 +346,9 @@ typedef struct vit_train_result {
                                 (VIT_TTA_NONE), as the epoch lines and
                                 metrics.csv show; equal to the above when
                                 tta is none */
-    int tta;                 /* the run's config tta and ema, to label the */
-    double ema;              /* figures */
+    int tta;                 /* the run's config tta (with auto: the one
+                                chosen, VIT_TTA_NONE or VIT_TTA_SHIFT9) and */
+    double ema;              /* ema, to label the figures */
     double seconds;          /* wall time of this invocation */
     double images_per_second;
     unsigned long long steps;
@@ -360,6 +363,13 @@ typedef struct vit_train_result {
     long steps_per_epoch;
     int already_complete;    /* 1: resumed a run that had done all its
                                 epochs; nothing trained (no scores filled) */
+    int tta_auto;            /* 1: config tta = auto chose tta: shift9 only
+                                if its validation accuracy beat one pass */
+    double val_accuracy_tta, test_accuracy_tta; /* with tta_auto: the shift9
+                                figures auto measured (validation: when there
+                                is a validation set; test: when one pass was
+                                kept without one, to report beside it), else
+                                -1 */
 } vit_train_result;
 
 /* ---- The trainer: a run driven step by step ---------------------------- */
