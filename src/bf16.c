@@ -32,6 +32,7 @@
 
 #include "blas.h"
 #include "error.h"
+#include "mixed.h"
 #include "threads.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -97,7 +98,8 @@ unsigned vit_bf16_cpu_features(void)
 {
     int f = atomic_load_explicit(&cpu_features, memory_order_relaxed);
     if (f < 0) {
-        f = (int)detect_features();
+        const char *hide = getenv("VIT_BF16_CPU");
+        f = hide && strcmp(hide, "none") == 0 ? 0 : (int)detect_features();
         atomic_store_explicit(&cpu_features, f, memory_order_relaxed);
     }
     return (unsigned)f;
@@ -273,6 +275,11 @@ static const char *xsmm_missing(void)
     if (!have_avx512_bf16())
         return "this CPU has no AVX-512 BF16";
     return NULL;
+}
+
+const char *vit_bf16_xsmm_missing(void)
+{
+    return xsmm_missing();
 }
 
 const char *vit_bf16_path_name(vit_bf16_path path)

@@ -91,6 +91,11 @@ typedef struct vit_config {
     int recompute;       /* 1: activation checkpointing of every block (0 or 1) */
     double ckpt_minutes; /* training: a checkpoint inside a long epoch every
                             this many minutes (0: only at epoch ends) */
+    /* arithmetic */
+    int precision;       /* the training step's matrix products: VIT_PRECISION_FP32
+                            (the default), _BF16 or _AUTO ("fp32" / "bf16" /
+                            "auto" in text; vit/bf16.h, vit_precision_resolve);
+                            evaluation is float32 whatever it says */
 } vit_config;
 
 /* Fills (overwrites) *cfg with the built-in defaults (the digits-tiny shape
@@ -195,6 +200,12 @@ vit_model *vit_model_new(const vit_config *cfg);
 
 /* Frees the model and every buffer it owns.  NULL is allowed. */
 void vit_model_free(vit_model *m);
+
+/* The precision the model's training step runs in (vit_model_train_grads):
+ * its config's precision as vit_precision_resolve (vit/bf16.h) resolved it
+ * when the model was made, VIT_PRECISION_FP32 or VIT_PRECISION_BF16.  0
+ * (FP32) for a NULL m. */
+int vit_model_precision(const vit_model *m);
 
 /* The config the model was made with (owned by the model). */
 const vit_config *vit_model_config(const vit_model *m);
