@@ -201,6 +201,33 @@ void vit_model_free(vit_model *m)
 
 int vit_model_precision(const vit_model *m) { return m ? m->precision : VIT_PRECISION_FP32; }
 
+static int mixed_layout(vit_model *m);
+
+int vit_model_set_precision(vit_model *m, int precision)
+{
+    if (!m)
+        return vit_fail(VIT_EINVAL, "vit_model_set_precision: model is NULL");
+    if (precision != VIT_PRECISION_FP32 && precision != VIT_PRECISION_BF16
+        && precision != VIT_PRECISION_AUTO)
+        return vit_fail(VIT_EINVAL, "vit_model_set_precision: precision %d is not fp32, bf16 "
+                        "or auto", precision);
+    int got = vit_precision_resolve(precision, NULL, 0);
+    vit_mixed_weights *keep = m->mixed;
+    m->mixed = NULL;
+    if (got == VIT_PRECISION_BF16) {
+        int rc = keep ? (m->mixed = keep, keep = NULL, VIT_OK) : mixed_layout(m);
+        if (rc != VIT_OK) {
+            vit_mixed_weights_free(m->mixed);
+            m->mixed = keep;
+            return rc;
+        }
+    }
+    vit_mixed_weights_free(keep);
+    m->precision = got;
+    m->cfg.precision = precision;
+    return got;
+}
+
 const vit_config *vit_model_config(const vit_model *m) { return m ? &m->cfg : NULL; }
 vit_real *vit_model_params(vit_model *m) { return m ? m->params : NULL; }
 vit_real *vit_model_grads(vit_model *m) { return m ? m->grads : NULL; }

@@ -73,7 +73,7 @@ static int config_equal(const vit_config *a, const vit_config *b, const char **w
     EQ(heads) EQ(mlp) EQ(pool) EQ(epochs) EQ(batch) EQ(lr) EQ(min_lr) EQ(warmup)
     EQ(weight_decay) EQ(beta1) EQ(beta2) EQ(eps) EQ(smoothing) EQ(shift) EQ(rotate) EQ(scale)
     EQ(init_std) EQ(seed) EQ(recompute) EQ(ckpt_minutes) EQ(ema) EQ(tta)
-    EQ(patch_stride) EQ(patch_pad) EQ(lsa)
+    EQ(patch_stride) EQ(patch_pad) EQ(lsa) EQ(precision)
 #undef EQ
     *which = "";
     return 1;
@@ -552,6 +552,7 @@ START_TEST(test_config_round_trip)
     a.weight_decay = 0.123456789012345678; a.beta1 = 0.85; a.beta2 = 0.98765432109876;
     a.eps = 3e-9; a.smoothing = 0.05; a.shift = 2; a.init_std = 0.0312;
     a.seed = 18446744073709551615ull;
+    a.precision = VIT_PRECISION_AUTO;
     char buf[4096], buf2[4096];
     int len = vit_config_format(&a, buf, sizeof buf);
     ck_assert_int_gt(len, 0);
@@ -570,12 +571,12 @@ START_TEST(test_config_round_trip)
         snprintf(pat, sizeof pat, "%s = ", key);
         ck_assert_msg(strstr(buf, pat) != NULL, "key %s missing from the formatted text", key);
     }
-    /* ... and nothing else: one line per key (32 fields in vit_config). */
+    /* ... and nothing else: one line per key (33 fields in vit_config). */
     int lines = 0;
     for (const char *p = buf; *p; p++)
         lines += *p == '\n';
     ck_assert_int_eq(nkeys, lines);
-    ck_assert_int_eq(nkeys, 32);
+    ck_assert_int_eq(nkeys, 33);
     /* A buffer one byte short fails; exactly enough works. */
     ck_assert_int_lt(vit_config_format(&a, buf2, (size_t)len), 0);
     ck_assert_int_eq(vit_config_format(&a, buf2, (size_t)len + 1), len);

@@ -26,6 +26,7 @@
 #define VIT_MODEL_H
 
 #include "vit/core.h"
+#include "vit/bf16.h"
 #include "vit/embeddings.h"
 #include "vit/optim.h"
 #include "vit/params.h"
@@ -206,6 +207,14 @@ void vit_model_free(vit_model *m);
  * when the model was made, VIT_PRECISION_FP32 or VIT_PRECISION_BF16.  0
  * (FP32) for a NULL m. */
 int vit_model_precision(const vit_model *m);
+
+/* Sets the precision of the model's later training steps (the config's
+ * precision field too), resolved as vit_model_new does; e.g. a resumed run
+ * asking for another precision than its checkpoint's.  Returns what it
+ * resolved to (VIT_PRECISION_FP32 or _BF16); VIT_EINVAL for a NULL m or a
+ * precision that is not one of VIT_PRECISION_*, VIT_ENOMEM (then the model
+ * keeps its precision).  Not while the model trains. */
+int vit_model_set_precision(vit_model *m, int precision);
 
 /* The config the model was made with (owned by the model). */
 const vit_config *vit_model_config(const vit_model *m);
