@@ -34,6 +34,7 @@
 #include "error.h"
 #include "mixed.h"
 #include "threads.h"
+#include "transpose.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define X86_BF16 1
@@ -473,8 +474,8 @@ typedef struct {
     size_t a_cap; /* bytes */
     float *t;     /* the product before alpha and beta: [rows, N] */
     size_t t_cap;
-    vit_bf16 *row; /* one converted row of A (trans_a) */
-    size_t row_cap;
+    float *f;      /* op(A)'s rows as float32 [rows, K] (trans_a), before conversion */
+    size_t f_cap;
     vit_bf16_packed *own_b; /* vit_gemm_bf16's packed op(B) */
 } scratch;
 
@@ -487,7 +488,7 @@ static void scratch_free(void *v)
     scratch *s = v;
     free(s->a);
     free(s->t);
-    free(s->row);
+    free(s->f);
     vit_bf16_packed_free(s->own_b);
     free(s);
 }
@@ -637,15 +638,18 @@ static int convert_a(scratch *s, vit_bf16 *dst, int ld, const gemm_job *j, int r
     if (!j->trans_a) {
         for (int r = 0; r < rows; r++)
             from_floats(dst + (size_t)r * ld, j->A + (size_t)(r0 + r) * j->lda, (size_t)K);
-    } else { /* A is [K, M]: row k of A holds column k of op(A) */
-        vit_bf16 *row = grow((void **)&s->row, &s->row_cap, (size_t)rows * sizeof *row);
-        if (!row)
+    } else {
+        /* A is [K, M]: row k of A holds column k of op(A).  Transposed in
+         * float32 by register tiles (src/transpose.c; times 1 is exact),
+         * then converted row by row: a scatter of 2-byte values down the
+         * columns ran the large model's MLP weight gradient at a fifth
+         * of the kernel's rate. */
+        float *f = grow((void **)&s->f, &s->f_cap, (size_t)rows * K * sizeof *f);
+        if (!f)
             return 0;
-        for (int k = 0; k < K; k++) {
-            from_floats(row, j->A + (size_t)k * j->lda + r0, (size_t)rows);
-            for (int r = 0; r < rows; r++)
-                dst[(size_t)r * ld + k] = row[r];
-        }
+        vit_transpose_scaled(K, K, rows, 1.0f, j->A + r0, j->lda, f, K);
+        for (int r = 0; r < rows; r++)
+            from_floats(dst + (size_t)r * ld, f + (size_t)r * K, (size_t)K);
     }
     for (int r = 0; r < rows; r++)
         for (int k = K; k < ld; k++)
