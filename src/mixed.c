@@ -8,6 +8,7 @@
  * step, after the optimizer's update and before the forward. */
 #include "mixed.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,7 +71,7 @@ typedef struct entry {
 struct vit_mixed_weights {
     entry *e;
     int n, cap;
-    int failed; /* the first pack's error of vit_mixed_weights_pack */
+    atomic_int failed; /* a pack's error in vit_mixed_weights_pack, else VIT_OK */
 };
 
 vit_mixed_weights *vit_mixed_weights_new(void)
@@ -125,18 +126,19 @@ static void pack_range(void *ctx, size_t lo, size_t hi)
         const entry *e = &w->e[i];
         int rc = vit_bf16_pack_b(e->p, e->trans_b, e->K, e->N, e->B, e->ldb);
         if (rc != VIT_OK)
-            w->failed = rc; /* a racy store of one of the codes: any is right */
+            atomic_store(&w->failed, rc); /* any failing pack's code will do */
     }
 }
 
 int vit_mixed_weights_pack(vit_mixed_weights *w, int nt)
 {
-    w->failed = VIT_OK;
+    atomic_store(&w->failed, VIT_OK);
     if (w->n == 0)
         return VIT_OK;
     vit_parallel(nt < w->n ? nt : w->n, (size_t)w->n, pack_range, w);
-    if (w->failed != VIT_OK)
-        return vit_fail(w->failed, "mixed precision: cannot pack the step's bf16 weights");
+    int rc = atomic_load(&w->failed);
+    if (rc != VIT_OK)
+        return vit_fail(rc, "mixed precision: cannot pack the step's bf16 weights");
     return VIT_OK;
 }
 
