@@ -364,6 +364,62 @@ START_TEST(training_step_within_bound)
 }
 END_TEST
 
+/* vit_model_set_precision (a resumed run's change): the model's precision
+ * and config follow it, a step after switching to bf16 gives the bits of a
+ * model made with bf16, and back to fp32 those of a float32 model; a bad
+ * value is refused with nothing changed. */
+START_TEST(set_precision_switches_the_step)
+{
+    vit_config c;
+    vit_config_default(&c);
+    const int batch = 8;
+    float *img = randn((size_t)batch * 64, 1);
+    int labels[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    ck_assert_int_eq(vit_set_threads(1), VIT_OK);
+    vit_model *m[2];
+    float *g[2][2];
+    size_t np = 0;
+    for (int k = 0; k < 2; k++) {
+        c.precision = k ? VIT_PRECISION_BF16 : VIT_PRECISION_FP32;
+        m[k] = vit_model_new(&c);
+        ck_assert_ptr_nonnull(m[k]);
+        vit_rng r;
+        vit_rng_seed(&r, 9);
+        vit_model_init(m[k], &r);
+        np = vit_model_param_count(m[k]);
+    }
+    int have = vit_model_precision(m[1]);
+    /* g[k][j]: model k's step, before (j 0) and after (j 1) it switches
+     * to the other's precision. */
+    for (int j = 0; j < 2; j++)
+        for (int k = 0; k < 2; k++) {
+            if (j == 1)
+                ck_assert_int_eq(vit_model_set_precision(m[k], k ? VIT_PRECISION_FP32
+                                                                 : VIT_PRECISION_BF16),
+                                 k ? VIT_PRECISION_FP32 : have);
+            double loss;
+            ck_assert_int_eq(vit_model_train_grads(m[k], img, labels, batch, 0, &loss, NULL),
+                             VIT_OK);
+            g[k][j] = malloc(np * sizeof *g[k][j]);
+            ck_assert_ptr_nonnull(g[k][j]);
+            memcpy(g[k][j], vit_model_grads(m[k]), np * sizeof *g[k][j]);
+        }
+    ck_assert_mem_eq(g[0][1], g[1][0], np * sizeof *g[0][0]); /* now bf16 = made bf16 */
+    ck_assert_mem_eq(g[1][1], g[0][0], np * sizeof *g[0][0]); /* now fp32 = made fp32 */
+    ck_assert_int_eq(vit_model_config(m[0])->precision, VIT_PRECISION_BF16);
+    ck_assert_int_eq(vit_model_precision(m[0]), have);
+    ck_assert_int_eq(vit_model_set_precision(m[0], 9), VIT_EINVAL);
+    ck_assert_int_eq(vit_model_precision(m[0]), have);
+    ck_assert_int_eq(vit_model_set_precision(NULL, VIT_PRECISION_FP32), VIT_EINVAL);
+    for (int k = 0; k < 2; k++) {
+        vit_model_free(m[k]);
+        free(g[k][0]);
+        free(g[k][1]);
+    }
+    free(img);
+}
+END_TEST
+
 /* With the switch off (the default), float32 is the float32 GEMM's: the
  * same bits before and after a mixed-precision product on this thread. */
 START_TEST(off_is_float32)
@@ -401,6 +457,7 @@ int main(void)
     tcase_add_test(tc, patch_embed_within_bound);
     tcase_add_test(tc, tape_linear_ops_within_bound);
     tcase_add_test(tc, training_step_within_bound);
+    tcase_add_test(tc, set_precision_switches_the_step);
     tcase_add_test(tc, off_is_float32);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
