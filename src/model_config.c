@@ -67,8 +67,8 @@ static const field fields[] = {
     F(recompute, K_INT, 0, 1,
       "1: keep only each block's input and recompute the block in the backward (less memory)"),
     F(ckpt_minutes, K_DOUBLE, 0, 1e6, "minutes between checkpoints inside an epoch (0: off)"),
-    F(precision, K_PRECISION, 0, 2, "fp32, bf16 (bfloat16 inputs, float32 sums, where the CPU "
-      "has them; else fp32, said) or auto (bf16 where it runs)"),
+    F(precision, K_PRECISION, 0, 2, "training's matrix products: fp32, bf16 (bfloat16 inputs, "
+      "float32 sums; fp32 where the CPU lacks it) or auto"),
 };
 #define NFIELDS (int)(sizeof fields / sizeof fields[0])
 
