@@ -96,8 +96,8 @@ vit_patch_shape vit_config_patch_shape(const vit_config *cfg)
 /* The operands op(B) of the weight matrices' products, for packing once
  * per step (mixed.h): W [in, out] as itself (y = x W) and transposed
  * (dx = dy W^T); the patch weights only as themselves (the images get no
- * gradient); the Q and K|V column blocks of W_QKV too, which the last
- * block's class-token-only attention multiplies separately. */
+ * gradient); the last block's Q and K|V column blocks of W_QKV too,
+ * which its class-token-only attention multiplies separately. */
 static int mixed_layout(vit_model *m)
 {
     if (!(m->mixed = vit_mixed_weights_new()))
@@ -117,8 +117,10 @@ static int mixed_layout(vit_model *m)
         const int *ix = m->blocks[l].ix;
         const float *qkv = OFF(ix[VIT_MT_W_QKV]);
         BOTH(qkv, D, 3 * D, 3 * D);
-        BOTH(qkv, D, D, 3 * D);
-        BOTH(qkv + D, D, 2 * D, 3 * D);
+        if (l == c->depth - 1 && c->pool == VIT_POOL_CLS) { /* block_graph's cls_only */
+            BOTH(qkv, D, D, 3 * D);
+            BOTH(qkv + D, D, 2 * D, 3 * D);
+        }
         BOTH(OFF(ix[VIT_MT_W_O]), D, D, D);
         BOTH(OFF(ix[VIT_MT_W1]), D, c->mlp, c->mlp);
         BOTH(OFF(ix[VIT_MT_W2]), c->mlp, D, D);
