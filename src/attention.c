@@ -19,6 +19,7 @@
 #include "attention_internal.h"
 #include "error.h"
 #include "fastmath.h"
+#include "mixed.h"
 #include "pair_gemm.h"
 #include "threads.h"
 
@@ -807,7 +808,7 @@ static vit_sdpa mha_core(const vit_mha *m) { return mha_core_of(m, NULL); }
 static void dense_forward(vit_real *y, const vit_real *x, const vit_real *w, int ldw,
                           const vit_real *b, int rows, int in, int out)
 {
-    vit_pgemm_bias(rows, out, in, x, in, w, ldw, b, y, out);
+    vit_mgemm_bias(rows, out, in, x, in, w, ldw, b, y, out);
 }
 
 /* Given dy[rows, out]: dx += dy W^T, dW += x^T dy, db += column sums of dy;
@@ -817,9 +818,9 @@ static void dense_backward(vit_real *dx, vit_real *dw, vit_real *db, const vit_r
                            int out)
 {
     if (dx)
-        vit_pgemm(CblasNoTrans, CblasTrans, rows, in, out, 1, dy, out, w, ldw, 1, dx, in);
+        vit_mgemm(CblasNoTrans, CblasTrans, rows, in, out, 1, dy, out, w, ldw, 1, dx, in);
     if (dw)
-        vit_pgemm(CblasTrans, CblasNoTrans, in, out, rows, 1, x, in, dy, out, 1, dw, ldw);
+        vit_mgemm(CblasTrans, CblasNoTrans, in, out, rows, 1, x, in, dy, out, 1, dw, ldw);
     if (db)
         vit_column_sums(db, dy, rows, out);
 }
@@ -926,7 +927,7 @@ int vit_mha_backward(const vit_mha *m, const vit_real *params, vit_real *grads,
 
     /* dctx = dy W_O^T (overwrite), then the core writes dQ, dK, dV (the
      * tiled core accumulates, so they are zeroed for it). */
-    vit_pgemm(CblasNoTrans, CblasTrans, rq, d, d, 1, dy, d, w.w_o, d, 0, dctx, d);
+    vit_mgemm(CblasNoTrans, CblasTrans, rq, d, d, 1, dy, d, w.w_o, d, 0, dctx, d);
     vit_sdpa a = mha_core_of(m, &c);
     a.head_scale = w.tau;
     if (vit_sdpa_use_tiled(&a)) { /* c.probs holds the log-sum-exp; O(tile) scratch of its own */
@@ -946,10 +947,10 @@ int vit_mha_backward(const vit_mha *m, const vit_real *params, vit_real *grads,
         dense_backward(dx, g.w_q_cols, g.b_q, dc.q, x_q, w.w_q_cols, w.row_stride_q, rq, d,
                        3 * d);
         if (!dx && dx_q) /* distinct buffers for the one input: each its share */
-            vit_pgemm(CblasNoTrans, CblasTrans, rq, d, d, 1, dc.q, 3 * d, w.w_q_cols,
+            vit_mgemm(CblasNoTrans, CblasTrans, rq, d, d, 1, dc.q, 3 * d, w.w_q_cols,
                       w.row_stride_q, 1, dx_q, d);
         if (!dx && dx_kv)
-            vit_pgemm(CblasNoTrans, CblasTrans, rk, d, 2 * d, 1, dc.k, 3 * d, w.w_k_cols,
+            vit_mgemm(CblasNoTrans, CblasTrans, rk, d, 2 * d, 1, dc.k, 3 * d, w.w_k_cols,
                       w.row_stride_kv, 1, dx_kv, d);
     } else if (rc == VIT_OK) {
         if (need_q)

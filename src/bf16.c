@@ -32,7 +32,9 @@
 
 #include "blas.h"
 #include "error.h"
+#include "mixed.h"
 #include "threads.h"
+#include "transpose.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define X86_BF16 1
@@ -97,7 +99,8 @@ unsigned vit_bf16_cpu_features(void)
 {
     int f = atomic_load_explicit(&cpu_features, memory_order_relaxed);
     if (f < 0) {
-        f = (int)detect_features();
+        const char *hide = getenv("VIT_BF16_CPU");
+        f = hide && strcmp(hide, "none") == 0 ? 0 : (int)detect_features();
         atomic_store_explicit(&cpu_features, f, memory_order_relaxed);
     }
     return (unsigned)f;
@@ -273,6 +276,11 @@ static const char *xsmm_missing(void)
     if (!have_avx512_bf16())
         return "this CPU has no AVX-512 BF16";
     return NULL;
+}
+
+const char *vit_bf16_xsmm_missing(void)
+{
+    return xsmm_missing();
 }
 
 const char *vit_bf16_path_name(vit_bf16_path path)
@@ -466,8 +474,8 @@ typedef struct {
     size_t a_cap; /* bytes */
     float *t;     /* the product before alpha and beta: [rows, N] */
     size_t t_cap;
-    vit_bf16 *row; /* one converted row of A (trans_a) */
-    size_t row_cap;
+    float *f;      /* op(A)'s rows as float32 [rows, K] (trans_a), before conversion */
+    size_t f_cap;
     vit_bf16_packed *own_b; /* vit_gemm_bf16's packed op(B) */
 } scratch;
 
@@ -480,7 +488,7 @@ static void scratch_free(void *v)
     scratch *s = v;
     free(s->a);
     free(s->t);
-    free(s->row);
+    free(s->f);
     vit_bf16_packed_free(s->own_b);
     free(s);
 }
@@ -630,15 +638,18 @@ static int convert_a(scratch *s, vit_bf16 *dst, int ld, const gemm_job *j, int r
     if (!j->trans_a) {
         for (int r = 0; r < rows; r++)
             from_floats(dst + (size_t)r * ld, j->A + (size_t)(r0 + r) * j->lda, (size_t)K);
-    } else { /* A is [K, M]: row k of A holds column k of op(A) */
-        vit_bf16 *row = grow((void **)&s->row, &s->row_cap, (size_t)rows * sizeof *row);
-        if (!row)
+    } else {
+        /* A is [K, M]: row k of A holds column k of op(A).  Transposed in
+         * float32 by register tiles (src/transpose.c; times 1 is exact),
+         * then converted row by row: a scatter of 2-byte values down the
+         * columns ran the large model's MLP weight gradient at a fifth
+         * of the kernel's rate. */
+        float *f = grow((void **)&s->f, &s->f_cap, (size_t)rows * K * sizeof *f);
+        if (!f)
             return 0;
-        for (int k = 0; k < K; k++) {
-            from_floats(row, j->A + (size_t)k * j->lda + r0, (size_t)rows);
-            for (int r = 0; r < rows; r++)
-                dst[(size_t)r * ld + k] = row[r];
-        }
+        vit_transpose_scaled(K, K, rows, 1.0f, j->A + r0, j->lda, f, K);
+        for (int r = 0; r < rows; r++)
+            from_floats(dst + (size_t)r * ld, f + (size_t)r * K, (size_t)K);
     }
     for (int r = 0; r < rows; r++)
         for (int k = K; k < ld; k++)

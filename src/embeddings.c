@@ -9,6 +9,7 @@
 
 #include "blas.h"
 #include "error.h"
+#include "mixed.h"
 
 /* ---- Patch embedding ------------------------------------------------- */
 
@@ -187,8 +188,11 @@ int vit_patch_embed_forward(const vit_patch_shape *s, vit_real *y, vit_real *col
             memcpy(y + (size_t)r * D, b, (size_t)D * sizeof *y);
         beta = 1;
     }
-    vit_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, K,
-             1, cols, K, W, D, beta, y, D);
+    if (vit_mixed_on()) /* bf16 inputs (mixed.h) */
+        vit_mgemm(CblasNoTrans, CblasNoTrans, rows, D, K, 1, cols, K, W, D, beta, y, D);
+    else
+        vit_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, K,
+                 1, cols, K, W, D, beta, y, D);
     return VIT_OK;
 }
 
@@ -228,7 +232,9 @@ int vit_patch_embed_backward(const vit_patch_shape *s, vit_real *dimg, vit_real 
             return vit_fail(VIT_ENOMEM, "%s: cannot allocate %zu reals for col2im", fn, n);
     }
 
-    if (dW) /* dW[K, D] += cols[rows, K]^T dy[rows, D] */
+    if (dW && vit_mixed_on()) /* dW[K, D] += cols[rows, K]^T dy[rows, D] */
+        vit_mgemm(CblasTrans, CblasNoTrans, K, D, rows, 1, cols, K, dy, D, 1, dW, D);
+    else if (dW)
         vit_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, D, rows,
                  1, cols, K, dy, D, 1, dW, D);
     if (db)

@@ -3,6 +3,7 @@
 
 #include "blas.h"
 #include "error.h"
+#include "mixed.h"
 #include "threads.h"
 
 static int check_sizes(const char *fn, int n, int in, int out)
@@ -27,7 +28,7 @@ int vit_linear_forward(vit_real *y, const vit_real *x, const vit_real *W,
 
     /* The bias is broadcast into y first, so that one GEMM with beta = 1
      * adds x W on top of it. */
-    vit_pgemm_bias(n, out, in, x, in, W, out, b, y, out);
+    vit_mgemm_bias(n, out, in, x, in, W, out, b, y, out);
     return VIT_OK;
 }
 
@@ -47,9 +48,9 @@ int vit_linear_backward(vit_real *dx, vit_real *dW, vit_real *db,
         TRY(vit_check_ptr(fn, "x", x));
 
     if (dx) /* dx[n, in] += dy[n, out] W[in, out]^T */
-        vit_pgemm(CblasNoTrans, CblasTrans, n, in, out, 1, dy, out, W, out, 1, dx, in);
+        vit_mgemm(CblasNoTrans, CblasTrans, n, in, out, 1, dy, out, W, out, 1, dx, in);
     if (dW) /* dW[in, out] += x[n, in]^T dy[n, out] */
-        vit_pgemm(CblasTrans, CblasNoTrans, in, out, n, 1, x, in, dy, out, 1, dW, out);
+        vit_mgemm(CblasTrans, CblasNoTrans, in, out, n, 1, x, in, dy, out, 1, dW, out);
     if (db)
         vit_column_sums(db, dy, n, out);
     return VIT_OK;

@@ -21,10 +21,12 @@
 
 #include "argmax.h"
 #include "error.h"
+#include "mixed.h"
 #include "model_tensors.h"
 #include "threads.h"
 #include "vit/activations.h"
 #include "vit/attention.h"
+#include "vit/bf16.h"
 #include "vit/block.h"
 #include "vit/linear.h"
 
@@ -58,6 +60,8 @@ struct vit_model {
     const vit_real **maps;   /* per layer, from the last forward */
     vit_real **maps_to;      /* per layer, where an evaluation piece copies them */
     struct slice *slices;    /* vit_model_train_grads, one per thread */
+    int precision;           /* VIT_PRECISION_FP32 or _BF16 (resolved) */
+    vit_mixed_weights *mixed; /* bf16: the weight matrices, packed once per step */
     int nslices;
 };
 
@@ -87,6 +91,44 @@ vit_patch_shape vit_config_patch_shape(const vit_config *cfg)
     return (vit_patch_shape){.batch = 1, .height = cfg->image_height, .width = cfg->image_width,
                              .channels = cfg->channels, .patch = cfg->patch, .dim = cfg->dim,
                              .stride = cfg->patch_stride, .pad = cfg->patch_pad};
+}
+
+/* The operands op(B) of the weight matrices' products, for packing once
+ * per step (mixed.h): W [in, out] as itself (y = x W) and transposed
+ * (dx = dy W^T); the patch weights only as themselves (the images get no
+ * gradient); the last block's Q and K|V column blocks of W_QKV too,
+ * which its class-token-only attention multiplies separately. */
+static int mixed_layout(vit_model *m)
+{
+    if (!(m->mixed = vit_mixed_weights_new()))
+        return VIT_ENOMEM;
+    vit_mixed_weights *w = m->mixed;
+    const float *p = (const float *)m->params;
+#define OFF(ix) (p + vit_params_tensor(m->P, ix)->offset)
+#define BOTH(B, in, out, ld)                                                   \
+    do {                                                                       \
+        TRY(vit_mixed_weights_add(w, 0, in, out, B, ld));                      \
+        TRY(vit_mixed_weights_add(w, 1, out, in, B, ld));                      \
+    } while (0)
+    const vit_config *c = &m->cfg;
+    int D = c->dim, P = c->patch * c->patch * c->channels;
+    TRY(vit_mixed_weights_add(w, 0, P, D, OFF(m->ix[VIT_MT_PATCH_W]), D));
+    for (int l = 0; l < c->depth; l++) {
+        const int *ix = m->blocks[l].ix;
+        const float *qkv = OFF(ix[VIT_MT_W_QKV]);
+        BOTH(qkv, D, 3 * D, 3 * D);
+        if (l == c->depth - 1 && c->pool == VIT_POOL_CLS) { /* block_graph's cls_only */
+            BOTH(qkv, D, D, 3 * D);
+            BOTH(qkv + D, D, 2 * D, 3 * D);
+        }
+        BOTH(OFF(ix[VIT_MT_W_O]), D, D, D);
+        BOTH(OFF(ix[VIT_MT_W1]), D, c->mlp, c->mlp);
+        BOTH(OFF(ix[VIT_MT_W2]), c->mlp, D, D);
+    }
+    BOTH(OFF(m->ix[VIT_MT_HEAD_W]), D, c->classes, c->classes);
+#undef BOTH
+#undef OFF
+    return VIT_OK;
 }
 
 vit_model *vit_model_new(const vit_config *cfg)
@@ -129,6 +171,11 @@ vit_model *vit_model_new(const vit_config *cfg)
     m->nparams = n;
     m->params = vit_params_values(m->P);
     m->grads = vit_params_grads(m->P);
+    m->precision = vit_precision_resolve(cfg->precision, NULL, 0);
+    if (m->precision == VIT_PRECISION_BF16 && mixed_layout(m) != VIT_OK) {
+        vit_model_free(m);
+        return NULL;
+    }
     return m;
 oom:
     vit_model_free(m);
@@ -150,7 +197,37 @@ void vit_model_free(vit_model *m)
         free(m->slices[i].grads);
     }
     free(m->slices);
+    vit_mixed_weights_free(m->mixed);
     free(m);
+}
+
+int vit_model_precision(const vit_model *m) { return m ? m->precision : VIT_PRECISION_FP32; }
+
+static int mixed_layout(vit_model *m);
+
+int vit_model_set_precision(vit_model *m, int precision)
+{
+    if (!m)
+        return vit_fail(VIT_EINVAL, "vit_model_set_precision: model is NULL");
+    if (precision != VIT_PRECISION_FP32 && precision != VIT_PRECISION_BF16
+        && precision != VIT_PRECISION_AUTO)
+        return vit_fail(VIT_EINVAL, "vit_model_set_precision: precision %d is not fp32, bf16 "
+                        "or auto", precision);
+    int got = vit_precision_resolve(precision, NULL, 0);
+    vit_mixed_weights *keep = m->mixed;
+    m->mixed = NULL;
+    if (got == VIT_PRECISION_BF16) {
+        int rc = keep ? (m->mixed = keep, keep = NULL, VIT_OK) : mixed_layout(m);
+        if (rc != VIT_OK) {
+            vit_mixed_weights_free(m->mixed);
+            m->mixed = keep;
+            return rc;
+        }
+    }
+    vit_mixed_weights_free(keep);
+    m->precision = got;
+    m->cfg.precision = precision;
+    return got;
 }
 
 const vit_config *vit_model_config(const vit_model *m) { return m ? &m->cfg : NULL; }
@@ -411,6 +488,8 @@ static void run_slice(const slice_job *J, int s)
     vit_real *g = s == 0 ? m->grads : S->grads;
     memset(g, 0, m->nparams * sizeof *g);
     vit_tape_reset(S->tape);
+    if (m->mixed)
+        vit_mixed_enter(m->mixed);
     /* No maps are kept here, so a head on the class token lets the last
      * block compute that token alone. */
     vit_tensor *z = forward_graph(m, S->tape, J->images + (size_t)lo * img, nb, g, NULL, NULL,
@@ -422,6 +501,9 @@ static void run_slice(const slice_job *J, int s)
     vit_real share = (vit_real)nb / (vit_real)J->batch;
     S->rc = loss ? vit_tape_backward_from(S->tape, loss, &share)
                  : vit_tape_status(S->tape) ? vit_tape_status(S->tape) : VIT_EINVAL;
+    int mixed_rc = m->mixed ? vit_mixed_leave() : VIT_OK;
+    if (S->rc == VIT_OK)
+        S->rc = mixed_rc;
     if (S->rc != VIT_OK) {
         snprintf(S->msg, sizeof S->msg, "%s", vit_last_error());
         return;
@@ -497,6 +579,10 @@ int vit_model_train_grads_ex(vit_model *m, const vit_real *images, const int *la
     int n = vit_threads() < batch ? vit_threads() : batch;
     int rc = ensure_slices(m, n);
     if (rc != VIT_OK)
+        return rc;
+    /* bf16: the weights as the optimizer left them, packed once for every
+     * slice's products. */
+    if (m->mixed && (rc = vit_mixed_weights_pack(m->mixed, vit_threads())) != VIT_OK)
         return rc;
     slice_job J = {m, images, labels, batch, n, smoothing, ex ? ex->targets : NULL,
                    ex ? ex->drop_scale : NULL};

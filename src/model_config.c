@@ -15,9 +15,10 @@
 #include <string.h>
 
 #include "error.h"
+#include "vit/bf16.h"
 #include "vit/embeddings.h"
 
-enum kind { K_INT, K_DOUBLE, K_U64, K_POOL, K_TTA };
+enum kind { K_INT, K_DOUBLE, K_U64, K_POOL, K_TTA, K_PRECISION };
 
 typedef struct field {
     const char *key;
@@ -75,6 +76,8 @@ static const field fields[] = {
     F(recompute, K_INT, 0, 1,
       "1: keep only each block's input and recompute the block in the backward (less memory)"),
     F(ckpt_minutes, K_DOUBLE, 0, 1e6, "minutes between checkpoints inside an epoch (0: off)"),
+    F(precision, K_PRECISION, 0, 2, "training's matrix products: fp32, bf16 (bfloat16 inputs, "
+      "float32 sums; fp32 where the CPU lacks it) or auto"),
 };
 #define NFIELDS (int)(sizeof fields / sizeof fields[0])
 
@@ -174,6 +177,16 @@ int vit_config_set(vit_config *c, const char *key, const char *value)
             *(int *)dst = VIT_TTA_AUTO;
         else
             return vit_fail(VIT_EINVAL, "%s: expected none, shift9 or auto, got '%s'", key, value);
+        return VIT_OK;
+    case K_PRECISION:
+        if (strcmp(value, "fp32") == 0)
+            *(int *)dst = VIT_PRECISION_FP32;
+        else if (strcmp(value, "bf16") == 0)
+            *(int *)dst = VIT_PRECISION_BF16;
+        else if (strcmp(value, "auto") == 0)
+            *(int *)dst = VIT_PRECISION_AUTO;
+        else
+            return vit_fail(VIT_EINVAL, "%s: expected fp32, bf16 or auto, got '%s'", key, value);
         return VIT_OK;
     case K_U64: {
         if (*value == '-')
@@ -308,6 +321,8 @@ int vit_config_format(const vit_config *c, char *buf, size_t cap)
         case K_TTA: n = snprintf(buf + len, room, "%s = %s\n", f->key,
                                  *(const int *)src == VIT_TTA_SHIFT9 ? "shift9"
                                  : *(const int *)src == VIT_TTA_AUTO ? "auto" : "none"); break;
+        case K_PRECISION: n = snprintf(buf + len, room, "%s = %s\n", f->key,
+                                       vit_precision_name(*(const int *)src)); break;
         }
         if (n < 0 || (size_t)n >= room)
             return vit_fail(VIT_EINVAL, "vit_config_format: buffer of %zu bytes too small", cap);
@@ -322,7 +337,7 @@ int vit_config_check(const vit_config *c)
         return vit_fail(VIT_EINVAL, "vit_config_check: NULL config");
     for (int i = 0; i < NFIELDS; i++) {
         const field *f = &fields[i];
-        if (f->kind != K_INT && f->kind != K_TTA)
+        if (f->kind != K_INT && f->kind != K_TTA && f->kind != K_PRECISION)
             continue;
         int v = *(const int *)((const char *)c + f->offset);
         if (v < f->lo || v > f->hi)

@@ -10,6 +10,7 @@
 #include "activations_internal.h"
 #include "blas.h"
 #include "error.h"
+#include "mixed.h"
 #include "tape_internal.h"
 #include "threads.h"
 #include "vit/linear.h"
@@ -34,7 +35,7 @@ static int back_linear(vit_tape *t, const vit_op_rec *r)
     if (!dx && x->requires_grad)
         return vit_tape_status(t);
     if (dx)
-        vit_pgemm(CblasNoTrans, CblasTrans, n, in, out, 1, dy, out, W->data, out, fresh ? 0 : 1,
+        vit_mgemm(CblasNoTrans, CblasTrans, n, in, out, 1, dy, out, W->data, out, fresh ? 0 : 1,
                   dx, in);
     vit_real *dW = vit_tape_grad_acc(t, r->in[1]);
     vit_real *db = r->in[2] ? vit_tape_grad_acc(t, r->in[2]) : NULL;
@@ -92,7 +93,7 @@ static int fwd_linear_add(const vit_op_rec *r)
         else
             memcpy(yi, ri, (size_t)m * sizeof *yi);
     }
-    vit_pgemm(CblasNoTrans, CblasNoTrans, n, m, k, 1, x->data, k, W->data, m, 1, y->data, m);
+    vit_mgemm(CblasNoTrans, CblasNoTrans, n, m, k, 1, x->data, k, W->data, m, 1, y->data, m);
     return VIT_OK;
 }
 
@@ -143,10 +144,10 @@ static int back_linear_gelu(vit_tape *t, const vit_op_rec *r)
         return vit_tape_status(t);
     vit_bias_gelu_backward(du, db, r->out->grad, c->dgelu, n, out);
     if (dW)
-        vit_pgemm(CblasTrans, CblasNoTrans, in, out, n, 1, x->data, in, du, out, 1, dW, out);
+        vit_mgemm(CblasTrans, CblasNoTrans, in, out, n, 1, x->data, in, du, out, 1, dW, out);
     vit_real *dx = vit_tape_grad_out(t, r->in[0], &fresh);
     if (dx)
-        vit_pgemm(CblasNoTrans, CblasTrans, n, in, out, 1, du, out, W->data, out, fresh ? 0 : 1,
+        vit_mgemm(CblasNoTrans, CblasTrans, n, in, out, 1, du, out, W->data, out, fresh ? 0 : 1,
                   dx, in);
     vit_tape_lease_end(lease);
     return vit_tape_status(t);
@@ -175,7 +176,7 @@ vit_tensor *vit_op_linear_gelu(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_te
     vit_real *u = !y ? NULL : grad ? vit_tape_saved(t, y->size) : y->data;
     if (!u)
         return NULL;
-    vit_pgemm(CblasNoTrans, CblasNoTrans, n, m, k, 1, x->data, k, W->data, m, 0, u, m);
+    vit_mgemm(CblasNoTrans, CblasNoTrans, n, m, k, 1, x->data, k, W->data, m, 0, u, m);
     vit_bias_gelu_forward(y->data, u, b ? b->data : NULL, n, m);
     linear_gelu_ctx c = {u};
     return vit_tape_record(t, &linear_gelu_def, VIT_OK, y, 3, in, &c, sizeof c);

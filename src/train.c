@@ -147,7 +147,8 @@ static const char *value_text(const char *v, char *buf, size_t cap)
 
 /* A resumed run keeps its checkpoint's recipe: compares want with the
  * checkpoint's config ck key by key (their "key = value" lines, so every
- * key is covered).  epochs may grow and ckpt_minutes may change: those are
+ * key is covered).  epochs may grow, ckpt_minutes and precision may change
+ * (precision is how the steps compute, not what the model is): those are
  * taken into *ck and reported (event VIT_TRAIN_RESUME_CHANGE); any other
  * difference is refused, naming the key and both values. */
 static int resume_changes(vit_trainer *t, vit_config *ck, const vit_config *want, const char *path)
@@ -168,10 +169,11 @@ static int resume_changes(vit_trainer *t, vit_config *ck, const vit_config *want
             const char *vb = value_text(lb + klen + 3, tb, sizeof tb);
             int is_epochs = klen == 6 && strncmp(la, "epochs", klen) == 0;
             int is_minutes = klen == 12 && strncmp(la, "ckpt_minutes", klen) == 0;
-            if (!is_epochs && !is_minutes)
+            int is_prec = klen == 9 && strncmp(la, "precision", klen) == 0;
+            if (!is_epochs && !is_minutes && !is_prec)
                 return vit_fail(VIT_EINVAL, "%s: the checkpoint's run has %.*s = %s, this run asks "
-                                "for %s; a resumed run keeps its recipe (only epochs and "
-                                "ckpt_minutes may change)", path, (int)klen, la, va, vb);
+                                "for %s; a resumed run keeps its recipe (only epochs, "
+                                "ckpt_minutes and precision may change)", path, (int)klen, la, va, vb);
             if (is_epochs && (unsigned long long)want->epochs < done + (epoch_step > 0))
                 return vit_fail(VIT_EINVAL, "%s: epochs = %d is fewer than the %llu epochs the "
                                 "checkpoint has %s", path, want->epochs, done + (epoch_step > 0),
@@ -182,6 +184,8 @@ static int resume_changes(vit_trainer *t, vit_config *ck, const vit_config *want
             emit(t, &ev);
             if (is_epochs)
                 ck->epochs = want->epochs;
+            else if (is_prec)
+                ck->precision = want->precision;
             else
                 ck->ckpt_minutes = want->ckpt_minutes;
         }
@@ -287,6 +291,9 @@ static int make_model(vit_trainer *t)
         return rc;
     vit_config ck = *vit_model_config(t->m);
     if ((rc = resume_changes(t, &ck, &t->cfg, t->o.resume)))
+        return rc;
+    if (ck.precision != vit_model_config(t->m)->precision
+        && (rc = vit_model_set_precision(t->m, ck.precision)) < 0)
         return rc;
     t->cfg = ck;
     if ((rc = check_data(t)))

@@ -15,7 +15,12 @@
  * gives the machine's GEMM rate in the same run, and %GEMM is the run rate
  * as a fraction of it.
  *
+ * With --precision bf16 (or auto, where it resolves to bf16) the steps run
+ * in mixed precision (vit/bf16.h) and %GEMM is against a bf16 GEMM
+ * (vit_gemm_bf16_packed, same size, the library's threads) instead.
+ *
  *   vit_bench [--threads N] [--config NAME] [--steps N] [--reps N] [--quick] [--shapes]
+ *             [--precision fp32|bf16|auto]
  *
  * NAME is digits, medium, large, attention, gemm or all (the default).
  */
@@ -46,6 +51,7 @@ enum { BATCH = 64, CLASSES = 10, MAX_REPS = 64 };
 
 typedef struct options {
     int threads, steps, reps, warmup, quick, recompute, list_shapes;
+    int precision; /* as asked (VIT_PRECISION_*); bf16: what it resolved to */
     const char *config;
 } options;
 
@@ -129,13 +135,25 @@ static double gemm_gflops(const options *o)
 #endif
     double rates[MAX_REPS];
     int reps = o->quick ? 3 : 7;
+    vit_bf16_packed *pb = NULL;
+    if (o->precision == VIT_PRECISION_BF16
+        && (vit_bf16_packed_new(&pb) != VIT_OK || vit_bf16_pack_b(pb, 0, n, n, b, n) != VIT_OK)) {
+        vit_bf16_packed_free(pb);
+        free(a); free(b); free(c);
+        return -1;
+    }
     for (int r = -1; r < reps; r++) { /* r = -1 warms up */
         double t0 = now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+        if (pb)
+            vit_gemm_bf16_packed(0, n, n, n, 1, a, n, pb, 0, c, n);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c,
+                        n);
         double dt = now() - t0;
         if (r >= 0)
             rates[r] = 2.0 * n * n * (double)n / dt / 1e9;
     }
+    vit_bf16_packed_free(pb);
     free(a); free(b); free(c);
     return median(rates, reps);
 }
@@ -205,6 +223,7 @@ static int run_train(const train_shape *s, const options *o, double gemm_rate)
     cfg.pool = VIT_POOL_CLS;
     cfg.batch = BATCH;
     cfg.recompute = o->recompute;
+    cfg.precision = o->precision;
 
     vit_model *m = vit_model_new(&cfg);
     size_t npix = (size_t)BATCH * s->img * s->img * s->chans;
@@ -399,7 +418,7 @@ static int usage(FILE *f)
 {
     fprintf(f,
         "usage: vit_bench [--threads N] [--config NAME] [--steps N] [--reps N] [--quick]\n"
-        "                 [--recompute] [--shapes]\n"
+        "                 [--recompute] [--shapes] [--precision fp32|bf16|auto]\n"
         "  NAME: digits, medium, large, attention, gemm or all (default)\n"
         "  --threads N  threads for our loops and for OpenBLAS (default: all cores)\n"
         "  --steps N    timed training steps per repetition (default 20)\n"
@@ -407,6 +426,8 @@ static int usage(FILE *f)
         "  --quick      fewer steps and repetitions, smaller GEMM\n"
         "  --recompute  train with recompute = 1: each block recomputed in the backward\n"
         "  --shapes     list every GEMM shape of a step, its path (blas or xsmm) and rate\n"
+        "  --precision P  the steps' matrix products: fp32 (default), bf16 (bfloat16\n"
+        "               inputs, float32 sums; fp32 where the CPU cannot) or auto\n"
         "  VIT_GEMM=auto|blas|xsmm in the environment picks the GEMM path (see vit/gemm.h)\n");
     return f == stdout ? 0 : 2;
 }
@@ -425,7 +446,7 @@ static int parse_int(const char *flag, const char *v, int lo, int hi, int *out)
 
 int main(int argc, char **argv)
 {
-    options o = {0, 20, 5, 5, 0, 0, 0, "all"};
+    options o = {0, 20, 5, 5, 0, 0, 0, VIT_PRECISION_FP32, "all"};
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     o.threads = ncpu > 0 ? (int)ncpu : 1;
     int steps_set = 0, reps_set = 0;
@@ -449,6 +470,14 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--reps")) {
             if (!parse_int(a, v, 1, MAX_REPS, &o.reps)) return 2;
             reps_set = 1;
+        } else if (!strcmp(a, "--precision")) {
+            vit_config pc;
+            vit_config_default(&pc);
+            if (!v || vit_config_set(&pc, "precision", v) != VIT_OK) {
+                fprintf(stderr, "vit_bench: --precision needs fp32, bf16 or auto\n");
+                return 2;
+            }
+            o.precision = pc.precision;
         } else if (!strcmp(a, "--config")) {
             if (!v) return usage(stderr);
             o.config = v;
@@ -495,12 +524,18 @@ int main(int argc, char **argv)
     printf("GEMM path %s (libxsmm %s), OpenBLAS kernels %s\n",
            vit_gemm_path_name(vit_gemm_get_path()),
            vit_gemm_have_xsmm() ? "built in" : "not built in", core ? core : "?");
+    if (o.precision != VIT_PRECISION_FP32) {
+        char why[200];
+        o.precision = vit_precision_resolve(o.precision, why, sizeof why);
+        printf("precision %s (bf16 path %s)\n", why, vit_bf16_path_name(vit_bf16_get_path()));
+    }
     int rc = 0;
     /* The GEMM rate first, in the parent, so the training rows can quote it. */
     double gemm_rate = 0;
     if (strcmp(c, "attention")) {
         gemm_rate = gemm_in_child(&o);
-        printf("sgemm %d^3: %.1f GFLOP/s\n", o.quick ? 1024 : 2048, gemm_rate);
+        printf("%s %d^3: %.1f GFLOP/s\n", o.precision == VIT_PRECISION_BF16 ? "bf16 GEMM" : "sgemm",
+               o.quick ? 1024 : 2048, gemm_rate);
         rc |= gemm_rate <= 0;
     }
     int header = 0;

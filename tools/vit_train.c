@@ -780,6 +780,16 @@ static int run(int argc, char **argv)
         return 1;
     }
     settle_overlap(&cfg, patch_default, stride_default, pad_default, &train);
+    /* precision bf16 or auto: what it comes to here, in one line (a
+     * fallback from an explicit bf16 on stderr, whatever --quiet says). */
+    if (cfg.precision != VIT_PRECISION_FP32 && speak) {
+        char why[200];
+        int got = vit_precision_resolve(cfg.precision, why, sizeof why);
+        if (cfg.precision == VIT_PRECISION_BF16 && got != VIT_PRECISION_BF16)
+            fprintf(stderr, "%s: precision %s\n", prog, why);
+        else if (look.progress)
+            printf("precision %s\n", why);
+    }
 
     rc = nseeds > 0 ? train_seeds(&cfg, &train, &test, &o, &look, data, threads, seeds, nseeds)
                     : train_once(&cfg, &train, &test, &o, &look, data, threads, NULL);

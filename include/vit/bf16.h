@@ -174,6 +174,51 @@ int vit_gemm_bf16_packed(int trans_a, int M, int N, int K, float alpha, const fl
 int vit_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
                   int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
+/* ---- mixed precision training ---------------------------------------------- */
+
+/* The precision of a training step's matrix products (the config key
+ * precision, vit/model.h): VIT_PRECISION_FP32 (the default) runs them in
+ * float32; VIT_PRECISION_BF16 rounds their inputs (weights, activations and
+ * the gradients of activations) to bf16 and sums in float32, while master
+ * weights, optimizer state, layer norm, softmax, the loss and every
+ * reduction stay float32; VIT_PRECISION_AUTO is BF16 where this CPU and
+ * library run bf16 kernels (the XSMM path above), else FP32. */
+enum { VIT_PRECISION_FP32 = 0, VIT_PRECISION_BF16 = 1, VIT_PRECISION_AUTO = 2 };
+
+/* "fp32", "bf16" or "auto"; "?" for another value.  A static string. */
+const char *vit_precision_name(int precision);
+
+/* What precision comes to on this CPU and build: VIT_PRECISION_BF16 when
+ * it is BF16 or AUTO and the XSMM path can run (a float32 library with
+ * libxsmm, a CPU with AVX-512 BF16 or AMX-BF16), else VIT_PRECISION_FP32:
+ * BF16 asked for where it cannot run falls back to float32 (the emulation
+ * of the FALLBACK path would be slower than float32 itself).  why (when not
+ * NULL and cap > 0) gets one line saying what was chosen and why, e.g.
+ * "bf16 (this CPU has AVX-512 BF16)" or "fp32 (bf16 was asked for, but this
+ * CPU has no AVX-512 BF16)"; truncated to cap bytes, NUL-terminated.  An
+ * unknown precision is FP32 with why saying so.  Setting the environment
+ * variable VIT_BF16_CPU=none before the first call makes the library see
+ * no bf16 instructions (vit_bf16_cpu_features() 0), to try the fallback on
+ * a CPU that has them.  Thread-safe. */
+int vit_precision_resolve(int precision, char *why, size_t cap);
+
+/* Turns mixed precision on (on != 0) or off for the library's layer GEMMs
+ * called from this thread: the linear layers (vit_linear_*, vit_op_linear,
+ * vit_op_linear_add, vit_op_linear_gelu), the attention projections
+ * (vit_mha_*, vit_op_mha) and the patch embedding (vit_patch_embed_*,
+ * vit_op_patch_embed), forward and both products of the backward (dX and
+ * dW), then compute as vit_gemm_bf16 does, on the path vit_bf16_get_path
+ * names; everything else is unchanged.  A product that cannot get its
+ * scratch memory is skipped (its output unspecified, the message in
+ * vit_last_error) and the thread remembers VIT_ENOMEM, which the next call
+ * returns instead of the previous setting (and forgets).  Returns the
+ * previous setting (0 or 1), or VIT_ENOMEM as said.  Off is the default.  The training step
+ * (vit_model_train_grads) turns it on by itself on its slices' threads for
+ * a model whose config asks for bf16; this call is for the layers on their
+ * own (tests, one's own training loop).  In the float64 library it changes
+ * nothing and returns 0. */
+int vit_bf16_thread_mixed(int on);
+
 VIT_END_DECLS
 
 #endif

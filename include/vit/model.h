@@ -26,6 +26,7 @@
 #define VIT_MODEL_H
 
 #include "vit/core.h"
+#include "vit/bf16.h"
 #include "vit/embeddings.h"
 #include "vit/optim.h"
 #include "vit/params.h"
@@ -116,6 +117,11 @@ typedef struct vit_config {
     int recompute;       /* 1: activation checkpointing of every block (0 or 1) */
     double ckpt_minutes; /* training: a checkpoint inside a long epoch every
                             this many minutes (0: only at epoch ends) */
+    /* arithmetic */
+    int precision;       /* the training step's matrix products: VIT_PRECISION_FP32
+                            (the default), _BF16 or _AUTO ("fp32" / "bf16" /
+                            "auto" in text; vit/bf16.h, vit_precision_resolve);
+                            evaluation is float32 whatever it says */
 } vit_config;
 
 /* Fills (overwrites) *cfg with the built-in defaults (the digits-tiny shape
@@ -220,6 +226,20 @@ vit_model *vit_model_new(const vit_config *cfg);
 
 /* Frees the model and every buffer it owns.  NULL is allowed. */
 void vit_model_free(vit_model *m);
+
+/* The precision the model's training step runs in (vit_model_train_grads):
+ * its config's precision as vit_precision_resolve (vit/bf16.h) resolved it
+ * when the model was made, VIT_PRECISION_FP32 or VIT_PRECISION_BF16.  0
+ * (FP32) for a NULL m. */
+int vit_model_precision(const vit_model *m);
+
+/* Sets the precision of the model's later training steps (the config's
+ * precision field too), resolved as vit_model_new does; e.g. a resumed run
+ * asking for another precision than its checkpoint's.  Returns what it
+ * resolved to (VIT_PRECISION_FP32 or _BF16); VIT_EINVAL for a NULL m or a
+ * precision that is not one of VIT_PRECISION_*, VIT_ENOMEM (then the model
+ * keeps its precision).  Not while the model trains. */
+int vit_model_set_precision(vit_model *m, int precision);
 
 /* The config the model was made with (owned by the model). */
 const vit_config *vit_model_config(const vit_model *m);

@@ -256,7 +256,8 @@ typedef struct vit_train_progress {
 typedef enum vit_train_event_kind {
     VIT_TRAIN_RESUME_CHANGE = 1, /* in vit_trainer_new: a key this resume changes
                                     (key, old_value, new_value: the config's
-                                    text for each; only epochs, ckpt_minutes) */
+                                    text for each; only epochs, ckpt_minutes,
+                                    precision) */
     VIT_TRAIN_SET_ASIDE,         /* in vit_trainer_new: with opts.overwrite, the
                                     folder's earlier run (last.ckpt,
                                     metrics.csv) was moved to the folder path */

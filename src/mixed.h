@@ -1,0 +1,64 @@
+/* Internal: mixed precision for the library's layer GEMMs (src/mixed.c).
+ *
+ * The linear layers, the attention projections and the patch embedding
+ * call vit_mgemm / vit_mgemm_bias where they would call vit_pgemm /
+ * vit_pgemm_bias.  With mixed precision off on the calling thread (the
+ * default) those are exactly vit_pgemm and vit_pgemm_bias (the float32
+ * results bit for bit); on (vit_bf16_thread_mixed, or the training step
+ * between vit_mixed_enter and vit_mixed_leave) the product takes bf16
+ * inputs with float32 sums (vit/bf16.h), and an op(B) found among the
+ * step's packed weights is read from its pack instead of being converted
+ * again. */
+#ifndef VIT_SRC_MIXED_H
+#define VIT_SRC_MIXED_H
+
+#include <cblas.h>
+
+#include "vit/core.h"
+
+/* A set of weight matrices packed for the bf16 GEMMs, looked up by the
+ * operand a GEMM is called with (pointer, transpose, shape, stride). */
+typedef struct vit_mixed_weights vit_mixed_weights;
+
+/* An empty set (NULL with the error on ENOMEM, or in the float64 library). */
+vit_mixed_weights *vit_mixed_weights_new(void);
+void vit_mixed_weights_free(vit_mixed_weights *w);
+
+/* Adds the operand
+ * op(B)[K, N] of B (trans_b, ldb as vit_bf16_pack_b); nothing is packed
+ * yet.  VIT_ENOMEM. */
+int vit_mixed_weights_add(vit_mixed_weights *w, int trans_b, int K, int N, const float *B,
+                          int ldb);
+
+/* Packs every operand added from the values B points at now, on up to nt
+ * threads (vit_parallel).  VIT_OK or the first pack's error. */
+int vit_mixed_weights_pack(vit_mixed_weights *w, int nt);
+
+/* Number of operands added. */
+int vit_mixed_weights_count(const vit_mixed_weights *w);
+
+/* Turns mixed precision on for this thread, with w (may be NULL) as the
+ * packed operands; vit_mixed_leave turns it off again and returns VIT_OK
+ * or the first error a product met meanwhile (its message set). */
+void vit_mixed_enter(const vit_mixed_weights *w);
+int vit_mixed_leave(void);
+
+/* Why the XSMM path of vit/bf16.h cannot run here (no libxsmm in this
+ * build, no AVX-512 BF16 on this CPU, the float64 library), or NULL when it
+ * can (src/bf16.c). */
+const char *vit_bf16_xsmm_missing(void);
+
+/* 1 when mixed precision is on for this thread. */
+int vit_mixed_on(void);
+
+/* vit_pgemm, or its bf16 version when mixed precision is on. */
+void vit_mgemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K,
+               vit_real alpha, const vit_real *A, int lda, const vit_real *B, int ldb,
+               vit_real beta, vit_real *C, int ldc);
+
+/* vit_pgemm_bias, or its bf16 version (C's rows = bias, or 0 without one,
+ * then += A B). */
+void vit_mgemm_bias(int M, int N, int K, const vit_real *A, int lda, const vit_real *B, int ldb,
+                    const vit_real *bias, vit_real *C, int ldc);
+
+#endif

@@ -1,0 +1,468 @@
+/* Mixed precision (vit_bf16_thread_mixed, the config key precision): each
+ * layer's bf16 path against its float32 path within a bound derived from
+ * bf16's 8-bit significand and the reduction length; a whole training
+ * step's gradients against float32; the precision's resolution and its
+ * fallback; float32 untouched by the switch being off.
+ *
+ * Run twice (tests/meson.build): as the CPU is, and with VIT_BF16_CPU=none,
+ * where the library sees no bf16 instructions: precision bf16 then falls
+ * back to float32 (said in why), and the layers' bf16 path is the
+ * FALLBACK one (the float32 GEMM on bf16-rounded inputs).
+ *
+ * The bound of one product.  op(A) and op(B) are rounded to bf16: each
+ * value a becomes a(1 + d) with |d| <= u = 2^-8 (vit/bf16.h), so a product
+ * of two becomes ab(1 + e), |e| <= 2u + u^2, and is exact in float32 (8 + 8
+ * significant bits fit in 24).  The K products are summed in float32 in
+ * some order: with eps = 2^-24, the sum's error is at most K eps times the
+ * sum of the terms' magnitudes (the usual gamma_K, first order).  The
+ * float32 path's own result is within K eps of the exact one likewise.  So
+ * element (i, j) of the two results differ by at most
+ *     tol(K) * S_ij,  tol(K) = (2u + u^2)(1 + K eps) + 2 K eps,
+ *     S_ij = sum_k |A_ik| |B_kj|
+ * (S computed here in float32 on |A| and |B|, itself within K eps: one more
+ * factor (1 + K eps)).  Bias adds (one more term) count as K + 1.  GELU
+ * after the product is 1.13-Lipschitz (max |GELU'| is 1.129 at x = 2.42),
+ * so the linear+GELU forward's bound is 1.13 tol(K) S.
+ *
+ * The whole step.  A gradient is a chain of such products with float32
+ * operations between; to first order each product adds a relative error of
+ * at most 2u to its output's norm where its operands' magnitudes do not
+ * cancel.  Let G be the number of products on the longest path from the
+ * input through the forward and back to a parameter's gradient: for the
+ * digits shape (depth 4; per block QKV, output, MLP up and down forward,
+ * and their dX backward, the patch embedding and the head's two) G = 2 +
+ * 4 * 4 + 4 * 4 + 2 = 36.  In the worst case the errors add: G * 2u = 0.28.
+ * They are the roundings of distinct products, uncorrelated, so their sum
+ * grows like a random walk, sqrt(G) * 2u = 0.047 in the 2-norm: that is
+ * the bound used here on each parameter tensor's relative gradient
+ * difference (observed: below 0.01; a wrong or dropped product term gives
+ * errors of order 1).  The test also requires the error to be above
+ * u / 64 somewhere, so that a bf16 path that silently ran float32 fails. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vit/vit.h"
+
+static vit_rng rng;
+static const double U = 1.0 / 256, EPS32 = 1.0 / 16777216;
+
+static double tol(int K)
+{
+    return ((2 * U + U * U) * (1 + K * EPS32) + 2 * K * EPS32) * (1 + K * EPS32);
+}
+
+static int cpu_hidden(void)
+{
+    const char *v = getenv("VIT_BF16_CPU");
+    return v && strcmp(v, "none") == 0;
+}
+
+static float *randn(size_t n, double scale)
+{
+    float *p = malloc(n * sizeof *p);
+    ck_assert_ptr_nonnull(p);
+    for (size_t i = 0; i < n; i++)
+        p[i] = (float)(scale * vit_rng_normal(&rng));
+    return p;
+}
+
+static float *zeros(size_t n)
+{
+    float *p = calloc(n, sizeof *p);
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
+static float *absolute(const float *x, size_t n)
+{
+    float *p = malloc(n * sizeof *p);
+    ck_assert_ptr_nonnull(p);
+    for (size_t i = 0; i < n; i++)
+        p[i] = fabsf(x[i]);
+    return p;
+}
+
+/* |got - want| <= k tol(K) S elementwise; returns the largest
+ * |got - want| / S seen (0 where S is 0). */
+static double check_bound(const char *what, const float *got, const float *want, const float *S,
+                          size_t n, int K, double k)
+{
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]), lim = k * tol(K) * S[i];
+        if (!(d <= lim))
+            ck_abort_msg("%s[%zu]: bf16 %.9g, fp32 %.9g, difference %.3g above the bound %.3g",
+                         what, i, got[i], want[i], d, lim);
+        if (S[i] > 0 && d / S[i] > worst)
+            worst = d / S[i];
+    }
+    return worst;
+}
+
+/* The bf16 path really rounded: some element's error is above u / 64 of
+ * its scale (a float32 product would be ~K eps). */
+static void check_rounded(const char *what, double worst)
+{
+    ck_assert_msg(worst > U / 64, "%s: largest relative difference %.3g: no bf16 rounding seen",
+                  what, worst);
+}
+
+/* ---- the switch and the resolution ------------------------------------------ */
+
+START_TEST(switch_is_per_thread_and_off_by_default)
+{
+    ck_assert_int_eq(vit_bf16_thread_mixed(1), 0);
+    ck_assert_int_eq(vit_bf16_thread_mixed(1), 1);
+    ck_assert_int_eq(vit_bf16_thread_mixed(0), 1);
+    ck_assert_int_eq(vit_bf16_thread_mixed(0), 0);
+}
+END_TEST
+
+START_TEST(precision_resolves_as_documented)
+{
+    char why[200];
+    ck_assert_int_eq(vit_precision_resolve(VIT_PRECISION_FP32, why, sizeof why),
+                     VIT_PRECISION_FP32);
+    ck_assert_str_eq(why, "fp32");
+    int have = vit_bf16_get_path() == VIT_BF16_XSMM;
+    if (cpu_hidden()) {
+        ck_assert_uint_eq(vit_bf16_cpu_features(), 0);
+        ck_assert_int_eq(have, 0);
+    }
+    int got = vit_precision_resolve(VIT_PRECISION_BF16, why, sizeof why);
+    ck_assert_int_eq(got, have ? VIT_PRECISION_BF16 : VIT_PRECISION_FP32);
+    if (have)
+        ck_assert_msg(strncmp(why, "bf16 (", 6) == 0, "%s", why);
+    else
+        ck_assert_msg(strncmp(why, "fp32 (bf16 was asked for, but ", 30) == 0, "%s", why);
+    got = vit_precision_resolve(VIT_PRECISION_AUTO, why, sizeof why);
+    ck_assert_int_eq(got, have ? VIT_PRECISION_BF16 : VIT_PRECISION_FP32);
+    if (!have)
+        ck_assert_msg(strncmp(why, "fp32 (auto: ", 12) == 0, "%s", why);
+    ck_assert_int_eq(vit_precision_resolve(7, why, sizeof why), VIT_PRECISION_FP32);
+    ck_assert_ptr_nonnull(strstr(why, "7"));
+    /* A model made with bf16 says what it runs in. */
+    vit_config c;
+    vit_config_default(&c);
+    ck_assert_int_eq(vit_config_set(&c, "precision", "bf16"), VIT_OK);
+    ck_assert_int_eq(c.precision, VIT_PRECISION_BF16);
+    ck_assert_int_eq(vit_config_set(&c, "precision", "half"), VIT_EINVAL);
+    ck_assert_int_eq(c.precision, VIT_PRECISION_BF16);
+    vit_model *m = vit_model_new(&c);
+    ck_assert_ptr_nonnull(m);
+    ck_assert_int_eq(vit_model_precision(m), have ? VIT_PRECISION_BF16 : VIT_PRECISION_FP32);
+    vit_model_free(m);
+}
+END_TEST
+
+/* ---- the layers ----------------------------------------------------------------- */
+
+/* vit_linear_forward and _backward: y (K = in + 1 with the bias), dx
+ * (K = out), dW (K = n) within the bound; db exactly float32's (a column
+ * sum, no product). */
+START_TEST(linear_within_bound)
+{
+    const int n = 67, in = 51, out = 45;
+    float *x = randn((size_t)n * in, 1), *W = randn((size_t)in * out, 0.2);
+    float *b = randn(out, 0.1), *dy = randn((size_t)n * out, 1);
+    float *y[2], *dx[2], *dW[2], *db[2];
+    for (int mixed = 0; mixed < 2; mixed++) {
+        y[mixed] = zeros((size_t)n * out);
+        dx[mixed] = zeros((size_t)n * in);
+        dW[mixed] = zeros((size_t)in * out);
+        db[mixed] = zeros(out);
+        vit_bf16_thread_mixed(mixed);
+        ck_assert_int_eq(vit_linear_forward(y[mixed], x, W, b, n, in, out), VIT_OK);
+        ck_assert_int_eq(vit_linear_backward(dx[mixed], dW[mixed], db[mixed], dy, x, W, n, in,
+                                             out), VIT_OK);
+        ck_assert_int_eq(vit_bf16_thread_mixed(0), mixed);
+    }
+    /* The magnitudes S of each product, in float32. */
+    float *ax = absolute(x, (size_t)n * in), *aW = absolute(W, (size_t)in * out);
+    float *ab = absolute(b, out), *ady = absolute(dy, (size_t)n * out);
+    float *Sy = zeros((size_t)n * out), *Sdx = zeros((size_t)n * in);
+    float *SdW = zeros((size_t)in * out);
+    ck_assert_int_eq(vit_linear_forward(Sy, ax, aW, ab, n, in, out), VIT_OK);
+    ck_assert_int_eq(vit_linear_backward(Sdx, SdW, NULL, ady, ax, aW, n, in, out), VIT_OK);
+    check_rounded("y", check_bound("y", y[1], y[0], Sy, (size_t)n * out, in + 1, 1));
+    check_rounded("dx", check_bound("dx", dx[1], dx[0], Sdx, (size_t)n * in, out, 1));
+    check_rounded("dW", check_bound("dW", dW[1], dW[0], SdW, (size_t)in * out, n, 1));
+    ck_assert_mem_eq(db[1], db[0], out * sizeof *db[0]);
+    float *all[] = {x, W, b, dy, y[0], y[1], dx[0], dx[1], dW[0], dW[1], db[0], db[1],
+                    ax, aW, ab, ady, Sy, Sdx, SdW};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        free(all[i]);
+}
+END_TEST
+
+/* The patch embedding's forward (K = P*P*C + 1) and dW (K = rows), on
+ * overlapping, padded patches (the im2col path) of 3-channel images. */
+START_TEST(patch_embed_within_bound)
+{
+    vit_patch_shape s = {.batch = 3, .height = 12, .width = 12, .channels = 3, .patch = 4,
+                         .dim = 24, .stride = 2, .pad = 1};
+    int N = vit_patch_count(&s), K = 4 * 4 * 3, rows = s.batch * N;
+    ck_assert_int_gt(N, 0);
+    float *img = randn((size_t)s.batch * 12 * 12 * 3, 1), *W = randn((size_t)K * s.dim, 0.2);
+    float *b = randn(s.dim, 0.1), *dy = randn((size_t)rows * s.dim, 1);
+    float *cols = zeros((size_t)rows * K), *y[2], *dW[2];
+    for (int mixed = 0; mixed < 2; mixed++) {
+        y[mixed] = zeros((size_t)rows * s.dim);
+        dW[mixed] = zeros((size_t)K * s.dim);
+        vit_bf16_thread_mixed(mixed);
+        ck_assert_int_eq(vit_patch_embed_forward(&s, y[mixed], cols, img, W, b), VIT_OK);
+        ck_assert_int_eq(vit_patch_embed_backward(&s, NULL, dW[mixed], NULL, dy, cols, W),
+                         VIT_OK);
+        vit_bf16_thread_mixed(0);
+    }
+    float *aimg = absolute(img, (size_t)s.batch * 12 * 12 * 3), *aW = absolute(W, (size_t)K * s.dim);
+    float *ab = absolute(b, s.dim), *ady = absolute(dy, (size_t)rows * s.dim);
+    float *Sy = zeros((size_t)rows * s.dim), *SdW = zeros((size_t)K * s.dim);
+    ck_assert_int_eq(vit_patch_embed_forward(&s, Sy, cols, aimg, aW, ab), VIT_OK);
+    ck_assert_int_eq(vit_patch_embed_backward(&s, NULL, SdW, NULL, ady, cols, NULL), VIT_OK);
+    check_rounded("y", check_bound("y", y[1], y[0], Sy, (size_t)rows * s.dim, K + 1, 1));
+    check_rounded("dW", check_bound("dW", dW[1], dW[0], SdW, (size_t)K * s.dim, rows, 1));
+    float *all[] = {img, W, b, dy, cols, y[0], y[1], dW[0], dW[1], aimg, aW, ab, ady, Sy, SdW};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        free(all[i]);
+}
+END_TEST
+
+/* The tape ops: vit_op_linear_gelu's forward (GELU 1.13-Lipschitz after a
+ * K = in + 1 product), vit_op_linear_add's forward (the residual added
+ * exactly) and the gradients of W1 and x through vit_op_linear's backward
+ * (dW1 += x^T dy, K = rows; dx = dy W1^T, K = out, when y = x W1 + b). */
+START_TEST(tape_linear_ops_within_bound)
+{
+    const int B = 5, T = 7, in = 32, out = 40, rows = B * T;
+    float *x = randn((size_t)rows * in, 1), *W = randn((size_t)in * out, 0.2);
+    float *b = randn(out, 0.1), *r = randn((size_t)rows * out, 1);
+    float *dy = randn((size_t)rows * out, 1);
+    float *g[2], *a[2], *dW[2], *dx[2];
+    int xs[3] = {B, T, in}, ws[2] = {in, out}, bs[1] = {out}, rs[3] = {B, T, out};
+    for (int mixed = 0; mixed < 2; mixed++) {
+        vit_tape *t = vit_tape_new();
+        ck_assert_ptr_nonnull(t);
+        g[mixed] = zeros((size_t)rows * out);
+        a[mixed] = zeros((size_t)rows * out);
+        dW[mixed] = zeros((size_t)in * out);
+        dx[mixed] = zeros((size_t)rows * in);
+        vit_bf16_thread_mixed(mixed);
+        vit_tensor *tx = vit_tape_leaf(t, x, dx[mixed], 3, xs);
+        vit_tensor *tW = vit_tape_leaf(t, W, dW[mixed], 2, ws);
+        vit_tensor *tb = vit_tape_leaf(t, b, NULL, 1, bs);
+        vit_tensor *tr = vit_tape_leaf(t, r, NULL, 3, rs);
+        vit_tensor *yg = vit_op_linear_gelu(t, tx, tW, tb);
+        vit_tensor *ya = vit_op_linear_add(t, tx, tW, tb, tr);
+        vit_tensor *yl = vit_op_linear(t, tx, tW, tb);
+        ck_assert(yg && ya && yl);
+        memcpy(g[mixed], yg->data, (size_t)rows * out * sizeof *g[mixed]);
+        memcpy(a[mixed], ya->data, (size_t)rows * out * sizeof *a[mixed]);
+        ck_assert_int_eq(vit_tape_backward_from(t, yl, dy), VIT_OK);
+        ck_assert_int_eq(vit_bf16_thread_mixed(0), mixed);
+        vit_tape_free(t);
+    }
+    float *ax = absolute(x, (size_t)rows * in), *aW = absolute(W, (size_t)in * out);
+    float *ab = absolute(b, out), *ady = absolute(dy, (size_t)rows * out);
+    float *S = zeros((size_t)rows * out), *SdW = zeros((size_t)in * out);
+    float *Sdx = zeros((size_t)rows * in);
+    ck_assert_int_eq(vit_linear_forward(S, ax, aW, ab, rows, in, out), VIT_OK);
+    ck_assert_int_eq(vit_linear_backward(Sdx, SdW, NULL, ady, ax, aW, rows, in, out), VIT_OK);
+    check_rounded("gelu", check_bound("gelu", g[1], g[0], S, (size_t)rows * out, in + 1, 1.13));
+    /* r + (x W + b): the residual is added exactly, once more rounding. */
+    for (size_t i = 0; i < (size_t)rows * out; i++)
+        S[i] += fabsf(r[i]);
+    check_rounded("add", check_bound("add", a[1], a[0], S, (size_t)rows * out, in + 2, 1));
+    check_rounded("dW", check_bound("dW", dW[1], dW[0], SdW, (size_t)in * out, rows, 1));
+    check_rounded("dx", check_bound("dx", dx[1], dx[0], Sdx, (size_t)rows * in, out, 1));
+    float *all[] = {x, W, b, r, dy, g[0], g[1], a[0], a[1], dW[0], dW[1], dx[0], dx[1],
+                    ax, aW, ab, ady, S, SdW, Sdx};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        free(all[i]);
+}
+END_TEST
+
+/* ---- the whole step ------------------------------------------------------------- */
+
+/* One digits-shaped training step (depth 4, batch 32, two threads) in
+ * bf16 and in float32 from the same parameters: each parameter tensor's
+ * gradient within sqrt(G) * 2u (relative, 2-norm; see the top), above u / 64
+ * for some weight matrix (bf16 really ran).  Where bf16 cannot run, the
+ * model falls back and both steps are bitwise the same.  Then the thread
+ * switch around a one-thread float32-config step gives bitwise the same
+ * gradients as the bf16 config's one-thread step (packed weights once per
+ * step, or the same operand packed per product: the same numbers). */
+START_TEST(training_step_within_bound)
+{
+    vit_config c;
+    vit_config_default(&c);
+    const int batch = 32, G = 2 + 4 * c.depth + 4 * c.depth + 2;
+    vit_model *m[2];
+    float *grads[2];
+    size_t np = 0;
+    size_t npix = (size_t)batch * c.image_height * c.image_width;
+    float *img = randn(npix, 1);
+    int labels[32];
+    for (int i = 0; i < batch; i++)
+        labels[i] = (int)vit_rng_below(&rng, 10);
+    ck_assert_int_eq(vit_set_threads(2), VIT_OK);
+    for (int k = 0; k < 2; k++) {
+        c.precision = k ? VIT_PRECISION_BF16 : VIT_PRECISION_FP32;
+        m[k] = vit_model_new(&c);
+        ck_assert_ptr_nonnull(m[k]);
+        vit_rng r;
+        vit_rng_seed(&r, 5);
+        vit_model_init(m[k], &r);
+        np = vit_model_param_count(m[k]);
+        double loss;
+        ck_assert_int_eq(vit_model_train_grads(m[k], img, labels, batch, 0.1f, &loss, NULL),
+                         VIT_OK);
+        grads[k] = malloc(np * sizeof *grads[k]);
+        ck_assert_ptr_nonnull(grads[k]);
+        memcpy(grads[k], vit_model_grads(m[k]), np * sizeof *grads[k]);
+    }
+    int bf16 = vit_model_precision(m[1]) == VIT_PRECISION_BF16;
+    if (!bf16) {
+        ck_assert_mem_eq(grads[0], grads[1], np * sizeof *grads[0]);
+    } else {
+        double worst_matrix = 0;
+        for (int i = 0; i < vit_model_tensor_count(m[0]); i++) {
+            const vit_model_tensor *t = vit_model_tensor_at(m[0], i);
+            double d2 = 0, f2 = 0;
+            for (size_t j = t->offset; j < t->offset + t->size; j++) {
+                double d = (double)grads[1][j] - grads[0][j];
+                d2 += d * d;
+                f2 += (double)grads[0][j] * grads[0][j];
+            }
+            double rel = f2 > 0 ? sqrt(d2 / f2) : sqrt(d2);
+            double lim = sqrt((double)G) * 2 * U;
+            ck_assert_msg(rel <= lim, "%s: relative gradient difference %.3g above %.3g",
+                          t->name, rel, lim);
+            if (t->ndim == 2 && rel > worst_matrix)
+                worst_matrix = rel;
+        }
+        check_rounded("step", worst_matrix);
+    }
+    /* One thread: the switch by hand (no packed weights) against the bf16
+     * model's own step (packed once): the same bits. */
+    ck_assert_int_eq(vit_set_threads(1), VIT_OK);
+    double loss;
+    ck_assert_int_eq(vit_model_train_grads(m[1], img, labels, batch, 0.1f, &loss, NULL), VIT_OK);
+    memcpy(grads[1], vit_model_grads(m[1]), np * sizeof *grads[1]);
+    vit_bf16_thread_mixed(bf16);
+    ck_assert_int_eq(vit_model_train_grads(m[0], img, labels, batch, 0.1f, &loss, NULL), VIT_OK);
+    ck_assert_int_eq(vit_bf16_thread_mixed(0), bf16);
+    ck_assert_mem_eq(grads[1], vit_model_grads(m[0]), np * sizeof *grads[1]);
+    for (int k = 0; k < 2; k++) {
+        vit_model_free(m[k]);
+        free(grads[k]);
+    }
+    free(img);
+}
+END_TEST
+
+/* vit_model_set_precision (a resumed run's change): the model's precision
+ * and config follow it, a step after switching to bf16 gives the bits of a
+ * model made with bf16, and back to fp32 those of a float32 model; a bad
+ * value is refused with nothing changed. */
+START_TEST(set_precision_switches_the_step)
+{
+    vit_config c;
+    vit_config_default(&c);
+    const int batch = 8;
+    float *img = randn((size_t)batch * 64, 1);
+    int labels[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    ck_assert_int_eq(vit_set_threads(1), VIT_OK);
+    vit_model *m[2];
+    float *g[2][2];
+    size_t np = 0;
+    for (int k = 0; k < 2; k++) {
+        c.precision = k ? VIT_PRECISION_BF16 : VIT_PRECISION_FP32;
+        m[k] = vit_model_new(&c);
+        ck_assert_ptr_nonnull(m[k]);
+        vit_rng r;
+        vit_rng_seed(&r, 9);
+        vit_model_init(m[k], &r);
+        np = vit_model_param_count(m[k]);
+    }
+    int have = vit_model_precision(m[1]);
+    /* g[k][j]: model k's step, before (j 0) and after (j 1) it switches
+     * to the other's precision. */
+    for (int j = 0; j < 2; j++)
+        for (int k = 0; k < 2; k++) {
+            if (j == 1)
+                ck_assert_int_eq(vit_model_set_precision(m[k], k ? VIT_PRECISION_FP32
+                                                                 : VIT_PRECISION_BF16),
+                                 k ? VIT_PRECISION_FP32 : have);
+            double loss;
+            ck_assert_int_eq(vit_model_train_grads(m[k], img, labels, batch, 0, &loss, NULL),
+                             VIT_OK);
+            g[k][j] = malloc(np * sizeof *g[k][j]);
+            ck_assert_ptr_nonnull(g[k][j]);
+            memcpy(g[k][j], vit_model_grads(m[k]), np * sizeof *g[k][j]);
+        }
+    ck_assert_mem_eq(g[0][1], g[1][0], np * sizeof *g[0][0]); /* now bf16 = made bf16 */
+    ck_assert_mem_eq(g[1][1], g[0][0], np * sizeof *g[0][0]); /* now fp32 = made fp32 */
+    ck_assert_int_eq(vit_model_config(m[0])->precision, VIT_PRECISION_BF16);
+    ck_assert_int_eq(vit_model_precision(m[0]), have);
+    ck_assert_int_eq(vit_model_set_precision(m[0], 9), VIT_EINVAL);
+    ck_assert_int_eq(vit_model_precision(m[0]), have);
+    ck_assert_int_eq(vit_model_set_precision(NULL, VIT_PRECISION_FP32), VIT_EINVAL);
+    for (int k = 0; k < 2; k++) {
+        vit_model_free(m[k]);
+        free(g[k][0]);
+        free(g[k][1]);
+    }
+    free(img);
+}
+END_TEST
+
+/* With the switch off (the default), float32 is the float32 GEMM's: the
+ * same bits before and after a mixed-precision product on this thread. */
+START_TEST(off_is_float32)
+{
+    const int n = 33, in = 20, out = 17;
+    float *x = randn((size_t)n * in, 1), *W = randn((size_t)in * out, 0.2);
+    float *y0 = zeros((size_t)n * out), *y1 = zeros((size_t)n * out);
+    ck_assert_int_eq(vit_linear_forward(y0, x, W, NULL, n, in, out), VIT_OK);
+    vit_bf16_thread_mixed(1);
+    ck_assert_int_eq(vit_linear_forward(y1, x, W, NULL, n, in, out), VIT_OK);
+    vit_bf16_thread_mixed(0);
+    ck_assert_int_eq(vit_linear_forward(y1, x, W, NULL, n, in, out), VIT_OK);
+    ck_assert_mem_eq(y0, y1, (size_t)n * out * sizeof *y0);
+    free(x);
+    free(W);
+    free(y0);
+    free(y1);
+}
+END_TEST
+
+static void setup(void)
+{
+    vit_rng_seed(&rng, 24);
+}
+
+int main(void)
+{
+    Suite *s = suite_create("mixed");
+    TCase *tc = tcase_create("bf16");
+    tcase_add_checked_fixture(tc, setup, NULL);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, switch_is_per_thread_and_off_by_default);
+    tcase_add_test(tc, precision_resolves_as_documented);
+    tcase_add_test(tc, linear_within_bound);
+    tcase_add_test(tc, patch_embed_within_bound);
+    tcase_add_test(tc, tape_linear_ops_within_bound);
+    tcase_add_test(tc, training_step_within_bound);
+    tcase_add_test(tc, set_precision_switches_the_step);
+    tcase_add_test(tc, off_is_float32);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
