@@ -181,7 +181,7 @@ int vit_run_data_read(const char *path, vit_run_data *out, int *known)
     memset(out, 0, sizeof *out);
     *known = 0;
     vit_ckpt c;
-    int rc = vit_ckpt_read(path, &c);
+    int rc = vit_ckpt_read_header(path, &c);
     if (rc)
         return rc;
     if (c.data && *c.data && (rc = vit_run_data_parse(c.data, path, out)) == VIT_OK)

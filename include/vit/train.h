@@ -75,8 +75,9 @@ const char *vit_run_data_describe(const vit_run_data *d, char *buf, size_t cap);
 
 /* The data record of the checkpoint at path into *out, *known = 1; a
  * checkpoint without one (written before format 5, or by vit_run_save
- * without it) gives *known = 0 and *out zeroed.  Errors as vit_ckpt_read,
- * and VIT_EFORMAT for a record that does not parse. */
+ * without it) gives *known = 0 and *out zeroed.  Reads the file's header
+ * alone (vit_ckpt_read_header: not the tensors, no checksum).  Errors as
+ * vit_ckpt_read_header, and VIT_EFORMAT for a record that does not parse. */
 int vit_run_data_read(const char *path, vit_run_data *out, int *known);
 
 /* The state a run needs to continue exactly where it stopped. */
@@ -340,8 +341,10 @@ typedef struct vit_train_opts {
  * or a resume writing elsewhere than its own folder, would replace it. */
 int vit_run_dir_taken(const char *out_dir, const char *resume);
 
-/* The config stored in checkpoint path, into *cfg (overwritten).  Returns
- * VIT_OK or the codes of vit_ckpt_read and vit_config_parse. */
+/* The config stored in checkpoint path, into *cfg (overwritten), from the
+ * file's header alone (vit_ckpt_read_header: not the tensors, no
+ * checksum).  Returns VIT_OK or the codes of vit_ckpt_read_header and
+ * vit_config_parse. */
 int vit_run_config(const char *path, vit_config *cfg);
 
 typedef struct vit_train_result {
