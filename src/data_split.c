@@ -80,27 +80,33 @@ static int gather(const vit_dataset *ds, const signed char *part, const int *wan
     return VIT_OK;
 }
 
-/* part[i] of each image of ds: 0 train, 1 validation, 2 test. */
+/* part[i] of each image of ds: 0 train, 1 validation, 2 test.  idx holds
+ * the classes' image indices one class after the other (each in ds
+ * order), start[k] where class k's begin. */
 static int assign_parts(const vit_dataset *ds, const vit_data_split *s, signed char *part,
                         const char *fn)
 {
-    int *counts = calloc((size_t)ds->classes, sizeof *counts);
+    int *start = calloc((size_t)ds->classes + 1, sizeof *start);
     int *idx = malloc((size_t)ds->count * sizeof *idx);
-    int rc = counts && idx ? vit_dataset_class_counts(ds, counts)
-                           : vit_fail(VIT_ENOMEM, "%s: out of memory for %d images", fn, ds->count);
+    int rc = start && idx ? vit_dataset_class_counts(ds, start + 1)
+                          : vit_fail(VIT_ENOMEM, "%s: out of memory for %d images", fn, ds->count);
     vit_rng rng;
     vit_rng_seed(&rng, s->seed);
-    for (int k = 0; rc == VIT_OK && k < ds->classes; k++) {
-        int n = 0, v, t;
-        for (int i = 0; i < ds->count; i++)
-            if (ds->labels[i] == k)
-                idx[n++] = i;
-        vit_rng_shuffle(&rng, idx, n);
+    for (int k = 0; rc == VIT_OK && k < ds->classes; k++)
+        start[k + 1] += start[k];
+    for (int i = 0, *at = NULL; rc == VIT_OK && i < ds->count; i++) {
+        at = &start[ds->labels[i]]; /* class k's next free place, moved on */
+        idx[(*at)++] = i;
+    }
+    /* start[k] is now where class k ends: class k is idx[end(k-1) .. end(k)). */
+    for (int k = 0, from = 0; rc == VIT_OK && k < ds->classes; from = start[k++]) {
+        int n = start[k] - from, v, t;
+        vit_rng_shuffle(&rng, idx + from, n);
         class_quota(n, s, &v, &t);
         for (int j = 0; j < n; j++)
-            part[idx[j]] = (signed char)(j < t ? 2 : j < t + v ? 1 : 0);
+            part[idx[from + j]] = (signed char)(j < t ? 2 : j < t + v ? 1 : 0);
     }
-    free(counts);
+    free(start);
     free(idx);
     return rc;
 }
