@@ -414,16 +414,24 @@ int vit_ckpt_write(const char *path, const vit_ckpt *c)
 
 /* ---- reading ---- */
 
-/* The whole file in memory and a cursor.  Every read goes through need(),
- * which compares against the real file length. */
+/* The file (or its first len bytes, when reading the header alone) in
+ * memory and a cursor.  Every read goes through need(), which compares
+ * against the bytes in memory; lengths are checked against the real file
+ * length, file_len. */
 typedef struct ckpt_reader {
     const char *path;
     const unsigned char *buf;
-    size_t len, pos;
+    size_t len, pos, file_len;
 } ckpt_reader;
+
+/* need()'s answer when the bytes are in the file but not yet in memory
+ * (a header read then reads more of the file); never returned outside. */
+#define CKPT_MORE 1
 
 static int need(const ckpt_reader *r, size_t n, const char *what)
 {
+    if (n > r->len - r->pos && r->len < r->file_len)
+        return CKPT_MORE;
     if (n > r->len - r->pos)
         return vit_fail(VIT_EFORMAT,
                         "vit_ckpt_read: '%s': truncated at byte %zu (%s needs %zu bytes at offset %zu)",
@@ -466,9 +474,11 @@ static int r_u64(ckpt_reader *r, uint64_t *v, const char *what)
     return rc;
 }
 
-/* Loads the file into a new buffer.  The length comes from fstat and is
- * the ground truth every field is later checked against. */
-static int load_file(const char *path, unsigned char **out, size_t *len)
+/* Loads the file, or its first max bytes, into a new buffer of *len
+ * bytes.  The file's length *file_len comes from fstat and is the ground
+ * truth every field is later checked against. */
+static int load_file(const char *path, size_t max, unsigned char **out, size_t *len,
+                     size_t *file_len)
 {
     char why[128];
     FILE *f = fopen(path, "rb");
@@ -490,7 +500,8 @@ static int load_file(const char *path, unsigned char **out, size_t *len)
         fclose(f);
         return vit_fail(VIT_ENOMEM, "vit_ckpt_read: '%s' is too large to load", path);
     }
-    size_t n = (size_t)st.st_size;
+    *file_len = (size_t)st.st_size;
+    size_t n = *file_len < max ? *file_len : max;
     unsigned char *buf = malloc(n ? n : 1);
     if (buf == NULL) {
         fclose(f);
@@ -529,13 +540,15 @@ static int parse_position(ckpt_reader *r, vit_ckpt *c)
     uint32_t n;
     if ((rc = r_u32(r, &n, "order length")))
         return rc;
-    if (n > INT_MAX || n > (r->len - r->pos) / 4)
+    if (n > INT_MAX || n > (r->file_len - r->pos) / 4)
         return vit_fail(VIT_EFORMAT,
                         "vit_ckpt_read: '%s': order length %u cannot fit in the %zu bytes left "
                         "(truncated or corrupt)",
-                        r->path, (unsigned)n, r->len - r->pos);
+                        r->path, (unsigned)n, r->file_len - r->pos);
     if (n == 0)
         return VIT_OK;
+    if ((rc = need(r, (size_t)n * 4, "order")))
+        return rc; /* only when reading the header alone: more of the file */
     c->order = malloc((size_t)n * sizeof *c->order);
     if (c->order == NULL)
         return vit_fail(VIT_ENOMEM, "vit_ckpt_read: '%s': cannot allocate the order", r->path);
@@ -560,11 +573,11 @@ static int parse_class_names(ckpt_reader *r, vit_ckpt *c)
     int rc;
     if ((rc = r_u32(r, &n, "class name count")))
         return rc;
-    if (n > VIT_CKPT_CLASSES_MAX || n > (r->len - r->pos) / 3)
+    if (n > VIT_CKPT_CLASSES_MAX || n > (r->file_len - r->pos) / 3)
         return vit_fail(VIT_EFORMAT,
                         "vit_ckpt_read: '%s': class name count %u is above %d or cannot fit in the "
                         "%zu bytes left (truncated or corrupt)",
-                        r->path, (unsigned)n, VIT_CKPT_CLASSES_MAX, r->len - r->pos);
+                        r->path, (unsigned)n, VIT_CKPT_CLASSES_MAX, r->file_len - r->pos);
     if (n == 0)
         return VIT_OK;
     c->class_names = calloc(n, sizeof *c->class_names);
@@ -800,15 +813,41 @@ int vit_ckpt_read(const char *path, vit_ckpt *c)
     if ((rc = vit_check_ptr(fn, "path", path)))
         return rc;
     unsigned char *buf = NULL;
-    size_t len = 0;
-    if ((rc = load_file(path, &buf, &len)))
+    size_t len = 0, file_len = 0;
+    if ((rc = load_file(path, SIZE_MAX, &buf, &len, &file_len)))
         return rc;
-    ckpt_reader r = {path, buf, len, 0};
+    ckpt_reader r = {path, buf, len, 0, file_len};
     rc = parse(&r, c);
     free(buf);
     if (rc)
         vit_ckpt_free(c);
     return rc;
+}
+
+/* The header from the file's first 64 KiB, or from four times as many
+ * bytes while it needs more, up to the whole file. */
+int vit_ckpt_read_header(const char *path, vit_ckpt *c)
+{
+    const char *fn = "vit_ckpt_read_header";
+    int rc;
+    if ((rc = vit_check_ptr(fn, "c", c)))
+        return rc;
+    memset(c, 0, sizeof *c);
+    if ((rc = vit_check_ptr(fn, "path", path)))
+        return rc;
+    for (size_t max = (size_t)1 << 16;; max = max > SIZE_MAX / 4 ? SIZE_MAX : max * 4) {
+        unsigned char *buf = NULL;
+        size_t len = 0, file_len = 0;
+        if ((rc = load_file(path, max, &buf, &len, &file_len)))
+            return rc;
+        ckpt_reader r = {path, buf, len, 0, file_len};
+        rc = parse_header(&r, c);
+        free(buf);
+        if (rc)
+            vit_ckpt_free(c);
+        if (rc != CKPT_MORE)
+            return rc;
+    }
 }
 
 void vit_ckpt_free(vit_ckpt *c)

@@ -214,11 +214,9 @@ static void describe_folder(const char *dir, char *out, size_t cap)
     else if (subs == 0 && files == 0)
         snprintf(out, cap, "an empty folder");
     else
-        snprintf(out, cap, "%d subfolder%s%s%s%s%s, %d of them holding images%s, and %d other "
+        snprintf(out, cap, "%d subfolder%s%s%s%s%s, %d of them holding images, and %d other "
                  "file%s", subs, subs == 1 ? "" : "s", subs ? " (" : "", names,
-                 subs > 3 ? ", ..." : "", subs ? ")" : "", classy,
-                 classy ? " (class folders need a train/ and test/ split)" : "", files,
-                 files == 1 ? "" : "s");
+                 subs > 3 ? ", ..." : "", subs ? ")" : "", classy, files, files == 1 ? "" : "s");
 }
 
 /* The VIT_EINVAL of a spec that is no data set, saying what it is. */
@@ -231,17 +229,33 @@ static int not_a_data_set(const char *spec, int is_folder)
         snprintf(found, sizeof found, "a file, not a folder");
     return vit_fail(VIT_EINVAL,
                     "%s: not a data set (expected digits, a folder of IDX files, a folder of "
-                    "CIFAR-10/100 binary batches, or a folder with train/ and test/ class "
-                    "folders of PNG or JPEG images); found %s", spec, found);
+                    "CIFAR-10/100 binary batches, or a folder of class folders of PNG or JPEG "
+                    "images, with or without train/ and test/); found %s", spec, found);
 }
 
-int vit_data_load(const char *spec, const char *digits_path, vit_dataset *train,
-                  vit_dataset *test)
+/* Whether some subfolder of dir holds an image file (a folder of class
+ * folders, when it has no train/ and test/). */
+static int has_class_folders(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int found = 0;
+    if (d == NULL)
+        return 0;
+    while (!found && (e = readdir(d)) != NULL)
+        found = e->d_name[0] != '.' && holds_images(dir, e->d_name);
+    closedir(d);
+    return found;
+}
+
+int vit_data_internal_load(const char *spec, const char *digits_path, vit_dataset *train,
+                           vit_dataset *test, int *flat)
 {
     static const char *fn = "vit_data_load";
     char *tr = NULL, *te = NULL;
     struct stat st;
     int rc;
+    *flat = 0;
     if ((rc = vit_data_internal_begin(fn, "spec", spec, train, test)))
         return rc;
 
@@ -266,13 +280,23 @@ int vit_data_load(const char *spec, const char *digits_path, vit_dataset *train,
         free(te);
         return vit_fail(VIT_ENOMEM, "%s: out of memory", fn);
     }
-    if (is_dir(tr) && is_dir(te))
+    if (is_dir(tr) && is_dir(te)) {
         rc = vit_data_internal_png_pair(tr, te, train, test);
-    else
+    } else if (!is_dir(tr) && !is_dir(te) && has_class_folders(spec)) {
+        *flat = 1;
+        rc = vit_data_load_png_dir(spec, train);
+    } else {
         rc = not_a_data_set(spec, 1);
+    }
     free(tr);
     free(te);
     return rc;
+}
+
+int vit_data_load(const char *spec, const char *digits_path, vit_dataset *train,
+                  vit_dataset *test)
+{
+    return vit_data_load_split(spec, digits_path, NULL, train, test, NULL, NULL);
 }
 
 int vit_dataset_class_counts(const vit_dataset *ds, int *counts)

@@ -47,4 +47,10 @@ int vit_data_internal_read_jpeg(const char *path, vit_real **pixels, int *height
 int vit_data_internal_png_pair(const char *train_dir, const char *test_dir,
                                vit_dataset *train, vit_dataset *test);
 
+/* vit_data_load without the split (data.c): a flat folder of class
+ * folders (no train/ and test/) is read whole into *train, *test left
+ * zeroed, and *flat set to 1 (else 0). */
+int vit_data_internal_load(const char *spec, const char *digits_path, vit_dataset *train,
+                           vit_dataset *test, int *flat);
+
 #endif

@@ -34,6 +34,7 @@ const char *vit_status_name(int status)
     case VIT_EFORMAT: return "VIT_EFORMAT";
     case VIT_ENUM: return "VIT_ENUM";
     case VIT_ERANGE: return "VIT_ERANGE";
+    case VIT_EDATA: return "VIT_EDATA";
     default: return "VIT_E(unknown)";
     }
 }

@@ -95,6 +95,11 @@ int vit_run_data_format(const vit_run_data *d, char *buf, size_t cap)
                      "pixels_hash = %016llx\n", d->spec, d->train_count, d->test_count,
                      d->height, d->width, d->channels, d->classes, d->labels_hash,
                      d->pixels_hash);
+    /* Written only with a split, so that a record without one reads the
+     * same as before splits were recorded. */
+    if (n >= 0 && (size_t)n < cap && (d->split.val > 0 || d->split.test > 0))
+        n += snprintf(buf + n, cap - (size_t)n, "val_split = %.17g\ntest_split = %.17g\n"
+                      "split_seed = %llu\n", d->split.val, d->split.test, d->split.seed);
     if (n < 0 || (size_t)n >= cap)
         return vit_fail(VIT_EINVAL, "vit_run_save: the data record does not fit %zu bytes", cap);
     return VIT_OK;
@@ -117,6 +122,17 @@ static int parse_line(const char *line, vit_run_data *d)
         return 1;
     }
     char *end;
+    double *frac = klen == 9 && strncmp(line, "val_split", 9) == 0    ? &d->split.val
+                   : klen == 10 && strncmp(line, "test_split", 10) == 0 ? &d->split.test
+                                                                        : NULL;
+    if (frac) {
+        *frac = strtod(v, &end);
+        return *end == 0 && end != v && *frac >= 0 && *frac < 1;
+    }
+    if (klen == 10 && strncmp(line, "split_seed", 10) == 0) {
+        d->split.seed = strtoull(v, &end, 10);
+        return *end == 0 && end != v && *v != '-';
+    }
     for (int k = 0; k < 6; k++)
         if (strlen(ints[k]) == klen && strncmp(line, ints[k], klen) == 0) {
             long x = strtol(v, &end, 10);
@@ -152,6 +168,9 @@ int vit_run_data_parse(const char *text, const char *path, vit_run_data *d)
     if (d->train_count <= 0 || d->test_count <= 0 || d->height <= 0 || d->width <= 0
         || d->channels <= 0 || d->classes <= 0)
         return vit_fail(VIT_EFORMAT, "%s: the data record lacks counts or the image shape", path);
+    if (!(d->split.val + d->split.test < 1))
+        return vit_fail(VIT_EFORMAT, "%s: the data record's split fractions %g and %g sum to 1 "
+                        "or more", path, d->split.val, d->split.test);
     return VIT_OK;
 }
 
@@ -162,7 +181,7 @@ int vit_run_data_read(const char *path, vit_run_data *out, int *known)
     memset(out, 0, sizeof *out);
     *known = 0;
     vit_ckpt c;
-    int rc = vit_ckpt_read(path, &c);
+    int rc = vit_ckpt_read_header(path, &c);
     if (rc)
         return rc;
     if (c.data && *c.data && (rc = vit_run_data_parse(c.data, path, out)) == VIT_OK)

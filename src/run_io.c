@@ -314,7 +314,7 @@ int vit_run_config(const char *path, vit_config *cfg)
     if (!path || !cfg)
         return vit_fail(VIT_EINVAL, "vit_run_config: %s is NULL", !path ? "path" : "cfg");
     vit_ckpt c;
-    int rc = vit_ckpt_read(path, &c);
+    int rc = vit_ckpt_read_header(path, &c);
     if (rc)
         return rc;
     vit_config_legacy_default(cfg);

@@ -247,17 +247,21 @@ static int check_data(vit_trainer *t)
     int rc = vit_run_data_of(t->train_all, t->test, t->o.data_spec, &now);
     if (rc)
         return rc;
+    now.split = t->o.data_split;
     if (t->st.has_data && !vit_run_data_same(&t->st.data, &now) && !t->o.other_data) {
         char was[256], is[256];
-        return vit_fail(VIT_EINVAL, "%s: the checkpoint's run trained on %s%s%s%s; this data is "
-                        "%s: a resumed run keeps its data unless other data is allowed",
+        return vit_fail(VIT_EDATA, "%s: the run trained on %s%s%s%s; this data%s%s%s is %s",
                         t->o.resume, *t->st.data.spec ? "'" : "", t->st.data.spec,
                         *t->st.data.spec ? "', " : "",
                         vit_run_data_describe(&t->st.data, was, sizeof was),
+                        *now.spec ? ", '" : "", now.spec, *now.spec ? "'," : "",
                         vit_run_data_describe(&now, is, sizeof is));
     }
     if (!t->o.data_spec && t->st.has_data)
         memcpy(now.spec, t->st.data.spec, sizeof now.spec);
+    /* The same data without a split given: the split the record names. */
+    if (t->st.has_data && !t->o.other_data && now.split.val == 0 && now.split.test == 0)
+        now.split = t->st.data.split;
     t->st.data = now;
     t->st.has_data = 1;
     return VIT_OK;

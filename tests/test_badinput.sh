@@ -195,7 +195,9 @@ d=$(png_set split); for f in "$d"/test/*/*.png; do cp "$bad/gray5x5.png" "$f"; d
 row "png: test images of another size" "test: images are grayscale 5x5, but those in .*train are grayscale 4x4" vit_train --data "$d"
 row "data: a missing path" "$tmp/nowhere: no such file or folder" vit_train --data "$tmp/nowhere"
 mkdir -p "$tmp/flat/a"; cp "$bad/gray5x5.png" "$tmp/flat/a/1.png"
-row "data: class folders without a split" "flat: not a data set .*found 1 subfolder \(a\), 1 of them holding images \(class folders need a train/ and test/ split\)" vit_train --data "$tmp/flat"
+row "data: class folders too small to split" "flat: a test fraction of 0.2 leaves no test images \(too few images per class\)" vit_train --data "$tmp/flat"
+mkdir -p "$tmp/nothing/a" "$tmp/nothing/b"
+row "data: subfolders without images" "nothing: not a data set .*found 2 subfolders \(.*\), 0 of them holding images, and 0 other files" vit_train --data "$tmp/nothing"
 
 # ---- vit_predict on bad images -----------------------------------------------
 cp "$bad/huge_header.png" "$tmp/huge.png"

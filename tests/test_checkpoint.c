@@ -496,6 +496,64 @@ START_TEST(test_every_truncation_rejected)
 }
 END_TEST
 
+/* vit_ckpt_read_header: what precedes the tensors, as vit_ckpt_read
+ * gives it; a file cut inside its tensors still has its header, one cut
+ * before the tensors is refused as truncated; an order longer than the
+ * first 64 KiB is read by reading more. */
+START_TEST(test_read_header)
+{
+    tmpdir d;
+    tmpdir_make(&d);
+    char path[128], cut[128];
+    snprintf(cut, sizeof cut, "%s/cut.ckpt", d.path);
+    size_t n;
+    unsigned char *img = small_image(&d, path, &n);
+    vit_ckpt h;
+    ck_assert_int_eq(vit_ckpt_read_header(path, &h), VIT_OK);
+    ck_assert_str_eq(h.config, "dim=8\n");
+    ck_assert(h.step == 7 && h.epoch == 2 && h.rng[3] == 4 && h.ntensors == 0 && !h.tensors);
+    ck_assert_int_eq(h.nclass_names, 3);
+    ck_assert_str_eq(h.class_names[2], "sneaker");
+    vit_ckpt_free(&h);
+    /* The header ends where the tensor count starts: 8 + 4 + 4 + 16 + 32
+     * + 8 + 24 + 4 (no order) + 4 + 6 (config) + 4 + 3 names (2 + 3, 2 + 4,
+     * 2 + 7) + 4 (no data record) bytes. */
+    size_t end = 8 + 4 + 4 + 16 + 32 + 8 + 24 + 4 + 4 + 6 + 4 + 5 + 6 + 9 + 4;
+    fu_write(cut, img, end + 10);
+    ck_assert_int_eq(vit_ckpt_read_header(cut, &h), VIT_OK);
+    vit_ckpt_free(&h);
+    expect_read_fails(cut, VIT_EFORMAT, "truncated");
+    fu_write(cut, img, end - 1);
+    ck_assert_int_eq(vit_ckpt_read_header(cut, &h), VIT_EFORMAT);
+    char want[64];
+    snprintf(want, sizeof want, "truncated at byte %zu", end - 1);
+    ck_assert_msg(strstr(vit_last_error(), want), "%s", vit_last_error());
+    ck_assert_ptr_null(h.config);
+
+    int norder = 40000; /* 160000 bytes of order */
+    int *order = malloc((size_t)norder * sizeof *order);
+    ck_assert_ptr_nonnull(order);
+    for (int i = 0; i < norder; i++)
+        order[i] = norder - 1 - i;
+    vit_ckpt_tensor t[2];
+    vit_ckpt c = small_ckpt(t);
+    c.epoch_step = 3;
+    c.norder = norder;
+    c.order = order;
+    c.data = "spec = x";
+    ck_assert_int_eq(vit_ckpt_write(path, &c), VIT_OK);
+    ck_assert_int_eq(vit_ckpt_read_header(path, &h), VIT_OK);
+    ck_assert_int_eq(h.norder, norder);
+    ck_assert_int_eq(h.order[norder - 1], 0);
+    ck_assert_str_eq(h.data, "spec = x");
+    ck_assert_str_eq(h.config, "dim=8\n");
+    vit_ckpt_free(&h);
+    free(order);
+    free(img);
+    tmpdir_remove(&d);
+}
+END_TEST
+
 START_TEST(test_bad_header_fields)
 {
     tmpdir d;
@@ -1187,6 +1245,7 @@ static Suite *checkpoint_suite(void)
     tcase_add_test(tc, test_read_float32_writer);
     tcase_add_test(tc, test_every_flipped_byte_detected);
     tcase_add_test(tc, test_every_truncation_rejected);
+    tcase_add_test(tc, test_read_header);
     tcase_add_test(tc, test_bad_header_fields);
     tcase_add_test(tc, test_absurd_sizes);
     tcase_add_test(tc, test_reads_version_1_file);

@@ -698,8 +698,8 @@ START_TEST(load_dispatch)
     ck_assert_int_eq(rc, VIT_EINVAL);
     char want[600];
     snprintf(want, sizeof want, "%s: not a data set (expected digits, a folder of IDX files, "
-             "a folder of CIFAR-10/100 binary batches, or a folder with train/ and test/ class "
-             "folders of PNG or JPEG images); found an empty folder", fu_path("not_a_set"));
+             "a folder of CIFAR-10/100 binary batches, or a folder of class folders of PNG or JPEG "
+             "images, with or without train/ and test/); found an empty folder", fu_path("not_a_set"));
     ck_assert_str_eq(vit_last_error(), want);
     expect_error(vit_data_load("mnist-typo", DIGITS, &tr, &te), VIT_EIO,
                  "mnist-typo: no such file or folder");

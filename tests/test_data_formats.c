@@ -505,8 +505,8 @@ START_TEST(not_a_data_set)
 
     write_rel("afile", "x", 1);
     snprintf(want, sizeof want, "%s: not a data set (expected digits, a folder of IDX files, "
-             "a folder of CIFAR-10/100 binary batches, or a folder with train/ and test/ class "
-             "folders of PNG or JPEG images); found a file, not a folder", fu_path("afile"));
+             "a folder of CIFAR-10/100 binary batches, or a folder of class folders of PNG or JPEG "
+             "images, with or without train/ and test/); found a file, not a folder", fu_path("afile"));
     expect_error(vit_data_load(fu_path("afile"), NULL, &tr, &te), VIT_EINVAL, want);
     ck_assert_str_eq(vit_last_error(), want);
 
@@ -514,7 +514,8 @@ START_TEST(not_a_data_set)
     expect_error(vit_data_load(fu_path("empty"), NULL, &tr, &te), VIT_EINVAL,
                  "; found an empty folder");
 
-    /* Class folders without a split (what `pngset/train` is). */
+    /* Class folders without a split (what `pngset/train` is) are read as
+     * one set to split, and its empty class folder is named. */
     mkdir_rel("flat");
     mkdir_rel("flat/cat");
     mkdir_rel("flat/dog");
@@ -523,13 +524,20 @@ START_TEST(not_a_data_set)
     ck_assert_int_eq(vit_png_write(fu_path("flat/cat/1.png"), px, 2, 2, 1), VIT_OK);
     ck_assert_int_eq(vit_png_write(fu_path("flat/dog/1.JPG"), px, 2, 2, 1), VIT_OK);
     write_rel("flat/readme", "x", 1);
-    expect_error(vit_data_load(fu_path("flat"), NULL, &tr, &te), VIT_EINVAL,
-                 "; found 3 subfolders (");
-    expect_error(vit_data_load(fu_path("flat"), NULL, &tr, &te), VIT_EINVAL,
-                 "), 2 of them holding images (class folders need a train/ and test/ split), "
-                 "and 1 other file");
+    expect_error(vit_data_load(fu_path("flat"), NULL, &tr, &te), VIT_EFORMAT,
+                 "flat/misc: empty class folder");
+
+    /* Subfolders without images: no layout, and what was found. */
+    mkdir_rel("noimg");
+    mkdir_rel("noimg/cat");
+    mkdir_rel("noimg/dog");
+    write_rel("noimg/readme", "x", 1);
+    expect_error(vit_data_load(fu_path("noimg"), NULL, &tr, &te), VIT_EINVAL,
+                 "; found 2 subfolders (");
+    expect_error(vit_data_load(fu_path("noimg"), NULL, &tr, &te), VIT_EINVAL,
+                 "), 0 of them holding images, and 1 other file");
     const char *msg = vit_last_error();
-    ck_assert(strstr(msg, "cat") && strstr(msg, "dog") && strstr(msg, "misc"));
+    ck_assert(strstr(msg, "cat") && strstr(msg, "dog"));
 
     mkdir_rel("half");
     mkdir_rel("half/train");

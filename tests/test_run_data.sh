@@ -57,7 +57,7 @@ err=$("$tools/vit_train" --threads 1 --quiet --resume "$tmp/run/last.ckpt" --epo
 rc=$?
 echo "     stderr: $err"
 check "resume on other data: refused, one line naming both data sets and --other-data" \
-    '[ $rc -ne 0 ] && [ "$(wc -l <<<"$err")" -eq 1 ] && grep -qF "$tmp/a" <<<"$err" && grep -qF -- "--data $tmp/b" <<<"$err" && grep -q "96 train" <<<"$err" && grep -q "112 train" <<<"$err" && grep -q -- "--other-data" <<<"$err"'
+    '[ $rc -ne 0 ] && [ "$(wc -l <<<"$err")" -eq 1 ] && grep -qF "$tmp/a" <<<"$err" && grep -qF "'$tmp/b'" <<<"$err" && grep -q "96 train" <<<"$err" && grep -q "112 train" <<<"$err" && grep -q -- "--other-data" <<<"$err"'
 check "refused: the run untouched" 'cmp -s "$tmp/run/last.ckpt" "$tmp/keep/last.ckpt"'
 "$tools/vit_train" --threads 1 --quiet --resume "$tmp/run/last.ckpt" --epochs 4 --data "$tmp/b" \
     --other-data >/dev/null 2>&1

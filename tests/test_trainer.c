@@ -438,7 +438,7 @@ START_TEST(test_checkpoint_knows_its_data)
     o.resume = ckpt;
     o.stop_after_epochs = 0;
     o.data_spec = NULL;
-    ck_assert_int_eq(vit_train_run(&cfg, &other, &g_test, &o, &res), VIT_EINVAL);
+    ck_assert_int_eq(vit_train_run(&cfg, &other, &g_test, &o, &res), VIT_EDATA);
     ck_assert_msg(strstr(vit_last_error(), "1437 train + 360 test images") != NULL
                   && strstr(vit_last_error(), "'digits'") != NULL, "%s", vit_last_error());
     o.other_data = 1; /* allowed: trains on, and records the new data */

@@ -392,15 +392,14 @@ void cli_short_path(const char *path, int max, char *out, size_t cap)
     snprintf(out, cap, "%.*s...%s", (int)head, path, t);
 }
 
-const char *cli_data_of_run(const char *ckpt, const char *given, char *buf, size_t cap)
+const char *cli_data_of_run(const vit_run_data *rec, int known, const char *given,
+                            vit_data_split *split)
 {
+    char abs[PATH_MAX];
+    memset(split, 0, sizeof *split);
+    if (known && *rec->spec && (!given || (realpath(given, abs) && strcmp(abs, rec->spec) == 0)))
+        *split = rec->split;
     if (given)
         return given;
-    vit_run_data d;
-    int known = 0;
-    if (ckpt && vit_run_data_read(ckpt, &d, &known) == VIT_OK && known && *d.spec) {
-        snprintf(buf, cap, "%s", d.spec);
-        return buf;
-    }
-    return "digits";
+    return known && *rec->spec ? rec->spec : "digits";
 }

@@ -96,11 +96,14 @@ int cli_terminal_columns(void);
  * is near, so that the run folder and file name stay readable. */
 void cli_short_path(const char *path, int max, char *out, size_t cap);
 
-/* The data set a tool works on for checkpoint ckpt: given (--data) when
- * not NULL, else the spec the checkpoint's run recorded (vit_run_data),
- * else "digits" (a checkpoint written before runs recorded their data).
- * Points into buf[cap] or at a constant. */
-const char *cli_data_of_run(const char *ckpt, const char *given, char *buf, size_t cap);
+/* The data set a tool works on for a run whose checkpoint recorded *rec
+ * (known 0: it recorded none): given (--data) when not NULL, else the
+ * record's spec, else "digits" (a checkpoint written before runs recorded
+ * their data).  *split gets the record's split when the data is the
+ * record's (given NULL, or naming the same folder), else all zero (the
+ * loader's defaults).  Points at given, into rec or at a constant. */
+const char *cli_data_of_run(const vit_run_data *rec, int known, const char *given,
+                            vit_data_split *split);
 
 /* Prints the config keys as options (for --help). */
 void cli_print_config_keys(FILE *f);

@@ -79,7 +79,7 @@ static int parse_query(const char *text, int gh, int gw, int *query)
 /* The image to look at, [H, W, C] as the model expects, malloc'd into *px.
  * Exactly one of png and digit >= 0 is given. */
 static int load_image(const vit_config *c, const char *png, int digit, const char *data,
-                      vit_real **px, int *label)
+                      const vit_data_split *split, vit_real **px, int *label)
 {
     size_t n = (size_t)c->image_height * c->image_width * c->channels;
     *label = -1;
@@ -99,7 +99,7 @@ static int load_image(const vit_config *c, const char *png, int digit, const cha
     }
     vit_dataset train = {0}, test = {0};
     int rc = 1;
-    if (vit_data_load(data, cli_digits_path(), &train, &test))
+    if (vit_data_load_split(data, cli_digits_path(), split, &train, &test, NULL, NULL))
         cli_fail(prog, NULL);
     else if (digit >= test.count)
         fprintf(stderr, "%s: --digit: %d is out of range; the test split of %s has images 0..%d\n",
@@ -215,9 +215,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: no checkpoint given (see --help)\n", prog);
         return 2;
     }
-    /* Without --data: the data the checkpoint's run trained on. */
-    char data_buf[VIT_RUN_DATA_SPEC_MAX];
-    data = cli_data_of_run(ckpt, data, data_buf, sizeof data_buf);
     if ((digit >= 0) == (png != NULL)) {
         fprintf(stderr, "%s: give exactly one image: --digit N or a PNG file\n", prog);
         return 2;
@@ -227,6 +224,9 @@ int main(int argc, char **argv)
     vit_run_state st;
     if (vit_run_load(ckpt, &m, NULL, &st))
         return cli_fail(prog, NULL);
+    /* Without --data: the data (and split) the checkpoint's run trained on. */
+    vit_data_split split;
+    data = cli_data_of_run(&st.data, st.has_data, data, &split);
     const vit_config *c = vit_model_config(m);
     int gh, gw, query = -1, label = -1, pred = 0;
     config_grid(c, &gh, &gw);
@@ -234,7 +234,7 @@ int main(int argc, char **argv)
     vit_real *px = NULL, *maps = NULL;
     draw_canvas canvas = {0};
     int rc = 1;
-    if (!parse_query(qtext, gh, gw, &query) || load_image(c, png, digit, data, &px, &label))
+    if (!parse_query(qtext, gh, gw, &query) || load_image(c, png, digit, data, &split, &px, &label))
         goto done;
     maps = malloc((size_t)c->depth * c->heads * gh * gw * sizeof *maps);
     if (!maps) {

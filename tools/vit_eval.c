@@ -63,20 +63,20 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: no checkpoint given (see --help)\n", prog);
         return 2;
     }
-    /* Without --data: the data the checkpoint's run trained on. */
-    char data_buf[VIT_RUN_DATA_SPEC_MAX];
-    data = cli_data_of_run(ckpt, data, data_buf, sizeof data_buf);
     if (threads)
         vit_set_threads(threads);
     vit_model *m = NULL;
     vit_run_state st;
     if (vit_run_load(ckpt, &m, NULL, &st))
         return cli_fail(prog, NULL);
+    /* Without --data: the data (and split) the checkpoint's run trained on. */
+    vit_data_split split;
+    data = cli_data_of_run(&st.data, st.has_data, data, &split);
     vit_dataset train = {0}, test = {0};
     vit_tape *tape = vit_tape_new();
     vit_eval_result r = {0};
     int rc = 1;
-    if (!tape || vit_data_load(data, cli_digits_path(), &train, &test))
+    if (!tape || vit_data_load_split(data, cli_digits_path(), &split, &train, &test, NULL, NULL))
         cli_fail(prog, NULL);
     else if (vit_evaluate_tta(m, tape, split_train ? &train : &test, 256,
                               tta >= 0 ? tta : vit_model_config(m)->tta, &r))

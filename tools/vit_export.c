@@ -54,13 +54,13 @@ int main(int argc, char **argv)
                 !ckpt ? "no checkpoint given" : "no --out file given");
         return 2;
     }
-    /* Without --data: the data the checkpoint's run trained on. */
-    char data_buf[VIT_RUN_DATA_SPEC_MAX];
-    data = cli_data_of_run(ckpt, data, data_buf, sizeof data_buf);
     vit_model *m = NULL;
     vit_run_state st;
     if (vit_run_load(ckpt, &m, NULL, &st))
         return cli_fail(prog, NULL);
+    /* Without --data: the data (and split) the checkpoint's run trained on. */
+    vit_data_split split;
+    data = cli_data_of_run(&st.data, st.has_data, data, &split);
     size_t bytes = 0;
     int rc = 1;
     vit_dataset train = {0}, test = {0};
@@ -72,7 +72,7 @@ int main(int argc, char **argv)
     printf("wrote %s: %d tensors, %zu parameters, %zu bytes\n", out,
            8 + 12 * vit_model_config(m)->depth, vit_model_param_count(m), bytes);
     if (logits) {
-        if (vit_data_load(data, cli_digits_path(), &train, &test)) {
+        if (vit_data_load_split(data, cli_digits_path(), &split, &train, &test, NULL, NULL)) {
             cli_fail(prog, NULL);
             goto done;
         }

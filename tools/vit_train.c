@@ -29,8 +29,9 @@ static void usage(FILE *f)
         "\n"
         "  --data SPEC          digits (the shipped 8x8 digits: first 1437 train, last\n"
         "                       360 test), a folder of MNIST IDX files (gray or\n"
-        "                       colour), of CIFAR-10/100 binary batches, or with\n"
-        "                       train/ and test/ class subfolders of PNGs or JPEGs\n"
+        "                       colour), of CIFAR-10/100 binary batches, or of class\n"
+        "                       subfolders of PNGs or JPEGs, in train/ and test/ or\n"
+        "                       split by --test-split\n"
         "  --config FILE        model and recipe (key = value lines); flags override it\n"
         "  --out DIR            output folder (default runs/NAME of the data, or with\n"
         "                       --resume the checkpoint's own folder); a folder that\n"
@@ -49,6 +50,13 @@ static void usage(FILE *f)
         "  --other-data         resume on data other than the run's: the schedule is\n"
         "                       laid out anew over the steps left\n"
         "  --val N              hold out the last N training images for validation\n"
+        "  --val-split F        hold out a fraction F of each class of the training\n"
+        "                       images for validation (seeded, stratified)\n"
+        "  --test-split F       a folder of class folders without train/ and test/:\n"
+        "                       the fraction of each class held out for testing\n"
+        "                       (default 0.2; F in (0, 1), with --val-split below 1)\n"
+        "  --split-seed N       the seed that picks the held-out images (default 0);\n"
+        "                       the split is recorded and a resume keeps it\n"
         "  --ckpt-every N       epochs between checkpoints (default 1)\n"
         "  --stop-after N       stop after N epochs, as if interrupted (resume later)\n"
         "  --threads N          threads: one batch slice each, and the library's\n"
@@ -85,7 +93,8 @@ static void usage(FILE *f)
 static const cli_flag flags[] = {
     {"--data", 1}, {"--config", 1}, {"--out", 1}, {"--resume", 1}, {"--val", 1},
     {"--ckpt-every", 1}, {"--stop-after", 1}, {"--threads", 1}, {"--quiet", 0},
-    {"--check-replicas", 0}, {"--force", 0}, {"--other-data", 0}, {"--seeds", 1}, {"--help", 0}, {"--version", 0},
+    {"--check-replicas", 0}, {"--force", 0}, {"--other-data", 0}, {"--seeds", 1},
+    {"--val-split", 1}, {"--test-split", 1}, {"--split-seed", 1}, {"--help", 0}, {"--version", 0},
     {NULL, 0},
 };
 
@@ -201,25 +210,108 @@ static void print_result(const char *acc, const char *labels, const char *timing
         printf("%s (%s)\n%s\ncheckpoint %s\n", acc, labels, timing, short_path);
 }
 
-/* 1 if train and test (loaded from spec) are the data the run of ckpt
- * recorded, or it recorded none; else says so (when speak) and gives 0.
- * The library refuses such a resume too; this names the flag. */
-static int same_data_as_run(const char *ckpt, const char *spec, const vit_dataset *train,
-                            const vit_dataset *test, int speak)
+/* --val-split, --test-split and --split-seed: the split asked for, and
+ * which were given (bits 1, 2, 4). */
+typedef struct split_flags {
+    vit_data_split s;
+    int given;
+} split_flags;
+
+/* One of the split flags into *f: 0 when taken, 2 (said) for a bad value,
+ * -1 when a is none of them. */
+static int split_flag(const char *a, const char *v, split_flags *f)
 {
-    vit_run_data was, now;
-    int known = 0;
-    if (vit_run_data_read(ckpt, &was, &known) || !known)
-        return 1; /* an unreadable file is the library's to report */
-    if (vit_run_data_of(train, test, spec, &now) || vit_run_data_same(&was, &now))
-        return 1;
-    if (speak) {
-        char a[256], b[256];
-        fprintf(stderr, "%s: %s: the run trained on %s%s%s; --data %s is %s; pass --other-data "
-                "to continue it on this data\n", prog, ckpt, *was.spec ? was.spec : "",
-                *was.spec ? ", " : "", vit_run_data_describe(&was, a, sizeof a), spec,
-                vit_run_data_describe(&now, b, sizeof b));
+    int bit = strcmp(a, "--val-split") == 0 ? 1 : strcmp(a, "--test-split") == 0 ? 2
+            : strcmp(a, "--split-seed") == 0 ? 4 : 0;
+    char *end;
+    if (bit == 4) {
+        f->s.seed = strtoull(v, &end, 10);
+        if (*v < '0' || *v > '9' || *end) {
+            fprintf(stderr, "%s: --split-seed: expected a whole number >= 0, got '%s'\n", prog, v);
+            return 2;
+        }
+    } else if (bit) {
+        double x = strtod(v, &end);
+        if (end == v || *end || !(x > 0 && x < 1)) {
+            fprintf(stderr, "%s: %s: expected a fraction between 0 and 1 (e.g. 0.2), got '%s'\n",
+                    prog, a, v);
+            return 2;
+        }
+        *(bit == 1 ? &f->s.val : &f->s.test) = x;
     }
+    f->given |= bit;
+    return bit ? 0 : -1;
+}
+
+/* " --val-split V --test-split T --split-seed S" of a split, fractions
+ * left out when 0. */
+static const char *split_words(const vit_data_split *s, char *buf, size_t cap)
+{
+    int n = 0;
+    buf[0] = 0;
+    if (s->val > 0)
+        n += snprintf(buf, cap, " --val-split %g", s->val);
+    if (s->test > 0 && n >= 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, " --test-split %g", s->test);
+    if (n >= 0 && (size_t)n < cap)
+        snprintf(buf + n, cap - (size_t)n, " --split-seed %llu", s->seed);
+    return buf;
+}
+
+/* The split to load with into *out: the flags given and, on a resume
+ * (rec: its record, NULL for none), the run's split for those not given.
+ * A given flag that differs from the run's is refused in one line naming
+ * both, unless --other-data; so is --val with --val-split.  -1 to go on,
+ * else the exit status. */
+static int settle_split(const split_flags *f, const vit_data_split *rec, const vit_train_opts *o,
+                        vit_data_split *out)
+{
+    *out = f->s;
+    if ((f->given & 1) && o->val_count > 0) {
+        fprintf(stderr, "%s: --val %d and --val-split %g: give one of them\n", prog, o->val_count,
+                f->s.val);
+        return 2;
+    }
+    if (!rec || o->other_data)
+        return -1;
+    if (rec->val > 0 && o->val_count > 0) {
+        fprintf(stderr, "%s: --val %d: the run %s holds out --val-split %g of each class for "
+                "validation; resume it without --val\n", prog, o->val_count, o->resume, rec->val);
+        return 2;
+    }
+    out->val = f->given & 1 ? f->s.val : rec->val;
+    out->test = f->given & 2 ? f->s.test : rec->test;
+    out->seed = f->given & 4 ? f->s.seed : rec->seed;
+    if (out->val == rec->val && out->test == rec->test && out->seed == rec->seed)
+        return -1;
+    char a[96], b[96];
+    if (rec->val > 0 || rec->test > 0)
+        fprintf(stderr, "%s: %s: the run %s was split with%s; give its split or none (or "
+                "--other-data)\n", prog, split_words(out, a, sizeof a) + 1, o->resume, split_words(rec, b, sizeof b));
+    else
+        fprintf(stderr, "%s: %s: the run %s was not split; resume it without split flags (or "
+                "with --other-data)\n", prog, split_words(out, a, sizeof a) + 1, o->resume);
+    return 2;
+}
+
+/* Loads the data with the split settled, sets o->val_count (a validation
+ * tail) and o->data_split, and says in one line when a flat folder got
+ * the default test fraction.  0, else the exit status. */
+static int load_data(const char *data, const split_flags *f, const vit_data_split *rec,
+                     vit_train_opts *o, vit_dataset *train, vit_dataset *test, int speak)
+{
+    vit_data_split want;
+    int rc = settle_split(f, rec, o, &want), tail = 0;
+    if (rc >= 0)
+        return rc;
+    if (vit_data_load_split(data, cli_digits_path(), &want, train, test, &o->data_split, &tail))
+        return speak ? cli_fail(prog, NULL) : 1;
+    if (tail > 0)
+        o->val_count = tail;
+    if (speak && o->data_split.test > 0 && want.test == 0 && !rec)
+        printf("split: %s has no train/ and test/: %g%% of each class held out for testing "
+               "(--test-split %g, --split-seed %llu)\n", data, 100 * o->data_split.test,
+               o->data_split.test, o->data_split.seed);
     return 0;
 }
 
@@ -348,7 +440,8 @@ static int train_once(const vit_config *cfg, const vit_dataset *train, const vit
     if (rc) {
         if (!speak)
             return 1;
-        fprintf(stderr, "%s: %s\n", prog, vit_last_error());
+        fprintf(stderr, "%s: %s%s\n", prog, vit_last_error(),
+                rc == VIT_EDATA ? "; pass --other-data to continue it on this data" : "");
         if (rc == VIT_ENUM)
             fprintf(stderr, "%s: the last good checkpoint is kept in %s/last.ckpt\n", prog, out);
         return 1;
@@ -370,7 +463,7 @@ static int train_once(const vit_config *cfg, const vit_dataset *train, const vit
     char again[128] = "", launcher[64] = "";
     if (threads > 0)
         snprintf(again, sizeof again, " --threads %d", threads);
-    if (o.val_count > 0)
+    if (o.val_count > 0 && o.data_split.val == 0) /* a split is recorded */
         snprintf(again + strlen(again), sizeof again - strlen(again), " --val %d", o.val_count);
     if (vit_dist_size() > 1)
         snprintf(launcher, sizeof launcher, "mpirun -np %d ", vit_dist_size());
@@ -529,7 +622,7 @@ static int train_seeds(const vit_config *cfg, const vit_dataset *train, const vi
  * exit status (the message is out). */
 static int parse_flags(int argc, char **argv, vit_config *cfg, vit_train_opts *o, shown *look,
                        const char **data, char *out, size_t out_cap, int *threads,
-                       unsigned long long *seeds, int *nseeds)
+                       unsigned long long *seeds, int *nseeds, split_flags *sf)
 {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -559,6 +652,12 @@ static int parse_flags(int argc, char **argv, vit_config *cfg, vit_train_opts *o
             return 2;
         }
         i++;
+        int taken = split_flag(a, v, sf);
+        if (taken >= 0) {
+            if (taken)
+                return taken;
+            continue;
+        }
         if (strcmp(a, "--config") == 0)
             continue;
         else if (strcmp(a, "--data") == 0)
@@ -675,7 +774,6 @@ static int run(int argc, char **argv)
     vit_train_opts o = {.ckpt_every = 1};
     shown look = {.progress = isatty(STDOUT_FILENO) ? 2 : 1};
     const char *data = NULL, *config = NULL;
-    char data_buf[VIT_RUN_DATA_SPEC_MAX];
     char out[4096] = "";
     int threads = 0, nseeds = 0, rc;
     unsigned long long seeds[MAX_SEEDS];
@@ -714,14 +812,20 @@ static int run(int argc, char **argv)
     if (config && vit_config_load(&cfg, config))
         return cli_fail(prog, NULL);
 
+    split_flags sf = {{0, 0, 0}, 0};
     if ((rc = parse_flags(argc, argv, &cfg, &o, &look, &data, out, sizeof out, &threads, seeds,
-                          &nseeds)) >= 0)
+                          &nseeds, &sf)) >= 0)
         return rc;
     if (threads > 0)
         vit_set_threads(threads);
-    /* A resume trains on its run's data unless --data says otherwise. */
-    data = o.resume ? cli_data_of_run(o.resume, data, data_buf, sizeof data_buf)
-                    : data ? data : "digits";
+    /* A resume trains on its run's data (and split) unless --data says
+     * otherwise. */
+    vit_run_data rec;
+    vit_data_split unused;
+    int known = 0;
+    if (o.resume && vit_run_data_read(o.resume, &rec, &known))
+        return cli_fail(prog, NULL);
+    data = o.resume ? cli_data_of_run(&rec, known, data, &unused) : data ? data : "digits";
     /* Recorded as an absolute path, so that tools run from elsewhere find
      * it again ("digits" and paths that do not resolve stay as given). */
     char data_abs[PATH_MAX];
@@ -740,15 +844,11 @@ static int run(int argc, char **argv)
     o.stop = &stop_signal;
     catch_stop_signals();
 
-    vit_dataset train = {0}, test = {0};
-    if (vit_data_load(data, cli_digits_path(), &train, &test))
-        return cli_fail(prog, NULL);
     int speak = vit_dist_rank() == 0;
-    if (o.resume && !o.other_data && !same_data_as_run(o.resume, data, &train, &test, speak)) {
-        vit_dataset_free(&train);
-        vit_dataset_free(&test);
-        return 1;
-    }
+    vit_dataset train = {0}, test = {0};
+    if ((rc = load_data(data, &sf, o.resume && known ? &rec.split : NULL, &o, &train, &test,
+                        speak)))
+        return rc;
     if (o.val_count >= train.count) {
         if (speak)
             fprintf(stderr, "%s: --val %d leaves no training images (of %d)\n", prog, o.val_count,

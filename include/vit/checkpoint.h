@@ -182,6 +182,17 @@ void vit_ckpt_remove_temporaries(const char *path);
  * is zeroed. */
 int vit_ckpt_read(const char *path, vit_ckpt *c);
 
+/* Reads what precedes the tensors (the counters, rng state, position,
+ * config text, class names and data record) into *c as vit_ckpt_read
+ * does, with no tensors (ntensors 0, tensors NULL): for a caller that
+ * wants the config or the data record without the parameters.  Reads
+ * only the first bytes of the file it needs (64 KiB, or more for a long
+ * order or many class names).  The checksum covers the whole file and is
+ * not checked, so a file corrupt further on passes here and fails
+ * vit_ckpt_read.  Errors, ownership and thread safety as for
+ * vit_ckpt_read (each length is still checked against the file's). */
+int vit_ckpt_read_header(const char *path, vit_ckpt *c);
+
 /* Frees what vit_ckpt_read allocated and zeroes *c.  Accepts NULL and a
  * zeroed checkpoint.  Do not call it on a caller-built vit_ckpt whose
  * memory the caller manages. */

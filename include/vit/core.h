@@ -102,7 +102,8 @@ enum vit_status {
     VIT_EIO = -3,     /* reading or writing a file failed */
     VIT_EFORMAT = -4, /* a file's contents are malformed */
     VIT_ENUM = -5,    /* a non-finite value (NaN or infinity) where a finite one is required */
-    VIT_ERANGE = -6   /* a finite value too large to use (a gradient whose square overflows) */
+    VIT_ERANGE = -6,  /* a finite value too large to use (a gradient whose square overflows) */
+    VIT_EDATA = -7    /* data other than the data a run recorded (vit/train.h: a resume) */
 };
 
 /* The message of the last failing call on this thread ("" if none), e.g.

@@ -5,7 +5,8 @@
  *   - the 8x8 "digits" CSV shipped in data/digits.csv.gz (see data/README.md),
  *   - MNIST-style IDX files (MNIST, Fashion-MNIST, ...), gray or colour,
  *   - CIFAR-10 and CIFAR-100 binary batches,
- *   - folders of PNG and JPEG files, one subfolder per class.
+ *   - folders of PNG and JPEG files, one subfolder per class, with train/
+ *     and test/ halves or split by fractions (vit_dataset_split).
  * Every loader produces a vit_dataset: images as one flat [count, H, W, C]
  * buffer of vit_real in [0, 1] (channels last, row-major, top row first) and
  * one int label per image, and the name of each class.
@@ -150,6 +151,62 @@ int vit_data_load_cifar(const char *dir, int coarse, vit_dataset *train, vit_dat
  * 0..classes-1, which leaves counts partly written). */
 int vit_dataset_class_counts(const vit_dataset *ds, int *counts);
 
+/* How a data set is cut into parts: per class, the fraction of its images
+ * held out for validation and for testing, and the seed that picks them.
+ * All zero: no split. */
+typedef struct vit_data_split {
+    double val;              /* in [0, 1) */
+    double test;             /* in [0, 1); val + test < 1 */
+    unsigned long long seed; /* any value */
+} vit_data_split;
+
+/* The test fraction of a folder of class folders (no train/ and test/)
+ * when none is given: a fifth of each class. */
+#define VIT_DATA_TEST_FRACTION 0.2
+
+/* Splits ds into three new sets, train, val and test, stratified: each
+ * class on its own, with the same fractions.  For a class of n images,
+ * the test part gets t = floor(split->test * n + 0.5) and the validation
+ * part v = floor(split->val * n + 0.5) of them; a part whose fraction is
+ * positive gets at least one when the class has n >= 1 + P images (P the
+ * number of parts with a positive fraction, 1 or 2); then, while t + v >
+ * n - 1, the larger of v and t (v on a tie) loses one, so that every class
+ * keeps at least one training image.  Which images: the class's image
+ * indices (in ds order) are shuffled by vit_rng_shuffle with one vit_rng
+ * seeded with split->seed and used for the classes in label order; the
+ * first t go to test, the next v to val, the rest to train.  Each part
+ * keeps ds's order (class by class for a PNG folder), and copies ds's
+ * image size, classes and class names (NULL names stay NULL).  Integer
+ * arithmetic and one double product per class: the same split on every
+ * platform and in the float32 and float64 builds.  The parts are new
+ * (free each with vit_dataset_free; a part may have count 0); ds is only
+ * read.  train, val and test must be distinct and are overwritten.
+ * Errors: VIT_EINVAL (NULL argument, the same struct twice, ds without
+ * images or with a label outside 0..classes-1, a fraction not in [0, 1)
+ * or val + test >= 1), VIT_ENOMEM; on error the parts are zeroed. */
+int vit_dataset_split(const vit_dataset *ds, const vit_data_split *split, vit_dataset *train,
+                      vit_dataset *val, vit_dataset *test);
+
+/* vit_data_load (below) with a split.  For a folder of class folders
+ * without train/ and test/ ("flat"): all its images are read as
+ * vit_data_load_png_dir does, then split by vit_dataset_split with
+ * split->test (VIT_DATA_TEST_FRACTION when it is 0), split->val and
+ * split->seed.  For every other layout, which brings its own test set,
+ * split->test must be 0, and split->val > 0 splits the training set (the
+ * same way, test fraction 0).  *train is the training part followed by
+ * the validation part (as vit_train_opts.val_count expects a validation
+ * tail) and *val_count (when not NULL) the size of that tail, 0 without
+ * one.  *used (when not NULL) gets the split applied (the default test
+ * fraction filled in; all zero when nothing was split), to record with a
+ * run (vit_run_data.split).  split NULL is all zero.
+ * Errors: those of vit_data_load; VIT_EINVAL for fractions as
+ * vit_dataset_split refuses, a test fraction for a layout with its own
+ * test set, or a split that leaves the test set empty (every class too
+ * small), naming spec. */
+int vit_data_load_split(const char *spec, const char *digits_path, const vit_data_split *split,
+                        vit_dataset *train, vit_dataset *test, vit_data_split *used,
+                        int *val_count);
+
 /* What `vit_train --data SPEC` calls.  spec is one of (checked in order)
  *   "digits"   -> vit_data_load_digits(digits_path, 1437, train, test),
  *   a folder holding IDX files (a name containing "-idx3-ubyte" or
@@ -160,13 +217,18 @@ int vit_dataset_class_counts(const vit_dataset *ds, int *counts);
  *              -> vit_data_load_cifar(spec, 0, train, test),
  *   a folder with train/ and test/ subfolders of class folders
  *              -> vit_data_load_png_dir on each; both must have the same
- *                 class names, image size and channel count.
+ *                 class names, image size and channel count,
+ *   a folder of class folders without train/ and test/ (and without
+ *              only one of them), one at least holding an image file
+ *              -> vit_data_load_png_dir, then a fifth of each class held
+ *                 out as the test set (vit_data_load_split with the
+ *                 default split: test VIT_DATA_TEST_FRACTION, seed 0).
  * digits_path is only used (and must be non-NULL) for "digits".
  * A spec that does not exist fails with VIT_EIO and "SPEC: no such file or
  * folder"; a file, or a folder of none of these layouts, with VIT_EINVAL
  * and a message starting "SPEC: not a data set", which lists the layouts
  * and says what was found instead (the subfolders and files, for instance
- * class folders without train/ and test/, or train/ without test/).
+ * subfolders without images, or train/ without test/).
  * Other errors as for the loader called. */
 int vit_data_load(const char *spec, const char *digits_path, vit_dataset *train,
                   vit_dataset *test);

@@ -50,17 +50,22 @@ typedef struct vit_run_data {
                                          byte round(255 x) of x in [0, 1]: the
                                          same in the float32 and float64
                                          builds */
+    vit_data_split split;             /* the split vit_data_load_split
+                                         applied to spec (all zero: none,
+                                         and in records written before
+                                         splits were recorded) */
 } vit_run_data;
 
 /* Fills *out with the fingerprint of train and test and with spec (NULL:
  * ""; a spec of VIT_RUN_DATA_SPEC_MAX bytes or more, or with a newline, is
- * stored as "").  Reads every label and the sampled images.  VIT_EINVAL
- * for a NULL or empty set. */
+ * stored as ""); out->split is zeroed (the caller sets it).  Reads every
+ * label and the sampled images.  VIT_EINVAL for a NULL or empty set. */
 int vit_run_data_of(const vit_dataset *train, const vit_dataset *test, const char *spec,
                     vit_run_data *out);
 
 /* 1 if a and b have the same fingerprint (counts, shape, classes and both
- * hashes; the specs are not compared), else 0. */
+ * hashes; the specs and splits are not compared: the hashes cover the
+ * parts a split made), else 0. */
 int vit_run_data_same(const vit_run_data *a, const vit_run_data *b);
 
 /* One line for a person: "1437 train + 360 test images of 8x8x1, 10
@@ -70,8 +75,9 @@ const char *vit_run_data_describe(const vit_run_data *d, char *buf, size_t cap);
 
 /* The data record of the checkpoint at path into *out, *known = 1; a
  * checkpoint without one (written before format 5, or by vit_run_save
- * without it) gives *known = 0 and *out zeroed.  Errors as vit_ckpt_read,
- * and VIT_EFORMAT for a record that does not parse. */
+ * without it) gives *known = 0 and *out zeroed.  Reads the file's header
+ * alone (vit_ckpt_read_header: not the tensors, no checksum).  Errors as
+ * vit_ckpt_read_header, and VIT_EFORMAT for a record that does not parse. */
 int vit_run_data_read(const char *path, vit_run_data *out, int *known);
 
 /* The state a run needs to continue exactly where it stopped. */
@@ -321,9 +327,14 @@ typedef struct vit_train_opts {
                                 fingerprint (vit_run_data); NULL: on resume
                                 the checkpoint's, else "" */
     int other_data;          /* resume on data whose fingerprint differs from
-                                the checkpoint's (refused without it): the
-                                schedule is laid out anew over the steps
-                                left at the new steps per epoch */
+                                the checkpoint's (refused without it, with
+                                VIT_EDATA): the schedule is laid out anew
+                                over the steps left at the new steps per
+                                epoch */
+    vit_data_split data_split; /* the split that made train and test
+                                (vit_data_load_split's *used), stored in
+                                the checkpoints' data record; all zero:
+                                none */
     vit_train_callback on_event; /* progress, or NULL */
     void *user;              /* passed to on_event */
 } vit_train_opts;
@@ -333,8 +344,10 @@ typedef struct vit_train_opts {
  * or a resume writing elsewhere than its own folder, would replace it. */
 int vit_run_dir_taken(const char *out_dir, const char *resume);
 
-/* The config stored in checkpoint path, into *cfg (overwritten).  Returns
- * VIT_OK or the codes of vit_ckpt_read and vit_config_parse. */
+/* The config stored in checkpoint path, into *cfg (overwritten), from the
+ * file's header alone (vit_ckpt_read_header: not the tensors, no
+ * checksum).  Returns VIT_OK or the codes of vit_ckpt_read_header and
+ * vit_config_parse. */
 int vit_run_config(const char *path, vit_config *cfg);
 
 typedef struct vit_train_result {
@@ -460,7 +473,9 @@ void vit_trainer_free(vit_trainer *t);
  * is the average and a resume continues both exactly.  Epoch scores are
  * one pass per image; the final ones (res) are with the config's test-time
  * augmentation, and also one pass.  Errors: VIT_EINVAL (NULL argument,
- * inconsistent config or data, val_count too large), VIT_EIO (output
+ * inconsistent config or data, val_count too large), VIT_EDATA (a resume
+ * on data whose fingerprint differs from the checkpoint's record, without
+ * other_data; the message names both), VIT_EIO (output
  * folder, checkpoint or metrics file), VIT_ENOMEM, VIT_EFORMAT (a resume
  * checkpoint that does not fit), VIT_ENUM (below).  Writes
  * OUT/metrics.csv (epoch, train_loss, train_acc, test_loss, test_acc, lr,

@@ -163,7 +163,9 @@ def checkpoints(vit_train):
                                "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"], imgs):
             with open(os.path.join(data, name), "wb") as f:
                 f.write(body)
-        for name, flags in [("run_tiny_cls", ["--pool", "cls"]), ("run_tiny_mean", ["--pool", "mean"])]:
+        for name, flags in [("run_tiny_cls", ["--pool", "cls"]), ("run_tiny_mean", ["--pool", "mean"]),
+                            ("run_tiny_split", ["--pool", "cls", "--val-split", "0.25",
+                                                "--split-seed", "3"])]:
             out = os.path.join(tmp, name)
             subprocess.run([vit_train, "--data", data, "--out", out, "--quiet", "--threads", "1",
                             "--patch", "2", "--dim", "2", "--heads", "1", "--depth", "1",
