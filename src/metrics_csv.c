@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "vit/atomic_file.h"
 #include "train_internal.h"
 
 /* The columns every metrics.csv has, in the order of the table's pointers. */
@@ -292,4 +293,35 @@ int vit_metrics_append(FILE *f, const char *path, const vit_epoch_metrics *m, in
         return vit_fail(VIT_EIO, "%s: cannot write epoch %llu's row: %s", path, m->epoch,
                         strerror(errno));
     return VIT_OK;
+}
+
+/* ---- final figures ------------------------------------------------------ */
+
+int vit_metrics_write_final(const char *dir, const vit_train_result *res, double train_loss)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/final.csv", dir);
+    FILE *f;
+    char *tmp;
+    int rc = vit_atomic_open(path, &f, &tmp);
+    if (rc)
+        return rc;
+    int val = res->val_accuracy >= 0;
+    fprintf(f, "epoch,train_loss,test_loss,test_acc,tta,ema,test_acc_one_pass,test_loss_one_pass%s\n",
+            val ? ",val_acc,val_acc_one_pass" : "");
+    fprintf(f, "%d,%.6f,%.6f,%.6f,%d,%.8g,%.6f,%.6f", res->epochs_done, train_loss, res->test_loss,
+            res->test_accuracy, res->tta, res->ema, res->test_accuracy_plain,
+            res->test_loss_plain);
+    if (val)
+        fprintf(f, ",%.6f,%.6f", res->val_accuracy, res->val_accuracy_plain);
+    fputc('\n', f);
+    return vit_atomic_close(f, tmp, path, ferror(f) ? vit_fail(VIT_EIO, "%s: write error", path)
+                                                    : VIT_OK);
+}
+
+void vit_metrics_drop_final(const char *dir)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/final.csv", dir);
+    unlink(path);
 }

@@ -74,6 +74,18 @@ int vit_run_dir_taken(const char *out_dir, const char *resume)
  * metrics.csv is replaced by the new run's own); where hard links are not
  * supported they are renamed, the checkpoint first.  moved gets the folder
  * (empty on failure). */
+/* The old run's final.csv (its reported figures), if any, goes with it. */
+static int move_final(const char *dir, const char *moved)
+{
+    char from[4200], to[4400];
+    snprintf(from, sizeof from, "%s/final.csv", dir);
+    snprintf(to, sizeof to, "%s/final.csv", moved);
+    if (access(from, F_OK) == 0 && rename(from, to))
+        return vit_fail(VIT_EIO, "%s: cannot move it aside to %s: %s", from, moved,
+                        strerror(errno));
+    return VIT_OK;
+}
+
 int vit_run_dir_set_aside(const char *dir, char *moved, size_t cap)
 {
     char ckpt[4200], csv[4200], to_ckpt[4400], to_csv[4400];
@@ -102,11 +114,11 @@ int vit_run_dir_set_aside(const char *dir, char *moved, size_t cap)
     if (linked) {
         if (unlink(ckpt))
             return vit_fail(VIT_EIO, "%s: cannot remove: %s", ckpt, strerror(errno));
-        return VIT_OK;
+        return move_final(dir, moved);
     }
     unlink(to_ckpt); /* a link that was made, if the second one failed */
     if (rename(ckpt, to_ckpt) || (have_csv && rename(csv, to_csv)))
         return vit_fail(VIT_EIO, "%s: cannot move the run there aside to %s: %s", dir, moved,
                         strerror(errno));
-    return VIT_OK;
+    return move_final(dir, moved);
 }

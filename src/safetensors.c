@@ -271,6 +271,12 @@ static int header_json(sbuf *b, const vit_config *c, char *const *class_names,
                  "\"layer_norm_eps\":\"1e-05\",\"activation\":\"gelu_exact\","
                  "\"input\":\"NCHW float32 in [0, 1], no normalization\"",
               vit_version(), c->pool == VIT_POOL_MEAN ? "avg" : "token");
+    /* The weights compute one pass; a model that uses test-time
+     * augmentation was scored otherwise (vit_predict_tta, evaluate.c). */
+    if (c->tta == VIT_TTA_SHIFT9)
+        sb_printf(b, ",\"tta_note\":\"these weights give one pass per image; the model's own "
+                     "scores (tta shift9) average the softmax over the image and its 8 one-pixel "
+                     "shifts (dy, dx in -1..1, zeros shifted in)\"");
     if (class_names) { /* a JSON array in a string: metadata values are strings */
         sbuf arr = {0};
         for (int k = 0; k < c->classes; k++) {

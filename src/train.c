@@ -59,6 +59,7 @@ struct vit_trainer {
     double lr;                /* the last step's learning rate */
     vit_eval_result last_test; /* the last epoch's one-pass test scores */
     double last_val;          /* and validation accuracy (-1: none yet) */
+    double last_train_loss;   /* the last epoch's mean training loss */
 };
 
 /* The model evaluation scores: the average when the run averages. */
@@ -381,6 +382,8 @@ static int setup(vit_trainer *t)
     if (rc == VIT_OK && rank == 0)
         rc = vit_metrics_open(o->out_dir, o->resume, t->st.epoch, t->val.count > 0, &t->metrics,
                               &t->prior_seconds);
+    if (rc == VIT_OK && rank == 0 && !t->complete_at_start)
+        vit_metrics_drop_final(o->out_dir);
     rc = vit_dist_agree(rc);
     if (rc == VIT_OK && t->cfg.batch < vit_dist_size())
         rc = vit_fail(VIT_EINVAL, "batch %d is smaller than the %d ranks", t->cfg.batch,
@@ -649,6 +652,7 @@ static int end_epoch(vit_trainer *t)
     vit_epoch_metrics row = {.train_loss = t->st.epoch_sums[0] / t->st.epoch_sums[2],
                              .train_acc = t->st.epoch_sums[1] / t->st.epoch_sums[2],
                              .lr = t->lr, .val_acc = -1};
+    t->last_train_loss = row.train_loss;
     t->st.epoch_step = 0;
     memset(t->st.epoch_sums, 0, sizeof t->st.epoch_sums);
     t->st.epoch++;
@@ -890,6 +894,12 @@ int vit_trainer_fit(vit_trainer *t, vit_train_result *res)
         return VIT_OK;
     }
     if ((rc = final_scores(t, res)))
+        return rc;
+    /* The figures just reported, beside metrics.csv (which holds one-pass
+     * figures per epoch). */
+    rc = vit_dist_rank() == 0 ? vit_metrics_write_final(t->o.out_dir, res, t->last_train_loss)
+                              : VIT_OK;
+    if ((rc = vit_dist_agree(rc)))
         return rc;
     res->seconds = now_seconds() - t->t0;
     res->images_per_second = (double)(t->st.epoch - t->at.start_epoch) * t->train.count / res->seconds;

@@ -35,4 +35,18 @@ int vit_metrics_open(const char *dir, const char *from, unsigned long long keep_
  * and flushes it.  VIT_EIO when the write fails. */
 int vit_metrics_append(FILE *f, const char *path, const vit_epoch_metrics *m, int with_val);
 
+/* Writes dir/final.csv whole or not at all (vit_atomic_open): the figures
+ * a finished run reports, in metrics.csv's format (vit_metrics_read reads
+ * it) with one row:
+ *   epoch,train_loss,test_loss,test_acc,tta,ema,test_acc_one_pass,test_loss_one_pass
+ * then ,val_acc,val_acc_one_pass with a validation set; test_acc, test_loss
+ * and val_acc are res's own (with the run's tta and ema), train_loss the
+ * last epoch's mean, tta 0 or 1 (VIT_TTA_*).  VIT_EIO when it cannot be
+ * written. */
+int vit_metrics_write_final(const char *dir, const vit_train_result *res, double train_loss);
+
+/* Removes dir/final.csv, if any (a run that goes on training no longer
+ * ends where it said). */
+void vit_metrics_drop_final(const char *dir);
+
 #endif

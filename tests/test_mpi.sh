@@ -158,7 +158,7 @@ for spec in "int INT mpirun" "term TERM rank1"; do
     # " 57/400      0.6581  0.93vit_train: terminated at epoch 58, ...".
     said=$(grep -cE "vit_train: (interrupted|terminated|stopped \(another rank was signalled\)) at epoch [0-9]+, step [0-9]+ of 23; checkpoint $tmp/$name/last.ckpt$" "$tmp/$name.log")
     left=$(pgrep -f -- "--out $tmp/$name" | wc -l)
-    resume_cmd=$(grep -c "vit_train: continue with: mpirun -np 2 vit_train --data digits --resume $tmp/$name/last.ckpt" "$tmp/$name.log")
+    resume_cmd=$(grep -cF "vit_train: continue with: mpirun -np 2 $train --data digits --resume $tmp/$name/last.ckpt" "$tmp/$name.log")
     others=$(find "$tmp/$name" -mindepth 1 ! -name last.ckpt ! -name metrics.csv | wc -l)
     if [ $rc -ne 0 ] && [ "$rows" -ge 1 ] && [ "$rows" -lt $stop_epochs ] && [ "$said" -eq 1 ] && [ "$left" -eq 0 ] && [ "$resume_cmd" -eq 1 ] &&
        [ "$others" -eq 0 ] && [ -f "$tmp/$name/last.ckpt" ]; then
@@ -196,6 +196,25 @@ if ! grep -q $'\r' "$tmp/log.txt" && [ "$(grep -c '^epoch  train loss' "$tmp/log
     pass=$((pass + 1)); echo "ok   2 ranks to a file: no \\r, rank 0 alone prints"
 else
     fail=$((fail + 1)); echo "FAIL 2 ranks to a file:"; cat -A "$tmp/log.txt" | head -20
+fi
+
+# A refused run (the folder already holds one): every rank exits with the
+# same status 1 through MPI_Finalize (no MPI_Abort, whose banner names
+# MPI_ABORT and the rank), rank 0 alone says why in one line, and nothing
+# in the folder changes.  (Open MPI 4.1's mpirun still adds its own notice
+# that a process exited non-zero after any such exit, MPI or not: `mpirun
+# -np 2 false` prints it too; only an exit status of 0 avoids it.)
+before=$(ls -l --time-style=+%s.%N "$tmp/log" | md5sum)
+mpirun --oversubscribe --allow-run-as-root -np 2 "$train" --dim 16 --depth 1 --heads 2 --mlp 16 \
+    --epochs 2 --batch 64 --threads 1 --out "$tmp/log" >"$tmp/refused.txt" 2>&1
+rc=$?
+sed 's/^/     | /' "$tmp/refused.txt" | head -3
+said=$(grep -c "^vit_train: $tmp/log already holds a run (last.ckpt); continue it with --resume $tmp/log/last.ckpt, or pass --force to start over$" "$tmp/refused.txt")
+if [ $rc -eq 1 ] && [ "$said" -eq 1 ] && [ "$(head -n 1 "$tmp/refused.txt")" = "$(grep "^vit_train: " "$tmp/refused.txt")" ] &&
+   ! grep -qi "MPI_ABORT" "$tmp/refused.txt" && [ "$(ls -l --time-style=+%s.%N "$tmp/log" | md5sum)" = "$before" ]; then
+    pass=$((pass + 1)); echo "ok   a refused 2-rank run: exit 1 on every rank, one line from rank 0 first, no MPI_Abort, folder untouched"
+else
+    fail=$((fail + 1)); echo "FAIL a refused 2-rank run: exit $rc, $said refusal lines (want 1):"; cat "$tmp/refused.txt"
 fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

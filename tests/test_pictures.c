@@ -271,9 +271,10 @@ START_TEST(attention_one_hot_cells)
     ck_assert_int_ge(lay.cell * GW, FIG_MAP_MIN_PX);
     ck_assert_int_ge(lay.cell * GH, FIG_MAP_MIN_PX);
 
-    /* The map is the image upsampled by a whole factor, a patch a cell. */
+    /* The map is the image upsampled by a whole factor, a patch a cell.
+     * The default scale is absolute: weight 0.9 is 0.9 of the ramp. */
     ck_assert_int_eq(lay.cell, IMG / GH * lay.map_scale);
-    draw_rgb hot = draw_colormap(1), cold = draw_colormap(0), white = {255, 255, 255},
+    draw_rgb hot = draw_colormap(0.9), cold = draw_colormap(0), white = {255, 255, 255},
              black = {0, 0, 0};
     ck_assert(FIG_ATTN_ALPHA > 0.3 && FIG_ATTN_ALPHA < 0.9);
     for (int l = 0; l < LAYERS; l++)
@@ -319,7 +320,8 @@ START_TEST(attention_scale_and_query_outline)
         maps[i] = (vit_real)(0.125 * (i % 4)); /* exact in binary */
     int query = 1 * GW + 2;
     fig_attn f = {.image = image, .height = IMG, .width = IMG, .channels = 3, .grid_h = GH,
-                  .grid_w = GW, .layers = 1, .heads = 1, .maps = maps, .query = query};
+                  .grid_w = GW, .layers = 1, .heads = 1, .maps = maps, .query = query,
+                  .scale = FIG_SCALE_MAP};
     draw_canvas c;
     fig_attn_layout lay;
     ck_assert_msg(fig_attn_draw(&f, &c, &lay) == VIT_OK, "%s", vit_last_error());
@@ -354,6 +356,68 @@ START_TEST(attention_scale_and_query_outline)
     ck_assert_msg(px.r == 170 && px.g == 85 && px.b == 0, "(%d,%d,%d)", px.r, px.g, px.b);
     free(p.px);
     draw_canvas_free(&c);
+}
+END_TEST
+
+/* Every pixel of map (l, h) on p, over the black input of the test, is
+ * overlay(black, draw_colormap(t)); its colour returned. */
+static draw_rgb expect_flat_map(const picture *p, const fig_attn_layout *lay, int l, int h, double t)
+{
+    int x0, y0;
+    fig_attn_map_origin(lay, l, h, &x0, &y0);
+    draw_rgb want = overlay((draw_rgb){0, 0, 0}, draw_colormap(t));
+    for (int y = 0; y < GH * lay->cell; y++)
+        for (int x = 0; x < GW * lay->cell; x++) {
+            draw_rgb got = at(p, x0 + x, y0 + y);
+            ck_assert_msg(same(got, want), "L%d H%d pixel (%d,%d): (%d,%d,%d), want (%d,%d,%d)",
+                          l, h, x, y, got.r, got.g, got.b, want.r, want.g, want.b);
+        }
+    return want;
+}
+
+START_TEST(attention_shared_scale)
+{
+    /* Map 0 uniform (1/16 on each of 16 patches), map 1 peaked (0.5 on one
+     * patch); a black input.  The default absolute scale draws the uniform
+     * map flat and dark, at 1/16 of the ramp, so it does not look like
+     * structure; FIG_SCALE_FIGURE draws it at (1/16)/0.5, the figure's
+     * largest; FIG_SCALE_MAP (asked for) at the top colour, as before. */
+    vit_real image[IMG * IMG] = {0}, maps[2 * GH * GW];
+    for (int i = 0; i < GH * GW; i++) {
+        maps[i] = (vit_real)(1.0 / (GH * GW));
+        maps[GH * GW + i] = i == 5 ? (vit_real)0.5 : (vit_real)(0.5 / (GH * GW - 1));
+    }
+    fig_attn f = {.image = image, .height = IMG, .width = IMG, .channels = 1, .grid_h = GH,
+                  .grid_w = GW, .layers = 1, .heads = 2, .maps = maps, .query = -1};
+    draw_canvas c;
+    fig_attn_layout lay;
+    const double t[3] = {1.0 / 16, 1.0 / 16 / 0.5, 1}; /* absolute, figure, map */
+    const char *name[3] = {"abs.png", "fig.png", "map.png"};
+    for (int scale = FIG_SCALE_ABSOLUTE; scale <= FIG_SCALE_MAP; scale++) {
+        f.scale = scale;
+        ck_assert_msg(fig_attn_draw(&f, &c, &lay) == VIT_OK, "%s", vit_last_error());
+        picture p = save_and_read(&c, name[scale]);
+        draw_rgb flat = expect_flat_map(&p, &lay, 0, 0, t[scale]);
+        if (scale == FIG_SCALE_ABSOLUTE)
+            ck_assert_msg(luminance(flat) < 60, "uniform map at luminance %.0f", luminance(flat));
+        else if (scale == FIG_SCALE_MAP)
+            ck_assert(luminance(flat) > 120);
+        /* The peaked map's hot patch: 0.5 of the ramp, or its top. */
+        int x0, y0;
+        fig_attn_map_origin(&lay, 0, 1, &x0, &y0);
+        draw_rgb hot = at(&p, x0 + 1 * lay.cell + lay.cell / 2, y0 + 1 * lay.cell + lay.cell / 2);
+        draw_rgb want = overlay((draw_rgb){0, 0, 0},
+                                draw_colormap(scale == FIG_SCALE_ABSOLUTE ? 0.5 : 1));
+        ck_assert_msg(same(hot, want), "scale %d: hot patch (%d,%d,%d)", scale, hot.r, hot.g,
+                      hot.b);
+        const double top[3] = {1, 0.5, 1.0 / 16};
+        ck_assert(fabs(fig_attn_top(&f, 0, 0) - top[scale]) < 1e-7);
+        free(p.px);
+        draw_canvas_free(&c);
+    }
+    f.scale = 3;
+    ck_assert_int_eq(fig_attn_draw(&f, &c, &lay), VIT_EINVAL);
+    ck_assert_msg(strstr(vit_last_error(), "colour scale 3") != NULL, "%s", vit_last_error());
 }
 END_TEST
 
@@ -463,7 +527,7 @@ START_TEST(curves_axes_and_points)
 
     draw_canvas c;
     fig_curves_layout lay;
-    ck_assert_msg(fig_curves_draw(&m, "RUN", &c, &lay) == VIT_OK, "%s", vit_last_error());
+    ck_assert_msg(fig_curves_draw(&m, NULL, "RUN", &c, &lay) == VIT_OK, "%s", vit_last_error());
     picture p = save_and_read(&c, "curves.png");
     ck_assert_int_eq(p.w, lay.width);
     ck_assert_int_eq(p.h, lay.height);
@@ -513,7 +577,7 @@ START_TEST(curves_long_run_without_markers)
                   vit_last_error());
     draw_canvas c;
     fig_curves_layout lay;
-    ck_assert_msg(fig_curves_draw(&m, "LONG", &c, &lay) == VIT_OK, "%s", vit_last_error());
+    ck_assert_msg(fig_curves_draw(&m, NULL, "LONG", &c, &lay) == VIT_OK, "%s", vit_last_error());
     picture p = save_and_read(&c, "long.png");
     for (int e = 5; e <= 55; e += 10) {
         expect_point(&p, &lay.loss, e, m.train_loss[e - 1], fig_train_loss_rgb);
@@ -568,7 +632,7 @@ START_TEST(curves_single_epoch_and_column_order)
               m.test_acc[0] == 0.25);
     draw_canvas c;
     fig_curves_layout lay;
-    ck_assert_msg(fig_curves_draw(&m, NULL, &c, &lay) == VIT_OK, "%s", vit_last_error());
+    ck_assert_msg(fig_curves_draw(&m, NULL, NULL, &c, &lay) == VIT_OK, "%s", vit_last_error());
     picture p = save_and_read(&c, "one.png");
     ck_assert(lay.acc.ymin < 0.25 && lay.acc.ymax > 0.25);
     /* The epoch axis runs 0..2: the one epoch sits in the middle. */
@@ -594,7 +658,7 @@ START_TEST(curves_two_epochs)
                   vit_last_error());
     draw_canvas c;
     fig_curves_layout lay;
-    ck_assert_msg(fig_curves_draw(&m, "runs/two/metrics.csv", &c, &lay) == VIT_OK, "%s",
+    ck_assert_msg(fig_curves_draw(&m, NULL, "runs/two/metrics.csv", &c, &lay) == VIT_OK, "%s",
                   vit_last_error());
     picture p = save_and_read(&c, "two.png");
     ck_assert(lay.loss.xmin == 0 && lay.loss.xmax == 3);
@@ -603,6 +667,135 @@ START_TEST(curves_two_epochs)
         expect_point(&p, &lay.acc, e, m.test_acc[e - 1], fig_test_acc_rgb);
     }
     expect_series_inside(&p, &lay, 72);
+    free(p.px);
+    draw_canvas_free(&c);
+    vit_metrics_free(&m);
+}
+END_TEST
+
+/* Pixels of colour col anywhere on p. */
+static int count_colour(const picture *p, draw_rgb col)
+{
+    int n = 0;
+    for (int y = 0; y < p->h; y++)
+        for (int x = 0; x < p->w; x++)
+            n += same(at(p, x, y), col);
+    return n;
+}
+
+START_TEST(curves_every_column_and_the_final_figure)
+{
+    /* vit_train's columns with --val, plus one the plot does not know
+     * (note) and one more accuracy (top5_acc): every loss and accuracy
+     * column is drawn through its points, lr in a panel of its own, and
+     * final.csv's test and validation figures (with tta) ringed at the
+     * last epoch, off the one-pass curve. */
+    char text[4096] = "epoch,train_loss,train_acc,test_loss,test_acc,lr,seconds,note,top5_acc,val_acc\n";
+    for (int e = 1; e <= 12; e++) {
+        char row[160];
+        snprintf(row, sizeof row, "%d,%.3f,%.3f,%.3f,%.3f,%.6f,%d.5,7,%.3f,%.3f\n", e,
+                 2.0 - 0.12 * e, 0.3 + 0.05 * e, 1.2 - 0.03 * e, 0.2 + 0.04 * e,
+                 0.001 * (e < 3 ? e / 3.0 : 1 - (e - 3) / 10.0), e, 0.6 + 0.02 * e, 0.1 + 0.03 * e);
+        strcat(text, row);
+    }
+    write_text("all.csv", text);
+    write_text("final.csv", "epoch,train_loss,test_loss,test_acc,tta,ema,test_acc_one_pass,"
+                            "test_loss_one_pass,val_acc,val_acc_one_pass\n"
+                            "12,0.56,0.7,0.9,1,0,0.68,0.76,0.3,0.46\n");
+    vit_metrics_table m, fin;
+    ck_assert_msg(vit_metrics_read(fu_path("all.csv"), &m) == VIT_OK, "%s", vit_last_error());
+    ck_assert_msg(vit_metrics_read(fu_path("final.csv"), &fin) == VIT_OK, "%s", vit_last_error());
+    draw_canvas c;
+    fig_curves_layout lay;
+    ck_assert_msg(fig_curves_draw(&m, &fin, "ALL", &c, &lay) == VIT_OK, "%s", vit_last_error());
+    picture p = save_and_read(&c, "all.png");
+    ck_assert_int_eq(lay.has_lr, 1);
+    ck_assert_int_lt(lay.loss.y1, lay.acc.y0);
+    ck_assert_int_lt(lay.acc.y1, lay.lr.y0);
+    ck_assert_int_le(lay.lr.y1, p.h);
+    check_panel_axes(&p, &lay.loss);
+    check_panel_axes(&p, &lay.acc);
+    const double *lr = vit_metrics_column(&m, "lr"), *tr = vit_metrics_column(&m, "train_acc"),
+                 *va = vit_metrics_column(&m, "val_acc");
+    for (int e = 2; e <= 11; e += 3) {
+        expect_point(&p, &lay.loss, e, m.train_loss[e - 1], fig_train_loss_rgb);
+        expect_point(&p, &lay.loss, e, m.test_loss[e - 1], fig_test_loss_rgb);
+        expect_point(&p, &lay.acc, e, m.test_acc[e - 1], fig_test_acc_rgb);
+        expect_point(&p, &lay.acc, e, tr[e - 1], fig_train_acc_rgb);
+        expect_point(&p, &lay.acc, e, va[e - 1], fig_val_acc_rgb);
+        expect_point(&p, &lay.lr, e, lr[e - 1], fig_lr_rgb);
+    }
+    /* top5_acc, a column without a colour of its own, is drawn too: the
+     * pixel of its point is none of the known series' colours nor white. */
+    for (int e = 2; e <= 11; e += 3) {
+        int px = fig_panel_x(&lay.acc, e), py = fig_panel_y(&lay.acc, 0.6 + 0.02 * e);
+        draw_rgb got = at(&p, px, py), white = {255, 255, 255};
+        ck_assert(!same(got, white) && !same(got, fig_test_acc_rgb) &&
+                  !same(got, fig_train_acc_rgb) && !same(got, fig_val_acc_rgb));
+    }
+    /* The rings: centred at the last epoch on 0.9 and 0.3; their left
+     * edges are red, their insides show what is under them. */
+    ck_assert_int_eq(lay.final_x, fig_panel_x(&lay.acc, 12));
+    ck_assert_int_eq(lay.final_y, fig_panel_y(&lay.acc, 0.9));
+    ck_assert_int_eq(lay.final_val_y, fig_panel_y(&lay.acc, 0.3));
+    ck_assert(lay.acc.ymax >= 0.9);
+    for (int dy = -3; dy <= 3; dy++) {
+        ck_assert(same(at(&p, lay.final_x - 4, lay.final_y + dy), fig_final_rgb));
+        ck_assert(same(at(&p, lay.final_x - 5, lay.final_y + dy), fig_final_rgb));
+        ck_assert(same(at(&p, lay.final_x + 5, lay.final_y + dy), fig_final_rgb));
+        ck_assert(same(at(&p, lay.final_x - 4, lay.final_val_y + dy), fig_final_rgb));
+    }
+    ck_assert(!same(at(&p, lay.final_x, lay.final_y), fig_final_rgb));
+    /* Nowhere else near the curves: the one-pass point at 12 is 0.68. */
+    ck_assert(!near_point(&p, &lay.acc, 12, 0.68, 3, fig_final_rgb));
+    free(p.px);
+    draw_canvas_free(&c);
+
+    /* A final.csv of an earlier epoch (a resumed run that went on) is not
+     * this history's end: no ring, no red anywhere. */
+    vit_metrics_free(&fin);
+    write_text("final.csv", "epoch,train_loss,test_loss,test_acc,tta\n10,0.5,0.7,0.9,1\n");
+    ck_assert_msg(vit_metrics_read(fu_path("final.csv"), &fin) == VIT_OK, "%s", vit_last_error());
+    ck_assert_msg(fig_curves_draw(&m, &fin, "ALL", &c, &lay) == VIT_OK, "%s", vit_last_error());
+    p = save_and_read(&c, "stale.png");
+    ck_assert_int_eq(lay.final_x, -1);
+    ck_assert_int_eq(count_colour(&p, fig_final_rgb), 0);
+    free(p.px);
+    draw_canvas_free(&c);
+    vit_metrics_free(&fin);
+    vit_metrics_free(&m);
+}
+END_TEST
+
+START_TEST(curves_epoch_axis_fits_the_run)
+{
+    /* 140 epochs: the axis ends a few epochs past 140 (not at 200), with a
+     * tick label at 140's nice neighbours and none past the end. */
+    static char text[16384];
+    strcpy(text, "epoch,train_loss,test_loss,test_acc\n");
+    for (int e = 1; e <= 140; e++) {
+        char row[96];
+        snprintf(row, sizeof row, "%d,%.4f,%.4f,%.4f\n", e, 2.0 * exp(-e / 40.0) + 0.2,
+                 1.8 * exp(-e / 50.0) + 0.3, 0.95 - 0.7 * exp(-e / 30.0));
+        strcat(text, row);
+    }
+    write_text("e140.csv", text);
+    vit_metrics_table m;
+    ck_assert_msg(vit_metrics_read(fu_path("e140.csv"), &m) == VIT_OK, "%s", vit_last_error());
+    draw_canvas c;
+    fig_curves_layout lay;
+    ck_assert_msg(fig_curves_draw(&m, NULL, "E140", &c, &lay) == VIT_OK, "%s", vit_last_error());
+    picture p = save_and_read(&c, "e140.png");
+    ck_assert_msg(lay.loss.xmin == 0 && lay.loss.xmax > 140 && lay.loss.xmax <= 147,
+                  "epoch axis %g..%g", lay.loss.xmin, lay.loss.xmax);
+    ck_assert(lay.acc.xmax == lay.loss.xmax && !lay.has_lr);
+    /* The last epoch's point sits near the right end of the panel. */
+    ck_assert_int_ge(fig_panel_x(&lay.acc, 140), lay.acc.x1 - 30);
+    expect_point(&p, &lay.acc, 140, m.test_acc[139], fig_test_acc_rgb);
+    /* Nothing (tick, label) right of the panel's end below the axis. */
+    for (int y = lay.acc.y1 + 1; y < lay.acc.y1 + 18; y++)
+        for (int x = lay.acc.x1 + 8; x < p.w; x++)
+            ck_assert_msg(!dark(at(&p, x, y)), "ink at (%d,%d) past the axis' end", x, y);
     free(p.px);
     draw_canvas_free(&c);
     vit_metrics_free(&m);
@@ -623,11 +816,14 @@ static Suite *pictures_suite(void)
     tcase_add_test(tc, colormap_ramp);
     tcase_add_test(tc, attention_one_hot_cells);
     tcase_add_test(tc, attention_scale_and_query_outline);
+    tcase_add_test(tc, attention_shared_scale);
     tcase_add_test(tc, attention_bad_input);
     tcase_add_test(tc, curves_axes_and_points);
     tcase_add_test(tc, curves_long_run_without_markers);
     tcase_add_test(tc, curves_single_epoch_and_column_order);
     tcase_add_test(tc, curves_two_epochs);
+    tcase_add_test(tc, curves_every_column_and_the_final_figure);
+    tcase_add_test(tc, curves_epoch_axis_fits_the_run);
     suite_add_tcase(s, tc);
     return s;
 }

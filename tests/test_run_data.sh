@@ -48,6 +48,37 @@ out=$("$tools/vit_train" --threads 1 --quiet --resume "$tmp/run/last.ckpt" 2>&1)
 rc=$?
 check "vit_train --resume without --data: continues on the run's data" \
     '[ $rc -eq 0 ] && grep -q "^2," "$tmp/run/metrics.csv"'
+# vit_export --logits on data the model cannot take: refused before
+# anything is written (it used to write the safetensors file first).
+err=$("$tools/vit_export" "$tmp/run/last.ckpt" --out m3.safetensors --logits l3.csv --data digits 2>&1)
+rc=$?
+echo "     stderr: $err"
+check "vit_export --logits, wrong --data: exit 1, one line naming both shapes, nothing written" \
+    '[ $rc -eq 1 ] && [ "$err" = "vit_export: --logits: the test split of digits has 360 images of 8x8x1; the model takes 32x32x3 (height x width x channels); nothing written" ] &&
+     [ ! -e m3.safetensors ] && [ ! -e l3.csv ] && [ -z "$(ls -A | grep -v -e "^m[12]" -e "^l[12]" -e "^att.png$")" ]'
+# A run with tta shift9: final.csv beside metrics.csv holds the figure it
+# reported, vit_plot rings it, and vit_export says its weights are one
+# pass while that figure was tta's, in its output and its metadata.
+train --data "$tmp/a" --epochs 1 --tta shift9 --out "$tmp/tta" >"$tmp/tta.out" 2>&1
+reported=$(sed -n 's/^test accuracy \([0-9.]*\) (tta shift9.*/\1/p' "$tmp/tta.out")
+row=$(tail -n 1 "$tmp/tta/final.csv" 2>/dev/null)
+echo "     final.csv: $(head -n 1 "$tmp/tta/final.csv" 2>/dev/null) / $row"
+check "tta run: final.csv has the reported $reported with tta 1, the epoch and the one-pass figure" \
+    '[ -n "$reported" ] && [ "$(head -n 1 "$tmp/tta/final.csv")" = "epoch,train_loss,test_loss,test_acc,tta,ema,test_acc_one_pass,test_loss_one_pass" ] &&
+     awk -F, -v r="$reported" "{ exit !(\$1 == 1 && sprintf(\"%.4f\", \$4) == r && \$5 == 1) }" <<<"$row" &&
+     [ "$(awk -F, "NR == 2 { printf \"%.6f\", \$5 }" "$tmp/tta/metrics.csv")" = "$(cut -d, -f7 <<<"$row")" ]'
+plot=$("$tools/vit_plot" "$tmp/tta/metrics.csv" --out tta.png 2>&1)
+check "vit_plot on it: the final figure ringed" \
+    'grep -qx "$tmp/tta/final.csv: final test accuracy $reported (tta shift9), ringed" <<<"$plot"'
+exp=$("$tools/vit_export" "$tmp/tta/last.ckpt" --out tta.safetensors 2>&1)
+rc=$?
+echo "$exp" | sed 's/^/     | /'
+check "vit_export of a tta model: says the weights are one pass and the run's $reported was tta shift9" \
+    '[ $rc -eq 0 ] && grep -qx "note: these weights give one pass per image (as --logits and metrics.csv.s epochs);" <<<"$exp" &&
+     grep -q "^the run.s final test accuracy ($reported) was scored with tta shift9, the mean softmax over the image and its 8 one-pixel shifts" <<<"$exp"'
+check "vit_export of a tta model: the metadata says so too (tta_note), a one-pass model's does not" \
+    'head -c 4096 tta.safetensors | grep -aq "\"tta_note\":\"these weights give one pass per image" &&
+     ! head -c 4096 m1.safetensors | grep -aq tta_note'
 cd "$tmp" || exit 1
 
 # ---- 2. other data ------------------------------------------------------------

@@ -3,8 +3,11 @@
 #   1. in a pseudo-terminal of 80 columns (and of 40): the progress bar is
 #      there and no line, nor any piece of one redrawn after a \r, is wider
 #      than the terminal's width - 1, so nothing wraps; the ETA reads h:mm:ss;
-#      the result line with a long checkpoint path fits 79 columns (the
-#      path on its own line, shortened in the middle), and the epoch table
+#      the result line with a long checkpoint path fits 79 columns but for
+#      the path, on a line of its own and whole (never shortened: it must
+#      paste), the data line is broken at spaces to fit, Ctrl-C's message
+#      starts on a fresh line with the resume command as the tool was
+#      started, and the epoch table
 #      at 75, 60, 40 and 20 columns drops columns rather than wrap.
 #   2. to a pipe (COLUMNS=60, no terminal): no \r at all, no line over 100
 #      columns, plain progress lines at the VIT_PROGRESS_SECONDS interval
@@ -25,6 +28,14 @@ check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
 # widest FILE [PATTERN]: the longest piece between \r and \n (of those
 # matching PATTERN).
 widest() { tr '\r' '\n' <"$1" | awk -v p="${2:-}" '$0 ~ p { if (length($0) > m) m = length($0) } END { print m + 0 }'; }
+# but_path FILE PATH: widest FILE but for the lines that are PATH alone
+# (a path is never cut: the terminal wraps it).
+# screen FILE: the lines a terminal shows, each \r going back to the
+# line's start and overwriting (trailing spaces dropped).
+screen() { awk '{ n = split($0, seg, "\r"); line = ""
+                  for (i = 1; i <= n; i++) line = seg[i] substr(line, length(seg[i]) + 1)
+                  sub(/ +$/, "", line); print line }' "$1"; }
+but_path() { tr '\r' '\n' <"$1" | grep -vxF -- "$2" | awk '{ if (length($0) > m) m = length($0) } END { print m + 0 }'; }
 show() { echo "     $1:"; tr '\r' '\n' <"$2" | grep -v '^ *$' | head -"${3:-12}" | sed 's/^/     | /'; }
 
 if ! command -v script >/dev/null; then
@@ -66,13 +77,13 @@ mkdir long
 script -q -e -c "stty cols 80 rows 24; cd long && $train $small --epochs 1 --out $long" /dev/null \
     </dev/null >long.out 2>&1
 show "80 columns, a long --out" long.out 4
-last=$(tr -d '\r' <long.out | tail -n 2)
-ck=$(tail -n 1 <<<"$last")
+last=$(tr -d '\r' <long.out | tail -n 3)
 check "long path: the checkpoint exists" '[ -f "long/$long/last.ckpt" ]'
-check "long path: no line wider than 79 ($(widest long.out))" '[ "$(widest long.out)" -le 79 ]'
-check "long path: accuracy, then 'checkpoint START...END' ($ck)" \
+check "long path: no line but the path's wider than 79 ($(but_path long.out $long/last.ckpt))" \
+    '[ "$(but_path long.out $long/last.ckpt)" -le 79 ]'
+check "long path: accuracy, then 'checkpoint' and the whole path on a line of its own (no ...)" \
     '[[ $(head -n 1 <<<"$last") =~ ^test\ accuracy\ [01]\.[0-9]{4}\ \(1\ epochs,\ [0-9.]+\ s,\ [0-9]+\ images/s\)$ ]] &&
-     [[ $ck == "checkpoint runs/"*...*"_eighty_columns/last.ckpt" ]] && [ ${#ck} -ge 60 ]'
+     [ "$(sed -n 2p <<<"$last")" = checkpoint ] && [ "$(sed -n 3p <<<"$last")" = "$long/last.ckpt" ]'
 
 # With tta the labelled figures alone fill a line: at 80 columns they stay
 # on the first line, the timing and the checkpoint on the second, or the
@@ -83,18 +94,66 @@ script -q -e -c "stty cols 80 rows 24; cd long && $train $small --tta shift9 --e
     /dev/null </dev/null >ttalong.out 2>&1
 show "80 columns, tta" tta80.out 3
 show "80 columns, tta, a long --out" ttalong.out 3
-check "tta, 80 columns: no line wider than 79 ($(widest tta80.out), $(widest ttalong.out))" \
-    '[ "$(widest tta80.out)" -le 79 ] && [ "$(widest ttalong.out)" -le 79 ]'
+check "tta, 80 columns: no line wider than 79 ($(widest tta80.out), $(but_path ttalong.out tta_$long/last.ckpt))" \
+    '[ "$(widest tta80.out)" -le 79 ] && [ "$(but_path ttalong.out tta_$long/last.ckpt)" -le 79 ]'
 acc_re='^test accuracy [01]\.[0-9]{4} \(tta shift9; one pass [01]\.[0-9]{4}\)$'
 time_re='^1 epochs, [0-9.]+ s, [0-9]+ images/s'
 check "tta, 80 columns: the labelled figures, then the timing and the checkpoint" \
     '[[ $(tr -d "\r" <tta80.out | tail -n 2 | head -n 1) =~ $acc_re ]] &&
      [[ $(tr -d "\r" <tta80.out | tail -n 1) =~ $time_re\;\ checkpoint\ tta/last\.ckpt$ ]]'
-ck=$(tr -d '\r' <ttalong.out | tail -n 1)
-check "tta, long path: the figures, the timing, then 'checkpoint START...END' ($ck)" \
-    '[[ $(tr -d "\r" <ttalong.out | tail -n 3 | head -n 1) =~ $acc_re ]] &&
-     [[ $(tr -d "\r" <ttalong.out | tail -n 2 | head -n 1) =~ $time_re$ ]] &&
-     [[ $ck == "checkpoint tta_runs/"*...*"_eighty_columns/last.ckpt" ]] && [ -f "long/tta_$long/last.ckpt" ]'
+check "tta, long path: the figures, the timing, then 'checkpoint' and the whole path" \
+    '[[ $(tr -d "\r" <ttalong.out | tail -n 4 | head -n 1) =~ $acc_re ]] &&
+     [[ $(tr -d "\r" <ttalong.out | tail -n 3 | head -n 1) =~ $time_re$ ]] &&
+     [ "$(tr -d "\r" <ttalong.out | tail -n 2 | head -n 1)" = checkpoint ] &&
+     [ "$(tr -d "\r" <ttalong.out | tail -n 1)" = "tta_$long/last.ckpt" ] && [ -f "long/tta_$long/last.ckpt" ]'
+
+# Messages a person copies, by value at 40 and 80 columns and in a pipe:
+# the data line broken at spaces to fit; after Ctrl-C typed on the
+# terminal (^C echoed after the bar) the message on a fresh line, then the
+# resume command as the tool was started (its path, not a bare name), whole
+# on a line of its own when the lead does not leave it room.
+data_line="data: 1437 train, 360 test images of 8x8x1, 10 classes"
+check "80 columns: the data line whole" 'tr -d "\r" <tty80.out | grep -qxF "$data_line"'
+check "40 columns: the data line broken at a space, within 39" \
+    '[ "$(tr -d "\r" <tty40.out | grep -A1 "^data: " | tr "\n" "|")" = "data: 1437 train, 360 test images of|  8x8x1, 10 classes|" ]'
+cmd_want="$tools/vit_train --data digits --resume t/last.ckpt --threads 1"
+for cols in 80 40; do
+    mkdir "i$cols"
+    # ^C once the bar is up (the run is long enough to be inside it).
+    (for _ in $(seq 300); do grep -q "ETA" "int$cols.out" 2>/dev/null && break; sleep 0.1; done
+     printf '\003'; sleep 1) |
+        script -q -e -c "stty cols $cols rows 24; cd i$cols && $train $small --epochs 3000 --out t" /dev/null \
+            >"int$cols.out" 2>&1
+    rc=$?
+    # What the screen shows from the bar's last line on (the ^C may land
+    # on the bar, or after an epoch row at the start of a line).
+    lines=$(screen "int$cols.out" | grep -B1 -A3 '^vit_train: interrupted at epoch ')
+    show "Ctrl-C at $cols columns, as the screen shows it" <(echo "$lines") 5
+    check "$cols columns, Ctrl-C: exit 130, the message at the start of a screen line" \
+        '[ $rc -eq 130 ] && [[ $(sed -n 2p <<<"$lines") == "vit_train: interrupted at epoch "* ]]'
+    check "$cols columns, Ctrl-C: the message is not written after ^C on the bar's line" \
+        '! screen "int$cols.out" | grep -q "\^C *vit_train"'
+    check "$cols columns, Ctrl-C: the resume command, with the tool's path, whole on its own line" \
+        'tr -d "\r" <"int$cols.out" | grep -qxF "$cmd_want" &&
+         tr -d "\r" <"int$cols.out" | grep -qxF "vit_train: continue with:"'
+    msg=$(screen "int$cols.out" | sed -n '/^vit_train: interrupted at epoch /,$p')
+    check "$cols columns, Ctrl-C: from the message on, no line but the command's wider than $((cols - 1)), no ..." \
+        '[ "$(grep -vxF -- "$cmd_want" <<<"$msg" | awk "{ if (length(\$0) > m) m = length(\$0) } END { print m + 0 }")" -le $((cols - 1)) ] &&
+         ! grep -qF ... <<<"$msg"'
+done
+# In a pipe: the message and the command each on one line, the path whole.
+mkdir ipipe
+(cd ipipe && exec "$tools/vit_train" $small --epochs 3000 --out t >out 2>err) &
+pid=$!
+for _ in $(seq 300); do [ -s ipipe/t/last.ckpt ] || grep -q "1/3000" ipipe/out 2>/dev/null && break; sleep 0.1; done
+kill -INT $pid
+wait $pid
+rc=$?
+show "pipe, SIGINT: stderr" ipipe/err 2
+check "pipe, SIGINT: exit 130; the message, then 'continue with:' and the command on one line" \
+    '[ $rc -eq 130 ] && [ "$(wc -l <ipipe/err)" -eq 2 ] &&
+     [[ $(head -n 1 ipipe/err) =~ ^vit_train:\ interrupted\ at\ epoch\ [0-9]+,\ step\ [0-9]+\ of\ 180\;\ checkpoint\ t/last\.ckpt$ ]] &&
+     [ "$(tail -n 1 ipipe/err)" = "vit_train: continue with: $cmd_want" ]'
 
 # The epoch table narrower than its 71 columns: columns give way (img/s,
 # lr, time, train acc, test loss, train loss) and nothing wraps; each row

@@ -49,6 +49,14 @@ run "train one epoch of two" 0 "test accuracy" vit_train "${small[@]}" --epochs 
 run "resume to the end" 0 "test accuracy .*2 epochs" vit_train "${small[@]}" --epochs 2 \
     --resume "$tmp/run/last.ckpt" --out "$tmp/run"
 run "evaluate" 0 "test split: 360 images" vit_eval "$tmp/run/last.ckpt" --threads 1
+run "plot with the run's final.csv" 0 "final.csv: final test accuracy" vit_plot "$tmp/run/metrics.csv" \
+    --out "$tmp/curves.png"
+run "attention on one figure scale" 0 "scale figure" vit_attn "$tmp/run/last.ckpt" --digit 0 \
+    --scale figure --out "$tmp/attn.png"
+mkdir -p "$tmp/png4/train/a" "$tmp/png4/train/b" "$tmp/png4/test/a" "$tmp/png4/test/b"
+for f in "$tmp"/png4/*/*/; do cp "$bad/gray4x4.png" "$f/1.png"; done
+run "export, logits of data the model cannot take" 1 "nothing written" vit_export \
+    "$tmp/run/last.ckpt" --out "$tmp/m.safetensors" --logits "$tmp/l.csv" --data "$tmp/png4"
 run "predict" 0 "gray4x4.png [01] [0-9.]+" vit_predict "$bad/other_config_4x4.ckpt" "$bad/gray4x4.png"
 run "diverging run stops" 1 "diverged.*step [0-9]+" vit_train "${small[@]}" --epochs 3 --lr 10 \
     --weight-decay 10 --warmup 100 --out "$tmp/nan"

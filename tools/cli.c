@@ -352,17 +352,83 @@ void cli_print_confusion(const int *confusion, int K, char *const *names)
     }
 }
 
-int cli_terminal_columns(void)
+static int no_terminal;
+
+void cli_no_terminal(void) { no_terminal = 1; }
+
+int cli_terminal_columns(void) { return cli_columns_of(stdout); }
+
+int cli_columns_of(FILE *f)
 {
-    if (!isatty(STDOUT_FILENO))
+    int fd = fileno(f);
+    if (no_terminal || fd < 0 || !isatty(fd))
         return 0;
     struct winsize ws;
-    if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+    if (ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
         return ws.ws_col;
     const char *e = getenv("COLUMNS");
     char *end;
     long n = e ? strtol(e, &end, 10) : 0;
     return n > 0 && n < 100000 && *end == 0 ? (int)n : 80;
+}
+
+void cli_print_fitted(FILE *f, const char *text)
+{
+    int cols = cli_columns_of(f);
+    size_t width = cols > 1 ? (size_t)cols - 1 : 0, at = 0;
+    if (width == 0 || strlen(text) <= width) {
+        fprintf(f, "%s\n", text);
+        return;
+    }
+    for (const char *p = text; *p;) {
+        size_t word = strcspn(p, " ");
+        if (at > 0 && at + 1 + word > width) {
+            fputs("\n  ", f);
+            at = 2;
+        } else if (at > 0) {
+            fputc(' ', f);
+            at++;
+        }
+        fwrite(p, 1, word, f);
+        at += word;
+        p += word;
+        while (*p == ' ')
+            p++;
+    }
+    fputc('\n', f);
+}
+
+void cli_print_item(FILE *f, const char *lead, const char *item)
+{
+    int cols = cli_columns_of(f);
+    if (cols <= 1 || strlen(lead) + 1 + strlen(item) <= (size_t)cols - 1)
+        fprintf(f, "%s %s\n", lead, item);
+    else
+        fprintf(f, "%s\n%s\n", lead, item);
+}
+
+const char *cli_shell_word(const char *s, char *buf, size_t cap)
+{
+    if (cap == 0)
+        return "";
+    if (*s && s[strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                          "/._-+,:=@%")] == 0) {
+        snprintf(buf, cap, "%s", s);
+        return buf;
+    }
+    size_t n = 0;
+    buf[n++] = '\'';
+    for (; *s && n + 6 < cap; s++) {
+        if (*s == '\'') {
+            memcpy(buf + n, "'\\''", 4);
+            n += 4;
+        } else {
+            buf[n++] = *s;
+        }
+    }
+    buf[n++] = '\'';
+    buf[n] = 0;
+    return buf;
 }
 
 void cli_short_path(const char *path, int max, char *out, size_t cap)

@@ -91,6 +91,34 @@ void cli_print_confusion(const int *confusion, int K, char *const *names);
  * size, else $COLUMNS, else 80. */
 int cli_terminal_columns(void);
 
+/* Columns of the terminal f is (its window size, else $COLUMNS, else 80),
+ * or 0 when f is not a terminal or after cli_no_terminal. */
+int cli_columns_of(FILE *f);
+
+/* From now on every stream counts as a file (cli_columns_of and
+ * cli_terminal_columns give 0): for a process whose terminal says nothing
+ * about where its output ends up (a rank under mpirun, which gets a
+ * pseudo-terminal even when mpirun writes to a file). */
+void cli_no_terminal(void);
+
+/* Prints text and a newline to f, fitted to the terminal f is: broken at
+ * spaces into lines of at most its width - 1 characters, the lines after
+ * the first indented by two spaces.  A word longer than that (a path) is
+ * never cut: it goes whole on a line of its own, where the terminal wraps
+ * it, so that it can still be copied.  To a file or pipe, text as it is. */
+void cli_print_fitted(FILE *f, const char *text);
+
+/* Prints "LEAD ITEM" and a newline to f when that fits the terminal's
+ * width - 1 (or f is no terminal); else LEAD on one line and ITEM whole on
+ * the next, so that ITEM (a path, a command) is never split or shortened
+ * and a copy of its line pastes as it is. */
+void cli_print_item(FILE *f, const char *lead, const char *item);
+
+/* s as one shell word into buf[cap]: as it is when it holds only
+ * characters a shell takes literally (letters, digits, / . _ - + , : = @ %),
+ * else in single quotes ('\'' for a quote).  Returns buf. */
+const char *cli_shell_word(const char *s, char *buf, size_t cap);
+
 /* path into out (cap bytes), shortened to at most max characters when it
  * is longer: its start and its end joined by "...", cut at a '/' where one
  * is near, so that the run folder and file name stay readable. */
@@ -138,6 +166,13 @@ typedef struct cli_progress {
 
 void cli_progress_init(cli_progress *p, int mode, double every, const char *out_dir, int with_val,
                        int score_images);
+
+/* Before a message that follows a stop: on a terminal, ends the bar's
+ * line (with the "^C" a typed Ctrl-C echoed after it), or, with no bar up
+ * and typed set, wipes a "^C" at the start of the line, so that the
+ * message starts at the beginning of a fresh line.  Nothing to a file or
+ * pipe. */
+void cli_progress_fresh_line(cli_progress *p, int typed);
 
 /* A vit_train_callback; user is a cli_progress.  Never asks for a stop. */
 int cli_progress_event(const vit_train_event *ev, void *user);

@@ -87,6 +87,21 @@ static void bar_clear(cli_progress *p)
     p->bar_len = 0;
 }
 
+void cli_progress_fresh_line(cli_progress *p, int typed)
+{
+    if (p->mode != 2)
+        return;
+    /* A bar on screen, "^C" after it: end that line.  No bar (an epoch
+     * row ended the line): the "^C" may stand at the start of an empty
+     * line, where spaces wipe it. */
+    if (p->bar_len > 0)
+        fputc('\n', p->out);
+    else if (typed)
+        fputs("\r  \r", p->out);
+    p->bar_len = 0;
+    fflush(p->out);
+}
+
 /* The bar: the line redrawn in place (\r), never wider than the
  * terminal's width - 1 so that it cannot wrap; spaces cover what is left
  * of a longer line before it. */

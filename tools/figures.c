@@ -22,18 +22,47 @@ static int ceil_div(int a, int b) { return (a + b - 1) / b; }
  *
  *   title
  *   input
- *   [image]  [colour bar] max   notes...
+ *   [image]  [colour bar] 1     notes...
  *                          0
- *   L0 H0  max 0.41  L0 H1  max 0.22  ...      one row per layer,
+ *   L0 H0  0.001-0.410  L0 H1  0.010-0.220  ...   one row per layer,
  *   [map over image] [map over image]          one column per head
  * ==================================================================== */
 
 /* LABEL_H: a line of text (DRAW_GLYPH_H with descenders) and its gap. */
 enum { MARGIN = 10, LABEL_H = 13, NOTE_PITCH = 13, GAP = 16, BAR_W = 12 };
 
-static void map_label(char *buf, size_t cap, int layer, int head, double max)
+/* "L0 H1  0.012-0.873": the map's smallest and largest weight. */
+static void map_label(char *buf, size_t cap, int layer, int head, double min, double max)
 {
-    snprintf(buf, cap, "L%d H%d  max %.2f", layer, head, max);
+    snprintf(buf, cap, "L%d H%d  %.3f-%.3f", layer, head, min, max);
+}
+
+/* Smallest and largest weight of the n weights at w. */
+static void map_range(const vit_real *w, int n, double *min, double *max)
+{
+    *min = *max = (double)w[0];
+    for (int i = 1; i < n; i++) {
+        *min = fmin(*min, (double)w[i]);
+        *max = fmax(*max, (double)w[i]);
+    }
+}
+
+double fig_attn_top(const fig_attn *f, int layer, int head)
+{
+    int n = f->grid_h * f->grid_w;
+    double lo, hi, top = 0;
+    if (f->scale == FIG_SCALE_MAP) {
+        map_range(f->maps + ((size_t)layer * (size_t)f->heads + (size_t)head) * (size_t)n, n, &lo,
+                  &top);
+    } else if (f->scale == FIG_SCALE_FIGURE) {
+        for (int k = 0; k < f->layers * f->heads; k++) {
+            map_range(f->maps + (size_t)k * (size_t)n, n, &lo, &hi);
+            top = fmax(top, hi);
+        }
+    } else {
+        top = 1;
+    }
+    return top > 0 ? top : 1;
 }
 
 int fig_attn_layout_of(const fig_attn *f, fig_attn_layout *lay)
@@ -53,6 +82,8 @@ int fig_attn_layout_of(const fig_attn *f, fig_attn_layout *lay)
     if (f->height / f->grid_h != f->width / f->grid_w)
         return vit_set_error(VIT_EINVAL, "%s: patches of %dx%d pixels are not square", what,
                              f->height / f->grid_h, f->width / f->grid_w);
+    if (f->scale < FIG_SCALE_ABSOLUTE || f->scale > FIG_SCALE_MAP)
+        return vit_set_error(VIT_EINVAL, "%s: unknown colour scale %d", what, f->scale);
     if (f->channels != 1 && f->channels != 3)
         return vit_set_error(VIT_EINVAL, "%s: channels must be 1 or 3, got %d", what, f->channels);
     if (f->query < -1 || f->query >= f->grid_h * f->grid_w)
@@ -69,7 +100,7 @@ int fig_attn_layout_of(const fig_attn *f, fig_attn_layout *lay)
     lay->cell = f->height / f->grid_h * lay->map_scale;
     int map_w = lay->cell * f->grid_w, map_h = lay->cell * f->grid_h;
     char label[64];
-    map_label(label, sizeof label, f->layers - 1, f->heads - 1, 0.99);
+    map_label(label, sizeof label, f->layers - 1, f->heads - 1, 0.999, 0.999);
     lay->pitch_x = imax(map_w, draw_text_width(label, 1)) + GAP;
     lay->pitch_y = LABEL_H + map_h + GAP;
 
@@ -78,7 +109,7 @@ int fig_attn_layout_of(const fig_attn *f, fig_attn_layout *lay)
     lay->image_x = MARGIN;
     lay->image_y = top + LABEL_H;
     int img_w = f->width * lay->image_scale, img_h = f->height * lay->image_scale;
-    int notes_x = lay->image_x + img_w + GAP + BAR_W + 4 + draw_text_width("max", 1) + GAP;
+    int notes_x = lay->image_x + img_w + GAP + BAR_W + 4 + draw_text_width("0.000", 1) + GAP;
     int right = notes_x;
     for (int i = 0; i < FIG_NOTES && f->notes[i]; i++)
         right = imax(right, notes_x + draw_text_width(f->notes[i], 1));
@@ -112,39 +143,44 @@ static void draw_attn_header(draw_canvas *c, const fig_attn *f, const fig_attn_l
         int r = f->query / f->grid_w, col = f->query % f->grid_w;
         draw_frame(c, lay->image_x + col * pw, lay->image_y + r * ph, pw, ph, query_rgb);
     }
-    /* Colour bar: weight 0 at the bottom, the map's largest at the top. */
+    /* Colour bar: weight 0 at the bottom, the scale's top weight at the top. */
     int bx = lay->image_x + img_w + GAP;
     for (int j = 0; j < img_h; j++)
         draw_fill(c, bx, lay->image_y + j, BAR_W, 1,
                   draw_colormap(img_h > 1 ? 1.0 - (double)j / (img_h - 1) : 1.0));
     draw_frame(c, bx - 1, lay->image_y - 1, BAR_W + 2, img_h + 2, grey);
-    draw_text(c, bx + BAR_W + 4, lay->image_y, "max", 1, ink);
+    char top[32];
+    if (f->scale == FIG_SCALE_MAP)
+        snprintf(top, sizeof top, "max");
+    else if (f->scale == FIG_SCALE_FIGURE)
+        snprintf(top, sizeof top, "%.3f", fig_attn_top(f, 0, 0));
+    else
+        snprintf(top, sizeof top, "1");
+    draw_text(c, bx + BAR_W + 4, lay->image_y, top, 1, ink);
     draw_text(c, bx + BAR_W + 4, lay->image_y + img_h - DRAW_CAP_H, "0", 1, ink);
-    int nx = bx + BAR_W + 4 + draw_text_width("max", 1) + GAP;
+    int nx = bx + BAR_W + 4 + draw_text_width("0.000", 1) + GAP;
     for (int i = 0; i < FIG_NOTES && f->notes[i]; i++)
         draw_text(c, nx, lay->image_y + i * NOTE_PITCH, f->notes[i], 1, ink);
 }
 
 /* One heat map over the image: each image pixel a map_scale square of its
- * colour blended with draw_colormap(w / max) of its patch (FIG_ATTN_ALPHA). */
+ * colour blended with draw_colormap(w / top) of its patch (FIG_ATTN_ALPHA). */
 static void draw_attn_map(draw_canvas *c, const fig_attn *f, const fig_attn_layout *lay,
                           int layer, int head)
 {
     int n = f->grid_h * f->grid_w, x, y;
     const vit_real *w = f->maps + ((size_t)layer * (size_t)f->heads + (size_t)head) * (size_t)n;
-    double max = 0;
-    for (int i = 0; i < n; i++)
-        if ((double)w[i] > max)
-            max = (double)w[i];
+    double min, max, top = fig_attn_top(f, layer, head);
+    map_range(w, n, &min, &max);
     fig_attn_map_origin(lay, layer, head, &x, &y);
     char label[64];
-    map_label(label, sizeof label, layer, head, max);
+    map_label(label, sizeof label, layer, head, min, max);
     draw_text(c, x, y - LABEL_H, label, 1, ink);
     int patch = f->height / f->grid_h, s = lay->map_scale;
     for (int i = 0; i < f->height; i++)
         for (int j = 0; j < f->width; j++) {
             int k = (i / patch) * f->grid_w + j / patch;
-            double t = max > 0 ? (double)w[k] / max : 0;
+            double t = (double)w[k] / top;
             draw_rgb col = draw_blend(draw_image_rgb(f->image, f->width, f->channels, i, j),
                                       draw_colormap(t), FIG_ATTN_ALPHA);
             draw_fill(c, x + j * s, y + i * s, s, s, col);
@@ -172,9 +208,50 @@ int fig_attn_draw(const fig_attn *f, draw_canvas *out, fig_attn_layout *lay)
 
 /* ======================================================================
  * Training curves
+ *
+ *   title
+ *   heading    legend ...                      (legend wraps onto more lines)
+ *   [loss panel: every *loss column]
+ *   heading    legend ... [final mark]
+ *   [accuracy panel: every *acc column, the final figures ringed]
+ *   heading    legend
+ *   [learning-rate panel: lr, when the file has it]
  * ==================================================================== */
 
-enum { FIG_W = 720, PLOT_LEFT = 84, PLOT_RIGHT = FIG_W - 28 };
+enum { FIG_W = 720, PLOT_LEFT = 84, PLOT_RIGHT = FIG_W - 28, PANEL_H = 180, LINE_H = 14,
+       SAMPLE_W = 18, RING = 9 };
+
+const draw_rgb fig_train_acc_rgb = {31, 100, 200};
+const draw_rgb fig_val_acc_rgb = {150, 50, 180};
+const draw_rgb fig_lr_rgb = {120, 80, 30};
+const draw_rgb fig_final_rgb = {215, 25, 25};
+static const draw_rgb other_rgb[3] = {{200, 40, 120}, {0, 140, 140}, {100, 100, 100}};
+
+int fig_curves_panel_of(const char *name)
+{
+    size_t n = strlen(name);
+    if (n >= 4 && strcmp(name + n - 4, "loss") == 0)
+        return FIG_PANEL_LOSS;
+    if (n >= 3 && strcmp(name + n - 3, "acc") == 0)
+        return FIG_PANEL_ACC;
+    if (strcmp(name, "lr") == 0)
+        return FIG_PANEL_LR;
+    return FIG_PANEL_NONE;
+}
+
+/* Colour and legend name of a column; k counts the columns that have no
+ * colour of their own so far. */
+static draw_rgb series_rgb(const char *name, int *k)
+{
+    static const struct { const char *name; const draw_rgb *rgb; } known[] = {
+        {"train_loss", &fig_train_loss_rgb}, {"test_loss", &fig_test_loss_rgb},
+        {"train_acc", &fig_train_acc_rgb},   {"test_acc", &fig_test_acc_rgb},
+        {"val_acc", &fig_val_acc_rgb},       {"lr", &fig_lr_rgb}};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strcmp(name, known[i].name) == 0)
+            return *known[i].rgb;
+    return other_rgb[(*k)++ % 3];
+}
 
 int fig_panel_x(const fig_panel *p, double x)
 {
@@ -195,14 +272,15 @@ static double nice_step(double span, int target)
 
 /* Widens [lo, hi] to multiples of a nice step; an empty range is padded
  * first.  min_step > 0 forces at least that step (whole epochs). */
-static void nice_range(double lo, double hi, double min_step, double *a, double *b, double *step)
+static void nice_range(double lo, double hi, double min_step, int target, double *a, double *b,
+                       double *step)
 {
     if (!(hi > lo)) {
         double pad = lo == 0 ? 1 : fabs(lo) * 0.1;
         lo -= pad;
         hi += pad;
     }
-    double s = nice_step(hi - lo, 6);
+    double s = nice_step(hi - lo, target);
     if (s < min_step)
         s = min_step;
     /* The small slack keeps a value that is already a multiple of s from
@@ -218,19 +296,20 @@ static int decimals(double step)
     return step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9);
 }
 
+/* Ticks at the multiples of the steps inside the panel's range (the x
+ * range may end between two ticks). */
 static void draw_ticks(draw_canvas *c, const fig_panel *p, double xstep, double ystep)
 {
     char buf[32];
-    int nx = (int)lround((p->xmax - p->xmin) / xstep), ny = (int)lround((p->ymax - p->ymin) / ystep);
-    for (int i = 0; i <= nx; i++) {
-        double v = p->xmin + i * xstep;
+    for (double v = ceil(p->xmin / xstep - 1e-9) * xstep; v <= p->xmax + xstep * 1e-9; v += xstep) {
         int x = fig_panel_x(p, v);
-        if (i > 0)
+        if (x > p->x0)
             draw_fill(c, x, p->y0, 1, p->y1 - p->y0, grid_rgb);
         draw_fill(c, x, p->y1 + 1, 1, 4, fig_axis_rgb);
         snprintf(buf, sizeof buf, "%.*f", decimals(xstep), fabs(v) < xstep * 1e-6 ? 0.0 : v);
         draw_text(c, x - draw_text_width(buf, 1) / 2, p->y1 + 8, buf, 1, ink);
     }
+    int ny = (int)lround((p->ymax - p->ymin) / ystep);
     for (int i = 0; i <= ny; i++) {
         double v = p->ymin + i * ystep;
         int y = fig_panel_y(p, v);
@@ -258,10 +337,51 @@ static void draw_series(draw_canvas *c, const fig_panel *p, const double *x, con
     }
 }
 
-/* Axis lines, axis labels and the panel's heading with its legend. */
-static void draw_frame_labels(draw_canvas *c, const fig_panel *p, const char *heading,
-                              const char *ylabel, const char *const *names, const draw_rgb *cols,
-                              int nseries)
+/* The ring that marks a final figure: a RING x RING square outline, 2
+ * pixels thick, centred on the 2-pixel line's point (cx, cy) .. +1. */
+static void draw_ring(draw_canvas *c, int cx, int cy, draw_rgb col)
+{
+    int x = cx - RING / 2, y = cy - RING / 2;
+    draw_frame(c, x, y, RING + 1, RING + 1, col);
+    draw_frame(c, x - 1, y - 1, RING + 3, RING + 3, col);
+}
+
+/* One legend entry: a line sample (or a ring) and its name. */
+typedef struct legend_entry {
+    const char *name;
+    draw_rgb rgb;
+    int ring;
+} legend_entry;
+
+/* The heading at (x0, y) and the legend after it, left to right, wrapping
+ * onto further lines (LINE_H apart) at x1.  Returns the lines used; draws
+ * only when c is not NULL. */
+static int draw_legend(draw_canvas *c, int x0, int x1, int y, const char *heading,
+                       const legend_entry *e, int n)
+{
+    int x = x0 + draw_text_width(heading, 1) + 24, lines = 1;
+    if (c)
+        draw_text(c, x0, y, heading, 1, ink);
+    for (int k = 0; k < n; k++) {
+        int w = SAMPLE_W + 6 + draw_text_width(e[k].name, 1);
+        if (x + w > x1 && x > x0) {
+            x = x0;
+            y += LINE_H;
+            lines++;
+        }
+        if (c && e[k].ring)
+            draw_ring(c, x + SAMPLE_W / 2, y + 3, e[k].rgb);
+        else if (c)
+            draw_fill(c, x, y + 2, SAMPLE_W, 3, e[k].rgb);
+        if (c)
+            draw_text(c, x + SAMPLE_W + 6, y, e[k].name, 1, ink);
+        x += w + 16;
+    }
+    return lines;
+}
+
+/* Axis lines and axis labels of a panel. */
+static void draw_axes(draw_canvas *c, const fig_panel *p, const char *ylabel)
 {
     draw_fill(c, p->x0, p->y0, 1, p->y1 - p->y0 + 1, fig_axis_rgb);
     draw_fill(c, p->x0, p->y1, p->x1 - p->x0 + 1, 1, fig_axis_rgb);
@@ -269,87 +389,185 @@ static void draw_frame_labels(draw_canvas *c, const fig_panel *p, const char *he
     draw_text(c, (p->x0 + p->x1 - draw_text_width(xl, 1)) / 2, p->y1 + 22, xl, 1, ink);
     int yl_w = draw_text_width(ylabel, 1);
     draw_text_up(c, 14, (p->y0 + p->y1 + yl_w) / 2, ylabel, 1, ink);
-    int hy = p->y0 - 16;
-    draw_text(c, p->x0, hy, heading, 1, ink);
-    /* Legend, right-aligned on the heading line: a line sample, then the name. */
-    int x = p->x1;
-    for (int k = nseries - 1; k >= 0; k--) {
-        x -= draw_text_width(names[k], 1);
-        draw_text(c, x, hy, names[k], 1, ink);
-        x -= 6 + 18;
-        draw_fill(c, x, hy + 2, 18, 3, cols[k]);
-        x -= 16;
-    }
 }
 
-int fig_curves_draw(const vit_metrics_table *m, const char *title, draw_canvas *out,
-                    fig_curves_layout *lay)
+enum { MAX_SERIES = 16 };
+
+/* What one panel shows: its columns, in file order. */
+typedef struct panel_plan {
+    int col[MAX_SERIES], n;
+    legend_entry legend[MAX_SERIES + 1];
+    char names[MAX_SERIES + 1][96];
+    int nlegend;
+} panel_plan;
+
+int fig_curves_draw(const vit_metrics_table *m, const vit_metrics_table *final, const char *title,
+                    draw_canvas *out, fig_curves_layout *lay)
 {
     memset(out, 0, sizeof *out);
     memset(lay, 0, sizeof *lay);
+    lay->final_x = lay->final_y = lay->final_val_y = -1;
     if (!m || m->rows <= 0 || !m->epoch || !m->train_loss || !m->test_loss || !m->test_acc)
         return vit_set_error(VIT_EINVAL, "training curves: no metrics rows to plot");
     int n = m->rows;
-    double e_lo = m->epoch[0], e_hi = m->epoch[0], l_hi = 0, l_lo = 0, a_lo = m->test_acc[0],
-           a_hi = m->test_acc[0], best = m->test_acc[0];
-    for (int i = 0; i < n; i++) {
-        double v[4] = {m->epoch[i], m->train_loss[i], m->test_loss[i], m->test_acc[i]};
-        for (int k = 0; k < 4; k++)
-            if (!isfinite(v[k]))
+    for (int c = 0; c < m->cols; c++)
+        for (int i = 0; i < n; i++)
+            if (!isfinite(m->values[(size_t)c * (size_t)n + (size_t)i]))
                 return vit_set_error(VIT_EINVAL, "training curves: row %d has a non-finite value",
                                      i + 1);
-        e_lo = fmin(e_lo, v[0]);
-        e_hi = fmax(e_hi, v[0]);
-        l_lo = fmin(l_lo, fmin(v[1], v[2]));
-        l_hi = fmax(l_hi, fmax(v[1], v[2]));
-        a_lo = fmin(a_lo, v[3]);
-        a_hi = fmax(a_hi, v[3]);
-        best = fmax(best, v[3]);
+    /* The final figures: those of the last epoch's run (an older final.csv
+     * beside a longer history is not this run's end). */
+    const double *f_ep = final ? vit_metrics_column(final, "epoch") : NULL;
+    const double *f_acc = final ? vit_metrics_column(final, "test_acc") : NULL;
+    const double *f_val = final ? vit_metrics_column(final, "val_acc") : NULL;
+    const double *f_tta = final ? vit_metrics_column(final, "tta") : NULL;
+    const double *f_ema = final ? vit_metrics_column(final, "ema") : NULL;
+    int has_final = f_ep && f_acc && final->rows == 1 && f_ep[0] == m->epoch[n - 1] &&
+                    isfinite(f_acc[0]);
+
+    /* Which columns go where. */
+    panel_plan plan[3] = {{.n = 0}};
+    int other = 0;
+    for (int c = 0; c < m->cols; c++) {
+        int k = fig_curves_panel_of(m->names[c]);
+        if (k == FIG_PANEL_NONE || plan[k].n == MAX_SERIES)
+            continue;
+        panel_plan *pp = &plan[k];
+        pp->col[pp->n] = c;
+        const char *nm = m->names[c];
+        char *label = pp->names[pp->n];
+        const double *v = m->values + (size_t)c * (size_t)n;
+        double best = v[0];
+        for (int i = 0; i < n; i++)
+            best = fmax(best, v[i]);
+        if (strcmp(nm, "test_acc") == 0 || strcmp(nm, "val_acc") == 0)
+            snprintf(label, 96, "%s acc, one pass (last %.4f, best %.4f)", nm[0] == 't' ? "test" : "val",
+                     v[n - 1], best);
+        else if (strcmp(nm, "lr") == 0)
+            snprintf(label, 96, "learning rate (peak %.3g)", best);
+        else {
+            snprintf(label, 96, "%s", nm);
+            for (char *q = label; *q; q++)
+                *q = *q == '_' ? ' ' : *q;
+        }
+        pp->legend[pp->nlegend++] = (legend_entry){label, series_rgb(nm, &other), 0};
+        pp->n++;
+    }
+    if (has_final) {
+        panel_plan *pa = &plan[FIG_PANEL_ACC];
+        char how[48] = "";
+        int tta = f_tta && f_tta[0] != 0;
+        double ema = f_ema ? f_ema[0] : 0;
+        if (tta && ema > 0)
+            snprintf(how, sizeof how, " (tta shift9, ema %g)", ema);
+        else if (tta)
+            snprintf(how, sizeof how, " (tta shift9)");
+        else if (ema > 0)
+            snprintf(how, sizeof how, " (ema %g)", ema);
+        char *label = pa->names[MAX_SERIES];
+        if (f_val)
+            snprintf(label, 96, "final: test %.4f, val %.4f%s", f_acc[0], f_val[0], how);
+        else
+            snprintf(label, 96, "final test acc %.4f%s", f_acc[0], how);
+        pa->legend[pa->nlegend++] = (legend_entry){label, fig_final_rgb, 1};
+    }
+
+    /* Ranges: epochs from 0 (or below) to just past the last one: half a
+     * step of whole epochs, at least one epoch (one epoch: 0..2, two:
+     * 0..3); ticks at nice whole steps inside.  Loss from 0 (or below,
+     * if a loss is negative); accuracy in its own range, kept inside
+     * [0, 1] when the data are; lr from 0.  The 5% pads keep the extreme
+     * points off the axes. */
+    double e_lo = m->epoch[0], e_hi = m->epoch[0];
+    for (int i = 0; i < n; i++) {
+        e_lo = fmin(e_lo, m->epoch[i]);
+        e_hi = fmax(e_hi, m->epoch[i]);
+    }
+    double lo[3], hi[3];
+    for (int k = 0; k < 3; k++) {
+        lo[k] = k == FIG_PANEL_ACC ? INFINITY : 0;
+        hi[k] = k == FIG_PANEL_ACC ? -INFINITY : 0;
+        for (int s = 0; s < plan[k].n; s++)
+            for (int i = 0; i < n; i++) {
+                double v = m->values[(size_t)plan[k].col[s] * (size_t)n + (size_t)i];
+                lo[k] = fmin(lo[k], v);
+                hi[k] = fmax(hi[k], v);
+            }
+    }
+    if (has_final) {
+        lo[FIG_PANEL_ACC] = fmin(lo[FIG_PANEL_ACC], f_acc[0]);
+        hi[FIG_PANEL_ACC] = fmax(hi[FIG_PANEL_ACC], f_acc[0]);
+        if (f_val && isfinite(f_val[0])) {
+            lo[FIG_PANEL_ACC] = fmin(lo[FIG_PANEL_ACC], f_val[0]);
+            hi[FIG_PANEL_ACC] = fmax(hi[FIG_PANEL_ACC], f_val[0]);
+        }
+    }
+    fig_panel *panel[3] = {&lay->loss, &lay->acc, &lay->lr};
+    lay->has_lr = plan[FIG_PANEL_LR].n > 0;
+    double xmin, xmax, xs, ys[3];
+    nice_range(fmin(e_lo, 0), e_hi, 1, 8, &xmin, &xmax, &xs);
+    xmin = fmin(xmin, 0);
+    xmax = e_hi + fmax(1, ceil(0.04 * (e_hi - xmin)));
+
+    /* Heading and legend lines first, then each panel under its own. */
+    char loss_head[64], secs[32] = "";
+    const double *sec = vit_metrics_column(m, "seconds");
+    if (sec)
+        snprintf(secs, sizeof secs, ", %.1f s", sec[n - 1]);
+    snprintf(loss_head, sizeof loss_head, "Cross-entropy, %d epoch%s%s", n, n == 1 ? "" : "s",
+             secs);
+    const char *heading[3] = {loss_head, "Fraction correct", "Learning rate"};
+    const char *ylabel[3] = {"loss", "accuracy", "lr"};
+    int top = 44, npanels = lay->has_lr ? 3 : 2, hy[3];
+    for (int k = 0; k < npanels; k++) {
+        hy[k] = top;
+        int lines = draw_legend(NULL, PLOT_LEFT, PLOT_RIGHT, top, heading[k], plan[k].legend,
+                                plan[k].nlegend);
+        fig_panel *p = panel[k];
+        p->x0 = PLOT_LEFT;
+        p->x1 = PLOT_RIGHT;
+        p->y0 = top + lines * LINE_H + 4;
+        p->y1 = p->y0 + (k == FIG_PANEL_LR ? PANEL_H / 2 : PANEL_H);
+        p->xmin = xmin;
+        p->xmax = xmax;
+        double l = lo[k], h = hi[k];
+        if (!(l <= h))
+            l = h = 0;
+        nice_range(l - 0.05 * (h - l), h + 0.05 * (h - l), 0, k == FIG_PANEL_LR ? 3 : 6, &p->ymin,
+                   &p->ymax, &ys[k]);
+        if (l >= 0 && p->ymin < 0)
+            p->ymin = 0;
+        if (k == FIG_PANEL_ACC && h <= 1 && p->ymax > 1)
+            p->ymax = 1;
+        top = p->y1 + 48;
     }
     lay->width = FIG_W;
-    lay->height = 560;
-    /* Epochs from 0 in whole steps, running on at least half a step past
-     * the last epoch so that its points sit inside the panel (one epoch:
-     * 0..2, two: 0..3); loss from 0 (or below, if a loss is negative);
-     * accuracy in its own range, kept inside [0, 1] when the data are.  The
-     * 5% pads keep the extreme points off the axes. */
-    double xs, ls, as;
-    fig_panel *L = &lay->loss, *A = &lay->acc;
-    *L = (fig_panel){PLOT_LEFT, 56, PLOT_RIGHT, 250, 0, 0, 0, 0};
-    *A = (fig_panel){PLOT_LEFT, 318, PLOT_RIGHT, 512, 0, 0, 0, 0};
-    nice_range(fmin(e_lo, 0), e_hi, 1, &L->xmin, &L->xmax, &xs);
-    if (L->xmax - e_hi < 0.5 * xs)
-        L->xmax += xs;
-    A->xmin = L->xmin;
-    A->xmax = L->xmax;
-    nice_range(l_lo - 0.05 * (l_hi - l_lo), l_hi + 0.05 * (l_hi - l_lo), 0, &L->ymin, &L->ymax, &ls);
-    if (l_lo >= 0 && L->ymin < 0)
-        L->ymin = 0;
-    nice_range(a_lo - 0.05 * (a_hi - a_lo), a_hi + 0.05 * (a_hi - a_lo), 0, &A->ymin, &A->ymax, &as);
-    if (a_lo >= 0 && A->ymin < 0)
-        A->ymin = 0;
-    if (a_hi <= 1 && A->ymax > 1)
-        A->ymax = 1;
+    lay->height = top - 8;
 
     int rc = draw_canvas_init(out, lay->width, lay->height, white);
     if (rc != VIT_OK)
         return rc;
     if (title)
         draw_text(out, PLOT_LEFT, 12, title, 2, ink);
-    draw_ticks(out, L, xs, ls);
-    draw_ticks(out, A, xs, as);
-    draw_series(out, L, m->epoch, m->train_loss, n, fig_train_loss_rgb);
-    draw_series(out, L, m->epoch, m->test_loss, n, fig_test_loss_rgb);
-    draw_series(out, A, m->epoch, m->test_acc, n, fig_test_acc_rgb);
-
-    char acc_name[64], loss_head[64];
-    snprintf(acc_name, sizeof acc_name, "test accuracy (last %.4f, best %.4f)", m->test_acc[n - 1],
-             best);
-    snprintf(loss_head, sizeof loss_head, "Cross-entropy, %d epoch%s", n, n == 1 ? "" : "s");
-    const char *loss_names[2] = {"train loss", "test loss"};
-    const draw_rgb loss_cols[2] = {fig_train_loss_rgb, fig_test_loss_rgb};
-    const char *acc_names[1] = {acc_name};
-    draw_frame_labels(out, L, loss_head, "loss", loss_names, loss_cols, 2);
-    draw_frame_labels(out, A, "Fraction correct", "accuracy", acc_names, &fig_test_acc_rgb, 1);
+    for (int k = 0; k < npanels; k++) {
+        draw_ticks(out, panel[k], xs, ys[k]);
+        for (int s = 0; s < plan[k].n; s++)
+            draw_series(out, panel[k], m->epoch,
+                        m->values + (size_t)plan[k].col[s] * (size_t)n, n,
+                        plan[k].legend[s].rgb);
+        draw_axes(out, panel[k], ylabel[k]);
+        draw_legend(out, PLOT_LEFT, PLOT_RIGHT, hy[k], heading[k], plan[k].legend,
+                    plan[k].nlegend);
+    }
+    if (has_final) {
+        const fig_panel *A = &lay->acc;
+        lay->final_x = fig_panel_x(A, f_ep[0]);
+        lay->final_y = fig_panel_y(A, f_acc[0]);
+        draw_ring(out, lay->final_x, lay->final_y, fig_final_rgb);
+        if (f_val && isfinite(f_val[0])) {
+            lay->final_val_y = fig_panel_y(A, f_val[0]);
+            draw_ring(out, lay->final_x, lay->final_val_y, fig_final_rgb);
+        }
+    }
     return VIT_OK;
 }

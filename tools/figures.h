@@ -29,10 +29,19 @@ enum { FIG_MAP_MIN_PX = 96, /* each heat map is at least this many pixels wide a
 /* Opacity of the heat colour over the input image on every map: the pixel
  * at image pixel (i, j) of map (layer, head) is
  *   draw_blend(draw_image_rgb(image, width, channels, i, j),
- *              draw_colormap(weight of the patch holding (i, j) / the map's largest),
+ *              draw_colormap(weight of the patch holding (i, j) / top),
  *              FIG_ATTN_ALPHA)
  * i.e. per channel lround((1 - alpha) * input + alpha * heat). */
 #define FIG_ATTN_ALPHA 0.6
+
+/* What weight the top of the colour ramp (draw_colormap(1)) stands for:
+ *  FIG_SCALE_ABSOLUTE (0, the default of a zeroed fig_attn): weight 1, so a
+ *    colour means the same weight on every map and in every figure, and
+ *    near-uniform attention (1/64 over 64 patches) is dark everywhere;
+ *  FIG_SCALE_FIGURE: the largest weight of any map in the figure;
+ *  FIG_SCALE_MAP: each map's own largest weight (every map then has a
+ *    patch at the top colour, however flat it is). */
+enum { FIG_SCALE_ABSOLUTE = 0, FIG_SCALE_FIGURE = 1, FIG_SCALE_MAP = 2 };
 
 typedef struct fig_attn {
     const vit_real *image;   /* [height, width, channels] in [0, 1]: the input */
@@ -41,10 +50,13 @@ typedef struct fig_attn {
     int layers, heads;
     /* [layers, heads, grid_h * grid_w]: the query's attention weights over
      * the patches (the class token's own column left out).  Each map is
-     * coloured from 0 (draw_colormap(0)) to its own largest weight
-     * (draw_colormap(1)), blended over the input (FIG_ATTN_ALPHA); the
-     * label prints that largest weight. */
+     * coloured from 0 (draw_colormap(0)) to the weight `scale` picks
+     * (draw_colormap(1)), blended over the input (FIG_ATTN_ALPHA); its
+     * label prints the map's smallest and largest weight ("L0 H1
+     * 0.012-0.873"), and the colour bar's top label the weight of its top
+     * ("1", the figure's largest as "0.873", or "max" for FIG_SCALE_MAP). */
     const vit_real *maps;
+    int scale;               /* FIG_SCALE_* */
     int query;               /* -1: the class token; else the patch index
                                 (outlined on the image and on every map) */
     const char *title;       /* top line, drawn as given, or NULL */
@@ -69,6 +81,11 @@ int fig_attn_layout_of(const fig_attn *f, fig_attn_layout *lay);
 /* Top-left pixel of the heat map of (layer, head). */
 void fig_attn_map_origin(const fig_attn_layout *lay, int layer, int head, int *x, int *y);
 
+/* The weight that draw_colormap(1) stands for on map (layer, head) of f
+ * under f->scale (1, the figure's largest or the map's largest; a largest
+ * of 0 gives 1, so an all-zero map is drawn at the bottom colour). */
+double fig_attn_top(const fig_attn *f, int layer, int head);
+
 /* Draws f onto a new canvas *out (free with draw_canvas_free) and fills
  * *lay.  On error *out is zeroed. */
 int fig_attn_draw(const fig_attn *f, draw_canvas *out, fig_attn_layout *lay);
@@ -79,17 +96,37 @@ int fig_attn_draw(const fig_attn *f, draw_canvas *out, fig_attn_layout *lay);
  * the x axis is drawn along row y1 and the y axis along column x0. */
 typedef struct fig_panel {
     int x0, y0, x1, y1;
-    double xmin, xmax, ymin, ymax; /* data range shown (nice round numbers) */
+    double xmin, xmax, ymin, ymax; /* data range shown: y in nice round
+                                      numbers; x from 0 to just past the
+                                      last epoch (at least one epoch, about
+                                      4% of the run), ticks at nice steps */
 } fig_panel;
+
+/* The panel a metrics column goes to, by its name: FIG_PANEL_LOSS for a
+ * name ending in "loss", FIG_PANEL_ACC for one ending in "acc",
+ * FIG_PANEL_LR for "lr", else FIG_PANEL_NONE (epoch, seconds, which the
+ * loss panel's heading gives as the run's time, and any other column). */
+enum { FIG_PANEL_NONE = -1, FIG_PANEL_LOSS = 0, FIG_PANEL_ACC = 1, FIG_PANEL_LR = 2 };
+int fig_curves_panel_of(const char *name);
 
 typedef struct fig_curves_layout {
     int width, height;
-    fig_panel loss;  /* train loss and test loss */
-    fig_panel acc;   /* test accuracy */
+    fig_panel loss;  /* every *loss column (train loss, test loss) */
+    fig_panel acc;   /* every *acc column (train, test, val accuracy) */
+    fig_panel lr;    /* the learning rate, when has_lr */
+    int has_lr;
+    /* The ring around the final figure (centre pixel; -1 without one):
+     * test accuracy at (final_x, final_y), validation at (final_x,
+     * final_val_y). */
+    int final_x, final_y, final_val_y;
 } fig_curves_layout;
 
-/* Series colours (also used in the legend). */
-extern const draw_rgb fig_train_loss_rgb, fig_test_loss_rgb, fig_test_acc_rgb;
+/* Series colours (also used in the legend); columns without one of their
+ * own cycle through three more. */
+extern const draw_rgb fig_train_loss_rgb, fig_test_loss_rgb, fig_test_acc_rgb, fig_train_acc_rgb,
+    fig_val_acc_rgb, fig_lr_rgb;
+/* Colour of the ring around the final figures. */
+extern const draw_rgb fig_final_rgb;
 /* Colour of the axis lines and tick marks. */
 extern const draw_rgb fig_axis_rgb;
 
@@ -97,11 +134,18 @@ extern const draw_rgb fig_axis_rgb;
 int fig_panel_x(const fig_panel *p, double x);
 int fig_panel_y(const fig_panel *p, double y);
 
-/* Draws the curves of m (vit_metrics_read, vit/metrics.h; at least one row) onto a new canvas *out: axes,
- * ticks with labels, axis labels, a legend per panel, and title at the top
- * (may be NULL).  Points are joined by 2-pixel lines whose top-left pixel
- * is the exact point (see draw_line).  Fills *lay. */
-int fig_curves_draw(const vit_metrics_table *m, const char *title, draw_canvas *out,
-                    fig_curves_layout *lay);
+/* Draws the curves of m (vit_metrics_read, vit/metrics.h; at least one row)
+ * onto a new canvas *out: a panel per kind of column (fig_curves_panel_of),
+ * each with axes, ticks with labels, axis labels, a heading and a legend
+ * that wraps onto more lines when it must, and the title at the top (may
+ * be NULL).  Points are joined by 2-pixel lines whose top-left pixel is
+ * the exact point (see draw_line).  final (may be NULL) is the run's
+ * final.csv (vit/train.h): when its one row's epoch is m's last, its
+ * test_acc (and val_acc) are ringed in fig_final_rgb on the accuracy
+ * panel at that epoch and named in the legend with how they were scored
+ * (tta, ema): the figure the run reported, which with test-time
+ * augmentation is not on the one-pass curve.  Fills *lay. */
+int fig_curves_draw(const vit_metrics_table *m, const vit_metrics_table *final, const char *title,
+                    draw_canvas *out, fig_curves_layout *lay);
 
 #endif

@@ -9,7 +9,8 @@ value/16, images [B, 1, 8, 8]) and compares with our own results:
 
   --logits FILE    the CSV that `vit_export --logits FILE` wrote: the largest
                    |logit difference|, and whether every prediction agrees;
-  --accuracy ACC   the test accuracy that vit_eval printed.
+  --accuracy ACC   the test accuracy that vit_eval printed: with the model's
+                   tta shift9 (metadata tta), PyTorch's is predict_shift9's.
 
 The safetensors file is parsed with json + numpy (no safetensors package).
 Needs torch and numpy; not run by the tests.  Exit status 0 if everything
@@ -134,6 +135,21 @@ class ViT(nn.Module):
         return self.head(x)
 
 
+def predict_shift9(model, x):
+    """tta shift9 as vit_predict does it: the mean softmax over the image and
+    its 8 one-pixel shifts, zeros shifted in (src/augment.c vit_translate:
+    pixel (y, x) of the image shifted by (dy, dx) is pixel (y - dy, x - dx) of
+    x, zero outside).  x: [N, C, H, W]."""
+    H, W = x.shape[-2:]
+    xp = nn.functional.pad(x, (1, 1, 1, 1))  # a border of zeros
+    probs = 0
+    for dy in (-1, 0, 1):
+        for dx in (-1, 0, 1):
+            shifted = xp[..., 1 - dy:1 - dy + H, 1 - dx:1 - dx + W]
+            probs = probs + model(shifted).softmax(-1)
+    return probs / 9
+
+
 def load_digits_test(path):
     with gzip.open(path, "rt") as f:
         rows = [line for line in f.read().splitlines() if line.strip()]
@@ -187,13 +203,20 @@ def main():
     with torch.no_grad():
         logits = model(images)
         logits64 = model.double()(images.double())
+        tta = meta.get("tta", "none") == "shift9"
+        tta_pred = predict_shift9(model.float(), images).argmax(dim=1).numpy() if tta else None
     pred = logits.argmax(dim=1).numpy()
     acc = float((pred == labels).mean())
-    print(f"PyTorch float32: test split {len(labels)} images, accuracy {acc:.4f}")
+    print(f"PyTorch float32: test split {len(labels)} images, accuracy {acc:.4f} (one pass)")
+    if tta:
+        tta_acc = float((tta_pred == labels).mean())
+        print(f"PyTorch float32, tta shift9 (predict_shift9): accuracy {tta_acc:.4f}")
     ok = True
     if args.accuracy is not None:
-        same = abs(acc - args.accuracy) < 5e-5  # vit_eval prints 4 decimals
-        print(f"vit_eval accuracy {args.accuracy:.4f}: {'same' if same else 'DIFFERENT'}")
+        mine = tta_acc if tta else acc
+        same = abs(mine - args.accuracy) < 5e-5  # vit_eval prints 4 decimals
+        print(f"vit_eval accuracy {args.accuracy:.4f}{' (tta shift9)' if tta else ''}: "
+              f"{'same' if same else 'DIFFERENT'}")
         ok &= same
     if args.logits:
         our_labels, our_pred, ours = read_logits(args.logits)

@@ -19,15 +19,19 @@ static const char *prog = "vit_attn";
 static void usage(void)
 {
     printf("usage: vit_attn CKPT (--digit N | IMAGE.png) [--query cls|R,C] [--out FILE.png]\n"
-           "                [--data SPEC]\n"
+           "                [--data SPEC] [--scale absolute|figure|map]\n"
            "Runs the model of checkpoint CKPT on one image, either image N of the test split\n"
            "of --data (default: the data the run trained on) or a PNG of the training image\n"
-           "size, and writes a PNG\n"
-           "(default attention.png) with the image and, per layer (rows) and head (columns),\n"
-           "the attention weights of the query over the patch grid as a heat map blended over\n"
-           "the image, each map coloured from 0 to its own largest weight.  --query cls (default) uses the class token; --query\n"
-           "R,C uses the patch in row R, column C of the grid (0-based), outlined in the\n"
-           "picture.  Also prints, per map, the patch with the largest weight.\n");
+           "size, and writes a PNG (default attention.png) with the image and, per layer\n"
+           "(rows) and head (columns), the attention weights of the query over the patch\n"
+           "grid as a heat map blended over the image, each captioned with its smallest and\n"
+           "largest weight.  --query cls (default) uses the class token; --query R,C uses\n"
+           "the patch in row R, column C of the grid (0-based), outlined in the picture.\n"
+           "--scale: the weight at the top of the colour ramp: absolute (default) 1, the\n"
+           "same on every map and in every picture, so spread-out attention stays dark;\n"
+           "figure: the largest weight of any map in the picture; map: each map's own\n"
+           "largest (every map then looks peaked, however flat it is).\n"
+           "Also prints, per map, its range and the patch with the largest weight.\n");
 }
 
 /* The name of class cls, as printed in the picture and on stdout: the
@@ -161,7 +165,7 @@ static int attention_rows(vit_model *m, const vit_real *px, int query, vit_real 
     return 0;
 }
 
-/* One line per map: where the weight goes. */
+/* One line per map: its range and where the weight goes. */
 static void print_summary(const vit_config *c, const vit_real *maps, int gw)
 {
     int gh, gw_;
@@ -170,15 +174,18 @@ static void print_summary(const vit_config *c, const vit_real *maps, int gw)
     for (int l = 0; l < c->depth; l++)
         for (int h = 0; h < c->heads; h++) {
             const vit_real *w = maps + ((size_t)l * c->heads + h) * (size_t)n;
-            int best = 0;
+            int best = 0, least = 0;
             double patches = 0;
             for (int i = 0; i < n; i++) {
                 patches += (double)w[i];
-                if (w[i] > w[best])
-                    best = i;
+                best = w[i] > w[best] ? i : best;
+                least = w[i] < w[least] ? i : least;
             }
-            printf("L%d H%d: largest weight %.3f on patch (%d,%d); class token %.3f\n", l, h,
-                   (double)w[best], best / gw, best % gw, 1 - patches);
+            /* fmax: rounding can make the patches' sum exceed 1 by an ulp,
+             * which would print as -0.000. */
+            printf("L%d H%d: weights %.3f-%.3f, largest on patch (%d,%d); class token %.3f\n", l,
+                   h, (double)w[least], (double)w[best], best / gw, best % gw,
+                   fmax(0, 1 - patches));
         }
 }
 
@@ -186,9 +193,9 @@ int main(int argc, char **argv)
 {
     cli_ignore_file_size_signal();
     const char *ckpt = NULL, *png = NULL, *out = "attention.png", *data = NULL, *qtext = "cls";
-    int digit = -1;
+    int digit = -1, scale = FIG_SCALE_ABSOLUTE;
     static const cli_flag flags[] = {{"--digit", 1}, {"--query", 1}, {"--out", 1}, {"--data", 1},
-                                     {"--help", 0}, {"--version", 0}, {NULL, 0}};
+                                     {"--scale", 1}, {"--help", 0}, {"--version", 0}, {NULL, 0}};
     if (!cli_normalize(prog, &argc, &argv, flags, 0))
         return 2;
     const char **pos[] = {&ckpt, &png};
@@ -208,7 +215,19 @@ int main(int argc, char **argv)
             out = v;
         else if (strcmp(a, "--data") == 0)
             data = v;
-        else
+        else if (strcmp(a, "--scale") == 0) {
+            if (strcmp(v, "absolute") == 0)
+                scale = FIG_SCALE_ABSOLUTE;
+            else if (strcmp(v, "figure") == 0)
+                scale = FIG_SCALE_FIGURE;
+            else if (strcmp(v, "map") == 0)
+                scale = FIG_SCALE_MAP;
+            else {
+                fprintf(stderr, "%s: --scale: expected absolute, figure or map, got '%s'\n", prog,
+                        v);
+                return 2;
+            }
+        } else
             return cli_unknown_option(prog, a);
     }
     if (!ckpt) {
@@ -260,8 +279,11 @@ int main(int argc, char **argv)
     snprintf(pline, sizeof pline, "heat over the input at %.0f%%", FIG_ATTN_ALPHA * 100);
     fig_attn f = {.image = px, .height = c->image_height, .width = c->image_width,
                   .channels = c->channels, .grid_h = gh, .grid_w = gw, .layers = c->depth,
-                  .heads = c->heads, .maps = maps, .query = query, .title = title,
-                  .notes = {source, qline, pline, "each map: 0 to its largest weight"}};
+                  .heads = c->heads, .maps = maps, .scale = scale, .query = query, .title = title,
+                  .notes = {source, qline, pline,
+                            scale == FIG_SCALE_MAP      ? "colour: 0 to each map's own largest weight"
+                            : scale == FIG_SCALE_FIGURE ? "colour: 0 to the largest weight shown"
+                                                        : "colour: weight 0 to 1, on every map"}};
     fig_attn_layout lay;
     if (fig_attn_draw(&f, &canvas, &lay)) {
         cli_fail(prog, NULL);
@@ -274,8 +296,9 @@ int main(int argc, char **argv)
     printf("%s: predicted %s (p = %.3f)%s\n", png ? png : "test image", pred_name, prob,
            label >= 0 ? (label == pred ? ", correct" : ", wrong") : "");
     print_summary(c, maps, gw);
-    printf("wrote %s (%dx%d pixels): %d layers x %d heads, query %s\n", out, lay.width, lay.height,
-           c->depth, c->heads, qtext);
+    const char *scale_name[] = {"absolute", "figure", "map"};
+    printf("wrote %s (%dx%d pixels): %d layers x %d heads, query %s, scale %s\n", out, lay.width,
+           lay.height, c->depth, c->heads, qtext, scale_name[scale]);
     rc = 0;
 done:
     draw_canvas_free(&canvas);

@@ -6,6 +6,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "vit/vit.h"
@@ -21,7 +22,27 @@ static void usage(void)
            "blocks.N.attn.qkv, ..., head), with the model config in __metadata__.\n"
            "--logits also writes the logits of the test split of --data (default: the\n"
            "data the run trained on) as CSV (index,label,pred,logit_0,...) for\n"
-           "tools/torch_check_export.py to compare with PyTorch.\n");
+           "tools/torch_check_export.py to compare with PyTorch; the data is checked\n"
+           "before anything is written.  The weights compute one pass per image: for a\n"
+           "model with tta shift9, whose run reported the average over 9 shifted passes,\n"
+           "it says so (and the metadata's tta_note); docs/cli.md shows the PyTorch lines\n"
+           "that do the same.\n");
+}
+
+/* The test accuracy the run of ckpt reported at its end (final.csv beside
+ * it, vit/train.h), or -1 when it has none. */
+static double reported_accuracy(const char *ckpt)
+{
+    char path[4200];
+    const char *slash = strrchr(ckpt, '/');
+    snprintf(path, sizeof path, "%.*sfinal.csv", slash ? (int)(slash - ckpt + 1) : 0, ckpt);
+    vit_metrics_table t;
+    if (access(path, F_OK) != 0 || vit_metrics_read(path, &t) != VIT_OK)
+        return -1;
+    const double *acc = vit_metrics_column(&t, "test_acc");
+    double a = acc ? acc[0] : -1;
+    vit_metrics_free(&t);
+    return a;
 }
 
 int main(int argc, char **argv)
@@ -65,22 +86,49 @@ int main(int argc, char **argv)
     int rc = 1;
     vit_dataset train = {0}, test = {0};
     double acc = 0;
-    if (vit_safetensors_save(m, st.class_names, out, &bytes)) {
-        cli_fail(prog, NULL);
-        goto done;
-    }
-    printf("wrote %s: %d tensors, %zu parameters, %zu bytes\n", out,
-           8 + 12 * vit_model_config(m)->depth, vit_model_param_count(m), bytes);
+    const vit_config *c = vit_model_config(m);
+    /* The data first: nothing is written for data the model cannot take. */
     if (logits) {
         if (vit_data_load_split(data, cli_digits_path(), &split, &train, &test, NULL, NULL)) {
             cli_fail(prog, NULL);
             goto done;
         }
-        if (vit_export_logits_csv(m, &test, logits, &acc)) {
-            cli_fail(prog, NULL);
+        if (test.count <= 0 || test.height != c->image_height || test.width != c->image_width ||
+            test.channels != c->channels) {
+            fprintf(stderr, "%s: --logits: the test split of %s has %d images of %dx%dx%d; the "
+                    "model takes %dx%dx%d (height x width x channels); nothing written\n", prog,
+                    data, test.count, test.height, test.width, test.channels, c->image_height,
+                    c->image_width, c->channels);
             goto done;
         }
-        printf("wrote %s: logits of %d test images, accuracy %.4f\n", logits, test.count, acc);
+    }
+    int existed = access(out, F_OK) == 0;
+    if (vit_safetensors_save(m, st.class_names, out, &bytes)) {
+        cli_fail(prog, NULL);
+        goto done;
+    }
+    if (logits && vit_export_logits_csv(m, &test, logits, &acc)) {
+        cli_fail(prog, NULL);
+        if (!existed)
+            unlink(out); /* all or nothing: not the weights without their logits */
+        goto done;
+    }
+    printf("wrote %s: %d tensors, %zu parameters, %zu bytes\n", out, 8 + 12 * c->depth,
+           vit_model_param_count(m), bytes);
+    if (logits)
+        printf("wrote %s: logits of %d test images, accuracy %.4f (one pass)\n", logits,
+               test.count, acc);
+    if (c->tta == VIT_TTA_SHIFT9) {
+        double rep = reported_accuracy(ckpt);
+        char line[256], was[48] = "";
+        if (rep >= 0)
+            snprintf(was, sizeof was, " (%.4f)", rep);
+        cli_print_fitted(stdout, "note: these weights give one pass per image (as --logits and "
+                                 "metrics.csv's epochs);");
+        snprintf(line, sizeof line, "the run's final test accuracy%s was scored with tta shift9, the "
+                 "mean softmax over the image and its 8 one-pixel shifts (zeros shifted in): "
+                 "docs/cli.md shows it in PyTorch", was);
+        cli_print_fitted(stdout, line);
     }
     rc = 0;
 done:

@@ -1,9 +1,11 @@
 /*
- * vit_plot - draw the training curves of a vit_train run (train and test
- * loss, test accuracy, per epoch) from its metrics.csv into a PNG.
+ * vit_plot - draw the training curves of a vit_train run (every loss,
+ * accuracy and the learning rate, per epoch) from its metrics.csv into a
+ * PNG, with the final figures of final.csv beside it ringed.
  */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "figures.h"
@@ -14,10 +16,13 @@ static const char *prog = "vit_plot";
 static void usage(void)
 {
     printf("usage: vit_plot METRICS.csv [--out curves.png] [--title TEXT]\n"
-           "Draws train loss and test loss (top panel) and test accuracy (bottom\n"
-           "panel) against the epoch from the metrics.csv that vit_train writes into\n"
-           "its --out folder, as a PNG (default curves.png).  The title defaults to\n"
-           "the CSV's path.\n");
+           "Draws every column of the metrics.csv that vit_train writes into its --out\n"
+           "folder against the epoch, as a PNG (default curves.png): the losses (top\n"
+           "panel), the accuracies (train, test and, with --val, validation; one pass\n"
+           "per image) and the learning rate.  When final.csv beside it holds the\n"
+           "figures the run reported at its end (with test-time augmentation or\n"
+           "averaged weights they differ from the last one-pass point), they are\n"
+           "ringed in red at the last epoch.  The title defaults to the CSV's path.\n");
 }
 
 int main(int argc, char **argv)
@@ -47,9 +52,25 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: no metrics file given (see --help)\n", prog);
         return 2;
     }
-    vit_metrics_table m;
+    vit_metrics_table m, fin = {0};
     if (vit_metrics_read(csv, &m))
         return cli_fail(prog, NULL);
+    /* final.csv beside it, if the run finished (a missing one is no error;
+     * a broken one is said and left out). */
+    char fin_path[4200];
+    const char *slash = strrchr(csv, '/');
+    snprintf(fin_path, sizeof fin_path, "%.*sfinal.csv", slash ? (int)(slash - csv + 1) : 0, csv);
+    int have_fin = access(fin_path, F_OK) == 0;
+    if (have_fin && vit_metrics_read(fin_path, &fin)) {
+        fprintf(stderr, "%s: %s (not marked)\n", prog, vit_last_error());
+        have_fin = 0;
+    }
+    const double *f_ep = have_fin ? vit_metrics_column(&fin, "epoch") : NULL;
+    if (f_ep && f_ep[0] != m.epoch[m.rows - 1]) {
+        printf("%s: from epoch %.0f, not the last of %s (%.0f): not marked\n", fin_path, f_ep[0],
+               csv, m.epoch[m.rows - 1]);
+        have_fin = 0;
+    }
     /* The title is drawn at twice the font size: keep it on the canvas. */
     char title_buf[56];
     size_t len = strlen(title ? title : csv);
@@ -58,17 +79,27 @@ int main(int argc, char **argv)
     draw_canvas canvas;
     fig_curves_layout lay;
     int rc = 1;
-    if (fig_curves_draw(&m, title_buf, &canvas, &lay))
+    if (fig_curves_draw(&m, have_fin ? &fin : NULL, title_buf, &canvas, &lay))
         cli_fail(prog, NULL);
     else if (draw_save_png(&canvas, out))
         cli_fail(prog, NULL);
     else {
-        printf("%s: %d epochs, last test accuracy %.4f, last test loss %.4f\n", csv, m.rows,
-               m.test_acc[m.rows - 1], m.test_loss[m.rows - 1]);
+        printf("%s: %d epochs, last test accuracy %.4f (one pass), last test loss %.4f\n", csv,
+               m.rows, m.test_acc[m.rows - 1], m.test_loss[m.rows - 1]);
+        const double *f_acc = have_fin ? vit_metrics_column(&fin, "test_acc") : NULL;
+        const double *f_tta = have_fin ? vit_metrics_column(&fin, "tta") : NULL;
+        if (f_acc)
+            printf("%s: final test accuracy %.4f%s, ringed\n", fin_path, f_acc[0],
+                   f_tta && f_tta[0] != 0 ? " (tta shift9)" : "");
+        for (int c = 0; c < m.cols; c++)
+            if (fig_curves_panel_of(m.names[c]) == FIG_PANEL_NONE &&
+                strcmp(m.names[c], "epoch") != 0 && strcmp(m.names[c], "seconds") != 0)
+                printf("column %s: not plotted (not a loss, accuracy or lr)\n", m.names[c]);
         printf("wrote %s (%dx%d pixels)\n", out, lay.width, lay.height);
         rc = 0;
     }
     draw_canvas_free(&canvas);
     vit_metrics_free(&m);
+    vit_metrics_free(&fin);
     return rc;
 }

@@ -17,6 +17,8 @@
 #include "vit/vit.h"
 
 static const char *prog = "vit_train";
+/* The path the tool was started by (argv[0]), for the commands it prints. */
+static const char *self = "vit_train";
 
 static void usage(FILE *f)
 {
@@ -178,9 +180,10 @@ static void print_tta_auto(const vit_train_result *r)
  * (a terminal's width - 1, or 100 columns in a file or pipe); else the
  * checkpoint goes on a line of its own; else, when even "ACC (LABELS;
  * TIMING)" is too wide (ema, tta and the one-pass figure), the labelled
- * figures stay on the first line and the timing opens the second.  On a
- * terminal the path is shortened in the middle if its line would not fit;
- * a file or pipe always gets the whole path (a script may read it).
+ * figures stay on the first line and the timing opens the second.  The
+ * path is never shortened: on a terminal too narrow for "checkpoint PATH"
+ * it goes whole on a line of its own (cli_print_item), which the terminal
+ * wraps and a copy pastes as it is.
  * labels is "" or e.g. "tta shift9; one pass 0.9639". */
 static void print_result(const char *acc, const char *labels, const char *timing, const char *out)
 {
@@ -195,19 +198,21 @@ static void print_result(const char *acc, const char *labels, const char *timing
         printf("%s (%s%s%s); checkpoint %s\n", acc, labels, sep, timing, path);
         return;
     }
-    char short_path[4200];
-    if (cols > 0 && width > strlen("checkpoint ") && strlen("checkpoint ") + strlen(path) > width)
-        cli_short_path(path, (int)(width - strlen("checkpoint ")), short_path, sizeof short_path);
-    else
-        snprintf(short_path, sizeof short_path, "%s", path);
+    char line[512];
     if (head <= width || !*labels) {
-        printf("%s (%s%s%s)\ncheckpoint %s\n", acc, labels, sep, timing, short_path);
+        snprintf(line, sizeof line, "%s (%s%s%s)", acc, labels, sep, timing);
+        cli_print_fitted(stdout, line);
+        cli_print_item(stdout, "checkpoint", path);
         return;
     }
-    if (strlen(timing) + strlen("; checkpoint ") + strlen(path) <= width)
-        printf("%s (%s)\n%s; checkpoint %s\n", acc, labels, timing, path);
-    else
-        printf("%s (%s)\n%s\ncheckpoint %s\n", acc, labels, timing, short_path);
+    snprintf(line, sizeof line, "%s (%s)", acc, labels);
+    cli_print_fitted(stdout, line);
+    if (strlen(timing) + strlen("; checkpoint ") + strlen(path) <= width) {
+        printf("%s; checkpoint %s\n", timing, path);
+    } else {
+        cli_print_fitted(stdout, timing);
+        cli_print_item(stdout, "checkpoint", path);
+    }
 }
 
 /* --val-split, --test-split and --split-seed: the split asked for, and
@@ -339,7 +344,7 @@ static void print_class_counts(const vit_dataset *train)
     else if (at >= (int)sizeof line)
         snprintf(line, sizeof line, "per class: %d ('%.20s') to %d ('%.20s')", n[lo],
                  nm ? nm[lo] : "?", n[hi], nm ? nm[hi] : "?");
-    printf("%s\n", line);
+    cli_print_fitted(stdout, line);
     for (int k = 0; k < train->classes; k++)
         few += n[k] < 5;
     if (few)
@@ -355,6 +360,8 @@ static void print_class_counts(const vit_dataset *train)
 int main(int argc, char **argv)
 {
     cli_ignore_file_size_signal();
+    if (argc > 0 && argv[0] && *argv[0])
+        self = argv[0];
     if (vit_dist_init(&argc, &argv)) {
         fprintf(stderr, "%s: %s\n", prog, vit_last_error());
         return 1;
@@ -421,6 +428,17 @@ static void seed_dir(const char *out, unsigned long long seed, char *dir, size_t
     snprintf(dir, cap, "%s/seed-%llu", out, seed);
 }
 
+/* The command that continues the run in out, as the tool was started
+ * (argv[0]) and each word quoted where a shell needs it. */
+static void resume_command(char *cmd, size_t cap, const char *launcher, const char *data,
+                           const char *out, const char *again)
+{
+    char w[3][4200], ckpt[4200];
+    snprintf(ckpt, sizeof ckpt, "%s/last.ckpt", out);
+    snprintf(cmd, cap, "%s%s --data %s --resume %s%s", launcher, cli_shell_word(self, w[0], sizeof w[0]),
+             cli_shell_word(data, w[1], sizeof w[1]), cli_shell_word(ckpt, w[2], sizeof w[2]), again);
+}
+
 /* One run of vit_train_run and what it prints; the exit status.  res, if
  * not NULL, gets the result's figures (no confusion matrix). */
 static int train_once(const vit_config *cfg, const vit_dataset *train, const vit_dataset *test,
@@ -467,15 +485,21 @@ static int train_once(const vit_config *cfg, const vit_dataset *train, const vit
         snprintf(again + strlen(again), sizeof again - strlen(again), " --val %d", o.val_count);
     if (vit_dist_size() > 1)
         snprintf(launcher, sizeof launcher, "mpirun -np %d ", vit_dist_size());
+    char resume[4500];
+    resume_command(resume, sizeof resume, launcher, data, out, again);
     if (res.interrupted) {
         /* Under mpirun the stop may have come to another rank: this one
          * then stops as if terminated. */
-        fprintf(stderr, "%s: %s at epoch %d, step %llu of %ld; checkpoint %s/last.ckpt\n"
-                "%s: continue with: %s%s --data %s --resume %s/last.ckpt%s\n", prog,
-                stop_signal == SIGINT ? "interrupted" : stop_signal ? "terminated"
-                                                                    : "stopped (another rank was signalled)",
-                res.epochs_done + 1, res.epoch_step, res.steps_per_epoch, out, prog, launcher,
-                prog, data, out, again);
+        cli_progress_fresh_line(&bar, stop_signal == SIGINT);
+        char what[4400];
+        snprintf(what, sizeof what, "%s: %s at epoch %d, step %llu of %ld; checkpoint %s/last.ckpt",
+                 prog, stop_signal == SIGINT ? "interrupted" : stop_signal ? "terminated"
+                                                             : "stopped (another rank was signalled)",
+                 res.epochs_done + 1, res.epoch_step, res.steps_per_epoch, out);
+        cli_print_fitted(stderr, what);
+        char lead[64];
+        snprintf(lead, sizeof lead, "%s: continue with:", prog);
+        cli_print_item(stderr, lead, resume);
         return 128 + (stop_signal ? stop_signal : SIGTERM);
     }
     if (look->progress)
@@ -504,10 +528,12 @@ static int train_once(const vit_config *cfg, const vit_dataset *train, const vit
              res.seconds, res.images_per_second);
     print_result(acc, labels, timing, out);
     print_tta_auto(&res);
-    if (o.stop_after_epochs > 0 && res.epochs_done < cfg->epochs)
-        printf("stopped after epoch %d of %d (--stop-after); continue with: %s%s --data %s "
-               "--resume %s/last.ckpt%s\n", res.epochs_done, cfg->epochs, launcher, prog, data,
-               out, again);
+    if (o.stop_after_epochs > 0 && res.epochs_done < cfg->epochs) {
+        char what[96];
+        snprintf(what, sizeof what, "stopped after epoch %d of %d (--stop-after); continue with:",
+                 res.epochs_done, cfg->epochs);
+        cli_print_item(stdout, what, resume);
+    }
     vit_train_result_free(&res);
     return 0;
 }
@@ -863,13 +889,17 @@ static int run(int argc, char **argv)
      * goes to a file, so isatty says nothing there: plain lines. */
     if (look.progress == 2 && vit_dist_size() > 1)
         look.progress = 1;
+    if (vit_dist_size() > 1)
+        cli_no_terminal();
     if (look.progress) {
         char val[32] = "";
         if (o.val_count)
             snprintf(val, sizeof val, ", %d val", o.val_count);
-        printf("data: %d train%s, %d test images of %dx%dx%d, %d classes\n",
-               train.count - o.val_count, val, test.count, train.height, train.width,
-               train.channels, train.classes);
+        char line[160];
+        snprintf(line, sizeof line, "data: %d train%s, %d test images of %dx%dx%d, %d classes",
+                 train.count - o.val_count, val, test.count, train.height, train.width,
+                 train.channels, train.classes);
+        cli_print_fitted(stdout, line);
         print_class_counts(&train);
     }
     if (look.progress && vit_dist_size() > 1)

@@ -39,7 +39,10 @@
  * "vit_export VERSION", layout "timm.VisionTransformer", global_pool
  * "token" (pool cls) or "avg" (pool mean), layer_norm_eps "1e-05",
  * activation "gelu_exact" and input "NCHW float32 in [0, 1], no
- * normalization".
+ * normalization"; and for a model with tta shift9, "tta_note", saying
+ * that the weights give one pass per image while the model's own scores
+ * average the softmax over the image and its 8 one-pixel shifts (zeros
+ * shifted in; docs/cli.md shows it in PyTorch).
  *
  * To reproduce our logits in timm itself: its default LayerNorm eps is
  * 1e-6, so pass norm_layer=partial(nn.LayerNorm, eps=1e-5); and for

@@ -481,7 +481,14 @@ void vit_trainer_free(vit_trainer *t);
  * OUT/metrics.csv (epoch, train_loss, train_acc, test_loss, test_acc, lr,
  * seconds, and val_acc with a validation set: it is scored after every
  * epoch too; vit_epoch_metrics), OUT/last.ckpt every ckpt_every epochs and
- * at the end.  With resume, the run continues from the checkpoint (at an
+ * at the end, and at the end OUT/final.csv: the final figures of res in
+ * metrics.csv's format with one row (vit_metrics_read reads it; columns
+ * epoch, train_loss (the last epoch's), test_loss, test_acc (res's own,
+ * with tta and ema), tta (0 or 1), ema, test_acc_one_pass,
+ * test_loss_one_pass, and val_acc, val_acc_one_pass with a validation
+ * set); a run that trains on (a resume, an overwrite) removes or moves the
+ * old one first, so final.csv always describes the last.ckpt beside it.
+ * With resume, the run continues from the checkpoint (at an
  * epoch boundary or inside an epoch) and the result equals an
  * uninterrupted run; cfg must then equal the checkpoint's config but for
  * two keys: epochs may grow (the run is extended, the cosine schedule
