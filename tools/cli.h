@@ -16,6 +16,12 @@ const char *cli_digits_path(void);
  * flag and returns 0 on failure. */
 int cli_int(const char *prog, const char *flag, const char *text, int lo, int hi, int *out);
 
+/* Parses a duration such as "20m", "90s", "1h30m", "1.5h" or "600" (bare:
+ * seconds) into *seconds: numbers each followed by h, m or s, in that
+ * order, at most once each; the total must be more than 0 and at most a
+ * year.  Prints an error naming the flag and returns 0 on failure. */
+int cli_duration(const char *prog, const char *flag, const char *text, double *seconds);
+
 /* Ignores SIGXFSZ, so that writing past a file-size limit (ulimit -f) makes
  * write() fail with EFBIG, which the library reports and cleans up after
  * (no temporary file left), instead of the kernel killing the tool in the
