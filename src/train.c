@@ -54,8 +54,9 @@ struct vit_trainer {
     int complete_at_start;    /* a resume of a run that had done all its epochs */
     double lr;                /* the last step's learning rate */
     int epochs_cap;           /* with a budget: the most epochs a plan may give */
-    double plan_t;            /* now_seconds() and the step when the budget's */
-    unsigned long long plan_step; /* first plan was made */
+    double pace_t;            /* now_seconds() and the step of the budget's */
+    unsigned long long pace_step; /* plan or its last check */
+    double pace;              /* seconds per epoch, smoothed (0: none yet) */
     vit_eval_result last_test; /* the last epoch's one-pass test scores */
     double last_val;          /* and validation accuracy (-1: none yet) */
 };
@@ -649,16 +650,17 @@ static double final_scoring(const vit_trainer *t)
     return t->cfg.tta == VIT_TTA_SHIFT9 ? 9 * epoch_scoring(t) : 0;
 }
 
-/* The most epochs whose rest costs at most `left` seconds from here: the
- * current epoch's remaining steps, whole epochs of spe steps at step
- * seconds each plus `scoring` seconds, and `final` seconds of final
- * scores; at least the epoch after the last done, at most epochs_cap. */
+/* The epochs whose rest costs nearest `left` seconds from here (within
+ * half an epoch): the current epoch's remaining steps, whole epochs of spe
+ * steps at step seconds each plus `scoring` seconds, and `final` seconds
+ * of final scores; at least the epoch after the last done, at most
+ * epochs_cap. */
 static int epochs_fitting(const vit_trainer *t, double left, double step, double scoring,
                           double final)
 {
     long spe = t->at.steps_per_epoch;
     double epoch = (double)spe * step + scoring;
-    double n = floor((left - final + (double)t->st.epoch_step * step) / epoch);
+    double n = floor((left - final + (double)t->st.epoch_step * step) / epoch + 0.5);
     double lo = (double)t->st.epoch + 1, hi = t->epochs_cap;
     double e = (double)t->st.epoch + n;
     return (int)(e < lo ? lo : e > hi ? hi : e);
@@ -723,50 +725,52 @@ static int plan_budget(vit_trainer *t)
     if (rc)
         return rc;
     double el = now_seconds() - t->t0, step = t->at.step_seconds;
-    double left = 0.97 * t->o.budget_seconds - el;
+    double left = 0.98 * t->o.budget_seconds - el;
     t->cfg.epochs = epochs_fitting(t, left, step, epoch_scoring(t), final_scoring(t));
     layout(t);
     long steps = t->at.total_steps - (long)t->st.step;
     t->at.planned_seconds = el + (double)steps * step
                             + (double)(t->cfg.epochs - (long)t->st.epoch) * epoch_scoring(t)
                             + final_scoring(t);
-    t->plan_t = now_seconds();
-    t->plan_step = t->st.step;
+    t->pace_t = now_seconds();
+    t->pace_step = t->st.step;
     vit_train_event ev = {.kind = VIT_TRAIN_PLAN, .images_per_second = t->cfg.batch / step};
     emit(t, &ev);
     return VIT_OK;
 }
 
-/* After an epoch of a budgeted run: the time each epoch really takes
- * since the plan (steps and scoring; the machine may be shared) against
- * the measured one.  A run predicted to end over the budget gets fewer
- * epochs, one predicted to end under 93% of it more (only in its first
- * quarter, while a longer schedule changes the learning rate little);
- * the schedule is laid out anew either way (event PLAN).  Every rank
- * takes rank 0's times. */
+/* After an epoch of a budgeted run: the pace (seconds per epoch, steps
+ * and scoring: the machine may be shared), the mean of the last epoch's
+ * and the pace before (the first: that epoch's), against the plan.  A run
+ * predicted to end over the budget gets fewer epochs, one predicted to
+ * end under 92% of it more (at least one more and 5%); the schedule is
+ * laid out anew either way (event PLAN).  Every rank takes rank 0's
+ * times. */
 static int hold_budget(vit_trainer *t)
 {
     double now = now_seconds(), spe = (double)t->at.steps_per_epoch;
-    double done = (double)(t->st.step - t->plan_step) / spe;
+    double done = (double)(t->st.step - t->pace_step) / spe;
     double x[2] = {0, 0};
-    if (vit_dist_rank() == 0) {
+    if (vit_dist_rank() == 0 && done > 0) {
         x[0] = now - t->t0;
-        x[1] = (now - t->plan_t) / done;
+        x[1] = (now - t->pace_t) / done;
     }
+    t->pace_t = now;
+    t->pace_step = t->st.step;
     int rc = vit_dist_size() > 1 ? vit_dist_sum_double(x, 2) : VIT_OK;
     if (rc || done <= 0)
         return rc;
-    double el = x[0], per_epoch = x[1];
-    double measured = spe * t->at.step_seconds + epoch_scoring(t);
+    double el = x[0];
+    t->pace = t->pace > 0 ? 0.5 * (t->pace + x[1]) : x[1];
+    double per_epoch = t->pace, measured = spe * t->at.step_seconds + epoch_scoring(t);
     double slow = measured > 0 ? per_epoch / measured : 1, final = final_scoring(t) * slow;
     int E = t->cfg.epochs;
     double end = el + (double)(E - (long)t->st.epoch) * per_epoch + final;
     double budget = t->o.budget_seconds;
-    int early = 4 * (long)t->st.epoch <= E;
-    if (end <= 0.99 * budget && (end >= 0.93 * budget || !early || E >= t->epochs_cap))
+    if (end <= budget && (end >= 0.92 * budget || E >= t->epochs_cap))
         return VIT_OK;
-    int want = epochs_fitting(t, 0.97 * budget - el, per_epoch / spe, 0, final);
-    if (want == E || (want > E && (!early || want < E + 1 + E / 20)))
+    int want = epochs_fitting(t, 0.98 * budget - el, per_epoch / spe, 0, final);
+    if (want == E || (want > E && want < E + 1 + E / 20))
         return VIT_OK; /* a longer run only for a gain worth a new schedule */
     t->cfg.epochs = want;
     layout(t);

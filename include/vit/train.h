@@ -341,15 +341,15 @@ typedef struct vit_train_opts {
                                 scores), or 0.  The first steps are measured
                                 (forward and backward of a few batches and
                                 scoring a few test images, without training)
-                                and cfg's epochs become as many as fit in 97%
-                                of it, with each epoch's scoring and the
+                                and cfg's epochs become those that end
+                                nearest 98% of it (within half an epoch), with each epoch's scoring and the
                                 final (test-time augmented) scores; at least
                                 one more than done, at most cfg's epochs.
                                 After each epoch the plan is checked against
-                                the time the run really takes: a run
+                                the pace of the last epochs: a run
                                 predicted to end over the budget is
-                                shortened, one predicted to end under 93% of
-                                it is lengthened within its first quarter,
+                                shortened, one predicted to end under 92% of
+                                it is lengthened (by 5% at least),
                                 and the schedule is laid out anew over the
                                 new length (warm-up and cosine, which still
                                 ends at min_lr after the last step).  The
