@@ -135,6 +135,8 @@ typedef struct cli_progress {
     double t_first;            /* after the run's first step */
     int summary_done;
     int score_images;          /* test + validation images scored per epoch */
+    double budget_before;      /* seconds of --budget spent before the run
+                                  began (loading): added to the plan's times */
     double t_last_step;        /* when the last step's event came */
     double score_seconds;      /* one epoch's scoring, once measured */
 } cli_progress;

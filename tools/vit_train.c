@@ -352,7 +352,8 @@ static int train_once(const vit_config *cfg, const vit_dataset *train, const vit
     o.on_event = cli_progress_event;
     o.user = &bar;
     if (o.budget_seconds > 0) {
-        o.budget_seconds -= now_seconds() - run_start;
+        bar.budget_before = now_seconds() - run_start;
+        o.budget_seconds -= bar.budget_before;
         if (o.budget_seconds < 0.1) {
             if (speak)
                 fprintf(stderr, "%s: --budget: spent before training began (loading the data)\n",
@@ -771,8 +772,8 @@ static int apply_recipe(vit_config *cfg, const vit_config *model, const vit_data
     if (speak && *said)
         printf("recipe (not set by flag or --config): %s, for %d images of %dx%dx%d (%s)\n", said,
                d.count, d.height, d.width, d.channels,
-               r.epochs < 140 ? "epochs: what 6e13 multiply-adds of training pay for" : "see "
-               "docs/cli.md, Recipe");
+               r.epochs < 140 && budget <= 0 ? "epochs: what 6e13 multiply-adds of training "
+               "pay for" : "see docs/cli.md, Recipe");
     return 0;
 }
 
