@@ -772,8 +772,8 @@ static int apply_recipe(vit_config *cfg, const vit_config *model, const vit_data
     if (speak && *said)
         printf("recipe (not set by flag or --config): %s, for %d images of %dx%dx%d (%s)\n", said,
                d.count, d.height, d.width, d.channels,
-               r.epochs < 140 && budget <= 0 ? "epochs: what 6e13 multiply-adds of training "
-               "pay for" : "see docs/cli.md, Recipe");
+               strncmp(said, "epochs ", 7) == 0 && budget <= 0 ? "epochs: what 6e13 "
+               "multiply-adds of training pay for" : "see docs/cli.md, Recipe");
     return 0;
 }
 
