@@ -3,7 +3,8 @@
 #   1. --budget 10s on the digits ends within 10% of 10 s (wall time of the
 #      whole command), says its plan in one line, and its last epoch's
 #      learning rate is the cosine's end (min_lr within a hair);
-#   2. --epochs with --budget is the most the plan takes;
+#   2. --epochs with --budget is the most the plan takes; the plan is the
+#      run's, and a resume without --budget trains to it;
 #   3. a bad duration is refused naming the flag;
 #   4. the recipe line: none for the digits (their recipe is the
 #      defaults); for 28x28 images the keys it changes (shift 2), and
@@ -42,6 +43,14 @@ check "the last epoch ends at min_lr ($last_lr)" 'awk -v r="$last_lr" "BEGIN { e
     --threads 2 >"$tmp/c.txt" 2>&1
 check "--epochs 2 caps the plan" 'grep -qE "^budget 0:00:10: 2 epochs, 90 steps" "$tmp/c.txt"'
 check "and the run does 2 epochs" '[ "$(($(wc -l <"$tmp/c/metrics.csv") - 1))" = 2 ]'
+
+# ---- 2b. the plan is the run's: a resume without --budget goes on to it ----
+"$tools/vit_train" --data digits --budget 5s --stop-after 1 --tta none --out "$tmp/r" \
+    --threads 2 >"$tmp/r.txt" 2>&1
+plan=$(grep -E "^budget" "$tmp/r.txt" | tail -1 | sed -E 's/.* ([0-9]+) epochs.*/\1/')
+check "--stop-after 1 names the plan ($plan epochs)" 'grep -q "^stopped after epoch 1 of $plan (--stop-after)" "$tmp/r.txt"'
+"$tools/vit_train" --resume "$tmp/r/last.ckpt" --threads 2 >"$tmp/r2.txt" 2>&1
+check "the resume without --budget trains to the plan" '[ "$(($(wc -l <"$tmp/r/metrics.csv") - 1))" = "$plan" ] && ! grep -q "^budget" "$tmp/r2.txt"'
 
 # ---- 3. durations --------------------------------------------------------------
 for bad_value in 5x 0 1m30 -3s "" 2s1h; do

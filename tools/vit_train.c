@@ -429,9 +429,15 @@ static int train_once(const vit_config *cfg, const vit_dataset *train, const vit
     snprintf(timing, sizeof timing, "%d epochs, %.1f s, %.0f images/s", res.epochs_done,
              res.seconds, res.images_per_second);
     print_result(acc, labels, timing, out);
-    if (o.stop_after_epochs > 0 && res.epochs_done < cfg->epochs)
+    /* The run's epochs: a budget's plan is in its checkpoint. */
+    vit_config ran = *cfg;
+    char ckpt[4200];
+    snprintf(ckpt, sizeof ckpt, "%s/last.ckpt", out);
+    if (o.budget_seconds > 0 && vit_run_config(ckpt, &ran) != VIT_OK)
+        ran = *cfg;
+    if (o.stop_after_epochs > 0 && res.epochs_done < ran.epochs)
         printf("stopped after epoch %d of %d (--stop-after); continue with: %s%s --data %s "
-               "--resume %s/last.ckpt%s\n", res.epochs_done, cfg->epochs, launcher, prog, data,
+               "--resume %s/last.ckpt%s\n", res.epochs_done, ran.epochs, launcher, prog, data,
                out, again);
     vit_train_result_free(&res);
     return 0;
