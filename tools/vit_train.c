@@ -154,18 +154,21 @@ static void folder_of(const char *path, char *out, size_t cap)
         snprintf(out, cap, "%.*s", slash == path ? 1 : (int)(slash - path), path);
 }
 
-/* No patch given (cfg->patch 0): the default, unless the data's images
- * are larger than the config's or the default does not divide them; then
- * the library's choice (a grid of at most 8x8), said in one line (the
- * stride and padding are settled after it, in run). */
-static int fit_patch(vit_config *cfg, int patch_default, const vit_dataset *train, int speak)
+/* No patch given (cfg->patch 0): the recipe's (vit_recipe_pick: the
+ * default, unless the data's images are larger than the config's or the
+ * default does not divide them; then a grid of at most 8x8), said in one
+ * line when it was picked (the stride and padding are settled after it,
+ * in run). */
+static int fit_patch(vit_config *cfg, int patch_default, int recipe_patch,
+                     const vit_dataset *train, int speak)
 {
-    cfg->patch = patch_default;
+    cfg->patch = recipe_patch;
     int larger = train->height > cfg->image_height || train->width > cfg->image_width;
     if (!larger && train->height % patch_default == 0 && train->width % patch_default == 0)
         return 0;
     char why[200];
-    if (vit_config_pick_patch(train->height, train->width, 8, &cfg->patch, NULL, why, sizeof why))
+    int p;
+    if (vit_config_pick_patch(train->height, train->width, 8, &p, NULL, why, sizeof why))
         return cli_fail(prog, NULL);
     if (speak)
         printf("patch %d (no --patch given): %s\n", cfg->patch, why);
@@ -745,13 +748,14 @@ static const char *key_text(const vit_config *cfg, const char *key, char *buf, s
  * model: the config with its own patch geometry.  0, or the exit status. */
 static int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *train,
                         int val, double budget, const char *config, int argc, char **argv,
-                        int speak)
+                        int speak, int *patch)
 {
     vit_recipe_data d = {train->count - val, train->height, train->width, train->channels,
                          train->classes, train};
     vit_recipe r;
     if (vit_recipe_pick(&d, model, &r, NULL, 0))
         return cli_fail(prog, NULL);
+    *patch = r.patch;
     char v[5][32], said[256] = "", was[64], now[64];
     snprintf(v[0], sizeof v[0], "%d", budget > 0 ? 1000000 : r.epochs);
     snprintf(v[1], sizeof v[1], "%d", r.batch);
@@ -893,13 +897,15 @@ static int run(int argc, char **argv)
     model.patch = cfg.patch ? cfg.patch : patch_default;
     model.patch_stride = cfg.patch_stride >= 0 ? cfg.patch_stride : stride_default;
     model.patch_pad = cfg.patch_pad >= 0 ? cfg.patch_pad : pad_default;
+    int recipe_patch = model.patch;
     if (!o.resume && apply_recipe(&cfg, &model, &train, o.val_count, o.budget_seconds, config, argc,
-                                  argv, look.progress) != 0) {
+                                  argv, look.progress, &recipe_patch) != 0) {
         vit_dataset_free(&train);
         vit_dataset_free(&test);
         return 1;
     }
-    if (cfg.patch == 0 && fit_patch(&cfg, patch_default, &train, look.progress) != 0) {
+    if (cfg.patch == 0
+        && fit_patch(&cfg, patch_default, recipe_patch, &train, look.progress) != 0) {
         vit_dataset_free(&train);
         vit_dataset_free(&test);
         return 1;
