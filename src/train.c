@@ -57,6 +57,10 @@ struct vit_trainer {
     int failed;               /* the error that ended the run, or VIT_OK */
     int complete_at_start;    /* a resume of a run that had done all its epochs */
     double lr;                /* the last step's learning rate */
+    int epochs_cap;           /* with a budget: the most epochs a plan may give */
+    double pace_t;            /* now_seconds() and the step of the budget's */
+    unsigned long long pace_step; /* plan or its last check */
+    double pace;              /* seconds per epoch, smoothed (0: none yet) */
     vit_eval_result last_test; /* the last epoch's one-pass test scores */
     double last_val;          /* and validation accuracy (-1: none yet) */
     double last_train_loss;   /* the last epoch's mean training loss */
@@ -391,6 +395,26 @@ static int setup(vit_trainer *t)
     return rc;
 }
 
+/* The schedule for the run's epochs: the steps taken and those left at
+ * this steps-per-epoch (epochs * spe for a run on its own data; on other
+ * data, or after a budget's new plan, laid out over what is left), the
+ * warm-up within a tenth of it, and whether the run is done. */
+static void layout(vit_trainer *t)
+{
+    const vit_config *c = &t->cfg;
+    long spe = t->at.steps_per_epoch;
+    long total = (long)t->st.step + (c->epochs - (long)t->st.epoch) * spe - (long)t->st.epoch_step;
+    long warm = (long)(c->warmup * (double)spe);
+    t->at.total_steps = total;
+    t->at.warmup_steps = warm < total / 10 ? warm : total / 10;
+    t->at.epochs = c->epochs;
+    t->at.finished = t->st.epoch >= (unsigned long long)c->epochs
+                     || (t->o.stop_after_epochs > 0
+                         && t->st.epoch >= (unsigned long long)t->o.stop_after_epochs);
+}
+
+static int plan_budget(vit_trainer *t);
+
 int vit_trainer_new(vit_trainer **out, const vit_config *cfg, const vit_dataset *train,
                     const vit_dataset *test, const vit_train_opts *o)
 {
@@ -398,6 +422,9 @@ int vit_trainer_new(vit_trainer **out, const vit_config *cfg, const vit_dataset 
         *out = NULL;
     if (!out || !cfg || !train || !test || !o || !o->out_dir)
         return vit_fail(VIT_EINVAL, "vit_train_run: NULL argument");
+    if (!(o->budget_seconds >= 0 && o->budget_seconds < 1e9))
+        return vit_fail(VIT_EINVAL, "vit_train_run: budget_seconds %g is not in 0 .. 1e9",
+                        o->budget_seconds);
     if (train->count <= o->val_count || o->val_count < 0)
         return vit_fail(VIT_EINVAL, "vit_train_run: val_count %d leaves no training images (of %d)",
                         o->val_count, train->count);
@@ -428,20 +455,16 @@ int vit_trainer_new(vit_trainer **out, const vit_config *cfg, const vit_dataset 
     }
     const vit_config *c = &t->cfg;
     long spe = (t->train.count + c->batch - 1) / c->batch;
-    /* The steps taken and those left at this steps-per-epoch: epochs *
-     * spe for a run on its own data, and on other data the schedule laid
-     * out over what is left. */
-    long total = (long)t->st.step + (c->epochs - (long)t->st.epoch) * spe - (long)t->st.epoch_step;
-    long warm = (long)(c->warmup * (double)spe);
     t->at = (vit_train_progress){
         .step = t->st.step, .epoch = t->st.epoch, .epoch_step = t->st.epoch_step,
         .start_step = t->st.step, .start_epoch = t->st.epoch, .steps_per_epoch = spe,
-        .total_steps = total, .warmup_steps = warm < total / 10 ? warm : total / 10,
-        .epochs = c->epochs, .batch = c->batch, .train_count = t->train.count};
+        .batch = c->batch, .train_count = t->train.count, .budget_seconds = o->budget_seconds};
+    layout(t);
     t->complete_at_start = o->resume && t->st.epoch >= (unsigned long long)c->epochs;
-    t->at.finished = t->st.epoch >= (unsigned long long)c->epochs
-                     || (o->stop_after_epochs > 0
-                         && t->st.epoch >= (unsigned long long)o->stop_after_epochs);
+    if (o->budget_seconds > 0 && !t->complete_at_start && (rc = plan_budget(t))) {
+        vit_trainer_free(t);
+        return rc;
+    }
     vit_train_event ev = {.kind = VIT_TRAIN_BEGIN};
     emit(t, &ev);
     *out = t;
@@ -643,6 +666,164 @@ static int train_batch(vit_trainer *t, long s, double *loss)
     return VIT_OK;
 }
 
+/* ---- the time budget ---------------------------------------------------- */
+
+/* Seconds of scoring after each epoch (test and validation sets, one pass)
+ * and at the end (with shift9 nine more passes of each; the one-pass
+ * figures are the last epoch's), at score_seconds per image and pass. */
+static double epoch_scoring(const vit_trainer *t)
+{
+    return (double)(t->test->count + t->val.count) * t->at.score_seconds;
+}
+
+static double final_scoring(const vit_trainer *t)
+{
+    return t->cfg.tta == VIT_TTA_SHIFT9 ? 9 * epoch_scoring(t) : 0;
+}
+
+/* The epochs whose rest costs nearest `left` seconds from here (within
+ * half an epoch): the current epoch's remaining steps, whole epochs of spe
+ * steps at step seconds each plus `scoring` seconds, and `final` seconds
+ * of final scores; at least the epoch after the last done, at most
+ * epochs_cap. */
+static int epochs_fitting(const vit_trainer *t, double left, double step, double scoring,
+                          double final)
+{
+    long spe = t->at.steps_per_epoch;
+    double epoch = (double)spe * step + scoring;
+    double n = floor((left - final + (double)t->st.epoch_step * step) / epoch + 0.5);
+    double lo = (double)t->st.epoch + 1, hi = t->epochs_cap;
+    double e = (double)t->st.epoch + n;
+    return (int)(e < lo ? lo : e > hi ? hi : e);
+}
+
+/* Times a few forward and backward passes of one batch (the first not
+ * counted: caches, tapes) for about 2% of the budget (0.05 .. 2 s), and
+ * two one-pass scorings of up to 256 test images (the second counted),
+ * without training: the model, its gradients' use and the run's random
+ * state are as they were.  A data-parallel job takes the ranks' mean. */
+static int measure_costs(vit_trainer *t)
+{
+    const vit_config *c = &t->cfg;
+    int b = c->batch < t->train.count ? c->batch : t->train.count, lo, hi, rc = VIT_OK;
+    int *idx = malloc((size_t)b * sizeof *idx);
+    if (!idx)
+        return vit_fail(VIT_ENOMEM, "vit_train_run: out of memory");
+    for (int i = 0; i < b; i++)
+        idx[i] = i;
+    vit_rng saved = t->st.rng; /* the augmentation's draws are given back below */
+    share(b, &lo, &hi);
+    double limit = 0.02 * t->o.budget_seconds, t1 = 0, cost[2] = {0, 0};
+    limit = limit < 0.05 ? 0.05 : limit > 2 ? 2 : limit;
+    int k;
+    for (k = 0; rc == VIT_OK; k++) {
+        if (k == 1)
+            t1 = now_seconds();
+        if (k > 3 && now_seconds() - t1 >= limit)
+            break;
+        double red[2] = {0, 0};
+        rc = gather_batch(t, idx, b, lo, hi);
+        if (rc == VIT_OK)
+            rc = local_step(t, hi - lo, red);
+    }
+    t->st.rng = saved;
+    free(idx);
+    int all = vit_dist_agree(rc);
+    if (all)
+        return rc ? rc : vit_fail(all, "the budget's measurement failed on another rank");
+    cost[0] = (now_seconds() - t1) / (k - 1) * c->batch / b;
+    vit_dataset part = *t->test;
+    part.count = part.count < 256 ? part.count : 256;
+    for (int pass = 0; pass < 2 && rc == VIT_OK; pass++) {
+        vit_eval_result ev;
+        double t2 = now_seconds();
+        if ((rc = evaluate_shared(t, &part, VIT_TTA_NONE, &ev)) == VIT_OK)
+            cost[1] = (now_seconds() - t2) / part.count;
+        vit_eval_result_free(&ev);
+    }
+    if (rc || (rc = vit_dist_sum_double(cost, 2)))
+        return rc;
+    t->at.step_seconds = cost[0] / vit_dist_size();
+    t->at.score_seconds = cost[1] / vit_dist_size();
+    return VIT_OK;
+}
+
+/* The plan (vit_train_opts.budget_seconds): the costs measured, cfg's
+ * epochs set to what fits in 97% of the budget, the schedule laid out;
+ * event PLAN. */
+static int plan_budget(vit_trainer *t)
+{
+    t->epochs_cap = t->cfg.epochs;
+    int rc = measure_costs(t);
+    if (rc)
+        return rc;
+    double el = now_seconds() - t->t0, step = t->at.step_seconds;
+    double left = 0.98 * t->o.budget_seconds - el;
+    t->cfg.epochs = epochs_fitting(t, left, step, epoch_scoring(t), final_scoring(t));
+    layout(t);
+    long steps = t->at.total_steps - (long)t->st.step;
+    t->at.planned_seconds = el + (double)steps * step
+                            + (double)(t->cfg.epochs - (long)t->st.epoch) * epoch_scoring(t)
+                            + final_scoring(t);
+    t->pace_t = now_seconds();
+    t->pace_step = t->st.step;
+    vit_train_event ev = {.kind = VIT_TRAIN_PLAN, .images_per_second = t->cfg.batch / step};
+    emit(t, &ev);
+    return VIT_OK;
+}
+
+/* After an epoch of a budgeted run (at most every 3% of the budget): the
+ * pace (seconds per epoch, steps and scoring: the machine may be shared;
+ * the mean of the last window's and the pace before) against the plan.
+ * A run predicted to end over the budget gets fewer epochs (to end at 98%
+ * of it), one predicted to end under 92% of it more (to end at 95%, at
+ * least one more and 5%); the schedule is laid out anew either way (event
+ * PLAN).  Every rank takes rank 0's times. */
+static int hold_budget(vit_trainer *t)
+{
+    double now = now_seconds(), spe = (double)t->at.steps_per_epoch;
+    double done = (double)(t->st.step - t->pace_step) / spe;
+    double x[2] = {0, 0};
+    /* Short epochs are checked in windows of 3% of the budget at least, as
+     * rank 0's clock says. */
+    x[0] = vit_dist_rank() == 0 && now - t->pace_t < 0.03 * t->o.budget_seconds;
+    int rc = vit_dist_size() > 1 ? vit_dist_sum_double(x, 1) : VIT_OK;
+    if (rc || x[0] > 0)
+        return rc;
+    x[0] = 0;
+    if (vit_dist_rank() == 0 && done > 0) {
+        x[0] = now - t->t0;
+        x[1] = (now - t->pace_t) / done;
+    }
+    t->pace_t = now;
+    t->pace_step = t->st.step;
+    rc = vit_dist_size() > 1 ? vit_dist_sum_double(x, 2) : VIT_OK;
+    if (rc || done <= 0)
+        return rc;
+    double el = x[0];
+    t->pace = t->pace > 0 ? 0.5 * (t->pace + x[1]) : x[1];
+    double per_epoch = t->pace, measured = spe * t->at.step_seconds + epoch_scoring(t);
+    double slow = measured > 0 ? per_epoch / measured : 1, final = final_scoring(t) * slow;
+    int E = t->cfg.epochs;
+    double end = el + (double)(E - (long)t->st.epoch) * per_epoch + final;
+    double budget = t->o.budget_seconds;
+    if (end <= budget && (end >= 0.92 * budget || E >= t->epochs_cap))
+        return VIT_OK;
+    /* Shortened to end at 98%, lengthened to 95%: room for the pace to
+     * waver without a plan each epoch. */
+    double aim = end > budget ? 0.98 : 0.95;
+    int want = epochs_fitting(t, aim * budget - el, per_epoch / spe, 0, final);
+    if (want == E || (want > E && want < E + 1 + E / 20))
+        return VIT_OK; /* a longer run only for a gain worth a new schedule */
+    t->cfg.epochs = want;
+    layout(t);
+    t->at.replans++;
+    t->at.planned_seconds = el + (double)(want - (long)t->st.epoch) * per_epoch + final;
+    vit_train_event ev = {.kind = VIT_TRAIN_PLAN, .images_per_second = t->cfg.batch * spe / per_epoch};
+    emit(t, &ev);
+    return VIT_OK;
+}
+
 /* The end of an epoch: its scores (test, validation), the metrics row and
  * event, then the checkpoint it is due (every ckpt_every epochs, the last,
  * a pause). */
@@ -692,6 +873,8 @@ static int end_epoch(vit_trainer *t)
     vit_train_event ev = {.kind = VIT_TRAIN_EPOCH, .epoch = &row,
                           .images_per_second = (double)(ep - t->at.start_epoch) * t->train.count / el};
     emit(t, &ev);
+    if (o->budget_seconds > 0 && !t->at.finished && (rc = hold_budget(t)))
+        return rc;
     int last = ep == (unsigned long long)t->cfg.epochs
                || (o->stop_after_epochs > 0 && ep == (unsigned long long)o->stop_after_epochs);
     int stop = 0, pause = pause_wanted(t, &stop, &rc);

@@ -38,6 +38,7 @@
 #include "vit/metrics.h"
 #include "vit/model.h"
 #include "vit/optim.h"
+#include "vit/recipe.h"
 #include "vit/safetensors.h"
 #include "vit/train.h"
 
@@ -1152,6 +1153,161 @@ START_TEST(test_ema_run)
 }
 END_TEST
 
+
+/* ---- the recipe derived from the data, and the time budget -------------- */
+
+/* The digits get the built-in defaults exactly; 60,000 gray 28x28 images
+ * the rule's figures; mirror-symmetric classes a flip, others none. */
+START_TEST(test_recipe_rule)
+{
+    load_digits();
+    vit_config def;
+    vit_config_default(&def);
+    vit_recipe r;
+    char why[400];
+    vit_recipe_data d = {N_TRAIN, 8, 8, 1, 10, &g_train};
+    ck_assert_msg(vit_recipe_pick(&d, &def, &r, why, sizeof why) == VIT_OK, "%s", vit_last_error());
+    ck_assert_int_eq(r.patch, def.patch);
+    ck_assert_int_eq(r.batch, def.batch);
+    ck_assert_int_eq(r.epochs, def.epochs);
+    ck_assert(r.warmup == def.warmup);
+    ck_assert_int_eq(r.shift, def.shift);
+    ck_assert_int_eq(r.flip, 0);
+    ck_assert(r.asymmetry > 0.35);
+    ck_assert_ptr_nonnull(strstr(why, "1437 images of 8x8x1"));
+
+    /* Fashion-MNIST's shape, no images (no mirror test): patch 4, batch 64,
+     * the epochs 6e13 multiply-adds pay for, a 28th of them warm-up. */
+    vit_recipe_data f = {60000, 28, 28, 1, 10, NULL};
+    ck_assert(vit_recipe_pick(&f, &def, &r, NULL, 0) == VIT_OK);
+    vit_config c = def;
+    c.image_height = c.image_width = 28;
+    c.patch = 4;
+    c.patch_stride = c.patch_pad = 0;
+    int want = (int)floor(VIT_RECIPE_TRAIN_MACS / (3.0 * (double)vit_config_macs(&c) * 60000));
+    ck_assert_int_eq(r.patch, 4);
+    ck_assert_int_eq(r.batch, 64);
+    ck_assert_int_eq(r.epochs, want);
+    ck_assert_int_eq(r.epochs, 42);
+    ck_assert(r.warmup == want / 28.0);
+    ck_assert_int_eq(r.shift, 2);
+    ck_assert_int_eq(r.flip, 0);
+    ck_assert(r.asymmetry == -1);
+    f.count = 300000;
+    ck_assert(vit_recipe_pick(&f, &def, &r, NULL, 0) == VIT_OK);
+    ck_assert_int_eq(r.batch, 128);
+    ck_assert(r.epochs >= 1 && r.epochs < 42);
+
+    /* Two classes of 8x8 bars: centred, they are their own mirror images;
+     * moved to the left edge, they are not. */
+    for (int moved = 0; moved < 2; moved++) {
+        vit_real img[40 * 64];
+        int lab[40];
+        memset(img, 0, sizeof img);
+        for (int i = 0; i < 40; i++) {
+            lab[i] = i % 2;
+            for (int y = 0; y < 8; y++)
+                for (int x = 0; x < 8; x++) {
+                    int on = lab[i] ? (y == 4 && (moved ? x < 3 : x >= 2 && x < 6))
+                                    : (moved ? x == 0 : x == 3 || x == 4) && y > 1;
+                    img[i * 64 + y * 8 + x] = on ? (vit_real)(0.5 + 0.01 * i) : 0;
+                }
+        }
+        vit_dataset bars = {.count = 40, .height = 8, .width = 8, .channels = 1, .classes = 2,
+                            .images = img, .labels = lab};
+        vit_recipe_data b = {40, 8, 8, 1, 2, &bars};
+        ck_assert(vit_recipe_pick(&b, &def, &r, NULL, 0) == VIT_OK);
+        ck_assert_int_eq(r.flip, !moved);
+        ck_assert(moved ? r.asymmetry > 0.35 : r.asymmetry < 1e-6);
+    }
+    vit_recipe_data bad = {0, 8, 8, 1, 10, NULL};
+    ck_assert_int_eq(vit_recipe_pick(&bad, &def, &r, NULL, 0), VIT_EINVAL);
+    ck_assert_int_eq(vit_recipe_pick(&d, NULL, &r, NULL, 0), VIT_EINVAL);
+}
+END_TEST
+
+typedef struct budget_watch {
+    int first_epochs;  /* the first plan's */
+    int plans;
+    int epochs;        /* the latest plan's */
+    int shortened;     /* plans that gave fewer epochs than the one before */
+    double last_lr;    /* of the last step */
+    double sleep_s;    /* per step from epoch 2 on: the machine slows down */
+} budget_watch;
+
+static int on_budget_event(const vit_train_event *ev, void *user)
+{
+    budget_watch *w = user;
+    if (ev->kind == VIT_TRAIN_PLAN) {
+        if (w->plans++ == 0)
+            w->first_epochs = ev->at->epochs;
+        else
+            w->shortened += ev->at->epochs < w->epochs;
+        w->epochs = ev->at->epochs;
+    }
+    if (ev->kind == VIT_TRAIN_STEP) {
+        w->last_lr = ev->lr;
+        if (ev->at->epoch >= 1) {
+            struct timespec ts = {0, (long)(w->sleep_s * 1e9)};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return 0;
+}
+
+/* A budgeted run that falls behind (every step from the second epoch on
+ * costs 4 ms more than measured) is shortened: it still ends within 10%
+ * of its budget, after exactly the schedule's steps, whose cosine ends
+ * there at min_lr. */
+START_TEST(test_budget_holds)
+{
+    load_digits();
+    char dir[64];
+    fu_mkdtemp(dir, sizeof dir, "/tmp/vit_budget_test_XXXXXX");
+    vit_config cfg;
+    small_config(&cfg, 1000);
+    budget_watch w = {.sleep_s = 0.004};
+    const double budget = 4;
+    vit_train_opts o = {.out_dir = dir, .ckpt_every = 1000, .budget_seconds = budget,
+                        .on_event = on_budget_event, .user = &w};
+    double t0 = now();
+    vit_trainer *t;
+    ck_assert_msg(vit_trainer_new(&t, &cfg, &g_train, &g_test, &o) == VIT_OK, "%s",
+                  vit_last_error());
+    vit_train_result res;
+    ck_assert_msg(vit_trainer_fit(t, &res) == VIT_OK, "%s", vit_last_error());
+    double wall = now() - t0;
+    const vit_train_progress *at = vit_trainer_progress(t);
+    printf("budget %.1f s: first plan %d epochs, %d plans, %d epochs done in %.2f s\n", budget,
+           w.first_epochs, w.plans, res.epochs_done, wall);
+    ck_assert_int_ge(w.first_epochs, 2);
+    ck_assert_int_ge(at->replans, 1);
+    ck_assert_int_eq(w.plans, at->replans + 1);
+    ck_assert_int_ge(w.shortened, 1);
+    ck_assert_int_eq(res.epochs_done, at->epochs);
+    ck_assert_int_eq(vit_trainer_config(t)->epochs, at->epochs);
+    ck_assert_msg(fabs(wall - budget) <= 0.1 * budget, "wall %.2f s for a %.1f s budget", wall,
+                  budget);
+    /* The schedule's end is the run's end: the last step's learning rate
+     * is the cosine's last before min_lr, which it reaches there. */
+    ck_assert_int_eq((long)at->step, at->total_steps);
+    ck_assert(vit_lr_at(at->total_steps, at->total_steps, at->warmup_steps, cfg.lr, cfg.min_lr)
+              == cfg.min_lr);
+    ck_assert(w.last_lr == vit_lr_at(at->total_steps - 1, at->total_steps, at->warmup_steps,
+                                      cfg.lr, cfg.min_lr));
+    ck_assert(w.last_lr - cfg.min_lr < 1e-3 * (cfg.lr - cfg.min_lr));
+    /* The plan is the run's: its checkpoint keeps the epochs. */
+    char path[128];
+    snprintf(path, sizeof path, "%s/last.ckpt", dir);
+    vit_config ck;
+    ck_assert(vit_run_config(path, &ck) == VIT_OK);
+    ck_assert_int_eq(ck.epochs, res.epochs_done);
+    vit_train_result_free(&res);
+    vit_trainer_free(t);
+    fu_remove_tree(dir);
+}
+END_TEST
+
 static Suite *train_suite(void)
 {
     Suite *s = suite_create("train");
@@ -1173,6 +1329,8 @@ static Suite *train_suite(void)
     tcase_add_test(tc, test_learns_digits);
     tcase_add_test(tc, test_resume_is_exact);
     tcase_add_test(tc, test_divergence_stops);
+    tcase_add_test(tc, test_recipe_rule);
+    tcase_add_test(tc, test_budget_holds);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -8,9 +8,10 @@
 # memcheck (about 125x slower on this code) far longer than CI allows; they
 # are reported as skipped (exit 77).  The code they drive - the training
 # loop, checkpoints, resume, divergence - runs under memcheck in
-# test_tools_memcheck instead, on a tiny model.
+# test_tools_memcheck instead, on a tiny model.  test_budget.sh measures
+# wall time, which means nothing beside memcheck's runs.
 case $(basename "$1") in
-test_train | test_seq)
+test_train | test_seq | test_budget.sh)
     echo "skipped under valgrind (too slow under memcheck; test_tools_memcheck covers training)"
     exit 77
     ;;

@@ -55,6 +55,41 @@ int cli_int(const char *prog, const char *flag, const char *text, int lo, int hi
     return 1;
 }
 
+int cli_duration(const char *prog, const char *flag, const char *text, double *seconds)
+{
+    const char *p = text ? text : "", *units = "hms";
+    const double scale[3] = {3600, 60, 1};
+    double total = 0;
+    int next = 0, ok = *p != 0;
+    while (ok && *p) {
+        char *end;
+        errno = 0;
+        double v = (*p >= '0' && *p <= '9') || *p == '.' ? strtod(p, &end) : -1;
+        ok = v >= 0 && errno == 0 && end != p;
+        if (!ok)
+            break;
+        const char *u = *end ? strchr(units + next, *end) : NULL;
+        if (!*end && p == text) { /* a bare number: seconds */
+            total = v;
+            p = end;
+            break;
+        }
+        ok = u != NULL && *end;
+        if (ok) {
+            total += v * scale[u - units];
+            next = (int)(u - units) + 1;
+            p = end + 1;
+        }
+    }
+    if (!ok || !(total > 0 && total <= 366.0 * 86400)) {
+        fprintf(stderr, "%s: %s: expected a duration such as 20m, 90s or 1h30m, got '%s'\n", prog,
+                flag, text ? text : "(nothing)");
+        return 0;
+    }
+    *seconds = total;
+    return 1;
+}
+
 /* ---- flags as people type them ------------------------------------------ */
 
 /* Optimal string alignment distance (edits: insert, delete, substitute,

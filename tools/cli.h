@@ -16,6 +16,12 @@ const char *cli_digits_path(void);
  * flag and returns 0 on failure. */
 int cli_int(const char *prog, const char *flag, const char *text, int lo, int hi, int *out);
 
+/* Parses a duration such as "20m", "90s", "1h30m", "1.5h" or "600" (bare:
+ * seconds) into *seconds: numbers each followed by h, m or s, in that
+ * order, at most once each; the total must be more than 0 and at most a
+ * year.  Prints an error naming the flag and returns 0 on failure. */
+int cli_duration(const char *prog, const char *flag, const char *text, double *seconds);
+
 /* Ignores SIGXFSZ, so that writing past a file-size limit (ulimit -f) makes
  * write() fail with EFBIG, which the library reports and cleans up after
  * (no temporary file left), instead of the kernel killing the tool in the
@@ -160,6 +166,8 @@ typedef struct cli_progress {
     double t_first;            /* after the run's first step */
     int summary_done;
     int score_images;          /* test + validation images scored per epoch */
+    double budget_before;      /* seconds of --budget spent before the run
+                                  began (loading): added to the plan's times */
     double t_last_step;        /* when the last step's event came */
     double score_seconds;      /* one epoch's scoring, once measured */
 } cli_progress;

@@ -336,6 +336,26 @@ static void warmup_note(cli_progress *p, const vit_train_event *ev)
     fprintf(p->out, "%s\n", line);
 }
 
+/* The budget's plan, in one line: "budget 0:15:00: 37 epochs, 34688
+ * steps, predicted 0:14:31 with the scoring (measured 2210 img/s)", and
+ * after an epoch that moves it, the new plan and why. */
+static void on_plan(cli_progress *p, const vit_train_event *ev)
+{
+    const vit_train_progress *at = ev->at;
+    char b[32], e[32];
+    hms(at->budget_seconds + p->budget_before, b, sizeof b);
+    hms(at->planned_seconds + p->budget_before, e, sizeof e);
+    bar_clear(p);
+    if (at->replans == 0)
+        fprintf(p->out, "budget %s: %d epochs, %ld steps, predicted %s with the scoring "
+                "(measured %.0f img/s)\n", b, at->epochs, at->total_steps, e,
+                ev->images_per_second);
+    else
+        fprintf(p->out, "budget %s: at %.0f img/s now %d epochs, %ld steps, predicted %s; the "
+                "schedule is laid out anew to end at min_lr there\n", b, ev->images_per_second,
+                at->epochs, at->total_steps, e);
+}
+
 /* epochs: 20 -> 30, said as the run's change. */
 static void on_resume_change(cli_progress *p, const vit_train_event *ev)
 {
@@ -384,6 +404,9 @@ int cli_progress_event(const vit_train_event *ev, void *user)
             fprintf(p->out, "resuming inside epoch %llu at step %llu of %ld\n", at->epoch + 1,
                     at->epoch_step, at->steps_per_epoch);
         warmup_note(p, ev);
+        break;
+    case VIT_TRAIN_PLAN:
+        on_plan(p, ev);
         break;
     case VIT_TRAIN_STEP:
         on_step(p, ev);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -61,6 +62,11 @@ static void usage(FILE *f)
         "                       the split is recorded and a resume keeps it\n"
         "  --ckpt-every N       epochs between checkpoints (default 1)\n"
         "  --stop-after N       stop after N epochs, as if interrupted (resume later)\n"
+        "  --budget DURATION    finish within DURATION (20m, 90s, 1h30m), scoring\n"
+        "                       included: the first steps are timed, the epochs\n"
+        "                       planned (at most --epochs, when given) and the plan\n"
+        "                       said in one line, then held: a run that falls behind\n"
+        "                       is shortened, its schedule laid out anew\n"
         "  --threads N          threads: one batch slice each, and the library's\n"
         "                       loops (default: every online CPU); results are\n"
         "                       bitwise repeatable for a given N\n"
@@ -72,15 +78,20 @@ static void usage(FILE *f)
         "  --check-replicas     under mpirun: fail unless all ranks hold identical\n"
         "                       parameters after every epoch\n"
         "  --help, --version\n"
-        "\n"
+        "\n");
+    fprintf(f,
         "On a terminal a progress bar fits its width; to a file or pipe, a plain\n"
         "progress line every 30 s (VIT_PROGRESS_SECONDS sets the interval) and one\n"
         "line per epoch, with the validation accuracy under --val.\n"
         "\n"
         "Images larger than the config's (or that its patch does not divide), with no\n"
         "--patch given on the line or in the --config file, get the patch with the\n"
-        "finest grid of at most 8x8 patches that divides them, said in one line; a\n"
-        "model line (parameters, tokens, speed, ETA) follows the first steps.\n"
+        "finest grid of at most 8x8 patches that divides them, said in one line.  The\n"
+        "recipe keys not set on the line or in the --config file (epochs, batch,\n"
+        "warmup, shift, flip) follow the data's size and images (docs/cli.md,\n"
+        "\"Recipe\"); those that differ from the defaults are said in one line (the\n"
+        "digits keep the defaults).  A model line (parameters, tokens, speed, ETA)\n"
+        "follows the first steps.\n"
         "\n"
         "Ctrl-C (SIGINT) or SIGTERM finishes the current step, writes a checkpoint of\n"
         "it (inside an epoch too), prints the command that resumes it and exits 130\n"
@@ -95,12 +106,23 @@ static void usage(FILE *f)
 static const cli_flag flags[] = {
     {"--data", 1}, {"--config", 1}, {"--out", 1}, {"--resume", 1}, {"--val", 1},
     {"--ckpt-every", 1}, {"--stop-after", 1}, {"--threads", 1}, {"--quiet", 0},
-    {"--check-replicas", 0}, {"--force", 0}, {"--other-data", 0}, {"--seeds", 1},
+    {"--check-replicas", 0}, {"--force", 0}, {"--other-data", 0}, {"--seeds", 1}, {"--budget", 1},
     {"--val-split", 1}, {"--test-split", 1}, {"--split-seed", 1}, {"--help", 0}, {"--version", 0},
     {NULL, 0},
 };
 
 static int run(int argc, char **argv);
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* When the current run began (the program's start, then each --seeds
+ * run's): --budget counts from here, data loading included. */
+static double run_start;
 
 /* How the run is shown: progress 0 quiet, 1 plain lines (a file or pipe),
  * 2 a bar on a terminal (cli_progress); every: seconds between plain
@@ -143,18 +165,21 @@ static void folder_of(const char *path, char *out, size_t cap)
         snprintf(out, cap, "%.*s", slash == path ? 1 : (int)(slash - path), path);
 }
 
-/* No patch given (cfg->patch 0): the default, unless the data's images
- * are larger than the config's or the default does not divide them; then
- * the library's choice (a grid of at most 8x8), said in one line (the
- * stride and padding are settled after it, in run). */
-static int fit_patch(vit_config *cfg, int patch_default, const vit_dataset *train, int speak)
+/* No patch given (cfg->patch 0): the recipe's (vit_recipe_pick: the
+ * default, unless the data's images are larger than the config's or the
+ * default does not divide them; then a grid of at most 8x8), said in one
+ * line when it was picked (the stride and padding are settled after it,
+ * in run). */
+static int fit_patch(vit_config *cfg, int patch_default, int recipe_patch,
+                     const vit_dataset *train, int speak)
 {
-    cfg->patch = patch_default;
+    cfg->patch = recipe_patch;
     int larger = train->height > cfg->image_height || train->width > cfg->image_width;
     if (!larger && train->height % patch_default == 0 && train->width % patch_default == 0)
         return 0;
     char why[200];
-    if (vit_config_pick_patch(train->height, train->width, 8, &cfg->patch, NULL, why, sizeof why))
+    int p;
+    if (vit_config_pick_patch(train->height, train->width, 8, &p, NULL, why, sizeof why))
         return cli_fail(prog, NULL);
     if (speak)
         printf("patch %d (no --patch given): %s\n", cfg->patch, why);
@@ -362,6 +387,7 @@ int main(int argc, char **argv)
     cli_ignore_file_size_signal();
     if (argc > 0 && argv[0] && *argv[0])
         self = argv[0];
+    run_start = now_seconds();
     if (vit_dist_init(&argc, &argv)) {
         fprintf(stderr, "%s: %s\n", prog, vit_last_error());
         return 1;
@@ -453,8 +479,19 @@ static int train_once(const vit_config *cfg, const vit_dataset *train, const vit
                       test->count + o.val_count);
     o.on_event = cli_progress_event;
     o.user = &bar;
+    if (o.budget_seconds > 0) {
+        bar.budget_before = now_seconds() - run_start;
+        o.budget_seconds -= bar.budget_before;
+        if (o.budget_seconds < 0.1) {
+            if (speak)
+                fprintf(stderr, "%s: --budget: spent before training began (loading the data)\n",
+                        prog);
+            return 1;
+        }
+    }
     vit_train_result res;
     int rc = vit_train_run(cfg, train, test, &o, &res);
+    run_start = now_seconds();
     if (rc) {
         if (!speak)
             return 1;
@@ -528,10 +565,16 @@ static int train_once(const vit_config *cfg, const vit_dataset *train, const vit
              res.seconds, res.images_per_second);
     print_result(acc, labels, timing, out);
     print_tta_auto(&res);
-    if (o.stop_after_epochs > 0 && res.epochs_done < cfg->epochs) {
+    /* The run's epochs: a budget's plan is in its checkpoint. */
+    vit_config ran = *cfg;
+    char ckpt[4200];
+    snprintf(ckpt, sizeof ckpt, "%s/last.ckpt", out);
+    if (o.budget_seconds > 0 && vit_run_config(ckpt, &ran) != VIT_OK)
+        ran = *cfg;
+    if (o.stop_after_epochs > 0 && res.epochs_done < ran.epochs) {
         char what[96];
         snprintf(what, sizeof what, "stopped after epoch %d of %d (--stop-after); continue with:",
-                 res.epochs_done, cfg->epochs);
+                 res.epochs_done, ran.epochs);
         cli_print_item(stdout, what, resume);
     }
     vit_train_result_free(&res);
@@ -650,6 +693,7 @@ static int parse_flags(int argc, char **argv, vit_config *cfg, vit_train_opts *o
                        const char **data, char *out, size_t out_cap, int *threads,
                        unsigned long long *seeds, int *nseeds, split_flags *sf)
 {
+    o->budget_seconds = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -709,6 +753,9 @@ static int parse_flags(int argc, char **argv, vit_config *cfg, vit_train_opts *o
                 return 2;
         } else if (strcmp(a, "--seeds") == 0) {
             if (!parse_seeds(v, seeds, nseeds))
+                return 2;
+        } else if (strcmp(a, "--budget") == 0) {
+            if (!cli_duration(prog, a, v, &o->budget_seconds))
                 return 2;
         } else if (strcmp(a, "--seed") == 0 && seed_flag_clash(argc, argv)) {
             return 2;
@@ -791,6 +838,92 @@ static void settle_overlap(vit_config *cfg, int patch_default, int stride_defaul
         cfg->patch_stride = keep ? stride_default : 0;
     if (cfg->patch_pad < 0)
         cfg->patch_pad = keep ? pad_default : 0;
+}
+
+/* 1 if config key `key` is set on the line (--key; cli_normalize wrote
+ * '-' for '_') or in the --config file (already read by vit_config_load,
+ * so its lines are `key = value`, comments and blanks). */
+static int user_set(const char *key, const char *config, int argc, char **argv)
+{
+    char flag[64];
+    snprintf(flag, sizeof flag, "--%s", key);
+    for (char *p = flag + 2; *p; p++)
+        *p = *p == '_' ? '-' : *p;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], flag) == 0)
+            return 1;
+    FILE *f = config ? fopen(config, "r") : NULL;
+    char line[4096];
+    int found = 0;
+    size_t n = strlen(key);
+    while (f && !found && fgets(line, sizeof line, f)) {
+        const char *p = line + strspn(line, " \t");
+        found = strncmp(p, key, n) == 0 && strchr(" \t=", p[n]) != NULL;
+    }
+    if (f)
+        fclose(f);
+    return found;
+}
+
+/* Key `key`'s value as the config text writes it, into buf[cap] ("" if
+ * the config has no such key). */
+static const char *key_text(const vit_config *cfg, const char *key, char *buf, size_t cap)
+{
+    char text[8192];
+    buf[0] = 0;
+    if (vit_config_format(cfg, text, sizeof text) < 0)
+        return buf;
+    size_t n = strlen(key);
+    for (const char *l = text; *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l))
+        if (strncmp(l, key, n) == 0 && strncmp(l + n, " = ", 3) == 0) {
+            snprintf(buf, cap, "%.*s", (int)strcspn(l + n + 3, "\n"), l + n + 3);
+            break;
+        }
+    return buf;
+}
+
+/* The recipe for this data (vit_recipe_pick) for the keys nobody set on
+ * the line or in the --config file; those that change a value are said in
+ * one line.  With --budget and no epochs given, the epochs are what the
+ * budget's plan gives (the library's cap: the most a config takes).
+ * model: the config with its own patch geometry.  0, or the exit status. */
+static int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *train,
+                        int val, double budget, const char *config, int argc, char **argv,
+                        int speak, int *patch)
+{
+    vit_recipe_data d = {train->count - val, train->height, train->width, train->channels,
+                         train->classes, train};
+    vit_recipe r;
+    if (vit_recipe_pick(&d, model, &r, NULL, 0))
+        return cli_fail(prog, NULL);
+    *patch = r.patch;
+    char v[5][32], said[256] = "", was[64], now[64];
+    snprintf(v[0], sizeof v[0], "%d", budget > 0 ? 1000000 : r.epochs);
+    snprintf(v[1], sizeof v[1], "%d", r.batch);
+    snprintf(v[2], sizeof v[2], "%.17g", r.warmup);
+    snprintf(v[3], sizeof v[3], "%d", r.shift);
+    snprintf(v[4], sizeof v[4], "%d", r.flip);
+    const char *keys[5] = {"epochs", "batch", "warmup", "shift", "flip"};
+    for (int k = 0; k < 5; k++) {
+        if (user_set(keys[k], config, argc, argv))
+            continue;
+        key_text(cfg, keys[k], was, sizeof was);
+        if (!*was || vit_config_set(cfg, keys[k], v[k]) != VIT_OK)
+            continue;
+        if (strcmp(was, key_text(cfg, keys[k], now, sizeof now)) == 0)
+            continue;
+        size_t at = strlen(said);
+        if (k == 0 && budget > 0)
+            snprintf(said + at, sizeof said - at, "%sepochs as the budget allows", at ? ", " : "");
+        else
+            snprintf(said + at, sizeof said - at, "%s%s %s", at ? ", " : "", keys[k], now);
+    }
+    if (speak && *said)
+        printf("recipe (not set by flag or --config): %s, for %d images of %dx%dx%d (%s)\n", said,
+               d.count, d.height, d.width, d.channels,
+               strncmp(said, "epochs ", 7) == 0 && budget <= 0 ? "epochs: what 6e13 "
+               "multiply-adds of training pay for" : "see docs/cli.md, Recipe");
+    return 0;
 }
 
 static int run(int argc, char **argv)
@@ -904,7 +1037,19 @@ static int run(int argc, char **argv)
     }
     if (look.progress && vit_dist_size() > 1)
         printf("data-parallel over %d ranks, global batch %d\n", vit_dist_size(), cfg.batch);
-    if (cfg.patch == 0 && fit_patch(&cfg, patch_default, &train, look.progress) != 0) {
+    vit_config model = cfg;
+    model.patch = cfg.patch ? cfg.patch : patch_default;
+    model.patch_stride = cfg.patch_stride >= 0 ? cfg.patch_stride : stride_default;
+    model.patch_pad = cfg.patch_pad >= 0 ? cfg.patch_pad : pad_default;
+    int recipe_patch = model.patch;
+    if (!o.resume && apply_recipe(&cfg, &model, &train, o.val_count, o.budget_seconds, config, argc,
+                                  argv, look.progress, &recipe_patch) != 0) {
+        vit_dataset_free(&train);
+        vit_dataset_free(&test);
+        return 1;
+    }
+    if (cfg.patch == 0
+        && fit_patch(&cfg, patch_default, recipe_patch, &train, look.progress) != 0) {
         vit_dataset_free(&train);
         vit_dataset_free(&test);
         return 1;

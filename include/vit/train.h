@@ -252,6 +252,15 @@ typedef struct vit_train_progress {
     int train_count;               /* training images per epoch (without the
                                       validation tail) */
     double elapsed;                /* seconds since vit_trainer_new */
+    double budget_seconds;         /* opts.budget_seconds (0: none) */
+    double planned_seconds;        /* with a budget: the run's predicted wall
+                                      time (from vit_trainer_new to the end of
+                                      the final scores) at the latest plan */
+    double step_seconds;           /* with a budget: the measured seconds of a
+                                      step, and of scoring one image once */
+    double score_seconds;
+    int replans;                   /* plans made after the first (a run
+                                      behind its budget is shortened) */
     int stopped;                   /* a stop request ended the run here, and
                                       a checkpoint holds this position */
     int finished;                  /* every epoch is done, or stop_after_epochs
@@ -274,7 +283,13 @@ typedef enum vit_train_event_kind {
                                     images_per_second) */
     VIT_TRAIN_EPOCH,             /* after an epoch is scored and its row is in
                                     metrics.csv (epoch, images_per_second) */
-    VIT_TRAIN_CHECKPOINT         /* after a checkpoint is written (path) */
+    VIT_TRAIN_CHECKPOINT,        /* after a checkpoint is written (path) */
+    VIT_TRAIN_PLAN               /* with opts.budget_seconds: in vit_trainer_new
+                                    before BEGIN, the plan (at->epochs,
+                                    total_steps, planned_seconds; images_per_
+                                    second: the measured training speed), and
+                                    after an epoch whose end moves the plan
+                                    (at->replans counts those) */
 } vit_train_event_kind;
 
 typedef struct vit_train_event {
@@ -335,6 +350,28 @@ typedef struct vit_train_opts {
                                 (vit_data_load_split's *used), stored in
                                 the checkpoints' data record; all zero:
                                 none */
+    double budget_seconds;   /* > 0: a time budget for the run (from
+                                vit_trainer_new to the end of the final
+                                scores), or 0.  The first steps are measured
+                                (forward and backward of a few batches and
+                                scoring a few test images, without training)
+                                and cfg's epochs become those that end
+                                nearest 98% of it (within half an epoch), with each epoch's scoring and the
+                                final (test-time augmented) scores; at least
+                                one more than done, at most cfg's epochs.
+                                After each epoch the plan is checked against
+                                the pace of the last epochs: a run
+                                predicted to end over the budget is
+                                shortened, one predicted to end under 92% of
+                                it is lengthened (by 5% at least),
+                                and the schedule is laid out anew over the
+                                new length (warm-up and cosine, which still
+                                ends at min_lr after the last step).  The
+                                planned epochs are the run's (checkpoints
+                                keep them): a resume without a budget goes
+                                on to them, one with a budget plans its own
+                                time, with the checkpoint's epochs (or a
+                                larger given epochs) as the most */
     vit_train_callback on_event; /* progress, or NULL */
     void *user;              /* passed to on_event */
 } vit_train_opts;

@@ -20,6 +20,7 @@
 #include "vit/checkpoint.h"
 #include "vit/augment.h"
 #include "vit/train.h"
+#include "vit/recipe.h"
 #include "vit/metrics.h"
 #include "vit/dist.h"
 #include "vit/safetensors.h"

@@ -1,0 +1,84 @@
+/*
+ * vit/recipe.h - a training recipe derived from the data: the defaults for
+ * epochs, batch, warm-up, patch and augmentation that fit a data set's
+ * size and image shape, for the keys a person did not set.
+ *
+ * The rule (docs/cli.md says it for people; the digits come out as the
+ * built-in defaults, exactly):
+ *   patch   the model's patch when the images are no larger than the
+ *           model's and it divides them, else vit_config_pick_patch's
+ *           finest grid within 8x8;
+ *   batch   32 below 10,000 training images, 64 up to 200,000, 128 above;
+ *   epochs  140 (the digits'), fewer when 140 epochs would cost more than
+ *           VIT_RECIPE_TRAIN_MACS multiply-adds of training (3 forwards'
+ *           worth per image and epoch, vit_config_macs): as many as fit,
+ *           at least 1;
+ *   warmup  epochs / 28 (5 of the digits' 140): the same fraction of
+ *           every run;
+ *   shift   1 pixel per 14 of the shorter side, at least 1;
+ *   flip    1 when the images look mirror-symmetric (below), else 0.
+ * The class count changes nothing.  Pure functions, any thread.
+ */
+#ifndef VIT_RECIPE_H
+#define VIT_RECIPE_H
+
+#include "vit/core.h"
+#include "vit/data.h"
+#include "vit/model.h"
+
+VIT_BEGIN_DECLS
+
+/* The training compute the default recipe spends at most: 6e13
+ * multiply-adds, about 20 minutes of a shared 2-core machine training at
+ * 50 G multiply-adds per second (Fashion-MNIST: 42 epochs). */
+#define VIT_RECIPE_TRAIN_MACS 6e13
+
+/* What the rule looks at. */
+typedef struct vit_recipe_data {
+    int count;                 /* training images (without a validation tail) */
+    int height, width, channels, classes;
+    const vit_dataset *images; /* optional (NULL: flip 0): images whose class
+                                  means are tested for mirror symmetry; up to
+                                  8192 of them, evenly spread, are read */
+} vit_recipe_data;
+
+/* The recipe.  Keys by their vit_config names; flip is the key of the
+ * augmentation work (set it by name with vit_config_set). */
+typedef struct vit_recipe {
+    int patch;          /* patch side (stride and padding as the caller's) */
+    int patch_fits;     /* 1: the patch's grid is within 8x8 (or the
+                           model's own patch is kept) */
+    int batch;
+    int epochs;
+    double warmup;      /* epochs of linear warm-up: epochs / 28 */
+    int shift;          /* random translation, pixels */
+    int flip;           /* random horizontal flips: 1 valid, 0 not */
+    double asymmetry;   /* the mirror test's figure (below); -1 untested */
+    double train_macs;  /* the run's training multiply-adds at these values */
+} vit_recipe;
+
+/* The recipe for data d and the model shape of model (its dim, depth,
+ * heads, mlp, pool, and its patch geometry for images of its own size; its
+ * recipe fields are not read) into *r (overwritten), and into why[cap]
+ * (NUL-terminated, cut to fit; may be NULL with cap 0) one line saying why,
+ * e.g. "60000 images of 28x28x1: batch 64 (10k-200k images), 42 epochs
+ * (6e13 multiply-adds of training), shift 2, flip (mirror-symmetric
+ * classes: 0.08)".
+ *
+ * The mirror test: for each class, the mean image m over the images read,
+ * its left-right mirror m' and the other classes' means o; a class's
+ * asymmetry is sum |m - m'| over the mean of sum |m - o| (so blank borders
+ * count for nothing), and r->asymmetry is the median over the classes
+ * (-1 with fewer than two classes).  flip is 1 when it is below 0.35 (the
+ * digits: 0.84, in a 28x28 field 0.84, in colour at 32x32 0.62;
+ * Fashion-MNIST: 0.16).
+ *
+ * Returns VIT_OK; VIT_EINVAL for a NULL d, model or r, a count, side,
+ * channel or class count below 1, images whose shape differs from d's, or
+ * a model whose shape vit_config_check refuses for these images. */
+int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recipe *r, char *why,
+                    size_t cap);
+
+VIT_END_DECLS
+
+#endif

@@ -1,0 +1,148 @@
+/*
+ * The recipe derived from the data (vit/recipe.h): patch, batch, epochs,
+ * warm-up and augmentation from the training set's size and image shape.
+ */
+#include "vit/recipe.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+/* The mirror test's limit on the median class asymmetry. */
+#define FLIP_BELOW 0.35
+#define FLIP_READ 8192
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median over the classes of sum |m - mirror(m)| / sum |m - mean(m)|
+ * for the class mean images m of up to FLIP_READ images of ds, evenly
+ * spread; -1 when no class has a non-constant mean (or out of memory). */
+static double mirror_asymmetry(const vit_dataset *ds)
+{
+    int H = ds->height, W = ds->width, C = ds->channels, K = ds->classes;
+    size_t img = (size_t)H * W * C;
+    double *mean = calloc((size_t)K * img, sizeof *mean), *a = malloc((size_t)K * sizeof *a);
+    int *n = calloc((size_t)K, sizeof *n);
+    double med = -1;
+    if (!mean || !a || !n)
+        goto out;
+    int reads = ds->count < FLIP_READ ? ds->count : FLIP_READ;
+    for (int r = 0; r < reads; r++) {
+        int i = (int)((long long)r * ds->count / reads), k = ds->labels[i];
+        const vit_real *x = ds->images + (size_t)i * img;
+        double *m = mean + (size_t)k * img;
+        for (size_t j = 0; j < img; j++)
+            m[j] += (double)x[j];
+        n[k]++;
+    }
+    /* Each class's mean against its mirror, over its distance to the
+     * other classes' means: background pixels add nothing to either. */
+    int used = 0;
+    for (int k = 0; k < K; k++) {
+        if (!n[k])
+            continue;
+        double *m = mean + (size_t)k * img;
+        for (size_t j = 0; j < img; j++)
+            m[j] /= n[k];
+    }
+    for (int k = 0; k < K; k++) {
+        if (!n[k])
+            continue;
+        const double *m = mean + (size_t)k * img;
+        double diff = 0, others = 0;
+        int no = 0;
+        for (int y = 0; y < H; y++)
+            for (int x = 0; x < W; x++)
+                for (int c = 0; c < C; c++)
+                    diff += fabs(m[((size_t)y * W + x) * C + c]
+                                 - m[((size_t)y * W + (W - 1 - x)) * C + c]);
+        for (int o = 0; o < K; o++) {
+            if (o == k || !n[o])
+                continue;
+            const double *q = mean + (size_t)o * img;
+            for (size_t j = 0; j < img; j++)
+                others += fabs(m[j] - q[j]);
+            no++;
+        }
+        if (no && others > 0)
+            a[used++] = diff / (others / no);
+    }
+    if (used) {
+        qsort(a, (size_t)used, sizeof *a, cmp_double);
+        med = used % 2 ? a[used / 2] : 0.5 * (a[used / 2 - 1] + a[used / 2]);
+    }
+out:
+    free(mean);
+    free(a);
+    free(n);
+    return med;
+}
+
+int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recipe *r, char *why,
+                    size_t cap)
+{
+    if (!d || !model || !r)
+        return vit_fail(VIT_EINVAL, "vit_recipe_pick: NULL argument");
+    if (d->count < 1 || d->height < 1 || d->width < 1 || d->channels < 1 || d->classes < 1)
+        return vit_fail(VIT_EINVAL, "vit_recipe_pick: %d images of %dx%dx%d in %d classes: "
+                        "every figure must be at least 1", d->count, d->height, d->width,
+                        d->channels, d->classes);
+    const vit_dataset *ds = d->images;
+    if (ds && (ds->count < 1 || ds->height != d->height || ds->width != d->width
+               || ds->channels != d->channels || !ds->images || !ds->labels))
+        return vit_fail(VIT_EINVAL, "vit_recipe_pick: the images are not %dx%dx%d",
+                        d->height, d->width, d->channels);
+    memset(r, 0, sizeof *r);
+    /* Patch: the model's own for images no larger than its own that it
+     * divides (its stride and padding then go with it), else picked. */
+    vit_config c = *model;
+    int larger = d->height > model->image_height || d->width > model->image_width;
+    r->patch = model->patch;
+    r->patch_fits = 1;
+    if (larger || d->height % model->patch || d->width % model->patch) {
+        int rc = vit_config_pick_patch(d->height, d->width, 8, &r->patch, &r->patch_fits, NULL, 0);
+        if (rc)
+            return rc;
+    }
+    if (r->patch != model->patch || d->height != model->image_height
+        || d->width != model->image_width)
+        c.patch_stride = c.patch_pad = 0;
+    c.patch = r->patch;
+    c.image_height = d->height;
+    c.image_width = d->width;
+    c.channels = d->channels;
+    c.classes = d->classes;
+    double macs = (double)vit_config_macs(&c);
+    if (macs <= 0)
+        return VIT_EINVAL; /* the message is vit_config_check's */
+    r->batch = d->count < 10000 ? 32 : d->count <= 200000 ? 64 : 128;
+    /* 140 epochs, or as many as VIT_RECIPE_TRAIN_MACS pays for. */
+    double per_epoch = 3.0 * macs * d->count;
+    double fit = floor(VIT_RECIPE_TRAIN_MACS / per_epoch);
+    r->epochs = fit >= 140 ? 140 : fit < 1 ? 1 : (int)fit;
+    r->warmup = r->epochs / 28.0;
+    int side = d->height < d->width ? d->height : d->width;
+    r->shift = side / 14 > 1 ? side / 14 : 1;
+    r->asymmetry = ds ? mirror_asymmetry(ds) : -1;
+    r->flip = r->asymmetry >= 0 && r->asymmetry < FLIP_BELOW;
+    r->train_macs = per_epoch * r->epochs;
+    if (why && cap > 0) {
+        char sym[64] = "";
+        if (r->asymmetry >= 0)
+            snprintf(sym, sizeof sym, ", %s (class means' mirror asymmetry %.2f)",
+                     r->flip ? "flip" : "no flip", r->asymmetry);
+        snprintf(why, cap, "%d images of %dx%dx%d: batch %d (%s images), %d epochs (%s), "
+                 "shift %d%s", d->count, d->height, d->width, d->channels, r->batch,
+                 r->batch == 32 ? "under 10k" : r->batch == 64 ? "10k-200k" : "over 200k",
+                 r->epochs, r->epochs == 140 ? "at most 140" : "what 6e13 multiply-adds of "
+                 "training pay for", r->shift, sym);
+    }
+    return VIT_OK;
+}

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The recipe derived from the data and the time budget, through vit_train:
+#   1. --budget 10s on the digits ends within 10% of 10 s (wall time of the
+#      whole command), says its plan in one line, and its last epoch's
+#      learning rate is the cosine's end (min_lr within a hair);
+#   2. --epochs with --budget is the most the plan takes; the plan is the
+#      run's, and a resume without --budget trains to it;
+#   3. a bad duration is refused naming the flag;
+#   4. the recipe line: none for the digits (their recipe is the
+#      defaults); for 28x28 images the keys it changes (shift 2), and
+#      nothing for a key set by flag or in the --config file.
+# Skipped under valgrind (tests/valgrind_wrap.sh): it measures wall time.
+# Usage: test_budget.sh TOOLS_DIR
+set -u
+tools=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+now() { date +%s.%N; }
+
+# ---- 1. a 10 s budget -------------------------------------------------------
+t0=$(now)
+"$tools/vit_train" --data digits --budget 10s --out "$tmp/b" --threads 2 >"$tmp/b.txt" 2>&1
+rc=$?
+t1=$(now)
+wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+echo "wall time $wall s for --budget 10s"
+grep -E "^budget" "$tmp/b.txt"
+check "budget run exits 0" '[ $rc -eq 0 ]'
+check "wall time within 10% of 10 s" 'awk -v w="$wall" "BEGIN { exit !(w >= 9 && w <= 11) }"'
+check "the plan in one line" 'grep -qE "^budget 0:00:10: [0-9]+ epochs, [0-9]+ steps, predicted 0:00:(09|10|11) with the scoring \(measured [0-9]+ img/s\)$" "$tmp/b.txt"'
+planned=$(grep -E "^budget" "$tmp/b.txt" | tail -1 | sed -E 's/.* ([0-9]+) epochs.*/\1/')
+rows=$(($(wc -l <"$tmp/b/metrics.csv") - 1))
+check "the run did the last plan's epochs ($planned)" '[ "$rows" = "$planned" ]'
+last_lr=$(tail -1 "$tmp/b/metrics.csv" | cut -d, -f6)
+check "the last epoch ends at min_lr ($last_lr)" 'awk -v r="$last_lr" "BEGIN { exit !(r >= 1e-05 && r < 1.1e-05) }"'
+
+# ---- 2. --epochs caps the plan ----------------------------------------------
+"$tools/vit_train" --data digits --budget 10s --epochs 2 --tta none --out "$tmp/c" \
+    --threads 2 >"$tmp/c.txt" 2>&1
+check "--epochs 2 caps the plan" 'grep -qE "^budget 0:00:10: 2 epochs, 90 steps" "$tmp/c.txt"'
+check "and the run does 2 epochs" '[ "$(($(wc -l <"$tmp/c/metrics.csv") - 1))" = 2 ]'
+
+# ---- 2b. the plan is the run's: a resume without --budget goes on to it ----
+"$tools/vit_train" --data digits --budget 5s --stop-after 1 --tta none --out "$tmp/r" \
+    --threads 2 >"$tmp/r.txt" 2>&1
+plan=$(grep -E "^budget" "$tmp/r.txt" | tail -1 | sed -E 's/.* ([0-9]+) epochs.*/\1/')
+check "--stop-after 1 names the plan ($plan epochs)" 'grep -q "^stopped after epoch 1 of $plan (--stop-after)" "$tmp/r.txt"'
+"$tools/vit_train" --resume "$tmp/r/last.ckpt" --threads 2 >"$tmp/r2.txt" 2>&1
+check "the resume without --budget trains to the plan" '[ "$(($(wc -l <"$tmp/r/metrics.csv") - 1))" = "$plan" ] && ! grep -q "^budget" "$tmp/r2.txt"'
+
+# ---- 3. durations --------------------------------------------------------------
+for bad_value in 5x 0 1m30 -3s "" 2s1h; do
+    "$tools/vit_train" --data digits --budget "$bad_value" --out "$tmp/x" >"$tmp/x.txt" 2>&1
+    rc=$?
+    check "--budget '$bad_value' refused" '[ $rc -eq 2 ] && grep -q "^vit_train: --budget: expected a duration such as 20m, 90s or 1h30m" "$tmp/x.txt"'
+done
+check "nothing written for a refused budget" '[ ! -e "$tmp/x" ]'
+
+# ---- 4. the recipe line --------------------------------------------------------
+small=(--dim 16 --depth 1 --heads 2 --mlp 16 --threads 1 --tta none --epochs 1)
+"$tools/vit_train" --data digits "${small[@]}" --out "$tmp/d" >"$tmp/d.txt" 2>&1
+check "digits: no recipe line" '! grep -q "^recipe" "$tmp/d.txt"'
+"$tools/vit_make_data" gray28 "$tmp/g28" --count 64 --seed 1 >/dev/null 2>&1
+"$tools/vit_train" --data "$tmp/g28" "${small[@]}" --out "$tmp/g" >"$tmp/g.txt" 2>&1
+check "28x28: the recipe line names shift 2" 'grep -qE "^recipe \(not set by flag or --config\): shift 2, for [0-9]+ images of 28x28x1" "$tmp/g.txt"'
+"$tools/vit_train" --data "$tmp/g28" "${small[@]}" --shift 1 --out "$tmp/h" >"$tmp/h.txt" 2>&1
+check "28x28 with --shift 1: no recipe line" '! grep -q "^recipe" "$tmp/h.txt"'
+printf 'shift = 1   # the user'"'"'s\n' >"$tmp/s.cfg"
+"$tools/vit_train" --data "$tmp/g28" "${small[@]}" --config "$tmp/s.cfg" --out "$tmp/i" >"$tmp/i.txt" 2>&1
+check "28x28 with shift in --config: no recipe line" '! grep -q "^recipe" "$tmp/i.txt"'
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
