@@ -12,12 +12,7 @@
 # Usage: test_data_split.sh TOOLS_DIR
 set -u
 tools=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+. "$(dirname "$0")/check.sh"
 
 "$tools/vit_make_data" rgb32 "$tmp/made" --count 80 --seed 3 >/dev/null || bad "make data"
 for half in train test; do
@@ -52,6 +47,15 @@ check "--val-split 0.1 --test-split 0.3: 60 train, 10 val, 30 test, no default l
     'grep -q "^data: 60 train, 10 val, 30 test images" <<<"$out" && ! grep -q "^split" <<<"$out"'
 check "the split is in the checkpoint's data record" \
     'grep -aq "test_split = 0.29999" "$tmp/whole/last.ckpt" && grep -aq "split_seed = 5" "$tmp/whole/last.ckpt"'
+
+# --val N takes the training set's tail, here the last class's images:
+# said, with the stratified flag named; a --val-split run is not warned.
+out=$(train --data "$tmp/flat" --val 5 --epochs 1 --out "$tmp/tail" 2>&1)
+check "--val 5 on class-ordered images: a warning that the tail covers 1 of the 10 classes" \
+    'grep -q "^warning: --val 5 holds out the last 5 training images, which cover 1 of the 10 classes" <<<"$out"'
+out=$(train --data "$tmp/flat" "${split[@]}" --epochs 1 --out "$tmp/nowarn" 2>&1)
+check "--val-split: it trains with a validation set and no such warning" \
+    'grep -q "^data: 60 train, 10 val" <<<"$out" && ! grep -q "^warning: --val" <<<"$out"'
 
 # ---- 2. interrupted and resumed without split flags -----------------------------
 train --data "$tmp/flat" "${split[@]}" --epochs 2 --stop-after 1 --out "$tmp/part" >/dev/null 2>&1

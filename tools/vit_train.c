@@ -381,6 +381,35 @@ static void print_class_counts(const vit_dataset *train)
     free(n);
 }
 
+/* --val N holds out the training set's last N images: in data stored
+ * class by class (class folders) that tail can be one or two classes, and
+ * its accuracy says little.  Warns when the tail covers under half of the
+ * classes the training set has, naming the stratified flag instead. */
+static void warn_val_tail(const vit_dataset *train, int val)
+{
+    if (val <= 0 || val >= train->count || train->classes < 2)
+        return;
+    char *seen = calloc((size_t)train->classes, 1);
+    if (!seen)
+        return;
+    int tail = 0, all = 0;
+    for (int i = 0; i < train->count; i++) {
+        int y = train->labels[i];
+        if (y < 0 || y >= train->classes || (seen[y] & (i >= train->count - val ? 2 : 1)))
+            continue;
+        seen[y] |= i >= train->count - val ? 2 : 1;
+    }
+    for (int k = 0; k < train->classes; k++) {
+        all += seen[k] != 0;
+        tail += (seen[k] & 2) != 0;
+    }
+    free(seen);
+    if (2 * tail < all)
+        printf("warning: --val %d holds out the last %d training images, which cover %d of the "
+               "%d classes (the images are stored class by class); --val-split F holds out a "
+               "fraction F of every class\n", val, val, tail, all);
+}
+
 /* Under mpirun every rank runs the same command; rank 0 alone speaks. */
 int main(int argc, char **argv)
 {
@@ -1034,6 +1063,8 @@ static int run(int argc, char **argv)
                  train.channels, train.classes);
         cli_print_fitted(stdout, line);
         print_class_counts(&train);
+        if (o.data_split.val == 0)
+            warn_val_tail(&train, o.val_count);
     }
     if (look.progress && vit_dist_size() > 1)
         printf("data-parallel over %d ranks, global batch %d\n", vit_dist_size(), cfg.batch);
