@@ -13,12 +13,7 @@
 # Usage: test_budget.sh TOOLS_DIR
 set -u
 tools=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+. "$(dirname "$0")/check.sh"
 now() { date +%s.%N; }
 
 # ---- 1. a 10 s budget -------------------------------------------------------

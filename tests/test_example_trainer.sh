@@ -7,12 +7,7 @@
 # Usage: test_example_trainer.sh EXAMPLE DIGITS_CSV
 set -u
 example=$1 digits=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+. "$(dirname "$0")/check.sh"
 
 "$example" "$digits" "$tmp/run" 2 >"$tmp/out" 2>&1
 rc=$?

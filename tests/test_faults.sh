@@ -19,16 +19,11 @@
 # Set FAULTS_SEED to replay the random kill moments of an earlier run.
 set -u
 tools=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
+. "$(dirname "$0")/check.sh"
 seed=${FAULTS_SEED:-$$}
 RANDOM=$seed
 echo "random seed $seed (FAULTS_SEED=$seed replays the kill moments)"
 
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
 
 # A small fast model; one thread so that runs are bitwise reproducible.
 small=(--dim 16 --depth 1 --heads 2 --mlp 16 --threads 1 --quiet)

@@ -12,12 +12,7 @@
 # Usage: test_run_data.sh TOOLS_DIR
 set -u
 tools=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+. "$(dirname "$0")/check.sh"
 
 "$tools/vit_make_data" rgb32 "$tmp/a" --count 96 --seed 1 >/dev/null || bad "make data a"
 "$tools/vit_make_data" rgb32 "$tmp/b" --count 112 --seed 2 >/dev/null || bad "make data b"

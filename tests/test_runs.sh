@@ -20,16 +20,11 @@ set -u
 tools=$1
 v1=$2
 v2=$3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
+. "$(dirname "$0")/check.sh"
 seed=${RUNS_SEED:-$$}
 RANDOM=$seed
 echo "random seed $seed (RUNS_SEED=$seed replays the signal moments)"
 
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
 
 # (The old shape and one pass: the checks read the one-line result.)
 small=(--dim 16 --depth 1 --heads 2 --mlp 16 --threads 1 --quiet --patch 2 --patch-stride 0 --patch-pad 0 --tta none)

@@ -18,13 +18,8 @@
 # Usage: test_terminal.sh TOOLS_DIR
 set -u
 tools=$1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
+. "$(dirname "$0")/check.sh"
 
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
 # widest FILE [PATTERN]: the longest piece between \r and \n (of those
 # matching PATTERN).
 widest() { tr '\r' '\n' <"$1" | awk -v p="${2:-}" '$0 ~ p { if (length($0) > m) m = length($0) } END { print m + 0 }'; }
