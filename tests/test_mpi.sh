@@ -216,5 +216,16 @@ if [ $rc -eq 1 ] && [ "$said" -eq 1 ] && [ "$(head -n 1 "$tmp/refused.txt")" = "
 else
     fail=$((fail + 1)); echo "FAIL a refused 2-rank run: exit $rc, $said refusal lines (want 1):"; cat "$tmp/refused.txt"
 fi
+# With mpirun -q (as docs/cli.md advises) the refusal is all a person
+# reads: exactly one line, and still exit 1.
+mpirun -q --oversubscribe --allow-run-as-root -np 2 "$train" --dim 16 --depth 1 --heads 2 \
+    --mlp 16 --epochs 2 --batch 64 --threads 1 --out "$tmp/log" >"$tmp/quiet.txt" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/quiet.txt")" -eq 1 ] &&
+   grep -q "^vit_train: $tmp/log already holds a run (last.ckpt)" "$tmp/quiet.txt"; then
+    pass=$((pass + 1)); echo "ok   the same under mpirun -q: exactly the one line, exit 1"
+else
+    fail=$((fail + 1)); echo "FAIL the same under mpirun -q: exit $rc, output:"; cat "$tmp/quiet.txt"
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
