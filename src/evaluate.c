@@ -1,6 +1,7 @@
 /*
  * Inference and scoring: class probabilities of images (one pass, or the
- * mean over nine shifted copies), and accuracy, loss and confusion matrix
+ * mean over nine shifted copies, or eighteen with their mirror images), and
+ * accuracy, loss and confusion matrix
  * over a data set.
  */
 #include "vit/train.h"
@@ -56,9 +57,44 @@ static int predict_pass(vit_model *m, vit_tape *tape, const vit_real *images, in
     return VIT_OK;
 }
 
+const char *vit_tta_name(int tta)
+{
+    switch (tta) {
+    case VIT_TTA_NONE: return "none";
+    case VIT_TTA_SHIFT9: return "shift9";
+    case VIT_TTA_AUTO: return "auto";
+    case VIT_TTA_SHIFT9_FLIP: return "shift9flip";
+    }
+    return "?";
+}
+
+int vit_tta_passes(int tta)
+{
+    switch (tta) {
+    case VIT_TTA_NONE:
+    case VIT_TTA_AUTO: return 1;
+    case VIT_TTA_SHIFT9: return 9;
+    case VIT_TTA_SHIFT9_FLIP: return 18;
+    }
+    return 0;
+}
+
 /* The nine shifts of VIT_TTA_SHIFT9, the identity first. */
 static const int tta_shifts[9][2] = {{0, 0},  {-1, -1}, {-1, 0}, {-1, 1}, {0, -1},
                                      {0, 1},  {1, -1},  {1, 0},  {1, 1}};
+
+/* View v (0 .. vit_tta_passes - 1) of image src into dst: shift v % 9 of
+ * the image, mirrored first for v >= 9 (the mirror, then the shift, so
+ * that the mirrored views are the same nine shifts of the mirror image). */
+static void tta_view(vit_real *dst, vit_real *mirror, const vit_real *src, int H, int W, int C,
+                     int v)
+{
+    if (v >= 9) {
+        vit_flip_horizontal(mirror, src, H, W, C);
+        src = mirror;
+    }
+    vit_translate(dst, src, H, W, C, tta_shifts[v % 9][0], tta_shifts[v % 9][1]);
+}
 
 int vit_predict_tta(vit_model *m, vit_tape *tape, const vit_real *images, int count, int tta,
                     vit_real *probs)
@@ -67,42 +103,46 @@ int vit_predict_tta(vit_model *m, vit_tape *tape, const vit_real *images, int co
         return vit_fail(VIT_EINVAL, "vit_predict: bad argument");
     if (tta == VIT_TTA_AUTO) /* the trainer's choice; a model scores one pass */
         tta = VIT_TTA_NONE;
-    if (tta != VIT_TTA_NONE && tta != VIT_TTA_SHIFT9)
+    int views = vit_tta_passes(tta);
+    if (views == 0)
         return vit_fail(VIT_EINVAL, "vit_predict: unknown test-time augmentation %d", tta);
     const vit_config *c = vit_model_config(m);
     int H = c->image_height, W = c->image_width, C = c->channels, K = c->classes;
     size_t img = (size_t)H * W * C;
     const int chunk = 256;
     int rc = VIT_OK;
-    if (tta == VIT_TTA_NONE) {
+    if (views == 1) {
         for (int i = 0; i < count && rc == VIT_OK; i += chunk) {
             int b = count - i < chunk ? count - i : chunk;
             rc = predict_pass(m, tape, images + (size_t)i * img, b, probs + (size_t)i * K);
         }
         return rc;
     }
-    /* Shifted copies of a chunk, one pass's probabilities, their sum. */
+    /* Moved copies of a chunk, one mirror image, one pass's probabilities,
+     * their sum. */
     int most = count < chunk ? count : chunk;
     vit_real *moved = malloc((size_t)most * img * sizeof *moved);
+    vit_real *mirror = malloc(img * sizeof *mirror);
     vit_real *pass = malloc((size_t)most * K * sizeof *pass);
     double *sum = malloc((size_t)most * K * sizeof *sum);
-    if (!moved || !pass || !sum)
+    if (!moved || !mirror || !pass || !sum)
         rc = vit_fail(VIT_ENOMEM, "vit_predict: out of memory for test-time augmentation");
     for (int i = 0; i < count && rc == VIT_OK; i += chunk) {
         int b = count - i < chunk ? count - i : chunk;
         memset(sum, 0, (size_t)b * K * sizeof *sum);
-        for (int s = 0; s < 9 && rc == VIT_OK; s++) {
+        for (int v = 0; v < views && rc == VIT_OK; v++) {
             for (int k = 0; k < b; k++)
-                vit_translate(moved + (size_t)k * img, images + (size_t)(i + k) * img, H, W, C,
-                              tta_shifts[s][0], tta_shifts[s][1]);
+                tta_view(moved + (size_t)k * img, mirror, images + (size_t)(i + k) * img, H, W, C,
+                         v);
             rc = predict_pass(m, tape, moved, b, pass);
             for (size_t j = 0; rc == VIT_OK && j < (size_t)b * K; j++)
                 sum[j] += (double)pass[j];
         }
         for (size_t j = 0; rc == VIT_OK && j < (size_t)b * K; j++)
-            probs[(size_t)i * K + j] = (vit_real)(sum[j] / 9);
+            probs[(size_t)i * K + j] = (vit_real)(sum[j] / views);
     }
     free(moved);
+    free(mirror);
     free(pass);
     free(sum);
     return rc;
@@ -131,7 +171,7 @@ int vit_evaluate_tta(vit_model *m, vit_tape *tape, const vit_dataset *ds, int ba
     memset(r, 0, sizeof *r);
     if (tta == VIT_TTA_AUTO) /* the trainer's choice; a model scores one pass */
         tta = VIT_TTA_NONE;
-    if (tta != VIT_TTA_NONE && tta != VIT_TTA_SHIFT9)
+    if (vit_tta_passes(tta) == 0)
         return vit_fail(VIT_EINVAL, "vit_evaluate: unknown test-time augmentation %d", tta);
     const vit_config *c = vit_model_config(m);
     int rc = vit_check_data_shape(c, ds, "evaluation");

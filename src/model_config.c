@@ -71,8 +71,10 @@ static const field fields[] = {
     F(drop_path, K_DOUBLE, 0, 0.99, "stochastic depth: residual branches dropped per image, at "
       "this rate in the last block, linearly less in earlier ones (0: off)"),
     F(seed, K_U64, 0, 0, "random seed"),
-    F(tta, K_TTA, 0, 2, "test-time augmentation: none, shift9 (image and 8 one-pixel "
-      "shifts), or auto (shift9 only if it beats one pass on the validation set)"),
+    F(tta, K_TTA, 0, 3, "test-time augmentation: none, shift9 (image and 8 one-pixel "
+      "shifts), shift9flip (those 9 and their 9 mirror images: for models trained with flip), "
+      "or auto (shift9, or shift9flip with flip, only if it beats one pass on the validation "
+      "set)"),
     F(recompute, K_INT, 0, 1,
       "1: keep only each block's input and recompute the block in the backward (less memory)"),
     F(ckpt_minutes, K_DOUBLE, 0, 1e6, "minutes between checkpoints inside an epoch (0: off)"),
@@ -175,8 +177,11 @@ int vit_config_set(vit_config *c, const char *key, const char *value)
             *(int *)dst = VIT_TTA_SHIFT9;
         else if (strcmp(value, "auto") == 0)
             *(int *)dst = VIT_TTA_AUTO;
+        else if (strcmp(value, "shift9flip") == 0)
+            *(int *)dst = VIT_TTA_SHIFT9_FLIP;
         else
-            return vit_fail(VIT_EINVAL, "%s: expected none, shift9 or auto, got '%s'", key, value);
+            return vit_fail(VIT_EINVAL, "%s: expected none, shift9, shift9flip or auto, got '%s'",
+                            key, value);
         return VIT_OK;
     case K_PRECISION:
         if (strcmp(value, "fp32") == 0)
@@ -319,8 +324,7 @@ int vit_config_format(const vit_config *c, char *buf, size_t cap)
         case K_POOL: n = snprintf(buf + len, room, "%s = %s\n", f->key,
                                   *(const int *)src == VIT_POOL_MEAN ? "mean" : "cls"); break;
         case K_TTA: n = snprintf(buf + len, room, "%s = %s\n", f->key,
-                                 *(const int *)src == VIT_TTA_SHIFT9 ? "shift9"
-                                 : *(const int *)src == VIT_TTA_AUTO ? "auto" : "none"); break;
+                                 vit_tta_name(*(const int *)src)); break;
         case K_PRECISION: n = snprintf(buf + len, room, "%s = %s\n", f->key,
                                        vit_precision_name(*(const int *)src)); break;
         }

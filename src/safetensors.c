@@ -277,6 +277,11 @@ static int header_json(sbuf *b, const vit_config *c, char *const *class_names,
         sb_printf(b, ",\"tta_note\":\"these weights give one pass per image; the model's own "
                      "scores (tta shift9) average the softmax over the image and its 8 one-pixel "
                      "shifts (dy, dx in -1..1, zeros shifted in)\"");
+    else if (c->tta == VIT_TTA_SHIFT9_FLIP)
+        sb_printf(b, ",\"tta_note\":\"these weights give one pass per image; the model's own "
+                     "scores (tta shift9flip) average the softmax over 18 views: the image and its "
+                     "8 one-pixel shifts (dy, dx in -1..1, zeros shifted in), and the same 9 of the "
+                     "image mirrored left-right\"");
     if (class_names) { /* a JSON array in a string: metadata values are strings */
         sbuf arr = {0};
         for (int k = 0; k < c->classes; k++) {

@@ -668,8 +668,16 @@ static int train_batch(vit_trainer *t, long s, double *loss)
 
 /* ---- the time budget ---------------------------------------------------- */
 
+/* The test-time augmentation tta = auto tries: shift9, and with the
+ * mirror images too for a model trained on them (flip). */
+static int auto_candidate(const vit_config *c)
+{
+    return c->flip ? VIT_TTA_SHIFT9_FLIP : VIT_TTA_SHIFT9;
+}
+
 /* Seconds of scoring after each epoch (test and validation sets, one pass)
- * and at the end (with shift9 nine more passes of each; the one-pass
+ * and at the end (with shift9 nine more passes of each, eighteen with
+ * shift9flip, and auto's trial of its candidate on one set; the one-pass
  * figures are the last epoch's), at score_seconds per image and pass. */
 static double epoch_scoring(const vit_trainer *t)
 {
@@ -678,7 +686,10 @@ static double epoch_scoring(const vit_trainer *t)
 
 static double final_scoring(const vit_trainer *t)
 {
-    return t->cfg.tta == VIT_TTA_SHIFT9 ? 9 * epoch_scoring(t) : 0;
+    int tta = t->cfg.tta;
+    if (tta == VIT_TTA_AUTO) /* the trial, and at worst the test set again */
+        return vit_tta_passes(auto_candidate(&t->cfg)) * epoch_scoring(t);
+    return tta == VIT_TTA_NONE ? 0 : vit_tta_passes(tta) * epoch_scoring(t);
 }
 
 /* The epochs whose rest costs nearest `left` seconds from here (within
@@ -981,21 +992,21 @@ void vit_train_result_free(vit_train_result *r)
     r->confusion = NULL;
 }
 
-/* tta = auto: shift9 is used only if it beats one pass (val_plain) on the
- * validation set; without one, one pass is kept and the shift9 test figure
- * goes beside it.  *tta gets the choice. */
+/* tta = auto: the candidate is used only if it beats one pass (val_plain)
+ * on the validation set; without one, one pass is kept and the candidate's
+ * test figure goes beside it.  *tta gets the choice. */
 static int choose_tta(vit_trainer *t, double val_plain, int *tta, vit_train_result *res)
 {
     vit_eval_result e = {0};
-    int rc;
+    int rc, candidate = auto_candidate(&t->cfg);
     res->tta_auto = 1;
     *tta = VIT_TTA_NONE;
     if (t->val.count > 0) {
-        if ((rc = evaluate_shared(t, &t->val, VIT_TTA_SHIFT9, &e)) == VIT_OK) {
+        if ((rc = evaluate_shared(t, &t->val, candidate, &e)) == VIT_OK) {
             res->val_accuracy_tta = e.accuracy;
-            *tta = e.accuracy > val_plain ? VIT_TTA_SHIFT9 : VIT_TTA_NONE;
+            *tta = e.accuracy > val_plain ? candidate : VIT_TTA_NONE;
         }
-    } else if ((rc = evaluate_shared(t, t->test, VIT_TTA_SHIFT9, &e)) == VIT_OK)
+    } else if ((rc = evaluate_shared(t, t->test, candidate, &e)) == VIT_OK)
         res->test_accuracy_tta = e.accuracy;
     vit_eval_result_free(&e);
     return rc;

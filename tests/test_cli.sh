@@ -262,7 +262,7 @@ expect "vit_eval: the checkpoint's tta, the run's final figure" 0 \
     "accuracy ${final% *} \(tta shift9\)$" "$tools/vit_eval" "$tmp/tta/last.ckpt" --threads 1
 expect "vit_eval --tta none: the one-pass figure" 0 "accuracy ${final#* }$" \
     "$tools/vit_eval" "$tmp/tta/last.ckpt" --tta none --threads 1
-expect "vit_eval --tta: a bad value" 2 "expected none or shift9, got 'shift8'" \
+expect "vit_eval --tta: a bad value" 2 "expected none, shift9 or shift9flip, got 'shift8'" \
     "$tools/vit_eval" "$tmp/tta/last.ckpt" --tta shift8
 
 readme_block() {

@@ -880,7 +880,7 @@ START_TEST(test_tta_averages_nine_shifted_passes)
     ck_assert_msg(correct != correct_plain, "the two scores should differ here (%d)", correct);
     vit_eval_result_free(&ev);
     vit_eval_result_free(&ep);
-    ck_assert_int_eq(vit_predict_tta(mt, tape, g_test.images, N, 3, pass), VIT_EINVAL);
+    ck_assert_int_eq(vit_predict_tta(mt, tape, g_test.images, N, 4, pass), VIT_EINVAL);
     ck_assert_int_eq(vit_evaluate_tta(mt, tape, &part, 64, -1, &ev), VIT_EINVAL);
     free(tta);
     free(plain);
@@ -890,6 +890,53 @@ START_TEST(test_tta_averages_nine_shifted_passes)
     vit_tape_free(tape);
     vit_model_free(m);
     vit_model_free(mt);
+}
+END_TEST
+
+/* shift9flip: the mean of shift9 on the images and shift9 on their mirror
+ * images (each half summed in double, so within a float's rounding of
+ * their float means), visibly different from shift9 alone; and the config
+ * text names it. */
+START_TEST(test_tta_shift9flip_adds_the_mirror_images)
+{
+    load_digits();
+    enum { N = 300, K = 10 }; /* more than one 256-image chunk */
+    const size_t img = 64;
+    vit_model *m = tta_model(VIT_TTA_NONE);
+    vit_tape *tape = vit_tape_new();
+    vit_real *both = malloc(N * K * sizeof *both), *s9 = malloc(N * K * sizeof *s9);
+    vit_real *s9m = malloc(N * K * sizeof *s9m), *mirror = malloc(N * img * sizeof *mirror);
+    for (int i = 0; i < N; i++)
+        ck_assert_int_eq(vit_flip_horizontal(mirror + i * img, g_test.images + i * img, 8, 8, 1),
+                         VIT_OK);
+    ck_assert_int_eq(vit_predict_tta(m, tape, g_test.images, N, VIT_TTA_SHIFT9_FLIP, both), VIT_OK);
+    ck_assert_int_eq(vit_predict_tta(m, tape, g_test.images, N, VIT_TTA_SHIFT9, s9), VIT_OK);
+    ck_assert_int_eq(vit_predict_tta(m, tape, mirror, N, VIT_TTA_SHIFT9, s9m), VIT_OK);
+    double worst = 0, moved_most = 0;
+    for (int j = 0; j < N * K; j++) {
+        worst = fmax(worst, fabs((double)both[j] - ((double)s9[j] + (double)s9m[j]) / 2));
+        moved_most = fmax(moved_most, fabs((double)both[j] - (double)s9[j]));
+    }
+    ck_assert_msg(worst <= 2e-7, "shift9flip differs from the mean of the two shift9s by %g", worst);
+    ck_assert_msg(moved_most > 1e-2, "the mirror images hardly change shift9 (%g)", moved_most);
+    ck_assert_int_eq(vit_tta_passes(VIT_TTA_SHIFT9_FLIP), 18);
+    ck_assert_int_eq(vit_tta_passes(VIT_TTA_SHIFT9), 9);
+    ck_assert_int_eq(vit_tta_passes(VIT_TTA_AUTO), 1);
+    ck_assert_int_eq(vit_tta_passes(7), 0);
+    vit_config c;
+    vit_config_default(&c);
+    ck_assert_int_eq(vit_config_set(&c, "tta", "shift9flip"), VIT_OK);
+    ck_assert_int_eq(c.tta, VIT_TTA_SHIFT9_FLIP);
+    char text[8192];
+    ck_assert_int_gt(vit_config_format(&c, text, sizeof text), 0);
+    ck_assert_ptr_nonnull(strstr(text, "\ntta = shift9flip\n"));
+    ck_assert_int_eq(vit_config_set(&c, "tta", "flip"), VIT_EINVAL);
+    free(both);
+    free(s9);
+    free(s9m);
+    free(mirror);
+    vit_tape_free(tape);
+    vit_model_free(m);
 }
 END_TEST
 
@@ -1322,6 +1369,7 @@ static Suite *train_suite(void)
     tcase_add_test(tc, test_cutmix_box_values);
     tcase_add_test(tc, test_augment_batch_values);
     tcase_add_test(tc, test_tta_averages_nine_shifted_passes);
+    tcase_add_test(tc, test_tta_shift9flip_adds_the_mirror_images);
     tcase_add_test(tc, test_tta_off_is_the_plain_pass);
     tcase_add_test(tc, test_ema_update_formula);
     tcase_add_test(tc, test_ema_run);

@@ -457,11 +457,12 @@ int fig_curves_draw(const vit_metrics_table *m, const vit_metrics_table *final, 
         panel_plan *pa = &plan[FIG_PANEL_ACC];
         char how[48] = "";
         int tta = f_tta && f_tta[0] != 0;
+        const char *tname = tta ? vit_tta_name((int)f_tta[0]) : "";
         double ema = f_ema ? f_ema[0] : 0;
         if (tta && ema > 0)
-            snprintf(how, sizeof how, " (tta shift9, ema %g)", ema);
+            snprintf(how, sizeof how, " (tta %s, ema %g)", tname, ema);
         else if (tta)
-            snprintf(how, sizeof how, " (tta shift9)");
+            snprintf(how, sizeof how, " (tta %s)", tname);
         else if (ema > 0)
             snprintf(how, sizeof how, " (ema %g)", ema);
         char *label = pa->names[MAX_SERIES];

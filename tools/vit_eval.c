@@ -12,13 +12,14 @@ static const char *prog = "vit_eval";
 static void usage(void)
 {
     printf("usage: vit_eval CKPT [--data SPEC] [--split test|train] [--threads N]\n"
-           "                [--tta none|shift9]\n"
+           "                [--tta none|shift9|shift9flip]\n"
            "Scores a checkpoint written by vit_train on the test (default) or training\n"
            "split of a data set and prints loss, accuracy and the confusion matrix.\n"
            "The model is scored as it was trained to be used: with the averaged weights\n"
            "of a run with ema, and with the test-time augmentation of its config (tta);\n"
            "--tta overrides that (none: one pass per image; shift9: the mean\n"
-           "probabilities over the image and its eight one-pixel shifts).  --data: digits\n"
+           "probabilities over the image and its eight one-pixel shifts; shift9flip:\n"
+           "over those nine and the same of the mirror image).  --data: digits\n"
            "or a data folder; without it, the data the checkpoint's run trained on.\n");
 }
 
@@ -47,11 +48,14 @@ int main(int argc, char **argv)
             }
             split_train = strcmp(v, "train") == 0;
         } else if (strcmp(a, "--tta") == 0) {
-            if (strcmp(v, "none") && strcmp(v, "shift9")) {
-                fprintf(stderr, "%s: --tta: expected none or shift9, got '%s'\n", prog, v);
+            if (strcmp(v, "none") && strcmp(v, "shift9") && strcmp(v, "shift9flip")) {
+                fprintf(stderr, "%s: --tta: expected none, shift9 or shift9flip, got '%s'\n",
+                        prog, v);
                 return 2;
             }
-            tta = strcmp(v, "shift9") == 0 ? VIT_TTA_SHIFT9 : VIT_TTA_NONE;
+            tta = strcmp(v, "shift9") == 0       ? VIT_TTA_SHIFT9
+                  : strcmp(v, "shift9flip") == 0 ? VIT_TTA_SHIFT9_FLIP
+                                                 : VIT_TTA_NONE;
         } else if (strcmp(a, "--threads") == 0) {
             if (!cli_int(prog, a, v, 1, 256, &threads))
                 return 2;

@@ -118,16 +118,17 @@ int main(int argc, char **argv)
     if (logits)
         printf("wrote %s: logits of %d test images, accuracy %.4f (one pass)\n", logits,
                test.count, acc);
-    if (c->tta == VIT_TTA_SHIFT9) {
+    if (c->tta == VIT_TTA_SHIFT9 || c->tta == VIT_TTA_SHIFT9_FLIP) {
         double rep = reported_accuracy(ckpt);
         char line[256], was[48] = "";
         if (rep >= 0)
             snprintf(was, sizeof was, " (%.4f)", rep);
         cli_print_fitted(stdout, "note: these weights give one pass per image (as --logits and "
                                  "metrics.csv's epochs);");
-        snprintf(line, sizeof line, "the run's final test accuracy%s was scored with tta shift9, the "
-                 "mean softmax over the image and its 8 one-pixel shifts (zeros shifted in): "
-                 "docs/cli.md shows it in PyTorch", was);
+        snprintf(line, sizeof line, "the run's final test accuracy%s was scored with tta %s, the "
+                 "mean softmax over the image and its 8 one-pixel shifts (zeros shifted in)%s: "
+                 "docs/cli.md shows it in PyTorch", was, vit_tta_name(c->tta),
+                 c->tta == VIT_TTA_SHIFT9_FLIP ? ", and the same of its mirror image" : "");
         cli_print_fitted(stdout, line);
     }
     rc = 0;

@@ -89,8 +89,10 @@ int main(int argc, char **argv)
         const double *f_acc = have_fin ? vit_metrics_column(&fin, "test_acc") : NULL;
         const double *f_tta = have_fin ? vit_metrics_column(&fin, "tta") : NULL;
         if (f_acc)
-            printf("%s: final test accuracy %.4f%s, ringed\n", fin_path, f_acc[0],
-                   f_tta && f_tta[0] != 0 ? " (tta shift9)" : "");
+            printf("%s: final test accuracy %.4f%s%s%s, ringed\n", fin_path, f_acc[0],
+                   f_tta && f_tta[0] != 0 ? " (tta " : "",
+                   f_tta && f_tta[0] != 0 ? vit_tta_name((int)f_tta[0]) : "",
+                   f_tta && f_tta[0] != 0 ? ")" : "");
         for (int c = 0; c < m.cols; c++)
             if (fig_curves_panel_of(m.names[c]) == FIG_PANEL_NONE &&
                 strcmp(m.names[c], "epoch") != 0 && strcmp(m.names[c], "seconds") != 0)

@@ -187,18 +187,21 @@ static int fit_patch(vit_config *cfg, int patch_default, int recipe_patch,
 }
 
 /* With --tta auto: what was chosen, and the figure that decided it (or
- * the shift9 test figure beside the one-pass headline). */
-static void print_tta_auto(const vit_train_result *r)
+ * the candidate's test figure beside the one-pass headline).  The
+ * candidate is shift9, shift9flip for a model trained with flips. */
+static void print_tta_auto(const vit_train_result *r, const vit_config *cfg)
 {
     if (!r->tta_auto)
         return;
+    const char *tried = vit_tta_name(cfg->flip ? VIT_TTA_SHIFT9_FLIP : VIT_TTA_SHIFT9);
     if (r->val_accuracy_tta >= 0)
-        printf("tta auto: %s (validation: shift9 %.4f, one pass %.4f)\n",
-               r->tta == VIT_TTA_SHIFT9 ? "shift9 chosen" : "one pass kept", r->val_accuracy_tta,
+        printf("tta auto: %s%s (validation: %s %.4f, one pass %.4f)\n",
+               r->tta != VIT_TTA_NONE ? tried : "one pass kept",
+               r->tta != VIT_TTA_NONE ? " chosen" : "", tried, r->val_accuracy_tta,
                r->val_accuracy_plain);
     else if (r->test_accuracy_tta >= 0)
         printf("tta auto: one pass kept, no validation set to choose by (--val N); test "
-               "accuracy with shift9 %.4f\n", r->test_accuracy_tta);
+               "accuracy with %s %.4f\n", tried, r->test_accuracy_tta);
 }
 
 /* The last lines: "ACC (LABELS; TIMING); checkpoint PATH" when that fits
@@ -577,13 +580,15 @@ static int train_once(const vit_config *cfg, const vit_dataset *train, const vit
     if (res.ema > 0)
         snprintf(how, sizeof how, "ema %g", res.ema);
     if (res.tta != VIT_TTA_NONE) {
-        snprintf(how + strlen(how), sizeof how - strlen(how), "%stta shift9", *how ? ", " : "");
+        snprintf(how + strlen(how), sizeof how - strlen(how), "%stta %s", *how ? ", " : "",
+                 vit_tta_name(res.tta));
         snprintf(plain, sizeof plain, "; one pass %.4f", res.test_accuracy_plain);
         snprintf(vplain, sizeof vplain, "; one pass %.4f", res.val_accuracy_plain);
     }
     if (res.val_accuracy >= 0) {
         if (res.tta != VIT_TTA_NONE)
-            printf("validation accuracy %.4f (tta shift9%s)\n", res.val_accuracy, vplain);
+            printf("validation accuracy %.4f (tta %s%s)\n", res.val_accuracy,
+                   vit_tta_name(res.tta), vplain);
         else
             printf("validation accuracy %.4f\n", res.val_accuracy);
     }
@@ -593,7 +598,7 @@ static int train_once(const vit_config *cfg, const vit_dataset *train, const vit
     snprintf(timing, sizeof timing, "%d epochs, %.1f s, %.0f images/s", res.epochs_done,
              res.seconds, res.images_per_second);
     print_result(acc, labels, timing, out);
-    print_tta_auto(&res);
+    print_tta_auto(&res, cfg);
     /* The run's epochs: a budget's plan is in its checkpoint. */
     vit_config ran = *cfg;
     char ckpt[4200];

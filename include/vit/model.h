@@ -39,17 +39,30 @@ VIT_BEGIN_DECLS
 enum { VIT_POOL_CLS = 0, VIT_POOL_MEAN = 1 };
 
 /* Test-time augmentation of evaluation (config key tta, "none" / "shift9"
- * in text): VIT_TTA_NONE scores one pass per image; VIT_TTA_SHIFT9 averages
- * the class probabilities of nine passes, the image itself and its eight
- * one-pixel translations (dy, dx in -1, 0, 1; zeros shifted in, as the
- * training shift augmentation does: vit_translate in vit/augment.h).
- * VIT_TTA_AUTO ("auto") is the trainer's choice at the end of a run
- * (vit_train_result in vit/train.h): shift9 becomes the headline only if
- * it scores higher than one pass on the validation set; without one, one
- * pass is the headline and the shift9 test figure is reported beside it.
- * vit_evaluate and vit_predict of a model whose config says auto score
- * one pass (pass VIT_TTA_SHIFT9 to vit_evaluate_tta to use it). */
-enum { VIT_TTA_NONE = 0, VIT_TTA_SHIFT9 = 1, VIT_TTA_AUTO = 2 };
+ * / "auto" / "shift9flip" in text): VIT_TTA_NONE scores one pass per
+ * image; VIT_TTA_SHIFT9 averages the class probabilities of nine passes,
+ * the image itself and its eight one-pixel translations (dy, dx in -1, 0,
+ * 1; zeros shifted in, as the training shift augmentation does:
+ * vit_translate in vit/augment.h); VIT_TTA_SHIFT9_FLIP averages eighteen,
+ * those nine and the nine of the image mirrored left-right
+ * (vit_flip_horizontal), for models trained with flips (the same image
+ * seen both ways; never for digits or text).  VIT_TTA_AUTO ("auto") is the
+ * trainer's choice at the end of a run (vit_train_result in vit/train.h):
+ * shift9 (shift9flip for a model trained with flip = 1) becomes the
+ * headline only if it scores higher than one pass on the validation set;
+ * without one, one pass is the headline and the test-time-augmented test
+ * figure is reported beside it.  vit_evaluate and vit_predict of a model
+ * whose config says auto score one pass (pass VIT_TTA_SHIFT9 to
+ * vit_evaluate_tta to use it). */
+enum { VIT_TTA_NONE = 0, VIT_TTA_SHIFT9 = 1, VIT_TTA_AUTO = 2, VIT_TTA_SHIFT9_FLIP = 3 };
+
+/* "none", "shift9", "auto" or "shift9flip" (the config text of tta); "?"
+ * for another value.  A static string. */
+const char *vit_tta_name(int tta);
+
+/* The number of forward passes an image costs under tta: 1 (none, auto),
+ * 9 (shift9) or 18 (shift9flip); 0 for an unknown value. */
+int vit_tta_passes(int tta);
 
 /* The model's shape and the training recipe, both read from one text config
  * of `key = value` lines ('#' starts a comment).  Keys are the field names
@@ -109,8 +122,9 @@ typedef struct vit_config {
                             scaled by 1 / (1 - rate) */
     unsigned long long seed;
     /* evaluation */
-    int tta;             /* VIT_TTA_NONE, VIT_TTA_SHIFT9 or VIT_TTA_AUTO
-                            ("none" / "shift9" / "auto" in text): what
+    int tta;             /* VIT_TTA_NONE, VIT_TTA_SHIFT9, VIT_TTA_AUTO or
+                            VIT_TTA_SHIFT9_FLIP ("none" / "shift9" /
+                            "auto" / "shift9flip" in text): what
                             vit_evaluate and vit_predict (vit/train.h) do
                             for this model, auto as none */
     /* memory */

@@ -181,8 +181,8 @@ typedef struct vit_eval_result {
 int vit_evaluate(vit_model *m, vit_tape *tape, const vit_dataset *ds, int batch,
                  vit_eval_result *r);
 
-/* vit_evaluate with the test-time augmentation tta (VIT_TTA_NONE or
- * VIT_TTA_SHIFT9, vit/model.h) instead of the model's: VIT_TTA_NONE gives
+/* vit_evaluate with the test-time augmentation tta (VIT_TTA_NONE,
+ * VIT_TTA_SHIFT9 or VIT_TTA_SHIFT9_FLIP, vit/model.h) instead of the model's: VIT_TTA_NONE gives
  * the plain single-pass figure of a model that uses TTA; VIT_TTA_AUTO
  * scores one pass.  An unknown tta is VIT_EINVAL; otherwise as
  * vit_evaluate. */
@@ -201,15 +201,18 @@ void vit_eval_result_free(vit_eval_result *r);
  *     image moved by (dy, dx) for dy, dx in {-1, 0, 1} with zeros shifted
  *     in (vit_translate, the training shift augmentation's padding),
  *     summed in double and rounded once; nine times the work, plus
- *     buffers for one chunk's shifted images and probabilities.
+ *     buffers for one chunk's shifted images and probabilities;
+ *   VIT_TTA_SHIFT9_FLIP: the mean of eighteen, those nine and the nine
+ *     same shifts of the image mirrored left-right; eighteen times the
+ *     work.
  * The model is the one scored: vit_evaluate and the trainer's final
  * evaluation use the same setting.  Returns VIT_OK; VIT_EINVAL for a NULL
  * argument or count < 1; VIT_ENOMEM; the forward's error otherwise. */
 int vit_predict(vit_model *m, vit_tape *tape, const vit_real *images, int count,
                 vit_real *probs);
 
-/* vit_predict with the test-time augmentation tta (VIT_TTA_NONE or
- * VIT_TTA_SHIFT9; VIT_TTA_AUTO is one pass) instead of the model's; an
+/* vit_predict with the test-time augmentation tta (VIT_TTA_NONE,
+ * VIT_TTA_SHIFT9 or VIT_TTA_SHIFT9_FLIP; VIT_TTA_AUTO is one pass) instead of the model's; an
  * unknown tta is VIT_EINVAL. */
 int vit_predict_tta(vit_model *m, vit_tape *tape, const vit_real *images, int count, int tta,
                     vit_real *probs);
@@ -398,7 +401,9 @@ typedef struct vit_train_result {
                                 metrics.csv show; equal to the above when
                                 tta is none */
     int tta;                 /* the run's config tta (with auto: the one
-                                chosen, VIT_TTA_NONE or VIT_TTA_SHIFT9) and */
+                                chosen: VIT_TTA_NONE, or VIT_TTA_SHIFT9 or
+                                VIT_TTA_SHIFT9_FLIP as the config's flip
+                                says) and */
     double ema;              /* ema, to label the figures */
     double seconds;          /* wall time of this invocation */
     double images_per_second;
@@ -414,9 +419,11 @@ typedef struct vit_train_result {
     long steps_per_epoch;
     int already_complete;    /* 1: resumed a run that had done all its
                                 epochs; nothing trained (no scores filled) */
-    int tta_auto;            /* 1: config tta = auto chose tta: shift9 only
-                                if its validation accuracy beat one pass */
+    int tta_auto;            /* 1: config tta = auto chose tta: shift9 (or
+                                shift9flip, with flip) only if its
+                                validation accuracy beat one pass */
     double val_accuracy_tta, test_accuracy_tta; /* with tta_auto: the shift9
+                                (shift9flip)
                                 figures auto measured (validation: when there
                                 is a validation set; test: when one pass was
                                 kept without one, to report beside it), else
