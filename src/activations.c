@@ -3,6 +3,8 @@
 #include "vit/activations.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "activations_internal.h"
 #include "error.h"
@@ -187,6 +189,47 @@ void vit_bias_gelu_backward(vit_real *du, vit_real *db, const vit_real *dy, cons
         nt = d / 16 > 1 ? d / 16 : 1;
     vit_parallel(nt, (size_t)d, bias_gelu_bwd_cols, &J);
 }
+
+#ifndef VIT_DOUBLE
+typedef struct {
+    float *du, *db;
+    const float *dy;
+    const uint16_t *g;
+    int n, d;
+} bias_gelu_bf16_job;
+
+/* bias_gelu_bwd_cols with g in bf16: its bits are a float's upper half. */
+static void bias_gelu_bf16_bwd_cols(void *p, size_t lo, size_t hi)
+{
+    const bias_gelu_bf16_job *J = p;
+    const size_t d = (size_t)J->d;
+    float *db = J->db;
+    for (int i = 0; i < J->n; i++) {
+        float *du = J->du + i * d;
+        const float *dy = J->dy + i * d;
+        const uint16_t *g = J->g + i * d;
+        for (size_t j = lo; j < hi; j++) {
+            uint32_t bits = (uint32_t)g[j] << 16;
+            float gj;
+            memcpy(&gj, &bits, sizeof gj);
+            du[j] = dy[j] * gj;
+        }
+        if (db)
+            for (size_t j = lo; j < hi; j++)
+                db[j] += du[j];
+    }
+}
+
+void vit_bias_gelu_backward_bf16(float *du, float *db, const float *dy, const uint16_t *g, int n,
+                                 int d)
+{
+    bias_gelu_bf16_job J = {du, db, dy, g, n, d};
+    int nt = vit_threads_for(4.0 * n * (double)d);
+    if (nt > d / 16)
+        nt = d / 16 > 1 ? d / 16 : 1;
+    vit_parallel(nt, (size_t)d, bias_gelu_bf16_bwd_cols, &J);
+}
+#endif
 
 static void add_range(void *p, size_t lo, size_t hi)
 {

@@ -3,6 +3,8 @@
 #ifndef VIT_SRC_ACTIVATIONS_INTERNAL_H
 #define VIT_SRC_ACTIVATIONS_INTERNAL_H
 
+#include <stdint.h>
+
 #include "vit/core.h"
 
 /* dx[n] = dy * GELU'(x), OVERWRITTEN (vit_gelu_backward accumulates);
@@ -24,5 +26,12 @@ void vit_bias_gelu_forward(vit_real *y, vit_real *u, const vit_real *b, int n, i
  * row order whatever the thread count.  No argument checks. */
 void vit_bias_gelu_backward(vit_real *du, vit_real *db, const vit_real *dy, const vit_real *g,
                             int n, int d);
+
+#ifndef VIT_DOUBLE
+/* The same with g kept in bf16 (mixed precision, src/tape_ops_linear.c):
+ * each g converted to float (exact) as it is read. */
+void vit_bias_gelu_backward_bf16(float *du, float *db, const float *dy, const uint16_t *g, int n,
+                                 int d);
+#endif
 
 #endif

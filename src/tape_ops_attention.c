@@ -28,8 +28,17 @@ static int back_mha(vit_tape *t, const vit_op_rec *r)
     vit_real *work = vit_tape_scratch(t, vit_mha_work_size(&c->cfg));
     if (vit_tape_status(t) || !work)
         return vit_tape_status(t);
-    return vit_mha_backward(&c->cfg, r->in[0]->data, dp, dq, dkv, dbias, r->out->grad,
-                            r->in[1]->data, r->in[2]->data, c->cache, work);
+    /* The inputs' values (a bf16-kept input as float; one tensor read
+     * once, so that self-attention still finds one pointer). */
+    void *lq, *lkv = NULL;
+    const vit_real *xq = vit_tape_values(t, r->in[1], &lq);
+    const vit_real *xkv = r->in[2] == r->in[1] ? xq : vit_tape_values(t, r->in[2], &lkv);
+    int rc = xq && xkv ? vit_mha_backward(&c->cfg, r->in[0]->data, dp, dq, dkv, dbias,
+                                          r->out->grad, xq, xkv, c->cache, work)
+                       : vit_tape_status(t);
+    vit_tape_lease_end(lq);
+    vit_tape_lease_end(lkv);
+    return rc;
 }
 
 static const vit_op_def mha_def = {"vit_op_mha", back_mha, NULL, 0};
@@ -45,7 +54,7 @@ static vit_real *maps_of(const vit_mha *cfg, vit_real *cache)
 }
 
 static vit_tensor *mha_op(vit_tape *t, const vit_op_def *def, const vit_mha *cfg, int n,
-                          vit_tensor *const *in, vit_real **probs)
+                          vit_tensor *const *in, vit_real **probs, int keep)
 {
     const char *fn = def->name;
     if (!vit_tape_begin(t, fn, n, in))
@@ -64,7 +73,7 @@ static vit_tensor *mha_op(vit_tape *t, const vit_op_def *def, const vit_mha *cfg
             "%s: params (%zu), x_q (%zu) or x_kv (%zu) do not match the layer shape", fn,
             params->size, x_q->size, x_kv->size));
     int shape[3] = {cfg->batch, cfg->n_q, cfg->d_model};
-    vit_tensor *y = vit_tape_output(t, 3, shape, vit_tape_wants_grad(t, n, in));
+    vit_tensor *y = vit_tape_output_kept(t, 3, shape, vit_tape_wants_grad(t, n, in), keep);
     if (!y)
         return NULL;
     /* The maps a caller asks for outlive the op even in no-grad mode. */
@@ -85,8 +94,14 @@ static vit_tensor *mha_op(vit_tape *t, const vit_op_def *def, const vit_mha *cfg
 vit_tensor *vit_op_mha(vit_tape *t, const vit_mha *cfg, vit_tensor *params, vit_tensor *x_q,
                        vit_tensor *x_kv, vit_real **probs)
 {
+    return vit_tape_mha_kept(t, cfg, params, x_q, x_kv, probs, VIT_KEEP_FLOAT);
+}
+
+vit_tensor *vit_tape_mha_kept(vit_tape *t, const vit_mha *cfg, vit_tensor *params,
+                              vit_tensor *x_q, vit_tensor *x_kv, vit_real **probs, int keep)
+{
     vit_tensor *in[3] = {params, x_q, x_kv};
-    return mha_op(t, &mha_def, cfg, 3, in, probs);
+    return mha_op(t, &mha_def, cfg, 3, in, probs, keep);
 }
 
 vit_tensor *vit_op_mha_bias(vit_tape *t, const vit_mha *cfg, vit_tensor *params,
@@ -106,5 +121,5 @@ vit_tensor *vit_op_mha_bias(vit_tape *t, const vit_mha *cfg, vit_tensor *params,
             (size_t)cfg->bias_heads * cfg->n_q * cfg->n_k));
     vit_mha m = *cfg;
     m.bias = bias->data;
-    return mha_op(t, &mha_bias_def, &m, 4, in, probs);
+    return mha_op(t, &mha_bias_def, &m, 4, in, probs, VIT_KEEP_FLOAT);
 }

@@ -5,6 +5,7 @@
  * Shapes: x [n, in] (leading dimensions flattened into rows), W [in, out],
  * b [out], y [n, out].
  */
+#include <stdint.h>
 #include <string.h>
 
 #include "activations_internal.h"
@@ -13,6 +14,7 @@
 #include "mixed.h"
 #include "tape_internal.h"
 #include "threads.h"
+#include "vit/bf16.h"
 #include "vit/linear.h"
 
 /* The check the three ops share: W 2-D, x's width W's rows, b W's columns. */
@@ -41,7 +43,12 @@ static int back_linear(vit_tape *t, const vit_op_rec *r)
     vit_real *db = r->in[2] ? vit_tape_grad_acc(t, r->in[2]) : NULL;
     if (!dW && !db)
         return vit_tape_status(t);
-    return vit_linear_backward(NULL, dW, db, dy, x->data, W->data, n, in, out);
+    void *lease;
+    const vit_real *xv = dW ? vit_tape_values(t, x, &lease) : (lease = NULL, x->data);
+    int rc = xv ? vit_linear_backward(NULL, dW, db, dy, xv, W->data, n, in, out)
+                : vit_tape_status(t);
+    vit_tape_lease_end(lease);
+    return rc;
 }
 
 static const vit_op_def linear_def = {"vit_op_linear", back_linear, NULL, 0};
@@ -120,9 +127,13 @@ vit_tensor *vit_op_linear_add(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_ten
 /* ---- y = GELU(x W + b) ------------------------------------------------- */
 
 /* What the backward keeps: GELU'(u) [n, out] of the pre-activation
- * u = x W + b, which the forward computed beside GELU(u). */
+ * u = x W + b, which the forward computed beside GELU(u): as float, or in
+ * mixed precision rounded to bf16 (dgelu_bf16; dgelu NULL), since du =
+ * dy GELU'(u) goes on into bf16 products anyway (one more rounding of
+ * du's factors, 2^-8 each: tests/test_mixed.c). */
 typedef struct linear_gelu_ctx {
     vit_real *dgelu;
+    uint16_t *dgelu_bf16;
 } linear_gelu_ctx;
 
 /* in: x, W, b (or NULL).  du [n, out] = dy * GELU'(u) overwrites dy's
@@ -142,9 +153,19 @@ static int back_linear_gelu(vit_tape *t, const vit_op_rec *r)
     vit_real *du = vit_tape_dy_writable(t, r->out, &lease);
     if (!du)
         return vit_tape_status(t);
-    vit_bias_gelu_backward(du, db, r->out->grad, c->dgelu, n, out);
-    if (dW)
-        vit_mgemm(CblasTrans, CblasNoTrans, in, out, n, 1, x->data, in, du, out, 1, dW, out);
+#ifndef VIT_DOUBLE
+    if (!c->dgelu)
+        vit_bias_gelu_backward_bf16(du, db, r->out->grad, c->dgelu_bf16, n, out);
+    else
+#endif
+        vit_bias_gelu_backward(du, db, r->out->grad, c->dgelu, n, out);
+    if (dW) {
+        void *xl;
+        const vit_real *xv = vit_tape_values(t, x, &xl);
+        if (xv)
+            vit_mgemm(CblasTrans, CblasNoTrans, in, out, n, 1, xv, in, du, out, 1, dW, out);
+        vit_tape_lease_end(xl);
+    }
     vit_real *dx = vit_tape_grad_out(t, r->in[0], &fresh);
     if (dx)
         vit_mgemm(CblasNoTrans, CblasTrans, n, in, out, 1, du, out, W->data, out, fresh ? 0 : 1,
@@ -156,6 +177,12 @@ static int back_linear_gelu(vit_tape *t, const vit_op_rec *r)
 static const vit_op_def linear_gelu_def = {"vit_op_linear_gelu", back_linear_gelu, NULL, 0};
 
 vit_tensor *vit_op_linear_gelu(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_tensor *b)
+{
+    return vit_tape_linear_gelu_kept(t, x, W, b, VIT_KEEP_FLOAT);
+}
+
+vit_tensor *vit_tape_linear_gelu_kept(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_tensor *b,
+                                      int keep)
 {
     const char *fn = linear_gelu_def.name;
     vit_tensor *in[3] = {x, W, b};
@@ -170,14 +197,27 @@ vit_tensor *vit_op_linear_gelu(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_te
     shape[x->ndim - 1] = W->shape[1];
     int grad = vit_tape_wants_grad(t, 3, in);
     int n = vit_tape_rows(x), k = W->shape[0], m = W->shape[1];
-    vit_tensor *y = vit_tape_output(t, x->ndim, shape, grad);
+    vit_tensor *y = vit_tape_output_kept(t, x->ndim, shape, grad, keep);
     /* Without a record nothing is kept: GELU in place.  With one, u ends
-     * up holding GELU'(x W + b) (vit_bias_gelu_forward). */
-    vit_real *u = !y ? NULL : grad ? vit_tape_saved(t, y->size) : y->data;
+     * up holding GELU'(x W + b) (vit_bias_gelu_forward); in mixed precision
+     * u is the tape's scratch and GELU' is kept in bf16. */
+    int half = grad && vit_mixed_on();
+    vit_real *u = !y ? NULL : half ? vit_tape_scratch(t, y->size)
+                : grad ? vit_tape_saved(t, y->size) : y->data;
     if (!u)
         return NULL;
     vit_mgemm(CblasNoTrans, CblasNoTrans, n, m, k, 1, x->data, k, W->data, m, 0, u, m);
     vit_bias_gelu_forward(y->data, u, b ? b->data : NULL, n, m);
-    linear_gelu_ctx c = {u};
+    linear_gelu_ctx c = {u, NULL};
+#ifndef VIT_DOUBLE
+    if (half) {
+        size_t bytes;
+        if (!vit_mul_size(&bytes, y->size, sizeof *c.dgelu_bf16)
+            || !(c.dgelu_bf16 = vit_tape_alloc(t, bytes)))
+            return vit_tape_error(t, VIT_ENOMEM);
+        vit_bf16_from_floats(c.dgelu_bf16, u, y->size);
+        c.dgelu = NULL;
+    }
+#endif
     return vit_tape_record(t, &linear_gelu_def, VIT_OK, y, 3, in, &c, sizeof c);
 }
