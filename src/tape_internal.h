@@ -167,6 +167,10 @@ int vit_tape_grad_pass(vit_tape *t, vit_tensor *x, vit_tensor *y, int give);
 vit_real *vit_tape_dy_writable(vit_tape *t, vit_tensor *y, void **lease);
 void vit_tape_lease_end(void *lease);
 
+/* n reals of the pool (uninitialised) that *lease holds until
+ * vit_tape_lease_end, for a backward's work; NULL on failure (recorded). */
+vit_real *vit_tape_lease(vit_tape *t, size_t n, void **lease);
+
 /* ---- Shared between op files (src/tape_ops_elementwise.c). ---- */
 
 /* vit_op_add's definition: vit_op_add_layernorm records the add itself. */

@@ -263,6 +263,13 @@ vit_real *vit_tape_dy_writable(vit_tape *t, vit_tensor *y, void **lease)
     return b ? b->p : NULL;
 }
 
+vit_real *vit_tape_lease(vit_tape *t, size_t n, void **lease)
+{
+    gblock *b = pool_take(t, n);
+    *lease = b;
+    return b ? b->p : NULL;
+}
+
 void vit_tape_lease_end(void *lease)
 {
     if (lease)
