@@ -424,6 +424,10 @@ static void pack_fallback(float *dst, int trans_b, int K, int N, const float *B,
     }
 }
 
+#if USE_XSMM
+static vit_bf16 *pack_tmp(size_t n);
+#endif
+
 int vit_bf16_pack_b(vit_bf16_packed *p, int trans_b, int K, int N, const float *B, int ldb)
 {
     static const char fn[] = "vit_bf16_pack_b";
@@ -444,18 +448,19 @@ int vit_bf16_pack_b(vit_bf16_packed *p, int trans_b, int K, int N, const float *
     vit_bf16_path path = vit_bf16_get_path();
     int Kp = path == VIT_BF16_XSMM ? K + (K & 1) : K;
     size_t elem = path == VIT_BF16_XSMM ? sizeof(vit_bf16) : sizeof(float);
-    size_t tmp_n = trans_b ? (size_t)Kp : 2 * (size_t)N;
-    vit_bf16 *tmp = path == VIT_BF16_XSMM ? malloc(tmp_n * sizeof *tmp) : NULL;
-    if ((path == VIT_BF16_XSMM && !tmp) || reserve(p, (size_t)Kp * (size_t)N * elem) != VIT_OK) {
-        free(tmp);
+    vit_bf16 *tmp = NULL;
+#if USE_XSMM
+    /* the converted row pair or column: this thread's scratch, kept */
+    if (path == VIT_BF16_XSMM && !(tmp = pack_tmp(trans_b ? (size_t)Kp : 2 * (size_t)N)))
         return vit_fail(VIT_ENOMEM, "%s: out of memory for a %d x %d operand", fn, K, N);
-    }
+#endif
+    if (reserve(p, (size_t)Kp * (size_t)N * elem) != VIT_OK)
+        return vit_fail(VIT_ENOMEM, "%s: out of memory for a %d x %d operand", fn, K, N);
     if (path == VIT_BF16_XSMM) {
         if (trans_b)
             pack_vnni_cols(p->data, tmp, K, Kp, N, B, ldb);
         else
             pack_vnni_rows(p->data, tmp, K, N, B, ldb);
-        free(tmp);
     } else {
         pack_fallback(p->data, trans_b, K, N, B, ldb);
     }
@@ -476,6 +481,8 @@ typedef struct {
     size_t t_cap;
     float *f;      /* op(A)'s rows as float32 [rows, K] (trans_a), before conversion */
     size_t f_cap;
+    vit_bf16 *pk;  /* vit_bf16_pack_b's converted row pair or column */
+    size_t pk_cap;
     vit_bf16_packed *own_b; /* vit_gemm_bf16's packed op(B) */
 } scratch;
 
@@ -489,6 +496,7 @@ static void scratch_free(void *v)
     free(s->a);
     free(s->t);
     free(s->f);
+    free(s->pk);
     vit_bf16_packed_free(s->own_b);
     free(s);
 }
@@ -527,6 +535,14 @@ static void *grow(void **buf, size_t *cap, size_t bytes)
     *buf = d;
     *cap = rounded;
     return d;
+}
+#endif
+
+#if USE_XSMM
+static vit_bf16 *pack_tmp(size_t n)
+{
+    scratch *s = my_scratch();
+    return s ? grow((void **)&s->pk, &s->pk_cap, n * sizeof *s->pk) : NULL;
 }
 #endif
 
