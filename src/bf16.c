@@ -481,6 +481,8 @@ typedef struct {
     size_t t_cap;
     float *f;      /* op(A)'s rows as float32 [rows, K] (trans_a), before conversion */
     size_t f_cap;
+    float *g;      /* a bf16 op(A)'s columns as float32 [K, rows] (trans_a), before transposing */
+    size_t g_cap;
     vit_bf16 *pk;  /* vit_bf16_pack_b's converted row pair or column */
     size_t pk_cap;
     vit_bf16_packed *own_b; /* vit_gemm_bf16's packed op(B) */
@@ -497,6 +499,7 @@ static void scratch_free(void *v)
     free(s->t);
     free(s->f);
     free(s->pk);
+    free(s->g);
     vit_bf16_packed_free(s->own_b);
     free(s);
 }
@@ -638,6 +641,7 @@ typedef struct {
     int trans_a, K;
     float alpha, beta;
     const float *A;
+    const vit_bf16 *A16; /* op(A) given in bf16 instead (vit_gemm_bf16_a16), or NULL */
     int lda;
     const vit_bf16_packed *B;
     float *C;
@@ -651,7 +655,22 @@ typedef struct {
 static int convert_a(scratch *s, vit_bf16 *dst, int ld, const gemm_job *j, int r0, int rows)
 {
     int K = j->K;
-    if (!j->trans_a) {
+    if (j->A16 && !j->trans_a) {
+        for (int r = 0; r < rows; r++)
+            memcpy(dst + (size_t)r * ld, j->A16 + (size_t)(r0 + r) * j->lda, (size_t)K * 2);
+    } else if (j->A16) {
+        /* Its columns r0.. as float32 (exact), then as below: the same bits
+         * as a float op(A) holding these values. */
+        float *g = grow((void **)&s->g, &s->g_cap, (size_t)rows * K * sizeof *g);
+        float *f = grow((void **)&s->f, &s->f_cap, (size_t)rows * K * sizeof *f);
+        if (!g || !f)
+            return 0;
+        for (int k = 0; k < K; k++)
+            to_floats(g + (size_t)k * rows, j->A16 + (size_t)k * j->lda + r0, (size_t)rows);
+        vit_transpose_scaled(K, K, rows, 1.0f, g, rows, f, K);
+        for (int r = 0; r < rows; r++)
+            from_floats(dst + (size_t)r * ld, f + (size_t)r * K, (size_t)K);
+    } else if (!j->trans_a) {
         for (int r = 0; r < rows; r++)
             from_floats(dst + (size_t)r * ld, j->A + (size_t)(r0 + r) * j->lda, (size_t)K);
     } else {
@@ -678,6 +697,16 @@ static int convert_a(scratch *s, vit_bf16 *dst, int ld, const gemm_job *j, int r
 static void round_a(float *dst, const gemm_job *j, int r0, int rows)
 {
     int K = j->K;
+    if (j->A16) {
+        for (int r = 0; r < rows && !j->trans_a; r++)
+            to_floats(dst + (size_t)r * K, j->A16 + (size_t)(r0 + r) * j->lda, (size_t)K);
+        for (int k = 0; k < K && j->trans_a; k++) {
+            const vit_bf16 *a = j->A16 + (size_t)k * j->lda + r0;
+            for (int r = 0; r < rows; r++)
+                dst[(size_t)r * K + k] = vit_bf16_to_float(a[r]);
+        }
+        return;
+    }
     if (!j->trans_a) {
         for (int r = 0; r < rows; r++)
             round_floats(dst + (size_t)r * K, j->A + (size_t)(r0 + r) * j->lda, (size_t)K);
@@ -805,9 +834,36 @@ int vit_gemm_bf16_packed(int trans_a, int M, int N, int K, float alpha, const fl
     if (B->K != K || B->N != N)
         return vit_fail(VIT_EINVAL, "%s: B holds a %d x %d operand, the product needs %d x %d",
                         fn, B->K, B->N, K, N);
-    gemm_job j = {trans_a, K, alpha, beta, A, lda, B, C, ldc, 0};
+    gemm_job j = {trans_a, K, alpha, beta, A, NULL, lda, B, C, ldc, 0};
     /* Split like the float32 GEMMs (src/threads.c): blocks of at least 16
      * rows, one per thread, when the product is large enough. */
+    int nt = vit_threads_for(2.0 * M * (double)N * K);
+    if (nt > M / 16)
+        nt = M / 16 > 1 ? M / 16 : 1;
+    if (nt <= 1)
+        job_rows(&j, 0, (size_t)M);
+    else
+        vit_parallel(nt, (size_t)M, job_rows, &j);
+    if (atomic_load(&j.failed))
+        return vit_fail(VIT_ENOMEM, "%s: out of memory for scratch (%d x %d x %d)", fn, M, N, K);
+    return VIT_OK;
+#endif
+}
+
+int vit_gemm_bf16_a16(int trans_a, int trans_b, int M, int N, int K, const uint16_t *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc)
+{
+    static const char fn[] = "vit_gemm_bf16_a16";
+#if !HAVE_GEMM
+    (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B;
+    (void)ldb, (void)beta, (void)C, (void)ldc;
+    return vit_fail(VIT_EINVAL, no_gemm_msg, fn);
+#else
+    scratch *s = my_scratch();
+    if (!s || (!s->own_b && vit_bf16_packed_new(&s->own_b) != VIT_OK))
+        return vit_fail(VIT_ENOMEM, "%s: out of memory for scratch", fn);
+    TRY(vit_bf16_pack_b(s->own_b, trans_b, K, N, B, ldb));
+    gemm_job j = {trans_a, K, 1, beta, NULL, A, lda, s->own_b, C, ldc, 0};
     int nt = vit_threads_for(2.0 * M * (double)N * K);
     if (nt > M / 16)
         nt = M / 16 > 1 ? M / 16 : 1;

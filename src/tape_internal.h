@@ -15,6 +15,7 @@
 #define VIT_SRC_TAPE_INTERNAL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "vit/attention.h"
 #include "vit/tape.h"
@@ -113,6 +114,11 @@ vit_tensor *vit_tape_output_kept(vit_tape *t, int ndim, const int *shape, int re
  * vit_tape_lease_end.  NULL on failure (out of memory; recorded), or for
  * an output kept as nothing (an error: VIT_EINVAL recorded). */
 const vit_real *vit_tape_values(vit_tape *t, const vit_tensor *x, void **lease);
+
+/* x's values kept in bf16 (an output kept as VIT_KEEP_BF16 in mixed
+ * precision), for a backward that reads them as a bf16 GEMM operand
+ * (vit_mgemm_a16), or NULL: then read x's float values. */
+const uint16_t *vit_tape_half(const vit_tensor *x);
 
 /* The same without values (data NULL, the caller points it at some) and
  * without requires_grad: a view (vit_op_reshape).  size is the product of

@@ -43,12 +43,15 @@ static int back_linear(vit_tape *t, const vit_op_rec *r)
     vit_real *db = r->in[2] ? vit_tape_grad_acc(t, r->in[2]) : NULL;
     if (!dW && !db)
         return vit_tape_status(t);
-    void *lease;
-    const vit_real *xv = dW ? vit_tape_values(t, x, &lease) : (lease = NULL, x->data);
-    int rc = xv ? vit_linear_backward(NULL, dW, db, dy, xv, W->data, n, in, out)
-                : vit_tape_status(t);
-    vit_tape_lease_end(lease);
-    return rc;
+    const uint16_t *xh = vit_tape_half(x);
+    if (!xh)
+        return vit_linear_backward(NULL, dW, db, dy, x->data, W->data, n, in, out);
+    /* x kept in bf16: dW += x^T dy reads it as it is (the same bits) */
+    if (dW)
+        vit_mgemm_a16(CblasTrans, CblasNoTrans, in, out, n, xh, in, dy, out, 1, dW, out);
+    if (db)
+        vit_column_sums(db, dy, n, out);
+    return VIT_OK;
 }
 
 static const vit_op_def linear_def = {"vit_op_linear", back_linear, NULL, 0};
@@ -159,13 +162,11 @@ static int back_linear_gelu(vit_tape *t, const vit_op_rec *r)
     else
 #endif
         vit_bias_gelu_backward(du, db, r->out->grad, c->dgelu, n, out);
-    if (dW) {
-        void *xl;
-        const vit_real *xv = vit_tape_values(t, x, &xl);
-        if (xv)
-            vit_mgemm(CblasTrans, CblasNoTrans, in, out, n, 1, xv, in, du, out, 1, dW, out);
-        vit_tape_lease_end(xl);
-    }
+    const uint16_t *xh = vit_tape_half(x);
+    if (dW && xh) /* x kept in bf16: read as it is (the same bits) */
+        vit_mgemm_a16(CblasTrans, CblasNoTrans, in, out, n, xh, in, du, out, 1, dW, out);
+    else if (dW)
+        vit_mgemm(CblasTrans, CblasNoTrans, in, out, n, 1, x->data, in, du, out, 1, dW, out);
     vit_real *dx = vit_tape_grad_out(t, r->in[0], &fresh);
     if (dx)
         vit_mgemm(CblasNoTrans, CblasTrans, n, in, out, 1, du, out, W->data, out, fresh ? 0 : 1,

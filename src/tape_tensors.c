@@ -87,6 +87,11 @@ vit_tensor *vit_tape_output_kept(vit_tape *t, int ndim, const int *shape, int re
     return x;
 }
 
+const uint16_t *vit_tape_half(const vit_tensor *x)
+{
+    return ((const node *)x)->half;
+}
+
 const vit_real *vit_tape_values(vit_tape *t, const vit_tensor *x, void **lease)
 {
     const node *n = (const node *)x;
