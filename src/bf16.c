@@ -479,9 +479,8 @@ typedef struct {
     size_t a_cap; /* bytes */
     float *t;     /* the product before alpha and beta: [rows, N] */
     size_t t_cap;
-    float *f;      /* op(A)'s rows as float32 [rows, K] (trans_a), before conversion */
-    size_t f_cap;
-    float *g;      /* a bf16 op(A)'s columns as float32 [K, rows] (trans_a), before transposing */
+    float *g;      /* trans_a: a block of A's rows (a bf16 A's as float32), then its
+                      transpose, before conversion */
     size_t g_cap;
     vit_bf16 *pk;  /* vit_bf16_pack_b's converted row pair or column */
     size_t pk_cap;
@@ -497,7 +496,6 @@ static void scratch_free(void *v)
     scratch *s = v;
     free(s->a);
     free(s->t);
-    free(s->f);
     free(s->pk);
     free(s->g);
     vit_bf16_packed_free(s->own_b);
@@ -655,36 +653,42 @@ typedef struct {
 static int convert_a(scratch *s, vit_bf16 *dst, int ld, const gemm_job *j, int r0, int rows)
 {
     int K = j->K;
-    if (j->A16 && !j->trans_a) {
-        for (int r = 0; r < rows; r++)
-            memcpy(dst + (size_t)r * ld, j->A16 + (size_t)(r0 + r) * j->lda, (size_t)K * 2);
-    } else if (j->A16) {
-        /* Its columns r0.. as float32 (exact), then as below: the same bits
-         * as a float op(A) holding these values. */
-        float *g = grow((void **)&s->g, &s->g_cap, (size_t)rows * K * sizeof *g);
-        float *f = grow((void **)&s->f, &s->f_cap, (size_t)rows * K * sizeof *f);
-        if (!g || !f)
-            return 0;
-        for (int k = 0; k < K; k++)
-            to_floats(g + (size_t)k * rows, j->A16 + (size_t)k * j->lda + r0, (size_t)rows);
-        vit_transpose_scaled(K, K, rows, 1.0f, g, rows, f, K);
-        for (int r = 0; r < rows; r++)
-            from_floats(dst + (size_t)r * ld, f + (size_t)r * K, (size_t)K);
-    } else if (!j->trans_a) {
-        for (int r = 0; r < rows; r++)
-            from_floats(dst + (size_t)r * ld, j->A + (size_t)(r0 + r) * j->lda, (size_t)K);
+    if (!j->trans_a) {
+        for (int r = 0; r < rows; r++) {
+            vit_bf16 *d = dst + (size_t)r * ld;
+            if (j->A16)
+                memcpy(d, j->A16 + (size_t)(r0 + r) * j->lda, (size_t)K * sizeof *d);
+            else
+                from_floats(d, j->A + (size_t)(r0 + r) * j->lda, (size_t)K);
+        }
     } else {
-        /* A is [K, M]: row k of A holds column k of op(A).  Transposed in
-         * float32 by register tiles (src/transpose.c; times 1 is exact),
-         * then converted row by row: a scatter of 2-byte values down the
-         * columns ran the large model's MLP weight gradient at a fifth
-         * of the kernel's rate. */
-        float *f = grow((void **)&s->f, &s->f_cap, (size_t)rows * K * sizeof *f);
-        if (!f)
+        /* A is [K, M]: row k of A holds column k of op(A).  KC rows of A
+         * at a time (a bf16 A first as float32, exact) are transposed in
+         * float32 by register tiles (src/transpose.c; times 1 is exact)
+         * into h [rows, KC], then converted row by row: a scatter of
+         * 2-byte values down the columns ran the large model's MLP weight
+         * gradient at a fifth of the kernel's rate.  Two small buffers,
+         * not a float copy of the whole op(A). */
+        enum { KC = 64 };
+        float *g = grow((void **)&s->g, &s->g_cap, 2 * (size_t)KC * rows * sizeof *g);
+        if (!g)
             return 0;
-        vit_transpose_scaled(K, K, rows, 1.0f, j->A + r0, j->lda, f, K);
-        for (int r = 0; r < rows; r++)
-            from_floats(dst + (size_t)r * ld, f + (size_t)r * K, (size_t)K);
+        float *h = g + (size_t)KC * rows;
+        for (int k0 = 0; k0 < K; k0 += KC) {
+            int kc = K - k0 < KC ? K - k0 : KC;
+            const float *src = j->A + (size_t)k0 * j->lda + r0;
+            int lds = j->lda;
+            if (j->A16) {
+                for (int k = 0; k < kc; k++)
+                    to_floats(g + (size_t)k * rows, j->A16 + (size_t)(k0 + k) * j->lda + r0,
+                              (size_t)rows);
+                src = g;
+                lds = rows;
+            }
+            vit_transpose_scaled(kc, kc, rows, 1.0f, src, lds, h, kc);
+            for (int r = 0; r < rows; r++)
+                from_floats(dst + (size_t)r * ld + k0, h + (size_t)r * kc, (size_t)kc);
+        }
     }
     for (int r = 0; r < rows; r++)
         for (int k = K; k < ld; k++)
