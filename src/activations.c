@@ -10,6 +10,7 @@
 #include "error.h"
 #include "fastmath.h"
 #include "threads.h"
+#include "vit/bf16.h"
 
 #define INV_SQRT2 0.70710678118654752440     /* 1/sqrt(2) */
 #define INV_SQRT2PI 0.39894228040143267794   /* 1/sqrt(2 pi) */
@@ -191,6 +192,46 @@ void vit_bias_gelu_backward(vit_real *du, vit_real *db, const vit_real *dy, cons
 }
 
 #ifndef VIT_DOUBLE
+typedef struct {
+    float *y;
+    const float *u, *b;
+    uint16_t *g16, *y16;
+    int d;
+} bias_gelu_bf16_fwd_job;
+
+/* Rows [lo, hi): v = u + b, y = GELU(v), and GELU'(v) and (y16 not NULL)
+ * y rounded to bf16, a piece of a row at a time while it is in cache. */
+BG_CLONES
+static void bias_gelu_bf16_fwd_rows(void *p, size_t lo, size_t hi)
+{
+    enum { PIECE = 256 };
+    const bias_gelu_bf16_fwd_job *J = p;
+    const size_t d = (size_t)J->d;
+    float g[PIECE];
+    for (size_t i = lo; i < hi; i++)
+        for (size_t j0 = 0; j0 < d; j0 += PIECE) {
+            size_t len = d - j0 < PIECE ? d - j0 : PIECE;
+            const float *u = J->u + i * d + j0, *b = J->b ? J->b + j0 : NULL;
+            float *y = J->y + i * d + j0;
+            if (b)
+                for (size_t j = 0; j < len; j++)
+                    y[j] = gelu1_and_grad(u[j] + b[j], &g[j]);
+            else
+                for (size_t j = 0; j < len; j++)
+                    y[j] = gelu1_and_grad(u[j], &g[j]);
+            vit_bf16_from_floats(J->g16 + i * d + j0, g, len);
+            if (J->y16)
+                vit_bf16_from_floats(J->y16 + i * d + j0, y, len);
+        }
+}
+
+void vit_bias_gelu_forward_bf16(float *y, const float *u, const float *b, int n, int d,
+                                uint16_t *g16, uint16_t *y16)
+{
+    bias_gelu_bf16_fwd_job J = {y, u, b, g16, y16, d};
+    vit_parallel(vit_threads_for(20.0 * n * (double)d), (size_t)n, bias_gelu_bf16_fwd_rows, &J);
+}
+
 typedef struct {
     float *du, *db;
     const float *dy;

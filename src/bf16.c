@@ -857,17 +857,32 @@ int vit_gemm_bf16_packed(int trans_a, int M, int N, int K, float alpha, const fl
 int vit_gemm_bf16_a16(int trans_a, int trans_b, int M, int N, int K, const uint16_t *A, int lda,
                       const float *B, int ldb, float beta, float *C, int ldc)
 {
-    static const char fn[] = "vit_gemm_bf16_a16";
 #if !HAVE_GEMM
     (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B;
     (void)ldb, (void)beta, (void)C, (void)ldc;
-    return vit_fail(VIT_EINVAL, no_gemm_msg, fn);
+    return vit_fail(VIT_EINVAL, no_gemm_msg, "vit_gemm_bf16_a16");
 #else
     scratch *s = my_scratch();
     if (!s || (!s->own_b && vit_bf16_packed_new(&s->own_b) != VIT_OK))
-        return vit_fail(VIT_ENOMEM, "%s: out of memory for scratch", fn);
+        return vit_fail(VIT_ENOMEM, "vit_gemm_bf16_a16: out of memory for scratch");
     TRY(vit_bf16_pack_b(s->own_b, trans_b, K, N, B, ldb));
-    gemm_job j = {trans_a, K, 1, beta, NULL, A, lda, s->own_b, C, ldc, 0};
+    return vit_gemm_bf16_packed_a16(trans_a, M, N, K, A, lda, s->own_b, beta, C, ldc);
+#endif
+}
+
+int vit_gemm_bf16_packed_a16(int trans_a, int M, int N, int K, const uint16_t *A, int lda,
+                             const vit_bf16_packed *B, float beta, float *C, int ldc)
+{
+    static const char fn[] = "vit_gemm_bf16_packed_a16";
+#if !HAVE_GEMM
+    (void)trans_a, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)beta, (void)C;
+    (void)ldc;
+    return vit_fail(VIT_EINVAL, no_gemm_msg, fn);
+#else
+    if (B->K != K || B->N != N || B->path == VIT_BF16_AUTO)
+        return vit_fail(VIT_EINVAL, "%s: B holds a %d x %d operand, the product needs %d x %d",
+                        fn, B->K, B->N, K, N);
+    gemm_job j = {trans_a, K, 1, beta, NULL, A, lda, B, C, ldc, 0};
     int nt = vit_threads_for(2.0 * M * (double)N * K);
     if (nt > M / 16)
         nt = M / 16 > 1 ? M / 16 : 1;

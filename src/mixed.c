@@ -223,7 +223,9 @@ void vit_mgemm_a16(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int 
 {
 #ifndef VIT_DOUBLE
     int trans_a = ta == CblasTrans, trans_b = tb == CblasTrans;
-    int rc = vit_gemm_bf16_a16(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    const vit_bf16_packed *p = lookup(tl_weights, trans_b, K, N, B, ldb);
+    int rc = p ? vit_gemm_bf16_packed_a16(trans_a, M, N, K, A, lda, p, beta, C, ldc)
+               : vit_gemm_bf16_a16(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc);
     if (rc != VIT_OK && tl_status == VIT_OK)
         tl_status = rc;
 #else

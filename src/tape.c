@@ -347,7 +347,7 @@ vit_tensor *vit_tape_record(vit_tape *t, const vit_op_def *def, int rc, vit_tens
         return vit_tape_error(t, rc);
 #ifndef VIT_DOUBLE
     node *kn = vit_tape_node(y);
-    if (kn->kept == VIT_KEEP_BF16) {
+    if (kn->kept == VIT_KEEP_BF16 && !kn->half) {
         /* The one place a kept output is rounded (vit_tape_output_kept). */
         size_t bytes;
         if (!vit_mul_size(&bytes, y->size, sizeof *kn->half)

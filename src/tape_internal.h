@@ -120,6 +120,12 @@ const vit_real *vit_tape_values(vit_tape *t, const vit_tensor *x, void **lease);
  * (vit_mgemm_a16), or NULL: then read x's float values. */
 const uint16_t *vit_tape_half(const vit_tensor *x);
 
+/* For an op that rounds its bf16-kept output y itself (in its own pass,
+ * with vit_bf16_from_floats: the same bits): the arena buffer to write,
+ * which vit_tape_record then leaves as it is; NULL when y is not kept in
+ * bf16 (or on error, recorded). */
+uint16_t *vit_tape_half_new(vit_tape *t, vit_tensor *y);
+
 /* The same without values (data NULL, the caller points it at some) and
  * without requires_grad: a view (vit_op_reshape).  size is the product of
  * the (checked) shape. */

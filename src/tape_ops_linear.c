@@ -103,7 +103,11 @@ static int fwd_linear_add(const vit_op_rec *r)
         else
             memcpy(yi, ri, (size_t)m * sizeof *yi);
     }
-    vit_mgemm(CblasNoTrans, CblasNoTrans, n, m, k, 1, x->data, k, W->data, m, 1, y->data, m);
+    const uint16_t *xh = vit_tape_half(x); /* x kept in bf16: read as it is (the same bits) */
+    if (xh)
+        vit_mgemm_a16(CblasNoTrans, CblasNoTrans, n, m, k, xh, k, W->data, m, 1, y->data, m);
+    else
+        vit_mgemm(CblasNoTrans, CblasNoTrans, n, m, k, 1, x->data, k, W->data, m, 1, y->data, m);
     return VIT_OK;
 }
 
@@ -207,18 +211,25 @@ vit_tensor *vit_tape_linear_gelu_kept(vit_tape *t, vit_tensor *x, vit_tensor *W,
                 : grad ? vit_tape_saved(t, y->size) : y->data;
     if (!u)
         return NULL;
-    vit_mgemm(CblasNoTrans, CblasNoTrans, n, m, k, 1, x->data, k, W->data, m, 0, u, m);
-    vit_bias_gelu_forward(y->data, u, b ? b->data : NULL, n, m);
+    const uint16_t *xh = vit_tape_half(x); /* x kept in bf16: read as it is (the same bits) */
+    if (xh)
+        vit_mgemm_a16(CblasNoTrans, CblasNoTrans, n, m, k, xh, k, W->data, m, 0, u, m);
+    else
+        vit_mgemm(CblasNoTrans, CblasNoTrans, n, m, k, 1, x->data, k, W->data, m, 0, u, m);
     linear_gelu_ctx c = {u, NULL};
 #ifndef VIT_DOUBLE
-    if (half) {
+    if (half) { /* GELU' and a bf16-kept y rounded in the GELU's pass */
         size_t bytes;
         if (!vit_mul_size(&bytes, y->size, sizeof *c.dgelu_bf16)
             || !(c.dgelu_bf16 = vit_tape_alloc(t, bytes)))
             return vit_tape_error(t, VIT_ENOMEM);
-        vit_bf16_from_floats(c.dgelu_bf16, u, y->size);
+        uint16_t *y16 = vit_tape_half_new(t, y);
+        if (vit_tape_status(t))
+            return NULL;
+        vit_bias_gelu_forward_bf16(y->data, u, b ? b->data : NULL, n, m, c.dgelu_bf16, y16);
         c.dgelu = NULL;
-    }
+    } else
 #endif
+        vit_bias_gelu_forward(y->data, u, b ? b->data : NULL, n, m);
     return vit_tape_record(t, &linear_gelu_def, VIT_OK, y, 3, in, &c, sizeof c);
 }

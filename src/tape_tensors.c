@@ -92,6 +92,20 @@ const uint16_t *vit_tape_half(const vit_tensor *x)
     return ((const node *)x)->half;
 }
 
+uint16_t *vit_tape_half_new(vit_tape *t, vit_tensor *y)
+{
+    node *n = vit_tape_node(y);
+    size_t bytes;
+    if (n->kept != VIT_KEEP_BF16)
+        return NULL;
+    if (!vit_mul_size(&bytes, y->size, sizeof *n->half)
+        || !(n->half = vit_tape_arena(t, bytes))) {
+        vit_tape_fail(t, VIT_ENOMEM);
+        return NULL;
+    }
+    return n->half;
+}
+
 const vit_real *vit_tape_values(vit_tape *t, const vit_tensor *x, void **lease)
 {
     const node *n = (const node *)x;
