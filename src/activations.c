@@ -3,11 +3,14 @@
 #include "vit/activations.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "activations_internal.h"
 #include "error.h"
 #include "fastmath.h"
 #include "threads.h"
+#include "vit/bf16.h"
 
 #define INV_SQRT2 0.70710678118654752440     /* 1/sqrt(2) */
 #define INV_SQRT2PI 0.39894228040143267794   /* 1/sqrt(2 pi) */
@@ -187,6 +190,87 @@ void vit_bias_gelu_backward(vit_real *du, vit_real *db, const vit_real *dy, cons
         nt = d / 16 > 1 ? d / 16 : 1;
     vit_parallel(nt, (size_t)d, bias_gelu_bwd_cols, &J);
 }
+
+#ifndef VIT_DOUBLE
+typedef struct {
+    float *y;
+    const float *u, *b;
+    uint16_t *g16, *y16;
+    int d;
+} bias_gelu_bf16_fwd_job;
+
+/* Rows [lo, hi): v = u + b, y = GELU(v), and GELU'(v) and (y16 not NULL)
+ * y rounded to bf16, a piece of a row at a time while it is in cache. */
+BG_CLONES
+static void bias_gelu_bf16_fwd_rows(void *p, size_t lo, size_t hi)
+{
+    enum { PIECE = 256 };
+    const bias_gelu_bf16_fwd_job *J = p;
+    const size_t d = (size_t)J->d;
+    float g[PIECE];
+    for (size_t i = lo; i < hi; i++)
+        for (size_t j0 = 0; j0 < d; j0 += PIECE) {
+            size_t len = d - j0 < PIECE ? d - j0 : PIECE;
+            const float *u = J->u + i * d + j0, *b = J->b ? J->b + j0 : NULL;
+            float *y = J->y + i * d + j0;
+            if (b)
+                for (size_t j = 0; j < len; j++)
+                    y[j] = gelu1_and_grad(u[j] + b[j], &g[j]);
+            else
+                for (size_t j = 0; j < len; j++)
+                    y[j] = gelu1_and_grad(u[j], &g[j]);
+            vit_bf16_from_floats(J->g16 + i * d + j0, g, len);
+            if (J->y16)
+                vit_bf16_from_floats(J->y16 + i * d + j0, y, len);
+        }
+}
+
+void vit_bias_gelu_forward_bf16(float *y, const float *u, const float *b, int n, int d,
+                                uint16_t *g16, uint16_t *y16)
+{
+    bias_gelu_bf16_fwd_job J = {y, u, b, g16, y16, d};
+    vit_parallel(vit_threads_for(20.0 * n * (double)d), (size_t)n, bias_gelu_bf16_fwd_rows, &J);
+}
+
+typedef struct {
+    float *du, *db;
+    const float *dy;
+    const uint16_t *g;
+    int n, d;
+} bias_gelu_bf16_job;
+
+/* bias_gelu_bwd_cols with g in bf16: its bits are a float's upper half. */
+static void bias_gelu_bf16_bwd_cols(void *p, size_t lo, size_t hi)
+{
+    const bias_gelu_bf16_job *J = p;
+    const size_t d = (size_t)J->d;
+    float *db = J->db;
+    for (int i = 0; i < J->n; i++) {
+        float *du = J->du + i * d;
+        const float *dy = J->dy + i * d;
+        const uint16_t *g = J->g + i * d;
+        for (size_t j = lo; j < hi; j++) {
+            uint32_t bits = (uint32_t)g[j] << 16;
+            float gj;
+            memcpy(&gj, &bits, sizeof gj);
+            du[j] = dy[j] * gj;
+        }
+        if (db)
+            for (size_t j = lo; j < hi; j++)
+                db[j] += du[j];
+    }
+}
+
+void vit_bias_gelu_backward_bf16(float *du, float *db, const float *dy, const uint16_t *g, int n,
+                                 int d)
+{
+    bias_gelu_bf16_job J = {du, db, dy, g, n, d};
+    int nt = vit_threads_for(4.0 * n * (double)d);
+    if (nt > d / 16)
+        nt = d / 16 > 1 ? d / 16 : 1;
+    vit_parallel(nt, (size_t)d, bias_gelu_bf16_bwd_cols, &J);
+}
+#endif
 
 static void add_range(void *p, size_t lo, size_t hi)
 {

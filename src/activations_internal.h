@@ -3,6 +3,8 @@
 #ifndef VIT_SRC_ACTIVATIONS_INTERNAL_H
 #define VIT_SRC_ACTIVATIONS_INTERNAL_H
 
+#include <stdint.h>
+
 #include "vit/core.h"
 
 /* dx[n] = dy * GELU'(x), OVERWRITTEN (vit_gelu_backward accumulates);
@@ -24,5 +26,19 @@ void vit_bias_gelu_forward(vit_real *y, vit_real *u, const vit_real *b, int n, i
  * row order whatever the thread count.  No argument checks. */
 void vit_bias_gelu_backward(vit_real *du, vit_real *db, const vit_real *dy, const vit_real *g,
                             int n, int d);
+
+#ifndef VIT_DOUBLE
+/* vit_bias_gelu_forward keeping GELU'(u + b) in bf16 (g16 [n, d]) instead
+ * of over u, which is only read, and with y16 not NULL also y rounded to
+ * bf16 there: the same bits as rounding them afterwards
+ * (vit_bf16_from_floats), in the same pass over the rows. */
+void vit_bias_gelu_forward_bf16(float *y, const float *u, const float *b, int n, int d,
+                                uint16_t *g16, uint16_t *y16);
+
+/* The backward with g kept in bf16 (mixed precision, src/tape_ops_linear.c):
+ * each g converted to float (exact) as it is read. */
+void vit_bias_gelu_backward_bf16(float *du, float *db, const float *dy, const uint16_t *g, int n,
+                                 int d);
+#endif
 
 #endif

@@ -424,6 +424,10 @@ static void pack_fallback(float *dst, int trans_b, int K, int N, const float *B,
     }
 }
 
+#if USE_XSMM
+static vit_bf16 *pack_tmp(size_t n);
+#endif
+
 int vit_bf16_pack_b(vit_bf16_packed *p, int trans_b, int K, int N, const float *B, int ldb)
 {
     static const char fn[] = "vit_bf16_pack_b";
@@ -444,18 +448,19 @@ int vit_bf16_pack_b(vit_bf16_packed *p, int trans_b, int K, int N, const float *
     vit_bf16_path path = vit_bf16_get_path();
     int Kp = path == VIT_BF16_XSMM ? K + (K & 1) : K;
     size_t elem = path == VIT_BF16_XSMM ? sizeof(vit_bf16) : sizeof(float);
-    size_t tmp_n = trans_b ? (size_t)Kp : 2 * (size_t)N;
-    vit_bf16 *tmp = path == VIT_BF16_XSMM ? malloc(tmp_n * sizeof *tmp) : NULL;
-    if ((path == VIT_BF16_XSMM && !tmp) || reserve(p, (size_t)Kp * (size_t)N * elem) != VIT_OK) {
-        free(tmp);
+    vit_bf16 *tmp = NULL;
+#if USE_XSMM
+    /* the converted row pair or column: this thread's scratch, kept */
+    if (path == VIT_BF16_XSMM && !(tmp = pack_tmp(trans_b ? (size_t)Kp : 2 * (size_t)N)))
         return vit_fail(VIT_ENOMEM, "%s: out of memory for a %d x %d operand", fn, K, N);
-    }
+#endif
+    if (reserve(p, (size_t)Kp * (size_t)N * elem) != VIT_OK)
+        return vit_fail(VIT_ENOMEM, "%s: out of memory for a %d x %d operand", fn, K, N);
     if (path == VIT_BF16_XSMM) {
         if (trans_b)
             pack_vnni_cols(p->data, tmp, K, Kp, N, B, ldb);
         else
             pack_vnni_rows(p->data, tmp, K, N, B, ldb);
-        free(tmp);
     } else {
         pack_fallback(p->data, trans_b, K, N, B, ldb);
     }
@@ -474,8 +479,11 @@ typedef struct {
     size_t a_cap; /* bytes */
     float *t;     /* the product before alpha and beta: [rows, N] */
     size_t t_cap;
-    float *f;      /* op(A)'s rows as float32 [rows, K] (trans_a), before conversion */
-    size_t f_cap;
+    float *g;      /* trans_a: a block of A's rows (a bf16 A's as float32), then its
+                      transpose, before conversion */
+    size_t g_cap;
+    vit_bf16 *pk;  /* vit_bf16_pack_b's converted row pair or column */
+    size_t pk_cap;
     vit_bf16_packed *own_b; /* vit_gemm_bf16's packed op(B) */
 } scratch;
 
@@ -488,7 +496,8 @@ static void scratch_free(void *v)
     scratch *s = v;
     free(s->a);
     free(s->t);
-    free(s->f);
+    free(s->pk);
+    free(s->g);
     vit_bf16_packed_free(s->own_b);
     free(s);
 }
@@ -527,6 +536,14 @@ static void *grow(void **buf, size_t *cap, size_t bytes)
     *buf = d;
     *cap = rounded;
     return d;
+}
+#endif
+
+#if USE_XSMM
+static vit_bf16 *pack_tmp(size_t n)
+{
+    scratch *s = my_scratch();
+    return s ? grow((void **)&s->pk, &s->pk_cap, n * sizeof *s->pk) : NULL;
 }
 #endif
 
@@ -622,6 +639,7 @@ typedef struct {
     int trans_a, K;
     float alpha, beta;
     const float *A;
+    const vit_bf16 *A16; /* op(A) given in bf16 instead (vit_gemm_bf16_a16), or NULL */
     int lda;
     const vit_bf16_packed *B;
     float *C;
@@ -636,20 +654,41 @@ static int convert_a(scratch *s, vit_bf16 *dst, int ld, const gemm_job *j, int r
 {
     int K = j->K;
     if (!j->trans_a) {
-        for (int r = 0; r < rows; r++)
-            from_floats(dst + (size_t)r * ld, j->A + (size_t)(r0 + r) * j->lda, (size_t)K);
+        for (int r = 0; r < rows; r++) {
+            vit_bf16 *d = dst + (size_t)r * ld;
+            if (j->A16)
+                memcpy(d, j->A16 + (size_t)(r0 + r) * j->lda, (size_t)K * sizeof *d);
+            else
+                from_floats(d, j->A + (size_t)(r0 + r) * j->lda, (size_t)K);
+        }
     } else {
-        /* A is [K, M]: row k of A holds column k of op(A).  Transposed in
-         * float32 by register tiles (src/transpose.c; times 1 is exact),
-         * then converted row by row: a scatter of 2-byte values down the
-         * columns ran the large model's MLP weight gradient at a fifth
-         * of the kernel's rate. */
-        float *f = grow((void **)&s->f, &s->f_cap, (size_t)rows * K * sizeof *f);
-        if (!f)
+        /* A is [K, M]: row k of A holds column k of op(A).  KC rows of A
+         * at a time (a bf16 A first as float32, exact) are transposed in
+         * float32 by register tiles (src/transpose.c; times 1 is exact)
+         * into h [rows, KC], then converted row by row: a scatter of
+         * 2-byte values down the columns ran the large model's MLP weight
+         * gradient at a fifth of the kernel's rate.  Two small buffers,
+         * not a float copy of the whole op(A). */
+        enum { KC = 64 };
+        float *g = grow((void **)&s->g, &s->g_cap, 2 * (size_t)KC * rows * sizeof *g);
+        if (!g)
             return 0;
-        vit_transpose_scaled(K, K, rows, 1.0f, j->A + r0, j->lda, f, K);
-        for (int r = 0; r < rows; r++)
-            from_floats(dst + (size_t)r * ld, f + (size_t)r * K, (size_t)K);
+        float *h = g + (size_t)KC * rows;
+        for (int k0 = 0; k0 < K; k0 += KC) {
+            int kc = K - k0 < KC ? K - k0 : KC;
+            const float *src = j->A + (size_t)k0 * j->lda + r0;
+            int lds = j->lda;
+            if (j->A16) {
+                for (int k = 0; k < kc; k++)
+                    to_floats(g + (size_t)k * rows, j->A16 + (size_t)(k0 + k) * j->lda + r0,
+                              (size_t)rows);
+                src = g;
+                lds = rows;
+            }
+            vit_transpose_scaled(kc, kc, rows, 1.0f, src, lds, h, kc);
+            for (int r = 0; r < rows; r++)
+                from_floats(dst + (size_t)r * ld + k0, h + (size_t)r * kc, (size_t)kc);
+        }
     }
     for (int r = 0; r < rows; r++)
         for (int k = K; k < ld; k++)
@@ -662,6 +701,16 @@ static int convert_a(scratch *s, vit_bf16 *dst, int ld, const gemm_job *j, int r
 static void round_a(float *dst, const gemm_job *j, int r0, int rows)
 {
     int K = j->K;
+    if (j->A16) {
+        for (int r = 0; r < rows && !j->trans_a; r++)
+            to_floats(dst + (size_t)r * K, j->A16 + (size_t)(r0 + r) * j->lda, (size_t)K);
+        for (int k = 0; k < K && j->trans_a; k++) {
+            const vit_bf16 *a = j->A16 + (size_t)k * j->lda + r0;
+            for (int r = 0; r < rows; r++)
+                dst[(size_t)r * K + k] = vit_bf16_to_float(a[r]);
+        }
+        return;
+    }
     if (!j->trans_a) {
         for (int r = 0; r < rows; r++)
             round_floats(dst + (size_t)r * K, j->A + (size_t)(r0 + r) * j->lda, (size_t)K);
@@ -789,9 +838,51 @@ int vit_gemm_bf16_packed(int trans_a, int M, int N, int K, float alpha, const fl
     if (B->K != K || B->N != N)
         return vit_fail(VIT_EINVAL, "%s: B holds a %d x %d operand, the product needs %d x %d",
                         fn, B->K, B->N, K, N);
-    gemm_job j = {trans_a, K, alpha, beta, A, lda, B, C, ldc, 0};
+    gemm_job j = {trans_a, K, alpha, beta, A, NULL, lda, B, C, ldc, 0};
     /* Split like the float32 GEMMs (src/threads.c): blocks of at least 16
      * rows, one per thread, when the product is large enough. */
+    int nt = vit_threads_for(2.0 * M * (double)N * K);
+    if (nt > M / 16)
+        nt = M / 16 > 1 ? M / 16 : 1;
+    if (nt <= 1)
+        job_rows(&j, 0, (size_t)M);
+    else
+        vit_parallel(nt, (size_t)M, job_rows, &j);
+    if (atomic_load(&j.failed))
+        return vit_fail(VIT_ENOMEM, "%s: out of memory for scratch (%d x %d x %d)", fn, M, N, K);
+    return VIT_OK;
+#endif
+}
+
+int vit_gemm_bf16_a16(int trans_a, int trans_b, int M, int N, int K, const uint16_t *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc)
+{
+#if !HAVE_GEMM
+    (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B;
+    (void)ldb, (void)beta, (void)C, (void)ldc;
+    return vit_fail(VIT_EINVAL, no_gemm_msg, "vit_gemm_bf16_a16");
+#else
+    scratch *s = my_scratch();
+    if (!s || (!s->own_b && vit_bf16_packed_new(&s->own_b) != VIT_OK))
+        return vit_fail(VIT_ENOMEM, "vit_gemm_bf16_a16: out of memory for scratch");
+    TRY(vit_bf16_pack_b(s->own_b, trans_b, K, N, B, ldb));
+    return vit_gemm_bf16_packed_a16(trans_a, M, N, K, A, lda, s->own_b, beta, C, ldc);
+#endif
+}
+
+int vit_gemm_bf16_packed_a16(int trans_a, int M, int N, int K, const uint16_t *A, int lda,
+                             const vit_bf16_packed *B, float beta, float *C, int ldc)
+{
+    static const char fn[] = "vit_gemm_bf16_packed_a16";
+#if !HAVE_GEMM
+    (void)trans_a, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)beta, (void)C;
+    (void)ldc;
+    return vit_fail(VIT_EINVAL, no_gemm_msg, fn);
+#else
+    if (B->K != K || B->N != N || B->path == VIT_BF16_AUTO)
+        return vit_fail(VIT_EINVAL, "%s: B holds a %d x %d operand, the product needs %d x %d",
+                        fn, B->K, B->N, K, N);
+    gemm_job j = {trans_a, K, 1, beta, NULL, A, lda, B, C, ldc, 0};
     int nt = vit_threads_for(2.0 * M * (double)N * K);
     if (nt > M / 16)
         nt = M / 16 > 1 ? M / 16 : 1;

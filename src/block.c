@@ -4,6 +4,7 @@
 #include "vit/block.h"
 
 #include "error.h"
+#include "tape_internal.h"
 #include "vit/layernorm.h"
 
 /* The first required weight left NULL, or NULL when all are there. */
@@ -28,7 +29,12 @@ vit_tensor *vit_op_block(vit_tape *tape, const vit_mha *mha, const vit_block_wei
     const vit_block_opts o = opts ? *opts : (vit_block_opts){0};
     const vit_real eps = o.eps != 0 ? o.eps : (vit_real)VIT_LAYERNORM_EPS;
     vit_mha m = *mha;
-    vit_tensor *h = vit_op_layernorm(tape, x, w->ln1_g, w->ln1_b, eps);
+    /* In mixed precision the outputs read only by the next op (or two)
+     * keep no float values on the tape (vit_tape_output_kept): the layer
+     * norms' outputs and GELU's, which the backward reads only as bf16
+     * GEMM operands, are kept in bf16, the attention's output (added to the
+     * residual, whose backward reads no values) not at all. */
+    vit_tensor *h = vit_tape_layernorm_kept(tape, x, w->ln1_g, w->ln1_b, eps, VIT_KEEP_BF16);
     vit_tensor *q = h; /* the same tensor: the fused Q/K/V projection */
     if (o.token0_only) {
         int row[3] = {m.batch, 1, m.d_model};
@@ -36,11 +42,11 @@ vit_tensor *vit_op_block(vit_tape *tape, const vit_mha *mha, const vit_block_wei
         q = vit_op_reshape(tape, vit_op_token(tape, h, 0), 3, row);
         x = vit_op_reshape(tape, vit_op_token(tape, x, 0), 3, row);
     }
-    h = vit_op_mha(tape, &m, w->attn, q, h, o.probs);
+    h = vit_tape_mha_kept(tape, &m, w->attn, q, h, o.probs, VIT_KEEP_NONE);
     if (o.drop_attn && h)
         h = vit_op_drop_path(tape, h, o.drop_attn);
-    h = vit_op_add_layernorm(tape, x, h, w->ln2_g, w->ln2_b, eps, &x);
-    h = vit_op_linear_gelu(tape, h, w->w1, w->b1);
+    h = vit_tape_add_layernorm_kept(tape, x, h, w->ln2_g, w->ln2_b, eps, &x, VIT_KEEP_BF16);
+    h = vit_tape_linear_gelu_kept(tape, h, w->w1, w->b1, VIT_KEEP_BF16);
     if (o.drop_mlp) {
         h = vit_op_linear(tape, h, w->w2, w->b2);
         h = h ? vit_op_drop_path(tape, h, o.drop_mlp) : NULL;

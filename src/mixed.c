@@ -217,6 +217,23 @@ void vit_mgemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, i
     vit_pgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+void vit_mgemm_a16(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K,
+                   const uint16_t *A, int lda, const vit_real *B, int ldb, vit_real beta,
+                   vit_real *C, int ldc)
+{
+#ifndef VIT_DOUBLE
+    int trans_a = ta == CblasTrans, trans_b = tb == CblasTrans;
+    const vit_bf16_packed *p = lookup(tl_weights, trans_b, K, N, B, ldb);
+    int rc = p ? vit_gemm_bf16_packed_a16(trans_a, M, N, K, A, lda, p, beta, C, ldc)
+               : vit_gemm_bf16_a16(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    if (rc != VIT_OK && tl_status == VIT_OK)
+        tl_status = rc;
+#else
+    (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb;
+    (void)beta, (void)C, (void)ldc;
+#endif
+}
+
 void vit_mgemm_bias(int M, int N, int K, const vit_real *A, int lda, const vit_real *B, int ldb,
                     const vit_real *bias, vit_real *C, int ldc)
 {

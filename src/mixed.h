@@ -13,7 +13,9 @@
 #define VIT_SRC_MIXED_H
 
 #include <cblas.h>
+#include <stdint.h>
 
+#include "vit/bf16.h"
 #include "vit/core.h"
 
 /* A set of weight matrices packed for the bf16 GEMMs, looked up by the
@@ -60,5 +62,21 @@ void vit_mgemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, i
  * then += A B). */
 void vit_mgemm_bias(int M, int N, int K, const vit_real *A, int lda, const vit_real *B, int ldb,
                     const vit_real *bias, vit_real *C, int ldc);
+
+/* Internal (src/bf16.c): vit_gemm_bf16 with alpha 1 and op(A) given in
+ * bf16 (A, row stride lda, as vit_gemm_bf16's float A): the same bits as
+ * vit_gemm_bf16 on A's float values.  For activations kept in bf16. */
+int vit_gemm_bf16_a16(int trans_a, int trans_b, int M, int N, int K, const uint16_t *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc);
+
+/* The same with op(B) packed (vit_gemm_bf16_packed's B). */
+int vit_gemm_bf16_packed_a16(int trans_a, int M, int N, int K, const uint16_t *A, int lda,
+                             const vit_bf16_packed *B, float beta, float *C, int ldc);
+
+/* vit_mgemm with alpha 1 and op(A) kept in bf16, mixed precision on (the
+ * only way a bf16 A arises); records an error like vit_mgemm. */
+void vit_mgemm_a16(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, int K,
+                   const uint16_t *A, int lda, const vit_real *B, int ldb, vit_real beta,
+                   vit_real *C, int ldc);
 
 #endif

@@ -27,6 +27,7 @@
 #include "error.h"
 #include "tape_engine.h"
 #include "tape_internal.h"
+#include "vit/bf16.h"
 
 #define ARENA_FIRST_CHUNK (1u << 20)
 
@@ -185,6 +186,8 @@ void vit_tape_free(vit_tape *t)
     }
     free(t->ops);
     free(t->scratch);
+    free(t->ring[0]);
+    free(t->ring[1]);
     vit_tape_free(t->sub);
     free(t);
 }
@@ -218,7 +221,8 @@ size_t vit_tape_bytes(const vit_tape *t)
 {
     if (!t)
         return 0;
-    size_t n = t->cap_ops * sizeof *t->ops + t->scratch_cap * sizeof(vit_real);
+    size_t n = t->cap_ops * sizeof *t->ops
+             + (t->scratch_cap + t->ring_cap[0] + t->ring_cap[1]) * sizeof(vit_real);
     for (const chunk *c = t->chunks; c; c = c->next)
         n += c->cap;
     for (const gblock *b = t->pool; b; b = b->next)
@@ -341,6 +345,17 @@ vit_tensor *vit_tape_record(vit_tape *t, const vit_op_def *def, int rc, vit_tens
 {
     if (rc)
         return vit_tape_error(t, rc);
+#ifndef VIT_DOUBLE
+    node *kn = vit_tape_node(y);
+    if (kn->kept == VIT_KEEP_BF16 && !kn->half) {
+        /* The one place a kept output is rounded (vit_tape_output_kept). */
+        size_t bytes;
+        if (!vit_mul_size(&bytes, y->size, sizeof *kn->half)
+            || !(kn->half = vit_tape_arena(t, bytes)))
+            return vit_tape_error(t, VIT_ENOMEM);
+        vit_bf16_from_floats(kn->half, y->data, y->size);
+    }
+#endif
     int lazy = (def->flags & VIT_OP_LAZY) != 0;
     if (!y->requires_grad) {
         if (!lazy)

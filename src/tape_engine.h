@@ -5,6 +5,8 @@
 #ifndef VIT_SRC_TAPE_ENGINE_H
 #define VIT_SRC_TAPE_ENGINE_H
 
+#include <stdint.h>
+
 #include "tape_internal.h"
 
 /* Alignment of every arena allocation and gradient buffer. */
@@ -25,7 +27,13 @@ typedef struct gblock {
 typedef struct node {
     vit_tensor t;
     gblock *gb;        /* the pool buffer behind t.grad, or NULL */
-    unsigned char leaf, retain;
+    /* An output made by vit_tape_output_kept in mixed precision: its
+     * float values (t.data) live in the tape's ring and are overwritten two
+     * kept outputs later; half (arena) is what the backward reads instead,
+     * the values rounded to bf16 (VIT_KEEP_BF16), or NULL (VIT_KEEP_NONE:
+     * no backward reads them). */
+    uint16_t *half;
+    unsigned char leaf, retain, kept;
 } node;
 
 static inline node *vit_tape_node(vit_tensor *x) { return (node *)x; }
@@ -46,6 +54,11 @@ struct vit_tape {
      * a no-grad forward runs no backward. */
     vit_real *scratch;
     size_t scratch_cap;
+    /* Two buffers taking turns for the float values of kept outputs
+     * (vit_tape_output_kept), kept across steps. */
+    vit_real *ring[2];
+    size_t ring_cap[2];
+    int ring_next;
     vit_tape *sub;        /* recomputation tape of vit_op_checkpoint */
     /* While a checkpoint's sub-graph is recomputed, the forward of a lazy
      * op (VIT_OP_LAZY) waits (pending = 1 + its index) until another op

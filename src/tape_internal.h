@@ -15,7 +15,9 @@
 #define VIT_SRC_TAPE_INTERNAL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
+#include "vit/attention.h"
 #include "vit/tape.h"
 
 /* Most inputs of one op (vit_op_custom, vit_op_checkpoint,
@@ -87,6 +89,43 @@ int vit_tape_wants_grad(const vit_tape *t, int n, vit_tensor *const *in);
  * in grad mode.  NULL on error (bad shape, out of memory; recorded). */
 vit_tensor *vit_tape_output(vit_tape *t, int ndim, const int *shape, int requires_grad);
 
+/* How an op's output is kept for the backward (vit_tape_output_kept). */
+enum {
+    VIT_KEEP_FLOAT = 0, /* its float values, in the arena (vit_tape_output) */
+    VIT_KEEP_BF16 = 1,  /* mixed precision: its values rounded to bf16 */
+    VIT_KEEP_NONE = 2   /* mixed precision: nothing (no backward reads them) */
+};
+
+/* vit_tape_output, except in mixed precision (vit_mixed_on) with the tape
+ * in grad mode, where for keep VIT_KEEP_BF16 or VIT_KEEP_NONE the float
+ * values go to one of two buffers of the tape taking turns (no arena
+ * memory), and vit_tape_record keeps their bf16 rounding in the arena
+ * (VIT_KEEP_BF16; rounded to nearest even by vit_bf16_from_floats) or
+ * nothing.  For callers that know every reader of the output (src/block.c):
+ * its float values must be read only before the second kept output after
+ * it is made, and by backwards only through vit_tape_values.  An op that
+ * reads its input as a bf16 GEMM operand anyway loses nothing: its
+ * backward's product reads the same bf16 values. */
+vit_tensor *vit_tape_output_kept(vit_tape *t, int ndim, const int *shape, int requires_grad,
+                                 int keep);
+
+/* x's values for a backward: x->data, or for an output kept as bf16 its
+ * values back as float (exact) in a pool buffer that *lease holds until
+ * vit_tape_lease_end.  NULL on failure (out of memory; recorded), or for
+ * an output kept as nothing (an error: VIT_EINVAL recorded). */
+const vit_real *vit_tape_values(vit_tape *t, const vit_tensor *x, void **lease);
+
+/* x's values kept in bf16 (an output kept as VIT_KEEP_BF16 in mixed
+ * precision), for a backward that reads them as a bf16 GEMM operand
+ * (vit_mgemm_a16), or NULL: then read x's float values. */
+const uint16_t *vit_tape_half(const vit_tensor *x);
+
+/* For an op that rounds its bf16-kept output y itself (in its own pass,
+ * with vit_bf16_from_floats: the same bits): the arena buffer to write,
+ * which vit_tape_record then leaves as it is; NULL when y is not kept in
+ * bf16 (or on error, recorded). */
+uint16_t *vit_tape_half_new(vit_tape *t, vit_tensor *y);
+
 /* The same without values (data NULL, the caller points it at some) and
  * without requires_grad: a view (vit_op_reshape).  size is the product of
  * the (checked) shape. */
@@ -140,6 +179,10 @@ int vit_tape_grad_pass(vit_tape *t, vit_tensor *x, vit_tensor *y, int give);
 vit_real *vit_tape_dy_writable(vit_tape *t, vit_tensor *y, void **lease);
 void vit_tape_lease_end(void *lease);
 
+/* n reals of the pool (uninitialised) that *lease holds until
+ * vit_tape_lease_end, for a backward's work; NULL on failure (recorded). */
+vit_real *vit_tape_lease(vit_tape *t, size_t n, void **lease);
+
 /* ---- Shared between op files (src/tape_ops_elementwise.c). ---- */
 
 /* vit_op_add's definition: vit_op_add_layernorm records the add itself. */
@@ -156,5 +199,19 @@ static inline int vit_tape_rows(const vit_tensor *x)
 {
     return (int)(x->size / (size_t)vit_tape_last_dim(x));
 }
+
+/* ---- Ops whose output vit_op_block keeps in bf16 (src/block.c): the
+ * public ops with the output kept as keep says (vit_tape_output_kept; for
+ * vit_tape_add_layernorm_kept the layer norm's output, the sum stays
+ * float). ---- */
+vit_tensor *vit_tape_layernorm_kept(vit_tape *t, vit_tensor *x, vit_tensor *gamma,
+                                    vit_tensor *beta, vit_real eps, int keep);
+vit_tensor *vit_tape_add_layernorm_kept(vit_tape *t, vit_tensor *a, vit_tensor *b,
+                                        vit_tensor *gamma, vit_tensor *beta, vit_real eps,
+                                        vit_tensor **sum, int keep);
+vit_tensor *vit_tape_mha_kept(vit_tape *t, const vit_mha *cfg, vit_tensor *params,
+                              vit_tensor *x_q, vit_tensor *x_kv, vit_real **probs, int keep);
+vit_tensor *vit_tape_linear_gelu_kept(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_tensor *b,
+                                      int keep);
 
 #endif

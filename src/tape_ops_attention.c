@@ -4,15 +4,24 @@
  * (vit/attention.h): params [vit_mha_param_count], x_q [B, n_q, d_model],
  * x_kv [B, n_k, d_kv], bias [bias_heads, n_q, n_k], y [B, n_q, d_model].
  */
+#include <stdint.h>
+
 #include "error.h"
+#include "mixed.h"
 #include "tape_internal.h"
 #include "vit/attention.h"
+#include "vit/bf16.h"
 
 /* What the backward keeps: the layer (cfg, copied) and the forward's cache
- * (vit_mha_cache_size reals: projections, context, maps). */
+ * (vit_mha_cache_size reals: projections, context, maps), as float or, for
+ * vit_op_block in mixed precision, rounded to bf16 (cache_bf16; cache
+ * NULL): the backward reads the projections and the context only as
+ * operands of products, and the maps P in dV = P^T dO and dS = P (dP -
+ * rowsum(P dP)), each a relative change of at most 2^-8 per value. */
 typedef struct mha_ctx {
     vit_mha cfg;
     vit_real *cache;
+    uint16_t *cache_bf16;
 } mha_ctx;
 
 /* in: params, x_q, x_kv and, for vit_op_mha_bias, the bias; all four
@@ -28,24 +37,50 @@ static int back_mha(vit_tape *t, const vit_op_rec *r)
     vit_real *work = vit_tape_scratch(t, vit_mha_work_size(&c->cfg));
     if (vit_tape_status(t) || !work)
         return vit_tape_status(t);
-    return vit_mha_backward(&c->cfg, r->in[0]->data, dp, dq, dkv, dbias, r->out->grad,
-                            r->in[1]->data, r->in[2]->data, c->cache, work);
+    /* The inputs' values (a bf16-kept input as float; one tensor read
+     * once, so that self-attention still finds one pointer). */
+    void *lq, *lkv = NULL, *lc = NULL;
+    const vit_real *xq = vit_tape_values(t, r->in[1], &lq);
+    const vit_real *xkv = r->in[2] == r->in[1] ? xq : vit_tape_values(t, r->in[2], &lkv);
+    const vit_real *cache = c->cache;
+#ifndef VIT_DOUBLE
+    if (!cache) {
+        size_t nc = vit_mha_cache_size(&c->cfg);
+        vit_real *f = vit_tape_lease(t, nc, &lc);
+        if (f)
+            vit_bf16_to_floats(f, c->cache_bf16, nc);
+        cache = f;
+    }
+#endif
+    int rc = xq && xkv && cache ? vit_mha_backward(&c->cfg, r->in[0]->data, dp, dq, dkv, dbias,
+                                                   r->out->grad, xq, xkv, cache, work)
+                                : vit_tape_status(t);
+    vit_tape_lease_end(lq);
+    vit_tape_lease_end(lkv);
+    vit_tape_lease_end(lc);
+    return rc;
 }
 
 static const vit_op_def mha_def = {"vit_op_mha", back_mha, NULL, 0};
 static const vit_op_def mha_bias_def = {"vit_op_mha_bias", back_mha, NULL, 0};
 
+/* Whether the layer keeps attention maps: not on the tiled core. */
+static int has_maps(const vit_mha *cfg)
+{
+    vit_sdpa core = {.batch = cfg->batch, .heads = cfg->heads, .n_q = cfg->n_q, .n_k = cfg->n_k,
+                     .d_k = cfg->d_model / cfg->heads, .d_v = cfg->d_model / cfg->heads};
+    return !vit_sdpa_use_tiled(&core);
+}
+
 /* The attention maps inside the cache, or NULL for a layer on the tiled
  * core (which keeps none). */
 static vit_real *maps_of(const vit_mha *cfg, vit_real *cache)
 {
-    vit_sdpa core = {.batch = cfg->batch, .heads = cfg->heads, .n_q = cfg->n_q, .n_k = cfg->n_k,
-                     .d_k = cfg->d_model / cfg->heads, .d_v = cfg->d_model / cfg->heads};
-    return vit_sdpa_use_tiled(&core) ? NULL : vit_mha_probs(cfg, cache);
+    return has_maps(cfg) ? vit_mha_probs(cfg, cache) : NULL;
 }
 
 static vit_tensor *mha_op(vit_tape *t, const vit_op_def *def, const vit_mha *cfg, int n,
-                          vit_tensor *const *in, vit_real **probs)
+                          vit_tensor *const *in, vit_real **probs, int keep)
 {
     const char *fn = def->name;
     if (!vit_tape_begin(t, fn, n, in))
@@ -64,17 +99,32 @@ static vit_tensor *mha_op(vit_tape *t, const vit_op_def *def, const vit_mha *cfg
             "%s: params (%zu), x_q (%zu) or x_kv (%zu) do not match the layer shape", fn,
             params->size, x_q->size, x_kv->size));
     int shape[3] = {cfg->batch, cfg->n_q, cfg->d_model};
-    vit_tensor *y = vit_tape_output(t, 3, shape, vit_tape_wants_grad(t, n, in));
+    vit_tensor *y = vit_tape_output_kept(t, 3, shape, vit_tape_wants_grad(t, n, in), keep);
     if (!y)
         return NULL;
-    /* The maps a caller asks for outlive the op even in no-grad mode. */
+    /* The maps a caller asks for outlive the op even in no-grad mode.  A
+     * cache kept in bf16 (not asked for maps, not on the tiled core, whose
+     * log-sum-exp would not bear the rounding) is computed in the scratch. */
     size_t nc = vit_mha_cache_size(cfg);
-    vit_real *cache = probs && !vit_tape_grad_enabled(t) ? vit_tape_reals(t, nc)
-                                                         : vit_tape_saved(t, nc);
+    int half = keep != VIT_KEEP_FLOAT && !probs && y->requires_grad && vit_mixed_on()
+            && has_maps(cfg);
+    vit_real *cache = half ? vit_tape_scratch(t, nc)
+                    : probs && !vit_tape_grad_enabled(t) ? vit_tape_reals(t, nc)
+                    : vit_tape_saved(t, nc);
     if (!cache)
         return NULL;
     rc = vit_mha_forward(cfg, params->data, y->data, x_q->data, x_kv->data, cache);
-    mha_ctx c = {*cfg, cache};
+    mha_ctx c = {*cfg, cache, NULL};
+#ifndef VIT_DOUBLE
+    if (half && rc == VIT_OK) {
+        size_t bytes;
+        if (!vit_mul_size(&bytes, nc, sizeof *c.cache_bf16)
+            || !(c.cache_bf16 = vit_tape_alloc(t, bytes)))
+            return vit_tape_error(t, VIT_ENOMEM);
+        vit_bf16_from_floats(c.cache_bf16, cache, nc);
+        c.cache = NULL;
+    }
+#endif
     if (!vit_tape_record(t, def, rc, y, n, in, &c, sizeof c))
         return NULL;
     if (probs)
@@ -85,8 +135,14 @@ static vit_tensor *mha_op(vit_tape *t, const vit_op_def *def, const vit_mha *cfg
 vit_tensor *vit_op_mha(vit_tape *t, const vit_mha *cfg, vit_tensor *params, vit_tensor *x_q,
                        vit_tensor *x_kv, vit_real **probs)
 {
+    return vit_tape_mha_kept(t, cfg, params, x_q, x_kv, probs, VIT_KEEP_FLOAT);
+}
+
+vit_tensor *vit_tape_mha_kept(vit_tape *t, const vit_mha *cfg, vit_tensor *params,
+                              vit_tensor *x_q, vit_tensor *x_kv, vit_real **probs, int keep)
+{
     vit_tensor *in[3] = {params, x_q, x_kv};
-    return mha_op(t, &mha_def, cfg, 3, in, probs);
+    return mha_op(t, &mha_def, cfg, 3, in, probs, keep);
 }
 
 vit_tensor *vit_op_mha_bias(vit_tape *t, const vit_mha *cfg, vit_tensor *params,
@@ -106,5 +162,5 @@ vit_tensor *vit_op_mha_bias(vit_tape *t, const vit_mha *cfg, vit_tensor *params,
             (size_t)cfg->bias_heads * cfg->n_q * cfg->n_k));
     vit_mha m = *cfg;
     m.bias = bias->data;
-    return mha_op(t, &mha_bias_def, &m, 4, in, probs);
+    return mha_op(t, &mha_bias_def, &m, 4, in, probs, VIT_KEEP_FLOAT);
 }

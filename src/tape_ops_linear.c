@@ -5,6 +5,7 @@
  * Shapes: x [n, in] (leading dimensions flattened into rows), W [in, out],
  * b [out], y [n, out].
  */
+#include <stdint.h>
 #include <string.h>
 
 #include "activations_internal.h"
@@ -13,6 +14,7 @@
 #include "mixed.h"
 #include "tape_internal.h"
 #include "threads.h"
+#include "vit/bf16.h"
 #include "vit/linear.h"
 
 /* The check the three ops share: W 2-D, x's width W's rows, b W's columns. */
@@ -41,7 +43,15 @@ static int back_linear(vit_tape *t, const vit_op_rec *r)
     vit_real *db = r->in[2] ? vit_tape_grad_acc(t, r->in[2]) : NULL;
     if (!dW && !db)
         return vit_tape_status(t);
-    return vit_linear_backward(NULL, dW, db, dy, x->data, W->data, n, in, out);
+    const uint16_t *xh = vit_tape_half(x);
+    if (!xh)
+        return vit_linear_backward(NULL, dW, db, dy, x->data, W->data, n, in, out);
+    /* x kept in bf16: dW += x^T dy reads it as it is (the same bits) */
+    if (dW)
+        vit_mgemm_a16(CblasTrans, CblasNoTrans, in, out, n, xh, in, dy, out, 1, dW, out);
+    if (db)
+        vit_column_sums(db, dy, n, out);
+    return VIT_OK;
 }
 
 static const vit_op_def linear_def = {"vit_op_linear", back_linear, NULL, 0};
@@ -93,7 +103,11 @@ static int fwd_linear_add(const vit_op_rec *r)
         else
             memcpy(yi, ri, (size_t)m * sizeof *yi);
     }
-    vit_mgemm(CblasNoTrans, CblasNoTrans, n, m, k, 1, x->data, k, W->data, m, 1, y->data, m);
+    const uint16_t *xh = vit_tape_half(x); /* x kept in bf16: read as it is (the same bits) */
+    if (xh)
+        vit_mgemm_a16(CblasNoTrans, CblasNoTrans, n, m, k, xh, k, W->data, m, 1, y->data, m);
+    else
+        vit_mgemm(CblasNoTrans, CblasNoTrans, n, m, k, 1, x->data, k, W->data, m, 1, y->data, m);
     return VIT_OK;
 }
 
@@ -120,9 +134,13 @@ vit_tensor *vit_op_linear_add(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_ten
 /* ---- y = GELU(x W + b) ------------------------------------------------- */
 
 /* What the backward keeps: GELU'(u) [n, out] of the pre-activation
- * u = x W + b, which the forward computed beside GELU(u). */
+ * u = x W + b, which the forward computed beside GELU(u): as float, or in
+ * mixed precision rounded to bf16 (dgelu_bf16; dgelu NULL), since du =
+ * dy GELU'(u) goes on into bf16 products anyway (one more rounding of
+ * du's factors, 2^-8 each: tests/test_mixed.c). */
 typedef struct linear_gelu_ctx {
     vit_real *dgelu;
+    uint16_t *dgelu_bf16;
 } linear_gelu_ctx;
 
 /* in: x, W, b (or NULL).  du [n, out] = dy * GELU'(u) overwrites dy's
@@ -142,8 +160,16 @@ static int back_linear_gelu(vit_tape *t, const vit_op_rec *r)
     vit_real *du = vit_tape_dy_writable(t, r->out, &lease);
     if (!du)
         return vit_tape_status(t);
-    vit_bias_gelu_backward(du, db, r->out->grad, c->dgelu, n, out);
-    if (dW)
+#ifndef VIT_DOUBLE
+    if (!c->dgelu)
+        vit_bias_gelu_backward_bf16(du, db, r->out->grad, c->dgelu_bf16, n, out);
+    else
+#endif
+        vit_bias_gelu_backward(du, db, r->out->grad, c->dgelu, n, out);
+    const uint16_t *xh = vit_tape_half(x);
+    if (dW && xh) /* x kept in bf16: read as it is (the same bits) */
+        vit_mgemm_a16(CblasTrans, CblasNoTrans, in, out, n, xh, in, du, out, 1, dW, out);
+    else if (dW)
         vit_mgemm(CblasTrans, CblasNoTrans, in, out, n, 1, x->data, in, du, out, 1, dW, out);
     vit_real *dx = vit_tape_grad_out(t, r->in[0], &fresh);
     if (dx)
@@ -156,6 +182,12 @@ static int back_linear_gelu(vit_tape *t, const vit_op_rec *r)
 static const vit_op_def linear_gelu_def = {"vit_op_linear_gelu", back_linear_gelu, NULL, 0};
 
 vit_tensor *vit_op_linear_gelu(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_tensor *b)
+{
+    return vit_tape_linear_gelu_kept(t, x, W, b, VIT_KEEP_FLOAT);
+}
+
+vit_tensor *vit_tape_linear_gelu_kept(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_tensor *b,
+                                      int keep)
 {
     const char *fn = linear_gelu_def.name;
     vit_tensor *in[3] = {x, W, b};
@@ -170,14 +202,34 @@ vit_tensor *vit_op_linear_gelu(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_te
     shape[x->ndim - 1] = W->shape[1];
     int grad = vit_tape_wants_grad(t, 3, in);
     int n = vit_tape_rows(x), k = W->shape[0], m = W->shape[1];
-    vit_tensor *y = vit_tape_output(t, x->ndim, shape, grad);
+    vit_tensor *y = vit_tape_output_kept(t, x->ndim, shape, grad, keep);
     /* Without a record nothing is kept: GELU in place.  With one, u ends
-     * up holding GELU'(x W + b) (vit_bias_gelu_forward). */
-    vit_real *u = !y ? NULL : grad ? vit_tape_saved(t, y->size) : y->data;
+     * up holding GELU'(x W + b) (vit_bias_gelu_forward); in mixed precision
+     * u is the tape's scratch and GELU' is kept in bf16. */
+    int half = grad && vit_mixed_on();
+    vit_real *u = !y ? NULL : half ? vit_tape_scratch(t, y->size)
+                : grad ? vit_tape_saved(t, y->size) : y->data;
     if (!u)
         return NULL;
-    vit_mgemm(CblasNoTrans, CblasNoTrans, n, m, k, 1, x->data, k, W->data, m, 0, u, m);
-    vit_bias_gelu_forward(y->data, u, b ? b->data : NULL, n, m);
-    linear_gelu_ctx c = {u};
+    const uint16_t *xh = vit_tape_half(x); /* x kept in bf16: read as it is (the same bits) */
+    if (xh)
+        vit_mgemm_a16(CblasNoTrans, CblasNoTrans, n, m, k, xh, k, W->data, m, 0, u, m);
+    else
+        vit_mgemm(CblasNoTrans, CblasNoTrans, n, m, k, 1, x->data, k, W->data, m, 0, u, m);
+    linear_gelu_ctx c = {u, NULL};
+#ifndef VIT_DOUBLE
+    if (half) { /* GELU' and a bf16-kept y rounded in the GELU's pass */
+        size_t bytes;
+        if (!vit_mul_size(&bytes, y->size, sizeof *c.dgelu_bf16)
+            || !(c.dgelu_bf16 = vit_tape_alloc(t, bytes)))
+            return vit_tape_error(t, VIT_ENOMEM);
+        uint16_t *y16 = vit_tape_half_new(t, y);
+        if (vit_tape_status(t))
+            return NULL;
+        vit_bias_gelu_forward_bf16(y->data, u, b ? b->data : NULL, n, m, c.dgelu_bf16, y16);
+        c.dgelu = NULL;
+    } else
+#endif
+        vit_bias_gelu_forward(y->data, u, b ? b->data : NULL, n, m);
     return vit_tape_record(t, &linear_gelu_def, VIT_OK, y, 3, in, &c, sizeof c);
 }

@@ -35,6 +35,12 @@ static const vit_op_def layernorm_def = {"vit_op_layernorm", back_layernorm, NUL
 vit_tensor *vit_op_layernorm(vit_tape *t, vit_tensor *x, vit_tensor *gamma, vit_tensor *beta,
                              vit_real eps)
 {
+    return vit_tape_layernorm_kept(t, x, gamma, beta, eps, VIT_KEEP_FLOAT);
+}
+
+vit_tensor *vit_tape_layernorm_kept(vit_tape *t, vit_tensor *x, vit_tensor *gamma,
+                                    vit_tensor *beta, vit_real eps, int keep)
+{
     vit_tensor *in[3] = {x, gamma, beta};
     if (!vit_tape_begin(t, layernorm_def.name, 3, in))
         return NULL;
@@ -43,7 +49,8 @@ vit_tensor *vit_op_layernorm(vit_tape *t, vit_tensor *x, vit_tensor *gamma, vit_
         return vit_tape_error(t, vit_fail(VIT_EINVAL,
             "vit_op_layernorm: gamma (%zu) and beta (%zu) must match the width %d",
             gamma->size, beta->size, d));
-    vit_tensor *y = vit_tape_output(t, x->ndim, x->shape, vit_tape_wants_grad(t, 3, in));
+    vit_tensor *y = vit_tape_output_kept(t, x->ndim, x->shape, vit_tape_wants_grad(t, 3, in),
+                                         keep);
     vit_real *mean = y ? vit_tape_saved(t, 2 * (size_t)n) : NULL;
     if (!mean)
         return NULL;
@@ -58,6 +65,13 @@ vit_tensor *vit_op_layernorm(vit_tape *t, vit_tensor *x, vit_tensor *gamma, vit_
  * those ops'); only the forward is one kernel. */
 vit_tensor *vit_op_add_layernorm(vit_tape *t, vit_tensor *a, vit_tensor *b, vit_tensor *gamma,
                                  vit_tensor *beta, vit_real eps, vit_tensor **sum)
+{
+    return vit_tape_add_layernorm_kept(t, a, b, gamma, beta, eps, sum, VIT_KEEP_FLOAT);
+}
+
+vit_tensor *vit_tape_add_layernorm_kept(vit_tape *t, vit_tensor *a, vit_tensor *b,
+                                        vit_tensor *gamma, vit_tensor *beta, vit_real eps,
+                                        vit_tensor **sum, int keep)
 {
     static const char fn[] = "vit_op_add_layernorm";
     if (sum)
@@ -77,7 +91,8 @@ vit_tensor *vit_op_add_layernorm(vit_tape *t, vit_tensor *a, vit_tensor *b, vit_
     if (!s || !vit_tape_record(t, &vit_tape_add_def, VIT_OK, s, 2, in, NULL, 0))
         return NULL;
     vit_tensor *lin[3] = {s, gamma, beta};
-    vit_tensor *y = vit_tape_output(t, a->ndim, a->shape, vit_tape_wants_grad(t, 3, lin));
+    vit_tensor *y = vit_tape_output_kept(t, a->ndim, a->shape, vit_tape_wants_grad(t, 3, lin),
+                                         keep);
     vit_real *mean = y ? vit_tape_saved(t, 2 * (size_t)n) : NULL;
     if (!mean)
         return NULL;

@@ -8,7 +8,11 @@
 #include <string.h>
 
 #include "error.h"
+#include "mixed.h"
 #include "tape_engine.h"
+#include "vit/bf16.h"
+
+static gblock *pool_take(vit_tape *t, size_t n);
 
 /* ---- Tensors ----------------------------------------------------------- */
 
@@ -50,6 +54,79 @@ vit_tensor *vit_tape_output(vit_tape *t, int ndim, const int *shape, int require
         return NULL;
     x->requires_grad = requires_grad && t->grad;
     return x;
+}
+
+vit_tensor *vit_tape_output_kept(vit_tape *t, int ndim, const int *shape, int requires_grad,
+                                 int keep)
+{
+    if (keep == VIT_KEEP_FLOAT || !t->grad || !vit_mixed_on())
+        return vit_tape_output(t, ndim, shape, requires_grad);
+    size_t size, bytes;
+    if (vit_tape_shape_size(t, "vit_tape", ndim, shape, &size))
+        return NULL;
+    vit_tensor *x = vit_tape_header(t, ndim, shape, size);
+    if (!x)
+        return NULL;
+    int k = t->ring_next;
+    if (size > t->ring_cap[k]) {
+        vit_real *p = NULL;
+        if (!vit_mul_size(&bytes, size, sizeof *p)
+            || posix_memalign((void **)&p, VIT_TAPE_ALIGN, bytes)) {
+            vit_fail(VIT_ENOMEM, "vit_tape: out of memory for %zu reals of kept values", size);
+            vit_tape_fail(t, VIT_ENOMEM);
+            return NULL;
+        }
+        free(t->ring[k]);
+        t->ring[k] = p;
+        t->ring_cap[k] = size;
+    }
+    t->ring_next = 1 - k;
+    x->data = t->ring[k];
+    x->requires_grad = requires_grad;
+    vit_tape_node(x)->kept = (unsigned char)keep;
+    return x;
+}
+
+const uint16_t *vit_tape_half(const vit_tensor *x)
+{
+    return ((const node *)x)->half;
+}
+
+uint16_t *vit_tape_half_new(vit_tape *t, vit_tensor *y)
+{
+    node *n = vit_tape_node(y);
+    size_t bytes;
+    if (n->kept != VIT_KEEP_BF16)
+        return NULL;
+    if (!vit_mul_size(&bytes, y->size, sizeof *n->half)
+        || !(n->half = vit_tape_arena(t, bytes))) {
+        vit_tape_fail(t, VIT_ENOMEM);
+        return NULL;
+    }
+    return n->half;
+}
+
+const vit_real *vit_tape_values(vit_tape *t, const vit_tensor *x, void **lease)
+{
+    const node *n = (const node *)x;
+    *lease = NULL;
+    if (!n->kept)
+        return x->data;
+    if (!n->half) {
+        vit_fail(VIT_EINVAL, "vit_tape: a backward read the values of an output kept as none");
+        vit_tape_fail(t, VIT_EINVAL);
+        return NULL;
+    }
+#ifdef VIT_DOUBLE
+    return NULL; /* never kept: no mixed precision in the float64 library */
+#else
+    gblock *b = pool_take(t, x->size);
+    if (!b)
+        return NULL;
+    *lease = b;
+    vit_bf16_to_floats(b->p, n->half, x->size);
+    return b->p;
+#endif
 }
 
 vit_tensor *vit_tape_tensor(vit_tape *t, int ndim, const int *shape)
@@ -201,6 +278,13 @@ vit_real *vit_tape_dy_writable(vit_tape *t, vit_tensor *y, void **lease)
     if (n->gb && !n->retain)
         return y->grad;
     gblock *b = pool_take(t, y->size);
+    *lease = b;
+    return b ? b->p : NULL;
+}
+
+vit_real *vit_tape_lease(vit_tape *t, size_t n, void **lease)
+{
+    gblock *b = pool_take(t, n);
     *lease = b;
     return b ? b->p : NULL;
 }

@@ -37,7 +37,11 @@
  * the bound used here on each parameter tensor's relative gradient
  * difference (observed: below 0.01; a wrong or dropped product term gives
  * errors of order 1).  The test also requires the error to be above
- * u / 64 somewhere, so that a bf16 path that silently ran float32 fails. */
+ * u / 64 somewhere, so that a bf16 path that silently ran float32 fails.
+ * Activations kept in bf16 (the blocks' layer-norm and GELU outputs, read
+ * back as the bf16 operands their products round anyway; GELU' and the
+ * attention cache, one more rounding each of values those products read)
+ * leave G as it is: observed 0.0081 before them, 0.0082 with them. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -285,6 +289,234 @@ START_TEST(tape_linear_ops_within_bound)
 }
 END_TEST
 
+/* ---- activations kept in bf16 ------------------------------------------------------ */
+
+/* vit_op_linear_gelu keeps GELU'(u) in bf16 in mixed precision.  With x,
+ * W, b and dy exact in bf16 and small enough that x W + b is exact in
+ * float32 whatever the order, both paths compute the same pre-activation,
+ * so the forward is bitwise the same and the backward differs only by the
+ * rounding of GELU' (relative 2^-8) and of du = dy GELU' (rounded again as
+ * a GEMM operand): du(1 + d1)(1 + d2), |di| <= u, plus two float32 product
+ * roundings.  So dW = x^T du and dx = du W^T are within tol(K + 1) S (the
+ * + 1 takes the two eps), S the sums of |x| |du| and |du| |W|, and db =
+ * the column sums of du within (u + 2 eps + 2 n eps (1 + u)) sum |du|.  A
+ * float32 GELU' kept would make them differ by ~n eps only (check_rounded). */
+START_TEST(linear_gelu_keeps_gelu_grad_in_bf16)
+{
+    const int n = 24, in = 32, out = 40;
+    float *x = malloc((size_t)n * in * sizeof *x), *W = malloc((size_t)in * out * sizeof *W);
+    float *b = malloc(out * sizeof *b), *dy = malloc((size_t)n * out * sizeof *dy);
+    ck_assert(x && W && b && dy);
+    for (int i = 0; i < n * in; i++)
+        x[i] = (float)((int)vit_rng_below(&rng, 17) - 8) / 8; /* k / 8, |k| <= 8 */
+    for (int i = 0; i < in * out; i++)
+        W[i] = (float)((int)vit_rng_below(&rng, 33) - 16) / 64; /* j / 64 */
+    for (int i = 0; i < out; i++)
+        b[i] = (float)((int)vit_rng_below(&rng, 33) - 16) / 64;
+    for (int i = 0; i < n * out; i++)
+        dy[i] = (float)((int)vit_rng_below(&rng, 255) - 127) / 64; /* 8 significant bits */
+    float *y[2], *dW[2], *db[2], *dx[2];
+    int xs[2] = {n, in}, ws[2] = {in, out}, bs[1] = {out};
+    for (int mixed = 0; mixed < 2; mixed++) {
+        vit_tape *t = vit_tape_new();
+        ck_assert_ptr_nonnull(t);
+        y[mixed] = zeros((size_t)n * out);
+        dW[mixed] = zeros((size_t)in * out);
+        db[mixed] = zeros(out);
+        dx[mixed] = zeros((size_t)n * in);
+        vit_bf16_thread_mixed(mixed);
+        vit_tensor *ty = vit_op_linear_gelu(t, vit_tape_leaf(t, x, dx[mixed], 2, xs),
+                                            vit_tape_leaf(t, W, dW[mixed], 2, ws),
+                                            vit_tape_leaf(t, b, db[mixed], 1, bs));
+        ck_assert_ptr_nonnull(ty);
+        memcpy(y[mixed], ty->data, (size_t)n * out * sizeof *y[mixed]);
+        ck_assert_int_eq(vit_tape_backward_from(t, ty, dy), VIT_OK);
+        ck_assert_int_eq(vit_bf16_thread_mixed(0), mixed);
+        vit_tape_free(t);
+    }
+    ck_assert_mem_eq(y[0], y[1], (size_t)n * out * sizeof *y[0]);
+    /* |du| = |dy| GELU'(x W + b) from the exact pre-activation. */
+    float *v = zeros((size_t)n * out), *du = zeros((size_t)n * out);
+    float *ones = malloc((size_t)n * out * sizeof *ones);
+    ck_assert_ptr_nonnull(ones);
+    for (int i = 0; i < n * out; i++)
+        ones[i] = 1;
+    ck_assert_int_eq(vit_linear_forward(v, x, W, b, n, in, out), VIT_OK);
+    ck_assert_int_eq(vit_gelu_backward(du, ones, v, (size_t)n * out), VIT_OK);
+    for (int i = 0; i < n * out; i++)
+        du[i] = fabsf(du[i] * dy[i]);
+    float *ax = absolute(x, (size_t)n * in), *aW = absolute(W, (size_t)in * out);
+    float *SdW = zeros((size_t)in * out), *Sdx = zeros((size_t)n * in), *Sdb = zeros(out);
+    ck_assert_int_eq(vit_linear_backward(Sdx, SdW, Sdb, du, ax, aW, n, in, out), VIT_OK);
+    double worst = check_bound("dW", dW[1], dW[0], SdW, (size_t)in * out, n + 1, 1);
+    check_rounded("dW", worst);
+    check_rounded("dx", check_bound("dx", dx[1], dx[0], Sdx, (size_t)n * in, out + 1, 1));
+    double kdb = (U + 2 * EPS32 + 2 * n * EPS32 * (1 + U)) / tol(n + 1);
+    check_rounded("db", check_bound("db", db[1], db[0], Sdb, out, n + 1, kdb));
+    float *all[] = {x, W, b, dy, y[0], y[1], dW[0], dW[1], db[0], db[1], dx[0], dx[1], v, du,
+                    ones, ax, aW, SdW, Sdx, Sdb};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        free(all[i]);
+}
+END_TEST
+
+/* A block (vit_op_block) and a tape in grad mode.  Shapes chosen so that
+ * every kept buffer is a whole number of the arena's 64-byte units. */
+enum { KB = 2, KT = 8, KD = 32, KH = 2, KM = 64, KR = KB * KT };
+
+typedef struct kept_block {
+    vit_mha mha;
+    float *x, *w[9], *gx, *gw[9];
+    size_t nw[9];
+} kept_block;
+
+static void kept_block_make(kept_block *k)
+{
+    memset(k, 0, sizeof *k);
+    k->mha = (vit_mha){.batch = KB, .n_q = KT, .n_k = KT, .d_model = KD, .heads = KH,
+                       .has_bias = 1};
+    const size_t nw[9] = {KD, KD, vit_mha_param_count(&k->mha), KD, KD, (size_t)KD * KM, KM,
+                          (size_t)KM * KD, KD};
+    k->x = randn((size_t)KR * KD, 1);
+    k->gx = zeros((size_t)KR * KD);
+    for (int i = 0; i < 9; i++) {
+        k->nw[i] = nw[i];
+        k->w[i] = randn(nw[i], i == 2 || i >= 5 ? 0.2 : 0.1);
+        if (i == 0 || i == 3) /* gains around 1 */
+            for (size_t j = 0; j < nw[i]; j++)
+                k->w[i][j] += 1;
+        k->gw[i] = zeros(nw[i]);
+    }
+}
+
+static void kept_block_free(kept_block *k)
+{
+    free(k->x);
+    free(k->gx);
+    for (int i = 0; i < 9; i++) {
+        free(k->w[i]);
+        free(k->gw[i]);
+    }
+}
+
+/* The block's forward on t (gradients into k's buffers, zeroed first),
+ * the backward from dy when dy is not NULL; returns the arena bytes the
+ * forward took (vit_tape_mark). */
+static size_t kept_block_run(kept_block *k, vit_tape *t, const vit_block_opts *o, const float *dy)
+{
+    memset(k->gx, 0, (size_t)KR * KD * sizeof *k->gx);
+    for (int i = 0; i < 9; i++)
+        memset(k->gw[i], 0, k->nw[i] * sizeof *k->gw[i]);
+    int xs[3] = {KB, KT, KD}, s1[1], s2[2];
+    vit_tensor *w[9];
+    for (int i = 0; i < 9; i++) {
+        int two = i == 5 || i == 7;
+        s2[0] = i == 5 ? KD : KM;
+        s2[1] = i == 5 ? KM : KD;
+        s1[0] = (int)k->nw[i];
+        w[i] = vit_tape_leaf(t, k->w[i], k->gw[i], two ? 2 : 1, two ? s2 : s1);
+    }
+    size_t before = vit_tape_mark(t);
+    vit_block_weights bw = {w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8]};
+    vit_tensor *y = vit_op_block(t, &k->mha, &bw, vit_tape_leaf(t, k->x, k->gx, 3, xs), o);
+    ck_assert_ptr_nonnull(y);
+    size_t bytes = vit_tape_mark(t) - before;
+    if (dy)
+        ck_assert_int_eq(vit_tape_backward_from(t, y, dy), VIT_OK);
+    return bytes;
+}
+
+/* In mixed precision a block keeps, of its layer norms' outputs, its
+ * attention cache and its MLP's GELU (output and GELU'), only their bf16
+ * roundings, and no values of the attention's output: its forward takes
+ * exactly 8 R D + 2 C + 4 R M bytes less of the tape's arena (R = B T rows,
+ * C the attention cache's vit_mha_cache_size floats: 4 bytes each, 2 in
+ * bf16) than in float32.  This fails if any of them is kept as float. */
+START_TEST(block_keeps_activations_in_bf16)
+{
+    kept_block k;
+    kept_block_make(&k);
+    size_t cache = vit_mha_cache_size(&k.mha), bytes[2];
+    for (int mixed = 0; mixed < 2; mixed++) {
+        vit_tape *t = vit_tape_new();
+        ck_assert_ptr_nonnull(t);
+        vit_bf16_thread_mixed(mixed);
+        bytes[mixed] = kept_block_run(&k, t, NULL, NULL);
+        ck_assert_int_eq(vit_bf16_thread_mixed(0), mixed);
+        vit_tape_free(t);
+    }
+    size_t saved = 8 * (size_t)KR * KD + 2 * cache + 4 * (size_t)KR * KM;
+    ck_assert_msg(bytes[0] - bytes[1] == saved, "float32 block %zu bytes, mixed %zu: %zu less, "
+                  "expected %zu", bytes[0], bytes[1], bytes[0] - bytes[1], saved);
+    kept_block_free(&k);
+}
+END_TEST
+
+/* The block's gradients in mixed precision (its kept activations read back
+ * from bf16) against float32, for the plain block, token0_only and drop
+ * path: each weight's and x's relative difference (2-norm) within
+ * sqrt(G) 2u as in the whole step (see the top), G = 10 for one block: its
+ * four layer products forward, their four dX products back, and the two
+ * attention products back (dP, then dQ or dK) whose operands the bf16
+ * cache rounds.  A kept buffer read after it was overwritten gives errors
+ * of order 1.  And twice in a row on one tape, the same bits (its buffers
+ * reused across steps). */
+START_TEST(block_gradients_within_bound)
+{
+    kept_block k;
+    kept_block_make(&k);
+    float *dy = randn((size_t)KR * KD, 1);
+    vit_real drop[KB] = {0, 2};
+    vit_block_opts opts[3] = {{0}, {.token0_only = 1}, {.drop_attn = drop, .drop_mlp = drop}};
+    const double lim = sqrt(10.0) * 2 * U;
+    for (int o = 0; o < 3; o++) {
+        float *g[2][10];
+        for (int mixed = 0; mixed < 2; mixed++) {
+            vit_tape *t = vit_tape_new();
+            ck_assert_ptr_nonnull(t);
+            vit_bf16_thread_mixed(mixed);
+            for (int rep = 0; rep < 2; rep++) {
+                vit_tape_reset(t);
+                kept_block_run(&k, t, &opts[o], dy);
+                for (int i = 0; i < 10; i++) {
+                    size_t n = i ? k.nw[i - 1] : (size_t)KR * KD;
+                    const float *src = i ? k.gw[i - 1] : k.gx;
+                    if (rep == 1) {
+                        ck_assert_mem_eq(g[mixed][i], src, n * sizeof *src);
+                        free(g[mixed][i]);
+                    }
+                    g[mixed][i] = malloc(n * sizeof *src);
+                    ck_assert_ptr_nonnull(g[mixed][i]);
+                    memcpy(g[mixed][i], src, n * sizeof *src);
+                }
+            }
+            ck_assert_int_eq(vit_bf16_thread_mixed(0), mixed);
+            vit_tape_free(t);
+        }
+        double worst = 0;
+        for (int i = 0; i < 10; i++) {
+            size_t n = i ? k.nw[i - 1] : (size_t)KR * KD;
+            double d2 = 0, f2 = 0;
+            for (size_t j = 0; j < n; j++) {
+                double d = (double)g[1][i][j] - g[0][i][j];
+                d2 += d * d;
+                f2 += (double)g[0][i][j] * g[0][i][j];
+            }
+            double rel = f2 > 0 ? sqrt(d2 / f2) : sqrt(d2);
+            ck_assert_msg(rel <= lim, "opts %d, input %d: relative gradient difference %.3g "
+                          "above %.3g", o, i, rel, lim);
+            if (rel > worst)
+                worst = rel;
+            free(g[0][i]);
+            free(g[1][i]);
+        }
+        check_rounded("block", worst);
+    }
+    free(dy);
+    kept_block_free(&k);
+}
+END_TEST
+
 /* ---- the whole step ------------------------------------------------------------- */
 
 /* One digits-shaped training step (depth 4, batch 32, two threads) in
@@ -456,6 +688,9 @@ int main(void)
     tcase_add_test(tc, linear_within_bound);
     tcase_add_test(tc, patch_embed_within_bound);
     tcase_add_test(tc, tape_linear_ops_within_bound);
+    tcase_add_test(tc, linear_gelu_keeps_gelu_grad_in_bf16);
+    tcase_add_test(tc, block_keeps_activations_in_bf16);
+    tcase_add_test(tc, block_gradients_within_bound);
     tcase_add_test(tc, training_step_within_bound);
     tcase_add_test(tc, set_precision_switches_the_step);
     tcase_add_test(tc, off_is_float32);

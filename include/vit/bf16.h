@@ -208,7 +208,10 @@ int vit_precision_resolve(int precision, char *why, size_t cap);
  * (vit_mha_*, vit_op_mha) and the patch embedding (vit_patch_embed_*,
  * vit_op_patch_embed), forward and both products of the backward (dX and
  * dW), then compute as vit_gemm_bf16 does, on the path vit_bf16_get_path
- * names; everything else is unchanged.  A product that cannot get its
+ * names.  Tape ops in grad mode also keep some saved activations in bf16:
+ * vit_op_linear_gelu its GELU', vit_op_block its inner activations (see
+ * vit/block.h); every tensor an op returns is still float.  Everything
+ * else is unchanged.  A product that cannot get its
  * scratch memory is skipped (its output unspecified, the message in
  * vit_last_error) and the thread remembers VIT_ENOMEM, which the next call
  * returns instead of the previous setting (and forgets).  Returns the
