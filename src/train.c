@@ -45,6 +45,7 @@ struct vit_trainer {
     int *labels, *perm;
     vit_real *targets;        /* [batch, classes] mixed labels (mixup, cutmix) */
     vit_real *drop;           /* [depth, 2, batch] drop-path scales (drop_path) */
+    vit_augment_scratch *aug; /* vit_augment_batch's working memory */
     int mixed;                /* the batch in images is mixed: use targets */
     char **class_names;       /* the training data's, for the checkpoint (not owned) */
     FILE *metrics;
@@ -98,8 +99,8 @@ static int gather_batch(vit_trainer *t, const int *idx, int b, int lo, int hi)
                      .rotate = c->rotate, .scale = c->scale, .flip = c->flip, .mixup = c->mixup,
                      .cutmix = c->cutmix, .mix_prob = c->mix_prob, .smoothing = c->smoothing,
                      .classes = c->classes};
-    int rc = vit_augment_batch(&g, &t->train, idx, b, lo, hi, &t->st.rng, t->images, t->labels,
-                               t->targets, &t->mixed, NULL);
+    int rc = vit_augment_batch(&g, &t->train, idx, b, lo, hi, t->aug, &t->st.rng, t->images,
+                               t->labels, t->targets, &t->mixed, NULL);
     /* Row j (block j / 2, branch j % 2) is drawn for all b items, then its
      * slice moved to j (hi - lo): [depth, 2, hi - lo] as the model reads it
      * (each move goes to lower addresses than the rows still to draw). */
@@ -111,11 +112,15 @@ static int gather_batch(vit_trainer *t, const int *idx, int b, int lo, int hi)
     return rc;
 }
 
-/* The buffers of the mixed targets and drop-path scales, when the config
- * asks for them. */
+/* The augmentation's working memory and the buffers of the mixed targets
+ * and drop-path scales, when the config asks for them. */
 static int augment_buffers(vit_trainer *t)
 {
     const vit_config *c = &t->cfg;
+    int rc = vit_augment_scratch_new(&t->aug, c->batch, c->image_height, c->image_width,
+                                     c->channels);
+    if (rc)
+        return rc;
     if (c->mixup > 0 || c->cutmix > 0)
         t->targets = malloc((size_t)c->batch * c->classes * sizeof *t->targets);
     if (c->drop_path > 0)
@@ -236,6 +241,7 @@ void vit_trainer_free(vit_trainer *t)
     free(t->perm);
     free(t->targets);
     free(t->drop);
+    vit_augment_scratch_free(t->aug);
     vit_run_state_free(&t->st);
     vit_eval_result_free(&t->last_test);
     if (t->metrics)
