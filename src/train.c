@@ -1071,6 +1071,7 @@ int vit_trainer_fit(vit_trainer *t, vit_train_result *res)
     if (rc)
         return rc;
     res->epochs_done = (int)t->st.epoch;
+    res->epochs = t->cfg.epochs;
     res->steps = t->st.step;
     if (t->complete_at_start) {
         res->already_complete = 1;

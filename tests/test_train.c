@@ -239,6 +239,7 @@ START_TEST(test_resume_is_exact)
     o.stop_after_epochs = 2;
     ck_assert_msg(vit_train_run(&cfg, &g_train, &g_test, &o, &res) == VIT_OK, "%s", vit_last_error());
     ck_assert_int_eq(res.epochs_done, 2);
+    ck_assert_int_eq(res.epochs, 4); /* the run's length, not the stop's */
     vit_train_result_free(&res);
     o.stop_after_epochs = 0;
     o.resume = b_ckpt;
@@ -1324,6 +1325,7 @@ START_TEST(test_budget_holds)
     vit_config ck;
     ck_assert(vit_run_config(path, &ck) == VIT_OK);
     ck_assert_int_eq(ck.epochs, res.epochs_done);
+    ck_assert_int_eq(res.epochs, ck.epochs); /* the result says the plan too */
     vit_train_result_free(&res);
     vit_trainer_free(t);
     fu_remove_tree(dir);

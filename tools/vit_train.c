@@ -594,16 +594,10 @@ static int train_once(const vit_config *cfg, const vit_dataset *train, const vit
              res.seconds, res.images_per_second);
     print_result(acc, labels, timing, out);
     print_tta_auto(&res);
-    /* The run's epochs: a budget's plan is in its checkpoint. */
-    vit_config ran = *cfg;
-    char ckpt[4200];
-    snprintf(ckpt, sizeof ckpt, "%s/last.ckpt", out);
-    if (o.budget_seconds > 0 && vit_run_config(ckpt, &ran) != VIT_OK)
-        ran = *cfg;
-    if (o.stop_after_epochs > 0 && res.epochs_done < ran.epochs) {
+    if (o.stop_after_epochs > 0 && res.epochs_done < res.epochs) {
         char what[96];
         snprintf(what, sizeof what, "stopped after epoch %d of %d (--stop-after); continue with:",
-                 res.epochs_done, ran.epochs);
+                 res.epochs_done, res.epochs);
         cli_print_item(stdout, what, resume);
     }
     vit_train_result_free(&res);
