@@ -88,7 +88,8 @@ static void print_spread(const char *what, const double *x, int n)
     printf("%s mean %.4f, sd %.4f, min %.4f, max %.4f\n", what, st[0], st[1], st[2], st[3]);
 }
 
-/* OUT/seeds.csv, written whole or not at all (vit_atomic_open). */
+/* OUT/seeds.csv, written whole or not at all (vit_atomic_open): a row per
+ * seed, its tta the test-time augmentation its final figures used. */
 static int write_seeds_csv(const char *out, const unsigned long long *seeds, int n,
                            const vit_train_result *r)
 {
@@ -99,12 +100,12 @@ static int write_seeds_csv(const char *out, const unsigned long long *seeds, int
     int rc = vit_atomic_open(path, &f, &tmp);
     if (rc)
         return cli_fail(prog, NULL);
-    if (fprintf(f, "seed,test_acc,test_acc_one_pass,val_acc,val_acc_one_pass,seconds\n") < 0)
+    if (fprintf(f, "seed,test_acc,test_acc_one_pass,val_acc,val_acc_one_pass,seconds,tta\n") < 0)
         rc = VIT_EIO;
     for (int k = 0; k < n && rc == VIT_OK; k++)
-        if (fprintf(f, "%llu,%.6f,%.6f,%.6f,%.6f,%.3f\n", seeds[k], r[k].test_accuracy,
+        if (fprintf(f, "%llu,%.6f,%.6f,%.6f,%.6f,%.3f,%s\n", seeds[k], r[k].test_accuracy,
                     r[k].test_accuracy_plain, r[k].val_accuracy, r[k].val_accuracy_plain,
-                    r[k].seconds) < 0)
+                    r[k].seconds, r[k].tta != VIT_TTA_NONE ? "shift9" : "none") < 0)
             rc = VIT_EIO;
     if (rc)
         vit_set_error(rc, "%s: cannot write", path);
@@ -112,6 +113,32 @@ static int write_seeds_csv(const char *out, const unsigned long long *seeds, int
         return cli_fail(prog, NULL);
     printf("wrote %s\n", path);
     return 0;
+}
+
+/* Appends seed to the list in buf[cap] ("," between), or "..." once
+ * when there is no room for it. */
+static void add_seed(char *buf, size_t cap, unsigned long long seed)
+{
+    size_t len = strlen(buf);
+    if (len + 24 < cap)
+        snprintf(buf + len, cap - len, "%s%llu", len ? "," : "", seed);
+    else if (len + 4 < cap && strcmp(buf + len - 3, "...") != 0)
+        snprintf(buf + len, cap - len, "...");
+}
+
+/* The label of the seeds' final figures, into buf[cap]: "" when no seed's
+ * run used test-time augmentation, " (tta shift9)" when all did, else
+ * " (tta auto)" after a line that gives each seed's own choice (tta auto
+ * chose per seed by its validation set). */
+static void tta_label(const vit_train_result *r, const unsigned long long *seeds, int n,
+                      char *buf, size_t cap)
+{
+    char on[48] = "", off[48] = "";
+    for (int k = 0; k < n; k++)
+        add_seed(r[k].tta != VIT_TTA_NONE ? on : off, sizeof on, seeds[k]);
+    snprintf(buf, cap, "%s", !*on ? "" : !*off ? " (tta shift9)" : " (tta auto)");
+    if (*on && *off)
+        printf("tta auto: shift9 on seeds %s; one pass on %s\n", on, off);
 }
 
 int train_seeds(const vit_config *cfg, const vit_dataset *train, const vit_dataset *test,
@@ -143,14 +170,11 @@ int train_seeds(const vit_config *cfg, const vit_dataset *train, const vit_datas
     for (int k = 0; k < n; k++) {
         x[k] = res[k].test_accuracy;
         y[k] = res[k].test_accuracy_plain;
-        size_t len = strlen(list);
-        if (len < sizeof list - 24)
-            snprintf(list + len, sizeof list - len, "%s%llu", k ? "," : "", seeds[k]);
-        else if (len < sizeof list - 4)
-            snprintf(list + len, sizeof list - len, "...");
+        add_seed(list, sizeof list, seeds[k]);
     }
-    const char *label = res[0].tta != VIT_TTA_NONE ? " (tta shift9)" : "";
+    char label[32];
     printf("\n%d seeds (%s):\n", n, list);
+    tta_label(res, seeds, n, label, sizeof label);
     snprintf(what, sizeof what, "test accuracy%s", label);
     print_spread(what, x, n);
     if (*label)
