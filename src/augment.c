@@ -262,10 +262,14 @@ int vit_augment_scratch_new(vit_augment_scratch **out, int batch, int H, int W, 
     if (batch < 1 || H < 1 || W < 1 || C < 1)
         return vit_fail(VIT_EINVAL, "vit_augment_scratch_new: batch %d or size %dx%dx%d below 1",
                         batch, H, W, C);
+    size_t bytes; /* of tmp, [2, H, W, C] */
+    if (!vit_mul_size(&bytes, (size_t)H, (size_t)W) || !vit_mul_size(&bytes, bytes, (size_t)C)
+        || !vit_mul_size(&bytes, bytes, 2 * sizeof(vit_real)))
+        return VIT_ENOMEM;
     vit_augment_scratch *s = calloc(1, sizeof *s);
     if (s) {
         *s = (vit_augment_scratch){batch, H, W, C, malloc((size_t)batch * sizeof *s->d),
-                                   malloc(2 * (size_t)H * W * C * sizeof *s->tmp)};
+                                   malloc(bytes)};
         if (s->d && s->tmp) {
             *out = s;
             return VIT_OK;

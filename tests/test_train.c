@@ -818,6 +818,8 @@ START_TEST(test_augment_batch_values)
     small = (vit_augment_scratch *)&g;
     ck_assert_int_eq(vit_augment_scratch_new(&small, 0, AH, AW, AC), VIT_EINVAL);
     ck_assert(small == NULL);
+    /* [2, 2^30, 2^30, 2^30] values: a size that does not fit */
+    ck_assert_int_eq(vit_augment_scratch_new(&small, 1, 1 << 30, 1 << 30, 1 << 30), VIT_ENOMEM);
     ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, NULL, &rng, out, lab, tg, &mixed,
                                        NULL), VIT_EINVAL);
     vit_augment_scratch_free(s);
