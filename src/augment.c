@@ -223,28 +223,101 @@ static int draw_mix(const vit_augment *g, vit_rng *rng, int H, int W, double *la
     return 2;
 }
 
-int vit_augment_batch(const vit_augment *g, const vit_dataset *ds, const int *idx, int b,
-                      int lo, int hi, vit_rng *rng, vit_real *images, int *labels,
-                      vit_real *targets, int *mixed, double *lam_out)
+/* x [H, W, C] mixed with its partner xp: how 1 (mixup) lam x + (1 - lam)
+ * xp; how 2 (cutmix) xp's pixels pasted into box. */
+static void mix_pixels(int how, double lam, const int box[4], vit_real *x, const vit_real *xp,
+                       int H, int W, int C)
 {
-    if (!g || !ds || !idx || !rng || !images || !labels || !mixed)
+    size_t img = (size_t)H * W * C;
+    if (how == 1)
+        for (size_t i = 0; i < img; i++)
+            x[i] = (vit_real)(lam * x[i] + (1 - lam) * xp[i]);
+    else
+        for (int y = box[0]; y < box[2]; y++)
+            memcpy(x + ((size_t)y * W + box[1]) * C, xp + ((size_t)y * W + box[1]) * C,
+                   (size_t)(box[3] - box[1]) * C * sizeof *x);
+}
+
+/* t [classes] = lam t(ya) + (1 - lam) t(yb), each one-hot smoothed. */
+static void mix_targets(const vit_augment *g, double lam, int ya, int yb, vit_real *t)
+{
+    int K = g->classes;
+    double off = g->smoothing / K, on = 1 - g->smoothing + off;
+    for (int c = 0; c < K; c++)
+        t[c] = (vit_real)(lam * (c == ya ? on : off) + (1 - lam) * (c == yb ? on : off));
+}
+
+struct vit_augment_scratch {
+    int batch, H, W, C;
+    item_draw *d;   /* [batch]: mixing needs the partners' draws after all
+                       draws are taken */
+    vit_real *tmp;  /* [2, H, W, C]: a flipped item, a partner */
+};
+
+int vit_augment_scratch_new(vit_augment_scratch **out, int batch, int H, int W, int C)
+{
+    if (!out)
+        return vit_fail(VIT_EINVAL, "vit_augment_scratch_new: out is NULL");
+    *out = NULL;
+    if (batch < 1 || H < 1 || W < 1 || C < 1)
+        return vit_fail(VIT_EINVAL, "vit_augment_scratch_new: batch %d or size %dx%dx%d below 1",
+                        batch, H, W, C);
+    size_t bytes; /* of tmp, [2, H, W, C] */
+    if (!vit_mul_size(&bytes, (size_t)H, (size_t)W) || !vit_mul_size(&bytes, bytes, (size_t)C)
+        || !vit_mul_size(&bytes, bytes, 2 * sizeof(vit_real)))
+        return VIT_ENOMEM;
+    vit_augment_scratch *s = calloc(1, sizeof *s);
+    if (s) {
+        *s = (vit_augment_scratch){batch, H, W, C, malloc((size_t)batch * sizeof *s->d),
+                                   malloc(bytes)};
+        if (s->d && s->tmp) {
+            *out = s;
+            return VIT_OK;
+        }
+    }
+    vit_augment_scratch_free(s);
+    return vit_fail(VIT_ENOMEM, "vit_augment_scratch_new: out of memory");
+}
+
+void vit_augment_scratch_free(vit_augment_scratch *s)
+{
+    if (!s)
+        return;
+    free(s->d);
+    free(s->tmp);
+    free(s);
+}
+
+/* VIT_OK if the call's arguments hold (see vit_augment_batch). */
+static int check_batch_args(const vit_augment *g, const vit_dataset *ds, const int *idx, int b,
+                            int lo, int hi, const vit_augment_scratch *s, const vit_rng *rng)
+{
+    if (!g || !ds || !idx || !s || !rng)
         return vit_fail(VIT_EINVAL, "vit_augment_batch: NULL argument");
     if (!(0 <= lo && lo <= hi && hi <= b))
         return vit_fail(VIT_EINVAL, "vit_augment_batch: slice [%d, %d) of %d items", lo, hi, b);
-    int rc = check_augment(g);
+    if (b > s->batch || ds->height != s->H || ds->width != s->W || ds->channels != s->C)
+        return vit_fail(VIT_EINVAL, "vit_augment_batch: the scratch is for %d items of %dx%dx%d, "
+                        "not %d of %dx%dx%d", s->batch, s->H, s->W, s->C, b, ds->height,
+                        ds->width, ds->channels);
+    return check_augment(g);
+}
+
+int vit_augment_batch(const vit_augment *g, const vit_dataset *ds, const int *idx, int b,
+                      int lo, int hi, vit_augment_scratch *scratch, vit_rng *rng,
+                      vit_real *images, int *labels, vit_real *targets, int *mixed,
+                      double *lam_out)
+{
+    if (!images || !labels || !mixed)
+        return vit_fail(VIT_EINVAL, "vit_augment_batch: NULL argument");
+    int rc = check_batch_args(g, ds, idx, b, lo, hi, scratch, rng);
     if (rc)
         return rc;
     int H = ds->height, W = ds->width, C = ds->channels;
     size_t img = (size_t)H * W * C;
     int mixing = g->mixup > 0 || g->cutmix > 0;
-    /* Mixing needs the partners' draws after all draws are taken. */
-    item_draw *d = malloc((size_t)(mixing ? b : 1) * sizeof *d);
-    vit_real *tmp = malloc(2 * img * sizeof *tmp);
-    if (!d || !tmp) {
-        free(d);
-        free(tmp);
-        return vit_fail(VIT_ENOMEM, "vit_augment_batch: out of memory");
-    }
+    item_draw *d = scratch->d;
+    vit_real *tmp = scratch->tmp;
     for (int k = 0; k < b; k++) {
         item_draw *dk = mixing ? &d[k] : d;
         draw_item(g, rng, dk);
@@ -264,22 +337,10 @@ int vit_augment_batch(const vit_augment *g, const vit_dataset *ds, const int *id
         int p = b - 1 - k;
         vit_real *x = images + (size_t)(k - lo) * img, *xp = tmp + img;
         apply_item(g, &d[p], ds->images + (size_t)idx[p] * img, xp, tmp, H, W, C);
-        if (how == 1)
-            for (size_t i = 0; i < img; i++)
-                x[i] = (vit_real)(lam * x[i] + (1 - lam) * xp[i]);
-        else
-            for (int y = box[0]; y < box[2]; y++)
-                memcpy(x + ((size_t)y * W + box[1]) * C, xp + ((size_t)y * W + box[1]) * C,
-                       (size_t)(box[3] - box[1]) * C * sizeof *x);
-        if (targets) {
-            int K = g->classes, ya = ds->labels[idx[k]], yb = ds->labels[idx[p]];
-            double off = g->smoothing / K, on = 1 - g->smoothing + off;
-            vit_real *t = targets + (size_t)(k - lo) * K;
-            for (int c = 0; c < K; c++)
-                t[c] = (vit_real)(lam * (c == ya ? on : off) + (1 - lam) * (c == yb ? on : off));
-        }
+        mix_pixels(how, lam, box, x, xp, H, W, C);
+        if (targets)
+            mix_targets(g, lam, ds->labels[idx[k]], ds->labels[idx[p]],
+                        targets + (size_t)(k - lo) * g->classes);
     }
-    free(d);
-    free(tmp);
     return VIT_OK;
 }

@@ -803,51 +803,51 @@ static int parse(ckpt_reader *r, vit_ckpt *c)
     return VIT_OK;
 }
 
-int vit_ckpt_read(const char *path, vit_ckpt *c)
+/* The checks both readers start with: c and path not NULL (c cleared
+ * first, so that vit_ckpt_free is safe after any failure). */
+static int check_read_args(const char *fn, const char *path, vit_ckpt *c)
 {
-    const char *fn = "vit_ckpt_read";
     int rc;
     if ((rc = vit_check_ptr(fn, "c", c)))
         return rc;
     memset(c, 0, sizeof *c);
-    if ((rc = vit_check_ptr(fn, "path", path)))
-        return rc;
+    return vit_check_ptr(fn, "path", path);
+}
+
+/* Loads at most max bytes of path and parses them into *c with parse_fn;
+ * on failure *c is freed (cleared). */
+static int load_and_parse(const char *path, size_t max, vit_ckpt *c,
+                          int (*parse_fn)(ckpt_reader *, vit_ckpt *))
+{
     unsigned char *buf = NULL;
     size_t len = 0, file_len = 0;
-    if ((rc = load_file(path, SIZE_MAX, &buf, &len, &file_len)))
+    int rc = load_file(path, max, &buf, &len, &file_len);
+    if (rc)
         return rc;
     ckpt_reader r = {path, buf, len, 0, file_len};
-    rc = parse(&r, c);
+    rc = parse_fn(&r, c);
     free(buf);
     if (rc)
         vit_ckpt_free(c);
     return rc;
 }
 
+int vit_ckpt_read(const char *path, vit_ckpt *c)
+{
+    int rc = check_read_args("vit_ckpt_read", path, c);
+    return rc ? rc : load_and_parse(path, SIZE_MAX, c, parse);
+}
+
 /* The header from the file's first 64 KiB, or from four times as many
  * bytes while it needs more, up to the whole file. */
 int vit_ckpt_read_header(const char *path, vit_ckpt *c)
 {
-    const char *fn = "vit_ckpt_read_header";
-    int rc;
-    if ((rc = vit_check_ptr(fn, "c", c)))
+    int rc = check_read_args("vit_ckpt_read_header", path, c);
+    if (rc)
         return rc;
-    memset(c, 0, sizeof *c);
-    if ((rc = vit_check_ptr(fn, "path", path)))
-        return rc;
-    for (size_t max = (size_t)1 << 16;; max = max > SIZE_MAX / 4 ? SIZE_MAX : max * 4) {
-        unsigned char *buf = NULL;
-        size_t len = 0, file_len = 0;
-        if ((rc = load_file(path, max, &buf, &len, &file_len)))
+    for (size_t max = (size_t)1 << 16;; max = max > SIZE_MAX / 4 ? SIZE_MAX : max * 4)
+        if ((rc = load_and_parse(path, max, c, parse_header)) != CKPT_MORE)
             return rc;
-        ckpt_reader r = {path, buf, len, 0, file_len};
-        rc = parse_header(&r, c);
-        free(buf);
-        if (rc)
-            vit_ckpt_free(c);
-        if (rc != CKPT_MORE)
-            return rc;
-    }
 }
 
 void vit_ckpt_free(vit_ckpt *c)

@@ -1,4 +1,4 @@
-/* Internal: what the trainer (train.c) shares with scoring (evaluate.c)
+/* Internal: what the trainer (train*.c) shares with scoring (evaluate.c)
  * and with the run folder and its history (run_dir.c). */
 #ifndef VIT_SRC_TRAIN_INTERNAL_H
 #define VIT_SRC_TRAIN_INTERNAL_H

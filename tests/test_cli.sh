@@ -241,6 +241,26 @@ expect "--seeds: mean, sd and min of the seeds' accuracies" 0 \
     "^test accuracy mean $mean, sd $sd, min $lo, max " echo "$out"
 csv=$(awk -F, 'NR > 1 { printf "%s:%.4f ", $1, $2 }' "$tmp/seeds/seeds.csv")
 expect "--seeds: seeds.csv, a row per seed" 0 "" test "$csv" = "2:$a2 5:$a5 "
+# --seeds with tta auto: each seed's run chooses by its own validation set
+# (seeds 1 and 2 of this tiny run choose differently), so the summary says
+# each seed's choice, as its own "tta auto:" line gave it, and seeds.csv
+# has it per row; the one-pass spread is the seeds' one-pass figures.
+out=$("$tools/vit_train" "${tiny[@]}" --tta auto --val 287 --seeds 1,2 --out "$tmp/seeds-auto" 2>&1)
+echo "$out" | sed 's/^/     /'
+chose=$(sed -n 's/^tta auto: \(shift9\) chosen.*/\1/p; s/^tta auto: one pass kept.*/none/p' <<<"$out" |
+        paste -sd' ')
+expect "--seeds, tta auto: seeds 1 and 2 choose differently here" 0 "" \
+    test "$chose" = "shift9 none" -o "$chose" = "none shift9"
+if [ "$chose" = "shift9 none" ]; then on=1 off=2; else on=2 off=1; fi
+expect "--seeds, tta auto: the summary names each seed's own choice" 0 \
+    "^tta auto: shift9 on seeds $on; one pass on $off\$" echo "$out"
+csv=$(awk -F, 'NR > 1 { printf "%s:%s ", $1, $7 }' "$tmp/seeds-auto/seeds.csv")
+expect "--seeds, tta auto: seeds.csv's tta column, each seed's own" 0 "" \
+    test "$csv" = "1:${chose%% *} 2:${chose##* } "
+plain=$(awk -F, 'NR > 1 { s += $3; n++ } END { printf "%.4f", s / n }' "$tmp/seeds-auto/seeds.csv")
+expect "--seeds, tta auto: labelled spreads, and the one-pass one of the one-pass figures" 0 "" \
+    bash -c 'grep -q "^test accuracy (tta auto) mean " <<<"$1" &&
+             grep -q "^test accuracy (one pass) mean $2, " <<<"$1"' _ "$out" "$plain"
 expect "--seeds again into the same folder: refused" 1 "already holds" \
     "$tools/vit_train" "${tiny[@]}" --seeds 2,5 --out "$tmp/seeds"
 expect "--seeds with --seed: refused" 2 "give one of them" \

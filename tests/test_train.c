@@ -239,6 +239,7 @@ START_TEST(test_resume_is_exact)
     o.stop_after_epochs = 2;
     ck_assert_msg(vit_train_run(&cfg, &g_train, &g_test, &o, &res) == VIT_OK, "%s", vit_last_error());
     ck_assert_int_eq(res.epochs_done, 2);
+    ck_assert_int_eq(res.epochs, 4); /* the run's length, not the stop's */
     vit_train_result_free(&res);
     o.stop_after_epochs = 0;
     o.resume = b_ckpt;
@@ -686,12 +687,14 @@ START_TEST(test_augment_batch_values)
     const int idx[AN] = {3, 0, 5, 1, 4, 2};
     vit_rng rng, copy;
     double lam;
+    vit_augment_scratch *s = NULL; /* made once, used by every call below */
+    ck_assert_int_eq(vit_augment_scratch_new(&s, AN, AH, AW, AC), VIT_OK);
 
     /* all off: copies, and the generator untouched */
     vit_augment g = {.classes = 3, .mix_prob = 1};
     vit_rng_seed(&rng, 5);
     copy = rng;
-    ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, &rng, out, lab, tg, &mixed, &lam),
+    ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, s, &rng, out, lab, tg, &mixed, &lam),
                      VIT_OK);
     ck_assert(memcmp(&rng, &copy, sizeof rng) == 0 && mixed == 0 && lam == 1);
     for (int k = 0; k < AN; k++) {
@@ -704,7 +707,7 @@ START_TEST(test_augment_batch_values)
     g.shift = 1;
     g.flip = 1;
     copy = rng;
-    ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, &rng, out, lab, NULL, &mixed, NULL),
+    ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, s, &rng, out, lab, NULL, &mixed, NULL),
                      VIT_OK);
     int flips = 0;
     for (int k = 0; k < AN; k++) {
@@ -728,7 +731,7 @@ START_TEST(test_augment_batch_values)
     g = (vit_augment){.cutmix = 1.0, .mix_prob = 1, .smoothing = 0.1, .classes = 3};
     int boxes = 0;
     for (int rep = 0; rep < 8; rep++) {
-        ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, &rng, out, lab, tg, &mixed,
+        ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, s, &rng, out, lab, tg, &mixed,
                                            &lam), VIT_OK);
         ck_assert_int_eq(mixed, 1);
         for (int k = 0; k < AN; k++) {
@@ -765,7 +768,7 @@ START_TEST(test_augment_batch_values)
 
     /* mixup: lam x_k + (1 - lam) x_partner */
     g = (vit_augment){.mixup = 0.8, .mix_prob = 1, .classes = 3};
-    ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, &rng, out, lab, tg, &mixed, &lam),
+    ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, s, &rng, out, lab, tg, &mixed, &lam),
                      VIT_OK);
     ck_assert(mixed == 1 && lam > 0 && lam < 1);
     for (int k = 0; k < AN; k++)
@@ -781,24 +784,46 @@ START_TEST(test_augment_batch_values)
     for (int rep = 0; rep < 6; rep++) {
         copy = rng;
         int m1, m2;
-        ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, &rng, full, lab, tg, &m1, NULL),
+        ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, s, &rng, full, lab, tg, &m1, NULL),
                          VIT_OK);
-        ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 2, 5, &copy, out, lab, tg, &m2, NULL),
+        ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 2, 5, s, &copy, out, lab, tg, &m2, NULL),
                          VIT_OK);
         ck_assert(memcmp(&rng, &copy, sizeof rng) == 0 && m1 == m2);
         ck_assert(memcmp(out, full + 2 * AIMG, 3 * AIMG * sizeof *out) == 0);
     }
     g.mix_prob = 0;
-    ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, &rng, out, lab, tg, &mixed, NULL),
+    ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, s, &rng, out, lab, tg, &mixed, NULL),
                      VIT_OK);
     ck_assert_int_eq(mixed, 0);
     /* refused */
     g.flip = 2;
-    ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, &rng, out, lab, tg, &mixed, NULL),
+    ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, s, &rng, out, lab, tg, &mixed, NULL),
                      VIT_EINVAL);
     g.flip = 0;
-    ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 3, 2, &rng, out, lab, tg, &mixed, NULL),
+    ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 3, 2, s, &rng, out, lab, tg, &mixed, NULL),
                      VIT_EINVAL);
+    /* a scratch for fewer items or another image shape is refused, and a
+     * scratch is not made for sizes below 1 */
+    vit_augment_scratch *small = NULL;
+    ck_assert_int_eq(vit_augment_scratch_new(&small, AN - 1, AH, AW, AC), VIT_OK);
+    ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, small, &rng, out, lab, tg, &mixed,
+                                       NULL), VIT_EINVAL);
+    ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN - 1, 0, AN - 1, small, &rng, out, lab, tg,
+                                       &mixed, NULL), VIT_OK);
+    vit_augment_scratch_free(small);
+    ck_assert_int_eq(vit_augment_scratch_new(&small, AN, AH, AW + 1, AC), VIT_OK);
+    ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, small, &rng, out, lab, tg, &mixed,
+                                       NULL), VIT_EINVAL);
+    vit_augment_scratch_free(small);
+    small = (vit_augment_scratch *)&g;
+    ck_assert_int_eq(vit_augment_scratch_new(&small, 0, AH, AW, AC), VIT_EINVAL);
+    ck_assert(small == NULL);
+    /* [2, 2^30, 2^30, 2^30] values: a size that does not fit */
+    ck_assert_int_eq(vit_augment_scratch_new(&small, 1, 1 << 30, 1 << 30, 1 << 30), VIT_ENOMEM);
+    ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, NULL, &rng, out, lab, tg, &mixed,
+                                       NULL), VIT_EINVAL);
+    vit_augment_scratch_free(s);
+    vit_augment_scratch_free(NULL);
 }
 END_TEST
 
@@ -1349,6 +1374,7 @@ START_TEST(test_budget_holds)
     vit_config ck;
     ck_assert(vit_run_config(path, &ck) == VIT_OK);
     ck_assert_int_eq(ck.epochs, res.epochs_done);
+    ck_assert_int_eq(res.epochs, ck.epochs); /* the result says the plan too */
     vit_train_result_free(&res);
     vit_trainer_free(t);
     fu_remove_tree(dir);

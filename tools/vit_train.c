@@ -6,7 +6,6 @@
 /* realpath (XSI) */
 #define _XOPEN_SOURCE 700
 #include <limits.h>
-#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,8 +15,8 @@
 
 #include "cli.h"
 #include "vit/vit.h"
+#include "vit_train.h"
 
-static const char *prog = "vit_train";
 /* The path the tool was started by (argv[0]), for the commands it prints. */
 static const char *self = "vit_train";
 
@@ -124,14 +123,6 @@ static double now_seconds(void)
  * run's): --budget counts from here, data loading included. */
 static double run_start;
 
-/* How the run is shown: progress 0 quiet, 1 plain lines (a file or pipe),
- * 2 a bar on a terminal (cli_progress); every: seconds between plain
- * lines. */
-typedef struct shown {
-    int progress;
-    double every;
-} shown;
-
 /* The first SIGINT or SIGTERM asks the training loop to checkpoint and
  * stop after the current step; a second SIGINT quits at once (a checkpoint
  * being written is a temporary file that is never renamed; the next run
@@ -165,254 +156,6 @@ static void folder_of(const char *path, char *out, size_t cap)
         snprintf(out, cap, "%.*s", slash == path ? 1 : (int)(slash - path), path);
 }
 
-/* No patch given (cfg->patch 0): the recipe's (vit_recipe_pick: the
- * default, unless the data's images are larger than the config's or the
- * default does not divide them; then a grid of at most 8x8), said in one
- * line when it was picked (the stride and padding are settled after it,
- * in run). */
-static int fit_patch(vit_config *cfg, int patch_default, int recipe_patch,
-                     const vit_dataset *train, int speak)
-{
-    cfg->patch = recipe_patch;
-    int larger = train->height > cfg->image_height || train->width > cfg->image_width;
-    if (!larger && train->height % patch_default == 0 && train->width % patch_default == 0)
-        return 0;
-    char why[200];
-    int p;
-    if (vit_config_pick_patch(train->height, train->width, 8, &p, NULL, why, sizeof why))
-        return cli_fail(prog, NULL);
-    if (speak)
-        printf("patch %d (no --patch given): %s\n", cfg->patch, why);
-    return 0;
-}
-
-/* With --tta auto: what was chosen, and the figure that decided it (or
- * the candidate's test figure beside the one-pass headline).  The
- * candidate is shift9, shift9flip for a model trained with flips. */
-static void print_tta_auto(const vit_train_result *r, const vit_config *cfg)
-{
-    if (!r->tta_auto)
-        return;
-    const char *tried = vit_tta_name(cfg->flip ? VIT_TTA_SHIFT9_FLIP : VIT_TTA_SHIFT9);
-    if (r->val_accuracy_tta >= 0)
-        printf("tta auto: %s%s (validation: %s %.4f, one pass %.4f)\n",
-               r->tta != VIT_TTA_NONE ? tried : "one pass kept",
-               r->tta != VIT_TTA_NONE ? " chosen" : "", tried, r->val_accuracy_tta,
-               r->val_accuracy_plain);
-    else if (r->test_accuracy_tta >= 0)
-        printf("tta auto: one pass kept, no validation set to choose by (--val N); test "
-               "accuracy with %s %.4f\n", tried, r->test_accuracy_tta);
-}
-
-/* The last lines: "ACC (LABELS; TIMING); checkpoint PATH" when that fits
- * (a terminal's width - 1, or 100 columns in a file or pipe); else the
- * checkpoint goes on a line of its own; else, when even "ACC (LABELS;
- * TIMING)" is too wide (ema, tta and the one-pass figure), the labelled
- * figures stay on the first line and the timing opens the second.  The
- * path is never shortened: on a terminal too narrow for "checkpoint PATH"
- * it goes whole on a line of its own (cli_print_item), which the terminal
- * wraps and a copy pastes as it is.
- * labels is "" or e.g. "tta shift9; one pass 0.9639". */
-static void print_result(const char *acc, const char *labels, const char *timing, const char *out)
-{
-    char path[4200];
-    snprintf(path, sizeof path, "%s/last.ckpt", out);
-    int cols = cli_terminal_columns();
-    size_t width = cols > 0 ? (size_t)cols - 1 : 100;
-    const char *sep = *labels ? "; " : "";
-    /* acc + " (" + labels + sep + timing + ")" */
-    size_t head = strlen(acc) + 2 + strlen(labels) + strlen(sep) + strlen(timing) + 1;
-    if (head + strlen("; checkpoint ") + strlen(path) <= width) {
-        printf("%s (%s%s%s); checkpoint %s\n", acc, labels, sep, timing, path);
-        return;
-    }
-    char line[512];
-    if (head <= width || !*labels) {
-        snprintf(line, sizeof line, "%s (%s%s%s)", acc, labels, sep, timing);
-        cli_print_fitted(stdout, line);
-        cli_print_item(stdout, "checkpoint", path);
-        return;
-    }
-    snprintf(line, sizeof line, "%s (%s)", acc, labels);
-    cli_print_fitted(stdout, line);
-    if (strlen(timing) + strlen("; checkpoint ") + strlen(path) <= width) {
-        printf("%s; checkpoint %s\n", timing, path);
-    } else {
-        cli_print_fitted(stdout, timing);
-        cli_print_item(stdout, "checkpoint", path);
-    }
-}
-
-/* --val-split, --test-split and --split-seed: the split asked for, and
- * which were given (bits 1, 2, 4). */
-typedef struct split_flags {
-    vit_data_split s;
-    int given;
-} split_flags;
-
-/* One of the split flags into *f: 0 when taken, 2 (said) for a bad value,
- * -1 when a is none of them. */
-static int split_flag(const char *a, const char *v, split_flags *f)
-{
-    int bit = strcmp(a, "--val-split") == 0 ? 1 : strcmp(a, "--test-split") == 0 ? 2
-            : strcmp(a, "--split-seed") == 0 ? 4 : 0;
-    char *end;
-    if (bit == 4) {
-        f->s.seed = strtoull(v, &end, 10);
-        if (*v < '0' || *v > '9' || *end) {
-            fprintf(stderr, "%s: --split-seed: expected a whole number >= 0, got '%s'\n", prog, v);
-            return 2;
-        }
-    } else if (bit) {
-        double x = strtod(v, &end);
-        if (end == v || *end || !(x > 0 && x < 1)) {
-            fprintf(stderr, "%s: %s: expected a fraction between 0 and 1 (e.g. 0.2), got '%s'\n",
-                    prog, a, v);
-            return 2;
-        }
-        *(bit == 1 ? &f->s.val : &f->s.test) = x;
-    }
-    f->given |= bit;
-    return bit ? 0 : -1;
-}
-
-/* " --val-split V --test-split T --split-seed S" of a split, fractions
- * left out when 0. */
-static const char *split_words(const vit_data_split *s, char *buf, size_t cap)
-{
-    int n = 0;
-    buf[0] = 0;
-    if (s->val > 0)
-        n += snprintf(buf, cap, " --val-split %g", s->val);
-    if (s->test > 0 && n >= 0 && (size_t)n < cap)
-        n += snprintf(buf + n, cap - (size_t)n, " --test-split %g", s->test);
-    if (n >= 0 && (size_t)n < cap)
-        snprintf(buf + n, cap - (size_t)n, " --split-seed %llu", s->seed);
-    return buf;
-}
-
-/* The split to load with into *out: the flags given and, on a resume
- * (rec: its record, NULL for none), the run's split for those not given.
- * A given flag that differs from the run's is refused in one line naming
- * both, unless --other-data; so is --val with --val-split.  -1 to go on,
- * else the exit status. */
-static int settle_split(const split_flags *f, const vit_data_split *rec, const vit_train_opts *o,
-                        vit_data_split *out)
-{
-    *out = f->s;
-    if ((f->given & 1) && o->val_count > 0) {
-        fprintf(stderr, "%s: --val %d and --val-split %g: give one of them\n", prog, o->val_count,
-                f->s.val);
-        return 2;
-    }
-    if (!rec || o->other_data)
-        return -1;
-    if (rec->val > 0 && o->val_count > 0) {
-        fprintf(stderr, "%s: --val %d: the run %s holds out --val-split %g of each class for "
-                "validation; resume it without --val\n", prog, o->val_count, o->resume, rec->val);
-        return 2;
-    }
-    out->val = f->given & 1 ? f->s.val : rec->val;
-    out->test = f->given & 2 ? f->s.test : rec->test;
-    out->seed = f->given & 4 ? f->s.seed : rec->seed;
-    if (out->val == rec->val && out->test == rec->test && out->seed == rec->seed)
-        return -1;
-    char a[96], b[96];
-    if (rec->val > 0 || rec->test > 0)
-        fprintf(stderr, "%s: %s: the run %s was split with%s; give its split or none (or "
-                "--other-data)\n", prog, split_words(out, a, sizeof a) + 1, o->resume, split_words(rec, b, sizeof b));
-    else
-        fprintf(stderr, "%s: %s: the run %s was not split; resume it without split flags (or "
-                "with --other-data)\n", prog, split_words(out, a, sizeof a) + 1, o->resume);
-    return 2;
-}
-
-/* Loads the data with the split settled, sets o->val_count (a validation
- * tail) and o->data_split, and says in one line when a flat folder got
- * the default test fraction.  0, else the exit status. */
-static int load_data(const char *data, const split_flags *f, const vit_data_split *rec,
-                     vit_train_opts *o, vit_dataset *train, vit_dataset *test, int speak)
-{
-    vit_data_split want;
-    int rc = settle_split(f, rec, o, &want), tail = 0;
-    if (rc >= 0)
-        return rc;
-    if (vit_data_load_split(data, cli_digits_path(), &want, train, test, &o->data_split, &tail))
-        return speak ? cli_fail(prog, NULL) : 1;
-    if (tail > 0)
-        o->val_count = tail;
-    if (speak && o->data_split.test > 0 && want.test == 0 && !rec)
-        printf("split: %s has no train/ and test/: %g%% of each class held out for testing "
-               "(--test-split %g, --split-seed %llu)\n", data, 100 * o->data_split.test,
-               o->data_split.test, o->data_split.seed);
-    return 0;
-}
-
-/* Per-class counts of the training file (before --val): all of them when
- * they fit in a line, else the range (or the one count they share); then
- * what looks wrong: classes of under 5 images, a 10x imbalance. */
-static void print_class_counts(const vit_dataset *train)
-{
-    int *n = calloc((size_t)train->classes, sizeof *n), lo = 0, hi = 0, few = 0, at;
-    if (n == NULL || vit_dataset_class_counts(train, n) != VIT_OK) {
-        free(n);
-        return;
-    }
-    const char *const *nm = (const char *const *)train->class_names;
-    char line[80];
-    at = snprintf(line, sizeof line, "per class:");
-    for (int k = 0; k < train->classes; k++) {
-        lo = n[k] < n[lo] ? k : lo;
-        hi = n[k] > n[hi] ? k : hi;
-        if (at < (int)sizeof line)
-            at += snprintf(line + at, sizeof line - (size_t)at, " %s:%d", nm ? nm[k] : "?", n[k]);
-    }
-    if (at >= (int)sizeof line && n[lo] == n[hi])
-        snprintf(line, sizeof line, "per class: %d images each", n[lo]);
-    else if (at >= (int)sizeof line)
-        snprintf(line, sizeof line, "per class: %d ('%.20s') to %d ('%.20s')", n[lo],
-                 nm ? nm[lo] : "?", n[hi], nm ? nm[hi] : "?");
-    cli_print_fitted(stdout, line);
-    for (int k = 0; k < train->classes; k++)
-        few += n[k] < 5;
-    if (few)
-        printf("warning: %d class%s with under 5 training images, e.g. '%.16s' (%d)\n", few,
-               few == 1 ? "" : "es", nm ? nm[lo] : "?", n[lo]);
-    if (n[hi] > 10 * n[lo])
-        printf("warning: imbalanced classes: '%.12s' %d images, '%.12s' %d\n", nm ? nm[hi] : "?",
-               n[hi], nm ? nm[lo] : "?", n[lo]);
-    free(n);
-}
-
-/* --val N holds out the training set's last N images: in data stored
- * class by class (class folders) that tail can be one or two classes, and
- * its accuracy says little.  Warns when the tail covers under half of the
- * classes the training set has, naming the stratified flag instead. */
-static void warn_val_tail(const vit_dataset *train, int val)
-{
-    if (val <= 0 || val >= train->count || train->classes < 2)
-        return;
-    char *seen = calloc((size_t)train->classes, 1);
-    if (!seen)
-        return;
-    int tail = 0, all = 0;
-    for (int i = 0; i < train->count; i++) {
-        int y = train->labels[i];
-        if (y < 0 || y >= train->classes || (seen[y] & (i >= train->count - val ? 2 : 1)))
-            continue;
-        seen[y] |= i >= train->count - val ? 2 : 1;
-    }
-    for (int k = 0; k < train->classes; k++) {
-        all += seen[k] != 0;
-        tail += (seen[k] & 2) != 0;
-    }
-    free(seen);
-    if (2 * tail < all)
-        printf("warning: --val %d holds out the last %d training images, which cover %d of the "
-               "%d classes (the images are stored class by class); --val-split F holds out a "
-               "fraction F of every class\n", val, val, tail, all);
-}
-
 /* Under mpirun every rank runs the same command; rank 0 alone speaks. */
 int main(int argc, char **argv)
 {
@@ -429,63 +172,6 @@ int main(int argc, char **argv)
     return rc;
 }
 
-/* --seeds: "1,2,3", ranges "1-5", or both ("1-3,7"), at most MAX_SEEDS. */
-#define MAX_SEEDS 64
-static int parse_seeds(const char *text, unsigned long long *seeds, int *n)
-{
-    const char *p = text;
-    *n = 0;
-    for (;;) {
-        char *end;
-        if (*p < '0' || *p > '9')
-            break;
-        unsigned long long lo = strtoull(p, &end, 10), hi = lo;
-        if (*end == '-') {
-            p = end + 1;
-            if (*p < '0' || *p > '9')
-                break;
-            hi = strtoull(p, &end, 10);
-        }
-        if (hi < lo || hi - lo >= MAX_SEEDS)
-            break;
-        for (unsigned long long v = lo; v <= hi; v++) {
-            if (*n == MAX_SEEDS) {
-                fprintf(stderr, "%s: --seeds: more than %d seeds\n", prog, MAX_SEEDS);
-                return 0;
-            }
-            for (int k = 0; k < *n; k++)
-                if (seeds[k] == v) {
-                    fprintf(stderr, "%s: --seeds: seed %llu is listed twice\n", prog, v);
-                    return 0;
-                }
-            seeds[(*n)++] = v;
-        }
-        if (*end == 0)
-            return 1;
-        if (*end != ',')
-            break;
-        p = end + 1;
-    }
-    fprintf(stderr, "%s: --seeds: expected seeds like 1,2,3 or 1-5, got '%s'\n", prog, text);
-    return 0;
-}
-
-/* --seed and --seeds together: one would be ignored, so neither is taken. */
-static int seed_flag_clash(int argc, char **argv)
-{
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--seeds") == 0) {
-            fprintf(stderr, "%s: --seed and --seeds: give one of them\n", prog);
-            return 1;
-        }
-    return 0;
-}
-
-static void seed_dir(const char *out, unsigned long long seed, char *dir, size_t cap)
-{
-    snprintf(dir, cap, "%s/seed-%llu", out, seed);
-}
-
 /* The command that continues the run in out, as the tool was started
  * (argv[0]) and each word quoted where a shell needs it. */
 static void resume_command(char *cmd, size_t cap, const char *launcher, const char *data,
@@ -499,9 +185,9 @@ static void resume_command(char *cmd, size_t cap, const char *launcher, const ch
 
 /* One run of vit_train_run and what it prints; the exit status.  res, if
  * not NULL, gets the result's figures (no confusion matrix). */
-static int train_once(const vit_config *cfg, const vit_dataset *train, const vit_dataset *test,
-                      const vit_train_opts *op, const shown *look, const char *data, int threads,
-                      vit_train_result *keep)
+int train_once(const vit_config *cfg, const vit_dataset *train, const vit_dataset *test,
+               const vit_train_opts *op, const shown *look, const char *data, int threads,
+               vit_train_result *keep)
 {
     vit_train_opts o = *op;
     const char *out = o.out_dir;
@@ -599,124 +285,14 @@ static int train_once(const vit_config *cfg, const vit_dataset *train, const vit
              res.seconds, res.images_per_second);
     print_result(acc, labels, timing, out);
     print_tta_auto(&res, cfg);
-    /* The run's epochs: a budget's plan is in its checkpoint. */
-    vit_config ran = *cfg;
-    char ckpt[4200];
-    snprintf(ckpt, sizeof ckpt, "%s/last.ckpt", out);
-    if (o.budget_seconds > 0 && vit_run_config(ckpt, &ran) != VIT_OK)
-        ran = *cfg;
-    if (o.stop_after_epochs > 0 && res.epochs_done < ran.epochs) {
+    if (o.stop_after_epochs > 0 && res.epochs_done < res.epochs) {
         char what[96];
         snprintf(what, sizeof what, "stopped after epoch %d of %d (--stop-after); continue with:",
-                 res.epochs_done, ran.epochs);
+                 res.epochs_done, res.epochs);
         cli_print_item(stdout, what, resume);
     }
     vit_train_result_free(&res);
     return 0;
-}
-
-/* Mean, sample standard deviation (0 for one value), min and max of x[n]. */
-static void spread(const double *x, int n, double st[4])
-{
-    double sum = 0, ss = 0;
-    st[2] = st[3] = x[0];
-    for (int i = 0; i < n; i++) {
-        sum += x[i];
-        st[2] = x[i] < st[2] ? x[i] : st[2];
-        st[3] = x[i] > st[3] ? x[i] : st[3];
-    }
-    st[0] = sum / n;
-    for (int i = 0; i < n; i++)
-        ss += (x[i] - st[0]) * (x[i] - st[0]);
-    st[1] = n > 1 ? sqrt(ss / (n - 1)) : 0;
-}
-
-static void print_spread(const char *what, const double *x, int n)
-{
-    double st[4];
-    spread(x, n, st);
-    printf("%s mean %.4f, sd %.4f, min %.4f, max %.4f\n", what, st[0], st[1], st[2], st[3]);
-}
-
-/* OUT/seeds.csv, written whole or not at all (vit_atomic_open). */
-static int write_seeds_csv(const char *out, const unsigned long long *seeds, int n,
-                           const vit_train_result *r)
-{
-    char path[4200];
-    snprintf(path, sizeof path, "%s/seeds.csv", out);
-    FILE *f;
-    char *tmp;
-    int rc = vit_atomic_open(path, &f, &tmp);
-    if (rc)
-        return cli_fail(prog, NULL);
-    if (fprintf(f, "seed,test_acc,test_acc_one_pass,val_acc,val_acc_one_pass,seconds\n") < 0)
-        rc = VIT_EIO;
-    for (int k = 0; k < n && rc == VIT_OK; k++)
-        if (fprintf(f, "%llu,%.6f,%.6f,%.6f,%.6f,%.3f\n", seeds[k], r[k].test_accuracy,
-                    r[k].test_accuracy_plain, r[k].val_accuracy, r[k].val_accuracy_plain,
-                    r[k].seconds) < 0)
-            rc = VIT_EIO;
-    if (rc)
-        vit_set_error(rc, "%s: cannot write", path);
-    if (vit_atomic_close(f, tmp, path, rc))
-        return cli_fail(prog, NULL);
-    printf("wrote %s\n", path);
-    return 0;
-}
-
-/* --seeds: the run once per seed, each in OUT/seed-N, then the spread. */
-static int train_seeds(const vit_config *cfg, const vit_dataset *train, const vit_dataset *test,
-                       const vit_train_opts *op, const shown *look, const char *data,
-                       int threads, const unsigned long long *seeds, int n)
-{
-    vit_train_result res[MAX_SEEDS];
-    char dir[MAX_SEEDS][4200];
-    int speak = vit_dist_rank() == 0;
-    for (int k = 0; k < n; k++) {
-        vit_config c = *cfg;
-        c.seed = seeds[k];
-        vit_train_opts o = *op;
-        seed_dir(op->out_dir, seeds[k], dir[k], sizeof dir[k]);
-        o.out_dir = dir[k];
-        if (speak && look->progress)
-            printf("%sseed %llu (%d of %d): %s\n", k ? "\n" : "", seeds[k], k + 1, n, dir[k]);
-        int rc = train_once(&c, train, test, &o, look, data, threads, &res[k]);
-        if (rc) {
-            if (speak && k + 1 < n)
-                fprintf(stderr, "%s: seeds after %llu not run\n", prog, seeds[k]);
-            return rc;
-        }
-    }
-    if (!speak)
-        return 0;
-    double x[MAX_SEEDS], y[MAX_SEEDS];
-    char what[160], list[64] = "";
-    for (int k = 0; k < n; k++) {
-        x[k] = res[k].test_accuracy;
-        y[k] = res[k].test_accuracy_plain;
-        size_t len = strlen(list);
-        if (len < sizeof list - 24)
-            snprintf(list + len, sizeof list - len, "%s%llu", k ? "," : "", seeds[k]);
-        else if (len < sizeof list - 4)
-            snprintf(list + len, sizeof list - len, "...");
-    }
-    const char *label = res[0].tta != VIT_TTA_NONE ? " (tta shift9)" : "";
-    printf("\n%d seeds (%s):\n", n, list);
-    snprintf(what, sizeof what, "test accuracy%s", label);
-    print_spread(what, x, n);
-    if (*label)
-        print_spread("test accuracy (one pass)", y, n);
-    if (res[0].val_accuracy >= 0) {
-        for (int k = 0; k < n; k++) {
-            x[k] = res[k].val_accuracy;
-            y[k] = res[k].val_accuracy_plain;
-        }
-        snprintf(what, sizeof what, "validation accuracy%s", label);
-        print_spread(what, x, n);
-        if (*label)
-            print_spread("validation accuracy (one pass)", y, n);
-    }
-    return write_seeds_csv(op->out_dir, seeds, n, res);
 }
 
 /* The flags after --config (the second pass, so that they override the
@@ -854,110 +430,6 @@ static int progress_interval(double *every_out)
         }
     }
     return 1;
-}
-
-/* The default's overlap (stride and padding, made for its 4x4 patches
- * on 8x8 images) goes with the default patch on images of the default
- * size: any other patch, given or picked for larger images, tiles the
- * image without overlap unless a stride or padding was given too (-1 marks
- * one not given). */
-static void settle_overlap(vit_config *cfg, int patch_default, int stride_default,
-                           int pad_default, const vit_dataset *train)
-{
-    vit_config d;
-    vit_config_default(&d);
-    int keep = cfg->patch == patch_default && train->height == d.image_height &&
-               train->width == d.image_width;
-    if (cfg->patch_stride < 0)
-        cfg->patch_stride = keep ? stride_default : 0;
-    if (cfg->patch_pad < 0)
-        cfg->patch_pad = keep ? pad_default : 0;
-}
-
-/* 1 if config key `key` is set on the line (--key; cli_normalize wrote
- * '-' for '_') or in the --config file (already read by vit_config_load,
- * so its lines are `key = value`, comments and blanks). */
-static int user_set(const char *key, const char *config, int argc, char **argv)
-{
-    char flag[64];
-    snprintf(flag, sizeof flag, "--%s", key);
-    for (char *p = flag + 2; *p; p++)
-        *p = *p == '_' ? '-' : *p;
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], flag) == 0)
-            return 1;
-    FILE *f = config ? fopen(config, "r") : NULL;
-    char line[4096];
-    int found = 0;
-    size_t n = strlen(key);
-    while (f && !found && fgets(line, sizeof line, f)) {
-        const char *p = line + strspn(line, " \t");
-        found = strncmp(p, key, n) == 0 && strchr(" \t=", p[n]) != NULL;
-    }
-    if (f)
-        fclose(f);
-    return found;
-}
-
-/* Key `key`'s value as the config text writes it, into buf[cap] ("" if
- * the config has no such key). */
-static const char *key_text(const vit_config *cfg, const char *key, char *buf, size_t cap)
-{
-    char text[8192];
-    buf[0] = 0;
-    if (vit_config_format(cfg, text, sizeof text) < 0)
-        return buf;
-    size_t n = strlen(key);
-    for (const char *l = text; *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l))
-        if (strncmp(l, key, n) == 0 && strncmp(l + n, " = ", 3) == 0) {
-            snprintf(buf, cap, "%.*s", (int)strcspn(l + n + 3, "\n"), l + n + 3);
-            break;
-        }
-    return buf;
-}
-
-/* The recipe for this data (vit_recipe_pick) for the keys nobody set on
- * the line or in the --config file; those that change a value are said in
- * one line.  With --budget and no epochs given, the epochs are what the
- * budget's plan gives (the library's cap: the most a config takes).
- * model: the config with its own patch geometry.  0, or the exit status. */
-static int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *train,
-                        int val, double budget, const char *config, int argc, char **argv,
-                        int speak, int *patch)
-{
-    vit_recipe_data d = {train->count - val, train->height, train->width, train->channels,
-                         train->classes, train};
-    vit_recipe r;
-    if (vit_recipe_pick(&d, model, &r, NULL, 0))
-        return cli_fail(prog, NULL);
-    *patch = r.patch;
-    char v[5][32], said[256] = "", was[64], now[64];
-    snprintf(v[0], sizeof v[0], "%d", budget > 0 ? 1000000 : r.epochs);
-    snprintf(v[1], sizeof v[1], "%d", r.batch);
-    snprintf(v[2], sizeof v[2], "%.17g", r.warmup);
-    snprintf(v[3], sizeof v[3], "%d", r.shift);
-    snprintf(v[4], sizeof v[4], "%d", r.flip);
-    const char *keys[5] = {"epochs", "batch", "warmup", "shift", "flip"};
-    for (int k = 0; k < 5; k++) {
-        if (user_set(keys[k], config, argc, argv))
-            continue;
-        key_text(cfg, keys[k], was, sizeof was);
-        if (!*was || vit_config_set(cfg, keys[k], v[k]) != VIT_OK)
-            continue;
-        if (strcmp(was, key_text(cfg, keys[k], now, sizeof now)) == 0)
-            continue;
-        size_t at = strlen(said);
-        if (k == 0 && budget > 0)
-            snprintf(said + at, sizeof said - at, "%sepochs as the budget allows", at ? ", " : "");
-        else
-            snprintf(said + at, sizeof said - at, "%s%s %s", at ? ", " : "", keys[k], now);
-    }
-    if (speak && *said)
-        printf("recipe (not set by flag or --config): %s, for %d images of %dx%dx%d (%s)\n", said,
-               d.count, d.height, d.width, d.channels,
-               strncmp(said, "epochs ", 7) == 0 && budget <= 0 ? "epochs: what 6e13 "
-               "multiply-adds of training pay for" : "see docs/cli.md, Recipe");
-    return 0;
 }
 
 static int run(int argc, char **argv)

@@ -92,6 +92,21 @@ typedef struct vit_augment {
     int classes;      /* width of a target row, > every label */
 } vit_augment;
 
+/* Scratch memory of vit_augment_batch (opaque): the per-item draws of a
+ * minibatch and two image buffers, sized once for batches of up to
+ * `batch` items of [H, W, C] images so that training allocates nothing
+ * per batch.  One scratch per thread that augments at a time. */
+typedef struct vit_augment_scratch vit_augment_scratch;
+
+/* *out = a new scratch for minibatches of 1 .. batch items of [H, W, C]
+ * images, to free with vit_augment_scratch_free (on failure *out = NULL).
+ * Returns VIT_OK; VIT_EINVAL (out NULL, batch, H, W or C < 1);
+ * VIT_ENOMEM.  Thread-safe. */
+int vit_augment_scratch_new(vit_augment_scratch **out, int batch, int H, int W, int C);
+
+/* Frees s (NULL is a no-op). */
+void vit_augment_scratch_free(vit_augment_scratch *s);
+
 /* Fills images/labels with items [lo, hi) of the minibatch idx[0 .. b)
  * (indices into ds), augmented: each item is flipped (flip), then
  * translated (shift) or warped (rotate, scale); the draws for all b items
@@ -114,12 +129,15 @@ typedef struct vit_augment {
  * not NULL) gets lam (1 when not mixed).  Draws nothing for settings that
  * are off, so with only shift, rotate and scale the generator advances as
  * it did before flip and mixing existed.
+ * scratch (vit_augment_scratch_new) is working memory, made for at least
+ * b items of ds's image shape; nothing is allocated.
  * Returns VIT_OK; VIT_EINVAL for NULL arguments (targets and lam may be
- * NULL), 0 <= lo <= hi <= b not holding, or settings out of range;
- * VIT_ENOMEM.  Reentrant: touches its outputs and *rng. */
+ * NULL), 0 <= lo <= hi <= b not holding, settings out of range, or a
+ * scratch made for fewer than b items or another image shape.
+ * Reentrant: touches its outputs, *scratch and *rng. */
 int vit_augment_batch(const vit_augment *aug, const vit_dataset *ds, const int *idx, int b,
-                      int lo, int hi, vit_rng *rng, vit_real *images, int *labels,
-                      vit_real *targets, int *mixed, double *lam);
+                      int lo, int hi, vit_augment_scratch *scratch, vit_rng *rng,
+                      vit_real *images, int *labels, vit_real *targets, int *mixed, double *lam);
 
 VIT_END_DECLS
 

@@ -409,6 +409,11 @@ typedef struct vit_train_result {
     double images_per_second;
     unsigned long long steps;
     int epochs_done;
+    int epochs;              /* the run's length in epochs, as its
+                                checkpoints record it: cfg's epochs (a
+                                resume's, with its change), or with
+                                opts.budget_seconds the budget's last plan;
+                                filled on every VIT_OK return */
     int confusion_classes;
     int *confusion;          /* final test confusion matrix, malloc'd */
     int interrupted;         /* 1: stopped through opts.stop, the callback or

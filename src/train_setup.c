@@ -1,0 +1,347 @@
+/*
+ * Setting a training run up: a fresh model or a resumed checkpoint (its
+ * recipe kept, the allowed changes reported), the data checked against the
+ * run's record, the buffers, the output folder, the schedule's layout; and
+ * freeing it all again (vit_trainer_new, vit_trainer_free).
+ */
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "train_internal.h"
+#include "trainer_internal.h"
+#include "vit/augment.h"
+#include "vit/dist.h"
+
+/* A config value as text: numbers shortest-first (%g) when that is exact,
+ * so that 0.1 does not read 0.10000000000000001. */
+static const char *value_text(const char *v, char *buf, size_t cap)
+{
+    char *end;
+    double d = strtod(v, &end);
+    if (end != v && *end == 0) {
+        snprintf(buf, cap, "%g", d);
+        if (strtod(buf, NULL) == d)
+            return buf;
+    }
+    return v;
+}
+
+/* A resumed run keeps its checkpoint's recipe: compares want with the
+ * checkpoint's config ck key by key (their "key = value" lines, so every
+ * key is covered).  epochs may grow, ckpt_minutes and precision may change
+ * (precision is how the steps compute, not what the model is): those are
+ * taken into *ck and reported (event VIT_TRAIN_RESUME_CHANGE); any other
+ * difference is refused, naming the key and both values. */
+static int resume_changes(vit_trainer *t, vit_config *ck, const vit_config *want, const char *path)
+{
+    unsigned long long done = t->st.epoch, epoch_step = t->st.epoch_step;
+    char a[4096], b[4096];
+    if (vit_config_format(ck, a, sizeof a) < 0 || vit_config_format(want, b, sizeof b) < 0)
+        return VIT_EINVAL;
+    for (char *la = a, *lb = b; *la && *lb;) {
+        char *ea = strchr(la, '\n'), *eb = strchr(lb, '\n');
+        if (!ea || !eb)
+            break;
+        *ea = *eb = 0;
+        size_t klen = strcspn(la, " =");
+        if (strcmp(la, lb) != 0) {
+            char ta[64], tb[64];
+            const char *va = value_text(la + klen + 3, ta, sizeof ta); /* after " = " */
+            const char *vb = value_text(lb + klen + 3, tb, sizeof tb);
+            int is_epochs = klen == 6 && strncmp(la, "epochs", klen) == 0;
+            int is_minutes = klen == 12 && strncmp(la, "ckpt_minutes", klen) == 0;
+            int is_prec = klen == 9 && strncmp(la, "precision", klen) == 0;
+            if (!is_epochs && !is_minutes && !is_prec)
+                return vit_fail(VIT_EINVAL, "%s: the checkpoint's run has %.*s = %s, this run asks "
+                                "for %s; a resumed run keeps its recipe (only epochs, "
+                                "ckpt_minutes and precision may change)", path, (int)klen, la, va, vb);
+            if (is_epochs && (unsigned long long)want->epochs < done + (epoch_step > 0))
+                return vit_fail(VIT_EINVAL, "%s: epochs = %d is fewer than the %llu epochs the "
+                                "checkpoint has %s", path, want->epochs, done + (epoch_step > 0),
+                                epoch_step ? "begun" : "done");
+            la[klen] = 0;
+            vit_train_event ev = {.kind = VIT_TRAIN_RESUME_CHANGE, .key = la, .old_value = va,
+                                  .new_value = vb};
+            vit_train_emit(t, &ev);
+            if (is_epochs)
+                ck->epochs = want->epochs;
+            else if (is_prec)
+                ck->precision = want->precision;
+            else
+                ck->ckpt_minutes = want->ckpt_minutes;
+        }
+        la = ea + 1;
+        lb = eb + 1;
+    }
+    return VIT_OK;
+}
+
+/* A checkpoint taken inside an epoch must fit this training set: the order
+ * a permutation of its images, the position inside the epoch. */
+static int check_position(const vit_run_state *st, int count, long spe, const char *path, int *seen)
+{
+    if (st->epoch_step == 0)
+        return VIT_OK;
+    if (st->norder != count || st->epoch_step >= (unsigned long long)spe)
+        return vit_fail(VIT_EFORMAT, "%s: taken at step %llu of an epoch over %d images, but this "
+                        "training set has %d images in %ld steps", path, st->epoch_step, st->norder,
+                        count, spe);
+    for (int i = 0; i < 3; i++)
+        if (!isfinite(st->epoch_sums[i]))
+            return vit_fail(VIT_EFORMAT, "%s: the epoch's running sums are not finite", path);
+    memset(seen, 0, (size_t)count * sizeof *seen);
+    for (int i = 0; i < count; i++) {
+        int k = st->order[i];
+        if (k < 0 || k >= count || seen[k]++)
+            return vit_fail(VIT_EFORMAT, "%s: the stored data order is not a permutation of the "
+                            "%d training images", path, count);
+    }
+    return VIT_OK;
+}
+
+void vit_trainer_free(vit_trainer *t)
+{
+    if (!t)
+        return;
+    vit_model_free(t->m);
+    vit_model_free(t->avg);
+    vit_adamw_free(&t->opt);
+    vit_tape_free(t->eval_tape);
+    free(t->images);
+    free(t->labels);
+    free(t->perm);
+    free(t->targets);
+    free(t->drop);
+    vit_augment_scratch_free(t->aug);
+    vit_run_state_free(&t->st);
+    vit_eval_result_free(&t->last_test);
+    if (t->metrics)
+        fclose(t->metrics);
+    free(t);
+}
+
+/* What this run trains on, into t->st.data (and so into its checkpoints).
+ * A resume compares it with the checkpoint's record: other data is refused
+ * unless opts.other_data; the spec is the one given, else the record's. */
+static int check_data(vit_trainer *t)
+{
+    vit_run_data now;
+    int rc = vit_run_data_of(t->train_all, t->test, t->o.data_spec, &now);
+    if (rc)
+        return rc;
+    now.split = t->o.data_split;
+    if (t->st.has_data && !vit_run_data_same(&t->st.data, &now) && !t->o.other_data) {
+        char was[256], is[256];
+        return vit_fail(VIT_EDATA, "%s: the run trained on %s%s%s%s; this data%s%s%s is %s",
+                        t->o.resume, *t->st.data.spec ? "'" : "", t->st.data.spec,
+                        *t->st.data.spec ? "', " : "",
+                        vit_run_data_describe(&t->st.data, was, sizeof was),
+                        *now.spec ? ", '" : "", now.spec, *now.spec ? "'," : "",
+                        vit_run_data_describe(&now, is, sizeof is));
+    }
+    if (!t->o.data_spec && t->st.has_data)
+        memcpy(now.spec, t->st.data.spec, sizeof now.spec);
+    /* The same data without a split given: the split the record names. */
+    if (t->st.has_data && !t->o.other_data && now.split.val == 0 && now.split.test == 0)
+        now.split = t->st.data.split;
+    t->st.data = now;
+    t->st.has_data = 1;
+    return VIT_OK;
+}
+
+/* The model: loaded from the checkpoint to resume (its recipe checked
+ * against cfg), or made and initialized from the seed. */
+static int make_model(vit_trainer *t)
+{
+    int rc;
+    if (!t->o.resume) {
+        if ((rc = check_data(t)))
+            return rc;
+        if (!(t->m = vit_model_new(&t->cfg)))
+            return VIT_EINVAL;
+        vit_rng_seed(&t->st.rng, t->cfg.seed);
+        vit_model_init(t->m, &t->st.rng);
+        rc = vit_adamw_init(&t->opt, vit_model_param_count(t->m), t->cfg.beta1, t->cfg.beta2,
+                            t->cfg.eps, t->cfg.weight_decay);
+        if (rc)
+            return rc;
+        if (t->cfg.ema > 0) { /* step 1 overwrites it; until then the init */
+            if (!(t->avg = vit_model_new(&t->cfg)))
+                return VIT_ENOMEM;
+            memcpy(vit_model_params(t->avg), vit_model_params(t->m),
+                   vit_model_param_count(t->m) * sizeof(vit_real));
+        }
+        return VIT_OK;
+    }
+    if ((rc = vit_run_load(t->o.resume, &t->m, &t->opt, &t->st)))
+        return rc;
+    vit_config ck = *vit_model_config(t->m);
+    if ((rc = resume_changes(t, &ck, &t->cfg, t->o.resume)))
+        return rc;
+    if (ck.precision != vit_model_config(t->m)->precision
+        && (rc = vit_model_set_precision(t->m, ck.precision)) < 0)
+        return rc;
+    t->cfg = ck;
+    if ((rc = check_data(t)))
+        return rc;
+    if (ck.ema > 0) { /* the file's named tensors are the average */
+        t->avg = t->m;
+        if (!(t->m = vit_model_new(vit_model_config(t->avg))))
+            return VIT_ENOMEM;
+        /* An imported model has no training weights: they start from its
+         * weights, and the average goes on from there. */
+        const vit_real *from = t->st.train_params ? t->st.train_params : vit_model_params(t->avg);
+        memcpy(vit_model_params(t->m), from, vit_model_param_count(t->m) * sizeof(vit_real));
+    }
+    free(t->st.train_params);
+    t->st.train_params = NULL;
+    return VIT_OK;
+}
+
+/* The model, its buffers and the data order: everything but the folder. */
+static int setup_model(vit_trainer *t)
+{
+    int rc = make_model(t);
+    if (rc)
+        return rc;
+    if ((rc = vit_check_data_shape(&t->cfg, &t->train, "training"))
+        || (rc = vit_check_data_shape(&t->cfg, t->test, "test")))
+        return rc;
+    t->class_names = t->train.classes == t->cfg.classes ? t->train.class_names : NULL;
+    size_t img = (size_t)t->cfg.image_height * t->cfg.image_width * t->cfg.channels;
+    int count = t->train.count;
+    t->eval_tape = vit_tape_new();
+    t->images = malloc((size_t)t->cfg.batch * img * sizeof *t->images);
+    t->labels = malloc((size_t)t->cfg.batch * sizeof *t->labels);
+    t->perm = malloc((size_t)count * sizeof *t->perm);
+    if (!t->eval_tape || !t->images || !t->labels || !t->perm)
+        return vit_fail(VIT_ENOMEM, "vit_train_run: out of memory");
+    if ((rc = vit_train_augment_buffers(t)))
+        return rc;
+    long spe = (count + t->cfg.batch - 1) / t->cfg.batch;
+    if ((rc = check_position(&t->st, count, spe, t->o.resume, t->perm)))
+        return rc;
+    if (t->st.epoch_step > 0)
+        memcpy(t->perm, t->st.order, (size_t)count * sizeof *t->perm);
+    return VIT_OK;
+}
+
+/* The output folder (rank 0 alone writes; the others learn of its failure
+ * from the agree), the model, then the folder's earlier run set aside and
+ * the history opened. */
+static int setup(vit_trainer *t)
+{
+    const vit_train_opts *o = &t->o;
+    int rc = vit_config_check(&t->cfg);
+    if (rc)
+        return rc;
+    snprintf(t->ckpt, sizeof t->ckpt, "%s/last.ckpt", o->out_dir);
+    snprintf(t->metrics_path, sizeof t->metrics_path, "%s/metrics.csv", o->out_dir);
+    if (!o->overwrite && vit_run_dir_taken(o->out_dir, o->resume))
+        return vit_fail(VIT_EINVAL, "%s already holds a run (last.ckpt); resume it, or overwrite it "
+                        "to start over", o->out_dir);
+    rc = vit_dist_rank() == 0 ? vit_run_dir_make(o->out_dir, t->ckpt) : VIT_OK;
+    int all = vit_dist_agree(rc);
+    if (all)
+        return rc ? rc : vit_fail(all, "%s: rank 0 cannot use the output folder", o->out_dir);
+    rc = setup_model(t);
+    int rank = vit_dist_rank();
+    /* A stop epoch the checkpoint has already passed would train nothing
+     * and then spend the final evaluation on an unchanged model: refused
+     * before anything is written. */
+    if (rc == VIT_OK && o->stop_after_epochs > 0 && t->st.epoch < (unsigned long long)t->cfg.epochs
+        && t->st.epoch >= (unsigned long long)o->stop_after_epochs)
+        rc = vit_fail(VIT_EINVAL, "%s: the run has already done %llu epochs, so a stop after "
+                      "epoch %d is already reached; nothing to train (stop at a later epoch, "
+                      "or not at all)", o->resume, t->st.epoch, o->stop_after_epochs);
+    char moved[4300] = "";
+    if (rc == VIT_OK && rank == 0 && o->overwrite && vit_run_dir_taken(o->out_dir, o->resume)
+        && (rc = vit_run_dir_set_aside(o->out_dir, moved, sizeof moved)) == VIT_OK) {
+        vit_train_event ev = {.kind = VIT_TRAIN_SET_ASIDE, .path = moved};
+        vit_train_emit(t, &ev);
+    }
+    if (rc == VIT_OK && rank == 0)
+        rc = vit_metrics_open(o->out_dir, o->resume, t->st.epoch, t->val.count > 0, &t->metrics,
+                              &t->prior_seconds);
+    if (rc == VIT_OK && rank == 0 && !t->complete_at_start)
+        vit_metrics_drop_final(o->out_dir);
+    rc = vit_dist_agree(rc);
+    if (rc == VIT_OK && t->cfg.batch < vit_dist_size())
+        rc = vit_fail(VIT_EINVAL, "batch %d is smaller than the %d ranks", t->cfg.batch,
+                      vit_dist_size());
+    return rc;
+}
+
+void vit_train_layout(vit_trainer *t)
+{
+    const vit_config *c = &t->cfg;
+    long spe = t->at.steps_per_epoch;
+    long total = (long)t->st.step + (c->epochs - (long)t->st.epoch) * spe - (long)t->st.epoch_step;
+    long warm = (long)(c->warmup * (double)spe);
+    t->at.total_steps = total;
+    t->at.warmup_steps = warm < total / 10 ? warm : total / 10;
+    t->at.epochs = c->epochs;
+    t->at.finished = t->st.epoch >= (unsigned long long)c->epochs
+                     || (t->o.stop_after_epochs > 0
+                         && t->st.epoch >= (unsigned long long)t->o.stop_after_epochs);
+}
+
+int vit_trainer_new(vit_trainer **out, const vit_config *cfg, const vit_dataset *train,
+                    const vit_dataset *test, const vit_train_opts *o)
+{
+    if (out)
+        *out = NULL;
+    if (!out || !cfg || !train || !test || !o || !o->out_dir)
+        return vit_fail(VIT_EINVAL, "vit_train_run: NULL argument");
+    if (!(o->budget_seconds >= 0 && o->budget_seconds < 1e9))
+        return vit_fail(VIT_EINVAL, "vit_train_run: budget_seconds %g is not in 0 .. 1e9",
+                        o->budget_seconds);
+    if (train->count <= o->val_count || o->val_count < 0)
+        return vit_fail(VIT_EINVAL, "vit_train_run: val_count %d leaves no training images (of %d)",
+                        o->val_count, train->count);
+    vit_trainer *t = calloc(1, sizeof *t);
+    if (!t)
+        return vit_fail(VIT_ENOMEM, "vit_train_run: out of memory");
+    t->t0 = t->last_save = now_seconds();
+    t->o = *o;
+    t->test = test;
+    t->train_all = train;
+    t->last_val = -1;
+    /* The validation set is the tail of the training part, never the test. */
+    t->train = t->val = *train;
+    size_t img = (size_t)train->height * train->width * train->channels;
+    t->train.count -= o->val_count;
+    t->val.count = o->val_count;
+    t->val.images += (size_t)t->train.count * img;
+    t->val.labels += t->train.count;
+    t->cfg = *cfg;
+    t->cfg.image_height = train->height;
+    t->cfg.image_width = train->width;
+    t->cfg.channels = train->channels;
+    t->cfg.classes = train->classes > test->classes ? train->classes : test->classes;
+    int rc = setup(t);
+    if (rc) {
+        vit_trainer_free(t);
+        return rc;
+    }
+    const vit_config *c = &t->cfg;
+    long spe = (t->train.count + c->batch - 1) / c->batch;
+    t->at = (vit_train_progress){
+        .step = t->st.step, .epoch = t->st.epoch, .epoch_step = t->st.epoch_step,
+        .start_step = t->st.step, .start_epoch = t->st.epoch, .steps_per_epoch = spe,
+        .batch = c->batch, .train_count = t->train.count, .budget_seconds = o->budget_seconds};
+    vit_train_layout(t);
+    t->complete_at_start = o->resume && t->st.epoch >= (unsigned long long)c->epochs;
+    if (o->budget_seconds > 0 && !t->complete_at_start && (rc = vit_train_plan_budget(t))) {
+        vit_trainer_free(t);
+        return rc;
+    }
+    vit_train_event ev = {.kind = VIT_TRAIN_BEGIN};
+    vit_train_emit(t, &ev);
+    *out = t;
+    return VIT_OK;
+}

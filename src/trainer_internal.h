@@ -1,0 +1,139 @@
+/* Internal: the trainer's state (struct vit_trainer, vit/train.h) and
+ * what its files share: train.c (steps, epochs, the public calls and the
+ * final scores), train_setup.c (setting a run up and freeing it),
+ * train_ranks.c (the work shared out over data-parallel ranks) and
+ * train_budget.c (the time budget). */
+#ifndef VIT_SRC_TRAINER_INTERNAL_H
+#define VIT_SRC_TRAINER_INTERNAL_H
+
+#include <stdio.h>
+#include <time.h>
+
+#include "run_internal.h"
+#include "vit/augment.h"
+#include "vit/train.h"
+
+/* Monotonic seconds. */
+static inline double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+struct vit_trainer {
+    vit_config cfg;           /* the run's: a resume's recipe, its changes */
+    vit_train_opts o;
+    const vit_dataset *train_all; /* the caller's training set */
+    vit_dataset train, val;   /* views of it: the validation set is its tail */
+    const vit_dataset *test;
+    vit_model *m;             /* the weights the optimizer trains */
+    vit_model *avg;           /* with ema > 0: their running average, the
+                                 classifier evaluated, saved and exported */
+    vit_adamw opt;
+    vit_run_state st;
+    vit_tape *eval_tape;      /* training steps run on the model's own tapes */
+    vit_real *images;
+    int *labels, *perm;
+    vit_real *targets;        /* [batch, classes] mixed labels (mixup, cutmix) */
+    vit_real *drop;           /* [depth, 2, batch] drop-path scales (drop_path) */
+    vit_augment_scratch *aug; /* vit_augment_batch's working memory */
+    int mixed;                /* the batch in images is mixed: use targets */
+    char **class_names;       /* the training data's, for the checkpoint (not owned) */
+    FILE *metrics;
+    char ckpt[4200], metrics_path[4200];
+    double t0;                /* now_seconds() at vit_trainer_new */
+    double prior_seconds;     /* of the run's earlier invocations */
+    double last_save;         /* now_seconds() of the last checkpoint */
+    vit_train_progress at;
+    _Atomic int stop_asked;   /* vit_trainer_request_stop, a callback */
+    int failed;               /* the error that ended the run, or VIT_OK */
+    int complete_at_start;    /* a resume of a run that had done all its epochs */
+    double lr;                /* the last step's learning rate */
+    int epochs_cap;           /* with a budget: the most epochs a plan may give */
+    double pace_t;            /* now_seconds() and the step of the budget's */
+    unsigned long long pace_step; /* plan or its last check */
+    double pace;              /* seconds per epoch, smoothed (0: none yet) */
+    vit_eval_result last_test; /* the last epoch's one-pass test scores */
+    double last_val;          /* and validation accuracy (-1: none yet) */
+    double last_train_loss;   /* the last epoch's mean training loss */
+};
+
+/* The model evaluation scores: the average when the run averages. */
+static inline vit_model *scored(vit_trainer *t) { return t->avg ? t->avg : t->m; }
+
+/* ---- train.c */
+
+/* Hands ev to the callback (rank 0 only); a nonzero answer asks for a stop. */
+void vit_train_emit(vit_trainer *t, vit_train_event *ev);
+
+/* ---- train_setup.c */
+
+/* The schedule for the run's epochs: the steps taken and those left at
+ * this steps-per-epoch (epochs * spe for a run on its own data; on other
+ * data, or after a budget's new plan, laid out over what is left), the
+ * warm-up within a tenth of it, and whether the run is done. */
+void vit_train_layout(vit_trainer *t);
+
+/* ---- train_ranks.c */
+
+/* This rank's share [lo, hi) of n items: contiguous, sizes differing by at
+ * most one. */
+void vit_train_share(int n, int *lo, int *hi);
+
+/* Fills images/labels with items [lo, hi) of the minibatch idx[0..b),
+ * augmented as the config says (vit_augment_batch: shift or crop_pad,
+ * rotate, scale, flip, mixup, cutmix), and then draws the batch's
+ * drop-path scales.  Every draw is for all b items whatever the slice, so
+ * every rank of a data-parallel job advances its generator identically and
+ * they all agree on the next permutation; with every new key off the draws
+ * are the digits' as before.  t->mixed says whether targets hold the
+ * batch's mixed labels. */
+int vit_train_gather_batch(vit_trainer *t, const int *idx, int b, int lo, int hi);
+
+/* The augmentation's working memory and the buffers of the mixed targets
+ * and drop-path scales, when the config asks for them. */
+int vit_train_augment_buffers(vit_trainer *t);
+
+/* FNV-1a over the parameter bytes: equal on every rank iff the replicas
+ * hold bitwise the same parameters (up to a 2^-64 collision). */
+unsigned long long vit_train_params_hash(vit_model *m);
+
+/* Forward and backward of this rank's bl images (already gathered):
+ * leaves the gradient of their mean loss in the model's gradient buffer and
+ * adds (loss * bl, correct) to red. */
+int vit_train_local_step(vit_trainer *r, int bl, double red[2]);
+
+/* Sums the ranks' gradients of their mean losses into the gradient of the
+ * global batch mean: each share is weighted by its size first. */
+int vit_train_reduce_grads(vit_trainer *r, int bl, int b, double red[2]);
+
+/* vit_evaluate_tta of the scored model over a data-parallel job: each rank
+ * scores its share of ds and the sums are combined, so every rank gets the
+ * whole result. */
+int vit_train_evaluate_shared(vit_trainer *r, const vit_dataset *ds, int tta, vit_eval_result *ev);
+
+/* ---- train_budget.c */
+
+/* The plan (vit_train_opts.budget_seconds): the costs measured, cfg's
+ * epochs set to what fits in 97% of the budget, the schedule laid out;
+ * event PLAN. */
+int vit_train_plan_budget(vit_trainer *t);
+
+/* After an epoch of a budgeted run (at most every 3% of the budget): the
+ * pace (seconds per epoch, steps and scoring: the machine may be shared;
+ * the mean of the last window's and the pace before) against the plan.
+ * A run predicted to end over the budget gets fewer epochs (to end at 98%
+ * of it), one predicted to end under 92% of it more (to end at 95%, at
+ * least one more and 5%); the schedule is laid out anew either way (event
+ * PLAN).  Every rank takes rank 0's times. */
+int vit_train_hold_budget(vit_trainer *t);
+
+/* The test-time augmentation tta = auto tries: shift9, and with the
+ * mirror images too for a model trained on them (flip). */
+static inline int vit_train_auto_tta(const vit_config *c)
+{
+    return c->flip ? VIT_TTA_SHIFT9_FLIP : VIT_TTA_SHIFT9;
+}
+
+#endif

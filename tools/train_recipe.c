@@ -1,0 +1,121 @@
+/*
+ * vit_train's recipe for the data: the keys nobody set on the line or in
+ * the --config file taken from vit_recipe_pick (said in one line), the
+ * patch fitted to larger images, and the overlap that goes with it.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "vit/vit.h"
+#include "vit_train.h"
+
+int fit_patch(vit_config *cfg, int patch_default, int recipe_patch,
+              const vit_dataset *train, int speak)
+{
+    cfg->patch = recipe_patch;
+    int larger = train->height > cfg->image_height || train->width > cfg->image_width;
+    if (!larger && train->height % patch_default == 0 && train->width % patch_default == 0)
+        return 0;
+    char why[200];
+    int p;
+    if (vit_config_pick_patch(train->height, train->width, 8, &p, NULL, why, sizeof why))
+        return cli_fail(prog, NULL);
+    if (speak)
+        printf("patch %d (no --patch given): %s\n", cfg->patch, why);
+    return 0;
+}
+
+void settle_overlap(vit_config *cfg, int patch_default, int stride_default,
+                    int pad_default, const vit_dataset *train)
+{
+    vit_config d;
+    vit_config_default(&d);
+    int keep = cfg->patch == patch_default && train->height == d.image_height &&
+               train->width == d.image_width;
+    if (cfg->patch_stride < 0)
+        cfg->patch_stride = keep ? stride_default : 0;
+    if (cfg->patch_pad < 0)
+        cfg->patch_pad = keep ? pad_default : 0;
+}
+
+/* 1 if config key `key` is set on the line (--key; cli_normalize wrote
+ * '-' for '_') or in the --config file (already read by vit_config_load,
+ * so its lines are `key = value`, comments and blanks). */
+static int user_set(const char *key, const char *config, int argc, char **argv)
+{
+    char flag[64];
+    snprintf(flag, sizeof flag, "--%s", key);
+    for (char *p = flag + 2; *p; p++)
+        *p = *p == '_' ? '-' : *p;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], flag) == 0)
+            return 1;
+    FILE *f = config ? fopen(config, "r") : NULL;
+    char line[4096];
+    int found = 0;
+    size_t n = strlen(key);
+    while (f && !found && fgets(line, sizeof line, f)) {
+        const char *p = line + strspn(line, " \t");
+        found = strncmp(p, key, n) == 0 && strchr(" \t=", p[n]) != NULL;
+    }
+    if (f)
+        fclose(f);
+    return found;
+}
+
+/* Key `key`'s value as the config text writes it, into buf[cap] ("" if
+ * the config has no such key). */
+static const char *key_text(const vit_config *cfg, const char *key, char *buf, size_t cap)
+{
+    char text[8192];
+    buf[0] = 0;
+    if (vit_config_format(cfg, text, sizeof text) < 0)
+        return buf;
+    size_t n = strlen(key);
+    for (const char *l = text; *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l))
+        if (strncmp(l, key, n) == 0 && strncmp(l + n, " = ", 3) == 0) {
+            snprintf(buf, cap, "%.*s", (int)strcspn(l + n + 3, "\n"), l + n + 3);
+            break;
+        }
+    return buf;
+}
+
+int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *train,
+                 int val, double budget, const char *config, int argc, char **argv,
+                 int speak, int *patch)
+{
+    vit_recipe_data d = {train->count - val, train->height, train->width, train->channels,
+                         train->classes, train};
+    vit_recipe r;
+    if (vit_recipe_pick(&d, model, &r, NULL, 0))
+        return cli_fail(prog, NULL);
+    *patch = r.patch;
+    char v[5][32], said[256] = "", was[64], now[64];
+    snprintf(v[0], sizeof v[0], "%d", budget > 0 ? 1000000 : r.epochs);
+    snprintf(v[1], sizeof v[1], "%d", r.batch);
+    snprintf(v[2], sizeof v[2], "%.17g", r.warmup);
+    snprintf(v[3], sizeof v[3], "%d", r.shift);
+    snprintf(v[4], sizeof v[4], "%d", r.flip);
+    const char *keys[5] = {"epochs", "batch", "warmup", "shift", "flip"};
+    for (int k = 0; k < 5; k++) {
+        if (user_set(keys[k], config, argc, argv))
+            continue;
+        key_text(cfg, keys[k], was, sizeof was);
+        if (!*was || vit_config_set(cfg, keys[k], v[k]) != VIT_OK)
+            continue;
+        if (strcmp(was, key_text(cfg, keys[k], now, sizeof now)) == 0)
+            continue;
+        size_t at = strlen(said);
+        if (k == 0 && budget > 0)
+            snprintf(said + at, sizeof said - at, "%sepochs as the budget allows", at ? ", " : "");
+        else
+            snprintf(said + at, sizeof said - at, "%s%s %s", at ? ", " : "", keys[k], now);
+    }
+    if (speak && *said)
+        printf("recipe (not set by flag or --config): %s, for %d images of %dx%dx%d (%s)\n", said,
+               d.count, d.height, d.width, d.channels,
+               strncmp(said, "epochs ", 7) == 0 && budget <= 0 ? "epochs: what 6e13 "
+               "multiply-adds of training pay for" : "see docs/cli.md, Recipe");
+    return 0;
+}

@@ -1,0 +1,124 @@
+/* Internal to vit_train: what vit_train.c shares with its helper files,
+ * train_split.c (the split flags), train_recipe.c (the recipe for the
+ * data), train_print.c (what is printed about the data and the result)
+ * and train_seeds.c (--seeds). */
+#ifndef VIT_TOOLS_VIT_TRAIN_H
+#define VIT_TOOLS_VIT_TRAIN_H
+
+#include <stddef.h>
+
+#include "vit/vit.h"
+
+/* The program name messages start with. */
+static const char *const prog = "vit_train";
+
+/* How the run is shown: progress 0 quiet, 1 plain lines (a file or pipe),
+ * 2 a bar on a terminal (cli_progress); every: seconds between plain
+ * lines. */
+typedef struct shown {
+    int progress;
+    double every;
+} shown;
+
+/* --val-split, --test-split and --split-seed: the split asked for, and
+ * which were given (bits 1, 2, 4). */
+typedef struct split_flags {
+    vit_data_split s;
+    int given;
+} split_flags;
+
+/* --seeds takes at most this many seeds. */
+#define MAX_SEEDS 64
+
+/* ---- vit_train.c */
+
+/* One run of vit_train_run and what it prints; the exit status.  res, if
+ * not NULL, gets the result's figures (no confusion matrix). */
+int train_once(const vit_config *cfg, const vit_dataset *train, const vit_dataset *test,
+               const vit_train_opts *op, const shown *look, const char *data, int threads,
+               vit_train_result *keep);
+
+/* ---- train_split.c */
+
+/* One of the split flags into *f: 0 when taken, 2 (said) for a bad value,
+ * -1 when a is none of them. */
+int split_flag(const char *a, const char *v, split_flags *f);
+
+/* Loads the data with the split settled, sets o->val_count (a validation
+ * tail) and o->data_split, and says in one line when a flat folder got
+ * the default test fraction.  0, else the exit status. */
+int load_data(const char *data, const split_flags *f, const vit_data_split *rec,
+              vit_train_opts *o, vit_dataset *train, vit_dataset *test, int speak);
+
+/* ---- train_recipe.c */
+
+/* No patch given (cfg->patch 0): the recipe's (vit_recipe_pick: the
+ * default, unless the data's images are larger than the config's or the
+ * default does not divide them; then a grid of at most 8x8), said in one
+ * line when it was picked (the stride and padding are settled after it,
+ * in run). */
+int fit_patch(vit_config *cfg, int patch_default, int recipe_patch,
+              const vit_dataset *train, int speak);
+
+/* The default's overlap (stride and padding, made for its 4x4 patches
+ * on 8x8 images) goes with the default patch on images of the default
+ * size: any other patch, given or picked for larger images, tiles the
+ * image without overlap unless a stride or padding was given too (-1 marks
+ * one not given). */
+void settle_overlap(vit_config *cfg, int patch_default, int stride_default,
+                    int pad_default, const vit_dataset *train);
+
+/* The recipe for this data (vit_recipe_pick) for the keys nobody set on
+ * the line or in the --config file; those that change a value are said in
+ * one line.  With --budget and no epochs given, the epochs are what the
+ * budget's plan gives (the library's cap: the most a config takes).
+ * model: the config with its own patch geometry.  0, or the exit status. */
+int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *train,
+                 int val, double budget, const char *config, int argc, char **argv,
+                 int speak, int *patch);
+
+/* ---- train_print.c */
+
+/* Per-class counts of the training file (before --val): all of them when
+ * they fit in a line, else the range (or the one count they share); then
+ * what looks wrong: classes of under 5 images, a 10x imbalance. */
+void print_class_counts(const vit_dataset *train);
+
+/* --val N holds out the training set's last N images: in data stored
+ * class by class (class folders) that tail can be one or two classes, and
+ * its accuracy says little.  Warns when the tail covers under half of the
+ * classes the training set has, naming the stratified flag instead. */
+void warn_val_tail(const vit_dataset *train, int val);
+
+/* With --tta auto: what was chosen, and the figure that decided it (or
+ * the shift9 test figure beside the one-pass headline). */
+void print_tta_auto(const vit_train_result *r, const vit_config *cfg);
+
+/* The last lines: "ACC (LABELS; TIMING); checkpoint PATH" when that fits
+ * (a terminal's width - 1, or 100 columns in a file or pipe); else the
+ * checkpoint goes on a line of its own; else, when even "ACC (LABELS;
+ * TIMING)" is too wide (ema, tta and the one-pass figure), the labelled
+ * figures stay on the first line and the timing opens the second.  The
+ * path is never shortened: on a terminal too narrow for "checkpoint PATH"
+ * it goes whole on a line of its own (cli_print_item), which the terminal
+ * wraps and a copy pastes as it is.
+ * labels is "" or e.g. "tta shift9; one pass 0.9639". */
+void print_result(const char *acc, const char *labels, const char *timing, const char *out);
+
+/* ---- train_seeds.c */
+
+/* --seeds: "1,2,3", ranges "1-5", or both ("1-3,7"), at most MAX_SEEDS. */
+int parse_seeds(const char *text, unsigned long long *seeds, int *n);
+
+/* --seed and --seeds together: one would be ignored, so neither is taken. */
+int seed_flag_clash(int argc, char **argv);
+
+/* OUT/seed-N, the folder of seed N's run, into dir[cap]. */
+void seed_dir(const char *out, unsigned long long seed, char *dir, size_t cap);
+
+/* --seeds: the run once per seed, each in OUT/seed-N, then the spread. */
+int train_seeds(const vit_config *cfg, const vit_dataset *train, const vit_dataset *test,
+                const vit_train_opts *op, const shown *look, const char *data,
+                int threads, const unsigned long long *seeds, int n);
+
+#endif
