@@ -811,6 +811,26 @@ static void job_rows(void *v, size_t r0, size_t r1)
 }
 #endif
 
+#if HAVE_GEMM
+/* Runs the rows of job j (an M x N x K product) split like the float32
+ * GEMMs (src/threads.c): blocks of at least 16 rows, one per thread, when
+ * the product is large enough.  VIT_OK, or VIT_ENOMEM (fn's message) when a
+ * thread found no scratch. */
+static int run_job(gemm_job *j, int M, int N, int K, const char *fn)
+{
+    int nt = vit_threads_for(2.0 * M * (double)N * K);
+    if (nt > M / 16)
+        nt = M / 16 > 1 ? M / 16 : 1;
+    if (nt <= 1)
+        job_rows(j, 0, (size_t)M);
+    else
+        vit_parallel(nt, (size_t)M, job_rows, j);
+    if (atomic_load(&j->failed))
+        return vit_fail(VIT_ENOMEM, "%s: out of memory for scratch (%d x %d x %d)", fn, M, N, K);
+    return VIT_OK;
+}
+#endif
+
 int vit_gemm_bf16_packed(int trans_a, int M, int N, int K, float alpha, const float *A, int lda,
                          const vit_bf16_packed *B, float beta, float *C, int ldc)
 {
@@ -839,18 +859,7 @@ int vit_gemm_bf16_packed(int trans_a, int M, int N, int K, float alpha, const fl
         return vit_fail(VIT_EINVAL, "%s: B holds a %d x %d operand, the product needs %d x %d",
                         fn, B->K, B->N, K, N);
     gemm_job j = {trans_a, K, alpha, beta, A, NULL, lda, B, C, ldc, 0};
-    /* Split like the float32 GEMMs (src/threads.c): blocks of at least 16
-     * rows, one per thread, when the product is large enough. */
-    int nt = vit_threads_for(2.0 * M * (double)N * K);
-    if (nt > M / 16)
-        nt = M / 16 > 1 ? M / 16 : 1;
-    if (nt <= 1)
-        job_rows(&j, 0, (size_t)M);
-    else
-        vit_parallel(nt, (size_t)M, job_rows, &j);
-    if (atomic_load(&j.failed))
-        return vit_fail(VIT_ENOMEM, "%s: out of memory for scratch (%d x %d x %d)", fn, M, N, K);
-    return VIT_OK;
+    return run_job(&j, M, N, K, fn);
 #endif
 }
 
@@ -883,16 +892,7 @@ int vit_gemm_bf16_packed_a16(int trans_a, int M, int N, int K, const uint16_t *A
         return vit_fail(VIT_EINVAL, "%s: B holds a %d x %d operand, the product needs %d x %d",
                         fn, B->K, B->N, K, N);
     gemm_job j = {trans_a, K, 1, beta, NULL, A, lda, B, C, ldc, 0};
-    int nt = vit_threads_for(2.0 * M * (double)N * K);
-    if (nt > M / 16)
-        nt = M / 16 > 1 ? M / 16 : 1;
-    if (nt <= 1)
-        job_rows(&j, 0, (size_t)M);
-    else
-        vit_parallel(nt, (size_t)M, job_rows, &j);
-    if (atomic_load(&j.failed))
-        return vit_fail(VIT_ENOMEM, "%s: out of memory for scratch (%d x %d x %d)", fn, M, N, K);
-    return VIT_OK;
+    return run_job(&j, M, N, K, fn);
 #endif
 }
 
