@@ -1262,9 +1262,19 @@ START_TEST(test_recipe_rule)
     ck_assert_int_eq(r.epochs, want);
     ck_assert_int_eq(r.epochs, 42);
     ck_assert(r.warmup == want / 28.0);
-    ck_assert_int_eq(r.shift, 2);
+    ck_assert_int_eq(r.shift, 1);
     ck_assert_int_eq(r.flip, 0);
     ck_assert(r.asymmetry == -1);
+    /* The shift: a 28th of the side from 10k images, a 14th below. */
+    f.count = 9999;
+    ck_assert(vit_recipe_pick(&f, &def, &r, NULL, 0) == VIT_OK);
+    ck_assert_int_eq(r.shift, 2);
+    vit_recipe_data big = {10000, 56, 60, 3, 10, NULL};
+    ck_assert(vit_recipe_pick(&big, &def, &r, NULL, 0) == VIT_OK);
+    ck_assert_int_eq(r.shift, 2);
+    big.count = 9999;
+    ck_assert(vit_recipe_pick(&big, &def, &r, NULL, 0) == VIT_OK);
+    ck_assert_int_eq(r.shift, 4);
     f.count = 300000;
     ck_assert(vit_recipe_pick(&f, &def, &r, NULL, 0) == VIT_OK);
     ck_assert_int_eq(r.batch, 128);

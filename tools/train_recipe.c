@@ -112,6 +112,13 @@ int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *tr
         else
             snprintf(said + at, sizeof said - at, "%s%s %s", at ? ", " : "", keys[k], now);
     }
+    /* A model trained on mirror images is scored on them too (Fashion at 62
+     * epochs: shift9flip 92.69%, shift9 92.53%), unless tta was chosen. */
+    if (cfg->flip && cfg->tta == VIT_TTA_SHIFT9 && !user_set("tta", config, argc, argv)) {
+        cfg->tta = VIT_TTA_SHIFT9_FLIP;
+        size_t at = strlen(said);
+        snprintf(said + at, sizeof said - at, "%stta shift9flip", at ? ", " : "");
+    }
     if (speak && *said)
         printf("recipe (not set by flag or --config): %s, for %d images of %dx%dx%d (%s)\n", said,
                d.count, d.height, d.width, d.channels,

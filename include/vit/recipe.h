@@ -15,7 +15,9 @@
  *           at least 1;
  *   warmup  epochs / 28 (5 of the digits' 140): the same fraction of
  *           every run;
- *   shift   1 pixel per 14 of the shorter side, at least 1;
+ *   shift   1 pixel per 14 of the shorter side below 10,000 images, per
+ *           28 from 10,000 on (fewer passes over more images: a lighter
+ *           augmentation), at least 1;
  *   flip    1 when the images look mirror-symmetric (below), else 0.
  * The class count changes nothing.  Pure functions, any thread.
  */
@@ -62,8 +64,8 @@ typedef struct vit_recipe {
  * recipe fields are not read) into *r (overwritten), and into why[cap]
  * (NUL-terminated, cut to fit; may be NULL with cap 0) one line saying why,
  * e.g. "60000 images of 28x28x1: batch 64 (10k-200k images), 42 epochs
- * (6e13 multiply-adds of training), shift 2, flip (mirror-symmetric
- * classes: 0.08)".
+ * (6e13 multiply-adds of training), shift 1 (a 28th of the side: 10k
+ * images or more), flip (class means' mirror asymmetry 0.16)".
  *
  * The mirror test: for each class, the mean image m over the images read,
  * its left-right mirror m' and the other classes' means o; a class's
