@@ -68,5 +68,14 @@ printf 'shift = 1   # the user'"'"'s\n' >"$tmp/s.cfg"
 "$tools/vit_train" --data "$tmp/g28" "${small[@]}" --config "$tmp/s.cfg" --out "$tmp/i" >"$tmp/i.txt" 2>&1
 check "28x28 with shift in --config: no recipe line" '! grep -q "^recipe" "$tmp/i.txt"'
 
+# tta follows flip unless it was chosen: a model trained on mirror images
+# is scored on them too.
+tiny=(--dim 16 --depth 1 --heads 2 --mlp 16 --threads 1 --epochs 1 --flip 1)
+"$tools/vit_train" --data "$tmp/g28" "${tiny[@]}" --out "$tmp/f" >"$tmp/f.txt" 2>&1
+check "--flip 1, no --tta: the recipe line names tta shift9flip" 'grep -qE "^recipe \(not set by flag or --config\): .*tta shift9flip" "$tmp/f.txt"'
+check "and the run is scored with it" 'grep -qE "^test accuracy [0-9.]+ \(tta shift9flip; one pass" "$tmp/f.txt"'
+"$tools/vit_train" --data "$tmp/g28" "${tiny[@]}" --tta shift9 --out "$tmp/t" >"$tmp/t.txt" 2>&1
+check "--flip 1 --tta shift9: kept" '! grep -q "tta shift9flip" "$tmp/t.txt" && grep -qE "^test accuracy [0-9.]+ \(tta shift9; one pass" "$tmp/t.txt"'
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
