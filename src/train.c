@@ -142,6 +142,7 @@ static int end_epoch(vit_trainer *t)
     t->st.epoch++;
     row.epoch = t->st.epoch;
     vit_eval_result_free(&t->last_test);
+    double scoring_t0 = now_seconds();
     int rc = vit_train_evaluate_shared(t, t->test, VIT_TTA_NONE, &t->last_test);
     if (rc == VIT_ENUM) { /* the epoch's last steps diverged without a NaN loss yet */
         char why[400];
@@ -161,6 +162,7 @@ static int end_epoch(vit_trainer *t)
         t->last_val = row.val_acc = vr.accuracy;
         vit_eval_result_free(&vr);
     }
+    t->score_pass = now_seconds() - scoring_t0; /* the budget's guide to the final scoring */
     row.test_loss = t->last_test.loss;
     row.test_acc = t->last_test.accuracy;
     row.seconds = t->prior_seconds + now_seconds() - t->t0;

@@ -54,6 +54,8 @@ struct vit_trainer {
     double pace_t;            /* now_seconds() and the step of the budget's */
     unsigned long long pace_step; /* plan or its last check */
     double pace;              /* seconds per epoch, smoothed (0: none yet) */
+    double score_pass;        /* seconds of the last epoch's one-pass scoring
+                                 of the test and validation sets (0: none yet) */
     vit_eval_result last_test; /* the last epoch's one-pass test scores */
     double last_val;          /* and validation accuracy (-1: none yet) */
     double last_train_loss;   /* the last epoch's mean training loss */
