@@ -118,7 +118,7 @@ int vit_train_evaluate_shared(vit_trainer *r, const vit_dataset *ds, int tta, vi
 /* ---- train_budget.c */
 
 /* The plan (vit_train_opts.budget_seconds): the costs measured, cfg's
- * epochs set to what fits in 97% of the budget, the schedule laid out;
+ * epochs set to what fits in 98% of the budget, the schedule laid out;
  * event PLAN. */
 int vit_train_plan_budget(vit_trainer *t);
 
