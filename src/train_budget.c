@@ -94,9 +94,11 @@ static int measure_costs(vit_trainer *t)
     for (int pass = 0; pass < 4 && rc == VIT_OK; pass++) {
         vit_eval_result ev;
         double t2 = now_seconds();
-        if ((rc = vit_train_evaluate_shared(t, &part, VIT_TTA_NONE, &ev)) == VIT_OK) {
+        rc = vit_train_evaluate_shared(t, &part, VIT_TTA_NONE, &ev);
+        if (rc == VIT_OK && pass >= 2) {
             double per = (now_seconds() - t2) / part.count;
-            cost[1] = pass == 2 || (pass > 2 && per < cost[1]) ? per : cost[1];
+            if (pass == 2 || per < cost[1])
+                cost[1] = per;
         }
         vit_eval_result_free(&ev);
     }

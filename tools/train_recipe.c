@@ -1,7 +1,8 @@
 /*
  * vit_train's recipe for the data: the keys nobody set on the line or in
- * the --config file taken from vit_recipe_pick (said in one line), the
- * patch fitted to larger images, and the overlap that goes with it.
+ * the --config file taken from vit_recipe_pick (said in one line), tta
+ * shift9flip for a run with flips, the patch fitted to larger images, and
+ * the overlap that goes with it.
  */
 #include <stdio.h>
 #include <string.h>
