@@ -545,6 +545,76 @@ START_TEST(packed_reuse_and_exact)
 }
 END_TEST
 
+/* A finite normal float32 that tests the rounding: ties with the kept bit
+ * even and odd, just above and below a tie, or any bits, at exponents
+ * from 2^-20 to 2^20 (no subnormals: vdpbf16ps reads them as zero). */
+static float rounding_case(void)
+{
+    uint32_t sign = (uint32_t)vit_rng_below(&rng, 2) << 31;
+    uint32_t e = (uint32_t)(127 - 20 + vit_rng_below(&rng, 41)) << 23;
+    uint32_t m = (uint32_t)vit_rng_below(&rng, 128) << 16;
+    static const uint32_t low[] = {0x8000, 0x8001, 0x7fff, 0x0000};
+    uint32_t r = (uint32_t)vit_rng_below(&rng, 5);
+    uint32_t lo = r < 4 ? low[r] : (uint32_t)vit_rng_below(&rng, 0x10000);
+    return bits_float(sign | e | m | lo);
+}
+
+/* Products with an identity factor return the other operand's values as
+ * converted, so they show its conversion bit for bit: each value rounded
+ * to nearest, ties to even, in its place, through every way an operand is
+ * converted (op(A) as given and transposed, op(B) packed from rows and
+ * from columns), on both paths; K odd and even, N off the vector width.
+ * (op(A) in bf16 is the library's own: tests/test_transpose.c checks its
+ * transposed copy bit for bit.) */
+START_TEST(operands_round_exactly)
+{
+    vit_bf16_path path = _i == 0 ? VIT_BF16_XSMM : VIT_BF16_FALLBACK;
+    if (vit_bf16_set_path(path) != VIT_OK)
+        return;
+    const int sizes[][2] = {{37, 50}, {64, 64}, {33, 17}, {130, 96}}; /* {rows, K} */
+    for (int s = 0; s < 4; s++) {
+        int R = sizes[s][0], K = sizes[s][1];
+        size_t n = (size_t)R * K;
+        float *X = malloc(n * sizeof *X), *Xt = malloc(n * sizeof *Xt);
+        float *I = calloc((size_t)K * K, sizeof *I), *C = malloc(n * sizeof *C);
+        float *Ct = malloc(n * sizeof *Ct);
+        vit_bf16 *X16 = malloc(n * sizeof *X16);
+        ck_assert(X && Xt && I && C && Ct && X16);
+        for (int k = 0; k < K; k++)
+            I[(size_t)k * K + k] = 1;
+        for (int r = 0; r < R; r++)
+            for (int k = 0; k < K; k++) {
+                float x = rounding_case();
+                X[(size_t)r * K + k] = Xt[(size_t)k * R + r] = x;
+                X16[(size_t)r * K + k] = vit_bf16_from_float(x);
+            }
+        for (int way = 0; way < 4; way++) {
+            int rc;
+            float *out = way < 2 ? C : Ct; /* Ct: [K, R], the rounded X^T */
+            switch (way) {
+            case 0: rc = vit_gemm_bf16(0, 0, R, K, K, 1, X, K, I, K, 0, C, K); break;
+            case 1: rc = vit_gemm_bf16(1, 0, R, K, K, 1, Xt, R, I, K, 0, C, K); break;
+            case 2: rc = vit_gemm_bf16(0, 0, K, R, K, 1, I, K, Xt, R, 0, Ct, R); break;
+            default: rc = vit_gemm_bf16(0, 1, K, R, K, 1, I, K, X, K, 0, Ct, R); break;
+            }
+            REQUIRE_MSG(rc == VIT_OK, "%s", vit_last_error());
+            for (int r = 0; r < R; r++)
+                for (int k = 0; k < K; k++) {
+                    vit_bf16 want = X16[(size_t)r * K + k];
+                    float got = way < 2 ? out[(size_t)r * K + k] : out[(size_t)k * R + r];
+                    REQUIRE_MSG(float_bits(got) == (uint32_t)want << 16,
+                                "%s path, way %d, %d x %d: [%d, %d] of %.9g is %.9g, not %.9g",
+                                vit_bf16_path_name(path), way, R, K, r, k,
+                                (double)X[(size_t)r * K + k], (double)got,
+                                (double)vit_bf16_to_float(want));
+                }
+        }
+        free(X); free(Xt); free(I); free(C); free(Ct); free(X16);
+    }
+    ck_assert_int_eq(vit_bf16_set_path(VIT_BF16_AUTO), VIT_OK);
+}
+END_TEST
+
 /* Bad arguments are refused with a message and C untouched. */
 START_TEST(gemm_errors)
 {
@@ -644,6 +714,7 @@ int main(void)
     tcase_add_test(g, packed_reuse_and_exact);
     tcase_add_loop_test(g, gemm_within_bound, 0, 2);
     tcase_add_test(g, fallback_agrees_with_xsmm);
+    tcase_add_loop_test(g, operands_round_exactly, 0, 2);
 #else
     tcase_add_test(g, f64_has_no_gemm);
 #endif
