@@ -376,48 +376,10 @@ static int reserve(vit_bf16_packed *p, size_t bytes)
     return VIT_OK;
 }
 
-#if X86_BF16
-/* pack_vnni_rows in registers: 16 columns of rows k and k + 1 rounded
- * into one register by one instruction, then interleaved by a permute of
- * 16-bit lanes; a block holding a subnormal is redone value by value. */
-BF16_TARGET static void pack_vnni_rows_avx512(vit_bf16 *dst, int K, int N, const float *B,
-                                              int ldb)
-{
-    static const uint16_t interleave[32] __attribute__((aligned(64))) = {
-        0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
-        8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    const __m512i idx = _mm512_load_si512(interleave);
-    for (int k = 0; k < K; k += 2) {
-        const float *b0 = B + (size_t)k * ldb, *b1 = k + 1 < K ? b0 + ldb : NULL;
-        vit_bf16 *d = dst + (size_t)k * N;
-        for (int n = 0; n < N; n += 16) {
-            int nn = N - n < 16 ? N - n : 16;
-            __mmask16 m = (__mmask16)(nn == 16 ? 0xffffu : (1u << nn) - 1);
-            __m512 lo = _mm512_maskz_loadu_ps(m, b0 + n);
-            __m512 hi = b1 ? _mm512_maskz_loadu_ps(m, b1 + n) : _mm512_setzero_ps();
-            __m512i r = _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
-            __mmask32 m2 = nn == 16 ? 0xffffffffu : (__mmask32)((1u << 2 * nn) - 1);
-            _mm512_mask_storeu_epi16(d + 2 * n, m2, r);
-            if (subnormal_lanes(lo) | subnormal_lanes(hi))
-                for (int i = 0; i < nn; i++) {
-                    d[2 * (n + i)] = round_bits(float_bits(b0[n + i]));
-                    d[2 * (n + i) + 1] = b1 ? round_bits(float_bits(b1[n + i])) : 0;
-                }
-        }
-    }
-}
-#endif
-
 /* VNNI from B[K, N]: rows k and k+1 interleaved, through one converted
  * pair of rows (tmp, 2N values). */
 static void pack_vnni_rows(vit_bf16 *dst, vit_bf16 *tmp, int K, int N, const float *B, int ldb)
 {
-#if X86_BF16
-    if (have_avx512_bf16()) {
-        pack_vnni_rows_avx512(dst, K, N, B, ldb);
-        return;
-    }
-#endif
     for (int k = 0; k < K; k += 2) {
         from_floats(tmp, B + (size_t)k * ldb, (size_t)N);
         if (k + 1 < K)
@@ -699,11 +661,6 @@ static int convert_a(scratch *s, vit_bf16 *dst, int ld, const gemm_job *j, int r
             else
                 from_floats(d, j->A + (size_t)(r0 + r) * j->lda, (size_t)K);
         }
-    } else if (have_avx512_bf16()) {
-        /* A is [K, M]: row k of A holds column k of op(A); transposed and
-         * narrowed tile by tile in registers (src/transpose.c), one pass */
-        vit_transpose_bf16(K, rows, j->A16 ? NULL : j->A + r0, j->A16 ? j->A16 + r0 : NULL,
-                           j->lda, dst, ld);
     } else {
         /* A is [K, M]: row k of A holds column k of op(A).  KC rows of A
          * at a time (a bf16 A first as float32, exact) are transposed in
@@ -799,15 +756,9 @@ static int rows_xsmm(scratch *s, const gemm_job *j, int r0, int rows, float *C)
 {
     const vit_bf16_packed *B = j->B;
     int N = B->N, Kp = B->Kp;
-    const vit_bf16 *Ab;
-    if (j->A16 && !j->trans_a && Kp == j->K && j->lda == Kp) {
-        Ab = j->A16 + (size_t)r0 * j->lda; /* already the kernel's layout: read in place */
-    } else {
-        vit_bf16 *a = grow(&s->a, &s->a_cap, (size_t)rows * Kp * sizeof *a);
-        if (!a || !convert_a(s, a, Kp, j, r0, rows))
-            return 0;
-        Ab = a;
-    }
+    vit_bf16 *Ab = grow(&s->a, &s->a_cap, (size_t)rows * Kp * sizeof *Ab);
+    if (!Ab || !convert_a(s, Ab, Kp, j, r0, rows))
+        return 0;
     if (j->alpha == 1 && (j->beta == 0 || j->beta == 1)
         && xsmm_product(B, rows, Ab, C, j->ldc, j->beta == 1))
         return 1;

@@ -10,7 +10,6 @@
 #include "transpose.h"
 
 #include <stdatomic.h>
-#include <string.h>
 
 #include "fastmath.h"
 
@@ -58,39 +57,15 @@ static const int swap_index[4][2][TILE] __attribute__((aligned(64))) = {
      {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}},
 };
 
-/* x[i] row i of a tile in, x[j] column j out; lo, hi: swap_index. */
-__attribute__((target("avx512f"), always_inline))
-static inline void tile_transpose(__m512 x[TILE], const __m512i lo[4], const __m512i hi[4])
-{
-#pragma GCC unroll 4
-    for (int s = 0; s < 4; s++) {
-        int b = 1 << s;
-#pragma GCC unroll 16
-        for (int i = 0; i < TILE; i++) {
-            if (i & b)
-                continue;
-            __m512 a = x[i], c = x[i + b];
-            x[i] = _mm512_permutex2var_ps(a, lo[s], c);
-            x[i + b] = _mm512_permutex2var_ps(a, hi[s], c);
-        }
-    }
-}
-
-__attribute__((target("avx512f"), always_inline))
-static inline void load_swap_index(__m512i lo[4], __m512i hi[4])
-{
-    for (int s = 0; s < 4; s++) {
-        lo[s] = _mm512_loadu_si512(swap_index[s][0]);
-        hi[s] = _mm512_loadu_si512(swap_index[s][1]);
-    }
-}
-
 __attribute__((target("avx512f")))
 static void transpose_avx512(int rows, int pad_to, int cols, float alpha, const float *B,
                              int ldb, float *P, int ldp)
 {
     __m512i lo[4], hi[4];
-    load_swap_index(lo, hi);
+    for (int s = 0; s < 4; s++) {
+        lo[s] = _mm512_loadu_si512(swap_index[s][0]);
+        hi[s] = _mm512_loadu_si512(swap_index[s][1]);
+    }
     const __m512 va = _mm512_set1_ps(alpha);
     for (int r0 = 0; r0 < pad_to; r0 += TILE) {
         /* nr rows of B, then zeros up to np rows of P */
@@ -112,74 +87,23 @@ static void transpose_avx512(int rows, int pad_to, int cols, float alpha, const 
             for (int i = 0; i < TILE; i++)
                 x[i] = i < nr ? _mm512_maskz_loadu_ps(col_mask, B + (size_t)(r0 + i) * ldb + c0)
                               : _mm512_setzero_ps();
-            tile_transpose(x, lo, hi);
+#pragma GCC unroll 4
+            for (int s = 0; s < 4; s++) {
+                int b = 1 << s;
+#pragma GCC unroll 16
+                for (int i = 0; i < TILE; i++) {
+                    if (i & b)
+                        continue;
+                    __m512 a = x[i], c = x[i + b];
+                    x[i] = _mm512_permutex2var_ps(a, lo[s], c);
+                    x[i + b] = _mm512_permutex2var_ps(a, hi[s], c);
+                }
+            }
 #pragma GCC unroll 16
             for (int j = 0; j < TILE; j++)
                 if (j < nc)
                     _mm512_mask_storeu_ps(P + (size_t)(c0 + j) * ldp + r0, pad_mask,
                                           _mm512_maskz_mul_ps(row_mask, va, x[j]));
-        }
-    }
-}
-
-#define BF16_TILES_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-
-/* Lanes of x that are subnormal (exponent 0, mantissa not 0), which
- * vcvtneps2bf16 would flush to zero. */
-BF16_TILES_TARGET static inline __mmask16 subnormal_lanes16(__m512 x)
-{
-    __m512i mag = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff));
-    __m512i m1 = _mm512_sub_epi32(mag, _mm512_set1_epi32(1));
-    return _mm512_cmplt_epu32_mask(m1, _mm512_set1_epi32(0x007fffff));
-}
-
-/* The tiles of vit_transpose_scaled with bf16 on one side: each column of
- * a tile is narrowed in the register it was transposed into, so the
- * transposed copy is one pass (it was three: widen, transpose, round). */
-BF16_TILES_TARGET
-static void transpose_bf16_avx512(int rows, int cols, const float *B, const uint16_t *B16, int ldb,
-                                  uint16_t *P, int ldp)
-{
-    __m512i lo[4], hi[4];
-    load_swap_index(lo, hi);
-    for (int r0 = 0; r0 < rows; r0 += TILE) {
-        int nr = rows - r0 < TILE ? rows - r0 : TILE;
-        __mmask16 row_mask = (__mmask16)(nr == TILE ? 0xffffu : (1u << nr) - 1);
-        for (int c0 = 0; c0 < cols; c0 += TILE) {
-            int nc = cols - c0 < TILE ? cols - c0 : TILE;
-            __mmask16 col_mask = (__mmask16)(nc == TILE ? 0xffffu : (1u << nc) - 1);
-            __m512 x[TILE];
-#pragma GCC unroll 16
-            for (int i = 0; i < TILE; i++) {
-                if (i >= nr)
-                    x[i] = _mm512_setzero_ps();
-                else if (B16) /* widened: exact */
-                    x[i] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(
-                        _mm256_maskz_loadu_epi16(col_mask, B16 + (size_t)(r0 + i) * ldb + c0)),
-                        16));
-                else
-                    x[i] = _mm512_maskz_loadu_ps(col_mask, B + (size_t)(r0 + i) * ldb + c0);
-            }
-            tile_transpose(x, lo, hi);
-#pragma GCC unroll 16
-            for (int j = 0; j < TILE; j++) {
-                if (j >= nc)
-                    continue;
-                uint16_t *p = P + (size_t)(c0 + j) * ldp + r0;
-                if (B16) { /* bf16 values back to 16 bits: the same bits */
-                    _mm256_mask_storeu_epi16(p, row_mask,
-                        _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(x[j]), 16)));
-                    continue;
-                }
-                _mm256_mask_storeu_epi16(p, row_mask, (__m256i)_mm512_cvtneps_pbh(x[j]));
-                unsigned sub = subnormal_lanes16(x[j]) & row_mask;
-                for (int i = 0; sub; i++, sub >>= 1) /* rare: those lanes one by one */
-                    if (sub & 1) {
-                        uint32_t u;
-                        memcpy(&u, B + (size_t)(r0 + i) * ldb + c0 + j, sizeof u);
-                        p[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-                    }
-            }
         }
     }
 }
@@ -211,16 +135,6 @@ void vit_transpose_scaled(int rows, int pad_to, int cols, float alpha, const flo
     }
 #endif
     plain_tiles(rows, pad_to, cols, alpha, B, ldb, P, ldp);
-}
-
-void vit_transpose_bf16(int rows, int cols, const float *B, const uint16_t *B16, int ldb,
-                        uint16_t *P, int ldp)
-{
-#ifdef HAVE_AVX512_TILES
-    transpose_bf16_avx512(rows, cols, B, B16, ldb, P, ldp);
-#else
-    (void)rows, (void)cols, (void)B, (void)B16, (void)ldb, (void)P, (void)ldp;
-#endif
 }
 
 void vit_transpose_scaled_plain(int rows, int pad_to, int cols, float alpha, const float *B,

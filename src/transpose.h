@@ -11,8 +11,6 @@
 #ifndef VIT_TRANSPOSE_H
 #define VIT_TRANSPOSE_H
 
-#include <stdint.h>
-
 /* P[c, r] = alpha * B[r, c] for 0 <= r < rows, and 0 for rows <= r <
  * pad_to (a pad_to below rows counts as rows), for 0 <= c < cols: P is
  * [cols, pad_to] with rows ldp apart (ldp >= pad_to), B is [rows, cols]
@@ -29,13 +27,5 @@ void vit_transpose_scaled(int rows, int pad_to, int cols, float alpha, const flo
  * (tests/test_transpose.c checks both against a plain loop). */
 void vit_transpose_scaled_plain(int rows, int pad_to, int cols, float alpha, const float *B,
                                 int ldb, float *P, int ldp);
-
-/* P[c, r] = B[r, c] rounded to bf16 (as vit_bf16_from_float rounds) for r < rows,
- * c < cols, from float32 B, or the same bits from bf16 B16 (exactly one
- * of B, B16 is non-NULL); B's rows ldb elements apart, P's ldp.  P is
- * written there and nowhere else.  Only on a CPU with AVX-512 BF16 (the
- * caller checks: src/bf16.c's convert_a); elsewhere it does nothing. */
-void vit_transpose_bf16(int rows, int cols, const float *B, const uint16_t *B16, int ldb,
-                        uint16_t *P, int ldp);
 
 #endif

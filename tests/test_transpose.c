@@ -2,8 +2,7 @@
  * (vector tiles where the CPU has AVX-512, plain tiles elsewhere), against
  * a plain loop: bitwise, over every shape up to 40 x 40 (full tiles, edge
  * tiles of every width, one row, one column), padded strides, zero padding
- * of the copy's rows and alphas, and nothing written outside the copy;
- * and the bf16 tiles against a reference rounding, bit for bit. */
+ * of the copy's rows and alphas, and nothing written outside the copy. */
 #include <check.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -93,108 +92,12 @@ START_TEST(plain)
 }
 END_TEST
 
-/* ---- the bf16 tiles (vit_transpose_bf16) --------------------------------- */
-
-/* float32 bits rounded to bf16 to nearest, ties to even; a NaN keeps its
- * sign and top payload with the quiet bit set (src/bf16.c's rule, written
- * out again here as the reference). */
-static uint16_t ref_bf16(uint32_t u)
-{
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40u);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-/* Float bit patterns that test the rounding: every exponent, ties with
- * the kept bit even and odd, just above and below a tie, subnormals of
- * both signs (the instruction would flush them), zeros, infinities,
- * NaNs, and the largest finite values (which round up to infinity). */
-static uint32_t pattern_at(int r, int c)
-{
-    uint32_t h = (uint32_t)(r * 7919 + c * 104729 + 12345) * 2654435761u;
-    uint32_t sign = (h >> 3 & 1u) << 31, mant = (h >> 4) & 0x007fffffu;
-    switch (h >> 28) {
-    case 0: return sign | (mant & 0x007f0000u) | 0x8000u | 0x3f800000u; /* a tie */
-    case 1: return sign | (mant & 0x007fffffu);                         /* subnormal or 0 */
-    case 2: return sign | 0x3f808000u;                                 /* tie, odd bit */
-    case 3: return sign | 0x7f7fffffu;                                  /* rounds to inf */
-    case 4: return sign | 0x7f800000u | (h & 1u ? mant | 1u : 0);        /* inf or NaN */
-    case 5: return sign | 0x3f808001u;                                  /* above a tie */
-    case 6: return sign | 0x3f807fffu;                                  /* below a tie */
-    default: return sign | ((h >> 5) % 255u) << 23 | mant;              /* any exponent */
-    }
-}
-
-#define CANARY16 0xdeadu
-
-/* One rows x cols case from float32 (from16 0) or bf16 B; the number of
- * wrong elements of P [cols, rows + pad_p] and changed canaries. */
-static int wrong_bf16(int rows, int cols, int pad_b, int pad_p, int from16)
-{
-    int ldb = cols + pad_b, ldp = rows + pad_p;
-    size_t nb = (size_t)rows * ldb, np = (size_t)cols * ldp + 32;
-    float *B = malloc(nb * sizeof *B);
-    uint16_t *B16 = malloc(nb * sizeof *B16), *P = malloc(np * sizeof *P);
-    ck_assert(B && B16 && P);
-    for (int r = 0; r < rows; r++)
-        for (int c = 0; c < ldb; c++) {
-            uint32_t u = pattern_at(r, c);
-            memcpy(&B[(size_t)r * ldb + c], &u, sizeof u);
-            B16[(size_t)r * ldb + c] = (uint16_t)(u ^ u >> 16); /* any 16 bits */
-        }
-    for (size_t i = 0; i < np; i++)
-        P[i] = CANARY16;
-    vit_transpose_bf16(rows, cols, from16 ? NULL : B, from16 ? B16 : NULL, ldb, P, ldp);
-    int bad = 0;
-    for (int c = 0; c < cols; c++)
-        for (int r = 0; r < ldp; r++) {
-            uint16_t want = r >= rows ? CANARY16
-                          : from16 ? B16[(size_t)r * ldb + c] : ref_bf16(pattern_at(r, c));
-            bad += P[(size_t)c * ldp + r] != want;
-        }
-    for (size_t i = (size_t)cols * ldp; i < np; i++)
-        bad += P[i] != CANARY16;
-    free(B);
-    free(B16);
-    free(P);
-    return bad;
-}
-
-/* Bitwise against the reference rounding (float32 in) or the same bits
- * (bf16 in), every shape up to 40 x 40 and the models' shapes, on a CPU
- * with AVX-512 BF16 (the only one that calls it). */
-START_TEST(bf16_tiles)
-{
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512bf16"))
-        return;
-    for (int from16 = 0; from16 < 2; from16++) {
-        for (int rows = 1; rows <= 40; rows++)
-            for (int cols = 1; cols <= 40; cols++) {
-                int pad = (rows + cols) % 3 * 5;
-                int bad = wrong_bf16(rows, cols, pad, (pad + 2) % 7, from16);
-                ck_assert_msg(bad == 0, "bf16 tiles from %s: %d x %d: %d elements wrong",
-                              from16 ? "bf16" : "float", rows, cols, bad);
-            }
-        const int shapes[][2] = {{2080, 192}, {2080, 64}, {192, 2080}, {1040, 768}};
-        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-            int bad = wrong_bf16(shapes[i][0], shapes[i][1], 0, 2, from16);
-            ck_assert_msg(bad == 0, "bf16 tiles from %s: %d x %d: %d elements wrong",
-                          from16 ? "bf16" : "float", shapes[i][0], shapes[i][1], bad);
-        }
-    }
-#endif
-}
-END_TEST
-
 int main(void)
 {
     Suite *s = suite_create("transpose");
     TCase *t = tcase_create("copies");
     tcase_add_test(t, dispatched);
     tcase_add_test(t, plain);
-    tcase_add_test(t, bf16_tiles);
     suite_add_tcase(s, t);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
