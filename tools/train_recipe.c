@@ -110,6 +110,8 @@ int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *tr
         size_t at = strlen(said);
         if (k == 0 && budget > 0)
             snprintf(said + at, sizeof said - at, "%sepochs as the budget allows", at ? ", " : "");
+        else if (k == 2) /* the key holds all 17 digits; a person reads three */
+            snprintf(said + at, sizeof said - at, "%swarmup %.3g", at ? ", " : "", cfg->warmup);
         else
             snprintf(said + at, sizeof said - at, "%s%s %s", at ? ", " : "", keys[k], now);
     }
