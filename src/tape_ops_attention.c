@@ -24,6 +24,83 @@ typedef struct mha_ctx {
     uint16_t *cache_bf16;
 } mha_ctx;
 
+#ifndef VIT_DOUBLE
+/* Items per piece of a bf16-cached backward: about 2 MiB of float cache
+ * (8 images of the large model), so the expanded copy and the work stay
+ * in the core's cache and the pool lends a piece's worth, not the batch's
+ * (7.6 MiB a slice on the large model). */
+static int piece_items(const vit_mha *m)
+{
+    size_t per = vit_mha_cache_size(m) / (size_t)m->batch * sizeof(vit_real);
+    size_t items = ((size_t)2 << 20) / (per ? per : 1);
+    return items < 1 ? 1 : items > (size_t)m->batch ? m->batch : (int)items;
+}
+
+/* The cache of items b0 .. b0 + nb (their layer: part) as float32 in f,
+ * from the bf16 cache of the whole batch (layer m): its sections (the
+ * projections, as one fused block or Q then [K | V], the context, the
+ * maps) are each batch-major, so the piece's share of each is one run. */
+static void expand_piece(const vit_mha *m, const vit_mha *part, const uint16_t *c16, int fused,
+                         int b0, vit_real *f)
+{
+    size_t B = (size_t)m->batch, nb = (size_t)part->batch, d = (size_t)m->d_model;
+    size_t nq = (size_t)m->n_q, nk = (size_t)m->n_k, maps = (size_t)m->heads * nq * nk;
+    size_t run[4]; /* each section's reals per item */
+    int n = 0;
+    if (fused) {
+        run[n++] = nq * 3 * d;
+    } else {
+        run[n++] = nq * d;
+        run[n++] = nk * 2 * d;
+    }
+    run[n++] = nq * d;
+    run[n++] = maps;
+    const uint16_t *src = c16;
+    for (int i = 0; i < n; i++) {
+        vit_bf16_to_floats(f, src + (size_t)b0 * run[i], nb * run[i]);
+        src += B * run[i];
+        f += nb * run[i];
+    }
+}
+
+/* back_mha for a cache kept in bf16: the layer's backward piece by piece
+ * of the batch (every gradient it writes accumulates, and each item's
+ * rows, maps and masks are its own). */
+static int back_mha_pieces(vit_tape *t, const vit_op_rec *r, const vit_real *xq,
+                           const vit_real *xkv, vit_real *dp, vit_real *dq, vit_real *dkv,
+                           vit_real *dbias)
+{
+    const mha_ctx *c = r->ctx;
+    const vit_mha *m = &c->cfg;
+    int fused = xq == xkv, per = piece_items(m);
+    size_t d = (size_t)m->d_model, dk = (size_t)(m->d_kv ? m->d_kv : m->d_model);
+    size_t nq = (size_t)m->n_q, nk = (size_t)m->n_k;
+    vit_mha part = *m;
+    part.batch = per;
+    void *lease;
+    vit_real *f = vit_tape_lease(t, vit_mha_cache_size(&part), &lease);
+    vit_real *work = f ? vit_tape_scratch(t, vit_mha_work_size(&part)) : NULL;
+    int rc = work ? VIT_OK : vit_tape_status(t);
+    for (int b0 = 0; b0 < m->batch && rc == VIT_OK; b0 += per) {
+        part = *m;
+        part.batch = m->batch - b0 < per ? m->batch - b0 : per;
+        if (m->mask.allowed && m->mask.allowed_per_item)
+            part.mask.allowed += (size_t)b0 * nq * nk;
+        if (m->mask.key_valid)
+            part.mask.key_valid += (size_t)b0 * nk;
+        expand_piece(m, &part, c->cache_bf16, fused, b0, f);
+        const vit_real *pq = xq + (size_t)b0 * nq * d;
+        const vit_real *pkv = fused ? pq : xkv + (size_t)b0 * nk * dk;
+        vit_real *gq = dq ? dq + (size_t)b0 * nq * d : NULL;
+        vit_real *gkv = dkv == dq ? gq : dkv ? dkv + (size_t)b0 * nk * dk : NULL;
+        rc = vit_mha_backward(&part, r->in[0]->data, dp, gq, gkv, dbias,
+                              r->out->grad + (size_t)b0 * nq * d, pq, pkv, f, work);
+    }
+    vit_tape_lease_end(lease);
+    return rc;
+}
+#endif
+
 /* in: params, x_q, x_kv and, for vit_op_mha_bias, the bias; all four
  * gradients accumulated (x_kv's into x_q's for self-attention). */
 static int back_mha(vit_tape *t, const vit_op_rec *r)
@@ -33,31 +110,28 @@ static int back_mha(vit_tape *t, const vit_op_rec *r)
     vit_real *dq = vit_tape_grad_acc(t, r->in[1]);
     vit_real *dkv = r->in[2] == r->in[1] ? dq : vit_tape_grad_acc(t, r->in[2]);
     vit_real *dbias = r->n_in > 3 ? vit_tape_grad_acc(t, r->in[3]) : NULL;
-    /* One scratch for every layer: the backwards run one at a time. */
-    vit_real *work = vit_tape_scratch(t, vit_mha_work_size(&c->cfg));
-    if (vit_tape_status(t) || !work)
+    if (vit_tape_status(t))
         return vit_tape_status(t);
     /* The inputs' values (a bf16-kept input as float; one tensor read
      * once, so that self-attention still finds one pointer). */
-    void *lq, *lkv = NULL, *lc = NULL;
+    void *lq, *lkv = NULL;
     const vit_real *xq = vit_tape_values(t, r->in[1], &lq);
     const vit_real *xkv = r->in[2] == r->in[1] ? xq : vit_tape_values(t, r->in[2], &lkv);
-    const vit_real *cache = c->cache;
+    int rc = vit_tape_status(t);
 #ifndef VIT_DOUBLE
-    if (!cache) {
-        size_t nc = vit_mha_cache_size(&c->cfg);
-        vit_real *f = vit_tape_lease(t, nc, &lc);
-        if (f)
-            vit_bf16_to_floats(f, c->cache_bf16, nc);
-        cache = f;
-    }
+    if (!c->cache && xq && xkv)
+        rc = back_mha_pieces(t, r, xq, xkv, dp, dq, dkv, dbias);
+    else
 #endif
-    int rc = xq && xkv && cache ? vit_mha_backward(&c->cfg, r->in[0]->data, dp, dq, dkv, dbias,
-                                                   r->out->grad, xq, xkv, cache, work)
-                                : vit_tape_status(t);
+    if (xq && xkv) {
+        /* One scratch for every layer: the backwards run one at a time. */
+        vit_real *work = vit_tape_scratch(t, vit_mha_work_size(&c->cfg));
+        rc = work ? vit_mha_backward(&c->cfg, r->in[0]->data, dp, dq, dkv, dbias, r->out->grad,
+                                     xq, xkv, c->cache, work)
+                  : vit_tape_status(t);
+    }
     vit_tape_lease_end(lq);
     vit_tape_lease_end(lkv);
-    vit_tape_lease_end(lc);
     return rc;
 }
 

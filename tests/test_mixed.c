@@ -360,25 +360,42 @@ START_TEST(linear_gelu_keeps_gelu_grad_in_bf16)
 }
 END_TEST
 
-/* A block (vit_op_block) and a tape in grad mode.  Shapes chosen so that
- * every kept buffer is a whole number of the arena's 64-byte units. */
-enum { KB = 2, KT = 8, KD = 32, KH = 2, KM = 64, KR = KB * KT };
+/* A block (vit_op_block) of b items of t tokens and a tape in grad mode.
+ * The small shape (KB, KT) is chosen so that every kept buffer is a whole
+ * number of the arena's 64-byte units; the long one (PB, PT: 422 KB of
+ * attention cache an item) has its bf16-kept attention backward run in
+ * pieces of 4 items and a short last piece of 1 (src/tape_ops_attention.c),
+ * with padding keys that differ by item. */
+enum { KB = 2, KT = 8, KD = 32, KH = 2, KM = 64, PB = 5, PT = 200 };
 
 typedef struct kept_block {
     vit_mha mha;
+    int b, t, r; /* items, tokens, rows */
     float *x, *w[9], *gx, *gw[9];
+    unsigned char *valid; /* [b, t] key_valid for the long shape, else NULL */
     size_t nw[9];
 } kept_block;
 
-static void kept_block_make(kept_block *k)
+static void kept_block_make(kept_block *k, int b, int t)
 {
     memset(k, 0, sizeof *k);
-    k->mha = (vit_mha){.batch = KB, .n_q = KT, .n_k = KT, .d_model = KD, .heads = KH,
+    k->b = b;
+    k->t = t;
+    k->r = b * t;
+    k->mha = (vit_mha){.batch = b, .n_q = t, .n_k = t, .d_model = KD, .heads = KH,
                        .has_bias = 1};
+    if (b == PB) {
+        k->valid = malloc((size_t)b * t);
+        ck_assert_ptr_nonnull(k->valid);
+        for (int i = 0; i < b; i++)
+            for (int j = 0; j < t; j++)
+                k->valid[(size_t)i * t + j] = j < t - 10 * i;
+        k->mha.mask.key_valid = k->valid;
+    }
     const size_t nw[9] = {KD, KD, vit_mha_param_count(&k->mha), KD, KD, (size_t)KD * KM, KM,
                           (size_t)KM * KD, KD};
-    k->x = randn((size_t)KR * KD, 1);
-    k->gx = zeros((size_t)KR * KD);
+    k->x = randn((size_t)k->r * KD, 1);
+    k->gx = zeros((size_t)k->r * KD);
     for (int i = 0; i < 9; i++) {
         k->nw[i] = nw[i];
         k->w[i] = randn(nw[i], i == 2 || i >= 5 ? 0.2 : 0.1);
@@ -393,6 +410,7 @@ static void kept_block_free(kept_block *k)
 {
     free(k->x);
     free(k->gx);
+    free(k->valid);
     for (int i = 0; i < 9; i++) {
         free(k->w[i]);
         free(k->gw[i]);
@@ -404,10 +422,10 @@ static void kept_block_free(kept_block *k)
  * forward took (vit_tape_mark). */
 static size_t kept_block_run(kept_block *k, vit_tape *t, const vit_block_opts *o, const float *dy)
 {
-    memset(k->gx, 0, (size_t)KR * KD * sizeof *k->gx);
+    memset(k->gx, 0, (size_t)k->r * KD * sizeof *k->gx);
     for (int i = 0; i < 9; i++)
         memset(k->gw[i], 0, k->nw[i] * sizeof *k->gw[i]);
-    int xs[3] = {KB, KT, KD}, s1[1], s2[2];
+    int xs[3] = {k->b, k->t, KD}, s1[1], s2[2];
     vit_tensor *w[9];
     for (int i = 0; i < 9; i++) {
         int two = i == 5 || i == 7;
@@ -435,7 +453,7 @@ static size_t kept_block_run(kept_block *k, vit_tape *t, const vit_block_opts *o
 START_TEST(block_keeps_activations_in_bf16)
 {
     kept_block k;
-    kept_block_make(&k);
+    kept_block_make(&k, KB, KT);
     size_t cache = vit_mha_cache_size(&k.mha), bytes[2];
     for (int mixed = 0; mixed < 2; mixed++) {
         vit_tape *t = vit_tape_new();
@@ -445,7 +463,7 @@ START_TEST(block_keeps_activations_in_bf16)
         ck_assert_int_eq(vit_bf16_thread_mixed(0), mixed);
         vit_tape_free(t);
     }
-    size_t saved = 8 * (size_t)KR * KD + 2 * cache + 4 * (size_t)KR * KM;
+    size_t saved = 8 * (size_t)k.r * KD + 2 * cache + 4 * (size_t)k.r * KM;
     ck_assert_msg(bytes[0] - bytes[1] == saved, "float32 block %zu bytes, mixed %zu: %zu less, "
                   "expected %zu", bytes[0], bytes[1], bytes[0] - bytes[1], saved);
     kept_block_free(&k);
@@ -460,13 +478,15 @@ END_TEST
  * attention products back (dP, then dQ or dK) whose operands the bf16
  * cache rounds.  A kept buffer read after it was overwritten gives errors
  * of order 1.  And twice in a row on one tape, the same bits (its buffers
- * reused across steps). */
+ * reused across steps).  _i 1: the long shape, whose attention backward
+ * runs in pieces of the batch; a piece given another's rows, maps or
+ * padding gives errors of order 1 too. */
 START_TEST(block_gradients_within_bound)
 {
     kept_block k;
-    kept_block_make(&k);
-    float *dy = randn((size_t)KR * KD, 1);
-    vit_real drop[KB] = {0, 2};
+    kept_block_make(&k, _i ? PB : KB, _i ? PT : KT);
+    float *dy = randn((size_t)k.r * KD, 1);
+    vit_real drop[PB] = {0, 2, 2, 0, 2};
     vit_block_opts opts[3] = {{0}, {.token0_only = 1}, {.drop_attn = drop, .drop_mlp = drop}};
     const double lim = sqrt(10.0) * 2 * U;
     for (int o = 0; o < 3; o++) {
@@ -479,7 +499,7 @@ START_TEST(block_gradients_within_bound)
                 vit_tape_reset(t);
                 kept_block_run(&k, t, &opts[o], dy);
                 for (int i = 0; i < 10; i++) {
-                    size_t n = i ? k.nw[i - 1] : (size_t)KR * KD;
+                    size_t n = i ? k.nw[i - 1] : (size_t)k.r * KD;
                     const float *src = i ? k.gw[i - 1] : k.gx;
                     if (rep == 1) {
                         ck_assert_mem_eq(g[mixed][i], src, n * sizeof *src);
@@ -495,7 +515,7 @@ START_TEST(block_gradients_within_bound)
         }
         double worst = 0;
         for (int i = 0; i < 10; i++) {
-            size_t n = i ? k.nw[i - 1] : (size_t)KR * KD;
+            size_t n = i ? k.nw[i - 1] : (size_t)k.r * KD;
             double d2 = 0, f2 = 0;
             for (size_t j = 0; j < n; j++) {
                 double d = (double)g[1][i][j] - g[0][i][j];
@@ -690,7 +710,7 @@ int main(void)
     tcase_add_test(tc, tape_linear_ops_within_bound);
     tcase_add_test(tc, linear_gelu_keeps_gelu_grad_in_bf16);
     tcase_add_test(tc, block_keeps_activations_in_bf16);
-    tcase_add_test(tc, block_gradients_within_bound);
+    tcase_add_loop_test(tc, block_gradients_within_bound, 0, 2);
     tcase_add_test(tc, training_step_within_bound);
     tcase_add_test(tc, set_precision_switches_the_step);
     tcase_add_test(tc, off_is_float32);
