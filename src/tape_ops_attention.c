@@ -36,12 +36,26 @@ static int piece_items(const vit_mha *m)
     return items < 1 ? 1 : items > (size_t)m->batch ? m->batch : (int)items;
 }
 
-/* The cache of items b0 .. b0 + nb (their layer: part) as float32 in f,
- * from the bf16 cache of the whole batch (layer m): its sections (the
+/* The layer of items b0 .. b0 + per (fewer at the batch's end): the
+ * per-item masks start at b0's. */
+static vit_mha piece_of(const vit_mha *m, int b0, int per)
+{
+    vit_mha part = *m;
+    part.batch = m->batch - b0 < per ? m->batch - b0 : per;
+    if (m->mask.allowed && m->mask.allowed_per_item)
+        part.mask.allowed += (size_t)b0 * m->n_q * m->n_k;
+    if (m->mask.key_valid)
+        part.mask.key_valid += (size_t)b0 * m->n_k;
+    return part;
+}
+
+/* Between the float32 cache f of items b0 .. (their layer: part) and the
+ * bf16 cache c16 of the whole batch (layer m): to_bf16 rounds f into its
+ * place in c16, else f is expanded from there.  The cache's sections (the
  * projections, as one fused block or Q then [K | V], the context, the
- * maps) are each batch-major, so the piece's share of each is one run. */
-static void expand_piece(const vit_mha *m, const vit_mha *part, const uint16_t *c16, int fused,
-                         int b0, vit_real *f)
+ * maps) are each batch-major, so a piece's share of each is one run. */
+static void copy_piece(const vit_mha *m, const vit_mha *part, uint16_t *c16, int fused, int b0,
+                       vit_real *f, int to_bf16)
 {
     size_t B = (size_t)m->batch, nb = (size_t)part->batch, d = (size_t)m->d_model;
     size_t nq = (size_t)m->n_q, nk = (size_t)m->n_k, maps = (size_t)m->heads * nq * nk;
@@ -55,12 +69,39 @@ static void expand_piece(const vit_mha *m, const vit_mha *part, const uint16_t *
     }
     run[n++] = nq * d;
     run[n++] = maps;
-    const uint16_t *src = c16;
     for (int i = 0; i < n; i++) {
-        vit_bf16_to_floats(f, src + (size_t)b0 * run[i], nb * run[i]);
-        src += B * run[i];
+        if (to_bf16)
+            vit_bf16_from_floats(c16 + (size_t)b0 * run[i], f, nb * run[i]);
+        else
+            vit_bf16_to_floats(f, c16 + (size_t)b0 * run[i], nb * run[i]);
+        c16 += B * run[i];
         f += nb * run[i];
     }
+}
+
+/* The forward of a layer whose cache is kept in bf16 (c16), piece by
+ * piece of the batch: each piece's float cache in the tape's scratch,
+ * then rounded into its place. */
+static int forward_pieces(vit_tape *t, const vit_mha *m, const vit_real *params, vit_real *y,
+                          const vit_real *xq, const vit_real *xkv, uint16_t *c16)
+{
+    int fused = xq == xkv, per = piece_items(m);
+    size_t d = (size_t)m->d_model, dk = (size_t)(m->d_kv ? m->d_kv : m->d_model);
+    size_t nq = (size_t)m->n_q, nk = (size_t)m->n_k;
+    vit_mha part = piece_of(m, 0, per);
+    vit_real *f = vit_tape_scratch(t, vit_mha_cache_size(&part));
+    if (!f)
+        return vit_tape_status(t);
+    for (int b0 = 0; b0 < m->batch; b0 += per) {
+        part = piece_of(m, b0, per);
+        const vit_real *pq = xq + (size_t)b0 * nq * d;
+        int rc = vit_mha_forward(&part, params, y + (size_t)b0 * nq * d, pq,
+                                 fused ? pq : xkv + (size_t)b0 * nk * dk, f);
+        if (rc != VIT_OK)
+            return rc;
+        copy_piece(m, &part, c16, fused, b0, f, 1);
+    }
+    return VIT_OK;
 }
 
 /* back_mha for a cache kept in bf16: the layer's backward piece by piece
@@ -75,20 +116,14 @@ static int back_mha_pieces(vit_tape *t, const vit_op_rec *r, const vit_real *xq,
     int fused = xq == xkv, per = piece_items(m);
     size_t d = (size_t)m->d_model, dk = (size_t)(m->d_kv ? m->d_kv : m->d_model);
     size_t nq = (size_t)m->n_q, nk = (size_t)m->n_k;
-    vit_mha part = *m;
-    part.batch = per;
+    vit_mha part = piece_of(m, 0, per);
     void *lease;
     vit_real *f = vit_tape_lease(t, vit_mha_cache_size(&part), &lease);
     vit_real *work = f ? vit_tape_scratch(t, vit_mha_work_size(&part)) : NULL;
     int rc = work ? VIT_OK : vit_tape_status(t);
     for (int b0 = 0; b0 < m->batch && rc == VIT_OK; b0 += per) {
-        part = *m;
-        part.batch = m->batch - b0 < per ? m->batch - b0 : per;
-        if (m->mask.allowed && m->mask.allowed_per_item)
-            part.mask.allowed += (size_t)b0 * nq * nk;
-        if (m->mask.key_valid)
-            part.mask.key_valid += (size_t)b0 * nk;
-        expand_piece(m, &part, c->cache_bf16, fused, b0, f);
+        part = piece_of(m, b0, per);
+        copy_piece(m, &part, c->cache_bf16, fused, b0, f, 0);
         const vit_real *pq = xq + (size_t)b0 * nq * d;
         const vit_real *pkv = fused ? pq : xkv + (size_t)b0 * nk * dk;
         vit_real *gq = dq ? dq + (size_t)b0 * nq * d : NULL;
@@ -178,27 +213,31 @@ static vit_tensor *mha_op(vit_tape *t, const vit_op_def *def, const vit_mha *cfg
         return NULL;
     /* The maps a caller asks for outlive the op even in no-grad mode.  A
      * cache kept in bf16 (not asked for maps, not on the tiled core, whose
-     * log-sum-exp would not bear the rounding) is computed in the scratch. */
+     * log-sum-exp would not bear the rounding) is computed a piece of the
+     * batch at a time in the scratch (forward_pieces). */
     size_t nc = vit_mha_cache_size(cfg);
     int half = keep != VIT_KEEP_FLOAT && !probs && y->requires_grad && vit_mixed_on()
             && has_maps(cfg);
-    vit_real *cache = half ? vit_tape_scratch(t, nc)
-                    : probs && !vit_tape_grad_enabled(t) ? vit_tape_reals(t, nc)
-                    : vit_tape_saved(t, nc);
-    if (!cache)
-        return NULL;
-    rc = vit_mha_forward(cfg, params->data, y->data, x_q->data, x_kv->data, cache);
-    mha_ctx c = {*cfg, cache, NULL};
-#ifndef VIT_DOUBLE
-    if (half && rc == VIT_OK) {
+    mha_ctx c = {*cfg, NULL, NULL};
+#ifdef VIT_DOUBLE
+    (void)half; /* no bf16 in the float64 library */
+#else
+    if (half) { /* the float cache a piece at a time (forward_pieces) */
         size_t bytes;
         if (!vit_mul_size(&bytes, nc, sizeof *c.cache_bf16)
             || !(c.cache_bf16 = vit_tape_alloc(t, bytes)))
             return vit_tape_error(t, VIT_ENOMEM);
-        vit_bf16_from_floats(c.cache_bf16, cache, nc);
-        c.cache = NULL;
-    }
+        rc = forward_pieces(t, cfg, params->data, y->data, x_q->data, x_kv->data, c.cache_bf16);
+    } else
 #endif
+    {
+        c.cache = probs && !vit_tape_grad_enabled(t) ? vit_tape_reals(t, nc)
+                : vit_tape_saved(t, nc);
+        if (!c.cache)
+            return NULL;
+        rc = vit_mha_forward(cfg, params->data, y->data, x_q->data, x_kv->data, c.cache);
+    }
+    vit_real *cache = c.cache;
     if (!vit_tape_record(t, def, rc, y, n, in, &c, sizeof c))
         return NULL;
     if (probs)

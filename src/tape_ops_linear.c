@@ -203,33 +203,56 @@ vit_tensor *vit_tape_linear_gelu_kept(vit_tape *t, vit_tensor *x, vit_tensor *W,
     int grad = vit_tape_wants_grad(t, 3, in);
     int n = vit_tape_rows(x), k = W->shape[0], m = W->shape[1];
     vit_tensor *y = vit_tape_output_kept(t, x->ndim, shape, grad, keep);
-    /* Without a record nothing is kept: GELU in place.  With one, u ends
-     * up holding GELU'(x W + b) (vit_bias_gelu_forward); in mixed precision
-     * u is the tape's scratch and GELU' is kept in bf16. */
+    /* With a record, u ends up holding GELU'(x W + b)
+     * (vit_bias_gelu_forward); in mixed precision u is the tape's scratch
+     * and GELU' is kept in bf16. */
     int half = grad && vit_mixed_on();
-    vit_real *u = !y ? NULL : half ? vit_tape_scratch(t, y->size)
-                : grad ? vit_tape_saved(t, y->size) : y->data;
-    if (!u)
+    if (!y)
         return NULL;
     const uint16_t *xh = vit_tape_half(x); /* x kept in bf16: read as it is (the same bits) */
-    if (xh)
-        vit_mgemm_a16(CblasNoTrans, CblasNoTrans, n, m, k, xh, k, W->data, m, 0, u, m);
-    else
-        vit_mgemm(CblasNoTrans, CblasNoTrans, n, m, k, 1, x->data, k, W->data, m, 0, u, m);
-    linear_gelu_ctx c = {u, NULL};
+    linear_gelu_ctx c = {NULL, NULL};
 #ifndef VIT_DOUBLE
     if (half) { /* GELU' and a bf16-kept y rounded in the GELU's pass */
         size_t bytes;
         if (!vit_mul_size(&bytes, y->size, sizeof *c.dgelu_bf16)
             || !(c.dgelu_bf16 = vit_tape_alloc(t, bytes)))
             return vit_tape_error(t, VIT_ENOMEM);
-        uint16_t *y16 = vit_tape_half_new(t, y);
+        uint16_t *y16 = vit_tape_half_new(t, y); /* NULL unless y is kept in bf16 */
         if (vit_tape_status(t))
             return NULL;
-        vit_bias_gelu_forward_bf16(y->data, u, b ? b->data : NULL, n, m, c.dgelu_bf16, y16);
-        c.dgelu = NULL;
-    } else
+        /* u = x W a block of rows at a time (about 2 MiB of it) in the
+         * scratch, GELU'd while it is still in the core's cache */
+        int rows = (int)(((size_t)2 << 20) / ((size_t)m * sizeof(vit_real)));
+        rows = rows < 16 ? 16 : rows > n ? n : rows;
+        vit_real *u = vit_tape_scratch(t, (size_t)rows * m);
+        if (!u)
+            return NULL;
+        for (int r0 = 0; r0 < n; r0 += rows) {
+            int nr = n - r0 < rows ? n - r0 : rows;
+            if (xh)
+                vit_mgemm_a16(CblasNoTrans, CblasNoTrans, nr, m, k, xh + (size_t)r0 * k, k,
+                              W->data, m, 0, u, m);
+            else
+                vit_mgemm(CblasNoTrans, CblasNoTrans, nr, m, k, 1, x->data + (size_t)r0 * k, k,
+                          W->data, m, 0, u, m);
+            vit_bias_gelu_forward_bf16(y->data + (size_t)r0 * m, u, b ? b->data : NULL, nr, m,
+                                       c.dgelu_bf16 + (size_t)r0 * m,
+                                       y16 ? y16 + (size_t)r0 * m : NULL);
+        }
+        return vit_tape_record(t, &linear_gelu_def, VIT_OK, y, 3, in, &c, sizeof c);
+    }
+#else
+    (void)half;
 #endif
-        vit_bias_gelu_forward(y->data, u, b ? b->data : NULL, n, m);
+    /* Without a record nothing is kept: GELU in place. */
+    vit_real *u = grad ? vit_tape_saved(t, y->size) : y->data;
+    if (!u)
+        return NULL;
+    if (xh)
+        vit_mgemm_a16(CblasNoTrans, CblasNoTrans, n, m, k, xh, k, W->data, m, 0, u, m);
+    else
+        vit_mgemm(CblasNoTrans, CblasNoTrans, n, m, k, 1, x->data, k, W->data, m, 0, u, m);
+    c.dgelu = u;
+    vit_bias_gelu_forward(y->data, u, b ? b->data : NULL, n, m);
     return vit_tape_record(t, &linear_gelu_def, VIT_OK, y, 3, in, &c, sizeof c);
 }

@@ -303,7 +303,9 @@ END_TEST
  * float32 GELU' kept would make them differ by ~n eps only (check_rounded). */
 START_TEST(linear_gelu_keeps_gelu_grad_in_bf16)
 {
-    const int n = 24, in = 32, out = 40;
+    /* _i 1: 2.2 MB of pre-activation, which the mixed forward computes in
+     * blocks of 1008 rows and one of 92 (src/tape_ops_linear.c) */
+    const int n = _i ? 1100 : 24, in = 32, out = _i ? 520 : 40;
     float *x = malloc((size_t)n * in * sizeof *x), *W = malloc((size_t)in * out * sizeof *W);
     float *b = malloc(out * sizeof *b), *dy = malloc((size_t)n * out * sizeof *dy);
     ck_assert(x && W && b && dy);
@@ -365,12 +367,14 @@ END_TEST
  * number of the arena's 64-byte units; the long one (PB, PT: 422 KB of
  * attention cache an item) has its bf16-kept attention backward run in
  * pieces of 4 items and a short last piece of 1 (src/tape_ops_attention.c),
- * with padding keys that differ by item. */
-enum { KB = 2, KT = 8, KD = 32, KH = 2, KM = 64, PB = 5, PT = 200 };
+ * with padding keys that differ by item, and its MLP (width PM: 2.2 MB of
+ * pre-activation) computed in blocks of 963 rows and one of 37
+ * (src/tape_ops_linear.c). */
+enum { KB = 2, KT = 8, KD = 32, KH = 2, KM = 64, PB = 5, PT = 200, PM = 544 };
 
 typedef struct kept_block {
     vit_mha mha;
-    int b, t, r; /* items, tokens, rows */
+    int b, t, r, m; /* items, tokens, rows, MLP width */
     float *x, *w[9], *gx, *gw[9];
     unsigned char *valid; /* [b, t] key_valid for the long shape, else NULL */
     size_t nw[9];
@@ -382,6 +386,7 @@ static void kept_block_make(kept_block *k, int b, int t)
     k->b = b;
     k->t = t;
     k->r = b * t;
+    k->m = b == PB ? PM : KM;
     k->mha = (vit_mha){.batch = b, .n_q = t, .n_k = t, .d_model = KD, .heads = KH,
                        .has_bias = 1};
     if (b == PB) {
@@ -392,8 +397,8 @@ static void kept_block_make(kept_block *k, int b, int t)
                 k->valid[(size_t)i * t + j] = j < t - 10 * i;
         k->mha.mask.key_valid = k->valid;
     }
-    const size_t nw[9] = {KD, KD, vit_mha_param_count(&k->mha), KD, KD, (size_t)KD * KM, KM,
-                          (size_t)KM * KD, KD};
+    const size_t nw[9] = {KD, KD, vit_mha_param_count(&k->mha), KD, KD, (size_t)KD * k->m,
+                          (size_t)k->m, (size_t)k->m * KD, KD};
     k->x = randn((size_t)k->r * KD, 1);
     k->gx = zeros((size_t)k->r * KD);
     for (int i = 0; i < 9; i++) {
@@ -429,8 +434,8 @@ static size_t kept_block_run(kept_block *k, vit_tape *t, const vit_block_opts *o
     vit_tensor *w[9];
     for (int i = 0; i < 9; i++) {
         int two = i == 5 || i == 7;
-        s2[0] = i == 5 ? KD : KM;
-        s2[1] = i == 5 ? KM : KD;
+        s2[0] = i == 5 ? KD : k->m;
+        s2[1] = i == 5 ? k->m : KD;
         s1[0] = (int)k->nw[i];
         w[i] = vit_tape_leaf(t, k->w[i], k->gw[i], two ? 2 : 1, two ? s2 : s1);
     }
@@ -463,7 +468,7 @@ START_TEST(block_keeps_activations_in_bf16)
         ck_assert_int_eq(vit_bf16_thread_mixed(0), mixed);
         vit_tape_free(t);
     }
-    size_t saved = 8 * (size_t)k.r * KD + 2 * cache + 4 * (size_t)k.r * KM;
+    size_t saved = 8 * (size_t)k.r * KD + 2 * cache + 4 * (size_t)k.r * k.m;
     ck_assert_msg(bytes[0] - bytes[1] == saved, "float32 block %zu bytes, mixed %zu: %zu less, "
                   "expected %zu", bytes[0], bytes[1], bytes[0] - bytes[1], saved);
     kept_block_free(&k);
@@ -708,7 +713,7 @@ int main(void)
     tcase_add_test(tc, linear_within_bound);
     tcase_add_test(tc, patch_embed_within_bound);
     tcase_add_test(tc, tape_linear_ops_within_bound);
-    tcase_add_test(tc, linear_gelu_keeps_gelu_grad_in_bf16);
+    tcase_add_loop_test(tc, linear_gelu_keeps_gelu_grad_in_bf16, 0, 2);
     tcase_add_test(tc, block_keeps_activations_in_bf16);
     tcase_add_loop_test(tc, block_gradients_within_bound, 0, 2);
     tcase_add_test(tc, training_step_within_bound);
