@@ -90,6 +90,13 @@ int vit_tape_wants_grad(const vit_tape *t, int n, vit_tensor *const *in);
 vit_tensor *vit_tape_output(vit_tape *t, int ndim, const int *shape, int requires_grad);
 
 /* How an op's output is kept for the backward (vit_tape_output_kept). */
+/* The float intermediates of mixed precision that are rounded into bf16
+ * (or expanded from it) for the backward are made this many bytes at a
+ * time, not a whole batch slice's: each piece is still in the core's cache
+ * when it is rounded or read, and the scratch and the gradient pool hold
+ * a piece (src/tape_ops_attention.c, src/tape_ops_linear.c). */
+#define VIT_TAPE_PIECE_BYTES ((size_t)2 << 20)
+
 enum {
     VIT_KEEP_FLOAT = 0, /* its float values, in the arena (vit_tape_output) */
     VIT_KEEP_BF16 = 1,  /* mixed precision: its values rounded to bf16 */

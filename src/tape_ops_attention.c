@@ -25,14 +25,13 @@ typedef struct mha_ctx {
 } mha_ctx;
 
 #ifndef VIT_DOUBLE
-/* Items per piece of a bf16-cached backward: about 2 MiB of float cache
- * (8 images of the large model), so the expanded copy and the work stay
- * in the core's cache and the pool lends a piece's worth, not the batch's
- * (7.6 MiB a slice on the large model). */
+/* Items per piece of a layer whose cache is kept in bf16: about
+ * VIT_TAPE_PIECE_BYTES of float cache (8 images of the large model, whose
+ * slice's cache is 8 MB), in the forward and in the backward. */
 static int piece_items(const vit_mha *m)
 {
     size_t per = vit_mha_cache_size(m) / (size_t)m->batch * sizeof(vit_real);
-    size_t items = ((size_t)2 << 20) / (per ? per : 1);
+    size_t items = VIT_TAPE_PIECE_BYTES / (per ? per : 1);
     return items < 1 ? 1 : items > (size_t)m->batch ? m->batch : (int)items;
 }
 
@@ -237,11 +236,10 @@ static vit_tensor *mha_op(vit_tape *t, const vit_op_def *def, const vit_mha *cfg
             return NULL;
         rc = vit_mha_forward(cfg, params->data, y->data, x_q->data, x_kv->data, c.cache);
     }
-    vit_real *cache = c.cache;
     if (!vit_tape_record(t, def, rc, y, n, in, &c, sizeof c))
         return NULL;
     if (probs)
-        *probs = maps_of(cfg, cache);
+        *probs = maps_of(cfg, c.cache);
     return y;
 }
 

@@ -204,8 +204,8 @@ vit_tensor *vit_tape_linear_gelu_kept(vit_tape *t, vit_tensor *x, vit_tensor *W,
     int n = vit_tape_rows(x), k = W->shape[0], m = W->shape[1];
     vit_tensor *y = vit_tape_output_kept(t, x->ndim, shape, grad, keep);
     /* With a record, u ends up holding GELU'(x W + b)
-     * (vit_bias_gelu_forward); in mixed precision u is the tape's scratch
-     * and GELU' is kept in bf16. */
+     * (vit_bias_gelu_forward); in mixed precision GELU' is kept in bf16
+     * and u is a block of rows of the pre-activation in the scratch. */
     int half = grad && vit_mixed_on();
     if (!y)
         return NULL;
@@ -220,9 +220,9 @@ vit_tensor *vit_tape_linear_gelu_kept(vit_tape *t, vit_tensor *x, vit_tensor *W,
         uint16_t *y16 = vit_tape_half_new(t, y); /* NULL unless y is kept in bf16 */
         if (vit_tape_status(t))
             return NULL;
-        /* u = x W a block of rows at a time (about 2 MiB of it) in the
+        /* u = x W a block of rows (VIT_TAPE_PIECE_BYTES) at a time in the
          * scratch, GELU'd while it is still in the core's cache */
-        int rows = (int)(((size_t)2 << 20) / ((size_t)m * sizeof(vit_real)));
+        int rows = (int)(VIT_TAPE_PIECE_BYTES / ((size_t)m * sizeof(vit_real)));
         rows = rows < 16 ? 16 : rows > n ? n : rows;
         vit_real *u = vit_tape_scratch(t, (size_t)rows * m);
         if (!u)
