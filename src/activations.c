@@ -3,6 +3,7 @@
 #include "vit/activations.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -269,6 +270,130 @@ void vit_bias_gelu_backward_bf16(float *du, float *db, const float *dy, const ui
     if (nt > d / 16)
         nt = d / 16 > 1 ? d / 16 : 1;
     vit_parallel(nt, (size_t)d, bias_gelu_bf16_bwd_cols, &J);
+}
+#endif
+
+#ifndef VIT_DOUBLE
+/* ---- The mixed MLP's GELU from a bf16 pre-activation (src/tape_ops_mlp.c)
+ *
+ * A bf16 v has 65,536 values, so GELU and GELU' of every one are a table,
+ * made once: each entry holds bf16(GELU(v)) in its low half and
+ * bf16(GELU'(v)) in its high half (a float's bits, exact as float), the
+ * same bits as computing them with vit_bias_gelu_forward_bf16's GELU and
+ * rounding.  A lookup (a gather where the CPU has one) costs a fraction of
+ * the erf-exact GELU's exp and division, and activations take few values
+ * in practice: the table's used part stays in the core's cache. */
+
+static uint32_t gelu_table[1u << 16];
+static pthread_once_t gelu_table_once = PTHREAD_ONCE_INIT;
+
+BG_CLONES
+static void gelu_table_fill(void)
+{
+    enum { PIECE = 256 };
+    float v[PIECE], g[PIECE];
+    uint16_t h16[PIECE], g16[PIECE];
+    for (uint32_t i0 = 0; i0 < (1u << 16); i0 += PIECE) {
+        for (uint32_t j = 0; j < PIECE; j++) {
+            uint32_t bits = (i0 + j) << 16;
+            memcpy(&v[j], &bits, sizeof v[j]);
+        }
+        for (int j = 0; j < PIECE; j++)
+            v[j] = gelu1_and_grad(v[j], &g[j]);
+        vit_bf16_from_floats(h16, v, PIECE);
+        vit_bf16_from_floats(g16, g, PIECE);
+        for (int j = 0; j < PIECE; j++)
+            gelu_table[i0 + j] = (uint32_t)g16[j] << 16 | h16[j];
+    }
+}
+
+static const uint32_t *gelu_table_get(void)
+{
+    pthread_once(&gelu_table_once, gelu_table_fill);
+    return gelu_table;
+}
+
+typedef struct {
+    float *u, *db;
+    const float *b;
+    const uint32_t *T;
+    uint16_t *v16, *h16, *du16;
+    int n, d;
+} gelu_v16_job;
+
+/* Rows [lo, hi): v16 = bf16(u + b), then h16 = its GELU from the table, a
+ * piece of a row at a time while it is in cache. */
+BG_CLONES
+static void gelu_v16_fwd_rows(void *p, size_t lo, size_t hi)
+{
+    enum { PIECE = 256 };
+    const gelu_v16_job *J = p;
+    const uint32_t *T = J->T;
+    const size_t d = (size_t)J->d;
+    float v[PIECE];
+    for (size_t i = lo; i < hi; i++)
+        for (size_t j0 = 0; j0 < d; j0 += PIECE) {
+            size_t len = d - j0 < PIECE ? d - j0 : PIECE;
+            const float *u = J->u + i * d + j0, *b = J->b ? J->b + j0 : NULL;
+            uint16_t *v16 = J->v16 + i * d + j0, *h16 = J->h16 + i * d + j0;
+            if (b) {
+                for (size_t j = 0; j < len; j++)
+                    v[j] = u[j] + b[j];
+                vit_bf16_from_floats(v16, v, len);
+            } else {
+                vit_bf16_from_floats(v16, u, len);
+            }
+            for (size_t j = 0; j < len; j++)
+                h16[j] = (uint16_t)T[v16[j]];
+        }
+}
+
+void vit_bias_gelu_forward_v16(const float *u, const float *b, int n, int d, uint16_t *v16,
+                               uint16_t *h16)
+{
+    gelu_v16_job J = {.u = (float *)u, .b = b, .T = gelu_table_get(), .v16 = v16, .h16 = h16,
+                      .n = n, .d = d};
+    vit_parallel(vit_threads_for(4.0 * n * (double)d), (size_t)n, gelu_v16_fwd_rows, &J);
+}
+
+/* Columns [lo, hi) of every row: from the table h16 = bf16(GELU(v)) and
+ * du = dh GELU'(v) over dh (and rounded into du16), db += du.  Split by
+ * columns so that each db[j] is one thread's sum in row order (as
+ * vit_bias_gelu_backward). */
+BG_CLONES
+static void gelu_v16_bwd_cols(void *p, size_t lo, size_t hi)
+{
+    const gelu_v16_job *J = p;
+    const uint32_t *T = J->T;
+    const size_t d = (size_t)J->d;
+    for (int i = 0; i < J->n; i++) {
+        const uint16_t *v16 = J->v16 + i * d;
+        uint16_t *h16 = J->h16 + i * d;
+        float *du = J->u + i * d;
+        for (size_t j = lo; j < hi; j++) {
+            uint32_t e = T[v16[j]], gbits = e & 0xffff0000u;
+            float g;
+            memcpy(&g, &gbits, sizeof g);
+            h16[j] = (uint16_t)e;
+            du[j] *= g;
+        }
+        if (J->du16)
+            vit_bf16_from_floats(J->du16 + i * d + lo, du + lo, hi - lo);
+        if (J->db)
+            for (size_t j = lo; j < hi; j++)
+                J->db[j] += du[j];
+    }
+}
+
+void vit_gelu_backward_v16(float *dh, float *db, const uint16_t *v16, uint16_t *h16,
+                           uint16_t *du16, int n, int d)
+{
+    gelu_v16_job J = {.u = dh, .db = db, .T = gelu_table_get(), .v16 = (uint16_t *)v16,
+                      .h16 = h16, .du16 = du16, .n = n, .d = d};
+    int nt = vit_threads_for(4.0 * n * (double)d);
+    if (nt > d / 16)
+        nt = d / 16 > 1 ? d / 16 : 1;
+    vit_parallel(nt, (size_t)d, gelu_v16_bwd_cols, &J);
 }
 #endif
 

@@ -39,6 +39,22 @@ void vit_bias_gelu_forward_bf16(float *y, const float *u, const float *b, int n,
  * each g converted to float (exact) as it is read. */
 void vit_bias_gelu_backward_bf16(float *du, float *db, const float *dy, const uint16_t *g, int n,
                                  int d);
+
+/* The MLP's first epilogue when only the pre-activation is kept (mixed
+ * precision, src/tape_ops_mlp.c): over u [n, d] = x W, v16 = bf16(u + b)
+ * (b [d] or NULL) and h16 = bf16(GELU(v)) of v16's value, so that the
+ * backward, which has only v16, makes the same h16 bits again.  u is only
+ * read.  No argument checks. */
+void vit_bias_gelu_forward_v16(const float *u, const float *b, int n, int d, uint16_t *v16,
+                               uint16_t *h16);
+
+/* Its backward over dh [n, d] (the gradient of h): h16 = the forward's
+ * bf16(GELU(v)) again, dh = dh GELU'(v) OVERWRITTEN in place (the
+ * gradient of v), also rounded to bf16 into du16 (NULL: not), and db [d]
+ * += its column sums (db NULL: none), each column summed in row order
+ * whatever the thread count.  No argument checks. */
+void vit_gelu_backward_v16(float *dh, float *db, const uint16_t *v16, uint16_t *h16,
+                           uint16_t *du16, int n, int d);
 #endif
 
 #endif

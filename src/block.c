@@ -31,9 +31,10 @@ vit_tensor *vit_op_block(vit_tape *tape, const vit_mha *mha, const vit_block_wei
     vit_mha m = *mha;
     /* In mixed precision the outputs read only by the next op (or two)
      * keep no float values on the tape (vit_tape_output_kept): the layer
-     * norms' outputs and GELU's, which the backward reads only as bf16
-     * GEMM operands, are kept in bf16, the attention's output (added to the
-     * residual, whose backward reads no values) not at all. */
+     * norms' outputs, which the backward reads only as bf16 GEMM operands,
+     * are kept in bf16, the attention's output (added to the residual,
+     * whose backward reads no values) not at all; the MLP is one op that
+     * keeps only its pre-activation, in bf16 (vit_tape_mlp_kept). */
     vit_tensor *h = vit_tape_layernorm_kept(tape, x, w->ln1_g, w->ln1_b, eps, VIT_KEEP_BF16);
     vit_tensor *q = h; /* the same tensor: the fused Q/K/V projection */
     if (o.token0_only) {
@@ -46,13 +47,13 @@ vit_tensor *vit_op_block(vit_tape *tape, const vit_mha *mha, const vit_block_wei
     if (o.drop_attn && h)
         h = vit_op_drop_path(tape, h, o.drop_attn);
     h = vit_tape_add_layernorm_kept(tape, x, h, w->ln2_g, w->ln2_b, eps, &x, VIT_KEEP_BF16);
-    h = vit_tape_linear_gelu_kept(tape, h, w->w1, w->b1, VIT_KEEP_BF16);
     if (o.drop_mlp) {
+        h = vit_tape_linear_gelu_kept(tape, h, w->w1, w->b1, VIT_KEEP_BF16);
         h = vit_op_linear(tape, h, w->w2, w->b2);
         h = h ? vit_op_drop_path(tape, h, o.drop_mlp) : NULL;
         return vit_op_add(tape, x, h);
     }
-    return vit_op_linear_add(tape, h, w->w2, w->b2, x);
+    return vit_tape_mlp_kept(tape, h, w->w1, w->b1, w->w2, w->b2, x);
 }
 
 int vit_drop_path_scales(vit_real *scale, int n, double rate, vit_rng *rng)

@@ -221,4 +221,12 @@ vit_tensor *vit_tape_mha_kept(vit_tape *t, const vit_mha *cfg, vit_tensor *param
 vit_tensor *vit_tape_linear_gelu_kept(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_tensor *b,
                                       int keep);
 
+/* y = r + GELU(x W1 + b1) W2 + b2 (b1, b2 may be NULL): vit_op_block's MLP
+ * onto the residual stream r.  In mixed precision with a record, one op
+ * that keeps only the pre-activation in bf16 (src/tape_ops_mlp.c);
+ * otherwise vit_tape_linear_gelu_kept (GELU kept in bf16) and
+ * vit_op_linear_add, whose errors it reports. */
+vit_tensor *vit_tape_mlp_kept(vit_tape *t, vit_tensor *x, vit_tensor *W1, vit_tensor *b1,
+                              vit_tensor *W2, vit_tensor *b2, vit_tensor *r);
+
 #endif
