@@ -280,9 +280,11 @@ void vit_bias_gelu_backward_bf16(float *du, float *db, const float *dy, const ui
  * made once: each entry holds bf16(GELU(v)) in its low half and
  * bf16(GELU'(v)) in its high half (a float's bits, exact as float), the
  * same bits as computing them with vit_bias_gelu_forward_bf16's GELU and
- * rounding.  A lookup (a gather where the CPU has one) costs a fraction of
- * the erf-exact GELU's exp and division, and activations take few values
- * in practice: the table's used part stays in the core's cache. */
+ * rounding.  A lookup costs a fraction of the erf-exact GELU's exp and
+ * division, and activations take few values in practice (a few exponents
+ * of 128 values each): the table's used part stays in the core's cache.
+ * GELU' in bf16 is one more rounding of du = dh GELU'(v), whose products
+ * round it again (tests/test_mixed.c bounds the whole block). */
 
 static uint32_t gelu_table[1u << 16];
 static pthread_once_t gelu_table_once = PTHREAD_ONCE_INIT;

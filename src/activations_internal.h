@@ -49,7 +49,7 @@ void vit_bias_gelu_forward_v16(const float *u, const float *b, int n, int d, uin
                                uint16_t *h16);
 
 /* Its backward over dh [n, d] (the gradient of h): h16 = the forward's
- * bf16(GELU(v)) again, dh = dh GELU'(v) OVERWRITTEN in place (the
+ * bf16(GELU(v)) again, dh = dh bf16(GELU'(v)) OVERWRITTEN in place (the
  * gradient of v), also rounded to bf16 into du16 (NULL: not), and db [d]
  * += its column sums (db NULL: none), each column summed in row order
  * whatever the thread count.  No argument checks. */
