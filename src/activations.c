@@ -316,12 +316,11 @@ static const uint32_t *gelu_table_get(void)
 }
 
 typedef struct {
-    float *u, *db;
-    const float *b;
+    const float *u, *b;
     const uint32_t *T;
-    uint16_t *v16, *h16, *du16;
-    int n, d;
-} gelu_v16_job;
+    uint16_t *v16, *h16;
+    int d;
+} gelu_v16_fwd_job;
 
 /* Rows [lo, hi): v16 = bf16(u + b), then h16 = its GELU from the table, a
  * piece of a row at a time while it is in cache. */
@@ -329,7 +328,7 @@ BG_CLONES
 static void gelu_v16_fwd_rows(void *p, size_t lo, size_t hi)
 {
     enum { PIECE = 256 };
-    const gelu_v16_job *J = p;
+    const gelu_v16_fwd_job *J = p;
     const uint32_t *T = J->T;
     const size_t d = (size_t)J->d;
     float v[PIECE];
@@ -353,10 +352,17 @@ static void gelu_v16_fwd_rows(void *p, size_t lo, size_t hi)
 void vit_bias_gelu_forward_v16(const float *u, const float *b, int n, int d, uint16_t *v16,
                                uint16_t *h16)
 {
-    gelu_v16_job J = {.u = (float *)u, .b = b, .T = gelu_table_get(), .v16 = v16, .h16 = h16,
-                      .n = n, .d = d};
+    gelu_v16_fwd_job J = {u, b, gelu_table_get(), v16, h16, d};
     vit_parallel(vit_threads_for(4.0 * n * (double)d), (size_t)n, gelu_v16_fwd_rows, &J);
 }
+
+typedef struct {
+    float *du, *db;
+    const uint32_t *T;
+    const uint16_t *v16;
+    uint16_t *h16, *du16;
+    int n, d;
+} gelu_v16_bwd_job;
 
 /* Columns [lo, hi) of every row: from the table h16 = bf16(GELU(v)) and
  * du = dh GELU'(v) over dh (and rounded into du16), db += du.  Split by
@@ -365,13 +371,13 @@ void vit_bias_gelu_forward_v16(const float *u, const float *b, int n, int d, uin
 BG_CLONES
 static void gelu_v16_bwd_cols(void *p, size_t lo, size_t hi)
 {
-    const gelu_v16_job *J = p;
+    const gelu_v16_bwd_job *J = p;
     const uint32_t *T = J->T;
     const size_t d = (size_t)J->d;
     for (int i = 0; i < J->n; i++) {
         const uint16_t *v16 = J->v16 + i * d;
         uint16_t *h16 = J->h16 + i * d;
-        float *du = J->u + i * d;
+        float *du = J->du + i * d;
         for (size_t j = lo; j < hi; j++) {
             uint32_t e = T[v16[j]], gbits = e & 0xffff0000u;
             float g;
@@ -390,8 +396,7 @@ static void gelu_v16_bwd_cols(void *p, size_t lo, size_t hi)
 void vit_gelu_backward_v16(float *dh, float *db, const uint16_t *v16, uint16_t *h16,
                            uint16_t *du16, int n, int d)
 {
-    gelu_v16_job J = {.u = dh, .db = db, .T = gelu_table_get(), .v16 = (uint16_t *)v16,
-                      .h16 = h16, .du16 = du16, .n = n, .d = d};
+    gelu_v16_bwd_job J = {dh, db, gelu_table_get(), v16, h16, du16, n, d};
     int nt = vit_threads_for(4.0 * n * (double)d);
     if (nt > d / 16)
         nt = d / 16 > 1 ? d / 16 : 1;

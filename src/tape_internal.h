@@ -89,14 +89,23 @@ int vit_tape_wants_grad(const vit_tape *t, int n, vit_tensor *const *in);
  * in grad mode.  NULL on error (bad shape, out of memory; recorded). */
 vit_tensor *vit_tape_output(vit_tape *t, int ndim, const int *shape, int requires_grad);
 
-/* How an op's output is kept for the backward (vit_tape_output_kept). */
 /* The float intermediates of mixed precision that are rounded into bf16
  * (or expanded from it) for the backward are made this many bytes at a
  * time, not a whole batch slice's: each piece is still in the core's cache
  * when it is rounded or read, and the scratch and the gradient pool hold
- * a piece (src/tape_ops_attention.c, src/tape_ops_linear.c). */
+ * a piece (src/tape_ops_attention.c, src/tape_ops_linear.c,
+ * src/tape_ops_mlp.c). */
 #define VIT_TAPE_PIECE_BYTES ((size_t)2 << 20)
 
+/* Rows of width floats per piece of n rows: about VIT_TAPE_PIECE_BYTES,
+ * at least 16, at most n (682 rows of the large model's MLP of width 768). */
+static inline int vit_tape_piece_rows(int n, int width)
+{
+    size_t rows = VIT_TAPE_PIECE_BYTES / ((size_t)width * sizeof(float));
+    return rows < 16 ? 16 : rows > (size_t)n ? n : (int)rows;
+}
+
+/* How an op's output is kept for the backward (vit_tape_output_kept). */
 enum {
     VIT_KEEP_FLOAT = 0, /* its float values, in the arena (vit_tape_output) */
     VIT_KEEP_BF16 = 1,  /* mixed precision: its values rounded to bf16 */

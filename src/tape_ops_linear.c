@@ -222,8 +222,7 @@ vit_tensor *vit_tape_linear_gelu_kept(vit_tape *t, vit_tensor *x, vit_tensor *W,
             return NULL;
         /* u = x W a block of rows (VIT_TAPE_PIECE_BYTES) at a time in the
          * scratch, GELU'd while it is still in the core's cache */
-        int rows = (int)(VIT_TAPE_PIECE_BYTES / ((size_t)m * sizeof(vit_real)));
-        rows = rows < 16 ? 16 : rows > n ? n : rows;
+        int rows = vit_tape_piece_rows(n, m);
         vit_real *u = vit_tape_scratch(t, (size_t)rows * m);
         if (!u)
             return NULL;

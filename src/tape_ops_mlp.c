@@ -34,14 +34,6 @@ typedef struct mlp_ctx {
     uint16_t *v16;
 } mlp_ctx;
 
-/* Rows per block: about VIT_TAPE_PIECE_BYTES of float hidden values (682
- * rows of the large model's MLP of width 768), at least 16, at most n. */
-static int block_rows(int n, int m)
-{
-    size_t rows = VIT_TAPE_PIECE_BYTES / ((size_t)m * sizeof(float));
-    return rows < 16 ? 16 : rows > (size_t)n ? n : (int)rows;
-}
-
 /* The scratch for one block: rows * m floats, then twice as many bf16
  * (h16, then du16 in the backward), each 64-byte aligned. */
 static float *block_scratch(vit_tape *t, int rows, int m, uint16_t **h16, uint16_t **du16)
@@ -73,7 +65,7 @@ static int back_mlp(vit_tape *t, const vit_op_rec *rec)
     if (vit_tape_status(t))
         return vit_tape_status(t);
     const uint16_t *xh = vit_tape_half(x); /* x kept in bf16: read as it is */
-    int rows = block_rows(n, m);
+    int rows = vit_tape_piece_rows(n, m); /* of hidden values */
     uint16_t *h16, *du16;
     float *du = block_scratch(t, rows, m, &h16, &du16);
     if (!du)
@@ -117,7 +109,7 @@ static vit_tensor *mlp_mixed(vit_tape *t, vit_tensor *const in[6])
         || !(c.v16 = vit_tape_alloc(t, bytes)))
         return vit_tape_error(t, VIT_ENOMEM);
     const uint16_t *xh = vit_tape_half(x); /* x kept in bf16: read as it is */
-    int rows = block_rows(n, m);
+    int rows = vit_tape_piece_rows(n, m); /* of hidden values */
     uint16_t *h16, *unused;
     float *u = block_scratch(t, rows, m, &h16, &unused);
     if (!u)
