@@ -230,6 +230,11 @@ vit_tensor *vit_tape_mha_kept(vit_tape *t, const vit_mha *cfg, vit_tensor *param
 vit_tensor *vit_tape_linear_gelu_kept(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_tensor *b,
                                       int keep);
 
+/* y [n, m] = r [n, m] + b [m] row by row (b NULL: a copy of r); the start
+ * of vit_op_linear_add's forward and of the MLP's, before their product
+ * adds onto y.  No argument checks. */
+void vit_tape_rows_plus_bias(vit_real *y, const vit_real *r, const vit_real *b, int n, int m);
+
 /* y = r + GELU(x W1 + b1) W2 + b2 (b1, b2 may be NULL): vit_op_block's MLP
  * onto the residual stream r.  In mixed precision with a record, one op
  * that keeps only the pre-activation in bf16 (src/tape_ops_mlp.c);

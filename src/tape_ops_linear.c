@@ -89,20 +89,23 @@ static int back_linear_add(vit_tape *t, const vit_op_rec *r)
 /* y = r + b row by row, then one GEMM adds x W onto it.  A lazy forward
  * (VIT_OP_LAZY): the backward reads only the inputs, so when this op ends a
  * recomputed checkpoint nobody needs y's values. */
+void vit_tape_rows_plus_bias(vit_real *y, const vit_real *r, const vit_real *b, int n, int m)
+{
+    if (!b) {
+        memcpy(y, r, (size_t)n * m * sizeof *y);
+        return;
+    }
+    for (size_t i = 0; i < (size_t)n; i++)
+        for (int j = 0; j < m; j++)
+            y[i * m + j] = r[i * m + j] + b[j];
+}
+
 static int fwd_linear_add(const vit_op_rec *r)
 {
     vit_tensor *y = r->out;
     const vit_tensor *x = r->in[0], *W = r->in[1], *b = r->in[2], *res = r->in[3];
     int n = vit_tape_rows(x), k = W->shape[0], m = W->shape[1];
-    for (int i = 0; i < n; i++) {
-        vit_real *yi = y->data + (size_t)i * m;
-        const vit_real *ri = res->data + (size_t)i * m;
-        if (b)
-            for (int j = 0; j < m; j++)
-                yi[j] = ri[j] + b->data[j];
-        else
-            memcpy(yi, ri, (size_t)m * sizeof *yi);
-    }
+    vit_tape_rows_plus_bias(y->data, res->data, b ? b->data : NULL, n, m);
     const uint16_t *xh = vit_tape_half(x); /* x kept in bf16: read as it is (the same bits) */
     if (xh)
         vit_mgemm_a16(CblasNoTrans, CblasNoTrans, n, m, k, xh, k, W->data, m, 1, y->data, m);

@@ -125,12 +125,7 @@ static vit_tensor *mlp_mixed(vit_tape *t, vit_tensor *const in[6])
         vit_bias_gelu_forward_v16(u, b1 ? b1->data : NULL, nr, m, c.v16 + (size_t)r0 * m, h16);
         float *yr = y->data + (size_t)r0 * e;
         const float *rr = r->data + (size_t)r0 * e;
-        if (b2)
-            for (size_t i = 0; i < (size_t)nr; i++)
-                for (int j = 0; j < e; j++)
-                    yr[i * e + j] = rr[i * e + j] + b2->data[j];
-        else
-            memcpy(yr, rr, (size_t)nr * e * sizeof *yr);
+        vit_tape_rows_plus_bias(yr, rr, b2 ? b2->data : NULL, nr, e);
         vit_mgemm_a16(CblasNoTrans, CblasNoTrans, nr, e, m, h16, m, W2->data, e, 1, yr, e);
     }
     return vit_tape_record(t, &mlp_def, VIT_OK, y, 6, in, &c, sizeof c);
