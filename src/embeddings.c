@@ -199,16 +199,13 @@ int vit_patch_embed_forward(const vit_patch_shape *s, vit_real *y, vit_real *col
 /* dy [B, N, D]; cols [B*N, P*P*C], W [P*P*C, D]
  *   -> dW [P*P*C, D] +=, db [D] +=, dimg [B, H, W, C] +=
  *
- * dimg is col2im(dy W^T).  Patches do not overlap (stride = P), so every
- * pixel belongs to exactly one patch vector and col2im is a plain
- * rearrangement; we let the GEMM write straight into the image instead of
- * going through a [B*N, P*P*C] scratch.  For image b, grid row gy and patch
- * row py, the image row gy*P + py holds the (px, c) slices of the gw
- * patches of that grid row one after another: as a matrix it is
- * [gw, P*C] with leading dimension P*C.  Those gw patches are consecutive
- * rows of dy ([gw, D]), and the slice py of every patch vector uses rows
- * py*P*C .. py*P*C + P*C - 1 of W ([P*C, D]).  So
- *   image_row[gw, P*C] += dy_block[gw, D] W_block[P*C, D]^T. */
+ * dimg is col2im(dy W^T): one product into a [B*N, P*P*C] scratch, then
+ * each patch row added back to the pixels it was copied from.  (Per image
+ * row, the patches of a grid row are a [gw, P*C] block of the image, so
+ * without overlap the product could write into the image directly; but
+ * that is B * gh * P products of a few rows each, and their calls cost
+ * more than the scratch: the image gets a gradient only behind a
+ * convolutional stem, whose feature map is large.) */
 int vit_patch_embed_backward(const vit_patch_shape *s, vit_real *dimg, vit_real *dW,
                              vit_real *db, const vit_real *dy, const vit_real *cols,
                              const vit_real *W)
@@ -224,9 +221,9 @@ int vit_patch_embed_backward(const vit_patch_shape *s, vit_real *dimg, vit_real 
     const int P = s->patch, C = s->channels, D = s->dim;
     int gh, gw;
     grid_of(s, &gh, &gw);
-    const int rows = s->batch * gh * gw, K = P * P * C, pc = P * C;
+    const int rows = s->batch * gh * gw, K = P * P * C;
     vit_real *dcols = NULL;
-    if (dimg && general(s)) { /* allocated first: on failure nothing is touched */
+    if (dimg) { /* allocated first: on failure nothing is touched */
         size_t n = (size_t)rows * (size_t)K;
         if (!(dcols = malloc(n * sizeof *dcols)))
             return vit_fail(VIT_ENOMEM, "%s: cannot allocate %zu reals for col2im", fn, n);
@@ -242,21 +239,13 @@ int vit_patch_embed_backward(const vit_patch_shape *s, vit_real *dimg, vit_real 
             for (int j = 0; j < D; j++)
                 db[j] += dy[(size_t)r * D + j];
     if (dcols) { /* dcols[rows, K] = dy[rows, D] W[K, D]^T, then col2im */
-        vit_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, K, D, 1, dy, D, W, D, 0,
-                 dcols, K);
+        if (vit_mixed_on())
+            vit_mgemm(CblasNoTrans, CblasTrans, rows, K, D, 1, dy, D, W, D, 0, dcols, K);
+        else
+            vit_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, K, D, 1, dy, D, W, D, 0,
+                     dcols, K);
         col2im_general(s, dimg, dcols);
         free(dcols);
-    } else if (dimg) {
-        const size_t img_row = (size_t)s->width * C;
-        for (int bi = 0; bi < s->batch; bi++)
-            for (int gy = 0; gy < gh; gy++) {
-                const vit_real *dyb = dy + ((size_t)bi * gh * gw + (size_t)gy * gw) * D;
-                for (int py = 0; py < P; py++) {
-                    vit_real *row = dimg + ((size_t)bi * s->height + (size_t)gy * P + py) * img_row;
-                    vit_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, gw, pc, D,
-                             1, dyb, D, W + (size_t)py * pc * D, D, 1, row, pc);
-                }
-            }
     }
     return VIT_OK;
 }

@@ -4,7 +4,8 @@
  *
  * Parameters are one flat buffer whose pieces, their shapes, init and decay
  * are the rows of the tensor table (model_tensors.c), laid out in its order:
- *   patch.w [P*P*C, D]  patch.b [D]  cls [D]  pos [T, D]
+ *   stem.w [9*C, S]  stem.b [S]  (stem = S > 0 only)
+ *   patch.w [P*P*C', D]  patch.b [D]  cls [D]  pos [T, D]   (C' = S or C)
  *   blocks.L.{ln1.g, ln1.b, attn.{w_qkv, w_o, b_qkv, b_o, tau (lsa)}, ln2.g, ln2.b,
  *             mlp.{w1, b1, w2, b2}}
  *   ln.g, ln.b [D]  head.w [D, K]  head.b [K]
@@ -30,7 +31,7 @@
 #include "vit/block.h"
 #include "vit/linear.h"
 
-/* A block's tensor indices, by row id (the stem and end rows unused). */
+/* A block's tensor indices, by row id (the embedding and end rows unused). */
 typedef struct block_ix {
     int ix[VIT_MT_ROWS];
 } block_ix;
@@ -55,7 +56,7 @@ struct vit_model {
     vit_params *P;           /* the named tensors, their init and decay, both buffers */
     size_t nparams;
     vit_real *params, *grads; /* P's buffers */
-    int ix[VIT_MT_ROWS];     /* the stem's and end's tensor indices, by row id */
+    int ix[VIT_MT_ROWS];     /* the embeddings' and end's tensor indices, by row id */
     block_ix *blocks;
     const vit_real **maps;   /* per layer, from the last forward */
     vit_real **maps_to;      /* per layer, where an evaluation piece copies them */
@@ -89,8 +90,19 @@ static int layout(vit_model *m)
 vit_patch_shape vit_config_patch_shape(const vit_config *cfg)
 {
     return (vit_patch_shape){.batch = 1, .height = cfg->image_height, .width = cfg->image_width,
-                             .channels = cfg->channels, .patch = cfg->patch, .dim = cfg->dim,
+                             .channels = cfg->stem > 0 ? cfg->stem : cfg->channels,
+                             .patch = cfg->patch, .dim = cfg->dim,
                              .stride = cfg->patch_stride, .pad = cfg->patch_pad};
+}
+
+/* A 3x3 convolution at stride 1 with padding 1 is a patch embedding
+ * whose patches overlap all but one pixel: H*W outputs, laid out
+ * [H, W, stem] like an image of stem channels. */
+vit_patch_shape vit_config_stem_shape(const vit_config *cfg)
+{
+    return (vit_patch_shape){.batch = 1, .height = cfg->image_height, .width = cfg->image_width,
+                             .channels = cfg->channels, .patch = 3, .dim = cfg->stem,
+                             .stride = 1, .pad = 1};
 }
 
 /* The operands op(B) of the weight matrices' products, for packing once
@@ -111,8 +123,14 @@ static int mixed_layout(vit_model *m)
         TRY(vit_mixed_weights_add(w, 1, out, in, B, ld));                      \
     } while (0)
     const vit_config *c = &m->cfg;
-    int D = c->dim, P = c->patch * c->patch * c->channels;
-    TRY(vit_mixed_weights_add(w, 0, P, D, OFF(m->ix[VIT_MT_PATCH_W]), D));
+    int D = c->dim, P = c->patch * c->patch * (c->stem > 0 ? c->stem : c->channels);
+    if (c->stem > 0) { /* the patch embedding's input then wants its gradient */
+        TRY(vit_mixed_weights_add(w, 0, 9 * c->channels, c->stem, OFF(m->ix[VIT_MT_STEM_W]),
+                                  c->stem));
+        BOTH(OFF(m->ix[VIT_MT_PATCH_W]), P, D, D);
+    } else {
+        TRY(vit_mixed_weights_add(w, 0, P, D, OFF(m->ix[VIT_MT_PATCH_W]), D));
+    }
     for (int l = 0; l < c->depth; l++) {
         const int *ix = m->blocks[l].ix;
         const float *qkv = OFF(ix[VIT_MT_W_QKV]);
@@ -378,6 +396,13 @@ static vit_tensor *forward_graph(vit_model *m, vit_tape *tape, const vit_real *i
     int ishape[4] = {batch, c->image_height, c->image_width, c->channels};
     vit_tensor *img = vit_tape_leaf(tape, (vit_real *)(uintptr_t)images, NULL, 4, ishape);
 #define W_(id) param(m, tape, m->ix[VIT_MT_##id], grads)
+    if (c->stem > 0) { /* [B, H*W, stem] is the [B, H, W, stem] the patches read */
+        vit_patch_shape ss = vit_config_stem_shape(c);
+        ss.batch = batch;
+        img = vit_op_gelu(tape, vit_op_patch_embed(tape, &ss, img, W_(STEM_W), W_(STEM_B)));
+        int fshape[4] = {batch, c->image_height, c->image_width, c->stem};
+        img = vit_op_reshape(tape, img, 4, fshape);
+    }
     vit_tensor *x = vit_op_patch_embed(tape, &ps, img, W_(PATCH_W), W_(PATCH_B));
     x = vit_op_cls_prepend(tape, x, W_(CLS));
     x = vit_op_pos_add(tape, x, W_(POS));

@@ -45,6 +45,8 @@ static const field fields[] = {
     F(patch_pad, K_INT, 0, 4095, "zero padding around the image for overlapping patches"),
     F(lsa, K_INT, 0, 1,
       "1: locality self-attention (no token attends itself; learnable per-head scale)"),
+    F(stem, K_INT, 0, 4096, "channels of a 3x3 convolution + GELU before the patches "
+      "(0: patches of the image itself)"),
     F(epochs, K_INT, 1, 1000000, "training epochs"),
     F(batch, K_INT, 1, 1 << 20, "minibatch size"),
     F(lr, K_DOUBLE, 1e-12, 10, "peak learning rate"),

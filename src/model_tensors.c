@@ -9,10 +9,11 @@
 
 enum { Z = VIT_INIT_ZERO, ONE = VIT_INIT_ONE, N = VIT_INIT_NORMAL, K = VIT_INIT_CONST };
 enum { D = VIT_MT_D, D3 = VIT_MT_3D, MLP = VIT_MT_MLP, CL = VIT_MT_CLASSES, TOK = VIT_MT_TOKENS,
-       PIX = VIT_MT_PIXELS, H = VIT_MT_HEADS };
+       PIX = VIT_MT_PIXELS, H = VIT_MT_HEADS, ST = VIT_MT_STEM, SPIX = VIT_MT_STEM_PIXELS };
 enum { NO = VIT_MT_NO_SCALE, STD = VIT_MT_INIT_STD, DK = VIT_MT_INV_SQRT_DK };
-enum { ALL = VIT_MT_ALWAYS, LSA = VIT_MT_IF_LSA };
-enum { U0 = VIT_MT_NO_MACS, UP = VIT_MT_PER_PATCH, UT = VIT_MT_PER_TOKEN, UI = VIT_MT_PER_IMAGE };
+enum { ALL = VIT_MT_ALWAYS, LSA = VIT_MT_IF_LSA, STEM = VIT_MT_IF_STEM };
+enum { U0 = VIT_MT_NO_MACS, UP = VIT_MT_PER_PATCH, UT = VIT_MT_PER_TOKEN, UI = VIT_MT_PER_IMAGE,
+       UX = VIT_MT_PER_PIXEL };
 enum { CP = VIT_MT_COPY, TR = VIT_MT_TRANSPOSE, CONV = VIT_MT_CONV };
 
 /* Weights decay and start truncated normal (std init_std); biases, the
@@ -23,12 +24,19 @@ enum { CP = VIT_MT_COPY, TR = VIT_MT_TRANSPOSE, CONV = VIT_MT_CONV };
  * so that one leaf over them feeds vit_op_mha.  tau is LSA's learnable
  * per-head multiplier of Q K^T, starting at the fixed 1/sqrt(d_k) as in the
  * LSA reference code; a scale, so not decayed, and timm has no form for it.
+ * The convolutional stem (stem > 0) goes by the names of timm's hybrid
+ * patch embedding: a backbone (here one Conv2d(C, stem, 3, padding 1)
+ * and a GELU) whose feature map the patch projection reads.
  *
  *   name            shape        init scale decay when uses  timm name   rank op dims legacy */
 static const vit_mt_row rows[VIT_MT_ROWS] = {
+    [VIT_MT_STEM_W] = {"stem.w", 2, {SPIX, ST}, N, STD, 1, STEM, UX,
+                       "patch_embed.backbone.0.weight", 2, CONV, 4, 0, {0}},
+    [VIT_MT_STEM_B] = {"stem.b", 1, {ST}, Z, NO, 0, STEM, U0, "patch_embed.backbone.0.bias", 3,
+                       CP, 1, 0, {0}},
     [VIT_MT_PATCH_W] = {"patch.w", 2, {PIX, D}, N, STD, 1, ALL, UP,
-                        "patch_embed.proj.weight", 2, CONV, 4, 0, {0}},
-    [VIT_MT_PATCH_B] = {"patch.b", 1, {D}, Z, NO, 0, ALL, U0, "patch_embed.proj.bias", 3, CP, 1, 0, {0}},
+                        "patch_embed.proj.weight", 4, CONV, 4, 0, {0}},
+    [VIT_MT_PATCH_B] = {"patch.b", 1, {D}, Z, NO, 0, ALL, U0, "patch_embed.proj.bias", 5, CP, 1, 0, {0}},
     [VIT_MT_CLS] = {"cls", 1, {D}, Z, NO, 0, ALL, U0, "cls_token", 0, CP, 3, 0, {0}},
     [VIT_MT_POS] = {"pos", 2, {TOK, D}, N, STD, 0, ALL, U0, "pos_embed", 1, CP, 3, 0, {0}},
 
@@ -61,7 +69,11 @@ const vit_mt_row *vit_mt_row_at(int id)
 
 int vit_mt_applies(const vit_config *cfg, int id)
 {
-    return rows[id].when == VIT_MT_ALWAYS || (rows[id].when == VIT_MT_IF_LSA && cfg->lsa);
+    switch (rows[id].when) {
+    case VIT_MT_IF_LSA: return cfg->lsa != 0;
+    case VIT_MT_IF_STEM: return cfg->stem > 0;
+    default: return 1;
+    }
 }
 
 int vit_mt_dim(const vit_config *cfg, int dim)
@@ -75,7 +87,9 @@ int vit_mt_dim(const vit_config *cfg, int dim)
         vit_patch_shape ps = vit_config_patch_shape(cfg); /* overlapping patches: more tokens */
         return vit_patch_count(&ps) + 1;
     }
-    case VIT_MT_PIXELS: return cfg->patch * cfg->patch * cfg->channels;
+    case VIT_MT_PIXELS: return cfg->patch * cfg->patch * (cfg->stem > 0 ? cfg->stem : cfg->channels);
+    case VIT_MT_STEM: return cfg->stem;
+    case VIT_MT_STEM_PIXELS: return 9 * cfg->channels;
     default: return cfg->heads;
     }
 }
@@ -89,17 +103,17 @@ static double init_scale(const vit_config *cfg, int scale)
     return 0;
 }
 
-/* The walk's position pos as a row and a block: the stem rows, then the
+/* The walk's position pos as a row and a block: the embedding rows, then the
  * block rows depth times, then the end rows; 0 past the end. */
 static int locate(const vit_config *cfg, int pos, int *id, int *layer)
 {
-    const int stem = VIT_MT_FIRST_BLOCK, block = VIT_MT_FIRST_END - VIT_MT_FIRST_BLOCK;
+    const int front = VIT_MT_FIRST_BLOCK, block = VIT_MT_FIRST_END - VIT_MT_FIRST_BLOCK;
     *layer = -1;
-    if (pos < stem) {
+    if (pos < front) {
         *id = pos;
         return 1;
     }
-    pos -= stem;
+    pos -= front;
     if (pos < block * cfg->depth) {
         *layer = pos / block;
         *id = VIT_MT_FIRST_BLOCK + pos % block;
@@ -164,7 +178,8 @@ size_t vit_config_macs(const vit_config *cfg)
         return 0;
     const size_t T = (size_t)vit_mt_dim(cfg, VIT_MT_TOKENS);
     const size_t uses[] = {[VIT_MT_NO_MACS] = 0, [VIT_MT_PER_PATCH] = T - 1,
-                           [VIT_MT_PER_TOKEN] = T, [VIT_MT_PER_IMAGE] = 1};
+                           [VIT_MT_PER_TOKEN] = T, [VIT_MT_PER_IMAGE] = 1,
+                           [VIT_MT_PER_PIXEL] = (size_t)cfg->image_height * cfg->image_width};
     size_t n = (size_t)cfg->depth * 2 * T * T * (size_t)cfg->dim;
     vit_mt t = {.pos = 0};
     while (vit_mt_next(cfg, &t))

@@ -56,8 +56,9 @@ static void plan_one(const vit_config *c, const vit_mt *t, plan_tensor *o)
     o->op = t->row->timm_op;
     o->ndim = t->row->timm_ndim;
     o->count = t->size;
-    if (o->op == VIT_MT_CONV) { /* Conv2d's [D, C, P, P] */
-        int d[4] = {c->dim, c->channels, c->patch, c->patch};
+    if (o->op == VIT_MT_CONV) { /* Conv2d's [out, in, k, k]: the stem's 3x3 or the patches' */
+        int k = t->id == VIT_MT_STEM_W ? 3 : c->patch;
+        int d[4] = {t->shape[1], t->shape[0] / (k * k), k, k};
         memcpy(o->shape, d, sizeof d);
     } else if (o->op == VIT_MT_TRANSPOSE) {
         o->shape[0] = t->shape[1];
@@ -69,7 +70,7 @@ static void plan_one(const vit_config *c, const vit_mt *t, plan_tensor *o)
     }
 }
 
-/* The file tensors of one part of the model (the stem, a block, the end:
+/* The file tensors of one part of the model (the embeddings, a block, the end:
  * part[0 .. np-1] in layout order) at o, in timm's order; their number. */
 static int plan_part(const vit_config *c, vit_mt *part, int np, plan_tensor *o)
 {
@@ -123,7 +124,7 @@ static const vit_model_tensor *find_ours(const vit_model *m, const char *name)
 
 /* Index of value s[idx] of o's source t in the data holding file tensor o
  * from value base on: the layout map of the plan, used both ways. */
-static size_t file_index(const vit_config *c, const plan_tensor *o, const vit_model_tensor *t,
+static size_t file_index(const plan_tensor *o, const vit_model_tensor *t,
                          size_t base, size_t idx)
 {
     if (o->op == VIT_MT_COPY)
@@ -134,8 +135,9 @@ static size_t file_index(const vit_config *c, const plan_tensor *o, const vit_mo
         size_t i = idx / q, j = idx % q;
         return base + j * r + i;
     }
-    /* patch.w [(py*P + px)*C + ch, D] -> Conv2d weight [D, C, P, P] */
-    size_t P = (size_t)c->patch, C = (size_t)c->channels, D = (size_t)c->dim;
+    /* patch.w [(py*P + px)*C + ch, D] -> Conv2d weight [D, C, P, P] (stem.w
+     * likewise, P = 3 and D its channels): the sizes are the plan's */
+    size_t D = (size_t)o->shape[0], C = (size_t)o->shape[1], P = (size_t)o->shape[2];
     size_t dd = idx % D, row = idx / D, ch = row % C, pix = row / C, py = pix / P, px = pix % P;
     return base + ((dd * C + ch) * P + py) * P + px;
 }
@@ -383,7 +385,7 @@ int vit_safetensors_save(const vit_model *m, char *const *class_names, const cha
                               "represent as a finite value", path, t->name, (double)s[j]);
                 goto done;
             }
-            put_f32(data + 4 * file_index(c, &o[i], t, base, j), v);
+            put_f32(data + 4 * file_index(&o[i], t, base, j), v);
         }
         base += o[i].count;
     }
@@ -986,11 +988,10 @@ static int check_layout(const char *path, parsed *p, uint64_t data_size)
 /* Copies file tensor o (raw little-endian float32 at src) into m. */
 static int take(const char *path, vit_model *m, const plan_tensor *o, const unsigned char *src)
 {
-    const vit_config *c = vit_model_config(m);
     const vit_model_tensor *t = find_ours(m, o->src);
     vit_real *d = vit_model_params(m) + t->offset;
     for (size_t j = 0; j < t->size; j++) {
-        size_t at = file_index(c, o, t, 0, j);
+        size_t at = file_index(o, t, 0, j);
         float v = get_f32(src + 4 * at);
         if (!isfinite(v))
             return vit_fail(VIT_ENUM, "%s: tensor '%s' value %zu is not finite", path, o->name,

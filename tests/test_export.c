@@ -777,7 +777,8 @@ END_TEST
  * names the stride and padding, pos_embed has the grid's tokens, and the
  * import rebuilds the same model bitwise.  Locality self-attention has no
  * timm form: the export refuses it, naming why, and writes nothing; a file
- * whose metadata claims lsa = 1 is refused on import. */
+ * whose metadata claims lsa = 1 is refused on import.  A convolutional
+ * stem exports as timm's hybrid patch embedding. */
 START_TEST(export_overlap_and_lsa)
 {
     vit_config cfg;
@@ -831,6 +832,51 @@ START_TEST(export_overlap_and_lsa)
     ck_assert_int_eq(vit_safetensors_load(fu_path("lsa2.safetensors"), &back), VIT_EFORMAT);
     ck_assert_ptr_nonnull(strstr(vit_last_error(), "lsa = 1"));
     ck_assert_ptr_null(back);
+    /* A convolutional stem exports by the names of timm's hybrid patch
+     * embedding (backbone.0 the 3x3 Conv2d, proj the patches of its
+     * feature map) and imports back bitwise. */
+    cfg.lsa = 0;
+    cfg.stem = 2;
+    m = vit_model_new(&cfg);
+    ck_assert_ptr_nonnull(m);
+    p = vit_model_params(m);
+    for (size_t i = 0; i < vit_model_param_count(m); i++)
+        p[i] = (vit_real)((double)(i + 1) * (i % 3 ? -1e-3 : 1e-3));
+    ck_assert_msg(vit_safetensors_save(m, NULL, fu_path("stem.safetensors"), NULL) == VIT_OK, "%s",
+                  vit_last_error());
+    read_file(fu_path("stem.safetensors"), &f);
+    ck_assert_str_eq(meta(&f, "stem"), "2");
+    const st_tensor *sw = tensor(&f, "patch_embed.backbone.0.weight");
+    ck_assert_int_eq(sw->ndim, 4);
+    ck_assert_int_eq((int)sw->shape[0], 2);
+    ck_assert_int_eq((int)sw->shape[1], C);
+    ck_assert_int_eq((int)sw->shape[2], 3);
+    ck_assert_int_eq((int)sw->shape[3], 3);
+    ck_assert_int_eq((int)tensor(&f, "patch_embed.backbone.0.bias")->shape[0], 2);
+    pw = tensor(&f, "patch_embed.proj.weight");
+    ck_assert_int_eq((int)pw->shape[0], D);
+    ck_assert_int_eq((int)pw->shape[1], 2); /* the stem's channels, not the image's */
+    ck_assert_int_eq((int)pw->shape[2], 3);
+    /* Conv2d's [out, in, ky, kx] order: weight [o, ch, ky, kx] is ours
+     * stem.w [(ky 3 + kx) C + ch, o]. */
+    const vit_model_tensor *ours = NULL;
+    for (int i = 0; i < vit_model_tensor_count(m); i++)
+        if (strcmp(vit_model_tensor_at(m, i)->name, "stem.w") == 0)
+            ours = vit_model_tensor_at(m, i);
+    ck_assert_ptr_nonnull(ours);
+    for (int o = 0; o < 2; o++)
+        for (int ch = 0; ch < C; ch++)
+            for (int k = 0; k < 9; k++) {
+                float got = value(&f, sw, ((size_t)o * C + ch) * 9 + (size_t)k);
+                ck_assert(got == (float)p[ours->offset + ((size_t)k * C + ch) * 2 + (size_t)o]);
+            }
+    free_file(&f);
+    ck_assert_msg(vit_safetensors_load(fu_path("stem.safetensors"), &back) == VIT_OK, "%s",
+                  vit_last_error());
+    ck_assert_int_eq(vit_model_config(back)->stem, 2);
+    assert_same_params(m, back);
+    vit_model_free(back);
+    vit_model_free(m);
 }
 END_TEST
 

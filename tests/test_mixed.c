@@ -202,34 +202,40 @@ START_TEST(linear_within_bound)
 }
 END_TEST
 
-/* The patch embedding's forward (K = P*P*C + 1) and dW (K = rows), on
+/* The patch embedding's forward (K = P*P*C + 1), dW (K = rows) and dimg
+ * (dy W^T, K = D, then col2im: a pixel under several patches sums their
+ * products, so its bound is the sum of theirs, col2im of |dy| |W|^T), on
  * overlapping, padded patches (the im2col path) of 3-channel images. */
 START_TEST(patch_embed_within_bound)
 {
     vit_patch_shape s = {.batch = 3, .height = 12, .width = 12, .channels = 3, .patch = 4,
                          .dim = 24, .stride = 2, .pad = 1};
     int N = vit_patch_count(&s), K = 4 * 4 * 3, rows = s.batch * N;
+    const size_t npix = (size_t)s.batch * 12 * 12 * 3;
     ck_assert_int_gt(N, 0);
-    float *img = randn((size_t)s.batch * 12 * 12 * 3, 1), *W = randn((size_t)K * s.dim, 0.2);
+    float *img = randn(npix, 1), *W = randn((size_t)K * s.dim, 0.2);
     float *b = randn(s.dim, 0.1), *dy = randn((size_t)rows * s.dim, 1);
-    float *cols = zeros((size_t)rows * K), *y[2], *dW[2];
+    float *cols = zeros((size_t)rows * K), *y[2], *dW[2], *dimg[2];
     for (int mixed = 0; mixed < 2; mixed++) {
         y[mixed] = zeros((size_t)rows * s.dim);
         dW[mixed] = zeros((size_t)K * s.dim);
+        dimg[mixed] = zeros(npix);
         vit_bf16_thread_mixed(mixed);
         ck_assert_int_eq(vit_patch_embed_forward(&s, y[mixed], cols, img, W, b), VIT_OK);
-        ck_assert_int_eq(vit_patch_embed_backward(&s, NULL, dW[mixed], NULL, dy, cols, W),
+        ck_assert_int_eq(vit_patch_embed_backward(&s, dimg[mixed], dW[mixed], NULL, dy, cols, W),
                          VIT_OK);
         vit_bf16_thread_mixed(0);
     }
-    float *aimg = absolute(img, (size_t)s.batch * 12 * 12 * 3), *aW = absolute(W, (size_t)K * s.dim);
+    float *aimg = absolute(img, npix), *aW = absolute(W, (size_t)K * s.dim);
     float *ab = absolute(b, s.dim), *ady = absolute(dy, (size_t)rows * s.dim);
-    float *Sy = zeros((size_t)rows * s.dim), *SdW = zeros((size_t)K * s.dim);
+    float *Sy = zeros((size_t)rows * s.dim), *SdW = zeros((size_t)K * s.dim), *Sdimg = zeros(npix);
     ck_assert_int_eq(vit_patch_embed_forward(&s, Sy, cols, aimg, aW, ab), VIT_OK);
-    ck_assert_int_eq(vit_patch_embed_backward(&s, NULL, SdW, NULL, ady, cols, NULL), VIT_OK);
+    ck_assert_int_eq(vit_patch_embed_backward(&s, Sdimg, SdW, NULL, ady, cols, aW), VIT_OK);
     check_rounded("y", check_bound("y", y[1], y[0], Sy, (size_t)rows * s.dim, K + 1, 1));
     check_rounded("dW", check_bound("dW", dW[1], dW[0], SdW, (size_t)K * s.dim, rows, 1));
-    float *all[] = {img, W, b, dy, cols, y[0], y[1], dW[0], dW[1], aimg, aW, ab, ady, Sy, SdW};
+    check_rounded("dimg", check_bound("dimg", dimg[1], dimg[0], Sdimg, npix, s.dim, 1));
+    float *all[] = {img, W, b, dy, cols, y[0], y[1], dW[0], dW[1], dimg[0], dimg[1], aimg, aW,
+                    ab, ady, Sy, SdW, Sdimg};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         free(all[i]);
 }
@@ -549,8 +555,9 @@ END_TEST
 
 /* ---- the whole step ------------------------------------------------------------- */
 
-/* One digits-shaped training step (depth 4, batch 32, two threads) in
- * bf16 and in float32 from the same parameters: each parameter tensor's
+/* One digits-shaped training step (depth 4, batch 32, two threads; _i = 1
+ * with a 4-channel stem, whose feature map's gradient is a bf16 product
+ * too) in bf16 and in float32 from the same parameters: each parameter tensor's
  * gradient within sqrt(G) * 2u (relative, 2-norm; see the top), above u / 64
  * for some weight matrix (bf16 really ran).  Where bf16 cannot run, the
  * model falls back and both steps are bitwise the same.  Then the thread
@@ -561,7 +568,8 @@ START_TEST(training_step_within_bound)
 {
     vit_config c;
     vit_config_default(&c);
-    const int batch = 32, G = 2 + 4 * c.depth + 4 * c.depth + 2;
+    c.stem = _i ? 4 : 0; /* _i = 1: with a convolutional stem (two more products) */
+    const int batch = 32, G = 2 + 4 * c.depth + 4 * c.depth + 2 + (c.stem ? 2 : 0);
     vit_model *m[2];
     float *grads[2];
     size_t np = 0;
@@ -721,7 +729,7 @@ int main(void)
     tcase_add_loop_test(tc, linear_gelu_keeps_gelu_grad_in_bf16, 0, 2);
     tcase_add_test(tc, block_keeps_activations_in_bf16);
     tcase_add_loop_test(tc, block_gradients_within_bound, 0, 2);
-    tcase_add_test(tc, training_step_within_bound);
+    tcase_add_loop_test(tc, training_step_within_bound, 0, 2);
     tcase_add_test(tc, set_precision_switches_the_step);
     tcase_add_test(tc, off_is_float32);
     suite_add_tcase(s, tc);

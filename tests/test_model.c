@@ -73,7 +73,7 @@ static int config_equal(const vit_config *a, const vit_config *b, const char **w
     EQ(heads) EQ(mlp) EQ(pool) EQ(epochs) EQ(batch) EQ(lr) EQ(min_lr) EQ(warmup)
     EQ(weight_decay) EQ(beta1) EQ(beta2) EQ(eps) EQ(smoothing) EQ(shift) EQ(rotate) EQ(scale)
     EQ(init_std) EQ(seed) EQ(recompute) EQ(ckpt_minutes) EQ(ema) EQ(tta)
-    EQ(patch_stride) EQ(patch_pad) EQ(lsa)
+    EQ(patch_stride) EQ(patch_pad) EQ(lsa) EQ(stem)
     EQ(crop_pad) EQ(flip) EQ(mixup) EQ(cutmix) EQ(mix_prob) EQ(drop_path)
     EQ(precision)
 #undef EQ
@@ -109,15 +109,18 @@ static double model_loss(void *p)
 }
 
 /* _i: 0 cls pool, 1 mean pool, 2 locality self-attention, 3 LSA with
- * overlapping, padded 3x3 patches at stride 1 (a 4x4 grid, T = 17). */
+ * overlapping, padded 3x3 patches at stride 1 (a 4x4 grid, T = 17), 4 a
+ * convolutional stem of 3 channels (its 3x3 convolution and GELU, then 2x2
+ * patches of the 4x4x3 feature map). */
 START_TEST(test_model_gradient)
 {
-    static const char *const names[4] = {"cls", "mean", "lsa", "lsa+overlap"};
+    static const char *const names[5] = {"cls", "mean", "lsa", "lsa+overlap", "stem"};
     int pool = _i == 1 ? VIT_POOL_MEAN : VIT_POOL_CLS;
     const char *pname = names[_i];
     vit_config cfg;
     tiny_config(&cfg, pool);
-    cfg.lsa = _i >= 2;
+    cfg.lsa = _i == 2 || _i == 3;
+    cfg.stem = _i == 4 ? 3 : 0;
     if (_i == 3) {
         cfg.patch = 3;
         cfg.patch_stride = 1;
@@ -136,6 +139,8 @@ START_TEST(test_model_gradient)
         ck_assert_uint_eq(n, 1195 - 5 * 8 + 17 * 8 + (9 - 4) * 8 + 2 * 2);
     else if (_i == 2)
         ck_assert_uint_eq(n, 1195 + 2 * 2); /* a tau [heads] per block */
+    else if (_i == 4) /* stem.w [9, 3], stem.b [3]; patch.w [2*2*3, 8] instead of [4, 8] */
+        ck_assert_uint_eq(n, 1195 + 9 * 3 + 3 + (12 - 4) * 8);
     else
         ck_assert_uint_eq(n, 1195);
     c.images = gc_zeros((size_t)GB * 16);
@@ -514,6 +519,14 @@ START_TEST(test_macs_by_hand)
     ck_assert_uint_eq(vit_config_macs(&c), 182392);
     c.lsa = 0;
     ck_assert_uint_eq(vit_config_macs(&c), 182392);
+    /* A stem of 5 channels: its 3x3 convolution at each of the 6 * 10
+     * pixels, and patches of 5 channels instead of 2:
+     *   stem 60 * 18 * 5                                            =     5400
+     *   patch embedding 60 * 45 * 8 (was 60 * 18 * 8 = 8640)        =    21600
+     *   total 182392 + 5400 + 21600 - 8640                          =   200752 */
+    c.stem = 5;
+    ck_assert_uint_eq(vit_config_macs(&c), 200752);
+    c.stem = 0;
     /* An invalid config counts 0. */
     c.heads = 3;
     ck_assert_uint_eq(vit_config_macs(&c), 0);
@@ -575,12 +588,12 @@ START_TEST(test_config_round_trip)
         snprintf(pat, sizeof pat, "%s = ", key);
         ck_assert_msg(strstr(buf, pat) != NULL, "key %s missing from the formatted text", key);
     }
-    /* ... and nothing else: one line per key (39 fields in vit_config). */
+    /* ... and nothing else: one line per key (40 fields in vit_config). */
     int lines = 0;
     for (const char *p = buf; *p; p++)
         lines += *p == '\n';
     ck_assert_int_eq(nkeys, lines);
-    ck_assert_int_eq(nkeys, 39);
+    ck_assert_int_eq(nkeys, 40);
     /* A buffer one byte short fails; exactly enough works. */
     ck_assert_int_lt(vit_config_format(&a, buf2, (size_t)len), 0);
     ck_assert_int_eq(vit_config_format(&a, buf2, (size_t)len + 1), len);
@@ -1494,7 +1507,7 @@ static Suite *model_suite(void)
     Suite *s = suite_create("model");
     TCase *tg = tcase_create("gradient");
     tcase_set_timeout(tg, 120);
-    tcase_add_loop_test(tg, test_model_gradient, 0, 4);
+    tcase_add_loop_test(tg, test_model_gradient, 0, 5);
     tcase_add_test(tg, test_forward_shapes_and_maps);
     tcase_add_test(tg, test_lsa_and_overlap_model);
     tcase_add_loop_test(tg, test_train_grads_slices, 0, 3);

@@ -100,11 +100,22 @@ class Block(nn.Module):
 
 
 class PatchEmbed(nn.Module):
-    def __init__(self, channels, dim, patch, stride, pad):
+    """The patches; with stem > 0, of the feature map of a 3x3 convolution
+    and GELU (timm's hybrid patch embedding: backbone, then proj)."""
+
+    def __init__(self, channels, dim, patch, stride, pad, stem=0):
         super().__init__()
+        if stem:
+            self.backbone = nn.Sequential(nn.Conv2d(channels, stem, kernel_size=3, padding=1),
+                                          nn.GELU())
+            channels = stem
+        else:
+            self.backbone = None
         self.proj = nn.Conv2d(channels, dim, kernel_size=patch, stride=stride, padding=pad)
 
     def forward(self, x):
+        if self.backbone is not None:
+            x = self.backbone(x)
         # [B, D, gh, gw] -> [B, N, D], patches row by row
         return self.proj(x).flatten(2).transpose(1, 2)
 
@@ -117,7 +128,7 @@ class ViT(nn.Module):
         T = ((cfg["image_height"] + 2 * Z - P) // S + 1) * ((cfg["image_width"] + 2 * Z - P) // S + 1) + 1
         eps = float(cfg["layer_norm_eps"])
         self.pool = cfg["global_pool"]
-        self.patch_embed = PatchEmbed(cfg["channels"], D, P, S, Z)
+        self.patch_embed = PatchEmbed(cfg["channels"], D, P, S, Z, cfg["stem"])
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D))
         self.pos_embed = nn.Parameter(torch.zeros(1, T, D))
         self.blocks = nn.ModuleList(
@@ -185,6 +196,7 @@ def main():
     # Written since overlapping patches; absent in older files: the plain stride-P conv.
     cfg["patch_stride"] = int(meta.get("patch_stride", "0"))
     cfg["patch_pad"] = int(meta.get("patch_pad", "0"))
+    cfg["stem"] = int(meta.get("stem", "0"))  # written since the convolutional stem
     if int(meta.get("lsa", "0")):
         sys.exit(f"{args.model}: lsa = 1 (locality self-attention) has no timm form")
     cfg["global_pool"] = meta.get("global_pool", "token")

@@ -67,8 +67,8 @@ int vit_patch_embed_forward(const vit_patch_shape *s, vit_real *y, vit_real *col
  * dy[B, N, D]; any of the three may be NULL.  cols (the forward's) is read
  * only for dW, W only for dimg, so either may be NULL when that gradient is
  * not wanted.  With overlapping patches a pixel receives the sum over every
- * patch that covers it (col2im); that path allocates and frees a
- * [B*N, P*P*C] scratch.
+ * patch that covers it (col2im).  When dimg is wanted it allocates and
+ * frees a [B*N, P*P*C] scratch.
  * Returns VIT_OK, VIT_EINVAL for a bad shape (as the forward), a NULL
  * dy, or a NULL cols or W that is needed; VIT_ENOMEM if that scratch
  * cannot be allocated. */

@@ -4,6 +4,7 @@
  * code on the tape.
  *
  *   images [B, H, W, C]
+ *     -> with stem > 0: 3x3 convolution (stride 1, padding 1), GELU  [B, H, W, stem]
  *     -> patch embedding (P x P patches, stride S, padding Z, linear)  [B, N, D]
  *     -> prepend the class token, add position embeddings   [B, N+1, D]
  *     -> depth x pre-norm block (vit_op_block, vit/block.h):
@@ -85,6 +86,13 @@ typedef struct vit_config {
                        token attends itself (a no-self mask) and each layer
                        learns a per-head score scale blocks.L.attn.tau [heads],
                        initialised to 1/sqrt(dim/heads), not decayed */
+    int stem;       /* 0: the patches are cut from the image itself.  > 0: a
+                       convolutional stem of this many channels first: a 3x3
+                       convolution at stride 1 over the image padded by 1
+                       (stem.w [9 C, stem], stem.b [stem]) and GELU, whose
+                       H x W x stem feature map the patches are cut from
+                       (patch.w [P P stem, D]): each token then starts from
+                       local features, not raw pixels */
     /* training recipe */
     int epochs;
     int batch;
@@ -214,7 +222,8 @@ size_t vit_config_param_count(const vit_config *cfg);
  * counted), with N patches (vit_patch_count of vit_config_patch_shape, so
  * overlapping patches count as the model makes them), T = N + 1 tokens and
  * D = dim:
- *   patch embedding        N * P*P*C * D
+ *   stem (stem > 0)        H*W * 9*C * stem
+ *   patch embedding        N * P*P*C' * D   (C' = stem if stem > 0, else C)
  *   per block              T * (D*3D + D*D + 2*D*mlp)   (Q/K/V, output, MLP)
  *                        + 2 * T*T * D                  (Q K^T and P V)
  *   head                   D * classes
@@ -226,10 +235,17 @@ size_t vit_config_param_count(const vit_config *cfg);
 size_t vit_config_macs(const vit_config *cfg);
 
 /* The patch-embedding shape a config describes, for one image (batch 1):
- * image size, channels, patch, dim, patch_stride and patch_pad.  Does not
+ * image size, channels (the stem's when stem > 0: the patches are cut from
+ * its feature map), patch, dim, patch_stride and patch_pad.  Does not
  * check the config (vit_patch_count / vit_patch_grid on the result do).
  * cfg must not be NULL. */
 vit_patch_shape vit_config_patch_shape(const vit_config *cfg);
+
+/* The stem's convolution as a patch shape, for one image (batch 1): 3x3
+ * kernel, stride 1, padding 1 over the H x W x channels image, dim = stem
+ * (its H*W outputs are the feature map, [H, W, stem]).  Meaningful only
+ * for stem > 0.  cfg must not be NULL. */
+vit_patch_shape vit_config_stem_shape(const vit_config *cfg);
 
 typedef struct vit_model vit_model;
 
