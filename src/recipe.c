@@ -111,9 +111,17 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
         if (rc)
             return rc;
     }
-    if (r->patch != model->patch || d->height != model->image_height
-        || d->width != model->image_width)
+    int own = r->patch == model->patch && d->height == model->image_height
+              && d->width == model->image_width;
+    if (!own)
         c.patch_stride = c.patch_pad = 0;
+    /* Stem: the model's when it has one (or says 0), else a 3x3
+     * convolution of VIT_RECIPE_STEM channels for images the model was
+     * not shaped for: their patches of 16 or more raw pixels each become a
+     * token in one linear map, and local features first are worth more
+     * than their cost (Fashion-MNIST, 24 epochs: 92.36% against 91.53%). */
+    r->stem = model->stem >= 0 ? model->stem : own ? 0 : VIT_RECIPE_STEM;
+    c.stem = r->stem;
     c.patch = r->patch;
     c.image_height = d->height;
     c.image_width = d->width;
@@ -146,9 +154,14 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
         snprintf(why, cap, "%d images of %dx%dx%d: batch %d (%s images), %d epochs (%s), "
                  "shift %d%s%s", d->count, d->height, d->width, d->channels, r->batch,
                  r->batch == 32 ? "under 10k" : r->batch == 64 ? "10k-200k" : "over 200k",
-                 r->epochs, r->epochs == 140 ? "at most 140" : "what 6e13 multiply-adds of "
-                 "training pay for", r->shift, per == 14 ? " (a 14th of the side)"
+                 r->epochs, r->epochs == 140 ? "at most 140" : "what 1.2e14 multiply-adds "
+                 "of training pay for", r->shift, per == 14 ? " (a 14th of the side)"
                  : " (a 28th of the side: 10k images or more)", sym);
+        if (r->stem > 0 && model->stem < 0) {
+            size_t at = strlen(why);
+            snprintf(why + at, cap - at, ", stem %d (images larger than the model's %dx%d)",
+                     r->stem, model->image_height, model->image_width);
+        }
     }
     return VIT_OK;
 }

@@ -61,12 +61,15 @@ small=(--dim 16 --depth 1 --heads 2 --mlp 16 --threads 1 --tta none --epochs 1)
 check "digits: no recipe line" '! grep -q "^recipe" "$tmp/d.txt"'
 "$tools/vit_make_data" gray28 "$tmp/g28" --count 64 --seed 1 >/dev/null 2>&1
 "$tools/vit_train" --data "$tmp/g28" "${small[@]}" --out "$tmp/g" >"$tmp/g.txt" 2>&1
-check "28x28: the recipe line names shift 2" 'grep -qE "^recipe \(not set by flag or --config\): shift 2, for [0-9]+ images of 28x28x1" "$tmp/g.txt"'
-"$tools/vit_train" --data "$tmp/g28" "${small[@]}" --shift 1 --out "$tmp/h" >"$tmp/h.txt" 2>&1
-check "28x28 with --shift 1: no recipe line" '! grep -q "^recipe" "$tmp/h.txt"'
-printf 'shift = 1   # the user'"'"'s\n' >"$tmp/s.cfg"
+check "28x28: the recipe line names shift 2 and stem 16" 'grep -qE "^recipe \(not set by flag or --config\): shift 2, stem 16, for [0-9]+ images of 28x28x1" "$tmp/g.txt"'
+check "28x28: the run has the stem" 'grep -aq "^stem = 16$" "$tmp/g/last.ckpt"'
+"$tools/vit_train" --data "$tmp/g28" "${small[@]}" --shift 1 --stem 0 --out "$tmp/h" >"$tmp/h.txt" 2>&1
+check "28x28 with --shift 1 --stem 0: no recipe line" '! grep -q "^recipe" "$tmp/h.txt"'
+check "28x28 with --stem 0: the run has none" 'grep -aq "^stem = 0$" "$tmp/h/last.ckpt"'
+printf 'shift = 1   # the user'"'"'s\nstem = 8\n' >"$tmp/s.cfg"
 "$tools/vit_train" --data "$tmp/g28" "${small[@]}" --config "$tmp/s.cfg" --out "$tmp/i" >"$tmp/i.txt" 2>&1
-check "28x28 with shift in --config: no recipe line" '! grep -q "^recipe" "$tmp/i.txt"'
+check "28x28 with shift and stem in --config: no recipe line" '! grep -q "^recipe" "$tmp/i.txt"'
+check "28x28 with stem = 8 in --config: kept" 'grep -aq "^stem = 8$" "$tmp/i/last.ckpt"'
 
 # tta follows flip unless it was chosen: a model trained on mirror images
 # is scored on them too.

@@ -43,10 +43,11 @@ check "rgb32: 96 train images in 10 class folders" "96 10" \
 
 # ---- 2. the patch picked for larger images -----------------------------------
 tiny=(--dim 16 --heads 2 --mlp 16 --depth 1 --epochs 1 --batch 16 --threads 1)
-# 16*16+16 patch embedding, 16 class token, 50*16 positions, one block
-# (2 norms of 32, qkv 3*(16*16+16), proj 272, MLP 272 + 272), final norm 32,
-# head 16*10+10.
-want_params=$((272 + 16 + 50 * 16 + 32 + 3 * 272 + 272 + 32 + 272 + 272 + 32 + 170))
+# The recipe's stem for larger images: a 3x3 convolution of 16 channels
+# (9*16+16); 16*16*16+16 patch embedding of its 16-channel feature map, 16
+# class token, 50*16 positions, one block (2 norms of 32, qkv 3*(16*16+16),
+# proj 272, MLP 272 + 272), final norm 32, head 16*10+10.
+want_params=$((160 + 4112 + 16 + 50 * 16 + 32 + 3 * 272 + 272 + 32 + 272 + 272 + 32 + 170))
 out=$("$tools/vit_train" --data g28s --out run1 "${tiny[@]}" 2>&1)
 check "28x28, no patch given: exit 0" 0 $?
 check "the choice, in one line" \

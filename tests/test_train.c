@@ -1248,8 +1248,18 @@ START_TEST(test_recipe_rule)
     ck_assert(r.asymmetry > 0.35);
     ck_assert_ptr_nonnull(strstr(why, "1437 images of 8x8x1"));
 
+    ck_assert_int_eq(r.stem, 0);
+    /* The digits with the stem left to the rule: their own size, so none. */
+    vit_config unset = def;
+    unset.stem = -1;
+    ck_assert(vit_recipe_pick(&d, &unset, &r, why, sizeof why) == VIT_OK);
+    ck_assert_int_eq(r.stem, 0);
+    ck_assert_int_eq(r.epochs, def.epochs);
+    ck_assert_ptr_null(strstr(why, "stem"));
+
     /* Fashion-MNIST's shape, no images (no mirror test): patch 4, batch 64,
-     * the epochs 6e13 multiply-adds pay for, a 28th of them warm-up. */
+     * the epochs 1.2e14 multiply-adds pay for, a 28th of them warm-up;
+     * the model's stem 0 kept as given. */
     vit_recipe_data f = {60000, 28, 28, 1, 10, NULL};
     ck_assert(vit_recipe_pick(&f, &def, &r, NULL, 0) == VIT_OK);
     vit_config c = def;
@@ -1260,11 +1270,29 @@ START_TEST(test_recipe_rule)
     ck_assert_int_eq(r.patch, 4);
     ck_assert_int_eq(r.batch, 64);
     ck_assert_int_eq(r.epochs, want);
-    ck_assert_int_eq(r.epochs, 42);
+    ck_assert_int_eq(r.epochs, 84);
     ck_assert(r.warmup == want / 28.0);
     ck_assert_int_eq(r.shift, 1);
     ck_assert_int_eq(r.flip, 0);
+    ck_assert_int_eq(r.stem, 0);
     ck_assert(r.asymmetry == -1);
+    /* The stem left to the rule: 16 channels for these larger images, and
+     * the epochs costed with it (8,749,952 multiply-adds an image against
+     * 7,884,416: 76 epochs). */
+    ck_assert(vit_recipe_pick(&f, &unset, &r, why, sizeof why) == VIT_OK);
+    ck_assert_int_eq(r.stem, VIT_RECIPE_STEM);
+    ck_assert_int_eq(r.stem, 16);
+    c.stem = 16;
+    ck_assert_uint_eq(vit_config_macs(&c), 8749952);
+    want = (int)floor(VIT_RECIPE_TRAIN_MACS / (3.0 * (double)vit_config_macs(&c) * 60000));
+    ck_assert_int_eq(r.epochs, want);
+    ck_assert_int_eq(r.epochs, 76);
+    ck_assert_ptr_nonnull(strstr(why, "stem 16 (images larger than the model's 8x8)"));
+    /* A stem given is kept, and costed. */
+    unset.stem = 32;
+    ck_assert(vit_recipe_pick(&f, &unset, &r, NULL, 0) == VIT_OK);
+    ck_assert_int_eq(r.stem, 32);
+    ck_assert_int_lt(r.epochs, 76);
     /* The shift: a 28th of the side from 10k images, a 14th below. */
     f.count = 9999;
     ck_assert(vit_recipe_pick(&f, &def, &r, NULL, 0) == VIT_OK);
@@ -1278,7 +1306,7 @@ START_TEST(test_recipe_rule)
     f.count = 300000;
     ck_assert(vit_recipe_pick(&f, &def, &r, NULL, 0) == VIT_OK);
     ck_assert_int_eq(r.batch, 128);
-    ck_assert(r.epochs >= 1 && r.epochs < 42);
+    ck_assert(r.epochs >= 1 && r.epochs < 84);
 
     /* Two classes of 8x8 bars: centred, they are their own mirror images;
      * moved to the left edge, they are not. */

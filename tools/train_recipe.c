@@ -1,6 +1,7 @@
 /*
  * vit_train's recipe for the data: the keys nobody set on the line or in
- * the --config file taken from vit_recipe_pick (said in one line), tta
+ * the --config file (the stem among them) taken from vit_recipe_pick (said
+ * in one line), tta
  * shift9flip for a run with flips, the patch fitted to larger images, and
  * the overlap that goes with it.
  */
@@ -89,17 +90,21 @@ int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *tr
     vit_recipe_data d = {train->count - val, train->height, train->width, train->channels,
                          train->classes, train};
     vit_recipe r;
-    if (vit_recipe_pick(&d, model, &r, NULL, 0))
+    vit_config shape = *model;
+    if (!user_set("stem", config, argc, argv))
+        shape.stem = -1; /* the rule's to pick (and to cost the epochs with) */
+    if (vit_recipe_pick(&d, &shape, &r, NULL, 0))
         return cli_fail(prog, NULL);
     *patch = r.patch;
-    char v[5][32], said[256] = "", was[64], now[64];
+    char v[6][32], said[256] = "", was[64], now[64];
     snprintf(v[0], sizeof v[0], "%d", budget > 0 ? 1000000 : r.epochs);
     snprintf(v[1], sizeof v[1], "%d", r.batch);
     snprintf(v[2], sizeof v[2], "%.17g", r.warmup);
     snprintf(v[3], sizeof v[3], "%d", r.shift);
     snprintf(v[4], sizeof v[4], "%d", r.flip);
-    const char *keys[5] = {"epochs", "batch", "warmup", "shift", "flip"};
-    for (int k = 0; k < 5; k++) {
+    snprintf(v[5], sizeof v[5], "%d", r.stem);
+    const char *keys[6] = {"epochs", "batch", "warmup", "shift", "flip", "stem"};
+    for (int k = 0; k < 6; k++) {
         if (user_set(keys[k], config, argc, argv))
             continue;
         key_text(cfg, keys[k], was, sizeof was);
@@ -125,7 +130,7 @@ int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *tr
     if (speak && *said)
         printf("recipe (not set by flag or --config): %s, for %d images of %dx%dx%d (%s)\n", said,
                d.count, d.height, d.width, d.channels,
-               strncmp(said, "epochs ", 7) == 0 && budget <= 0 ? "epochs: what 6e13 "
+               strncmp(said, "epochs ", 7) == 0 && budget <= 0 ? "epochs: what 1.2e14 "
                "multiply-adds of training pay for" : "see docs/cli.md, Recipe");
     return 0;
 }
