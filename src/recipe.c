@@ -117,10 +117,14 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
         c.patch_stride = c.patch_pad = 0;
     /* Stem: the model's when it has one (or says 0), else a 3x3
      * convolution of VIT_RECIPE_STEM channels for images the model was
-     * not shaped for: their patches of 16 or more raw pixels each become a
-     * token in one linear map, and local features first are worth more
-     * than their cost (Fashion-MNIST, 24 epochs: 92.36% against 91.53%). */
-    r->stem = model->stem >= 0 ? model->stem : own ? 0 : VIT_RECIPE_STEM;
+     * not shaped for, up to patches of VIT_RECIPE_STEM_PATCH: their 16 raw
+     * pixels each become a token in one linear map, and local features
+     * first are worth more than their cost (Fashion-MNIST, 24 epochs:
+     * 92.36% against 91.53%).  Its feature map is full size, so for larger
+     * images (a 224x224 photo: 50,176 pixels of 16 channels) it would cost
+     * several times the transformer. */
+    r->stem = model->stem >= 0 ? model->stem
+            : !own && r->patch <= VIT_RECIPE_STEM_PATCH ? VIT_RECIPE_STEM : 0;
     c.stem = r->stem;
     c.patch = r->patch;
     c.image_height = d->height;

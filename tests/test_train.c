@@ -1300,6 +1300,18 @@ START_TEST(test_recipe_rule)
     vit_recipe_data big = {10000, 56, 60, 3, 10, NULL};
     ck_assert(vit_recipe_pick(&big, &def, &r, NULL, 0) == VIT_OK);
     ck_assert_int_eq(r.shift, 2);
+    /* Patches larger than 4 (64x64 images: 8x8 patches of 8): no stem,
+     * whose full-size feature map would cost more than the transformer;
+     * 32x32 (CIFAR's size): patch 4 and the stem. */
+    unset.stem = -1;
+    vit_recipe_data photos = {10000, 64, 64, 3, 10, NULL};
+    ck_assert(vit_recipe_pick(&photos, &unset, &r, NULL, 0) == VIT_OK);
+    ck_assert_int_eq(r.patch, 8);
+    ck_assert_int_eq(r.stem, 0);
+    vit_recipe_data cifar = {50000, 32, 32, 3, 10, NULL};
+    ck_assert(vit_recipe_pick(&cifar, &unset, &r, NULL, 0) == VIT_OK);
+    ck_assert_int_eq(r.patch, 4);
+    ck_assert_int_eq(r.stem, 16);
     big.count = 9999;
     ck_assert(vit_recipe_pick(&big, &def, &r, NULL, 0) == VIT_OK);
     ck_assert_int_eq(r.shift, 4);

@@ -21,7 +21,8 @@
  *   flip    1 when the images look mirror-symmetric (below), else 0;
  *   stem    the model's stem when it gives one (stem >= 0), else
  *           VIT_RECIPE_STEM channels for images other than the model's
- *           own size (their patches are picked), 0 for its own.
+ *           own size whose patch is at most VIT_RECIPE_STEM_PATCH (up to
+ *           32x32 with the 8x8 grid), 0 for others.
  * The class count changes nothing.  Pure functions, any thread.
  */
 #ifndef VIT_RECIPE_H
@@ -40,8 +41,11 @@ VIT_BEGIN_DECLS
 #define VIT_RECIPE_TRAIN_MACS 1.2e14
 
 /* The channels of the convolutional stem the rule gives images other than
- * the model's own size (vit_config.stem). */
+ * the model's own size (vit_config.stem), and the largest patch it gives
+ * one to: the stem's feature map is as large as the image, so beyond 4x4
+ * patches (32x32 images) it costs more than the transformer after it. */
 #define VIT_RECIPE_STEM 16
+#define VIT_RECIPE_STEM_PATCH 4
 
 /* What the rule looks at. */
 typedef struct vit_recipe_data {
