@@ -486,6 +486,40 @@ START_TEST(block_keeps_activations_in_bf16)
 }
 END_TEST
 
+/* In mixed precision the block's MLP is one op only for shapes that agree;
+ * a W2 of the wrong shape (here [D, M] for [M, D]) goes to the two ops,
+ * whose linear-add refuses it naming the problem, as in float32: the
+ * block returns NULL and the tape stops with VIT_EINVAL. */
+START_TEST(block_mlp_bad_shape_refused)
+{
+    kept_block k;
+    kept_block_make(&k, KB, KT);
+    for (int mixed = 0; mixed < 2; mixed++) {
+        vit_tape *t = vit_tape_new();
+        ck_assert_ptr_nonnull(t);
+        vit_bf16_thread_mixed(mixed);
+        int xs[3] = {k.b, k.t, KD}, s1[1], s2[2];
+        vit_tensor *w[9];
+        for (int i = 0; i < 9; i++) {
+            int two = i == 5 || i == 7;
+            s2[0] = i == 5 || i == 7 ? KD : k.m; /* W2 transposed: [D, M] */
+            s2[1] = i == 5 || i == 7 ? k.m : KD;
+            s1[0] = (int)k.nw[i];
+            w[i] = vit_tape_leaf(t, k.w[i], k.gw[i], two ? 2 : 1, two ? s2 : s1);
+        }
+        vit_block_weights bw = {w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8]};
+        vit_tensor *y = vit_op_block(t, &k.mha, &bw, vit_tape_leaf(t, k.x, k.gx, 3, xs), NULL);
+        ck_assert_int_eq(vit_bf16_thread_mixed(0), mixed);
+        ck_assert_ptr_null(y);
+        ck_assert_int_eq(vit_tape_status(t), VIT_EINVAL);
+        ck_assert_msg(strstr(vit_last_error(), "vit_op_linear_add") != NULL, "mixed %d: '%s'",
+                      mixed, vit_last_error());
+        vit_tape_free(t);
+    }
+    kept_block_free(&k);
+}
+END_TEST
+
 /* The block's gradients in mixed precision (its kept activations read back
  * from bf16) against float32, for the plain block, token0_only and drop
  * path: each weight's and x's relative difference (2-norm) within
@@ -729,6 +763,7 @@ int main(void)
     tcase_add_loop_test(tc, linear_gelu_keeps_gelu_grad_in_bf16, 0, 2);
     tcase_add_test(tc, block_keeps_activations_in_bf16);
     tcase_add_loop_test(tc, block_gradients_within_bound, 0, 2);
+    tcase_add_test(tc, block_mlp_bad_shape_refused);
     tcase_add_loop_test(tc, training_step_within_bound, 0, 2);
     tcase_add_test(tc, set_precision_switches_the_step);
     tcase_add_test(tc, off_is_float32);
