@@ -108,7 +108,8 @@ vit_patch_shape vit_config_stem_shape(const vit_config *cfg)
 /* The operands op(B) of the weight matrices' products, for packing once
  * per step (mixed.h): W [in, out] as itself (y = x W) and transposed
  * (dx = dy W^T); the patch weights only as themselves (the images get no
- * gradient); the last block's Q and K|V column blocks of W_QKV too,
+ * gradient) unless a stem's feature map wants one, and the stem's weights
+ * as themselves; the last block's Q and K|V column blocks of W_QKV too,
  * which its class-token-only attention multiplies separately. */
 static int mixed_layout(vit_model *m)
 {

@@ -163,7 +163,7 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
                  : " (a 28th of the side: 10k images or more)", sym);
         if (r->stem > 0 && model->stem < 0) {
             size_t at = strlen(why);
-            snprintf(why + at, cap - at, ", stem %d (images larger than the model's %dx%d)",
+            snprintf(why + at, cap - at, ", stem %d (images other than the model's %dx%d)",
                      r->stem, model->image_height, model->image_width);
         }
     }

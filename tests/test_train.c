@@ -1287,7 +1287,7 @@ START_TEST(test_recipe_rule)
     want = (int)floor(VIT_RECIPE_TRAIN_MACS / (3.0 * (double)vit_config_macs(&c) * 60000));
     ck_assert_int_eq(r.epochs, want);
     ck_assert_int_eq(r.epochs, 76);
-    ck_assert_ptr_nonnull(strstr(why, "stem 16 (images larger than the model's 8x8)"));
+    ck_assert_ptr_nonnull(strstr(why, "stem 16 (images other than the model's 8x8)"));
     /* A stem given is kept, and costed. */
     unset.stem = 32;
     ck_assert(vit_recipe_pick(&f, &unset, &r, NULL, 0) == VIT_OK);

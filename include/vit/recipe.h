@@ -80,7 +80,7 @@ typedef struct vit_recipe {
  * e.g. "60000 images of 28x28x1: batch 64 (10k-200k images), 76 epochs
  * (what 1.2e14 multiply-adds of training pay for), shift 1 (a 28th of the
  * side: 10k images or more), flip (class means' mirror asymmetry 0.16),
- * stem 16 (images larger than the model's 8x8)".
+ * stem 16 (images other than the model's 8x8)".
  *
  * The mirror test: for each class, the mean image m over the images read,
  * its left-right mirror m' and the other classes' means o; a class's
