@@ -689,7 +689,7 @@ enum { PE_N = (PE_H / PE_P) * (PE_W / PE_P) };
 /* One patch embedding problem, plain (pe_init) or overlapping (ov_init,
  * below): the shape, its patch count n, the inputs and the loss weights w
  * of L = sum w .* y.  Buffers fit the largest problem of either kind. */
-enum { PC_IMG = 144, PC_W = 150, PC_COLS = 3500, PC_Y = 210 };
+enum { PC_IMG = 420, PC_W = 300, PC_COLS = 3780, PC_Y = 210 };
 
 typedef struct {
     vit_patch_shape s;
@@ -821,17 +821,20 @@ END_TEST
 
 /* ---- Overlapping, padded patches ---------------------------------------- */
 
-/* Geometries on a 5 x 7 image: kernel, stride, padding.  3/1/1 overlaps
- * everywhere (a 5 x 7 grid), 3/2/1 overlaps by one pixel with padding on
- * every border (3 x 4), 5/2/2 overlaps by three with a wider padding
- * (3 x 4), 3/2/0 overlaps without padding (2 x 3).  (The ViT recipe's
- * 4/2/1 on 8 x 8 is in test_model.) */
-enum { OV_B = 2, OV_H = 5, OV_W = 7, OV_C = 2, OV_D = 3, OV_PMAX = 5, OV_NMAX = 35 };
-static const int ov_geo[4][3] = {{3, 1, 1}, {3, 2, 1}, {5, 2, 2}, {3, 2, 0}};
+/* Geometries on a 5 x 7 image: kernel, stride, padding, channels.  3/1/1
+ * overlaps everywhere (a 5 x 7 grid), 3/2/1 overlaps by one pixel with
+ * padding on every border (3 x 4), 5/2/2 overlaps by three with a wider
+ * padding (3 x 4), 3/2/0 overlaps without padding (2 x 3).  With 2
+ * channels a patch row has at most 10 values, which im2col copies one by
+ * one; the last two have rows of 18 and 20, copied by clipped memcpy.
+ * (The ViT recipe's 4/2/1 on 8 x 8 is in test_model.) */
+enum { OV_B = 2, OV_H = 5, OV_W = 7, OV_D = 3, OV_PMAX = 5, OV_NMAX = 35, OV_GEOS = 6 };
+static const int ov_geo[OV_GEOS][4] = {{3, 1, 1, 2}, {3, 2, 1, 2}, {5, 2, 2, 2},
+                                       {3, 2, 0, 2}, {3, 1, 1, 6}, {5, 2, 2, 4}};
 
 static void ov_init(pe_ctx *c, int g, uint64_t seed)
 {
-    pe_fill(c, (vit_patch_shape){.batch = OV_B, .height = OV_H, .width = OV_W, .channels = OV_C,
+    pe_fill(c, (vit_patch_shape){.batch = OV_B, .height = OV_H, .width = OV_W, .channels = ov_geo[g][3],
                                  .patch = ov_geo[g][0], .dim = OV_D, .stride = ov_geo[g][1],
                                  .pad = ov_geo[g][2]},
             seed);
@@ -844,7 +847,7 @@ START_TEST(test_patch_embed_overlap_forward)
 {
     pe_ctx c;
     ov_init(&c, _i, 171 + (uint64_t)_i);
-    const int P = ov_geo[_i][0], S = ov_geo[_i][1], Z = ov_geo[_i][2];
+    const int P = ov_geo[_i][0], S = ov_geo[_i][1], Z = ov_geo[_i][2], C = ov_geo[_i][3];
     int gh = 0, gw = 0;
     ASSERT_OK(vit_patch_grid(&c.s, &gh, &gw));
     ck_assert_int_eq(gh, (OV_H + 2 * Z - P) / S + 1);
@@ -859,14 +862,14 @@ START_TEST(test_patch_embed_overlap_forward)
                     double s = c.b[d];
                     for (int ky = 0; ky < P; ky++)
                         for (int kx = 0; kx < P; kx++)
-                            for (int ch = 0; ch < OV_C; ch++) {
+                            for (int ch = 0; ch < C; ch++) {
                                 int iy = oy * S - Z + ky, ix = ox * S - Z + kx;
                                 if (iy < 0 || iy >= OV_H || ix < 0 || ix >= OV_W) {
                                     padded++;
                                     continue;
                                 }
-                                s += c.W[((ky * P + kx) * OV_C + ch) * OV_D + d] *
-                                     c.img[((b * OV_H + iy) * OV_W + ix) * OV_C + ch];
+                                s += c.W[((ky * P + kx) * C + ch) * OV_D + d] *
+                                     c.img[((b * OV_H + iy) * OV_W + ix) * C + ch];
                             }
                     double got = c.y[((size_t)b * c.n + oy * gw + ox) * OV_D + d];
                     ck_assert_double_le(fabs(got - s), FWD_TOL);
@@ -880,8 +883,8 @@ START_TEST(test_patch_embed_overlap_grad)
     pe_ctx c;
     ov_init(&c, _i, 181 + (uint64_t)_i);
     char tag[48];
-    snprintf(tag, sizeof tag, "patch_embed %d/%d/%d", ov_geo[_i][0], ov_geo[_i][1],
-             ov_geo[_i][2]);
+    snprintf(tag, sizeof tag, "patch_embed %d/%d/%d C%d", ov_geo[_i][0], ov_geo[_i][1],
+             ov_geo[_i][2], ov_geo[_i][3]);
     pe_grad_check(&c, tag, "patch_embed overlap");
 }
 END_TEST
@@ -1287,8 +1290,8 @@ static Suite *kernels_suite(void)
     tcase_add_test(tc, test_soft_cross_entropy_onehot);
     tcase_add_loop_test(tc, test_patch_embed_forward, 0, 2);
     tcase_add_loop_test(tc, test_patch_embed_grad, 0, 2);
-    tcase_add_loop_test(tc, test_patch_embed_overlap_forward, 0, 4);
-    tcase_add_loop_test(tc, test_patch_embed_overlap_grad, 0, 4);
+    tcase_add_loop_test(tc, test_patch_embed_overlap_forward, 0, OV_GEOS);
+    tcase_add_loop_test(tc, test_patch_embed_overlap_grad, 0, OV_GEOS);
     tcase_add_test(tc, test_patch_embed_explicit_default);
     tcase_add_test(tc, test_cls_prepend);
     tcase_add_test(tc, test_pos_add);
