@@ -89,37 +89,15 @@ int vit_patch_grid(const vit_patch_shape *s, int *grid_h, int *grid_w)
     return VIT_OK;
 }
 
-/* Rows of at most this many values are copied value by value: a 3x3
- * convolution over a gray image (a stem) has rows of 3, and three library
- * calls a row (the clipped memset, memcpy, memset) cost several times the
- * copy itself. */
-#define IM2COL_SMALL_ROW 16
-
-/* One patch row of a small-row im2col: dst[px*C + c] = pixel (y, x0 + px,
- * c) of im, or 0 outside the image (y is known to be inside).  An explicit
- * select per value, which compilers do not turn back into memcpy calls. */
-static void im2col_small_row(vit_real *dst, const vit_real *im_row, int x0, int P, int C,
-                             int width)
-{
-    for (int px = 0, i = 0; px < P; px++) {
-        const int x = x0 + px, in = x >= 0 && x < width;
-        const vit_real *src = im_row + (in ? (size_t)x * C : 0);
-        for (int c = 0; c < C; c++, i++)
-            dst[i] = in ? src[c] : 0;
-    }
-}
-
 /* General im2col: patch (gy, gx) of image b is row (b*gh + gy)*gw + gx of
  * cols; its (py, px, c) entry is pixel (gy*S - Z + py, gx*S - Z + px, c),
- * or 0 in the padding.  Each patch row is one clipped memcpy, or for short
- * rows a loop of its values. */
+ * or 0 in the padding.  Each patch row is one clipped memcpy. */
 static void im2col_general(const vit_patch_shape *s, vit_real *cols, const vit_real *img)
 {
     const int P = s->patch, C = s->channels, S = s->stride ? s->stride : P, Z = s->pad;
     int gh, gw;
     grid_of(s, &gh, &gw);
     const size_t img_row = (size_t)s->width * C, pc = (size_t)P * C;
-    const int small = pc <= IM2COL_SMALL_ROW;
     vit_real *dst = cols;
     for (int bi = 0; bi < s->batch; bi++) {
         const vit_real *im = img + (size_t)bi * s->height * img_row;
@@ -131,10 +109,6 @@ static void im2col_general(const vit_patch_shape *s, vit_real *cols, const vit_r
                     const int hi = x0 + P > s->width ? s->width - x0 : P; /* px < hi */
                     if (y < 0 || y >= s->height || hi <= lo) {
                         memset(dst, 0, pc * sizeof *dst);
-                        continue;
-                    }
-                    if (small) {
-                        im2col_small_row(dst, im + (size_t)y * img_row, x0, P, C, s->width);
                         continue;
                     }
                     memset(dst, 0, (size_t)lo * C * sizeof *dst);
@@ -209,15 +183,9 @@ int vit_patch_embed_forward(const vit_patch_shape *s, vit_real *y, vit_real *col
     }
 
     vit_real beta = 0;
-    if (b) { /* y = b in every row: the filled rows copied onto the rest,
-              * doubling (a stem's 16-wide rows are too short for a call each) */
-        const size_t total = (size_t)rows * D;
-        memcpy(y, b, (size_t)D * sizeof *y);
-        for (size_t done = D; done < total;) {
-            size_t n = done < total - done ? done : total - done;
-            memcpy(y + done, y, n * sizeof *y);
-            done += n;
-        }
+    if (b) {
+        for (int r = 0; r < rows; r++)
+            memcpy(y + (size_t)r * D, b, (size_t)D * sizeof *y);
         beta = 1;
     }
     if (vit_mixed_on()) /* bf16 inputs (mixed.h) */

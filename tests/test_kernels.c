@@ -824,10 +824,10 @@ END_TEST
 /* Geometries on a 5 x 7 image: kernel, stride, padding, channels.  3/1/1
  * overlaps everywhere (a 5 x 7 grid), 3/2/1 overlaps by one pixel with
  * padding on every border (3 x 4), 5/2/2 overlaps by three with a wider
- * padding (3 x 4), 3/2/0 overlaps without padding (2 x 3).  With 2
- * channels a patch row has at most 10 values, which im2col copies one by
- * one; the last two have rows of 18 and 20, copied by clipped memcpy.
- * (The ViT recipe's 4/2/1 on 8 x 8 is in test_model.) */
+ * padding (3 x 4), 3/2/0 overlaps without padding (2 x 3); the first
+ * and third again with 6 and 4 channels, whose clipped patch rows (a
+ * pixel is C values) are 18 and 20 values wide.  (The ViT recipe's 4/2/1
+ * on 8 x 8 is in test_model.) */
 enum { OV_B = 2, OV_H = 5, OV_W = 7, OV_D = 3, OV_PMAX = 5, OV_NMAX = 35, OV_GEOS = 6 };
 static const int ov_geo[OV_GEOS][4] = {{3, 1, 1, 2}, {3, 2, 1, 2}, {5, 2, 2, 2},
                                        {3, 2, 0, 2}, {3, 1, 1, 6}, {5, 2, 2, 4}};
