@@ -196,7 +196,10 @@ for case in INT TERM INT-ema; do
         wait $pid
         rc=$?
         echo "     SIG$sig after ${delay}s: exit $rc: $(cat "$tmp/err")"
-        grep -q "step 0 of" "$tmp/err" || break
+        # Tried again: a stop on an epoch's end, and a run that ended before
+        # the signal came (on a loaded machine this shell can sleep past
+        # the run's whole 0.2 s); six misses still fail the checks below.
+        grep -q "step 0 of" "$tmp/err" || [ $rc -eq 0 ] || break
     done
     check "$case: exit $want" '[ $rc -eq $want ]'
     cmd=$(sed -n 's/.*continue with: //p' "$tmp/err")
