@@ -834,9 +834,9 @@ static const int ov_geo[OV_GEOS][4] = {{3, 1, 1, 2}, {3, 2, 1, 2}, {5, 2, 2, 2},
 
 static void ov_init(pe_ctx *c, int g, uint64_t seed)
 {
-    pe_fill(c, (vit_patch_shape){.batch = OV_B, .height = OV_H, .width = OV_W, .channels = ov_geo[g][3],
-                                 .patch = ov_geo[g][0], .dim = OV_D, .stride = ov_geo[g][1],
-                                 .pad = ov_geo[g][2]},
+    pe_fill(c, (vit_patch_shape){.batch = OV_B, .height = OV_H, .width = OV_W,
+                                 .channels = ov_geo[g][3], .patch = ov_geo[g][0], .dim = OV_D,
+                                 .stride = ov_geo[g][1], .pad = ov_geo[g][2]},
             seed);
     ck_assert_int_le(c->n, OV_NMAX);
 }
