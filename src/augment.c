@@ -1,7 +1,9 @@
 /*
- * Random affine augmentation: rotation, zoom and translation about the image
- * centre, sampled bilinearly.  Digits written by other people differ from
- * the training writers mostly by such small deformations.
+ * Training augmentation (vit/augment.h).  Random affine transforms:
+ * rotation, zoom and translation about the image centre, sampled
+ * bilinearly (digits written by other people differ from the training
+ * writers mostly by such small deformations); whole-pixel shifts and flips;
+ * random erasing; and the batch mixing of mixup and cutmix.
  */
 #include "vit/augment.h"
 
@@ -120,6 +122,31 @@ double vit_cutmix_box(int box[4], int H, int W, double lam, double uy, double ux
     return 1 - (double)(box[2] - box[0]) * (box[3] - box[1]) / ((double)H * W);
 }
 
+int vit_erase_box(int box[4], int H, int W, vit_rng *rng)
+{
+    if (!box || !rng || H < 1 || W < 1) {
+        vit_fail(VIT_EINVAL, "vit_erase_box: %s", !box ? "box is NULL" : !rng ? "rng is NULL"
+                 : "size below 1");
+        return -1;
+    }
+    box[0] = box[1] = box[2] = box[3] = 0;
+    const double lo = log(VIT_ERASE_MIN_ASPECT), hi = -lo;
+    for (int t = 0; t < VIT_ERASE_TRIES; t++) {
+        double share = VIT_ERASE_MIN_AREA
+                       + (VIT_ERASE_MAX_AREA - VIT_ERASE_MIN_AREA) * vit_rng_uniform(rng);
+        double area = share * H * W, aspect = exp(lo + (hi - lo) * vit_rng_uniform(rng));
+        int h = (int)(sqrt(area * aspect) + 0.5), w = (int)(sqrt(area / aspect) + 0.5);
+        if (h < 1 || w < 1 || h >= H || w >= W)
+            continue;
+        box[0] = (int)vit_rng_below(rng, (uint32_t)(H - h + 1));
+        box[1] = (int)vit_rng_below(rng, (uint32_t)(W - w + 1));
+        box[2] = box[0] + h;
+        box[3] = box[1] + w;
+        return 1;
+    }
+    return 0;
+}
+
 /* Gamma(a, 1) by Marsaglia and Tsang (a < 1 through Gamma(a + 1) U^(1/a)). */
 static double gamma_draw(vit_rng *rng, double a)
 {
@@ -152,11 +179,14 @@ static double beta_draw(vit_rng *rng, double a)
 typedef struct item_draw {
     vit_affine a;
     int dy, dx, flip;
+    int erase, ebox[4]; /* erase: 1 if ebox is filled with noise */
+    uint64_t noise;     /* the seed of that noise */
 } item_draw;
 
 /* An item's draws, in a fixed order: the affine (four) or the shift (two,
- * as before flips existed), then the flip (one, only with flip on). */
-static void draw_item(const vit_augment *g, vit_rng *rng, item_draw *d)
+ * as before flips existed), then the flip (one, only with flip on), then
+ * erasing (only with erase on: whether, the box, the noise's seed). */
+static void draw_item(const vit_augment *g, vit_rng *rng, int H, int W, item_draw *d)
 {
     *d = (item_draw){.a = {0, 1, 0, 0}};
     if (g->rotate > 0 || g->scale > 0)
@@ -167,10 +197,29 @@ static void draw_item(const vit_augment *g, vit_rng *rng, item_draw *d)
     }
     if (g->flip)
         d->flip = vit_rng_uniform(rng) < 0.5;
+    if (g->erase > 0 && vit_rng_uniform(rng) < g->erase
+        && vit_erase_box(d->ebox, H, W, rng) == 1) {
+        d->erase = 1;
+        d->noise = vit_rng_next(rng);
+    }
 }
 
-/* dst [H, W, C] = src flipped (if drawn), then warped or translated; tmp
- * [H, W, C] is scratch. */
+/* x [H, W, C]: the box's pixels, every channel, uniform in [0, 1) from a
+ * generator of their own, so that an item's erasing is remade exactly
+ * when it is drawn again as a mixing partner. */
+static void erase_box(vit_real *x, const item_draw *d, int W, int C)
+{
+    vit_rng r;
+    vit_rng_seed(&r, d->noise);
+    for (int y = d->ebox[0]; y < d->ebox[2]; y++) {
+        vit_real *row = x + ((size_t)y * W + d->ebox[1]) * C;
+        for (int i = 0; i < (d->ebox[3] - d->ebox[1]) * C; i++)
+            row[i] = (vit_real)vit_rng_uniform(&r);
+    }
+}
+
+/* dst [H, W, C] = src flipped (if drawn), then warped or translated, then
+ * erased (if drawn); tmp [H, W, C] is scratch. */
 static void apply_item(const vit_augment *g, const item_draw *d, const vit_real *src,
                        vit_real *dst, vit_real *tmp, int H, int W, int C)
 {
@@ -185,6 +234,8 @@ static void apply_item(const vit_augment *g, const item_draw *d, const vit_real 
         vit_translate(dst, src, H, W, C, d->dy, d->dx);
     else
         memcpy(dst, src, img * sizeof *dst);
+    if (d->erase)
+        erase_box(dst, d, W, C);
 }
 
 static int check_augment(const vit_augment *g)
@@ -193,11 +244,12 @@ static int check_augment(const vit_augment *g)
         || !(g->scale >= 0 && g->scale < 1) || (g->flip != 0 && g->flip != 1)
         || !(g->mixup >= 0 && g->mixup <= 1e6) || !(g->cutmix >= 0 && g->cutmix <= 1e6)
         || !(g->mix_prob >= 0 && g->mix_prob <= 1) || !(g->smoothing >= 0 && g->smoothing < 1)
-        || g->classes < 1)
+        || !(g->erase >= 0 && g->erase <= 1) || g->classes < 1)
         return vit_fail(VIT_EINVAL, "vit_augment_batch: a setting is out of range (shift %d, "
-                        "rotate %g, scale %g, flip %d, mixup %g, cutmix %g, mix_prob %g, "
-                        "smoothing %g, classes %d)", g->shift, g->rotate, g->scale, g->flip,
-                        g->mixup, g->cutmix, g->mix_prob, g->smoothing, g->classes);
+                        "rotate %g, scale %g, flip %d, erase %g, mixup %g, cutmix %g, "
+                        "mix_prob %g, smoothing %g, classes %d)", g->shift, g->rotate, g->scale,
+                        g->flip, g->erase, g->mixup, g->cutmix, g->mix_prob, g->smoothing,
+                        g->classes);
     return VIT_OK;
 }
 
@@ -320,7 +372,7 @@ int vit_augment_batch(const vit_augment *g, const vit_dataset *ds, const int *id
     vit_real *tmp = scratch->tmp;
     for (int k = 0; k < b; k++) {
         item_draw *dk = mixing ? &d[k] : d;
-        draw_item(g, rng, dk);
+        draw_item(g, rng, H, W, dk);
         if (k < lo || k >= hi)
             continue;
         labels[k - lo] = ds->labels[idx[k]];

@@ -66,6 +66,8 @@ static const field fields[] = {
     F(crop_pad, K_INT, 0, 64, "random crop with zero padding of this many pixels (the same "
       "translation as shift; the larger of the two is used)"),
     F(flip, K_INT, 0, 1, "1: random horizontal flip with probability 0.5 (not for digits or text)"),
+    F(erase, K_DOUBLE, 0, 1, "random erasing: probability that an image gets a box of 2-33% "
+      "of its area filled with noise (0: off)"),
     F(mixup, K_DOUBLE, 0, 100, "mixup: alpha of the Beta(alpha, alpha) mixing weight (0: off)"),
     F(cutmix, K_DOUBLE, 0, 100, "cutmix: alpha of the Beta(alpha, alpha) box area (0: off)"),
     F(mix_prob, K_DOUBLE, 0, 1, "probability that a batch is mixed when mixup or cutmix is on "
@@ -369,7 +371,7 @@ int vit_config_check(const vit_config *c)
     }
     /* The augmentation rates (a config filled in by code, not text). */
     const struct { const char *key; double v, hi; int open; } rate[] = {
-        {"drop_path", c->drop_path, 1, 1}, {"mixup", c->mixup, 100, 0},
+        {"drop_path", c->drop_path, 1, 1}, {"erase", c->erase, 1, 0}, {"mixup", c->mixup, 100, 0},
         {"cutmix", c->cutmix, 100, 0},     {"mix_prob", c->mix_prob, 1, 0}};
     for (size_t i = 0; i < sizeof rate / sizeof rate[0]; i++)
         if (!(rate[i].v >= 0 && (rate[i].open ? rate[i].v < rate[i].hi : rate[i].v <= rate[i].hi))) {

@@ -662,6 +662,65 @@ START_TEST(test_cutmix_box_values)
 }
 END_TEST
 
+/* Random erasing's box: inside the image, of the documented area and
+ * aspect, uniform in its draws (the mean share of the image (0.02 + 1/3)
+ * / 2, the long side as often vertical as horizontal and the centre on
+ * the image's, over 4000 draws); none on an image too small for any box. */
+START_TEST(test_erase_box_values)
+{
+    enum { H = 28, W = 28, DRAWS = 4000 };
+    vit_rng rng;
+    vit_rng_seed(&rng, 11);
+    double share = 0, cy = 0, cx = 0;
+    int tall = 0, wide = 0, box[4];
+    for (int i = 0; i < DRAWS; i++) {
+        ck_assert_int_eq(vit_erase_box(box, H, W, &rng), 1);
+        int h = box[2] - box[0], w = box[3] - box[1];
+        ck_assert(box[0] >= 0 && box[1] >= 0 && box[2] <= H && box[3] <= W);
+        ck_assert(h >= 1 && w >= 1 && h < H && w < W);
+        /* sides rounded from the drawn area and aspect: each within half a
+         * pixel of sqrt(area * aspect) and sqrt(area / aspect) */
+        double a_lo = VIT_ERASE_MIN_AREA * H * W, a_hi = VIT_ERASE_MAX_AREA * H * W;
+        ck_assert_msg((h - 0.5) * (w - 0.5) <= a_hi && (h + 0.5) * (w + 0.5) >= a_lo,
+                      "box %dx%d outside the area range", h, w);
+        ck_assert_msg((h - 0.5) / (w + 0.5) <= 1 / VIT_ERASE_MIN_ASPECT
+                      && (h + 0.5) / (w - 0.5) >= VIT_ERASE_MIN_ASPECT, "aspect %d/%d", h, w);
+        share += (double)h * w / (H * W);
+        tall += h > w;
+        wide += w > h;
+        cy += (box[0] + box[2]) / 2.0;
+        cx += (box[1] + box[3]) / 2.0;
+    }
+    share /= DRAWS;
+    double want = (VIT_ERASE_MIN_AREA + VIT_ERASE_MAX_AREA) / 2;
+    ck_assert_msg(fabs(share - want) < 0.01, "mean share %.4f, want %.4f", share, want);
+    ck_assert_msg(abs(tall - wide) < DRAWS / 20, "tall %d, wide %d", tall, wide);
+    /* placed uniformly where it fits: centred on the image's centre on
+     * average */
+    ck_assert_msg(fabs(cy / DRAWS - H / 2.0) < 0.3 && fabs(cx / DRAWS - W / 2.0) < 0.3,
+                  "mean centre (%.2f, %.2f)", cy / DRAWS, cx / DRAWS);
+    /* 2x2: sides must be below 2, so a box is 1x1 (a quarter of the
+     * image, within the range) or, when no try rounds to it, none */
+    int fitted = 0;
+    for (int i = 0; i < 50; i++) {
+        int r = vit_erase_box(box, 2, 2, &rng);
+        ck_assert(r == 0 || r == 1);
+        if (r == 1)
+            ck_assert(box[2] - box[0] == 1 && box[3] - box[1] == 1);
+        else
+            ck_assert(box[0] == 0 && box[1] == 0 && box[2] == 0 && box[3] == 0);
+        fitted += r;
+    }
+    ck_assert_msg(fitted > 25, "1x1 fitted %d times of 50", fitted);
+    /* 1 pixel high: no box has h < 1 = H */
+    ck_assert_int_eq(vit_erase_box(box, 1, 50, &rng), 0);
+    ck_assert(box[0] == 0 && box[1] == 0 && box[2] == 0 && box[3] == 0);
+    ck_assert_int_eq(vit_erase_box(NULL, 4, 4, &rng), -1);
+    ck_assert_int_eq(vit_erase_box(box, 4, 4, NULL), -1);
+    ck_assert_int_eq(vit_erase_box(box, 0, 4, &rng), -1);
+}
+END_TEST
+
 /* A hand-built set of 6 images 4x5x2, every pixel value distinct across
  * the set (item i pixel j = 100 i + j + 1), labels 0, 1, 2, 0, 1, 2. */
 enum { AH = 4, AW = 5, AC = 2, AN = 6, AIMG = AH * AW * AC };
@@ -777,10 +836,77 @@ START_TEST(test_augment_batch_values)
             ck_assert(fabs(out[k * AIMG + j] - w) <= 1e-6 * w);
         }
 
+    /* erase 1: each item its image but for one box of noise in [0, 1)
+     * over every channel (the set's pixels are all >= 1); the boxes and the
+     * noise are those predicted from a copy of the generator: one draw to
+     * decide, vit_erase_box's, then the noise's seed */
+    g = (vit_augment){.erase = 1, .mix_prob = 1, .classes = 3};
+    copy = rng;
+    vit_real erased[AN * AIMG];
+    ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, s, &rng, erased, lab, NULL, &mixed,
+                                       NULL), VIT_OK);
+    int noisy = 0;
+    for (int k = 0; k < AN; k++) {
+        int box[4];
+        ck_assert(vit_rng_uniform(&copy) < 1);
+        int fits = vit_erase_box(box, AH, AW, &copy);
+        memcpy(want, all + idx[k] * AIMG, sizeof want);
+        if (fits == 1) {
+            vit_rng noise;
+            vit_rng_seed(&noise, vit_rng_next(&copy));
+            for (int y = box[0]; y < box[2]; y++)
+                for (int j = (y * AW + box[1]) * AC; j < (y * AW + box[3]) * AC; j++)
+                    want[j] = (vit_real)vit_rng_uniform(&noise);
+        }
+        ck_assert_msg(memcmp(erased + k * AIMG, want, sizeof want) == 0, "item %d", k);
+        for (int j = 0; j < AIMG; j++)
+            noisy += erased[k * AIMG + j] < 1;
+    }
+    ck_assert(memcmp(&rng, &copy, sizeof rng) == 0);
+    ck_assert(noisy > 0);
+    /* with cutmix: the same items (the mixing draws come after the items'),
+     * and the box pasted from each partner is the partner's erased image */
+    g.cutmix = 1;
+    int pasted_noise = 0;
+    for (int rep = 0; rep < 8; rep++) {
+        copy = rng;
+        g.cutmix = 0;
+        ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, s, &copy, erased, lab, NULL,
+                                           &mixed, NULL), VIT_OK);
+        g.cutmix = 1;
+        ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, s, &rng, out, lab, tg, &mixed,
+                                           &lam), VIT_OK);
+        for (int k = 0; k < AN; k++)
+            for (int j = 0; j < AIMG; j++) {
+                vit_real v = out[k * AIMG + j], mine = erased[k * AIMG + j];
+                vit_real theirs = erased[(AN - 1 - k) * AIMG + j];
+                ck_assert(v == mine || v == theirs);
+                pasted_noise += v == theirs && v != mine && v < 1;
+            }
+    }
+    ck_assert(pasted_noise > 0);
+    /* erase 0.5: about half the items erased (of 600) */
+    g = (vit_augment){.erase = 0.5, .mix_prob = 1, .classes = 3};
+    int n_erased = 0;
+    for (int rep = 0; rep < 100; rep++) {
+        ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, s, &rng, out, lab, NULL,
+                                           &mixed, NULL), VIT_OK);
+        for (int k = 0; k < AN; k++) {
+            int any = 0;
+            for (int j = 0; j < AIMG; j++)
+                any |= out[k * AIMG + j] < 1;
+            n_erased += any;
+        }
+    }
+    ck_assert_msg(n_erased > 240 && n_erased < 360, "%d of 600 erased", n_erased);
+    g.erase = 1.5;
+    ck_assert_int_eq(vit_augment_batch(&g, &ds, idx, AN, 0, AN, s, &rng, out, lab, NULL, &mixed,
+                                       NULL), VIT_EINVAL);
+
     /* mix_prob 0: nothing mixed; a slice [2, 5) is rows 2..4 of the whole
      * batch, and the generator ends where the whole batch's does */
-    g = (vit_augment){.shift = 1, .flip = 1, .mixup = 0.5, .cutmix = 1, .mix_prob = 0.5,
-                      .classes = 3};
+    g = (vit_augment){.shift = 1, .flip = 1, .erase = 0.5, .mixup = 0.5, .cutmix = 1,
+                      .mix_prob = 0.5, .classes = 3};
     for (int rep = 0; rep < 6; rep++) {
         copy = rng;
         int m1, m2;
@@ -1443,6 +1569,7 @@ static Suite *train_suite(void)
     tcase_add_test(tc, test_translate_is_the_training_shift);
     tcase_add_test(tc, test_flip_and_crop_values);
     tcase_add_test(tc, test_cutmix_box_values);
+    tcase_add_test(tc, test_erase_box_values);
     tcase_add_test(tc, test_augment_batch_values);
     tcase_add_test(tc, test_tta_averages_nine_shifted_passes);
     tcase_add_test(tc, test_tta_shift9flip_adds_the_mirror_images);

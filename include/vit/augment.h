@@ -1,8 +1,9 @@
 /*
  * vit/augment.h - random augmentation of training images: rotation, zoom
  * and translation about the image centre (sampled bilinearly), whole-pixel
- * translation (= random crop with zero padding), horizontal flip, and the
- * batch mixing of mixup and cutmix with their mixed (soft) label targets.
+ * translation (= random crop with zero padding), horizontal flip, random
+ * erasing, and the batch mixing of mixup and cutmix with their mixed (soft)
+ * label targets.
  *
  * vit_train_run applies it to every training image when the config's
  * rotate or scale is positive (vit/model.h: rotate, scale, shift), and
@@ -78,6 +79,24 @@ int vit_flip_horizontal(vit_real *dst, const vit_real *src, int H, int W, int C)
  * ux out of range.  Pure. */
 double vit_cutmix_box(int box[4], int H, int W, double lam, double uy, double ux);
 
+/* Random erasing's box on an H x W image (Zhong et al., "Random Erasing
+ * Data Augmentation", 2017, with timm's log-uniform aspect): up to
+ * VIT_ERASE_TRIES times, an area of a uniform share in [VIT_ERASE_MIN_AREA,
+ * VIT_ERASE_MAX_AREA] of the image and an aspect ratio (height / width)
+ * log-uniform in [VIT_ERASE_MIN_ASPECT, 1 / VIT_ERASE_MIN_ASPECT] give the
+ * sides h = round(sqrt(area aspect)), w = round(sqrt(area / aspect)); the
+ * first that fit inside the image (1 <= h < H, 1 <= w < W) are placed at a
+ * uniform position, written as box = {y0, x0, y1, x1} (rows y0 .. y1-1,
+ * columns x0 .. x1-1).  Returns 1 with the box, or 0 (box all zero) when no
+ * try fitted (an image of 1 pixel on a side, or sizes no try fits).  Two
+ * draws of rng a try, then vit_rng_below's for the position.  Returns -1 with VIT_EINVAL for a
+ * NULL box or rng or a size below 1.  Reentrant: touches *box and *rng. */
+#define VIT_ERASE_MIN_AREA 0.02
+#define VIT_ERASE_MAX_AREA (1.0 / 3)
+#define VIT_ERASE_MIN_ASPECT 0.3
+#define VIT_ERASE_TRIES 10
+int vit_erase_box(int box[4], int H, int W, vit_rng *rng);
+
 /* A training batch's random augmentation (vit_augment_batch), from the
  * config keys of the same names (vit/model.h).  All 0: plain copies. */
 typedef struct vit_augment {
@@ -86,6 +105,8 @@ typedef struct vit_augment {
                          scale the affine warp's continuous shift instead */
     double rotate, scale; /* vit_affine_draw's */
     int flip;         /* 1: mirror left-right with probability 0.5 */
+    double erase;     /* probability in [0, 1] that an item gets a box of
+                         noise (vit_erase_box), 0 off */
     double mixup, cutmix; /* Beta(alpha, alpha) alphas, 0 off */
     double mix_prob;  /* probability a batch is mixed (when either is on) */
     double smoothing; /* label smoothing, folded into the mixed targets */
@@ -109,7 +130,10 @@ void vit_augment_scratch_free(vit_augment_scratch *s);
 
 /* Fills images/labels with items [lo, hi) of the minibatch idx[0 .. b)
  * (indices into ds), augmented: each item is flipped (flip), then
- * translated (shift) or warped (rotate, scale); the draws for all b items
+ * translated (shift) or warped (rotate, scale), then, with probability
+ * erase, the box vit_erase_box draws is filled with uniform noise in
+ * [0, 1) (every channel; the noise comes from a generator seeded by one
+ * draw, so it costs the batch's generator one draw); the draws for all b items
  * are taken whatever the slice, in item order, so every rank of a
  * data-parallel job, each filling its own slice, advances its generator
  * alike.  Then, with mixup or cutmix on, one draw decides whether the
@@ -128,7 +152,9 @@ void vit_augment_scratch_free(vit_augment_scratch *s);
  * targets are not written (train on the labels with smoothing).  *lam (if
  * not NULL) gets lam (1 when not mixed).  Draws nothing for settings that
  * are off, so with only shift, rotate and scale the generator advances as
- * it did before flip and mixing existed.
+ * it did before flip, erasing and mixing existed.  An item's draws, in
+ * order: the shift (two) or the affine (four), the flip (one), then erasing
+ * (one to decide; if erased, vit_erase_box's and the noise seed's).
  * scratch (vit_augment_scratch_new) is working memory, made for at least
  * b items of ds's image shape; nothing is allocated.
  * Returns VIT_OK; VIT_EINVAL for NULL arguments (targets and lam may be

@@ -119,6 +119,10 @@ typedef struct vit_config {
                             trainer translates by up to max(shift, crop_pad) */
     int flip;            /* 1: mirror left-right with probability 0.5 (for
                             Fashion or natural images, never digits or text) */
+    double erase;        /* random erasing: the probability, in [0, 1], that
+                            an image gets a box of 2-33% of its area filled
+                            with uniform noise (vit_erase_box in
+                            vit/augment.h), 0 off */
     double mixup;        /* mixup's Beta(alpha, alpha) alpha, 0 off */
     double cutmix;       /* cutmix's Beta(alpha, alpha) alpha, 0 off */
     double mix_prob;     /* probability that a batch is mixed (with mixup or
