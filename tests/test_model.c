@@ -74,7 +74,7 @@ static int config_equal(const vit_config *a, const vit_config *b, const char **w
     EQ(weight_decay) EQ(beta1) EQ(beta2) EQ(eps) EQ(smoothing) EQ(shift) EQ(rotate) EQ(scale)
     EQ(init_std) EQ(seed) EQ(recompute) EQ(ckpt_minutes) EQ(ema) EQ(tta)
     EQ(patch_stride) EQ(patch_pad) EQ(lsa) EQ(stem)
-    EQ(crop_pad) EQ(flip) EQ(mixup) EQ(cutmix) EQ(mix_prob) EQ(drop_path)
+    EQ(crop_pad) EQ(flip) EQ(erase) EQ(mixup) EQ(cutmix) EQ(mix_prob) EQ(drop_path)
     EQ(precision)
 #undef EQ
     *which = "";
@@ -567,7 +567,8 @@ START_TEST(test_config_round_trip)
     a.weight_decay = 0.123456789012345678; a.beta1 = 0.85; a.beta2 = 0.98765432109876;
     a.eps = 3e-9; a.smoothing = 0.05; a.shift = 2; a.init_std = 0.0312;
     a.seed = 18446744073709551615ull;
-    a.crop_pad = 3; a.flip = 1; a.mixup = 0.8; a.cutmix = 1.0 / 3.0; a.mix_prob = 0.5;
+    a.crop_pad = 3; a.flip = 1; a.erase = 1.0 / 7; a.mixup = 0.8; a.cutmix = 1.0 / 3.0;
+    a.mix_prob = 0.5;
     a.drop_path = 0.1 + 0.2;
     a.precision = VIT_PRECISION_AUTO;
     char buf[4096], buf2[4096];
@@ -588,12 +589,12 @@ START_TEST(test_config_round_trip)
         snprintf(pat, sizeof pat, "%s = ", key);
         ck_assert_msg(strstr(buf, pat) != NULL, "key %s missing from the formatted text", key);
     }
-    /* ... and nothing else: one line per key (40 fields in vit_config). */
+    /* ... and nothing else: one line per key (41 fields in vit_config). */
     int lines = 0;
     for (const char *p = buf; *p; p++)
         lines += *p == '\n';
     ck_assert_int_eq(nkeys, lines);
-    ck_assert_int_eq(nkeys, 40);
+    ck_assert_int_eq(nkeys, 41);
     /* A buffer one byte short fails; exactly enough works. */
     ck_assert_int_lt(vit_config_format(&a, buf2, (size_t)len), 0);
     ck_assert_int_eq(vit_config_format(&a, buf2, (size_t)len + 1), len);
