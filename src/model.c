@@ -5,7 +5,8 @@
  * Parameters are one flat buffer whose pieces, their shapes, init and decay
  * are the rows of the tensor table (model_tensors.c), laid out in its order:
  *   stem.w [9*C, S]  stem.b [S]  (stem = S > 0 only)
- *   patch.w [P*P*C', D]  patch.b [D]  cls [D]  pos [T, D]   (C' = S or C)
+ *   stem2.w [16*S, S2]  stem2.b [S2]  (stem2 = S2 > 0 only)
+ *   patch.w [P*P*C', D]  patch.b [D]  cls [D]  pos [T, D]   (C' = S2, S or C)
  *   blocks.L.{ln1.g, ln1.b, attn.{w_qkv, w_o, b_qkv, b_o, tau (lsa)}, ln2.g, ln2.b,
  *             mlp.{w1, b1, w2, b2}}
  *   ln.g, ln.b [D]  head.w [D, K]  head.b [K]
@@ -89,8 +90,11 @@ static int layout(vit_model *m)
 
 vit_patch_shape vit_config_patch_shape(const vit_config *cfg)
 {
-    return (vit_patch_shape){.batch = 1, .height = cfg->image_height, .width = cfg->image_width,
-                             .channels = cfg->stem > 0 ? cfg->stem : cfg->channels,
+    int half = cfg->stem > 0 && cfg->stem2 > 0; /* the patches read stem2's map */
+    return (vit_patch_shape){.batch = 1, .height = cfg->image_height >> half,
+                             .width = cfg->image_width >> half,
+                             .channels = half ? cfg->stem2 : cfg->stem > 0 ? cfg->stem
+                                                                           : cfg->channels,
                              .patch = cfg->patch, .dim = cfg->dim,
                              .stride = cfg->patch_stride, .pad = cfg->patch_pad};
 }
@@ -103,6 +107,15 @@ vit_patch_shape vit_config_stem_shape(const vit_config *cfg)
     return (vit_patch_shape){.batch = 1, .height = cfg->image_height, .width = cfg->image_width,
                              .channels = cfg->channels, .patch = 3, .dim = cfg->stem,
                              .stride = 1, .pad = 1};
+}
+
+/* stem2's 4x4 convolution at stride 2 with padding 1 over the [H, W, stem]
+ * map: H/2 x W/2 outputs (H and W even), laid out [H/2, W/2, stem2]. */
+vit_patch_shape vit_config_stem2_shape(const vit_config *cfg)
+{
+    return (vit_patch_shape){.batch = 1, .height = cfg->image_height, .width = cfg->image_width,
+                             .channels = cfg->stem, .patch = 4, .dim = cfg->stem2, .stride = 2,
+                             .pad = 1};
 }
 
 /* The operands op(B) of the weight matrices' products, for packing once
@@ -124,10 +137,12 @@ static int mixed_layout(vit_model *m)
         TRY(vit_mixed_weights_add(w, 1, out, in, B, ld));                      \
     } while (0)
     const vit_config *c = &m->cfg;
-    int D = c->dim, P = c->patch * c->patch * (c->stem > 0 ? c->stem : c->channels);
+    int D = c->dim, P = c->patch * c->patch * m->patch.channels;
     if (c->stem > 0) { /* the patch embedding's input then wants its gradient */
         TRY(vit_mixed_weights_add(w, 0, 9 * c->channels, c->stem, OFF(m->ix[VIT_MT_STEM_W]),
                                   c->stem));
+        if (c->stem2 > 0) /* and so does stem2's */
+            BOTH(OFF(m->ix[VIT_MT_STEM2_W]), 16 * c->stem, c->stem2, c->stem2);
         BOTH(OFF(m->ix[VIT_MT_PATCH_W]), P, D, D);
     } else {
         TRY(vit_mixed_weights_add(w, 0, P, D, OFF(m->ix[VIT_MT_PATCH_W]), D));
@@ -403,6 +418,13 @@ static vit_tensor *forward_graph(vit_model *m, vit_tape *tape, const vit_real *i
         img = vit_op_gelu(tape, vit_op_patch_embed(tape, &ss, img, W_(STEM_W), W_(STEM_B)));
         int fshape[4] = {batch, c->image_height, c->image_width, c->stem};
         img = vit_op_reshape(tape, img, 4, fshape);
+        if (c->stem2 > 0) { /* [B, H/2*W/2, stem2] as [B, H/2, W/2, stem2] */
+            vit_patch_shape s2 = vit_config_stem2_shape(c);
+            s2.batch = batch;
+            img = vit_op_gelu(tape, vit_op_patch_embed(tape, &s2, img, W_(STEM2_W), W_(STEM2_B)));
+            int f2[4] = {batch, c->image_height / 2, c->image_width / 2, c->stem2};
+            img = vit_op_reshape(tape, img, 4, f2);
+        }
     }
     vit_tensor *x = vit_op_patch_embed(tape, &ps, img, W_(PATCH_W), W_(PATCH_B));
     x = vit_op_cls_prepend(tape, x, W_(CLS));

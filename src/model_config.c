@@ -47,6 +47,8 @@ static const field fields[] = {
       "1: locality self-attention (no token attends itself; learnable per-head scale)"),
     F(stem, K_INT, 0, 4096, "channels of a 3x3 convolution + GELU before the patches "
       "(0: patches of the image itself)"),
+    F(stem2, K_INT, 0, 4096, "channels of a second stem convolution, 4x4 at stride 2 + GELU: the "
+      "patches are cut from its half-size map (0: none; needs stem)"),
     F(epochs, K_INT, 1, 1000000, "training epochs"),
     F(batch, K_INT, 1, 1 << 20, "minibatch size"),
     F(lr, K_DOUBLE, 1e-12, 10, "peak learning rate"),
@@ -351,12 +353,19 @@ int vit_config_check(const vit_config *c)
         if (v < f->lo || v > f->hi)
             return vit_fail(VIT_EINVAL, "%s: %d is out of range [%.0f, %.0f]", f->key, v, f->lo, f->hi);
     }
+    if (c->stem2 > 0 && c->stem == 0)
+        return vit_fail(VIT_EINVAL, "stem2: %d channels of a second stem convolution need a "
+                        "first (stem > 0)", c->stem2);
+    if (c->stem2 > 0 && (c->image_height % 2 || c->image_width % 2))
+        return vit_fail(VIT_EINVAL, "stem2: its stride 2 halves the %dx%d feature map, which "
+                        "needs an even height and width", c->image_height, c->image_width);
+    vit_patch_shape ps = vit_config_patch_shape(c);
     if ((c->patch_stride == 0 || c->patch_stride == c->patch) && c->patch_pad == 0) {
-        if (c->image_height % c->patch || c->image_width % c->patch)
-            return vit_fail(VIT_EINVAL, "patch: %d does not divide the %dx%d image", c->patch,
-                            c->image_height, c->image_width);
+        if (ps.height % c->patch || ps.width % c->patch)
+            return vit_fail(VIT_EINVAL, "patch: %d does not divide the %dx%d %s", c->patch,
+                            ps.height, ps.width, c->stem2 > 0 ? "feature map (stem2 halves the "
+                            "image)" : "image");
     } else {
-        vit_patch_shape ps = vit_config_patch_shape(c);
         if (vit_patch_count(&ps) == 0) {
             char msg[320];
             snprintf(msg, sizeof msg, "%s", vit_last_error());

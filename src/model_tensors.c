@@ -9,11 +9,12 @@
 
 enum { Z = VIT_INIT_ZERO, ONE = VIT_INIT_ONE, N = VIT_INIT_NORMAL, K = VIT_INIT_CONST };
 enum { D = VIT_MT_D, D3 = VIT_MT_3D, MLP = VIT_MT_MLP, CL = VIT_MT_CLASSES, TOK = VIT_MT_TOKENS,
-       PIX = VIT_MT_PIXELS, H = VIT_MT_HEADS, ST = VIT_MT_STEM, SPIX = VIT_MT_STEM_PIXELS };
+       PIX = VIT_MT_PIXELS, H = VIT_MT_HEADS, ST = VIT_MT_STEM, SPIX = VIT_MT_STEM_PIXELS,
+       ST2 = VIT_MT_STEM2, S2PIX = VIT_MT_STEM2_PIXELS };
 enum { NO = VIT_MT_NO_SCALE, STD = VIT_MT_INIT_STD, DK = VIT_MT_INV_SQRT_DK };
-enum { ALL = VIT_MT_ALWAYS, LSA = VIT_MT_IF_LSA, STEM = VIT_MT_IF_STEM };
+enum { ALL = VIT_MT_ALWAYS, LSA = VIT_MT_IF_LSA, STEM = VIT_MT_IF_STEM, STEM2 = VIT_MT_IF_STEM2 };
 enum { U0 = VIT_MT_NO_MACS, UP = VIT_MT_PER_PATCH, UT = VIT_MT_PER_TOKEN, UI = VIT_MT_PER_IMAGE,
-       UX = VIT_MT_PER_PIXEL };
+       UX = VIT_MT_PER_PIXEL, UX2 = VIT_MT_PER_HALF_PIXEL };
 enum { CP = VIT_MT_COPY, TR = VIT_MT_TRANSPOSE, CONV = VIT_MT_CONV };
 
 /* Weights decay and start truncated normal (std init_std); biases, the
@@ -25,8 +26,10 @@ enum { CP = VIT_MT_COPY, TR = VIT_MT_TRANSPOSE, CONV = VIT_MT_CONV };
  * per-head multiplier of Q K^T, starting at the fixed 1/sqrt(d_k) as in the
  * LSA reference code; a scale, so not decayed, and timm has no form for it.
  * The convolutional stem (stem > 0) goes by the names of timm's hybrid
- * patch embedding: a backbone (here one Conv2d(C, stem, 3, padding 1)
- * and a GELU) whose feature map the patch projection reads.
+ * patch embedding: a backbone (here Conv2d(C, stem, 3, padding 1) and a
+ * GELU, then with stem2 > 0 Conv2d(stem, stem2, 4, stride 2, padding 1)
+ * and a GELU, modules 0 to 3 of an nn.Sequential) whose feature map the
+ * patch projection reads.
  *
  *   name            shape        init scale decay when uses  timm name   rank op dims legacy */
 static const vit_mt_row rows[VIT_MT_ROWS] = {
@@ -34,6 +37,10 @@ static const vit_mt_row rows[VIT_MT_ROWS] = {
                        "patch_embed.backbone.0.weight", 2, CONV, 4, 0, {0}},
     [VIT_MT_STEM_B] = {"stem.b", 1, {ST}, Z, NO, 0, STEM, U0, "patch_embed.backbone.0.bias", 3,
                        CP, 1, 0, {0}},
+    [VIT_MT_STEM2_W] = {"stem2.w", 2, {S2PIX, ST2}, N, STD, 1, STEM2, UX2,
+                        "patch_embed.backbone.2.weight", 2, CONV, 4, 0, {0}},
+    [VIT_MT_STEM2_B] = {"stem2.b", 1, {ST2}, Z, NO, 0, STEM2, U0, "patch_embed.backbone.2.bias",
+                        3, CP, 1, 0, {0}},
     [VIT_MT_PATCH_W] = {"patch.w", 2, {PIX, D}, N, STD, 1, ALL, UP,
                         "patch_embed.proj.weight", 4, CONV, 4, 0, {0}},
     [VIT_MT_PATCH_B] = {"patch.b", 1, {D}, Z, NO, 0, ALL, U0, "patch_embed.proj.bias", 5, CP, 1, 0, {0}},
@@ -72,6 +79,7 @@ int vit_mt_applies(const vit_config *cfg, int id)
     switch (rows[id].when) {
     case VIT_MT_IF_LSA: return cfg->lsa != 0;
     case VIT_MT_IF_STEM: return cfg->stem > 0;
+    case VIT_MT_IF_STEM2: return cfg->stem > 0 && cfg->stem2 > 0;
     default: return 1;
     }
 }
@@ -87,9 +95,11 @@ int vit_mt_dim(const vit_config *cfg, int dim)
         vit_patch_shape ps = vit_config_patch_shape(cfg); /* overlapping patches: more tokens */
         return vit_patch_count(&ps) + 1;
     }
-    case VIT_MT_PIXELS: return cfg->patch * cfg->patch * (cfg->stem > 0 ? cfg->stem : cfg->channels);
+    case VIT_MT_PIXELS: return cfg->patch * cfg->patch * vit_config_patch_shape(cfg).channels;
     case VIT_MT_STEM: return cfg->stem;
     case VIT_MT_STEM_PIXELS: return 9 * cfg->channels;
+    case VIT_MT_STEM2: return cfg->stem2;
+    case VIT_MT_STEM2_PIXELS: return 16 * cfg->stem;
     default: return cfg->heads;
     }
 }
@@ -179,7 +189,9 @@ size_t vit_config_macs(const vit_config *cfg)
     const size_t T = (size_t)vit_mt_dim(cfg, VIT_MT_TOKENS);
     const size_t uses[] = {[VIT_MT_NO_MACS] = 0, [VIT_MT_PER_PATCH] = T - 1,
                            [VIT_MT_PER_TOKEN] = T, [VIT_MT_PER_IMAGE] = 1,
-                           [VIT_MT_PER_PIXEL] = (size_t)cfg->image_height * cfg->image_width};
+                           [VIT_MT_PER_PIXEL] = (size_t)cfg->image_height * cfg->image_width,
+                           [VIT_MT_PER_HALF_PIXEL] = (size_t)(cfg->image_height / 2)
+                                                     * (size_t)(cfg->image_width / 2)};
     size_t n = (size_t)cfg->depth * 2 * T * T * (size_t)cfg->dim;
     vit_mt t = {.pos = 0};
     while (vit_mt_next(cfg, &t))

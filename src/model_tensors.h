@@ -16,10 +16,10 @@
 #include "vit/model.h"
 #include "vit/params.h"
 
-/* Row ids, in layout order: the embeddings (the convolutional stem, if any,
- * and the patches), one block, the end. */
+/* Row ids, in layout order: the embeddings (the convolutional stem's one or
+ * two layers, if any, and the patches), one block, the end. */
 enum vit_mt_id {
-    VIT_MT_STEM_W, VIT_MT_STEM_B, VIT_MT_PATCH_W, VIT_MT_PATCH_B, VIT_MT_CLS, VIT_MT_POS,
+    VIT_MT_STEM_W, VIT_MT_STEM_B, VIT_MT_STEM2_W, VIT_MT_STEM2_B, VIT_MT_PATCH_W, VIT_MT_PATCH_B, VIT_MT_CLS, VIT_MT_POS,
     VIT_MT_LN1_G, VIT_MT_LN1_B, VIT_MT_W_QKV, VIT_MT_W_O, VIT_MT_B_QKV, VIT_MT_B_O, VIT_MT_TAU,
     VIT_MT_LN2_G, VIT_MT_LN2_B, VIT_MT_W1, VIT_MT_B1, VIT_MT_W2, VIT_MT_B2,
     VIT_MT_LN_G, VIT_MT_LN_B, VIT_MT_HEAD_W, VIT_MT_HEAD_B,
@@ -35,10 +35,13 @@ enum vit_mt_dim {
     VIT_MT_MLP,     /* mlp */
     VIT_MT_CLASSES, /* classes */
     VIT_MT_TOKENS,  /* patches + 1 (vit_patch_count of vit_config_patch_shape) */
-    VIT_MT_PIXELS,  /* patch * patch * channels (stem channels with a stem): one patch's values */
+    VIT_MT_PIXELS,  /* patch * patch * channels (the last stem layer's with a stem): one
+                       patch's values */
     VIT_MT_HEADS,   /* heads */
     VIT_MT_STEM,    /* stem: the stem's channels */
-    VIT_MT_STEM_PIXELS /* 9 * channels: one 3x3 window of the image */
+    VIT_MT_STEM_PIXELS, /* 9 * channels: one 3x3 window of the image */
+    VIT_MT_STEM2,   /* stem2: the second stem layer's channels */
+    VIT_MT_STEM2_PIXELS /* 16 * stem: one 4x4 window of the stem's feature map */
 };
 
 /* What a tensor's init scale is (vit_params_add's scale): */
@@ -49,12 +52,12 @@ enum vit_mt_scale {
 };
 
 /* When a row is part of the model: */
-enum vit_mt_when { VIT_MT_ALWAYS, VIT_MT_IF_LSA, VIT_MT_IF_STEM };
+enum vit_mt_when { VIT_MT_ALWAYS, VIT_MT_IF_LSA, VIT_MT_IF_STEM, VIT_MT_IF_STEM2 };
 
 /* How many times per image a weight matrix [in, out] multiplies a vector
  * (its multiply-adds per image are that times its size): */
 enum vit_mt_uses { VIT_MT_NO_MACS, VIT_MT_PER_PATCH, VIT_MT_PER_TOKEN, VIT_MT_PER_IMAGE,
-                   VIT_MT_PER_PIXEL };
+                   VIT_MT_PER_PIXEL, VIT_MT_PER_HALF_PIXEL /* of the H/2 x W/2 map */ };
 
 /* How a timm file tensor is made of ours: */
 enum vit_mt_timm_op {

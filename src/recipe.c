@@ -125,7 +125,21 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
      * several times the transformer. */
     r->stem = model->stem >= 0 ? model->stem
             : !own && r->patch <= VIT_RECIPE_STEM_PATCH ? VIT_RECIPE_STEM : 0;
+    /* A second, strided stem layer for the large sets: a token then starts
+     * from two layers of local features, not one (Fashion-MNIST, 76 epochs:
+     * see docs/benchmarks.md), and the half-size map it makes keeps the
+     * patch embedding as cheap.  The patches are then cut from that map. */
+    r->stem2 = model->stem2 >= 0 ? model->stem2
+             : r->stem > 0 && !own && d->count >= VIT_RECIPE_STEM2_COUNT && d->height % 2 == 0
+               && d->width % 2 == 0 ? VIT_RECIPE_STEM2 : 0;
+    if (r->stem > 0 && r->stem2 > 0 && !own && d->height % 2 == 0 && d->width % 2 == 0) {
+        int rc = vit_config_pick_patch(d->height / 2, d->width / 2, 8, &r->patch, &r->patch_fits,
+                                       NULL, 0);
+        if (rc)
+            return rc;
+    }
     c.stem = r->stem;
+    c.stem2 = r->stem2;
     c.patch = r->patch;
     c.image_height = d->height;
     c.image_width = d->width;
@@ -165,6 +179,12 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
             size_t at = strlen(why);
             snprintf(why + at, cap - at, ", stem %d (images other than the model's %dx%d)",
                      r->stem, model->image_height, model->image_width);
+        }
+        if (r->stem2 > 0 && model->stem2 < 0) {
+            size_t at = strlen(why);
+            snprintf(why + at, cap - at, ", stem2 %d and patch %d of its %dx%d map (%d images "
+                     "or more)", r->stem2, r->patch, d->height / 2, d->width / 2,
+                     VIT_RECIPE_STEM2_COUNT);
         }
     }
     return VIT_OK;

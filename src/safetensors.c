@@ -56,8 +56,9 @@ static void plan_one(const vit_config *c, const vit_mt *t, plan_tensor *o)
     o->op = t->row->timm_op;
     o->ndim = t->row->timm_ndim;
     o->count = t->size;
-    if (o->op == VIT_MT_CONV) { /* Conv2d's [out, in, k, k]: the stem's 3x3 or the patches' */
-        int k = t->id == VIT_MT_STEM_W ? 3 : c->patch;
+    if (o->op == VIT_MT_CONV) { /* Conv2d's [out, in, k, k]: the stem's 3x3, stem2's 4x4 or
+                                   the patches' */
+        int k = t->id == VIT_MT_STEM_W ? 3 : t->id == VIT_MT_STEM2_W ? 4 : c->patch;
         int d[4] = {t->shape[1], t->shape[0] / (k * k), k, k};
         memcpy(o->shape, d, sizeof d);
     } else if (o->op == VIT_MT_TRANSPOSE) {
@@ -136,7 +137,8 @@ static size_t file_index(const plan_tensor *o, const vit_model_tensor *t,
         return base + j * r + i;
     }
     /* patch.w [(py*P + px)*C + ch, D] -> Conv2d weight [D, C, P, P] (stem.w
-     * likewise, P = 3 and D its channels): the sizes are the plan's */
+     * and stem2.w likewise, P = 3 or 4 and D their channels): the sizes are
+     * the plan's */
     size_t D = (size_t)o->shape[0], C = (size_t)o->shape[1], P = (size_t)o->shape[2];
     size_t dd = idx % D, row = idx / D, ch = row % C, pix = row / C, py = pix / P, px = pix % P;
     return base + ((dd * C + ch) * P + py) * P + px;

@@ -877,6 +877,45 @@ START_TEST(export_overlap_and_lsa)
     assert_same_params(m, back);
     vit_model_free(back);
     vit_model_free(m);
+    /* stem2 after it: backbone.2, the 4x4 Conv2d at stride 2 (backbone.1
+     * and .3 are the GELUs, without weights); proj reads its 3 channels on
+     * the 2 x 3 map. */
+    cfg.stem2 = 3;
+    m = vit_model_new(&cfg);
+    ck_assert_msg(m != NULL, "%s", vit_last_error());
+    p = vit_model_params(m);
+    for (size_t i = 0; i < vit_model_param_count(m); i++)
+        p[i] = (vit_real)((double)(i + 1) * (i % 3 ? -1e-3 : 1e-3));
+    ck_assert_msg(vit_safetensors_save(m, NULL, fu_path("stem2.safetensors"), NULL) == VIT_OK,
+                  "%s", vit_last_error());
+    read_file(fu_path("stem2.safetensors"), &f);
+    ck_assert_str_eq(meta(&f, "stem2"), "3");
+    const st_tensor *s2 = tensor(&f, "patch_embed.backbone.2.weight");
+    ck_assert_int_eq(s2->ndim, 4);
+    ck_assert_int_eq((int)s2->shape[0], 3);
+    ck_assert_int_eq((int)s2->shape[1], 2);
+    ck_assert_int_eq((int)s2->shape[2], 4);
+    ck_assert_int_eq((int)s2->shape[3], 4);
+    ck_assert_int_eq((int)tensor(&f, "patch_embed.backbone.2.bias")->shape[0], 3);
+    ck_assert_int_eq((int)tensor(&f, "patch_embed.proj.weight")->shape[1], 3);
+    ours = NULL;
+    for (int i = 0; i < vit_model_tensor_count(m); i++)
+        if (strcmp(vit_model_tensor_at(m, i)->name, "stem2.w") == 0)
+            ours = vit_model_tensor_at(m, i);
+    ck_assert_ptr_nonnull(ours);
+    for (int o = 0; o < 3; o++) /* weight [o, ch, ky, kx] is stem2.w [(ky 4 + kx) 2 + ch, o] */
+        for (int ch = 0; ch < 2; ch++)
+            for (int k = 0; k < 16; k++) {
+                float got = value(&f, s2, ((size_t)o * 2 + ch) * 16 + (size_t)k);
+                ck_assert(got == (float)p[ours->offset + ((size_t)k * 2 + ch) * 3 + (size_t)o]);
+            }
+    free_file(&f);
+    ck_assert_msg(vit_safetensors_load(fu_path("stem2.safetensors"), &back) == VIT_OK, "%s",
+                  vit_last_error());
+    ck_assert_int_eq(vit_model_config(back)->stem2, 3);
+    assert_same_params(m, back);
+    vit_model_free(back);
+    vit_model_free(m);
 }
 END_TEST
 

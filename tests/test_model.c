@@ -73,7 +73,7 @@ static int config_equal(const vit_config *a, const vit_config *b, const char **w
     EQ(heads) EQ(mlp) EQ(pool) EQ(epochs) EQ(batch) EQ(lr) EQ(min_lr) EQ(warmup)
     EQ(weight_decay) EQ(beta1) EQ(beta2) EQ(eps) EQ(smoothing) EQ(shift) EQ(rotate) EQ(scale)
     EQ(init_std) EQ(seed) EQ(recompute) EQ(ckpt_minutes) EQ(ema) EQ(tta)
-    EQ(patch_stride) EQ(patch_pad) EQ(lsa) EQ(stem)
+    EQ(patch_stride) EQ(patch_pad) EQ(lsa) EQ(stem) EQ(stem2)
     EQ(crop_pad) EQ(flip) EQ(erase) EQ(mixup) EQ(cutmix) EQ(mix_prob) EQ(drop_path)
     EQ(precision)
 #undef EQ
@@ -111,16 +111,22 @@ static double model_loss(void *p)
 /* _i: 0 cls pool, 1 mean pool, 2 locality self-attention, 3 LSA with
  * overlapping, padded 3x3 patches at stride 1 (a 4x4 grid, T = 17), 4 a
  * convolutional stem of 3 channels (its 3x3 convolution and GELU, then 2x2
- * patches of the 4x4x3 feature map). */
+ * patches of the 4x4x3 feature map), 5 the same stem and stem2 of 5
+ * channels (a 4x4 convolution at stride 2 and GELU), then 1x1 patches of
+ * its 2x2x5 map. */
 START_TEST(test_model_gradient)
 {
-    static const char *const names[5] = {"cls", "mean", "lsa", "lsa+overlap", "stem"};
+    static const char *const names[6] = {"cls", "mean", "lsa", "lsa+overlap", "stem", "stem2"};
     int pool = _i == 1 ? VIT_POOL_MEAN : VIT_POOL_CLS;
     const char *pname = names[_i];
     vit_config cfg;
     tiny_config(&cfg, pool);
     cfg.lsa = _i == 2 || _i == 3;
-    cfg.stem = _i == 4 ? 3 : 0;
+    cfg.stem = _i >= 4 ? 3 : 0;
+    if (_i == 5) {
+        cfg.stem2 = 5;
+        cfg.patch = 1;
+    }
     if (_i == 3) {
         cfg.patch = 3;
         cfg.patch_stride = 1;
@@ -141,6 +147,9 @@ START_TEST(test_model_gradient)
         ck_assert_uint_eq(n, 1195 + 2 * 2); /* a tau [heads] per block */
     else if (_i == 4) /* stem.w [9, 3], stem.b [3]; patch.w [2*2*3, 8] instead of [4, 8] */
         ck_assert_uint_eq(n, 1195 + 9 * 3 + 3 + (12 - 4) * 8);
+    else if (_i == 5) /* and stem2.w [16*3, 5], stem2.b [5]; patch.w [1*1*5, 8]; still 4
+                         patches */
+        ck_assert_uint_eq(n, 1195 + 9 * 3 + 3 + 16 * 3 * 5 + 5 + (5 - 4) * 8);
     else
         ck_assert_uint_eq(n, 1195);
     c.images = gc_zeros((size_t)GB * 16);
@@ -526,6 +535,43 @@ START_TEST(test_macs_by_hand)
      *   total 182392 + 5400 + 21600 - 8640                          =   200752 */
     c.stem = 5;
     ck_assert_uint_eq(vit_config_macs(&c), 200752);
+    /* stem2 of 4 channels after it: its 4x4 convolution at stride 2 at each
+     * of the 3 * 5 pixels of the half-size map, whose 15 patches (3x3 at
+     * stride 1, padded) of 4 channels make 16 tokens:
+     *   stem 60 * 18 * 5                                            =     5400
+     *   stem2 15 * (16 * 5) * 4                                     =     4800
+     *   patch embedding 15 * 36 * 8                                 =     4320
+     *   per block 16 * 448 + 2 * 16*16 * 8 = 7168 + 4096            =    11264
+     *   2 blocks                                                    =    22528
+     *   head 8 * 3                                                  =       24
+     *   total                                                       =    37072 */
+    c.stem2 = 4;
+    ck_assert_uint_eq(vit_config_macs(&c), 37072);
+    /* Refused, naming the key: stem2 without a stem, an odd side, and
+     * patches that do not tile the half-size map. */
+    c.stem = 0;
+    ck_assert_int_eq(vit_config_check(&c), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "stem2: 4 channels"));
+    c.stem = 5;
+    c.image_height = 7;
+    ck_assert_int_eq(vit_config_check(&c), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "halves the 7x10 feature map"));
+    c.image_height = 6;
+    c.patch = 2;
+    c.patch_stride = 0;
+    c.patch_pad = 0;
+    ck_assert_int_eq(vit_config_check(&c), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "patch: 2 does not divide the 3x5 feature map"));
+    c.image_height = 8;
+    ck_assert_int_eq(vit_config_check(&c), VIT_EINVAL); /* 4x5: still not */
+    c.image_width = 12;
+    ck_assert_int_eq(vit_config_check(&c), VIT_OK); /* 4x6 in 2x2 patches */
+    c.image_height = 6;
+    c.image_width = 10;
+    c.patch = 3;
+    c.patch_stride = 1;
+    c.patch_pad = 1;
+    c.stem2 = 0;
     c.stem = 0;
     /* An invalid config counts 0. */
     c.heads = 3;
@@ -570,6 +616,7 @@ START_TEST(test_config_round_trip)
     a.crop_pad = 3; a.flip = 1; a.erase = 1.0 / 7; a.mixup = 0.8; a.cutmix = 1.0 / 3.0;
     a.mix_prob = 0.5;
     a.drop_path = 0.1 + 0.2;
+    a.stem = 3; a.stem2 = 6;
     a.precision = VIT_PRECISION_AUTO;
     char buf[4096], buf2[4096];
     int len = vit_config_format(&a, buf, sizeof buf);
@@ -589,12 +636,12 @@ START_TEST(test_config_round_trip)
         snprintf(pat, sizeof pat, "%s = ", key);
         ck_assert_msg(strstr(buf, pat) != NULL, "key %s missing from the formatted text", key);
     }
-    /* ... and nothing else: one line per key (41 fields in vit_config). */
+    /* ... and nothing else: one line per key (42 fields in vit_config). */
     int lines = 0;
     for (const char *p = buf; *p; p++)
         lines += *p == '\n';
     ck_assert_int_eq(nkeys, lines);
-    ck_assert_int_eq(nkeys, 41);
+    ck_assert_int_eq(nkeys, 42);
     /* A buffer one byte short fails; exactly enough works. */
     ck_assert_int_lt(vit_config_format(&a, buf2, (size_t)len), 0);
     ck_assert_int_eq(vit_config_format(&a, buf2, (size_t)len + 1), len);
@@ -1508,7 +1555,7 @@ static Suite *model_suite(void)
     Suite *s = suite_create("model");
     TCase *tg = tcase_create("gradient");
     tcase_set_timeout(tg, 120);
-    tcase_add_loop_test(tg, test_model_gradient, 0, 5);
+    tcase_add_loop_test(tg, test_model_gradient, 0, 6);
     tcase_add_test(tg, test_forward_shapes_and_maps);
     tcase_add_test(tg, test_lsa_and_overlap_model);
     tcase_add_loop_test(tg, test_train_grads_slices, 0, 3);

@@ -1419,6 +1419,41 @@ START_TEST(test_recipe_rule)
     ck_assert(vit_recipe_pick(&f, &unset, &r, NULL, 0) == VIT_OK);
     ck_assert_int_eq(r.stem, 32);
     ck_assert_int_lt(r.epochs, 76);
+    /* stem2 left to the rule too: 32 channels for 10,000 images or more of
+     * even sides, with the patch picked for its 14x14 map (2: the same 7x7
+     * grid), costed: 196 * (16*16) * 32 more multiply-adds, the patch
+     * embedding's 49 * 256 * 64 now 49 * 128 * 64. */
+    unset.stem = -1;
+    unset.stem2 = -1;
+    ck_assert(vit_recipe_pick(&f, &unset, &r, why, sizeof why) == VIT_OK);
+    ck_assert_int_eq(r.stem, 16);
+    ck_assert_int_eq(r.stem2, VIT_RECIPE_STEM2);
+    ck_assert_int_eq(r.stem2, 32);
+    ck_assert_int_eq(r.patch, 2);
+    c.stem2 = 32;
+    c.patch = 2;
+    ck_assert_uint_eq(vit_config_macs(&c), 8749952 + 196 * 256 * 32 - 49 * 128 * 64);
+    want = (int)floor(VIT_RECIPE_TRAIN_MACS / (3.0 * (double)vit_config_macs(&c) * 60000));
+    ck_assert_int_eq(r.epochs, want);
+    ck_assert_ptr_nonnull(strstr(why, "stem2 32 and patch 2 of its 14x14 map (10000 images or "
+                                      "more)"));
+    c.stem2 = 0;
+    c.patch = 4;
+    /* Not below 10,000 images, not on odd sides, not for the model's own
+     * images; a stem2 given is kept (and the patch fitted to its map). */
+    f.count = 9999;
+    ck_assert(vit_recipe_pick(&f, &unset, &r, NULL, 0) == VIT_OK);
+    ck_assert(r.stem == 16 && r.stem2 == 0 && r.patch == 4);
+    vit_recipe_data odd = {60000, 27, 27, 1, 10, NULL};
+    ck_assert(vit_recipe_pick(&odd, &unset, &r, NULL, 0) == VIT_OK);
+    ck_assert_int_eq(r.stem2, 0);
+    ck_assert(vit_recipe_pick(&d, &unset, &r, NULL, 0) == VIT_OK);
+    ck_assert(r.stem == 0 && r.stem2 == 0 && r.patch == def.patch);
+    f.count = 60000;
+    unset.stem2 = 8;
+    ck_assert(vit_recipe_pick(&f, &unset, &r, NULL, 0) == VIT_OK);
+    ck_assert(r.stem == 16 && r.stem2 == 8 && r.patch == 2);
+    unset.stem2 = 0;
     /* The shift: a 28th of the side from 10k images, a 14th below. */
     f.count = 9999;
     ck_assert(vit_recipe_pick(&f, &def, &r, NULL, 0) == VIT_OK);

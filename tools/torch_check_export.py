@@ -101,14 +101,18 @@ class Block(nn.Module):
 
 class PatchEmbed(nn.Module):
     """The patches; with stem > 0, of the feature map of a 3x3 convolution
-    and GELU (timm's hybrid patch embedding: backbone, then proj)."""
+    and GELU, and with stem2 > 0 too, of a 4x4 convolution at stride 2 and
+    GELU after it (timm's hybrid patch embedding: backbone, then proj)."""
 
-    def __init__(self, channels, dim, patch, stride, pad, stem=0):
+    def __init__(self, channels, dim, patch, stride, pad, stem=0, stem2=0):
         super().__init__()
         if stem:
-            self.backbone = nn.Sequential(nn.Conv2d(channels, stem, kernel_size=3, padding=1),
-                                          nn.GELU())
+            layers = [nn.Conv2d(channels, stem, kernel_size=3, padding=1), nn.GELU()]
             channels = stem
+            if stem2:
+                layers += [nn.Conv2d(stem, stem2, kernel_size=4, stride=2, padding=1), nn.GELU()]
+                channels = stem2
+            self.backbone = nn.Sequential(*layers)
         else:
             self.backbone = None
         self.proj = nn.Conv2d(channels, dim, kernel_size=patch, stride=stride, padding=pad)
@@ -125,10 +129,13 @@ class ViT(nn.Module):
         super().__init__()
         D, P = cfg["dim"], cfg["patch"]
         S, Z = cfg["patch_stride"] or P, cfg["patch_pad"]  # overlapping patches: a strided conv
-        T = ((cfg["image_height"] + 2 * Z - P) // S + 1) * ((cfg["image_width"] + 2 * Z - P) // S + 1) + 1
+        # the patches are cut from stem2's half-size map when there is one
+        H, W = (cfg["image_height"], cfg["image_width"]) if not cfg["stem2"] else \
+            (cfg["image_height"] // 2, cfg["image_width"] // 2)
+        T = ((H + 2 * Z - P) // S + 1) * ((W + 2 * Z - P) // S + 1) + 1
         eps = float(cfg["layer_norm_eps"])
         self.pool = cfg["global_pool"]
-        self.patch_embed = PatchEmbed(cfg["channels"], D, P, S, Z, cfg["stem"])
+        self.patch_embed = PatchEmbed(cfg["channels"], D, P, S, Z, cfg["stem"], cfg["stem2"])
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D))
         self.pos_embed = nn.Parameter(torch.zeros(1, T, D))
         self.blocks = nn.ModuleList(
@@ -197,6 +204,7 @@ def main():
     cfg["patch_stride"] = int(meta.get("patch_stride", "0"))
     cfg["patch_pad"] = int(meta.get("patch_pad", "0"))
     cfg["stem"] = int(meta.get("stem", "0"))  # written since the convolutional stem
+    cfg["stem2"] = int(meta.get("stem2", "0"))  # and since its second layer
     if int(meta.get("lsa", "0")):
         sys.exit(f"{args.model}: lsa = 1 (locality self-attention) has no timm form")
     cfg["global_pool"] = meta.get("global_pool", "token")

@@ -5,6 +5,7 @@
  *
  *   images [B, H, W, C]
  *     -> with stem > 0: 3x3 convolution (stride 1, padding 1), GELU  [B, H, W, stem]
+ *     -> with stem2 > 0: 4x4 convolution (stride 2, padding 1), GELU  [B, H/2, W/2, stem2]
  *     -> patch embedding (P x P patches, stride S, padding Z, linear)  [B, N, D]
  *     -> prepend the class token, add position embeddings   [B, N+1, D]
  *     -> depth x pre-norm block (vit_op_block, vit/block.h):
@@ -93,6 +94,14 @@ typedef struct vit_config {
                        H x W x stem feature map the patches are cut from
                        (patch.w [P P stem, D]): each token then starts from
                        local features, not raw pixels */
+    int stem2;      /* 0: none.  > 0 (needs stem > 0 and an even H and W):
+                       a second stem convolution of this many channels, 4x4
+                       at stride 2 over the stem's feature map padded by 1
+                       (stem2.w [16 stem, stem2], stem2.b [stem2]) and GELU:
+                       the patches are cut from its H/2 x W/2 x stem2 map
+                       (patch.w [P P stem2, D]), so patch, patch_stride
+                       and patch_pad count that map's pixels (patch 2 there
+                       covers 4x4 pixels of the image) */
     /* training recipe */
     int epochs;
     int batch;
@@ -227,7 +236,9 @@ size_t vit_config_param_count(const vit_config *cfg);
  * overlapping patches count as the model makes them), T = N + 1 tokens and
  * D = dim:
  *   stem (stem > 0)        H*W * 9*C * stem
- *   patch embedding        N * P*P*C' * D   (C' = stem if stem > 0, else C)
+ *   stem2 (stem2 > 0)      H/2*W/2 * 16*stem * stem2
+ *   patch embedding        N * P*P*C' * D   (C' = stem2 if stem2 > 0, else
+ *                                            stem if stem > 0, else C)
  *   per block              T * (D*3D + D*D + 2*D*mlp)   (Q/K/V, output, MLP)
  *                        + 2 * T*T * D                  (Q K^T and P V)
  *   head                   D * classes
@@ -239,8 +250,9 @@ size_t vit_config_param_count(const vit_config *cfg);
 size_t vit_config_macs(const vit_config *cfg);
 
 /* The patch-embedding shape a config describes, for one image (batch 1):
- * image size, channels (the stem's when stem > 0: the patches are cut from
- * its feature map), patch, dim, patch_stride and patch_pad.  Does not
+ * the size and channels of what the patches are cut from (the image; the
+ * stem's H x W x stem feature map when stem > 0; stem2's H/2 x W/2 x stem2
+ * when stem2 > 0 too), patch, dim, patch_stride and patch_pad.  Does not
  * check the config (vit_patch_count / vit_patch_grid on the result do).
  * cfg must not be NULL. */
 vit_patch_shape vit_config_patch_shape(const vit_config *cfg);
@@ -250,6 +262,13 @@ vit_patch_shape vit_config_patch_shape(const vit_config *cfg);
  * (its H*W outputs are the feature map, [H, W, stem]).  Meaningful only
  * for stem > 0.  cfg must not be NULL. */
 vit_patch_shape vit_config_stem_shape(const vit_config *cfg);
+
+/* The second stem convolution as a patch shape, for one image (batch 1):
+ * 4x4 kernel, stride 2, padding 1 over the H x W x stem feature map, dim =
+ * stem2 (its H/2 * W/2 outputs are the map the patches are cut from,
+ * [H/2, W/2, stem2]).  Meaningful only for stem2 > 0.  cfg must not be
+ * NULL. */
+vit_patch_shape vit_config_stem2_shape(const vit_config *cfg);
 
 typedef struct vit_model vit_model;
 
