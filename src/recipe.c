@@ -172,7 +172,7 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
         snprintf(why, cap, "%d images of %dx%dx%d: batch %d (%s images), %d epochs (%s), "
                  "shift %d%s%s", d->count, d->height, d->width, d->channels, r->batch,
                  r->batch == 32 ? "under 10k" : r->batch == 64 ? "10k-200k" : "over 200k",
-                 r->epochs, r->epochs == 140 ? "at most 140" : "what 1.2e14 multiply-adds "
+                 r->epochs, r->epochs == 140 ? "at most 140" : "what 1.37e14 multiply-adds "
                  "of training pay for", r->shift, per == 14 ? " (a 14th of the side)"
                  : " (a 28th of the side: 10k images or more)", sym);
         if (r->stem > 0 && model->stem < 0) {

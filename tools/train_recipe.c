@@ -141,7 +141,7 @@ int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *tr
     if (speak && *said)
         printf("recipe (not set by flag or --config): %s, for %d images of %dx%dx%d (%s)\n", said,
                d.count, d.height, d.width, d.channels,
-               strncmp(said, "epochs ", 7) == 0 && budget <= 0 ? "epochs: what 1.2e14 "
+               strncmp(said, "epochs ", 7) == 0 && budget <= 0 ? "epochs: what 1.37e14 "
                "multiply-adds of training pay for" : "see docs/cli.md, Recipe");
     return 0;
 }

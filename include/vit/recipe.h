@@ -40,11 +40,11 @@
 
 VIT_BEGIN_DECLS
 
-/* The training compute the default recipe spends at most: 1.2e14
- * multiply-adds, about 23 minutes of a quiet 2-core machine training at
- * 90 G multiply-adds per second (Fashion-MNIST with its stem: 76 epochs,
- * 22:40 measured). */
-#define VIT_RECIPE_TRAIN_MACS 1.2e14
+/* The training compute the default recipe spends at most: 1.37e14
+ * multiply-adds, about 27 minutes of a quiet 2-core machine training at
+ * 85 G multiply-adds per second (Fashion-MNIST with its two stem layers:
+ * 76 epochs, the length its gain was measured at; docs/benchmarks.md). */
+#define VIT_RECIPE_TRAIN_MACS 1.37e14
 
 /* The channels of the convolutional stem the rule gives images other than
  * the model's own size (vit_config.stem), and the largest patch it gives
@@ -92,7 +92,7 @@ typedef struct vit_recipe {
  * are not read) into *r (overwritten), and into why[cap]
  * (NUL-terminated, cut to fit; may be NULL with cap 0) one line saying why,
  * e.g. "60000 images of 28x28x1: batch 64 (10k-200k images), 76 epochs
- * (what 1.2e14 multiply-adds of training pay for), shift 1 (a 28th of the
+ * (what 1.37e14 multiply-adds of training pay for), shift 1 (a 28th of the
  * side: 10k images or more), flip (class means' mirror asymmetry 0.16),
  * stem 16 (images other than the model's 8x8), stem2 32 and patch 2 of its
  * 14x14 map (10000 images or more)".
