@@ -23,10 +23,12 @@
  *           VIT_RECIPE_STEM channels for images other than the model's
  *           own size whose patch is at most VIT_RECIPE_STEM_PATCH (up to
  *           32x32 with the 8x8 grid), 0 for others;
- *   stem2   the model's (0 when it gives none: the rule gives no second
- *           stem layer); with one, the patch is picked for the H/2 x W/2
- *           map it makes (Fashion-MNIST: patch 2 of 14x14, the same 7x7
- *           grid).
+ *   stem2   the model's when it gives one (stem2 >= 0), else
+ *           VIT_RECIPE_STEM2 channels with a stem, for images other than
+ *           the model's own size, of even height and width, from
+ *           VIT_RECIPE_STEM2_COUNT training images on; 0 for others.
+ *           With stem2 the patch is picked for the H/2 x W/2 map it makes
+ *           (Fashion-MNIST: patch 2 of 14x14, the same 7x7 grid).
  * The class count changes nothing.  Pure functions, any thread.
  */
 #ifndef VIT_RECIPE_H
@@ -38,11 +40,11 @@
 
 VIT_BEGIN_DECLS
 
-/* The training compute the default recipe spends at most: 1.2e14
- * multiply-adds, about 23 minutes of a quiet 2-core machine training at
- * 90 G multiply-adds per second (Fashion-MNIST with its stem: 76 epochs,
- * 22:40 measured). */
-#define VIT_RECIPE_TRAIN_MACS 1.2e14
+/* The training compute the default recipe spends at most: 1.37e14
+ * multiply-adds, about 27 minutes of a quiet 2-core machine training at
+ * 85 G multiply-adds per second (Fashion-MNIST with its two stem layers:
+ * 76 epochs, the length its gain was measured at; docs/benchmarks.md). */
+#define VIT_RECIPE_TRAIN_MACS 1.37e14
 
 /* The channels of the convolutional stem the rule gives images other than
  * the model's own size (vit_config.stem), and the largest patch it gives
@@ -51,6 +53,12 @@ VIT_BEGIN_DECLS
 #define VIT_RECIPE_STEM 16
 #define VIT_RECIPE_STEM_PATCH 4
 
+/* The channels of the second, strided stem layer (vit_config.stem2) the
+ * rule gives images with a stem, from VIT_RECIPE_STEM2_COUNT training
+ * images on (measured on Fashion-MNIST's 60,000; a small set has not been
+ * shown to gain from it). */
+#define VIT_RECIPE_STEM2 32
+#define VIT_RECIPE_STEM2_COUNT 10000
 
 /* What the rule looks at. */
 typedef struct vit_recipe_data {
@@ -73,21 +81,21 @@ typedef struct vit_recipe {
     int shift;          /* random translation, pixels */
     int flip;           /* random horizontal flips: 1 valid, 0 not */
     int stem;           /* convolutional stem channels (vit_config.stem), 0: none */
-    int stem2;          /* the second stem layer's channels: the model's stem2 (the
-                           rule gives none), 0: none */
+    int stem2;          /* the second stem layer's channels (vit_config.stem2), 0: none */
     double asymmetry;   /* the mirror test's figure (below); -1 untested */
     double train_macs;  /* the run's training multiply-adds at these values */
 } vit_recipe;
 
 /* The recipe for data d and the model shape of model (its dim, depth,
- * heads, mlp, pool, its patch geometry for images of its own size, its
- * stem (a negative one leaves it to the rule) and stem2; its recipe fields
+ * heads, mlp, pool, its patch geometry for images of its own size, and its
+ * stem and stem2: a negative one leaves it to the rule; its recipe fields
  * are not read) into *r (overwritten), and into why[cap]
  * (NUL-terminated, cut to fit; may be NULL with cap 0) one line saying why,
  * e.g. "60000 images of 28x28x1: batch 64 (10k-200k images), 76 epochs
- * (what 1.2e14 multiply-adds of training pay for), shift 1 (a 28th of the
+ * (what 1.37e14 multiply-adds of training pay for), shift 1 (a 28th of the
  * side: 10k images or more), flip (class means' mirror asymmetry 0.16),
- * stem 16 (images other than the model's 8x8)".
+ * stem 16 (images other than the model's 8x8), stem2 32 and patch 2 of its
+ * 14x14 map (10000 images or more)".
  *
  * The mirror test: for each class, the mean image m over the images read,
  * its left-right mirror m' and the other classes' means o; a class's
