@@ -19,7 +19,8 @@
 /* Row ids, in layout order: the embeddings (the convolutional stem's one or
  * two layers, if any, and the patches), one block, the end. */
 enum vit_mt_id {
-    VIT_MT_STEM_W, VIT_MT_STEM_B, VIT_MT_STEM2_W, VIT_MT_STEM2_B, VIT_MT_PATCH_W, VIT_MT_PATCH_B, VIT_MT_CLS, VIT_MT_POS,
+    VIT_MT_STEM_W, VIT_MT_STEM_B, VIT_MT_STEM2_W, VIT_MT_STEM2_B, VIT_MT_PATCH_W, VIT_MT_PATCH_B,
+    VIT_MT_CLS, VIT_MT_POS,
     VIT_MT_LN1_G, VIT_MT_LN1_B, VIT_MT_W_QKV, VIT_MT_W_O, VIT_MT_B_QKV, VIT_MT_B_O, VIT_MT_TAU,
     VIT_MT_LN2_G, VIT_MT_LN2_B, VIT_MT_W1, VIT_MT_B1, VIT_MT_W2, VIT_MT_B2,
     VIT_MT_LN_G, VIT_MT_LN_B, VIT_MT_HEAD_W, VIT_MT_HEAD_B,

@@ -591,7 +591,8 @@ END_TEST
 
 /* One digits-shaped training step (depth 4, batch 32, two threads; _i = 1
  * with a 4-channel stem, whose feature map's gradient is a bf16 product
- * too; _i = 2 with stem2 of 4 channels after it, two more) in bf16 and in float32 from the same parameters: each parameter tensor's
+ * too; _i = 2 with stem2 of 4 channels after it, two more) in bf16 and in
+ * float32 from the same parameters: each parameter tensor's
  * gradient within sqrt(G) * 2u (relative, 2-norm; see the top), above u / 64
  * for some weight matrix (bf16 really ran).  Where bf16 cannot run, the
  * model falls back and both steps are bitwise the same.  Then the thread
