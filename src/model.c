@@ -422,7 +422,7 @@ static vit_tensor *forward_graph(vit_model *m, vit_tape *tape, const vit_real *i
             vit_patch_shape s2 = vit_config_stem2_shape(c);
             s2.batch = batch;
             img = vit_op_gelu(tape, vit_op_patch_embed(tape, &s2, img, W_(STEM2_W), W_(STEM2_B)));
-            int f2[4] = {batch, c->image_height / 2, c->image_width / 2, c->stem2};
+            int f2[4] = {batch, ps.height, ps.width, ps.channels}; /* what the patches read */
             img = vit_op_reshape(tape, img, 4, f2);
         }
     }

@@ -129,10 +129,11 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
      * from two layers of local features, not one (Fashion-MNIST, 76 epochs:
      * see docs/benchmarks.md), and the half-size map it makes keeps the
      * patch embedding as cheap.  The patches are then cut from that map. */
+    int even = d->height % 2 == 0 && d->width % 2 == 0;
     r->stem2 = model->stem2 >= 0 ? model->stem2
-             : r->stem > 0 && !own && d->count >= VIT_RECIPE_STEM2_COUNT && d->height % 2 == 0
-               && d->width % 2 == 0 ? VIT_RECIPE_STEM2 : 0;
-    if (r->stem > 0 && r->stem2 > 0 && !own && d->height % 2 == 0 && d->width % 2 == 0) {
+             : r->stem > 0 && !own && even && d->count >= VIT_RECIPE_STEM2_COUNT
+               ? VIT_RECIPE_STEM2 : 0;
+    if (r->stem > 0 && r->stem2 > 0 && !own && even) {
         int rc = vit_config_pick_patch(d->height / 2, d->width / 2, 8, &r->patch, &r->patch_fits,
                                        NULL, 0);
         if (rc)
