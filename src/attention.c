@@ -197,36 +197,52 @@ static long add_bias_check(vit_real *s, const vit_real *bias, size_t n)
     return -1;
 }
 
-/* In place: scores s[n] -> masked softmax.  Forbidden entries get weight
- * exactly 0 (the -infinity of the maths); a row with nothing allowed becomes
- * all zeros rather than 0/0.  The max is subtracted so exp never overflows.
- * Unmasked rows take softmax_plain; masked rows sum in
+/* In place: rows i0..i1-1 of the score block p [nq, nk] of item b ->
+ * their masked softmax.  Forbidden entries get weight exactly 0 (the
+ * -infinity of the maths); a row with nothing allowed becomes all zeros
+ * rather than 0/0.  Each row's max is subtracted so exp never overflows.
+ * As softmax_plain, each pass runs over the whole block, so that the exp
+ * runs in full vectors however short the rows: the forbidden scores are
+ * set to -infinity first (a select per kind of mask), and an exp of
+ * -infinity is selected as 0 (a ?: there kept the loop scalar).  Sums in
  * double. */
-static void softmax_row(vit_real *s, int n, const vit_row_mask *r)
+FM_CLONES
+static void softmax_masked(const vit_sdpa *a, int b, vit_real *p, int i0, int i1)
 {
-    if (!r->allowed && !r->valid && r->last == n - 1) {
-        softmax_plain(s, 1, n);
-        return;
+    const int nk = a->n_k;
+    vit_real *s0 = p + (size_t)i0 * nk;
+    const size_t n = (size_t)(i1 - i0) * nk;
+    for (int i = i0; i < i1; i++) {
+        vit_real *s = p + (size_t)i * nk;
+        const vit_row_mask r = vit_mask_row(a, b, i);
+        for (int j = r.last + 1; j < nk; j++) s[j] = -INFINITY;
+        if (r.allowed)
+            for (int j = 0; j < nk; j++) s[j] = r.allowed[j] ? s[j] : -INFINITY;
+        if (r.valid)
+            for (int j = 0; j < nk; j++) s[j] = r.valid[j] ? s[j] : -INFINITY;
+        vit_real mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+        for (int j = 0; j < nk; j++) mx = s[j] > mx ? s[j] : mx;
+        if (mx == -INFINITY) /* nothing allowed: every exp below is 0 */
+            mx = 0;
+        for (int j = 0; j < nk; j++) s[j] -= mx;
     }
-    vit_real mx = -INFINITY;
-    for (int j = 0; j < n; j++) {
-        if (vit_row_allows(r, j)) {
-            if (s[j] > mx) mx = s[j];
-        } else {
-            s[j] = -INFINITY;
-        }
+    for (size_t t = 0; t < n; t++)
+#ifdef VIT_DOUBLE
+        s0[t] = exp(s0[t]);
+#else
+        s0[t] = fm_select(s0[t] == -INFINITY, 0.0f, fm_exp_nonpos(s0[t]));
+#endif
+    for (int i = i0; i < i1; i++) {
+        vit_real *s = p + (size_t)i * nk;
+        double sum = 0;
+#pragma omp simd reduction(+ : sum)
+        for (int j = 0; j < nk; j++) sum += s[j];
+        if (sum == 0) /* a fully masked row, already all zeros */
+            continue;
+        const vit_real inv = (vit_real)(1.0 / sum); /* sum >= 1: the max gives exp(0) */
+        for (int j = 0; j < nk; j++) s[j] *= inv;
     }
-    if (mx == -INFINITY) { /* fully masked row */
-        for (int j = 0; j < n; j++) s[j] = 0;
-        return;
-    }
-    double sum = 0.0;
-    for (int j = 0; j < n; j++) {
-        s[j] = s[j] == -INFINITY ? (vit_real)0 : vit_exp(s[j] - mx);
-        sum += s[j];
-    }
-    vit_real inv = (vit_real)(1.0 / sum); /* sum >= 1: the max contributes exp(0) */
-    for (int j = 0; j < n; j++) s[j] *= inv;
 }
 
 /* Pairs whose score block has at most this many entries, when there are at
@@ -301,11 +317,7 @@ static int softmax_rows(const vit_sdpa *a, int b, int h, vit_real *p, int i0, in
         softmax_plain(s0, i1 - i0, nk);
         return 0;
     }
-    for (int i = i0; i < i1; i++) {
-        vit_real *s = p + (size_t)i * nk;
-        vit_row_mask r = vit_mask_row(a, b, i);
-        softmax_row(s, nk, &r);
-    }
+    softmax_masked(a, b, p, i0, i1);
     return 0;
 }
 
@@ -451,17 +463,43 @@ static void softmax_grad_piece(void *ctx, size_t lo, size_t hi)
     softmax_grad_rows(J->p, J->ds, J->nk, (int)lo, (int)hi);
 }
 
-double vit_attn_scale_grad(const vit_real *ds, const vit_real *q, const vit_real *k, int ni,
-                           int nj, int d, int ldq, int ldk)
+/* The scores Q K^T are not kept (the forward stores P), so they are made
+ * again a block of rows at a time in a buffer on the stack: a GEMM per
+ * block rather than a dot product per score, which with lsa's learnt scale
+ * was a third of a Fashion-MNIST training step.  Products in vit_real,
+ * their weighted sum in double. */
+#define SCALE_GRAD_BLOCK 2048
+
+FM_CLONES
+static double weighted_sum(const vit_real *ds, int ldd, const vit_real *s, int rows, int cols)
 {
     double sum = 0.0;
-    for (int i = 0; i < ni; i++) {
-        const vit_real *qi = q + (size_t)i * ldq, *di = ds + (size_t)i * nj;
-        for (int j = 0; j < nj; j++) {
-            const vit_real *kj = k + (size_t)j * ldk;
-            double dot = 0.0;
-            for (int c = 0; c < d; c++) dot += (double)qi[c] * kj[c];
-            sum += (double)di[j] * dot;
+    for (int i = 0; i < rows; i++) {
+        const vit_real *di = ds + (size_t)i * ldd, *si = s + (size_t)i * cols;
+#pragma omp simd reduction(+ : sum)
+        for (int j = 0; j < cols; j++) sum += (double)di[j] * si[j];
+    }
+    return sum;
+}
+
+double vit_attn_scale_grad(int direct, const vit_real *ds, const vit_real *q, const vit_real *k,
+                           int ni, int nj, int d, int ldq, int ldk)
+{
+    vit_real s[SCALE_GRAD_BLOCK];
+    double sum = 0.0;
+    const int cols = nj < SCALE_GRAD_BLOCK ? nj : SCALE_GRAD_BLOCK;
+    for (int j0 = 0; j0 < nj; j0 += cols) {
+        const int nc = nj - j0 < cols ? nj - j0 : cols, rows = SCALE_GRAD_BLOCK / nc;
+        for (int i0 = 0; i0 < ni; i0 += rows) {
+            const int nr = ni - i0 < rows ? ni - i0 : rows;
+            /* s[nr, nc] = Q_i0 K_j0^T, one thread (pairs may be tasks) */
+            if (direct)
+                vit_pair_nt(nr, nc, d, 1, q + (size_t)i0 * ldq, ldq, k + (size_t)j0 * ldk, ldk,
+                            s, nc);
+            else
+                vit_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nc, d, 1,
+                         q + (size_t)i0 * ldq, ldq, k + (size_t)j0 * ldk, ldk, 0, s, nc);
+            sum += weighted_sum(ds + (size_t)i0 * nj + j0, nj, s, nr, nc);
         }
     }
     return sum;
@@ -501,7 +539,7 @@ static void head_backward(const vit_sdpa *a, vit_real scale, vit_real beta, int 
         vit_axpy(nq * nk, 1, ds, 1, db, 1);
     }
     if (pair_ds)
-        *pair_ds = vit_attn_scale_grad(ds, q + qo, k + ko, nq, nk, dkh, ldq, ldk);
+        *pair_ds = vit_attn_scale_grad(direct, ds, q + qo, k + ko, nq, nk, dkh, ldq, ldk);
     if (!(dq || dk)) return;
     /* s dS in place, once: with alpha = s each GEMM below would make
      * libxsmm read a scaled copy of its first operand (src/gemm.c). */

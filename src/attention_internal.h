@@ -31,10 +31,12 @@ static inline int vit_sdpa_ld_k(const vit_sdpa *a) { return a->ld_k ? a->ld_k : 
 static inline int vit_sdpa_ld_v(const vit_sdpa *a) { return a->ld_v ? a->ld_v : a->heads * a->d_v; }
 
 /* sum over i < ni, j < nj of ds[i*nj + j] (q_i . k_j), q_i = q + i*ldq,
- * k_j = k + j*ldk, d values each, in double: one block's share of the
- * gradient of its score scale (vit_sdpa_backward_scale). */
-double vit_attn_scale_grad(const vit_real *ds, const vit_real *q, const vit_real *k, int ni,
-                           int nj, int d, int ldq, int ldk);
+ * k_j = k + j*ldk, d values each: one block's share of the gradient of its
+ * score scale (vit_sdpa_backward_scale).  The products q_i . k_j in
+ * vit_real by the direct kernels (direct: vit_pair_direct took d and nj)
+ * or a GEMM, their weighted sum in double. */
+double vit_attn_scale_grad(int direct, const vit_real *ds, const vit_real *q, const vit_real *k,
+                           int ni, int nj, int d, int ldq, int ldk);
 
 /* dscale (NULL: nothing) += the per-pair parts [B*H*per_pair] (per_pair
  * consecutive parts per (item, head) pair), summed in (item, head, part)

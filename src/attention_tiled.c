@@ -450,7 +450,8 @@ static void backward_tile(const job *J, int x, int it, int jt, int what, vit_rea
      * into the (pair, key tile) slot that only this task touches. */
     if (kv && J->scale_parts)
         J->scale_parts[(size_t)x * g->nkt + jt] +=
-            vit_attn_scale_grad(ds, J->q + qo, J->k + ko, ni, nj, dkh, g->ldq, g->ldk);
+            vit_attn_scale_grad(0, ds, J->q + qo, J->k + ko, ni, nj, dkh, g->ldq,
+                                g->ldk);
     /* dK_j[nj, dk] += s dS^T Q_i */
     if (kv && J->dk)
         vit_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, nj, dkh, ni, scale, ds, nj,
