@@ -144,15 +144,18 @@ static inline int finite_bits(vit_real x)
 #endif
 }
 
-/* Unmasked rows s[rows, nk] (contiguous, finite) in place -> their
- * softmax.  In float32 the exp is fastmath.h's, which vectorises; each row
+/* Rows s[rows, nk] (contiguous; finite, or -infinity where a mask forbids)
+ * in place -> their softmax.  A forbidden score's weight is exactly 0 (its
+ * exp is selected as 0: fastmath's would be a subnormal, and a ?: kept the
+ * loop scalar), and a row with nothing allowed becomes all zeros rather
+ * than 0/0.  In float32 the exp is fastmath.h's, which vectorises; each row
  * sums in double (also vectorised), so that its rounding does not grow
  * with nk or depend on the compiler's order of summation.  Each pass runs
  * over the whole block rather than row by row: a ViT row is short (17 keys
  * for digits: one AVX-512 vector and one lane), and the exp, the costly
  * pass, then runs in full vectors. */
 FM_CLONES
-static void softmax_plain(vit_real *s, int rows, int nk)
+static void softmax_block(vit_real *s, int rows, int nk)
 {
     const size_t n = (size_t)rows * (size_t)nk;
     for (int i = 0; i < rows; i++) {
@@ -161,13 +164,15 @@ static void softmax_plain(vit_real *s, int rows, int nk)
 #pragma omp simd reduction(max : mx)
         for (int j = 1; j < nk; j++)
             mx = r[j] > mx ? r[j] : mx;
+        if (mx == -INFINITY) /* nothing allowed: every exp below is 0 */
+            mx = 0;
         for (int j = 0; j < nk; j++) r[j] -= mx;
     }
     for (size_t t = 0; t < n; t++)
 #ifdef VIT_DOUBLE
         s[t] = exp(s[t]);
 #else
-        s[t] = fm_exp_nonpos(s[t]);
+        s[t] = fm_select(s[t] == -INFINITY, 0.0f, fm_exp_nonpos(s[t]));
 #endif
     for (int i = 0; i < rows; i++) {
         vit_real *r = s + (size_t)i * nk;
@@ -175,6 +180,8 @@ static void softmax_plain(vit_real *s, int rows, int nk)
 #pragma omp simd reduction(+ : sum)
         for (int j = 0; j < nk; j++)
             sum += r[j];
+        if (sum == 0) /* a fully masked row, already all zeros */
+            continue;
         const vit_real inv = (vit_real)(1.0 / sum); /* sum >= 1: the max gives exp(0) */
         for (int j = 0; j < nk; j++) r[j] *= inv;
     }
@@ -198,20 +205,11 @@ static long add_bias_check(vit_real *s, const vit_real *bias, size_t n)
 }
 
 /* In place: rows i0..i1-1 of the score block p [nq, nk] of item b ->
- * their masked softmax.  Forbidden entries get weight exactly 0 (the
- * -infinity of the maths); a row with nothing allowed becomes all zeros
- * rather than 0/0.  Each row's max is subtracted so exp never overflows.
- * As softmax_plain, each pass runs over the whole block, so that the exp
- * runs in full vectors however short the rows: the forbidden scores are
- * set to -infinity first (a select per kind of mask), and an exp of
- * -infinity is selected as 0 (a ?: there kept the loop scalar).  Sums in
- * double. */
-FM_CLONES
+ * their masked softmax: the forbidden scores set to -infinity (a select per
+ * kind of mask, so the loops vectorise), then softmax_block. */
 static void softmax_masked(const vit_sdpa *a, int b, vit_real *p, int i0, int i1)
 {
     const int nk = a->n_k;
-    vit_real *s0 = p + (size_t)i0 * nk;
-    const size_t n = (size_t)(i1 - i0) * nk;
     for (int i = i0; i < i1; i++) {
         vit_real *s = p + (size_t)i * nk;
         const vit_row_mask r = vit_mask_row(a, b, i);
@@ -220,29 +218,8 @@ static void softmax_masked(const vit_sdpa *a, int b, vit_real *p, int i0, int i1
             for (int j = 0; j < nk; j++) s[j] = r.allowed[j] ? s[j] : -INFINITY;
         if (r.valid)
             for (int j = 0; j < nk; j++) s[j] = r.valid[j] ? s[j] : -INFINITY;
-        vit_real mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-        for (int j = 0; j < nk; j++) mx = s[j] > mx ? s[j] : mx;
-        if (mx == -INFINITY) /* nothing allowed: every exp below is 0 */
-            mx = 0;
-        for (int j = 0; j < nk; j++) s[j] -= mx;
     }
-    for (size_t t = 0; t < n; t++)
-#ifdef VIT_DOUBLE
-        s0[t] = exp(s0[t]);
-#else
-        s0[t] = fm_select(s0[t] == -INFINITY, 0.0f, fm_exp_nonpos(s0[t]));
-#endif
-    for (int i = i0; i < i1; i++) {
-        vit_real *s = p + (size_t)i * nk;
-        double sum = 0;
-#pragma omp simd reduction(+ : sum)
-        for (int j = 0; j < nk; j++) sum += s[j];
-        if (sum == 0) /* a fully masked row, already all zeros */
-            continue;
-        const vit_real inv = (vit_real)(1.0 / sum); /* sum >= 1: the max gives exp(0) */
-        for (int j = 0; j < nk; j++) s[j] *= inv;
-    }
+    softmax_block(p + (size_t)i0 * nk, i1 - i0, nk);
 }
 
 /* Pairs whose score block has at most this many entries, when there are at
@@ -314,7 +291,7 @@ static int softmax_rows(const vit_sdpa *a, int b, int h, vit_real *p, int i0, in
         return 1;
     }
     if (!a->mask.allowed && !a->mask.key_valid && !a->mask.causal) {
-        softmax_plain(s0, i1 - i0, nk);
+        softmax_block(s0, i1 - i0, nk);
         return 0;
     }
     softmax_masked(a, b, p, i0, i1);
