@@ -107,7 +107,8 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
     r->patch = model->patch;
     r->patch_fits = 1;
     if (larger || d->height % model->patch || d->width % model->patch) {
-        int rc = vit_config_pick_patch(d->height, d->width, 8, &r->patch, &r->patch_fits, NULL, 0);
+        int rc = vit_config_pick_patch(d->height, d->width, 8, &r->patch, &r->patch_fits,
+                                       r->patch_why, sizeof r->patch_why);
         if (rc)
             return rc;
     }
@@ -134,10 +135,12 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
              : r->stem > 0 && !own && even && d->count >= VIT_RECIPE_STEM2_COUNT
                ? VIT_RECIPE_STEM2 : 0;
     if (r->stem > 0 && r->stem2 > 0 && !own && even) {
+        char half[128];
         int rc = vit_config_pick_patch(d->height / 2, d->width / 2, 8, &r->patch, &r->patch_fits,
-                                       NULL, 0);
+                                       half, sizeof half);
         if (rc)
             return rc;
+        snprintf(r->patch_why, sizeof r->patch_why, "%s (stem2's map, half the image)", half);
     }
     c.stem = r->stem;
     c.stem2 = r->stem2;
@@ -173,8 +176,8 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
         snprintf(why, cap, "%d images of %dx%dx%d: batch %d (%s images), %d epochs (%s), "
                  "shift %d%s%s", d->count, d->height, d->width, d->channels, r->batch,
                  r->batch == 32 ? "under 10k" : r->batch == 64 ? "10k-200k" : "over 200k",
-                 r->epochs, r->epochs == 140 ? "at most 140" : "what 1.37e14 multiply-adds "
-                 "of training pay for", r->shift, per == 14 ? " (a 14th of the side)"
+                 r->epochs, r->epochs == 140 ? "at most 140" : "what " VIT_RECIPE_TRAIN_MACS_TEXT
+                 " multiply-adds of training pay for", r->shift, per == 14 ? " (a 14th of the side)"
                  : " (a 28th of the side: 10k images or more)", sym);
         if (r->stem > 0 && model->stem < 0) {
             size_t at = strlen(why);

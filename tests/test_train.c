@@ -1373,6 +1373,7 @@ START_TEST(test_recipe_rule)
     ck_assert_int_eq(r.flip, 0);
     ck_assert(r.asymmetry > 0.35);
     ck_assert_ptr_nonnull(strstr(why, "1437 images of 8x8x1"));
+    ck_assert_str_eq(r.patch_why, ""); /* the model's own patch: nothing picked */
 
     ck_assert_int_eq(r.stem, 0);
     /* The digits with the stem left to the rule: their own size, so none. */
@@ -1394,6 +1395,7 @@ START_TEST(test_recipe_rule)
     c.patch_stride = c.patch_pad = 0;
     int want = (int)floor(VIT_RECIPE_TRAIN_MACS / (3.0 * (double)vit_config_macs(&c) * 60000));
     ck_assert_int_eq(r.patch, 4);
+    ck_assert_str_eq(r.patch_why, "7x7 patches of 28x28, the finest grid within 8x8");
     ck_assert_int_eq(r.batch, 64);
     ck_assert_int_eq(r.epochs, want);
     ck_assert_int_eq(r.epochs, 96);
@@ -1430,6 +1432,8 @@ START_TEST(test_recipe_rule)
     ck_assert_int_eq(r.stem2, VIT_RECIPE_STEM2);
     ck_assert_int_eq(r.stem2, 32);
     ck_assert_int_eq(r.patch, 2);
+    ck_assert_str_eq(r.patch_why, "7x7 patches of 14x14, the finest grid within 8x8 (stem2's "
+                                  "map, half the image)");
     c.stem2 = 32;
     c.patch = 2;
     ck_assert_uint_eq(vit_config_macs(&c), 8749952 + 196 * 256 * 32 - 49 * 128 * 64);

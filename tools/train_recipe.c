@@ -12,25 +12,11 @@
 #include "vit/vit.h"
 #include "vit_train.h"
 
-int fit_patch(vit_config *cfg, int patch_default, int recipe_patch,
-              const vit_dataset *train, int speak)
+void fit_patch(vit_config *cfg, const vit_recipe *picked, int speak)
 {
-    cfg->patch = recipe_patch;
-    int larger = train->height > cfg->image_height || train->width > cfg->image_width;
-    if (!larger && train->height % patch_default == 0 && train->width % patch_default == 0)
-        return 0;
-    /* With stem2 the patches are cut from its half-size map. */
-    int half = cfg->stem > 0 && cfg->stem2 > 0 && train->height % 2 == 0
-               && train->width % 2 == 0;
-    char why[200];
-    int p;
-    if (vit_config_pick_patch(train->height >> half, train->width >> half, 8, &p, NULL, why,
-                              sizeof why))
-        return cli_fail(prog, NULL);
-    if (speak)
-        printf("patch %d (no --patch given): %s%s\n", cfg->patch, why,
-               half ? " (stem2's map, half the image)" : "");
-    return 0;
+    cfg->patch = picked->patch;
+    if (speak && picked->patch_why[0])
+        printf("patch %d (no --patch given): %s\n", cfg->patch, picked->patch_why);
 }
 
 void settle_overlap(vit_config *cfg, int patch_default, int stride_default,
@@ -90,7 +76,7 @@ static const char *key_text(const vit_config *cfg, const char *key, char *buf, s
 
 int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *train,
                  int val, double budget, const char *config, int argc, char **argv,
-                 int speak, int *patch)
+                 int speak, vit_recipe *picked)
 {
     vit_recipe_data d = {train->count - val, train->height, train->width, train->channels,
                          train->classes, train};
@@ -105,7 +91,7 @@ int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *tr
         shape.stem2 = budget > 0 ? 0 : -1;
     if (vit_recipe_pick(&d, &shape, &r, NULL, 0))
         return cli_fail(prog, NULL);
-    *patch = r.patch;
+    *picked = r;
     char v[7][32], said[256] = "", was[64], now[64];
     snprintf(v[0], sizeof v[0], "%d", budget > 0 ? 1000000 : r.epochs);
     snprintf(v[1], sizeof v[1], "%d", r.batch);
@@ -141,7 +127,8 @@ int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *tr
     if (speak && *said)
         printf("recipe (not set by flag or --config): %s, for %d images of %dx%dx%d (%s)\n", said,
                d.count, d.height, d.width, d.channels,
-               strncmp(said, "epochs ", 7) == 0 && budget <= 0 ? "epochs: what 1.37e14 "
-               "multiply-adds of training pay for" : "see docs/cli.md, Recipe");
+               strncmp(said, "epochs ", 7) == 0 && budget <= 0
+                   ? "epochs: what " VIT_RECIPE_TRAIN_MACS_TEXT " multiply-adds of training pay for"
+                   : "see docs/cli.md, Recipe");
     return 0;
 }

@@ -549,19 +549,15 @@ static int run(int argc, char **argv)
     model.patch = cfg.patch ? cfg.patch : patch_default;
     model.patch_stride = cfg.patch_stride >= 0 ? cfg.patch_stride : stride_default;
     model.patch_pad = cfg.patch_pad >= 0 ? cfg.patch_pad : pad_default;
-    int recipe_patch = model.patch;
+    vit_recipe picked = {.patch = model.patch};
     if (!o.resume && apply_recipe(&cfg, &model, &train, o.val_count, o.budget_seconds, config, argc,
-                                  argv, look.progress, &recipe_patch) != 0) {
+                                  argv, look.progress, &picked) != 0) {
         vit_dataset_free(&train);
         vit_dataset_free(&test);
         return 1;
     }
-    if (cfg.patch == 0
-        && fit_patch(&cfg, patch_default, recipe_patch, &train, look.progress) != 0) {
-        vit_dataset_free(&train);
-        vit_dataset_free(&test);
-        return 1;
-    }
+    if (cfg.patch == 0)
+        fit_patch(&cfg, &picked, look.progress);
     settle_overlap(&cfg, patch_default, stride_default, pad_default, &train);
     /* precision bf16 or auto: what it comes to here, in one line (a
      * fallback from an explicit bf16 on stderr, whatever --quiet says). */

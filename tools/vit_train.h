@@ -53,12 +53,12 @@ int load_data(const char *data, const split_flags *f, const vit_data_split *rec,
 /* ---- train_recipe.c */
 
 /* No patch given (cfg->patch 0): the recipe's (vit_recipe_pick: the
- * default, unless the data's images are larger than the config's or the
- * default does not divide them; then a grid of at most 8x8), said in one
- * line when it was picked (the stride and padding are settled after it,
- * in run). */
-int fit_patch(vit_config *cfg, int patch_default, int recipe_patch,
-              const vit_dataset *train, int speak);
+ * model's, unless the data's images are larger than the config's or it
+ * does not divide them; then a grid of at most 8x8), said in one line when
+ * the rule picked it (the stride and padding are settled after it, in
+ * run).  picked: what apply_recipe applied, or on a resume a recipe with
+ * only the model's patch set. */
+void fit_patch(vit_config *cfg, const vit_recipe *picked, int speak);
 
 /* The default's overlap (stride and padding, made for its 4x4 patches
  * on 8x8 images) goes with the default patch on images of the default
@@ -72,10 +72,11 @@ void settle_overlap(vit_config *cfg, int patch_default, int stride_default,
  * the line or in the --config file; those that change a value are said in
  * one line.  With --budget and no epochs given, the epochs are what the
  * budget's plan gives (the library's cap: the most a config takes).
- * model: the config with its own patch geometry.  0, or the exit status. */
+ * model: the config with its own patch geometry; *picked: the recipe (for
+ * fit_patch).  0, or the exit status. */
 int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *train,
                  int val, double budget, const char *config, int argc, char **argv,
-                 int speak, int *patch);
+                 int speak, vit_recipe *picked);
 
 /* ---- train_print.c */
 

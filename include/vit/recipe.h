@@ -46,6 +46,13 @@ VIT_BEGIN_DECLS
  * 76 epochs, the length its gain was measured at; docs/benchmarks.md). */
 #define VIT_RECIPE_TRAIN_MACS 1.37e14
 
+/* VIT_RECIPE_TRAIN_MACS as it is written above ("1.37e14"), for messages
+ * that name it: made from the macro by the preprocessor, so a message can
+ * never quote a value other than the one the rule uses. */
+#define VIT_RECIPE_TEXT_(x) #x
+#define VIT_RECIPE_TEXT(x) VIT_RECIPE_TEXT_(x)
+#define VIT_RECIPE_TRAIN_MACS_TEXT VIT_RECIPE_TEXT(VIT_RECIPE_TRAIN_MACS)
+
 /* The channels of the convolutional stem the rule gives images other than
  * the model's own size (vit_config.stem), and the largest patch it gives
  * one to: the stem's feature map is as large as the image, so beyond 4x4
@@ -84,6 +91,10 @@ typedef struct vit_recipe {
     int stem2;          /* the second stem layer's channels (vit_config.stem2), 0: none */
     double asymmetry;   /* the mirror test's figure (below); -1 untested */
     double train_macs;  /* the run's training multiply-adds at these values */
+    char patch_why[160]; /* why this patch, when the rule picked it ("" when the
+                            model's own is kept), e.g. "7x7 patches of 14x14,
+                            the finest grid within 8x8 (stem2's map, half the
+                            image)" */
 } vit_recipe;
 
 /* The recipe for data d and the model shape of model (its dim, depth,
