@@ -1416,6 +1416,11 @@ START_TEST(test_recipe_rule)
     ck_assert_int_eq(r.epochs, want);
     ck_assert_int_eq(r.epochs, 86);
     ck_assert_ptr_nonnull(strstr(why, "stem 16 (images other than the model's 8x8)"));
+    /* The why-line quotes the compute the rule used, as the macro's text. */
+    ck_assert_str_eq(VIT_RECIPE_TRAIN_MACS_TEXT, "1.37e14");
+    ck_assert(strtod(VIT_RECIPE_TRAIN_MACS_TEXT, NULL) == VIT_RECIPE_TRAIN_MACS);
+    ck_assert_ptr_nonnull(strstr(why, "86 epochs (what 1.37e14 multiply-adds of training pay "
+                                      "for)"));
     /* A stem given is kept, and costed. */
     unset.stem = 32;
     ck_assert(vit_recipe_pick(&f, &unset, &r, NULL, 0) == VIT_OK);
