@@ -24,7 +24,10 @@ enum { CP = VIT_MT_COPY, TR = VIT_MT_TRANSPOSE, CONV = VIT_MT_CONV };
  * (W_QKV = [W_Q | W_K | W_V], W_O, b_QKV, b_O, then tau with learn_scale),
  * so that one leaf over them feeds vit_op_mha.  tau is LSA's learnable
  * per-head multiplier of Q K^T, starting at the fixed 1/sqrt(d_k) as in the
- * LSA reference code; a scale, so not decayed, and timm has no form for it.
+ * LSA reference code; a scale, so not decayed.  timm has no form for it:
+ * the export writes it as blocks.L.attn.tau, a name timm's
+ * VisionTransformer lacks, so that a strict load into timm fails instead of
+ * computing something else.
  * The convolutional stem (stem > 0) goes by the names of timm's hybrid
  * patch embedding: a backbone (here Conv2d(C, stem, 3, padding 1) and a
  * GELU, then with stem2 > 0 Conv2d(stem, stem2, 4, stride 2, padding 1)
@@ -55,7 +58,7 @@ static const vit_mt_row rows[VIT_MT_ROWS] = {
     [VIT_MT_B_QKV] = {"attn.b_qkv", 1, {D3}, Z, NO, 0, ALL, U0, "attn.qkv.bias", 3, CP, 1,
                       VIT_MT_LEGACY_QKV_B, {"attn.b_q", "attn.b_k", "attn.b_v"}},
     [VIT_MT_B_O] = {"attn.b_o", 1, {D}, Z, NO, 0, ALL, U0, "attn.proj.bias", 5, CP, 1, 0, {0}},
-    [VIT_MT_TAU] = {"attn.tau", 1, {H}, K, DK, 0, LSA, U0, NULL, 0, CP, 1, 0, {0}},
+    [VIT_MT_TAU] = {"attn.tau", 1, {H}, K, DK, 0, LSA, U0, "attn.tau", 12, CP, 1, 0, {0}},
     [VIT_MT_LN2_G] = {"ln2.g", 1, {D}, ONE, NO, 0, ALL, U0, "norm2.weight", 6, CP, 1, 0, {0}},
     [VIT_MT_LN2_B] = {"ln2.b", 1, {D}, Z, NO, 0, ALL, U0, "norm2.bias", 7, CP, 1, 0, {0}},
     [VIT_MT_W1] = {"mlp.w1", 2, {D, MLP}, N, STD, 1, ALL, UT, "mlp.fc1.weight", 8, TR, 2, 0, {0}},

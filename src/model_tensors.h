@@ -83,7 +83,8 @@ typedef struct vit_mt_row {
     int decay;           /* 1: AdamW's weight decay applies */
     int when;            /* enum vit_mt_when */
     int uses;            /* enum vit_mt_uses */
-    const char *timm;    /* timm's name (a block's without "blocks.L."), NULL: none */
+    const char *timm;    /* the file's name: timm's (a block's without "blocks.L."), or
+                            for lsa's tau, which timm lacks, a name of ours */
     int timm_rank;       /* order in timm's state_dict among the rows of its part */
     int timm_op;         /* enum vit_mt_timm_op */
     int timm_ndim;       /* timm's rank (>= ndim) */

@@ -93,8 +93,7 @@ static int section(const vit_mt *t)
 
 /* The whole plan in timm's state_dict order (the tensors of the table with
  * a timm name, part by part) at o (NULL: only counted); their number.
- * Rows without a timm form (lsa's tau) are left out: the export refuses
- * such a model first. */
+ * Every row has a file name (lsa's tau one of ours). */
 static int make_plan(const vit_config *c, plan_tensor *o)
 {
     vit_mt part[VIT_MT_ROWS], t = {.pos = 0};
@@ -341,15 +340,11 @@ int vit_safetensors_save(const vit_model *m, char *const *class_names, const cha
     if (!m || !path)
         return vit_fail(VIT_EINVAL, "vit_safetensors_save: %s is NULL", !m ? "model" : "path");
     const vit_config *c = vit_model_config(m);
-    /* timm's VisionTransformer has no form for locality self-attention (a
-     * no-self mask and a learnable per-head scale): refuse rather than write
-     * a file that loads into a model computing something else.  Overlapping
-     * patches are a Conv2d with stride and padding, in the metadata as
-     * patch_stride and patch_pad. */
-    if (c->lsa)
-        return vit_fail(VIT_EINVAL, "%s: cannot export a model with lsa = 1: timm's "
-                        "VisionTransformer has no locality self-attention (no-self mask, "
-                        "learnable per-head scale tau)", path);
+    /* Overlapping patches are a Conv2d with stride and padding, in the
+     * metadata as patch_stride and patch_pad.  Locality self-attention (lsa
+     * in the metadata) adds blocks.L.attn.tau, which timm's
+     * VisionTransformer does not have: a strict load into timm fails rather
+     * than compute without the no-self mask and the learnt scale. */
     /* Only read: the accessor is not const-qualified. */
     const vit_real *params = vit_model_params((vit_model *)(uintptr_t)m);
     int n = 0, rc;
@@ -1110,9 +1105,6 @@ static int load(const char *path, const unsigned char *buf, size_t size, vit_mod
         rc = check_layout(path, &p, data_size);
     if (rc == VIT_OK)
         rc = meta_config(path, &p, &cfg);
-    if (rc == VIT_OK && cfg.lsa)
-        rc = vit_fail(VIT_EFORMAT, "%s: the metadata says lsa = 1, which has no timm form "
-                      "(vit_export refuses it) and no tensors to import", path);
     if (rc == VIT_OK && names)
         rc = meta_class_names(path, &p, cfg.classes, names);
     if (rc != VIT_OK)

@@ -3,7 +3,8 @@
 
 Builds a minimal ViT in plain torch with timm's VisionTransformer parameter
 names (pre-norm blocks, exact GELU, LayerNorm eps 1e-5, class-token or mean
-pooling), loads the file with strict name and shape checking, runs the test
+pooling; with lsa = 1 in the metadata, locality self-attention and its
+blocks.L.attn.tau, which timm lacks), loads the file with strict name and shape checking, runs the test
 split of the 8x8 digits (the last 360 images of data/digits.csv.gz, pixels
 value/16, images [B, 1, 8, 8]) and compares with our own results:
 
@@ -58,11 +59,16 @@ def read_safetensors(path):
 
 
 class Attention(nn.Module):
-    def __init__(self, dim, heads):
+    """timm's attention; with lsa (locality self-attention), each head's
+    scores are Q K^T times its learnt tau (blocks.L.attn.tau, in place of
+    1/sqrt(head dim)) and no token attends itself."""
+
+    def __init__(self, dim, heads, lsa=False):
         super().__init__()
         self.heads = heads
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
+        self.tau = nn.Parameter(torch.zeros(heads)) if lsa else None
 
     def forward(self, x):
         B, N, D = x.shape
@@ -70,7 +76,12 @@ class Attention(nn.Module):
         # Columns h*hd .. h*hd+hd-1 of q, k and v belong to head h.
         qkv = self.qkv(x).reshape(B, N, 3, self.heads, hd).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]
-        attn = (q @ k.transpose(-2, -1)) * hd ** -0.5
+        if self.tau is None:
+            attn = (q @ k.transpose(-2, -1)) * hd ** -0.5
+        else:
+            attn = (q @ k.transpose(-2, -1)) * self.tau.view(1, -1, 1, 1)
+            self_mask = torch.eye(N, dtype=torch.bool, device=x.device)
+            attn = attn.masked_fill(self_mask, float("-inf"))
         attn = attn.softmax(dim=-1)
         return self.proj((attn @ v).transpose(1, 2).reshape(B, N, D))
 
@@ -87,10 +98,10 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, dim, heads, hidden, eps):
+    def __init__(self, dim, heads, hidden, eps, lsa=False):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=eps)
-        self.attn = Attention(dim, heads)
+        self.attn = Attention(dim, heads, lsa)
         self.norm2 = nn.LayerNorm(dim, eps=eps)
         self.mlp = Mlp(dim, hidden)
 
@@ -139,7 +150,7 @@ class ViT(nn.Module):
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D))
         self.pos_embed = nn.Parameter(torch.zeros(1, T, D))
         self.blocks = nn.ModuleList(
-            [Block(D, cfg["heads"], cfg["mlp"], eps) for _ in range(cfg["depth"])])
+            [Block(D, cfg["heads"], cfg["mlp"], eps, cfg["lsa"]) for _ in range(cfg["depth"])])
         self.norm = nn.LayerNorm(D, eps=eps)
         self.head = nn.Linear(D, cfg["classes"])
 
@@ -205,8 +216,7 @@ def main():
     cfg["patch_pad"] = int(meta.get("patch_pad", "0"))
     cfg["stem"] = int(meta.get("stem", "0"))  # written since the convolutional stem
     cfg["stem2"] = int(meta.get("stem2", "0"))  # and since its second layer
-    if int(meta.get("lsa", "0")):
-        sys.exit(f"{args.model}: lsa = 1 (locality self-attention) has no timm form")
+    cfg["lsa"] = bool(int(meta.get("lsa", "0")))  # adds blocks.L.attn.tau, not timm's
     cfg["global_pool"] = meta.get("global_pool", "token")
     cfg["layer_norm_eps"] = meta.get("layer_norm_eps", "1e-05")
     if (cfg["image_height"], cfg["image_width"], cfg["channels"]) != (8, 8, 1):
@@ -217,7 +227,8 @@ def main():
     model.eval()
     print(f"{args.model}: {len(tensors)} tensors, "
           f"{sum(t.numel() for t in tensors.values())} parameters, loaded strictly; "
-          f"dim {cfg['dim']}, depth {cfg['depth']}, heads {cfg['heads']}, pool {cfg['global_pool']}")
+          f"dim {cfg['dim']}, depth {cfg['depth']}, heads {cfg['heads']}, pool {cfg['global_pool']}"
+          f"{', lsa' if cfg['lsa'] else ''}")
 
     images, labels = load_digits_test(args.digits)
     with torch.no_grad():

@@ -13,6 +13,8 @@
  * The tensors are the parameters of timm's VisionTransformer:
  *
  *   ours                               safetensors (PyTorch layout)
+ *   stem.w [9*C, S], stem.b (stem S)   patch_embed.backbone.0.weight [S, C, 3, 3], .bias
+ *   stem2.w [16*S, S2], stem2.b        patch_embed.backbone.2.weight [S2, S, 4, 4], .bias
  *   patch.w [P*P*C, D]                 patch_embed.proj.weight [D, C, P, P]
  *                                        w[d, c, py, px] = patch.w[(py*P + px)*C + c, d]
  *   patch.b [D]                        patch_embed.proj.bias [D]
@@ -23,6 +25,9 @@
  *     (= [W_Q | W_K | W_V])              (= [W_Q^T; W_K^T; W_V^T])
  *   blocks.L.attn.b_qkv [3D]           blocks.L.attn.qkv.bias [3D]
  *   blocks.L.attn.w_o [D, D], b_o      blocks.L.attn.proj.weight [D, D] = W_O^T, .bias
+ *   blocks.L.attn.tau [H] (lsa = 1)    blocks.L.attn.tau [H]: not timm's (locality
+ *                                        self-attention: scores tau[h] Q K^T, no token
+ *                                        attending itself), so a strict timm load fails
  *   blocks.L.ln2.g / .b                blocks.L.norm2.weight / .bias
  *   blocks.L.mlp.w1 [D, M], b1         blocks.L.mlp.fc1.weight [M, D] = w1^T, .bias
  *   blocks.L.mlp.w2 [M, D], b2         blocks.L.mlp.fc2.weight [D, M] = w2^T, .bias
