@@ -24,6 +24,18 @@
 enum { H = 4, W = 6, C = 3, P = 2, D = 8, DEPTH = 2, HEADS = 2, M = 12, K = 5,
        T = (H / P) * (W / P) + 1 };
 
+/* A model of cfg whose parameters are distinct values, i+1 thousandths with
+ * the sign flipping every `period` (so any misplaced element is noticed). */
+static vit_model *model_with_values(const vit_config *cfg, int period)
+{
+    vit_model *m = vit_model_new(cfg);
+    ck_assert_msg(m != NULL, "%s", vit_last_error());
+    vit_real *p = vit_model_params(m);
+    for (size_t i = 0; i < vit_model_param_count(m); i++)
+        p[i] = (vit_real)((double)(i + 1) * (i % (size_t)period ? -1e-3 : 1e-3));
+    return m;
+}
+
 static vit_model *small_model(int pool)
 {
     vit_config cfg;
@@ -40,13 +52,7 @@ static vit_model *small_model(int pool)
     cfg.heads = HEADS;
     cfg.mlp = M;
     cfg.pool = pool;
-    vit_model *m = vit_model_new(&cfg);
-    ck_assert_ptr_nonnull(m);
-    /* Distinct values, so any misplaced element is noticed. */
-    vit_real *p = vit_model_params(m);
-    for (size_t i = 0; i < vit_model_param_count(m); i++)
-        p[i] = (vit_real)((double)(i + 1) * (i % 2 ? -1e-3 : 1e-3));
-    return m;
+    return model_with_values(&cfg, 2);
 }
 
 static const vit_real *ours(vit_model *m, const char *name, int *rows, int *cols)
@@ -750,6 +756,16 @@ static void assert_same_params(vit_model *a, vit_model *b)
         ck_assert_msg(x[i] == y[i], "parameter %zu: %g vs %g", i, (double)x[i], (double)y[i]);
 }
 
+/* Loads path, which must succeed, into a new model with m's parameters
+ * bit for bit; the caller frees it. */
+static vit_model *load_same(const char *path, vit_model *m)
+{
+    vit_model *back = NULL;
+    ck_assert_msg(vit_safetensors_load(path, &back) == VIT_OK, "%s", vit_last_error());
+    assert_same_params(m, back);
+    return back;
+}
+
 /* export -> import -> export gives the same bytes, and import gives the
  * same model, for both poolings. */
 START_TEST(import_round_trip_bitwise)
@@ -793,11 +809,7 @@ START_TEST(export_overlap_and_lsa)
     cfg.depth = DEPTH;
     cfg.heads = HEADS;
     cfg.mlp = M;
-    vit_model *m = vit_model_new(&cfg), *back = NULL;
-    ck_assert_msg(m != NULL, "%s", vit_last_error());
-    vit_real *p = vit_model_params(m);
-    for (size_t i = 0; i < vit_model_param_count(m); i++)
-        p[i] = (vit_real)((double)(i + 1) * (i % 2 ? -1e-3 : 1e-3));
+    vit_model *m = model_with_values(&cfg, 2), *back = NULL;
     ck_assert_int_eq(vit_safetensors_save(m, NULL, fu_path("ov.safetensors"), NULL), VIT_OK);
     st_file f;
     read_file(fu_path("ov.safetensors"), &f);
@@ -810,11 +822,9 @@ START_TEST(export_overlap_and_lsa)
     ck_assert_int_eq((int)pw->shape[2], 3);
     ck_assert_int_eq((int)pw->shape[3], 3);
     free_file(&f);
-    ck_assert_msg(vit_safetensors_load(fu_path("ov.safetensors"), &back) == VIT_OK, "%s",
-                  vit_last_error());
+    back = load_same(fu_path("ov.safetensors"), m);
     ck_assert_int_eq(vit_model_config(back)->patch_stride, 1);
     ck_assert_int_eq(vit_model_config(back)->patch_pad, 1);
-    assert_same_params(m, back);
     vit_model_free(back);
     vit_model_free(m);
 
@@ -824,11 +834,7 @@ START_TEST(export_overlap_and_lsa)
      * model bitwise.  A file whose metadata says lsa = 0 but which carries
      * the tau tensors is refused (the tensors do not match the config). */
     cfg.lsa = 1;
-    m = vit_model_new(&cfg);
-    ck_assert_ptr_nonnull(m);
-    p = vit_model_params(m);
-    for (size_t i = 0; i < vit_model_param_count(m); i++)
-        p[i] = (vit_real)((double)(i + 1) * (i % 2 ? -1e-3 : 1e-3));
+    m = model_with_values(&cfg, 2);
     ck_assert_msg(vit_safetensors_save(m, NULL, fu_path("lsa.safetensors"), NULL) == VIT_OK, "%s",
                   vit_last_error());
     read_file(fu_path("lsa.safetensors"), &f);
@@ -846,10 +852,8 @@ START_TEST(export_overlap_and_lsa)
             ck_assert_float_eq(value(&f, tau, (size_t)h), (float)mine[h]);
     }
     free_file(&f);
-    ck_assert_msg(vit_safetensors_load(fu_path("lsa.safetensors"), &back) == VIT_OK, "%s",
-                  vit_last_error());
+    back = load_same(fu_path("lsa.safetensors"), m);
     ck_assert_int_eq(vit_model_config(back)->lsa, 1);
-    assert_same_params(m, back);
     vit_model_free(back);
     back = NULL;
     vit_model_free(m);
@@ -863,11 +867,7 @@ START_TEST(export_overlap_and_lsa)
      * feature map) and imports back bitwise. */
     cfg.lsa = 0;
     cfg.stem = 2;
-    m = vit_model_new(&cfg);
-    ck_assert_ptr_nonnull(m);
-    p = vit_model_params(m);
-    for (size_t i = 0; i < vit_model_param_count(m); i++)
-        p[i] = (vit_real)((double)(i + 1) * (i % 3 ? -1e-3 : 1e-3));
+    m = model_with_values(&cfg, 3);
     ck_assert_msg(vit_safetensors_save(m, NULL, fu_path("stem.safetensors"), NULL) == VIT_OK, "%s",
                   vit_last_error());
     read_file(fu_path("stem.safetensors"), &f);
@@ -894,24 +894,18 @@ START_TEST(export_overlap_and_lsa)
         for (int ch = 0; ch < C; ch++)
             for (int k = 0; k < 9; k++) {
                 float got = value(&f, sw, ((size_t)o * C + ch) * 9 + (size_t)k);
-                ck_assert(got == (float)p[ours->offset + ((size_t)k * C + ch) * 2 + (size_t)o]);
+                ck_assert(got == (float)vit_model_params(m)[ours->offset + ((size_t)k * C + ch) * 2 + (size_t)o]);
             }
     free_file(&f);
-    ck_assert_msg(vit_safetensors_load(fu_path("stem.safetensors"), &back) == VIT_OK, "%s",
-                  vit_last_error());
+    back = load_same(fu_path("stem.safetensors"), m);
     ck_assert_int_eq(vit_model_config(back)->stem, 2);
-    assert_same_params(m, back);
     vit_model_free(back);
     vit_model_free(m);
     /* stem2 after it: backbone.2, the 4x4 Conv2d at stride 2 (backbone.1
      * and .3 are the GELUs, without weights); proj reads its 3 channels on
      * the 2 x 3 map. */
     cfg.stem2 = 3;
-    m = vit_model_new(&cfg);
-    ck_assert_msg(m != NULL, "%s", vit_last_error());
-    p = vit_model_params(m);
-    for (size_t i = 0; i < vit_model_param_count(m); i++)
-        p[i] = (vit_real)((double)(i + 1) * (i % 3 ? -1e-3 : 1e-3));
+    m = model_with_values(&cfg, 3);
     ck_assert_msg(vit_safetensors_save(m, NULL, fu_path("stem2.safetensors"), NULL) == VIT_OK,
                   "%s", vit_last_error());
     read_file(fu_path("stem2.safetensors"), &f);
@@ -933,13 +927,12 @@ START_TEST(export_overlap_and_lsa)
         for (int ch = 0; ch < 2; ch++)
             for (int k = 0; k < 16; k++) {
                 float got = value(&f, s2, ((size_t)o * 2 + ch) * 16 + (size_t)k);
-                ck_assert(got == (float)p[ours->offset + ((size_t)k * 2 + ch) * 3 + (size_t)o]);
+                size_t at = ours->offset + ((size_t)k * 2 + ch) * 3 + (size_t)o;
+                ck_assert(got == (float)vit_model_params(m)[at]);
             }
     free_file(&f);
-    ck_assert_msg(vit_safetensors_load(fu_path("stem2.safetensors"), &back) == VIT_OK, "%s",
-                  vit_last_error());
+    back = load_same(fu_path("stem2.safetensors"), m);
     ck_assert_int_eq(vit_model_config(back)->stem2, 3);
-    assert_same_params(m, back);
     vit_model_free(back);
     vit_model_free(m);
 }
