@@ -136,12 +136,10 @@ static int locate(const vit_config *cfg, int pos, int *id, int *layer)
     return *id < VIT_MT_ROWS;
 }
 
-/* "blocks.L." + s in a block, else s; "" for a NULL s. */
+/* "blocks.L." + s in a block, else s. */
 static void block_name(char *dst, size_t cap, int layer, const char *s)
 {
-    if (!s)
-        dst[0] = '\0';
-    else if (layer >= 0)
+    if (layer >= 0)
         snprintf(dst, cap, "blocks.%d.%s", layer, s);
     else
         snprintf(dst, cap, "%s", s);

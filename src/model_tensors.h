@@ -100,7 +100,7 @@ typedef struct vit_mt {
     int id, layer;    /* row; block 0 .. depth-1, or -1 outside the blocks */
     const vit_mt_row *row;
     char name[VIT_PARAMS_NAME_MAX + 1];      /* "blocks.L." + row name in a block */
-    char timm[VIT_PARAMS_NAME_MAX + 1];      /* likewise; "" when the row has none */
+    char timm[VIT_PARAMS_NAME_MAX + 1];      /* likewise, the file's name */
     int ndim, shape[2];
     size_t size;
     double scale;     /* vit_params_add's */

@@ -91,9 +91,9 @@ static int section(const vit_mt *t)
     return t->id < VIT_MT_FIRST_BLOCK ? 0 : t->id < VIT_MT_FIRST_END ? 1 : 2;
 }
 
-/* The whole plan in timm's state_dict order (the tensors of the table with
- * a timm name, part by part) at o (NULL: only counted); their number.
- * Every row has a file name (lsa's tau one of ours). */
+/* The whole plan in timm's state_dict order (every tensor of the model,
+ * part by part: each table row has a file name, lsa's tau one of ours) at
+ * o (NULL: only counted); their number. */
 static int make_plan(const vit_config *c, plan_tensor *o)
 {
     vit_mt part[VIT_MT_ROWS], t = {.pos = 0};
@@ -104,7 +104,7 @@ static int make_plan(const vit_config *c, plan_tensor *o)
             n += o ? plan_part(c, part, np, o + n) : np;
             np = 0;
         }
-        if (more && t.row->timm)
+        if (more)
             part[np++] = t;
     } while (more);
     return n;
