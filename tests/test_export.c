@@ -278,6 +278,21 @@ static float value(const st_file *f, const st_tensor *t, size_t i)
     return v;
 }
 
+/* File tensor t, a Conv2d weight [out, in, k, k], holds our `name`
+ * [k*k*in, out] in PyTorch's order: element (o, ch, ky, kx) is ours at row
+ * (ky k + kx) in + ch (the im2col order of a patch or stem window), column o. */
+static void assert_conv_weight(const st_file *f, const st_tensor *t, vit_model *m,
+                               const char *name, int out, int in, int k)
+{
+    const vit_real *w = ours(m, name, NULL, NULL);
+    for (int o = 0; o < out; o++)
+        for (int ch = 0; ch < in; ch++)
+            for (int kk = 0; kk < k * k; kk++) /* kk = ky k + kx */
+                ck_assert_msg(value(f, t, ((size_t)o * in + ch) * (size_t)(k * k) + (size_t)kk)
+                                  == (float)w[((size_t)kk * in + ch) * (size_t)out + (size_t)o],
+                              "%s [%d, %d, %d]", name, o, ch, kk);
+}
+
 static void free_file(st_file *f) { free(f->bytes); }
 
 /* ------------------------------------------------------- expected layout */
@@ -462,14 +477,7 @@ START_TEST(transposes_and_patch_layout)
     /* The patch embedding as a Conv2d weight [D, C, P, P]: element
      * (d, c, py, px) multiplies pixel (py, px) channel c of a patch, which
      * our im2col puts in row (py*P + px)*C + c of patch.w [P*P*C, D]. */
-    const st_tensor *pw = tensor(f, "patch_embed.proj.weight");
-    const vit_real *ow = ours(m, "patch.w", NULL, NULL);
-    for (int d = 0; d < D; d++)
-        for (int c = 0; c < C; c++)
-            for (int py = 0; py < P; py++)
-                for (int px = 0; px < P; px++)
-                    ck_assert(value(f, pw, (((size_t)d * C + c) * P + py) * P + px) ==
-                              (float)ow[((py * P + px) * C + c) * D + d]);
+    assert_conv_weight(f, tensor(f, "patch_embed.proj.weight"), m, "patch.w", D, C, P);
     /* head.weight [K, D] = head.w^T. */
     const st_tensor *hw = tensor(f, "head.weight");
     const vit_real *oh = ours(m, "head.w", NULL, NULL);
@@ -885,17 +893,7 @@ START_TEST(export_overlap_and_lsa)
     ck_assert_int_eq((int)pw->shape[2], 3);
     /* Conv2d's [out, in, ky, kx] order: weight [o, ch, ky, kx] is ours
      * stem.w [(ky 3 + kx) C + ch, o]. */
-    const vit_model_tensor *ours = NULL;
-    for (int i = 0; i < vit_model_tensor_count(m); i++)
-        if (strcmp(vit_model_tensor_at(m, i)->name, "stem.w") == 0)
-            ours = vit_model_tensor_at(m, i);
-    ck_assert_ptr_nonnull(ours);
-    for (int o = 0; o < 2; o++)
-        for (int ch = 0; ch < C; ch++)
-            for (int k = 0; k < 9; k++) {
-                float got = value(&f, sw, ((size_t)o * C + ch) * 9 + (size_t)k);
-                ck_assert(got == (float)vit_model_params(m)[ours->offset + ((size_t)k * C + ch) * 2 + (size_t)o]);
-            }
+    assert_conv_weight(&f, sw, m, "stem.w", 2, C, 3);
     free_file(&f);
     back = load_same(fu_path("stem.safetensors"), m);
     ck_assert_int_eq(vit_model_config(back)->stem, 2);
@@ -918,18 +916,8 @@ START_TEST(export_overlap_and_lsa)
     ck_assert_int_eq((int)s2->shape[3], 4);
     ck_assert_int_eq((int)tensor(&f, "patch_embed.backbone.2.bias")->shape[0], 3);
     ck_assert_int_eq((int)tensor(&f, "patch_embed.proj.weight")->shape[1], 3);
-    ours = NULL;
-    for (int i = 0; i < vit_model_tensor_count(m); i++)
-        if (strcmp(vit_model_tensor_at(m, i)->name, "stem2.w") == 0)
-            ours = vit_model_tensor_at(m, i);
-    ck_assert_ptr_nonnull(ours);
-    for (int o = 0; o < 3; o++) /* weight [o, ch, ky, kx] is stem2.w [(ky 4 + kx) 2 + ch, o] */
-        for (int ch = 0; ch < 2; ch++)
-            for (int k = 0; k < 16; k++) {
-                float got = value(&f, s2, ((size_t)o * 2 + ch) * 16 + (size_t)k);
-                size_t at = ours->offset + ((size_t)k * 2 + ch) * 3 + (size_t)o;
-                ck_assert(got == (float)vit_model_params(m)[at]);
-            }
+    /* weight [o, ch, ky, kx] is stem2.w [(ky 4 + kx) 2 + ch, o] */
+    assert_conv_weight(&f, s2, m, "stem2.w", 3, 2, 4);
     free_file(&f);
     back = load_same(fu_path("stem2.safetensors"), m);
     ck_assert_int_eq(vit_model_config(back)->stem2, 3);

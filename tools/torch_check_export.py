@@ -4,9 +4,10 @@
 Builds a minimal ViT in plain torch with timm's VisionTransformer parameter
 names (pre-norm blocks, exact GELU, LayerNorm eps 1e-5, class-token or mean
 pooling; with lsa = 1 in the metadata, locality self-attention and its
-blocks.L.attn.tau, which timm lacks), loads the file with strict name and shape checking, runs the test
-split of the 8x8 digits (the last 360 images of data/digits.csv.gz, pixels
-value/16, images [B, 1, 8, 8]) and compares with our own results:
+blocks.L.attn.tau, which timm lacks), loads the file with strict name and
+shape checking, runs the test split of the 8x8 digits (the last 360 images
+of data/digits.csv.gz, pixels value/16, images [B, 1, 8, 8]) and compares
+with our own results:
 
   --logits FILE    the CSV that `vit_export --logits FILE` wrote: the largest
                    |logit difference|, and whether every prediction agrees;
