@@ -5,14 +5,19 @@ Builds a minimal ViT in plain torch with timm's VisionTransformer parameter
 names (pre-norm blocks, exact GELU, LayerNorm eps 1e-5, class-token or mean
 pooling; with lsa = 1 in the metadata, locality self-attention and its
 blocks.L.attn.tau, which timm lacks), loads the file with strict name and
-shape checking, runs the test split of the 8x8 digits (the last 360 images
-of data/digits.csv.gz, pixels value/16, images [B, 1, 8, 8]) and compares
-with our own results:
+shape checking, runs a test split and compares with our own results.  The
+test split is the 8x8 digits' (the last 360 images of data/digits.csv.gz,
+pixels value/16, images [B, 1, 8, 8]), or with --data DIR that of a folder
+of MNIST-style IDX files (t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte,
+gzipped or not, as vit_train reads them: pixels value/255, an idx4 file's
+[N, H, W, C] for colour), e.g. Debian's /usr/share/datasets/fashion-mnist:
 
   --logits FILE    the CSV that `vit_export --logits FILE` wrote: the largest
                    |logit difference|, and whether every prediction agrees;
   --accuracy ACC   the test accuracy that vit_eval printed: with the model's
-                   tta shift9 (metadata tta), PyTorch's is predict_shift9's.
+                   tta shift9 or shift9flip (metadata tta), PyTorch's is
+                   predict_tta's (the nine one-pixel shifts, and for
+                   shift9flip also those of the mirror image).
 
 The safetensors file is parsed with json + numpy (no safetensors package).
 Needs torch and numpy; not run by the tests.  Exit status 0 if everything
@@ -20,7 +25,7 @@ agrees (logits within --tol, default 1e-4), 1 otherwise.
 
 Usage:
   python3 tools/torch_check_export.py model.safetensors --logits logits.csv \
-      [--accuracy 0.9750] [--digits data/digits.csv.gz]
+      [--accuracy 0.9750] [--digits data/digits.csv.gz | --data DIR]
 """
 import argparse
 import csv
@@ -165,19 +170,28 @@ class ViT(nn.Module):
         return self.head(x)
 
 
-def predict_shift9(model, x):
-    """tta shift9 as vit_predict does it: the mean softmax over the image and
-    its 8 one-pixel shifts, zeros shifted in (src/augment.c vit_translate:
-    pixel (y, x) of the image shifted by (dy, dx) is pixel (y - dy, x - dx) of
-    x, zero outside).  x: [N, C, H, W]."""
+def predict_tta(model, x, flip=False):
+    """tta shift9 (shift9flip with flip) as vit_predict does it: the mean
+    softmax over the image and its 8 one-pixel shifts, zeros shifted in
+    (src/augment.c vit_translate: pixel (y, x) of the image shifted by
+    (dy, dx) is pixel (y - dy, x - dx) of x, zero outside); with flip, also
+    over the same nine shifts of the left-right mirror image (mirrored
+    first, then shifted).  x: [N, C, H, W]."""
     H, W = x.shape[-2:]
-    xp = nn.functional.pad(x, (1, 1, 1, 1))  # a border of zeros
     probs = 0
-    for dy in (-1, 0, 1):
-        for dx in (-1, 0, 1):
-            shifted = xp[..., 1 - dy:1 - dy + H, 1 - dx:1 - dx + W]
-            probs = probs + model(shifted).softmax(-1)
-    return probs / 9
+    for image in (x, x.flip(-1)) if flip else (x,):
+        xp = nn.functional.pad(image, (1, 1, 1, 1))  # a border of zeros
+        for dy in (-1, 0, 1):
+            for dx in (-1, 0, 1):
+                shifted = xp[..., 1 - dy:1 - dy + H, 1 - dx:1 - dx + W]
+                probs = probs + model(shifted).softmax(-1)
+    return probs / (18 if flip else 9)
+
+
+def in_chunks(fn, x, size=500):
+    """fn over x a chunk of images at a time (10,000 images at once hold
+    gigabytes of attention scores and run slower, not faster)."""
+    return torch.cat([fn(x[i:i + size]) for i in range(0, len(x), size)])
 
 
 def load_digits_test(path):
@@ -186,6 +200,46 @@ def load_digits_test(path):
     values = np.array([[int(v) for v in r.split(",")] for r in rows[N_TRAIN:]])
     images = (values[:, :64] / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
     return torch.from_numpy(images), values[:, 64]
+
+
+def read_idx(path):
+    """One IDX file (gzipped or not) as a numpy array of its dimensions."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        blob = f.read()
+    if len(blob) < 4 or blob[0] != 0 or blob[1] != 0 or blob[2] != 0x08:
+        sys.exit(f"{path}: not an IDX file of unsigned bytes")
+    rank = blob[3]
+    dims = struct.unpack(f">{rank}I", blob[4:4 + 4 * rank])
+    count = int(np.prod(dims))
+    if len(blob) != 4 + 4 * rank + count:
+        sys.exit(f"{path}: {len(blob)} bytes, dimensions {dims} want {4 + 4 * rank + count}")
+    return np.frombuffer(blob, dtype=np.uint8, offset=4 + 4 * rank).reshape(dims)
+
+
+def find_file(folder, *names):
+    for name in names:
+        for path in (os.path.join(folder, name), os.path.join(folder, name + ".gz")):
+            if os.path.exists(path):
+                return path
+    sys.exit(f"{folder}: no {' or '.join(names)} (or .gz)")
+
+
+def load_idx_test(folder):
+    """The test split of an IDX folder, as vit_data_load_idx reads it:
+    pixels value/255, images [N, C, H, W]."""
+    pixels = read_idx(find_file(folder, "t10k-images-idx3-ubyte", "t10k-images-idx4-ubyte"))
+    labels = read_idx(find_file(folder, "t10k-labels-idx1-ubyte"))
+    if pixels.ndim == 3:
+        pixels = pixels[:, None, :, :]
+    elif pixels.ndim == 4:
+        pixels = pixels.transpose(0, 3, 1, 2)  # idx4 holds [N, H, W, C]
+    else:
+        sys.exit(f"{folder}: test images of rank {pixels.ndim}, expected 3 or 4")
+    if labels.ndim != 1 or len(labels) != len(pixels):
+        sys.exit(f"{folder}: {len(labels)} test labels for {len(pixels)} images")
+    images = (pixels.astype(np.float32) / np.float32(255)).copy()
+    return torch.from_numpy(images), labels.astype(int)
 
 
 def read_logits(path):
@@ -206,6 +260,8 @@ def main():
     ap.add_argument("--logits", help="CSV written by vit_export --logits")
     ap.add_argument("--accuracy", type=float, help="test accuracy printed by vit_eval")
     ap.add_argument("--digits", default=os.path.join(here, "..", "data", "digits.csv.gz"))
+    ap.add_argument("--data", help="a folder of IDX files to take the test split from "
+                    "(the one given to vit_export --data); default: the digits")
     ap.add_argument("--tol", type=float, default=1e-4, help="largest allowed |logit difference|")
     args = ap.parse_args()
 
@@ -220,9 +276,11 @@ def main():
     cfg["lsa"] = bool(int(meta.get("lsa", "0")))  # adds blocks.L.attn.tau, not timm's
     cfg["global_pool"] = meta.get("global_pool", "token")
     cfg["layer_norm_eps"] = meta.get("layer_norm_eps", "1e-05")
-    if (cfg["image_height"], cfg["image_width"], cfg["channels"]) != (8, 8, 1):
-        sys.exit("this check runs the 8x8 digits; the model expects "
-                 f"{cfg['image_height']}x{cfg['image_width']}x{cfg['channels']}")
+    images, labels = load_idx_test(args.data) if args.data else load_digits_test(args.digits)
+    shape = tuple(images.shape[1:])  # [C, H, W]
+    if shape != (cfg["channels"], cfg["image_height"], cfg["image_width"]):
+        sys.exit(f"{args.data or args.digits}: test images of {shape[1]}x{shape[2]}x{shape[0]}; "
+                 f"the model expects {cfg['image_height']}x{cfg['image_width']}x{cfg['channels']}")
     model = ViT(cfg)
     model.load_state_dict(tensors, strict=True)  # every name and shape must match
     model.eval()
@@ -231,23 +289,25 @@ def main():
           f"dim {cfg['dim']}, depth {cfg['depth']}, heads {cfg['heads']}, pool {cfg['global_pool']}"
           f"{', lsa' if cfg['lsa'] else ''}")
 
-    images, labels = load_digits_test(args.digits)
     with torch.no_grad():
-        logits = model(images)
-        logits64 = model.double()(images.double())
-        tta = meta.get("tta", "none") == "shift9"
-        tta_pred = predict_shift9(model.float(), images).argmax(dim=1).numpy() if tta else None
+        logits = in_chunks(model, images)
+        logits64 = in_chunks(model.double(), images.double())
+        tta = meta.get("tta", "none")
+        tta = tta if tta in ("shift9", "shift9flip") else None
+        model.float()
+        tta_pred = in_chunks(lambda x: predict_tta(model, x, flip=tta == "shift9flip"),
+                             images).argmax(dim=1).numpy() if tta else None
     pred = logits.argmax(dim=1).numpy()
     acc = float((pred == labels).mean())
     print(f"PyTorch float32: test split {len(labels)} images, accuracy {acc:.4f} (one pass)")
     if tta:
         tta_acc = float((tta_pred == labels).mean())
-        print(f"PyTorch float32, tta shift9 (predict_shift9): accuracy {tta_acc:.4f}")
+        print(f"PyTorch float32, tta {tta} (predict_tta): accuracy {tta_acc:.4f}")
     ok = True
     if args.accuracy is not None:
         mine = tta_acc if tta else acc
         same = abs(mine - args.accuracy) < 5e-5  # vit_eval prints 4 decimals
-        print(f"vit_eval accuracy {args.accuracy:.4f}{' (tta shift9)' if tta else ''}: "
+        print(f"vit_eval accuracy {args.accuracy:.4f}{f' (tta {tta})' if tta else ''}: "
               f"{'same' if same else 'DIFFERENT'}")
         ok &= same
     if args.logits:
