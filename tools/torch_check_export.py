@@ -294,7 +294,7 @@ def main():
         logits64 = in_chunks(model.double(), images.double())
         tta = meta.get("tta", "none")
         tta = tta if tta in ("shift9", "shift9flip") else None
-        model.float()
+        model.float()  # .double() above converted the model in place: back to float32
         tta_pred = in_chunks(lambda x: predict_tta(model, x, flip=tta == "shift9flip"),
                              images).argmax(dim=1).numpy() if tta else None
     pred = logits.argmax(dim=1).numpy()
