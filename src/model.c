@@ -31,6 +31,7 @@
 #include "vit/bf16.h"
 #include "vit/block.h"
 #include "vit/linear.h"
+#include "vit/local_conv.h"
 
 /* A block's tensor indices, by row id (the embedding and end rows unused). */
 typedef struct block_ix {
@@ -363,13 +364,22 @@ static vit_tensor *block_graph(vit_tape *tape, vit_tensor *const *in, void *ctx)
         .ln2_g = W_(LN2_G), .ln2_b = W_(LN2_B),
         .w1 = W_(W1), .b1 = W_(B1), .w2 = W_(W2), .b2 = W_(B2)};
 #undef W_
+    vit_tensor *x = in[0];
+    if (m->cfg.local_conv) { /* the grid's neighbourhoods, before LN1 (vit/local_conv.h) */
+        vit_patch_shape ps = m->patch;
+        ps.batch = 1; /* the grid does not depend on it; the check wants one */
+        int gh, gw;
+        vit_patch_grid(&ps, &gh, &gw);
+        x = vit_op_local_conv(tape, x, param(m, tape, b->ix[VIT_MT_LOCAL_W], g),
+                              param(m, tape, b->ix[VIT_MT_LOCAL_B], g), gh, gw);
+    }
     vit_block_opts opts = {.token0_only = B->cls_only,
                            .probs = B->maps || B->maps_to ? &probs : NULL};
     if (B->drop) {
         opts.drop_attn = B->drop + (size_t)2 * B->layer * B->drop_stride;
         opts.drop_mlp = opts.drop_attn + B->drop_stride;
     }
-    vit_tensor *y = vit_op_block(tape, mha, &w, in[0], &opts);
+    vit_tensor *y = vit_op_block(tape, mha, &w, x, &opts);
     if (B->maps)
         B->maps[B->layer] = probs;
     if (B->maps_to && probs) /* maps are asked for only of whole blocks: n_q = T */

@@ -49,6 +49,8 @@ static const field fields[] = {
       "(0: patches of the image itself)"),
     F(stem2, K_INT, 0, 4096, "channels of a second stem convolution, 4x4 at stride 2 + GELU: the "
       "patches are cut from its half-size map (0: none; needs stem)"),
+    F(local_conv, K_INT, 0, 1, "1: each block starts by adding to the patch tokens a 3x3 "
+      "depthwise convolution of them over their grid (0: none)"),
     F(epochs, K_INT, 1, 1000000, "training epochs"),
     F(batch, K_INT, 1, 1 << 20, "minibatch size"),
     F(lr, K_DOUBLE, 1e-12, 10, "peak learning rate"),

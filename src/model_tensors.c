@@ -10,9 +10,10 @@
 enum { Z = VIT_INIT_ZERO, ONE = VIT_INIT_ONE, N = VIT_INIT_NORMAL, K = VIT_INIT_CONST };
 enum { D = VIT_MT_D, D3 = VIT_MT_3D, MLP = VIT_MT_MLP, CL = VIT_MT_CLASSES, TOK = VIT_MT_TOKENS,
        PIX = VIT_MT_PIXELS, H = VIT_MT_HEADS, ST = VIT_MT_STEM, SPIX = VIT_MT_STEM_PIXELS,
-       ST2 = VIT_MT_STEM2, S2PIX = VIT_MT_STEM2_PIXELS };
+       ST2 = VIT_MT_STEM2, S2PIX = VIT_MT_STEM2_PIXELS, K9 = VIT_MT_TAPS };
 enum { NO = VIT_MT_NO_SCALE, STD = VIT_MT_INIT_STD, DK = VIT_MT_INV_SQRT_DK };
-enum { ALL = VIT_MT_ALWAYS, LSA = VIT_MT_IF_LSA, STEM = VIT_MT_IF_STEM, STEM2 = VIT_MT_IF_STEM2 };
+enum { ALL = VIT_MT_ALWAYS, LSA = VIT_MT_IF_LSA, STEM = VIT_MT_IF_STEM, STEM2 = VIT_MT_IF_STEM2,
+       LOC = VIT_MT_IF_LOCAL };
 enum { U0 = VIT_MT_NO_MACS, UP = VIT_MT_PER_PATCH, UT = VIT_MT_PER_TOKEN, UI = VIT_MT_PER_IMAGE,
        UX = VIT_MT_PER_PIXEL, UX2 = VIT_MT_PER_HALF_PIXEL };
 enum { CP = VIT_MT_COPY, TR = VIT_MT_TRANSPOSE, CONV = VIT_MT_CONV };
@@ -50,6 +51,9 @@ static const vit_mt_row rows[VIT_MT_ROWS] = {
     [VIT_MT_CLS] = {"cls", 1, {D}, Z, NO, 0, ALL, U0, "cls_token", 0, CP, 3, 0, {0}},
     [VIT_MT_POS] = {"pos", 2, {TOK, D}, N, STD, 0, ALL, U0, "pos_embed", 1, CP, 3, 0, {0}},
 
+    [VIT_MT_LOCAL_W] = {"local.w", 2, {K9, D}, N, STD, 1, LOC, UP, "local.weight", 13, CONV, 4,
+                        0, {0}},
+    [VIT_MT_LOCAL_B] = {"local.b", 1, {D}, Z, NO, 0, LOC, U0, "local.bias", 14, CP, 1, 0, {0}},
     [VIT_MT_LN1_G] = {"ln1.g", 1, {D}, ONE, NO, 0, ALL, U0, "norm1.weight", 0, CP, 1, 0, {0}},
     [VIT_MT_LN1_B] = {"ln1.b", 1, {D}, Z, NO, 0, ALL, U0, "norm1.bias", 1, CP, 1, 0, {0}},
     [VIT_MT_W_QKV] = {"attn.w_qkv", 2, {D, D3}, N, STD, 1, ALL, UT, "attn.qkv.weight", 2, TR, 2,
@@ -83,6 +87,7 @@ int vit_mt_applies(const vit_config *cfg, int id)
     case VIT_MT_IF_LSA: return cfg->lsa != 0;
     case VIT_MT_IF_STEM: return cfg->stem > 0;
     case VIT_MT_IF_STEM2: return cfg->stem > 0 && cfg->stem2 > 0;
+    case VIT_MT_IF_LOCAL: return cfg->local_conv != 0;
     default: return 1;
     }
 }
@@ -103,6 +108,7 @@ int vit_mt_dim(const vit_config *cfg, int dim)
     case VIT_MT_STEM_PIXELS: return 9 * cfg->channels;
     case VIT_MT_STEM2: return cfg->stem2;
     case VIT_MT_STEM2_PIXELS: return 16 * cfg->stem;
+    case VIT_MT_TAPS: return 9;
     default: return cfg->heads;
     }
 }

@@ -21,11 +21,12 @@
 enum vit_mt_id {
     VIT_MT_STEM_W, VIT_MT_STEM_B, VIT_MT_STEM2_W, VIT_MT_STEM2_B, VIT_MT_PATCH_W, VIT_MT_PATCH_B,
     VIT_MT_CLS, VIT_MT_POS,
+    VIT_MT_LOCAL_W, VIT_MT_LOCAL_B,
     VIT_MT_LN1_G, VIT_MT_LN1_B, VIT_MT_W_QKV, VIT_MT_W_O, VIT_MT_B_QKV, VIT_MT_B_O, VIT_MT_TAU,
     VIT_MT_LN2_G, VIT_MT_LN2_B, VIT_MT_W1, VIT_MT_B1, VIT_MT_W2, VIT_MT_B2,
     VIT_MT_LN_G, VIT_MT_LN_B, VIT_MT_HEAD_W, VIT_MT_HEAD_B,
     VIT_MT_ROWS,
-    VIT_MT_FIRST_BLOCK = VIT_MT_LN1_G, /* rows [FIRST_BLOCK, FIRST_END) repeat per block */
+    VIT_MT_FIRST_BLOCK = VIT_MT_LOCAL_W, /* rows [FIRST_BLOCK, FIRST_END) repeat per block */
     VIT_MT_FIRST_END = VIT_MT_LN_G
 };
 
@@ -42,7 +43,8 @@ enum vit_mt_dim {
     VIT_MT_STEM,    /* stem: the stem's channels */
     VIT_MT_STEM_PIXELS, /* 9 * channels: one 3x3 window of the image */
     VIT_MT_STEM2,   /* stem2: the second stem layer's channels */
-    VIT_MT_STEM2_PIXELS /* 16 * stem: one 4x4 window of the stem's feature map */
+    VIT_MT_STEM2_PIXELS, /* 16 * stem: one 4x4 window of the stem's feature map */
+    VIT_MT_TAPS     /* 9: the taps of local_conv's 3x3 window */
 };
 
 /* What a tensor's init scale is (vit_params_add's scale): */
@@ -53,7 +55,8 @@ enum vit_mt_scale {
 };
 
 /* When a row is part of the model: */
-enum vit_mt_when { VIT_MT_ALWAYS, VIT_MT_IF_LSA, VIT_MT_IF_STEM, VIT_MT_IF_STEM2 };
+enum vit_mt_when { VIT_MT_ALWAYS, VIT_MT_IF_LSA, VIT_MT_IF_STEM, VIT_MT_IF_STEM2,
+                   VIT_MT_IF_LOCAL };
 
 /* How many times per image a weight matrix [in, out] multiplies a vector
  * (its multiply-adds per image are that times its size): */

@@ -56,9 +56,10 @@ static void plan_one(const vit_config *c, const vit_mt *t, plan_tensor *o)
     o->op = t->row->timm_op;
     o->ndim = t->row->timm_ndim;
     o->count = t->size;
-    if (o->op == VIT_MT_CONV) { /* Conv2d's [out, in, k, k]: the stem's 3x3, stem2's 4x4 or
-                                   the patches' */
-        int k = t->id == VIT_MT_STEM_W ? 3 : t->id == VIT_MT_STEM2_W ? 4 : c->patch;
+    if (o->op == VIT_MT_CONV) { /* Conv2d's [out, in, k, k]: the stem's 3x3, stem2's 4x4,
+                                   the patches', or local_conv's depthwise [D, 1, 3, 3] */
+        int k = t->id == VIT_MT_STEM_W || t->id == VIT_MT_LOCAL_W ? 3
+              : t->id == VIT_MT_STEM2_W ? 4 : c->patch;
         int d[4] = {t->shape[1], t->shape[0] / (k * k), k, k};
         memcpy(o->shape, d, sizeof d);
     } else if (o->op == VIT_MT_TRANSPOSE) {

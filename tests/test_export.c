@@ -923,6 +923,43 @@ START_TEST(export_overlap_and_lsa)
     ck_assert_int_eq(vit_model_config(back)->stem2, 3);
     vit_model_free(back);
     vit_model_free(m);
+    /* local_conv: each block's depthwise 3x3 as PyTorch's Conv2d(D, D, 3,
+     * groups=D) weight [D, 1, 3, 3] (weight[o, 0, ky, kx] = local.w[ky 3 +
+     * kx, o]) and bias [D], under blocks.L.local (names timm lacks); the
+     * import rebuilds the model bitwise, and a file whose metadata says
+     * local_conv = 0 is refused for the tensors it carries. */
+    cfg.stem = cfg.stem2 = 0;
+    cfg.local_conv = 1;
+    m = model_with_values(&cfg, 4);
+    ck_assert_msg(vit_safetensors_save(m, NULL, fu_path("local.safetensors"), NULL) == VIT_OK,
+                  "%s", vit_last_error());
+    read_file(fu_path("local.safetensors"), &f);
+    ck_assert_str_eq(meta(&f, "local_conv"), "1");
+    for (int l = 0; l < DEPTH; l++) {
+        char wn[64], bn[64], on[64];
+        snprintf(wn, sizeof wn, "blocks.%d.local.weight", l);
+        snprintf(bn, sizeof bn, "blocks.%d.local.bias", l);
+        snprintf(on, sizeof on, "blocks.%d.local.w", l);
+        const st_tensor *lw = tensor(&f, wn);
+        ck_assert_int_eq(lw->ndim, 4);
+        ck_assert_int_eq((int)lw->shape[0], D);
+        ck_assert_int_eq((int)lw->shape[1], 1);
+        ck_assert_int_eq((int)lw->shape[2], 3);
+        ck_assert_int_eq((int)lw->shape[3], 3);
+        ck_assert_int_eq((int)tensor(&f, bn)->shape[0], D);
+        assert_conv_weight(&f, lw, m, on, D, 1, 3);
+    }
+    free_file(&f);
+    back = load_same(fu_path("local.safetensors"), m);
+    ck_assert_int_eq(vit_model_config(back)->local_conv, 1);
+    vit_model_free(back);
+    back = NULL;
+    vit_model_free(m);
+    edit_header(fu_path("local.safetensors"), fu_path("local0.safetensors"),
+                "\"local_conv\":\"1\"", "\"local_conv\":\"0\"");
+    ck_assert_int_eq(vit_safetensors_load(fu_path("local0.safetensors"), &back), VIT_EFORMAT);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "local."));
+    ck_assert_ptr_null(back);
 }
 END_TEST
 

@@ -21,6 +21,7 @@
 #include "vit/embeddings.h"
 #include "vit/layernorm.h"
 #include "vit/linear.h"
+#include "vit/local_conv.h"
 #include "vit/loss.h"
 #include "vit/pool.h"
 
@@ -1172,6 +1173,110 @@ END_TEST
 
 /* ==== Bad input ======================================================== */
 
+/* ==== Local convolution: tokens over their grid ========================= */
+
+/* Two images of a 2 x 3 grid (T = 7 with the class token) of 3 channels:
+ * every token has a different set of neighbours inside the grid. */
+enum { LC_B = 2, LC_GH = 2, LC_GW = 3, LC_C = 3, LC_T = 1 + LC_GH * LC_GW,
+       LC_N = LC_B * LC_T * LC_C };
+
+typedef struct {
+    vit_real x[LC_N], w[9 * LC_C], b[LC_C], y[LC_N], g[LC_N];
+} lc_ctx;
+
+static double lc_loss(void *p)
+{
+    lc_ctx *c = p;
+    if (vit_local_conv_forward(c->y, c->x, c->w, c->b, LC_B, LC_GH, LC_GW, LC_C) != VIT_OK)
+        return NAN;
+    return gc_dot(c->g, c->y, LC_N);
+}
+
+static void lc_init(lc_ctx *c, uint64_t seed)
+{
+    gc_fill(c->x, LC_N, &seed, 1.0);
+    gc_fill(c->w, 9 * LC_C, &seed, 1.0);
+    gc_fill(c->b, LC_C, &seed, 1.0);
+    gc_fill(c->g, LC_N, &seed, 1.0);
+}
+
+/* Token (b, 1 + i*GW + j), channel ch, written out from the definition in
+ * vit/local_conv.h: the token, the bias and the in-grid neighbours. */
+static double lc_reference(const lc_ctx *c, int b, int i, int j, int ch)
+{
+    const vit_real *xb = c->x + b * LC_T * LC_C;
+    double v = xb[(1 + i * LC_GW + j) * LC_C + ch] + c->b[ch];
+    for (int ky = 0; ky < 3; ky++)
+        for (int kx = 0; kx < 3; kx++) {
+            int r = i + ky - 1, q = j + kx - 1;
+            if (r >= 0 && r < LC_GH && q >= 0 && q < LC_GW)
+                v += c->w[(ky * 3 + kx) * LC_C + ch] * xb[(1 + r * LC_GW + q) * LC_C + ch];
+        }
+    return v;
+}
+
+START_TEST(test_local_conv_forward)
+{
+    lc_ctx c;
+    lc_init(&c, 301);
+    ASSERT_OK(vit_local_conv_forward(c.y, c.x, c.w, c.b, LC_B, LC_GH, LC_GW, LC_C));
+    for (int b = 0; b < LC_B; b++)
+        for (int ch = 0; ch < LC_C; ch++) {
+            /* the class token passes unchanged */
+            ck_assert_double_eq(c.y[b * LC_T * LC_C + ch], c.x[b * LC_T * LC_C + ch]);
+            for (int i = 0; i < LC_GH; i++)
+                for (int j = 0; j < LC_GW; j++) {
+                    double want = lc_reference(&c, b, i, j, ch);
+                    double got = c.y[(b * LC_T + 1 + i * LC_GW + j) * LC_C + ch];
+                    ck_assert_msg(fabs(got - want) <= 1e-14, "b %d (%d, %d) ch %d: %.17g, want %.17g",
+                                  b, i, j, ch, got, want);
+                }
+        }
+    /* The corner (0, 0) has 4 neighbours in the grid (itself included), the
+     * middle of the top row 6: with w = 1, b = 0 and x = 1 the patch tokens
+     * read 1 + 4, 1 + 6 and 1 + 4 on the top row. */
+    for (int k = 0; k < LC_N; k++)
+        c.x[k] = 1;
+    for (int k = 0; k < 9 * LC_C; k++)
+        c.w[k] = 1;
+    ASSERT_OK(vit_local_conv_forward(c.y, c.x, c.w, NULL, LC_B, LC_GH, LC_GW, LC_C));
+    ck_assert_double_eq(c.y[0], 1);
+    ck_assert_double_eq(c.y[1 * LC_C], 5);
+    ck_assert_double_eq(c.y[2 * LC_C], 7);
+    ck_assert_double_eq(c.y[3 * LC_C], 5);
+}
+END_TEST
+
+START_TEST(test_local_conv_grad)
+{
+    lc_ctx c;
+    lc_init(&c, 302);
+    vit_real *dx = gc_zeros(LC_N), *dw = gc_zeros(9 * LC_C), *db = gc_zeros(LC_C);
+    ASSERT_OK(vit_local_conv_backward(dx, dw, db, c.g, c.x, c.w, LC_B, LC_GH, LC_GW, LC_C));
+    ASSERT_GRAD("local_conv dx", c.x, dx, LC_N, lc_loss, &c);
+    ASSERT_GRAD("local_conv dw", c.w, dw, 9 * LC_C, lc_loss, &c);
+    ASSERT_GRAD("local_conv db", c.b, db, LC_C, lc_loss, &c);
+    /* the class token's gradient is dy's own */
+    for (int b = 0; b < LC_B; b++)
+        for (int ch = 0; ch < LC_C; ch++)
+            ck_assert_double_eq(dx[b * LC_T * LC_C + ch], c.g[b * LC_T * LC_C + ch]);
+    vit_real *ax = accum_start(dx, LC_N), *aw = accum_start(dw, 9 * LC_C),
+             *ab = accum_start(db, LC_C);
+    ASSERT_OK(vit_local_conv_backward(ax, aw, ab, c.g, c.x, c.w, LC_B, LC_GH, LC_GW, LC_C));
+    accum_check("local_conv dx", ax, dx, LC_N);
+    accum_check("local_conv dw", aw, dw, 9 * LC_C);
+    accum_check("local_conv db", ab, db, LC_C);
+    ASSERT_OK(vit_local_conv_backward(NULL, NULL, NULL, c.g, c.x, c.w, LC_B, LC_GH, LC_GW, LC_C));
+    expect_err(vit_local_conv_forward(c.y, NULL, c.w, c.b, LC_B, LC_GH, LC_GW, LC_C), VIT_EINVAL,
+               "vit_local_conv_forward", "NULL");
+    expect_err(vit_local_conv_backward(dx, dw, db, c.g, c.x, c.w, LC_B, 0, LC_GW, LC_C),
+               VIT_EINVAL, "vit_local_conv_backward", "GH 0");
+    free(dx);
+    free(dw);
+    free(db);
+}
+END_TEST
+
 START_TEST(test_bad_input)
 {
     vit_real a[64] = {0}, b[64] = {0}, c[64] = {0}, d[64] = {0}, e[64] = {0};
@@ -1301,6 +1406,8 @@ static Suite *kernels_suite(void)
     tcase_add_loop_test(tc, test_masked_mean_forward, 0, 2);
     tcase_add_loop_test(tc, test_masked_mean_grad, 0, 2);
     tcase_add_test(tc, test_masked_mean_bad_input);
+    tcase_add_test(tc, test_local_conv_forward);
+    tcase_add_test(tc, test_local_conv_grad);
     tcase_add_test(tc, test_bad_input);
     suite_add_tcase(s, tc);
     return s;

@@ -73,7 +73,7 @@ static int config_equal(const vit_config *a, const vit_config *b, const char **w
     EQ(heads) EQ(mlp) EQ(pool) EQ(epochs) EQ(batch) EQ(lr) EQ(min_lr) EQ(warmup)
     EQ(weight_decay) EQ(beta1) EQ(beta2) EQ(eps) EQ(smoothing) EQ(shift) EQ(rotate) EQ(scale)
     EQ(init_std) EQ(seed) EQ(recompute) EQ(ckpt_minutes) EQ(ema) EQ(tta)
-    EQ(patch_stride) EQ(patch_pad) EQ(lsa) EQ(stem) EQ(stem2)
+    EQ(patch_stride) EQ(patch_pad) EQ(lsa) EQ(stem) EQ(stem2) EQ(local_conv)
     EQ(crop_pad) EQ(flip) EQ(erase) EQ(mixup) EQ(cutmix) EQ(mix_prob) EQ(drop_path)
     EQ(precision)
 #undef EQ
@@ -113,21 +113,25 @@ static double model_loss(void *p)
  * convolutional stem of 3 channels (its 3x3 convolution and GELU, then 2x2
  * patches of the 4x4x3 feature map), 5 the same stem and stem2 of 5
  * channels (a 4x4 convolution at stride 2 and GELU), then 1x1 patches of
- * its 2x2x5 map. */
+ * its 2x2x5 map, 6 local_conv on the 4x4 grid of case 3's patches (every
+ * tap of the 3x3 window inside it for the four middle tokens, some outside
+ * for the rest). */
 START_TEST(test_model_gradient)
 {
-    static const char *const names[6] = {"cls", "mean", "lsa", "lsa+overlap", "stem", "stem2"};
+    static const char *const names[7] = {"cls", "mean", "lsa", "lsa+overlap", "stem", "stem2",
+                                         "local_conv"};
     int pool = _i == 1 ? VIT_POOL_MEAN : VIT_POOL_CLS;
     const char *pname = names[_i];
     vit_config cfg;
     tiny_config(&cfg, pool);
     cfg.lsa = _i == 2 || _i == 3;
-    cfg.stem = _i >= 4 ? 3 : 0;
+    cfg.stem = _i == 4 || _i == 5 ? 3 : 0;
     if (_i == 5) {
         cfg.stem2 = 5;
         cfg.patch = 1;
     }
-    if (_i == 3) {
+    cfg.local_conv = _i == 6;
+    if (_i == 3 || _i == 6) {
         cfg.patch = 3;
         cfg.patch_stride = 1;
         cfg.patch_pad = 1;
@@ -143,6 +147,8 @@ START_TEST(test_model_gradient)
     gc_fill(params, n, &seed, 0.6);
     if (_i == 3)
         ck_assert_uint_eq(n, 1195 - 5 * 8 + 17 * 8 + (9 - 4) * 8 + 2 * 2);
+    else if (_i == 6) /* case 3 without tau, with local.w [9, 8] and local.b [8] per block */
+        ck_assert_uint_eq(n, 1195 - 5 * 8 + 17 * 8 + (9 - 4) * 8 + 2 * (9 * 8 + 8));
     else if (_i == 2)
         ck_assert_uint_eq(n, 1195 + 2 * 2); /* a tau [heads] per block */
     else if (_i == 4) /* stem.w [9, 3], stem.b [3]; patch.w [2*2*3, 8] instead of [4, 8] */
@@ -636,12 +642,12 @@ START_TEST(test_config_round_trip)
         snprintf(pat, sizeof pat, "%s = ", key);
         ck_assert_msg(strstr(buf, pat) != NULL, "key %s missing from the formatted text", key);
     }
-    /* ... and nothing else: one line per key (42 fields in vit_config). */
+    /* ... and nothing else: one line per key (43 fields in vit_config). */
     int lines = 0;
     for (const char *p = buf; *p; p++)
         lines += *p == '\n';
     ck_assert_int_eq(nkeys, lines);
-    ck_assert_int_eq(nkeys, 42);
+    ck_assert_int_eq(nkeys, 43);
     /* A buffer one byte short fails; exactly enough works. */
     ck_assert_int_lt(vit_config_format(&a, buf2, (size_t)len), 0);
     ck_assert_int_eq(vit_config_format(&a, buf2, (size_t)len + 1), len);
@@ -1555,7 +1561,7 @@ static Suite *model_suite(void)
     Suite *s = suite_create("model");
     TCase *tg = tcase_create("gradient");
     tcase_set_timeout(tg, 120);
-    tcase_add_loop_test(tg, test_model_gradient, 0, 6);
+    tcase_add_loop_test(tg, test_model_gradient, 0, 7);
     tcase_add_test(tg, test_forward_shapes_and_maps);
     tcase_add_test(tg, test_lsa_and_overlap_model);
     tcase_add_loop_test(tg, test_train_grads_slices, 0, 3);

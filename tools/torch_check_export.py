@@ -4,7 +4,9 @@
 Builds a minimal ViT in plain torch with timm's VisionTransformer parameter
 names (pre-norm blocks, exact GELU, LayerNorm eps 1e-5, class-token or mean
 pooling; with lsa = 1 in the metadata, locality self-attention and its
-blocks.L.attn.tau, which timm lacks), loads the file with strict name and
+blocks.L.attn.tau, and with local_conv = 1 each block's depthwise 3x3
+convolution of the patch tokens, blocks.L.local, both of which timm lacks),
+loads the file with strict name and
 shape checking, runs a test split and compares with our own results.  The
 test split is the 8x8 digits' (the last 360 images of data/digits.csv.gz,
 pixels value/16, images [B, 1, 8, 8]), or with --data DIR that of a folder
@@ -104,14 +106,22 @@ class Mlp(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, dim, heads, hidden, eps, lsa=False):
+    def __init__(self, dim, heads, hidden, eps, lsa=False, grid=None):
         super().__init__()
+        # local_conv: blocks.L.local.weight [D, 1, 3, 3] and blocks.L.local.bias
+        self.local = nn.Conv2d(dim, dim, kernel_size=3, padding=1, groups=dim) if grid else None
+        self.grid = grid
         self.norm1 = nn.LayerNorm(dim, eps=eps)
         self.attn = Attention(dim, heads, lsa)
         self.norm2 = nn.LayerNorm(dim, eps=eps)
         self.mlp = Mlp(dim, hidden)
 
     def forward(self, x):
+        if self.local is not None:  # the patch tokens on their grid, plus their 3x3 depthwise conv
+            B, T, D = x.shape
+            p = x[:, 1:].transpose(1, 2).reshape(B, D, *self.grid)
+            p = p + self.local(p)
+            x = torch.cat([x[:, :1], p.flatten(2).transpose(1, 2)], dim=1)
         x = x + self.attn(self.norm1(x))
         return x + self.mlp(self.norm2(x))
 
@@ -149,14 +159,16 @@ class ViT(nn.Module):
         # the patches are cut from stem2's half-size map when there is one
         H, W = (cfg["image_height"], cfg["image_width"]) if not cfg["stem2"] else \
             (cfg["image_height"] // 2, cfg["image_width"] // 2)
-        T = ((H + 2 * Z - P) // S + 1) * ((W + 2 * Z - P) // S + 1) + 1
+        grid = ((H + 2 * Z - P) // S + 1, (W + 2 * Z - P) // S + 1)
+        T = grid[0] * grid[1] + 1
         eps = float(cfg["layer_norm_eps"])
         self.pool = cfg["global_pool"]
         self.patch_embed = PatchEmbed(cfg["channels"], D, P, S, Z, cfg["stem"], cfg["stem2"])
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D))
         self.pos_embed = nn.Parameter(torch.zeros(1, T, D))
         self.blocks = nn.ModuleList(
-            [Block(D, cfg["heads"], cfg["mlp"], eps, cfg["lsa"]) for _ in range(cfg["depth"])])
+            [Block(D, cfg["heads"], cfg["mlp"], eps, cfg["lsa"], grid if cfg["local_conv"] else None)
+             for _ in range(cfg["depth"])])
         self.norm = nn.LayerNorm(D, eps=eps)
         self.head = nn.Linear(D, cfg["classes"])
 
@@ -274,6 +286,7 @@ def main():
     cfg["stem"] = int(meta.get("stem", "0"))  # written since the convolutional stem
     cfg["stem2"] = int(meta.get("stem2", "0"))  # and since its second layer
     cfg["lsa"] = bool(int(meta.get("lsa", "0")))  # adds blocks.L.attn.tau, not timm's
+    cfg["local_conv"] = bool(int(meta.get("local_conv", "0")))  # adds blocks.L.local, likewise
     cfg["global_pool"] = meta.get("global_pool", "token")
     cfg["layer_norm_eps"] = meta.get("layer_norm_eps", "1e-05")
     images, labels = load_idx_test(args.data) if args.data else load_digits_test(args.digits)
@@ -287,7 +300,7 @@ def main():
     print(f"{args.model}: {len(tensors)} tensors, "
           f"{sum(t.numel() for t in tensors.values())} parameters, loaded strictly; "
           f"dim {cfg['dim']}, depth {cfg['depth']}, heads {cfg['heads']}, pool {cfg['global_pool']}"
-          f"{', lsa' if cfg['lsa'] else ''}")
+          f"{', lsa' if cfg['lsa'] else ''}{', local_conv' if cfg['local_conv'] else ''}")
 
     with torch.no_grad():
         logits = in_chunks(model, images)

@@ -102,6 +102,11 @@ typedef struct vit_config {
                        (patch.w [P P stem2, D]), so patch, patch_stride
                        and patch_pad count that map's pixels (patch 2 there
                        covers 4x4 pixels of the image) */
+    int local_conv; /* 1: every block starts with vit_op_local_conv
+                       (vit/local_conv.h): the patch tokens plus a 3x3
+                       depthwise convolution of them over their grid
+                       (blocks.L.local.w [9, dim], blocks.L.local.b [dim],
+                       before ln1.g), the class token unchanged; 0: none */
     /* training recipe */
     int epochs;
     int batch;

@@ -12,6 +12,7 @@
 #include "vit/attention.h"
 #include "vit/tape.h"
 #include "vit/block.h"
+#include "vit/local_conv.h"
 #include "vit/model.h"
 #include "vit/optim.h"
 #include "vit/rng.h"
