@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "fastmath.h"
 #include "tape_internal.h"
 
 static int bad_args(const char *fn, const void *a, const void *b, const void *c, int B, int GH,
@@ -20,6 +21,56 @@ static int bad_args(const char *fn, const void *a, const void *b, const void *c,
     return VIT_OK;
 }
 
+/* The in-grid taps of patch (i, j): their weight rows and the tokens they
+ * read, in tap order (dy, then dx, each -1 .. 1); their number (4 .. 9). */
+static int taps(const vit_real *w, const vit_real *xb, int i, int j, int GH, int GW, int C,
+                const vit_real **wp, const vit_real **xp)
+{
+    int n = 0;
+    for (int dy = -1; dy <= 1; dy++)
+        for (int dx = -1; dx <= 1; dx++)
+            if (i + dy >= 0 && i + dy < GH && j + dx >= 0 && j + dx < GW) {
+                wp[n] = w + (size_t)((dy + 1) * 3 + dx + 1) * C;
+                xp[n++] = xb + ((size_t)(i + dy) * GW + j + dx) * C;
+            }
+    return n;
+}
+
+/* One output token: yo = xo + bias + sum of wp[t] * xp[t], 16 channels at
+ * a time in registers (adding into yo in memory once per tap stalls on
+ * its own stores).  Every channel adds its terms in the order above, the
+ * same in each clone (no FMA: fastmath.h), so any build gives the same
+ * bits. */
+#define LC_LANES 16
+FM_CLONES
+static void token_forward(vit_real *restrict yo, const vit_real *restrict xo,
+                          const vit_real *restrict bias, const vit_real *const *wp,
+                          const vit_real *const *xp, int n, int C)
+{
+    int c = 0;
+    for (; c + LC_LANES <= C; c += LC_LANES) {
+        vit_real acc[LC_LANES];
+        for (int u = 0; u < LC_LANES; u++)
+            acc[u] = xo[c + u];
+        if (bias)
+            for (int u = 0; u < LC_LANES; u++)
+                acc[u] += bias[c + u];
+        for (int t = 0; t < n; t++)
+            for (int u = 0; u < LC_LANES; u++)
+                acc[u] += wp[t][c + u] * xp[t][c + u];
+        for (int u = 0; u < LC_LANES; u++)
+            yo[c + u] = acc[u];
+    }
+    for (; c < C; c++) {
+        vit_real v = xo[c];
+        if (bias)
+            v += bias[c];
+        for (int t = 0; t < n; t++)
+            v += wp[t][c] * xp[t][c];
+        yo[c] = v;
+    }
+}
+
 /* Shapes: x, y [B, T, C], T = 1 + GH*GW; w [9, C]; bias [C]. */
 int vit_local_conv_forward(vit_real *y, const vit_real *x, const vit_real *w,
                            const vit_real *bias, int B, int GH, int GW, int C)
@@ -28,31 +79,33 @@ int vit_local_conv_forward(vit_real *y, const vit_real *x, const vit_real *w,
     if (rc)
         return rc;
     const size_t T = 1 + (size_t)GH * GW;
-    memcpy(y, x, (size_t)B * T * C * sizeof *y); /* the residual, class token included */
     for (int b = 0; b < B; b++) {
-        const vit_real *xb = x + (size_t)b * T * C + C; /* patch token 0 */
-        vit_real *yb = y + (size_t)b * T * C + C;
+        const vit_real *xb = x + (size_t)b * T * C;
+        vit_real *yb = y + (size_t)b * T * C;
+        memcpy(yb, xb, (size_t)C * sizeof *yb); /* the class token passes */
         for (int i = 0; i < GH; i++)
             for (int j = 0; j < GW; j++) {
-                vit_real *yo = yb + ((size_t)i * GW + j) * C;
-                if (bias)
-                    for (int c = 0; c < C; c++)
-                        yo[c] += bias[c];
-                for (int dy = -1; dy <= 1; dy++) {
-                    if (i + dy < 0 || i + dy >= GH)
-                        continue;
-                    for (int dx = -1; dx <= 1; dx++) {
-                        if (j + dx < 0 || j + dx >= GW)
-                            continue;
-                        const vit_real *wk = w + (size_t)((dy + 1) * 3 + dx + 1) * C;
-                        const vit_real *xi = xb + ((size_t)(i + dy) * GW + j + dx) * C;
-                        for (int c = 0; c < C; c++)
-                            yo[c] += wk[c] * xi[c];
-                    }
-                }
+                const vit_real *wp[9], *xp[9];
+                int n = taps(w, xb + C, i, j, GH, GW, C, wp, xp);
+                size_t o = (1 + (size_t)i * GW + j) * C;
+                token_forward(yb + o, xb + o, bias, wp, xp, n, C);
             }
     }
     return VIT_OK;
+}
+
+/* dw[c] += g[c] * xq[c] and dxq[c] += w[c] * g[c] for one tap (either
+ * gradient may be NULL). */
+FM_CLONES
+static void tap_backward(vit_real *restrict dw, vit_real *restrict dxq, const vit_real *restrict g,
+                         const vit_real *restrict xq, const vit_real *restrict w, int C)
+{
+    if (dw)
+        for (int c = 0; c < C; c++)
+            dw[c] += g[c] * xq[c];
+    if (dxq)
+        for (int c = 0; c < C; c++)
+            dxq[c] += w[c] * g[c];
 }
 
 int vit_local_conv_backward(vit_real *dx, vit_real *dw, vit_real *dbias, const vit_real *dy,
@@ -82,12 +135,8 @@ int vit_local_conv_backward(vit_real *dx, vit_real *dw, vit_real *dbias, const v
                             continue;
                         size_t k = (size_t)((dy_ + 1) * 3 + dx_ + 1) * C;
                         size_t q = ((size_t)(i + dy_) * GW + j + dx_) * C;
-                        if (dw)
-                            for (int c = 0; c < C; c++)
-                                dw[k + c] += go[c] * xb[q + c];
-                        if (dxb)
-                            for (int c = 0; c < C; c++)
-                                dxb[q + c] += w[k + c] * go[c];
+                        tap_backward(dw ? dw + k : NULL, dxb ? dxb + q : NULL, go, xb + q,
+                                     w + k, C);
                     }
                 }
             }

@@ -142,8 +142,13 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
             return rc;
         snprintf(r->patch_why, sizeof r->patch_why, "%s (stem2's map, half the image)", half);
     }
+    /* The grid's neighbourhoods in every block (vit_op_local_conv), where
+     * the second stem layer goes: on Fashion-MNIST they were measured
+     * together (docs/benchmarks.md); a small set has not been shown to gain. */
+    r->local_conv = model->local_conv >= 0 ? model->local_conv : r->stem2 > 0;
     c.stem = r->stem;
     c.stem2 = r->stem2;
+    c.local_conv = r->local_conv;
     c.patch = r->patch;
     c.image_height = d->height;
     c.image_width = d->width;
@@ -189,6 +194,10 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
             snprintf(why + at, cap - at, ", stem2 %d and patch %d of its %dx%d map (%d images "
                      "or more)", r->stem2, r->patch, d->height / 2, d->width / 2,
                      VIT_RECIPE_STEM2_COUNT);
+        }
+        if (r->local_conv > 0 && model->local_conv < 0) {
+            size_t at = strlen(why);
+            snprintf(why + at, cap - at, ", local_conv 1 (with stem2)");
         }
     }
     return VIT_OK;

@@ -1448,23 +1448,50 @@ START_TEST(test_recipe_rule)
     ck_assert(r.warmup == 76 / 28.0);
     ck_assert_ptr_nonnull(strstr(why, "stem2 32 and patch 2 of its 14x14 map (10000 images or "
                                       "more)"));
+    ck_assert_int_eq(r.local_conv, 0); /* given as 0: kept */
+    ck_assert_ptr_null(strstr(why, "local_conv"));
+    /* local_conv left to the rule: 1 where stem2 goes, and costed: 9 * 64
+     * multiply-adds a patch token and block (49 * 576 * 4 an image), which
+     * leaves 75 epochs. */
+    unset.local_conv = -1;
+    ck_assert(vit_recipe_pick(&f, &unset, &r, why, sizeof why) == VIT_OK);
+    ck_assert(r.stem == 16 && r.stem2 == 32 && r.patch == 2);
+    ck_assert_int_eq(r.local_conv, 1);
+    c.local_conv = 1;
+    ck_assert_uint_eq(vit_config_macs(&c), 8749952 + 196 * 256 * 32 - 49 * 128 * 64
+                                               + 4 * 49 * 9 * 64);
+    want = (int)floor(VIT_RECIPE_TRAIN_MACS / (3.0 * (double)vit_config_macs(&c) * 60000));
+    ck_assert_int_eq(r.epochs, want);
+    ck_assert_int_eq(r.epochs, 75);
+    ck_assert(r.warmup == 75 / 28.0);
+    ck_assert_ptr_nonnull(strstr(why, ", local_conv 1 (with stem2)"));
+    c.local_conv = 0;
     c.stem2 = 0;
     c.patch = 4;
     /* Not below 10,000 images, not on odd sides, not for the model's own
-     * images; a stem2 given is kept (and the patch fitted to its map). */
+     * images; a stem2 given is kept (and the patch fitted to its map).
+     * local_conv goes with stem2. */
     f.count = 9999;
     ck_assert(vit_recipe_pick(&f, &unset, &r, NULL, 0) == VIT_OK);
     ck_assert(r.stem == 16 && r.stem2 == 0 && r.patch == 4);
+    ck_assert_int_eq(r.local_conv, 0);
     vit_recipe_data odd = {60000, 27, 27, 1, 10, NULL};
     ck_assert(vit_recipe_pick(&odd, &unset, &r, NULL, 0) == VIT_OK);
     ck_assert_int_eq(r.stem2, 0);
+    ck_assert_int_eq(r.local_conv, 0);
     ck_assert(vit_recipe_pick(&d, &unset, &r, NULL, 0) == VIT_OK);
     ck_assert(r.stem == 0 && r.stem2 == 0 && r.patch == def.patch);
+    ck_assert_int_eq(r.local_conv, 0); /* the digits: their model unchanged */
     f.count = 60000;
     unset.stem2 = 8;
     ck_assert(vit_recipe_pick(&f, &unset, &r, NULL, 0) == VIT_OK);
     ck_assert(r.stem == 16 && r.stem2 == 8 && r.patch == 2);
+    ck_assert_int_eq(r.local_conv, 1);
+    unset.local_conv = 1; /* given: kept, without stem2 too */
     unset.stem2 = 0;
+    ck_assert(vit_recipe_pick(&f, &unset, &r, NULL, 0) == VIT_OK);
+    ck_assert(r.stem2 == 0 && r.local_conv == 1);
+    unset.local_conv = 0;
     /* The shift: a 28th of the side from 10k images, a 14th below. */
     f.count = 9999;
     ck_assert(vit_recipe_pick(&f, &def, &r, NULL, 0) == VIT_OK);

@@ -89,10 +89,12 @@ int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *tr
      * layer stem's 49 scored 93.2% on Fashion-MNIST: docs/benchmarks.md). */
     if (!user_set("stem2", config, argc, argv))
         shape.stem2 = budget > 0 ? 0 : -1;
+    if (!user_set("local_conv", config, argc, argv))
+        shape.local_conv = -1; /* where stem2 goes (vit/recipe.h) */
     if (vit_recipe_pick(&d, &shape, &r, NULL, 0))
         return cli_fail(prog, NULL);
     *picked = r;
-    char v[7][32], said[256] = "", was[64], now[64];
+    char v[8][32], said[256] = "", was[64], now[64];
     snprintf(v[0], sizeof v[0], "%d", budget > 0 ? 1000000 : r.epochs);
     snprintf(v[1], sizeof v[1], "%d", r.batch);
     snprintf(v[2], sizeof v[2], "%.17g", r.warmup);
@@ -100,8 +102,10 @@ int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *tr
     snprintf(v[4], sizeof v[4], "%d", r.flip);
     snprintf(v[5], sizeof v[5], "%d", r.stem);
     snprintf(v[6], sizeof v[6], "%d", r.stem2);
-    const char *keys[7] = {"epochs", "batch", "warmup", "shift", "flip", "stem", "stem2"};
-    for (int k = 0; k < 7; k++) {
+    snprintf(v[7], sizeof v[7], "%d", r.local_conv);
+    const char *keys[8] = {"epochs", "batch", "warmup", "shift", "flip", "stem", "stem2",
+                           "local_conv"};
+    for (int k = 0; k < 8; k++) {
         if (user_set(keys[k], config, argc, argv))
             continue;
         key_text(cfg, keys[k], was, sizeof was);

@@ -29,6 +29,9 @@
  *           VIT_RECIPE_STEM2_COUNT training images on; 0 for others.
  *           With stem2 the patch is picked for the H/2 x W/2 map it makes
  *           (Fashion-MNIST: patch 2 of 14x14, the same 7x7 grid).
+ *   local_conv  the model's when it gives one (local_conv >= 0), else 1
+ *           where the rule gives stem2 (it was measured with it), 0
+ *           elsewhere.
  * The class count changes nothing.  Pure functions, any thread.
  */
 #ifndef VIT_RECIPE_H
@@ -43,7 +46,8 @@ VIT_BEGIN_DECLS
 /* The training compute the default recipe spends at most: 1.37e14
  * multiply-adds, about 27 minutes of a quiet 2-core machine training at
  * 85 G multiply-adds per second (Fashion-MNIST with its two stem layers:
- * 76 epochs, the length its gain was measured at; docs/benchmarks.md). */
+ * 76 epochs, the length their gain was measured at; with local_conv, 75,
+ * the length its own was measured at; docs/benchmarks.md). */
 #define VIT_RECIPE_TRAIN_MACS 1.37e14
 
 /* VIT_RECIPE_TRAIN_MACS as it is written above ("1.37e14"), for messages
@@ -89,6 +93,7 @@ typedef struct vit_recipe {
     int flip;           /* random horizontal flips: 1 valid, 0 not */
     int stem;           /* convolutional stem channels (vit_config.stem), 0: none */
     int stem2;          /* the second stem layer's channels (vit_config.stem2), 0: none */
+    int local_conv;     /* 1: each block starts with vit_op_local_conv (vit_config.local_conv) */
     double asymmetry;   /* the mirror test's figure (below); -1 untested */
     double train_macs;  /* the run's training multiply-adds at these values */
     char patch_why[160]; /* why this patch, when the rule picked it ("" when the
@@ -99,14 +104,14 @@ typedef struct vit_recipe {
 
 /* The recipe for data d and the model shape of model (its dim, depth,
  * heads, mlp, pool, its patch geometry for images of its own size, and its
- * stem and stem2: a negative one leaves it to the rule; its recipe fields
+ * stem, stem2 and local_conv: a negative one leaves it to the rule; its recipe fields
  * are not read) into *r (overwritten), and into why[cap]
  * (NUL-terminated, cut to fit; may be NULL with cap 0) one line saying why,
  * e.g. "60000 images of 28x28x1: batch 64 (10k-200k images), 76 epochs
  * (what 1.37e14 multiply-adds of training pay for), shift 1 (a 28th of the
  * side: 10k images or more), flip (class means' mirror asymmetry 0.16),
  * stem 16 (images other than the model's 8x8), stem2 32 and patch 2 of its
- * 14x14 map (10000 images or more)".
+ * 14x14 map (10000 images or more), local_conv 1 (with stem2)".
  *
  * The mirror test: for each class, the mean image m over the images read,
  * its left-right mirror m' and the other classes' means o; a class's
