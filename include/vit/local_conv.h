@@ -41,7 +41,8 @@ int vit_local_conv_forward(vit_real *y, const vit_real *x, const vit_real *w,
 /* Given dy [B, 1 + GH*GW, C] and the forward's x and w: dx += dy + the
  * convolution's transpose applied to dy (its patch tokens), dw [9, C] +=
  * its products with x, dbias [C] += dy summed over the batch and the patch
- * tokens.  Any gradient may be NULL (skipped).  VIT_OK or VIT_EINVAL. */
+ * tokens.  Any gradient may be NULL (skipped); none may overlap another
+ * buffer.  VIT_OK or VIT_EINVAL. */
 int vit_local_conv_backward(vit_real *dx, vit_real *dw, vit_real *dbias, const vit_real *dy,
                             const vit_real *x, const vit_real *w, int B, int GH, int GW, int C);
 
