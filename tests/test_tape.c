@@ -32,6 +32,7 @@
 #include "gradcheck.h"
 #include "vit/loss.h"
 #include "vit/tape.h"
+#include "vit/local_conv.h"
 
 #define ASSERT_GRAD(name, x, g, n, f, ctx)                                         \
     do {                                                                           \
@@ -420,6 +421,25 @@ START_TEST(test_pos_add)
     add_leaf(&g, "x", 1, 1.0, &seed, 3, 2, 3, 4, 0);
     add_leaf(&g, "pos", 1, 1.0, &seed, 2, 3, 4, 0, 0);
     check_graph(&g, "pos_add");
+}
+END_TEST
+
+/* The local convolution on a 2 x 3 grid (T = 7), with its bias or
+ * (index 1) without. */
+static vit_tensor *b_local(graph *g, vit_tape *t, vit_tensor **in)
+{
+    return vit_op_local_conv(t, in[0], in[1], g->index ? NULL : in[2], 2, 3);
+}
+
+START_TEST(test_local_conv)
+{
+    graph g = {.build = b_local, .smoothing = SMOOTHING, .index = _i};
+    uint64_t seed = 60 + (uint64_t)_i;
+    add_leaf(&g, "x", 1, 1.0, &seed, 3, 2, 7, 4, 0);
+    add_leaf(&g, "w", 1, 1.0, &seed, 2, 9, 4, 0, 0);
+    if (_i == 0)
+        add_leaf(&g, "bias", 1, 1.0, &seed, 1, 4, 0, 0, 0);
+    check_graph(&g, _i ? "local_conv (no bias)" : "local_conv");
 }
 END_TEST
 
@@ -1383,6 +1403,13 @@ START_TEST(test_shape_errors)
     ck_assert_ptr_null(vit_op_pos_add(t, x, vit_tape_leaf(t, b, NULL, 2, (int[]){2, 4})));
     expect_msg("vit_op_pos_add", NULL);
     vit_tape_reset(t);
+    /* local_conv: 3 tokens are not a class token and a 2 x 2 grid */
+    vit_real w36[36] = {0};
+    x = vit_tape_leaf(t, a, NULL, 3, (int[]){2, 3, 4});
+    ck_assert_ptr_null(vit_op_local_conv(t, x, vit_tape_leaf(t, w36, NULL, 2, (int[]){9, 4}),
+                                         NULL, 2, 2));
+    expect_msg("vit_op_local_conv", "1 + 2*2");
+    vit_tape_reset(t);
     x = vit_tape_leaf(t, a, NULL, 2, (int[]){6, 4});
     vit_tensor *g3 = vit_tape_leaf(t, b, NULL, 1, (int[]){3});
     ck_assert_ptr_null(vit_op_layernorm(t, x, g3, g3, 1e-5));
@@ -2002,6 +2029,7 @@ static Suite *tape_suite(void)
     tcase_add_test(tc, test_patch_embed);
     tcase_add_test(tc, test_cls_prepend);
     tcase_add_test(tc, test_pos_add);
+    tcase_add_loop_test(tc, test_local_conv, 0, 2);
     tcase_add_loop_test(tc, test_token, 0, 3);
     tcase_add_loop_test(tc, test_mean_tokens, 0, 2);
     tcase_add_loop_test(tc, test_cross_entropy, 0, 2);
