@@ -297,6 +297,14 @@ static void assert_conv_weight(const st_file *f, const st_tensor *t, vit_model *
 
 static void free_file(st_file *f) { free(f->bytes); }
 
+/* m saved to `file` in the test folder, then read back into *f. */
+static void save_and_read(vit_model *m, const char *file, st_file *f)
+{
+    ck_assert_msg(vit_safetensors_save(m, NULL, fu_path(file), NULL) == VIT_OK, "%s: %s", file,
+                  vit_last_error());
+    read_file(fu_path(file), f);
+}
+
 /* ------------------------------------------------------- expected layout */
 
 typedef struct want {
@@ -758,6 +766,23 @@ static void edit_header(const char *src, const char *dst, const char *from, cons
     free(b);
 }
 
+/* `file` (in the test folder) with its metadata's key = "1" turned to "0"
+ * is refused as a file whose tensors the config does not describe, naming
+ * one of them (tensor: a part of its name). */
+static void assert_needs_key(const char *file, const char *key, const char *tensor)
+{
+    char from[64], to[64], off[96];
+    snprintf(from, sizeof from, "\"%s\":\"1\"", key);
+    snprintf(to, sizeof to, "\"%s\":\"0\"", key);
+    snprintf(off, sizeof off, "off-%s", file);
+    edit_header(fu_path(file), fu_path(off), from, to);
+    vit_model *back = NULL;
+    ck_assert_int_eq(vit_safetensors_load(fu_path(off), &back), VIT_EFORMAT);
+    ck_assert_msg(strstr(vit_last_error(), tensor) != NULL, "%s: '%s' does not name %s", off,
+                  vit_last_error(), tensor);
+    ck_assert_ptr_null(back);
+}
+
 static void assert_same_params(vit_model *a, vit_model *b)
 {
     ck_assert_uint_eq(vit_model_param_count(a), vit_model_param_count(b));
@@ -820,9 +845,8 @@ START_TEST(export_overlap_and_lsa)
     cfg.heads = HEADS;
     cfg.mlp = M;
     vit_model *m = model_with_values(&cfg, 2), *back = NULL;
-    ck_assert_int_eq(vit_safetensors_save(m, NULL, fu_path("ov.safetensors"), NULL), VIT_OK);
     st_file f;
-    read_file(fu_path("ov.safetensors"), &f);
+    save_and_read(m, "ov.safetensors", &f);
     ck_assert_str_eq(meta(&f, "patch"), "3");
     ck_assert_str_eq(meta(&f, "patch_stride"), "1");
     ck_assert_str_eq(meta(&f, "patch_pad"), "1");
@@ -845,9 +869,7 @@ START_TEST(export_overlap_and_lsa)
      * the tau tensors is refused (the tensors do not match the config). */
     cfg.lsa = 1;
     m = model_with_values(&cfg, 2);
-    ck_assert_msg(vit_safetensors_save(m, NULL, fu_path("lsa.safetensors"), NULL) == VIT_OK, "%s",
-                  vit_last_error());
-    read_file(fu_path("lsa.safetensors"), &f);
+    save_and_read(m, "lsa.safetensors", &f);
     ck_assert_str_eq(meta(&f, "lsa"), "1");
     for (int l = 0; l < DEPTH; l++) {
         char name[64];
@@ -865,22 +887,15 @@ START_TEST(export_overlap_and_lsa)
     back = load_same(fu_path("lsa.safetensors"), m);
     ck_assert_int_eq(vit_model_config(back)->lsa, 1);
     vit_model_free(back);
-    back = NULL;
     vit_model_free(m);
-    edit_header(fu_path("lsa.safetensors"), fu_path("lsa2.safetensors"), "\"lsa\":\"1\"",
-                "\"lsa\":\"0\"");
-    ck_assert_int_eq(vit_safetensors_load(fu_path("lsa2.safetensors"), &back), VIT_EFORMAT);
-    ck_assert_ptr_nonnull(strstr(vit_last_error(), "attn.tau"));
-    ck_assert_ptr_null(back);
+    assert_needs_key("lsa.safetensors", "lsa", "attn.tau");
     /* A convolutional stem exports by the names of timm's hybrid patch
      * embedding (backbone.0 the 3x3 Conv2d, proj the patches of its
      * feature map) and imports back bitwise. */
     cfg.lsa = 0;
     cfg.stem = 2;
     m = model_with_values(&cfg, 3);
-    ck_assert_msg(vit_safetensors_save(m, NULL, fu_path("stem.safetensors"), NULL) == VIT_OK, "%s",
-                  vit_last_error());
-    read_file(fu_path("stem.safetensors"), &f);
+    save_and_read(m, "stem.safetensors", &f);
     ck_assert_str_eq(meta(&f, "stem"), "2");
     const st_tensor *sw = tensor(&f, "patch_embed.backbone.0.weight");
     ck_assert_int_eq((int)tensor(&f, "patch_embed.backbone.0.bias")->shape[0], 2);
@@ -901,9 +916,7 @@ START_TEST(export_overlap_and_lsa)
      * the 2 x 3 map. */
     cfg.stem2 = 3;
     m = model_with_values(&cfg, 3);
-    ck_assert_msg(vit_safetensors_save(m, NULL, fu_path("stem2.safetensors"), NULL) == VIT_OK,
-                  "%s", vit_last_error());
-    read_file(fu_path("stem2.safetensors"), &f);
+    save_and_read(m, "stem2.safetensors", &f);
     ck_assert_str_eq(meta(&f, "stem2"), "3");
     const st_tensor *s2 = tensor(&f, "patch_embed.backbone.2.weight");
     ck_assert_int_eq((int)tensor(&f, "patch_embed.backbone.2.bias")->shape[0], 3);
@@ -923,9 +936,7 @@ START_TEST(export_overlap_and_lsa)
     cfg.stem = cfg.stem2 = 0;
     cfg.local_conv = 1;
     m = model_with_values(&cfg, 4);
-    ck_assert_msg(vit_safetensors_save(m, NULL, fu_path("local.safetensors"), NULL) == VIT_OK,
-                  "%s", vit_last_error());
-    read_file(fu_path("local.safetensors"), &f);
+    save_and_read(m, "local.safetensors", &f);
     ck_assert_str_eq(meta(&f, "local_conv"), "1");
     for (int l = 0; l < DEPTH; l++) {
         char wn[64], bn[64], on[64];
@@ -940,13 +951,8 @@ START_TEST(export_overlap_and_lsa)
     back = load_same(fu_path("local.safetensors"), m);
     ck_assert_int_eq(vit_model_config(back)->local_conv, 1);
     vit_model_free(back);
-    back = NULL;
     vit_model_free(m);
-    edit_header(fu_path("local.safetensors"), fu_path("local0.safetensors"),
-                "\"local_conv\":\"1\"", "\"local_conv\":\"0\"");
-    ck_assert_int_eq(vit_safetensors_load(fu_path("local0.safetensors"), &back), VIT_EFORMAT);
-    ck_assert_ptr_nonnull(strstr(vit_last_error(), "local."));
-    ck_assert_ptr_null(back);
+    assert_needs_key("local.safetensors", "local_conv", "local.");
 }
 END_TEST
 
