@@ -127,17 +127,11 @@ int vit_local_conv_backward(vit_real *dx, vit_real *dw, vit_real *dbias, const v
                 if (dbias)
                     for (int c = 0; c < C; c++)
                         dbias[c] += go[c];
-                for (int dy_ = -1; dy_ <= 1; dy_++) {
-                    if (i + dy_ < 0 || i + dy_ >= GH)
-                        continue;
-                    for (int dx_ = -1; dx_ <= 1; dx_++) {
-                        if (j + dx_ < 0 || j + dx_ >= GW)
-                            continue;
-                        size_t k = (size_t)((dy_ + 1) * 3 + dx_ + 1) * C;
-                        size_t q = ((size_t)(i + dy_) * GW + j + dx_) * C;
-                        tap_backward(dw ? dw + k : NULL, dxb ? dxb + q : NULL, go, xb + q,
-                                     w + k, C);
-                    }
+                const vit_real *wp[9], *xp[9];
+                int n = taps(w, xb, i, j, GH, GW, C, wp, xp);
+                for (int t = 0; t < n; t++) { /* the forward's taps, in its order */
+                    size_t k = (size_t)(wp[t] - w), q = (size_t)(xp[t] - xb);
+                    tap_backward(dw ? dw + k : NULL, dxb ? dxb + q : NULL, go, xp[t], wp[t], C);
                 }
             }
     }
