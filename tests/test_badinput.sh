@@ -301,6 +301,10 @@ row "eval flag: --threads 0" "^vit_eval: --threads: expected an integer in \[1, 
 row "eval flag: unknown" "^vit_eval: unknown option --colour \(see --help\)$" vit_eval "$good" --colour blue
 row "eval flag: missing value" "^vit_eval: --data: missing value$" vit_eval "$good" --data
 row "eval: no checkpoint" "no checkpoint given" vit_eval
+# A VIT_GEMM the library would not take is refused by every tool before its
+# work (the library used to print a warning and run on the default path).
+VIT_GEMM=fast row "env: VIT_GEMM=fast (vit_train)" "^vit_train: VIT_GEMM=fast: expected auto, blas" vit_train --data digits
+VIT_GEMM=fast row "env: VIT_GEMM=fast (vit_eval)" "^vit_eval: VIT_GEMM=fast: expected auto, blas" vit_eval "$good"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -147,6 +147,12 @@ static int known_option(const cli_flag *flags, int config_keys, int i, char *buf
 int cli_normalize(const char *prog, int *argc, char ***argv, const cli_flag *flags, int config_keys)
 {
     static char **norm; /* lives until exit */
+    /* Every tool parses its options here first: a VIT_GEMM the library
+     * would not take is refused before any work, not ignored. */
+    if (vit_gemm_env_check() != VIT_OK) {
+        fprintf(stderr, "%s: %s\n", prog, vit_last_error());
+        return 0;
+    }
     int n = *argc;
     char **in = *argv;
     free(norm);

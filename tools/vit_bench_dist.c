@@ -104,6 +104,10 @@ static int bench(int steps)
 
 int main(int argc, char **argv)
 {
+    if (vit_gemm_env_check() != VIT_OK) { /* a VIT_GEMM it would not take: refused */
+        fprintf(stderr, "vit_bench_dist: %s\n", vit_last_error());
+        return 2;
+    }
     if (vit_dist_init(&argc, &argv)) {
         fprintf(stderr, "vit_bench_dist: %s\n", vit_last_error());
         return 1;
