@@ -308,6 +308,19 @@ typedef struct vit_window_opts {
 vit_tensor *vit_op_window_attn(vit_tape *tape, vit_tensor *qkv, vit_tensor *bias,
                                const vit_window_opts *opts);
 
+/* Swin's relative position bias: the learnable table [(2M-1)^2, H]
+ * (2-D; M = window, 1..256) gathered into the score bias [H, T, T]
+ * (T = M*M) of an M x M window, ready for vit_op_window_attn (or
+ * vit_op_mha_bias).  Positions p = y*M + x row-major; pair (i, j) reads
+ * row (y_i - y_j + M - 1) * (2M - 1) + (x_i - x_j + M - 1) of the table,
+ * as torchvision's relative_position_index (its
+ * relative_position_bias_table has this layout).  The backward
+ * scatter-adds into the table's gradient: each entry receives the sum
+ * over the pairs at its offset.  VIT_EINVAL (naming the op, the argument
+ * and the shapes) for a window out of range or a table not
+ * [(2M-1)^2, H]. */
+vit_tensor *vit_op_relpos_bias(vit_tape *tape, vit_tensor *table, int window);
+
 /* Patch embedding of images [B, H, W, C] (a leaf, usually without grad) with
  * W [P*P*C, D] and b [D] (may be NULL): tokens [B, N, D]. */
 vit_tensor *vit_op_patch_embed(vit_tape *tape, const vit_patch_shape *shape,
