@@ -241,6 +241,27 @@ vit_tensor *vit_op_reshape(vit_tape *tape, vit_tensor *x, int ndim, const int *s
  * VIT_EINVAL; 1 <= n <= 16) -> [B, sum T_i, D], x[0]'s tokens first. */
 vit_tensor *vit_op_concat_tokens(vit_tape *tape, int n, vit_tensor *const *x);
 
+/* A gather (permutation, selection or repetition) of tokens:
+ * out[b, i, :] = x[b, idx[i], :] for x [B, N, C] (3-D) and i < n:
+ * [B, n, C].  idx (n >= 1 entries, each in 0..N-1, else VIT_EINVAL naming
+ * the first bad one; repeats allowed) is copied.  The backward
+ * scatter-adds: x's gradient row idx[i] receives dy's row i, repeated
+ * indices summed, rows nobody reads nothing.  Undoes a permutation with
+ * its inverse index; Swin's cyclic shift is the gather of the rolled
+ * grid. */
+vit_tensor *vit_op_gather_tokens(vit_tape *tape, vit_tensor *x, const int *idx, int n);
+
+/* Swin's patch merging before its LayerNorm and reduction: x
+ * [B, grid_h*grid_w, C] (tokens row by row; sides even, else VIT_EINVAL)
+ * -> [B, (grid_h/2)*(grid_w/2), 4C], output token (i, j) the
+ * concatenation of the tokens at (2i, 2j), (2i+1, 2j), (2i, 2j+1),
+ * (2i+1, 2j+1): torchvision's SwinTransformer order (x0 = x[0::2, 0::2],
+ * x1 = x[1::2, 0::2], x2 = x[0::2, 1::2], x3 = x[1::2, 1::2], cat on
+ * channels), so that vit_op_layernorm over 4C and vit_op_linear
+ * [4C, 2C] follow as there.  A vit_op_gather_tokens and a vit_op_reshape
+ * (two ops on the tape); errors name vit_op_patch_merge. */
+vit_tensor *vit_op_patch_merge(vit_tape *tape, vit_tensor *x, int grid_h, int grid_w);
+
 /* Embedding lookup: rows ids[0..n-1] of table [V, D] (2-D), each id in
  * 0..V-1 (else VIT_EINVAL naming it).  ids (copied) are viewed with shape
  * id_shape[id_ndim] (id_ndim 1..3, product n); the output has that shape
