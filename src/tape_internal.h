@@ -234,6 +234,9 @@ vit_tensor *vit_tape_add_layernorm_kept(vit_tape *t, vit_tensor *a, vit_tensor *
                                         vit_tensor **sum, int keep);
 vit_tensor *vit_tape_mha_kept(vit_tape *t, const vit_mha *cfg, vit_tensor *params,
                               vit_tensor *x_q, vit_tensor *x_kv, vit_real **probs, int keep);
+vit_tensor *vit_tape_mha_bias_kept(vit_tape *t, const vit_mha *cfg, vit_tensor *params,
+                                   vit_tensor *x_q, vit_tensor *x_kv, vit_tensor *bias,
+                                   vit_real **probs, int keep);
 vit_tensor *vit_tape_linear_gelu_kept(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_tensor *b,
                                       int keep);
 

@@ -1403,6 +1403,16 @@ START_TEST(test_shape_errors)
     ck_assert_ptr_null(vit_op_pos_add(t, x, vit_tape_leaf(t, b, NULL, 2, (int[]){2, 4})));
     expect_msg("vit_op_pos_add", NULL);
     vit_tape_reset(t);
+    /* mha_bias: a 4-D [H, N, N, 1] bias holds the right count but is not
+     * [bias_heads, n_q, n_k] (issue 45) */
+    vit_mha mb = {.batch = 1, .n_q = 2, .n_k = 2, .d_model = 2, .heads = 2, .bias_heads = 2};
+    vit_real pm[16] = {0};
+    x = vit_tape_leaf(t, a, NULL, 3, (int[]){1, 2, 2});
+    ck_assert_ptr_null(vit_op_mha_bias(t, &mb, vit_tape_leaf(t, pm, NULL, 1, (int[]){16}), x, x,
+                                       vit_tape_leaf(t, b, NULL, 4, (int[]){2, 2, 2, 1}), NULL));
+    expect_msg("vit_op_mha_bias",
+               "bias must be [bias_heads, n_q, n_k] = [2, 2, 2], got [2, 2, 2, 1]");
+    vit_tape_reset(t);
     /* local_conv: 3 tokens are not a class token and a 2 x 2 grid */
     vit_real w36[36] = {0};
     x = vit_tape_leaf(t, a, NULL, 3, (int[]){2, 3, 4});
