@@ -256,25 +256,11 @@ static int set_field(vit_config *c, const field *f, const char *key, const char 
         *(unsigned long long *)dst = v;
         return VIT_OK;
     }
-    case K_INT: {
-        long v = strtol(value, &end, 10);
-        if (end == value || *end || errno)
-            return vit_fail(VIT_EINVAL, "%s: expected an integer, got '%s'", key, value);
-        if (v < f->lo || v > f->hi)
-            return vit_fail(VIT_EINVAL, "%s: %ld is out of range [%.0f, %.0f]", key, v, f->lo, f->hi);
-        *(int *)dst = (int)v;
-        return VIT_OK;
-    }
-    case K_DOUBLE: {
-        double v = strtod(value, &end);
-        char t[3][32];
-        if (end == value || *end || errno || !isfinite(v))
-            return vit_fail(VIT_EINVAL, "%s: expected a number, got '%s'", key, value);
-        if (v < f->lo || v > f->hi)
-            return vit_fail(VIT_EINVAL, "%s: %s is out of range [%s, %s]", key, vit_fmt_double(v, t[0]),
-                            vit_fmt_double(f->lo, t[1]), vit_fmt_double(f->hi, t[2]));
-        *(double *)dst = v;
-        return VIT_OK;
+    case K_INT:
+    case K_DOUBLE: { /* as an architecture's key of the same type (arch.c) */
+        const vit_arch_key k = {key, f->kind == K_INT ? VIT_KEY_INT : VIT_KEY_REAL, f->offset,
+                                f->lo, f->hi, NULL, NULL, NULL};
+        return vit_arch_key_set(&k, c, value);
     }
     }
     return VIT_EINVAL;
