@@ -169,8 +169,12 @@ int vit_arch_key_format(const vit_arch_key *k, const void *base, char *out, size
     if (k->type == VIT_KEY_REAL)
         return snprintf(out, cap, "%s = %s\n", k->key, vit_fmt_double(*(const double *)src, t));
     int v = *(const int *)src;
-    if (k->type == VIT_KEY_ENUM)
-        return snprintf(out, cap, "%s = %s\n", k->key, v >= 0 ? k->names[v] : "?");
+    if (k->type == VIT_KEY_ENUM) {
+        int n = 0;
+        while (k->names[n])
+            n++;
+        return snprintf(out, cap, "%s = %s\n", k->key, v >= 0 && v < n ? k->names[v] : "?");
+    }
     return snprintf(out, cap, "%s = %d\n", k->key, v);
 }
 
