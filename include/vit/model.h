@@ -1,7 +1,9 @@
 /*
- * vit/model.h - the Vision Transformer: its configuration (a small text
- * file, see models/digits-tiny.cfg) and the model itself, written as forward
- * code on the tape.
+ * vit/model.h - the configuration (a small text file, see
+ * models/digits-tiny.cfg) and the model: a network of any architecture
+ * (vit/arch.h) with its parameters, its forward on the tape and a training
+ * batch split across threads.  The built-in architecture, the default, is
+ * the Vision Transformer (src/model_vit.c):
  *
  *   images [B, H, W, C]
  *     -> with stem > 0: 3x3 convolution (stride 1, padding 1), GELU  [B, H, W, stem]
@@ -247,18 +249,21 @@ int vit_config_check(const vit_config *cfg);
 int vit_config_pick_patch(int height, int width, int max_grid, int *patch, int *fits, char *why,
                           size_t cap);
 
-/* Key and help text of config field i (0-based), for tools that list the
- * keys: returns the help and sets *key (key must not be NULL); both are
- * static strings.  NULL (and *key untouched) outside 0 .. count-1. */
+/* Key and help text of config key i (0-based) of the shared keys and the
+ * ViT's, in the order of a ViT's config text, for tools that list the
+ * keys: returns the help and sets *key (when key is not NULL); both are
+ * static strings.  NULL (and *key untouched) outside 0 .. count-1.
+ * Another architecture's keys are its vit_arch.keys (vit/arch.h). */
 const char *vit_config_key_help(int i, const char **key);
 
-/* Number of model parameters for a config (0, with a message, if the config
- * is invalid or NULL).  Pure; any thread. */
+/* Number of model parameters for a config of any architecture (0, with a
+ * message, if the config is invalid or NULL).  Pure; any thread. */
 size_t vit_config_param_count(const vit_config *cfg);
 
 /* Multiply-adds of one image's forward pass (what the model's matrix
  * products do; layer norms, softmax, GELU, bias and residual adds are not
- * counted), with N patches (vit_patch_count of vit_config_patch_shape, so
+ * counted): for another architecture than the ViT what its describe hook
+ * says (vit/arch.h); for the ViT, with N patches (vit_patch_count of vit_config_patch_shape, so
  * overlapping patches count as the model makes them), T = N + 1 tokens and
  * D = dim:
  *   stem (stem > 0)        H*W * 9*C * stem
