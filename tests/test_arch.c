@@ -386,6 +386,42 @@ START_TEST(test_safetensors_round_trip)
 }
 END_TEST
 
+/* A resume keeps its model: a ViT's checkpoint under a tiny config is
+ * refused, naming both architectures (not a line of keys that moved). */
+START_TEST(test_resume_keeps_the_arch)
+{
+    vit_dataset train, test;
+    ck_assert_msg(vit_data_load_digits("../data/digits.csv.gz", 1437, &train, &test) == VIT_OK,
+                  "%s", vit_last_error());
+    vit_config v;
+    vit_config_default(&v);
+    vit_model *m = vit_model_new(&v);
+    ck_assert_ptr_nonnull(m);
+    vit_run_state st;
+    memset(&st, 0, sizeof st);
+    vit_adamw opt;
+    memset(&opt, 0, sizeof opt);
+    ck_assert_int_eq(vit_adamw_init(&opt, vit_model_param_count(m), 0.9, 0.999, 1e-8, 0.05),
+                     VIT_OK);
+    const char *path = fu_path("vit.ckpt");
+    ck_assert_msg(vit_run_save(path, m, &opt, &st) == VIT_OK, "%s", vit_last_error());
+    vit_adamw_free(&opt);
+    vit_model_free(m);
+    vit_config c;
+    vit_config_default(&c);
+    ck_assert_int_eq(vit_config_set(&c, "arch", "tiny"), VIT_OK);
+    vit_train_opts o = {.out_dir = fu_path("resumed"), .resume = path, .ckpt_every = 1};
+    vit_trainer *t = NULL;
+    int rc = vit_trainer_new(&t, &c, &train, &test, &o);
+    ck_assert_msg(rc == VIT_EINVAL, "%d: %s", rc, vit_last_error());
+    ck_assert_ptr_null(t);
+    ck_assert_msg(strstr(vit_last_error(), "has arch = vit, this run asks for tiny") != NULL, "%s",
+                  vit_last_error());
+    vit_dataset_free(&train);
+    vit_dataset_free(&test);
+}
+END_TEST
+
 static Suite *arch_suite(void)
 {
     Suite *s = suite_create("arch");
@@ -399,6 +435,7 @@ static Suite *arch_suite(void)
     tcase_add_test(t, test_train_grads_match_differences);
     tcase_add_test(t, test_checkpoint_round_trip);
     tcase_add_test(t, test_safetensors_round_trip);
+    tcase_add_test(t, test_resume_keeps_the_arch);
     suite_add_tcase(s, t);
     return s;
 }
