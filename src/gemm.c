@@ -43,10 +43,6 @@ static atomic_uint generation = 1;
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 static atomic_int policy_set_by_call;
 
-/* What read_env found wrong with VIT_GEMM ("" if nothing); written once,
- * under env_once. */
-static char env_problem[160];
-
 static void read_env(void)
 {
     const char *v = getenv("VIT_GEMM");
@@ -59,17 +55,10 @@ static void read_env(void)
     else if (strcmp(v, "xsmm") == 0 && USE_XSMM)
         atomic_store(&policy, VIT_GEMM_XSMM);
     else
-        /* The GEMM cannot report an error, and the library prints nothing:
-         * the problem is kept for vit_gemm_env_problem, which the tools
-         * print, rather than the setting ignored silently. */
-        snprintf(env_problem, sizeof env_problem, "VIT_GEMM=%.64s is not %s; using auto", v,
-                 USE_XSMM ? "auto, blas or xsmm" : "auto or blas (built without libxsmm)");
-}
-
-const char *vit_gemm_env_problem(void)
-{
-    pthread_once(&env_once, read_env);
-    return env_problem[0] ? env_problem : NULL;
+        /* The GEMM cannot report an error; one line says the setting was
+         * not taken rather than ignoring it silently. */
+        fprintf(stderr, "vit: VIT_GEMM=%s is not %s; using auto\n", v,
+                USE_XSMM ? "auto, blas or xsmm" : "auto or blas (built without libxsmm)");
 }
 
 int vit_gemm_have_xsmm(void)

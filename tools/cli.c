@@ -172,10 +172,6 @@ static int known_option(const cli_flag *flags, int config_keys, int i, char *buf
 int cli_normalize(const char *prog, int *argc, char ***argv, const cli_flag *flags, int config_keys)
 {
     static char **norm; /* lives until exit */
-    /* The library prints nothing; a VIT_GEMM it could not take is said here. */
-    const char *gemm = vit_gemm_env_problem();
-    if (gemm)
-        fprintf(stderr, "%s: %s\n", prog, gemm);
     int n = *argc;
     char **in = *argv;
     free(norm);

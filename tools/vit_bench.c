@@ -528,8 +528,6 @@ int main(int argc, char **argv)
     }
     if (vit_set_threads(o.threads) != VIT_OK)
         fprintf(stderr, "vit_bench: %s\n", vit_last_error());
-    if (vit_gemm_env_problem())
-        fprintf(stderr, "vit_bench: %s\n", vit_gemm_env_problem());
 
     printf("vit_bench %s (%s), %d thread(s), batch %d, %d reps x %d steps%s\n", vit_version(),
            VIT_REAL_NAME, o.threads, BATCH, o.reps, o.steps, o.recompute ? ", recompute" : "");

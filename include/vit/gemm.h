@@ -51,14 +51,6 @@ int vit_gemm_set_path(vit_gemm_path path);
  * environment, else VIT_GEMM_AUTO.  Thread-safe. */
 vit_gemm_path vit_gemm_get_path(void);
 
-/* What is wrong with the VIT_GEMM environment setting when it names no
- * path of this library (auto is used then), as one line, e.g. "VIT_GEMM=x
- * is not auto, blas or xsmm; using auto"; NULL when it is unset or fine.
- * The library prints nothing: a program says it (the tools do, at start).
- * Reads the environment once, as the first GEMM does; a static string;
- * thread-safe. */
-const char *vit_gemm_env_problem(void);
-
 /* "auto", "blas" or "xsmm"; "?" for another value.  A static string. */
 const char *vit_gemm_path_name(vit_gemm_path path);
 
