@@ -40,6 +40,11 @@ static int resume_changes(vit_trainer *t, vit_config *ck, const vit_config *want
 {
     unsigned long long done = t->st.epoch, epoch_step = t->st.epoch_step;
     char a[4096], b[4096];
+    /* Another architecture shifts every line after it: said first. */
+    if (vit_config_arch(ck) != vit_config_arch(want))
+        return vit_fail(VIT_EINVAL, "%s: the checkpoint's run has arch = %s, this run asks for %s; "
+                        "a resumed run keeps its model", path, vit_config_arch(ck)->name,
+                        vit_config_arch(want)->name);
     if (vit_config_format(ck, a, sizeof a) < 0 || vit_config_format(want, b, sizeof b) < 0)
         return VIT_EINVAL;
     for (char *la = a, *lb = b; *la && *lb;) {
