@@ -1,0 +1,584 @@
+/*
+ * The Swin Transformer on the tape (model_swin.h): its config and recipe
+ * rule, its tensors, its forward, and torchvision's names for them.
+ *
+ * Parameters (vit_params, in this order; C_s = dim * 2^s, H_s heads,
+ * M the window, R = mlp_ratio, K classes):
+ *   patch.w [P*P*Cin, C_0]  patch.b [C_0]  patch.ln.g, patch.ln.b [C_0]
+ *   s.j.{ln1.g, ln1.b [C_s], qkv.w [C_s, 3C_s], qkv.b [3C_s],
+ *        rel [(2M-1)^2, H_s], proj.w [C_s, C_s], proj.b [C_s],
+ *        ln2.g, ln2.b [C_s], fc1.w [C_s, R C_s], fc1.b [R C_s],
+ *        fc2.w [R C_s, C_s], fc2.b [C_s]}          block j of stage s
+ *   s.merge.{ln.g, ln.b [4C_s], w [4C_s, 2C_s]}    after stage s < S-1
+ *   ln.g, ln.b [C_{S-1}]  head.w [C_{S-1}, K]  head.b [K]
+ * Linear weights are [in, out] (y = x W), PyTorch's transposed.
+ */
+#include "model_swin.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "vit/attention.h"
+#include "vit/block.h"
+#include "vit/embeddings.h"
+
+#define SWIN_LN_EPS 1e-5 /* torchvision's LayerNorm eps */
+
+/* A block's tensors, in layout order. */
+enum { B_LN1_G, B_LN1_B, B_QKV_W, B_QKV_B, B_REL, B_PROJ_W, B_PROJ_B, B_LN2_G, B_LN2_B,
+       B_FC1_W, B_FC1_B, B_FC2_W, B_FC2_B, B_ROWS };
+/* The tensors outside the blocks. */
+enum { E_PATCH_W, E_PATCH_B, E_PATCH_LN_G, E_PATCH_LN_B, E_LN_G, E_LN_B, E_HEAD_W, E_HEAD_B,
+       E_ROWS };
+enum { M_LN_G, M_LN_B, M_W, M_ROWS };
+
+struct vit_swin {
+    vit_swin_config cfg;
+    vit_params *P;
+    int end[E_ROWS];
+    int merge[VIT_SWIN_MAX_STAGES][M_ROWS];
+    int (*blocks)[B_ROWS];  /* every block of every stage, in order */
+    int *rel_ids[VIT_SWIN_MAX_STAGES]; /* [H_s, T, T]: where each bias comes from */
+};
+
+/* ---- config ------------------------------------------------------------ */
+
+void vit_swin_stage_grid(const vit_swin_config *c, int s, int *gh, int *gw)
+{
+    *gh = c->image_height / c->patch >> s;
+    *gw = c->image_width / c->patch >> s;
+}
+
+static int width_of(const vit_swin_config *c, int s) { return c->dim << s; }
+
+/* torchvision's shift: M/2 on odd blocks unless one window covers the grid. */
+static int shift_of(const vit_swin_config *c, int s, int j)
+{
+    int gh, gw;
+    vit_swin_stage_grid(c, s, &gh, &gw);
+    return (j % 2 && c->window < gh && c->window < gw) ? c->window / 2 : 0;
+}
+
+int vit_swin_config_check(const vit_swin_config *c)
+{
+    const char *fn = "swin config";
+    if (!c)
+        return vit_fail(VIT_EINVAL, "%s: NULL", fn);
+    if (c->image_height < 1 || c->image_width < 1 || c->channels < 1 || c->classes < 2)
+        return vit_fail(VIT_EINVAL, "%s: images %dx%dx%d with %d classes (need sizes >= 1 and "
+                        ">= 2 classes)", fn, c->image_height, c->image_width, c->channels,
+                        c->classes);
+    if (c->patch < 1 || c->image_height % c->patch || c->image_width % c->patch)
+        return vit_fail(VIT_EINVAL, "%s: patch %d does not divide the %dx%d images", fn,
+                        c->patch, c->image_height, c->image_width);
+    if (c->stages < 1 || c->stages > VIT_SWIN_MAX_STAGES)
+        return vit_fail(VIT_EINVAL, "%s: %d stages (1..%d)", fn, c->stages, VIT_SWIN_MAX_STAGES);
+    if (c->window < 1 || c->dim < 1 || c->mlp_ratio < 1)
+        return vit_fail(VIT_EINVAL, "%s: window %d, dim %d, mlp_ratio %d (each must be >= 1)",
+                        fn, c->window, c->dim, c->mlp_ratio);
+    if (!(c->drop_path >= 0 && c->drop_path < 1) || !(c->init_std >= 0 && isfinite(c->init_std)))
+        return vit_fail(VIT_EINVAL, "%s: drop_path %g (in [0, 1)) or init_std %g (finite, >= 0)",
+                        fn, c->drop_path, c->init_std);
+    for (int s = 0; s < c->stages; s++) {
+        int gh, gw, C = width_of(c, s);
+        vit_swin_stage_grid(c, s, &gh, &gw);
+        if (c->depths[s] < 1 || c->heads[s] < 1 || C % c->heads[s])
+            return vit_fail(VIT_EINVAL, "%s: stage %d has depth %d and %d heads for width %d "
+                            "(depth >= 1, heads dividing the width)", fn, s, c->depths[s],
+                            c->heads[s], C);
+        if (gh < 1 || gw < 1 || gh % c->window || gw % c->window)
+            return vit_fail(VIT_EINVAL, "%s: stage %d's %dx%d token grid is not a multiple of "
+                            "window %d", fn, s, gh, gw, c->window);
+        if (s + 1 < c->stages && (gh % 2 || gw % 2))
+            return vit_fail(VIT_EINVAL, "%s: stage %d's %dx%d grid is odd: patch merging needs "
+                            "it even", fn, s, gh, gw);
+    }
+    return VIT_OK;
+}
+
+/* The rule: patch 2 if it gives a grid of at most 16 x 16, else the
+ * smallest patch that does; the window the largest of 8..4 dividing the
+ * grid (7 for 14 x 14: 7 divides it); as many stages (at most 3) as the
+ * grid halves into multiples of the window; width 64 doubling per stage,
+ * one head per 32 channels; depths 2 then 6 (most blocks where the
+ * tokens are few), 2 for a single stage; MLP ratio 2. */
+int vit_swin_config_pick(vit_swin_config *c, int height, int width, int channels, int classes,
+                         char *why, size_t cap)
+{
+    memset(c, 0, sizeof *c);
+    *c = (vit_swin_config){.image_height = height, .image_width = width, .channels = channels,
+                           .classes = classes, .dim = 64, .mlp_ratio = 2, .drop_path = 0.1,
+                           .init_std = 0.02};
+    for (int p = 2; p <= 16 && !c->patch; p++)
+        if (height % p == 0 && width % p == 0 && height / p <= 16 && width / p <= 16)
+            c->patch = p;
+    if (!c->patch && height <= 16 && width <= 16)
+        c->patch = 1;
+    if (!c->patch)
+        return vit_fail(VIT_EINVAL, "swin recipe: no patch of 1..16 divides %dx%d images into "
+                        "a grid of at most 16x16", height, width);
+    int gh = height / c->patch, gw = width / c->patch;
+    for (int m = 8; m >= 4 && !c->window; m--)
+        if (gh % m == 0 && gw % m == 0)
+            c->window = m;
+    if (!c->window) /* small or awkward grids: one window over the whole grid if square */
+        c->window = gh == gw ? gh : 0;
+    if (!c->window)
+        return vit_fail(VIT_EINVAL, "swin recipe: no window of 4..8 divides the %dx%d grid of "
+                        "patch %d", gh, gw, c->patch);
+    c->stages = 1;
+    while (c->stages < 3 && gh % 2 == 0 && gw % 2 == 0 && (gh / 2) % c->window == 0 &&
+           (gw / 2) % c->window == 0) {
+        c->stages++;
+        gh /= 2;
+        gw /= 2;
+    }
+    static const int depths[3][3] = {{2}, {2, 6}, {2, 2, 4}};
+    for (int s = 0; s < c->stages; s++) {
+        c->depths[s] = depths[c->stages - 1][s];
+        c->heads[s] = width_of(c, s) / 32;
+    }
+    if (why) {
+        int g0h = height / c->patch, g0w = width / c->patch;
+        snprintf(why, cap, "swin: patch %d makes a %dx%d grid (at most 16x16), window %d divides "
+                 "it, %d stage%s (%dx%d after merging), widths %d..%d, depths %d%s", c->patch,
+                 g0h, g0w, c->window, c->stages, c->stages > 1 ? "s" : "", gh, gw, c->dim,
+                 width_of(c, c->stages - 1), c->depths[0], c->stages > 1 ? "+" : "");
+        if (c->stages > 1) {
+            size_t n = strlen(why);
+            for (int s = 1; s < c->stages && n < cap; s++, n = strlen(why))
+                snprintf(why + n, cap - n, "%d%s", c->depths[s], s + 1 < c->stages ? "+" : "");
+        }
+    }
+    return VIT_OK;
+}
+
+size_t vit_swin_macs(const vit_swin_config *c)
+{
+    int gh, gw;
+    vit_swin_stage_grid(c, 0, &gh, &gw);
+    size_t n = (size_t)gh * gw, macs = n * c->patch * c->patch * c->channels * c->dim;
+    for (int s = 0; s < c->stages; s++) {
+        size_t C = (size_t)width_of(c, s), T = (size_t)c->window * c->window;
+        vit_swin_stage_grid(c, s, &gh, &gw);
+        n = (size_t)gh * gw;
+        /* qkv, proj, fc1, fc2; scores and the weighted sum: 2 T C per token */
+        macs += c->depths[s] * n * (4 * C * C + 2 * C * C * c->mlp_ratio + 2 * T * C);
+        if (s + 1 < c->stages)
+            macs += n / 4 * 4 * C * 2 * C;
+    }
+    return macs + (size_t)width_of(c, c->stages - 1) * c->classes;
+}
+
+/* ---- layout ------------------------------------------------------------ */
+
+static int add(vit_swin *m, const char *name, int ndim, int d0, int d1, int init, double scale,
+               int decay)
+{
+    int shape[2] = {d0, d1};
+    return vit_params_add(m->P, name, ndim, shape, init, scale, decay);
+}
+
+#define TRYIX(dst, call)                                                       \
+    do {                                                                       \
+        int ix_ = (call);                                                      \
+        if (ix_ < 0)                                                           \
+            return ix_;                                                        \
+        (dst) = ix_;                                                           \
+    } while (0)
+
+/* torchvision's init: linear weights truncated normal (std 0.02) and zero
+ * biases, the relative position tables likewise, LayerNorms 1 and 0, the
+ * patch convolution PyTorch's default (uniform within 1/sqrt(fan_in)).
+ * Decay on the weight matrices only. */
+static int layout(vit_swin *m)
+{
+    const vit_swin_config *c = &m->cfg;
+    double sd = c->init_std, fan = 1.0 / sqrt((double)c->patch * c->patch * c->channels);
+    int C0 = c->dim, N = VIT_INIT_NORMAL;
+    TRYIX(m->end[E_PATCH_W], add(m, "patch.w", 2, c->patch * c->patch * c->channels, C0,
+                                 VIT_INIT_UNIFORM, fan, 1));
+    TRYIX(m->end[E_PATCH_B], add(m, "patch.b", 1, C0, 0, VIT_INIT_UNIFORM, fan, 0));
+    TRYIX(m->end[E_PATCH_LN_G], add(m, "patch.ln.g", 1, C0, 0, VIT_INIT_ONE, 0, 0));
+    TRYIX(m->end[E_PATCH_LN_B], add(m, "patch.ln.b", 1, C0, 0, VIT_INIT_ZERO, 0, 0));
+    int b = 0, R = 2 * c->window - 1;
+    for (int s = 0; s < c->stages; s++) {
+        int C = width_of(c, s), H = c->heads[s], F = c->mlp_ratio * C;
+        for (int j = 0; j < c->depths[s]; j++, b++) {
+            int *ix = m->blocks[b];
+            char name[64];
+#define ROW(id, row, nd, d0, d1, init, scale, decay)                           \
+    do {                                                                       \
+        snprintf(name, sizeof name, "%d.%d.%s", s, j, row);                    \
+        TRYIX(ix[id], add(m, name, nd, d0, d1, init, scale, decay));           \
+    } while (0)
+            ROW(B_LN1_G, "ln1.g", 1, C, 0, VIT_INIT_ONE, 0, 0);
+            ROW(B_LN1_B, "ln1.b", 1, C, 0, VIT_INIT_ZERO, 0, 0);
+            ROW(B_QKV_W, "qkv.w", 2, C, 3 * C, N, sd, 1);
+            ROW(B_QKV_B, "qkv.b", 1, 3 * C, 0, VIT_INIT_ZERO, 0, 0);
+            ROW(B_REL, "rel", 2, R * R, H, N, 0.02, 0);
+            ROW(B_PROJ_W, "proj.w", 2, C, C, N, sd, 1);
+            ROW(B_PROJ_B, "proj.b", 1, C, 0, VIT_INIT_ZERO, 0, 0);
+            ROW(B_LN2_G, "ln2.g", 1, C, 0, VIT_INIT_ONE, 0, 0);
+            ROW(B_LN2_B, "ln2.b", 1, C, 0, VIT_INIT_ZERO, 0, 0);
+            ROW(B_FC1_W, "fc1.w", 2, C, F, N, sd, 1);
+            ROW(B_FC1_B, "fc1.b", 1, F, 0, VIT_INIT_ZERO, 0, 0);
+            ROW(B_FC2_W, "fc2.w", 2, F, C, N, sd, 1);
+            ROW(B_FC2_B, "fc2.b", 1, C, 0, VIT_INIT_ZERO, 0, 0);
+#undef ROW
+        }
+        if (s + 1 < c->stages) {
+            char name[64];
+            snprintf(name, sizeof name, "%d.merge.ln.g", s);
+            TRYIX(m->merge[s][M_LN_G], add(m, name, 1, 4 * C, 0, VIT_INIT_ONE, 0, 0));
+            snprintf(name, sizeof name, "%d.merge.ln.b", s);
+            TRYIX(m->merge[s][M_LN_B], add(m, name, 1, 4 * C, 0, VIT_INIT_ZERO, 0, 0));
+            snprintf(name, sizeof name, "%d.merge.w", s);
+            TRYIX(m->merge[s][M_W], add(m, name, 2, 4 * C, 2 * C, N, sd, 1));
+        }
+    }
+    int CL = width_of(c, c->stages - 1);
+    TRYIX(m->end[E_LN_G], add(m, "ln.g", 1, CL, 0, VIT_INIT_ONE, 0, 0));
+    TRYIX(m->end[E_LN_B], add(m, "ln.b", 1, CL, 0, VIT_INIT_ZERO, 0, 0));
+    TRYIX(m->end[E_HEAD_W], add(m, "head.w", 2, CL, c->classes, N, sd, 1));
+    TRYIX(m->end[E_HEAD_B], add(m, "head.b", 1, c->classes, 0, VIT_INIT_ZERO, 0, 0));
+    return VIT_OK;
+}
+
+/* ids[h, p, q] = the row of the table [(2M-1)^2 * H, 1] (the [(2M-1)^2, H]
+ * table flattened) holding head h's bias for window positions p, q:
+ * torchvision's relative_position_index, (dy + M-1) (2M-1) + dx + M-1 for
+ * p - q = (dy, dx), times H, plus h. */
+static void rel_ids(int *ids, int M, int H)
+{
+    int T = M * M;
+    for (int h = 0; h < H; h++)
+        for (int p = 0; p < T; p++)
+            for (int q = 0; q < T; q++) {
+                int dy = p / M - q / M + M - 1, dx = p % M - q % M + M - 1;
+                ids[((size_t)h * T + p) * T + q] = (dy * (2 * M - 1) + dx) * H + h;
+            }
+}
+
+vit_swin *vit_swin_new(const vit_swin_config *cfg)
+{
+    if (vit_swin_config_check(cfg) != VIT_OK)
+        return NULL;
+    vit_swin *m = calloc(1, sizeof *m);
+    int nb = 0;
+    for (int s = 0; s < cfg->stages; s++)
+        nb += cfg->depths[s];
+    if (!m || !(m->P = vit_params_new()) || !(m->blocks = calloc((size_t)nb, sizeof *m->blocks)))
+        goto oom;
+    m->cfg = *cfg;
+    int T = cfg->window * cfg->window;
+    for (int s = 0; s < cfg->stages; s++) {
+        if (!(m->rel_ids[s] = malloc((size_t)cfg->heads[s] * T * T * sizeof(int))))
+            goto oom;
+        rel_ids(m->rel_ids[s], cfg->window, cfg->heads[s]);
+    }
+    if (layout(m) != VIT_OK || vit_params_alloc(m->P) != VIT_OK) {
+        vit_swin_free(m);
+        return NULL;
+    }
+    return m;
+oom:
+    vit_swin_free(m);
+    vit_fail(VIT_ENOMEM, "vit_swin_new: out of memory");
+    return NULL;
+}
+
+void vit_swin_free(vit_swin *m)
+{
+    if (!m)
+        return;
+    vit_params_free(m->P);
+    free(m->blocks);
+    for (int s = 0; s < VIT_SWIN_MAX_STAGES; s++)
+        free(m->rel_ids[s]);
+    free(m);
+}
+
+const vit_swin_config *vit_swin_config_of(const vit_swin *m) { return m ? &m->cfg : NULL; }
+
+vit_params *vit_swin_params(vit_swin *m) { return m ? m->P : NULL; }
+
+/* ---- windowed attention as a custom op (until a tape op reads the fused
+ * buffer itself): qkv [B, N, 3C] (Q | K | V columns, heads inside each),
+ * bias [H, T, T] -> [B, N, C]. ---- */
+
+typedef struct wattn_ctx {
+    vit_window_attn w;
+    int C;
+    vit_real *q, *k, *v, *probs; /* the forward's, for the backward */
+} wattn_ctx;
+
+static int wattn_forward(const vit_op_call *call)
+{
+    wattn_ctx *c = call->ctx;
+    size_t rows = call->out->size / c->C, n = call->out->size;
+    size_t np = vit_window_attn_probs_size(&c->w);
+    vit_real *buf = vit_tape_alloc(call->tape, (3 * n + np) * sizeof *buf);
+    if (!buf)
+        return vit_tape_status(call->tape);
+    c->q = buf, c->k = buf + n, c->v = buf + 2 * n, c->probs = buf + 3 * n;
+    const vit_real *qkv = call->in[0]->data;
+    for (size_t r = 0; r < rows; r++) {
+        memcpy(c->q + r * c->C, qkv + r * 3 * c->C, c->C * sizeof *buf);
+        memcpy(c->k + r * c->C, qkv + r * 3 * c->C + c->C, c->C * sizeof *buf);
+        memcpy(c->v + r * c->C, qkv + r * 3 * c->C + 2 * c->C, c->C * sizeof *buf);
+    }
+    c->w.bias = call->in[1]->data;
+    return vit_window_attn_forward(&c->w, call->out->data, c->probs, c->q, c->k, c->v);
+}
+
+static int wattn_backward(const vit_op_call *call)
+{
+    const wattn_ctx *c = call->ctx;
+    size_t rows = call->out->size / c->C, n = call->out->size;
+    vit_real *d = call->din[0] ? calloc(3 * n, sizeof *d) : NULL;
+    if (call->din[0] && !d)
+        return vit_fail(VIT_ENOMEM, "swin window attention backward: out of memory");
+    int rc = vit_window_attn_backward(&c->w, d, d ? d + n : NULL, d ? d + 2 * n : NULL,
+                                      call->din[1], call->dout, c->probs, c->q, c->k, c->v);
+    if (rc == VIT_OK && d)
+        for (size_t r = 0; r < rows; r++)
+            for (int part = 0; part < 3; part++) {
+                vit_real *to = call->din[0] + r * 3 * c->C + part * c->C;
+                const vit_real *from = d + part * n + r * c->C;
+                for (int i = 0; i < c->C; i++)
+                    to[i] += from[i];
+            }
+    free(d);
+    return rc;
+}
+
+static vit_tensor *window_attention(vit_tape *tape, vit_tensor *qkv, vit_tensor *bias, int gh,
+                                    int gw, int M, int shift, int H)
+{
+    if (!qkv || !bias)
+        return NULL;
+    int B = qkv->shape[0], C = qkv->shape[2] / 3;
+    wattn_ctx ctx = {.w = {.batch = B, .heads = H, .grid_h = gh, .grid_w = gw, .window = M,
+                           .shift = shift, .d_k = C / H, .d_v = C / H, .bias_heads = H},
+                     .C = C};
+    vit_tensor *in[2] = {qkv, bias};
+    return vit_op_custom(tape, "swin window attention", 2, in, 3, (int[]){B, gh * gw, C},
+                         wattn_forward, wattn_backward, &ctx, sizeof ctx);
+}
+
+/* ---- forward ----------------------------------------------------------- */
+
+/* The bias [H, T, T] of a block, looked up in its table [(2M-1)^2, H]. */
+static vit_tensor *rel_bias(vit_tape *tape, vit_tensor *table, const int *ids, int M, int H)
+{
+    int T = M * M;
+    vit_tensor *flat = vit_op_reshape(tape, table, 2, (int[]){table ? (int)table->size : 1, 1});
+    vit_tensor *b = vit_op_embedding(tape, flat, ids, 2, (int[]){H, T * T});
+    return vit_op_reshape(tape, b, 3, (int[]){H, T, T});
+}
+
+/* Patch merging's gather: x [B, gh*gw, C] -> [B, gh/2*gw/2, 4C], each new
+ * token the concatenation of its 2 x 2 neighbours in torchvision's order
+ * (0,0), (1,0), (0,1), (1,1) as (row, column) offsets. */
+static vit_tensor *merge_gather(vit_tape *tape, vit_tensor *x, int gh, int gw)
+{
+    if (!x)
+        return NULL;
+    int B = x->shape[0], C = x->shape[2], oh = gh / 2, ow = gw / 2;
+    int n = B * oh * ow * 4;
+    int *ids = vit_tape_alloc(tape, (size_t)n * sizeof *ids);
+    if (!ids)
+        return NULL;
+    for (int b = 0, i = 0; b < B; b++)
+        for (int y = 0; y < oh; y++)
+            for (int xx = 0; xx < ow; xx++)
+                for (int k = 0; k < 4; k++)
+                    ids[i++] = b * gh * gw + (2 * y + (k & 1)) * gw + 2 * xx + (k >> 1);
+    vit_tensor *rows = vit_op_reshape(tape, x, 2, (int[]){B * gh * gw, C});
+    vit_tensor *g = vit_op_embedding(tape, rows, ids, 2, (int[]){B * oh * ow, 4});
+    return vit_op_reshape(tape, g, 3, (int[]){B, oh * ow, 4 * C});
+}
+
+/* r + drop_path(branch W + b): without drop path the one fused op. */
+static vit_tensor *residual(vit_tape *tape, vit_tensor *x, vit_tensor *W, vit_tensor *b,
+                            vit_tensor *r, double rate, vit_rng *drop)
+{
+    if (!drop || rate <= 0 || !vit_tape_grad_enabled(tape))
+        return vit_op_linear_add(tape, x, W, b, r);
+    int B = r ? r->shape[0] : 1;
+    vit_real *scale = vit_tape_alloc(tape, (size_t)B * sizeof *scale);
+    if (!scale)
+        return NULL;
+    int rc = vit_drop_path_scales(scale, B, rate, drop);
+    if (rc != VIT_OK) {
+        vit_tape_fail(tape, rc);
+        return NULL;
+    }
+    return vit_op_add(tape, r, vit_op_drop_path(tape, vit_op_linear(tape, x, W, b), scale));
+}
+
+vit_tensor *vit_swin_forward(vit_swin *m, vit_tape *tape, const vit_real *images, int batch,
+                             vit_rng *drop)
+{
+    if (!m || !tape || !images || batch < 1) {
+        vit_tape_fail(tape, vit_fail(VIT_EINVAL, "vit_swin_forward: NULL model, tape or "
+                                     "images, or batch %d < 1", batch));
+        return NULL;
+    }
+    const vit_swin_config *c = &m->cfg;
+    int grad = vit_tape_grad_enabled(tape);
+#define L(ix) vit_params_leaf(m->P, tape, (ix), grad)
+    vit_tensor *img = vit_tape_leaf(tape, (vit_real *)images, NULL, 4,
+                                    (int[]){batch, c->image_height, c->image_width, c->channels});
+    vit_patch_shape ps = {.batch = batch, .height = c->image_height, .width = c->image_width,
+                          .channels = c->channels, .patch = c->patch, .dim = c->dim,
+                          .stride = c->patch};
+    vit_tensor *x = vit_op_patch_embed(tape, &ps, img, L(m->end[E_PATCH_W]),
+                                       L(m->end[E_PATCH_B]));
+    x = vit_op_layernorm(tape, x, L(m->end[E_PATCH_LN_G]), L(m->end[E_PATCH_LN_B]), SWIN_LN_EPS);
+    int nb = 0, b = 0;
+    for (int s = 0; s < c->stages; s++)
+        nb += c->depths[s];
+    for (int s = 0; s < c->stages; s++) {
+        int gh, gw, H = c->heads[s];
+        vit_swin_stage_grid(c, s, &gh, &gw);
+        for (int j = 0; j < c->depths[s]; j++, b++) {
+            const int *ix = m->blocks[b];
+            double rate = nb > 1 ? c->drop_path * b / (nb - 1) : 0;
+            vit_tensor *h = vit_op_layernorm(tape, x, L(ix[B_LN1_G]), L(ix[B_LN1_B]), SWIN_LN_EPS);
+            vit_tensor *qkv = vit_op_linear(tape, h, L(ix[B_QKV_W]), L(ix[B_QKV_B]));
+            vit_tensor *bias = rel_bias(tape, L(ix[B_REL]), m->rel_ids[s], c->window, H);
+            vit_tensor *a = window_attention(tape, qkv, bias, gh, gw, c->window,
+                                             shift_of(c, s, j), H);
+            x = residual(tape, a, L(ix[B_PROJ_W]), L(ix[B_PROJ_B]), x, rate, drop);
+            h = vit_op_layernorm(tape, x, L(ix[B_LN2_G]), L(ix[B_LN2_B]), SWIN_LN_EPS);
+            h = vit_op_linear_gelu(tape, h, L(ix[B_FC1_W]), L(ix[B_FC1_B]));
+            x = residual(tape, h, L(ix[B_FC2_W]), L(ix[B_FC2_B]), x, rate, drop);
+        }
+        if (s + 1 < c->stages) {
+            x = merge_gather(tape, x, gh, gw);
+            x = vit_op_layernorm(tape, x, L(m->merge[s][M_LN_G]), L(m->merge[s][M_LN_B]),
+                                 SWIN_LN_EPS);
+            x = vit_op_linear(tape, x, L(m->merge[s][M_W]), NULL);
+        }
+    }
+    x = vit_op_layernorm(tape, x, L(m->end[E_LN_G]), L(m->end[E_LN_B]), SWIN_LN_EPS);
+    x = vit_op_mean_tokens(tape, x, 0);
+    return vit_op_linear(tape, x, L(m->end[E_HEAD_W]), L(m->end[E_HEAD_B]));
+#undef L
+}
+
+/* ---- torchvision's names ----------------------------------------------- */
+
+/* How a torchvision tensor is made of ours. */
+enum { T_COPY, T_TRANSPOSE, T_CONV };
+
+typedef struct torch_row {
+    const char *suffix;
+    int ours;  /* B_* in a block, M_* in a merge, E_* otherwise */
+    int op;
+} torch_row;
+
+static const torch_row block_rows[] = {
+    {"norm1.weight", B_LN1_G, T_COPY}, {"norm1.bias", B_LN1_B, T_COPY},
+    {"attn.relative_position_bias_table", B_REL, T_COPY},
+    {"attn.qkv.weight", B_QKV_W, T_TRANSPOSE}, {"attn.qkv.bias", B_QKV_B, T_COPY},
+    {"attn.proj.weight", B_PROJ_W, T_TRANSPOSE}, {"attn.proj.bias", B_PROJ_B, T_COPY},
+    {"norm2.weight", B_LN2_G, T_COPY}, {"norm2.bias", B_LN2_B, T_COPY},
+    {"mlp.0.weight", B_FC1_W, T_TRANSPOSE}, {"mlp.0.bias", B_FC1_B, T_COPY},
+    {"mlp.3.weight", B_FC2_W, T_TRANSPOSE}, {"mlp.3.bias", B_FC2_B, T_COPY},
+};
+static const torch_row merge_rows[] = {
+    {"reduction.weight", M_W, T_TRANSPOSE}, {"norm.weight", M_LN_G, T_COPY},
+    {"norm.bias", M_LN_B, T_COPY},
+};
+
+static void describe(const vit_swin *m, vit_swin_torch_tensor *t, const char *name, int param,
+                     int op)
+{
+    const vit_param_tensor *p = vit_params_tensor(m->P, param);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->param = param;
+    t->op = op;
+    t->size = p->size;
+    t->ndim = p->ndim;
+    memcpy(t->shape, p->shape, sizeof t->shape);
+    if (op == T_TRANSPOSE) {
+        t->shape[0] = p->shape[1];
+        t->shape[1] = p->shape[0];
+    } else if (op == T_CONV) { /* [P*P*Cin, D] -> [D, Cin, P, P] */
+        const vit_swin_config *c = &m->cfg;
+        t->ndim = 4;
+        t->shape[0] = c->dim, t->shape[1] = c->channels, t->shape[2] = c->patch,
+        t->shape[3] = c->patch;
+    }
+}
+
+/* Walks torchvision's tensors in state_dict order: calls back with each
+ * one's name, our tensor and the op, counting them. */
+static int walk(const vit_swin *m, vit_swin_torch_tensor *out)
+{
+    const vit_swin_config *c = &m->cfg;
+    int n = 0, b = 0;
+    char name[64];
+#define PUT(nm, param, op)                                                     \
+    do {                                                                       \
+        if (out)                                                               \
+            describe(m, &out[n], nm, param, op);                               \
+        n++;                                                                   \
+    } while (0)
+    PUT("features.0.0.weight", m->end[E_PATCH_W], T_CONV);
+    PUT("features.0.0.bias", m->end[E_PATCH_B], T_COPY);
+    PUT("features.0.2.weight", m->end[E_PATCH_LN_G], T_COPY);
+    PUT("features.0.2.bias", m->end[E_PATCH_LN_B], T_COPY);
+    for (int s = 0; s < c->stages; s++) {
+        for (int j = 0; j < c->depths[s]; j++, b++)
+            for (size_t r = 0; r < sizeof block_rows / sizeof *block_rows; r++) {
+                snprintf(name, sizeof name, "features.%d.%d.%s", 2 * s + 1, j,
+                         block_rows[r].suffix);
+                PUT(name, m->blocks[b][block_rows[r].ours], block_rows[r].op);
+            }
+        if (s + 1 < c->stages)
+            for (size_t r = 0; r < sizeof merge_rows / sizeof *merge_rows; r++) {
+                snprintf(name, sizeof name, "features.%d.%s", 2 * s + 2, merge_rows[r].suffix);
+                PUT(name, m->merge[s][merge_rows[r].ours], merge_rows[r].op);
+            }
+    }
+    PUT("norm.weight", m->end[E_LN_G], T_COPY);
+    PUT("norm.bias", m->end[E_LN_B], T_COPY);
+    PUT("head.weight", m->end[E_HEAD_W], T_TRANSPOSE);
+    PUT("head.bias", m->end[E_HEAD_B], T_COPY);
+#undef PUT
+    return n;
+}
+
+int vit_swin_torch_tensors(const vit_swin *m, vit_swin_torch_tensor *t)
+{
+    return m ? walk(m, t) : 0;
+}
+
+void vit_swin_torch_copy(vit_swin *m, const vit_swin_torch_tensor *t, float *tv, int to_ours)
+{
+    vit_real *v = vit_params_value_of(m->P, t->param);
+    const vit_param_tensor *p = vit_params_tensor(m->P, t->param);
+    int rows = p->ndim == 2 ? p->shape[0] : 1, cols = p->ndim == 2 ? p->shape[1] : p->shape[0];
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++) {
+            size_t ours = (size_t)i * cols + j, theirs = ours;
+            if (t->op == T_CONV) { /* row i = (py P + px) Cin + ch, column j = d */
+                int P = m->cfg.patch, Ci = m->cfg.channels, ch = i % Ci, px = i / Ci % P,
+                    py = i / Ci / P;
+                theirs = (((size_t)j * Ci + ch) * P + py) * P + px;
+            } else if (t->op == T_TRANSPOSE) {
+                theirs = (size_t)j * rows + i;
+            }
+            if (to_ours)
+                v[ours] = (vit_real)tv[theirs];
+            else
+                tv[theirs] = (float)v[ours];
+        }
+}
