@@ -6,6 +6,7 @@
  */
 #include <check.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +160,100 @@ START_TEST(test_swin_recipe)
 }
 END_TEST
 
+/* The tensor `name` of a safetensors file (buf[size]) as F32 values of the
+ * given shape: a pointer into buf, or a test failure naming the problem. */
+static const unsigned char *st_tensor(const unsigned char *buf, size_t size, const char *name,
+                                      const int *shape, int ndim)
+{
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | buf[i];
+    ck_assert_uint_le(8 + n, size);
+    char *head = strndup((const char *)buf + 8, n), key[96];
+    snprintf(key, sizeof key, "\"%s\":", name);
+    const char *at = strstr(head, key);
+    ck_assert_msg(at != NULL, "%s: not in the fixture", name);
+    const char *sh = strstr(at, "\"shape\":["), *off = strstr(at, "\"data_offsets\":[");
+    ck_assert_msg(sh && off && strstr(at, "\"F32\""), "%s: no shape, offsets or F32", name);
+    sh += strlen("\"shape\":[");
+    for (int d = 0; d < ndim; d++) {
+        char *end;
+        ck_assert_int_eq(strtol(sh, &end, 10), shape[d]);
+        sh = end + 1;
+    }
+    ck_assert_int_eq(sh[-1], ']');
+    unsigned long long a, b;
+    ck_assert_int_eq(sscanf(off + strlen("\"data_offsets\":["), "%llu,%llu", &a, &b), 2);
+    free(head);
+    ck_assert_uint_le(8 + n + b, size);
+    ck_assert_uint_eq(b - a, 4 * (uint64_t)shape[0] * (ndim > 1 ? shape[1] : 1) *
+                                 (ndim > 2 ? shape[2] * shape[3] : 1));
+    return buf + 8 + n + a;
+}
+
+/* A Swin written by torchvision (tools/torch_swin_fixture.py: every
+ * parameter random, torchvision's names and layouts) loads tensor by
+ * tensor through our torchvision mapping and gives torchvision's float64
+ * logits on its 4 images, to rounding. */
+START_TEST(test_swin_torchvision_fixture)
+{
+    vit_swin_config cfg = tiny();
+    vit_swin *m = vit_swin_new(&cfg);
+    ck_assert_ptr_nonnull(m);
+    size_t size;
+    unsigned char *buf = fu_read("data/swin_torch.safetensors", &size);
+    int n = vit_swin_torch_tensors(m, NULL);
+    vit_swin_torch_tensor *tt = calloc((size_t)n, sizeof *tt);
+    ck_assert_int_eq(vit_swin_torch_tensors(m, tt), n);
+    ck_assert_int_eq(n, 63);
+    for (int i = 0; i < n; i++) {
+        const unsigned char *src = st_tensor(buf, size, tt[i].name, tt[i].shape, tt[i].ndim);
+        float *v = malloc(tt[i].size * sizeof *v);
+        memcpy(v, src, tt[i].size * sizeof *v); /* little-endian F32, like this machine */
+        vit_swin_torch_copy(m, &tt[i], v, 1);
+        /* and back: the mapping is a permutation */
+        float *w = calloc(tt[i].size, sizeof *w);
+        vit_swin_torch_copy(m, &tt[i], w, 0);
+        ck_assert_msg(memcmp(v, w, tt[i].size * sizeof *v) == 0, "%s: round trip", tt[i].name);
+        free(v);
+        free(w);
+    }
+    FILE *f = fopen("data/swin_torch_logits.txt", "r");
+    ck_assert_ptr_nonnull(f);
+    int B, H, W, C, K;
+    ck_assert_int_eq(fscanf(f, "%d %d %d %d %d", &B, &H, &W, &C, &K), 5);
+    ck_assert(B == 4 && H == 8 && W == 8 && C == 2 && K == 3);
+    vit_real *images = gc_zeros((size_t)B * H * W * C), *want = gc_zeros((size_t)B * K);
+    for (int i = 0; i < B * H * W * C; i++) {
+        double v;
+        ck_assert_int_eq(fscanf(f, "%lf", &v), 1);
+        images[i] = (vit_real)(float)v; /* the float32 pixel the 9 digits name */
+    }
+    for (int i = 0; i < B * K; i++) {
+        double v;
+        ck_assert_int_eq(fscanf(f, "%lf", &v), 1);
+        want[i] = (vit_real)v;
+    }
+    fclose(f);
+    vit_tape *t = vit_tape_new();
+    vit_tape_set_grad(t, 0);
+    vit_tensor *z = vit_swin_forward(m, t, images, B, NULL);
+    ck_assert_msg(z != NULL, "%s", vit_last_error());
+    double diff = gc_max_abs_diff(z->data, want, (size_t)B * K), big = 0;
+    for (int i = 0; i < B * K; i++)
+        big = fmax(big, fabs((double)want[i]));
+    printf("swin vs torchvision: max |logit difference| %.3g (largest |logit| %.3g)\n", diff, big);
+    ck_assert_msg(big > 0.1, "the fixture's logits are too small to tell anything");
+    ck_assert_msg(diff < 1e-12, "logits differ from torchvision's by %g", diff);
+    vit_tape_free(t);
+    free(images);
+    free(want);
+    free(tt);
+    free(buf);
+    vit_swin_free(m);
+}
+END_TEST
+
 static Suite *swin_suite(void)
 {
     Suite *s = suite_create("swin");
@@ -169,6 +264,7 @@ static Suite *swin_suite(void)
     TCase *tc = tcase_create("config");
     tcase_add_test(tc, test_swin_rejects_bad_configs);
     tcase_add_test(tc, test_swin_recipe);
+    tcase_add_test(tc, test_swin_torchvision_fixture);
     suite_add_tcase(s, tc);
     return s;
 }
