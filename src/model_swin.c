@@ -5,13 +5,14 @@
  * Parameters (vit_params, in this order; C_s = dim * 2^s, H_s heads,
  * M the window, R = mlp_ratio, K classes):
  *   patch.w [P*P*Cin, C_0]  patch.b [C_0]  patch.ln.g, patch.ln.b [C_0]
- *   s.j.{ln1.g, ln1.b [C_s], qkv.w [C_s, 3C_s], qkv.b [3C_s],
- *        rel [(2M-1)^2, H_s], proj.w [C_s, C_s], proj.b [C_s],
+ *   s.j.{ln1.g, ln1.b [C_s], rel [(2M-1)^2, H_s], qkv.w [C_s, 3C_s],
+ *        qkv.b [3C_s], proj.w [C_s, C_s], proj.b [C_s],
  *        ln2.g, ln2.b [C_s], fc1.w [C_s, R C_s], fc1.b [R C_s],
  *        fc2.w [R C_s, C_s], fc2.b [C_s]}          block j of stage s
- *   s.merge.{ln.g, ln.b [4C_s], w [4C_s, 2C_s]}    after stage s < S-1
+ *   s.merge.{w [4C_s, 2C_s], ln.g, ln.b [4C_s]}    after stage s < S-1
  *   ln.g, ln.b [C_{S-1}]  head.w [C_{S-1}, K]  head.b [K]
- * Linear weights are [in, out] (y = x W), PyTorch's transposed.
+ * Linear weights are [in, out] (y = x W), PyTorch's transposed.  The order
+ * is that of torchvision's state_dict, so an export keeps it.
  */
 #include "model_swin.h"
 
@@ -22,22 +23,22 @@
 
 #include "error.h"
 #include "vit/attention.h"
-#include "vit/block.h"
 #include "vit/embeddings.h"
 
 #define SWIN_LN_EPS 1e-5 /* torchvision's LayerNorm eps */
 
 /* A block's tensors, in layout order. */
-enum { B_LN1_G, B_LN1_B, B_QKV_W, B_QKV_B, B_REL, B_PROJ_W, B_PROJ_B, B_LN2_G, B_LN2_B,
+enum { B_LN1_G, B_LN1_B, B_REL, B_QKV_W, B_QKV_B, B_PROJ_W, B_PROJ_B, B_LN2_G, B_LN2_B,
        B_FC1_W, B_FC1_B, B_FC2_W, B_FC2_B, B_ROWS };
 /* The tensors outside the blocks. */
 enum { E_PATCH_W, E_PATCH_B, E_PATCH_LN_G, E_PATCH_LN_B, E_LN_G, E_LN_B, E_HEAD_W, E_HEAD_B,
        E_ROWS };
-enum { M_LN_G, M_LN_B, M_W, M_ROWS };
+enum { M_W, M_LN_G, M_LN_B, M_ROWS };
 
 struct vit_swin {
     vit_swin_config cfg;
-    vit_params *P;
+    vit_params *P;           /* the tensors: owned (vit_swin_new) or the model's */
+    int owns_params;
     int end[E_ROWS];
     int merge[VIT_SWIN_MAX_STAGES][M_ROWS];
     int (*blocks)[B_ROWS];  /* every block of every stage, in order */
@@ -79,9 +80,8 @@ int vit_swin_config_check(const vit_swin_config *c)
     if (c->window < 1 || c->dim < 1 || c->mlp_ratio < 1)
         return vit_fail(VIT_EINVAL, "%s: window %d, dim %d, mlp_ratio %d (each must be >= 1)",
                         fn, c->window, c->dim, c->mlp_ratio);
-    if (!(c->drop_path >= 0 && c->drop_path < 1) || !(c->init_std >= 0 && isfinite(c->init_std)))
-        return vit_fail(VIT_EINVAL, "%s: drop_path %g (in [0, 1)) or init_std %g (finite, >= 0)",
-                        fn, c->drop_path, c->init_std);
+    if (!(c->init_std >= 0 && isfinite(c->init_std)))
+        return vit_fail(VIT_EINVAL, "%s: init_std %g (finite, >= 0)", fn, c->init_std);
     for (int s = 0; s < c->stages; s++) {
         int gh, gw, C = width_of(c, s);
         vit_swin_stage_grid(c, s, &gh, &gw);
@@ -110,7 +110,7 @@ int vit_swin_config_pick(vit_swin_config *c, int height, int width, int channels
 {
     memset(c, 0, sizeof *c);
     *c = (vit_swin_config){.image_height = height, .image_width = width, .channels = channels,
-                           .classes = classes, .dim = 64, .mlp_ratio = 2, .drop_path = 0.1,
+                           .classes = classes, .dim = 64, .mlp_ratio = 2,
                            .init_std = 0.02};
     for (int p = 2; p <= 16 && !c->patch; p++)
         if (height % p == 0 && width % p == 0 && height / p <= 16 && width / p <= 16)
@@ -217,9 +217,9 @@ static int layout(vit_swin *m)
     } while (0)
             ROW(B_LN1_G, "ln1.g", 1, C, 0, VIT_INIT_ONE, 0, 0);
             ROW(B_LN1_B, "ln1.b", 1, C, 0, VIT_INIT_ZERO, 0, 0);
+            ROW(B_REL, "rel", 2, R * R, H, N, 0.02, 0);
             ROW(B_QKV_W, "qkv.w", 2, C, 3 * C, N, sd, 1);
             ROW(B_QKV_B, "qkv.b", 1, 3 * C, 0, VIT_INIT_ZERO, 0, 0);
-            ROW(B_REL, "rel", 2, R * R, H, N, 0.02, 0);
             ROW(B_PROJ_W, "proj.w", 2, C, C, N, sd, 1);
             ROW(B_PROJ_B, "proj.b", 1, C, 0, VIT_INIT_ZERO, 0, 0);
             ROW(B_LN2_G, "ln2.g", 1, C, 0, VIT_INIT_ONE, 0, 0);
@@ -232,12 +232,12 @@ static int layout(vit_swin *m)
         }
         if (s + 1 < c->stages) {
             char name[64];
+            snprintf(name, sizeof name, "%d.merge.w", s);
+            TRYIX(m->merge[s][M_W], add(m, name, 2, 4 * C, 2 * C, N, sd, 1));
             snprintf(name, sizeof name, "%d.merge.ln.g", s);
             TRYIX(m->merge[s][M_LN_G], add(m, name, 1, 4 * C, 0, VIT_INIT_ONE, 0, 0));
             snprintf(name, sizeof name, "%d.merge.ln.b", s);
             TRYIX(m->merge[s][M_LN_B], add(m, name, 1, 4 * C, 0, VIT_INIT_ZERO, 0, 0));
-            snprintf(name, sizeof name, "%d.merge.w", s);
-            TRYIX(m->merge[s][M_W], add(m, name, 2, 4 * C, 2 * C, N, sd, 1));
         }
     }
     int CL = width_of(c, c->stages - 1);
@@ -263,7 +263,8 @@ static void rel_ids(int *ids, int M, int H)
             }
 }
 
-vit_swin *vit_swin_new(const vit_swin_config *cfg)
+/* The state of cfg (checked) with its tensors added to P (open). */
+static vit_swin *swin_build(const vit_swin_config *cfg, vit_params *P)
 {
     if (vit_swin_config_check(cfg) != VIT_OK)
         return NULL;
@@ -271,31 +272,48 @@ vit_swin *vit_swin_new(const vit_swin_config *cfg)
     int nb = 0;
     for (int s = 0; s < cfg->stages; s++)
         nb += cfg->depths[s];
-    if (!m || !(m->P = vit_params_new()) || !(m->blocks = calloc((size_t)nb, sizeof *m->blocks)))
+    if (!m || !(m->blocks = calloc((size_t)nb, sizeof *m->blocks)))
         goto oom;
     m->cfg = *cfg;
+    m->P = P;
     int T = cfg->window * cfg->window;
     for (int s = 0; s < cfg->stages; s++) {
         if (!(m->rel_ids[s] = malloc((size_t)cfg->heads[s] * T * T * sizeof(int))))
             goto oom;
         rel_ids(m->rel_ids[s], cfg->window, cfg->heads[s]);
     }
-    if (layout(m) != VIT_OK || vit_params_alloc(m->P) != VIT_OK) {
+    if (layout(m) != VIT_OK) {
         vit_swin_free(m);
         return NULL;
     }
     return m;
 oom:
     vit_swin_free(m);
-    vit_fail(VIT_ENOMEM, "vit_swin_new: out of memory");
+    vit_fail(VIT_ENOMEM, "swin: out of memory");
     return NULL;
+}
+
+vit_swin *vit_swin_new(const vit_swin_config *cfg)
+{
+    vit_params *P = vit_params_new();
+    vit_swin *m = P ? swin_build(cfg, P) : NULL;
+    if (!m || vit_params_alloc(P) != VIT_OK) {
+        vit_params_free(P);
+        if (m)
+            m->P = NULL;
+        vit_swin_free(m);
+        return NULL;
+    }
+    m->owns_params = 1;
+    return m;
 }
 
 void vit_swin_free(vit_swin *m)
 {
     if (!m)
         return;
-    vit_params_free(m->P);
+    if (m->owns_params)
+        vit_params_free(m->P);
     free(m->blocks);
     for (int s = 0; s < VIT_SWIN_MAX_STAGES; s++)
         free(m->rel_ids[s]);
@@ -403,61 +421,50 @@ static vit_tensor *merge_gather(vit_tape *tape, vit_tensor *x, int gh, int gw)
     return vit_op_reshape(tape, g, 3, (int[]){B, oh * ow, 4 * C});
 }
 
-/* r + drop_path(branch W + b): without drop path the one fused op. */
+/* r + drop_path(x W + b): without scales the one fused op. */
 static vit_tensor *residual(vit_tape *tape, vit_tensor *x, vit_tensor *W, vit_tensor *b,
-                            vit_tensor *r, double rate, vit_rng *drop)
+                            vit_tensor *r, const vit_real *scale)
 {
-    if (!drop || rate <= 0 || !vit_tape_grad_enabled(tape))
-        return vit_op_linear_add(tape, x, W, b, r);
-    int B = r ? r->shape[0] : 1;
-    vit_real *scale = vit_tape_alloc(tape, (size_t)B * sizeof *scale);
     if (!scale)
-        return NULL;
-    int rc = vit_drop_path_scales(scale, B, rate, drop);
-    if (rc != VIT_OK) {
-        vit_tape_fail(tape, rc);
-        return NULL;
-    }
+        return vit_op_linear_add(tape, x, W, b, r);
     return vit_op_add(tape, r, vit_op_drop_path(tape, vit_op_linear(tape, x, W, b), scale));
 }
 
-vit_tensor *vit_swin_forward(vit_swin *m, vit_tape *tape, const vit_real *images, int batch,
-                             vit_rng *drop)
+/* Where the forward takes parameter tensor i from. */
+typedef vit_tensor *(*leaf_fn)(const void *ctx, int i);
+
+/* The network on tape: img [batch, H, W, C] -> logits [batch, classes].
+ * drop: NULL, or stochastic depth's scales, block b's attention branch
+ * scaled by drop[2b stride + i] for image i, its MLP branch by
+ * drop[(2b + 1) stride + i]. */
+static vit_tensor *run(const vit_swin *m, vit_tape *tape, leaf_fn leaf, const void *lctx,
+                       vit_tensor *img, int batch, const vit_real *drop, int stride)
 {
-    if (!m || !tape || !images || batch < 1) {
-        vit_tape_fail(tape, vit_fail(VIT_EINVAL, "vit_swin_forward: NULL model, tape or "
-                                     "images, or batch %d < 1", batch));
-        return NULL;
-    }
     const vit_swin_config *c = &m->cfg;
-    int grad = vit_tape_grad_enabled(tape);
-#define L(ix) vit_params_leaf(m->P, tape, (ix), grad)
-    vit_tensor *img = vit_tape_leaf(tape, (vit_real *)images, NULL, 4,
-                                    (int[]){batch, c->image_height, c->image_width, c->channels});
+#define L(ix) leaf(lctx, (ix))
     vit_patch_shape ps = {.batch = batch, .height = c->image_height, .width = c->image_width,
                           .channels = c->channels, .patch = c->patch, .dim = c->dim,
                           .stride = c->patch};
     vit_tensor *x = vit_op_patch_embed(tape, &ps, img, L(m->end[E_PATCH_W]),
                                        L(m->end[E_PATCH_B]));
     x = vit_op_layernorm(tape, x, L(m->end[E_PATCH_LN_G]), L(m->end[E_PATCH_LN_B]), SWIN_LN_EPS);
-    int nb = 0, b = 0;
-    for (int s = 0; s < c->stages; s++)
-        nb += c->depths[s];
+    int b = 0;
     for (int s = 0; s < c->stages; s++) {
         int gh, gw, H = c->heads[s];
         vit_swin_stage_grid(c, s, &gh, &gw);
         for (int j = 0; j < c->depths[s]; j++, b++) {
             const int *ix = m->blocks[b];
-            double rate = nb > 1 ? c->drop_path * b / (nb - 1) : 0;
+            const vit_real *d_attn = drop ? drop + (size_t)2 * b * stride : NULL;
+            const vit_real *d_mlp = drop ? drop + (size_t)(2 * b + 1) * stride : NULL;
             vit_tensor *h = vit_op_layernorm(tape, x, L(ix[B_LN1_G]), L(ix[B_LN1_B]), SWIN_LN_EPS);
             vit_tensor *qkv = vit_op_linear(tape, h, L(ix[B_QKV_W]), L(ix[B_QKV_B]));
             vit_tensor *bias = rel_bias(tape, L(ix[B_REL]), m->rel_ids[s], c->window, H);
             vit_tensor *a = window_attention(tape, qkv, bias, gh, gw, c->window,
                                              shift_of(c, s, j), H);
-            x = residual(tape, a, L(ix[B_PROJ_W]), L(ix[B_PROJ_B]), x, rate, drop);
+            x = residual(tape, a, L(ix[B_PROJ_W]), L(ix[B_PROJ_B]), x, d_attn);
             h = vit_op_layernorm(tape, x, L(ix[B_LN2_G]), L(ix[B_LN2_B]), SWIN_LN_EPS);
             h = vit_op_linear_gelu(tape, h, L(ix[B_FC1_W]), L(ix[B_FC1_B]));
-            x = residual(tape, h, L(ix[B_FC2_W]), L(ix[B_FC2_B]), x, rate, drop);
+            x = residual(tape, h, L(ix[B_FC2_W]), L(ix[B_FC2_B]), x, d_mlp);
         }
         if (s + 1 < c->stages) {
             x = merge_gather(tape, x, gh, gw);
@@ -470,6 +477,33 @@ vit_tensor *vit_swin_forward(vit_swin *m, vit_tape *tape, const vit_real *images
     x = vit_op_mean_tokens(tape, x, 0);
     return vit_op_linear(tape, x, L(m->end[E_HEAD_W]), L(m->end[E_HEAD_B]));
 #undef L
+}
+
+typedef struct own_leaf {
+    vit_params *P;
+    vit_tape *tape;
+    int grad;
+} own_leaf;
+
+static vit_tensor *own_param(const void *ctx, int i)
+{
+    const own_leaf *o = ctx;
+    return vit_params_leaf(o->P, o->tape, i, o->grad);
+}
+
+vit_tensor *vit_swin_forward(vit_swin *m, vit_tape *tape, const vit_real *images, int batch,
+                             const vit_real *drop, int stride)
+{
+    if (!m || !tape || !images || batch < 1) {
+        vit_tape_fail(tape, vit_fail(VIT_EINVAL, "vit_swin_forward: NULL model, tape or "
+                                     "images, or batch %d < 1", batch));
+        return NULL;
+    }
+    const vit_swin_config *c = &m->cfg;
+    own_leaf o = {m->P, tape, vit_tape_grad_enabled(tape)};
+    vit_tensor *img = vit_tape_leaf(tape, (vit_real *)images, NULL, 4,
+                                    (int[]){batch, c->image_height, c->image_width, c->channels});
+    return run(m, tape, own_param, &o, img, batch, drop, stride);
 }
 
 /* ---- torchvision's names ----------------------------------------------- */

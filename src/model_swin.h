@@ -38,8 +38,6 @@ typedef struct vit_swin_config {
     int depths[VIT_SWIN_MAX_STAGES]; /* blocks per stage, >= 1 */
     int heads[VIT_SWIN_MAX_STAGES];  /* heads per stage, dividing its width */
     int mlp_ratio;  /* MLP hidden width = mlp_ratio * width */
-    double drop_path; /* the last block's stochastic depth rate; block b of
-                       * n in all gets drop_path * b / (n - 1) (torchvision) */
     double init_std;  /* std of the truncated normal linear weights (0.02) */
 } vit_swin_config;
 
@@ -73,11 +71,13 @@ vit_params *vit_swin_params(vit_swin *m);
 
 /* The forward of images [batch, H, W, C] on tape: logits [batch, classes].
  * Parameters become leaves over vit_params' buffers, with gradients when
- * the tape is in grad mode.  drop: if not NULL and cfg->drop_path > 0,
- * draws each block's per-sample stochastic depth (training); NULL for
- * evaluation.  NULL on error (the tape's status and vit_last_error). */
+ * the tape is in grad mode.  drop: NULL, or stochastic depth's per-image
+ * scales (vit_drop_path_scales): block b's attention branch is scaled by
+ * drop[2b stride + i] for image i, its MLP branch by drop[(2b+1) stride + i]
+ * (blocks counted over all stages).  NULL on error (the tape's status and
+ * vit_last_error). */
 vit_tensor *vit_swin_forward(vit_swin *m, vit_tape *tape, const vit_real *images, int batch,
-                             vit_rng *drop);
+                             const vit_real *drop, int stride);
 
 /* ---- torchvision's names and layouts ----------------------------------- */
 

@@ -37,13 +37,14 @@ typedef struct swin_ctx {
     vit_tape *tape;
     vit_real *images;
     int labels[GB];
+    const vit_real *drop; /* stochastic depth's scales, [2 blocks, GB] */
 } swin_ctx;
 
 static double swin_loss(void *p)
 {
     swin_ctx *c = p;
     vit_tape_reset(c->tape);
-    vit_tensor *z = vit_swin_forward(c->m, c->tape, c->images, GB, NULL);
+    vit_tensor *z = vit_swin_forward(c->m, c->tape, c->images, GB, c->drop, GB);
     vit_tensor *loss = vit_op_cross_entropy(c->tape, z, c->labels, (vit_real)0.1, NULL);
     ck_assert_msg(loss != NULL, "forward failed: %s", vit_last_error());
     return (double)loss->data[0];
@@ -51,11 +52,16 @@ static double swin_loss(void *p)
 
 /* Every parameter random and of order one (gains, biases and the bias
  * tables too), so no gradient is trivially zero; the whole network's
- * gradient against central differences, tensor by tensor. */
+ * gradient against central differences, tensor by tensor.  _i = 1: with
+ * stochastic depth's scales, every branch of image 0 kept (x 1.25), of
+ * image 1 alternately dropped and kept. */
 START_TEST(test_swin_gradient)
 {
     vit_swin_config cfg = tiny();
-    swin_ctx c = {.m = vit_swin_new(&cfg), .tape = vit_tape_new()};
+    vit_real drop[2 * 4 * GB];
+    for (int l = 0; l < 2 * 4; l++)
+        drop[l * GB] = (vit_real)1.25, drop[l * GB + 1] = (vit_real)(l % 2 ? 1.25 : 0);
+    swin_ctx c = {.m = vit_swin_new(&cfg), .tape = vit_tape_new(), .drop = _i ? drop : NULL};
     ck_assert_msg(c.m != NULL, "%s", vit_last_error());
     vit_params *P = vit_swin_params(c.m);
     size_t n = vit_params_count(P);
@@ -69,7 +75,7 @@ START_TEST(test_swin_gradient)
 
     vit_tape *t = vit_tape_new();
     vit_params_zero_grads(P);
-    vit_tensor *z = vit_swin_forward(c.m, t, c.images, GB, NULL);
+    vit_tensor *z = vit_swin_forward(c.m, t, c.images, GB, c.drop, GB);
     ck_assert_msg(z != NULL, "%s", vit_last_error());
     ck_assert_int_eq(z->ndim, 2);
     ck_assert_int_eq(z->shape[0], GB);
@@ -95,7 +101,8 @@ START_TEST(test_swin_gradient)
         ck_assert_msg(norm > 1e-6, "%s: gradient is zero", pt->name);
         worst = fmax(worst, e);
     }
-    printf("swin gradient: %d tensors, %zu parameters, max_rel %.2e\n", nt, n, worst);
+    printf("swin gradient%s: %d tensors, %zu parameters, max_rel %.2e\n", _i ? " (drop path)" : "", nt,
+           n, worst);
     vit_swin_free(c.m);
     vit_tape_free(c.tape);
     vit_tape_free(t);
@@ -125,9 +132,6 @@ START_TEST(test_swin_rejects_bad_configs)
     c.depths[2] = 1, c.heads[2] = 1;
     ck_assert_int_eq(vit_swin_config_check(&c), VIT_EINVAL);
     ck_assert_ptr_nonnull(vit_swin_new(&c) == NULL ? "" : NULL);
-    c = tiny();
-    c.drop_path = 1;
-    ck_assert_int_eq(vit_swin_config_check(&c), VIT_EINVAL);
 }
 END_TEST
 
@@ -237,7 +241,7 @@ START_TEST(test_swin_torchvision_fixture)
     fclose(f);
     vit_tape *t = vit_tape_new();
     vit_tape_set_grad(t, 0);
-    vit_tensor *z = vit_swin_forward(m, t, images, B, NULL);
+    vit_tensor *z = vit_swin_forward(m, t, images, B, NULL, 0);
     ck_assert_msg(z != NULL, "%s", vit_last_error());
     double diff = gc_max_abs_diff(z->data, want, (size_t)B * K), big = 0;
     for (int i = 0; i < B * K; i++)
@@ -259,7 +263,7 @@ static Suite *swin_suite(void)
     Suite *s = suite_create("swin");
     TCase *tg = tcase_create("gradient");
     tcase_set_timeout(tg, 120);
-    tcase_add_test(tg, test_swin_gradient);
+    tcase_add_loop_test(tg, test_swin_gradient, 0, 2);
     suite_add_tcase(s, tg);
     TCase *tc = tcase_create("config");
     tcase_add_test(tc, test_swin_rejects_bad_configs);
