@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "vit/arch.h"
 #include "vit/attention.h"
 #include "vit/embeddings.h"
 
@@ -508,91 +509,90 @@ vit_tensor *vit_swin_forward(vit_swin *m, vit_tape *tape, const vit_real *images
 
 /* ---- torchvision's names ----------------------------------------------- */
 
-/* How a torchvision tensor is made of ours. */
-enum { T_COPY, T_TRANSPOSE, T_CONV };
-
+/* Our row names and torchvision's, with how its tensor is made of ours
+ * (enum vit_export_op, vit/arch.h). */
 typedef struct torch_row {
-    const char *suffix;
-    int ours;  /* B_* in a block, M_* in a merge, E_* otherwise */
+    const char *ours, *theirs;
     int op;
 } torch_row;
 
-static const torch_row block_rows[] = {
-    {"norm1.weight", B_LN1_G, T_COPY}, {"norm1.bias", B_LN1_B, T_COPY},
-    {"attn.relative_position_bias_table", B_REL, T_COPY},
-    {"attn.qkv.weight", B_QKV_W, T_TRANSPOSE}, {"attn.qkv.bias", B_QKV_B, T_COPY},
-    {"attn.proj.weight", B_PROJ_W, T_TRANSPOSE}, {"attn.proj.bias", B_PROJ_B, T_COPY},
-    {"norm2.weight", B_LN2_G, T_COPY}, {"norm2.bias", B_LN2_B, T_COPY},
-    {"mlp.0.weight", B_FC1_W, T_TRANSPOSE}, {"mlp.0.bias", B_FC1_B, T_COPY},
-    {"mlp.3.weight", B_FC2_W, T_TRANSPOSE}, {"mlp.3.bias", B_FC2_B, T_COPY},
+static const torch_row block_rows[] = { /* "S.J.<ours>": features.(2S+1).J.<theirs> */
+    {"ln1.g", "norm1.weight", VIT_EXPORT_COPY}, {"ln1.b", "norm1.bias", VIT_EXPORT_COPY},
+    {"rel", "attn.relative_position_bias_table", VIT_EXPORT_COPY},
+    {"qkv.w", "attn.qkv.weight", VIT_EXPORT_TRANSPOSE}, {"qkv.b", "attn.qkv.bias", VIT_EXPORT_COPY},
+    {"proj.w", "attn.proj.weight", VIT_EXPORT_TRANSPOSE},
+    {"proj.b", "attn.proj.bias", VIT_EXPORT_COPY},
+    {"ln2.g", "norm2.weight", VIT_EXPORT_COPY}, {"ln2.b", "norm2.bias", VIT_EXPORT_COPY},
+    {"fc1.w", "mlp.0.weight", VIT_EXPORT_TRANSPOSE}, {"fc1.b", "mlp.0.bias", VIT_EXPORT_COPY},
+    {"fc2.w", "mlp.3.weight", VIT_EXPORT_TRANSPOSE}, {"fc2.b", "mlp.3.bias", VIT_EXPORT_COPY},
 };
-static const torch_row merge_rows[] = {
-    {"reduction.weight", M_W, T_TRANSPOSE}, {"norm.weight", M_LN_G, T_COPY},
-    {"norm.bias", M_LN_B, T_COPY},
+static const torch_row merge_rows[] = { /* "S.merge.<ours>": features.(2S+2).<theirs> */
+    {"w", "reduction.weight", VIT_EXPORT_TRANSPOSE}, {"ln.g", "norm.weight", VIT_EXPORT_COPY},
+    {"ln.b", "norm.bias", VIT_EXPORT_COPY},
+};
+static const torch_row end_rows[] = {
+    {"patch.w", "features.0.0.weight", VIT_EXPORT_CONV},
+    {"patch.b", "features.0.0.bias", VIT_EXPORT_COPY},
+    {"patch.ln.g", "features.0.2.weight", VIT_EXPORT_COPY},
+    {"patch.ln.b", "features.0.2.bias", VIT_EXPORT_COPY},
+    {"ln.g", "norm.weight", VIT_EXPORT_COPY}, {"ln.b", "norm.bias", VIT_EXPORT_COPY},
+    {"head.w", "head.weight", VIT_EXPORT_TRANSPOSE}, {"head.b", "head.bias", VIT_EXPORT_COPY},
 };
 
-static void describe(const vit_swin *m, vit_swin_torch_tensor *t, const char *name, int param,
-                     int op)
+static const torch_row *find_row(const torch_row *rows, size_t n, const char *ours)
 {
-    const vit_param_tensor *p = vit_params_tensor(m->P, param);
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->param = param;
-    t->op = op;
-    t->size = p->size;
-    t->ndim = p->ndim;
-    memcpy(t->shape, p->shape, sizeof t->shape);
-    if (op == T_TRANSPOSE) {
-        t->shape[0] = p->shape[1];
-        t->shape[1] = p->shape[0];
-    } else if (op == T_CONV) { /* [P*P*Cin, D] -> [D, Cin, P, P] */
-        const vit_swin_config *c = &m->cfg;
-        t->ndim = 4;
-        t->shape[0] = c->dim, t->shape[1] = c->channels, t->shape[2] = c->patch,
-        t->shape[3] = c->patch;
-    }
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(rows[i].ours, ours) == 0)
+            return &rows[i];
+    return NULL;
 }
 
-/* Walks torchvision's tensors in state_dict order: calls back with each
- * one's name, our tensor and the op, counting them. */
-static int walk(const vit_swin *m, vit_swin_torch_tensor *out)
+/* torchvision's name of our tensor `ours` in out[cap] and its op: VIT_OK,
+ * or VIT_EINVAL for a name that is not one of the Swin's. */
+static int torch_name(const char *ours, char *out, size_t cap, int *op)
 {
-    const vit_swin_config *c = &m->cfg;
-    int n = 0, b = 0;
-    char name[64];
-#define PUT(nm, param, op)                                                     \
-    do {                                                                       \
-        if (out)                                                               \
-            describe(m, &out[n], nm, param, op);                               \
-        n++;                                                                   \
-    } while (0)
-    PUT("features.0.0.weight", m->end[E_PATCH_W], T_CONV);
-    PUT("features.0.0.bias", m->end[E_PATCH_B], T_COPY);
-    PUT("features.0.2.weight", m->end[E_PATCH_LN_G], T_COPY);
-    PUT("features.0.2.bias", m->end[E_PATCH_LN_B], T_COPY);
-    for (int s = 0; s < c->stages; s++) {
-        for (int j = 0; j < c->depths[s]; j++, b++)
-            for (size_t r = 0; r < sizeof block_rows / sizeof *block_rows; r++) {
-                snprintf(name, sizeof name, "features.%d.%d.%s", 2 * s + 1, j,
-                         block_rows[r].suffix);
-                PUT(name, m->blocks[b][block_rows[r].ours], block_rows[r].op);
-            }
-        if (s + 1 < c->stages)
-            for (size_t r = 0; r < sizeof merge_rows / sizeof *merge_rows; r++) {
-                snprintf(name, sizeof name, "features.%d.%s", 2 * s + 2, merge_rows[r].suffix);
-                PUT(name, m->merge[s][merge_rows[r].ours], merge_rows[r].op);
-            }
+    int S, J, n = 0;
+    const torch_row *r = NULL;
+#define ROWS(a) a, sizeof a / sizeof *a
+    if (sscanf(ours, "%d.%d.%n", &S, &J, &n) == 2 && n &&
+        (r = find_row(ROWS(block_rows), ours + n)))
+        snprintf(out, cap, "features.%d.%d.%s", 2 * S + 1, J, r->theirs);
+    else if (n = 0, sscanf(ours, "%d.merge.%n", &S, &n) == 1 && n &&
+             (r = find_row(ROWS(merge_rows), ours + n)))
+        snprintf(out, cap, "features.%d.%s", 2 * S + 2, r->theirs);
+    else if ((r = find_row(ROWS(end_rows), ours)))
+        snprintf(out, cap, "%s", r->theirs);
+    else
+        return vit_fail(VIT_EINVAL, "swin: no torchvision name for tensor %s", ours);
+#undef ROWS
+    *op = r->op;
+    return VIT_OK;
+}
+
+int vit_swin_torch_tensors(const vit_swin *m, vit_swin_torch_tensor *out)
+{
+    if (!m)
+        return 0;
+    int n = vit_params_tensor_count(m->P);
+    for (int i = 0; out && i < n; i++) {
+        const vit_param_tensor *p = vit_params_tensor(m->P, i);
+        vit_swin_torch_tensor *t = &out[i];
+        if (torch_name(p->name, t->name, sizeof t->name, &t->op) != VIT_OK)
+            return -1;
+        t->param = i;
+        t->size = p->size;
+        t->ndim = p->ndim;
+        memcpy(t->shape, p->shape, sizeof t->shape);
+        if (t->op == VIT_EXPORT_TRANSPOSE) {
+            t->shape[0] = p->shape[1];
+            t->shape[1] = p->shape[0];
+        } else if (t->op == VIT_EXPORT_CONV) { /* [P*P*Cin, D] -> [D, Cin, P, P] */
+            t->ndim = 4;
+            t->shape[0] = m->cfg.dim, t->shape[1] = m->cfg.channels;
+            t->shape[2] = t->shape[3] = m->cfg.patch;
+        }
     }
-    PUT("norm.weight", m->end[E_LN_G], T_COPY);
-    PUT("norm.bias", m->end[E_LN_B], T_COPY);
-    PUT("head.weight", m->end[E_HEAD_W], T_TRANSPOSE);
-    PUT("head.bias", m->end[E_HEAD_B], T_COPY);
-#undef PUT
     return n;
-}
-
-int vit_swin_torch_tensors(const vit_swin *m, vit_swin_torch_tensor *t)
-{
-    return m ? walk(m, t) : 0;
 }
 
 void vit_swin_torch_copy(vit_swin *m, const vit_swin_torch_tensor *t, float *tv, int to_ours)
@@ -603,11 +603,11 @@ void vit_swin_torch_copy(vit_swin *m, const vit_swin_torch_tensor *t, float *tv,
     for (int i = 0; i < rows; i++)
         for (int j = 0; j < cols; j++) {
             size_t ours = (size_t)i * cols + j, theirs = ours;
-            if (t->op == T_CONV) { /* row i = (py P + px) Cin + ch, column j = d */
+            if (t->op == VIT_EXPORT_CONV) { /* row i = (py P + px) Cin + ch, column j = d */
                 int P = m->cfg.patch, Ci = m->cfg.channels, ch = i % Ci, px = i / Ci % P,
                     py = i / Ci / P;
                 theirs = (((size_t)j * Ci + ch) * P + py) * P + px;
-            } else if (t->op == T_TRANSPOSE) {
+            } else if (t->op == VIT_EXPORT_TRANSPOSE) {
                 theirs = (size_t)j * rows + i;
             }
             if (to_ours)

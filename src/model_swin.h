@@ -88,8 +88,7 @@ typedef struct vit_swin_torch_tensor {
     int shape[4];
     size_t size;
     int param;  /* our tensor (vit_params index) it is made of */
-    int op;     /* 0 the same values, 1 transposed (PyTorch's Linear is
-                 * [out, in]), 2 the patch convolution [D, Cin, P, P] */
+    int op;     /* enum vit_export_op (vit/arch.h) */
 } vit_swin_torch_tensor;
 
 /* Number of tensors in torchvision's state_dict of this model (without its
