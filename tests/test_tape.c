@@ -2011,6 +2011,124 @@ START_TEST(test_custom_errors)
 }
 END_TEST
 
+/* ---- Swin's ops: windowed attention ------------------------------------ */
+
+/* Windowed attention on a 4 x 4 grid of B = 2 items, H = 2 heads of width
+ * 3 (qkv [2, 16, 18]), windows of 2 x 2: case 0 plain windows with a bias
+ * per head, 1 shifted by 1 with one shared bias, 2 shifted without bias. */
+static const vit_window_opts win_opts[3] = {
+    {.heads = 2, .grid_h = 4, .grid_w = 4, .window = 2, .shift = 0},
+    {.heads = 2, .grid_h = 4, .grid_w = 4, .window = 2, .shift = 1},
+    {.heads = 2, .grid_h = 4, .grid_w = 4, .window = 2, .shift = 1, .scale = 0.7},
+};
+
+static vit_tensor *b_window(graph *g, vit_tape *t, vit_tensor **in)
+{
+    return vit_op_window_attn(t, in[0], g->nleaves > 1 ? in[1] : NULL, g->aux);
+}
+
+START_TEST(test_window_attn)
+{
+    graph g = {.build = b_window, .smoothing = SMOOTHING, .aux = &win_opts[_i]};
+    uint64_t seed = 90 + (uint64_t)_i;
+    add_leaf(&g, "qkv", 1, 1.5, &seed, 3, 2, 16, 18, 0);
+    if (_i < 2)
+        add_leaf(&g, "bias", 1, 1.0, &seed, 3, _i == 0 ? 2 : 1, 4, 4, 0);
+    static const char *what[3] = {"window_attn", "window_attn (shifted, shared bias)",
+                                  "window_attn (shifted, no bias)"};
+    check_graph(&g, what[_i]);
+}
+END_TEST
+
+/* The op computes what vit_sdpa computes on the same fused buffer (its own
+ * strides) with the window mask of vit_mask_window: the full-grid route
+ * it replaces. */
+START_TEST(test_window_attn_matches_masked)
+{
+    enum { B = 2, N = 16, D = 6, H = 2 };
+    const vit_window_opts *o = &win_opts[_i];
+    vit_real qkv[B * N * 3 * D], ref[B * N * D], probs[B * H * N * N];
+    unsigned char allowed[N * N];
+    uint64_t seed = 7 + (uint64_t)_i;
+    gc_fill(qkv, sizeof qkv / sizeof *qkv, &seed, 2.0);
+    ck_assert_int_eq(vit_mask_window(allowed, 4, 4, o->window, o->shift), VIT_OK);
+    vit_sdpa a = {.batch = B, .heads = H, .n_q = N, .n_k = N, .d_k = D / H, .d_v = D / H,
+                  .scale = o->scale, .mask = {.allowed = allowed},
+                  .ld_q = 3 * D, .ld_k = 3 * D, .ld_v = 3 * D};
+    ck_assert_int_eq(vit_sdpa_forward(&a, ref, probs, qkv, qkv + D, qkv + 2 * D), VIT_OK);
+    vit_tape *t = vit_tape_new();
+    vit_tensor *y = vit_op_window_attn(t, vit_tape_leaf(t, qkv, NULL, 3, (int[]){B, N, 3 * D}),
+                                       NULL, o);
+    ck_assert_msg(y != NULL, "%s", vit_last_error());
+    ck_assert_int_eq(y->ndim, 3);
+    ck_assert_int_eq(y->shape[1], N);
+    ck_assert_int_eq(y->shape[2], D);
+    double e = gc_max_abs_diff(y->data, ref, (size_t)B * N * D);
+    ck_assert_msg(e < 1e-12, "window op vs masked sdpa: %.3e", e);
+    vit_tape_free(t);
+}
+END_TEST
+
+/* One bad argument per call: the op refuses it, names itself, the
+ * argument and the shapes, and records nothing. */
+START_TEST(test_window_attn_errors)
+{
+    static vit_real buf[2 * 16 * 18], bb[2 * 4 * 4 * 2];
+    vit_window_opts o = win_opts[0];
+    vit_tape *t = vit_tape_new();
+    struct { int ndim, shape[4]; const char *arg, *what; } cases[] = {
+        {3, {2, 16, 17}, NULL, "3 * heads"},              /* D not whole */
+        {3, {2, 8, 36}, "qkv", "[*, 16, *], got [2, 8, 36]"}, /* wrong token count */
+        {4, {2, 4, 4, 18}, "qkv", "got [2, 4, 4, 18]"},   /* a grid layout: same values */
+        {2, {32, 18}, "qkv", "got [32, 18]"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        vit_tape_reset(t);
+        vit_tensor *x = vit_tape_leaf(t, buf, NULL, cases[i].ndim, cases[i].shape);
+        ck_assert_ptr_null(vit_op_window_attn(t, x, NULL, &o));
+        ck_assert_int_eq(vit_tape_status(t), VIT_EINVAL);
+        expect_msg("vit_op_window_attn", cases[i].what);
+        if (cases[i].arg)
+            expect_msg("vit_op_window_attn", cases[i].arg);
+        ck_assert_int_eq(vit_tape_op_count(t), 0);
+    }
+    /* Biases: a 4-D [H, T, T, 1], the wrong head count, a flat [H*T*T]. */
+    struct { int ndim, shape[4]; const char *what; } biases[] = {
+        {4, {2, 4, 4, 1}, "got [2, 4, 4, 1]"},
+        {3, {3, 4, 4}, "[2, 4, 4], got [3, 4, 4]"},
+        {1, {32}, "got [32]"},
+        {3, {2, 2, 8}, "got [2, 2, 8]"},
+    };
+    for (size_t i = 0; i < sizeof biases / sizeof *biases; i++) {
+        vit_tape_reset(t);
+        vit_tensor *x = vit_tape_leaf(t, buf, NULL, 3, (int[]){2, 16, 18});
+        vit_tensor *b = vit_tape_leaf(t, bb, NULL, biases[i].ndim, biases[i].shape);
+        ck_assert_ptr_null(vit_op_window_attn(t, x, b, &o));
+        expect_msg("vit_op_window_attn", "bias");
+        expect_msg("vit_op_window_attn", biases[i].what);
+    }
+    /* Options: a window that does not divide the grid, a shift outside
+     * [0, M), no heads, NULL. */
+    vit_window_opts bad[3] = {o, o, o};
+    bad[0].window = 3;
+    bad[1].shift = 2;
+    bad[2].heads = 0;
+    const char *bad_what[3] = {"multiple of the window", "shift", "heads"};
+    for (int i = 0; i < 3; i++) {
+        vit_tape_reset(t);
+        vit_tensor *x = vit_tape_leaf(t, buf, NULL, 3, (int[]){2, 16, 18});
+        ck_assert_ptr_null(vit_op_window_attn(t, x, NULL, &bad[i]));
+        ck_assert_int_eq(vit_tape_status(t), VIT_EINVAL);
+        expect_msg("window", bad_what[i]);
+    }
+    vit_tape_reset(t);
+    ck_assert_ptr_null(vit_op_window_attn(t, vit_tape_leaf(t, buf, NULL, 3, (int[]){2, 16, 18}),
+                                          NULL, NULL));
+    expect_msg("vit_op_window_attn", "opts");
+    vit_tape_free(t);
+}
+END_TEST
+
 static Suite *tape_suite(void)
 {
     Suite *s = suite_create("tape");
@@ -2043,6 +2161,8 @@ static Suite *tape_suite(void)
     tcase_add_loop_test(tc, test_masked_mean, 0, 2);
     tcase_add_loop_test(tc, test_mha_bias, 0, 4);
     tcase_add_test(tc, test_checkpoint_grad);
+    tcase_add_loop_test(tc, test_window_attn, 0, 3);
+    tcase_add_loop_test(tc, test_window_attn_matches_masked, 0, 3);
     tcase_add_test(tc, test_checkpoint_bitwise);
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("memory_errors");
@@ -2059,6 +2179,7 @@ static Suite *tape_suite(void)
     tcase_add_test(tm, test_retain_grad);
     tcase_add_test(tm, test_lean_memory);
     tcase_add_test(tm, test_custom_errors);
+    tcase_add_test(tm, test_window_attn_errors);
     suite_add_tcase(s, tm);
     return s;
 }

@@ -273,6 +273,41 @@ vit_tensor *vit_op_mha_bias(vit_tape *tape, const vit_mha *cfg, vit_tensor *para
                             vit_tensor *x_q, vit_tensor *x_kv, vit_tensor *bias,
                             vit_real **probs);
 
+/* What vit_op_window_attn needs besides its tensors. */
+typedef struct vit_window_opts {
+    int heads;      /* H; divides D */
+    int grid_h;     /* token rows */
+    int grid_w;     /* token columns; N = grid_h * grid_w */
+    int window;     /* M; divides grid_h and grid_w; T = M * M */
+    int shift;      /* 0 <= shift < M: Swin's cyclic shift (0 or M/2) */
+    vit_real scale; /* score scale; 0 means 1/sqrt(D/H) */
+} vit_window_opts;
+
+/* Swin's (shifted) window self-attention from a fused projection:
+ * qkv [B, N, 3*D] holds Q, K and V side by side (columns 0, D, 2D, as
+ * vit_op_linear with W [d_model, 3*D] makes them; head h uses columns
+ * h*D/H .. of each), N = grid_h * grid_w tokens numbered row by row.  Each
+ * token attends only to the tokens of its M x M window; with a shift the
+ * windows are those of the grid rolled by -shift on both axes, and tokens
+ * that come from opposite borders do not attend each other (the region
+ * mask): exactly vit_mha's core with mask.allowed from
+ * vit_mask_window(grid_h, grid_w, M, shift), at a cost linear in N.
+ * bias: NULL, or an additive score bias by window position pair,
+ * [H, T, T] (one per head) or [1, T, T] (shared), shared by every window
+ * and item: Swin's relative position bias after its lookup
+ * (vit_op_relpos_bias), whose gradient (summed over items and windows)
+ * flows like any input's.  Output [B, N, D], heads concatenated (the
+ * input of the output projection).  opts is copied.  The kernel
+ * (vit_window_attn_*, vit/attention.h) reads Q, K, V inside qkv and adds
+ * their gradients there: no copies.  The op keeps the maps
+ * [B, H, N, T] for its backward.  Every rank and dimension is checked:
+ * VIT_EINVAL naming the argument and the expected and given shapes for a
+ * qkv not [B, N, 3*D] with D a multiple of H, a bias not [1 or H, T, T],
+ * and for bad opts (NULL, a size < 1, a grid not a multiple of M, a shift
+ * outside [0, M), a non-finite scale); VIT_ENUM for a non-finite score. */
+vit_tensor *vit_op_window_attn(vit_tape *tape, vit_tensor *qkv, vit_tensor *bias,
+                               const vit_window_opts *opts);
+
 /* Patch embedding of images [B, H, W, C] (a leaf, usually without grad) with
  * W [P*P*C, D] and b [D] (may be NULL): tokens [B, N, D]. */
 vit_tensor *vit_op_patch_embed(vit_tape *tape, const vit_patch_shape *shape,
