@@ -327,70 +327,6 @@ const vit_swin_config *vit_swin_config_of(const vit_swin *m) { return m ? &m->cf
 
 vit_params *vit_swin_params(vit_swin *m) { return m ? m->P : NULL; }
 
-/* ---- windowed attention as a custom op (until a tape op reads the fused
- * buffer itself): qkv [B, N, 3C] (Q | K | V columns, heads inside each),
- * bias [H, T, T] -> [B, N, C]. ---- */
-
-typedef struct wattn_ctx {
-    vit_window_attn w;
-    int C;
-    vit_real *q, *k, *v, *probs; /* the forward's, for the backward */
-} wattn_ctx;
-
-static int wattn_forward(const vit_op_call *call)
-{
-    wattn_ctx *c = call->ctx;
-    size_t rows = call->out->size / c->C, n = call->out->size;
-    size_t np = vit_window_attn_probs_size(&c->w);
-    vit_real *buf = vit_tape_alloc(call->tape, (3 * n + np) * sizeof *buf);
-    if (!buf)
-        return vit_tape_status(call->tape);
-    c->q = buf, c->k = buf + n, c->v = buf + 2 * n, c->probs = buf + 3 * n;
-    const vit_real *qkv = call->in[0]->data;
-    for (size_t r = 0; r < rows; r++) {
-        memcpy(c->q + r * c->C, qkv + r * 3 * c->C, c->C * sizeof *buf);
-        memcpy(c->k + r * c->C, qkv + r * 3 * c->C + c->C, c->C * sizeof *buf);
-        memcpy(c->v + r * c->C, qkv + r * 3 * c->C + 2 * c->C, c->C * sizeof *buf);
-    }
-    c->w.bias = call->in[1]->data;
-    return vit_window_attn_forward(&c->w, call->out->data, c->probs, c->q, c->k, c->v);
-}
-
-static int wattn_backward(const vit_op_call *call)
-{
-    const wattn_ctx *c = call->ctx;
-    size_t rows = call->out->size / c->C, n = call->out->size;
-    vit_real *d = call->din[0] ? calloc(3 * n, sizeof *d) : NULL;
-    if (call->din[0] && !d)
-        return vit_fail(VIT_ENOMEM, "swin window attention backward: out of memory");
-    int rc = vit_window_attn_backward(&c->w, d, d ? d + n : NULL, d ? d + 2 * n : NULL,
-                                      call->din[1], call->dout, c->probs, c->q, c->k, c->v);
-    if (rc == VIT_OK && d)
-        for (size_t r = 0; r < rows; r++)
-            for (int part = 0; part < 3; part++) {
-                vit_real *to = call->din[0] + r * 3 * c->C + part * c->C;
-                const vit_real *from = d + part * n + r * c->C;
-                for (int i = 0; i < c->C; i++)
-                    to[i] += from[i];
-            }
-    free(d);
-    return rc;
-}
-
-static vit_tensor *window_attention(vit_tape *tape, vit_tensor *qkv, vit_tensor *bias, int gh,
-                                    int gw, int M, int shift, int H)
-{
-    if (!qkv || !bias)
-        return NULL;
-    int B = qkv->shape[0], C = qkv->shape[2] / 3;
-    wattn_ctx ctx = {.w = {.batch = B, .heads = H, .grid_h = gh, .grid_w = gw, .window = M,
-                           .shift = shift, .d_k = C / H, .d_v = C / H, .bias_heads = H},
-                     .C = C};
-    vit_tensor *in[2] = {qkv, bias};
-    return vit_op_custom(tape, "swin window attention", 2, in, 3, (int[]){B, gh * gw, C},
-                         wattn_forward, wattn_backward, &ctx, sizeof ctx);
-}
-
 /* ---- forward ----------------------------------------------------------- */
 
 /* The bias [H, T, T] of a block, looked up in its table [(2M-1)^2, H]. */
@@ -462,8 +398,9 @@ static vit_tensor *run(const vit_swin *m, vit_tape *tape, leaf_fn leaf, const vo
             vit_tensor *h = vit_op_layernorm(tape, x, L(ix[B_LN1_G]), L(ix[B_LN1_B]), SWIN_LN_EPS);
             vit_tensor *qkv = vit_op_linear(tape, h, L(ix[B_QKV_W]), L(ix[B_QKV_B]));
             vit_tensor *bias = rel_bias(tape, L(ix[B_REL]), m->rel_ids[s], c->window, H);
-            vit_tensor *a = window_attention(tape, qkv, bias, gh, gw, c->window,
-                                             shift_of(c, s, j), H);
+            vit_window_opts wo = {.heads = H, .grid_h = gh, .grid_w = gw, .window = c->window,
+                                  .shift = shift_of(c, s, j)};
+            vit_tensor *a = vit_op_window_attn(tape, qkv, bias, &wo);
             x = residual(tape, a, L(ix[B_PROJ_W]), L(ix[B_PROJ_B]), x, d_attn);
             h = vit_op_layernorm(tape, x, L(ix[B_LN2_G]), L(ix[B_LN2_B]), SWIN_LN_EPS);
             h = vit_op_linear_gelu(tape, h, L(ix[B_FC1_W]), L(ix[B_FC1_B]));
