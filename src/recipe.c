@@ -146,6 +146,13 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
      * the second stem layer goes: on Fashion-MNIST they were measured
      * together (docs/benchmarks.md); a small set has not been shown to gain. */
     r->local_conv = model->local_conv >= 0 ? model->local_conv : r->stem2 > 0;
+    const vit_arch *arch = vit_config_arch(model);
+    if (arch != vit_arch_vit()) { /* the rules above are the ViT's: its keys */
+        r->patch = model->patch;
+        r->patch_fits = 1;
+        r->patch_why[0] = 0;
+        r->stem = r->stem2 = r->local_conv = 0;
+    }
     c.stem = r->stem;
     c.stem2 = r->stem2;
     c.local_conv = r->local_conv;
@@ -154,6 +161,13 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
     c.image_width = d->width;
     c.channels = d->channels;
     c.classes = d->classes;
+    /* Another architecture's keys as its adapt hook fits them to the data:
+     * the model the epochs are costed with. */
+    if (arch != vit_arch_vit() && arch->adapt) {
+        int rc = arch->adapt(&c, d->count, NULL, 0);
+        if (rc != VIT_OK)
+            return rc;
+    }
     double macs = (double)vit_config_macs(&c);
     if (macs <= 0)
         return VIT_EINVAL; /* the message is vit_config_check's */

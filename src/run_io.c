@@ -213,14 +213,22 @@ int vit_run_load(const char *path, vit_model **model, vit_adamw *opt, vit_run_st
         snprintf(why, sizeof why, "%s", vit_last_error());
         rc = vit_fail(VIT_EFORMAT, "%s: the stored config does not describe a model: %s", path, why);
     }
-    vit_mt t = {.pos = 0}; /* the model's tensors are the table's, in its order */
-    for (int i = 0; rc == VIT_OK && m && vit_mt_next(&cfg, &t); i++) {
+    /* Formats 1..3 knew the ViT alone, whose tensors are the table's, in
+     * its order. */
+    int legacy = c.version < FUSED_QKV_VERSION;
+    if (rc == VIT_OK && legacy && vit_model_arch(m) != vit_arch_vit())
+        rc = vit_fail(VIT_EFORMAT, "%s: a format-%d checkpoint of architecture %s: that format "
+                      "held ViTs only", path, (int)c.version, vit_model_arch(m)->name);
+    vit_mt t = {.pos = 0};
+    for (int i = 0; rc == VIT_OK && m && i < vit_model_tensor_count(m); i++) {
         const vit_model_tensor *mt = vit_model_tensor_at(m, i);
+        if (legacy)
+            vit_mt_next(&cfg, &t);
         long long shape[VIT_TENSOR_MAX_DIMS];
         for (int d = 0; d < mt->ndim; d++)
             shape[d] = mt->shape[d];
         vit_real *dst = vit_model_params(m) + mt->offset;
-        rc = c.version < FUSED_QKV_VERSION && t.row->legacy != VIT_MT_LEGACY_NONE
+        rc = legacy && t.row->legacy != VIT_MT_LEGACY_NONE
                  ? take_legacy_qkv(path, &c, mt, &t, dst)
                  : take(path, &c, mt->name, mt->ndim, shape, dst);
     }

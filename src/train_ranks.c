@@ -31,11 +31,12 @@ int vit_train_gather_batch(vit_trainer *t, const int *idx, int b, int lo, int hi
     int rc = vit_augment_batch(&g, &t->train, idx, b, lo, hi, t->aug, &t->st.rng, t->images,
                                t->labels, t->targets, &t->mixed, NULL);
     /* Row j (block j / 2, branch j % 2) is drawn for all b items, then its
-     * slice moved to j (hi - lo): [depth, 2, hi - lo] as the model reads it
+     * slice moved to j (hi - lo): [drop_layers, 2, hi - lo] as the model reads it
      * (each move goes to lower addresses than the rows still to draw). */
-    for (int j = 0; rc == VIT_OK && t->drop && j < 2 * c->depth; j++) {
+    const int L = vit_model_info(t->m)->drop_layers; /* the ViT's depth */
+    for (int j = 0; rc == VIT_OK && t->drop && j < 2 * L; j++) {
         vit_real *row = t->drop + (size_t)j * c->batch;
-        rc = vit_drop_path_scales(row, b, c->drop_path * (j / 2 + 1) / c->depth, &t->st.rng);
+        rc = vit_drop_path_scales(row, b, c->drop_path * (j / 2 + 1) / L, &t->st.rng);
         memmove(t->drop + (size_t)j * (hi - lo), row + lo, (size_t)(hi - lo) * sizeof *row);
     }
     return rc;
@@ -50,8 +51,12 @@ int vit_train_augment_buffers(vit_trainer *t)
         return rc;
     if (c->mixup > 0 || c->cutmix > 0)
         t->targets = malloc((size_t)c->batch * c->classes * sizeof *t->targets);
+    const int L = vit_model_info(t->m)->drop_layers;
+    if (c->drop_path > 0 && L < 1)
+        return vit_fail(VIT_EINVAL, "drop_path: architecture %s has no residual stages to drop "
+                        "(set drop_path = 0)", vit_model_arch(t->m)->name);
     if (c->drop_path > 0)
-        t->drop = malloc((size_t)2 * c->depth * c->batch * sizeof *t->drop);
+        t->drop = malloc((size_t)2 * L * c->batch * sizeof *t->drop);
     if (((c->mixup > 0 || c->cutmix > 0) && !t->targets) || (c->drop_path > 0 && !t->drop))
         return vit_fail(VIT_ENOMEM, "vit_train_run: out of memory");
     return VIT_OK;

@@ -75,7 +75,7 @@ static int config_equal(const vit_config *a, const vit_config *b, const char **w
     EQ(init_std) EQ(seed) EQ(recompute) EQ(ckpt_minutes) EQ(ema) EQ(tta)
     EQ(patch_stride) EQ(patch_pad) EQ(lsa) EQ(stem) EQ(stem2) EQ(local_conv)
     EQ(crop_pad) EQ(flip) EQ(erase) EQ(mixup) EQ(cutmix) EQ(mix_prob) EQ(drop_path)
-    EQ(precision)
+    EQ(precision) EQ(arch)
 #undef EQ
     *which = "";
     return 1;
@@ -595,6 +595,7 @@ START_TEST(test_config_file_is_default)
     vit_config_default(&def);
     /* Start from garbage so a key missing from the file shows up. */
     memset(&c, 0x7b, sizeof c);
+    c.arch = NULL; /* a pointer: garbage there is no config at all (the ViT's keys stay garbage) */
     int rc = vit_config_load(&c, DIGITS_CFG);
     ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
     ASSERT_CONFIG_EQ(&c, &def);

@@ -120,6 +120,31 @@ static int edit_distance(const char *a, const char *b)
     return d[n][m];
 }
 
+/* Config key i of every architecture: the shared and the ViT's
+ * (vit_config_key_help), "arch", then the other architectures' own. */
+static int any_config_key(int i, const char **key)
+{
+    int n = 0;
+    while (vit_config_key_help(n, NULL))
+        n++;
+    if (i < n)
+        return vit_config_key_help(i, key) != NULL;
+    if (i == n) {
+        *key = "arch";
+        return 1;
+    }
+    i -= n + 1;
+    for (int a = 1; a < vit_arch_count(); a++) {
+        const vit_arch *arch = vit_arch_at(a);
+        if (i < arch->nkeys) {
+            *key = arch->keys[i].key;
+            return 1;
+        }
+        i -= arch->nkeys;
+    }
+    return 0;
+}
+
 /* Known option number i (tool flags first, then config keys as flags) in
  * buf; 0 past the end. */
 static int known_option(const cli_flag *flags, int config_keys, int i, char *buf, size_t cap,
@@ -134,7 +159,7 @@ static int known_option(const cli_flag *flags, int config_keys, int i, char *buf
         return 1;
     }
     const char *key;
-    if (!config_keys || !vit_config_key_help(i - nflags, &key))
+    if (!config_keys || !any_config_key(i - nflags, &key))
         return 0;
     snprintf(buf, cap, "--%s", key);
     for (char *p = buf; *p; p++)
@@ -256,7 +281,7 @@ int cli_unknown_option(const char *prog, const char *option)
 static int config_key_known(const char *key)
 {
     const char *k;
-    for (int i = 0; vit_config_key_help(i, &k); i++)
+    for (int i = 0; any_config_key(i, &k); i++)
         if (strcmp(k, key) == 0)
             return 1;
     return 0;

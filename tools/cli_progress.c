@@ -261,9 +261,14 @@ static void model_summary(cli_progress *p, const vit_train_event *ev)
      * image / patch), with the stride and padding when they overlap. */
     vit_patch_shape ps = vit_config_patch_shape(c);
     int gh = 0, gw = 0;
-    if (vit_patch_grid(&ps, &gh, &gw) != VIT_OK)
+    const vit_arch *arch = vit_config_arch(c);
+    if (arch != vit_arch_vit()) /* its tokens are its own: name it instead */
+        snprintf(grid, sizeof grid, " (%s)", arch->name);
+    else if (vit_patch_grid(&ps, &gh, &gw) != VIT_OK)
         gh = gw = 0; /* cannot happen: the model was built on this config */
-    if ((c->patch_stride == 0 || c->patch_stride == c->patch) && c->patch_pad == 0)
+    if (arch != vit_arch_vit())
+        ;
+    else if ((c->patch_stride == 0 || c->patch_stride == c->patch) && c->patch_pad == 0)
         snprintf(grid, sizeof grid, " (%dx%d patches of %d)", gh, gw, c->patch);
     else
         snprintf(grid, sizeof grid, " (%dx%d patches of %d, stride %d, padding %d)", gh, gw,
@@ -272,8 +277,11 @@ static void model_summary(cli_progress *p, const vit_train_event *ev)
     hms(left + scoring_left(p, ev, per_step / c->batch), eta, sizeof eta);
     count_text(vit_model_param_count(vit_trainer_model(ev->trainer)), n, sizeof n);
     int max = line_max(p);
-    int len = snprintf(line, sizeof line, "model: %s parameters, %d tokens%s, %.0f img/s, ETA %s",
-                       n, gh * gw + 1, grid, ips, eta);
+    int len = arch != vit_arch_vit()
+                  ? snprintf(line, sizeof line, "model: %s parameters%s, %.0f img/s, ETA %s", n,
+                             grid, ips, eta)
+                  : snprintf(line, sizeof line, "model: %s parameters, %d tokens%s, %.0f img/s, "
+                             "ETA %s", n, gh * gw + 1, grid, ips, eta);
     if (len > max)
         len = snprintf(line, sizeof line, "model: %s parameters, %d tokens, %.0f img/s, ETA %s", n,
                        gh * gw + 1, ips, eta);

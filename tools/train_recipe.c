@@ -1,7 +1,8 @@
 /*
  * vit_train's recipe for the data: the keys nobody set on the line or in
- * the --config file (the stem among them) taken from vit_recipe_pick (said
- * in one line), tta
+ * the --config file (vit_config_given; the stem among them) taken from
+ * vit_recipe_pick (said in one line), an architecture's own keys from its
+ * adapt hook, tta
  * shift9flip for a run with flips, the patch fitted to larger images, and
  * the overlap that goes with it.
  */
@@ -19,42 +20,40 @@ void fit_patch(vit_config *cfg, const vit_recipe *picked, int speak)
         printf("patch %d (no --patch given): %s\n", cfg->patch, picked->patch_why);
 }
 
-void settle_overlap(vit_config *cfg, int patch_default, int stride_default,
-                    int pad_default, const vit_dataset *train)
+void settle_overlap(vit_config *cfg, const vit_config *user, int patch_default,
+                    int stride_default, int pad_default, const vit_dataset *train)
 {
     vit_config d;
     vit_config_default(&d);
     int keep = cfg->patch == patch_default && train->height == d.image_height &&
                train->width == d.image_width;
-    if (cfg->patch_stride < 0)
+    if (!vit_config_given(user, "patch_stride"))
         cfg->patch_stride = keep ? stride_default : 0;
-    if (cfg->patch_pad < 0)
+    if (!vit_config_given(user, "patch_pad"))
         cfg->patch_pad = keep ? pad_default : 0;
 }
 
-/* 1 if config key `key` is set on the line (--key; cli_normalize wrote
- * '-' for '_') or in the --config file (already read by vit_config_load,
- * so its lines are `key = value`, comments and blanks). */
-static int user_set(const char *key, const char *config, int argc, char **argv)
+int adapt_arch(vit_config *cfg, const vit_dataset *train, int val, int speak)
 {
-    char flag[64];
-    snprintf(flag, sizeof flag, "--%s", key);
-    for (char *p = flag + 2; *p; p++)
-        *p = *p == '_' ? '-' : *p;
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], flag) == 0)
-            return 1;
-    FILE *f = config ? fopen(config, "r") : NULL;
-    char line[4096];
-    int found = 0;
-    size_t n = strlen(key);
-    while (f && !found && fgets(line, sizeof line, f)) {
-        const char *p = line + strspn(line, " \t");
-        found = strncmp(p, key, n) == 0 && strchr(" \t=", p[n]) != NULL;
-    }
-    if (f)
-        fclose(f);
-    return found;
+    const vit_arch *a = vit_config_arch(cfg);
+    if (!a->adapt)
+        return 0;
+    char why[256] = "";
+    cfg->image_height = train->height;
+    cfg->image_width = train->width;
+    cfg->channels = train->channels;
+    cfg->classes = train->classes;
+    if (a->adapt(cfg, train->count - val, why, sizeof why) != VIT_OK)
+        return cli_fail(prog, NULL);
+    if (speak && why[0])
+        printf("%s (keys not set by flag or --config): %s\n", a->name, why);
+    return 0;
+}
+
+/* 1 if the user gave key (the file or a flag: vit_config_given). */
+static int user_set(const vit_config *user, const char *key)
+{
+    return vit_config_given(user, key) > 0;
 }
 
 /* Key `key`'s value as the config text writes it, into buf[cap] ("" if
@@ -74,22 +73,21 @@ static const char *key_text(const vit_config *cfg, const char *key, char *buf, s
     return buf;
 }
 
-int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *train,
-                 int val, double budget, const char *config, int argc, char **argv,
-                 int speak, vit_recipe *picked)
+int apply_recipe(vit_config *cfg, const vit_config *user, const vit_dataset *train, int val,
+                 double budget, int speak, vit_recipe *picked)
 {
     vit_recipe_data d = {train->count - val, train->height, train->width, train->channels,
                          train->classes, train};
     vit_recipe r;
-    vit_config shape = *model;
-    if (!user_set("stem", config, argc, argv))
+    vit_config shape = *user;
+    if (!user_set(user, "stem"))
         shape.stem = -1; /* the rule's to pick (and to cost the epochs with) */
     /* stem2 likewise, but not under a time budget: its gain was measured
      * over 76 epochs, and a 15-minute budget pays for 40 of them (the one
      * layer stem's 49 scored 93.2% on Fashion-MNIST: docs/benchmarks.md). */
-    if (!user_set("stem2", config, argc, argv))
+    if (!user_set(user, "stem2"))
         shape.stem2 = budget > 0 ? 0 : -1;
-    if (!user_set("local_conv", config, argc, argv))
+    if (!user_set(user, "local_conv"))
         shape.local_conv = -1; /* where stem2 goes (vit/recipe.h) */
     if (vit_recipe_pick(&d, &shape, &r, NULL, 0))
         return cli_fail(prog, NULL);
@@ -106,7 +104,7 @@ int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *tr
     const char *keys[8] = {"epochs", "batch", "warmup", "shift", "flip", "stem", "stem2",
                            "local_conv"};
     for (int k = 0; k < 8; k++) {
-        if (user_set(keys[k], config, argc, argv))
+        if (user_set(user, keys[k]))
             continue;
         key_text(cfg, keys[k], was, sizeof was);
         if (!*was || vit_config_set(cfg, keys[k], v[k]) != VIT_OK)
@@ -123,7 +121,7 @@ int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *tr
     }
     /* A model trained on mirror images is scored on them too (Fashion at 62
      * epochs: shift9flip 92.69%, shift9 92.53%), unless tta was chosen. */
-    if (cfg->flip && cfg->tta == VIT_TTA_SHIFT9 && !user_set("tta", config, argc, argv)) {
+    if (cfg->flip && cfg->tta == VIT_TTA_SHIFT9 && !user_set(user, "tta")) {
         cfg->tta = VIT_TTA_SHIFT9_FLIP;
         size_t at = strlen(said);
         snprintf(said + at, sizeof said - at, "%stta shift9flip", at ? ", " : "");

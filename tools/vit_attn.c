@@ -44,11 +44,16 @@ static void class_name(char *buf, size_t cap, const vit_run_state *st, int cls)
         snprintf(buf, cap, "%d", cls);
 }
 
+/* Where the model's architecture keeps its attention maps (vit/arch.h):
+ * set once the model is loaded. */
+static vit_arch_info A;
+
 /* The model's token grid (overlapping patches included). */
 static void config_grid(const vit_config *c, int *gh, int *gw)
 {
-    vit_patch_shape ps = vit_config_patch_shape(c);
-    vit_patch_grid(&ps, gh, gw); /* the model exists, so its geometry is valid */
+    (void)c;
+    *gh = A.attn_grid_h;
+    *gw = A.attn_grid_w;
 }
 
 /* Parses "cls" (query -1) or "R,C" into a patch index on a gh x gw grid. */
@@ -134,8 +139,8 @@ static int attention_rows(vit_model *m, const vit_real *px, int query, vit_real 
     const vit_config *c = vit_model_config(m);
     int gh, gw;
     config_grid(c, &gh, &gw);
-    int T = gh * gw + 1;
-    int q = query < 0 ? 0 : query + 1;
+    int T = A.attn_keys, first = A.attn_first, n = gh * gw;
+    int q = query < 0 ? 0 : query + first;
     vit_tape *tape = vit_tape_new();
     if (!tape)
         return cli_fail(prog, NULL);
@@ -153,12 +158,12 @@ static int attention_rows(vit_model *m, const vit_real *px, int query, vit_real 
         sum += exp((double)(logits->data[k] - logits->data[best]));
     *pred = best;
     *prob = 1 / sum;
-    for (int l = 0; l < c->depth; l++) {
+    for (int l = 0; l < A.attn_layers; l++) {
         const vit_real *a = vit_model_attention_maps(m, l);
-        for (int h = 0; h < c->heads && a; h++) {
-            const vit_real *row = a + ((size_t)h * T + (size_t)q) * (size_t)T;
-            memcpy(maps + ((size_t)l * c->heads + h) * (size_t)(T - 1), row + 1,
-                   (size_t)(T - 1) * sizeof *maps);
+        for (int h = 0; h < A.attn_heads && a; h++) {
+            const vit_real *row = a + ((size_t)h * A.attn_queries + (size_t)q) * (size_t)T;
+            memcpy(maps + ((size_t)l * A.attn_heads + h) * (size_t)n, row + first,
+                   (size_t)n * sizeof *maps);
         }
     }
     vit_tape_free(tape);
@@ -171,9 +176,10 @@ static void print_summary(const vit_config *c, const vit_real *maps, int gw)
     int gh, gw_;
     config_grid(c, &gh, &gw_);
     int n = gh * gw;
-    for (int l = 0; l < c->depth; l++)
-        for (int h = 0; h < c->heads; h++) {
-            const vit_real *w = maps + ((size_t)l * c->heads + h) * (size_t)n;
+    (void)c;
+    for (int l = 0; l < A.attn_layers; l++)
+        for (int h = 0; h < A.attn_heads; h++) {
+            const vit_real *w = maps + ((size_t)l * A.attn_heads + h) * (size_t)n;
             int best = 0, least = 0;
             double patches = 0;
             for (int i = 0; i < n; i++) {
@@ -247,6 +253,14 @@ int main(int argc, char **argv)
     vit_data_split split;
     data = cli_data_of_run(&st.data, st.has_data, data, &split);
     const vit_config *c = vit_model_config(m);
+    A = *vit_model_info(m);
+    if (A.attn_layers < 1) {
+        fprintf(stderr, "%s: %s: this %s model keeps no attention maps to draw\n", prog, ckpt,
+                vit_model_arch(m)->name);
+        vit_model_free(m);
+        vit_run_state_free(&st);
+        return 1;
+    }
     int gh, gw, query = -1, label = -1, pred = 0;
     config_grid(c, &gh, &gw);
     double prob = 0;
@@ -255,7 +269,12 @@ int main(int argc, char **argv)
     int rc = 1;
     if (!parse_query(qtext, gh, gw, &query) || load_image(c, png, digit, data, &split, &px, &label))
         goto done;
-    maps = malloc((size_t)c->depth * c->heads * gh * gw * sizeof *maps);
+    if (query < 0 && !A.attn_cls) {
+        fprintf(stderr, "%s: --query cls: a %s model has no class token; give --query R,C\n",
+                prog, vit_model_arch(m)->name);
+        goto done;
+    }
+    maps = malloc((size_t)A.attn_layers * A.attn_heads * gh * gw * sizeof *maps);
     if (!maps) {
         fprintf(stderr, "%s: out of memory\n", prog);
         goto done;
@@ -278,8 +297,8 @@ int main(int argc, char **argv)
              "columns = heads", pred_name, prob);
     snprintf(pline, sizeof pline, "heat over the input at %.0f%%", FIG_ATTN_ALPHA * 100);
     fig_attn f = {.image = px, .height = c->image_height, .width = c->image_width,
-                  .channels = c->channels, .grid_h = gh, .grid_w = gw, .layers = c->depth,
-                  .heads = c->heads, .maps = maps, .scale = scale, .query = query, .title = title,
+                  .channels = c->channels, .grid_h = gh, .grid_w = gw, .layers = A.attn_layers,
+                  .heads = A.attn_heads, .maps = maps, .scale = scale, .query = query, .title = title,
                   .notes = {source, qline, pline,
                             scale == FIG_SCALE_MAP      ? "colour: 0 to each map's own largest weight"
                             : scale == FIG_SCALE_FIGURE ? "colour: 0 to the largest weight shown"
@@ -298,7 +317,7 @@ int main(int argc, char **argv)
     print_summary(c, maps, gw);
     const char *scale_name[] = {"absolute", "figure", "map"};
     printf("wrote %s (%dx%d pixels): %d layers x %d heads, query %s, scale %s\n", out, lay.width,
-           lay.height, c->depth, c->heads, qtext, scale_name[scale]);
+           lay.height, A.attn_layers, A.attn_heads, qtext, scale_name[scale]);
     rc = 0;
 done:
     draw_canvas_free(&canvas);

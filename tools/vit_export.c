@@ -116,7 +116,7 @@ int main(int argc, char **argv)
             unlink(out); /* all or nothing: not the weights without their logits */
         goto done;
     }
-    printf("wrote %s: %d tensors, %zu parameters, %zu bytes\n", out, 8 + 12 * c->depth,
+    printf("wrote %s: %d tensors, %zu parameters, %zu bytes\n", out, vit_model_tensor_count(m),
            vit_model_param_count(m), bytes);
     if (logits)
         printf("wrote %s: logits of %d test images, accuracy %.4f (one pass)\n", logits,

@@ -438,7 +438,7 @@ static int run(int argc, char **argv)
     vit_config_default(&cfg);
     vit_train_opts o = {.ckpt_every = 1};
     shown look = {.progress = isatty(STDOUT_FILENO) ? 2 : 1};
-    const char *data = NULL, *config = NULL;
+    const char *data = NULL, *config = NULL, *arch = NULL;
     char out[4096] = "";
     int threads = 0, nseeds = 0, rc;
     unsigned long long seeds[MAX_SEEDS];
@@ -459,23 +459,23 @@ static int run(int argc, char **argv)
         }
         if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
             config = argv[++i];
+        else if (strcmp(argv[i], "--arch") == 0 && i + 1 < argc)
+            arch = argv[++i];
         else if (strcmp(argv[i], "--resume") == 0 && i + 1 < argc)
             o.resume = argv[++i];
     }
     /* A resumed run starts from its own recipe; flags then say what differs. */
     if (o.resume && vit_run_config(o.resume, &cfg))
         return cli_fail(prog, NULL);
-    /* patch 0 (out of its range, so no file or flag can set it) marks a
-     * patch nobody gave: it is then fitted to the data's images below. */
+    /* A patch nobody gave (vit_config_given) is fitted to the data's
+     * images below. */
     const int patch_default = cfg.patch;
     const int stride_default = cfg.patch_stride, pad_default = cfg.patch_pad;
-    if (!o.resume) {
-        cfg.patch = 0;
-        cfg.patch_stride = -1; /* likewise: -1 is out of range */
-        cfg.patch_pad = -1;
-    }
     if (config && vit_config_load(&cfg, config))
         return cli_fail(prog, NULL);
+    /* --arch before the other flags, which may be its keys. */
+    if (arch && !cli_config_flag(prog, &cfg, "--arch", arch))
+        return 2;
 
     split_flags sf = {{0, 0, 0}, 0};
     if ((rc = parse_flags(argc, argv, &cfg, &o, &look, &data, out, sizeof out, &threads, seeds,
@@ -545,20 +545,20 @@ static int run(int argc, char **argv)
     }
     if (look.progress && vit_dist_size() > 1)
         printf("data-parallel over %d ranks, global batch %d\n", vit_dist_size(), cfg.batch);
-    vit_config model = cfg;
-    model.patch = cfg.patch ? cfg.patch : patch_default;
-    model.patch_stride = cfg.patch_stride >= 0 ? cfg.patch_stride : stride_default;
-    model.patch_pad = cfg.patch_pad >= 0 ? cfg.patch_pad : pad_default;
-    vit_recipe picked = {.patch = model.patch};
-    if (!o.resume && apply_recipe(&cfg, &model, &train, o.val_count, o.budget_seconds, config, argc,
-                                  argv, look.progress, &picked) != 0) {
+    const vit_config user = cfg; /* what the file and the flags gave */
+    vit_recipe picked = {.patch = cfg.patch};
+    if (!o.resume && (apply_recipe(&cfg, &user, &train, o.val_count, o.budget_seconds,
+                                   look.progress, &picked) != 0
+                      || adapt_arch(&cfg, &train, o.val_count, look.progress) != 0)) {
         vit_dataset_free(&train);
         vit_dataset_free(&test);
         return 1;
     }
-    if (cfg.patch == 0)
-        fit_patch(&cfg, &picked, look.progress);
-    settle_overlap(&cfg, patch_default, stride_default, pad_default, &train);
+    if (!o.resume && vit_config_arch(&cfg) == vit_arch_vit()) {
+        if (!vit_config_given(&user, "patch"))
+            fit_patch(&cfg, &picked, look.progress);
+        settle_overlap(&cfg, &user, patch_default, stride_default, pad_default, &train);
+    }
     /* precision bf16 or auto: what it comes to here, in one line (a
      * fallback from an explicit bf16 on stderr, whatever --quiet says). */
     if (cfg.precision != VIT_PRECISION_FP32 && speak) {

@@ -52,31 +52,34 @@ int load_data(const char *data, const split_flags *f, const vit_data_split *rec,
 
 /* ---- train_recipe.c */
 
-/* No patch given (cfg->patch 0): the recipe's (vit_recipe_pick: the
+/* No patch given (vit_config_given): the recipe's (vit_recipe_pick: the
  * model's, unless the data's images are larger than the config's or it
  * does not divide them; then a grid of at most 8x8), said in one line when
  * the rule picked it (the stride and padding are settled after it, in
  * run).  picked: what apply_recipe applied, or on a resume a recipe with
- * only the model's patch set. */
+ * only the model's patch set.  The ViT's alone. */
 void fit_patch(vit_config *cfg, const vit_recipe *picked, int speak);
 
 /* The default's overlap (stride and padding, made for its 4x4 patches
  * on 8x8 images) goes with the default patch on images of the default
  * size: any other patch, given or picked for larger images, tiles the
- * image without overlap unless a stride or padding was given too (-1 marks
- * one not given). */
-void settle_overlap(vit_config *cfg, int patch_default, int stride_default,
-                    int pad_default, const vit_dataset *train);
+ * image without overlap unless a stride or padding was given too (in
+ * user: what the file and flags gave).  The ViT's alone. */
+void settle_overlap(vit_config *cfg, const vit_config *user, int patch_default,
+                    int stride_default, int pad_default, const vit_dataset *train);
+
+/* An architecture's own keys nobody gave, fitted to the data by its adapt
+ * hook (vit/arch.h), said in one line.  0, or the exit status. */
+int adapt_arch(vit_config *cfg, const vit_dataset *train, int val, int speak);
 
 /* The recipe for this data (vit_recipe_pick) for the keys nobody set on
- * the line or in the --config file; those that change a value are said in
- * one line.  With --budget and no epochs given, the epochs are what the
- * budget's plan gives (the library's cap: the most a config takes).
- * model: the config with its own patch geometry; *picked: the recipe (for
- * fit_patch).  0, or the exit status. */
-int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *train,
-                 int val, double budget, const char *config, int argc, char **argv,
-                 int speak, vit_recipe *picked);
+ * the line or in the --config file (user: the config as they left it, its
+ * keys knowing whether they were given); those that change a value are
+ * said in one line.  With --budget and no epochs given, the epochs are
+ * what the budget's plan gives (the library's cap: the most a config
+ * takes).  *picked: the recipe (for fit_patch).  0, or the exit status. */
+int apply_recipe(vit_config *cfg, const vit_config *user, const vit_dataset *train, int val,
+                 double budget, int speak, vit_recipe *picked);
 
 /* ---- train_print.c */
 

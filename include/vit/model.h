@@ -28,6 +28,7 @@
 #define VIT_MODEL_H
 
 #include "vit/core.h"
+#include "vit/arch.h"
 #include "vit/bf16.h"
 #include "vit/embeddings.h"
 #include "vit/optim.h"
@@ -66,14 +67,23 @@ const char *vit_tta_name(int tta);
  * 9 (shift9) or 18 (shift9flip); 0 for an unknown value. */
 int vit_tta_passes(int tta);
 
-/* The model's shape and the training recipe, both read from one text config
- * of `key = value` lines ('#' starts a comment).  Keys are the field names
- * below; vit_config_set() accepts the same keys, which is how command-line
- * flags override the file. */
+/* Most shared (not architecture) keys a vit_config has: the size of its
+ * `given` flags. */
+#define VIT_CONFIG_KEYS_MAX 64
+
+/* The model's architecture and shape and the training recipe, read from one
+ * text config of `key = value` lines ('#' starts a comment).  Keys are the
+ * field names below (the shared keys: the data's shape and the recipe),
+ * `arch` (the architecture, vit/arch.h; "vit" when absent) and the
+ * architecture's own keys (for the ViT, the fields patch .. local_conv
+ * below); vit_config_set() accepts the same keys, which is how
+ * command-line flags override the file.  Every key knows whether it was
+ * given (vit_config_given), so that nothing needs a sentinel value. */
 typedef struct vit_config {
-    /* model */
+    /* the data's shape */
     int image_height, image_width, channels; /* set from the data at train time */
     int classes;                             /* likewise */
+    /* the ViT's keys (arch "vit"; unused with another architecture) */
     int patch;      /* P: patch side in pixels; divides the image size */
     int dim;        /* D: token width */
     int depth;      /* number of blocks */
@@ -162,6 +172,17 @@ typedef struct vit_config {
                             (the default), _BF16 or _AUTO ("fp32" / "bf16" /
                             "auto" in text; vit/bf16.h, vit_precision_resolve);
                             evaluation is float32 whatever it says */
+    /* the architecture (vit/arch.h): set with vit_config_set(cfg, "arch",
+       NAME) or vit_config_set_arch, not by hand */
+    const vit_arch *arch;   /* NULL or vit_arch_vit(): the ViT */
+    union {                 /* its config struct, at its keys' offsets */
+        unsigned char bytes[VIT_ARCH_CONFIG_MAX];
+        double align_real;
+        long long align_int;
+        void *align_ptr;
+    } arch_cfg;
+    unsigned char arch_given[VIT_ARCH_KEYS_MAX]; /* 1: its key i was given */
+    unsigned char given[VIT_CONFIG_KEYS_MAX];    /* 1: shared key i was given */
 } vit_config;
 
 /* Fills (overwrites) *cfg with the built-in defaults (the digits-tiny shape
@@ -298,6 +319,12 @@ int vit_model_precision(const vit_model *m);
  * precision that is not one of VIT_PRECISION_*, VIT_ENOMEM (then the model
  * keeps its precision).  Not while the model trains. */
 int vit_model_set_precision(vit_model *m, int precision);
+
+/* The model's architecture (vit/arch.h: the ViT unless its config says
+ * otherwise), and what it described of the model (multiply-adds, drop-path
+ * stages, attention maps); owned by the model.  NULL for a NULL m. */
+const vit_arch *vit_model_arch(const vit_model *m);
+const vit_arch_info *vit_model_info(const vit_model *m);
 
 /* The config the model was made with (owned by the model). */
 const vit_config *vit_model_config(const vit_model *m);
