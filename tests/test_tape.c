@@ -2129,6 +2129,200 @@ START_TEST(test_window_attn_errors)
 }
 END_TEST
 
+/* ---- Swin's ops: relative position bias --------------------------------- */
+
+/* The bias alone (window 3: table [25, 2] -> [2, 9, 9]) and (index 1)
+ * feeding the windowed attention (window 2: table [9, 2] -> [2, 4, 4]),
+ * the table's gradient through both. */
+static vit_tensor *b_relpos(graph *g, vit_tape *t, vit_tensor **in)
+{
+    if (g->index == 0)
+        return vit_op_relpos_bias(t, in[0], 3);
+    return vit_op_window_attn(t, in[1], vit_op_relpos_bias(t, in[0], 2), &win_opts[1]);
+}
+
+START_TEST(test_relpos_bias)
+{
+    graph g = {.build = b_relpos, .smoothing = SMOOTHING, .index = _i};
+    uint64_t seed = 110 + (uint64_t)_i;
+    add_leaf(&g, "table", 1, 1.0, &seed, 2, _i == 0 ? 25 : 9, 2, 0, 0);
+    if (_i == 1)
+        add_leaf(&g, "qkv", 1, 1.5, &seed, 3, 2, 16, 18, 0);
+    check_graph(&g, _i == 0 ? "relpos_bias" : "relpos_bias into window_attn");
+}
+END_TEST
+
+/* The gather is torchvision's relative_position_index: for a 2 x 2 window
+ * that index is (printed by torchvision 0.14's SwinTransformer code)
+ *   [[4, 3, 1, 0], [5, 4, 2, 1], [7, 6, 4, 3], [8, 7, 5, 4]],
+ * so head h of pair (i, j) reads table[index[i][j], h]. */
+START_TEST(test_relpos_bias_index)
+{
+    static const int index[4][4] = {{4, 3, 1, 0}, {5, 4, 2, 1}, {7, 6, 4, 3}, {8, 7, 5, 4}};
+    vit_real table[9 * 3];
+    for (int r = 0; r < 9; r++)
+        for (int h = 0; h < 3; h++)
+            table[r * 3 + h] = (vit_real)(10 * r + h);
+    vit_tape *t = vit_tape_new();
+    vit_tensor *y = vit_op_relpos_bias(t, vit_tape_leaf(t, table, NULL, 2, (int[]){9, 3}), 2);
+    ck_assert_msg(y != NULL, "%s", vit_last_error());
+    ck_assert_int_eq(y->ndim, 3);
+    ck_assert_int_eq(y->shape[0], 3);
+    ck_assert_int_eq(y->shape[1], 4);
+    ck_assert_int_eq(y->shape[2], 4);
+    for (int h = 0; h < 3; h++)
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 4; j++)
+                ck_assert_msg(y->data[(h * 4 + i) * 4 + j] == (vit_real)(10 * index[i][j] + h),
+                              "bias[%d, %d, %d] = %g", h, i, j,
+                              (double)y->data[(h * 4 + i) * 4 + j]);
+    /* The backward sums the pairs at each offset: with dbias all ones, the
+     * centre row (offset 0) gets T = 4 per head, the corners 1. */
+    vit_real g[9 * 3] = {0};
+    vit_tape_reset(t);
+    vit_tensor *tab = vit_tape_leaf(t, table, g, 2, (int[]){9, 3});
+    y = vit_op_relpos_bias(t, tab, 2);
+    vit_real ones[48];
+    for (int i = 0; i < 48; i++) ones[i] = 1;
+    ck_assert_int_eq(vit_tape_backward_from(t, y, ones), VIT_OK);
+    static const int count[9] = {1, 2, 1, 2, 4, 2, 1, 2, 1};
+    for (int r = 0; r < 9; r++)
+        for (int h = 0; h < 3; h++)
+            ck_assert_msg(g[r * 3 + h] == count[r], "dtable[%d, %d] = %g", r, h,
+                          (double)g[r * 3 + h]);
+    vit_tape_free(t);
+}
+END_TEST
+
+START_TEST(test_relpos_bias_errors)
+{
+    static vit_real buf[64];
+    vit_tape *t = vit_tape_new();
+    struct { int ndim, shape[4], window; const char *what; } cases[] = {
+        {2, {9, 2}, 3, "[25, *], got [9, 2]"},     /* a table for another window */
+        {1, {18}, 2, "table must be"},             /* flat: the right count only */
+        {3, {3, 3, 2}, 2, "got [3, 3, 2]"},
+        {2, {2, 9}, 2, "got [2, 9]"},               /* transposed */
+        {2, {9, 2}, 0, "window"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        vit_tape_reset(t);
+        vit_tensor *x = vit_tape_leaf(t, buf, NULL, cases[i].ndim, cases[i].shape);
+        ck_assert_ptr_null(vit_op_relpos_bias(t, x, cases[i].window));
+        ck_assert_int_eq(vit_tape_status(t), VIT_EINVAL);
+        expect_msg("vit_op_relpos_bias", cases[i].what);
+    }
+    vit_tape_free(t);
+}
+END_TEST
+
+/* ---- Swin's ops: gathers of tokens, patch merging ------------------------ */
+
+/* A gather with a repeat, a skip and a reorder ([2, 5, 3] -> [2, 6, 3]),
+ * and (index 1) the 2x2 merge of a 4 x 4 grid ([2, 16, 3] -> [2, 4, 12])
+ * followed by the layer norm over 4C it exists for. */
+static const int gather_idx[6] = {4, 0, 0, 2, 1, 4};
+
+static vit_tensor *b_gather(graph *g, vit_tape *t, vit_tensor **in)
+{
+    if (g->index == 0)
+        return vit_op_gather_tokens(t, in[0], gather_idx, 6);
+    return vit_op_layernorm(t, vit_op_patch_merge(t, in[0], 4, 4), in[1], in[2], 1e-5);
+}
+
+START_TEST(test_gather_tokens)
+{
+    graph g = {.build = b_gather, .smoothing = SMOOTHING, .index = _i};
+    uint64_t seed = 130 + (uint64_t)_i;
+    if (_i == 0) {
+        add_leaf(&g, "x", 1, 1.0, &seed, 3, 2, 5, 3, 0);
+    } else {
+        add_leaf(&g, "x", 1, 1.0, &seed, 3, 2, 16, 3, 0);
+        add_leaf(&g, "gamma", 1, 1.0, &seed, 1, 12, 0, 0, 0);
+        add_leaf(&g, "beta", 1, 1.0, &seed, 1, 12, 0, 0, 0);
+    }
+    check_graph(&g, _i == 0 ? "gather_tokens" : "patch_merge then layernorm");
+}
+END_TEST
+
+/* The merge's channel order is torchvision's: its _patch_merging_pad
+ * (0.14) on a 2 x 4 grid of 2 channels holding 100 row + 10 column +
+ * channel gives [[0, 1, 100, 101, 10, 11, 110, 111],
+ * [20, 21, 120, 121, 30, 31, 130, 131]].  The gather's backward of a
+ * repeated index sums, and a token nobody reads gets nothing. */
+START_TEST(test_patch_merge_order)
+{
+    static const vit_real want[2][8] = {{0, 1, 100, 101, 10, 11, 110, 111},
+                                        {20, 21, 120, 121, 30, 31, 130, 131}};
+    vit_real x[8 * 2];
+    for (int r = 0; r < 2; r++)
+        for (int c = 0; c < 4; c++)
+            for (int ch = 0; ch < 2; ch++)
+                x[(r * 4 + c) * 2 + ch] = (vit_real)(100 * r + 10 * c + ch);
+    vit_tape *t = vit_tape_new();
+    vit_tensor *y = vit_op_patch_merge(t, vit_tape_leaf(t, x, NULL, 3, (int[]){1, 8, 2}), 2, 4);
+    ck_assert_msg(y != NULL, "%s", vit_last_error());
+    ck_assert_int_eq(y->ndim, 3);
+    ck_assert_int_eq(y->shape[1], 2);
+    ck_assert_int_eq(y->shape[2], 8);
+    for (int o = 0; o < 2; o++)
+        for (int k = 0; k < 8; k++)
+            ck_assert_msg(y->data[o * 8 + k] == want[o][k], "merged[%d][%d] = %g", o, k,
+                          (double)y->data[o * 8 + k]);
+    vit_real g[8 * 2] = {0}, dy[6 * 2];
+    for (int i = 0; i < 12; i++) dy[i] = (vit_real)(i + 1);
+    vit_tape_reset(t);
+    static const int idx[6] = {3, 1, 3, 0, 3, 1};
+    y = vit_op_gather_tokens(t, vit_tape_leaf(t, x, g, 3, (int[]){1, 8, 2}), idx, 6);
+    ck_assert_int_eq(vit_tape_backward_from(t, y, dy), VIT_OK);
+    /* token 3: rows 0, 2, 4 of dy = (1+5+9, 2+6+10); token 1: rows 1, 5;
+     * token 0: row 3; the others nothing. */
+    static const vit_real dx[8][2] = {{7, 8}, {3 + 11, 4 + 12}, {0, 0}, {15, 18},
+                                      {0, 0}, {0, 0}, {0, 0}, {0, 0}};
+    for (int i = 0; i < 8; i++)
+        for (int ch = 0; ch < 2; ch++)
+            ck_assert_msg(g[i * 2 + ch] == dx[i][ch], "dx[%d][%d] = %g", i, ch,
+                          (double)g[i * 2 + ch]);
+    vit_tape_free(t);
+}
+END_TEST
+
+START_TEST(test_gather_errors)
+{
+    static vit_real buf[64];
+    vit_tape *t = vit_tape_new();
+    static const int idx[3] = {0, 5, 1};
+    /* gather: an index past the tokens, a 2-D x, no index */
+    vit_tensor *x = vit_tape_leaf(t, buf, NULL, 3, (int[]){2, 5, 3});
+    ck_assert_ptr_null(vit_op_gather_tokens(t, x, idx, 3));
+    ck_assert_int_eq(vit_tape_status(t), VIT_EINVAL);
+    expect_msg("vit_op_gather_tokens", "idx[1] = 5");
+    vit_tape_reset(t);
+    x = vit_tape_leaf(t, buf, NULL, 2, (int[]){10, 3});
+    ck_assert_ptr_null(vit_op_gather_tokens(t, x, idx, 1));
+    expect_msg("vit_op_gather_tokens", "x must be [B, N, C] = [*, *, *], got [10, 3]");
+    vit_tape_reset(t);
+    x = vit_tape_leaf(t, buf, NULL, 3, (int[]){2, 5, 3});
+    ck_assert_ptr_null(vit_op_gather_tokens(t, x, NULL, 3));
+    expect_msg("vit_op_gather_tokens", "idx is NULL");
+    /* merge: odd sides, a grid that is not x's tokens, an image layout */
+    vit_tape_reset(t);
+    x = vit_tape_leaf(t, buf, NULL, 3, (int[]){1, 15, 4});
+    ck_assert_ptr_null(vit_op_patch_merge(t, x, 3, 5));
+    expect_msg("vit_op_patch_merge", "even");
+    vit_tape_reset(t);
+    x = vit_tape_leaf(t, buf, NULL, 3, (int[]){1, 16, 4});
+    ck_assert_ptr_null(vit_op_patch_merge(t, x, 2, 4));
+    expect_msg("vit_op_patch_merge", "[*, 8, *], got [1, 16, 4]");
+    vit_tape_reset(t);
+    x = vit_tape_leaf(t, buf, NULL, 4, (int[]){1, 4, 4, 4});
+    ck_assert_ptr_null(vit_op_patch_merge(t, x, 4, 4));
+    expect_msg("vit_op_patch_merge", "got [1, 4, 4, 4]");
+    ck_assert_int_eq(vit_tape_op_count(t), 0);
+    vit_tape_free(t);
+}
+END_TEST
+
 static Suite *tape_suite(void)
 {
     Suite *s = suite_create("tape");
@@ -2163,6 +2357,10 @@ static Suite *tape_suite(void)
     tcase_add_test(tc, test_checkpoint_grad);
     tcase_add_loop_test(tc, test_window_attn, 0, 3);
     tcase_add_loop_test(tc, test_window_attn_matches_masked, 0, 3);
+    tcase_add_loop_test(tc, test_relpos_bias, 0, 2);
+    tcase_add_test(tc, test_relpos_bias_index);
+    tcase_add_loop_test(tc, test_gather_tokens, 0, 2);
+    tcase_add_test(tc, test_patch_merge_order);
     tcase_add_test(tc, test_checkpoint_bitwise);
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("memory_errors");
@@ -2180,6 +2378,8 @@ static Suite *tape_suite(void)
     tcase_add_test(tm, test_lean_memory);
     tcase_add_test(tm, test_custom_errors);
     tcase_add_test(tm, test_window_attn_errors);
+    tcase_add_test(tm, test_relpos_bias_errors);
+    tcase_add_test(tm, test_gather_errors);
     suite_add_tcase(s, tm);
     return s;
 }

@@ -241,6 +241,27 @@ vit_tensor *vit_op_reshape(vit_tape *tape, vit_tensor *x, int ndim, const int *s
  * VIT_EINVAL; 1 <= n <= 16) -> [B, sum T_i, D], x[0]'s tokens first. */
 vit_tensor *vit_op_concat_tokens(vit_tape *tape, int n, vit_tensor *const *x);
 
+/* A gather (permutation, selection or repetition) of tokens:
+ * out[b, i, :] = x[b, idx[i], :] for x [B, N, C] (3-D) and i < n:
+ * [B, n, C].  idx (n >= 1 entries, each in 0..N-1, else VIT_EINVAL naming
+ * the first bad one; repeats allowed) is copied.  The backward
+ * scatter-adds: x's gradient row idx[i] receives dy's row i, repeated
+ * indices summed, rows nobody reads nothing.  Undoes a permutation with
+ * its inverse index; Swin's cyclic shift is the gather of the rolled
+ * grid. */
+vit_tensor *vit_op_gather_tokens(vit_tape *tape, vit_tensor *x, const int *idx, int n);
+
+/* Swin's patch merging before its LayerNorm and reduction: x
+ * [B, grid_h*grid_w, C] (tokens row by row; sides even, else VIT_EINVAL)
+ * -> [B, (grid_h/2)*(grid_w/2), 4C], output token (i, j) the
+ * concatenation of the tokens at (2i, 2j), (2i+1, 2j), (2i, 2j+1),
+ * (2i+1, 2j+1): torchvision's SwinTransformer order (x0 = x[0::2, 0::2],
+ * x1 = x[1::2, 0::2], x2 = x[0::2, 1::2], x3 = x[1::2, 1::2], cat on
+ * channels), so that vit_op_layernorm over 4C and vit_op_linear
+ * [4C, 2C] follow as there.  A vit_op_gather_tokens and a vit_op_reshape
+ * (two ops on the tape); errors name vit_op_patch_merge. */
+vit_tensor *vit_op_patch_merge(vit_tape *tape, vit_tensor *x, int grid_h, int grid_w);
+
 /* Embedding lookup: rows ids[0..n-1] of table [V, D] (2-D), each id in
  * 0..V-1 (else VIT_EINVAL naming it).  ids (copied) are viewed with shape
  * id_shape[id_ndim] (id_ndim 1..3, product n); the output has that shape
@@ -307,6 +328,19 @@ typedef struct vit_window_opts {
  * outside [0, M), a non-finite scale); VIT_ENUM for a non-finite score. */
 vit_tensor *vit_op_window_attn(vit_tape *tape, vit_tensor *qkv, vit_tensor *bias,
                                const vit_window_opts *opts);
+
+/* Swin's relative position bias: the learnable table [(2M-1)^2, H]
+ * (2-D; M = window, 1..256) gathered into the score bias [H, T, T]
+ * (T = M*M) of an M x M window, ready for vit_op_window_attn (or
+ * vit_op_mha_bias).  Positions p = y*M + x row-major; pair (i, j) reads
+ * row (y_i - y_j + M - 1) * (2M - 1) + (x_i - x_j + M - 1) of the table,
+ * as torchvision's relative_position_index (its
+ * relative_position_bias_table has this layout).  The backward
+ * scatter-adds into the table's gradient: each entry receives the sum
+ * over the pairs at its offset.  VIT_EINVAL (naming the op, the argument
+ * and the shapes) for a window out of range or a table not
+ * [(2M-1)^2, H]. */
+vit_tensor *vit_op_relpos_bias(vit_tape *tape, vit_tensor *table, int window);
 
 /* Patch embedding of images [B, H, W, C] (a leaf, usually without grad) with
  * W [P*P*C, D] and b [D] (may be NULL): tokens [B, N, D]. */
