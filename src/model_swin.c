@@ -43,7 +43,6 @@ struct vit_swin {
     int end[E_ROWS];
     int merge[VIT_SWIN_MAX_STAGES][M_ROWS];
     int (*blocks)[B_ROWS];  /* every block of every stage, in order */
-    int *rel_ids[VIT_SWIN_MAX_STAGES]; /* [H_s, T, T]: where each bias comes from */
 };
 
 /* ---- config ------------------------------------------------------------ */
@@ -140,8 +139,8 @@ int vit_swin_config_pick(vit_swin_config *c, int height, int width, int channels
         gw /= 2;
     }
     static const int depths[3][3] = {{2}, {2, 6}, {2, 2, 4}};
-    for (int s = 0; s < c->stages; s++) {
-        c->depths[s] = depths[c->stages - 1][s];
+    for (int s = 0; s < VIT_SWIN_MAX_STAGES; s++) { /* and 2 blocks past its stages */
+        c->depths[s] = s < c->stages ? depths[c->stages - 1][s] : 2;
         c->heads[s] = width_of(c, s) / 32;
     }
     if (why) {
@@ -251,21 +250,6 @@ static int layout(vit_swin *m)
     return VIT_OK;
 }
 
-/* ids[h, p, q] = the row of the table [(2M-1)^2 * H, 1] (the [(2M-1)^2, H]
- * table flattened) holding head h's bias for window positions p, q:
- * torchvision's relative_position_index, (dy + M-1) (2M-1) + dx + M-1 for
- * p - q = (dy, dx), times H, plus h. */
-static void rel_ids(int *ids, int M, int H)
-{
-    int T = M * M;
-    for (int h = 0; h < H; h++)
-        for (int p = 0; p < T; p++)
-            for (int q = 0; q < T; q++) {
-                int dy = p / M - q / M + M - 1, dx = p % M - q % M + M - 1;
-                ids[((size_t)h * T + p) * T + q] = (dy * (2 * M - 1) + dx) * H + h;
-            }
-}
-
 /* The state of cfg (checked) with its tensors added to P (open). */
 static vit_swin *swin_build(const vit_swin_config *cfg, vit_params *P)
 {
@@ -279,12 +263,6 @@ static vit_swin *swin_build(const vit_swin_config *cfg, vit_params *P)
         goto oom;
     m->cfg = *cfg;
     m->P = P;
-    int T = cfg->window * cfg->window;
-    for (int s = 0; s < cfg->stages; s++) {
-        if (!(m->rel_ids[s] = malloc((size_t)cfg->heads[s] * T * T * sizeof(int))))
-            goto oom;
-        rel_ids(m->rel_ids[s], cfg->window, cfg->heads[s]);
-    }
     if (layout(m) != VIT_OK) {
         vit_swin_free(m);
         return NULL;
@@ -318,8 +296,6 @@ void vit_swin_free(vit_swin *m)
     if (m->owns_params)
         vit_params_free(m->P);
     free(m->blocks);
-    for (int s = 0; s < VIT_SWIN_MAX_STAGES; s++)
-        free(m->rel_ids[s]);
     free(m);
 }
 
@@ -328,37 +304,6 @@ const vit_swin_config *vit_swin_config_of(const vit_swin *m) { return m ? &m->cf
 vit_params *vit_swin_params(vit_swin *m) { return m ? m->P : NULL; }
 
 /* ---- forward ----------------------------------------------------------- */
-
-/* The bias [H, T, T] of a block, looked up in its table [(2M-1)^2, H]. */
-static vit_tensor *rel_bias(vit_tape *tape, vit_tensor *table, const int *ids, int M, int H)
-{
-    int T = M * M;
-    vit_tensor *flat = vit_op_reshape(tape, table, 2, (int[]){table ? (int)table->size : 1, 1});
-    vit_tensor *b = vit_op_embedding(tape, flat, ids, 2, (int[]){H, T * T});
-    return vit_op_reshape(tape, b, 3, (int[]){H, T, T});
-}
-
-/* Patch merging's gather: x [B, gh*gw, C] -> [B, gh/2*gw/2, 4C], each new
- * token the concatenation of its 2 x 2 neighbours in torchvision's order
- * (0,0), (1,0), (0,1), (1,1) as (row, column) offsets. */
-static vit_tensor *merge_gather(vit_tape *tape, vit_tensor *x, int gh, int gw)
-{
-    if (!x)
-        return NULL;
-    int B = x->shape[0], C = x->shape[2], oh = gh / 2, ow = gw / 2;
-    int n = B * oh * ow * 4;
-    int *ids = vit_tape_alloc(tape, (size_t)n * sizeof *ids);
-    if (!ids)
-        return NULL;
-    for (int b = 0, i = 0; b < B; b++)
-        for (int y = 0; y < oh; y++)
-            for (int xx = 0; xx < ow; xx++)
-                for (int k = 0; k < 4; k++)
-                    ids[i++] = b * gh * gw + (2 * y + (k & 1)) * gw + 2 * xx + (k >> 1);
-    vit_tensor *rows = vit_op_reshape(tape, x, 2, (int[]){B * gh * gw, C});
-    vit_tensor *g = vit_op_embedding(tape, rows, ids, 2, (int[]){B * oh * ow, 4});
-    return vit_op_reshape(tape, g, 3, (int[]){B, oh * ow, 4 * C});
-}
 
 /* r + drop_path(x W + b): without scales the one fused op. */
 static vit_tensor *residual(vit_tape *tape, vit_tensor *x, vit_tensor *W, vit_tensor *b,
@@ -397,7 +342,7 @@ static vit_tensor *run(const vit_swin *m, vit_tape *tape, leaf_fn leaf, const vo
             const vit_real *d_mlp = drop ? drop + (size_t)(2 * b + 1) * stride : NULL;
             vit_tensor *h = vit_op_layernorm(tape, x, L(ix[B_LN1_G]), L(ix[B_LN1_B]), SWIN_LN_EPS);
             vit_tensor *qkv = vit_op_linear(tape, h, L(ix[B_QKV_W]), L(ix[B_QKV_B]));
-            vit_tensor *bias = rel_bias(tape, L(ix[B_REL]), m->rel_ids[s], c->window, H);
+            vit_tensor *bias = vit_op_relpos_bias(tape, L(ix[B_REL]), c->window);
             vit_window_opts wo = {.heads = H, .grid_h = gh, .grid_w = gw, .window = c->window,
                                   .shift = shift_of(c, s, j)};
             vit_tensor *a = vit_op_window_attn(tape, qkv, bias, &wo);
@@ -407,7 +352,7 @@ static vit_tensor *run(const vit_swin *m, vit_tape *tape, leaf_fn leaf, const vo
             x = residual(tape, h, L(ix[B_FC2_W]), L(ix[B_FC2_B]), x, d_mlp);
         }
         if (s + 1 < c->stages) {
-            x = merge_gather(tape, x, gh, gw);
+            x = vit_op_patch_merge(tape, x, gh, gw);
             x = vit_op_layernorm(tape, x, L(m->merge[s][M_LN_G]), L(m->merge[s][M_LN_B]),
                                  SWIN_LN_EPS);
             x = vit_op_linear(tape, x, L(m->merge[s][M_W]), NULL);
