@@ -19,19 +19,25 @@
 
 #define ARCH_MAX 64
 
-/* The registered architectures after the built-in ViT (index 0). */
+/* The built-in architectures, the ViT first (the default).  A built-in
+ * architecture is its file (src/model_NAME.c, its vit_arch defined there
+ * and declared in arch_internal.h) and its line here. */
+static const vit_arch *const builtin[] = {&vit_arch_vit_def};
+#define NBUILTIN (int)(sizeof builtin / sizeof builtin[0])
+
+/* The registered architectures, after the built-in ones. */
 static const vit_arch *registered[ARCH_MAX];
 static int nregistered;
 
 const vit_arch *vit_arch_vit(void) { return &vit_arch_vit_def; }
 
-int vit_arch_count(void) { return 1 + nregistered; }
+int vit_arch_count(void) { return NBUILTIN + nregistered; }
 
 const vit_arch *vit_arch_at(int i)
 {
-    if (i == 0)
-        return &vit_arch_vit_def;
-    return i > 0 && i <= nregistered ? registered[i - 1] : NULL;
+    if (i >= 0 && i < NBUILTIN)
+        return builtin[i];
+    return i >= NBUILTIN && i < NBUILTIN + nregistered ? registered[i - NBUILTIN] : NULL;
 }
 
 const vit_arch *vit_arch_find(const char *name)

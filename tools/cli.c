@@ -355,6 +355,19 @@ void cli_print_config_keys(FILE *f)
         }
         fprintf(f, "  %-20s %s (default %s)\n", flag, help, def);
     }
+    /* The other architectures' own keys (vit/arch.h), under their names. */
+    for (int a = 1; a < vit_arch_count(); a++) {
+        const vit_arch *arch = vit_arch_at(a);
+        fprintf(f, "With --arch %s (%s):\n", arch->name, arch->summary);
+        for (int k = 0; k < arch->nkeys; k++) {
+            char flag[64];
+            snprintf(flag, sizeof flag, "--%s", arch->keys[k].key);
+            for (char *p = flag + 2; *p; p++)
+                if (*p == '_')
+                    *p = '-';
+            fprintf(f, "  %-20s %s (default %s)\n", flag, arch->keys[k].help, arch->keys[k].def);
+        }
+    }
 }
 
 /* Characters (UTF-8 lead bytes) in the first n bytes of s. */

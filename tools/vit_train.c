@@ -35,6 +35,8 @@ static void usage(FILE *f)
         "                       subfolders of PNGs or JPEGs, in train/ and test/ or\n"
         "                       split by --test-split\n"
         "  --config FILE        model and recipe (key = value lines); flags override it\n"
+        "  --arch NAME          the architecture (config key arch; default vit): its own\n"
+        "                       keys are flags too once it is chosen (docs/extending.md)\n"
         "  --out DIR            output folder (default runs/NAME of the data, or with\n"
         "                       --resume the checkpoint's own folder); a folder that\n"
         "                       already holds a run is refused\n"

@@ -197,7 +197,10 @@ typedef struct vit_arch {
      * (vit_config_given(cfg, key) == 0) to suit the data's shape and count
      * (set in cfg: image_height, image_width, channels, classes), e.g. a
      * patch side that divides the images, and writes why in one line to
-     * why[cap] ("" when nothing changed).  VIT_OK or an error. */
+     * why[cap] ("" when nothing changed; why may be NULL with cap 0).
+     * vit_train calls it for a new run (not a resume), and vit_recipe_pick
+     * on its copy, to cost the epochs with the model it will train.
+     * VIT_OK or an error with a message. */
     int (*adapt)(vit_config *cfg, int train_count, char *why, size_t cap);
 
     /* Adds the model's tensors to p (open, empty) with vit_params_add, in
