@@ -17,11 +17,14 @@
 #include "model_swin.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "arch_internal.h"
 #include "error.h"
+#include "vit/model.h"
 #include "vit/arch.h"
 #include "vit/attention.h"
 #include "vit/embeddings.h"
@@ -145,10 +148,13 @@ int vit_swin_config_pick(vit_swin_config *c, int height, int width, int channels
     }
     if (why) {
         int g0h = height / c->patch, g0w = width / c->patch;
+        char merged[48] = "";
+        if (c->stages > 1)
+            snprintf(merged, sizeof merged, " (%dx%d after merging)", gh, gw);
         snprintf(why, cap, "swin: patch %d makes a %dx%d grid (at most 16x16), window %d divides "
-                 "it, %d stage%s (%dx%d after merging), widths %d..%d, depths %d%s", c->patch,
-                 g0h, g0w, c->window, c->stages, c->stages > 1 ? "s" : "", gh, gw, c->dim,
-                 width_of(c, c->stages - 1), c->depths[0], c->stages > 1 ? "+" : "");
+                 "it, %d stage%s%s, widths %d..%d, depths %d%s", c->patch, g0h, g0w, c->window,
+                 c->stages, c->stages > 1 ? "s" : "", merged, c->dim, width_of(c, c->stages - 1),
+                 c->depths[0], c->stages > 1 ? "+" : "");
         if (c->stages > 1) {
             size_t n = strlen(why);
             for (int s = 1; s < c->stages && n < cap; s++, n = strlen(why))
@@ -500,3 +506,135 @@ void vit_swin_torch_copy(vit_swin *m, const vit_swin_torch_tensor *t, float *tv,
                 tv[theirs] = (float)v[ours];
         }
 }
+
+/* ---- the architecture (vit/arch.h) ------------------------------------- */
+
+/* The arch's config struct inside a vit_config is a vit_swin_config whose
+ * data-shape and init fields the library's own config supplies (swin_of). */
+#define KEY(name, field, hi, def, help)                                        \
+    {name, VIT_KEY_INT, offsetof(vit_swin_config, field), 1, hi, def, help, NULL}
+static const vit_arch_key swin_keys[] = {
+    KEY("patch", patch, 64, "2", "patch side in pixels (a P x P convolution at stride P)"),
+    KEY("window", window, 64, "7", "attention windows of M x M tokens; divide every grid"),
+    KEY("embed_dim", dim, 4096, "32", "stage 1's width; each stage doubles it"),
+    KEY("stages", stages, VIT_SWIN_MAX_STAGES, "2", "stages, patch merging between them"),
+    KEY("depth_1", depths[0], 256, "2", "blocks of stage 1 (plain and shifted windows alternate)"),
+    KEY("depth_2", depths[1], 256, "6", "blocks of stage 2"),
+    KEY("depth_3", depths[2], 256, "2", "blocks of stage 3"),
+    KEY("depth_4", depths[3], 256, "2", "blocks of stage 4"),
+    KEY("heads_1", heads[0], 1024, "1", "attention heads of stage 1 (divide its width)"),
+    KEY("heads_2", heads[1], 1024, "2", "attention heads of stage 2"),
+    KEY("heads_3", heads[2], 1024, "4", "attention heads of stage 3"),
+    KEY("heads_4", heads[3], 1024, "8", "attention heads of stage 4"),
+    KEY("mlp_ratio", mlp_ratio, 64, "2", "MLP hidden width over the block's width"),
+};
+#undef KEY
+enum { SWIN_KEYS = (int)(sizeof swin_keys / sizeof *swin_keys), SWIN_STAGE_KEY0 = 4 };
+
+/* The Swin of a vit_config: its keys, the data's shape and init_std. */
+static vit_swin_config swin_of(const vit_config *cfg)
+{
+    vit_swin_config c;
+    memcpy(&c, vit_config_arch_data(cfg), sizeof c);
+    c.image_height = cfg->image_height, c.image_width = cfg->image_width;
+    c.channels = cfg->channels, c.classes = cfg->classes, c.init_std = cfg->init_std;
+    return c;
+}
+
+/* A depth_s or heads_s for a stage past `stages`, given with a value other
+ * than its default, would be ignored: refused instead. */
+static int swin_check(const vit_config *cfg)
+{
+    vit_swin_config c = swin_of(cfg);
+    for (int k = SWIN_STAGE_KEY0; k < SWIN_STAGE_KEY0 + 2 * VIT_SWIN_MAX_STAGES; k++) {
+        const vit_arch_key *key = &swin_keys[k];
+        int stage = key->key[strlen(key->key) - 1] - '1';
+        int v = *(const int *)((const char *)&c + key->offset);
+        if (stage >= c.stages && vit_config_given(cfg, key->key) == 1 && v != atoi(key->def))
+            return vit_fail(VIT_EINVAL, "%s: %d for a stage the model does not have (stages "
+                            "= %d)", key->key, v, c.stages);
+    }
+    return vit_swin_config_check(&c);
+}
+
+/* The recipe's values (vit_swin_config_pick) for the keys not given. */
+static int swin_adapt(vit_config *cfg, int train_count, char *why, size_t cap)
+{
+    (void)train_count;
+    vit_swin_config pick, *c = vit_config_arch_data_mut(cfg);
+    char line[256];
+    TRY(vit_swin_config_pick(&pick, cfg->image_height, cfg->image_width, cfg->channels,
+                             cfg->classes, line, sizeof line));
+    int changed = 0;
+    for (int k = 0; k < SWIN_KEYS; k++) {
+        const vit_arch_key *key = &swin_keys[k];
+        int stage = k >= SWIN_STAGE_KEY0 && k < SWIN_STAGE_KEY0 + 2 * VIT_SWIN_MAX_STAGES
+                        ? key->key[strlen(key->key) - 1] - '1' : -1;
+        int *mine = (int *)((char *)c + key->offset);
+        int theirs = *(const int *)((const char *)&pick + key->offset);
+        if (stage < c->stages && vit_config_given(cfg, key->key) == 0 && *mine != theirs) {
+            *mine = theirs;
+            changed = 1;
+        }
+    }
+    if (why && cap)
+        snprintf(why, cap, "%s", changed ? line : "");
+    return VIT_OK;
+}
+
+static int swin_arch_build(const vit_config *cfg, vit_params *p, void **state)
+{
+    vit_swin_config c = swin_of(cfg);
+    vit_swin *m = swin_build(&c, p);
+    *state = m;
+    return m ? VIT_OK : vit_tape_status(NULL);
+}
+
+static void swin_release(void *state) { vit_swin_free(state); }
+
+static vit_tensor *arch_leaf(const void *run, int i) { return vit_arch_param(run, i); }
+
+static vit_tensor *swin_forward(const vit_arch_run *r)
+{
+    return run(r->state, r->tape, arch_leaf, r, r->images, r->batch,
+               r->train ? r->drop_scale : NULL, r->drop_stride);
+}
+
+/* Windowed maps ([heads, windows, T, T]) are not the [queries, keys] over
+ * the grid that vit_attn draws: none are offered. */
+static void swin_describe(const vit_config *cfg, vit_arch_info *info)
+{
+    vit_swin_config c = swin_of(cfg);
+    info->macs = vit_swin_macs(&c);
+    for (int s = 0; s < c.stages; s++)
+        info->drop_layers += c.depths[s];
+}
+
+/* torchvision's name and layout; our layout is its state_dict's order. */
+static int swin_export_tensor(const vit_config *cfg, int i, const vit_param_tensor *t,
+                              vit_arch_export *e)
+{
+    const vit_swin_config *c = vit_config_arch_data(cfg);
+    TRY(torch_name(t->name, e->name, sizeof e->name, &e->op));
+    e->ndim = e->op == VIT_EXPORT_CONV ? 4 : e->op == VIT_EXPORT_TRANSPOSE ? 2 : t->ndim;
+    e->kernel = c->patch;
+    e->order = i;
+    return VIT_OK;
+}
+
+const vit_arch vit_arch_swin_def = {
+    .name = "swin",
+    .summary = "Swin Transformer (torchvision's v1 layout): shifted windows with a relative "
+               "position bias, patch merging between stages",
+    .keys = swin_keys,
+    .nkeys = SWIN_KEYS,
+    .config_size = sizeof(vit_swin_config),
+    .check = swin_check,
+    .adapt = swin_adapt,
+    .build = swin_arch_build,
+    .release = swin_release,
+    .forward = swin_forward,
+    .describe = swin_describe,
+    .export_tensor = swin_export_tensor,
+    .export_layout = "torchvision.SwinTransformer",
+};
