@@ -1,9 +1,28 @@
 /*
- * The Swin Transformer on the tape (model_swin.h): its config and recipe
- * rule, its tensors, its forward, and torchvision's names for them.
+ * The Swin Transformer (Liu et al. 2021), the built-in architecture "swin"
+ * (vit/arch.h): its keys and recipe rule, its tensors, its forward on the
+ * tape, and torchvision's names for them, laid out like torchvision's
+ * SwinTransformer (v1) so that an export loads there.
  *
- * Parameters (vit_params, in this order; C_s = dim * 2^s, H_s heads,
- * M the window, R = mlp_ratio, K classes):
+ * Network: patch embedding (a P x P convolution at stride P, as a linear
+ * map of each patch, then LayerNorm); stages s = 0..S-1 of depths[s]
+ * blocks of width dim * 2^s and heads[s] heads; a block is
+ *     x = x + proj(WindowAttention(LN1(x)))      (shifted every other block)
+ *     x = x + fc2(GELU(fc1(LN2(x))))
+ * with a learned relative position bias per head ((2M-1)^2 table); between
+ * stages patch merging (the 2 x 2 neighbours concatenated in torchvision's
+ * order, LayerNorm over 4C, a linear map 4C -> 2C without bias); then
+ * LayerNorm, the mean over the tokens, the head.
+ *
+ * Tokens are [B, gh*gw, C], numbered row by row over the grid: the memory
+ * layout of torchvision's [B, H, W, C].  Block j of a stage shifts its
+ * windows by M/2 when j is odd and the window is smaller than the grid
+ * (torchvision drops the shift when one window covers the grid).  Every
+ * grid must be a multiple of the window and, before a merge, even
+ * (torchvision would pad; we refuse).
+ *
+ * Parameters (in this order; C_s = dim * 2^s, H_s heads, M the window,
+ * R = mlp_ratio, K classes):
  *   patch.w [P*P*Cin, C_0]  patch.b [C_0]  patch.ln.g, patch.ln.b [C_0]
  *   s.j.{ln1.g, ln1.b [C_s], rel [(2M-1)^2, H_s], qkv.w [C_s, 3C_s],
  *        qkv.b [3C_s], proj.w [C_s, C_s], proj.b [C_s],
@@ -14,8 +33,6 @@
  * Linear weights are [in, out] (y = x W), PyTorch's transposed.  The order
  * is that of torchvision's state_dict, so an export keeps it.
  */
-#include "model_swin.h"
-
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -24,12 +41,30 @@
 
 #include "arch_internal.h"
 #include "error.h"
-#include "vit/model.h"
 #include "vit/arch.h"
 #include "vit/attention.h"
 #include "vit/embeddings.h"
+#include "vit/model.h"
 
 #define SWIN_LN_EPS 1e-5 /* torchvision's LayerNorm eps */
+
+#define SWIN_MAX_STAGES 4
+
+/* The arch's config (a vit_config's arch_cfg: the keys' fields), with the
+ * data's shape and init_std, which swin_of copies from the vit_config. */
+typedef struct swin_cfg {
+    int image_height, image_width, channels, classes;
+    int patch;      /* P: the patch embedding's kernel and stride */
+    int window;     /* M: attention windows of M x M tokens */
+    int dim;        /* C: stage 0's width; stage s has C * 2^s */
+    int stages;     /* S, 1..SWIN_MAX_STAGES */
+    int depths[SWIN_MAX_STAGES]; /* blocks per stage, >= 1 */
+    int heads[SWIN_MAX_STAGES];  /* heads per stage, dividing its width */
+    int mlp_ratio;  /* MLP hidden width = mlp_ratio * width */
+    double init_std;  /* std of the truncated normal linear weights (0.02) */
+} swin_cfg;
+
+typedef struct swin swin;
 
 /* A block's tensors, in layout order. */
 enum { B_LN1_G, B_LN1_B, B_REL, B_QKV_W, B_QKV_B, B_PROJ_W, B_PROJ_B, B_LN2_G, B_LN2_B,
@@ -39,34 +74,33 @@ enum { E_PATCH_W, E_PATCH_B, E_PATCH_LN_G, E_PATCH_LN_B, E_LN_G, E_LN_B, E_HEAD_
        E_ROWS };
 enum { M_W, M_LN_G, M_LN_B, M_ROWS };
 
-struct vit_swin {
-    vit_swin_config cfg;
-    vit_params *P;           /* the tensors: owned (vit_swin_new) or the model's */
-    int owns_params;
+struct swin {
+    swin_cfg cfg;
+    vit_params *P;           /* the model's tensors (build adds them) */
     int end[E_ROWS];
-    int merge[VIT_SWIN_MAX_STAGES][M_ROWS];
+    int merge[SWIN_MAX_STAGES][M_ROWS];
     int (*blocks)[B_ROWS];  /* every block of every stage, in order */
 };
 
 /* ---- config ------------------------------------------------------------ */
 
-void vit_swin_stage_grid(const vit_swin_config *c, int s, int *gh, int *gw)
+static void swin_stage_grid(const swin_cfg *c, int s, int *gh, int *gw)
 {
     *gh = c->image_height / c->patch >> s;
     *gw = c->image_width / c->patch >> s;
 }
 
-static int width_of(const vit_swin_config *c, int s) { return c->dim << s; }
+static int width_of(const swin_cfg *c, int s) { return c->dim << s; }
 
 /* torchvision's shift: M/2 on odd blocks unless one window covers the grid. */
-static int shift_of(const vit_swin_config *c, int s, int j)
+static int shift_of(const swin_cfg *c, int s, int j)
 {
     int gh, gw;
-    vit_swin_stage_grid(c, s, &gh, &gw);
+    swin_stage_grid(c, s, &gh, &gw);
     return (j % 2 && c->window < gh && c->window < gw) ? c->window / 2 : 0;
 }
 
-int vit_swin_config_check(const vit_swin_config *c)
+static int swin_config_check(const swin_cfg *c)
 {
     const char *fn = "swin config";
     if (!c)
@@ -78,8 +112,8 @@ int vit_swin_config_check(const vit_swin_config *c)
     if (c->patch < 1 || c->image_height % c->patch || c->image_width % c->patch)
         return vit_fail(VIT_EINVAL, "%s: patch %d does not divide the %dx%d images", fn,
                         c->patch, c->image_height, c->image_width);
-    if (c->stages < 1 || c->stages > VIT_SWIN_MAX_STAGES)
-        return vit_fail(VIT_EINVAL, "%s: %d stages (1..%d)", fn, c->stages, VIT_SWIN_MAX_STAGES);
+    if (c->stages < 1 || c->stages > SWIN_MAX_STAGES)
+        return vit_fail(VIT_EINVAL, "%s: %d stages (1..%d)", fn, c->stages, SWIN_MAX_STAGES);
     if (c->window < 1 || c->dim < 1 || c->mlp_ratio < 1)
         return vit_fail(VIT_EINVAL, "%s: window %d, dim %d, mlp_ratio %d (each must be >= 1)",
                         fn, c->window, c->dim, c->mlp_ratio);
@@ -87,7 +121,7 @@ int vit_swin_config_check(const vit_swin_config *c)
         return vit_fail(VIT_EINVAL, "%s: init_std %g (finite, >= 0)", fn, c->init_std);
     for (int s = 0; s < c->stages; s++) {
         int gh, gw, C = width_of(c, s);
-        vit_swin_stage_grid(c, s, &gh, &gw);
+        swin_stage_grid(c, s, &gh, &gw);
         if (c->depths[s] < 1 || c->heads[s] < 1 || C % c->heads[s])
             return vit_fail(VIT_EINVAL, "%s: stage %d has depth %d and %d heads for width %d "
                             "(depth >= 1, heads dividing the width)", fn, s, c->depths[s],
@@ -102,6 +136,25 @@ int vit_swin_config_check(const vit_swin_config *c)
     return VIT_OK;
 }
 
+/* The rule's line for config c: what its grid, window and stages are. */
+static void say_why(const swin_cfg *c, char *why, size_t cap)
+{
+    if (!why || !cap)
+        return;
+    int gh, gw, g0h, g0w;
+    swin_stage_grid(c, 0, &g0h, &g0w);
+    swin_stage_grid(c, c->stages - 1, &gh, &gw);
+    char merged[48] = "";
+    if (c->stages > 1)
+        snprintf(merged, sizeof merged, " (%dx%d after merging)", gh, gw);
+    snprintf(why, cap, "swin: patch %d makes a %dx%d grid (at most 16x16), window %d divides "
+             "it, %d stage%s%s, widths %d..%d, depths %d", c->patch, g0h, g0w, c->window,
+             c->stages, c->stages > 1 ? "s" : "", merged, c->dim, width_of(c, c->stages - 1),
+             c->depths[0]);
+    for (int s = 1, n = (int)strlen(why); s < c->stages && n < (int)cap; s++, n = (int)strlen(why))
+        snprintf(why + n, cap - (size_t)n, "+%d", c->depths[s]);
+}
+
 /* The rule: patch 2 if it gives a grid of at most 16 x 16, else the
  * smallest patch that does; the window the largest of 8..4 dividing the
  * grid (7 for 14 x 14: 7 divides it); as many stages (at most 3) as the
@@ -110,11 +163,11 @@ int vit_swin_config_check(const vit_swin_config *c)
  * tokens are few), 2 for a single stage; MLP ratio 2.  At 28 x 28 that is
  * 16 M multiply-adds an image, about 1.6 times the ViT's Fashion-MNIST
  * default (10 M), so the recipe's compute budget gives it ~45 epochs. */
-int vit_swin_config_pick(vit_swin_config *c, int height, int width, int channels, int classes,
+static int swin_config_pick(swin_cfg *c, int height, int width, int channels, int classes,
                          char *why, size_t cap)
 {
     memset(c, 0, sizeof *c);
-    *c = (vit_swin_config){.image_height = height, .image_width = width, .channels = channels,
+    *c = (swin_cfg){.image_height = height, .image_width = width, .channels = channels,
                            .classes = classes, .dim = 32, .mlp_ratio = 2,
                            .init_std = 0.02};
     for (int p = 2; p <= 16 && !c->patch; p++)
@@ -142,36 +195,22 @@ int vit_swin_config_pick(vit_swin_config *c, int height, int width, int channels
         gw /= 2;
     }
     static const int depths[3][3] = {{2}, {2, 6}, {2, 2, 4}};
-    for (int s = 0; s < VIT_SWIN_MAX_STAGES; s++) { /* and 2 blocks past its stages */
+    for (int s = 0; s < SWIN_MAX_STAGES; s++) { /* and 2 blocks past its stages */
         c->depths[s] = s < c->stages ? depths[c->stages - 1][s] : 2;
         c->heads[s] = width_of(c, s) / 32;
     }
-    if (why) {
-        int g0h = height / c->patch, g0w = width / c->patch;
-        char merged[48] = "";
-        if (c->stages > 1)
-            snprintf(merged, sizeof merged, " (%dx%d after merging)", gh, gw);
-        snprintf(why, cap, "swin: patch %d makes a %dx%d grid (at most 16x16), window %d divides "
-                 "it, %d stage%s%s, widths %d..%d, depths %d%s", c->patch, g0h, g0w, c->window,
-                 c->stages, c->stages > 1 ? "s" : "", merged, c->dim, width_of(c, c->stages - 1),
-                 c->depths[0], c->stages > 1 ? "+" : "");
-        if (c->stages > 1) {
-            size_t n = strlen(why);
-            for (int s = 1; s < c->stages && n < cap; s++, n = strlen(why))
-                snprintf(why + n, cap - n, "%d%s", c->depths[s], s + 1 < c->stages ? "+" : "");
-        }
-    }
+    say_why(c, why, cap);
     return VIT_OK;
 }
 
-size_t vit_swin_macs(const vit_swin_config *c)
+static size_t swin_macs(const swin_cfg *c)
 {
     int gh, gw;
-    vit_swin_stage_grid(c, 0, &gh, &gw);
+    swin_stage_grid(c, 0, &gh, &gw);
     size_t n = (size_t)gh * gw, macs = n * c->patch * c->patch * c->channels * c->dim;
     for (int s = 0; s < c->stages; s++) {
         size_t C = (size_t)width_of(c, s), T = (size_t)c->window * c->window;
-        vit_swin_stage_grid(c, s, &gh, &gw);
+        swin_stage_grid(c, s, &gh, &gw);
         n = (size_t)gh * gw;
         /* qkv, proj, fc1, fc2; scores and the weighted sum: 2 T C per token */
         macs += c->depths[s] * n * (4 * C * C + 2 * C * C * c->mlp_ratio + 2 * T * C);
@@ -183,7 +222,7 @@ size_t vit_swin_macs(const vit_swin_config *c)
 
 /* ---- layout ------------------------------------------------------------ */
 
-static int add(vit_swin *m, const char *name, int ndim, int d0, int d1, int init, double scale,
+static int add(swin *m, const char *name, int ndim, int d0, int d1, int init, double scale,
                int decay)
 {
     int shape[2] = {d0, d1};
@@ -202,9 +241,9 @@ static int add(vit_swin *m, const char *name, int ndim, int d0, int d1, int init
  * biases, the relative position tables likewise, LayerNorms 1 and 0, the
  * patch convolution PyTorch's default (uniform within 1/sqrt(fan_in)).
  * Decay on the weight matrices only. */
-static int layout(vit_swin *m)
+static int layout(swin *m)
 {
-    const vit_swin_config *c = &m->cfg;
+    const swin_cfg *c = &m->cfg;
     double sd = c->init_std, fan = 1.0 / sqrt((double)c->patch * c->patch * c->channels);
     int C0 = c->dim, N = VIT_INIT_NORMAL;
     TRYIX(m->end[E_PATCH_W], add(m, "patch.w", 2, c->patch * c->patch * c->channels, C0,
@@ -256,12 +295,20 @@ static int layout(vit_swin *m)
     return VIT_OK;
 }
 
-/* The state of cfg (checked) with its tensors added to P (open). */
-static vit_swin *swin_build(const vit_swin_config *cfg, vit_params *P)
+static void swin_free(swin *m)
 {
-    if (vit_swin_config_check(cfg) != VIT_OK)
+    if (!m)
+        return;
+    free(m->blocks);
+    free(m);
+}
+
+/* The state of cfg (checked) with its tensors added to P (open). */
+static swin *swin_build(const swin_cfg *cfg, vit_params *P)
+{
+    if (swin_config_check(cfg) != VIT_OK)
         return NULL;
-    vit_swin *m = calloc(1, sizeof *m);
+    swin *m = calloc(1, sizeof *m);
     int nb = 0;
     for (int s = 0; s < cfg->stages; s++)
         nb += cfg->depths[s];
@@ -270,44 +317,20 @@ static vit_swin *swin_build(const vit_swin_config *cfg, vit_params *P)
     m->cfg = *cfg;
     m->P = P;
     if (layout(m) != VIT_OK) {
-        vit_swin_free(m);
+        swin_free(m);
         return NULL;
     }
     return m;
 oom:
-    vit_swin_free(m);
+    swin_free(m);
     vit_fail(VIT_ENOMEM, "swin: out of memory");
     return NULL;
 }
 
-vit_swin *vit_swin_new(const vit_swin_config *cfg)
-{
-    vit_params *P = vit_params_new();
-    vit_swin *m = P ? swin_build(cfg, P) : NULL;
-    if (!m || vit_params_alloc(P) != VIT_OK) {
-        vit_params_free(P);
-        if (m)
-            m->P = NULL;
-        vit_swin_free(m);
-        return NULL;
-    }
-    m->owns_params = 1;
-    return m;
-}
 
-void vit_swin_free(vit_swin *m)
-{
-    if (!m)
-        return;
-    if (m->owns_params)
-        vit_params_free(m->P);
-    free(m->blocks);
-    free(m);
-}
+const swin_cfg *swin_cfg_of(const swin *m) { return m ? &m->cfg : NULL; }
 
-const vit_swin_config *vit_swin_config_of(const vit_swin *m) { return m ? &m->cfg : NULL; }
-
-vit_params *vit_swin_params(vit_swin *m) { return m ? m->P : NULL; }
+vit_params *vit_swin_params(swin *m) { return m ? m->P : NULL; }
 
 /* ---- forward ----------------------------------------------------------- */
 
@@ -327,10 +350,10 @@ typedef vit_tensor *(*leaf_fn)(const void *ctx, int i);
  * drop: NULL, or stochastic depth's scales, block b's attention branch
  * scaled by drop[2b stride + i] for image i, its MLP branch by
  * drop[(2b + 1) stride + i]. */
-static vit_tensor *run(const vit_swin *m, vit_tape *tape, leaf_fn leaf, const void *lctx,
+static vit_tensor *run(const swin *m, vit_tape *tape, leaf_fn leaf, const void *lctx,
                        vit_tensor *img, int batch, const vit_real *drop, int stride)
 {
-    const vit_swin_config *c = &m->cfg;
+    const swin_cfg *c = &m->cfg;
 #define L(ix) leaf(lctx, (ix))
     vit_patch_shape ps = {.batch = batch, .height = c->image_height, .width = c->image_width,
                           .channels = c->channels, .patch = c->patch, .dim = c->dim,
@@ -341,7 +364,7 @@ static vit_tensor *run(const vit_swin *m, vit_tape *tape, leaf_fn leaf, const vo
     int b = 0;
     for (int s = 0; s < c->stages; s++) {
         int gh, gw, H = c->heads[s];
-        vit_swin_stage_grid(c, s, &gh, &gw);
+        swin_stage_grid(c, s, &gh, &gw);
         for (int j = 0; j < c->depths[s]; j++, b++) {
             const int *ix = m->blocks[b];
             const vit_real *d_attn = drop ? drop + (size_t)2 * b * stride : NULL;
@@ -368,33 +391,6 @@ static vit_tensor *run(const vit_swin *m, vit_tape *tape, leaf_fn leaf, const vo
     x = vit_op_mean_tokens(tape, x, 0);
     return vit_op_linear(tape, x, L(m->end[E_HEAD_W]), L(m->end[E_HEAD_B]));
 #undef L
-}
-
-typedef struct own_leaf {
-    vit_params *P;
-    vit_tape *tape;
-    int grad;
-} own_leaf;
-
-static vit_tensor *own_param(const void *ctx, int i)
-{
-    const own_leaf *o = ctx;
-    return vit_params_leaf(o->P, o->tape, i, o->grad);
-}
-
-vit_tensor *vit_swin_forward(vit_swin *m, vit_tape *tape, const vit_real *images, int batch,
-                             const vit_real *drop, int stride)
-{
-    if (!m || !tape || !images || batch < 1) {
-        vit_tape_fail(tape, vit_fail(VIT_EINVAL, "vit_swin_forward: NULL model, tape or "
-                                     "images, or batch %d < 1", batch));
-        return NULL;
-    }
-    const vit_swin_config *c = &m->cfg;
-    own_leaf o = {m->P, tape, vit_tape_grad_enabled(tape)};
-    vit_tensor *img = vit_tape_leaf(tape, (vit_real *)images, NULL, 4,
-                                    (int[]){batch, c->image_height, c->image_width, c->channels});
-    return run(m, tape, own_param, &o, img, batch, drop, stride);
 }
 
 /* ---- torchvision's names ----------------------------------------------- */
@@ -459,65 +455,17 @@ static int torch_name(const char *ours, char *out, size_t cap, int *op)
     return VIT_OK;
 }
 
-int vit_swin_torch_tensors(const vit_swin *m, vit_swin_torch_tensor *out)
-{
-    if (!m)
-        return 0;
-    int n = vit_params_tensor_count(m->P);
-    for (int i = 0; out && i < n; i++) {
-        const vit_param_tensor *p = vit_params_tensor(m->P, i);
-        vit_swin_torch_tensor *t = &out[i];
-        if (torch_name(p->name, t->name, sizeof t->name, &t->op) != VIT_OK)
-            return -1;
-        t->param = i;
-        t->size = p->size;
-        t->ndim = p->ndim;
-        memcpy(t->shape, p->shape, sizeof t->shape);
-        if (t->op == VIT_EXPORT_TRANSPOSE) {
-            t->shape[0] = p->shape[1];
-            t->shape[1] = p->shape[0];
-        } else if (t->op == VIT_EXPORT_CONV) { /* [P*P*Cin, D] -> [D, Cin, P, P] */
-            t->ndim = 4;
-            t->shape[0] = m->cfg.dim, t->shape[1] = m->cfg.channels;
-            t->shape[2] = t->shape[3] = m->cfg.patch;
-        }
-    }
-    return n;
-}
-
-void vit_swin_torch_copy(vit_swin *m, const vit_swin_torch_tensor *t, float *tv, int to_ours)
-{
-    vit_real *v = vit_params_value_of(m->P, t->param);
-    const vit_param_tensor *p = vit_params_tensor(m->P, t->param);
-    int rows = p->ndim == 2 ? p->shape[0] : 1, cols = p->ndim == 2 ? p->shape[1] : p->shape[0];
-    for (int i = 0; i < rows; i++)
-        for (int j = 0; j < cols; j++) {
-            size_t ours = (size_t)i * cols + j, theirs = ours;
-            if (t->op == VIT_EXPORT_CONV) { /* row i = (py P + px) Cin + ch, column j = d */
-                int P = m->cfg.patch, Ci = m->cfg.channels, ch = i % Ci, px = i / Ci % P,
-                    py = i / Ci / P;
-                theirs = (((size_t)j * Ci + ch) * P + py) * P + px;
-            } else if (t->op == VIT_EXPORT_TRANSPOSE) {
-                theirs = (size_t)j * rows + i;
-            }
-            if (to_ours)
-                v[ours] = (vit_real)tv[theirs];
-            else
-                tv[theirs] = (float)v[ours];
-        }
-}
-
 /* ---- the architecture (vit/arch.h) ------------------------------------- */
 
-/* The arch's config struct inside a vit_config is a vit_swin_config whose
+/* The arch's config struct inside a vit_config is a swin_cfg whose
  * data-shape and init fields the library's own config supplies (swin_of). */
 #define KEY(name, field, hi, def, help)                                        \
-    {name, VIT_KEY_INT, offsetof(vit_swin_config, field), 1, hi, def, help, NULL}
+    {name, VIT_KEY_INT, offsetof(swin_cfg, field), 1, hi, def, help, NULL}
 static const vit_arch_key swin_keys[] = {
     KEY("patch", patch, 64, "2", "patch side in pixels (a P x P convolution at stride P)"),
     KEY("window", window, 64, "7", "attention windows of M x M tokens; divide every grid"),
     KEY("embed_dim", dim, 4096, "32", "stage 1's width; each stage doubles it"),
-    KEY("stages", stages, VIT_SWIN_MAX_STAGES, "2", "stages, patch merging between them"),
+    KEY("stages", stages, SWIN_MAX_STAGES, "2", "stages, patch merging between them"),
     KEY("depth_1", depths[0], 256, "2", "blocks of stage 1 (plain and shifted windows alternate)"),
     KEY("depth_2", depths[1], 256, "6", "blocks of stage 2"),
     KEY("depth_3", depths[2], 256, "2", "blocks of stage 3"),
@@ -532,9 +480,9 @@ static const vit_arch_key swin_keys[] = {
 enum { SWIN_KEYS = (int)(sizeof swin_keys / sizeof *swin_keys), SWIN_STAGE_KEY0 = 4 };
 
 /* The Swin of a vit_config: its keys, the data's shape and init_std. */
-static vit_swin_config swin_of(const vit_config *cfg)
+static swin_cfg swin_of(const vit_config *cfg)
 {
-    vit_swin_config c;
+    swin_cfg c;
     memcpy(&c, vit_config_arch_data(cfg), sizeof c);
     c.image_height = cfg->image_height, c.image_width = cfg->image_width;
     c.channels = cfg->channels, c.classes = cfg->classes, c.init_std = cfg->init_std;
@@ -545,8 +493,8 @@ static vit_swin_config swin_of(const vit_config *cfg)
  * than its default, would be ignored: refused instead. */
 static int swin_check(const vit_config *cfg)
 {
-    vit_swin_config c = swin_of(cfg);
-    for (int k = SWIN_STAGE_KEY0; k < SWIN_STAGE_KEY0 + 2 * VIT_SWIN_MAX_STAGES; k++) {
+    swin_cfg c = swin_of(cfg);
+    for (int k = SWIN_STAGE_KEY0; k < SWIN_STAGE_KEY0 + 2 * SWIN_MAX_STAGES; k++) {
         const vit_arch_key *key = &swin_keys[k];
         int stage = key->key[strlen(key->key) - 1] - '1';
         int v = *(const int *)((const char *)&c + key->offset);
@@ -554,43 +502,44 @@ static int swin_check(const vit_config *cfg)
             return vit_fail(VIT_EINVAL, "%s: %d for a stage the model does not have (stages "
                             "= %d)", key->key, v, c.stages);
     }
-    return vit_swin_config_check(&c);
+    return swin_config_check(&c);
 }
 
-/* The recipe's values (vit_swin_config_pick) for the keys not given. */
+/* The recipe's values (swin_config_pick) for the keys not given. */
 static int swin_adapt(vit_config *cfg, int train_count, char *why, size_t cap)
 {
     (void)train_count;
-    vit_swin_config pick, *c = vit_config_arch_data_mut(cfg);
-    char line[256];
-    TRY(vit_swin_config_pick(&pick, cfg->image_height, cfg->image_width, cfg->channels,
-                             cfg->classes, line, sizeof line));
-    int changed = 0;
+    swin_cfg pick, *c = vit_config_arch_data_mut(cfg);
+    TRY(swin_config_pick(&pick, cfg->image_height, cfg->image_width, cfg->channels,
+                         cfg->classes, NULL, 0));
+    int ruled = 0;
     for (int k = 0; k < SWIN_KEYS; k++) {
         const vit_arch_key *key = &swin_keys[k];
-        int stage = k >= SWIN_STAGE_KEY0 && k < SWIN_STAGE_KEY0 + 2 * VIT_SWIN_MAX_STAGES
+        int stage = k >= SWIN_STAGE_KEY0 && k < SWIN_STAGE_KEY0 + 2 * SWIN_MAX_STAGES
                         ? key->key[strlen(key->key) - 1] - '1' : -1;
-        int *mine = (int *)((char *)c + key->offset);
-        int theirs = *(const int *)((const char *)&pick + key->offset);
-        if (stage < c->stages && vit_config_given(cfg, key->key) == 0 && *mine != theirs) {
-            *mine = theirs;
-            changed = 1;
+        if (stage < c->stages && vit_config_given(cfg, key->key) == 0) {
+            memcpy((char *)c + key->offset, (const char *)&pick + key->offset, sizeof(int));
+            ruled = 1;
         }
     }
     if (why && cap)
-        snprintf(why, cap, "%s", changed ? line : "");
+        why[0] = '\0';
+    if (ruled) {
+        swin_cfg full = swin_of(cfg);
+        say_why(&full, why, cap);
+    }
     return VIT_OK;
 }
 
 static int swin_arch_build(const vit_config *cfg, vit_params *p, void **state)
 {
-    vit_swin_config c = swin_of(cfg);
-    vit_swin *m = swin_build(&c, p);
+    swin_cfg c = swin_of(cfg);
+    swin *m = swin_build(&c, p);
     *state = m;
     return m ? VIT_OK : vit_tape_status(NULL);
 }
 
-static void swin_release(void *state) { vit_swin_free(state); }
+static void swin_release(void *state) { swin_free(state); }
 
 static vit_tensor *arch_leaf(const void *run, int i) { return vit_arch_param(run, i); }
 
@@ -604,8 +553,8 @@ static vit_tensor *swin_forward(const vit_arch_run *r)
  * the grid that vit_attn draws: none are offered. */
 static void swin_describe(const vit_config *cfg, vit_arch_info *info)
 {
-    vit_swin_config c = swin_of(cfg);
-    info->macs = vit_swin_macs(&c);
+    swin_cfg c = swin_of(cfg);
+    info->macs = swin_macs(&c);
     for (int s = 0; s < c.stages; s++)
         info->drop_layers += c.depths[s];
 }
@@ -614,7 +563,7 @@ static void swin_describe(const vit_config *cfg, vit_arch_info *info)
 static int swin_export_tensor(const vit_config *cfg, int i, const vit_param_tensor *t,
                               vit_arch_export *e)
 {
-    const vit_swin_config *c = vit_config_arch_data(cfg);
+    const swin_cfg *c = vit_config_arch_data(cfg);
     TRY(torch_name(t->name, e->name, sizeof e->name, &e->op));
     e->ndim = e->op == VIT_EXPORT_CONV ? 4 : e->op == VIT_EXPORT_TRANSPOSE ? 2 : t->ndim;
     e->kernel = c->patch;
@@ -628,7 +577,7 @@ const vit_arch vit_arch_swin_def = {
                "position bias, patch merging between stages",
     .keys = swin_keys,
     .nkeys = SWIN_KEYS,
-    .config_size = sizeof(vit_swin_config),
+    .config_size = sizeof(swin_cfg),
     .check = swin_check,
     .adapt = swin_adapt,
     .build = swin_arch_build,
