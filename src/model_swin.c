@@ -147,7 +147,7 @@ static void say_why(const swin_cfg *c, char *why, size_t cap)
     char merged[48] = "";
     if (c->stages > 1)
         snprintf(merged, sizeof merged, " (%dx%d after merging)", gh, gw);
-    snprintf(why, cap, "swin: patch %d makes a %dx%d grid (at most 16x16), window %d divides "
+    snprintf(why, cap, "patch %d makes a %dx%d grid (at most 16x16), window %d divides "
              "it, %d stage%s%s, widths %d..%d, depths %d", c->patch, g0h, g0w, c->window,
              c->stages, c->stages > 1 ? "s" : "", merged, c->dim, width_of(c, c->stages - 1),
              c->depths[0]);
