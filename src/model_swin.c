@@ -327,11 +327,6 @@ oom:
     return NULL;
 }
 
-
-const swin_cfg *swin_cfg_of(const swin *m) { return m ? &m->cfg : NULL; }
-
-vit_params *vit_swin_params(swin *m) { return m ? m->P : NULL; }
-
 /* ---- forward ----------------------------------------------------------- */
 
 /* r + drop_path(x W + b): without scales the one fused op. */
