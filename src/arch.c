@@ -22,7 +22,7 @@
 /* The built-in architectures, the ViT first (the default).  A built-in
  * architecture is its file (src/model_NAME.c, its vit_arch defined there
  * and declared in arch_internal.h) and its line here. */
-static const vit_arch *const builtin[] = {&vit_arch_vit_def};
+static const vit_arch *const builtin[] = {&vit_arch_vit_def, &vit_arch_swin_def};
 #define NBUILTIN (int)(sizeof builtin / sizeof builtin[0])
 
 /* The registered architectures, after the built-in ones. */

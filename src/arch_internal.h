@@ -9,6 +9,8 @@
 
 /* The built-in ViT (model_vit.c); vit_arch_vit() returns it. */
 extern const vit_arch vit_arch_vit_def;
+/* The built-in Swin Transformer (model_swin.c). */
+extern const vit_arch vit_arch_swin_def;
 
 /* Index of key in a's table, or -1. */
 int vit_arch_key_find(const vit_arch *a, const char *key);
