@@ -234,6 +234,10 @@ int vit_config_set_arch(vit_config *cfg, const vit_arch *arch)
         return vit_fail(VIT_EINVAL, "vit_config_set_arch: cfg is NULL");
     if (!arch)
         arch = &vit_arch_vit_def;
+    /* Its config text must read back (a checkpoint's, an export's). */
+    if (vit_arch_find(arch->name) != arch)
+        return vit_fail(VIT_EINVAL, "vit_config_set_arch: architecture '%s' is not registered "
+                        "(vit_arch_register)", arch->name ? arch->name : "(null)");
     /* Defaults into a copy first: a default that does not parse leaves cfg
      * as it was. */
     vit_config c = *cfg;

@@ -139,6 +139,13 @@ START_TEST(test_registry)
     ck_assert_ptr_nonnull(strstr(vit_last_error(), "offset"));
     ck_assert_int_eq(vit_arch_register(NULL), VIT_EINVAL);
     ck_assert_int_eq(vit_arch_count(), n);
+    /* Selecting an architecture that is not registered: its text would not
+     * read back. */
+    vit_config c;
+    vit_config_default(&c);
+    ck_assert_int_eq(vit_config_set_arch(&c, &bad), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "'tiny3' is not registered"));
+    ck_assert_ptr_null(c.arch);
 }
 END_TEST
 

@@ -265,8 +265,9 @@ const void *vit_config_arch_data(const vit_config *cfg);
 void *vit_config_arch_data_mut(vit_config *cfg);
 
 /* Selects arch for cfg (NULL: the ViT) with every one of its keys at its
- * default and none given, as `arch = NAME` does.  VIT_OK; VIT_EINVAL for a
- * NULL cfg or an arch whose default does not parse. */
+ * default and none given, as `arch = NAME` does.  VIT_OK; VIT_EINVAL (cfg
+ * unchanged) for a NULL cfg or an arch that is not registered (its config
+ * text would not read back). */
 int vit_config_set_arch(vit_config *cfg, const vit_arch *arch);
 
 /* 1 if key was given (by vit_config_set, a config line or a flag) since
