@@ -77,14 +77,14 @@ static int bench(int steps)
             vit_model_zero_grads(m);
             if (!loss || vit_tape_backward(tape, loss)) {
                 fprintf(stderr, "vit_bench_dist: step failed: %s\n", vit_last_error());
-                vit_dist_abort(1);
+                return vit_dist_abort_job(1);
             }
             vit_real *g = vit_model_grads(m), w = (vit_real)nb / BATCH;
             for (size_t i = 0; size > 1 && i < n; i++)
                 g[i] *= w;
             if (vit_dist_sum(g, n) || vit_adamw_step(&opt, vit_model_params(m), g, groups, ngroups, 1e-4)) {
                 fprintf(stderr, "vit_bench_dist: step failed: %s\n", vit_last_error());
-                vit_dist_abort(1);
+                return vit_dist_abort_job(1);
             }
         }
         if (r >= 0)
