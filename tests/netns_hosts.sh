@@ -57,5 +57,5 @@ two_hosts() {
         --mca plm_rsh_agent "$agent" --mca btl tcp,self \
         --mca btl_tcp_if_include "${net}0/24" --mca oob_tcp_if_include "${net}0/24" \
         -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM -x ASAN_OPTIONS \
-        -x LD_LIBRARY_PATH -x PATH "$@"
+        -x PATH "$@"
 }

@@ -16,7 +16,9 @@
  * Each repetition times `steps` steps of each mode in turn (interleaved,
  * so a shared machine's load falls on all three alike): "compute" (the
  * step without any sum: what the ranks would take alone), "blocking" and
- * "overlap".  Rank 0 prints per mode the median step time and the median
+ * "overlap", after one sum alone (the ranks lined up first: the network's
+ * and MPI's time for the gradient, no compute to wait for).  Rank 0
+ * prints that, and per mode the median (and fastest) step time, the median
  * time the step spent waiting for the sum (blocking: the whole
  * MPI_Allreduce; overlap: vit_dist_buckets_finish, what the backward did
  * not hide), and exposed communication = (step - compute) / step.
@@ -161,10 +163,21 @@ static void teardown(bench *B)
 /* The interleaved timing; prints on rank 0. */
 static int time_modes(bench *B, const shape *s, int steps, int reps, size_t bucket_bytes)
 {
-    double t[MODES][REPS_MAX], wt[MODES][REPS_MAX], wait;
-    for (int r = -1; r < reps; r++)
+    double t[MODES][REPS_MAX], wt[MODES][REPS_MAX], alone[REPS_MAX], wait;
+    for (int r = -1; r < reps; r++) {
+        /* The sum alone, the ranks lined up first: the network's and MPI's
+         * own time for n values, without the other rank's compute. */
+        (void)vit_dist_agree(VIT_OK);
+        double t0 = now();
+        int rc = vit_dist_sum(vit_model_grads(B->m), B->n);
+        if (rc)
+            return rc;
+        if (r >= 0)
+            alone[r] = now() - t0;
         for (int mode = 0; mode < MODES; mode++) {
-            double sum_wait = 0, t0 = now();
+            double sum_wait = 0;
+            (void)vit_dist_agree(VIT_OK);
+            t0 = now();
             for (int k = 0; k < (r < 0 ? 2 : steps); k++) {
                 int rc = step(B, mode, &wait);
                 if (rc)
@@ -176,6 +189,7 @@ static int time_modes(bench *B, const shape *s, int steps, int reps, size_t buck
                 wt[mode][r] = sum_wait / steps;
             }
         }
+    }
     if (vit_dist_rank() != 0)
         return VIT_OK;
     size_t bytes = B->n * sizeof(vit_real), per = bucket_bytes ? bucket_bytes
@@ -183,10 +197,13 @@ static int time_modes(bench *B, const shape *s, int steps, int reps, size_t buck
     printf("%s: %zu parameters (%.2f MB a sum, %zu bucket(s) of %zu KiB), %d rank(s), "
            "global batch %d, median of %d reps x %d steps\n", s->name, B->n, bytes / 1e6,
            (bytes + per - 1) / per, per / 1024, vit_dist_size(), B->batch, reps, steps);
-    double tc = median(t[COMPUTE], reps);
+    double tc = median(t[COMPUTE], reps), a_med = median(alone, reps);
+    printf("  sum alone %.2f ms (median; fastest %.2f ms)\n", 1e3 * a_med, 1e3 * alone[0]);
     for (int mode = 0; mode < MODES; mode++) {
         double tm = median(t[mode], reps), wm = median(wt[mode], reps);
-        printf("  %-8s step %9.2f ms  waits %8.2f ms", mode_names[mode], 1e3 * tm, 1e3 * wm);
+        double fast = t[mode][0]; /* sorted by median() */
+        printf("  %-8s step %9.2f ms (fastest %9.2f)  waits %8.2f ms", mode_names[mode],
+               1e3 * tm, 1e3 * fast, 1e3 * wm);
         if (mode != COMPUTE)
             printf("  exposed communication %5.1f%%", 100 * (tm - tc) / tm);
         printf("\n");
