@@ -26,12 +26,8 @@
 # Usage: test_mpi_hosts.sh BUILD/tools/vit_train
 set -u
 train=$1
-if ! "$train" --version | grep -q MPI; then
-    echo "vit_train was built without MPI: skipped"; exit 77
-fi
-if ! command -v mpirun >/dev/null; then
-    echo "mpirun not found: skipped"; exit 77
-fi
+. "$(dirname "$0")/mpi_util.sh"
+mpi_require "$train"
 if [ "$(id -u)" -ne 0 ]; then
     echo "network namespaces need root: skipped"; exit 77
 fi
@@ -79,12 +75,7 @@ if cmp -s "$tmp/hosts2/last.ckpt" "$tmp/local/last.ckpt"; then
 else
     bad "the 2-host and 1-host 2-rank checkpoints differ"
 fi
-if awk -F, 'NR == FNR { if (FNR > 1) { l[$1] = $2; t[$1] = $4 } next }
-            FNR > 1 { n++
-                      if (!($1 in l)) bad = 1
-                      else if ((($2 - l[$1]) ^ 2) > (1e-3 * l[$1]) ^ 2 || (($4 - t[$1]) ^ 2) > (1e-3 * t[$1]) ^ 2) {
-                          printf "epoch %s: one process %s/%s, two hosts %s/%s\n", $1, l[$1], t[$1], $2, $4; bad = 1 } }
-            END { exit (bad || n != '$epochs') }' "$tmp/one/metrics.csv" "$tmp/hosts2/metrics.csv"; then
+if losses_close "$tmp/one/metrics.csv" "$tmp/hosts2/metrics.csv" $epochs; then
     ok "the 2-host losses are one process's within 1e-3 relative ($epochs epochs)"
 else
     bad "the 2-host losses differ from one process's"
@@ -164,12 +155,7 @@ else
     fi
     mkdir "$tmp/lost1" && cp "$tmp/lost.ckpt" "$tmp/lost1/last.ckpt"
     if "$train" "${lost[@]}" --resume "$tmp/lost1/last.ckpt" >"$tmp/lost1.log" 2>&1 &&
-       awk -F, 'NR == FNR { if (FNR > 1) { l[$1] = $2; t[$1] = $4 } next }
-                FNR > 1 { n++
-                          if (!($1 in l)) bad = 1
-                          else if ((($2 - l[$1]) ^ 2) > (1e-3 * l[$1]) ^ 2 || (($4 - t[$1]) ^ 2) > (1e-3 * t[$1]) ^ 2) {
-                              printf "epoch %s: 2 ranks %s/%s, resumed on 1 %s/%s\n", $1, l[$1], t[$1], $2, $4; bad = 1 } }
-                END { exit (bad || last != '$lost_epochs') } { last = $1 }' "$tmp/ref/metrics.csv" "$tmp/lost1/metrics.csv"; then
+       losses_close "$tmp/ref/metrics.csv" "$tmp/lost1/metrics.csv" -1; then
         ok "resumed on 1 rank instead: to epoch $lost_epochs, the losses within 1e-3 of the uninterrupted 2-rank run"
     else
         bad "the 1-rank resume of the lost run:"; tail -n 3 "$tmp/lost1.log"; paste -d"|" "$tmp/ref/metrics.csv" "$tmp/lost1/metrics.csv" | tail -n 4
