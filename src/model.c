@@ -287,7 +287,25 @@ typedef struct {
     int batch, n;
     vit_real smoothing;
     const vit_real *targets, *drop; /* vit_train_extras' (may be NULL) */
+    void (*ready)(void *ctx, size_t offset, size_t count);
+    void *ready_ctx;
 } slice_job;
+
+/* vit_train_extras.grads_ready behind a tape's leaf reports: the leaf's
+ * place in the gradient buffer g [n]. */
+typedef struct {
+    const vit_real *g;
+    size_t n;
+    void (*fn)(void *ctx, size_t offset, size_t count);
+    void *ctx;
+} ready_job;
+
+static void leaf_ready(void *ctx, vit_tensor *leaf)
+{
+    const ready_job *R = ctx;
+    if (leaf->grad >= R->g && leaf->grad + leaf->size <= R->g + R->n)
+        R->fn(R->ctx, (size_t)(leaf->grad - R->g), leaf->size);
+}
 
 /* Forward and backward of rows [lo, hi) of the batch into the slice's own
  * gradient buffer, seeded with its share (hi - lo) / batch of the mean. */
@@ -313,8 +331,12 @@ static void run_slice(const slice_job *J, int s)
                                   : vit_op_cross_entropy(S->tape, z, J->labels + lo, J->smoothing,
                                                          NULL);
     vit_real share = (vit_real)nb / (vit_real)J->batch;
+    ready_job R = {g, m->nparams, J->ready, J->ready_ctx};
+    if (J->ready && J->n == 1)
+        vit_tape_on_leaf_grad(S->tape, leaf_ready, &R);
     S->rc = loss ? vit_tape_backward_from(S->tape, loss, &share)
                  : vit_tape_status(S->tape) ? vit_tape_status(S->tape) : VIT_EINVAL;
+    vit_tape_on_leaf_grad(S->tape, NULL, NULL);
     int mixed_rc = m->mixed ? vit_mixed_leave() : VIT_OK;
     if (S->rc == VIT_OK)
         S->rc = mixed_rc;
@@ -399,7 +421,8 @@ int vit_model_train_grads_ex(vit_model *m, const vit_real *images, const int *la
     if (m->mixed && (rc = vit_mixed_weights_pack(m->mixed, vit_threads())) != VIT_OK)
         return rc;
     slice_job J = {m, images, labels, batch, n, smoothing, ex ? ex->targets : NULL,
-                   ex ? ex->drop_scale : NULL};
+                   ex ? ex->drop_scale : NULL, ex ? ex->grads_ready : NULL,
+                   ex ? ex->ready_ctx : NULL};
     vit_parallel(n, (size_t)n, run_slices, &J);
     for (int l = 0; l < m->nmaps; l++)
         m->maps[l] = NULL; /* spread over the slices' tapes: none to show */

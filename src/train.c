@@ -96,12 +96,11 @@ static int train_batch(vit_trainer *t, long s, double *loss)
     vit_train_share(b, &lo, &hi);
     double red[2] = {0, 0};
     int mine = vit_train_gather_batch(t, t->perm + start, b, lo, hi);
-    if (mine == VIT_OK)
-        mine = vit_train_local_step(t, hi - lo, red);
+    mine = vit_train_summed_step(t, mine, hi - lo, b, red);
     int rc = vit_dist_agree(mine);
     if (rc != VIT_OK && mine == VIT_OK)
         return vit_fail(rc, "step %llu failed on another rank", t->st.step + 1);
-    if (rc || (rc = vit_train_reduce_grads(t, hi - lo, b, red)))
+    if (rc || (rc = vit_dist_sum_double(red, 2)))
         return rc;
     double lv = red[0] / b;
     if (!isfinite(lv))

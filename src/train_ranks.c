@@ -59,6 +59,9 @@ int vit_train_augment_buffers(vit_trainer *t)
         t->drop = malloc((size_t)2 * L * c->batch * sizeof *t->drop);
     if (((c->mixup > 0 || c->cutmix > 0) && !t->targets) || (c->drop_path > 0 && !t->drop))
         return vit_fail(VIT_ENOMEM, "vit_train_run: out of memory");
+    if (vit_dist_size() > 1 && !(t->sum = vit_dist_buckets_new(vit_model_grads(t->m),
+                                                                vit_model_param_count(t->m), 0)))
+        return VIT_ENOMEM; /* recorded: the only way it fails here */
     return VIT_OK;
 }
 
@@ -81,7 +84,9 @@ int vit_train_local_step(vit_trainer *r, int bl, double red[2])
     }
     double loss;
     int correct;
-    vit_train_extras ex = {r->mixed ? r->targets : NULL, r->drop};
+    vit_train_extras ex = {.targets = r->mixed ? r->targets : NULL, .drop_scale = r->drop,
+                           .grads_ready = r->sum ? vit_dist_buckets_ready : NULL,
+                           .ready_ctx = r->sum};
     int rc = vit_model_train_grads_ex(r->m, r->images, r->labels, bl, (vit_real)c->smoothing, &ex,
                                       &loss, &correct);
     if (rc == VIT_ENUM) {
@@ -98,17 +103,20 @@ int vit_train_local_step(vit_trainer *r, int bl, double red[2])
     return VIT_OK;
 }
 
-int vit_train_reduce_grads(vit_trainer *r, int bl, int b, double red[2])
+int vit_train_summed_step(vit_trainer *r, int mine, int bl, int b, double red[2])
 {
-    if (vit_dist_size() == 1)
-        return VIT_OK;
-    vit_real *g = vit_model_grads(r->m);
-    size_t n = vit_model_param_count(r->m);
-    vit_real w = (vit_real)bl / (vit_real)b;
-    for (size_t i = 0; i < n; i++)
-        g[i] *= w;
-    int rc = vit_dist_sum(g, n);
-    return rc ? rc : vit_dist_sum_double(red, 2);
+    if (!r->sum) /* one rank */
+        return mine == VIT_OK ? vit_train_local_step(r, bl, red) : mine;
+    /* Each share's gradient is weighted by its size, w = bl / b, as its
+     * buckets are summed; the sums start during the backward (the model
+     * reports each block's gradients as they become final) and end here. */
+    int rc = vit_dist_buckets_start(r->sum, (vit_real)bl / (vit_real)b);
+    if (mine == VIT_OK)
+        mine = rc;
+    if (mine == VIT_OK)
+        mine = vit_train_local_step(r, bl, red);
+    rc = vit_dist_buckets_finish(r->sum);
+    return mine ? mine : rc;
 }
 
 int vit_train_evaluate_shared(vit_trainer *r, const vit_dataset *ds, int tta, vit_eval_result *ev)

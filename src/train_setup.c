@@ -122,6 +122,7 @@ void vit_trainer_free(vit_trainer *t)
     free(t->targets);
     free(t->drop);
     vit_augment_scratch_free(t->aug);
+    vit_dist_buckets_free(t->sum);
     vit_run_state_free(&t->st);
     vit_eval_result_free(&t->last_test);
     if (t->metrics)

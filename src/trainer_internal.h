@@ -11,6 +11,7 @@
 
 #include "run_internal.h"
 #include "vit/augment.h"
+#include "vit/dist.h"
 #include "vit/train.h"
 
 /* Monotonic seconds. */
@@ -38,6 +39,7 @@ struct vit_trainer {
     vit_real *targets;        /* [batch, classes] mixed labels (mixup, cutmix) */
     vit_real *drop;           /* [depth, 2, batch] drop-path scales (drop_path) */
     vit_augment_scratch *aug; /* vit_augment_batch's working memory */
+    vit_dist_buckets *sum;    /* the gradients' sum over the ranks (NULL: one rank) */
     int mixed;                /* the batch in images is mixed: use targets */
     char **class_names;       /* the training data's, for the checkpoint (not owned) */
     FILE *metrics;
@@ -106,9 +108,14 @@ unsigned long long vit_train_params_hash(vit_model *m);
  * adds (loss * bl, correct) to red. */
 int vit_train_local_step(vit_trainer *r, int bl, double red[2]);
 
-/* Sums the ranks' gradients of their mean losses into the gradient of the
- * global batch mean: each share is weighted by its size first. */
-int vit_train_reduce_grads(vit_trainer *r, int bl, int b, double red[2]);
+/* The step's gradients on every rank: this rank's local step (as
+ * vit_train_local_step) with the ranks' gradients of their mean losses
+ * summed into the gradient of the global batch mean (b images, each share
+ * weighted by its size bl / b) while its backward runs, bucket by bucket
+ * (vit_dist_buckets).  mine: this rank's status so far; if not VIT_OK the
+ * rank only joins the sums (the others would wait for it) and mine is
+ * returned.  red is not summed here.  One rank: vit_train_local_step. */
+int vit_train_summed_step(vit_trainer *r, int mine, int bl, int b, double red[2]);
 
 /* vit_evaluate_tta of the scored model over a data-parallel job: each rank
  * scores its share of ds and the sums are combined, so every rank gets the

@@ -204,6 +204,42 @@ static vit_tensor *b_linear(graph *g, vit_tape *t, vit_tensor **in)
     return vit_op_linear(t, in[0], in[1], g->nleaves > 2 ? in[2] : NULL);
 }
 
+/* vit_tape_on_leaf_grad: a leaf read by two ops (w, in both products) is
+ * reported after the backward of the first of them, with its gradient
+ * then final; a leaf without a gradient (x) is not reported. */
+typedef struct {
+    int calls;
+    vit_tensor *leaf;
+    vit_real grad[2];
+} leaf_log;
+
+static void log_leaf(void *ctx, vit_tensor *leaf)
+{
+    leaf_log *L = ctx;
+    L->calls++;
+    L->leaf = leaf;
+    memcpy(L->grad, leaf->grad, sizeof L->grad);
+}
+
+START_TEST(test_leaf_reports)
+{
+    vit_tape *t = vit_tape_new();
+    vit_real xd[2] = {2, 3}, wd[2] = {5, 7}, wg[2] = {0, 0}, one[2] = {1, 1};
+    int shape[1] = {2};
+    leaf_log L = {0};
+    ck_assert_int_eq(vit_tape_on_leaf_grad(t, log_leaf, &L), VIT_OK);
+    vit_tensor *x = vit_tape_leaf(t, xd, NULL, 1, shape), *w = vit_tape_leaf(t, wd, wg, 1, shape);
+    vit_tensor *y = vit_op_mul(t, vit_op_mul(t, x, w), w); /* x w^2: d/dw = 2 x w */
+    ck_assert_int_eq(vit_tape_backward_from(t, y, one), VIT_OK);
+    ck_assert_int_eq(L.calls, 1);
+    ck_assert_ptr_eq(L.leaf, w);
+    ck_assert(L.grad[0] == 20 && L.grad[1] == 42);
+    ck_assert(wg[0] == 20 && wg[1] == 42);
+    ck_assert_int_eq(vit_tape_on_leaf_grad(NULL, log_leaf, &L), VIT_EINVAL);
+    vit_tape_free(t);
+}
+END_TEST
+
 START_TEST(test_linear)
 {
     /* 3-D input: the leading dimensions are flattened into rows. */
@@ -2339,6 +2375,7 @@ static Suite *tape_suite(void)
     TCase *tc = tcase_create("grad");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_linear);
+    tcase_add_test(tc, test_leaf_reports);
     tcase_add_test(tc, test_linear_nobias_const_input);
     tcase_add_test(tc, test_layernorm);
     tcase_add_test(tc, test_gelu);

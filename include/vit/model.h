@@ -422,6 +422,16 @@ typedef struct vit_train_extras {
                                    drop_scale[(2l) batch + i], its MLP branch
                                    by drop_scale[(2l + 1) batch + i]
                                    (vit_block_opts.drop_attn, drop_mlp) */
+    /* When the step runs as one slice (vit_threads() == 1 or batch 1):
+     * called on the calling thread during the backward as soon as values
+     * [offset, offset + count) of the gradient buffer (vit_model_grads) are
+     * final, each value once, the last block's first (vit_tape_on_leaf_grad);
+     * e.g. vit_dist_buckets_ready, to sum them over the ranks while the
+     * backward goes on.  Values never reported (a block under recompute, or
+     * a step of several slices, reports nothing) are final when the call
+     * returns.  NULL: no reports. */
+    void (*grads_ready)(void *ctx, size_t offset, size_t count);
+    void *ready_ctx;
 } vit_train_extras;
 
 /* vit_model_train_grads with extras ex (may be NULL: exactly

@@ -171,6 +171,22 @@ int vit_tape_backward(vit_tape *tape, vit_tensor *loss);
  * Errors as vit_tape_backward, and VIT_EINVAL for a NULL dy. */
 int vit_tape_backward_from(vit_tape *tape, vit_tensor *y, const vit_real *dy);
 
+/* Called during a backward when the gradient of leaf (a vit_tape_leaf
+ * made with a grad buffer) is final: right after the backward of the first
+ * recorded op that reads it, on the thread running the backward.  ctx is
+ * vit_tape_on_leaf_grad's.  fn must not use the tape. */
+typedef void (*vit_tape_leaf_fn)(void *ctx, vit_tensor *leaf);
+
+/* From the next backward on, reports each leaf with a gradient buffer
+ * through fn as soon as its gradient is final (once per backward, in the
+ * backward's order: the leaves read last in the forward come first), e.g.
+ * to send a parameter's gradient while the backward goes on.  A leaf no
+ * recorded op reads directly (one read only inside a vit_op_checkpoint's
+ * sub-graph, or by no op) is not reported.  Kept across resets; fn NULL
+ * stops the reports.  The numbers the backward computes are the same with
+ * or without it.  Returns VIT_OK, or VIT_EINVAL for a NULL tape. */
+int vit_tape_on_leaf_grad(vit_tape *tape, vit_tape_leaf_fn fn, void *ctx);
+
 /* ---- Ops.  Shapes: the last dimension is the feature dimension; leading
  * dimensions are flattened into rows where the kernel works on rows.
  * Every op: runs the kernel's forward now and returns a new tensor owned by
