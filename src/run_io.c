@@ -2,6 +2,7 @@
  * Checkpoints of a training run: the model's named tensors, the AdamW
  * moments and the run's progress, mapped onto the generic vit_ckpt format.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +42,7 @@ int vit_run_internal_save(const char *path, const vit_model *m, const vit_config
     if (rc < 0)
         return rc;
     int nt = vit_model_tensor_count(m);
-    vit_ckpt_tensor *t = calloc((size_t)nt + 3, sizeof *t);
+    vit_ckpt_tensor *t = calloc((size_t)nt + 4, sizeof *t);
     if (!t)
         return vit_fail(VIT_ENOMEM, "%s: out of memory", path);
     vit_real *params = vit_model_params((vit_model *)(uintptr_t)m);
@@ -69,6 +70,15 @@ int vit_run_internal_save(const char *path, const vit_model *m, const vit_config
         t[n].ndim = 1;
         t[n].dims[0] = (long long)vit_model_param_count(m);
         t[n].data = st->train_params;
+        n++;
+    }
+    vit_real clock[3] = {(vit_real)st->seconds, (vit_real)st->best_epoch,
+                         (vit_real)st->best_score};
+    if (st->seconds > 0 || st->best_epoch > 0) {
+        snprintf(t[n].name, sizeof t[n].name, "%s", VIT_RUN_CLOCK);
+        t[n].ndim = 1;
+        t[n].dims[0] = 3;
+        t[n].data = clock;
         n++;
     }
     char data[VIT_RUN_DATA_SPEC_MAX + 512];
@@ -258,7 +268,29 @@ int vit_run_load(const char *path, vit_model **model, vit_adamw *opt, vit_run_st
         if (opt)
             vit_adamw_free(opt);
     }
+    const vit_ckpt_tensor *ck = rc == VIT_OK && st ? vit_ckpt_find(&c, VIT_RUN_CLOCK) : NULL;
+    double clock[3] = {0, 0, 0};
+    if (ck && (ck->ndim != 1 || ck->dims[0] != 3)) {
+        free(train_params);
+        if (opt)
+            vit_adamw_free(opt);
+        rc = vit_fail(VIT_EFORMAT, "%s: tensor '%s' is not 3 values", path, VIT_RUN_CLOCK);
+    } else if (ck) {
+        for (int i = 0; i < 3; i++)
+            clock[i] = ck->data[i];
+        if (!(clock[0] >= 0 && clock[0] < 1e12 && clock[1] >= 0 && clock[1] < 1e12
+              && isfinite(clock[2]))) {
+            free(train_params);
+            if (opt)
+                vit_adamw_free(opt);
+            rc = vit_fail(VIT_EFORMAT, "%s: tensor '%s' holds values out of range", path,
+                          VIT_RUN_CLOCK);
+        }
+    }
     if (rc == VIT_OK && st) {
+        st->seconds = clock[0];
+        st->best_epoch = (unsigned long long)clock[1];
+        st->best_score = clock[2];
         st->has_data = has_data;
         st->data = data;
         st->train_params = train_params; /* handed over */

@@ -1,8 +1,11 @@
 /*
- * A training run's time budget (vit_train_opts.budget_seconds): the cost
- * of a step and of scoring measured, the epochs planned to fit, and the
- * plan held after each epoch against the pace the run keeps, shortening or
- * lengthening it with the schedule laid out anew.
+ * A training run's time budget (vit_train_opts.budget_seconds), held as a
+ * ceiling: the cost of a step, of a one-pass scoring and of the final
+ * test-time augmented scoring measured, the epochs planned so that the
+ * whole run (the final scoring included) ends under the budget, and the
+ * plan held after each epoch against the pace the run keeps: shortened
+ * when the pace drops, lengthened only when even the slowest pace seen so
+ * far leaves room.
  */
 
 #include <math.h>
@@ -12,40 +15,41 @@
 #include "trainer_internal.h"
 #include "vit/dist.h"
 
-/* Seconds of scoring after each epoch (test and validation sets, one pass)
- * and at the end (with shift9 nine more passes of each, eighteen with
- * shift9flip, and auto's trial of its candidate on one set; the one-pass
- * figures are the last epoch's), at score_seconds per image and pass. */
+/* The plan aims at this share of the budget, and a new plan is made once
+ * the predicted end passes CEILING_AT of it: room for the pace to waver
+ * between two checks. */
+#define PLAN_AT 0.95
+#define CEILING_AT 0.98
+
+/* Seconds of scoring after each epoch (one pass over the test and the
+ * validation sets) at score_seconds per image. */
 static double epoch_scoring(const vit_trainer *t)
 {
     return (double)(t->test->count + t->val.count) * t->at.score_seconds;
 }
 
-/* The final scoring in one-pass scorings of both sets. */
-static int final_passes(const vit_trainer *t)
-{
-    int tta = t->cfg.tta;
-    if (tta == VIT_TTA_AUTO) /* the trial, and at worst the test set again */
-        return vit_tta_passes(vit_train_auto_tta(&t->cfg));
-    return tta == VIT_TTA_NONE ? 0 : vit_tta_passes(tta);
-}
-
+/* Seconds of the final scoring as measured at the plan: the test-time
+ * augmented views of the test set (tta_seconds an image, all views; auto
+ * also tries its candidate on the validation set; the one-pass figures are
+ * the last epoch's). */
 static double final_scoring(const vit_trainer *t)
 {
-    return final_passes(t) * epoch_scoring(t);
+    int tta = t->cfg.tta;
+    if (tta == VIT_TTA_NONE)
+        return 0;
+    return (double)(t->test->count + (tta == VIT_TTA_AUTO ? t->val.count : 0)) * t->tta_seconds;
 }
 
-/* The epochs whose rest costs nearest `left` seconds from here (within
- * half an epoch): the current epoch's remaining steps, whole epochs of spe
- * steps at step seconds each plus `scoring` seconds, and `final` seconds
- * of final scores; at least the epoch after the last done, at most
- * epochs_cap. */
+/* The most epochs whose rest costs at most `left` seconds from here: the
+ * current epoch's remaining steps, whole epochs of spe steps at step
+ * seconds each plus `scoring` seconds, and `final` seconds of final
+ * scores; at least the epoch after the last done, at most epochs_cap. */
 static int epochs_fitting(const vit_trainer *t, double left, double step, double scoring,
                           double final)
 {
     long spe = t->at.steps_per_epoch;
     double epoch = (double)spe * step + scoring;
-    double n = floor((left - final + (double)t->st.epoch_step * step) / epoch + 0.5);
+    double n = floor((left - final + (double)t->st.epoch_step * step) / epoch);
     double lo = (double)t->st.epoch + 1, hi = t->epochs_cap;
     double e = (double)t->st.epoch + n;
     return (int)(e < lo ? lo : e > hi ? hi : e);
@@ -54,8 +58,8 @@ static int epochs_fitting(const vit_trainer *t, double left, double step, double
 /* Times a few forward and backward passes of one batch (the first not
  * counted: caches, tapes) for about 2% of the budget (0.05 .. 2 s), and
  * four one-pass scorings of up to 256 test images (the faster of the last
- * two counted),
- * without training: the model, its gradients' use and the run's random
+ * two counted), and with test-time augmentation the final scoring's views
+ * of up to 64 images, without training: the model, its gradients' use and the run's random
  * state are as they were.  A data-parallel job takes the ranks' mean. */
 static int measure_costs(vit_trainer *t)
 {
@@ -68,7 +72,7 @@ static int measure_costs(vit_trainer *t)
         idx[i] = i;
     vit_rng saved = t->st.rng; /* the augmentation's draws are given back below */
     vit_train_share(b, &lo, &hi);
-    double limit = 0.02 * t->o.budget_seconds, t1 = 0, cost[2] = {0, 0};
+    double limit = 0.02 * t->o.budget_seconds, t1 = 0, cost[3] = {0, 0, 0};
     limit = limit < 0.05 ? 0.05 : limit > 2 ? 2 : limit;
     int k;
     for (k = 0; rc == VIT_OK; k++) {
@@ -102,10 +106,23 @@ static int measure_costs(vit_trainer *t)
         }
         vit_eval_result_free(&ev);
     }
-    if (rc || (rc = vit_dist_sum_double(cost, 2)))
+    /* The final scoring's views, timed as they run (the second of two
+     * passes over up to 64 images: the first builds their buffers). */
+    int tta = t->cfg.tta == VIT_TTA_AUTO ? vit_train_auto_tta(&t->cfg) : t->cfg.tta;
+    part.count = part.count < 64 ? part.count : 64;
+    for (int pass = 0; pass < 2 && rc == VIT_OK && tta != VIT_TTA_NONE; pass++) {
+        vit_eval_result ev;
+        double t2 = now_seconds();
+        rc = vit_train_evaluate_shared(t, &part, tta, &ev);
+        if (rc == VIT_OK)
+            cost[2] = (now_seconds() - t2) / part.count;
+        vit_eval_result_free(&ev);
+    }
+    if (rc || (rc = vit_dist_sum_double(cost, 3)))
         return rc;
     t->at.step_seconds = cost[0] / vit_dist_size();
     t->at.score_seconds = cost[1] / vit_dist_size();
+    t->tta_seconds = cost[2] / vit_dist_size();
     return VIT_OK;
 }
 
@@ -116,7 +133,7 @@ int vit_train_plan_budget(vit_trainer *t)
     if (rc)
         return rc;
     double el = now_seconds() - t->t0, step = t->at.step_seconds;
-    double left = 0.98 * t->o.budget_seconds - el;
+    double left = PLAN_AT * t->o.budget_seconds - el;
     t->cfg.epochs = epochs_fitting(t, left, step, epoch_scoring(t), final_scoring(t));
     vit_train_layout(t);
     long steps = t->at.total_steps - (long)t->st.step;
@@ -130,46 +147,56 @@ int vit_train_plan_budget(vit_trainer *t)
     return VIT_OK;
 }
 
+/* How much slower the run goes than measured at the plan (1: as fast). */
+static double slowdown(const vit_trainer *t, double per_epoch)
+{
+    double measured = (double)t->at.steps_per_epoch * t->at.step_seconds + epoch_scoring(t);
+    double slow = measured > 0 ? per_epoch / measured : 1;
+    return slow > 1 ? slow : 1;
+}
+
 int vit_train_hold_budget(vit_trainer *t)
 {
     double now = now_seconds(), spe = (double)t->at.steps_per_epoch;
     double done = (double)(t->st.step - t->pace_step) / spe;
     double x[2] = {0, 0};
-    /* Short epochs are checked in windows of 3% of the budget at least, as
-     * rank 0's clock says. */
-    x[0] = vit_dist_rank() == 0 && now - t->pace_t < 0.03 * t->o.budget_seconds;
-    int rc = vit_dist_size() > 1 ? vit_dist_sum_double(x, 1) : VIT_OK;
-    if (rc || x[0] > 0)
-        return rc;
-    x[0] = 0;
     if (vit_dist_rank() == 0 && done > 0) {
         x[0] = now - t->t0;
         x[1] = (now - t->pace_t) / done;
     }
     t->pace_t = now;
     t->pace_step = t->st.step;
-    rc = vit_dist_size() > 1 ? vit_dist_sum_double(x, 2) : VIT_OK;
+    int rc = vit_dist_size() > 1 ? vit_dist_sum_double(x, 2) : VIT_OK;
     if (rc || done <= 0)
         return rc;
     double el = x[0];
-    t->pace = t->pace > 0 ? 0.5 * (t->pace + x[1]) : x[1];
-    double per_epoch = t->pace, measured = spe * t->at.step_seconds + epoch_scoring(t);
-    double slow = measured > 0 ? per_epoch / measured : 1;
-    /* The final scoring as long as this run's own scoring passes take, else
-     * as measured at the plan at the pace's slowdown since. */
-    double final = final_passes(t) * (t->score_pass > 0 ? t->score_pass
-                                                        : epoch_scoring(t) * slow);
-    int E = t->cfg.epochs;
-    double end = el + (double)(E - (long)t->st.epoch) * per_epoch + final;
+    /* The pace ahead: the last epoch's, or the mean of it and the pace
+     * before when that is slower (one fast epoch does not make a run
+     * fast); the slowest pace seen is the margin a longer plan needs. */
+    double mean = t->pace > 0 ? 0.5 * (t->pace + x[1]) : x[1];
+    double per_epoch = x[1] > mean ? x[1] : mean;
+    t->pace = mean;
+    if (x[1] > t->worst_pace)
+        t->worst_pace = x[1];
     double budget = t->o.budget_seconds;
-    if (end <= budget && (end >= 0.92 * budget || E >= t->epochs_cap))
+    int E = t->cfg.epochs, want = E;
+    double final = final_scoring(t) * slowdown(t, per_epoch);
+    double end = el + (double)(E - (long)t->st.epoch) * per_epoch + final;
+    if (end > CEILING_AT * budget) {
+        want = epochs_fitting(t, PLAN_AT * budget - el, per_epoch / spe, 0, final);
+        if (want >= E)
+            return VIT_OK; /* at its least already: the final scoring gives way (final_scores) */
+    } else if (E < t->epochs_cap) {
+        /* Longer only if the slowest pace seen still ends in time, and by
+         * a gain worth a new schedule (one epoch and 5% at least). */
+        double worst = t->worst_pace, wfinal = final_scoring(t) * slowdown(t, worst);
+        want = epochs_fitting(t, PLAN_AT * budget - el, worst / spe, 0, wfinal);
+        if (want < E + 1 + E / 20)
+            return VIT_OK;
+        per_epoch = worst;
+        final = wfinal;
+    } else
         return VIT_OK;
-    /* Shortened to end at 98%, lengthened to 95%: room for the pace to
-     * waver without a plan each epoch. */
-    double aim = end > budget ? 0.98 : 0.95;
-    int want = epochs_fitting(t, aim * budget - el, per_epoch / spe, 0, final);
-    if (want == E || (want > E && want < E + 1 + E / 20))
-        return VIT_OK; /* a longer run only for a gain worth a new schedule */
     t->cfg.epochs = want;
     vit_train_layout(t);
     t->at.replans++;
@@ -177,4 +204,13 @@ int vit_train_hold_budget(vit_trainer *t)
     vit_train_event ev = {.kind = VIT_TRAIN_PLAN, .images_per_second = t->cfg.batch * spe / per_epoch};
     vit_train_emit(t, &ev);
     return VIT_OK;
+}
+
+int vit_train_final_tta_fits(const vit_trainer *t)
+{
+    if (t->o.budget_seconds <= 0 || t->cfg.tta == VIT_TTA_NONE)
+        return 1;
+    double per = t->pace > 0 ? t->pace : 0;
+    double need = final_scoring(t) * (per > 0 ? slowdown(t, per) : 1);
+    return now_seconds() - t->t0 + need <= t->o.budget_seconds;
 }

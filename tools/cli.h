@@ -157,7 +157,7 @@ typedef struct cli_progress {
     int mode;
     double every;              /* seconds between plain lines (0: 30) */
     const char *out_dir;       /* the run's folder, for the set-aside line */
-    int with_val;              /* the table has a val acc column */
+    int with_val;              /* the table shows validation, not test */
     FILE *out;                 /* stdout */
     int bar_len;               /* characters of the bar on screen */
     double last_print;         /* when the last plain line or row went out */

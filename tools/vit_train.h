@@ -71,12 +71,14 @@ void settle_overlap(vit_config *cfg, int patch_default, int stride_default,
 /* The recipe for this data (vit_recipe_pick) for the keys nobody set on
  * the line or in the --config file; those that change a value are said in
  * one line.  With --budget and no epochs given, the epochs are what the
- * budget's plan gives (the library's cap: the most a config takes).
+ * budget's plan gives, at most the recipe's.  The warm-up not given is a
+ * 28th of the given epochs, or under a budget of the plan's
+ * (*warmup_fraction 1/28, else 0).
  * model: the config with its own patch geometry; *picked: the recipe (for
  * fit_patch).  0, or the exit status. */
 int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *train,
                  int val, double budget, const char *config, int argc, char **argv,
-                 int speak, vit_recipe *picked);
+                 int speak, vit_recipe *picked, double *warmup_fraction);
 
 /* ---- train_print.c */
 
@@ -104,7 +106,7 @@ void print_tta_auto(const vit_train_result *r, const vit_config *cfg);
  * it goes whole on a line of its own (cli_print_item), which the terminal
  * wraps and a copy pastes as it is.
  * labels is "" or e.g. "tta shift9; one pass 0.9639". */
-void print_result(const char *acc, const char *labels, const char *timing, const char *out);
+void print_result(const char *acc, const char *labels, const char *timing, const char *path);
 
 /* ---- train_seeds.c */
 
