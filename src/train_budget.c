@@ -43,14 +43,15 @@ static double final_scoring(const vit_trainer *t)
 /* The most epochs whose rest costs at most `left` seconds from here: the
  * current epoch's remaining steps, whole epochs of spe steps at step
  * seconds each plus `scoring` seconds, and `final` seconds of final
- * scores; at least the epoch after the last done, at most epochs_cap. */
+ * scores; at most epochs_cap, and at least one epoch, or (at an epoch's
+ * end) the epochs done: the run may end there. */
 static int epochs_fitting(const vit_trainer *t, double left, double step, double scoring,
                           double final)
 {
     long spe = t->at.steps_per_epoch;
     double epoch = (double)spe * step + scoring;
     double n = floor((left - final + (double)t->st.epoch_step * step) / epoch);
-    double lo = (double)t->st.epoch + 1, hi = t->epochs_cap;
+    double lo = (double)t->st.epoch + (t->st.epoch == 0 || t->st.epoch_step > 0), hi = t->epochs_cap;
     double e = (double)t->st.epoch + n;
     return (int)(e < lo ? lo : e > hi ? hi : e);
 }
@@ -160,13 +161,20 @@ int vit_train_hold_budget(vit_trainer *t)
     double now = now_seconds(), spe = (double)t->at.steps_per_epoch;
     double done = (double)(t->st.step - t->pace_step) / spe;
     double x[2] = {0, 0};
+    /* Short epochs are checked in windows of 2% of the budget at least, as
+     * rank 0's clock says: a pace, not one epoch's noise. */
+    x[0] = vit_dist_rank() == 0 && now - t->pace_t < 0.02 * t->o.budget_seconds;
+    int rc = vit_dist_size() > 1 ? vit_dist_sum_double(x, 1) : VIT_OK;
+    if (rc || x[0] > 0)
+        return rc;
+    x[0] = 0;
     if (vit_dist_rank() == 0 && done > 0) {
         x[0] = now - t->t0;
         x[1] = (now - t->pace_t) / done;
     }
     t->pace_t = now;
     t->pace_step = t->st.step;
-    int rc = vit_dist_size() > 1 ? vit_dist_sum_double(x, 2) : VIT_OK;
+    rc = vit_dist_size() > 1 ? vit_dist_sum_double(x, 2) : VIT_OK;
     if (rc || done <= 0)
         return rc;
     double el = x[0];
@@ -188,10 +196,10 @@ int vit_train_hold_budget(vit_trainer *t)
             return VIT_OK; /* at its least already: the final scoring gives way (final_scores) */
     } else if (E < t->epochs_cap) {
         /* Longer only if the slowest pace seen still ends in time, and by
-         * a gain worth a new schedule (one epoch and 5% at least). */
+         * a gain worth a new schedule (one epoch and 10% at least). */
         double worst = t->worst_pace, wfinal = final_scoring(t) * slowdown(t, worst);
         want = epochs_fitting(t, PLAN_AT * budget - el, worst / spe, 0, wfinal);
-        if (want < E + 1 + E / 20)
+        if (want < E + 1 + E / 10)
             return VIT_OK;
         per_epoch = worst;
         final = wfinal;
@@ -212,5 +220,7 @@ int vit_train_final_tta_fits(const vit_trainer *t)
         return 1;
     double per = t->pace > 0 ? t->pace : 0;
     double need = final_scoring(t) * (per > 0 ? slowdown(t, per) : 1);
-    return now_seconds() - t->t0 + need <= t->o.budget_seconds;
+    /* A fifth more: a busy machine's pace wavers, and the budget is a
+     * ceiling. */
+    return now_seconds() - t->t0 + 1.2 * need <= t->o.budget_seconds;
 }

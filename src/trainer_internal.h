@@ -128,14 +128,14 @@ int vit_train_evaluate_shared(vit_trainer *r, const vit_dataset *ds, int tta, vi
  * schedule laid out; event PLAN. */
 int vit_train_plan_budget(vit_trainer *t);
 
-/* After each epoch of a budgeted run: the pace (seconds per epoch, steps
- * and scoring: the machine may be shared) against the plan.  A run
- * predicted to end past 98% of the budget at the last epoch's pace (or
- * the smoothed one, whichever is slower) gets the most epochs that end by
- * 95% of it; one that would end earlier gets more only when even the
- * slowest epoch seen, repeated, ends by 95% (and by one epoch and 5% at
- * least).  The schedule is laid out anew either way (event PLAN).  Every
- * rank takes rank 0's times. */
+/* After an epoch of a budgeted run (at most every 2% of the budget): the
+ * pace (seconds per epoch, steps and scoring: the machine may be shared)
+ * against the plan.  A run predicted to end past 98% of the budget at the
+ * last window's pace (or the smoothed one, whichever is slower) gets the
+ * most epochs that end by 95% of it; one that would end earlier gets more
+ * only when even the slowest window seen, repeated, ends by 95% (and by
+ * one epoch and 10% at least).  The schedule is laid out anew either way
+ * (event PLAN).  Every rank takes rank 0's times. */
 int vit_train_hold_budget(vit_trainer *t);
 
 /* 1 when the final test-time augmented scoring, at the cost measured at

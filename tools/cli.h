@@ -168,6 +168,7 @@ typedef struct cli_progress {
     int score_images;          /* test + validation images scored per epoch */
     double budget_before;      /* seconds of --budget spent before the run
                                   began (loading): added to the plan's times */
+    double budget_after;       /* and kept for after it (the exit) */
     double t_last_step;        /* when the last step's event came */
     double score_seconds;      /* one epoch's scoring, once measured */
 } cli_progress;

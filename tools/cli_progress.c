@@ -344,7 +344,7 @@ static void on_plan(cli_progress *p, const vit_train_event *ev)
 {
     const vit_train_progress *at = ev->at;
     char b[32], e[32];
-    hms(at->budget_seconds + p->budget_before, b, sizeof b);
+    hms(at->budget_seconds + p->budget_before + p->budget_after, b, sizeof b);
     hms(at->planned_seconds + p->budget_before, e, sizeof e);
     bar_clear(p);
     if (at->replans == 0)

@@ -390,7 +390,7 @@ typedef struct vit_train_opts {
                                 the budget is shortened to end by 95%; a
                                 longer plan is made only when the slowest
                                 epoch seen so far, repeated, still ends by
-                                95% (and adds one epoch and 5% at least);
+                                95% (and adds one epoch and 10% at least);
                                 the schedule is laid out anew over the new
                                 length (warm-up and cosine, which still
                                 ends at min_lr after the last step).  When
