@@ -72,13 +72,12 @@ int vit_run_internal_save(const char *path, const vit_model *m, const vit_config
         t[n].data = st->train_params;
         n++;
     }
-    vit_real clock[3] = {(vit_real)st->seconds, (vit_real)st->best_epoch,
-                         (vit_real)st->best_score};
-    if (st->seconds > 0 || st->best_epoch > 0) {
-        snprintf(t[n].name, sizeof t[n].name, "%s", VIT_RUN_CLOCK);
+    vit_real best[2] = {(vit_real)st->best_epoch, (vit_real)st->best_score};
+    if (st->best_epoch > 0) {
+        snprintf(t[n].name, sizeof t[n].name, "%s", VIT_RUN_BEST);
         t[n].ndim = 1;
-        t[n].dims[0] = 3;
-        t[n].data = clock;
+        t[n].dims[0] = 2;
+        t[n].data = best;
         n++;
     }
     char data[VIT_RUN_DATA_SPEC_MAX + 512];
@@ -268,29 +267,22 @@ int vit_run_load(const char *path, vit_model **model, vit_adamw *opt, vit_run_st
         if (opt)
             vit_adamw_free(opt);
     }
-    const vit_ckpt_tensor *ck = rc == VIT_OK && st ? vit_ckpt_find(&c, VIT_RUN_CLOCK) : NULL;
-    double clock[3] = {0, 0, 0};
-    if (ck && (ck->ndim != 1 || ck->dims[0] != 3)) {
+    const vit_ckpt_tensor *bt = rc == VIT_OK && st ? vit_ckpt_find(&c, VIT_RUN_BEST) : NULL;
+    double best[2] = {0, 0};
+    if (bt && (bt->ndim != 1 || bt->dims[0] != 2 || !(bt->data[0] >= 1 && bt->data[0] < 1e9)
+               || !isfinite(bt->data[1]))) {
         free(train_params);
         if (opt)
             vit_adamw_free(opt);
-        rc = vit_fail(VIT_EFORMAT, "%s: tensor '%s' is not 3 values", path, VIT_RUN_CLOCK);
-    } else if (ck) {
-        for (int i = 0; i < 3; i++)
-            clock[i] = ck->data[i];
-        if (!(clock[0] >= 0 && clock[0] < 1e12 && clock[1] >= 0 && clock[1] < 1e12
-              && isfinite(clock[2]))) {
-            free(train_params);
-            if (opt)
-                vit_adamw_free(opt);
-            rc = vit_fail(VIT_EFORMAT, "%s: tensor '%s' holds values out of range", path,
-                          VIT_RUN_CLOCK);
-        }
+        rc = vit_fail(VIT_EFORMAT, "%s: tensor '%s' is not an epoch and a finite score", path,
+                      VIT_RUN_BEST);
+    } else if (bt) {
+        best[0] = bt->data[0];
+        best[1] = bt->data[1];
     }
     if (rc == VIT_OK && st) {
-        st->seconds = clock[0];
-        st->best_epoch = (unsigned long long)clock[1];
-        st->best_score = clock[2];
+        st->best_epoch = (unsigned long long)best[0];
+        st->best_score = best[1];
         st->has_data = has_data;
         st->data = data;
         st->train_params = train_params; /* handed over */

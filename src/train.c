@@ -32,12 +32,12 @@ void vit_train_emit(vit_trainer *t, vit_train_event *ev)
 /* ---- steps and epochs -------------------------------------------------- */
 
 /* Writes the checkpoint at path (rank 0; the others learn of a failure),
- * with the data order when taken inside an epoch (norder > 0) and the
- * run's time so far; event CHECKPOINT. */
+ * with the data order when taken inside an epoch (norder > 0), and for
+ * last.ckpt the run's time so far beside it (clock.txt); event
+ * CHECKPOINT. */
 static int save(vit_trainer *t, int norder, const char *path)
 {
     vit_run_state st = t->st;
-    st.seconds = t->prior_seconds + now_seconds() - t->t0;
     st.train_params = t->avg ? vit_model_params(t->m) : NULL;
     st.order = norder ? t->perm : NULL;
     st.norder = norder;
@@ -50,6 +50,9 @@ static int save(vit_trainer *t, int norder, const char *path)
      * vit_run_config must see that. */
     int mine = vit_dist_rank() == 0 ? vit_run_internal_save(path, scored(t), &t->cfg, &t->opt, &st)
                                     : VIT_OK;
+    if (mine == VIT_OK && vit_dist_rank() == 0 && path == t->ckpt)
+        mine = vit_run_clock_write(t->o.out_dir, t->st.step,
+                                   t->prior_seconds + now_seconds() - t->t0);
     int rc = vit_dist_agree(mine);
     if (rc && mine == VIT_OK)
         vit_fail(rc, "rank 0 could not write %s", path);
@@ -156,9 +159,9 @@ static int end_epoch(vit_trainer *t)
     /* Exploding: no checkpoint of it (the last one is the last good state). */
     double chance = log(t->cfg.classes > 2 ? t->cfg.classes : 2);
     if (!(row.train_loss <= EXPLODED * chance))
-        return vit_fail(VIT_ENUM, "training diverged: epoch %llu's mean loss is %g, over %d "
-                        "times chance's %.3g, at learning rate %g", t->st.epoch + 1,
-                        row.train_loss, EXPLODED, chance, t->lr);
+        return vit_fail(VIT_ENUM, "training diverged by step %llu: epoch %llu's mean loss is "
+                        "%g, over %d times chance's %.3g, at learning rate %g", t->st.step,
+                        t->st.epoch + 1, row.train_loss, EXPLODED, chance, t->lr);
     t->last_train_loss = row.train_loss;
     t->st.epoch_step = 0;
     memset(t->st.epoch_sums, 0, sizeof t->st.epoch_sums);
@@ -331,13 +334,18 @@ static int choose_tta(vit_trainer *t, double val_plain, int *tta, vit_train_resu
     int rc, candidate = vit_train_auto_tta(&t->cfg);
     res->tta_auto = 1;
     *tta = VIT_TTA_NONE;
+    int gave_up = 0;
     if (t->val.count > 0) {
-        if ((rc = vit_train_evaluate_shared(t, &t->val, candidate, &e)) == VIT_OK) {
+        if ((rc = vit_train_evaluate_timed(t, &t->val, candidate, &e, &gave_up)) == VIT_OK
+            && !gave_up) {
             res->val_accuracy_tta = e.accuracy;
             *tta = e.accuracy > val_plain ? candidate : VIT_TTA_NONE;
         }
-    } else if ((rc = vit_train_evaluate_shared(t, t->test, candidate, &e)) == VIT_OK)
+    } else if ((rc = vit_train_evaluate_timed(t, t->test, candidate, &e, &gave_up)) == VIT_OK
+               && !gave_up)
         res->test_accuracy_tta = e.accuracy;
+    if (gave_up)
+        res->tta_skipped = VIT_TTA_AUTO;
     vit_eval_result_free(&e);
     return rc;
 }
@@ -372,15 +380,24 @@ static int final_scores(vit_trainer *t, vit_train_result *res)
         rc = choose_tta(t, val_acc, &tta, res);
     res->tta = tta;
     if (rc == VIT_OK && tta != VIT_TTA_NONE) {
-        vit_eval_result et;
-        if ((rc = vit_train_evaluate_shared(t, t->test, tta, &et)) == VIT_OK) {
+        /* Under a budget a scoring that would pass it is given up: then
+         * every figure stays one pass. */
+        vit_eval_result et = {0}, vr = {0};
+        int gave_up = 0;
+        rc = vit_train_evaluate_timed(t, t->test, tta, &et, &gave_up);
+        if (rc == VIT_OK && !gave_up && t->val.count > 0 && !res->tta_auto)
+            rc = vit_train_evaluate_timed(t, &t->val, tta, &vr, &gave_up);
+        if (rc == VIT_OK && gave_up) {
+            res->tta_skipped = res->tta_auto ? VIT_TTA_AUTO : tta;
+            res->tta = VIT_TTA_NONE;
+        } else if (rc == VIT_OK) {
             vit_eval_result_free(&ev);
             ev = et;
+            memset(&et, 0, sizeof et);
+            if (t->val.count > 0)
+                res->val_accuracy = res->tta_auto ? res->val_accuracy_tta : vr.accuracy;
         }
-        vit_eval_result vr = {0};
-        if (rc == VIT_OK && t->val.count > 0
-            && (rc = res->tta_auto ? VIT_OK : vit_train_evaluate_shared(t, &t->val, tta, &vr)) == VIT_OK)
-            res->val_accuracy = res->tta_auto ? res->val_accuracy_tta : vr.accuracy;
+        vit_eval_result_free(&et);
         vit_eval_result_free(&vr);
     }
     if (rc == VIT_OK) {

@@ -10,6 +10,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "error.h"
 #include "trainer_internal.h"
@@ -29,15 +30,16 @@ static double epoch_scoring(const vit_trainer *t)
 }
 
 /* Seconds of the final scoring as measured at the plan: the test-time
- * augmented views of the test set (tta_seconds an image, all views; auto
- * also tries its candidate on the validation set; the one-pass figures are
- * the last epoch's). */
+ * augmented views of the test and validation sets (tta_seconds an image,
+ * all views; auto tries its candidate on the validation set, and at worst
+ * scores the test set with it; the one-pass figures are the last
+ * epoch's). */
 static double final_scoring(const vit_trainer *t)
 {
     int tta = t->cfg.tta;
     if (tta == VIT_TTA_NONE)
         return 0;
-    return (double)(t->test->count + (tta == VIT_TTA_AUTO ? t->val.count : 0)) * t->tta_seconds;
+    return (double)(t->test->count + t->val.count) * t->tta_seconds;
 }
 
 /* The most epochs whose rest costs at most `left` seconds from here: the
@@ -223,4 +225,67 @@ int vit_train_final_tta_fits(const vit_trainer *t)
     /* A fifth more: a busy machine's pace wavers, and the budget is a
      * ceiling. */
     return now_seconds() - t->t0 + 1.2 * need <= t->o.budget_seconds;
+}
+
+/* Adds part's counts to the running sums of a chunked scoring. */
+static void add_part(vit_eval_result *sum, vit_eval_result *part)
+{
+    if (!sum->confusion) {
+        *sum = *part;
+        sum->loss *= part->count;
+        memset(part, 0, sizeof *part);
+        return;
+    }
+    int k = part->classes;
+    for (int i = 0; i < k * k; i++)
+        sum->confusion[i] += part->confusion[i];
+    sum->loss += part->loss * part->count;
+    sum->count += part->count;
+    vit_eval_result_free(part);
+}
+
+int vit_train_evaluate_timed(vit_trainer *t, const vit_dataset *ds, int tta, vit_eval_result *r,
+                             int *gave_up)
+{
+    *gave_up = 0;
+    memset(r, 0, sizeof *r);
+    if (t->o.budget_seconds <= 0)
+        return vit_train_evaluate_shared(t, ds, tta, r);
+    size_t img = (size_t)ds->height * ds->width * ds->channels;
+    int chunk = ds->count / 16 > 64 ? ds->count / 16 : 64;
+    double t1 = now_seconds();
+    for (int at = 0; at < ds->count;) {
+        vit_dataset part = *ds;
+        part.count = ds->count - at < chunk ? ds->count - at : chunk;
+        part.images += (size_t)at * img;
+        part.labels += at;
+        vit_eval_result e;
+        int rc = vit_train_evaluate_shared(t, &part, tta, &e);
+        if (rc) {
+            vit_eval_result_free(r);
+            return rc;
+        }
+        add_part(r, &e);
+        at += part.count;
+        /* The rest at this chunk's pace, against the budget (rank 0's). */
+        double now = now_seconds(), x = 0;
+        x = vit_dist_rank() == 0 && at < ds->count
+            && now - t->t0 + (now - t1) / at * (ds->count - at) > t->o.budget_seconds;
+        if (vit_dist_size() > 1 && (rc = vit_dist_sum_double(&x, 1))) {
+            vit_eval_result_free(r);
+            return rc;
+        }
+        if (x > 0) {
+            *gave_up = 1;
+            vit_eval_result_free(r);
+            memset(r, 0, sizeof *r);
+            return VIT_OK;
+        }
+    }
+    int correct = 0;
+    for (int k = 0; k < r->classes; k++)
+        correct += r->confusion[k * r->classes + k];
+    r->loss /= r->count;
+    r->accuracy = (double)correct / r->count;
+    return VIT_OK;
 }

@@ -268,10 +268,10 @@ static int setup(vit_trainer *t)
     if (rc == VIT_OK && rank == 0)
         rc = vit_metrics_open(o->out_dir, o->resume, t->st.epoch, t->val.count > 0, &t->metrics,
                               &t->prior_seconds);
-    /* The checkpoint's own clock also counts the time since its last
-     * epoch's row (a stop inside an epoch); the ranks take rank 0's. */
-    if (rc == VIT_OK && t->st.seconds > t->prior_seconds)
-        t->prior_seconds = t->st.seconds;
+    /* The clock beside the checkpoint also counts the time since its last
+     * epoch's row (a stop inside an epoch). */
+    if (rc == VIT_OK && rank == 0 && o->resume)
+        vit_run_clock_read(o->resume, t->st.step, &t->prior_seconds);
     if (rc == VIT_OK && rank == 0 && !t->complete_at_start)
         vit_metrics_drop_final(o->out_dir);
     rc = vit_dist_agree(rc);

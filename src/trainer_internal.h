@@ -143,6 +143,13 @@ int vit_train_hold_budget(vit_trainer *t);
  * there is no budget or no tta); else 0: final_scores gives one pass. */
 int vit_train_final_tta_fits(const vit_trainer *t);
 
+/* vit_train_evaluate_shared, and under a budget in chunks (a sixteenth,
+ * 64 images at least): once the rest at the pace so far would end past
+ * the budget, *gave_up = 1 and *r holds nothing (the caller keeps one
+ * pass).  Every rank takes rank 0's decision. */
+int vit_train_evaluate_timed(vit_trainer *t, const vit_dataset *ds, int tta, vit_eval_result *r,
+                             int *gave_up);
+
 /* The test-time augmentation tta = auto tries: shift9, and with the
  * mirror images too for a model trained on them (flip). */
 static inline int vit_train_auto_tta(const vit_config *c)

@@ -10,7 +10,9 @@
  *    a last.ckpt that resumes; a resumed run remembers the best epoch so
  *    far (it stops where the uninterrupted run would, not N epochs later);
  *  - after a stop inside an epoch, the resumed epoch's row, its images/s
- *    and the result count the whole run, the time before the stop too;
+ *    and the result count the whole run, the time before the stop too
+ *    (OUT/clock.txt), while the checkpoint stays that of the uninterrupted
+ *    run;
  *  - an exploding loss stops the run with VIT_ENUM after the epoch, its
  *    row and checkpoint not written (the last good one is kept);
  *  - warmup_fraction lays the warm-up out over the run's epochs.
@@ -176,7 +178,6 @@ START_TEST(test_early_stop_resumes_with_its_best)
     ck_assert_int_eq(vit_run_load(last_b, &m, NULL, &st), VIT_OK);
     ck_assert_uint_eq(st.best_epoch, 1);
     ck_assert(st.best_score > 0.05 && st.best_score <= 1);
-    ck_assert(st.seconds > 0);
     vit_model_free(m);
     vit_run_state_free(&st);
     o.stop_after_epochs = 0;

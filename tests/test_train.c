@@ -390,8 +390,9 @@ START_TEST(test_divergence_stops)
     vit_model *m = NULL;
     ck_assert_msg(vit_run_load(ckpt, &m, &opt, &st) == VIT_OK, "last.ckpt: %s", vit_last_error());
     printf("last good checkpoint: epoch %llu, step %llu\n", st.epoch, st.step);
-    ck_assert_uint_ge(st.epoch, 2); /* written by the diverging run itself */
-    ck_assert_uint_lt(st.epoch, 20);
+    /* The resumed epoch 1's: epoch 2 explodes (its mean loss far over
+     * chance's) before any gradient overflows, and is not checkpointed. */
+    ck_assert_uint_eq(st.epoch, 1);
     vit_run_state_free(&st);
     vit_model_free(m);
     vit_adamw_free(&opt);

@@ -25,7 +25,7 @@ rc=$?
 grep "^vit_train:" "$tmp/lr.txt"
 rows=$(($(wc -l <"$tmp/lr/metrics.csv") - 1))
 check "--lr 5: exit 1" '[ $rc -eq 1 ]'
-check "--lr 5: said to diverge" 'grep -q "^vit_train: training diverged: epoch [0-9]*.s mean loss is" "$tmp/lr.txt"'
+check "--lr 5: said to diverge" 'grep -q "^vit_train: training diverged by step [0-9]*: epoch [0-9]*.s mean loss is" "$tmp/lr.txt"'
 check "--lr 5: stopped early ($rows of 30 epochs)" '[ "$rows" -lt 30 ]'
 check "--lr 5: a lower --lr suggested" 'grep -q "learning rate 5 is likely too high.*--lr 0.5" "$tmp/lr.txt"'
 if [ -e "$tmp/lr/last.ckpt" ]; then

@@ -119,6 +119,8 @@ int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *tr
             continue;
         if (strcmp(was, key_text(cfg, keys[k], now, sizeof now)) == 0)
             continue;
+        if (k == 2 && user_epochs) /* the given run's own 28th: not about the data */
+            continue;
         size_t at = strlen(said);
         if (k == 0 && budget > 0)
             snprintf(said + at, sizeof said - at, "%sepochs as the budget allows (at most %s)",

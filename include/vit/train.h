@@ -117,18 +117,17 @@ typedef struct vit_run_state {
      * vit_run_load fills it and sets has_data when the file holds it. */
     int has_data;
     vit_run_data data;
-    /* The run's wall time up to this checkpoint (seconds, over every
-     * invocation), and with vit_train_opts.save_best the epoch of the best
-     * model so far (0: none) and its validation score: stored as the
-     * tensor VIT_RUN_CLOCK (3 values); vit_run_load fills them, or zeros
-     * from a file without it. */
-    double seconds;
+    /* With a validation set: the epoch of the best model so far (0: none)
+     * and its validation score (vit_train_opts.save_best's measure; the
+     * accuracy without one), stored as the tensor VIT_RUN_BEST (2 values)
+     * when best_epoch > 0; vit_run_load fills them, or zeros from a file
+     * without it. */
     unsigned long long best_epoch;
     double best_score;
 } vit_run_state;
 
-/* The checkpoint tensor of vit_run_state.seconds, best_epoch, best_score. */
-#define VIT_RUN_CLOCK "train.clock"
+/* The checkpoint tensor of vit_run_state.best_epoch and best_score. */
+#define VIT_RUN_BEST "train.best"
 
 /* The checkpoint tensor of vit_run_state.train_params. */
 #define VIT_RUN_TRAIN_PARAMS "train.params"
