@@ -254,6 +254,18 @@ static int step_once(vit_trainer *t)
     vit_train_emit(t, &ev);
     if (s + 1 == spe)
         return end_epoch(t);
+    if (vit_train_budget_out(t)) {
+        /* Not even this epoch fits: the run ends at this step, its
+         * position checkpointed (a resume goes on from it), and the final
+         * figures score this model. */
+        if ((rc = save(t, t->train.count, t->ckpt)))
+            return rc;
+        vit_eval_result_free(&t->last_test);
+        t->last_val = -1;
+        t->out_of_budget = 1;
+        t->at.finished = 1;
+        return VIT_OK;
+    }
     int stop = 0;
     if (pause_wanted(t, &stop, &rc)) {
         if ((rc = save(t, t->train.count, t->ckpt)))
@@ -456,6 +468,8 @@ int vit_trainer_fit(vit_trainer *t, vit_train_result *res)
         return VIT_OK;
     }
     res->early_stopped = t->early_stopped;
+    if ((res->out_of_budget = t->out_of_budget))
+        res->epoch_step = t->st.epoch_step;
     if (t->at.stopped) {
         res->interrupted = 1;
         res->epoch_step = t->st.epoch_step;
@@ -476,10 +490,12 @@ int vit_trainer_fit(vit_trainer *t, vit_train_result *res)
     res->seconds = now_seconds() - t->t0;
     /* This invocation's images: a resume inside an epoch did only its rest. */
     double images = (double)(t->st.epoch - t->at.start_epoch) * t->train.count
+                    + (double)t->st.epoch_step * t->cfg.batch
                     - (double)t->start_epoch_step * t->cfg.batch;
     res->images_per_second = images / res->seconds;
     res->run_seconds = t->prior_seconds + res->seconds;
-    res->run_images_per_second = (double)t->st.epoch * t->train.count / res->run_seconds;
+    double partial = (double)t->st.epoch_step * t->cfg.batch; /* out of budget */
+    res->run_images_per_second = ((double)t->st.epoch * t->train.count + partial) / res->run_seconds;
     return VIT_OK;
 }
 

@@ -60,9 +60,10 @@ static int epochs_fitting(const vit_trainer *t, double left, double step, double
 
 /* Times a few forward and backward passes of one batch (the first not
  * counted: caches, tapes) for about 2% of the budget (0.05 .. 2 s), and
- * four one-pass scorings of up to 256 test images (the faster of the last
- * two counted), and with test-time augmentation the final scoring's views
- * of up to 64 images, without training: the model, its gradients' use and the run's random
+ * four one-pass scorings of up to 256 test images (4 a second of the
+ * budget, 16 at least; the faster of the last two counted), and with
+ * test-time augmentation the final scoring's views of a quarter as many,
+ * without training: the model, its gradients' use and the run's random
  * state are as they were.  A data-parallel job takes the ranks' mean. */
 static int measure_costs(vit_trainer *t)
 {
@@ -94,8 +95,12 @@ static int measure_costs(vit_trainer *t)
     if (all)
         return rc ? rc : vit_fail(all, "the budget's measurement failed on another rank");
     cost[0] = (now_seconds() - t1) / (k - 1) * c->batch / b;
+    /* Samples in proportion to a short budget (4 images a second of it,
+     * 16 .. 256), so that measuring stays a small part of it. */
+    int most = (int)(4 * t->o.budget_seconds);
+    most = most < 16 ? 16 : most > 256 ? 256 : most;
     vit_dataset part = *t->test;
-    part.count = part.count < 256 ? part.count : 256;
+    part.count = part.count < most ? part.count : most;
     /* The first two passes generate kernels and grow the tape (Fashion:
      * 0.85 and 0.67 ms an image, then 0.12 ms); the fastest later one counts. */
     for (int pass = 0; pass < 4 && rc == VIT_OK; pass++) {
@@ -112,7 +117,7 @@ static int measure_costs(vit_trainer *t)
     /* The final scoring's views, timed as they run (the second of two
      * passes over up to 64 images: the first builds their buffers). */
     int tta = t->cfg.tta == VIT_TTA_AUTO ? vit_train_auto_tta(&t->cfg) : t->cfg.tta;
-    part.count = part.count < 64 ? part.count : 64;
+    part.count = part.count < most / 4 ? part.count : most / 4;
     for (int pass = 0; pass < 2 && rc == VIT_OK && tta != VIT_TTA_NONE; pass++) {
         vit_eval_result ev;
         double t2 = now_seconds();
@@ -288,4 +293,26 @@ int vit_train_evaluate_timed(vit_trainer *t, const vit_dataset *ds, int tta, vit
     r->loss /= r->count;
     r->accuracy = (double)correct / r->count;
     return VIT_OK;
+}
+
+int vit_train_budget_out(const vit_trainer *t)
+{
+    if (t->o.budget_seconds <= 0 || t->at.step_seconds <= 0)
+        return 0;
+    double now = now_seconds(), x = 0;
+    if (vit_dist_rank() == 0) {
+        /* This stretch's pace against the measured one: the slowdown the
+         * final one-pass scoring will see too. */
+        double steps = (double)(t->st.step - t->pace_step);
+        double slow = steps > 0 ? (now - t->pace_t) / steps / t->at.step_seconds : 1;
+        slow = slow > 1 ? slow : 1;
+        /* Twice the scoring measured on a small sample: the sets' own
+         * passes have not been timed yet, and the budget is a ceiling. */
+        double scoring = 2 * (double)(t->test->count + t->val.count) * t->at.score_seconds * slow;
+        double step = t->at.step_seconds * slow;
+        x = now - t->t0 + step + scoring + 0.02 * t->o.budget_seconds > t->o.budget_seconds;
+    }
+    if (vit_dist_size() > 1 && vit_dist_sum_double(&x, 1) != VIT_OK)
+        return 0;
+    return x > 0;
 }

@@ -43,6 +43,7 @@ struct vit_trainer {
     FILE *metrics;
     char ckpt[4200], metrics_path[4200], best_path[4200];
     int early_stopped;        /* opts.early_stop ended the run */
+    int out_of_budget;        /* the budget ended the run inside an epoch */
     unsigned long long start_epoch_step; /* where this invocation began */
     double t0;                /* now_seconds() at vit_trainer_new */
     double prior_seconds;     /* of the run's earlier invocations */
@@ -142,6 +143,12 @@ int vit_train_hold_budget(vit_trainer *t);
  * the plan and the run's slowdown since, still ends within the budget (or
  * there is no budget or no tta); else 0: final_scores gives one pass. */
 int vit_train_final_tta_fits(const vit_trainer *t);
+
+/* Between two steps of a budgeted run: 1 when one more step and twice the
+ * final one-pass scoring as measured (at this stretch's slowdown) and 2% of
+ * the budget no longer fit what is left of it (rank 0's clock): the run
+ * ends here. */
+int vit_train_budget_out(const vit_trainer *t);
 
 /* vit_train_evaluate_shared, and under a budget in chunks (a sixteenth,
  * 64 images at least): once the rest at the pace so far would end past

@@ -6,7 +6,8 @@
 #      cosine's end (min_lr within a hair); with a busy loop competing for
 #      a core (started here, killed at the end) a 6 s budget still holds;
 #      on a small folder the plan takes at most the recipe's 140 epochs,
-#      and the warm-up is a 28th of the epochs planned;
+#      and the warm-up is a 28th of the epochs planned; a budget shorter
+#      than one epoch ends inside it, scored, within the budget;
 #   2. --epochs with --budget is the most the plan takes; the plan is the
 #      run's, and a resume without --budget trains to it;
 #   3. a bad duration is refused naming the flag;
@@ -65,6 +66,22 @@ check "small folder: the plan takes at most the recipe's 140 epochs ($sm)" '[ -n
 last=$(grep -E "^budget" "$tmp/sm.txt" | tail -1 | sed -E 's/.* ([0-9]+) epochs.*/\1/')
 warm=$(grep -a "^warmup = " "$tmp/sm/last.ckpt" | sed 's/warmup = //')
 check "small folder: the warm-up is a 28th of the $last epochs planned ($warm)" 'awk -v w="$warm" -v e="$last" "BEGIN { exit !(w > 0 && (w - e / 28) < 1e-9 && (e / 28 - w) < 1e-9) }"'
+
+# ---- 1d. a budget shorter than one epoch ----------------------------------
+# 28x28 images at the recipe's model: an epoch takes longer than 3 s, so
+# the run ends inside it, scored and checkpointed there, within the budget.
+"$tools/vit_make_data" gray28 "$tmp/big" --seed 3 >/dev/null 2>&1
+t0=$(now)
+"$tools/vit_train" --data "$tmp/big" --budget 3s --out "$tmp/bg" --threads 2 >"$tmp/bg.txt" 2>&1
+rc=$?
+t1=$(now)
+wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+echo "wall time $wall s for --budget 3s, an epoch longer than that"
+grep -E "^budget|^tta|^test" "$tmp/bg.txt"
+check "under one epoch: exits 0" '[ $rc -eq 0 ]'
+check "under one epoch: ends within the 3 s budget" 'awk -v w="$wall" "BEGIN { exit !(w <= 3) }"'
+check "under one epoch: said, with the step" 'grep -qE "^budget: it ran out inside epoch 1, at step [0-9]+ of [0-9]+; the figures score" "$tmp/bg.txt"'
+check "under one epoch: a test figure" 'grep -qE "^test accuracy [01]\.[0-9]{4} " "$tmp/bg.txt"'
 
 # ---- 2. --epochs caps the plan ----------------------------------------------
 "$tools/vit_train" --data digits --budget 10s --epochs 2 --tta none --out "$tmp/c" \

@@ -319,6 +319,10 @@ int train_once(const vit_config *cfg, const vit_dataset *train, const vit_datase
                "the run)\n", o.save_best == VIT_BEST_LOSS ? "loss" : "accuracy", o.early_stop,
                (int)(res.best_epoch > 0 ? res.best_epoch : res.epochs_done - o.early_stop),
                "last.ckpt");
+    if (res.out_of_budget)
+        printf("budget: it ran out inside epoch %d, at step %llu of %ld; the figures score that "
+               "step's model, and %s/last.ckpt resumes from it\n", res.epochs_done + 1,
+               res.epoch_step, res.steps_per_epoch, out);
     if (res.tta_skipped)
         printf("tta %s skipped: the budget has no time left for it; the figures are one pass\n",
                vit_tta_name(res.tta_skipped));

@@ -400,7 +400,11 @@ typedef struct vit_train_opts {
                                 keep them): a resume without a budget goes
                                 on to them, one with a budget plans its own
                                 time, with the checkpoint's epochs (or a
-                                larger given epochs) as the most */
+                                larger given epochs) as the most.  Between
+                                steps, when one more step and the final
+                                one-pass scoring would pass the budget, the
+                                run ends there, inside its epoch
+                                (result.out_of_budget) */
     double warmup_fraction;  /* > 0: the warm-up lasts this fraction of the
                                 run's epochs (cfg's, or the budget's plan,
                                 and each new plan's) instead of cfg's
@@ -467,6 +471,10 @@ typedef struct vit_train_result {
     double best_score;       /* its validation score (save_best's measure) */
     int early_stopped;       /* 1: opts.early_stop ended the run before its
                                 epochs */
+    int out_of_budget;       /* 1: the budget ran out inside epoch
+                                epochs_done + 1 (at epoch_step): last.ckpt
+                                holds that position (a resume goes on from
+                                it) and the figures score that model */
     int tta_skipped;         /* the config's tta (VIT_TTA_*) when the
                                 budget left no time for it: the final
                                 figures are one pass (tta VIT_TTA_NONE);
@@ -483,8 +491,9 @@ typedef struct vit_train_result {
     int interrupted;         /* 1: stopped through opts.stop, the callback or
                                 vit_trainer_request_stop; the checkpoint
                                 holds the position (no scores filled) */
-    unsigned long long epoch_step; /* with interrupted: steps done in the
-                                epoch epochs_done + 1 (0: at its start) */
+    unsigned long long epoch_step; /* with interrupted or out_of_budget:
+                                steps done in the epoch epochs_done + 1
+                                (0: at its start) */
     long steps_per_epoch;
     int already_complete;    /* 1: resumed a run that had done all its
                                 epochs; nothing trained (no scores filled) */
