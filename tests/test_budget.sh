@@ -21,13 +21,20 @@ set -u
 tools=$1
 . "$(dirname "$0")/check.sh"
 now() { date +%s.%N; }
+# timed OUT CMD...: runs CMD with its output into OUT; sets rc and wall
+# (the seconds it took).
+timed() {
+    local out=$1 t0 t1
+    shift
+    t0=$(now)
+    "$@" >"$out" 2>&1
+    rc=$?
+    t1=$(now)
+    wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+}
 
 # ---- 1. a 10 s budget -------------------------------------------------------
-t0=$(now)
-"$tools/vit_train" --data digits --budget 10s --out "$tmp/b" --threads 2 >"$tmp/b.txt" 2>&1
-rc=$?
-t1=$(now)
-wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+timed "$tmp/b.txt" "$tools/vit_train" --data digits --budget 10s --out "$tmp/b" --threads 2
 echo "wall time $wall s for --budget 10s"
 grep -E "^budget" "$tmp/b.txt"
 check "budget run exits 0" '[ $rc -eq 0 ]'
@@ -44,13 +51,9 @@ check "the last epoch ends at min_lr ($last_lr)" 'awk -v r="$last_lr" "BEGIN { e
 # measured under it; the final shift9 scoring is part of the plan).
 ( while :; do :; done ) &
 busy=$!
-t0=$(now)
-"$tools/vit_train" --data digits --budget 6s --out "$tmp/busy" --threads 2 >"$tmp/busy.txt" 2>&1
-rc=$?
-t1=$(now)
+timed "$tmp/busy.txt" "$tools/vit_train" --data digits --budget 6s --out "$tmp/busy" --threads 2
 kill "$busy" 2>/dev/null
 wait "$busy" 2>/dev/null
-wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
 echo "wall time $wall s for --budget 6s beside a busy loop"
 grep -E "^budget|^tta|^test" "$tmp/busy.txt"
 check "busy: exits 0" '[ $rc -eq 0 ]'
@@ -71,11 +74,7 @@ check "small folder: the warm-up is a 28th of the $last epochs planned ($warm)" 
 # 28x28 images at the recipe's model: an epoch takes longer than 3 s, so
 # the run ends inside it, scored and checkpointed there, within the budget.
 "$tools/vit_make_data" gray28 "$tmp/big" --seed 3 >/dev/null 2>&1
-t0=$(now)
-"$tools/vit_train" --data "$tmp/big" --budget 3s --out "$tmp/bg" --threads 2 >"$tmp/bg.txt" 2>&1
-rc=$?
-t1=$(now)
-wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+timed "$tmp/bg.txt" "$tools/vit_train" --data "$tmp/big" --budget 3s --out "$tmp/bg" --threads 2
 echo "wall time $wall s for --budget 3s, an epoch longer than that"
 grep -E "^budget|^tta|^test" "$tmp/bg.txt"
 check "under one epoch: exits 0" '[ $rc -eq 0 ]'
