@@ -453,19 +453,22 @@ static int parse_flags(int argc, char **argv, vit_config *cfg, vit_train_opts *o
 
 /* The output folder before anything is loaded: a run there is never
  * replaced without --force (nor a --seeds summary), and --seeds starts new
- * runs only.  -1 to go on, else the exit status (the message is out). */
+ * runs only.  -1 to go on, else the exit status (the message is out when
+ * say). */
 static int check_out_folder(const vit_train_opts *o, const char *out,
-                            const unsigned long long *seeds, int nseeds)
+                            const unsigned long long *seeds, int nseeds, int say)
 {
+    say = say && vit_dist_rank() == 0;
     if (nseeds > 0 && o->resume) {
-        fprintf(stderr, "%s: --seeds starts new runs; resume each seed's run on its own "
+        if (say)
+            fprintf(stderr, "%s: --seeds starts new runs; resume each seed's run on its own "
                 "(--resume OUT/seed-N/last.ckpt)\n", prog);
         return 2;
     }
     char summary[4200];
     snprintf(summary, sizeof summary, "%s/seeds.csv", out);
     if (nseeds > 0 && !o->overwrite && access(summary, F_OK) == 0) {
-        if (vit_dist_rank() == 0)
+        if (say)
             fprintf(stderr, "%s: %s already holds the summary of earlier seeds; pass --force to "
                     "start over, or another --out\n", prog, summary);
         return 1;
@@ -474,14 +477,14 @@ static int check_out_folder(const vit_train_opts *o, const char *out,
         char dir[4200];
         seed_dir(out, seeds[k], dir, sizeof dir);
         if (!o->overwrite && vit_run_dir_taken(dir, NULL)) {
-            if (vit_dist_rank() == 0)
+            if (say)
                 fprintf(stderr, "%s: %s already holds a run (last.ckpt); pass --force to start "
                         "the seeds over, or another --out\n", prog, dir);
             return 1;
         }
     }
     if (nseeds == 0 && !o->overwrite && vit_run_dir_taken(out, o->resume)) {
-        if (vit_dist_rank() == 0)
+        if (say)
             fprintf(stderr, "%s: %s already holds a run (last.ckpt); continue it with --resume "
                     "%s/last.ckpt, or pass --force to start over\n", prog, out, out);
         return 1;
@@ -583,6 +586,10 @@ static int run(int argc, char **argv)
     o.stop = &stop_signal;
     catch_stop_signals();
 
+    /* A folder that will be refused: the options' own errors are checked
+     * first (below, with the data), and nothing else is said. */
+    if (check_out_folder(&o, out, seeds, nseeds, 0) >= 0)
+        look.progress = 0;
     int speak = vit_dist_rank() == 0;
     vit_dataset train = {0}, test = {0};
     if ((rc = load_data(data, &sf, o.resume && known ? &rec.split : NULL, &o, &train, &test,
@@ -653,7 +660,7 @@ static int run(int argc, char **argv)
     probe.classes = train.classes > test.classes ? train.classes : test.classes;
     if (vit_config_check(&probe) != VIT_OK)
         rc = cli_fail(prog, NULL);
-    else if ((rc = check_out_folder(&o, out, seeds, nseeds)) < 0)
+    else if ((rc = check_out_folder(&o, out, seeds, nseeds, 1)) < 0)
         rc = nseeds > 0 ? train_seeds(&cfg, &train, &test, &o, &look, data, threads, seeds, nseeds)
                     : train_once(&cfg, &train, &test, &o, &look, data, threads, NULL);
     vit_dataset_free(&train);
