@@ -225,9 +225,9 @@ int train_once(const vit_config *cfg, const vit_dataset *train, const vit_datase
     o.user = &bar;
     if (o.budget_seconds > 0) {
         /* Spent loading, and kept for what follows the run (the last
-         * lines, freeing, the process's exit): 1% of it, 0.05 .. 2 s. */
+         * lines, freeing, the process's exit): 1% of it, 0.25 .. 2 s. */
         double after = 0.01 * o.budget_seconds;
-        after = after < 0.05 ? 0.05 : after > 2 ? 2 : after;
+        after = after < 0.25 ? 0.25 : after > 2 ? 2 : after;
         bar.budget_before = now_seconds() - run_start;
         bar.budget_after = after;
         o.budget_seconds -= bar.budget_before + after;
