@@ -62,8 +62,8 @@ static int resume_changes(vit_trainer *t, vit_config *ck, const vit_config *want
             int is_prec = klen == 9 && strncmp(la, "precision", klen) == 0;
             if (!is_epochs && !is_minutes && !is_prec)
                 return vit_fail(VIT_EINVAL, "%s: the checkpoint's run has %.*s = %s, this run asks "
-                                "for %s; a resumed run keeps its recipe (only epochs, "
-                                "ckpt_minutes and precision may change)", path, (int)klen, la, va, vb);
+                                "for %s; a resumed run keeps its recipe (" VIT_RESUME_MAY_CHANGE
+                                ")", path, (int)klen, la, va, vb);
             if (is_epochs && (unsigned long long)want->epochs < done + (epoch_step > 0))
                 return vit_fail(VIT_EINVAL, "%s: epochs = %d is fewer than the %llu epochs the "
                                 "checkpoint has %s", path, want->epochs, done + (epoch_step > 0),
@@ -247,6 +247,7 @@ static int setup(vit_trainer *t)
         return rc;
     snprintf(t->ckpt, sizeof t->ckpt, "%s/last.ckpt", o->out_dir);
     snprintf(t->metrics_path, sizeof t->metrics_path, "%s/metrics.csv", o->out_dir);
+    snprintf(t->best_path, sizeof t->best_path, "%s/best.ckpt", o->out_dir);
     if (!o->overwrite && vit_run_dir_taken(o->out_dir, o->resume))
         return vit_fail(VIT_EINVAL, "%s already holds a run (last.ckpt); resume it, or overwrite it "
                         "to start over", o->out_dir);
@@ -273,6 +274,10 @@ static int setup(vit_trainer *t)
     if (rc == VIT_OK && rank == 0)
         rc = vit_metrics_open(o->out_dir, o->resume, t->st.epoch, t->val.count > 0, &t->metrics,
                               &t->prior_seconds);
+    /* The clock beside the checkpoint also counts the time since its last
+     * epoch's row (a stop inside an epoch). */
+    if (rc == VIT_OK && rank == 0 && o->resume)
+        vit_run_clock_read(o->resume, t->st.step, &t->prior_seconds);
     if (rc == VIT_OK && rank == 0 && !t->complete_at_start)
         vit_metrics_drop_final(o->out_dir);
     rc = vit_dist_agree(rc);
@@ -287,6 +292,8 @@ void vit_train_layout(vit_trainer *t)
     const vit_config *c = &t->cfg;
     long spe = t->at.steps_per_epoch;
     long total = (long)t->st.step + (c->epochs - (long)t->st.epoch) * spe - (long)t->st.epoch_step;
+    if (t->o.warmup_fraction > 0) /* the run's planned length, as it stands */
+        t->cfg.warmup = t->o.warmup_fraction * c->epochs;
     long warm = (long)(c->warmup * (double)spe);
     t->at.total_steps = total;
     t->at.warmup_steps = warm < total / 10 ? warm : total / 10;
@@ -309,6 +316,18 @@ int vit_trainer_new(vit_trainer **out, const vit_config *cfg, const vit_dataset 
     if (train->count <= o->val_count || o->val_count < 0)
         return vit_fail(VIT_EINVAL, "vit_train_run: val_count %d leaves no training images (of %d)",
                         o->val_count, train->count);
+    if (o->save_best < VIT_BEST_NONE || o->save_best > VIT_BEST_LOSS)
+        return vit_fail(VIT_EINVAL, "vit_train_run: save_best %d is not VIT_BEST_NONE, "
+                        "VIT_BEST_ACCURACY or VIT_BEST_LOSS", o->save_best);
+    if (o->early_stop < 0)
+        return vit_fail(VIT_EINVAL, "vit_train_run: early_stop %d is negative", o->early_stop);
+    if ((o->save_best != VIT_BEST_NONE || o->early_stop > 0) && o->val_count <= 0)
+        return vit_fail(VIT_EINVAL, "vit_train_run: %s chooses by the validation score, and "
+                        "val_count is 0 (hold out a validation set)",
+                        o->save_best != VIT_BEST_NONE ? "save_best" : "early_stop");
+    if (!(o->warmup_fraction >= 0 && o->warmup_fraction < 1))
+        return vit_fail(VIT_EINVAL, "vit_train_run: warmup_fraction %g is not in [0, 1)",
+                        o->warmup_fraction);
     vit_trainer *t = calloc(1, sizeof *t);
     if (!t)
         return vit_fail(VIT_ENOMEM, "vit_train_run: out of memory");
@@ -340,6 +359,7 @@ int vit_trainer_new(vit_trainer **out, const vit_config *cfg, const vit_dataset 
         .step = t->st.step, .epoch = t->st.epoch, .epoch_step = t->st.epoch_step,
         .start_step = t->st.step, .start_epoch = t->st.epoch, .steps_per_epoch = spe,
         .batch = c->batch, .train_count = t->train.count, .budget_seconds = o->budget_seconds};
+    t->start_epoch_step = t->st.epoch_step;
     vit_train_layout(t);
     t->complete_at_start = o->resume && t->st.epoch >= (unsigned long long)c->epochs;
     if (o->budget_seconds > 0 && !t->complete_at_start && (rc = vit_train_plan_budget(t))) {

@@ -145,7 +145,7 @@ for spec in "int INT mpirun" "term TERM rank1"; do
     said=$(grep -cE "vit_train: (interrupted|terminated|stopped \(another rank was signalled\)) at epoch [0-9]+, step [0-9]+ of 23; checkpoint $tmp/$name/last.ckpt$" "$tmp/$name.log")
     left=$(pgrep -f -- "--out $tmp/$name" | wc -l)
     resume_cmd=$(grep -cF "vit_train: continue with: mpirun -np 2 $train --data digits --resume $tmp/$name/last.ckpt" "$tmp/$name.log")
-    others=$(find "$tmp/$name" -mindepth 1 ! -name last.ckpt ! -name metrics.csv | wc -l)
+    others=$(find "$tmp/$name" -mindepth 1 ! -name last.ckpt ! -name metrics.csv ! -name clock.txt | wc -l)
     if [ $rc -ne 0 ] && [ "$rows" -ge 1 ] && [ "$rows" -lt $stop_epochs ] && [ "$said" -eq 1 ] && [ "$left" -eq 0 ] && [ "$resume_cmd" -eq 1 ] &&
        [ "$others" -eq 0 ] && [ -f "$tmp/$name/last.ckpt" ]; then
         pass=$((pass + 1))

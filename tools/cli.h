@@ -157,7 +157,7 @@ typedef struct cli_progress {
     int mode;
     double every;              /* seconds between plain lines (0: 30) */
     const char *out_dir;       /* the run's folder, for the set-aside line */
-    int with_val;              /* the table has a val acc column */
+    int with_val;              /* the table shows validation, not test */
     FILE *out;                 /* stdout */
     int bar_len;               /* characters of the bar on screen */
     double last_print;         /* when the last plain line or row went out */
@@ -168,6 +168,7 @@ typedef struct cli_progress {
     int score_images;          /* test + validation images scored per epoch */
     double budget_before;      /* seconds of --budget spent before the run
                                   began (loading): added to the plan's times */
+    double budget_after;       /* and kept for after it (the exit) */
     double t_last_step;        /* when the last step's event came */
     double score_seconds;      /* one epoch's scoring, once measured */
 } cli_progress;

@@ -74,7 +74,7 @@ static const char *key_text(const vit_config *cfg, const char *key, char *buf, s
 }
 
 int apply_recipe(vit_config *cfg, const vit_config *user, const vit_dataset *train, int val,
-                 double budget, int speak, vit_recipe *picked)
+                 double budget, int speak, vit_recipe *picked, double *warmup_fraction)
 {
     vit_recipe_data d = {train->count - val, train->height, train->width, train->channels,
                          train->classes, train};
@@ -93,9 +93,15 @@ int apply_recipe(vit_config *cfg, const vit_config *user, const vit_dataset *tra
         return cli_fail(prog, NULL);
     *picked = r;
     char v[8][32], said[256] = "", was[64], now[64];
-    snprintf(v[0], sizeof v[0], "%d", budget > 0 ? 1000000 : r.epochs);
+    /* A budget plans at most the recipe's epochs (or the given ones). */
+    snprintf(v[0], sizeof v[0], "%d", r.epochs);
     snprintf(v[1], sizeof v[1], "%d", r.batch);
-    snprintf(v[2], sizeof v[2], "%.17g", r.warmup);
+    /* The warm-up is the recipe's share of the run actually planned: of
+     * the given epochs, and under a budget of its plan (the library lays
+     * it out from warmup_fraction). */
+    int user_epochs = user_set(user, "epochs");
+    snprintf(v[2], sizeof v[2], "%.17g", user_epochs ? cfg->epochs / 28.0 : r.warmup);
+    *warmup_fraction = budget > 0 && !user_set(user, "warmup") ? 1 / 28.0 : 0;
     snprintf(v[3], sizeof v[3], "%d", r.shift);
     snprintf(v[4], sizeof v[4], "%d", r.flip);
     snprintf(v[5], sizeof v[5], "%d", r.stem);
@@ -111,9 +117,12 @@ int apply_recipe(vit_config *cfg, const vit_config *user, const vit_dataset *tra
             continue;
         if (strcmp(was, key_text(cfg, keys[k], now, sizeof now)) == 0)
             continue;
+        if (k == 2 && user_epochs) /* the given run's own 28th: not about the data */
+            continue;
         size_t at = strlen(said);
         if (k == 0 && budget > 0)
-            snprintf(said + at, sizeof said - at, "%sepochs as the budget allows", at ? ", " : "");
+            snprintf(said + at, sizeof said - at, "%sepochs as the budget allows (at most %s)",
+                     at ? ", " : "", now);
         else if (k == 2) /* the key holds all 17 digits; a person reads three */
             snprintf(said + at, sizeof said - at, "%swarmup %.3g", at ? ", " : "", cfg->warmup);
         else

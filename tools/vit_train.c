@@ -42,15 +42,16 @@ static void usage(FILE *f)
         "                       already holds a run is refused\n"
         "  --force              start over in a folder that already holds a run\n"
         "  --resume CKPT        continue a run from its checkpoint (taken at an epoch's\n"
-        "                       end or inside one).  The run keeps its recipe: only\n"
-        "                       --epochs (the run grows or shrinks, the cosine\n"
-        "                       schedule recomputed for the new length),\n"
-        "                       --ckpt-minutes and --threads may change, and each\n"
-        "                       change is printed; any other key that differs from\n"
-        "                       the checkpoint's is refused.  A finished run says\n"
-        "                       so and trains nothing.  Without --data, the data\n"
-        "                       the run trained on (the checkpoint records it);\n"
-        "                       other data is refused\n"
+        "                       end or inside one).  The run keeps its recipe:\n");
+    fprintf(f, "                       %s\n", VIT_RESUME_MAY_CHANGE);
+    fprintf(f,
+        "                       (--epochs: the cosine schedule is recomputed for the\n"
+        "                       new length), and so may --threads; each change is\n"
+        "                       printed, any other key that differs from the\n"
+        "                       checkpoint's is refused.  A finished run says so and\n"
+        "                       trains nothing.  Without --data, the data the run\n"
+        "                       trained on (the checkpoint records it); other data\n"
+        "                       is refused\n"
         "  --other-data         resume on data other than the run's: the schedule is\n"
         "                       laid out anew over the steps left\n"
         "  --val N              hold out the last N training images for validation\n"
@@ -63,11 +64,21 @@ static void usage(FILE *f)
         "                       the split is recorded and a resume keeps it\n"
         "  --ckpt-every N       epochs between checkpoints (default 1)\n"
         "  --stop-after N       stop after N epochs, as if interrupted (resume later)\n"
-        "  --budget DURATION    finish within DURATION (20m, 90s, 1h30m), scoring\n"
-        "                       included: the first steps are timed, the epochs\n"
-        "                       planned (at most --epochs, when given) and the plan\n"
-        "                       said in one line, then held: a run that falls behind\n"
-        "                       is shortened, its schedule laid out anew\n"
+        "  --save-best [loss]   keep OUT/best.ckpt, the model of the epoch with the best\n"
+        "                       validation accuracy (or loss) so far, beside\n"
+        "                       last.ckpt; the test set is scored once, at the end,\n"
+        "                       on that model.  Needs --val or --val-split\n"
+        "  --early-stop N       end the run after N epochs without a better validation\n"
+        "                       score (accuracy, or --save-best loss's loss); last.ckpt\n"
+        "                       resumes it.  Needs --val or --val-split\n"
+        "  --budget DURATION    end within DURATION (20m, 90s, 1h30m), loading and\n"
+        "                       scoring included: the first steps and the final\n"
+        "                       scoring are timed, the most epochs that fit planned\n"
+        "                       (at most --epochs, or the recipe's) and said in one\n"
+        "                       line, then held: a run that falls behind is\n"
+        "                       shortened, its schedule laid out anew; the final\n"
+        "                       test-time augmentation is skipped (said) when it no\n"
+        "                       longer fits\n"
         "  --threads N          threads: one batch slice each, and the library's\n"
         "                       loops (default: every online CPU); results are\n"
         "                       bitwise repeatable for a given N\n"
@@ -109,6 +120,7 @@ static const cli_flag flags[] = {
     {"--ckpt-every", 1}, {"--stop-after", 1}, {"--threads", 1}, {"--quiet", 0},
     {"--check-replicas", 0}, {"--force", 0}, {"--other-data", 0}, {"--seeds", 1}, {"--budget", 1},
     {"--val-split", 1}, {"--test-split", 1}, {"--split-seed", 1}, {"--help", 0}, {"--version", 0},
+    {"--save-best", 0}, {"--early-stop", 1},
     {NULL, 0},
 };
 
@@ -185,6 +197,20 @@ static void resume_command(char *cmd, size_t cap, const char *launcher, const ch
              cli_shell_word(data, w[1], sizeof w[1]), cli_shell_word(ckpt, w[2], sizeof w[2]), again);
 }
 
+/* After a divergence: where the last good state is, and what to try. */
+static void say_diverged(const vit_config *cfg, const char *out)
+{
+    char ckpt[4200];
+    snprintf(ckpt, sizeof ckpt, "%s/last.ckpt", out);
+    int kept = access(ckpt, F_OK) == 0;
+    if (kept)
+        fprintf(stderr, "%s: the last good checkpoint is kept: %s\n", prog, ckpt);
+    else
+        fprintf(stderr, "%s: it diverged before its first checkpoint; nothing was kept\n", prog);
+    fprintf(stderr, "%s: the learning rate %g is likely too high: start over with a lower one, "
+            "e.g. --lr %g%s\n", prog, cfg->lr, cfg->lr / 10, kept ? " --force" : "");
+}
+
 /* One run of vit_train_run and what it prints; the exit status.  res, if
  * not NULL, gets the result's figures (no confusion matrix). */
 int train_once(const vit_config *cfg, const vit_dataset *train, const vit_dataset *test,
@@ -200,8 +226,13 @@ int train_once(const vit_config *cfg, const vit_dataset *train, const vit_datase
     o.on_event = cli_progress_event;
     o.user = &bar;
     if (o.budget_seconds > 0) {
+        /* Spent loading, and kept for what follows the run (the last
+         * lines, freeing, the process's exit): 1% of it, 0.25 .. 2 s. */
+        double after = 0.01 * o.budget_seconds;
+        after = after < 0.25 ? 0.25 : after > 2 ? 2 : after;
         bar.budget_before = now_seconds() - run_start;
-        o.budget_seconds -= bar.budget_before;
+        bar.budget_after = after;
+        o.budget_seconds -= bar.budget_before + after;
         if (o.budget_seconds < 0.1) {
             if (speak)
                 fprintf(stderr, "%s: --budget: spent before training began (loading the data)\n",
@@ -218,7 +249,7 @@ int train_once(const vit_config *cfg, const vit_dataset *train, const vit_datase
         fprintf(stderr, "%s: %s%s\n", prog, vit_last_error(),
                 rc == VIT_EDATA ? "; pass --other-data to continue it on this data" : "");
         if (rc == VIT_ENUM)
-            fprintf(stderr, "%s: the last good checkpoint is kept in %s/last.ckpt\n", prog, out);
+            say_diverged(cfg, out);
         return 1;
     }
     if (keep) {
@@ -235,11 +266,17 @@ int train_once(const vit_config *cfg, const vit_dataset *train, const vit_datase
         return 0;
     }
     /* What resumes the run: the same data, threads and validation set. */
-    char again[128] = "", launcher[64] = "";
+    char again[192] = "", launcher[64] = "";
     if (threads > 0)
         snprintf(again, sizeof again, " --threads %d", threads);
     if (o.val_count > 0 && o.data_split.val == 0) /* a split is recorded */
         snprintf(again + strlen(again), sizeof again - strlen(again), " --val %d", o.val_count);
+    if (o.save_best != VIT_BEST_NONE)
+        snprintf(again + strlen(again), sizeof again - strlen(again), " --save-best%s",
+                 o.save_best == VIT_BEST_LOSS ? " loss" : "");
+    if (o.early_stop > 0)
+        snprintf(again + strlen(again), sizeof again - strlen(again), " --early-stop %d",
+                 o.early_stop);
     if (vit_dist_size() > 1)
         snprintf(launcher, sizeof launcher, "mpirun -np %d ", vit_dist_size());
     char resume[4500];
@@ -273,19 +310,47 @@ int train_once(const vit_config *cfg, const vit_dataset *train, const vit_datase
         snprintf(plain, sizeof plain, "; one pass %.4f", res.test_accuracy_plain);
         snprintf(vplain, sizeof vplain, "; one pass %.4f", res.val_accuracy_plain);
     }
+    /* Which model the figures score: the last, or best.ckpt. */
+    char model[96] = "", kept[4200];
+    if (res.best_epoch > 0)
+        snprintf(model, sizeof model, "best.ckpt, epoch %d of %d", res.best_epoch,
+                 res.epochs_done);
+    snprintf(kept, sizeof kept, "%s/%s", out, res.best_epoch > 0 ? "best.ckpt" : "last.ckpt");
+    if (res.early_stopped)
+        printf("early stop: no better validation %s in the %d epochs after epoch %d (%s resumes "
+               "the run)\n", o.save_best == VIT_BEST_LOSS ? "loss" : "accuracy", o.early_stop,
+               (int)(res.best_epoch > 0 ? res.best_epoch : res.epochs_done - o.early_stop),
+               "last.ckpt");
+    if (res.out_of_budget)
+        printf("budget: it ran out inside epoch %d, at step %llu of %ld; the figures score that "
+               "step's model, and %s/last.ckpt resumes from it\n", res.epochs_done + 1,
+               res.epoch_step, res.steps_per_epoch, out);
+    if (res.tta_skipped)
+        printf("tta %s skipped: the budget has no time left for it; the figures are one pass\n",
+               vit_tta_name(res.tta_skipped));
     if (res.val_accuracy >= 0) {
-        if (res.tta != VIT_TTA_NONE)
-            printf("validation accuracy %.4f (tta %s%s)\n", res.val_accuracy,
-                   vit_tta_name(res.tta), vplain);
+        char vhow[160];
+        snprintf(vhow, sizeof vhow, "%s%s%s%s%s", model, *model && res.tta != VIT_TTA_NONE ? "; " : "",
+                 res.tta != VIT_TTA_NONE ? "tta " : "",
+                 res.tta != VIT_TTA_NONE ? vit_tta_name(res.tta) : "", res.tta != VIT_TTA_NONE ? vplain : "");
+        if (*vhow)
+            printf("validation accuracy %.4f (%s)\n", res.val_accuracy, vhow);
         else
             printf("validation accuracy %.4f\n", res.val_accuracy);
     }
-    char acc[48], labels[160], timing[96];
+    char acc[48], labels[320] = "", timing[96];
     snprintf(acc, sizeof acc, "test accuracy %.4f", res.test_accuracy);
-    snprintf(labels, sizeof labels, "%s%s", how, plain); /* plain: "; one pass ..." or "" */
+    /* "best.ckpt, epoch E of N; ema, tta; one pass X; the test set scored once" */
+    const char *part[4] = {model, how, *plain ? plain + 2 : "",
+                           res.best_epoch > 0 ? "the test set scored once" : ""};
+    for (int k = 0; k < 4; k++)
+        if (*part[k])
+            snprintf(labels + strlen(labels), sizeof labels - strlen(labels), "%s%s",
+                     *labels ? "; " : "", part[k]);
+    /* The whole run's time and speed, a resumed one's earlier part included. */
     snprintf(timing, sizeof timing, "%d epochs, %.1f s, %.0f images/s", res.epochs_done,
-             res.seconds, res.images_per_second);
-    print_result(acc, labels, timing, out);
+             res.run_seconds, res.run_images_per_second);
+    print_result(acc, labels, timing, kept);
     print_tta_auto(&res, cfg);
     if (o.stop_after_epochs > 0 && res.epochs_done < res.epochs) {
         char what[96];
@@ -325,6 +390,14 @@ static int parse_flags(int argc, char **argv, vit_config *cfg, vit_train_opts *o
             o->overwrite = 1;
             continue;
         }
+        if (strcmp(a, "--save-best") == 0) { /* an optional measure follows */
+            o->save_best = VIT_BEST_ACCURACY;
+            if (v && (strcmp(v, "loss") == 0 || strcmp(v, "accuracy") == 0 || strcmp(v, "acc") == 0)) {
+                o->save_best = v[0] == 'l' ? VIT_BEST_LOSS : VIT_BEST_ACCURACY;
+                i++;
+            }
+            continue;
+        }
         if (strncmp(a, "--", 2) != 0) {
             fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", prog, a);
             return 2;
@@ -357,6 +430,9 @@ static int parse_flags(int argc, char **argv, vit_config *cfg, vit_train_opts *o
         } else if (strcmp(a, "--ckpt-every") == 0) {
             if (!cli_int(prog, a, v, 1, 1 << 30, &o->ckpt_every))
                 return 2;
+        } else if (strcmp(a, "--early-stop") == 0) {
+            if (!cli_int(prog, a, v, 1, 1 << 30, &o->early_stop))
+                return 2;
         } else if (strcmp(a, "--stop-after") == 0) {
             if (!cli_int(prog, a, v, 1, 1 << 30, &o->stop_after_epochs))
                 return 2;
@@ -379,19 +455,22 @@ static int parse_flags(int argc, char **argv, vit_config *cfg, vit_train_opts *o
 
 /* The output folder before anything is loaded: a run there is never
  * replaced without --force (nor a --seeds summary), and --seeds starts new
- * runs only.  -1 to go on, else the exit status (the message is out). */
+ * runs only.  -1 to go on, else the exit status (the message is out when
+ * say). */
 static int check_out_folder(const vit_train_opts *o, const char *out,
-                            const unsigned long long *seeds, int nseeds)
+                            const unsigned long long *seeds, int nseeds, int say)
 {
+    say = say && vit_dist_rank() == 0;
     if (nseeds > 0 && o->resume) {
-        fprintf(stderr, "%s: --seeds starts new runs; resume each seed's run on its own "
+        if (say)
+            fprintf(stderr, "%s: --seeds starts new runs; resume each seed's run on its own "
                 "(--resume OUT/seed-N/last.ckpt)\n", prog);
         return 2;
     }
     char summary[4200];
     snprintf(summary, sizeof summary, "%s/seeds.csv", out);
     if (nseeds > 0 && !o->overwrite && access(summary, F_OK) == 0) {
-        if (vit_dist_rank() == 0)
+        if (say)
             fprintf(stderr, "%s: %s already holds the summary of earlier seeds; pass --force to "
                     "start over, or another --out\n", prog, summary);
         return 1;
@@ -400,14 +479,14 @@ static int check_out_folder(const vit_train_opts *o, const char *out,
         char dir[4200];
         seed_dir(out, seeds[k], dir, sizeof dir);
         if (!o->overwrite && vit_run_dir_taken(dir, NULL)) {
-            if (vit_dist_rank() == 0)
+            if (say)
                 fprintf(stderr, "%s: %s already holds a run (last.ckpt); pass --force to start "
                         "the seeds over, or another --out\n", prog, dir);
             return 1;
         }
     }
     if (nseeds == 0 && !o->overwrite && vit_run_dir_taken(out, o->resume)) {
-        if (vit_dist_rank() == 0)
+        if (say)
             fprintf(stderr, "%s: %s already holds a run (last.ckpt); continue it with --resume "
                     "%s/last.ckpt, or pass --force to start over\n", prog, out, out);
         return 1;
@@ -504,13 +583,15 @@ static int run(int argc, char **argv)
         return 2;
     }
     o.out_dir = out;
-    if ((rc = check_out_folder(&o, out, seeds, nseeds)) >= 0)
-        return rc;
     if (!progress_interval(&look.every))
         return 2;
     o.stop = &stop_signal;
     catch_stop_signals();
 
+    /* A folder that will be refused: the options' own errors are checked
+     * first (below, with the data), and nothing else is said. */
+    if (check_out_folder(&o, out, seeds, nseeds, 0) >= 0)
+        look.progress = 0;
     int speak = vit_dist_rank() == 0;
     vit_dataset train = {0}, test = {0};
     if ((rc = load_data(data, &sf, o.resume && known ? &rec.split : NULL, &o, &train, &test,
@@ -550,7 +631,7 @@ static int run(int argc, char **argv)
     const vit_config user = cfg; /* what the file and the flags gave */
     vit_recipe picked = {.patch = cfg.patch};
     if (!o.resume && (apply_recipe(&cfg, &user, &train, o.val_count, o.budget_seconds,
-                                   look.progress, &picked) != 0
+                                   look.progress, &picked, &o.warmup_fraction) != 0
                       || adapt_arch(&cfg, &train, o.val_count, look.progress) != 0)) {
         vit_dataset_free(&train);
         vit_dataset_free(&test);
@@ -572,7 +653,17 @@ static int run(int argc, char **argv)
             printf("precision %s\n", why);
     }
 
-    rc = nseeds > 0 ? train_seeds(&cfg, &train, &test, &o, &look, data, threads, seeds, nseeds)
+    /* The options' own errors come first (a patch that does not divide
+     * the images, say), and then whether the folder is free. */
+    vit_config probe = cfg;
+    probe.image_height = train.height;
+    probe.image_width = train.width;
+    probe.channels = train.channels;
+    probe.classes = train.classes > test.classes ? train.classes : test.classes;
+    if (vit_config_check(&probe) != VIT_OK)
+        rc = cli_fail(prog, NULL);
+    else if ((rc = check_out_folder(&o, out, seeds, nseeds, 1)) < 0)
+        rc = nseeds > 0 ? train_seeds(&cfg, &train, &test, &o, &look, data, threads, seeds, nseeds)
                     : train_once(&cfg, &train, &test, &o, &look, data, threads, NULL);
     vit_dataset_free(&train);
     vit_dataset_free(&test);

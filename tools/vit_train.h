@@ -76,10 +76,12 @@ int adapt_arch(vit_config *cfg, const vit_dataset *train, int val, int speak);
  * the line or in the --config file (user: the config as they left it, its
  * keys knowing whether they were given); those that change a value are
  * said in one line.  With --budget and no epochs given, the epochs are
- * what the budget's plan gives (the library's cap: the most a config
- * takes).  *picked: the recipe (for fit_patch).  0, or the exit status. */
+ * what the budget's plan gives, at most the recipe's.  The warm-up not
+ * given is a 28th of the given epochs, or under a budget of the plan's
+ * (*warmup_fraction 1/28, else 0).  *picked: the recipe (for fit_patch).
+ * 0, or the exit status. */
 int apply_recipe(vit_config *cfg, const vit_config *user, const vit_dataset *train, int val,
-                 double budget, int speak, vit_recipe *picked);
+                 double budget, int speak, vit_recipe *picked, double *warmup_fraction);
 
 /* ---- train_print.c */
 
@@ -107,7 +109,7 @@ void print_tta_auto(const vit_train_result *r, const vit_config *cfg);
  * it goes whole on a line of its own (cli_print_item), which the terminal
  * wraps and a copy pastes as it is.
  * labels is "" or e.g. "tta shift9; one pass 0.9639". */
-void print_result(const char *acc, const char *labels, const char *timing, const char *out);
+void print_result(const char *acc, const char *labels, const char *timing, const char *path);
 
 /* ---- train_seeds.c */
 
