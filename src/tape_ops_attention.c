@@ -200,12 +200,17 @@ static vit_tensor *mha_op(vit_tape *t, const vit_op_def *def, const vit_mha *cfg
         return vit_tape_error(t, rc);
     const vit_tensor *params = in[0], *x_q = in[1], *x_kv = in[2];
     int d_kv = cfg->d_kv ? cfg->d_kv : cfg->d_model;
-    if (params->size != vit_mha_param_count(cfg)
-        || x_q->size != (size_t)cfg->batch * cfg->n_q * cfg->d_model
-        || x_kv->size != (size_t)cfg->batch * cfg->n_k * d_kv)
-        return vit_tape_error(t, vit_fail(VIT_EINVAL,
-            "%s: params (%zu), x_q (%zu) or x_kv (%zu) do not match the layer shape", fn,
-            params->size, x_q->size, x_kv->size));
+    const size_t np = vit_mha_param_count(cfg);
+    if (np > INT32_MAX)
+        return vit_tape_error(t, vit_fail(VIT_EINVAL, "%s: %zu parameters exceed a tape "
+                                          "dimension", fn, np));
+    if (vit_tape_check_shape(t, fn, "params", params, "[vit_mha_param_count(cfg)]", 1,
+                             (int[]){(int)np})
+        || vit_tape_check_shape(t, fn, "x_q", x_q, "[batch, n_q, d_model]", 3,
+                                (int[]){cfg->batch, cfg->n_q, cfg->d_model})
+        || vit_tape_check_shape(t, fn, "x_kv", x_kv, "[batch, n_k, d_kv]", 3,
+                                (int[]){cfg->batch, cfg->n_k, d_kv}))
+        return NULL;
     int shape[3] = {cfg->batch, cfg->n_q, cfg->d_model};
     vit_tensor *y = vit_tape_output_kept(t, 3, shape, vit_tape_wants_grad(t, n, in), keep);
     if (!y)

@@ -2369,6 +2369,121 @@ START_TEST(test_gather_errors)
 }
 END_TEST
 
+/* ---- strict shapes (issue 45): a tensor that holds the right number of
+ * values in another layout is refused, the message naming the op, the
+ * argument, the expected layout and the given shape. ---- */
+
+typedef struct strict_case {
+    const char *op, *want; /* the message holds both */
+    int which;             /* the case's builder below */
+} strict_case;
+
+static const strict_case strict_cases[] = {
+    {"vit_op_linear", "b must be [out] = [2], got [1, 2]", 0},
+    {"vit_op_linear", "W must be [in, out], in = x's last dimension = [4, *], got [4, 2, 1]", 1},
+    {"vit_op_linear_gelu", "b must be [out] = [2], got [2, 1]", 2},
+    {"vit_op_linear_add", "r must be x's shape with the last dimension out = [3, 2], got [2, 3]",
+     3},
+    {"vit_op_layernorm", "gamma must be [d], d = x's last dimension = [4], got [1, 4]", 4},
+    {"vit_op_add_layernorm", "beta must be [d], d = x's last dimension = [4], got [4, 1]", 5},
+    {"vit_op_mha", "x_q must be [batch, n_q, d_model] = [1, 3, 4], got [3, 4]", 6},
+    {"vit_op_mha", "params must be [vit_mha_param_count(cfg)] = [80], got [20, 4]", 7},
+    {"vit_op_patch_embed", "img must be [batch, height, width, channels] = [1, 4, 4, 1], "
+     "got [1, 16, 1]", 8},
+    {"vit_op_patch_embed", "W must be [patch*patch*channels, dim] = [4, 3], got [3, 4]", 9},
+    {"vit_op_cls_prepend", "cls must be [D] = [4], got [1, 4]", 10},
+    {"vit_op_pos_add", "pos must be [T, D] = [3, 4], got [1, 3, 4]", 11},
+    {"vit_op_local_conv", "w must be [9, C] = [9, 4], got [4, 9]", 12},
+    {"vit_op_token", "x must be [B, T, D] = [*, *, *], got [3, 4]", 13},
+    {"vit_op_masked_mean", "x must be [B, T, D] = [*, *, *], got [1, 1, 3, 4]", 14},
+    {"vit_op_cross_entropy", "logits must be [B, C] = [*, *], got [1, 3, 4]", 15},
+    {"vit_op_cross_entropy_soft", "logits must be [B, C] = [*, *], got [12]", 16},
+};
+
+START_TEST(test_strict_shapes)
+{
+    const strict_case *c = &strict_cases[_i];
+    static vit_real a[256], b[256], p[256];
+    vit_tape *t = vit_tape_new();
+    vit_tensor *x34 = vit_tape_leaf(t, a, NULL, 2, (int[]){3, 4});
+    vit_tensor *W42 = vit_tape_leaf(t, b, NULL, 2, (int[]){4, 2});
+    vit_tensor *y = NULL, *sum;
+    vit_mha m = {.batch = 1, .n_q = 3, .n_k = 3, .d_model = 4, .heads = 2, .has_bias = 1};
+    vit_patch_shape ps = {.batch = 1, .height = 4, .width = 4, .channels = 1, .patch = 2,
+                          .dim = 3};
+    switch (c->which) {
+    case 0:
+        y = vit_op_linear(t, x34, W42, vit_tape_leaf(t, p, NULL, 2, (int[]){1, 2}));
+        break;
+    case 1:
+        y = vit_op_linear(t, x34, vit_tape_leaf(t, b, NULL, 3, (int[]){4, 2, 1}), NULL);
+        break;
+    case 2:
+        y = vit_op_linear_gelu(t, x34, W42, vit_tape_leaf(t, p, NULL, 2, (int[]){2, 1}));
+        break;
+    case 3:
+        y = vit_op_linear_add(t, x34, W42, NULL, vit_tape_leaf(t, p, NULL, 2, (int[]){2, 3}));
+        break;
+    case 4:
+        y = vit_op_layernorm(t, x34, vit_tape_leaf(t, p, NULL, 2, (int[]){1, 4}),
+                             vit_tape_leaf(t, p, NULL, 1, (int[]){4}), 1e-5);
+        break;
+    case 5:
+        y = vit_op_add_layernorm(t, x34, x34, vit_tape_leaf(t, p, NULL, 1, (int[]){4}),
+                                 vit_tape_leaf(t, p, NULL, 2, (int[]){4, 1}), 1e-5, &sum);
+        break;
+    case 6:
+        y = vit_op_mha(t, &m, vit_tape_leaf(t, p, NULL, 1, (int[]){80}), x34, x34, NULL);
+        break;
+    case 7: {
+        vit_tensor *x = vit_tape_leaf(t, a, NULL, 3, (int[]){1, 3, 4});
+        y = vit_op_mha(t, &m, vit_tape_leaf(t, p, NULL, 2, (int[]){20, 4}), x, x, NULL);
+        break;
+    }
+    case 8: /* tokens [B, N, C] are not the image [B, H, W, C] */
+        y = vit_op_patch_embed(t, &ps, vit_tape_leaf(t, a, NULL, 3, (int[]){1, 16, 1}),
+                               vit_tape_leaf(t, b, NULL, 2, (int[]){4, 3}), NULL);
+        break;
+    case 9:
+        y = vit_op_patch_embed(t, &ps, vit_tape_leaf(t, a, NULL, 4, (int[]){1, 4, 4, 1}),
+                               vit_tape_leaf(t, b, NULL, 2, (int[]){3, 4}), NULL);
+        break;
+    case 10:
+        y = vit_op_cls_prepend(t, vit_tape_leaf(t, a, NULL, 3, (int[]){2, 3, 4}),
+                               vit_tape_leaf(t, p, NULL, 2, (int[]){1, 4}));
+        break;
+    case 11:
+        y = vit_op_pos_add(t, vit_tape_leaf(t, a, NULL, 3, (int[]){2, 3, 4}),
+                           vit_tape_leaf(t, p, NULL, 3, (int[]){1, 3, 4}));
+        break;
+    case 12:
+        y = vit_op_local_conv(t, vit_tape_leaf(t, a, NULL, 3, (int[]){2, 5, 4}),
+                              vit_tape_leaf(t, b, NULL, 2, (int[]){4, 9}), NULL, 2, 2);
+        break;
+    case 13:
+        y = vit_op_token(t, x34, 0);
+        break;
+    case 14:
+        y = vit_op_masked_mean(t, vit_tape_leaf(t, a, NULL, 4, (int[]){1, 1, 3, 4}), NULL);
+        break;
+    case 15: {
+        static const int labels[3] = {0, 1, 2};
+        y = vit_op_cross_entropy(t, vit_tape_leaf(t, a, NULL, 3, (int[]){1, 3, 4}), labels, 0,
+                                 NULL);
+        break;
+    }
+    case 16:
+        y = vit_op_cross_entropy_soft(t, vit_tape_leaf(t, a, NULL, 1, (int[]){12}), b, NULL);
+        break;
+    }
+    ck_assert_ptr_null(y);
+    ck_assert_int_eq(vit_tape_status(t), VIT_EINVAL);
+    ck_assert_int_eq(vit_tape_op_count(t), 0);
+    expect_msg(c->op, c->want);
+    vit_tape_free(t);
+}
+END_TEST
+
 static Suite *tape_suite(void)
 {
     Suite *s = suite_create("tape");
@@ -2427,6 +2542,8 @@ static Suite *tape_suite(void)
     tcase_add_test(tm, test_window_attn_errors);
     tcase_add_test(tm, test_relpos_bias_errors);
     tcase_add_test(tm, test_gather_errors);
+    tcase_add_loop_test(tm, test_strict_shapes, 0,
+                        (int)(sizeof strict_cases / sizeof *strict_cases));
     suite_add_tcase(s, tm);
     return s;
 }

@@ -192,8 +192,13 @@ int vit_tape_on_leaf_grad(vit_tape *tape, vit_tape_leaf_fn fn, void *ctx);
  * Every op: runs the kernel's forward now and returns a new tensor owned by
  * the tape, requiring a gradient when some input does (in grad mode);
  * returns NULL without doing anything if the tape already holds an error or
- * an input is NULL.  On a shape mismatch it returns NULL with VIT_EINVAL
- * (the message names the op and the shapes); kernel errors (VIT_ENUM for a
+ * an input is NULL.  Shapes are strict: every op checks each input's rank
+ * and every dimension it documents (a tensor holding the right number of
+ * values in another layout, say a [B, N, C] for a [B, H, W, C] image or a
+ * [H, N, N, 1] bias, is refused); on a mismatch it returns NULL with
+ * VIT_EINVAL and a message naming the op, the argument, the expected
+ * layout and the given shape ("vit_op_pos_add: pos must be [T, D] =
+ * [3, 4], got [1, 3, 4]"); kernel errors (VIT_ENUM for a
  * non-finite value, ...) and VIT_ENOMEM are passed through the same way.
  * Inputs are read, never modified. ---- */
 
@@ -358,8 +363,9 @@ vit_tensor *vit_op_window_attn(vit_tape *tape, vit_tensor *qkv, vit_tensor *bias
  * [(2M-1)^2, H]. */
 vit_tensor *vit_op_relpos_bias(vit_tape *tape, vit_tensor *table, int window);
 
-/* Patch embedding of images [B, H, W, C] (a leaf, usually without grad) with
- * W [P*P*C, D] and b [D] (may be NULL): tokens [B, N, D]. */
+/* Patch embedding of images [B, H, W, C] (4-D; a leaf, usually without
+ * grad) with W [P*P*C, D] (2-D) and b [D] (1-D, may be NULL): tokens
+ * [B, N, D]. */
 vit_tensor *vit_op_patch_embed(vit_tape *tape, const vit_patch_shape *shape,
                                vit_tensor *img, vit_tensor *W, vit_tensor *b);
 
