@@ -78,6 +78,14 @@ int vit_run_data_same(const vit_run_data *a, const vit_run_data *b)
            && a->pixels_hash == b->pixels_hash;
 }
 
+vit_data_fit vit_run_data_fit(const vit_run_data *rec, int known)
+{
+    vit_data_fit none = {0, 0, 0};
+    if (!rec || !known)
+        return none;
+    return (vit_data_fit){rec->height, rec->width, rec->channels};
+}
+
 const char *vit_run_data_describe(const vit_run_data *d, char *buf, size_t cap)
 {
     if (!buf || cap == 0)
@@ -100,6 +108,10 @@ int vit_run_data_format(const vit_run_data *d, char *buf, size_t cap)
     if (n >= 0 && (size_t)n < cap && (d->split.val > 0 || d->split.test > 0))
         n += snprintf(buf + n, cap - (size_t)n, "val_split = %.17g\ntest_split = %.17g\n"
                       "split_seed = %llu\n", d->split.val, d->split.test, d->split.seed);
+    /* Likewise only with a transform. */
+    if (n >= 0 && (size_t)n < cap && (d->fit.height > 0 || d->fit.channels > 0))
+        n += snprintf(buf + n, cap - (size_t)n, "fit = %dx%dx%d\n", d->fit.height, d->fit.width,
+                      d->fit.channels);
     if (n < 0 || (size_t)n >= cap)
         return vit_fail(VIT_EINVAL, "vit_run_save: the data record does not fit %zu bytes", cap);
     return VIT_OK;
@@ -128,6 +140,14 @@ static int parse_line(const char *line, vit_run_data *d)
     if (frac) {
         *frac = strtod(v, &end);
         return *end == 0 && end != v && *frac >= 0 && *frac < 1;
+    }
+    if (klen == 3 && strncmp(line, "fit", 3) == 0) {
+        int h, w, c, used = 0;
+        if (sscanf(v, "%dx%dx%d%n", &h, &w, &c, &used) != 3 || v[used] != 0)
+            return 0;
+        d->fit = (vit_data_fit){h, w, c};
+        return (h == 0) == (w == 0) && h >= 0 && w >= 0 && h <= 4096 && w <= 4096 &&
+               (c == 0 || c == 1 || c == 3);
     }
     if (klen == 10 && strncmp(line, "split_seed", 10) == 0) {
         d->split.seed = strtoull(v, &end, 10);

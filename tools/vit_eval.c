@@ -74,14 +74,16 @@ int main(int argc, char **argv)
     if (vit_run_load(ckpt, &m, NULL, &st))
         return cli_fail(prog, NULL);
     /* Without --data: the data (and split) the checkpoint's run trained on. */
-    vit_data_split split;
-    data = cli_data_of_run(&st.data, st.has_data, data, &split);
+    vit_data_opts how;
+    data = cli_data_of_run(&st.data, st.has_data, data, &how);
     vit_dataset train = {0}, test = {0};
     vit_tape *tape = vit_tape_new();
     vit_eval_result r = {0};
     int rc = 1;
-    if (!tape || vit_data_load_split(data, cli_digits_path(), &split, &train, &test, NULL, NULL))
+    if (!tape)
         cli_fail(prog, NULL);
+    else if (cli_load_data(prog, data, &how, &train, &test))
+        ;
     else if (vit_evaluate_tta(m, tape, split_train ? &train : &test, 256,
                               tta >= 0 ? tta : vit_model_config(m)->tta, &r))
         cli_fail(prog, ckpt);
