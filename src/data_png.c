@@ -437,6 +437,17 @@ static char *file_path(const char *dir, const name_list *classes, const name_lis
     return path;
 }
 
+/* Reads class k's file j into img; *path gets its malloc'd path, or NULL
+ * with VIT_ENOMEM. */
+static int read_class_file(const char *dir, const name_list *classes, const name_list *files,
+                           int k, int j, int over_white, real_image *img, char **path)
+{
+    memset(img, 0, sizeof *img);
+    if ((*path = file_path(dir, classes, files, k, j)) == NULL)
+        return vit_fail(VIT_ENOMEM, "%s: out of memory", dir);
+    return read_image(*path, img, over_white);
+}
+
 /* Whether a failed read may be skipped (and then notes it in *part). */
 static int skip_it(const vit_data_how *how, int rc, vit_data_report *part)
 {
@@ -484,12 +495,8 @@ static int read_images(const char *dir, const name_list *classes, const name_lis
         int had = i;
         for (int j = 0; rc == VIT_OK && j < files[k].n; j++) {
             real_image img;
-            char *path = file_path(dir, classes, files, k, j);
-            if (path == NULL) {
-                rc = vit_fail(VIT_ENOMEM, "%s: out of memory", dir);
-                break;
-            }
-            rc = read_image(path, &img, how != NULL);
+            char *path;
+            rc = read_class_file(dir, classes, files, k, j, how != NULL, &img, &path);
             if (rc != VIT_OK && skip_it(how, rc, part)) {
                 rc = VIT_OK;
                 free(path);
@@ -569,12 +576,11 @@ static int survey(const char *dir, const name_list *classes, const name_list *fi
     for (int k = 0; rc == VIT_OK && k < classes->n; k++)
         for (int j = 0; rc == VIT_OK && j < files[k].n; j++) {
             real_image img;
-            char *path = file_path(dir, classes, files, k, j);
-            if (path == NULL) {
-                rc = vit_fail(VIT_ENOMEM, "%s: out of memory", dir);
-                break;
-            }
-            if (read_image(path, &img, 1) == VIT_OK) {
+            char *path;
+            int got = read_class_file(dir, classes, files, k, j, 1, &img, &path);
+            if (path == NULL)
+                rc = got;
+            else if (got == VIT_OK) {
                 hs[n] = img.h;
                 ws[n++] = img.w;
                 *(img.c == 3 ? &colour : &gray) += 1;
