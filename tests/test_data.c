@@ -809,6 +809,25 @@ START_TEST(load_opts_fit)
     vit_dataset_free(&tr);
     vit_dataset_free(&te);
 
+    /* One size, gray next to colour: the size kept, RGB (ruled). */
+    mkdir_rel("chan");
+    make_png_dir("chan/train", 4, 3, PNG_FORMAT_GRAY, 1);
+    make_png_dir("chan/test", 4, 3, PNG_FORMAT_GRAY, 2);
+    unsigned char rgb[4 * 3 * 3];
+    pattern(rgb, sizeof rgb, 9);
+    write_png("chan/train/b/2.png", rgb, 4, 3, PNG_FORMAT_RGB);
+    expect_error(vit_data_load(fu_path("chan"), NULL, &tr, &te), VIT_EFORMAT, "chan/train/b/2.png");
+    rc = vit_data_load_opts(fu_path("chan"), NULL, NULL, &tr, &te, NULL, &rep);
+    ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
+    ck_assert_int_eq(rep.ruled, 2);
+    ck_assert_int_eq(tr.height * 100 + tr.width * 10 + tr.channels, 433);
+    ck_assert_int_eq(rep.resized, 0);
+    ck_assert_int_eq(rep.converted, 11);
+    expect_fitted(&tr, 4, "chan/train/b/2.png");
+    expect_fitted(&tr, 0, "chan/train/a/10.png");
+    vit_dataset_free(&tr);
+    vit_dataset_free(&te);
+
     /* Bad fits. */
     o = (vit_data_opts){{0, 0, 0}, {4, 0, 0}, 0};
     expect_error(vit_data_load_opts(fu_path("mixed"), NULL, &o, &tr, &te, NULL, &rep),

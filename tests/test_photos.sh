@@ -142,6 +142,12 @@ at=$("$tools/vit_attn" "$tmp/run/last.ckpt" "$tmp/photos/square/square_001.jpg" 
 rc=$?
 check "vit_attn reads a JPEG and fits it" '[ $rc -eq 0 ] && [ -s "$tmp/a.png" ]' || show "$at"
 
+# ---- vit_export: the run's own data fitted for its logits ---------------
+ex=$("$tools/vit_export" "$tmp/run/last.ckpt" --out "$tmp/m.safetensors" --logits "$tmp/logits.csv" 2>&1)
+rc=$?
+check "vit_export --logits on the mixed run's data" '[ $rc -eq 0 ] && [ -s "$tmp/m.safetensors" ] && [ -s "$tmp/logits.csv" ]' ||
+    show "$ex"
+
 # ---- --class-names for IDX data -----------------------------------------
 "$tools/vit_make_data" gray28 "$tmp/idx" --count 40 >/dev/null 2>&1
 printf 'zero\none\ntwo\nthree\nfour\nfive\nsix\nseven\neight\nnine\n' >"$tmp/names.txt"
@@ -153,6 +159,15 @@ check "--class-names: stored in the checkpoint (vit_eval shows them)" 'grep -q "
 out=$("$tools/vit_train" --resume "$tmp/runidx/last.ckpt" --epochs 2 2>&1)
 ev=$("$tools/vit_eval" "$tmp/runidx/last.ckpt" --threads 1 2>&1)
 check "--class-names: a resume keeps them" 'grep -q "^3 three " <<<"$ev"' || show "$out"
+
+# A run that fitted nothing: an image of another size needs --fit.
+at=$("$tools/vit_attn" "$tmp/runidx/last.ckpt" "$tmp/photos/square/square_001.jpg" --out "$tmp/b.png" 2>&1)
+rc=$?
+check "vit_attn: a JPEG of another size without --fit: refused naming it" \
+    '[ $rc -eq 1 ] && grep -q "image is 80x64x3 but the model expects 28x28x1 (--fit" <<<"$at" && [ ! -e "$tmp/b.png" ]' || show "$at"
+at=$("$tools/vit_attn" "$tmp/runidx/last.ckpt" "$tmp/photos/square/square_001.jpg" --fit --out "$tmp/b.png" 2>&1)
+rc=$?
+check "vit_attn --fit: converted and resized" '[ $rc -eq 0 ] && [ -s "$tmp/b.png" ]' || show "$at"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
