@@ -114,8 +114,15 @@ rc=$?
 check "vit_predict FOLDER --csv: exit 0, summary" \
     '[ $rc -eq 0 ] && grep -q "26 of 26 images classified into $tmp/pred.csv" <<<"$pr" && grep -q "1 file in the folders not .png" <<<"$pr"' ||
     show "$pr"
+# The reader itself: quoted commas and doubled quotes, and a refusal.
+printf 'a,"b, ""c"""\r\n1,2\r\n' >"$tmp/ok.csv"
+printf 'a,"b\r\n' >"$tmp/cut.csv"
+check "csv_fields reads RFC 4180 and refuses a cut field" \
+    '[ "$("$csv_fields" "$tmp/ok.csv")" = "a|b, \"c\"
+1|2" ] && ! "$csv_fields" "$tmp/cut.csv" 2>/dev/null'
 rows=$("$csv_fields" "$tmp/pred.csv")
-check "CSV: parses as RFC 4180" '[ $? -eq 0 ]'
+rc=$?
+check "CSV: parses as RFC 4180, a header and 26 rows" '[ $rc -eq 0 ] && [ "$(grep -c "" <<<"$rows")" -eq 27 ]'
 check "CSV: header" '[ "$(head -1 <<<"$rows")" = "path|class|probability|class_2|probability_2" ]'
 want=$(find "$tmp/photos" -type f \( -name "*.png" -o -name "*.jpg" -o -name "*.jpeg" \) | LC_ALL=C sort)
 check "CSV: every image once, paths as they are" \
@@ -125,7 +132,7 @@ check "CSV: the path with a comma and spaces comes back whole" \
 check "CSV: the path with a quote comes back whole" \
     'grep -qF "$tmp/photos/circle/say \"hi\".jpg|" <<<"$rows"'
 check "CSV: classes are the folder names, probabilities in [0, 1], sorted" \
-    '[ -z "$(tail -n +2 <<<"$rows" | awk -F"|" "!(\$2 ~ /^(circle|square|stripes)\$/ && \$4 ~ /^(circle|square|stripes)\$/ && \$3 >= \$5 && \$3 <= 1 && \$5 >= 0 && \$2 != \$4)")" ]'
+    '[ -n "$rows" ] && [ -z "$(tail -n +2 <<<"$rows" | awk -F"|" "!(\$2 ~ /^(circle|square|stripes)\$/ && \$4 ~ /^(circle|square|stripes)\$/ && \$3 >= \$5 && \$3 <= 1 && \$5 >= 0 && \$2 != \$4)")" ]'
 pr=$("$tools/vit_predict" "$tmp/run/last.ckpt" "$tmp/photos" --csv "$tmp/pred.csv" 2>&1)
 rc=$?
 check "vit_predict --csv: an existing file is refused without --force" \
