@@ -304,17 +304,15 @@ static void say_images(const vit_data_report *r, const split_flags *f, int from_
                  r->skipped > 2 ? "; " : "", r->skipped > 2 ? r->skipped_why[2] : "");
         cli_print_fitted(stdout, line);
     }
-    if (r->ignored > 0)
-        printf("ignored %d file%s in the class folders that are not .png, .jpg or .jpeg\n",
-               r->ignored, r->ignored == 1 ? "" : "s");
 }
 
 int load_data(const char *data, const split_flags *f, const vit_run_data *rec,
               const char *resume, vit_train_opts *o, vit_dataset *train, vit_dataset *test,
-              int speak)
+              int speak, int *ignored)
 {
     vit_data_opts want = {{0, 0, 0}, {0, 0, 0}, f->skip_bad};
     vit_data_report rep;
+    *ignored = 0;
     int rc = settle_split(f, rec ? &rec->split : NULL, o, &want.split), tail = 0;
     if (rc < 0)
         rc = settle_fit(f, rec, resume, o->other_data, &want.fit);
@@ -329,6 +327,7 @@ int load_data(const char *data, const split_flags *f, const vit_run_data *rec,
         return 1;
     }
     o->data_split = rep.split;
+    *ignored = rep.ignored;
     o->data_fit = want.fit.height || want.fit.channels || rep.ruled ? rep.fit
                                                                     : (vit_data_fit){0, 0, 0};
     if (tail > 0)

@@ -530,8 +530,9 @@ static int run(int argc, char **argv)
 
     int speak = vit_dist_rank() == 0;
     vit_dataset train = {0}, test = {0};
+    int ignored = 0;
     if ((rc = load_data(data, &sf, o.resume && known ? &rec : NULL, o.resume, &o, &train, &test,
-                        speak)))
+                        speak, &ignored)))
         return rc;
     if (o.val_count >= train.count) {
         if (speak)
@@ -553,10 +554,13 @@ static int run(int argc, char **argv)
         char val[32] = "";
         if (o.val_count)
             snprintf(val, sizeof val, ", %d val", o.val_count);
-        char line[160];
-        snprintf(line, sizeof line, "data: %d train%s, %d test images of %dx%dx%d, %d classes",
+        char line[200], other[80] = "";
+        if (ignored > 0)
+            snprintf(other, sizeof other, " (%d other file%s ignored: not .png, .jpg or .jpeg)",
+                     ignored, ignored == 1 ? "" : "s");
+        snprintf(line, sizeof line, "data: %d train%s, %d test images of %dx%dx%d, %d classes%s",
                  train.count - o.val_count, val, test.count, train.height, train.width,
-                 train.channels, train.classes);
+                 train.channels, train.classes, other);
         cli_print_fitted(stdout, line);
         print_class_counts(&train);
         if (o.data_split.val == 0)

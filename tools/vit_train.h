@@ -54,12 +54,13 @@ int split_flag(const char *a, const char *v, split_flags *f);
  * run's record, NULL for none), sets o->val_count (a validation tail),
  * o->data_split and o->data_fit; says in one line when a flat folder got
  * the default test fraction, and in one line what was done to the images
- * (fitted, and why; unreadable files skipped; other files ignored); puts
- * --class-names (or a resumed run's names) on both sets.  0, else the
- * exit status. */
+ * (fitted, and why) and what was skipped (unreadable files); puts
+ * --class-names (or a resumed run's names) on both sets; *ignored gets the
+ * count of files in class folders that are not images, for the data line.
+ * 0, else the exit status. */
 int load_data(const char *data, const split_flags *f, const vit_run_data *rec,
               const char *resume, vit_train_opts *o, vit_dataset *train, vit_dataset *test,
-              int speak);
+              int speak, int *ignored);
 
 /* ---- train_recipe.c */
 
