@@ -117,6 +117,24 @@ int vit_run_data_format(const vit_run_data *d, char *buf, size_t cap)
     return VIT_OK;
 }
 
+/* "HxWxC" (0 for a part kept) into *fit; 0 when it is not that. */
+static int parse_fit(const char *v, vit_data_fit *fit)
+{
+    long x[3];
+    const char *p = v;
+    for (int k = 0; k < 3; k++) {
+        char *end;
+        if (*p < '0' || *p > '9')
+            return 0;
+        x[k] = strtol(p, &end, 10);
+        if (x[k] > 4096 || *end != (k < 2 ? 'x' : 0))
+            return 0;
+        p = end + 1;
+    }
+    *fit = (vit_data_fit){(int)x[0], (int)x[1], (int)x[2]};
+    return (x[0] == 0) == (x[1] == 0) && (x[2] == 0 || x[2] == 1 || x[2] == 3);
+}
+
 /* One "key = value" line of the record into *d; 0 when it is not one. */
 static int parse_line(const char *line, vit_run_data *d)
 {
@@ -141,14 +159,8 @@ static int parse_line(const char *line, vit_run_data *d)
         *frac = strtod(v, &end);
         return *end == 0 && end != v && *frac >= 0 && *frac < 1;
     }
-    if (klen == 3 && strncmp(line, "fit", 3) == 0) {
-        int h, w, c, used = 0;
-        if (sscanf(v, "%dx%dx%d%n", &h, &w, &c, &used) != 3 || v[used] != 0)
-            return 0;
-        d->fit = (vit_data_fit){h, w, c};
-        return (h == 0) == (w == 0) && h >= 0 && w >= 0 && h <= 4096 && w <= 4096 &&
-               (c == 0 || c == 1 || c == 3);
-    }
+    if (klen == 3 && strncmp(line, "fit", 3) == 0)
+        return parse_fit(v, &d->fit);
     if (klen == 10 && strncmp(line, "split_seed", 10) == 0) {
         d->split.seed = strtoull(v, &end, 10);
         return *end == 0 && end != v && *v != '-';
