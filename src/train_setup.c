@@ -140,6 +140,7 @@ static int check_data(vit_trainer *t)
     if (rc)
         return rc;
     now.split = t->o.data_split;
+    now.fit = t->o.data_fit;
     if (t->st.has_data && !vit_run_data_same(&t->st.data, &now) && !t->o.other_data) {
         char was[256], is[256];
         return vit_fail(VIT_EDATA, "%s: the run trained on %s%s%s%s; this data%s%s%s is %s",
@@ -154,6 +155,8 @@ static int check_data(vit_trainer *t)
     /* The same data without a split given: the split the record names. */
     if (t->st.has_data && !t->o.other_data && now.split.val == 0 && now.split.test == 0)
         now.split = t->st.data.split;
+    if (t->st.has_data && !t->o.other_data && now.fit.height == 0 && now.fit.channels == 0)
+        now.fit = t->st.data.fit;
     t->st.data = now;
     t->st.has_data = 1;
     return VIT_OK;

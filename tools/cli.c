@@ -538,13 +538,31 @@ void cli_short_path(const char *path, int max, char *out, size_t cap)
 }
 
 const char *cli_data_of_run(const vit_run_data *rec, int known, const char *given,
-                            vit_data_split *split)
+                            vit_data_opts *opts)
 {
     char abs[PATH_MAX];
-    memset(split, 0, sizeof *split);
-    if (known && *rec->spec && (!given || (realpath(given, abs) && strcmp(abs, rec->spec) == 0)))
-        *split = rec->split;
+    memset(opts, 0, sizeof *opts);
+    opts->skip_bad = 1;
+    if (known && *rec->spec && (!given || (realpath(given, abs) && strcmp(abs, rec->spec) == 0))) {
+        opts->split = rec->split;
+        opts->fit = vit_run_data_fit(rec, known);
+    } else if (known) {
+        opts->fit = rec->fit;
+    }
     if (given)
         return given;
     return known && *rec->spec ? rec->spec : "digits";
+}
+
+int cli_load_data(const char *prog, const char *data, const vit_data_opts *opts,
+                  vit_dataset *train, vit_dataset *test)
+{
+    vit_data_report rep;
+    if (vit_data_load_opts(data, cli_digits_path(), opts, train, test, NULL, &rep))
+        return cli_fail(prog, NULL);
+    if (rep.skipped > 0)
+        fprintf(stderr, "%s: skipped %d unreadable file%s (%s%s)\n", prog,
+                rep.skipped, rep.skipped == 1 ? "" : "s", rep.skipped_why[0],
+                rep.skipped > 1 ? ", ..." : "");
+    return 0;
 }

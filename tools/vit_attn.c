@@ -18,11 +18,13 @@ static const char *prog = "vit_attn";
 
 static void usage(void)
 {
-    printf("usage: vit_attn CKPT (--digit N | IMAGE.png) [--query cls|R,C] [--out FILE.png]\n"
+    printf("usage: vit_attn CKPT (--digit N | IMAGE) [--fit] [--query cls|R,C] [--out FILE.png]\n"
            "                [--data SPEC] [--scale absolute|figure|map]\n"
            "Runs the model of checkpoint CKPT on one image, either image N of the test split\n"
-           "of --data (default: the data the run trained on) or a PNG of the training image\n"
-           "size, and writes a PNG (default attention.png) with the image and, per layer\n"
+           "of --data (default: the data the run trained on) or a PNG or JPEG file, read\n"
+           "and fitted as vit_predict does (of the model's size and channels, or with\n"
+           "--fit, or when the run fitted its own images, converted and resized to\n"
+           "them), and writes a PNG (default attention.png) with the image and, per layer\n"
            "(rows) and head (columns), the attention weights of the query over the patch\n"
            "grid as a heat map blended over the image, each captioned with its smallest and\n"
            "largest weight.  --query cls (default) uses the class token; --query R,C uses\n"
@@ -86,30 +88,19 @@ static int parse_query(const char *text, int gh, int gw, int *query)
 }
 
 /* The image to look at, [H, W, C] as the model expects, malloc'd into *px.
- * Exactly one of png and digit >= 0 is given. */
-static int load_image(const vit_config *c, const char *png, int digit, const char *data,
-                      const vit_data_split *split, vit_real **px, int *label)
+ * Exactly one of file and digit >= 0 is given; a file is read and fitted
+ * as vit_predict does (fit: --fit, or a run that fitted its images). */
+static int load_image(const vit_config *c, const char *file, int fit, int digit, const char *data,
+                      const vit_data_opts *how, vit_real **px, int *label)
 {
     size_t n = (size_t)c->image_height * c->image_width * c->channels;
     *label = -1;
-    if (png) {
-        int h, w, ch;
-        if (vit_png_read(png, px, &h, &w, &ch))
-            return cli_fail(prog, NULL);
-        if (h != c->image_height || w != c->image_width || ch != c->channels) {
-            fprintf(stderr, "%s: %s: image is %dx%dx%d (height x width x channels) but the model "
-                    "expects %dx%dx%d\n", prog, png, h, w, ch, c->image_height, c->image_width,
-                    c->channels);
-            free(*px);
-            *px = NULL;
-            return 1;
-        }
-        return 0;
-    }
+    if (file)
+        return (*px = cli_model_image(prog, file, c, fit)) == NULL;
     vit_dataset train = {0}, test = {0};
     int rc = 1;
-    if (vit_data_load_split(data, cli_digits_path(), split, &train, &test, NULL, NULL))
-        cli_fail(prog, NULL);
+    if (cli_load_data(prog, data, how, &train, &test))
+        ;
     else if (digit >= test.count)
         fprintf(stderr, "%s: --digit: %d is out of range; the test split of %s has images 0..%d\n",
                 prog, digit, data, test.count - 1);
@@ -199,9 +190,10 @@ int main(int argc, char **argv)
 {
     cli_ignore_file_size_signal();
     const char *ckpt = NULL, *png = NULL, *out = "attention.png", *data = NULL, *qtext = "cls";
-    int digit = -1, scale = FIG_SCALE_ABSOLUTE;
+    int digit = -1, scale = FIG_SCALE_ABSOLUTE, fit = 0;
     static const cli_flag flags[] = {{"--digit", 1}, {"--query", 1}, {"--out", 1}, {"--data", 1},
-                                     {"--scale", 1}, {"--help", 0}, {"--version", 0}, {NULL, 0}};
+                                     {"--scale", 1}, {"--fit", 0}, {"--help", 0}, {"--version", 0},
+                                     {NULL, 0}};
     if (!cli_normalize(prog, &argc, &argv, flags, 0))
         return 2;
     const char **pos[] = {&ckpt, &png};
@@ -212,7 +204,9 @@ int main(int argc, char **argv)
             continue;
         if (r != CLI_ARG_OPTION)
             return r;
-        if (strcmp(a, "--digit") == 0) {
+        if (strcmp(a, "--fit") == 0)
+            fit = 1;
+        else if (strcmp(a, "--digit") == 0) {
             if (!cli_int(prog, a, v, 0, 1 << 30, &digit))
                 return 2;
         } else if (strcmp(a, "--query") == 0)
@@ -241,7 +235,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if ((digit >= 0) == (png != NULL)) {
-        fprintf(stderr, "%s: give exactly one image: --digit N or a PNG file\n", prog);
+        fprintf(stderr, "%s: give exactly one image: --digit N or a PNG or JPEG file\n", prog);
         return 2;
     }
 
@@ -250,8 +244,8 @@ int main(int argc, char **argv)
     if (vit_run_load(ckpt, &m, NULL, &st))
         return cli_fail(prog, NULL);
     /* Without --data: the data (and split) the checkpoint's run trained on. */
-    vit_data_split split;
-    data = cli_data_of_run(&st.data, st.has_data, data, &split);
+    vit_data_opts how;
+    data = cli_data_of_run(&st.data, st.has_data, data, &how);
     const vit_config *c = vit_model_config(m);
     A = *vit_model_info(m);
     if (A.attn_layers < 1) {
@@ -267,7 +261,8 @@ int main(int argc, char **argv)
     vit_real *px = NULL, *maps = NULL;
     draw_canvas canvas = {0};
     int rc = 1;
-    if (!parse_query(qtext, gh, gw, &query) || load_image(c, png, digit, data, &split, &px, &label))
+    if (!parse_query(qtext, gh, gw, &query) ||
+        load_image(c, png, fit || cli_run_fits(&st), digit, data, &how, &px, &label))
         goto done;
     if (query < 0 && !A.attn_cls) {
         fprintf(stderr, "%s: --query cls: a %s model has no class token; give --query R,C\n",

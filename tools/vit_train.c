@@ -61,7 +61,22 @@ static void usage(FILE *f)
         "                       the fraction of each class held out for testing\n"
         "                       (default 0.2; F in (0, 1), with --val-split below 1)\n"
         "  --split-seed N       the seed that picks the held-out images (default 0);\n"
-        "                       the split is recorded and a resume keeps it\n"
+        "                       the split is recorded and a resume keeps it\n");
+    fprintf(f,
+        "  --image-size HxW     resize every image to H x W on load (N: N x N), with\n"
+        "                       the filter of vit_predict --fit; --image-height H\n"
+        "                       --image-width W say the same\n"
+        "  --channels 1|3       convert every image to gray (luma) or RGB on load.\n"
+        "                       Without these a folder of mixed images gets the\n"
+        "                       median size (longest side at most 64, sides multiples\n"
+        "                       of 8) and RGB if any image is colour, said in one\n"
+        "                       line; PNG alpha is composited over white.  The\n"
+        "                       transform is recorded: vit_eval, vit_predict,\n"
+        "                       vit_attn and vit_export apply it too\n"
+        "  --skip-bad           skip image files that cannot be read (counted, the\n"
+        "                       first three named) instead of stopping\n"
+        "  --class-names FILE   name the classes (one name a line, as many as the\n"
+        "                       classes), e.g. for IDX data; stored in the checkpoint\n"
         "  --ckpt-every N       epochs between checkpoints (default 1)\n"
         "  --stop-after N       stop after N epochs, as if interrupted (resume later)\n"
         "  --save-best [loss]   keep OUT/best.ckpt, the model of the epoch with the best\n"
@@ -121,7 +136,7 @@ static const cli_flag flags[] = {
     {"--check-replicas", 0}, {"--force", 0}, {"--other-data", 0}, {"--seeds", 1}, {"--budget", 1},
     {"--val-split", 1}, {"--test-split", 1}, {"--split-seed", 1}, {"--help", 0}, {"--version", 0},
     {"--save-best", 0}, {"--early-stop", 1},
-    {NULL, 0},
+    {"--image-size", 1}, {"--skip-bad", 0}, {"--class-names", 1}, {NULL, 0},
 };
 
 static int run(int argc, char **argv);
@@ -398,6 +413,10 @@ static int parse_flags(int argc, char **argv, vit_config *cfg, vit_train_opts *o
             }
             continue;
         }
+        if (strcmp(a, "--skip-bad") == 0) {
+            sf->skip_bad = 1;
+            continue;
+        }
         if (strncmp(a, "--", 2) != 0) {
             fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", prog, a);
             return 2;
@@ -558,7 +577,7 @@ static int run(int argc, char **argv)
     if (arch && !cli_config_flag(prog, &cfg, "--arch", arch))
         return 2;
 
-    split_flags sf = {{0, 0, 0}, 0};
+    split_flags sf = {{0, 0, 0}, 0, {0, 0, 0}, 0, NULL};
     if ((rc = parse_flags(argc, argv, &cfg, &o, &look, &data, out, sizeof out, &threads, seeds,
                           &nseeds, &sf)) >= 0)
         return rc;
@@ -567,7 +586,7 @@ static int run(int argc, char **argv)
     /* A resume trains on its run's data (and split) unless --data says
      * otherwise. */
     vit_run_data rec;
-    vit_data_split unused;
+    vit_data_opts unused;
     int known = 0;
     if (o.resume && vit_run_data_read(o.resume, &rec, &known))
         return cli_fail(prog, NULL);
@@ -594,8 +613,9 @@ static int run(int argc, char **argv)
         look.progress = 0;
     int speak = vit_dist_rank() == 0;
     vit_dataset train = {0}, test = {0};
-    if ((rc = load_data(data, &sf, o.resume && known ? &rec.split : NULL, &o, &train, &test,
-                        speak)))
+    int ignored = 0;
+    if ((rc = load_data(data, &sf, o.resume && known ? &rec : NULL, o.resume, &o, &train, &test,
+                        speak, &ignored)))
         return rc;
     if (o.val_count >= train.count) {
         if (speak)
@@ -617,10 +637,13 @@ static int run(int argc, char **argv)
         char val[32] = "";
         if (o.val_count)
             snprintf(val, sizeof val, ", %d val", o.val_count);
-        char line[160];
-        snprintf(line, sizeof line, "data: %d train%s, %d test images of %dx%dx%d, %d classes",
+        char line[200], other[80] = "";
+        if (ignored > 0)
+            snprintf(other, sizeof other, " (%d other file%s ignored: not .png, .jpg or .jpeg)",
+                     ignored, ignored == 1 ? "" : "s");
+        snprintf(line, sizeof line, "data: %d train%s, %d test images of %dx%dx%d, %d classes%s",
                  train.count - o.val_count, val, test.count, train.height, train.width,
-                 train.channels, train.classes);
+                 train.channels, train.classes, other);
         cli_print_fitted(stdout, line);
         print_class_counts(&train);
         if (o.data_split.val == 0)

@@ -20,11 +20,17 @@ typedef struct shown {
     double every;
 } shown;
 
-/* --val-split, --test-split and --split-seed: the split asked for, and
- * which were given (bits 1, 2, 4). */
+/* The data flags: --val-split, --test-split and --split-seed (the split
+ * asked for, and which were given: bits 1, 2, 4); --image-size (or the
+ * config keys --image-height and --image-width on the line) and
+ * --channels (the transform asked for; bits 8 size, 16 channels), and
+ * --skip-bad and --class-names. */
 typedef struct split_flags {
     vit_data_split s;
     int given;
+    vit_data_fit fit;
+    int skip_bad;
+    const char *class_names;
 } split_flags;
 
 /* --seeds takes at most this many seeds. */
@@ -40,15 +46,21 @@ int train_once(const vit_config *cfg, const vit_dataset *train, const vit_datase
 
 /* ---- train_split.c */
 
-/* One of the split flags into *f: 0 when taken, 2 (said) for a bad value,
- * -1 when a is none of them. */
+/* One of the data flags that take a value into *f: 0 when taken, 2
+ * (said) for a bad value, -1 when a is none of them. */
 int split_flag(const char *a, const char *v, split_flags *f);
 
-/* Loads the data with the split settled, sets o->val_count (a validation
- * tail) and o->data_split, and says in one line when a flat folder got
- * the default test fraction.  0, else the exit status. */
-int load_data(const char *data, const split_flags *f, const vit_data_split *rec,
-              vit_train_opts *o, vit_dataset *train, vit_dataset *test, int speak);
+/* Loads the data with the split and transform settled (rec: a resumed
+ * run's record, NULL for none), sets o->val_count (a validation tail),
+ * o->data_split and o->data_fit; says in one line when a flat folder got
+ * the default test fraction, and in one line what was done to the images
+ * (fitted, and why) and what was skipped (unreadable files); puts
+ * --class-names (or a resumed run's names) on both sets; *ignored gets the
+ * count of files in class folders that are not images, for the data line.
+ * 0, else the exit status. */
+int load_data(const char *data, const split_flags *f, const vit_run_data *rec,
+              const char *resume, vit_train_opts *o, vit_dataset *train, vit_dataset *test,
+              int speak, int *ignored);
 
 /* ---- train_recipe.c */
 

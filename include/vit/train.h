@@ -54,6 +54,14 @@ typedef struct vit_run_data {
                                          applied to spec (all zero: none,
                                          and in records written before
                                          splits were recorded) */
+    vit_data_fit fit;                 /* the transform the images got on
+                                         load (vit_data_load_opts's
+                                         opts->fit, or the rule's shape):
+                                         all zero when none was given or
+                                         ruled, and in records written
+                                         before it was recorded; stored as
+                                         "fit = HxWxC" (0 for a part
+                                         kept) */
 } vit_run_data;
 
 /* Fills *out with the fingerprint of train and test and with spec (NULL:
@@ -67,6 +75,12 @@ int vit_run_data_of(const vit_dataset *train, const vit_dataset *test, const cha
  * hashes; the specs and splits are not compared: the hashes cover the
  * parts a split made), else 0. */
 int vit_run_data_same(const vit_run_data *a, const vit_run_data *b);
+
+/* The fit to load a run's own data with again: the record's shape
+ * (height, width, channels), which leaves images of that shape as they
+ * are and fits the others as the run did (rec->fit, or the rule, made
+ * them that shape); all zero when known is 0. */
+vit_data_fit vit_run_data_fit(const vit_run_data *rec, int known);
 
 /* One line for a person: "1437 train + 360 test images of 8x8x1, 10
  * classes (labels 9f3c21d04ab6e7c1, pixels 04aa...)" into buf[cap]
@@ -373,6 +387,10 @@ typedef struct vit_train_opts {
                                 (vit_data_load_split's *used), stored in
                                 the checkpoints' data record; all zero:
                                 none */
+    vit_data_fit data_fit;   /* the transform the images got on load
+                                (vit_data_opts.fit, or the rule's shape),
+                                stored in the checkpoints' data record;
+                                all zero: none */
     double budget_seconds;   /* > 0: a time budget for the run (from
                                 vit_trainer_new to the end of the final
                                 scores), a ceiling: the first steps are
