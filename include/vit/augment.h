@@ -9,7 +9,7 @@
  * vit_train_run applies it to every training image when the config's
  * rotate or scale is positive (vit/model.h: rotate, scale, shift), and
  * vit_translate alone when only shift is (vit_augment_batch does
- * the whole batch, flip, mixup and cutmix included); a
+ * the whole batch, flip, colour, mixup and cutmix included); a
  * training loop of your own can draw and apply transforms the same way.
  * A transform is drawn from a vit_rng (vit/rng.h), so a run's augmentation
  * is reproducible from its seed.
