@@ -63,6 +63,20 @@ static const field fields[] = {
       "(both on: one of them per batch, each with probability 0.5)"),
     F(drop_path, K_DOUBLE, 0, 0.99, "stochastic depth: residual branches dropped per image, at "
       "this rate in the last block, linearly less in earlier ones (0: off)"),
+    F(brightness, K_DOUBLE, 0, 1, "colour jitter: brightness factor uniform in [1-v, 1+v] "
+      "multiplying the image (0: off)"),
+    F(contrast, K_DOUBLE, 0, 1, "colour jitter: blend with the image's mean gray by a factor "
+      "in [1-v, 1+v] (0: off)"),
+    F(saturation, K_DOUBLE, 0, 1, "colour jitter: blend with each pixel's gray by a factor "
+      "in [1-v, 1+v] (0: off; 3 channels)"),
+    F(hue, K_DOUBLE, 0, 0.5, "colour jitter: the YIQ chroma turned by up to +-v of a full "
+      "turn (0: off; 3 channels)"),
+    F(grayscale, K_DOUBLE, 0, 1, "probability that an image is made gray (BT.601 luma in "
+      "every channel; 0: off; 3 channels)"),
+    F(channel_perm, K_INT, 0, 1, "1: the 3 channels in a random order of the six (for data "
+      "whose colour carries no class)"),
+    F(invert, K_INT, 0, 1, "1: x -> 1 - x with probability 0.5 (for data whose colour carries "
+      "no class)"),
     F(seed, K_U64, 0, 0, "random seed"),
     F(tta, K_TTA, 0, 3, "test-time augmentation: none, shift9 (image and 8 one-pixel "
       "shifts), shift9flip (those 9 and their 9 mirror images: for models trained with flip), "
@@ -432,7 +446,10 @@ int vit_config_check(const vit_config *c)
     /* The augmentation rates (a config filled in by code, not text). */
     const struct { const char *key; double v, hi; int open; } rate[] = {
         {"drop_path", c->drop_path, 1, 1}, {"erase", c->erase, 1, 0}, {"mixup", c->mixup, 100, 0},
-        {"cutmix", c->cutmix, 100, 0},     {"mix_prob", c->mix_prob, 1, 0}};
+        {"cutmix", c->cutmix, 100, 0},     {"mix_prob", c->mix_prob, 1, 0},
+        {"brightness", c->brightness, 1, 0}, {"contrast", c->contrast, 1, 0},
+        {"saturation", c->saturation, 1, 0}, {"hue", c->hue, 0.5, 0},
+        {"grayscale", c->grayscale, 1, 0}};
     for (size_t i = 0; i < sizeof rate / sizeof rate[0]; i++)
         if (!(rate[i].v >= 0 && (rate[i].open ? rate[i].v < rate[i].hi : rate[i].v <= rate[i].hi))) {
             char t[2][32];
@@ -440,6 +457,11 @@ int vit_config_check(const vit_config *c)
                             vit_fmt_double(rate[i].v, t[0]), vit_fmt_double(rate[i].hi, t[1]),
                             rate[i].open ? ')' : ']');
         }
+    const char *colour = c->saturation > 0 ? "saturation" : c->hue > 0 ? "hue"
+                       : c->grayscale > 0 ? "grayscale" : c->channel_perm ? "channel_perm" : NULL;
+    if (colour && c->channels != 3)
+        return vit_fail(VIT_EINVAL, "%s: needs colour images of 3 channels; these have %d",
+                        colour, c->channels);
     if (c->min_lr > c->lr) {
         char t[2][32];
         return vit_fail(VIT_EINVAL, "min_lr: %s exceeds lr %s", vit_fmt_double(c->min_lr, t[0]),

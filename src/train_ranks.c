@@ -27,7 +27,10 @@ int vit_train_gather_batch(vit_trainer *t, const int *idx, int b, int lo, int hi
     vit_augment g = {.shift = c->shift > c->crop_pad ? c->shift : c->crop_pad,
                      .rotate = c->rotate, .scale = c->scale, .flip = c->flip, .erase = c->erase,
                      .mixup = c->mixup, .cutmix = c->cutmix, .mix_prob = c->mix_prob,
-                     .smoothing = c->smoothing, .classes = c->classes};
+                     .smoothing = c->smoothing, .classes = c->classes,
+                     .brightness = c->brightness, .contrast = c->contrast,
+                     .saturation = c->saturation, .hue = c->hue, .grayscale = c->grayscale,
+                     .channel_perm = c->channel_perm, .invert = c->invert};
     int rc = vit_augment_batch(&g, &t->train, idx, b, lo, hi, t->aug, &t->st.rng, t->images,
                                t->labels, t->targets, &t->mixed, NULL);
     /* Row j (block j / 2, branch j % 2) is drawn for all b items, then its

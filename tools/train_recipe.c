@@ -92,7 +92,7 @@ int apply_recipe(vit_config *cfg, const vit_config *user, const vit_dataset *tra
     if (vit_recipe_pick(&d, &shape, &r, NULL, 0))
         return cli_fail(prog, NULL);
     *picked = r;
-    char v[8][32], said[256] = "", was[64], now[64];
+    char v[15][32], said[512] = "", was[64], now[64];
     /* A budget plans at most the recipe's epochs (or the given ones). */
     snprintf(v[0], sizeof v[0], "%d", r.epochs);
     snprintf(v[1], sizeof v[1], "%d", r.batch);
@@ -107,9 +107,15 @@ int apply_recipe(vit_config *cfg, const vit_config *user, const vit_dataset *tra
     snprintf(v[5], sizeof v[5], "%d", r.stem);
     snprintf(v[6], sizeof v[6], "%d", r.stem2);
     snprintf(v[7], sizeof v[7], "%d", r.local_conv);
-    const char *keys[8] = {"epochs", "batch", "warmup", "shift", "flip", "stem", "stem2",
-                           "local_conv"};
-    for (int k = 0; k < 8; k++) {
+    const double colour[5] = {r.brightness, r.contrast, r.saturation, r.hue, r.grayscale};
+    for (int k = 0; k < 5; k++)
+        snprintf(v[8 + k], sizeof v[8 + k], "%g", colour[k]);
+    snprintf(v[13], sizeof v[13], "%d", r.channel_perm);
+    snprintf(v[14], sizeof v[14], "%d", r.invert);
+    const char *keys[15] = {"epochs", "batch", "warmup", "shift", "flip", "stem", "stem2",
+                            "local_conv", "brightness", "contrast", "saturation", "hue",
+                            "grayscale", "channel_perm", "invert"};
+    for (int k = 0; k < 15; k++) {
         if (user_set(user, keys[k]))
             continue;
         key_text(cfg, keys[k], was, sizeof was);
@@ -141,5 +147,10 @@ int apply_recipe(vit_config *cfg, const vit_config *user, const vit_dataset *tra
                strncmp(said, "epochs ", 7) == 0 && budget <= 0
                    ? "epochs: what " VIT_RECIPE_TRAIN_MACS_TEXT " multiply-adds of training pay for"
                    : "see docs/cli.md, Recipe");
+    if (speak && r.colour_acc >= 0 && !user_set(user, "channel_perm"))
+        printf("colour test: the mean colour names the class of %.1f%% of held-out training "
+               "images, chance %.1f%%: %s\n", 100 * r.colour_acc, 100 * r.colour_chance,
+               r.channel_perm ? "colour carries no class, so channel_perm and invert"
+                              : "colour carries class, so no channel_perm or invert");
     return 0;
 }

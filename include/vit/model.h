@@ -158,6 +158,15 @@ typedef struct vit_config {
                             depth drops each residual branch per image with
                             rate drop_path * (l + 1) / depth, survivors
                             scaled by 1 / (1 - rate) */
+    /* colour (vit_colour_draw and vit_colour_apply in vit/augment.h), 0
+       off; saturation, hue, grayscale and channel_perm need channels = 3 */
+    double brightness;   /* factor uniform in [1 - v, 1 + v], v in [0, 1] */
+    double contrast;     /* blend with the image's mean gray, factor as above */
+    double saturation;   /* blend with each pixel's gray, factor as above */
+    double hue;          /* YIQ chroma turned by up to +-hue turns, [0, 0.5] */
+    double grayscale;    /* probability, in [0, 1], of gray (BT.601 luma) */
+    int channel_perm;    /* 1: a uniformly random order of the 3 channels */
+    int invert;          /* 1: x -> 1 - x with probability 0.5 */
     unsigned long long seed;
     /* evaluation */
     int tta;             /* VIT_TTA_NONE, VIT_TTA_SHIFT9, VIT_TTA_AUTO or
