@@ -9,7 +9,7 @@
 #      change;
 #   4. --save-best --val-split: best.ckpt beside last.ckpt, the epoch table
 #      shows validation (no test column), the test figure names the model
-#      and is scored once; --save-best without a validation set is refused;
+#      on validation alone; --save-best without a validation set is refused;
 #   5. --early-stop N ends a run whose validation accuracy stops improving,
 #      and the command it prints resumes it.
 # Usage: test_train_edges.sh TOOLS_DIR
@@ -64,7 +64,7 @@ grep -vE "^ +[0-9]+ " "$tmp/sb.txt"
 check "--save-best: exit 0" '[ $rc -eq 0 ]'
 check "--save-best: best.ckpt beside last.ckpt" '[ -s "$tmp/sb/best.ckpt" ] && [ -s "$tmp/sb/last.ckpt" ]'
 check "--save-best: the table shows validation, no test column" 'grep -qE "^ *epoch +train loss +acc +val loss +acc" "$tmp/sb.txt" && ! grep -q "test loss" "$tmp/sb.txt"'
-check "--save-best: the test figure names best.ckpt and is scored once" 'grep -qE "^test accuracy [0-9.]+ \(best.ckpt, epoch [1-4] of 4; the test set scored once" "$tmp/sb.txt"'
+check "--save-best: the test figure names best.ckpt, chosen on validation" 'grep -qE "^test accuracy [0-9.]+ \(best.ckpt, epoch [1-4] of 4; chosen on validation" "$tmp/sb.txt"'
 check "--save-best: the validation figure names it too" 'grep -qE "^validation accuracy [0-9.]+ \(best.ckpt, epoch [1-4] of 4\)" "$tmp/sb.txt"'
 check "--save-best: the checkpoint named is best.ckpt" 'grep -q "checkpoint $tmp/sb/best.ckpt" "$tmp/sb.txt"'
 

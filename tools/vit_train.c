@@ -81,8 +81,10 @@ static void usage(FILE *f)
         "  --stop-after N       stop after N epochs, as if interrupted (resume later)\n"
         "  --save-best [loss]   keep OUT/best.ckpt, the model of the epoch with the best\n"
         "                       validation accuracy (or loss) so far, beside\n"
-        "                       last.ckpt; the test set is scored once, at the end,\n"
-        "                       on that model.  Needs --val or --val-split\n"
+        "                       last.ckpt; the run ends with the test set's figure\n"
+        "                       on that model, chosen on validation alone (metrics.csv\n"
+        "                       still records each epoch's test score).  Needs --val\n"
+        "                       or --val-split\n"
         "  --early-stop N       end the run after N epochs without a better validation\n"
         "                       score (accuracy, or --save-best loss's loss); last.ckpt\n"
         "                       resumes it.  Needs --val or --val-split\n"
@@ -355,9 +357,9 @@ int train_once(const vit_config *cfg, const vit_dataset *train, const vit_datase
     }
     char acc[48], labels[320] = "", timing[96];
     snprintf(acc, sizeof acc, "test accuracy %.4f", res.test_accuracy);
-    /* "best.ckpt, epoch E of N; ema, tta; one pass X; the test set scored once" */
+    /* "best.ckpt, epoch E of N; ema, tta; one pass X; chosen on validation" */
     const char *part[4] = {model, how, *plain ? plain + 2 : "",
-                           res.best_epoch > 0 ? "the test set scored once" : ""};
+                           res.best_epoch > 0 ? "chosen on validation" : ""};
     for (int k = 0; k < 4; k++)
         if (*part[k])
             snprintf(labels + strlen(labels), sizeof labels - strlen(labels), "%s%s",
