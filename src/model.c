@@ -373,7 +373,7 @@ static vit_tensor *block_graph(vit_tape *tape, vit_tensor *const *in, void *ctx)
         x = vit_op_local_conv(tape, x, param(m, tape, b->ix[VIT_MT_LOCAL_W], g),
                               param(m, tape, b->ix[VIT_MT_LOCAL_B], g), gh, gw);
     }
-    vit_block_opts opts = {.token0_only = B->cls_only,
+    vit_block_opts opts = {.token0_only = B->cls_only, .eps = (vit_real)m->cfg.ln_eps,
                            .probs = B->maps || B->maps_to ? &probs : NULL};
     if (B->drop) {
         opts.drop_attn = B->drop + (size_t)2 * B->layer * B->drop_stride;
@@ -404,7 +404,7 @@ static vit_tensor *forward_graph(vit_model *m, vit_tape *tape, const vit_real *i
                                  int cls_only, const vit_real *drop, int drop_stride)
 {
     const vit_config *c = &m->cfg;
-    const vit_real eps = (vit_real)VIT_LAYERNORM_EPS;
+    const vit_real eps = (vit_real)c->ln_eps;
     vit_patch_shape ps = m->patch;
     ps.batch = batch;
     block_ctx B = {.m = m, .grads = grads, .mha = m->mha, .maps = maps, .maps_to = maps_to,

@@ -51,6 +51,7 @@ static const field fields[] = {
       "patches are cut from its half-size map (0: none; needs stem)"),
     F(local_conv, K_INT, 0, 1, "1: each block starts by adding to the patch tokens a 3x3 "
       "depthwise convolution of them over their grid (0: none)"),
+    F(ln_eps, K_DOUBLE, 1e-12, 1, "the layer norms' epsilon (1e-5; 1e-6 for timm's ViTs)"),
     F(epochs, K_INT, 1, 1000000, "training epochs"),
     F(batch, K_INT, 1, 1 << 20, "minibatch size"),
     F(lr, K_DOUBLE, 1e-12, 10, "peak learning rate"),
@@ -109,6 +110,7 @@ void vit_config_default(vit_config *c)
     c->heads = 4;
     c->mlp = 128;
     c->pool = VIT_POOL_CLS;
+    c->ln_eps = VIT_LAYERNORM_EPS;
     c->epochs = 140;
     c->batch = 32;
     c->lr = 2e-3;
