@@ -100,6 +100,10 @@ int vit_run_data_format(const vit_run_data *d, char *buf, size_t cap)
     if (n >= 0 && (size_t)n < cap && (d->split.val > 0 || d->split.test > 0))
         n += snprintf(buf + n, cap - (size_t)n, "val_split = %.17g\ntest_split = %.17g\n"
                       "split_seed = %llu\n", d->split.val, d->split.test, d->split.seed);
+    /* Likewise only for a run started from trained weights. */
+    if (n >= 0 && (size_t)n < cap && d->init_from[0])
+        n += snprintf(buf + n, cap - (size_t)n, "init_from = %s\ninit_hash = %016llx\n",
+                      d->init_from, d->init_hash);
     if (n < 0 || (size_t)n >= cap)
         return vit_fail(VIT_EINVAL, "vit_run_save: the data record does not fit %zu bytes", cap);
     return VIT_OK;
@@ -119,6 +123,10 @@ static int parse_line(const char *line, vit_run_data *d)
     const char *v = eq + 3;
     if (klen == 4 && strncmp(line, "spec", 4) == 0) {
         snprintf(d->spec, sizeof d->spec, "%s", v);
+        return 1;
+    }
+    if (klen == 9 && strncmp(line, "init_from", 9) == 0) {
+        snprintf(d->init_from, sizeof d->init_from, "%s", v);
         return 1;
     }
     char *end;
@@ -144,6 +152,7 @@ static int parse_line(const char *line, vit_run_data *d)
     unsigned long long *hash = klen == 11 && strncmp(line, "labels_hash", 11) == 0 ? &d->labels_hash
                                : klen == 11 && strncmp(line, "pixels_hash", 11) == 0
                                    ? &d->pixels_hash
+                               : klen == 9 && strncmp(line, "init_hash", 9) == 0 ? &d->init_hash
                                    : NULL;
     if (!hash)
         return 1; /* a key of a later version: skipped */

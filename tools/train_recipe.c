@@ -35,7 +35,7 @@ void settle_overlap(vit_config *cfg, int patch_default, int stride_default,
 /* 1 if config key `key` is set on the line (--key; cli_normalize wrote
  * '-' for '_') or in the --config file (already read by vit_config_load,
  * so its lines are `key = value`, comments and blanks). */
-static int user_set(const char *key, const char *config, int argc, char **argv)
+int recipe_user_set(const char *key, const char *config, int argc, char **argv)
 {
     char flag[64];
     snprintf(flag, sizeof flag, "--%s", key);
@@ -82,14 +82,14 @@ int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *tr
                          train->classes, train};
     vit_recipe r;
     vit_config shape = *model;
-    if (!user_set("stem", config, argc, argv))
+    if (!recipe_user_set("stem", config, argc, argv))
         shape.stem = -1; /* the rule's to pick (and to cost the epochs with) */
     /* stem2 likewise, but not under a time budget: its gain was measured
      * over 76 epochs, and a 15-minute budget pays for 40 of them (the one
      * layer stem's 49 scored 93.2% on Fashion-MNIST: docs/benchmarks.md). */
-    if (!user_set("stem2", config, argc, argv))
+    if (!recipe_user_set("stem2", config, argc, argv))
         shape.stem2 = budget > 0 ? 0 : -1;
-    if (!user_set("local_conv", config, argc, argv))
+    if (!recipe_user_set("local_conv", config, argc, argv))
         shape.local_conv = -1; /* where stem2 goes (vit/recipe.h) */
     if (vit_recipe_pick(&d, &shape, &r, NULL, 0))
         return cli_fail(prog, NULL);
@@ -106,7 +106,7 @@ int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *tr
     const char *keys[8] = {"epochs", "batch", "warmup", "shift", "flip", "stem", "stem2",
                            "local_conv"};
     for (int k = 0; k < 8; k++) {
-        if (user_set(keys[k], config, argc, argv))
+        if (recipe_user_set(keys[k], config, argc, argv))
             continue;
         key_text(cfg, keys[k], was, sizeof was);
         if (!*was || vit_config_set(cfg, keys[k], v[k]) != VIT_OK)
@@ -123,7 +123,7 @@ int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *tr
     }
     /* A model trained on mirror images is scored on them too (Fashion at 62
      * epochs: shift9flip 92.69%, shift9 92.53%), unless tta was chosen. */
-    if (cfg->flip && cfg->tta == VIT_TTA_SHIFT9 && !user_set("tta", config, argc, argv)) {
+    if (cfg->flip && cfg->tta == VIT_TTA_SHIFT9 && !recipe_user_set("tta", config, argc, argv)) {
         cfg->tta = VIT_TTA_SHIFT9_FLIP;
         size_t at = strlen(said);
         snprintf(said + at, sizeof said - at, "%stta shift9flip", at ? ", " : "");

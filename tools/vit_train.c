@@ -49,6 +49,23 @@ static void usage(FILE *f)
         "                       so and trains nothing.  Without --data, the data\n"
         "                       the run trained on (the checkpoint records it);\n"
         "                       other data is refused\n"
+        "");
+    fputs(
+        "  --init-from FILE     a new run from trained weights: one of our checkpoints\n"
+        "                       or exports, or a timm VisionTransformer safetensors\n"
+        "                       file; its architecture, adapted to the data (position\n"
+        "                       embeddings resampled, 3 <-> 1 channels, a new head).\n"
+        "                       docs/finetune.md\n"
+        "  --init-arch NAME     a timm file's architecture (vit_tiny_patch16_224, ...):\n"
+        "                       its heads, which the shapes do not tell\n"
+        "  --init-heads N       a timm file's heads, for one not in the table\n"
+        "  --init-norm MODE     auto (ImageNet mean/std folded into a timm file's patch\n"
+        "                       embedding), none or imagenet\n"
+        "  --keep-head          keep the file's head (the classes must agree)\n"
+        "  --layer-decay X      block l steps at lr * X^(depth - l) (default 0.75)\n"
+        "  --freeze N           the embeddings and the first N blocks stay as loaded\n"
+        "  --linear-probe       only the head trains\n", f);
+    fprintf(f,
         "  --other-data         resume on data other than the run's: the schedule is\n"
         "                       laid out anew over the steps left\n"
         "  --val N              hold out the last N training images for validation\n"
@@ -107,6 +124,8 @@ static const cli_flag flags[] = {
     {"--ckpt-every", 1}, {"--stop-after", 1}, {"--threads", 1}, {"--quiet", 0},
     {"--check-replicas", 0}, {"--force", 0}, {"--other-data", 0}, {"--seeds", 1}, {"--budget", 1},
     {"--val-split", 1}, {"--test-split", 1}, {"--split-seed", 1}, {"--help", 0}, {"--version", 0},
+    {"--init-from", 1}, {"--init-arch", 1}, {"--init-heads", 1}, {"--init-norm", 1},
+    {"--keep-head", 0}, {"--layer-decay", 1}, {"--freeze", 1}, {"--linear-probe", 0},
     {NULL, 0},
 };
 
@@ -323,6 +342,10 @@ static int parse_flags(int argc, char **argv, vit_config *cfg, vit_train_opts *o
             o->overwrite = 1;
             continue;
         }
+        if (strcmp(a, "--keep-head") == 0 || strcmp(a, "--linear-probe") == 0) {
+            *(a[2] == 'k' ? &o->keep_head : &o->linear_probe) = 1;
+            continue;
+        }
         if (strncmp(a, "--", 2) != 0) {
             fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", prog, a);
             return 2;
@@ -333,6 +356,8 @@ static int parse_flags(int argc, char **argv, vit_config *cfg, vit_train_opts *o
         }
         i++;
         int taken = split_flag(a, v, sf);
+        if (taken < 0)
+            taken = finetune_flag(a, v, o); /* train_finetune.c */
         if (taken >= 0) {
             if (taken)
                 return taken;
@@ -481,6 +506,8 @@ static int run(int argc, char **argv)
     if ((rc = parse_flags(argc, argv, &cfg, &o, &look, &data, out, sizeof out, &threads, seeds,
                           &nseeds, &sf)) >= 0)
         return rc;
+    if ((rc = finetune_check(&o)) >= 0)
+        return rc;
     if (threads > 0)
         vit_set_threads(threads);
     /* A resume trains on its run's data (and split) unless --data says
@@ -550,7 +577,12 @@ static int run(int argc, char **argv)
     model.patch_stride = cfg.patch_stride >= 0 ? cfg.patch_stride : stride_default;
     model.patch_pad = cfg.patch_pad >= 0 ? cfg.patch_pad : pad_default;
     vit_recipe picked = {.patch = model.patch};
-    if (!o.resume && apply_recipe(&cfg, &model, &train, o.val_count, o.budget_seconds, config, argc,
+    if (o.init_from) { /* the weights' architecture (the trainer takes it); the recipe's lr */
+        cfg.patch = patch_default;
+        cfg.patch_stride = stride_default;
+        cfg.patch_pad = pad_default;
+        finetune_recipe(&cfg, &o, config, argc, argv, look.progress);
+    } else if (!o.resume && apply_recipe(&cfg, &model, &train, o.val_count, o.budget_seconds, config, argc,
                                   argv, look.progress, &picked) != 0) {
         vit_dataset_free(&train);
         vit_dataset_free(&test);
@@ -558,7 +590,8 @@ static int run(int argc, char **argv)
     }
     if (cfg.patch == 0)
         fit_patch(&cfg, &picked, look.progress);
-    settle_overlap(&cfg, patch_default, stride_default, pad_default, &train);
+    if (!o.init_from)
+        settle_overlap(&cfg, patch_default, stride_default, pad_default, &train);
     /* precision bf16 or auto: what it comes to here, in one line (a
      * fallback from an explicit bf16 on stderr, whatever --quiet says). */
     if (cfg.precision != VIT_PRECISION_FP32 && speak) {

@@ -30,6 +30,28 @@ typedef struct split_flags {
 /* --seeds takes at most this many seeds. */
 #define MAX_SEEDS 64
 
+/* ---- train_recipe.c */
+
+/* 1 if config key `key` is set on the line (--key) or in the --config
+ * file. */
+int recipe_user_set(const char *key, const char *config, int argc, char **argv);
+
+/* ---- train_finetune.c */
+
+/* One of the fine-tuning flags with a value (--init-from, --init-arch,
+ * --init-heads, --init-norm, --layer-decay, --freeze) into *o: 0 when
+ * taken, 2 (said) for a bad value, -1 when a is not one of them. */
+int finetune_flag(const char *a, const char *v, vit_train_opts *o);
+
+/* A fine-tuning flag without --init-from, or --init-from with --resume: 2
+ * (said); else -1. */
+int finetune_check(const vit_train_opts *o);
+
+/* The fine-tuning recipe for the keys nobody set (lr, warmup, layer
+ * decay), said in one line when speak. */
+void finetune_recipe(vit_config *cfg, vit_train_opts *o, const char *config, int argc,
+                     char **argv, int speak);
+
 /* ---- vit_train.c */
 
 /* One run of vit_train_run and what it prints; the exit status.  res, if

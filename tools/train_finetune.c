@@ -1,0 +1,100 @@
+/*
+ * vit_train's fine-tuning flags (--init-from and its kin, vit_train_opts)
+ * and the recipe of a run that starts from trained weights.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "vit/vit.h"
+#include "vit_train.h"
+
+int finetune_flag(const char *a, const char *v, vit_train_opts *o)
+{
+    if (strcmp(a, "--init-from") == 0)
+        o->init_from = v;
+    else if (strcmp(a, "--init-arch") == 0)
+        o->init_arch = v;
+    else if (strcmp(a, "--init-heads") == 0) {
+        if (!cli_int(prog, a, v, 1, 4096, &o->init_heads))
+            return 2;
+    } else if (strcmp(a, "--freeze") == 0) {
+        if (!cli_int(prog, a, v, 0, 1024, &o->freeze))
+            return 2;
+    } else if (strcmp(a, "--layer-decay") == 0) {
+        char *end;
+        o->layer_decay = strtod(v, &end);
+        if (*end || end == v || !(o->layer_decay > 0 && o->layer_decay <= 1)) {
+            fprintf(stderr, "%s: --layer-decay: expected a number in (0, 1], got '%s'\n", prog, v);
+            return 2;
+        }
+    } else if (strcmp(a, "--init-norm") == 0) {
+        static const char *const names[] = {"auto", "none", "imagenet"};
+        int k = 0;
+        while (k < 3 && strcmp(v, names[k]) != 0)
+            k++;
+        if (k == 3) {
+            fprintf(stderr, "%s: --init-norm: expected auto, none or imagenet, got '%s'\n", prog,
+                    v);
+            return 2;
+        }
+        o->init_norm = k; /* VIT_INIT_NORM_AUTO, _NONE, _IMAGENET */
+    } else
+        return -1;
+    return 0;
+}
+
+int finetune_check(const vit_train_opts *o)
+{
+    const char *alone = o->init_arch ? "--init-arch" : o->init_heads ? "--init-heads"
+                        : o->keep_head ? "--keep-head" : o->init_norm ? "--init-norm"
+                        : o->layer_decay ? "--layer-decay" : o->freeze ? "--freeze"
+                        : o->linear_probe ? "--linear-probe" : NULL;
+    if (!o->init_from && alone) {
+        fprintf(stderr, "%s: %s applies to a run started from trained weights: give --init-from "
+                "FILE\n", prog, alone);
+        return 2;
+    }
+    if (o->init_from && o->resume) {
+        fprintf(stderr, "%s: --init-from starts a new run from the weights of a file; --resume "
+                "continues a run: give one of them\n", prog);
+        return 2;
+    }
+    return -1;
+}
+
+/* 1 if key is set on the line (--key) or in the --config file. */
+static int given(const char *key, const char *config, int argc, char **argv)
+{
+    return recipe_user_set(key, config, argc, argv);
+}
+
+void finetune_recipe(vit_config *cfg, vit_train_opts *o, const char *config, int argc,
+                     char **argv, int speak)
+{
+    char said[400] = "";
+    size_t at = 0;
+    const vit_config def = *cfg;
+    if (!given("lr", config, argc, argv)) {
+        /* the from-scratch peak is for weights that start random */
+        cfg->lr = def.lr / 4;
+        at += (size_t)snprintf(said + at, sizeof said - at, "lr %g (a quarter of training from "
+                               "scratch: the weights are trained, a full step would wash them "
+                               "out)", cfg->lr);
+    }
+    if (cfg->min_lr > cfg->lr)
+        cfg->min_lr = cfg->lr / 100;
+    if (!given("warmup", config, argc, argv)) {
+        cfg->warmup = 2;
+        at += (size_t)snprintf(said + at, sizeof said - at, "%swarmup 2 epochs (the new head "
+                               "settles before the blocks move far)", at ? ", " : "");
+    }
+    if (!o->layer_decay && !o->linear_probe) {
+        o->layer_decay = 0.75;
+        at += (size_t)snprintf(said + at, sizeof said - at, "%slayer decay 0.75 (early blocks "
+                               "hold general features: they move least)", at ? ", " : "");
+    }
+    if (speak && at)
+        printf("recipe (fine-tuning, not set by flag or --config): %s\n", said);
+}
