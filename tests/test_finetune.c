@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "file_util.h"
 #include "vit/vit.h"
@@ -407,6 +408,188 @@ START_TEST(arch_table)
 }
 END_TEST
 
+
+/* ---- the trainer: vit_train_opts.init_from ------------------------------ */
+
+#define DIGITS "../data/digits.csv.gz"
+
+static vit_dataset g_train, g_test;
+
+/* Digits: 96 training images, 64 test images (a run takes a moment). */
+static void digits(vit_dataset *train, vit_dataset *test)
+{
+    if (!g_train.count)
+        ck_assert_msg(vit_data_load_digits(DIGITS, 1437, &g_train, &g_test) == VIT_OK, "%s",
+                      vit_last_error());
+    *train = g_train;
+    train->count = 96;
+    *test = g_test;
+    test->count = 64;
+}
+
+static void small_config(vit_config *c)
+{
+    vit_config_default(c);
+    c->patch = 2;
+    c->patch_stride = 0;
+    c->patch_pad = 0;
+    c->tta = VIT_TTA_NONE;
+    c->dim = 16;
+    c->depth = 2;
+    c->heads = 2;
+    c->mlp = 32;
+    c->epochs = 1;
+    c->batch = 32;
+    c->seed = 5;
+    c->image_height = c->image_width = 8;
+    c->channels = 1;
+    c->classes = 10;
+}
+
+/* A trained-looking source: random weights, exported as ours. */
+static vit_model *source(const char *path)
+{
+    vit_config c;
+    small_config(&c);
+    vit_model *m = vit_model_new(&c);
+    vit_rng rng;
+    vit_rng_seed(&rng, 11);
+    vit_model_init(m, &rng);
+    ck_assert_msg(vit_safetensors_save(m, NULL, path, NULL) == VIT_OK, "%s", vit_last_error());
+    return m;
+}
+
+static unsigned long long fnv_file(const char *path)
+{
+    size_t n;
+    unsigned char *b = fu_read(path, &n);
+    unsigned long long h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ULL;
+    free(b);
+    return h;
+}
+
+/* Trains one epoch from src_path with o's fine-tuning fields into dir and
+ * returns the checkpoint's model. */
+static vit_model *finetuned(const char *src_path, vit_train_opts o, const char *dir,
+                            vit_run_data *rec)
+{
+    vit_dataset train, test;
+    digits(&train, &test);
+    vit_config cfg;
+    small_config(&cfg);
+    cfg.dim = 8; /* the file's architecture wins over the config's */
+    cfg.heads = 4;
+    o.out_dir = dir;
+    o.ckpt_every = 1;
+    o.init_from = src_path;
+    vit_train_result res;
+    ck_assert_msg(vit_train_run(&cfg, &train, &test, &o, &res) == VIT_OK, "%s",
+                  vit_last_error());
+    vit_train_result_free(&res);
+    char ck[700];
+    snprintf(ck, sizeof ck, "%s/last.ckpt", dir);
+    vit_model *m = NULL;
+    ck_assert_msg(vit_run_load(ck, &m, NULL, NULL) == VIT_OK, "%s", vit_last_error());
+    int known = 0;
+    ck_assert_int_eq(vit_run_data_read(ck, rec, &known), VIT_OK);
+    ck_assert_int_eq(known, 1);
+    return m;
+}
+
+/* Tensor i of a and b: 1 if bitwise equal. */
+static int same_tensor(vit_model *a, vit_model *b, int i)
+{
+    const vit_model_tensor *ta = vit_model_tensor_at(a, i), *tb = vit_model_tensor_at(b, i);
+    ck_assert_str_eq(ta->name, tb->name);
+    return memcmp(vit_model_params(a) + ta->offset, vit_model_params(b) + tb->offset,
+                  ta->size * sizeof(vit_real)) == 0;
+}
+
+START_TEST(train_frozen_blocks)
+{
+    char src[600];
+    snprintf(src, sizeof src, "%s", fu_path("src.safetensors"));
+    vit_model *s = source(src);
+    vit_train_opts o = {.freeze = 1, .layer_decay = 0.5};
+    vit_run_data rec;
+    vit_model *m = finetuned(src, o, fu_path("frozen"), &rec);
+    ck_assert_int_eq(vit_model_config(m)->dim, 16);
+    ck_assert_int_eq(vit_model_config(m)->heads, 2);
+    for (int i = 0; i < vit_model_tensor_count(m); i++) {
+        const char *name = vit_model_tensor_at(m, i)->name;
+        int frozen = strncmp(name, "blocks.", 7) != 0 ? strncmp(name, "ln.", 3) != 0
+                                                        && strncmp(name, "head.", 5) != 0
+                                                  : strncmp(name, "blocks.0.", 9) == 0;
+        int moves = strcmp(name + strlen(name) - 2, ".g") != 0; /* ln gains may sit still */
+        if (frozen)
+            ck_assert_msg(same_tensor(m, s, i), "%s is frozen but changed", name);
+        else if (moves)
+            ck_assert_msg(!same_tensor(m, s, i), "%s did not train", name);
+    }
+    ck_assert_ptr_nonnull(strstr(rec.init_from, "src.safetensors"));
+    ck_assert_msg(rec.init_from[0] == '/', "not absolute: %s", rec.init_from);
+    ck_assert_uint_eq(rec.init_hash, fnv_file(src));
+    vit_model_free(m);
+    vit_model_free(s);
+}
+END_TEST
+
+START_TEST(train_linear_probe)
+{
+    char src[600];
+    snprintf(src, sizeof src, "%s", fu_path("src2.safetensors"));
+    vit_model *s = source(src);
+    vit_train_opts o = {.linear_probe = 1};
+    vit_run_data rec;
+    vit_model *m = finetuned(src, o, fu_path("probe"), &rec);
+    for (int i = 0; i < vit_model_tensor_count(m); i++) {
+        const char *name = vit_model_tensor_at(m, i)->name;
+        if (strncmp(name, "head.", 5) != 0)
+            ck_assert_msg(same_tensor(m, s, i), "%s changed in a linear probe", name);
+    }
+    vit_model_free(m);
+    vit_model_free(s);
+}
+END_TEST
+
+/* Each misuse refused before anything is written. */
+START_TEST(train_refusals)
+{
+    char src[600];
+    snprintf(src, sizeof src, "%s", fu_path("src3.safetensors"));
+    vit_model_free(source(src));
+    vit_dataset train, test;
+    digits(&train, &test);
+    vit_config cfg;
+    small_config(&cfg);
+    static const struct {
+        int init, resume, freeze, arch;
+        double decay;
+        const char *want;
+    } cases[] = {
+        {0, 0, 1, 0, 0, "freeze applies only to a run started from trained weights"},
+        {1, 1, 0, 0, 0, "cannot be combined with resume"},
+        {1, 0, 3, 0, 0, "freeze 3 is not in 0 .. 2"},
+        {1, 0, 0, 0, 1.5, "layer_decay 1.5 is not in (0, 1]"},
+        {1, 0, 0, 1, 0, "init_arch and init_heads are for a timm file"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        vit_train_opts o = {.out_dir = fu_path("refused"), .ckpt_every = 1,
+                            .init_from = cases[i].init ? src : NULL,
+                            .resume = cases[i].resume ? "x.ckpt" : NULL,
+                            .freeze = cases[i].freeze, .layer_decay = cases[i].decay,
+                            .init_arch = cases[i].arch ? "vit_tiny_patch16_224" : NULL};
+        vit_train_result res;
+        ck_assert_int_eq(vit_train_run(&cfg, &train, &test, &o, &res), VIT_EINVAL);
+        ck_assert_msg(strstr(vit_last_error(), cases[i].want), "case %zu: %s", i,
+                      vit_last_error());
+        ck_assert_int_eq(access(fu_path("refused/last.ckpt"), F_OK), -1);
+    }
+}
+END_TEST
+
 static Suite *finetune_suite(void)
 {
     Suite *s = suite_create("finetune");
@@ -423,6 +606,12 @@ static Suite *finetune_suite(void)
     tcase_add_test(tc, refusals);
     tcase_add_test(tc, arch_table);
     suite_add_tcase(s, tc);
+    TCase *tt = tcase_create("trainer");
+    tcase_set_timeout(tt, 120);
+    tcase_add_test(tt, train_frozen_blocks);
+    tcase_add_test(tt, train_linear_probe);
+    tcase_add_test(tt, train_refusals);
+    suite_add_tcase(s, tt);
     return s;
 }
 
