@@ -7,6 +7,7 @@
 #define _XOPEN_SOURCE 700 /* realpath */
 #include "trainer_internal.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -88,6 +89,11 @@ int vit_train_init_source(vit_trainer *t)
     TRY(check_opts(o, -1));
     if (!o->init_from)
         return VIT_OK;
+    FILE *f = fopen(o->init_from, "rb");
+    if (!f)
+        return vit_fail(VIT_EIO, "%s: cannot open the weights to start from: %s", o->init_from,
+                        strerror(errno));
+    fclose(f);
     int kind = file_kind(o->init_from), rc;
     if (kind == 2) {
         rc = vit_timm_load(o->init_from, o->init_arch, o->init_heads, &t->init_src);
