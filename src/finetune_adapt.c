@@ -119,19 +119,10 @@ int vit_model_fold_input_norm(vit_model *m, const double *mean, const double *st
 
 void vit_config_take_arch(vit_config *dst, const vit_config *src)
 {
-    dst->patch = src->patch;
-    dst->dim = src->dim;
-    dst->depth = src->depth;
-    dst->heads = src->heads;
-    dst->mlp = src->mlp;
-    dst->pool = src->pool;
-    dst->patch_stride = src->patch_stride;
-    dst->patch_pad = src->patch_pad;
-    dst->lsa = src->lsa;
-    dst->stem = src->stem;
-    dst->stem2 = src->stem2;
-    dst->local_conv = src->local_conv;
-    dst->ln_eps = src->ln_eps;
+#define TAKE(f) dst->f = src->f;
+    TAKE(patch) TAKE(dim) TAKE(depth) TAKE(heads) TAKE(mlp) TAKE(pool) TAKE(patch_stride)
+    TAKE(patch_pad) TAKE(lsa) TAKE(stem) TAKE(stem2) TAKE(local_conv) TAKE(ln_eps)
+#undef TAKE
 }
 
 static int same_arch(const vit_config *a, const vit_config *b)
