@@ -52,7 +52,7 @@ for from in "$tmp/src/last.ckpt" "$tmp/src.safetensors"; do
     check "$name: fine-tuned run" 0 $?
     has "$name: init line" "init: $from: our model" "$out"
     has "$name: a new head" "new head (3 classes); the embeddings and 1 block frozen; layer decay 0.75" "$out"
-    has "$name: the recipe says why" "recipe (fine-tuning, not set by flag or --config): lr 0.0005" "$out"
+    has "$name: the recipe says why" "lr 0.0005 (a quarter of training from scratch" "$out"
     has "$name: the file's dim, not --dim" "model: " "$out"
     rec=$(grep -a "^init_from = " "$tmp/ft-$name/last.ckpt")
     check "$name: recorded" "init_from = $(realpath "$from")" "$rec"

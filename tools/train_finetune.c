@@ -70,15 +70,54 @@ static int given(const char *key, const char *config, int argc, char **argv)
     return recipe_user_set(key, config, argc, argv);
 }
 
-void finetune_recipe(vit_config *cfg, vit_train_opts *o, const char *config, int argc,
-                     char **argv, int speak)
+int finetune_recipe(vit_config *cfg, vit_train_opts *o, const vit_dataset *train, int val,
+                    const char *config, int argc, char **argv, int speak)
 {
-    char said[400] = "";
+    char said[600] = "";
     size_t at = 0;
-    const vit_config def = *cfg;
+    /* The data's rule for what does not depend on where the weights came
+     * from: the batch, the augmentations, and (without a budget) the epochs,
+     * costed on this config's model, not the file's. */
+    vit_recipe_data d = {train->count - val, train->height, train->width, train->channels,
+                         train->classes, train};
+    vit_recipe r;
+    vit_config shape = *cfg;
+    if (vit_recipe_pick(&d, &shape, &r, NULL, 0)) { /* the rule is a default, not a must */
+        at += (size_t)snprintf(said + at, sizeof said - at, "no data rule (%s); ",
+                               vit_last_error());
+        r.epochs = cfg->epochs;
+        r.batch = cfg->batch;
+        r.shift = cfg->shift;
+        r.flip = cfg->flip;
+    }
+    const struct {
+        const char *key;
+        int value;
+    } rule[] = {{"epochs", o->budget_seconds > 0 ? 1000000 : r.epochs}, {"batch", r.batch},
+                {"shift", r.shift}, {"flip", r.flip}};
+    for (size_t k = 0; k < sizeof rule / sizeof rule[0]; k++) {
+        char v[32];
+        if (given(rule[k].key, config, argc, argv))
+            continue;
+        snprintf(v, sizeof v, "%d", rule[k].value);
+        int was = k == 0 ? cfg->epochs : k == 1 ? cfg->batch : k == 2 ? cfg->shift : cfg->flip;
+        if (was == rule[k].value || vit_config_set(cfg, rule[k].key, v) != VIT_OK)
+            continue;
+        if (k == 0 && o->budget_seconds > 0)
+            at += (size_t)snprintf(said + at, sizeof said - at, "epochs as the budget allows, ");
+        else
+            at += (size_t)snprintf(said + at, sizeof said - at, "%s %s, ", rule[k].key, v);
+    }
+    if (cfg->flip && cfg->tta == VIT_TTA_SHIFT9 && !given("tta", config, argc, argv)) {
+        cfg->tta = VIT_TTA_SHIFT9_FLIP;
+        at += (size_t)snprintf(said + at, sizeof said - at, "tta shift9flip, ");
+    }
+    if (at && !strstr(said, "no data rule"))
+        at += (size_t)snprintf(said + at, sizeof said - at, "as for training from scratch on "
+                               "%d images (see docs/cli.md, Recipe); ", d.count);
     if (!given("lr", config, argc, argv)) {
         /* the from-scratch peak is for weights that start random */
-        cfg->lr = def.lr / 4;
+        cfg->lr /= 4;
         at += (size_t)snprintf(said + at, sizeof said - at, "lr %g (a quarter of training from "
                                "scratch: the weights are trained, a full step would wash them "
                                "out)", cfg->lr);
@@ -97,4 +136,5 @@ void finetune_recipe(vit_config *cfg, vit_train_opts *o, const char *config, int
     }
     if (speak && at)
         printf("recipe (fine-tuning, not set by flag or --config): %s\n", said);
+    return 0;
 }

@@ -581,7 +581,11 @@ static int run(int argc, char **argv)
         cfg.patch = patch_default;
         cfg.patch_stride = stride_default;
         cfg.patch_pad = pad_default;
-        finetune_recipe(&cfg, &o, config, argc, argv, look.progress);
+        if (finetune_recipe(&cfg, &o, &train, o.val_count, config, argc, argv, look.progress)) {
+            vit_dataset_free(&train);
+            vit_dataset_free(&test);
+            return 1;
+        }
     } else if (!o.resume && apply_recipe(&cfg, &model, &train, o.val_count, o.budget_seconds, config, argc,
                                   argv, look.progress, &picked) != 0) {
         vit_dataset_free(&train);
