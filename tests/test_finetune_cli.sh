@@ -60,6 +60,25 @@ for from in "$tmp/src/last.ckpt" "$tmp/src.safetensors"; do
     check "$name: vit_eval reads it" 0 $?
 done
 
+# The timm-layout fixture (224x224 RGB, patch 16, 5 classes) on 32x32 RGB
+# pictures of the digits, 10 classes: the grid resampled 14x14 -> 2x2, the
+# normalisation folded, a new head.
+"$tools/vit_make_data" rgb32 "$tmp/rgb" --count 200 >/dev/null 2>&1
+check "rgb32 data" 0 $?
+out=$("$tools/vit_train" --data "$tmp/rgb" --out "$tmp/ft-timm" --init-from "$data/timm_vit.safetensors" \
+    --init-heads 2 --epochs 1 --batch 8 --threads 1 2>&1)
+check "timm: fine-tuned run" 0 $?
+has "timm: init line" "timm file" "$out"
+has "timm: adapted" "224x224, dim 32, depth 2, heads 2; ImageNet mean/std folded into the patch embedding: position embeddings 14x14 -> 2x2 (bicubic); new head (10 classes)" "$out"
+out=$("$tools/vit_train" --data "$tmp/rgb" --out "$tmp/refused-timm" --init-from "$data/timm_vit.safetensors" \
+    --epochs 1 --threads 1 2>&1)
+check "timm without heads: exit 1" 1 $?
+has "timm without heads: says why" "the shapes do not tell the number of heads" "$out"
+out=$("$tools/vit_train" --data "$tmp/rgb" --out "$tmp/refused-timm" --init-from "$data/timm_vit.safetensors" \
+    --init-arch vit_tiny_patch16_224 --epochs 1 --threads 1 2>&1)
+check "timm, wrong arch: exit 1" 1 $?
+has "timm, wrong arch: says why" "not a vit_tiny_patch16_224: dim 32 (the file) vs 192" "$out"
+
 refuse() { # NAME NEEDLE ARGS...
     local name=$1 needle=$2
     shift 2
