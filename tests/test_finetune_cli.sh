@@ -48,12 +48,12 @@ check "source export" 0 $?
 for from in "$tmp/src/last.ckpt" "$tmp/src.safetensors"; do
     name=$(basename "$from")
     out=$("$tools/vit_train" --data "$tmp/three" --out "$tmp/ft-$name" --init-from "$from" \
-        --dim 8 --epochs 1 --batch 2 --threads 1 --freeze 1 2>&1)
+        --epochs 1 --batch 2 --threads 1 --freeze 1 2>&1)
     check "$name: fine-tuned run" 0 $?
     has "$name: init line" "init: $from: our model" "$out"
     has "$name: a new head" "new head (3 classes); the embeddings and 1 block frozen; layer decay 0.75" "$out"
     has "$name: the recipe says why" "lr 0.0005 (a quarter of training from scratch" "$out"
-    has "$name: the file's dim, not --dim" "model: " "$out"
+    has "$name: the file's dim" "dim 4, depth 2, heads 1" "$out"
     rec=$(grep -a "^init_from = " "$tmp/ft-$name/last.ckpt")
     check "$name: recorded" "init_from = $(realpath "$from")" "$rec"
     "$tools/vit_eval" "$tmp/ft-$name/last.ckpt" --threads 1 >/dev/null 2>&1
@@ -83,7 +83,7 @@ refuse() { # NAME NEEDLE ARGS...
     local name=$1 needle=$2
     shift 2
     local out
-    out=$("$tools/vit_train" --data "$tmp/three" --out "$tmp/refused" "${tiny[@]}" "$@" 2>&1)
+    out=$("$tools/vit_train" --data "$tmp/three" --out "$tmp/refused" --epochs 1 --threads 1 "$@" 2>&1)
     check "$name: exit 2" 2 $?
     has "$name: says why" "$needle" "$out"
 }
@@ -92,6 +92,8 @@ refuse "probe alone" "--linear-probe applies" --linear-probe
 refuse "with resume" "give one of them" --init-from "$tmp/src/last.ckpt" --resume "$tmp/src/last.ckpt"
 refuse "layer decay range" "--layer-decay: expected a number in (0, 1], got '2'" \
     --init-from "$tmp/src/last.ckpt" --layer-decay 2
+refuse "an architecture flag" "--dim: with --init-from the architecture is the file's" \
+    --init-from "$tmp/src/last.ckpt" --dim 8
 refuse "init norm" "--init-norm: expected auto, none or imagenet, got 'x'" \
     --init-from "$tmp/src/last.ckpt" --init-norm x
 out=$("$tools/vit_train" --data "$tmp/three" --out "$tmp/refused2" --init-from "$tmp/src/last.ckpt" \

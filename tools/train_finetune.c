@@ -45,8 +45,19 @@ int finetune_flag(const char *a, const char *v, vit_train_opts *o)
     return 0;
 }
 
-int finetune_check(const vit_train_opts *o)
+int finetune_check(const vit_train_opts *o, int argc, char **argv)
 {
+    /* The architecture is the file's: a flag that sets it would be lost. */
+    static const char *const arch[] = {"--patch", "--dim", "--depth", "--heads", "--mlp",
+                                       "--pool", "--patch-stride", "--patch-pad", "--lsa",
+                                       "--stem", "--stem2", "--local-conv", "--ln-eps"};
+    for (int i = 1; o->init_from && i < argc; i++)
+        for (size_t k = 0; k < sizeof arch / sizeof arch[0]; k++)
+            if (strcmp(argv[i], arch[k]) == 0) {
+                fprintf(stderr, "%s: %s: with --init-from the architecture is the file's "
+                        "(fine-tune it as it is, or train from scratch)\n", prog, arch[k]);
+                return 2;
+            }
     const char *alone = o->init_arch ? "--init-arch" : o->init_heads ? "--init-heads"
                         : o->keep_head ? "--keep-head" : o->init_norm ? "--init-norm"
                         : o->layer_decay ? "--layer-decay" : o->freeze ? "--freeze"

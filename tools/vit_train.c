@@ -506,7 +506,7 @@ static int run(int argc, char **argv)
     if ((rc = parse_flags(argc, argv, &cfg, &o, &look, &data, out, sizeof out, &threads, seeds,
                           &nseeds, &sf)) >= 0)
         return rc;
-    if ((rc = finetune_check(&o)) >= 0)
+    if ((rc = finetune_check(&o, argc, argv)) >= 0)
         return rc;
     if (threads > 0)
         vit_set_threads(threads);

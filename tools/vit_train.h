@@ -43,9 +43,10 @@ int recipe_user_set(const char *key, const char *config, int argc, char **argv);
  * taken, 2 (said) for a bad value, -1 when a is not one of them. */
 int finetune_flag(const char *a, const char *v, vit_train_opts *o);
 
-/* A fine-tuning flag without --init-from, or --init-from with --resume: 2
- * (said); else -1. */
-int finetune_check(const vit_train_opts *o);
+/* A fine-tuning flag without --init-from, --init-from with --resume or
+ * with a flag that sets the architecture (the file's; cli_normalize wrote
+ * the flags with '-'): 2 (said); else -1. */
+int finetune_check(const vit_train_opts *o, int argc, char **argv);
 
 /* The fine-tuning recipe for the keys nobody set, said in one line when
  * speak: the data's rule (vit_recipe_pick) for epochs (the budget's with
