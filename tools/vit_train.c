@@ -62,7 +62,7 @@ static void usage(FILE *f)
         "  --init-norm MODE     auto (ImageNet mean/std folded into a timm file's patch\n"
         "                       embedding), none or imagenet\n"
         "  --keep-head          keep the file's head (the classes must agree)\n"
-        "  --layer-decay X      block l steps at lr * X^(depth - l) (default 0.75)\n"
+        "  --layer-decay X      block l steps at lr * X^(depth - l) (default 1: off)\n"
         "  --freeze N           the embeddings and the first N blocks stay as loaded\n"
         "  --linear-probe       only the head trains\n", f);
     fprintf(f,

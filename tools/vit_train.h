@@ -50,8 +50,8 @@ int finetune_check(const vit_train_opts *o, int argc, char **argv);
 
 /* The fine-tuning recipe for the keys nobody set, said in one line when
  * speak: the data's rule (vit_recipe_pick) for epochs (the budget's with
- * one), batch, shift and flip; lr a quarter of cfg's, warm-up 2 epochs,
- * layer decay 0.75 (a rule that fails is said and left out).  0. */
+ * one), batch, shift and flip; cfg's peak lr kept (said), warm-up 2
+ * epochs (a rule that fails is said and left out).  0. */
 int finetune_recipe(vit_config *cfg, vit_train_opts *o, const vit_dataset *train, int val,
                     const char *config, int argc, char **argv, int speak);
 
