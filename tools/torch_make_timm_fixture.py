@@ -31,9 +31,7 @@ order, the 224 set then the 112 set).
 Run with Debian's torch: /usr/bin/python3 tools/torch_make_timm_fixture.py
 [OUT_DIR].  The output is committed; the tests do not need torch.
 """
-import json
 import os
-import struct
 import sys
 
 import torch
@@ -41,6 +39,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_check_export import ViT  # noqa: E402  (timm's layout, plain torch)
+from torch_make_fixture import write_safetensors  # noqa: E402
 
 CFG = {"image_height": 224, "image_width": 224, "channels": 3, "classes": 5, "patch": 16,
        "dim": 32, "depth": 2, "heads": 2, "mlp": 128, "patch_stride": 0, "patch_pad": 0,
@@ -80,24 +79,6 @@ def timm_order(sd, depth):
     return names
 
 
-def write_safetensors(path, sd, names):
-    header = {"__metadata__": {"format": "pt"}}
-    blobs, offset = [], 0
-    for name in names:
-        raw = sd[name].detach().contiguous().to(torch.float32).numpy().astype("<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(sd[name].shape),
-                        "data_offsets": [offset, offset + len(raw)]}
-        blobs.append(raw)
-        offset += len(raw)
-    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
-
-
 def resample(pos, g, n):
     """pos [1, 1 + g*g, D] -> [1, 1 + n[0]*n[1], D] as timm's resample_abs_pos_embed."""
     prefix, grid = pos[:, :1], pos[:, 1:]
@@ -122,7 +103,8 @@ def main():
         model.patch_embed.proj.weight.mul_(0.25)  # 768 inputs per patch
     model.eval()
     sd = dict(model.state_dict())
-    write_safetensors(os.path.join(out, "timm_vit.safetensors"), sd, timm_order(sd, CFG["depth"]))
+    write_safetensors(os.path.join(out, "timm_vit.safetensors"), sd, {"format": "pt"},
+                      timm_order(sd, CFG["depth"]))
 
     rng = XorShift32(2463534242)
     x224 = rng.images(BATCH, 224, 224, 3)
