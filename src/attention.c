@@ -204,6 +204,16 @@ static long add_bias_check(vit_real *s, const vit_real *bias, size_t n)
     return -1;
 }
 
+/* The windowed core's entries to the two above (src/attention_window.c):
+ * plain functions, since a target_clones function would export its
+ * resolver. */
+void vit_attn_softmax_block(vit_real *s, int rows, int nk) { softmax_block(s, rows, nk); }
+
+long vit_attn_add_bias_check(vit_real *s, const vit_real *bias, size_t n)
+{
+    return add_bias_check(s, bias, n);
+}
+
 /* In place: rows i0..i1-1 of the score block p [nq, nk] of item b ->
  * their masked softmax: the forbidden scores set to -infinity (a select per
  * kind of mask, so the loops vectorise), then softmax_block. */
@@ -426,6 +436,11 @@ static void softmax_grad_rows(const vit_real *p, vit_real *ds, int nk, int i0, i
         for (int j = 0; j < nk; j++) dot += (double)di[j] * pi[j];
         for (int j = 0; j < nk; j++) di[j] = pi[j] * (di[j] - (vit_real)dot);
     }
+}
+
+void vit_attn_softmax_grad_rows(const vit_real *p, vit_real *ds, int nk, int i0, int i1)
+{
+    softmax_grad_rows(p, ds, nk, i0, i1);
 }
 
 typedef struct {

@@ -17,13 +17,9 @@
 #include "attention_internal.h"
 #include "blas.h"
 #include "error.h"
+#include "fastmath.h"
+#include "pair_gemm.h"
 #include "threads.h"
-
-#ifdef VIT_DOUBLE
-#define vit_exp exp
-#else
-#define vit_exp expf
-#endif
 
 /* ---- Shapes ------------------------------------------------------------- */
 
@@ -31,7 +27,7 @@
  * leading dimensions, and the reals of one thread's scratch:
  * q, k [T, d_k], v, o [T, d_v], tmp [T, max(d_k, d_v)], s [T, T]. */
 typedef struct {
-    int N, T, nwy, nwx, nW, ldk, ldv, dmax;
+    int N, T, nwy, nwx, nW, ldq, ldk, ldv, dmax;
     size_t slab;
 } wgeo;
 
@@ -43,8 +39,9 @@ static wgeo wgeometry(const vit_window_attn *w)
     g.nwy = w->grid_h / w->window;
     g.nwx = w->grid_w / w->window;
     g.nW = g.nwy * g.nwx;
-    g.ldk = w->heads * w->d_k;
-    g.ldv = w->heads * w->d_v;
+    g.ldq = w->ld_q ? w->ld_q : w->heads * w->d_k;
+    g.ldk = w->ld_k ? w->ld_k : w->heads * w->d_k;
+    g.ldv = w->ld_v ? w->ld_v : w->heads * w->d_v;
     g.dmax = w->d_k > w->d_v ? w->d_k : w->d_v;
     g.slab = (size_t)g.T * (2 * (size_t)w->d_k + 2 * (size_t)w->d_v + g.dmax + g.T);
     return g;
@@ -76,6 +73,16 @@ static int window_check(const char *fn, const vit_window_attn *w, vit_real *scal
         !vit_mul_size(&s, n, (size_t)w->window * w->window) ||
         !vit_mul_size(&s, n, (size_t)w->d_k > (size_t)w->d_v ? (size_t)w->d_k : (size_t)w->d_v))
         return vit_fail(VIT_ENOMEM, "%s: buffer sizes overflow size_t", fn);
+    const int ld[3] = {w->ld_q, w->ld_k, w->ld_v};
+    const int dense[3] = {w->heads * w->d_k, w->heads * w->d_k, w->heads * w->d_v};
+    static const char *ld_name[3] = {"ld_q", "ld_k", "ld_v"};
+    for (int i = 0; i < 3; i++) {
+        if (ld[i] != 0 && ld[i] < dense[i])
+            return vit_fail(VIT_EINVAL, "%s: %s (%d) is neither 0 nor at least the row width %d",
+                            fn, ld_name[i], ld[i], dense[i]);
+        if (!vit_mul3_size(&s, (size_t)w->batch, (size_t)w->grid_h * w->grid_w, (size_t)ld[i]))
+            return vit_fail(VIT_ENOMEM, "%s: buffer sizes overflow size_t", fn);
+    }
     if (!isfinite(w->scale))
         return vit_fail(VIT_EINVAL, "%s: scale is not finite", fn);
     if (w->bias != NULL && w->bias_heads != 1 && w->bias_heads != w->heads)
@@ -121,16 +128,24 @@ static void window_tokens(const vit_window_attn *w, const wgeo *g, int wi, int *
         }
 }
 
-/* dst[T, d] = rows tok[] of the head's columns of src (leading dim ld). */
-static void gather(vit_real *dst, const vit_real *src, const int *tok, int T, int d, int ld)
+/* dst[T, d] = rows tok[] of the head's columns of src (leading dim ld).
+ * Plain loops rather than memcpy: a row is a head's few values (16 for the
+ * usual head), which a call per row would cost more than it moves. */
+FM_CLONES
+static void gather(vit_real *restrict dst, const vit_real *restrict src, const int *tok, int T,
+                   int d, int ld)
 {
-    for (int p = 0; p < T; p++)
-        memcpy(dst + (size_t)p * d, src + (size_t)tok[p] * ld, (size_t)d * sizeof *dst);
+    for (int p = 0; p < T; p++) {
+        const vit_real *sr = src + (size_t)tok[p] * ld;
+        vit_real *dr = dst + (size_t)p * d;
+        for (int c = 0; c < d; c++) dr[c] = sr[c];
+    }
 }
 
 /* rows tok[] of dst (+)= src[T, d]. */
-static void scatter(vit_real *dst, const vit_real *src, const int *tok, int T, int d, int ld,
-                    int add)
+FM_CLONES
+static void scatter(vit_real *restrict dst, const vit_real *restrict src, const int *tok, int T,
+                    int d, int ld, int add)
 {
     for (int p = 0; p < T; p++) {
         vit_real *row = dst + (size_t)tok[p] * ld;
@@ -138,8 +153,21 @@ static void scatter(vit_real *dst, const vit_real *src, const int *tok, int T, i
         if (add)
             for (int c = 0; c < d; c++) row[c] += sr[c];
         else
-            memcpy(row, sr, (size_t)d * sizeof *row);
+            for (int c = 0; c < d; c++) row[c] = sr[c];
     }
+}
+
+/* y[n] += x[n]; y[n] *= s (the window's dS into dbias, and scaled). */
+FM_CLONES
+static void add_into(vit_real *restrict y, const vit_real *restrict x, size_t n)
+{
+    for (size_t e = 0; e < n; e++) y[e] += x[e];
+}
+
+FM_CLONES
+static void scale_by(vit_real *y, vit_real s, size_t n)
+{
+    for (size_t e = 0; e < n; e++) y[e] *= s;
 }
 
 /* ---- Jobs ------------------------------------------------------------------ */
@@ -155,6 +183,7 @@ typedef struct {
     atomic_int next_slab;
     atomic_ullong first_bad; /* task * T * T + p * T + p' of a non-finite score */
     int per_head;            /* backward with dbias per head: tasks are heads */
+    int direct;              /* the products on src/pair_gemm.c's kernels */
 } wjob;
 
 typedef struct {
@@ -187,12 +216,13 @@ static void task_index(const wjob *J, size_t t, int *b, int *h, int *wi)
     *b = (int)(x / (size_t)J->w->heads);
 }
 
-/* Task t's head and the offsets of its (item, head) in the [B, N, H*d_k]
- * and [B, N, H*d_v] buffers; also lists the window's tokens and region
- * labels in the slab. */
+/* Task t's head and the offsets of its (item, head) in q, k and v (rows
+ * ld_q, ld_k, ld_v apart) and in out (dense [B, N, H*d_v]); also lists the
+ * window's tokens and region labels in the slab. */
 typedef struct {
     int h;
-    size_t ok, ov;
+    int regions; /* nonzero: the window holds more than one region */
+    size_t oq, ok, ov, oo;
 } wtask;
 
 static wtask begin_task(const wjob *J, size_t t, const wslab *sl)
@@ -201,12 +231,40 @@ static wtask begin_task(const wjob *J, size_t t, const wslab *sl)
     int b, h, wi;
     task_index(J, t, &b, &h, &wi);
     window_tokens(J->w, g, wi, sl->tok, sl->label);
-    wtask task = {h, (size_t)b * g->N * g->ldk + (size_t)h * J->w->d_k,
-                  (size_t)b * g->N * g->ldv + (size_t)h * J->w->d_v};
+    const size_t N = (size_t)g->N;
+    int regions = 0;
+    for (int p = 1; p < g->T; p++) regions |= sl->label[p] != sl->label[0];
+    wtask task = {h, regions, (size_t)b * N * g->ldq + (size_t)h * J->w->d_k,
+                  (size_t)b * N * g->ldk + (size_t)h * J->w->d_k,
+                  (size_t)b * N * g->ldv + (size_t)h * J->w->d_v,
+                  (size_t)b * N * J->w->heads * J->w->d_v + (size_t)h * J->w->d_v};
     return task;
 }
 
 /* ---- Forward --------------------------------------------------------------- */
+
+/* The window's products on the direct kernels of src/pair_gemm.c when they
+ * take its widths (float32, T <= 32, d 16 or 32), else on GEMMs:
+ *   w_nt    C[T, T] = alpha A[T, d] B[T, d]^T          (overwritten)
+ *   w_rows  C[T, d] = op(A) B[T, d], op(A) = A or A^T  (overwritten) */
+static void w_nt(int direct, int T, int d, vit_real alpha, const vit_real *A, const vit_real *B,
+                 vit_real *C)
+{
+    if (direct)
+        vit_pair_nt(T, T, d, alpha, A, d, B, d, C, T);
+    else
+        vit_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, d, alpha, A, d, B, d, 0, C, T);
+}
+
+static void w_rows(int direct, int ta, int T, int d, const vit_real *A, const vit_real *B,
+                   vit_real *C)
+{
+    if (direct)
+        vit_pair_nn(ta, T, T, d, A, T, B, d, 0, C, d);
+    else
+        vit_gemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, CblasNoTrans, T, d, T, 1, A, T,
+                 B, d, 0, C, d);
+}
 
 /* One window of one (item, head): S = s Q_w K_w^T + bias, region mask,
  * softmax into probs, O_w = P V_w scattered to out.  Returns 1 after
@@ -217,41 +275,31 @@ static int window_forward(wjob *J, size_t t, const wslab *sl)
     const wgeo *g = &J->g;
     const int T = g->T, dk = w->d_k, dv = w->d_v;
     const wtask task = begin_task(J, t, sl);
-    const int h = task.h;
-    const size_t ok = task.ok, ov = task.ov;
-    gather(sl->q, J->q + ok, sl->tok, T, dk, g->ldk);
-    gather(sl->k, J->k + ok, sl->tok, T, dk, g->ldk);
-    gather(sl->v, J->v + ov, sl->tok, T, dv, g->ldv);
+    const int h = task.h, ldo = w->heads * dv;
+    gather(sl->q, J->q + task.oq, sl->tok, T, dk, g->ldq);
+    gather(sl->k, J->k + task.ok, sl->tok, T, dk, g->ldk);
+    gather(sl->v, J->v + task.ov, sl->tok, T, dv, g->ldv);
 
     vit_real *p = J->probs + t * T * T;
-    vit_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, dk, J->scale, sl->q, dk, sl->k, dk,
-             0, p, T);
-    if (w->bias) {
-        const vit_real *bb = w->bias + (w->bias_heads == 1 ? 0 : (size_t)h * T * T);
-        for (size_t e = 0; e < (size_t)T * T; e++) p[e] += bb[e];
+    w_nt(J->direct, T, dk, J->scale, sl->q, sl->k, p);
+    const vit_real *bb = !w->bias ? NULL
+                       : w->bias + (w->bias_heads == 1 ? 0 : (size_t)h * T * T);
+    long bad = vit_attn_add_bias_check(p, bb, (size_t)T * T);
+    if (bad >= 0) {
+        vit_atomic_min(&J->first_bad, (unsigned long long)t * T * T + (unsigned long long)bad);
+        return 1;
     }
-    for (size_t e = 0; e < (size_t)T * T; e++)
-        if (!isfinite(p[e])) {
-            vit_atomic_min(&J->first_bad, (unsigned long long)t * T * T + e);
-            return 1;
+    /* The region mask, in windows that hold tokens from opposite borders;
+     * the diagonal is always allowed, so no row is empty. */
+    if (task.regions)
+        for (int i = 0; i < T; i++) {
+            vit_real *pi = p + (size_t)i * T;
+            const int li = sl->label[i];
+            for (int j = 0; j < T; j++) pi[j] = sl->label[j] == li ? pi[j] : -INFINITY;
         }
-    /* Masked softmax per row; the diagonal is always allowed, so no row is
-     * empty. */
-    for (int i = 0; i < T; i++) {
-        vit_real *pi = p + (size_t)i * T, mx = -INFINITY;
-        for (int j = 0; j < T; j++)
-            if (sl->label[j] == sl->label[i] && pi[j] > mx) mx = pi[j];
-        double sum = 0.0;
-        for (int j = 0; j < T; j++) {
-            pi[j] = sl->label[j] == sl->label[i] ? vit_exp(pi[j] - mx) : (vit_real)0;
-            sum += pi[j];
-        }
-        vit_real inv = (vit_real)(1.0 / sum);
-        for (int j = 0; j < T; j++) pi[j] *= inv;
-    }
-    vit_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, dv, T, 1, p, T, sl->v, dv, 0, sl->o,
-             dv);
-    scatter(J->out + ov, sl->o, sl->tok, T, dv, g->ldv, 0);
+    vit_attn_softmax_block(p, T, T);
+    w_rows(J->direct, 0, T, dv, p, sl->v, sl->o);
+    scatter(J->out + task.oo, sl->o, sl->tok, T, dv, ldo, 0);
     return 0;
 }
 
@@ -282,12 +330,13 @@ static void job_init(wjob *J, const vit_window_attn *w, vit_real scale)
     J->w = w;
     J->g = wgeometry(w);
     J->scale = scale;
+    J->direct = vit_pair_direct(w->d_k, w->d_v, J->g.T);
     atomic_init(&J->next_slab, 0);
     atomic_init(&J->first_bad, ULLONG_MAX);
 }
 
-/* q, k [B, N, H*d_k], v [B, N, H*d_v] -> out [B, N, H*d_v],
- * probs [B, H, nW, T, T]. */
+/* q, k [B, N, H*d_k], v [B, N, H*d_v] (rows ld_q, ld_k, ld_v apart) ->
+ * out [B, N, H*d_v] (dense), probs [B, H, nW, T, T]. */
 int vit_window_attn_forward(const vit_window_attn *w, vit_real *out, vit_real *probs,
                             const vit_real *q, const vit_real *k, const vit_real *v)
 {
@@ -339,43 +388,34 @@ static void window_backward(wjob *J, size_t t, const wslab *sl)
     const wgeo *g = &J->g;
     const int T = g->T, dk = w->d_k, dv = w->d_v;
     const wtask task = begin_task(J, t, sl);
-    const int h = task.h;
-    const size_t ok = task.ok, ov = task.ov;
+    const int h = task.h, ldo = w->heads * dv;
     const vit_real *p = J->probs_in + t * T * T;
     vit_real *dout = sl->o;
-    gather(dout, J->dout + ov, sl->tok, T, dv, g->ldv);
+    gather(dout, J->dout + task.oo, sl->tok, T, dv, ldo);
 
     if (J->dv) {
-        vit_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, dv, T, 1, p, T, dout, dv, 0,
-                 sl->tmp, dv);
-        scatter(J->dv + ov, sl->tmp, sl->tok, T, dv, g->ldv, 1);
+        w_rows(J->direct, 1, T, dv, p, dout, sl->tmp);
+        scatter(J->dv + task.ov, sl->tmp, sl->tok, T, dv, g->ldv, 1);
     }
     if (!J->dq && !J->dk && !J->dbias) return;
-    gather(sl->v, J->v + ov, sl->tok, T, dv, g->ldv);
+    gather(sl->v, J->v + task.ov, sl->tok, T, dv, g->ldv);
     vit_real *ds = sl->s;
-    vit_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, dv, 1, dout, dv, sl->v, dv, 0, ds, T);
-    for (int i = 0; i < T; i++) {
-        const vit_real *pi = p + (size_t)i * T;
-        vit_real *di = ds + (size_t)i * T;
-        double dot = 0.0;
-        for (int j = 0; j < T; j++) dot += (double)di[j] * pi[j];
-        for (int j = 0; j < T; j++) di[j] = pi[j] * (di[j] - (vit_real)dot);
-    }
-    if (J->dbias) {
-        vit_real *db = J->dbias + (w->bias_heads == 1 ? 0 : (size_t)h * T * T);
-        for (size_t e = 0; e < (size_t)T * T; e++) db[e] += ds[e];
-    }
+    w_nt(J->direct, T, dv, 1, dout, sl->v, ds);
+    vit_attn_softmax_grad_rows(p, ds, T, 0, T);
+    if (J->dbias)
+        add_into(J->dbias + (w->bias_heads == 1 ? 0 : (size_t)h * T * T), ds, (size_t)T * T);
+    if (!J->dq && !J->dk) return;
+    /* dS scaled once, for both products (the direct kernels take no alpha). */
+    scale_by(ds, J->scale, (size_t)T * T);
     if (J->dq) {
-        gather(sl->k, J->k + ok, sl->tok, T, dk, g->ldk);
-        vit_gemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, dk, T, J->scale, ds, T, sl->k, dk,
-                 0, sl->tmp, dk);
-        scatter(J->dq + ok, sl->tmp, sl->tok, T, dk, g->ldk, 1);
+        gather(sl->k, J->k + task.ok, sl->tok, T, dk, g->ldk);
+        w_rows(J->direct, 0, T, dk, ds, sl->k, sl->tmp);
+        scatter(J->dq + task.oq, sl->tmp, sl->tok, T, dk, g->ldq, 1);
     }
     if (J->dk) {
-        gather(sl->q, J->q + ok, sl->tok, T, dk, g->ldk);
-        vit_gemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, dk, T, J->scale, ds, T, sl->q, dk,
-                 0, sl->tmp, dk);
-        scatter(J->dk + ok, sl->tmp, sl->tok, T, dk, g->ldk, 1);
+        gather(sl->q, J->q + task.oq, sl->tok, T, dk, g->ldq);
+        w_rows(J->direct, 1, T, dk, ds, sl->q, sl->tmp);
+        scatter(J->dk + task.ok, sl->tmp, sl->tok, T, dk, g->ldk, 1);
     }
 }
 

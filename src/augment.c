@@ -3,7 +3,8 @@
  * rotation, zoom and translation about the image centre, sampled
  * bilinearly (digits written by other people differ from the training
  * writers mostly by such small deformations); whole-pixel shifts and flips;
- * random erasing; and the batch mixing of mixup and cutmix.
+ * random erasing; colour changes (jitter, gray, channel order, inversion);
+ * and the batch mixing of mixup and cutmix.
  */
 #include "vit/augment.h"
 
@@ -102,6 +103,169 @@ int vit_flip_horizontal(vit_real *dst, const vit_real *src, int H, int W, int C)
     return VIT_OK;
 }
 
+/* ---- colour ---- */
+
+static const int channel_perms[6][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2},
+                                        {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
+
+/* RGB -> YIQ (NTSC, FCC); its rows I and Q sum to 0, so gray stays gray. */
+static const double yiq[3][3] = {{VIT_LUMA_R, VIT_LUMA_G, VIT_LUMA_B},
+                                 {0.595716, -0.274453, -0.321263},
+                                 {0.211456, -0.522591, 0.311135}};
+
+static vit_real clamp01(double v) { return (vit_real)(v < 0 ? 0 : v > 1 ? 1 : v); }
+
+/* The gray of pixel p [C]: luma for 3 channels, the channel mean else. */
+static double pixel_gray(const vit_real *p, int C)
+{
+    if (C == 3)
+        return VIT_LUMA_R * p[0] + VIT_LUMA_G * p[1] + VIT_LUMA_B * p[2];
+    double s = 0;
+    for (int c = 0; c < C; c++)
+        s += p[c];
+    return s / C;
+}
+
+/* m [3][3] = the RGB matrix of a hue turn t: yiq^-1 R(2 pi t) yiq, the
+ * inverse by cofactors over the determinant. */
+static void hue_matrix(double t, double m[3][3])
+{
+    const double (*a)[3] = yiq;
+    double inv[3][3], det = 0;
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++) {
+            int r0 = (j + 1) % 3, r1 = (j + 2) % 3, c0 = (i + 1) % 3, c1 = (i + 2) % 3;
+            inv[i][j] = a[r0][c0] * a[r1][c1] - a[r0][c1] * a[r1][c0];
+        }
+    for (int k = 0; k < 3; k++)
+        det += a[0][k] * inv[k][0];
+    double co = cos(2 * 3.14159265358979323846 * t), si = sin(2 * 3.14159265358979323846 * t);
+    double rot[3][3] = {{1, 0, 0}, {0, co, -si}, {0, si, co}}, ra[3][3];
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++)
+            ra[i][j] = rot[i][0] * a[0][j] + rot[i][1] * a[1][j] + rot[i][2] * a[2][j];
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++)
+            m[i][j] = (inv[i][0] * ra[0][j] + inv[i][1] * ra[1][j] + inv[i][2] * ra[2][j]) / det;
+}
+
+static int check_colour(const vit_colour *c, int C)
+{
+    int colour = c->saturation != 1 || c->hue != 0 || c->gray || c->perm;
+    if (!(c->brightness >= 0 && c->brightness < 1e6) || !(c->contrast >= 0 && c->contrast < 1e6)
+        || !(c->saturation >= 0 && c->saturation < 1e6) || !(c->hue >= -0.5 && c->hue <= 0.5)
+        || c->perm < 0 || c->perm > 5 || (c->gray != 0 && c->gray != 1)
+        || (c->invert != 0 && c->invert != 1))
+        return vit_fail(VIT_EINVAL, "vit_colour_apply: a value is out of range (brightness %g, "
+                        "contrast %g, saturation %g, hue %g, gray %d, perm %d, invert %d)",
+                        c->brightness, c->contrast, c->saturation, c->hue, c->gray, c->perm,
+                        c->invert);
+    if (colour && C != 3)
+        return vit_fail(VIT_EINVAL, "vit_colour_apply: saturation, hue, gray and perm need 3 "
+                        "channels, not %d", C);
+    return VIT_OK;
+}
+
+/* x [H, W, C] in place, the steps in vit/augment.h's order. */
+int vit_colour_apply(vit_real *x, int H, int W, int C, const vit_colour *c)
+{
+    if (!x || !c)
+        return vit_fail(VIT_EINVAL, "vit_colour_apply: %s is NULL", !x ? "x" : "c");
+    if (H <= 0 || W <= 0 || C <= 0)
+        return vit_fail(VIT_EINVAL, "vit_colour_apply: size %dx%dx%d invalid", H, W, C);
+    int rc = check_colour(c, C);
+    if (rc)
+        return rc;
+    size_t n = (size_t)H * W, len = n * C;
+    if (c->brightness != 1)
+        for (size_t i = 0; i < len; i++)
+            x[i] = clamp01(c->brightness * x[i]);
+    if (c->contrast != 1) {
+        double m = 0;
+        for (size_t p = 0; p < n; p++)
+            m += pixel_gray(x + p * C, C);
+        m /= (double)n;
+        for (size_t i = 0; i < len; i++)
+            x[i] = clamp01(c->contrast * x[i] + (1 - c->contrast) * m);
+    }
+    if (c->saturation != 1)
+        for (size_t p = 0; p < n; p++) {
+            vit_real *q = x + p * 3;
+            double g = pixel_gray(q, 3);
+            for (int k = 0; k < 3; k++)
+                q[k] = clamp01(c->saturation * q[k] + (1 - c->saturation) * g);
+        }
+    if (c->hue != 0) {
+        double m[3][3];
+        hue_matrix(c->hue, m);
+        for (size_t p = 0; p < n; p++) {
+            vit_real *q = x + p * 3;
+            double r = q[0], g = q[1], b = q[2];
+            for (int k = 0; k < 3; k++)
+                q[k] = clamp01(m[k][0] * r + m[k][1] * g + m[k][2] * b);
+        }
+    }
+    if (c->gray)
+        for (size_t p = 0; p < n; p++) {
+            vit_real *q = x + p * 3;
+            q[0] = q[1] = q[2] = clamp01(pixel_gray(q, 3));
+        }
+    if (c->perm)
+        for (size_t p = 0; p < n; p++) {
+            vit_real *q = x + p * 3, v[3] = {q[0], q[1], q[2]};
+            for (int k = 0; k < 3; k++)
+                q[k] = v[channel_perms[c->perm][k]];
+        }
+    if (c->invert)
+        for (size_t i = 0; i < len; i++)
+            x[i] = clamp01(1.0 - x[i]);
+    return VIT_OK;
+}
+
+static int colour_on(const vit_augment *g)
+{
+    return g->brightness > 0 || g->contrast > 0 || g->saturation > 0 || g->hue > 0
+           || g->grayscale > 0 || g->channel_perm || g->invert;
+}
+
+static int check_colour_settings(const vit_augment *g, const char *who)
+{
+    if (!(g->brightness >= 0 && g->brightness <= 1) || !(g->contrast >= 0 && g->contrast <= 1)
+        || !(g->saturation >= 0 && g->saturation <= 1) || !(g->hue >= 0 && g->hue <= 0.5)
+        || !(g->grayscale >= 0 && g->grayscale <= 1) || (g->channel_perm != 0 && g->channel_perm != 1)
+        || (g->invert != 0 && g->invert != 1))
+        return vit_fail(VIT_EINVAL, "%s: a colour setting is out of range (brightness %g, "
+                        "contrast %g, saturation %g, hue %g, grayscale %g, channel_perm %d, "
+                        "invert %d)", who, g->brightness, g->contrast, g->saturation, g->hue,
+                        g->grayscale, g->channel_perm, g->invert);
+    return VIT_OK;
+}
+
+int vit_colour_draw(vit_colour *c, vit_rng *rng, const vit_augment *g)
+{
+    if (!c || !rng || !g)
+        return vit_fail(VIT_EINVAL, "vit_colour_draw: %s is NULL", !c ? "c" : !rng ? "rng" : "g");
+    int rc = check_colour_settings(g, "vit_colour_draw");
+    if (rc)
+        return rc;
+    *c = (vit_colour){1, 1, 1, 0, 0, 0, 0};
+    if (g->brightness > 0)
+        c->brightness = 1 + g->brightness * (2 * vit_rng_uniform(rng) - 1);
+    if (g->contrast > 0)
+        c->contrast = 1 + g->contrast * (2 * vit_rng_uniform(rng) - 1);
+    if (g->saturation > 0)
+        c->saturation = 1 + g->saturation * (2 * vit_rng_uniform(rng) - 1);
+    if (g->hue > 0)
+        c->hue = g->hue * (2 * vit_rng_uniform(rng) - 1);
+    if (g->grayscale > 0)
+        c->gray = vit_rng_uniform(rng) < g->grayscale;
+    if (g->channel_perm)
+        c->perm = (int)vit_rng_below(rng, 6);
+    if (g->invert)
+        c->invert = vit_rng_uniform(rng) < 0.5;
+    return VIT_OK;
+}
+
 static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 double vit_cutmix_box(int box[4], int H, int W, double lam, double uy, double ux)
@@ -181,14 +345,16 @@ typedef struct item_draw {
     int dy, dx, flip;
     int erase, ebox[4]; /* erase: 1 if ebox is filled with noise */
     uint64_t noise;     /* the seed of that noise */
+    vit_colour colour;  /* the identity when no colour setting is on */
 } item_draw;
 
 /* An item's draws, in a fixed order: the affine (four) or the shift (two,
  * as before flips existed), then the flip (one, only with flip on), then
- * erasing (only with erase on: whether, the box, the noise's seed). */
+ * erasing (only with erase on: whether, the box, the noise's seed), then
+ * the colour (vit_colour_draw's, only with a colour setting on). */
 static void draw_item(const vit_augment *g, vit_rng *rng, int H, int W, item_draw *d)
 {
-    *d = (item_draw){.a = {0, 1, 0, 0}};
+    *d = (item_draw){.a = {0, 1, 0, 0}, .colour = {1, 1, 1, 0, 0, 0, 0}};
     if (g->rotate > 0 || g->scale > 0)
         vit_affine_draw(&d->a, rng, g->rotate, g->scale, g->shift);
     else if (g->shift > 0) {
@@ -202,6 +368,8 @@ static void draw_item(const vit_augment *g, vit_rng *rng, int H, int W, item_dra
         d->erase = 1;
         d->noise = vit_rng_next(rng);
     }
+    if (colour_on(g))
+        vit_colour_draw(&d->colour, rng, g);
 }
 
 /* x [H, W, C]: the box's pixels, every channel, uniform in [0, 1) from a
@@ -219,7 +387,7 @@ static void erase_box(vit_real *x, const item_draw *d, int W, int C)
 }
 
 /* dst [H, W, C] = src flipped (if drawn), then warped or translated, then
- * erased (if drawn); tmp [H, W, C] is scratch. */
+ * changed in colour, then erased (if drawn); tmp [H, W, C] is scratch. */
 static void apply_item(const vit_augment *g, const item_draw *d, const vit_real *src,
                        vit_real *dst, vit_real *tmp, int H, int W, int C)
 {
@@ -234,12 +402,20 @@ static void apply_item(const vit_augment *g, const item_draw *d, const vit_real 
         vit_translate(dst, src, H, W, C, d->dy, d->dx);
     else
         memcpy(dst, src, img * sizeof *dst);
+    if (colour_on(g))
+        vit_colour_apply(dst, H, W, C, &d->colour);
     if (d->erase)
         erase_box(dst, d, W, C);
 }
 
-static int check_augment(const vit_augment *g)
+static int check_augment(const vit_augment *g, int C)
 {
+    int rc = check_colour_settings(g, "vit_augment_batch");
+    if (rc)
+        return rc;
+    if (C != 3 && (g->saturation > 0 || g->hue > 0 || g->grayscale > 0 || g->channel_perm))
+        return vit_fail(VIT_EINVAL, "vit_augment_batch: saturation, hue, grayscale and "
+                        "channel_perm need images of 3 channels, not %d", C);
     if (!(g->shift >= 0 && g->shift <= 4096) || !(g->rotate >= 0 && g->rotate < 1e6)
         || !(g->scale >= 0 && g->scale < 1) || (g->flip != 0 && g->flip != 1)
         || !(g->mixup >= 0 && g->mixup <= 1e6) || !(g->cutmix >= 0 && g->cutmix <= 1e6)
@@ -352,7 +528,7 @@ static int check_batch_args(const vit_augment *g, const vit_dataset *ds, const i
         return vit_fail(VIT_EINVAL, "vit_augment_batch: the scratch is for %d items of %dx%dx%d, "
                         "not %d of %dx%dx%d", s->batch, s->H, s->W, s->C, b, ds->height,
                         ds->width, ds->channels);
-    return check_augment(g);
+    return check_augment(g, ds->channels);
 }
 
 int vit_augment_batch(const vit_augment *g, const vit_dataset *ds, const int *idx, int b,

@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "checkpoint_internal.h"
 #include "error.h"
 
 _Static_assert(sizeof(float) == 4, "float must be IEEE 754 binary32");
@@ -410,6 +411,16 @@ int vit_ckpt_write(const char *path, const vit_ckpt *c)
     if (sync_dir(path, &err) != 0)
         return write_failed(path, "fsync of its folder (the new file is in place)", err);
     return VIT_OK;
+}
+
+int vit_ckpt_stream(FILE *f, const vit_ckpt *c, const char *path)
+{
+    int rc = validate_for_write(c);
+    if (rc)
+        return rc;
+    ckpt_writer w = {f, (uint32_t)crc32(0L, Z_NULL, 0), 0};
+    w_checkpoint(&w, c);
+    return w.err ? write_failed(path, "writing", w.err) : VIT_OK;
 }
 
 /* ---- reading ---- */

@@ -13,4 +13,12 @@
  * averages nine shifted passes). */
 void vit_config_legacy_default(vit_config *c);
 
+/* The shortest of %.15g, %.16g and %.17g that reads back as v (out[32]):
+ * 0.05 stays "0.05", yet every value survives text bitwise. */
+const char *vit_fmt_double(double v, char out[32]);
+
+/* Index of a shared key (the data's shape and the recipe, not an
+ * architecture's, not "arch") in the config's table, or -1. */
+int vit_config_shared_key(const char *key);
+
 #endif

@@ -248,8 +248,36 @@ static int has_class_folders(const char *dir)
     return found;
 }
 
-int vit_data_internal_load(const char *spec, const char *digits_path, vit_dataset *train,
-                           vit_dataset *test, int *flat)
+void vit_data_internal_note_shape(const vit_dataset *ds, vit_data_report *rep)
+{
+    if (ds->count <= 0)
+        return;
+    int first = rep->gray + rep->colour == 0;
+    rep->min_h = first || ds->height < rep->min_h ? ds->height : rep->min_h;
+    rep->max_h = first || ds->height > rep->max_h ? ds->height : rep->max_h;
+    rep->min_w = first || ds->width < rep->min_w ? ds->width : rep->min_w;
+    rep->max_w = first || ds->width > rep->max_w ? ds->width : rep->max_w;
+    *(ds->channels == 1 ? &rep->gray : &rep->colour) += ds->count;
+}
+
+/* A set of one shape (digits, IDX, CIFAR) fitted as how asks. */
+static int fit_loaded(int rc, const vit_data_how *how, vit_dataset *train, vit_dataset *test)
+{
+    if (rc != VIT_OK || how == NULL)
+        return rc;
+    vit_data_internal_note_shape(train, how->rep);
+    vit_data_internal_note_shape(test, how->rep);
+    if ((rc = vit_dataset_fit(train, &how->fit, how->rep)) == VIT_OK)
+        rc = vit_dataset_fit(test, &how->fit, how->rep);
+    if (rc != VIT_OK) {
+        vit_dataset_free(train);
+        vit_dataset_free(test);
+    }
+    return rc;
+}
+
+int vit_data_internal_load(const char *spec, const char *digits_path, const vit_data_how *how,
+                           vit_dataset *train, vit_dataset *test, int *flat)
 {
     static const char *fn = "vit_data_load";
     char *tr = NULL, *te = NULL;
@@ -262,7 +290,8 @@ int vit_data_internal_load(const char *spec, const char *digits_path, vit_datase
     if (strcmp(spec, "digits") == 0) {
         if ((rc = vit_check_ptr(fn, "digits_path", digits_path)))
             return rc;
-        return vit_data_load_digits(digits_path, 1437, train, test);
+        return fit_loaded(vit_data_load_digits(digits_path, 1437, train, test), how, train,
+                          test);
     }
     if (stat(spec, &st) != 0)
         return errno == ENOENT ? vit_fail(VIT_EIO, "%s: no such file or folder", spec)
@@ -270,9 +299,9 @@ int vit_data_internal_load(const char *spec, const char *digits_path, vit_datase
     if (!S_ISDIR(st.st_mode))
         return not_a_data_set(spec, 0);
     if (has_idx_files(spec))
-        return vit_data_load_idx(spec, train, test);
+        return fit_loaded(vit_data_load_idx(spec, train, test), how, train, test);
     if (has_cifar_files(spec))
-        return vit_data_load_cifar(spec, 0, train, test);
+        return fit_loaded(vit_data_load_cifar(spec, 0, train, test), how, train, test);
     tr = vit_data_internal_join(spec, "train", "");
     te = vit_data_internal_join(spec, "test", "");
     if (tr == NULL || te == NULL) {
@@ -281,10 +310,10 @@ int vit_data_internal_load(const char *spec, const char *digits_path, vit_datase
         return vit_fail(VIT_ENOMEM, "%s: out of memory", fn);
     }
     if (is_dir(tr) && is_dir(te)) {
-        rc = vit_data_internal_png_pair(tr, te, train, test);
+        rc = vit_data_internal_png_pair(tr, te, how, train, test);
     } else if (!is_dir(tr) && !is_dir(te) && has_class_folders(spec)) {
         *flat = 1;
-        rc = vit_data_load_png_dir(spec, train);
+        rc = vit_data_internal_png_dir(spec, how, train);
     } else {
         rc = not_a_data_set(spec, 1);
     }

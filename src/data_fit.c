@@ -4,6 +4,7 @@
  * widened by the shrink factor when the image gets smaller, so that
  * shrinking averages every input pixel instead of skipping most of them. */
 #include "vit/data.h"
+#include "data_internal.h"
 #include "error.h"
 
 #include <math.h>
@@ -125,5 +126,51 @@ int vit_image_fit(const vit_real *src, int h, int w, int c, vit_real *dst, int o
     free(mid);
     taps_free(&tx);
     taps_free(&ty);
+    return VIT_OK;
+}
+
+int vit_data_internal_check_fit(const char *fn, const vit_data_fit *fit)
+{
+    if ((fit->height == 0) != (fit->width == 0) || fit->height < 0 || fit->width < 0 ||
+        fit->height > 4096 || fit->width > 4096)
+        return vit_fail(VIT_EINVAL, "%s: image size %dx%d: expected both sides in 1..4096, or "
+                        "both 0", fn, fit->height, fit->width);
+    if (fit->channels != 0 && fit->channels != 1 && fit->channels != 3)
+        return vit_fail(VIT_EINVAL, "%s: channels %d: expected 1, 3 or 0", fn, fit->channels);
+    return VIT_OK;
+}
+
+int vit_dataset_fit(vit_dataset *ds, const vit_data_fit *fit, vit_data_report *report)
+{
+    static const char *fn = "vit_dataset_fit";
+    int rc;
+    if ((rc = vit_check_ptr(fn, "ds", ds)) || (rc = vit_check_ptr(fn, "fit", fit)) ||
+        (rc = vit_data_internal_check_fit(fn, fit)))
+        return rc;
+    int h = fit->height ? fit->height : ds->height, w = fit->width ? fit->width : ds->width;
+    int c = fit->channels ? fit->channels : ds->channels;
+    if (ds->count <= 0 || (h == ds->height && w == ds->width && c == ds->channels))
+        return VIT_OK;
+    size_t in = (size_t)ds->height * (size_t)ds->width * (size_t)ds->channels;
+    size_t out = (size_t)h * (size_t)w * (size_t)c;
+    vit_real *px = malloc((size_t)ds->count * out * sizeof *px);
+    if (px == NULL)
+        return vit_fail(VIT_ENOMEM, "%s: out of memory for %d images of %dx%dx%d", fn, ds->count,
+                        h, w, c);
+    for (int i = 0; i < ds->count; i++)
+        if ((rc = vit_image_fit(ds->images + (size_t)i * in, ds->height, ds->width, ds->channels,
+                                px + (size_t)i * out, h, w, c))) {
+            free(px);
+            return rc;
+        }
+    if (report != NULL) {
+        report->resized += h != ds->height || w != ds->width ? ds->count : 0;
+        report->converted += c != ds->channels ? ds->count : 0;
+    }
+    free(ds->images);
+    ds->images = px;
+    ds->height = h;
+    ds->width = w;
+    ds->channels = c;
     return VIT_OK;
 }

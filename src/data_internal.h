@@ -43,14 +43,38 @@ const char *vit_data_internal_zlib_message(gzFile g, const char *path, int *err)
 int vit_data_internal_read_jpeg(const char *path, vit_real **pixels, int *height, int *width,
                                 int *channels);
 
-/* The train/ and test/ halves of a PNG data set (data_png.c). */
+/* How an image folder is read: NULL (vit_data_load_png_dir's contract:
+ * alpha dropped, every image the first one's shape), or tolerant
+ * (vit_data_load_opts): alpha composited over white, images fitted to fit
+ * (parts 0: the images' own, or the rule when they differ), unreadable
+ * files skipped with skip_bad; what was done added to *rep (not NULL). */
+typedef struct vit_data_how {
+    vit_data_fit fit;
+    int skip_bad;
+    vit_data_report *rep;
+} vit_data_how;
+
+/* The train/ and test/ halves of a PNG data set (data_png.c); the test
+ * half fitted to the training half's shape when how is not NULL. */
 int vit_data_internal_png_pair(const char *train_dir, const char *test_dir,
-                               vit_dataset *train, vit_dataset *test);
+                               const vit_data_how *how, vit_dataset *train, vit_dataset *test);
+
+/* A folder of class folders read as vit_data_load_png_dir does, or
+ * tolerantly with how (data_png.c). */
+int vit_data_internal_png_dir(const char *dir, const vit_data_how *how, vit_dataset *ds);
+
+/* Adds what ds holds (sizes, gray or colour images) to rep's figures, for
+ * the loaders that read one shape (data.c). */
+void vit_data_internal_note_shape(const vit_dataset *ds, vit_data_report *rep);
+
+/* Checks a fit's values (data_fit.c): VIT_EINVAL naming fn otherwise. */
+int vit_data_internal_check_fit(const char *fn, const vit_data_fit *fit);
 
 /* vit_data_load without the split (data.c): a flat folder of class
  * folders (no train/ and test/) is read whole into *train, *test left
- * zeroed, and *flat set to 1 (else 0). */
-int vit_data_internal_load(const char *spec, const char *digits_path, vit_dataset *train,
-                           vit_dataset *test, int *flat);
+ * zeroed, and *flat set to 1 (else 0).  how as for the PNG pair; digits,
+ * IDX and CIFAR sets are fitted to how->fit when it is given. */
+int vit_data_internal_load(const char *spec, const char *digits_path, const vit_data_how *how,
+                           vit_dataset *train, vit_dataset *test, int *flat);
 
 #endif

@@ -30,12 +30,30 @@ typedef struct {
 static const char *kind(int c) { return c == 1 ? "grayscale" : "RGB"; }
 
 /* Converts the samples libpng produced ([h*w, c + alpha], 8- or 16-bit) to
- * vit_real, dropping alpha.  8-bit samples are unassociated: the colour is
- * kept as it is.  16-bit linear samples come premultiplied by alpha, so the
- * colour is divided by alpha again (and is 0 where alpha is 0). */
+ * vit_real.  Without over_white alpha is dropped: 8-bit samples are
+ * unassociated, so the colour is kept as it is; 16-bit linear samples come
+ * premultiplied by alpha, so the colour is divided by alpha again (and is
+ * 0 where alpha is 0).  With over_white the colour is composited over
+ * white: colour x alpha + (1 - alpha). */
 static void samples_to_real(vit_real *dst, const void *src, size_t pixels, int c, int alpha,
-                            int wide)
+                            int wide, int over_white)
 {
+    if (alpha && over_white) {
+        const unsigned char *b8 = src;
+        const png_uint_16 *b16 = src;
+        int stride = c + 1;
+        double full = wide ? 65535 : 255;
+        for (size_t i = 0; i < pixels; i++) {
+            size_t at = i * (size_t)stride;
+            double a = (wide ? b16[at + (size_t)c] : b8[at + (size_t)c]) / full;
+            for (int ch = 0; ch < c; ch++) {
+                double v = (wide ? b16[at + (size_t)ch] : b8[at + (size_t)ch]) / full;
+                v = wide ? v + (1 - a) : v * a + (1 - a); /* 16-bit: premultiplied */
+                dst[i * (size_t)c + (size_t)ch] = (vit_real)(v > 1 ? 1 : v);
+            }
+        }
+        return;
+    }
     const unsigned char *b8 = src;
     const png_uint_16 *b16 = src;
     int stride = c + alpha;
@@ -83,7 +101,7 @@ static int claims_too_much(const unsigned char hdr[33], long long file_size)
 
 /* Reads path into img.  The file is opened here (not by libpng) so that a
  * missing file is VIT_EIO and a file that is not a PNG is VIT_EFORMAT. */
-static int read_png(const char *path, real_image *img)
+static int read_png(const char *path, real_image *img, int over_white)
 {
     png_image im;
     unsigned char hdr[33]; /* signature, IHDR length and type, IHDR data */
@@ -154,7 +172,7 @@ static int read_png(const char *path, real_image *img)
     }
     fclose(fp);
     if (rc == VIT_OK) {
-        samples_to_real(img->px, raw, pixels, c, alpha, wide);
+        samples_to_real(img->px, raw, pixels, c, alpha, wide, over_white);
         img->h = (int)im.height;
         img->w = (int)im.width;
         img->c = c;
@@ -179,13 +197,17 @@ static int is_jpeg_file(const char *path)
 
 /* A PNG or JPEG, told apart by content rather than name.  A file that is
  * neither goes to the PNG reader, whose message says it is not a PNG. */
-static int read_image(const char *path, real_image *img)
+static int read_image(const char *path, real_image *img, int over_white)
 {
     memset(img, 0, sizeof *img);
     if (is_jpeg_file(path))
         return vit_data_internal_read_jpeg(path, &img->px, &img->h, &img->w, &img->c);
-    return read_png(path, img);
+    return read_png(path, img, over_white);
 }
+
+static int read_image_keep(const char *path, real_image *img) { return read_image(path, img, 0); }
+static int read_png_keep(const char *path, real_image *img) { return read_png(path, img, 0); }
+static int read_image_white(const char *path, real_image *img) { return read_image(path, img, 1); }
 
 /* vit_image_read and vit_png_read: the checks, then read (read_image or
  * read_png) into the caller's pointers. */
@@ -211,12 +233,43 @@ static int read_public(const char *fn, int (*read)(const char *, real_image *), 
 
 int vit_image_read(const char *path, vit_real **pixels, int *height, int *width, int *channels)
 {
-    return read_public("vit_image_read", read_image, path, pixels, height, width, channels);
+    return read_public("vit_image_read", read_image_keep, path, pixels, height, width, channels);
 }
 
 int vit_png_read(const char *path, vit_real **pixels, int *height, int *width, int *channels)
 {
-    return read_public("vit_png_read", read_png, path, pixels, height, width, channels);
+    return read_public("vit_png_read", read_png_keep, path, pixels, height, width, channels);
+}
+
+int vit_image_load(const char *path, const vit_data_fit *fit, vit_real **pixels, int *height,
+                   int *width, int *channels)
+{
+    static const char *fn = "vit_image_load";
+    int rc;
+    if (fit != NULL && (rc = vit_data_internal_check_fit(fn, fit)))
+        return rc;
+    if ((rc = read_public(fn, read_image_white, path, pixels, height, width, channels)))
+        return rc;
+    if (fit == NULL)
+        return VIT_OK;
+    int h = fit->height ? fit->height : *height, w = fit->width ? fit->width : *width;
+    int c = fit->channels ? fit->channels : *channels;
+    if (h == *height && w == *width && c == *channels)
+        return VIT_OK;
+    vit_real *dst = malloc((size_t)h * (size_t)w * (size_t)c * sizeof *dst);
+    if (dst == NULL || (rc = vit_image_fit(*pixels, *height, *width, *channels, dst, h, w, c))) {
+        free(dst);
+        free(*pixels);
+        *pixels = NULL;
+        *height = *width = *channels = 0;
+        return rc ? rc : vit_fail(VIT_ENOMEM, "%s: %s: out of memory", fn, path);
+    }
+    free(*pixels);
+    *pixels = dst;
+    *height = h;
+    *width = w;
+    *channels = c;
+    return VIT_OK;
 }
 
 int vit_png_write(const char *path, const unsigned char *pixels, int height, int width,
@@ -279,7 +332,7 @@ static int is_image_name(const char *s)
 
 /* Lists the subfolders (want_dirs) or the regular image files of dir, sorted
  * with strcmp; names starting with '.' are skipped. */
-static int list_dir(const char *dir, int want_dirs, name_list *out)
+static int list_dir(const char *dir, int want_dirs, name_list *out, int *ignored)
 {
     DIR *d;
     struct dirent *e;
@@ -292,14 +345,18 @@ static int list_dir(const char *dir, int want_dirs, name_list *out)
     while (rc == VIT_OK && (e = readdir(d)) != NULL) {
         struct stat st;
         char *full;
-        if (e->d_name[0] == '.' || (!want_dirs && !is_image_name(e->d_name)))
+        if (e->d_name[0] == '.')
             continue;
         if ((full = vit_data_internal_join(dir, e->d_name, "")) == NULL) {
             rc = vit_fail(VIT_ENOMEM, "%s: out of memory", dir);
             break;
         }
-        int keep = stat(full, &st) == 0 && (want_dirs ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode));
+        int reg = stat(full, &st) == 0 && S_ISREG(st.st_mode);
+        int keep = want_dirs ? stat(full, &st) == 0 && S_ISDIR(st.st_mode)
+                             : reg && is_image_name(e->d_name);
         free(full);
+        if (!keep && !want_dirs && reg && ignored != NULL)
+            (*ignored)++;
         if (!keep)
             continue;
         if (out->n == cap) {
@@ -326,9 +383,10 @@ static int list_dir(const char *dir, int want_dirs, name_list *out)
 }
 
 /* Lists classes and their files; files[k] belongs to classes.name[k]. */
-static int list_classes(const char *dir, name_list *classes, name_list **files, int *total)
+static int list_classes(const char *dir, name_list *classes, name_list **files, int *total,
+                        int *ignored)
 {
-    int rc = list_dir(dir, 1, classes);
+    int rc = list_dir(dir, 1, classes, NULL);
     *files = NULL;
     *total = 0;
     if (rc)
@@ -347,7 +405,7 @@ static int list_classes(const char *dir, name_list *classes, name_list **files, 
             rc = vit_fail(VIT_ENOMEM, "%s: out of memory", dir);
             break;
         }
-        rc = list_dir(sub, 0, &(*files)[k]);
+        rc = list_dir(sub, 0, &(*files)[k], ignored);
         if (rc == VIT_OK && (*files)[k].n == 0)
             rc = vit_fail(VIT_EFORMAT, "%s: empty class folder (no .png, .jpg or .jpeg files)", sub);
         else if (rc == VIT_OK && (*files)[k].n > INT_MAX - *total)
@@ -368,58 +426,237 @@ static void classes_free(name_list *classes, name_list *files)
     names_free(classes);
 }
 
-/* Reads every image, in class then file order, into ds.  The first image
- * fixes the size; the first one that differs is reported. */
+
+/* The path of class k's file j, malloc'd (NULL when out of memory). */
+static char *file_path(const char *dir, const name_list *classes, const name_list *files, int k,
+                       int j)
+{
+    char *sub = vit_data_internal_join(dir, classes->name[k], "");
+    char *path = sub ? vit_data_internal_join(sub, files[k].name[j], "") : NULL;
+    free(sub);
+    return path;
+}
+
+/* Reads class k's file j into img; *path gets its malloc'd path, or NULL
+ * with VIT_ENOMEM. */
+static int read_class_file(const char *dir, const name_list *classes, const name_list *files,
+                           int k, int j, int over_white, real_image *img, char **path)
+{
+    memset(img, 0, sizeof *img);
+    if ((*path = file_path(dir, classes, files, k, j)) == NULL)
+        return vit_fail(VIT_ENOMEM, "%s: out of memory", dir);
+    return read_image(*path, img, over_white);
+}
+
+/* Whether a failed read may be skipped (and then notes it in *part). */
+static int skip_it(const vit_data_how *how, int rc, vit_data_report *part)
+{
+    if (how == NULL || !how->skip_bad || (rc != VIT_EIO && rc != VIT_EFORMAT))
+        return 0;
+    if (part->skipped < VIT_DATA_REPORT_NAMES)
+        snprintf(part->skipped_why[part->skipped], sizeof part->skipped_why[0], "%s",
+                 vit_last_error());
+    part->skipped++;
+    return 1;
+}
+
+/* The sizes and colours read, into part. */
+static void note_image(vit_data_report *part, const real_image *img)
+{
+    int first = part->gray + part->colour == 0;
+    if (first || img->h < part->min_h)
+        part->min_h = img->h;
+    if (first || img->h > part->max_h)
+        part->max_h = img->h;
+    if (first || img->w < part->min_w)
+        part->min_w = img->w;
+    if (first || img->w > part->max_w)
+        part->max_w = img->w;
+    *(img->c == 1 ? &part->gray : &part->colour) += 1;
+}
+
+/* read_images' answer when a tolerant read meets an image whose size or
+ * channels differ where the fit leaves them to the images: the folder is
+ * then surveyed and read again. */
+#define MIXED 1000
+
+/* Reads every image, in class then file order, into ds.  Strict (how
+ * NULL): the first image fixes the size; the first one that differs is
+ * reported.  Tolerant: each image is fitted to how->fit, whose parts left
+ * 0 take the first image's (MIXED when a later one differs there). */
 static int read_images(const char *dir, const name_list *classes, const name_list *files,
-                       int total, vit_dataset *ds)
+                       int total, const vit_data_how *how, vit_dataset *ds,
+                       vit_data_report *part)
 {
     char *first = NULL;
     int rc = VIT_OK, i = 0;
+    memset(part, 0, sizeof *part);
     for (int k = 0; rc == VIT_OK && k < classes->n; k++) {
-        for (int j = 0; rc == VIT_OK && j < files[k].n; j++, i++) {
+        int had = i;
+        for (int j = 0; rc == VIT_OK && j < files[k].n; j++) {
             real_image img;
-            char *sub = vit_data_internal_join(dir, classes->name[k], "");
-            char *path = sub ? vit_data_internal_join(sub, files[k].name[j], "") : NULL;
-            free(sub);
-            if (path == NULL) {
-                rc = vit_fail(VIT_ENOMEM, "%s: out of memory", dir);
-                break;
+            char *path;
+            rc = read_class_file(dir, classes, files, k, j, how != NULL, &img, &path);
+            if (rc != VIT_OK && skip_it(how, rc, part)) {
+                rc = VIT_OK;
+                free(path);
+                continue;
             }
-            rc = read_image(path, &img);
+            if ((rc == VIT_EIO || rc == VIT_EFORMAT) && how != NULL)
+                how->rep->unreadable = 1;
             if (rc == VIT_OK && first == NULL) {
-                rc = vit_data_internal_alloc(ds, total, img.h, img.w, img.c, dir);
+                int h = how && how->fit.height ? how->fit.height : img.h;
+                int w = how && how->fit.width ? how->fit.width : img.w;
+                int c = how && how->fit.channels ? how->fit.channels : img.c;
+                rc = vit_data_internal_alloc(ds, total, h, w, c, dir);
                 ds->classes = classes->n;
                 first = path;
                 path = NULL;
-            } else if (rc == VIT_OK && (img.h != ds->height || img.w != ds->width ||
-                                        img.c != ds->channels)) {
+            } else if (rc == VIT_OK && how == NULL &&
+                       (img.h != ds->height || img.w != ds->width || img.c != ds->channels)) {
                 rc = vit_fail(VIT_EFORMAT, "%s: %s %dx%d (HxW), but the first image %s is %s %dx%d",
                               path, kind(img.c), img.h, img.w, first, kind(ds->channels),
                               ds->height, ds->width);
+            } else if (rc == VIT_OK && how != NULL &&
+                       ((!how->fit.height && (img.h != ds->height || img.w != ds->width)) ||
+                        (!how->fit.channels && img.c != ds->channels))) {
+                rc = MIXED;
             }
             if (rc == VIT_OK) {
-                size_t n = (size_t)img.h * (size_t)img.w * (size_t)img.c;
+                size_t n = (size_t)ds->height * (size_t)ds->width * (size_t)ds->channels;
                 vit_real *dst = ds->images + (size_t)i * n;
-                memcpy(dst, img.px, n * sizeof *dst);
-                ds->labels[i] = k;
+                note_image(part, &img);
+                if (img.h == ds->height && img.w == ds->width && img.c == ds->channels)
+                    memcpy(dst, img.px, n * sizeof *dst);
+                else
+                    rc = vit_image_fit(img.px, img.h, img.w, img.c, dst, ds->height, ds->width,
+                                       ds->channels);
+                part->resized += img.h != ds->height || img.w != ds->width;
+                part->converted += img.c != ds->channels;
+                ds->labels[i++] = k;
             }
             free(img.px);
             free(path);
         }
+        if (rc == VIT_OK && i == had) {
+            char *sub = vit_data_internal_join(dir, classes->name[k], "");
+            rc = vit_fail(VIT_EFORMAT, "%s: no readable image (all %d skipped: --skip-bad)",
+                          sub ? sub : dir, files[k].n);
+            free(sub);
+        }
     }
+    ds->count = i;
     free(first);
     return rc;
 }
 
-/* vit_data_load_png_dir: the class folder names become ds->class_names. */
-static int load_dir(const char *dir, vit_dataset *ds)
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* The nearest multiple of 8, at least 8. */
+static int round8(double x)
+{
+    int r = (int)floor(x / 8 + 0.5) * 8;
+    return r < 8 ? 8 : r;
+}
+
+/* The rule of vit_data_fit for the parts of how->fit left 0, from every
+ * readable image of the folder (read once more; unreadable ones are left
+ * to the second reading, which skips or refuses them). */
+static int survey(const char *dir, const name_list *classes, const name_list *files, int total,
+                  vit_data_how *how)
+{
+    int *hs = malloc((size_t)total * sizeof *hs + 1), *ws = malloc((size_t)total * sizeof *ws + 1);
+    int n = 0, colour = 0, gray = 0, rc = VIT_OK;
+    if (hs == NULL || ws == NULL)
+        rc = vit_fail(VIT_ENOMEM, "%s: out of memory", dir);
+    for (int k = 0; rc == VIT_OK && k < classes->n; k++)
+        for (int j = 0; rc == VIT_OK && j < files[k].n; j++) {
+            real_image img;
+            char *path;
+            int got = read_class_file(dir, classes, files, k, j, 1, &img, &path);
+            if (path == NULL)
+                rc = got;
+            else if (got == VIT_OK) {
+                hs[n] = img.h;
+                ws[n++] = img.w;
+                *(img.c == 3 ? &colour : &gray) += 1;
+            }
+            free(img.px);
+            free(path);
+        }
+    if (rc == VIT_OK && n > 0) {
+        qsort(hs, (size_t)n, sizeof *hs, cmp_int);
+        qsort(ws, (size_t)n, sizeof *ws, cmp_int);
+        if (!how->fit.height && (hs[0] != hs[n - 1] || ws[0] != ws[n - 1])) {
+            double h = hs[n / 2], w = ws[n / 2], big = h > w ? h : w;
+            if (big > VIT_DATA_FIT_MAX_SIDE) {
+                h = h * VIT_DATA_FIT_MAX_SIDE / big;
+                w = w * VIT_DATA_FIT_MAX_SIDE / big;
+            }
+            how->fit.height = round8(h);
+            how->fit.width = round8(w);
+            how->rep->ruled |= 1;
+        }
+        if (!how->fit.channels && colour && gray) {
+            how->fit.channels = 3;
+            how->rep->ruled |= 2;
+        }
+    }
+    free(hs);
+    free(ws);
+    return rc;
+}
+
+/* part's figures added to rep. */
+static void merge_report(vit_data_report *rep, const vit_data_report *part)
+{
+    if (part->gray + part->colour > 0) {
+        int first = rep->gray + rep->colour == 0;
+        rep->min_h = first || part->min_h < rep->min_h ? part->min_h : rep->min_h;
+        rep->max_h = first || part->max_h > rep->max_h ? part->max_h : rep->max_h;
+        rep->min_w = first || part->min_w < rep->min_w ? part->min_w : rep->min_w;
+        rep->max_w = first || part->max_w > rep->max_w ? part->max_w : rep->max_w;
+    }
+    rep->gray += part->gray;
+    rep->colour += part->colour;
+    rep->resized += part->resized;
+    rep->converted += part->converted;
+    for (int s = 0; s < part->skipped && rep->skipped + s < VIT_DATA_REPORT_NAMES; s++)
+        memcpy(rep->skipped_why[rep->skipped + s], part->skipped_why[s],
+               sizeof rep->skipped_why[0]);
+    rep->skipped += part->skipped;
+}
+
+/* A folder of class folders: strictly (how NULL) or tolerantly; the class
+ * folder names become ds->class_names.  A tolerant read that meets mixed
+ * images surveys the folder for the rule's shape and reads it again. */
+static int load_dir(const char *dir, const vit_data_how *how, vit_dataset *ds)
 {
     name_list classes = {NULL, 0}, *files = NULL;
-    int total = 0;
-    int rc = list_classes(dir, &classes, &files, &total);
+    vit_data_report part;
+    vit_data_how again;
+    int total = 0, ignored = 0;
+    int rc = list_classes(dir, &classes, &files, &total, &ignored);
     if (rc == VIT_OK)
-        rc = read_images(dir, &classes, files, total, ds);
+        rc = read_images(dir, &classes, files, total, how, ds, &part);
+    if (rc == MIXED) {
+        vit_dataset_free(ds);
+        again = *how;
+        rc = survey(dir, &classes, files, total, &again);
+        if (rc == VIT_OK)
+            rc = read_images(dir, &classes, files, total, &again, ds, &part);
+        if (rc == MIXED) /* cannot happen: every part of the fit is set */
+            rc = vit_fail(VIT_EFORMAT, "%s: images differ in size or channels", dir);
+    }
     if (rc == VIT_OK) {
+        if (how != NULL) {
+            merge_report(how->rep, &part);
+            how->rep->ignored += ignored;
+        }
         ds->class_names = classes.name; /* ds->classes == classes.n of them */
         for (int k = 0; k < classes.n; k++)
             names_free(&files[k]);
@@ -438,19 +675,32 @@ int vit_data_load_png_dir(const char *dir, vit_dataset *ds)
     if ((rc = vit_check_ptr(fn, "dir", dir)) || (rc = vit_check_ptr(fn, "ds", ds)))
         return rc;
     memset(ds, 0, sizeof *ds);
-    return load_dir(dir, ds);
+    return load_dir(dir, NULL, ds);
+}
+
+int vit_data_internal_png_dir(const char *dir, const vit_data_how *how, vit_dataset *ds)
+{
+    memset(ds, 0, sizeof *ds);
+    return load_dir(dir, how, ds);
 }
 
 /* The train/ and test/ halves of a PNG data set: both must have the same
- * class folders (names, hence label meaning), image size and channels. */
+ * class folders (names, hence label meaning); strictly, the same image
+ * size and channels too; tolerantly, the test half is fitted to the
+ * training half's shape. */
 int vit_data_internal_png_pair(const char *train_dir, const char *test_dir,
-                               vit_dataset *train, vit_dataset *test)
+                               const vit_data_how *how, vit_dataset *train, vit_dataset *test)
 {
     memset(train, 0, sizeof *train);
     memset(test, 0, sizeof *test);
-    int rc = load_dir(train_dir, train);
-    if (rc == VIT_OK)
-        rc = load_dir(test_dir, test);
+    int rc = load_dir(train_dir, how, train);
+    if (rc == VIT_OK && how != NULL) {
+        vit_data_how te = *how;
+        te.fit = (vit_data_fit){train->height, train->width, train->channels};
+        rc = load_dir(test_dir, &te, test);
+    } else if (rc == VIT_OK) {
+        rc = load_dir(test_dir, NULL, test);
+    }
     if (rc == VIT_OK && train->classes != test->classes)
         rc = vit_fail(VIT_EFORMAT, "%s: %d class folders, but %s has %d", test_dir, test->classes,
                       train_dir, train->classes);

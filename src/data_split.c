@@ -185,9 +185,10 @@ static int split_loaded(const char *spec, vit_dataset *all, const vit_data_split
     return rc;
 }
 
-int vit_data_load_split(const char *spec, const char *digits_path, const vit_data_split *split,
-                        vit_dataset *train, vit_dataset *test, vit_data_split *used,
-                        int *val_count)
+/* vit_data_load_split, strictly (how NULL) or as vit_data_load_opts. */
+static int load_split(const char *spec, const char *digits_path, const vit_data_split *split,
+                      const vit_data_how *how, vit_dataset *train, vit_dataset *test,
+                      vit_data_split *used, int *val_count)
 {
     vit_data_split s = {0, 0, 0};
     int flat = 0, tail = 0, rc;
@@ -199,7 +200,7 @@ int vit_data_load_split(const char *spec, const char *digits_path, const vit_dat
         *val_count = 0;
     if ((rc = check_fractions(spec ? spec : "vit_data_load_split", &s)))
         return rc;
-    if ((rc = vit_data_internal_load(spec, digits_path, train, test, &flat)))
+    if ((rc = vit_data_internal_load(spec, digits_path, how, train, test, &flat)))
         return rc;
     if (!flat && s.test > 0) {
         vit_dataset_free(train);
@@ -226,5 +227,42 @@ int vit_data_load_split(const char *spec, const char *digits_path, const vit_dat
         *used = s;
     if (val_count != NULL)
         *val_count = tail;
+    return VIT_OK;
+}
+
+int vit_data_load_split(const char *spec, const char *digits_path, const vit_data_split *split,
+                        vit_dataset *train, vit_dataset *test, vit_data_split *used,
+                        int *val_count)
+{
+    return load_split(spec, digits_path, split, NULL, train, test, used, val_count);
+}
+
+int vit_data_load_opts(const char *spec, const char *digits_path, const vit_data_opts *opts,
+                       vit_dataset *train, vit_dataset *test, int *val_count,
+                       vit_data_report *report)
+{
+    static const char *fn = "vit_data_load_opts";
+    vit_data_opts o;
+    vit_data_report rep;
+    int rc;
+    memset(&o, 0, sizeof o);
+    memset(&rep, 0, sizeof rep);
+    if (opts != NULL)
+        o = *opts;
+    if (report != NULL)
+        memset(report, 0, sizeof *report);
+    if (val_count != NULL)
+        *val_count = 0;
+    if ((rc = vit_data_internal_check_fit(fn, &o.fit)))
+        return rc;
+    vit_data_how how = {o.fit, o.skip_bad, &rep};
+    if ((rc = load_split(spec, digits_path, &o.split, &how, train, test, &rep.split, val_count))) {
+        if (report != NULL)
+            report->unreadable = rep.unreadable;
+        return rc;
+    }
+    rep.fit = (vit_data_fit){train->height, train->width, train->channels};
+    if (report != NULL)
+        *report = rep;
     return VIT_OK;
 }

@@ -122,7 +122,9 @@ void vit_config_take_arch(vit_config *dst, const vit_config *src)
 #define TAKE(f) dst->f = src->f;
     TAKE(patch) TAKE(dim) TAKE(depth) TAKE(heads) TAKE(mlp) TAKE(pool) TAKE(patch_stride)
     TAKE(patch_pad) TAKE(lsa) TAKE(stem) TAKE(stem2) TAKE(local_conv) TAKE(ln_eps)
+    TAKE(arch) TAKE(arch_cfg) /* another architecture's keys live there */
 #undef TAKE
+    memcpy(dst->arch_given, src->arch_given, sizeof dst->arch_given);
 }
 
 static int same_arch(const vit_config *a, const vit_config *b)
@@ -169,6 +171,10 @@ int vit_model_adapt(const vit_model *src, const vit_config *target, const vit_ad
         return vit_fail(VIT_EINVAL, "vit_model_adapt: %s is NULL",
                         !src ? "src" : !target ? "target" : !o ? "o" : !rng ? "rng" : "out");
     const vit_config *sc = vit_model_config(src);
+    if (vit_model_arch(src) != vit_arch_vit())
+        return vit_fail(VIT_EINVAL, "vit_model_adapt: the source is a %s model; only the ViT's "
+                        "weights are adapted (position embeddings, patch embedding, head)",
+                        vit_model_arch(src)->name);
     if (!same_arch(target, sc))
         return vit_fail(VIT_EINVAL, "vit_model_adapt: the target's architecture (dim, depth, "
                         "heads, mlp, patch, ...) is not the source's (vit_config_take_arch)");

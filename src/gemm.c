@@ -43,6 +43,11 @@ static atomic_uint generation = 1;
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 static atomic_int policy_set_by_call;
 
+/* A VIT_GEMM the library cannot take: the GEMM cannot report an error and
+ * the library prints nothing, so the value is kept for vit_gemm_env_check,
+ * which a program calls before its work (every tool does) to refuse it. */
+static const char *env_bad;
+
 static void read_env(void)
 {
     const char *v = getenv("VIT_GEMM");
@@ -55,10 +60,16 @@ static void read_env(void)
     else if (strcmp(v, "xsmm") == 0 && USE_XSMM)
         atomic_store(&policy, VIT_GEMM_XSMM);
     else
-        /* The GEMM cannot report an error; one line says the setting was
-         * not taken rather than ignoring it silently. */
-        fprintf(stderr, "vit: VIT_GEMM=%s is not %s; using auto\n", v,
-                USE_XSMM ? "auto, blas or xsmm" : "auto or blas (built without libxsmm)");
+        env_bad = v;
+}
+
+int vit_gemm_env_check(void)
+{
+    pthread_once(&env_once, read_env);
+    if (!env_bad)
+        return VIT_OK;
+    return vit_fail(VIT_EINVAL, "VIT_GEMM=%s: expected %s", env_bad,
+                    USE_XSMM ? "auto, blas or xsmm" : "auto or blas (built without libxsmm)");
 }
 
 int vit_gemm_have_xsmm(void)

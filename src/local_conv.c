@@ -4,6 +4,8 @@
  */
 #include "vit/local_conv.h"
 
+#include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "error.h"
@@ -172,10 +174,16 @@ vit_tensor *vit_op_local_conv(vit_tape *t, vit_tensor *x, vit_tensor *w, vit_ten
     vit_tensor *in[3] = {x, w, bias};
     if (!vit_tape_begin(t, local_def.name, 2, in))
         return NULL;
-    if (GH < 1 || GW < 1 || x->ndim != 3 || (size_t)x->shape[1] != 1 + (size_t)GH * GW
-        || w->size != (size_t)9 * x->shape[2] || (bias && bias->size != (size_t)x->shape[2]))
-        return vit_tape_error(t, vit_fail(VIT_EINVAL,
-            "vit_op_local_conv: x must be [B, 1 + %d*%d, C], w [9, C] and bias [C]", GH, GW));
+    const char *fn = local_def.name;
+    if (GH < 1 || GW < 1 || (long long)GH * GW >= INT_MAX)
+        return vit_tape_error(t, vit_fail(VIT_EINVAL, "%s: grid %d x %d is not a grid", fn, GH,
+                                          GW));
+    char layout[64];
+    snprintf(layout, sizeof layout, "[B, 1 + %d*%d, C]", GH, GW);
+    if (vit_tape_check_shape(t, fn, "x", x, layout, 3, (int[]){-1, 1 + GH * GW, -1})
+        || vit_tape_check_shape(t, fn, "w", w, "[9, C]", 2, (int[]){9, x->shape[2]})
+        || (bias && vit_tape_check_shape(t, fn, "bias", bias, "[C]", 1, &x->shape[2])))
+        return NULL;
     vit_tensor *y = vit_tape_output(t, 3, x->shape, vit_tape_wants_grad(t, 3, in));
     if (!y)
         return NULL;

@@ -325,3 +325,37 @@ void vit_metrics_drop_final(const char *dir)
     snprintf(path, sizeof path, "%s/final.csv", dir);
     unlink(path);
 }
+
+/* ---- the run's clock ---------------------------------------------------- */
+
+int vit_run_clock_write(const char *dir, unsigned long long step, double seconds)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/clock.txt", dir);
+    FILE *f;
+    char *tmp;
+    int rc = vit_atomic_open(path, &f, &tmp);
+    if (rc)
+        return rc;
+    fprintf(f, "step %llu seconds %.3f\n", step, seconds);
+    return vit_atomic_close(f, tmp, path, ferror(f) ? vit_fail(VIT_EIO, "%s: write error", path)
+                                                    : VIT_OK);
+}
+
+void vit_run_clock_read(const char *from, unsigned long long step, double *seconds)
+{
+    char path[4200];
+    const char *slash = from ? strrchr(from, '/') : NULL;
+    if (slash)
+        snprintf(path, sizeof path, "%.*s/clock.txt", (int)(slash - from), from);
+    else
+        snprintf(path, sizeof path, "clock.txt");
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    unsigned long long s;
+    double t;
+    if (fscanf(f, "step %llu seconds %lf", &s, &t) == 2 && s == step && isfinite(t) && t >= 0)
+        *seconds = t;
+    fclose(f);
+}

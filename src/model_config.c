@@ -4,6 +4,7 @@
  * formatting and flag overrides cannot drift apart.
  */
 #include "vit/model.h"
+#include "arch_internal.h"
 #include "config_internal.h"
 
 #include <ctype.h>
@@ -18,7 +19,7 @@
 #include "vit/bf16.h"
 #include "vit/embeddings.h"
 
-enum kind { K_INT, K_DOUBLE, K_U64, K_POOL, K_TTA, K_PRECISION };
+enum kind { K_INT, K_DOUBLE, K_U64, K_TTA, K_PRECISION };
 
 typedef struct field {
     const char *key;
@@ -35,23 +36,6 @@ static const field fields[] = {
     F(image_width, K_INT, 1, 4096, "image width in pixels (from the data)"),
     F(channels, K_INT, 1, 4, "image channels (from the data)"),
     F(classes, K_INT, 2, 100000, "number of classes (from the data)"),
-    F(patch, K_INT, 1, 4096, "patch side in pixels"),
-    F(dim, K_INT, 1, 65536, "token width"),
-    F(depth, K_INT, 1, 1024, "number of transformer blocks"),
-    F(heads, K_INT, 1, 4096, "attention heads (divides dim)"),
-    F(mlp, K_INT, 1, 1 << 20, "MLP hidden width"),
-    F(pool, K_POOL, 0, 1, "cls or mean: what the head reads"),
-    F(patch_stride, K_INT, 0, 4096, "patch stride in pixels (0: the patch side, no overlap)"),
-    F(patch_pad, K_INT, 0, 4095, "zero padding around the image for overlapping patches"),
-    F(lsa, K_INT, 0, 1,
-      "1: locality self-attention (no token attends itself; learnable per-head scale)"),
-    F(stem, K_INT, 0, 4096, "channels of a 3x3 convolution + GELU before the patches "
-      "(0: patches of the image itself)"),
-    F(stem2, K_INT, 0, 4096, "channels of a second stem convolution, 4x4 at stride 2 + GELU: the "
-      "patches are cut from its half-size map (0: none; needs stem)"),
-    F(local_conv, K_INT, 0, 1, "1: each block starts by adding to the patch tokens a 3x3 "
-      "depthwise convolution of them over their grid (0: none)"),
-    F(ln_eps, K_DOUBLE, 1e-12, 1, "the layer norms' epsilon (1e-5; 1e-6 for timm's ViTs)"),
     F(epochs, K_INT, 1, 1000000, "training epochs"),
     F(batch, K_INT, 1, 1 << 20, "minibatch size"),
     F(lr, K_DOUBLE, 1e-12, 10, "peak learning rate"),
@@ -79,6 +63,20 @@ static const field fields[] = {
       "(both on: one of them per batch, each with probability 0.5)"),
     F(drop_path, K_DOUBLE, 0, 0.99, "stochastic depth: residual branches dropped per image, at "
       "this rate in the last block, linearly less in earlier ones (0: off)"),
+    F(brightness, K_DOUBLE, 0, 1, "colour jitter: brightness factor uniform in [1-v, 1+v] "
+      "multiplying the image (0: off)"),
+    F(contrast, K_DOUBLE, 0, 1, "colour jitter: blend with the image's mean gray by a factor "
+      "in [1-v, 1+v] (0: off)"),
+    F(saturation, K_DOUBLE, 0, 1, "colour jitter: blend with each pixel's gray by a factor "
+      "in [1-v, 1+v] (0: off; 3 channels)"),
+    F(hue, K_DOUBLE, 0, 0.5, "colour jitter: the YIQ chroma turned by up to +-v of a full "
+      "turn (0: off; 3 channels)"),
+    F(grayscale, K_DOUBLE, 0, 1, "probability that an image is made gray (BT.601 luma in "
+      "every channel; 0: off; 3 channels)"),
+    F(channel_perm, K_INT, 0, 1, "1: the 3 channels in a random order of the six (for data "
+      "whose colour carries no class)"),
+    F(invert, K_INT, 0, 1, "1: x -> 1 - x with probability 0.5 (for data whose colour carries "
+      "no class)"),
     F(seed, K_U64, 0, 0, "random seed"),
     F(tta, K_TTA, 0, 3, "test-time augmentation: none, shift9 (image and 8 one-pixel "
       "shifts), shift9flip (those 9 and their 9 mirror images: for models trained with flip), "
@@ -91,6 +89,11 @@ static const field fields[] = {
       "float32 sums; fp32 where the CPU lacks it) or auto"),
 };
 #define NFIELDS (int)(sizeof fields / sizeof fields[0])
+/* The shared keys written before the architecture's (the data's shape). */
+#define NDATA 4
+/* given[] of "arch" itself. */
+#define GIVEN_ARCH (VIT_CONFIG_KEYS_MAX - 1)
+_Static_assert(NFIELDS < GIVEN_ARCH, "VIT_CONFIG_KEYS_MAX too small for the shared keys");
 
 void vit_config_default(vit_config *c)
 {
@@ -142,7 +145,7 @@ void vit_config_legacy_default(vit_config *c)
 /* The shortest of %.15g, %.16g and %.17g that reads back as the same
  * double: 0.05 stays "0.05" (not 0.050000000000000003), yet every value
  * survives text bitwise (%.17g always does). */
-static const char *fmt_double(double v, char out[32])
+const char *vit_fmt_double(double v, char out[32])
 {
     for (int prec = 15; prec < 17; prec++) {
         snprintf(out, 32, "%.*g", prec, v);
@@ -153,6 +156,8 @@ static const char *fmt_double(double v, char out[32])
     return out;
 }
 
+static int set_field(vit_config *c, const field *f, const char *key, const char *value);
+
 static const field *find_field(const char *key)
 {
     for (int i = 0; i < NFIELDS; i++)
@@ -161,25 +166,79 @@ static const field *find_field(const char *key)
     return NULL;
 }
 
+int vit_config_shared_key(const char *key)
+{
+    const field *f = key ? find_field(key) : NULL;
+    return f ? (int)(f - fields) : -1;
+}
+
+/* The architecture whose key key is, other than cfg's, for a message. */
+static const vit_arch *other_arch_with(const vit_config *c, const char *key)
+{
+    for (int i = 0; i < vit_arch_count(); i++) {
+        const vit_arch *a = vit_arch_at(i);
+        if (a != vit_config_arch(c) && vit_arch_key_find(a, key) >= 0)
+            return a;
+    }
+    return NULL;
+}
+
+static int set_arch_key(vit_config *c, const char *key, const char *value)
+{
+    const vit_arch *a = vit_config_arch(c);
+    int k = vit_arch_key_find(a, key);
+    if (k < 0) {
+        const vit_arch *o = other_arch_with(c, key);
+        if (o)
+            return vit_fail(VIT_EINVAL, "%s: a key of architecture %s, not of %s (set arch = %s "
+                            "first)", key, o->name, a->name, o->name);
+        return vit_fail(VIT_EINVAL, "unknown config key '%s'", key);
+    }
+    TRY(vit_arch_key_set(&a->keys[k], vit_config_arch_data_mut(c), value));
+    c->arch_given[k] = 1;
+    return VIT_OK;
+}
+
+static int set_arch_name(vit_config *c, const char *value)
+{
+    const vit_arch *a = vit_arch_find(value);
+    if (!a) {
+        char list[256] = "";
+        size_t len = 0;
+        for (int i = 0; i < vit_arch_count() && len < sizeof list; i++)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "",
+                                    vit_arch_at(i)->name);
+        return vit_fail(VIT_EINVAL, "arch: unknown architecture '%s' (known: %s)", value, list);
+    }
+    /* The same architecture again keeps its keys (a flag repeating the
+     * file's choice must not reset what the file set). */
+    if (a != vit_config_arch(c))
+        TRY(vit_config_set_arch(c, a));
+    c->given[GIVEN_ARCH] = 1;
+    return VIT_OK;
+}
+
 int vit_config_set(vit_config *c, const char *key, const char *value)
 {
     if (!c || !key || !value)
         return vit_fail(VIT_EINVAL, "vit_config_set: NULL argument");
+    if (strcmp(key, "arch") == 0)
+        return set_arch_name(c, value);
     const field *f = find_field(key);
     if (!f)
-        return vit_fail(VIT_EINVAL, "unknown config key '%s'", key);
+        return set_arch_key(c, key, value);
+    int rc = set_field(c, f, key, value);
+    if (rc == VIT_OK)
+        c->given[f - fields] = 1;
+    return rc;
+}
+
+static int set_field(vit_config *c, const field *f, const char *key, const char *value)
+{
     void *dst = (char *)c + f->offset;
     char *end = NULL;
     errno = 0;
     switch (f->kind) {
-    case K_POOL:
-        if (strcmp(value, "cls") == 0)
-            *(int *)dst = VIT_POOL_CLS;
-        else if (strcmp(value, "mean") == 0)
-            *(int *)dst = VIT_POOL_MEAN;
-        else
-            return vit_fail(VIT_EINVAL, "%s: expected cls or mean, got '%s'", key, value);
-        return VIT_OK;
     case K_TTA:
         if (strcmp(value, "none") == 0)
             *(int *)dst = VIT_TTA_NONE;
@@ -212,25 +271,11 @@ int vit_config_set(vit_config *c, const char *key, const char *value)
         *(unsigned long long *)dst = v;
         return VIT_OK;
     }
-    case K_INT: {
-        long v = strtol(value, &end, 10);
-        if (end == value || *end || errno)
-            return vit_fail(VIT_EINVAL, "%s: expected an integer, got '%s'", key, value);
-        if (v < f->lo || v > f->hi)
-            return vit_fail(VIT_EINVAL, "%s: %ld is out of range [%.0f, %.0f]", key, v, f->lo, f->hi);
-        *(int *)dst = (int)v;
-        return VIT_OK;
-    }
-    case K_DOUBLE: {
-        double v = strtod(value, &end);
-        char t[3][32];
-        if (end == value || *end || errno || !isfinite(v))
-            return vit_fail(VIT_EINVAL, "%s: expected a number, got '%s'", key, value);
-        if (v < f->lo || v > f->hi)
-            return vit_fail(VIT_EINVAL, "%s: %s is out of range [%s, %s]", key, fmt_double(v, t[0]),
-                            fmt_double(f->lo, t[1]), fmt_double(f->hi, t[2]));
-        *(double *)dst = v;
-        return VIT_OK;
+    case K_INT:
+    case K_DOUBLE: { /* as an architecture's key of the same type (arch.c) */
+        const vit_arch_key k = {key, f->kind == K_INT ? VIT_KEY_INT : VIT_KEY_REAL, f->offset,
+                                f->lo, f->hi, NULL, NULL, NULL};
+        return vit_arch_key_set(&k, c, value);
     }
     }
     return VIT_EINVAL;
@@ -246,6 +291,19 @@ static char *trim(char *s)
     return s;
 }
 
+/* The slot of key in a parse's first[] (which line set it): the shared
+ * keys, then the architecture's, then "arch"; -1 for an unknown key. */
+static int key_slot(const vit_config *c, const char *key)
+{
+    if (strcmp(key, "arch") == 0)
+        return NFIELDS + VIT_ARCH_KEYS_MAX;
+    const field *f = find_field(key);
+    if (f)
+        return (int)(f - fields);
+    int k = vit_arch_key_find(vit_config_arch(c), key);
+    return k < 0 ? -1 : NFIELDS + k;
+}
+
 int vit_config_parse(vit_config *c, const char *text, const char *origin)
 {
     if (!c || !text)
@@ -254,41 +312,46 @@ int vit_config_parse(vit_config *c, const char *text, const char *origin)
         origin = "config";
     /* The line each key was set on (0: not yet), so that a key given twice
      * is refused: the later line would silently win, hiding the earlier one
-     * from whoever reads the file top-down. */
-    int first[NFIELDS] = {0};
-    int line = 0;
-    const char *p = text;
-    while (*p) {
-        line++;
-        const char *nl = strchr(p, '\n');
-        size_t len = nl ? (size_t)(nl - p) : strlen(p);
-        char buf[512];
-        if (len >= sizeof buf)
-            return vit_fail(VIT_EFORMAT, "%s:%d: line too long", origin, line);
-        memcpy(buf, p, len);
-        buf[len] = 0;
-        p += len + (nl ? 1 : 0);
-        char *hash = strchr(buf, '#');
-        if (hash)
-            *hash = 0;
-        char *s = trim(buf);
-        if (!*s)
-            continue;
-        char *eq = strchr(s, '=');
-        if (!eq)
-            return vit_fail(VIT_EFORMAT, "%s:%d: expected 'key = value'", origin, line);
-        *eq = 0;
-        char *key = trim(s), *val = trim(eq + 1);
-        const field *f = find_field(key);
-        if (f && first[f - fields])
-            return vit_fail(VIT_EFORMAT, "%s:%d: %s is set twice (first on line %d)", origin, line,
-                            key, first[f - fields]);
-        if (vit_config_set(c, key, val) != VIT_OK) {
-            char msg[400];
-            snprintf(msg, sizeof msg, "%s", vit_last_error());
-            return vit_fail(VIT_EFORMAT, "%s:%d: %s", origin, line, msg);
+     * from whoever reads the file top-down.  Two passes: `arch` first,
+     * wherever it stands, since it decides which keys the others are. */
+    int first[NFIELDS + VIT_ARCH_KEYS_MAX + 1] = {0};
+    for (int pass = 0; pass < 2; pass++) {
+        int line = 0;
+        const char *p = text;
+        while (*p) {
+            line++;
+            const char *nl = strchr(p, '\n');
+            size_t len = nl ? (size_t)(nl - p) : strlen(p);
+            char buf[512];
+            if (len >= sizeof buf)
+                return vit_fail(VIT_EFORMAT, "%s:%d: line too long", origin, line);
+            memcpy(buf, p, len);
+            buf[len] = 0;
+            p += len + (nl ? 1 : 0);
+            char *hash = strchr(buf, '#');
+            if (hash)
+                *hash = 0;
+            char *s = trim(buf);
+            if (!*s)
+                continue;
+            char *eq = strchr(s, '=');
+            if (!eq)
+                return vit_fail(VIT_EFORMAT, "%s:%d: expected 'key = value'", origin, line);
+            *eq = 0;
+            char *key = trim(s), *val = trim(eq + 1);
+            if ((strcmp(key, "arch") == 0) != (pass == 0))
+                continue;
+            int slot = key_slot(c, key);
+            if (slot >= 0 && first[slot])
+                return vit_fail(VIT_EFORMAT, "%s:%d: %s is set twice (first on line %d)", origin,
+                                line, key, first[slot]);
+            if (vit_config_set(c, key, val) != VIT_OK) {
+                char msg[400];
+                snprintf(msg, sizeof msg, "%s", vit_last_error());
+                return vit_fail(VIT_EFORMAT, "%s:%d: %s", origin, line, msg);
+            }
+            first[slot] = line; /* known: vit_config_set refuses unknown keys */
         }
-        first[f - fields] = line; /* f is known: vit_config_set refuses unknown keys */
     }
     return VIT_OK;
 }
@@ -314,30 +377,46 @@ int vit_config_load(vit_config *c, const char *path)
     return vit_config_parse(c, text, path);
 }
 
+/* Shared field i as "key = value\n" into out[room]: snprintf's count. */
+static int format_field(const vit_config *c, const field *f, char *out, size_t room)
+{
+    const void *src = (const char *)c + f->offset;
+    char t[32];
+    switch (f->kind) {
+    case K_INT: return snprintf(out, room, "%s = %d\n", f->key, *(const int *)src);
+    case K_U64: return snprintf(out, room, "%s = %llu\n", f->key, *(const unsigned long long *)src);
+    case K_DOUBLE:
+        return snprintf(out, room, "%s = %s\n", f->key, vit_fmt_double(*(const double *)src, t));
+    case K_TTA: return snprintf(out, room, "%s = %s\n", f->key, vit_tta_name(*(const int *)src));
+    case K_PRECISION:
+        return snprintf(out, room, "%s = %s\n", f->key, vit_precision_name(*(const int *)src));
+    }
+    return -1;
+}
+
+/* The data's shape, then `arch` (not for the ViT, whose text is as it was
+ * before the seam) and the architecture's keys, then the recipe. */
 int vit_config_format(const vit_config *c, char *buf, size_t cap)
 {
     if (!c || !buf)
         return vit_fail(VIT_EINVAL, "vit_config_format: NULL argument");
+    const vit_arch *a = vit_config_arch(c);
+    const void *base = vit_config_arch_data(c);
     size_t len = 0;
-    for (int i = 0; i < NFIELDS; i++) {
-        const field *f = &fields[i];
-        const void *src = (const char *)c + f->offset;
-        int n = 0;
-        char t[32];
+    int nlines = NFIELDS + a->nkeys + 1;
+    for (int i = 0; i < nlines; i++) {
         size_t room = len < cap ? cap - len : 0;
-        switch (f->kind) {
-        case K_INT: n = snprintf(buf + len, room, "%s = %d\n", f->key, *(const int *)src); break;
-        case K_U64: n = snprintf(buf + len, room, "%s = %llu\n", f->key, *(const unsigned long long *)src); break;
-        case K_DOUBLE:
-            n = snprintf(buf + len, room, "%s = %s\n", f->key, fmt_double(*(const double *)src, t));
-            break;
-        case K_POOL: n = snprintf(buf + len, room, "%s = %s\n", f->key,
-                                  *(const int *)src == VIT_POOL_MEAN ? "mean" : "cls"); break;
-        case K_TTA: n = snprintf(buf + len, room, "%s = %s\n", f->key,
-                                 vit_tta_name(*(const int *)src)); break;
-        case K_PRECISION: n = snprintf(buf + len, room, "%s = %s\n", f->key,
-                                       vit_precision_name(*(const int *)src)); break;
-        }
+        int n, j = i - NDATA; /* 0: arch, 1 .. nkeys: its keys, then the recipe */
+        if (i < NDATA)
+            n = format_field(c, &fields[i], buf + len, room);
+        else if (j == 0 && a == vit_arch_vit())
+            continue;
+        else if (j == 0)
+            n = snprintf(buf + len, room, "arch = %s\n", a->name);
+        else if (j <= a->nkeys)
+            n = vit_arch_key_format(&a->keys[j - 1], base, buf + len, room);
+        else
+            n = format_field(c, &fields[i - a->nkeys - 1], buf + len, room);
         if (n < 0 || (size_t)n >= room)
             return vit_fail(VIT_EINVAL, "vit_config_format: buffer of %zu bytes too small", cap);
         len += (size_t)n;
@@ -357,58 +436,73 @@ int vit_config_check(const vit_config *c)
         if (v < f->lo || v > f->hi)
             return vit_fail(VIT_EINVAL, "%s: %d is out of range [%.0f, %.0f]", f->key, v, f->lo, f->hi);
     }
-    if (c->stem2 > 0 && c->stem == 0)
-        return vit_fail(VIT_EINVAL, "stem2: %d channels of a second stem convolution need a "
-                        "first (stem > 0)", c->stem2);
-    if (c->stem2 > 0 && (c->image_height % 2 || c->image_width % 2))
-        return vit_fail(VIT_EINVAL, "stem2: its stride 2 halves the %dx%d feature map, which "
-                        "needs an even height and width", c->image_height, c->image_width);
-    vit_patch_shape ps = vit_config_patch_shape(c);
-    if ((c->patch_stride == 0 || c->patch_stride == c->patch) && c->patch_pad == 0) {
-        if (ps.height % c->patch || ps.width % c->patch)
-            return vit_fail(VIT_EINVAL, "patch: %d does not divide the %dx%d %s", c->patch,
-                            ps.height, ps.width, c->stem2 > 0 ? "feature map (stem2 halves the "
-                            "image)" : "image");
-    } else {
-        if (vit_patch_count(&ps) == 0) {
-            char msg[320];
-            snprintf(msg, sizeof msg, "%s", vit_last_error());
-            return vit_fail(VIT_EINVAL, "patch, patch_stride, patch_pad: %s", msg);
-        }
-    }
-    if (c->dim % c->heads)
-        return vit_fail(VIT_EINVAL, "heads: %d does not divide dim %d", c->heads, c->dim);
+    const vit_arch *a = vit_config_arch(c);
+    TRY(vit_arch_keys_check(a, vit_config_arch_data(c)));
+    if (a->check)
+        TRY(a->check(c));
     if (!(c->ema >= 0 && c->ema < 1)) {
         char t[32];
-        return vit_fail(VIT_EINVAL, "ema: %s is out of range [0, 1)", fmt_double(c->ema, t));
+        return vit_fail(VIT_EINVAL, "ema: %s is out of range [0, 1)", vit_fmt_double(c->ema, t));
     }
     /* The augmentation rates (a config filled in by code, not text). */
     const struct { const char *key; double v, hi; int open; } rate[] = {
         {"drop_path", c->drop_path, 1, 1}, {"erase", c->erase, 1, 0}, {"mixup", c->mixup, 100, 0},
-        {"cutmix", c->cutmix, 100, 0},     {"mix_prob", c->mix_prob, 1, 0}};
+        {"cutmix", c->cutmix, 100, 0},     {"mix_prob", c->mix_prob, 1, 0},
+        {"brightness", c->brightness, 1, 0}, {"contrast", c->contrast, 1, 0},
+        {"saturation", c->saturation, 1, 0}, {"hue", c->hue, 0.5, 0},
+        {"grayscale", c->grayscale, 1, 0}};
     for (size_t i = 0; i < sizeof rate / sizeof rate[0]; i++)
         if (!(rate[i].v >= 0 && (rate[i].open ? rate[i].v < rate[i].hi : rate[i].v <= rate[i].hi))) {
             char t[2][32];
             return vit_fail(VIT_EINVAL, "%s: %s is out of range [0, %s%c", rate[i].key,
-                            fmt_double(rate[i].v, t[0]), fmt_double(rate[i].hi, t[1]),
+                            vit_fmt_double(rate[i].v, t[0]), vit_fmt_double(rate[i].hi, t[1]),
                             rate[i].open ? ')' : ']');
         }
+    const char *colour = c->saturation > 0 ? "saturation" : c->hue > 0 ? "hue"
+                       : c->grayscale > 0 ? "grayscale" : c->channel_perm ? "channel_perm" : NULL;
+    if (colour && c->channels != 3)
+        return vit_fail(VIT_EINVAL, "%s: needs colour images of 3 channels; these have %d",
+                        colour, c->channels);
     if (c->min_lr > c->lr) {
         char t[2][32];
-        return vit_fail(VIT_EINVAL, "min_lr: %s exceeds lr %s", fmt_double(c->min_lr, t[0]),
-                        fmt_double(c->lr, t[1]));
+        return vit_fail(VIT_EINVAL, "min_lr: %s exceeds lr %s", vit_fmt_double(c->min_lr, t[0]),
+                        vit_fmt_double(c->lr, t[1]));
     }
     return VIT_OK;
 }
 
-/* The help text of each key, for tools that list them. */
+/* The help text of each key, for tools that list them: the shared keys
+ * and the ViT's, in the order of the ViT's config text. */
 const char *vit_config_key_help(int i, const char **key)
 {
-    if (i < 0 || i >= NFIELDS)
+    const vit_arch *v = vit_arch_vit();
+    if (i < 0 || i >= NFIELDS + v->nkeys)
         return NULL;
+    if (i >= NDATA && i < NDATA + v->nkeys) {
+        if (key)
+            *key = v->keys[i - NDATA].key;
+        return v->keys[i - NDATA].help;
+    }
+    const field *f = &fields[i < NDATA ? i : i - v->nkeys];
     if (key)
-        *key = fields[i].key;
-    return fields[i].help;
+        *key = f->key;
+    return f->help;
+}
+
+int vit_config_given(const vit_config *c, const char *key)
+{
+    if (!c || !key)
+        return vit_fail(VIT_EINVAL, "vit_config_given: %s is NULL", !c ? "cfg" : "key");
+    if (strcmp(key, "arch") == 0)
+        return c->given[GIVEN_ARCH];
+    const field *f = find_field(key);
+    if (f)
+        return c->given[f - fields];
+    int k = vit_arch_key_find(vit_config_arch(c), key);
+    if (k < 0)
+        return vit_fail(VIT_EINVAL, "vit_config_given: '%s' is not a key of architecture %s", key,
+                        vit_config_arch(c)->name);
+    return c->arch_given[k];
 }
 
 /* ---- a patch for the data's images --------------------------------------- */

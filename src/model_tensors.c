@@ -179,6 +179,16 @@ size_t vit_config_param_count(const vit_config *cfg)
 {
     if (vit_config_check(cfg) != VIT_OK)
         return 0;
+    const vit_arch *a = vit_config_arch(cfg);
+    if (a != vit_arch_vit()) { /* what its build adds, without buffers */
+        vit_params *p = vit_params_new();
+        void *state = NULL;
+        size_t n = p && a->build(cfg, p, &state) == VIT_OK ? vit_params_count(p) : 0;
+        if (a->release)
+            a->release(state);
+        vit_params_free(p);
+        return n;
+    }
     size_t n = 0;
     vit_mt t = {.pos = 0};
     while (vit_mt_next(cfg, &t))
@@ -193,6 +203,17 @@ size_t vit_config_macs(const vit_config *cfg)
 {
     if (vit_config_check(cfg) != VIT_OK)
         return 0;
+    const vit_arch *a = vit_config_arch(cfg);
+    if (a != vit_arch_vit()) {
+        vit_arch_info info = {0};
+        a->describe(cfg, &info);
+        return info.macs;
+    }
+    return vit_mt_macs(cfg);
+}
+
+size_t vit_mt_macs(const vit_config *cfg)
+{
     const size_t T = (size_t)vit_mt_dim(cfg, VIT_MT_TOKENS);
     const size_t uses[] = {[VIT_MT_NO_MACS] = 0, [VIT_MT_PER_PATCH] = T - 1,
                            [VIT_MT_PER_TOKEN] = T, [VIT_MT_PER_IMAGE] = 1,

@@ -118,6 +118,9 @@ int vit_mt_next(const vit_config *cfg, vit_mt *t);
 /* Whether row id is part of cfg's model. */
 int vit_mt_applies(const vit_config *cfg, int id);
 
+/* The ViT's multiply-adds per image (vit_config_macs of a checked ViT config). */
+size_t vit_mt_macs(const vit_config *cfg);
+
 /* A dimension (enum vit_mt_dim) of cfg's model. */
 int vit_mt_dim(const vit_config *cfg, int dim);
 

@@ -5,6 +5,7 @@
 #include "vit/recipe.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +86,83 @@ out:
     return med;
 }
 
+/* Read r of the colour test is held out: a quarter of the reads, picked
+ * by the top two bits of Knuth's multiplicative hash of r, so that no
+ * period in the order of the labels lines up with the split. */
+static int held_out(int r) { return ((uint32_t)r * 2654435761u) >> 30 == 0; }
+
+/* The colour test (vit/recipe.h): nearest class mean of the per-image mean
+ * colour, a quarter of the images read held out.  *acc and *chance stay -1 when
+ * untested (fewer than 20 held out, or out of memory); returns 1 when the
+ * mean colour predicts the class no better than chance. */
+static int colour_free(const vit_dataset *ds, double *acc, double *chance)
+{
+    int H = ds->height, W = ds->width, K = ds->classes;
+    size_t n = (size_t)H * W;
+    *acc = *chance = -1;
+    int reads = ds->count < FLIP_READ ? ds->count : FLIP_READ, held = 0;
+    for (int r = 0; r < reads; r++)
+        held += held_out(r);
+    if (held < 20 || K < 2)
+        return 0;
+    double *mean = calloc((size_t)K * 3, sizeof *mean), *colour = malloc((size_t)reads * 3 * sizeof *colour);
+    int *fit = calloc((size_t)K, sizeof *fit), *seen = calloc((size_t)K, sizeof *seen);
+    int ok = 0;
+    if (!mean || !colour || !fit || !seen)
+        goto out;
+    for (int r = 0; r < reads; r++) {
+        int i = (int)((long long)r * ds->count / reads);
+        const vit_real *x = ds->images + (size_t)i * n * 3;
+        double s[3] = {0, 0, 0};
+        for (size_t p = 0; p < n; p++)
+            for (int c = 0; c < 3; c++)
+                s[c] += x[p * 3 + c];
+        for (int c = 0; c < 3; c++)
+            colour[r * 3 + c] = s[c] / (double)n;
+        if (held_out(r))
+            continue;
+        int k = ds->labels[i];
+        fit[k]++;
+        for (int c = 0; c < 3; c++)
+            mean[k * 3 + c] += colour[r * 3 + c];
+    }
+    for (int k = 0; k < K; k++)
+        for (int c = 0; c < 3 && fit[k]; c++)
+            mean[k * 3 + c] /= fit[k];
+    int right = 0, n_held = 0, most = 0;
+    for (int r = 0; r < reads; r++) {
+        if (!held_out(r))
+            continue;
+        int i = (int)((long long)r * ds->count / reads), best = -1;
+        double best_d = 0;
+        for (int k = 0; k < K; k++) {
+            if (!fit[k])
+                continue;
+            double d = 0;
+            for (int c = 0; c < 3; c++)
+                d += (colour[r * 3 + c] - mean[k * 3 + c]) * (colour[r * 3 + c] - mean[k * 3 + c]);
+            if (best < 0 || d < best_d) {
+                best = k;
+                best_d = d;
+            }
+        }
+        right += best == ds->labels[i];
+        n_held++;
+        if (++seen[ds->labels[i]] > most)
+            most = seen[ds->labels[i]];
+    }
+    *acc = (double)right / n_held;
+    *chance = (double)most / n_held;
+    double se3 = 3 * sqrt(*chance * (1 - *chance) / n_held);
+    ok = *acc < *chance + (se3 > VIT_RECIPE_COLOUR_MARGIN ? se3 : VIT_RECIPE_COLOUR_MARGIN);
+out:
+    free(mean);
+    free(colour);
+    free(fit);
+    free(seen);
+    return ok;
+}
+
 int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recipe *r, char *why,
                     size_t cap)
 {
@@ -146,6 +224,13 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
      * the second stem layer goes: on Fashion-MNIST they were measured
      * together (docs/benchmarks.md); a small set has not been shown to gain. */
     r->local_conv = model->local_conv >= 0 ? model->local_conv : r->stem2 > 0;
+    const vit_arch *arch = vit_config_arch(model);
+    if (arch != vit_arch_vit()) { /* the rules above are the ViT's: its keys */
+        r->patch = model->patch;
+        r->patch_fits = 1;
+        r->patch_why[0] = 0;
+        r->stem = r->stem2 = r->local_conv = 0;
+    }
     c.stem = r->stem;
     c.stem2 = r->stem2;
     c.local_conv = r->local_conv;
@@ -154,6 +239,13 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
     c.image_width = d->width;
     c.channels = d->channels;
     c.classes = d->classes;
+    /* Another architecture's keys as its adapt hook fits them to the data:
+     * the model the epochs are costed with. */
+    if (arch != vit_arch_vit() && arch->adapt) {
+        int rc = arch->adapt(&c, d->count, NULL, 0);
+        if (rc != VIT_OK)
+            return rc;
+    }
     double macs = (double)vit_config_macs(&c);
     if (macs <= 0)
         return VIT_EINVAL; /* the message is vit_config_check's */
@@ -173,6 +265,16 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
     r->asymmetry = ds ? mirror_asymmetry(ds) : -1;
     r->flip = r->asymmetry >= 0 && r->asymmetry < FLIP_BELOW;
     r->train_macs = per_epoch * r->epochs;
+    /* Colour: photos vary in light and white balance, so colour images get
+     * the jitter; reordered or inverted colours only where the test finds
+     * no class in the mean colour. */
+    r->colour_acc = r->colour_chance = -1;
+    if (d->channels == 3) {
+        r->brightness = r->contrast = r->saturation = VIT_RECIPE_JITTER;
+        r->hue = VIT_RECIPE_HUE;
+        r->grayscale = VIT_RECIPE_GRAYSCALE;
+        r->channel_perm = r->invert = ds && colour_free(ds, &r->colour_acc, &r->colour_chance);
+    }
     if (why && cap > 0) {
         char sym[64] = "";
         if (r->asymmetry >= 0)
@@ -198,6 +300,18 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
         if (r->local_conv > 0 && model->local_conv < 0) {
             size_t at = strlen(why);
             snprintf(why + at, cap - at, ", local_conv 1 (with stem2)");
+        }
+        if (d->channels == 3) {
+            size_t at = strlen(why);
+            snprintf(why + at, cap - at, ", colour jitter %g, hue %g, grayscale %g (colour "
+                     "images)", VIT_RECIPE_JITTER, VIT_RECIPE_HUE, VIT_RECIPE_GRAYSCALE);
+        }
+        if (r->colour_acc >= 0) {
+            size_t at = strlen(why);
+            snprintf(why + at, cap - at, ", %s (mean colour names the class for %.1f%% of "
+                     "held-out images, chance %.1f%%)", r->channel_perm ? "channel_perm and "
+                     "invert" : "no channel_perm or invert", 100 * r->colour_acc,
+                     100 * r->colour_chance);
         }
     }
     return VIT_OK;

@@ -78,6 +78,14 @@ int vit_run_data_same(const vit_run_data *a, const vit_run_data *b)
            && a->pixels_hash == b->pixels_hash;
 }
 
+vit_data_fit vit_run_data_fit(const vit_run_data *rec, int known)
+{
+    vit_data_fit none = {0, 0, 0};
+    if (!rec || !known)
+        return none;
+    return (vit_data_fit){rec->height, rec->width, rec->channels};
+}
+
 const char *vit_run_data_describe(const vit_run_data *d, char *buf, size_t cap)
 {
     if (!buf || cap == 0)
@@ -104,9 +112,31 @@ int vit_run_data_format(const vit_run_data *d, char *buf, size_t cap)
     if (n >= 0 && (size_t)n < cap && d->init_from[0])
         n += snprintf(buf + n, cap - (size_t)n, "init_from = %s\ninit_hash = %016llx\n",
                       d->init_from, d->init_hash);
+    /* Likewise only with a transform. */
+    if (n >= 0 && (size_t)n < cap && (d->fit.height > 0 || d->fit.channels > 0))
+        n += snprintf(buf + n, cap - (size_t)n, "fit = %dx%dx%d\n", d->fit.height, d->fit.width,
+                      d->fit.channels);
     if (n < 0 || (size_t)n >= cap)
         return vit_fail(VIT_EINVAL, "vit_run_save: the data record does not fit %zu bytes", cap);
     return VIT_OK;
+}
+
+/* "HxWxC" (0 for a part kept) into *fit; 0 when it is not that. */
+static int parse_fit(const char *v, vit_data_fit *fit)
+{
+    long x[3];
+    const char *p = v;
+    for (int k = 0; k < 3; k++) {
+        char *end;
+        if (*p < '0' || *p > '9')
+            return 0;
+        x[k] = strtol(p, &end, 10);
+        if (x[k] > 4096 || *end != (k < 2 ? 'x' : 0))
+            return 0;
+        p = end + 1;
+    }
+    *fit = (vit_data_fit){(int)x[0], (int)x[1], (int)x[2]};
+    return (x[0] == 0) == (x[1] == 0) && (x[2] == 0 || x[2] == 1 || x[2] == 3);
 }
 
 /* One "key = value" line of the record into *d; 0 when it is not one. */
@@ -137,6 +167,8 @@ static int parse_line(const char *line, vit_run_data *d)
         *frac = strtod(v, &end);
         return *end == 0 && end != v && *frac >= 0 && *frac < 1;
     }
+    if (klen == 3 && strncmp(line, "fit", 3) == 0)
+        return parse_fit(v, &d->fit);
     if (klen == 10 && strncmp(line, "split_seed", 10) == 0) {
         d->split.seed = strtoull(v, &end, 10);
         return *end == 0 && end != v && *v != '-';

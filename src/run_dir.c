@@ -74,15 +74,19 @@ int vit_run_dir_taken(const char *out_dir, const char *resume)
  * metrics.csv is replaced by the new run's own); where hard links are not
  * supported they are renamed, the checkpoint first.  moved gets the folder
  * (empty on failure). */
-/* The old run's final.csv (its reported figures), if any, goes with it. */
+/* The old run's final.csv (its reported figures), best.ckpt (its kept
+ * model) and clock.txt (its time), if any, go with it. */
 static int move_final(const char *dir, const char *moved)
 {
-    char from[4200], to[4400];
-    snprintf(from, sizeof from, "%s/final.csv", dir);
-    snprintf(to, sizeof to, "%s/final.csv", moved);
-    if (access(from, F_OK) == 0 && rename(from, to))
-        return vit_fail(VIT_EIO, "%s: cannot move it aside to %s: %s", from, moved,
-                        strerror(errno));
+    const char *names[3] = {"final.csv", "best.ckpt", "clock.txt"};
+    for (int k = 0; k < 3; k++) {
+        char from[4200], to[4400];
+        snprintf(from, sizeof from, "%s/%s", dir, names[k]);
+        snprintf(to, sizeof to, "%s/%s", moved, names[k]);
+        if (access(from, F_OK) == 0 && rename(from, to))
+            return vit_fail(VIT_EIO, "%s: cannot move it aside to %s: %s", from, moved,
+                            strerror(errno));
+    }
     return VIT_OK;
 }
 

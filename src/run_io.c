@@ -2,6 +2,7 @@
  * Checkpoints of a training run: the model's named tensors, the AdamW
  * moments and the run's progress, mapped onto the generic vit_ckpt format.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +42,7 @@ int vit_run_internal_save(const char *path, const vit_model *m, const vit_config
     if (rc < 0)
         return rc;
     int nt = vit_model_tensor_count(m);
-    vit_ckpt_tensor *t = calloc((size_t)nt + 3, sizeof *t);
+    vit_ckpt_tensor *t = calloc((size_t)nt + 4, sizeof *t);
     if (!t)
         return vit_fail(VIT_ENOMEM, "%s: out of memory", path);
     vit_real *params = vit_model_params((vit_model *)(uintptr_t)m);
@@ -71,7 +72,15 @@ int vit_run_internal_save(const char *path, const vit_model *m, const vit_config
         t[n].data = st->train_params;
         n++;
     }
-    char data[VIT_RUN_DATA_SPEC_MAX + 512];
+    vit_real best[2] = {(vit_real)st->best_epoch, (vit_real)st->best_score};
+    if (st->best_epoch > 0) {
+        snprintf(t[n].name, sizeof t[n].name, "%s", VIT_RUN_BEST);
+        t[n].ndim = 1;
+        t[n].dims[0] = 2;
+        t[n].data = best;
+        n++;
+    }
+    char data[2 * VIT_RUN_DATA_SPEC_MAX + 512]; /* spec, init_from, the rest */
     if (st->has_data && (rc = vit_run_data_format(&st->data, data, sizeof data))) {
         free(t);
         return rc;
@@ -213,14 +222,22 @@ int vit_run_load(const char *path, vit_model **model, vit_adamw *opt, vit_run_st
         snprintf(why, sizeof why, "%s", vit_last_error());
         rc = vit_fail(VIT_EFORMAT, "%s: the stored config does not describe a model: %s", path, why);
     }
-    vit_mt t = {.pos = 0}; /* the model's tensors are the table's, in its order */
-    for (int i = 0; rc == VIT_OK && m && vit_mt_next(&cfg, &t); i++) {
+    /* Formats 1..3 knew the ViT alone, whose tensors are the table's, in
+     * its order. */
+    int legacy = c.version < FUSED_QKV_VERSION;
+    if (rc == VIT_OK && legacy && vit_model_arch(m) != vit_arch_vit())
+        rc = vit_fail(VIT_EFORMAT, "%s: a format-%d checkpoint of architecture %s: that format "
+                      "held ViTs only", path, (int)c.version, vit_model_arch(m)->name);
+    vit_mt t = {.pos = 0};
+    for (int i = 0; rc == VIT_OK && m && i < vit_model_tensor_count(m); i++) {
         const vit_model_tensor *mt = vit_model_tensor_at(m, i);
+        if (legacy)
+            vit_mt_next(&cfg, &t);
         long long shape[VIT_TENSOR_MAX_DIMS];
         for (int d = 0; d < mt->ndim; d++)
             shape[d] = mt->shape[d];
         vit_real *dst = vit_model_params(m) + mt->offset;
-        rc = c.version < FUSED_QKV_VERSION && t.row->legacy != VIT_MT_LEGACY_NONE
+        rc = legacy && t.row->legacy != VIT_MT_LEGACY_NONE
                  ? take_legacy_qkv(path, &c, mt, &t, dst)
                  : take(path, &c, mt->name, mt->ndim, shape, dst);
     }
@@ -258,7 +275,22 @@ int vit_run_load(const char *path, vit_model **model, vit_adamw *opt, vit_run_st
         if (opt)
             vit_adamw_free(opt);
     }
+    const vit_ckpt_tensor *bt = rc == VIT_OK && st ? vit_ckpt_find(&c, VIT_RUN_BEST) : NULL;
+    double best[2] = {0, 0};
+    if (bt && (bt->ndim != 1 || bt->dims[0] != 2 || !(bt->data[0] >= 1 && bt->data[0] < 1e9)
+               || !isfinite(bt->data[1]))) {
+        free(train_params);
+        if (opt)
+            vit_adamw_free(opt);
+        rc = vit_fail(VIT_EFORMAT, "%s: tensor '%s' is not an epoch and a finite score", path,
+                      VIT_RUN_BEST);
+    } else if (bt) {
+        best[0] = bt->data[0];
+        best[1] = bt->data[1];
+    }
     if (rc == VIT_OK && st) {
+        st->best_epoch = (unsigned long long)best[0];
+        st->best_score = best[1];
         st->has_data = has_data;
         st->data = data;
         st->train_params = train_params; /* handed over */

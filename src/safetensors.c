@@ -23,7 +23,6 @@
 #include "vit/atomic_file.h"
 #include "config_internal.h"
 #include "error.h"
-#include "model_tensors.h"
 #include "safetensors_internal.h"
 #include "vit/layernorm.h"
 #include "vit/optim.h"
@@ -48,71 +47,85 @@ typedef struct plan_tensor {
     size_t count; /* values */
 } plan_tensor;
 
-/* The file tensor of model tensor t, as its table row says. */
-static void plan_one(const vit_config *c, const vit_mt *t, plan_tensor *o)
+/* The file tensor of model tensor t (number i), as its architecture's
+ * export_tensor says (none: its own name, copied). */
+static int plan_one(const vit_config *c, const vit_arch *a, int i, const vit_param_tensor *t,
+                    plan_tensor *o, int *order)
 {
+    vit_arch_export e = {.op = VIT_EXPORT_COPY, .ndim = t->ndim};
+    snprintf(e.name, sizeof e.name, "%s", t->name);
+    if (a->export_tensor)
+        TRY(a->export_tensor(c, i, t, &e));
     memset(o, 0, sizeof *o);
-    snprintf(o->name, sizeof o->name, "%s", t->timm);
+    snprintf(o->name, sizeof o->name, "%s", e.name);
     snprintf(o->src, sizeof o->src, "%s", t->name);
-    o->op = t->row->timm_op;
-    o->ndim = t->row->timm_ndim;
+    o->op = e.op;
+    o->ndim = e.ndim;
     o->count = t->size;
-    if (o->op == VIT_MT_CONV) { /* Conv2d's [out, in, k, k]: the stem's 3x3, stem2's 4x4,
-                                   the patches', or local_conv's depthwise [D, 1, 3, 3] */
-        int k = t->id == VIT_MT_STEM_W || t->id == VIT_MT_LOCAL_W ? 3
-              : t->id == VIT_MT_STEM2_W ? 4 : c->patch;
+    *order = e.order;
+    int k = e.kernel;
+    if (o->op == VIT_EXPORT_CONV) { /* Conv2d's [out, in, k, k]: e.g. the stem's 3x3, stem2's
+                                       4x4, the patches', or local_conv's depthwise [D, 1, 3, 3] */
+        if (t->ndim != 2 || e.ndim != 4 || k < 1 || t->shape[0] % (k * k))
+            return vit_fail(VIT_EINVAL, "%s export: tensor '%s' [%d rows] is no %dx%d Conv2d "
+                            "weight", a->name, t->name, t->shape[0], k, k);
         int d[4] = {t->shape[1], t->shape[0] / (k * k), k, k};
         memcpy(o->shape, d, sizeof d);
-    } else if (o->op == VIT_MT_TRANSPOSE) {
+    } else if (o->op == VIT_EXPORT_TRANSPOSE) {
+        if (t->ndim != 2 || e.ndim != 2)
+            return vit_fail(VIT_EINVAL, "%s export: tensor '%s' is not a matrix to transpose",
+                            a->name, t->name);
         o->shape[0] = t->shape[1];
         o->shape[1] = t->shape[0];
     } else { /* leading 1s, e.g. cls [D] as cls_token [1, 1, D] */
         int lead = o->ndim - t->ndim;
-        for (int k = 0; k < o->ndim; k++)
-            o->shape[k] = k < lead ? 1 : t->shape[k - lead];
+        if (lead < 0 || o->ndim > 4)
+            return vit_fail(VIT_EINVAL, "%s export: tensor '%s' of rank %d as rank %d", a->name,
+                            t->name, t->ndim, o->ndim);
+        for (int j = 0; j < o->ndim; j++)
+            o->shape[j] = j < lead ? 1 : t->shape[j - lead];
     }
+    return VIT_OK;
 }
 
-/* The file tensors of one part of the model (the embeddings, a block, the end:
- * part[0 .. np-1] in layout order) at o, in timm's order; their number. */
-static int plan_part(const vit_config *c, vit_mt *part, int np, plan_tensor *o)
+/* The whole plan in the file's order (by each tensor's order, then layout
+ * order: for the ViT timm's state_dict) into *out (malloc'd), *n tensors:
+ * the tensors the architecture's build makes of c (checked), without
+ * allocating the model. */
+static int make_plan(const vit_config *c, plan_tensor **out, int *n)
 {
-    for (int i = 1; i < np; i++) /* insertion sort by timm_rank */
-        for (int j = i; j > 0 && part[j - 1].row->timm_rank > part[j].row->timm_rank; j--) {
-            vit_mt tmp = part[j];
-            part[j] = part[j - 1];
-            part[j - 1] = tmp;
+    const vit_arch *a = vit_config_arch(c);
+    vit_params *p = vit_params_new();
+    void *state = NULL;
+    plan_tensor *o = NULL;
+    int *order = NULL, rc = p ? a->build(c, p, &state) : vit_fail(VIT_ENOMEM, "out of memory");
+    if (a->release)
+        a->release(state);
+    int nt = rc == VIT_OK ? vit_params_tensor_count(p) : 0;
+    if (rc == VIT_OK && (!(o = calloc((size_t)nt + 1, sizeof *o))
+                         || !(order = calloc((size_t)nt + 1, sizeof *order))))
+        rc = vit_fail(VIT_ENOMEM, "out of memory");
+    for (int i = 0; rc == VIT_OK && i < nt; i++)
+        rc = plan_one(c, a, i, vit_params_tensor(p, i), &o[i], &order[i]);
+    for (int i = 1; rc == VIT_OK && i < nt; i++) /* insertion sort: stable */
+        for (int j = i; j > 0 && order[j - 1] > order[j]; j--) {
+            plan_tensor tmp = o[j];
+            int to = order[j];
+            o[j] = o[j - 1];
+            order[j] = order[j - 1];
+            o[j - 1] = tmp;
+            order[j - 1] = to;
         }
-    for (int i = 0; i < np; i++)
-        plan_one(c, &part[i], &o[i]);
-    return np;
+    vit_params_free(p);
+    free(order);
+    if (rc != VIT_OK) {
+        free(o);
+        return rc;
+    }
+    *out = o;
+    *n = nt;
+    return VIT_OK;
 }
-
-static int section(const vit_mt *t)
-{
-    return t->id < VIT_MT_FIRST_BLOCK ? 0 : t->id < VIT_MT_FIRST_END ? 1 : 2;
-}
-
-/* The whole plan in timm's state_dict order (every tensor of the model,
- * part by part: each table row has a file name, lsa's tau one of ours) at
- * o (NULL: only counted); their number. */
-static int make_plan(const vit_config *c, plan_tensor *o)
-{
-    vit_mt part[VIT_MT_ROWS], t = {.pos = 0};
-    int n = 0, np = 0, more;
-    do {
-        more = vit_mt_next(c, &t);
-        if (np > 0 && (!more || section(&t) != section(&part[0]) || t.layer != part[0].layer)) {
-            n += o ? plan_part(c, part, np, o + n) : np;
-            np = 0;
-        }
-        if (more)
-            part[np++] = t;
-    } while (more);
-    return n;
-}
-
-static int plan_size(const vit_config *c) { return make_plan(c, NULL); }
 
 static const vit_model_tensor *find_ours(const vit_model *m, const char *name)
 {
@@ -129,9 +142,9 @@ static const vit_model_tensor *find_ours(const vit_model *m, const char *name)
 static size_t file_index(const plan_tensor *o, const vit_model_tensor *t,
                          size_t base, size_t idx)
 {
-    if (o->op == VIT_MT_COPY)
+    if (o->op == VIT_EXPORT_COPY)
         return base + idx;
-    if (o->op == VIT_MT_TRANSPOSE) {
+    if (o->op == VIT_EXPORT_TRANSPOSE) {
         /* ours [r, q] (x W convention) -> PyTorch's [q, r] (x W^T) */
         size_t r = (size_t)t->shape[0], q = t->ndim > 1 ? (size_t)t->shape[1] : 1;
         size_t i = idx / q, j = idx % q;
@@ -271,11 +284,15 @@ static int header_json(sbuf *b, const vit_config *c, char *const *class_names,
         sb_json_string(b, eq + 3);
         sb_printf(b, ",");
     }
-    sb_printf(b, "\"format\":\"pt\",\"producer\":\"vit_export %s\","
-                 "\"layout\":\"timm.VisionTransformer\",\"global_pool\":\"%s\","
-                 "\"layer_norm_eps\":\"%g\",\"activation\":\"gelu_exact\","
+    const vit_arch *a = vit_config_arch(c);
+    sb_printf(b, "\"format\":\"pt\",\"producer\":\"vit_export %s\",\"layout\":", vit_version());
+    sb_json_string(b, a->export_layout ? a->export_layout : a->name);
+    if (a == vit_arch_vit())
+        sb_printf(b, ",\"global_pool\":\"%s\"", c->pool == VIT_POOL_MEAN ? "avg" : "token");
+    /* ln_eps is the ViT's key; other architectures' layer norms use the default */
+    sb_printf(b, ",\"layer_norm_eps\":\"%g\",\"activation\":\"gelu_exact\","
                  "\"input\":\"NCHW float32 in [0, 1], no normalization\"",
-              vit_version(), c->pool == VIT_POOL_MEAN ? "avg" : "token", c->ln_eps);
+              a == vit_arch_vit() ? c->ln_eps : VIT_LAYERNORM_EPS);
     /* The weights compute one pass; a model that uses test-time
      * augmentation was scored otherwise (vit_predict_tta, evaluate.c). */
     if (c->tta == VIT_TTA_SHIFT9)
@@ -350,14 +367,15 @@ int vit_safetensors_save(const vit_model *m, char *const *class_names, const cha
     /* Only read: the accessor is not const-qualified. */
     const vit_real *params = vit_model_params((vit_model *)(uintptr_t)m);
     int n = 0, rc;
-    plan_tensor *o = calloc((size_t)plan_size(c), sizeof *o);
+    plan_tensor *o = NULL;
     unsigned char *data = NULL;
     sbuf hdr = {0};
-    if (!o) {
-        rc = vit_fail(VIT_ENOMEM, "%s: out of memory", path);
+    if ((rc = make_plan(c, &o, &n)) != VIT_OK) {
+        char why[300];
+        snprintf(why, sizeof why, "%s", vit_last_error());
+        rc = vit_fail(rc, "%s: %s", path, why);
         goto done;
     }
-    n = make_plan(c, o);
     size_t total = 0;
     for (int i = 0; i < n; i++) {
         if ((rc = check_source(m, &o[i], path)) != VIT_OK)
@@ -818,28 +836,32 @@ static const char *meta_get(const parsed *p, const char *key)
     return NULL;
 }
 
-static int is_config_key(const char *key)
+/* A key of the config (shared, or the selected architecture's). */
+static int is_config_key(const vit_config *cfg, const char *key)
 {
-    const char *k;
-    for (int i = 0; vit_config_key_help(i, &k); i++)
-        if (strcmp(k, key) == 0)
-            return 1;
-    return 0;
+    return strcmp(key, "arch") != 0 && vit_config_given(cfg, key) >= 0;
 }
 
 static int meta_config(const char *path, const parsed *p, vit_config *cfg)
 {
-    static const char *const required[] = {"dim", "depth", "heads", "mlp", "patch",
-                                           "image_height", "image_width", "channels",
-                                           "classes"};
+    static const char *const required[] = {"image_height", "image_width", "channels", "classes",
+                                           "dim", "depth", "heads", "mlp", "patch"};
+    /* Another architecture than the ViT names itself; its keys then have
+     * their defaults where the file lacks them. */
+    const char *arch = meta_get(p, "arch");
+    const vit_arch *a = arch ? vit_arch_find(arch) : vit_arch_vit();
+    if (!a)
+        return vit_fail(VIT_EFORMAT, "%s: __metadata__ arch = '%s': no such architecture "
+                        "(registered ones: vit_arch_register)", path, arch);
+    int vit = a == vit_arch_vit();
     char missing[256] = "";
     size_t len = 0;
-    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
+    for (size_t i = 0; i < (vit ? sizeof required / sizeof required[0] : 4); i++)
         if (!meta_get(p, required[i]))
             len += (size_t)snprintf(missing + len, sizeof missing - len, "%s%s", len ? ", " : "",
                                     required[i]);
     const char *pool = meta_get(p, "pool"), *gpool = meta_get(p, "global_pool");
-    if (!pool && !gpool)
+    if (vit && !pool && !gpool)
         snprintf(missing + len, sizeof missing - len, "%spool (or global_pool)", len ? ", " : "");
     if (missing[0])
         return vit_fail(VIT_EFORMAT, "%s: %s lacks the model config key%s %s", path,
@@ -847,6 +869,8 @@ static int meta_config(const char *path, const parsed *p, vit_config *cfg)
                         strchr(missing, ',') ? "s" : "", missing);
 
     vit_config_legacy_default(cfg);
+    if (!vit && vit_config_set_arch(cfg, a) != VIT_OK)
+        return VIT_EFORMAT;
     /* Config keys first (AdamW's under their old bare names too), then the
      * adamw_ ones, which win. */
     for (int pass = 0; pass < 2; pass++)
@@ -857,7 +881,7 @@ static int meta_config(const char *path, const parsed *p, vit_config *cfg)
                     !is_adamw_key(k + strlen(ADAMW_PREFIX)))
                     continue;
                 k += strlen(ADAMW_PREFIX);
-            } else if (!is_config_key(k)) {
+            } else if (!is_config_key(cfg, k)) {
                 continue;
             }
             if (vit_config_set(cfg, k, v) != VIT_OK) {
@@ -891,6 +915,9 @@ static int meta_config(const char *path, const parsed *p, vit_config *cfg)
         if (meta_get(p, "ln_eps") && e != cfg->ln_eps)
             return vit_fail(VIT_EFORMAT, "%s: __metadata__ layer_norm_eps = '%s' contradicts "
                             "ln_eps = '%s'", path, eps, meta_get(p, "ln_eps"));
+        if (!vit && e != VIT_LAYERNORM_EPS)
+            return vit_fail(VIT_EFORMAT, "%s: __metadata__ layer_norm_eps = '%s': the %s "
+                            "architecture's layer norms use 1e-05 only", path, eps, a->name);
         cfg->ln_eps = e;
     }
     const char *act = meta_get(p, "activation");
@@ -1134,9 +1161,12 @@ static int fill(const char *path, parsed *p, const unsigned char *data, uint64_t
     if (want == 0 || want > data_size / 4)
         return vit_fail(VIT_EFORMAT, "%s: the config describes %zu parameters, the file holds "
                         "%llu values", path, want, (unsigned long long)(data_size / 4));
-    if (!(o = calloc((size_t)plan_size(cfg), sizeof *o)))
-        return vit_fail(VIT_ENOMEM, "%s: out of memory", path);
-    int n = make_plan(cfg, o);
+    int n = 0;
+    if ((rc = make_plan(cfg, &o, &n)) != VIT_OK) {
+        char why[300];
+        snprintf(why, sizeof why, "%s", vit_last_error());
+        return vit_fail(rc, "%s: %s", path, why);
+    }
     for (int i = 0; i < p->nt; i++)
         for (int k = 0; k < nskip; k++)
             if (strcmp(p->t[i].name, skip[k]) == 0)

@@ -581,6 +581,40 @@ static int backward_check(vit_tape *t, vit_tensor *y, const vit_real *dy)
     return VIT_OK;
 }
 
+/* Every leaf with a gradient: the index of the first op reading it (the
+ * last whose backward adds to its gradient), for report_leaves. */
+static void mark_first_uses(vit_tape *t)
+{
+    for (int i = t->nops - 1; i >= 0; i--)
+        for (int k = 0; k < t->ops[i].n_in; k++) {
+            vit_tensor *x = t->ops[i].in[k];
+            if (x && x->grad && vit_tape_node(x)->leaf)
+                vit_tape_node(x)->first_use = i;
+        }
+}
+
+/* After op i's backward (or its skip): the leaves it was the first reader
+ * of have their final gradient; each is reported once. */
+static void report_leaves(vit_tape *t, vit_op_rec *op, int i)
+{
+    for (int k = 0; k < op->n_in; k++) {
+        vit_tensor *x = op->in[k];
+        if (x && x->grad && vit_tape_node(x)->leaf && vit_tape_node(x)->first_use == i) {
+            vit_tape_node(x)->first_use = -1;
+            t->on_leaf(t->on_leaf_ctx, x);
+        }
+    }
+}
+
+int vit_tape_on_leaf_grad(vit_tape *t, vit_tape_leaf_fn fn, void *ctx)
+{
+    if (!t)
+        return vit_fail(VIT_EINVAL, "vit_tape_on_leaf_grad: tape is NULL");
+    t->on_leaf = fn;
+    t->on_leaf_ctx = fn ? ctx : NULL;
+    return VIT_OK;
+}
+
 int vit_tape_backward_from(vit_tape *t, vit_tensor *y, const vit_real *dy)
 {
     if (!t)
@@ -595,15 +629,19 @@ int vit_tape_backward_from(vit_tape *t, vit_tensor *y, const vit_real *dy)
     t->backward_done = 1;
     if (vit_tape_grad_add(t, y, dy) != VIT_OK)
         return t->status;
+    if (t->on_leaf)
+        mark_first_uses(t);
     for (int i = t->nops - 1; i >= 0; i--) {
         vit_op_rec *op = &t->ops[i];
-        if (!op->out->grad)
-            continue; /* nothing downstream reached this op */
-        if ((rc = op->def->backward(t, op)))
-            return tape_fail(t, rc);
-        node *o = vit_tape_node(op->out);
-        if (!o->retain)
-            grad_drop(o);
+        if (op->out->grad) { /* else nothing downstream reached this op */
+            if ((rc = op->def->backward(t, op)))
+                return tape_fail(t, rc);
+            node *o = vit_tape_node(op->out);
+            if (!o->retain)
+                grad_drop(o);
+        }
+        if (t->on_leaf)
+            report_leaves(t, op, i);
     }
     /* Retained tensors nothing reached read as zeros. */
     for (int i = 0; i < t->nops; i++) {

@@ -34,6 +34,10 @@ typedef struct node {
      * no backward reads them). */
     uint16_t *half;
     unsigned char leaf, retain, kept;
+    /* A leaf with a gradient, while a backward reports finished leaves
+     * (vit_tape_on_leaf_grad): the index of the first op that reads it, or
+     * -1 (none, or already reported). */
+    int first_use;
 } node;
 
 static inline node *vit_tape_node(vit_tensor *x) { return (node *)x; }
@@ -64,6 +68,9 @@ struct vit_tape {
      * op (VIT_OP_LAZY) waits (pending = 1 + its index) until another op
      * reads its output: none does, and the backward needs only its inputs. */
     int recomputing, pending;
+    /* vit_tape_on_leaf_grad's callback (NULL: none) and its context. */
+    vit_tape_leaf_fn on_leaf;
+    void *on_leaf_ctx;
 };
 
 /* bytes of arena memory (rounded up to VIT_TAPE_ALIGN), valid until the

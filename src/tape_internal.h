@@ -151,6 +151,13 @@ vit_tensor *vit_tape_header(vit_tape *t, int ndim, const int *shape, size_t size
  * their product; VIT_OK or the error, recorded and named after fn. */
 int vit_tape_shape_size(vit_tape *t, const char *fn, int ndim, const int *shape, size_t *size);
 
+/* Strict shape check of an op's argument x: rank ndim and every dimension
+ * dims[i] (-1: any), else VIT_EINVAL recorded with the message
+ * "fn: arg must be LAYOUT = [d0, *, ...], got [..]" (layout: the
+ * expected shape in words, e.g. "[B, N, 3*D]").  VIT_OK when it matches. */
+int vit_tape_check_shape(vit_tape *t, const char *fn, const char *arg, const vit_tensor *x,
+                         const char *layout, int ndim, const int *dims);
+
 /* n reals of arena memory, valid until the reset (NULL on error). */
 vit_real *vit_tape_reals(vit_tape *t, size_t n);
 
@@ -227,6 +234,9 @@ vit_tensor *vit_tape_add_layernorm_kept(vit_tape *t, vit_tensor *a, vit_tensor *
                                         vit_tensor **sum, int keep);
 vit_tensor *vit_tape_mha_kept(vit_tape *t, const vit_mha *cfg, vit_tensor *params,
                               vit_tensor *x_q, vit_tensor *x_kv, vit_real **probs, int keep);
+vit_tensor *vit_tape_mha_bias_kept(vit_tape *t, const vit_mha *cfg, vit_tensor *params,
+                                   vit_tensor *x_q, vit_tensor *x_kv, vit_tensor *bias,
+                                   vit_real **probs, int keep);
 vit_tensor *vit_tape_linear_gelu_kept(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_tensor *b,
                                       int keep);
 

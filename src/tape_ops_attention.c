@@ -200,12 +200,17 @@ static vit_tensor *mha_op(vit_tape *t, const vit_op_def *def, const vit_mha *cfg
         return vit_tape_error(t, rc);
     const vit_tensor *params = in[0], *x_q = in[1], *x_kv = in[2];
     int d_kv = cfg->d_kv ? cfg->d_kv : cfg->d_model;
-    if (params->size != vit_mha_param_count(cfg)
-        || x_q->size != (size_t)cfg->batch * cfg->n_q * cfg->d_model
-        || x_kv->size != (size_t)cfg->batch * cfg->n_k * d_kv)
-        return vit_tape_error(t, vit_fail(VIT_EINVAL,
-            "%s: params (%zu), x_q (%zu) or x_kv (%zu) do not match the layer shape", fn,
-            params->size, x_q->size, x_kv->size));
+    const size_t np = vit_mha_param_count(cfg);
+    if (np > INT32_MAX)
+        return vit_tape_error(t, vit_fail(VIT_EINVAL, "%s: %zu parameters exceed a tape "
+                                          "dimension", fn, np));
+    if (vit_tape_check_shape(t, fn, "params", params, "[vit_mha_param_count(cfg)]", 1,
+                             (int[]){(int)np})
+        || vit_tape_check_shape(t, fn, "x_q", x_q, "[batch, n_q, d_model]", 3,
+                                (int[]){cfg->batch, cfg->n_q, cfg->d_model})
+        || vit_tape_check_shape(t, fn, "x_kv", x_kv, "[batch, n_k, d_kv]", 3,
+                                (int[]){cfg->batch, cfg->n_k, d_kv}))
+        return NULL;
     int shape[3] = {cfg->batch, cfg->n_q, cfg->d_model};
     vit_tensor *y = vit_tape_output_kept(t, 3, shape, vit_tape_wants_grad(t, n, in), keep);
     if (!y)
@@ -259,19 +264,27 @@ vit_tensor *vit_tape_mha_kept(vit_tape *t, const vit_mha *cfg, vit_tensor *param
 vit_tensor *vit_op_mha_bias(vit_tape *t, const vit_mha *cfg, vit_tensor *params,
                             vit_tensor *x_q, vit_tensor *x_kv, vit_tensor *bias, vit_real **probs)
 {
+    return vit_tape_mha_bias_kept(t, cfg, params, x_q, x_kv, bias, probs, VIT_KEEP_FLOAT);
+}
+
+vit_tensor *vit_tape_mha_bias_kept(vit_tape *t, const vit_mha *cfg, vit_tensor *params,
+                                   vit_tensor *x_q, vit_tensor *x_kv, vit_tensor *bias,
+                                   vit_real **probs, int keep)
+{
     const char *fn = mha_bias_def.name;
     vit_tensor *in[4] = {params, x_q, x_kv, bias};
     if (!vit_tape_begin(t, fn, 4, in))
         return NULL;
     if (!cfg)
         return vit_tape_error(t, vit_fail(VIT_EINVAL, "%s: cfg is NULL", fn));
-    if ((cfg->bias_heads != 1 && cfg->bias_heads != cfg->heads)
-        || bias->size != (size_t)cfg->bias_heads * cfg->n_q * cfg->n_k)
+    if (cfg->bias_heads != 1 && cfg->bias_heads != cfg->heads)
         return vit_tape_error(t, vit_fail(VIT_EINVAL,
-            "%s: bias holds %zu values; [bias_heads, n_q, n_k] with bias_heads %d (1 or %d) "
-            "needs %zu", fn, bias->size, cfg->bias_heads, cfg->heads,
-            (size_t)cfg->bias_heads * cfg->n_q * cfg->n_k));
+            "%s: cfg->bias_heads must be 1 or heads (%d), got %d", fn, cfg->heads,
+            cfg->bias_heads));
+    if (vit_tape_check_shape(t, fn, "bias", bias, "[bias_heads, n_q, n_k]", 3,
+                             (int[]){cfg->bias_heads, cfg->n_q, cfg->n_k}))
+        return NULL;
     vit_mha m = *cfg;
     m.bias = bias->data;
-    return mha_op(t, &mha_bias_def, &m, 4, in, probs, VIT_KEEP_FLOAT);
+    return mha_op(t, &mha_bias_def, &m, 4, in, probs, keep);
 }

@@ -17,11 +17,17 @@
 #include "vit/bf16.h"
 #include "vit/linear.h"
 
-/* The check the three ops share: W 2-D, x's width W's rows, b W's columns. */
-static int linear_shapes_ok(const vit_tensor *x, const vit_tensor *W, const vit_tensor *b)
+/* The check the three ops share, recorded under fn's name: W 2-D with x's
+ * width as its rows, b (if any) 1-D with W's columns.  VIT_OK or the
+ * error. */
+static int linear_check(vit_tape *t, const char *fn, const vit_tensor *x, const vit_tensor *W,
+                        const vit_tensor *b)
 {
-    return W->ndim == 2 && vit_tape_last_dim(x) == W->shape[0]
-        && (!b || (int)b->size == W->shape[1]);
+    int rc = vit_tape_check_shape(t, fn, "W", W, "[in, out], in = x's last dimension", 2,
+                                  (int[]){vit_tape_last_dim(x), -1});
+    if (rc == VIT_OK && b)
+        rc = vit_tape_check_shape(t, fn, "b", b, "[out]", 1, (int[]){W->shape[1]});
+    return rc;
 }
 
 /* ---- y = x W + b ------------------------------------------------------- */
@@ -61,10 +67,8 @@ vit_tensor *vit_op_linear(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_tensor 
     vit_tensor *in[3] = {x, W, b};
     if (!vit_tape_begin(t, linear_def.name, 2, in))
         return NULL;
-    if (!linear_shapes_ok(x, W, b))
-        return vit_tape_error(t, vit_fail(VIT_EINVAL,
-            "vit_op_linear: x width %d, W [%d, %d], b %zu do not agree", vit_tape_last_dim(x),
-            W->shape[0], W->ndim > 1 ? W->shape[1] : 0, b ? b->size : 0));
+    if (linear_check(t, linear_def.name, x, W, b))
+        return NULL;
     int shape[VIT_TENSOR_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
     shape[x->ndim - 1] = W->shape[1];
@@ -124,12 +128,14 @@ vit_tensor *vit_op_linear_add(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_ten
     vit_tensor *in[4] = {x, W, b, r};
     if (!vit_tape_begin(t, fn, 2, in) || !vit_tape_begin(t, fn, 1, in + 3))
         return NULL;
-    if (!linear_shapes_ok(x, W, b) || r->ndim != x->ndim || vit_tape_last_dim(r) != W->shape[1]
-        || memcmp(r->shape, x->shape, (size_t)(x->ndim - 1) * sizeof *x->shape))
-        return vit_tape_error(t, vit_fail(VIT_EINVAL,
-            "%s: x width %d, W [%d, %d], b %zu and r (%zu values, width %d) do not agree", fn,
-            vit_tape_last_dim(x), W->shape[0], W->ndim > 1 ? W->shape[1] : 0, b ? b->size : 0,
-            r->size, vit_tape_last_dim(r)));
+    if (linear_check(t, fn, x, W, b))
+        return NULL;
+    int rshape[VIT_TENSOR_MAX_DIMS];
+    memcpy(rshape, x->shape, sizeof rshape);
+    rshape[x->ndim - 1] = W->shape[1];
+    if (vit_tape_check_shape(t, fn, "r", r, "x's shape with the last dimension out", x->ndim,
+                             rshape))
+        return NULL;
     vit_tensor *y = vit_tape_output(t, r->ndim, r->shape, vit_tape_wants_grad(t, 4, in));
     return y ? vit_tape_record(t, &linear_add_def, VIT_OK, y, 4, in, NULL, 0) : NULL;
 }
@@ -196,10 +202,8 @@ vit_tensor *vit_tape_linear_gelu_kept(vit_tape *t, vit_tensor *x, vit_tensor *W,
     vit_tensor *in[3] = {x, W, b};
     if (!vit_tape_begin(t, fn, 2, in))
         return NULL;
-    if (!linear_shapes_ok(x, W, b))
-        return vit_tape_error(t, vit_fail(VIT_EINVAL,
-            "%s: x width %d, W [%d, %d], b %zu do not agree", fn, vit_tape_last_dim(x), W->shape[0],
-            W->ndim > 1 ? W->shape[1] : 0, b ? b->size : 0));
+    if (linear_check(t, fn, x, W, b))
+        return NULL;
     int shape[VIT_TENSOR_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
     shape[x->ndim - 1] = W->shape[1];

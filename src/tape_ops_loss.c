@@ -30,14 +30,24 @@ static int back_xent(vit_tape *t, const vit_op_rec *r)
 
 static const vit_op_def xent_def = {"vit_op_cross_entropy", back_xent, NULL, 0};
 
+/* The losses' entry check: logits 2-D [B, C], what (labels or targets)
+ * non-NULL.  VIT_OK or the error, recorded. */
+static int logits_check(vit_tape *t, const char *fn, const vit_tensor *logits, const void *p,
+                        const char *what)
+{
+    int rc = vit_tape_check_shape(t, fn, "logits", logits, "[B, C]", 2, (int[]){-1, -1});
+    if (rc == VIT_OK && !p)
+        rc = vit_tape_fail(t, vit_fail(VIT_EINVAL, "%s: %s is NULL", fn, what));
+    return rc;
+}
+
 vit_tensor *vit_op_cross_entropy(vit_tape *t, vit_tensor *logits, const int *labels,
                                  vit_real smoothing, vit_real **probs)
 {
     if (!vit_tape_begin(t, xent_def.name, 1, &logits))
         return NULL;
-    if (logits->ndim != 2 || !labels)
-        return vit_tape_error(t, vit_fail(VIT_EINVAL,
-            "vit_op_cross_entropy: logits must be [B, C] and labels non-NULL"));
+    if (logits_check(t, xent_def.name, logits, labels, "labels"))
+        return NULL;
     int B = logits->shape[0], C = logits->shape[1];
     int one = 1;
     vit_tensor *y = vit_tape_output(t, 1, &one, vit_tape_wants_grad(t, 1, &logits));
@@ -86,9 +96,8 @@ vit_tensor *vit_op_cross_entropy_masked(vit_tape *t, vit_tensor *logits, const i
 {
     if (!vit_tape_begin(t, xent_masked_def.name, 1, &logits))
         return NULL;
-    if (logits->ndim != 2 || !labels)
-        return vit_tape_error(t, vit_fail(VIT_EINVAL, "vit_op_cross_entropy_masked: logits must "
-                                          "be [B, C] and labels non-NULL"));
+    if (logits_check(t, xent_masked_def.name, logits, labels, "labels"))
+        return NULL;
     int B = logits->shape[0], C = logits->shape[1];
     int one = 1;
     vit_tensor *y = vit_tape_output(t, 1, &one, vit_tape_wants_grad(t, 1, &logits));
@@ -134,9 +143,8 @@ vit_tensor *vit_op_cross_entropy_soft(vit_tape *t, vit_tensor *logits, const vit
 {
     if (!vit_tape_begin(t, xent_soft_def.name, 1, &logits))
         return NULL;
-    if (logits->ndim != 2 || !targets)
-        return vit_tape_error(t, vit_fail(VIT_EINVAL, "vit_op_cross_entropy_soft: logits must "
-                                          "be [B, C] and targets non-NULL"));
+    if (logits_check(t, xent_soft_def.name, logits, targets, "targets"))
+        return NULL;
     int B = logits->shape[0], C = logits->shape[1];
     int one = 1;
     vit_tensor *y = vit_tape_output(t, 1, &one, vit_tape_wants_grad(t, 1, &logits));

@@ -136,8 +136,8 @@ static int mlp_shapes_ok(const vit_tensor *x, const vit_tensor *W1, const vit_te
                          const vit_tensor *W2, const vit_tensor *b2, const vit_tensor *r)
 {
     return W1->ndim == 2 && W2->ndim == 2 && vit_tape_last_dim(x) == W1->shape[0]
-        && W2->shape[0] == W1->shape[1] && (!b1 || (int)b1->size == W1->shape[1])
-        && (!b2 || (int)b2->size == W2->shape[1]) && r->ndim == x->ndim
+        && W2->shape[0] == W1->shape[1] && (!b1 || (b1->ndim == 1 && b1->shape[0] == W1->shape[1]))
+        && (!b2 || (b2->ndim == 1 && b2->shape[0] == W2->shape[1])) && r->ndim == x->ndim
         && vit_tape_last_dim(r) == W2->shape[1]
         && !memcmp(r->shape, x->shape, (size_t)(x->ndim - 1) * sizeof *x->shape);
 }

@@ -32,6 +32,14 @@ static int back_layernorm(vit_tape *t, const vit_op_rec *r)
 
 static const vit_op_def layernorm_def = {"vit_op_layernorm", back_layernorm, NULL, 0};
 
+/* gamma and beta 1-D [d], d the normalised width. */
+static int gain_shift_check(vit_tape *t, const char *fn, const vit_tensor *gamma,
+                            const vit_tensor *beta, int d)
+{
+    int rc = vit_tape_check_shape(t, fn, "gamma", gamma, "[d], d = x's last dimension", 1, &d);
+    return rc ? rc : vit_tape_check_shape(t, fn, "beta", beta, "[d], d = x's last dimension", 1, &d);
+}
+
 vit_tensor *vit_op_layernorm(vit_tape *t, vit_tensor *x, vit_tensor *gamma, vit_tensor *beta,
                              vit_real eps)
 {
@@ -45,10 +53,8 @@ vit_tensor *vit_tape_layernorm_kept(vit_tape *t, vit_tensor *x, vit_tensor *gamm
     if (!vit_tape_begin(t, layernorm_def.name, 3, in))
         return NULL;
     int d = vit_tape_last_dim(x), n = vit_tape_rows(x);
-    if ((int)gamma->size != d || (int)beta->size != d)
-        return vit_tape_error(t, vit_fail(VIT_EINVAL,
-            "vit_op_layernorm: gamma (%zu) and beta (%zu) must match the width %d",
-            gamma->size, beta->size, d));
+    if (gain_shift_check(t, layernorm_def.name, gamma, beta, d))
+        return NULL;
     vit_tensor *y = vit_tape_output_kept(t, x->ndim, x->shape, vit_tape_wants_grad(t, 3, in),
                                          keep);
     vit_real *mean = y ? vit_tape_saved(t, 2 * (size_t)n) : NULL;
@@ -82,10 +88,11 @@ vit_tensor *vit_tape_add_layernorm_kept(vit_tape *t, vit_tensor *a, vit_tensor *
     if (!vit_tape_begin(t, fn, 2, lnin))
         return NULL;
     int d = vit_tape_last_dim(a), n = vit_tape_rows(a);
-    if (!sum || (int)gamma->size != d || (int)beta->size != d || !(eps > 0) || !isfinite(eps))
+    if (gain_shift_check(t, fn, gamma, beta, d))
+        return NULL;
+    if (!sum || !(eps > 0) || !isfinite(eps))
         return vit_tape_error(t, vit_fail(VIT_EINVAL,
-            "%s: gamma (%zu) and beta (%zu) must match the width %d, eps (%g) be positive "
-            "and sum non-NULL", fn, gamma->size, beta->size, d, (double)eps));
+            "%s: eps (%g) must be positive and sum non-NULL", fn, (double)eps));
     vit_tensor *in[2] = {a, b};
     vit_tensor *s = vit_tape_output(t, a->ndim, a->shape, vit_tape_wants_grad(t, 2, in));
     if (!s || !vit_tape_record(t, &vit_tape_add_def, VIT_OK, s, 2, in, NULL, 0))

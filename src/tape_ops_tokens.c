@@ -45,11 +45,15 @@ vit_tensor *vit_op_patch_embed(vit_tape *t, const vit_patch_shape *s, vit_tensor
     if (n <= 0)
         return vit_tape_error(t, vit_fail(VIT_EINVAL, "vit_op_patch_embed: invalid patch shape"));
     size_t pdim = (size_t)s->patch * s->patch * s->channels;
-    if (img->size != (size_t)s->batch * s->height * s->width * s->channels
-        || W->size != pdim * (size_t)s->dim || (b && b->size != (size_t)s->dim))
-        return vit_tape_error(t, vit_fail(VIT_EINVAL,
-            "vit_op_patch_embed: image (%zu values) or weights (%zu) do not match the shape",
-            img->size, W->size));
+    const char *fn = patch_def.name;
+    if (pdim > INT32_MAX)
+        return vit_tape_error(t, vit_fail(VIT_EINVAL, "%s: patch too large", fn));
+    if (vit_tape_check_shape(t, fn, "img", img, "[batch, height, width, channels]", 4,
+                             (int[]){s->batch, s->height, s->width, s->channels})
+        || vit_tape_check_shape(t, fn, "W", W, "[patch*patch*channels, dim]", 2,
+                                (int[]){(int)pdim, s->dim})
+        || (b && vit_tape_check_shape(t, fn, "b", b, "[dim]", 1, &s->dim)))
+        return NULL;
     int shape[3] = {s->batch, n, s->dim};
     vit_tensor *y = vit_tape_output(t, 3, shape, vit_tape_wants_grad(t, 3, in));
     vit_real *cols = y ? vit_tape_saved(t, (size_t)s->batch * n * pdim) : NULL;
@@ -80,9 +84,9 @@ vit_tensor *vit_op_cls_prepend(vit_tape *t, vit_tensor *x, vit_tensor *cls)
     vit_tensor *in[2] = {x, cls};
     if (!vit_tape_begin(t, cls_def.name, 2, in))
         return NULL;
-    if (x->ndim != 3 || cls->size != (size_t)x->shape[2])
-        return vit_tape_error(t, vit_fail(VIT_EINVAL,
-            "vit_op_cls_prepend: x must be [B, N, D] and cls [D]"));
+    if (vit_tape_check_shape(t, cls_def.name, "x", x, "[B, N, D]", 3, (int[]){-1, -1, -1})
+        || vit_tape_check_shape(t, cls_def.name, "cls", cls, "[D]", 1, &x->shape[2]))
+        return NULL;
     int shape[3] = {x->shape[0], x->shape[1] + 1, x->shape[2]};
     vit_tensor *y = vit_tape_output(t, 3, shape, vit_tape_wants_grad(t, 2, in));
     if (!y)
@@ -114,9 +118,9 @@ vit_tensor *vit_op_pos_add(vit_tape *t, vit_tensor *x, vit_tensor *pos)
     vit_tensor *in[2] = {x, pos};
     if (!vit_tape_begin(t, pos_def.name, 2, in))
         return NULL;
-    if (x->ndim != 3 || pos->size != (size_t)x->shape[1] * x->shape[2])
-        return vit_tape_error(t, vit_fail(VIT_EINVAL,
-            "vit_op_pos_add: x must be [B, T, D] and pos [T, D]"));
+    if (vit_tape_check_shape(t, pos_def.name, "x", x, "[B, T, D]", 3, (int[]){-1, -1, -1})
+        || vit_tape_check_shape(t, pos_def.name, "pos", pos, "[T, D]", 2, x->shape + 1))
+        return NULL;
     vit_tensor *y = vit_tape_output(t, 3, x->shape, vit_tape_wants_grad(t, 2, in));
     if (!y)
         return NULL;
@@ -195,8 +199,8 @@ vit_tensor *vit_op_masked_mean(vit_tape *t, vit_tensor *x, const unsigned char *
     const char *fn = masked_mean_def.name;
     if (!vit_tape_begin(t, fn, 1, &x))
         return NULL;
-    if (x->ndim != 3)
-        return vit_tape_error(t, vit_fail(VIT_EINVAL, "%s: x must be [B, T, D]", fn));
+    if (vit_tape_check_shape(t, fn, "x", x, "[B, T, D]", 3, (int[]){-1, -1, -1}))
+        return NULL;
     int B = x->shape[0], T = x->shape[1], D = x->shape[2];
     int shape[2] = {B, D};
     vit_tensor *y = vit_tape_output(t, 2, shape, vit_tape_wants_grad(t, 1, &x));
@@ -261,9 +265,11 @@ static vit_tensor *token_op(vit_tape *t, const vit_op_def *def, vit_tensor *x, i
     if (!vit_tape_begin(t, name, 1, &x))
         return NULL;
     int lo = i >= 0 ? i : -i - 1;
-    if (x->ndim != 3 || lo >= x->shape[1])
-        return vit_tape_error(t, vit_fail(VIT_EINVAL,
-            "%s: x must be [B, T, D] with token %d < T", name, lo));
+    if (vit_tape_check_shape(t, name, "x", x, "[B, T, D]", 3, (int[]){-1, -1, -1}))
+        return NULL;
+    if (lo >= x->shape[1])
+        return vit_tape_error(t, vit_fail(VIT_EINVAL, "%s: token %d is not below T = %d", name,
+                                          lo, x->shape[1]));
     int B = x->shape[0], T = x->shape[1], D = x->shape[2], first, last;
     int shape[2] = {B, D};
     vit_tensor *y = vit_tape_output(t, 2, shape, vit_tape_wants_grad(t, 1, &x));

@@ -31,9 +31,11 @@ void vit_train_emit(vit_trainer *t, vit_train_event *ev)
 
 /* ---- steps and epochs -------------------------------------------------- */
 
-/* Writes the checkpoint (rank 0; the others learn of a failure), with the
- * data order when taken inside an epoch (norder > 0); event CHECKPOINT. */
-static int save(vit_trainer *t, int norder)
+/* Writes the checkpoint at path (rank 0; the others learn of a failure),
+ * with the data order when taken inside an epoch (norder > 0), and for
+ * last.ckpt the run's time so far beside it (clock.txt); event
+ * CHECKPOINT. */
+static int save(vit_trainer *t, int norder, const char *path)
 {
     vit_run_state st = t->st;
     st.train_params = t->avg ? vit_model_params(t->m) : NULL;
@@ -46,15 +48,18 @@ static int save(vit_trainer *t, int norder)
     /* The run's config, not the model's copy: a resume may have extended
      * the run (epochs) or changed ckpt_minutes, and a later resume or
      * vit_run_config must see that. */
-    int mine = vit_dist_rank() == 0 ? vit_run_internal_save(t->ckpt, scored(t), &t->cfg, &t->opt, &st)
+    int mine = vit_dist_rank() == 0 ? vit_run_internal_save(path, scored(t), &t->cfg, &t->opt, &st)
                                     : VIT_OK;
+    if (mine == VIT_OK && vit_dist_rank() == 0 && path == t->ckpt)
+        mine = vit_run_clock_write(t->o.out_dir, t->st.step,
+                                   t->prior_seconds + now_seconds() - t->t0);
     int rc = vit_dist_agree(mine);
     if (rc && mine == VIT_OK)
-        vit_fail(rc, "rank 0 could not write %s", t->ckpt);
+        vit_fail(rc, "rank 0 could not write %s", path);
     if (rc)
         return rc;
     t->last_save = now_seconds();
-    vit_train_event ev = {.kind = VIT_TRAIN_CHECKPOINT, .path = t->ckpt};
+    vit_train_event ev = {.kind = VIT_TRAIN_CHECKPOINT, .path = path};
     vit_train_emit(t, &ev);
     return VIT_OK;
 }
@@ -96,12 +101,11 @@ static int train_batch(vit_trainer *t, long s, double *loss)
     vit_train_share(b, &lo, &hi);
     double red[2] = {0, 0};
     int mine = vit_train_gather_batch(t, t->perm + start, b, lo, hi);
-    if (mine == VIT_OK)
-        mine = vit_train_local_step(t, hi - lo, red);
+    mine = vit_train_summed_step(t, mine, hi - lo, b, red);
     int rc = vit_dist_agree(mine);
     if (rc != VIT_OK && mine == VIT_OK)
         return vit_fail(rc, "step %llu failed on another rank", t->st.step + 1);
-    if (rc || (rc = vit_train_reduce_grads(t, hi - lo, b, red)))
+    if (rc || (rc = vit_dist_sum_double(red, 2)))
         return rc;
     double lv = red[0] / b;
     if (!isfinite(lv))
@@ -129,6 +133,21 @@ static int train_batch(vit_trainer *t, long s, double *loss)
     return VIT_OK;
 }
 
+/* An epoch whose mean training loss passes this many times chance's
+ * (ln classes) has diverged: a working run starts near 1 and falls. */
+#define EXPLODED 10
+
+/* Whether the epoch's validation score beats the best so far (by
+ * save_best's measure; accuracy without one).  A resumed best is a
+ * float32 figure: a better one must beat it by more than its rounding. */
+static int better(const vit_trainer *t, const vit_epoch_metrics *row)
+{
+    if (t->st.best_epoch == 0)
+        return 1;
+    double b = t->st.best_score, tol = 1e-6 * (fabs(b) > 1 ? fabs(b) : 1);
+    return t->o.save_best == VIT_BEST_LOSS ? row->val_loss < b - tol : row->val_acc > b + tol;
+}
+
 /* The end of an epoch: its scores (test, validation), the metrics row and
  * event, then the checkpoint it is due (every ckpt_every epochs, the last,
  * a pause). */
@@ -137,7 +156,13 @@ static int end_epoch(vit_trainer *t)
     const vit_train_opts *o = &t->o;
     vit_epoch_metrics row = {.train_loss = t->st.epoch_sums[0] / t->st.epoch_sums[2],
                              .train_acc = t->st.epoch_sums[1] / t->st.epoch_sums[2],
-                             .lr = t->lr, .val_acc = -1};
+                             .lr = t->lr, .val_acc = -1, .val_loss = -1};
+    /* Exploding: no checkpoint of it (the last one is the last good state). */
+    double chance = log(t->cfg.classes > 2 ? t->cfg.classes : 2);
+    if (!(row.train_loss <= EXPLODED * chance))
+        return vit_fail(VIT_ENUM, "training diverged by step %llu: epoch %llu's mean loss is "
+                        "%g, over %d times chance's %.3g, at learning rate %g", t->st.step,
+                        t->st.epoch + 1, row.train_loss, EXPLODED, chance, t->lr);
     t->last_train_loss = row.train_loss;
     t->st.epoch_step = 0;
     memset(t->st.epoch_sums, 0, sizeof t->st.epoch_sums);
@@ -162,6 +187,7 @@ static int end_epoch(vit_trainer *t)
         if ((rc = vit_train_evaluate_shared(t, &t->val, VIT_TTA_NONE, &vr)))
             return rc;
         t->last_val = row.val_acc = vr.accuracy;
+        row.val_loss = vr.loss;
         vit_eval_result_free(&vr);
     }
     t->score_pass = now_seconds() - scoring_t0; /* the budget's guide to the final scoring */
@@ -176,19 +202,30 @@ static int end_epoch(vit_trainer *t)
     t->at.epoch_step = 0;
     t->at.finished = ep >= (unsigned long long)t->cfg.epochs
                      || (o->stop_after_epochs > 0 && ep >= (unsigned long long)o->stop_after_epochs);
-    double el = now_seconds() - t->t0;
+    int improved = t->val.count > 0 && better(t, &row);
+    if (improved) {
+        t->st.best_epoch = ep;
+        t->st.best_score = t->o.save_best == VIT_BEST_LOSS ? row.val_loss : row.val_acc;
+    }
+    if (t->o.early_stop > 0 && !t->at.finished
+        && ep - t->st.best_epoch >= (unsigned long long)t->o.early_stop) {
+        t->at.finished = 1;
+        t->early_stopped = 1;
+    }
     vit_train_event ev = {.kind = VIT_TRAIN_EPOCH, .epoch = &row,
-                          .images_per_second = (double)(ep - t->at.start_epoch) * t->train.count / el};
+                          .images_per_second = (double)ep * t->train.count / row.seconds};
     vit_train_emit(t, &ev);
+    if (improved && t->o.save_best != VIT_BEST_NONE && (rc = save(t, 0, t->best_path)))
+        return rc;
     if (o->budget_seconds > 0 && !t->at.finished && (rc = vit_train_hold_budget(t)))
         return rc;
-    int last = ep == (unsigned long long)t->cfg.epochs
+    int last = ep == (unsigned long long)t->cfg.epochs || t->early_stopped
                || (o->stop_after_epochs > 0 && ep == (unsigned long long)o->stop_after_epochs);
     int stop = 0, pause = pause_wanted(t, &stop, &rc);
     if (rc)
         return rc;
     if ((o->ckpt_every > 0 && (ep % (unsigned long long)o->ckpt_every == 0 || last)) || pause)
-        if ((rc = save(t, 0)))
+        if ((rc = save(t, 0, t->ckpt)))
             return rc;
     t->at.stopped = stop;
     return VIT_OK;
@@ -218,9 +255,21 @@ static int step_once(vit_trainer *t)
     vit_train_emit(t, &ev);
     if (s + 1 == spe)
         return end_epoch(t);
+    if (vit_train_budget_out(t)) {
+        /* Not even this epoch fits: the run ends at this step, its
+         * position checkpointed (a resume goes on from it), and the final
+         * figures score this model. */
+        if ((rc = save(t, t->train.count, t->ckpt)))
+            return rc;
+        vit_eval_result_free(&t->last_test);
+        t->last_val = -1;
+        t->out_of_budget = 1;
+        t->at.finished = 1;
+        return VIT_OK;
+    }
     int stop = 0;
     if (pause_wanted(t, &stop, &rc)) {
-        if ((rc = save(t, t->train.count)))
+        if ((rc = save(t, t->train.count, t->ckpt)))
             return rc;
         t->at.stopped = stop;
     }
@@ -269,7 +318,7 @@ int vit_trainer_checkpoint(vit_trainer *t)
 {
     if (!t)
         return vit_fail(VIT_EINVAL, "vit_trainer_checkpoint: NULL trainer");
-    return save(t, t->st.epoch_step > 0 ? t->train.count : 0);
+    return save(t, t->st.epoch_step > 0 ? t->train.count : 0, t->ckpt);
 }
 
 int vit_trainer_evaluate(vit_trainer *t, const vit_dataset *ds, int tta, vit_eval_result *r)
@@ -298,13 +347,18 @@ static int choose_tta(vit_trainer *t, double val_plain, int *tta, vit_train_resu
     int rc, candidate = vit_train_auto_tta(&t->cfg);
     res->tta_auto = 1;
     *tta = VIT_TTA_NONE;
+    int gave_up = 0;
     if (t->val.count > 0) {
-        if ((rc = vit_train_evaluate_shared(t, &t->val, candidate, &e)) == VIT_OK) {
+        if ((rc = vit_train_evaluate_timed(t, &t->val, candidate, &e, &gave_up)) == VIT_OK
+            && !gave_up) {
             res->val_accuracy_tta = e.accuracy;
             *tta = e.accuracy > val_plain ? candidate : VIT_TTA_NONE;
         }
-    } else if ((rc = vit_train_evaluate_shared(t, t->test, candidate, &e)) == VIT_OK)
+    } else if ((rc = vit_train_evaluate_timed(t, t->test, candidate, &e, &gave_up)) == VIT_OK
+               && !gave_up)
         res->test_accuracy_tta = e.accuracy;
+    if (gave_up)
+        res->tta_skipped = VIT_TTA_AUTO;
     vit_eval_result_free(&e);
     return rc;
 }
@@ -331,19 +385,32 @@ static int final_scores(vit_trainer *t, vit_train_result *res)
     res->val_accuracy = val_acc;
     res->val_accuracy_tta = res->test_accuracy_tta = -1;
     int tta = t->cfg.tta;
+    if (tta != VIT_TTA_NONE && !vit_train_final_tta_fits(t)) { /* a budget's ceiling */
+        res->tta_skipped = tta;
+        tta = VIT_TTA_NONE;
+    }
     if (rc == VIT_OK && tta == VIT_TTA_AUTO)
         rc = choose_tta(t, val_acc, &tta, res);
     res->tta = tta;
     if (rc == VIT_OK && tta != VIT_TTA_NONE) {
-        vit_eval_result et;
-        if ((rc = vit_train_evaluate_shared(t, t->test, tta, &et)) == VIT_OK) {
+        /* Under a budget a scoring that would pass it is given up: then
+         * every figure stays one pass. */
+        vit_eval_result et = {0}, vr = {0};
+        int gave_up = 0;
+        rc = vit_train_evaluate_timed(t, t->test, tta, &et, &gave_up);
+        if (rc == VIT_OK && !gave_up && t->val.count > 0 && !res->tta_auto)
+            rc = vit_train_evaluate_timed(t, &t->val, tta, &vr, &gave_up);
+        if (rc == VIT_OK && gave_up) {
+            res->tta_skipped = res->tta_auto ? VIT_TTA_AUTO : tta;
+            res->tta = VIT_TTA_NONE;
+        } else if (rc == VIT_OK) {
             vit_eval_result_free(&ev);
             ev = et;
+            memset(&et, 0, sizeof et);
+            if (t->val.count > 0)
+                res->val_accuracy = res->tta_auto ? res->val_accuracy_tta : vr.accuracy;
         }
-        vit_eval_result vr = {0};
-        if (rc == VIT_OK && t->val.count > 0
-            && (rc = res->tta_auto ? VIT_OK : vit_train_evaluate_shared(t, &t->val, tta, &vr)) == VIT_OK)
-            res->val_accuracy = res->tta_auto ? res->val_accuracy_tta : vr.accuracy;
+        vit_eval_result_free(&et);
         vit_eval_result_free(&vr);
     }
     if (rc == VIT_OK) {
@@ -355,6 +422,28 @@ static int final_scores(vit_trainer *t, vit_train_result *res)
     }
     vit_eval_result_free(&ev);
     return rc;
+}
+
+/* save_best: the model the final figures score is the best one (its
+ * checkpoint, unless that is the last epoch's), put in place of the
+ * scored weights; training is over, and last.ckpt keeps the last ones. */
+static int take_best(vit_trainer *t, vit_train_result *res)
+{
+    res->best_epoch = (int)t->st.best_epoch;
+    res->best_score = t->st.best_score;
+    if (t->st.best_epoch == 0 || t->st.best_epoch == t->st.epoch)
+        return VIT_OK;
+    vit_model *b = NULL;
+    int rc = vit_run_load(t->best_path, &b, NULL, NULL);
+    if (rc == VIT_OK && vit_model_param_count(b) != vit_model_param_count(scored(t)))
+        rc = vit_fail(VIT_EFORMAT, "%s: not this run's model", t->best_path);
+    if (rc == VIT_OK)
+        memcpy(vit_model_params(scored(t)), vit_model_params(b),
+               vit_model_param_count(b) * sizeof(vit_real));
+    vit_model_free(b);
+    vit_eval_result_free(&t->last_test); /* the last epoch's: scored anew */
+    t->last_val = -1;
+    return vit_dist_agree(rc);
 }
 
 int vit_trainer_fit(vit_trainer *t, vit_train_result *res)
@@ -379,12 +468,18 @@ int vit_trainer_fit(vit_trainer *t, vit_train_result *res)
         res->already_complete = 1;
         return VIT_OK;
     }
+    res->early_stopped = t->early_stopped;
+    if ((res->out_of_budget = t->out_of_budget))
+        res->epoch_step = t->st.epoch_step;
     if (t->at.stopped) {
         res->interrupted = 1;
         res->epoch_step = t->st.epoch_step;
         res->seconds = now_seconds() - t->t0;
+        res->run_seconds = t->prior_seconds + res->seconds;
         return VIT_OK;
     }
+    if (t->o.save_best != VIT_BEST_NONE && (rc = take_best(t, res)))
+        return rc;
     if ((rc = final_scores(t, res)))
         return rc;
     /* The figures just reported, beside metrics.csv (which holds one-pass
@@ -394,7 +489,14 @@ int vit_trainer_fit(vit_trainer *t, vit_train_result *res)
     if ((rc = vit_dist_agree(rc)))
         return rc;
     res->seconds = now_seconds() - t->t0;
-    res->images_per_second = (double)(t->st.epoch - t->at.start_epoch) * t->train.count / res->seconds;
+    /* This invocation's images: a resume inside an epoch did only its rest. */
+    double images = (double)(t->st.epoch - t->at.start_epoch) * t->train.count
+                    + (double)t->st.epoch_step * t->cfg.batch
+                    - (double)t->start_epoch_step * t->cfg.batch;
+    res->images_per_second = images / res->seconds;
+    res->run_seconds = t->prior_seconds + res->seconds;
+    double partial = (double)t->st.epoch_step * t->cfg.batch; /* out of budget */
+    res->run_images_per_second = ((double)t->st.epoch * t->train.count + partial) / res->run_seconds;
     return VIT_OK;
 }
 

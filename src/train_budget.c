@@ -1,60 +1,68 @@
 /*
- * A training run's time budget (vit_train_opts.budget_seconds): the cost
- * of a step and of scoring measured, the epochs planned to fit, and the
- * plan held after each epoch against the pace the run keeps, shortening or
- * lengthening it with the schedule laid out anew.
+ * A training run's time budget (vit_train_opts.budget_seconds), held as a
+ * ceiling: the cost of a step, of a one-pass scoring and of the final
+ * test-time augmented scoring measured, the epochs planned so that the
+ * whole run (the final scoring included) ends under the budget, and the
+ * plan held after each epoch against the pace the run keeps: shortened
+ * when the pace drops, lengthened only when even the slowest pace seen so
+ * far leaves room.
  */
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "error.h"
 #include "trainer_internal.h"
 #include "vit/dist.h"
 
-/* Seconds of scoring after each epoch (test and validation sets, one pass)
- * and at the end (with shift9 nine more passes of each, eighteen with
- * shift9flip, and auto's trial of its candidate on one set; the one-pass
- * figures are the last epoch's), at score_seconds per image and pass. */
+/* The plan aims at this share of the budget, and a new plan is made once
+ * the predicted end passes CEILING_AT of it: room for the pace to waver
+ * between two checks. */
+#define PLAN_AT 0.95
+#define CEILING_AT 0.98
+
+/* Seconds of scoring after each epoch (one pass over the test and the
+ * validation sets) at score_seconds per image. */
 static double epoch_scoring(const vit_trainer *t)
 {
     return (double)(t->test->count + t->val.count) * t->at.score_seconds;
 }
 
-/* The final scoring in one-pass scorings of both sets. */
-static int final_passes(const vit_trainer *t)
-{
-    int tta = t->cfg.tta;
-    if (tta == VIT_TTA_AUTO) /* the trial, and at worst the test set again */
-        return vit_tta_passes(vit_train_auto_tta(&t->cfg));
-    return tta == VIT_TTA_NONE ? 0 : vit_tta_passes(tta);
-}
-
+/* Seconds of the final scoring as measured at the plan: the test-time
+ * augmented views of the test and validation sets (tta_seconds an image,
+ * all views; auto tries its candidate on the validation set, and at worst
+ * scores the test set with it; the one-pass figures are the last
+ * epoch's). */
 static double final_scoring(const vit_trainer *t)
 {
-    return final_passes(t) * epoch_scoring(t);
+    int tta = t->cfg.tta;
+    if (tta == VIT_TTA_NONE)
+        return 0;
+    return (double)(t->test->count + t->val.count) * t->tta_seconds;
 }
 
-/* The epochs whose rest costs nearest `left` seconds from here (within
- * half an epoch): the current epoch's remaining steps, whole epochs of spe
- * steps at step seconds each plus `scoring` seconds, and `final` seconds
- * of final scores; at least the epoch after the last done, at most
- * epochs_cap. */
+/* The most epochs whose rest costs at most `left` seconds from here: the
+ * current epoch's remaining steps, whole epochs of spe steps at step
+ * seconds each plus `scoring` seconds, and `final` seconds of final
+ * scores; at most epochs_cap, and at least one epoch, or (at an epoch's
+ * end) the epochs done: the run may end there. */
 static int epochs_fitting(const vit_trainer *t, double left, double step, double scoring,
                           double final)
 {
     long spe = t->at.steps_per_epoch;
     double epoch = (double)spe * step + scoring;
-    double n = floor((left - final + (double)t->st.epoch_step * step) / epoch + 0.5);
-    double lo = (double)t->st.epoch + 1, hi = t->epochs_cap;
+    double n = floor((left - final + (double)t->st.epoch_step * step) / epoch);
+    double lo = (double)t->st.epoch + (t->st.epoch == 0 || t->st.epoch_step > 0), hi = t->epochs_cap;
     double e = (double)t->st.epoch + n;
     return (int)(e < lo ? lo : e > hi ? hi : e);
 }
 
 /* Times a few forward and backward passes of one batch (the first not
  * counted: caches, tapes) for about 2% of the budget (0.05 .. 2 s), and
- * four one-pass scorings of up to 256 test images (the faster of the last
- * two counted),
+ * four one-pass scorings of up to 256 test images (4 a second of the
+ * budget, 16 at least; the faster of the last two counted), and with
+ * test-time augmentation the final scoring's views of a quarter as many,
  * without training: the model, its gradients' use and the run's random
  * state are as they were.  A data-parallel job takes the ranks' mean. */
 static int measure_costs(vit_trainer *t)
@@ -68,7 +76,7 @@ static int measure_costs(vit_trainer *t)
         idx[i] = i;
     vit_rng saved = t->st.rng; /* the augmentation's draws are given back below */
     vit_train_share(b, &lo, &hi);
-    double limit = 0.02 * t->o.budget_seconds, t1 = 0, cost[2] = {0, 0};
+    double limit = 0.02 * t->o.budget_seconds, t1 = 0, cost[3] = {0, 0, 0};
     limit = limit < 0.05 ? 0.05 : limit > 2 ? 2 : limit;
     int k;
     for (k = 0; rc == VIT_OK; k++) {
@@ -87,8 +95,12 @@ static int measure_costs(vit_trainer *t)
     if (all)
         return rc ? rc : vit_fail(all, "the budget's measurement failed on another rank");
     cost[0] = (now_seconds() - t1) / (k - 1) * c->batch / b;
+    /* Samples in proportion to a short budget (4 images a second of it,
+     * 16 .. 256), so that measuring stays a small part of it. */
+    int most = (int)(4 * t->o.budget_seconds);
+    most = most < 16 ? 16 : most > 256 ? 256 : most;
     vit_dataset part = *t->test;
-    part.count = part.count < 256 ? part.count : 256;
+    part.count = part.count < most ? part.count : most;
     /* The first two passes generate kernels and grow the tape (Fashion:
      * 0.85 and 0.67 ms an image, then 0.12 ms); the fastest later one counts. */
     for (int pass = 0; pass < 4 && rc == VIT_OK; pass++) {
@@ -102,10 +114,23 @@ static int measure_costs(vit_trainer *t)
         }
         vit_eval_result_free(&ev);
     }
-    if (rc || (rc = vit_dist_sum_double(cost, 2)))
+    /* The final scoring's views, timed as they run (the second of two
+     * passes over up to 64 images: the first builds their buffers). */
+    int tta = t->cfg.tta == VIT_TTA_AUTO ? vit_train_auto_tta(&t->cfg) : t->cfg.tta;
+    part.count = part.count < most / 4 ? part.count : most / 4;
+    for (int pass = 0; pass < 2 && rc == VIT_OK && tta != VIT_TTA_NONE; pass++) {
+        vit_eval_result ev;
+        double t2 = now_seconds();
+        rc = vit_train_evaluate_shared(t, &part, tta, &ev);
+        if (rc == VIT_OK)
+            cost[2] = (now_seconds() - t2) / part.count;
+        vit_eval_result_free(&ev);
+    }
+    if (rc || (rc = vit_dist_sum_double(cost, 3)))
         return rc;
     t->at.step_seconds = cost[0] / vit_dist_size();
     t->at.score_seconds = cost[1] / vit_dist_size();
+    t->tta_seconds = cost[2] / vit_dist_size();
     return VIT_OK;
 }
 
@@ -116,7 +141,7 @@ int vit_train_plan_budget(vit_trainer *t)
     if (rc)
         return rc;
     double el = now_seconds() - t->t0, step = t->at.step_seconds;
-    double left = 0.98 * t->o.budget_seconds - el;
+    double left = PLAN_AT * t->o.budget_seconds - el;
     t->cfg.epochs = epochs_fitting(t, left, step, epoch_scoring(t), final_scoring(t));
     vit_train_layout(t);
     long steps = t->at.total_steps - (long)t->st.step;
@@ -130,14 +155,22 @@ int vit_train_plan_budget(vit_trainer *t)
     return VIT_OK;
 }
 
+/* How much slower the run goes than measured at the plan (1: as fast). */
+static double slowdown(const vit_trainer *t, double per_epoch)
+{
+    double measured = (double)t->at.steps_per_epoch * t->at.step_seconds + epoch_scoring(t);
+    double slow = measured > 0 ? per_epoch / measured : 1;
+    return slow > 1 ? slow : 1;
+}
+
 int vit_train_hold_budget(vit_trainer *t)
 {
     double now = now_seconds(), spe = (double)t->at.steps_per_epoch;
     double done = (double)(t->st.step - t->pace_step) / spe;
     double x[2] = {0, 0};
-    /* Short epochs are checked in windows of 3% of the budget at least, as
-     * rank 0's clock says. */
-    x[0] = vit_dist_rank() == 0 && now - t->pace_t < 0.03 * t->o.budget_seconds;
+    /* Short epochs are checked in windows of 2% of the budget at least, as
+     * rank 0's clock says: a pace, not one epoch's noise. */
+    x[0] = vit_dist_rank() == 0 && now - t->pace_t < 0.02 * t->o.budget_seconds;
     int rc = vit_dist_size() > 1 ? vit_dist_sum_double(x, 1) : VIT_OK;
     if (rc || x[0] > 0)
         return rc;
@@ -152,24 +185,33 @@ int vit_train_hold_budget(vit_trainer *t)
     if (rc || done <= 0)
         return rc;
     double el = x[0];
-    t->pace = t->pace > 0 ? 0.5 * (t->pace + x[1]) : x[1];
-    double per_epoch = t->pace, measured = spe * t->at.step_seconds + epoch_scoring(t);
-    double slow = measured > 0 ? per_epoch / measured : 1;
-    /* The final scoring as long as this run's own scoring passes take, else
-     * as measured at the plan at the pace's slowdown since. */
-    double final = final_passes(t) * (t->score_pass > 0 ? t->score_pass
-                                                        : epoch_scoring(t) * slow);
-    int E = t->cfg.epochs;
-    double end = el + (double)(E - (long)t->st.epoch) * per_epoch + final;
+    /* The pace ahead: the last epoch's, or the mean of it and the pace
+     * before when that is slower (one fast epoch does not make a run
+     * fast); the slowest pace seen is the margin a longer plan needs. */
+    double mean = t->pace > 0 ? 0.5 * (t->pace + x[1]) : x[1];
+    double per_epoch = x[1] > mean ? x[1] : mean;
+    t->pace = mean;
+    if (x[1] > t->worst_pace)
+        t->worst_pace = x[1];
     double budget = t->o.budget_seconds;
-    if (end <= budget && (end >= 0.92 * budget || E >= t->epochs_cap))
+    int E = t->cfg.epochs, want = E;
+    double final = final_scoring(t) * slowdown(t, per_epoch);
+    double end = el + (double)(E - (long)t->st.epoch) * per_epoch + final;
+    if (end > CEILING_AT * budget) {
+        want = epochs_fitting(t, PLAN_AT * budget - el, per_epoch / spe, 0, final);
+        if (want >= E)
+            return VIT_OK; /* at its least already: the final scoring gives way (final_scores) */
+    } else if (E < t->epochs_cap) {
+        /* Longer only if the slowest pace seen still ends in time, and by
+         * a gain worth a new schedule (one epoch and 10% at least). */
+        double worst = t->worst_pace, wfinal = final_scoring(t) * slowdown(t, worst);
+        want = epochs_fitting(t, PLAN_AT * budget - el, worst / spe, 0, wfinal);
+        if (want < E + 1 + E / 10)
+            return VIT_OK;
+        per_epoch = worst;
+        final = wfinal;
+    } else
         return VIT_OK;
-    /* Shortened to end at 98%, lengthened to 95%: room for the pace to
-     * waver without a plan each epoch. */
-    double aim = end > budget ? 0.98 : 0.95;
-    int want = epochs_fitting(t, aim * budget - el, per_epoch / spe, 0, final);
-    if (want == E || (want > E && want < E + 1 + E / 20))
-        return VIT_OK; /* a longer run only for a gain worth a new schedule */
     t->cfg.epochs = want;
     vit_train_layout(t);
     t->at.replans++;
@@ -177,4 +219,100 @@ int vit_train_hold_budget(vit_trainer *t)
     vit_train_event ev = {.kind = VIT_TRAIN_PLAN, .images_per_second = t->cfg.batch * spe / per_epoch};
     vit_train_emit(t, &ev);
     return VIT_OK;
+}
+
+int vit_train_final_tta_fits(const vit_trainer *t)
+{
+    if (t->o.budget_seconds <= 0 || t->cfg.tta == VIT_TTA_NONE)
+        return 1;
+    double per = t->pace > 0 ? t->pace : 0;
+    double need = final_scoring(t) * (per > 0 ? slowdown(t, per) : 1);
+    /* A fifth more: a busy machine's pace wavers, and the budget is a
+     * ceiling. */
+    return now_seconds() - t->t0 + 1.2 * need <= t->o.budget_seconds;
+}
+
+/* Adds part's counts to the running sums of a chunked scoring. */
+static void add_part(vit_eval_result *sum, vit_eval_result *part)
+{
+    if (!sum->confusion) {
+        *sum = *part;
+        sum->loss *= part->count;
+        memset(part, 0, sizeof *part);
+        return;
+    }
+    int k = part->classes;
+    for (int i = 0; i < k * k; i++)
+        sum->confusion[i] += part->confusion[i];
+    sum->loss += part->loss * part->count;
+    sum->count += part->count;
+    vit_eval_result_free(part);
+}
+
+int vit_train_evaluate_timed(vit_trainer *t, const vit_dataset *ds, int tta, vit_eval_result *r,
+                             int *gave_up)
+{
+    *gave_up = 0;
+    memset(r, 0, sizeof *r);
+    if (t->o.budget_seconds <= 0)
+        return vit_train_evaluate_shared(t, ds, tta, r);
+    size_t img = (size_t)ds->height * ds->width * ds->channels;
+    int chunk = ds->count / 16 > 64 ? ds->count / 16 : 64;
+    double t1 = now_seconds();
+    for (int at = 0; at < ds->count;) {
+        vit_dataset part = *ds;
+        part.count = ds->count - at < chunk ? ds->count - at : chunk;
+        part.images += (size_t)at * img;
+        part.labels += at;
+        vit_eval_result e;
+        int rc = vit_train_evaluate_shared(t, &part, tta, &e);
+        if (rc) {
+            vit_eval_result_free(r);
+            return rc;
+        }
+        add_part(r, &e);
+        at += part.count;
+        /* The rest at this chunk's pace, against the budget (rank 0's). */
+        double now = now_seconds(), x = 0;
+        x = vit_dist_rank() == 0 && at < ds->count
+            && now - t->t0 + (now - t1) / at * (ds->count - at) > t->o.budget_seconds;
+        if (vit_dist_size() > 1 && (rc = vit_dist_sum_double(&x, 1))) {
+            vit_eval_result_free(r);
+            return rc;
+        }
+        if (x > 0) {
+            *gave_up = 1;
+            vit_eval_result_free(r);
+            memset(r, 0, sizeof *r);
+            return VIT_OK;
+        }
+    }
+    int correct = 0;
+    for (int k = 0; k < r->classes; k++)
+        correct += r->confusion[k * r->classes + k];
+    r->loss /= r->count;
+    r->accuracy = (double)correct / r->count;
+    return VIT_OK;
+}
+
+int vit_train_budget_out(const vit_trainer *t)
+{
+    if (t->o.budget_seconds <= 0 || t->at.step_seconds <= 0)
+        return 0;
+    double now = now_seconds(), x = 0;
+    if (vit_dist_rank() == 0) {
+        /* This stretch's pace against the measured one: the slowdown the
+         * final one-pass scoring will see too. */
+        double steps = (double)(t->st.step - t->pace_step);
+        double slow = steps > 0 ? (now - t->pace_t) / steps / t->at.step_seconds : 1;
+        slow = slow > 1 ? slow : 1;
+        /* Twice the scoring measured on a small sample: the sets' own
+         * passes have not been timed yet, and the budget is a ceiling. */
+        double scoring = 2 * (double)(t->test->count + t->val.count) * t->at.score_seconds * slow;
+        double step = t->at.step_seconds * slow;
+        x = now - t->t0 + step + scoring + 0.02 * t->o.budget_seconds > t->o.budget_seconds;
+    }
+    if (vit_dist_size() > 1 && vit_dist_sum_double(&x, 1) != VIT_OK)
+        return 0;
+    return x > 0;
 }

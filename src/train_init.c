@@ -109,6 +109,10 @@ int vit_train_init_source(vit_trainer *t)
     if (rc)
         return rc;
     const vit_config *sc = vit_model_config(t->init_src);
+    if (vit_model_arch(t->init_src) != vit_arch_vit())
+        return vit_fail(VIT_EINVAL, "%s: a %s model: fine-tuning starts from a ViT's weights "
+                        "only (its position embeddings, patch embedding and head are adapted)",
+                        o->init_from, vit_model_arch(t->init_src)->name);
     TRY(check_opts(o, sc->depth));
     if (o->init_norm == VIT_INIT_NORM_IMAGENET && sc->channels != 3)
         return vit_fail(VIT_EINVAL, "%s: ImageNet's normalisation is for 3 channels, the "

@@ -45,6 +45,16 @@ int vit_metrics_append(FILE *f, const char *path, const vit_epoch_metrics *m, in
  * written. */
 int vit_metrics_write_final(const char *dir, const vit_train_result *res, double train_loss);
 
+/* The run's wall time at its last checkpoint, which the checkpoint itself
+ * does not hold (it would differ between a resumed run and an
+ * uninterrupted one): dir/clock.txt, one line "step S seconds T", written
+ * whole or not at all.  VIT_EIO when it cannot be written. */
+int vit_run_clock_write(const char *dir, unsigned long long step, double seconds);
+
+/* The seconds of the clock.txt beside the checkpoint `from` into *seconds
+ * when it names the checkpoint's step; else *seconds is left as it is. */
+void vit_run_clock_read(const char *from, unsigned long long step, double *seconds);
+
 /* Removes dir/final.csv, if any (a run that goes on training no longer
  * ends where it said). */
 void vit_metrics_drop_final(const char *dir);

@@ -27,15 +27,19 @@ int vit_train_gather_batch(vit_trainer *t, const int *idx, int b, int lo, int hi
     vit_augment g = {.shift = c->shift > c->crop_pad ? c->shift : c->crop_pad,
                      .rotate = c->rotate, .scale = c->scale, .flip = c->flip, .erase = c->erase,
                      .mixup = c->mixup, .cutmix = c->cutmix, .mix_prob = c->mix_prob,
-                     .smoothing = c->smoothing, .classes = c->classes};
+                     .smoothing = c->smoothing, .classes = c->classes,
+                     .brightness = c->brightness, .contrast = c->contrast,
+                     .saturation = c->saturation, .hue = c->hue, .grayscale = c->grayscale,
+                     .channel_perm = c->channel_perm, .invert = c->invert};
     int rc = vit_augment_batch(&g, &t->train, idx, b, lo, hi, t->aug, &t->st.rng, t->images,
                                t->labels, t->targets, &t->mixed, NULL);
     /* Row j (block j / 2, branch j % 2) is drawn for all b items, then its
-     * slice moved to j (hi - lo): [depth, 2, hi - lo] as the model reads it
+     * slice moved to j (hi - lo): [drop_layers, 2, hi - lo] as the model reads it
      * (each move goes to lower addresses than the rows still to draw). */
-    for (int j = 0; rc == VIT_OK && t->drop && j < 2 * c->depth; j++) {
+    const int L = vit_model_info(t->m)->drop_layers; /* the ViT's depth */
+    for (int j = 0; rc == VIT_OK && t->drop && j < 2 * L; j++) {
         vit_real *row = t->drop + (size_t)j * c->batch;
-        rc = vit_drop_path_scales(row, b, c->drop_path * (j / 2 + 1) / c->depth, &t->st.rng);
+        rc = vit_drop_path_scales(row, b, c->drop_path * (j / 2 + 1) / L, &t->st.rng);
         memmove(t->drop + (size_t)j * (hi - lo), row + lo, (size_t)(hi - lo) * sizeof *row);
     }
     return rc;
@@ -50,10 +54,17 @@ int vit_train_augment_buffers(vit_trainer *t)
         return rc;
     if (c->mixup > 0 || c->cutmix > 0)
         t->targets = malloc((size_t)c->batch * c->classes * sizeof *t->targets);
+    const int L = vit_model_info(t->m)->drop_layers;
+    if (c->drop_path > 0 && L < 1)
+        return vit_fail(VIT_EINVAL, "drop_path: architecture %s has no residual stages to drop "
+                        "(set drop_path = 0)", vit_model_arch(t->m)->name);
     if (c->drop_path > 0)
-        t->drop = malloc((size_t)2 * c->depth * c->batch * sizeof *t->drop);
+        t->drop = malloc((size_t)2 * L * c->batch * sizeof *t->drop);
     if (((c->mixup > 0 || c->cutmix > 0) && !t->targets) || (c->drop_path > 0 && !t->drop))
         return vit_fail(VIT_ENOMEM, "vit_train_run: out of memory");
+    if (vit_dist_size() > 1 && !(t->sum = vit_dist_buckets_new(vit_model_grads(t->m),
+                                                                vit_model_param_count(t->m), 0)))
+        return VIT_ENOMEM; /* recorded: the only way it fails here */
     return VIT_OK;
 }
 
@@ -76,7 +87,9 @@ int vit_train_local_step(vit_trainer *r, int bl, double red[2])
     }
     double loss;
     int correct;
-    vit_train_extras ex = {r->mixed ? r->targets : NULL, r->drop};
+    vit_train_extras ex = {.targets = r->mixed ? r->targets : NULL, .drop_scale = r->drop,
+                           .grads_ready = r->sum ? vit_dist_buckets_ready : NULL,
+                           .ready_ctx = r->sum};
     int rc = vit_model_train_grads_ex(r->m, r->images, r->labels, bl, (vit_real)c->smoothing, &ex,
                                       &loss, &correct);
     if (rc == VIT_ENUM) {
@@ -93,17 +106,20 @@ int vit_train_local_step(vit_trainer *r, int bl, double red[2])
     return VIT_OK;
 }
 
-int vit_train_reduce_grads(vit_trainer *r, int bl, int b, double red[2])
+int vit_train_summed_step(vit_trainer *r, int mine, int bl, int b, double red[2])
 {
-    if (vit_dist_size() == 1)
-        return VIT_OK;
-    vit_real *g = vit_model_grads(r->m);
-    size_t n = vit_model_param_count(r->m);
-    vit_real w = (vit_real)bl / (vit_real)b;
-    for (size_t i = 0; i < n; i++)
-        g[i] *= w;
-    int rc = vit_dist_sum(g, n);
-    return rc ? rc : vit_dist_sum_double(red, 2);
+    if (!r->sum) /* one rank */
+        return mine == VIT_OK ? vit_train_local_step(r, bl, red) : mine;
+    /* Each share's gradient is weighted by its size, w = bl / b, as its
+     * buckets are summed; the sums start during the backward (the model
+     * reports each block's gradients as they become final) and end here. */
+    int rc = vit_dist_buckets_start(r->sum, (vit_real)bl / (vit_real)b);
+    if (mine == VIT_OK)
+        mine = rc;
+    if (mine == VIT_OK)
+        mine = vit_train_local_step(r, bl, red);
+    rc = vit_dist_buckets_finish(r->sum);
+    return mine ? mine : rc;
 }
 
 int vit_train_evaluate_shared(vit_trainer *r, const vit_dataset *ds, int tta, vit_eval_result *ev)

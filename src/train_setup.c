@@ -40,6 +40,11 @@ static int resume_changes(vit_trainer *t, vit_config *ck, const vit_config *want
 {
     unsigned long long done = t->st.epoch, epoch_step = t->st.epoch_step;
     char a[4096], b[4096];
+    /* Another architecture shifts every line after it: said first. */
+    if (vit_config_arch(ck) != vit_config_arch(want))
+        return vit_fail(VIT_EINVAL, "%s: the checkpoint's run has arch = %s, this run asks for %s; "
+                        "a resumed run keeps its model", path, vit_config_arch(ck)->name,
+                        vit_config_arch(want)->name);
     if (vit_config_format(ck, a, sizeof a) < 0 || vit_config_format(want, b, sizeof b) < 0)
         return VIT_EINVAL;
     for (char *la = a, *lb = b; *la && *lb;) {
@@ -57,8 +62,8 @@ static int resume_changes(vit_trainer *t, vit_config *ck, const vit_config *want
             int is_prec = klen == 9 && strncmp(la, "precision", klen) == 0;
             if (!is_epochs && !is_minutes && !is_prec)
                 return vit_fail(VIT_EINVAL, "%s: the checkpoint's run has %.*s = %s, this run asks "
-                                "for %s; a resumed run keeps its recipe (only epochs, "
-                                "ckpt_minutes and precision may change)", path, (int)klen, la, va, vb);
+                                "for %s; a resumed run keeps its recipe (" VIT_RESUME_MAY_CHANGE
+                                ")", path, (int)klen, la, va, vb);
             if (is_epochs && (unsigned long long)want->epochs < done + (epoch_step > 0))
                 return vit_fail(VIT_EINVAL, "%s: epochs = %d is fewer than the %llu epochs the "
                                 "checkpoint has %s", path, want->epochs, done + (epoch_step > 0),
@@ -117,6 +122,7 @@ void vit_trainer_free(vit_trainer *t)
     free(t->targets);
     free(t->drop);
     vit_augment_scratch_free(t->aug);
+    vit_dist_buckets_free(t->sum);
     vit_run_state_free(&t->st);
     vit_train_init_free(t);
     vit_eval_result_free(&t->last_test);
@@ -135,6 +141,7 @@ static int check_data(vit_trainer *t)
     if (rc)
         return rc;
     now.split = t->o.data_split;
+    now.fit = t->o.data_fit;
     if (t->st.has_data && !vit_run_data_same(&t->st.data, &now) && !t->o.other_data) {
         char was[256], is[256];
         return vit_fail(VIT_EDATA, "%s: the run trained on %s%s%s%s; this data%s%s%s is %s",
@@ -153,6 +160,8 @@ static int check_data(vit_trainer *t)
         memcpy(now.init_from, t->st.data.init_from, sizeof now.init_from);
         now.init_hash = t->st.data.init_hash;
     }
+    if (t->st.has_data && !t->o.other_data && now.fit.height == 0 && now.fit.channels == 0)
+        now.fit = t->st.data.fit;
     t->st.data = now;
     t->st.has_data = 1;
     return VIT_OK;
@@ -253,6 +262,7 @@ static int setup(vit_trainer *t)
         return rc;
     snprintf(t->ckpt, sizeof t->ckpt, "%s/last.ckpt", o->out_dir);
     snprintf(t->metrics_path, sizeof t->metrics_path, "%s/metrics.csv", o->out_dir);
+    snprintf(t->best_path, sizeof t->best_path, "%s/best.ckpt", o->out_dir);
     if (!o->overwrite && vit_run_dir_taken(o->out_dir, o->resume))
         return vit_fail(VIT_EINVAL, "%s already holds a run (last.ckpt); resume it, or overwrite it "
                         "to start over", o->out_dir);
@@ -279,6 +289,10 @@ static int setup(vit_trainer *t)
     if (rc == VIT_OK && rank == 0)
         rc = vit_metrics_open(o->out_dir, o->resume, t->st.epoch, t->val.count > 0, &t->metrics,
                               &t->prior_seconds);
+    /* The clock beside the checkpoint also counts the time since its last
+     * epoch's row (a stop inside an epoch). */
+    if (rc == VIT_OK && rank == 0 && o->resume)
+        vit_run_clock_read(o->resume, t->st.step, &t->prior_seconds);
     if (rc == VIT_OK && rank == 0 && !t->complete_at_start)
         vit_metrics_drop_final(o->out_dir);
     rc = vit_dist_agree(rc);
@@ -293,6 +307,8 @@ void vit_train_layout(vit_trainer *t)
     const vit_config *c = &t->cfg;
     long spe = t->at.steps_per_epoch;
     long total = (long)t->st.step + (c->epochs - (long)t->st.epoch) * spe - (long)t->st.epoch_step;
+    if (t->o.warmup_fraction > 0) /* the run's planned length, as it stands */
+        t->cfg.warmup = t->o.warmup_fraction * c->epochs;
     long warm = (long)(c->warmup * (double)spe);
     t->at.total_steps = total;
     t->at.warmup_steps = warm < total / 10 ? warm : total / 10;
@@ -315,6 +331,18 @@ int vit_trainer_new(vit_trainer **out, const vit_config *cfg, const vit_dataset 
     if (train->count <= o->val_count || o->val_count < 0)
         return vit_fail(VIT_EINVAL, "vit_train_run: val_count %d leaves no training images (of %d)",
                         o->val_count, train->count);
+    if (o->save_best < VIT_BEST_NONE || o->save_best > VIT_BEST_LOSS)
+        return vit_fail(VIT_EINVAL, "vit_train_run: save_best %d is not VIT_BEST_NONE, "
+                        "VIT_BEST_ACCURACY or VIT_BEST_LOSS", o->save_best);
+    if (o->early_stop < 0)
+        return vit_fail(VIT_EINVAL, "vit_train_run: early_stop %d is negative", o->early_stop);
+    if ((o->save_best != VIT_BEST_NONE || o->early_stop > 0) && o->val_count <= 0)
+        return vit_fail(VIT_EINVAL, "vit_train_run: %s chooses by the validation score, and "
+                        "val_count is 0 (hold out a validation set)",
+                        o->save_best != VIT_BEST_NONE ? "save_best" : "early_stop");
+    if (!(o->warmup_fraction >= 0 && o->warmup_fraction < 1))
+        return vit_fail(VIT_EINVAL, "vit_train_run: warmup_fraction %g is not in [0, 1)",
+                        o->warmup_fraction);
     vit_trainer *t = calloc(1, sizeof *t);
     if (!t)
         return vit_fail(VIT_ENOMEM, "vit_train_run: out of memory");
@@ -346,6 +374,7 @@ int vit_trainer_new(vit_trainer **out, const vit_config *cfg, const vit_dataset 
         .step = t->st.step, .epoch = t->st.epoch, .epoch_step = t->st.epoch_step,
         .start_step = t->st.step, .start_epoch = t->st.epoch, .steps_per_epoch = spe,
         .batch = c->batch, .train_count = t->train.count, .budget_seconds = o->budget_seconds};
+    t->start_epoch_step = t->st.epoch_step;
     vit_train_layout(t);
     t->complete_at_start = o->resume && t->st.epoch >= (unsigned long long)c->epochs;
     if (o->budget_seconds > 0 && !t->complete_at_start && (rc = vit_train_plan_budget(t))) {

@@ -11,6 +11,7 @@
 
 #include "run_internal.h"
 #include "vit/augment.h"
+#include "vit/dist.h"
 #include "vit/train.h"
 
 /* Monotonic seconds. */
@@ -45,10 +46,14 @@ struct vit_trainer {
     vit_real *targets;        /* [batch, classes] mixed labels (mixup, cutmix) */
     vit_real *drop;           /* [depth, 2, batch] drop-path scales (drop_path) */
     vit_augment_scratch *aug; /* vit_augment_batch's working memory */
+    vit_dist_buckets *sum;    /* the gradients' sum over the ranks (NULL: one rank) */
     int mixed;                /* the batch in images is mixed: use targets */
     char **class_names;       /* the training data's, for the checkpoint (not owned) */
     FILE *metrics;
-    char ckpt[4200], metrics_path[4200];
+    char ckpt[4200], metrics_path[4200], best_path[4200];
+    int early_stopped;        /* opts.early_stop ended the run */
+    int out_of_budget;        /* the budget ended the run inside an epoch */
+    unsigned long long start_epoch_step; /* where this invocation began */
     double t0;                /* now_seconds() at vit_trainer_new */
     double prior_seconds;     /* of the run's earlier invocations */
     double last_save;         /* now_seconds() of the last checkpoint */
@@ -61,6 +66,9 @@ struct vit_trainer {
     double pace_t;            /* now_seconds() and the step of the budget's */
     unsigned long long pace_step; /* plan or its last check */
     double pace;              /* seconds per epoch, smoothed (0: none yet) */
+    double worst_pace;        /* the slowest epoch seen (0: none yet) */
+    double tta_seconds;       /* the final scoring's cost of one image, all
+                                 its test-time augmented views */
     double score_pass;        /* seconds of the last epoch's one-pass scoring
                                  of the test and validation sets (0: none yet) */
     vit_eval_result last_test; /* the last epoch's one-pass test scores */
@@ -134,9 +142,14 @@ unsigned long long vit_train_params_hash(vit_model *m);
  * adds (loss * bl, correct) to red. */
 int vit_train_local_step(vit_trainer *r, int bl, double red[2]);
 
-/* Sums the ranks' gradients of their mean losses into the gradient of the
- * global batch mean: each share is weighted by its size first. */
-int vit_train_reduce_grads(vit_trainer *r, int bl, int b, double red[2]);
+/* The step's gradients on every rank: this rank's local step (as
+ * vit_train_local_step) with the ranks' gradients of their mean losses
+ * summed into the gradient of the global batch mean (b images, each share
+ * weighted by its size bl / b) while its backward runs, bucket by bucket
+ * (vit_dist_buckets).  mine: this rank's status so far; if not VIT_OK the
+ * rank only joins the sums (the others would wait for it) and mine is
+ * returned.  red is not summed here.  One rank: vit_train_local_step. */
+int vit_train_summed_step(vit_trainer *r, int mine, int bl, int b, double red[2]);
 
 /* vit_evaluate_tta of the scored model over a data-parallel job: each rank
  * scores its share of ds and the sums are combined, so every rank gets the
@@ -145,19 +158,39 @@ int vit_train_evaluate_shared(vit_trainer *r, const vit_dataset *ds, int tta, vi
 
 /* ---- train_budget.c */
 
-/* The plan (vit_train_opts.budget_seconds): the costs measured, cfg's
- * epochs set to what fits in 98% of the budget, the schedule laid out;
- * event PLAN. */
+/* The plan (vit_train_opts.budget_seconds): the costs measured (a step,
+ * a one-pass scoring, the final tta scoring), cfg's epochs set to the most
+ * whose steps, scoring and final scoring end by 95% of the budget, the
+ * schedule laid out; event PLAN. */
 int vit_train_plan_budget(vit_trainer *t);
 
-/* After an epoch of a budgeted run (at most every 3% of the budget): the
- * pace (seconds per epoch, steps and scoring: the machine may be shared;
- * the mean of the last window's and the pace before) against the plan.
- * A run predicted to end over the budget gets fewer epochs (to end at 98%
- * of it), one predicted to end under 92% of it more (to end at 95%, at
- * least one more and 5%); the schedule is laid out anew either way (event
- * PLAN).  Every rank takes rank 0's times. */
+/* After an epoch of a budgeted run (at most every 2% of the budget): the
+ * pace (seconds per epoch, steps and scoring: the machine may be shared)
+ * against the plan.  A run predicted to end past 98% of the budget at the
+ * last window's pace (or the smoothed one, whichever is slower) gets the
+ * most epochs that end by 95% of it; one that would end earlier gets more
+ * only when even the slowest window seen, repeated, ends by 95% (and by
+ * one epoch and 10% at least).  The schedule is laid out anew either way
+ * (event PLAN).  Every rank takes rank 0's times. */
 int vit_train_hold_budget(vit_trainer *t);
+
+/* 1 when the final test-time augmented scoring, at the cost measured at
+ * the plan and the run's slowdown since, still ends within the budget (or
+ * there is no budget or no tta); else 0: final_scores gives one pass. */
+int vit_train_final_tta_fits(const vit_trainer *t);
+
+/* Between two steps of a budgeted run: 1 when one more step and twice the
+ * final one-pass scoring as measured (at this stretch's slowdown) and 2% of
+ * the budget no longer fit what is left of it (rank 0's clock): the run
+ * ends here. */
+int vit_train_budget_out(const vit_trainer *t);
+
+/* vit_train_evaluate_shared, and under a budget in chunks (a sixteenth,
+ * 64 images at least): once the rest at the pace so far would end past
+ * the budget, *gave_up = 1 and *r holds nothing (the caller keeps one
+ * pass).  Every rank takes rank 0's decision. */
+int vit_train_evaluate_timed(vit_trainer *t, const vit_dataset *ds, int tta, vit_eval_result *r,
+                             int *gave_up);
 
 /* The test-time augmentation tta = auto tries: shift9, and with the
  * mirror images too for a model trained on them (flip). */

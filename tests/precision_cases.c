@@ -299,6 +299,38 @@ done:
     return rc;
 }
 
+/* Windowed attention on an 8 x 8 grid, windows of 4 x 4 shifted by 2 (the
+ * region mask), a bias per head, heads of width 16 read out of a fused
+ * [B, N, 3D] buffer: in float32 the products of a 16-token window run on
+ * the direct kernels (src/pair_gemm.c), against the float64 build's GEMMs. */
+static int case_window_attn(real_emit_fn emit, void *ctx)
+{
+    enum { B = 2, H = 2, G = 8, M = 4, N = G * G, T = M * M, DH = 16, D = H * DH };
+    vit_window_attn w = {.batch = B, .heads = H, .grid_h = G, .grid_w = G, .window = M,
+                         .shift = 2, .d_k = DH, .d_v = DH, .bias_heads = H,
+                         .ld_q = 3 * D, .ld_k = 3 * D, .ld_v = 3 * D};
+    const size_t nx = (size_t)B * N * 3 * D, no = (size_t)B * N * D, nb = (size_t)H * T * T;
+    pool pl = {0};
+    int rc = VIT_OK;
+    vit_real *qkv, *bias, *out, *probs, *dout, *dqkv, *dbias;
+    ALLOC(qkv, nx); ALLOC(bias, nb); ALLOC(out, no); ALLOC(dout, no); ALLOC(dqkv, nx);
+    ALLOC(dbias, nb);
+    ALLOC(probs, vit_window_attn_probs_size(&w));
+    pc_fill(qkv, nx, 901, 1.0);
+    pc_fill(bias, nb, 902, 1.0);
+    pc_fill(dout, no, 903, 1.0);
+    w.bias = bias;
+    TRY(vit_window_attn_forward(&w, out, probs, qkv, qkv + D, qkv + 2 * D));
+    TRY(vit_window_attn_backward(&w, dqkv, dqkv + D, dqkv + 2 * D, dbias, dout, probs, qkv,
+                                 qkv + D, qkv + 2 * D));
+    emit(ctx, "window_attn.out", out, no);
+    emit(ctx, "window_attn.dqkv", dqkv, nx);
+    emit(ctx, "window_attn.dbias", dbias, nb);
+done:
+    pool_free(&pl);
+    return rc;
+}
+
 /* The whole ViT step through the tape (patch embedding, blocks whose MLP
  * ends in vit_op_linear_add, GELU's gradient computed in place, lent
  * gradients, the mean pool) plus a head over token ids built from the
@@ -380,6 +412,7 @@ static const struct {
     {"patch_embed", case_patch_embed},
     {"mha", case_mha},
     {"sdpa_tiled", case_sdpa_tiled},
+    {"window_attn", case_window_attn},
     {"model", case_model},
 };
 

@@ -841,6 +841,12 @@ START_TEST(test_bad_input)
     e = w;
     e.scale = NAN;
     EXPECT_EINVAL(vit_window_attn_forward(&e, out, p, q, k, v), "scale");
+    e = w;
+    e.ld_k = 3; /* rows narrower than H*d_k = 4 */
+    EXPECT_EINVAL(vit_window_attn_forward(&e, out, p, q, k, v), "ld_k (3)");
+    e = w;
+    e.ld_v = -4;
+    EXPECT_EINVAL(vit_window_attn_backward(&e, q, k, v, NULL, out, p, q, k, v), "ld_v");
     ck_assert_uint_eq(vit_window_attn_probs_size(NULL), 0);
 }
 END_TEST

@@ -40,6 +40,8 @@ typedef struct setup {
     vit_real *wout; /* the loss weights, [B, T, D] */
     int token0_only;
     const vit_real *drop_attn, *drop_mlp; /* drop-path scales [B] or NULL */
+    vit_real *lbias, *glbias; /* a learnable score bias [lbias_heads, T, T], or NULL */
+    int lbias_heads;
     vit_tape *tape;
 } setup;
 
@@ -110,6 +112,9 @@ static vit_tensor *block(setup *s, int grads, vit_real **probs)
     vit_block_weights w = weights(in);
     vit_block_opts o = {.token0_only = s->token0_only, .probs = probs,
                         .drop_attn = s->drop_attn, .drop_mlp = s->drop_mlp};
+    if (s->lbias)
+        o.bias = vit_tape_leaf(s->tape, s->lbias, grads ? s->glbias : NULL, 3,
+                               (int[]){s->lbias_heads, T, T});
     return vit_op_block(s->tape, &s->mha, &w, in[0], &o);
 }
 
@@ -367,6 +372,160 @@ START_TEST(test_block_errors)
 }
 END_TEST
 
+/* ---- a learnable score bias (opts.bias) ---------------------------------- */
+
+/* A learnable bias of bh heads, filled from seed. */
+static void with_bias(setup *s, int bh, uint64_t seed)
+{
+    s->lbias_heads = bh;
+    s->lbias = gc_zeros((size_t)bh * T * T);
+    s->glbias = gc_zeros((size_t)bh * T * T);
+    gc_fill(s->lbias, (size_t)bh * T * T, &seed, 1.0);
+}
+
+/* The block's output (no gradients) copied out. */
+static vit_real *output(setup *s)
+{
+    vit_tape_reset(s->tape);
+    vit_tensor *y = block(s, 0, NULL);
+    ck_assert_msg(y != NULL, "%s", vit_last_error());
+    vit_real *out = gc_zeros(y->size);
+    memcpy(out, y->data, y->size * sizeof *out);
+    return out;
+}
+
+/* Case _i: 0 a learnable bias per head alone; 1 a learnable one of 1 head
+ * and a constant per head; 2 a learnable per head and a constant of 1
+ * head.  Each against the block with the sum given as a constant bias,
+ * whole and token0_only (against row 0 of the whole block). */
+START_TEST(test_block_bias_values)
+{
+    setup s;
+    make(&s, 0);
+    const size_t TT = (size_t)T * T;
+    with_bias(&s, _i == 1 ? 1 : HEADS, 41);
+    const int ch = _i == 0 ? 0 : _i == 1 ? HEADS : 1; /* heads of the constant */
+    vit_real *cb = gc_zeros(HEADS * TT), *sum = gc_zeros(HEADS * TT);
+    uint64_t seed = 43;
+    gc_fill(cb, HEADS * TT, &seed, 1.0);
+    if (ch) {
+        s.mha.bias = cb;
+        s.mha.bias_heads = ch;
+    }
+    for (int h = 0; h < HEADS; h++)
+        for (size_t e = 0; e < TT; e++)
+            sum[h * TT + e] = s.lbias[(s.lbias_heads == 1 ? 0 : h) * TT + e]
+                            + (ch ? cb[(ch == 1 ? 0 : h) * TT + e] : 0);
+    vit_real *got = output(&s);
+    vit_tape_reset(s.tape);
+    s.token0_only = 1;
+    vit_real *got0 = output(&s);
+    /* the reference: the constant sum, no learnable bias */
+    vit_real *lb = s.lbias;
+    s.lbias = NULL;
+    s.mha.bias = sum;
+    s.mha.bias_heads = HEADS;
+    s.token0_only = 0;
+    vit_real *want = output(&s);
+    s.token0_only = 1; /* the constant per-head bias alone, token 0 */
+    vit_real *want0 = output(&s);
+    const size_t n = (size_t)B * T * D;
+    double e = gc_max_abs_diff(got, want, n);
+    ck_assert_msg(e < 1e-12, "case %d: learnable bias vs constant sum: %g", _i, e);
+    s.mha.bias = NULL;
+    s.token0_only = 0;
+    vit_real *plain = output(&s);
+    ck_assert_msg(gc_max_abs_diff(plain, want, n) > 1e-3, "the bias changed nothing");
+    for (int b = 0; b < B; b++) {
+        double e0 = gc_max_abs_diff(got0 + (size_t)b * D, want + (size_t)b * T * D, D);
+        double e1 = gc_max_abs_diff(want0 + (size_t)b * D, want + (size_t)b * T * D, D);
+        ck_assert_msg(e0 < 1e-12, "case %d item %d: token0_only with opts.bias: %g", _i, b, e0);
+        ck_assert_msg(e1 < 1e-12, "item %d: token0_only with a constant bias per head: %g", b,
+                      e1);
+    }
+    s.lbias = lb;
+    free(got), free(got0), free(want), free(want0), free(plain), free(cb), free(sum);
+    free(s.lbias), free(s.glbias);
+    unmake(&s);
+}
+END_TEST
+
+/* Every weight, x and the learnable bias by central differences: _i bit 0
+ * token0_only, bit 1 a learnable bias of one head with a constant one per
+ * head (else a learnable one per head alone). */
+START_TEST(test_block_bias_gradients)
+{
+    setup s;
+    make(&s, 0);
+    s.token0_only = _i & 1;
+    with_bias(&s, _i & 2 ? 1 : HEADS, 51);
+    vit_real cb[HEADS * T * T];
+    uint64_t seed = 53;
+    gc_fill(cb, HEADS * T * T, &seed, 1.0);
+    if (_i & 2) {
+        s.mha.bias = cb;
+        s.mha.bias_heads = HEADS;
+    }
+    vit_tensor *y = block(&s, 1, NULL);
+    ck_assert_msg(y != NULL, "%s", vit_last_error());
+    ck_assert_int_eq(vit_tape_backward_from(s.tape, y, s.wout), VIT_OK);
+    /* A step of 1e-4: b_K's true gradient is 0 (a key bias shifts every
+     * score of a row alike), and with the biases' extra sums the rounding
+     * noise of a 1e-5 step reached 1.8e-10 there under valgrind's
+     * arithmetic (1.8e-6 over the 1e-4 floor); the truncation error of
+     * 1e-4 is of order 1e-8. */
+    char name[64];
+    for (int i = 0; i < 1 + NW; i++) {
+        snprintf(name, sizeof name, "block bias %d d%s", _i, names[i]);
+        double e = gc_check_ex(name, s.val[i], s.grad[i], s.n[i], loss_of, &s, 1e-4,
+                               GC_ABS_FLOOR);
+        ck_assert_msg(e <= GC_TOL, "%s: max_rel %.3e", name, e);
+    }
+    snprintf(name, sizeof name, "block bias %d dbias", _i);
+    double big = 0;
+    for (int j = 0; j < s.lbias_heads * T * T; j++)
+        big = fmax(big, fabs((double)s.glbias[j]));
+    ck_assert_msg(big > 1e-3, "%s: gradient too small to check (%g)", name, big);
+    double e = gc_check_ex(name, s.lbias, s.glbias, (size_t)s.lbias_heads * T * T, loss_of, &s,
+                           1e-4, GC_ABS_FLOOR);
+    ck_assert_msg(e <= GC_TOL, "%s: max_rel %.3e", name, e);
+    free(s.lbias), free(s.glbias);
+    unmake(&s);
+}
+END_TEST
+
+/* A bias that only holds the right number of values is refused, naming
+ * the block, the argument and the shapes. */
+START_TEST(test_block_bias_errors)
+{
+    setup s;
+    make(&s, 0);
+    static vit_real buf[4 * T * T * 2];
+    struct { int ndim, shape[4]; const char *what; } cases[] = {
+        {4, {HEADS, T, T, 1},
+         "opts->bias must be [1 or heads, T, T] = [*, 5, 5], got [2, 5, 5, 1]"},
+        {3, {HEADS, T * T, 1}, "got [2, 25, 1]"},
+        {3, {3, T, T}, "3 heads"},
+        {2, {HEADS * T, T}, "got [10, 5]"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        vit_tape_reset(s.tape);
+        vit_tensor *in[1 + NW];
+        for (int i = 0; i < 1 + NW; i++)
+            in[i] = leaf(&s, i, 0);
+        vit_block_weights w = weights(in);
+        vit_block_opts o = {.bias = vit_tape_leaf(s.tape, buf, NULL, cases[k].ndim,
+                                                  cases[k].shape)};
+        ck_assert_ptr_null(vit_op_block(s.tape, &s.mha, &w, in[0], &o));
+        ck_assert_int_eq(vit_tape_status(s.tape), VIT_EINVAL);
+        ck_assert_msg(strstr(vit_last_error(), "vit_op_block")
+                          && strstr(vit_last_error(), cases[k].what),
+                      "'%s' lacks '%s'", vit_last_error(), cases[k].what);
+    }
+    unmake(&s);
+}
+END_TEST
+
 static Suite *block_suite(void)
 {
     Suite *s = suite_create("block");
@@ -377,6 +536,9 @@ static Suite *block_suite(void)
     tcase_add_test(tc, test_block_drop_path_values);
     tcase_add_loop_test(tc, test_block_drop_path_gradients, 0, 2);
     tcase_add_test(tc, test_block_errors);
+    tcase_add_loop_test(tc, test_block_bias_values, 0, 3);
+    tcase_add_loop_test(tc, test_block_bias_gradients, 0, 4);
+    tcase_add_test(tc, test_block_bias_errors);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # The recipe derived from the data and the time budget, through vit_train:
-#   1. --budget 10s on the digits ends within 10% of 10 s (wall time of the
-#      whole command), says its plan in one line, and its last epoch's
-#      learning rate is the cosine's end (min_lr within a hair);
+#   1. --budget 10s on the digits ends within it (wall time of the whole
+#      command, a ceiling) but not far under (half of it at least), says
+#      its plan in one line, and its last epoch's learning rate is the
+#      cosine's end (min_lr within a hair); with a busy loop competing for
+#      a core (started here, killed at the end) a 6 s budget still holds;
+#      on a small folder the plan takes at most the recipe's 140 epochs,
+#      and the warm-up is a 28th of the epochs planned; a budget shorter
+#      than one epoch ends inside it, scored, within the budget;
 #   2. --epochs with --budget is the most the plan takes; the plan is the
 #      run's, and a resume without --budget trains to it;
 #   3. a bad duration is refused naming the flag;
 #   4. the recipe line: none for the digits (their recipe is the
-#      defaults); for 28x28 images the keys it changes (shift 2), and
+#      defaults; the warm-up of a run given --epochs, a 28th of them, is
+#      not about the data); for 28x28 images the keys it changes (shift 2), and
 #      nothing for a key set by flag or in the --config file.
 # Skipped under valgrind (tests/valgrind_wrap.sh): it measures wall time.
 # Usage: test_budget.sh TOOLS_DIR
@@ -15,23 +21,69 @@ set -u
 tools=$1
 . "$(dirname "$0")/check.sh"
 now() { date +%s.%N; }
+# timed OUT CMD...: runs CMD with its output into OUT; sets rc and wall
+# (the seconds it took).
+timed() {
+    local out=$1 t0 t1
+    shift
+    t0=$(now)
+    "$@" >"$out" 2>&1
+    rc=$?
+    t1=$(now)
+    wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+}
 
 # ---- 1. a 10 s budget -------------------------------------------------------
-t0=$(now)
-"$tools/vit_train" --data digits --budget 10s --out "$tmp/b" --threads 2 >"$tmp/b.txt" 2>&1
-rc=$?
-t1=$(now)
-wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+timed "$tmp/b.txt" "$tools/vit_train" --data digits --budget 10s --out "$tmp/b" --threads 2
 echo "wall time $wall s for --budget 10s"
 grep -E "^budget" "$tmp/b.txt"
 check "budget run exits 0" '[ $rc -eq 0 ]'
-check "wall time within 10% of 10 s" 'awk -v w="$wall" "BEGIN { exit !(w >= 9 && w <= 11) }"'
-check "the plan in one line" 'grep -qE "^budget 0:00:10: [0-9]+ epochs, [0-9]+ steps, predicted 0:00:(09|10|11) with the scoring \(measured [0-9]+ img/s\)$" "$tmp/b.txt"'
+check "wall time within 10 s, and over 5" 'awk -v w="$wall" "BEGIN { exit !(w >= 5 && w <= 10) }"'
+check "the plan in one line" 'grep -qE "^budget 0:00:10: [0-9]+ epochs, [0-9]+ steps, predicted 0:00:(0[5-9]|10) with the scoring \(measured [0-9]+ img/s\)$" "$tmp/b.txt"'
 planned=$(grep -E "^budget" "$tmp/b.txt" | tail -1 | sed -E 's/.* ([0-9]+) epochs.*/\1/')
 rows=$(($(wc -l <"$tmp/b/metrics.csv") - 1))
 check "the run did the last plan's epochs ($planned)" '[ "$rows" = "$planned" ]'
 last_lr=$(tail -1 "$tmp/b/metrics.csv" | cut -d, -f6)
 check "the last epoch ends at min_lr ($last_lr)" 'awk -v r="$last_lr" "BEGIN { exit !(r >= 1e-05 && r < 1.1e-05) }"'
+
+# ---- 1b. a ceiling on a busy machine ----------------------------------------
+# A loop that keeps one core busy for the whole run (the first plan is
+# measured under it; the final shift9 scoring is part of the plan).
+( while :; do :; done ) &
+busy=$!
+timed "$tmp/busy.txt" "$tools/vit_train" --data digits --budget 6s --out "$tmp/busy" --threads 2
+kill "$busy" 2>/dev/null
+wait "$busy" 2>/dev/null
+echo "wall time $wall s for --budget 6s beside a busy loop"
+grep -E "^budget|^tta|^test" "$tmp/busy.txt"
+check "busy: exits 0" '[ $rc -eq 0 ]'
+check "busy: ends within the 6 s budget" 'awk -v w="$wall" "BEGIN { exit !(w <= 6) }"'
+
+# ---- 1c. a small folder: at most the recipe's epochs, the warm-up planned --
+"$tools/vit_make_data" gray28 "$tmp/small" --count 40 --seed 2 >/dev/null 2>&1
+"$tools/vit_train" --data "$tmp/small" --dim 16 --depth 1 --heads 2 --mlp 16 --tta none \
+    --budget 8s --out "$tmp/sm" --threads 2 >"$tmp/sm.txt" 2>&1
+grep -E "^budget|^recipe" "$tmp/sm.txt"
+sm=$(grep -E "^budget" "$tmp/sm.txt" | head -1 | sed -E 's/.* ([0-9]+) epochs.*/\1/')
+check "small folder: the plan takes at most the recipe's 140 epochs ($sm)" '[ -n "$sm" ] && [ "$sm" -le 140 ]'
+last=$(grep -E "^budget" "$tmp/sm.txt" | tail -1 | sed -E 's/.* ([0-9]+) epochs.*/\1/')
+warm=$(grep -a "^warmup = " "$tmp/sm/last.ckpt" | sed 's/warmup = //')
+check "small folder: the warm-up is a 28th of the $last epochs planned ($warm)" 'awk -v w="$warm" -v e="$last" "BEGIN { exit !(w > 0 && (w - e / 28) < 1e-9 && (e / 28 - w) < 1e-9) }"'
+
+# ---- 1d. a budget shorter than one epoch ----------------------------------
+# 28x28 images at a model four times the recipe's width: an epoch takes
+# about 5-11 s on two cores (2.5 s at the recipe's model on a quiet Zen 5,
+# which then finished its epoch inside the budget and never met the case),
+# so the run ends inside it, scored and checkpointed there, within the budget.
+"$tools/vit_make_data" gray28 "$tmp/big" --seed 3 >/dev/null 2>&1
+timed "$tmp/bg.txt" "$tools/vit_train" --data "$tmp/big" --budget 3s --out "$tmp/bg" --threads 2 \
+    --dim 128 --depth 6 --heads 4 --mlp 256
+echo "wall time $wall s for --budget 3s, an epoch longer than that"
+grep -E "^budget|^tta|^test" "$tmp/bg.txt"
+check "under one epoch: exits 0" '[ $rc -eq 0 ]'
+check "under one epoch: ends within the 3 s budget" 'awk -v w="$wall" "BEGIN { exit !(w <= 3) }"'
+check "under one epoch: said, with the step" 'grep -qE "^budget: it ran out inside epoch 1, at step [0-9]+ of [0-9]+; the figures score" "$tmp/bg.txt"'
+check "under one epoch: a test figure" 'grep -qE "^test accuracy [01]\.[0-9]{4} " "$tmp/bg.txt"'
 
 # ---- 2. --epochs caps the plan ----------------------------------------------
 "$tools/vit_train" --data digits --budget 10s --epochs 2 --tta none --out "$tmp/c" \
@@ -40,7 +92,7 @@ check "--epochs 2 caps the plan" 'grep -qE "^budget 0:00:10: 2 epochs, 90 steps"
 check "and the run does 2 epochs" '[ "$(($(wc -l <"$tmp/c/metrics.csv") - 1))" = 2 ]'
 
 # ---- 2b. the plan is the run's: a resume without --budget goes on to it ----
-"$tools/vit_train" --data digits --budget 5s --stop-after 1 --tta none --out "$tmp/r" \
+"$tools/vit_train" --data digits --budget 8s --stop-after 1 --tta none --out "$tmp/r" \
     --threads 2 >"$tmp/r.txt" 2>&1
 plan=$(grep -E "^budget" "$tmp/r.txt" | tail -1 | sed -E 's/.* ([0-9]+) epochs.*/\1/')
 check "--stop-after 1 names the plan ($plan epochs)" 'grep -q "^stopped after epoch 1 of $plan (--stop-after)" "$tmp/r.txt"'
@@ -59,6 +111,7 @@ check "nothing written for a refused budget" '[ ! -e "$tmp/x" ]'
 small=(--dim 16 --depth 1 --heads 2 --mlp 16 --threads 1 --tta none --epochs 1)
 "$tools/vit_train" --data digits "${small[@]}" --out "$tmp/d" >"$tmp/d.txt" 2>&1
 check "digits: no recipe line" '! grep -q "^recipe" "$tmp/d.txt"'
+check "digits, --epochs 1: the warm-up is a 28th of it" 'grep -aqx "warmup = 0.03571428571428571" "$tmp/d/last.ckpt"'
 "$tools/vit_make_data" gray28 "$tmp/g28" --count 64 --seed 1 >/dev/null 2>&1
 "$tools/vit_train" --data "$tmp/g28" "${small[@]}" --out "$tmp/g" >"$tmp/g.txt" 2>&1
 check "28x28: the recipe line names shift 2 and stem 16" 'grep -qE "^recipe \(not set by flag or --config\): shift 2, stem 16, for [0-9]+ images of 28x28x1" "$tmp/g.txt"'

@@ -45,6 +45,9 @@ exact "flag without value" 2 "vit_train: --epochs: missing value" "$tools/vit_tr
 exact "zero dim" 2 "vit_train: --dim: 0 is out of range [1, 65536]" "$tools/vit_train" --dim 0
 exact "negative epochs" 2 "vit_train: --epochs: -3 is out of range [1, 1000000]" "$tools/vit_train" --epochs -3
 exact "not a number" 2 "vit_train: --lr: expected a number, got 'fast'" "$tools/vit_train" --lr fast
+# The architecture: an unknown one is one line naming the known ones.
+expect "unknown arch" 2 "^vit_train: --arch: unknown architecture 'swan' \(known: vit(, [a-z0-9_]+)*\)$" \
+    "$tools/vit_train" --arch swan
 
 # Flags as people type them: --key=value and --key value, '-' and '_' alike,
 # for config keys and the tools' own flags; the option named once.

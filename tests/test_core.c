@@ -10,6 +10,7 @@
 #include "file_util.h"
 #include "vit/atomic_file.h"
 #include "vit/core.h"
+#include "vit/dist.h"
 #include "vit/model.h"
 
 START_TEST(set_error_records_and_returns)
@@ -121,6 +122,40 @@ START_TEST(atomic_file_missing_folder)
 }
 END_TEST
 
+/* The buckets' bookkeeping in a job of one rank (no MPI sums to make):
+ * every value scaled exactly once, whether reported or left to finish,
+ * and misuse refused by name. */
+START_TEST(dist_buckets_scale_each_value_once)
+{
+    vit_real x[10];
+    for (int i = 0; i < 10; i++)
+        x[i] = (vit_real)(i + 1);
+    /* 3 values a bucket: [7, 10), [4, 7), [1, 4), [0, 1) */
+    vit_dist_buckets *b = vit_dist_buckets_new(x, 10, 3 * sizeof *x);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_int_eq(vit_dist_buckets_finish(b), VIT_EINVAL); /* nothing started */
+    ck_assert_int_eq(vit_dist_buckets_start(b, (vit_real)0.5), VIT_OK);
+    ck_assert_int_eq(vit_dist_buckets_start(b, (vit_real)0.5), VIT_EINVAL);
+    vit_dist_buckets_ready(b, 8, 2); /* bucket 0 not complete: nothing moves */
+    ck_assert(x[8] == 9 && x[9] == 10);
+    vit_dist_buckets_ready(b, 6, 2); /* completes bucket 0 (and one of bucket 1) */
+    ck_assert(x[7] == (vit_real)4 && x[9] == 5 && x[6] == 7);
+    vit_dist_buckets_ready(b, 0, 2); /* bucket 3 is done but waits its turn */
+    ck_assert(x[0] == 1);
+    ck_assert_int_eq(vit_dist_buckets_finish(b), VIT_OK);
+    for (int i = 0; i < 10; i++)
+        ck_assert_msg(x[i] == (vit_real)(i + 1) / 2, "x[%d] = %g", i, (double)x[i]);
+    ck_assert_int_eq(vit_dist_buckets_start(b, 1), VIT_OK);
+    vit_dist_buckets_ready(b, 9, 2); /* past the end */
+    ck_assert_int_eq(vit_dist_buckets_finish(b), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "outside the buffer of 10"));
+    vit_dist_buckets_free(b);
+    ck_assert_ptr_null(vit_dist_buckets_new(NULL, 4, 0));
+    ck_assert_ptr_null(vit_dist_buckets_new(x, 10, 2)); /* under one value */
+    vit_dist_buckets_free(NULL);
+}
+END_TEST
+
 static Suite *core_suite(void)
 {
     Suite *s = suite_create("core");
@@ -128,6 +163,7 @@ static Suite *core_suite(void)
     tcase_add_test(tc, set_error_records_and_returns);
     tcase_add_test(tc, config_set_message_names_key_first);
     tcase_add_test(tc, atomic_file_replaces_whole);
+    tcase_add_test(tc, dist_buckets_scale_each_value_once);
     tcase_add_test(tc, atomic_file_failure_keeps_old);
     tcase_add_test(tc, atomic_file_missing_folder);
     suite_add_tcase(s, tc);

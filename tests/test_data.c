@@ -709,6 +709,185 @@ START_TEST(load_dispatch)
 }
 END_TEST
 
+
+/* A train/ and test/ set whose class a holds 6x5 grayscale PNGs and class
+ * b 10x9 RGB ones (make_png_dir's files, notes.txt in each class). */
+static void make_mixed_set(const char *rel)
+{
+    char p[256];
+    mkdir_rel(rel);
+    for (int s = 0; s < 2; s++) {
+        snprintf(p, sizeof p, "%s/%s", rel, s ? "test" : "train");
+        make_png_dir(p, 6, 5, PNG_FORMAT_GRAY, 1 + s);
+        /* class b again, RGB and larger */
+        for (int f = 0; f < 3; f++) {
+            unsigned char px[10 * 9 * 3];
+            pattern(px, sizeof px, 50 + f + s);
+            snprintf(p, sizeof p, "%s/%s/b/%s", rel, s ? "test" : "train", png_files[f]);
+            write_png(p, px, 10, 9, PNG_FORMAT_RGB);
+        }
+    }
+}
+
+/* Image i of ds equals the file at rel fitted by vit_image_fit. */
+static void expect_fitted(const vit_dataset *ds, int i, const char *rel)
+{
+    vit_real *px = NULL, *want;
+    int h, w, c;
+    ck_assert_int_eq(vit_image_read(fu_path(rel), &px, &h, &w, &c), VIT_OK);
+    size_t n = (size_t)ds->height * ds->width * ds->channels;
+    want = malloc(n * sizeof *want);
+    ck_assert_int_eq(vit_image_fit(px, h, w, c, want, ds->height, ds->width, ds->channels),
+                     VIT_OK);
+    for (size_t j = 0; j < n; j++)
+        ck_assert_double_eq_tol(ds->images[(size_t)i * n + j], want[j], PIX_TOL);
+    free(px);
+    free(want);
+}
+
+START_TEST(load_opts_fit)
+{
+    vit_dataset tr = {0}, te = {0};
+    vit_data_report rep;
+    make_mixed_set("mixed");
+    /* The strict loader keeps refusing mixed images. */
+    expect_error(vit_data_load(fu_path("mixed"), NULL, &tr, &te), VIT_EFORMAT, "mixed/train/b");
+    /* The rule: upper medians 10x9, each rounded to a multiple of 8 (8x8);
+     * RGB as some images are colour. */
+    int val = -1;
+    int rc = vit_data_load_opts(fu_path("mixed"), NULL, NULL, &tr, &te, &val, &rep);
+    ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
+    ck_assert_int_eq(val, 0);
+    ck_assert_int_eq(tr.count, 6);
+    ck_assert_int_eq(te.count, 6);
+    ck_assert_int_eq(tr.height, 8);
+    ck_assert_int_eq(tr.width, 8);
+    ck_assert_int_eq(tr.channels, 3);
+    ck_assert_int_eq(te.height * 100 + te.width * 10 + te.channels, 883);
+    ck_assert_int_eq(rep.fit.height * 100 + rep.fit.width * 10 + rep.fit.channels, 883);
+    ck_assert_int_eq(rep.ruled, 3);
+    ck_assert_int_eq(rep.min_h * 1000 + rep.max_h, 6010);
+    ck_assert_int_eq(rep.min_w * 1000 + rep.max_w, 5009);
+    ck_assert_int_eq(rep.gray, 6);
+    ck_assert_int_eq(rep.colour, 6);
+    ck_assert_int_eq(rep.resized, 12);
+    ck_assert_int_eq(rep.converted, 6);
+    ck_assert_int_eq(rep.ignored, 4); /* notes.txt in each class folder */
+    ck_assert_int_eq(rep.skipped, 0);
+    expect_fitted(&tr, 0, "mixed/train/a/10.png");
+    expect_fitted(&tr, 4, "mixed/train/b/2.png");
+    expect_fitted(&te, 2, "mixed/test/a/3.PNG");
+    /* a gray image made RGB: three equal channels */
+    ck_assert_double_eq(tr.images[0], tr.images[1]);
+    ck_assert_double_eq(tr.images[0], tr.images[2]);
+    vit_dataset_free(&tr);
+    vit_dataset_free(&te);
+
+    /* A fit given: every image made 4x3 grayscale, nothing ruled. */
+    vit_data_opts o = {{0, 0, 0}, {4, 3, 1}, 0};
+    rc = vit_data_load_opts(fu_path("mixed"), NULL, &o, &tr, &te, NULL, &rep);
+    ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
+    ck_assert_int_eq(tr.height * 100 + tr.width * 10 + tr.channels, 431);
+    ck_assert_int_eq(rep.ruled, 0);
+    ck_assert_int_eq(rep.converted, 6);
+    expect_fitted(&tr, 5, "mixed/train/b/3.PNG");
+    vit_dataset_free(&tr);
+    vit_dataset_free(&te);
+
+    /* A broken file: refused (unreadable set), or skipped and named. */
+    write_text("mixed/train/a/4.png", "not a picture");
+    rc = vit_data_load_opts(fu_path("mixed"), NULL, NULL, &tr, &te, NULL, &rep);
+    expect_error(rc, VIT_EFORMAT, "mixed/train/a/4.png");
+    ck_assert_int_eq(rep.unreadable, 1);
+    expect_zeroed(&tr);
+    o = (vit_data_opts){{0, 0, 0}, {0, 0, 0}, 1};
+    rc = vit_data_load_opts(fu_path("mixed"), NULL, &o, &tr, &te, NULL, &rep);
+    ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
+    ck_assert_int_eq(rep.skipped, 1);
+    ck_assert_ptr_nonnull(strstr(rep.skipped_why[0], "mixed/train/a/4.png: not a PNG"));
+    ck_assert_int_eq(tr.count, 6);
+    vit_dataset_free(&tr);
+    vit_dataset_free(&te);
+
+    /* One size, gray next to colour: the size kept, RGB (ruled). */
+    mkdir_rel("chan");
+    make_png_dir("chan/train", 4, 3, PNG_FORMAT_GRAY, 1);
+    make_png_dir("chan/test", 4, 3, PNG_FORMAT_GRAY, 2);
+    unsigned char rgb[4 * 3 * 3];
+    pattern(rgb, sizeof rgb, 9);
+    write_png("chan/train/b/2.png", rgb, 4, 3, PNG_FORMAT_RGB);
+    expect_error(vit_data_load(fu_path("chan"), NULL, &tr, &te), VIT_EFORMAT, "chan/train/b/2.png");
+    rc = vit_data_load_opts(fu_path("chan"), NULL, NULL, &tr, &te, NULL, &rep);
+    ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
+    ck_assert_int_eq(rep.ruled, 2);
+    ck_assert_int_eq(tr.height * 100 + tr.width * 10 + tr.channels, 433);
+    ck_assert_int_eq(rep.resized, 0);
+    ck_assert_int_eq(rep.converted, 11);
+    expect_fitted(&tr, 4, "chan/train/b/2.png");
+    expect_fitted(&tr, 0, "chan/train/a/10.png");
+    vit_dataset_free(&tr);
+    vit_dataset_free(&te);
+
+    /* Bad fits. */
+    o = (vit_data_opts){{0, 0, 0}, {4, 0, 0}, 0};
+    expect_error(vit_data_load_opts(fu_path("mixed"), NULL, &o, &tr, &te, NULL, &rep),
+                 VIT_EINVAL, "4x0");
+    o = (vit_data_opts){{0, 0, 0}, {0, 0, 2}, 0};
+    expect_error(vit_data_load_opts(fu_path("mixed"), NULL, &o, &tr, &te, NULL, &rep),
+                 VIT_EINVAL, "channels 2");
+}
+END_TEST
+
+START_TEST(alpha_over_white)
+{
+    /* alpha 0, 255 and 128 over colour values 200, 100, 100 */
+    unsigned char px[3 * 4] = {200, 10, 20, 0, 100, 50, 25, 255, 100, 100, 100, 128};
+    vit_real *img = NULL;
+    int h, w, c;
+    write_png("alpha.png", px, 1, 3, PNG_FORMAT_RGBA);
+    ck_assert_int_eq(vit_image_load(fu_path("alpha.png"), NULL, &img, &h, &w, &c), VIT_OK);
+    ck_assert_int_eq(h * 100 + w * 10 + c, 133);
+    double a = 128 / 255.0;
+    ck_assert_double_eq_tol(img[0], 1, PIX_TOL);
+    ck_assert_double_eq_tol(img[3], 100 / 255.0, PIX_TOL);
+    ck_assert_double_eq_tol(img[6], 100 / 255.0 * a + 1 - a, PIX_TOL);
+    free(img);
+    /* vit_image_read keeps dropping alpha, as documented */
+    ck_assert_int_eq(vit_image_read(fu_path("alpha.png"), &img, &h, &w, &c), VIT_OK);
+    ck_assert_double_eq_tol(img[0], 200 / 255.0, PIX_TOL);
+    free(img);
+    /* and vit_image_load fits: 2x2 gray */
+    vit_data_fit fit = {2, 2, 1};
+    ck_assert_int_eq(vit_image_load(fu_path("alpha.png"), &fit, &img, &h, &w, &c), VIT_OK);
+    ck_assert_int_eq(h * 100 + w * 10 + c, 221);
+    free(img);
+}
+END_TEST
+
+START_TEST(dataset_fit)
+{
+    vit_dataset tr = {0}, te = {0};
+    vit_data_report rep;
+    memset(&rep, 0, sizeof rep);
+    ck_assert_int_eq(vit_data_load_digits(DIGITS, 1437, &tr, &te), VIT_OK);
+    vit_real first[64];
+    memcpy(first, te.images, sizeof first);
+    vit_data_fit fit = {4, 4, 3};
+    ck_assert_int_eq(vit_dataset_fit(&te, &fit, &rep), VIT_OK);
+    ck_assert_int_eq(te.height * 100 + te.width * 10 + te.channels, 443);
+    ck_assert_int_eq(rep.resized, 360);
+    ck_assert_int_eq(rep.converted, 360);
+    vit_real want[48];
+    ck_assert_int_eq(vit_image_fit(first, 8, 8, 1, want, 4, 4, 3), VIT_OK);
+    for (int j = 0; j < 48; j++)
+        ck_assert_double_eq_tol(te.images[j], want[j], PIX_TOL);
+    fit = (vit_data_fit){0, 3, 0};
+    expect_error(vit_dataset_fit(&te, &fit, NULL), VIT_EINVAL, "vit_dataset_fit");
+    vit_dataset_free(&tr);
+    vit_dataset_free(&te);
+}
+END_TEST
+
 static Suite *data_suite(void)
 {
     Suite *s = suite_create("test_data");
@@ -725,6 +904,9 @@ static Suite *data_suite(void)
     tcase_add_test(tc, png_write_read);
     tcase_add_test(tc, png_16bit);
     tcase_add_test(tc, load_dispatch);
+    tcase_add_test(tc, load_opts_fit);
+    tcase_add_test(tc, alpha_over_white);
+    tcase_add_test(tc, dataset_fit);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -515,9 +515,11 @@ START_TEST(train_frozen_blocks)
     char src[600];
     snprintf(src, sizeof src, "%s", fu_path("src.safetensors"));
     vit_model *s = source(src);
-    vit_train_opts o = {.freeze = 1, .layer_decay = 0.5};
+    /* the data's transform recorded beside the weights' file (both keys) */
+    vit_train_opts o = {.freeze = 1, .layer_decay = 0.5, .data_fit = {8, 8, 1}};
     vit_run_data rec;
     vit_model *m = finetuned(src, o, fu_path("frozen"), &rec);
+    ck_assert_int_eq(rec.fit.height * 100 + rec.fit.width * 10 + rec.fit.channels, 881);
     ck_assert_int_eq(vit_model_config(m)->dim, 16);
     ck_assert_int_eq(vit_model_config(m)->heads, 2);
     for (int i = 0; i < vit_model_tensor_count(m); i++) {
@@ -593,6 +595,48 @@ START_TEST(train_refusals)
 }
 END_TEST
 
+/* Another architecture's weights are refused by name: a Swin export
+ * through vit_train_run's init_from and through vit_model_adapt. */
+START_TEST(train_refuses_swin)
+{
+    vit_config sc;
+    vit_config_default(&sc);
+    static const char *const kv[][2] = {
+        {"arch", "swin"}, {"image_height", "8"}, {"image_width", "8"}, {"channels", "1"},
+        {"classes", "10"}, {"patch", "2"}, {"window", "2"}, {"embed_dim", "4"},
+        {"stages", "2"}, {"depth_1", "2"}, {"depth_2", "2"}, {"heads_1", "2"},
+        {"heads_2", "2"}, {"mlp_ratio", "2"}};
+    for (size_t i = 0; i < sizeof kv / sizeof *kv; i++)
+        ck_assert_msg(vit_config_set(&sc, kv[i][0], kv[i][1]) == VIT_OK, "%s: %s", kv[i][0],
+                      vit_last_error());
+    vit_model *swin = vit_model_new(&sc);
+    ck_assert_msg(swin != NULL, "%s", vit_last_error());
+    vit_rng rng;
+    vit_rng_seed(&rng, 2);
+    vit_model_init(swin, &rng);
+    char path[600];
+    snprintf(path, sizeof path, "%s", fu_path("swin.safetensors"));
+    ck_assert_msg(vit_safetensors_save(swin, NULL, path, NULL) == VIT_OK, "%s",
+                  vit_last_error());
+    vit_adapt_opts ao = {.keep_head = 0};
+    vit_model *m = NULL;
+    ck_assert_int_eq(vit_model_adapt(swin, &sc, &ao, &rng, &m, NULL, 0), VIT_EINVAL);
+    ck_assert_ptr_null(m);
+    ck_assert_msg(strstr(vit_last_error(), "a swin model"), "%s", vit_last_error());
+    vit_model_free(swin);
+    vit_dataset train, test;
+    digits(&train, &test);
+    vit_config cfg;
+    small_config(&cfg);
+    vit_train_opts o = {.out_dir = fu_path("swin_refused"), .ckpt_every = 1, .init_from = path};
+    vit_train_result res;
+    ck_assert_int_eq(vit_train_run(&cfg, &train, &test, &o, &res), VIT_EINVAL);
+    ck_assert_msg(strstr(vit_last_error(), "a swin model: fine-tuning starts from a ViT's"),
+                  "%s", vit_last_error());
+    ck_assert_int_eq(access(fu_path("swin_refused/last.ckpt"), F_OK), -1);
+}
+END_TEST
+
 static Suite *finetune_suite(void)
 {
     Suite *s = suite_create("finetune");
@@ -614,6 +658,7 @@ static Suite *finetune_suite(void)
     tcase_add_test(tt, train_frozen_blocks);
     tcase_add_test(tt, train_linear_probe);
     tcase_add_test(tt, train_refusals);
+    tcase_add_test(tt, train_refuses_swin);
     suite_add_tcase(s, tt);
     return s;
 }

@@ -384,6 +384,8 @@ typedef struct kept_block {
     float *x, *w[9], *gx, *gw[9];
     unsigned char *valid; /* [b, t] key_valid for the long shape, else NULL */
     size_t nw[9];
+    float *lb, *glb; /* with_bias: a learnable score bias [KH, t, t] (opts.bias) */
+    int with_bias;
 } kept_block;
 
 static void kept_block_make(kept_block *k, int b, int t)
@@ -415,6 +417,8 @@ static void kept_block_make(kept_block *k, int b, int t)
                 k->w[i][j] += 1;
         k->gw[i] = zeros(nw[i]);
     }
+    k->lb = randn((size_t)KH * t * t, 0.5);
+    k->glb = zeros((size_t)KH * t * t);
 }
 
 static void kept_block_free(kept_block *k)
@@ -422,6 +426,8 @@ static void kept_block_free(kept_block *k)
     free(k->x);
     free(k->gx);
     free(k->valid);
+    free(k->lb);
+    free(k->glb);
     for (int i = 0; i < 9; i++) {
         free(k->w[i]);
         free(k->gw[i]);
@@ -434,8 +440,14 @@ static void kept_block_free(kept_block *k)
 static size_t kept_block_run(kept_block *k, vit_tape *t, const vit_block_opts *o, const float *dy)
 {
     memset(k->gx, 0, (size_t)k->r * KD * sizeof *k->gx);
+    memset(k->glb, 0, (size_t)KH * k->t * k->t * sizeof *k->glb);
     for (int i = 0; i < 9; i++)
         memset(k->gw[i], 0, k->nw[i] * sizeof *k->gw[i]);
+    vit_block_opts with = o ? *o : (vit_block_opts){0};
+    if (k->with_bias) {
+        with.bias = vit_tape_leaf(t, k->lb, k->glb, 3, (int[]){KH, k->t, k->t});
+        o = &with;
+    }
     int xs[3] = {k->b, k->t, KD}, s1[1], s2[2];
     vit_tensor *w[9];
     for (int i = 0; i < 9; i++) {
@@ -537,10 +549,12 @@ START_TEST(block_gradients_within_bound)
     kept_block_make(&k, _i ? PB : KB, _i ? PT : KT);
     float *dy = randn((size_t)k.r * KD, 1);
     vit_real drop[PB] = {0, 2, 2, 0, 2};
-    vit_block_opts opts[3] = {{0}, {.token0_only = 1}, {.drop_attn = drop, .drop_mlp = drop}};
+    vit_block_opts opts[4] = {{0}, {.token0_only = 1}, {.drop_attn = drop, .drop_mlp = drop},
+                              {.eps = 0}};
     const double lim = sqrt(10.0) * 2 * U;
-    for (int o = 0; o < 3; o++) {
-        float *g[2][10];
+    for (int o = 0; o < 4; o++) {
+        k.with_bias = o == 3; /* a learnable score bias: its gradient is input 10 */
+        float *g[2][11];
         for (int mixed = 0; mixed < 2; mixed++) {
             vit_tape *t = vit_tape_new();
             ck_assert_ptr_nonnull(t);
@@ -548,9 +562,10 @@ START_TEST(block_gradients_within_bound)
             for (int rep = 0; rep < 2; rep++) {
                 vit_tape_reset(t);
                 kept_block_run(&k, t, &opts[o], dy);
-                for (int i = 0; i < 10; i++) {
-                    size_t n = i ? k.nw[i - 1] : (size_t)k.r * KD;
-                    const float *src = i ? k.gw[i - 1] : k.gx;
+                for (int i = 0; i < 11; i++) {
+                    size_t n = i == 10 ? (size_t)KH * k.t * k.t : i ? k.nw[i - 1]
+                             : (size_t)k.r * KD;
+                    const float *src = i == 10 ? k.glb : i ? k.gw[i - 1] : k.gx;
                     if (rep == 1) {
                         ck_assert_mem_eq(g[mixed][i], src, n * sizeof *src);
                         free(g[mixed][i]);
@@ -564,8 +579,13 @@ START_TEST(block_gradients_within_bound)
             vit_tape_free(t);
         }
         double worst = 0;
-        for (int i = 0; i < 10; i++) {
-            size_t n = i ? k.nw[i - 1] : (size_t)k.r * KD;
+        for (int i = 0; i < 11; i++) {
+            if (i == 10 && !k.with_bias) { /* zeros both: nothing to compare */
+                free(g[0][i]);
+                free(g[1][i]);
+                continue;
+            }
+            size_t n = i == 10 ? (size_t)KH * k.t * k.t : i ? k.nw[i - 1] : (size_t)k.r * KD;
             double d2 = 0, f2 = 0;
             for (size_t j = 0; j < n; j++) {
                 double d = (double)g[1][i][j] - g[0][i][j];

@@ -75,7 +75,8 @@ static int config_equal(const vit_config *a, const vit_config *b, const char **w
     EQ(init_std) EQ(seed) EQ(recompute) EQ(ckpt_minutes) EQ(ema) EQ(tta)
     EQ(patch_stride) EQ(patch_pad) EQ(lsa) EQ(stem) EQ(stem2) EQ(local_conv)
     EQ(crop_pad) EQ(flip) EQ(erase) EQ(mixup) EQ(cutmix) EQ(mix_prob) EQ(drop_path)
-    EQ(precision) EQ(ln_eps)
+    EQ(brightness) EQ(contrast) EQ(saturation) EQ(hue) EQ(grayscale) EQ(channel_perm) EQ(invert)
+    EQ(precision) EQ(arch) EQ(ln_eps)
 #undef EQ
     *which = "";
     return 1;
@@ -595,6 +596,7 @@ START_TEST(test_config_file_is_default)
     vit_config_default(&def);
     /* Start from garbage so a key missing from the file shows up. */
     memset(&c, 0x7b, sizeof c);
+    c.arch = NULL; /* a pointer: garbage there is no config at all (the ViT's keys stay garbage) */
     int rc = vit_config_load(&c, DIGITS_CFG);
     ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
     ASSERT_CONFIG_EQ(&c, &def);
@@ -622,6 +624,8 @@ START_TEST(test_config_round_trip)
     a.crop_pad = 3; a.flip = 1; a.erase = 1.0 / 7; a.mixup = 0.8; a.cutmix = 1.0 / 3.0;
     a.mix_prob = 0.5;
     a.drop_path = 0.1 + 0.2;
+    a.brightness = 0.1 + 0.2; a.contrast = 1.0 / 3; a.saturation = 0.7; a.hue = 0.05 / 3;
+    a.grayscale = 2.0 / 3; a.channel_perm = 1; a.invert = 1;
     a.stem = 3; a.stem2 = 6;
     a.ln_eps = 1e-6 / 3;
     a.precision = VIT_PRECISION_AUTO;
@@ -643,12 +647,12 @@ START_TEST(test_config_round_trip)
         snprintf(pat, sizeof pat, "%s = ", key);
         ck_assert_msg(strstr(buf, pat) != NULL, "key %s missing from the formatted text", key);
     }
-    /* ... and nothing else: one line per key (44 fields in vit_config). */
+    /* ... and nothing else: one line per key (51 fields in vit_config). */
     int lines = 0;
     for (const char *p = buf; *p; p++)
         lines += *p == '\n';
     ck_assert_int_eq(nkeys, lines);
-    ck_assert_int_eq(nkeys, 44);
+    ck_assert_int_eq(nkeys, 51);
     /* A buffer one byte short fails; exactly enough works. */
     ck_assert_int_lt(vit_config_format(&a, buf2, (size_t)len), 0);
     ck_assert_int_eq(vit_config_format(&a, buf2, (size_t)len + 1), len);
@@ -1198,12 +1202,12 @@ START_TEST(test_train_grads_extras)
     double gmax = 0;
     for (size_t i = 0; i < n; i++)
         gmax = fmax(gmax, fabs(ref[i]));
-    vit_train_extras ex = {targets, ones};
+    vit_train_extras ex = {.targets = targets, .drop_scale = ones};
     ck_assert_int_eq(vit_model_train_grads_ex(m, images, labels, SB, 0, &ex, &l1, NULL), VIT_OK);
     ck_assert_double_le(fabs(l1 - l0), 1e-13);
     ck_assert(gc_max_abs_diff(ref, g, n) <= 1e-12 * gmax);
 
-    ex = (vit_train_extras){NULL, zeros};
+    ex = (vit_train_extras){.drop_scale = zeros};
     ck_assert_int_eq(vit_model_train_grads_ex(m, images, labels, SB, 0, &ex, &l1, NULL), VIT_OK);
     for (int k = 0; k < vit_model_tensor_count(m); k++) {
         const vit_model_tensor *tt = vit_model_tensor_at(m, k);
@@ -1216,7 +1220,7 @@ START_TEST(test_train_grads_extras)
             ck_assert_msg(most > 0, "%s: no gradient", tt->name);
     }
 
-    ex = (vit_train_extras){targets, half};
+    ex = (vit_train_extras){.targets = targets, .drop_scale = half};
     for (int threads = 1; threads <= 3; threads += 2) {
         ck_assert_int_eq(vit_set_threads(threads), VIT_OK);
         ck_assert_int_eq(vit_model_train_grads_ex(m, images, labels, SB, 0, &ex, &l2, NULL),
@@ -1350,6 +1354,79 @@ static vit_model *filled_model(const vit_config *cfg, uint64_t seed, vit_real **
     gc_fill(*images, n, &seed, 1.0);
     return m;
 }
+
+/* What vit_train_extras.grads_ready saw: per value, the reports covering it
+ * and the gradient when reported; the blocks' layers in report order. */
+typedef struct {
+    vit_model *m;
+    int *seen, layers[64], nlayers;
+    vit_real *at_report;
+} ready_log;
+
+static void log_ready(void *ctx, size_t offset, size_t count)
+{
+    ready_log *L = ctx;
+    const vit_real *g = vit_model_grads(L->m);
+    for (size_t i = offset; i < offset + count; i++) {
+        L->seen[i]++;
+        L->at_report[i] = g[i];
+    }
+    for (int k = 0; k < vit_model_tensor_count(L->m); k++) {
+        const vit_model_tensor *tt = vit_model_tensor_at(L->m, k);
+        if (tt->offset <= offset && offset < tt->offset + tt->size &&
+            strncmp(tt->name, "blocks.", 7) == 0 && L->nlayers < 64)
+            L->layers[L->nlayers++] = atoi(tt->name + 7);
+    }
+}
+
+/* The reports a step makes as the backward goes (to sum the gradients
+ * over the ranks meanwhile): on one slice, every value once, final when
+ * reported, the last block's before the first's, and the gradients as
+ * without reports; a step of several slices reports nothing. */
+START_TEST(test_train_grads_ready)
+{
+    vit_config cfg;
+    tiny_config(&cfg, VIT_POOL_CLS);
+    cfg.depth = 2;
+    vit_real *images;
+    vit_model *m = filled_model(&cfg, 79, &images, SB);
+    size_t n = vit_model_param_count(m);
+    int labels[SB];
+    for (int i = 0; i < SB; i++)
+        labels[i] = i % 3;
+    ck_assert_int_eq(vit_set_threads(1), VIT_OK);
+    vit_real *ref = gc_zeros(n), *g = vit_model_grads(m);
+    double l0, l1;
+    ck_assert_int_eq(vit_model_train_grads(m, images, labels, SB, 0, &l0, NULL), VIT_OK);
+    memcpy(ref, g, n * sizeof *ref);
+    ready_log L = {.m = m, .seen = calloc(n, sizeof(int)), .at_report = gc_zeros(n)};
+    ck_assert_ptr_nonnull(L.seen);
+    vit_train_extras ex = {.grads_ready = log_ready, .ready_ctx = &L};
+    ck_assert_int_eq(vit_model_train_grads_ex(m, images, labels, SB, 0, &ex, &l1, NULL), VIT_OK);
+    ck_assert(l1 == l0 && memcmp(ref, g, n * sizeof *g) == 0);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_msg(L.seen[i] == 1, "value %zu reported %d times", i, L.seen[i]);
+        ck_assert_msg(L.at_report[i] == g[i], "value %zu changed after its report", i);
+    }
+    ck_assert_int_gt(L.nlayers, 2);
+    ck_assert_int_eq(L.layers[0], 1);
+    ck_assert_int_eq(L.layers[L.nlayers - 1], 0);
+    for (int k = 1; k < L.nlayers; k++)
+        ck_assert_int_le(L.layers[k], L.layers[k - 1]);
+
+    memset(L.seen, 0, n * sizeof *L.seen);
+    ck_assert_int_eq(vit_set_threads(3), VIT_OK);
+    ck_assert_int_eq(vit_model_train_grads_ex(m, images, labels, SB, 0, &ex, &l1, NULL), VIT_OK);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_int_eq(L.seen[i], 0);
+    vit_set_threads(1);
+    free(L.seen);
+    free(L.at_report);
+    free(ref);
+    free(images);
+    vit_model_free(m);
+}
+END_TEST
 
 START_TEST(test_nograd_forward_is_bitwise)
 {
@@ -1567,6 +1644,7 @@ static Suite *model_suite(void)
     tcase_add_test(tg, test_lsa_and_overlap_model);
     tcase_add_loop_test(tg, test_train_grads_slices, 0, 3);
     tcase_add_test(tg, test_train_grads_extras);
+    tcase_add_test(tg, test_train_grads_ready);
     tcase_add_loop_test(tg, test_nograd_forward_is_bitwise, 0, 4);
     tcase_add_loop_test(tg, test_recompute_is_bitwise, 0, 2);
     tcase_add_test(tg, test_tape_memory_bound);

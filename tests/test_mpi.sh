@@ -11,12 +11,8 @@
 # Skipped (exit 77) when the tools were built without MPI or mpirun is absent.
 set -u
 train=$1
-if ! "$train" --version | grep -q MPI; then
-    echo "vit_train was built without MPI: skipped"; exit 77
-fi
-if ! command -v mpirun >/dev/null; then
-    echo "mpirun not found: skipped"; exit 77
-fi
+. "$(dirname "$0")/mpi_util.sh"
+mpi_require "$train"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # Open MPI refuses root without these; harmless otherwise.
@@ -54,12 +50,7 @@ fi
 # order of float32 additions, so allow 1e-3 relative on the losses (measured
 # agreement is far tighter; a wrong share weighting or a missing reduction
 # moves them by far more).
-if awk -F, 'NR == FNR { if (FNR > 1) { l[$1] = $2; t[$1] = $4 } next }
-            FNR > 1 { n++
-                      if (!($1 in l)) bad = 1
-                      else if ((($2 - l[$1]) ^ 2) > (1e-3 * l[$1]) ^ 2 || (($4 - t[$1]) ^ 2) > (1e-3 * t[$1]) ^ 2) {
-                          printf "epoch %s: one rank %s/%s, two ranks %s/%s\n", $1, l[$1], t[$1], $2, $4; bad = 1 } }
-            END { exit (bad || n != '$epochs') }' "$tmp/one/metrics.csv" "$tmp/two/metrics.csv"; then
+if losses_close "$tmp/one/metrics.csv" "$tmp/two/metrics.csv" $epochs; then
     pass=$((pass + 1)); echo "ok   losses of 2 ranks match one process (train and test loss, $epochs epochs)"
 else
     fail=$((fail + 1)); echo "FAIL losses differ"; paste -d'|' "$tmp/one/metrics.csv" "$tmp/two/metrics.csv"
@@ -80,12 +71,7 @@ aug=("${model[@]}" --epochs 4 --crop-pad 2 --flip 1 --mixup 0.8 --cutmix 1 --mix
 "$train" "${aug[@]}" --out "$tmp/aug1" >"$tmp/aug1.log" 2>&1 || { cat "$tmp/aug1.log"; exit 1; }
 if mpirun --oversubscribe --allow-run-as-root -np 2 "$train" "${aug[@]}" --check-replicas \
        --out "$tmp/aug2" >"$tmp/aug2.log" 2>&1 &&
-   awk -F, 'NR == FNR { if (FNR > 1) { l[$1] = $2; t[$1] = $4 } next }
-            FNR > 1 { n++
-                      if (!($1 in l)) bad = 1
-                      else if ((($2 - l[$1]) ^ 2) > (1e-3 * l[$1]) ^ 2 || (($4 - t[$1]) ^ 2) > (1e-3 * t[$1]) ^ 2) {
-                          printf "epoch %s: one rank %s/%s, two ranks %s/%s\n", $1, l[$1], t[$1], $2, $4; bad = 1 } }
-            END { exit (bad || n != 4) }' "$tmp/aug1/metrics.csv" "$tmp/aug2/metrics.csv"; then
+   losses_close "$tmp/aug1/metrics.csv" "$tmp/aug2/metrics.csv" 4; then
     pass=$((pass + 1)); echo "ok   with crop_pad, flip, mixup, cutmix and drop_path, 2 ranks match one process"
 else
     fail=$((fail + 1)); echo "FAIL augmented 2-rank run:"; cat "$tmp/aug2.log"
@@ -159,7 +145,7 @@ for spec in "int INT mpirun" "term TERM rank1"; do
     said=$(grep -cE "vit_train: (interrupted|terminated|stopped \(another rank was signalled\)) at epoch [0-9]+, step [0-9]+ of 23; checkpoint $tmp/$name/last.ckpt$" "$tmp/$name.log")
     left=$(pgrep -f -- "--out $tmp/$name" | wc -l)
     resume_cmd=$(grep -cF "vit_train: continue with: mpirun -np 2 $train --data digits --resume $tmp/$name/last.ckpt" "$tmp/$name.log")
-    others=$(find "$tmp/$name" -mindepth 1 ! -name last.ckpt ! -name metrics.csv | wc -l)
+    others=$(find "$tmp/$name" -mindepth 1 ! -name last.ckpt ! -name metrics.csv ! -name clock.txt | wc -l)
     if [ $rc -ne 0 ] && [ "$rows" -ge 1 ] && [ "$rows" -lt $stop_epochs ] && [ "$said" -eq 1 ] && [ "$left" -eq 0 ] && [ "$resume_cmd" -eq 1 ] &&
        [ "$others" -eq 0 ] && [ -f "$tmp/$name/last.ckpt" ]; then
         pass=$((pass + 1))

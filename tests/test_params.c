@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "file_util.h"
 #include "vit/attention.h"
 #include "vit/model.h"
 #include "vit/params.h"
@@ -531,6 +532,138 @@ START_TEST(test_leaf_errors_reach_tape)
 }
 END_TEST
 
+/* ---- files: vit_params_save / vit_params_load ---------------------------- */
+
+/* A small user model: two tensors of other ranks than the ViT's. */
+static vit_params *file_model(const char *w_name, int w0, int w1, int with_extra)
+{
+    vit_params *p = vit_params_new();
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_ge(vit_params_add(p, w_name, 2, (int[]){w0, w1}, VIT_INIT_NORMAL, 0.5, 1), 0);
+    ck_assert_int_ge(vit_params_add(p, "rel.table", 3, (int[]){2, 9, 3}, VIT_INIT_UNIFORM, 1, 0),
+                     0);
+    if (with_extra)
+        ck_assert_int_ge(vit_params_add(p, "head.b", 1, (int[]){4}, VIT_INIT_ONE, 0, 0), 0);
+    ck_assert_int_eq(vit_params_alloc(p), VIT_OK);
+    return p;
+}
+
+/* Saved, then loaded into a second object of the same tensors added in
+ * another order: the values come back (float32 values exactly; float64
+ * ones rounded to float), with the note; gradients untouched. */
+START_TEST(test_save_load_roundtrip)
+{
+    const char *path = fu_path("model.params");
+    const int files_before = fu_count_entries(fu_suite_dir);
+    vit_rng rng;
+    vit_rng_seed(&rng, 5);
+    vit_params *a = file_model("fc.w", 4, 6, 1);
+    ck_assert_int_eq(vit_params_init(a, &rng), VIT_OK);
+    ck_assert_int_eq(vit_params_save(a, path, "mlp: 6 -> 4, relpos 3"), VIT_OK);
+
+    vit_params *b = vit_params_new();
+    ck_assert_int_ge(vit_params_add(b, "head.b", 1, (int[]){4}, VIT_INIT_ZERO, 0, 0), 0);
+    ck_assert_int_ge(vit_params_add(b, "rel.table", 3, (int[]){2, 9, 3}, VIT_INIT_ZERO, 0, 0), 0);
+    ck_assert_int_ge(vit_params_add(b, "fc.w", 2, (int[]){4, 6}, VIT_INIT_ZERO, 0, 1), 0);
+    ck_assert_int_eq(vit_params_alloc(b), VIT_OK);
+    vit_real *g = vit_params_grads(b);
+    for (size_t i = 0; i < vit_params_count(b); i++) g[i] = 7;
+    char *note = NULL;
+    ck_assert_int_eq(vit_params_load(b, path, &note), VIT_OK);
+    ck_assert_str_eq(note, "mlp: 6 -> 4, relpos 3");
+    free(note);
+    for (int i = 0; i < vit_params_tensor_count(a); i++) {
+        const vit_param_tensor *t = vit_params_tensor(a, i);
+        const vit_real *x = vit_params_value_of(a, i);
+        const vit_real *y = vit_params_value_of(b, vit_params_find(b, t->name));
+        for (size_t j = 0; j < t->size; j++)
+            ck_assert_msg(y[j] == (vit_real)(float)x[j], "%s[%zu]: %g loaded, %g saved", t->name,
+                          j, (double)y[j], (double)x[j]);
+    }
+    ck_assert(vit_params_value_of(b, 0)[0] == 1); /* head.b: VIT_INIT_ONE, not the zeros */
+    for (size_t i = 0; i < vit_params_count(b); i++) ck_assert(g[i] == 7);
+    /* A second save replaces the file whole and leaves no temporary. */
+    ck_assert_int_eq(vit_params_save(a, path, NULL), VIT_OK);
+    ck_assert_int_eq(vit_params_load(b, path, &note), VIT_OK);
+    ck_assert_str_eq(note, "");
+    free(note);
+    ck_assert_int_eq(fu_count_entries(fu_suite_dir), files_before + 1);
+    vit_params_free(a);
+    vit_params_free(b);
+}
+END_TEST
+
+/* Every difference of names and shapes is named, and nothing is loaded. */
+START_TEST(test_load_mismatch_named)
+{
+    const char *path = fu_path("other.params");
+    vit_params *a = file_model("fc.w", 4, 6, 1);
+    vit_real *v = vit_params_values(a);
+    for (size_t i = 0; i < vit_params_count(a); i++) v[i] = (vit_real)i;
+    ck_assert_int_eq(vit_params_save(a, path, NULL), VIT_OK);
+    /* fc.w transposed (same count), head.b absent, proj.w not in the file */
+    vit_params *b = vit_params_new();
+    ck_assert_int_ge(vit_params_add(b, "fc.w", 2, (int[]){6, 4}, VIT_INIT_ZERO, 0, 1), 0);
+    ck_assert_int_ge(vit_params_add(b, "rel.table", 2, (int[]){18, 3}, VIT_INIT_ZERO, 0, 0), 0);
+    ck_assert_int_ge(vit_params_add(b, "proj.w", 1, (int[]){4}, VIT_INIT_ZERO, 0, 0), 0);
+    ck_assert_int_eq(vit_params_alloc(b), VIT_OK);
+    char *note = (char *)"unchanged?";
+    ck_assert_int_eq(vit_params_load(b, path, &note), VIT_EFORMAT);
+    ck_assert_ptr_null(note);
+    const char *msg = vit_last_error();
+    static const char *const want[] = {
+        "vit_params_load", "4 differences",
+        "'fc.w' is [4, 6] in the file, [6, 4] in the model",
+        "'rel.table' is [2, 9, 3] in the file, [18, 3] in the model",
+        "'proj.w' is missing from the file",
+        "'head.b' is in the file but not in the model"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        ck_assert_msg(strstr(msg, want[i]), "'%s' lacks '%s'", msg, want[i]);
+    for (size_t i = 0; i < vit_params_count(b); i++)
+        ck_assert(vit_params_values(b)[i] == 0);
+    vit_params_free(a);
+    vit_params_free(b);
+}
+END_TEST
+
+START_TEST(test_save_load_errors)
+{
+    vit_params *open = vit_params_new();
+    ck_assert_int_ge(vit_params_add(open, "w", 1, (int[]){3}, VIT_INIT_ZERO, 0, 0), 0);
+    ck_assert_int_eq(vit_params_save(open, fu_path("x"), NULL), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "not allocated"));
+    ck_assert_int_eq(vit_params_load(open, fu_path("x"), NULL), VIT_EINVAL);
+    ck_assert_int_eq(vit_params_alloc(open), VIT_OK);
+    ck_assert_int_eq(vit_params_save(NULL, fu_path("x"), NULL), VIT_EINVAL);
+    ck_assert_int_eq(vit_params_save(open, NULL, NULL), VIT_EINVAL);
+    ck_assert_int_eq(vit_params_load(NULL, fu_path("x"), NULL), VIT_EINVAL);
+    /* a missing file, a folder that does not exist, a damaged file */
+    ck_assert_int_eq(vit_params_load(open, fu_path("none"), NULL), VIT_EIO);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "vit_params_load"));
+    ck_assert_int_eq(vit_params_save(open, fu_path("no/such/dir/x"), NULL), VIT_EIO);
+    const char *path = fu_path("w.params");
+    ck_assert_int_eq(vit_params_save(open, path, NULL), VIT_OK);
+    size_t n;
+    unsigned char *bytes = fu_read(path, &n);
+    bytes[n - 6] ^= 0x40; /* a value's bit: the checksum no longer matches */
+    fu_write(path, bytes, n);
+    free(bytes);
+    ck_assert_int_eq(vit_params_load(open, path, NULL), VIT_EFORMAT);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "checksum"));
+    /* a value not finite: refused, the old file kept */
+    ck_assert_int_eq(vit_params_save(open, path, "first"), VIT_OK);
+    vit_params_values(open)[1] = NAN;
+    ck_assert_int_eq(vit_params_save(open, path, "second"), VIT_ENUM);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "vit_params_save"));
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "'w'"));
+    char *note;
+    ck_assert_int_eq(vit_params_load(open, path, &note), VIT_OK);
+    ck_assert_str_eq(note, "first");
+    free(note);
+    vit_params_free(open);
+}
+END_TEST
+
 static Suite *params_suite(void)
 {
     Suite *s = suite_create("params");
@@ -551,14 +684,12 @@ static Suite *params_suite(void)
     tcase_add_test(bad, test_lifecycle_errors);
     tcase_add_test(bad, test_leaf_errors_reach_tape);
     suite_add_tcase(s, bad);
+    TCase *files = tcase_create("files");
+    tcase_add_test(files, test_save_load_roundtrip);
+    tcase_add_test(files, test_load_mismatch_named);
+    tcase_add_test(files, test_save_load_errors);
+    suite_add_tcase(s, files);
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(params_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return fu_run_suite(params_suite, "/tmp/vit_test_params_XXXXXX"); }

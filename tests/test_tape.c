@@ -204,6 +204,42 @@ static vit_tensor *b_linear(graph *g, vit_tape *t, vit_tensor **in)
     return vit_op_linear(t, in[0], in[1], g->nleaves > 2 ? in[2] : NULL);
 }
 
+/* vit_tape_on_leaf_grad: a leaf read by two ops (w, in both products) is
+ * reported after the backward of the first of them, with its gradient
+ * then final; a leaf without a gradient (x) is not reported. */
+typedef struct {
+    int calls;
+    vit_tensor *leaf;
+    vit_real grad[2];
+} leaf_log;
+
+static void log_leaf(void *ctx, vit_tensor *leaf)
+{
+    leaf_log *L = ctx;
+    L->calls++;
+    L->leaf = leaf;
+    memcpy(L->grad, leaf->grad, sizeof L->grad);
+}
+
+START_TEST(test_leaf_reports)
+{
+    vit_tape *t = vit_tape_new();
+    vit_real xd[2] = {2, 3}, wd[2] = {5, 7}, wg[2] = {0, 0}, one[2] = {1, 1};
+    int shape[1] = {2};
+    leaf_log L = {0};
+    ck_assert_int_eq(vit_tape_on_leaf_grad(t, log_leaf, &L), VIT_OK);
+    vit_tensor *x = vit_tape_leaf(t, xd, NULL, 1, shape), *w = vit_tape_leaf(t, wd, wg, 1, shape);
+    vit_tensor *y = vit_op_mul(t, vit_op_mul(t, x, w), w); /* x w^2: d/dw = 2 x w */
+    ck_assert_int_eq(vit_tape_backward_from(t, y, one), VIT_OK);
+    ck_assert_int_eq(L.calls, 1);
+    ck_assert_ptr_eq(L.leaf, w);
+    ck_assert(L.grad[0] == 20 && L.grad[1] == 42);
+    ck_assert(wg[0] == 20 && wg[1] == 42);
+    ck_assert_int_eq(vit_tape_on_leaf_grad(NULL, log_leaf, &L), VIT_EINVAL);
+    vit_tape_free(t);
+}
+END_TEST
+
 START_TEST(test_linear)
 {
     /* 3-D input: the leading dimensions are flattened into rows. */
@@ -1403,6 +1439,16 @@ START_TEST(test_shape_errors)
     ck_assert_ptr_null(vit_op_pos_add(t, x, vit_tape_leaf(t, b, NULL, 2, (int[]){2, 4})));
     expect_msg("vit_op_pos_add", NULL);
     vit_tape_reset(t);
+    /* mha_bias: a 4-D [H, N, N, 1] bias holds the right count but is not
+     * [bias_heads, n_q, n_k] (issue 45) */
+    vit_mha mb = {.batch = 1, .n_q = 2, .n_k = 2, .d_model = 2, .heads = 2, .bias_heads = 2};
+    vit_real pm[16] = {0};
+    x = vit_tape_leaf(t, a, NULL, 3, (int[]){1, 2, 2});
+    ck_assert_ptr_null(vit_op_mha_bias(t, &mb, vit_tape_leaf(t, pm, NULL, 1, (int[]){16}), x, x,
+                                       vit_tape_leaf(t, b, NULL, 4, (int[]){2, 2, 2, 1}), NULL));
+    expect_msg("vit_op_mha_bias",
+               "bias must be [bias_heads, n_q, n_k] = [2, 2, 2], got [2, 2, 2, 1]");
+    vit_tape_reset(t);
     /* local_conv: 3 tokens are not a class token and a 2 x 2 grid */
     vit_real w36[36] = {0};
     x = vit_tape_leaf(t, a, NULL, 3, (int[]){2, 3, 4});
@@ -2011,12 +2057,440 @@ START_TEST(test_custom_errors)
 }
 END_TEST
 
+/* ---- Swin's ops: windowed attention ------------------------------------ */
+
+/* Windowed attention on a 4 x 4 grid of B = 2 items, H = 2 heads of width
+ * 3 (qkv [2, 16, 18]), windows of 2 x 2: case 0 plain windows with a bias
+ * per head, 1 shifted by 1 with one shared bias, 2 shifted without bias. */
+static const vit_window_opts win_opts[3] = {
+    {.heads = 2, .grid_h = 4, .grid_w = 4, .window = 2, .shift = 0},
+    {.heads = 2, .grid_h = 4, .grid_w = 4, .window = 2, .shift = 1},
+    {.heads = 2, .grid_h = 4, .grid_w = 4, .window = 2, .shift = 1, .scale = 0.7},
+};
+
+static vit_tensor *b_window(graph *g, vit_tape *t, vit_tensor **in)
+{
+    return vit_op_window_attn(t, in[0], g->nleaves > 1 ? in[1] : NULL, g->aux);
+}
+
+START_TEST(test_window_attn)
+{
+    graph g = {.build = b_window, .smoothing = SMOOTHING, .aux = &win_opts[_i]};
+    uint64_t seed = 90 + (uint64_t)_i;
+    add_leaf(&g, "qkv", 1, 1.5, &seed, 3, 2, 16, 18, 0);
+    if (_i < 2)
+        add_leaf(&g, "bias", 1, 1.0, &seed, 3, _i == 0 ? 2 : 1, 4, 4, 0);
+    static const char *what[3] = {"window_attn", "window_attn (shifted, shared bias)",
+                                  "window_attn (shifted, no bias)"};
+    check_graph(&g, what[_i]);
+}
+END_TEST
+
+/* The op computes what vit_sdpa computes on the same fused buffer (its own
+ * strides) with the window mask of vit_mask_window: the full-grid route
+ * it replaces. */
+START_TEST(test_window_attn_matches_masked)
+{
+    enum { B = 2, N = 16, D = 6, H = 2 };
+    const vit_window_opts *o = &win_opts[_i];
+    vit_real qkv[B * N * 3 * D], ref[B * N * D], probs[B * H * N * N];
+    unsigned char allowed[N * N];
+    uint64_t seed = 7 + (uint64_t)_i;
+    gc_fill(qkv, sizeof qkv / sizeof *qkv, &seed, 2.0);
+    ck_assert_int_eq(vit_mask_window(allowed, 4, 4, o->window, o->shift), VIT_OK);
+    vit_sdpa a = {.batch = B, .heads = H, .n_q = N, .n_k = N, .d_k = D / H, .d_v = D / H,
+                  .scale = o->scale, .mask = {.allowed = allowed},
+                  .ld_q = 3 * D, .ld_k = 3 * D, .ld_v = 3 * D};
+    ck_assert_int_eq(vit_sdpa_forward(&a, ref, probs, qkv, qkv + D, qkv + 2 * D), VIT_OK);
+    vit_tape *t = vit_tape_new();
+    vit_tensor *y = vit_op_window_attn(t, vit_tape_leaf(t, qkv, NULL, 3, (int[]){B, N, 3 * D}),
+                                       NULL, o);
+    ck_assert_msg(y != NULL, "%s", vit_last_error());
+    ck_assert_int_eq(y->ndim, 3);
+    ck_assert_int_eq(y->shape[1], N);
+    ck_assert_int_eq(y->shape[2], D);
+    double e = gc_max_abs_diff(y->data, ref, (size_t)B * N * D);
+    ck_assert_msg(e < 1e-12, "window op vs masked sdpa: %.3e", e);
+    vit_tape_free(t);
+}
+END_TEST
+
+/* One bad argument per call: the op refuses it, names itself, the
+ * argument and the shapes, and records nothing. */
+START_TEST(test_window_attn_errors)
+{
+    static vit_real buf[2 * 16 * 18], bb[2 * 4 * 4 * 2];
+    vit_window_opts o = win_opts[0];
+    vit_tape *t = vit_tape_new();
+    struct { int ndim, shape[4]; const char *arg, *what; } cases[] = {
+        {3, {2, 16, 17}, NULL, "3 * heads"},              /* D not whole */
+        {3, {2, 8, 36}, "qkv", "[*, 16, *], got [2, 8, 36]"}, /* wrong token count */
+        {4, {2, 4, 4, 18}, "qkv", "got [2, 4, 4, 18]"},   /* a grid layout: same values */
+        {2, {32, 18}, "qkv", "got [32, 18]"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        vit_tape_reset(t);
+        vit_tensor *x = vit_tape_leaf(t, buf, NULL, cases[i].ndim, cases[i].shape);
+        ck_assert_ptr_null(vit_op_window_attn(t, x, NULL, &o));
+        ck_assert_int_eq(vit_tape_status(t), VIT_EINVAL);
+        expect_msg("vit_op_window_attn", cases[i].what);
+        if (cases[i].arg)
+            expect_msg("vit_op_window_attn", cases[i].arg);
+        ck_assert_int_eq(vit_tape_op_count(t), 0);
+    }
+    /* Biases: a 4-D [H, T, T, 1], the wrong head count, a flat [H*T*T]. */
+    struct { int ndim, shape[4]; const char *what; } biases[] = {
+        {4, {2, 4, 4, 1}, "got [2, 4, 4, 1]"},
+        {3, {3, 4, 4}, "[2, 4, 4], got [3, 4, 4]"},
+        {1, {32}, "got [32]"},
+        {3, {2, 2, 8}, "got [2, 2, 8]"},
+    };
+    for (size_t i = 0; i < sizeof biases / sizeof *biases; i++) {
+        vit_tape_reset(t);
+        vit_tensor *x = vit_tape_leaf(t, buf, NULL, 3, (int[]){2, 16, 18});
+        vit_tensor *b = vit_tape_leaf(t, bb, NULL, biases[i].ndim, biases[i].shape);
+        ck_assert_ptr_null(vit_op_window_attn(t, x, b, &o));
+        expect_msg("vit_op_window_attn", "bias");
+        expect_msg("vit_op_window_attn", biases[i].what);
+    }
+    /* Options: a window that does not divide the grid, a shift outside
+     * [0, M), no heads, NULL. */
+    vit_window_opts bad[3] = {o, o, o};
+    bad[0].window = 3;
+    bad[1].shift = 2;
+    bad[2].heads = 0;
+    const char *bad_what[3] = {"multiple of the window", "shift", "heads"};
+    for (int i = 0; i < 3; i++) {
+        vit_tape_reset(t);
+        vit_tensor *x = vit_tape_leaf(t, buf, NULL, 3, (int[]){2, 16, 18});
+        ck_assert_ptr_null(vit_op_window_attn(t, x, NULL, &bad[i]));
+        ck_assert_int_eq(vit_tape_status(t), VIT_EINVAL);
+        expect_msg("window", bad_what[i]);
+    }
+    vit_tape_reset(t);
+    ck_assert_ptr_null(vit_op_window_attn(t, vit_tape_leaf(t, buf, NULL, 3, (int[]){2, 16, 18}),
+                                          NULL, NULL));
+    expect_msg("vit_op_window_attn", "opts");
+    vit_tape_free(t);
+}
+END_TEST
+
+/* ---- Swin's ops: relative position bias --------------------------------- */
+
+/* The bias alone (window 3: table [25, 2] -> [2, 9, 9]) and (index 1)
+ * feeding the windowed attention (window 2: table [9, 2] -> [2, 4, 4]),
+ * the table's gradient through both. */
+static vit_tensor *b_relpos(graph *g, vit_tape *t, vit_tensor **in)
+{
+    if (g->index == 0)
+        return vit_op_relpos_bias(t, in[0], 3);
+    return vit_op_window_attn(t, in[1], vit_op_relpos_bias(t, in[0], 2), &win_opts[1]);
+}
+
+START_TEST(test_relpos_bias)
+{
+    graph g = {.build = b_relpos, .smoothing = SMOOTHING, .index = _i};
+    uint64_t seed = 110 + (uint64_t)_i;
+    add_leaf(&g, "table", 1, 1.0, &seed, 2, _i == 0 ? 25 : 9, 2, 0, 0);
+    if (_i == 1)
+        add_leaf(&g, "qkv", 1, 1.5, &seed, 3, 2, 16, 18, 0);
+    check_graph(&g, _i == 0 ? "relpos_bias" : "relpos_bias into window_attn");
+}
+END_TEST
+
+/* The gather is torchvision's relative_position_index: for a 2 x 2 window
+ * that index is (printed by torchvision 0.14's SwinTransformer code)
+ *   [[4, 3, 1, 0], [5, 4, 2, 1], [7, 6, 4, 3], [8, 7, 5, 4]],
+ * so head h of pair (i, j) reads table[index[i][j], h]. */
+START_TEST(test_relpos_bias_index)
+{
+    static const int index[4][4] = {{4, 3, 1, 0}, {5, 4, 2, 1}, {7, 6, 4, 3}, {8, 7, 5, 4}};
+    vit_real table[9 * 3];
+    for (int r = 0; r < 9; r++)
+        for (int h = 0; h < 3; h++)
+            table[r * 3 + h] = (vit_real)(10 * r + h);
+    vit_tape *t = vit_tape_new();
+    vit_tensor *y = vit_op_relpos_bias(t, vit_tape_leaf(t, table, NULL, 2, (int[]){9, 3}), 2);
+    ck_assert_msg(y != NULL, "%s", vit_last_error());
+    ck_assert_int_eq(y->ndim, 3);
+    ck_assert_int_eq(y->shape[0], 3);
+    ck_assert_int_eq(y->shape[1], 4);
+    ck_assert_int_eq(y->shape[2], 4);
+    for (int h = 0; h < 3; h++)
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 4; j++)
+                ck_assert_msg(y->data[(h * 4 + i) * 4 + j] == (vit_real)(10 * index[i][j] + h),
+                              "bias[%d, %d, %d] = %g", h, i, j,
+                              (double)y->data[(h * 4 + i) * 4 + j]);
+    /* The backward sums the pairs at each offset: with dbias all ones, the
+     * centre row (offset 0) gets T = 4 per head, the corners 1. */
+    vit_real g[9 * 3] = {0};
+    vit_tape_reset(t);
+    vit_tensor *tab = vit_tape_leaf(t, table, g, 2, (int[]){9, 3});
+    y = vit_op_relpos_bias(t, tab, 2);
+    vit_real ones[48];
+    for (int i = 0; i < 48; i++) ones[i] = 1;
+    ck_assert_int_eq(vit_tape_backward_from(t, y, ones), VIT_OK);
+    static const int count[9] = {1, 2, 1, 2, 4, 2, 1, 2, 1};
+    for (int r = 0; r < 9; r++)
+        for (int h = 0; h < 3; h++)
+            ck_assert_msg(g[r * 3 + h] == count[r], "dtable[%d, %d] = %g", r, h,
+                          (double)g[r * 3 + h]);
+    vit_tape_free(t);
+}
+END_TEST
+
+START_TEST(test_relpos_bias_errors)
+{
+    static vit_real buf[64];
+    vit_tape *t = vit_tape_new();
+    struct { int ndim, shape[4], window; const char *what; } cases[] = {
+        {2, {9, 2}, 3, "[25, *], got [9, 2]"},     /* a table for another window */
+        {1, {18}, 2, "table must be"},             /* flat: the right count only */
+        {3, {3, 3, 2}, 2, "got [3, 3, 2]"},
+        {2, {2, 9}, 2, "got [2, 9]"},               /* transposed */
+        {2, {9, 2}, 0, "window"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        vit_tape_reset(t);
+        vit_tensor *x = vit_tape_leaf(t, buf, NULL, cases[i].ndim, cases[i].shape);
+        ck_assert_ptr_null(vit_op_relpos_bias(t, x, cases[i].window));
+        ck_assert_int_eq(vit_tape_status(t), VIT_EINVAL);
+        expect_msg("vit_op_relpos_bias", cases[i].what);
+    }
+    vit_tape_free(t);
+}
+END_TEST
+
+/* ---- Swin's ops: gathers of tokens, patch merging ------------------------ */
+
+/* A gather with a repeat, a skip and a reorder ([2, 5, 3] -> [2, 6, 3]),
+ * and (index 1) the 2x2 merge of a 4 x 4 grid ([2, 16, 3] -> [2, 4, 12])
+ * followed by the layer norm over 4C it exists for. */
+static const int gather_idx[6] = {4, 0, 0, 2, 1, 4};
+
+static vit_tensor *b_gather(graph *g, vit_tape *t, vit_tensor **in)
+{
+    if (g->index == 0)
+        return vit_op_gather_tokens(t, in[0], gather_idx, 6);
+    return vit_op_layernorm(t, vit_op_patch_merge(t, in[0], 4, 4), in[1], in[2], 1e-5);
+}
+
+START_TEST(test_gather_tokens)
+{
+    graph g = {.build = b_gather, .smoothing = SMOOTHING, .index = _i};
+    uint64_t seed = 130 + (uint64_t)_i;
+    if (_i == 0) {
+        add_leaf(&g, "x", 1, 1.0, &seed, 3, 2, 5, 3, 0);
+    } else {
+        add_leaf(&g, "x", 1, 1.0, &seed, 3, 2, 16, 3, 0);
+        add_leaf(&g, "gamma", 1, 1.0, &seed, 1, 12, 0, 0, 0);
+        add_leaf(&g, "beta", 1, 1.0, &seed, 1, 12, 0, 0, 0);
+    }
+    check_graph(&g, _i == 0 ? "gather_tokens" : "patch_merge then layernorm");
+}
+END_TEST
+
+/* The merge's channel order is torchvision's: its _patch_merging_pad
+ * (0.14) on a 2 x 4 grid of 2 channels holding 100 row + 10 column +
+ * channel gives [[0, 1, 100, 101, 10, 11, 110, 111],
+ * [20, 21, 120, 121, 30, 31, 130, 131]].  The gather's backward of a
+ * repeated index sums, and a token nobody reads gets nothing. */
+START_TEST(test_patch_merge_order)
+{
+    static const vit_real want[2][8] = {{0, 1, 100, 101, 10, 11, 110, 111},
+                                        {20, 21, 120, 121, 30, 31, 130, 131}};
+    vit_real x[8 * 2];
+    for (int r = 0; r < 2; r++)
+        for (int c = 0; c < 4; c++)
+            for (int ch = 0; ch < 2; ch++)
+                x[(r * 4 + c) * 2 + ch] = (vit_real)(100 * r + 10 * c + ch);
+    vit_tape *t = vit_tape_new();
+    vit_tensor *y = vit_op_patch_merge(t, vit_tape_leaf(t, x, NULL, 3, (int[]){1, 8, 2}), 2, 4);
+    ck_assert_msg(y != NULL, "%s", vit_last_error());
+    ck_assert_int_eq(y->ndim, 3);
+    ck_assert_int_eq(y->shape[1], 2);
+    ck_assert_int_eq(y->shape[2], 8);
+    for (int o = 0; o < 2; o++)
+        for (int k = 0; k < 8; k++)
+            ck_assert_msg(y->data[o * 8 + k] == want[o][k], "merged[%d][%d] = %g", o, k,
+                          (double)y->data[o * 8 + k]);
+    vit_real g[8 * 2] = {0}, dy[6 * 2];
+    for (int i = 0; i < 12; i++) dy[i] = (vit_real)(i + 1);
+    vit_tape_reset(t);
+    static const int idx[6] = {3, 1, 3, 0, 3, 1};
+    y = vit_op_gather_tokens(t, vit_tape_leaf(t, x, g, 3, (int[]){1, 8, 2}), idx, 6);
+    ck_assert_int_eq(vit_tape_backward_from(t, y, dy), VIT_OK);
+    /* token 3: rows 0, 2, 4 of dy = (1+5+9, 2+6+10); token 1: rows 1, 5;
+     * token 0: row 3; the others nothing. */
+    static const vit_real dx[8][2] = {{7, 8}, {3 + 11, 4 + 12}, {0, 0}, {15, 18},
+                                      {0, 0}, {0, 0}, {0, 0}, {0, 0}};
+    for (int i = 0; i < 8; i++)
+        for (int ch = 0; ch < 2; ch++)
+            ck_assert_msg(g[i * 2 + ch] == dx[i][ch], "dx[%d][%d] = %g", i, ch,
+                          (double)g[i * 2 + ch]);
+    vit_tape_free(t);
+}
+END_TEST
+
+START_TEST(test_gather_errors)
+{
+    static vit_real buf[64];
+    vit_tape *t = vit_tape_new();
+    static const int idx[3] = {0, 5, 1};
+    /* gather: an index past the tokens, a 2-D x, no index */
+    vit_tensor *x = vit_tape_leaf(t, buf, NULL, 3, (int[]){2, 5, 3});
+    ck_assert_ptr_null(vit_op_gather_tokens(t, x, idx, 3));
+    ck_assert_int_eq(vit_tape_status(t), VIT_EINVAL);
+    expect_msg("vit_op_gather_tokens", "idx[1] = 5");
+    vit_tape_reset(t);
+    x = vit_tape_leaf(t, buf, NULL, 2, (int[]){10, 3});
+    ck_assert_ptr_null(vit_op_gather_tokens(t, x, idx, 1));
+    expect_msg("vit_op_gather_tokens", "x must be [B, N, C] = [*, *, *], got [10, 3]");
+    vit_tape_reset(t);
+    x = vit_tape_leaf(t, buf, NULL, 3, (int[]){2, 5, 3});
+    ck_assert_ptr_null(vit_op_gather_tokens(t, x, NULL, 3));
+    expect_msg("vit_op_gather_tokens", "idx is NULL");
+    /* merge: odd sides, a grid that is not x's tokens, an image layout */
+    vit_tape_reset(t);
+    x = vit_tape_leaf(t, buf, NULL, 3, (int[]){1, 15, 4});
+    ck_assert_ptr_null(vit_op_patch_merge(t, x, 3, 5));
+    expect_msg("vit_op_patch_merge", "even");
+    vit_tape_reset(t);
+    x = vit_tape_leaf(t, buf, NULL, 3, (int[]){1, 16, 4});
+    ck_assert_ptr_null(vit_op_patch_merge(t, x, 2, 4));
+    expect_msg("vit_op_patch_merge", "[*, 8, *], got [1, 16, 4]");
+    vit_tape_reset(t);
+    x = vit_tape_leaf(t, buf, NULL, 4, (int[]){1, 4, 4, 4});
+    ck_assert_ptr_null(vit_op_patch_merge(t, x, 4, 4));
+    expect_msg("vit_op_patch_merge", "got [1, 4, 4, 4]");
+    ck_assert_int_eq(vit_tape_op_count(t), 0);
+    vit_tape_free(t);
+}
+END_TEST
+
+/* ---- strict shapes (issue 45): a tensor that holds the right number of
+ * values in another layout is refused, the message naming the op, the
+ * argument, the expected layout and the given shape. ---- */
+
+typedef struct strict_case {
+    const char *op, *want; /* the message holds both */
+    int which;             /* the case's builder below */
+} strict_case;
+
+static const strict_case strict_cases[] = {
+    {"vit_op_linear", "b must be [out] = [2], got [1, 2]", 0},
+    {"vit_op_linear", "W must be [in, out], in = x's last dimension = [4, *], got [4, 2, 1]", 1},
+    {"vit_op_linear_gelu", "b must be [out] = [2], got [2, 1]", 2},
+    {"vit_op_linear_add", "r must be x's shape with the last dimension out = [3, 2], got [2, 3]",
+     3},
+    {"vit_op_layernorm", "gamma must be [d], d = x's last dimension = [4], got [1, 4]", 4},
+    {"vit_op_add_layernorm", "beta must be [d], d = x's last dimension = [4], got [4, 1]", 5},
+    {"vit_op_mha", "x_q must be [batch, n_q, d_model] = [1, 3, 4], got [3, 4]", 6},
+    {"vit_op_mha", "params must be [vit_mha_param_count(cfg)] = [80], got [20, 4]", 7},
+    {"vit_op_patch_embed", "img must be [batch, height, width, channels] = [1, 4, 4, 1], "
+     "got [1, 16, 1]", 8},
+    {"vit_op_patch_embed", "W must be [patch*patch*channels, dim] = [4, 3], got [3, 4]", 9},
+    {"vit_op_cls_prepend", "cls must be [D] = [4], got [1, 4]", 10},
+    {"vit_op_pos_add", "pos must be [T, D] = [3, 4], got [1, 3, 4]", 11},
+    {"vit_op_local_conv", "w must be [9, C] = [9, 4], got [4, 9]", 12},
+    {"vit_op_token", "x must be [B, T, D] = [*, *, *], got [3, 4]", 13},
+    {"vit_op_masked_mean", "x must be [B, T, D] = [*, *, *], got [1, 1, 3, 4]", 14},
+    {"vit_op_cross_entropy", "logits must be [B, C] = [*, *], got [1, 3, 4]", 15},
+    {"vit_op_cross_entropy_soft", "logits must be [B, C] = [*, *], got [12]", 16},
+};
+
+START_TEST(test_strict_shapes)
+{
+    const strict_case *c = &strict_cases[_i];
+    static vit_real a[256], b[256], p[256];
+    vit_tape *t = vit_tape_new();
+    vit_tensor *x34 = vit_tape_leaf(t, a, NULL, 2, (int[]){3, 4});
+    vit_tensor *W42 = vit_tape_leaf(t, b, NULL, 2, (int[]){4, 2});
+    vit_tensor *y = NULL, *sum;
+    vit_mha m = {.batch = 1, .n_q = 3, .n_k = 3, .d_model = 4, .heads = 2, .has_bias = 1};
+    vit_patch_shape ps = {.batch = 1, .height = 4, .width = 4, .channels = 1, .patch = 2,
+                          .dim = 3};
+    switch (c->which) {
+    case 0:
+        y = vit_op_linear(t, x34, W42, vit_tape_leaf(t, p, NULL, 2, (int[]){1, 2}));
+        break;
+    case 1:
+        y = vit_op_linear(t, x34, vit_tape_leaf(t, b, NULL, 3, (int[]){4, 2, 1}), NULL);
+        break;
+    case 2:
+        y = vit_op_linear_gelu(t, x34, W42, vit_tape_leaf(t, p, NULL, 2, (int[]){2, 1}));
+        break;
+    case 3:
+        y = vit_op_linear_add(t, x34, W42, NULL, vit_tape_leaf(t, p, NULL, 2, (int[]){2, 3}));
+        break;
+    case 4:
+        y = vit_op_layernorm(t, x34, vit_tape_leaf(t, p, NULL, 2, (int[]){1, 4}),
+                             vit_tape_leaf(t, p, NULL, 1, (int[]){4}), 1e-5);
+        break;
+    case 5:
+        y = vit_op_add_layernorm(t, x34, x34, vit_tape_leaf(t, p, NULL, 1, (int[]){4}),
+                                 vit_tape_leaf(t, p, NULL, 2, (int[]){4, 1}), 1e-5, &sum);
+        break;
+    case 6:
+        y = vit_op_mha(t, &m, vit_tape_leaf(t, p, NULL, 1, (int[]){80}), x34, x34, NULL);
+        break;
+    case 7: {
+        vit_tensor *x = vit_tape_leaf(t, a, NULL, 3, (int[]){1, 3, 4});
+        y = vit_op_mha(t, &m, vit_tape_leaf(t, p, NULL, 2, (int[]){20, 4}), x, x, NULL);
+        break;
+    }
+    case 8: /* tokens [B, N, C] are not the image [B, H, W, C] */
+        y = vit_op_patch_embed(t, &ps, vit_tape_leaf(t, a, NULL, 3, (int[]){1, 16, 1}),
+                               vit_tape_leaf(t, b, NULL, 2, (int[]){4, 3}), NULL);
+        break;
+    case 9:
+        y = vit_op_patch_embed(t, &ps, vit_tape_leaf(t, a, NULL, 4, (int[]){1, 4, 4, 1}),
+                               vit_tape_leaf(t, b, NULL, 2, (int[]){3, 4}), NULL);
+        break;
+    case 10:
+        y = vit_op_cls_prepend(t, vit_tape_leaf(t, a, NULL, 3, (int[]){2, 3, 4}),
+                               vit_tape_leaf(t, p, NULL, 2, (int[]){1, 4}));
+        break;
+    case 11:
+        y = vit_op_pos_add(t, vit_tape_leaf(t, a, NULL, 3, (int[]){2, 3, 4}),
+                           vit_tape_leaf(t, p, NULL, 3, (int[]){1, 3, 4}));
+        break;
+    case 12:
+        y = vit_op_local_conv(t, vit_tape_leaf(t, a, NULL, 3, (int[]){2, 5, 4}),
+                              vit_tape_leaf(t, b, NULL, 2, (int[]){4, 9}), NULL, 2, 2);
+        break;
+    case 13:
+        y = vit_op_token(t, x34, 0);
+        break;
+    case 14:
+        y = vit_op_masked_mean(t, vit_tape_leaf(t, a, NULL, 4, (int[]){1, 1, 3, 4}), NULL);
+        break;
+    case 15: {
+        static const int labels[3] = {0, 1, 2};
+        y = vit_op_cross_entropy(t, vit_tape_leaf(t, a, NULL, 3, (int[]){1, 3, 4}), labels, 0,
+                                 NULL);
+        break;
+    }
+    case 16:
+        y = vit_op_cross_entropy_soft(t, vit_tape_leaf(t, a, NULL, 1, (int[]){12}), b, NULL);
+        break;
+    }
+    ck_assert_ptr_null(y);
+    ck_assert_int_eq(vit_tape_status(t), VIT_EINVAL);
+    ck_assert_int_eq(vit_tape_op_count(t), 0);
+    expect_msg(c->op, c->want);
+    vit_tape_free(t);
+}
+END_TEST
+
 static Suite *tape_suite(void)
 {
     Suite *s = suite_create("tape");
     TCase *tc = tcase_create("grad");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_linear);
+    tcase_add_test(tc, test_leaf_reports);
     tcase_add_test(tc, test_linear_nobias_const_input);
     tcase_add_test(tc, test_layernorm);
     tcase_add_test(tc, test_gelu);
@@ -2043,6 +2517,12 @@ static Suite *tape_suite(void)
     tcase_add_loop_test(tc, test_masked_mean, 0, 2);
     tcase_add_loop_test(tc, test_mha_bias, 0, 4);
     tcase_add_test(tc, test_checkpoint_grad);
+    tcase_add_loop_test(tc, test_window_attn, 0, 3);
+    tcase_add_loop_test(tc, test_window_attn_matches_masked, 0, 3);
+    tcase_add_loop_test(tc, test_relpos_bias, 0, 2);
+    tcase_add_test(tc, test_relpos_bias_index);
+    tcase_add_loop_test(tc, test_gather_tokens, 0, 2);
+    tcase_add_test(tc, test_patch_merge_order);
     tcase_add_test(tc, test_checkpoint_bitwise);
     suite_add_tcase(s, tc);
     TCase *tm = tcase_create("memory_errors");
@@ -2059,6 +2539,11 @@ static Suite *tape_suite(void)
     tcase_add_test(tm, test_retain_grad);
     tcase_add_test(tm, test_lean_memory);
     tcase_add_test(tm, test_custom_errors);
+    tcase_add_test(tm, test_window_attn_errors);
+    tcase_add_test(tm, test_relpos_bias_errors);
+    tcase_add_test(tm, test_gather_errors);
+    tcase_add_loop_test(tm, test_strict_shapes, 0,
+                        (int)(sizeof strict_cases / sizeof *strict_cases));
     suite_add_tcase(s, tm);
     return s;
 }

@@ -70,8 +70,12 @@ run "PNG of absurd size" 1 "header claims 100000x100000" vit_predict "$bad/other
 mkdir -p "$tmp/png/train/a" "$tmp/png/train/b" "$tmp/png/test/a" "$tmp/png/test/b"
 for f in "$tmp"/png/*/*/; do cp "$bad/gray4x4.png" "$f/1.png"; done
 cp "$bad/gray5x5.png" "$tmp/png/train/b/2.png"
-run "PNG folder with a mismatched image" 1 "2.png: grayscale 5x5" vit_train "${small[@]}" \
-    --data "$tmp/png" --out "$tmp/pngrun"
+cp "$bad/rgb4x4.png" "$tmp/png/test/a/2.png"
+echo "not a picture" >"$tmp/png/train/a/3.png"
+run "PNG folder of mixed images, a broken one skipped" 0 "skipped 1 unreadable file \(--skip-bad\)" \
+    vit_train "${small[@]}" --data "$tmp/png" --out "$tmp/pngrun" --skip-bad
+run "predict a folder into CSV" 1 "3 of 4 images classified into" vit_predict \
+    "$tmp/pngrun/last.ckpt" "$tmp/png/train" --csv "$tmp/p.csv" --topk 2 --tta none
 printf '1,2,3\n' >"$tmp/bad.csv"
 VIT_DIGITS=$tmp/bad.csv run "garbled digits file" 1 "bad.csv:1: 3 fields" vit_train "${small[@]}" \
     --out "$tmp/csvrun"

@@ -120,6 +120,31 @@ static int edit_distance(const char *a, const char *b)
     return d[n][m];
 }
 
+/* Config key i of every architecture: the shared and the ViT's
+ * (vit_config_key_help), "arch", then the other architectures' own. */
+static int any_config_key(int i, const char **key)
+{
+    int n = 0;
+    while (vit_config_key_help(n, NULL))
+        n++;
+    if (i < n)
+        return vit_config_key_help(i, key) != NULL;
+    if (i == n) {
+        *key = "arch";
+        return 1;
+    }
+    i -= n + 1;
+    for (int a = 1; a < vit_arch_count(); a++) {
+        const vit_arch *arch = vit_arch_at(a);
+        if (i < arch->nkeys) {
+            *key = arch->keys[i].key;
+            return 1;
+        }
+        i -= arch->nkeys;
+    }
+    return 0;
+}
+
 /* Known option number i (tool flags first, then config keys as flags) in
  * buf; 0 past the end. */
 static int known_option(const cli_flag *flags, int config_keys, int i, char *buf, size_t cap,
@@ -134,7 +159,7 @@ static int known_option(const cli_flag *flags, int config_keys, int i, char *buf
         return 1;
     }
     const char *key;
-    if (!config_keys || !vit_config_key_help(i - nflags, &key))
+    if (!config_keys || !any_config_key(i - nflags, &key))
         return 0;
     snprintf(buf, cap, "--%s", key);
     for (char *p = buf; *p; p++)
@@ -147,6 +172,12 @@ static int known_option(const cli_flag *flags, int config_keys, int i, char *buf
 int cli_normalize(const char *prog, int *argc, char ***argv, const cli_flag *flags, int config_keys)
 {
     static char **norm; /* lives until exit */
+    /* Every tool parses its options here first: a VIT_GEMM the library
+     * would not take is refused before any work, not ignored. */
+    if (vit_gemm_env_check() != VIT_OK) {
+        fprintf(stderr, "%s: %s\n", prog, vit_last_error());
+        return 0;
+    }
     int n = *argc;
     char **in = *argv;
     free(norm);
@@ -256,7 +287,7 @@ int cli_unknown_option(const char *prog, const char *option)
 static int config_key_known(const char *key)
 {
     const char *k;
-    for (int i = 0; vit_config_key_help(i, &k); i++)
+    for (int i = 0; any_config_key(i, &k); i++)
         if (strcmp(k, key) == 0)
             return 1;
     return 0;
@@ -329,6 +360,19 @@ void cli_print_config_keys(FILE *f)
             def[strcspn(def, "\n")] = 0;
         }
         fprintf(f, "  %-20s %s (default %s)\n", flag, help, def);
+    }
+    /* The other architectures' own keys (vit/arch.h), under their names. */
+    for (int a = 1; a < vit_arch_count(); a++) {
+        const vit_arch *arch = vit_arch_at(a);
+        fprintf(f, "With --arch %s (%s):\n", arch->name, arch->summary);
+        for (int k = 0; k < arch->nkeys; k++) {
+            char flag[64];
+            snprintf(flag, sizeof flag, "--%s", arch->keys[k].key);
+            for (char *p = flag + 2; *p; p++)
+                if (*p == '_')
+                    *p = '-';
+            fprintf(f, "  %-20s %s (default %s)\n", flag, arch->keys[k].help, arch->keys[k].def);
+        }
     }
 }
 
@@ -494,13 +538,31 @@ void cli_short_path(const char *path, int max, char *out, size_t cap)
 }
 
 const char *cli_data_of_run(const vit_run_data *rec, int known, const char *given,
-                            vit_data_split *split)
+                            vit_data_opts *opts)
 {
     char abs[PATH_MAX];
-    memset(split, 0, sizeof *split);
-    if (known && *rec->spec && (!given || (realpath(given, abs) && strcmp(abs, rec->spec) == 0)))
-        *split = rec->split;
+    memset(opts, 0, sizeof *opts);
+    opts->skip_bad = 1;
+    if (known && *rec->spec && (!given || (realpath(given, abs) && strcmp(abs, rec->spec) == 0))) {
+        opts->split = rec->split;
+        opts->fit = vit_run_data_fit(rec, known);
+    } else if (known) {
+        opts->fit = rec->fit;
+    }
     if (given)
         return given;
     return known && *rec->spec ? rec->spec : "digits";
+}
+
+int cli_load_data(const char *prog, const char *data, const vit_data_opts *opts,
+                  vit_dataset *train, vit_dataset *test)
+{
+    vit_data_report rep;
+    if (vit_data_load_opts(data, cli_digits_path(), opts, train, test, NULL, &rep))
+        return cli_fail(prog, NULL);
+    if (rep.skipped > 0)
+        fprintf(stderr, "%s: skipped %d unreadable file%s (%s%s)\n", prog,
+                rep.skipped, rep.skipped == 1 ? "" : "s", rep.skipped_why[0],
+                rep.skipped > 1 ? ", ..." : "");
+    return 0;
 }

@@ -133,11 +133,20 @@ void cli_short_path(const char *path, int max, char *out, size_t cap);
 /* The data set a tool works on for a run whose checkpoint recorded *rec
  * (known 0: it recorded none): given (--data) when not NULL, else the
  * record's spec, else "digits" (a checkpoint written before runs recorded
- * their data).  *split gets the record's split when the data is the
- * record's (given NULL, or naming the same folder), else all zero (the
- * loader's defaults).  Points at given, into rec or at a constant. */
+ * their data).  *opts gets how to load it as the run did: when the data is
+ * the record's (given NULL, or naming the same folder), its split and its
+ * fit (vit_run_data_fit: the recorded transform, or the recorded shape);
+ * for other data the recorded transform alone (all zero without one).
+ * skip_bad is set: files the run skipped are skipped again (and said by
+ * cli_load_data).  Points at given, into rec or at a constant. */
 const char *cli_data_of_run(const vit_run_data *rec, int known, const char *given,
-                            vit_data_split *split);
+                            vit_data_opts *opts);
+
+/* vit_data_load_opts(data, digits, opts, ...), saying on stderr how many
+ * unreadable files were skipped (the first named).  0, else 1 with the
+ * error said. */
+int cli_load_data(const char *prog, const char *data, const vit_data_opts *opts,
+                  vit_dataset *train, vit_dataset *test);
 
 /* Prints the config keys as options (for --help). */
 void cli_print_config_keys(FILE *f);
@@ -157,7 +166,7 @@ typedef struct cli_progress {
     int mode;
     double every;              /* seconds between plain lines (0: 30) */
     const char *out_dir;       /* the run's folder, for the set-aside line */
-    int with_val;              /* the table has a val acc column */
+    int with_val;              /* the table shows validation, not test */
     FILE *out;                 /* stdout */
     int bar_len;               /* characters of the bar on screen */
     double last_print;         /* when the last plain line or row went out */
@@ -168,6 +177,7 @@ typedef struct cli_progress {
     int score_images;          /* test + validation images scored per epoch */
     double budget_before;      /* seconds of --budget spent before the run
                                   began (loading): added to the plan's times */
+    double budget_after;       /* and kept for after it (the exit) */
     double t_last_step;        /* when the last step's event came */
     double score_seconds;      /* one epoch's scoring, once measured */
 } cli_progress;
@@ -184,5 +194,33 @@ void cli_progress_fresh_line(cli_progress *p, int typed);
 
 /* A vit_train_callback; user is a cli_progress.  Never asks for a stop. */
 int cli_progress_event(const vit_train_event *ev, void *user);
+
+/* ---- cli_images.c: images for a model, CSV, folders of images */
+
+/* The image at path as model c takes it ([H, W, C] malloc'd), or NULL
+ * (said on stderr): read with vit_image_load (alpha over white); an image
+ * of another size or channel count is fitted (vit_image_fit) when fit is
+ * 1, else refused naming both shapes and --fit. */
+vit_real *cli_model_image(const char *prog, const char *path, const vit_config *c, int fit);
+
+/* Whether a run recorded a transform of its images (vit_run_data.fit):
+ * then images are fitted to the model without --fit. */
+int cli_run_fits(const vit_run_state *st);
+
+/* Writes s to f as one CSV field (RFC 4180): as it is, or between double
+ * quotes with each quote doubled when it holds a comma, a quote, a CR or
+ * LF, or starts or ends with a space. */
+void cli_csv_field(FILE *f, const char *s);
+
+/* The image files of a list of paths: a file is taken as it is, a folder
+ * is walked recursively for files whose name ends in .png, .jpg or .jpeg
+ * (any case; entries starting with '.' skipped), each folder's entries in
+ * strcmp order.  *files: a malloc'd array of *n malloc'd paths (free with
+ * cli_paths_free); *ignored counts the other files found in folders.
+ * 0, else 1 with the reason said (a path that does not exist, a folder
+ * that cannot be read, out of memory). */
+int cli_image_paths(const char *prog, char **paths, int npaths, char ***files, int *n,
+                    int *ignored);
+void cli_paths_free(char **files, int n);
 
 #endif

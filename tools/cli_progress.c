@@ -123,21 +123,23 @@ static void bar_draw(cli_progress *p, const vit_train_progress *at, double loss,
 /* The epochs as a table: a header once, then a row per epoch, in at most
  * max columns (100 for a file, the width - 1 on a terminal):
  *
- *   epoch  train loss     acc  test loss     acc  val acc     time        lr   img/s
- *     3/20     0.8123  0.7412     0.6543  0.8056   0.7990  0:00:12  1.95e-03    1830
+ *   epoch  train loss     acc  test loss     acc     time        lr   img/s
+ *     3/20     0.8123  0.7412     0.6543  0.8056  0:00:12  1.95e-03    1830
  *
- * val acc only with a validation set.  Too wide for max, columns give way
- * in this order: img/s, lr, time, train acc, test loss, train loss (the
- * test acc is then headed "test acc"); epoch, test acc and val acc stay. */
-enum { COL_TRAIN_LOSS, COL_TRAIN_ACC, COL_TEST_LOSS, COL_TEST_ACC, COL_VAL, COL_TIME, COL_LR,
-       COL_IPS, NCOLS };
+ * With a validation set its loss and accuracy take the test set's columns
+ * ("val loss", "acc"): the test set is not for choosing a model, and is
+ * shown once, at the end.  Too wide for max, columns give way in this
+ * order: img/s, lr, time, train acc, test loss, train loss (the test acc
+ * is then headed "test acc", or "val acc"); epoch and that acc stay. */
+enum { COL_TRAIN_LOSS, COL_TRAIN_ACC, COL_TEST_LOSS, COL_TEST_ACC, COL_TIME, COL_LR, COL_IPS,
+       NCOLS };
 
 static const struct {
     const char *head;
     int width, gives_way; /* 1 gives way first; 0 never */
 } epoch_cols[NCOLS] = {
     {"train loss", 10, 6}, {"acc", 6, 4}, {"test loss", 9, 5}, {"acc", 6, 0},
-    {"val acc", 7, 0},     {"time", 7, 3}, {"lr", 8, 2},       {"img/s", 6, 1},
+    {"time", 7, 3},        {"lr", 8, 2},  {"img/s", 6, 1},
 };
 
 /* Column c's width in the table p->cols describes (test acc widens to
@@ -152,8 +154,6 @@ static void epoch_header(cli_progress *p, int epochs)
     int digits = snprintf(NULL, 0, "%d", epochs);
     p->epoch_w = 2 * digits + 1 > 5 ? 2 * digits + 1 : 5;
     p->cols = (1 << NCOLS) - 1;
-    if (!p->with_val)
-        p->cols &= ~(1 << COL_VAL);
     for (int next = 1;; next++) {
         int n = p->epoch_w, drop = -1;
         for (int c = 0; c < NCOLS; c++) {
@@ -171,8 +171,10 @@ static void epoch_header(cli_progress *p, int epochs)
     for (int c = 0; c < NCOLS; c++)
         if (p->cols & 1 << c)
             n += snprintf(head + n, sizeof head - (size_t)n, "  %*s", col_width(p, c),
-                          c == COL_TEST_ACC && col_width(p, c) == 8 ? "test acc"
-                                                                    : epoch_cols[c].head);
+                          c == COL_TEST_ACC && col_width(p, c) == 8 ? (p->with_val ? "val acc"
+                                                                                  : "test acc")
+                          : c == COL_TEST_LOSS && p->with_val ? "val loss"
+                                                              : epoch_cols[c].head);
     fprintf(p->out, "%s\n", head);
     fflush(p->out);
 }
@@ -192,9 +194,8 @@ static void epoch_row(cli_progress *p, const vit_train_progress *at, const vit_e
     snprintf(ep, sizeof ep, "%llu/%d", at->epoch, at->epochs);
     snprintf(cell[COL_TRAIN_LOSS], sizeof cell[0], "%.4f", m->train_loss);
     snprintf(cell[COL_TRAIN_ACC], sizeof cell[0], "%.4f", m->train_acc);
-    snprintf(cell[COL_TEST_LOSS], sizeof cell[0], "%.4f", m->test_loss);
-    snprintf(cell[COL_TEST_ACC], sizeof cell[0], "%.4f", m->test_acc);
-    snprintf(cell[COL_VAL], sizeof cell[0], "%.4f", m->val_acc);
+    snprintf(cell[COL_TEST_LOSS], sizeof cell[0], "%.4f", p->with_val ? m->val_loss : m->test_loss);
+    snprintf(cell[COL_TEST_ACC], sizeof cell[0], "%.4f", p->with_val ? m->val_acc : m->test_acc);
     snprintf(cell[COL_TIME], sizeof cell[0], "%s", hms(m->seconds, t, sizeof t));
     snprintf(cell[COL_LR], sizeof cell[0], "%.2e", m->lr);
     snprintf(cell[COL_IPS], sizeof cell[0], "%.0f", ips);
@@ -261,9 +262,14 @@ static void model_summary(cli_progress *p, const vit_train_event *ev)
      * image / patch), with the stride and padding when they overlap. */
     vit_patch_shape ps = vit_config_patch_shape(c);
     int gh = 0, gw = 0;
-    if (vit_patch_grid(&ps, &gh, &gw) != VIT_OK)
+    const vit_arch *arch = vit_config_arch(c);
+    if (arch != vit_arch_vit()) /* its tokens are its own: name it instead */
+        snprintf(grid, sizeof grid, " (%s)", arch->name);
+    else if (vit_patch_grid(&ps, &gh, &gw) != VIT_OK)
         gh = gw = 0; /* cannot happen: the model was built on this config */
-    if ((c->patch_stride == 0 || c->patch_stride == c->patch) && c->patch_pad == 0)
+    if (arch != vit_arch_vit())
+        ;
+    else if ((c->patch_stride == 0 || c->patch_stride == c->patch) && c->patch_pad == 0)
         snprintf(grid, sizeof grid, " (%dx%d patches of %d)", gh, gw, c->patch);
     else
         snprintf(grid, sizeof grid, " (%dx%d patches of %d, stride %d, padding %d)", gh, gw,
@@ -272,8 +278,11 @@ static void model_summary(cli_progress *p, const vit_train_event *ev)
     hms(left + scoring_left(p, ev, per_step / c->batch), eta, sizeof eta);
     count_text(vit_model_param_count(vit_trainer_model(ev->trainer)), n, sizeof n);
     int max = line_max(p);
-    int len = snprintf(line, sizeof line, "model: %s parameters, %d tokens%s, %.0f img/s, ETA %s",
-                       n, gh * gw + 1, grid, ips, eta);
+    int len = arch != vit_arch_vit()
+                  ? snprintf(line, sizeof line, "model: %s parameters%s, %.0f img/s, ETA %s", n,
+                             grid, ips, eta)
+                  : snprintf(line, sizeof line, "model: %s parameters, %d tokens%s, %.0f img/s, "
+                             "ETA %s", n, gh * gw + 1, grid, ips, eta);
     if (len > max)
         len = snprintf(line, sizeof line, "model: %s parameters, %d tokens, %.0f img/s, ETA %s", n,
                        gh * gw + 1, ips, eta);
@@ -343,7 +352,7 @@ static void on_plan(cli_progress *p, const vit_train_event *ev)
 {
     const vit_train_progress *at = ev->at;
     char b[32], e[32];
-    hms(at->budget_seconds + p->budget_before, b, sizeof b);
+    hms(at->budget_seconds + p->budget_before + p->budget_after, b, sizeof b);
     hms(at->planned_seconds + p->budget_before, e, sizeof e);
     bar_clear(p);
     if (at->replans == 0)

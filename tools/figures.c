@@ -440,9 +440,12 @@ int fig_curves_draw(const vit_metrics_table *m, const vit_metrics_table *final, 
         double best = v[0];
         for (int i = 0; i < n; i++)
             best = fmax(best, v[i]);
-        if (strcmp(nm, "test_acc") == 0 || strcmp(nm, "val_acc") == 0)
-            snprintf(label, 96, "%s acc, one pass (last %.4f, best %.4f)", nm[0] == 't' ? "test" : "val",
-                     v[n - 1], best);
+        /* The test curve has no "best": a model is chosen on the
+         * validation set, never on the test set. */
+        if (strcmp(nm, "test_acc") == 0)
+            snprintf(label, 96, "test acc, one pass (last %.4f)", v[n - 1]);
+        else if (strcmp(nm, "val_acc") == 0)
+            snprintf(label, 96, "val acc, one pass (last %.4f, best %.4f)", v[n - 1], best);
         else if (strcmp(nm, "lr") == 0)
             snprintf(label, 96, "learning rate (peak %.3g)", best);
         else {

@@ -48,7 +48,7 @@ int finetune_flag(const char *a, const char *v, vit_train_opts *o)
 int finetune_check(const vit_train_opts *o, int argc, char **argv)
 {
     /* The architecture is the file's: a flag that sets it would be lost. */
-    static const char *const arch[] = {"--patch", "--dim", "--depth", "--heads", "--mlp",
+    static const char *const arch[] = {"--arch", "--patch", "--dim", "--depth", "--heads", "--mlp",
                                        "--pool", "--patch-stride", "--patch-pad", "--lsa",
                                        "--stem", "--stem2", "--local-conv", "--ln-eps"};
     for (int i = 1; o->init_from && i < argc; i++)
@@ -75,14 +75,14 @@ int finetune_check(const vit_train_opts *o, int argc, char **argv)
     return -1;
 }
 
-/* 1 if key is set on the line (--key) or in the --config file. */
-static int given(const char *key, const char *config, int argc, char **argv)
+/* 1 if the user gave key (the file or a flag). */
+static int given(const vit_config *user, const char *key)
 {
-    return recipe_user_set(key, config, argc, argv);
+    return vit_config_given(user, key) > 0;
 }
 
-int finetune_recipe(vit_config *cfg, vit_train_opts *o, const vit_dataset *train, int val,
-                    const char *config, int argc, char **argv, int speak)
+int finetune_recipe(vit_config *cfg, const vit_config *user, vit_train_opts *o,
+                    const vit_dataset *train, int val, int speak)
 {
     char said[600] = "";
     size_t at = 0;
@@ -108,7 +108,7 @@ int finetune_recipe(vit_config *cfg, vit_train_opts *o, const vit_dataset *train
                 {"shift", r.shift}, {"flip", r.flip}};
     for (size_t k = 0; k < sizeof rule / sizeof rule[0]; k++) {
         char v[32];
-        if (given(rule[k].key, config, argc, argv))
+        if (given(user, rule[k].key))
             continue;
         snprintf(v, sizeof v, "%d", rule[k].value);
         int was = k == 0 ? cfg->epochs : k == 1 ? cfg->batch : k == 2 ? cfg->shift : cfg->flip;
@@ -119,7 +119,7 @@ int finetune_recipe(vit_config *cfg, vit_train_opts *o, const vit_dataset *train
         else
             at += (size_t)snprintf(said + at, sizeof said - at, "%s %s, ", rule[k].key, v);
     }
-    if (cfg->flip && cfg->tta == VIT_TTA_SHIFT9 && !given("tta", config, argc, argv)) {
+    if (cfg->flip && cfg->tta == VIT_TTA_SHIFT9 && !given(user, "tta")) {
         cfg->tta = VIT_TTA_SHIFT9_FLIP;
         at += (size_t)snprintf(said + at, sizeof said - at, "tta shift9flip, ");
     }
@@ -129,10 +129,10 @@ int finetune_recipe(vit_config *cfg, vit_train_opts *o, const vit_dataset *train
     /* The peak lr stays: a quarter of it scored 55% against 78% at the full
      * peak (and 75% with layer decay 0.75), fine-tuning a Fashion-MNIST
      * model on 200 digits for 25 epochs (docs/finetune.md). */
-    if (!given("lr", config, argc, argv))
+    if (!given(user, "lr"))
         at += (size_t)snprintf(said + at, sizeof said - at, "lr %g kept (a quarter of it "
                                "fine-tuned worse: docs/finetune.md)", cfg->lr);
-    if (!given("warmup", config, argc, argv)) {
+    if (!given(user, "warmup")) {
         cfg->warmup = 2;
         at += (size_t)snprintf(said + at, sizeof said - at, "%swarmup 2 epochs (the new head "
                                "settles before the blocks move far)", at ? ", " : "");

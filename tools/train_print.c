@@ -84,10 +84,8 @@ void print_tta_auto(const vit_train_result *r, const vit_config *cfg)
                "accuracy with %s %.4f\n", tried, r->test_accuracy_tta);
 }
 
-void print_result(const char *acc, const char *labels, const char *timing, const char *out)
+void print_result(const char *acc, const char *labels, const char *timing, const char *path)
 {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/last.ckpt", out);
     int cols = cli_terminal_columns();
     size_t width = cols > 0 ? (size_t)cols - 1 : 100;
     const char *sep = *labels ? "; " : "";

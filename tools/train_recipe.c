@@ -1,7 +1,8 @@
 /*
  * vit_train's recipe for the data: the keys nobody set on the line or in
- * the --config file (the stem among them) taken from vit_recipe_pick (said
- * in one line), tta
+ * the --config file (vit_config_given; the stem among them) taken from
+ * vit_recipe_pick (said in one line), an architecture's own keys from its
+ * adapt hook, tta
  * shift9flip for a run with flips, the patch fitted to larger images, and
  * the overlap that goes with it.
  */
@@ -19,42 +20,40 @@ void fit_patch(vit_config *cfg, const vit_recipe *picked, int speak)
         printf("patch %d (no --patch given): %s\n", cfg->patch, picked->patch_why);
 }
 
-void settle_overlap(vit_config *cfg, int patch_default, int stride_default,
-                    int pad_default, const vit_dataset *train)
+void settle_overlap(vit_config *cfg, const vit_config *user, int patch_default,
+                    int stride_default, int pad_default, const vit_dataset *train)
 {
     vit_config d;
     vit_config_default(&d);
     int keep = cfg->patch == patch_default && train->height == d.image_height &&
                train->width == d.image_width;
-    if (cfg->patch_stride < 0)
+    if (!vit_config_given(user, "patch_stride"))
         cfg->patch_stride = keep ? stride_default : 0;
-    if (cfg->patch_pad < 0)
+    if (!vit_config_given(user, "patch_pad"))
         cfg->patch_pad = keep ? pad_default : 0;
 }
 
-/* 1 if config key `key` is set on the line (--key; cli_normalize wrote
- * '-' for '_') or in the --config file (already read by vit_config_load,
- * so its lines are `key = value`, comments and blanks). */
-int recipe_user_set(const char *key, const char *config, int argc, char **argv)
+int adapt_arch(vit_config *cfg, const vit_dataset *train, int val, int speak)
 {
-    char flag[64];
-    snprintf(flag, sizeof flag, "--%s", key);
-    for (char *p = flag + 2; *p; p++)
-        *p = *p == '_' ? '-' : *p;
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], flag) == 0)
-            return 1;
-    FILE *f = config ? fopen(config, "r") : NULL;
-    char line[4096];
-    int found = 0;
-    size_t n = strlen(key);
-    while (f && !found && fgets(line, sizeof line, f)) {
-        const char *p = line + strspn(line, " \t");
-        found = strncmp(p, key, n) == 0 && strchr(" \t=", p[n]) != NULL;
-    }
-    if (f)
-        fclose(f);
-    return found;
+    const vit_arch *a = vit_config_arch(cfg);
+    if (!a->adapt)
+        return 0;
+    char why[256] = "";
+    cfg->image_height = train->height;
+    cfg->image_width = train->width;
+    cfg->channels = train->channels;
+    cfg->classes = train->classes;
+    if (a->adapt(cfg, train->count - val, why, sizeof why) != VIT_OK)
+        return cli_fail(prog, NULL);
+    if (speak && why[0])
+        printf("%s (keys not set by flag or --config): %s\n", a->name, why);
+    return 0;
+}
+
+/* 1 if the user gave key (the file or a flag: vit_config_given). */
+static int user_set(const vit_config *user, const char *key)
+{
+    return vit_config_given(user, key) > 0;
 }
 
 /* Key `key`'s value as the config text writes it, into buf[cap] ("" if
@@ -74,48 +73,62 @@ static const char *key_text(const vit_config *cfg, const char *key, char *buf, s
     return buf;
 }
 
-int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *train,
-                 int val, double budget, const char *config, int argc, char **argv,
-                 int speak, vit_recipe *picked)
+int apply_recipe(vit_config *cfg, const vit_config *user, const vit_dataset *train, int val,
+                 double budget, int speak, vit_recipe *picked, double *warmup_fraction)
 {
     vit_recipe_data d = {train->count - val, train->height, train->width, train->channels,
                          train->classes, train};
     vit_recipe r;
-    vit_config shape = *model;
-    if (!recipe_user_set("stem", config, argc, argv))
+    vit_config shape = *user;
+    if (!user_set(user, "stem"))
         shape.stem = -1; /* the rule's to pick (and to cost the epochs with) */
     /* stem2 likewise, but not under a time budget: its gain was measured
      * over 76 epochs, and a 15-minute budget pays for 40 of them (the one
      * layer stem's 49 scored 93.2% on Fashion-MNIST: docs/benchmarks.md). */
-    if (!recipe_user_set("stem2", config, argc, argv))
+    if (!user_set(user, "stem2"))
         shape.stem2 = budget > 0 ? 0 : -1;
-    if (!recipe_user_set("local_conv", config, argc, argv))
+    if (!user_set(user, "local_conv"))
         shape.local_conv = -1; /* where stem2 goes (vit/recipe.h) */
     if (vit_recipe_pick(&d, &shape, &r, NULL, 0))
         return cli_fail(prog, NULL);
     *picked = r;
-    char v[8][32], said[256] = "", was[64], now[64];
-    snprintf(v[0], sizeof v[0], "%d", budget > 0 ? 1000000 : r.epochs);
+    char v[15][32], said[512] = "", was[64], now[64];
+    /* A budget plans at most the recipe's epochs (or the given ones). */
+    snprintf(v[0], sizeof v[0], "%d", r.epochs);
     snprintf(v[1], sizeof v[1], "%d", r.batch);
-    snprintf(v[2], sizeof v[2], "%.17g", r.warmup);
+    /* The warm-up is the recipe's share of the run actually planned: of
+     * the given epochs, and under a budget of its plan (the library lays
+     * it out from warmup_fraction). */
+    int user_epochs = user_set(user, "epochs");
+    snprintf(v[2], sizeof v[2], "%.17g", user_epochs ? cfg->epochs / 28.0 : r.warmup);
+    *warmup_fraction = budget > 0 && !user_set(user, "warmup") ? 1 / 28.0 : 0;
     snprintf(v[3], sizeof v[3], "%d", r.shift);
     snprintf(v[4], sizeof v[4], "%d", r.flip);
     snprintf(v[5], sizeof v[5], "%d", r.stem);
     snprintf(v[6], sizeof v[6], "%d", r.stem2);
     snprintf(v[7], sizeof v[7], "%d", r.local_conv);
-    const char *keys[8] = {"epochs", "batch", "warmup", "shift", "flip", "stem", "stem2",
-                           "local_conv"};
-    for (int k = 0; k < 8; k++) {
-        if (recipe_user_set(keys[k], config, argc, argv))
+    const double colour[5] = {r.brightness, r.contrast, r.saturation, r.hue, r.grayscale};
+    for (int k = 0; k < 5; k++)
+        snprintf(v[8 + k], sizeof v[8 + k], "%g", colour[k]);
+    snprintf(v[13], sizeof v[13], "%d", r.channel_perm);
+    snprintf(v[14], sizeof v[14], "%d", r.invert);
+    const char *keys[15] = {"epochs", "batch", "warmup", "shift", "flip", "stem", "stem2",
+                            "local_conv", "brightness", "contrast", "saturation", "hue",
+                            "grayscale", "channel_perm", "invert"};
+    for (int k = 0; k < 15; k++) {
+        if (user_set(user, keys[k]))
             continue;
         key_text(cfg, keys[k], was, sizeof was);
         if (!*was || vit_config_set(cfg, keys[k], v[k]) != VIT_OK)
             continue;
         if (strcmp(was, key_text(cfg, keys[k], now, sizeof now)) == 0)
             continue;
+        if (k == 2 && user_epochs) /* the given run's own 28th: not about the data */
+            continue;
         size_t at = strlen(said);
         if (k == 0 && budget > 0)
-            snprintf(said + at, sizeof said - at, "%sepochs as the budget allows", at ? ", " : "");
+            snprintf(said + at, sizeof said - at, "%sepochs as the budget allows (at most %s)",
+                     at ? ", " : "", now);
         else if (k == 2) /* the key holds all 17 digits; a person reads three */
             snprintf(said + at, sizeof said - at, "%swarmup %.3g", at ? ", " : "", cfg->warmup);
         else
@@ -123,7 +136,7 @@ int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *tr
     }
     /* A model trained on mirror images is scored on them too (Fashion at 62
      * epochs: shift9flip 92.69%, shift9 92.53%), unless tta was chosen. */
-    if (cfg->flip && cfg->tta == VIT_TTA_SHIFT9 && !recipe_user_set("tta", config, argc, argv)) {
+    if (cfg->flip && cfg->tta == VIT_TTA_SHIFT9 && !user_set(user, "tta")) {
         cfg->tta = VIT_TTA_SHIFT9_FLIP;
         size_t at = strlen(said);
         snprintf(said + at, sizeof said - at, "%stta shift9flip", at ? ", " : "");
@@ -134,5 +147,10 @@ int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *tr
                strncmp(said, "epochs ", 7) == 0 && budget <= 0
                    ? "epochs: what " VIT_RECIPE_TRAIN_MACS_TEXT " multiply-adds of training pay for"
                    : "see docs/cli.md, Recipe");
+    if (speak && r.colour_acc >= 0 && !user_set(user, "channel_perm"))
+        printf("colour test: the mean colour names the class of %.1f%% of held-out training "
+               "images, chance %.1f%%: %s\n", 100 * r.colour_acc, 100 * r.colour_chance,
+               r.channel_perm ? "colour carries no class, so channel_perm and invert"
+                              : "colour carries class, so no channel_perm or invert");
     return 0;
 }

@@ -18,11 +18,13 @@ static const char *prog = "vit_attn";
 
 static void usage(void)
 {
-    printf("usage: vit_attn CKPT (--digit N | IMAGE.png) [--query cls|R,C] [--out FILE.png]\n"
+    printf("usage: vit_attn CKPT (--digit N | IMAGE) [--fit] [--query cls|R,C] [--out FILE.png]\n"
            "                [--data SPEC] [--scale absolute|figure|map]\n"
            "Runs the model of checkpoint CKPT on one image, either image N of the test split\n"
-           "of --data (default: the data the run trained on) or a PNG of the training image\n"
-           "size, and writes a PNG (default attention.png) with the image and, per layer\n"
+           "of --data (default: the data the run trained on) or a PNG or JPEG file, read\n"
+           "and fitted as vit_predict does (of the model's size and channels, or with\n"
+           "--fit, or when the run fitted its own images, converted and resized to\n"
+           "them), and writes a PNG (default attention.png) with the image and, per layer\n"
            "(rows) and head (columns), the attention weights of the query over the patch\n"
            "grid as a heat map blended over the image, each captioned with its smallest and\n"
            "largest weight.  --query cls (default) uses the class token; --query R,C uses\n"
@@ -44,11 +46,16 @@ static void class_name(char *buf, size_t cap, const vit_run_state *st, int cls)
         snprintf(buf, cap, "%d", cls);
 }
 
+/* Where the model's architecture keeps its attention maps (vit/arch.h):
+ * set once the model is loaded. */
+static vit_arch_info A;
+
 /* The model's token grid (overlapping patches included). */
 static void config_grid(const vit_config *c, int *gh, int *gw)
 {
-    vit_patch_shape ps = vit_config_patch_shape(c);
-    vit_patch_grid(&ps, gh, gw); /* the model exists, so its geometry is valid */
+    (void)c;
+    *gh = A.attn_grid_h;
+    *gw = A.attn_grid_w;
 }
 
 /* Parses "cls" (query -1) or "R,C" into a patch index on a gh x gw grid. */
@@ -81,30 +88,19 @@ static int parse_query(const char *text, int gh, int gw, int *query)
 }
 
 /* The image to look at, [H, W, C] as the model expects, malloc'd into *px.
- * Exactly one of png and digit >= 0 is given. */
-static int load_image(const vit_config *c, const char *png, int digit, const char *data,
-                      const vit_data_split *split, vit_real **px, int *label)
+ * Exactly one of file and digit >= 0 is given; a file is read and fitted
+ * as vit_predict does (fit: --fit, or a run that fitted its images). */
+static int load_image(const vit_config *c, const char *file, int fit, int digit, const char *data,
+                      const vit_data_opts *how, vit_real **px, int *label)
 {
     size_t n = (size_t)c->image_height * c->image_width * c->channels;
     *label = -1;
-    if (png) {
-        int h, w, ch;
-        if (vit_png_read(png, px, &h, &w, &ch))
-            return cli_fail(prog, NULL);
-        if (h != c->image_height || w != c->image_width || ch != c->channels) {
-            fprintf(stderr, "%s: %s: image is %dx%dx%d (height x width x channels) but the model "
-                    "expects %dx%dx%d\n", prog, png, h, w, ch, c->image_height, c->image_width,
-                    c->channels);
-            free(*px);
-            *px = NULL;
-            return 1;
-        }
-        return 0;
-    }
+    if (file)
+        return (*px = cli_model_image(prog, file, c, fit)) == NULL;
     vit_dataset train = {0}, test = {0};
     int rc = 1;
-    if (vit_data_load_split(data, cli_digits_path(), split, &train, &test, NULL, NULL))
-        cli_fail(prog, NULL);
+    if (cli_load_data(prog, data, how, &train, &test))
+        ;
     else if (digit >= test.count)
         fprintf(stderr, "%s: --digit: %d is out of range; the test split of %s has images 0..%d\n",
                 prog, digit, data, test.count - 1);
@@ -134,8 +130,8 @@ static int attention_rows(vit_model *m, const vit_real *px, int query, vit_real 
     const vit_config *c = vit_model_config(m);
     int gh, gw;
     config_grid(c, &gh, &gw);
-    int T = gh * gw + 1;
-    int q = query < 0 ? 0 : query + 1;
+    int T = A.attn_keys, first = A.attn_first, n = gh * gw;
+    int q = query < 0 ? 0 : query + first;
     vit_tape *tape = vit_tape_new();
     if (!tape)
         return cli_fail(prog, NULL);
@@ -153,12 +149,12 @@ static int attention_rows(vit_model *m, const vit_real *px, int query, vit_real 
         sum += exp((double)(logits->data[k] - logits->data[best]));
     *pred = best;
     *prob = 1 / sum;
-    for (int l = 0; l < c->depth; l++) {
+    for (int l = 0; l < A.attn_layers; l++) {
         const vit_real *a = vit_model_attention_maps(m, l);
-        for (int h = 0; h < c->heads && a; h++) {
-            const vit_real *row = a + ((size_t)h * T + (size_t)q) * (size_t)T;
-            memcpy(maps + ((size_t)l * c->heads + h) * (size_t)(T - 1), row + 1,
-                   (size_t)(T - 1) * sizeof *maps);
+        for (int h = 0; h < A.attn_heads && a; h++) {
+            const vit_real *row = a + ((size_t)h * A.attn_queries + (size_t)q) * (size_t)T;
+            memcpy(maps + ((size_t)l * A.attn_heads + h) * (size_t)n, row + first,
+                   (size_t)n * sizeof *maps);
         }
     }
     vit_tape_free(tape);
@@ -171,9 +167,10 @@ static void print_summary(const vit_config *c, const vit_real *maps, int gw)
     int gh, gw_;
     config_grid(c, &gh, &gw_);
     int n = gh * gw;
-    for (int l = 0; l < c->depth; l++)
-        for (int h = 0; h < c->heads; h++) {
-            const vit_real *w = maps + ((size_t)l * c->heads + h) * (size_t)n;
+    (void)c;
+    for (int l = 0; l < A.attn_layers; l++)
+        for (int h = 0; h < A.attn_heads; h++) {
+            const vit_real *w = maps + ((size_t)l * A.attn_heads + h) * (size_t)n;
             int best = 0, least = 0;
             double patches = 0;
             for (int i = 0; i < n; i++) {
@@ -193,9 +190,10 @@ int main(int argc, char **argv)
 {
     cli_ignore_file_size_signal();
     const char *ckpt = NULL, *png = NULL, *out = "attention.png", *data = NULL, *qtext = "cls";
-    int digit = -1, scale = FIG_SCALE_ABSOLUTE;
+    int digit = -1, scale = FIG_SCALE_ABSOLUTE, fit = 0;
     static const cli_flag flags[] = {{"--digit", 1}, {"--query", 1}, {"--out", 1}, {"--data", 1},
-                                     {"--scale", 1}, {"--help", 0}, {"--version", 0}, {NULL, 0}};
+                                     {"--scale", 1}, {"--fit", 0}, {"--help", 0}, {"--version", 0},
+                                     {NULL, 0}};
     if (!cli_normalize(prog, &argc, &argv, flags, 0))
         return 2;
     const char **pos[] = {&ckpt, &png};
@@ -206,7 +204,9 @@ int main(int argc, char **argv)
             continue;
         if (r != CLI_ARG_OPTION)
             return r;
-        if (strcmp(a, "--digit") == 0) {
+        if (strcmp(a, "--fit") == 0)
+            fit = 1;
+        else if (strcmp(a, "--digit") == 0) {
             if (!cli_int(prog, a, v, 0, 1 << 30, &digit))
                 return 2;
         } else if (strcmp(a, "--query") == 0)
@@ -235,7 +235,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if ((digit >= 0) == (png != NULL)) {
-        fprintf(stderr, "%s: give exactly one image: --digit N or a PNG file\n", prog);
+        fprintf(stderr, "%s: give exactly one image: --digit N or a PNG or JPEG file\n", prog);
         return 2;
     }
 
@@ -244,18 +244,32 @@ int main(int argc, char **argv)
     if (vit_run_load(ckpt, &m, NULL, &st))
         return cli_fail(prog, NULL);
     /* Without --data: the data (and split) the checkpoint's run trained on. */
-    vit_data_split split;
-    data = cli_data_of_run(&st.data, st.has_data, data, &split);
+    vit_data_opts how;
+    data = cli_data_of_run(&st.data, st.has_data, data, &how);
     const vit_config *c = vit_model_config(m);
+    A = *vit_model_info(m);
+    if (A.attn_layers < 1) {
+        fprintf(stderr, "%s: %s: this %s model keeps no attention maps to draw\n", prog, ckpt,
+                vit_model_arch(m)->name);
+        vit_model_free(m);
+        vit_run_state_free(&st);
+        return 1;
+    }
     int gh, gw, query = -1, label = -1, pred = 0;
     config_grid(c, &gh, &gw);
     double prob = 0;
     vit_real *px = NULL, *maps = NULL;
     draw_canvas canvas = {0};
     int rc = 1;
-    if (!parse_query(qtext, gh, gw, &query) || load_image(c, png, digit, data, &split, &px, &label))
+    if (!parse_query(qtext, gh, gw, &query) ||
+        load_image(c, png, fit || cli_run_fits(&st), digit, data, &how, &px, &label))
         goto done;
-    maps = malloc((size_t)c->depth * c->heads * gh * gw * sizeof *maps);
+    if (query < 0 && !A.attn_cls) {
+        fprintf(stderr, "%s: --query cls: a %s model has no class token; give --query R,C\n",
+                prog, vit_model_arch(m)->name);
+        goto done;
+    }
+    maps = malloc((size_t)A.attn_layers * A.attn_heads * gh * gw * sizeof *maps);
     if (!maps) {
         fprintf(stderr, "%s: out of memory\n", prog);
         goto done;
@@ -278,8 +292,8 @@ int main(int argc, char **argv)
              "columns = heads", pred_name, prob);
     snprintf(pline, sizeof pline, "heat over the input at %.0f%%", FIG_ATTN_ALPHA * 100);
     fig_attn f = {.image = px, .height = c->image_height, .width = c->image_width,
-                  .channels = c->channels, .grid_h = gh, .grid_w = gw, .layers = c->depth,
-                  .heads = c->heads, .maps = maps, .scale = scale, .query = query, .title = title,
+                  .channels = c->channels, .grid_h = gh, .grid_w = gw, .layers = A.attn_layers,
+                  .heads = A.attn_heads, .maps = maps, .scale = scale, .query = query, .title = title,
                   .notes = {source, qline, pline,
                             scale == FIG_SCALE_MAP      ? "colour: 0 to each map's own largest weight"
                             : scale == FIG_SCALE_FIGURE ? "colour: 0 to the largest weight shown"
@@ -298,7 +312,7 @@ int main(int argc, char **argv)
     print_summary(c, maps, gw);
     const char *scale_name[] = {"absolute", "figure", "map"};
     printf("wrote %s (%dx%d pixels): %d layers x %d heads, query %s, scale %s\n", out, lay.width,
-           lay.height, c->depth, c->heads, qtext, scale_name[scale]);
+           lay.height, A.attn_layers, A.attn_heads, qtext, scale_name[scale]);
     rc = 0;
 done:
     draw_canvas_free(&canvas);

@@ -22,7 +22,9 @@
  *   vit_bench [--threads N] [--config NAME] [--steps N] [--reps N] [--quick] [--shapes]
  *             [--precision fp32|bf16|auto]
  *
- * NAME is digits, medium, large, attention, gemm or all (the default).
+ * NAME is digits, medium, large, attention, gemm or all (the default), or a
+ * config file (FILE.cfg: image_height, image_width, channels, classes and
+ * the model, of any architecture: `arch = NAME` and its keys).
  */
 #include <math.h>
 #include <stdio.h>
@@ -39,12 +41,13 @@
 typedef struct train_shape {
     const char *name;
     int img, chans, patch, dim, depth, heads, mlp;
+    const char *file; /* --config FILE.cfg: the model (any architecture) from it */
 } train_shape;
 
 static const train_shape shapes[] = {
-    {"digits", 8, 1, 2, 64, 4, 4, 128},
-    {"medium", 28, 1, 4, 128, 6, 4, 256},
-    {"large", 32, 3, 4, 192, 6, 3, 768},
+    {"digits", 8, 1, 2, 64, 4, 4, 128, NULL},
+    {"medium", 28, 1, 4, 128, 6, 4, 256, NULL},
+    {"large", 32, 3, 4, 192, 6, 3, 768, NULL},
 };
 
 enum { BATCH = 64, CLASSES = 10, MAX_REPS = 64 };
@@ -99,7 +102,7 @@ static double median(double *v, int n)
 static double forward_macs(const vit_config *c, int cls_only_last)
 {
     double full = (double)vit_config_macs(c);
-    if (!cls_only_last)
+    if (!cls_only_last || vit_config_arch(c) != vit_arch_vit())
         return full;
     vit_patch_shape ps = vit_config_patch_shape(c);
     double T = vit_patch_count(&ps) + 1, d = c->dim;
@@ -204,10 +207,22 @@ static void gemm_profile(const options *o, int steps, double t)
                                     / sh[i].seconds * 1e-9 : 0);
 }
 
+static int run_config(const char *name, const vit_config *c, const options *o, double gemm_rate);
+
 static int run_train(const train_shape *s, const options *o, double gemm_rate)
 {
     vit_config cfg;
     vit_config_default(&cfg);
+    if (s->file) { /* the file's model and image shape, the benchmark's batch */
+        if (vit_config_load(&cfg, s->file) != VIT_OK) {
+            fprintf(stderr, "vit_bench: %s\n", vit_last_error());
+            return 1;
+        }
+        cfg.batch = BATCH;
+        cfg.recompute = o->recompute;
+        cfg.precision = o->precision;
+        return run_config(s->name, &cfg, o, gemm_rate);
+    }
     cfg.image_height = cfg.image_width = s->img;
     cfg.channels = s->chans;
     cfg.classes = CLASSES;
@@ -224,9 +239,14 @@ static int run_train(const train_shape *s, const options *o, double gemm_rate)
     cfg.batch = BATCH;
     cfg.recompute = o->recompute;
     cfg.precision = o->precision;
+    return run_config(s->name, &cfg, o, gemm_rate);
+}
 
+static int run_config(const char *name, const vit_config *c, const options *o, double gemm_rate)
+{
+    const vit_config cfg = *c;
     vit_model *m = vit_model_new(&cfg);
-    size_t npix = (size_t)BATCH * s->img * s->img * s->chans;
+    size_t npix = (size_t)BATCH * cfg.image_height * cfg.image_width * cfg.channels;
     vit_real *images = malloc(npix * sizeof *images);
     int labels[BATCH];
     vit_adamw opt;
@@ -242,7 +262,7 @@ static int run_train(const train_shape *s, const options *o, double gemm_rate)
     for (size_t i = 0; i < npix; i++)
         images[i] = (vit_real)vit_rng_normal(&rng);
     for (int i = 0; i < BATCH; i++)
-        labels[i] = (int)vit_rng_below(&rng, CLASSES);
+        labels[i] = (int)vit_rng_below(&rng, (unsigned)cfg.classes);
     int ngroups;
     const vit_param_group *groups = vit_model_groups(m, &ngroups);
 
@@ -280,7 +300,7 @@ static int run_train(const train_shape *s, const options *o, double gemm_rate)
     double lo = rates[0], hi = rates[o->reps - 1]; /* sorted by median() */
     double gf = 6.0 * forward_macs(&cfg, 0) * ips / 1e9;
     double run = 6.0 * forward_macs(&cfg, 1) * ips / 1e9;
-    printf("%-10s %9.0f %6.0f-%-6.0f %9.1f %9.1f %7.0f%% %9.1f\n", s->name, ips, lo, hi, gf, run,
+    printf("%-10s %9.0f %6.0f-%-6.0f %9.1f %9.1f %7.0f%% %9.1f\n", name, ips, lo, hi, gf, run,
            gemm_rate > 0 ? 100.0 * run / gemm_rate : 0.0, peak_rss_mb());
     double share = median(grad_share, o->reps);
     printf("  phases (timed reps, median): forward+loss+backward %.0f%%, AdamW %.0f%%\n",
@@ -419,7 +439,9 @@ static int usage(FILE *f)
     fprintf(f,
         "usage: vit_bench [--threads N] [--config NAME] [--steps N] [--reps N] [--quick]\n"
         "                 [--recompute] [--shapes] [--precision fp32|bf16|auto]\n"
-        "  NAME: digits, medium, large, attention, gemm or all (default)\n"
+        "  NAME: digits, medium, large, attention, gemm or all (default), or a config\n"
+        "        file FILE.cfg of any architecture (with image_height, image_width,\n"
+        "        channels, classes)\n"
         "  --threads N  threads for our loops and for OpenBLAS (default: all cores)\n"
         "  --steps N    timed training steps per repetition (default 20)\n"
         "  --reps N     timed repetitions; the median is reported (default 5)\n"
@@ -446,6 +468,10 @@ static int parse_int(const char *flag, const char *v, int lo, int hi, int *out)
 
 int main(int argc, char **argv)
 {
+    if (vit_gemm_env_check() != VIT_OK) { /* a VIT_GEMM it would not take: refused */
+        fprintf(stderr, "vit_bench: %s\n", vit_last_error());
+        return 2;
+    }
     options o = {0, 20, 5, 5, 0, 0, 0, VIT_PRECISION_FP32, "all"};
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     o.threads = ncpu > 0 ? (int)ncpu : 1;
@@ -496,6 +522,10 @@ int main(int argc, char **argv)
     int all = !strcmp(c, "all"), known = all || !strcmp(c, "attention") || !strcmp(c, "gemm");
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
         known |= !strcmp(c, shapes[i].name);
+    /* A config file: its model, of any architecture (arch = NAME). */
+    train_shape from_file = {.name = strrchr(c, '/') ? strrchr(c, '/') + 1 : c, .file = c};
+    if (!known && access(c, R_OK) == 0)
+        known = 2;
     if (!known) {
         fprintf(stderr, "vit_bench: unknown config %s\n", c);
         return usage(stderr);
@@ -546,6 +576,11 @@ int main(int argc, char **argv)
             printf("%-10s %9s %13s %9s %9s %8s %9s\n", "config", "images/s", "range", "GFLOP/s",
                    "run GF/s", "%GEMM", "peak MB");
         rc |= in_child(train_fn, &shapes[i], &o, gemm_rate);
+    }
+    if (known == 2) {
+        printf("%-10s %9s %13s %9s %9s %8s %9s\n", "config", "images/s", "range", "GFLOP/s",
+               "run GF/s", "%GEMM", "peak MB");
+        rc |= in_child(train_fn, &from_file, &o, gemm_rate);
     }
     if (all || !strcmp(c, "attention")) {
         static const int ns[] = {256, 1024, 4096};

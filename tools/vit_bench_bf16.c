@@ -182,6 +182,10 @@ static int usage(void)
 
 int main(int argc, char **argv)
 {
+    if (vit_gemm_env_check() != VIT_OK) { /* a VIT_GEMM it would not take: refused */
+        fprintf(stderr, "vit_bench_bf16: %s\n", vit_last_error());
+        return 2;
+    }
     int threads = 1, reps = 9, fallback = 0, n_shapes = 0;
     shape shapes[MAX_SHAPES];
     for (int i = 1; i < argc; i++) {

@@ -23,6 +23,49 @@ static void usage(void)
            "or a data folder; without it, the data the checkpoint's run trained on.\n");
 }
 
+/* Per class: precision (of the images predicted as the class, the share
+ * that are), recall (of the class's images, the share predicted as it),
+ * F1 (their harmonic mean) and the image count; then the macro average.
+ * A class never predicted has precision 0 (printed as "-"), and F1 0. */
+static void print_per_class(const vit_eval_result *r, char *const *names)
+{
+    int K = r->classes;
+    double sp = 0, sr = 0, sf = 0;
+    printf("class                precision  recall      F1  images\n");
+    for (int k = 0; k < K; k++) {
+        long row = 0, col = 0, hit = r->confusion[(size_t)k * K + k];
+        for (int j = 0; j < K; j++) {
+            row += r->confusion[(size_t)k * K + j];
+            col += r->confusion[(size_t)j * K + k];
+        }
+        double p = col ? (double)hit / (double)col : 0, rc = row ? (double)hit / (double)row : 0;
+        double f = p + rc > 0 ? 2 * p * rc / (p + rc) : 0;
+        char name[24], pt[16] = "-";
+        snprintf(name, sizeof name, "%d %s", k, names ? names[k] : "");
+        if (col)
+            snprintf(pt, sizeof pt, "%.4f", p);
+        printf("%-20.20s %9s  %6.4f  %6.4f  %6ld\n", name, pt, rc, f, row);
+        sp += p;
+        sr += rc;
+        sf += f;
+    }
+    printf("%-20s %9.4f  %6.4f  %6.4f\n", "mean over classes", sp / K, sr / K, sf / K);
+}
+
+/* The scoring used, in one line: one pass or which test-time
+ * augmentation, chosen by --tta or the model's config, and averaged
+ * weights when the run kept them. */
+static void print_scoring(int tta, int by_flag, double ema)
+{
+    const char *how = tta == VIT_TTA_SHIFT9 ? "shift9: the mean of 9 passes an image (the image "
+                                              "and its 8 one-pixel shifts)"
+                      : tta == VIT_TTA_SHIFT9_FLIP ? "shift9flip: the mean of 18 passes an image "
+                                                     "(shift9 and its mirror images)"
+                                                   : "one pass an image";
+    printf("scoring: %s, %s%s\n", how, by_flag ? "as --tta asks" : "the model's tta",
+           ema > 0 ? "; the averaged weights (ema)" : "");
+}
+
 int main(int argc, char **argv)
 {
     const char *ckpt = NULL, *data = NULL;
@@ -74,14 +117,16 @@ int main(int argc, char **argv)
     if (vit_run_load(ckpt, &m, NULL, &st))
         return cli_fail(prog, NULL);
     /* Without --data: the data (and split) the checkpoint's run trained on. */
-    vit_data_split split;
-    data = cli_data_of_run(&st.data, st.has_data, data, &split);
+    vit_data_opts how;
+    data = cli_data_of_run(&st.data, st.has_data, data, &how);
     vit_dataset train = {0}, test = {0};
     vit_tape *tape = vit_tape_new();
     vit_eval_result r = {0};
     int rc = 1;
-    if (!tape || vit_data_load_split(data, cli_digits_path(), &split, &train, &test, NULL, NULL))
+    if (!tape)
         cli_fail(prog, NULL);
+    else if (cli_load_data(prog, data, &how, &train, &test))
+        ;
     else if (vit_evaluate_tta(m, tape, split_train ? &train : &test, 256,
                               tta >= 0 ? tta : vit_model_config(m)->tta, &r))
         cli_fail(prog, ckpt);
@@ -90,8 +135,13 @@ int main(int argc, char **argv)
         cli_print_confusion(r.confusion, r.classes,
                             st.nclass_names == r.classes ? st.class_names : NULL);
         int used = tta >= 0 ? tta : vit_model_config(m)->tta;
-        printf("%s split: %d images, loss %.4f, accuracy %.4f%s\n", split_train ? "train" : "test",
-               r.count, r.loss, r.accuracy, used == VIT_TTA_SHIFT9 ? " (tta shift9)" : "");
+        print_per_class(&r, st.nclass_names == r.classes ? st.class_names : NULL);
+        print_scoring(used, tta >= 0, vit_model_config(m)->ema);
+        printf("%s split: %d images, loss %.4f, accuracy %.4f%s%s%s\n",
+               split_train ? "train" : "test", r.count, r.loss, r.accuracy,
+               vit_tta_passes(used) > 1 ? " (tta " : "",
+               vit_tta_passes(used) > 1 ? vit_tta_name(used) : "",
+               vit_tta_passes(used) > 1 ? ")" : "");
         rc = 0;
     }
     vit_eval_result_free(&r);

@@ -83,8 +83,8 @@ int main(int argc, char **argv)
     if (vit_run_load(ckpt, &m, NULL, &st))
         return cli_fail(prog, NULL);
     /* Without --data: the data (and split) the checkpoint's run trained on. */
-    vit_data_split split;
-    data = cli_data_of_run(&st.data, st.has_data, data, &split);
+    vit_data_opts how;
+    data = cli_data_of_run(&st.data, st.has_data, data, &how);
     size_t bytes = 0;
     int rc = 1;
     vit_dataset train = {0}, test = {0};
@@ -92,10 +92,8 @@ int main(int argc, char **argv)
     const vit_config *c = vit_model_config(m);
     /* The data first: nothing is written for data the model cannot take. */
     if (logits) {
-        if (vit_data_load_split(data, cli_digits_path(), &split, &train, &test, NULL, NULL)) {
-            cli_fail(prog, NULL);
+        if (cli_load_data(prog, data, &how, &train, &test))
             goto done;
-        }
         if (test.count <= 0 || test.height != c->image_height || test.width != c->image_width ||
             test.channels != c->channels) {
             fprintf(stderr, "%s: --logits: the test split of %s has %d images of %dx%dx%d; the "
@@ -116,7 +114,7 @@ int main(int argc, char **argv)
             unlink(out); /* all or nothing: not the weights without their logits */
         goto done;
     }
-    printf("wrote %s: %d tensors, %zu parameters, %zu bytes\n", out, 8 + 12 * c->depth,
+    printf("wrote %s: %d tensors, %zu parameters, %zu bytes\n", out, vit_model_tensor_count(m),
            vit_model_param_count(m), bytes);
     if (logits)
         printf("wrote %s: logits of %d test images, accuracy %.4f (one pass)\n", logits,

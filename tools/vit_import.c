@@ -64,10 +64,15 @@ int main(int argc, char **argv)
     if (vit_safetensors_import(in, out, &m))
         return cli_fail(prog, NULL);
     const vit_config *c = vit_model_config(m);
-    printf("wrote %s: %zu parameters (dim %d, depth %d, heads %d, %dx%dx%d images, %d classes, "
-           "pool %s), fresh optimizer state\n", out, vit_model_param_count(m), c->dim, c->depth,
-           c->heads, c->image_height, c->image_width, c->channels, c->classes,
-           c->pool == VIT_POOL_MEAN ? "mean" : "cls");
+    if (vit_model_arch(m) != vit_arch_vit())
+        printf("wrote %s: %zu parameters (%s, %dx%dx%d images, %d classes), fresh optimizer "
+               "state\n", out, vit_model_param_count(m), vit_model_arch(m)->name, c->image_height,
+               c->image_width, c->channels, c->classes);
+    else
+        printf("wrote %s: %zu parameters (dim %d, depth %d, heads %d, %dx%dx%d images, %d "
+               "classes, pool %s), fresh optimizer state\n", out, vit_model_param_count(m),
+               c->dim, c->depth, c->heads, c->image_height, c->image_width, c->channels,
+               c->classes, c->pool == VIT_POOL_MEAN ? "mean" : "cls");
     vit_model_free(m);
     return 0;
 }

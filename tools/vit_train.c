@@ -35,20 +35,23 @@ static void usage(FILE *f)
         "                       subfolders of PNGs or JPEGs, in train/ and test/ or\n"
         "                       split by --test-split\n"
         "  --config FILE        model and recipe (key = value lines); flags override it\n"
+        "  --arch NAME          the architecture (config key arch; default vit): its own\n"
+        "                       keys are flags too once it is chosen (docs/extending.md)\n"
         "  --out DIR            output folder (default runs/NAME of the data, or with\n"
         "                       --resume the checkpoint's own folder); a folder that\n"
         "                       already holds a run is refused\n"
         "  --force              start over in a folder that already holds a run\n"
         "  --resume CKPT        continue a run from its checkpoint (taken at an epoch's\n"
-        "                       end or inside one).  The run keeps its recipe: only\n"
-        "                       --epochs (the run grows or shrinks, the cosine\n"
-        "                       schedule recomputed for the new length),\n"
-        "                       --ckpt-minutes and --threads may change, and each\n"
-        "                       change is printed; any other key that differs from\n"
-        "                       the checkpoint's is refused.  A finished run says\n"
-        "                       so and trains nothing.  Without --data, the data\n"
-        "                       the run trained on (the checkpoint records it);\n"
-        "                       other data is refused\n"
+        "                       end or inside one).  The run keeps its recipe:\n");
+    fprintf(f, "                       %s\n", VIT_RESUME_MAY_CHANGE);
+    fprintf(f,
+        "                       (--epochs: the cosine schedule is recomputed for the\n"
+        "                       new length), and so may --threads; each change is\n"
+        "                       printed, any other key that differs from the\n"
+        "                       checkpoint's is refused.  A finished run says so and\n"
+        "                       trains nothing.  Without --data, the data the run\n"
+        "                       trained on (the checkpoint records it); other data\n"
+        "                       is refused\n"
         "");
     fputs(
         "  --init-from FILE     a new run from trained weights: one of our checkpoints\n"
@@ -75,14 +78,39 @@ static void usage(FILE *f)
         "                       the fraction of each class held out for testing\n"
         "                       (default 0.2; F in (0, 1), with --val-split below 1)\n"
         "  --split-seed N       the seed that picks the held-out images (default 0);\n"
-        "                       the split is recorded and a resume keeps it\n"
+        "                       the split is recorded and a resume keeps it\n");
+    fprintf(f,
+        "  --image-size HxW     resize every image to H x W on load (N: N x N), with\n"
+        "                       the filter of vit_predict --fit; --image-height H\n"
+        "                       --image-width W say the same\n"
+        "  --channels 1|3       convert every image to gray (luma) or RGB on load.\n"
+        "                       Without these a folder of mixed images gets the\n"
+        "                       median size (longest side at most 64, sides multiples\n"
+        "                       of 8) and RGB if any image is colour, said in one\n"
+        "                       line; PNG alpha is composited over white.  The\n"
+        "                       transform is recorded: vit_eval, vit_predict,\n"
+        "                       vit_attn and vit_export apply it too\n"
+        "  --skip-bad           skip image files that cannot be read (counted, the\n"
+        "                       first three named) instead of stopping\n"
+        "  --class-names FILE   name the classes (one name a line, as many as the\n"
+        "                       classes), e.g. for IDX data; stored in the checkpoint\n"
         "  --ckpt-every N       epochs between checkpoints (default 1)\n"
         "  --stop-after N       stop after N epochs, as if interrupted (resume later)\n"
-        "  --budget DURATION    finish within DURATION (20m, 90s, 1h30m), scoring\n"
-        "                       included: the first steps are timed, the epochs\n"
-        "                       planned (at most --epochs, when given) and the plan\n"
-        "                       said in one line, then held: a run that falls behind\n"
-        "                       is shortened, its schedule laid out anew\n"
+        "  --save-best [loss]   keep OUT/best.ckpt, the model of the epoch with the best\n"
+        "                       validation accuracy (or loss) so far, beside\n"
+        "                       last.ckpt; the test set is scored once, at the end,\n"
+        "                       on that model.  Needs --val or --val-split\n"
+        "  --early-stop N       end the run after N epochs without a better validation\n"
+        "                       score (accuracy, or --save-best loss's loss); last.ckpt\n"
+        "                       resumes it.  Needs --val or --val-split\n"
+        "  --budget DURATION    end within DURATION (20m, 90s, 1h30m), loading and\n"
+        "                       scoring included: the first steps and the final\n"
+        "                       scoring are timed, the most epochs that fit planned\n"
+        "                       (at most --epochs, or the recipe's) and said in one\n"
+        "                       line, then held: a run that falls behind is\n"
+        "                       shortened, its schedule laid out anew; the final\n"
+        "                       test-time augmentation is skipped (said) when it no\n"
+        "                       longer fits\n"
         "  --threads N          threads: one batch slice each, and the library's\n"
         "                       loops (default: every online CPU); results are\n"
         "                       bitwise repeatable for a given N\n"
@@ -104,10 +132,10 @@ static void usage(FILE *f)
         "--patch given on the line or in the --config file, get the patch with the\n"
         "finest grid of at most 8x8 patches that divides them, said in one line.  The\n"
         "recipe keys not set on the line or in the --config file (epochs, batch,\n"
-        "warmup, shift, flip) follow the data's size and images (docs/cli.md,\n"
-        "\"Recipe\"); those that differ from the defaults are said in one line (the\n"
-        "digits keep the defaults).  A model line (parameters, tokens, speed, ETA)\n"
-        "follows the first steps.\n"
+        "warmup, shift, flip, stem, colour jitter on colour images) follow the\n"
+        "data's size and images (docs/cli.md, \"Recipe\"); those that differ from the\n"
+        "defaults are said in one line (the digits keep the defaults).  A model line\n"
+        "(parameters, tokens, speed, ETA) follows the first steps.\n"
         "\n"
         "Ctrl-C (SIGINT) or SIGTERM finishes the current step, writes a checkpoint of\n"
         "it (inside an epoch too), prints the command that resumes it and exits 130\n"
@@ -124,6 +152,8 @@ static const cli_flag flags[] = {
     {"--ckpt-every", 1}, {"--stop-after", 1}, {"--threads", 1}, {"--quiet", 0},
     {"--check-replicas", 0}, {"--force", 0}, {"--other-data", 0}, {"--seeds", 1}, {"--budget", 1},
     {"--val-split", 1}, {"--test-split", 1}, {"--split-seed", 1}, {"--help", 0}, {"--version", 0},
+    {"--save-best", 0}, {"--early-stop", 1},
+    {"--image-size", 1}, {"--skip-bad", 0}, {"--class-names", 1},
     {"--init-from", 1}, {"--init-arch", 1}, {"--init-heads", 1}, {"--init-norm", 1},
     {"--keep-head", 0}, {"--layer-decay", 1}, {"--freeze", 1}, {"--linear-probe", 0},
     {NULL, 0},
@@ -202,6 +232,20 @@ static void resume_command(char *cmd, size_t cap, const char *launcher, const ch
              cli_shell_word(data, w[1], sizeof w[1]), cli_shell_word(ckpt, w[2], sizeof w[2]), again);
 }
 
+/* After a divergence: where the last good state is, and what to try. */
+static void say_diverged(const vit_config *cfg, const char *out)
+{
+    char ckpt[4200];
+    snprintf(ckpt, sizeof ckpt, "%s/last.ckpt", out);
+    int kept = access(ckpt, F_OK) == 0;
+    if (kept)
+        fprintf(stderr, "%s: the last good checkpoint is kept: %s\n", prog, ckpt);
+    else
+        fprintf(stderr, "%s: it diverged before its first checkpoint; nothing was kept\n", prog);
+    fprintf(stderr, "%s: the learning rate %g is likely too high: start over with a lower one, "
+            "e.g. --lr %g%s\n", prog, cfg->lr, cfg->lr / 10, kept ? " --force" : "");
+}
+
 /* One run of vit_train_run and what it prints; the exit status.  res, if
  * not NULL, gets the result's figures (no confusion matrix). */
 int train_once(const vit_config *cfg, const vit_dataset *train, const vit_dataset *test,
@@ -217,8 +261,13 @@ int train_once(const vit_config *cfg, const vit_dataset *train, const vit_datase
     o.on_event = cli_progress_event;
     o.user = &bar;
     if (o.budget_seconds > 0) {
+        /* Spent loading, and kept for what follows the run (the last
+         * lines, freeing, the process's exit): 1% of it, 0.25 .. 2 s. */
+        double after = 0.01 * o.budget_seconds;
+        after = after < 0.25 ? 0.25 : after > 2 ? 2 : after;
         bar.budget_before = now_seconds() - run_start;
-        o.budget_seconds -= bar.budget_before;
+        bar.budget_after = after;
+        o.budget_seconds -= bar.budget_before + after;
         if (o.budget_seconds < 0.1) {
             if (speak)
                 fprintf(stderr, "%s: --budget: spent before training began (loading the data)\n",
@@ -235,7 +284,7 @@ int train_once(const vit_config *cfg, const vit_dataset *train, const vit_datase
         fprintf(stderr, "%s: %s%s\n", prog, vit_last_error(),
                 rc == VIT_EDATA ? "; pass --other-data to continue it on this data" : "");
         if (rc == VIT_ENUM)
-            fprintf(stderr, "%s: the last good checkpoint is kept in %s/last.ckpt\n", prog, out);
+            say_diverged(cfg, out);
         return 1;
     }
     if (keep) {
@@ -252,11 +301,17 @@ int train_once(const vit_config *cfg, const vit_dataset *train, const vit_datase
         return 0;
     }
     /* What resumes the run: the same data, threads and validation set. */
-    char again[128] = "", launcher[64] = "";
+    char again[192] = "", launcher[64] = "";
     if (threads > 0)
         snprintf(again, sizeof again, " --threads %d", threads);
     if (o.val_count > 0 && o.data_split.val == 0) /* a split is recorded */
         snprintf(again + strlen(again), sizeof again - strlen(again), " --val %d", o.val_count);
+    if (o.save_best != VIT_BEST_NONE)
+        snprintf(again + strlen(again), sizeof again - strlen(again), " --save-best%s",
+                 o.save_best == VIT_BEST_LOSS ? " loss" : "");
+    if (o.early_stop > 0)
+        snprintf(again + strlen(again), sizeof again - strlen(again), " --early-stop %d",
+                 o.early_stop);
     if (vit_dist_size() > 1)
         snprintf(launcher, sizeof launcher, "mpirun -np %d ", vit_dist_size());
     char resume[4500];
@@ -290,19 +345,47 @@ int train_once(const vit_config *cfg, const vit_dataset *train, const vit_datase
         snprintf(plain, sizeof plain, "; one pass %.4f", res.test_accuracy_plain);
         snprintf(vplain, sizeof vplain, "; one pass %.4f", res.val_accuracy_plain);
     }
+    /* Which model the figures score: the last, or best.ckpt. */
+    char model[96] = "", kept[4200];
+    if (res.best_epoch > 0)
+        snprintf(model, sizeof model, "best.ckpt, epoch %d of %d", res.best_epoch,
+                 res.epochs_done);
+    snprintf(kept, sizeof kept, "%s/%s", out, res.best_epoch > 0 ? "best.ckpt" : "last.ckpt");
+    if (res.early_stopped)
+        printf("early stop: no better validation %s in the %d epochs after epoch %d (%s resumes "
+               "the run)\n", o.save_best == VIT_BEST_LOSS ? "loss" : "accuracy", o.early_stop,
+               (int)(res.best_epoch > 0 ? res.best_epoch : res.epochs_done - o.early_stop),
+               "last.ckpt");
+    if (res.out_of_budget)
+        printf("budget: it ran out inside epoch %d, at step %llu of %ld; the figures score that "
+               "step's model, and %s/last.ckpt resumes from it\n", res.epochs_done + 1,
+               res.epoch_step, res.steps_per_epoch, out);
+    if (res.tta_skipped)
+        printf("tta %s skipped: the budget has no time left for it; the figures are one pass\n",
+               vit_tta_name(res.tta_skipped));
     if (res.val_accuracy >= 0) {
-        if (res.tta != VIT_TTA_NONE)
-            printf("validation accuracy %.4f (tta %s%s)\n", res.val_accuracy,
-                   vit_tta_name(res.tta), vplain);
+        char vhow[160];
+        snprintf(vhow, sizeof vhow, "%s%s%s%s%s", model, *model && res.tta != VIT_TTA_NONE ? "; " : "",
+                 res.tta != VIT_TTA_NONE ? "tta " : "",
+                 res.tta != VIT_TTA_NONE ? vit_tta_name(res.tta) : "", res.tta != VIT_TTA_NONE ? vplain : "");
+        if (*vhow)
+            printf("validation accuracy %.4f (%s)\n", res.val_accuracy, vhow);
         else
             printf("validation accuracy %.4f\n", res.val_accuracy);
     }
-    char acc[48], labels[160], timing[96];
+    char acc[48], labels[320] = "", timing[96];
     snprintf(acc, sizeof acc, "test accuracy %.4f", res.test_accuracy);
-    snprintf(labels, sizeof labels, "%s%s", how, plain); /* plain: "; one pass ..." or "" */
+    /* "best.ckpt, epoch E of N; ema, tta; one pass X; the test set scored once" */
+    const char *part[4] = {model, how, *plain ? plain + 2 : "",
+                           res.best_epoch > 0 ? "the test set scored once" : ""};
+    for (int k = 0; k < 4; k++)
+        if (*part[k])
+            snprintf(labels + strlen(labels), sizeof labels - strlen(labels), "%s%s",
+                     *labels ? "; " : "", part[k]);
+    /* The whole run's time and speed, a resumed one's earlier part included. */
     snprintf(timing, sizeof timing, "%d epochs, %.1f s, %.0f images/s", res.epochs_done,
-             res.seconds, res.images_per_second);
-    print_result(acc, labels, timing, out);
+             res.run_seconds, res.run_images_per_second);
+    print_result(acc, labels, timing, kept);
     print_tta_auto(&res, cfg);
     if (o.stop_after_epochs > 0 && res.epochs_done < res.epochs) {
         char what[96];
@@ -346,6 +429,18 @@ static int parse_flags(int argc, char **argv, vit_config *cfg, vit_train_opts *o
             *(a[2] == 'k' ? &o->keep_head : &o->linear_probe) = 1;
             continue;
         }
+        if (strcmp(a, "--save-best") == 0) { /* an optional measure follows */
+            o->save_best = VIT_BEST_ACCURACY;
+            if (v && (strcmp(v, "loss") == 0 || strcmp(v, "accuracy") == 0 || strcmp(v, "acc") == 0)) {
+                o->save_best = v[0] == 'l' ? VIT_BEST_LOSS : VIT_BEST_ACCURACY;
+                i++;
+            }
+            continue;
+        }
+        if (strcmp(a, "--skip-bad") == 0) {
+            sf->skip_bad = 1;
+            continue;
+        }
         if (strncmp(a, "--", 2) != 0) {
             fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", prog, a);
             return 2;
@@ -380,6 +475,9 @@ static int parse_flags(int argc, char **argv, vit_config *cfg, vit_train_opts *o
         } else if (strcmp(a, "--ckpt-every") == 0) {
             if (!cli_int(prog, a, v, 1, 1 << 30, &o->ckpt_every))
                 return 2;
+        } else if (strcmp(a, "--early-stop") == 0) {
+            if (!cli_int(prog, a, v, 1, 1 << 30, &o->early_stop))
+                return 2;
         } else if (strcmp(a, "--stop-after") == 0) {
             if (!cli_int(prog, a, v, 1, 1 << 30, &o->stop_after_epochs))
                 return 2;
@@ -402,19 +500,22 @@ static int parse_flags(int argc, char **argv, vit_config *cfg, vit_train_opts *o
 
 /* The output folder before anything is loaded: a run there is never
  * replaced without --force (nor a --seeds summary), and --seeds starts new
- * runs only.  -1 to go on, else the exit status (the message is out). */
+ * runs only.  -1 to go on, else the exit status (the message is out when
+ * say). */
 static int check_out_folder(const vit_train_opts *o, const char *out,
-                            const unsigned long long *seeds, int nseeds)
+                            const unsigned long long *seeds, int nseeds, int say)
 {
+    say = say && vit_dist_rank() == 0;
     if (nseeds > 0 && o->resume) {
-        fprintf(stderr, "%s: --seeds starts new runs; resume each seed's run on its own "
+        if (say)
+            fprintf(stderr, "%s: --seeds starts new runs; resume each seed's run on its own "
                 "(--resume OUT/seed-N/last.ckpt)\n", prog);
         return 2;
     }
     char summary[4200];
     snprintf(summary, sizeof summary, "%s/seeds.csv", out);
     if (nseeds > 0 && !o->overwrite && access(summary, F_OK) == 0) {
-        if (vit_dist_rank() == 0)
+        if (say)
             fprintf(stderr, "%s: %s already holds the summary of earlier seeds; pass --force to "
                     "start over, or another --out\n", prog, summary);
         return 1;
@@ -423,14 +524,14 @@ static int check_out_folder(const vit_train_opts *o, const char *out,
         char dir[4200];
         seed_dir(out, seeds[k], dir, sizeof dir);
         if (!o->overwrite && vit_run_dir_taken(dir, NULL)) {
-            if (vit_dist_rank() == 0)
+            if (say)
                 fprintf(stderr, "%s: %s already holds a run (last.ckpt); pass --force to start "
                         "the seeds over, or another --out\n", prog, dir);
             return 1;
         }
     }
     if (nseeds == 0 && !o->overwrite && vit_run_dir_taken(out, o->resume)) {
-        if (vit_dist_rank() == 0)
+        if (say)
             fprintf(stderr, "%s: %s already holds a run (last.ckpt); continue it with --resume "
                     "%s/last.ckpt, or pass --force to start over\n", prog, out, out);
         return 1;
@@ -463,7 +564,7 @@ static int run(int argc, char **argv)
     vit_config_default(&cfg);
     vit_train_opts o = {.ckpt_every = 1};
     shown look = {.progress = isatty(STDOUT_FILENO) ? 2 : 1};
-    const char *data = NULL, *config = NULL;
+    const char *data = NULL, *config = NULL, *arch = NULL;
     char out[4096] = "";
     int threads = 0, nseeds = 0, rc;
     unsigned long long seeds[MAX_SEEDS];
@@ -484,25 +585,25 @@ static int run(int argc, char **argv)
         }
         if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
             config = argv[++i];
+        else if (strcmp(argv[i], "--arch") == 0 && i + 1 < argc)
+            arch = argv[++i];
         else if (strcmp(argv[i], "--resume") == 0 && i + 1 < argc)
             o.resume = argv[++i];
     }
     /* A resumed run starts from its own recipe; flags then say what differs. */
     if (o.resume && vit_run_config(o.resume, &cfg))
         return cli_fail(prog, NULL);
-    /* patch 0 (out of its range, so no file or flag can set it) marks a
-     * patch nobody gave: it is then fitted to the data's images below. */
+    /* A patch nobody gave (vit_config_given) is fitted to the data's
+     * images below. */
     const int patch_default = cfg.patch;
     const int stride_default = cfg.patch_stride, pad_default = cfg.patch_pad;
-    if (!o.resume) {
-        cfg.patch = 0;
-        cfg.patch_stride = -1; /* likewise: -1 is out of range */
-        cfg.patch_pad = -1;
-    }
     if (config && vit_config_load(&cfg, config))
         return cli_fail(prog, NULL);
+    /* --arch before the other flags, which may be its keys. */
+    if (arch && !cli_config_flag(prog, &cfg, "--arch", arch))
+        return 2;
 
-    split_flags sf = {{0, 0, 0}, 0};
+    split_flags sf = {{0, 0, 0}, 0, {0, 0, 0}, 0, NULL};
     if ((rc = parse_flags(argc, argv, &cfg, &o, &look, &data, out, sizeof out, &threads, seeds,
                           &nseeds, &sf)) >= 0)
         return rc;
@@ -513,7 +614,7 @@ static int run(int argc, char **argv)
     /* A resume trains on its run's data (and split) unless --data says
      * otherwise. */
     vit_run_data rec;
-    vit_data_split unused;
+    vit_data_opts unused;
     int known = 0;
     if (o.resume && vit_run_data_read(o.resume, &rec, &known))
         return cli_fail(prog, NULL);
@@ -529,17 +630,20 @@ static int run(int argc, char **argv)
         return 2;
     }
     o.out_dir = out;
-    if ((rc = check_out_folder(&o, out, seeds, nseeds)) >= 0)
-        return rc;
     if (!progress_interval(&look.every))
         return 2;
     o.stop = &stop_signal;
     catch_stop_signals();
 
+    /* A folder that will be refused: the options' own errors are checked
+     * first (below, with the data), and nothing else is said. */
+    if (check_out_folder(&o, out, seeds, nseeds, 0) >= 0)
+        look.progress = 0;
     int speak = vit_dist_rank() == 0;
     vit_dataset train = {0}, test = {0};
-    if ((rc = load_data(data, &sf, o.resume && known ? &rec.split : NULL, &o, &train, &test,
-                        speak)))
+    int ignored = 0;
+    if ((rc = load_data(data, &sf, o.resume && known ? &rec : NULL, o.resume, &o, &train, &test,
+                        speak, &ignored)))
         return rc;
     if (o.val_count >= train.count) {
         if (speak)
@@ -561,10 +665,13 @@ static int run(int argc, char **argv)
         char val[32] = "";
         if (o.val_count)
             snprintf(val, sizeof val, ", %d val", o.val_count);
-        char line[160];
-        snprintf(line, sizeof line, "data: %d train%s, %d test images of %dx%dx%d, %d classes",
+        char line[200], other[80] = "";
+        if (ignored > 0)
+            snprintf(other, sizeof other, " (%d other file%s ignored: not .png, .jpg or .jpeg)",
+                     ignored, ignored == 1 ? "" : "s");
+        snprintf(line, sizeof line, "data: %d train%s, %d test images of %dx%dx%d, %d classes%s",
                  train.count - o.val_count, val, test.count, train.height, train.width,
-                 train.channels, train.classes);
+                 train.channels, train.classes, other);
         cli_print_fitted(stdout, line);
         print_class_counts(&train);
         if (o.data_split.val == 0)
@@ -572,30 +679,26 @@ static int run(int argc, char **argv)
     }
     if (look.progress && vit_dist_size() > 1)
         printf("data-parallel over %d ranks, global batch %d\n", vit_dist_size(), cfg.batch);
-    vit_config model = cfg;
-    model.patch = cfg.patch ? cfg.patch : patch_default;
-    model.patch_stride = cfg.patch_stride >= 0 ? cfg.patch_stride : stride_default;
-    model.patch_pad = cfg.patch_pad >= 0 ? cfg.patch_pad : pad_default;
-    vit_recipe picked = {.patch = model.patch};
+    const vit_config user = cfg; /* what the file and the flags gave */
+    vit_recipe picked = {.patch = cfg.patch};
     if (o.init_from) { /* the weights' architecture (the trainer takes it); the recipe's lr */
-        cfg.patch = patch_default;
-        cfg.patch_stride = stride_default;
-        cfg.patch_pad = pad_default;
-        if (finetune_recipe(&cfg, &o, &train, o.val_count, config, argc, argv, look.progress)) {
+        if (finetune_recipe(&cfg, &user, &o, &train, o.val_count, look.progress)) {
             vit_dataset_free(&train);
             vit_dataset_free(&test);
             return 1;
         }
-    } else if (!o.resume && apply_recipe(&cfg, &model, &train, o.val_count, o.budget_seconds, config, argc,
-                                  argv, look.progress, &picked) != 0) {
+    } else if (!o.resume && (apply_recipe(&cfg, &user, &train, o.val_count, o.budget_seconds,
+                                          look.progress, &picked, &o.warmup_fraction) != 0
+                             || adapt_arch(&cfg, &train, o.val_count, look.progress) != 0)) {
         vit_dataset_free(&train);
         vit_dataset_free(&test);
         return 1;
     }
-    if (cfg.patch == 0)
-        fit_patch(&cfg, &picked, look.progress);
-    if (!o.init_from)
-        settle_overlap(&cfg, patch_default, stride_default, pad_default, &train);
+    if (!o.resume && !o.init_from && vit_config_arch(&cfg) == vit_arch_vit()) {
+        if (!vit_config_given(&user, "patch"))
+            fit_patch(&cfg, &picked, look.progress);
+        settle_overlap(&cfg, &user, patch_default, stride_default, pad_default, &train);
+    }
     /* precision bf16 or auto: what it comes to here, in one line (a
      * fallback from an explicit bf16 on stderr, whatever --quiet says). */
     if (cfg.precision != VIT_PRECISION_FP32 && speak) {
@@ -607,7 +710,17 @@ static int run(int argc, char **argv)
             printf("precision %s\n", why);
     }
 
-    rc = nseeds > 0 ? train_seeds(&cfg, &train, &test, &o, &look, data, threads, seeds, nseeds)
+    /* The options' own errors come first (a patch that does not divide
+     * the images, say), and then whether the folder is free. */
+    vit_config probe = cfg;
+    probe.image_height = train.height;
+    probe.image_width = train.width;
+    probe.channels = train.channels;
+    probe.classes = train.classes > test.classes ? train.classes : test.classes;
+    if (vit_config_check(&probe) != VIT_OK)
+        rc = cli_fail(prog, NULL);
+    else if ((rc = check_out_folder(&o, out, seeds, nseeds, 1)) < 0)
+        rc = nseeds > 0 ? train_seeds(&cfg, &train, &test, &o, &look, data, threads, seeds, nseeds)
                     : train_once(&cfg, &train, &test, &o, &look, data, threads, NULL);
     vit_dataset_free(&train);
     vit_dataset_free(&test);

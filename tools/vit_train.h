@@ -20,21 +20,21 @@ typedef struct shown {
     double every;
 } shown;
 
-/* --val-split, --test-split and --split-seed: the split asked for, and
- * which were given (bits 1, 2, 4). */
+/* The data flags: --val-split, --test-split and --split-seed (the split
+ * asked for, and which were given: bits 1, 2, 4); --image-size (or the
+ * config keys --image-height and --image-width on the line) and
+ * --channels (the transform asked for; bits 8 size, 16 channels), and
+ * --skip-bad and --class-names. */
 typedef struct split_flags {
     vit_data_split s;
     int given;
+    vit_data_fit fit;
+    int skip_bad;
+    const char *class_names;
 } split_flags;
 
 /* --seeds takes at most this many seeds. */
 #define MAX_SEEDS 64
-
-/* ---- train_recipe.c */
-
-/* 1 if config key `key` is set on the line (--key) or in the --config
- * file. */
-int recipe_user_set(const char *key, const char *config, int argc, char **argv);
 
 /* ---- train_finetune.c */
 
@@ -49,11 +49,11 @@ int finetune_flag(const char *a, const char *v, vit_train_opts *o);
 int finetune_check(const vit_train_opts *o, int argc, char **argv);
 
 /* The fine-tuning recipe for the keys nobody set, said in one line when
- * speak: the data's rule (vit_recipe_pick) for epochs (the budget's with
+ * speak (user: what the file and the flags gave, vit_config_given): the data's rule (vit_recipe_pick) for epochs (the budget's with
  * one), batch, shift and flip; cfg's peak lr kept (said), warm-up 2
  * epochs (a rule that fails is said and left out).  0. */
-int finetune_recipe(vit_config *cfg, vit_train_opts *o, const vit_dataset *train, int val,
-                    const char *config, int argc, char **argv, int speak);
+int finetune_recipe(vit_config *cfg, const vit_config *user, vit_train_opts *o,
+                    const vit_dataset *train, int val, int speak);
 
 /* ---- vit_train.c */
 
@@ -65,43 +65,54 @@ int train_once(const vit_config *cfg, const vit_dataset *train, const vit_datase
 
 /* ---- train_split.c */
 
-/* One of the split flags into *f: 0 when taken, 2 (said) for a bad value,
- * -1 when a is none of them. */
+/* One of the data flags that take a value into *f: 0 when taken, 2
+ * (said) for a bad value, -1 when a is none of them. */
 int split_flag(const char *a, const char *v, split_flags *f);
 
-/* Loads the data with the split settled, sets o->val_count (a validation
- * tail) and o->data_split, and says in one line when a flat folder got
- * the default test fraction.  0, else the exit status. */
-int load_data(const char *data, const split_flags *f, const vit_data_split *rec,
-              vit_train_opts *o, vit_dataset *train, vit_dataset *test, int speak);
+/* Loads the data with the split and transform settled (rec: a resumed
+ * run's record, NULL for none), sets o->val_count (a validation tail),
+ * o->data_split and o->data_fit; says in one line when a flat folder got
+ * the default test fraction, and in one line what was done to the images
+ * (fitted, and why) and what was skipped (unreadable files); puts
+ * --class-names (or a resumed run's names) on both sets; *ignored gets the
+ * count of files in class folders that are not images, for the data line.
+ * 0, else the exit status. */
+int load_data(const char *data, const split_flags *f, const vit_run_data *rec,
+              const char *resume, vit_train_opts *o, vit_dataset *train, vit_dataset *test,
+              int speak, int *ignored);
 
 /* ---- train_recipe.c */
 
-/* No patch given (cfg->patch 0): the recipe's (vit_recipe_pick: the
+/* No patch given (vit_config_given): the recipe's (vit_recipe_pick: the
  * model's, unless the data's images are larger than the config's or it
  * does not divide them; then a grid of at most 8x8), said in one line when
  * the rule picked it (the stride and padding are settled after it, in
  * run).  picked: what apply_recipe applied, or on a resume a recipe with
- * only the model's patch set. */
+ * only the model's patch set.  The ViT's alone. */
 void fit_patch(vit_config *cfg, const vit_recipe *picked, int speak);
 
 /* The default's overlap (stride and padding, made for its 4x4 patches
  * on 8x8 images) goes with the default patch on images of the default
  * size: any other patch, given or picked for larger images, tiles the
- * image without overlap unless a stride or padding was given too (-1 marks
- * one not given). */
-void settle_overlap(vit_config *cfg, int patch_default, int stride_default,
-                    int pad_default, const vit_dataset *train);
+ * image without overlap unless a stride or padding was given too (in
+ * user: what the file and flags gave).  The ViT's alone. */
+void settle_overlap(vit_config *cfg, const vit_config *user, int patch_default,
+                    int stride_default, int pad_default, const vit_dataset *train);
+
+/* An architecture's own keys nobody gave, fitted to the data by its adapt
+ * hook (vit/arch.h), said in one line.  0, or the exit status. */
+int adapt_arch(vit_config *cfg, const vit_dataset *train, int val, int speak);
 
 /* The recipe for this data (vit_recipe_pick) for the keys nobody set on
- * the line or in the --config file; those that change a value are said in
- * one line.  With --budget and no epochs given, the epochs are what the
- * budget's plan gives (the library's cap: the most a config takes).
- * model: the config with its own patch geometry; *picked: the recipe (for
- * fit_patch).  0, or the exit status. */
-int apply_recipe(vit_config *cfg, const vit_config *model, const vit_dataset *train,
-                 int val, double budget, const char *config, int argc, char **argv,
-                 int speak, vit_recipe *picked);
+ * the line or in the --config file (user: the config as they left it, its
+ * keys knowing whether they were given); those that change a value are
+ * said in one line.  With --budget and no epochs given, the epochs are
+ * what the budget's plan gives, at most the recipe's.  The warm-up not
+ * given is a 28th of the given epochs, or under a budget of the plan's
+ * (*warmup_fraction 1/28, else 0).  *picked: the recipe (for fit_patch).
+ * 0, or the exit status. */
+int apply_recipe(vit_config *cfg, const vit_config *user, const vit_dataset *train, int val,
+                 double budget, int speak, vit_recipe *picked, double *warmup_fraction);
 
 /* ---- train_print.c */
 
@@ -129,7 +140,7 @@ void print_tta_auto(const vit_train_result *r, const vit_config *cfg);
  * it goes whole on a line of its own (cli_print_item), which the terminal
  * wraps and a copy pastes as it is.
  * labels is "" or e.g. "tta shift9; one pass 0.9639". */
-void print_result(const char *acc, const char *labels, const char *timing, const char *out);
+void print_result(const char *acc, const char *labels, const char *timing, const char *path);
 
 /* ---- train_seeds.c */
 

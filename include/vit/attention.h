@@ -449,6 +449,13 @@ typedef struct vit_window_attn {
                      * with a window mask is the learnable route) */
     const vit_real *bias;
     int bias_heads;
+    /* Row strides, in reals, of q and dq (ld_q), k and dk (ld_k), v and dv
+     * (ld_v): 0 means dense (H*d_k, H*d_k, H*d_v), otherwise at least
+     * that, as vit_sdpa's.  With them the kernel reads Q, K, V as columns
+     * 0, D and 2D of one fused projection [B, N, 3D] (each with stride 3D)
+     * and writes their gradients there, without copies (vit_op_window_attn
+     * does).  out and dout are always dense [B, N, H*d_v]. */
+    int ld_q, ld_k, ld_v;
 } vit_window_attn;
 
 /* Reals of probs: B * H * N * M^2 (0, with a message, for an invalid
@@ -458,9 +465,10 @@ size_t vit_window_attn_probs_size(const vit_window_attn *w);
 /* Forward.  Writes (overwrites) out [B, N, H*d_v] and probs
  * [B, H, nW, T, T] from q, k, v.  out must not alias q, k, v or probs.
  * Allocates and frees a little scratch (a few windows' worth per thread).
+ * Runs on the library's threads over (item, head, window).
  * Errors: VIT_EINVAL for a NULL w or buffer, a size < 1, a grid not a
  * multiple of M, shift outside [0, M), a non-finite scale, bad bias_heads,
- * out aliasing an input; VIT_ENOMEM for overflowing sizes or a failed
+ * an ld_* neither 0 nor at least its row width, out aliasing an input; VIT_ENOMEM for overflowing sizes or a failed
  * allocation; VIT_ENUM for a non-finite score inside a window (masked or
  * not), naming item, head, query and key tokens. */
 int vit_window_attn_forward(const vit_window_attn *w, vit_real *out, vit_real *probs,
@@ -470,7 +478,12 @@ int vit_window_attn_forward(const vit_window_attn *w, vit_real *out, vit_real *p
  * accumulates (+=) dq, dk (layout of q), dv (layout of v) and dbias
  * [bias_heads, T, T] (summed over items and windows); any may be NULL; a
  * non-NULL dbias needs bias_heads 1 or H.  Gradient buffers must not
- * overlap each other or the inputs.  Errors: VIT_EINVAL as for the forward
+ * overlap each other or the inputs (dq, dk, dv interleaved in one fused
+ * [B, N, 3D] buffer through the ld_* strides is fine: no element is
+ * shared).  Threads: over windows without dbias, over heads with a dbias
+ * per head, and one thread with a dbias shared by the heads, so that its
+ * sums are added in the same order whatever the thread count.
+ * Errors: VIT_EINVAL as for the forward
  * (NULL dout, probs, q, k or v included) or a dbias with bad bias_heads;
  * VIT_ENOMEM if the scratch cannot be allocated. */
 int vit_window_attn_backward(const vit_window_attn *w, vit_real *dq, vit_real *dk,

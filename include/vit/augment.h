@@ -2,13 +2,14 @@
  * vit/augment.h - random augmentation of training images: rotation, zoom
  * and translation about the image centre (sampled bilinearly), whole-pixel
  * translation (= random crop with zero padding), horizontal flip, random
- * erasing, and the batch mixing of mixup and cutmix with their mixed (soft)
- * label targets.
+ * erasing, colour jitter (brightness, contrast, saturation, hue), random
+ * grayscale, channel permutation and inversion, and the batch mixing of
+ * mixup and cutmix with their mixed (soft) label targets.
  *
  * vit_train_run applies it to every training image when the config's
  * rotate or scale is positive (vit/model.h: rotate, scale, shift), and
  * vit_translate alone when only shift is (vit_augment_batch does
- * the whole batch, flip, mixup and cutmix included); a
+ * the whole batch, flip, colour, mixup and cutmix included); a
  * training loop of your own can draw and apply transforms the same way.
  * A transform is drawn from a vit_rng (vit/rng.h), so a run's augmentation
  * is reproducible from its seed.
@@ -97,6 +98,53 @@ double vit_cutmix_box(int box[4], int H, int W, double lam, double uy, double ux
 #define VIT_ERASE_TRIES 10
 int vit_erase_box(int box[4], int H, int W, vit_rng *rng);
 
+/* ---- colour ------------------------------------------------------------
+ *
+ * The luma weights of gray (ITU-R BT.601): gray(r, g, b) = 0.299 r + 0.587 g
+ * + 0.114 b, the Y of YIQ.  For images of other than 3 channels the gray
+ * of a pixel is the mean of its channels. */
+#define VIT_LUMA_R 0.299
+#define VIT_LUMA_G 0.587
+#define VIT_LUMA_B 0.114
+
+/* One image's colour change (vit_colour_draw).  The identity is
+ * {1, 1, 1, 0, 0, 0, 0}. */
+typedef struct vit_colour {
+    double brightness; /* factor b >= 0 */
+    double contrast;   /* factor c >= 0 */
+    double saturation; /* factor s >= 0 */
+    double hue;        /* turn t in [-0.5, 0.5] of the YIQ chroma plane */
+    int gray;          /* 1: every channel set to the pixel's gray */
+    int perm;          /* 0 .. 5: the channel permutation, 0 the identity;
+                          output channel k reads input channel
+                          perm's entry k of the six orders of three
+                          channels, lexicographic: {0,1,2}, {0,2,1},
+                          {1,0,2}, {1,2,0}, {2,0,1}, {2,1,0} */
+    int invert;        /* 1: x -> 1 - x */
+} vit_colour;
+
+/* x [H, W, C] changed in place by c, in this fixed order, each step that
+ * is not at its identity value applied to the whole image and its result
+ * clamped to [0, 1] (a step at its identity value is skipped):
+ *   1. brightness  x = b x;
+ *   2. contrast    x = c x + (1 - c) m, m the mean over the image's pixels
+ *                  of their gray (after step 1);
+ *   3. saturation  x = s x + (1 - s) gray(pixel), per pixel;
+ *   4. hue         the pixel's (Y, I, Q) = T (r, g, b), T the NTSC (FCC)
+ *                  matrix with rows (0.299, 0.587, 0.114), (0.595716,
+ *                  -0.274453, -0.321263), (0.211456, -0.522591, 0.311135);
+ *                  (I, Q) rotated by the angle 2 pi t; back by T's exact
+ *                  inverse.  Luma is kept and gray pixels stay gray;
+ *   5. gray        every channel = gray(pixel);
+ *   6. perm        channels reordered (vit_colour's perm);
+ *   7. invert      x = 1 - x.
+ * Steps 3 to 6 need C = 3; brightness, contrast and invert work for any C.
+ * Returns VIT_EINVAL for a NULL x or c, non-positive sizes, a factor
+ * negative or not finite, hue outside [-0.5, 0.5], perm outside 0 .. 5,
+ * gray or invert not 0 or 1, or a step of 3 to 6 away from its identity
+ * with C != 3.  Reentrant: touches only x. */
+int vit_colour_apply(vit_real *x, int H, int W, int C, const vit_colour *c);
+
 /* A training batch's random augmentation (vit_augment_batch), from the
  * config keys of the same names (vit/model.h).  All 0: plain copies. */
 typedef struct vit_augment {
@@ -111,7 +159,25 @@ typedef struct vit_augment {
     double mix_prob;  /* probability a batch is mixed (when either is on) */
     double smoothing; /* label smoothing, folded into the mixed targets */
     int classes;      /* width of a target row, > every label */
+    /* colour (vit_colour_draw), 0 off; all but brightness, contrast and
+       invert need 3 channels */
+    double brightness, contrast, saturation; /* factor uniform in
+                         [1 - v, 1 + v], v in [0, 1] */
+    double hue;       /* turn uniform in [-hue, hue], hue in [0, 0.5] */
+    double grayscale; /* probability in [0, 1] of gray */
+    int channel_perm; /* 1: one of the six channel orders, uniformly */
+    int invert;       /* 1: inverted with probability 0.5 */
 } vit_augment;
+
+/* Draws one image's colour change into *c (overwritten) from the colour
+ * settings of g, taking one draw of rng for each setting that is on, in
+ * this order: brightness, contrast, saturation, hue (each one uniform),
+ * grayscale (one uniform: gray when below it), channel_perm
+ * (vit_rng_below(rng, 6)), invert (one uniform: inverted when below 0.5);
+ * none for settings that are off, which stay at the identity.  Returns
+ * VIT_EINVAL for NULL arguments or settings out of range.  Reentrant:
+ * touches *c and *rng. */
+int vit_colour_draw(vit_colour *c, vit_rng *rng, const vit_augment *g);
 
 /* Scratch memory of vit_augment_batch (opaque): the per-item draws of a
  * minibatch and two image buffers, sized once for batches of up to
@@ -130,7 +196,10 @@ void vit_augment_scratch_free(vit_augment_scratch *s);
 
 /* Fills images/labels with items [lo, hi) of the minibatch idx[0 .. b)
  * (indices into ds), augmented: each item is flipped (flip), then
- * translated (shift) or warped (rotate, scale), then, with probability
+ * translated (shift) or warped (rotate, scale), then changed in colour
+ * (vit_colour_apply with vit_colour_draw's change, when a colour setting
+ * is on; the zeros a shift brings in are changed with the image), then,
+ * with probability
  * erase, the box vit_erase_box draws is filled with uniform noise in
  * [0, 1) (every channel; the noise comes from a generator seeded by one
  * draw, so it costs the batch's generator one draw); the draws for all b items
@@ -153,12 +222,15 @@ void vit_augment_scratch_free(vit_augment_scratch *s);
  * not NULL) gets lam (1 when not mixed).  Draws nothing for settings that
  * are off, so with only shift, rotate and scale the generator advances as
  * it did before flip, erasing and mixing existed.  An item's draws, in
- * order: the shift (two) or the affine (four), the flip (one), then erasing
- * (one to decide; if erased, vit_erase_box's and the noise seed's).
+ * order: the shift (two) or the affine (four), the flip (one), erasing
+ * (one to decide; if erased, vit_erase_box's and the noise seed's), then
+ * the colour (vit_colour_draw's).
  * scratch (vit_augment_scratch_new) is working memory, made for at least
  * b items of ds's image shape; nothing is allocated.
  * Returns VIT_OK; VIT_EINVAL for NULL arguments (targets and lam may be
- * NULL), 0 <= lo <= hi <= b not holding, settings out of range, or a
+ * NULL), 0 <= lo <= hi <= b not holding, settings out of range (saturation,
+ * hue, grayscale or channel_perm on for images of other than 3 channels
+ * among them), or a
  * scratch made for fewer than b items or another image shape.
  * Reentrant: touches its outputs, *scratch and *rng. */
 int vit_augment_batch(const vit_augment *aug, const vit_dataset *ds, const int *idx, int b,

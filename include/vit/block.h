@@ -76,6 +76,16 @@ typedef struct vit_block_opts {
                          the backward (the op copies them).  NULL: the plain
                          block, bitwise (training only: leave them NULL at
                          evaluation) */
+    vit_tensor *bias; /* if not NULL: a learnable additive score bias
+                         [1 or heads, T, T] (3-D, else VIT_EINVAL naming
+                         opts->bias and the shapes), a tensor of the tape
+                         whose gradient flows (e.g. vit_op_relpos_bias's
+                         output): the attention runs as vit_op_mha_bias.
+                         A constant bias in mha (mha->bias, bias_heads) is
+                         added to it (one of 1 head is spread over the
+                         heads when the other has them).  With token0_only
+                         query 0's row of each is used.  NULL: mha's
+                         constant bias alone, as before */
 } vit_block_opts;
 
 /* Records one pre-norm block on x [B, T, D]: self-attention of shape mha

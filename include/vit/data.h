@@ -207,6 +207,98 @@ int vit_data_load_split(const char *spec, const char *digits_path, const vit_dat
                         vit_dataset *train, vit_dataset *test, vit_data_split *used,
                         int *val_count);
 
+/* How every image of a data set is made one shape on load (the transform
+ * vit_data_load_opts applies, recorded with a run: vit_run_data.fit).
+ * height and width: both > 0 resize every image to height x width with
+ * vit_image_fit's filter; both 0 keep the images' own size when they all
+ * share it, else the rule below picks one.  channels: 1 or 3 converts
+ * every image (vit_image_fit: gray copied into R, G and B; RGB to gray by
+ * luma); 0 keeps the images' own when they all share it, else 3.
+ * The rule for a folder of images of different sizes: the median height
+ * and the median width of the images read (the upper median of an even
+ * count); when the larger of the two exceeds VIT_DATA_FIT_MAX_SIDE both
+ * are scaled down so that it is VIT_DATA_FIT_MAX_SIDE (aspect kept); then
+ * each is rounded to the nearest multiple of 8 (at least 8), which the
+ * patch sizes divide.  A PNG with an alpha channel is composited over
+ * white (value 1) in this load: colour x alpha + (1 - alpha). */
+typedef struct vit_data_fit {
+    int height, width; /* both > 0, or both 0 */
+    int channels;      /* 0, 1 or 3 */
+} vit_data_fit;
+
+/* The largest side the rule picks for a folder of mixed sizes. */
+#define VIT_DATA_FIT_MAX_SIDE 64
+
+/* How many skipped files a vit_data_report names. */
+#define VIT_DATA_REPORT_NAMES 3
+
+/* What vit_data_load_opts did, for a person: every field is filled. */
+typedef struct vit_data_report {
+    vit_data_fit fit;        /* the shape every image now has (never 0) */
+    int ruled;               /* 1 when the images differed in size or
+                                channels and the rule (not the caller)
+                                picked the size (bit 1) or channels (2) */
+    int min_h, max_h, min_w, max_w; /* the sizes read (before fitting) */
+    int gray, colour;        /* images read as grayscale / colour */
+    int resized, converted;  /* images whose size / channels changed */
+    int ignored;             /* files in class folders skipped for their
+                                name (not .png, .jpg, .jpeg); hidden
+                                entries (a leading '.') are not counted */
+    int skipped;             /* unreadable image files skipped (skip_bad) */
+    char skipped_why[VIT_DATA_REPORT_NAMES][320]; /* the first of them:
+                                vit_last_error's message, naming the file */
+    vit_data_split split;    /* the split applied (as *used of
+                                vit_data_load_split) */
+    int unreadable;          /* on failure: 1 when it was an image file that
+                                could not be read (skip_bad would have
+                                skipped it), else 0 */
+} vit_data_report;
+
+/* What vit_data_load_opts is asked to do. */
+typedef struct vit_data_opts {
+    vit_data_split split; /* as vit_data_load_split's split */
+    vit_data_fit fit;     /* the shape asked for (all 0: the images' own,
+                             or the rule for a folder of mixed images) */
+    int skip_bad;         /* 1: an image file that cannot be read (VIT_EIO
+                             or VIT_EFORMAT) is skipped and counted in the
+                             report instead of failing the load; a class
+                             left without images still fails */
+} vit_data_opts;
+
+/* vit_data_load_split with a transform: reads spec as vit_data_load does
+ * (the split as vit_data_load_split, from opts->split), except that the
+ * images of an image folder (with or without train/ and test/) need not
+ * share a size or channel count: each is fitted on load to opts->fit, or
+ * when that is 0 and they differ, to the rule's shape (vit_data_fit), the
+ * test half to the training half's.  Without such differences, and with
+ * opts->fit 0, the result is that of vit_data_load_split, except for
+ * alpha (composited over white here, dropped there).  Digits, IDX and
+ * CIFAR sets are fitted to opts->fit when it is given.  A folder whose
+ * images differ is read twice (the sizes first).  opts NULL is all zero.
+ * report (may be NULL) says what was done (on failure, only its
+ * unreadable field).
+ * Errors: those of vit_data_load_split; VIT_EINVAL for a fit with one
+ * side 0, a side above 4096 or channels not 0, 1 or 3; with skip_bad, a
+ * class whose every file was skipped is VIT_EFORMAT naming its folder. */
+int vit_data_load_opts(const char *spec, const char *digits_path, const vit_data_opts *opts,
+                       vit_dataset *train, vit_dataset *test, int *val_count,
+                       vit_data_report *report);
+
+/* Fits every image of ds to fit (both sides > 0 or both 0: unchanged
+ * size; channels 0: unchanged) with vit_image_fit, in place (the images
+ * buffer is replaced).  report, when not NULL, gets resized and converted
+ * added.  Errors: VIT_EINVAL (NULL ds, a bad fit), VIT_ENOMEM (ds is then
+ * unchanged). */
+int vit_dataset_fit(vit_dataset *ds, const vit_data_fit *fit, vit_data_report *report);
+
+/* Reads one image as vit_data_load_opts reads a folder's (alpha
+ * composited over white) and, when fit is not NULL, fits it to fit's
+ * height, width (both 0: kept) and channels (0: kept).  Output and
+ * ownership as vit_image_read; errors as vit_image_read, and VIT_EINVAL
+ * for a bad fit. */
+int vit_image_load(const char *path, const vit_data_fit *fit, vit_real **pixels, int *height,
+                   int *width, int *channels);
+
 /* What `vit_train --data SPEC` calls.  spec is one of (checked in order)
  *   "digits"   -> vit_data_load_digits(digits_path, 1437, train, test),
  *   a folder holding IDX files (a name containing "-idx3-ubyte" or

@@ -98,8 +98,9 @@ typedef struct vit_adapt_opts {
 } vit_adapt_opts;
 
 /* Copies the architecture of src's config (patch, dim, depth, heads, mlp,
- * pool, patch_stride, patch_pad, lsa, stem, stem2, local_conv, ln_eps) over
- * *dst, whose image size, channels, classes and recipe stay.  Cannot fail;
+ * pool, patch_stride, patch_pad, lsa, stem, stem2, local_conv, ln_eps; for
+ * another architecture its arch and keys) over *dst, whose image size,
+ * channels, classes and recipe stay.  Cannot fail;
  * neither may be NULL. */
 void vit_config_take_arch(vit_config *dst, const vit_config *src);
 
@@ -119,7 +120,8 @@ void vit_config_take_arch(vit_config *dst, const vit_config *src);
  * *out is the caller's.  note (cap bytes, may be NULL) receives one line
  * saying what was adapted, e.g. "pos 14x14 -> 7x7 bicubic; 3 -> 1
  * channels (summed); new head (10 classes)".  Returns VIT_OK; VIT_EINVAL
- * for NULL pointers, a target whose architecture is not src's, a channel
+ * for NULL pointers, a src of another architecture than the ViT (named), a
+ * target whose architecture is not src's, a channel
  * change other than 3 <-> 1, or keep_head with other classes; VIT_ENOMEM.
  * src is only read. */
 int vit_model_adapt(const vit_model *src, const vit_config *target, const vit_adapt_opts *o,

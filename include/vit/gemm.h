@@ -51,6 +51,16 @@ int vit_gemm_set_path(vit_gemm_path path);
  * environment, else VIT_GEMM_AUTO.  Thread-safe. */
 vit_gemm_path vit_gemm_get_path(void);
 
+/* Whether the environment's VIT_GEMM is one this library takes (unset,
+ * empty, "auto", "blas", or "xsmm" in a library with libxsmm): VIT_OK, or
+ * VIT_EINVAL with a message naming the value and what is accepted, e.g.
+ * "VIT_GEMM=fast: expected auto, blas or xsmm".  A value it does not take
+ * leaves the policy at VIT_GEMM_AUTO; the library prints nothing, so a
+ * program calls this before its work to refuse the setting rather than
+ * run on another path than asked.  Reads the environment once (as the
+ * first GEMM does); thread-safe. */
+int vit_gemm_env_check(void);
+
 /* "auto", "blas" or "xsmm"; "?" for another value.  A static string. */
 const char *vit_gemm_path_name(vit_gemm_path path);
 

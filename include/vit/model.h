@@ -1,7 +1,9 @@
 /*
- * vit/model.h - the Vision Transformer: its configuration (a small text
- * file, see models/digits-tiny.cfg) and the model itself, written as forward
- * code on the tape.
+ * vit/model.h - the configuration (a small text file, see
+ * models/digits-tiny.cfg) and the model: a network of any architecture
+ * (vit/arch.h) with its parameters, its forward on the tape and a training
+ * batch split across threads.  The built-in architecture, the default, is
+ * the Vision Transformer (src/model_vit.c):
  *
  *   images [B, H, W, C]
  *     -> with stem > 0: 3x3 convolution (stride 1, padding 1), GELU  [B, H, W, stem]
@@ -28,6 +30,7 @@
 #define VIT_MODEL_H
 
 #include "vit/core.h"
+#include "vit/arch.h"
 #include "vit/bf16.h"
 #include "vit/embeddings.h"
 #include "vit/optim.h"
@@ -66,14 +69,23 @@ const char *vit_tta_name(int tta);
  * 9 (shift9) or 18 (shift9flip); 0 for an unknown value. */
 int vit_tta_passes(int tta);
 
-/* The model's shape and the training recipe, both read from one text config
- * of `key = value` lines ('#' starts a comment).  Keys are the field names
- * below; vit_config_set() accepts the same keys, which is how command-line
- * flags override the file. */
+/* Most shared (not architecture) keys a vit_config has: the size of its
+ * `given` flags. */
+#define VIT_CONFIG_KEYS_MAX 64
+
+/* The model's architecture and shape and the training recipe, read from one
+ * text config of `key = value` lines ('#' starts a comment).  Keys are the
+ * field names below (the shared keys: the data's shape and the recipe),
+ * `arch` (the architecture, vit/arch.h; "vit" when absent) and the
+ * architecture's own keys (for the ViT, the fields patch .. local_conv
+ * below); vit_config_set() accepts the same keys, which is how
+ * command-line flags override the file.  Every key knows whether it was
+ * given (vit_config_given), so that nothing needs a sentinel value. */
 typedef struct vit_config {
-    /* model */
+    /* the data's shape */
     int image_height, image_width, channels; /* set from the data at train time */
     int classes;                             /* likewise */
+    /* the ViT's keys (arch "vit"; unused with another architecture) */
     int patch;      /* P: patch side in pixels; divides the image size */
     int dim;        /* D: token width */
     int depth;      /* number of blocks */
@@ -149,6 +161,15 @@ typedef struct vit_config {
                             depth drops each residual branch per image with
                             rate drop_path * (l + 1) / depth, survivors
                             scaled by 1 / (1 - rate) */
+    /* colour (vit_colour_draw and vit_colour_apply in vit/augment.h), 0
+       off; saturation, hue, grayscale and channel_perm need channels = 3 */
+    double brightness;   /* factor uniform in [1 - v, 1 + v], v in [0, 1] */
+    double contrast;     /* blend with the image's mean gray, factor as above */
+    double saturation;   /* blend with each pixel's gray, factor as above */
+    double hue;          /* YIQ chroma turned by up to +-hue turns, [0, 0.5] */
+    double grayscale;    /* probability, in [0, 1], of gray (BT.601 luma) */
+    int channel_perm;    /* 1: a uniformly random order of the 3 channels */
+    int invert;          /* 1: x -> 1 - x with probability 0.5 */
     unsigned long long seed;
     /* evaluation */
     int tta;             /* VIT_TTA_NONE, VIT_TTA_SHIFT9, VIT_TTA_AUTO or
@@ -165,6 +186,17 @@ typedef struct vit_config {
                             (the default), _BF16 or _AUTO ("fp32" / "bf16" /
                             "auto" in text; vit/bf16.h, vit_precision_resolve);
                             evaluation is float32 whatever it says */
+    /* the architecture (vit/arch.h): set with vit_config_set(cfg, "arch",
+       NAME) or vit_config_set_arch, not by hand */
+    const vit_arch *arch;   /* NULL or vit_arch_vit(): the ViT */
+    union {                 /* its config struct, at its keys' offsets */
+        unsigned char bytes[VIT_ARCH_CONFIG_MAX];
+        double align_real;
+        long long align_int;
+        void *align_ptr;
+    } arch_cfg;
+    unsigned char arch_given[VIT_ARCH_KEYS_MAX]; /* 1: its key i was given */
+    unsigned char given[VIT_CONFIG_KEYS_MAX];    /* 1: shared key i was given */
 } vit_config;
 
 /* Fills (overwrites) *cfg with the built-in defaults (the digits-tiny shape
@@ -229,18 +261,21 @@ int vit_config_check(const vit_config *cfg);
 int vit_config_pick_patch(int height, int width, int max_grid, int *patch, int *fits, char *why,
                           size_t cap);
 
-/* Key and help text of config field i (0-based), for tools that list the
- * keys: returns the help and sets *key (key must not be NULL); both are
- * static strings.  NULL (and *key untouched) outside 0 .. count-1. */
+/* Key and help text of config key i (0-based) of the shared keys and the
+ * ViT's, in the order of a ViT's config text, for tools that list the
+ * keys: returns the help and sets *key (when key is not NULL); both are
+ * static strings.  NULL (and *key untouched) outside 0 .. count-1.
+ * Another architecture's keys are its vit_arch.keys (vit/arch.h). */
 const char *vit_config_key_help(int i, const char **key);
 
-/* Number of model parameters for a config (0, with a message, if the config
- * is invalid or NULL).  Pure; any thread. */
+/* Number of model parameters for a config of any architecture (0, with a
+ * message, if the config is invalid or NULL).  Pure; any thread. */
 size_t vit_config_param_count(const vit_config *cfg);
 
 /* Multiply-adds of one image's forward pass (what the model's matrix
  * products do; layer norms, softmax, GELU, bias and residual adds are not
- * counted), with N patches (vit_patch_count of vit_config_patch_shape, so
+ * counted): for another architecture than the ViT what its describe hook
+ * says (vit/arch.h); for the ViT, with N patches (vit_patch_count of vit_config_patch_shape, so
  * overlapping patches count as the model makes them), T = N + 1 tokens and
  * D = dim:
  *   stem (stem > 0)        H*W * 9*C * stem
@@ -301,6 +336,12 @@ int vit_model_precision(const vit_model *m);
  * precision that is not one of VIT_PRECISION_*, VIT_ENOMEM (then the model
  * keeps its precision).  Not while the model trains. */
 int vit_model_set_precision(vit_model *m, int precision);
+
+/* The model's architecture (vit/arch.h: the ViT unless its config says
+ * otherwise), and what it described of the model (multiply-adds, drop-path
+ * stages, attention maps); owned by the model.  NULL for a NULL m. */
+const vit_arch *vit_model_arch(const vit_model *m);
+const vit_arch_info *vit_model_info(const vit_model *m);
 
 /* The config the model was made with (owned by the model). */
 const vit_config *vit_model_config(const vit_model *m);
@@ -393,6 +434,16 @@ typedef struct vit_train_extras {
                                    drop_scale[(2l) batch + i], its MLP branch
                                    by drop_scale[(2l + 1) batch + i]
                                    (vit_block_opts.drop_attn, drop_mlp) */
+    /* When the step runs as one slice (vit_threads() == 1 or batch 1):
+     * called on the calling thread during the backward as soon as values
+     * [offset, offset + count) of the gradient buffer (vit_model_grads) are
+     * final, each value once, the last block's first (vit_tape_on_leaf_grad);
+     * e.g. vit_dist_buckets_ready, to sum them over the ranks while the
+     * backward goes on.  Values never reported (a block under recompute, or
+     * a step of several slices, reports nothing) are final when the call
+     * returns.  NULL: no reports. */
+    void (*grads_ready)(void *ctx, size_t offset, size_t count);
+    void *ready_ctx;
 } vit_train_extras;
 
 /* vit_model_train_grads with extras ex (may be NULL: exactly

@@ -20,6 +20,8 @@
  *         ... vit_tape_backward(tape, loss);
  *         int ng; const vit_param_group *g = vit_params_groups(p, &ng);
  *         vit_adamw_step(&opt, vit_params_values(p), vit_params_grads(p), g, ng, lr);
+ *     vit_params_save(p, "model.params", "my model, width 64");   (and, into a p
+ *     vit_params_load(p, "model.params", NULL);                     built alike)
  *
  * Layout: tensors are stored in the order they were added, each contiguous
  * and row-major, with no gaps: tensor i starts where tensor i-1 ends
@@ -199,6 +201,37 @@ vit_tensor *vit_params_leaf(vit_params *p, vit_tape *tape, int i, int with_grad)
  * last tensor, or a total size above INT_MAX (a tape dimension is an int). */
 vit_tensor *vit_params_leaf_range(vit_params *p, vit_tape *tape, int first, int count,
                                   int with_grad);
+
+/* ---- Files ------------------------------------------------------------- */
+
+/* Saves every tensor's values to path, under its name and shape, with the
+ * caller's note (free text, e.g. the model's own description; NULL for
+ * none).  The file is a checkpoint (vit/checkpoint.h: step 0, the note as
+ * its config text, one tensor per parameter tensor in layout order), so
+ * vit_ckpt_read reads it too; values are stored as float32 (the float64
+ * build rounds to nearest).  Gradients are not saved.  Written atomically
+ * (vit/atomic_file.h): a temporary beside path, flushed, fsync'd and
+ * renamed over it, so path holds the old file or the whole new one.
+ * Returns VIT_OK; VIT_EINVAL for a NULL p or path or p not allocated;
+ * VIT_ENUM for a value not finite as float32 (naming the tensor); VIT_EIO
+ * (naming path and the system's reason) or VIT_ENOMEM, path then
+ * unchanged.  Reads p only: safe beside other readers. */
+int vit_params_save(const vit_params *p, const char *path, const char *note);
+
+/* Overwrites p's values with those saved in path (vit_params_save, or any
+ * checkpoint holding exactly p's tensors).  The file must hold exactly
+ * the tensors of p, by name, each with p's rank and every dimension (the
+ * order does not matter); otherwise nothing is written and VIT_EFORMAT
+ * names each difference: "'fc.w' is [10, 784] in the file, [784, 10] in
+ * the model", "'fc.b' is missing from the file", "'head.w' is in the file
+ * but not in the model" (as many as the message holds, then "...").  If
+ * note is not NULL, *note receives a malloc'd copy of the saved note (""
+ * for none; the caller frees it), NULL on failure.  Gradients are not
+ * touched.  Returns VIT_OK; VIT_EINVAL for a NULL p or path or p not
+ * allocated; the errors of vit_ckpt_read (VIT_EIO, VIT_EFORMAT for a
+ * damaged file, VIT_ENUM, VIT_ENOMEM) with its message.  On failure p is
+ * unchanged.  One thread at a time per p. */
+int vit_params_load(vit_params *p, const char *path, char **note);
 
 VIT_END_DECLS
 

@@ -32,6 +32,12 @@
  *   local_conv  the model's when it gives one (local_conv >= 0), else 1
  *           where the rule gives stem2 (it was measured with it), 0
  *           elsewhere.
+ *   brightness, contrast, saturation  VIT_RECIPE_JITTER, hue
+ *           VIT_RECIPE_HUE and grayscale VIT_RECIPE_GRAYSCALE for colour
+ *           images (3 channels: photos vary in light and white balance),
+ *           0 for others;
+ *   channel_perm, invert  1 for colour images whose colour carries no
+ *           class (the colour test below), else 0.
  * The class count changes nothing.  Pure functions, any thread.
  */
 #ifndef VIT_RECIPE_H
@@ -71,13 +77,27 @@ VIT_BEGIN_DECLS
 #define VIT_RECIPE_STEM2 32
 #define VIT_RECIPE_STEM2_COUNT 10000
 
+/* The colour jitter the rule gives colour images (brightness, contrast
+ * and saturation factors in [1 - v, 1 + v]), the hue turn (+- of a full
+ * turn) and the grayscale probability: common values for photos, not yet
+ * tuned here (docs/cli.md says what they were measured at). */
+#define VIT_RECIPE_JITTER 0.3
+#define VIT_RECIPE_HUE 0.05
+#define VIT_RECIPE_GRAYSCALE 0.1
+
+/* The colour test's margin over chance (below). */
+#define VIT_RECIPE_COLOUR_MARGIN 0.05
+
 /* What the rule looks at. */
 typedef struct vit_recipe_data {
     int count;                 /* training images (without a validation tail) */
     int height, width, channels, classes;
-    const vit_dataset *images; /* optional (NULL: flip 0): images whose class
-                                  means are tested for mirror symmetry; up to
-                                  8192 of them, evenly spread, are read */
+    const vit_dataset *images; /* optional (NULL: flip, channel_perm and
+                                  invert 0): images whose class means are
+                                  tested for mirror symmetry and whose mean
+                                  colours are tested for class information;
+                                  up to 8192 of them, evenly spread, are
+                                  read */
 } vit_recipe_data;
 
 /* The recipe.  Keys by their vit_config names; flip is the key of the
@@ -100,6 +120,11 @@ typedef struct vit_recipe {
                             model's own is kept), e.g. "7x7 patches of 14x14,
                             the finest grid within 8x8 (stem2's map, half the
                             image)" */
+    double brightness, contrast, saturation, hue, grayscale; /* the colour
+                           keys (vit_config): for 3 channels only */
+    int channel_perm, invert; /* 1 when the colour test allows them */
+    double colour_acc;    /* the colour test's held-out accuracy; -1 untested */
+    double colour_chance; /* its chance level; -1 untested */
 } vit_recipe;
 
 /* The recipe for data d and the model shape of model (its dim, depth,
@@ -111,7 +136,10 @@ typedef struct vit_recipe {
  * (what 1.37e14 multiply-adds of training pay for), shift 1 (a 28th of the
  * side: 10k images or more), flip (class means' mirror asymmetry 0.16),
  * stem 16 (images other than the model's 8x8), stem2 32 and patch 2 of its
- * 14x14 map (10000 images or more), local_conv 1 (with stem2)".
+ * 14x14 map (10000 images or more), local_conv 1 (with stem2)", for
+ * colour images followed by e.g. ", colour jitter 0.3, hue 0.05, grayscale
+ * 0.1 (colour images), channel_perm and invert (mean colour names the
+ * class for 10.4% of held-out images, chance 10.2%)".
  *
  * The mirror test: for each class, the mean image m over the images read,
  * its left-right mirror m' and the other classes' means o; a class's
@@ -120,6 +148,24 @@ typedef struct vit_recipe {
  * (-1 with fewer than two classes).  flip is 1 when it is below 0.35 (the
  * digits: 0.84, in a 28x28 field 0.84, in colour at 32x32 0.62;
  * Fashion-MNIST: 0.16).
+ *
+ * The colour test (3 channels, at least two classes, images given): a
+ * quarter of the images read are held out (picked by a fixed hash of their
+ * number among the reads, so no period in the labels' order lines up with
+ * the split) and the rest fit; each image is
+ * reduced to its mean colour (the mean of each channel), each class to the
+ * mean of its fitting images' mean colours, and each held-out image is
+ * given the class whose mean is nearest (Euclidean; ties to the lower
+ * class).  r->colour_acc is the share of the held-out images so given
+ * their own class, r->colour_chance the share of the held-out images in
+ * their most common class (what always naming one class scores).
+ * channel_perm and invert are 1 when colour_acc < colour_chance +
+ * max(VIT_RECIPE_COLOUR_MARGIN, 3 sqrt(chance (1 - chance) / n)), n the
+ * held-out count (at least 20, else untested): the mean colour predicts
+ * the class no better than chance within three standard errors, so
+ * reordering or inverting the colours loses nothing the classes need
+ * (images in random colours: yes; CIFAR-like photos, where sky is blue and
+ * grass green: no).
  *
  * Returns VIT_OK; VIT_EINVAL for a NULL d, model or r, a count, side,
  * channel or class count below 1, images whose shape differs from d's, or

@@ -171,13 +171,34 @@ int vit_tape_backward(vit_tape *tape, vit_tensor *loss);
  * Errors as vit_tape_backward, and VIT_EINVAL for a NULL dy. */
 int vit_tape_backward_from(vit_tape *tape, vit_tensor *y, const vit_real *dy);
 
+/* Called during a backward when the gradient of leaf (a vit_tape_leaf
+ * made with a grad buffer) is final: right after the backward of the first
+ * recorded op that reads it, on the thread running the backward.  ctx is
+ * vit_tape_on_leaf_grad's.  fn must not use the tape. */
+typedef void (*vit_tape_leaf_fn)(void *ctx, vit_tensor *leaf);
+
+/* From the next backward on, reports each leaf with a gradient buffer
+ * through fn as soon as its gradient is final (once per backward, in the
+ * backward's order: the leaves read last in the forward come first), e.g.
+ * to send a parameter's gradient while the backward goes on.  A leaf no
+ * recorded op reads directly (one read only inside a vit_op_checkpoint's
+ * sub-graph, or by no op) is not reported.  Kept across resets; fn NULL
+ * stops the reports.  The numbers the backward computes are the same with
+ * or without it.  Returns VIT_OK, or VIT_EINVAL for a NULL tape. */
+int vit_tape_on_leaf_grad(vit_tape *tape, vit_tape_leaf_fn fn, void *ctx);
+
 /* ---- Ops.  Shapes: the last dimension is the feature dimension; leading
  * dimensions are flattened into rows where the kernel works on rows.
  * Every op: runs the kernel's forward now and returns a new tensor owned by
  * the tape, requiring a gradient when some input does (in grad mode);
  * returns NULL without doing anything if the tape already holds an error or
- * an input is NULL.  On a shape mismatch it returns NULL with VIT_EINVAL
- * (the message names the op and the shapes); kernel errors (VIT_ENUM for a
+ * an input is NULL.  Shapes are strict: every op checks each input's rank
+ * and every dimension it documents (a tensor holding the right number of
+ * values in another layout, say a [B, N, C] for a [B, H, W, C] image or a
+ * [H, N, N, 1] bias, is refused); on a mismatch it returns NULL with
+ * VIT_EINVAL and a message naming the op, the argument, the expected
+ * layout and the given shape ("vit_op_pos_add: pos must be [T, D] =
+ * [3, 4], got [1, 3, 4]"); kernel errors (VIT_ENUM for a
  * non-finite value, ...) and VIT_ENOMEM are passed through the same way.
  * Inputs are read, never modified. ---- */
 
@@ -241,6 +262,27 @@ vit_tensor *vit_op_reshape(vit_tape *tape, vit_tensor *x, int ndim, const int *s
  * VIT_EINVAL; 1 <= n <= 16) -> [B, sum T_i, D], x[0]'s tokens first. */
 vit_tensor *vit_op_concat_tokens(vit_tape *tape, int n, vit_tensor *const *x);
 
+/* A gather (permutation, selection or repetition) of tokens:
+ * out[b, i, :] = x[b, idx[i], :] for x [B, N, C] (3-D) and i < n:
+ * [B, n, C].  idx (n >= 1 entries, each in 0..N-1, else VIT_EINVAL naming
+ * the first bad one; repeats allowed) is copied.  The backward
+ * scatter-adds: x's gradient row idx[i] receives dy's row i, repeated
+ * indices summed, rows nobody reads nothing.  Undoes a permutation with
+ * its inverse index; Swin's cyclic shift is the gather of the rolled
+ * grid. */
+vit_tensor *vit_op_gather_tokens(vit_tape *tape, vit_tensor *x, const int *idx, int n);
+
+/* Swin's patch merging before its LayerNorm and reduction: x
+ * [B, grid_h*grid_w, C] (tokens row by row; sides even, else VIT_EINVAL)
+ * -> [B, (grid_h/2)*(grid_w/2), 4C], output token (i, j) the
+ * concatenation of the tokens at (2i, 2j), (2i+1, 2j), (2i, 2j+1),
+ * (2i+1, 2j+1): torchvision's SwinTransformer order (x0 = x[0::2, 0::2],
+ * x1 = x[1::2, 0::2], x2 = x[0::2, 1::2], x3 = x[1::2, 1::2], cat on
+ * channels), so that vit_op_layernorm over 4C and vit_op_linear
+ * [4C, 2C] follow as there.  A vit_op_gather_tokens and a vit_op_reshape
+ * (two ops on the tape); errors name vit_op_patch_merge. */
+vit_tensor *vit_op_patch_merge(vit_tape *tape, vit_tensor *x, int grid_h, int grid_w);
+
 /* Embedding lookup: rows ids[0..n-1] of table [V, D] (2-D), each id in
  * 0..V-1 (else VIT_EINVAL naming it).  ids (copied) are viewed with shape
  * id_shape[id_ndim] (id_ndim 1..3, product n); the output has that shape
@@ -273,8 +315,57 @@ vit_tensor *vit_op_mha_bias(vit_tape *tape, const vit_mha *cfg, vit_tensor *para
                             vit_tensor *x_q, vit_tensor *x_kv, vit_tensor *bias,
                             vit_real **probs);
 
-/* Patch embedding of images [B, H, W, C] (a leaf, usually without grad) with
- * W [P*P*C, D] and b [D] (may be NULL): tokens [B, N, D]. */
+/* What vit_op_window_attn needs besides its tensors. */
+typedef struct vit_window_opts {
+    int heads;      /* H; divides D */
+    int grid_h;     /* token rows */
+    int grid_w;     /* token columns; N = grid_h * grid_w */
+    int window;     /* M; divides grid_h and grid_w; T = M * M */
+    int shift;      /* 0 <= shift < M: Swin's cyclic shift (0 or M/2) */
+    vit_real scale; /* score scale; 0 means 1/sqrt(D/H) */
+} vit_window_opts;
+
+/* Swin's (shifted) window self-attention from a fused projection:
+ * qkv [B, N, 3*D] holds Q, K and V side by side (columns 0, D, 2D, as
+ * vit_op_linear with W [d_model, 3*D] makes them; head h uses columns
+ * h*D/H .. of each), N = grid_h * grid_w tokens numbered row by row.  Each
+ * token attends only to the tokens of its M x M window; with a shift the
+ * windows are those of the grid rolled by -shift on both axes, and tokens
+ * that come from opposite borders do not attend each other (the region
+ * mask): exactly vit_mha's core with mask.allowed from
+ * vit_mask_window(grid_h, grid_w, M, shift), at a cost linear in N.
+ * bias: NULL, or an additive score bias by window position pair,
+ * [H, T, T] (one per head) or [1, T, T] (shared), shared by every window
+ * and item: Swin's relative position bias after its lookup
+ * (vit_op_relpos_bias), whose gradient (summed over items and windows)
+ * flows like any input's.  Output [B, N, D], heads concatenated (the
+ * input of the output projection).  opts is copied.  The kernel
+ * (vit_window_attn_*, vit/attention.h) reads Q, K, V inside qkv and adds
+ * their gradients there: no copies.  The op keeps the maps
+ * [B, H, N, T] for its backward.  Every rank and dimension is checked:
+ * VIT_EINVAL naming the argument and the expected and given shapes for a
+ * qkv not [B, N, 3*D] with D a multiple of H, a bias not [1 or H, T, T],
+ * and for bad opts (NULL, a size < 1, a grid not a multiple of M, a shift
+ * outside [0, M), a non-finite scale); VIT_ENUM for a non-finite score. */
+vit_tensor *vit_op_window_attn(vit_tape *tape, vit_tensor *qkv, vit_tensor *bias,
+                               const vit_window_opts *opts);
+
+/* Swin's relative position bias: the learnable table [(2M-1)^2, H]
+ * (2-D; M = window, 1..256) gathered into the score bias [H, T, T]
+ * (T = M*M) of an M x M window, ready for vit_op_window_attn (or
+ * vit_op_mha_bias).  Positions p = y*M + x row-major; pair (i, j) reads
+ * row (y_i - y_j + M - 1) * (2M - 1) + (x_i - x_j + M - 1) of the table,
+ * as torchvision's relative_position_index (its
+ * relative_position_bias_table has this layout).  The backward
+ * scatter-adds into the table's gradient: each entry receives the sum
+ * over the pairs at its offset.  VIT_EINVAL (naming the op, the argument
+ * and the shapes) for a window out of range or a table not
+ * [(2M-1)^2, H]. */
+vit_tensor *vit_op_relpos_bias(vit_tape *tape, vit_tensor *table, int window);
+
+/* Patch embedding of images [B, H, W, C] (4-D; a leaf, usually without
+ * grad) with W [P*P*C, D] (2-D) and b [D] (1-D, may be NULL): tokens
+ * [B, N, D]. */
 vit_tensor *vit_op_patch_embed(vit_tape *tape, const vit_patch_shape *shape,
                                vit_tensor *img, vit_tensor *W, vit_tensor *b);
 

@@ -60,6 +60,14 @@ typedef struct vit_run_data {
                                          "" */
     unsigned long long init_hash;     /* FNV-1a (64-bit) of that file's bytes
                                          (0 with init_from "") */
+    vit_data_fit fit;                 /* the transform the images got on
+                                         load (vit_data_load_opts's
+                                         opts->fit, or the rule's shape):
+                                         all zero when none was given or
+                                         ruled, and in records written
+                                         before it was recorded; stored as
+                                         "fit = HxWxC" (0 for a part
+                                         kept) */
 } vit_run_data;
 
 /* Fills *out with the fingerprint of train and test and with spec (NULL:
@@ -73,6 +81,12 @@ int vit_run_data_of(const vit_dataset *train, const vit_dataset *test, const cha
  * hashes; the specs and splits are not compared: the hashes cover the
  * parts a split made), else 0. */
 int vit_run_data_same(const vit_run_data *a, const vit_run_data *b);
+
+/* The fit to load a run's own data with again: the record's shape
+ * (height, width, channels), which leaves images of that shape as they
+ * are and fits the others as the run did (rec->fit, or the rule, made
+ * them that shape); all zero when known is 0. */
+vit_data_fit vit_run_data_fit(const vit_run_data *rec, int known);
 
 /* One line for a person: "1437 train + 360 test images of 8x8x1, 10
  * classes (labels 9f3c21d04ab6e7c1, pixels 04aa...)" into buf[cap]
@@ -123,7 +137,17 @@ typedef struct vit_run_state {
      * vit_run_load fills it and sets has_data when the file holds it. */
     int has_data;
     vit_run_data data;
+    /* With a validation set: the epoch of the best model so far (0: none)
+     * and its validation score (vit_train_opts.save_best's measure; the
+     * accuracy without one), stored as the tensor VIT_RUN_BEST (2 values)
+     * when best_epoch > 0; vit_run_load fills them, or zeros from a file
+     * without it. */
+    unsigned long long best_epoch;
+    double best_score;
 } vit_run_state;
+
+/* The checkpoint tensor of vit_run_state.best_epoch and best_score. */
+#define VIT_RUN_BEST "train.best"
 
 /* The checkpoint tensor of vit_run_state.train_params. */
 #define VIT_RUN_TRAIN_PARAMS "train.params"
@@ -237,7 +261,15 @@ typedef struct vit_epoch_metrics {
     double seconds;           /* wall time of the run until this row, over
                                  every invocation of a resumed run */
     double val_acc;           /* -1 without a validation set */
+    double val_loss;          /* likewise (not a metrics.csv column) */
 } vit_epoch_metrics;
+
+/* vit_train_opts.save_best: which validation score picks the kept model. */
+enum { VIT_BEST_NONE = 0, VIT_BEST_ACCURACY = 1, VIT_BEST_LOSS = 2 };
+
+/* One statement of what a resumed run may change (vit_train_run refuses
+ * any other difference with it; vit_train --help says it too). */
+#define VIT_RESUME_MAY_CHANGE "only epochs, ckpt_minutes and precision may change"
 
 /* A training run in progress (below: vit_trainer_new). */
 typedef struct vit_trainer vit_trainer;
@@ -315,10 +347,12 @@ typedef struct vit_train_event {
     const vit_train_progress *at;    /* the position after the event */
     double loss;                     /* STEP: the batch's mean loss */
     double lr;                       /* STEP: the step's learning rate */
-    double images_per_second;        /* STEP, EPOCH: this invocation's
-                                        training images (steps * batch, or
-                                        whole epochs * train_count) per second
-                                        of elapsed (EPOCH counts scoring too) */
+    double images_per_second;        /* STEP: this invocation's training
+                                        images (steps * batch) per second of
+                                        elapsed; EPOCH: the run's (epochs
+                                        done * train_count, every invocation)
+                                        per second of its wall time
+                                        (epoch->seconds: scoring counts) */
     const vit_epoch_metrics *epoch;  /* EPOCH: the row just written */
     const char *path;                /* CHECKPOINT, SET_ASIDE */
     const char *key, *old_value, *new_value; /* RESUME_CHANGE */
@@ -365,28 +399,65 @@ typedef struct vit_train_opts {
                                 (vit_data_load_split's *used), stored in
                                 the checkpoints' data record; all zero:
                                 none */
+    vit_data_fit data_fit;   /* the transform the images got on load
+                                (vit_data_opts.fit, or the rule's shape),
+                                stored in the checkpoints' data record;
+                                all zero: none */
     double budget_seconds;   /* > 0: a time budget for the run (from
                                 vit_trainer_new to the end of the final
-                                scores), or 0.  The first steps are measured
-                                (forward and backward of a few batches and
-                                scoring a few test images, without training)
-                                and cfg's epochs become those that end
-                                nearest 98% of it (within half an epoch), with each epoch's scoring and the
-                                final (test-time augmented) scores; at least
-                                one more than done, at most cfg's epochs.
-                                After each epoch the plan is checked against
-                                the pace of the last epochs: a run
-                                predicted to end over the budget is
-                                shortened, one predicted to end under 92% of
-                                it is lengthened (by 5% at least),
-                                and the schedule is laid out anew over the
-                                new length (warm-up and cosine, which still
-                                ends at min_lr after the last step).  The
+                                scores), a ceiling: the first steps are
+                                measured (forward and backward of a few
+                                batches, scoring a few test images once
+                                and with the config's test-time
+                                augmentation, without training) and cfg's
+                                epochs become the most whose steps, epoch
+                                scoring and final scores end by 95% of it;
+                                at least one more than done, at most cfg's
+                                epochs.  After each epoch the plan is
+                                checked against the pace of the last
+                                epochs: a run predicted to end past 98% of
+                                the budget is shortened to end by 95%; a
+                                longer plan is made only when the slowest
+                                epoch seen so far, repeated, still ends by
+                                95% (and adds one epoch and 10% at least);
+                                the schedule is laid out anew over the new
+                                length (warm-up and cosine, which still
+                                ends at min_lr after the last step).  When
+                                the final test-time augmented scoring no
+                                longer fits what is left, the final figures
+                                are one pass (result.tta_skipped).  The
                                 planned epochs are the run's (checkpoints
                                 keep them): a resume without a budget goes
                                 on to them, one with a budget plans its own
                                 time, with the checkpoint's epochs (or a
-                                larger given epochs) as the most */
+                                larger given epochs) as the most.  Between
+                                steps, when one more step and the final
+                                one-pass scoring would pass the budget, the
+                                run ends there, inside its epoch
+                                (result.out_of_budget) */
+    double warmup_fraction;  /* > 0: the warm-up lasts this fraction of the
+                                run's epochs (cfg's, or the budget's plan,
+                                and each new plan's) instead of cfg's
+                                warmup, which the checkpoints then record;
+                                0: cfg's warmup.  vit_train's recipe uses
+                                1/28 */
+    int save_best;           /* VIT_BEST_NONE (0), VIT_BEST_ACCURACY or
+                                VIT_BEST_LOSS: after every epoch whose
+                                validation score (one pass) beats every
+                                earlier one (accuracy higher, or loss
+                                lower), write OUT/best.ckpt (atomically;
+                                as last.ckpt, at that epoch's end), and at
+                                the end score the test set on that model
+                                (result.best_epoch); needs val_count > 0
+                                (else VIT_EINVAL).  A resume remembers the
+                                best so far (the checkpoint records it) */
+    int early_stop;          /* > 0: end the run (finished, with last.ckpt
+                                written) after this many epochs in a row
+                                without a better validation score (by
+                                save_best's measure, accuracy when it is
+                                VIT_BEST_NONE); needs val_count > 0.  A
+                                resume with a larger epochs trains on;
+                                0: never */
     /* Fine-tuning (vit/finetune.h, docs/finetune.md).  init_from: a new
        run (not with resume) starts from these weights instead of
        vit_model_init: one of our checkpoints (vit_run_save), one of our
@@ -450,7 +521,26 @@ typedef struct vit_train_result {
                                 says) and */
     double ema;              /* ema, to label the figures */
     double seconds;          /* wall time of this invocation */
-    double images_per_second;
+    double images_per_second;  /* its training images per second of it */
+    double run_seconds;      /* wall time of the whole run, every
+                                invocation of a resumed one (to the
+                                checkpoint it resumed, then this one) */
+    double run_images_per_second; /* the run's training images (epochs
+                                done x training images) per run_seconds */
+    int best_epoch;          /* with opts.save_best: the epoch of the model
+                                the final figures score (OUT/best.ckpt);
+                                0: the last model */
+    double best_score;       /* its validation score (save_best's measure) */
+    int early_stopped;       /* 1: opts.early_stop ended the run before its
+                                epochs */
+    int out_of_budget;       /* 1: the budget ran out inside epoch
+                                epochs_done + 1 (at epoch_step): last.ckpt
+                                holds that position (a resume goes on from
+                                it) and the figures score that model */
+    int tta_skipped;         /* the config's tta (VIT_TTA_*) when the
+                                budget left no time for it: the final
+                                figures are one pass (tta VIT_TTA_NONE);
+                                0: not skipped */
     unsigned long long steps;
     int epochs_done;
     int epochs;              /* the run's length in epochs, as its
@@ -463,8 +553,9 @@ typedef struct vit_train_result {
     int interrupted;         /* 1: stopped through opts.stop, the callback or
                                 vit_trainer_request_stop; the checkpoint
                                 holds the position (no scores filled) */
-    unsigned long long epoch_step; /* with interrupted: steps done in the
-                                epoch epochs_done + 1 (0: at its start) */
+    unsigned long long epoch_step; /* with interrupted or out_of_budget:
+                                steps done in the epoch epochs_done + 1
+                                (0: at its start) */
     long steps_per_epoch;
     int already_complete;    /* 1: resumed a run that had done all its
                                 epochs; nothing trained (no scores filled) */

@@ -13,6 +13,7 @@
 #include "vit/tape.h"
 #include "vit/block.h"
 #include "vit/local_conv.h"
+#include "vit/arch.h"
 #include "vit/model.h"
 #include "vit/optim.h"
 #include "vit/rng.h"

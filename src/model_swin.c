@@ -1,0 +1,584 @@
+/*
+ * The Swin Transformer (Liu et al. 2021), the built-in architecture "swin"
+ * (vit/arch.h): its keys and recipe rule, its tensors, its forward on the
+ * tape, and torchvision's names for them, laid out like torchvision's
+ * SwinTransformer (v1) so that an export loads there.
+ *
+ * Network: patch embedding (a P x P convolution at stride P, as a linear
+ * map of each patch, then LayerNorm); stages s = 0..S-1 of depths[s]
+ * blocks of width dim * 2^s and heads[s] heads; a block is
+ *     x = x + proj(WindowAttention(LN1(x)))      (shifted every other block)
+ *     x = x + fc2(GELU(fc1(LN2(x))))
+ * with a learned relative position bias per head ((2M-1)^2 table); between
+ * stages patch merging (the 2 x 2 neighbours concatenated in torchvision's
+ * order, LayerNorm over 4C, a linear map 4C -> 2C without bias); then
+ * LayerNorm, the mean over the tokens, the head.
+ *
+ * Tokens are [B, gh*gw, C], numbered row by row over the grid: the memory
+ * layout of torchvision's [B, H, W, C].  Block j of a stage shifts its
+ * windows by M/2 when j is odd and the window is smaller than the grid
+ * (torchvision drops the shift when one window covers the grid).  Every
+ * grid must be a multiple of the window and, before a merge, even
+ * (torchvision would pad; we refuse).
+ *
+ * Parameters (in this order; C_s = dim * 2^s, H_s heads, M the window,
+ * R = mlp_ratio, K classes):
+ *   patch.w [P*P*Cin, C_0]  patch.b [C_0]  patch.ln.g, patch.ln.b [C_0]
+ *   s.j.{ln1.g, ln1.b [C_s], rel [(2M-1)^2, H_s], qkv.w [C_s, 3C_s],
+ *        qkv.b [3C_s], proj.w [C_s, C_s], proj.b [C_s],
+ *        ln2.g, ln2.b [C_s], fc1.w [C_s, R C_s], fc1.b [R C_s],
+ *        fc2.w [R C_s, C_s], fc2.b [C_s]}          block j of stage s
+ *   s.merge.{w [4C_s, 2C_s], ln.g, ln.b [4C_s]}    after stage s < S-1
+ *   ln.g, ln.b [C_{S-1}]  head.w [C_{S-1}, K]  head.b [K]
+ * Linear weights are [in, out] (y = x W), PyTorch's transposed.  The order
+ * is that of torchvision's state_dict, so an export keeps it.
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arch_internal.h"
+#include "error.h"
+#include "vit/arch.h"
+#include "vit/attention.h"
+#include "vit/embeddings.h"
+#include "vit/model.h"
+
+#define SWIN_LN_EPS 1e-5 /* torchvision's LayerNorm eps */
+
+#define SWIN_MAX_STAGES 4
+
+/* The arch's config (a vit_config's arch_cfg: the keys' fields), with the
+ * data's shape and init_std, which swin_of copies from the vit_config. */
+typedef struct swin_cfg {
+    int image_height, image_width, channels, classes;
+    int patch;      /* P: the patch embedding's kernel and stride */
+    int window;     /* M: attention windows of M x M tokens */
+    int dim;        /* C: stage 0's width; stage s has C * 2^s */
+    int stages;     /* S, 1..SWIN_MAX_STAGES */
+    int depths[SWIN_MAX_STAGES]; /* blocks per stage, >= 1 */
+    int heads[SWIN_MAX_STAGES];  /* heads per stage, dividing its width */
+    int mlp_ratio;  /* MLP hidden width = mlp_ratio * width */
+    double init_std;  /* std of the truncated normal linear weights (0.02) */
+} swin_cfg;
+
+typedef struct swin swin;
+
+/* A block's tensors, in layout order. */
+enum { B_LN1_G, B_LN1_B, B_REL, B_QKV_W, B_QKV_B, B_PROJ_W, B_PROJ_B, B_LN2_G, B_LN2_B,
+       B_FC1_W, B_FC1_B, B_FC2_W, B_FC2_B, B_ROWS };
+/* The tensors outside the blocks. */
+enum { E_PATCH_W, E_PATCH_B, E_PATCH_LN_G, E_PATCH_LN_B, E_LN_G, E_LN_B, E_HEAD_W, E_HEAD_B,
+       E_ROWS };
+enum { M_W, M_LN_G, M_LN_B, M_ROWS };
+
+struct swin {
+    swin_cfg cfg;
+    vit_params *P;           /* the model's tensors (build adds them) */
+    int end[E_ROWS];
+    int merge[SWIN_MAX_STAGES][M_ROWS];
+    int (*blocks)[B_ROWS];  /* every block of every stage, in order */
+};
+
+/* ---- config ------------------------------------------------------------ */
+
+static void swin_stage_grid(const swin_cfg *c, int s, int *gh, int *gw)
+{
+    *gh = c->image_height / c->patch >> s;
+    *gw = c->image_width / c->patch >> s;
+}
+
+static int width_of(const swin_cfg *c, int s) { return c->dim << s; }
+
+/* torchvision's shift: M/2 on odd blocks unless one window covers the grid. */
+static int shift_of(const swin_cfg *c, int s, int j)
+{
+    int gh, gw;
+    swin_stage_grid(c, s, &gh, &gw);
+    return (j % 2 && c->window < gh && c->window < gw) ? c->window / 2 : 0;
+}
+
+static int swin_config_check(const swin_cfg *c)
+{
+    const char *fn = "swin config";
+    if (!c)
+        return vit_fail(VIT_EINVAL, "%s: NULL", fn);
+    if (c->image_height < 1 || c->image_width < 1 || c->channels < 1 || c->classes < 2)
+        return vit_fail(VIT_EINVAL, "%s: images %dx%dx%d with %d classes (need sizes >= 1 and "
+                        ">= 2 classes)", fn, c->image_height, c->image_width, c->channels,
+                        c->classes);
+    if (c->patch < 1 || c->image_height % c->patch || c->image_width % c->patch)
+        return vit_fail(VIT_EINVAL, "%s: patch %d does not divide the %dx%d images", fn,
+                        c->patch, c->image_height, c->image_width);
+    if (c->stages < 1 || c->stages > SWIN_MAX_STAGES)
+        return vit_fail(VIT_EINVAL, "%s: %d stages (1..%d)", fn, c->stages, SWIN_MAX_STAGES);
+    if (c->window < 1 || c->dim < 1 || c->mlp_ratio < 1)
+        return vit_fail(VIT_EINVAL, "%s: window %d, dim %d, mlp_ratio %d (each must be >= 1)",
+                        fn, c->window, c->dim, c->mlp_ratio);
+    if (!(c->init_std >= 0 && isfinite(c->init_std)))
+        return vit_fail(VIT_EINVAL, "%s: init_std %g (finite, >= 0)", fn, c->init_std);
+    for (int s = 0; s < c->stages; s++) {
+        int gh, gw, C = width_of(c, s);
+        swin_stage_grid(c, s, &gh, &gw);
+        if (c->depths[s] < 1 || c->heads[s] < 1 || C % c->heads[s])
+            return vit_fail(VIT_EINVAL, "%s: stage %d has depth %d and %d heads for width %d "
+                            "(depth >= 1, heads dividing the width)", fn, s, c->depths[s],
+                            c->heads[s], C);
+        if (gh < 1 || gw < 1 || gh % c->window || gw % c->window)
+            return vit_fail(VIT_EINVAL, "%s: stage %d's %dx%d token grid is not a multiple of "
+                            "window %d", fn, s, gh, gw, c->window);
+        if (s + 1 < c->stages && (gh % 2 || gw % 2))
+            return vit_fail(VIT_EINVAL, "%s: stage %d's %dx%d grid is odd: patch merging needs "
+                            "it even", fn, s, gh, gw);
+    }
+    return VIT_OK;
+}
+
+/* The rule's line for config c: what its grid, window and stages are. */
+static void say_why(const swin_cfg *c, char *why, size_t cap)
+{
+    if (!why || !cap)
+        return;
+    int gh, gw, g0h, g0w;
+    swin_stage_grid(c, 0, &g0h, &g0w);
+    swin_stage_grid(c, c->stages - 1, &gh, &gw);
+    char merged[48] = "";
+    if (c->stages > 1)
+        snprintf(merged, sizeof merged, " (%dx%d after merging)", gh, gw);
+    snprintf(why, cap, "patch %d makes a %dx%d grid (at most 16x16), window %d divides "
+             "it, %d stage%s%s, widths %d..%d, depths %d", c->patch, g0h, g0w, c->window,
+             c->stages, c->stages > 1 ? "s" : "", merged, c->dim, width_of(c, c->stages - 1),
+             c->depths[0]);
+    for (int s = 1, n = (int)strlen(why); s < c->stages && n < (int)cap; s++, n = (int)strlen(why))
+        snprintf(why + n, cap - (size_t)n, "+%d", c->depths[s]);
+}
+
+/* The rule: patch 2 if it gives a grid of at most 16 x 16, else the
+ * smallest patch that does; the window the largest of 8..4 dividing the
+ * grid (7 for 14 x 14: 7 divides it); as many stages (at most 3) as the
+ * grid halves into multiples of the window; width 32 doubling per stage,
+ * one head per 32 channels; depths 2 then 6 (most blocks where the
+ * tokens are few), 2 for a single stage; MLP ratio 2.  At 28 x 28 that is
+ * 16 M multiply-adds an image, about 1.6 times the ViT's Fashion-MNIST
+ * default (10 M), so the recipe's compute budget gives it ~45 epochs. */
+static int swin_config_pick(swin_cfg *c, int height, int width, int channels, int classes,
+                         char *why, size_t cap)
+{
+    memset(c, 0, sizeof *c);
+    *c = (swin_cfg){.image_height = height, .image_width = width, .channels = channels,
+                           .classes = classes, .dim = 32, .mlp_ratio = 2,
+                           .init_std = 0.02};
+    for (int p = 2; p <= 16 && !c->patch; p++)
+        if (height % p == 0 && width % p == 0 && height / p <= 16 && width / p <= 16)
+            c->patch = p;
+    if (!c->patch && height <= 16 && width <= 16)
+        c->patch = 1;
+    if (!c->patch)
+        return vit_fail(VIT_EINVAL, "swin recipe: no patch of 1..16 divides %dx%d images into "
+                        "a grid of at most 16x16", height, width);
+    int gh = height / c->patch, gw = width / c->patch;
+    for (int m = 8; m >= 4 && !c->window; m--)
+        if (gh % m == 0 && gw % m == 0)
+            c->window = m;
+    if (!c->window) /* small or awkward grids: one window over the whole grid if square */
+        c->window = gh == gw ? gh : 0;
+    if (!c->window)
+        return vit_fail(VIT_EINVAL, "swin recipe: no window of 4..8 divides the %dx%d grid of "
+                        "patch %d", gh, gw, c->patch);
+    c->stages = 1;
+    while (c->stages < 3 && gh % 2 == 0 && gw % 2 == 0 && (gh / 2) % c->window == 0 &&
+           (gw / 2) % c->window == 0) {
+        c->stages++;
+        gh /= 2;
+        gw /= 2;
+    }
+    static const int depths[3][3] = {{2}, {2, 6}, {2, 2, 4}};
+    for (int s = 0; s < SWIN_MAX_STAGES; s++) { /* and 2 blocks past its stages */
+        c->depths[s] = s < c->stages ? depths[c->stages - 1][s] : 2;
+        c->heads[s] = width_of(c, s) / 32;
+    }
+    say_why(c, why, cap);
+    return VIT_OK;
+}
+
+static size_t swin_macs(const swin_cfg *c)
+{
+    int gh, gw;
+    swin_stage_grid(c, 0, &gh, &gw);
+    size_t n = (size_t)gh * gw, macs = n * c->patch * c->patch * c->channels * c->dim;
+    for (int s = 0; s < c->stages; s++) {
+        size_t C = (size_t)width_of(c, s), T = (size_t)c->window * c->window;
+        swin_stage_grid(c, s, &gh, &gw);
+        n = (size_t)gh * gw;
+        /* qkv, proj, fc1, fc2; scores and the weighted sum: 2 T C per token */
+        macs += c->depths[s] * n * (4 * C * C + 2 * C * C * c->mlp_ratio + 2 * T * C);
+        if (s + 1 < c->stages)
+            macs += n / 4 * 4 * C * 2 * C;
+    }
+    return macs + (size_t)width_of(c, c->stages - 1) * c->classes;
+}
+
+/* ---- layout ------------------------------------------------------------ */
+
+static int add(swin *m, const char *name, int ndim, int d0, int d1, int init, double scale,
+               int decay)
+{
+    int shape[2] = {d0, d1};
+    return vit_params_add(m->P, name, ndim, shape, init, scale, decay);
+}
+
+#define TRYIX(dst, call)                                                       \
+    do {                                                                       \
+        int ix_ = (call);                                                      \
+        if (ix_ < 0)                                                           \
+            return ix_;                                                        \
+        (dst) = ix_;                                                           \
+    } while (0)
+
+/* torchvision's init: linear weights truncated normal (std 0.02) and zero
+ * biases, the relative position tables likewise, LayerNorms 1 and 0, the
+ * patch convolution PyTorch's default (uniform within 1/sqrt(fan_in)).
+ * Decay on the weight matrices only. */
+static int layout(swin *m)
+{
+    const swin_cfg *c = &m->cfg;
+    double sd = c->init_std, fan = 1.0 / sqrt((double)c->patch * c->patch * c->channels);
+    int C0 = c->dim, N = VIT_INIT_NORMAL;
+    TRYIX(m->end[E_PATCH_W], add(m, "patch.w", 2, c->patch * c->patch * c->channels, C0,
+                                 VIT_INIT_UNIFORM, fan, 1));
+    TRYIX(m->end[E_PATCH_B], add(m, "patch.b", 1, C0, 0, VIT_INIT_UNIFORM, fan, 0));
+    TRYIX(m->end[E_PATCH_LN_G], add(m, "patch.ln.g", 1, C0, 0, VIT_INIT_ONE, 0, 0));
+    TRYIX(m->end[E_PATCH_LN_B], add(m, "patch.ln.b", 1, C0, 0, VIT_INIT_ZERO, 0, 0));
+    int b = 0, R = 2 * c->window - 1;
+    for (int s = 0; s < c->stages; s++) {
+        int C = width_of(c, s), H = c->heads[s], F = c->mlp_ratio * C;
+        for (int j = 0; j < c->depths[s]; j++, b++) {
+            int *ix = m->blocks[b];
+            char name[64];
+#define ROW(id, row, nd, d0, d1, init, scale, decay)                           \
+    do {                                                                       \
+        snprintf(name, sizeof name, "%d.%d.%s", s, j, row);                    \
+        TRYIX(ix[id], add(m, name, nd, d0, d1, init, scale, decay));           \
+    } while (0)
+            ROW(B_LN1_G, "ln1.g", 1, C, 0, VIT_INIT_ONE, 0, 0);
+            ROW(B_LN1_B, "ln1.b", 1, C, 0, VIT_INIT_ZERO, 0, 0);
+            ROW(B_REL, "rel", 2, R * R, H, N, 0.02, 0);
+            ROW(B_QKV_W, "qkv.w", 2, C, 3 * C, N, sd, 1);
+            ROW(B_QKV_B, "qkv.b", 1, 3 * C, 0, VIT_INIT_ZERO, 0, 0);
+            ROW(B_PROJ_W, "proj.w", 2, C, C, N, sd, 1);
+            ROW(B_PROJ_B, "proj.b", 1, C, 0, VIT_INIT_ZERO, 0, 0);
+            ROW(B_LN2_G, "ln2.g", 1, C, 0, VIT_INIT_ONE, 0, 0);
+            ROW(B_LN2_B, "ln2.b", 1, C, 0, VIT_INIT_ZERO, 0, 0);
+            ROW(B_FC1_W, "fc1.w", 2, C, F, N, sd, 1);
+            ROW(B_FC1_B, "fc1.b", 1, F, 0, VIT_INIT_ZERO, 0, 0);
+            ROW(B_FC2_W, "fc2.w", 2, F, C, N, sd, 1);
+            ROW(B_FC2_B, "fc2.b", 1, C, 0, VIT_INIT_ZERO, 0, 0);
+#undef ROW
+        }
+        if (s + 1 < c->stages) {
+            char name[64];
+            snprintf(name, sizeof name, "%d.merge.w", s);
+            TRYIX(m->merge[s][M_W], add(m, name, 2, 4 * C, 2 * C, N, sd, 1));
+            snprintf(name, sizeof name, "%d.merge.ln.g", s);
+            TRYIX(m->merge[s][M_LN_G], add(m, name, 1, 4 * C, 0, VIT_INIT_ONE, 0, 0));
+            snprintf(name, sizeof name, "%d.merge.ln.b", s);
+            TRYIX(m->merge[s][M_LN_B], add(m, name, 1, 4 * C, 0, VIT_INIT_ZERO, 0, 0));
+        }
+    }
+    int CL = width_of(c, c->stages - 1);
+    TRYIX(m->end[E_LN_G], add(m, "ln.g", 1, CL, 0, VIT_INIT_ONE, 0, 0));
+    TRYIX(m->end[E_LN_B], add(m, "ln.b", 1, CL, 0, VIT_INIT_ZERO, 0, 0));
+    TRYIX(m->end[E_HEAD_W], add(m, "head.w", 2, CL, c->classes, N, sd, 1));
+    TRYIX(m->end[E_HEAD_B], add(m, "head.b", 1, c->classes, 0, VIT_INIT_ZERO, 0, 0));
+    return VIT_OK;
+}
+
+static void swin_free(swin *m)
+{
+    if (!m)
+        return;
+    free(m->blocks);
+    free(m);
+}
+
+/* The state of cfg (checked) with its tensors added to P (open). */
+static swin *swin_build(const swin_cfg *cfg, vit_params *P)
+{
+    if (swin_config_check(cfg) != VIT_OK)
+        return NULL;
+    swin *m = calloc(1, sizeof *m);
+    int nb = 0;
+    for (int s = 0; s < cfg->stages; s++)
+        nb += cfg->depths[s];
+    if (!m || !(m->blocks = calloc((size_t)nb, sizeof *m->blocks)))
+        goto oom;
+    m->cfg = *cfg;
+    m->P = P;
+    if (layout(m) != VIT_OK) {
+        swin_free(m);
+        return NULL;
+    }
+    return m;
+oom:
+    swin_free(m);
+    vit_fail(VIT_ENOMEM, "swin: out of memory");
+    return NULL;
+}
+
+/* ---- forward ----------------------------------------------------------- */
+
+/* r + drop_path(x W + b): without scales the one fused op. */
+static vit_tensor *residual(vit_tape *tape, vit_tensor *x, vit_tensor *W, vit_tensor *b,
+                            vit_tensor *r, const vit_real *scale)
+{
+    if (!scale)
+        return vit_op_linear_add(tape, x, W, b, r);
+    return vit_op_add(tape, r, vit_op_drop_path(tape, vit_op_linear(tape, x, W, b), scale));
+}
+
+/* Where the forward takes parameter tensor i from. */
+typedef vit_tensor *(*leaf_fn)(const void *ctx, int i);
+
+/* The network on tape: img [batch, H, W, C] -> logits [batch, classes].
+ * drop: NULL, or stochastic depth's scales, block b's attention branch
+ * scaled by drop[2b stride + i] for image i, its MLP branch by
+ * drop[(2b + 1) stride + i]. */
+static vit_tensor *run(const swin *m, vit_tape *tape, leaf_fn leaf, const void *lctx,
+                       vit_tensor *img, int batch, const vit_real *drop, int stride)
+{
+    const swin_cfg *c = &m->cfg;
+#define L(ix) leaf(lctx, (ix))
+    vit_patch_shape ps = {.batch = batch, .height = c->image_height, .width = c->image_width,
+                          .channels = c->channels, .patch = c->patch, .dim = c->dim,
+                          .stride = c->patch};
+    vit_tensor *x = vit_op_patch_embed(tape, &ps, img, L(m->end[E_PATCH_W]),
+                                       L(m->end[E_PATCH_B]));
+    x = vit_op_layernorm(tape, x, L(m->end[E_PATCH_LN_G]), L(m->end[E_PATCH_LN_B]), SWIN_LN_EPS);
+    int b = 0;
+    for (int s = 0; s < c->stages; s++) {
+        int gh, gw, H = c->heads[s];
+        swin_stage_grid(c, s, &gh, &gw);
+        for (int j = 0; j < c->depths[s]; j++, b++) {
+            const int *ix = m->blocks[b];
+            const vit_real *d_attn = drop ? drop + (size_t)2 * b * stride : NULL;
+            const vit_real *d_mlp = drop ? drop + (size_t)(2 * b + 1) * stride : NULL;
+            vit_tensor *h = vit_op_layernorm(tape, x, L(ix[B_LN1_G]), L(ix[B_LN1_B]), SWIN_LN_EPS);
+            vit_tensor *qkv = vit_op_linear(tape, h, L(ix[B_QKV_W]), L(ix[B_QKV_B]));
+            vit_tensor *bias = vit_op_relpos_bias(tape, L(ix[B_REL]), c->window);
+            vit_window_opts wo = {.heads = H, .grid_h = gh, .grid_w = gw, .window = c->window,
+                                  .shift = shift_of(c, s, j)};
+            vit_tensor *a = vit_op_window_attn(tape, qkv, bias, &wo);
+            x = residual(tape, a, L(ix[B_PROJ_W]), L(ix[B_PROJ_B]), x, d_attn);
+            h = vit_op_layernorm(tape, x, L(ix[B_LN2_G]), L(ix[B_LN2_B]), SWIN_LN_EPS);
+            h = vit_op_linear_gelu(tape, h, L(ix[B_FC1_W]), L(ix[B_FC1_B]));
+            x = residual(tape, h, L(ix[B_FC2_W]), L(ix[B_FC2_B]), x, d_mlp);
+        }
+        if (s + 1 < c->stages) {
+            x = vit_op_patch_merge(tape, x, gh, gw);
+            x = vit_op_layernorm(tape, x, L(m->merge[s][M_LN_G]), L(m->merge[s][M_LN_B]),
+                                 SWIN_LN_EPS);
+            x = vit_op_linear(tape, x, L(m->merge[s][M_W]), NULL);
+        }
+    }
+    x = vit_op_layernorm(tape, x, L(m->end[E_LN_G]), L(m->end[E_LN_B]), SWIN_LN_EPS);
+    x = vit_op_mean_tokens(tape, x, 0);
+    return vit_op_linear(tape, x, L(m->end[E_HEAD_W]), L(m->end[E_HEAD_B]));
+#undef L
+}
+
+/* ---- torchvision's names ----------------------------------------------- */
+
+/* Our row names and torchvision's, with how its tensor is made of ours
+ * (enum vit_export_op, vit/arch.h). */
+typedef struct torch_row {
+    const char *ours, *theirs;
+    int op;
+} torch_row;
+
+static const torch_row block_rows[] = { /* "S.J.<ours>": features.(2S+1).J.<theirs> */
+    {"ln1.g", "norm1.weight", VIT_EXPORT_COPY}, {"ln1.b", "norm1.bias", VIT_EXPORT_COPY},
+    {"rel", "attn.relative_position_bias_table", VIT_EXPORT_COPY},
+    {"qkv.w", "attn.qkv.weight", VIT_EXPORT_TRANSPOSE}, {"qkv.b", "attn.qkv.bias", VIT_EXPORT_COPY},
+    {"proj.w", "attn.proj.weight", VIT_EXPORT_TRANSPOSE},
+    {"proj.b", "attn.proj.bias", VIT_EXPORT_COPY},
+    {"ln2.g", "norm2.weight", VIT_EXPORT_COPY}, {"ln2.b", "norm2.bias", VIT_EXPORT_COPY},
+    {"fc1.w", "mlp.0.weight", VIT_EXPORT_TRANSPOSE}, {"fc1.b", "mlp.0.bias", VIT_EXPORT_COPY},
+    {"fc2.w", "mlp.3.weight", VIT_EXPORT_TRANSPOSE}, {"fc2.b", "mlp.3.bias", VIT_EXPORT_COPY},
+};
+static const torch_row merge_rows[] = { /* "S.merge.<ours>": features.(2S+2).<theirs> */
+    {"w", "reduction.weight", VIT_EXPORT_TRANSPOSE}, {"ln.g", "norm.weight", VIT_EXPORT_COPY},
+    {"ln.b", "norm.bias", VIT_EXPORT_COPY},
+};
+static const torch_row end_rows[] = {
+    {"patch.w", "features.0.0.weight", VIT_EXPORT_CONV},
+    {"patch.b", "features.0.0.bias", VIT_EXPORT_COPY},
+    {"patch.ln.g", "features.0.2.weight", VIT_EXPORT_COPY},
+    {"patch.ln.b", "features.0.2.bias", VIT_EXPORT_COPY},
+    {"ln.g", "norm.weight", VIT_EXPORT_COPY}, {"ln.b", "norm.bias", VIT_EXPORT_COPY},
+    {"head.w", "head.weight", VIT_EXPORT_TRANSPOSE}, {"head.b", "head.bias", VIT_EXPORT_COPY},
+};
+
+static const torch_row *find_row(const torch_row *rows, size_t n, const char *ours)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(rows[i].ours, ours) == 0)
+            return &rows[i];
+    return NULL;
+}
+
+/* torchvision's name of our tensor `ours` in out[cap] and its op: VIT_OK,
+ * or VIT_EINVAL for a name that is not one of the Swin's. */
+static int torch_name(const char *ours, char *out, size_t cap, int *op)
+{
+    int S, J, n = 0;
+    const torch_row *r = NULL;
+#define ROWS(a) a, sizeof a / sizeof *a
+    if (sscanf(ours, "%d.%d.%n", &S, &J, &n) == 2 && n &&
+        (r = find_row(ROWS(block_rows), ours + n)))
+        snprintf(out, cap, "features.%d.%d.%s", 2 * S + 1, J, r->theirs);
+    else if (n = 0, sscanf(ours, "%d.merge.%n", &S, &n) == 1 && n &&
+             (r = find_row(ROWS(merge_rows), ours + n)))
+        snprintf(out, cap, "features.%d.%s", 2 * S + 2, r->theirs);
+    else if ((r = find_row(ROWS(end_rows), ours)))
+        snprintf(out, cap, "%s", r->theirs);
+    else
+        return vit_fail(VIT_EINVAL, "swin: no torchvision name for tensor %s", ours);
+#undef ROWS
+    *op = r->op;
+    return VIT_OK;
+}
+
+/* ---- the architecture (vit/arch.h) ------------------------------------- */
+
+/* The arch's config struct inside a vit_config is a swin_cfg whose
+ * data-shape and init fields the library's own config supplies (swin_of). */
+#define KEY(name, field, hi, def, help)                                        \
+    {name, VIT_KEY_INT, offsetof(swin_cfg, field), 1, hi, def, help, NULL}
+static const vit_arch_key swin_keys[] = {
+    KEY("patch", patch, 64, "2", "patch side in pixels (a P x P convolution at stride P)"),
+    KEY("window", window, 64, "7", "attention windows of M x M tokens; divide every grid"),
+    KEY("embed_dim", dim, 4096, "32", "stage 1's width; each stage doubles it"),
+    KEY("stages", stages, SWIN_MAX_STAGES, "2", "stages, patch merging between them"),
+    KEY("depth_1", depths[0], 256, "2", "blocks of stage 1 (plain and shifted windows alternate)"),
+    KEY("depth_2", depths[1], 256, "6", "blocks of stage 2"),
+    KEY("depth_3", depths[2], 256, "2", "blocks of stage 3"),
+    KEY("depth_4", depths[3], 256, "2", "blocks of stage 4"),
+    KEY("heads_1", heads[0], 1024, "1", "attention heads of stage 1 (divide its width)"),
+    KEY("heads_2", heads[1], 1024, "2", "attention heads of stage 2"),
+    KEY("heads_3", heads[2], 1024, "4", "attention heads of stage 3"),
+    KEY("heads_4", heads[3], 1024, "8", "attention heads of stage 4"),
+    KEY("mlp_ratio", mlp_ratio, 64, "2", "MLP hidden width over the block's width"),
+};
+#undef KEY
+enum { SWIN_KEYS = (int)(sizeof swin_keys / sizeof *swin_keys), SWIN_STAGE_KEY0 = 4 };
+
+/* The Swin of a vit_config: its keys, the data's shape and init_std. */
+static swin_cfg swin_of(const vit_config *cfg)
+{
+    swin_cfg c;
+    memcpy(&c, vit_config_arch_data(cfg), sizeof c);
+    c.image_height = cfg->image_height, c.image_width = cfg->image_width;
+    c.channels = cfg->channels, c.classes = cfg->classes, c.init_std = cfg->init_std;
+    return c;
+}
+
+/* A depth_s or heads_s for a stage past `stages`, given with a value other
+ * than its default, would be ignored: refused instead. */
+static int swin_check(const vit_config *cfg)
+{
+    swin_cfg c = swin_of(cfg);
+    for (int k = SWIN_STAGE_KEY0; k < SWIN_STAGE_KEY0 + 2 * SWIN_MAX_STAGES; k++) {
+        const vit_arch_key *key = &swin_keys[k];
+        int stage = key->key[strlen(key->key) - 1] - '1';
+        int v = *(const int *)((const char *)&c + key->offset);
+        if (stage >= c.stages && vit_config_given(cfg, key->key) == 1 && v != atoi(key->def))
+            return vit_fail(VIT_EINVAL, "%s: %d for a stage the model does not have (stages "
+                            "= %d)", key->key, v, c.stages);
+    }
+    return swin_config_check(&c);
+}
+
+/* The recipe's values (swin_config_pick) for the keys not given. */
+static int swin_adapt(vit_config *cfg, int train_count, char *why, size_t cap)
+{
+    (void)train_count;
+    swin_cfg pick, *c = vit_config_arch_data_mut(cfg);
+    TRY(swin_config_pick(&pick, cfg->image_height, cfg->image_width, cfg->channels,
+                         cfg->classes, NULL, 0));
+    int ruled = 0;
+    for (int k = 0; k < SWIN_KEYS; k++) {
+        const vit_arch_key *key = &swin_keys[k];
+        int stage = k >= SWIN_STAGE_KEY0 && k < SWIN_STAGE_KEY0 + 2 * SWIN_MAX_STAGES
+                        ? key->key[strlen(key->key) - 1] - '1' : -1;
+        if (stage < c->stages && vit_config_given(cfg, key->key) == 0) {
+            memcpy((char *)c + key->offset, (const char *)&pick + key->offset, sizeof(int));
+            ruled = 1;
+        }
+    }
+    if (why && cap)
+        why[0] = '\0';
+    if (ruled) {
+        swin_cfg full = swin_of(cfg);
+        say_why(&full, why, cap);
+    }
+    return VIT_OK;
+}
+
+static int swin_arch_build(const vit_config *cfg, vit_params *p, void **state)
+{
+    swin_cfg c = swin_of(cfg);
+    swin *m = swin_build(&c, p);
+    *state = m;
+    return m ? VIT_OK : vit_tape_status(NULL);
+}
+
+static void swin_release(void *state) { swin_free(state); }
+
+static vit_tensor *arch_leaf(const void *run, int i) { return vit_arch_param(run, i); }
+
+static vit_tensor *swin_forward(const vit_arch_run *r)
+{
+    return run(r->state, r->tape, arch_leaf, r, r->images, r->batch,
+               r->train ? r->drop_scale : NULL, r->drop_stride);
+}
+
+/* Windowed maps ([heads, windows, T, T]) are not the [queries, keys] over
+ * the grid that vit_attn draws: none are offered. */
+static void swin_describe(const vit_config *cfg, vit_arch_info *info)
+{
+    swin_cfg c = swin_of(cfg);
+    info->macs = swin_macs(&c);
+    for (int s = 0; s < c.stages; s++)
+        info->drop_layers += c.depths[s];
+}
+
+/* torchvision's name and layout; our layout is its state_dict's order. */
+static int swin_export_tensor(const vit_config *cfg, int i, const vit_param_tensor *t,
+                              vit_arch_export *e)
+{
+    const swin_cfg *c = vit_config_arch_data(cfg);
+    TRY(torch_name(t->name, e->name, sizeof e->name, &e->op));
+    e->ndim = e->op == VIT_EXPORT_CONV ? 4 : e->op == VIT_EXPORT_TRANSPOSE ? 2 : t->ndim;
+    e->kernel = c->patch;
+    e->order = i;
+    return VIT_OK;
+}
+
+const vit_arch vit_arch_swin_def = {
+    .name = "swin",
+    .summary = "Swin Transformer (torchvision's v1 layout): shifted windows with a relative "
+               "position bias, patch merging between stages",
+    .keys = swin_keys,
+    .nkeys = SWIN_KEYS,
+    .config_size = sizeof(swin_cfg),
+    .check = swin_check,
+    .adapt = swin_adapt,
+    .build = swin_arch_build,
+    .release = swin_release,
+    .forward = swin_forward,
+    .describe = swin_describe,
+    .export_tensor = swin_export_tensor,
+    .export_layout = "torchvision.SwinTransformer",
+};

@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# A folder of photos as a person has them, made by make_photos: PNG and
+# JPEG files of 64-120 px, grayscale next to colour, a text file, names with
+# a comma and a quote.  vit_train trains on it with no preprocessing (the
+# rule's size and channels said in one line, recorded in the checkpoint) or
+# with --image-size/--channels; --skip-bad skips a broken file and names
+# it; vit_eval names its scoring and prints precision/recall/F1; vit_predict
+# takes the folder and writes a CSV that an RFC 4180 reader (csv_fields)
+# reads back; vit_attn reads a JPEG; --class-names names IDX classes.
+# Usage:
+#   test_photos.sh TOOLS_DIR MAKE_PHOTOS CSV_FIELDS
+set -u
+tools=$1 make_photos=$2 csv_fields=$3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+check() { # NAME COMMAND...: the command (a shell test) must succeed
+    local name=$1
+    shift
+    if eval "$@"; then
+        pass=$((pass + 1)); echo "ok   $name"
+    else
+        fail=$((fail + 1)); echo "FAIL $name"; return 1
+    fi
+}
+show() { sed 's/^/     /' <<<"$1"; }
+
+"$make_photos" "$tmp/photos"
+rc=$?
+if [ $rc -eq 77 ]; then echo "skip: built without libjpeg (the folder needs JPEG files)"; exit 77; fi
+[ $rc -eq 0 ] || { echo "FAIL make_photos"; exit 1; }
+"$make_photos" "$tmp/bad" --bad || { echo "FAIL make_photos --bad"; exit 1; }
+small=(--dim 16 --depth 1 --heads 2 --mlp 16 --epochs 2 --batch 8 --threads 1)
+
+# ---- the mixed folder trains as it is ----------------------------------
+out=$("$tools/vit_train" --data "$tmp/photos" --out "$tmp/run" "${small[@]}" 2>&1)
+rc=$?
+check "mixed folder: vit_train exits 0" '[ $rc -eq 0 ]' || show "$out"
+# Heights 120, 80, 64, 100 and widths 96, 64, 64, 90 (and the two named
+# files): upper medians 100x90, the longer side capped at 64 -> 64x57.6,
+# rounded to multiples of 8 -> 64x56; colour among gray -> RGB.
+check "mixed folder: one line says the rule and its result" \
+    '[ "$(grep -c "^images: 26 read, 64x64 to 120x96 (HxW), 13 gray, 13 colour; 26 resized, 13 converted, all now 64x56x3 (sizes differ: the median, longest side at most 64, sides multiples of 8; RGB, as some images are colour; --image-size and --channels choose)" <<<"$out")" -eq 1 ]'
+check "mixed folder: the data line counts the fitted images and the ignored notes.txt" \
+    'grep -qx "data: 20 train, 6 test images of 64x56x3, 3 classes (1 other file ignored: not .png, .jpg or .jpeg)" <<<"$out"'
+check "mixed folder: the transform is in the checkpoint's data record" 'grep -aqx "fit = 64x56x3" "$tmp/run/last.ckpt"'
+
+# ---- flags convert every image ------------------------------------------
+out=$("$tools/vit_train" --data "$tmp/photos" --out "$tmp/run32" --image-size 32x24 --channels 1 \
+    "${small[@]}" 2>&1)
+check "--image-size 32x24 --channels 1: applied" \
+    'grep -q "^data: 20 train, 6 test images of 32x24x1" <<<"$out" && grep -q "all now 32x24x1 (as asked)" <<<"$out"' || show "$out"
+out=$("$tools/vit_train" --data "$tmp/photos" --out "$tmp/runhw" --image-height 32 --image-width 24 \
+    --channels 1 "${small[@]}" 2>&1)
+check "--image-height 32 --image-width 24 --channels 1: applied, not ignored" \
+    'grep -q "^data: 20 train, 6 test images of 32x24x1" <<<"$out"' || show "$out"
+out=$("$tools/vit_train" --data "$tmp/photos" --out "$tmp/runhw2" --image-height 32 --channels 1 \
+    "${small[@]}" 2>&1)
+rc=$?
+check "--image-height alone: refused with the reason" \
+    '[ $rc -eq 2 ] && grep -q "image-height alone: give --image-width too" <<<"$out" && [ ! -e "$tmp/runhw2" ]'
+out=$("$tools/vit_train" --resume "$tmp/run32/last.ckpt" --image-size 16 --epochs 3 2>&1)
+rc=$?
+check "resume with another --image-size: refused naming the run's" \
+    '[ $rc -eq 2 ] && grep -q "the run .* trained on images of 32x24x1" <<<"$out"' || show "$out"
+out=$("$tools/vit_train" --resume "$tmp/run32/last.ckpt" --epochs 3 2>&1)
+rc=$?
+check "resume without the flags: the run's transform again" \
+    '[ $rc -eq 0 ] && grep -q "all now 32x24x1 (as the run did)" <<<"$out"' || show "$out"
+# IDX digits (8x8 -> 16x16 RGB): flags apply to every layout.
+out=$("$tools/vit_train" --data digits --out "$tmp/rundig" --image-size 16 --channels 3 \
+    "${small[@]}" --epochs 1 2>&1)
+check "digits --image-size 16 --channels 3: 16x16x3" 'grep -q "test images of 16x16x3" <<<"$out"' || show "$out"
+
+# ---- unreadable files ---------------------------------------------------
+out=$("$tools/vit_train" --data "$tmp/bad" --out "$tmp/runbad" "${small[@]}" 2>&1)
+rc=$?
+check "a broken file: refused, named, with the flag that skips it" \
+    '[ $rc -eq 1 ] && [ "$(grep -c "" <<<"$out")" -eq 1 ] && grep -q "square/broken.png: not a PNG file (bad signature) (--skip-bad" <<<"$out"' ||
+    show "$out"
+out=$("$tools/vit_train" --data "$tmp/bad" --out "$tmp/runbad" --skip-bad "${small[@]}" 2>&1)
+rc=$?
+check "--skip-bad: trains, counts and names the file" \
+    '[ $rc -eq 0 ] && grep -q "^skipped 1 unreadable file (--skip-bad): .*square/broken.png: not a PNG" <<<"$out"' ||
+    show "$out"
+
+# ---- vit_eval: the run's transform, its scoring, per-class figures -------
+ev=$("$tools/vit_eval" "$tmp/run/last.ckpt" --threads 1 2>&1)
+rc=$?
+check "vit_eval on the mixed run: exit 0, its 6 test images" '[ $rc -eq 0 ] && grep -q "^test split: 6 images" <<<"$ev"' || show "$ev"
+tta=$(sed -n 's/^test split: .*(tta \(.*\))$/\1/p' <<<"$ev")
+check "vit_eval names its scoring ($tta)" \
+    'grep -q "^scoring: ${tta:-one pass}" <<<"$ev"'
+ev1=$("$tools/vit_eval" "$tmp/run/last.ckpt" --threads 1 --tta none 2>&1)
+check "vit_eval --tta none: one pass, said" \
+    'grep -qx "scoring: one pass an image, as --tta asks" <<<"$ev1" && grep -q "accuracy 0\.[0-9]*$" <<<"$ev1"'
+# Recall = diagonal / row sum and precision = diagonal / column sum of the
+# confusion matrix printed above them.
+prf=$(awk '/^confusion matrix/ {m = 1; next}
+    m == 1 && /^ +0/ {next}
+    m == 1 && /^[0-9]+ / {k = $1; for (j = 3; j <= NF; j++) {c[k, j - 3] = $j; K = NF - 2}; next}
+    /^class +precision/ {m = 2; next}
+    m == 2 && /^[0-9]+ / {n++; k = $1; row = 0; col = 0
+        for (j = 0; j < K; j++) {row += c[k, j]; col += c[j, k]}
+        r = row ? c[k, k] / row : 0; p = col ? c[k, k] / col : 0
+        pr = ($(NF - 3) == "-") ? 0 : $(NF - 3)
+        if (sprintf("%.4f", r) != $(NF - 2) || sprintf("%.4f", p) != sprintf("%.4f", pr) || $NF != row) bad++}
+    END {print n + 0, bad + 0}' <<<"$ev")
+check "vit_eval: precision and recall of each class agree with the matrix ($prf)" '[ "$prf" = "3 0" ]' || show "$ev"
+
+# ---- vit_predict: the folder, recursively, into a CSV --------------------
+pr=$("$tools/vit_predict" "$tmp/run/last.ckpt" "$tmp/photos" --csv "$tmp/pred.csv" --topk 2 2>&1)
+rc=$?
+check "vit_predict FOLDER --csv: exit 0, summary" \
+    '[ $rc -eq 0 ] && grep -q "26 of 26 images classified into $tmp/pred.csv" <<<"$pr" && grep -q "1 file in the folders not .png" <<<"$pr"' ||
+    show "$pr"
+# The reader itself: quoted commas and doubled quotes, and a refusal.
+printf 'a,"b, ""c"""\r\n1,2\r\n' >"$tmp/ok.csv"
+printf 'a,"b\r\n' >"$tmp/cut.csv"
+check "csv_fields reads RFC 4180 and refuses a cut field" \
+    '[ "$("$csv_fields" "$tmp/ok.csv")" = "a|b, \"c\"
+1|2" ] && ! "$csv_fields" "$tmp/cut.csv" 2>/dev/null'
+rows=$("$csv_fields" "$tmp/pred.csv")
+rc=$?
+check "CSV: parses as RFC 4180, a header and 26 rows" '[ $rc -eq 0 ] && [ "$(grep -c "" <<<"$rows")" -eq 27 ]'
+check "CSV: header" '[ "$(head -1 <<<"$rows")" = "path|class|probability|class_2|probability_2" ]'
+want=$(find "$tmp/photos" -type f \( -name "*.png" -o -name "*.jpg" -o -name "*.jpeg" \) | LC_ALL=C sort)
+check "CSV: every image once, paths as they are" \
+    '[ "$(tail -n +2 <<<"$rows" | cut -d"|" -f1 | LC_ALL=C sort)" = "$want" ]'
+check "CSV: the path with a comma and spaces comes back whole" \
+    'grep -qF "$tmp/photos/circle/my circle, v2.png|" <<<"$rows"'
+check "CSV: the path with a quote comes back whole" \
+    'grep -qF "$tmp/photos/circle/say \"hi\".jpg|" <<<"$rows"'
+check "CSV: classes are the folder names, probabilities in [0, 1], sorted" \
+    '[ -n "$rows" ] && [ -z "$(tail -n +2 <<<"$rows" | awk -F"|" "!(\$2 ~ /^(circle|square|stripes)\$/ && \$4 ~ /^(circle|square|stripes)\$/ && \$3 >= \$5 && \$3 <= 1 && \$5 >= 0 && \$2 != \$4)")" ]'
+pr=$("$tools/vit_predict" "$tmp/run/last.ckpt" "$tmp/photos" --csv "$tmp/pred.csv" 2>&1)
+rc=$?
+check "vit_predict --csv: an existing file is refused without --force" \
+    '[ $rc -eq 1 ] && grep -q "pred.csv already exists; pass --force" <<<"$pr" && [ "$("$csv_fields" "$tmp/pred.csv" | head -1)" = "path|class|probability|class_2|probability_2" ]'
+a=$("$tools/vit_predict" "$tmp/run/last.ckpt" "$tmp/photos/circle/circle_001.jpg" --tta none 2>&1)
+b=$("$tools/vit_predict" "$tmp/run/last.ckpt" "$tmp/photos/circle/circle_001.jpg" --tta shift9flip 2>&1)
+check "vit_predict --tta: none and shift9flip give different probabilities" \
+    '[ -n "$a" ] && [ -n "$b" ] && [ "$a" != "$b" ]'
+check "vit_predict --help: why probabilities stay below 1" \
+    '"$tools/vit_predict" --help | grep -q "label smoothing"'
+
+# ---- vit_attn: a JPEG of another size, fitted as the run did ------------
+at=$("$tools/vit_attn" "$tmp/run/last.ckpt" "$tmp/photos/square/square_001.jpg" --out "$tmp/a.png" 2>&1)
+rc=$?
+check "vit_attn reads a JPEG and fits it" '[ $rc -eq 0 ] && [ -s "$tmp/a.png" ]' || show "$at"
+
+# ---- vit_export: the run's own data fitted for its logits ---------------
+ex=$("$tools/vit_export" "$tmp/run/last.ckpt" --out "$tmp/m.safetensors" --logits "$tmp/logits.csv" 2>&1)
+rc=$?
+check "vit_export --logits on the mixed run's data" '[ $rc -eq 0 ] && [ -s "$tmp/m.safetensors" ] && [ -s "$tmp/logits.csv" ]' ||
+    show "$ex"
+
+# ---- --class-names for IDX data -----------------------------------------
+"$tools/vit_make_data" gray28 "$tmp/idx" --count 40 >/dev/null 2>&1
+printf 'zero\none\ntwo\nthree\nfour\nfive\nsix\nseven\neight\nnine\n' >"$tmp/names.txt"
+out=$("$tools/vit_train" --data "$tmp/idx" --out "$tmp/runidx" --class-names "$tmp/names.txt" \
+    "${small[@]}" --epochs 1 2>&1)
+check "--class-names: the confusion matrix names the classes" 'grep -q "^9 nine " <<<"$out"' || show "$out"
+ev=$("$tools/vit_eval" "$tmp/runidx/last.ckpt" --threads 1 2>&1)
+check "--class-names: stored in the checkpoint (vit_eval shows them)" 'grep -q "^3 three " <<<"$ev"'
+out=$("$tools/vit_train" --resume "$tmp/runidx/last.ckpt" --epochs 2 2>&1)
+ev=$("$tools/vit_eval" "$tmp/runidx/last.ckpt" --threads 1 2>&1)
+check "--class-names: a resume keeps them" 'grep -q "^3 three " <<<"$ev"' || show "$out"
+
+# A run that fitted nothing: an image of another size needs --fit.
+at=$("$tools/vit_attn" "$tmp/runidx/last.ckpt" "$tmp/photos/square/square_001.jpg" --out "$tmp/b.png" 2>&1)
+rc=$?
+check "vit_attn: a JPEG of another size without --fit: refused naming it" \
+    '[ $rc -eq 1 ] && grep -q "image is 80x64x3 but the model expects 28x28x1 (--fit" <<<"$at" && [ ! -e "$tmp/b.png" ]' || show "$at"
+at=$("$tools/vit_attn" "$tmp/runidx/last.ckpt" "$tmp/photos/square/square_001.jpg" --fit --out "$tmp/b.png" 2>&1)
+rc=$?
+check "vit_attn --fit: converted and resized" '[ $rc -eq 0 ] && [ -s "$tmp/b.png" ]' || show "$at"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

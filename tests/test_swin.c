@@ -1,0 +1,295 @@
+/*
+ * tests/test_swin.c - the built-in Swin Transformer (src/model_swin.c)
+ * through the public API: `arch = swin` and its keys, vit_model, the
+ * arch's hooks (vit/arch.h).  Every parameter's gradient against central
+ * differences in float64 (with and without stochastic depth's scales), the
+ * recipe's choices, bad configs refused, and a model written by
+ * torchvision (tools/torch_swin_fixture.py) loading through
+ * vit_safetensors_load and reproducing its logits.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gradcheck.h"
+#include "vit/arch.h"
+#include "vit/core.h"
+#include "vit/model.h"
+#include "vit/params.h"
+#include "vit/safetensors.h"
+#include "vit/tape.h"
+
+enum { GB = 2, NBLOCKS = 4 };
+
+/* Sets key = value, failing the test when refused. */
+static void set(vit_config *c, const char *key, const char *value)
+{
+    ck_assert_msg(vit_config_set(c, key, value) == VIT_OK, "%s = %s: %s", key, value,
+                  vit_last_error());
+}
+
+/* 8x8 images of 2 channels, patch 2: a 4x4 grid in windows of 2 (block 1
+ * shifted by 1, across the wrapped border), merged to 2x2 (one window:
+ * no shift there); widths 4 and 8, two heads each, 3 classes: the
+ * fixture's model too. */
+static void tiny(vit_config *c)
+{
+    vit_config_default(c);
+    set(c, "arch", "swin");
+    static const char *const kv[][2] = {
+        {"image_height", "8"}, {"image_width", "8"}, {"channels", "2"}, {"classes", "3"},
+        {"patch", "2"}, {"window", "2"}, {"embed_dim", "4"}, {"stages", "2"},
+        {"depth_1", "2"}, {"depth_2", "2"}, {"heads_1", "2"}, {"heads_2", "2"},
+        {"mlp_ratio", "2"}};
+    for (size_t i = 0; i < sizeof kv / sizeof *kv; i++)
+        set(c, kv[i][0], kv[i][1]);
+}
+
+/* The arch's hooks run by hand on our own vit_params, as vit_model does. */
+typedef struct swin_ctx {
+    const vit_arch *a;
+    vit_config cfg;
+    void *state;
+    vit_params *P;
+    vit_tape *tape;
+    vit_real *images;
+    int labels[GB];
+    const vit_real *drop; /* stochastic depth's scales, [2 NBLOCKS, GB], or NULL */
+} swin_ctx;
+
+static vit_tensor *forward(swin_ctx *c, vit_tape *t)
+{
+    vit_arch_run r = {.cfg = &c->cfg, .state = c->state, .params = c->P, .tape = t,
+                      .images = vit_tape_leaf(t, c->images, NULL, 4, (int[]){GB, 8, 8, 2}),
+                      .batch = GB, .grads = vit_params_grads(c->P), .train = 1,
+                      .drop_scale = c->drop, .drop_stride = GB};
+    vit_tensor *z = c->a->forward(&r);
+    return vit_op_cross_entropy(t, z, c->labels, (vit_real)0.1, NULL);
+}
+
+static double swin_loss(void *p)
+{
+    swin_ctx *c = p;
+    vit_tape_reset(c->tape);
+    vit_tensor *loss = forward(c, c->tape);
+    ck_assert_msg(loss != NULL, "forward failed: %s", vit_last_error());
+    return (double)loss->data[0];
+}
+
+/* Every parameter random and of order one (gains, biases and the bias
+ * tables too), so no gradient is trivially zero; the whole network's
+ * gradient against central differences, tensor by tensor.  _i = 1: with
+ * stochastic depth's scales, every branch of image 0 kept (x 1.25), of
+ * image 1 alternately dropped and kept. */
+START_TEST(test_swin_gradient)
+{
+    vit_real drop[2 * NBLOCKS * GB];
+    for (int l = 0; l < 2 * NBLOCKS; l++)
+        drop[l * GB] = (vit_real)1.25, drop[l * GB + 1] = (vit_real)(l % 2 ? 1.25 : 0);
+    swin_ctx c = {.a = vit_arch_find("swin"), .P = vit_params_new(), .tape = vit_tape_new(),
+                  .drop = _i ? drop : NULL};
+    ck_assert_ptr_nonnull(c.a);
+    tiny(&c.cfg);
+    ck_assert_int_eq(c.a->check(&c.cfg), VIT_OK);
+    ck_assert_msg(c.a->build(&c.cfg, c.P, &c.state) == VIT_OK, "%s", vit_last_error());
+    ck_assert_int_eq(vit_params_alloc(c.P), VIT_OK);
+    vit_arch_info info = {0};
+    c.a->describe(&c.cfg, &info);
+    ck_assert_int_eq(info.drop_layers, NBLOCKS);
+    size_t n = vit_params_count(c.P);
+    uint64_t seed = 7;
+    gc_fill(vit_params_values(c.P), n, &seed, 0.6);
+    c.images = gc_zeros((size_t)GB * 8 * 8 * 2);
+    for (int i = 0; i < GB * 8 * 8 * 2; i++)
+        c.images[i] = (vit_real)gc_uniform(&seed);
+    for (int i = 0; i < GB; i++)
+        c.labels[i] = (i + 1) % 3;
+
+    vit_tape *t = vit_tape_new();
+    vit_params_zero_grads(c.P);
+    vit_tensor *loss = forward(&c, t);
+    ck_assert_msg(loss != NULL, "%s", vit_last_error());
+    ck_assert_int_eq(vit_tape_backward(t, loss), VIT_OK);
+    vit_real *grads = gc_zeros(n);
+    memcpy(grads, vit_params_grads(c.P), n * sizeof *grads);
+
+    double worst = 0;
+    int nt = vit_params_tensor_count(c.P);
+    ck_assert_int_eq(nt, 4 + NBLOCKS * 13 + 3 + 4);
+    vit_real *values = vit_params_values(c.P);
+    for (int i = 0; i < nt; i++) {
+        const vit_param_tensor *pt = vit_params_tensor(c.P, i);
+        double e = gc_check(pt->name, values + pt->offset, grads + pt->offset, pt->size,
+                            swin_loss, &c);
+        ck_assert_msg(e <= GC_TOL, "%s: max_rel %.3e > %.0e", pt->name, e, GC_TOL);
+        double norm = 0;
+        for (size_t j = 0; j < pt->size; j++)
+            norm += fabs((double)grads[pt->offset + j]);
+        /* (The key bias adds q.b_k to a whole row of scores, which the
+         * softmax ignores: only that third of qkv.b has no gradient.) */
+        ck_assert_msg(norm > 1e-6, "%s: gradient is zero", pt->name);
+        worst = fmax(worst, e);
+    }
+    printf("swin gradient%s: %d tensors, %zu parameters, max_rel %.2e\n",
+           _i ? " (drop path)" : "", nt, n, worst);
+    c.a->release(c.state);
+    vit_params_free(c.P);
+    vit_tape_free(c.tape);
+    vit_tape_free(t);
+    free(c.images);
+    free(grads);
+}
+END_TEST
+
+/* vit_model_new refuses cfg with a message containing `want`. */
+static void refused(const vit_config *c, const char *want)
+{
+    vit_model *m = vit_model_new(c);
+    ck_assert_msg(m == NULL, "accepted; wanted an error about %s", want);
+    ck_assert_msg(strstr(vit_last_error(), want), "'%s' lacks '%s'", vit_last_error(), want);
+}
+
+/* Bad configs are refused naming the key and the problem; a stage key
+ * past `stages` is refused rather than ignored; the ViT's keys are not
+ * the Swin's. */
+START_TEST(test_swin_rejects_bad_configs)
+{
+    vit_config c;
+    tiny(&c);
+    vit_model *m = vit_model_new(&c);
+    ck_assert_msg(m != NULL, "%s", vit_last_error());
+    vit_model_free(m);
+    set(&c, "window", "3"); /* 4x4 grid */
+    refused(&c, "window 3");
+    tiny(&c);
+    set(&c, "heads_2", "3"); /* width 8 */
+    refused(&c, "stage 1");
+    tiny(&c);
+    set(&c, "patch", "3");
+    refused(&c, "patch 3");
+    tiny(&c);
+    set(&c, "stages", "3"); /* 4 -> 2 -> 1: 1 is not a multiple of window 2 */
+    refused(&c, "window 2");
+    tiny(&c);
+    set(&c, "depth_3", "5");
+    refused(&c, "depth_3");
+    tiny(&c);
+    ck_assert_int_eq(vit_config_set(&c, "depth_1", "0"), VIT_EINVAL);
+    ck_assert_int_eq(vit_config_set(&c, "dim", "64"), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "vit"));
+}
+END_TEST
+
+/* What the recipe's rule (the arch's adapt hook) sets for images of h x w:
+ * the formatted config must hold every line of want. */
+static void adapted(int h, int w, const char *const *want, int nwant, const char *why_has)
+{
+    vit_config c;
+    vit_config_default(&c);
+    set(&c, "arch", "swin");
+    c.image_height = h, c.image_width = w, c.channels = 3, c.classes = 10;
+    const vit_arch *a = vit_config_arch(&c);
+    char why[256], text[4096];
+    ck_assert_int_eq(a->adapt(&c, 50000, why, sizeof why), VIT_OK);
+    ck_assert_msg(strstr(why, why_has), "%dx%d: '%s' lacks '%s'", h, w, why, why_has);
+    ck_assert_int_gt(vit_config_format(&c, text, sizeof text), 0);
+    for (int i = 0; i < nwant; i++)
+        ck_assert_msg(strstr(text, want[i]), "%dx%d: no '%s' in\n%s", h, w, want[i], text);
+    ck_assert_int_eq(vit_config_check(&c), VIT_OK);
+}
+
+/* 28x28 -> patch 2, 14x14 grid, window 7, two stages (7x7 after merging);
+ * 32x32 -> 16x16 grid, window 8; 64x64 -> patch 4; 96x96 -> patch 6; a
+ * key the user gave is kept; no rule fits 37x37. */
+START_TEST(test_swin_recipe)
+{
+    adapted(28, 28, (const char *const[]){"patch = 2\n", "window = 7\n", "stages = 2\n"}, 3,
+            "patch 2 makes a 14x14 grid (at most 16x16), window 7 divides it, 2 stages "
+            "(7x7 after merging)");
+    adapted(32, 32, (const char *const[]){"patch = 2\n", "window = 8\n", "stages = 2\n"}, 3,
+            "16x16 grid");
+    adapted(64, 64, (const char *const[]){"patch = 4\n", "window = 8\n"}, 2, "patch 4");
+    adapted(96, 96, (const char *const[]){"patch = 6\n", "window = 8\n"}, 2, "patch 6");
+    vit_config c;
+    vit_config_default(&c);
+    set(&c, "arch", "swin");
+    set(&c, "window", "4");
+    c.image_height = c.image_width = 32, c.channels = 3, c.classes = 10;
+    char why[256], text[4096];
+    ck_assert_int_eq(vit_config_arch(&c)->adapt(&c, 50000, why, sizeof why), VIT_OK);
+    ck_assert_int_gt(vit_config_format(&c, text, sizeof text), 0);
+    ck_assert_msg(strstr(text, "window = 4\n"), "%s", text);
+    c.image_height = c.image_width = 37;
+    ck_assert_int_eq(vit_config_arch(&c)->adapt(&c, 50000, why, sizeof why), VIT_EINVAL);
+}
+END_TEST
+
+/* A Swin written by torchvision (tools/torch_swin_fixture.py: every
+ * parameter random, torchvision's names and layouts, the config in its
+ * metadata) loads through vit_safetensors_load and gives torchvision's
+ * float64 logits on its 4 images, to rounding. */
+START_TEST(test_swin_torchvision_fixture)
+{
+    vit_model *m = NULL;
+    ck_assert_msg(vit_safetensors_load("data/swin_torch.safetensors", &m) == VIT_OK, "%s",
+                  vit_last_error());
+    ck_assert_str_eq(vit_config_arch(vit_model_config(m))->name, "swin");
+    FILE *f = fopen("data/swin_torch_logits.txt", "r");
+    ck_assert_ptr_nonnull(f);
+    int B, H, W, C, K;
+    ck_assert_int_eq(fscanf(f, "%d %d %d %d %d", &B, &H, &W, &C, &K), 5);
+    ck_assert(B == 4 && H == 8 && W == 8 && C == 2 && K == 3);
+    vit_real *images = gc_zeros((size_t)B * H * W * C), *want = gc_zeros((size_t)B * K);
+    for (int i = 0; i < B * H * W * C; i++) {
+        double v;
+        ck_assert_int_eq(fscanf(f, "%lf", &v), 1);
+        images[i] = (vit_real)(float)v; /* the float32 pixel the 9 digits name */
+    }
+    for (int i = 0; i < B * K; i++) {
+        double v;
+        ck_assert_int_eq(fscanf(f, "%lf", &v), 1);
+        want[i] = (vit_real)v;
+    }
+    fclose(f);
+    vit_tape *t = vit_tape_new();
+    vit_tensor *z = vit_model_forward(m, t, images, B, 0);
+    ck_assert_msg(z != NULL, "%s", vit_last_error());
+    double diff = gc_max_abs_diff(z->data, want, (size_t)B * K), big = 0;
+    for (int i = 0; i < B * K; i++)
+        big = fmax(big, fabs((double)want[i]));
+    printf("swin vs torchvision: max |logit difference| %.3g (largest |logit| %.3g)\n", diff, big);
+    ck_assert_msg(big > 0.1, "the fixture's logits are too small to tell anything");
+    ck_assert_msg(diff < 1e-12, "logits differ from torchvision's by %g", diff);
+    vit_tape_free(t);
+    free(images);
+    free(want);
+    vit_model_free(m);
+}
+END_TEST
+
+static Suite *swin_suite(void)
+{
+    Suite *s = suite_create("swin");
+    TCase *tg = tcase_create("gradient");
+    tcase_set_timeout(tg, 120);
+    tcase_add_loop_test(tg, test_swin_gradient, 0, 2);
+    suite_add_tcase(s, tg);
+    TCase *tc = tcase_create("config");
+    tcase_add_test(tc, test_swin_rejects_bad_configs);
+    tcase_add_test(tc, test_swin_recipe);
+    tcase_add_test(tc, test_swin_torchvision_fixture);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    vit_set_threads(1);
+    SRunner *sr = srunner_create(swin_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

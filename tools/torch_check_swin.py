@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Check a Swin export (vit_export of an `arch = swin` model) in torchvision.
+
+Rebuilds torchvision's own SwinTransformer (torchvision.models.swin_transformer,
+v1: patch embedding, shifted windows with a relative position bias, patch
+merging) from the file's metadata, loads the file with strict name and
+shape checking, runs the test split and compares the logits with the CSV
+that `vit_export --logits FILE` wrote: the largest |logit difference| must
+be within --tol (1e-4) and every prediction must agree.
+
+torchvision's patch convolution takes 3 channels; for other images the
+check puts a Conv2d of the file's channel count in its place (same name,
+features.0.0).  The test split comes from --data (a folder of IDX files as
+in tools/torch_check_export.py) or the digits.
+
+The metadata keys read: image_height, image_width, channels, classes and
+the Swin keys patch, window, embed_dim, stages, depth_1.., heads_1..,
+mlp_ratio.  Needs torch, torchvision and numpy; not run by the tests.
+Exit status 0 if everything agrees, 1 otherwise.
+
+Usage:
+  python3 tools/torch_check_swin.py model.safetensors --logits logits.csv \
+      [--data DIR | --digits data/digits.csv.gz] [--tol 1e-4]
+"""
+import argparse
+import os
+import sys
+
+import numpy as np
+import torch
+from torch import nn
+from torchvision.models.swin_transformer import SwinTransformer
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_check_export import (in_chunks, load_digits_test, load_idx_test,  # noqa: E402
+                                read_logits, read_safetensors)
+
+
+def swin_config(meta):
+    """The Swin's shape from an export's (or a fixture's) metadata."""
+    cfg = {k: int(meta[k]) for k in ("image_height", "image_width", "channels", "classes",
+                                     "patch", "window", "embed_dim", "stages", "mlp_ratio")}
+    cfg["depths"] = [int(meta[f"depth_{s + 1}"]) for s in range(cfg["stages"])]
+    cfg["heads"] = [int(meta[f"heads_{s + 1}"]) for s in range(cfg["stages"])]
+    return cfg
+
+
+def build_swin(cfg):
+    """torchvision's SwinTransformer of cfg, in eval mode (no stochastic
+    depth), with the patch convolution taking cfg's channels."""
+    P = cfg["patch"]
+    model = SwinTransformer(patch_size=[P, P], embed_dim=cfg["embed_dim"], depths=cfg["depths"],
+                            num_heads=cfg["heads"], window_size=[cfg["window"]] * 2,
+                            mlp_ratio=float(cfg["mlp_ratio"]), stochastic_depth_prob=0.0,
+                            num_classes=cfg["classes"])
+    model.features[0][0] = nn.Conv2d(cfg["channels"], cfg["embed_dim"], kernel_size=P, stride=P)
+    return model.eval()
+
+
+def load_state(model, tensors):
+    """Loads our tensors strictly: every name and shape, apart from the
+    relative_position_index buffers, which torchvision computes itself."""
+    state = model.state_dict()
+    theirs = {k for k in state if not k.endswith("relative_position_index")}
+    if set(tensors) != theirs:
+        missing, extra = sorted(theirs - set(tensors)), sorted(set(tensors) - theirs)
+        sys.exit(f"tensor names differ from torchvision's: missing {missing[:5]}, "
+                 f"unexpected {extra[:5]}")
+    for k, v in tensors.items():
+        if tuple(v.shape) != tuple(state[k].shape):
+            sys.exit(f"{k}: shape {tuple(v.shape)}, torchvision's {tuple(state[k].shape)}")
+        state[k] = v
+    model.load_state_dict(state, strict=True)
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model", help="safetensors file written by vit_export")
+    ap.add_argument("--logits", required=True, help="CSV written by vit_export --logits")
+    ap.add_argument("--digits", default=os.path.join(here, "..", "data", "digits.csv.gz"))
+    ap.add_argument("--data", help="a folder of IDX files to take the test split from")
+    ap.add_argument("--tol", type=float, default=1e-4, help="largest allowed |logit difference|")
+    args = ap.parse_args()
+
+    tensors, meta = read_safetensors(args.model)
+    cfg = swin_config(meta)
+    images, labels = load_idx_test(args.data) if args.data else load_digits_test(args.digits)
+    if tuple(images.shape[1:]) != (cfg["channels"], cfg["image_height"], cfg["image_width"]):
+        sys.exit(f"test images {tuple(images.shape[1:])} do not fit the model's "
+                 f"{cfg['image_height']}x{cfg['image_width']}x{cfg['channels']}")
+    model = build_swin(cfg)
+    load_state(model, tensors)
+    print(f"{args.model}: {len(tensors)} tensors, "
+          f"{sum(t.numel() for t in tensors.values())} parameters, loaded strictly into "
+          f"torchvision's SwinTransformer (patch {cfg['patch']}, window {cfg['window']}, "
+          f"depths {cfg['depths']}, heads {cfg['heads']})")
+    with torch.no_grad():
+        logits = in_chunks(model, images)
+    pred = logits.argmax(dim=1).numpy()
+    our_labels, our_pred, ours = read_logits(args.logits)
+    if ours.shape != tuple(logits.shape) or not (our_labels == labels).all():
+        sys.exit(f"{args.logits}: {ours.shape} logits / labels do not match the test split")
+    diff = np.abs(ours - logits.numpy().astype(np.float64)).max()
+    agree = int((our_pred == pred).sum())
+    print(f"torchvision float32: accuracy {float((pred == labels).mean()):.4f}; ours "
+          f"{float((our_pred == labels).mean()):.4f}; predictions agree on "
+          f"{agree}/{len(labels)}")
+    print(f"max |logit difference| {diff:.3g} (largest |logit| {np.abs(ours).max():.3g})")
+    ok = diff <= args.tol and agree == len(labels)
+    print("OK: torchvision reproduces our Swin" if ok else "MISMATCH")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
