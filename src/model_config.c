@@ -113,6 +113,7 @@ void vit_config_default(vit_config *c)
     c->heads = 4;
     c->mlp = 128;
     c->pool = VIT_POOL_CLS;
+    c->ln_eps = VIT_LAYERNORM_EPS;
     c->epochs = 140;
     c->batch = 32;
     c->lr = 2e-3;

@@ -57,6 +57,8 @@ static const vit_arch_key keys[] = {
       "patches are cut from its half-size map (0: none; needs stem)"),
     KI(local_conv, 0, 1, "0", "1: each block starts by adding to the patch tokens a 3x3 "
       "depthwise convolution of them over their grid (0: none)"),
+    F(ln_eps, VIT_KEY_REAL, 1e-12, 1, "1e-05",
+      "the layer norms' epsilon (1e-5; 1e-6 for timm's ViTs)", NULL),
 };
 #undef KI
 #undef F
@@ -309,7 +311,7 @@ static vit_tensor *block_graph(vit_tape *tape, vit_tensor *const *in, void *ctx)
         x = vit_op_local_conv(tape, x, param(r, tape, b->ix[VIT_MT_LOCAL_W]),
                               param(r, tape, b->ix[VIT_MT_LOCAL_B]), gh, gw);
     }
-    vit_block_opts opts = {.token0_only = B->cls_only,
+    vit_block_opts opts = {.token0_only = B->cls_only, .eps = (vit_real)B->cfg->ln_eps,
                            .probs = B->maps || B->maps_to ? &probs : NULL};
     if (B->drop) {
         opts.drop_attn = B->drop + (size_t)2 * B->layer * B->drop_stride;
@@ -336,7 +338,7 @@ static vit_tensor *forward(const vit_arch_run *r)
     const vit_state *s = r->state;
     vit_tape *tape = r->tape;
     int batch = r->batch;
-    const vit_real eps = (vit_real)VIT_LAYERNORM_EPS;
+    const vit_real eps = (vit_real)c->ln_eps;
     vit_patch_shape ps = s->patch;
     ps.batch = batch;
     const leaves L = {r->params, r->grads};

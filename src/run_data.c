@@ -108,6 +108,10 @@ int vit_run_data_format(const vit_run_data *d, char *buf, size_t cap)
     if (n >= 0 && (size_t)n < cap && (d->split.val > 0 || d->split.test > 0))
         n += snprintf(buf + n, cap - (size_t)n, "val_split = %.17g\ntest_split = %.17g\n"
                       "split_seed = %llu\n", d->split.val, d->split.test, d->split.seed);
+    /* Likewise only for a run started from trained weights. */
+    if (n >= 0 && (size_t)n < cap && d->init_from[0])
+        n += snprintf(buf + n, cap - (size_t)n, "init_from = %s\ninit_hash = %016llx\n",
+                      d->init_from, d->init_hash);
     /* Likewise only with a transform. */
     if (n >= 0 && (size_t)n < cap && (d->fit.height > 0 || d->fit.channels > 0))
         n += snprintf(buf + n, cap - (size_t)n, "fit = %dx%dx%d\n", d->fit.height, d->fit.width,
@@ -151,6 +155,10 @@ static int parse_line(const char *line, vit_run_data *d)
         snprintf(d->spec, sizeof d->spec, "%s", v);
         return 1;
     }
+    if (klen == 9 && strncmp(line, "init_from", 9) == 0) {
+        snprintf(d->init_from, sizeof d->init_from, "%s", v);
+        return 1;
+    }
     char *end;
     double *frac = klen == 9 && strncmp(line, "val_split", 9) == 0    ? &d->split.val
                    : klen == 10 && strncmp(line, "test_split", 10) == 0 ? &d->split.test
@@ -176,6 +184,7 @@ static int parse_line(const char *line, vit_run_data *d)
     unsigned long long *hash = klen == 11 && strncmp(line, "labels_hash", 11) == 0 ? &d->labels_hash
                                : klen == 11 && strncmp(line, "pixels_hash", 11) == 0
                                    ? &d->pixels_hash
+                               : klen == 9 && strncmp(line, "init_hash", 9) == 0 ? &d->init_hash
                                    : NULL;
     if (!hash)
         return 1; /* a key of a later version: skipped */

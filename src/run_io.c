@@ -80,7 +80,7 @@ int vit_run_internal_save(const char *path, const vit_model *m, const vit_config
         t[n].data = best;
         n++;
     }
-    char data[VIT_RUN_DATA_SPEC_MAX + 512];
+    char data[2 * VIT_RUN_DATA_SPEC_MAX + 512]; /* spec, init_from, the rest */
     if (st->has_data && (rc = vit_run_data_format(&st->data, data, sizeof data))) {
         free(t);
         return rc;

@@ -23,6 +23,7 @@
 #include "vit/atomic_file.h"
 #include "config_internal.h"
 #include "error.h"
+#include "safetensors_internal.h"
 #include "vit/layernorm.h"
 #include "vit/optim.h"
 #include "vit/rng.h"
@@ -288,8 +289,10 @@ static int header_json(sbuf *b, const vit_config *c, char *const *class_names,
     sb_json_string(b, a->export_layout ? a->export_layout : a->name);
     if (a == vit_arch_vit())
         sb_printf(b, ",\"global_pool\":\"%s\"", c->pool == VIT_POOL_MEAN ? "avg" : "token");
-    sb_printf(b, ",\"layer_norm_eps\":\"1e-05\",\"activation\":\"gelu_exact\","
-                 "\"input\":\"NCHW float32 in [0, 1], no normalization\"");
+    /* ln_eps is the ViT's key; other architectures' layer norms use the default */
+    sb_printf(b, ",\"layer_norm_eps\":\"%g\",\"activation\":\"gelu_exact\","
+                 "\"input\":\"NCHW float32 in [0, 1], no normalization\"",
+              a == vit_arch_vit() ? c->ln_eps : VIT_LAYERNORM_EPS);
     /* The weights compute one pass; a model that uses test-time
      * augmentation was scored otherwise (vit_predict_tta, evaluate.c). */
     if (c->tta == VIT_TTA_SHIFT9)
@@ -905,9 +908,17 @@ static int meta_config(const char *path, const parsed *p, vit_config *cfg)
         char *end;
         errno = 0;
         double e = strtod(eps, &end);
-        if (end == eps || *end || errno || e != VIT_LAYERNORM_EPS)
-            return vit_fail(VIT_EFORMAT, "%s: __metadata__ layer_norm_eps = '%s': this library's "
-                            "layer norm uses 1e-05 only", path, eps);
+        if (end == eps || *end || errno || !(e >= 1e-12 && e <= 1))
+            return vit_fail(VIT_EFORMAT, "%s: __metadata__ layer_norm_eps = '%s': expected a "
+                            "number in [1e-12, 1]", path, eps);
+        /* timm's name for ours (ln_eps); both given, they must agree */
+        if (meta_get(p, "ln_eps") && e != cfg->ln_eps)
+            return vit_fail(VIT_EFORMAT, "%s: __metadata__ layer_norm_eps = '%s' contradicts "
+                            "ln_eps = '%s'", path, eps, meta_get(p, "ln_eps"));
+        if (!vit && e != VIT_LAYERNORM_EPS)
+            return vit_fail(VIT_EFORMAT, "%s: __metadata__ layer_norm_eps = '%s': the %s "
+                            "architecture's layer norms use 1e-05 only", path, eps, a->name);
+        cfg->ln_eps = e;
     }
     const char *act = meta_get(p, "activation");
     if (act && strcmp(act, "gelu_exact") != 0)
@@ -1102,57 +1113,70 @@ fail:
     return rc;
 }
 
-static int load(const char *path, const unsigned char *buf, size_t size, vit_model **model,
-                char ***names)
+/* A mismatch list: one line per tensor, after the file's name. */
+typedef struct mismatch {
+    char msg[512];
+    size_t len;
+    int n;
+} mismatch;
+
+static void mismatch_add(mismatch *mm, const char *fmt, ...)
 {
-    if (size < 8)
-        return vit_fail(VIT_EFORMAT, "%s: %zu bytes, too short for a safetensors file (the "
-                        "8-byte header length)", path, size);
-    uint64_t hlen = 0;
-    for (int k = 7; k >= 0; k--)
-        hlen = hlen << 8 | buf[k];
-    if (hlen > HEADER_MAX || hlen > size - 8)
-        return vit_fail(VIT_EFORMAT, "%s: header length %llu runs past the end of the file (%zu "
-                        "bytes)%s", path, (unsigned long long)hlen, size,
-                        hlen > HEADER_MAX ? " or the format's 100 MB limit" : "");
-    parsed p;
-    memset(&p, 0, sizeof p);
-    jp j = {path, buf + 8, (size_t)hlen, 0};
+    va_list ap;
+    if (mm->len + 4 < sizeof mm->msg) {
+        mm->len += (size_t)snprintf(mm->msg + mm->len, sizeof mm->msg - mm->len, "%s",
+                                    mm->n ? "\n  " : "");
+        va_start(ap, fmt);
+        if (mm->len < sizeof mm->msg)
+            mm->len += (size_t)vsnprintf(mm->msg + mm->len, sizeof mm->msg - mm->len, fmt, ap);
+        va_end(ap);
+    }
+    mm->n++;
+}
+
+static void shape_text(char *dst, size_t cap, int ndim, const uint64_t *u, const int *s)
+{
+    size_t l = 0;
+    dst[0] = 0;
+    for (int k = 0; k < ndim && l < cap; k++)
+        l += (size_t)snprintf(dst + l, cap - l, "%s%llu", k ? ", " : "",
+                              u ? (unsigned long long)u[k] : (unsigned long long)s[k]);
+}
+
+/* The model cfg describes, its every tensor taken from p's (data at data):
+ * each name, dtype, shape and span checked first, every mismatch a line of
+ * one VIT_EFORMAT message; tensors named in skip[0 .. nskip-1] may be left
+ * unused (the caller dealt with them). */
+static int fill(const char *path, parsed *p, const unsigned char *data, uint64_t data_size,
+                const vit_config *cfg, const char *const *skip, int nskip, vit_model **model)
+{
     vit_model *m = NULL;
     plan_tensor *o = NULL;
-    const uint64_t data_size = size - 8 - hlen;
-    const unsigned char *data = buf + 8 + hlen;
-    vit_config cfg;
-    int rc = parse_header(&j, &p);
-    if (rc == VIT_OK)
-        rc = check_layout(path, &p, data_size);
-    if (rc == VIT_OK)
-        rc = meta_config(path, &p, &cfg);
-    if (rc == VIT_OK && names)
-        rc = meta_class_names(path, &p, cfg.classes, names);
-    if (rc != VIT_OK)
-        goto done;
+    int rc = VIT_OK;
+    mismatch mm = {.len = 0};
+    *model = NULL;
     /* The file is untrusted: the model it describes must fit in its data
      * before anything that size is allocated. */
-    size_t want = vit_config_param_count(&cfg);
-    if (want == 0 || want > data_size / 4) {
-        rc = vit_fail(VIT_EFORMAT, "%s: the config in __metadata__ describes %zu parameters, the "
-                      "file holds %llu values", path, want, (unsigned long long)(data_size / 4));
-        goto done;
-    }
+    size_t want = vit_config_param_count(cfg);
+    if (want == 0 || want > data_size / 4)
+        return vit_fail(VIT_EFORMAT, "%s: the config describes %zu parameters, the file holds "
+                        "%llu values", path, want, (unsigned long long)(data_size / 4));
     int n = 0;
-    if ((rc = make_plan(&cfg, &o, &n)) != VIT_OK) {
+    if ((rc = make_plan(cfg, &o, &n)) != VIT_OK) {
         char why[300];
         snprintf(why, sizeof why, "%s", vit_last_error());
-        rc = vit_fail(rc, "%s: %s", path, why);
-        goto done;
+        return vit_fail(rc, "%s: %s", path, why);
     }
+    for (int i = 0; i < p->nt; i++)
+        for (int k = 0; k < nskip; k++)
+            if (strcmp(p->t[i].name, skip[k]) == 0)
+                p->t[i].used = 1;
     /* Every name, dtype and shape before the model is made. */
     for (int i = 0; i < n; i++) {
-        st_tensor *t = find_file_tensor(&p, o[i].name);
+        st_tensor *t = find_file_tensor(p, o[i].name);
         if (!t) {
-            rc = vit_fail(VIT_EFORMAT, "%s: tensor '%s' is missing", path, o[i].name);
-            goto done;
+            mismatch_add(&mm, "tensor '%s' is missing", o[i].name);
+            continue;
         }
         t->used = 1;
         if (strcmp(t->dtype, "F32") != 0) {
@@ -1164,17 +1188,12 @@ static int load(const char *path, const unsigned char *buf, size_t size, vit_mod
         for (int k = 0; same && k < t->ndim; k++)
             same = t->shape[k] == (uint64_t)o[i].shape[k];
         if (!same) {
-            char got[160] = "", need[80] = "";
-            size_t gl = 0, nl = 0;
-            for (int k = 0; k < t->ndim && gl < sizeof got; k++)
-                gl += (size_t)snprintf(got + gl, sizeof got - gl, "%s%llu", k ? ", " : "",
-                                       (unsigned long long)t->shape[k]);
-            for (int k = 0; k < o[i].ndim; k++)
-                nl += (size_t)snprintf(need + nl, sizeof need - nl, "%s%d", k ? ", " : "",
-                                       o[i].shape[k]);
-            rc = vit_fail(VIT_EFORMAT, "%s: tensor '%s' has shape [%s], the config needs [%s]",
-                          path, o[i].name, got, need);
-            goto done;
+            char got[160], need[80];
+            shape_text(got, sizeof got, t->ndim, t->shape, NULL);
+            shape_text(need, sizeof need, o[i].ndim, NULL, o[i].shape);
+            mismatch_add(&mm, "tensor '%s' has shape [%s], the config needs [%s]", o[i].name,
+                         got, need);
+            continue;
         }
         if (t->end - t->begin != 4 * (uint64_t)o[i].count) {
             rc = vit_fail(VIT_EFORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] span %llu "
@@ -1184,13 +1203,15 @@ static int load(const char *path, const unsigned char *buf, size_t size, vit_mod
             goto done;
         }
     }
-    for (int i = 0; i < p.nt; i++)
-        if (!p.t[i].used) {
-            rc = vit_fail(VIT_EFORMAT, "%s: unexpected tensor '%s' (not a parameter of the "
-                          "model the metadata describes)", path, p.t[i].name);
-            goto done;
-        }
-    if (!(m = vit_model_new(&cfg))) {
+    for (int i = 0; i < p->nt; i++)
+        if (!p->t[i].used)
+            mismatch_add(&mm, "unexpected tensor '%s' (not a parameter of the model the config "
+                         "describes)", p->t[i].name);
+    if (mm.n) {
+        rc = vit_fail(VIT_EFORMAT, "%s: %s", path, mm.msg);
+        goto done;
+    }
+    if (!(m = vit_model_new(cfg))) {
         char why[300];
         snprintf(why, sizeof why, "%s", vit_last_error());
         rc = vit_fail(VIT_ENOMEM, "%s: cannot make the model: %s", path, why);
@@ -1198,21 +1219,62 @@ static int load(const char *path, const unsigned char *buf, size_t size, vit_mod
     }
     for (int i = 0; i < n && rc == VIT_OK; i++) {
         if ((rc = check_source(m, &o[i], path)) == VIT_OK)
-            rc = take(path, m, &o[i], data + find_file_tensor(&p, o[i].name)->begin);
+            rc = take(path, m, &o[i], data + find_file_tensor(p, o[i].name)->begin);
     }
 done:
     free(o);
-    parsed_free(&p);
-    if (rc != VIT_OK) {
+    if (rc != VIT_OK)
         vit_model_free(m);
-        if (names) {
-            vit_safetensors_class_names_free(*names, cfg.classes);
-            *names = NULL;
-        }
-        return rc;
+    else
+        *model = m;
+    return rc;
+}
+
+/* The header of the file in buf[size] parsed into *p, its layout checked;
+ * *data and *data_size: where the tensors' bytes are. */
+static int parse_file(const char *path, const unsigned char *buf, size_t size, parsed *p,
+                      const unsigned char **data, uint64_t *data_size)
+{
+    memset(p, 0, sizeof *p);
+    if (size < 8)
+        return vit_fail(VIT_EFORMAT, "%s: %zu bytes, too short for a safetensors file (the "
+                        "8-byte header length)", path, size);
+    uint64_t hlen = 0;
+    for (int k = 7; k >= 0; k--)
+        hlen = hlen << 8 | buf[k];
+    if (hlen > HEADER_MAX || hlen > size - 8)
+        return vit_fail(VIT_EFORMAT, "%s: header length %llu runs past the end of the file (%zu "
+                        "bytes)%s", path, (unsigned long long)hlen, size,
+                        hlen > HEADER_MAX ? " or the format's 100 MB limit" : "");
+    jp j = {path, buf + 8, (size_t)hlen, 0};
+    *data_size = size - 8 - hlen;
+    *data = buf + 8 + hlen;
+    int rc = parse_header(&j, p);
+    if (rc == VIT_OK)
+        rc = check_layout(path, p, *data_size);
+    return rc;
+}
+
+static int load(const char *path, const unsigned char *buf, size_t size, vit_model **model,
+                char ***names)
+{
+    parsed p;
+    const unsigned char *data;
+    uint64_t data_size;
+    vit_config cfg;
+    int rc = parse_file(path, buf, size, &p, &data, &data_size);
+    if (rc == VIT_OK)
+        rc = meta_config(path, &p, &cfg);
+    if (rc == VIT_OK && names)
+        rc = meta_class_names(path, &p, cfg.classes, names);
+    if (rc == VIT_OK)
+        rc = fill(path, &p, data, data_size, &cfg, NULL, 0, model);
+    parsed_free(&p);
+    if (rc != VIT_OK && names) {
+        vit_safetensors_class_names_free(*names, cfg.classes);
+        *names = NULL;
     }
-    *model = m;
-    return VIT_OK;
+    return rc;
 }
 
 int vit_safetensors_load_named(const char *path, vit_model **model, char ***class_names)
@@ -1269,4 +1331,66 @@ int vit_safetensors_import(const char *path, const char *ckpt_path, vit_model **
     else
         *model = m;
     return rc;
+}
+
+/* ---- the file for other readers (safetensors_internal.h) ------------------ */
+
+struct vit_st_file {
+    const char *path;
+    unsigned char *buf;
+    parsed p;
+    const unsigned char *data;
+    uint64_t data_size;
+};
+
+int vit_st_open(const char *path, vit_st_file **out)
+{
+    *out = NULL;
+    vit_st_file *f = calloc(1, sizeof *f);
+    if (!f)
+        return vit_fail(VIT_ENOMEM, "%s: out of memory", path);
+    size_t size;
+    f->path = path;
+    int rc = read_all(path, &f->buf, &size);
+    if (rc == VIT_OK)
+        rc = parse_file(path, f->buf, size, &f->p, &f->data, &f->data_size);
+    if (rc != VIT_OK) {
+        vit_st_close(f);
+        return rc;
+    }
+    *out = f;
+    return VIT_OK;
+}
+
+void vit_st_close(vit_st_file *f)
+{
+    if (!f)
+        return;
+    parsed_free(&f->p);
+    free(f->buf);
+    free(f);
+}
+
+int vit_st_count(const vit_st_file *f) { return f->p.nt; }
+
+const char *vit_st_name(const vit_st_file *f, int i) { return f->p.t[i].name; }
+
+int vit_st_shape(const vit_st_file *f, const char *name, uint64_t shape[VIT_ST_SHAPE_MAX])
+{
+    for (int i = 0; i < f->p.nt; i++)
+        if (strcmp(f->p.t[i].name, name) == 0) {
+            memcpy(shape, f->p.t[i].shape, sizeof f->p.t[i].shape);
+            return f->p.t[i].ndim;
+        }
+    return -1;
+}
+
+const char *vit_st_meta(const vit_st_file *f, const char *key) { return meta_get(&f->p, key); }
+
+int vit_st_fill(vit_st_file *f, const vit_config *cfg, const char *const *skip, int nskip,
+                vit_model **model)
+{
+    for (int i = 0; i < f->p.nt; i++)
+        f->p.t[i].used = 0;
+    return fill(f->path, &f->p, f->data, f->data_size, cfg, skip, nskip, model);
 }

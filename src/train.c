@@ -115,9 +115,11 @@ static int train_batch(vit_trainer *t, long s, double *loss)
     const vit_param_group *groups = vit_model_groups(t->m, &ngroups);
     double lr = vit_lr_at((long)t->st.step, t->at.total_steps, t->at.warmup_steps, c->lr,
                           c->min_lr);
+    vit_train_ft_before(t); /* fine-tuning's per-layer lr factors (train_init.c) */
     rc = vit_adamw_step(&t->opt, vit_model_params(t->m), vit_model_grads(t->m), groups, ngroups, lr);
     if (rc)
         return diverged(t, rc);
+    vit_train_ft_after(t);
     t->st.step++;
     if (t->avg && (rc = vit_ema_update(vit_model_params(t->avg), vit_model_params(t->m),
                                        vit_model_param_count(t->m), c->ema, t->st.step)))

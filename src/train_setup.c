@@ -124,6 +124,7 @@ void vit_trainer_free(vit_trainer *t)
     vit_augment_scratch_free(t->aug);
     vit_dist_buckets_free(t->sum);
     vit_run_state_free(&t->st);
+    vit_train_init_free(t);
     vit_eval_result_free(&t->last_test);
     if (t->metrics)
         fclose(t->metrics);
@@ -155,6 +156,10 @@ static int check_data(vit_trainer *t)
     /* The same data without a split given: the split the record names. */
     if (t->st.has_data && !t->o.other_data && now.split.val == 0 && now.split.test == 0)
         now.split = t->st.data.split;
+    if (t->st.has_data) { /* what a resumed run started from stays recorded */
+        memcpy(now.init_from, t->st.data.init_from, sizeof now.init_from);
+        now.init_hash = t->st.data.init_hash;
+    }
     if (t->st.has_data && !t->o.other_data && now.fit.height == 0 && now.fit.channels == 0)
         now.fit = t->st.data.fit;
     t->st.data = now;
@@ -170,10 +175,15 @@ static int make_model(vit_trainer *t)
     if (!t->o.resume) {
         if ((rc = check_data(t)))
             return rc;
-        if (!(t->m = vit_model_new(&t->cfg)))
-            return VIT_EINVAL;
-        vit_rng_seed(&t->st.rng, t->cfg.seed);
-        vit_model_init(t->m, &t->st.rng);
+        if (t->init_src) { /* trained weights (train_init.c) */
+            if ((rc = vit_train_init_model(t)))
+                return rc;
+        } else {
+            if (!(t->m = vit_model_new(&t->cfg)))
+                return VIT_EINVAL;
+            vit_rng_seed(&t->st.rng, t->cfg.seed);
+            vit_model_init(t->m, &t->st.rng);
+        }
         rc = vit_adamw_init(&t->opt, vit_model_param_count(t->m), t->cfg.beta1, t->cfg.beta2,
                             t->cfg.eps, t->cfg.weight_decay);
         if (rc)
@@ -245,7 +255,9 @@ static int setup_model(vit_trainer *t)
 static int setup(vit_trainer *t)
 {
     const vit_train_opts *o = &t->o;
-    int rc = vit_config_check(&t->cfg);
+    int rc = vit_train_init_source(t); /* init_from: its architecture into cfg */
+    if (rc == VIT_OK)
+        rc = vit_config_check(&t->cfg);
     if (rc)
         return rc;
     snprintf(t->ckpt, sizeof t->ckpt, "%s/last.ckpt", o->out_dir);
@@ -368,6 +380,11 @@ int vit_trainer_new(vit_trainer **out, const vit_config *cfg, const vit_dataset 
     if (o->budget_seconds > 0 && !t->complete_at_start && (rc = vit_train_plan_budget(t))) {
         vit_trainer_free(t);
         return rc;
+    }
+    if (o->init_from) {
+        vit_train_event in = {.kind = VIT_TRAIN_INIT, .path = o->init_from,
+                              .new_value = t->init_note};
+        vit_train_emit(t, &in);
     }
     vit_train_event ev = {.kind = VIT_TRAIN_BEGIN};
     vit_train_emit(t, &ev);

@@ -29,6 +29,13 @@ struct vit_trainer {
     vit_dataset train, val;   /* views of it: the validation set is its tail */
     const vit_dataset *test;
     vit_model *m;             /* the weights the optimizer trains */
+    vit_model *init_src;      /* opts.init_from's model until make_model
+                                 adapts it (train_init.c) */
+    int init_timm;            /* it came from a timm file */
+    char init_note[512];      /* what was adapted (vit_trainer_init_note) */
+    double *ft_scale;         /* per model tensor: its lr factor (layer
+                                 decay, freezing), or NULL for all 1 */
+    vit_real *ft_before;      /* the parameters before the step */
     vit_model *avg;           /* with ema > 0: their running average, the
                                  classifier evaluated, saved and exported */
     vit_adamw opt;
@@ -76,6 +83,27 @@ static inline vit_model *scored(vit_trainer *t) { return t->avg ? t->avg : t->m;
 
 /* Hands ev to the callback (rank 0 only); a nonzero answer asks for a stop. */
 void vit_train_emit(vit_trainer *t, vit_train_event *ev);
+
+/* ---- train_init.c: a run started from trained weights (opts.init_from) */
+
+/* At the start of the setup: the options checked, the file read (its kind
+ * told by its bytes) into t->init_src and its architecture taken into
+ * t->cfg.  VIT_OK at once without init_from. */
+int vit_train_init_source(vit_trainer *t);
+
+/* In place of vit_model_init: t->m adapted from t->init_src to t->cfg (the
+ * data's size and classes), the file named in t->st.data; then the lr
+ * factors of layer_decay, freeze and linear_probe (t->ft_scale). */
+int vit_train_init_model(vit_trainer *t);
+
+/* Around each optimizer step: the parameters kept, then each tensor's
+ * change scaled by its factor (AdamW's step is linear in lr, decay
+ * included, so this is the step at lr * factor).  No-ops without factors. */
+void vit_train_ft_before(vit_trainer *t);
+void vit_train_ft_after(vit_trainer *t);
+
+/* Frees what train_init.c made. */
+void vit_train_init_free(vit_trainer *t);
 
 /* ---- train_setup.c */
 

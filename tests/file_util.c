@@ -3,6 +3,7 @@
 
 #include <check.h>
 #include <dirent.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,4 +99,33 @@ int fu_run_suite(Suite *(*make)(void), const char *templ)
     srunner_free(sr);
     fu_remove_tree(fu_suite_dir);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+void fu_edit_header(const char *src, const char *dst, const char *from, const char *to)
+{
+    size_t n;
+    unsigned char *b = fu_read(src, &n);
+    size_t hl = 0;
+    for (int k = 7; k >= 0; k--)
+        hl = hl << 8 | b[k];
+    char *h = malloc(hl + 1);
+    ck_assert_ptr_nonnull(h);
+    memcpy(h, b + 8, hl);
+    h[hl] = 0;
+    char *at = strstr(h, from);
+    ck_assert_msg(at != NULL, "%s: header has no '%s'", src, from);
+    size_t nl = hl - strlen(from) + strlen(to);
+    unsigned char *o = malloc(8 + nl + (n - 8 - hl));
+    ck_assert_ptr_nonnull(o);
+    for (int k = 0; k < 8; k++)
+        o[k] = (unsigned char)((uint64_t)nl >> (8 * k));
+    size_t pre = (size_t)(at - h);
+    memcpy(o + 8, h, pre);
+    memcpy(o + 8 + pre, to, strlen(to));
+    memcpy(o + 8 + pre + strlen(to), at + strlen(from), hl - pre - strlen(from));
+    memcpy(o + 8 + nl, b + 8 + hl, n - 8 - hl);
+    fu_write(dst, o, 8 + nl + (n - 8 - hl));
+    free(o);
+    free(h);
+    free(b);
 }

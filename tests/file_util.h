@@ -29,6 +29,11 @@ void fu_write(const char *path, const void *b, size_t n);
  * that a left-over temporary file counts whatever its name). */
 int fu_count_entries(const char *dir);
 
+/* Copies the safetensors file src to dst with the first occurrence of
+ * `from` in its JSON header replaced by `to` (the header length is fixed
+ * up; the data is kept); fails the test when src's header lacks `from`. */
+void fu_edit_header(const char *src, const char *dst, const char *from, const char *to);
+
 /* ---- one folder for a whole suite ---- */
 
 /* The folder fu_run_suite made for the suite's tests ("" before). */

@@ -735,37 +735,6 @@ static int same_file(const char *a, const char *b)
     return same;
 }
 
-/* Copies src to dst with the first occurrence of `from` in its JSON header
- * replaced by `to` (the header length is fixed up; the data is kept). */
-static void edit_header(const char *src, const char *dst, const char *from, const char *to)
-{
-    size_t n;
-    unsigned char *b = fu_read(src, &n);
-    size_t hl = 0;
-    for (int k = 7; k >= 0; k--)
-        hl = hl << 8 | b[k];
-    char *h = malloc(hl + 1);
-    ck_assert_ptr_nonnull(h);
-    memcpy(h, b + 8, hl);
-    h[hl] = 0;
-    char *at = strstr(h, from);
-    ck_assert_msg(at != NULL, "%s: header has no '%s'", src, from);
-    size_t nl = hl - strlen(from) + strlen(to);
-    unsigned char *o = malloc(8 + nl + (n - 8 - hl));
-    ck_assert_ptr_nonnull(o);
-    for (int k = 0; k < 8; k++)
-        o[k] = (unsigned char)((uint64_t)nl >> (8 * k));
-    size_t pre = (size_t)(at - h);
-    memcpy(o + 8, h, pre);
-    memcpy(o + 8 + pre, to, strlen(to));
-    memcpy(o + 8 + pre + strlen(to), at + strlen(from), hl - pre - strlen(from));
-    memcpy(o + 8 + nl, b + 8 + hl, n - 8 - hl);
-    fu_write(dst, o, 8 + nl + (n - 8 - hl));
-    free(o);
-    free(h);
-    free(b);
-}
-
 /* `file` (in the test folder) with its metadata's key = "1" turned to "0"
  * is refused as a file whose tensors the config does not describe, naming
  * one of them (tensor: a part of its name). */
@@ -775,7 +744,7 @@ static void assert_needs_key(const char *file, const char *key, const char *tens
     snprintf(from, sizeof from, "\"%s\":\"1\"", key);
     snprintf(to, sizeof to, "\"%s\":\"0\"", key);
     snprintf(off, sizeof off, "off-%s", file);
-    edit_header(fu_path(file), fu_path(off), from, to);
+    fu_edit_header(fu_path(file), fu_path(off), from, to);
     vit_model *back = NULL;
     ck_assert_int_eq(vit_safetensors_load(fu_path(off), &back), VIT_EFORMAT);
     ck_assert_msg(strstr(vit_last_error(), tensor) != NULL, "%s: '%s' does not name %s", off,
@@ -1074,7 +1043,7 @@ START_TEST(import_class_names)
         char path[600], ckpt[600];
         snprintf(path, sizeof path, "%s", fu_path("badnames.safetensors"));
         snprintf(ckpt, sizeof ckpt, "%s", fu_path("badnames.ckpt"));
-        edit_header(good, path, from, cases[i].to);
+        fu_edit_header(good, path, from, cases[i].to);
         int rc = vit_safetensors_import(path, ckpt, NULL);
         ck_assert_msg(rc == VIT_EFORMAT, "case %zu: rc %d (%s)", i, rc, vit_last_error());
         ck_assert_msg(strstr(vit_last_error(), path) &&
@@ -1099,8 +1068,8 @@ START_TEST(import_old_key_names)
     m = vit_model_new(&cfg);
     ck_assert_ptr_nonnull(m);
     ck_assert_int_eq(vit_safetensors_save(m, NULL, fu_path("new.safetensors"), NULL), VIT_OK);
-    edit_header(fu_path("new.safetensors"), fu_path("o1.safetensors"), "\"adamw_eps\"", "\"eps\"");
-    edit_header(fu_path("o1.safetensors"), fu_path("old.safetensors"), "\"adamw_beta2\"", "\"beta2\"");
+    fu_edit_header(fu_path("new.safetensors"), fu_path("o1.safetensors"), "\"adamw_eps\"", "\"eps\"");
+    fu_edit_header(fu_path("o1.safetensors"), fu_path("old.safetensors"), "\"adamw_beta2\"", "\"beta2\"");
     ck_assert_msg(vit_safetensors_load(fu_path("old.safetensors"), &back) == VIT_OK, "%s",
                   vit_last_error());
     ck_assert_double_eq(vit_model_config(back)->eps, 3e-7);
@@ -1145,7 +1114,7 @@ START_TEST(import_refuses_bad_files)
         snprintf(name, sizeof name, "bad%zu.safetensors", i);
         char path[600];
         snprintf(path, sizeof path, "%s", fu_path(name));
-        edit_header(good, path, cases[i].from, cases[i].to);
+        fu_edit_header(good, path, cases[i].from, cases[i].to);
         vit_model *back = (vit_model *)&back;
         int rc = vit_safetensors_load(path, &back);
         if (i == 2) { /* the control: pool may go when global_pool stays */

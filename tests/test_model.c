@@ -76,7 +76,7 @@ static int config_equal(const vit_config *a, const vit_config *b, const char **w
     EQ(patch_stride) EQ(patch_pad) EQ(lsa) EQ(stem) EQ(stem2) EQ(local_conv)
     EQ(crop_pad) EQ(flip) EQ(erase) EQ(mixup) EQ(cutmix) EQ(mix_prob) EQ(drop_path)
     EQ(brightness) EQ(contrast) EQ(saturation) EQ(hue) EQ(grayscale) EQ(channel_perm) EQ(invert)
-    EQ(precision) EQ(arch)
+    EQ(precision) EQ(arch) EQ(ln_eps)
 #undef EQ
     *which = "";
     return 1;
@@ -627,6 +627,7 @@ START_TEST(test_config_round_trip)
     a.brightness = 0.1 + 0.2; a.contrast = 1.0 / 3; a.saturation = 0.7; a.hue = 0.05 / 3;
     a.grayscale = 2.0 / 3; a.channel_perm = 1; a.invert = 1;
     a.stem = 3; a.stem2 = 6;
+    a.ln_eps = 1e-6 / 3;
     a.precision = VIT_PRECISION_AUTO;
     char buf[4096], buf2[4096];
     int len = vit_config_format(&a, buf, sizeof buf);
@@ -646,12 +647,12 @@ START_TEST(test_config_round_trip)
         snprintf(pat, sizeof pat, "%s = ", key);
         ck_assert_msg(strstr(buf, pat) != NULL, "key %s missing from the formatted text", key);
     }
-    /* ... and nothing else: one line per key (50 fields in vit_config). */
+    /* ... and nothing else: one line per key (51 fields in vit_config). */
     int lines = 0;
     for (const char *p = buf; *p; p++)
         lines += *p == '\n';
     ck_assert_int_eq(nkeys, lines);
-    ck_assert_int_eq(nkeys, 50);
+    ck_assert_int_eq(nkeys, 51);
     /* A buffer one byte short fails; exactly enough works. */
     ck_assert_int_lt(vit_config_format(&a, buf2, (size_t)len), 0);
     ck_assert_int_eq(vit_config_format(&a, buf2, (size_t)len + 1), len);

@@ -401,6 +401,9 @@ int cli_progress_event(const vit_train_event *ev, void *user)
     if (p->mode == 0)
         return 0;
     switch (ev->kind) {
+    case VIT_TRAIN_INIT:
+        fprintf(p->out, "init: %s: %s\n", ev->path, ev->new_value);
+        break;
     case VIT_TRAIN_SET_ASIDE:
         fprintf(p->out, "%s: the run there (last.ckpt, metrics.csv) moved to %s\n", p->out_dir,
                 ev->path);

@@ -35,10 +35,12 @@ CFG = {"image_height": 4, "image_width": 4, "channels": 2, "classes": 3, "patch"
 BATCH = 3
 
 
-def write_safetensors(path, tensors, meta):
+def write_safetensors(path, tensors, meta, names=None):
+    """names: the order to write in; by default sorted by name, as the
+    safetensors package writes (not timm's state_dict order)."""
     header = {"__metadata__": meta}
     blobs, offset = [], 0
-    for name in sorted(tensors):  # the safetensors package's order, not timm's
+    for name in names or sorted(tensors):
         t = tensors[name].detach().contiguous().to(torch.float32)
         raw = t.numpy().astype("<f4").tobytes()
         header[name] = {"dtype": "F32", "shape": list(t.shape),

@@ -52,6 +52,23 @@ static void usage(FILE *f)
         "                       trains nothing.  Without --data, the data the run\n"
         "                       trained on (the checkpoint records it); other data\n"
         "                       is refused\n"
+        "");
+    fputs(
+        "  --init-from FILE     a new run from trained weights: one of our checkpoints\n"
+        "                       or exports, or a timm VisionTransformer safetensors\n"
+        "                       file; its architecture, adapted to the data (position\n"
+        "                       embeddings resampled, 3 <-> 1 channels, a new head).\n"
+        "                       docs/finetune.md\n"
+        "  --init-arch NAME     a timm file's architecture (vit_tiny_patch16_224, ...):\n"
+        "                       its heads, which the shapes do not tell\n"
+        "  --init-heads N       a timm file's heads, for one not in the table\n"
+        "  --init-norm MODE     auto (ImageNet mean/std folded into a timm file's patch\n"
+        "                       embedding), none or imagenet\n"
+        "  --keep-head          keep the file's head (the classes must agree)\n"
+        "  --layer-decay X      block l steps at lr * X^(depth - l) (default 1: off)\n"
+        "  --freeze N           the embeddings and the first N blocks stay as loaded\n"
+        "  --linear-probe       only the head trains\n", f);
+    fprintf(f,
         "  --other-data         resume on data other than the run's: the schedule is\n"
         "                       laid out anew over the steps left\n"
         "  --val N              hold out the last N training images for validation\n"
@@ -138,7 +155,10 @@ static const cli_flag flags[] = {
     {"--check-replicas", 0}, {"--force", 0}, {"--other-data", 0}, {"--seeds", 1}, {"--budget", 1},
     {"--val-split", 1}, {"--test-split", 1}, {"--split-seed", 1}, {"--help", 0}, {"--version", 0},
     {"--save-best", 0}, {"--early-stop", 1},
-    {"--image-size", 1}, {"--skip-bad", 0}, {"--class-names", 1}, {NULL, 0},
+    {"--image-size", 1}, {"--skip-bad", 0}, {"--class-names", 1},
+    {"--init-from", 1}, {"--init-arch", 1}, {"--init-heads", 1}, {"--init-norm", 1},
+    {"--keep-head", 0}, {"--layer-decay", 1}, {"--freeze", 1}, {"--linear-probe", 0},
+    {NULL, 0},
 };
 
 static int run(int argc, char **argv);
@@ -407,6 +427,10 @@ static int parse_flags(int argc, char **argv, vit_config *cfg, vit_train_opts *o
             o->overwrite = 1;
             continue;
         }
+        if (strcmp(a, "--keep-head") == 0 || strcmp(a, "--linear-probe") == 0) {
+            *(a[2] == 'k' ? &o->keep_head : &o->linear_probe) = 1;
+            continue;
+        }
         if (strcmp(a, "--save-best") == 0) { /* an optional measure follows */
             o->save_best = VIT_BEST_ACCURACY;
             if (v && (strcmp(v, "loss") == 0 || strcmp(v, "accuracy") == 0 || strcmp(v, "acc") == 0)) {
@@ -429,6 +453,8 @@ static int parse_flags(int argc, char **argv, vit_config *cfg, vit_train_opts *o
         }
         i++;
         int taken = split_flag(a, v, sf);
+        if (taken < 0)
+            taken = finetune_flag(a, v, o); /* train_finetune.c */
         if (taken >= 0) {
             if (taken)
                 return taken;
@@ -583,6 +609,8 @@ static int run(int argc, char **argv)
     if ((rc = parse_flags(argc, argv, &cfg, &o, &look, &data, out, sizeof out, &threads, seeds,
                           &nseeds, &sf)) >= 0)
         return rc;
+    if ((rc = finetune_check(&o, argc, argv)) >= 0)
+        return rc;
     if (threads > 0)
         vit_set_threads(threads);
     /* A resume trains on its run's data (and split) unless --data says
@@ -655,14 +683,20 @@ static int run(int argc, char **argv)
         printf("data-parallel over %d ranks, global batch %d\n", vit_dist_size(), cfg.batch);
     const vit_config user = cfg; /* what the file and the flags gave */
     vit_recipe picked = {.patch = cfg.patch};
-    if (!o.resume && (apply_recipe(&cfg, &user, &train, o.val_count, o.budget_seconds,
-                                   look.progress, &picked, &o.warmup_fraction) != 0
-                      || adapt_arch(&cfg, &train, o.val_count, look.progress) != 0)) {
+    if (o.init_from) { /* the weights' architecture (the trainer takes it); the recipe's lr */
+        if (finetune_recipe(&cfg, &user, &o, &train, o.val_count, look.progress)) {
+            vit_dataset_free(&train);
+            vit_dataset_free(&test);
+            return 1;
+        }
+    } else if (!o.resume && (apply_recipe(&cfg, &user, &train, o.val_count, o.budget_seconds,
+                                          look.progress, &picked, &o.warmup_fraction) != 0
+                             || adapt_arch(&cfg, &train, o.val_count, look.progress) != 0)) {
         vit_dataset_free(&train);
         vit_dataset_free(&test);
         return 1;
     }
-    if (!o.resume && vit_config_arch(&cfg) == vit_arch_vit()) {
+    if (!o.resume && !o.init_from && vit_config_arch(&cfg) == vit_arch_vit()) {
         if (!vit_config_given(&user, "patch"))
             fit_patch(&cfg, &picked, look.progress);
         settle_overlap(&cfg, &user, patch_default, stride_default, pad_default, &train);

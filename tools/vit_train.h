@@ -36,6 +36,25 @@ typedef struct split_flags {
 /* --seeds takes at most this many seeds. */
 #define MAX_SEEDS 64
 
+/* ---- train_finetune.c */
+
+/* One of the fine-tuning flags with a value (--init-from, --init-arch,
+ * --init-heads, --init-norm, --layer-decay, --freeze) into *o: 0 when
+ * taken, 2 (said) for a bad value, -1 when a is not one of them. */
+int finetune_flag(const char *a, const char *v, vit_train_opts *o);
+
+/* A fine-tuning flag without --init-from, --init-from with --resume or
+ * with a flag that sets the architecture (the file's; cli_normalize wrote
+ * the flags with '-'): 2 (said); else -1. */
+int finetune_check(const vit_train_opts *o, int argc, char **argv);
+
+/* The fine-tuning recipe for the keys nobody set, said in one line when
+ * speak (user: what the file and the flags gave, vit_config_given): the data's rule (vit_recipe_pick) for epochs (the budget's with
+ * one), batch, shift and flip; cfg's peak lr kept (said), warm-up 2
+ * epochs (a rule that fails is said and left out).  0. */
+int finetune_recipe(vit_config *cfg, const vit_config *user, vit_train_opts *o,
+                    const vit_dataset *train, int val, int speak);
+
 /* ---- vit_train.c */
 
 /* One run of vit_train_run and what it prints; the exit status.  res, if

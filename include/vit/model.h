@@ -119,6 +119,9 @@ typedef struct vit_config {
                        depthwise convolution of them over their grid
                        (blocks.L.local.w [9, dim], blocks.L.local.b [dim],
                        before ln1.g), the class token unchanged; 0: none */
+    double ln_eps;  /* the layer norms' epsilon (every block's two and the
+                       final one): 1e-5 (PyTorch's default, ours); 1e-6 for
+                       weights from timm's ViTs, which were trained with it */
     /* training recipe */
     int epochs;
     int batch;

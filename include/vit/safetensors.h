@@ -42,7 +42,8 @@
  * adamw_beta2, adamw_eps and adamw_weight_decay, so that no loader takes
  * AdamW's eps for the layer norm's; besides: format "pt", producer
  * "vit_export VERSION", layout "timm.VisionTransformer", global_pool
- * "token" (pool cls) or "avg" (pool mean), layer_norm_eps "1e-05",
+ * "token" (pool cls) or "avg" (pool mean), layer_norm_eps (ln_eps, "%g":
+ * "1e-05" by default),
  * activation "gelu_exact" and input "NCHW float32 in [0, 1], no
  * normalization"; and for a model with tta shift9, "tta_note", saying
  * that the weights give one pass per image while the model's own scores
@@ -50,7 +51,8 @@
  * shifted in; docs/cli.md shows it in PyTorch).
  *
  * To reproduce our logits in timm itself: its default LayerNorm eps is
- * 1e-6, so pass norm_layer=partial(nn.LayerNorm, eps=1e-5); and for
+ * 1e-6, so for our default ln_eps 1e-5 pass
+ * norm_layer=partial(nn.LayerNorm, eps=1e-5); and for
  * global_pool "avg" pass fc_norm=False, because we apply the final norm to
  * every token before averaging, while timm's "avg" default moves the final
  * norm after the average (fc_norm).
@@ -90,8 +92,9 @@ int vit_safetensors_save(const vit_model *m, char *const *class_names, const cha
  * ("token"/"avg"), agreeing when both are given.  Recipe keys (lr, epochs,
  * adamw_eps, ...; the old names eps, beta1, beta2 and weight_decay of
  * earlier exports are accepted too) are taken when present, defaults
- * (vit_config_default) otherwise.  layer_norm_eps, when given, must be
- * 1e-05 and activation gelu_exact, the only ones this library computes;
+ * (vit_config_default) otherwise.  layer_norm_eps, when given, is the
+ * model's ln_eps (it must agree with an ln_eps key, if both are given), and
+ * activation must be gelu_exact, the only one this library computes;
  * other string keys are ignored.
  *
  * Every tensor of the model must be present exactly once, with dtype F32,

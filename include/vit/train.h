@@ -54,6 +54,12 @@ typedef struct vit_run_data {
                                          applied to spec (all zero: none,
                                          and in records written before
                                          splits were recorded) */
+    char init_from[VIT_RUN_DATA_SPEC_MAX]; /* the weights the run started
+                                         from (vit_train_opts.init_from,
+                                         absolute when it resolves), or
+                                         "" */
+    unsigned long long init_hash;     /* FNV-1a (64-bit) of that file's bytes
+                                         (0 with init_from "") */
     vit_data_fit fit;                 /* the transform the images got on
                                          load (vit_data_load_opts's
                                          opts->fit, or the rule's shape):
@@ -324,7 +330,13 @@ typedef enum vit_train_event_kind {
                                     total_steps, planned_seconds; images_per_
                                     second: the measured training speed), and
                                     after an epoch whose end moves the plan
-                                    (at->replans counts those) */
+                                    (at->replans counts those) */,
+    VIT_TRAIN_INIT               /* in vit_trainer_new, before BEGIN, with
+                                    opts.init_from: path = the file,
+                                    new_value = one line saying what the
+                                    weights are and how they were adapted
+                                    (vit_model_adapt's note, the input
+                                    normalisation, the lr factors) */
 } vit_train_event_kind;
 
 typedef struct vit_train_event {
@@ -446,9 +458,41 @@ typedef struct vit_train_opts {
                                 VIT_BEST_NONE); needs val_count > 0.  A
                                 resume with a larger epochs trains on;
                                 0: never */
+    /* Fine-tuning (vit/finetune.h, docs/finetune.md).  init_from: a new
+       run (not with resume) starts from these weights instead of
+       vit_model_init: one of our checkpoints (vit_run_save), one of our
+       exports (vit_safetensors_save) or a timm VisionTransformer file as
+       published (vit_timm_load).  The architecture is the file's
+       (vit_config_take_arch over cfg's), adapted to the data
+       (vit_model_adapt: grid, channels, head); the optimizer is fresh;
+       the checkpoints' data record names the file and its FNV-1a 64 hash
+       (vit_run_data.init_from, init_hash).  NULL: none, and every field
+       below must be 0. */
+    const char *init_from;
+    const char *init_arch;   /* a timm file's arch (vit_timm_arch_find), or
+                                NULL: its heads are init_heads */
+    int init_heads;          /* a timm file's heads when init_arch is NULL */
+    int keep_head;           /* 1: keep the file's head (its classes must be
+                                the data's); 0: a new head */
+    int init_norm;           /* VIT_INIT_NORM_*: the input normalisation
+                                folded into the patch embedding */
+    double layer_decay;      /* layer-wise lr decay in (0, 1]: block l of
+                                depth steps at lr * layer_decay^(depth - l),
+                                the embeddings at layer_decay^(depth + 1),
+                                the final norm and head at lr (0: 1, off) */
+    int freeze;              /* the embeddings and the first `freeze` blocks
+                                keep their weights (0 .. depth) */
+    int linear_probe;        /* 1: only the head trains */
     vit_train_callback on_event; /* progress, or NULL */
     void *user;              /* passed to on_event */
 } vit_train_opts;
+
+/* vit_train_opts.init_norm: VIT_INIT_NORM_AUTO folds ImageNet's mean and
+ * std (VIT_IMAGENET_MEAN, _STD in vit/finetune.h) into a timm file's
+ * weights, which were trained on normalised images, so that the model
+ * reads the data's [0, 1] pixels as every tool gives them; our own files
+ * are used as they are.  _NONE never folds, _IMAGENET always does. */
+enum { VIT_INIT_NORM_AUTO = 0, VIT_INIT_NORM_NONE = 1, VIT_INIT_NORM_IMAGENET = 2 };
 
 /* 1 if out_dir already holds a run's checkpoint (out_dir/last.ckpt) that
  * is not the file resume names (resume may be NULL), else 0.  A fresh run,

@@ -27,6 +27,7 @@
 #include "vit/dist.h"
 #include "vit/safetensors.h"
 #include "vit/export.h"
+#include "vit/finetune.h"
 #include "vit/gemm.h"
 #include "vit/bf16.h"
 #endif
