@@ -302,7 +302,7 @@ done:
 /* Windowed attention on an 8 x 8 grid, windows of 4 x 4 shifted by 2 (the
  * region mask), a bias per head, heads of width 16 read out of a fused
  * [B, N, 3D] buffer: in float32 the products of a 16-token window run on
- * the direct kernels (src/pair_gemm.c), against the float64 build's GEMMs. */
+ * the direct kernels (src/kernels/pair_gemm.c), against the float64 build's GEMMs. */
 static int case_window_attn(real_emit_fn emit, void *ctx)
 {
     enum { B = 2, H = 2, G = 8, M = 4, N = G * G, T = M * M, DH = 16, D = H * DH };

@@ -1,6 +1,6 @@
 /*
  * test_fastmath - the float32 GELU (vit_gelu_forward / vit_gelu_backward,
- * built on the branch-free helpers of src/fastmath.h) against references
+ * built on the branch-free helpers of src/kernels/fastmath.h) against references
  * computed here in double precision with libm erfc and exp:
  *     GELU(x)  = x Phi(x),          Phi(x) = erfc(-x/sqrt 2) / 2,
  *     GELU'(x) = Phi(x) + x phi(x), phi(x) = exp(-x^2/2) / sqrt(2 pi).

@@ -80,7 +80,7 @@ static void both_paths_agree(const op_case *c)
         unsigned long long calls[3];
         path_calls(calls);
         /* (the libxsmm run may have none: small attention pairs run the
-         * direct kernels of src/pair_gemm.c there, tested below) */
+         * direct kernels of src/kernels/pair_gemm.c there, tested below) */
         ck_assert_msg(p == 1 || calls[1] > 0, "%s ran no GEMM", c->name);
         if (p == 0)
             ck_assert_msg(calls[2] == 0, "%s: %llu calls on libxsmm when BLAS was forced",
@@ -137,7 +137,7 @@ START_TEST(linear_agrees)
     linear_case(37, 19, 23, 1);
     linear_case(1, 64, 10, 1);
     linear_case(65, 192, 768, 0);
-    /* libxsmm sums long reductions in chunks (src/gemm.c, k_chunk): dW over
+    /* libxsmm sums long reductions in chunks (src/kernels/gemm.c, k_chunk): dW over
      * 512 rows into 256 outputs is two equal chunks, over 800 rows four with
      * a shorter last one; dx = dy W^T of 2080 outputs is three chunks of a
      * packed operand */
@@ -237,7 +237,7 @@ END_TEST
 /* ---- attention pairs on the direct kernels ------------------------------ */
 
 /* Small pairs (head widths 16 or 32, at most 32 keys) skip the GEMM layer
- * in float32 on a CPU with AVX2 and FMA (src/pair_gemm.c) unless the BLAS
+ * in float32 on a CPU with AVX2 and FMA (src/kernels/pair_gemm.c) unless the BLAS
  * path is forced.  Against that reference: forward, and a backward that
  * accumulates onto nonzero gradients, with masks, a score bias and a
  * learnable per-head scale; and on such a CPU the direct run must have

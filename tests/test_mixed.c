@@ -310,7 +310,7 @@ END_TEST
 START_TEST(linear_gelu_keeps_gelu_grad_in_bf16)
 {
     /* _i 1: 2.2 MB of pre-activation, which the mixed forward computes in
-     * blocks of 1008 rows and one of 92 (src/tape_ops_linear.c) */
+     * blocks of 1008 rows and one of 92 (src/tape/tape_ops_linear.c) */
     const int n = _i ? 1100 : 24, in = 32, out = _i ? 520 : 40;
     float *x = malloc((size_t)n * in * sizeof *x), *W = malloc((size_t)in * out * sizeof *W);
     float *b = malloc(out * sizeof *b), *dy = malloc((size_t)n * out * sizeof *dy);
@@ -372,10 +372,10 @@ END_TEST
  * The small shape (KB, KT) is chosen so that every kept buffer is a whole
  * number of the arena's 64-byte units; the long one (PB, PT: 422 KB of
  * attention cache an item) has its bf16-kept attention backward run in
- * pieces of 4 items and a short last piece of 1 (src/tape_ops_attention.c),
+ * pieces of 4 items and a short last piece of 1 (src/tape/tape_ops_attention.c),
  * with padding keys that differ by item, and its MLP (width PM: 2.2 MB of
  * pre-activation) run, forward and backward, in blocks of 963 rows and one
- * of 37 (src/tape_ops_mlp.c). */
+ * of 37 (src/tape/tape_ops_mlp.c). */
 enum { KB = 2, KT = 8, KD = 32, KH = 2, KM = 64, PB = 5, PT = 200, PM = 544 };
 
 typedef struct kept_block {

@@ -1,4 +1,4 @@
-/* The mixed-precision MLP's GELU kernels (src/activations.c, internal:
+/* The mixed-precision MLP's GELU kernels (src/kernels/activations.c, internal:
  * this suite links the static library), which read GELU and GELU' of a
  * bf16 pre-activation from a table of all 65,536 values: against the
  * public float32 kernels (vit_gelu_forward, vit_gelu_backward) and the

@@ -100,7 +100,7 @@ done
 # mpirun learns it from that host's daemon and takes the job down: the
 # survivor must be gone within 10 s, the job exit non-zero, and mpirun's
 # notice name the lost rank.  Checkpoints are written to a temporary file
-# and renamed (src/atomic_file.c), so last.ckpt is a whole one whatever
+# and renamed (src/core/atomic_file.c), so last.ckpt is a whole one whatever
 # the moment of the kill: it must load, and a 2-rank resume must end
 # bitwise on the uninterrupted 2-rank run of the same length; a resume on 1
 # rank must finish the same epochs with the losses of that run (the bound

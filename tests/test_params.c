@@ -4,7 +4,7 @@
  * (test_params_f32, the precision the ViT trains in, where the order of
  * the init's rounding shows).
  *
- * The ViT's tensor list, rebuilt here by hand from src/model.c's layout(),
+ * The ViT's tensor list, rebuilt here by hand from src/model/model.c's layout(),
  * must give vit_model's offsets, groups and, from the same seed, bitwise
  * its initial values: the model is to move onto vit_params.  Then the init
  * kinds against the generator run by hand, the groups through
@@ -27,7 +27,7 @@
 /* Tolerance of computed (not copied or drawn) values: a few ulps. */
 #define TOL (sizeof(vit_real) == sizeof(double) ? 1e-14 : 1e-6)
 
-/* ---- the ViT's layout, as src/model.c's layout() lays it out ---------- */
+/* ---- the ViT's layout, as src/model/model.c's layout() lays it out ---------- */
 
 /* One row of the block's tensor list: name suffix, the two dimensions as
  * codes (D, M, T for 3D, or 0 for a 1-D tensor), decay and init.  The

@@ -1,5 +1,5 @@
 /*
- * tests/test_swin.c - the built-in Swin Transformer (src/model_swin.c)
+ * tests/test_swin.c - the built-in Swin Transformer (src/model/model_swin.c)
  * through the public API: `arch = swin` and its keys, vit_model, the
  * arch's hooks (vit/arch.h).  Every parameter's gradient against central
  * differences in float64 (with and without stochastic depth's scales), the

@@ -1,4 +1,4 @@
-/* The GEMM layer's scaled transposed copies (src/transpose.c), both paths
+/* The GEMM layer's scaled transposed copies (src/kernels/transpose.c), both paths
  * (vector tiles where the CPU has AVX-512, plain tiles elsewhere), against
  * a plain loop: bitwise, over every shape up to 40 x 40 (full tiles, edge
  * tiles of every width, one row, one column), padded strides, zero padding

@@ -185,7 +185,7 @@ class ViT(nn.Module):
 def predict_tta(model, x, flip=False):
     """tta shift9 (shift9flip with flip) as vit_predict does it: the mean
     softmax over the image and its 8 one-pixel shifts, zeros shifted in
-    (src/augment.c vit_translate: pixel (y, x) of the image shifted by
+    (src/data/augment.c vit_translate: pixel (y, x) of the image shifted by
     (dy, dx) is pixel (y - dy, x - dx) of x, zero outside); with flip, also
     over the same nine shifts of the left-right mirror image (mirrored
     first, then shifted).  x: [N, C, H, W]."""

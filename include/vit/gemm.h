@@ -7,7 +7,7 @@
  * gradients and attention's per-head products of ViT-sized models, where it
  * was ahead of or level with OpenBLAS) and OpenBLAS (wider products, and a
  * beta other than 0 or 1).  The choice is a fixed
- * rule of the shape (see src/gemm.c), not a timing, so a run's results do
+ * rule of the shape (see src/kernels/gemm.c), not a timing, so a run's results do
  * not depend on how busy the machine was.  The float64 library and a build
  * without libxsmm always use BLAS.
  *

@@ -3,7 +3,7 @@
  * models/digits-tiny.cfg) and the model: a network of any architecture
  * (vit/arch.h) with its parameters, its forward on the tape and a training
  * batch split across threads.  The built-in architecture, the default, is
- * the Vision Transformer (src/model_vit.c):
+ * the Vision Transformer (src/model/model_vit.c):
  *
  *   images [B, H, W, C]
  *     -> with stem > 0: 3x3 convolution (stride 1, padding 1), GELU  [B, H, W, stem]

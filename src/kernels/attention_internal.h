@@ -47,15 +47,15 @@ void vit_attn_add_scale_grads(const vit_sdpa *a, vit_real *dscale, const double 
 /* Rows s[rows, nk] (contiguous; finite, or -infinity where a mask forbids)
  * in place -> their softmax; a row with nothing allowed becomes zeros.
  * Vectorised (fastmath's exp in float32); each row sums in double.  The
- * standard and the windowed cores share it (src/attention.c). */
+ * standard and the windowed cores share it (src/kernels/attention.c). */
 void vit_attn_softmax_block(vit_real *s, int rows, int nk);
 
 /* dS = P .* (dP - rowsum(dP .* P)) for rows i0..i1-1 of [*, nk], in place
- * over dP; each row's sum in double, vectorised (src/attention.c). */
+ * over dP; each row's sum in double, vectorised (src/kernels/attention.c). */
 void vit_attn_softmax_grad_rows(const vit_real *p, vit_real *ds, int nk, int i0, int i1);
 
 /* s[n] += bias[n] (NULL: none), then the flat index of the first score
- * that is not finite, or -1 (src/attention.c). */
+ * that is not finite, or -1 (src/kernels/attention.c). */
 long vit_attn_add_bias_check(vit_real *s, const vit_real *bias, size_t n);
 
 /* Argument checks the attention cores share (messages prefixed with fn). */

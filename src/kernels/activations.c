@@ -274,7 +274,7 @@ void vit_bias_gelu_backward_bf16(float *du, float *db, const float *dy, const ui
 #endif
 
 #ifndef VIT_DOUBLE
-/* ---- The mixed MLP's GELU from a bf16 pre-activation (src/tape_ops_mlp.c)
+/* ---- The mixed MLP's GELU from a bf16 pre-activation (src/tape/tape_ops_mlp.c)
  *
  * A bf16 v has 65,536 values, so GELU and GELU' of every one are a table,
  * made once: each entry holds bf16(GELU(v)) in its low half and

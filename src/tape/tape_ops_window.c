@@ -1,6 +1,6 @@
 /*
  * vit_op_window_attn: Swin's windowed self-attention on the tape, over the
- * windowed kernel (src/attention_window.c), forward beside backward.
+ * windowed kernel (src/kernels/attention_window.c), forward beside backward.
  * Shapes (vit/tape.h): qkv [B, N, 3*D] (Q, K, V side by side, as a fused
  * projection makes them; N = grid_h * grid_w, D = H * d), bias NULL or
  * [1 or H, T, T] (T = M*M), y [B, N, D].  The kernel reads Q, K and V out

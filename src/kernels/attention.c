@@ -204,7 +204,7 @@ static long add_bias_check(vit_real *s, const vit_real *bias, size_t n)
     return -1;
 }
 
-/* The windowed core's entries to the two above (src/attention_window.c):
+/* The windowed core's entries to the two above (src/kernels/attention_window.c):
  * plain functions, since a target_clones function would export its
  * resolver. */
 void vit_attn_softmax_block(vit_real *s, int rows, int nk) { softmax_block(s, rows, nk); }
@@ -247,7 +247,7 @@ static int pairs_in_parallel(const vit_sdpa *a)
         && a->batch * a->heads >= vit_threads();
 }
 
-/* A pair's products run on the direct kernels of src/pair_gemm.c when they
+/* A pair's products run on the direct kernels of src/kernels/pair_gemm.c when they
  * take its widths and each pair is one task (so no GEMM would have split
  * it across threads); else on GEMMs.  The same answer for every pair of a
  * call. */
@@ -534,7 +534,7 @@ static void head_backward(const vit_sdpa *a, vit_real scale, vit_real beta, int 
         *pair_ds = vit_attn_scale_grad(direct, ds, q + qo, k + ko, nq, nk, dkh, ldq, ldk);
     if (!(dq || dk)) return;
     /* s dS in place, once: with alpha = s each GEMM below would make
-     * libxsmm read a scaled copy of its first operand (src/gemm.c). */
+     * libxsmm read a scaled copy of its first operand (src/kernels/gemm.c). */
     if (scale != 1)
         for (size_t i = 0; i < (size_t)nq * nk; i++) ds[i] *= scale;
     /* dQ_bh[nq, dk] += s dS[nq, nk] K_bh[nk, dk] */

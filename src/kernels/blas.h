@@ -1,6 +1,6 @@
 /* Internal: the BLAS routines we use, mapped to the s- or d- variant of the
  * build's real type, so kernels are written once.  GEMMs go through
- * vit_gemm_rm (src/gemm.c), which picks OpenBLAS or libxsmm per shape;
+ * vit_gemm_rm (src/kernels/gemm.c), which picks OpenBLAS or libxsmm per shape;
  * vit_gemm keeps cblas_?gemm's argument list (the order must be
  * CblasRowMajor, the only one the library uses). */
 #ifndef VIT_SRC_BLAS_H

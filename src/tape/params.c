@@ -1,6 +1,6 @@
 /*
  * Named parameter tensors in one flat buffer (vit/params.h): the layout,
- * init and weight-decay groups that src/model.c keeps for the ViT, for any
+ * init and weight-decay groups that src/model/model.c keeps for the ViT, for any
  * model written on the tape.
  */
 #include "vit/params.h"

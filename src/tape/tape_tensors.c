@@ -1,8 +1,8 @@
 /*
  * The tape's tensors and their gradients (the engine's second file, beside
- * src/tape.c): op outputs, views and leaves, and the pool that lends
+ * src/tape/tape.c): op outputs, views and leaves, and the pool that lends
  * gradient buffers during the backward, with the helpers op backwards
- * write their inputs' gradients through (src/tape_internal.h).
+ * write their inputs' gradients through (src/tape/tape_internal.h).
  */
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* Internal: what the op files (src/tape_ops_*.c) share with the tape's
- * engine (src/tape.c, src/tape_tensors.c).
+ * engine (src/tape/tape.c, src/tape/tape_tensors.c).
  *
  * An op is a vit_op_def (its name, its backward and, for an op whose
  * forward may wait, that forward) and a function vit_op_NAME that checks
@@ -93,8 +93,8 @@ vit_tensor *vit_tape_output(vit_tape *t, int ndim, const int *shape, int require
  * (or expanded from it) for the backward are made this many bytes at a
  * time, not a whole batch slice's: each piece is still in the core's cache
  * when it is rounded or read, and the scratch and the gradient pool hold
- * a piece (src/tape_ops_attention.c, src/tape_ops_linear.c,
- * src/tape_ops_mlp.c). */
+ * a piece (src/tape/tape_ops_attention.c, src/tape/tape_ops_linear.c,
+ * src/tape/tape_ops_mlp.c). */
 #define VIT_TAPE_PIECE_BYTES ((size_t)2 << 20)
 
 /* Rows of width floats per piece of n rows: about VIT_TAPE_PIECE_BYTES,
@@ -117,7 +117,7 @@ enum {
  * values go to one of two buffers of the tape taking turns (no arena
  * memory), and vit_tape_record keeps their bf16 rounding in the arena
  * (VIT_KEEP_BF16; rounded to nearest even by vit_bf16_from_floats) or
- * nothing.  For callers that know every reader of the output (src/block.c):
+ * nothing.  For callers that know every reader of the output (src/tape/block.c):
  * its float values must be read only before the second kept output after
  * it is made, and by backwards only through vit_tape_values.  An op that
  * reads its input as a bf16 GEMM operand anyway loses nothing: its
@@ -206,7 +206,7 @@ void vit_tape_lease_end(void *lease);
  * vit_tape_lease_end, for a backward's work; NULL on failure (recorded). */
 vit_real *vit_tape_lease(vit_tape *t, size_t n, void **lease);
 
-/* ---- Shared between op files (src/tape_ops_elementwise.c). ---- */
+/* ---- Shared between op files (src/tape/tape_ops_elementwise.c). ---- */
 
 /* vit_op_add's definition: vit_op_add_layernorm records the add itself. */
 extern const vit_op_def vit_tape_add_def;
@@ -223,7 +223,7 @@ static inline int vit_tape_rows(const vit_tensor *x)
     return (int)(x->size / (size_t)vit_tape_last_dim(x));
 }
 
-/* ---- Ops whose output vit_op_block keeps in bf16 (src/block.c): the
+/* ---- Ops whose output vit_op_block keeps in bf16 (src/tape/block.c): the
  * public ops with the output kept as keep says (vit_tape_output_kept; for
  * vit_tape_add_layernorm_kept the layer norm's output, the sum stays
  * float). ---- */
@@ -247,7 +247,7 @@ void vit_tape_rows_plus_bias(vit_real *y, const vit_real *r, const vit_real *b, 
 
 /* y = r + GELU(x W1 + b1) W2 + b2 (b1, b2 may be NULL): vit_op_block's MLP
  * onto the residual stream r.  In mixed precision with a record, one op
- * that keeps only the pre-activation in bf16 (src/tape_ops_mlp.c);
+ * that keeps only the pre-activation in bf16 (src/tape/tape_ops_mlp.c);
  * otherwise vit_tape_linear_gelu_kept (GELU kept in bf16) and
  * vit_op_linear_add, whose errors it reports. */
 vit_tensor *vit_tape_mlp_kept(vit_tape *t, vit_tensor *x, vit_tensor *W1, vit_tensor *b1,

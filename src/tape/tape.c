@@ -2,11 +2,11 @@
  * The reverse-mode tape's engine: an arena for tensors and saved
  * intermediates, the list of op records, the backward pass that walks the
  * list in reverse, no-grad mode and recomputation (vit_op_checkpoint).  The
- * tensors and the pool lending their gradients are in src/tape_tensors.c.
+ * tensors and the pool lending their gradients are in src/tape/tape_tensors.c.
  *
  * The ops live in src/tape_ops_*.c, by area.  Each is a vit_op_def (name,
  * backward, flags) and a function that runs the forward kernel and ends
- * with vit_tape_record (src/tape_internal.h), the one way onto the list:
+ * with vit_tape_record (src/tape/tape_internal.h), the one way onto the list:
  * the engine calls a record's backward, and a lazy op's forward, through
  * its def, and knows no op and no kernel.
  *

@@ -587,7 +587,7 @@ static libxsmm_bsmmfunction bf16_kernel(int m, int n, int k, int ldb, int ldc, i
     return f;
 }
 
-/* Reduction chunk, in the spirit of src/gemm.c's k_chunk: libxsmm's kernels
+/* Reduction chunk, in the spirit of src/kernels/gemm.c's k_chunk: libxsmm's kernels
  * do not block over k, so a packed operand beyond the cache streams through
  * it once per block of C's rows.  In bf16 values: one piece up to 640 KB of
  * the operand, else chunks of about 256 KB, multiples of 32 (whole VNNI
@@ -664,7 +664,7 @@ static int convert_a(scratch *s, vit_bf16 *dst, int ld, const gemm_job *j, int r
     } else {
         /* A is [K, M]: row k of A holds column k of op(A).  KC rows of A
          * at a time (a bf16 A first as float32, exact) are transposed in
-         * float32 by register tiles (src/transpose.c; times 1 is exact)
+         * float32 by register tiles (src/kernels/transpose.c; times 1 is exact)
          * into h [rows, KC], then converted row by row: a scatter of
          * 2-byte values down the columns ran the large model's MLP weight
          * gradient at a fifth of the kernel's rate.  Two small buffers,
@@ -813,7 +813,7 @@ static void job_rows(void *v, size_t r0, size_t r1)
 
 #if HAVE_GEMM
 /* Runs the rows of job j (an M x N x K product) split like the float32
- * GEMMs (src/threads.c): blocks of at least 16 rows, one per thread, when
+ * GEMMs (src/kernels/threads.c): blocks of at least 16 rows, one per thread, when
  * the product is large enough.  VIT_OK, or VIT_ENOMEM (fn's message) when a
  * thread found no scratch. */
 static int run_job(gemm_job *j, int M, int N, int K, const char *fn)

@@ -1,5 +1,5 @@
 /* Internal: the checkpoint format written to a stream the caller opened
- * (src/checkpoint.c), for files in that format written by other writers
+ * (src/io/checkpoint.c), for files in that format written by other writers
  * (vit_params_save writes through vit_atomic_open / vit_atomic_close). */
 #ifndef VIT_SRC_CHECKPOINT_INTERNAL_H
 #define VIT_SRC_CHECKPOINT_INTERNAL_H

@@ -57,28 +57,6 @@ static int predict_pass(vit_model *m, vit_tape *tape, const vit_real *images, in
     return VIT_OK;
 }
 
-const char *vit_tta_name(int tta)
-{
-    switch (tta) {
-    case VIT_TTA_NONE: return "none";
-    case VIT_TTA_SHIFT9: return "shift9";
-    case VIT_TTA_AUTO: return "auto";
-    case VIT_TTA_SHIFT9_FLIP: return "shift9flip";
-    }
-    return "?";
-}
-
-int vit_tta_passes(int tta)
-{
-    switch (tta) {
-    case VIT_TTA_NONE:
-    case VIT_TTA_AUTO: return 1;
-    case VIT_TTA_SHIFT9: return 9;
-    case VIT_TTA_SHIFT9_FLIP: return 18;
-    }
-    return 0;
-}
-
 /* The nine shifts of VIT_TTA_SHIFT9, the identity first. */
 static const int tta_shifts[9][2] = {{0, 0},  {-1, -1}, {-1, 0}, {-1, 1}, {0, -1},
                                      {0, 1},  {1, -1},  {1, 0},  {1, 1}};

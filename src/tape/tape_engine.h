@@ -1,7 +1,7 @@
 /* Internal: the tape's own structs, shared by the two files of its engine,
- * src/tape.c (arena, records, backward walk, no-grad, recomputation) and
- * src/tape_tensors.c (tensors, leaves and the gradient pool).  The op files
- * do not include this: they reach the tape through src/tape_internal.h. */
+ * src/tape/tape.c (arena, records, backward walk, no-grad, recomputation) and
+ * src/tape/tape_tensors.c (tensors, leaves and the gradient pool).  The op files
+ * do not include this: they reach the tape through src/tape/tape_internal.h. */
 #ifndef VIT_SRC_TAPE_ENGINE_H
 #define VIT_SRC_TAPE_ENGINE_H
 
@@ -12,7 +12,7 @@
 /* Alignment of every arena allocation and gradient buffer. */
 #define VIT_TAPE_ALIGN 64
 
-typedef struct chunk chunk; /* an arena chunk (src/tape.c) */
+typedef struct chunk chunk; /* an arena chunk (src/tape/tape.c) */
 
 /* A gradient buffer lent by the pool. */
 typedef struct gblock {
@@ -74,7 +74,7 @@ struct vit_tape {
 };
 
 /* bytes of arena memory (rounded up to VIT_TAPE_ALIGN), valid until the
- * reset; NULL with VIT_ENOMEM recorded (src/tape.c). */
+ * reset; NULL with VIT_ENOMEM recorded (src/tape/tape.c). */
 void *vit_tape_arena(vit_tape *t, size_t bytes);
 
 #endif

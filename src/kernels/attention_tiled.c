@@ -1,6 +1,6 @@
 /*
  * Memory-efficient ("tiled") scaled dot-product attention: the same maths
- * as vit_sdpa_forward/backward (src/attention.c) without ever holding the
+ * as vit_sdpa_forward/backward (src/kernels/attention.c) without ever holding the
  * [n_q, n_k] score matrix of a head.  See include/vit/attention.h.
  *
  * Forward, per (item, head, query tile of tq rows), over key tiles of tk:

@@ -35,13 +35,13 @@ void vit_bias_gelu_backward(vit_real *du, vit_real *db, const vit_real *dy, cons
 void vit_bias_gelu_forward_bf16(float *y, const float *u, const float *b, int n, int d,
                                 uint16_t *g16, uint16_t *y16);
 
-/* The backward with g kept in bf16 (mixed precision, src/tape_ops_linear.c):
+/* The backward with g kept in bf16 (mixed precision, src/tape/tape_ops_linear.c):
  * each g converted to float (exact) as it is read. */
 void vit_bias_gelu_backward_bf16(float *du, float *db, const float *dy, const uint16_t *g, int n,
                                  int d);
 
 /* The MLP's first epilogue when only the pre-activation is kept (mixed
- * precision, src/tape_ops_mlp.c): over u [n, d] = x W, v16 = bf16(u + b)
+ * precision, src/tape/tape_ops_mlp.c): over u [n, d] = x W, v16 = bf16(u + b)
  * (b [d] or NULL) and h16 = bf16(GELU(v)) of v16's value, so that the
  * backward, which has only v16, makes the same h16 bits again.  u is only
  * read.  No argument checks. */

@@ -539,3 +539,27 @@ int vit_config_pick_patch(int height, int width, int max_grid, int *patch, int *
     *patch = p;
     return VIT_OK;
 }
+
+/* The config text of tta and what each costs: here with the other config
+ * names, so that the model layer does not call up into evaluation. */
+const char *vit_tta_name(int tta)
+{
+    switch (tta) {
+    case VIT_TTA_NONE: return "none";
+    case VIT_TTA_SHIFT9: return "shift9";
+    case VIT_TTA_AUTO: return "auto";
+    case VIT_TTA_SHIFT9_FLIP: return "shift9flip";
+    }
+    return "?";
+}
+
+int vit_tta_passes(int tta)
+{
+    switch (tta) {
+    case VIT_TTA_NONE:
+    case VIT_TTA_AUTO: return 1;
+    case VIT_TTA_SHIFT9: return 9;
+    case VIT_TTA_SHIFT9_FLIP: return 18;
+    }
+    return 0;
+}

@@ -1,4 +1,4 @@
-/* Internal: mixed precision for the library's layer GEMMs (src/mixed.c).
+/* Internal: mixed precision for the library's layer GEMMs (src/kernels/mixed.c).
  *
  * The linear layers, the attention projections and the patch embedding
  * call vit_mgemm / vit_mgemm_bias where they would call vit_pgemm /
@@ -47,7 +47,7 @@ int vit_mixed_leave(void);
 
 /* Why the XSMM path of vit/bf16.h cannot run here (no libxsmm in this
  * build, no AVX-512 BF16 on this CPU, the float64 library), or NULL when it
- * can (src/bf16.c). */
+ * can (src/kernels/bf16.c). */
 const char *vit_bf16_xsmm_missing(void);
 
 /* 1 when mixed precision is on for this thread. */
@@ -63,7 +63,7 @@ void vit_mgemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N, i
 void vit_mgemm_bias(int M, int N, int K, const vit_real *A, int lda, const vit_real *B, int ldb,
                     const vit_real *bias, vit_real *C, int ldc);
 
-/* Internal (src/bf16.c): vit_gemm_bf16 with alpha 1 and op(A) given in
+/* Internal (src/kernels/bf16.c): vit_gemm_bf16 with alpha 1 and op(A) given in
  * bf16 (A, row stride lda, as vit_gemm_bf16's float A): the same bits as
  * vit_gemm_bf16 on A's float values.  For activations kept in bf16. */
 int vit_gemm_bf16_a16(int trans_a, int trans_b, int M, int N, int K, const uint16_t *A, int lda,

@@ -2,7 +2,7 @@
  * vit_bf16_thread_mixed in vit/bf16.h).
  *
  * The switch is per thread: the training step's slices each run on one
- * thread (src/model.c), and a GEMM decides on the thread that calls it
+ * thread (src/model/model.c), and a GEMM decides on the thread that calls it
  * (before vit_gemm_bf16_packed splits its rows, if it does).  The packed
  * weights are shared read-only by every slice of a step: packed once per
  * step, after the optimizer's update and before the forward. */

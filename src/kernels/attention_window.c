@@ -183,7 +183,7 @@ typedef struct {
     atomic_int next_slab;
     atomic_ullong first_bad; /* task * T * T + p * T + p' of a non-finite score */
     int per_head;            /* backward with dbias per head: tasks are heads */
-    int direct;              /* the products on src/pair_gemm.c's kernels */
+    int direct;              /* the products on src/kernels/pair_gemm.c's kernels */
 } wjob;
 
 typedef struct {
@@ -243,7 +243,7 @@ static wtask begin_task(const wjob *J, size_t t, const wslab *sl)
 
 /* ---- Forward --------------------------------------------------------------- */
 
-/* The window's products on the direct kernels of src/pair_gemm.c when they
+/* The window's products on the direct kernels of src/kernels/pair_gemm.c when they
  * take its widths (float32, T <= 32, d 16 or 32), else on GEMMs:
  *   w_nt    C[T, T] = alpha A[T, d] B[T, d]^T          (overwritten)
  *   w_rows  C[T, d] = op(A) B[T, d], op(A) = A or A^T  (overwritten) */
