@@ -110,21 +110,26 @@ lost=("${model[@]}" --epochs $lost_epochs)
 stamp "lost rank: reference run"
 one_host 2 "$train" "${lost[@]}" --out "$tmp/ref" >"$tmp/ref.log" 2>&1 ||
     { echo "FAIL the uninterrupted reference run:"; cat "$tmp/ref.log"; exit 1; }
-stamp "lost rank: the run"
-two_hosts "$train" "${lost[@]}" --out "$tmp/lost" >"$tmp/lost.log" 2>&1 &
-job=$!
-for ((i = 0; i < 3000; i++)); do
-    [ "$({ wc -l <"$tmp/lost/metrics.csv"; } 2>/dev/null || echo 0)" -ge 3 ] && break
-    kill -0 $job 2>/dev/null || break
-    sleep 0.01
-done
-victim=$(ip netns pids "$h2" | while read -r p; do
-             [ "$(cat /proc/"$p"/comm 2>/dev/null)" = vit_train ] && echo "$p"; done | head -n 1)
-survivor=$(ip netns pids "$h1" | while read -r p; do
-               [ "$(cat /proc/"$p"/comm 2>/dev/null)" = vit_train ] && echo "$p"; done | head -n 1)
-if [ -z "$victim" ] || [ -z "$survivor" ]; then
-    bad "the lost-rank run: no rank to kill (it ended before its third epoch row?)"; cat "$tmp/lost.log"
-else
+# One lost-rank run: starts the 2-host job, kills rank 1 after the third
+# metrics line, times the survivor's end.  Sets victim, survivor, ms, rc,
+# rows, named.
+lost_run() {
+    rm -rf "$tmp/lost"
+    two_hosts "$train" "${lost[@]}" --out "$tmp/lost" >"$tmp/lost.log" 2>&1 &
+    job=$!
+    for ((i = 0; i < 3000; i++)); do
+        [ "$({ wc -l <"$tmp/lost/metrics.csv"; } 2>/dev/null || echo 0)" -ge 3 ] && break
+        kill -0 $job 2>/dev/null || break
+        sleep 0.01
+    done
+    victim=$(ip netns pids "$h2" | while read -r p; do
+                 [ "$(cat /proc/"$p"/comm 2>/dev/null)" = vit_train ] && echo "$p"; done | head -n 1)
+    survivor=$(ip netns pids "$h1" | while read -r p; do
+                   [ "$(cat /proc/"$p"/comm 2>/dev/null)" = vit_train ] && echo "$p"; done | head -n 1)
+    if [ -z "$victim" ] || [ -z "$survivor" ]; then
+        wait $job
+        return 1
+    fi
     t0=$(date +%s%N)
     kill -9 "$victim"
     # The survivor's end, timed by polling its /proc entry.
@@ -136,6 +141,25 @@ else
     rc=$?
     rows=$(($(wc -l <"$tmp/lost/metrics.csv") - 1))
     named=$(grep -cE "process rank 1 .*exited on signal 9" "$tmp/lost.log")
+    return 0
+}
+stamp "lost rank: the run"
+lost_run
+started=$?
+# Open MPI 4.1's mpirun itself sometimes crashes (SIGSEGV in PMIx's
+# pmix_server_log, reached from the lost daemon's report) before it prints
+# its notice: seen once in about five runs here.  That is the runtime's
+# fault, not the survivor's (which was gone in time all the same), so the
+# scenario is run once more, and says so, rather than fail on it.
+if [ $started -eq 0 ] && [ "$named" -eq 0 ] && grep -q "pmix_server_log" "$tmp/lost.log"; then
+    echo "     mpirun itself crashed in PMIx's log path (Open MPI's fault; survivor gone in $ms ms): once more"
+    stamp "lost rank: the run, again"
+    lost_run
+    started=$?
+fi
+if [ $started -ne 0 ]; then
+    bad "the lost-rank run: no rank to kill (it ended before its third epoch row?)"; cat "$tmp/lost.log"
+else
     if [ $rc -ne 0 ] && [ $ms -le 10000 ] && [ "$named" -eq 1 ] && [ "$rows" -lt $lost_epochs ]; then
         ok "rank 1 killed (kill -9) after $rows epochs: the survivor was gone in $ms ms, exit $rc, mpirun named rank 1 once"
     else
