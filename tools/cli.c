@@ -11,6 +11,14 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+int cli_gemm_env_ok(const char *prog)
+{
+    if (vit_gemm_env_check() == VIT_OK)
+        return 1;
+    fprintf(stderr, "%s: %s\n", prog, vit_last_error());
+    return 0;
+}
+
 int cli_fail(const char *prog, const char *what)
 {
     if (what)
@@ -174,10 +182,8 @@ int cli_normalize(const char *prog, int *argc, char ***argv, const cli_flag *fla
     static char **norm; /* lives until exit */
     /* Every tool parses its options here first: a VIT_GEMM the library
      * would not take is refused before any work, not ignored. */
-    if (vit_gemm_env_check() != VIT_OK) {
-        fprintf(stderr, "%s: %s\n", prog, vit_last_error());
+    if (!cli_gemm_env_ok(prog))
         return 0;
-    }
     int n = *argc;
     char **in = *argv;
     free(norm);

@@ -8,6 +8,12 @@
 /* Prints "PROG: MESSAGE" (the last library error) to stderr and returns 1. */
 int cli_fail(const char *prog, const char *what);
 
+/* 1 if the environment's VIT_GEMM is one the library takes
+ * (vit_gemm_env_check); else prints "PROG: MESSAGE" on stderr and returns
+ * 0, for the caller to exit with status 2.  cli_normalize calls it; tools
+ * that parse their own options call it first. */
+int cli_gemm_env_ok(const char *prog);
+
 /* Path of the shipped digits file: $VIT_DIGITS if set, else the source
  * tree's data/digits.csv.gz if it exists, else the installed copy. */
 const char *cli_digits_path(void);

@@ -26,6 +26,7 @@
  * config file (FILE.cfg: image_height, image_width, channels, classes and
  * the model, of any architecture: `arch = NAME` and its keys).
  */
+#include "cli.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -468,10 +469,8 @@ static int parse_int(const char *flag, const char *v, int lo, int hi, int *out)
 
 int main(int argc, char **argv)
 {
-    if (vit_gemm_env_check() != VIT_OK) { /* a VIT_GEMM it would not take: refused */
-        fprintf(stderr, "vit_bench: %s\n", vit_last_error());
+    if (!cli_gemm_env_ok("vit_bench")) /* a VIT_GEMM it would not take: refused */
         return 2;
-    }
     options o = {0, 20, 5, 5, 0, 0, 0, VIT_PRECISION_FP32, "all"};
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     o.threads = ncpu > 0 ? (int)ncpu : 1;

@@ -24,6 +24,7 @@
  * rounded inputs) instead of libxsmm's bf16 kernels.  Issue 24's table gives
  * libxsmm's column-major m x n x k, which is N x M x K here.
  */
+#include "cli.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,10 +183,8 @@ static int usage(void)
 
 int main(int argc, char **argv)
 {
-    if (vit_gemm_env_check() != VIT_OK) { /* a VIT_GEMM it would not take: refused */
-        fprintf(stderr, "vit_bench_bf16: %s\n", vit_last_error());
+    if (!cli_gemm_env_ok("vit_bench_bf16")) /* a VIT_GEMM it would not take: refused */
         return 2;
-    }
     int threads = 1, reps = 9, fallback = 0, n_shapes = 0;
     shape shapes[MAX_SHAPES];
     for (int i = 1; i < argc; i++) {

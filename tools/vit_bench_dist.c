@@ -26,6 +26,7 @@
  * from the same start and exits 0 iff the parameters are bitwise equal.
  * Without MPI it runs as one rank.
  */
+#include "cli.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,10 +302,8 @@ static int run(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-    if (vit_gemm_env_check() != VIT_OK) { /* a VIT_GEMM it would not take: refused */
-        fprintf(stderr, "vit_bench_dist: %s\n", vit_last_error());
+    if (!cli_gemm_env_ok("vit_bench_dist")) /* a VIT_GEMM it would not take: refused */
         return 2;
-    }
     if (vit_dist_init(&argc, &argv)) {
         fprintf(stderr, "vit_bench_dist: %s\n", vit_last_error());
         return 1;
