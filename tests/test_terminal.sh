@@ -121,7 +121,9 @@ for cols in 80 40; do
             >"int$cols.out" 2>&1
     rc=$?
     # What the screen shows from the bar's last line on (the ^C may land
-    # on the bar, or after an epoch row at the start of a line).
+    # on the bar, or after an epoch row at the start of a line; and the
+    # terminal discards output it has not shown yet when it echoes ^C,
+    # so the bar may still be on screen when the program has wiped it).
     lines=$(screen "int$cols.out" | grep -B1 -A3 '^vit_train: interrupted at epoch ')
     show "Ctrl-C at $cols columns, as the screen shows it" <(echo "$lines") 5
     check "$cols columns, Ctrl-C: exit 130, the message at the start of a screen line" \

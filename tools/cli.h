@@ -191,11 +191,11 @@ typedef struct cli_progress {
 void cli_progress_init(cli_progress *p, int mode, double every, const char *out_dir, int with_val,
                        int score_images);
 
-/* Before a message that follows a stop: on a terminal, ends the bar's
- * line (with the "^C" a typed Ctrl-C echoed after it), or, with no bar up
- * and typed set, wipes a "^C" at the start of the line, so that the
- * message starts at the beginning of a fresh line.  Nothing to a file or
- * pipe. */
+/* Before a message that follows a stop: on a terminal, ends the line
+ * when a bar is up or typed is set (a typed Ctrl-C echoes "^C" where the
+ * cursor is, and the terminal may discard output not yet shown), so that
+ * the message starts at the beginning of a fresh line and never writes
+ * over what is on screen.  Nothing to a file or pipe. */
 void cli_progress_fresh_line(cli_progress *p, int typed);
 
 /* A vit_train_callback; user is a cli_progress.  Never asks for a stop. */

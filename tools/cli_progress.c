@@ -91,13 +91,15 @@ void cli_progress_fresh_line(cli_progress *p, int typed)
 {
     if (p->mode != 2)
         return;
-    /* A bar on screen, "^C" after it: end that line.  No bar (an epoch
-     * row ended the line): the "^C" may stand at the start of an empty
-     * line, where spaces wipe it. */
-    if (p->bar_len > 0)
+    /* A bar on screen, "^C" after it: end that line.  A typed ^C ends
+     * the line too when no bar is known to be drawn: the terminal throws
+     * away output not yet shown when it echoes ^C (POSIX's flush on
+     * INTR, unless NOFLSH), so an epoch row or the wipe of the bar may
+     * never have reached the screen, and the "^C" may stand after a bar
+     * this program believes gone.  A line with "^C" alone is the price
+     * of never writing over what is shown. */
+    if (p->bar_len > 0 || typed)
         fputc('\n', p->out);
-    else if (typed)
-        fputs("\r  \r", p->out);
     p->bar_len = 0;
     fflush(p->out);
 }
