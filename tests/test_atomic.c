@@ -194,7 +194,7 @@ END_TEST
 
 /* Threads writing files of one folder at the same time, two of them the
  * same path: every write succeeds and every file is whole at the end. */
-enum { THREADS = 4, ROUNDS = 25 };
+enum { THREADS = 4, ROUNDS = 10 };
 
 typedef struct job {
     const char *path;
