@@ -285,8 +285,9 @@ int vit_metrics_append(FILE *f, const char *path, const vit_epoch_metrics *m, in
     /* The row goes out in one write, so that a killed run leaves it whole
      * or not at all, and a write that fails (a full disk) is cut off again:
      * the file ends with a whole row either way (vit_metrics_read refuses
-     * a row without its end). */
-    char row[256];
+     * a row without its end).  Eight numbers of at most 317 characters
+     * each (%.6f of the largest double) fit. */
+    char row[4096];
     int n = snprintf(row, sizeof row, "%llu,%.6f,%.6f,%.6f,%.6f,%.8g,%.3f", m->epoch,
                      m->train_loss, m->train_acc, m->test_loss, m->test_acc, m->lr, m->seconds);
     if (with_val && n > 0 && (size_t)n < sizeof row)
