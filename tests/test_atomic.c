@@ -139,12 +139,21 @@ START_TEST(full_disk_keeps_old)
     int rc = vit_atomic_write(NULL, path, fill, &x);
     ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &was), 0);
     signal(SIGXFSZ, old_handler);
-    free(text);
     ck_assert_int_eq(rc, VIT_EIO);
     ck_assert_msg(strstr(vit_last_error(), path) && strstr(vit_last_error(), strerror(EFBIG)),
                   "%s", vit_last_error());
     ck_assert(file_is(path, "small"));
     ck_assert_int_eq(fu_count_entries(dir), 1);
+    /* a new file likewise: no file, and the reason is still the write's */
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    old_handler = signal(SIGXFSZ, SIG_IGN);
+    rc = vit_atomic_write(NULL, in_dir("new.bin"), fill, &x);
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &was), 0);
+    signal(SIGXFSZ, old_handler);
+    ck_assert_int_eq(rc, VIT_EIO);
+    ck_assert_msg(strstr(vit_last_error(), strerror(EFBIG)), "%s", vit_last_error());
+    ck_assert_int_eq(fu_count_entries(dir), 1);
+    free(text);
 }
 END_TEST
 

@@ -71,6 +71,9 @@ static int sync_folder(const char *path)
 
 int vit_atomic_end(const char *who, FILE *f, char *tmp, const char *path, int rc, FILE **keep)
 {
+    /* A stream error the caller did not check: its reason is errno as the
+     * failed write left it, taken before anything here can change it. */
+    int prior = errno;
     const char *step = NULL;
     int err = 0;
     if (keep)
@@ -81,10 +84,7 @@ int vit_atomic_end(const char *who, FILE *f, char *tmp, const char *path, int rc
          * effort: a mode is not worth failing a write for. */
         struct stat st;
         mode_t mode = stat(path, &st) == 0 && S_ISREG(st.st_mode) ? (st.st_mode & 07777) : 0644;
-        /* Each step runs only if every one before it worked.  A stream
-         * error the caller did not check: the reason is errno as the
-         * failed write left it. */
-        int prior = errno;
+        /* Each step runs only if every one before it worked. */
         if (ferror(f))
             step = "writing", err = prior;
         else if (fflush(f) != 0)
