@@ -11,7 +11,8 @@
 #   3. an output folder that cannot be written, or whose last.ckpt is a
 #      folder: a clear error within seconds of the start, before any training
 #      time is spent, and nothing written.  (1 also checks that a resume
-#      removes the temporary files an interrupted checkpoint write leaves.)
+#      removes the temporary files an interrupted write leaves, and that
+#      metrics.csv ends with a whole row after each kill.)
 #   4. a loss that turns non-finite (absurd learning rate and weight decay):
 #      training stops with a message naming the step, and the checkpoint left
 #      behind is exactly the last good one.
@@ -30,6 +31,12 @@ small=(--dim 16 --depth 1 --heads 2 --mlp 16 --threads 1 --quiet)
 train() { "$tools/vit_train" "${small[@]}" "$@"; }
 loads() { "$tools/vit_eval" "$1" >/dev/null 2>&1; }
 no_tmp() { ! ls "$1" | grep -q '\.tmp'; }
+# A metrics.csv whose every line, the last one too, has its end and the
+# header's number of fields (vit_metrics_read refuses a row cut short).
+whole_rows() {
+    [ -s "$1" ] && [ "$(tail -c 1 "$1" | od -An -c | tr -d ' ')" = '\n' ] &&
+        awk -F, 'NR == 1 { n = NF } NF != n { exit 1 }' "$1"
+}
 now() { date +%s.%N; }
 calc() { awk "BEGIN { print $1 }"; } # floating-point arithmetic without bc
 
@@ -78,6 +85,7 @@ for round in 1 2; do
     echo "interruption $round: $what"
     case $what in killed*) interrupted=$((interrupted + 1)) ;; esac
     check "after kill $round the last checkpoint loads" 'loads "$tmp/run/last.ckpt"'
+    check "after kill $round metrics.csv ends with a whole row" 'whole_rows "$tmp/run/metrics.csv"'
 done
 # A killed writer may leave its temporary file; a reader never uses it.
 ls "$tmp/run" | grep '\.tmp' | sed 's/^/     left by the kill: /'
@@ -85,12 +93,14 @@ check "the run was interrupted at least once (else rerun)" '[ $interrupted -ge 1
 # The kills may or may not have hit a write: plant one such temporary for
 # sure, and two files of other names that must be left alone.
 : >"$tmp/run/last.ckpt.tmp.Zq81xB"
+: >"$tmp/run/metrics.csv.tmp.a8Kx0Q"
+: >"$tmp/run/clock.txt.tmp.Pw3n7m"
 : >"$tmp/run/last.ckpt.tmp.longer-name"
 : >"$tmp/run/notes.txt"
 train --epochs $epochs --out "$tmp/run" --resume "$tmp/run/last.ckpt" >/dev/null 2>&1
 check "resume to the end exits 0" '[ $? -eq 0 ]'
 check "resume removed the temporaries a kill leaves" \
-    '! ls "$tmp/run" | grep -qE "^last\.ckpt\.tmp\.[A-Za-z0-9]{6}$"'
+    '! ls "$tmp/run" | grep -qE "^(last\.ckpt|metrics\.csv|clock\.txt)\.tmp\.[A-Za-z0-9]{6}$"'
 check "resume left files of other names alone" \
     '[ -e "$tmp/run/last.ckpt.tmp.longer-name" ] && [ -e "$tmp/run/notes.txt" ]'
 rm -f "$tmp/run/last.ckpt.tmp.longer-name" "$tmp/run/notes.txt"

@@ -3,9 +3,7 @@
  * documented in include/vit/checkpoint.h. */
 #include "vit/checkpoint.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
@@ -16,6 +14,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "atomic_file_internal.h"
 #include "checkpoint_internal.h"
 #include "error.h"
 
@@ -290,46 +289,6 @@ static void w_checkpoint(ckpt_writer *w, const vit_ckpt *c)
     w_u32(w, crc);
 }
 
-/* Folder part of path ("." when there is none) in a new string. */
-static char *dir_of(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    size_t len = slash == NULL ? 1 : (slash == path ? 1 : (size_t)(slash - path));
-    char *d = malloc(len + 1);
-    if (d == NULL)
-        return NULL;
-    if (slash == NULL)
-        memcpy(d, ".", 1);
-    else
-        memcpy(d, slash == path ? "/" : path, len);
-    d[len] = '\0';
-    return d;
-}
-
-/* Makes the rename durable.  Some file systems cannot fsync a folder and
- * say EINVAL; there is nothing more to do for them. */
-static int sync_dir(const char *path, int *err)
-{
-    char *dir = dir_of(path);
-    if (dir == NULL) {
-        *err = ENOMEM;
-        return -1;
-    }
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    free(dir);
-    if (fd < 0) {
-        *err = errno;
-        return -1;
-    }
-    int rc = 0;
-    if (fsync(fd) != 0 && errno != EINVAL) {
-        *err = errno;
-        rc = -1;
-    }
-    close(fd);
-    return rc;
-}
-
 static int write_failed(const char *path, const char *step, int err)
 {
     char why[128];
@@ -337,10 +296,25 @@ static int write_failed(const char *path, const char *step, int err)
     return vit_fail(VIT_EIO, "vit_ckpt_write: '%s': %s failed: %s", path, step, why);
 }
 
-/* vit_ckpt_write's temporary is PATH TMP_INFIX and mkstemp's six
- * characters; vit_ckpt_remove_temporaries matches the same pattern. */
-#define TMP_INFIX ".tmp."
-#define TMP_RANDOM 6
+/* vit_ckpt_write's contents, for the library's one writer. */
+typedef struct ckpt_fill_ctx {
+    const char *path;
+    const vit_ckpt *c;
+} ckpt_fill_ctx;
+
+/* c, checked, to f, CRC included. */
+static int stream(FILE *f, const vit_ckpt *c, const char *path)
+{
+    ckpt_writer w = {f, (uint32_t)crc32(0L, Z_NULL, 0), 0};
+    w_checkpoint(&w, c);
+    return w.err ? write_failed(path, "writing", w.err) : VIT_OK;
+}
+
+static int ckpt_fill(FILE *f, void *ctx)
+{
+    const ckpt_fill_ctx *x = ctx;
+    return stream(f, x->c, x->path);
+}
 
 int vit_ckpt_write(const char *path, const vit_ckpt *c)
 {
@@ -350,77 +324,14 @@ int vit_ckpt_write(const char *path, const vit_ckpt *c)
         return rc;
     if ((rc = validate_for_write(c)))
         return rc;
-
-    static const char suffix[] = TMP_INFIX "XXXXXX";
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + sizeof suffix);
-    if (tmp == NULL)
-        return vit_fail(VIT_ENOMEM, "%s: '%s': out of memory", fn, path);
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, suffix, sizeof suffix);
-
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        rc = write_failed(path, "creating the temporary file", errno);
-        free(tmp);
-        return rc;
-    }
-    /* mkstemp makes the file 0600; a checkpoint should keep the mode of
-     * the file it replaces, or be readable like any other new file. */
-    struct stat st;
-    mode_t mode = stat(path, &st) == 0 ? (st.st_mode & 07777) : 0644;
-    (void)fchmod(fd, mode); /* best effort: a mode is not worth failing for */
-
-    const char *step = "opening the temporary file";
-    int err = 0;
-    ckpt_writer w = {NULL, 0, 0};
-    w.f = fdopen(fd, "wb");
-    if (w.f == NULL) {
-        err = errno ? errno : EIO;
-        close(fd);
-    } else {
-        w.crc = (uint32_t)crc32(0L, Z_NULL, 0);
-        w_checkpoint(&w, c);
-        /* Each stage runs only if everything before it worked, but fclose
-         * always runs so the stream is released. */
-        if (w.err) {
-            step = "writing";
-            err = w.err;
-        } else if (fflush(w.f) != 0) {
-            step = "flushing";
-            err = errno ? errno : EIO;
-        } else if (fsync(fileno(w.f)) != 0) {
-            step = "fsync";
-            err = errno ? errno : EIO;
-        }
-        if (fclose(w.f) != 0 && err == 0) {
-            step = "closing";
-            err = errno ? errno : EIO;
-        }
-    }
-    if (err == 0 && rename(tmp, path) != 0) {
-        step = "renaming the temporary file over it";
-        err = errno ? errno : EIO;
-    }
-    if (err != 0) {
-        unlink(tmp);
-        free(tmp);
-        return write_failed(path, step, err);
-    }
-    free(tmp);
-    if (sync_dir(path, &err) != 0)
-        return write_failed(path, "fsync of its folder (the new file is in place)", err);
-    return VIT_OK;
+    ckpt_fill_ctx x = {path, c};
+    return vit_atomic_write(fn, path, ckpt_fill, &x);
 }
 
 int vit_ckpt_stream(FILE *f, const vit_ckpt *c, const char *path)
 {
     int rc = validate_for_write(c);
-    if (rc)
-        return rc;
-    ckpt_writer w = {f, (uint32_t)crc32(0L, Z_NULL, 0), 0};
-    w_checkpoint(&w, c);
-    return w.err ? write_failed(path, "writing", w.err) : VIT_OK;
+    return rc ? rc : stream(f, c, path);
 }
 
 /* ---- reading ---- */
@@ -889,30 +800,4 @@ const vit_ckpt_tensor *vit_ckpt_find(const vit_ckpt *c, const char *name)
     return NULL;
 }
 
-void vit_ckpt_remove_temporaries(const char *path)
-{
-    if (!path)
-        return;
-    /* path's folder: ".", "/", or everything before the last slash. */
-    const char *slash = strrchr(path, '/');
-    const char *base = slash ? slash + 1 : path;
-    int dlen = !slash ? 1 : slash == path ? 1 : (int)(slash - path);
-    char dir[4096];
-    if (snprintf(dir, sizeof dir, "%.*s", dlen, slash ? path : ".") >= (int)sizeof dir)
-        return;
-    size_t blen = strlen(base), ilen = strlen(TMP_INFIX);
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        const char *n = e->d_name;
-        if (strlen(n) != blen + ilen + TMP_RANDOM || strncmp(n, base, blen) != 0
-            || strncmp(n + blen, TMP_INFIX, ilen) != 0)
-            continue;
-        char full[8192];
-        if (snprintf(full, sizeof full, "%s/%s", dir, n) < (int)sizeof full)
-            unlink(full);
-    }
-    closedir(d);
-}
+void vit_ckpt_remove_temporaries(const char *path) { vit_atomic_remove_temporaries(path); }

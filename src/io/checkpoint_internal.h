@@ -1,6 +1,6 @@
 /* Internal: the checkpoint format written to a stream the caller opened
  * (src/io/checkpoint.c), for files in that format written by other writers
- * (vit_params_save writes through vit_atomic_open / vit_atomic_close). */
+ * (vit_params_save, through vit_atomic_begin / vit_atomic_end). */
 #ifndef VIT_SRC_CHECKPOINT_INTERNAL_H
 #define VIT_SRC_CHECKPOINT_INTERNAL_H
 

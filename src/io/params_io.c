@@ -2,7 +2,7 @@
  * vit_params_save / vit_params_load (vit/params.h): a user model's
  * parameters as a file in the checkpoint format (vit/checkpoint.h), one
  * tensor per parameter tensor under its name, written whole or not at all
- * through vit_atomic_open / vit_atomic_close, and read back only into
+ * through the library's one writer (atomic_file_internal.h), and read back only into
  * tensors of the same names and shapes.
  */
 #include "vit/params.h"
@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "atomic_file_internal.h"
 #include "checkpoint_internal.h"
 #include "error.h"
-#include "vit/atomic_file.h"
 #include "vit/checkpoint.h"
 
 int vit_params_save(const vit_params *p, const char *path, const char *note)
@@ -44,12 +44,12 @@ int vit_params_save(const vit_params *p, const char *path, const char *note)
     c.tensors = t;
     FILE *f;
     char *tmp;
-    rc = vit_atomic_open(path, &f, &tmp);
+    rc = vit_atomic_begin(fn, path, &f, &tmp);
     if (rc == VIT_OK) {
         rc = vit_ckpt_stream(f, &c, path);
         if (rc != VIT_OK) /* the writer's message names vit_ckpt_write */
             rc = vit_fail(rc, "%s: '%s': %s", fn, path, vit_last_error());
-        rc = vit_atomic_close(f, tmp, path, rc);
+        rc = vit_atomic_end(fn, f, tmp, path, rc, NULL);
     }
     free(t);
     return rc;

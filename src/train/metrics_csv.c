@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "atomic_file_internal.h"
 #include "error.h"
 #include "vit/atomic_file.h"
 #include "train_internal.h"
@@ -227,24 +228,30 @@ static const char metrics_header[] = "epoch,train_loss,train_acc,test_loss,test_
 int vit_metrics_open(const char *dir, const char *from, unsigned long long keep_epochs,
                      int with_val, FILE **metrics, double *seconds)
 {
-    char path[4200], tmp[4300], src[4200];
+    char path[4200], src[4200];
     snprintf(path, sizeof path, "%s/metrics.csv", dir);
     const char *slash = from ? strrchr(from, '/') : NULL;
     if (slash)
         snprintf(src, sizeof src, "%.*s/metrics.csv", (int)(slash - from), from);
     else
         snprintf(src, sizeof src, "metrics.csv");
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
     *seconds = 0;
-    FILE *out = fopen(tmp, "w");
-    if (!out)
-        return vit_fail(VIT_EIO, "%s: cannot write: %s", tmp, strerror(errno));
+    *metrics = NULL;
+    FILE *out;
+    char *tmp;
+    int rc = vit_atomic_begin(NULL, path, &out, &tmp);
+    if (rc)
+        return rc;
     fprintf(out, "%s%s\n", metrics_header, with_val ? ",val_acc" : "");
     int mixed = 0;
     FILE *in = keep_epochs ? fopen(src, "r") : NULL;
     if (in) {
         char line[512];
         while (fgets(line, sizeof line, in)) {
+            /* A row without its end (a write cut off) is not kept: the
+             * next row would be glued onto it. */
+            if (!strchr(line, '\n'))
+                continue;
             unsigned long long ep;
             double f[6];
             if (sscanf(line, "%llu,%lf,%lf,%lf,%lf,%lf,%lf", &ep, &f[0], &f[1], &f[2], &f[3], &f[4],
@@ -259,22 +266,13 @@ int vit_metrics_open(const char *dir, const char *from, unsigned long long keep_
         }
         fclose(in);
     }
-    if (mixed) {
-        int rc = vit_fail(VIT_EINVAL, "%s: the run was logged %s a validation set and this run "
-                          "has %s; a resumed run keeps its val_count", src,
-                          with_val ? "without" : "with", with_val ? "one" : "none");
-        fclose(out);
-        unlink(tmp);
-        return rc;
-    }
-    if (fflush(out) || rename(tmp, path)) {
-        int rc = vit_fail(VIT_EIO, "%s: cannot write: %s", path, strerror(errno));
-        fclose(out);
-        unlink(tmp);
-        return rc;
-    }
-    *metrics = out;
-    return VIT_OK;
+    if (mixed)
+        rc = vit_fail(VIT_EINVAL, "%s: the run was logged %s a validation set and this run "
+                      "has %s; a resumed run keeps its val_count", src,
+                      with_val ? "without" : "with", with_val ? "one" : "none");
+    /* Written whole and renamed over metrics.csv, then kept open: the
+     * epochs' rows are appended to it. */
+    return vit_atomic_end(NULL, out, tmp, path, rc, metrics);
 }
 
 /* ---- training --------------------------------------------------------- */
@@ -284,15 +282,42 @@ int vit_metrics_open(const char *dir, const char *from, unsigned long long keep_
 
 int vit_metrics_append(FILE *f, const char *path, const vit_epoch_metrics *m, int with_val)
 {
-    fprintf(f, "%llu,%.6f,%.6f,%.6f,%.6f,%.8g,%.3f", m->epoch, m->train_loss, m->train_acc,
-            m->test_loss, m->test_acc, m->lr, m->seconds);
-    if (with_val)
-        fprintf(f, ",%.6f", m->val_acc);
-    fputc('\n', f);
-    if (fflush(f) || ferror(f))
-        return vit_fail(VIT_EIO, "%s: cannot write epoch %llu's row: %s", path, m->epoch,
-                        strerror(errno));
-    return VIT_OK;
+    /* The row goes out in one write, so that a killed run leaves it whole
+     * or not at all, and a write that fails (a full disk) is cut off again:
+     * the file ends with a whole row either way (vit_metrics_read refuses
+     * a row without its end).  Eight numbers of at most 317 characters
+     * each (%.6f of the largest double) fit. */
+    char row[4096];
+    int n = snprintf(row, sizeof row, "%llu,%.6f,%.6f,%.6f,%.6f,%.8g,%.3f", m->epoch,
+                     m->train_loss, m->train_acc, m->test_loss, m->test_acc, m->lr, m->seconds);
+    if (with_val && n > 0 && (size_t)n < sizeof row)
+        n += snprintf(row + n, sizeof row - (size_t)n, ",%.6f", m->val_acc);
+    if (n > 0 && (size_t)n < sizeof row - 1) {
+        row[n++] = '\n';
+        row[n] = 0;
+    } else {
+        return vit_fail(VIT_EINVAL, "%s: epoch %llu's row is longer than %zu bytes", path,
+                        m->epoch, sizeof row - 2);
+    }
+    /* Straight to the file (what the stream holds was flushed by
+     * vit_metrics_open and every row before): a short write goes on where
+     * it stopped, an error cuts the file back to where the row began. */
+    int fd = fileno(f);
+    off_t start = fflush(f) == 0 ? lseek(fd, 0, SEEK_CUR) : (off_t)-1;
+    int err = start < 0 ? errno : 0;
+    for (int done = 0; !err && done < n;) {
+        ssize_t w = write(fd, row + done, (size_t)(n - done));
+        if (w > 0)
+            done += (int)w;
+        else if (w == 0 || errno != EINTR)
+            err = w == 0 ? EIO : errno;
+    }
+    if (!err)
+        return VIT_OK;
+    if (start >= 0 && ftruncate(fd, start) == 0)
+        (void)lseek(fd, start, SEEK_SET);
+    return vit_fail(VIT_EIO, "%s: cannot write epoch %llu's row: %s", path, m->epoch,
+                    strerror(err));
 }
 
 /* ---- final figures ------------------------------------------------------ */

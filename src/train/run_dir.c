@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "atomic_file_internal.h"
 #include "error.h"
 #include "train_internal.h"
 #include "vit/checkpoint.h"
@@ -49,8 +50,14 @@ int vit_run_dir_make(const char *dir, const char *ckpt)
     if (lstat(ckpt, &st) == 0 && !S_ISREG(st.st_mode))
         return vit_fail(VIT_EIO, "%s: exists and is not a regular file", ckpt);
     /* Only this run writes here, so temporaries of an interrupted write are
-     * litter. */
+     * litter: the checkpoint's and those of the run's other files. */
     vit_ckpt_remove_temporaries(ckpt);
+    static const char *const files[] = {"metrics.csv", "final.csv", "clock.txt"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        char other[4200];
+        if (snprintf(other, sizeof other, "%s/%s", dir, files[i]) < (int)sizeof other)
+            vit_atomic_remove_temporaries(other);
+    }
     return VIT_OK;
 }
 

@@ -13,7 +13,8 @@ int vit_check_data_shape(const vit_config *c, const vit_dataset *ds, const char 
 
 /* Creates the output folder dir (mkdir -p), proves it writable, and
  * checks that ckpt, the checkpoint path inside it, is free or a regular
- * file; removes temporaries an interrupted checkpoint write left there.
+ * file; removes temporaries an interrupted write of the checkpoint,
+ * metrics.csv, final.csv or clock.txt left there.
  * VIT_EINVAL (path too long), VIT_EIO. */
 int vit_run_dir_make(const char *dir, const char *ckpt);
 
@@ -31,8 +32,10 @@ int vit_run_dir_set_aside(const char *dir, char *moved, size_t cap);
 int vit_metrics_open(const char *dir, const char *from, unsigned long long keep_epochs,
                      int with_val, FILE **metrics, double *seconds);
 
-/* Appends m as one row of the metrics file f (at path, for the message)
- * and flushes it.  VIT_EIO when the write fails. */
+/* Appends m as one row of the metrics file f (at path, for the message),
+ * in one write to the file: a killed run leaves the row whole or not at
+ * all.  VIT_EIO when the write fails, the file cut back to end with the
+ * row before. */
 int vit_metrics_append(FILE *f, const char *path, const vit_epoch_metrics *m, int with_val);
 
 /* Writes dir/final.csv whole or not at all (vit_atomic_open): the figures
