@@ -1359,7 +1359,7 @@ static vit_model *filled_model(const vit_config *cfg, uint64_t seed, vit_real **
  * and the gradient when reported; the blocks' layers in report order. */
 typedef struct {
     vit_model *m;
-    int *seen, layers[64], nlayers;
+    int *seen, layers[64], nlayers, idle;
     vit_real *at_report;
 } ready_log;
 
@@ -1367,6 +1367,10 @@ static void log_ready(void *ctx, size_t offset, size_t count)
 {
     ready_log *L = ctx;
     const vit_real *g = vit_model_grads(L->m);
+    if (count == 0) { /* a step of several slices waiting for its workers */
+        L->idle++;
+        return;
+    }
     for (size_t i = offset; i < offset + count; i++) {
         L->seen[i]++;
         L->at_report[i] = g[i];
@@ -1379,10 +1383,23 @@ static void log_ready(void *ctx, size_t offset, size_t count)
     }
 }
 
+/* Every value of the model's gradient reported exactly once, and final
+ * when it was (the value then is the one the step ended with). */
+static void check_reports(const ready_log *L, size_t n)
+{
+    const vit_real *g = vit_model_grads(L->m);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_msg(L->seen[i] == 1, "value %zu reported %d times", i, L->seen[i]);
+        ck_assert_msg(L->at_report[i] == g[i], "value %zu changed after its report", i);
+    }
+}
+
 /* The reports a step makes as the backward goes (to sum the gradients
  * over the ranks meanwhile): on one slice, every value once, final when
  * reported, the last block's before the first's, and the gradients as
- * without reports; a step of several slices reports nothing. */
+ * without reports; on several slices (the slices' sum made chunk by chunk
+ * as all of them report it) every value once too, final when reported, and
+ * the gradients bitwise those of the same slices without reports. */
 START_TEST(test_train_grads_ready)
 {
     vit_config cfg;
@@ -1404,21 +1421,29 @@ START_TEST(test_train_grads_ready)
     vit_train_extras ex = {.grads_ready = log_ready, .ready_ctx = &L};
     ck_assert_int_eq(vit_model_train_grads_ex(m, images, labels, SB, 0, &ex, &l1, NULL), VIT_OK);
     ck_assert(l1 == l0 && memcmp(ref, g, n * sizeof *g) == 0);
-    for (size_t i = 0; i < n; i++) {
-        ck_assert_msg(L.seen[i] == 1, "value %zu reported %d times", i, L.seen[i]);
-        ck_assert_msg(L.at_report[i] == g[i], "value %zu changed after its report", i);
-    }
+    check_reports(&L, n);
     ck_assert_int_gt(L.nlayers, 2);
     ck_assert_int_eq(L.layers[0], 1);
     ck_assert_int_eq(L.layers[L.nlayers - 1], 0);
     for (int k = 1; k < L.nlayers; k++)
         ck_assert_int_le(L.layers[k], L.layers[k - 1]);
 
-    memset(L.seen, 0, n * sizeof *L.seen);
-    ck_assert_int_eq(vit_set_threads(3), VIT_OK);
-    ck_assert_int_eq(vit_model_train_grads_ex(m, images, labels, SB, 0, &ex, &l1, NULL), VIT_OK);
-    for (size_t i = 0; i < n; i++)
-        ck_assert_int_eq(L.seen[i], 0);
+    /* 2 and 3 slices (5 + 5 and 3 + 3 + 4 images); twice each, the
+     * second step on the buffers of the first. */
+    for (int threads = 2; threads <= 3; threads++) {
+        ck_assert_int_eq(vit_set_threads(threads), VIT_OK);
+        ck_assert_int_eq(vit_model_train_grads(m, images, labels, SB, 0, &l0, NULL), VIT_OK);
+        memcpy(ref, g, n * sizeof *ref);
+        ck_assert(memcmp(ref, L.at_report, n * sizeof *ref) != 0); /* other sums than 1 slice's */
+        for (int rep = 0; rep < 2; rep++) {
+            memset(L.seen, 0, n * sizeof *L.seen);
+            L.nlayers = 0;
+            ck_assert_int_eq(vit_model_train_grads_ex(m, images, labels, SB, 0, &ex, &l1, NULL),
+                             VIT_OK);
+            ck_assert(l1 == l0 && memcmp(ref, g, n * sizeof *g) == 0);
+            check_reports(&L, n);
+        }
+    }
     vit_set_threads(1);
     free(L.seen);
     free(L.at_report);
