@@ -1405,6 +1405,8 @@ START_TEST(test_train_grads_ready)
     vit_config cfg;
     tiny_config(&cfg, VIT_POOL_CLS);
     cfg.depth = 2;
+    cfg.dim = 24; /* 11,699 parameters: 6 chunks of a step of several slices */
+    cfg.mlp = 64;
     vit_real *images;
     vit_model *m = filled_model(&cfg, 79, &images, SB);
     size_t n = vit_model_param_count(m);
@@ -1443,6 +1445,51 @@ START_TEST(test_train_grads_ready)
             ck_assert(l1 == l0 && memcmp(ref, g, n * sizeof *g) == 0);
             check_reports(&L, n);
         }
+    }
+    vit_set_threads(1);
+    free(L.seen);
+    free(L.at_report);
+    free(ref);
+    free(images);
+    vit_model_free(m);
+}
+END_TEST
+
+/* The same with recompute (each block a checkpoint, run again in the
+ * backward): the blocks' parameters are reported from the recomputation's
+ * backward, so again every value once and final when reported, and the
+ * gradients bitwise as without reports, on 1, 2 and 3 slices. */
+START_TEST(test_train_grads_ready_recompute)
+{
+    vit_config cfg;
+    tiny_config(&cfg, VIT_POOL_MEAN);
+    cfg.depth = 3;
+    cfg.dim = 24; /* 17,355 parameters: 9 chunks */
+    cfg.mlp = 64;
+    cfg.recompute = 1;
+    vit_real *images;
+    vit_model *m = filled_model(&cfg, 83, &images, SB);
+    size_t n = vit_model_param_count(m);
+    int labels[SB];
+    for (int i = 0; i < SB; i++)
+        labels[i] = (i * 7) % 3;
+    vit_real *ref = gc_zeros(n), *g = vit_model_grads(m);
+    ready_log L = {.m = m, .seen = calloc(n, sizeof(int)), .at_report = gc_zeros(n)};
+    ck_assert_ptr_nonnull(L.seen);
+    vit_train_extras ex = {.grads_ready = log_ready, .ready_ctx = &L};
+    for (int threads = 1; threads <= 3; threads++) {
+        double l0, l1;
+        ck_assert_int_eq(vit_set_threads(threads), VIT_OK);
+        ck_assert_int_eq(vit_model_train_grads(m, images, labels, SB, 0, &l0, NULL), VIT_OK);
+        memcpy(ref, g, n * sizeof *ref);
+        memset(L.seen, 0, n * sizeof *L.seen);
+        L.nlayers = 0;
+        ck_assert_int_eq(vit_model_train_grads_ex(m, images, labels, SB, 0, &ex, &l1, NULL),
+                         VIT_OK);
+        ck_assert(l1 == l0 && memcmp(ref, g, n * sizeof *g) == 0);
+        check_reports(&L, n);
+        if (threads == 1) /* (several slices report chunks of 2048 values) */
+            ck_assert_int_ge(L.nlayers, 3); /* each block's, from its recomputation */
     }
     vit_set_threads(1);
     free(L.seen);
@@ -1670,6 +1717,7 @@ static Suite *model_suite(void)
     tcase_add_loop_test(tg, test_train_grads_slices, 0, 3);
     tcase_add_test(tg, test_train_grads_extras);
     tcase_add_test(tg, test_train_grads_ready);
+    tcase_add_test(tg, test_train_grads_ready_recompute);
     tcase_add_loop_test(tg, test_nograd_forward_is_bitwise, 0, 4);
     tcase_add_loop_test(tg, test_recompute_is_bitwise, 0, 2);
     tcase_add_test(tg, test_tape_memory_bound);
