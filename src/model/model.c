@@ -7,6 +7,7 @@
 #include "vit/model.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -293,7 +294,8 @@ typedef struct {
     void (*ready)(void *ctx, size_t offset, size_t count);
     void *ready_ctx;
     vit_slice_sum *gather; /* several slices with reports: their sum as they go */
-    int concurrent;        /* slices 1 .. concurrent-1 run on workers, the rest here */
+    int concurrent;        /* slices 1 .. concurrent-1 run on workers */
+    pthread_t caller;      /* the thread that called (the one that may call MPI) */
 } slice_job;
 
 /* vit_train_extras.grads_ready behind a tape's leaf reports: the leaf's
@@ -344,7 +346,7 @@ static void run_slice(const slice_job *J, int s)
                                   : vit_op_cross_entropy(S->tape, z, J->labels + lo, J->smoothing,
                                                          NULL);
     vit_real share = (vit_real)nb / (vit_real)J->batch;
-    int on_caller = s == 0 || s >= J->concurrent;
+    int on_caller = pthread_equal(pthread_self(), J->caller);
     ready_job R = {g, m->nparams, J->ready, J->ready_ctx, J->gather, on_caller};
     if (J->ready)
         vit_tape_on_leaf_grad(S->tape, leaf_ready, &R);
@@ -354,7 +356,7 @@ static void run_slice(const slice_job *J, int s)
     /* The caller passes the other slices' chunks on while they finish. */
     if (J->gather && s == 0)
         vit_slice_sum_serve(J->gather);
-    else if (J->gather && !on_caller)
+    else if (J->gather && !on_caller && s < J->concurrent)
         vit_slice_sum_done(J->gather);
     int mixed_rc = m->mixed ? vit_mixed_leave() : VIT_OK;
     if (S->rc == VIT_OK)
@@ -456,7 +458,7 @@ int vit_model_train_grads_ex(vit_model *m, const vit_real *images, const int *la
         return rc;
     slice_job J = {m, images, labels, batch, n, smoothing, ex ? ex->targets : NULL,
                    ex ? ex->drop_scale : NULL, ex ? ex->grads_ready : NULL,
-                   ex ? ex->ready_ctx : NULL, NULL, 1};
+                   ex ? ex->ready_ctx : NULL, NULL, 1, pthread_self()};
     if (J.ready && n > 1 && (rc = gather_begin(m, &J)) != VIT_OK)
         return rc;
     vit_parallel(n, (size_t)n, run_slices, &J);
