@@ -63,21 +63,31 @@ if "$(dirname "$train")/vit_eval" "$tmp/two/last.ckpt" --data digits >/dev/null 
 else
     fail=$((fail + 1)); echo "FAIL the 2-rank checkpoint does not load"
 fi
+# two_like_one NAME WHAT TWO ARGS...: 4 epochs of ARGS in one process, and
+# on 2 ranks with --check-replicas and the words of TWO added (the last of
+# a repeated flag counts); passes when the replicas stayed identical and
+# the losses are one process's (the bound above).
+two_like_one() {
+    local name=$1 what=$2 two=$3
+    shift 3
+    "$train" "${model[@]}" --epochs 4 "$@" --out "$tmp/${name}1" >"$tmp/${name}1.log" 2>&1 ||
+        { cat "$tmp/${name}1.log"; exit 1; }
+    # shellcheck disable=SC2086 # TWO is words
+    if mpirun --oversubscribe --allow-run-as-root -np 2 "$train" "${model[@]}" --epochs 4 "$@" \
+           $two --check-replicas --out "$tmp/${name}2" >"$tmp/${name}2.log" 2>&1 &&
+       losses_close "$tmp/${name}1/metrics.csv" "$tmp/${name}2/metrics.csv" 4; then
+        pass=$((pass + 1)); echo "ok   $what"
+    else
+        fail=$((fail + 1)); echo "FAIL $what:"; cat "$tmp/${name}2.log"
+        paste -d'|' "$tmp/${name}1/metrics.csv" "$tmp/${name}2/metrics.csv"
+    fi
+}
 # The augmentations for real images on one and two ranks: every rank draws
 # the whole batch's augmentation, mixing and drop-path masks and builds its
 # own share (the mixing partners included), so the losses agree as above
 # and the replicas stay identical.
-aug=("${model[@]}" --epochs 4 --crop-pad 2 --flip 1 --mixup 0.8 --cutmix 1 --mix-prob 0.7
-     --drop-path 0.2)
-"$train" "${aug[@]}" --out "$tmp/aug1" >"$tmp/aug1.log" 2>&1 || { cat "$tmp/aug1.log"; exit 1; }
-if mpirun --oversubscribe --allow-run-as-root -np 2 "$train" "${aug[@]}" --check-replicas \
-       --out "$tmp/aug2" >"$tmp/aug2.log" 2>&1 &&
-   losses_close "$tmp/aug1/metrics.csv" "$tmp/aug2/metrics.csv" 4; then
-    pass=$((pass + 1)); echo "ok   with crop_pad, flip, mixup, cutmix and drop_path, 2 ranks match one process"
-else
-    fail=$((fail + 1)); echo "FAIL augmented 2-rank run:"; cat "$tmp/aug2.log"
-    paste -d'|' "$tmp/aug1/metrics.csv" "$tmp/aug2/metrics.csv"
-fi
+two_like_one aug "with crop_pad, flip, mixup, cutmix and drop_path, 2 ranks match one process" "" \
+    --crop-pad 2 --flip 1 --mixup 0.8 --cutmix 1 --mix-prob 0.7 --drop-path 0.2
 
 # The gradients' sum overlapped with the backward against one blocking
 # MPI_Allreduce after it (vit_bench_dist --check, 16 KiB buckets: 35 on
@@ -98,18 +108,8 @@ for spec in "2 1" "2 2" "3 2"; do
 done
 
 # The trainer on 2 ranks of 2 threads each (the sum overlapped with the
-# backward of two slices a rank): identical replicas, one process's losses.
-t2=("${model[@]}" --epochs 4)
-"$train" "${t2[@]}" --out "$tmp/t1" >"$tmp/t1.log" 2>&1 || { cat "$tmp/t1.log"; exit 1; }
-for i in "${!t2[@]}"; do [ "${t2[$i]}" = --threads ] && t2[$((i + 1))]=2; done
-if mpirun --oversubscribe --allow-run-as-root -np 2 "$train" "${t2[@]}" --check-replicas \
-       --out "$tmp/t2" >"$tmp/t2.log" 2>&1 &&
-   losses_close "$tmp/t1/metrics.csv" "$tmp/t2/metrics.csv" 4; then
-    pass=$((pass + 1)); echo "ok   2 ranks of 2 threads: identical replicas, one process's losses (4 epochs)"
-else
-    fail=$((fail + 1)); echo "FAIL 2 ranks of 2 threads:"; cat "$tmp/t2.log"
-    paste -d'|' "$tmp/t1/metrics.csv" "$tmp/t2/metrics.csv"
-fi
+# backward of two slices a rank).
+two_like_one threads "2 ranks of 2 threads: identical replicas, one process's losses" "--threads 2"
 
 # The stop runs last at least 8 s on this machine, from the 2-rank run's
 # own epoch time (its metrics' cumulative seconds), and an uninterrupted
