@@ -43,6 +43,7 @@ struct vit_slice_sum {
     int done;             /* workers' slices over (under lock) */
     pthread_mutex_t lock;
     pthread_cond_t wake;  /* a chunk queued or a slice over */
+    clockid_t clock;      /* wake's */
     vit_real **bufs;
     int nbufs, cap, concurrent;
     void (*fn)(void *ctx, size_t offset, size_t count);
@@ -63,7 +64,8 @@ vit_slice_sum *vit_slice_sum_new(size_t n)
     pthread_condattr_t at;
     int ok = g->got && g->queue && pthread_condattr_init(&at) == 0;
     if (ok) {
-        pthread_condattr_setclock(&at, CLOCK_MONOTONIC);
+        g->clock = pthread_condattr_setclock(&at, CLOCK_MONOTONIC) == 0 ? CLOCK_MONOTONIC
+                                                                        : CLOCK_REALTIME;
         ok = pthread_cond_init(&g->wake, &at) == 0;
         pthread_condattr_destroy(&at);
         if (ok && pthread_mutex_init(&g->lock, NULL) != 0) {
@@ -198,7 +200,7 @@ void vit_slice_sum_serve(vit_slice_sum *g)
         if (g->done >= g->concurrent - 1)
             break;
         struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
+        clock_gettime(g->clock, &until);
         until.tv_nsec += 1000000;
         if (until.tv_nsec >= 1000000000) {
             until.tv_sec++;
