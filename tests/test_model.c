@@ -1359,7 +1359,7 @@ static vit_model *filled_model(const vit_config *cfg, uint64_t seed, vit_real **
  * and the gradient when reported; the blocks' layers in report order. */
 typedef struct {
     vit_model *m;
-    int *seen, layers[64], nlayers;
+    int *seen, layers[64], nlayers, idle;
     vit_real *at_report;
 } ready_log;
 
@@ -1367,6 +1367,10 @@ static void log_ready(void *ctx, size_t offset, size_t count)
 {
     ready_log *L = ctx;
     const vit_real *g = vit_model_grads(L->m);
+    if (count == 0) { /* a step of several slices waiting for its workers */
+        L->idle++;
+        return;
+    }
     for (size_t i = offset; i < offset + count; i++) {
         L->seen[i]++;
         L->at_report[i] = g[i];
@@ -1379,50 +1383,83 @@ static void log_ready(void *ctx, size_t offset, size_t count)
     }
 }
 
+/* Every value of the model's gradient reported exactly once, and final
+ * when it was (the value then is the one the step ended with). */
+static void check_reports(const ready_log *L, size_t n)
+{
+    const vit_real *g = vit_model_grads(L->m);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_msg(L->seen[i] == 1, "value %zu reported %d times", i, L->seen[i]);
+        ck_assert_msg(L->at_report[i] == g[i], "value %zu changed after its report", i);
+    }
+}
+
+/* On `threads` slices: the step without reports, then `reps` steps with
+ * them (each on the buffers of the one before): the same loss and the
+ * gradients bitwise, every value reported once and final when reported.
+ * ref [n]: scratch. */
+static void check_step_reports(ready_log *L, const vit_real *images, const int *labels,
+                               int threads, int reps, vit_real *ref)
+{
+    vit_model *m = L->m;
+    size_t n = vit_model_param_count(m);
+    const vit_real *g = vit_model_grads(m);
+    vit_train_extras ex = {.grads_ready = log_ready, .ready_ctx = L};
+    double l0, l1;
+    ck_assert_int_eq(vit_set_threads(threads), VIT_OK);
+    ck_assert_int_eq(vit_model_train_grads(m, images, labels, SB, 0, &l0, NULL), VIT_OK);
+    memcpy(ref, g, n * sizeof *ref);
+    for (int rep = 0; rep < reps; rep++) {
+        memset(L->seen, 0, n * sizeof *L->seen);
+        L->nlayers = 0;
+        ck_assert_int_eq(vit_model_train_grads_ex(m, images, labels, SB, 0, &ex, &l1, NULL),
+                         VIT_OK);
+        ck_assert(l1 == l0 && memcmp(ref, g, n * sizeof *g) == 0);
+        check_reports(L, n);
+    }
+}
+
 /* The reports a step makes as the backward goes (to sum the gradients
  * over the ranks meanwhile): on one slice, every value once, final when
  * reported, the last block's before the first's, and the gradients as
- * without reports; a step of several slices reports nothing. */
+ * without reports; on 2 and 3 slices (5 + 5 and 3 + 3 + 4 images: the
+ * slices' sum made chunk by chunk as all of them report it) every value
+ * once too, final when reported, and the gradients bitwise those of the
+ * same slices without reports.  With recompute (each block a checkpoint,
+ * run again in the backward) the blocks' parameters are reported from the
+ * recomputation's backward: the same on 1, 2 and 3 slices. */
 START_TEST(test_train_grads_ready)
 {
     vit_config cfg;
-    tiny_config(&cfg, VIT_POOL_CLS);
-    cfg.depth = 2;
+    tiny_config(&cfg, _i ? VIT_POOL_MEAN : VIT_POOL_CLS);
+    cfg.depth = 2 + _i;
+    cfg.dim = 24; /* 11,699 and 17,355 parameters: 6 and 9 chunks on several slices */
+    cfg.mlp = 64;
+    cfg.recompute = _i;
     vit_real *images;
     vit_model *m = filled_model(&cfg, 79, &images, SB);
     size_t n = vit_model_param_count(m);
     int labels[SB];
     for (int i = 0; i < SB; i++)
         labels[i] = i % 3;
-    ck_assert_int_eq(vit_set_threads(1), VIT_OK);
-    vit_real *ref = gc_zeros(n), *g = vit_model_grads(m);
-    double l0, l1;
-    ck_assert_int_eq(vit_model_train_grads(m, images, labels, SB, 0, &l0, NULL), VIT_OK);
-    memcpy(ref, g, n * sizeof *ref);
+    vit_real *ref = gc_zeros(n), *one = gc_zeros(n);
     ready_log L = {.m = m, .seen = calloc(n, sizeof(int)), .at_report = gc_zeros(n)};
     ck_assert_ptr_nonnull(L.seen);
-    vit_train_extras ex = {.grads_ready = log_ready, .ready_ctx = &L};
-    ck_assert_int_eq(vit_model_train_grads_ex(m, images, labels, SB, 0, &ex, &l1, NULL), VIT_OK);
-    ck_assert(l1 == l0 && memcmp(ref, g, n * sizeof *g) == 0);
-    for (size_t i = 0; i < n; i++) {
-        ck_assert_msg(L.seen[i] == 1, "value %zu reported %d times", i, L.seen[i]);
-        ck_assert_msg(L.at_report[i] == g[i], "value %zu changed after its report", i);
-    }
-    ck_assert_int_gt(L.nlayers, 2);
-    ck_assert_int_eq(L.layers[0], 1);
+    check_step_reports(&L, images, labels, 1, 1, one);
+    ck_assert_int_gt(L.nlayers, cfg.depth); /* every block's, recomputed or not */
+    ck_assert_int_eq(L.layers[0], cfg.depth - 1);
     ck_assert_int_eq(L.layers[L.nlayers - 1], 0);
     for (int k = 1; k < L.nlayers; k++)
         ck_assert_int_le(L.layers[k], L.layers[k - 1]);
-
-    memset(L.seen, 0, n * sizeof *L.seen);
-    ck_assert_int_eq(vit_set_threads(3), VIT_OK);
-    ck_assert_int_eq(vit_model_train_grads_ex(m, images, labels, SB, 0, &ex, &l1, NULL), VIT_OK);
-    for (size_t i = 0; i < n; i++)
-        ck_assert_int_eq(L.seen[i], 0);
+    for (int threads = 2; threads <= 3; threads++) {
+        check_step_reports(&L, images, labels, threads, 2, ref);
+        ck_assert(memcmp(ref, one, n * sizeof *ref) != 0); /* other sums than 1 slice's */
+    }
     vit_set_threads(1);
     free(L.seen);
     free(L.at_report);
     free(ref);
+    free(one);
     free(images);
     vit_model_free(m);
 }
@@ -1644,7 +1681,7 @@ static Suite *model_suite(void)
     tcase_add_test(tg, test_lsa_and_overlap_model);
     tcase_add_loop_test(tg, test_train_grads_slices, 0, 3);
     tcase_add_test(tg, test_train_grads_extras);
-    tcase_add_test(tg, test_train_grads_ready);
+    tcase_add_loop_test(tg, test_train_grads_ready, 0, 2);
     tcase_add_loop_test(tg, test_nograd_forward_is_bitwise, 0, 4);
     tcase_add_loop_test(tg, test_recompute_is_bitwise, 0, 2);
     tcase_add_test(tg, test_tape_memory_bound);

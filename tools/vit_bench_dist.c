@@ -3,7 +3,7 @@
  * for the gradients' sum over the ranks, with the sum after the backward
  * (one blocking MPI_Allreduce) and overlapped with it (vit_dist_buckets, as
  * vit_train does).  Random images, a global batch split across the ranks,
- * one slice a rank (--threads 1: one rank per core).  Configurations:
+ * --threads slices a rank (1 by default: one rank per core).  Configurations:
  *
  *   digits  8x8x1,    patch 2,  width 64,  depth 4,  4 heads, MLP 128
  *   medium  28x28x1,  patch 4,  width 128, depth 6,  4 heads, MLP 256
@@ -23,7 +23,10 @@
  * MPI_Allreduce; overlap: vit_dist_buckets_finish, what the backward did
  * not hide), and exposed communication = (step - compute) / step.
  * --check instead trains `steps` steps blocking and `steps` overlapped
- * from the same start and exits 0 iff the parameters are bitwise equal.
+ * from the same start and exits 0 iff the parameters are bitwise equal
+ * and every gradient was reported final during the overlapped steps (so
+ * that their buckets started before vit_dist_buckets_finish: with
+ * --threads 2 and more too).
  * Without MPI it runs as one rank.
  */
 #include "cli.h"
@@ -57,7 +60,7 @@ typedef struct bench {
     vit_real *images;
     int *labels;
     int lo, nb, batch;
-    size_t n;
+    size_t n, reported; /* values reported final in overlapped steps */
 } bench;
 
 static double now(void)
@@ -79,6 +82,14 @@ static double median(double *x, int n)
     return x[n / 2];
 }
 
+/* vit_dist_buckets_ready, counting the values reported. */
+static void count_ready(void *ctx, size_t offset, size_t count)
+{
+    bench *B = ctx;
+    B->reported += count;
+    vit_dist_buckets_ready(B->sum, offset, count);
+}
+
 /* One step in mode `mode`; *wait: the seconds spent waiting for the sum. */
 static int step(bench *B, int mode, double *wait)
 {
@@ -86,8 +97,8 @@ static int step(bench *B, int mode, double *wait)
     int size = vit_dist_size(), rc = VIT_OK;
     vit_train_extras ex = {0};
     if (mode == OVERLAP && size > 1) {
-        ex.grads_ready = vit_dist_buckets_ready;
-        ex.ready_ctx = B->sum;
+        ex.grads_ready = count_ready;
+        ex.ready_ctx = B;
         rc = vit_dist_buckets_start(B->sum, w);
     }
     const vit_config *c = vit_model_config(B->m);
@@ -214,15 +225,20 @@ static int time_modes(bench *B, const shape *s, int steps, int reps, size_t buck
 
 /* --check: blocking and overlapped training from the same start end with
  * bitwise the same parameters. */
-static int check_modes(const shape *s, int batch, int steps, size_t bucket_bytes)
+static int check_modes(const shape *s, int batch, int steps, size_t bucket_bytes, int threads)
 {
     unsigned long long h[2] = {0, 0};
+    size_t reported = 0, want = 0;
     for (int k = 0; k < 2; k++) {
         bench B;
         double wait;
         int rc = setup(&B, s, batch, bucket_bytes);
         for (int i = 0; rc == VIT_OK && i < steps; i++)
             rc = step(&B, k ? OVERLAP : BLOCKING, &wait);
+        if (k == 1 && vit_dist_size() > 1) {
+            reported = B.reported;
+            want = (size_t)steps * B.n;
+        }
         const unsigned char *p = (const unsigned char *)vit_model_params(B.m);
         h[k] = 1469598103934665603ull;
         for (size_t i = 0; rc == VIT_OK && i < B.n * sizeof(vit_real); i++)
@@ -232,9 +248,12 @@ static int check_modes(const shape *s, int batch, int steps, size_t bucket_bytes
             return rc;
     }
     if (vit_dist_rank() == 0)
-        printf("%s, %d rank(s), %d steps: blocking %016llx, overlap %016llx: %s\n", s->name,
-               vit_dist_size(), steps, h[0], h[1], h[0] == h[1] ? "bitwise equal" : "DIFFERENT");
-    return h[0] == h[1] ? VIT_OK : VIT_ENUM;
+        printf("%s, %d rank(s) of %d thread(s), %d steps: %zu of %zu gradients reported final "
+               "during the steps%s; blocking %016llx, overlap %016llx: %s\n", s->name,
+               vit_dist_size(), threads, steps, reported, want,
+               reported == want ? "" : " (NOT ALL)", h[0], h[1],
+               h[0] == h[1] ? "bitwise equal" : "DIFFERENT");
+    return h[0] == h[1] && reported == want ? VIT_OK : VIT_ENUM;
 }
 
 static int usage(void)
@@ -289,7 +308,7 @@ static int run(int argc, char **argv)
     }
     size_t bucket_bytes = (size_t)bucket_kb * 1024;
     if (check) {
-        int r = check_modes(s, batch, steps, bucket_bytes);
+        int r = check_modes(s, batch, steps, bucket_bytes, threads);
         return r == VIT_ENUM ? 3 : r ? 1 : 0;
     }
     bench B;

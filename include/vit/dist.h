@@ -76,7 +76,9 @@ int vit_dist_abort_job(int status);
  * same bits).  Open MPI advances a started sum only inside MPI calls: every
  * report also tests the ones in flight.
  *
- * Thread safety: one thread (the one that joined MPI) uses a vit_dist_buckets.
+ * Thread safety: one thread (the one that joined MPI) uses a vit_dist_buckets
+ * (vit_model_train_grads_ex calls grads_ready on its calling thread alone,
+ * whatever the number of slices).
  * Without MPI, or in a job of one rank, everything here only scales. */
 #define VIT_DIST_BUCKET_BYTES ((size_t)1 << 20)
 
@@ -95,7 +97,8 @@ vit_dist_buckets *vit_dist_buckets_new(vit_real *x, size_t n, size_t bucket_byte
 int vit_dist_buckets_start(vit_dist_buckets *b, vit_real scale);
 
 /* Values x[offset .. offset + count) are final: buckets now complete are
- * scaled and started (in order).  Its signature is that of
+ * scaled and started (in order); then the sums in flight are tested
+ * (moved on), also for count 0.  Its signature is that of
  * vit_train_extras.grads_ready (ctx: the vit_dist_buckets).  An error
  * (values outside x, an MPI failure) is kept for vit_dist_buckets_finish;
  * reports outside a started sum are ignored.  Collective in effect: every

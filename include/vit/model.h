@@ -434,14 +434,22 @@ typedef struct vit_train_extras {
                                    drop_scale[(2l) batch + i], its MLP branch
                                    by drop_scale[(2l + 1) batch + i]
                                    (vit_block_opts.drop_attn, drop_mlp) */
-    /* When the step runs as one slice (vit_threads() == 1 or batch 1):
-     * called on the calling thread during the backward as soon as values
-     * [offset, offset + count) of the gradient buffer (vit_model_grads) are
-     * final, each value once, the last block's first (vit_tape_on_leaf_grad);
-     * e.g. vit_dist_buckets_ready, to sum them over the ranks while the
-     * backward goes on.  Values never reported (a block under recompute, or
-     * a step of several slices, reports nothing) are final when the call
-     * returns.  NULL: no reports. */
+    /* Called on the calling thread only (the one that may call MPI), during
+     * the backward, as soon as values [offset, offset + count) of the
+     * gradient buffer (vit_model_grads) are final, each value once, about
+     * the last block's first (vit_tape_on_leaf_grad); e.g.
+     * vit_dist_buckets_ready, to sum them over the ranks while the backward
+     * goes on.  On one slice a report is a parameter tensor (or a fused
+     * run of them) as its backward ends.  On several slices
+     * (vit_threads() > 1) a report is a chunk of 2048 values (the last one
+     * shorter) once every slice has made all of it final, added up over
+     * the slices then, in slice order (so the gradients are bitwise those
+     * of the step without reports); in any order.  Once its own slice is
+     * done the calling thread waits for the others' chunks, calling
+     * grads_ready(ctx, 0, 0) (nothing new) about every millisecond
+     * meanwhile: a chance to move work in flight on.  Blocks under
+     * recompute report from their recomputation.  Values never reported
+     * are final when the call returns.  NULL: no reports. */
     void (*grads_ready)(void *ctx, size_t offset, size_t count);
     void *ready_ctx;
 } vit_train_extras;

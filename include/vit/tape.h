@@ -180,11 +180,15 @@ typedef void (*vit_tape_leaf_fn)(void *ctx, vit_tensor *leaf);
 /* From the next backward on, reports each leaf with a gradient buffer
  * through fn as soon as its gradient is final (once per backward, in the
  * backward's order: the leaves read last in the forward come first), e.g.
- * to send a parameter's gradient while the backward goes on.  A leaf no
- * recorded op reads directly (one read only inside a vit_op_checkpoint's
- * sub-graph, or by no op) is not reported.  Kept across resets; fn NULL
- * stops the reports.  The numbers the backward computes are the same with
- * or without it.  Returns VIT_OK, or VIT_EINVAL for a NULL tape. */
+ * to send a parameter's gradient while the backward goes on.  A leaf that
+ * a vit_op_checkpoint's fn makes is reported from the recomputation's
+ * backward, after its first reader there (fn then gets the scratch tape's
+ * leaf: the same data and grad as the forward's); a leaf no op reads is
+ * not reported.  "Final" assumes that no two leaves share a gradient
+ * buffer (one leaf per parameter; a parameter read in several places is
+ * one leaf read by several ops).  Kept across resets; fn NULL stops the
+ * reports.  The numbers the backward computes are the same with or
+ * without it.  Returns VIT_OK, or VIT_EINVAL for a NULL tape. */
 int vit_tape_on_leaf_grad(vit_tape *tape, vit_tape_leaf_fn fn, void *ctx);
 
 /* ---- Ops.  Shapes: the last dimension is the feature dimension; leading

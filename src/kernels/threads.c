@@ -227,6 +227,16 @@ static int pool_grow(int want)
     return pool.workers + 1;
 }
 
+int vit_parallel_width(int nt, size_t n)
+{
+    if (nt > (int)n)
+        nt = (int)n;
+    if (nt <= 1 || in_body)
+        return 1;
+    int have = pool_grow(nt);
+    return nt < have ? nt : have;
+}
+
 void vit_parallel(int nt, size_t n, vit_range_fn body, void *ctx)
 {
     if (nt > (int)n)

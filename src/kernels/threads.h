@@ -44,6 +44,13 @@ int vit_threads_for(double total_flops);
 typedef void (*vit_range_fn)(void *ctx, size_t lo, size_t hi);
 void vit_parallel(int nt, size_t n, vit_range_fn body, void *ctx);
 
+/* How many of vit_parallel(nt, n, ...)'s pieces run at the same time, each
+ * on its own thread: pieces 1 .. w-1 run on workers, piece 0 and pieces w ..
+ * nt-1 on the caller, one after another (w < nt only when the pool could not
+ * start enough threads).  1 for nt <= 1 or a call from inside a body.  Starts
+ * the pool's threads as vit_parallel would. */
+int vit_parallel_width(int nt, size_t n);
+
 /* C[M, N] = alpha op(A) op(B) + beta C, row-major, as cblas_?gemm, with the
  * rows of C split evenly across the threads when the product is large
  * enough.  Each element of C is computed by one thread from the same inputs,

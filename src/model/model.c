@@ -7,6 +7,7 @@
 #include "vit/model.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include "argmax.h"
 #include "error.h"
 #include "mixed.h"
+#include "slice_sum.h"
 #include "model_vit.h"
 #include "threads.h"
 #include "vit/activations.h"
@@ -50,6 +52,7 @@ struct vit_model {
     int precision;           /* VIT_PRECISION_FP32 or _BF16 (resolved) */
     vit_mixed_weights *mixed; /* bf16: the weight matrices, packed once per step */
     int nslices;
+    vit_slice_sum *gather;   /* several slices' reports (vit_train_extras.grads_ready) */
 };
 
 /* The bf16 step's packed weights, for the ViT (the one architecture that
@@ -121,6 +124,7 @@ void vit_model_free(vit_model *m)
         free(m->slices[i].grads);
     }
     free(m->slices);
+    vit_slice_sum_free(m->gather);
     vit_mixed_weights_free(m->mixed);
     free(m);
 }
@@ -289,22 +293,33 @@ typedef struct {
     const vit_real *targets, *drop; /* vit_train_extras' (may be NULL) */
     void (*ready)(void *ctx, size_t offset, size_t count);
     void *ready_ctx;
+    vit_slice_sum *gather; /* several slices with reports: their sum as they go */
+    int concurrent;        /* slices 1 .. concurrent-1 run on workers */
+    pthread_t caller;      /* the thread that called (the one that may call MPI) */
 } slice_job;
 
 /* vit_train_extras.grads_ready behind a tape's leaf reports: the leaf's
- * place in the gradient buffer g [n]. */
+ * place in the gradient buffer g [n], passed on directly (one slice) or to
+ * the slices' sum (several; on_caller: this slice runs on the caller). */
 typedef struct {
     const vit_real *g;
     size_t n;
     void (*fn)(void *ctx, size_t offset, size_t count);
     void *ctx;
+    vit_slice_sum *gather;
+    int on_caller;
 } ready_job;
 
 static void leaf_ready(void *ctx, vit_tensor *leaf)
 {
     const ready_job *R = ctx;
-    if (leaf->grad >= R->g && leaf->grad + leaf->size <= R->g + R->n)
-        R->fn(R->ctx, (size_t)(leaf->grad - R->g), leaf->size);
+    if (leaf->grad < R->g || leaf->grad + leaf->size > R->g + R->n)
+        return;
+    size_t off = (size_t)(leaf->grad - R->g);
+    if (R->gather)
+        vit_slice_sum_report(R->gather, off, leaf->size, R->on_caller);
+    else
+        R->fn(R->ctx, off, leaf->size);
 }
 
 /* Forward and backward of rows [lo, hi) of the batch into the slice's own
@@ -331,12 +346,18 @@ static void run_slice(const slice_job *J, int s)
                                   : vit_op_cross_entropy(S->tape, z, J->labels + lo, J->smoothing,
                                                          NULL);
     vit_real share = (vit_real)nb / (vit_real)J->batch;
-    ready_job R = {g, m->nparams, J->ready, J->ready_ctx};
-    if (J->ready && J->n == 1)
+    int on_caller = pthread_equal(pthread_self(), J->caller);
+    ready_job R = {g, m->nparams, J->ready, J->ready_ctx, J->gather, on_caller};
+    if (J->ready)
         vit_tape_on_leaf_grad(S->tape, leaf_ready, &R);
     S->rc = loss ? vit_tape_backward_from(S->tape, loss, &share)
                  : vit_tape_status(S->tape) ? vit_tape_status(S->tape) : VIT_EINVAL;
     vit_tape_on_leaf_grad(S->tape, NULL, NULL);
+    /* The caller passes the other slices' chunks on while they finish. */
+    if (J->gather && s == 0)
+        vit_slice_sum_serve(J->gather);
+    else if (J->gather && !on_caller && s < J->concurrent)
+        vit_slice_sum_done(J->gather);
     int mixed_rc = m->mixed ? vit_mixed_leave() : VIT_OK;
     if (S->rc == VIT_OK)
         S->rc = mixed_rc;
@@ -397,6 +418,21 @@ static int ensure_slices(vit_model *m, int n)
     return VIT_OK;
 }
 
+/* Several slices with reports: their sum made as the backward goes
+ * (slice_sum.h). */
+static int gather_begin(vit_model *m, slice_job *J)
+{
+    if (!m->gather && !(m->gather = vit_slice_sum_new(m->nparams)))
+        return VIT_ENOMEM;
+    vit_real *bufs[256]; /* J->n <= vit_threads() <= 256 */
+    int n = J->n;
+    for (int s = 0; s < n; s++)
+        bufs[s] = s == 0 ? m->grads : m->slices[s].grads;
+    J->concurrent = vit_parallel_width(J->n, (size_t)J->n);
+    J->gather = m->gather;
+    return vit_slice_sum_begin(m->gather, bufs, n, J->concurrent, J->ready, J->ready_ctx);
+}
+
 int vit_model_train_grads(vit_model *m, const vit_real *images, const int *labels, int batch,
                           vit_real smoothing, double *loss, int *correct)
 {
@@ -422,8 +458,15 @@ int vit_model_train_grads_ex(vit_model *m, const vit_real *images, const int *la
         return rc;
     slice_job J = {m, images, labels, batch, n, smoothing, ex ? ex->targets : NULL,
                    ex ? ex->drop_scale : NULL, ex ? ex->grads_ready : NULL,
-                   ex ? ex->ready_ctx : NULL};
+                   ex ? ex->ready_ctx : NULL, NULL, 1, pthread_self()};
+    if (J.ready && n > 1 && (rc = gather_begin(m, &J)) != VIT_OK)
+        return rc;
     vit_parallel(n, (size_t)n, run_slices, &J);
+    int failed = 0;
+    for (int s = 0; s < n; s++)
+        failed |= m->slices[s].rc != VIT_OK;
+    if (J.gather)
+        vit_slice_sum_finish(J.gather, !failed);
     for (int l = 0; l < m->nmaps; l++)
         m->maps[l] = NULL; /* spread over the slices' tapes: none to show */
     double sum = 0;
@@ -435,7 +478,7 @@ int vit_model_train_grads_ex(vit_model *m, const vit_real *images, const int *la
         sum += S->loss_sum;
         right += S->correct;
     }
-    if (n > 1) {
+    if (n > 1 && !J.gather) {
         sum_job G = {m, n};
         vit_parallel(vit_threads_for(2.0 * (double)m->nparams * n), m->nparams, sum_slices, &G);
     }

@@ -470,7 +470,13 @@ static int back_checkpoint(vit_tape *t, const vit_op_rec *op)
     s->recomputing = 1;
     vit_tensor *y = c->fn(s, in, c->ctx);
     s->recomputing = 0;
+    /* The leaves fn makes (a block's parameters) are final after their
+     * first reader's backward in the sub-graph: reported as this tape's. */
+    s->on_leaf = t->on_leaf;
+    s->on_leaf_ctx = t->on_leaf_ctx;
     int rc = y ? vit_tape_backward_from(s, y, op->out->grad) : s->status ? s->status : VIT_EINVAL;
+    s->on_leaf = NULL;
+    s->on_leaf_ctx = NULL;
     if (rc)
         return rc;
     for (int k = 0; k < op->n_in; k++) {

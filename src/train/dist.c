@@ -253,8 +253,8 @@ static int start_next(vit_dist_buckets *b)
 void vit_dist_buckets_ready(void *ctx, size_t offset, size_t count)
 {
     vit_dist_buckets *b = ctx;
-    if (!b || !b->active || b->rc || count == 0)
-        return;
+    if (!b || !b->active || b->rc)
+        return; /* count 0: only the test of the sums in flight below */
     if (offset > b->n || count > b->n - offset) {
         b->rc = vit_fail(VIT_EINVAL, "vit_dist_buckets_ready: values %zu..%zu are outside the "
                          "buffer of %zu", offset, offset + count - 1, b->n);
