@@ -24,6 +24,8 @@ check() { # NAME COMMAND...: the command (a shell test) must succeed
     fi
 }
 show() { sed 's/^/     /' <<<"$1"; }
+# The JSON header of a safetensors file (after its 8-byte little-endian length).
+st_header() { head -c $((8 + $(od -An -tu8 -N8 "$1"))) "$1" | tail -c +9; }
 
 "$make_photos" "$tmp/photos"
 rc=$?
@@ -154,6 +156,15 @@ ex=$("$tools/vit_export" "$tmp/run/last.ckpt" --out "$tmp/m.safetensors" --logit
 rc=$?
 check "vit_export --logits on the mixed run's data" '[ $rc -eq 0 ] && [ -s "$tmp/m.safetensors" ] && [ -s "$tmp/logits.csv" ]' ||
     show "$ex"
+# The run's transform is in the metadata with how to prepare an image, and
+# vit_import reads the file.
+meta=$(st_header "$tmp/m.safetensors")
+check "vit_export: the metadata has the run's fit and how to prepare an image" \
+    'grep -q "\"fit\":\"64x56x3\"" <<<"$meta" && grep -q "\"fit_note\":\"[^\"]*converted to 3 channels[^\"]*resized to 64x56 " <<<"$meta" && grep -q "fitted its images to 64x56x3" <<<"$ex"' ||
+    show "$ex"
+im=$("$tools/vit_import" "$tmp/m.safetensors" --out "$tmp/imported.ckpt" 2>&1)
+rc=$?
+check "vit_import reads an export with a fit" '[ $rc -eq 0 ] && [ -s "$tmp/imported.ckpt" ]' || show "$im"
 
 # ---- --class-names for IDX data -----------------------------------------
 "$tools/vit_make_data" gray28 "$tmp/idx" --count 40 >/dev/null 2>&1
@@ -166,6 +177,10 @@ check "--class-names: stored in the checkpoint (vit_eval shows them)" 'grep -q "
 out=$("$tools/vit_train" --resume "$tmp/runidx/last.ckpt" --epochs 2 2>&1)
 ev=$("$tools/vit_eval" "$tmp/runidx/last.ckpt" --threads 1 2>&1)
 check "--class-names: a resume keeps them" 'grep -q "^3 three " <<<"$ev"' || show "$out"
+ex=$("$tools/vit_export" "$tmp/runidx/last.ckpt" --out "$tmp/idx.safetensors" 2>&1)
+rc=$?
+check "vit_export of a run that fitted nothing: no fit in the metadata" \
+    '[ $rc -eq 0 ] && st_header "$tmp/idx.safetensors" | grep -q "\"channels\":\"1\"" && ! st_header "$tmp/idx.safetensors" | grep -q "\"fit" && ! grep -q "fitted" <<<"$ex"' || show "$ex"
 
 # A run that fitted nothing: an image of another size needs --fit.
 at=$("$tools/vit_attn" "$tmp/runidx/last.ckpt" "$tmp/photos/square/square_001.jpg" --out "$tmp/b.png" 2>&1)
