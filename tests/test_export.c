@@ -87,7 +87,7 @@ typedef struct st_file {
     const unsigned char *data; /* after the header */
     int ntensors, nmeta;
     st_tensor t[MAX_T];
-    char meta_key[MAX_META][64], meta_val[MAX_META][256];
+    char meta_key[MAX_META][64], meta_val[MAX_META][512]; /* the notes are long */
 } st_file;
 
 typedef struct js {
@@ -735,6 +735,66 @@ static int same_file(const char *a, const char *b)
     return same;
 }
 
+/* A run that fitted its images on load (vit_run_data.fit) exports the fit
+ * and how to prepare an image; the tensors are those of the plain export,
+ * no fit writes the plain file, a malformed fit is refused with nothing
+ * written, and the import reads the file as the plain one. */
+START_TEST(export_fit)
+{
+    vit_model *m = small_model(VIT_POOL_CLS), *a = NULL, *b = NULL;
+    char plain[600], fitted[600];
+    snprintf(plain, sizeof plain, "%s", fu_path("plain_fit.safetensors"));
+    snprintf(fitted, sizeof fitted, "%s", fu_path("fitted.safetensors"));
+    ck_assert_int_eq(vit_safetensors_save(m, NULL, plain, NULL), VIT_OK);
+    vit_data_fit fit = {H, W, C}, partial = {0, 0, C}, none = {0, 0, 0};
+    ck_assert_msg(vit_safetensors_save_fit(m, NULL, &fit, fitted, NULL) == VIT_OK, "%s",
+                  vit_last_error());
+    read_file(fitted, &g_file);
+    ck_assert_str_eq(meta(&g_file, "fit"), "4x6x3");
+    const char *note = meta(&g_file, "fit_note");
+    ck_assert_ptr_nonnull(note);
+    ck_assert_msg(strstr(note, "alpha composited over white") && strstr(note, "converted to 3 channels")
+                      && strstr(note, "0.299 R + 0.587 G + 0.114 B")
+                      && strstr(note, "resized to 4x6 (height x width)"),
+                  "fit_note: %s", note);
+    static st_file g_plain;
+    read_file(plain, &g_plain);
+    ck_assert_ptr_null(meta(&g_plain, "fit"));
+    ck_assert_ptr_null(meta(&g_plain, "fit_note"));
+    size_t data_bytes = g_plain.size - 8 - g_plain.header_len;
+    ck_assert_uint_eq(g_file.size - 8 - g_file.header_len, data_bytes);
+    ck_assert_int_eq(memcmp(g_file.data, g_plain.data, data_bytes), 0);
+    free_file(&g_file);
+    free_file(&g_plain);
+    /* Only the channels fitted: 0 for the sides the images kept. */
+    ck_assert_int_eq(vit_safetensors_save_fit(m, NULL, &partial, fitted, NULL), VIT_OK);
+    read_file(fitted, &g_file);
+    ck_assert_str_eq(meta(&g_file, "fit"), "0x0x3");
+    free_file(&g_file);
+    ck_assert_int_eq(vit_safetensors_save_fit(m, NULL, &none, fitted, NULL), VIT_OK);
+    ck_assert(same_file(fitted, plain));
+    ck_assert_int_eq(vit_safetensors_save_fit(m, NULL, NULL, fitted, NULL), VIT_OK);
+    ck_assert(same_file(fitted, plain));
+    static const vit_data_fit bad[] = {{4, 0, 3}, {0, 6, 0}, {-4, -6, 3}, {4, 6, 2}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *gone = fu_path("bad_fit.safetensors");
+        ck_assert_int_eq(vit_safetensors_save_fit(m, NULL, &bad[i], gone, NULL), VIT_EINVAL);
+        ck_assert_msg(strstr(vit_last_error(), "is not a fit"), "%s", vit_last_error());
+        ck_assert_int_ne(access(gone, F_OK), 0);
+    }
+    /* Read back: the same model as from the plain file. */
+    ck_assert_int_eq(vit_safetensors_save_fit(m, NULL, &fit, fitted, NULL), VIT_OK);
+    ck_assert_msg(vit_safetensors_load(fitted, &a) == VIT_OK, "%s", vit_last_error());
+    ck_assert_int_eq(vit_safetensors_load(plain, &b), VIT_OK);
+    ck_assert_uint_eq(vit_model_param_count(a), vit_model_param_count(b));
+    ck_assert_int_eq(memcmp(vit_model_params(a), vit_model_params(b),
+                            vit_model_param_count(a) * sizeof(vit_real)), 0);
+    vit_model_free(a);
+    vit_model_free(b);
+    vit_model_free(m);
+}
+END_TEST
+
 /* `file` (in the test folder) with its metadata's key = "1" turned to "0"
  * is refused as a file whose tensors the config does not describe, naming
  * one of them (tensor: a part of its name). */
@@ -1210,6 +1270,7 @@ static Suite *export_suite(void)
     TCase *ti = tcase_create("import");
     tcase_set_timeout(ti, 60);
     tcase_add_test(ti, import_round_trip_bitwise);
+    tcase_add_test(ti, export_fit);
     tcase_add_test(ti, export_overlap_and_lsa);
     tcase_add_test(ti, import_to_checkpoint_trains);
     tcase_add_test(ti, import_class_names);

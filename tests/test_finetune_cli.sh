@@ -7,24 +7,7 @@
 #   test_finetune_cli.sh TOOLS_DIR TESTS_DATA_DIR
 set -u
 tools=$1 data=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-check() { # NAME WANT GOT: exact comparison
-    if [ "$2" = "$3" ]; then
-        pass=$((pass + 1)); echo "ok   $1"
-    else
-        fail=$((fail + 1)); echo "FAIL $1, got:"; sed 's/^/     /' <<<"$3"
-        echo "     want:"; sed 's/^/     /' <<<"$2"
-    fi
-}
-has() { # NAME NEEDLE TEXT
-    if grep -qF -- "$2" <<<"$3"; then
-        pass=$((pass + 1)); echo "ok   $1"
-    else
-        fail=$((fail + 1)); echo "FAIL $1: no '$2' in:"; sed 's/^/     /' <<<"$3"
-    fi
-}
+. "$(dirname "$0")/check.sh"
 
 # N classes of two 4x4 gray images each, in train/ and test/.
 make_set() { # DIR N
@@ -41,42 +24,42 @@ make_set "$tmp/three" 3
 tiny=(--dim 4 --heads 1 --mlp 4 --depth 2 --patch 2 --epochs 1 --batch 2 --threads 1)
 
 "$tools/vit_train" --data "$tmp/five" --out "$tmp/src" "${tiny[@]}" --quiet >/dev/null 2>&1
-check "source run" 0 $?
+same "source run" 0 $?
 "$tools/vit_export" "$tmp/src/last.ckpt" --out "$tmp/src.safetensors" >/dev/null 2>&1
-check "source export" 0 $?
+same "source export" 0 $?
 
 for from in "$tmp/src/last.ckpt" "$tmp/src.safetensors"; do
     name=$(basename "$from")
     out=$("$tools/vit_train" --data "$tmp/three" --out "$tmp/ft-$name" --init-from "$from" \
         --epochs 1 --batch 2 --threads 1 --freeze 1 2>&1)
-    check "$name: fine-tuned run" 0 $?
+    same "$name: fine-tuned run" 0 $?
     has "$name: init line" "init: $from: our model" "$out"
     has "$name: a new head" "new head (3 classes); the embeddings and 1 block frozen" "$out"
     has "$name: the recipe says why" "lr 0.002 kept (a quarter of it fine-tuned worse" "$out"
     has "$name: the file's dim" "dim 4, depth 2, heads 1" "$out"
     rec=$(grep -a "^init_from = " "$tmp/ft-$name/last.ckpt")
-    check "$name: recorded" "init_from = $(realpath "$from")" "$rec"
+    same "$name: recorded" "init_from = $(realpath "$from")" "$rec"
     "$tools/vit_eval" "$tmp/ft-$name/last.ckpt" --threads 1 >/dev/null 2>&1
-    check "$name: vit_eval reads it" 0 $?
+    same "$name: vit_eval reads it" 0 $?
 done
 
 # The timm-layout fixture (224x224 RGB, patch 16, 5 classes) on 32x32 RGB
 # pictures of the digits, 10 classes: the grid resampled 14x14 -> 2x2, the
 # normalisation folded, a new head.
 "$tools/vit_make_data" rgb32 "$tmp/rgb" --count 200 >/dev/null 2>&1
-check "rgb32 data" 0 $?
+same "rgb32 data" 0 $?
 out=$("$tools/vit_train" --data "$tmp/rgb" --out "$tmp/ft-timm" --init-from "$data/timm_vit.safetensors" \
     --init-heads 2 --epochs 1 --batch 8 --threads 1 2>&1)
-check "timm: fine-tuned run" 0 $?
+same "timm: fine-tuned run" 0 $?
 has "timm: init line" "timm file" "$out"
 has "timm: adapted" "224x224, dim 32, depth 2, heads 2; ImageNet mean/std folded into the patch embedding: position embeddings 14x14 -> 2x2 (bicubic); new head (10 classes)" "$out"
 out=$("$tools/vit_train" --data "$tmp/rgb" --out "$tmp/refused-timm" --init-from "$data/timm_vit.safetensors" \
     --epochs 1 --threads 1 2>&1)
-check "timm without heads: exit 1" 1 $?
+same "timm without heads: exit 1" 1 $?
 has "timm without heads: says why" "the shapes do not tell the number of heads" "$out"
 out=$("$tools/vit_train" --data "$tmp/rgb" --out "$tmp/refused-timm" --init-from "$data/timm_vit.safetensors" \
     --init-arch vit_tiny_patch16_224 --epochs 1 --threads 1 2>&1)
-check "timm, wrong arch: exit 1" 1 $?
+same "timm, wrong arch: exit 1" 1 $?
 has "timm, wrong arch: says why" "not a vit_tiny_patch16_224: dim 32 (the file) vs 192" "$out"
 
 refuse() { # NAME NEEDLE ARGS...
@@ -84,7 +67,7 @@ refuse() { # NAME NEEDLE ARGS...
     shift 2
     local out
     out=$("$tools/vit_train" --data "$tmp/three" --out "$tmp/refused" --epochs 1 --threads 1 "$@" 2>&1)
-    check "$name: exit 2" 2 $?
+    same "$name: exit 2" 2 $?
     has "$name: says why" "$needle" "$out"
 }
 refuse "freeze alone" "--freeze applies to a run started from trained weights" --freeze 1
@@ -98,9 +81,9 @@ refuse "init norm" "--init-norm: expected auto, none or imagenet, got 'x'" \
     --init-from "$tmp/src/last.ckpt" --init-norm x
 out=$("$tools/vit_train" --data "$tmp/three" --out "$tmp/refused2" --init-from "$tmp/src/last.ckpt" \
     --freeze 3 --epochs 1 --threads 1 2>&1)
-check "freeze past the depth: exit 1" 1 $?
+same "freeze past the depth: exit 1" 1 $?
 has "freeze past the depth: says why" "freeze 3 is not in 0 .. 2" "$out"
-check "nothing written for a refused run" "" "$(ls "$tmp/refused2" 2>/dev/null)"
+same "nothing written for a refused run" "" "$(ls "$tmp/refused2" 2>/dev/null)"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -29,11 +29,7 @@ set -u
 pcdir=$1 src=$2 seq_main=$3 seq_model=$4 sanitize=$5 build=$6 meson=$7 readme=$8
 shift 8
 cc=("$@")
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+. "$(dirname "$0")/check.sh"
 
 san=()
 if [ "$sanitize" != none ] && [ -n "$sanitize" ]; then
@@ -270,7 +266,7 @@ $1") 2>&1
 ${lines[3]}
 ${lines[4]}")
     rc=$?
-    sed 's/^/     /' <<<"$out"
+    indent "$out"
     if [ $rc -eq 0 ] && [ "$(tail -n 1 <<<"$out")" = PASS ]; then
         ok "README recipe: PKG_CONFIG_PATH, cc with the rpath, ./app, as written"
     else
@@ -295,7 +291,7 @@ $norpath
 $norpath
 $alt")
             rc=$?
-            sed 's/^/     /' <<<"$out"
+            indent "$out"
             if [ $rc -eq 0 ] && [ "$(tail -n 1 <<<"$out")" = PASS ]; then
                 ok "README recipe: without the rpath, '$alt' runs it"
             else

@@ -17,28 +17,21 @@
 #     set with the file's recipe, and the training loss falls.
 set -u
 tools=$1 models=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { # NAME WANT GOT
-    if [ "$2" = "$3" ]; then ok "$1"; else bad "$1: got '$3', want '$2'"; fi
-}
+. "$(dirname "$0")/check.sh"
 cd "$tmp" || exit 1
 
 # ---- 1. the derived data ---------------------------------------------------
 "$tools/vit_make_data" gray28 g28 >/dev/null || bad "vit_make_data gray28 failed"
 sum=$(cat g28/train-images-idx3-ubyte g28/train-labels-idx1-ubyte g28/t10k-images-idx3-ubyte \
       g28/t10k-labels-idx1-ubyte | sha256sum | cut -c1-16)
-check "gray28: the pinned bytes" ef9818c7ea5312c7 "$sum"
+same "gray28: the pinned bytes" ef9818c7ea5312c7 "$sum"
 err=$("$tools/vit_make_data" gray28 g28 2>&1)
-check "vit_make_data refuses an existing folder (exit 1)" 1 $?
+same "vit_make_data refuses an existing folder (exit 1)" 1 $?
 case $err in *"g28: File exists (give a new folder: nothing is overwritten)"*) ok "its message names the folder" ;;
     *) bad "refusal message: $err" ;; esac
 "$tools/vit_make_data" gray28 g28s --count 64 >/dev/null || bad "vit_make_data --count failed"
 "$tools/vit_make_data" rgb32 r32s --count 96 >/dev/null || bad "vit_make_data rgb32 failed"
-check "rgb32: 96 train images in 10 class folders" "96 10" \
+same "rgb32: 96 train images in 10 class folders" "96 10" \
     "$(find r32s/train -name '*.png' | wc -l) $(find r32s/train -mindepth 1 -type d | wc -l)"
 
 # ---- 2. the patch picked for larger images -----------------------------------
@@ -49,8 +42,8 @@ tiny=(--dim 16 --heads 2 --mlp 16 --depth 1 --epochs 1 --batch 16 --threads 1)
 # proj 272, MLP 272 + 272), final norm 32, head 16*10+10.
 want_params=$((160 + 4112 + 16 + 50 * 16 + 32 + 3 * 272 + 272 + 32 + 272 + 272 + 32 + 170))
 out=$("$tools/vit_train" --data g28s --out run1 "${tiny[@]}" 2>&1)
-check "28x28, no patch given: exit 0" 0 $?
-check "the choice, in one line" \
+same "28x28, no patch given: exit 0" 0 $?
+same "the choice, in one line" \
     "patch 4 (no --patch given): 7x7 patches of 28x28, the finest grid within 8x8" \
     "$(grep '^patch ' <<<"$out")"
 summary=$(grep '^model: ' <<<"$out")
@@ -66,14 +59,14 @@ else
     bad "summary: $(grep -c . <<<"$summary") lines, ${#summary} columns"
 fi
 out=$("$tools/vit_train" --data g28s --out run2 "${tiny[@]}" --patch 7 2>&1)
-check "--patch 7 is kept: no choice line" "" "$(grep '^patch ' <<<"$out")"
-check "--patch 7: 17 tokens" 1 "$(grep -c '^model: .* 17 tokens (4x4 patches of 7)' <<<"$out")"
+same "--patch 7 is kept: no choice line" "" "$(grep '^patch ' <<<"$out")"
+same "--patch 7: 17 tokens" 1 "$(grep -c '^model: .* 17 tokens (4x4 patches of 7)' <<<"$out")"
 printf 'patch = 14\n' >p14.cfg
 out=$("$tools/vit_train" --data g28s --out run3 --config p14.cfg "${tiny[@]}" 2>&1)
-check "patch in a --config file is kept: no choice line" "" "$(grep '^patch ' <<<"$out")"
-check "--config patch 14: 5 tokens" 1 "$(grep -c '^model: .* 5 tokens (2x2 patches of 14)' <<<"$out")"
+same "patch in a --config file is kept: no choice line" "" "$(grep '^patch ' <<<"$out")"
+same "--config patch 14: 5 tokens" 1 "$(grep -c '^model: .* 5 tokens (2x2 patches of 14)' <<<"$out")"
 out=$("$tools/vit_train" --data digits --out run4 "${tiny[@]}" 2>&1)
-check "8x8 digits: the default patch 4 at stride 2, padding 1, no choice line" "|1" \
+same "8x8 digits: the default patch 4 at stride 2, padding 1, no choice line" "|1" \
     "$(grep '^patch ' <<<"$out")|$(grep -c '^model: .* 17 tokens (4x4 patches of 4, stride 2, padding 1)' <<<"$out")"
 
 # ---- 3. the shipped configs ------------------------------------------------
@@ -88,8 +81,8 @@ for spec in "gray28 g28s 1 50" "rgb32 r32s 3 65"; do
     want=$(awk -v n="$params" 'BEGIN { printf "%.1fk", n / 1000 }')
     out=$("$tools/vit_train" --data "$dir" --config "$cfg" --out "run-$name" --epochs 3 \
           --threads 2 2>&1)
-    check "$name.cfg: trains (exit 0)" 0 $?
-    check "$name.cfg: $want parameters, $tokens tokens" 1 \
+    same "$name.cfg: trains (exit 0)" 0 $?
+    same "$name.cfg: $want parameters, $tokens tokens" 1 \
         "$(grep -c "^model: $want parameters, $tokens tokens (.x. patches of 4)" <<<"$out")"
     l1=$(awk -F, 'NR == 2 { print $2 }' "run-$name/metrics.csv")
     l3=$(awk -F, 'NR == 4 { print $2 }' "run-$name/metrics.csv")

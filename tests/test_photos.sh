@@ -11,19 +11,9 @@
 #   test_photos.sh TOOLS_DIR MAKE_PHOTOS CSV_FIELDS
 set -u
 tools=$1 make_photos=$2 csv_fields=$3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-check() { # NAME COMMAND...: the command (a shell test) must succeed
-    local name=$1
-    shift
-    if eval "$@"; then
-        pass=$((pass + 1)); echo "ok   $name"
-    else
-        fail=$((fail + 1)); echo "FAIL $name"; return 1
-    fi
-}
-show() { sed 's/^/     /' <<<"$1"; }
+. "$(dirname "$0")/check.sh"
+# The JSON header of a safetensors file (after its 8-byte little-endian length).
+st_header() { head -c $((8 + $(od -An -tu8 -N8 "$1"))) "$1" | tail -c +9; }
 
 "$make_photos" "$tmp/photos"
 rc=$?
@@ -35,7 +25,7 @@ small=(--dim 16 --depth 1 --heads 2 --mlp 16 --epochs 2 --batch 8 --threads 1)
 # ---- the mixed folder trains as it is ----------------------------------
 out=$("$tools/vit_train" --data "$tmp/photos" --out "$tmp/run" "${small[@]}" 2>&1)
 rc=$?
-check "mixed folder: vit_train exits 0" '[ $rc -eq 0 ]' || show "$out"
+check "mixed folder: vit_train exits 0" '[ $rc -eq 0 ]' || indent "$out"
 # Heights 120, 80, 64, 100 and widths 96, 64, 64, 90 (and the two named
 # files): upper medians 100x90, the longer side capped at 64 -> 64x57.6,
 # rounded to multiples of 8 -> 64x56; colour among gray -> RGB.
@@ -49,11 +39,11 @@ check "mixed folder: the transform is in the checkpoint's data record" 'grep -aq
 out=$("$tools/vit_train" --data "$tmp/photos" --out "$tmp/run32" --image-size 32x24 --channels 1 \
     "${small[@]}" 2>&1)
 check "--image-size 32x24 --channels 1: applied" \
-    'grep -q "^data: 20 train, 6 test images of 32x24x1" <<<"$out" && grep -q "all now 32x24x1 (as asked)" <<<"$out"' || show "$out"
+    'grep -q "^data: 20 train, 6 test images of 32x24x1" <<<"$out" && grep -q "all now 32x24x1 (as asked)" <<<"$out"' || indent "$out"
 out=$("$tools/vit_train" --data "$tmp/photos" --out "$tmp/runhw" --image-height 32 --image-width 24 \
     --channels 1 "${small[@]}" 2>&1)
 check "--image-height 32 --image-width 24 --channels 1: applied, not ignored" \
-    'grep -q "^data: 20 train, 6 test images of 32x24x1" <<<"$out"' || show "$out"
+    'grep -q "^data: 20 train, 6 test images of 32x24x1" <<<"$out"' || indent "$out"
 out=$("$tools/vit_train" --data "$tmp/photos" --out "$tmp/runhw2" --image-height 32 --channels 1 \
     "${small[@]}" 2>&1)
 rc=$?
@@ -62,32 +52,32 @@ check "--image-height alone: refused with the reason" \
 out=$("$tools/vit_train" --resume "$tmp/run32/last.ckpt" --image-size 16 --epochs 3 2>&1)
 rc=$?
 check "resume with another --image-size: refused naming the run's" \
-    '[ $rc -eq 2 ] && grep -q "the run .* trained on images of 32x24x1" <<<"$out"' || show "$out"
+    '[ $rc -eq 2 ] && grep -q "the run .* trained on images of 32x24x1" <<<"$out"' || indent "$out"
 out=$("$tools/vit_train" --resume "$tmp/run32/last.ckpt" --epochs 3 2>&1)
 rc=$?
 check "resume without the flags: the run's transform again" \
-    '[ $rc -eq 0 ] && grep -q "all now 32x24x1 (as the run did)" <<<"$out"' || show "$out"
+    '[ $rc -eq 0 ] && grep -q "all now 32x24x1 (as the run did)" <<<"$out"' || indent "$out"
 # IDX digits (8x8 -> 16x16 RGB): flags apply to every layout.
 out=$("$tools/vit_train" --data digits --out "$tmp/rundig" --image-size 16 --channels 3 \
     "${small[@]}" --epochs 1 2>&1)
-check "digits --image-size 16 --channels 3: 16x16x3" 'grep -q "test images of 16x16x3" <<<"$out"' || show "$out"
+check "digits --image-size 16 --channels 3: 16x16x3" 'grep -q "test images of 16x16x3" <<<"$out"' || indent "$out"
 
 # ---- unreadable files ---------------------------------------------------
 out=$("$tools/vit_train" --data "$tmp/bad" --out "$tmp/runbad" "${small[@]}" 2>&1)
 rc=$?
 check "a broken file: refused, named, with the flag that skips it" \
     '[ $rc -eq 1 ] && [ "$(grep -c "" <<<"$out")" -eq 1 ] && grep -q "square/broken.png: not a PNG file (bad signature) (--skip-bad" <<<"$out"' ||
-    show "$out"
+    indent "$out"
 out=$("$tools/vit_train" --data "$tmp/bad" --out "$tmp/runbad" --skip-bad "${small[@]}" 2>&1)
 rc=$?
 check "--skip-bad: trains, counts and names the file" \
     '[ $rc -eq 0 ] && grep -q "^skipped 1 unreadable file (--skip-bad): .*square/broken.png: not a PNG" <<<"$out"' ||
-    show "$out"
+    indent "$out"
 
 # ---- vit_eval: the run's transform, its scoring, per-class figures -------
 ev=$("$tools/vit_eval" "$tmp/run/last.ckpt" --threads 1 2>&1)
 rc=$?
-check "vit_eval on the mixed run: exit 0, its 6 test images" '[ $rc -eq 0 ] && grep -q "^test split: 6 images" <<<"$ev"' || show "$ev"
+check "vit_eval on the mixed run: exit 0, its 6 test images" '[ $rc -eq 0 ] && grep -q "^test split: 6 images" <<<"$ev"' || indent "$ev"
 tta=$(sed -n 's/^test split: .*(tta \(.*\))$/\1/p' <<<"$ev")
 check "vit_eval names its scoring ($tta)" \
     'grep -q "^scoring: ${tta:-one pass}" <<<"$ev"'
@@ -106,14 +96,14 @@ prf=$(awk '/^confusion matrix/ {m = 1; next}
         pr = ($(NF - 3) == "-") ? 0 : $(NF - 3)
         if (sprintf("%.4f", r) != $(NF - 2) || sprintf("%.4f", p) != sprintf("%.4f", pr) || $NF != row) bad++}
     END {print n + 0, bad + 0}' <<<"$ev")
-check "vit_eval: precision and recall of each class agree with the matrix ($prf)" '[ "$prf" = "3 0" ]' || show "$ev"
+check "vit_eval: precision and recall of each class agree with the matrix ($prf)" '[ "$prf" = "3 0" ]' || indent "$ev"
 
 # ---- vit_predict: the folder, recursively, into a CSV --------------------
 pr=$("$tools/vit_predict" "$tmp/run/last.ckpt" "$tmp/photos" --csv "$tmp/pred.csv" --topk 2 2>&1)
 rc=$?
 check "vit_predict FOLDER --csv: exit 0, summary" \
     '[ $rc -eq 0 ] && grep -q "26 of 26 images classified into $tmp/pred.csv" <<<"$pr" && grep -q "1 file in the folders not .png" <<<"$pr"' ||
-    show "$pr"
+    indent "$pr"
 # The reader itself: quoted commas and doubled quotes, and a refusal.
 printf 'a,"b, ""c"""\r\n1,2\r\n' >"$tmp/ok.csv"
 printf 'a,"b\r\n' >"$tmp/cut.csv"
@@ -147,34 +137,47 @@ check "vit_predict --help: why probabilities stay below 1" \
 # ---- vit_attn: a JPEG of another size, fitted as the run did ------------
 at=$("$tools/vit_attn" "$tmp/run/last.ckpt" "$tmp/photos/square/square_001.jpg" --out "$tmp/a.png" 2>&1)
 rc=$?
-check "vit_attn reads a JPEG and fits it" '[ $rc -eq 0 ] && [ -s "$tmp/a.png" ]' || show "$at"
+check "vit_attn reads a JPEG and fits it" '[ $rc -eq 0 ] && [ -s "$tmp/a.png" ]' || indent "$at"
 
 # ---- vit_export: the run's own data fitted for its logits ---------------
 ex=$("$tools/vit_export" "$tmp/run/last.ckpt" --out "$tmp/m.safetensors" --logits "$tmp/logits.csv" 2>&1)
 rc=$?
 check "vit_export --logits on the mixed run's data" '[ $rc -eq 0 ] && [ -s "$tmp/m.safetensors" ] && [ -s "$tmp/logits.csv" ]' ||
-    show "$ex"
+    indent "$ex"
+# The run's transform is in the metadata with how to prepare an image, and
+# vit_import reads the file.
+meta=$(st_header "$tmp/m.safetensors")
+check "vit_export: the metadata has the run's fit and how to prepare an image" \
+    'grep -q "\"fit\":\"64x56x3\"" <<<"$meta" && grep -q "\"fit_note\":\"[^\"]*converted to 3 channels[^\"]*resized to 64x56 " <<<"$meta" && grep -q "fitted its images to 64x56x3" <<<"$ex"' ||
+    indent "$ex"
+im=$("$tools/vit_import" "$tmp/m.safetensors" --out "$tmp/imported.ckpt" 2>&1)
+rc=$?
+check "vit_import reads an export with a fit" '[ $rc -eq 0 ] && [ -s "$tmp/imported.ckpt" ]' || indent "$im"
 
 # ---- --class-names for IDX data -----------------------------------------
 "$tools/vit_make_data" gray28 "$tmp/idx" --count 40 >/dev/null 2>&1
 printf 'zero\none\ntwo\nthree\nfour\nfive\nsix\nseven\neight\nnine\n' >"$tmp/names.txt"
 out=$("$tools/vit_train" --data "$tmp/idx" --out "$tmp/runidx" --class-names "$tmp/names.txt" \
     "${small[@]}" --epochs 1 2>&1)
-check "--class-names: the confusion matrix names the classes" 'grep -q "^9 nine " <<<"$out"' || show "$out"
+check "--class-names: the confusion matrix names the classes" 'grep -q "^9 nine " <<<"$out"' || indent "$out"
 ev=$("$tools/vit_eval" "$tmp/runidx/last.ckpt" --threads 1 2>&1)
 check "--class-names: stored in the checkpoint (vit_eval shows them)" 'grep -q "^3 three " <<<"$ev"'
 out=$("$tools/vit_train" --resume "$tmp/runidx/last.ckpt" --epochs 2 2>&1)
 ev=$("$tools/vit_eval" "$tmp/runidx/last.ckpt" --threads 1 2>&1)
-check "--class-names: a resume keeps them" 'grep -q "^3 three " <<<"$ev"' || show "$out"
+check "--class-names: a resume keeps them" 'grep -q "^3 three " <<<"$ev"' || indent "$out"
+ex=$("$tools/vit_export" "$tmp/runidx/last.ckpt" --out "$tmp/idx.safetensors" 2>&1)
+rc=$?
+check "vit_export of a run that fitted nothing: no fit in the metadata" \
+    '[ $rc -eq 0 ] && st_header "$tmp/idx.safetensors" | grep -q "\"channels\":\"1\"" && ! st_header "$tmp/idx.safetensors" | grep -q "\"fit" && ! grep -q "fitted" <<<"$ex"' || indent "$ex"
 
 # A run that fitted nothing: an image of another size needs --fit.
 at=$("$tools/vit_attn" "$tmp/runidx/last.ckpt" "$tmp/photos/square/square_001.jpg" --out "$tmp/b.png" 2>&1)
 rc=$?
 check "vit_attn: a JPEG of another size without --fit: refused naming it" \
-    '[ $rc -eq 1 ] && grep -q "image is 80x64x3 but the model expects 28x28x1 (--fit" <<<"$at" && [ ! -e "$tmp/b.png" ]' || show "$at"
+    '[ $rc -eq 1 ] && grep -q "image is 80x64x3 but the model expects 28x28x1 (--fit" <<<"$at" && [ ! -e "$tmp/b.png" ]' || indent "$at"
 at=$("$tools/vit_attn" "$tmp/runidx/last.ckpt" "$tmp/photos/square/square_001.jpg" --fit --out "$tmp/b.png" 2>&1)
 rc=$?
-check "vit_attn --fit: converted and resized" '[ $rc -eq 0 ] && [ -s "$tmp/b.png" ]' || show "$at"
+check "vit_attn --fit: converted and resized" '[ $rc -eq 0 ] && [ -s "$tmp/b.png" ]' || indent "$at"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

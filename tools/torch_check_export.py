@@ -265,6 +265,24 @@ def read_logits(path):
     return a[:, 1].astype(int), a[:, 2].astype(int), a[:, 3:]
 
 
+def config_from_meta(meta):
+    """The config ViT takes, from an export's metadata (a dict of strings).
+    A key written only since its feature appeared gets the value that means
+    the plain model, so older files (and the fixtures' own configs) load."""
+    cfg = {k: int(meta[k]) for k in ("dim", "depth", "heads", "mlp", "patch", "image_height",
+                                     "image_width", "channels", "classes")}
+    # Written since overlapping patches; absent in older files: the plain stride-P conv.
+    cfg["patch_stride"] = int(meta.get("patch_stride", "0"))
+    cfg["patch_pad"] = int(meta.get("patch_pad", "0"))
+    cfg["stem"] = int(meta.get("stem", "0"))  # written since the convolutional stem
+    cfg["stem2"] = int(meta.get("stem2", "0"))  # and since its second layer
+    cfg["lsa"] = bool(int(meta.get("lsa", "0")))  # adds blocks.L.attn.tau, not timm's
+    cfg["local_conv"] = bool(int(meta.get("local_conv", "0")))  # adds blocks.L.local, likewise
+    cfg["global_pool"] = meta.get("global_pool", "token")
+    cfg["layer_norm_eps"] = meta.get("layer_norm_eps", "1e-05")
+    return cfg
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -278,17 +296,7 @@ def main():
     args = ap.parse_args()
 
     tensors, meta = read_safetensors(args.model)
-    cfg = {k: int(meta[k]) for k in ("dim", "depth", "heads", "mlp", "patch", "image_height",
-                                     "image_width", "channels", "classes")}
-    # Written since overlapping patches; absent in older files: the plain stride-P conv.
-    cfg["patch_stride"] = int(meta.get("patch_stride", "0"))
-    cfg["patch_pad"] = int(meta.get("patch_pad", "0"))
-    cfg["stem"] = int(meta.get("stem", "0"))  # written since the convolutional stem
-    cfg["stem2"] = int(meta.get("stem2", "0"))  # and since its second layer
-    cfg["lsa"] = bool(int(meta.get("lsa", "0")))  # adds blocks.L.attn.tau, not timm's
-    cfg["local_conv"] = bool(int(meta.get("local_conv", "0")))  # adds blocks.L.local, likewise
-    cfg["global_pool"] = meta.get("global_pool", "token")
-    cfg["layer_norm_eps"] = meta.get("layer_norm_eps", "1e-05")
+    cfg = config_from_meta(meta)
     images, labels = load_idx_test(args.data) if args.data else load_digits_test(args.digits)
     shape = tuple(images.shape[1:])  # [C, H, W]
     if shape != (cfg["channels"], cfg["image_height"], cfg["image_width"]):

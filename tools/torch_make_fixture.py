@@ -20,6 +20,7 @@ Run with Debian's torch (torch 1.13 and numpy): /usr/bin/python3
 tools/torch_make_fixture.py [OUT_DIR].  The output is committed; the tests
 do not need torch.
 """
+import argparse
 import json
 import os
 import struct
@@ -28,7 +29,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_check_export import ViT  # noqa: E402  (the same model definition)
+from torch_check_export import ViT, config_from_meta  # noqa: E402  (the same model definition)
 
 CFG = {"image_height": 4, "image_width": 4, "channels": 2, "classes": 3, "patch": 2,
        "dim": 8, "depth": 2, "heads": 2, "mlp": 12}
@@ -57,11 +58,17 @@ def write_safetensors(path, tensors, meta, names=None):
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out_dir", nargs="?", default=os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data"),
+        help="the folder to write the two files to (default: tests/data)")
+    out = ap.parse_args().out_dir
     torch.manual_seed(20240611)
-    cfg = dict(CFG, global_pool="token", layer_norm_eps="1e-05")
-    model = ViT(cfg)
+    meta = {k: str(v) for k, v in CFG.items()}
+    meta.update(global_pool="token", layer_norm_eps="1e-05")
+    # ViT takes the keys of every feature (patch_stride, stem, lsa, ...):
+    # the metadata read as torch_check_export.py reads an export.
+    model = ViT(config_from_meta(meta))
     with torch.no_grad():
         for name, p in model.named_parameters():
             # Not the init: LayerNorm gains away from 1, biases away from 0,
@@ -74,8 +81,7 @@ def main():
     images = torch.rand(BATCH, C, H, W)  # NCHW in [0, 1]
     with torch.no_grad():
         logits = model(images)
-    meta = {k: str(v) for k, v in CFG.items()}
-    meta.update(global_pool="token", layer_norm_eps="1e-05", format="pt",
+    meta.update(format="pt",
                 producer="tools/torch_make_fixture.py (torch %s)" % torch.__version__)
     write_safetensors(os.path.join(out, "torch_vit.safetensors"),
                       dict(model.state_dict()), meta)

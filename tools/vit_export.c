@@ -29,7 +29,9 @@ static void usage(void)
            "before anything is written.  The weights compute one pass per image: for a\n"
            "model with tta shift9, whose run reported the average over 9 shifted passes,\n"
            "it says so (and the metadata's tta_note); docs/cli.md shows the PyTorch lines\n"
-           "that do the same.\n");
+           "that do the same.  For a run that fitted its images on load (a folder of\n"
+           "photos, --image-size, --channels), the metadata also has fit and a fit_note\n"
+           "saying how to prepare an image as the run did.\n");
 }
 
 /* The test accuracy the run of ckpt reported at its end (final.csv beside
@@ -104,7 +106,10 @@ int main(int argc, char **argv)
         }
     }
     int existed = access(out, F_OK) == 0;
-    if (vit_safetensors_save(m, st.class_names, out, &bytes)) {
+    /* A run that fitted its images says how, so that the weights' user
+     * prepares images as the run (and vit_predict) did. */
+    const vit_data_fit *fit = cli_run_fits(&st) ? &st.data.fit : NULL;
+    if (vit_safetensors_save_fit(m, st.class_names, fit, out, &bytes)) {
         cli_fail(prog, NULL);
         goto done;
     }
@@ -119,6 +124,13 @@ int main(int argc, char **argv)
     if (logits)
         printf("wrote %s: logits of %d test images, accuracy %.4f (one pass)\n", logits,
                test.count, acc);
+    if (fit) {
+        char line[256];
+        snprintf(line, sizeof line, "note: the run fitted its images to %dx%dx%d (height x width x "
+                 "channels); the metadata's fit_note says how, for preparing images elsewhere",
+                 c->image_height, c->image_width, c->channels);
+        cli_print_fitted(stdout, line);
+    }
     if (c->tta == VIT_TTA_SHIFT9 || c->tta == VIT_TTA_SHIFT9_FLIP) {
         double rep = reported_accuracy(ckpt);
         char line[256], was[48] = "";

@@ -65,6 +65,7 @@
 #define VIT_SAFETENSORS_H
 
 #include "vit/core.h"
+#include "vit/data.h"
 #include "vit/model.h"
 
 VIT_BEGIN_DECLS
@@ -81,6 +82,20 @@ VIT_BEGIN_DECLS
  * naming the path and the system's reason. */
 int vit_safetensors_save(const vit_model *m, char *const *class_names, const char *path,
                          size_t *bytes);
+
+/* vit_safetensors_save, and how the run fitted its images to the model's
+ * shape: fit (a checkpoint's vit_run_data.fit, only read) goes into the
+ * metadata as "fit" ("HxWxC", 0 for a part the images kept) with a
+ * "fit_note" telling a user of the weights how to prepare an image (alpha
+ * over white, the channel conversion and the resize filter of
+ * vit_image_fit, to the model's image_height x image_width x channels).
+ * fit NULL or all zero (a run whose images were not fitted) writes neither
+ * key: the file is vit_safetensors_save's.  vit_safetensors_load ignores
+ * both keys.  Errors: those of vit_safetensors_save, and VIT_EINVAL for a
+ * fit with one side 0, a negative side or channels not 0, 1 or 3 (nothing
+ * written). */
+int vit_safetensors_save_fit(const vit_model *m, char *const *class_names,
+                             const vit_data_fit *fit, const char *path, size_t *bytes);
 
 /* Reads a safetensors file with the names above (written by
  * vit_safetensors_save or by PyTorch) into a new model, *model, owned by

@@ -262,7 +262,7 @@ static int is_adamw_key(const char *key)
 
 /* The JSON header, padded with spaces to a multiple of 8 bytes. */
 static int header_json(sbuf *b, const vit_config *c, char *const *class_names,
-                       const plan_tensor *o, int n)
+                       const vit_data_fit *fit, const plan_tensor *o, int n)
 {
     char cfg[4096], *save = NULL;
     int rc = vit_config_format(c, cfg, sizeof cfg);
@@ -304,6 +304,19 @@ static int header_json(sbuf *b, const vit_config *c, char *const *class_names,
                      "scores (tta shift9flip) average the softmax over 18 views: the image and its "
                      "8 one-pixel shifts (dy, dx in -1..1, zeros shifted in), and the same 9 of the "
                      "image mirrored left-right\"");
+    /* How the run made its images the model's shape (vit_image_load with
+     * the model's shape, as vit_predict does for such a run): without it a
+     * user of the weights would have to guess the channel conversion and
+     * the resize filter. */
+    if (fit && (fit->height > 0 || fit->channels > 0))
+        sb_printf(b, ",\"fit\":\"%dx%dx%d\",\"fit_note\":\"the run fitted its images on load; "
+                     "prepare each the same way: PNG alpha composited over white, then "
+                     "converted to %d channel%s (gray copied into R, G and B; RGB to gray by "
+                     "the luma 0.299 R + 0.587 G + 0.114 B), then resized to %dx%d (height x "
+                     "width) with a triangle filter on pixel centres that widens when "
+                     "shrinking, as Pillow's Image.resize(..., BILINEAR)\"",
+                  fit->height, fit->width, fit->channels, c->channels,
+                  c->channels == 1 ? "" : "s", c->image_height, c->image_width);
     if (class_names) { /* a JSON array in a string: metadata values are strings */
         sbuf arr = {0};
         for (int k = 0; k < c->classes; k++) {
@@ -356,8 +369,19 @@ static int write_atomic(const char *path, const unsigned char *head, size_t head
 int vit_safetensors_save(const vit_model *m, char *const *class_names, const char *path,
                          size_t *bytes)
 {
+    return vit_safetensors_save_fit(m, class_names, NULL, path, bytes);
+}
+
+int vit_safetensors_save_fit(const vit_model *m, char *const *class_names,
+                             const vit_data_fit *fit, const char *path, size_t *bytes)
+{
     if (!m || !path)
         return vit_fail(VIT_EINVAL, "vit_safetensors_save: %s is NULL", !m ? "model" : "path");
+    if (fit && ((fit->height > 0) != (fit->width > 0) || fit->height < 0 || fit->width < 0
+                || (fit->channels != 0 && fit->channels != 1 && fit->channels != 3)))
+        return vit_fail(VIT_EINVAL, "vit_safetensors_save: %s: fit %dx%dx%d is not a fit (sides "
+                        "both > 0 or both 0, channels 0, 1 or 3)", path, fit->height, fit->width,
+                        fit->channels);
     const vit_config *c = vit_model_config(m);
     /* Overlapping patches are a Conv2d with stride and padding, in the
      * metadata as patch_stride and patch_pad.  Locality self-attention (lsa
@@ -406,7 +430,7 @@ int vit_safetensors_save(const vit_model *m, char *const *class_names, const cha
         }
         base += o[i].count;
     }
-    if ((rc = header_json(&hdr, c, class_names, o, n)) != VIT_OK)
+    if ((rc = header_json(&hdr, c, class_names, fit, o, n)) != VIT_OK)
         goto done;
     if (hdr.oom) {
         rc = vit_fail(VIT_ENOMEM, "%s: out of memory", path);
