@@ -6,7 +6,8 @@
  * one with the pace it measured): a quiet run uses the budget (ends past
  * 94% of it, within it), one faster than its first measurement is
  * lengthened early, one slower is shortened and still ends within it,
- * and none is lengthened in the second half of its plan. */
+ * none is lengthened in the second half of its plan, and a longer plan
+ * still ends by the ceiling at the slowest settled pace seen. */
 #include <check.h>
 #include <math.h>
 
@@ -77,7 +78,8 @@ static double simulate(double budget, double speed, const double *waver, int nwa
     p.epochs = vit_budget_fit(&p, VIT_BUDGET_AIM_FIRST);
     *first = p.epochs;
     *longer = *late_longer = 0;
-    double step = p.step, final = 30 * speed;
+    double step = p.step, final = 30 * speed, slowest = 0;
+    int shortened = 0;
     for (int k = 0; p.epoch < p.epochs; k++) {
         double s = speed * (nwaver ? waver[k % nwaver] : 1);
         double pace = 938 * step * s + 2 * s;
@@ -87,9 +89,14 @@ static double simulate(double budget, double speed, const double *waver, int nwa
             break;
         vit_budget_plan now = p;
         now.step = pace / 938;
+        if (p.epoch >= 2 && pace > slowest) /* windows after the first */
+            slowest = pace;
+        now.step_slow = slowest / 938;
         now.scoring = 0;
         now.final = VIT_BUDGET_FINAL_MARGIN * final;
+        now.shortened = shortened;
         int want = vit_budget_replan(&now, p.epoch);
+        shortened |= want < p.epochs && p.epoch >= VIT_BUDGET_SETTLED;
         if (want > p.epochs) {
             *longer = 1;
             if (2 * p.epoch >= p.epochs)
@@ -176,7 +183,25 @@ START_TEST(replan_keeps_a_plan_between_aim_and_ceiling)
     ck_assert_int_gt(e, 30);
     ck_assert_double_le(vit_budget_end(&p, e), VIT_BUDGET_AIM_SETTLED * 900);
     ck_assert_double_gt(vit_budget_end(&p, e + 1), VIT_BUDGET_AIM_SETTLED * 900);
-    /* ...but not on one pace measured, */
+    /* ...as many as still end by the ceiling at the slowest settled
+     * window (here 4% slower), */
+    p.step_slow = 1.04 * p.step;
+    int held = vit_budget_replan(&p, 5);
+    ck_assert_int_gt(held, 30);
+    ck_assert_int_le(held, e);
+    vit_budget_plan slow = p;
+    slow.step = p.step_slow;
+    ck_assert_double_le(vit_budget_end(&slow, held), VIT_BUDGET_CEILING * 900);
+    ck_assert_double_gt(vit_budget_end(&slow, held + 1), VIT_BUDGET_CEILING * 900);
+    /* none when that window would pass it at once, */
+    p.step_slow = 1.3 * p.step;
+    ck_assert_int_eq(vit_budget_replan(&p, 5), 30);
+    p.step_slow = 0;
+    /* nor after a check that shortened the plan, */
+    p.shortened = 1;
+    ck_assert_int_eq(vit_budget_replan(&p, 5), 30);
+    p.shortened = 0;
+    /* ...nor on one pace measured, */
     ck_assert_int_eq(vit_budget_replan(&p, 1), 30);
     /* nor past the plan's middle, */
     p.epoch = 15;

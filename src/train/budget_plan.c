@@ -40,7 +40,16 @@ int vit_budget_replan(const vit_budget_plan *p, int settled)
         return want < E ? want : E;
     /* Longer: while the cosine has not passed its middle (lr above the
      * mean of its ends), at a pace measured over settled epochs. */
-    if (settled >= VIT_BUDGET_SETTLED && 2 * p->epoch < E && want > E)
-        return want;
-    return E;
+    if (settled < VIT_BUDGET_SETTLED || p->shortened || 2 * p->epoch >= E || want <= E)
+        return E;
+    /* A shared machine's pace wavers: the plan must hold at its slowest
+     * settled window too, or it would be shortened again (to end right
+     * at an epoch, its learning rate short of the cosine's end). */
+    if (p->step_slow > p->step) {
+        vit_budget_plan slow = *p;
+        slow.step = p->step_slow;
+        int most = vit_budget_fit(&slow, VIT_BUDGET_CEILING);
+        want = want < most ? want : most;
+    }
+    return want > E ? want : E;
 }

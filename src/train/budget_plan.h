@@ -27,6 +27,12 @@ typedef struct vit_budget_plan {
     int epochs;             /* the plan as it stands (its epochs) */
     int cap;                /* the most epochs a plan may give */
     double step;            /* seconds a training step */
+    double step_slow;       /* the slowest settled window's seconds a step
+                               (0: none): a longer plan must still end by
+                               the ceiling at it */
+    int shortened;          /* an earlier check at a settled pace shortened
+                               the plan: the pace proved unsteady, no
+                               longer plan now */
     double scoring;         /* seconds of scoring after each epoch */
     double final;           /* seconds of the final scoring */
 } vit_budget_plan;
@@ -47,8 +53,10 @@ double vit_budget_end(const vit_budget_plan *p, int epochs);
  * predicted to end past VIT_BUDGET_CEILING of the budget gets the most
  * epochs that fit the aim (never more than it has); one that would end
  * earlier gets more only in the first half of its plan (the learning rate
- * still high, so a longer cosine still pays) and only when the pace was
- * measured over settled epochs; else p->epochs. */
+ * still high, so a longer cosine still pays), only when the pace was
+ * measured over settled epochs and no check has shortened the plan (no
+ * plan that see-saws), and only as many as still end by the
+ * ceiling at the slowest settled window's pace; else p->epochs. */
 int vit_budget_replan(const vit_budget_plan *p, int settled);
 
 #endif

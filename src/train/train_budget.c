@@ -194,12 +194,19 @@ int vit_train_hold_budget(vit_trainer *t)
     double mean = t->pace > 0 ? 0.5 * (t->pace + x[1]) : x[1];
     double per_epoch = x[1] > mean ? x[1] : mean;
     t->pace = mean;
-    t->paces++;
+    /* The first window ran cold (caches, the tape growing): settled
+     * windows are the later ones. */
+    if (++t->paces >= 2 && x[1] > t->slow_pace)
+        t->slow_pace = x[1];
     double final = VIT_BUDGET_FINAL_MARGIN * final_cost(t, slowdown(t, per_epoch));
     vit_budget_plan p = position(t, el, per_epoch / spe, 0, final);
+    p.step_slow = t->slow_pace / spe;
+    p.shortened = t->shortened;
     int want = vit_budget_replan(&p, t->paces);
     if (want == t->cfg.epochs)
         return VIT_OK; /* kept; or at its least already: the final scoring gives way */
+    /* The first window's correction of the measurement does not count. */
+    t->shortened |= want < t->cfg.epochs && t->paces >= VIT_BUDGET_SETTLED;
     t->cfg.epochs = want;
     vit_train_layout(t);
     t->at.replans++;

@@ -67,6 +67,9 @@ struct vit_trainer {
     unsigned long long pace_step; /* plan or its last check */
     double pace;              /* seconds per epoch, smoothed (0: none yet) */
     int paces;                /* the paces measured so far (hold_budget's windows) */
+    int shortened;            /* a check shortened the plan (none longer after) */
+    double slow_pace;         /* the slowest of them after the first (seconds
+                                 an epoch; 0: none yet) */
     double tta_seconds;       /* the final scoring's cost of one image, all
                                  its test-time augmented views */
     double score_pass;        /* seconds of the last epoch's one-pass scoring
@@ -170,7 +173,8 @@ int vit_train_plan_budget(vit_trainer *t);
  * final scoring's cost (the sample's, scaled by the last epoch's own
  * one-pass scoring) against the plan: vit_budget_replan decides (shorter
  * past VIT_BUDGET_CEILING of the budget, longer only in the plan's first
- * half and at a settled pace).  The schedule is laid out anew either way
+ * half, at a settled pace, within the ceiling at the slowest settled
+ * window, and never after a settled shortening).  The schedule is laid out anew either way
  * (event PLAN).  Every rank takes rank 0's times. */
 int vit_train_hold_budget(vit_trainer *t);
 
