@@ -10,6 +10,7 @@
  * still ends by the ceiling at the slowest settled pace seen. */
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 
 #include "budget_plan.h"
 
@@ -112,6 +113,8 @@ START_TEST(quiet_run_uses_the_budget)
 {
     int first, epochs, longer, late;
     double end = simulate(900, 1, NULL, 0, &first, &epochs, &longer, &late);
+    printf("quiet 900 s: first plan %d epochs, run %d, ends at %.1f s (%.1f%%)\n", first, epochs,
+           end, end / 9);
     ck_assert_double_le(end, 900);
     ck_assert_double_ge(end, 0.94 * 900);
     ck_assert_int_eq(late, 0);
@@ -125,6 +128,8 @@ START_TEST(faster_than_measured_is_lengthened_early)
      * epochs while its cosine is young and ends past 94% of it. */
     int first, epochs, longer, late;
     double end = simulate(900, 1 / 1.08, NULL, 0, &first, &epochs, &longer, &late);
+    printf("8%% fast 900 s: first plan %d epochs, run %d, ends at %.1f s (%.1f%%)\n", first,
+           epochs, end, end / 9);
     ck_assert_int_eq(longer, 1);
     ck_assert_int_gt(epochs, first);
     ck_assert_int_eq(late, 0);
@@ -138,6 +143,8 @@ START_TEST(slower_than_measured_is_shortened)
     /* A competing job from the start: 30% slower. */
     int first, epochs, longer, late;
     double end = simulate(900, 1.3, NULL, 0, &first, &epochs, &longer, &late);
+    printf("30%% slow 900 s: first plan %d epochs, run %d, ends at %.1f s (%.1f%%)\n", first,
+           epochs, end, end / 9);
     ck_assert_int_lt(epochs, first);
     ck_assert_int_eq(late, 0);
     ck_assert_double_le(end, 900);
