@@ -296,7 +296,8 @@ typedef struct vit_train_progress {
     double budget_seconds;         /* opts.budget_seconds (0: none) */
     double planned_seconds;        /* with a budget: the run's predicted wall
                                       time (from vit_trainer_new to the end of
-                                      the final scores) at the latest plan */
+                                      the final scores, their cost and a fifth
+                                      more) at the latest plan */
     double step_seconds;           /* with a budget: the measured seconds of a
                                       step, and of scoring one image once */
     double score_seconds;
@@ -416,8 +417,8 @@ typedef struct vit_train_opts {
                                 done, at most cfg's epochs.  After each
                                 epoch the plan is checked against the pace
                                 of the last epochs (the final scores' cost
-                                scaled by the last epoch's own one-pass
-                                scoring), aiming at 97.5% once two paces
+                                at the run's slowdown, a fifth more),
+                                aiming at 97.5% once two paces
                                 are measured: a run predicted to end past
                                 98.5% of the budget is shortened to end by
                                 the aim; a longer one (to the aim) is made

@@ -170,17 +170,18 @@ int vit_train_plan_budget(vit_trainer *t);
 /* After an epoch of a budgeted run (at most every 2% of the budget): the
  * pace (seconds per epoch, steps and scoring: the machine may be shared;
  * the last window's or the smoothed one, whichever is slower) and the
- * final scoring's cost (the sample's, scaled by the last epoch's own
- * one-pass scoring) against the plan: vit_budget_replan decides (shorter
+ * final scoring's cost (the sample's at the run's slowdown, a fifth more)
+ * against the plan: vit_budget_replan decides (shorter
  * past VIT_BUDGET_CEILING of the budget, longer only in the plan's first
  * half, at a settled pace, within the ceiling at the slowest settled
  * window, and never after a settled shortening).  The schedule is laid out anew either way
  * (event PLAN).  Every rank takes rank 0's times. */
 int vit_train_hold_budget(vit_trainer *t);
 
-/* 1 when the final test-time augmented scoring, at the cost measured at
- * the plan and the run's slowdown since, still ends within the budget (or
- * there is no budget or no tta); else 0: final_scores gives one pass. */
+/* 1 when the final test-time augmented scoring, at its cost measured at
+ * the plan and the run's slowdown since, and a fifth more, still ends within
+ * the budget (or there is no budget or no tta); else 0: final_scores gives
+ * one pass.  Every rank takes rank 0's decision (a collective call). */
 int vit_train_final_tta_fits(const vit_trainer *t);
 
 /* Between two steps of a budgeted run: 1 when one more step and the final
