@@ -60,8 +60,9 @@ static vit_budget_plan position(const vit_trainer *t, double elapsed, double ste
 
 /* Times forward and backward passes of one batch (the first not counted:
  * caches, tapes) for about 2% of the budget (0.05 .. 2 s; one counted
- * pass at least, so that a step longer than that does not spend a short
- * budget on measuring), and
+ * pass at least; when the first alone takes that long, it is counted and
+ * the only one, so that a slow model does not spend a short budget on
+ * measuring), and
  * four one-pass scorings of up to 256 test images (4 a second of the
  * budget, 16 at least; the faster of the last two counted), and with
  * test-time augmentation the final scoring's views of a quarter as many,
@@ -78,12 +79,12 @@ static int measure_costs(vit_trainer *t)
         idx[i] = i;
     vit_rng saved = t->st.rng; /* the augmentation's draws are given back below */
     vit_train_share(b, &lo, &hi);
-    double limit = 0.02 * t->o.budget_seconds, t1 = 0, cost[3] = {0, 0, 0};
+    double limit = 0.02 * t->o.budget_seconds, t0 = now_seconds(), t1 = 0, cost[3] = {0, 0, 0};
     limit = limit < 0.05 ? 0.05 : limit > 2 ? 2 : limit;
     int k;
     for (k = 0; rc == VIT_OK; k++) {
-        if (k == 1)
-            t1 = now_seconds();
+        if (k == 1 && (t1 = now_seconds()) - t0 >= limit)
+            break; /* the first pass alone took the time: it counts, cold (a ceiling) */
         if (k > 1 && now_seconds() - t1 >= limit)
             break;
         double red[2] = {0, 0};
@@ -96,7 +97,7 @@ static int measure_costs(vit_trainer *t)
     int all = vit_dist_agree(rc);
     if (all)
         return rc ? rc : vit_fail(all, "the budget's measurement failed on another rank");
-    cost[0] = (now_seconds() - t1) / (k - 1) * c->batch / b;
+    cost[0] = (k == 1 ? t1 - t0 : (now_seconds() - t1) / (k - 1)) * c->batch / b;
     /* Samples in proportion to a short budget (4 images a second of it,
      * 16 .. 256), so that measuring stays a small part of it. */
     int most = (int)(4 * t->o.budget_seconds);

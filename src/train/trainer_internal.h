@@ -171,11 +171,11 @@ int vit_train_plan_budget(vit_trainer *t);
  * pace (seconds per epoch, steps and scoring: the machine may be shared;
  * the last window's or the smoothed one, whichever is slower) and the
  * final scoring's cost (the sample's at the run's slowdown, a fifth more)
- * against the plan: vit_budget_replan decides (shorter
- * past VIT_BUDGET_CEILING of the budget, longer only in the plan's first
- * half, at a settled pace, within the ceiling at the slowest settled
- * window, and never after a settled shortening).  The schedule is laid out anew either way
- * (event PLAN).  Every rank takes rank 0's times. */
+ * against the plan: vit_budget_replan decides (shorter past
+ * VIT_BUDGET_CEILING of the budget; longer only in the plan's first half,
+ * at a settled pace, within the ceiling at the slowest settled window, and
+ * never after a settled shortening).  The schedule is laid out anew either
+ * way (event PLAN).  Every rank takes rank 0's times. */
 int vit_train_hold_budget(vit_trainer *t);
 
 /* 1 when the final test-time augmented scoring, at its cost measured at
@@ -186,9 +186,8 @@ int vit_train_final_tta_fits(const vit_trainer *t);
 
 /* Between two steps of a budgeted run: 1 when one more step and the final
  * one-pass scoring (the last epoch's, a fifth more; before one, twice the
- * sample's figure; at this stretch's slowdown) and 2% of
- * the budget no longer fit what is left of it (rank 0's clock): the run
- * ends here. */
+ * sample's figure; at this stretch's slowdown) and 2% of the budget no
+ * longer fit what is left of it (rank 0's clock): the run ends here. */
 int vit_train_budget_out(const vit_trainer *t);
 
 /* vit_train_evaluate_shared, and under a budget in chunks (a sixteenth,
