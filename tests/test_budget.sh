@@ -6,7 +6,8 @@
 #      cosine's end (min_lr within a hair); with a busy loop competing for
 #      a core (started here, killed at the end) a 6 s budget still holds;
 #      on a small folder the plan takes at most the recipe's 140 epochs,
-#      and the warm-up is a 28th of the epochs planned; a budget shorter
+#      and the warm-up is a 28th of the epochs planned, as the recipe
+#      line says (not the recipe's own figure); a budget shorter
 #      than one epoch ends inside it, scored, within the budget;
 #   2. --epochs with --budget is the most the plan takes; the plan is the
 #      run's, and a resume without --budget trains to it;
@@ -68,6 +69,9 @@ sm=$(grep -E "^budget" "$tmp/sm.txt" | head -1 | sed -E 's/.* ([0-9]+) epochs.*/
 check "small folder: the plan takes at most the recipe's 140 epochs ($sm)" '[ -n "$sm" ] && [ "$sm" -le 140 ]'
 last=$(grep -E "^budget" "$tmp/sm.txt" | tail -1 | sed -E 's/.* ([0-9]+) epochs.*/\1/')
 warm=$(grep -a "^warmup = " "$tmp/sm/last.ckpt" | sed 's/warmup = //')
+check "small folder: the recipe line names the warm-up as the plan's, no recipe figure" \
+    'grep -qE "^recipe .*warmup a 28th of the epochs planned" "$tmp/sm.txt" &&
+     ! grep -qE "^recipe .*warmup [0-9]" "$tmp/sm.txt"'
 check "small folder: the warm-up is a 28th of the $last epochs planned ($warm)" 'awk -v w="$warm" -v e="$last" "BEGIN { exit !(w > 0 && (w - e / 28) < 1e-9 && (e / 28 - w) < 1e-9) }"'
 
 # ---- 1d. a budget shorter than one epoch ----------------------------------

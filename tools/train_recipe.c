@@ -121,6 +121,12 @@ int apply_recipe(vit_config *cfg, const vit_config *user, const vit_dataset *tra
         key_text(cfg, keys[k], was, sizeof was);
         if (!*was || vit_config_set(cfg, keys[k], v[k]) != VIT_OK)
             continue;
+        if (k == 2 && *warmup_fraction > 0) { /* laid out by the library on each plan */
+            size_t at = strlen(said);
+            snprintf(said + at, sizeof said - at, "%swarmup a 28th of the epochs planned",
+                     at ? ", " : "");
+            continue;
+        }
         if (strcmp(was, key_text(cfg, keys[k], now, sizeof now)) == 0)
             continue;
         if (k == 2 && user_epochs) /* the given run's own 28th: not about the data */

@@ -296,7 +296,8 @@ typedef struct vit_train_progress {
     double budget_seconds;         /* opts.budget_seconds (0: none) */
     double planned_seconds;        /* with a budget: the run's predicted wall
                                       time (from vit_trainer_new to the end of
-                                      the final scores) at the latest plan */
+                                      the final scores, their cost and a fifth
+                                      more) at the latest plan */
     double step_seconds;           /* with a budget: the measured seconds of a
                                       step, and of scoring one image once */
     double score_seconds;
@@ -411,15 +412,20 @@ typedef struct vit_train_opts {
                                 and with the config's test-time
                                 augmentation, without training) and cfg's
                                 epochs become the most whose steps, epoch
-                                scoring and final scores end by 95% of it;
-                                at least one more than done, at most cfg's
-                                epochs.  After each epoch the plan is
-                                checked against the pace of the last
-                                epochs: a run predicted to end past 98% of
-                                the budget is shortened to end by 95%; a
-                                longer plan is made only when the slowest
-                                epoch seen so far, repeated, still ends by
-                                95% (and adds one epoch and 10% at least);
+                                scoring and final scores (a fifth more)
+                                end by 95% of it; at least one more than
+                                done, at most cfg's epochs.  After each
+                                epoch the plan is checked against the pace
+                                of the last epochs (the final scores' cost
+                                at the run's slowdown, a fifth more),
+                                aiming at 97.5% once two paces
+                                are measured: a run predicted to end past
+                                98.5% of the budget is shortened to end by
+                                the aim; a longer one (to the aim) is made
+                                only in the first half of the plan, at a
+                                pace measured twice at least, still ending
+                                by 98.5% at the slowest later window, and
+                                not after a shorter one at such a pace;
                                 the schedule is laid out anew over the new
                                 length (warm-up and cosine, which still
                                 ends at min_lr after the last step).  When

@@ -66,7 +66,10 @@ struct vit_trainer {
     double pace_t;            /* now_seconds() and the step of the budget's */
     unsigned long long pace_step; /* plan or its last check */
     double pace;              /* seconds per epoch, smoothed (0: none yet) */
-    double worst_pace;        /* the slowest epoch seen (0: none yet) */
+    int paces;                /* the paces measured so far (hold_budget's windows) */
+    int shortened;            /* a check shortened the plan (none longer after) */
+    double slow_pace;         /* the slowest of them after the first (seconds
+                                 an epoch; 0: none yet) */
     double tta_seconds;       /* the final scoring's cost of one image, all
                                  its test-time augmented views */
     double score_pass;        /* seconds of the last epoch's one-pass scoring
@@ -160,29 +163,31 @@ int vit_train_evaluate_shared(vit_trainer *r, const vit_dataset *ds, int tta, vi
 
 /* The plan (vit_train_opts.budget_seconds): the costs measured (a step,
  * a one-pass scoring, the final tta scoring), cfg's epochs set to the most
- * whose steps, scoring and final scoring end by 95% of the budget, the
- * schedule laid out; event PLAN. */
+ * whose steps, scoring and final scoring end by VIT_BUDGET_AIM_FIRST of
+ * the budget (budget_plan.h), the schedule laid out; event PLAN. */
 int vit_train_plan_budget(vit_trainer *t);
 
 /* After an epoch of a budgeted run (at most every 2% of the budget): the
- * pace (seconds per epoch, steps and scoring: the machine may be shared)
- * against the plan.  A run predicted to end past 98% of the budget at the
- * last window's pace (or the smoothed one, whichever is slower) gets the
- * most epochs that end by 95% of it; one that would end earlier gets more
- * only when even the slowest window seen, repeated, ends by 95% (and by
- * one epoch and 10% at least).  The schedule is laid out anew either way
- * (event PLAN).  Every rank takes rank 0's times. */
+ * pace (seconds per epoch, steps and scoring: the machine may be shared;
+ * the last window's or the smoothed one, whichever is slower) and the
+ * final scoring's cost (the sample's at the run's slowdown, a fifth more)
+ * against the plan: vit_budget_replan decides (shorter past
+ * VIT_BUDGET_CEILING of the budget; longer only in the plan's first half,
+ * at a settled pace, within the ceiling at the slowest settled window, and
+ * never after a settled shortening).  The schedule is laid out anew either
+ * way (event PLAN).  Every rank takes rank 0's times. */
 int vit_train_hold_budget(vit_trainer *t);
 
-/* 1 when the final test-time augmented scoring, at the cost measured at
- * the plan and the run's slowdown since, still ends within the budget (or
- * there is no budget or no tta); else 0: final_scores gives one pass. */
+/* 1 when the final test-time augmented scoring, at its cost measured at
+ * the plan and the run's slowdown since, and a fifth more, still ends within
+ * the budget (or there is no budget or no tta); else 0: final_scores gives
+ * one pass.  Every rank takes rank 0's decision (a collective call). */
 int vit_train_final_tta_fits(const vit_trainer *t);
 
-/* Between two steps of a budgeted run: 1 when one more step and twice the
- * final one-pass scoring as measured (at this stretch's slowdown) and 2% of
- * the budget no longer fit what is left of it (rank 0's clock): the run
- * ends here. */
+/* Between two steps of a budgeted run: 1 when one more step and the final
+ * one-pass scoring (the last epoch's, a fifth more; before one, twice the
+ * sample's figure; at this stretch's slowdown) and 2% of the budget no
+ * longer fit what is left of it (rank 0's clock): the run ends here. */
 int vit_train_budget_out(const vit_trainer *t);
 
 /* vit_train_evaluate_shared, and under a budget in chunks (a sixteenth,
