@@ -180,7 +180,7 @@ typedef struct cli_progress {
     int header_max, header_due;
     double t_first;            /* after the run's first step */
     int summary_done;
-    int score_images;          /* test + validation images scored per epoch */
+    int score_images;          /* images scored per epoch: validation, or test */
     double budget_before;      /* seconds of --budget spent before the run
                                   began (loading): added to the plan's times */
     double budget_after;       /* and kept for after it (the exit) */

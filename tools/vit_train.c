@@ -259,7 +259,7 @@ int train_once(const vit_config *cfg, const vit_dataset *train, const vit_datase
     int speak = vit_dist_rank() == 0;
     cli_progress bar;
     cli_progress_init(&bar, look->progress, look->every, out, o.val_count > 0,
-                      test->count + o.val_count);
+                      o.val_count > 0 ? o.val_count : test->count);
     o.on_event = cli_progress_event;
     o.user = &bar;
     if (o.budget_seconds > 0) {

@@ -22,24 +22,30 @@
 #define PLAN_AT 0.95
 #define CEILING_AT 0.98
 
-/* Seconds of scoring after each epoch (one pass over the test and the
- * validation sets) at score_seconds per image. */
+/* Seconds of scoring after each epoch (one pass over the validation set,
+ * or without one over the test set) at score_seconds per image. */
 static double epoch_scoring(const vit_trainer *t)
 {
-    return (double)(t->test->count + t->val.count) * t->at.score_seconds;
+    return (double)(t->val.count > 0 ? t->val.count : t->test->count) * t->at.score_seconds;
 }
 
-/* Seconds of the final scoring as measured at the plan: the test-time
- * augmented views of the test and validation sets (tta_seconds an image,
- * all views; auto tries its candidate on the validation set, and at worst
- * scores the test set with it; the one-pass figures are the last
- * epoch's). */
-static double final_scoring(const vit_trainer *t)
+/* Seconds of the final scoring as measured at the plan: with a
+ * validation set the test set's one pass (the epochs score only the
+ * validation set), and the test-time augmented views of the test and
+ * validation sets (tta_seconds an image, all views; auto tries its
+ * candidate on the validation set, and at worst scores the test set with
+ * it; the other one-pass figures are the last epoch's). */
+static double final_tta_scoring(const vit_trainer *t)
 {
-    int tta = t->cfg.tta;
-    if (tta == VIT_TTA_NONE)
+    if (t->cfg.tta == VIT_TTA_NONE)
         return 0;
     return (double)(t->test->count + t->val.count) * t->tta_seconds;
+}
+
+static double final_scoring(const vit_trainer *t)
+{
+    double once = t->val.count > 0 ? (double)t->test->count * t->at.score_seconds : 0;
+    return once + final_tta_scoring(t);
 }
 
 /* The most epochs whose rest costs at most `left` seconds from here: the
@@ -226,7 +232,7 @@ int vit_train_final_tta_fits(const vit_trainer *t)
     if (t->o.budget_seconds <= 0 || t->cfg.tta == VIT_TTA_NONE)
         return 1;
     double per = t->pace > 0 ? t->pace : 0;
-    double need = final_scoring(t) * (per > 0 ? slowdown(t, per) : 1);
+    double need = final_tta_scoring(t) * (per > 0 ? slowdown(t, per) : 1); /* one pass done */
     /* A fifth more: a busy machine's pace wavers, and the budget is a
      * ceiling. */
     return now_seconds() - t->t0 + 1.2 * need <= t->o.budget_seconds;
