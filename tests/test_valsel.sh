@@ -7,7 +7,9 @@
 #      heads validation; the final test figure is vit_eval's of best.ckpt
 #      with the same scoring (shift9, and one pass for "one pass"); the
 #      epoch named is the first best of metrics.csv's val_acc and
-#      final.csv's best_epoch; vit_plot names the figure on best.ckpt.
+#      final.csv's best_epoch; vit_eval names the run's figure for
+#      best.ckpt (not for last.ckpt, another model); vit_plot names the
+#      figure on best.ckpt.
 #   2. a run logged before 0.3.0 (test figures every epoch, no val_loss)
 #      resumes: its rows are kept (val_loss empty), the new ones have no
 #      test figures, and vit_plot reads the mixed history.
@@ -48,6 +50,13 @@ check "vit_eval best.ckpt (its tta, shift9) gives the final test figure" \
     'grep -qE "^test split: 360 images, loss [0-9.]+, accuracy ${acc:-x} \(tta shift9\)$" "$tmp/ev.txt"'
 check "vit_eval best.ckpt --tta none gives its one-pass figure" \
     'grep -qE "^test split: 360 images, loss [0-9.]+, accuracy ${plain:-x}$" "$tmp/ev1.txt"'
+check "vit_eval best.ckpt names the run's figure for it, the same" \
+    'grep -qx "the run reported test accuracy ${acc:-x} for this model (tta shift9, final.csv)" "$tmp/ev.txt"'
+"$tools/vit_eval" "$tmp/sb/last.ckpt" --data digits >"$tmp/evl.txt" 2>&1
+if [ "${best:-3}" -lt 3 ]; then
+    check "vit_eval last.ckpt (epoch 3, not the best) claims no reported figure" \
+        'grep -q "^test split: 360 images" "$tmp/evl.txt" && ! grep -q "the run reported" "$tmp/evl.txt"'
+fi
 check "final.csv: best_epoch and the same test figure" \
     '[ "$(awk -F, '"'"'NR == 2 { printf "%d %.4f", $11, $4 }'"'"' "$tmp/sb/final.csv")" = "${best:-x} ${acc:-x}" ]'
 "$tools/vit_plot" "$csv" --out "$tmp/sb.png" >"$tmp/plot.txt" 2>&1
