@@ -149,14 +149,14 @@ static void assert_same_ckpt(const char *pa, const char *pb)
     vit_ckpt_free(&b);
 }
 
-/* Field `col` (0-based) of row `row` (1 = the first epoch) of a metrics.csv. */
-static double csv_field(const char *path, int row, int col)
+/* Field `col` (0-based) of row `row` (1 = the first epoch) of a metrics.csv,
+ * pointing into line. */
+static const char *csv_at(const char *path, int row, int col, char line[512])
 {
     FILE *f = fopen(path, "r");
     ck_assert_msg(f != NULL, "cannot open %s", path);
-    char line[512];
     for (int r = 0; r <= row; r++)
-        ck_assert_msg(fgets(line, sizeof line, f) != NULL, "%s: no row %d", path, row);
+        ck_assert_msg(fgets(line, 512, f) != NULL, "%s: no row %d", path, row);
     fclose(f);
     char *p = line;
     for (int c = 0; c < col; c++) {
@@ -164,25 +164,20 @@ static double csv_field(const char *path, int row, int col)
         ck_assert_ptr_nonnull(p);
         p++;
     }
-    return strtod(p, NULL);
+    return p;
 }
 
-/* Whether field col of row `row` of the CSV at path is empty. */
+static double csv_field(const char *path, int row, int col)
+{
+    char line[512];
+    return strtod(csv_at(path, row, col, line), NULL);
+}
+
+/* Whether that field is empty. */
 static int csv_empty(const char *path, int row, int col)
 {
-    FILE *f = fopen(path, "r");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
     char line[512];
-    for (int r = 0; r <= row; r++)
-        ck_assert_msg(fgets(line, sizeof line, f) != NULL, "%s: no row %d", path, row);
-    fclose(f);
-    char *p = line;
-    for (int c = 0; c < col; c++) {
-        p = strchr(p, ',');
-        ck_assert_ptr_nonnull(p);
-        p++;
-    }
-    return *p == ',';
+    return *csv_at(path, row, col, line) == ',';
 }
 
 START_TEST(test_events_in_order)
