@@ -363,6 +363,9 @@ int train_once(const vit_config *cfg, const vit_dataset *train, const vit_datase
         printf("budget: it ran out inside epoch %d, at step %llu of %ld; the figures score that "
                "step's model, and %s/last.ckpt resumes from it\n", res.epochs_done + 1,
                res.epoch_step, res.steps_per_epoch, out);
+    if (o.save_best != VIT_BEST_NONE && res.best_epoch == 0)
+        printf("save-best: no epoch ended, so there is no best.ckpt; the figures score the last "
+               "model\n");
     if (res.tta_skipped)
         printf("tta %s skipped: the budget has no time left for it; the figures are one pass\n",
                vit_tta_name(res.tta_skipped));
