@@ -9,7 +9,8 @@
 #      epoch named is the first best of metrics.csv's val_acc and
 #      final.csv's best_epoch; vit_eval names the run's figure for
 #      best.ckpt (not for last.ckpt, another model); vit_plot names the
-#      figure on best.ckpt.
+#      figure on best.ckpt; a resume of the finished run keeps final.csv
+#      and names the same figure.
 #   2. a run logged before 0.3.0 (test figures every epoch, no val_loss)
 #      resumes: its rows are kept (val_loss empty), the new ones have no
 #      test figures, and vit_plot reads the mixed history.
@@ -67,6 +68,16 @@ check "vit_plot: the last validation figure, the test set scored once" \
 check "vit_plot: the final test figure on best.ckpt, no best test" \
     'grep -q "final test accuracy ${acc:-x} (tta shift9) on best.ckpt (epoch ${best:-x}), ringed" "$tmp/plot.txt" &&
      ! grep -qi "best test" "$tmp/plot.txt"'
+
+# A resume of the finished run trains nothing, keeps final.csv and says its figure.
+cp "$tmp/sb/final.csv" "$tmp/final.before"
+"$tools/vit_train" --resume "$tmp/sb/last.ckpt" --threads 1 --save-best >"$tmp/done.txt" 2>&1
+rc=$?
+grep "^vit_train\|^its" "$tmp/done.txt" | sed 's/^/     | /'
+check "resuming the finished run: exit 0, final.csv kept as it was" \
+    '[ $rc -eq 0 ] && cmp -s "$tmp/sb/final.csv" "$tmp/final.before"'
+check "resuming the finished run: the same test figure, on best.ckpt" \
+    'grep -qx "its test accuracy: ${acc:-x} (tta shift9, the model of epoch ${best:-x}$([ "${best:-3}" -lt 3 ] && echo ", best.ckpt"); final.csv)" "$tmp/done.txt"'
 
 # ---- 2. resuming a run logged before 0.3.0 -------------------------------------
 "$tools/vit_train" "${tiny[@]}" --epochs 3 --val-split 0.1 --save-best --stop-after 2 \

@@ -574,7 +574,7 @@ int cli_load_data(const char *prog, const char *data, const vit_data_opts *opts,
     return 0;
 }
 
-int cli_reported_accuracy(const char *ckpt, unsigned long long epoch, double *acc, int *tta)
+int cli_reported_accuracy(const char *ckpt, long long epoch, double *acc, int *tta, int *scored)
 {
     char path[PATH_MAX + 16];
     const char *slash = strrchr(ckpt, '/');
@@ -584,11 +584,13 @@ int cli_reported_accuracy(const char *ckpt, unsigned long long epoch, double *ac
         return 0;
     const double *ep = vit_metrics_column(&t, "epoch"), *a = vit_metrics_column(&t, "test_acc");
     const double *tt = vit_metrics_column(&t, "tta"), *best = vit_metrics_column(&t, "best_epoch");
-    double scored = best && best[0] > 0 ? best[0] : ep[0];
-    int ok = t.rows == 1 && a && !isnan(a[0]) && scored == (double)epoch;
+    double model = best && best[0] > 0 ? best[0] : ep[0];
+    int ok = t.rows == 1 && a && !isnan(a[0]) && (epoch < 0 || model == (double)epoch);
     if (ok) {
         *acc = a[0];
         *tta = tt ? (int)tt[0] : VIT_TTA_NONE;
+        if (scored)
+            *scored = (int)model;
     }
     vit_metrics_free(&t);
     return ok;

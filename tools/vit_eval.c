@@ -146,7 +146,7 @@ int main(int argc, char **argv)
          * final.csv scored: the same data and scoring give the same. */
         double rep;
         int rep_tta;
-        if (!split_train && cli_reported_accuracy(ckpt, st.epoch, &rep, &rep_tta))
+        if (!split_train && cli_reported_accuracy(ckpt, (long long)st.epoch, &rep, &rep_tta, NULL))
             printf("the run reported test accuracy %.4f for this model (%s%s, final.csv)\n", rep,
                    rep_tta != VIT_TTA_NONE ? "tta " : "one pass",
                    rep_tta != VIT_TTA_NONE ? vit_tta_name(rep_tta) : "");

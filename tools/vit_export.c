@@ -107,7 +107,7 @@ int main(int argc, char **argv)
         double rep;
         int rep_tta;
         char line[256], was[48] = "";
-        if (cli_reported_accuracy(ckpt, st.epoch, &rep, &rep_tta) && rep_tta == c->tta)
+        if (cli_reported_accuracy(ckpt, (long long)st.epoch, &rep, &rep_tta, NULL) && rep_tta == c->tta)
             snprintf(was, sizeof was, " (%.4f)", rep);
         cli_print_fitted(stdout, "note: these weights give one pass per image (as --logits and "
                                  "metrics.csv's epochs);");

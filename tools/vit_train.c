@@ -301,6 +301,14 @@ int train_once(const vit_config *cfg, const vit_dataset *train, const vit_datase
     if (res.already_complete) {
         printf("%s: %s is already complete (%d of %d epochs); nothing to train (a larger "
                "--epochs extends it)\n", prog, o.resume, res.epochs_done, res.epochs_done);
+        /* The figure it ended with, as final.csv keeps it. */
+        double rep;
+        int rep_tta, at;
+        if (cli_reported_accuracy(o.resume, -1, &rep, &rep_tta, &at))
+            printf("its test accuracy: %.4f (%s%s, the model of epoch %d%s; final.csv)\n", rep,
+                   rep_tta != VIT_TTA_NONE ? "tta " : "one pass",
+                   rep_tta != VIT_TTA_NONE ? vit_tta_name(rep_tta) : "", at,
+                   at < res.epochs_done ? ", best.ckpt" : "");
         return 0;
     }
     /* What resumes the run: the same data, threads and validation set. */
