@@ -588,7 +588,7 @@ int cli_reported_accuracy(const char *ckpt, long long epoch, double *acc, int *t
     int ok = t.rows == 1 && a && !isnan(a[0]) && (epoch < 0 || model == (double)epoch);
     if (ok) {
         *acc = a[0];
-        *tta = tt ? (int)tt[0] : VIT_TTA_NONE;
+        *tta = tt && !isnan(tt[0]) ? (int)tt[0] : VIT_TTA_NONE;
         if (scored)
             *scored = (int)model;
     }

@@ -435,6 +435,9 @@ int fig_curves_draw(const vit_metrics_table *m, const vit_metrics_table *final, 
     const double *f_tta = final ? vit_metrics_column(final, "tta") : NULL;
     const double *f_ema = final ? vit_metrics_column(final, "ema") : NULL;
     const double *f_best = final ? vit_metrics_column(final, "best_epoch") : NULL;
+    /* An empty field (NaN) says nothing. */
+    f_val = f_val && !isnan(f_val[0]) ? f_val : NULL;
+    f_tta = f_tta && !isnan(f_tta[0]) ? f_tta : NULL;
     int has_final = f_ep && f_acc && final->rows == 1 && f_ep[0] == m->epoch[n - 1] &&
                     isfinite(f_acc[0]);
     /* The epoch of the model the final figures score: best.ckpt's, or the last. */

@@ -98,6 +98,7 @@ int main(int argc, char **argv)
                    csv, m.rows, m.test_acc[m.rows - 1], m.test_loss[m.rows - 1]);
         const double *f_acc = have_fin ? vit_metrics_column(&fin, "test_acc") : NULL;
         const double *f_tta = have_fin ? vit_metrics_column(&fin, "tta") : NULL;
+        f_tta = f_tta && !isnan(f_tta[0]) ? f_tta : NULL; /* empty: not said */
         const double *f_best = have_fin ? vit_metrics_column(&fin, "best_epoch") : NULL;
         char on[48] = "";
         if (f_best && f_best[0] > 0)
