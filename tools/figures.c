@@ -223,6 +223,7 @@ enum { FIG_W = 720, PLOT_LEFT = 84, PLOT_RIGHT = FIG_W - 28, PANEL_H = 180, LINE
 
 const draw_rgb fig_train_acc_rgb = {31, 100, 200};
 const draw_rgb fig_val_acc_rgb = {150, 50, 180};
+const draw_rgb fig_val_loss_rgb = {150, 50, 180}; /* as train: one colour a set */
 const draw_rgb fig_lr_rgb = {120, 80, 30};
 const draw_rgb fig_final_rgb = {215, 25, 25};
 static const draw_rgb other_rgb[3] = {{200, 40, 120}, {0, 140, 140}, {100, 100, 100}};
@@ -246,7 +247,8 @@ static draw_rgb series_rgb(const char *name, int *k)
     static const struct { const char *name; const draw_rgb *rgb; } known[] = {
         {"train_loss", &fig_train_loss_rgb}, {"test_loss", &fig_test_loss_rgb},
         {"train_acc", &fig_train_acc_rgb},   {"test_acc", &fig_test_acc_rgb},
-        {"val_acc", &fig_val_acc_rgb},       {"lr", &fig_lr_rgb}};
+        {"val_acc", &fig_val_acc_rgb},       {"val_loss", &fig_val_loss_rgb},
+        {"lr", &fig_lr_rgb}};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (strcmp(name, known[i].name) == 0)
             return *known[i].rgb;

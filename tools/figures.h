@@ -125,7 +125,7 @@ typedef struct fig_curves_layout {
 /* Series colours (also used in the legend); columns without one of their
  * own cycle through three more. */
 extern const draw_rgb fig_train_loss_rgb, fig_test_loss_rgb, fig_test_acc_rgb, fig_train_acc_rgb,
-    fig_val_acc_rgb, fig_lr_rgb;
+    fig_val_acc_rgb, fig_val_loss_rgb, fig_lr_rgb;
 /* Colour of the ring around the final figures. */
 extern const draw_rgb fig_final_rgb;
 /* Colour of the axis lines and tick marks. */
