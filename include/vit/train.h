@@ -518,8 +518,10 @@ typedef struct vit_train_result {
     double test_accuracy_plain, test_loss_plain, val_accuracy_plain;
                              /* the same with one pass per image
                                 (VIT_TTA_NONE), as the epoch lines and
-                                metrics.csv show; equal to the above when
-                                tta is none */
+                                metrics.csv show (the test figures only
+                                without a validation set: with one the
+                                test set is scored here alone); equal to
+                                the above when tta is none */
     int tta;                 /* the run's config tta (with auto: the one
                                 chosen: VIT_TTA_NONE, or VIT_TTA_SHIFT9 or
                                 VIT_TTA_SHIFT9_FLIP as the config's flip
