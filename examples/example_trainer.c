@@ -8,7 +8,8 @@
  * out for validation) for up to 40 epochs, prints one line per epoch, and
  * stops (with a checkpoint, as a resumable run) once the validation
  * accuracy has not improved for PATIENCE epochs (default 3).  Then it
- * scores the model on the test set itself and says where the run is.
+ * scores the model on the test set itself, once, and says where the run
+ * is.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,8 +29,10 @@ static int on_event(const vit_train_event *ev, void *user)
     if (ev->kind != VIT_TRAIN_EPOCH)
         return 0;
     const vit_epoch_metrics *m = ev->epoch;
-    printf("epoch %llu: train loss %.4f, val acc %.4f, test acc %.4f\n", m->epoch, m->train_loss,
-           m->val_acc, m->test_acc);
+    /* With a validation set the epochs score it, not the test set (the
+     * test figures are NaN): the test set is for the end. */
+    printf("epoch %llu: train loss %.4f, val loss %.4f, val acc %.4f\n", m->epoch, m->train_loss,
+           m->val_loss, m->val_acc);
     if (m->val_acc > es->best) {
         es->best = m->val_acc;
         es->best_epoch = m->epoch;

@@ -90,6 +90,31 @@ START_TEST(columns_in_any_order)
 }
 END_TEST
 
+/* A run with a validation set as vit_train_run writes it since 0.3.0: the
+ * test set is not scored per epoch (its fields empty, read as NaN), and
+ * val_loss follows val_acc; epoch 1 is a row of an older run resumed
+ * (test figures there, val_loss empty). */
+START_TEST(empty_fields_are_nan)
+{
+    write_text("val.csv", "epoch,train_loss,train_acc,test_loss,test_acc,lr,seconds,val_acc,val_loss\n"
+                          "1,2.1,0.25,1.9,0.33,0.001,1.25,0.3125,\n"
+                          "2,1.5,0.5,,,0.00075,2.5,0.5625,1.25\n"
+                          "3,0.9,0.75, , ,0.00025,3.75,0.8125,0.75\n");
+    vit_metrics_table t;
+    ck_assert_msg(vit_metrics_read(fu_path("val.csv"), &t) == VIT_OK, "%s", vit_last_error());
+    ck_assert_int_eq(t.rows, 3);
+    ck_assert(t.test_acc[0] == 0.33 && t.test_loss[0] == 1.9);
+    for (int e = 1; e < 3; e++)
+        ck_assert_msg(isnan(t.test_acc[e]) && isnan(t.test_loss[e]), "row %d: %g %g", e + 1,
+                      t.test_acc[e], t.test_loss[e]);
+    const double *vl = vit_metrics_column(&t, "val_loss");
+    ck_assert_ptr_nonnull(vl);
+    ck_assert(isnan(vl[0]) && vl[1] == 1.25 && vl[2] == 0.75);
+    ck_assert(vit_metrics_column(&t, "val_acc")[2] == 0.8125 && t.epoch[2] == 3);
+    vit_metrics_free(&t);
+}
+END_TEST
+
 /* Reading rel (written from text unless NULL) must fail with code and the
  * message "PATH" + want, exactly, and leave the table zeroed. */
 static void expect_error(const char *rel, const char *text, int code, const char *want)
@@ -114,7 +139,7 @@ static const struct {
 } bad_files[] = {
     {"num.csv", H "1,2,2,0.1\n2,2,two,0.1\n", ":3: field 3 'two' is not a finite number"},
     {"exp.csv", H "1,2,2,0.1\n2,2,1e,0.1\n", ":3: field 3 '1e' is not a finite number"},
-    {"empty_field.csv", H "1,2,,0.1\n", ":2: field 3 '' is not a finite number"},
+    {"empty_epoch.csv", H ",2,2,0.1\n", ":2: field 1 '' is not a finite number"},
     {"nan.csv", H "1,nan,2,0.1\n", ":2: field 2 'nan' is not a finite number"},
     {"inf.csv", H "1,2,2,1e999\n", ":2: field 4 '1e999' is not a finite number"},
     {"short.csv", H "1,2,2\n", ":2: 3 fields, the header has 4"},
@@ -198,6 +223,7 @@ static Suite *metrics_suite(void)
     TCase *tc = tcase_create("metrics");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, reads_a_run);
+    tcase_add_test(tc, empty_fields_are_nan);
     tcase_add_test(tc, columns_in_any_order);
     tcase_add_test(tc, refuses_bad_files);
     tcase_add_test(tc, every_truncation);

@@ -767,6 +767,54 @@ START_TEST(curves_every_column_and_the_final_figure)
 }
 END_TEST
 
+START_TEST(curves_of_a_validation_run)
+{
+    /* A run with a validation set since 0.3.0: the test columns empty (NaN)
+     * in every row but the first (a row of an older run it resumed), val_acc
+     * and val_loss drawn; final.csv's figures scored best.ckpt of epoch 5,
+     * ringed there, not at the last epoch. */
+    char text[4096] = "epoch,train_loss,train_acc,test_loss,test_acc,lr,seconds,val_acc,val_loss\n"
+                      "1,1.9,0.3,1.5,0.35,0.001,1.5,0.4,\n";
+    for (int e = 2; e <= 8; e++) {
+        char row[160];
+        snprintf(row, sizeof row, "%d,%.3f,%.3f,,,0.001,%d.5,%.3f,%.3f\n", e, 2.0 - 0.12 * e,
+                 0.3 + 0.05 * e, e, 0.4 + 0.05 * e, 1.4 - 0.1 * e);
+        strcat(text, row);
+    }
+    write_text("val.csv", text);
+    write_text("final.csv", "epoch,train_loss,test_loss,test_acc,tta,ema,test_acc_one_pass,"
+                            "test_loss_one_pass,val_acc,val_acc_one_pass,best_epoch\n"
+                            "8,1.04,0.8,0.2,0,0,0.2,0.8,0.65,0.65,5\n");
+    vit_metrics_table m, fin;
+    ck_assert_msg(vit_metrics_read(fu_path("val.csv"), &m) == VIT_OK, "%s", vit_last_error());
+    ck_assert_msg(vit_metrics_read(fu_path("final.csv"), &fin) == VIT_OK, "%s", vit_last_error());
+    draw_canvas c;
+    fig_curves_layout lay;
+    ck_assert_msg(fig_curves_draw(&m, &fin, "VAL", &c, &lay) == VIT_OK, "%s", vit_last_error());
+    picture p = save_and_read(&c, "val.png");
+    const double *va = vit_metrics_column(&m, "val_acc"), *vl = vit_metrics_column(&m, "val_loss");
+    for (int e = 2; e <= 8; e += 2) {
+        expect_point(&p, &lay.acc, e, va[e - 1], fig_val_acc_rgb);
+        expect_point(&p, &lay.loss, e, vl[e - 1], fig_val_loss_rgb);
+        /* No test point where the test set was not scored. */
+        ck_assert(!near_point(&p, &lay.acc, e, 0.35, 3, fig_test_acc_rgb));
+    }
+    /* Epoch 1's test figures, from the older run, are points of their own. */
+    expect_point(&p, &lay.acc, 1, 0.35, fig_test_acc_rgb);
+    expect_point(&p, &lay.loss, 1, 1.5, fig_test_loss_rgb);
+    /* The rings at epoch 5, the model the final figures score. */
+    ck_assert_int_eq(lay.final_x, fig_panel_x(&lay.acc, 5));
+    ck_assert_int_eq(lay.final_y, fig_panel_y(&lay.acc, 0.2));
+    ck_assert_int_eq(lay.final_val_y, fig_panel_y(&lay.acc, 0.65));
+    for (int dy = -3; dy <= 3; dy++)
+        ck_assert(same(at(&p, lay.final_x - 4, lay.final_y + dy), fig_final_rgb));
+    free(p.px);
+    draw_canvas_free(&c);
+    vit_metrics_free(&fin);
+    vit_metrics_free(&m);
+}
+END_TEST
+
 START_TEST(curves_epoch_axis_fits_the_run)
 {
     /* 140 epochs: the axis ends a few epochs past 140 (not at 200), with a
@@ -823,6 +871,7 @@ static Suite *pictures_suite(void)
     tcase_add_test(tc, curves_single_epoch_and_column_order);
     tcase_add_test(tc, curves_two_epochs);
     tcase_add_test(tc, curves_every_column_and_the_final_figure);
+    tcase_add_test(tc, curves_of_a_validation_run);
     tcase_add_test(tc, curves_epoch_axis_fits_the_run);
     suite_add_tcase(s, tc);
     return s;

@@ -120,8 +120,9 @@ cp "$tmp/ref4/last.ckpt" "$tmp/done.ckpt"
 out=$(train --resume "$tmp/ref4/last.ckpt" 2>&1)
 rc=$?
 echo "     stdout: $out"
-check "finished run resumed: exit 0, one line saying it is complete, nothing trained" \
-    '[ $rc -eq 0 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q "already complete (4 of 4 epochs)" <<<"$out" && cmp -s "$tmp/ref4/last.ckpt" "$tmp/done.ckpt"'
+check "finished run resumed: exit 0, a line saying it is complete and one with its figure, nothing trained" \
+    '[ $rc -eq 0 ] && [ "$(wc -l <<<"$out")" -eq 2 ] && grep -q "already complete (4 of 4 epochs)" <<<"$out" &&
+     grep -qE "^its test accuracy: [01]\.[0-9]{4} \(.*the model of epoch 4; final.csv\)$" <<<"$out" && cmp -s "$tmp/ref4/last.ckpt" "$tmp/done.ckpt"'
 for flag in "--lr 0.01" "--batch 16" "--seed 7" "--dim 32"; do
     err=$(train --resume "$tmp/ref4/last.ckpt" $flag 2>&1 >/dev/null)
     rc=$?

@@ -12,9 +12,10 @@
 #   2. to a pipe (COLUMNS=60, no terminal): no \r at all, no line over 100
 #      columns, plain progress lines at the VIT_PROGRESS_SECONDS interval
 #      and none in a short run at the default 30 s.
-#   3. --val N: N on the data line, a val acc column whose figures are the
-#      val_acc column of metrics.csv (appended after the old columns), and
-#      a resume that would drop the validation set refused.
+#   3. --val N: N on the data line, val loss and val acc columns whose
+#      figures are the val_loss and val_acc columns of metrics.csv
+#      (appended after the old columns), and a resume that would drop the
+#      validation set refused.
 # Usage: test_terminal.sh TOOLS_DIR
 set -u
 tools=$1
@@ -199,28 +200,28 @@ check "--val: the data line counts the validation images" \
     'grep -qx "data: 1337 train, 100 val, 360 test images of 8x8x1, 10 classes" val.out'
 check "--val: no progress lines in a short run at the default 30 s" '! grep -q "step" val.out'
 check "--val: no line over 100 columns" '[ "$(widest val.out)" -le 100 ]'
-check "--val: metrics.csv keeps its columns and appends val_acc" \
-    '[ "$(head -1 v/metrics.csv)" = "epoch,train_loss,train_acc,test_loss,test_acc,lr,seconds,val_acc" ]'
+check "--val: metrics.csv keeps its columns and appends val_acc, val_loss" \
+    '[ "$(head -1 v/metrics.csv)" = "epoch,train_loss,train_acc,test_loss,test_acc,lr,seconds,val_acc,val_loss" ]'
 # With a validation set the table shows it in the test set's place: row
 # "e/3 train_loss train_acc val_loss val_acc time ..." against metrics.csv's
-# fields 1, 2, 3 and 8 (val_acc), at the 4 printed decimals.
+# fields 1, 2, 3, 9 (val_loss) and 8 (val_acc), at the 4 printed decimals.
 check "--val: the table heads validation, not test" \
     'grep -qE "^ *epoch +train loss +acc +val loss +acc +time" val.out && ! grep -q "test loss" val.out'
-rows=$(grep -E "^ *[0-9]+/3 " val.out | awk '{ split($1, e, "/"); print e[1], $2, $3, $5 }')
-want=$(awk -F, 'NR > 1 { printf "%d %.4f %.4f %.4f\n", $1, $2, $3, $8 }' v/metrics.csv)
+rows=$(grep -E "^ *[0-9]+/3 " val.out | awk '{ split($1, e, "/"); print e[1], $2, $3, $4, $5 }')
+want=$(awk -F, 'NR > 1 { printf "%d %.4f %.4f %.4f %.4f\n", $1, $2, $3, $9, $8 }' v/metrics.csv)
 echo "     printed: $(tr '\n' ';' <<<"$rows")"
 echo "     metrics: $(tr '\n' ';' <<<"$want")"
 check "--val: each epoch's figures, val acc too, are metrics.csv's" '[ -n "$rows" ] && [ "$rows" = "$want" ] && [ "$(wc -l <<<"$rows")" -eq 3 ]'
 check "--val: the final validation accuracy is the last epoch's" \
-    'grep -qx "validation accuracy $(tail -1 <<<"$want" | cut -d" " -f4)" val.out'
+    'grep -qx "validation accuracy $(tail -1 <<<"$want" | cut -d" " -f5)" val.out'
 "$tools/vit_train" $small --epochs 4 --resume v/last.ckpt >drop.out 2>&1
 rc=$?
 cat drop.out | sed 's/^/     | /'
 check "--val: a resume without it is refused, metrics untouched" \
     '[ $rc -ne 0 ] && grep -q "logged with a validation set and this run has none" drop.out && [ "$(wc -l <v/metrics.csv)" -eq 4 ]'
 "$tools/vit_train" $small --epochs 4 --val 100 --resume v/last.ckpt >keep.out 2>&1
-check "--val: a resume with it adds epoch 4 with its val_acc" \
-    '[ "$(wc -l <v/metrics.csv)" -eq 5 ] && [ "$(tail -1 v/metrics.csv | tr -cd , | wc -c)" -eq 7 ]'
+check "--val: a resume with it adds epoch 4 with its val_acc, val_loss" \
+    '[ "$(wc -l <v/metrics.csv)" -eq 5 ] && [ "$(tail -1 v/metrics.csv | tr -cd , | wc -c)" -eq 8 ]'
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

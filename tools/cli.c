@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -571,4 +572,26 @@ int cli_load_data(const char *prog, const char *data, const vit_data_opts *opts,
                 rep.skipped, rep.skipped == 1 ? "" : "s", rep.skipped_why[0],
                 rep.skipped > 1 ? ", ..." : "");
     return 0;
+}
+
+int cli_reported_accuracy(const char *ckpt, long long epoch, double *acc, int *tta, int *scored)
+{
+    char path[PATH_MAX + 16];
+    const char *slash = strrchr(ckpt, '/');
+    snprintf(path, sizeof path, "%.*sfinal.csv", slash ? (int)(slash - ckpt + 1) : 0, ckpt);
+    vit_metrics_table t;
+    if (access(path, F_OK) != 0 || vit_metrics_read(path, &t) != VIT_OK)
+        return 0;
+    const double *ep = vit_metrics_column(&t, "epoch"), *a = vit_metrics_column(&t, "test_acc");
+    const double *tt = vit_metrics_column(&t, "tta"), *best = vit_metrics_column(&t, "best_epoch");
+    double model = best && best[0] > 0 ? best[0] : ep[0];
+    int ok = t.rows == 1 && a && !isnan(a[0]) && (epoch < 0 || model == (double)epoch);
+    if (ok) {
+        *acc = a[0];
+        *tta = tt && !isnan(tt[0]) ? (int)tt[0] : VIT_TTA_NONE;
+        if (scored)
+            *scored = (int)model;
+    }
+    vit_metrics_free(&t);
+    return ok;
 }

@@ -154,6 +154,14 @@ const char *cli_data_of_run(const vit_run_data *rec, int known, const char *give
 int cli_load_data(const char *prog, const char *data, const vit_data_opts *opts,
                   vit_dataset *train, vit_dataset *test);
 
+/* The final test figure the run of checkpoint ckpt reported: final.csv
+ * beside it (vit/train.h), when the model it scored (best_epoch's, or the
+ * last epoch's) is the checkpoint's, at epoch `epoch`
+ * (vit_run_state.epoch; -1: any).  1 with *acc, *tta (VIT_TTA_*) and
+ * *scored (that model's epoch; may be NULL) filled; 0 when there is none
+ * or it scored another model (best.ckpt's, not this last.ckpt's). */
+int cli_reported_accuracy(const char *ckpt, long long epoch, double *acc, int *tta, int *scored);
+
 /* Prints the config keys as options (for --help). */
 void cli_print_config_keys(FILE *f);
 
@@ -180,7 +188,7 @@ typedef struct cli_progress {
     int header_max, header_due;
     double t_first;            /* after the run's first step */
     int summary_done;
-    int score_images;          /* test + validation images scored per epoch */
+    int score_images;          /* images scored per epoch: validation, or test */
     double budget_before;      /* seconds of --budget spent before the run
                                   began (loading): added to the plan's times */
     double budget_after;       /* and kept for after it (the exit) */

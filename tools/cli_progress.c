@@ -210,8 +210,8 @@ static void epoch_row(cli_progress *p, const vit_train_progress *at, const vit_e
 }
 
 /* Seconds the scoring still to come will take: after each remaining epoch
- * a pass over the test (and validation) images, and at the end, with
- * test-time augmentation, nine more.  Measured once an epoch has been
+ * a pass over the validation (or, without one, the test) images, and at
+ * the end, with test-time augmentation, nine more.  Measured once an epoch has been
  * scored (the time between its last step and its row); before that,
  * guessed from the training speed, a forward being about a third of a
  * training step's work.  per_image: seconds per training image. */

@@ -223,6 +223,7 @@ enum { FIG_W = 720, PLOT_LEFT = 84, PLOT_RIGHT = FIG_W - 28, PANEL_H = 180, LINE
 
 const draw_rgb fig_train_acc_rgb = {31, 100, 200};
 const draw_rgb fig_val_acc_rgb = {150, 50, 180};
+const draw_rgb fig_val_loss_rgb = {150, 50, 180}; /* as train: one colour a set */
 const draw_rgb fig_lr_rgb = {120, 80, 30};
 const draw_rgb fig_final_rgb = {215, 25, 25};
 static const draw_rgb other_rgb[3] = {{200, 40, 120}, {0, 140, 140}, {100, 100, 100}};
@@ -246,7 +247,8 @@ static draw_rgb series_rgb(const char *name, int *k)
     static const struct { const char *name; const draw_rgb *rgb; } known[] = {
         {"train_loss", &fig_train_loss_rgb}, {"test_loss", &fig_test_loss_rgb},
         {"train_acc", &fig_train_acc_rgb},   {"test_acc", &fig_test_acc_rgb},
-        {"val_acc", &fig_val_acc_rgb},       {"lr", &fig_lr_rgb}};
+        {"val_acc", &fig_val_acc_rgb},       {"val_loss", &fig_val_loss_rgb},
+        {"lr", &fig_lr_rgb}};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (strcmp(name, known[i].name) == 0)
             return *known[i].rgb;
@@ -324,10 +326,18 @@ static void draw_ticks(draw_canvas *c, const fig_panel *p, double xstep, double 
 static void draw_series(draw_canvas *c, const fig_panel *p, const double *x, const double *y,
                         int n, draw_rgb col)
 {
-    int px = fig_panel_x(p, x[0]), py = fig_panel_y(p, y[0]);
+    int px = 0, py = 0, joined = 0;
     for (int i = 0; i < n; i++) {
+        if (isnan(y[i])) { /* not measured (an empty field): a gap */
+            joined = 0;
+            continue;
+        }
         int qx = fig_panel_x(p, x[i]), qy = fig_panel_y(p, y[i]);
-        draw_line(c, px, py, qx, qy, 2, col);
+        if (joined)
+            draw_line(c, px, py, qx, qy, 2, col);
+        else
+            draw_line(c, qx, qy, qx, qy, 2, col);
+        joined = 1;
         /* Markers while they do not crowd each other: 6 x 6 squares
          * centred on the 2-pixel line (whose top-left pixel is the point). */
         if (n <= 40)
@@ -410,11 +420,15 @@ int fig_curves_draw(const vit_metrics_table *m, const vit_metrics_table *final, 
     if (!m || m->rows <= 0 || !m->epoch || !m->train_loss || !m->test_loss || !m->test_acc)
         return vit_set_error(VIT_EINVAL, "training curves: no metrics rows to plot");
     int n = m->rows;
+    /* NaN is a figure not measured (an empty field: with a validation set
+     * the test columns); an epoch is always there. */
     for (int c = 0; c < m->cols; c++)
-        for (int i = 0; i < n; i++)
-            if (!isfinite(m->values[(size_t)c * (size_t)n + (size_t)i]))
+        for (int i = 0; i < n; i++) {
+            double v = m->values[(size_t)c * (size_t)n + (size_t)i];
+            if (isinf(v) || (isnan(v) && m->values + (size_t)c * (size_t)n == m->epoch))
                 return vit_set_error(VIT_EINVAL, "training curves: row %d has a non-finite value",
                                      i + 1);
+        }
     /* The final figures: those of the last epoch's run (an older final.csv
      * beside a longer history is not this run's end). */
     const double *f_ep = final ? vit_metrics_column(final, "epoch") : NULL;
@@ -422,8 +436,16 @@ int fig_curves_draw(const vit_metrics_table *m, const vit_metrics_table *final, 
     const double *f_val = final ? vit_metrics_column(final, "val_acc") : NULL;
     const double *f_tta = final ? vit_metrics_column(final, "tta") : NULL;
     const double *f_ema = final ? vit_metrics_column(final, "ema") : NULL;
+    const double *f_best = final ? vit_metrics_column(final, "best_epoch") : NULL;
+    /* An empty field (NaN) says nothing. */
+    f_val = f_val && !isnan(f_val[0]) ? f_val : NULL;
+    f_tta = f_tta && !isnan(f_tta[0]) ? f_tta : NULL;
     int has_final = f_ep && f_acc && final->rows == 1 && f_ep[0] == m->epoch[n - 1] &&
                     isfinite(f_acc[0]);
+    /* The epoch of the model the final figures score: best.ckpt's, or the last. */
+    double f_at = has_final && f_best && f_best[0] > 0 && f_best[0] <= f_ep[0] ? f_best[0]
+                  : has_final                                                 ? f_ep[0]
+                                                                              : 0;
 
     /* Which columns go where. */
     panel_plan plan[3] = {{.n = 0}};
@@ -437,15 +459,19 @@ int fig_curves_draw(const vit_metrics_table *m, const vit_metrics_table *final, 
         const char *nm = m->names[c];
         char *label = pp->names[pp->n];
         const double *v = m->values + (size_t)c * (size_t)n;
-        double best = v[0];
-        for (int i = 0; i < n; i++)
-            best = fmax(best, v[i]);
+        double best = NAN, last = NAN;
+        for (int i = 0; i < n; i++) {
+            best = fmax(best, v[i]); /* fmax passes over NaN */
+            last = isnan(v[i]) ? last : v[i];
+        }
+        if (isnan(last)) /* never measured: nothing to draw */
+            continue;
         /* The test curve has no "best": a model is chosen on the
          * validation set, never on the test set. */
         if (strcmp(nm, "test_acc") == 0)
-            snprintf(label, 96, "test acc, one pass (last %.4f)", v[n - 1]);
+            snprintf(label, 96, "test acc, one pass (last %.4f)", last);
         else if (strcmp(nm, "val_acc") == 0)
-            snprintf(label, 96, "val acc, one pass (last %.4f, best %.4f)", v[n - 1], best);
+            snprintf(label, 96, "val acc, one pass (last %.4f, best %.4f)", last, best);
         else if (strcmp(nm, "lr") == 0)
             snprintf(label, 96, "learning rate (peak %.3g)", best);
         else {
@@ -469,7 +495,10 @@ int fig_curves_draw(const vit_metrics_table *m, const vit_metrics_table *final, 
         else if (ema > 0)
             snprintf(how, sizeof how, " (ema %g)", ema);
         char *label = pa->names[MAX_SERIES];
-        if (f_val)
+        if (f_val && f_at != f_ep[0])
+            snprintf(label, 96, "final: test %.4f, val %.4f%s, best.ckpt (epoch %.0f)", f_acc[0],
+                     f_val[0], how, f_at);
+        else if (f_val)
             snprintf(label, 96, "final: test %.4f, val %.4f%s", f_acc[0], f_val[0], how);
         else
             snprintf(label, 96, "final test acc %.4f%s", f_acc[0], how);
@@ -565,7 +594,7 @@ int fig_curves_draw(const vit_metrics_table *m, const vit_metrics_table *final, 
     }
     if (has_final) {
         const fig_panel *A = &lay->acc;
-        lay->final_x = fig_panel_x(A, f_ep[0]);
+        lay->final_x = fig_panel_x(A, f_at);
         lay->final_y = fig_panel_y(A, f_acc[0]);
         draw_ring(out, lay->final_x, lay->final_y, fig_final_rgb);
         if (f_val && isfinite(f_val[0])) {

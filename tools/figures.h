@@ -117,14 +117,15 @@ typedef struct fig_curves_layout {
     int has_lr;
     /* The ring around the final figure (centre pixel; -1 without one):
      * test accuracy at (final_x, final_y), validation at (final_x,
-     * final_val_y). */
+     * final_val_y); final_x is the epoch of the model scored (final.csv's
+     * best_epoch when it names one, else its last). */
     int final_x, final_y, final_val_y;
 } fig_curves_layout;
 
 /* Series colours (also used in the legend); columns without one of their
  * own cycle through three more. */
 extern const draw_rgb fig_train_loss_rgb, fig_test_loss_rgb, fig_test_acc_rgb, fig_train_acc_rgb,
-    fig_val_acc_rgb, fig_lr_rgb;
+    fig_val_acc_rgb, fig_val_loss_rgb, fig_lr_rgb;
 /* Colour of the ring around the final figures. */
 extern const draw_rgb fig_final_rgb;
 /* Colour of the axis lines and tick marks. */
@@ -139,12 +140,16 @@ int fig_panel_y(const fig_panel *p, double y);
  * each with axes, ticks with labels, axis labels, a heading and a legend
  * that wraps onto more lines when it must, and the title at the top (may
  * be NULL).  Points are joined by 2-pixel lines whose top-left pixel is
- * the exact point (see draw_line).  final (may be NULL) is the run's
- * final.csv (vit/train.h): when its one row's epoch is m's last, its
+ * the exact point (see draw_line); a NaN (an empty field: a figure not
+ * measured, as the test columns of a run with a validation set) is a gap,
+ * and a column of nothing else is not drawn.  final (may be NULL) is the
+ * run's final.csv (vit/train.h): when its one row's epoch is m's last, its
  * test_acc (and val_acc) are ringed in fig_final_rgb on the accuracy
- * panel at that epoch and named in the legend with how they were scored
- * (tta, ema): the figure the run reported, which with test-time
- * augmentation is not on the one-pass curve.  Fills *lay. */
+ * panel at the epoch of the model they score (best_epoch, when final.csv
+ * names one, else that last epoch) and named in the legend with how they
+ * were scored (tta, ema) and, for best.ckpt, its epoch: the figure the
+ * run reported, which with test-time augmentation is not on the one-pass
+ * curve.  Fills *lay. */
 int fig_curves_draw(const vit_metrics_table *m, const vit_metrics_table *final, const char *title,
                     draw_canvas *out, fig_curves_layout *lay);
 

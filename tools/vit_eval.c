@@ -142,6 +142,14 @@ int main(int argc, char **argv)
                vit_tta_passes(used) > 1 ? " (tta " : "",
                vit_tta_passes(used) > 1 ? vit_tta_name(used) : "",
                vit_tta_passes(used) > 1 ? ")" : "");
+        /* The figure the run reported for this model, when it is the one
+         * final.csv scored: the same data and scoring give the same. */
+        double rep;
+        int rep_tta;
+        if (!split_train && cli_reported_accuracy(ckpt, (long long)st.epoch, &rep, &rep_tta, NULL))
+            printf("the run reported test accuracy %.4f for this model (%s%s, final.csv)\n", rep,
+                   rep_tta != VIT_TTA_NONE ? "tta " : "one pass",
+                   rep_tta != VIT_TTA_NONE ? vit_tta_name(rep_tta) : "");
         rc = 0;
     }
     vit_eval_result_free(&r);

@@ -34,22 +34,6 @@ static void usage(void)
            "saying how to prepare an image as the run did.\n");
 }
 
-/* The test accuracy the run of ckpt reported at its end (final.csv beside
- * it, vit/train.h), or -1 when it has none. */
-static double reported_accuracy(const char *ckpt)
-{
-    char path[4200];
-    const char *slash = strrchr(ckpt, '/');
-    snprintf(path, sizeof path, "%.*sfinal.csv", slash ? (int)(slash - ckpt + 1) : 0, ckpt);
-    vit_metrics_table t;
-    if (access(path, F_OK) != 0 || vit_metrics_read(path, &t) != VIT_OK)
-        return -1;
-    const double *acc = vit_metrics_column(&t, "test_acc");
-    double a = acc ? acc[0] : -1;
-    vit_metrics_free(&t);
-    return a;
-}
-
 int main(int argc, char **argv)
 {
     cli_ignore_file_size_signal();
@@ -132,9 +116,10 @@ int main(int argc, char **argv)
         cli_print_fitted(stdout, line);
     }
     if (c->tta == VIT_TTA_SHIFT9 || c->tta == VIT_TTA_SHIFT9_FLIP) {
-        double rep = reported_accuracy(ckpt);
+        double rep;
+        int rep_tta;
         char line[256], was[48] = "";
-        if (rep >= 0)
+        if (cli_reported_accuracy(ckpt, (long long)st.epoch, &rep, &rep_tta, NULL) && rep_tta == c->tta)
             snprintf(was, sizeof was, " (%.4f)", rep);
         cli_print_fitted(stdout, "note: these weights give one pass per image (as --logits and "
                                  "metrics.csv's epochs);");

@@ -3,6 +3,7 @@
  * accuracy and the learning rate, per epoch) from its metrics.csv into a
  * PNG, with the final figures of final.csv beside it ringed.
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -18,11 +19,13 @@ static void usage(void)
     printf("usage: vit_plot METRICS.csv [--out curves.png] [--title TEXT]\n"
            "Draws every column of the metrics.csv that vit_train writes into its --out\n"
            "folder against the epoch, as a PNG (default curves.png): the losses (top\n"
-           "panel), the accuracies (train, test and, with --val, validation; one pass\n"
-           "per image) and the learning rate.  When final.csv beside it holds the\n"
-           "figures the run reported at its end (with test-time augmentation or\n"
-           "averaged weights they differ from the last one-pass point), they are\n"
-           "ringed in red at the last epoch.  The title defaults to the CSV's path.\n");
+           "panel), the accuracies (train, and test or, with --val, validation; one\n"
+           "pass per image) and the learning rate.  A run with a validation set scores\n"
+           "the test set once, at the end (its per-epoch test columns are empty).  When\n"
+           "final.csv beside it holds the figures the run reported at its end (with\n"
+           "test-time augmentation or averaged weights they differ from the one-pass\n"
+           "points), they are ringed in red at the epoch of the model they score: the\n"
+           "last, or best.ckpt's with --save-best.  The title defaults to the CSV's path.\n");
 }
 
 int main(int argc, char **argv)
@@ -84,15 +87,27 @@ int main(int argc, char **argv)
     else if (draw_save_png(&canvas, out))
         cli_fail(prog, NULL);
     else {
-        printf("%s: %d epochs, last test accuracy %.4f (one pass), last test loss %.4f\n", csv,
-               m.rows, m.test_acc[m.rows - 1], m.test_loss[m.rows - 1]);
+        /* With a validation set the epochs scored it, not the test set. */
+        const double *v_acc = vit_metrics_column(&m, "val_acc");
+        int val = isnan(m.test_acc[m.rows - 1]) && v_acc && !isnan(v_acc[m.rows - 1]);
+        if (val)
+            printf("%s: %d epochs, last validation accuracy %.4f (one pass); the test set is "
+                   "scored once, at the end\n", csv, m.rows, v_acc[m.rows - 1]);
+        else
+            printf("%s: %d epochs, last test accuracy %.4f (one pass), last test loss %.4f\n",
+                   csv, m.rows, m.test_acc[m.rows - 1], m.test_loss[m.rows - 1]);
         const double *f_acc = have_fin ? vit_metrics_column(&fin, "test_acc") : NULL;
         const double *f_tta = have_fin ? vit_metrics_column(&fin, "tta") : NULL;
+        f_tta = f_tta && !isnan(f_tta[0]) ? f_tta : NULL; /* empty: not said */
+        const double *f_best = have_fin ? vit_metrics_column(&fin, "best_epoch") : NULL;
+        char on[48] = "";
+        if (f_best && f_best[0] > 0)
+            snprintf(on, sizeof on, " on best.ckpt (epoch %.0f)", f_best[0]);
         if (f_acc)
-            printf("%s: final test accuracy %.4f%s%s%s, ringed\n", fin_path, f_acc[0],
+            printf("%s: final test accuracy %.4f%s%s%s%s, ringed\n", fin_path, f_acc[0],
                    f_tta && f_tta[0] != 0 ? " (tta " : "",
                    f_tta && f_tta[0] != 0 ? vit_tta_name((int)f_tta[0]) : "",
-                   f_tta && f_tta[0] != 0 ? ")" : "");
+                   f_tta && f_tta[0] != 0 ? ")" : "", on);
         for (int c = 0; c < m.cols; c++)
             if (fig_curves_panel_of(m.names[c]) == FIG_PANEL_NONE &&
                 strcmp(m.names[c], "epoch") != 0 && strcmp(m.names[c], "seconds") != 0)

@@ -73,7 +73,9 @@ static void usage(FILE *f)
         "                       laid out anew over the steps left\n"
         "  --val N              hold out the last N training images for validation\n"
         "  --val-split F        hold out a fraction F of each class of the training\n"
-        "                       images for validation (seeded, stratified)\n"
+        "                       images for validation (seeded, stratified).  With a\n"
+        "                       validation set the epochs score it (val loss, val\n"
+        "                       acc), and the test set is scored once, at the end\n"
         "  --test-split F       a folder of class folders without train/ and test/:\n"
         "                       the fraction of each class held out for testing\n"
         "                       (default 0.2; F in (0, 1), with --val-split below 1)\n"
@@ -99,9 +101,8 @@ static void usage(FILE *f)
         "  --save-best [loss]   keep OUT/best.ckpt, the model of the epoch with the best\n"
         "                       validation accuracy (or loss) so far, beside\n"
         "                       last.ckpt; the run ends with the test set's figure\n"
-        "                       on that model, chosen on validation alone (metrics.csv\n"
-        "                       still records each epoch's test score).  Needs --val\n"
-        "                       or --val-split\n"
+        "                       on that model, chosen on validation alone (the test\n"
+        "                       set is scored once, then).  Needs --val or --val-split\n"
         "  --early-stop N       end the run after N epochs without a better validation\n"
         "                       score (accuracy, or --save-best loss's loss); last.ckpt\n"
         "                       resumes it.  Needs --val or --val-split\n"
@@ -260,7 +261,7 @@ int train_once(const vit_config *cfg, const vit_dataset *train, const vit_datase
     int speak = vit_dist_rank() == 0;
     cli_progress bar;
     cli_progress_init(&bar, look->progress, look->every, out, o.val_count > 0,
-                      test->count + o.val_count);
+                      o.val_count > 0 ? o.val_count : test->count);
     o.on_event = cli_progress_event;
     o.user = &bar;
     if (o.budget_seconds > 0) {
@@ -301,6 +302,14 @@ int train_once(const vit_config *cfg, const vit_dataset *train, const vit_datase
     if (res.already_complete) {
         printf("%s: %s is already complete (%d of %d epochs); nothing to train (a larger "
                "--epochs extends it)\n", prog, o.resume, res.epochs_done, res.epochs_done);
+        /* The figure it ended with, as final.csv keeps it. */
+        double rep;
+        int rep_tta, at;
+        if (cli_reported_accuracy(o.resume, -1, &rep, &rep_tta, &at))
+            printf("its test accuracy: %.4f (%s%s, the model of epoch %d%s; final.csv)\n", rep,
+                   rep_tta != VIT_TTA_NONE ? "tta " : "one pass",
+                   rep_tta != VIT_TTA_NONE ? vit_tta_name(rep_tta) : "", at,
+                   at < res.epochs_done ? ", best.ckpt" : "");
         return 0;
     }
     /* What resumes the run: the same data, threads and validation set. */
@@ -363,6 +372,9 @@ int train_once(const vit_config *cfg, const vit_dataset *train, const vit_datase
         printf("budget: it ran out inside epoch %d, at step %llu of %ld; the figures score that "
                "step's model, and %s/last.ckpt resumes from it\n", res.epochs_done + 1,
                res.epoch_step, res.steps_per_epoch, out);
+    if (o.save_best != VIT_BEST_NONE && res.best_epoch == 0)
+        printf("save-best: no epoch ended, so there is no best.ckpt; the figures score the last "
+               "model\n");
     if (res.tta_skipped)
         printf("tta %s skipped: the budget has no time left for it; the figures are one pass\n",
                vit_tta_name(res.tta_skipped));

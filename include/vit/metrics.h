@@ -9,7 +9,13 @@
  *
  * vit_metrics_read takes any file of that shape: the columns in any order,
  * every one kept by its header name, so that a reader of another column
- * (lr, seconds, val_acc) finds it with vit_metrics_column.
+ * (lr, seconds, val_acc, val_loss) finds it with vit_metrics_column.  A
+ * run with a validation set scores it after every epoch instead of the
+ * test set and leaves test_loss and test_acc empty (since 0.3.0; the test
+ * set is scored once, at the end: final.csv), e.g.
+ *
+ *     epoch,train_loss,train_acc,test_loss,test_acc,lr,seconds,val_acc,val_loss
+ *     1,0.912345,0.702000,,,0.001,2.125,0.861000,0.498765
  *
  * Errors follow vit/core.h (VIT_E* codes, message in vit_last_error()).
  * Thread safety: reentrant; a table is used by one thread at a time.
@@ -28,7 +34,9 @@ typedef struct vit_metrics_table {
     int cols;          /* columns, as many as the header names */
     char **names;      /* [cols] the header's column names, in file order */
     double *values;    /* [cols, rows] column-major: column c is values + c * rows */
-    /* The four columns every metrics.csv has, each [rows] inside values. */
+    /* The four columns every metrics.csv has, each [rows] inside values
+     * (test_loss and test_acc NaN where empty: a run with a validation
+     * set). */
     const double *epoch, *train_loss, *test_loss, *test_acc;
 } vit_metrics_table;
 
@@ -39,7 +47,8 @@ enum { VIT_METRICS_MAX_COLS = 64 };
  * freed).  The format: a header line of column names, which must include
  * epoch, train_loss, test_loss and test_acc and may not name a column
  * twice, then one row per epoch with as many fields as the header, each a
- * finite number (strtod's syntax).  Fields are separated by commas;
+ * finite number (strtod's syntax) or empty: a figure not measured, read as
+ * NaN (any column but epoch).  Fields are separated by commas;
  * spaces and tabs around a field are ignored; a line may end in "\r\n".
  * Blank lines may only end the file.
  * Returns VIT_OK; VIT_EINVAL for a NULL argument; VIT_EIO when the file

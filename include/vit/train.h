@@ -251,17 +251,21 @@ int vit_predict_tta(vit_model *m, vit_tape *tape, const vit_real *images, int co
 
 /* One row of a run's history, as OUT/metrics.csv stores it (one row per
  * epoch; the scores are one pass per image, VIT_TTA_NONE, of the model
- * evaluation scores: with ema the averaged weights). */
+ * evaluation scores: with ema the averaged weights).  An epoch scores the
+ * validation set when there is one, else the test set: with a validation
+ * set the test set is scored once, at the end, on the kept model
+ * (vit_train_result), never per epoch (since 0.3.0). */
 typedef struct vit_epoch_metrics {
     unsigned long long epoch; /* epochs completed, counted from 1 */
     double train_loss;        /* mean loss of the epoch's training batches */
     double train_acc;         /* their fraction correct */
-    double test_loss, test_acc;
+    double test_loss, test_acc; /* NaN with a validation set (not scored;
+                                 metrics.csv leaves the fields empty) */
     double lr;                /* the learning rate of the epoch's last step */
     double seconds;           /* wall time of the run until this row, over
                                  every invocation of a resumed run */
     double val_acc;           /* -1 without a validation set */
-    double val_loss;          /* likewise (not a metrics.csv column) */
+    double val_loss;          /* likewise */
 } vit_epoch_metrics;
 
 /* vit_train_opts.save_best: which validation score picks the kept model. */
@@ -453,8 +457,9 @@ typedef struct vit_train_opts {
                                 earlier one (accuracy higher, or loss
                                 lower), write OUT/best.ckpt (atomically;
                                 as last.ckpt, at that epoch's end), and at
-                                the end score the test set on that model
-                                (result.best_epoch); needs val_count > 0
+                                the end score the test set (once) on that
+                                model (result.best_epoch; final.csv's
+                                best_epoch); needs val_count > 0
                                 (else VIT_EINVAL).  A resume remembers the
                                 best so far (the checkpoint records it) */
     int early_stop;          /* > 0: end the run (finished, with last.ckpt
@@ -519,8 +524,10 @@ typedef struct vit_train_result {
     double test_accuracy_plain, test_loss_plain, val_accuracy_plain;
                              /* the same with one pass per image
                                 (VIT_TTA_NONE), as the epoch lines and
-                                metrics.csv show; equal to the above when
-                                tta is none */
+                                metrics.csv show (the test figures only
+                                without a validation set: with one the
+                                test set is scored here alone); equal to
+                                the above when tta is none */
     int tta;                 /* the run's config tta (with auto: the one
                                 chosen: VIT_TTA_NONE, or VIT_TTA_SHIFT9 or
                                 VIT_TTA_SHIFT9_FLIP as the config's flip
@@ -669,15 +676,20 @@ void vit_trainer_free(vit_trainer *t);
  * folder, checkpoint or metrics file), VIT_ENOMEM, VIT_EFORMAT (a resume
  * checkpoint that does not fit), VIT_ENUM (below).  Writes
  * OUT/metrics.csv (epoch, train_loss, train_acc, test_loss, test_acc, lr,
- * seconds, and val_acc with a validation set: it is scored after every
- * epoch too; vit_epoch_metrics), OUT/last.ckpt every ckpt_every epochs and
+ * seconds, and val_acc, val_loss with a validation set, which is then
+ * scored after every epoch instead of the test set: test_loss and test_acc
+ * are left empty, and the test set is scored once, at the end, on the kept
+ * model; vit_epoch_metrics.  A resumed run logged before 0.3.0 keeps its
+ * rows, val_loss empty), OUT/last.ckpt every ckpt_every epochs and
  * at the end, and at the end OUT/final.csv: the final figures of res in
  * metrics.csv's format with one row (vit_metrics_read reads it; columns
  * epoch, train_loss (the last epoch's), test_loss, test_acc (res's own,
- * with tta and ema), tta (0 or 1), ema, test_acc_one_pass,
- * test_loss_one_pass, and val_acc, val_acc_one_pass with a validation
- * set); a run that trains on (a resume, an overwrite) removes or moves the
- * old one first, so final.csv always describes the last.ckpt beside it.
+ * with tta and ema), tta (VIT_TTA_*), ema, test_acc_one_pass,
+ * test_loss_one_pass, and val_acc, val_acc_one_pass, best_epoch (the
+ * epoch of the model scored, OUT/best.ckpt's with save_best; 0: the last)
+ * with a validation set); a run that trains on (a resume, an overwrite)
+ * removes or moves the old one first, so final.csv always describes the
+ * run that ended with the last.ckpt beside it.
  * With resume, the run continues from the checkpoint (at an
  * epoch boundary or inside an epoch) and the result equals an
  * uninterrupted run; cfg must then equal the checkpoint's config but for

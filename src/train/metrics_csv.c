@@ -106,7 +106,8 @@ static int read_header(reader *r, char **field, int n)
     return VIT_OK;
 }
 
-/* One data row: as many fields as the header, each a finite number. */
+/* One data row: as many fields as the header, each a finite number or
+ * empty (a figure not measured, NaN). */
 static int read_row(reader *r, char **field, int n)
 {
     if (n != r->cols)
@@ -127,6 +128,10 @@ static int read_row(reader *r, char **field, int n)
     double *row = r->data + (size_t)r->rows * (size_t)r->cols;
     for (int i = 0; i < n; i++) {
         char *end;
+        if (!*field[i] && strcmp(r->out->names[i], "epoch") != 0) {
+            row[i] = NAN;
+            continue;
+        }
         row[i] = strtod(field[i], &end);
         if (end == field[i] || *end || !isfinite(row[i]))
             return vit_fail(VIT_EFORMAT, "%s:%d: field %d '%s' is not a finite number", r->path,
@@ -214,17 +219,43 @@ int vit_metrics_read(const char *path, vit_metrics_table *out)
 
 /* ---- writing ------------------------------------------------------------ */
 
-/* The columns of metrics.csv; val_acc, last, only in a run with a
- * validation set (so the columns before it never move). */
+/* The columns of metrics.csv; val_acc and val_loss, last, only in a run
+ * with a validation set (so the columns before them never move).  Such a
+ * run scores its test set once, at the end: its rows leave test_loss and
+ * test_acc empty (runs before 0.3.0 filled them, and had no val_loss). */
 static const char metrics_header[] = "epoch,train_loss,train_acc,test_loss,test_acc,lr,seconds";
+#define VAL_COLUMNS ",val_acc,val_loss"
+
+/* Of a row of metrics.csv as written (its end of line on it): the epoch,
+ * the seconds (field 7) and the number of commas.  0 when it is not a
+ * data row (the header, a cut-off line). */
+static int row_fields(const char *line, unsigned long long *epoch, double *seconds, int *commas)
+{
+    char *end;
+    if (!strchr(line, '\n') || *line < '0' || *line > '9')
+        return 0;
+    *epoch = strtoull(line, &end, 10);
+    if (*end != ',')
+        return 0;
+    *commas = 0;
+    const char *sec = NULL;
+    for (const char *q = line; *q; q++)
+        if (*q == ',' && ++*commas == 6)
+            sec = q + 1;
+    if (!sec)
+        return 0;
+    *seconds = strtod(sec, &end);
+    return end != sec && isfinite(*seconds);
+}
 
 /* Opens OUT/metrics.csv for appending.  On resume, keeps only the rows of
  * epochs the checkpoint covers (a killed run may have logged more), taken
  * from the metrics.csv next to the checkpoint `from` (so rows of another
  * run are never mixed in), by rewriting through a temporary file, into
  * *metrics; *seconds: the seconds already spent.  with_val: the rows end
- * with val_acc; a resumed run whose rows differ in that is refused (its
- * validation set would change what it trains on). */
+ * with val_acc and val_loss (a row of a run logged before val_loss gets
+ * it empty); a resumed run whose rows differ in having a validation set
+ * is refused (its validation set would change what it trains on). */
 int vit_metrics_open(const char *dir, const char *from, unsigned long long keep_epochs,
                      int with_val, FILE **metrics, double *seconds)
 {
@@ -242,7 +273,7 @@ int vit_metrics_open(const char *dir, const char *from, unsigned long long keep_
     int rc = vit_atomic_begin(NULL, path, &out, &tmp);
     if (rc)
         return rc;
-    fprintf(out, "%s%s\n", metrics_header, with_val ? ",val_acc" : "");
+    fprintf(out, "%s%s\n", metrics_header, with_val ? VAL_COLUMNS : "");
     int mixed = 0;
     FILE *in = keep_epochs ? fopen(src, "r") : NULL;
     if (in) {
@@ -253,16 +284,18 @@ int vit_metrics_open(const char *dir, const char *from, unsigned long long keep_
             if (!strchr(line, '\n'))
                 continue;
             unsigned long long ep;
-            double f[6];
-            if (sscanf(line, "%llu,%lf,%lf,%lf,%lf,%lf,%lf", &ep, &f[0], &f[1], &f[2], &f[3], &f[4],
-                       &f[5]) == 7 && ep <= keep_epochs) {
-                int commas = 0;
-                for (const char *q = line; *q; q++)
-                    commas += *q == ',';
-                mixed |= commas != 6 + with_val;
+            double secs;
+            int commas;
+            if (!row_fields(line, &ep, &secs, &commas) || ep > keep_epochs)
+                continue;
+            if (with_val && commas == 7) { /* val_acc without val_loss: before 0.3.0 */
+                line[strcspn(line, "\r\n")] = 0;
+                fprintf(out, "%s,\n", line);
+            } else {
+                mixed |= commas != (with_val ? 8 : 6);
                 fputs(line, out);
-                *seconds = f[5];
             }
+            *seconds = secs;
         }
         fclose(in);
     }
@@ -277,21 +310,23 @@ int vit_metrics_open(const char *dir, const char *from, unsigned long long keep_
 
 /* ---- training --------------------------------------------------------- */
 
-/* FNV-1a over the parameter bytes: equal on every rank iff the replicas
- * hold bitwise the same parameters (up to a 2^-64 collision). */
-
 int vit_metrics_append(FILE *f, const char *path, const vit_epoch_metrics *m, int with_val)
 {
     /* The row goes out in one write, so that a killed run leaves it whole
      * or not at all, and a write that fails (a full disk) is cut off again:
      * the file ends with a whole row either way (vit_metrics_read refuses
-     * a row without its end).  Eight numbers of at most 317 characters
-     * each (%.6f of the largest double) fit. */
-    char row[4096];
-    int n = snprintf(row, sizeof row, "%llu,%.6f,%.6f,%.6f,%.6f,%.8g,%.3f", m->epoch,
-                     m->train_loss, m->train_acc, m->test_loss, m->test_acc, m->lr, m->seconds);
+     * a row without its end).  Nine numbers of at most 317 characters
+     * each (%.6f of the largest double) fit.  A test figure not scored
+     * (NaN: a run with a validation set) is an empty field. */
+    char row[4096], test_loss[320] = "", test_acc[320] = "";
+    if (!isnan(m->test_loss))
+        snprintf(test_loss, sizeof test_loss, "%.6f", m->test_loss);
+    if (!isnan(m->test_acc))
+        snprintf(test_acc, sizeof test_acc, "%.6f", m->test_acc);
+    int n = snprintf(row, sizeof row, "%llu,%.6f,%.6f,%s,%s,%.8g,%.3f", m->epoch, m->train_loss,
+                     m->train_acc, test_loss, test_acc, m->lr, m->seconds);
     if (with_val && n > 0 && (size_t)n < sizeof row)
-        n += snprintf(row + n, sizeof row - (size_t)n, ",%.6f", m->val_acc);
+        n += snprintf(row + n, sizeof row - (size_t)n, ",%.6f,%.6f", m->val_acc, m->val_loss);
     if (n > 0 && (size_t)n < sizeof row - 1) {
         row[n++] = '\n';
         row[n] = 0;
@@ -333,12 +368,12 @@ int vit_metrics_write_final(const char *dir, const vit_train_result *res, double
         return rc;
     int val = res->val_accuracy >= 0;
     fprintf(f, "epoch,train_loss,test_loss,test_acc,tta,ema,test_acc_one_pass,test_loss_one_pass%s\n",
-            val ? ",val_acc,val_acc_one_pass" : "");
+            val ? ",val_acc,val_acc_one_pass,best_epoch" : "");
     fprintf(f, "%d,%.6f,%.6f,%.6f,%d,%.8g,%.6f,%.6f", res->epochs_done, train_loss, res->test_loss,
             res->test_accuracy, res->tta, res->ema, res->test_accuracy_plain,
             res->test_loss_plain);
     if (val)
-        fprintf(f, ",%.6f,%.6f", res->val_accuracy, res->val_accuracy_plain);
+        fprintf(f, ",%.6f,%.6f,%d", res->val_accuracy, res->val_accuracy_plain, res->best_epoch);
     fputc('\n', f);
     return vit_atomic_close(f, tmp, path, ferror(f) ? vit_fail(VIT_EIO, "%s: write error", path)
                                                     : VIT_OK);

@@ -148,15 +148,32 @@ static int better(const vit_trainer *t, const vit_epoch_metrics *row)
     return t->o.save_best == VIT_BEST_LOSS ? row->val_loss < b - tol : row->val_acc > b + tol;
 }
 
-/* The end of an epoch: its scores (test, validation), the metrics row and
- * event, then the checkpoint it is due (every ckpt_every epochs, the last,
- * a pause). */
+/* The epoch's one-pass scores of ds (the test set, or the validation set
+ * when there is one) into *r; a VIT_ENUM (a model that diverged in the
+ * epoch's last steps, without a NaN loss yet) said as the run's. */
+static int score_epoch(vit_trainer *t, const vit_dataset *ds, vit_eval_result *r)
+{
+    int rc = vit_train_evaluate_shared(t, ds, VIT_TTA_NONE, r);
+    if (rc == VIT_ENUM) {
+        char why[400];
+        snprintf(why, sizeof why, "%s", vit_last_error());
+        return vit_fail(VIT_ENUM, "training diverged by step %llu (evaluation after epoch %llu): %s",
+                        t->st.step, t->st.epoch, why);
+    }
+    return rc;
+}
+
+/* The end of an epoch: its scores (validation when there is a validation
+ * set: the test set is scored once, at the end, on the kept model; else
+ * test), the metrics row and event, then the checkpoint it is due (every
+ * ckpt_every epochs, the last, a pause). */
 static int end_epoch(vit_trainer *t)
 {
     const vit_train_opts *o = &t->o;
     vit_epoch_metrics row = {.train_loss = t->st.epoch_sums[0] / t->st.epoch_sums[2],
                              .train_acc = t->st.epoch_sums[1] / t->st.epoch_sums[2],
-                             .lr = t->lr, .val_acc = -1, .val_loss = -1};
+                             .lr = t->lr, .val_acc = -1, .val_loss = -1,
+                             .test_loss = NAN, .test_acc = NAN};
     /* Exploding: no checkpoint of it (the last one is the last good state). */
     double chance = log(t->cfg.classes > 2 ? t->cfg.classes : 2);
     if (!(row.train_loss <= EXPLODED * chance))
@@ -170,29 +187,24 @@ static int end_epoch(vit_trainer *t)
     row.epoch = t->st.epoch;
     vit_eval_result_free(&t->last_test);
     double scoring_t0 = now_seconds();
-    int rc = vit_train_evaluate_shared(t, t->test, VIT_TTA_NONE, &t->last_test);
-    if (rc == VIT_ENUM) { /* the epoch's last steps diverged without a NaN loss yet */
-        char why[400];
-        snprintf(why, sizeof why, "%s", vit_last_error());
-        return vit_fail(VIT_ENUM, "training diverged by step %llu (evaluation after epoch %llu): %s",
-                        t->st.step, t->st.epoch, why);
-    }
-    if (rc)
-        return rc;
-    if (o->check_replicas && !vit_dist_same(vit_train_params_hash(t->m)))
-        return vit_fail(VIT_EINVAL, "replicas diverged: parameters differ between ranks after "
-                        "epoch %llu", t->st.epoch);
+    int rc;
     if (t->val.count > 0) {
         vit_eval_result vr;
-        if ((rc = vit_train_evaluate_shared(t, &t->val, VIT_TTA_NONE, &vr)))
+        if ((rc = score_epoch(t, &t->val, &vr)))
             return rc;
         t->last_val = row.val_acc = vr.accuracy;
         row.val_loss = vr.loss;
         vit_eval_result_free(&vr);
+    } else if ((rc = score_epoch(t, t->test, &t->last_test))) {
+        return rc;
+    } else {
+        row.test_loss = t->last_test.loss;
+        row.test_acc = t->last_test.accuracy;
     }
+    if (o->check_replicas && !vit_dist_same(vit_train_params_hash(t->m)))
+        return vit_fail(VIT_EINVAL, "replicas diverged: parameters differ between ranks after "
+                        "epoch %llu", t->st.epoch);
     t->score_pass = now_seconds() - scoring_t0; /* the budget's guide to the final scoring */
-    row.test_loss = t->last_test.loss;
-    row.test_acc = t->last_test.accuracy;
     row.seconds = t->prior_seconds + now_seconds() - t->t0;
     if (vit_dist_rank() == 0
         && (rc = vit_metrics_append(t->metrics, t->metrics_path, &row, t->val.count > 0)))
@@ -363,8 +375,9 @@ static int choose_tta(vit_trainer *t, double val_plain, int *tta, vit_train_resu
     return rc;
 }
 
-/* The final figures: one pass, as the epoch rows show (the last epoch's,
- * when this invocation scored one), and then, with test-time
+/* The final figures of the kept model: one pass (the test set's as the
+ * last epoch's row, when this invocation scored one; with a validation
+ * set the test set is scored here, once), and then, with test-time
  * augmentation, the classifier's own, which the result reports first
  * (tta = auto: choose_tta decides which). */
 static int final_scores(vit_trainer *t, vit_train_result *res)

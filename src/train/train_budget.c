@@ -17,24 +17,30 @@
 #include "trainer_internal.h"
 #include "vit/dist.h"
 
-/* Seconds of scoring after each epoch (one pass over the test and the
- * validation sets) at score_seconds per image. */
+/* Seconds of scoring after each epoch (one pass over the validation set,
+ * or without one over the test set) at score_seconds per image. */
 static double epoch_scoring(const vit_trainer *t)
 {
-    return (double)(t->test->count + t->val.count) * t->at.score_seconds;
+    return (double)(t->val.count > 0 ? t->val.count : t->test->count) * t->at.score_seconds;
 }
 
-/* Seconds of the final scoring as measured at the plan: the test-time
- * augmented views of the test and validation sets (tta_seconds an image,
- * all views; auto tries its candidate on the validation set, and at worst
- * scores the test set with it; the one-pass figures are the last
- * epoch's). */
-static double final_scoring(const vit_trainer *t)
+/* Seconds of the final scoring as measured at the plan: with a
+ * validation set the test set's one pass (the epochs score only the
+ * validation set), and the test-time augmented views of the test and
+ * validation sets (tta_seconds an image, all views; auto tries its
+ * candidate on the validation set, and at worst scores the test set with
+ * it; the other one-pass figures are the last epoch's). */
+static double final_tta_scoring(const vit_trainer *t)
 {
-    int tta = t->cfg.tta;
-    if (tta == VIT_TTA_NONE)
+    if (t->cfg.tta == VIT_TTA_NONE)
         return 0;
     return (double)(t->test->count + t->val.count) * t->tta_seconds;
+}
+
+static double final_scoring(const vit_trainer *t)
+{
+    double once = t->val.count > 0 ? (double)t->test->count * t->at.score_seconds : 0;
+    return once + final_tta_scoring(t);
 }
 
 /* The final scoring's cost as the run now goes: the sample's figure at
@@ -220,7 +226,8 @@ int vit_train_final_tta_fits(const vit_trainer *t)
         return 1;
     double x = 0;
     if (vit_dist_rank() == 0) { /* rank 0's clock decides for every rank */
-        double need = final_cost(t, t->pace > 0 ? slowdown(t, t->pace) : 1);
+        /* The one-pass figures are done by now: only the views remain. */
+        double need = final_tta_scoring(t) * (t->pace > 0 ? slowdown(t, t->pace) : 1);
         x = now_seconds() - t->t0 + VIT_BUDGET_FINAL_MARGIN * need <= t->o.budget_seconds;
     }
     if (vit_dist_size() > 1 && vit_dist_sum_double(&x, 1) != VIT_OK)

@@ -27,24 +27,26 @@ int vit_run_dir_set_aside(const char *dir, char *moved, size_t cap);
  * on resume (keep_epochs > 0), the rows of the metrics.csv next to the
  * checkpoint `from` for epochs up to keep_epochs; *seconds gets the
  * seconds of the last kept row (0 without).  with_val: rows end with
- * val_acc; a history that differs in that is refused (VIT_EINVAL).
+ * val_acc,val_loss (a kept row from before val_loss gets it empty); a
+ * history that differs in having them is refused (VIT_EINVAL).
  * VIT_EIO when it cannot be written. */
 int vit_metrics_open(const char *dir, const char *from, unsigned long long keep_epochs,
                      int with_val, FILE **metrics, double *seconds);
 
 /* Appends m as one row of the metrics file f (at path, for the message),
  * in one write to the file: a killed run leaves the row whole or not at
- * all.  VIT_EIO when the write fails, the file cut back to end with the
- * row before. */
+ * all; a NaN test figure (not scored) is an empty field.  VIT_EIO when the
+ * write fails, the file cut back to end with the row before. */
 int vit_metrics_append(FILE *f, const char *path, const vit_epoch_metrics *m, int with_val);
 
 /* Writes dir/final.csv whole or not at all (vit_atomic_open): the figures
  * a finished run reports, in metrics.csv's format (vit_metrics_read reads
  * it) with one row:
  *   epoch,train_loss,test_loss,test_acc,tta,ema,test_acc_one_pass,test_loss_one_pass
- * then ,val_acc,val_acc_one_pass with a validation set; test_acc, test_loss
- * and val_acc are res's own (with the run's tta and ema), train_loss the
- * last epoch's mean, tta 0 or 1 (VIT_TTA_*).  VIT_EIO when it cannot be
+ * then ,val_acc,val_acc_one_pass,best_epoch with a validation set; test_acc,
+ * test_loss and val_acc are res's own (with the run's tta and ema),
+ * train_loss the last epoch's mean, tta VIT_TTA_*, best_epoch res's (0:
+ * the last model).  VIT_EIO when it cannot be
  * written. */
 int vit_metrics_write_final(const char *dir, const vit_train_result *res, double train_loss);
 

@@ -293,6 +293,8 @@ static int setup(vit_trainer *t)
      * epoch's row (a stop inside an epoch). */
     if (rc == VIT_OK && rank == 0 && o->resume)
         vit_run_clock_read(o->resume, t->st.step, &t->prior_seconds);
+    /* A resume of a finished run trains nothing: its final.csv stays. */
+    t->complete_at_start = o->resume && t->st.epoch >= (unsigned long long)t->cfg.epochs;
     if (rc == VIT_OK && rank == 0 && !t->complete_at_start)
         vit_metrics_drop_final(o->out_dir);
     rc = vit_dist_agree(rc);
@@ -376,7 +378,6 @@ int vit_trainer_new(vit_trainer **out, const vit_config *cfg, const vit_dataset 
         .batch = c->batch, .train_count = t->train.count, .budget_seconds = o->budget_seconds};
     t->start_epoch_step = t->st.epoch_step;
     vit_train_layout(t);
-    t->complete_at_start = o->resume && t->st.epoch >= (unsigned long long)c->epochs;
     if (o->budget_seconds > 0 && !t->complete_at_start && (rc = vit_train_plan_budget(t))) {
         vit_trainer_free(t);
         return rc;

@@ -73,8 +73,9 @@ struct vit_trainer {
     double tta_seconds;       /* the final scoring's cost of one image, all
                                  its test-time augmented views */
     double score_pass;        /* seconds of the last epoch's one-pass scoring
-                                 of the test and validation sets (0: none yet) */
-    vit_eval_result last_test; /* the last epoch's one-pass test scores */
+                                 (validation, or test) (0: none yet) */
+    vit_eval_result last_test; /* the last epoch's one-pass test scores
+                                 (none with a validation set) */
     double last_val;          /* and validation accuracy (-1: none yet) */
     double last_train_loss;   /* the last epoch's mean training loss */
 };
