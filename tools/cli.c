@@ -40,6 +40,17 @@ void cli_ignore_file_size_signal(void)
 #endif
 }
 
+void cli_ignore_broken_pipe_under_mpi(void)
+{
+    if (vit_dist_size() < 2)
+        return;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_IGN;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGPIPE, &sa, NULL);
+}
+
 const char *cli_digits_path(void)
 {
     const char *env = getenv("VIT_DIGITS");

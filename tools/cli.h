@@ -34,6 +34,15 @@ int cli_duration(const char *prog, const char *flag, const char *text, double *s
  * middle of a write.  Call first thing in main() of a tool that writes files. */
 void cli_ignore_file_size_signal(void);
 
+/* Under mpirun with more than one rank: ignores SIGPIPE.  When a rank is
+ * lost, a survivor sending to it over TCP would otherwise be killed by the
+ * broken pipe at once, and mpirun, hearing of that death first, would name
+ * the survivor (rank 0, signal 13) instead of the rank that was lost; with
+ * the signal ignored the send fails, and mpirun names the lost rank when
+ * its daemon reports.  (Not for one process: `vit_train | head` should end
+ * the run when head does.)  Call after vit_dist_init. */
+void cli_ignore_broken_pipe_under_mpi(void);
+
 /* One option of a tool: its name as --help shows it (leading "--", words
  * joined by '-'), and whether it takes a value.  A tool lists its options
  * in an array ended by {NULL, 0}. */

@@ -327,6 +327,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "vit_bench_dist: %s\n", vit_last_error());
         return 1;
     }
+    cli_ignore_broken_pipe_under_mpi();
     int rc = run(argc, argv);
     if (rc == 1) {
         fprintf(stderr, "vit_bench_dist: %s\n", vit_last_error());

@@ -220,6 +220,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: %s\n", prog, vit_last_error());
         return 1;
     }
+    cli_ignore_broken_pipe_under_mpi();
     int rc = run(argc, argv);
     vit_dist_finalize();
     return rc;
