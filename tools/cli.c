@@ -29,26 +29,26 @@ int cli_fail(const char *prog, const char *what)
     return 1;
 }
 
-void cli_ignore_file_size_signal(void)
+static void ignore_signal(int sig)
 {
-#ifdef SIGXFSZ
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = SIG_IGN;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGXFSZ, &sa, NULL);
+    sigaction(sig, &sa, NULL);
+}
+
+void cli_ignore_file_size_signal(void)
+{
+#ifdef SIGXFSZ
+    ignore_signal(SIGXFSZ);
 #endif
 }
 
 void cli_ignore_broken_pipe_under_mpi(void)
 {
-    if (vit_dist_size() < 2)
-        return;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = SIG_IGN;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGPIPE, &sa, NULL);
+    if (vit_dist_size() > 1)
+        ignore_signal(SIGPIPE);
 }
 
 const char *cli_digits_path(void)
