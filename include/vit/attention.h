@@ -480,9 +480,11 @@ int vit_window_attn_forward(const vit_window_attn *w, vit_real *out, vit_real *p
  * non-NULL dbias needs bias_heads 1 or H.  Gradient buffers must not
  * overlap each other or the inputs (dq, dk, dv interleaved in one fused
  * [B, N, 3D] buffer through the ld_* strides is fine: no element is
- * shared).  Threads: over windows without dbias, over heads with a dbias
- * per head, and one thread with a dbias shared by the heads, so that its
- * sums are added in the same order whatever the thread count.
+ * shared).  Threads: over up to 16 groups of (item, head) pairs, a number
+ * that does not depend on the thread count; with a dbias each group sums
+ * into its own partial (a little scratch: groups * bias_heads * T * T
+ * reals), added to dbias in group order, so the result is the same
+ * whatever the thread count.
  * Errors: VIT_EINVAL as for the forward
  * (NULL dout, probs, q, k or v included) or a dbias with bad bias_heads;
  * VIT_ENOMEM if the scratch cannot be allocated. */

@@ -182,7 +182,9 @@ typedef struct {
     int *iwork;              /* per thread: tok[T], label[T] */
     atomic_int next_slab;
     atomic_ullong first_bad; /* task * T * T + p * T + p' of a non-finite score */
-    int per_head;            /* backward with dbias per head: tasks are heads */
+    vit_real *partial;       /* backward with dbias: [groups, dbias_heads, T, T] */
+    size_t groups;           /* backward: tasks, groups of (item, head) pairs */
+    int dbias_heads;
     int direct;              /* the products on src/kernels/pair_gemm.c's kernels */
 } wjob;
 
@@ -382,13 +384,14 @@ int vit_window_attn_forward(const vit_window_attn *w, vit_real *out, vit_real *p
  *   dV_w = P^T dO_w,  dP = dO_w V_w^T,  dS = P .* (dP - rowsum(dP .* P)),
  *   dbias += dS,  dQ_w = s dS K_w,  dK_w = s dS^T Q_w,
  * each scattered (added) to the window's tokens. */
-static void window_backward(wjob *J, size_t t, const wslab *sl)
+/* dbias: where this window adds its dS ([T, T], its head's), or NULL. */
+static void window_backward(wjob *J, size_t t, const wslab *sl, vit_real *dbias)
 {
     const vit_window_attn *w = J->w;
     const wgeo *g = &J->g;
     const int T = g->T, dk = w->d_k, dv = w->d_v;
     const wtask task = begin_task(J, t, sl);
-    const int h = task.h, ldo = w->heads * dv;
+    const int ldo = w->heads * dv;
     const vit_real *p = J->probs_in + t * T * T;
     vit_real *dout = sl->o;
     gather(dout, J->dout + task.oo, sl->tok, T, dv, ldo);
@@ -397,13 +400,13 @@ static void window_backward(wjob *J, size_t t, const wslab *sl)
         w_rows(J->direct, 1, T, dv, p, dout, sl->tmp);
         scatter(J->dv + task.ov, sl->tmp, sl->tok, T, dv, g->ldv, 1);
     }
-    if (!J->dq && !J->dk && !J->dbias) return;
+    if (!J->dq && !J->dk && !dbias) return;
     gather(sl->v, J->v + task.ov, sl->tok, T, dv, g->ldv);
     vit_real *ds = sl->s;
     w_nt(J->direct, T, dv, 1, dout, sl->v, ds);
     vit_attn_softmax_grad_rows(p, ds, T, 0, T);
-    if (J->dbias)
-        add_into(J->dbias + (w->bias_heads == 1 ? 0 : (size_t)h * T * T), ds, (size_t)T * T);
+    if (dbias)
+        add_into(dbias, ds, (size_t)T * T);
     if (!J->dq && !J->dk) return;
     /* dS scaled once, for both products (the direct kernels take no alpha). */
     scale_by(ds, J->scale, (size_t)T * T);
@@ -419,25 +422,28 @@ static void window_backward(wjob *J, size_t t, const wslab *sl)
     }
 }
 
-/* Tasks are windows, each writing only its own tokens' rows; with a dbias
- * per head they are heads (items and windows in order inside), with one
- * shared dbias a single task: the order in which dbias sums its windows is
- * then the same for every thread count. */
+/* Groups of (item, head) pairs, a fixed number whatever the thread count
+ * (WINDOW_GROUPS, fewer for fewer pairs): each group writes only its own
+ * pairs' rows of dq, dk, dv, and with a dbias sums its windows, in order,
+ * into its own partial dbias; the partials are then added to dbias in
+ * group order.  So every sum is added in the same order for every thread
+ * count, and a dbias shared by the heads (Swin's first stage has one head)
+ * no longer holds the backward to one thread. */
+enum { WINDOW_GROUPS = 16 };
+
 static void backward_tasks(void *ctx, size_t lo, size_t hi)
 {
     wjob *J = ctx;
     wslab sl = take_slab(J);
-    const size_t nW = (size_t)J->g.nW, H = (size_t)J->w->heads;
-    for (size_t t = lo; t < hi; t++) {
-        if (!J->dbias) {
-            window_backward(J, t, &sl);
-        } else if (J->per_head) {
-            for (size_t b = 0; b < (size_t)J->w->batch; b++)
-                for (size_t wi = 0; wi < nW; wi++)
-                    window_backward(J, (b * H + t) * nW + wi, &sl);
-        } else {
-            for (size_t u = 0; u < (size_t)J->w->batch * H * nW; u++)
-                window_backward(J, u, &sl);
+    const size_t nW = (size_t)J->g.nW, pairs = (size_t)J->w->batch * J->w->heads;
+    const size_t TT = (size_t)J->g.T * J->g.T, nb = (size_t)J->dbias_heads * TT;
+    for (size_t grp = lo; grp < hi; grp++) {
+        vit_real *part = J->dbias ? J->partial + grp * nb : NULL;
+        for (size_t pr = grp * pairs / J->groups; pr < (grp + 1) * pairs / J->groups; pr++) {
+            vit_real *db = part ? part + (J->dbias_heads == 1 ? 0 : (pr % J->w->heads) * TT)
+                                : NULL;
+            for (size_t wi = 0; wi < nW; wi++)
+                window_backward(J, pr * nW + wi, &sl, db);
         }
     }
 }
@@ -461,16 +467,23 @@ int vit_window_attn_backward(const vit_window_attn *w, vit_real *dq, vit_real *d
     job_init(&J, w, scale);
     J.q = q; J.k = k; J.v = v; J.dout = dout; J.probs_in = probs;
     J.dq = dq; J.dk = dk; J.dv = dv; J.dbias = dbias;
-    size_t windows = (size_t)w->batch * w->heads * J.g.nW, tasks = windows;
-    if (dbias) {
-        J.per_head = w->bias_heads == w->heads && w->heads > 1;
-        tasks = J.per_head ? (size_t)w->heads : 1;
-    }
+    size_t windows = (size_t)w->batch * w->heads * J.g.nW, pairs = (size_t)w->batch * w->heads;
+    J.groups = pairs < WINDOW_GROUPS ? pairs : WINDOW_GROUPS;
+    J.dbias_heads = w->bias_heads;
+    const size_t nb = (size_t)w->bias_heads * J.g.T * J.g.T;
+    if (dbias && !(J.partial = calloc(J.groups * nb, sizeof *J.partial)))
+        return vit_fail(VIT_ENOMEM, "%s: cannot allocate %zu partial dbias sums", fn, J.groups);
     int nt = vit_threads_for(4.0 * (double)windows * J.g.T * (double)J.g.T * (w->d_k + w->d_v));
-    if ((size_t)nt > tasks) nt = (int)tasks;
-    if ((rc = alloc_work(fn, &J, nt)) != VIT_OK) return rc;
-    vit_parallel(nt, tasks, backward_tasks, &J);
+    if ((size_t)nt > J.groups) nt = (int)J.groups;
+    if ((rc = alloc_work(fn, &J, nt)) != VIT_OK) {
+        free(J.partial);
+        return rc;
+    }
+    vit_parallel(nt, J.groups, backward_tasks, &J);
     free(J.work);
     free(J.iwork);
+    for (size_t grp = 0; dbias && grp < J.groups; grp++)
+        add_into(dbias, J.partial + grp * nb, nb);
+    free(J.partial);
     return VIT_OK;
 }
