@@ -315,7 +315,7 @@ static int case_window_attn(real_emit_fn emit, void *ctx)
     vit_real *qkv, *bias, *out, *probs, *dout, *dqkv, *dbias;
     ALLOC(qkv, nx); ALLOC(bias, nb); ALLOC(out, no); ALLOC(dout, no); ALLOC(dqkv, nx);
     ALLOC(dbias, nb);
-    ALLOC(probs, vit_window_attn_probs_size(&w));
+    ALLOC(probs, vit_window_attn_lse_size(&w));
     pc_fill(qkv, nx, 901, 1.0);
     pc_fill(bias, nb, 902, 1.0);
     pc_fill(dout, no, 903, 1.0);

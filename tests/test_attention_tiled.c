@@ -550,8 +550,8 @@ static void wcase_init(wcase *c, vit_window_attn w, int with_bias, uint64_t seed
     c->nq = w.batch * N * w.heads * w.d_k;
     c->nv = w.batch * N * w.heads * w.d_v;
     c->nb = (size_t)w.bias_heads * T * T;
-    c->np = vit_window_attn_probs_size(&w);
-    ck_assert_uint_eq(c->np, w.batch * w.heads * N * T);
+    c->np = vit_window_attn_lse_size(&w);
+    ck_assert_uint_eq(c->np, w.batch * w.heads * N);
     c->q = gc_zeros(c->nq);
     c->k = gc_zeros(c->nq);
     c->v = gc_zeros(c->nv);
@@ -576,8 +576,8 @@ static void wcase_free(wcase *c)
 }
 
 /* Windowed attention against vit_sdpa with the vit_mask_window mask and the
- * window bias spread over [H, N, N]: out, probs (window rows against the
- * full maps), dq, dk, dv and dbias (the full dbias summed over windows). */
+ * window bias spread over [H, N, N]: out, lse (window rows against the
+ * tiled core's), dq, dk, dv and dbias (the full dbias summed over windows). */
 static void compare_window(const char *tag, vit_window_attn w, int with_bias, uint64_t seed)
 {
     wcase c;
@@ -614,26 +614,27 @@ static void compare_window(const char *tag, vit_window_attn w, int with_bias, ui
 
     double eo = gc_max_abs_diff(c.out, ref_out, c.nv);
     ck_assert_msg(eo <= 1e-12, "%s: out differs by %g", tag, eo);
-    /* Window probs are the full map's entries at the window's token pairs,
-     * and the full map is zero outside the windows (checked by its sum). */
+    /* Each window row's log-sum-exp is the full masked row's (the tiled
+     * core's lse), and the full map is zero outside the windows (a window
+     * row of it sums to 1). */
+    vit_real *ref_lse = gc_zeros((size_t)B * H * N), *out2 = gc_zeros(c.nv);
+    ck_assert_int_eq(vit_sdpa_tiled_forward(&a, out2, ref_lse, c.q, c.k, c.v, NULL), VIT_OK);
     double ep = 0.0;
     for (int bhx = 0; bhx < B * H; bhx++)
         for (int wi = 0; wi < nW; wi++)
             for (int p = 0; p < T; p++) {
-                double row = 0.0, full_row = 0.0;
+                double row = 0.0;
                 int t = win_token(&w, wi, p);
-                for (int u = 0; u < T; u++) {
-                    vit_real x = c.probs[(((size_t)bhx * nW + wi) * T + p) * T + u];
-                    vit_real y = ref_probs[((size_t)bhx * N + t) * N + win_token(&w, wi, u)];
-                    ep = fmax(ep, fabs(x - y));
-                    row += x;
-                }
-                for (int u = 0; u < N; u++) full_row += ref_probs[((size_t)bhx * N + t) * N + u];
-                ck_assert_msg(fabs(row - 1.0) <= 1e-12 && fabs(full_row - 1.0) <= 1e-12,
-                              "%s: row sums %g, %g", tag, row, full_row);
+                for (int u = 0; u < T; u++)
+                    row += ref_probs[((size_t)bhx * N + t) * N + win_token(&w, wi, u)];
+                vit_real x = c.probs[((size_t)bhx * nW + wi) * T + p];
+                ep = fmax(ep, fabs(x - ref_lse[(size_t)bhx * N + t]));
+                ck_assert_msg(fabs(row - 1.0) <= 1e-12, "%s: window row sum %g", tag, row);
             }
-    ck_assert_msg(ep <= 1e-12, "%s: probs differ by %g", tag, ep);
-    printf("window %-24s out %.1e probs %.1e", tag, eo, ep);
+    ck_assert_msg(ep <= 1e-12, "%s: lse differs by %g", tag, ep);
+    free(ref_lse);
+    free(out2);
+    printf("window %-24s out %.1e lse %.1e", tag, eo, ep);
     for (int u = 0; u < 3; u++) {
         size_t n = u < 2 ? c.nq : c.nv;
         double d = gc_max_abs_diff(g[u], rg[u], n);
@@ -805,7 +806,7 @@ START_TEST(test_bad_input)
     vit_window_attn w = win_shape(1, 2, 4, 4, 2, 1, 2, 2);
     vit_real *p = buf + 2100;
     EXPECT_EINVAL(vit_window_attn_forward(NULL, out, p, q, k, v), "w is NULL");
-    EXPECT_EINVAL(vit_window_attn_forward(&w, out, NULL, q, k, v), "probs");
+    EXPECT_EINVAL(vit_window_attn_forward(&w, out, NULL, q, k, v), "lse");
     EXPECT_EINVAL(vit_window_attn_forward(&w, out, p, q, k, NULL), "v is NULL");
     EXPECT_EINVAL(vit_window_attn_forward(&w, v, p, q, k, v), "alias");
     EXPECT_EINVAL(vit_window_attn_backward(&w, q, k, v, NULL, NULL, p, q, k, v), "dout");
@@ -817,7 +818,7 @@ START_TEST(test_bad_input)
     vit_window_attn e = w;
     e.grid_w = 5;
     EXPECT_EINVAL(vit_window_attn_forward(&e, out, p, q, k, v), "multiple");
-    ck_assert_uint_eq(vit_window_attn_probs_size(&e), 0);
+    ck_assert_uint_eq(vit_window_attn_lse_size(&e), 0);
     ck_assert_ptr_nonnull(strstr(vit_last_error(), "multiple"));
     e = w;
     e.shift = 2;
@@ -847,7 +848,7 @@ START_TEST(test_bad_input)
     e = w;
     e.ld_v = -4;
     EXPECT_EINVAL(vit_window_attn_backward(&e, q, k, v, NULL, out, p, q, k, v), "ld_v");
-    ck_assert_uint_eq(vit_window_attn_probs_size(NULL), 0);
+    ck_assert_uint_eq(vit_window_attn_lse_size(NULL), 0);
 }
 END_TEST
 

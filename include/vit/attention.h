@@ -429,8 +429,10 @@ int vit_sdpa_tiled_backward_scale(const vit_sdpa *a, vit_real *dq, vit_real *dk,
  * shifted frame: position (py, px) of window (wy, wx) is the token at
  * original row (wy*M + py + shift) mod grid_h, column
  * (wx*M + px + shift) mod grid_w.
- *   probs [B, H, nW, T, T]   row p of a window: that token's weights over
- *                            the window's T tokens (0 across regions)
+ *   lse   [B, H, nW, T]      position p of a window: the log-sum-exp of
+ *                            its scores over the window's T tokens (those
+ *                            of its region), all the backward needs to
+ *                            remake the weights from q, k and the bias
  *   bias  [bias_heads, T, T] additive bias by position pair, shared by all
  *                            windows and items (Swin's relative position
  *                            bias after its table lookup); bias_heads 1 or
@@ -458,12 +460,13 @@ typedef struct vit_window_attn {
     int ld_q, ld_k, ld_v;
 } vit_window_attn;
 
-/* Reals of probs: B * H * N * M^2 (0, with a message, for an invalid
- * shape). */
-size_t vit_window_attn_probs_size(const vit_window_attn *w);
+/* Reals of lse: B * H * N, one per query row (0, with a message, for an
+ * invalid shape).  (Until 0.3.0 the forward kept the weights themselves,
+ * B * H * N * M^2 reals, from vit_window_attn_probs_size.) */
+size_t vit_window_attn_lse_size(const vit_window_attn *w);
 
-/* Forward.  Writes (overwrites) out [B, N, H*d_v] and probs
- * [B, H, nW, T, T] from q, k, v.  out must not alias q, k, v or probs.
+/* Forward.  Writes (overwrites) out [B, N, H*d_v] and lse [B, H, nW, T]
+ * from q, k, v.  out must not alias q, k, v or lse.
  * Allocates and frees a little scratch (a few windows' worth per thread).
  * Runs on the library's threads over (item, head, window).
  * Errors: VIT_EINVAL for a NULL w or buffer, a size < 1, a grid not a
@@ -474,8 +477,10 @@ size_t vit_window_attn_probs_size(const vit_window_attn *w);
 int vit_window_attn_forward(const vit_window_attn *w, vit_real *out, vit_real *probs,
                             const vit_real *q, const vit_real *k, const vit_real *v);
 
-/* Backward.  From dout [B, N, H*d_v] and the forward's probs, q, k, v,
- * accumulates (+=) dq, dk (layout of q), dv (layout of v) and dbias
+/* Backward.  From dout [B, N, H*d_v] and the forward's lse, q, k, v and
+ * the same *w (its bias included: the weights are remade per window as
+ * exp(s q.k + bias - lse), one product of the size of Q K^T more than
+ * keeping them would cost), accumulates (+=) dq, dk (layout of q), dv (layout of v) and dbias
  * [bias_heads, T, T] (summed over items and windows); any may be NULL; a
  * non-NULL dbias needs bias_heads 1 or H.  Gradient buffers must not
  * overlap each other or the inputs (dq, dk, dv interleaved in one fused
@@ -486,11 +491,11 @@ int vit_window_attn_forward(const vit_window_attn *w, vit_real *out, vit_real *p
  * reals), added to dbias in group order, so the result is the same
  * whatever the thread count.
  * Errors: VIT_EINVAL as for the forward
- * (NULL dout, probs, q, k or v included) or a dbias with bad bias_heads;
+ * (NULL dout, lse, q, k or v included) or a dbias with bad bias_heads;
  * VIT_ENOMEM if the scratch cannot be allocated. */
 int vit_window_attn_backward(const vit_window_attn *w, vit_real *dq, vit_real *dk,
                              vit_real *dv, vit_real *dbias, const vit_real *dout,
-                             const vit_real *probs, const vit_real *q, const vit_real *k,
+                             const vit_real *lse, const vit_real *q, const vit_real *k,
                              const vit_real *v);
 
 VIT_END_DECLS

@@ -25,7 +25,7 @@
 
 /* Derived sizes: N tokens, T = M*M tokens per window, windows per axis,
  * leading dimensions, and the reals of one thread's scratch:
- * q, k [T, d_k], v, o [T, d_v], tmp [T, max(d_k, d_v)], s [T, T]. */
+ * q, k [T, d_k], v, o [T, d_v], tmp [T, max(d_k, d_v)], s, p [T, T]. */
 typedef struct {
     int N, T, nwy, nwx, nW, ldq, ldk, ldv, dmax;
     size_t slab;
@@ -43,7 +43,7 @@ static wgeo wgeometry(const vit_window_attn *w)
     g.ldk = w->ld_k ? w->ld_k : w->heads * w->d_k;
     g.ldv = w->ld_v ? w->ld_v : w->heads * w->d_v;
     g.dmax = w->d_k > w->d_v ? w->d_k : w->d_v;
-    g.slab = (size_t)g.T * (2 * (size_t)w->d_k + 2 * (size_t)w->d_v + g.dmax + g.T);
+    g.slab = (size_t)g.T * (2 * (size_t)w->d_k + 2 * (size_t)w->d_v + g.dmax + 2 * (size_t)g.T);
     return g;
 }
 
@@ -92,11 +92,11 @@ static int window_check(const char *fn, const vit_window_attn *w, vit_real *scal
     return VIT_OK;
 }
 
-size_t vit_window_attn_probs_size(const vit_window_attn *w)
+size_t vit_window_attn_lse_size(const vit_window_attn *w)
 {
     vit_real scale;
-    if (window_check("vit_window_attn_probs_size", w, &scale) != VIT_OK) return 0;
-    return (size_t)w->batch * w->heads * (size_t)w->grid_h * w->grid_w * w->window * w->window;
+    if (window_check("vit_window_attn_lse_size", w, &scale) != VIT_OK) return 0;
+    return (size_t)w->batch * w->heads * (size_t)w->grid_h * w->grid_w;
 }
 
 /* ---- Windows -------------------------------------------------------------- */
@@ -170,14 +170,57 @@ static void scale_by(vit_real *y, vit_real s, size_t n)
     for (size_t e = 0; e < n; e++) y[e] *= s;
 }
 
+/* In place: the rows of s [T, T] (scores, -inf where masked; the diagonal
+ * is never masked) -> their softmax, with lse[i] = log sum_j exp(s_ij),
+ * the row's log-sum-exp, which is all the backward needs to remake them. */
+FM_CLONES
+static void softmax_lse(vit_real *s, int T, vit_real *lse)
+{
+    for (int i = 0; i < T; i++) {
+        vit_real *r = s + (size_t)i * T, mx = r[0];
+#pragma omp simd reduction(max : mx)
+        for (int j = 1; j < T; j++)
+            mx = r[j] > mx ? r[j] : mx;
+        double sum = 0;
+        for (int j = 0; j < T; j++) {
+#ifdef VIT_DOUBLE
+            r[j] = exp(r[j] - mx);
+#else
+            r[j] = fm_select(r[j] == -INFINITY, 0.0f, fm_exp_nonpos(r[j] - mx));
+#endif
+            sum += r[j];
+        }
+        const vit_real inv = (vit_real)(1.0 / sum); /* sum >= 1: the max gives exp(0) */
+        for (int j = 0; j < T; j++) r[j] *= inv;
+        lse[i] = mx + (vit_real)log(sum);
+    }
+}
+
+/* In place: the rows of s [T, T] -> exp(s_ij - lse[i]), the forward's
+ * weights remade (lse is at least the row's max: every exponent <= 0). */
+FM_CLONES
+static void probs_from_lse(vit_real *s, int T, const vit_real *lse)
+{
+    for (int i = 0; i < T; i++) {
+        vit_real *r = s + (size_t)i * T;
+        const vit_real l = lse[i];
+        for (int j = 0; j < T; j++)
+#ifdef VIT_DOUBLE
+            r[j] = exp(r[j] - l);
+#else
+            r[j] = fm_select(r[j] == -INFINITY, 0.0f, fm_exp_nonpos(r[j] - l));
+#endif
+    }
+}
+
 /* ---- Jobs ------------------------------------------------------------------ */
 
 typedef struct {
     const vit_window_attn *w;
     wgeo g;
     vit_real scale;
-    const vit_real *q, *k, *v, *dout, *probs_in;
-    vit_real *out, *probs, *dq, *dk, *dv, *dbias;
+    const vit_real *q, *k, *v, *dout, *lse_in;
+    vit_real *out, *lse, *dq, *dk, *dv, *dbias;
     vit_real *work;
     int *iwork;              /* per thread: tok[T], label[T] */
     atomic_int next_slab;
@@ -189,7 +232,7 @@ typedef struct {
 } wjob;
 
 typedef struct {
-    vit_real *q, *k, *v, *o, *tmp, *s;
+    vit_real *q, *k, *v, *o, *tmp, *s, *p;
     int *tok, *label;
 } wslab;
 
@@ -204,6 +247,7 @@ static wslab take_slab(wjob *J)
     s.o = s.v + (size_t)T * J->w->d_v;
     s.tmp = s.o + (size_t)T * J->w->d_v;
     s.s = s.tmp + (size_t)T * J->g.dmax;
+    s.p = s.s + (size_t)T * T;
     s.tok = J->iwork + (size_t)i * 2 * T;
     s.label = s.tok + T;
     return s;
@@ -268,38 +312,49 @@ static void w_rows(int direct, int ta, int T, int d, const vit_real *A, const vi
                  B, d, 0, C, d);
 }
 
-/* One window of one (item, head): S = s Q_w K_w^T + bias, region mask,
- * softmax into probs, O_w = P V_w scattered to out.  Returns 1 after
- * recording a non-finite score. */
+/* The window's scores into p [T, T]: S = s Q_w K_w^T + bias, -inf across
+ * regions (q and k already gathered into the slab).  Returns the index of
+ * the first non-finite score before the mask, or -1. */
+static long window_scores(const wjob *J, const wtask *task, const wslab *sl, vit_real *p)
+{
+    const vit_window_attn *w = J->w;
+    const int T = J->g.T;
+    w_nt(J->direct, T, w->d_k, J->scale, sl->q, sl->k, p);
+    const vit_real *bb = !w->bias ? NULL
+                       : w->bias + (w->bias_heads == 1 ? 0 : (size_t)task->h * T * T);
+    long bad = vit_attn_add_bias_check(p, bb, (size_t)T * T);
+    /* The region mask, in windows that hold tokens from opposite borders;
+     * the diagonal is always allowed, so no row is empty. */
+    if (bad < 0 && task->regions)
+        for (int i = 0; i < T; i++) {
+            vit_real *pi = p + (size_t)i * T;
+            const int li = sl->label[i];
+            for (int j = 0; j < T; j++) pi[j] = sl->label[j] == li ? pi[j] : -INFINITY;
+        }
+    return bad;
+}
+
+/* One window of one (item, head): its scores, their softmax (the rows'
+ * log-sum-exp kept in lse), O_w = P V_w scattered to out.  Returns 1
+ * after recording a non-finite score. */
 static int window_forward(wjob *J, size_t t, const wslab *sl)
 {
     const vit_window_attn *w = J->w;
     const wgeo *g = &J->g;
     const int T = g->T, dk = w->d_k, dv = w->d_v;
     const wtask task = begin_task(J, t, sl);
-    const int h = task.h, ldo = w->heads * dv;
+    const int ldo = w->heads * dv;
     gather(sl->q, J->q + task.oq, sl->tok, T, dk, g->ldq);
     gather(sl->k, J->k + task.ok, sl->tok, T, dk, g->ldk);
     gather(sl->v, J->v + task.ov, sl->tok, T, dv, g->ldv);
 
-    vit_real *p = J->probs + t * T * T;
-    w_nt(J->direct, T, dk, J->scale, sl->q, sl->k, p);
-    const vit_real *bb = !w->bias ? NULL
-                       : w->bias + (w->bias_heads == 1 ? 0 : (size_t)h * T * T);
-    long bad = vit_attn_add_bias_check(p, bb, (size_t)T * T);
+    vit_real *p = sl->p;
+    long bad = window_scores(J, &task, sl, p);
     if (bad >= 0) {
         vit_atomic_min(&J->first_bad, (unsigned long long)t * T * T + (unsigned long long)bad);
         return 1;
     }
-    /* The region mask, in windows that hold tokens from opposite borders;
-     * the diagonal is always allowed, so no row is empty. */
-    if (task.regions)
-        for (int i = 0; i < T; i++) {
-            vit_real *pi = p + (size_t)i * T;
-            const int li = sl->label[i];
-            for (int j = 0; j < T; j++) pi[j] = sl->label[j] == li ? pi[j] : -INFINITY;
-        }
-    vit_attn_softmax_block(p, T, T);
+    softmax_lse(p, T, J->lse + t * T);
     w_rows(J->direct, 0, T, dv, p, sl->v, sl->o);
     scatter(J->out + task.oo, sl->o, sl->tok, T, dv, ldo, 0);
     return 0;
@@ -338,19 +393,19 @@ static void job_init(wjob *J, const vit_window_attn *w, vit_real scale)
 }
 
 /* q, k [B, N, H*d_k], v [B, N, H*d_v] (rows ld_q, ld_k, ld_v apart) ->
- * out [B, N, H*d_v] (dense), probs [B, H, nW, T, T]. */
-int vit_window_attn_forward(const vit_window_attn *w, vit_real *out, vit_real *probs,
+ * out [B, N, H*d_v] (dense), lse [B, H, nW, T]. */
+int vit_window_attn_forward(const vit_window_attn *w, vit_real *out, vit_real *lse,
                             const vit_real *q, const vit_real *k, const vit_real *v)
 {
     static const char fn[] = "vit_window_attn_forward";
     vit_real scale = 0;
     int rc;
     if ((rc = window_check(fn, w, &scale)) != VIT_OK) return rc;
-    if ((rc = vit_attn_check_forward(fn, out, probs, "probs", q, k, v)) != VIT_OK) return rc;
+    if ((rc = vit_attn_check_forward(fn, out, lse, "lse", q, k, v)) != VIT_OK) return rc;
 
     wjob J;
     job_init(&J, w, scale);
-    J.q = q; J.k = k; J.v = v; J.out = out; J.probs = probs;
+    J.q = q; J.k = k; J.v = v; J.out = out; J.lse = lse;
     size_t tasks = (size_t)w->batch * w->heads * J.g.nW;
     int nt = vit_threads_for(2.0 * (double)tasks * J.g.T * (double)J.g.T * (w->d_k + w->d_v));
     if ((size_t)nt > tasks) nt = (int)tasks;
@@ -380,7 +435,7 @@ int vit_window_attn_forward(const vit_window_attn *w, vit_real *out, vit_real *p
 
 /* ---- Backward -------------------------------------------------------------- */
 
-/* One window: with P from the forward,
+/* One window: with P remade from the scores and the forward's lse,
  *   dV_w = P^T dO_w,  dP = dO_w V_w^T,  dS = P .* (dP - rowsum(dP .* P)),
  *   dbias += dS,  dQ_w = s dS K_w,  dK_w = s dS^T Q_w,
  * each scattered (added) to the window's tokens. */
@@ -392,7 +447,11 @@ static void window_backward(wjob *J, size_t t, const wslab *sl, vit_real *dbias)
     const int T = g->T, dk = w->d_k, dv = w->d_v;
     const wtask task = begin_task(J, t, sl);
     const int ldo = w->heads * dv;
-    const vit_real *p = J->probs_in + t * T * T;
+    gather(sl->q, J->q + task.oq, sl->tok, T, dk, g->ldq);
+    gather(sl->k, J->k + task.ok, sl->tok, T, dk, g->ldk);
+    vit_real *p = sl->p;
+    window_scores(J, &task, sl, p); /* finite: the forward checked them */
+    probs_from_lse(p, T, J->lse_in + t * T);
     vit_real *dout = sl->o;
     gather(dout, J->dout + task.oo, sl->tok, T, dv, ldo);
 
@@ -411,12 +470,10 @@ static void window_backward(wjob *J, size_t t, const wslab *sl, vit_real *dbias)
     /* dS scaled once, for both products (the direct kernels take no alpha). */
     scale_by(ds, J->scale, (size_t)T * T);
     if (J->dq) {
-        gather(sl->k, J->k + task.ok, sl->tok, T, dk, g->ldk);
         w_rows(J->direct, 0, T, dk, ds, sl->k, sl->tmp);
         scatter(J->dq + task.oq, sl->tmp, sl->tok, T, dk, g->ldq, 1);
     }
     if (J->dk) {
-        gather(sl->q, J->q + task.oq, sl->tok, T, dk, g->ldq);
         w_rows(J->direct, 1, T, dk, ds, sl->q, sl->tmp);
         scatter(J->dk + task.ok, sl->tmp, sl->tok, T, dk, g->ldk, 1);
     }
@@ -450,7 +507,7 @@ static void backward_tasks(void *ctx, size_t lo, size_t hi)
 
 int vit_window_attn_backward(const vit_window_attn *w, vit_real *dq, vit_real *dk,
                              vit_real *dv, vit_real *dbias, const vit_real *dout,
-                             const vit_real *probs, const vit_real *q, const vit_real *k,
+                             const vit_real *lse, const vit_real *q, const vit_real *k,
                              const vit_real *v)
 {
     static const char fn[] = "vit_window_attn_backward";
@@ -458,14 +515,14 @@ int vit_window_attn_backward(const vit_window_attn *w, vit_real *dq, vit_real *d
     int rc;
     if ((rc = window_check(fn, w, &scale)) != VIT_OK) return rc;
     if ((rc = vit_check_ptr(fn, "dout", dout)) != VIT_OK) return rc;
-    if ((rc = vit_check_ptr(fn, "probs", probs)) != VIT_OK) return rc;
+    if ((rc = vit_check_ptr(fn, "lse", lse)) != VIT_OK) return rc;
     if ((rc = vit_attn_check_qkv(fn, q, k, v)) != VIT_OK) return rc;
     if ((rc = vit_attn_check_dbias(fn, dbias, w->bias_heads, w->heads)) != VIT_OK) return rc;
     if (!dq && !dk && !dv && !dbias) return VIT_OK;
 
     wjob J;
     job_init(&J, w, scale);
-    J.q = q; J.k = k; J.v = v; J.dout = dout; J.probs_in = probs;
+    J.q = q; J.k = k; J.v = v; J.dout = dout; J.lse_in = lse;
     J.dq = dq; J.dk = dk; J.dv = dv; J.dbias = dbias;
     size_t windows = (size_t)w->batch * w->heads * J.g.nW, pairs = (size_t)w->batch * w->heads;
     J.groups = pairs < WINDOW_GROUPS ? pairs : WINDOW_GROUPS;

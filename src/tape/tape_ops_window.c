@@ -13,11 +13,13 @@
 #include "tape_internal.h"
 #include "vit/attention.h"
 
-/* What the backward keeps: the kernel's shape (bias pointer unused there)
- * and the forward's maps [B, H, nW, T, T]. */
+/* What the backward keeps: the kernel's shape (its bias pointer is taken
+ * from the tape again) and the forward's row log-sum-exps [B, H, nW, T]:
+ * the weights are remade in the backward, so the op keeps one value per
+ * token and head, not M^2. */
 typedef struct window_ctx {
     vit_window_attn w;
-    vit_real *probs;
+    vit_real *lse;
 } window_ctx;
 
 /* in: qkv, bias (NULL when absent).  dQ, dK, dV accumulate into qkv's
@@ -29,14 +31,20 @@ static int back_window(vit_tape *t, const vit_op_rec *r)
     vit_real *dbias = r->in[1] ? vit_tape_grad_acc(t, r->in[1]) : NULL;
     if (vit_tape_status(t))
         return vit_tape_status(t);
-    void *lease;
+    void *lease, *lease_bias = NULL;
     const vit_real *qkv = vit_tape_values(t, r->in[0], &lease);
     if (!qkv)
         return vit_tape_status(t);
+    vit_window_attn w = c->w;
+    if (r->in[1] && !(w.bias = vit_tape_values(t, r->in[1], &lease_bias))) {
+        vit_tape_lease_end(lease);
+        return vit_tape_status(t);
+    }
     const size_t D = (size_t)c->w.heads * c->w.d_k;
-    int rc = vit_window_attn_backward(&c->w, dqkv, dqkv ? dqkv + D : NULL,
-                                      dqkv ? dqkv + 2 * D : NULL, dbias, r->out->grad, c->probs,
+    int rc = vit_window_attn_backward(&w, dqkv, dqkv ? dqkv + D : NULL,
+                                      dqkv ? dqkv + 2 * D : NULL, dbias, r->out->grad, c->lse,
                                       qkv, qkv + D, qkv + 2 * D);
+    vit_tape_lease_end(lease_bias);
     vit_tape_lease_end(lease);
     return rc;
 }
@@ -80,17 +88,17 @@ vit_tensor *vit_op_window_attn(vit_tape *t, vit_tensor *qkv, vit_tensor *bias,
                          .d_k = D / H, .d_v = D / H, .scale = opts->scale,
                          .bias = bias ? bias->data : NULL, .bias_heads = bias ? bias->shape[0] : 0,
                          .ld_q = D3, .ld_k = D3, .ld_v = D3};
-    size_t np = vit_window_attn_probs_size(&w); /* also checks the window's rules */
+    size_t np = vit_window_attn_lse_size(&w); /* also checks the window's rules */
     if (np == 0)
         return vit_tape_error(t, VIT_EINVAL);
     vit_tensor *y = vit_tape_output(t, 3, (int[]){w.batch, N, D}, vit_tape_wants_grad(t, 2, in));
     if (!y)
         return NULL;
     window_ctx c = {w, vit_tape_saved(t, np)};
-    if (!c.probs)
+    if (!c.lse)
         return NULL;
-    c.w.bias = NULL; /* the backward needs only the maps */
-    int rc = vit_window_attn_forward(&w, y->data, c.probs, qkv->data, qkv->data + D,
+    c.w.bias = NULL; /* the backward takes it from the tape */
+    int rc = vit_window_attn_forward(&w, y->data, c.lse, qkv->data, qkv->data + D,
                                      qkv->data + 2 * D);
     return vit_tape_record(t, &window_def, rc, y, 2, in, &c, sizeof c);
 }
