@@ -170,9 +170,23 @@ static void scale_by(vit_real *y, vit_real s, size_t n)
     for (size_t e = 0; e < n; e++) y[e] *= s;
 }
 
+/* r[n] -> exp(r[n] - shift) in place, where every r[j] - shift is <= 0
+ * or -inf (across regions: 0). */
+FM_CLONES
+static void exp_shifted(vit_real *r, int n, vit_real shift)
+{
+    for (int j = 0; j < n; j++)
+#ifdef VIT_DOUBLE
+        r[j] = exp(r[j] - shift);
+#else
+        r[j] = fm_select(r[j] == -INFINITY, 0.0f, fm_exp_nonpos(r[j] - shift));
+#endif
+}
+
 /* In place: the rows of s [T, T] (scores, -inf where masked; the diagonal
  * is never masked) -> their softmax, with lse[i] = log sum_j exp(s_ij),
- * the row's log-sum-exp, which is all the backward needs to remake them. */
+ * the row's log-sum-exp, which is all the backward needs to remake them.
+ * Separate passes (max, exp, sum, scale), so that each vectorises. */
 FM_CLONES
 static void softmax_lse(vit_real *s, int T, vit_real *lse)
 {
@@ -181,35 +195,14 @@ static void softmax_lse(vit_real *s, int T, vit_real *lse)
 #pragma omp simd reduction(max : mx)
         for (int j = 1; j < T; j++)
             mx = r[j] > mx ? r[j] : mx;
+        exp_shifted(r, T, mx);
         double sum = 0;
-        for (int j = 0; j < T; j++) {
-#ifdef VIT_DOUBLE
-            r[j] = exp(r[j] - mx);
-#else
-            r[j] = fm_select(r[j] == -INFINITY, 0.0f, fm_exp_nonpos(r[j] - mx));
-#endif
+#pragma omp simd reduction(+ : sum)
+        for (int j = 0; j < T; j++)
             sum += r[j];
-        }
         const vit_real inv = (vit_real)(1.0 / sum); /* sum >= 1: the max gives exp(0) */
         for (int j = 0; j < T; j++) r[j] *= inv;
         lse[i] = mx + (vit_real)log(sum);
-    }
-}
-
-/* In place: the rows of s [T, T] -> exp(s_ij - lse[i]), the forward's
- * weights remade (lse is at least the row's max: every exponent <= 0). */
-FM_CLONES
-static void probs_from_lse(vit_real *s, int T, const vit_real *lse)
-{
-    for (int i = 0; i < T; i++) {
-        vit_real *r = s + (size_t)i * T;
-        const vit_real l = lse[i];
-        for (int j = 0; j < T; j++)
-#ifdef VIT_DOUBLE
-            r[j] = exp(r[j] - l);
-#else
-            r[j] = fm_select(r[j] == -INFINITY, 0.0f, fm_exp_nonpos(r[j] - l));
-#endif
     }
 }
 
@@ -451,7 +444,9 @@ static void window_backward(wjob *J, size_t t, const wslab *sl, vit_real *dbias)
     gather(sl->k, J->k + task.ok, sl->tok, T, dk, g->ldk);
     vit_real *p = sl->p;
     window_scores(J, &task, sl, p); /* finite: the forward checked them */
-    probs_from_lse(p, T, J->lse_in + t * T);
+    /* the weights remade: exp(S - lse) row by row (lse >= the row's max) */
+    for (int i = 0; i < T; i++)
+        exp_shifted(p + (size_t)i * T, T, J->lse_in[t * T + i]);
     vit_real *dout = sl->o;
     gather(dout, J->dout + task.oo, sl->tok, T, dv, ldo);
 

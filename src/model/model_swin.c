@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "arch_internal.h"
+#include "tape_internal.h"
 #include "error.h"
 #include "vit/arch.h"
 #include "vit/attention.h"
@@ -364,15 +365,16 @@ static vit_tensor *run(const swin *m, vit_tape *tape, leaf_fn leaf, const void *
             const int *ix = m->blocks[b];
             const vit_real *d_attn = drop ? drop + (size_t)2 * b * stride : NULL;
             const vit_real *d_mlp = drop ? drop + (size_t)(2 * b + 1) * stride : NULL;
-            vit_tensor *h = vit_op_layernorm(tape, x, L(ix[B_LN1_G]), L(ix[B_LN1_B]), SWIN_LN_EPS);
-            vit_tensor *qkv = vit_op_linear(tape, h, L(ix[B_QKV_W]), L(ix[B_QKV_B]));
+            /* The layer norms' outputs feed only their linears: not kept. */
+            vit_tensor *qkv = vit_tape_ln_linear(tape, x, L(ix[B_LN1_G]), L(ix[B_LN1_B]),
+                                                 SWIN_LN_EPS, L(ix[B_QKV_W]), L(ix[B_QKV_B]), 0);
             vit_tensor *bias = vit_op_relpos_bias(tape, L(ix[B_REL]), c->window);
             vit_window_opts wo = {.heads = H, .grid_h = gh, .grid_w = gw, .window = c->window,
                                   .shift = shift_of(c, s, j)};
             vit_tensor *a = vit_op_window_attn(tape, qkv, bias, &wo);
             x = residual(tape, a, L(ix[B_PROJ_W]), L(ix[B_PROJ_B]), x, d_attn);
-            h = vit_op_layernorm(tape, x, L(ix[B_LN2_G]), L(ix[B_LN2_B]), SWIN_LN_EPS);
-            h = vit_op_linear_gelu(tape, h, L(ix[B_FC1_W]), L(ix[B_FC1_B]));
+            vit_tensor *h = vit_tape_ln_linear(tape, x, L(ix[B_LN2_G]), L(ix[B_LN2_B]),
+                                               SWIN_LN_EPS, L(ix[B_FC1_W]), L(ix[B_FC1_B]), 1);
             x = residual(tape, h, L(ix[B_FC2_W]), L(ix[B_FC2_B]), x, d_mlp);
         }
         if (s + 1 < c->stages) {

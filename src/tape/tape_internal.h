@@ -240,6 +240,15 @@ vit_tensor *vit_tape_mha_bias_kept(vit_tape *t, const vit_mha *cfg, vit_tensor *
 vit_tensor *vit_tape_linear_gelu_kept(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_tensor *b,
                                       int keep);
 
+/* y = LN(x) W + b, or GELU(LN(x) W + b) with gelu nonzero (b may be
+ * NULL): vit_op_layernorm then vit_op_linear or vit_op_linear_gelu, with
+ * the same gradients, but the layer norm's output [n, in] is not kept: the
+ * backward remakes it from x (which must keep its float values) and the
+ * row statistics.  Without a record or in mixed precision it is those two
+ * ops.  Errors as theirs, named "vit_tape_ln_linear". */
+vit_tensor *vit_tape_ln_linear(vit_tape *t, vit_tensor *x, vit_tensor *gamma, vit_tensor *beta,
+                               vit_real eps, vit_tensor *W, vit_tensor *b, int gelu);
+
 /* y [n, m] = r [n, m] + b [m] row by row (b NULL: a copy of r); the start
  * of vit_op_linear_add's forward and of the MLP's, before their product
  * adds onto y.  No argument checks. */

@@ -1,10 +1,12 @@
 /*
  * Tape ops of the linear layers: vit_op_linear, vit_op_linear_add (a
- * linear added onto the residual stream) and vit_op_linear_gelu (the MLP's
- * first layer with its bias and GELU), each forward beside its backward.
+ * linear added onto the residual stream), vit_op_linear_gelu (the MLP's
+ * first layer with its bias and GELU) and vit_tape_ln_linear (either after
+ * a layer norm whose output is not kept), each forward beside its backward.
  * Shapes: x [n, in] (leading dimensions flattened into rows), W [in, out],
  * b [out], y [n, out].
  */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -15,6 +17,7 @@
 #include "tape_internal.h"
 #include "threads.h"
 #include "vit/bf16.h"
+#include "vit/layernorm.h"
 #include "vit/linear.h"
 
 /* The check the three ops share, recorded under fn's name: W 2-D with x's
@@ -261,4 +264,105 @@ vit_tensor *vit_tape_linear_gelu_kept(vit_tape *t, vit_tensor *x, vit_tensor *W,
     c.dgelu = u;
     vit_bias_gelu_forward(y->data, u, b ? b->data : NULL, n, m);
     return vit_tape_record(t, &linear_gelu_def, VIT_OK, y, 3, in, &c, sizeof c);
+}
+
+/* ---- y = act(LN(x) W + b), the layer norm's output not kept ------------- */
+
+/* What the backward keeps: the layer norm's row statistics, its eps, and
+ * with GELU the derivative of the pre-activation (as vit_op_linear_gelu's).
+ * The normalised rows h [n, in] are remade from x in the backward: an
+ * elementwise pass where keeping them costs in reals per row (Swin's two
+ * layer norms a block feed only their linears). */
+typedef struct ln_linear_ctx {
+    vit_real *mean, *rstd, *dgelu;
+    vit_real eps;
+} ln_linear_ctx;
+
+/* in: x, gamma, beta, W, b (or NULL).  du = dy (or dy GELU'(u)), db +=
+ * its column sums; h remade; dW += h^T du; dh = du W^T; then the layer
+ * norm's backward from dh into dx, dgamma, dbeta. */
+static int back_ln_linear(vit_tape *t, const vit_op_rec *r)
+{
+    const ln_linear_ctx *c = r->ctx;
+    const vit_tensor *x = r->in[0], *g = r->in[1], *be = r->in[2], *W = r->in[3];
+    const int n = vit_tape_rows(x), in = W->shape[0], out = W->shape[1];
+    vit_real *dx = vit_tape_grad_acc(t, r->in[0]), *dg = vit_tape_grad_acc(t, r->in[1]);
+    vit_real *dbe = vit_tape_grad_acc(t, r->in[2]), *dW = vit_tape_grad_acc(t, r->in[3]);
+    vit_real *db = r->in[4] ? vit_tape_grad_acc(t, r->in[4]) : NULL;
+    if (vit_tape_status(t))
+        return vit_tape_status(t);
+    void *lease = NULL;
+    const vit_real *du = r->out->grad;
+    if (c->dgelu) {
+        vit_real *w = vit_tape_dy_writable(t, r->out, &lease);
+        if (!w)
+            return vit_tape_status(t);
+        vit_bias_gelu_backward(w, db, r->out->grad, c->dgelu, n, out);
+        du = w;
+    } else if (db) {
+        vit_column_sums(db, du, n, out);
+    }
+    int rc = VIT_OK;
+    vit_real *h = vit_tape_scratch(t, 2 * (size_t)n * in + 2 * (size_t)n);
+    if (!h) {
+        vit_tape_lease_end(lease);
+        return vit_tape_status(t);
+    }
+    vit_real *dh = h + (size_t)n * in, *stats = dh + (size_t)n * in;
+    /* The same kernel on the same rows: the forward's h, bit for bit. */
+    rc = vit_layernorm_forward(h, stats, stats + n, x->data, g->data, be->data, n, in, c->eps);
+    if (rc == VIT_OK && dW)
+        vit_mgemm(CblasTrans, CblasNoTrans, in, out, n, 1, h, in, du, out, 1, dW, out);
+    if (rc == VIT_OK && (dx || dg || dbe)) {
+        vit_mgemm(CblasNoTrans, CblasTrans, n, in, out, 1, du, out, W->data, out, 0, dh, in);
+        rc = vit_layernorm_backward(dx, dg, dbe, dh, x->data, c->mean, c->rstd, g->data, n, in);
+    }
+    vit_tape_lease_end(lease);
+    return rc;
+}
+
+static const vit_op_def ln_linear_def = {"vit_tape_ln_linear", back_ln_linear, NULL, 0};
+
+vit_tensor *vit_tape_ln_linear(vit_tape *t, vit_tensor *x, vit_tensor *gamma, vit_tensor *beta,
+                               vit_real eps, vit_tensor *W, vit_tensor *b, int gelu)
+{
+    static const char fn[] = "vit_tape_ln_linear";
+    vit_tensor *in[5] = {x, gamma, beta, W, b};
+    if (!vit_tape_begin(t, fn, 4, in))
+        return NULL;
+    /* Without a record, or in mixed precision (whose ops keep bf16 copies
+     * of their own), the two ops: nothing would be saved. */
+    if (!vit_tape_wants_grad(t, 5, in) || vit_mixed_on()) {
+        vit_tensor *h = vit_op_layernorm(t, x, gamma, beta, eps);
+        return gelu ? vit_op_linear_gelu(t, h, W, b) : vit_op_linear(t, h, W, b);
+    }
+    const int d = vit_tape_last_dim(x), n = vit_tape_rows(x);
+    if (vit_tape_check_shape(t, fn, "gamma", gamma, "[d], d = x's last dimension", 1, &d) ||
+        vit_tape_check_shape(t, fn, "beta", beta, "[d], d = x's last dimension", 1, &d) ||
+        linear_check(t, fn, x, W, b))
+        return NULL;
+    if (!(eps > 0) || !isfinite(eps))
+        return vit_tape_error(t, vit_fail(VIT_EINVAL, "%s: eps must be positive and finite", fn));
+    const int m = W->shape[1];
+    int shape[VIT_TENSOR_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[x->ndim - 1] = m;
+    vit_tensor *y = vit_tape_output(t, x->ndim, shape, 1);
+    if (!y)
+        return NULL;
+    ln_linear_ctx c = {vit_tape_saved(t, 2 * (size_t)n), NULL, NULL, eps};
+    if (!c.mean || (gelu && !(c.dgelu = vit_tape_saved(t, y->size))))
+        return NULL;
+    c.rstd = c.mean + n;
+    vit_real *h = vit_tape_scratch(t, (size_t)n * d);
+    if (!h)
+        return NULL;
+    int rc = vit_layernorm_forward(h, c.mean, c.rstd, x->data, gamma->data, beta->data, n, d, eps);
+    if (rc == VIT_OK && gelu) {
+        vit_mgemm(CblasNoTrans, CblasNoTrans, n, m, d, 1, h, d, W->data, m, 0, c.dgelu, m);
+        vit_bias_gelu_forward(y->data, c.dgelu, b ? b->data : NULL, n, m);
+    } else if (rc == VIT_OK) {
+        rc = vit_linear_forward(y->data, h, W->data, b ? b->data : NULL, n, d, m);
+    }
+    return vit_tape_record(t, &ln_linear_def, rc, y, 5, in, &c, sizeof c);
 }
