@@ -54,6 +54,10 @@ void vit_attn_softmax_block(vit_real *s, int rows, int nk);
  * over dP; each row's sum in double, vectorised (src/kernels/attention.c). */
 void vit_attn_softmax_grad_rows(const vit_real *p, vit_real *ds, int nk, int i0, int i1);
 
+/* s[n] -> exp(s[n] - shift) in place, every s[j] - shift <= 0 or -inf
+ * (a forbidden key: 0); the tiled core's, shared with the window kernel. */
+void vit_attn_exp_shifted(vit_real *s, int n, vit_real shift);
+
 /* s[n] += bias[n] (NULL: none), then the flat index of the first score
  * that is not finite, or -1 (src/kernels/attention.c). */
 long vit_attn_add_bias_check(vit_real *s, const vit_real *bias, size_t n);

@@ -63,6 +63,8 @@ static void exp_shifted(vit_real *s, int n, vit_real shift)
 #endif
 }
 
+void vit_attn_exp_shifted(vit_real *s, int n, vit_real shift) { exp_shifted(s, n, shift); }
+
 /* The sum of s[n] in double (vectorised: the order of the additions is
  * the vector width's, fixed for a build and a machine). */
 FM_CLONES

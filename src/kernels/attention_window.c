@@ -170,19 +170,6 @@ static void scale_by(vit_real *y, vit_real s, size_t n)
     for (size_t e = 0; e < n; e++) y[e] *= s;
 }
 
-/* r[n] -> exp(r[n] - shift) in place, where every r[j] - shift is <= 0
- * or -inf (across regions: 0). */
-FM_CLONES
-static void exp_shifted(vit_real *r, int n, vit_real shift)
-{
-    for (int j = 0; j < n; j++)
-#ifdef VIT_DOUBLE
-        r[j] = exp(r[j] - shift);
-#else
-        r[j] = fm_select(r[j] == -INFINITY, 0.0f, fm_exp_nonpos(r[j] - shift));
-#endif
-}
-
 /* In place: the rows of s [T, T] (scores, -inf where masked; the diagonal
  * is never masked) -> their softmax, with lse[i] = log sum_j exp(s_ij),
  * the row's log-sum-exp, which is all the backward needs to remake them.
@@ -195,7 +182,7 @@ static void softmax_lse(vit_real *s, int T, vit_real *lse)
 #pragma omp simd reduction(max : mx)
         for (int j = 1; j < T; j++)
             mx = r[j] > mx ? r[j] : mx;
-        exp_shifted(r, T, mx);
+        vit_attn_exp_shifted(r, T, mx);
         double sum = 0;
 #pragma omp simd reduction(+ : sum)
         for (int j = 0; j < T; j++)
@@ -446,7 +433,7 @@ static void window_backward(wjob *J, size_t t, const wslab *sl, vit_real *dbias)
     window_scores(J, &task, sl, p); /* finite: the forward checked them */
     /* the weights remade: exp(S - lse) row by row (lse >= the row's max) */
     for (int i = 0; i < T; i++)
-        exp_shifted(p + (size_t)i * T, T, J->lse_in[t * T + i]);
+        vit_attn_exp_shifted(p + (size_t)i * T, T, J->lse_in[t * T + i]);
     vit_real *dout = sl->o;
     gather(dout, J->dout + task.oo, sl->tok, T, dv, ldo);
 
