@@ -474,7 +474,7 @@ size_t vit_window_attn_lse_size(const vit_window_attn *w);
  * an ld_* neither 0 nor at least its row width, out aliasing an input; VIT_ENOMEM for overflowing sizes or a failed
  * allocation; VIT_ENUM for a non-finite score inside a window (masked or
  * not), naming item, head, query and key tokens. */
-int vit_window_attn_forward(const vit_window_attn *w, vit_real *out, vit_real *probs,
+int vit_window_attn_forward(const vit_window_attn *w, vit_real *out, vit_real *lse,
                             const vit_real *q, const vit_real *k, const vit_real *v);
 
 /* Backward.  From dout [B, N, H*d_v] and the forward's lse, q, k, v and
