@@ -311,7 +311,20 @@ typedef struct vit_train_progress {
                                       a checkpoint holds this position */
     int finished;                  /* every epoch is done, or stop_after_epochs
                                       is reached: nothing more to train */
+    int plan_cut;                  /* with a budget, at the latest plan: what
+                                      gives way when even the least plan does
+                                      not fit (planned_seconds then stays
+                                      within the budget): VIT_PLAN_WHOLE (0)
+                                      nothing; VIT_PLAN_NO_TTA the final
+                                      test-time augmented scoring (the
+                                      figures will be one pass);
+                                      VIT_PLAN_PARTIAL the epoch under way
+                                      too: the run ends inside it
+                                      (result.out_of_budget) */
 } vit_train_progress;
+
+/* vit_train_progress.plan_cut. */
+enum { VIT_PLAN_WHOLE = 0, VIT_PLAN_NO_TTA = 1, VIT_PLAN_PARTIAL = 2 };
 
 /* What a run reports to its callback, in the order they happen. */
 typedef enum vit_train_event_kind {
