@@ -97,6 +97,12 @@ int vit_budget_replan(const vit_budget_plan *p, int settled)
     double aim = settled >= VIT_BUDGET_SETTLED ? VIT_BUDGET_AIM_SETTLED : VIT_BUDGET_AIM_FIRST;
     if (vit_budget_end(p, E) > VIT_BUDGET_CEILING * p->budget) {
         int want = vit_budget_fit(p, aim);
+        /* Cut to end at once, the last epoch's learning rate would stay
+         * short of the cosine's end: one epoch more when it ends by the
+         * ceiling (the backstops between steps hold the budget). */
+        if (want == p->epoch && p->epoch_step == 0 && E > p->epoch + 1
+            && vit_budget_end(p, p->epoch + 1) <= VIT_BUDGET_CEILING * p->budget)
+            want = p->epoch + 1;
         return want < E ? want : E;
     }
     /* Longer: while the cosine has not passed its middle (lr above the

@@ -87,7 +87,8 @@ int vit_budget_cut(const vit_budget_plan *p, int epochs, double tta, double *end
  * windows measured after the first (p->step the settled pace,
  * vit_budget_pace_step).  A run predicted to end past VIT_BUDGET_CEILING
  * of the budget gets the most epochs that fit the aim (never more than it
- * has).  One that would end earlier gets more only while its cosine has
+ * has; one more than done rather than none when that one ends by the
+ * ceiling: the schedule then still ends at min_lr).  One that would end earlier gets more only while its cosine has
  * not passed its middle (2 * epoch < epochs: the learning rate still high,
  * so a longer cosine still pays), at a pace measured over
  * VIT_BUDGET_SETTLED settled windows, and only as many as end by the aim

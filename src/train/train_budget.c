@@ -11,8 +11,11 @@
  */
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "budget_plan.h"
 #include "error.h"
@@ -24,11 +27,33 @@
  * that wavers has nothing left to absorb it. */
 #define BACKSTOP_MARGIN 1.2
 
-/* Seconds of scoring after each epoch (one pass over the validation set,
- * or without one over the test set) at score_seconds per image. */
+/* Seconds after each epoch's steps: its scoring (one pass over the
+ * validation set, or without one over the test set) at score_seconds per
+ * image, and its share of a checkpoint (one every ckpt_every epochs). */
 static double epoch_scoring(const vit_trainer *t)
 {
-    return (double)(t->val.count > 0 ? t->val.count : t->test->count) * t->at.score_seconds;
+    double ckpt = t->o.ckpt_every > 0 ? t->ckpt_seconds / t->o.ckpt_every : 0;
+    return (double)(t->val.count > 0 ? t->val.count : t->test->count) * t->at.score_seconds + ckpt;
+}
+
+/* Seconds of writing a checkpoint: rank 0 writes this run's as it stands
+ * to OUT/last.ckpt.budget-probe (not when that name is taken: a user's
+ * file is never overwritten) and removes it; 0 when it cannot. */
+static double time_checkpoint(vit_trainer *t)
+{
+    char path[sizeof t->ckpt + 16];
+    struct stat sb;
+    if (vit_dist_rank() != 0 || t->o.ckpt_every <= 0
+        || snprintf(path, sizeof path, "%s.budget-probe", t->ckpt) >= (int)sizeof path
+        || stat(path, &sb) == 0)
+        return 0;
+    vit_run_state st = t->st;
+    st.train_params = t->avg ? vit_model_params(t->m) : NULL;
+    double t0 = now_seconds();
+    int rc = vit_run_internal_save(path, scored(t), &t->cfg, &t->opt, &st);
+    double s = now_seconds() - t0;
+    remove(path);
+    return rc == VIT_OK ? s : 0;
 }
 
 /* Seconds of the final scoring as measured at the plan: with a
@@ -141,9 +166,10 @@ static int measured_step(vit_trainer *t, const int *idx, int b, int lo, int hi, 
  * mean of the last two counted), and with test-time augmentation the
  * final scoring's views of a quarter as many (three passes: the first
  * builds their buffers; the slower of the other two counts, and their
- * ratio is the final scoring's margin), without training: the model, the
- * optimizer, the average and the run's random state are put back.  A
- * data-parallel job takes the ranks' mean. */
+ * ratio is the final scoring's margin), and the writing of a checkpoint,
+ * without training: the model, the optimizer, the average and the run's
+ * random state are put back.  A data-parallel job takes the ranks'
+ * mean. */
 static int measure_costs(vit_trainer *t)
 {
     const vit_config *c = &t->cfg;
@@ -210,8 +236,14 @@ static int measure_costs(vit_trainer *t)
     cost[2] = views[0] > views[1] ? views[0] : views[1];
     double fast = views[0] < views[1] ? views[0] : views[1];
     cost[3] = fast > 0 ? cost[2] / fast : 1;
-    if (rc || (rc = vit_dist_sum_double(cost, 4)))
+    if (rc)
         return rc;
+    double ckpt = time_checkpoint(t); /* rank 0's, for every rank */
+    if ((rc = vit_dist_sum_double(cost, 4)))
+        return rc;
+    if (vit_dist_size() > 1 && (rc = vit_dist_sum_double(&ckpt, 1)))
+        return rc;
+    t->ckpt_seconds = ckpt;
     t->at.step_seconds = cost[0] / vit_dist_size();
     t->at.score_seconds = cost[1] / vit_dist_size();
     t->tta_seconds = cost[2] / vit_dist_size();

@@ -67,6 +67,7 @@ struct vit_trainer {
     double pace_t;            /* now_seconds() and the step of the budget's */
     unsigned long long pace_step; /* plan or its last check */
     vit_budget_pace pace;     /* the windows between the budget's checks */
+    double ckpt_seconds;      /* with a budget: a checkpoint's writing, measured */
     double final_margin;      /* the final scoring's measured margin (>= 1):
                                  its sample's slower pass over the faster */
     double tta_seconds;       /* the final scoring's cost of one image, all
