@@ -165,8 +165,8 @@ static int measured_step(vit_trainer *t, const int *idx, int b, int lo, int hi, 
  * of up to 256 test images (4 a second of the budget, 16 at least; the
  * mean of the last two counted), and with test-time augmentation the
  * final scoring's views of a quarter as many (three passes: the first
- * builds their buffers; the slower of the other two counts, and their
- * ratio is the final scoring's margin), and the writing of a checkpoint,
+ * builds their buffers; the mean of the other two counts, and the slower
+ * one's excess over it is the final scoring's margin), and the writing of a checkpoint,
  * without training: the model, the optimizer, the average and the run's
  * random state are put back.  A data-parallel job takes the ranks'
  * mean. */
@@ -233,9 +233,8 @@ static int measure_costs(vit_trainer *t)
             views[pass - 1] = (now_seconds() - t2) / part.count;
         vit_eval_result_free(&ev);
     }
-    cost[2] = views[0] > views[1] ? views[0] : views[1];
-    double fast = views[0] < views[1] ? views[0] : views[1];
-    cost[3] = fast > 0 ? cost[2] / fast : 1;
+    cost[2] = 0.5 * (views[0] + views[1]);
+    cost[3] = cost[2] > 0 ? (views[0] > views[1] ? views[0] : views[1]) / cost[2] : 1;
     if (rc)
         return rc;
     double ckpt = time_checkpoint(t); /* rank 0's, for every rank */

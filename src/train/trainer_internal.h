@@ -69,7 +69,7 @@ struct vit_trainer {
     vit_budget_pace pace;     /* the windows between the budget's checks */
     double ckpt_seconds;      /* with a budget: a checkpoint's writing, measured */
     double final_margin;      /* the final scoring's measured margin (>= 1):
-                                 its sample's slower pass over the faster */
+                                 its sample's slower pass over their mean */
     double tta_seconds;       /* the final scoring's cost of one image, all
                                  its test-time augmented views */
     double score_pass;        /* seconds of the last epoch's one-pass scoring
