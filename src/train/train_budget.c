@@ -30,10 +30,14 @@
 /* Seconds after each epoch's steps: its scoring (one pass over the
  * validation set, or without one over the test set) at score_seconds per
  * image, and its share of a checkpoint (one every ckpt_every epochs). */
+static double epoch_pass(const vit_trainer *t)
+{
+    return (double)(t->val.count > 0 ? t->val.count : t->test->count) * t->at.score_seconds;
+}
+
 static double epoch_scoring(const vit_trainer *t)
 {
-    double ckpt = t->o.ckpt_every > 0 ? t->ckpt_seconds / t->o.ckpt_every : 0;
-    return (double)(t->val.count > 0 ? t->val.count : t->test->count) * t->at.score_seconds + ckpt;
+    return epoch_pass(t) + (t->o.ckpt_every > 0 ? t->ckpt_seconds / t->o.ckpt_every : 0);
 }
 
 /* Seconds of writing a checkpoint: rank 0 writes this run's as it stands
@@ -156,6 +160,33 @@ static int measured_step(vit_trainer *t, const int *idx, int b, int lo, int hi, 
     return rc;
 }
 
+/* Seconds an image of up to n passes scoring part with tta, into x[2]:
+ * the last two of those from pass `skip` on (the earlier ones warm up),
+ * and when the clock passes `until` (rank 0's, for every rank: each pass
+ * is collective) after a pass before those two are done, the last one
+ * twice (warmer than the first, no warmer than a counted one). */
+static int timed_passes(vit_trainer *t, const vit_dataset *part, int tta, int n, int skip,
+                        double until, double x[2])
+{
+    double fig[8] = {0};
+    int done = 0, rc = VIT_OK;
+    while (done < n && rc == VIT_OK) {
+        vit_eval_result ev;
+        double t2 = now_seconds();
+        rc = vit_train_evaluate_shared(t, part, tta, &ev);
+        vit_eval_result_free(&ev);
+        fig[done++] = (now_seconds() - t2) / part->count;
+        double late = vit_dist_rank() == 0 && now_seconds() > until;
+        if (rc == VIT_OK && vit_dist_size() > 1)
+            rc = vit_dist_sum_double(&late, 1);
+        if (late > 0)
+            break;
+    }
+    x[0] = fig[done - 1];
+    x[1] = done >= 2 && done - 2 >= skip ? fig[done - 2] : fig[done - 1];
+    return rc;
+}
+
 /* Times whole training steps of one batch, scattered over the training set
  * as a shuffled epoch's are, the optimizer's update and the average
  * included (the first not counted: caches, tapes), for about 2% of the
@@ -166,7 +197,8 @@ static int measured_step(vit_trainer *t, const int *idx, int b, int lo, int hi, 
  * mean of the last two counted), and with test-time augmentation the
  * final scoring's views of a quarter as many (three passes: the first
  * builds their buffers; the mean of the other two counts, and the slower
- * one's excess over it is the final scoring's margin), and the writing of a checkpoint,
+ * one's excess over it is the final scoring's margin); the scorings stop
+ * early, counting their cold passes, once they pass 5% of the budget, and the writing of a checkpoint,
  * without training: the model, the optimizer, the average and the run's
  * random state are put back.  A data-parallel job takes the ranks'
  * mean. */
@@ -214,25 +246,13 @@ static int measure_costs(vit_trainer *t)
     part.count = part.count < most ? part.count : most;
     /* The first two passes generate kernels and grow the tape (Fashion:
      * 0.85 and 0.67 ms an image, then 0.12 ms); the later ones count. */
-    for (int pass = 0; pass < 4 && rc == VIT_OK; pass++) {
-        vit_eval_result ev;
-        double t2 = now_seconds();
-        rc = vit_train_evaluate_shared(t, &part, VIT_TTA_NONE, &ev);
-        if (rc == VIT_OK && pass >= 2)
-            cost[1] += 0.5 * (now_seconds() - t2) / part.count;
-        vit_eval_result_free(&ev);
-    }
+    double until = now_seconds() + 0.05 * t->o.budget_seconds, once[2], views[2] = {0, 0};
+    rc = timed_passes(t, &part, VIT_TTA_NONE, 4, 2, until, once);
+    cost[1] = 0.5 * (once[0] + once[1]);
     int tta = t->cfg.tta == VIT_TTA_AUTO ? vit_train_auto_tta(&t->cfg) : t->cfg.tta;
     part.count = part.count < most / 4 ? part.count : most / 4;
-    double views[2] = {0, 0};
-    for (int pass = 0; pass < 3 && rc == VIT_OK && tta != VIT_TTA_NONE; pass++) {
-        vit_eval_result ev;
-        double t2 = now_seconds();
-        rc = vit_train_evaluate_shared(t, &part, tta, &ev);
-        if (rc == VIT_OK && pass > 0)
-            views[pass - 1] = (now_seconds() - t2) / part.count;
-        vit_eval_result_free(&ev);
-    }
+    if (rc == VIT_OK && tta != VIT_TTA_NONE)
+        rc = timed_passes(t, &part, tta, 3, 1, until, views);
     cost[2] = 0.5 * (views[0] + views[1]);
     cost[3] = cost[2] > 0 ? (views[0] > views[1] ? views[0] : views[1]) / cost[2] : 1;
     if (rc)
@@ -431,11 +451,12 @@ int vit_train_budget_out(const vit_trainer *t)
         double steps = (double)(t->st.step - t->pace_step);
         double slow = steps > 0 ? (now - t->pace_t) / steps / t->at.step_seconds : 1;
         slow = slow > 1 ? slow : 1;
-        /* The last epoch's one-pass scoring of the sets, a fifth more;
-         * before any, twice the small sample's figure: the budget is a
-         * ceiling. */
+        /* The checkpoint written here (as measured) and the last epoch's
+         * one-pass scoring of the sets, a fifth more; before any, twice
+         * the small sample's figure: the budget is a ceiling. */
         double scoring = t->score_pass > 0 ? BACKSTOP_MARGIN * t->score_pass * slow
-                                           : 2 * epoch_scoring(t) * slow;
+                                           : 2 * epoch_pass(t) * slow;
+        scoring += t->ckpt_seconds * slow;
         double step = t->at.step_seconds * slow;
         x = now - t->t0 + step + scoring + 0.02 * t->o.budget_seconds > t->o.budget_seconds;
     }

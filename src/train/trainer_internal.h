@@ -188,8 +188,8 @@ int vit_train_hold_budget(vit_trainer *t);
  * collective call). */
 int vit_train_final_tta_fits(const vit_trainer *t);
 
-/* Between two steps of a budgeted run: 1 when one more step and the final
- * one-pass scoring (the last epoch's, a fifth more; before one, twice the
+/* Between two steps of a budgeted run: 1 when one more step, the
+ * checkpoint written there (as measured) and the final one-pass scoring (the last epoch's, a fifth more; before one, twice the
  * sample's figure; at this stretch's slowdown) and 2% of the budget no
  * longer fit what is left of it (rank 0's clock): the run ends here. */
 int vit_train_budget_out(const vit_trainer *t);
