@@ -90,11 +90,13 @@ VIT_PROGRESS_SECONDS=0.1 timed "$tmp/bg.txt" "$tools/vit_train" --data "$tmp/big
 echo "wall time $wall s for --budget 3s, an epoch longer than that"
 grep -E "^budget|^tta|^test" "$tmp/bg.txt"
 check "under one epoch: exits 0" '[ $rc -eq 0 ]'
-# Loose: its one step of a large model takes a third of the budget alone on
-# a loaded machine (6 jobs a core here: 3.5-4.4 s, and 5-7 s before the
-# measurement's scorings were bounded); on a quiet one it ends by 3 s.
-check "under one epoch: ends within the 3 s budget, half of it more under load" \
-    'awk -v w="$wall" "BEGIN { exit !(w <= 4.5) }"'
+# Loose: the measurement's one cold step, the run's one step and the
+# final scoring of a large model each take a second or more on a loaded
+# machine (7-10 jobs a core here: 3.5-5.1 s; the old planner 5-7 s, alone);
+# on a quiet one it ends by 3 s.  Without the check between steps its 45
+# steps would take 15 s and more.
+check "under one epoch: ends within the 3 s budget (twice that under load)" \
+    'awk -v w="$wall" "BEGIN { exit !(w <= 6) }"'
 check "under one epoch: said, with the step" 'grep -qE "^budget: it ran out inside epoch 1, at step [0-9]+ of [0-9]+; the figures score" "$tmp/bg.txt"'
 check "under one epoch: a test figure" 'grep -qE "^test accuracy [01]\.[0-9]{4} " "$tmp/bg.txt"'
 check "under one epoch: the plan line predicts no more than the budget, and says what gives way" \
