@@ -221,7 +221,19 @@ static double scoring_left(const cli_progress *p, const vit_train_event *ev, dou
     const vit_config *c = vit_trainer_config(ev->trainer);
     double pass = p->score_seconds > 0 ? p->score_seconds : p->score_images * per_image / 3;
     double epochs_left = (double)at->epochs - (double)at->epoch;
-    return pass * (epochs_left + (c->tta != VIT_TTA_NONE ? 9 : 0));
+    int views = c->tta != VIT_TTA_NONE && at->plan_cut == VIT_PLAN_WHOLE;
+    return pass * (epochs_left + (views ? 9 : 0));
+}
+
+/* An ETA within the budget: a budgeted run ends by it (the library's
+ * ceiling), whatever the steps' pace says. */
+static double budget_eta(const vit_train_progress *at, double eta)
+{
+    if (at->budget_seconds <= 0)
+        return eta;
+    double left = at->budget_seconds - at->elapsed;
+    left = left > 0 ? left : 0;
+    return eta < left ? eta : left;
 }
 
 /* Parameters as 950, 81.2k or 1.35M. */
@@ -277,7 +289,7 @@ static void model_summary(cli_progress *p, const vit_train_event *ev)
         snprintf(grid, sizeof grid, " (%dx%d patches of %d, stride %d, padding %d)", gh, gw,
                  c->patch, c->patch_stride ? c->patch_stride : c->patch, c->patch_pad);
     double left = (double)(at->total_steps - (long)at->step) * per_step;
-    hms(left + scoring_left(p, ev, per_step / c->batch), eta, sizeof eta);
+    hms(budget_eta(at, left + scoring_left(p, ev, per_step / c->batch)), eta, sizeof eta);
     count_text(vit_model_param_count(vit_trainer_model(ev->trainer)), n, sizeof n);
     int max = line_max(p);
     int len = arch != vit_arch_vit()
@@ -317,8 +329,8 @@ static void on_step(cli_progress *p, const vit_train_event *ev)
         return;
     double steps = (double)(at->step - at->start_step);
     double per_step = steps > 0 ? at->elapsed / steps : 0;
-    double eta = (double)(at->total_steps - (long)at->step) * per_step
-                 + scoring_left(p, ev, per_step / at->batch);
+    double eta = budget_eta(at, (double)(at->total_steps - (long)at->step) * per_step
+                                    + scoring_left(p, ev, per_step / at->batch));
     if (bar) {
         bar_draw(p, at, ev->loss, ev->images_per_second, eta);
         return;
@@ -357,14 +369,23 @@ static void on_plan(cli_progress *p, const vit_train_event *ev)
     hms(at->budget_seconds + p->budget_before + p->budget_after, b, sizeof b);
     hms(at->planned_seconds + p->budget_before, e, sizeof e);
     bar_clear(p);
+    const char *cut = at->plan_cut == VIT_PLAN_NO_TTA
+                          ? "; the final test-time augmented scoring does not fit: the figures "
+                            "will be one pass"
+                      : at->plan_cut == VIT_PLAN_PARTIAL
+                          ? "; not even one epoch and the final scoring fit: the run will end "
+                            "inside the epoch, its figures one pass"
+                          : "";
     if (at->replans == 0)
-        fprintf(p->out, "budget %s: %d epochs, %ld steps, predicted %s with the scoring "
-                "(measured %.0f img/s)\n", b, at->epochs, at->total_steps, e,
-                ev->images_per_second);
+        fprintf(p->out, "budget %s: %d epochs, %ld steps, predicted %s%s with the scoring "
+                "(measured %.0f img/s)%s\n", b, at->epochs, at->total_steps,
+                at->plan_cut == VIT_PLAN_PARTIAL ? "at most " : "", e, ev->images_per_second,
+                cut);
     else
-        fprintf(p->out, "budget %s: at %.0f img/s now %d epochs, %ld steps, predicted %s; the "
-                "schedule is laid out anew to end at min_lr there\n", b, ev->images_per_second,
-                at->epochs, at->total_steps, e);
+        fprintf(p->out, "budget %s: at %.0f img/s now %d epochs, %ld steps, predicted %s%s; the "
+                "schedule is laid out anew to end at min_lr there%s\n", b, ev->images_per_second,
+                at->epochs, at->total_steps, at->plan_cut == VIT_PLAN_PARTIAL ? "at most " : "",
+                e, cut);
 }
 
 /* epochs: 20 -> 30, said as the run's change. */

@@ -300,8 +300,9 @@ typedef struct vit_train_progress {
     double budget_seconds;         /* opts.budget_seconds (0: none) */
     double planned_seconds;        /* with a budget: the run's predicted wall
                                       time (from vit_trainer_new to the end of
-                                      the final scores, their cost and a fifth
-                                      more) at the latest plan */
+                                      the final scores, with their measured
+                                      margin) at the latest plan; never past
+                                      budget_seconds (plan_cut) */
     double step_seconds;           /* with a budget: the measured seconds of a
                                       step, and of scoring one image once */
     double score_seconds;
@@ -311,7 +312,20 @@ typedef struct vit_train_progress {
                                       a checkpoint holds this position */
     int finished;                  /* every epoch is done, or stop_after_epochs
                                       is reached: nothing more to train */
+    int plan_cut;                  /* with a budget, at the latest plan: what
+                                      gives way when even the least plan does
+                                      not fit (planned_seconds then stays
+                                      within the budget): VIT_PLAN_WHOLE (0)
+                                      nothing; VIT_PLAN_NO_TTA the final
+                                      test-time augmented scoring (the
+                                      figures will be one pass);
+                                      VIT_PLAN_PARTIAL the epoch under way
+                                      too: the run ends inside it
+                                      (result.out_of_budget) */
 } vit_train_progress;
+
+/* vit_train_progress.plan_cut. */
+enum { VIT_PLAN_WHOLE = 0, VIT_PLAN_NO_TTA = 1, VIT_PLAN_PARTIAL = 2 };
 
 /* What a run reports to its callback, in the order they happen. */
 typedef enum vit_train_event_kind {
@@ -410,29 +424,33 @@ typedef struct vit_train_opts {
                                 all zero: none */
     double budget_seconds;   /* > 0: a time budget for the run (from
                                 vit_trainer_new to the end of the final
-                                scores), a ceiling: the first steps are
-                                measured (forward and backward of a few
-                                batches, scoring a few test images once
-                                and with the config's test-time
-                                augmentation, without training) and cfg's
-                                epochs become the most whose steps, epoch
-                                scoring and final scores (a fifth more)
-                                end by 95% of it; at least one more than
-                                done, at most cfg's epochs.  After each
-                                epoch the plan is checked against the pace
-                                of the last epochs (the final scores' cost
-                                at the run's slowdown, a fifth more),
-                                aiming at 97.5% once two paces
-                                are measured: a run predicted to end past
-                                98.5% of the budget is shortened to end by
-                                the aim; a longer one (to the aim) is made
-                                only in the first half of the plan, at a
-                                pace measured twice at least, still ending
-                                by 98.5% at the slowest later window, and
-                                not after a shorter one at such a pace;
-                                the schedule is laid out anew over the new
-                                length (warm-up and cosine, which still
-                                ends at min_lr after the last step).  When
+                                scores), a ceiling: what an epoch costs is
+                                measured first, without training (whole
+                                steps of a few batches with the
+                                optimizer's update, scoring a few test
+                                images once and with the config's
+                                test-time augmentation, a checkpoint's
+                                writing) and cfg's epochs become the most
+                                whose steps, epoch scoring, checkpoints
+                                and final scores (with their measured
+                                margin) end by 95% of it; at least one
+                                more than done, at most cfg's epochs
+                                (progress.plan_cut says what gives way
+                                when even that does not fit).  After each
+                                epoch the plan is checked against the
+                                settled pace (the larger of the mean of
+                                the windows after the first and the
+                                median of the last three), aiming at
+                                97.5% once two such windows are measured:
+                                a run predicted to end past 98.5% of the
+                                budget is shortened to end by the aim; a
+                                longer one (to the aim at the pace plus
+                                its measured spread) is made only before
+                                the cosine's middle, after a shorter one
+                                too; the schedule is laid out anew over
+                                the new length (warm-up and cosine,
+                                which still ends at min_lr after the last
+                                step).  When
                                 the final test-time augmented scoring no
                                 longer fits what is left, the final figures
                                 are one pass (result.tta_skipped).  The
@@ -441,10 +459,10 @@ typedef struct vit_train_opts {
                                 on to them, one with a budget plans its own
                                 time, with the checkpoint's epochs (or a
                                 larger given epochs) as the most.  Between
-                                steps, when one more step and the final
-                                one-pass scoring would pass the budget, the
-                                run ends there, inside its epoch
-                                (result.out_of_budget) */
+                                steps, when one more step, a checkpoint
+                                and the final one-pass scoring would pass
+                                the budget, the run ends there, inside its
+                                epoch (result.out_of_budget) */
     double warmup_fraction;  /* > 0: the warm-up lasts this fraction of the
                                 run's epochs (cfg's, or the budget's plan,
                                 and each new plan's) instead of cfg's

@@ -1,13 +1,58 @@
 /*
- * A time budget's plan as arithmetic (budget_plan.h): the epochs that fit
- * a share of the budget at given costs, their predicted end, and the
- * decision after each epoch.  No clock and no trainer, so that the
- * planning can be tested with given paces.
+ * A time budget's plan as arithmetic (budget_plan.h): the pace from the
+ * windows between checks, the epochs that fit a share of the budget at
+ * given costs, their predicted end, and the decision after each epoch.
+ * No clock and no trainer, so that the planning can be tested with given
+ * paces.
  */
 
 #include <math.h>
 
 #include "budget_plan.h"
+
+void vit_budget_pace_add(vit_budget_pace *pc, double steps, double seconds)
+{
+    if (!(steps > 0))
+        return;
+    double x = seconds / steps;
+    if (pc->windows++ == 0) {
+        pc->first = x;
+        return;
+    }
+    pc->steps += steps;
+    pc->seconds += seconds;
+    pc->sq += steps * x * x;
+    pc->recent[(pc->windows - 2) % VIT_BUDGET_RECENT] = x;
+}
+
+/* The median of the last settled windows' paces (of two, their mean). */
+static double recent_median(const vit_budget_pace *pc)
+{
+    int n = pc->windows - 1 < VIT_BUDGET_RECENT ? pc->windows - 1 : VIT_BUDGET_RECENT;
+    double a = pc->recent[0], b = pc->recent[1], c = pc->recent[2];
+    if (n == 1)
+        return a;
+    if (n == 2)
+        return 0.5 * (a + b);
+    double lo = a < b ? a : b, hi = a < b ? b : a;
+    return c < lo ? lo : c > hi ? hi : c;
+}
+
+double vit_budget_pace_step(const vit_budget_pace *pc)
+{
+    if (pc->windows <= 1)
+        return pc->windows ? pc->first : 0;
+    double mean = pc->seconds / pc->steps, med = recent_median(pc);
+    return med > mean ? med : mean;
+}
+
+double vit_budget_pace_spread(const vit_budget_pace *pc)
+{
+    if (pc->windows < 3)
+        return 0;
+    double mean = pc->seconds / pc->steps, var = pc->sq / pc->steps - mean * mean;
+    return var > 0 ? sqrt(var) : 0;
+}
 
 static double epoch_seconds(const vit_budget_plan *p)
 {
@@ -31,25 +76,42 @@ double vit_budget_end(const vit_budget_plan *p, int epochs)
     return p->elapsed + steps * p->step + (double)(epochs - p->epoch) * p->scoring + p->final;
 }
 
+int vit_budget_cut(const vit_budget_plan *p, int epochs, double tta, double *end)
+{
+    int cut = VIT_BUDGET_CUT_NONE;
+    *end = vit_budget_end(p, epochs);
+    if (*end > p->budget && tta > 0) {
+        cut = VIT_BUDGET_CUT_TTA;
+        *end -= tta;
+    }
+    if (*end > p->budget) {
+        cut = VIT_BUDGET_CUT_EPOCH;
+        *end = p->budget;
+    }
+    return cut;
+}
+
 int vit_budget_replan(const vit_budget_plan *p, int settled)
 {
     int E = p->epochs;
     double aim = settled >= VIT_BUDGET_SETTLED ? VIT_BUDGET_AIM_SETTLED : VIT_BUDGET_AIM_FIRST;
-    int want = vit_budget_fit(p, aim);
-    if (vit_budget_end(p, E) > VIT_BUDGET_CEILING * p->budget)
+    if (vit_budget_end(p, E) > VIT_BUDGET_CEILING * p->budget) {
+        int want = vit_budget_fit(p, aim);
+        /* Cut to end at once, the last epoch's learning rate would stay
+         * short of the cosine's end: one epoch more when it ends by the
+         * ceiling (the backstops between steps hold the budget). */
+        if (want == p->epoch && p->epoch_step == 0 && E > p->epoch + 1
+            && vit_budget_end(p, p->epoch + 1) <= VIT_BUDGET_CEILING * p->budget)
+            want = p->epoch + 1;
         return want < E ? want : E;
-    /* Longer: while the cosine has not passed its middle (lr above the
-     * mean of its ends), at a pace measured over settled epochs. */
-    if (settled < VIT_BUDGET_SETTLED || p->shortened || 2 * p->epoch >= E || want <= E)
-        return E;
-    /* A shared machine's pace wavers: the plan must hold at its slowest
-     * settled window too, or it would be shortened again (to end right
-     * at an epoch, its learning rate short of the cosine's end). */
-    if (p->step_slow > p->step) {
-        vit_budget_plan slow = *p;
-        slow.step = p->step_slow;
-        int most = vit_budget_fit(&slow, VIT_BUDGET_CEILING);
-        want = want < most ? want : most;
     }
+    /* Longer: while the cosine has not passed its middle (lr above the
+     * mean of its ends), at a settled pace, to end by the aim at that pace
+     * plus its spread. */
+    if (settled < VIT_BUDGET_SETTLED || 2 * p->epoch >= E)
+        return E;
+    vit_budget_plan hi = *p;
+    hi.step = p->step + p->spread;
+    int want = vit_budget_fit(&hi, aim);
     return want > E ? want : E;
 }

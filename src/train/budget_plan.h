@@ -1,22 +1,50 @@
 /* The arithmetic of a time budget's plan (train_budget.c), apart from the
- * trainer and the clock: how many epochs fit, when they end, and whether
- * the plan should change after an epoch.  Times are seconds from the
- * run's start. */
+ * trainer and the clock: how many epochs fit, when they end, the pace the
+ * run keeps (from the windows between the plan's checks) and whether the
+ * plan should change after an epoch.  Times are seconds from the run's
+ * start. */
 #ifndef VIT_BUDGET_PLAN_H
 #define VIT_BUDGET_PLAN_H
 
 /* The first plan ends by this share of the budget (its pace is a few
- * batches' measurement); once the pace is measured over settled epochs
- * (VIT_BUDGET_SETTLED windows), by the larger share.  A plan predicted to
- * end past VIT_BUDGET_CEILING of the budget is shortened. */
+ * batches' measurement); once the pace is measured over settled windows
+ * (VIT_BUDGET_SETTLED of them after the first, cold one), by the larger
+ * share.  A plan predicted at the settled pace to end past
+ * VIT_BUDGET_CEILING of the budget is shortened. */
 #define VIT_BUDGET_AIM_FIRST 0.95
 #define VIT_BUDGET_AIM_SETTLED 0.975
 #define VIT_BUDGET_CEILING 0.985
 #define VIT_BUDGET_SETTLED 2
-/* The final scoring is planned, and at the end started, only with this
- * much more time than its cost as measured: a busy machine's pace wavers,
- * and the budget is a ceiling. */
-#define VIT_BUDGET_FINAL_MARGIN 1.2
+/* The settled pace looks at the median of the last this many windows
+ * beside the mean of them all: one slow window moves neither much. */
+#define VIT_BUDGET_RECENT 3
+
+/* The windows between the plan's checks: each one's steps and seconds
+ * (every cost of the epochs it spans: steps, scoring, checkpoints).  The
+ * first ran cold (caches, tapes) and is kept apart.  Zero it to start. */
+typedef struct vit_budget_pace {
+    int windows;            /* measured so far */
+    double first;           /* the first's seconds a step */
+    double steps, seconds;  /* the settled windows' (all after the first) totals */
+    double sq;              /* their sum of steps * (seconds a step)^2 */
+    double recent[VIT_BUDGET_RECENT]; /* the last settled windows' seconds a
+                                         step, the newest at recent[(n - 1) %
+                                         VIT_BUDGET_RECENT], n = windows - 1 */
+} vit_budget_pace;
+
+/* Adds a window of steps (> 0) that took seconds. */
+void vit_budget_pace_add(vit_budget_pace *pc, double steps, double seconds);
+
+/* The seconds a step to plan with: the first window's while it is the only
+ * one; then the larger of the settled windows' mean and the median of the
+ * last VIT_BUDGET_RECENT of them (of two, their mean): a slowdown that
+ * lasts raises the median within two windows, while one slow window
+ * (another job's burst) raises only the mean, by its share.  0: none. */
+double vit_budget_pace_step(const vit_budget_pace *pc);
+
+/* The settled windows' spread: the standard deviation of their seconds a
+ * step (weighted by steps); 0 with fewer than two. */
+double vit_budget_pace_spread(const vit_budget_pace *pc);
 
 typedef struct vit_budget_plan {
     double budget;          /* seconds, > 0 */
@@ -27,12 +55,9 @@ typedef struct vit_budget_plan {
     int epochs;             /* the plan as it stands (its epochs) */
     int cap;                /* the most epochs a plan may give */
     double step;            /* seconds a training step */
-    double step_slow;       /* the slowest settled window's seconds a step
-                               (0: none): a longer plan must still end by
-                               the ceiling at it */
-    int shortened;          /* an earlier check at a settled pace shortened
-                               the plan: the pace proved unsteady, no
-                               longer plan now */
+    double spread;          /* the pace's measured spread (seconds a step,
+                               vit_budget_pace_spread): a longer plan must
+                               end by the aim at step + spread */
     double scoring;         /* seconds of scoring after each epoch */
     double final;           /* seconds of the final scoring */
 } vit_budget_plan;
@@ -48,15 +73,28 @@ int vit_budget_fit(const vit_budget_plan *p, double aim);
  * from p's position, the final scoring included. */
 double vit_budget_end(const vit_budget_plan *p, int epochs);
 
+/* What gives way when a plan of `epochs` (vit_budget_fit's least) does not
+ * fit the budget, *end getting the predicted end then: VIT_BUDGET_CUT_NONE
+ * (the plan's own end), VIT_BUDGET_CUT_TTA (the final scoring's `tta`
+ * seconds of test-time augmented views left out: one pass) or
+ * VIT_BUDGET_CUT_EPOCH (the epoch under way too: the run ends inside it,
+ * at the budget).  *end never passes the budget.  The values are
+ * vit_train_progress.plan_cut's. */
+enum { VIT_BUDGET_CUT_NONE = 0, VIT_BUDGET_CUT_TTA = 1, VIT_BUDGET_CUT_EPOCH = 2 };
+int vit_budget_cut(const vit_budget_plan *p, int epochs, double tta, double *end);
+
 /* At an epoch's end: the epochs the run should now have.  settled: the
- * number of paces measured so far (p->step the pace ahead).  A run
- * predicted to end past VIT_BUDGET_CEILING of the budget gets the most
- * epochs that fit the aim (never more than it has); one that would end
- * earlier gets more only in the first half of its plan (the learning rate
- * still high, so a longer cosine still pays), only when the pace was
- * measured over settled epochs and no check has shortened the plan (no
- * plan that see-saws), and only as many as still end by the
- * ceiling at the slowest settled window's pace; else p->epochs. */
+ * windows measured after the first (p->step the settled pace,
+ * vit_budget_pace_step).  A run predicted to end past VIT_BUDGET_CEILING
+ * of the budget gets the most epochs that fit the aim (never more than it
+ * has; one more than done rather than none when that one ends by the
+ * ceiling: the schedule then still ends at min_lr).  One that would end earlier gets more only while its cosine has
+ * not passed its middle (2 * epoch < epochs: the learning rate still high,
+ * so a longer cosine still pays), at a pace measured over
+ * VIT_BUDGET_SETTLED settled windows, and only as many as end by the aim
+ * at the pace plus its spread (the measured margin: the shortening test
+ * then needs a lasting rise of more than the spread to undo it); after an
+ * earlier shortening too.  Else p->epochs. */
 int vit_budget_replan(const vit_budget_plan *p, int settled);
 
 #endif

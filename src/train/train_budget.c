@@ -1,27 +1,63 @@
 /*
  * A training run's time budget (vit_train_opts.budget_seconds), held as a
- * ceiling: the cost of a step, of a one-pass scoring and of the final
- * test-time augmented scoring measured, the epochs planned so that the
- * whole run (the final scoring included) ends under the budget, and the
- * plan held after each epoch against the pace the run keeps: shortened
- * when the pace drops, lengthened early in the run when the pace measured
- * over settled epochs leaves room (budget_plan.c holds the arithmetic).
+ * ceiling: the cost of a whole training step (forward, backward and the
+ * optimizer's update), of a one-pass scoring and of the final test-time
+ * augmented scoring measured, the epochs planned so that the whole run
+ * (the final scoring included) ends under the budget, and the plan held
+ * after each epoch against the pace the run keeps (every cost of its
+ * epochs, over settled windows): shortened when that pace says the run
+ * would pass the ceiling, lengthened early in the run when it leaves room
+ * beyond its measured spread (budget_plan.c holds the arithmetic).
  */
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "budget_plan.h"
 #include "error.h"
 #include "trainer_internal.h"
 #include "vit/dist.h"
 
-/* Seconds of scoring after each epoch (one pass over the validation set,
- * or without one over the test set) at score_seconds per image. */
-static double epoch_scoring(const vit_trainer *t)
+/* The backstops between steps and in the final scoring keep this much
+ * more than their figure's cost: they act at the very end, where a pace
+ * that wavers has nothing left to absorb it. */
+#define BACKSTOP_MARGIN 1.2
+
+/* Seconds after each epoch's steps: its scoring (one pass over the
+ * validation set, or without one over the test set) at score_seconds per
+ * image, and its share of a checkpoint (one every ckpt_every epochs). */
+static double epoch_pass(const vit_trainer *t)
 {
     return (double)(t->val.count > 0 ? t->val.count : t->test->count) * t->at.score_seconds;
+}
+
+static double epoch_scoring(const vit_trainer *t)
+{
+    return epoch_pass(t) + (t->o.ckpt_every > 0 ? t->ckpt_seconds / t->o.ckpt_every : 0);
+}
+
+/* Seconds of writing a checkpoint: rank 0 writes this run's as it stands
+ * to OUT/last.ckpt.budget-probe (not when that name is taken: a user's
+ * file is never overwritten) and removes it; 0 when it cannot. */
+static double time_checkpoint(vit_trainer *t)
+{
+    char path[sizeof t->ckpt + 16];
+    struct stat sb;
+    if (vit_dist_rank() != 0 || t->o.ckpt_every <= 0
+        || snprintf(path, sizeof path, "%s.budget-probe", t->ckpt) >= (int)sizeof path
+        || stat(path, &sb) == 0)
+        return 0;
+    vit_run_state st = t->st;
+    st.train_params = t->avg ? vit_model_params(t->m) : NULL;
+    double t0 = now_seconds();
+    int rc = vit_run_internal_save(path, scored(t), &t->cfg, &t->opt, &st);
+    double s = now_seconds() - t0;
+    remove(path);
+    return rc == VIT_OK ? s : 0;
 }
 
 /* Seconds of the final scoring as measured at the plan: with a
@@ -37,20 +73,9 @@ static double final_tta_scoring(const vit_trainer *t)
     return (double)(t->test->count + t->val.count) * t->tta_seconds;
 }
 
-static double final_scoring(const vit_trainer *t)
+static double final_once(const vit_trainer *t)
 {
-    double once = t->val.count > 0 ? (double)t->test->count * t->at.score_seconds : 0;
-    return once + final_tta_scoring(t);
-}
-
-/* The final scoring's cost as the run now goes: the sample's figure at
- * the run's slowdown `slow`.  (Not scaled by the epochs' own one-pass
- * scoring: on the digits that pass costs 3-8 times the sample's figure an
- * image, its fixed costs large beside 360 images, while the tta sample's
- * figure matched the final scoring on Fashion-MNIST.) */
-static double final_cost(const vit_trainer *t, double slow)
-{
-    return final_scoring(t) * slow;
+    return t->val.count > 0 ? (double)t->test->count * t->at.score_seconds : 0;
 }
 
 /* The plan's arithmetic (budget_plan.h) at the run's position. */
@@ -64,16 +89,119 @@ static vit_budget_plan position(const vit_trainer *t, double elapsed, double ste
                              .scoring = scoring, .final = final};
 }
 
-/* Times forward and backward passes of one batch (the first not counted:
- * caches, tapes) for about 2% of the budget (0.05 .. 2 s; one counted
- * pass at least; when the first alone takes that long, it is counted and
- * the only one, so that a slow model does not spend a short budget on
- * measuring), and
- * four one-pass scorings of up to 256 test images (4 a second of the
- * budget, 16 at least; the faster of the last two counted), and with
- * test-time augmentation the final scoring's views of a quarter as many,
- * without training: the model, its gradients' use and the run's random
- * state are as they were.  A data-parallel job takes the ranks' mean. */
+/* A training step's state that the measuring passes' optimizer updates
+ * change, kept to be put back: the parameters, AdamW's moments and count,
+ * the average.  NULL (no update timed) when memory is short. */
+typedef struct saved_state {
+    vit_real *p, *m, *v, *avg;
+    uint64_t t;
+} saved_state;
+
+static void state_free(saved_state *s)
+{
+    free(s->p);
+    free(s->m);
+    free(s->v);
+    free(s->avg);
+}
+
+static int state_save(vit_trainer *t, saved_state *s)
+{
+    size_t n = vit_model_param_count(t->m), z = n * sizeof(vit_real);
+    memset(s, 0, sizeof *s);
+    s->p = malloc(z);
+    s->m = malloc(z);
+    s->v = malloc(z);
+    s->avg = t->avg ? malloc(z) : NULL;
+    if (!s->p || !s->m || !s->v || (t->avg && !s->avg)) {
+        state_free(s);
+        memset(s, 0, sizeof *s);
+        return 0;
+    }
+    memcpy(s->p, vit_model_params(t->m), z);
+    memcpy(s->m, t->opt.m, z);
+    memcpy(s->v, t->opt.v, z);
+    if (t->avg)
+        memcpy(s->avg, vit_model_params(t->avg), z);
+    s->t = t->opt.t;
+    return 1;
+}
+
+static void state_restore(vit_trainer *t, saved_state *s)
+{
+    size_t z = vit_model_param_count(t->m) * sizeof(vit_real);
+    memcpy(vit_model_params(t->m), s->p, z);
+    memcpy(t->opt.m, s->m, z);
+    memcpy(t->opt.v, s->v, z);
+    if (t->avg)
+        memcpy(vit_model_params(t->avg), s->avg, z);
+    t->opt.t = s->t;
+    state_free(s);
+}
+
+/* One measured training step as train.c's train_batch takes it, the
+ * update included (at learning rate 0; the caller puts the state back). */
+static int measured_step(vit_trainer *t, const int *idx, int b, int lo, int hi, int update)
+{
+    double red[2] = {0, 0};
+    int rc = vit_train_gather_batch(t, idx, b, lo, hi);
+    if (rc == VIT_OK)
+        rc = vit_train_local_step(t, hi - lo, red);
+    if (rc || !update)
+        return rc;
+    int ngroups;
+    const vit_param_group *groups = vit_model_groups(t->m, &ngroups);
+    vit_train_ft_before(t);
+    rc = vit_adamw_step(&t->opt, vit_model_params(t->m), vit_model_grads(t->m), groups, ngroups, 0);
+    vit_train_ft_after(t);
+    if (rc == VIT_OK && t->avg)
+        rc = vit_ema_update(vit_model_params(t->avg), vit_model_params(t->m),
+                            vit_model_param_count(t->m), t->cfg.ema, t->st.step + 1);
+    return rc;
+}
+
+/* Seconds an image of up to n passes scoring part with tta, into x[2]:
+ * the last two of those from pass `skip` on (the earlier ones warm up),
+ * and when the clock passes `until` (rank 0's, for every rank: each pass
+ * is collective) after a pass before those two are done, the last one
+ * twice (warmer than the first, no warmer than a counted one). */
+static int timed_passes(vit_trainer *t, const vit_dataset *part, int tta, int n, int skip,
+                        double until, double x[2])
+{
+    double fig[8] = {0};
+    int done = 0, rc = VIT_OK;
+    while (done < n && rc == VIT_OK) {
+        vit_eval_result ev;
+        double t2 = now_seconds();
+        rc = vit_train_evaluate_shared(t, part, tta, &ev);
+        vit_eval_result_free(&ev);
+        fig[done++] = (now_seconds() - t2) / part->count;
+        double late = vit_dist_rank() == 0 && now_seconds() > until;
+        if (rc == VIT_OK && vit_dist_size() > 1)
+            rc = vit_dist_sum_double(&late, 1);
+        if (late > 0)
+            break;
+    }
+    x[0] = fig[done - 1];
+    x[1] = done >= 2 && done - 2 >= skip ? fig[done - 2] : fig[done - 1];
+    return rc;
+}
+
+/* Times whole training steps of one batch, scattered over the training set
+ * as a shuffled epoch's are, the optimizer's update and the average
+ * included (the first not counted: caches, tapes), for about 2% of the
+ * budget (0.05 .. 2 s; one counted pass at least; when the first alone
+ * takes that long, it is counted and the only one, so that a slow model
+ * does not spend a short budget on measuring), and four one-pass scorings
+ * of up to 256 test images (4 a second of the budget, 16 at least; the
+ * mean of the last two counted), and with test-time augmentation the
+ * final scoring's views of a quarter as many (three passes: the first
+ * builds their buffers; the mean of the other two counts, and the slower
+ * one's excess over it is the final scoring's margin); the scorings stop
+ * early, counting their cold passes, once they pass 5% of the budget, and the writing of a checkpoint,
+ * without training: the model, the optimizer, the average and the run's
+ * random state are put back.  A data-parallel job takes the ranks'
+ * mean. */
 static int measure_costs(vit_trainer *t)
 {
     const vit_config *c = &t->cfg;
@@ -81,11 +209,18 @@ static int measure_costs(vit_trainer *t)
     int *idx = malloc((size_t)b * sizeof *idx);
     if (!idx)
         return vit_fail(VIT_ENOMEM, "vit_train_run: out of memory");
+    /* A stride prime to the set's size (and no divisor of it): b distinct
+     * images spread over it, as a shuffled batch's are. */
+    long stride = 7919;
+    while (t->train.count % stride == 0)
+        stride += 2;
     for (int i = 0; i < b; i++)
-        idx[i] = i;
+        idx[i] = (int)(((long)i * stride) % t->train.count);
     vit_rng saved = t->st.rng; /* the augmentation's draws are given back below */
+    saved_state keep;
+    int update = state_save(t, &keep);
     vit_train_share(b, &lo, &hi);
-    double limit = 0.02 * t->o.budget_seconds, t0 = now_seconds(), t1 = 0, cost[3] = {0, 0, 0};
+    double limit = 0.02 * t->o.budget_seconds, t0 = now_seconds(), t1 = 0, cost[4] = {0, 0, 0, 0};
     limit = limit < 0.05 ? 0.05 : limit > 2 ? 2 : limit;
     int k;
     for (k = 0; rc == VIT_OK; k++) {
@@ -93,11 +228,10 @@ static int measure_costs(vit_trainer *t)
             break; /* the first pass alone took the time: it counts, cold (a ceiling) */
         if (k > 1 && now_seconds() - t1 >= limit)
             break;
-        double red[2] = {0, 0};
-        rc = vit_train_gather_batch(t, idx, b, lo, hi);
-        if (rc == VIT_OK)
-            rc = vit_train_local_step(t, hi - lo, red);
+        rc = measured_step(t, idx, b, lo, hi, update);
     }
+    if (update)
+        state_restore(t, &keep);
     t->st.rng = saved;
     free(idx);
     int all = vit_dist_agree(rc);
@@ -111,36 +245,49 @@ static int measure_costs(vit_trainer *t)
     vit_dataset part = *t->test;
     part.count = part.count < most ? part.count : most;
     /* The first two passes generate kernels and grow the tape (Fashion:
-     * 0.85 and 0.67 ms an image, then 0.12 ms); the fastest later one counts. */
-    for (int pass = 0; pass < 4 && rc == VIT_OK; pass++) {
-        vit_eval_result ev;
-        double t2 = now_seconds();
-        rc = vit_train_evaluate_shared(t, &part, VIT_TTA_NONE, &ev);
-        if (rc == VIT_OK && pass >= 2) {
-            double per = (now_seconds() - t2) / part.count;
-            if (pass == 2 || per < cost[1])
-                cost[1] = per;
-        }
-        vit_eval_result_free(&ev);
-    }
-    /* The final scoring's views, timed as they run (the second of two
-     * passes over up to 64 images: the first builds their buffers). */
+     * 0.85 and 0.67 ms an image, then 0.12 ms); the later ones count. */
+    double until = now_seconds() + 0.05 * t->o.budget_seconds, once[2], views[2] = {0, 0};
+    rc = timed_passes(t, &part, VIT_TTA_NONE, 4, 2, until, once);
+    cost[1] = 0.5 * (once[0] + once[1]);
     int tta = t->cfg.tta == VIT_TTA_AUTO ? vit_train_auto_tta(&t->cfg) : t->cfg.tta;
     part.count = part.count < most / 4 ? part.count : most / 4;
-    for (int pass = 0; pass < 2 && rc == VIT_OK && tta != VIT_TTA_NONE; pass++) {
-        vit_eval_result ev;
-        double t2 = now_seconds();
-        rc = vit_train_evaluate_shared(t, &part, tta, &ev);
-        if (rc == VIT_OK)
-            cost[2] = (now_seconds() - t2) / part.count;
-        vit_eval_result_free(&ev);
-    }
-    if (rc || (rc = vit_dist_sum_double(cost, 3)))
+    if (rc == VIT_OK && tta != VIT_TTA_NONE)
+        rc = timed_passes(t, &part, tta, 3, 1, until, views);
+    cost[2] = 0.5 * (views[0] + views[1]);
+    cost[3] = cost[2] > 0 ? (views[0] > views[1] ? views[0] : views[1]) / cost[2] : 1;
+    if (rc)
         return rc;
+    double ckpt = time_checkpoint(t); /* rank 0's, for every rank */
+    if ((rc = vit_dist_sum_double(cost, 4)))
+        return rc;
+    if (vit_dist_size() > 1 && (rc = vit_dist_sum_double(&ckpt, 1)))
+        return rc;
+    t->ckpt_seconds = ckpt;
     t->at.step_seconds = cost[0] / vit_dist_size();
     t->at.score_seconds = cost[1] / vit_dist_size();
     t->tta_seconds = cost[2] / vit_dist_size();
+    t->final_margin = cost[3] / vit_dist_size();
     return VIT_OK;
+}
+
+/* The plan as cfg's epochs, the schedule laid out and event PLAN: the
+ * least plan (p's fit) when even it passes the budget has the final
+ * test-time augmented scoring given way (one pass), or the epoch under way
+ * cut too (the run will end inside it); planned_seconds never passes the
+ * budget. */
+static void set_plan(vit_trainer *t, vit_budget_plan *p, int epochs, double tta, double ips)
+{
+    t->cfg.epochs = epochs;
+    vit_train_layout(t);
+    double end;
+    /* The library's codes are the public ones (train.h). */
+    _Static_assert((int)VIT_BUDGET_CUT_TTA == (int)VIT_PLAN_NO_TTA
+                       && (int)VIT_BUDGET_CUT_EPOCH == (int)VIT_PLAN_PARTIAL,
+                   "plan_cut's values");
+    t->at.plan_cut = vit_budget_cut(p, epochs, tta, &end);
+    t->at.planned_seconds = end;
+    vit_train_event ev = {.kind = VIT_TRAIN_PLAN, .images_per_second = ips};
+    vit_train_emit(t, &ev);
 }
 
 int vit_train_plan_budget(vit_trainer *t)
@@ -150,31 +297,37 @@ int vit_train_plan_budget(vit_trainer *t)
     if (rc)
         return rc;
     double el = now_seconds() - t->t0, step = t->at.step_seconds;
-    double final = VIT_BUDGET_FINAL_MARGIN * final_scoring(t);
-    vit_budget_plan p = position(t, el, step, epoch_scoring(t), final);
-    t->cfg.epochs = vit_budget_fit(&p, VIT_BUDGET_AIM_FIRST);
-    vit_train_layout(t);
-    t->at.planned_seconds = vit_budget_end(&p, t->cfg.epochs);
+    double tta = t->final_margin * final_tta_scoring(t);
+    vit_budget_plan p = position(t, el, step, epoch_scoring(t), final_once(t) + tta);
+    set_plan(t, &p, vit_budget_fit(&p, VIT_BUDGET_AIM_FIRST), tta, t->cfg.batch / step);
     t->pace_t = now_seconds();
     t->pace_step = t->st.step;
-    vit_train_event ev = {.kind = VIT_TRAIN_PLAN, .images_per_second = t->cfg.batch / step};
-    vit_train_emit(t, &ev);
     return VIT_OK;
 }
 
-/* How much slower the run goes than measured at the plan (1: as fast). */
-static double slowdown(const vit_trainer *t, double per_epoch)
+/* How much slower a step goes, every epoch cost included, than the plan's
+ * measurement said (1: as fast). */
+static double slowdown(const vit_trainer *t, double step)
 {
-    double measured = (double)t->at.steps_per_epoch * t->at.step_seconds + epoch_scoring(t);
-    double slow = measured > 0 ? per_epoch / measured : 1;
+    double spe = (double)t->at.steps_per_epoch;
+    double measured = spe * t->at.step_seconds + epoch_scoring(t);
+    double slow = measured > 0 ? step * spe / measured : 1;
     return slow > 1 ? slow : 1;
+}
+
+/* The final scoring's margin as the run goes: the sample's at the plan,
+ * times the settled pace's own spread. */
+static double final_margin(const vit_trainer *t)
+{
+    double step = vit_budget_pace_step(&t->pace), spread = vit_budget_pace_spread(&t->pace);
+    double m = t->final_margin > 1 ? t->final_margin : 1;
+    return step > 0 ? m * (1 + spread / step) : m;
 }
 
 int vit_train_hold_budget(vit_trainer *t)
 {
-    double now = now_seconds(), spe = (double)t->at.steps_per_epoch;
-    double done = (double)(t->st.step - t->pace_step) / spe;
-    double x[2] = {0, 0};
+    double now = now_seconds();
+    double x[3] = {0, 0, 0};
     /* Short epochs are checked in windows of 2% of the budget at least, as
      * rank 0's clock says: a pace, not one epoch's noise. */
     x[0] = vit_dist_rank() == 0 && now - t->pace_t < 0.02 * t->o.budget_seconds;
@@ -182,41 +335,29 @@ int vit_train_hold_budget(vit_trainer *t)
     if (rc || x[0] > 0)
         return rc;
     x[0] = 0;
-    if (vit_dist_rank() == 0 && done > 0) {
+    if (vit_dist_rank() == 0) {
         x[0] = now - t->t0;
-        x[1] = (now - t->pace_t) / done;
+        x[1] = (double)(t->st.step - t->pace_step);
+        x[2] = now - t->pace_t;
     }
     t->pace_t = now;
     t->pace_step = t->st.step;
-    rc = vit_dist_size() > 1 ? vit_dist_sum_double(x, 2) : VIT_OK;
-    if (rc || done <= 0)
+    rc = vit_dist_size() > 1 ? vit_dist_sum_double(x, 3) : VIT_OK;
+    if (rc || x[1] <= 0)
         return rc;
-    double el = x[0];
-    /* The pace ahead: the last window's, or the mean of it and the pace
-     * before when that is slower (one fast epoch does not make a run
-     * fast). */
-    double mean = t->pace > 0 ? 0.5 * (t->pace + x[1]) : x[1];
-    double per_epoch = x[1] > mean ? x[1] : mean;
-    t->pace = mean;
-    /* The first window ran cold (caches, the tape growing): settled
-     * windows are the later ones. */
-    if (++t->paces >= 2 && x[1] > t->slow_pace)
-        t->slow_pace = x[1];
-    double final = VIT_BUDGET_FINAL_MARGIN * final_cost(t, slowdown(t, per_epoch));
-    vit_budget_plan p = position(t, el, per_epoch / spe, 0, final);
-    p.step_slow = t->slow_pace / spe;
-    p.shortened = t->shortened;
-    int want = vit_budget_replan(&p, t->paces);
+    /* The window's every cost (steps, scoring, the checkpoint before it)
+     * as seconds a step; the plan's pace is the settled one. */
+    vit_budget_pace_add(&t->pace, x[1], x[2]);
+    double step = vit_budget_pace_step(&t->pace);
+    double slow = slowdown(t, step), margin = final_margin(t);
+    double tta = margin * final_tta_scoring(t) * slow;
+    vit_budget_plan p = position(t, x[0], step, 0, final_once(t) * slow * margin + tta);
+    p.spread = vit_budget_pace_spread(&t->pace);
+    int want = vit_budget_replan(&p, t->pace.windows - 1);
     if (want == t->cfg.epochs)
         return VIT_OK; /* kept; or at its least already: the final scoring gives way */
-    /* The first window's correction of the measurement does not count. */
-    t->shortened |= want < t->cfg.epochs && t->paces >= VIT_BUDGET_SETTLED;
-    t->cfg.epochs = want;
-    vit_train_layout(t);
     t->at.replans++;
-    t->at.planned_seconds = vit_budget_end(&p, want);
-    vit_train_event ev = {.kind = VIT_TRAIN_PLAN, .images_per_second = t->cfg.batch * spe / per_epoch};
-    vit_train_emit(t, &ev);
+    set_plan(t, &p, want, tta, t->cfg.batch / step);
     return VIT_OK;
 }
 
@@ -227,8 +368,9 @@ int vit_train_final_tta_fits(const vit_trainer *t)
     double x = 0;
     if (vit_dist_rank() == 0) { /* rank 0's clock decides for every rank */
         /* The one-pass figures are done by now: only the views remain. */
-        double need = final_tta_scoring(t) * (t->pace > 0 ? slowdown(t, t->pace) : 1);
-        x = now_seconds() - t->t0 + VIT_BUDGET_FINAL_MARGIN * need <= t->o.budget_seconds;
+        double step = vit_budget_pace_step(&t->pace);
+        double need = final_tta_scoring(t) * (step > 0 ? slowdown(t, step) : 1);
+        x = now_seconds() - t->t0 + final_margin(t) * need <= t->o.budget_seconds;
     }
     if (vit_dist_size() > 1 && vit_dist_sum_double(&x, 1) != VIT_OK)
         return 0;
@@ -309,11 +451,12 @@ int vit_train_budget_out(const vit_trainer *t)
         double steps = (double)(t->st.step - t->pace_step);
         double slow = steps > 0 ? (now - t->pace_t) / steps / t->at.step_seconds : 1;
         slow = slow > 1 ? slow : 1;
-        /* The last epoch's one-pass scoring of the sets, a fifth more;
-         * before any, twice the small sample's figure: the budget is a
-         * ceiling. */
-        double scoring = t->score_pass > 0 ? VIT_BUDGET_FINAL_MARGIN * t->score_pass * slow
-                                           : 2 * epoch_scoring(t) * slow;
+        /* The checkpoint written here (as measured) and the last epoch's
+         * one-pass scoring of the sets, a fifth more; before any, twice
+         * the small sample's figure: the budget is a ceiling. */
+        double scoring = t->score_pass > 0 ? BACKSTOP_MARGIN * t->score_pass * slow
+                                           : 2 * epoch_pass(t) * slow;
+        scoring += t->ckpt_seconds * slow;
         double step = t->at.step_seconds * slow;
         x = now - t->t0 + step + scoring + 0.02 * t->o.budget_seconds > t->o.budget_seconds;
     }

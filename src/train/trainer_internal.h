@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "budget_plan.h"
 #include "run_internal.h"
 #include "vit/augment.h"
 #include "vit/dist.h"
@@ -65,11 +66,10 @@ struct vit_trainer {
     int epochs_cap;           /* with a budget: the most epochs a plan may give */
     double pace_t;            /* now_seconds() and the step of the budget's */
     unsigned long long pace_step; /* plan or its last check */
-    double pace;              /* seconds per epoch, smoothed (0: none yet) */
-    int paces;                /* the paces measured so far (hold_budget's windows) */
-    int shortened;            /* a check shortened the plan (none longer after) */
-    double slow_pace;         /* the slowest of them after the first (seconds
-                                 an epoch; 0: none yet) */
+    vit_budget_pace pace;     /* the windows between the budget's checks */
+    double ckpt_seconds;      /* with a budget: a checkpoint's writing, measured */
+    double final_margin;      /* the final scoring's measured margin (>= 1):
+                                 its sample's slower pass over their mean */
     double tta_seconds;       /* the final scoring's cost of one image, all
                                  its test-time augmented views */
     double score_pass;        /* seconds of the last epoch's one-pass scoring
@@ -162,31 +162,34 @@ int vit_train_evaluate_shared(vit_trainer *r, const vit_dataset *ds, int tta, vi
 
 /* ---- train_budget.c */
 
-/* The plan (vit_train_opts.budget_seconds): the costs measured (a step,
- * a one-pass scoring, the final tta scoring), cfg's epochs set to the most
- * whose steps, scoring and final scoring end by VIT_BUDGET_AIM_FIRST of
- * the budget (budget_plan.h), the schedule laid out; event PLAN. */
+/* The plan (vit_train_opts.budget_seconds): the costs measured (a whole
+ * step with the optimizer's update, a one-pass scoring, the final tta
+ * scoring and its margin), cfg's epochs set to the most whose steps,
+ * scoring and final scoring end by VIT_BUDGET_AIM_FIRST of the budget
+ * (budget_plan.h), the schedule laid out; event PLAN (at.plan_cut when
+ * even one epoch does not fit). */
 int vit_train_plan_budget(vit_trainer *t);
 
 /* After an epoch of a budgeted run (at most every 2% of the budget): the
- * pace (seconds per epoch, steps and scoring: the machine may be shared;
- * the last window's or the smoothed one, whichever is slower) and the
- * final scoring's cost (the sample's at the run's slowdown, a fifth more)
- * against the plan: vit_budget_replan decides (shorter past
- * VIT_BUDGET_CEILING of the budget; longer only in the plan's first half,
- * at a settled pace, within the ceiling at the slowest settled window, and
- * never after a settled shortening).  The schedule is laid out anew either
- * way (event PLAN).  Every rank takes rank 0's times. */
+ * window since the last check (every cost: steps, scoring, checkpoints)
+ * added to the pace (vit_budget_pace: the machine may be shared), the
+ * final scoring's cost (the sample's at the run's slowdown, its measured
+ * margin) and vit_budget_replan decides (shorter when the settled pace
+ * passes VIT_BUDGET_CEILING of the budget; longer only before the
+ * cosine's middle, at a settled pace plus its spread).  The schedule is
+ * laid out anew either way (event PLAN).  Every rank takes rank 0's
+ * times. */
 int vit_train_hold_budget(vit_trainer *t);
 
 /* 1 when the final test-time augmented scoring, at its cost measured at
- * the plan and the run's slowdown since, and a fifth more, still ends within
- * the budget (or there is no budget or no tta); else 0: final_scores gives
- * one pass.  Every rank takes rank 0's decision (a collective call). */
+ * the plan, the run's slowdown since and its measured margin, still ends
+ * within the budget (or there is no budget or no tta); else 0:
+ * final_scores gives one pass.  Every rank takes rank 0's decision (a
+ * collective call). */
 int vit_train_final_tta_fits(const vit_trainer *t);
 
-/* Between two steps of a budgeted run: 1 when one more step and the final
- * one-pass scoring (the last epoch's, a fifth more; before one, twice the
+/* Between two steps of a budgeted run: 1 when one more step, the
+ * checkpoint written there (as measured) and the final one-pass scoring (the last epoch's, a fifth more; before one, twice the
  * sample's figure; at this stretch's slowdown) and 2% of the budget no
  * longer fit what is left of it (rank 0's clock): the run ends here. */
 int vit_train_budget_out(const vit_trainer *t);
