@@ -38,7 +38,7 @@ static const field fields[] = {
     F(classes, K_INT, 2, 100000, "number of classes (from the data)"),
     F(epochs, K_INT, 1, 1000000, "training epochs"),
     F(batch, K_INT, 1, 1 << 20, "minibatch size"),
-    F(lr, K_DOUBLE, 0, 10, "peak learning rate"),
+    F(lr, K_DOUBLE, 1e-12, 10, "peak learning rate"),
     F(min_lr, K_DOUBLE, 0, 10, "final learning rate of the cosine decay"),
     F(warmup, K_DOUBLE, 0, 1000000, "linear warm-up length in epochs"),
     F(weight_decay, K_DOUBLE, 0, 10, "AdamW decoupled weight decay"),
