@@ -559,6 +559,66 @@ START_TEST(train_linear_probe)
 }
 END_TEST
 
+/* Nothing is lost on load: a trained checkpoint (with a stem, as
+ * Fashion-MNIST's recipe makes) taken up by a fine-tuning run with its
+ * head kept holds the source's weights and gives its probabilities,
+ * bitwise, in the trainer and in the run's first checkpoint. */
+START_TEST(train_init_keeps_source)
+{
+    vit_dataset train, test;
+    digits(&train, &test);
+    vit_config cfg;
+    small_config(&cfg);
+    cfg.stem = 4;
+    vit_train_opts so = {.out_dir = fu_path("keep_src"), .ckpt_every = 1};
+    vit_train_result res;
+    ck_assert_msg(vit_train_run(&cfg, &train, &test, &so, &res) == VIT_OK, "%s",
+                  vit_last_error());
+    vit_train_result_free(&res);
+    char src[700], ck[700];
+    snprintf(src, sizeof src, "%s/last.ckpt", fu_path("keep_src"));
+    small_config(&cfg);
+    cfg.seed = 9; /* another draw than the source's */
+    vit_train_opts o = {.out_dir = fu_path("keep_ft"), .ckpt_every = 1, .init_from = src,
+                        .keep_head = 1};
+    vit_trainer *t = NULL;
+    ck_assert_msg(vit_trainer_new(&t, &cfg, &train, &test, &o) == VIT_OK, "%s",
+                  vit_last_error());
+    ck_assert_int_eq(vit_trainer_checkpoint(t), VIT_OK);
+    snprintf(ck, sizeof ck, "%s/last.ckpt", fu_path("keep_ft"));
+    vit_model *s = NULL, *saved = NULL, *m = vit_trainer_model(t);
+    ck_assert_msg(vit_run_load(src, &s, NULL, NULL) == VIT_OK, "%s", vit_last_error());
+    ck_assert_msg(vit_run_load(ck, &saved, NULL, NULL) == VIT_OK, "%s", vit_last_error());
+    ck_assert_int_eq(vit_model_config(m)->stem, 4);
+    vit_model *got[2] = {m, saved};
+    vit_tape *tape = vit_tape_new();
+    size_t n = (size_t)test.count * 10;
+    vit_real *ps = malloc(n * sizeof *ps), *pm = malloc(n * sizeof *pm);
+    ck_assert(tape && ps && pm);
+    ck_assert_int_eq(vit_predict_tta(s, tape, test.images, test.count, VIT_TTA_NONE, ps), VIT_OK);
+    double spread = 0; /* a trained source: its probabilities are not all 1/10 */
+    for (size_t i = 0; i < n; i++)
+        spread += fabs((double)ps[i] - 0.1);
+    ck_assert_msg(spread > 1e-3 * (double)n, "the source predicts uniformly");
+    for (int g = 0; g < 2; g++) {
+        ck_assert_int_eq(vit_model_tensor_count(got[g]), vit_model_tensor_count(s));
+        for (int i = 0; i < vit_model_tensor_count(s); i++)
+            ck_assert_msg(same_tensor(got[g], s, i), "%s: %s differs from the source",
+                          g ? "the checkpoint" : "the trainer", vit_model_tensor_at(s, i)->name);
+        ck_assert_int_eq(vit_predict_tta(got[g], tape, test.images, test.count, VIT_TTA_NONE,
+                                         pm), VIT_OK);
+        ck_assert_msg(memcmp(ps, pm, n * sizeof *ps) == 0, "%s: the probabilities differ",
+                      g ? "the checkpoint" : "the trainer");
+    }
+    free(ps);
+    free(pm);
+    vit_tape_free(tape);
+    vit_model_free(s);
+    vit_model_free(saved);
+    vit_trainer_free(t);
+}
+END_TEST
+
 /* Each misuse refused before anything is written. */
 START_TEST(train_refusals)
 {
@@ -657,6 +717,7 @@ static Suite *finetune_suite(void)
     tcase_set_timeout(tt, 120);
     tcase_add_test(tt, train_frozen_blocks);
     tcase_add_test(tt, train_linear_probe);
+    tcase_add_test(tt, train_init_keeps_source);
     tcase_add_test(tt, train_refusals);
     tcase_add_test(tt, train_refuses_swin);
     suite_add_tcase(s, tt);

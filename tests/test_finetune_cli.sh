@@ -35,7 +35,7 @@ for from in "$tmp/src/last.ckpt" "$tmp/src.safetensors"; do
     same "$name: fine-tuned run" 0 $?
     has "$name: init line" "init: $from: our model" "$out"
     has "$name: a new head" "new head (3 classes); the embeddings and 1 block frozen" "$out"
-    has "$name: the recipe says why" "lr 0.002 kept (a quarter of it fine-tuned worse" "$out"
+    has "$name: the recipe says why" "lr 0.002 kept, no layer decay (the features must move" "$out"
     has "$name: the file's dim" "dim 4, depth 2, heads 1" "$out"
     rec=$(grep -a "^init_from = " "$tmp/ft-$name/last.ckpt")
     same "$name: recorded" "init_from = $(realpath "$from")" "$rec"
