@@ -334,26 +334,29 @@ END_TEST
 START_TEST(test_colour_config_keys)
 {
     vit_config c;
+    vit_train_config tc;
     vit_config_default(&c);
-    ck_assert_int_eq(vit_config_set(&c, "hue", "0.6"), VIT_EINVAL);
-    ck_assert_int_eq(vit_config_set(&c, "brightness", "1.5"), VIT_EINVAL);
-    ck_assert_int_eq(vit_config_set(&c, "channel_perm", "2"), VIT_EINVAL);
-    ck_assert_int_eq(vit_config_set(&c, "hue", "0.05"), VIT_OK);
-    ck_assert(c.hue == 0.05);
+    vit_train_config_default(&tc);
+    ck_assert_int_eq(vit_train_config_set(&tc, "hue", "0.6"), VIT_EINVAL);
+    ck_assert_int_eq(vit_train_config_set(&tc, "brightness", "1.5"), VIT_EINVAL);
+    ck_assert_int_eq(vit_train_config_set(&tc, "channel_perm", "2"), VIT_EINVAL);
+    ck_assert_int_eq(vit_train_config_set(&tc, "hue", "0.05"), VIT_OK);
+    ck_assert(tc.hue == 0.05);
     /* on the gray default: refused by name */
-    ck_assert_int_eq(vit_config_check(&c), VIT_EINVAL);
+    ck_assert_int_eq(vit_train_config_check(&tc, &c), VIT_EINVAL);
     ck_assert_ptr_nonnull(strstr(vit_last_error(), "hue"));
     c.channels = 3;
-    ck_assert_int_eq(vit_config_check(&c), VIT_OK);
-    c.brightness = 1.5; /* set by code, not text */
-    ck_assert_int_eq(vit_config_check(&c), VIT_EINVAL);
+    ck_assert_int_eq(vit_train_config_check(&tc, &c), VIT_OK);
+    tc.brightness = 1.5; /* set by code, not text */
+    ck_assert_int_eq(vit_train_config_check(&tc, &c), VIT_EINVAL);
     ck_assert_ptr_nonnull(strstr(vit_last_error(), "brightness"));
     /* brightness, contrast and invert are fine on gray images */
     vit_config_default(&c);
-    c.brightness = 0.2;
-    c.contrast = 0.2;
-    c.invert = 1;
-    ck_assert_int_eq(vit_config_check(&c), VIT_OK);
+    vit_train_config_default(&tc);
+    tc.brightness = 0.2;
+    tc.contrast = 0.2;
+    tc.invert = 1;
+    ck_assert_int_eq(vit_train_config_check(&tc, &c), VIT_OK);
 }
 END_TEST
 

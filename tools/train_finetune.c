@@ -75,13 +75,14 @@ int finetune_check(const vit_train_opts *o, int argc, char **argv)
     return -1;
 }
 
-/* 1 if the user gave key (the file or a flag). */
-static int given(const vit_config *user, const char *key)
+/* 1 if the user gave recipe key key (the file or a flag). */
+static int given(const vit_train_config *utc, const char *key)
 {
-    return vit_config_given(user, key) > 0;
+    return vit_train_config_given(utc, key) > 0;
 }
 
-int finetune_recipe(vit_config *cfg, const vit_config *user, vit_train_opts *o,
+int finetune_recipe(vit_config *cfg, vit_train_config *tc, const vit_train_config *utc,
+                    vit_train_opts *o,
                     const vit_dataset *train, int val, int speak)
 {
     char said[600] = "";
@@ -96,10 +97,10 @@ int finetune_recipe(vit_config *cfg, const vit_config *user, vit_train_opts *o,
     if (vit_recipe_pick(&d, &shape, &r, NULL, 0)) { /* the rule is a default, not a must */
         at += (size_t)snprintf(said + at, sizeof said - at, "no data rule (%s); ",
                                vit_last_error());
-        r.epochs = cfg->epochs;
-        r.batch = cfg->batch;
-        r.shift = cfg->shift;
-        r.flip = cfg->flip;
+        r.epochs = tc->epochs;
+        r.batch = tc->batch;
+        r.shift = tc->shift;
+        r.flip = tc->flip;
     }
     const struct {
         const char *key;
@@ -108,19 +109,19 @@ int finetune_recipe(vit_config *cfg, const vit_config *user, vit_train_opts *o,
                 {"shift", r.shift}, {"flip", r.flip}};
     for (size_t k = 0; k < sizeof rule / sizeof rule[0]; k++) {
         char v[32];
-        if (given(user, rule[k].key))
+        if (given(utc, rule[k].key))
             continue;
         snprintf(v, sizeof v, "%d", rule[k].value);
-        int was = k == 0 ? cfg->epochs : k == 1 ? cfg->batch : k == 2 ? cfg->shift : cfg->flip;
-        if (was == rule[k].value || vit_config_set(cfg, rule[k].key, v) != VIT_OK)
+        int was = k == 0 ? tc->epochs : k == 1 ? tc->batch : k == 2 ? tc->shift : tc->flip;
+        if (was == rule[k].value || vit_train_config_set(tc, rule[k].key, v) != VIT_OK)
             continue;
         if (k == 0 && o->budget_seconds > 0)
             at += (size_t)snprintf(said + at, sizeof said - at, "epochs as the budget allows, ");
         else
             at += (size_t)snprintf(said + at, sizeof said - at, "%s %s, ", rule[k].key, v);
     }
-    if (cfg->flip && cfg->tta == VIT_TTA_SHIFT9 && !given(user, "tta")) {
-        cfg->tta = VIT_TTA_SHIFT9_FLIP;
+    if (tc->flip && tc->tta == VIT_TTA_SHIFT9 && !given(utc, "tta")) {
+        tc->tta = VIT_TTA_SHIFT9_FLIP;
         at += (size_t)snprintf(said + at, sizeof said - at, "tta shift9flip, ");
     }
     if (at && !strstr(said, "no data rule"))
@@ -129,11 +130,11 @@ int finetune_recipe(vit_config *cfg, const vit_config *user, vit_train_opts *o,
     /* The peak lr stays: a quarter of it scored 55% against 78% at the full
      * peak (and 75% with layer decay 0.75), fine-tuning a Fashion-MNIST
      * model on 200 digits for 25 epochs (docs/finetune.md). */
-    if (!given(user, "lr"))
+    if (!given(utc, "lr"))
         at += (size_t)snprintf(said + at, sizeof said - at, "lr %g kept (a quarter of it "
-                               "fine-tuned worse: docs/finetune.md)", cfg->lr);
-    if (!given(user, "warmup")) {
-        cfg->warmup = 2;
+                               "fine-tuned worse: docs/finetune.md)", tc->lr);
+    if (!given(utc, "warmup")) {
+        tc->warmup = 2;
         at += (size_t)snprintf(said + at, sizeof said - at, "%swarmup 2 epochs (the new head "
                                "settles before the blocks move far)", at ? ", " : "");
     }

@@ -32,7 +32,7 @@ static double epoch_scoring(const vit_trainer *t)
  * it; the other one-pass figures are the last epoch's). */
 static double final_tta_scoring(const vit_trainer *t)
 {
-    if (t->cfg.tta == VIT_TTA_NONE)
+    if (t->tc.tta == VIT_TTA_NONE)
         return 0;
     return (double)(t->test->count + t->val.count) * t->tta_seconds;
 }
@@ -60,7 +60,7 @@ static vit_budget_plan position(const vit_trainer *t, double elapsed, double ste
     return (vit_budget_plan){.budget = t->o.budget_seconds, .elapsed = elapsed,
                              .steps_per_epoch = t->at.steps_per_epoch,
                              .epoch_step = (long)t->st.epoch_step, .epoch = (int)t->st.epoch,
-                             .epochs = t->cfg.epochs, .cap = t->epochs_cap, .step = step,
+                             .epochs = t->tc.epochs, .cap = t->epochs_cap, .step = step,
                              .scoring = scoring, .final = final};
 }
 
@@ -76,8 +76,8 @@ static vit_budget_plan position(const vit_trainer *t, double elapsed, double ste
  * state are as they were.  A data-parallel job takes the ranks' mean. */
 static int measure_costs(vit_trainer *t)
 {
-    const vit_config *c = &t->cfg;
-    int b = c->batch < t->train.count ? c->batch : t->train.count, lo, hi, rc = VIT_OK;
+    const vit_train_config *tc = &t->tc;
+    int b = tc->batch < t->train.count ? tc->batch : t->train.count, lo, hi, rc = VIT_OK;
     int *idx = malloc((size_t)b * sizeof *idx);
     if (!idx)
         return vit_fail(VIT_ENOMEM, "vit_train_run: out of memory");
@@ -103,7 +103,7 @@ static int measure_costs(vit_trainer *t)
     int all = vit_dist_agree(rc);
     if (all)
         return rc ? rc : vit_fail(all, "the budget's measurement failed on another rank");
-    cost[0] = (k == 1 ? t1 - t0 : (now_seconds() - t1) / (k - 1)) * c->batch / b;
+    cost[0] = (k == 1 ? t1 - t0 : (now_seconds() - t1) / (k - 1)) * tc->batch / b;
     /* Samples in proportion to a short budget (4 images a second of it,
      * 16 .. 256), so that measuring stays a small part of it. */
     int most = (int)(4 * t->o.budget_seconds);
@@ -125,7 +125,7 @@ static int measure_costs(vit_trainer *t)
     }
     /* The final scoring's views, timed as they run (the second of two
      * passes over up to 64 images: the first builds their buffers). */
-    int tta = t->cfg.tta == VIT_TTA_AUTO ? vit_train_auto_tta(&t->cfg) : t->cfg.tta;
+    int tta = t->tc.tta == VIT_TTA_AUTO ? vit_train_auto_tta(&t->tc) : t->tc.tta;
     part.count = part.count < most / 4 ? part.count : most / 4;
     for (int pass = 0; pass < 2 && rc == VIT_OK && tta != VIT_TTA_NONE; pass++) {
         vit_eval_result ev;
@@ -145,19 +145,19 @@ static int measure_costs(vit_trainer *t)
 
 int vit_train_plan_budget(vit_trainer *t)
 {
-    t->epochs_cap = t->cfg.epochs;
+    t->epochs_cap = t->tc.epochs;
     int rc = measure_costs(t);
     if (rc)
         return rc;
     double el = now_seconds() - t->t0, step = t->at.step_seconds;
     double final = VIT_BUDGET_FINAL_MARGIN * final_scoring(t);
     vit_budget_plan p = position(t, el, step, epoch_scoring(t), final);
-    t->cfg.epochs = vit_budget_fit(&p, VIT_BUDGET_AIM_FIRST);
+    t->tc.epochs = vit_budget_fit(&p, VIT_BUDGET_AIM_FIRST);
     vit_train_layout(t);
-    t->at.planned_seconds = vit_budget_end(&p, t->cfg.epochs);
+    t->at.planned_seconds = vit_budget_end(&p, t->tc.epochs);
     t->pace_t = now_seconds();
     t->pace_step = t->st.step;
-    vit_train_event ev = {.kind = VIT_TRAIN_PLAN, .images_per_second = t->cfg.batch / step};
+    vit_train_event ev = {.kind = VIT_TRAIN_PLAN, .images_per_second = t->tc.batch / step};
     vit_train_emit(t, &ev);
     return VIT_OK;
 }
@@ -207,22 +207,22 @@ int vit_train_hold_budget(vit_trainer *t)
     p.step_slow = t->slow_pace / spe;
     p.shortened = t->shortened;
     int want = vit_budget_replan(&p, t->paces);
-    if (want == t->cfg.epochs)
+    if (want == t->tc.epochs)
         return VIT_OK; /* kept; or at its least already: the final scoring gives way */
     /* The first window's correction of the measurement does not count. */
-    t->shortened |= want < t->cfg.epochs && t->paces >= VIT_BUDGET_SETTLED;
-    t->cfg.epochs = want;
+    t->shortened |= want < t->tc.epochs && t->paces >= VIT_BUDGET_SETTLED;
+    t->tc.epochs = want;
     vit_train_layout(t);
     t->at.replans++;
     t->at.planned_seconds = vit_budget_end(&p, want);
-    vit_train_event ev = {.kind = VIT_TRAIN_PLAN, .images_per_second = t->cfg.batch * spe / per_epoch};
+    vit_train_event ev = {.kind = VIT_TRAIN_PLAN, .images_per_second = t->tc.batch * spe / per_epoch};
     vit_train_emit(t, &ev);
     return VIT_OK;
 }
 
 int vit_train_final_tta_fits(const vit_trainer *t)
 {
-    if (t->o.budget_seconds <= 0 || t->cfg.tta == VIT_TTA_NONE)
+    if (t->o.budget_seconds <= 0 || t->tc.tta == VIT_TTA_NONE)
         return 1;
     double x = 0;
     if (vit_dist_rank() == 0) { /* rank 0's clock decides for every rank */
