@@ -395,7 +395,7 @@ START_TEST(test_recipe_colour_test)
 {
     vit_config model;
     vit_config_default(&model);
-    model.stem = model.stem2 = model.local_conv = -1;
+    /* stem, stem2 and local_conv not given: the rule's */
     for (int colour_class = 0; colour_class < 2; colour_class++) {
         vit_dataset ds;
         colour_set(&ds, 800, 4, colour_class, 3);

@@ -1382,6 +1382,24 @@ END_TEST
 
 /* ---- the recipe derived from the data, and the time budget -------------- */
 
+/* A default config whose stem, stem2 and local_conv are given as these
+ * values, or, where -1, not given: left to the recipe's rule
+ * (vit_recipe_pick reads vit_config_given). */
+static vit_config stems(int stem, int stem2, int local_conv)
+{
+    vit_config c;
+    vit_config_default(&c);
+    const char *keys[3] = {"stem", "stem2", "local_conv"};
+    const int v[3] = {stem, stem2, local_conv};
+    for (int k = 0; k < 3; k++) {
+        char t[16];
+        snprintf(t, sizeof t, "%d", v[k]);
+        if (v[k] >= 0)
+            ck_assert_int_eq(vit_config_set(&c, keys[k], t), VIT_OK);
+    }
+    return c;
+}
+
 /* The digits get the built-in defaults exactly; 60,000 gray 28x28 images
  * the rule's figures; mirror-symmetric classes a flip, others none. */
 START_TEST(test_recipe_rule)
@@ -1389,7 +1407,7 @@ START_TEST(test_recipe_rule)
     load_digits();
     vit_config def;
     vit_train_config def_tc;
-    vit_config_default(&def);
+    def = stems(0, 0, 0); /* the stems given: the model's, no rule */
     vit_train_config_default(&def_tc);
     vit_recipe r;
     char why[400];
@@ -1408,7 +1426,7 @@ START_TEST(test_recipe_rule)
     ck_assert_int_eq(r.stem, 0);
     /* The digits with the stem left to the rule: their own size, so none. */
     vit_config unset = def;
-    unset.stem = -1;
+    unset = stems(-1, 0, 0);
     ck_assert(vit_recipe_pick(&d, &unset, &r, why, sizeof why) == VIT_OK);
     ck_assert_int_eq(r.stem, 0);
     ck_assert_int_eq(r.epochs, def_tc.epochs);
@@ -1452,7 +1470,7 @@ START_TEST(test_recipe_rule)
     ck_assert_ptr_nonnull(strstr(why, "86 epochs (what 1.37e14 multiply-adds of training pay "
                                       "for)"));
     /* A stem given is kept, and costed. */
-    unset.stem = 32;
+    unset = stems(32, 0, 0);
     ck_assert(vit_recipe_pick(&f, &unset, &r, NULL, 0) == VIT_OK);
     ck_assert_int_eq(r.stem, 32);
     ck_assert_int_lt(r.epochs, 86);
@@ -1460,8 +1478,8 @@ START_TEST(test_recipe_rule)
      * even sides, with the patch picked for its 14x14 map (2: the same 7x7
      * grid), costed: 196 * (16*16) * 32 more multiply-adds, the patch
      * embedding's 49 * 256 * 64 now 49 * 128 * 64. */
-    unset.stem = -1;
-    unset.stem2 = -1;
+    unset = stems(-1, 0, 0);
+    unset = stems(-1, -1, 0);
     ck_assert(vit_recipe_pick(&f, &unset, &r, why, sizeof why) == VIT_OK);
     ck_assert_int_eq(r.stem, 16);
     ck_assert_int_eq(r.stem2, VIT_RECIPE_STEM2);
@@ -1483,7 +1501,7 @@ START_TEST(test_recipe_rule)
     /* local_conv left to the rule: 1 where stem2 goes, and costed: 9 * 64
      * multiply-adds a patch token and block (49 * 576 * 4 an image), which
      * leaves 75 epochs. */
-    unset.local_conv = -1;
+    unset = stems(-1, -1, -1);
     ck_assert(vit_recipe_pick(&f, &unset, &r, why, sizeof why) == VIT_OK);
     ck_assert(r.stem == 16 && r.stem2 == 32 && r.patch == 2);
     ck_assert_int_eq(r.local_conv, 1);
@@ -1513,15 +1531,15 @@ START_TEST(test_recipe_rule)
     ck_assert(r.stem == 0 && r.stem2 == 0 && r.patch == def.patch);
     ck_assert_int_eq(r.local_conv, 0); /* the digits: their model unchanged */
     f.count = 60000;
-    unset.stem2 = 8;
+    unset = stems(-1, 8, -1);
     ck_assert(vit_recipe_pick(&f, &unset, &r, NULL, 0) == VIT_OK);
     ck_assert(r.stem == 16 && r.stem2 == 8 && r.patch == 2);
     ck_assert_int_eq(r.local_conv, 1);
-    unset.local_conv = 1; /* given: kept, without stem2 too */
-    unset.stem2 = 0;
+    unset = stems(-1, 8, 1); /* given: kept, without stem2 too */
+    unset = stems(-1, 0, 1);
     ck_assert(vit_recipe_pick(&f, &unset, &r, NULL, 0) == VIT_OK);
     ck_assert(r.stem2 == 0 && r.local_conv == 1);
-    unset.local_conv = 0;
+    unset = stems(-1, 0, 0);
     /* The shift: a 28th of the side from 10k images, a 14th below. */
     f.count = 9999;
     ck_assert(vit_recipe_pick(&f, &def, &r, NULL, 0) == VIT_OK);
@@ -1532,7 +1550,7 @@ START_TEST(test_recipe_rule)
     /* Patches larger than 4 (64x64 images: 8x8 patches of 8): no stem,
      * whose full-size feature map would cost more than the transformer;
      * 32x32 (CIFAR's size): patch 4 and the stem. */
-    unset.stem = -1;
+    unset = stems(-1, 0, 0);
     vit_recipe_data photos = {10000, 64, 64, 3, 10, NULL};
     ck_assert(vit_recipe_pick(&photos, &unset, &r, NULL, 0) == VIT_OK);
     ck_assert_int_eq(r.patch, 8);

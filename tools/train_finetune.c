@@ -94,6 +94,20 @@ int finetune_recipe(vit_config *cfg, vit_train_config *tc, const vit_train_confi
                          train->classes, train};
     vit_recipe r;
     vit_config shape = *cfg;
+    if (vit_config_arch(&shape) == vit_arch_vit()) {
+        /* The stems are this config's, as given or not: the rule picks
+         * none of them for a model whose weights come from a file. */
+        const struct {
+            const char *key;
+            int value;
+        } keep[] = {{"stem", shape.stem}, {"stem2", shape.stem2}, {"local_conv", shape.local_conv}};
+        for (size_t k = 0; k < sizeof keep / sizeof keep[0]; k++) {
+            char v[16];
+            snprintf(v, sizeof v, "%d", keep[k].value);
+            if (vit_config_set(&shape, keep[k].key, v) != VIT_OK)
+                return cli_fail(prog, NULL);
+        }
+    }
     if (vit_recipe_pick(&d, &shape, &r, NULL, 0)) { /* the rule is a default, not a must */
         at += (size_t)snprintf(said + at, sizeof said - at, "no data rule (%s); ",
                                vit_last_error());

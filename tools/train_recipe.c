@@ -82,16 +82,14 @@ int apply_recipe(vit_config *cfg, vit_train_config *tc, const vit_config *user,
     vit_recipe_data d = {train->count - val, train->height, train->width, train->channels,
                          train->classes, train};
     vit_recipe r;
+    /* stem, stem2 and local_conv nobody gave are the rule's to pick (and
+     * to cost the epochs with: vit_config_given), but stem2 not under a
+     * time budget: its gain was measured over 76 epochs, and a 15-minute
+     * budget pays for 40 of them (the one layer stem's 49 scored 93.2% on
+     * Fashion-MNIST: docs/benchmarks.md). */
     vit_config shape = *user;
-    if (!user_set(user, utc, "stem"))
-        shape.stem = -1; /* the rule's to pick (and to cost the epochs with) */
-    /* stem2 likewise, but not under a time budget: its gain was measured
-     * over 76 epochs, and a 15-minute budget pays for 40 of them (the one
-     * layer stem's 49 scored 93.2% on Fashion-MNIST: docs/benchmarks.md). */
-    if (!user_set(user, utc, "stem2"))
-        shape.stem2 = budget > 0 ? 0 : -1;
-    if (!user_set(user, utc, "local_conv"))
-        shape.local_conv = -1; /* where stem2 goes (vit/recipe.h) */
+    if (budget > 0 && !user_set(user, utc, "stem2") && vit_config_set(&shape, "stem2", "0"))
+        return cli_fail(prog, NULL);
     if (vit_recipe_pick(&d, &shape, &r, NULL, 0))
         return cli_fail(prog, NULL);
     *picked = r;
