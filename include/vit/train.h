@@ -641,8 +641,8 @@ void vit_trainer_request_stop(vit_trainer *t);
 /* The run's position (owned by the trainer, updated by each call). */
 const vit_train_progress *vit_trainer_progress(const vit_trainer *t);
 
-/* The run's config (a resume's: the checkpoint's recipe with the changed
- * epochs or ckpt_minutes; image and class fields from the data). */
+/* The run's network (a resume's: the checkpoint's; image and class fields
+ * from the data; owned by the trainer). */
 const vit_config *vit_trainer_config(const vit_trainer *t);
 
 /* The run's training recipe (a resume's: the checkpoint's with the changed
