@@ -1584,6 +1584,9 @@ START_TEST(test_nograd_forward_is_bitwise)
     mr = filled_model(&cfg, 300 + (uint64_t)_i, &images2, batch);
     ck_assert_int_eq(vit_model_set_recompute(mr, 1), VIT_OK);
     ck_assert_int_eq(vit_model_recompute(mr), 1);
+    ck_assert_int_eq(vit_model_set_recompute(mr, 2), VIT_EINVAL); /* 0 or 1 only */
+    ck_assert_int_eq(vit_model_recompute(mr), 1);
+    ck_assert_int_eq(vit_model_set_recompute(NULL, 0), VIT_EINVAL);
     vit_tape_reset(eval);
     vit_tensor *zr = vit_model_forward(mr, eval, images2, batch, 0);
     ck_assert_ptr_nonnull(zr);
