@@ -190,15 +190,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "example_arch: %s\n", vit_last_error());
         return 1;
     }
-    /* The shared recipe keys as the ViT's default, the network ours: the
-     * same text a config file would hold. */
+    /* The network ours, the training recipe (vit/train_config.h) the
+     * default with a few keys changed: the same text a config file would
+     * hold, one parser reading each key into its struct. */
     vit_config cfg;
+    vit_train_config tc;
     vit_config_default(&cfg);
+    vit_train_config_default(&tc);
     char epochs[64];
     snprintf(epochs, sizeof epochs, "epochs = %s\n", argv[3]);
-    int rc = vit_config_parse(&cfg, "arch = convmlp\nwidth1 = 16\nlr = 0.01\nwarmup = 1\ninit_std = 0.3\n", "example");
+    int rc = vit_config_parse(&cfg, &tc, "arch = convmlp\nwidth1 = 16\nlr = 0.01\nwarmup = 1\ninit_std = 0.3\n", "example");
     if (rc == VIT_OK)
-        rc = vit_config_parse(&cfg, epochs, "EPOCHS");
+        rc = vit_config_parse(&cfg, &tc, epochs, "EPOCHS");
     char ckpt[4096];
     snprintf(ckpt, sizeof ckpt, "%s/last.ckpt", argv[2]);
     vit_train_opts opts = {.out_dir = argv[2], .ckpt_every = 1, .resume = resume ? ckpt : NULL,
@@ -206,18 +209,18 @@ int main(int argc, char **argv)
     vit_trainer *t = NULL;
     vit_train_result res = {0};
     if (rc == VIT_OK)
-        rc = vit_trainer_new(&t, &cfg, &train, &test, &opts);
+        rc = vit_trainer_new(&t, &cfg, &tc, &train, &test, &opts);
     if (rc == VIT_OK)
         rc = vit_trainer_fit(t, &res);
     if (rc == VIT_OK) {
         const vit_train_progress *at = vit_trainer_progress(t);
-        if (at->epoch < (unsigned long long)vit_trainer_config(t)->epochs)
+        if (at->epoch < (unsigned long long)vit_trainer_train_config(t)->epochs)
             printf("stopped after epoch %llu; checkpoint %s\n", at->epoch, ckpt);
         else
             printf("%s: %zu parameters, test accuracy %.4f (tta %s) after %llu epochs\n",
                    vit_model_arch(vit_trainer_model(t))->name,
                    vit_model_param_count(vit_trainer_model(t)), res.test_accuracy,
-                   vit_tta_name(vit_trainer_config(t)->tta), at->epoch);
+                   vit_tta_name(vit_trainer_train_config(t)->tta), at->epoch);
     } else {
         fprintf(stderr, "example_arch: %s\n", vit_last_error());
     }

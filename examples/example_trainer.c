@@ -57,14 +57,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "example_trainer: %s\n", vit_last_error());
         return 1;
     }
-    vit_config cfg;
+    vit_config cfg; /* the network: the default ViT */
+    vit_train_config tc; /* how it is trained: the default recipe, 40 epochs */
     vit_config_default(&cfg);
-    cfg.epochs = 40;
+    vit_train_config_default(&tc);
+    tc.epochs = 40;
     vit_train_opts opts = {.out_dir = argv[2], .ckpt_every = 1, .val_count = 200,
                            .on_event = on_event, .user = &es};
     vit_trainer *t;
     vit_train_result res = {0};
-    int rc = vit_trainer_new(&t, &cfg, &train, &test, &opts);
+    int rc = vit_trainer_new(&t, &cfg, &tc, &train, &test, &opts);
     if (rc == VIT_OK)
         rc = vit_trainer_fit(t, &res);
     vit_eval_result ev = {0};

@@ -158,7 +158,9 @@ START_TEST(test_keys_and_given)
     ck_assert_ptr_eq(vit_config_arch(&c), vit_arch_vit());
     ck_assert_int_eq(vit_config_given(&c, "arch"), 0);
     ck_assert_int_eq(vit_config_given(&c, "patch"), 0);
-    ck_assert_int_eq(vit_config_given(&c, "lr"), 0);
+    ck_assert_int_eq(vit_config_given(&c, "init_std"), 0);
+    ck_assert_int_eq(vit_config_given(&c, "lr"), VIT_EINVAL); /* the recipe's */
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "vit_train_config_given"));
     ck_assert_int_eq(vit_config_set(&c, "patch", "2"), VIT_OK);
     ck_assert_int_eq(vit_config_given(&c, "patch"), 1);
     ck_assert_int_eq(vit_config_given(&c, "dim"), 0);
@@ -170,7 +172,7 @@ START_TEST(test_keys_and_given)
     ck_assert_int_eq(vit_config_set(&c, "arch", "swan"), VIT_EINVAL);
     ck_assert_ptr_nonnull(strstr(vit_last_error(), "arch: unknown architecture 'swan' (known: vit"));
     /* Selecting it: its defaults, none given; the shared keys keep theirs. */
-    ck_assert_int_eq(vit_config_set(&c, "lr", "0.01"), VIT_OK);
+    ck_assert_int_eq(vit_config_set(&c, "init_std", "0.01"), VIT_OK);
     ck_assert_int_eq(vit_config_set(&c, "arch", "tiny"), VIT_OK);
     ck_assert_int_eq(vit_config_given(&c, "arch"), 1);
     const tiny_config *a = vit_config_arch_data(&c);
@@ -178,8 +180,9 @@ START_TEST(test_keys_and_given)
     ck_assert_int_eq(a->act, 1);
     ck_assert(a->gain == 2);
     ck_assert_int_eq(vit_config_given(&c, "width"), 0);
-    ck_assert_int_eq(vit_config_given(&c, "lr"), 1);
-    ck_assert(c.lr == 0.01);
+    ck_assert_int_eq(vit_config_given(&c, "init_std"), 1);
+    ck_assert(c.init_std == 0.01);
+    ck_assert_int_lt(vit_config_given(&c, "lr"), 0); /* the recipe's, not the network's */
     ck_assert_int_eq(vit_config_set(&c, "width", "9"), VIT_OK);
     ck_assert_int_eq(vit_config_given(&c, "width"), 1);
     ck_assert_int_eq(a->width, 9);
@@ -210,31 +213,35 @@ START_TEST(test_text_round_trip)
     char buf[8192], buf2[8192];
     vit_config c, d;
     vit_config_default(&c);
-    ck_assert_int_gt(vit_config_format(&c, buf, sizeof buf), 0);
+    ck_assert_int_gt(vit_config_format(&c, NULL, buf, sizeof buf), 0);
     ck_assert_ptr_null(strstr(buf, "arch")); /* the ViT's text is as it always was */
     tiny_cfg(&c);
     ck_assert_int_eq(vit_config_set(&c, "act", "none"), VIT_OK);
     ck_assert_int_eq(vit_config_set(&c, "gain", "0.5"), VIT_OK);
-    int len = vit_config_format(&c, buf, sizeof buf);
+    vit_train_config tc;
+    vit_train_config_default(&tc);
+    int len = vit_config_format(&c, &tc, buf, sizeof buf);
     ck_assert_int_gt(len, 0);
     ck_assert_ptr_nonnull(strstr(buf, "classes = 3\narch = tiny\nwidth = 6\nact = none\n"
                                       "gain = 0.5\nepochs = "));
     ck_assert_ptr_null(strstr(buf, "dim = ")); /* no ViT keys */
     vit_config_default(&d);
-    ck_assert_msg(vit_config_parse(&d, buf, "t") == VIT_OK, "%s", vit_last_error());
+    vit_train_config dtc;
+    vit_train_config_default(&dtc);
+    ck_assert_msg(vit_config_parse(&d, &dtc, buf, "t") == VIT_OK, "%s", vit_last_error());
     ck_assert_ptr_eq(d.arch, &tiny);
-    ck_assert_int_eq(vit_config_format(&d, buf2, sizeof buf2), len);
+    ck_assert_int_eq(vit_config_format(&d, &dtc, buf2, sizeof buf2), len);
     ck_assert_str_eq(buf, buf2);
     /* arch anywhere in the text; a key twice is refused. */
     vit_config_default(&d);
-    ck_assert_msg(vit_config_parse(&d, "width = 3\n# x\narch = tiny\n", "t") == VIT_OK, "%s",
+    ck_assert_msg(vit_config_parse(&d, NULL, "width = 3\n# x\narch = tiny\n", "t") == VIT_OK, "%s",
                   vit_last_error());
     ck_assert_int_eq(((const tiny_config *)vit_config_arch_data(&d))->width, 3);
     vit_config_default(&d);
-    ck_assert_int_eq(vit_config_parse(&d, "arch = tiny\nwidth = 3\nwidth = 4\n", "t"), VIT_EFORMAT);
+    ck_assert_int_eq(vit_config_parse(&d, NULL, "arch = tiny\nwidth = 3\nwidth = 4\n", "t"), VIT_EFORMAT);
     ck_assert_str_eq(vit_last_error(), "t:3: width is set twice (first on line 2)");
     vit_config_default(&d);
-    ck_assert_int_eq(vit_config_parse(&d, "arch = tiny\narch = tiny\n", "t"), VIT_EFORMAT);
+    ck_assert_int_eq(vit_config_parse(&d, NULL, "arch = tiny\narch = tiny\n", "t"), VIT_EFORMAT);
     ck_assert_str_eq(vit_last_error(), "t:2: arch is set twice (first on line 1)");
 }
 END_TEST
@@ -356,9 +363,9 @@ START_TEST(test_checkpoint_round_trip)
     memset(&st, 0, sizeof st);
     vit_rng_seed(&st.rng, 1);
     const char *path = fu_path("tiny.ckpt");
-    ck_assert_msg(vit_run_save(path, m, NULL, &st) == VIT_OK, "%s", vit_last_error());
+    ck_assert_msg(vit_run_save(path, m, NULL, NULL, &st) == VIT_OK, "%s", vit_last_error());
     vit_run_state got;
-    ck_assert_msg(vit_run_load(path, &back, NULL, &got) == VIT_OK, "%s", vit_last_error());
+    ck_assert_msg(vit_run_load(path, &back, NULL, NULL, &got) == VIT_OK, "%s", vit_last_error());
     ck_assert_ptr_eq(vit_model_arch(back), &tiny);
     ck_assert_int_eq(((const tiny_config *)vit_config_arch_data(vit_model_config(back)))->width, 5);
     ck_assert_uint_eq(vit_model_param_count(back), vit_model_param_count(m));
@@ -373,7 +380,7 @@ START_TEST(test_safetensors_round_trip)
 {
     vit_model *m = trained_tiny(), *back = NULL;
     const char *path = fu_path("tiny.safetensors");
-    ck_assert_msg(vit_safetensors_save(m, NULL, path, NULL) == VIT_OK, "%s", vit_last_error());
+    ck_assert_msg(vit_safetensors_save(m, NULL, NULL, path, NULL) == VIT_OK, "%s", vit_last_error());
     size_t n;
     unsigned char *b = fu_read(path, &n);
     b[n] = 0;
@@ -411,7 +418,9 @@ START_TEST(test_resume_keeps_the_arch)
     ck_assert_int_eq(vit_adamw_init(&opt, vit_model_param_count(m), 0.9, 0.999, 1e-8, 0.05),
                      VIT_OK);
     const char *path = fu_path("vit.ckpt");
-    ck_assert_msg(vit_run_save(path, m, &opt, &st) == VIT_OK, "%s", vit_last_error());
+    vit_train_config tc;
+    vit_train_config_default(&tc);
+    ck_assert_msg(vit_run_save(path, m, &tc, &opt, &st) == VIT_OK, "%s", vit_last_error());
     vit_adamw_free(&opt);
     vit_model_free(m);
     vit_config c;
@@ -419,7 +428,7 @@ START_TEST(test_resume_keeps_the_arch)
     ck_assert_int_eq(vit_config_set(&c, "arch", "tiny"), VIT_OK);
     vit_train_opts o = {.out_dir = fu_path("resumed"), .resume = path, .ckpt_every = 1};
     vit_trainer *t = NULL;
-    int rc = vit_trainer_new(&t, &c, &train, &test, &o);
+    int rc = vit_trainer_new(&t, &c, &tc, &train, &test, &o);
     ck_assert_msg(rc == VIT_EINVAL, "%d: %s", rc, vit_last_error());
     ck_assert_ptr_null(t);
     ck_assert_msg(strstr(vit_last_error(), "has arch = vit, this run asks for tiny") != NULL, "%s",

@@ -644,9 +644,10 @@ START_TEST(test_reads_version_2_file)
     vit_model *m = NULL;
     vit_adamw opt;
     vit_run_state st;
-    ck_assert_msg(vit_run_load(path, &m, &opt, &st) == VIT_OK, "%s", vit_last_error());
-    ck_assert_int_eq(vit_model_config(m)->tta, VIT_TTA_NONE);
-    ck_assert(vit_model_config(m)->ema == 0);
+    vit_train_config tc;
+    ck_assert_msg(vit_run_load(path, &m, &tc, &opt, &st) == VIT_OK, "%s", vit_last_error());
+    ck_assert_int_eq(tc.tta, VIT_TTA_NONE);
+    ck_assert(tc.ema == 0);
     ck_assert_int_eq(vit_model_config(m)->dim, 8);
     ck_assert_ptr_null(st.train_params);
     ck_assert_uint_eq(st.epoch_step, 270);
@@ -746,7 +747,7 @@ START_TEST(test_old_runs_load_converted)
         vit_model *m = NULL;
         vit_adamw opt;
         vit_run_state st;
-        ck_assert_msg(vit_run_load(paths[f], &m, &opt, &st) == VIT_OK, "%s", vit_last_error());
+        ck_assert_msg(vit_run_load(paths[f], &m, NULL, &opt, &st) == VIT_OK, "%s", vit_last_error());
         const vit_config *c = vit_model_config(m);
         const size_t D = (size_t)c->dim;
 
@@ -818,7 +819,7 @@ START_TEST(test_version3_train_params_converted)
     vit_model *m = NULL;
     vit_adamw opt;
     vit_run_state st;
-    ck_assert_msg(vit_run_load(path, &m, &opt, &st) == VIT_OK, "%s", vit_last_error());
+    ck_assert_msg(vit_run_load(path, &m, NULL, &opt, &st) == VIT_OK, "%s", vit_last_error());
     ck_assert_ptr_nonnull(st.train_params);
     expect_flat_converted(m, st.train_params, tp->data);
     expect_flat_converted(m, opt.m, vit_ckpt_find(&raw, "adam.m")->data);

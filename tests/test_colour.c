@@ -334,26 +334,29 @@ END_TEST
 START_TEST(test_colour_config_keys)
 {
     vit_config c;
+    vit_train_config tc;
     vit_config_default(&c);
-    ck_assert_int_eq(vit_config_set(&c, "hue", "0.6"), VIT_EINVAL);
-    ck_assert_int_eq(vit_config_set(&c, "brightness", "1.5"), VIT_EINVAL);
-    ck_assert_int_eq(vit_config_set(&c, "channel_perm", "2"), VIT_EINVAL);
-    ck_assert_int_eq(vit_config_set(&c, "hue", "0.05"), VIT_OK);
-    ck_assert(c.hue == 0.05);
+    vit_train_config_default(&tc);
+    ck_assert_int_eq(vit_train_config_set(&tc, "hue", "0.6"), VIT_EINVAL);
+    ck_assert_int_eq(vit_train_config_set(&tc, "brightness", "1.5"), VIT_EINVAL);
+    ck_assert_int_eq(vit_train_config_set(&tc, "channel_perm", "2"), VIT_EINVAL);
+    ck_assert_int_eq(vit_train_config_set(&tc, "hue", "0.05"), VIT_OK);
+    ck_assert(tc.hue == 0.05);
     /* on the gray default: refused by name */
-    ck_assert_int_eq(vit_config_check(&c), VIT_EINVAL);
+    ck_assert_int_eq(vit_train_config_check(&tc, &c), VIT_EINVAL);
     ck_assert_ptr_nonnull(strstr(vit_last_error(), "hue"));
     c.channels = 3;
-    ck_assert_int_eq(vit_config_check(&c), VIT_OK);
-    c.brightness = 1.5; /* set by code, not text */
-    ck_assert_int_eq(vit_config_check(&c), VIT_EINVAL);
+    ck_assert_int_eq(vit_train_config_check(&tc, &c), VIT_OK);
+    tc.brightness = 1.5; /* set by code, not text */
+    ck_assert_int_eq(vit_train_config_check(&tc, &c), VIT_EINVAL);
     ck_assert_ptr_nonnull(strstr(vit_last_error(), "brightness"));
     /* brightness, contrast and invert are fine on gray images */
     vit_config_default(&c);
-    c.brightness = 0.2;
-    c.contrast = 0.2;
-    c.invert = 1;
-    ck_assert_int_eq(vit_config_check(&c), VIT_OK);
+    vit_train_config_default(&tc);
+    tc.brightness = 0.2;
+    tc.contrast = 0.2;
+    tc.invert = 1;
+    ck_assert_int_eq(vit_train_config_check(&tc, &c), VIT_OK);
 }
 END_TEST
 
@@ -392,7 +395,7 @@ START_TEST(test_recipe_colour_test)
 {
     vit_config model;
     vit_config_default(&model);
-    model.stem = model.stem2 = model.local_conv = -1;
+    /* stem, stem2 and local_conv not given: the rule's */
     for (int colour_class = 0; colour_class < 2; colour_class++) {
         vit_dataset ds;
         colour_set(&ds, 800, 4, colour_class, 3);

@@ -31,32 +31,46 @@ START_TEST(set_error_records_and_returns)
 }
 END_TEST
 
-/* vit_config_set's message for a known key's bad value is "KEY: PROBLEM"
- * (vit/model.h), which the tools rely on to name the flag instead: every
- * key, with a value no kind of field accepts and one that breaks numbers. */
+/* The message of a refused value of key: "KEY: PROBLEM", quoting it. */
+static void assert_names_key(const char *key, const char *bad)
+{
+    const char *msg = vit_last_error();
+    size_t k = strlen(key);
+    ck_assert_msg(strncmp(msg, key, k) == 0 && strncmp(msg + k, ": ", 2) == 0 && strlen(msg) > k + 2,
+                  "%s = '%s': message '%s' does not start with '%s: '", key, bad, msg, key);
+    ck_assert_msg(strstr(msg + k + 2, bad) != NULL, "%s: '%s' lacks the value", key, msg);
+}
+
+/* vit_config_set's (and vit_train_config_set's) message for a known key's
+ * bad value is "KEY: PROBLEM" (vit/model.h), which the tools rely on to
+ * name the flag instead: every key of both tables, with a value no kind
+ * of field accepts and one that breaks numbers. */
 START_TEST(config_set_message_names_key_first)
 {
+    static const char *const bad[] = {"x", "1x", ""};
     const char *key;
     int n = 0;
-    for (int i = 0; vit_config_key_help(i, &key); i++, n++) {
-        static const char *const bad[] = {"x", "1x", ""};
+    for (int i = 0; vit_config_key_help(i, &key); i++, n++)
         for (size_t j = 0; j < sizeof bad / sizeof bad[0]; j++) {
             vit_config c, before;
             vit_config_default(&c);
             before = c;
             ck_assert_int_eq(vit_config_set(&c, key, bad[j]), VIT_EINVAL);
-            const char *msg = vit_last_error();
-            size_t k = strlen(key);
-            ck_assert_msg(strncmp(msg, key, k) == 0 && strncmp(msg + k, ": ", 2) == 0 &&
-                              strlen(msg) > k + 2,
-                          "%s = '%s': message '%s' does not start with '%s: '", key, bad[j], msg,
-                          key);
-            ck_assert_msg(strstr(msg + k + 2, bad[j]) != NULL, "%s: '%s' lacks the value", key,
-                          msg);
+            assert_names_key(key, bad[j]);
             ck_assert(memcmp(&c, &before, sizeof c) == 0);
         }
-    }
-    ck_assert_int_gt(n, 20);
+    ck_assert_int_gt(n, 15);
+    int nt = 0;
+    for (int i = 0; vit_train_config_key_help(i, &key); i++, nt++)
+        for (size_t j = 0; j < sizeof bad / sizeof bad[0]; j++) {
+            vit_train_config c, before;
+            vit_train_config_default(&c);
+            before = c;
+            ck_assert_int_eq(vit_train_config_set(&c, key, bad[j]), VIT_EINVAL);
+            assert_names_key(key, bad[j]);
+            ck_assert(memcmp(&c, &before, sizeof c) == 0);
+        }
+    ck_assert_int_gt(nt, 30);
     /* An unknown key is the other kind of message. */
     vit_config c;
     vit_config_default(&c);

@@ -300,7 +300,7 @@ static void free_file(st_file *f) { free(f->bytes); }
 /* m saved to `file` in the test folder, then read back into *f. */
 static void save_and_read(vit_model *m, const char *file, st_file *f)
 {
-    ck_assert_msg(vit_safetensors_save(m, NULL, fu_path(file), NULL) == VIT_OK, "%s: %s", file,
+    ck_assert_msg(vit_safetensors_save(m, NULL, NULL, fu_path(file), NULL) == VIT_OK, "%s: %s", file,
                   vit_last_error());
     read_file(fu_path(file), f);
 }
@@ -351,7 +351,10 @@ static st_file g_file; /* big: keep it off the stack */
 static void export_small(vit_model *m, const char *rel)
 {
     size_t bytes = 0;
-    ck_assert_msg(vit_safetensors_save(m, NULL, fu_path(rel), &bytes) == VIT_OK, "%s", vit_last_error());
+    vit_train_config tc; /* the default recipe, into the metadata */
+    vit_train_config_default(&tc);
+    ck_assert_msg(vit_safetensors_save(m, &tc, NULL, fu_path(rel), &bytes) == VIT_OK, "%s",
+                  vit_last_error());
     read_file(fu_path(rel), &g_file);
     ck_assert_uint_eq(bytes, g_file.size);
 }
@@ -581,7 +584,7 @@ START_TEST(atomic_write_and_errors)
     fputs("old contents", fp);
     fclose(fp);
     /* Replacing a file leaves exactly the new file, mode 0644. */
-    ck_assert_msg(vit_safetensors_save(m, NULL, path, NULL) == VIT_OK, "%s", vit_last_error());
+    ck_assert_msg(vit_safetensors_save(m, NULL, NULL, path, NULL) == VIT_OK, "%s", vit_last_error());
     ck_assert_int_eq(fu_count_entries(dir), 1);
     struct stat st;
     ck_assert_int_eq(stat(path, &st), 0);
@@ -591,9 +594,9 @@ START_TEST(atomic_write_and_errors)
     free_file(&g_file);
     /* A folder that does not exist: an error naming the path, no file. */
     snprintf(path, sizeof path, "%s/none/m.safetensors", dir);
-    ck_assert_int_eq(vit_safetensors_save(m, NULL, path, NULL), VIT_EIO);
+    ck_assert_int_eq(vit_safetensors_save(m, NULL, NULL, path, NULL), VIT_EIO);
     ck_assert_msg(strstr(vit_last_error(), path) != NULL, "%s", vit_last_error());
-    ck_assert_int_eq(vit_safetensors_save(NULL, NULL, path, NULL), VIT_EINVAL);
+    ck_assert_int_eq(vit_safetensors_save(NULL, NULL, NULL, path, NULL), VIT_EINVAL);
     ck_assert_msg(strstr(vit_last_error(), "model is NULL") != NULL, "%s", vit_last_error());
     vit_model_free(m);
 }
@@ -745,9 +748,9 @@ START_TEST(export_fit)
     char plain[600], fitted[600];
     snprintf(plain, sizeof plain, "%s", fu_path("plain_fit.safetensors"));
     snprintf(fitted, sizeof fitted, "%s", fu_path("fitted.safetensors"));
-    ck_assert_int_eq(vit_safetensors_save(m, NULL, plain, NULL), VIT_OK);
+    ck_assert_int_eq(vit_safetensors_save(m, NULL, NULL, plain, NULL), VIT_OK);
     vit_data_fit fit = {H, W, C}, partial = {0, 0, C}, none = {0, 0, 0};
-    ck_assert_msg(vit_safetensors_save_fit(m, NULL, &fit, fitted, NULL) == VIT_OK, "%s",
+    ck_assert_msg(vit_safetensors_save_fit(m, NULL, NULL, &fit, fitted, NULL) == VIT_OK, "%s",
                   vit_last_error());
     read_file(fitted, &g_file);
     ck_assert_str_eq(meta(&g_file, "fit"), "4x6x3");
@@ -767,23 +770,23 @@ START_TEST(export_fit)
     free_file(&g_file);
     free_file(&g_plain);
     /* Only the channels fitted: 0 for the sides the images kept. */
-    ck_assert_int_eq(vit_safetensors_save_fit(m, NULL, &partial, fitted, NULL), VIT_OK);
+    ck_assert_int_eq(vit_safetensors_save_fit(m, NULL, NULL, &partial, fitted, NULL), VIT_OK);
     read_file(fitted, &g_file);
     ck_assert_str_eq(meta(&g_file, "fit"), "0x0x3");
     free_file(&g_file);
-    ck_assert_int_eq(vit_safetensors_save_fit(m, NULL, &none, fitted, NULL), VIT_OK);
+    ck_assert_int_eq(vit_safetensors_save_fit(m, NULL, NULL, &none, fitted, NULL), VIT_OK);
     ck_assert(same_file(fitted, plain));
-    ck_assert_int_eq(vit_safetensors_save_fit(m, NULL, NULL, fitted, NULL), VIT_OK);
+    ck_assert_int_eq(vit_safetensors_save_fit(m, NULL, NULL, NULL, fitted, NULL), VIT_OK);
     ck_assert(same_file(fitted, plain));
     static const vit_data_fit bad[] = {{4, 0, 3}, {0, 6, 0}, {-4, -6, 3}, {4, 6, 2}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const char *gone = fu_path("bad_fit.safetensors");
-        ck_assert_int_eq(vit_safetensors_save_fit(m, NULL, &bad[i], gone, NULL), VIT_EINVAL);
+        ck_assert_int_eq(vit_safetensors_save_fit(m, NULL, NULL, &bad[i], gone, NULL), VIT_EINVAL);
         ck_assert_msg(strstr(vit_last_error(), "is not a fit"), "%s", vit_last_error());
         ck_assert_int_ne(access(gone, F_OK), 0);
     }
     /* Read back: the same model as from the plain file. */
-    ck_assert_int_eq(vit_safetensors_save_fit(m, NULL, &fit, fitted, NULL), VIT_OK);
+    ck_assert_int_eq(vit_safetensors_save_fit(m, NULL, NULL, &fit, fitted, NULL), VIT_OK);
     ck_assert_msg(vit_safetensors_load(fitted, &a) == VIT_OK, "%s", vit_last_error());
     ck_assert_int_eq(vit_safetensors_load(plain, &b), VIT_OK);
     ck_assert_uint_eq(vit_model_param_count(a), vit_model_param_count(b));
@@ -836,15 +839,15 @@ START_TEST(import_round_trip_bitwise)
 {
     for (int pool = VIT_POOL_CLS; pool <= VIT_POOL_MEAN; pool++) {
         vit_model *m = small_model(pool), *back = NULL;
-        ck_assert_int_eq(vit_safetensors_save(m, NULL, fu_path("a.safetensors"), NULL), VIT_OK);
+        ck_assert_int_eq(vit_safetensors_save(m, NULL, NULL, fu_path("a.safetensors"), NULL), VIT_OK);
         ck_assert_msg(vit_safetensors_load(fu_path("a.safetensors"), &back) == VIT_OK, "%s",
                       vit_last_error());
         char ca[4096], cb[4096];
-        ck_assert_int_gt(vit_config_format(vit_model_config(m), ca, sizeof ca), 0);
-        ck_assert_int_gt(vit_config_format(vit_model_config(back), cb, sizeof cb), 0);
+        ck_assert_int_gt(vit_config_format(vit_model_config(m), NULL, ca, sizeof ca), 0);
+        ck_assert_int_gt(vit_config_format(vit_model_config(back), NULL, cb, sizeof cb), 0);
         ck_assert_str_eq(ca, cb); /* the whole config, recipe included */
         assert_same_params(m, back);
-        ck_assert_int_eq(vit_safetensors_save(back, NULL, fu_path("b.safetensors"), NULL), VIT_OK);
+        ck_assert_int_eq(vit_safetensors_save(back, NULL, NULL, fu_path("b.safetensors"), NULL), VIT_OK);
         ck_assert_msg(same_file(fu_path("a.safetensors"), fu_path("b.safetensors")),
                       "pool %d: export -> import -> export changed the file", pool);
         vit_model_free(back);
@@ -990,13 +993,13 @@ END_TEST
 START_TEST(import_to_checkpoint_trains)
 {
     vit_model *m = small_model(VIT_POOL_CLS), *got = NULL, *ck = NULL;
-    ck_assert_int_eq(vit_safetensors_save(m, NULL, fu_path("c.safetensors"), NULL), VIT_OK);
+    ck_assert_int_eq(vit_safetensors_save(m, NULL, NULL, fu_path("c.safetensors"), NULL), VIT_OK);
     ck_assert_msg(vit_safetensors_import(fu_path("c.safetensors"), fu_path("c.ckpt"), &got) == VIT_OK, "%s",
                   vit_last_error());
     assert_same_params(m, got);
     vit_adamw opt;
     vit_run_state st;
-    ck_assert_msg(vit_run_load(fu_path("c.ckpt"), &ck, &opt, &st) == VIT_OK, "%s", vit_last_error());
+    ck_assert_msg(vit_run_load(fu_path("c.ckpt"), &ck, NULL, &opt, &st) == VIT_OK, "%s", vit_last_error());
     assert_same_params(m, ck);
     ck_assert(st.step == 0 && st.epoch == 0 && opt.t == 0);
     for (size_t i = 0; i < opt.n; i++)
@@ -1039,7 +1042,7 @@ START_TEST(import_class_names)
     char *names[K] = {"bag", "co\"at", "back\\slash", "\xc3\xa9t\xc3\xa9", "sneaker"};
     char good[600];
     snprintf(good, sizeof good, "%s", fu_path("named.safetensors"));
-    ck_assert_int_eq(vit_safetensors_save(m, names, good, NULL), VIT_OK);
+    ck_assert_int_eq(vit_safetensors_save(m, NULL, names, good, NULL), VIT_OK);
     char **back = NULL;
     ck_assert_msg(vit_safetensors_load_named(good, &got, &back) == VIT_OK, "%s",
                   vit_last_error());
@@ -1052,7 +1055,7 @@ START_TEST(import_class_names)
                   vit_last_error());
     vit_model *ck = NULL;
     vit_run_state st;
-    ck_assert_msg(vit_run_load(fu_path("named.ckpt"), &ck, NULL, &st) == VIT_OK, "%s",
+    ck_assert_msg(vit_run_load(fu_path("named.ckpt"), &ck, NULL, NULL, &st) == VIT_OK, "%s",
                   vit_last_error());
     ck_assert_int_eq(st.nclass_names, K);
     for (int k = 0; k < K; k++)
@@ -1060,17 +1063,17 @@ START_TEST(import_class_names)
     vit_run_state_free(&st);
     vit_model_free(ck);
     /* The round trip: the checkpoint's names exported again, same bytes. */
-    ck_assert_int_eq(vit_safetensors_save(m, names, fu_path("named2.safetensors"), NULL), VIT_OK);
+    ck_assert_int_eq(vit_safetensors_save(m, NULL, names, fu_path("named2.safetensors"), NULL), VIT_OK);
     ck_assert(same_file(good, fu_path("named2.safetensors")));
     /* No class_names: none, and the checkpoint reads back the numbers. */
-    ck_assert_int_eq(vit_safetensors_save(m, NULL, fu_path("plain.safetensors"), NULL), VIT_OK);
+    ck_assert_int_eq(vit_safetensors_save(m, NULL, NULL, fu_path("plain.safetensors"), NULL), VIT_OK);
     back = (char **)&back;
     ck_assert_int_eq(vit_safetensors_load_named(fu_path("plain.safetensors"), &got, &back), VIT_OK);
     ck_assert_ptr_null(back);
     vit_model_free(got);
     ck_assert_int_eq(vit_safetensors_import(fu_path("plain.safetensors"), fu_path("plain.ckpt"), NULL),
                      VIT_OK);
-    ck_assert_int_eq(vit_run_load(fu_path("plain.ckpt"), &ck, NULL, &st), VIT_OK);
+    ck_assert_int_eq(vit_run_load(fu_path("plain.ckpt"), &ck, NULL, NULL, &st), VIT_OK);
     ck_assert_int_eq(st.nclass_names, K);
     ck_assert_str_eq(st.class_names[0], "0");
     ck_assert_str_eq(st.class_names[K - 1], "4");
@@ -1121,19 +1124,24 @@ END_TEST
 START_TEST(import_old_key_names)
 {
     vit_model *m = small_model(VIT_POOL_CLS), *back = NULL;
-    vit_config cfg = *vit_model_config(m);
-    vit_model_free(m);
-    cfg.eps = 3e-7;
-    cfg.beta2 = 0.98;
-    m = vit_model_new(&cfg);
-    ck_assert_ptr_nonnull(m);
-    ck_assert_int_eq(vit_safetensors_save(m, NULL, fu_path("new.safetensors"), NULL), VIT_OK);
+    vit_train_config tc;
+    vit_train_config_default(&tc);
+    tc.eps = 3e-7;
+    tc.beta2 = 0.98;
+    ck_assert_int_eq(vit_safetensors_save(m, &tc, NULL, fu_path("new.safetensors"), NULL), VIT_OK);
     fu_edit_header(fu_path("new.safetensors"), fu_path("o1.safetensors"), "\"adamw_eps\"", "\"eps\"");
     fu_edit_header(fu_path("o1.safetensors"), fu_path("old.safetensors"), "\"adamw_beta2\"", "\"beta2\"");
     ck_assert_msg(vit_safetensors_load(fu_path("old.safetensors"), &back) == VIT_OK, "%s",
                   vit_last_error());
-    ck_assert_double_eq(vit_model_config(back)->eps, 3e-7);
-    ck_assert_double_eq(vit_model_config(back)->beta2, 0.98);
+    /* The model loads; the recipe under the old names becomes the run's
+     * when imported as a checkpoint. */
+    ck_assert_msg(vit_safetensors_import(fu_path("old.safetensors"), fu_path("old.ckpt"), NULL)
+                  == VIT_OK, "%s", vit_last_error());
+    vit_config got;
+    vit_train_config got_tc;
+    ck_assert_int_eq(vit_run_config(fu_path("old.ckpt"), &got, &got_tc), VIT_OK);
+    ck_assert_double_eq(got_tc.eps, 3e-7);
+    ck_assert_double_eq(got_tc.beta2, 0.98);
     vit_model_free(back);
     vit_model_free(m);
 }
@@ -1146,7 +1154,7 @@ START_TEST(import_refuses_bad_files)
     vit_model *m = small_model(VIT_POOL_CLS);
     char good[600]; /* tp's buffers are reused */
     snprintf(good, sizeof good, "%s", fu_path("good.safetensors"));
-    ck_assert_int_eq(vit_safetensors_save(m, NULL, good, NULL), VIT_OK);
+    ck_assert_int_eq(vit_safetensors_save(m, NULL, NULL, good, NULL), VIT_OK);
     static const struct {
         const char *from, *to, *want;
     } cases[] = {

@@ -197,7 +197,7 @@ START_TEST(round_trip_bitwise)
 {
     vit_model *m = timm_model();
     const char *out = fu_path("back.safetensors");
-    ck_assert_msg(vit_safetensors_save(m, NULL, out, NULL) == VIT_OK, "%s", vit_last_error());
+    ck_assert_msg(vit_safetensors_save(m, NULL, NULL, out, NULL) == VIT_OK, "%s", vit_last_error());
     size_t na, nb;
     unsigned char *a = fu_read(TIMM, &na), *b = fu_read(out, &nb);
     uint64_t ha = 0, hb = 0;
@@ -430,20 +430,21 @@ static void digits(vit_dataset *train, vit_dataset *test)
     test->count = 64;
 }
 
-static void small_config(vit_config *c)
+static void small_config(vit_config *c, vit_train_config *tc)
 {
     vit_config_default(c);
+    vit_train_config_default(tc);
     c->patch = 2;
     c->patch_stride = 0;
     c->patch_pad = 0;
-    c->tta = VIT_TTA_NONE;
+    tc->tta = VIT_TTA_NONE;
     c->dim = 16;
     c->depth = 2;
     c->heads = 2;
     c->mlp = 32;
-    c->epochs = 1;
-    c->batch = 32;
-    c->seed = 5;
+    tc->epochs = 1;
+    tc->batch = 32;
+    tc->seed = 5;
     c->image_height = c->image_width = 8;
     c->channels = 1;
     c->classes = 10;
@@ -453,12 +454,13 @@ static void small_config(vit_config *c)
 static vit_model *source(const char *path)
 {
     vit_config c;
-    small_config(&c);
+    vit_train_config tc;
+    small_config(&c, &tc);
     vit_model *m = vit_model_new(&c);
     vit_rng rng;
     vit_rng_seed(&rng, 11);
     vit_model_init(m, &rng);
-    ck_assert_msg(vit_safetensors_save(m, NULL, path, NULL) == VIT_OK, "%s", vit_last_error());
+    ck_assert_msg(vit_safetensors_save(m, NULL, NULL, path, NULL) == VIT_OK, "%s", vit_last_error());
     return m;
 }
 
@@ -481,20 +483,21 @@ static vit_model *finetuned(const char *src_path, vit_train_opts o, const char *
     vit_dataset train, test;
     digits(&train, &test);
     vit_config cfg;
-    small_config(&cfg);
+    vit_train_config tc;
+    small_config(&cfg, &tc);
     cfg.dim = 8; /* the file's architecture wins over the config's */
     cfg.heads = 4;
     o.out_dir = dir;
     o.ckpt_every = 1;
     o.init_from = src_path;
     vit_train_result res;
-    ck_assert_msg(vit_train_run(&cfg, &train, &test, &o, &res) == VIT_OK, "%s",
+    ck_assert_msg(vit_train_run(&cfg, &tc, &train, &test, &o, &res) == VIT_OK, "%s",
                   vit_last_error());
     vit_train_result_free(&res);
     char ck[700];
     snprintf(ck, sizeof ck, "%s/last.ckpt", dir);
     vit_model *m = NULL;
-    ck_assert_msg(vit_run_load(ck, &m, NULL, NULL) == VIT_OK, "%s", vit_last_error());
+    ck_assert_msg(vit_run_load(ck, &m, NULL, NULL, NULL) == VIT_OK, "%s", vit_last_error());
     int known = 0;
     ck_assert_int_eq(vit_run_data_read(ck, rec, &known), VIT_OK);
     ck_assert_int_eq(known, 1);
@@ -568,27 +571,28 @@ START_TEST(train_init_keeps_source)
     vit_dataset train, test;
     digits(&train, &test);
     vit_config cfg;
-    small_config(&cfg);
+    vit_train_config tc;
+    small_config(&cfg, &tc);
     cfg.stem = 4;
     vit_train_opts so = {.out_dir = fu_path("keep_src"), .ckpt_every = 1};
     vit_train_result res;
-    ck_assert_msg(vit_train_run(&cfg, &train, &test, &so, &res) == VIT_OK, "%s",
+    ck_assert_msg(vit_train_run(&cfg, &tc, &train, &test, &so, &res) == VIT_OK, "%s",
                   vit_last_error());
     vit_train_result_free(&res);
     char src[700], ck[700];
     snprintf(src, sizeof src, "%s/last.ckpt", fu_path("keep_src"));
-    small_config(&cfg);
-    cfg.seed = 9; /* another draw than the source's */
+    small_config(&cfg, &tc);
+    tc.seed = 9; /* another draw than the source's */
     vit_train_opts o = {.out_dir = fu_path("keep_ft"), .ckpt_every = 1, .init_from = src,
                         .keep_head = 1};
     vit_trainer *t = NULL;
-    ck_assert_msg(vit_trainer_new(&t, &cfg, &train, &test, &o) == VIT_OK, "%s",
+    ck_assert_msg(vit_trainer_new(&t, &cfg, &tc, &train, &test, &o) == VIT_OK, "%s",
                   vit_last_error());
     ck_assert_int_eq(vit_trainer_checkpoint(t), VIT_OK);
     snprintf(ck, sizeof ck, "%s/last.ckpt", fu_path("keep_ft"));
     vit_model *s = NULL, *saved = NULL, *m = vit_trainer_model(t);
-    ck_assert_msg(vit_run_load(src, &s, NULL, NULL) == VIT_OK, "%s", vit_last_error());
-    ck_assert_msg(vit_run_load(ck, &saved, NULL, NULL) == VIT_OK, "%s", vit_last_error());
+    ck_assert_msg(vit_run_load(src, &s, NULL, NULL, NULL) == VIT_OK, "%s", vit_last_error());
+    ck_assert_msg(vit_run_load(ck, &saved, NULL, NULL, NULL) == VIT_OK, "%s", vit_last_error());
     ck_assert_int_eq(vit_model_config(m)->stem, 4);
     vit_model *got[2] = {m, saved};
     vit_tape *tape = vit_tape_new();
@@ -628,7 +632,8 @@ START_TEST(train_refusals)
     vit_dataset train, test;
     digits(&train, &test);
     vit_config cfg;
-    small_config(&cfg);
+    vit_train_config tc;
+    small_config(&cfg, &tc);
     static const struct {
         int init, resume, freeze, arch;
         double decay;
@@ -647,7 +652,7 @@ START_TEST(train_refusals)
                             .freeze = cases[i].freeze, .layer_decay = cases[i].decay,
                             .init_arch = cases[i].arch ? "vit_tiny_patch16_224" : NULL};
         vit_train_result res;
-        ck_assert_int_eq(vit_train_run(&cfg, &train, &test, &o, &res), VIT_EINVAL);
+        ck_assert_int_eq(vit_train_run(&cfg, &tc, &train, &test, &o, &res), VIT_EINVAL);
         ck_assert_msg(strstr(vit_last_error(), cases[i].want), "case %zu: %s", i,
                       vit_last_error());
         ck_assert_int_eq(access(fu_path("refused/last.ckpt"), F_OK), -1);
@@ -676,7 +681,7 @@ START_TEST(train_refuses_swin)
     vit_model_init(swin, &rng);
     char path[600];
     snprintf(path, sizeof path, "%s", fu_path("swin.safetensors"));
-    ck_assert_msg(vit_safetensors_save(swin, NULL, path, NULL) == VIT_OK, "%s",
+    ck_assert_msg(vit_safetensors_save(swin, NULL, NULL, path, NULL) == VIT_OK, "%s",
                   vit_last_error());
     vit_adapt_opts ao = {.keep_head = 0};
     vit_model *m = NULL;
@@ -687,10 +692,11 @@ START_TEST(train_refuses_swin)
     vit_dataset train, test;
     digits(&train, &test);
     vit_config cfg;
-    small_config(&cfg);
+    vit_train_config tc;
+    small_config(&cfg, &tc);
     vit_train_opts o = {.out_dir = fu_path("swin_refused"), .ckpt_every = 1, .init_from = path};
     vit_train_result res;
-    ck_assert_int_eq(vit_train_run(&cfg, &train, &test, &o, &res), VIT_EINVAL);
+    ck_assert_int_eq(vit_train_run(&cfg, &tc, &train, &test, &o, &res), VIT_EINVAL);
     ck_assert_msg(strstr(vit_last_error(), "a swin model: fine-tuning starts from a ViT's"),
                   "%s", vit_last_error());
     ck_assert_int_eq(access(fu_path("swin_refused/last.ckpt"), F_OK), -1);

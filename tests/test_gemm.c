@@ -402,7 +402,6 @@ START_TEST(train_step_agrees)
     cfg.depth = 2;
     cfg.heads = 2;
     cfg.mlp = 64;
-    cfg.batch = 16;
     model_ctx c;
     c.m = vit_model_new(&cfg);
     ck_assert_ptr_nonnull(c.m);

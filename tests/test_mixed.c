@@ -150,13 +150,17 @@ START_TEST(precision_resolves_as_documented)
     ck_assert_ptr_nonnull(strstr(why, "7"));
     /* A model made with bf16 says what it runs in. */
     vit_config c;
+    vit_train_config tc;
     vit_config_default(&c);
-    ck_assert_int_eq(vit_config_set(&c, "precision", "bf16"), VIT_OK);
-    ck_assert_int_eq(c.precision, VIT_PRECISION_BF16);
-    ck_assert_int_eq(vit_config_set(&c, "precision", "half"), VIT_EINVAL);
-    ck_assert_int_eq(c.precision, VIT_PRECISION_BF16);
+    vit_train_config_default(&tc);
+    ck_assert_int_eq(vit_train_config_set(&tc, "precision", "bf16"), VIT_OK);
+    ck_assert_int_eq(tc.precision, VIT_PRECISION_BF16);
+    ck_assert_int_eq(vit_train_config_set(&tc, "precision", "half"), VIT_EINVAL);
+    ck_assert_int_eq(tc.precision, VIT_PRECISION_BF16);
     vit_model *m = vit_model_new(&c);
     ck_assert_ptr_nonnull(m);
+    ck_assert_int_eq(vit_model_precision(m), VIT_PRECISION_FP32); /* a new model's */
+    ck_assert_int_ge(vit_model_set_precision(m, tc.precision), 0);
     ck_assert_int_eq(vit_model_precision(m), have ? VIT_PRECISION_BF16 : VIT_PRECISION_FP32);
     vit_model_free(m);
 }
@@ -637,9 +641,10 @@ START_TEST(training_step_within_bound)
         labels[i] = (int)vit_rng_below(&rng, 10);
     ck_assert_int_eq(vit_set_threads(2), VIT_OK);
     for (int k = 0; k < 2; k++) {
-        c.precision = k ? VIT_PRECISION_BF16 : VIT_PRECISION_FP32;
         m[k] = vit_model_new(&c);
         ck_assert_ptr_nonnull(m[k]);
+        ck_assert_int_ge(vit_model_set_precision(m[k], k ? VIT_PRECISION_BF16
+                                                         : VIT_PRECISION_FP32), 0);
         vit_rng r;
         vit_rng_seed(&r, 5);
         vit_model_init(m[k], &r);
@@ -707,9 +712,10 @@ START_TEST(set_precision_switches_the_step)
     float *g[2][2];
     size_t np = 0;
     for (int k = 0; k < 2; k++) {
-        c.precision = k ? VIT_PRECISION_BF16 : VIT_PRECISION_FP32;
         m[k] = vit_model_new(&c);
         ck_assert_ptr_nonnull(m[k]);
+        ck_assert_int_ge(vit_model_set_precision(m[k], k ? VIT_PRECISION_BF16
+                                                         : VIT_PRECISION_FP32), 0);
         vit_rng r;
         vit_rng_seed(&r, 9);
         vit_model_init(m[k], &r);
@@ -733,7 +739,6 @@ START_TEST(set_precision_switches_the_step)
         }
     ck_assert_mem_eq(g[0][1], g[1][0], np * sizeof *g[0][0]); /* now bf16 = made bf16 */
     ck_assert_mem_eq(g[1][1], g[0][0], np * sizeof *g[0][0]); /* now fp32 = made fp32 */
-    ck_assert_int_eq(vit_model_config(m[0])->precision, VIT_PRECISION_BF16);
     ck_assert_int_eq(vit_model_precision(m[0]), have);
     ck_assert_int_eq(vit_model_set_precision(m[0], 9), VIT_EINVAL);
     ck_assert_int_eq(vit_model_precision(m[0]), have);

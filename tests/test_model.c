@@ -54,14 +54,21 @@ static void tiny_config(vit_config *c, int pool)
     c->patch = 2; /* non-overlapping, whatever the default recipe overlaps */
     c->patch_stride = 0;
     c->patch_pad = 0;
-    c->tta = VIT_TTA_NONE;
     c->dim = 8;
     c->depth = 2;
     c->heads = 2;
     c->mlp = 12;
     c->pool = pool;
-    c->epochs = 1;
-    c->batch = 4;
+}
+
+/* The recipe tiny_config's runs train with: one epoch of batch 4, scored
+ * one pass per image. */
+static void tiny_train(vit_train_config *tc)
+{
+    vit_train_config_default(tc);
+    tc->epochs = 1;
+    tc->batch = 4;
+    tc->tta = VIT_TTA_NONE;
 }
 
 /* Field-by-field equality (the struct has padding, so no memcmp); names
@@ -70,17 +77,34 @@ static int config_equal(const vit_config *a, const vit_config *b, const char **w
 {
 #define EQ(f) if (a->f != b->f) { *which = #f; return 0; }
     EQ(image_height) EQ(image_width) EQ(channels) EQ(classes) EQ(patch) EQ(dim) EQ(depth)
-    EQ(heads) EQ(mlp) EQ(pool) EQ(epochs) EQ(batch) EQ(lr) EQ(min_lr) EQ(warmup)
-    EQ(weight_decay) EQ(beta1) EQ(beta2) EQ(eps) EQ(smoothing) EQ(shift) EQ(rotate) EQ(scale)
-    EQ(init_std) EQ(seed) EQ(recompute) EQ(ckpt_minutes) EQ(ema) EQ(tta)
+    EQ(heads) EQ(mlp) EQ(pool) EQ(init_std)
     EQ(patch_stride) EQ(patch_pad) EQ(lsa) EQ(stem) EQ(stem2) EQ(local_conv)
-    EQ(crop_pad) EQ(flip) EQ(erase) EQ(mixup) EQ(cutmix) EQ(mix_prob) EQ(drop_path)
-    EQ(brightness) EQ(contrast) EQ(saturation) EQ(hue) EQ(grayscale) EQ(channel_perm) EQ(invert)
-    EQ(precision) EQ(arch) EQ(ln_eps)
+    EQ(arch) EQ(ln_eps)
 #undef EQ
     *which = "";
     return 1;
 }
+
+/* The same for the training recipe. */
+static int train_equal(const vit_train_config *a, const vit_train_config *b, const char **which)
+{
+#define EQ(f) if (a->f != b->f) { *which = #f; return 0; }
+    EQ(epochs) EQ(batch) EQ(lr) EQ(min_lr) EQ(warmup)
+    EQ(weight_decay) EQ(beta1) EQ(beta2) EQ(eps) EQ(smoothing) EQ(shift) EQ(rotate) EQ(scale)
+    EQ(seed) EQ(recompute) EQ(ckpt_minutes) EQ(ema) EQ(tta)
+    EQ(crop_pad) EQ(flip) EQ(erase) EQ(mixup) EQ(cutmix) EQ(mix_prob) EQ(drop_path)
+    EQ(brightness) EQ(contrast) EQ(saturation) EQ(hue) EQ(grayscale) EQ(channel_perm) EQ(invert)
+    EQ(precision)
+#undef EQ
+    *which = "";
+    return 1;
+}
+
+#define ASSERT_TRAIN_EQ(a, b)                                                    \
+    do {                                                                         \
+        const char *w_;                                                          \
+        ck_assert_msg(train_equal(a, b, &w_), "recipes differ in '%s'", w_);     \
+    } while (0)
 
 #define ASSERT_CONFIG_EQ(a, b)                                                   \
     do {                                                                         \
@@ -593,16 +617,26 @@ END_TEST
 START_TEST(test_config_file_is_default)
 {
     vit_config def, c;
+    vit_train_config tdef, tc;
     vit_config_default(&def);
+    vit_train_config_default(&tdef);
     /* Start from garbage so a key missing from the file shows up. */
     memset(&c, 0x7b, sizeof c);
+    memset(&tc, 0x7b, sizeof tc);
     c.arch = NULL; /* a pointer: garbage there is no config at all (the ViT's keys stay garbage) */
-    int rc = vit_config_load(&c, DIGITS_CFG);
+    int rc = vit_config_load(&c, &tc, DIGITS_CFG);
     ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
     ASSERT_CONFIG_EQ(&c, &def);
+    ASSERT_TRAIN_EQ(&tc, &tdef);
     ck_assert_int_eq(vit_config_check(&def), VIT_OK);
+    ck_assert_int_eq(vit_train_config_check(&tdef, &def), VIT_OK);
+    /* The file holds recipe keys: a reader of the network alone refuses
+     * them, naming the first. */
+    vit_config_default(&c);
+    ck_assert_int_eq(vit_config_load(&c, NULL, DIGITS_CFG), VIT_EFORMAT);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "a key of the training recipe"));
 
-    rc = vit_config_load(&c, "../models/no-such-file.cfg");
+    rc = vit_config_load(&c, &tc, "../models/no-such-file.cfg");
     ck_assert_int_eq(rc, VIT_EIO);
     ck_assert_ptr_nonnull(strstr(vit_last_error(), "no-such-file.cfg"));
 }
@@ -611,54 +645,72 @@ END_TEST
 START_TEST(test_config_round_trip)
 {
     vit_config a, b;
+    vit_train_config ta, tb;
     vit_config_default(&a);
+    vit_train_config_default(&ta);
     /* Every field away from its default, with values that need all 17
      * digits to survive text. */
     a.image_height = 12; a.image_width = 20; a.channels = 3; a.classes = 7;
     a.patch = 4; a.dim = 48; a.depth = 3; a.heads = 6; a.mlp = 100; a.pool = VIT_POOL_MEAN;
-    a.epochs = 17; a.batch = 33;
-    a.lr = 0.1 + 0.2; a.min_lr = 1.0 / 3.0 * 1e-5; a.warmup = 2.5;
-    a.weight_decay = 0.123456789012345678; a.beta1 = 0.85; a.beta2 = 0.98765432109876;
-    a.eps = 3e-9; a.smoothing = 0.05; a.shift = 2; a.init_std = 0.0312;
-    a.seed = 18446744073709551615ull;
-    a.crop_pad = 3; a.flip = 1; a.erase = 1.0 / 7; a.mixup = 0.8; a.cutmix = 1.0 / 3.0;
-    a.mix_prob = 0.5;
-    a.drop_path = 0.1 + 0.2;
-    a.brightness = 0.1 + 0.2; a.contrast = 1.0 / 3; a.saturation = 0.7; a.hue = 0.05 / 3;
-    a.grayscale = 2.0 / 3; a.channel_perm = 1; a.invert = 1;
+    ta.epochs = 17; ta.batch = 33;
+    ta.lr = 0.1 + 0.2; ta.min_lr = 1.0 / 3.0 * 1e-5; ta.warmup = 2.5;
+    ta.weight_decay = 0.123456789012345678; ta.beta1 = 0.85; ta.beta2 = 0.98765432109876;
+    ta.eps = 3e-9; ta.smoothing = 0.05; ta.shift = 2; a.init_std = 0.0312;
+    ta.seed = 18446744073709551615ull;
+    ta.crop_pad = 3; ta.flip = 1; ta.erase = 1.0 / 7; ta.mixup = 0.8; ta.cutmix = 1.0 / 3.0;
+    ta.mix_prob = 0.5;
+    ta.drop_path = 0.1 + 0.2;
+    ta.brightness = 0.1 + 0.2; ta.contrast = 1.0 / 3; ta.saturation = 0.7; ta.hue = 0.05 / 3;
+    ta.grayscale = 2.0 / 3; ta.channel_perm = 1; ta.invert = 1;
     a.stem = 3; a.stem2 = 6;
     a.ln_eps = 1e-6 / 3;
-    a.precision = VIT_PRECISION_AUTO;
+    ta.precision = VIT_PRECISION_AUTO;
     char buf[4096], buf2[4096];
-    int len = vit_config_format(&a, buf, sizeof buf);
+    int len = vit_config_format(&a, &ta, buf, sizeof buf);
     ck_assert_int_gt(len, 0);
     ck_assert_int_eq((int)strlen(buf), len);
     vit_config_default(&b);
-    int rc = vit_config_parse(&b, buf, "formatted");
+    vit_train_config_default(&tb);
+    int rc = vit_config_parse(&b, &tb, buf, "formatted");
     ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
     ASSERT_CONFIG_EQ(&a, &b);
-    ck_assert_int_eq(vit_config_format(&b, buf2, sizeof buf2), len);
+    ASSERT_TRAIN_EQ(&ta, &tb);
+    ck_assert_int_eq(vit_config_format(&b, &tb, buf2, sizeof buf2), len);
     ck_assert_str_eq(buf, buf2);
-    /* Every documented key appears in the text. */
+    /* Every documented key of both tables appears in the text. */
     const char *key = NULL;
-    int nkeys = 0;
-    for (int i = 0; vit_config_key_help(i, &key); i++, nkeys++) {
+    int nkeys = 0, nnet = 0;
+    for (int i = 0; vit_config_key_help(i, &key); i++, nkeys++, nnet++) {
         char pat[64];
         snprintf(pat, sizeof pat, "%s = ", key);
         ck_assert_msg(strstr(buf, pat) != NULL, "key %s missing from the formatted text", key);
     }
-    /* ... and nothing else: one line per key (51 fields in vit_config). */
+    for (int i = 0; vit_train_config_key_help(i, &key); i++, nkeys++) {
+        char pat[64];
+        snprintf(pat, sizeof pat, "%s = ", key);
+        ck_assert_msg(strstr(buf, pat) != NULL, "key %s missing from the formatted text", key);
+    }
+    /* ... and nothing else: one line per key (18 of the network, 33 of
+     * the recipe). */
     int lines = 0;
     for (const char *p = buf; *p; p++)
         lines += *p == '\n';
     ck_assert_int_eq(nkeys, lines);
+    ck_assert_int_eq(nnet, 18);
     ck_assert_int_eq(nkeys, 51);
+    /* The network alone: its keys only. */
+    ck_assert_int_gt(vit_config_format(&a, NULL, buf2, sizeof buf2), 0);
+    lines = 0;
+    for (const char *p = buf2; *p; p++)
+        lines += *p == '\n';
+    ck_assert_int_eq(lines, nnet);
+    ck_assert_ptr_null(strstr(buf2, "epochs = "));
     /* A buffer one byte short fails; exactly enough works. */
-    ck_assert_int_lt(vit_config_format(&a, buf2, (size_t)len), 0);
-    ck_assert_int_eq(vit_config_format(&a, buf2, (size_t)len + 1), len);
+    ck_assert_int_lt(vit_config_format(&a, &ta, buf2, (size_t)len), 0);
+    ck_assert_int_eq(vit_config_format(&a, &ta, buf2, (size_t)len + 1), len);
     /* Comments, blank lines, spaces and CR-less last line. */
     vit_config_default(&b);
-    rc = vit_config_parse(&b, "# c\n\n   dim=16   # width\n\theads = 8\npool=mean", "t");
+    rc = vit_config_parse(&b, NULL, "# c\n\n   dim=16   # width\n\theads = 8\npool=mean", "t");
     ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
     ck_assert_int_eq(b.dim, 16);
     ck_assert_int_eq(b.heads, 8);
@@ -684,10 +736,12 @@ START_TEST(test_config_format_shortest)
 {
     /* Doubles are written as people write them in a config file: the
      * defaults read 0.002, 1e-05, 0.05 (not 0.050000000000000003) ... */
-    vit_config c, back;
-    vit_config_default(&c);
+    vit_config net, net_back;
+    vit_train_config c, back;
+    vit_config_default(&net);
+    vit_train_config_default(&c);
     char buf[4096], v[64];
-    ck_assert_int_gt(vit_config_format(&c, buf, sizeof buf), 0);
+    ck_assert_int_gt(vit_config_format(&net, &c, buf, sizeof buf), 0);
     static const char *want[][2] = {
         {"lr", "0.002"}, {"min_lr", "1e-05"}, {"warmup", "5"}, {"weight_decay", "0.05"},
         {"beta1", "0.9"}, {"beta2", "0.999"}, {"eps", "1e-08"}, {"smoothing", "0.1"},
@@ -708,9 +762,9 @@ START_TEST(test_config_format_shortest)
         {7.0, "7"},
     };
     for (size_t i = 0; i < sizeof digits / sizeof digits[0]; i++) {
-        vit_config_default(&c);
+        vit_train_config_default(&c);
         c.lr = digits[i].x;
-        ck_assert_int_gt(vit_config_format(&c, buf, sizeof buf), 0);
+        ck_assert_int_gt(vit_config_format(&net, &c, buf, sizeof buf), 0);
         ck_assert_str_eq(line_value(buf, "lr", v, sizeof v), digits[i].text);
     }
     /* Every double survives text bitwise: 2000 random ones in lr's range
@@ -721,12 +775,13 @@ START_TEST(test_config_format_shortest)
         double x = ldexp(1.0 + (double)(s >> 12) / 4503599627370496.0, -39 + (int)(s % 43));
         if (x > 10)
             x /= 16;
-        vit_config_default(&c);
+        vit_train_config_default(&c);
         c.lr = x;
         c.min_lr = x * 1e-3;
-        ck_assert_int_gt(vit_config_format(&c, buf, sizeof buf), 0);
-        vit_config_default(&back);
-        ck_assert_msg(vit_config_parse(&back, buf, "t") == VIT_OK, "%s", vit_last_error());
+        ck_assert_int_gt(vit_config_format(&net, &c, buf, sizeof buf), 0);
+        vit_train_config_default(&back);
+        vit_config_default(&net_back);
+        ck_assert_msg(vit_config_parse(&net_back, &back, buf, "t") == VIT_OK, "%s", vit_last_error());
         ck_assert_msg(memcmp(&back.lr, &c.lr, sizeof c.lr) == 0 &&
                           memcmp(&back.min_lr, &c.min_lr, sizeof c.min_lr) == 0,
                       "%.17g / %.17g read back as %.17g / %.17g", c.lr, c.min_lr, back.lr,
@@ -734,24 +789,27 @@ START_TEST(test_config_format_shortest)
     }
     /* Range messages use the same writing, so a value just outside is not
      * shown as a value inside (%g printed 0.9999995 as 1). */
-    vit_config_default(&c);
-    ck_assert_int_eq(vit_config_set(&c, "beta1", "0.9999995"), VIT_EINVAL);
+    vit_train_config_default(&c);
+    ck_assert_int_eq(vit_train_config_set(&c, "beta1", "0.9999995"), VIT_EINVAL);
     ck_assert_str_eq(vit_last_error(), "beta1: 0.9999995 is out of range [0, 0.999999]");
-    ck_assert_int_eq(vit_config_set(&c, "lr", "1e-13"), VIT_EINVAL);
+    ck_assert_int_eq(vit_train_config_set(&c, "lr", "1e-13"), VIT_EINVAL);
     ck_assert_str_eq(vit_last_error(), "lr: 1e-13 is out of range [1e-12, 10]");
     c.lr = 0.1 + 0.2;
     c.min_lr = 0.30000000000000010;
-    ck_assert_int_eq(vit_config_check(&c), VIT_EINVAL);
+    ck_assert_int_eq(vit_train_config_check(&c, &net), VIT_EINVAL);
     ck_assert_str_eq(vit_last_error(), "min_lr: 0.3000000000000001 exceeds lr 0.30000000000000004");
 }
 END_TEST
 
 /* The augmentation keys: defaults off (mix_prob 1), ranges refused by
- * vit_config_set and, for a struct filled in by code, vit_config_check. */
+ * vit_train_config_set and, for a struct filled in by code,
+ * vit_train_config_check. */
 START_TEST(test_config_augment_ranges)
 {
-    vit_config c;
-    vit_config_default(&c);
+    vit_config net;
+    vit_train_config c;
+    vit_config_default(&net);
+    vit_train_config_default(&c);
     ck_assert(c.crop_pad == 0 && c.flip == 0 && c.mixup == 0 && c.cutmix == 0
               && c.drop_path == 0 && c.mix_prob == 1);
     static const char *bad[][3] = {
@@ -765,29 +823,31 @@ START_TEST(test_config_augment_ranges)
         {"drop_path", "-0.1", "drop_path: -0.1 is out of range [0, 0.99]"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        ck_assert_int_eq(vit_config_set(&c, bad[i][0], bad[i][1]), VIT_EINVAL);
+        ck_assert_int_eq(vit_train_config_set(&c, bad[i][0], bad[i][1]), VIT_EINVAL);
         ck_assert_str_eq(vit_last_error(), bad[i][2]);
     }
-    ck_assert_int_eq(vit_config_set(&c, "crop_pad", "4"), VIT_OK);
-    ck_assert_int_eq(vit_config_set(&c, "drop_path", "0.1"), VIT_OK);
+    ck_assert_int_eq(vit_train_config_set(&c, "crop_pad", "4"), VIT_OK);
+    ck_assert_int_eq(vit_train_config_set(&c, "drop_path", "0.1"), VIT_OK);
     ck_assert(c.crop_pad == 4 && c.drop_path == 0.1);
-    ck_assert_int_eq(vit_config_check(&c), VIT_OK);
+    ck_assert_int_eq(vit_train_config_check(&c, &net), VIT_OK);
     c.drop_path = 1;
-    ck_assert_int_eq(vit_config_check(&c), VIT_EINVAL);
+    ck_assert_int_eq(vit_train_config_check(&c, &net), VIT_EINVAL);
     ck_assert_str_eq(vit_last_error(), "drop_path: 1 is out of range [0, 1)");
     c.drop_path = 0;
     c.mix_prob = -1;
-    ck_assert_int_eq(vit_config_check(&c), VIT_EINVAL);
+    ck_assert_int_eq(vit_train_config_check(&c, &net), VIT_EINVAL);
     ck_assert_str_eq(vit_last_error(), "mix_prob: -1 is out of range [0, 1]");
     c.mix_prob = 1;
     c.flip = 3;
-    ck_assert_int_eq(vit_config_check(&c), VIT_EINVAL);
+    ck_assert_int_eq(vit_train_config_check(&c, &net), VIT_EINVAL);
     ck_assert_str_eq(vit_last_error(), "flip: 3 is out of range [0, 1]");
 }
 END_TEST
 
 START_TEST(test_config_bad_text)
 {
+    vit_train_config tc;
+    vit_train_config_default(&tc);
     static const struct {
         const char *text, *line, *key;
     } bad[] = {
@@ -809,7 +869,7 @@ START_TEST(test_config_bad_text)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         vit_config c;
         vit_config_default(&c);
-        int rc = vit_config_parse(&c, bad[i].text, "bad.cfg");
+        int rc = vit_config_parse(&c, &tc, bad[i].text, "bad.cfg");
         const char *msg = vit_last_error();
         ck_assert_msg(rc == VIT_EFORMAT, "'%s': %d, not VIT_EFORMAT", bad[i].text, rc);
         ck_assert_msg(strstr(msg, bad[i].line) != NULL, "'%s': message '%s' lacks %s", bad[i].text,
@@ -831,7 +891,7 @@ START_TEST(test_config_bad_text)
 
     /* Each value valid, the combination not: the check names the key. */
     vit_config_default(&c);
-    ck_assert_int_eq(vit_config_parse(&c, "dim = 10\nheads = 4\n", "bad.cfg"), VIT_OK);
+    ck_assert_int_eq(vit_config_parse(&c, &tc, "dim = 10\nheads = 4\n", "bad.cfg"), VIT_OK);
     ck_assert_int_eq(vit_config_check(&c), VIT_EINVAL);
     ck_assert_ptr_nonnull(strstr(vit_last_error(), "heads"));
     vit_config_default(&c);
@@ -841,8 +901,8 @@ START_TEST(test_config_bad_text)
     ck_assert_int_eq(vit_config_check(&c), VIT_EINVAL);
     ck_assert_ptr_nonnull(strstr(vit_last_error(), "patch"));
     vit_config_default(&c);
-    c.min_lr = 1.0;
-    ck_assert_int_eq(vit_config_check(&c), VIT_EINVAL);
+    tc.min_lr = 1.0;
+    ck_assert_int_eq(vit_train_config_check(&tc, &c), VIT_EINVAL);
     ck_assert_ptr_nonnull(strstr(vit_last_error(), "min_lr"));
 }
 END_TEST
@@ -865,6 +925,8 @@ static const char *write_text(const char *dir, const char *name, const char *tex
 
 START_TEST(test_config_repeated_key)
 {
+    vit_train_config tc;
+    vit_train_config_default(&tc);
     char dir[64], path[128], want[256];
     fu_mkdtemp(dir, sizeof dir, "/tmp/vit_model_test_XXXXXX");
     vit_config c;
@@ -873,7 +935,7 @@ START_TEST(test_config_repeated_key)
     write_text(dir, "twice.cfg", "# overlap\npatch = 4\npatch_stride = 2\ndim = 32\n\n"
                "patch_stride = 3\n", path, sizeof path);
     vit_config_default(&c);
-    ck_assert_int_eq(vit_config_load(&c, path), VIT_EFORMAT);
+    ck_assert_int_eq(vit_config_load(&c, &tc, path), VIT_EFORMAT);
     snprintf(want, sizeof want, "%s:6: patch_stride is set twice (first on line 3)", path);
     ck_assert_str_eq(vit_last_error(), want);
     ck_assert_int_eq(c.dim, 32);         /* the lines before it were read ... */
@@ -891,26 +953,30 @@ START_TEST(test_config_repeated_key)
     };
     for (size_t i = 0; i < sizeof twice / sizeof twice[0]; i++) {
         vit_config_default(&c);
-        ck_assert_int_eq(vit_config_parse(&c, twice[i].text, "t"), VIT_EFORMAT);
+        ck_assert_int_eq(vit_config_parse(&c, &tc, twice[i].text, "t"), VIT_EFORMAT);
         ck_assert_str_eq(vit_last_error(), twice[i].msg);
     }
     /* Distinct keys still load, including ones sharing a prefix, and a
      * file setting every key once (as vit_config_format writes it). */
     vit_config_default(&c);
-    ck_assert_int_eq(vit_config_parse(&c, "patch = 4\npatch_stride = 4\npatch_pad = 0\n", "t"),
+    ck_assert_int_eq(vit_config_parse(&c, &tc, "patch = 4\npatch_stride = 4\npatch_pad = 0\n", "t"),
                      VIT_OK);
     ck_assert_int_eq(c.patch_stride, 4);
     ck_assert_int_eq(c.patch_pad, 0);
     vit_config a, b;
+    vit_train_config a_tc, b_tc;
     tiny_config(&a, VIT_POOL_MEAN);
-    a.epochs = 9;
-    a.lr = 0.0123;
+    vit_train_config_default(&a_tc);
+    a_tc.epochs = 9;
+    a_tc.lr = 0.0123;
     char text[4096];
-    ck_assert_int_gt(vit_config_format(&a, text, sizeof text), 0);
+    ck_assert_int_gt(vit_config_format(&a, &a_tc, text, sizeof text), 0);
     vit_config_default(&b);
-    ck_assert_msg(vit_config_load(&b, write_text(dir, "once.cfg", text, path, sizeof path)) ==
+    vit_train_config_default(&b_tc);
+    ck_assert_msg(vit_config_load(&b, &b_tc, write_text(dir, "once.cfg", text, path, sizeof path)) ==
                       VIT_OK, "%s", vit_last_error());
     ASSERT_CONFIG_EQ(&b, &a);
+    ASSERT_TRAIN_EQ(&b_tc, &a_tc);
 
     /* A checkpoint's stored config is read by the same parser: a repeat
      * there is refused the same way, naming the checkpoint. */
@@ -918,10 +984,10 @@ START_TEST(test_config_repeated_key)
     vit_ckpt ck = {.config = "dim = 8\nheads = 2\ndim = 16\n"};
     ck_assert_msg(vit_ckpt_write(path, &ck) == VIT_OK, "%s", vit_last_error());
     snprintf(want, sizeof want, "%s:3: dim is set twice (first on line 1)", path);
-    ck_assert_int_eq(vit_run_config(path, &c), VIT_EFORMAT);
+    ck_assert_int_eq(vit_run_config(path, &c, &tc), VIT_EFORMAT);
     ck_assert_str_eq(vit_last_error(), want);
     vit_model *m = NULL;
-    ck_assert_int_eq(vit_run_load(path, &m, NULL, NULL), VIT_EFORMAT);
+    ck_assert_int_eq(vit_run_load(path, &m, NULL, NULL, NULL), VIT_EFORMAT);
     ck_assert_str_eq(vit_last_error(), want);
     ck_assert_ptr_null(m);
     fu_remove_tree(dir);
@@ -942,38 +1008,41 @@ START_TEST(test_run_save_load)
     fu_mkdtemp(dir, sizeof dir, "/tmp/vit_model_test_XXXXXX");
     snprintf(path, sizeof path, "%s/run.ckpt", dir);
     vit_config cfg;
+    vit_train_config tc, tc2;
     tiny_config(&cfg, VIT_POOL_MEAN);
-    cfg.lr = 0.0123;
-    cfg.seed = 77;
+    vit_train_config_default(&tc);
+    tc.lr = 0.0123;
+    tc.seed = 77;
     vit_model *m = vit_model_new(&cfg);
     size_t n = vit_model_param_count(m);
     uint64_t seed = 200;
     fill_float_exact(vit_model_params(m), n, &seed, 0.5, 0);
     vit_adamw opt;
-    ck_assert_int_eq(vit_adamw_init(&opt, n, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay), VIT_OK);
+    ck_assert_int_eq(vit_adamw_init(&opt, n, tc.beta1, tc.beta2, tc.eps, tc.weight_decay), VIT_OK);
     fill_float_exact(opt.m, n, &seed, 0.01, 0);
     fill_float_exact(opt.v, n, &seed, 0.001, 1);
     opt.t = 7;
     vit_run_state st = {.step = 7, .epoch = 2};
     vit_rng_seed(&st.rng, 99);
     vit_rng_next(&st.rng);
-    ck_assert_msg(vit_run_save(path, m, &opt, &st) == VIT_OK, "%s", vit_last_error());
+    ck_assert_msg(vit_run_save(path, m, &tc, &opt, &st) == VIT_OK, "%s", vit_last_error());
 
     vit_model *m2 = NULL;
     vit_adamw opt2;
     vit_run_state st2;
     memset(&st2, 0, sizeof st2);
-    ck_assert_msg(vit_run_load(path, &m2, &opt2, &st2) == VIT_OK, "%s", vit_last_error());
+    ck_assert_msg(vit_run_load(path, &m2, &tc2, &opt2, &st2) == VIT_OK, "%s", vit_last_error());
     ck_assert_ptr_nonnull(m2);
     ASSERT_CONFIG_EQ(vit_model_config(m2), &cfg);
+    ASSERT_TRAIN_EQ(&tc2, &tc); /* the recipe the file stores, lr and seed too */
     ck_assert_uint_eq(vit_model_param_count(m2), n);
     ck_assert(memcmp(vit_model_params(m2), vit_model_params(m), n * sizeof(vit_real)) == 0);
     ck_assert_uint_eq(opt2.n, n);
     ck_assert(memcmp(opt2.m, opt.m, n * sizeof(vit_real)) == 0);
     ck_assert(memcmp(opt2.v, opt.v, n * sizeof(vit_real)) == 0);
     ck_assert_uint_eq(opt2.t, 7);
-    ck_assert(opt2.beta1 == cfg.beta1 && opt2.beta2 == cfg.beta2 && opt2.eps == cfg.eps
-              && opt2.weight_decay == cfg.weight_decay);
+    ck_assert(opt2.beta1 == tc.beta1 && opt2.beta2 == tc.beta2 && opt2.eps == tc.eps
+              && opt2.weight_decay == tc.weight_decay);
     ck_assert_uint_eq(st2.step, 7);
     ck_assert_uint_eq(st2.epoch, 2);
     ck_assert(memcmp(st2.rng.s, st.rng.s, sizeof st.rng.s) == 0);
@@ -996,13 +1065,13 @@ START_TEST(test_run_save_load)
     ck_assert_int_eq(cfg.classes, 3);
     st.class_names = names;
     st.nclass_names = 2;
-    ck_assert_int_eq(vit_run_save(path, m, &opt, &st), VIT_EINVAL);
+    ck_assert_int_eq(vit_run_save(path, m, &tc, &opt, &st), VIT_EINVAL);
     ck_assert_ptr_nonnull(strstr(vit_last_error(), "2 class names for a model of 3 classes"));
     st.nclass_names = 3;
-    ck_assert_msg(vit_run_save(path, m, &opt, &st) == VIT_OK, "%s", vit_last_error());
+    ck_assert_msg(vit_run_save(path, m, &tc, &opt, &st) == VIT_OK, "%s", vit_last_error());
     st.class_names = NULL;
     st.nclass_names = 0;
-    ck_assert_msg(vit_run_load(path, &m2, &opt2, &st2) == VIT_OK, "%s", vit_last_error());
+    ck_assert_msg(vit_run_load(path, &m2, NULL, &opt2, &st2) == VIT_OK, "%s", vit_last_error());
     ck_assert_int_eq(st2.nclass_names, 3);
     for (int k = 0; k < 3; k++)
         ck_assert_str_eq(st2.class_names[k], names[k]);
@@ -1017,13 +1086,13 @@ START_TEST(test_run_save_load)
     raw.nclass_names = 3; /* so that vit_ckpt_free frees all three */
     vit_ckpt_free(&raw);
     m2 = (vit_model *)&opt;
-    ck_assert_int_eq(vit_run_load(path, &m2, &opt2, &st2), VIT_EFORMAT);
+    ck_assert_int_eq(vit_run_load(path, &m2, NULL, &opt2, &st2), VIT_EFORMAT);
     ck_assert_ptr_null(m2);
     ck_assert_msg(strstr(vit_last_error(), path) &&
                   strstr(vit_last_error(), "2 class names, but the stored config has 3 classes"),
                   "message '%s'", vit_last_error());
-    ck_assert_msg(vit_run_save(path, m, &opt, &st) == VIT_OK, "%s", vit_last_error());
-    ck_assert_msg(vit_run_load(path, &m2, &opt2, NULL) == VIT_OK, "%s", vit_last_error());
+    ck_assert_msg(vit_run_save(path, m, &tc, &opt, &st) == VIT_OK, "%s", vit_last_error());
+    ck_assert_msg(vit_run_load(path, &m2, NULL, &opt2, NULL) == VIT_OK, "%s", vit_last_error());
 
     /* Same logits, bit for bit. */
     vit_tape *t = vit_tape_new();
@@ -1042,15 +1111,15 @@ START_TEST(test_run_save_load)
     /* Weights only: loads without an optimizer, not with one. */
     vit_model_free(m2);
     vit_adamw_free(&opt2);
-    ck_assert_int_eq(vit_run_save(path, m, NULL, &st), VIT_OK);
-    ck_assert_int_eq(vit_run_load(path, &m2, NULL, NULL), VIT_OK);
+    ck_assert_int_eq(vit_run_save(path, m, NULL, NULL, &st), VIT_OK);
+    ck_assert_int_eq(vit_run_load(path, &m2, NULL, NULL, NULL), VIT_OK);
     ck_assert(memcmp(vit_model_params(m2), vit_model_params(m), n * sizeof(vit_real)) == 0);
     vit_model_free(m2);
     m2 = (vit_model *)&opt; /* must be reset to NULL on failure */
-    ck_assert_int_eq(vit_run_load(path, &m2, &opt2, NULL), VIT_EFORMAT);
+    ck_assert_int_eq(vit_run_load(path, &m2, NULL, &opt2, NULL), VIT_EFORMAT);
     ck_assert_ptr_null(m2);
     ck_assert_ptr_nonnull(strstr(vit_last_error(), "adam.m"));
-    ck_assert_int_eq(vit_run_load("/nonexistent/x.ckpt", &m2, NULL, NULL), VIT_EIO);
+    ck_assert_int_eq(vit_run_load("/nonexistent/x.ckpt", &m2, NULL, NULL, NULL), VIT_EIO);
 
     /* A well-formed file whose config describes no model: the message names
      * the file and keeps the config's own complaint. */
@@ -1058,7 +1127,7 @@ START_TEST(test_run_save_load)
                     .tensors = (vit_ckpt_tensor[]){{.name = "x", .ndim = 1, .dims = {1},
                                                     .data = (vit_real[]){0}}}};
     ck_assert_int_eq(vit_ckpt_write(path, &bad), VIT_OK);
-    ck_assert_int_eq(vit_run_load(path, &m2, NULL, NULL), VIT_EFORMAT);
+    ck_assert_int_eq(vit_run_load(path, &m2, NULL, NULL, NULL), VIT_EFORMAT);
     ck_assert_ptr_null(m2);
     ck_assert_msg(strstr(vit_last_error(), path) && strstr(vit_last_error(), "heads: 3"),
                   "message '%s'", vit_last_error());
@@ -1077,18 +1146,20 @@ START_TEST(test_resume_shape_mismatch)
     snprintf(path, sizeof path, "%s/saved.ckpt", dir);
     snprintf(out, sizeof out, "%s/out", dir);
     vit_config cfg;
+    vit_train_config tc;
     tiny_config(&cfg, VIT_POOL_CLS);
+    tiny_train(&tc);
     vit_model *m = vit_model_new(&cfg);
     vit_rng rng;
     vit_rng_seed(&rng, 1);
     vit_model_init(m, &rng);
     vit_adamw opt;
-    ck_assert_int_eq(vit_adamw_init(&opt, vit_model_param_count(m), cfg.beta1, cfg.beta2, cfg.eps,
-                                    cfg.weight_decay), VIT_OK);
+    ck_assert_int_eq(vit_adamw_init(&opt, vit_model_param_count(m), tc.beta1, tc.beta2, tc.eps,
+                                    tc.weight_decay), VIT_OK);
     /* A checkpoint of a finished one-epoch run. */
     vit_run_state st = {.step = 2, .epoch = 1, .rng = rng};
     opt.t = 2;
-    ck_assert_int_eq(vit_run_save(path, m, &opt, &st), VIT_OK);
+    ck_assert_int_eq(vit_run_save(path, m, &tc, &opt, &st), VIT_OK);
 
     /* Six 4x4 images of 3 classes. */
     vit_real img[6 * 16];
@@ -1103,22 +1174,22 @@ START_TEST(test_resume_shape_mismatch)
 
     vit_config other = cfg;
     other.dim = 16;
-    int rc = vit_train_run(&other, &ds, &ds, &o, &res);
+    int rc = vit_train_run(&other, &tc, &ds, &ds, &o, &res);
     ck_assert_int_eq(rc, VIT_EINVAL);
     ck_assert_msg(strstr(vit_last_error(), "dim") != NULL, "message '%s' does not name dim",
                   vit_last_error());
     other = cfg;
     other.depth = 3;
-    rc = vit_train_run(&other, &ds, &ds, &o, &res);
+    rc = vit_train_run(&other, &tc, &ds, &ds, &o, &res);
     ck_assert_int_eq(rc, VIT_EINVAL);
     ck_assert_msg(strstr(vit_last_error(), "depth") != NULL, "'%s'", vit_last_error());
     other = cfg;
     other.pool = VIT_POOL_MEAN;
-    ck_assert_int_eq(vit_train_run(&other, &ds, &ds, &o, &res), VIT_EINVAL);
+    ck_assert_int_eq(vit_train_run(&other, &tc, &ds, &ds, &o, &res), VIT_EINVAL);
     ck_assert_msg(strstr(vit_last_error(), "pool") != NULL, "'%s'", vit_last_error());
 
     /* Control: the same shape resumes (nothing left to train). */
-    rc = vit_train_run(&cfg, &ds, &ds, &o, &res);
+    rc = vit_train_run(&cfg, &tc, &ds, &ds, &o, &res);
     ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
     ck_assert_int_eq(res.epochs_done, 1);
     ck_assert_uint_eq(res.steps, 2);
@@ -1159,15 +1230,13 @@ static unsigned long long gemm_calls_of(int M, int N, int K)
  * drop-path scales of 1 give the plain step (to rounding); every branch
  * dropped leaves the blocks' gradients exactly 0 and the rest nonzero;
  * slices on 3 threads read their rows of the scales and targets (same as 1
- * thread to rounding); and a config's drop_path alone changes nothing: the
- * forward of evaluation never drops (bitwise). */
+ * thread to rounding); and the forward of evaluation never drops
+ * (bitwise equal to a second model of the same config). */
 START_TEST(test_train_grads_extras)
 {
     vit_config cfg;
     tiny_config(&cfg, VIT_POOL_CLS);
     vit_model *m = vit_model_new(&cfg);
-    cfg.drop_path = 0.5;
-    cfg.mixup = 0.8;
     vit_model *m2 = vit_model_new(&cfg);
     ck_assert_ptr_nonnull(m);
     ck_assert_ptr_nonnull(m2);
@@ -1435,9 +1504,9 @@ START_TEST(test_train_grads_ready)
     cfg.depth = 2 + _i;
     cfg.dim = 24; /* 11,699 and 17,355 parameters: 6 and 9 chunks on several slices */
     cfg.mlp = 64;
-    cfg.recompute = _i;
     vit_real *images;
     vit_model *m = filled_model(&cfg, 79, &images, SB);
+    ck_assert_int_eq(vit_model_set_recompute(m, _i), VIT_OK);
     size_t n = vit_model_param_count(m);
     int labels[SB];
     for (int i = 0; i < SB; i++)
@@ -1511,9 +1580,13 @@ START_TEST(test_nograd_forward_is_bitwise)
                              nmap * sizeof *maps) == 0, "shape %d: maps of layer %d differ", _i, l);
     /* And with recompute the evaluation is the same again. */
     vit_model *mr;
-    cfg.recompute = 1;
     vit_real *images2;
     mr = filled_model(&cfg, 300 + (uint64_t)_i, &images2, batch);
+    ck_assert_int_eq(vit_model_set_recompute(mr, 1), VIT_OK);
+    ck_assert_int_eq(vit_model_recompute(mr), 1);
+    ck_assert_int_eq(vit_model_set_recompute(mr, 2), VIT_EINVAL); /* 0 or 1 only */
+    ck_assert_int_eq(vit_model_recompute(mr), 1);
+    ck_assert_int_eq(vit_model_set_recompute(NULL, 0), VIT_EINVAL);
     vit_tape_reset(eval);
     vit_tensor *zr = vit_model_forward(mr, eval, images2, batch, 0);
     ck_assert_ptr_nonnull(zr);
@@ -1539,8 +1612,8 @@ START_TEST(test_recompute_is_bitwise)
     int labels[6] = {0, 1, 2, 2, 1, 0};
     vit_real *images, *images2;
     vit_model *plain = filled_model(&cfg, 400, &images, batch);
-    cfg.recompute = 1;
     vit_model *rec = filled_model(&cfg, 400, &images2, batch);
+    ck_assert_int_eq(vit_model_set_recompute(rec, 1), VIT_OK);
     size_t n = vit_model_param_count(plain);
     for (int threads = 1; threads <= 2; threads++) {
         ck_assert_int_eq(vit_set_threads(threads), VIT_OK);
@@ -1573,8 +1646,8 @@ START_TEST(test_recompute_is_bitwise)
     for (int i = 0; i < 16; i++)
         dl[i] = i % 10;
     plain = filled_model(&cfg, 401, &images, 16);
-    cfg.recompute = 1;
     rec = filled_model(&cfg, 401, &images2, 16);
+    ck_assert_int_eq(vit_model_set_recompute(rec, 1), VIT_OK);
     vit_tape *tp = vit_tape_new(), *tr = vit_tape_new();
     for (int step = 0; step < 2; step++) {
         vit_model *ms[2] = {plain, rec};

@@ -194,7 +194,7 @@ static void adapted(int h, int w, const char *const *want, int nwant, const char
     char why[256], text[4096];
     ck_assert_int_eq(a->adapt(&c, 50000, why, sizeof why), VIT_OK);
     ck_assert_msg(strstr(why, why_has), "%dx%d: '%s' lacks '%s'", h, w, why, why_has);
-    ck_assert_int_gt(vit_config_format(&c, text, sizeof text), 0);
+    ck_assert_int_gt(vit_config_format(&c, NULL, text, sizeof text), 0);
     for (int i = 0; i < nwant; i++)
         ck_assert_msg(strstr(text, want[i]), "%dx%d: no '%s' in\n%s", h, w, want[i], text);
     ck_assert_int_eq(vit_config_check(&c), VIT_OK);
@@ -219,7 +219,7 @@ START_TEST(test_swin_recipe)
     c.image_height = c.image_width = 32, c.channels = 3, c.classes = 10;
     char why[256], text[4096];
     ck_assert_int_eq(vit_config_arch(&c)->adapt(&c, 50000, why, sizeof why), VIT_OK);
-    ck_assert_int_gt(vit_config_format(&c, text, sizeof text), 0);
+    ck_assert_int_gt(vit_config_format(&c, NULL, text, sizeof text), 0);
     ck_assert_msg(strstr(text, "window = 4\n"), "%s", text);
     c.image_height = c.image_width = 37;
     ck_assert_int_eq(vit_config_arch(&c)->adapt(&c, 50000, why, sizeof why), VIT_EINVAL);

@@ -62,24 +62,25 @@ static void load_digits(void)
 
 /* A model small enough for a few epochs in a second, with shift
  * augmentation so that the generator's draws must resume exactly too. */
-static void tiny_config(vit_config *c, int epochs)
+static void tiny_config(vit_config *c, vit_train_config *tc, int epochs)
 {
     vit_config_default(c);
+    vit_train_config_default(tc);
     c->patch = 2;
     c->patch_stride = 0;
     c->patch_pad = 0;
-    c->tta = VIT_TTA_NONE;
+    tc->tta = VIT_TTA_NONE;
     c->dim = 16;
     c->depth = 1;
     c->heads = 2;
     c->mlp = 32;
-    c->epochs = epochs;
-    c->batch = 32;
-    c->lr = 3e-3;
-    c->warmup = 1;
+    tc->epochs = epochs;
+    tc->batch = 32;
+    tc->lr = 3e-3;
+    tc->warmup = 1;
     c->init_std = 0.1;
-    c->shift = 1;
-    c->seed = 7;
+    tc->shift = 1;
+    tc->seed = 7;
 }
 
 /* What the callback saw. */
@@ -188,13 +189,14 @@ START_TEST(test_events_in_order)
     snprintf(ckpt, sizeof ckpt, "%s/last.ckpt", dir);
     snprintf(csv, sizeof csv, "%s/metrics.csv", dir);
     vit_config cfg;
-    tiny_config(&cfg, 3);
+    vit_train_config tc;
+    tiny_config(&cfg, &tc, 3);
     static seen s;
     memset(&s, 0, sizeof s);
     vit_train_opts o = {.out_dir = dir, .ckpt_every = 1, .val_count = VAL, .on_event = record,
                         .user = &s};
     vit_trainer *t;
-    ck_assert_msg(vit_trainer_new(&t, &cfg, &g_train, &g_test, &o) == VIT_OK, "%s",
+    ck_assert_msg(vit_trainer_new(&t, &cfg, &tc, &g_train, &g_test, &o) == VIT_OK, "%s",
                   vit_last_error());
     const vit_train_progress *at = vit_trainer_progress(t);
     ck_assert_int_eq(at->steps_per_epoch, SPE);
@@ -231,7 +233,7 @@ START_TEST(test_events_in_order)
     ck_assert_int_eq(at->warmup_steps, 12);
     for (int k = 2; k <= 12; k++)
         ck_assert_msg(s.lr[k] > s.lr[k - 1], "step %d: lr %g after %g", k, s.lr[k], s.lr[k - 1]);
-    ck_assert_double_eq_tol(s.lr[12], cfg.lr, 1e-9);
+    ck_assert_double_eq_tol(s.lr[12], tc.lr, 1e-9);
     for (int k = 14; k <= SPE; k++)
         ck_assert_msg(s.lr[k] < s.lr[k - 1], "step %d: lr %g after %g", k, s.lr[k], s.lr[k - 1]);
 
@@ -278,25 +280,26 @@ START_TEST(test_stepping_equals_one_call)
     snprintf(ca, sizeof ca, "%s/last.ckpt", a);
     snprintf(cb, sizeof cb, "%s/last.ckpt", b);
     vit_config cfg;
-    tiny_config(&cfg, 2);
+    vit_train_config tc;
+    tiny_config(&cfg, &tc, 2);
     if (_i) { /* every augmentation for real images on: their draws resume too */
         cfg.depth = 2;
-        cfg.crop_pad = 2;
-        cfg.flip = 1;
-        cfg.mixup = 0.8;
-        cfg.cutmix = 1.0;
-        cfg.mix_prob = 0.7;
-        cfg.drop_path = 0.2;
+        tc.crop_pad = 2;
+        tc.flip = 1;
+        tc.mixup = 0.8;
+        tc.cutmix = 1.0;
+        tc.mix_prob = 0.7;
+        tc.drop_path = 0.2;
     }
     vit_train_result res;
     vit_train_opts o = {.out_dir = a, .ckpt_every = 1};
-    ck_assert_msg(vit_train_run(&cfg, &g_train, &g_test, &o, &res) == VIT_OK, "%s",
+    ck_assert_msg(vit_train_run(&cfg, &tc, &g_train, &g_test, &o, &res) == VIT_OK, "%s",
                   vit_last_error());
     vit_train_result_free(&res);
 
     o.out_dir = b;
     vit_trainer *t;
-    ck_assert_int_eq(vit_trainer_new(&t, &cfg, &g_train, &g_test, &o), VIT_OK);
+    ck_assert_int_eq(vit_trainer_new(&t, &cfg, &tc, &g_train, &g_test, &o), VIT_OK);
     long spe = vit_trainer_progress(t)->steps_per_epoch;
     ck_assert_int_eq(vit_trainer_epoch(t), VIT_OK); /* epoch 1 in one call */
     ck_assert_uint_eq(vit_trainer_progress(t)->epoch, 1);
@@ -323,10 +326,11 @@ START_TEST(test_stop_and_resume_exact)
     snprintf(cb, sizeof cb, "%s/last.ckpt", b);
     snprintf(cc, sizeof cc, "%s/last.ckpt", c);
     vit_config cfg;
-    tiny_config(&cfg, 2);
+    vit_train_config tc;
+    tiny_config(&cfg, &tc, 2);
     vit_train_result res;
     vit_train_opts o = {.out_dir = a, .ckpt_every = 1};
-    ck_assert_int_eq(vit_train_run(&cfg, &g_train, &g_test, &o, &res), VIT_OK);
+    ck_assert_int_eq(vit_train_run(&cfg, &tc, &g_train, &g_test, &o, &res), VIT_OK);
     vit_train_result_free(&res);
 
     /* B: the callback asks for a stop at step 30 (inside epoch 1). */
@@ -336,7 +340,7 @@ START_TEST(test_stop_and_resume_exact)
     o.out_dir = b;
     o.on_event = record;
     o.user = &s;
-    ck_assert_msg(vit_train_run(&cfg, &g_train, &g_test, &o, &res) == VIT_OK, "%s",
+    ck_assert_msg(vit_train_run(&cfg, &tc, &g_train, &g_test, &o, &res) == VIT_OK, "%s",
                   vit_last_error());
     ck_assert_int_eq(res.interrupted, 1);
     ck_assert_uint_eq(res.steps, 30);
@@ -353,7 +357,7 @@ START_TEST(test_stop_and_resume_exact)
     o.out_dir = c;
     o.on_event = NULL;
     vit_trainer *t;
-    ck_assert_int_eq(vit_trainer_new(&t, &cfg, &g_train, &g_test, &o), VIT_OK);
+    ck_assert_int_eq(vit_trainer_new(&t, &cfg, &tc, &g_train, &g_test, &o), VIT_OK);
     ck_assert_int_eq(vit_trainer_epoch(t), VIT_OK);
     for (int i = 0; i < 4; i++)
         ck_assert_int_eq(vit_trainer_step(t), VIT_OK);
@@ -371,13 +375,13 @@ START_TEST(test_stop_and_resume_exact)
     o.on_event = NULL;
     o.out_dir = b;
     o.resume = cb;
-    ck_assert_msg(vit_train_run(&cfg, &g_train, &g_test, &o, &res) == VIT_OK, "%s",
+    ck_assert_msg(vit_train_run(&cfg, &tc, &g_train, &g_test, &o, &res) == VIT_OK, "%s",
                   vit_last_error());
     ck_assert_int_eq(res.epochs_done, 2);
     vit_train_result_free(&res);
     o.out_dir = c;
     o.resume = cc;
-    ck_assert_int_eq(vit_train_run(&cfg, &g_train, &g_test, &o, &res), VIT_OK);
+    ck_assert_int_eq(vit_train_run(&cfg, &tc, &g_train, &g_test, &o, &res), VIT_OK);
     vit_train_result_free(&res);
     assert_same_ckpt(ca, cb);
     assert_same_ckpt(ca, cc);
@@ -393,21 +397,22 @@ START_TEST(test_resume_and_set_aside_events)
     snprintf(ckpt, sizeof ckpt, "%s/last.ckpt", dir);
     snprintf(moved, sizeof moved, "%s/replaced-1", dir);
     vit_config cfg;
-    tiny_config(&cfg, 1);
+    vit_train_config tc;
+    tiny_config(&cfg, &tc, 1);
     vit_train_result res;
     vit_train_opts o = {.out_dir = dir, .ckpt_every = 1};
-    ck_assert_int_eq(vit_train_run(&cfg, &g_train, &g_test, &o, &res), VIT_OK);
+    ck_assert_int_eq(vit_train_run(&cfg, &tc, &g_train, &g_test, &o, &res), VIT_OK);
     vit_train_result_free(&res);
 
     /* Extended from 1 to 2 epochs: one RESUME_CHANGE, before BEGIN. */
     static seen s;
     memset(&s, 0, sizeof s);
-    cfg.epochs = 2;
+    tc.epochs = 2;
     o.resume = ckpt;
     o.on_event = record;
     o.user = &s;
     vit_trainer *t;
-    ck_assert_msg(vit_trainer_new(&t, &cfg, &g_train, &g_test, &o) == VIT_OK, "%s",
+    ck_assert_msg(vit_trainer_new(&t, &cfg, &tc, &g_train, &g_test, &o) == VIT_OK, "%s",
                   vit_last_error());
     ck_assert_int_eq(s.n, 2);
     ck_assert_int_eq(s.kind[0], VIT_TRAIN_RESUME_CHANGE);
@@ -415,7 +420,7 @@ START_TEST(test_resume_and_set_aside_events)
     ck_assert_str_eq(s.old_value, "1");
     ck_assert_str_eq(s.new_value, "2");
     ck_assert_int_eq(s.kind[1], VIT_TRAIN_BEGIN);
-    ck_assert_int_eq(vit_trainer_config(t)->epochs, 2);
+    ck_assert_int_eq(vit_trainer_train_config(t)->epochs, 2);
     ck_assert_uint_eq(vit_trainer_progress(t)->start_epoch, 1);
     vit_trainer_free(t);
 
@@ -423,7 +428,7 @@ START_TEST(test_resume_and_set_aside_events)
     memset(&s, 0, sizeof s);
     o.resume = NULL;
     o.overwrite = 1;
-    ck_assert_int_eq(vit_trainer_new(&t, &cfg, &g_train, &g_test, &o), VIT_OK);
+    ck_assert_int_eq(vit_trainer_new(&t, &cfg, &tc, &g_train, &g_test, &o), VIT_OK);
     ck_assert_int_eq(s.kind[0], VIT_TRAIN_SET_ASIDE);
     ck_assert_str_eq(s.path, moved);
     ck_assert_int_eq(s.kind[1], VIT_TRAIN_BEGIN);
@@ -435,7 +440,10 @@ START_TEST(test_resume_and_set_aside_events)
 
     /* Bad arguments: no trainer, a message naming the call. */
     t = (vit_trainer *)&s;
-    ck_assert_int_eq(vit_trainer_new(&t, NULL, &g_train, &g_test, &o), VIT_EINVAL);
+    ck_assert_int_eq(vit_trainer_new(&t, NULL, &tc, &g_train, &g_test, &o), VIT_EINVAL);
+    ck_assert_ptr_null(t);
+    t = (vit_trainer *)&s;
+    ck_assert_int_eq(vit_trainer_new(&t, &cfg, NULL, &g_train, &g_test, &o), VIT_EINVAL);
     ck_assert_ptr_null(t);
     ck_assert_int_eq(vit_trainer_step(NULL), VIT_EINVAL);
     fu_remove_tree(dir);
@@ -449,11 +457,12 @@ START_TEST(test_checkpoint_knows_its_data)
     fu_mkdtemp(dir, sizeof dir, "/tmp/vit_trainer_test_XXXXXX");
     snprintf(ckpt, sizeof ckpt, "%s/last.ckpt", dir);
     vit_config cfg;
-    tiny_config(&cfg, 2);
+    vit_train_config tc;
+    tiny_config(&cfg, &tc, 2);
     vit_train_result res;
     vit_train_opts o = {.out_dir = dir, .ckpt_every = 1, .stop_after_epochs = 1,
                         .data_spec = "digits"};
-    ck_assert_int_eq(vit_train_run(&cfg, &g_train, &g_test, &o, &res), VIT_OK);
+    ck_assert_int_eq(vit_train_run(&cfg, &tc, &g_train, &g_test, &o, &res), VIT_OK);
     vit_train_result_free(&res);
     vit_run_data got, want;
     int known = 0;
@@ -477,11 +486,11 @@ START_TEST(test_checkpoint_knows_its_data)
     o.resume = ckpt;
     o.stop_after_epochs = 0;
     o.data_spec = NULL;
-    ck_assert_int_eq(vit_train_run(&cfg, &other, &g_test, &o, &res), VIT_EDATA);
+    ck_assert_int_eq(vit_train_run(&cfg, &tc, &other, &g_test, &o, &res), VIT_EDATA);
     ck_assert_msg(strstr(vit_last_error(), "1437 train + 360 test images") != NULL
                   && strstr(vit_last_error(), "'digits'") != NULL, "%s", vit_last_error());
     o.other_data = 1; /* allowed: trains on, and records the new data */
-    ck_assert_msg(vit_train_run(&cfg, &other, &g_test, &o, &res) == VIT_OK, "%s",
+    ck_assert_msg(vit_train_run(&cfg, &tc, &other, &g_test, &o, &res) == VIT_OK, "%s",
                   vit_last_error());
     vit_train_result_free(&res);
     ck_assert_int_eq(vit_run_data_read(ckpt, &got, &known), VIT_OK);
@@ -530,20 +539,21 @@ START_TEST(test_save_best_scores_the_kept_model)
     fu_mkdtemp(dir, sizeof dir, "/tmp/vit_trainer_test_XXXXXX");
     snprintf(best, sizeof best, "%s/best.ckpt", dir);
     vit_config cfg;
-    tiny_config(&cfg, 6);
-    cfg.lr = 2e-2; /* a rate that overshoots: the last epoch is not always the best */
+    vit_train_config tc;
+    tiny_config(&cfg, &tc, 6);
+    tc.lr = 2e-2; /* a rate that overshoots: the last epoch is not always the best */
     static rows r;
     memset(&r, 0, sizeof r);
     vit_train_result res;
     vit_train_opts o = {.out_dir = dir, .ckpt_every = 1, .save_best = VIT_BEST_ACCURACY};
     /* Without a validation set there is nothing to choose by. */
-    ck_assert_int_eq(vit_train_run(&cfg, &g_train, &g_test, &o, &res), VIT_EINVAL);
+    ck_assert_int_eq(vit_train_run(&cfg, &tc, &g_train, &g_test, &o, &res), VIT_EINVAL);
     ck_assert_msg(strstr(vit_last_error(), "save_best") && strstr(vit_last_error(), "val_count"),
                   "%s", vit_last_error());
     o.val_count = SEL_VAL;
     o.on_event = record_rows;
     o.user = &r;
-    ck_assert_msg(vit_train_run(&cfg, &g_train, &g_test, &o, &res) == VIT_OK, "%s",
+    ck_assert_msg(vit_train_run(&cfg, &tc, &g_train, &g_test, &o, &res) == VIT_OK, "%s",
                   vit_last_error());
     ck_assert_int_eq(r.n, 6);
     int want = 0; /* the first epoch of the highest validation accuracy */
@@ -558,11 +568,12 @@ START_TEST(test_save_best_scores_the_kept_model)
     vit_model *m = NULL;
     vit_run_state st;
     memset(&st, 0, sizeof st);
-    ck_assert_int_eq(vit_run_load(best, &m, NULL, &st), VIT_OK);
+    vit_train_config btc;
+    ck_assert_int_eq(vit_run_load(best, &m, &btc, NULL, &st), VIT_OK);
     ck_assert_uint_eq(st.epoch, (unsigned long long)want);
     vit_tape *tape = vit_tape_new();
     vit_eval_result ev;
-    ck_assert_int_eq(vit_evaluate(m, tape, &g_test, 64, &ev), VIT_OK);
+    ck_assert_int_eq(vit_evaluate_tta(m, tape, &g_test, 64, btc.tta, &ev), VIT_OK);
     ck_assert_double_eq_tol(res.test_accuracy, ev.accuracy, 1e-12);
     ck_assert_double_eq_tol(res.test_loss, ev.loss, 1e-9);
     vit_eval_result_free(&ev);
@@ -583,14 +594,15 @@ START_TEST(test_early_stop_resumes_with_its_best)
     snprintf(b, sizeof b, "%s/b", dir);
     snprintf(last_b, sizeof last_b, "%s/last.ckpt", b);
     vit_config cfg;
-    tiny_config(&cfg, 12);
+    vit_train_config tc;
+    tiny_config(&cfg, &tc, 12);
     /* A rate too small to move a weight: the validation accuracy of epoch
      * 1 is never beaten, so a patience of 2 ends the run after epoch 3. */
-    cfg.lr = 1e-12;
-    cfg.min_lr = 0;
+    tc.lr = 1e-12;
+    tc.min_lr = 0;
     vit_train_result res;
     vit_train_opts o = {.out_dir = a, .ckpt_every = 1, .val_count = SEL_VAL, .early_stop = 2};
-    ck_assert_msg(vit_train_run(&cfg, &g_train, &g_test, &o, &res) == VIT_OK, "%s",
+    ck_assert_msg(vit_train_run(&cfg, &tc, &g_train, &g_test, &o, &res) == VIT_OK, "%s",
                   vit_last_error());
     ck_assert_int_eq(res.early_stopped, 1);
     ck_assert_int_eq(res.epochs_done, 3);
@@ -601,20 +613,20 @@ START_TEST(test_early_stop_resumes_with_its_best)
      * so the resumed run stops after epoch 3 too, not after epoch 4. */
     o.out_dir = b;
     o.stop_after_epochs = 2;
-    ck_assert_int_eq(vit_train_run(&cfg, &g_train, &g_test, &o, &res), VIT_OK);
+    ck_assert_int_eq(vit_train_run(&cfg, &tc, &g_train, &g_test, &o, &res), VIT_OK);
     ck_assert_int_eq(res.epochs_done, 2);
     vit_train_result_free(&res);
     vit_model *m = NULL;
     vit_run_state st;
     memset(&st, 0, sizeof st);
-    ck_assert_int_eq(vit_run_load(last_b, &m, NULL, &st), VIT_OK);
+    ck_assert_int_eq(vit_run_load(last_b, &m, NULL, NULL, &st), VIT_OK);
     ck_assert_uint_eq(st.best_epoch, 1);
     ck_assert(st.best_score > 0.05 && st.best_score <= 1);
     vit_model_free(m);
     vit_run_state_free(&st);
     o.stop_after_epochs = 0;
     o.resume = last_b;
-    ck_assert_msg(vit_train_run(&cfg, &g_train, &g_test, &o, &res) == VIT_OK, "%s",
+    ck_assert_msg(vit_train_run(&cfg, &tc, &g_train, &g_test, &o, &res) == VIT_OK, "%s",
                   vit_last_error());
     ck_assert_int_eq(res.early_stopped, 1);
     ck_assert_int_eq(res.epochs_done, 3);
@@ -630,20 +642,21 @@ START_TEST(test_resumed_epoch_counts_the_whole_run)
     fu_mkdtemp(dir, sizeof dir, "/tmp/vit_trainer_test_XXXXXX");
     snprintf(ckpt, sizeof ckpt, "%s/last.ckpt", dir);
     vit_config cfg;
-    tiny_config(&cfg, 1);
+    vit_train_config tc;
+    tiny_config(&cfg, &tc, 1);
     static rows r;
     memset(&r, 0, sizeof r);
     r.sleep_at = 10; /* 0.4 s spent before the stop at step 20, inside the epoch */
     r.stop_at = 20;
     vit_train_result res;
     vit_train_opts o = {.out_dir = dir, .ckpt_every = 1, .on_event = record_rows, .user = &r};
-    ck_assert_int_eq(vit_train_run(&cfg, &g_train, &g_test, &o, &res), VIT_OK);
+    ck_assert_int_eq(vit_train_run(&cfg, &tc, &g_train, &g_test, &o, &res), VIT_OK);
     ck_assert_int_eq(res.interrupted, 1);
     ck_assert(res.run_seconds >= 0.4);
     vit_train_result_free(&res);
     r.sleep_at = r.stop_at = 0;
     o.resume = ckpt;
-    ck_assert_msg(vit_train_run(&cfg, &g_train, &g_test, &o, &res) == VIT_OK, "%s",
+    ck_assert_msg(vit_train_run(&cfg, &tc, &g_train, &g_test, &o, &res) == VIT_OK, "%s",
                   vit_last_error());
     ck_assert_int_eq(r.n, 1);
     /* The row's time holds the 0.4 s before the stop, and images/s is the
@@ -665,13 +678,14 @@ START_TEST(test_exploding_loss_stops_the_run)
     fu_mkdtemp(dir, sizeof dir, "/tmp/vit_trainer_test_XXXXXX");
     snprintf(csv, sizeof csv, "%s/metrics.csv", dir);
     vit_config cfg;
-    tiny_config(&cfg, 30);
-    cfg.lr = 5;
+    vit_train_config tc;
+    tiny_config(&cfg, &tc, 30);
+    tc.lr = 5;
     static rows r;
     memset(&r, 0, sizeof r);
     vit_train_result res;
     vit_train_opts o = {.out_dir = dir, .ckpt_every = 1, .on_event = record_rows, .user = &r};
-    int rc = vit_train_run(&cfg, &g_train, &g_test, &o, &res);
+    int rc = vit_train_run(&cfg, &tc, &g_train, &g_test, &o, &res);
     ck_assert_int_eq(rc, VIT_ENUM);
     ck_assert_msg(strstr(vit_last_error(), "diverged") && strstr(vit_last_error(), "times chance"),
                   "%s", vit_last_error());
@@ -695,20 +709,21 @@ START_TEST(test_warmup_follows_the_epochs)
     char dir[64];
     fu_mkdtemp(dir, sizeof dir, "/tmp/vit_trainer_test_XXXXXX");
     vit_config cfg;
-    tiny_config(&cfg, 28);
-    cfg.warmup = 5; /* replaced by a 28th of the run: one epoch */
+    vit_train_config tc;
+    tiny_config(&cfg, &tc, 28);
+    tc.warmup = 5; /* replaced by a 28th of the run: one epoch */
     static rows r;
     memset(&r, 0, sizeof r);
     vit_train_opts o = {.out_dir = dir, .ckpt_every = 1, .stop_after_epochs = 1,
                         .warmup_fraction = 1 / 28.0, .on_event = record_rows, .user = &r};
     vit_train_result res;
-    ck_assert_int_eq(vit_train_run(&cfg, &g_train, &g_test, &o, &res), VIT_OK);
+    ck_assert_int_eq(vit_train_run(&cfg, &tc, &g_train, &g_test, &o, &res), VIT_OK);
     long spe = (g_train.count + 31) / 32;
     ck_assert_int_eq(r.warmup_steps, spe);
     vit_train_result_free(&res);
     o.warmup_fraction = 1.5;
     o.overwrite = 1;
-    ck_assert_int_eq(vit_train_run(&cfg, &g_train, &g_test, &o, &res), VIT_EINVAL);
+    ck_assert_int_eq(vit_train_run(&cfg, &tc, &g_train, &g_test, &o, &res), VIT_EINVAL);
     fu_remove_tree(dir);
 }
 END_TEST

@@ -149,6 +149,12 @@ static int any_config_key(int i, const char **key)
         n++;
     if (i < n)
         return vit_config_key_help(i, key) != NULL;
+    i -= n;
+    n = 0;
+    while (vit_train_config_key_help(n, NULL))
+        n++;
+    if (i < n)
+        return vit_train_config_key_help(i, key) != NULL;
     if (i == n) {
         *key = "arch";
         return 1;
@@ -311,14 +317,15 @@ static int config_key_known(const char *key)
     return 0;
 }
 
-int cli_config_flag(const char *prog, vit_config *cfg, const char *flag, const char *value)
+int cli_config_flag(const char *prog, vit_config *cfg, vit_train_config *tc, const char *flag,
+                    const char *value)
 {
     char key[80];
     snprintf(key, sizeof key, "%s", flag + (strncmp(flag, "--", 2) == 0 ? 2 : 0));
     for (char *p = key; *p; p++)
         if (*p == '-')
             *p = '_';
-    int rc = vit_config_set(cfg, key, value);
+    int rc = vit_config_set_any(cfg, tc, key, value);
     if (rc == VIT_OK)
         return 1;
     /* A known key's value error is "KEY: PROBLEM" (vit/model.h); the user
@@ -356,10 +363,16 @@ void cli_print_config_keys(FILE *f)
 {
     const char *key, *help;
     vit_config d;
+    vit_train_config dtc;
     char buf[4096];
     vit_config_default(&d);
-    vit_config_format(&d, buf, sizeof buf);
-    for (int i = 0; (help = vit_config_key_help(i, &key)); i++) {
+    vit_train_config_default(&dtc);
+    vit_config_format(&d, &dtc, buf, sizeof buf);
+    int nnet = 0;
+    while (vit_config_key_help(nnet, NULL))
+        nnet++;
+    for (int i = 0; (help = i < nnet ? vit_config_key_help(i, &key)
+                                     : vit_train_config_key_help(i - nnet, &key)); i++) {
         char flag[64];
         snprintf(flag, sizeof flag, "--%s", key);
         for (char *p = flag + 2; *p; p++)

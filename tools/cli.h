@@ -87,10 +87,12 @@ int cli_arg(const char *prog, int argc, char **argv, int *i, const cli_flag *fla
  * option a tool lists but its loop does not read). */
 int cli_unknown_option(const char *prog, const char *option);
 
-/* Sets config key from flag ("--min-lr" sets min_lr) to value; on failure
+/* Sets config key from flag ("--min-lr" sets min_lr) to value, a key of the
+ * network into *cfg, of the recipe into *tc (vit_config_set_any); on failure
  * prints "PROG: --min-lr: PROBLEM" (the library's message without its own
  * key prefix, so that the option is named once) and returns 0. */
-int cli_config_flag(const char *prog, vit_config *cfg, const char *flag, const char *value);
+int cli_config_flag(const char *prog, vit_config *cfg, vit_train_config *tc, const char *flag,
+                    const char *value);
 
 /* The default run folder for a data spec: "runs/" and the last path
  * component of spec, trailing slashes ignored ("digits", "data/mnist/" and

@@ -218,7 +218,7 @@ static void epoch_row(cli_progress *p, const vit_train_progress *at, const vit_e
 static double scoring_left(const cli_progress *p, const vit_train_event *ev, double per_image)
 {
     const vit_train_progress *at = ev->at;
-    const vit_config *c = vit_trainer_config(ev->trainer);
+    const vit_train_config *c = vit_trainer_train_config(ev->trainer);
     double pass = p->score_seconds > 0 ? p->score_seconds : p->score_images * per_image / 3;
     double epochs_left = (double)at->epochs - (double)at->epoch;
     int views = c->tta != VIT_TTA_NONE && at->plan_cut == VIT_PLAN_WHOLE;
@@ -269,8 +269,9 @@ static void model_summary(cli_progress *p, const vit_train_event *ev)
         return;
     p->summary_done = 1;
     const vit_config *c = vit_trainer_config(ev->trainer);
+    const int batch = vit_trainer_train_config(ev->trainer)->batch;
     double per_step = (t - p->t_first) / (double)(done - 1);
-    double ips = per_step > 0 ? c->batch / per_step : 0;
+    double ips = per_step > 0 ? batch / per_step : 0;
     char n[32], eta[32], grid[64], line[256];
     /* The grid the model tiles (overlapping patches give more tokens than
      * image / patch), with the stride and padding when they overlap. */
@@ -289,7 +290,7 @@ static void model_summary(cli_progress *p, const vit_train_event *ev)
         snprintf(grid, sizeof grid, " (%dx%d patches of %d, stride %d, padding %d)", gh, gw,
                  c->patch, c->patch_stride ? c->patch_stride : c->patch, c->patch_pad);
     double left = (double)(at->total_steps - (long)at->step) * per_step;
-    hms(budget_eta(at, left + scoring_left(p, ev, per_step / c->batch)), eta, sizeof eta);
+    hms(budget_eta(at, left + scoring_left(p, ev, per_step / batch)), eta, sizeof eta);
     count_text(vit_model_param_count(vit_trainer_model(ev->trainer)), n, sizeof n);
     int max = line_max(p);
     int len = arch != vit_arch_vit()
@@ -347,7 +348,7 @@ static void on_step(cli_progress *p, const vit_train_event *ev)
 static void warmup_note(cli_progress *p, const vit_train_event *ev)
 {
     const vit_train_progress *at = ev->at;
-    double want = vit_trainer_config(ev->trainer)->warmup;
+    double want = vit_trainer_train_config(ev->trainer)->warmup;
     if ((long)(want * (double)at->steps_per_epoch) <= at->warmup_steps)
         return;
     char line[160];

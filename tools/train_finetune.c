@@ -75,13 +75,14 @@ int finetune_check(const vit_train_opts *o, int argc, char **argv)
     return -1;
 }
 
-/* 1 if the user gave key (the file or a flag). */
-static int given(const vit_config *user, const char *key)
+/* 1 if the user gave recipe key key (the file or a flag). */
+static int given(const vit_train_config *utc, const char *key)
 {
-    return vit_config_given(user, key) > 0;
+    return vit_train_config_given(utc, key) > 0;
 }
 
-int finetune_recipe(vit_config *cfg, const vit_config *user, vit_train_opts *o,
+int finetune_recipe(vit_config *cfg, vit_train_config *tc, const vit_train_config *utc,
+                    vit_train_opts *o,
                     const vit_dataset *train, int val, int speak)
 {
     char said[600] = "";
@@ -93,13 +94,27 @@ int finetune_recipe(vit_config *cfg, const vit_config *user, vit_train_opts *o,
                          train->classes, train};
     vit_recipe r;
     vit_config shape = *cfg;
+    if (vit_config_arch(&shape) == vit_arch_vit()) {
+        /* The stems are this config's, as given or not: the rule picks
+         * none of them for a model whose weights come from a file. */
+        const struct {
+            const char *key;
+            int value;
+        } keep[] = {{"stem", shape.stem}, {"stem2", shape.stem2}, {"local_conv", shape.local_conv}};
+        for (size_t k = 0; k < sizeof keep / sizeof keep[0]; k++) {
+            char v[16];
+            snprintf(v, sizeof v, "%d", keep[k].value);
+            if (vit_config_set(&shape, keep[k].key, v) != VIT_OK)
+                return cli_fail(prog, NULL);
+        }
+    }
     if (vit_recipe_pick(&d, &shape, &r, NULL, 0)) { /* the rule is a default, not a must */
         at += (size_t)snprintf(said + at, sizeof said - at, "no data rule (%s); ",
                                vit_last_error());
-        r.epochs = cfg->epochs;
-        r.batch = cfg->batch;
-        r.shift = cfg->shift;
-        r.flip = cfg->flip;
+        r.epochs = tc->epochs;
+        r.batch = tc->batch;
+        r.shift = tc->shift;
+        r.flip = tc->flip;
     }
     const struct {
         const char *key;
@@ -108,19 +123,19 @@ int finetune_recipe(vit_config *cfg, const vit_config *user, vit_train_opts *o,
                 {"shift", r.shift}, {"flip", r.flip}};
     for (size_t k = 0; k < sizeof rule / sizeof rule[0]; k++) {
         char v[32];
-        if (given(user, rule[k].key))
+        if (given(utc, rule[k].key))
             continue;
         snprintf(v, sizeof v, "%d", rule[k].value);
-        int was = k == 0 ? cfg->epochs : k == 1 ? cfg->batch : k == 2 ? cfg->shift : cfg->flip;
-        if (was == rule[k].value || vit_config_set(cfg, rule[k].key, v) != VIT_OK)
+        int was = k == 0 ? tc->epochs : k == 1 ? tc->batch : k == 2 ? tc->shift : tc->flip;
+        if (was == rule[k].value || vit_train_config_set(tc, rule[k].key, v) != VIT_OK)
             continue;
         if (k == 0 && o->budget_seconds > 0)
             at += (size_t)snprintf(said + at, sizeof said - at, "epochs as the budget allows, ");
         else
             at += (size_t)snprintf(said + at, sizeof said - at, "%s %s, ", rule[k].key, v);
     }
-    if (cfg->flip && cfg->tta == VIT_TTA_SHIFT9 && !given(user, "tta")) {
-        cfg->tta = VIT_TTA_SHIFT9_FLIP;
+    if (tc->flip && tc->tta == VIT_TTA_SHIFT9 && !given(utc, "tta")) {
+        tc->tta = VIT_TTA_SHIFT9_FLIP;
         at += (size_t)snprintf(said + at, sizeof said - at, "tta shift9flip, ");
     }
     if (at && !strstr(said, "no data rule"))
@@ -131,12 +146,12 @@ int finetune_recipe(vit_config *cfg, const vit_config *user, vit_train_opts *o,
      * at this peak, 80.5% with layer decay 0.75 and 79.2% at a quarter of
      * it, against 63.9% from scratch; a linear probe 66.8%: the features
      * must move (docs/finetune.md, Does transfer pay?). */
-    if (!given(user, "lr"))
+    if (!given(utc, "lr"))
         at += (size_t)snprintf(said + at, sizeof said - at, "lr %g kept, no layer decay (the "
                                "features must move: a quarter of the lr, or layer decay 0.75, "
-                               "fine-tuned 4-5 points worse: docs/finetune.md)", cfg->lr);
-    if (!given(user, "warmup")) {
-        cfg->warmup = 2;
+                               "fine-tuned 4-5 points worse: docs/finetune.md)", tc->lr);
+    if (!given(utc, "warmup")) {
+        tc->warmup = 2;
         at += (size_t)snprintf(said + at, sizeof said - at, "%swarmup 2 epochs (the new head "
                                "settles before the blocks move far)", at ? ", " : "");
     }

@@ -69,11 +69,11 @@ void warn_val_tail(const vit_dataset *train, int val)
                "fraction F of every class\n", val, val, tail, all);
 }
 
-void print_tta_auto(const vit_train_result *r, const vit_config *cfg)
+void print_tta_auto(const vit_train_result *r, const vit_train_config *tc)
 {
     if (!r->tta_auto)
         return;
-    const char *tried = vit_tta_name(cfg->flip ? VIT_TTA_SHIFT9_FLIP : VIT_TTA_SHIFT9);
+    const char *tried = vit_tta_name(tc->flip ? VIT_TTA_SHIFT9_FLIP : VIT_TTA_SHIFT9);
     if (r->val_accuracy_tta >= 0)
         printf("tta auto: %s%s (validation: %s %.4f, one pass %.4f)\n",
                r->tta != VIT_TTA_NONE ? tried : "one pass kept",

@@ -50,19 +50,21 @@ int adapt_arch(vit_config *cfg, const vit_dataset *train, int val, int speak)
     return 0;
 }
 
-/* 1 if the user gave key (the file or a flag: vit_config_given). */
-static int user_set(const vit_config *user, const char *key)
+/* 1 if the user gave key (the file or a flag: vit_config_given,
+ * vit_train_config_given). */
+static int user_set(const vit_config *user, const vit_train_config *utc, const char *key)
 {
-    return vit_config_given(user, key) > 0;
+    return vit_config_given(user, key) > 0 || vit_train_config_given(utc, key) > 0;
 }
 
 /* Key `key`'s value as the config text writes it, into buf[cap] ("" if
  * the config has no such key). */
-static const char *key_text(const vit_config *cfg, const char *key, char *buf, size_t cap)
+static const char *key_text(const vit_config *cfg, const vit_train_config *tc, const char *key,
+                            char *buf, size_t cap)
 {
     char text[8192];
     buf[0] = 0;
-    if (vit_config_format(cfg, text, sizeof text) < 0)
+    if (vit_config_format(cfg, tc, text, sizeof text) < 0)
         return buf;
     size_t n = strlen(key);
     for (const char *l = text; *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l))
@@ -73,22 +75,21 @@ static const char *key_text(const vit_config *cfg, const char *key, char *buf, s
     return buf;
 }
 
-int apply_recipe(vit_config *cfg, const vit_config *user, const vit_dataset *train, int val,
+int apply_recipe(vit_config *cfg, vit_train_config *tc, const vit_config *user,
+                 const vit_train_config *utc, const vit_dataset *train, int val,
                  double budget, int speak, vit_recipe *picked, double *warmup_fraction)
 {
     vit_recipe_data d = {train->count - val, train->height, train->width, train->channels,
                          train->classes, train};
     vit_recipe r;
+    /* stem, stem2 and local_conv nobody gave are the rule's to pick (and
+     * to cost the epochs with: vit_config_given), but stem2 not under a
+     * time budget: its gain was measured over 76 epochs, and a 15-minute
+     * budget pays for 40 of them (the one layer stem's 49 scored 93.2% on
+     * Fashion-MNIST: docs/benchmarks.md). */
     vit_config shape = *user;
-    if (!user_set(user, "stem"))
-        shape.stem = -1; /* the rule's to pick (and to cost the epochs with) */
-    /* stem2 likewise, but not under a time budget: its gain was measured
-     * over 76 epochs, and a 15-minute budget pays for 40 of them (the one
-     * layer stem's 49 scored 93.2% on Fashion-MNIST: docs/benchmarks.md). */
-    if (!user_set(user, "stem2"))
-        shape.stem2 = budget > 0 ? 0 : -1;
-    if (!user_set(user, "local_conv"))
-        shape.local_conv = -1; /* where stem2 goes (vit/recipe.h) */
+    if (budget > 0 && !user_set(user, utc, "stem2") && vit_config_set(&shape, "stem2", "0"))
+        return cli_fail(prog, NULL);
     if (vit_recipe_pick(&d, &shape, &r, NULL, 0))
         return cli_fail(prog, NULL);
     *picked = r;
@@ -99,9 +100,9 @@ int apply_recipe(vit_config *cfg, const vit_config *user, const vit_dataset *tra
     /* The warm-up is the recipe's share of the run actually planned: of
      * the given epochs, and under a budget of its plan (the library lays
      * it out from warmup_fraction). */
-    int user_epochs = user_set(user, "epochs");
-    snprintf(v[2], sizeof v[2], "%.17g", user_epochs ? cfg->epochs / 28.0 : r.warmup);
-    *warmup_fraction = budget > 0 && !user_set(user, "warmup") ? 1 / 28.0 : 0;
+    int user_epochs = user_set(user, utc, "epochs");
+    snprintf(v[2], sizeof v[2], "%.17g", user_epochs ? tc->epochs / 28.0 : r.warmup);
+    *warmup_fraction = budget > 0 && !user_set(user, utc, "warmup") ? 1 / 28.0 : 0;
     snprintf(v[3], sizeof v[3], "%d", r.shift);
     snprintf(v[4], sizeof v[4], "%d", r.flip);
     snprintf(v[5], sizeof v[5], "%d", r.stem);
@@ -116,10 +117,10 @@ int apply_recipe(vit_config *cfg, const vit_config *user, const vit_dataset *tra
                             "local_conv", "brightness", "contrast", "saturation", "hue",
                             "grayscale", "channel_perm", "invert"};
     for (int k = 0; k < 15; k++) {
-        if (user_set(user, keys[k]))
+        if (user_set(user, utc, keys[k]))
             continue;
-        key_text(cfg, keys[k], was, sizeof was);
-        if (!*was || vit_config_set(cfg, keys[k], v[k]) != VIT_OK)
+        key_text(cfg, tc, keys[k], was, sizeof was);
+        if (!*was || vit_config_set_any(cfg, tc, keys[k], v[k]) != VIT_OK)
             continue;
         if (k == 2 && *warmup_fraction > 0) { /* laid out by the library on each plan */
             size_t at = strlen(said);
@@ -127,7 +128,7 @@ int apply_recipe(vit_config *cfg, const vit_config *user, const vit_dataset *tra
                      at ? ", " : "");
             continue;
         }
-        if (strcmp(was, key_text(cfg, keys[k], now, sizeof now)) == 0)
+        if (strcmp(was, key_text(cfg, tc, keys[k], now, sizeof now)) == 0)
             continue;
         if (k == 2 && user_epochs) /* the given run's own 28th: not about the data */
             continue;
@@ -136,14 +137,14 @@ int apply_recipe(vit_config *cfg, const vit_config *user, const vit_dataset *tra
             snprintf(said + at, sizeof said - at, "%sepochs as the budget allows (at most %s)",
                      at ? ", " : "", now);
         else if (k == 2) /* the key holds all 17 digits; a person reads three */
-            snprintf(said + at, sizeof said - at, "%swarmup %.3g", at ? ", " : "", cfg->warmup);
+            snprintf(said + at, sizeof said - at, "%swarmup %.3g", at ? ", " : "", tc->warmup);
         else
             snprintf(said + at, sizeof said - at, "%s%s %s", at ? ", " : "", keys[k], now);
     }
     /* A model trained on mirror images is scored on them too (Fashion at 62
      * epochs: shift9flip 92.69%, shift9 92.53%), unless tta was chosen. */
-    if (cfg->flip && cfg->tta == VIT_TTA_SHIFT9 && !user_set(user, "tta")) {
-        cfg->tta = VIT_TTA_SHIFT9_FLIP;
+    if (tc->flip && tc->tta == VIT_TTA_SHIFT9 && !user_set(user, utc, "tta")) {
+        tc->tta = VIT_TTA_SHIFT9_FLIP;
         size_t at = strlen(said);
         snprintf(said + at, sizeof said - at, "%stta shift9flip", at ? ", " : "");
     }
@@ -153,7 +154,7 @@ int apply_recipe(vit_config *cfg, const vit_config *user, const vit_dataset *tra
                strncmp(said, "epochs ", 7) == 0 && budget <= 0
                    ? "epochs: what " VIT_RECIPE_TRAIN_MACS_TEXT " multiply-adds of training pay for"
                    : "see docs/cli.md, Recipe");
-    if (speak && r.colour_acc >= 0 && !user_set(user, "channel_perm"))
+    if (speak && r.colour_acc >= 0 && !user_set(user, utc, "channel_perm"))
         printf("colour test: the mean colour names the class of %.1f%% of held-out training "
                "images, chance %.1f%%: %s\n", 100 * r.colour_acc, 100 * r.colour_chance,
                r.channel_perm ? "colour carries no class, so channel_perm and invert"

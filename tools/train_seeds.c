@@ -150,7 +150,8 @@ static void tta_label(const vit_train_result *r, const unsigned long long *seeds
         printf("tta auto: %s on seeds %s; one pass on %s\n", name, on, off);
 }
 
-int train_seeds(const vit_config *cfg, const vit_dataset *train, const vit_dataset *test,
+int train_seeds(const vit_config *cfg, const vit_train_config *tc, const vit_dataset *train,
+                const vit_dataset *test,
                 const vit_train_opts *op, const shown *look, const char *data,
                 int threads, const unsigned long long *seeds, int n)
 {
@@ -158,14 +159,14 @@ int train_seeds(const vit_config *cfg, const vit_dataset *train, const vit_datas
     char dir[MAX_SEEDS][4200];
     int speak = vit_dist_rank() == 0;
     for (int k = 0; k < n; k++) {
-        vit_config c = *cfg;
+        vit_train_config c = *tc;
         c.seed = seeds[k];
         vit_train_opts o = *op;
         seed_dir(op->out_dir, seeds[k], dir[k], sizeof dir[k]);
         o.out_dir = dir[k];
         if (speak && look->progress)
             printf("%sseed %llu (%d of %d): %s\n", k ? "\n" : "", seeds[k], k + 1, n, dir[k]);
-        int rc = train_once(&c, train, test, &o, look, data, threads, &res[k]);
+        int rc = train_once(cfg, &c, train, test, &o, look, data, threads, &res[k]);
         if (rc) {
             if (speak && k + 1 < n)
                 fprintf(stderr, "%s: seeds after %llu not run\n", prog, seeds[k]);

@@ -241,7 +241,7 @@ int main(int argc, char **argv)
 
     vit_model *m = NULL;
     vit_run_state st;
-    if (vit_run_load(ckpt, &m, NULL, &st))
+    if (vit_run_load(ckpt, &m, NULL, NULL, &st))
         return cli_fail(prog, NULL);
     /* Without --data: the data (and split) the checkpoint's run trained on. */
     vit_data_opts how;

@@ -215,13 +215,12 @@ static int run_train(const train_shape *s, const options *o, double gemm_rate)
     vit_config cfg;
     vit_config_default(&cfg);
     if (s->file) { /* the file's model and image shape, the benchmark's batch */
-        if (vit_config_load(&cfg, s->file) != VIT_OK) {
+        vit_train_config unused; /* the benchmark's own batch, precision, recompute */
+        vit_train_config_default(&unused);
+        if (vit_config_load(&cfg, &unused, s->file) != VIT_OK) {
             fprintf(stderr, "vit_bench: %s\n", vit_last_error());
             return 1;
         }
-        cfg.batch = BATCH;
-        cfg.recompute = o->recompute;
-        cfg.precision = o->precision;
         return run_config(s->name, &cfg, o, gemm_rate);
     }
     cfg.image_height = cfg.image_width = s->img;
@@ -237,9 +236,6 @@ static int run_train(const train_shape *s, const options *o, double gemm_rate)
     cfg.heads = s->heads;
     cfg.mlp = s->mlp;
     cfg.pool = VIT_POOL_CLS;
-    cfg.batch = BATCH;
-    cfg.recompute = o->recompute;
-    cfg.precision = o->precision;
     return run_config(s->name, &cfg, o, gemm_rate);
 }
 
@@ -252,7 +248,8 @@ static int run_config(const char *name, const vit_config *c, const options *o, d
     int labels[BATCH];
     vit_adamw opt;
     memset(&opt, 0, sizeof opt);
-    if (!m || !images
+    if (!m || !images || vit_model_set_precision(m, o->precision) < 0
+        || vit_model_set_recompute(m, o->recompute) != VIT_OK
         || vit_adamw_init(&opt, vit_model_param_count(m), 0.9, 0.999, 1e-8, 0.05) != VIT_OK) {
         fprintf(stderr, "vit_bench: setup failed: %s\n", vit_last_error());
         return 1;
@@ -496,9 +493,9 @@ int main(int argc, char **argv)
             if (!parse_int(a, v, 1, MAX_REPS, &o.reps)) return 2;
             reps_set = 1;
         } else if (!strcmp(a, "--precision")) {
-            vit_config pc;
-            vit_config_default(&pc);
-            if (!v || vit_config_set(&pc, "precision", v) != VIT_OK) {
+            vit_train_config pc;
+            vit_train_config_default(&pc);
+            if (!v || vit_train_config_set(&pc, "precision", v) != VIT_OK) {
                 fprintf(stderr, "vit_bench: --precision needs fp32, bf16 or auto\n");
                 return 2;
             }

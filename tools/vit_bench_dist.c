@@ -139,7 +139,6 @@ static int setup(bench *B, const shape *s, int batch, size_t bucket_bytes)
     cfg.depth = s->depth;
     cfg.heads = s->heads;
     cfg.mlp = s->mlp;
-    cfg.batch = batch;
     memset(B, 0, sizeof *B);
     B->batch = batch;
     B->lo = batch * rank / size;

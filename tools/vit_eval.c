@@ -114,7 +114,8 @@ int main(int argc, char **argv)
         vit_set_threads(threads);
     vit_model *m = NULL;
     vit_run_state st;
-    if (vit_run_load(ckpt, &m, NULL, &st))
+    vit_train_config tc; /* the run's recipe: its tta, its ema */
+    if (vit_run_load(ckpt, &m, &tc, NULL, &st))
         return cli_fail(prog, NULL);
     /* Without --data: the data (and split) the checkpoint's run trained on. */
     vit_data_opts how;
@@ -128,15 +129,15 @@ int main(int argc, char **argv)
     else if (cli_load_data(prog, data, &how, &train, &test))
         ;
     else if (vit_evaluate_tta(m, tape, split_train ? &train : &test, 256,
-                              tta >= 0 ? tta : vit_model_config(m)->tta, &r))
+                              tta >= 0 ? tta : tc.tta, &r))
         cli_fail(prog, ckpt);
     else {
         /* The checkpoint's class names (those the model learned). */
         cli_print_confusion(r.confusion, r.classes,
                             st.nclass_names == r.classes ? st.class_names : NULL);
-        int used = tta >= 0 ? tta : vit_model_config(m)->tta;
+        int used = tta >= 0 ? tta : tc.tta;
         print_per_class(&r, st.nclass_names == r.classes ? st.class_names : NULL);
-        print_scoring(used, tta >= 0, vit_model_config(m)->ema);
+        print_scoring(used, tta >= 0, tc.ema);
         printf("%s split: %d images, loss %.4f, accuracy %.4f%s%s%s\n",
                split_train ? "train" : "test", r.count, r.loss, r.accuracy,
                vit_tta_passes(used) > 1 ? " (tta " : "",

@@ -66,7 +66,8 @@ int main(int argc, char **argv)
     }
     vit_model *m = NULL;
     vit_run_state st;
-    if (vit_run_load(ckpt, &m, NULL, &st))
+    vit_train_config tc; /* the run's recipe: into the metadata, its tta said */
+    if (vit_run_load(ckpt, &m, &tc, NULL, &st))
         return cli_fail(prog, NULL);
     /* Without --data: the data (and split) the checkpoint's run trained on. */
     vit_data_opts how;
@@ -93,7 +94,7 @@ int main(int argc, char **argv)
     /* A run that fitted its images says how, so that the weights' user
      * prepares images as the run (and vit_predict) did. */
     const vit_data_fit *fit = cli_run_fits(&st) ? &st.data.fit : NULL;
-    if (vit_safetensors_save_fit(m, st.class_names, fit, out, &bytes)) {
+    if (vit_safetensors_save_fit(m, &tc, st.class_names, fit, out, &bytes)) {
         cli_fail(prog, NULL);
         goto done;
     }
@@ -115,18 +116,18 @@ int main(int argc, char **argv)
                  c->image_height, c->image_width, c->channels);
         cli_print_fitted(stdout, line);
     }
-    if (c->tta == VIT_TTA_SHIFT9 || c->tta == VIT_TTA_SHIFT9_FLIP) {
+    if (tc.tta == VIT_TTA_SHIFT9 || tc.tta == VIT_TTA_SHIFT9_FLIP) {
         double rep;
         int rep_tta;
         char line[256], was[48] = "";
-        if (cli_reported_accuracy(ckpt, (long long)st.epoch, &rep, &rep_tta, NULL) && rep_tta == c->tta)
+        if (cli_reported_accuracy(ckpt, (long long)st.epoch, &rep, &rep_tta, NULL) && rep_tta == tc.tta)
             snprintf(was, sizeof was, " (%.4f)", rep);
         cli_print_fitted(stdout, "note: these weights give one pass per image (as --logits and "
                                  "metrics.csv's epochs);");
         snprintf(line, sizeof line, "the run's final test accuracy%s was scored with tta %s, the "
                  "mean softmax over the image and its 8 one-pixel shifts (zeros shifted in)%s: "
-                 "docs/cli.md shows it in PyTorch", was, vit_tta_name(c->tta),
-                 c->tta == VIT_TTA_SHIFT9_FLIP ? ", and the same of its mirror image" : "");
+                 "docs/cli.md shows it in PyTorch", was, vit_tta_name(tc.tta),
+                 tc.tta == VIT_TTA_SHIFT9_FLIP ? ", and the same of its mirror image" : "");
         cli_print_fitted(stdout, line);
     }
     rc = 0;

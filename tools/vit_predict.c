@@ -167,8 +167,7 @@ static int classify(vit_model *m, const vit_run_state *st, const opts *o, char *
     for (int i = 0; i < n; i++) {
         vit_real *px = cli_model_image(prog, files[i], c, fit);
         int rc = px == NULL ? 1
-                 : o->tta >= 0 ? vit_predict_tta(m, tape, px, 1, o->tta, probs)
-                               : vit_predict(m, tape, px, 1, probs);
+                 : vit_predict_tta(m, tape, px, 1, o->tta, probs);
         if (px != NULL && rc != VIT_OK)
             cli_fail(prog, files[i]);
         free(px);
@@ -227,10 +226,13 @@ int main(int argc, char **argv)
     }
     vit_model *m = NULL;
     vit_run_state st;
-    if (vit_run_load(o.ckpt, &m, NULL, &st)) {
+    vit_train_config tc; /* the run's recipe: its tta, without --tta */
+    if (vit_run_load(o.ckpt, &m, &tc, NULL, &st)) {
         cli_paths_free(files, n);
         return cli_fail(prog, NULL);
     }
+    if (o.tta < 0)
+        o.tta = tc.tta;
     int failures = 0;
     if (o.csv) {
         FILE *f = NULL;

@@ -238,7 +238,7 @@ static void resume_command(char *cmd, size_t cap, const char *launcher, const ch
 }
 
 /* After a divergence: where the last good state is, and what to try. */
-static void say_diverged(const vit_config *cfg, const char *out)
+static void say_diverged(const vit_train_config *tc, const char *out)
 {
     char ckpt[4200];
     snprintf(ckpt, sizeof ckpt, "%s/last.ckpt", out);
@@ -248,12 +248,13 @@ static void say_diverged(const vit_config *cfg, const char *out)
     else
         fprintf(stderr, "%s: it diverged before its first checkpoint; nothing was kept\n", prog);
     fprintf(stderr, "%s: the learning rate %g is likely too high: start over with a lower one, "
-            "e.g. --lr %g%s\n", prog, cfg->lr, cfg->lr / 10, kept ? " --force" : "");
+            "e.g. --lr %g%s\n", prog, tc->lr, tc->lr / 10, kept ? " --force" : "");
 }
 
 /* One run of vit_train_run and what it prints; the exit status.  res, if
  * not NULL, gets the result's figures (no confusion matrix). */
-int train_once(const vit_config *cfg, const vit_dataset *train, const vit_dataset *test,
+int train_once(const vit_config *cfg, const vit_train_config *tc, const vit_dataset *train,
+               const vit_dataset *test,
                const vit_train_opts *op, const shown *look, const char *data, int threads,
                vit_train_result *keep)
 {
@@ -281,7 +282,7 @@ int train_once(const vit_config *cfg, const vit_dataset *train, const vit_datase
         }
     }
     vit_train_result res;
-    int rc = vit_train_run(cfg, train, test, &o, &res);
+    int rc = vit_train_run(cfg, tc, train, test, &o, &res);
     run_start = now_seconds();
     if (rc) {
         if (!speak)
@@ -289,7 +290,7 @@ int train_once(const vit_config *cfg, const vit_dataset *train, const vit_datase
         fprintf(stderr, "%s: %s%s\n", prog, vit_last_error(),
                 rc == VIT_EDATA ? "; pass --other-data to continue it on this data" : "");
         if (rc == VIT_ENUM)
-            say_diverged(cfg, out);
+            say_diverged(tc, out);
         return 1;
     }
     if (keep) {
@@ -402,7 +403,7 @@ int train_once(const vit_config *cfg, const vit_dataset *train, const vit_datase
     snprintf(timing, sizeof timing, "%d epochs, %.1f s, %.0f images/s", res.epochs_done,
              res.run_seconds, res.run_images_per_second);
     print_result(acc, labels, timing, kept);
-    print_tta_auto(&res, cfg);
+    print_tta_auto(&res, tc);
     if (o.stop_after_epochs > 0 && res.epochs_done < res.epochs) {
         char what[96];
         snprintf(what, sizeof what, "stopped after epoch %d of %d (--stop-after); continue with:",
@@ -415,9 +416,10 @@ int train_once(const vit_config *cfg, const vit_dataset *train, const vit_datase
 
 /* The flags after --config (the second pass, so that they override the
  * file whatever their order): options into *o, *look, *data, out[out_cap],
- * *threads and the seeds; config keys into *cfg.  -1 to go on, else the
- * exit status (the message is out). */
-static int parse_flags(int argc, char **argv, vit_config *cfg, vit_train_opts *o, shown *look,
+ * *threads and the seeds; config keys into *cfg (the network's) and *tc
+ * (the recipe's).  -1 to go on, else the exit status (the message is out). */
+static int parse_flags(int argc, char **argv, vit_config *cfg, vit_train_config *tc,
+                       vit_train_opts *o, shown *look,
                        const char **data, char *out, size_t out_cap, int *threads,
                        unsigned long long *seeds, int *nseeds, split_flags *sf)
 {
@@ -508,7 +510,7 @@ static int parse_flags(int argc, char **argv, vit_config *cfg, vit_train_opts *o
                 return 2;
         } else if (strcmp(a, "--seed") == 0 && seed_flag_clash(argc, argv)) {
             return 2;
-        } else if (!cli_config_flag(prog, cfg, a, v))
+        } else if (!cli_config_flag(prog, cfg, tc, a, v))
             return 2;
     }
     return -1;
@@ -577,7 +579,9 @@ static int progress_interval(double *every_out)
 static int run(int argc, char **argv)
 {
     vit_config cfg;
+    vit_train_config tc;
     vit_config_default(&cfg);
+    vit_train_config_default(&tc);
     vit_train_opts o = {.ckpt_every = 1};
     shown look = {.progress = isatty(STDOUT_FILENO) ? 2 : 1};
     const char *data = NULL, *config = NULL, *arch = NULL;
@@ -607,20 +611,20 @@ static int run(int argc, char **argv)
             o.resume = argv[++i];
     }
     /* A resumed run starts from its own recipe; flags then say what differs. */
-    if (o.resume && vit_run_config(o.resume, &cfg))
+    if (o.resume && vit_run_config(o.resume, &cfg, &tc))
         return cli_fail(prog, NULL);
     /* A patch nobody gave (vit_config_given) is fitted to the data's
      * images below. */
     const int patch_default = cfg.patch;
     const int stride_default = cfg.patch_stride, pad_default = cfg.patch_pad;
-    if (config && vit_config_load(&cfg, config))
+    if (config && vit_config_load(&cfg, &tc, config))
         return cli_fail(prog, NULL);
     /* --arch before the other flags, which may be its keys. */
-    if (arch && !cli_config_flag(prog, &cfg, "--arch", arch))
+    if (arch && !cli_config_flag(prog, &cfg, &tc, "--arch", arch))
         return 2;
 
     split_flags sf = {{0, 0, 0}, 0, {0, 0, 0}, 0, NULL};
-    if ((rc = parse_flags(argc, argv, &cfg, &o, &look, &data, out, sizeof out, &threads, seeds,
+    if ((rc = parse_flags(argc, argv, &cfg, &tc, &o, &look, &data, out, sizeof out, &threads, seeds,
                           &nseeds, &sf)) >= 0)
         return rc;
     if ((rc = finetune_check(&o, argc, argv)) >= 0)
@@ -694,16 +698,17 @@ static int run(int argc, char **argv)
             warn_val_tail(&train, o.val_count);
     }
     if (look.progress && vit_dist_size() > 1)
-        printf("data-parallel over %d ranks, global batch %d\n", vit_dist_size(), cfg.batch);
+        printf("data-parallel over %d ranks, global batch %d\n", vit_dist_size(), tc.batch);
     const vit_config user = cfg; /* what the file and the flags gave */
+    const vit_train_config utc = tc;
     vit_recipe picked = {.patch = cfg.patch};
     if (o.init_from) { /* the weights' architecture (the trainer takes it); the recipe's lr */
-        if (finetune_recipe(&cfg, &user, &o, &train, o.val_count, look.progress)) {
+        if (finetune_recipe(&cfg, &tc, &utc, &o, &train, o.val_count, look.progress)) {
             vit_dataset_free(&train);
             vit_dataset_free(&test);
             return 1;
         }
-    } else if (!o.resume && (apply_recipe(&cfg, &user, &train, o.val_count, o.budget_seconds,
+    } else if (!o.resume && (apply_recipe(&cfg, &tc, &user, &utc, &train, o.val_count, o.budget_seconds,
                                           look.progress, &picked, &o.warmup_fraction) != 0
                              || adapt_arch(&cfg, &train, o.val_count, look.progress) != 0)) {
         vit_dataset_free(&train);
@@ -717,10 +722,10 @@ static int run(int argc, char **argv)
     }
     /* precision bf16 or auto: what it comes to here, in one line (a
      * fallback from an explicit bf16 on stderr, whatever --quiet says). */
-    if (cfg.precision != VIT_PRECISION_FP32 && speak) {
+    if (tc.precision != VIT_PRECISION_FP32 && speak) {
         char why[200];
-        int got = vit_precision_resolve(cfg.precision, why, sizeof why);
-        if (cfg.precision == VIT_PRECISION_BF16 && got != VIT_PRECISION_BF16)
+        int got = vit_precision_resolve(tc.precision, why, sizeof why);
+        if (tc.precision == VIT_PRECISION_BF16 && got != VIT_PRECISION_BF16)
             fprintf(stderr, "%s: precision %s\n", prog, why);
         else if (look.progress)
             printf("precision %s\n", why);
@@ -733,11 +738,11 @@ static int run(int argc, char **argv)
     probe.image_width = train.width;
     probe.channels = train.channels;
     probe.classes = train.classes > test.classes ? train.classes : test.classes;
-    if (vit_config_check(&probe) != VIT_OK)
+    if (vit_config_check(&probe) != VIT_OK || vit_train_config_check(&tc, &probe) != VIT_OK)
         rc = cli_fail(prog, NULL);
     else if ((rc = check_out_folder(&o, out, seeds, nseeds, 1)) < 0)
-        rc = nseeds > 0 ? train_seeds(&cfg, &train, &test, &o, &look, data, threads, seeds, nseeds)
-                    : train_once(&cfg, &train, &test, &o, &look, data, threads, NULL);
+        rc = nseeds > 0 ? train_seeds(&cfg, &tc, &train, &test, &o, &look, data, threads, seeds, nseeds)
+                    : train_once(&cfg, &tc, &train, &test, &o, &look, data, threads, NULL);
     vit_dataset_free(&train);
     vit_dataset_free(&test);
     return rc;

@@ -52,14 +52,16 @@ int finetune_check(const vit_train_opts *o, int argc, char **argv);
  * speak (user: what the file and the flags gave, vit_config_given): the data's rule (vit_recipe_pick) for epochs (the budget's with
  * one), batch, shift and flip; cfg's peak lr kept (said), warm-up 2
  * epochs (a rule that fails is said and left out).  0. */
-int finetune_recipe(vit_config *cfg, const vit_config *user, vit_train_opts *o,
+int finetune_recipe(vit_config *cfg, vit_train_config *tc, const vit_train_config *utc,
+                    vit_train_opts *o,
                     const vit_dataset *train, int val, int speak);
 
 /* ---- vit_train.c */
 
 /* One run of vit_train_run and what it prints; the exit status.  res, if
  * not NULL, gets the result's figures (no confusion matrix). */
-int train_once(const vit_config *cfg, const vit_dataset *train, const vit_dataset *test,
+int train_once(const vit_config *cfg, const vit_train_config *tc, const vit_dataset *train,
+               const vit_dataset *test,
                const vit_train_opts *op, const shown *look, const char *data, int threads,
                vit_train_result *keep);
 
@@ -111,7 +113,8 @@ int adapt_arch(vit_config *cfg, const vit_dataset *train, int val, int speak);
  * given is a 28th of the given epochs, or under a budget of the plan's
  * (*warmup_fraction 1/28, else 0).  *picked: the recipe (for fit_patch).
  * 0, or the exit status. */
-int apply_recipe(vit_config *cfg, const vit_config *user, const vit_dataset *train, int val,
+int apply_recipe(vit_config *cfg, vit_train_config *tc, const vit_config *user,
+                 const vit_train_config *utc, const vit_dataset *train, int val,
                  double budget, int speak, vit_recipe *picked, double *warmup_fraction);
 
 /* ---- train_print.c */
@@ -129,7 +132,7 @@ void warn_val_tail(const vit_dataset *train, int val);
 
 /* With --tta auto: what was chosen, and the figure that decided it (or
  * the shift9 test figure beside the one-pass headline). */
-void print_tta_auto(const vit_train_result *r, const vit_config *cfg);
+void print_tta_auto(const vit_train_result *r, const vit_train_config *tc);
 
 /* The last lines: "ACC (LABELS; TIMING); checkpoint PATH" when that fits
  * (a terminal's width - 1, or 100 columns in a file or pipe); else the
@@ -154,7 +157,8 @@ int seed_flag_clash(int argc, char **argv);
 void seed_dir(const char *out, unsigned long long seed, char *dir, size_t cap);
 
 /* --seeds: the run once per seed, each in OUT/seed-N, then the spread. */
-int train_seeds(const vit_config *cfg, const vit_dataset *train, const vit_dataset *test,
+int train_seeds(const vit_config *cfg, const vit_train_config *tc, const vit_dataset *train,
+                const vit_dataset *test,
                 const vit_train_opts *op, const shown *look, const char *data,
                 int threads, const unsigned long long *seeds, int n);
 

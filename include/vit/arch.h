@@ -91,9 +91,9 @@ typedef struct vit_arch_key {
  * forward (which may run on several threads at once, each with its own
  * tape and grads: it must treat state and cfg as read-only). */
 typedef struct vit_arch_run {
-    const vit_config *cfg;   /* the model's config: data shape, recipe
-                                (init_std, recompute, ...) and, through
-                                vit_config_arch_data(cfg), the arch's own */
+    const vit_config *cfg;   /* the model's config: data shape, init_std
+                                and, through vit_config_arch_data(cfg),
+                                the arch's own keys */
     void *state;             /* what build made (may be NULL) */
     vit_params *params;      /* the model's tensors, allocated */
     vit_tape *tape;          /* record on it (grad mode as the caller set it) */
@@ -106,6 +106,9 @@ typedef struct vit_arch_run {
     int train;               /* 1: a training step: the extras below apply
                                 (stochastic depth); 0: evaluation, export
                                 checks, vit_model_forward */
+    int recompute;           /* 1: activation checkpointing (training, the
+                                recipe's recompute: vit_model_set_recompute);
+                                an arch may ignore it */
     int loss_only;           /* 1: only the logits' gradient matters (nobody
                                 reads maps or inner activations): the arch may
                                 skip work that reaches the logits through

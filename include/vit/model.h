@@ -38,6 +38,7 @@
 #include "vit/rng.h"
 #include "vit/layernorm.h"
 #include "vit/tape.h"
+#include "vit/train_config.h"
 
 VIT_BEGIN_DECLS
 
@@ -56,9 +57,9 @@ enum { VIT_POOL_CLS = 0, VIT_POOL_MEAN = 1 };
  * shift9 (shift9flip for a model trained with flip = 1) becomes the
  * headline only if it scores higher than one pass on the validation set;
  * without one, one pass is the headline and the test-time-augmented test
- * figure is reported beside it.  vit_evaluate and vit_predict of a model
- * whose config says auto score one pass (pass VIT_TTA_SHIFT9 to
- * vit_evaluate_tta to use it). */
+ * figure is reported beside it.  The recipe's key (vit_train_config.tta in
+ * vit/train_config.h) says which a run uses; vit_evaluate_tta and
+ * vit_predict_tta (vit/train.h) take it as an argument, auto as none. */
 enum { VIT_TTA_NONE = 0, VIT_TTA_SHIFT9 = 1, VIT_TTA_AUTO = 2, VIT_TTA_SHIFT9_FLIP = 3 };
 
 /* "none", "shift9", "auto" or "shift9flip" (the config text of tta); "?"
@@ -73,14 +74,16 @@ int vit_tta_passes(int tta);
  * `given` flags. */
 #define VIT_CONFIG_KEYS_MAX 64
 
-/* The model's architecture and shape and the training recipe, read from one
- * text config of `key = value` lines ('#' starts a comment).  Keys are the
- * field names below (the shared keys: the data's shape and the recipe),
- * `arch` (the architecture, vit/arch.h; "vit" when absent) and the
- * architecture's own keys (for the ViT, the fields patch .. local_conv
- * below); vit_config_set() accepts the same keys, which is how
- * command-line flags override the file.  Every key knows whether it was
- * given (vit_config_given), so that nothing needs a sentinel value. */
+/* What the network is: the data's shape, its architecture (vit/arch.h) and
+ * the architecture's keys, and the initialisation of its tensors; how it is
+ * trained is a vit_train_config (vit/train_config.h).  Both are read from
+ * one text config of `key = value` lines ('#' starts a comment): keys are
+ * the field names below (image_height .. classes, init_std), `arch` ("vit"
+ * when absent), the architecture's own keys (for the ViT, the fields patch
+ * .. ln_eps below) and the recipe's keys (vit_train_config's fields);
+ * vit_config_set() accepts the network's, which is how command-line flags
+ * override the file.  Every key knows whether it was given
+ * (vit_config_given), so that nothing needs a sentinel value. */
 typedef struct vit_config {
     /* the data's shape */
     int image_height, image_width, channels; /* set from the data at train time */
@@ -122,70 +125,8 @@ typedef struct vit_config {
     double ln_eps;  /* the layer norms' epsilon (every block's two and the
                        final one): 1e-5 (PyTorch's default, ours); 1e-6 for
                        weights from timm's ViTs, which were trained with it */
-    /* training recipe */
-    int epochs;
-    int batch;
-    double lr;           /* peak learning rate */
-    double min_lr;       /* learning rate at the end of the cosine */
-    double warmup;       /* warm-up length in epochs */
-    double weight_decay; /* AdamW decoupled decay on weight matrices */
-    double beta1, beta2, eps;
-    double smoothing;    /* label smoothing */
-    int shift;           /* random translation of up to this many pixels */
-    double rotate;       /* random rotation of up to this many degrees */
-    double scale;        /* random zoom by a factor in [1 - scale, 1 + scale] */
-    double init_std;     /* std of the truncated-normal weight init */
-    double ema;          /* weight averaging: the decay d of the parameters'
-                            exponential moving average, 0 off, else in
-                            (0, 1); evaluation, checkpoints and export use
-                            the average (vit_ema_update in vit/optim.h) */
-    /* augmentations for real images (vit_augment_batch in vit/augment.h),
-       all off (0) by default; training only, never at evaluation or TTA */
-    int crop_pad;        /* random crop with zero padding: pad by crop_pad and
-                            take a random H x W window.  The same operation as
-                            shift = crop_pad (a uniform whole-pixel translation
-                            in [-crop_pad, crop_pad], zeros shifted in): the
-                            trainer translates by up to max(shift, crop_pad) */
-    int flip;            /* 1: mirror left-right with probability 0.5 (for
-                            Fashion or natural images, never digits or text) */
-    double erase;        /* random erasing: the probability, in [0, 1], that
-                            an image gets a box of 2-33% of its area filled
-                            with uniform noise (vit_erase_box in
-                            vit/augment.h), 0 off */
-    double mixup;        /* mixup's Beta(alpha, alpha) alpha, 0 off */
-    double cutmix;       /* cutmix's Beta(alpha, alpha) alpha, 0 off */
-    double mix_prob;     /* probability that a batch is mixed (with mixup or
-                            cutmix on; both on: one of them per batch, each
-                            with probability 0.5) */
-    double drop_path;    /* stochastic depth, in [0, 1), 0 off: block l of
-                            depth drops each residual branch per image with
-                            rate drop_path * (l + 1) / depth, survivors
-                            scaled by 1 / (1 - rate) */
-    /* colour (vit_colour_draw and vit_colour_apply in vit/augment.h), 0
-       off; saturation, hue, grayscale and channel_perm need channels = 3 */
-    double brightness;   /* factor uniform in [1 - v, 1 + v], v in [0, 1] */
-    double contrast;     /* blend with the image's mean gray, factor as above */
-    double saturation;   /* blend with each pixel's gray, factor as above */
-    double hue;          /* YIQ chroma turned by up to +-hue turns, [0, 0.5] */
-    double grayscale;    /* probability, in [0, 1], of gray (BT.601 luma) */
-    int channel_perm;    /* 1: a uniformly random order of the 3 channels */
-    int invert;          /* 1: x -> 1 - x with probability 0.5 */
-    unsigned long long seed;
-    /* evaluation */
-    int tta;             /* VIT_TTA_NONE, VIT_TTA_SHIFT9, VIT_TTA_AUTO or
-                            VIT_TTA_SHIFT9_FLIP ("none" / "shift9" /
-                            "auto" / "shift9flip" in text): what
-                            vit_evaluate and vit_predict (vit/train.h) do
-                            for this model, auto as none */
-    /* memory */
-    int recompute;       /* 1: activation checkpointing of every block (0 or 1) */
-    double ckpt_minutes; /* training: a checkpoint inside a long epoch every
-                            this many minutes (0: only at epoch ends) */
-    /* arithmetic */
-    int precision;       /* the training step's matrix products: VIT_PRECISION_FP32
-                            (the default), _BF16 or _AUTO ("fp32" / "bf16" /
-                            "auto" in text; vit/bf16.h, vit_precision_resolve);
-                            evaluation is float32 whatever it says */
+    double init_std;     /* std of the truncated-normal weight init: part of
+                            the tensor table (vit_model_tensor.scale) */
     /* the architecture (vit/arch.h): set with vit_config_set(cfg, "arch",
        NAME) or vit_config_set_arch, not by hand */
     const vit_arch *arch;   /* NULL or vit_arch_vit(): the ViT */
@@ -199,21 +140,32 @@ typedef struct vit_config {
     unsigned char given[VIT_CONFIG_KEYS_MAX];    /* 1: shared key i was given */
 } vit_config;
 
-/* Fills (overwrites) *cfg with the built-in defaults (the digits-tiny shape
- * and recipe).  cfg must not be NULL.  Cannot fail. */
+/* Fills (overwrites) *cfg with the built-in network (the digits-tiny
+ * shape, the ViT) and no key given.  cfg must not be NULL.  Cannot fail. */
 void vit_config_default(vit_config *cfg);
 
-/* Sets one field from text, e.g. ("dim", "64"); the strings are only read.
- * Returns VIT_OK, or VIT_EINVAL with a message naming the key for a NULL
- * argument, an unknown key or a value that does not parse or is out of range
- * (then *cfg is unchanged).  For a known key (one vit_config_key_help
+/* Sets one key of the network from text, e.g. ("dim", "64"), and marks it
+ * given; the strings are only read.  Returns VIT_OK, or VIT_EINVAL with a
+ * message naming the key for a NULL argument, an unknown key, a key of the
+ * recipe (vit_train_config_set's; the message says so), or a value that
+ * does not parse or is out of range (then *cfg is unchanged).  For a known key (one vit_config_key_help
  * lists) and a non-NULL value the message is always "KEY: PROBLEM", KEY
- * as given, e.g. "min_lr: expected a number, got 'x'": a caller that
+ * as given, e.g. "dim: expected an integer, got 'x'": a caller that
  * names the setting its own way (a command-line flag) prints its name and
  * the message from byte strlen(key) + 2 on. */
 int vit_config_set(vit_config *cfg, const char *key, const char *value);
 
-/* Reads a config file over *cfg (fields not in the file keep their value).
+/* Sets one key of either kind: a network key into *cfg as vit_config_set,
+ * a recipe key into *tc as vit_train_config_set (tc may be NULL: a recipe
+ * key is then refused, naming it).  The shared setter of the parser below,
+ * for a caller that takes keys of both kinds (a tool's --set KEY=VALUE).
+ * Errors as those two; an unknown key: "unknown config key 'KEY'". */
+int vit_config_set_any(vit_config *cfg, vit_train_config *tc, const char *key,
+                       const char *value);
+
+/* Reads a config file: its network keys over *cfg and its recipe keys
+ * over *tc (keys not in the file keep their value).  tc may be NULL: a
+ * file for the network alone, where a recipe key is an error naming it.
  * Each key may appear once: a key given twice is refused (the later line
  * would otherwise silently win), and the message names both lines, e.g.
  * "run.cfg:7: patch_stride is set twice (first on line 3)".
@@ -222,23 +174,28 @@ int vit_config_set(vit_config *cfg, const char *key, const char *value);
  * `key = value`, an unknown key, a value that does not parse or is out of
  * range (the message of vit_config_set after the file and line), a key
  * given twice, an overlong line or file, or a NUL byte.  Errors name the
- * file and line; on error *cfg may hold the lines before it. */
-int vit_config_load(vit_config *cfg, const char *path);
+ * file and line; on error *cfg and *tc may hold the lines before it. */
+int vit_config_load(vit_config *cfg, vit_train_config *tc, const char *path);
 
 /* Parses NUL-terminated config text (same syntax and rules as the file,
- * each key at most once) over *cfg; `origin` names it in errors ("config"
+ * each key at most once) over *cfg and *tc (tc may be NULL, as above); `origin` names it in errors ("config"
  * if NULL).  Errors as for vit_config_load, without VIT_EIO.  The config
  * text stored in checkpoints is read with it, so a checkpoint whose config
  * repeats a key is refused too (vit_config_format never writes one). */
-int vit_config_parse(vit_config *cfg, const char *text, const char *origin);
+int vit_config_parse(vit_config *cfg, vit_train_config *tc, const char *text,
+                     const char *origin);
 
-/* Writes every field as config text into the caller's buf[cap]
- * (overwritten, NUL-terminated).  Returns the length (without the NUL), or
- * VIT_EINVAL for a NULL argument or a cap too small. */
-int vit_config_format(const vit_config *cfg, char *buf, size_t cap);
+/* Writes every key of the network and, when tc is not NULL, of the recipe
+ * as config text into the caller's buf[cap] (overwritten, NUL-terminated):
+ * the data's shape, `arch` (not for the ViT), the architecture's keys, then
+ * the recipe's (init_std among them, where it stood before the split, so
+ * that the text checkpoints store is as it was).  vit_config_parse reads
+ * it back to equal structs.  Returns the length (without the NUL), or
+ * VIT_EINVAL for a NULL cfg or buf or a cap too small. */
+int vit_config_format(const vit_config *cfg, const vit_train_config *tc, char *buf, size_t cap);
 
-/* Checks the model fields for consistency (sizes in range, patch divides
- * the image, heads divide dim, min_lr <= lr); VIT_OK, or VIT_EINVAL naming
+/* Checks the network for consistency (sizes in range, patch divides the
+ * image, heads divide dim; the recipe: vit_train_config_check); VIT_OK, or VIT_EINVAL naming
  * the field (also for a NULL cfg).  Reads only. */
 int vit_config_check(const vit_config *cfg);
 
@@ -261,8 +218,9 @@ int vit_config_check(const vit_config *cfg);
 int vit_config_pick_patch(int height, int width, int max_grid, int *patch, int *fits, char *why,
                           size_t cap);
 
-/* Key and help text of config key i (0-based) of the shared keys and the
- * ViT's, in the order of a ViT's config text, for tools that list the
+/* Key and help text of config key i (0-based) of the network's shared keys
+ * and the ViT's, in the order of a ViT's config text (the recipe's:
+ * vit_train_config_key_help), for tools that list the
  * keys: returns the help and sets *key (when key is not NULL); both are
  * static strings.  NULL (and *key untouched) outside 0 .. count-1.
  * Another architecture's keys are its vit_arch.keys (vit/arch.h). */
@@ -324,18 +282,25 @@ vit_model *vit_model_new(const vit_config *cfg);
 void vit_model_free(vit_model *m);
 
 /* The precision the model's training step runs in (vit_model_train_grads):
- * its config's precision as vit_precision_resolve (vit/bf16.h) resolved it
- * when the model was made, VIT_PRECISION_FP32 or VIT_PRECISION_BF16.  0
- * (FP32) for a NULL m. */
+ * VIT_PRECISION_FP32 (a new model's) or VIT_PRECISION_BF16, as
+ * vit_model_set_precision resolved it.  0 (FP32) for a NULL m. */
 int vit_model_precision(const vit_model *m);
 
-/* Sets the precision of the model's later training steps (the config's
- * precision field too), resolved as vit_model_new does; e.g. a resumed run
- * asking for another precision than its checkpoint's.  Returns what it
+/* Sets the precision of the model's later training steps (the recipe's
+ * precision, vit/train_config.h), resolved by vit_precision_resolve
+ * (vit/bf16.h; auto is fp32 for an architecture other than the ViT).  Returns what it
  * resolved to (VIT_PRECISION_FP32 or _BF16); VIT_EINVAL for a NULL m or a
  * precision that is not one of VIT_PRECISION_*, VIT_ENOMEM (then the model
  * keeps its precision).  Not while the model trains. */
 int vit_model_set_precision(vit_model *m, int precision);
+
+/* Activation checkpointing of the model's later training steps (the
+ * recipe's recompute): 1 keeps only each block's input and recomputes the
+ * block in the backward, 0 (a new model's) keeps every activation.
+ * VIT_OK; VIT_EINVAL for a NULL m or a value other than 0 and 1.  Not
+ * while the model trains.  vit_model_recompute reads it (0 for NULL). */
+int vit_model_set_recompute(vit_model *m, int recompute);
+int vit_model_recompute(const vit_model *m);
 
 /* The model's architecture (vit/arch.h: the ViT unless its config says
  * otherwise), and what it described of the model (multiply-adds, drop-path

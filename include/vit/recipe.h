@@ -129,8 +129,8 @@ typedef struct vit_recipe {
 
 /* The recipe for data d and the model shape of model (its dim, depth,
  * heads, mlp, pool, its patch geometry for images of its own size, and its
- * stem, stem2 and local_conv: a negative one leaves it to the rule; its recipe fields
- * are not read) into *r (overwritten), and into why[cap]
+ * stem, stem2 and local_conv: each the model's when given
+ * (vit_config_given, 0 too), else left to the rule) into *r (overwritten), and into why[cap]
  * (NUL-terminated, cut to fit; may be NULL with cap 0) one line saying why,
  * e.g. "60000 images of 28x28x1: batch 64 (10k-200k images), 76 epochs
  * (what 1.37e14 multiply-adds of training pay for), shift 1 (a 28th of the

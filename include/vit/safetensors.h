@@ -77,11 +77,15 @@ VIT_BEGIN_DECLS
  * as it was and the temporary is removed.  m is only read.  class_names
  * (classes strings, e.g. a checkpoint's vit_run_state names, only read) go
  * into the metadata as "class_names", a JSON array in a string; NULL
- * leaves it out.  *bytes, if bytes is not NULL, receives the file size.
+ * leaves it out.  tc (only read; may be NULL) is the recipe that trained
+ * the model, written beside the network's keys as provenance (AdamW's
+ * keys prefixed adamw_; with tta shift9 or shift9flip a "tta_note" says
+ * the weights give one pass); NULL writes the network alone.  *bytes, if
+ * bytes is not NULL, receives the file size.
  * Returns VIT_OK; VIT_EINVAL for a NULL m or path; VIT_ENOMEM; VIT_EIO
  * naming the path and the system's reason. */
-int vit_safetensors_save(const vit_model *m, char *const *class_names, const char *path,
-                         size_t *bytes);
+int vit_safetensors_save(const vit_model *m, const vit_train_config *tc, char *const *class_names,
+                         const char *path, size_t *bytes);
 
 /* vit_safetensors_save, and how the run fitted its images to the model's
  * shape: fit (a checkpoint's vit_run_data.fit, only read) goes into the
@@ -94,8 +98,9 @@ int vit_safetensors_save(const vit_model *m, char *const *class_names, const cha
  * both keys.  Errors: those of vit_safetensors_save, and VIT_EINVAL for a
  * fit with one side 0, a negative side or channels not 0, 1 or 3 (nothing
  * written). */
-int vit_safetensors_save_fit(const vit_model *m, char *const *class_names,
-                             const vit_data_fit *fit, const char *path, size_t *bytes);
+int vit_safetensors_save_fit(const vit_model *m, const vit_train_config *tc,
+                             char *const *class_names, const vit_data_fit *fit, const char *path,
+                             size_t *bytes);
 
 /* Reads a safetensors file with the names above (written by
  * vit_safetensors_save or by PyTorch) into a new model, *model, owned by

@@ -159,7 +159,8 @@ void vit_run_state_free(vit_run_state *st);
 /* Writes model parameters (named tensors), the optimizer moments ("adam.m",
  * "adam.v"; the step count t is the run step), the training weights when
  * st->train_params is not NULL (then m holds the averages), the config
- * text, step, epoch, RNG state, the position inside the epoch and the
+ * text (the model's network and, when tc is not NULL, the training recipe
+ * tc: vit_config_format), step, epoch, RNG state, the position inside the epoch and the
  * class names to path,
  * atomically (temporary file, fsync, rename): an existing file at path is
  * replaced only by a complete new one.  opt may be NULL (weights only).
@@ -167,11 +168,12 @@ void vit_run_state_free(vit_run_state *st);
  * or st, or class names whose count is not the model's classes or that
  * vit_ckpt_write refuses (empty, 256 bytes or longer); VIT_ENOMEM; VIT_ENUM for a non-finite value; VIT_EIO (message
  * names the path and the reason) as vit_ckpt_write. */
-int vit_run_save(const char *path, const vit_model *m, const vit_adamw *opt,
-                 const vit_run_state *st);
+int vit_run_save(const char *path, const vit_model *m, const vit_train_config *tc,
+                 const vit_adamw *opt, const vit_run_state *st);
 
-/* Reads a checkpoint: creates *model from the config stored in it and fills
- * its parameters; if opt is not NULL, initialises it and restores the
+/* Reads a checkpoint: creates *model from the network of the config stored
+ * in it and fills its parameters; if tc is not NULL, *tc gets the stored
+ * training recipe (the keys the file lacks at their defaults); if opt is not NULL, initialises it and restores the
  * moments (a weights-only checkpoint then gives VIT_EFORMAT); st may be
  * NULL.  Every tensor's name and shape is checked against the model the
  * config describes.  The new *model belongs to the caller (vit_model_free),
@@ -188,7 +190,8 @@ int vit_run_save(const char *path, const vit_model *m, const vit_adamw *opt,
  * of vit_ckpt_read, or VIT_EFORMAT for a config or tensor that does not fit.
  * On error nothing is allocated, *model is NULL and the message names the
  * file and the problem. */
-int vit_run_load(const char *path, vit_model **model, vit_adamw *opt, vit_run_state *st);
+int vit_run_load(const char *path, vit_model **model, vit_train_config *tc, vit_adamw *opt,
+                 vit_run_state *st);
 
 /* ---- Evaluation ------------------------------------------------------ */
 
@@ -201,21 +204,16 @@ typedef struct vit_eval_result {
 } vit_eval_result;
 
 /* Scores m on every image of ds in batches of `batch` using tape (reset
- * first; any scratch tape will do), each image classified as vit_predict
- * does: with the model's test-time augmentation (config tta).  The data's
- * shape must match the model's config.  *r is overwritten; free
- * r->confusion with vit_eval_result_free.  Returns VIT_OK; VIT_EINVAL for
- * a NULL argument, batch < 1, an empty ds, or images or classes that do not
- * fit the model; VIT_ENOMEM; VIT_ENUM for a non-finite loss.  On error *r
- * holds nothing to free. */
-int vit_evaluate(vit_model *m, vit_tape *tape, const vit_dataset *ds, int batch,
-                 vit_eval_result *r);
-
-/* vit_evaluate with the test-time augmentation tta (VIT_TTA_NONE,
- * VIT_TTA_SHIFT9 or VIT_TTA_SHIFT9_FLIP, vit/model.h) instead of the model's: VIT_TTA_NONE gives
- * the plain single-pass figure of a model that uses TTA; VIT_TTA_AUTO
- * scores one pass.  An unknown tta is VIT_EINVAL; otherwise as
- * vit_evaluate. */
+ * first; any scratch tape will do), each image classified as
+ * vit_predict_tta does with test-time augmentation tta (VIT_TTA_NONE,
+ * VIT_TTA_SHIFT9 or VIT_TTA_SHIFT9_FLIP, vit/model.h; VIT_TTA_AUTO scores
+ * one pass): a run's is its recipe's (vit_train_config.tta), e.g. from
+ * vit_run_load.  The data's shape must match the model's config.  *r is
+ * overwritten; free r->confusion with vit_eval_result_free.  Returns
+ * VIT_OK; VIT_EINVAL for a NULL argument, batch < 1, an empty ds, an
+ * unknown tta, or images or classes that do not fit the model;
+ * VIT_ENOMEM; VIT_ENUM for a non-finite loss.  On error *r holds nothing
+ * to free. */
 int vit_evaluate_tta(vit_model *m, vit_tape *tape, const vit_dataset *ds, int batch, int tta,
                      vit_eval_result *r);
 
@@ -225,8 +223,8 @@ void vit_eval_result_free(vit_eval_result *r);
 /* Class probabilities into the caller's probs [count, classes]
  * (overwritten) for images [count, H, W, C] of the model's shape (only
  * read), evaluated in chunks of up to 256 images on tape (reset each
- * pass), with the model's test-time augmentation (config tta):
- *   VIT_TTA_NONE: the softmax of the logits of one pass;
+ * pass), with test-time augmentation tta:
+ *   VIT_TTA_NONE (and VIT_TTA_AUTO): the softmax of the logits of one pass;
  *   VIT_TTA_SHIFT9: the mean of the softmaxes of nine passes, over the
  *     image moved by (dy, dx) for dy, dx in {-1, 0, 1} with zeros shifted
  *     in (vit_translate, the training shift augmentation's padding),
@@ -235,15 +233,10 @@ void vit_eval_result_free(vit_eval_result *r);
  *   VIT_TTA_SHIFT9_FLIP: the mean of eighteen, those nine and the nine
  *     same shifts of the image mirrored left-right; eighteen times the
  *     work.
- * The model is the one scored: vit_evaluate and the trainer's final
+ * The model is the one scored: vit_evaluate_tta and the trainer's final
  * evaluation use the same setting.  Returns VIT_OK; VIT_EINVAL for a NULL
- * argument or count < 1; VIT_ENOMEM; the forward's error otherwise. */
-int vit_predict(vit_model *m, vit_tape *tape, const vit_real *images, int count,
-                vit_real *probs);
-
-/* vit_predict with the test-time augmentation tta (VIT_TTA_NONE,
- * VIT_TTA_SHIFT9 or VIT_TTA_SHIFT9_FLIP; VIT_TTA_AUTO is one pass) instead of the model's; an
- * unknown tta is VIT_EINVAL. */
+ * argument, count < 1 or an unknown tta; VIT_ENOMEM; the forward's error
+ * otherwise. */
 int vit_predict_tta(vit_model *m, vit_tape *tape, const vit_real *images, int count, int tta,
                     vit_real *probs);
 
@@ -465,9 +458,9 @@ typedef struct vit_train_opts {
                                 epoch (result.out_of_budget) */
     double warmup_fraction;  /* > 0: the warm-up lasts this fraction of the
                                 run's epochs (cfg's, or the budget's plan,
-                                and each new plan's) instead of cfg's
+                                and each new plan's) instead of tc's
                                 warmup, which the checkpoints then record;
-                                0: cfg's warmup.  vit_train's recipe uses
+                                0: tc's warmup.  vit_train's recipe uses
                                 1/28 */
     int save_best;           /* VIT_BEST_NONE (0), VIT_BEST_ACCURACY or
                                 VIT_BEST_LOSS: after every epoch whose
@@ -528,11 +521,12 @@ enum { VIT_INIT_NORM_AUTO = 0, VIT_INIT_NORM_NONE = 1, VIT_INIT_NORM_IMAGENET = 
  * or a resume writing elsewhere than its own folder, would replace it. */
 int vit_run_dir_taken(const char *out_dir, const char *resume);
 
-/* The config stored in checkpoint path, into *cfg (overwritten), from the
+/* The config stored in checkpoint path: its network into *cfg and, when tc
+ * is not NULL, its training recipe into *tc (both overwritten), from the
  * file's header alone (vit_ckpt_read_header: not the tensors, no
  * checksum).  Returns VIT_OK or the codes of vit_ckpt_read_header and
  * vit_config_parse. */
-int vit_run_config(const char *path, vit_config *cfg);
+int vit_run_config(const char *path, vit_config *cfg, vit_train_config *tc);
 
 typedef struct vit_train_result {
     double test_accuracy, test_loss; /* the final model as vit_evaluate
@@ -575,7 +569,7 @@ typedef struct vit_train_result {
     unsigned long long steps;
     int epochs_done;
     int epochs;              /* the run's length in epochs, as its
-                                checkpoints record it: cfg's epochs (a
+                                checkpoints record it: tc's epochs (a
                                 resume's, with its change), or with
                                 opts.budget_seconds the budget's last plan;
                                 filled on every VIT_OK return */
@@ -616,14 +610,15 @@ typedef struct vit_train_result {
  * builds or resumes the model, checks the data against it, prepares
  * out_dir (refusing a folder that holds another run unless overwrite, and
  * then moving that run aside), and writes OUT/metrics.csv's header and, on
- * resume, the checkpoint's epochs' rows.  cfg, the data sets and opts are
+ * resume, the checkpoint's epochs' rows.  cfg, tc, the data sets and opts are
  * only read and must outlive the trainer (the data sets and the strings of
  * opts are not copied).  Events RESUME_CHANGE, SET_ASIDE and BEGIN go to
  * opts->on_event from here.  *out gets the trainer (NULL on error).
  * Errors as vit_train_run's, and VIT_EINVAL for a stop_after_epochs the
  * resumed checkpoint has already reached (nothing is written then). */
-int vit_trainer_new(vit_trainer **out, const vit_config *cfg, const vit_dataset *train,
-                    const vit_dataset *test, const vit_train_opts *opts);
+int vit_trainer_new(vit_trainer **out, const vit_config *cfg, const vit_train_config *tc,
+                    const vit_dataset *train, const vit_dataset *test,
+                    const vit_train_opts *opts);
 
 /* One optimizer step (the next minibatch of the epoch; an epoch's first
  * step shuffles the data).  After an epoch's last step, also the epoch's
@@ -664,9 +659,13 @@ void vit_trainer_request_stop(vit_trainer *t);
 /* The run's position (owned by the trainer, updated by each call). */
 const vit_train_progress *vit_trainer_progress(const vit_trainer *t);
 
-/* The run's config (a resume's: the checkpoint's recipe with the changed
- * epochs or ckpt_minutes; image and class fields from the data). */
+/* The run's network (a resume's: the checkpoint's; image and class fields
+ * from the data; owned by the trainer). */
 const vit_config *vit_trainer_config(const vit_trainer *t);
+
+/* The run's training recipe (a resume's: the checkpoint's with the changed
+ * epochs or ckpt_minutes; owned by the trainer). */
+const vit_train_config *vit_trainer_train_config(const vit_trainer *t);
 
 /* The model evaluation scores and checkpoints hold (with ema, the average
  * of the trained weights; else the trained model).  Owned by the trainer. */
@@ -675,12 +674,12 @@ vit_model *vit_trainer_model(vit_trainer *t);
 /* Frees the trainer and closes its metrics file; NULL is fine. */
 void vit_trainer_free(vit_trainer *t);
 
-/* Trains a model described by cfg (its image and class fields are taken
- * from the data) on train, scoring test after every epoch:
- * vit_trainer_new, vit_trainer_fit and vit_trainer_free in one call.  cfg,
+/* Trains the network cfg (its image and class fields are taken from the
+ * data) with the recipe tc (vit/train_config.h) on train, scoring test after every epoch:
+ * vit_trainer_new, vit_trainer_fit and vit_trainer_free in one call.  cfg, tc,
  * the data sets and opts are only read; *res is overwritten and its
  * confusion matrix is the caller's to free with vit_train_result_free.
- * With cfg->ema > 0 the run keeps the running average of the parameters
+ * With tc->ema > 0 the run keeps the running average of the parameters
  * (vit_ema_update after every optimizer step, t the run's step): every
  * evaluation scores the average, and checkpoints hold it as the model with
  * the trained weights beside it (vit_run_state.train_params), so the model
@@ -710,7 +709,7 @@ void vit_trainer_free(vit_trainer *t);
  * run that ended with the last.ckpt beside it.
  * With resume, the run continues from the checkpoint (at an
  * epoch boundary or inside an epoch) and the result equals an
- * uninterrupted run; cfg must then equal the checkpoint's config but for
+ * uninterrupted run; cfg and tc must then equal the checkpoint's config but for
  * two keys: epochs may grow (the run is extended, the cosine schedule
  * recomputed for the new length) and ckpt_minutes may change; each change
  * is an event VIT_TRAIN_RESUME_CHANGE and is stored in the config of the
@@ -722,7 +721,7 @@ void vit_trainer_free(vit_trainer *t);
  * then keeps the checkpoint's epochs' rows of the metrics.csv next to the
  * checkpoint.  An out_dir that already holds another run
  * (vit_run_dir_taken) is refused with VIT_EINVAL unless overwrite is set.
- * Inside an epoch a checkpoint is also written every cfg->ckpt_minutes
+ * Inside an epoch a checkpoint is also written every tc->ckpt_minutes
  * minutes (0: never), and when a stop is asked for.  A non-finite loss or
  * gradient, or a gradient whose square overflows (vit_adamw_step's
  * VIT_ERANGE), stops the run with VIT_ENUM and a message naming the step
@@ -734,8 +733,8 @@ void vit_trainer_free(vit_trainer *t);
  * apply the same AdamW update, so the parameters stay identical.  Rank 0
  * alone reports events, writes metrics and checkpoints; evaluation is
  * split and its counts summed. */
-int vit_train_run(const vit_config *cfg, const vit_dataset *train, const vit_dataset *test,
-                  const vit_train_opts *opts, vit_train_result *res);
+int vit_train_run(const vit_config *cfg, const vit_train_config *tc, const vit_dataset *train,
+                  const vit_dataset *test, const vit_train_opts *opts, vit_train_result *res);
 
 /* Frees r->confusion and sets it to NULL (the other fields stay); NULL and
  * a zeroed struct are fine. */

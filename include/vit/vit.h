@@ -15,6 +15,7 @@
 #include "vit/local_conv.h"
 #include "vit/arch.h"
 #include "vit/model.h"
+#include "vit/train_config.h"
 #include "vit/optim.h"
 #include "vit/rng.h"
 #include "vit/params.h"

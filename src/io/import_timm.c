@@ -134,7 +134,6 @@ static int infer(const vit_st_file *f, const char *path, const vit_timm_arch *a,
     c->mlp = (int)fc1[0];
     c->pool = VIT_POOL_CLS;
     c->ln_eps = 1e-6;
-    c->tta = VIT_TTA_NONE;
     int depth = 0;
     for (;; depth++) {
         char name[64];

@@ -12,7 +12,8 @@
  * must describe m: a config of another parameter count is refused with
  * VIT_EINVAL (nothing written).  Errors otherwise as vit_run_save. */
 int vit_run_internal_save(const char *path, const vit_model *m, const vit_config *cfg,
-                          const vit_adamw *opt, const vit_run_state *st);
+                          const vit_train_config *tc, const vit_adamw *opt,
+                          const vit_run_state *st);
 
 /* The data record's text ("key = value" lines) into buf[cap]: VIT_OK, or
  * VIT_EINVAL when it does not fit. */

@@ -18,14 +18,15 @@
 
 #define CONFIG_CAP 4096
 
-int vit_run_save(const char *path, const vit_model *m, const vit_adamw *opt,
-                 const vit_run_state *st)
+int vit_run_save(const char *path, const vit_model *m, const vit_train_config *tc,
+                 const vit_adamw *opt, const vit_run_state *st)
 {
-    return vit_run_internal_save(path, m, vit_model_config(m), opt, st);
+    return vit_run_internal_save(path, m, m ? vit_model_config(m) : NULL, tc, opt, st);
 }
 
 int vit_run_internal_save(const char *path, const vit_model *m, const vit_config *cfg,
-                          const vit_adamw *opt, const vit_run_state *st)
+                          const vit_train_config *tc, const vit_adamw *opt,
+                          const vit_run_state *st)
 {
     if (!path || !m || !cfg || !st)
         return vit_fail(VIT_EINVAL, "vit_run_save: %s is NULL",
@@ -38,7 +39,7 @@ int vit_run_internal_save(const char *path, const vit_model *m, const vit_config
         return vit_fail(VIT_EINVAL, "vit_run_save: %s: %d class names for a model of %d classes",
                         path, st->nclass_names, cfg->classes);
     char config[CONFIG_CAP];
-    int rc = vit_config_format(cfg, config, sizeof config);
+    int rc = vit_config_format(cfg, tc, config, sizeof config);
     if (rc < 0)
         return rc;
     int nt = vit_model_tensor_count(m);
@@ -187,7 +188,8 @@ static int take_flat(const char *path, const vit_ckpt *c, const vit_model *m, co
     return rc;
 }
 
-int vit_run_load(const char *path, vit_model **model, vit_adamw *opt, vit_run_state *st)
+int vit_run_load(const char *path, vit_model **model, vit_train_config *tc, vit_adamw *opt,
+                 vit_run_state *st)
 {
     if (!path || !model)
         return vit_fail(VIT_EINVAL, "vit_run_load: %s is NULL", !path ? "path" : "model");
@@ -197,9 +199,11 @@ int vit_run_load(const char *path, vit_model **model, vit_adamw *opt, vit_run_st
     if (rc)
         return rc;
     vit_config cfg;
+    vit_train_config tcfg;
     vit_config_legacy_default(&cfg);
+    vit_train_config_legacy_default(&tcfg);
     vit_model *m = NULL;
-    rc = vit_config_parse(&cfg, c.config ? c.config : "", path);
+    rc = vit_config_parse(&cfg, &tcfg, c.config ? c.config : "", path);
     /* The stored config is untrusted: before the model is allocated, its
      * size must match what the file actually holds, so a corrupt config
      * cannot ask for a huge model. */
@@ -242,7 +246,7 @@ int vit_run_load(const char *path, vit_model **model, vit_adamw *opt, vit_run_st
                  : take(path, &c, mt->name, mt->ndim, shape, dst);
     }
     if (rc == VIT_OK && opt) {
-        const vit_config *k = &cfg;
+        const vit_train_config *k = &tcfg;
         long long n = (long long)vit_model_param_count(m);
         rc = vit_adamw_init(opt, (size_t)n, k->beta1, k->beta2, k->eps, k->weight_decay);
         if (rc == VIT_OK)
@@ -321,6 +325,8 @@ int vit_run_load(const char *path, vit_model **model, vit_adamw *opt, vit_run_st
         return rc;
     }
     *model = m;
+    if (tc)
+        *tc = tcfg;
     return VIT_OK;
 }
 
@@ -341,7 +347,7 @@ void vit_run_state_free(vit_run_state *st)
     st->nclass_names = 0;
 }
 
-int vit_run_config(const char *path, vit_config *cfg)
+int vit_run_config(const char *path, vit_config *cfg, vit_train_config *tc)
 {
     if (!path || !cfg)
         return vit_fail(VIT_EINVAL, "vit_run_config: %s is NULL", !path ? "path" : "cfg");
@@ -349,8 +355,12 @@ int vit_run_config(const char *path, vit_config *cfg)
     int rc = vit_ckpt_read_header(path, &c);
     if (rc)
         return rc;
+    vit_train_config scratch;
+    if (!tc)
+        tc = &scratch;
     vit_config_legacy_default(cfg);
-    rc = vit_config_parse(cfg, c.config ? c.config : "", path);
+    vit_train_config_legacy_default(tc);
+    rc = vit_config_parse(cfg, tc, c.config ? c.config : "", path);
     vit_ckpt_free(&c);
     return rc;
 }

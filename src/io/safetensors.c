@@ -261,11 +261,12 @@ static int is_adamw_key(const char *key)
 }
 
 /* The JSON header, padded with spaces to a multiple of 8 bytes. */
-static int header_json(sbuf *b, const vit_config *c, char *const *class_names,
-                       const vit_data_fit *fit, const plan_tensor *o, int n)
+static int header_json(sbuf *b, const vit_config *c, const vit_train_config *tc,
+                       char *const *class_names, const vit_data_fit *fit, const plan_tensor *o,
+                       int n)
 {
     char cfg[4096], *save = NULL;
-    int rc = vit_config_format(c, cfg, sizeof cfg);
+    int rc = vit_config_format(c, tc, cfg, sizeof cfg);
     if (rc < 0)
         return rc;
     sb_printf(b, "{\"__metadata__\":{");
@@ -295,11 +296,11 @@ static int header_json(sbuf *b, const vit_config *c, char *const *class_names,
               a == vit_arch_vit() ? c->ln_eps : VIT_LAYERNORM_EPS);
     /* The weights compute one pass; a model that uses test-time
      * augmentation was scored otherwise (vit_predict_tta, evaluate.c). */
-    if (c->tta == VIT_TTA_SHIFT9)
+    if (tc && tc->tta == VIT_TTA_SHIFT9)
         sb_printf(b, ",\"tta_note\":\"these weights give one pass per image; the model's own "
                      "scores (tta shift9) average the softmax over the image and its 8 one-pixel "
                      "shifts (dy, dx in -1..1, zeros shifted in)\"");
-    else if (c->tta == VIT_TTA_SHIFT9_FLIP)
+    else if (tc && tc->tta == VIT_TTA_SHIFT9_FLIP)
         sb_printf(b, ",\"tta_note\":\"these weights give one pass per image; the model's own "
                      "scores (tta shift9flip) average the softmax over 18 views: the image and its "
                      "8 one-pixel shifts (dy, dx in -1..1, zeros shifted in), and the same 9 of the "
@@ -366,13 +367,15 @@ static int write_atomic(const char *path, const unsigned char *head, size_t head
 
 /* ---- export ------------------------------------------------------------- */
 
-int vit_safetensors_save(const vit_model *m, char *const *class_names, const char *path,
+int vit_safetensors_save(const vit_model *m, const vit_train_config *tc, char *const *class_names,
+                         const char *path,
                          size_t *bytes)
 {
-    return vit_safetensors_save_fit(m, class_names, NULL, path, bytes);
+    return vit_safetensors_save_fit(m, tc, class_names, NULL, path, bytes);
 }
 
-int vit_safetensors_save_fit(const vit_model *m, char *const *class_names,
+int vit_safetensors_save_fit(const vit_model *m, const vit_train_config *tc,
+                             char *const *class_names,
                              const vit_data_fit *fit, const char *path, size_t *bytes)
 {
     if (!m || !path)
@@ -430,7 +433,7 @@ int vit_safetensors_save_fit(const vit_model *m, char *const *class_names,
         }
         base += o[i].count;
     }
-    if ((rc = header_json(&hdr, c, class_names, fit, o, n)) != VIT_OK)
+    if ((rc = header_json(&hdr, c, tc, class_names, fit, o, n)) != VIT_OK)
         goto done;
     if (hdr.oom) {
         rc = vit_fail(VIT_ENOMEM, "%s: out of memory", path);
@@ -860,13 +863,17 @@ static const char *meta_get(const parsed *p, const char *key)
     return NULL;
 }
 
-/* A key of the config (shared, or the selected architecture's). */
+/* A key of the config (shared, the selected architecture's, or the
+ * recipe's). */
 static int is_config_key(const vit_config *cfg, const char *key)
 {
-    return strcmp(key, "arch") != 0 && vit_config_given(cfg, key) >= 0;
+    vit_train_config tc;
+    vit_train_config_default(&tc);
+    return strcmp(key, "arch") != 0
+           && (vit_config_given(cfg, key) >= 0 || vit_train_config_given(&tc, key) >= 0);
 }
 
-static int meta_config(const char *path, const parsed *p, vit_config *cfg)
+static int meta_config(const char *path, const parsed *p, vit_config *cfg, vit_train_config *tc)
 {
     static const char *const required[] = {"image_height", "image_width", "channels", "classes",
                                            "dim", "depth", "heads", "mlp", "patch"};
@@ -892,7 +899,9 @@ static int meta_config(const char *path, const parsed *p, vit_config *cfg)
                         p->has_meta ? "__metadata__" : "the header has no __metadata__; it",
                         strchr(missing, ',') ? "s" : "", missing);
 
+    /* The recipe the file names (provenance), into *tc. */
     vit_config_legacy_default(cfg);
+    vit_train_config_legacy_default(tc);
     if (!vit && vit_config_set_arch(cfg, a) != VIT_OK)
         return VIT_EFORMAT;
     /* Config keys first (AdamW's under their old bare names too), then the
@@ -908,7 +917,7 @@ static int meta_config(const char *path, const parsed *p, vit_config *cfg)
             } else if (!is_config_key(cfg, k)) {
                 continue;
             }
-            if (vit_config_set(cfg, k, v) != VIT_OK) {
+            if (vit_config_set_any(cfg, tc, k, v) != VIT_OK) {
                 char why[300];
                 snprintf(why, sizeof why, "%s", vit_last_error());
                 return vit_fail(VIT_EFORMAT, "%s: __metadata__ %s = '%s': %s", path,
@@ -1280,7 +1289,7 @@ static int parse_file(const char *path, const unsigned char *buf, size_t size, p
 }
 
 static int load(const char *path, const unsigned char *buf, size_t size, vit_model **model,
-                char ***names)
+                char ***names, vit_train_config *tc)
 {
     parsed p;
     const unsigned char *data;
@@ -1288,7 +1297,7 @@ static int load(const char *path, const unsigned char *buf, size_t size, vit_mod
     vit_config cfg;
     int rc = parse_file(path, buf, size, &p, &data, &data_size);
     if (rc == VIT_OK)
-        rc = meta_config(path, &p, &cfg);
+        rc = meta_config(path, &p, &cfg, tc);
     if (rc == VIT_OK && names)
         rc = meta_class_names(path, &p, cfg.classes, names);
     if (rc == VIT_OK)
@@ -1301,7 +1310,10 @@ static int load(const char *path, const unsigned char *buf, size_t size, vit_mod
     return rc;
 }
 
-int vit_safetensors_load_named(const char *path, vit_model **model, char ***class_names)
+/* vit_safetensors_load_named, and the recipe the metadata names into *tc
+ * (its defaults for the keys it lacks). */
+static int load_file(const char *path, vit_model **model, char ***class_names,
+                     vit_train_config *tc)
 {
     if (model)
         *model = NULL;
@@ -1313,9 +1325,15 @@ int vit_safetensors_load_named(const char *path, vit_model **model, char ***clas
     size_t size;
     int rc = read_all(path, &buf, &size);
     if (rc == VIT_OK)
-        rc = load(path, buf, size, model, class_names);
+        rc = load(path, buf, size, model, class_names, tc);
     free(buf);
     return rc;
+}
+
+int vit_safetensors_load_named(const char *path, vit_model **model, char ***class_names)
+{
+    vit_train_config tc;
+    return load_file(path, model, class_names, &tc);
 }
 
 int vit_safetensors_load(const char *path, vit_model **model)
@@ -1332,21 +1350,22 @@ int vit_safetensors_import(const char *path, const char *ckpt_path, vit_model **
                         !path ? "path" : "ckpt_path");
     vit_model *m;
     char **names;
-    int rc = vit_safetensors_load_named(path, &m, &names);
+    vit_train_config tc;
+    int rc = load_file(path, &m, &names, &tc);
     if (rc != VIT_OK)
         return rc;
     const vit_config *c = vit_model_config(m);
     vit_adamw opt;
     memset(&opt, 0, sizeof opt);
-    rc = vit_adamw_init(&opt, vit_model_param_count(m), c->beta1, c->beta2, c->eps,
-                        c->weight_decay);
+    rc = vit_adamw_init(&opt, vit_model_param_count(m), tc.beta1, tc.beta2, tc.eps,
+                        tc.weight_decay);
     if (rc == VIT_OK) {
         vit_run_state st;
         memset(&st, 0, sizeof st);
-        vit_rng_seed(&st.rng, c->seed);
+        vit_rng_seed(&st.rng, tc.seed);
         st.class_names = names; /* NULL (none in the file) writes none */
         st.nclass_names = names ? c->classes : 0;
-        rc = vit_run_save(ckpt_path, m, &opt, &st);
+        rc = vit_run_save(ckpt_path, m, &tc, &opt, &st);
     }
     vit_safetensors_class_names_free(names, c->classes);
     vit_adamw_free(&opt);

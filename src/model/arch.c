@@ -58,6 +58,14 @@ static int good_name(const char *s)
     return 1;
 }
 
+/* 1 if key is one of the training recipe's (vit/train_config.h). */
+static int recipe_key(const char *key)
+{
+    int n;
+    const vit_cfg_field *t = vit_train_config_fields(&n);
+    return key && vit_cfg_field_find(t, n, key) != NULL;
+}
+
 int vit_arch_register(const vit_arch *a)
 {
     if (!a)
@@ -81,9 +89,10 @@ int vit_arch_register(const vit_arch *a)
     for (int i = 0; i < a->nkeys; i++) {
         const vit_arch_key *k = &a->keys[i];
         size_t w = k->type == VIT_KEY_REAL ? sizeof(double) : sizeof(int);
-        if (!good_name(k->key) || strcmp(k->key, "arch") == 0 || vit_config_shared_key(k->key) >= 0)
+        if (!good_name(k->key) || strcmp(k->key, "arch") == 0 || vit_config_shared_key(k->key) >= 0
+            || recipe_key(k->key))
             return vit_fail(VIT_EINVAL, "vit_arch_register: %s: key '%s' is not [a-z0-9_]+ or "
-                            "is a shared key", n, k->key ? k->key : "(null)");
+                            "is a shared or recipe key", n, k->key ? k->key : "(null)");
         for (int j = 0; j < i; j++)
             if (strcmp(a->keys[j].key, k->key) == 0)
                 return vit_fail(VIT_EINVAL, "vit_arch_register: %s: key '%s' twice", n, k->key);

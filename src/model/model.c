@@ -50,6 +50,7 @@ struct vit_model {
     vit_real **maps_to;      /* per layer, where an evaluation piece copies them */
     struct slice *slices;    /* vit_model_train_grads, one per thread */
     int precision;           /* VIT_PRECISION_FP32 or _BF16 (resolved) */
+    int recompute;           /* 1: activation checkpointing in training */
     vit_mixed_weights *mixed; /* bf16: the weight matrices, packed once per step */
     int nslices;
     vit_slice_sum *gather;   /* several slices' reports (vit_train_extras.grads_ready) */
@@ -96,13 +97,7 @@ vit_model *vit_model_new(const vit_config *cfg)
     m->nparams = vit_params_count(m->P);
     m->params = vit_params_values(m->P);
     m->grads = vit_params_grads(m->P);
-    m->precision = vit_precision_resolve(cfg->precision, NULL, 0);
-    if (m->arch != vit_arch_vit() && cfg->precision == VIT_PRECISION_AUTO)
-        m->precision = VIT_PRECISION_FP32; /* auto: what this architecture has */
-    if (m->precision == VIT_PRECISION_BF16 && mixed_layout(m) != VIT_OK) {
-        vit_model_free(m);
-        return NULL;
-    }
+    m->precision = VIT_PRECISION_FP32; /* vit_model_set_precision for another */
     return m;
 oom:
     vit_model_free(m);
@@ -154,9 +149,19 @@ int vit_model_set_precision(vit_model *m, int precision)
     }
     vit_mixed_weights_free(keep);
     m->precision = got;
-    m->cfg.precision = precision;
     return got;
 }
+
+int vit_model_set_recompute(vit_model *m, int recompute)
+{
+    if (!m || (recompute != 0 && recompute != 1))
+        return vit_fail(VIT_EINVAL, "vit_model_set_recompute: %s", !m ? "model is NULL"
+                        : "recompute is neither 0 nor 1");
+    m->recompute = recompute;
+    return VIT_OK;
+}
+
+int vit_model_recompute(const vit_model *m) { return m ? m->recompute : 0; }
 
 const vit_config *vit_model_config(const vit_model *m) { return m ? &m->cfg : NULL; }
 const vit_arch *vit_model_arch(const vit_model *m) { return m ? m->arch : NULL; }
@@ -207,6 +212,7 @@ static vit_tensor *run_forward(vit_model *m, vit_tape *tape, const vit_real *ima
                       .images = vit_tape_leaf(tape, (vit_real *)(uintptr_t)images, NULL, 4,
                                               ishape),
                       .batch = batch, .grads = grads, .train = train, .loss_only = train,
+                      .recompute = m->recompute,
                       .drop_scale = drop, .drop_stride = drop_stride,
                       .maps = m->nmaps ? maps : NULL, .maps_to = m->nmaps ? maps_to : NULL};
     if (!r.images)

@@ -1,9 +1,12 @@
 /*
- * The model/training config: defaults, `key = value` text, and the checks
- * that keep a model buildable.  One table describes every field, so parsing,
- * formatting and flag overrides cannot drift apart.
+ * The network's config: defaults, its table of keys, the one `key = value`
+ * parser and formatter of both tables (the recipe's is train_config.c), and
+ * the checks that keep a model buildable.  One table per struct describes
+ * every field, so parsing, formatting and flag overrides cannot drift
+ * apart.
  */
 #include "vit/model.h"
+#include "vit/train_config.h"
 #include "arch_internal.h"
 #include "config_internal.h"
 
@@ -19,78 +22,23 @@
 #include "vit/bf16.h"
 #include "vit/embeddings.h"
 
-enum kind { K_INT, K_DOUBLE, K_U64, K_TTA, K_PRECISION };
-
-typedef struct field {
-    const char *key;
-    enum kind kind;
-    size_t offset;
-    double lo, hi;     /* allowed range (inclusive) */
-    const char *help;
-} field;
-
 #define F(key, kind, lo, hi, help) {#key, kind, offsetof(vit_config, key), lo, hi, help}
 
-static const field fields[] = {
-    F(image_height, K_INT, 1, 4096, "image height in pixels (from the data)"),
-    F(image_width, K_INT, 1, 4096, "image width in pixels (from the data)"),
-    F(channels, K_INT, 1, 4, "image channels (from the data)"),
-    F(classes, K_INT, 2, 100000, "number of classes (from the data)"),
-    F(epochs, K_INT, 1, 1000000, "training epochs"),
-    F(batch, K_INT, 1, 1 << 20, "minibatch size"),
-    F(lr, K_DOUBLE, 1e-12, 10, "peak learning rate"),
-    F(min_lr, K_DOUBLE, 0, 10, "final learning rate of the cosine decay"),
-    F(warmup, K_DOUBLE, 0, 1000000, "linear warm-up length in epochs"),
-    F(weight_decay, K_DOUBLE, 0, 10, "AdamW decoupled weight decay"),
-    F(beta1, K_DOUBLE, 0, 0.999999, "AdamW beta1"),
-    F(beta2, K_DOUBLE, 0, 0.999999999, "AdamW beta2"),
-    F(eps, K_DOUBLE, 1e-30, 1, "AdamW epsilon"),
-    F(smoothing, K_DOUBLE, 0, 0.99, "label smoothing"),
-    F(shift, K_INT, 0, 64, "random translation in pixels (augmentation)"),
-    F(rotate, K_DOUBLE, 0, 180, "random rotation in degrees (augmentation)"),
-    F(scale, K_DOUBLE, 0, 0.5, "random zoom: factor in [1-scale, 1+scale] (augmentation)"),
-    F(init_std, K_DOUBLE, 1e-6, 10, "std of the weight initialisation"),
-    F(ema, K_DOUBLE, 0, 0.999999, "weight averaging: decay of the weights' moving average, "
-      "which is scored and saved (0: off)"),
-    F(crop_pad, K_INT, 0, 64, "random crop with zero padding of this many pixels (the same "
-      "translation as shift; the larger of the two is used)"),
-    F(flip, K_INT, 0, 1, "1: random horizontal flip with probability 0.5 (not for digits or text)"),
-    F(erase, K_DOUBLE, 0, 1, "random erasing: probability that an image gets a box of 2-33% "
-      "of its area filled with noise (0: off)"),
-    F(mixup, K_DOUBLE, 0, 100, "mixup: alpha of the Beta(alpha, alpha) mixing weight (0: off)"),
-    F(cutmix, K_DOUBLE, 0, 100, "cutmix: alpha of the Beta(alpha, alpha) box area (0: off)"),
-    F(mix_prob, K_DOUBLE, 0, 1, "probability that a batch is mixed when mixup or cutmix is on "
-      "(both on: one of them per batch, each with probability 0.5)"),
-    F(drop_path, K_DOUBLE, 0, 0.99, "stochastic depth: residual branches dropped per image, at "
-      "this rate in the last block, linearly less in earlier ones (0: off)"),
-    F(brightness, K_DOUBLE, 0, 1, "colour jitter: brightness factor uniform in [1-v, 1+v] "
-      "multiplying the image (0: off)"),
-    F(contrast, K_DOUBLE, 0, 1, "colour jitter: blend with the image's mean gray by a factor "
-      "in [1-v, 1+v] (0: off)"),
-    F(saturation, K_DOUBLE, 0, 1, "colour jitter: blend with each pixel's gray by a factor "
-      "in [1-v, 1+v] (0: off; 3 channels)"),
-    F(hue, K_DOUBLE, 0, 0.5, "colour jitter: the YIQ chroma turned by up to +-v of a full "
-      "turn (0: off; 3 channels)"),
-    F(grayscale, K_DOUBLE, 0, 1, "probability that an image is made gray (BT.601 luma in "
-      "every channel; 0: off; 3 channels)"),
-    F(channel_perm, K_INT, 0, 1, "1: the 3 channels in a random order of the six (for data "
-      "whose colour carries no class)"),
-    F(invert, K_INT, 0, 1, "1: x -> 1 - x with probability 0.5 (for data whose colour carries "
-      "no class)"),
-    F(seed, K_U64, 0, 0, "random seed"),
-    F(tta, K_TTA, 0, 3, "test-time augmentation: none, shift9 (image and 8 one-pixel "
-      "shifts), shift9flip (those 9 and their 9 mirror images: for models trained with flip), "
-      "or auto (shift9, or shift9flip with flip, only if it beats one pass on the validation "
-      "set)"),
-    F(recompute, K_INT, 0, 1,
-      "1: keep only each block's input and recompute the block in the backward (less memory)"),
-    F(ckpt_minutes, K_DOUBLE, 0, 1e6, "minutes between checkpoints inside an epoch (0: off)"),
-    F(precision, K_PRECISION, 0, 2, "training's matrix products: fp32, bf16 (bfloat16 inputs, "
-      "float32 sums; fp32 where the CPU lacks it) or auto"),
+/* The network's shared keys (an architecture's are its vit_arch.keys). */
+static const vit_cfg_field fields[] = {
+    F(image_height, VIT_CFG_INT, 1, 4096, "image height in pixels (from the data)"),
+    F(image_width, VIT_CFG_INT, 1, 4096, "image width in pixels (from the data)"),
+    F(channels, VIT_CFG_INT, 1, 4, "image channels (from the data)"),
+    F(classes, VIT_CFG_INT, 2, 100000, "number of classes (from the data)"),
+    F(init_std, VIT_CFG_DOUBLE, 1e-6, 10, "std of the weight initialisation"),
 };
 #define NFIELDS (int)(sizeof fields / sizeof fields[0])
 /* The shared keys written before the architecture's (the data's shape). */
 #define NDATA 4
+/* init_std, written among the recipe's keys after SCALE_KEY (where it stood
+ * before the split: the text checkpoints store is unchanged). */
+#define INIT_STD (NFIELDS - 1)
+#define SCALE_KEY "scale"
 /* given[] of "arch" itself. */
 #define GIVEN_ARCH (VIT_CONFIG_KEYS_MAX - 1)
 _Static_assert(NFIELDS < GIVEN_ARCH, "VIT_CONFIG_KEYS_MAX too small for the shared keys");
@@ -114,22 +62,7 @@ void vit_config_default(vit_config *c)
     c->mlp = 128;
     c->pool = VIT_POOL_CLS;
     c->ln_eps = VIT_LAYERNORM_EPS;
-    c->epochs = 140;
-    c->batch = 32;
-    c->lr = 2e-3;
-    c->min_lr = 1e-5;
-    c->warmup = 5;
-    c->weight_decay = 0.05;
-    c->beta1 = 0.9;
-    c->beta2 = 0.999;
-    c->eps = 1e-8;
-    c->smoothing = 0.1;
-    c->shift = 1;
     c->init_std = 0.1;
-    c->seed = 1;
-    c->ckpt_minutes = 10;
-    c->tta = VIT_TTA_SHIFT9;
-    c->mix_prob = 1;
 }
 
 void vit_config_legacy_default(vit_config *c)
@@ -138,8 +71,6 @@ void vit_config_legacy_default(vit_config *c)
     c->patch_stride = 0;
     c->patch_pad = 0;
     c->lsa = 0;
-    c->tta = VIT_TTA_NONE;
-    c->ema = 0;
 }
 
 /* The shortest of %.15g, %.16g and %.17g that reads back as the same
@@ -156,19 +87,99 @@ const char *vit_fmt_double(double v, char out[32])
     return out;
 }
 
-static int set_field(vit_config *c, const field *f, const char *key, const char *value);
+/* ---- the machinery both tables share ------------------------------------ */
 
-static const field *find_field(const char *key)
+const vit_cfg_field *vit_cfg_field_find(const vit_cfg_field *table, int n, const char *key)
 {
-    for (int i = 0; i < NFIELDS; i++)
-        if (strcmp(fields[i].key, key) == 0)
-            return &fields[i];
+    for (int i = 0; i < n; i++)
+        if (strcmp(table[i].key, key) == 0)
+            return &table[i];
     return NULL;
+}
+
+int vit_cfg_field_set(void *base, const vit_cfg_field *f, const char *key, const char *value)
+{
+    void *dst = (char *)base + f->offset;
+    char *end = NULL;
+    errno = 0;
+    switch (f->kind) {
+    case VIT_CFG_TTA:
+        if (strcmp(value, "none") == 0)
+            *(int *)dst = VIT_TTA_NONE;
+        else if (strcmp(value, "shift9") == 0)
+            *(int *)dst = VIT_TTA_SHIFT9;
+        else if (strcmp(value, "auto") == 0)
+            *(int *)dst = VIT_TTA_AUTO;
+        else if (strcmp(value, "shift9flip") == 0)
+            *(int *)dst = VIT_TTA_SHIFT9_FLIP;
+        else
+            return vit_fail(VIT_EINVAL, "%s: expected none, shift9, shift9flip or auto, got '%s'",
+                            key, value);
+        return VIT_OK;
+    case VIT_CFG_PRECISION:
+        if (strcmp(value, "fp32") == 0)
+            *(int *)dst = VIT_PRECISION_FP32;
+        else if (strcmp(value, "bf16") == 0)
+            *(int *)dst = VIT_PRECISION_BF16;
+        else if (strcmp(value, "auto") == 0)
+            *(int *)dst = VIT_PRECISION_AUTO;
+        else
+            return vit_fail(VIT_EINVAL, "%s: expected fp32, bf16 or auto, got '%s'", key, value);
+        return VIT_OK;
+    case VIT_CFG_U64: {
+        if (*value == '-')
+            return vit_fail(VIT_EINVAL, "%s: expected a non-negative integer, got '%s'", key, value);
+        unsigned long long v = strtoull(value, &end, 10);
+        if (end == value || *end || errno)
+            return vit_fail(VIT_EINVAL, "%s: expected a non-negative integer, got '%s'", key, value);
+        *(unsigned long long *)dst = v;
+        return VIT_OK;
+    }
+    case VIT_CFG_INT:
+    case VIT_CFG_DOUBLE: { /* as an architecture's key of the same type (arch.c) */
+        const vit_arch_key k = {key, f->kind == VIT_CFG_INT ? VIT_KEY_INT : VIT_KEY_REAL,
+                                f->offset, f->lo, f->hi, NULL, NULL, NULL};
+        return vit_arch_key_set(&k, base, value);
+    }
+    }
+    return VIT_EINVAL;
+}
+
+int vit_cfg_field_format(const void *base, const vit_cfg_field *f, char *out, size_t room)
+{
+    const void *src = (const char *)base + f->offset;
+    char t[32];
+    switch (f->kind) {
+    case VIT_CFG_INT: return snprintf(out, room, "%s = %d\n", f->key, *(const int *)src);
+    case VIT_CFG_U64:
+        return snprintf(out, room, "%s = %llu\n", f->key, *(const unsigned long long *)src);
+    case VIT_CFG_DOUBLE:
+        return snprintf(out, room, "%s = %s\n", f->key, vit_fmt_double(*(const double *)src, t));
+    case VIT_CFG_TTA:
+        return snprintf(out, room, "%s = %s\n", f->key, vit_tta_name(*(const int *)src));
+    case VIT_CFG_PRECISION:
+        return snprintf(out, room, "%s = %s\n", f->key, vit_precision_name(*(const int *)src));
+    }
+    return -1;
+}
+
+/* ---- the network's keys --------------------------------------------------- */
+
+static const vit_cfg_field *find_field(const char *key)
+{
+    return vit_cfg_field_find(fields, NFIELDS, key);
+}
+
+static const vit_cfg_field *find_train_field(const char *key)
+{
+    int n;
+    const vit_cfg_field *t = vit_train_config_fields(&n);
+    return vit_cfg_field_find(t, n, key);
 }
 
 int vit_config_shared_key(const char *key)
 {
-    const field *f = key ? find_field(key) : NULL;
+    const vit_cfg_field *f = key ? find_field(key) : NULL;
     return f ? (int)(f - fields) : -1;
 }
 
@@ -218,68 +229,33 @@ static int set_arch_name(vit_config *c, const char *value)
     return VIT_OK;
 }
 
-int vit_config_set(vit_config *c, const char *key, const char *value)
+int vit_config_set_any(vit_config *c, vit_train_config *tc, const char *key, const char *value)
 {
     if (!c || !key || !value)
         return vit_fail(VIT_EINVAL, "vit_config_set: NULL argument");
     if (strcmp(key, "arch") == 0)
         return set_arch_name(c, value);
-    const field *f = find_field(key);
-    if (!f)
-        return set_arch_key(c, key, value);
-    int rc = set_field(c, f, key, value);
-    if (rc == VIT_OK)
+    const vit_cfg_field *f = find_field(key);
+    if (f) {
+        TRY(vit_cfg_field_set(c, f, key, value));
         c->given[f - fields] = 1;
-    return rc;
+        return VIT_OK;
+    }
+    if (find_train_field(key)) {
+        if (tc)
+            return vit_train_config_set(tc, key, value);
+        return vit_fail(VIT_EINVAL, "%s: a key of the training recipe (vit_train_config), not of "
+                        "the network", key);
+    }
+    return set_arch_key(c, key, value);
 }
 
-static int set_field(vit_config *c, const field *f, const char *key, const char *value)
+int vit_config_set(vit_config *c, const char *key, const char *value)
 {
-    void *dst = (char *)c + f->offset;
-    char *end = NULL;
-    errno = 0;
-    switch (f->kind) {
-    case K_TTA:
-        if (strcmp(value, "none") == 0)
-            *(int *)dst = VIT_TTA_NONE;
-        else if (strcmp(value, "shift9") == 0)
-            *(int *)dst = VIT_TTA_SHIFT9;
-        else if (strcmp(value, "auto") == 0)
-            *(int *)dst = VIT_TTA_AUTO;
-        else if (strcmp(value, "shift9flip") == 0)
-            *(int *)dst = VIT_TTA_SHIFT9_FLIP;
-        else
-            return vit_fail(VIT_EINVAL, "%s: expected none, shift9, shift9flip or auto, got '%s'",
-                            key, value);
-        return VIT_OK;
-    case K_PRECISION:
-        if (strcmp(value, "fp32") == 0)
-            *(int *)dst = VIT_PRECISION_FP32;
-        else if (strcmp(value, "bf16") == 0)
-            *(int *)dst = VIT_PRECISION_BF16;
-        else if (strcmp(value, "auto") == 0)
-            *(int *)dst = VIT_PRECISION_AUTO;
-        else
-            return vit_fail(VIT_EINVAL, "%s: expected fp32, bf16 or auto, got '%s'", key, value);
-        return VIT_OK;
-    case K_U64: {
-        if (*value == '-')
-            return vit_fail(VIT_EINVAL, "%s: expected a non-negative integer, got '%s'", key, value);
-        unsigned long long v = strtoull(value, &end, 10);
-        if (end == value || *end || errno)
-            return vit_fail(VIT_EINVAL, "%s: expected a non-negative integer, got '%s'", key, value);
-        *(unsigned long long *)dst = v;
-        return VIT_OK;
-    }
-    case K_INT:
-    case K_DOUBLE: { /* as an architecture's key of the same type (arch.c) */
-        const vit_arch_key k = {key, f->kind == K_INT ? VIT_KEY_INT : VIT_KEY_REAL, f->offset,
-                                f->lo, f->hi, NULL, NULL, NULL};
-        return vit_arch_key_set(&k, c, value);
-    }
-    }
-    return VIT_EINVAL;
+    return vit_config_set_any(c, NULL, key, value);
 }
+
+/* ---- text: one parser for both tables -------------------------------------- */
 
 static char *trim(char *s)
 {
@@ -291,20 +267,26 @@ static char *trim(char *s)
     return s;
 }
 
-/* The slot of key in a parse's first[] (which line set it): the shared
- * keys, then the architecture's, then "arch"; -1 for an unknown key. */
+/* The slot of key in a parse's first[] (which line set it): the network's
+ * shared keys, the architecture's, "arch", then the recipe's; -1 for an
+ * unknown key. */
 static int key_slot(const vit_config *c, const char *key)
 {
     if (strcmp(key, "arch") == 0)
         return NFIELDS + VIT_ARCH_KEYS_MAX;
-    const field *f = find_field(key);
+    const vit_cfg_field *f = find_field(key);
     if (f)
         return (int)(f - fields);
+    int n;
+    const vit_cfg_field *t = vit_train_config_fields(&n);
+    f = vit_cfg_field_find(t, n, key);
+    if (f)
+        return NFIELDS + VIT_ARCH_KEYS_MAX + 1 + (int)(f - t);
     int k = vit_arch_key_find(vit_config_arch(c), key);
     return k < 0 ? -1 : NFIELDS + k;
 }
 
-int vit_config_parse(vit_config *c, const char *text, const char *origin)
+int vit_config_parse(vit_config *c, vit_train_config *tc, const char *text, const char *origin)
 {
     if (!c || !text)
         return vit_fail(VIT_EINVAL, "vit_config_parse: NULL argument");
@@ -314,7 +296,7 @@ int vit_config_parse(vit_config *c, const char *text, const char *origin)
      * is refused: the later line would silently win, hiding the earlier one
      * from whoever reads the file top-down.  Two passes: `arch` first,
      * wherever it stands, since it decides which keys the others are. */
-    int first[NFIELDS + VIT_ARCH_KEYS_MAX + 1] = {0};
+    int first[NFIELDS + VIT_ARCH_KEYS_MAX + 1 + VIT_TRAIN_CONFIG_KEYS_MAX] = {0};
     for (int pass = 0; pass < 2; pass++) {
         int line = 0;
         const char *p = text;
@@ -345,18 +327,18 @@ int vit_config_parse(vit_config *c, const char *text, const char *origin)
             if (slot >= 0 && first[slot])
                 return vit_fail(VIT_EFORMAT, "%s:%d: %s is set twice (first on line %d)", origin,
                                 line, key, first[slot]);
-            if (vit_config_set(c, key, val) != VIT_OK) {
+            if (vit_config_set_any(c, tc, key, val) != VIT_OK) {
                 char msg[400];
                 snprintf(msg, sizeof msg, "%s", vit_last_error());
                 return vit_fail(VIT_EFORMAT, "%s:%d: %s", origin, line, msg);
             }
-            first[slot] = line; /* known: vit_config_set refuses unknown keys */
+            first[slot] = line; /* known: vit_config_set_any refuses unknown keys */
         }
     }
     return VIT_OK;
 }
 
-int vit_config_load(vit_config *c, const char *path)
+int vit_config_load(vit_config *c, vit_train_config *tc, const char *path)
 {
     if (!c || !path)
         return vit_fail(VIT_EINVAL, "vit_config_load: NULL argument");
@@ -374,49 +356,48 @@ int vit_config_load(vit_config *c, const char *path)
     if (memchr(text, 0, n))
         return vit_fail(VIT_EFORMAT, "%s: not a text file (NUL byte)", path);
     text[n] = 0;
-    return vit_config_parse(c, text, path);
-}
-
-/* Shared field i as "key = value\n" into out[room]: snprintf's count. */
-static int format_field(const vit_config *c, const field *f, char *out, size_t room)
-{
-    const void *src = (const char *)c + f->offset;
-    char t[32];
-    switch (f->kind) {
-    case K_INT: return snprintf(out, room, "%s = %d\n", f->key, *(const int *)src);
-    case K_U64: return snprintf(out, room, "%s = %llu\n", f->key, *(const unsigned long long *)src);
-    case K_DOUBLE:
-        return snprintf(out, room, "%s = %s\n", f->key, vit_fmt_double(*(const double *)src, t));
-    case K_TTA: return snprintf(out, room, "%s = %s\n", f->key, vit_tta_name(*(const int *)src));
-    case K_PRECISION:
-        return snprintf(out, room, "%s = %s\n", f->key, vit_precision_name(*(const int *)src));
-    }
-    return -1;
+    return vit_config_parse(c, tc, text, path);
 }
 
 /* The data's shape, then `arch` (not for the ViT, whose text is as it was
- * before the seam) and the architecture's keys, then the recipe. */
-int vit_config_format(const vit_config *c, char *buf, size_t cap)
+ * before the seam) and the architecture's keys, then the recipe with
+ * init_std after scale (without a recipe: init_std last), the order of the
+ * text before the network and the recipe were split. */
+int vit_config_format(const vit_config *c, const vit_train_config *tc, char *buf, size_t cap)
 {
     if (!c || !buf)
         return vit_fail(VIT_EINVAL, "vit_config_format: NULL argument");
     const vit_arch *a = vit_config_arch(c);
     const void *base = vit_config_arch_data(c);
+    int nt = 0;
+    const vit_cfg_field *t = vit_train_config_fields(&nt);
+    if (!tc)
+        nt = 0;
     size_t len = 0;
-    int nlines = NFIELDS + a->nkeys + 1;
-    for (int i = 0; i < nlines; i++) {
+    int nlines = NDATA + 1 + a->nkeys + nt + 1;
+    for (int i = 0, init_done = 0; i < nlines; i++) {
         size_t room = len < cap ? cap - len : 0;
         int n, j = i - NDATA; /* 0: arch, 1 .. nkeys: its keys, then the recipe */
         if (i < NDATA)
-            n = format_field(c, &fields[i], buf + len, room);
+            n = vit_cfg_field_format(c, &fields[i], buf + len, room);
         else if (j == 0 && a == vit_arch_vit())
             continue;
         else if (j == 0)
             n = snprintf(buf + len, room, "arch = %s\n", a->name);
         else if (j <= a->nkeys)
             n = vit_arch_key_format(&a->keys[j - 1], base, buf + len, room);
+        else if (j - a->nkeys - 1 < nt) {
+            const vit_cfg_field *f = &t[j - a->nkeys - 1];
+            n = vit_cfg_field_format(tc, f, buf + len, room);
+            if (n >= 0 && (size_t)n < room && strcmp(f->key, SCALE_KEY) == 0) {
+                int m = vit_cfg_field_format(c, &fields[INIT_STD], buf + len + n, room - (size_t)n);
+                n = m < 0 ? m : n + m;
+                init_done = 1;
+            }
+        } else if (!init_done)
+            n = vit_cfg_field_format(c, &fields[INIT_STD], buf + len, room);
         else
-            n = format_field(c, &fields[i - a->nkeys - 1], buf + len, room);
+            continue;
         if (n < 0 || (size_t)n >= room)
             return vit_fail(VIT_EINVAL, "vit_config_format: buffer of %zu bytes too small", cap);
         len += (size_t)n;
@@ -429,8 +410,8 @@ int vit_config_check(const vit_config *c)
     if (!c)
         return vit_fail(VIT_EINVAL, "vit_config_check: NULL config");
     for (int i = 0; i < NFIELDS; i++) {
-        const field *f = &fields[i];
-        if (f->kind != K_INT && f->kind != K_TTA && f->kind != K_PRECISION)
+        const vit_cfg_field *f = &fields[i];
+        if (f->kind != VIT_CFG_INT)
             continue;
         int v = *(const int *)((const char *)c + f->offset);
         if (v < f->lo || v > f->hi)
@@ -440,39 +421,11 @@ int vit_config_check(const vit_config *c)
     TRY(vit_arch_keys_check(a, vit_config_arch_data(c)));
     if (a->check)
         TRY(a->check(c));
-    if (!(c->ema >= 0 && c->ema < 1)) {
-        char t[32];
-        return vit_fail(VIT_EINVAL, "ema: %s is out of range [0, 1)", vit_fmt_double(c->ema, t));
-    }
-    /* The augmentation rates (a config filled in by code, not text). */
-    const struct { const char *key; double v, hi; int open; } rate[] = {
-        {"drop_path", c->drop_path, 1, 1}, {"erase", c->erase, 1, 0}, {"mixup", c->mixup, 100, 0},
-        {"cutmix", c->cutmix, 100, 0},     {"mix_prob", c->mix_prob, 1, 0},
-        {"brightness", c->brightness, 1, 0}, {"contrast", c->contrast, 1, 0},
-        {"saturation", c->saturation, 1, 0}, {"hue", c->hue, 0.5, 0},
-        {"grayscale", c->grayscale, 1, 0}};
-    for (size_t i = 0; i < sizeof rate / sizeof rate[0]; i++)
-        if (!(rate[i].v >= 0 && (rate[i].open ? rate[i].v < rate[i].hi : rate[i].v <= rate[i].hi))) {
-            char t[2][32];
-            return vit_fail(VIT_EINVAL, "%s: %s is out of range [0, %s%c", rate[i].key,
-                            vit_fmt_double(rate[i].v, t[0]), vit_fmt_double(rate[i].hi, t[1]),
-                            rate[i].open ? ')' : ']');
-        }
-    const char *colour = c->saturation > 0 ? "saturation" : c->hue > 0 ? "hue"
-                       : c->grayscale > 0 ? "grayscale" : c->channel_perm ? "channel_perm" : NULL;
-    if (colour && c->channels != 3)
-        return vit_fail(VIT_EINVAL, "%s: needs colour images of 3 channels; these have %d",
-                        colour, c->channels);
-    if (c->min_lr > c->lr) {
-        char t[2][32];
-        return vit_fail(VIT_EINVAL, "min_lr: %s exceeds lr %s", vit_fmt_double(c->min_lr, t[0]),
-                        vit_fmt_double(c->lr, t[1]));
-    }
     return VIT_OK;
 }
 
-/* The help text of each key, for tools that list them: the shared keys
- * and the ViT's, in the order of the ViT's config text. */
+/* The help text of each key, for tools that list them: the network's
+ * shared keys and the ViT's, in the order of the ViT's config text. */
 const char *vit_config_key_help(int i, const char **key)
 {
     const vit_arch *v = vit_arch_vit();
@@ -483,7 +436,7 @@ const char *vit_config_key_help(int i, const char **key)
             *key = v->keys[i - NDATA].key;
         return v->keys[i - NDATA].help;
     }
-    const field *f = &fields[i < NDATA ? i : i - v->nkeys];
+    const vit_cfg_field *f = &fields[i < NDATA ? i : i - v->nkeys];
     if (key)
         *key = f->key;
     return f->help;
@@ -495,13 +448,14 @@ int vit_config_given(const vit_config *c, const char *key)
         return vit_fail(VIT_EINVAL, "vit_config_given: %s is NULL", !c ? "cfg" : "key");
     if (strcmp(key, "arch") == 0)
         return c->given[GIVEN_ARCH];
-    const field *f = find_field(key);
+    const vit_cfg_field *f = find_field(key);
     if (f)
         return c->given[f - fields];
     int k = vit_arch_key_find(vit_config_arch(c), key);
     if (k < 0)
-        return vit_fail(VIT_EINVAL, "vit_config_given: '%s' is not a key of architecture %s", key,
-                        vit_config_arch(c)->name);
+        return vit_fail(VIT_EINVAL, "vit_config_given: '%s' is not a key of architecture %s%s", key,
+                        vit_config_arch(c)->name, find_train_field(key) ? " (a key of the "
+                        "training recipe: vit_train_config_given)" : "");
     return c->arch_given[k];
 }
 

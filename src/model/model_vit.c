@@ -329,7 +329,7 @@ static vit_tensor *block_graph(vit_tape *tape, vit_tensor *const *in, void *ctx)
 /* The ViT's forward (vit_arch.forward): images [batch, H, W, C] -> logits
  * [batch, classes], recorded on the tape as its grad mode says.  Each block
  * is a checkpoint in no-grad mode (one block's activations on the tape at a
- * time) and with cfg.recompute in grad mode (only its input kept; then maps
+ * time) and with r->recompute in grad mode (only its input kept; then maps
  * are not kept).  With loss_only and a head on the class token the last
  * block computes token 0 alone (block_graph). */
 static vit_tensor *forward(const vit_arch_run *r)
@@ -345,7 +345,7 @@ static vit_tensor *forward(const vit_arch_run *r)
     block_ctx B = {.r = L, .cfg = c, .s = s, .mha = s->mha, .maps = r->maps, .maps_to = r->maps_to,
                    .drop = r->train ? r->drop_scale : NULL, .drop_stride = r->drop_stride};
     B.mha.batch = batch;
-    int grad = vit_tape_grad_enabled(tape), checkpoint = !grad || c->recompute;
+    int grad = vit_tape_grad_enabled(tape), checkpoint = !grad || r->recompute;
     int cls_only = r->loss_only && c->pool == VIT_POOL_CLS;
     if (checkpoint && B.maps) {
         for (int l = 0; l < c->depth; l++)

@@ -126,13 +126,6 @@ int vit_predict_tta(vit_model *m, vit_tape *tape, const vit_real *images, int co
     return rc;
 }
 
-int vit_predict(vit_model *m, vit_tape *tape, const vit_real *images, int count, vit_real *probs)
-{
-    if (!m)
-        return vit_fail(VIT_EINVAL, "vit_predict: bad argument");
-    return vit_predict_tta(m, tape, images, count, vit_model_config(m)->tta, probs);
-}
-
 void vit_eval_result_free(vit_eval_result *r)
 {
     if (!r)
@@ -191,11 +184,4 @@ int vit_evaluate_tta(vit_model *m, vit_tape *tape, const vit_dataset *ds, int ba
         return vit_fail(VIT_ENUM, "vit_evaluate: the loss is not finite");
     }
     return VIT_OK;
-}
-
-int vit_evaluate(vit_model *m, vit_tape *tape, const vit_dataset *ds, int batch, vit_eval_result *r)
-{
-    if (!m)
-        return vit_fail(VIT_EINVAL, "vit_evaluate: bad argument");
-    return vit_evaluate_tta(m, tape, ds, batch, vit_model_config(m)->tta, r);
 }

@@ -194,7 +194,7 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
               && d->width == model->image_width;
     if (!own)
         c.patch_stride = c.patch_pad = 0;
-    /* Stem: the model's when it has one (or says 0), else a 3x3
+    /* Stem: the model's when given (vit_config_given: 0 too), else a 3x3
      * convolution of VIT_RECIPE_STEM channels for images the model was
      * not shaped for, up to patches of VIT_RECIPE_STEM_PATCH: their 16 raw
      * pixels each become a token in one linear map, and local features
@@ -202,14 +202,17 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
      * 92.36% against 91.53%).  Its feature map is full size, so for larger
      * images (a 224x224 photo: 50,176 pixels of 16 channels) it would cost
      * several times the transformer. */
-    r->stem = model->stem >= 0 ? model->stem
+    const int gave_stem = vit_config_given(model, "stem") == 1,
+              gave_stem2 = vit_config_given(model, "stem2") == 1,
+              gave_local = vit_config_given(model, "local_conv") == 1;
+    r->stem = gave_stem ? model->stem
             : !own && r->patch <= VIT_RECIPE_STEM_PATCH ? VIT_RECIPE_STEM : 0;
     /* A second, strided stem layer for the large sets: a token then starts
      * from two layers of local features, not one (Fashion-MNIST, 76 epochs:
      * see docs/benchmarks.md), and the half-size map it makes keeps the
      * patch embedding as cheap.  The patches are then cut from that map. */
     int even = d->height % 2 == 0 && d->width % 2 == 0;
-    r->stem2 = model->stem2 >= 0 ? model->stem2
+    r->stem2 = gave_stem2 ? model->stem2
              : r->stem > 0 && !own && even && d->count >= VIT_RECIPE_STEM2_COUNT
                ? VIT_RECIPE_STEM2 : 0;
     if (r->stem > 0 && r->stem2 > 0 && !own && even) {
@@ -223,7 +226,7 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
     /* The grid's neighbourhoods in every block (vit_op_local_conv), where
      * the second stem layer goes: on Fashion-MNIST they were measured
      * together (docs/benchmarks.md); a small set has not been shown to gain. */
-    r->local_conv = model->local_conv >= 0 ? model->local_conv : r->stem2 > 0;
+    r->local_conv = gave_local ? model->local_conv : r->stem2 > 0;
     const vit_arch *arch = vit_config_arch(model);
     if (arch != vit_arch_vit()) { /* the rules above are the ViT's: its keys */
         r->patch = model->patch;
@@ -286,18 +289,18 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
                  r->epochs, r->epochs == 140 ? "at most 140" : "what " VIT_RECIPE_TRAIN_MACS_TEXT
                  " multiply-adds of training pay for", r->shift, per == 14 ? " (a 14th of the side)"
                  : " (a 28th of the side: 10k images or more)", sym);
-        if (r->stem > 0 && model->stem < 0) {
+        if (r->stem > 0 && !gave_stem) {
             size_t at = strlen(why);
             snprintf(why + at, cap - at, ", stem %d (images other than the model's %dx%d)",
                      r->stem, model->image_height, model->image_width);
         }
-        if (r->stem2 > 0 && model->stem2 < 0) {
+        if (r->stem2 > 0 && !gave_stem2) {
             size_t at = strlen(why);
             snprintf(why + at, cap - at, ", stem2 %d and patch %d of its %dx%d map (%d images "
                      "or more)", r->stem2, r->patch, d->height / 2, d->width / 2,
                      VIT_RECIPE_STEM2_COUNT);
         }
-        if (r->local_conv > 0 && model->local_conv < 0) {
+        if (r->local_conv > 0 && !gave_local) {
             size_t at = strlen(why);
             snprintf(why + at, cap - at, ", local_conv 1 (with stem2)");
         }

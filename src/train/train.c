@@ -48,7 +48,8 @@ static int save(vit_trainer *t, int norder, const char *path)
     /* The run's config, not the model's copy: a resume may have extended
      * the run (epochs) or changed ckpt_minutes, and a later resume or
      * vit_run_config must see that. */
-    int mine = vit_dist_rank() == 0 ? vit_run_internal_save(path, scored(t), &t->cfg, &t->opt, &st)
+    int mine = vit_dist_rank() == 0 ? vit_run_internal_save(path, scored(t), &t->cfg, &t->tc,
+                                                                  &t->opt, &st)
                                     : VIT_OK;
     if (mine == VIT_OK && vit_dist_rank() == 0 && path == t->ckpt)
         mine = vit_run_clock_write(t->o.out_dir, t->st.step,
@@ -70,7 +71,7 @@ static int save(vit_trainer *t, int norder, const char *path)
 static int pause_wanted(vit_trainer *t, int *stop, int *rc)
 {
     int want[2] = {(t->o.stop && *t->o.stop) || atomic_load(&t->stop_asked),
-                   t->cfg.ckpt_minutes > 0 && now_seconds() - t->last_save >= 60 * t->cfg.ckpt_minutes};
+                   t->tc.ckpt_minutes > 0 && now_seconds() - t->last_save >= 60 * t->tc.ckpt_minutes};
     *rc = vit_dist_size() > 1 ? vit_dist_sum_int(want, 2) : VIT_OK;
     *stop = want[0] > 0;
     return *rc == VIT_OK && (want[0] > 0 || want[1] > 0);
@@ -93,10 +94,10 @@ static int diverged(vit_trainer *t, int rc)
  * average; the epoch's running sums in t->st.  *loss: the batch's mean. */
 static int train_batch(vit_trainer *t, long s, double *loss)
 {
-    const vit_config *c = &t->cfg;
+    const vit_train_config *tc = &t->tc;
     const vit_dataset *train = &t->train;
-    int start = (int)(s * c->batch);
-    int b = train->count - start < c->batch ? train->count - start : c->batch;
+    int start = (int)(s * tc->batch);
+    int b = train->count - start < tc->batch ? train->count - start : tc->batch;
     int lo, hi;
     vit_train_share(b, &lo, &hi);
     double red[2] = {0, 0};
@@ -113,8 +114,8 @@ static int train_batch(vit_trainer *t, long s, double *loss)
                         t->st.step + 1, t->st.epoch + 1);
     int ngroups;
     const vit_param_group *groups = vit_model_groups(t->m, &ngroups);
-    double lr = vit_lr_at((long)t->st.step, t->at.total_steps, t->at.warmup_steps, c->lr,
-                          c->min_lr);
+    double lr = vit_lr_at((long)t->st.step, t->at.total_steps, t->at.warmup_steps, tc->lr,
+                          tc->min_lr);
     vit_train_ft_before(t); /* fine-tuning's per-layer lr factors (train_init.c) */
     rc = vit_adamw_step(&t->opt, vit_model_params(t->m), vit_model_grads(t->m), groups, ngroups, lr);
     if (rc)
@@ -122,7 +123,7 @@ static int train_batch(vit_trainer *t, long s, double *loss)
     vit_train_ft_after(t);
     t->st.step++;
     if (t->avg && (rc = vit_ema_update(vit_model_params(t->avg), vit_model_params(t->m),
-                                       vit_model_param_count(t->m), c->ema, t->st.step)))
+                                       vit_model_param_count(t->m), tc->ema, t->st.step)))
         return rc;
     t->st.epoch_sums[0] += red[0];
     t->st.epoch_sums[1] += red[1];
@@ -212,7 +213,7 @@ static int end_epoch(vit_trainer *t)
     unsigned long long ep = t->st.epoch;
     t->at.epoch = ep;
     t->at.epoch_step = 0;
-    t->at.finished = ep >= (unsigned long long)t->cfg.epochs
+    t->at.finished = ep >= (unsigned long long)t->tc.epochs
                      || (o->stop_after_epochs > 0 && ep >= (unsigned long long)o->stop_after_epochs);
     int improved = t->val.count > 0 && better(t, &row);
     if (improved) {
@@ -231,7 +232,7 @@ static int end_epoch(vit_trainer *t)
         return rc;
     if (o->budget_seconds > 0 && !t->at.finished && (rc = vit_train_hold_budget(t)))
         return rc;
-    int last = ep == (unsigned long long)t->cfg.epochs || t->early_stopped
+    int last = ep == (unsigned long long)t->tc.epochs || t->early_stopped
                || (o->stop_after_epochs > 0 && ep == (unsigned long long)o->stop_after_epochs);
     int stop = 0, pause = pause_wanted(t, &stop, &rc);
     if (rc)
@@ -263,7 +264,7 @@ static int step_once(vit_trainer *t)
     double el = now_seconds() - t->t0;
     double steps = (double)(t->st.step - t->at.start_step);
     vit_train_event ev = {.kind = VIT_TRAIN_STEP, .loss = loss, .lr = t->lr,
-                          .images_per_second = steps * t->cfg.batch / (el > 1e-9 ? el : 1e-9)};
+                          .images_per_second = steps * t->tc.batch / (el > 1e-9 ? el : 1e-9)};
     vit_train_emit(t, &ev);
     if (s + 1 == spe)
         return end_epoch(t);
@@ -318,6 +319,8 @@ const vit_train_progress *vit_trainer_progress(const vit_trainer *t) { return t 
 
 const vit_config *vit_trainer_config(const vit_trainer *t) { return t ? &t->cfg : NULL; }
 
+const vit_train_config *vit_trainer_train_config(const vit_trainer *t) { return t ? &t->tc : NULL; }
+
 vit_model *vit_trainer_model(vit_trainer *t) { return t ? scored(t) : NULL; }
 
 void vit_trainer_request_stop(vit_trainer *t)
@@ -356,7 +359,7 @@ void vit_train_result_free(vit_train_result *r)
 static int choose_tta(vit_trainer *t, double val_plain, int *tta, vit_train_result *res)
 {
     vit_eval_result e = {0};
-    int rc, candidate = vit_train_auto_tta(&t->cfg);
+    int rc, candidate = vit_train_auto_tta(&t->tc);
     res->tta_auto = 1;
     *tta = VIT_TTA_NONE;
     int gave_up = 0;
@@ -397,7 +400,7 @@ static int final_scores(vit_trainer *t, vit_train_result *res)
     res->val_accuracy_plain = val_acc;
     res->val_accuracy = val_acc;
     res->val_accuracy_tta = res->test_accuracy_tta = -1;
-    int tta = t->cfg.tta;
+    int tta = t->tc.tta;
     if (tta != VIT_TTA_NONE && !vit_train_final_tta_fits(t)) { /* a budget's ceiling */
         res->tta_skipped = tta;
         tta = VIT_TTA_NONE;
@@ -447,7 +450,7 @@ static int take_best(vit_trainer *t, vit_train_result *res)
     if (t->st.best_epoch == 0 || t->st.best_epoch == t->st.epoch)
         return VIT_OK;
     vit_model *b = NULL;
-    int rc = vit_run_load(t->best_path, &b, NULL, NULL);
+    int rc = vit_run_load(t->best_path, &b, NULL, NULL, NULL);
     if (rc == VIT_OK && vit_model_param_count(b) != vit_model_param_count(scored(t)))
         rc = vit_fail(VIT_EFORMAT, "%s: not this run's model", t->best_path);
     if (rc == VIT_OK)
@@ -466,16 +469,16 @@ int vit_trainer_fit(vit_trainer *t, vit_train_result *res)
     memset(res, 0, sizeof *res);
     res->val_accuracy = -1;
     res->steps_per_epoch = t->at.steps_per_epoch;
-    res->tta = t->cfg.tta;
+    res->tta = t->tc.tta;
     res->val_accuracy_tta = res->test_accuracy_tta = -1;
-    res->ema = t->cfg.ema;
+    res->ema = t->tc.ema;
     int rc = VIT_OK;
     while (rc == VIT_OK && !t->at.finished && !t->at.stopped)
         rc = vit_trainer_step(t);
     if (rc)
         return rc;
     res->epochs_done = (int)t->st.epoch;
-    res->epochs = t->cfg.epochs;
+    res->epochs = t->tc.epochs;
     res->steps = t->st.step;
     if (t->complete_at_start) {
         res->already_complete = 1;
@@ -504,24 +507,24 @@ int vit_trainer_fit(vit_trainer *t, vit_train_result *res)
     res->seconds = now_seconds() - t->t0;
     /* This invocation's images: a resume inside an epoch did only its rest. */
     double images = (double)(t->st.epoch - t->at.start_epoch) * t->train.count
-                    + (double)t->st.epoch_step * t->cfg.batch
-                    - (double)t->start_epoch_step * t->cfg.batch;
+                    + (double)t->st.epoch_step * t->tc.batch
+                    - (double)t->start_epoch_step * t->tc.batch;
     res->images_per_second = images / res->seconds;
     res->run_seconds = t->prior_seconds + res->seconds;
-    double partial = (double)t->st.epoch_step * t->cfg.batch; /* out of budget */
+    double partial = (double)t->st.epoch_step * t->tc.batch; /* out of budget */
     res->run_images_per_second = ((double)t->st.epoch * t->train.count + partial) / res->run_seconds;
     return VIT_OK;
 }
 
-int vit_train_run(const vit_config *cfg, const vit_dataset *train, const vit_dataset *test,
-                  const vit_train_opts *o, vit_train_result *res)
+int vit_train_run(const vit_config *cfg, const vit_train_config *tc, const vit_dataset *train,
+                  const vit_dataset *test, const vit_train_opts *o, vit_train_result *res)
 {
     if (!res)
         return vit_fail(VIT_EINVAL, "vit_train_run: NULL argument");
     memset(res, 0, sizeof *res);
     res->val_accuracy = -1;
     vit_trainer *t;
-    int rc = vit_trainer_new(&t, cfg, train, test, o);
+    int rc = vit_trainer_new(&t, cfg, tc, train, test, o);
     if (rc == VIT_OK)
         rc = vit_trainer_fit(t, res);
     vit_trainer_free(t);

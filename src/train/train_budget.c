@@ -54,7 +54,7 @@ static double time_checkpoint(vit_trainer *t)
     vit_run_state st = t->st;
     st.train_params = t->avg ? vit_model_params(t->m) : NULL;
     double t0 = now_seconds();
-    int rc = vit_run_internal_save(path, scored(t), &t->cfg, &t->opt, &st);
+    int rc = vit_run_internal_save(path, scored(t), &t->cfg, &t->tc, &t->opt, &st);
     double s = now_seconds() - t0;
     remove(path);
     return rc == VIT_OK ? s : 0;
@@ -68,7 +68,7 @@ static double time_checkpoint(vit_trainer *t)
  * it; the other one-pass figures are the last epoch's). */
 static double final_tta_scoring(const vit_trainer *t)
 {
-    if (t->cfg.tta == VIT_TTA_NONE)
+    if (t->tc.tta == VIT_TTA_NONE)
         return 0;
     return (double)(t->test->count + t->val.count) * t->tta_seconds;
 }
@@ -85,7 +85,7 @@ static vit_budget_plan position(const vit_trainer *t, double elapsed, double ste
     return (vit_budget_plan){.budget = t->o.budget_seconds, .elapsed = elapsed,
                              .steps_per_epoch = t->at.steps_per_epoch,
                              .epoch_step = (long)t->st.epoch_step, .epoch = (int)t->st.epoch,
-                             .epochs = t->cfg.epochs, .cap = t->epochs_cap, .step = step,
+                             .epochs = t->tc.epochs, .cap = t->epochs_cap, .step = step,
                              .scoring = scoring, .final = final};
 }
 
@@ -156,7 +156,7 @@ static int measured_step(vit_trainer *t, const int *idx, int b, int lo, int hi, 
     vit_train_ft_after(t);
     if (rc == VIT_OK && t->avg)
         rc = vit_ema_update(vit_model_params(t->avg), vit_model_params(t->m),
-                            vit_model_param_count(t->m), t->cfg.ema, t->st.step + 1);
+                            vit_model_param_count(t->m), t->tc.ema, t->st.step + 1);
     return rc;
 }
 
@@ -204,8 +204,8 @@ static int timed_passes(vit_trainer *t, const vit_dataset *part, int tta, int n,
  * mean. */
 static int measure_costs(vit_trainer *t)
 {
-    const vit_config *c = &t->cfg;
-    int b = c->batch < t->train.count ? c->batch : t->train.count, lo, hi, rc = VIT_OK;
+    const vit_train_config *tc = &t->tc;
+    int b = tc->batch < t->train.count ? tc->batch : t->train.count, lo, hi, rc = VIT_OK;
     int *idx = malloc((size_t)b * sizeof *idx);
     if (!idx)
         return vit_fail(VIT_ENOMEM, "vit_train_run: out of memory");
@@ -237,7 +237,7 @@ static int measure_costs(vit_trainer *t)
     int all = vit_dist_agree(rc);
     if (all)
         return rc ? rc : vit_fail(all, "the budget's measurement failed on another rank");
-    cost[0] = (k == 1 ? t1 - t0 : (now_seconds() - t1) / (k - 1)) * c->batch / b;
+    cost[0] = (k == 1 ? t1 - t0 : (now_seconds() - t1) / (k - 1)) * tc->batch / b;
     /* Samples in proportion to a short budget (4 images a second of it,
      * 16 .. 256), so that measuring stays a small part of it. */
     int most = (int)(4 * t->o.budget_seconds);
@@ -249,7 +249,7 @@ static int measure_costs(vit_trainer *t)
     double until = now_seconds() + 0.05 * t->o.budget_seconds, once[2], views[2] = {0, 0};
     rc = timed_passes(t, &part, VIT_TTA_NONE, 4, 2, until, once);
     cost[1] = 0.5 * (once[0] + once[1]);
-    int tta = t->cfg.tta == VIT_TTA_AUTO ? vit_train_auto_tta(&t->cfg) : t->cfg.tta;
+    int tta = t->tc.tta == VIT_TTA_AUTO ? vit_train_auto_tta(&t->tc) : t->tc.tta;
     part.count = part.count < most / 4 ? part.count : most / 4;
     if (rc == VIT_OK && tta != VIT_TTA_NONE)
         rc = timed_passes(t, &part, tta, 3, 1, until, views);
@@ -277,7 +277,7 @@ static int measure_costs(vit_trainer *t)
  * budget. */
 static void set_plan(vit_trainer *t, vit_budget_plan *p, int epochs, double tta, double ips)
 {
-    t->cfg.epochs = epochs;
+    t->tc.epochs = epochs;
     vit_train_layout(t);
     double end;
     /* The library's codes are the public ones (train.h). */
@@ -292,14 +292,14 @@ static void set_plan(vit_trainer *t, vit_budget_plan *p, int epochs, double tta,
 
 int vit_train_plan_budget(vit_trainer *t)
 {
-    t->epochs_cap = t->cfg.epochs;
+    t->epochs_cap = t->tc.epochs;
     int rc = measure_costs(t);
     if (rc)
         return rc;
     double el = now_seconds() - t->t0, step = t->at.step_seconds;
     double tta = t->final_margin * final_tta_scoring(t);
     vit_budget_plan p = position(t, el, step, epoch_scoring(t), final_once(t) + tta);
-    set_plan(t, &p, vit_budget_fit(&p, VIT_BUDGET_AIM_FIRST), tta, t->cfg.batch / step);
+    set_plan(t, &p, vit_budget_fit(&p, VIT_BUDGET_AIM_FIRST), tta, t->tc.batch / step);
     t->pace_t = now_seconds();
     t->pace_step = t->st.step;
     return VIT_OK;
@@ -354,16 +354,16 @@ int vit_train_hold_budget(vit_trainer *t)
     vit_budget_plan p = position(t, x[0], step, 0, final_once(t) * slow * margin + tta);
     p.spread = vit_budget_pace_spread(&t->pace);
     int want = vit_budget_replan(&p, t->pace.windows - 1);
-    if (want == t->cfg.epochs)
+    if (want == t->tc.epochs)
         return VIT_OK; /* kept; or at its least already: the final scoring gives way */
     t->at.replans++;
-    set_plan(t, &p, want, tta, t->cfg.batch / step);
+    set_plan(t, &p, want, tta, t->tc.batch / step);
     return VIT_OK;
 }
 
 int vit_train_final_tta_fits(const vit_trainer *t)
 {
-    if (t->o.budget_seconds <= 0 || t->cfg.tta == VIT_TTA_NONE)
+    if (t->o.budget_seconds <= 0 || t->tc.tta == VIT_TTA_NONE)
         return 1;
     double x = 0;
     if (vit_dist_rank() == 0) { /* rank 0's clock decides for every rank */

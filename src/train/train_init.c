@@ -104,7 +104,7 @@ int vit_train_init_source(vit_trainer *t)
     } else if (kind == 1) {
         rc = vit_safetensors_load(o->init_from, &t->init_src);
     } else {
-        rc = vit_run_load(o->init_from, &t->init_src, NULL, NULL);
+        rc = vit_run_load(o->init_from, &t->init_src, NULL, NULL, NULL);
     }
     if (rc)
         return rc;
@@ -165,7 +165,7 @@ int vit_train_init_model(vit_trainer *t)
     }
     vit_adapt_opts ao = {.keep_head = o->keep_head};
     char note[300];
-    vit_rng_seed(&t->st.rng, t->cfg.seed);
+    vit_rng_seed(&t->st.rng, t->tc.seed);
     if ((rc = vit_model_adapt(src, &t->cfg, &ao, &t->st.rng, &t->m, note, sizeof note))) {
         char why[400];
         snprintf(why, sizeof why, "%s", vit_last_error());

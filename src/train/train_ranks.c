@@ -24,13 +24,14 @@ void vit_train_share(int n, int *lo, int *hi)
 int vit_train_gather_batch(vit_trainer *t, const int *idx, int b, int lo, int hi)
 {
     const vit_config *c = &t->cfg;
-    vit_augment g = {.shift = c->shift > c->crop_pad ? c->shift : c->crop_pad,
-                     .rotate = c->rotate, .scale = c->scale, .flip = c->flip, .erase = c->erase,
-                     .mixup = c->mixup, .cutmix = c->cutmix, .mix_prob = c->mix_prob,
-                     .smoothing = c->smoothing, .classes = c->classes,
-                     .brightness = c->brightness, .contrast = c->contrast,
-                     .saturation = c->saturation, .hue = c->hue, .grayscale = c->grayscale,
-                     .channel_perm = c->channel_perm, .invert = c->invert};
+    const vit_train_config *tc = &t->tc;
+    vit_augment g = {.shift = tc->shift > tc->crop_pad ? tc->shift : tc->crop_pad,
+                     .rotate = tc->rotate, .scale = tc->scale, .flip = tc->flip, .erase = tc->erase,
+                     .mixup = tc->mixup, .cutmix = tc->cutmix, .mix_prob = tc->mix_prob,
+                     .smoothing = tc->smoothing, .classes = c->classes,
+                     .brightness = tc->brightness, .contrast = tc->contrast,
+                     .saturation = tc->saturation, .hue = tc->hue, .grayscale = tc->grayscale,
+                     .channel_perm = tc->channel_perm, .invert = tc->invert};
     int rc = vit_augment_batch(&g, &t->train, idx, b, lo, hi, t->aug, &t->st.rng, t->images,
                                t->labels, t->targets, &t->mixed, NULL);
     /* Row j (block j / 2, branch j % 2) is drawn for all b items, then its
@@ -38,8 +39,8 @@ int vit_train_gather_batch(vit_trainer *t, const int *idx, int b, int lo, int hi
      * (each move goes to lower addresses than the rows still to draw). */
     const int L = vit_model_info(t->m)->drop_layers; /* the ViT's depth */
     for (int j = 0; rc == VIT_OK && t->drop && j < 2 * L; j++) {
-        vit_real *row = t->drop + (size_t)j * c->batch;
-        rc = vit_drop_path_scales(row, b, c->drop_path * (j / 2 + 1) / L, &t->st.rng);
+        vit_real *row = t->drop + (size_t)j * tc->batch;
+        rc = vit_drop_path_scales(row, b, tc->drop_path * (j / 2 + 1) / L, &t->st.rng);
         memmove(t->drop + (size_t)j * (hi - lo), row + lo, (size_t)(hi - lo) * sizeof *row);
     }
     return rc;
@@ -48,19 +49,20 @@ int vit_train_gather_batch(vit_trainer *t, const int *idx, int b, int lo, int hi
 int vit_train_augment_buffers(vit_trainer *t)
 {
     const vit_config *c = &t->cfg;
-    int rc = vit_augment_scratch_new(&t->aug, c->batch, c->image_height, c->image_width,
+    const vit_train_config *tc = &t->tc;
+    int rc = vit_augment_scratch_new(&t->aug, tc->batch, c->image_height, c->image_width,
                                      c->channels);
     if (rc)
         return rc;
-    if (c->mixup > 0 || c->cutmix > 0)
-        t->targets = malloc((size_t)c->batch * c->classes * sizeof *t->targets);
+    if (tc->mixup > 0 || tc->cutmix > 0)
+        t->targets = malloc((size_t)tc->batch * c->classes * sizeof *t->targets);
     const int L = vit_model_info(t->m)->drop_layers;
-    if (c->drop_path > 0 && L < 1)
+    if (tc->drop_path > 0 && L < 1)
         return vit_fail(VIT_EINVAL, "drop_path: architecture %s has no residual stages to drop "
                         "(set drop_path = 0)", vit_model_arch(t->m)->name);
-    if (c->drop_path > 0)
-        t->drop = malloc((size_t)2 * L * c->batch * sizeof *t->drop);
-    if (((c->mixup > 0 || c->cutmix > 0) && !t->targets) || (c->drop_path > 0 && !t->drop))
+    if (tc->drop_path > 0)
+        t->drop = malloc((size_t)2 * L * tc->batch * sizeof *t->drop);
+    if (((tc->mixup > 0 || tc->cutmix > 0) && !t->targets) || (tc->drop_path > 0 && !t->drop))
         return vit_fail(VIT_ENOMEM, "vit_train_run: out of memory");
     if (vit_dist_size() > 1 && !(t->sum = vit_dist_buckets_new(vit_model_grads(t->m),
                                                                 vit_model_param_count(t->m), 0)))
@@ -80,7 +82,6 @@ unsigned long long vit_train_params_hash(vit_model *m)
 
 int vit_train_local_step(vit_trainer *r, int bl, double red[2])
 {
-    const vit_config *c = &r->cfg;
     if (bl == 0) {
         vit_model_zero_grads(r->m);
         return VIT_OK; /* a batch smaller than the job: this rank adds nothing */
@@ -90,7 +91,7 @@ int vit_train_local_step(vit_trainer *r, int bl, double red[2])
     vit_train_extras ex = {.targets = r->mixed ? r->targets : NULL, .drop_scale = r->drop,
                            .grads_ready = r->sum ? vit_dist_buckets_ready : NULL,
                            .ready_ctx = r->sum};
-    int rc = vit_model_train_grads_ex(r->m, r->images, r->labels, bl, (vit_real)c->smoothing, &ex,
+    int rc = vit_model_train_grads_ex(r->m, r->images, r->labels, bl, (vit_real)r->tc.smoothing, &ex,
                                       &loss, &correct);
     if (rc == VIT_ENUM) {
         /* Copy the cause first: vit_fail writes the buffer it lives in. */

@@ -36,7 +36,8 @@ static const char *value_text(const char *v, char *buf, size_t cap)
  * (precision is how the steps compute, not what the model is): those are
  * taken into *ck and reported (event VIT_TRAIN_RESUME_CHANGE); any other
  * difference is refused, naming the key and both values. */
-static int resume_changes(vit_trainer *t, vit_config *ck, const vit_config *want, const char *path)
+static int resume_changes(vit_trainer *t, const vit_config *ck, vit_train_config *cktc,
+                          const vit_config *want, const vit_train_config *wtc, const char *path)
 {
     unsigned long long done = t->st.epoch, epoch_step = t->st.epoch_step;
     char a[4096], b[4096];
@@ -45,7 +46,8 @@ static int resume_changes(vit_trainer *t, vit_config *ck, const vit_config *want
         return vit_fail(VIT_EINVAL, "%s: the checkpoint's run has arch = %s, this run asks for %s; "
                         "a resumed run keeps its model", path, vit_config_arch(ck)->name,
                         vit_config_arch(want)->name);
-    if (vit_config_format(ck, a, sizeof a) < 0 || vit_config_format(want, b, sizeof b) < 0)
+    if (vit_config_format(ck, cktc, a, sizeof a) < 0
+        || vit_config_format(want, wtc, b, sizeof b) < 0)
         return VIT_EINVAL;
     for (char *la = a, *lb = b; *la && *lb;) {
         char *ea = strchr(la, '\n'), *eb = strchr(lb, '\n');
@@ -64,20 +66,20 @@ static int resume_changes(vit_trainer *t, vit_config *ck, const vit_config *want
                 return vit_fail(VIT_EINVAL, "%s: the checkpoint's run has %.*s = %s, this run asks "
                                 "for %s; a resumed run keeps its recipe (" VIT_RESUME_MAY_CHANGE
                                 ")", path, (int)klen, la, va, vb);
-            if (is_epochs && (unsigned long long)want->epochs < done + (epoch_step > 0))
+            if (is_epochs && (unsigned long long)wtc->epochs < done + (epoch_step > 0))
                 return vit_fail(VIT_EINVAL, "%s: epochs = %d is fewer than the %llu epochs the "
-                                "checkpoint has %s", path, want->epochs, done + (epoch_step > 0),
+                                "checkpoint has %s", path, wtc->epochs, done + (epoch_step > 0),
                                 epoch_step ? "begun" : "done");
             la[klen] = 0;
             vit_train_event ev = {.kind = VIT_TRAIN_RESUME_CHANGE, .key = la, .old_value = va,
                                   .new_value = vb};
             vit_train_emit(t, &ev);
             if (is_epochs)
-                ck->epochs = want->epochs;
+                cktc->epochs = wtc->epochs;
             else if (is_prec)
-                ck->precision = want->precision;
+                cktc->precision = wtc->precision;
             else
-                ck->ckpt_minutes = want->ckpt_minutes;
+                cktc->ckpt_minutes = wtc->ckpt_minutes;
         }
         la = ea + 1;
         lb = eb + 1;
@@ -181,14 +183,14 @@ static int make_model(vit_trainer *t)
         } else {
             if (!(t->m = vit_model_new(&t->cfg)))
                 return VIT_EINVAL;
-            vit_rng_seed(&t->st.rng, t->cfg.seed);
+            vit_rng_seed(&t->st.rng, t->tc.seed);
             vit_model_init(t->m, &t->st.rng);
         }
-        rc = vit_adamw_init(&t->opt, vit_model_param_count(t->m), t->cfg.beta1, t->cfg.beta2,
-                            t->cfg.eps, t->cfg.weight_decay);
+        rc = vit_adamw_init(&t->opt, vit_model_param_count(t->m), t->tc.beta1, t->tc.beta2,
+                            t->tc.eps, t->tc.weight_decay);
         if (rc)
             return rc;
-        if (t->cfg.ema > 0) { /* step 1 overwrites it; until then the init */
+        if (t->tc.ema > 0) { /* step 1 overwrites it; until then the init */
             if (!(t->avg = vit_model_new(&t->cfg)))
                 return VIT_ENOMEM;
             memcpy(vit_model_params(t->avg), vit_model_params(t->m),
@@ -196,18 +198,17 @@ static int make_model(vit_trainer *t)
         }
         return VIT_OK;
     }
-    if ((rc = vit_run_load(t->o.resume, &t->m, &t->opt, &t->st)))
+    vit_train_config cktc;
+    if ((rc = vit_run_load(t->o.resume, &t->m, &cktc, &t->opt, &t->st)))
         return rc;
     vit_config ck = *vit_model_config(t->m);
-    if ((rc = resume_changes(t, &ck, &t->cfg, t->o.resume)))
-        return rc;
-    if (ck.precision != vit_model_config(t->m)->precision
-        && (rc = vit_model_set_precision(t->m, ck.precision)) < 0)
+    if ((rc = resume_changes(t, &ck, &cktc, &t->cfg, &t->tc, t->o.resume)))
         return rc;
     t->cfg = ck;
+    t->tc = cktc;
     if ((rc = check_data(t)))
         return rc;
-    if (ck.ema > 0) { /* the file's named tensors are the average */
+    if (cktc.ema > 0) { /* the file's named tensors are the average */
         t->avg = t->m;
         if (!(t->m = vit_model_new(vit_model_config(t->avg))))
             return VIT_ENOMEM;
@@ -227,6 +228,10 @@ static int setup_model(vit_trainer *t)
     int rc = make_model(t);
     if (rc)
         return rc;
+    /* How the steps compute: the recipe's, on the model trained. */
+    if ((rc = vit_model_set_precision(t->m, t->tc.precision)) < 0
+        || (rc = vit_model_set_recompute(t->m, t->tc.recompute)))
+        return rc;
     if ((rc = vit_check_data_shape(&t->cfg, &t->train, "training"))
         || (rc = vit_check_data_shape(&t->cfg, t->test, "test")))
         return rc;
@@ -234,14 +239,14 @@ static int setup_model(vit_trainer *t)
     size_t img = (size_t)t->cfg.image_height * t->cfg.image_width * t->cfg.channels;
     int count = t->train.count;
     t->eval_tape = vit_tape_new();
-    t->images = malloc((size_t)t->cfg.batch * img * sizeof *t->images);
-    t->labels = malloc((size_t)t->cfg.batch * sizeof *t->labels);
+    t->images = malloc((size_t)t->tc.batch * img * sizeof *t->images);
+    t->labels = malloc((size_t)t->tc.batch * sizeof *t->labels);
     t->perm = malloc((size_t)count * sizeof *t->perm);
     if (!t->eval_tape || !t->images || !t->labels || !t->perm)
         return vit_fail(VIT_ENOMEM, "vit_train_run: out of memory");
     if ((rc = vit_train_augment_buffers(t)))
         return rc;
-    long spe = (count + t->cfg.batch - 1) / t->cfg.batch;
+    long spe = (count + t->tc.batch - 1) / t->tc.batch;
     if ((rc = check_position(&t->st, count, spe, t->o.resume, t->perm)))
         return rc;
     if (t->st.epoch_step > 0)
@@ -258,6 +263,8 @@ static int setup(vit_trainer *t)
     int rc = vit_train_init_source(t); /* init_from: its architecture into cfg */
     if (rc == VIT_OK)
         rc = vit_config_check(&t->cfg);
+    if (rc == VIT_OK)
+        rc = vit_train_config_check(&t->tc, &t->cfg);
     if (rc)
         return rc;
     snprintf(t->ckpt, sizeof t->ckpt, "%s/last.ckpt", o->out_dir);
@@ -275,7 +282,7 @@ static int setup(vit_trainer *t)
     /* A stop epoch the checkpoint has already passed would train nothing
      * and then spend the final evaluation on an unchanged model: refused
      * before anything is written. */
-    if (rc == VIT_OK && o->stop_after_epochs > 0 && t->st.epoch < (unsigned long long)t->cfg.epochs
+    if (rc == VIT_OK && o->stop_after_epochs > 0 && t->st.epoch < (unsigned long long)t->tc.epochs
         && t->st.epoch >= (unsigned long long)o->stop_after_epochs)
         rc = vit_fail(VIT_EINVAL, "%s: the run has already done %llu epochs, so a stop after "
                       "epoch %d is already reached; nothing to train (stop at a later epoch, "
@@ -294,38 +301,38 @@ static int setup(vit_trainer *t)
     if (rc == VIT_OK && rank == 0 && o->resume)
         vit_run_clock_read(o->resume, t->st.step, &t->prior_seconds);
     /* A resume of a finished run trains nothing: its final.csv stays. */
-    t->complete_at_start = o->resume && t->st.epoch >= (unsigned long long)t->cfg.epochs;
+    t->complete_at_start = o->resume && t->st.epoch >= (unsigned long long)t->tc.epochs;
     if (rc == VIT_OK && rank == 0 && !t->complete_at_start)
         vit_metrics_drop_final(o->out_dir);
     rc = vit_dist_agree(rc);
-    if (rc == VIT_OK && t->cfg.batch < vit_dist_size())
-        rc = vit_fail(VIT_EINVAL, "batch %d is smaller than the %d ranks", t->cfg.batch,
+    if (rc == VIT_OK && t->tc.batch < vit_dist_size())
+        rc = vit_fail(VIT_EINVAL, "batch %d is smaller than the %d ranks", t->tc.batch,
                       vit_dist_size());
     return rc;
 }
 
 void vit_train_layout(vit_trainer *t)
 {
-    const vit_config *c = &t->cfg;
+    const vit_train_config *tc = &t->tc;
     long spe = t->at.steps_per_epoch;
-    long total = (long)t->st.step + (c->epochs - (long)t->st.epoch) * spe - (long)t->st.epoch_step;
+    long total = (long)t->st.step + (tc->epochs - (long)t->st.epoch) * spe - (long)t->st.epoch_step;
     if (t->o.warmup_fraction > 0) /* the run's planned length, as it stands */
-        t->cfg.warmup = t->o.warmup_fraction * c->epochs;
-    long warm = (long)(c->warmup * (double)spe);
+        t->tc.warmup = t->o.warmup_fraction * tc->epochs;
+    long warm = (long)(tc->warmup * (double)spe);
     t->at.total_steps = total;
     t->at.warmup_steps = warm < total / 10 ? warm : total / 10;
-    t->at.epochs = c->epochs;
-    t->at.finished = t->st.epoch >= (unsigned long long)c->epochs
+    t->at.epochs = tc->epochs;
+    t->at.finished = t->st.epoch >= (unsigned long long)tc->epochs
                      || (t->o.stop_after_epochs > 0
                          && t->st.epoch >= (unsigned long long)t->o.stop_after_epochs);
 }
 
-int vit_trainer_new(vit_trainer **out, const vit_config *cfg, const vit_dataset *train,
-                    const vit_dataset *test, const vit_train_opts *o)
+int vit_trainer_new(vit_trainer **out, const vit_config *cfg, const vit_train_config *tc,
+                    const vit_dataset *train, const vit_dataset *test, const vit_train_opts *o)
 {
     if (out)
         *out = NULL;
-    if (!out || !cfg || !train || !test || !o || !o->out_dir)
+    if (!out || !cfg || !tc || !train || !test || !o || !o->out_dir)
         return vit_fail(VIT_EINVAL, "vit_train_run: NULL argument");
     if (!(o->budget_seconds >= 0 && o->budget_seconds < 1e9))
         return vit_fail(VIT_EINVAL, "vit_train_run: budget_seconds %g is not in 0 .. 1e9",
@@ -361,6 +368,7 @@ int vit_trainer_new(vit_trainer **out, const vit_config *cfg, const vit_dataset 
     t->val.images += (size_t)t->train.count * img;
     t->val.labels += t->train.count;
     t->cfg = *cfg;
+    t->tc = *tc;
     t->cfg.image_height = train->height;
     t->cfg.image_width = train->width;
     t->cfg.channels = train->channels;
@@ -370,12 +378,11 @@ int vit_trainer_new(vit_trainer **out, const vit_config *cfg, const vit_dataset 
         vit_trainer_free(t);
         return rc;
     }
-    const vit_config *c = &t->cfg;
-    long spe = (t->train.count + c->batch - 1) / c->batch;
+    long spe = (t->train.count + t->tc.batch - 1) / t->tc.batch;
     t->at = (vit_train_progress){
         .step = t->st.step, .epoch = t->st.epoch, .epoch_step = t->st.epoch_step,
         .start_step = t->st.step, .start_epoch = t->st.epoch, .steps_per_epoch = spe,
-        .batch = c->batch, .train_count = t->train.count, .budget_seconds = o->budget_seconds};
+        .batch = t->tc.batch, .train_count = t->train.count, .budget_seconds = o->budget_seconds};
     t->start_epoch_step = t->st.epoch_step;
     vit_train_layout(t);
     if (o->budget_seconds > 0 && !t->complete_at_start && (rc = vit_train_plan_budget(t))) {

@@ -24,7 +24,8 @@ static inline double now_seconds(void)
 }
 
 struct vit_trainer {
-    vit_config cfg;           /* the run's: a resume's recipe, its changes */
+    vit_config cfg;           /* the network (image and class fields from the data) */
+    vit_train_config tc;      /* the recipe: a resume's, with its changes */
     vit_train_opts o;
     const vit_dataset *train_all; /* the caller's training set */
     vit_dataset train, val;   /* views of it: the validation set is its tail */
@@ -203,9 +204,9 @@ int vit_train_evaluate_timed(vit_trainer *t, const vit_dataset *ds, int tta, vit
 
 /* The test-time augmentation tta = auto tries: shift9, and with the
  * mirror images too for a model trained on them (flip). */
-static inline int vit_train_auto_tta(const vit_config *c)
+static inline int vit_train_auto_tta(const vit_train_config *tc)
 {
-    return c->flip ? VIT_TTA_SHIFT9_FLIP : VIT_TTA_SHIFT9;
+    return tc->flip ? VIT_TTA_SHIFT9_FLIP : VIT_TTA_SHIFT9;
 }
 
 #endif

@@ -139,7 +139,8 @@ static void load_run(const char *path, size_t size)
     vit_adamw opt;
     vit_run_state st;
     memset(&opt, 0, sizeof opt);
-    int rc = vit_run_load(path, &m, &opt, &st);
+    vit_train_config tc;
+    int rc = vit_run_load(path, &m, &tc, &opt, &st);
     if (rc != VIT_OK) {
         FUZZ_CHECK_FAILURE(rc);
         FUZZ_CHECK(m == NULL);

@@ -19,33 +19,37 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char path[512], a[FORMAT_CAP], b[FORMAT_CAP];
     vit_config cfg, again, from_file;
+    vit_train_config tc, tc_again, tc_file;
     char *text = malloc(size + 1);
     FUZZ_CHECK(text != NULL);
     memcpy(text, data, size);
     text[size] = '\0';
 
     vit_config_default(&cfg);
-    int rc = vit_config_parse(&cfg, text, "fuzz.cfg");
+    vit_train_config_default(&tc);
+    int rc = vit_config_parse(&cfg, &tc, text, "fuzz.cfg");
     if (rc != VIT_OK)
         FUZZ_CHECK_FAILURE(rc);
 
     fuzz_write_file(fuzz_path(path, sizeof path, "fuzz.cfg"), data, size);
     vit_config_default(&from_file);
-    int rc_file = vit_config_load(&from_file, path);
+    vit_train_config_default(&tc_file);
+    int rc_file = vit_config_load(&from_file, &tc_file, path);
     if (rc_file != VIT_OK)
         FUZZ_CHECK_FAILURE(rc_file);
     if (memchr(data, 0, size) == NULL && size < 16383)
         FUZZ_CHECK((rc == VIT_OK) == (rc_file == VIT_OK));
 
     if (rc == VIT_OK) {
-        int n = vit_config_format(&cfg, a, sizeof a);
+        int n = vit_config_format(&cfg, &tc, a, sizeof a);
         FUZZ_CHECK(n > 0 && (size_t)n < sizeof a);
         vit_config_default(&again);
-        FUZZ_CHECK(vit_config_parse(&again, a, "formatted") == VIT_OK);
-        FUZZ_CHECK(vit_config_format(&again, b, sizeof b) == n);
+        vit_train_config_default(&tc_again);
+        FUZZ_CHECK(vit_config_parse(&again, &tc_again, a, "formatted") == VIT_OK);
+        FUZZ_CHECK(vit_config_format(&again, &tc_again, b, sizeof b) == n);
         FUZZ_CHECK(strcmp(a, b) == 0);
         if (rc_file == VIT_OK) {
-            FUZZ_CHECK(vit_config_format(&from_file, b, sizeof b) == n);
+            FUZZ_CHECK(vit_config_format(&from_file, &tc_file, b, sizeof b) == n);
             FUZZ_CHECK(strcmp(a, b) == 0);
         }
         int ok = vit_config_check(&cfg) == VIT_OK;
