@@ -436,16 +436,34 @@ static int big(const int *s)
     return (double)s[0] * s[1] * s[2] > 2e6;
 }
 
-/* Every shape and variant within the bounds, on the path _i names
- * (skipped where it cannot run), through a packed operand and through
- * vit_gemm_bf16, which give the same bits. */
+/* How many calls of vit_gemm_shapes' bf16 products ran on path. */
+static unsigned long long bf16_calls_on(vit_gemm_path path)
+{
+    vit_gemm_shape sh[64];
+    size_t n = vit_gemm_shapes(sh, 64);
+    unsigned long long calls = 0;
+    for (size_t i = 0; i < n && i < 64; i++)
+        if (sh[i].bf16 && sh[i].path == path)
+            calls += sh[i].calls;
+    return calls;
+}
+
+/* Every shape and variant within the bounds, on the path _i names (0:
+ * libxsmm, 1: the fallback, 2: oneDNN, VIT_GEMM=dnnl; skipped where it
+ * cannot run), through a packed operand and through vit_gemm_bf16, which
+ * give the same bits. */
 START_TEST(gemm_within_bound)
 {
-    vit_bf16_path path = _i == 0 ? VIT_BF16_XSMM : VIT_BF16_FALLBACK;
+    vit_bf16_path path = _i == 1 ? VIT_BF16_FALLBACK : VIT_BF16_XSMM;
+    if (_i == 2 && !vit_gemm_have_dnnl()) {
+        printf("bf16 GEMM, dnnl path: not tested (vit_gemm_have_dnnl is 0 here)\n");
+        return;
+    }
     if (vit_bf16_set_path(path) != VIT_OK) {
         ck_assert_int_eq(path, VIT_BF16_XSMM);
         return;
     }
+    ck_assert_int_eq(vit_gemm_set_path(_i == 2 ? VIT_GEMM_DNNL : VIT_GEMM_AUTO), VIT_OK);
     ck_assert_int_eq(vit_bf16_get_path(), path);
     double worst = 0;
     for (int s = 0; s < NSHAPES; s++)
@@ -463,7 +481,38 @@ START_TEST(gemm_within_bound)
             case_free(&g);
         }
     printf("bf16 GEMM, %s path: largest error %.3f of the float32-summation bound\n",
-           vit_bf16_path_name(path), worst);
+           _i == 2 ? "dnnl" : vit_bf16_path_name(path), worst);
+    /* every product ran where asked (none fell back to libxsmm) */
+    if (_i == 2)
+        ck_assert_uint_eq(bf16_calls_on(VIT_GEMM_XSMM), 0);
+    if (path == VIT_BF16_XSMM)
+        ck_assert_uint_gt(bf16_calls_on(_i == 2 ? VIT_GEMM_DNNL : VIT_GEMM_XSMM), 0);
+    ck_assert_int_eq(vit_gemm_set_path(VIT_GEMM_AUTO), VIT_OK);
+    ck_assert_int_eq(vit_bf16_set_path(VIT_BF16_AUTO), VIT_OK);
+}
+END_TEST
+
+/* The automatic policy sends a wide product with a large operand (N >=
+ * 1024, 2 MB of op(B)) to oneDNN and the layer shapes of the benchmark
+ * models to libxsmm, and oneDNN's result is within the bounds. */
+START_TEST(auto_policy_per_shape)
+{
+    if (!vit_gemm_have_dnnl() || vit_bf16_set_path(VIT_BF16_XSMM) != VIT_OK) {
+        printf("bf16 GEMM policy: not tested (no oneDNN or libxsmm bf16 path here)\n");
+        return;
+    }
+    ck_assert_int_eq(vit_gemm_set_path(VIT_GEMM_AUTO), VIT_OK); /* also resets the counts */
+    static const int cases[][3] = {{4, 1024, 1024}, {5, 192, 768}};
+    for (int c = 0; c < 2; c++) {
+        gemm_case g;
+        case_init(&g, 0, 0, cases[c][0], cases[c][1], cases[c][2], 1, 0);
+        float *C = run_case(&g, 1);
+        check_bounds(&g, C);
+        ck_assert_uint_eq(bf16_calls_on(VIT_GEMM_DNNL), 1);
+        ck_assert_uint_eq(bf16_calls_on(VIT_GEMM_XSMM), (unsigned long long)c);
+        free(C);
+        case_free(&g);
+    }
     ck_assert_int_eq(vit_bf16_set_path(VIT_BF16_AUTO), VIT_OK);
 }
 END_TEST
@@ -712,7 +761,8 @@ int main(void)
     tcase_add_test(g, path_setting);
     tcase_add_test(g, gemm_errors);
     tcase_add_test(g, packed_reuse_and_exact);
-    tcase_add_loop_test(g, gemm_within_bound, 0, 2);
+    tcase_add_loop_test(g, gemm_within_bound, 0, 3);
+    tcase_add_test(g, auto_policy_per_shape);
     tcase_add_test(g, fallback_agrees_with_xsmm);
     tcase_add_loop_test(g, operands_round_exactly, 0, 2);
 #else

@@ -425,7 +425,13 @@ START_TEST(policy_switch)
     ck_assert_int_eq(vit_gemm_set_path(VIT_GEMM_BLAS), VIT_OK);
     ck_assert_int_eq(vit_gemm_get_path(), VIT_GEMM_BLAS);
     ck_assert_str_eq(vit_gemm_path_name(VIT_GEMM_XSMM), "xsmm");
+    ck_assert_str_eq(vit_gemm_path_name(VIT_GEMM_DNNL), "dnnl");
     ck_assert_str_eq(vit_gemm_path_name((vit_gemm_path)9), "?");
+    if (!vit_gemm_have_dnnl()) {
+        ck_assert_int_eq(vit_gemm_set_path(VIT_GEMM_DNNL), VIT_EINVAL);
+        ck_assert_ptr_nonnull(strstr(vit_last_error(), "oneDNN path cannot run"));
+        ck_assert_int_eq(vit_gemm_get_path(), VIT_GEMM_BLAS);
+    }
     if (!vit_gemm_have_xsmm()) {
         /* refused, and the policy in force is unchanged */
         ck_assert_int_eq(vit_gemm_set_path(VIT_GEMM_XSMM), VIT_EINVAL);
@@ -443,6 +449,7 @@ START_TEST(policy_switch)
     ck_assert_int_eq(sh[0].K, 8);
     ck_assert_int_eq(sh[0].beta, 0);
     ck_assert_int_eq(sh[0].path, VIT_GEMM_BLAS);
+    ck_assert_int_eq(sh[0].bf16, 0);
     ck_assert_uint_eq(sh[0].calls, 3);
     ck_assert(sh[0].seconds == 0); /* timing was off */
     vit_gemm_set_timing(1);

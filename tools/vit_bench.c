@@ -166,7 +166,7 @@ static double gemm_gflops(const options *o)
 
 /* ---- Where the GEMMs went --------------------------------------------- */
 
-static char profile_text[8192];
+static char profile_text[16384];
 
 /* Summarises the GEMM shapes of the profiling pass (steps steps in t
  * seconds): how many shapes and
@@ -180,11 +180,12 @@ static void gemm_profile(const options *o, int steps, double t)
     size_t n = vit_gemm_shapes(sh, CAP), len = 0;
     if (n > CAP)
         n = CAP;
+    /* by path: BLAS, libxsmm, oneDNN */
     double sec[3] = {0}, flop[3] = {0};
     unsigned long long calls[3] = {0};
     int shapes[3] = {0};
     for (size_t i = 0; i < n; i++) {
-        int p = sh[i].path == VIT_GEMM_XSMM ? 2 : 1;
+        int p = sh[i].path == VIT_GEMM_XSMM ? 1 : sh[i].path == VIT_GEMM_DNNL ? 2 : 0;
         sec[p] += sh[i].seconds;
         flop[p] += 2.0 * sh[i].M * (double)sh[i].N * sh[i].K * (double)sh[i].calls;
         calls[p] += sh[i].calls;
@@ -192,18 +193,21 @@ static void gemm_profile(const options *o, int steps, double t)
     }
     double thread_time = t * o->threads;
     len += (size_t)snprintf(profile_text + len, sizeof profile_text - len,
-        "  GEMM (policy %s): %d shapes/%llu calls per step on BLAS, %d/%llu on libxsmm; "
-        "%.0f%% of the thread time (BLAS %.0f%% at %.0f GFLOP/s, libxsmm %.0f%% at %.0f)\n",
-        vit_gemm_path_name(vit_gemm_get_path()), shapes[1], calls[1] / (unsigned)steps,
-        shapes[2], calls[2] / (unsigned)steps, 100 * (sec[1] + sec[2]) / thread_time,
-        100 * sec[1] / thread_time, sec[1] > 0 ? flop[1] / sec[1] * 1e-9 : 0,
-        100 * sec[2] / thread_time, sec[2] > 0 ? flop[2] / sec[2] * 1e-9 : 0);
+        "  GEMM (policy %s): %d shapes/%llu calls per step on BLAS, %d/%llu on libxsmm, "
+        "%d/%llu on oneDNN; %.0f%% of the thread time (BLAS %.0f%% at %.0f GFLOP/s, "
+        "libxsmm %.0f%% at %.0f, oneDNN %.0f%% at %.0f)\n",
+        vit_gemm_path_name(vit_gemm_get_path()), shapes[0], calls[0] / (unsigned)steps,
+        shapes[1], calls[1] / (unsigned)steps, shapes[2], calls[2] / (unsigned)steps,
+        100 * (sec[0] + sec[1] + sec[2]) / thread_time, 100 * sec[0] / thread_time,
+        sec[0] > 0 ? flop[0] / sec[0] * 1e-9 : 0, 100 * sec[1] / thread_time,
+        sec[1] > 0 ? flop[1] / sec[1] * 1e-9 : 0, 100 * sec[2] / thread_time,
+        sec[2] > 0 ? flop[2] / sec[2] * 1e-9 : 0);
     for (size_t i = 0; o->list_shapes && i < n && len < sizeof profile_text; i++)
         len += (size_t)snprintf(profile_text + len, sizeof profile_text - len,
-            "    %5d x %4d x %4d %c%c alpha%s beta %2d  %-4s %5llu calls/step %6.1f GFLOP/s\n",
+            "    %5d x %4d x %4d %c%c %s alpha%s beta %2d  %-4s %5llu calls/step %6.1f GFLOP/s\n",
             sh[i].M, sh[i].N, sh[i].K, sh[i].trans_a ? 'T' : 'N', sh[i].trans_b ? 'T' : 'N',
-            sh[i].alpha_one ? "=1" : "!=1", sh[i].beta, vit_gemm_path_name(sh[i].path),
-            sh[i].calls / (unsigned)steps,
+            sh[i].bf16 ? "bf16" : "fp32", sh[i].alpha_one ? "=1" : "!=1", sh[i].beta,
+            vit_gemm_path_name(sh[i].path), sh[i].calls / (unsigned)steps,
             sh[i].seconds > 0 ? 2.0 * sh[i].M * (double)sh[i].N * sh[i].K * (double)sh[i].calls
                                     / sh[i].seconds * 1e-9 : 0);
 }
@@ -445,7 +449,8 @@ static int usage(FILE *f)
         "  --reps N     timed repetitions; the median is reported (default 5)\n"
         "  --quick      fewer steps and repetitions, smaller GEMM\n"
         "  --recompute  train with recompute = 1: each block recomputed in the backward\n"
-        "  --shapes     list every GEMM shape of a step, its path (blas or xsmm) and rate\n"
+        "  --shapes     list every GEMM shape of a step, its precision, path (blas, xsmm\n"
+        "               or dnnl) and rate\n"
         "  --precision P  the steps' matrix products: fp32 (default), bf16 (bfloat16\n"
         "               inputs, float32 sums; fp32 where the CPU cannot) or auto\n"
         "  VIT_GEMM=auto|blas|xsmm in the environment picks the GEMM path (see vit/gemm.h)\n");
@@ -547,9 +552,10 @@ int main(int argc, char **argv)
 #else
     const char *core = "?";
 #endif
-    printf("GEMM path %s (libxsmm %s), OpenBLAS kernels %s\n",
+    printf("GEMM path %s (libxsmm %s, oneDNN for bf16 %s), OpenBLAS kernels %s\n",
            vit_gemm_path_name(vit_gemm_get_path()),
-           vit_gemm_have_xsmm() ? "built in" : "not built in", core ? core : "?");
+           vit_gemm_have_xsmm() ? "built in" : "not built in",
+           vit_gemm_have_dnnl() ? "usable" : "not usable", core ? core : "?");
     if (o.precision != VIT_PRECISION_FP32) {
         char why[200];
         o.precision = vit_precision_resolve(o.precision, why, sizeof why);

@@ -32,17 +32,27 @@ VIT_BEGIN_DECLS
 typedef enum vit_gemm_path {
     VIT_GEMM_AUTO = 0, /* the per-shape rule (the default) */
     VIT_GEMM_BLAS = 1, /* OpenBLAS (cblas_sgemm / cblas_dgemm) */
-    VIT_GEMM_XSMM = 2  /* libxsmm wherever it has a kernel for the shape;
+    VIT_GEMM_XSMM = 2, /* libxsmm wherever it has a kernel for the shape;
                           BLAS for the rest (a beta other than 0 or 1) */
+    VIT_GEMM_DNNL = 3  /* the bf16 products (vit/bf16.h's XSMM path) through
+                          oneDNN wherever it has a kernel for the shape, not
+                          only where the rule sends them; the float32
+                          products as VIT_GEMM_AUTO */
 } vit_gemm_path;
 
 /* 1 if this library can run GEMMs through libxsmm (float32, built with it),
  * else 0.  Cannot fail; thread-safe. */
 int vit_gemm_have_xsmm(void);
 
+/* 1 if this library can run its bf16 products through oneDNN (float32,
+ * built with libxsmm and oneDNN, and oneDNN finds AVX-512 BF16 or AMX on
+ * this CPU), else 0.  The first call starts oneDNN.  Thread-safe. */
+int vit_gemm_have_dnnl(void);
+
 /* Sets the policy for every later GEMM of the process: VIT_GEMM_AUTO,
- * VIT_GEMM_BLAS or VIT_GEMM_XSMM.  Asking for VIT_GEMM_XSMM in a library
- * without libxsmm is VIT_EINVAL (nothing changed), as is an unknown value.
+ * VIT_GEMM_BLAS, VIT_GEMM_XSMM or VIT_GEMM_DNNL.  Asking for VIT_GEMM_XSMM
+ * in a library without libxsmm, or VIT_GEMM_DNNL where vit_gemm_have_dnnl
+ * is 0, is VIT_EINVAL (nothing changed), as is an unknown value.
  * Also resets the statistics below (the shapes seen so far were decided by
  * the old policy).  NOT thread-safe: call it while no kernel runs. */
 int vit_gemm_set_path(vit_gemm_path path);
@@ -52,7 +62,8 @@ int vit_gemm_set_path(vit_gemm_path path);
 vit_gemm_path vit_gemm_get_path(void);
 
 /* Whether the environment's VIT_GEMM is one this library takes (unset,
- * empty, "auto", "blas", or "xsmm" in a library with libxsmm): VIT_OK, or
+ * empty, "auto", "blas", "xsmm" in a library with libxsmm, or "dnnl" where
+ * vit_gemm_have_dnnl is 1): VIT_OK, or
  * VIT_EINVAL with a message naming the value and what is accepted, e.g.
  * "VIT_GEMM=fast: expected auto, blas or xsmm".  A value it does not take
  * leaves the policy at VIT_GEMM_AUTO; the library prints nothing, so a
@@ -61,20 +72,24 @@ vit_gemm_path vit_gemm_get_path(void);
  * first GEMM does); thread-safe. */
 int vit_gemm_env_check(void);
 
-/* "auto", "blas" or "xsmm"; "?" for another value.  A static string. */
+/* "auto", "blas", "xsmm" or "dnnl"; "?" for another value.  A static
+ * string. */
 const char *vit_gemm_path_name(vit_gemm_path path);
 
 /* One shape the GEMM layer has seen since the last reset: row-major
- * C[M, N] = alpha op(A)[M, K] op(B)[K, N] + beta C. */
+ * C[M, N] = alpha op(A)[M, K] op(B)[K, N] + beta C.  The bf16 products of
+ * vit/bf16.h's XSMM path are counted too (bf16 = 1), once for each block of
+ * rows one thread computes (M is the block's rows). */
 typedef struct vit_gemm_shape {
     int trans_a, trans_b; /* 1 where op() transposes */
     int M, N, K;
     int alpha_one;        /* 1 if alpha was 1 */
     int beta;             /* 0, 1, or -1 for another value */
-    vit_gemm_path path;   /* VIT_GEMM_BLAS or VIT_GEMM_XSMM: where it ran */
+    vit_gemm_path path;   /* VIT_GEMM_BLAS, _XSMM or _DNNL: where it ran */
     unsigned long long calls;
     double seconds;       /* time inside these calls, summed over threads,
                              while vit_gemm_set_timing was on; else 0 */
+    int bf16;             /* 1: bf16 inputs, float32 sums (vit/bf16.h) */
 } vit_gemm_shape;
 
 /* Copies up to cap of the shapes seen since the last reset, in the order

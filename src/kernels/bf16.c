@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "blas.h"
+#include "dnnl.h"
 #include "error.h"
 #include "mixed.h"
 #include "threads.h"
@@ -322,6 +323,9 @@ struct vit_bf16_packed {
     vit_bf16_path path;  /* VIT_BF16_AUTO while empty */
     void *data;          /* XSMM: vit_bf16 [Kp/2][N][2]; FALLBACK: float [K][N] */
     size_t cap;          /* bytes of data */
+    vit_bf16 *plain;     /* XSMM with oneDNN: the same values as [Kp][N] (oneDNN's
+                            layout), else NULL */
+    size_t plain_cap;    /* bytes of plain */
 };
 
 vit_bf16_path vit_bf16_packed_shape(const vit_bf16_packed *p, int *K, int *N)
@@ -338,6 +342,7 @@ void vit_bf16_packed_free(vit_bf16_packed *p)
     if (!p)
         return;
     free(p->data);
+    free(p->plain);
     free(p);
 }
 
@@ -428,6 +433,50 @@ static void pack_fallback(float *dst, int trans_b, int K, int N, const float *B,
 static vit_bf16 *pack_tmp(size_t n);
 #endif
 
+/* Whether the automatic policy sends a rows x N x Kp product to oneDNN.
+ * libxsmm's kernels block over neither N nor (beyond bf16_k_chunk's
+ * pieces) the rows, so an operand of N >= 1024 columns beyond the 1 MB L2
+ * streams from memory; oneDNN's brgemm kernels block for the cache.
+ * Measured one thread, one product at a time, op(A) converted from float
+ * on both paths, best of 30 alternating bursts (AMD EPYC Zen 4, 2026-12-06,
+ * the machine shared, load 8-10): oneDNN ahead at 2048^3 (1.41x), 2048 x
+ * 1536 x 1536 (1.25x), 1024 x 3072 x 768 (1.08x), 1024^3 (1.07-1.31x),
+ * 256 x 2048 x 2048 (1.43x); libxsmm ahead or level on every shape of the
+ * three vit_bench models (2080 x 576 x 192: 0.92x, 2080 x 192 x 768: 0.99x,
+ * 192 x 768 x 2080 transposed: 0.95x, 64 x 544 x 64: 0.87x, 32 x 68 x 64:
+ * 0.50x, where oneDNN's fixed cost per call shows) and on narrow operands
+ * however deep (1024 x 768 x 3072: 0.75x).  So oneDNN takes N >= 1024 with
+ * at least 1 Mi values (2 MB) of op(B); the benchmark models' steps stay on
+ * libxsmm. */
+static int dnnl_wins(int rows, int N, int Kp)
+{
+    (void)rows;
+    return N >= 1024 && (long)Kp * N >= 1L << 20;
+}
+
+/* p->plain [Kp][N] from p's VNNI data (just written): 1, or 0 without memory. */
+static int plain_from_vnni(vit_bf16_packed *p, int Kp, int N)
+{
+    size_t bytes = (size_t)Kp * N * sizeof(vit_bf16);
+    if (p->plain_cap < bytes) {
+        free(p->plain);
+        p->plain_cap = 0;
+        if (!(p->plain = aligned_alloc(64, (bytes + 63) / 64 * 64)))
+            return 0;
+        p->plain_cap = bytes;
+    }
+    const vit_bf16 *v = p->data;
+    for (int k = 0; k < Kp; k += 2) {
+        const vit_bf16 *pair = v + (size_t)k * N;
+        vit_bf16 *r0 = p->plain + (size_t)k * N, *r1 = r0 + N;
+        for (int n = 0; n < N; n++) {
+            r0[n] = pair[2 * n];
+            r1[n] = pair[2 * n + 1];
+        }
+    }
+    return 1;
+}
+
 int vit_bf16_pack_b(vit_bf16_packed *p, int trans_b, int K, int N, const float *B, int ldb)
 {
     static const char fn[] = "vit_bf16_pack_b";
@@ -461,6 +510,20 @@ int vit_bf16_pack_b(vit_bf16_packed *p, int trans_b, int K, int N, const float *
             pack_vnni_cols(p->data, tmp, K, Kp, N, B, ldb);
         else
             pack_vnni_rows(p->data, tmp, K, N, B, ldb);
+        /* oneDNN's copy, beside libxsmm's, where a product may take it:
+         * every operand under VIT_GEMM_DNNL, under the automatic policy
+         * those its rule sends to oneDNN (it reads the operand's shape
+         * alone), so the shipped models' packs are as they were. */
+        vit_gemm_path pol = vit_gemm_get_path();
+        if (!vit_dnnl_missing()
+            && (pol == VIT_GEMM_DNNL || (pol == VIT_GEMM_AUTO && dnnl_wins(0, N, Kp)))) {
+            if (!plain_from_vnni(p, Kp, N))
+                return vit_fail(VIT_ENOMEM, "%s: out of memory for a %d x %d operand", fn, K, N);
+        } else {
+            free(p->plain);
+            p->plain = NULL;
+            p->plain_cap = 0;
+        }
     } else {
         pack_fallback(p->data, trans_b, K, N, B, ldb);
     }
@@ -750,6 +813,31 @@ static void unpack_vnni(float *dst, const vit_bf16_packed *B)
                 vit_bf16_to_float(p[(size_t)(k / 2) * 2 * N + 2 * (size_t)n + (k & 1)]);
 }
 
+/* C[rows, N] = (beta 0) or += (beta 1) Ab B: on oneDNN when the policy
+ * sends the product there and B has oneDNN's copy, else (or when oneDNN
+ * has no kernel for it) on libxsmm; counted in vit/gemm.h's statistics.
+ * 0 when neither can, C untouched. */
+static int bf16_product(const gemm_job *j, int rows, const vit_bf16 *Ab, float *C, int ldc,
+                        int beta)
+{
+    const vit_bf16_packed *B = j->B;
+    vit_gemm_path pol = vit_gemm_get_path();
+    unsigned long long t0 = vit_gemm_clock();
+    vit_gemm_path path = VIT_GEMM_XSMM;
+    int ok = 0;
+    if (B->plain
+        && (pol == VIT_GEMM_DNNL || (pol == VIT_GEMM_AUTO && dnnl_wins(rows, B->N, B->Kp)))
+        && vit_dnnl_bf16(rows, B->N, B->Kp, Ab, B->plain, C, ldc, beta)) {
+        path = VIT_GEMM_DNNL;
+        ok = 1;
+    }
+    if (!ok)
+        ok = xsmm_product(B, rows, Ab, C, ldc, beta);
+    if (ok)
+        vit_gemm_note_bf16(j->trans_a, rows, B->N, j->K, beta, path, t0);
+    return ok;
+}
+
 /* Rows r0.. of C on the XSMM path.  Where libxsmm has no kernel the same
  * bf16 values go through the float32 GEMM instead. */
 static int rows_xsmm(scratch *s, const gemm_job *j, int r0, int rows, float *C)
@@ -760,12 +848,12 @@ static int rows_xsmm(scratch *s, const gemm_job *j, int r0, int rows, float *C)
     if (!Ab || !convert_a(s, Ab, Kp, j, r0, rows))
         return 0;
     if (j->alpha == 1 && (j->beta == 0 || j->beta == 1)
-        && xsmm_product(B, rows, Ab, C, j->ldc, j->beta == 1))
+        && bf16_product(j, rows, Ab, C, j->ldc, j->beta == 1))
         return 1;
     float *T = grow((void **)&s->t, &s->t_cap, (size_t)rows * N * sizeof *T);
     if (!T)
         return 0;
-    if (xsmm_product(B, rows, Ab, T, N, 0)) {
+    if (bf16_product(j, rows, Ab, T, N, 0)) {
         combine(C, j->ldc, T, rows, N, j->alpha, j->beta);
         return 1;
     }

@@ -13,6 +13,15 @@ void vit_gemm_rm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int N,
                  vit_real alpha, const vit_real *A, int lda, const vit_real *B, int ldb,
                  vit_real beta, vit_real *C, int ldc);
 
+/* Internal (gemm.c): the statistics of vit/gemm.h for a bf16 product of
+ * vit/bf16.h's XSMM path, one call of one thread's block of rows.
+ * vit_gemm_clock() is the time to pass as t0 (read before the product), 0
+ * while the timing is off. */
+#include "vit/gemm.h"
+unsigned long long vit_gemm_clock(void);
+void vit_gemm_note_bf16(int trans_a, int M, int N, int K, int beta, vit_gemm_path path,
+                        unsigned long long t0);
+
 #define vit_gemm(order, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) \
     vit_gemm_rm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
 

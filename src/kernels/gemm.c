@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "blas.h"
+#include "dnnl.h"
 #include "error.h"
 #include "transpose.h"
 
@@ -48,6 +49,8 @@ static atomic_int policy_set_by_call;
  * which a program calls before its work (every tool does) to refuse it. */
 static const char *env_bad;
 
+static const char *dnnl_missing(void);
+
 static void read_env(void)
 {
     const char *v = getenv("VIT_GEMM");
@@ -59,6 +62,8 @@ static void read_env(void)
         atomic_store(&policy, VIT_GEMM_BLAS);
     else if (strcmp(v, "xsmm") == 0 && USE_XSMM)
         atomic_store(&policy, VIT_GEMM_XSMM);
+    else if (strcmp(v, "dnnl") == 0 && vit_gemm_have_dnnl())
+        atomic_store(&policy, VIT_GEMM_DNNL);
     else
         env_bad = v;
 }
@@ -68,13 +73,29 @@ int vit_gemm_env_check(void)
     pthread_once(&env_once, read_env);
     if (!env_bad)
         return VIT_OK;
+    if (strcmp(env_bad, "dnnl") == 0)
+        return vit_fail(VIT_EINVAL, "VIT_GEMM=dnnl: the oneDNN path cannot run: %s",
+                        dnnl_missing());
     return vit_fail(VIT_EINVAL, "VIT_GEMM=%s: expected %s", env_bad,
-                    USE_XSMM ? "auto, blas or xsmm" : "auto or blas (built without libxsmm)");
+                    USE_XSMM ? (vit_gemm_have_dnnl() ? "auto, blas, xsmm or dnnl"
+                                                     : "auto, blas or xsmm")
+                             : "auto or blas (built without libxsmm)");
 }
 
 int vit_gemm_have_xsmm(void)
 {
     return USE_XSMM;
+}
+
+/* Why the bf16 products cannot go through oneDNN, or NULL. */
+static const char *dnnl_missing(void)
+{
+    return USE_XSMM ? vit_dnnl_missing() : "this library was built without libxsmm";
+}
+
+int vit_gemm_have_dnnl(void)
+{
+    return dnnl_missing() == NULL;
 }
 
 const char *vit_gemm_path_name(vit_gemm_path path)
@@ -83,6 +104,7 @@ const char *vit_gemm_path_name(vit_gemm_path path)
     case VIT_GEMM_AUTO: return "auto";
     case VIT_GEMM_BLAS: return "blas";
     case VIT_GEMM_XSMM: return "xsmm";
+    case VIT_GEMM_DNNL: return "dnnl";
     }
     return "?";
 }
@@ -96,12 +118,16 @@ vit_gemm_path vit_gemm_get_path(void)
 int vit_gemm_set_path(vit_gemm_path path)
 {
     static const char fn[] = "vit_gemm_set_path";
-    if (path != VIT_GEMM_AUTO && path != VIT_GEMM_BLAS && path != VIT_GEMM_XSMM)
-        return vit_fail(VIT_EINVAL, "%s: path must be VIT_GEMM_AUTO, _BLAS or _XSMM, got %d",
-                        fn, (int)path);
+    if (path != VIT_GEMM_AUTO && path != VIT_GEMM_BLAS && path != VIT_GEMM_XSMM
+        && path != VIT_GEMM_DNNL)
+        return vit_fail(VIT_EINVAL,
+                        "%s: path must be VIT_GEMM_AUTO, _BLAS, _XSMM or _DNNL, got %d", fn,
+                        (int)path);
     if (path == VIT_GEMM_XSMM && !USE_XSMM)
         return vit_fail(VIT_EINVAL, "%s: this library was built without libxsmm (%s)", fn,
                         VIT_REAL_NAME);
+    if (path == VIT_GEMM_DNNL && dnnl_missing())
+        return vit_fail(VIT_EINVAL, "%s: the oneDNN path cannot run: %s", fn, dnnl_missing());
     atomic_store(&policy_set_by_call, 1);
     pthread_once(&env_once, read_env);
     atomic_store(&policy, path);
@@ -123,7 +149,7 @@ static int same_shape(const vit_gemm_shape *a, const vit_gemm_shape *b)
 {
     return a->trans_a == b->trans_a && a->trans_b == b->trans_b && a->M == b->M &&
            a->N == b->N && a->K == b->K && a->alpha_one == b->alpha_one && a->beta == b->beta &&
-           a->path == b->path;
+           a->path == b->path && a->bf16 == b->bf16;
 }
 
 /* Index of shape s in the table, added if new; -1 when the table is full. */
@@ -167,6 +193,40 @@ static unsigned long long now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
+unsigned long long vit_gemm_clock(void)
+{
+    return atomic_load_explicit(&timing, memory_order_relaxed) ? now_ns() : 0;
+}
+
+/* bf16 products' statistics entries, per thread, in front of stats_slot's
+ * lock (a direct-mapped table: a step has a few dozen such shapes). */
+typedef struct {
+    unsigned gen;
+    int ta, M, N, K, beta, path, slot;
+} note_entry;
+
+enum { NOTES = 64 };
+static _Thread_local note_entry notes[NOTES];
+
+void vit_gemm_note_bf16(int trans_a, int M, int N, int K, int beta, vit_gemm_path path,
+                        unsigned long long t0)
+{
+    unsigned gen = atomic_load_explicit(&generation, memory_order_relaxed);
+    unsigned h = (((((unsigned)trans_a * 31u + (unsigned)M) * 31u + (unsigned)N) * 31u
+                   + (unsigned)K) * 31u + (unsigned)beta) * 7u + (unsigned)path;
+    note_entry *e = &notes[h % NOTES];
+    if (e->gen != gen || e->ta != trans_a || e->M != M || e->N != N || e->K != K
+        || e->beta != beta || e->path != (int)path) {
+        vit_gemm_shape s = {trans_a, 0, M, N, K, 1, beta, path, 0, 0, 1};
+        *e = (note_entry){gen, trans_a, M, N, K, beta, (int)path, stats_slot(&s)};
+    }
+    if (e->slot < 0)
+        return;
+    atomic_fetch_add_explicit(&stat_calls[e->slot], 1, memory_order_relaxed);
+    if (t0)
+        atomic_fetch_add_explicit(&stat_ns[e->slot], now_ns() - t0, memory_order_relaxed);
 }
 
 void vit_gemm_stats_reset(void)
@@ -381,7 +441,7 @@ static void decide(cache_entry *e)
 #if USE_XSMM
     e->kernel = e->kernel_rest = e->kernel_tail = NULL;
     int want = pol == VIT_GEMM_XSMM
-               || (pol == VIT_GEMM_AUTO
+               || ((pol == VIT_GEMM_AUTO || pol == VIT_GEMM_DNNL)
                    && auto_wants_xsmm(e->N));
     if (want && e->beta >= 0) {
         pthread_once(&xsmm_once, xsmm_setup);
@@ -404,7 +464,7 @@ static void decide(cache_entry *e)
     (void)pol;
 #endif
     vit_gemm_shape s = {e->ta != CblasNoTrans, e->tb != CblasNoTrans, e->M, e->N, e->K,
-                        e->alpha_one, e->beta, e->path, 0, 0};
+                        e->alpha_one, e->beta, e->path, 0, 0, 0};
     e->slot = stats_slot(&s);
 }
 
