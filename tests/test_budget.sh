@@ -153,5 +153,33 @@ check "and the run is scored with it" 'grep -qE "^test accuracy [0-9.]+ \(tta sh
 "$tools/vit_train" --data "$tmp/g28" "${tiny[@]}" --tta shift9 --out "$tmp/t" >"$tmp/t.txt" 2>&1
 check "--flip 1 --tta shift9: kept" '! grep -q "tta shift9flip" "$tmp/t.txt" && grep -qE "^test accuracy [0-9.]+ \(tta shift9; one pass" "$tmp/t.txt"'
 
+# The second stem under a budget: kept from 15 minutes on (measured there on
+# Fashion-MNIST), dropped below.  Only the recipe line is needed: each run
+# is stopped once it has printed it.  Needs the Debian package
+# dataset-fashion-mnist (CI installs it); without it these checks are left out.
+fashion=/usr/share/datasets/fashion-mnist
+# recipe_of BUDGET OUT: the recipe line of a Fashion-MNIST run with BUDGET.
+recipe_of() {
+    "$tools/vit_train" --data "$fashion" --budget "$1" --threads 1 --out "$tmp/$2" \
+        >"$tmp/$2.txt" 2>&1 &
+    local pid=$! i
+    for i in $(seq 600); do
+        grep -q "^recipe" "$tmp/$2.txt" && break
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    grep "^recipe" "$tmp/$2.txt"
+}
+if [ -d "$fashion" ]; then
+    check "Fashion-MNIST, --budget 15m: the recipe keeps stem2 and local_conv" \
+        'recipe_of 15m r15 | grep -q "stem2 32, local_conv 1"'
+    check "Fashion-MNIST, --budget 14m: it does not" \
+        'recipe_of 14m r14 | grep -q "stem 16" && ! grep -q "stem2" "$tmp/r14.txt"'
+else
+    echo "note: $fashion missing, the budget's stem2 rule left unchecked"
+fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
