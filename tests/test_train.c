@@ -1626,7 +1626,7 @@ static int on_budget_event(const vit_train_event *ev, void *user)
 
 /* A budgeted run that falls behind (every step from the second epoch on
  * costs 4 ms more than measured) is shortened: it still ends within its
- * budget (and past 80% of it), after exactly the schedule's steps, whose
+ * budget (and past 60% of it: see below), after exactly the schedule's steps, whose
  * cosine ends there at min_lr. */
 START_TEST(test_budget_holds)
 {
@@ -1655,8 +1655,16 @@ START_TEST(test_budget_holds)
     ck_assert_int_eq(w.plans, at->replans + 1);
     ck_assert_int_ge(w.shortened, 1);
     ck_assert_int_eq(vit_trainer_train_config(t)->epochs, at->epochs);
-    /* A ceiling: never past it, and not far under (the plans aim at 95%). */
-    ck_assert_msg(wall <= budget && wall >= 0.8 * budget, "wall %.2f s for a %.1f s budget", wall,
+    /* A ceiling: never past it, and not far under.  How far under a
+     * real clock lets it end is the planner's answer to the pace it saw:
+     * an epoch here is a tenth of the budget, and when another test
+     * slows a few of them (CI runs two at a time) the settled pace follows
+     * them down and lengthens again only with their spread as margin, so
+     * one epoch less (77% was seen under ASan in CI) is the ceiling
+     * working.  How close the plans come to their aim is checked on
+     * synthetic paces, without a clock, in test_budget_plan; this bound
+     * only catches a planner that gives up most of the budget. */
+    ck_assert_msg(wall <= budget && wall >= 0.6 * budget, "wall %.2f s for a %.1f s budget", wall,
                   budget);
     if (res.out_of_budget) {
         /* A machine that slowed down more than the plans saw (another
