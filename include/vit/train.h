@@ -423,11 +423,11 @@ typedef struct vit_train_opts {
                                 optimizer's update, scoring a few test
                                 images once and with the config's
                                 test-time augmentation, a checkpoint's
-                                writing) and cfg's epochs become the most
+                                writing) and tc's epochs become the most
                                 whose steps, epoch scoring, checkpoints
                                 and final scores (with their measured
                                 margin) end by 95% of it; at least one
-                                more than done, at most cfg's epochs
+                                more than done, at most tc's epochs
                                 (progress.plan_cut says what gives way
                                 when even that does not fit).  After each
                                 epoch the plan is checked against the
@@ -457,7 +457,7 @@ typedef struct vit_train_opts {
                                 the budget, the run ends there, inside its
                                 epoch (result.out_of_budget) */
     double warmup_fraction;  /* > 0: the warm-up lasts this fraction of the
-                                run's epochs (cfg's, or the budget's plan,
+                                run's epochs (tc's, or the budget's plan,
                                 and each new plan's) instead of tc's
                                 warmup, which the checkpoints then record;
                                 0: tc's warmup.  vit_train's recipe uses

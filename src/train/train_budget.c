@@ -270,7 +270,7 @@ static int measure_costs(vit_trainer *t)
     return VIT_OK;
 }
 
-/* The plan as cfg's epochs, the schedule laid out and event PLAN: the
+/* The plan as tc's epochs, the schedule laid out and event PLAN: the
  * least plan (p's fit) when even it passes the budget has the final
  * test-time augmented scoring given way (one pass), or the epoch under way
  * cut too (the run will end inside it); planned_seconds never passes the
