@@ -140,24 +140,15 @@ static void state_restore(vit_trainer *t, saved_state *s)
 }
 
 /* One measured training step as train.c's train_batch takes it, the
- * update included (at learning rate 0; the caller puts the state back). */
+ * update included (vit_train_update, at learning rate 0: the caller puts
+ * the state back). */
 static int measured_step(vit_trainer *t, const int *idx, int b, int lo, int hi, int update)
 {
     double red[2] = {0, 0};
     int rc = vit_train_gather_batch(t, idx, b, lo, hi);
     if (rc == VIT_OK)
         rc = vit_train_local_step(t, hi - lo, red);
-    if (rc || !update)
-        return rc;
-    int ngroups;
-    const vit_param_group *groups = vit_model_groups(t->m, &ngroups);
-    vit_train_ft_before(t);
-    rc = vit_adamw_step(&t->opt, vit_model_params(t->m), vit_model_grads(t->m), groups, ngroups, 0);
-    vit_train_ft_after(t);
-    if (rc == VIT_OK && t->avg)
-        rc = vit_ema_update(vit_model_params(t->avg), vit_model_params(t->m),
-                            vit_model_param_count(t->m), t->tc.ema, t->st.step + 1);
-    return rc;
+    return rc || !update ? rc : vit_train_update(t, 0);
 }
 
 /* Seconds an image of up to n passes scoring part with tta, into x[2]:
