@@ -88,7 +88,7 @@ static int diverged(vit_trainer *t, int rc)
                     t->st.step + 1, t->st.epoch + 1);
 }
 
-int vit_train_update(vit_trainer *t, double lr)
+int vit_train_update(vit_trainer *t, double lr, unsigned long long n)
 {
     int ngroups;
     const vit_param_group *groups = vit_model_groups(t->m, &ngroups);
@@ -100,7 +100,7 @@ int vit_train_update(vit_trainer *t, double lr)
     vit_train_ft_after(t);
     if (t->avg)
         rc = vit_ema_update(vit_model_params(t->avg), vit_model_params(t->m),
-                            vit_model_param_count(t->m), t->tc.ema, t->st.step + 1);
+                            vit_model_param_count(t->m), t->tc.ema, n);
     return rc;
 }
 
@@ -130,7 +130,7 @@ static int train_batch(vit_trainer *t, long s, double *loss)
                         t->st.step + 1, t->st.epoch + 1);
     double lr = vit_lr_at((long)t->st.step, t->at.total_steps, t->at.warmup_steps, tc->lr,
                           tc->min_lr);
-    if ((rc = vit_train_update(t, lr)))
+    if ((rc = vit_train_update(t, lr, t->st.step + 1)))
         return rc;
     t->st.step++;
     t->st.epoch_sums[0] += red[0];

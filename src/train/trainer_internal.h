@@ -93,11 +93,11 @@ void vit_train_emit(vit_trainer *t, vit_train_event *ev);
  * gradient buffer), the one every training step takes and the budget's
  * measurement times: fine-tuning's per-layer lr factors around AdamW at
  * learning rate lr (vit_train_ft_before/after), then the average (ema) as
- * of update t->st.step + 1, this one; the caller advances t->st.step.
- * AdamW's refusal (a gradient not finite or overflowing when squared) is
- * the run's divergence: VIT_ENUM naming the step, the factors not applied,
- * no average taken. */
-int vit_train_update(vit_trainer *t, double lr);
+ * of update number n (a step passes t->st.step + 1, its own; the caller
+ * advances t->st.step).  AdamW's refusal (a gradient not finite or
+ * overflowing when squared) is the run's divergence: VIT_ENUM naming the
+ * step, the factors not applied, no average taken. */
+int vit_train_update(vit_trainer *t, double lr, unsigned long long n);
 
 /* ---- train_init.c: a run started from trained weights (opts.init_from) */
 
