@@ -14,7 +14,9 @@
 #     for a few steps and checks its loss falls), built from the installed
 #     vit.pc alone - proof that the public headers suffice to write one;
 #     then one program of two files, float32 and float64 (<vit/f64.h>),
-#     linked with vit.pc and vit-f64.pc together, computing in both;
+#     linked with vit.pc and vit-f64.pc together, computing in both; and a
+#     float64 program linked to libvit-f64.a by vit-f64.pc's --static flags,
+#     which (like libvit-f64.so) name no libxsmm, oneDNN or libgomp;
 #  4. `pkg-config --cflags` of the installed vit.pc and vit-f64.pc is the
 #     installed include folder and nothing else (no -DVIT_DOUBLE: see
 #     vit/f64.h), no
@@ -203,6 +205,43 @@ SRC
                 run_consumer "installed, both precisions in one process" "$tmp/both" "$(lib_path $both)"
             else
                 bad "one program against both libraries: compiling or linking failed"
+            fi
+            # ---- 3c. float64 alone, static ----
+            # libvit-f64.a with vit-f64.pc's private libraries links a
+            # float64 program, and neither the .pc nor the shared library
+            # names what float64 never calls (libxsmm, oneDNN, libgomp: their
+            # products are float32's and bf16's).
+            cat >"$tmp/f64_alone.c" <<'SRC'
+#include <vit/f64.h>
+#include <stdio.h>
+int main(void) {
+    vit_real x[2] = {0.25, 0.25}, y[2];
+    if (vit_softmax_forward(y, x, 1, 2) != VIT_OK || sizeof(vit_real) != 8 || y[0] != 0.5) return 1;
+    printf("PASS\n");
+    return 0;
+}
+SRC
+            if f64s=$(pkg-config --static --libs vit-f64); then
+                unused=$(tr ' ' '\n' <<<"$f64s" | grep -E -e '^-l(xsmm|dnnl|gomp)$' | tr '\n' ' ')
+                needed=$(LC_ALL=C readelf -d "$libdir/libvit-f64.so" | grep -E -o 'lib(xsmm|dnnl|gomp)[^]]*')
+                if [ -z "$unused$needed" ]; then
+                    ok "vit-f64.pc and libvit-f64.so name no libxsmm, oneDNN or libgomp"
+                else
+                    bad "libvit-f64 links what it never calls: ${unused}${needed}"
+                fi
+                f64static=()
+                for f in $f64s; do
+                    if [ "$f" = -lvit-f64 ]; then f64static+=("$libdir/libvit-f64.a"); else f64static+=("$f"); fi
+                done
+                # shellcheck disable=SC2086
+                if "${cc[@]}" "${san[@]}" -o "$tmp/f64_static" "$tmp/f64_alone.c" \
+                       $(pkg-config --cflags vit-f64) "${f64static[@]}"; then
+                    run_consumer "installed, float64 static library alone" "$tmp/f64_static"
+                else
+                    bad "installed: linking libvit-f64.a with vit-f64.pc's --static flags failed"
+                fi
+            else
+                bad "pkg-config cannot read the installed vit-f64.pc"
             fi
             # ---- 4. --cflags: the installed include folder, nothing else ----
             incdir=$(find "$root" -type d -path '*/include/vit' | head -n 1)

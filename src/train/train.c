@@ -88,10 +88,26 @@ static int diverged(vit_trainer *t, int rc)
                     t->st.step + 1, t->st.epoch + 1);
 }
 
+int vit_train_update(vit_trainer *t, double lr, unsigned long long n)
+{
+    int ngroups;
+    const vit_param_group *groups = vit_model_groups(t->m, &ngroups);
+    vit_train_ft_before(t); /* fine-tuning's per-layer lr factors (train_init.c) */
+    int rc = vit_adamw_step(&t->opt, vit_model_params(t->m), vit_model_grads(t->m), groups,
+                            ngroups, lr);
+    if (rc)
+        return diverged(t, rc);
+    vit_train_ft_after(t);
+    if (t->avg)
+        rc = vit_ema_update(vit_model_params(t->avg), vit_model_params(t->m),
+                            vit_model_param_count(t->m), t->tc.ema, n);
+    return rc;
+}
+
 /* Step s of the epoch: the minibatch gathered (every rank draws the whole
  * batch's augmentation, so their generators stay equal), each rank's share
- * forward and backward, the gradients summed, the AdamW update and the
- * average; the epoch's running sums in t->st.  *loss: the batch's mean. */
+ * forward and backward, the gradients summed, the update (vit_train_update)
+ * and t->st.step advanced; the epoch's running sums in t->st.  *loss: the batch's mean. */
 static int train_batch(vit_trainer *t, long s, double *loss)
 {
     const vit_train_config *tc = &t->tc;
@@ -112,19 +128,11 @@ static int train_batch(vit_trainer *t, long s, double *loss)
     if (!isfinite(lv))
         return vit_fail(VIT_ENUM, "training diverged: loss is %g at step %llu (epoch %llu)", lv,
                         t->st.step + 1, t->st.epoch + 1);
-    int ngroups;
-    const vit_param_group *groups = vit_model_groups(t->m, &ngroups);
     double lr = vit_lr_at((long)t->st.step, t->at.total_steps, t->at.warmup_steps, tc->lr,
                           tc->min_lr);
-    vit_train_ft_before(t); /* fine-tuning's per-layer lr factors (train_init.c) */
-    rc = vit_adamw_step(&t->opt, vit_model_params(t->m), vit_model_grads(t->m), groups, ngroups, lr);
-    if (rc)
-        return diverged(t, rc);
-    vit_train_ft_after(t);
-    t->st.step++;
-    if (t->avg && (rc = vit_ema_update(vit_model_params(t->avg), vit_model_params(t->m),
-                                       vit_model_param_count(t->m), tc->ema, t->st.step)))
+    if ((rc = vit_train_update(t, lr, t->st.step + 1)))
         return rc;
+    t->st.step++;
     t->st.epoch_sums[0] += red[0];
     t->st.epoch_sums[1] += red[1];
     t->st.epoch_sums[2] += b;

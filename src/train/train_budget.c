@@ -140,24 +140,16 @@ static void state_restore(vit_trainer *t, saved_state *s)
 }
 
 /* One measured training step as train.c's train_batch takes it, the
- * update included (at learning rate 0; the caller puts the state back). */
+ * update included (vit_train_update, at learning rate 0: the caller puts
+ * the state back).  The average as of update 2 at least: the first one
+ * copies the weights, where every later one blends them (optim.c). */
 static int measured_step(vit_trainer *t, const int *idx, int b, int lo, int hi, int update)
 {
     double red[2] = {0, 0};
     int rc = vit_train_gather_batch(t, idx, b, lo, hi);
     if (rc == VIT_OK)
         rc = vit_train_local_step(t, hi - lo, red);
-    if (rc || !update)
-        return rc;
-    int ngroups;
-    const vit_param_group *groups = vit_model_groups(t->m, &ngroups);
-    vit_train_ft_before(t);
-    rc = vit_adamw_step(&t->opt, vit_model_params(t->m), vit_model_grads(t->m), groups, ngroups, 0);
-    vit_train_ft_after(t);
-    if (rc == VIT_OK && t->avg)
-        rc = vit_ema_update(vit_model_params(t->avg), vit_model_params(t->m),
-                            vit_model_param_count(t->m), t->tc.ema, t->st.step + 1);
-    return rc;
+    return rc || !update ? rc : vit_train_update(t, 0, t->st.step + 2);
 }
 
 /* Seconds an image of up to n passes scoring part with tta, into x[2]:
@@ -187,8 +179,8 @@ static int timed_passes(vit_trainer *t, const vit_dataset *part, int tta, int n,
     return rc;
 }
 
-/* Times whole training steps of one batch, scattered over the training set
- * as a shuffled epoch's are, the optimizer's update and the average
+/* Times whole training steps, each of a new batch scattered over the
+ * training set as a shuffled epoch's are, the optimizer's update and the average
  * included (the first not counted: caches, tapes), for about 2% of the
  * budget (0.05 .. 2 s; one counted pass at least; when the first alone
  * takes that long, it is counted and the only one, so that a slow model
@@ -209,13 +201,13 @@ static int measure_costs(vit_trainer *t)
     int *idx = malloc((size_t)b * sizeof *idx);
     if (!idx)
         return vit_fail(VIT_ENOMEM, "vit_train_run: out of memory");
-    /* A stride prime to the set's size (and no divisor of it): b distinct
-     * images spread over it, as a shuffled batch's are. */
+    /* A stride prime to the set's size (and no divisor of it): each pass's
+     * b images distinct and spread over it, as a shuffled batch's are, and
+     * each pass a new batch, as in an epoch (one batch again and again
+     * stayed in the cache, which an epoch's gathering never is). */
     long stride = 7919;
     while (t->train.count % stride == 0)
         stride += 2;
-    for (int i = 0; i < b; i++)
-        idx[i] = (int)(((long)i * stride) % t->train.count);
     vit_rng saved = t->st.rng; /* the augmentation's draws are given back below */
     saved_state keep;
     int update = state_save(t, &keep);
@@ -228,6 +220,8 @@ static int measure_costs(vit_trainer *t)
             break; /* the first pass alone took the time: it counts, cold (a ceiling) */
         if (k > 1 && now_seconds() - t1 >= limit)
             break;
+        for (int i = 0; i < b; i++)
+            idx[i] = (int)((((long)k * b + i) % t->train.count * stride) % t->train.count);
         rc = measured_step(t, idx, b, lo, hi, update);
     }
     if (update)

@@ -89,6 +89,16 @@ static inline vit_model *scored(vit_trainer *t) { return t->avg ? t->avg : t->m;
 /* Hands ev to the callback (rank 0 only); a nonzero answer asks for a stop. */
 void vit_train_emit(vit_trainer *t, vit_train_event *ev);
 
+/* The optimizer's update from the step's gradients (in the model's
+ * gradient buffer), the one every training step takes and the budget's
+ * measurement times: fine-tuning's per-layer lr factors around AdamW at
+ * learning rate lr (vit_train_ft_before/after), then the average (ema) as
+ * of update number n (a step passes t->st.step + 1, its own; the caller
+ * advances t->st.step).  AdamW's refusal (a gradient not finite or
+ * overflowing when squared) is the run's divergence: VIT_ENUM naming the
+ * step, the factors not applied, no average taken. */
+int vit_train_update(vit_trainer *t, double lr, unsigned long long n);
+
 /* ---- train_init.c: a run started from trained weights (opts.init_from) */
 
 /* At the start of the setup: the options checked, the file read (its kind
