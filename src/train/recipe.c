@@ -277,6 +277,10 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
         r->hue = VIT_RECIPE_HUE;
         r->grayscale = VIT_RECIPE_GRAYSCALE;
         r->channel_perm = r->invert = ds && colour_free(ds, &r->colour_acc, &r->colour_chance);
+        /* Each image in its own colours: standardised per image, every
+         * channel becomes the same shape up to its sign (which invert
+         * covers), and the network learns shapes from the first epoch. */
+        r->image_norm = r->channel_perm;
     }
     if (why && cap > 0) {
         char sym[64] = "";
@@ -315,6 +319,10 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
                      "held-out images, chance %.1f%%)", r->channel_perm ? "channel_perm and "
                      "invert" : "no channel_perm or invert", 100 * r->colour_acc,
                      100 * r->colour_chance);
+            if (r->image_norm) {
+                at = strlen(why);
+                snprintf(why + at, cap - at, ", image_norm 1 (colour carries no class)");
+            }
         }
     }
     return VIT_OK;
