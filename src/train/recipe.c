@@ -281,6 +281,11 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
          * channel becomes the same shape up to its sign (which invert
          * covers), and the network learns shapes from the first epoch. */
         r->image_norm = r->channel_perm;
+        /* Brightness and contrast scale each image by one factor and shift
+         * its channels: the standardisation undoes both (but for the clamp
+         * to [0, 1]), so they would cost draws and change nothing. */
+        if (r->image_norm)
+            r->brightness = r->contrast = 0;
     }
     if (why && cap > 0) {
         char sym[64] = "";
@@ -310,8 +315,13 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
         }
         if (d->channels == 3) {
             size_t at = strlen(why);
-            snprintf(why + at, cap - at, ", colour jitter %g, hue %g, grayscale %g (colour "
-                     "images)", VIT_RECIPE_JITTER, VIT_RECIPE_HUE, VIT_RECIPE_GRAYSCALE);
+            if (r->image_norm)
+                snprintf(why + at, cap - at, ", saturation %g, hue %g, grayscale %g (colour "
+                         "images; no brightness or contrast: image_norm undoes them)",
+                         VIT_RECIPE_JITTER, VIT_RECIPE_HUE, VIT_RECIPE_GRAYSCALE);
+            else
+                snprintf(why + at, cap - at, ", colour jitter %g, hue %g, grayscale %g (colour "
+                         "images)", VIT_RECIPE_JITTER, VIT_RECIPE_HUE, VIT_RECIPE_GRAYSCALE);
         }
         if (r->colour_acc >= 0) {
             size_t at = strlen(why);
