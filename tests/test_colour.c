@@ -4,13 +4,17 @@
  * (vit/recipe.h), against values computed here a second way: each step's
  * formula written out per pixel, the hue turn through YIQ and back by
  * Gaussian elimination (the library inverts by cofactors), and the recipe
- * on made-up sets whose colour does or does not carry the class.
+ * on made-up sets whose colour does or does not carry the class; the
+ * per-image standardisation (vit_image_norm, vit_config.image_norm)
+ * against its closed form on images that are an affine map of one shape,
+ * in the model's forward and through a checkpoint.
  */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "file_util.h"
 #include "vit/vit.h"
 
 enum { H = 4, W = 5, N = H * W, IMG = N * 3 };
@@ -360,6 +364,149 @@ START_TEST(test_colour_config_keys)
 }
 END_TEST
 
+/* Image i, channel c of the affine test images: a[c] + b[c] g(p), g a
+ * shape; b[2] = 0 for image 1 (a flat channel). */
+static double shape_g(int p) { return fmod(0.61 * p * p + 0.3 * p, 1.0); }
+
+static void affine_images(vit_real *x, double a[2][3], double b[2][3])
+{
+    for (int i = 0; i < 2; i++)
+        for (int c = 0; c < 3; c++) {
+            a[i][c] = 0.1 + 0.3 * c + 0.2 * i;
+            b[i][c] = (c == 1 ? -0.6 : 0.4) + 0.1 * i;
+        }
+    b[1][2] = 0;
+    for (int i = 0; i < 2; i++)
+        for (int p = 0; p < N; p++)
+            for (int c = 0; c < 3; c++)
+                x[((size_t)i * N + p) * 3 + c] = (vit_real)(a[i][c] + b[i][c] * shape_g(p));
+}
+
+START_TEST(test_image_norm_exact)
+{
+    vit_real x[2 * IMG], y[2 * IMG];
+    double a[2][3], b[2][3];
+    affine_images(x, a, b);
+    ck_assert_int_eq(vit_image_norm(y, x, 2, N, 3), VIT_OK);
+    /* the closed form: b (g - mean g) / sqrt(b^2 var g + eps), the shape's
+     * own mean and variance, a gone */
+    double gm = 0, gv = 0;
+    for (int p = 0; p < N; p++)
+        gm += shape_g(p) / N;
+    for (int p = 0; p < N; p++)
+        gv += (shape_g(p) - gm) * (shape_g(p) - gm) / N;
+    for (int i = 0; i < 2; i++)
+        for (int c = 0; c < 3; c++) {
+            double s = sqrt(b[i][c] * b[i][c] * gv + VIT_IMAGE_NORM_EPS);
+            for (int p = 0; p < N; p++) {
+                double want = b[i][c] * (shape_g(p) - gm) / s;
+                double got = y[((size_t)i * N + p) * 3 + c];
+                ck_assert_msg(fabs(got - want) < 2e-5, "image %d channel %d pixel %d: %.9g, "
+                              "want %.9g", i, c, p, got, want);
+                if (b[i][c] == 0) /* a flat channel: nothing blown up */
+                    ck_assert(fabs(got) < 1e-5);
+            }
+        }
+    /* in place: the same values */
+    vit_real z[2 * IMG];
+    memcpy(z, x, sizeof z);
+    ck_assert_int_eq(vit_image_norm(z, z, 2, N, 3), VIT_OK);
+    ck_assert_mem_eq(z, y, sizeof z);
+    /* images are independent: the second alone as in the pair */
+    ck_assert_int_eq(vit_image_norm(z, x + IMG, 1, N, 3), VIT_OK);
+    ck_assert_mem_eq(z, y + IMG, IMG * sizeof *z);
+    ck_assert_int_eq(vit_image_norm(NULL, x, 1, N, 3), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "y is NULL"));
+    ck_assert_int_eq(vit_image_norm(y, x, 0, N, 3), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "at least 1"));
+}
+END_TEST
+
+/* A small colour ViT (8x8x3, a stem) with image_norm on. */
+static vit_model *norm_model(int on)
+{
+    vit_config c;
+    vit_config_default(&c);
+    c.channels = 3;
+    c.classes = 4;
+    c.stem = 4;
+    c.image_norm = on;
+    vit_model *m = vit_model_new(&c);
+    ck_assert_msg(m != NULL, "%s", vit_last_error());
+    vit_rng rng;
+    vit_rng_seed(&rng, 5);
+    vit_model_init(m, &rng);
+    return m;
+}
+
+static void logits(vit_model *m, const vit_real *x, int n, vit_real *out)
+{
+    vit_tape *t = vit_tape_new();
+    ck_assert_ptr_nonnull(t);
+    vit_tensor *z = vit_model_forward(m, t, x, n, 0);
+    ck_assert_msg(z != NULL, "%s", vit_last_error());
+    memcpy(out, z->data, z->size * sizeof *out);
+    vit_tape_free(t);
+}
+
+START_TEST(test_image_norm_model)
+{
+    enum { S = 8, K = 4, B = 3, I = S * S * 3 };
+    vit_real x[B * I], xn[B * I], with[B * K], without[B * K], plain[B * K];
+    for (int j = 0; j < B * I; j++)
+        x[j] = (vit_real)fmod(0.37 * j * j + 0.11 * j, 1.0);
+    vit_model *m = norm_model(1), *p = norm_model(0);
+    ck_assert_uint_eq(vit_model_param_count(m), vit_model_param_count(p)); /* no tensor of its own */
+    ck_assert_mem_eq(vit_model_params(m), vit_model_params(p),
+                     vit_model_param_count(m) * sizeof(vit_real));
+    /* the model with image_norm on reads x as the one without reads x standardised */
+    ck_assert_int_eq(vit_image_norm(xn, x, B, S * S, 3), VIT_OK);
+    logits(m, x, B, with);
+    logits(p, xn, B, without);
+    ck_assert_mem_eq(with, without, sizeof with);
+    logits(p, x, B, plain); /* and it is not the identity */
+    int differ = 0;
+    for (int j = 0; j < B * K; j++)
+        differ += with[j] != plain[j];
+    ck_assert_int_gt(differ, 0);
+    /* the config text says it only when on: other models' text unchanged */
+    char text[4096];
+    ck_assert_int_gt(vit_config_format(vit_model_config(p), NULL, text, sizeof text), 0);
+    ck_assert_ptr_null(strstr(text, "image_norm"));
+    ck_assert_int_gt(vit_config_format(vit_model_config(m), NULL, text, sizeof text), 0);
+    ck_assert_ptr_nonnull(strstr(text, "\nimage_norm = 1\n"));
+    vit_config back;
+    vit_config_default(&back);
+    ck_assert_int_eq(vit_config_parse(&back, NULL, text, "text"), VIT_OK);
+    ck_assert_int_eq(back.image_norm, 1);
+    ck_assert_int_eq(vit_config_given(&back, "image_norm"), 1);
+    ck_assert_int_eq(vit_config_set(&back, "image_norm", "2"), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "image_norm"));
+    /* through a checkpoint: the loaded model standardises too */
+    vit_run_state st;
+    memset(&st, 0, sizeof st);
+    vit_rng_seed(&st.rng, 1);
+    const char *path = fu_path("image_norm.ckpt");
+    ck_assert_msg(vit_run_save(path, m, NULL, NULL, &st) == VIT_OK, "%s", vit_last_error());
+    vit_model *l = NULL;
+    vit_run_state got;
+    ck_assert_msg(vit_run_load(path, &l, NULL, NULL, &got) == VIT_OK, "%s", vit_last_error());
+    ck_assert_int_eq(vit_model_config(l)->image_norm, 1);
+    vit_real loaded[B * K], plain_l[B * K];
+    logits(l, x, B, loaded);
+    logits(p, xn, B, plain_l);
+    /* weights stored as float32: the same model, within float rounding */
+    for (int j = 0; j < B * K; j++)
+        ck_assert_msg(fabs((double)loaded[j] - with[j]) < 1e-4, "logit %d: %.9g, before %.9g", j,
+                      (double)loaded[j], (double)with[j]);
+    vit_run_state_free(&got);
+    remove(path);
+    vit_model_free(l);
+    vit_model_free(m);
+    vit_model_free(p);
+}
+END_TEST
+
 /* A made-up set of n 8x8x3 images in K classes: a class's shape (a bar at
  * row 2k of the image) on a background; colour_class 0: every image its
  * own random background and bar colours; 1: class k's background colour is
@@ -410,20 +557,29 @@ START_TEST(test_recipe_colour_test)
             ck_assert_int_eq(r.channel_perm, 0);
             ck_assert_int_eq(r.invert, 0);
             ck_assert_ptr_nonnull(strstr(why, "no channel_perm or invert"));
+            ck_assert_int_eq(r.image_norm, 0);
+            ck_assert_ptr_null(strstr(why, "image_norm"));
         } else {
             ck_assert_msg(r.colour_acc < 0.35, "%g", r.colour_acc);
             ck_assert_int_eq(r.channel_perm, 1);
             ck_assert_int_eq(r.invert, 1);
             ck_assert_ptr_nonnull(strstr(why, ", channel_perm and invert (mean colour"));
+            ck_assert_int_eq(r.image_norm, 1);
+            ck_assert_ptr_nonnull(strstr(why, ", image_norm 1 (colour carries no class)"));
         }
-        ck_assert(r.brightness == VIT_RECIPE_JITTER && r.contrast == VIT_RECIPE_JITTER
+        /* brightness and contrast only without image_norm, which undoes them */
+        double bc = colour_class ? VIT_RECIPE_JITTER : 0;
+        ck_assert(r.brightness == bc && r.contrast == bc
                   && r.saturation == VIT_RECIPE_JITTER && r.hue == VIT_RECIPE_HUE
                   && r.grayscale == VIT_RECIPE_GRAYSCALE);
-        ck_assert_ptr_nonnull(strstr(why, "colour jitter 0.3, hue 0.05, grayscale 0.1"));
+        ck_assert_ptr_nonnull(strstr(why, colour_class ? "colour jitter 0.3, hue 0.05, grayscale 0.1"
+                                     : "saturation 0.3, hue 0.05, grayscale 0.1 (colour images; "
+                                       "no brightness or contrast: image_norm undoes them)"));
         /* without the images: jitter, but no test and so no reordering */
         d.images = NULL;
         ck_assert_int_eq(vit_recipe_pick(&d, &model, &r, NULL, 0), VIT_OK);
-        ck_assert(r.colour_acc == -1 && r.channel_perm == 0 && r.brightness > 0);
+        ck_assert(r.colour_acc == -1 && r.channel_perm == 0 && r.image_norm == 0
+                  && r.brightness > 0);
         free(ds.images);
         free(ds.labels);
     }
@@ -435,7 +591,8 @@ START_TEST(test_recipe_colour_test)
     char why[1024];
     ck_assert_int_eq(vit_recipe_pick(&d, &model, &r, why, sizeof why), VIT_OK);
     ck_assert(r.brightness == 0 && r.contrast == 0 && r.saturation == 0 && r.hue == 0
-              && r.grayscale == 0 && r.channel_perm == 0 && r.invert == 0 && r.colour_acc == -1);
+              && r.grayscale == 0 && r.channel_perm == 0 && r.invert == 0 && r.image_norm == 0
+              && r.colour_acc == -1);
     ck_assert_ptr_null(strstr(why, "colour"));
     free(ds.images);
     free(ds.labels);
@@ -453,15 +610,10 @@ static Suite *colour_suite(void)
     tcase_add_test(tc, test_colour_in_batch);
     tcase_add_test(tc, test_colour_config_keys);
     tcase_add_test(tc, test_recipe_colour_test);
+    tcase_add_test(tc, test_image_norm_exact);
+    tcase_add_test(tc, test_image_norm_model);
     suite_add_tcase(s, tc);
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(colour_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
-}
+int main(void) { return fu_run_suite(colour_suite, "/tmp/vit_colour_XXXXXX"); }

@@ -78,7 +78,7 @@ static int config_equal(const vit_config *a, const vit_config *b, const char **w
 #define EQ(f) if (a->f != b->f) { *which = #f; return 0; }
     EQ(image_height) EQ(image_width) EQ(channels) EQ(classes) EQ(patch) EQ(dim) EQ(depth)
     EQ(heads) EQ(mlp) EQ(pool) EQ(init_std)
-    EQ(patch_stride) EQ(patch_pad) EQ(lsa) EQ(stem) EQ(stem2) EQ(local_conv)
+    EQ(patch_stride) EQ(patch_pad) EQ(lsa) EQ(stem) EQ(stem2) EQ(local_conv) EQ(image_norm)
     EQ(arch) EQ(ln_eps)
 #undef EQ
     *which = "";
@@ -624,6 +624,7 @@ START_TEST(test_config_file_is_default)
     memset(&c, 0x7b, sizeof c);
     memset(&tc, 0x7b, sizeof tc);
     c.arch = NULL; /* a pointer: garbage there is no config at all (the ViT's keys stay garbage) */
+    c.image_norm = 0; /* the text has it only when on (test_config_round_trip) */
     int rc = vit_config_load(&c, &tc, DIGITS_CFG);
     ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
     ASSERT_CONFIG_EQ(&c, &def);
@@ -664,6 +665,7 @@ START_TEST(test_config_round_trip)
     ta.grayscale = 2.0 / 3; ta.channel_perm = 1; ta.invert = 1;
     a.stem = 3; a.stem2 = 6;
     a.ln_eps = 1e-6 / 3;
+    a.image_norm = 1; /* written only when on */
     ta.precision = VIT_PRECISION_AUTO;
     char buf[4096], buf2[4096];
     int len = vit_config_format(&a, &ta, buf, sizeof buf);
@@ -690,14 +692,14 @@ START_TEST(test_config_round_trip)
         snprintf(pat, sizeof pat, "%s = ", key);
         ck_assert_msg(strstr(buf, pat) != NULL, "key %s missing from the formatted text", key);
     }
-    /* ... and nothing else: one line per key (18 of the network, 33 of
+    /* ... and nothing else: one line per key (19 of the network, 33 of
      * the recipe). */
     int lines = 0;
     for (const char *p = buf; *p; p++)
         lines += *p == '\n';
     ck_assert_int_eq(nkeys, lines);
-    ck_assert_int_eq(nnet, 18);
-    ck_assert_int_eq(nkeys, 51);
+    ck_assert_int_eq(nnet, 19);
+    ck_assert_int_eq(nkeys, 52);
     /* The network alone: its keys only. */
     ck_assert_int_gt(vit_config_format(&a, NULL, buf2, sizeof buf2), 0);
     lines = 0;

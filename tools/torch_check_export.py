@@ -5,7 +5,8 @@ Builds a minimal ViT in plain torch with timm's VisionTransformer parameter
 names (pre-norm blocks, exact GELU, LayerNorm eps 1e-5, class-token or mean
 pooling; with lsa = 1 in the metadata, locality self-attention and its
 blocks.L.attn.tau, and with local_conv = 1 each block's depthwise 3x3
-convolution of the patch tokens, blocks.L.local, both of which timm lacks),
+convolution of the patch tokens, blocks.L.local, both of which timm lacks;
+with image_norm = 1 each image standardised per channel first, as vit_image_norm),
 loads the file with strict name and
 shape checking, runs a test split and compares with our own results.  The
 test split is the 8x8 digits' (the last 360 images of data/digits.csv.gz,
@@ -163,6 +164,7 @@ class ViT(nn.Module):
         T = grid[0] * grid[1] + 1
         eps = float(cfg["layer_norm_eps"])
         self.pool = cfg["global_pool"]
+        self.image_norm = cfg["image_norm"]
         self.patch_embed = PatchEmbed(cfg["channels"], D, P, S, Z, cfg["stem"], cfg["stem2"])
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D))
         self.pos_embed = nn.Parameter(torch.zeros(1, T, D))
@@ -173,6 +175,10 @@ class ViT(nn.Module):
         self.head = nn.Linear(D, cfg["classes"])
 
     def forward(self, x):
+        if self.image_norm:  # each image's channels by their own mean and std (vit_image_norm)
+            m = x.mean(dim=(2, 3), keepdim=True)
+            v = ((x - m) ** 2).mean(dim=(2, 3), keepdim=True)
+            x = (x - m) / torch.sqrt(v + 1e-4)  # VIT_IMAGE_NORM_EPS
         x = self.patch_embed(x)
         x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
         for blk in self.blocks:
@@ -278,6 +284,7 @@ def config_from_meta(meta):
     cfg["stem2"] = int(meta.get("stem2", "0"))  # and since its second layer
     cfg["lsa"] = bool(int(meta.get("lsa", "0")))  # adds blocks.L.attn.tau, not timm's
     cfg["local_conv"] = bool(int(meta.get("local_conv", "0")))  # adds blocks.L.local, likewise
+    cfg["image_norm"] = bool(int(meta.get("image_norm", "0")))  # written only when on
     cfg["global_pool"] = meta.get("global_pool", "token")
     cfg["layer_norm_eps"] = meta.get("layer_norm_eps", "1e-05")
     return cfg

@@ -31,7 +31,8 @@ static void usage(void)
            "it says so (and the metadata's tta_note); docs/cli.md shows the PyTorch lines\n"
            "that do the same.  For a run that fitted its images on load (a folder of\n"
            "photos, --image-size, --channels), the metadata also has fit and a fit_note\n"
-           "saying how to prepare an image as the run did.\n");
+           "saying how to prepare an image as the run did.  A model with image_norm = 1\n"
+           "standardises each image per channel first; it says so.\n");
 }
 
 int main(int argc, char **argv)
@@ -116,6 +117,12 @@ int main(int argc, char **argv)
                  c->image_height, c->image_width, c->channels);
         cli_print_fitted(stdout, line);
     }
+    if (c->image_norm)
+        cli_print_fitted(stdout, "note: the model standardises each image per channel before its "
+                                 "first layer (image_norm = 1 in the metadata), which timm's "
+                                 "VisionTransformer does not: (x - mean) / sqrt(var + 1e-4), "
+                                 "each channel's over the image's pixels (as "
+                                 "tools/torch_check_export.py does)");
     if (tc.tta == VIT_TTA_SHIFT9 || tc.tta == VIT_TTA_SHIFT9_FLIP) {
         double rep;
         int rep_tta;

@@ -98,7 +98,8 @@ typedef struct vit_adapt_opts {
 } vit_adapt_opts;
 
 /* Copies the architecture of src's config (patch, dim, depth, heads, mlp,
- * pool, patch_stride, patch_pad, lsa, stem, stem2, local_conv, ln_eps; for
+ * pool, patch_stride, patch_pad, lsa, stem, stem2, local_conv, ln_eps,
+ * image_norm: the input its weights were trained on; for
  * another architecture its arch and keys) over *dst, whose image size,
  * channels, classes and recipe stay.  Cannot fail;
  * neither may be NULL. */

@@ -125,6 +125,12 @@ typedef struct vit_config {
     double ln_eps;  /* the layer norms' epsilon (every block's two and the
                        final one): 1e-5 (PyTorch's default, ours); 1e-6 for
                        weights from timm's ViTs, which were trained with it */
+    int image_norm;      /* 1: each image is standardised before the network,
+                            each channel by its own mean and std over the
+                            image's pixels (vit_image_norm), in training,
+                            scoring, prediction and export alike: for data
+                            whose colours carry no class; 0: none (its
+                            config text has no line then) */
     double init_std;     /* std of the truncated-normal weight init: part of
                             the tensor table (vit_model_tensor.scale) */
     /* the architecture (vit/arch.h): set with vit_config_set(cfg, "arch",
@@ -139,6 +145,19 @@ typedef struct vit_config {
     unsigned char arch_given[VIT_ARCH_KEYS_MAX]; /* 1: its key i was given */
     unsigned char given[VIT_CONFIG_KEYS_MAX];    /* 1: shared key i was given */
 } vit_config;
+
+/* The floor under each channel's variance in vit_image_norm: a flat
+ * channel is left near zero rather than blown up. */
+#define VIT_IMAGE_NORM_EPS 1e-4
+
+/* Per-image standardisation (vit_config.image_norm): y = (x - m) /
+ * sqrt(v + VIT_IMAGE_NORM_EPS) for each of count images x [pixels,
+ * channels] (channels interleaved, as vit_dataset holds them), m and v the
+ * mean and (biased) variance of that channel over the image's pixels,
+ * summed in double.  y (overwritten) may be x itself.  Returns VIT_OK, or
+ * VIT_EINVAL (message naming the argument) for a NULL pointer or a count,
+ * pixels or channels below 1.  Thread-safe on distinct y. */
+int vit_image_norm(vit_real *y, const vit_real *x, int count, int pixels, int channels);
 
 /* Fills (overwrites) *cfg with the built-in network (the digits-tiny
  * shape, the ViT) and no key given.  cfg must not be NULL.  Cannot fail. */

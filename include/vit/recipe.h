@@ -37,7 +37,11 @@
  *           images (3 channels: photos vary in light and white balance),
  *           0 for others;
  *   channel_perm, invert  1 for colour images whose colour carries no
- *           class (the colour test below), else 0.
+ *           class (the colour test below), else 0;
+ *   image_norm  1 where channel_perm is (vit_config.image_norm: each image
+ *           standardised per channel, so its own colours are gone before
+ *           the network), else 0; with it brightness and contrast are 0
+ *           (the standardisation undoes them).
  * The class count changes nothing.  Pure functions, any thread.
  */
 #ifndef VIT_RECIPE_H
@@ -123,6 +127,7 @@ typedef struct vit_recipe {
     double brightness, contrast, saturation, hue, grayscale; /* the colour
                            keys (vit_config): for 3 channels only */
     int channel_perm, invert; /* 1 when the colour test allows them */
+    int image_norm;       /* 1 likewise: vit_config.image_norm */
     double colour_acc;    /* the colour test's held-out accuracy; -1 untested */
     double colour_chance; /* its chance level; -1 untested */
 } vit_recipe;
@@ -139,7 +144,8 @@ typedef struct vit_recipe {
  * 14x14 map (10000 images or more), local_conv 1 (with stem2)", for
  * colour images followed by e.g. ", colour jitter 0.3, hue 0.05, grayscale
  * 0.1 (colour images), channel_perm and invert (mean colour names the
- * class for 10.4% of held-out images, chance 10.2%)".
+ * class for 10.4% of held-out images, chance 10.2%), image_norm 1 (colour
+ * carries no class)".
  *
  * The mirror test: for each class, the mean image m over the images read,
  * its left-right mirror m' and the other classes' means o; a class's

@@ -122,6 +122,7 @@ void vit_config_take_arch(vit_config *dst, const vit_config *src)
 #define TAKE(f) dst->f = src->f;
     TAKE(patch) TAKE(dim) TAKE(depth) TAKE(heads) TAKE(mlp) TAKE(pool) TAKE(patch_stride)
     TAKE(patch_pad) TAKE(lsa) TAKE(stem) TAKE(stem2) TAKE(local_conv) TAKE(ln_eps)
+    TAKE(image_norm)
     TAKE(arch) TAKE(arch_cfg) /* another architecture's keys live there */
 #undef TAKE
     memcpy(dst->arch_given, src->arch_given, sizeof dst->arch_given);

@@ -208,6 +208,16 @@ static vit_tensor *run_forward(vit_model *m, vit_tape *tape, const vit_real *ima
 {
     const vit_config *c = &m->cfg;
     int ishape[4] = {batch, c->image_height, c->image_width, c->channels};
+    if (c->image_norm) { /* the standardised copy is what the network reads */
+        size_t n = (size_t)batch * c->image_height * c->image_width * c->channels;
+        vit_real *std = vit_tape_alloc(tape, n * sizeof *std);
+        if (!std || vit_image_norm(std, images, batch, c->image_height * c->image_width,
+                                   c->channels) != VIT_OK) {
+            vit_tape_fail(tape, std ? VIT_EINVAL : VIT_ENOMEM);
+            return NULL;
+        }
+        images = std;
+    }
     vit_arch_run r = {.cfg = c, .state = m->state, .params = m->P, .tape = tape,
                       .images = vit_tape_leaf(tape, (vit_real *)(uintptr_t)images, NULL, 4,
                                               ishape),

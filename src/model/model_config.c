@@ -31,13 +31,18 @@ static const vit_cfg_field fields[] = {
     F(channels, VIT_CFG_INT, 1, 4, "image channels (from the data)"),
     F(classes, VIT_CFG_INT, 2, 100000, "number of classes (from the data)"),
     F(init_std, VIT_CFG_DOUBLE, 1e-6, 10, "std of the weight initialisation"),
+    F(image_norm, VIT_CFG_INT, 0, 1, "1: each image standardised per channel by its own mean "
+      "and std before the network (for data whose colours carry no class; 0: none)"),
 };
 #define NFIELDS (int)(sizeof fields / sizeof fields[0])
 /* The shared keys written before the architecture's (the data's shape). */
 #define NDATA 4
 /* init_std, written among the recipe's keys after SCALE_KEY (where it stood
  * before the split: the text checkpoints store is unchanged). */
-#define INIT_STD (NFIELDS - 1)
+#define INIT_STD (NFIELDS - 2)
+/* image_norm: written last, and only when on, so that the text of every
+ * model without it stays as it was. */
+#define IMAGE_NORM (NFIELDS - 1)
 #define SCALE_KEY "scale"
 /* given[] of "arch" itself. */
 #define GIVEN_ARCH (VIT_CONFIG_KEYS_MAX - 1)
@@ -374,7 +379,7 @@ int vit_config_format(const vit_config *c, const vit_train_config *tc, char *buf
     if (!tc)
         nt = 0;
     size_t len = 0;
-    int nlines = NDATA + 1 + a->nkeys + nt + 1;
+    int nlines = NDATA + 1 + a->nkeys + nt + 2;
     for (int i = 0, init_done = 0; i < nlines; i++) {
         size_t room = len < cap ? cap - len : 0;
         int n, j = i - NDATA; /* 0: arch, 1 .. nkeys: its keys, then the recipe */
@@ -394,7 +399,9 @@ int vit_config_format(const vit_config *c, const vit_train_config *tc, char *buf
                 n = m < 0 ? m : n + m;
                 init_done = 1;
             }
-        } else if (!init_done)
+        } else if (i == nlines - 1 && c->image_norm)
+            n = vit_cfg_field_format(c, &fields[IMAGE_NORM], buf + len, room);
+        else if (i == nlines - 2 && !init_done)
             n = vit_cfg_field_format(c, &fields[INIT_STD], buf + len, room);
         else
             continue;

@@ -277,6 +277,15 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
         r->hue = VIT_RECIPE_HUE;
         r->grayscale = VIT_RECIPE_GRAYSCALE;
         r->channel_perm = r->invert = ds && colour_free(ds, &r->colour_acc, &r->colour_chance);
+        /* Each image in its own colours: standardised per image, every
+         * channel becomes the same shape up to its sign (which invert
+         * covers), and the network learns shapes from the first epoch. */
+        r->image_norm = r->channel_perm;
+        /* Brightness and contrast scale each image by one factor and shift
+         * its channels: the standardisation undoes both (but for the clamp
+         * to [0, 1]), so they would cost draws and change nothing. */
+        if (r->image_norm)
+            r->brightness = r->contrast = 0;
     }
     if (why && cap > 0) {
         char sym[64] = "";
@@ -306,8 +315,13 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
         }
         if (d->channels == 3) {
             size_t at = strlen(why);
-            snprintf(why + at, cap - at, ", colour jitter %g, hue %g, grayscale %g (colour "
-                     "images)", VIT_RECIPE_JITTER, VIT_RECIPE_HUE, VIT_RECIPE_GRAYSCALE);
+            if (r->image_norm)
+                snprintf(why + at, cap - at, ", saturation %g, hue %g, grayscale %g (colour "
+                         "images; no brightness or contrast: image_norm undoes them)",
+                         VIT_RECIPE_JITTER, VIT_RECIPE_HUE, VIT_RECIPE_GRAYSCALE);
+            else
+                snprintf(why + at, cap - at, ", colour jitter %g, hue %g, grayscale %g (colour "
+                         "images)", VIT_RECIPE_JITTER, VIT_RECIPE_HUE, VIT_RECIPE_GRAYSCALE);
         }
         if (r->colour_acc >= 0) {
             size_t at = strlen(why);
@@ -315,6 +329,10 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
                      "held-out images, chance %.1f%%)", r->channel_perm ? "channel_perm and "
                      "invert" : "no channel_perm or invert", 100 * r->colour_acc,
                      100 * r->colour_chance);
+            if (r->image_norm) {
+                at = strlen(why);
+                snprintf(why + at, cap - at, ", image_norm 1 (colour carries no class)");
+            }
         }
     }
     return VIT_OK;
