@@ -141,6 +141,43 @@ static void ln_dparam_cols(void *p, size_t lo, size_t hi)
     }
 }
 
+/* Rows lo..hi-1 of dx, dgamma and dbeta in one pass, for a call that runs
+ * on one thread (every layer norm inside a training step's batch slice):
+ * the separate dgamma/dbeta pass read x and dy a second time and made
+ * xhat again.  Per row the sums are ln_dx_rows' loop, unchanged; the
+ * second loop adds xhat dy and dy to dgamma and dbeta row after row, as
+ * ln_dparam_cols does (the same expressions in the same order, and no
+ * contraction of a * b + c under -std=c11), so the results are bitwise
+ * those of the two passes.  dx must not alias dy (nor may it there). */
+FM_CLONES
+static void ln_back_rows(void *p, size_t lo, size_t hi)
+{
+    const ln_job *J = p;
+    const int d = J->d;
+    const vit_real *gamma = J->gamma;
+    vit_real *restrict dgamma = J->dgamma, *restrict dbeta = J->dbeta;
+    for (size_t i = lo; i < hi; i++) {
+        const vit_real *restrict xr = J->x + i * d;
+        const vit_real *restrict dyr = J->dy + i * d;
+        vit_real *restrict dxr = J->dx + i * d;
+        const vit_real m = J->cmean[i], rs = J->crstd[i];
+        vit_real sum_g = 0, sum_gx = 0;
+#pragma omp simd reduction(+ : sum_g, sum_gx)
+        for (int j = 0; j < d; j++) {
+            vit_real g = dyr[j] * gamma[j];
+            sum_g += g;
+            sum_gx += g * ((xr[j] - m) * rs);
+        }
+        const vit_real mg = sum_g / (vit_real)d, mgx = sum_gx / (vit_real)d;
+        for (int j = 0; j < d; j++) {
+            vit_real xhat = (xr[j] - m) * rs;
+            dgamma[j] += dyr[j] * xhat;
+            dbeta[j] += dyr[j];
+            dxr[j] += rs * (dyr[j] * gamma[j] - mg - xhat * mgx);
+        }
+    }
+}
+
 /* dy [n, d]; x [n, d], mean [n], rstd [n], gamma [d]
  *   ->  dx [n, d], dgamma [d], dbeta [d] (all +=)
  *
@@ -167,6 +204,10 @@ int vit_layernorm_backward(vit_real *dx, vit_real *dgamma, vit_real *dbeta,
     int nt = vit_threads_for(12.0 * n * d);
     ln_job J = {.dx = dx, .dgamma = dgamma, .dbeta = dbeta, .x = x, .gamma = gamma, .dy = dy,
                 .cmean = mean, .crstd = rstd, .d = d, .n_rows = n};
+    if (dx && dgamma && dbeta && vit_parallel_width(nt, (size_t)n) <= 1) {
+        ln_back_rows(&J, 0, (size_t)n); /* one thread: one pass (bitwise the same) */
+        return VIT_OK;
+    }
     if (dx)
         vit_parallel(nt, (size_t)n, ln_dx_rows, &J);
     if (dgamma || dbeta)
