@@ -7,9 +7,11 @@
 #include "fastmath.h"
 #include "layernorm_internal.h"
 #include "threads.h"
+#include "vit/bf16.h"
 
 typedef struct {
     vit_real *y, *mean, *rstd, *dx, *dgamma, *dbeta, *sum;
+    uint16_t *y16; /* y rounded to bf16 row by row, or NULL */
     const vit_real *x, *gamma, *beta, *dy, *cmean, *crstd, *x2;
     int d, n_rows;
     vit_real eps;
@@ -58,6 +60,10 @@ static void ln_forward_rows(void *p, size_t lo, size_t hi)
         /* Reads xr[j] before writing yr[j], so y may alias x. */
         for (int j = 0; j < d; j++)
             yr[j] = (xr[j] - m) * rs * gamma[j] + beta[j];
+#ifndef VIT_DOUBLE
+        if (J->y16) /* while the row is in L1: no second pass over y */
+            vit_bf16_from_floats(J->y16 + i * d, yr, (size_t)d);
+#endif
     }
 }
 
@@ -65,6 +71,13 @@ static void ln_forward_rows(void *p, size_t lo, size_t hi)
 int vit_layernorm_forward(vit_real *y, vit_real *mean, vit_real *rstd,
                           const vit_real *x, const vit_real *gamma,
                           const vit_real *beta, int n, int d, vit_real eps)
+{
+    return vit_layernorm_forward16(y, NULL, mean, rstd, x, gamma, beta, n, d, eps);
+}
+
+int vit_layernorm_forward16(vit_real *y, uint16_t *y16, vit_real *mean, vit_real *rstd,
+                            const vit_real *x, const vit_real *gamma, const vit_real *beta,
+                            int n, int d, vit_real eps)
 {
     static const char fn[] = "vit_layernorm_forward";
     TRY(vit_check_ptr(fn, "y", y));
@@ -78,19 +91,20 @@ int vit_layernorm_forward(vit_real *y, vit_real *mean, vit_real *rstd,
     if (!(eps > 0) || !isfinite((double)eps))
         return vit_fail(VIT_EINVAL, "%s: eps must be positive and finite, got %g", fn, (double)eps);
     /* Rows are independent: split across threads. */
-    ln_job J = {.y = y, .mean = mean, .rstd = rstd, .x = x, .gamma = gamma, .beta = beta,
-                .d = d, .eps = eps};
+    ln_job J = {.y = y, .y16 = y16, .mean = mean, .rstd = rstd, .x = x, .gamma = gamma,
+                .beta = beta, .d = d, .eps = eps};
     vit_parallel(vit_threads_for(8.0 * n * d), (size_t)n, ln_forward_rows, &J);
     return VIT_OK;
 }
 
 /* s = a + b, then y = LN(s): the residual add and the layer norm after
  * it in one pass over the rows (arguments checked by the tape). */
-void vit_add_layernorm_forward(vit_real *s, vit_real *y, vit_real *mean, vit_real *rstd,
-                               const vit_real *a, const vit_real *b, const vit_real *gamma,
-                               const vit_real *beta, int n, int d, vit_real eps)
+void vit_add_layernorm_forward(vit_real *s, vit_real *y, uint16_t *y16, vit_real *mean,
+                               vit_real *rstd, const vit_real *a, const vit_real *b,
+                               const vit_real *gamma, const vit_real *beta, int n, int d,
+                               vit_real eps)
 {
-    ln_job J = {.y = y, .mean = mean, .rstd = rstd, .sum = s, .x = a, .x2 = b, .gamma = gamma,
+    ln_job J = {.y = y, .y16 = y16, .mean = mean, .rstd = rstd, .sum = s, .x = a, .x2 = b, .gamma = gamma,
                 .beta = beta, .d = d, .eps = eps};
     vit_parallel(vit_threads_for(9.0 * n * d), (size_t)n, ln_forward_rows, &J);
 }
