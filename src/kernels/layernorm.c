@@ -109,33 +109,6 @@ void vit_add_layernorm_forward(vit_real *s, vit_real *y, uint16_t *y16, vit_real
     vit_parallel(vit_threads_for(9.0 * n * d), (size_t)n, ln_forward_rows, &J);
 }
 
-/* Rows lo..hi-1 of dx, sums in the build's precision as in the forward. */
-FM_CLONES
-static void ln_dx_rows(void *p, size_t lo, size_t hi)
-{
-    const ln_job *J = p;
-    const int d = J->d;
-    const vit_real *gamma = J->gamma;
-    for (size_t i = lo; i < hi; i++) {
-        const vit_real *xr = J->x + i * d;
-        const vit_real *dyr = J->dy + i * d;
-        vit_real *dxr = J->dx + i * d;
-        const vit_real m = J->cmean[i], rs = J->crstd[i];
-        vit_real sum_g = 0, sum_gx = 0;
-#pragma omp simd reduction(+ : sum_g, sum_gx)
-        for (int j = 0; j < d; j++) {
-            vit_real g = dyr[j] * gamma[j];
-            sum_g += g;
-            sum_gx += g * ((xr[j] - m) * rs);
-        }
-        const vit_real mg = sum_g / (vit_real)d, mgx = sum_gx / (vit_real)d;
-        for (int j = 0; j < d; j++) {
-            vit_real xhat = (xr[j] - m) * rs;
-            dxr[j] += rs * (dyr[j] * gamma[j] - mg - xhat * mgx);
-        }
-    }
-}
-
 /* Columns lo..hi-1 of dgamma and dbeta, each summing its rows in order. */
 FM_CLONES
 static void ln_dparam_cols(void *p, size_t lo, size_t hi)
@@ -155,14 +128,14 @@ static void ln_dparam_cols(void *p, size_t lo, size_t hi)
     }
 }
 
-/* Rows lo..hi-1 of dx, dgamma and dbeta in one pass, for a call that runs
- * on one thread (every layer norm inside a training step's batch slice):
- * the separate dgamma/dbeta pass read x and dy a second time and made
- * xhat again.  Per row the sums are ln_dx_rows' loop, unchanged; the
- * second loop adds xhat dy and dy to dgamma and dbeta row after row, as
- * ln_dparam_cols does (the same expressions in the same order, and no
- * contraction of a * b + c under -std=c11), so the results are bitwise
- * those of the two passes.  dx must not alias dy (nor may it there). */
+/* Rows lo..hi-1 of dx, sums in the build's precision as in the forward;
+ * with dgamma and dbeta (both non-NULL) those too, in the same pass: for a
+ * call that runs on one thread (every layer norm inside a training step's
+ * batch slice), where a separate ln_dparam_cols pass read x and dy a second
+ * time and made xhat again.  It adds xhat dy and dy to dgamma and dbeta row
+ * after row, as ln_dparam_cols does (the same expressions in the same
+ * order, and no contraction of a * b + c under -std=c11), so the results
+ * are bitwise those of the two passes.  dx must not alias dy. */
 FM_CLONES
 static void ln_back_rows(void *p, size_t lo, size_t hi)
 {
@@ -183,6 +156,13 @@ static void ln_back_rows(void *p, size_t lo, size_t hi)
             sum_gx += g * ((xr[j] - m) * rs);
         }
         const vit_real mg = sum_g / (vit_real)d, mgx = sum_gx / (vit_real)d;
+        if (!dgamma || !dbeta) {
+            for (int j = 0; j < d; j++) {
+                vit_real xhat = (xr[j] - m) * rs;
+                dxr[j] += rs * (dyr[j] * gamma[j] - mg - xhat * mgx);
+            }
+            continue;
+        }
         /* Elementwise (no reduction): simd changes no bit.  gcc left this
          * loop scalar without the pragma (four arrays it could not prove
          * apart). */
@@ -226,8 +206,11 @@ int vit_layernorm_backward(vit_real *dx, vit_real *dgamma, vit_real *dbeta,
         ln_back_rows(&J, 0, (size_t)n); /* one thread: one pass (bitwise the same) */
         return VIT_OK;
     }
-    if (dx)
-        vit_parallel(nt, (size_t)n, ln_dx_rows, &J);
+    if (dx) {
+        ln_job rows = J; /* dx alone, by rows; the parameters' sums below */
+        rows.dgamma = rows.dbeta = NULL;
+        vit_parallel(nt, (size_t)n, ln_back_rows, &rows);
+    }
     if (dgamma || dbeta)
         vit_parallel(d / 8 < nt ? d / 8 : nt, (size_t)d, ln_dparam_cols, &J);
     return VIT_OK;
