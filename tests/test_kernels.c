@@ -280,6 +280,37 @@ START_TEST(test_layernorm_backward_passes)
 }
 END_TEST
 
+/* The bias gradient's column sums run in register blocks of 64 and 16
+ * columns and the last few row by row: each column must still be its rows
+ * added in order onto what db held, bit for bit, at every width (blocks
+ * only, blocks and a remainder, a remainder only), on one thread and two. */
+START_TEST(test_column_sums_in_order)
+{
+    enum { N = 140 }; /* 140 x 192 is split across two threads */
+    static const int widths[] = {3, 16, 64, 100, 147, 192};
+    uint64_t seed = 31;
+    for (int th = 1; th <= 2; th++) {
+        ck_assert_int_eq(vit_set_threads(th), VIT_OK);
+        for (size_t w = 0; w < sizeof widths / sizeof *widths; w++) {
+            const int out = widths[w];
+            vit_real *dy = gc_zeros((size_t)N * out), *db = gc_zeros(out), *ref = gc_zeros(out);
+            gc_fill(dy, (size_t)N * out, &seed, 1.0);
+            gc_fill(db, out, &seed, 1.0);
+            memcpy(ref, db, (size_t)out * sizeof *ref);
+            for (int i = 0; i < N; i++)
+                for (int j = 0; j < out; j++)
+                    ref[j] += dy[i * out + j];
+            ASSERT_OK(vit_linear_backward(NULL, NULL, db, dy, NULL, NULL, N, 1, out));
+            ck_assert_msg(!memcmp(db, ref, (size_t)out * sizeof *db),
+                          "column sums of width %d on %d thread(s) differ from row order", out, th);
+            free(dy); free(db); free(ref);
+        }
+    }
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    vit_set_threads(ncpu > 0 ? (int)ncpu : 1);
+}
+END_TEST
+
 /* ==== GELU ============================================================ */
 
 enum { G_N = 21 };
@@ -1431,6 +1462,7 @@ static Suite *kernels_suite(void)
     tcase_add_test(tc, test_layernorm_forward);
     tcase_add_test(tc, test_layernorm_grad);
     tcase_add_test(tc, test_layernorm_backward_passes);
+    tcase_add_test(tc, test_column_sums_in_order);
     tcase_add_test(tc, test_gelu_forward);
     tcase_add_test(tc, test_gelu_grad);
     tcase_add_loop_test(tc, test_elementwise, 0, EW_OPS);
