@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gradcheck.h"
 #include "vit/activations.h"
@@ -230,6 +231,83 @@ START_TEST(test_layernorm_grad)
     accum_check("layernorm dgamma", ag, dg, LNR_D);
     accum_check("layernorm dbeta", ab, dbt, LNR_D);
     free(dx); free(dg); free(dbt);
+}
+END_TEST
+
+/* On one thread the backward makes dx, dgamma and dbeta in one pass over
+ * the rows; on two, dx by rows and the parameters' sums by columns.  Both
+ * must give the same bits (the float32 training's result depends on it),
+ * accumulating onto nonzero gradients.  64 x 160 is large enough for two
+ * threads to split it. */
+START_TEST(test_layernorm_backward_passes)
+{
+    enum { N = 64, D = 160 };
+    uint64_t seed = 23;
+    vit_real *x = gc_zeros(N * D), *dy = gc_zeros(N * D), *y = gc_zeros(N * D);
+    vit_real gamma[D], beta[D], mean[N], rstd[N];
+    gc_fill(x, N * D, &seed, 2.0);
+    gc_fill(dy, N * D, &seed, 1.0);
+    gc_fill(gamma, D, &seed, 0.5);
+    gc_fill(beta, D, &seed, 0.5);
+    ASSERT_OK(vit_layernorm_forward(y, mean, rstd, x, gamma, beta, N, D, VIT_LAYERNORM_EPS));
+    vit_real *out[2][3];
+    for (int k = 0; k < 2; k++) {
+        uint64_t s0 = 24; /* the same starting values for both */
+        out[k][0] = gc_zeros(N * D);
+        out[k][1] = gc_zeros(D);
+        out[k][2] = gc_zeros(D);
+        gc_fill(out[k][0], N * D, &s0, 1.0);
+        gc_fill(out[k][1], D, &s0, 1.0);
+        gc_fill(out[k][2], D, &s0, 1.0);
+        ck_assert_int_eq(vit_set_threads(k ? 2 : 1), VIT_OK);
+        ASSERT_OK(vit_layernorm_backward(out[k][0], out[k][1], out[k][2], dy, x, mean, rstd,
+                                         gamma, N, D));
+    }
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    vit_set_threads(ncpu > 0 ? (int)ncpu : 1);
+    ck_assert_msg(!memcmp(out[0][0], out[1][0], N * D * sizeof(vit_real)), "dx differs");
+    ck_assert_msg(!memcmp(out[0][1], out[1][1], D * sizeof(vit_real)), "dgamma differs");
+    ck_assert_msg(!memcmp(out[0][2], out[1][2], D * sizeof(vit_real)), "dbeta differs");
+    /* and they moved: the backward did add something */
+    uint64_t s0 = 24;
+    vit_real *start = gc_zeros(N * D);
+    gc_fill(start, N * D, &s0, 1.0);
+    ck_assert_double_gt(gc_max_abs_diff(start, out[0][0], N * D), 1e-3);
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 3; i++)
+            free(out[k][i]);
+    free(start); free(x); free(dy); free(y);
+}
+END_TEST
+
+/* The bias gradient's column sums run in register blocks of 64 and 16
+ * columns and the last few row by row: each column must still be its rows
+ * added in order onto what db held, bit for bit, at every width (blocks
+ * only, blocks and a remainder, a remainder only), on one thread and two. */
+START_TEST(test_column_sums_in_order)
+{
+    enum { N = 140 }; /* 140 x 192 is split across two threads */
+    static const int widths[] = {3, 16, 64, 100, 147, 192};
+    uint64_t seed = 31;
+    for (int th = 1; th <= 2; th++) {
+        ck_assert_int_eq(vit_set_threads(th), VIT_OK);
+        for (size_t w = 0; w < sizeof widths / sizeof *widths; w++) {
+            const int out = widths[w];
+            vit_real *dy = gc_zeros((size_t)N * out), *db = gc_zeros(out), *ref = gc_zeros(out);
+            gc_fill(dy, (size_t)N * out, &seed, 1.0);
+            gc_fill(db, out, &seed, 1.0);
+            memcpy(ref, db, (size_t)out * sizeof *ref);
+            for (int i = 0; i < N; i++)
+                for (int j = 0; j < out; j++)
+                    ref[j] += dy[i * out + j];
+            ASSERT_OK(vit_linear_backward(NULL, NULL, db, dy, NULL, NULL, N, 1, out));
+            ck_assert_msg(!memcmp(db, ref, (size_t)out * sizeof *db),
+                          "column sums of width %d on %d thread(s) differ from row order", out, th);
+            free(dy); free(db); free(ref);
+        }
+    }
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    vit_set_threads(ncpu > 0 ? (int)ncpu : 1);
 }
 END_TEST
 
@@ -1383,6 +1461,8 @@ static Suite *kernels_suite(void)
     tcase_add_test(tc, test_linear_grad);
     tcase_add_test(tc, test_layernorm_forward);
     tcase_add_test(tc, test_layernorm_grad);
+    tcase_add_test(tc, test_layernorm_backward_passes);
+    tcase_add_test(tc, test_column_sums_in_order);
     tcase_add_test(tc, test_gelu_forward);
     tcase_add_test(tc, test_gelu_grad);
     tcase_add_loop_test(tc, test_elementwise, 0, EW_OPS);

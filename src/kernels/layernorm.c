@@ -7,9 +7,11 @@
 #include "fastmath.h"
 #include "layernorm_internal.h"
 #include "threads.h"
+#include "vit/bf16.h"
 
 typedef struct {
     vit_real *y, *mean, *rstd, *dx, *dgamma, *dbeta, *sum;
+    uint16_t *y16; /* y rounded to bf16 row by row, or NULL */
     const vit_real *x, *gamma, *beta, *dy, *cmean, *crstd, *x2;
     int d, n_rows;
     vit_real eps;
@@ -58,6 +60,10 @@ static void ln_forward_rows(void *p, size_t lo, size_t hi)
         /* Reads xr[j] before writing yr[j], so y may alias x. */
         for (int j = 0; j < d; j++)
             yr[j] = (xr[j] - m) * rs * gamma[j] + beta[j];
+#ifndef VIT_DOUBLE
+        if (J->y16) /* while the row is in L1: no second pass over y */
+            vit_bf16_from_floats(J->y16 + i * d, yr, (size_t)d);
+#endif
     }
 }
 
@@ -65,6 +71,13 @@ static void ln_forward_rows(void *p, size_t lo, size_t hi)
 int vit_layernorm_forward(vit_real *y, vit_real *mean, vit_real *rstd,
                           const vit_real *x, const vit_real *gamma,
                           const vit_real *beta, int n, int d, vit_real eps)
+{
+    return vit_layernorm_forward16(y, NULL, mean, rstd, x, gamma, beta, n, d, eps);
+}
+
+int vit_layernorm_forward16(vit_real *y, uint16_t *y16, vit_real *mean, vit_real *rstd,
+                            const vit_real *x, const vit_real *gamma, const vit_real *beta,
+                            int n, int d, vit_real eps)
 {
     static const char fn[] = "vit_layernorm_forward";
     TRY(vit_check_ptr(fn, "y", y));
@@ -78,48 +91,22 @@ int vit_layernorm_forward(vit_real *y, vit_real *mean, vit_real *rstd,
     if (!(eps > 0) || !isfinite((double)eps))
         return vit_fail(VIT_EINVAL, "%s: eps must be positive and finite, got %g", fn, (double)eps);
     /* Rows are independent: split across threads. */
-    ln_job J = {.y = y, .mean = mean, .rstd = rstd, .x = x, .gamma = gamma, .beta = beta,
-                .d = d, .eps = eps};
+    ln_job J = {.y = y, .y16 = y16, .mean = mean, .rstd = rstd, .x = x, .gamma = gamma,
+                .beta = beta, .d = d, .eps = eps};
     vit_parallel(vit_threads_for(8.0 * n * d), (size_t)n, ln_forward_rows, &J);
     return VIT_OK;
 }
 
 /* s = a + b, then y = LN(s): the residual add and the layer norm after
  * it in one pass over the rows (arguments checked by the tape). */
-void vit_add_layernorm_forward(vit_real *s, vit_real *y, vit_real *mean, vit_real *rstd,
-                               const vit_real *a, const vit_real *b, const vit_real *gamma,
-                               const vit_real *beta, int n, int d, vit_real eps)
+void vit_add_layernorm_forward(vit_real *s, vit_real *y, uint16_t *y16, vit_real *mean,
+                               vit_real *rstd, const vit_real *a, const vit_real *b,
+                               const vit_real *gamma, const vit_real *beta, int n, int d,
+                               vit_real eps)
 {
-    ln_job J = {.y = y, .mean = mean, .rstd = rstd, .sum = s, .x = a, .x2 = b, .gamma = gamma,
+    ln_job J = {.y = y, .y16 = y16, .mean = mean, .rstd = rstd, .sum = s, .x = a, .x2 = b, .gamma = gamma,
                 .beta = beta, .d = d, .eps = eps};
     vit_parallel(vit_threads_for(9.0 * n * d), (size_t)n, ln_forward_rows, &J);
-}
-
-/* Rows lo..hi-1 of dx, sums in the build's precision as in the forward. */
-FM_CLONES
-static void ln_dx_rows(void *p, size_t lo, size_t hi)
-{
-    const ln_job *J = p;
-    const int d = J->d;
-    const vit_real *gamma = J->gamma;
-    for (size_t i = lo; i < hi; i++) {
-        const vit_real *xr = J->x + i * d;
-        const vit_real *dyr = J->dy + i * d;
-        vit_real *dxr = J->dx + i * d;
-        const vit_real m = J->cmean[i], rs = J->crstd[i];
-        vit_real sum_g = 0, sum_gx = 0;
-#pragma omp simd reduction(+ : sum_g, sum_gx)
-        for (int j = 0; j < d; j++) {
-            vit_real g = dyr[j] * gamma[j];
-            sum_g += g;
-            sum_gx += g * ((xr[j] - m) * rs);
-        }
-        const vit_real mg = sum_g / (vit_real)d, mgx = sum_gx / (vit_real)d;
-        for (int j = 0; j < d; j++) {
-            vit_real xhat = (xr[j] - m) * rs;
-            dxr[j] += rs * (dyr[j] * gamma[j] - mg - xhat * mgx);
-        }
-    }
 }
 
 /* Columns lo..hi-1 of dgamma and dbeta, each summing its rows in order. */
@@ -138,6 +125,54 @@ static void ln_dparam_cols(void *p, size_t lo, size_t hi)
         if (J->dbeta)
             for (size_t j = lo; j < hi; j++)
                 J->dbeta[j] += dyr[j];
+    }
+}
+
+/* Rows lo..hi-1 of dx, sums in the build's precision as in the forward;
+ * with dgamma and dbeta (both non-NULL) those too, in the same pass: for a
+ * call that runs on one thread (every layer norm inside a training step's
+ * batch slice), where a separate ln_dparam_cols pass read x and dy a second
+ * time and made xhat again.  It adds xhat dy and dy to dgamma and dbeta row
+ * after row, as ln_dparam_cols does (the same expressions in the same
+ * order, and no contraction of a * b + c under -std=c11), so the results
+ * are bitwise those of the two passes.  dx must not alias dy. */
+FM_CLONES
+static void ln_back_rows(void *p, size_t lo, size_t hi)
+{
+    const ln_job *J = p;
+    const int d = J->d;
+    const vit_real *gamma = J->gamma;
+    vit_real *restrict dgamma = J->dgamma, *restrict dbeta = J->dbeta;
+    for (size_t i = lo; i < hi; i++) {
+        const vit_real *restrict xr = J->x + i * d;
+        const vit_real *restrict dyr = J->dy + i * d;
+        vit_real *restrict dxr = J->dx + i * d;
+        const vit_real m = J->cmean[i], rs = J->crstd[i];
+        vit_real sum_g = 0, sum_gx = 0;
+#pragma omp simd reduction(+ : sum_g, sum_gx)
+        for (int j = 0; j < d; j++) {
+            vit_real g = dyr[j] * gamma[j];
+            sum_g += g;
+            sum_gx += g * ((xr[j] - m) * rs);
+        }
+        const vit_real mg = sum_g / (vit_real)d, mgx = sum_gx / (vit_real)d;
+        if (!dgamma || !dbeta) {
+            for (int j = 0; j < d; j++) {
+                vit_real xhat = (xr[j] - m) * rs;
+                dxr[j] += rs * (dyr[j] * gamma[j] - mg - xhat * mgx);
+            }
+            continue;
+        }
+        /* Elementwise (no reduction): simd changes no bit.  gcc left this
+         * loop scalar without the pragma (four arrays it could not prove
+         * apart). */
+#pragma omp simd
+        for (int j = 0; j < d; j++) {
+            vit_real xhat = (xr[j] - m) * rs;
+            dgamma[j] += dyr[j] * xhat;
+            dbeta[j] += dyr[j];
+            dxr[j] += rs * (dyr[j] * gamma[j] - mg - xhat * mgx);
+        }
     }
 }
 
@@ -167,8 +202,15 @@ int vit_layernorm_backward(vit_real *dx, vit_real *dgamma, vit_real *dbeta,
     int nt = vit_threads_for(12.0 * n * d);
     ln_job J = {.dx = dx, .dgamma = dgamma, .dbeta = dbeta, .x = x, .gamma = gamma, .dy = dy,
                 .cmean = mean, .crstd = rstd, .d = d, .n_rows = n};
-    if (dx)
-        vit_parallel(nt, (size_t)n, ln_dx_rows, &J);
+    if (dx && dgamma && dbeta && vit_parallel_width(nt, (size_t)n) <= 1) {
+        ln_back_rows(&J, 0, (size_t)n); /* one thread: one pass (bitwise the same) */
+        return VIT_OK;
+    }
+    if (dx) {
+        ln_job rows = J; /* dx alone, by rows; the parameters' sums below */
+        rows.dgamma = rows.dbeta = NULL;
+        vit_parallel(nt, (size_t)n, ln_back_rows, &rows);
+    }
     if (dgamma || dbeta)
         vit_parallel(d / 8 < nt ? d / 8 : nt, (size_t)d, ln_dparam_cols, &J);
     return VIT_OK;

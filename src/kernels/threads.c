@@ -330,13 +330,37 @@ typedef struct {
     int rows, cols;
 } colsum_job;
 
+/* Columns [o0, o0 + W) of c: the rows added in order onto register sums,
+ * acc read and written once (not once a row).  Inlined with W a constant,
+ * so that the sums stay in registers. */
+FM_INLINE void colsum_block(const colsum_job *c, size_t o0, const int W)
+{
+    vit_real s[64];
+    memcpy(s, c->acc + o0, (size_t)W * sizeof *s);
+    for (int i = 0; i < c->rows; i++) {
+        const vit_real *row = c->x + (size_t)i * (size_t)c->cols + o0;
+        for (int j = 0; j < W; j++)
+            s[j] += row[j];
+    }
+    memcpy(c->acc + o0, s, (size_t)W * sizeof *s);
+}
+
+/* Columns [lo, hi): each column adds its rows in order onto acc, in blocks
+ * of 64 columns, then 16, then the last few row by row: the same
+ * additions, and so the same bits, as one row-by-row loop (which read and
+ * wrote all of acc[lo, hi) once a row: 3.5x slower at 544 x 64). */
 FM_CLONES
 static void colsum_range(void *p, size_t lo, size_t hi)
 {
     const colsum_job *c = p;
-    for (int i = 0; i < c->rows; i++) {
-        const vit_real *row = c->x + (size_t)i * c->cols;
-        for (size_t o = lo; o < hi; o++)
+    size_t o0 = lo;
+    for (; o0 + 64 <= hi; o0 += 64)
+        colsum_block(c, o0, 64);
+    for (; o0 + 16 <= hi; o0 += 16)
+        colsum_block(c, o0, 16);
+    for (int i = 0; i < c->rows && o0 < hi; i++) {
+        const vit_real *row = c->x + (size_t)i * (size_t)c->cols;
+        for (size_t o = o0; o < hi; o++)
             c->acc[o] += row[o];
     }
 }

@@ -13,6 +13,7 @@
 #include "activations_internal.h"
 #include "blas.h"
 #include "error.h"
+#include "fastmath.h"
 #include "mixed.h"
 #include "tape_internal.h"
 #include "threads.h"
@@ -93,6 +94,16 @@ static int back_linear_add(vit_tape *t, const vit_op_rec *r)
     return rc ? rc : vit_tape_grad_pass(t, r->in[3], r->out, 1);
 }
 
+/* 16 lanes, not SSE2's 4 (an elementwise add: the same bits); static,
+ * since a global target_clones function would be exported. */
+FM_CLONES
+static void rows_plus_bias(vit_real *y, const vit_real *r, const vit_real *b, int n, int m)
+{
+    for (size_t i = 0; i < (size_t)n; i++)
+        for (int j = 0; j < m; j++)
+            y[i * m + j] = r[i * m + j] + b[j];
+}
+
 /* y = r + b row by row, then one GEMM adds x W onto it.  A lazy forward
  * (VIT_OP_LAZY): the backward reads only the inputs, so when this op ends a
  * recomputed checkpoint nobody needs y's values. */
@@ -102,9 +113,7 @@ void vit_tape_rows_plus_bias(vit_real *y, const vit_real *r, const vit_real *b, 
         memcpy(y, r, (size_t)n * m * sizeof *y);
         return;
     }
-    for (size_t i = 0; i < (size_t)n; i++)
-        for (int j = 0; j < m; j++)
-            y[i * m + j] = r[i * m + j] + b[j];
+    rows_plus_bias(y, r, b, n, m);
 }
 
 static int fwd_linear_add(const vit_op_rec *r)

@@ -5,6 +5,7 @@
  * gamma and beta [d], the output x's shape.
  */
 #include <math.h>
+#include <stdint.h>
 
 #include "error.h"
 #include "layernorm_internal.h"
@@ -60,8 +61,11 @@ vit_tensor *vit_tape_layernorm_kept(vit_tape *t, vit_tensor *x, vit_tensor *gamm
     vit_real *mean = y ? vit_tape_saved(t, 2 * (size_t)n) : NULL;
     if (!mean)
         return NULL;
-    int rc = vit_layernorm_forward(y->data, mean, mean + n, x->data, gamma->data, beta->data, n,
-                                   d, eps);
+    uint16_t *y16 = vit_tape_half_new(t, y); /* kept in bf16: rounded in the same pass */
+    if (vit_tape_status(t))
+        return NULL;
+    int rc = vit_layernorm_forward16(y->data, y16, mean, mean + n, x->data, gamma->data,
+                                     beta->data, n, d, eps);
     layernorm_ctx c = {mean, mean + n};
     return vit_tape_record(t, &layernorm_def, rc, y, 3, in, &c, sizeof c);
 }
@@ -103,8 +107,11 @@ vit_tensor *vit_tape_add_layernorm_kept(vit_tape *t, vit_tensor *a, vit_tensor *
     vit_real *mean = y ? vit_tape_saved(t, 2 * (size_t)n) : NULL;
     if (!mean)
         return NULL;
-    vit_add_layernorm_forward(s->data, y->data, mean, mean + n, a->data, b->data, gamma->data,
-                              beta->data, n, d, eps);
+    uint16_t *y16 = vit_tape_half_new(t, y); /* kept in bf16: rounded in the same pass */
+    if (vit_tape_status(t))
+        return NULL;
+    vit_add_layernorm_forward(s->data, y->data, y16, mean, mean + n, a->data, b->data,
+                              gamma->data, beta->data, n, d, eps);
     layernorm_ctx c = {mean, mean + n};
     if (!vit_tape_record(t, &layernorm_def, VIT_OK, y, 3, lin, &c, sizeof c))
         return NULL;
