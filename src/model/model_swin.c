@@ -359,8 +359,10 @@ static vit_tensor *ln_linear(vit_tape *tape, int recompute, vit_tensor *x, vit_t
 /* The network on tape: img [batch, H, W, C] -> logits [batch, classes].
  * drop: NULL, or stochastic depth's scales, block b's attention branch
  * scaled by drop[2b stride + i] for image i, its MLP branch by
- * drop[(2b + 1) stride + i].  recompute: the recipe's (vit_arch_run's),
- * which ln_linear follows. */
+ * drop[(2b + 1) stride + i].  recompute: the recipe's (vit_arch_run's):
+ * 1 remakes the layer norms' outputs (ln_linear) and the window
+ * attention's weights (from their log-sum-exps) in the backward instead of
+ * keeping them. */
 static vit_tensor *run(const swin *m, vit_tape *tape, leaf_fn leaf, const void *lctx,
                        vit_tensor *img, int batch, const vit_real *drop, int stride,
                        int recompute)
@@ -385,7 +387,7 @@ static vit_tensor *run(const swin *m, vit_tape *tape, leaf_fn leaf, const void *
                                         L(ix[B_QKV_W]), L(ix[B_QKV_B]), 0);
             vit_tensor *bias = vit_op_relpos_bias(tape, L(ix[B_REL]), c->window);
             vit_window_opts wo = {.heads = H, .grid_h = gh, .grid_w = gw, .window = c->window,
-                                  .shift = shift_of(c, s, j)};
+                                  .shift = shift_of(c, s, j), .keep_weights = !recompute};
             vit_tensor *a = vit_op_window_attn(tape, qkv, bias, &wo);
             x = residual(tape, a, L(ix[B_PROJ_W]), L(ix[B_PROJ_B]), x, d_attn);
             vit_tensor *h = ln_linear(tape, recompute, x, L(ix[B_LN2_G]), L(ix[B_LN2_B]),
