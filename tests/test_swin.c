@@ -57,6 +57,7 @@ typedef struct swin_ctx {
     vit_real *images;
     int labels[GB];
     const vit_real *drop; /* stochastic depth's scales, [2 NBLOCKS, GB], or NULL */
+    int recompute;        /* vit_arch_run's: the layer norms' outputs remade */
 } swin_ctx;
 
 static vit_tensor *forward(swin_ctx *c, vit_tape *t)
@@ -64,7 +65,7 @@ static vit_tensor *forward(swin_ctx *c, vit_tape *t)
     vit_arch_run r = {.cfg = &c->cfg, .state = c->state, .params = c->P, .tape = t,
                       .images = vit_tape_leaf(t, c->images, NULL, 4, (int[]){GB, 8, 8, 2}),
                       .batch = GB, .grads = vit_params_grads(c->P), .train = 1,
-                      .drop_scale = c->drop, .drop_stride = GB};
+                      .drop_scale = c->drop, .drop_stride = GB, .recompute = c->recompute};
     vit_tensor *z = c->a->forward(&r);
     return vit_op_cross_entropy(t, z, c->labels, (vit_real)0.1, NULL);
 }
@@ -80,16 +81,17 @@ static double swin_loss(void *p)
 
 /* Every parameter random and of order one (gains, biases and the bias
  * tables too), so no gradient is trivially zero; the whole network's
- * gradient against central differences, tensor by tensor.  _i = 1: with
+ * gradient against central differences, tensor by tensor.  _i & 1: with
  * stochastic depth's scales, every branch of image 0 kept (x 1.25), of
- * image 1 alternately dropped and kept. */
+ * image 1 alternately dropped and kept; _i & 2: with recompute (the layer
+ * norms' outputs remade in the backward). */
 START_TEST(test_swin_gradient)
 {
     vit_real drop[2 * NBLOCKS * GB];
     for (int l = 0; l < 2 * NBLOCKS; l++)
         drop[l * GB] = (vit_real)1.25, drop[l * GB + 1] = (vit_real)(l % 2 ? 1.25 : 0);
     swin_ctx c = {.a = vit_arch_find("swin"), .P = vit_params_new(), .tape = vit_tape_new(),
-                  .drop = _i ? drop : NULL};
+                  .drop = _i & 1 ? drop : NULL, .recompute = _i >> 1};
     ck_assert_ptr_nonnull(c.a);
     tiny(&c.cfg);
     ck_assert_int_eq(c.a->check(&c.cfg), VIT_OK);
@@ -132,8 +134,8 @@ START_TEST(test_swin_gradient)
         ck_assert_msg(norm > 1e-6, "%s: gradient is zero", pt->name);
         worst = fmax(worst, e);
     }
-    printf("swin gradient%s: %d tensors, %zu parameters, max_rel %.2e\n",
-           _i ? " (drop path)" : "", nt, n, worst);
+    printf("swin gradient%s%s: %d tensors, %zu parameters, max_rel %.2e\n",
+           _i & 1 ? " (drop path)" : "", _i & 2 ? " (recompute)" : "", nt, n, worst);
     c.a->release(c.state);
     vit_params_free(c.P);
     vit_tape_free(c.tape);
@@ -274,7 +276,7 @@ static Suite *swin_suite(void)
     Suite *s = suite_create("swin");
     TCase *tg = tcase_create("gradient");
     tcase_set_timeout(tg, 120);
-    tcase_add_loop_test(tg, test_swin_gradient, 0, 2);
+    tcase_add_loop_test(tg, test_swin_gradient, 0, 4);
     suite_add_tcase(s, tg);
     TCase *tc = tcase_create("config");
     tcase_add_test(tc, test_swin_rejects_bad_configs);

@@ -107,8 +107,9 @@ typedef struct vit_arch_run {
                                 (stochastic depth); 0: evaluation, export
                                 checks, vit_model_forward */
     int recompute;           /* 1: activation checkpointing (training, the
-                                recipe's recompute: vit_model_set_recompute);
-                                an arch may ignore it */
+                                recipe's recompute: vit_model_set_recompute):
+                                keep less, remake it in the backward; what
+                                is the arch's choice (it may ignore it) */
     int loss_only;           /* 1: only the logits' gradient matters (nobody
                                 reads maps or inner activations): the arch may
                                 skip work that reaches the logits through

@@ -458,6 +458,15 @@ typedef struct vit_window_attn {
      * and writes their gradients there, without copies (vit_op_window_attn
      * does).  out and dout are always dense [B, N, H*d_v]. */
     int ld_q, ld_k, ld_v;
+    /* NULL, or the caller's [B, H, nW, T] rows of T weights (B * H * N * T
+     * reals, T = M^2: vit_window_attn_lse_size times T): the forward writes
+     * (overwrites) each window's softmax weights there, and the backward,
+     * given the same pointer, reads them instead of remaking them from lse
+     * (no second Q K^T, exponential or bias pass; M^2 reals per token and
+     * head instead of one).  The two backwards agree up to rounding: the
+     * forward's weights are exp(s - max) / sum, the remade ones
+     * exp(s - lse). */
+    vit_real *probs;
 } vit_window_attn;
 
 /* Reals of lse: B * H * N, one per query row (0, with a message, for an
@@ -478,9 +487,10 @@ int vit_window_attn_forward(const vit_window_attn *w, vit_real *out, vit_real *l
                             const vit_real *q, const vit_real *k, const vit_real *v);
 
 /* Backward.  From dout [B, N, H*d_v] and the forward's lse, q, k, v and
- * the same *w (its bias included: the weights are remade per window as
- * exp(s q.k + bias - lse), one product of the size of Q K^T more than
- * keeping them would cost), accumulates (+=) dq, dk (layout of q), dv (layout of v) and dbias
+ * the same *w (its bias included: without w->probs the weights are remade
+ * per window as exp(s q.k + bias - lse), one product of the size of Q K^T
+ * more than keeping them costs; with it, they are read from there and lse
+ * is not read), accumulates (+=) dq, dk (layout of q), dv (layout of v) and dbias
  * [bias_heads, T, T] (summed over items and windows); any may be NULL; a
  * non-NULL dbias needs bias_heads 1 or H.  Gradient buffers must not
  * overlap each other or the inputs (dq, dk, dv interleaved in one fused

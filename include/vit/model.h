@@ -315,7 +315,9 @@ int vit_model_set_precision(vit_model *m, int precision);
 
 /* Activation checkpointing of the model's later training steps (the
  * recipe's recompute): 1 keeps only each block's input and recomputes the
- * block in the backward, 0 (a new model's) keeps every activation.
+ * block in the backward (the ViT; Swin remakes its blocks' layer-norm
+ * outputs and window weights instead), 0 (a new model's) keeps every
+ * activation.
  * VIT_OK; VIT_EINVAL for a NULL m or a value other than 0 and 1.  Not
  * while the model trains.  vit_model_recompute reads it (0 for NULL). */
 int vit_model_set_recompute(vit_model *m, int recompute);

@@ -328,7 +328,7 @@ static int window_forward(wjob *J, size_t t, const wslab *sl)
     gather(sl->k, J->k + task.ok, sl->tok, T, dk, g->ldk);
     gather(sl->v, J->v + task.ov, sl->tok, T, dv, g->ldv);
 
-    vit_real *p = sl->p;
+    vit_real *p = w->probs ? w->probs + t * (size_t)T * T : sl->p;
     long bad = window_scores(J, &task, sl, p);
     if (bad >= 0) {
         vit_atomic_min(&J->first_bad, (unsigned long long)t * T * T + (unsigned long long)bad);
@@ -415,7 +415,8 @@ int vit_window_attn_forward(const vit_window_attn *w, vit_real *out, vit_real *l
 
 /* ---- Backward -------------------------------------------------------------- */
 
-/* One window: with P remade from the scores and the forward's lse,
+/* One window: with P the forward's (w->probs) or remade from the scores
+ * and the forward's lse,
  *   dV_w = P^T dO_w,  dP = dO_w V_w^T,  dS = P .* (dP - rowsum(dP .* P)),
  *   dbias += dS,  dQ_w = s dS K_w,  dK_w = s dS^T Q_w,
  * each scattered (added) to the window's tokens. */
@@ -429,11 +430,15 @@ static void window_backward(wjob *J, size_t t, const wslab *sl, vit_real *dbias)
     const int ldo = w->heads * dv;
     gather(sl->q, J->q + task.oq, sl->tok, T, dk, g->ldq);
     gather(sl->k, J->k + task.ok, sl->tok, T, dk, g->ldk);
-    vit_real *p = sl->p;
-    window_scores(J, &task, sl, p); /* finite: the forward checked them */
-    /* the weights remade: exp(S - lse) row by row (lse >= the row's max) */
-    for (int i = 0; i < T; i++)
-        vit_attn_exp_shifted(p + (size_t)i * T, T, J->lse_in[t * T + i]);
+    const vit_real *p = sl->p;
+    if (w->probs) {
+        p = w->probs + t * (size_t)T * T;
+    } else {
+        window_scores(J, &task, sl, sl->p); /* finite: the forward checked them */
+        /* the weights remade: exp(S - lse) row by row (lse >= the row's max) */
+        for (int i = 0; i < T; i++)
+            vit_attn_exp_shifted(sl->p + (size_t)i * T, T, J->lse_in[t * T + i]);
+    }
     vit_real *dout = sl->o;
     gather(dout, J->dout + task.oo, sl->tok, T, dv, ldo);
 

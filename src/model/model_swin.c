@@ -342,12 +342,30 @@ static vit_tensor *residual(vit_tape *tape, vit_tensor *x, vit_tensor *W, vit_te
 /* Where the forward takes parameter tensor i from. */
 typedef vit_tensor *(*leaf_fn)(const void *ctx, int i);
 
+/* act(LN(x) W + b), act GELU or none.  recompute: the layer norm's output
+ * is not kept but remade from x in the backward (vit_tape_ln_linear: n x
+ * in reals less a block, one more layer norm pass); else the two ops,
+ * which keep it.  Both give the same values, bit for bit
+ * (tests/test_swin.c). */
+static vit_tensor *ln_linear(vit_tape *tape, int recompute, vit_tensor *x, vit_tensor *g,
+                             vit_tensor *be, vit_tensor *W, vit_tensor *b, int gelu)
+{
+    if (recompute)
+        return vit_tape_ln_linear(tape, x, g, be, SWIN_LN_EPS, W, b, gelu);
+    vit_tensor *h = vit_op_layernorm(tape, x, g, be, SWIN_LN_EPS);
+    return gelu ? vit_op_linear_gelu(tape, h, W, b) : vit_op_linear(tape, h, W, b);
+}
+
 /* The network on tape: img [batch, H, W, C] -> logits [batch, classes].
  * drop: NULL, or stochastic depth's scales, block b's attention branch
  * scaled by drop[2b stride + i] for image i, its MLP branch by
- * drop[(2b + 1) stride + i]. */
+ * drop[(2b + 1) stride + i].  recompute: the recipe's (vit_arch_run's):
+ * 1 remakes the layer norms' outputs (ln_linear) and the window
+ * attention's weights (from their log-sum-exps) in the backward instead of
+ * keeping them. */
 static vit_tensor *run(const swin *m, vit_tape *tape, leaf_fn leaf, const void *lctx,
-                       vit_tensor *img, int batch, const vit_real *drop, int stride)
+                       vit_tensor *img, int batch, const vit_real *drop, int stride,
+                       int recompute)
 {
     const swin_cfg *c = &m->cfg;
 #define L(ix) leaf(lctx, (ix))
@@ -365,16 +383,15 @@ static vit_tensor *run(const swin *m, vit_tape *tape, leaf_fn leaf, const void *
             const int *ix = m->blocks[b];
             const vit_real *d_attn = drop ? drop + (size_t)2 * b * stride : NULL;
             const vit_real *d_mlp = drop ? drop + (size_t)(2 * b + 1) * stride : NULL;
-            /* The layer norms' outputs feed only their linears: not kept. */
-            vit_tensor *qkv = vit_tape_ln_linear(tape, x, L(ix[B_LN1_G]), L(ix[B_LN1_B]),
-                                                 SWIN_LN_EPS, L(ix[B_QKV_W]), L(ix[B_QKV_B]), 0);
+            vit_tensor *qkv = ln_linear(tape, recompute, x, L(ix[B_LN1_G]), L(ix[B_LN1_B]),
+                                        L(ix[B_QKV_W]), L(ix[B_QKV_B]), 0);
             vit_tensor *bias = vit_op_relpos_bias(tape, L(ix[B_REL]), c->window);
             vit_window_opts wo = {.heads = H, .grid_h = gh, .grid_w = gw, .window = c->window,
-                                  .shift = shift_of(c, s, j)};
+                                  .shift = shift_of(c, s, j), .keep_weights = !recompute};
             vit_tensor *a = vit_op_window_attn(tape, qkv, bias, &wo);
             x = residual(tape, a, L(ix[B_PROJ_W]), L(ix[B_PROJ_B]), x, d_attn);
-            vit_tensor *h = vit_tape_ln_linear(tape, x, L(ix[B_LN2_G]), L(ix[B_LN2_B]),
-                                               SWIN_LN_EPS, L(ix[B_FC1_W]), L(ix[B_FC1_B]), 1);
+            vit_tensor *h = ln_linear(tape, recompute, x, L(ix[B_LN2_G]), L(ix[B_LN2_B]),
+                                      L(ix[B_FC1_W]), L(ix[B_FC1_B]), 1);
             x = residual(tape, h, L(ix[B_FC2_W]), L(ix[B_FC2_B]), x, d_mlp);
         }
         if (s + 1 < c->stages) {
@@ -543,7 +560,7 @@ static vit_tensor *arch_leaf(const void *run, int i) { return vit_arch_param(run
 static vit_tensor *swin_forward(const vit_arch_run *r)
 {
     return run(r->state, r->tape, arch_leaf, r, r->images, r->batch,
-               r->train ? r->drop_scale : NULL, r->drop_stride);
+               r->train ? r->drop_scale : NULL, r->drop_stride, r->recompute);
 }
 
 /* Windowed maps ([heads, windows, T, T]) are not the [queries, keys] over

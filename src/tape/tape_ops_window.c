@@ -16,7 +16,8 @@
 /* What the backward keeps: the kernel's shape (its bias pointer is taken
  * from the tape again) and the forward's row log-sum-exps [B, H, nW, T]:
  * the weights are remade in the backward, so the op keeps one value per
- * token and head, not M^2. */
+ * token and head, not M^2; unless opts->keep_weights, when w.probs holds
+ * the forward's weights [B, H, nW, T, T] and the backward reads them. */
 typedef struct window_ctx {
     vit_window_attn w;
     vit_real *lse;
@@ -91,12 +92,21 @@ vit_tensor *vit_op_window_attn(vit_tape *t, vit_tensor *qkv, vit_tensor *bias,
     size_t np = vit_window_attn_lse_size(&w); /* also checks the window's rules */
     if (np == 0)
         return vit_tape_error(t, VIT_EINVAL);
-    vit_tensor *y = vit_tape_output(t, 3, (int[]){w.batch, N, D}, vit_tape_wants_grad(t, 2, in));
+    const int grad = vit_tape_wants_grad(t, 2, in);
+    vit_tensor *y = vit_tape_output(t, 3, (int[]){w.batch, N, D}, grad);
     if (!y)
         return NULL;
     window_ctx c = {w, vit_tape_saved(t, np)};
     if (!c.lse)
         return NULL;
+    if (opts->keep_weights && grad) {
+        size_t nw;
+        if (!vit_mul_size(&nw, np, (size_t)T))
+            return vit_tape_error(t, vit_fail(VIT_ENOMEM, "%s: the weights' size overflows",
+                                              fn));
+        if (!(c.w.probs = w.probs = vit_tape_saved(t, nw)))
+            return NULL;
+    }
     c.w.bias = NULL; /* the backward takes it from the tape */
     int rc = vit_window_attn_forward(&w, y->data, c.lse, qkv->data, qkv->data + D,
                                      qkv->data + 2 * D);
