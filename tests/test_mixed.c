@@ -772,6 +772,240 @@ START_TEST(off_is_float32)
 }
 END_TEST
 
+/* ---- the attention core ------------------------------------------------------------ */
+
+/* vit_sdpa_forward and vit_sdpa_backward with mixed precision on: the score
+ * product S = s Q K^T and the four products of the backward (P V forward;
+ * P^T dO, dO V^T, dS K, dS^T Q backward) take bf16 inputs; the softmax, its
+ * gradient and every sum stay float32.  The bounds, elementwise, for one
+ * pair (query i, key j, column d; |.| taken before the products):
+ *  - scores: S1 - S0 within D_ij = tol(d_k) s sum_d |q_id| |k_jd|; a
+ *    softmax moved by at most Delta_i = max_j D_ij per score changes each
+ *    weight by a factor within exp(+-2 Delta_i), and each path's softmax
+ *    (fastmath's exp, a double sum, one product) is within 16 eps of its
+ *    exact value, so |P1 - P0| <= P0 (exp(2 Delta_i) - 1) + 16 eps (P0 + P1);
+ *  - out: O = P V from the two P's, |O1 - O0| <= sum_j (|P1 - P0| +
+ *    tol(n_k) max(P0, P1)) |v_jd|;
+ *  - the backward, from one probs (the float32 forward's) for both:
+ *    dV within tol(n_q) sum_i P_ij |dO_id|; dP = dO V^T within tol(d_v)
+ *    A_ij, A_ij = sum_d |dO_id| |v_jd|, so dS = P (dP - rowsum(P dP))
+ *    within tol(d_v + 4) E_ij, E_ij = P_ij (A_ij + sum_k P_ik A_ik) (the + 4
+ *    takes the float32 subtraction, product and row sum, both paths);
+ *    dQ = s dS K within s sum_j (tol(d_v + 4) E_ij + tol(n_k + 1) |dS_ij|)
+ *    |k_jd| (the + 1: dS scaled by s once), dK = s dS^T Q likewise.
+ * _i 0: 40 tokens, pairs one per task, q, k and v read in place from one
+ * fused [B*n, 3 H d] buffer as vit_mha does; _i 1: 130 tokens, a pair per
+ * call split across the threads. */
+typedef struct {
+    vit_sdpa a;
+    float *qkv, *q, *k, *v, *dout;
+    size_t nqkv, nout, nprobs;
+} attn_case;
+
+static attn_case attn_case_of(int i)
+{
+    attn_case c;
+    memset(&c, 0, sizeof c);
+    const int B = i ? 1 : 2, H = i ? 2 : 3, n = i ? 130 : 40, d = i ? 16 : 24;
+    c.a = (vit_sdpa){.batch = B, .heads = H, .n_q = n, .n_k = n, .d_k = d, .d_v = d};
+    if (i == 0)
+        c.a.ld_q = c.a.ld_k = c.a.ld_v = 3 * H * d;
+    const int ld = i == 0 ? 3 * H * d : H * d, per = i == 0 ? 1 : 3;
+    c.nqkv = (size_t)B * n * ld * per;
+    c.qkv = randn(c.nqkv, 1);
+    c.q = c.qkv;
+    c.k = c.qkv + (i == 0 ? (size_t)H * d : (size_t)B * n * ld);
+    c.v = c.qkv + (i == 0 ? (size_t)2 * H * d : (size_t)2 * B * n * ld);
+    c.nout = (size_t)B * n * H * d;
+    c.nprobs = (size_t)B * H * n * n;
+    c.dout = randn(c.nout, 1);
+    return c;
+}
+
+/* Element (b, i, h, col) of a [B, n, *] layout with row stride ld. */
+static double at(const float *x, int ld, int n, int b, int i, int h, int d, int col)
+{
+    return x[((size_t)b * n + i) * ld + (size_t)h * d + col];
+}
+
+START_TEST(attention_core_within_bound)
+{
+    attn_case c = attn_case_of(_i);
+    const vit_sdpa *a = &c.a;
+    const int B = a->batch, H = a->heads, n = a->n_q, d = a->d_k;
+    const int ld = a->ld_q ? a->ld_q : H * d;
+    const double s = 1 / sqrt((double)d);
+    float *out[2], *probs[2], *dq[2], *dk[2], *dv[2];
+    for (int mixed = 0; mixed < 2; mixed++) {
+        out[mixed] = zeros(c.nout);
+        probs[mixed] = zeros(c.nprobs);
+        vit_bf16_thread_mixed(mixed);
+        ck_assert_int_eq(vit_sdpa_forward(a, out[mixed], probs[mixed], c.q, c.k, c.v), VIT_OK);
+        ck_assert_int_eq(vit_bf16_thread_mixed(0), mixed);
+    }
+    for (int mixed = 0; mixed < 2; mixed++) {
+        /* both backwards from the float32 forward's maps */
+        dq[mixed] = zeros(c.nqkv);
+        dk[mixed] = dq[mixed] + (c.k - c.q);
+        dv[mixed] = dq[mixed] + (c.v - c.q);
+        vit_bf16_thread_mixed(mixed);
+        ck_assert_int_eq(vit_sdpa_backward(a, dq[mixed], dk[mixed], dv[mixed], NULL, c.dout,
+                                           probs[0], c.q, c.k, c.v, NULL), VIT_OK);
+        ck_assert_int_eq(vit_bf16_thread_mixed(0), mixed);
+    }
+    double worst_p = 0, worst_o = 0, worst_dq = 0, worst_dk = 0, worst_dv = 0;
+    double *E = malloc((size_t)n * n * sizeof *E), *dS = malloc((size_t)n * n * sizeof *dS);
+    ck_assert(E && dS);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            const size_t pair = ((size_t)b * H + h) * n * n;
+            const float *P0 = probs[0] + pair, *P1 = probs[1] + pair;
+            for (int i = 0; i < n; i++) {
+                double delta = 0, dProw[256], A[256], r = 0, rA = 0;
+                for (int j = 0; j < n; j++) {
+                    double D = 0, dp = 0, aa = 0;
+                    for (int t = 0; t < d; t++) {
+                        D += fabs(at(c.q, ld, n, b, i, h, d, t) * at(c.k, ld, n, b, j, h, d, t));
+                        dp += at(c.dout, H * d, n, b, i, h, d, t)
+                            * at(c.v, ld, n, b, j, h, d, t);
+                        aa += fabs(at(c.dout, H * d, n, b, i, h, d, t)
+                                   * at(c.v, ld, n, b, j, h, d, t));
+                    }
+                    D *= tol(d) * s;
+                    delta = D > delta ? D : delta;
+                    dProw[j] = dp;
+                    A[j] = aa;
+                    r += P0[(size_t)i * n + j] * dp;
+                    rA += P0[(size_t)i * n + j] * aa;
+                }
+                for (int j = 0; j < n; j++) {
+                    const size_t ij = (size_t)i * n + j;
+                    double lim = P0[ij] * expm1(2 * delta) + 16 * EPS32 * (P0[ij] + P1[ij]);
+                    double diff = fabs((double)P1[ij] - P0[ij]);
+                    if (!(diff <= lim))
+                        ck_abort_msg("probs (%d, %d, %d, %d): bf16 %.9g, fp32 %.9g, difference "
+                                     "%.3g above the bound %.3g", b, h, i, j, P1[ij], P0[ij],
+                                     diff, lim);
+                    if (diff / (P0[ij] + 1e-30) > worst_p && P0[ij] > 1e-3)
+                        worst_p = diff / P0[ij];
+                    E[ij] = P0[ij] * (A[j] + rA);
+                    dS[ij] = P0[ij] * (dProw[j] - r);
+                }
+                for (int t = 0; t < d; t++) {
+                    double lim = 0, S = 0, dlim = 0, dSsum = 0;
+                    for (int j = 0; j < n; j++) {
+                        const size_t ij = (size_t)i * n + j;
+                        double pm = P0[ij] > P1[ij] ? P0[ij] : P1[ij];
+                        double av = fabs(at(c.v, ld, n, b, j, h, d, t));
+                        lim += (fabs((double)P1[ij] - P0[ij]) + tol(n) * pm) * av;
+                        S += pm * av;
+                        double ak = fabs(at(c.k, ld, n, b, j, h, d, t));
+                        dlim += s * (tol(d + 4) * E[ij] + tol(n + 1) * fabs(dS[ij])) * ak;
+                        dSsum += s * fabs(dS[ij]) * ak;
+                    }
+                    double o1 = at(out[1], H * d, n, b, i, h, d, t);
+                    double o0 = at(out[0], H * d, n, b, i, h, d, t);
+                    if (!(fabs(o1 - o0) <= lim))
+                        ck_abort_msg("out (%d, %d, %d, %d): bf16 %.9g, fp32 %.9g above %.3g",
+                                     b, i, h, t, o1, o0, lim);
+                    worst_o = fmax(worst_o, fabs(o1 - o0) / S);
+                    double g1 = at(dq[1], ld, n, b, i, h, d, t);
+                    double g0 = at(dq[0], ld, n, b, i, h, d, t);
+                    if (!(fabs(g1 - g0) <= dlim))
+                        ck_abort_msg("dq (%d, %d, %d, %d): bf16 %.9g, fp32 %.9g above %.3g",
+                                     b, i, h, t, g1, g0, dlim);
+                    worst_dq = fmax(worst_dq, fabs(g1 - g0) / dSsum);
+                }
+            }
+            for (int j = 0; j < n; j++)
+                for (int t = 0; t < d; t++) {
+                    double klim = 0, kS = 0, vlim = 0, vS = 0;
+                    for (int i = 0; i < n; i++) {
+                        const size_t ij = (size_t)i * n + j;
+                        double aq = fabs(at(c.q, ld, n, b, i, h, d, t));
+                        klim += s * (tol(d + 4) * E[ij] + tol(n + 1) * fabs(dS[ij])) * aq;
+                        kS += s * fabs(dS[ij]) * aq;
+                        double ado = fabs(at(c.dout, H * d, n, b, i, h, d, t));
+                        vlim += tol(n) * P0[ij] * ado;
+                        vS += P0[ij] * ado;
+                    }
+                    double k1 = at(dk[1], ld, n, b, j, h, d, t);
+                    double k0 = at(dk[0], ld, n, b, j, h, d, t);
+                    if (!(fabs(k1 - k0) <= klim))
+                        ck_abort_msg("dk (%d, %d, %d, %d): bf16 %.9g, fp32 %.9g above %.3g",
+                                     b, j, h, t, k1, k0, klim);
+                    worst_dk = fmax(worst_dk, fabs(k1 - k0) / kS);
+                    double v1 = at(dv[1], ld, n, b, j, h, d, t);
+                    double v0 = at(dv[0], ld, n, b, j, h, d, t);
+                    if (!(fabs(v1 - v0) <= vlim))
+                        ck_abort_msg("dv (%d, %d, %d, %d): bf16 %.9g, fp32 %.9g above %.3g",
+                                     b, j, h, t, v1, v0, vlim);
+                    worst_dv = fmax(worst_dv, fabs(v1 - v0) / vS);
+                }
+        }
+    check_rounded("probs", worst_p);
+    check_rounded("out", worst_o);
+    check_rounded("dq", worst_dq);
+    check_rounded("dk", worst_dk);
+    check_rounded("dv", worst_dv);
+    free(E);
+    free(dS);
+    for (int m = 0; m < 2; m++) {
+        free(out[m]);
+        free(probs[m]);
+        free(dq[m]);
+    }
+    free(c.qkv);
+    free(c.dout);
+}
+END_TEST
+
+/* The bf16 core gives the same bits on every run (each element is summed
+ * by one thread in a fixed order), and a NaN or infinite score is still
+ * reported, naming where it is: bf16 keeps them. */
+START_TEST(attention_core_deterministic_and_refuses_bad_scores)
+{
+    attn_case c = attn_case_of(_i);
+    const vit_sdpa *a = &c.a;
+    float *out[2], *probs[2], *dq[2];
+    vit_bf16_thread_mixed(1);
+    for (int r = 0; r < 2; r++) {
+        out[r] = zeros(c.nout);
+        probs[r] = zeros(c.nprobs);
+        dq[r] = zeros(c.nqkv);
+        ck_assert_int_eq(vit_sdpa_forward(a, out[r], probs[r], c.q, c.k, c.v), VIT_OK);
+        ck_assert_int_eq(vit_sdpa_backward(a, dq[r], dq[r] + (c.k - c.q), dq[r] + (c.v - c.q),
+                                           NULL, c.dout, probs[r], c.q, c.k, c.v, NULL),
+                         VIT_OK);
+    }
+    ck_assert_mem_eq(out[0], out[1], c.nout * sizeof *out[0]);
+    ck_assert_mem_eq(probs[0], probs[1], c.nprobs * sizeof *probs[0]);
+    ck_assert_mem_eq(dq[0], dq[1], c.nqkv * sizeof *dq[0]);
+    const int ld = a->ld_q ? a->ld_q : a->heads * a->d_k;
+    /* item B-1, query 3, head H-1: a NaN in q, then an infinity in k's key 5 */
+    const int b = a->batch - 1, h = a->heads - 1;
+    float *qx = c.q + ((size_t)b * a->n_q + 3) * ld + (size_t)h * a->d_k + 1;
+    float keep = *qx;
+    *qx = NAN;
+    ck_assert_int_eq(vit_sdpa_forward(a, out[0], probs[0], c.q, c.k, c.v), VIT_ENUM);
+    char want[96];
+    snprintf(want, sizeof want, "non-finite score at item %d, head %d, query 3,", b, h);
+    ck_assert_msg(strstr(vit_last_error(), want), "message: %s", vit_last_error());
+    *qx = keep;
+    c.k[((size_t)b * a->n_k + 5) * ld + (size_t)h * a->d_k] = INFINITY;
+    ck_assert_int_eq(vit_sdpa_forward(a, out[0], probs[0], c.q, c.k, c.v), VIT_ENUM);
+    ck_assert_msg(strstr(vit_last_error(), "key 5"), "message: %s", vit_last_error());
+    ck_assert_int_eq(vit_bf16_thread_mixed(0), 1);
+    for (int r = 0; r < 2; r++) {
+        free(out[r]);
+        free(probs[r]);
+        free(dq[r]);
+    }
+    free(c.qkv);
+    free(c.dout);
+}
+END_TEST
+
 static void setup(void)
 {
     vit_rng_seed(&rng, 24);
@@ -795,6 +1029,8 @@ int main(void)
     tcase_add_loop_test(tc, training_step_within_bound, 0, 3);
     tcase_add_test(tc, set_precision_switches_the_step);
     tcase_add_test(tc, off_is_float32);
+    tcase_add_loop_test(tc, attention_core_within_bound, 0, 2);
+    tcase_add_loop_test(tc, attention_core_deterministic_and_refuses_bad_scores, 0, 2);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
