@@ -793,29 +793,33 @@ END_TEST
  *    takes the float32 subtraction, product and row sum, both paths);
  *    dQ = s dS K within s sum_j (tol(d_v + 4) E_ij + tol(n_k + 1) |dS_ij|)
  *    |k_jd| (the + 1: dS scaled by s once), dK = s dS^T Q likewise.
- * _i 0: 40 tokens, pairs one per task, q, k and v read in place from one
+ * _i 0: 72 tokens, pairs one per task, q, k and v read in place from one
  * fused [B*n, 3 H d] buffer as vit_mha does; _i 1: 130 tokens, a pair per
- * call split across the threads. */
+ * call split across the threads; heads 64 wide (narrower ones stay float32:
+ * attention_core_narrow_stays_float32). */
 typedef struct {
     vit_sdpa a;
     float *qkv, *q, *k, *v, *dout;
     size_t nqkv, nout, nprobs;
 } attn_case;
 
+/* i 0: B 2, 72 tokens, fused layout; 1: B 1, 130 tokens, dense; both 2 heads
+ * 64 wide.  2: case 0's layout at 50 tokens and width 32 (medium's). */
 static attn_case attn_case_of(int i)
 {
     attn_case c;
     memset(&c, 0, sizeof c);
-    const int B = i ? 1 : 2, H = i ? 2 : 3, n = i ? 130 : 40, d = i ? 16 : 24;
+    const int fused = i != 1, B = i == 1 ? 1 : 2, H = 2;
+    const int n = i == 0 ? 72 : i == 1 ? 130 : 50, d = i == 2 ? 32 : 64;
     c.a = (vit_sdpa){.batch = B, .heads = H, .n_q = n, .n_k = n, .d_k = d, .d_v = d};
-    if (i == 0)
+    if (fused)
         c.a.ld_q = c.a.ld_k = c.a.ld_v = 3 * H * d;
-    const int ld = i == 0 ? 3 * H * d : H * d, per = i == 0 ? 1 : 3;
+    const int ld = fused ? 3 * H * d : H * d, per = fused ? 1 : 3;
     c.nqkv = (size_t)B * n * ld * per;
     c.qkv = randn(c.nqkv, 1);
     c.q = c.qkv;
-    c.k = c.qkv + (i == 0 ? (size_t)H * d : (size_t)B * n * ld);
-    c.v = c.qkv + (i == 0 ? (size_t)2 * H * d : (size_t)2 * B * n * ld);
+    c.k = c.qkv + (fused ? (size_t)H * d : (size_t)B * n * ld);
+    c.v = c.qkv + (fused ? (size_t)2 * H * d : (size_t)2 * B * n * ld);
     c.nout = (size_t)B * n * H * d;
     c.nprobs = (size_t)B * H * n * n;
     c.dout = randn(c.nout, 1);
@@ -1006,6 +1010,36 @@ START_TEST(attention_core_deterministic_and_refuses_bad_scores)
 }
 END_TEST
 
+/* Heads narrower than 64 (medium's 32 wide, 50 tokens) keep float32 in
+ * mixed precision: the same bits as with it off. */
+START_TEST(attention_core_narrow_stays_float32)
+{
+    attn_case c = attn_case_of(2);
+    float *out[2], *probs[2], *dq[2];
+    for (int mixed = 0; mixed < 2; mixed++) {
+        out[mixed] = zeros(c.nout);
+        probs[mixed] = zeros(c.nprobs);
+        dq[mixed] = zeros(c.nqkv);
+        vit_bf16_thread_mixed(mixed);
+        ck_assert_int_eq(vit_sdpa_forward(&c.a, out[mixed], probs[mixed], c.q, c.k, c.v),
+                         VIT_OK);
+        ck_assert_int_eq(vit_sdpa_backward(&c.a, dq[mixed], dq[mixed] + (c.k - c.q),
+                                           dq[mixed] + (c.v - c.q), NULL, c.dout,
+                                           probs[mixed], c.q, c.k, c.v, NULL), VIT_OK);
+        ck_assert_int_eq(vit_bf16_thread_mixed(0), mixed);
+    }
+    ck_assert_mem_eq(out[0], out[1], c.nout * sizeof *out[0]);
+    ck_assert_mem_eq(dq[0], dq[1], c.nqkv * sizeof *dq[0]);
+    for (int m = 0; m < 2; m++) {
+        free(out[m]);
+        free(probs[m]);
+        free(dq[m]);
+    }
+    free(c.qkv);
+    free(c.dout);
+}
+END_TEST
+
 static void setup(void)
 {
     vit_rng_seed(&rng, 24);
@@ -1031,6 +1065,7 @@ int main(void)
     tcase_add_test(tc, off_is_float32);
     tcase_add_loop_test(tc, attention_core_within_bound, 0, 2);
     tcase_add_loop_test(tc, attention_core_deterministic_and_refuses_bad_scores, 0, 2);
+    tcase_add_test(tc, attention_core_narrow_stays_float32);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -95,8 +95,8 @@ typedef struct vit_sdpa {
  * s q.k + bias (checked before masking, so NaN or infinity in a masked
  * position is reported too), naming item, head, query and key.
  * In mixed precision (vit_bf16_thread_mixed on the calling thread) the
- * products take bf16 inputs with float32 sums, except at the direct
- * kernels' small shapes (vit/bf16.h); the softmax stays float32. */
+ * products take bf16 inputs with float32 sums where the heads are at least
+ * 64 wide with at least 64 keys (vit/bf16.h); the softmax stays float32. */
 int vit_sdpa_forward(const vit_sdpa *a, vit_real *out, vit_real *probs,
                      const vit_real *q, const vit_real *k, const vit_real *v);
 

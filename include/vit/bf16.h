@@ -211,11 +211,11 @@ int vit_precision_resolve(int precision, char *why, size_t cap);
  * names.  So do the products of the standard attention core
  * (vit_sdpa_forward's s Q K^T and P V, vit_sdpa_backward's P^T dO, dO V^T,
  * dS K and dS^T Q; the core of vit_mha and of the tape's attention ops
- * below the tiled core's threshold), except at the shapes its direct
- * float32 kernels take (head widths 16 or 32, at most 32 keys, one pair per
- * task: the digits model), where a bf16 call costs more than it saves; its
- * softmax and the softmax's gradient stay float32, and the tiled and
- * windowed cores stay float32.  Tape ops in grad mode also keep some saved
+ * below the tiled core's threshold) where its heads are at least 64 wide
+ * (d_k and d_v) with at least 64 keys; narrower or shorter pairs (the
+ * digits and medium shapes) stay float32, where a bf16 call's conversions
+ * cost what its products save or more.  The softmax and its gradient stay
+ * float32, and so do the tiled and windowed cores.  Tape ops in grad mode also keep some saved
  * activations in bf16: vit_op_linear_gelu its GELU', vit_op_block its inner
  * activations (see vit/block.h); every tensor an op returns is still float.
  * Everything else is unchanged.  A layer product that cannot get its

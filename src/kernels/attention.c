@@ -253,10 +253,17 @@ static int pairs_in_parallel(const vit_sdpa *a)
  * float32, or with bf16 inputs and float32 sums (vit_gemm_bf16) when mixed
  * precision was on for the thread that called the core (vit_mixed_on: the
  * worker threads of its parallel loops do not see that thread's setting,
- * hence the mode is read once at the entry).  The direct kernels keep
- * float32 even then: at their widths (16, 32) and at most 32 keys a bf16
- * GEMM call's conversions and packing cost more than its products save.
+ * hence the mode is read once at the entry), where the pairs are wide
+ * enough for that to pay: head widths of at least PAIR_BF16_MIN_WIDTH and
+ * at least as many keys.  Below that a bf16 call's conversions (op(A)
+ * rounded, op(B) packed, per call) cost what its products save or more:
+ * per pair, forward and backward, on one Zen 4 core (thread CPU time, so
+ * the machine's load aside), bf16 against float32 took +11% / +7% at 50
+ * tokens and width 32, +4% / +14% at 128 and 32, +3% / -1% at 50 and 64,
+ * -8% / -1% at 65 and 64, -7% / -14% at 128 and 64, -21% / -19% at 197
+ * and 64 (ViT-Ti).  The direct kernels (widths 16 and 32) stay float32.
  * The same mode for every pair of a call. */
+#define PAIR_BF16_MIN_WIDTH 64
 enum { PAIR_GEMM, PAIR_DIRECT, PAIR_BF16 };
 
 typedef struct {
@@ -268,7 +275,9 @@ static int pair_mode(const vit_sdpa *a)
 {
     if (pairs_in_parallel(a) && vit_pair_direct(a->d_k, a->d_v, a->n_k))
         return PAIR_DIRECT;
-    return vit_mixed_on() ? PAIR_BF16 : PAIR_GEMM;
+    const int wide = a->d_k >= PAIR_BF16_MIN_WIDTH && a->d_v >= PAIR_BF16_MIN_WIDTH
+                  && a->n_k >= PAIR_BF16_MIN_WIDTH;
+    return wide && vit_mixed_on() ? PAIR_BF16 : PAIR_GEMM;
 }
 
 #ifndef VIT_DOUBLE
