@@ -615,7 +615,10 @@ END_TEST
 
 /* One digits-shaped training step (depth 4, batch 32, two threads; _i = 1
  * with a 4-channel stem, whose feature map's gradient is a bf16 product
- * too; _i = 2 with stem2 of 4 channels after it, two more) in bf16 and in
+ * too; _i = 2 with stem2 of 4 channels after it, two more; _i = 3 a 16x16
+ * image in 2x2 patches, 65 tokens, 2 heads 64 wide, depth 2, whose
+ * attention core runs bf16 too: per block two more products forward (S, O)
+ * and two more back on the longest path (dP, then dQ)) in bf16 and in
  * float32 from the same parameters: each parameter tensor's
  * gradient within sqrt(G) * 2u (relative, 2-norm; see the top), above u / 64
  * for some weight matrix (bf16 really ran).  Where bf16 cannot run, the
@@ -629,8 +632,20 @@ START_TEST(training_step_within_bound)
     vit_config_default(&c);
     c.stem = _i ? 4 : 0; /* _i = 1: with a convolutional stem (two more products) */
     c.stem2 = _i == 2 ? 4 : 0; /* its 4x4 map in 2x2 patches (4 at stride 2, padded) */
+    int core = 0; /* products of the attention core on the longest path, per block */
+    if (_i == 3) {
+        c.stem = 0;
+        c.image_height = c.image_width = 16;
+        c.patch = 2;
+        c.dim = 128;
+        c.heads = 2;
+        c.mlp = 128;
+        c.depth = 2;
+        core = 2;
+    }
     const int batch = 32;
-    const int G = 2 + 4 * c.depth + 4 * c.depth + 2 + (c.stem ? 2 : 0) + (c.stem2 ? 2 : 0);
+    const int G = 2 + (4 + core) * c.depth + (4 + core) * c.depth + 2 + (c.stem ? 2 : 0)
+                + (c.stem2 ? 2 : 0);
     vit_model *m[2];
     float *grads[2];
     size_t np = 0;
@@ -1060,7 +1075,7 @@ int main(void)
     tcase_add_test(tc, block_keeps_activations_in_bf16);
     tcase_add_loop_test(tc, block_gradients_within_bound, 0, 2);
     tcase_add_test(tc, block_mlp_bad_shape_refused);
-    tcase_add_loop_test(tc, training_step_within_bound, 0, 3);
+    tcase_add_loop_test(tc, training_step_within_bound, 0, 4);
     tcase_add_test(tc, set_precision_switches_the_step);
     tcase_add_test(tc, off_is_float32);
     tcase_add_loop_test(tc, attention_core_within_bound, 0, 2);
