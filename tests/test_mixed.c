@@ -841,10 +841,56 @@ static attn_case attn_case_of(int i)
     return c;
 }
 
+/* One forward and backward of c with mixed precision set to mixed (the
+ * switch off again after): out, probs and the gradients (dq; dk and dv at
+ * k's and v's offsets in the same buffer), the backward from bprobs, or
+ * from this forward's probs when NULL. */
+typedef struct {
+    float *out, *probs, *dq, *dk, *dv;
+} attn_result;
+
+static attn_result attn_run(const attn_case *c, int mixed, const float *bprobs)
+{
+    attn_result r = {zeros(c->nout), zeros(c->nprobs), zeros(c->nqkv), NULL, NULL};
+    r.dk = r.dq + (c->k - c->q);
+    r.dv = r.dq + (c->v - c->q);
+    vit_bf16_thread_mixed(mixed);
+    ck_assert_int_eq(vit_sdpa_forward(&c->a, r.out, r.probs, c->q, c->k, c->v), VIT_OK);
+    ck_assert_int_eq(vit_sdpa_backward(&c->a, r.dq, r.dk, r.dv, NULL, c->dout,
+                                       bprobs ? bprobs : r.probs, c->q, c->k, c->v, NULL),
+                     VIT_OK);
+    ck_assert_int_eq(vit_bf16_thread_mixed(0), mixed);
+    return r;
+}
+
+static void attn_free(attn_case *c, attn_result *r, int n)
+{
+    for (int i = 0; i < n; i++) {
+        free(r[i].out);
+        free(r[i].probs);
+        free(r[i].dq);
+    }
+    free(c->qkv);
+    free(c->dout);
+}
+
 /* Element (b, i, h, col) of a [B, n, *] layout with row stride ld. */
 static double at(const float *x, int ld, int n, int b, int i, int h, int d, int col)
 {
     return x[((size_t)b * n + i) * ld + (size_t)h * d + col];
+}
+
+/* |x[1] - x[0]| <= lim at element (b, row, h, t) of the pair of layouts x
+ * (row stride ld), else the test fails naming it; *worst takes the largest
+ * difference relative to S. */
+static void attn_elem(const char *what, float *const x[2], int ld, int n, int b, int row, int h,
+                      int d, int t, double lim, double S, double *worst)
+{
+    double x1 = at(x[1], ld, n, b, row, h, d, t), x0 = at(x[0], ld, n, b, row, h, d, t);
+    if (!(fabs(x1 - x0) <= lim))
+        ck_abort_msg("%s (%d, %d, %d, %d): bf16 %.9g, fp32 %.9g, difference above %.3g", what,
+                     b, row, h, t, x1, x0, lim);
+    *worst = fmax(*worst, fabs(x1 - x0) / S);
 }
 
 START_TEST(attention_core_within_bound)
@@ -854,24 +900,12 @@ START_TEST(attention_core_within_bound)
     const int B = a->batch, H = a->heads, n = a->n_q, d = a->d_k;
     const int ld = a->ld_q ? a->ld_q : H * d;
     const double s = 1 / sqrt((double)d);
-    float *out[2], *probs[2], *dq[2], *dk[2], *dv[2];
-    for (int mixed = 0; mixed < 2; mixed++) {
-        out[mixed] = zeros(c.nout);
-        probs[mixed] = zeros(c.nprobs);
-        vit_bf16_thread_mixed(mixed);
-        ck_assert_int_eq(vit_sdpa_forward(a, out[mixed], probs[mixed], c.q, c.k, c.v), VIT_OK);
-        ck_assert_int_eq(vit_bf16_thread_mixed(0), mixed);
-    }
-    for (int mixed = 0; mixed < 2; mixed++) {
-        /* both backwards from the float32 forward's maps */
-        dq[mixed] = zeros(c.nqkv);
-        dk[mixed] = dq[mixed] + (c.k - c.q);
-        dv[mixed] = dq[mixed] + (c.v - c.q);
-        vit_bf16_thread_mixed(mixed);
-        ck_assert_int_eq(vit_sdpa_backward(a, dq[mixed], dk[mixed], dv[mixed], NULL, c.dout,
-                                           probs[0], c.q, c.k, c.v, NULL), VIT_OK);
-        ck_assert_int_eq(vit_bf16_thread_mixed(0), mixed);
-    }
+    /* both backwards from the float32 forward's maps */
+    attn_result R[2];
+    R[0] = attn_run(&c, 0, NULL);
+    R[1] = attn_run(&c, 1, R[0].probs);
+    float *out[2] = {R[0].out, R[1].out}, *probs[2] = {R[0].probs, R[1].probs};
+    float *dq[2] = {R[0].dq, R[1].dq}, *dk[2] = {R[0].dk, R[1].dk}, *dv[2] = {R[0].dv, R[1].dv};
     double worst_p = 0, worst_o = 0, worst_dq = 0, worst_dk = 0, worst_dv = 0;
     double *E = malloc((size_t)n * n * sizeof *E), *dS = malloc((size_t)n * n * sizeof *dS);
     ck_assert(E && dS);
@@ -922,18 +956,8 @@ START_TEST(attention_core_within_bound)
                         dlim += s * (tol(d + 4) * E[ij] + tol(n + 1) * fabs(dS[ij])) * ak;
                         dSsum += s * fabs(dS[ij]) * ak;
                     }
-                    double o1 = at(out[1], H * d, n, b, i, h, d, t);
-                    double o0 = at(out[0], H * d, n, b, i, h, d, t);
-                    if (!(fabs(o1 - o0) <= lim))
-                        ck_abort_msg("out (%d, %d, %d, %d): bf16 %.9g, fp32 %.9g above %.3g",
-                                     b, i, h, t, o1, o0, lim);
-                    worst_o = fmax(worst_o, fabs(o1 - o0) / S);
-                    double g1 = at(dq[1], ld, n, b, i, h, d, t);
-                    double g0 = at(dq[0], ld, n, b, i, h, d, t);
-                    if (!(fabs(g1 - g0) <= dlim))
-                        ck_abort_msg("dq (%d, %d, %d, %d): bf16 %.9g, fp32 %.9g above %.3g",
-                                     b, i, h, t, g1, g0, dlim);
-                    worst_dq = fmax(worst_dq, fabs(g1 - g0) / dSsum);
+                    attn_elem("out", out, H * d, n, b, i, h, d, t, lim, S, &worst_o);
+                    attn_elem("dq", dq, ld, n, b, i, h, d, t, dlim, dSsum, &worst_dq);
                 }
             }
             for (int j = 0; j < n; j++)
@@ -948,18 +972,8 @@ START_TEST(attention_core_within_bound)
                         vlim += tol(n) * P0[ij] * ado;
                         vS += P0[ij] * ado;
                     }
-                    double k1 = at(dk[1], ld, n, b, j, h, d, t);
-                    double k0 = at(dk[0], ld, n, b, j, h, d, t);
-                    if (!(fabs(k1 - k0) <= klim))
-                        ck_abort_msg("dk (%d, %d, %d, %d): bf16 %.9g, fp32 %.9g above %.3g",
-                                     b, j, h, t, k1, k0, klim);
-                    worst_dk = fmax(worst_dk, fabs(k1 - k0) / kS);
-                    double v1 = at(dv[1], ld, n, b, j, h, d, t);
-                    double v0 = at(dv[0], ld, n, b, j, h, d, t);
-                    if (!(fabs(v1 - v0) <= vlim))
-                        ck_abort_msg("dv (%d, %d, %d, %d): bf16 %.9g, fp32 %.9g above %.3g",
-                                     b, j, h, t, v1, v0, vlim);
-                    worst_dv = fmax(worst_dv, fabs(v1 - v0) / vS);
+                    attn_elem("dk", dk, ld, n, b, j, h, d, t, klim, kS, &worst_dk);
+                    attn_elem("dv", dv, ld, n, b, j, h, d, t, vlim, vS, &worst_dv);
                 }
         }
     check_rounded("probs", worst_p);
@@ -969,13 +983,7 @@ START_TEST(attention_core_within_bound)
     check_rounded("dv", worst_dv);
     free(E);
     free(dS);
-    for (int m = 0; m < 2; m++) {
-        free(out[m]);
-        free(probs[m]);
-        free(dq[m]);
-    }
-    free(c.qkv);
-    free(c.dout);
+    attn_free(&c, R, 2);
 }
 END_TEST
 
@@ -986,42 +994,28 @@ START_TEST(attention_core_deterministic_and_refuses_bad_scores)
 {
     attn_case c = attn_case_of(_i);
     const vit_sdpa *a = &c.a;
-    float *out[2], *probs[2], *dq[2];
+    attn_result R[2] = {attn_run(&c, 1, NULL), attn_run(&c, 1, NULL)};
+    ck_assert_mem_eq(R[0].out, R[1].out, c.nout * sizeof *R[0].out);
+    ck_assert_mem_eq(R[0].probs, R[1].probs, c.nprobs * sizeof *R[0].probs);
+    ck_assert_mem_eq(R[0].dq, R[1].dq, c.nqkv * sizeof *R[0].dq);
+    float *out0 = R[0].out, *probs0 = R[0].probs;
     vit_bf16_thread_mixed(1);
-    for (int r = 0; r < 2; r++) {
-        out[r] = zeros(c.nout);
-        probs[r] = zeros(c.nprobs);
-        dq[r] = zeros(c.nqkv);
-        ck_assert_int_eq(vit_sdpa_forward(a, out[r], probs[r], c.q, c.k, c.v), VIT_OK);
-        ck_assert_int_eq(vit_sdpa_backward(a, dq[r], dq[r] + (c.k - c.q), dq[r] + (c.v - c.q),
-                                           NULL, c.dout, probs[r], c.q, c.k, c.v, NULL),
-                         VIT_OK);
-    }
-    ck_assert_mem_eq(out[0], out[1], c.nout * sizeof *out[0]);
-    ck_assert_mem_eq(probs[0], probs[1], c.nprobs * sizeof *probs[0]);
-    ck_assert_mem_eq(dq[0], dq[1], c.nqkv * sizeof *dq[0]);
     const int ld = a->ld_q ? a->ld_q : a->heads * a->d_k;
     /* item B-1, query 3, head H-1: a NaN in q, then an infinity in k's key 5 */
     const int b = a->batch - 1, h = a->heads - 1;
     float *qx = c.q + ((size_t)b * a->n_q + 3) * ld + (size_t)h * a->d_k + 1;
     float keep = *qx;
     *qx = NAN;
-    ck_assert_int_eq(vit_sdpa_forward(a, out[0], probs[0], c.q, c.k, c.v), VIT_ENUM);
+    ck_assert_int_eq(vit_sdpa_forward(a, out0, probs0, c.q, c.k, c.v), VIT_ENUM);
     char want[96];
     snprintf(want, sizeof want, "non-finite score at item %d, head %d, query 3,", b, h);
     ck_assert_msg(strstr(vit_last_error(), want), "message: %s", vit_last_error());
     *qx = keep;
     c.k[((size_t)b * a->n_k + 5) * ld + (size_t)h * a->d_k] = INFINITY;
-    ck_assert_int_eq(vit_sdpa_forward(a, out[0], probs[0], c.q, c.k, c.v), VIT_ENUM);
+    ck_assert_int_eq(vit_sdpa_forward(a, out0, probs0, c.q, c.k, c.v), VIT_ENUM);
     ck_assert_msg(strstr(vit_last_error(), "key 5"), "message: %s", vit_last_error());
     ck_assert_int_eq(vit_bf16_thread_mixed(0), 1);
-    for (int r = 0; r < 2; r++) {
-        free(out[r]);
-        free(probs[r]);
-        free(dq[r]);
-    }
-    free(c.qkv);
-    free(c.dout);
+    attn_free(&c, R, 2);
 }
 END_TEST
 
@@ -1030,28 +1024,10 @@ END_TEST
 START_TEST(attention_core_narrow_stays_float32)
 {
     attn_case c = attn_case_of(2);
-    float *out[2], *probs[2], *dq[2];
-    for (int mixed = 0; mixed < 2; mixed++) {
-        out[mixed] = zeros(c.nout);
-        probs[mixed] = zeros(c.nprobs);
-        dq[mixed] = zeros(c.nqkv);
-        vit_bf16_thread_mixed(mixed);
-        ck_assert_int_eq(vit_sdpa_forward(&c.a, out[mixed], probs[mixed], c.q, c.k, c.v),
-                         VIT_OK);
-        ck_assert_int_eq(vit_sdpa_backward(&c.a, dq[mixed], dq[mixed] + (c.k - c.q),
-                                           dq[mixed] + (c.v - c.q), NULL, c.dout,
-                                           probs[mixed], c.q, c.k, c.v, NULL), VIT_OK);
-        ck_assert_int_eq(vit_bf16_thread_mixed(0), mixed);
-    }
-    ck_assert_mem_eq(out[0], out[1], c.nout * sizeof *out[0]);
-    ck_assert_mem_eq(dq[0], dq[1], c.nqkv * sizeof *dq[0]);
-    for (int m = 0; m < 2; m++) {
-        free(out[m]);
-        free(probs[m]);
-        free(dq[m]);
-    }
-    free(c.qkv);
-    free(c.dout);
+    attn_result R[2] = {attn_run(&c, 0, NULL), attn_run(&c, 1, NULL)};
+    ck_assert_mem_eq(R[0].out, R[1].out, c.nout * sizeof *R[0].out);
+    ck_assert_mem_eq(R[0].dq, R[1].dq, c.nqkv * sizeof *R[0].dq);
+    attn_free(&c, R, 2);
 }
 END_TEST
 
