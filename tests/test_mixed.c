@@ -616,7 +616,7 @@ END_TEST
 /* One digits-shaped training step (depth 4, batch 32, two threads; _i = 1
  * with a 4-channel stem, whose feature map's gradient is a bf16 product
  * too; _i = 2 with stem2 of 4 channels after it, two more; _i = 3 a 16x16
- * image in 2x2 patches, 65 tokens, 2 heads 64 wide, depth 2, whose
+ * image in 2x2 patches, 65 tokens, one head 64 wide, depth 2, whose
  * attention core runs bf16 too: per block two more products forward (S, O)
  * and two more back on the longest path (dP, then dQ)) in bf16 and in
  * float32 from the same parameters: each parameter tensor's
@@ -637,9 +637,9 @@ START_TEST(training_step_within_bound)
         c.stem = 0;
         c.image_height = c.image_width = 16;
         c.patch = 2;
-        c.dim = 128;
-        c.heads = 2;
-        c.mlp = 128;
+        c.dim = 64;
+        c.heads = 1;
+        c.mlp = 64;
         c.depth = 2;
         core = 2;
     }
