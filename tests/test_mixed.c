@@ -615,7 +615,10 @@ END_TEST
 
 /* One digits-shaped training step (depth 4, batch 32, two threads; _i = 1
  * with a 4-channel stem, whose feature map's gradient is a bf16 product
- * too; _i = 2 with stem2 of 4 channels after it, two more) in bf16 and in
+ * too; _i = 2 with stem2 of 4 channels after it, two more; _i = 3 a 16x16
+ * image in 2x2 patches, 65 tokens, one head 64 wide, depth 2, whose
+ * attention core runs bf16 too: per block two more products forward (S, O)
+ * and two more back on the longest path (dP, then dQ)) in bf16 and in
  * float32 from the same parameters: each parameter tensor's
  * gradient within sqrt(G) * 2u (relative, 2-norm; see the top), above u / 64
  * for some weight matrix (bf16 really ran).  Where bf16 cannot run, the
@@ -629,8 +632,20 @@ START_TEST(training_step_within_bound)
     vit_config_default(&c);
     c.stem = _i ? 4 : 0; /* _i = 1: with a convolutional stem (two more products) */
     c.stem2 = _i == 2 ? 4 : 0; /* its 4x4 map in 2x2 patches (4 at stride 2, padded) */
+    int core = 0; /* products of the attention core on the longest path, per block */
+    if (_i == 3) {
+        c.stem = 0;
+        c.image_height = c.image_width = 16;
+        c.patch = 2;
+        c.dim = 64;
+        c.heads = 1;
+        c.mlp = 64;
+        c.depth = 2;
+        core = 2;
+    }
     const int batch = 32;
-    const int G = 2 + 4 * c.depth + 4 * c.depth + 2 + (c.stem ? 2 : 0) + (c.stem2 ? 2 : 0);
+    const int G = 2 + (4 + core) * c.depth + (4 + core) * c.depth + 2 + (c.stem ? 2 : 0)
+                + (c.stem2 ? 2 : 0);
     vit_model *m[2];
     float *grads[2];
     size_t np = 0;
@@ -772,6 +787,250 @@ START_TEST(off_is_float32)
 }
 END_TEST
 
+/* ---- the attention core ------------------------------------------------------------ */
+
+/* vit_sdpa_forward and vit_sdpa_backward with mixed precision on: the score
+ * product S = s Q K^T and the four products of the backward (P V forward;
+ * P^T dO, dO V^T, dS K, dS^T Q backward) take bf16 inputs; the softmax, its
+ * gradient and every sum stay float32.  The bounds, elementwise, for one
+ * pair (query i, key j, column d; |.| taken before the products):
+ *  - scores: S1 - S0 within D_ij = tol(d_k) s sum_d |q_id| |k_jd|; a
+ *    softmax moved by at most Delta_i = max_j D_ij per score changes each
+ *    weight by a factor within exp(+-2 Delta_i), and each path's softmax
+ *    (fastmath's exp, a double sum, one product) is within 16 eps of its
+ *    exact value, so |P1 - P0| <= P0 (exp(2 Delta_i) - 1) + 16 eps (P0 + P1);
+ *  - out: O = P V from the two P's, |O1 - O0| <= sum_j (|P1 - P0| +
+ *    tol(n_k) max(P0, P1)) |v_jd|;
+ *  - the backward, from one probs (the float32 forward's) for both:
+ *    dV within tol(n_q) sum_i P_ij |dO_id|; dP = dO V^T within tol(d_v)
+ *    A_ij, A_ij = sum_d |dO_id| |v_jd|, so dS = P (dP - rowsum(P dP))
+ *    within tol(d_v + 4) E_ij, E_ij = P_ij (A_ij + sum_k P_ik A_ik) (the + 4
+ *    takes the float32 subtraction, product and row sum, both paths);
+ *    dQ = s dS K within s sum_j (tol(d_v + 4) E_ij + tol(n_k + 1) |dS_ij|)
+ *    |k_jd| (the + 1: dS scaled by s once), dK = s dS^T Q likewise.
+ * _i 0: 72 tokens, pairs one per task, q, k and v read in place from one
+ * fused [B*n, 3 H d] buffer as vit_mha does; _i 1: 130 tokens, a pair per
+ * call split across the threads; heads 64 wide (narrower ones stay float32:
+ * attention_core_narrow_stays_float32). */
+typedef struct {
+    vit_sdpa a;
+    float *qkv, *q, *k, *v, *dout;
+    size_t nqkv, nout, nprobs;
+} attn_case;
+
+/* i 0: B 2, 72 tokens, fused layout; 1: B 1, 130 tokens, dense; both 2 heads
+ * 64 wide.  2: case 0's layout at 50 tokens and width 32 (medium's). */
+static attn_case attn_case_of(int i)
+{
+    attn_case c;
+    memset(&c, 0, sizeof c);
+    const int fused = i != 1, B = i == 1 ? 1 : 2, H = 2;
+    const int n = i == 0 ? 72 : i == 1 ? 130 : 50, d = i == 2 ? 32 : 64;
+    c.a = (vit_sdpa){.batch = B, .heads = H, .n_q = n, .n_k = n, .d_k = d, .d_v = d};
+    if (fused)
+        c.a.ld_q = c.a.ld_k = c.a.ld_v = 3 * H * d;
+    const int ld = fused ? 3 * H * d : H * d, per = fused ? 1 : 3;
+    c.nqkv = (size_t)B * n * ld * per;
+    c.qkv = randn(c.nqkv, 1);
+    c.q = c.qkv;
+    c.k = c.qkv + (fused ? (size_t)H * d : (size_t)B * n * ld);
+    c.v = c.qkv + (fused ? (size_t)2 * H * d : (size_t)2 * B * n * ld);
+    c.nout = (size_t)B * n * H * d;
+    c.nprobs = (size_t)B * H * n * n;
+    c.dout = randn(c.nout, 1);
+    return c;
+}
+
+/* One forward and backward of c with mixed precision set to mixed (the
+ * switch off again after): out, probs and the gradients (dq; dk and dv at
+ * k's and v's offsets in the same buffer), the backward from bprobs, or
+ * from this forward's probs when NULL. */
+typedef struct {
+    float *out, *probs, *dq, *dk, *dv;
+} attn_result;
+
+static attn_result attn_run(const attn_case *c, int mixed, const float *bprobs)
+{
+    attn_result r = {zeros(c->nout), zeros(c->nprobs), zeros(c->nqkv), NULL, NULL};
+    r.dk = r.dq + (c->k - c->q);
+    r.dv = r.dq + (c->v - c->q);
+    vit_bf16_thread_mixed(mixed);
+    ck_assert_int_eq(vit_sdpa_forward(&c->a, r.out, r.probs, c->q, c->k, c->v), VIT_OK);
+    ck_assert_int_eq(vit_sdpa_backward(&c->a, r.dq, r.dk, r.dv, NULL, c->dout,
+                                       bprobs ? bprobs : r.probs, c->q, c->k, c->v, NULL),
+                     VIT_OK);
+    ck_assert_int_eq(vit_bf16_thread_mixed(0), mixed);
+    return r;
+}
+
+static void attn_free(attn_case *c, attn_result *r, int n)
+{
+    for (int i = 0; i < n; i++) {
+        free(r[i].out);
+        free(r[i].probs);
+        free(r[i].dq);
+    }
+    free(c->qkv);
+    free(c->dout);
+}
+
+/* Element (b, i, h, col) of a [B, n, *] layout with row stride ld. */
+static double at(const float *x, int ld, int n, int b, int i, int h, int d, int col)
+{
+    return x[((size_t)b * n + i) * ld + (size_t)h * d + col];
+}
+
+/* |x[1] - x[0]| <= lim at element (b, row, h, t) of the pair of layouts x
+ * (row stride ld), else the test fails naming it; *worst takes the largest
+ * difference relative to S. */
+static void attn_elem(const char *what, float *const x[2], int ld, int n, int b, int row, int h,
+                      int d, int t, double lim, double S, double *worst)
+{
+    double x1 = at(x[1], ld, n, b, row, h, d, t), x0 = at(x[0], ld, n, b, row, h, d, t);
+    if (!(fabs(x1 - x0) <= lim))
+        ck_abort_msg("%s (%d, %d, %d, %d): bf16 %.9g, fp32 %.9g, difference above %.3g", what,
+                     b, row, h, t, x1, x0, lim);
+    *worst = fmax(*worst, fabs(x1 - x0) / S);
+}
+
+START_TEST(attention_core_within_bound)
+{
+    attn_case c = attn_case_of(_i);
+    const vit_sdpa *a = &c.a;
+    const int B = a->batch, H = a->heads, n = a->n_q, d = a->d_k;
+    const int ld = a->ld_q ? a->ld_q : H * d;
+    const double s = 1 / sqrt((double)d);
+    /* both backwards from the float32 forward's maps */
+    attn_result R[2];
+    R[0] = attn_run(&c, 0, NULL);
+    R[1] = attn_run(&c, 1, R[0].probs);
+    float *out[2] = {R[0].out, R[1].out}, *probs[2] = {R[0].probs, R[1].probs};
+    float *dq[2] = {R[0].dq, R[1].dq}, *dk[2] = {R[0].dk, R[1].dk}, *dv[2] = {R[0].dv, R[1].dv};
+    double worst_p = 0, worst_o = 0, worst_dq = 0, worst_dk = 0, worst_dv = 0;
+    double *E = malloc((size_t)n * n * sizeof *E), *dS = malloc((size_t)n * n * sizeof *dS);
+    ck_assert(E && dS);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            const size_t pair = ((size_t)b * H + h) * n * n;
+            const float *P0 = probs[0] + pair, *P1 = probs[1] + pair;
+            for (int i = 0; i < n; i++) {
+                double delta = 0, dProw[256], A[256], r = 0, rA = 0;
+                for (int j = 0; j < n; j++) {
+                    double D = 0, dp = 0, aa = 0;
+                    for (int t = 0; t < d; t++) {
+                        D += fabs(at(c.q, ld, n, b, i, h, d, t) * at(c.k, ld, n, b, j, h, d, t));
+                        dp += at(c.dout, H * d, n, b, i, h, d, t)
+                            * at(c.v, ld, n, b, j, h, d, t);
+                        aa += fabs(at(c.dout, H * d, n, b, i, h, d, t)
+                                   * at(c.v, ld, n, b, j, h, d, t));
+                    }
+                    D *= tol(d) * s;
+                    delta = D > delta ? D : delta;
+                    dProw[j] = dp;
+                    A[j] = aa;
+                    r += P0[(size_t)i * n + j] * dp;
+                    rA += P0[(size_t)i * n + j] * aa;
+                }
+                for (int j = 0; j < n; j++) {
+                    const size_t ij = (size_t)i * n + j;
+                    double lim = P0[ij] * expm1(2 * delta) + 16 * EPS32 * (P0[ij] + P1[ij]);
+                    double diff = fabs((double)P1[ij] - P0[ij]);
+                    if (!(diff <= lim))
+                        ck_abort_msg("probs (%d, %d, %d, %d): bf16 %.9g, fp32 %.9g, difference "
+                                     "%.3g above the bound %.3g", b, h, i, j, P1[ij], P0[ij],
+                                     diff, lim);
+                    if (diff / (P0[ij] + 1e-30) > worst_p && P0[ij] > 1e-3)
+                        worst_p = diff / P0[ij];
+                    E[ij] = P0[ij] * (A[j] + rA);
+                    dS[ij] = P0[ij] * (dProw[j] - r);
+                }
+                for (int t = 0; t < d; t++) {
+                    double lim = 0, S = 0, dlim = 0, dSsum = 0;
+                    for (int j = 0; j < n; j++) {
+                        const size_t ij = (size_t)i * n + j;
+                        double pm = P0[ij] > P1[ij] ? P0[ij] : P1[ij];
+                        double av = fabs(at(c.v, ld, n, b, j, h, d, t));
+                        lim += (fabs((double)P1[ij] - P0[ij]) + tol(n) * pm) * av;
+                        S += pm * av;
+                        double ak = fabs(at(c.k, ld, n, b, j, h, d, t));
+                        dlim += s * (tol(d + 4) * E[ij] + tol(n + 1) * fabs(dS[ij])) * ak;
+                        dSsum += s * fabs(dS[ij]) * ak;
+                    }
+                    attn_elem("out", out, H * d, n, b, i, h, d, t, lim, S, &worst_o);
+                    attn_elem("dq", dq, ld, n, b, i, h, d, t, dlim, dSsum, &worst_dq);
+                }
+            }
+            for (int j = 0; j < n; j++)
+                for (int t = 0; t < d; t++) {
+                    double klim = 0, kS = 0, vlim = 0, vS = 0;
+                    for (int i = 0; i < n; i++) {
+                        const size_t ij = (size_t)i * n + j;
+                        double aq = fabs(at(c.q, ld, n, b, i, h, d, t));
+                        klim += s * (tol(d + 4) * E[ij] + tol(n + 1) * fabs(dS[ij])) * aq;
+                        kS += s * fabs(dS[ij]) * aq;
+                        double ado = fabs(at(c.dout, H * d, n, b, i, h, d, t));
+                        vlim += tol(n) * P0[ij] * ado;
+                        vS += P0[ij] * ado;
+                    }
+                    attn_elem("dk", dk, ld, n, b, j, h, d, t, klim, kS, &worst_dk);
+                    attn_elem("dv", dv, ld, n, b, j, h, d, t, vlim, vS, &worst_dv);
+                }
+        }
+    check_rounded("probs", worst_p);
+    check_rounded("out", worst_o);
+    check_rounded("dq", worst_dq);
+    check_rounded("dk", worst_dk);
+    check_rounded("dv", worst_dv);
+    free(E);
+    free(dS);
+    attn_free(&c, R, 2);
+}
+END_TEST
+
+/* The bf16 core gives the same bits on every run (each element is summed
+ * by one thread in a fixed order), and a NaN or infinite score is still
+ * reported, naming where it is: bf16 keeps them. */
+START_TEST(attention_core_deterministic_and_refuses_bad_scores)
+{
+    attn_case c = attn_case_of(_i);
+    const vit_sdpa *a = &c.a;
+    attn_result R[2] = {attn_run(&c, 1, NULL), attn_run(&c, 1, NULL)};
+    ck_assert_mem_eq(R[0].out, R[1].out, c.nout * sizeof *R[0].out);
+    ck_assert_mem_eq(R[0].probs, R[1].probs, c.nprobs * sizeof *R[0].probs);
+    ck_assert_mem_eq(R[0].dq, R[1].dq, c.nqkv * sizeof *R[0].dq);
+    float *out0 = R[0].out, *probs0 = R[0].probs;
+    vit_bf16_thread_mixed(1);
+    const int ld = a->ld_q ? a->ld_q : a->heads * a->d_k;
+    /* item B-1, query 3, head H-1: a NaN in q, then an infinity in k's key 5 */
+    const int b = a->batch - 1, h = a->heads - 1;
+    float *qx = c.q + ((size_t)b * a->n_q + 3) * ld + (size_t)h * a->d_k + 1;
+    float keep = *qx;
+    *qx = NAN;
+    ck_assert_int_eq(vit_sdpa_forward(a, out0, probs0, c.q, c.k, c.v), VIT_ENUM);
+    char want[96];
+    snprintf(want, sizeof want, "non-finite score at item %d, head %d, query 3,", b, h);
+    ck_assert_msg(strstr(vit_last_error(), want), "message: %s", vit_last_error());
+    *qx = keep;
+    c.k[((size_t)b * a->n_k + 5) * ld + (size_t)h * a->d_k] = INFINITY;
+    ck_assert_int_eq(vit_sdpa_forward(a, out0, probs0, c.q, c.k, c.v), VIT_ENUM);
+    ck_assert_msg(strstr(vit_last_error(), "key 5"), "message: %s", vit_last_error());
+    ck_assert_int_eq(vit_bf16_thread_mixed(0), 1);
+    attn_free(&c, R, 2);
+}
+END_TEST
+
+/* Heads narrower than 64 (medium's 32 wide, 50 tokens) keep float32 in
+ * mixed precision: the same bits as with it off. */
+START_TEST(attention_core_narrow_stays_float32)
+{
+    attn_case c = attn_case_of(2);
+    attn_result R[2] = {attn_run(&c, 0, NULL), attn_run(&c, 1, NULL)};
+    ck_assert_mem_eq(R[0].out, R[1].out, c.nout * sizeof *R[0].out);
+    ck_assert_mem_eq(R[0].dq, R[1].dq, c.nqkv * sizeof *R[0].dq);
+    attn_free(&c, R, 2);
+}
+END_TEST
+
 static void setup(void)
 {
     vit_rng_seed(&rng, 24);
@@ -792,9 +1051,12 @@ int main(void)
     tcase_add_test(tc, block_keeps_activations_in_bf16);
     tcase_add_loop_test(tc, block_gradients_within_bound, 0, 2);
     tcase_add_test(tc, block_mlp_bad_shape_refused);
-    tcase_add_loop_test(tc, training_step_within_bound, 0, 3);
+    tcase_add_loop_test(tc, training_step_within_bound, 0, 4);
     tcase_add_test(tc, set_precision_switches_the_step);
     tcase_add_test(tc, off_is_float32);
+    tcase_add_loop_test(tc, attention_core_within_bound, 0, 2);
+    tcase_add_loop_test(tc, attention_core_deterministic_and_refuses_bad_scores, 0, 2);
+    tcase_add_test(tc, attention_core_narrow_stays_float32);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

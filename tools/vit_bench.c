@@ -318,7 +318,9 @@ static int run_config(const char *name, const vit_config *c, const options *o, d
 
 /* vit_sdpa forward + backward, batch 1, 4 heads of width 64, n tokens, by
  * the standard path (probs [H, n, n] kept for the backward, n * n of work)
- * or the tiled one (only lse [H, n] kept, work independent of n). */
+ * or the tiled one (only lse [H, n] kept, work independent of n).  With
+ * --precision bf16 the standard path's products take bf16 inputs
+ * (vit_bf16_thread_mixed); the tiled core has no bf16 path and says so. */
 typedef struct attn_arg {
     int n, tiled;
 } attn_arg;
@@ -350,6 +352,8 @@ static int run_attention(const attn_arg *arg, const options *o)
         buf[i] = (vit_real)vit_rng_normal(&rng);
     int reps = o->quick ? 2 : (n >= 4096 ? 3 : 7);
     double times[MAX_REPS];
+    const int bf16 = o->precision == VIT_PRECISION_BF16 && !arg->tiled;
+    vit_bf16_thread_mixed(bf16);
     for (int r = -1; r < reps; r++) {
         double t0 = now();
         int rc = arg->tiled
@@ -369,8 +373,9 @@ static int run_attention(const attn_arg *arg, const options *o)
     /* QK^T and PV forward, four products of the same size backward (the
      * tiled backward's recomputed products are not counted). */
     double flops = 6.0 * 2.0 * (double)H * n * (double)n * dh;
-    printf("attn %-8s n=%-5d %9.2f ms %9.1f GFLOP/s %9.1f MB\n",
-           arg->tiled ? "tiled" : "standard", n, 1e3 * t, flops / t / 1e9, peak_rss_mb());
+    printf("attn %-8s n=%-5d %9.2f ms %9.1f GFLOP/s %9.1f MB  %s\n",
+           arg->tiled ? "tiled" : "standard", n, 1e3 * t, flops / t / 1e9, peak_rss_mb(),
+           bf16 ? "bf16" : "fp32");
     free(buf);
     free(saved);
     free(work);
@@ -452,7 +457,8 @@ static int usage(FILE *f)
         "  --shapes     list every GEMM shape of a step, its precision, path (blas, xsmm\n"
         "               or dnnl) and rate\n"
         "  --precision P  the steps' matrix products: fp32 (default), bf16 (bfloat16\n"
-        "               inputs, float32 sums; fp32 where the CPU cannot) or auto\n"
+        "               inputs, float32 sums; fp32 where the CPU cannot) or auto;\n"
+        "               for attention, the standard core's (the tiled one stays fp32)\n"
         "  VIT_GEMM=auto|blas|xsmm in the environment picks the GEMM path (see vit/gemm.h)\n");
     return f == stdout ? 0 : 2;
 }

@@ -90,9 +90,13 @@ typedef struct vit_sdpa {
  * Errors: VIT_EINVAL for a NULL a or buffer, a size < 1, out aliasing an
  * input, a non-finite scale, a head_scale with a nonzero scale or a
  * non-finite entry, or bias_heads not 1 or H with a bias;
- * VIT_ENOMEM when the sizes overflow; VIT_ENUM for a non-finite score
+ * VIT_ENOMEM when the sizes overflow (or, in mixed precision, a bf16
+ * product's scratch cannot be had); VIT_ENUM for a non-finite score
  * s q.k + bias (checked before masking, so NaN or infinity in a masked
- * position is reported too), naming item, head, query and key. */
+ * position is reported too), naming item, head, query and key.
+ * In mixed precision (vit_bf16_thread_mixed on the calling thread) the
+ * products take bf16 inputs with float32 sums where the heads are at least
+ * 64 wide with at least 64 keys (vit/bf16.h); the softmax stays float32. */
 int vit_sdpa_forward(const vit_sdpa *a, vit_real *out, vit_real *probs,
                      const vit_real *q, const vit_real *k, const vit_real *v);
 
@@ -111,7 +115,9 @@ size_t vit_sdpa_work_size(const vit_sdpa *a);
  * Gradient buffers must not overlap each other or the inputs.
  * Errors: VIT_EINVAL as for the forward (NULL dout, probs, q, k or v
  * included) or a dbias with bad bias_heads; VIT_ENOMEM if work is NULL and
- * the allocation fails.  On error the gradients are unspecified. */
+ * the allocation fails (or, in mixed precision, a bf16 product's scratch
+ * cannot be had).  On error the gradients are unspecified.  Mixed
+ * precision as for the forward: the four products in bf16, dS in float32. */
 int vit_sdpa_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_real *dv,
                       vit_real *dbias, const vit_real *dout, const vit_real *probs,
                       const vit_real *q, const vit_real *k, const vit_real *v,
@@ -394,7 +400,9 @@ int vit_sdpa_tiled_forward(const vit_sdpa *a, vit_real *out, vit_real *lse,
  * must not overlap each other or the inputs.
  * Errors: VIT_EINVAL as for the forward (NULL dout, out, lse, q, k or v
  * included) or a dbias with bad bias_heads; VIT_ENOMEM if work is NULL and
- * the allocation fails.  On error the gradients are unspecified. */
+ * the allocation fails (or, in mixed precision, a bf16 product's scratch
+ * cannot be had).  On error the gradients are unspecified.  Mixed
+ * precision as for the forward: the four products in bf16, dS in float32. */
 int vit_sdpa_tiled_backward(const vit_sdpa *a, vit_real *dq, vit_real *dk, vit_real *dv,
                             vit_real *dbias, const vit_real *dout, const vit_real *out,
                             const vit_real *lse, const vit_real *q, const vit_real *k,

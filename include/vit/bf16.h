@@ -208,14 +208,22 @@ int vit_precision_resolve(int precision, char *why, size_t cap);
  * (vit_mha_*, vit_op_mha) and the patch embedding (vit_patch_embed_*,
  * vit_op_patch_embed), forward and both products of the backward (dX and
  * dW), then compute as vit_gemm_bf16 does, on the path vit_bf16_get_path
- * names.  Tape ops in grad mode also keep some saved activations in bf16:
- * vit_op_linear_gelu its GELU', vit_op_block its inner activations (see
- * vit/block.h); every tensor an op returns is still float.  Everything
- * else is unchanged.  A product that cannot get its
+ * names.  So do the products of the standard attention core
+ * (vit_sdpa_forward's s Q K^T and P V, vit_sdpa_backward's P^T dO, dO V^T,
+ * dS K and dS^T Q; the core of vit_mha and of the tape's attention ops
+ * below the tiled core's threshold) where its heads are at least 64 wide
+ * (d_k and d_v) with at least 64 keys; narrower or shorter pairs (the
+ * digits and medium shapes) stay float32, where a bf16 call's conversions
+ * cost what its products save or more.  The softmax and its gradient stay
+ * float32, and so do the tiled and windowed cores.  Tape ops in grad mode also keep some saved
+ * activations in bf16: vit_op_linear_gelu its GELU', vit_op_block its inner
+ * activations (see vit/block.h); every tensor an op returns is still float.
+ * Everything else is unchanged.  A layer product that cannot get its
  * scratch memory is skipped (its output unspecified, the message in
  * vit_last_error) and the thread remembers VIT_ENOMEM, which the next call
- * returns instead of the previous setting (and forgets).  Returns the
- * previous setting (0 or 1), or VIT_ENOMEM as said.  Off is the default.  The training step
+ * returns instead of the previous setting (and forgets); the attention core
+ * returns VIT_ENOMEM itself.  Returns the previous setting (0 or 1), or
+ * VIT_ENOMEM as said.  Off is the default.  The training step
  * (vit_model_train_grads) turns it on by itself on its slices' threads for
  * a model whose config asks for bf16; this call is for the layers on their
  * own (tests, one's own training loop).  In the float64 library it changes

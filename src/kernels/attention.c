@@ -247,34 +247,74 @@ static int pairs_in_parallel(const vit_sdpa *a)
         && a->batch * a->heads >= vit_threads();
 }
 
-/* A pair's products run on the direct kernels of src/kernels/pair_gemm.c when they
- * take its widths and each pair is one task (so no GEMM would have split
- * it across threads); else on GEMMs.  The same answer for every pair of a
- * call. */
-static int pair_direct(const vit_sdpa *a)
+/* How a call's pair products run: the direct kernels of
+ * src/kernels/pair_gemm.c when they take its widths and each pair is one
+ * task (so no GEMM would have split it across threads); else GEMMs, in
+ * float32, or with bf16 inputs and float32 sums (vit_gemm_bf16) when mixed
+ * precision was on for the thread that called the core (vit_mixed_on: the
+ * worker threads of its parallel loops do not see that thread's setting,
+ * hence the mode is read once at the entry), where the pairs are wide
+ * enough for that to pay: head widths of at least PAIR_BF16_MIN_WIDTH and
+ * at least as many keys.  Below that a bf16 call's conversions (op(A)
+ * rounded, op(B) packed, per call) cost what its products save or more:
+ * per pair, forward and backward, on one Zen 4 core (thread CPU time, so
+ * the machine's load aside), bf16 against float32 took +11% / +7% at 50
+ * tokens and width 32, +4% / +14% at 128 and 32, +3% / -1% at 50 and 64,
+ * -8% / -1% at 65 and 64, -7% / -14% at 128 and 64, -21% / -19% at 197
+ * and 64 (ViT-Ti).  The direct kernels (widths 16 and 32) stay float32.
+ * The same mode for every pair of a call. */
+#define PAIR_BF16_MIN_WIDTH 64
+enum { PAIR_GEMM, PAIR_DIRECT, PAIR_BF16 };
+
+typedef struct {
+    int mode;
+    atomic_int *err; /* the first bf16 GEMM error (VIT_ENOMEM for scratch) */
+} pair_how;
+
+static int pair_mode(const vit_sdpa *a)
 {
-    return pairs_in_parallel(a) && vit_pair_direct(a->d_k, a->d_v, a->n_k);
+    if (pairs_in_parallel(a) && vit_pair_direct(a->d_k, a->d_v, a->n_k))
+        return PAIR_DIRECT;
+    const int wide = a->d_k >= PAIR_BF16_MIN_WIDTH && a->d_v >= PAIR_BF16_MIN_WIDTH
+                  && a->n_k >= PAIR_BF16_MIN_WIDTH;
+    return wide && vit_mixed_on() ? PAIR_BF16 : PAIR_GEMM;
 }
 
-/* A pair's two kinds of product, on the kernels or on GEMMs (direct as
- * pair_direct said):
+#ifndef VIT_DOUBLE
+static void pair_error(const pair_how *how, int rc)
+{
+    int none = VIT_OK;
+    if (rc != VIT_OK)
+        atomic_compare_exchange_strong(how->err, &none, rc);
+}
+#endif
+
+/* A pair's two kinds of product, in how's mode:
  *   pair_nt    C[M, N] = alpha A[M, d] B[N, d]^T            (overwritten)
  *   pair_rows  C[M, d] = beta C + op(A) B[K, d], op(A) = A[M, K] or, with
  *              ta, A[K, M]^T */
-static void pair_nt(int direct, int M, int N, int d, vit_real alpha, const vit_real *A,
+static void pair_nt(const pair_how *how, int M, int N, int d, vit_real alpha, const vit_real *A,
                     int lda, const vit_real *B, int ldb, vit_real *C, int ldc)
 {
-    if (direct)
+    if (how->mode == PAIR_DIRECT)
         vit_pair_nt(M, N, d, alpha, A, lda, B, ldb, C, ldc);
+#ifndef VIT_DOUBLE
+    else if (how->mode == PAIR_BF16)
+        pair_error(how, vit_gemm_bf16(0, 1, M, N, d, alpha, A, lda, B, ldb, 0, C, ldc));
+#endif
     else
         vit_pgemm(CblasNoTrans, CblasTrans, M, N, d, alpha, A, lda, B, ldb, 0, C, ldc);
 }
 
-static void pair_rows(int direct, int ta, int M, int K, int d, const vit_real *A, int lda,
-                      const vit_real *B, int ldb, vit_real beta, vit_real *C, int ldc)
+static void pair_rows(const pair_how *how, int ta, int M, int K, int d, const vit_real *A,
+                      int lda, const vit_real *B, int ldb, vit_real beta, vit_real *C, int ldc)
 {
-    if (direct)
+    if (how->mode == PAIR_DIRECT)
         vit_pair_nn(ta, M, K, d, A, lda, B, ldb, beta, C, ldc);
+#ifndef VIT_DOUBLE
+    else if (how->mode == PAIR_BF16)
+        pair_error(how, vit_gemm_bf16(ta, 0, M, d, K, 1, A, lda, B, ldb, beta, C, ldc));
+#endif
     else
         vit_pgemm(ta ? CblasTrans : CblasNoTrans, CblasNoTrans, M, d, K, 1, A, lda, B, ldb,
                   beta, C, ldc);
@@ -328,7 +368,8 @@ static void softmax_piece(void *ctx, size_t lo, size_t hi)
 
 /* One pair: S = s Q K^T and O = P V as GEMMs, split across the threads with
  * the softmax rows unless called from a pair-parallel task. */
-static int head_forward(const vit_sdpa *a, vit_real scale, int b, int h, vit_real *out,
+static int head_forward(const vit_sdpa *a, const pair_how *how, vit_real scale, int b, int h,
+                        vit_real *out,
                              vit_real *probs, const vit_real *q, const vit_real *k,
                              const vit_real *v, bad_score *bad)
 {
@@ -339,11 +380,10 @@ static int head_forward(const vit_sdpa *a, vit_real scale, int b, int h, vit_rea
     const vit_real *vbh = v + (size_t)b * nk * ldv + (size_t)h * dv;
     vit_real *obh = out + (size_t)b * nq * ldo + (size_t)h * dv;
     vit_real *p = probs + ((size_t)b * H + h) * nq * nk;
-    const int direct = pair_direct(a);
 
     /* S[nq, nk] = s * Q_bh[nq, dk] K_bh[nk, dk]^T, the scale (fixed or
      * learnable) folded into the product's alpha */
-    pair_nt(direct, nq, nk, dk, vit_sdpa_scale_of(a, scale, h), qbh, ldq, kbh, ldk, p, nk);
+    pair_nt(how, nq, nk, dk, vit_sdpa_scale_of(a, scale, h), qbh, ldq, kbh, ldk, p, nk);
     sm_job J = {a, b, h, p, ULLONG_MAX};
     vit_parallel(vit_threads_for(20.0 * nq * (double)nk), (size_t)nq, softmax_piece, &J);
     unsigned long long f = atomic_load(&J.first_bad);
@@ -352,7 +392,7 @@ static int head_forward(const vit_sdpa *a, vit_real scale, int b, int h, vit_rea
         return 1;
     }
     /* O_bh[nq, dv] = P[nq, nk] V_bh[nk, dv] */
-    pair_rows(direct, 0, nq, nk, dv, p, nk, vbh, ldv, 0, obh, ldo);
+    pair_rows(how, 0, nq, nk, dv, p, nk, vbh, ldv, 0, obh, ldo);
     return 0;
 }
 
@@ -360,6 +400,7 @@ static int head_forward(const vit_sdpa *a, vit_real scale, int b, int h, vit_rea
  * pair with a non-finite score. */
 typedef struct {
     const vit_sdpa *a;
+    const pair_how *how;
     vit_real scale, *out, *probs;
     const vit_real *q, *k, *v;
     atomic_ullong first_bad;
@@ -371,7 +412,7 @@ static void forward_pairs(void *ctx, size_t lo, size_t hi)
     const int H = J->a->heads;
     bad_score bad;
     for (size_t x = lo; x < hi; x++)
-        if (head_forward(J->a, J->scale, (int)(x / H), (int)(x % H), J->out, J->probs,
+        if (head_forward(J->a, J->how, J->scale, (int)(x / H), (int)(x % H), J->out, J->probs,
                          J->q, J->k, J->v, &bad)) {
             vit_atomic_min(&J->first_bad, x);
             return;
@@ -396,23 +437,27 @@ int vit_sdpa_forward(const vit_sdpa *a, vit_real *out, vit_real *probs,
     const int B = a->batch, H = a->heads;
     const int pairs = B * H;
     bad_score bad = {-1, 0, 0, 0};
+    atomic_int err = VIT_OK;
+    const pair_how how = {pair_mode(a), &err};
     if (pairs_in_parallel(a)) {
         /* Pairs split statically; the earliest failing pair is found again
          * on this thread for its message. */
-        fwd_job J = {a, scale, out, probs, q, k, v, ULLONG_MAX};
+        fwd_job J = {a, &how, scale, out, probs, q, k, v, ULLONG_MAX};
         vit_parallel(vit_threads_for(4.0 * pairs * a->n_q * a->n_k * (a->d_k + a->d_v)),
                      (size_t)pairs, forward_pairs, &J);
         unsigned long long f = atomic_load(&J.first_bad);
         if (f != ULLONG_MAX)
-            head_forward(a, scale, (int)(f / (unsigned)H), (int)(f % (unsigned)H), out, probs,
-                         q, k, v, &bad);
+            head_forward(a, &how, scale, (int)(f / (unsigned)H), (int)(f % (unsigned)H), out,
+                         probs, q, k, v, &bad);
     } else {
         for (int x = 0; x < pairs && bad.b < 0; x++)
-            head_forward(a, scale, x / H, x % H, out, probs, q, k, v, &bad);
+            head_forward(a, &how, scale, x / H, x % H, out, probs, q, k, v, &bad);
     }
     if (bad.b >= 0)
         return vit_fail(VIT_ENUM, "%s: non-finite score at item %d, head %d, query %d, key %d "
                         "(check q, k, bias)", fn, bad.b, bad.h, bad.i, bad.j);
+    if ((rc = atomic_load(&err)) != VIT_OK)
+        return vit_fail(rc, "%s: a bf16 product could not get its scratch memory", fn);
     return VIT_OK;
 }
 
@@ -501,7 +546,8 @@ double vit_attn_scale_grad(int direct, const vit_real *ds, const vit_real *q, co
  * rows unless called from a pair-parallel task; work holds dP then dS
  * [nq, nk].  pair_ds (NULL: not wanted) receives the pair's share of the
  * scale's gradient, sum dS .* Q K^T. */
-static void head_backward(const vit_sdpa *a, vit_real scale, vit_real beta, int b, int h,
+static void head_backward(const vit_sdpa *a, const pair_how *how, vit_real scale, vit_real beta,
+                          int b, int h,
                           vit_real *dq, double *pair_ds,
                                vit_real *dk, vit_real *dv, vit_real *dbias,
                                const vit_real *dout, const vit_real *probs, const vit_real *q,
@@ -514,16 +560,15 @@ static void head_backward(const vit_sdpa *a, vit_real scale, vit_real beta, int 
     size_t vo = (size_t)b * nk * ldv + (size_t)h * dvh;
     size_t oo = (size_t)b * nq * ldo + (size_t)h * dvh;
     const vit_real *p = probs + ((size_t)b * H + h) * nq * nk;
-    const int direct = pair_direct(a);
 
     /* dV_bh[nk, dv] += P[nq, nk]^T dO_bh[nq, dv] */
     if (dv)
-        pair_rows(direct, 1, nk, nq, dvh, p, nk, dout + oo, ldo, beta, dv + vo, ldv);
+        pair_rows(how, 1, nk, nq, dvh, p, nk, dout + oo, ldo, beta, dv + vo, ldv);
     if (!(dq || dk || dbias || pair_ds)) return;
     scale = vit_sdpa_scale_of(a, scale, h);
     /* dP[nq, nk] = dO_bh[nq, dv] V_bh[nk, dv]^T */
     vit_real *ds = work;
-    pair_nt(direct, nq, nk, dvh, 1, dout + oo, ldo, v + vo, ldv, ds, nk);
+    pair_nt(how, nq, nk, dvh, 1, dout + oo, ldo, v + vo, ldv, ds, nk);
     sg_job J = {p, ds, nk};
     vit_parallel(vit_threads_for(4.0 * nq * (double)nk), (size_t)nq, softmax_grad_piece, &J);
     if (dbias) {
@@ -531,7 +576,7 @@ static void head_backward(const vit_sdpa *a, vit_real scale, vit_real beta, int 
         vit_axpy(nq * nk, 1, ds, 1, db, 1);
     }
     if (pair_ds)
-        *pair_ds = vit_attn_scale_grad(direct, ds, q + qo, k + ko, nq, nk, dkh, ldq, ldk);
+        *pair_ds = vit_attn_scale_grad(how->mode == PAIR_DIRECT, ds, q + qo, k + ko, nq, nk, dkh, ldq, ldk);
     if (!(dq || dk)) return;
     /* s dS in place, once: with alpha = s each GEMM below would make
      * libxsmm read a scaled copy of its first operand (src/kernels/gemm.c). */
@@ -539,14 +584,15 @@ static void head_backward(const vit_sdpa *a, vit_real scale, vit_real beta, int 
         for (size_t i = 0; i < (size_t)nq * nk; i++) ds[i] *= scale;
     /* dQ_bh[nq, dk] += s dS[nq, nk] K_bh[nk, dk] */
     if (dq)
-        pair_rows(direct, 0, nq, nk, dkh, ds, nk, k + ko, ldk, beta, dq + qo, ldq);
+        pair_rows(how, 0, nq, nk, dkh, ds, nk, k + ko, ldk, beta, dq + qo, ldq);
     /* dK_bh[nk, dk] += s dS[nq, nk]^T Q_bh[nq, dk] */
     if (dk)
-        pair_rows(direct, 1, nk, nq, dkh, ds, nk, q + qo, ldq, beta, dk + ko, ldk);
+        pair_rows(how, 1, nk, nq, dkh, ds, nk, q + qo, ldq, beta, dk + ko, ldk);
 }
 
 typedef struct {
     const vit_sdpa *a;
+    const pair_how *how;
     vit_real scale, beta, *dq, *dk, *dv, *dbias;
     const vit_real *dout, *probs, *q, *k, *v;
     double *pair_ds; /* [B*H] or NULL */
@@ -558,7 +604,7 @@ static void backward_pairs(void *ctx, size_t lo, size_t hi)
     const int H = J->a->heads;
     vit_real ds[PAIR_SCORES_MAX];
     for (size_t x = lo; x < hi; x++)
-        head_backward(J->a, J->scale, J->beta, (int)(x / H), (int)(x % H), J->dq,
+        head_backward(J->a, J->how, J->scale, J->beta, (int)(x / H), (int)(x % H), J->dq,
                       J->pair_ds ? J->pair_ds + x : NULL, J->dk, J->dv, J->dbias, J->dout,
                       J->probs, J->q, J->k, J->v, ds);
 }
@@ -591,12 +637,14 @@ static int sdpa_backward(const vit_sdpa *a, vit_real beta, vit_real *dq, vit_rea
     if ((rc = vit_attn_check_dbias(fn, dbias, a->bias_heads, a->heads)) != VIT_OK) return rc;
 
     const int H = a->heads, pairs = a->batch * H;
+    atomic_int err = VIT_OK;
+    const pair_how how = {pair_mode(a), &err};
     double *pair_ds = NULL;
     if (dscale && !(pair_ds = malloc((size_t)pairs * sizeof *pair_ds)))
         return vit_fail(VIT_ENOMEM, "%s: cannot allocate %d sums for dscale", fn, pairs);
     if (pairs_in_parallel(a)) {
         int nt = dbias ? 1 : vit_threads_for(8.0 * pairs * a->n_q * a->n_k * (a->d_k + a->d_v));
-        bwd_job J = {a, scale, beta, dq, dk, dv, dbias, dout, probs, q, k, v, pair_ds};
+        bwd_job J = {a, &how, scale, beta, dq, dk, dv, dbias, dout, probs, q, k, v, pair_ds};
         vit_parallel(nt, (size_t)pairs, backward_pairs, &J);
     } else {
         vit_real *owned = NULL;
@@ -610,12 +658,14 @@ static int sdpa_backward(const vit_sdpa *a, vit_real beta, vit_real *dq, vit_rea
             work = owned;
         }
         for (int x = 0; x < pairs; x++)
-            head_backward(a, scale, beta, x / H, x % H, dq, pair_ds ? pair_ds + x : NULL, dk,
+            head_backward(a, &how, scale, beta, x / H, x % H, dq, pair_ds ? pair_ds + x : NULL, dk,
                           dv, dbias, dout, probs, q, k, v, work);
         free(owned);
     }
     vit_attn_add_scale_grads(a, dscale, pair_ds, 1);
     free(pair_ds);
+    if ((rc = atomic_load(&err)) != VIT_OK)
+        return vit_fail(rc, "%s: a bf16 product could not get its scratch memory", fn);
     return VIT_OK;
 }
 
