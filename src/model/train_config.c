@@ -66,7 +66,8 @@ static const vit_cfg_field fields[] = {
       "or auto (shift9, or shift9flip with flip, only if it beats one pass on the validation "
       "set)"),
     F(recompute, VIT_CFG_INT, 0, 1,
-      "1: keep only each block's input and recompute the block in the backward (less memory)"),
+      "1: keep less and remake it in the backward (less memory; the ViT keeps each "
+      "block's input, Swin remakes its layer norms and window weights)"),
     F(ckpt_minutes, VIT_CFG_DOUBLE, 0, 1e6, "minutes between checkpoints inside an epoch "
       "(0: off)"),
     F(precision, VIT_CFG_PRECISION, 0, 2, "training's matrix products: fp32, bf16 (bfloat16 "
