@@ -117,12 +117,14 @@ int main(int argc, char **argv)
                  c->image_height, c->image_width, c->channels);
         cli_print_fitted(stdout, line);
     }
-    if (c->image_norm)
-        cli_print_fitted(stdout, "note: the model standardises each image per channel before its "
-                                 "first layer (image_norm = 1 in the metadata), which timm's "
-                                 "VisionTransformer does not: (x - mean) / sqrt(var + 1e-4), "
-                                 "each channel's over the image's pixels (as "
-                                 "tools/torch_check_export.py does)");
+    if (c->image_norm) {
+        char line[400];
+        snprintf(line, sizeof line, "note: the model standardises each image per channel before "
+                 "its first layer (image_norm = 1 in the metadata), which timm's "
+                 "VisionTransformer does not: (x - mean) / sqrt(var + %g), each channel's over "
+                 "the image's pixels (as tools/torch_check_export.py does)", VIT_IMAGE_NORM_EPS);
+        cli_print_fitted(stdout, line);
+    }
     if (tc.tta == VIT_TTA_SHIFT9 || tc.tta == VIT_TTA_SHIFT9_FLIP) {
         double rep;
         int rep_tta;

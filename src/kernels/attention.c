@@ -369,9 +369,8 @@ static void softmax_piece(void *ctx, size_t lo, size_t hi)
 /* One pair: S = s Q K^T and O = P V as GEMMs, split across the threads with
  * the softmax rows unless called from a pair-parallel task. */
 static int head_forward(const vit_sdpa *a, const pair_how *how, vit_real scale, int b, int h,
-                        vit_real *out,
-                             vit_real *probs, const vit_real *q, const vit_real *k,
-                             const vit_real *v, bad_score *bad)
+                        vit_real *out, vit_real *probs, const vit_real *q, const vit_real *k,
+                        const vit_real *v, bad_score *bad)
 {
     const int H = a->heads, nq = a->n_q, nk = a->n_k, dk = a->d_k, dv = a->d_v;
     const int ldq = vit_sdpa_ld_q(a), ldk = vit_sdpa_ld_k(a), ldv = vit_sdpa_ld_v(a), ldo = H * dv;
@@ -547,11 +546,9 @@ double vit_attn_scale_grad(int direct, const vit_real *ds, const vit_real *q, co
  * [nq, nk].  pair_ds (NULL: not wanted) receives the pair's share of the
  * scale's gradient, sum dS .* Q K^T. */
 static void head_backward(const vit_sdpa *a, const pair_how *how, vit_real scale, vit_real beta,
-                          int b, int h,
-                          vit_real *dq, double *pair_ds,
-                               vit_real *dk, vit_real *dv, vit_real *dbias,
-                               const vit_real *dout, const vit_real *probs, const vit_real *q,
-                               const vit_real *k, const vit_real *v, vit_real *work)
+                          int b, int h, vit_real *dq, double *pair_ds, vit_real *dk, vit_real *dv,
+                          vit_real *dbias, const vit_real *dout, const vit_real *probs,
+                          const vit_real *q, const vit_real *k, const vit_real *v, vit_real *work)
 {
     const int H = a->heads, nq = a->n_q, nk = a->n_k, dkh = a->d_k, dvh = a->d_v;
     const int ldq = vit_sdpa_ld_q(a), ldk = vit_sdpa_ld_k(a), ldv = vit_sdpa_ld_v(a), ldo = H * dvh;

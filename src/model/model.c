@@ -212,9 +212,11 @@ static vit_tensor *run_forward(vit_model *m, vit_tape *tape, const vit_real *ima
     if (c->image_norm) { /* the standardised copy is what the network reads */
         size_t n = (size_t)batch * c->image_height * c->image_width * c->channels;
         vit_real *std = vit_tape_alloc(tape, n * sizeof *std);
-        if (!std || vit_image_norm(std, images, batch, c->image_height * c->image_width,
-                                   c->channels) != VIT_OK) {
-            vit_tape_fail(tape, std ? VIT_EINVAL : VIT_ENOMEM);
+        int rc = std ? vit_image_norm(std, images, batch, c->image_height * c->image_width,
+                                      c->channels)
+                     : VIT_ENOMEM;
+        if (rc != VIT_OK) {
+            vit_tape_fail(tape, rc);
             return NULL;
         }
         images = std;
