@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "arch_internal.h"
+#include "model_swin.h"
 #include "tape_internal.h"
 #include "error.h"
 #include "vit/arch.h"
@@ -405,6 +406,49 @@ static vit_tensor *run(const swin *m, vit_tape *tape, leaf_fn leaf, const void *
     x = vit_op_mean_tokens(tape, x, 0);
     return vit_op_linear(tape, x, L(m->end[E_HEAD_W]), L(m->end[E_HEAD_B]));
 #undef L
+}
+
+/* ---- bf16 ---------------------------------------------------------------- */
+
+/* The operands op(B) of the weight matrices' products, packed once per step
+ * for the bf16 step (mixed.h): each linear weight W [in, out] as itself
+ * (y = x W) and transposed (dx = dy W^T), the patch weights only as
+ * themselves (the images get no gradient).  The window attention's
+ * products are not among them: they multiply activations (and stay
+ * float32 at Swin's widths, tape_ops_window.c). */
+int vit_swin_mixed_layout(const void *state, vit_params *P, vit_mixed_weights **out)
+{
+    const swin *m = state;
+    const swin_cfg *c = &m->cfg;
+    vit_mixed_weights *w = vit_mixed_weights_new();
+    if (!(*out = w))
+        return VIT_ENOMEM;
+    const float *p = (const float *)vit_params_values(P);
+#define OFF(ix) (p + vit_params_tensor(P, ix)->offset)
+#define BOTH(ix, in, o)                                                        \
+    do {                                                                       \
+        TRY(vit_mixed_weights_add(w, 0, in, o, OFF(ix), o));                   \
+        TRY(vit_mixed_weights_add(w, 1, o, in, OFF(ix), o));                   \
+    } while (0)
+    TRY(vit_mixed_weights_add(w, 0, c->patch * c->patch * c->channels, c->dim,
+                              OFF(m->end[E_PATCH_W]), c->dim));
+    int b = 0;
+    for (int s = 0; s < c->stages; s++) {
+        int C = width_of(c, s), F = c->mlp_ratio * C;
+        for (int j = 0; j < c->depths[s]; j++, b++) {
+            const int *ix = m->blocks[b];
+            BOTH(ix[B_QKV_W], C, 3 * C);
+            BOTH(ix[B_PROJ_W], C, C);
+            BOTH(ix[B_FC1_W], C, F);
+            BOTH(ix[B_FC2_W], F, C);
+        }
+        if (s + 1 < c->stages)
+            BOTH(m->merge[s][M_W], 4 * C, 2 * C);
+    }
+    BOTH(m->end[E_HEAD_W], width_of(c, c->stages - 1), c->classes);
+#undef BOTH
+#undef OFF
+    return VIT_OK;
 }
 
 /* ---- torchvision's names ----------------------------------------------- */
