@@ -56,6 +56,13 @@ static const vit_op_def window_def = {"vit_op_window_attn", back_window, NULL, 0
 vit_tensor *vit_op_window_attn(vit_tape *t, vit_tensor *qkv, vit_tensor *bias,
                                const vit_window_opts *opts)
 {
+    return vit_tape_window_attn_kept(t, qkv, bias, opts, VIT_KEEP_FLOAT);
+}
+
+/* The output is read by no backward of this op: kept as keep says. */
+vit_tensor *vit_tape_window_attn_kept(vit_tape *t, vit_tensor *qkv, vit_tensor *bias,
+                                      const vit_window_opts *opts, int keep)
+{
     static const char fn[] = "vit_op_window_attn";
     vit_tensor *in[2] = {qkv, bias};
     if (!vit_tape_begin(t, fn, 1, in))
@@ -94,7 +101,7 @@ vit_tensor *vit_op_window_attn(vit_tape *t, vit_tensor *qkv, vit_tensor *bias,
     if (np == 0)
         return vit_tape_error(t, VIT_EINVAL);
     const int grad = vit_tape_wants_grad(t, 2, in);
-    vit_tensor *y = vit_tape_output(t, 3, (int[]){w.batch, N, D}, grad);
+    vit_tensor *y = vit_tape_output_kept(t, 3, (int[]){w.batch, N, D}, grad, keep);
     if (!y)
         return NULL;
     window_ctx c = {w, NULL};
