@@ -613,6 +613,39 @@ END_TEST
 
 /* ---- the whole step ------------------------------------------------------------- */
 
+/* Tensor t's gradient g1 against g0: the relative 2-norm difference
+ * (absolute where g0 is zero there); *zero set when g0 is. */
+static double tensor_rel(const vit_model_tensor *t, const float *g1, const float *g0, int *zero)
+{
+    double d2 = 0, f2 = 0;
+    for (size_t j = t->offset; j < t->offset + t->size; j++) {
+        double d = (double)g1[j] - g0[j];
+        d2 += d * d;
+        f2 += (double)g0[j] * g0[j];
+    }
+    if (zero)
+        *zero = f2 == 0;
+    return f2 > 0 ? sqrt(d2 / f2) : sqrt(d2);
+}
+
+/* On one thread, the bf16 model mb's own step (its weights packed once)
+ * against the float32 model mf's with the switch turned on by hand (each
+ * product packs its operand): the same bits.  g: scratch of the models'
+ * parameter count. */
+static void check_packed_is_per_product(vit_model *mb, vit_model *mf, const float *img,
+                                        const int *labels, int batch, float *g, int bf16)
+{
+    size_t np = vit_model_param_count(mb);
+    ck_assert_int_eq(vit_set_threads(1), VIT_OK);
+    double loss;
+    ck_assert_int_eq(vit_model_train_grads(mb, img, labels, batch, 0.1f, &loss, NULL), VIT_OK);
+    memcpy(g, vit_model_grads(mb), np * sizeof *g);
+    vit_bf16_thread_mixed(bf16);
+    ck_assert_int_eq(vit_model_train_grads(mf, img, labels, batch, 0.1f, &loss, NULL), VIT_OK);
+    ck_assert_int_eq(vit_bf16_thread_mixed(0), bf16);
+    ck_assert_mem_eq(g, vit_model_grads(mf), np * sizeof *g);
+}
+
 /* One digits-shaped training step (depth 4, batch 32, two threads; _i = 1
  * with a 4-channel stem, whose feature map's gradient is a bf16 product
  * too; _i = 2 with stem2 of 4 channels after it, two more; _i = 3 a 16x16
@@ -678,13 +711,7 @@ START_TEST(training_step_within_bound)
         double worst_matrix = 0;
         for (int i = 0; i < vit_model_tensor_count(m[0]); i++) {
             const vit_model_tensor *t = vit_model_tensor_at(m[0], i);
-            double d2 = 0, f2 = 0;
-            for (size_t j = t->offset; j < t->offset + t->size; j++) {
-                double d = (double)grads[1][j] - grads[0][j];
-                d2 += d * d;
-                f2 += (double)grads[0][j] * grads[0][j];
-            }
-            double rel = f2 > 0 ? sqrt(d2 / f2) : sqrt(d2);
+            double rel = tensor_rel(t, grads[1], grads[0], NULL);
             double lim = sqrt((double)G) * 2 * U;
             ck_assert_msg(rel <= lim, "%s: relative gradient difference %.3g above %.3g",
                           t->name, rel, lim);
@@ -693,16 +720,7 @@ START_TEST(training_step_within_bound)
         }
         check_rounded("step", worst_matrix);
     }
-    /* One thread: the switch by hand (no packed weights) against the bf16
-     * model's own step (packed once): the same bits. */
-    ck_assert_int_eq(vit_set_threads(1), VIT_OK);
-    double loss;
-    ck_assert_int_eq(vit_model_train_grads(m[1], img, labels, batch, 0.1f, &loss, NULL), VIT_OK);
-    memcpy(grads[1], vit_model_grads(m[1]), np * sizeof *grads[1]);
-    vit_bf16_thread_mixed(bf16);
-    ck_assert_int_eq(vit_model_train_grads(m[0], img, labels, batch, 0.1f, &loss, NULL), VIT_OK);
-    ck_assert_int_eq(vit_bf16_thread_mixed(0), bf16);
-    ck_assert_mem_eq(grads[1], vit_model_grads(m[0]), np * sizeof *grads[1]);
+    check_packed_is_per_product(m[1], m[0], img, labels, batch, grads[1], bf16);
     for (int k = 0; k < 2; k++) {
         vit_model_free(m[k]);
         free(grads[k]);
@@ -816,14 +834,9 @@ START_TEST(swin_step_within_bound)
         double worst = 0, least_matrix = INFINITY;
         for (int i = 0; i < vit_model_tensor_count(m[0]); i++) {
             const vit_model_tensor *t = vit_model_tensor_at(m[0], i);
-            double d2 = 0, f2 = 0;
-            for (size_t j = t->offset; j < t->offset + t->size; j++) {
-                double d = (double)grads[1][j] - grads[0][j];
-                d2 += d * d;
-                f2 += (double)grads[0][j] * grads[0][j];
-            }
-            ck_assert_msg(f2 > 0, "%s: a zero gradient tells nothing", t->name);
-            double rel = sqrt(d2 / f2), lim = sqrt((double)G) * 2 * U;
+            int zero;
+            double rel = tensor_rel(t, grads[1], grads[0], &zero), lim = sqrt((double)G) * 2 * U;
+            ck_assert_msg(!zero, "%s: a zero gradient tells nothing", t->name);
             ck_assert_msg(rel <= lim, "%s: relative gradient difference %.3g above %.3g",
                           t->name, rel, lim);
             worst = fmax(worst, rel);
@@ -836,16 +849,7 @@ START_TEST(swin_step_within_bound)
                "gradients within %.2e (bound %.2e), every weight matrix's above %.2e\n",
                _i + 1, worst_z, dl, lim_l, worst, sqrt((double)G) * 2 * U, least_matrix);
     }
-    /* One thread: the switch by hand (no packed weights) against the bf16
-     * model's own step (packed once): the same bits. */
-    ck_assert_int_eq(vit_set_threads(1), VIT_OK);
-    double l;
-    ck_assert_int_eq(vit_model_train_grads(m[1], img, labels, B, 0.1f, &l, NULL), VIT_OK);
-    memcpy(grads[1], vit_model_grads(m[1]), np * sizeof *grads[1]);
-    vit_bf16_thread_mixed(bf16);
-    ck_assert_int_eq(vit_model_train_grads(m[0], img, labels, B, 0.1f, &l, NULL), VIT_OK);
-    ck_assert_int_eq(vit_bf16_thread_mixed(0), bf16);
-    ck_assert_mem_eq(grads[1], vit_model_grads(m[0]), np * sizeof *grads[1]);
+    check_packed_is_per_product(m[1], m[0], img, labels, B, grads[1], bf16);
     vit_tape_free(tape);
     for (int k = 0; k < 2; k++) {
         vit_model_free(m[k]);
