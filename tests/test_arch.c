@@ -356,6 +356,27 @@ static vit_model *trained_tiny(void)
     return m;
 }
 
+/* bf16 is the built-in architectures' (vit/model.h): for a registered one
+ * it is refused, naming the architecture, whatever the CPU (this float64
+ * library has no bf16 at all, yet the answer is the same), the model
+ * keeping fp32; auto is fp32 for it, and fp32 is fp32. */
+START_TEST(test_registered_arch_refuses_bf16)
+{
+    vit_config c;
+    tiny_cfg(&c);
+    vit_model *m = vit_model_new(&c);
+    ck_assert_msg(m != NULL, "%s", vit_last_error());
+    ck_assert_int_eq(vit_model_set_precision(m, VIT_PRECISION_BF16), VIT_EINVAL);
+    ck_assert_msg(strstr(vit_last_error(), "bf16") && strstr(vit_last_error(), "not tiny"),
+                  "%s", vit_last_error());
+    ck_assert_int_eq(vit_model_precision(m), VIT_PRECISION_FP32);
+    ck_assert_int_eq(vit_model_set_precision(m, VIT_PRECISION_AUTO), VIT_PRECISION_FP32);
+    ck_assert_int_eq(vit_model_set_precision(m, VIT_PRECISION_FP32), VIT_PRECISION_FP32);
+    ck_assert_int_eq(vit_model_precision(m), VIT_PRECISION_FP32);
+    vit_model_free(m);
+}
+END_TEST
+
 START_TEST(test_checkpoint_round_trip)
 {
     vit_model *m = trained_tiny(), *back = NULL;
@@ -449,6 +470,7 @@ static Suite *arch_suite(void)
     tcase_add_test(t, test_text_round_trip);
     tcase_add_test(t, test_model_counts_and_forward);
     tcase_add_test(t, test_train_grads_match_differences);
+    tcase_add_test(t, test_registered_arch_refuses_bf16);
     tcase_add_test(t, test_checkpoint_round_trip);
     tcase_add_test(t, test_safetensors_round_trip);
     tcase_add_test(t, test_resume_keeps_the_arch);

@@ -764,6 +764,59 @@ START_TEST(test_window_accumulates)
 }
 END_TEST
 
+/* With the weights kept (w.probs) the forward needs no lse and the backward
+ * reads none: lse NULL gives the same out and weights as with one, and the
+ * same gradients, bit for bit; those agree with the backward that remakes
+ * the weights from lse up to rounding; without w.probs a NULL lse is
+ * still refused. */
+START_TEST(test_window_kept_weights_need_no_lse)
+{
+    vit_window_attn w = win_shape(2, 2, 4, 4, 2, 1, 3, 2);
+    w.bias_heads = 2;
+    wcase c;
+    wcase_init(&c, w, 1, 83);
+    const size_t nw = c.np * 4, n[4] = {c.nq, c.nq, c.nv, c.nb}; /* T = 4 */
+    vit_real *pw[2] = {gc_zeros(nw), gc_zeros(nw)}, *out2 = gc_zeros(c.nv);
+    vit_real *g[3][4];
+    for (int r = 0; r < 3; r++)
+        for (int t = 0; t < 4; t++) g[r][t] = gc_zeros(n[t]);
+    /* r 0: remade from lse; r 1: kept, with lse; r 2: kept, lse NULL */
+    ck_assert_int_eq(vit_window_attn_forward(&c.w, c.out, c.probs, c.q, c.k, c.v), VIT_OK);
+    ck_assert_int_eq(vit_window_attn_backward(&c.w, g[0][0], g[0][1], g[0][2], g[0][3], c.dout,
+                                              c.probs, c.q, c.k, c.v), VIT_OK);
+    vit_window_attn kw = c.w;
+    kw.probs = pw[0];
+    ck_assert_int_eq(vit_window_attn_forward(&kw, out2, c.probs, c.q, c.k, c.v), VIT_OK);
+    ck_assert_int_eq(vit_window_attn_backward(&kw, g[1][0], g[1][1], g[1][2], g[1][3], c.dout,
+                                              c.probs, c.q, c.k, c.v), VIT_OK);
+    ck_assert(bitwise_equal(out2, c.out, c.nv));
+    kw.probs = pw[1];
+    ck_assert_int_eq(vit_window_attn_forward(&kw, out2, NULL, c.q, c.k, c.v), VIT_OK);
+    ck_assert_int_eq(vit_window_attn_backward(&kw, g[2][0], g[2][1], g[2][2], g[2][3], c.dout,
+                                              NULL, c.q, c.k, c.v), VIT_OK);
+    ck_assert(bitwise_equal(out2, c.out, c.nv) && bitwise_equal(pw[0], pw[1], nw));
+    for (int t = 0; t < 4; t++) {
+        ck_assert_msg(bitwise_equal(g[1][t], g[2][t], n[t]), "%s: lse NULL changed it",
+                      grad_name[t]);
+        double m = 0.0, top = 0.0;
+        for (size_t i = 0; i < n[t]; i++) {
+            m = fmax(m, fabs(g[0][t][i] - g[1][t][i]));
+            top = fmax(top, fabs(g[0][t][i]));
+        }
+        ck_assert_msg(top > 0 && m <= 1e-12 * top, "%s: kept and remade weights differ by %g",
+                      grad_name[t], m);
+    }
+    EXPECT_EINVAL(vit_window_attn_backward(&c.w, g[0][0], NULL, NULL, NULL, c.dout, NULL, c.q,
+                                           c.k, c.v), "lse");
+    for (int r = 0; r < 3; r++)
+        for (int t = 0; t < 4; t++) free(g[r][t]);
+    free(pw[0]);
+    free(pw[1]);
+    free(out2);
+    wcase_free(&c);
+}
+END_TEST
+
 /* ---- Argument errors ---------------------------------------------------------- */
 
 START_TEST(test_bad_input)
@@ -882,6 +935,7 @@ static Suite *tiled_suite(void)
     tcase_add_test(w, test_window_vs_masked);
     tcase_add_test(w, test_window_gradcheck);
     tcase_add_test(w, test_window_accumulates);
+    tcase_add_test(w, test_window_kept_weights_need_no_lse);
     suite_add_tcase(s, w);
 
     TCase *e = tcase_create("errors");

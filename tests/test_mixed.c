@@ -613,6 +613,39 @@ END_TEST
 
 /* ---- the whole step ------------------------------------------------------------- */
 
+/* Tensor t's gradient g1 against g0: the relative 2-norm difference
+ * (absolute where g0 is zero there); *zero set when g0 is. */
+static double tensor_rel(const vit_model_tensor *t, const float *g1, const float *g0, int *zero)
+{
+    double d2 = 0, f2 = 0;
+    for (size_t j = t->offset; j < t->offset + t->size; j++) {
+        double d = (double)g1[j] - g0[j];
+        d2 += d * d;
+        f2 += (double)g0[j] * g0[j];
+    }
+    if (zero)
+        *zero = f2 == 0;
+    return f2 > 0 ? sqrt(d2 / f2) : sqrt(d2);
+}
+
+/* On one thread, the bf16 model mb's own step (its weights packed once)
+ * against the float32 model mf's with the switch turned on by hand (each
+ * product packs its operand): the same bits.  g: scratch of the models'
+ * parameter count. */
+static void check_packed_is_per_product(vit_model *mb, vit_model *mf, const float *img,
+                                        const int *labels, int batch, float *g, int bf16)
+{
+    size_t np = vit_model_param_count(mb);
+    ck_assert_int_eq(vit_set_threads(1), VIT_OK);
+    double loss;
+    ck_assert_int_eq(vit_model_train_grads(mb, img, labels, batch, 0.1f, &loss, NULL), VIT_OK);
+    memcpy(g, vit_model_grads(mb), np * sizeof *g);
+    vit_bf16_thread_mixed(bf16);
+    ck_assert_int_eq(vit_model_train_grads(mf, img, labels, batch, 0.1f, &loss, NULL), VIT_OK);
+    ck_assert_int_eq(vit_bf16_thread_mixed(0), bf16);
+    ck_assert_mem_eq(g, vit_model_grads(mf), np * sizeof *g);
+}
+
 /* One digits-shaped training step (depth 4, batch 32, two threads; _i = 1
  * with a 4-channel stem, whose feature map's gradient is a bf16 product
  * too; _i = 2 with stem2 of 4 channels after it, two more; _i = 3 a 16x16
@@ -678,13 +711,7 @@ START_TEST(training_step_within_bound)
         double worst_matrix = 0;
         for (int i = 0; i < vit_model_tensor_count(m[0]); i++) {
             const vit_model_tensor *t = vit_model_tensor_at(m[0], i);
-            double d2 = 0, f2 = 0;
-            for (size_t j = t->offset; j < t->offset + t->size; j++) {
-                double d = (double)grads[1][j] - grads[0][j];
-                d2 += d * d;
-                f2 += (double)grads[0][j] * grads[0][j];
-            }
-            double rel = f2 > 0 ? sqrt(d2 / f2) : sqrt(d2);
+            double rel = tensor_rel(t, grads[1], grads[0], NULL);
             double lim = sqrt((double)G) * 2 * U;
             ck_assert_msg(rel <= lim, "%s: relative gradient difference %.3g above %.3g",
                           t->name, rel, lim);
@@ -693,16 +720,137 @@ START_TEST(training_step_within_bound)
         }
         check_rounded("step", worst_matrix);
     }
-    /* One thread: the switch by hand (no packed weights) against the bf16
-     * model's own step (packed once): the same bits. */
-    ck_assert_int_eq(vit_set_threads(1), VIT_OK);
-    double loss;
-    ck_assert_int_eq(vit_model_train_grads(m[1], img, labels, batch, 0.1f, &loss, NULL), VIT_OK);
-    memcpy(grads[1], vit_model_grads(m[1]), np * sizeof *grads[1]);
-    vit_bf16_thread_mixed(bf16);
-    ck_assert_int_eq(vit_model_train_grads(m[0], img, labels, batch, 0.1f, &loss, NULL), VIT_OK);
-    ck_assert_int_eq(vit_bf16_thread_mixed(0), bf16);
-    ck_assert_mem_eq(grads[1], vit_model_grads(m[0]), np * sizeof *grads[1]);
+    check_packed_is_per_product(m[1], m[0], img, labels, batch, grads[1], bf16);
+    for (int k = 0; k < 2; k++) {
+        vit_model_free(m[k]);
+        free(grads[k]);
+    }
+    free(img);
+}
+END_TEST
+
+/* The Swin's step (vit_arch "swin"): 16x16 grey images in 2x2 patches, an
+ * 8x8 grid in windows of 4 (the second block shifted), merged to 4x4;
+ * widths 32 and 64, heads 32 wide, two blocks a stage; batch 8; _i + 1
+ * threads.  Its bf16 products: the patch embedding, per block QKV, the
+ * projection, fc1 and fc2, the merge's linear and the head (the window
+ * attention stays float32).  So, as for the ViT (see the top), the longest
+ * chain of products is, forward, Gf = 2 + 4 * 4 + 1 = 19 (patch, blocks,
+ * merge, head), and to a parameter's gradient G = Gf + 1 + 4 * 4 + 1 + 1
+ * = 38 (the head's dX, the blocks' and the merge's dX, the last dW).
+ * Against float32 from the same parameters:
+ *  - each image's logits within sqrt(Gf) 2u of their 2-norm (so each
+ *    logit too);
+ *  - the loss within sqrt(2) sqrt(Gf) 2u times the mean logit row norm
+ *    (cross-entropy's gradient in the logits, p - y, has 2-norm at most
+ *    sqrt(2); first order);
+ *  - each parameter tensor's gradient within sqrt(G) 2u (relative,
+ *    2-norm);
+ * and bf16 really ran: the loss differs, and every weight matrix's
+ * gradient and the logits by more than u / 64 somewhere (float32 sums
+ * alone would differ by ~1e-7).  Where bf16 cannot run, both steps are
+ * the same bits.  Then, on one thread, the switch by hand around the
+ * float32 model's step gives the bf16 model's bits (its weights packed
+ * once per step: the same numbers as packed per product). */
+static vit_model *swin_model(int precision)
+{
+    vit_config c;
+    vit_config_default(&c);
+    static const char *const kv[][2] = {
+        {"arch", "swin"}, {"image_height", "16"}, {"image_width", "16"}, {"channels", "1"},
+        {"classes", "10"}, {"patch", "2"}, {"window", "4"}, {"embed_dim", "32"},
+        {"stages", "2"}, {"depth_1", "2"}, {"depth_2", "2"}, {"heads_1", "1"},
+        {"heads_2", "2"}, {"mlp_ratio", "2"}};
+    for (size_t i = 0; i < sizeof kv / sizeof *kv; i++)
+        ck_assert_msg(vit_config_set(&c, kv[i][0], kv[i][1]) == VIT_OK, "%s", vit_last_error());
+    vit_model *m = vit_model_new(&c);
+    ck_assert_msg(m != NULL, "%s", vit_last_error());
+    ck_assert_int_ge(vit_model_set_precision(m, precision), 0);
+    vit_rng r;
+    vit_rng_seed(&r, 7);
+    vit_model_init(m, &r);
+    return m;
+}
+
+START_TEST(swin_step_within_bound)
+{
+    enum { B = 8, HW = 16, K = 10 };
+    const int Gf = 2 + 4 * 4 + 1, G = Gf + 1 + 4 * 4 + 1 + 1;
+    float *img = randn((size_t)B * HW * HW, 1);
+    int labels[B];
+    for (int i = 0; i < B; i++)
+        labels[i] = (int)vit_rng_below(&rng, K);
+    ck_assert_int_eq(vit_set_threads(_i + 1), VIT_OK);
+    vit_model *m[2];
+    float *grads[2], z[2][B * K];
+    double loss[2];
+    size_t np = 0;
+    vit_tape *tape = vit_tape_new();
+    ck_assert_ptr_nonnull(tape);
+    for (int k = 0; k < 2; k++) {
+        m[k] = swin_model(k ? VIT_PRECISION_BF16 : VIT_PRECISION_FP32);
+        np = vit_model_param_count(m[k]);
+        ck_assert_msg(vit_model_train_grads(m[k], img, labels, B, 0.1f, &loss[k], NULL)
+                      == VIT_OK, "%s", vit_last_error());
+        grads[k] = malloc(np * sizeof *grads[k]);
+        ck_assert_ptr_nonnull(grads[k]);
+        memcpy(grads[k], vit_model_grads(m[k]), np * sizeof *grads[k]);
+        /* the logits: the same forward, mixed on this thread for bf16 */
+        int bf = vit_model_precision(m[k]) == VIT_PRECISION_BF16;
+        vit_bf16_thread_mixed(bf);
+        vit_tape_reset(tape);
+        vit_tensor *y = vit_model_forward(m[k], tape, img, B, 0);
+        ck_assert_int_eq(vit_bf16_thread_mixed(0), bf);
+        ck_assert_msg(y != NULL, "%s", vit_last_error());
+        memcpy(z[k], y->data, sizeof z[k]);
+    }
+    int bf16 = vit_model_precision(m[1]) == VIT_PRECISION_BF16;
+    ck_assert_int_eq(bf16, vit_precision_resolve(VIT_PRECISION_BF16, NULL, 0)
+                               == VIT_PRECISION_BF16); /* bf16 wherever the CPU has it */
+    if (!bf16) {
+        ck_assert_mem_eq(grads[0], grads[1], np * sizeof *grads[0]);
+        ck_assert(loss[0] == loss[1]);
+    } else {
+        double worst_z = 0, mean_norm = 0, lim_f = sqrt((double)Gf) * 2 * U;
+        for (int i = 0; i < B; i++) {
+            double d2 = 0, f2 = 0;
+            for (int j = 0; j < K; j++) {
+                double d = (double)z[1][i * K + j] - z[0][i * K + j];
+                d2 += d * d;
+                f2 += (double)z[0][i * K + j] * z[0][i * K + j];
+            }
+            ck_assert_msg(sqrt(d2) <= lim_f * sqrt(f2), "image %d: logits %.3g apart, bound "
+                          "%.3g", i, sqrt(d2), lim_f * sqrt(f2));
+            for (int j = 0; j < K; j++)
+                worst_z = fmax(worst_z, fabs((double)z[1][i * K + j] - z[0][i * K + j])
+                                            / sqrt(f2));
+            mean_norm += sqrt(f2) / B;
+        }
+        check_rounded("logits", worst_z);
+        double dl = fabs(loss[1] - loss[0]), lim_l = sqrt(2.0) * lim_f * mean_norm;
+        ck_assert_msg(dl <= lim_l, "loss %.9g (bf16) against %.9g: %.3g above the bound %.3g",
+                      loss[1], loss[0], dl, lim_l);
+        ck_assert_msg(dl > 0, "loss %.9g in both: no bf16 rounding seen", loss[0]);
+        double worst = 0, least_matrix = INFINITY;
+        for (int i = 0; i < vit_model_tensor_count(m[0]); i++) {
+            const vit_model_tensor *t = vit_model_tensor_at(m[0], i);
+            int zero;
+            double rel = tensor_rel(t, grads[1], grads[0], &zero), lim = sqrt((double)G) * 2 * U;
+            ck_assert_msg(!zero, "%s: a zero gradient tells nothing", t->name);
+            ck_assert_msg(rel <= lim, "%s: relative gradient difference %.3g above %.3g",
+                          t->name, rel, lim);
+            worst = fmax(worst, rel);
+            if (strstr(t->name, ".w")) /* patch, qkv, proj, fc1, fc2, merge, head */
+                least_matrix = fmin(least_matrix, rel);
+        }
+        ck_assert_msg(least_matrix > U / 64, "a weight matrix's gradient within %.3g of "
+                      "float32's: no bf16 rounding seen there", least_matrix);
+        printf("swin bf16 step (%d thread(s)): logits within %.2e, loss %.2e (bound %.2e), "
+               "gradients within %.2e (bound %.2e), every weight matrix's above %.2e\n",
+               _i + 1, worst_z, dl, lim_l, worst, sqrt((double)G) * 2 * U, least_matrix);
+    }
+    check_packed_is_per_product(m[1], m[0], img, labels, B, grads[1], bf16);
+    vit_tape_free(tape);
     for (int k = 0; k < 2; k++) {
         vit_model_free(m[k]);
         free(grads[k]);
@@ -1052,6 +1200,7 @@ int main(void)
     tcase_add_loop_test(tc, block_gradients_within_bound, 0, 2);
     tcase_add_test(tc, block_mlp_bad_shape_refused);
     tcase_add_loop_test(tc, training_step_within_bound, 0, 4);
+    tcase_add_loop_test(tc, swin_step_within_bound, 0, 2);
     tcase_add_test(tc, set_precision_switches_the_step);
     tcase_add_test(tc, off_is_float32);
     tcase_add_loop_test(tc, attention_core_within_bound, 0, 2);

@@ -483,7 +483,9 @@ typedef struct vit_window_attn {
 size_t vit_window_attn_lse_size(const vit_window_attn *w);
 
 /* Forward.  Writes (overwrites) out [B, N, H*d_v] and lse [B, H, nW, T]
- * from q, k, v.  out must not alias q, k, v or lse.
+ * from q, k, v; lse may be NULL when w->probs is given (the weights kept:
+ * the backward then does not read lse).  out must not alias q, k, v, lse
+ * or w->probs.
  * Allocates and frees a little scratch (a few windows' worth per thread).
  * Runs on the library's threads over (item, head, window).
  * Errors: VIT_EINVAL for a NULL w or buffer, a size < 1, a grid not a
@@ -498,7 +500,7 @@ int vit_window_attn_forward(const vit_window_attn *w, vit_real *out, vit_real *l
  * the same *w (its bias included: without w->probs the weights are remade
  * per window as exp(s q.k + bias - lse), one product of the size of Q K^T
  * more than keeping them costs; with it, they are read from there and lse
- * is not read), accumulates (+=) dq, dk (layout of q), dv (layout of v) and dbias
+ * is not read and may be NULL), accumulates (+=) dq, dk (layout of q), dv (layout of v) and dbias
  * [bias_heads, T, T] (summed over items and windows); any may be NULL; a
  * non-NULL dbias needs bias_heads 1 or H.  Gradient buffers must not
  * overlap each other or the inputs (dq, dk, dv interleaved in one fused
@@ -509,7 +511,7 @@ int vit_window_attn_forward(const vit_window_attn *w, vit_real *out, vit_real *l
  * reals), added to dbias in group order, so the result is the same
  * whatever the thread count.
  * Errors: VIT_EINVAL as for the forward
- * (NULL dout, lse, q, k or v included) or a dbias with bad bias_heads;
+ * (NULL dout, q, k or v, or lse without w->probs, included) or a dbias with bad bias_heads;
  * VIT_ENOMEM if the scratch cannot be allocated. */
 int vit_window_attn_backward(const vit_window_attn *w, vit_real *dq, vit_real *dk,
                              vit_real *dv, vit_real *dbias, const vit_real *dout,

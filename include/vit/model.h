@@ -307,10 +307,19 @@ int vit_model_precision(const vit_model *m);
 
 /* Sets the precision of the model's later training steps (the recipe's
  * precision, vit/train_config.h), resolved by vit_precision_resolve
- * (vit/bf16.h; auto is fp32 for an architecture other than the ViT).  Returns what it
- * resolved to (VIT_PRECISION_FP32 or _BF16); VIT_EINVAL for a NULL m or a
- * precision that is not one of VIT_PRECISION_*, VIT_ENOMEM (then the model
- * keeps its precision).  Not while the model trains. */
+ * (vit/bf16.h).  bf16 is implemented for the built-in architectures, the
+ * ViT and Swin: their linear layers (and the ViT's attention products
+ * where heads are >= 64 wide over >= 64 keys) take bf16 inputs with
+ * float32 sums, the weights packed once per step from the float32 master
+ * weights; Swin's window attention, every softmax, layer norm, reduction,
+ * the loss and the optimizer stay float32.  An architecture registered
+ * with vit_arch_register has no bf16 step (the library cannot tell which
+ * of its tensors are weight matrices, nor whether its own ops stand bf16
+ * inputs): bf16 is VIT_EINVAL for it, naming the architecture, and auto
+ * resolves to fp32.  Returns what it resolved to (VIT_PRECISION_FP32 or
+ * _BF16); VIT_EINVAL for a NULL m, a precision that is not one of
+ * VIT_PRECISION_* or bf16 for a registered architecture, VIT_ENOMEM (then
+ * the model keeps its precision).  Not while the model trains. */
 int vit_model_set_precision(vit_model *m, int precision);
 
 /* Activation checkpointing of the model's later training steps (the

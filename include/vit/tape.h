@@ -330,9 +330,9 @@ typedef struct vit_window_opts {
     int keep_weights; /* 0: the op keeps the rows' log-sum-exps [B, H, N]
                          and remakes the weights in the backward (less
                          memory); 1: it keeps the weights [B, H, N, T]
-                         themselves (vit_window_attn.probs: no second
-                         Q K^T in the backward, faster).  The gradients
-                         of the two agree up to rounding. */
+                         themselves instead (vit_window_attn.probs: no
+                         second Q K^T in the backward, faster).  The
+                         gradients of the two agree up to rounding. */
 } vit_window_opts;
 
 /* Swin's (shifted) window self-attention from a fused projection:
@@ -352,8 +352,8 @@ typedef struct vit_window_opts {
  * input of the output projection).  opts is copied.  The kernel
  * (vit_window_attn_*, vit/attention.h) reads Q, K, V inside qkv and adds
  * their gradients there: no copies.  The op keeps the log-sum-exps
- * [B, H, N] for its backward, and with opts->keep_weights the weights
- * [B, H, N, T] too.  Every rank and dimension is checked:
+ * [B, H, N] for its backward, or with opts->keep_weights the weights
+ * [B, H, N, T] instead.  Every rank and dimension is checked:
  * VIT_EINVAL naming the argument and the expected and given shapes for a
  * qkv not [B, N, 3*D] with D a multiple of H, a bias not [1 or H, T, T],
  * and for bad opts (NULL, a size < 1, a grid not a multiple of M, a shift

@@ -172,7 +172,8 @@ static void scale_by(vit_real *y, vit_real s, size_t n)
 
 /* In place: the rows of s [T, T] (scores, -inf where masked; the diagonal
  * is never masked) -> their softmax, with lse[i] = log sum_j exp(s_ij),
- * the row's log-sum-exp, which is all the backward needs to remake them.
+ * the row's log-sum-exp, which is all the backward needs to remake them
+ * (lse NULL: not wanted, the weights themselves are kept).
  * Separate passes (max, exp, sum, scale), so that each vectorises. */
 FM_CLONES
 static void softmax_lse(vit_real *s, int T, vit_real *lse)
@@ -189,7 +190,8 @@ static void softmax_lse(vit_real *s, int T, vit_real *lse)
             sum += r[j];
         const vit_real inv = (vit_real)(1.0 / sum); /* sum >= 1: the max gives exp(0) */
         for (int j = 0; j < T; j++) r[j] *= inv;
-        lse[i] = mx + (vit_real)log(sum);
+        if (lse)
+            lse[i] = mx + (vit_real)log(sum);
     }
 }
 
@@ -334,7 +336,7 @@ static int window_forward(wjob *J, size_t t, const wslab *sl)
         vit_atomic_min(&J->first_bad, (unsigned long long)t * T * T + (unsigned long long)bad);
         return 1;
     }
-    softmax_lse(p, T, J->lse + t * T);
+    softmax_lse(p, T, J->lse ? J->lse + t * T : NULL);
     w_rows(J->direct, 0, T, dv, p, sl->v, sl->o);
     scatter(J->out + task.oo, sl->o, sl->tok, T, dv, ldo, 0);
     return 0;
@@ -381,7 +383,9 @@ int vit_window_attn_forward(const vit_window_attn *w, vit_real *out, vit_real *l
     vit_real scale = 0;
     int rc;
     if ((rc = window_check(fn, w, &scale)) != VIT_OK) return rc;
-    if ((rc = vit_attn_check_forward(fn, out, lse, "lse", q, k, v)) != VIT_OK) return rc;
+    /* lse may be NULL when the weights are kept (w->probs) */
+    if ((rc = vit_attn_check_forward(fn, out, lse || !w->probs ? lse : w->probs, "lse", q, k,
+                                     v)) != VIT_OK) return rc;
 
     wjob J;
     job_init(&J, w, scale);
@@ -502,7 +506,7 @@ int vit_window_attn_backward(const vit_window_attn *w, vit_real *dq, vit_real *d
     int rc;
     if ((rc = window_check(fn, w, &scale)) != VIT_OK) return rc;
     if ((rc = vit_check_ptr(fn, "dout", dout)) != VIT_OK) return rc;
-    if ((rc = vit_check_ptr(fn, "lse", lse)) != VIT_OK) return rc;
+    if (!w->probs && (rc = vit_check_ptr(fn, "lse", lse)) != VIT_OK) return rc;
     if ((rc = vit_attn_check_qkv(fn, q, k, v)) != VIT_OK) return rc;
     if ((rc = vit_attn_check_dbias(fn, dbias, w->bias_heads, w->heads)) != VIT_OK) return rc;
     if (!dq && !dk && !dv && !dbias) return VIT_OK;

@@ -18,7 +18,9 @@
 #include "fastmath.h"
 #include "mixed.h"
 #include "slice_sum.h"
+#include "model_swin.h"
 #include "model_vit.h"
+#include "arch_internal.h"
 #include "threads.h"
 #include "vit/activations.h"
 #include "vit/attention.h"
@@ -57,14 +59,24 @@ struct vit_model {
     vit_slice_sum *gather;   /* several slices' reports (vit_train_extras.grads_ready) */
 };
 
-/* The bf16 step's packed weights, for the ViT (the one architecture that
- * has them: model_vit.h). */
+/* The built-in architectures have a bf16 step: their weight matrices
+ * packed once per step (model_vit.h, model_swin.h).  Another architecture
+ * (vit_arch_register) has none: the library cannot tell which of its
+ * tensors are weight matrices, nor whether its own ops (vit_op_custom)
+ * would stand bf16 inputs, so bf16 is refused for it (vit/model.h). */
+static int has_mixed(const vit_arch *a)
+{
+    return a == vit_arch_vit() || a == &vit_arch_swin_def;
+}
+
 static int mixed_layout(vit_model *m)
 {
-    if (m->arch != vit_arch_vit())
-        return vit_fail(VIT_EINVAL, "precision: bf16 is implemented for architecture vit only, "
-                        "not %s (use fp32)", m->arch->name);
-    return vit_vit_mixed_layout(&m->cfg, m->state, m->P, &m->mixed);
+    if (m->arch == vit_arch_vit())
+        return vit_vit_mixed_layout(&m->cfg, m->state, m->P, &m->mixed);
+    if (m->arch == &vit_arch_swin_def)
+        return vit_swin_mixed_layout(m->state, m->P, &m->mixed);
+    return vit_fail(VIT_EINVAL, "precision: bf16 is implemented for the built-in "
+                    "architectures (vit, swin) only, not %s (use fp32)", m->arch->name);
 }
 
 vit_model *vit_model_new(const vit_config *cfg)
@@ -135,9 +147,11 @@ int vit_model_set_precision(vit_model *m, int precision)
         && precision != VIT_PRECISION_AUTO)
         return vit_fail(VIT_EINVAL, "vit_model_set_precision: precision %d is not fp32, bf16 "
                         "or auto", precision);
+    if (!has_mixed(m->arch) && precision == VIT_PRECISION_BF16) /* whatever the CPU */
+        return mixed_layout(m);
     int got = vit_precision_resolve(precision, NULL, 0);
-    if (m->arch != vit_arch_vit() && precision == VIT_PRECISION_AUTO)
-        got = VIT_PRECISION_FP32;
+    if (!has_mixed(m->arch))
+        got = VIT_PRECISION_FP32; /* auto */
     vit_mixed_weights *keep = m->mixed;
     m->mixed = NULL;
     if (got == VIT_PRECISION_BF16) {

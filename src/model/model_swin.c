@@ -40,8 +40,10 @@
 #include <string.h>
 
 #include "arch_internal.h"
+#include "model_swin.h"
 #include "tape_internal.h"
 #include "error.h"
+#include "mixed.h"
 #include "vit/arch.h"
 #include "vit/attention.h"
 #include "vit/embeddings.h"
@@ -342,18 +344,41 @@ static vit_tensor *residual(vit_tape *tape, vit_tensor *x, vit_tensor *W, vit_te
 /* Where the forward takes parameter tensor i from. */
 typedef vit_tensor *(*leaf_fn)(const void *ctx, int i);
 
-/* act(LN(x) W + b), act GELU or none.  recompute: the layer norm's output
+/* LN(x) W + b.  In mixed precision the layer norm's output, which the
+ * product reads only as bf16 operands, is kept in bf16 (vit_op_block's
+ * way: tape_internal.h), whatever recompute says.  Else with recompute it
  * is not kept but remade from x in the backward (vit_tape_ln_linear: n x
  * in reals less a block, one more layer norm pass); else the two ops,
- * which keep it.  Both give the same values, bit for bit
+ * which keep it in float.  All give the same float32 values, bit for bit
  * (tests/test_swin.c). */
 static vit_tensor *ln_linear(vit_tape *tape, int recompute, vit_tensor *x, vit_tensor *g,
-                             vit_tensor *be, vit_tensor *W, vit_tensor *b, int gelu)
+                             vit_tensor *be, vit_tensor *W, vit_tensor *b)
 {
-    if (recompute)
-        return vit_tape_ln_linear(tape, x, g, be, SWIN_LN_EPS, W, b, gelu);
-    vit_tensor *h = vit_op_layernorm(tape, x, g, be, SWIN_LN_EPS);
-    return gelu ? vit_op_linear_gelu(tape, h, W, b) : vit_op_linear(tape, h, W, b);
+    if (recompute && !vit_mixed_on())
+        return vit_tape_ln_linear(tape, x, g, be, SWIN_LN_EPS, W, b, 0);
+    vit_tensor *h = vit_tape_layernorm_kept(tape, x, g, be, SWIN_LN_EPS, VIT_KEEP_BF16);
+    return vit_op_linear(tape, h, W, b);
+}
+
+/* x + drop_path(fc2(GELU(fc1(LN(x))))) (drop NULL: no drop path), as
+ * ln_linear keeps LN(x).  In mixed precision without drop path the MLP is
+ * one op keeping only its pre-activation in bf16 (vit_tape_mlp_kept, as
+ * vit_op_block's); with it, GELU's output is kept in bf16.  In float32
+ * vit_tape_mlp_kept is vit_op_linear_gelu then vit_op_linear_add: the same
+ * ops as residual(). */
+static vit_tensor *mlp(vit_tape *tape, int recompute, vit_tensor *x, vit_tensor *g,
+                       vit_tensor *be, vit_tensor *W1, vit_tensor *b1, vit_tensor *W2,
+                       vit_tensor *b2, const vit_real *drop)
+{
+    if (recompute && !vit_mixed_on()) {
+        vit_tensor *h = vit_tape_ln_linear(tape, x, g, be, SWIN_LN_EPS, W1, b1, 1);
+        return residual(tape, h, W2, b2, x, drop);
+    }
+    vit_tensor *h = vit_tape_layernorm_kept(tape, x, g, be, SWIN_LN_EPS, VIT_KEEP_BF16);
+    if (!drop)
+        return vit_tape_mlp_kept(tape, h, W1, b1, W2, b2, x);
+    h = vit_tape_linear_gelu_kept(tape, h, W1, b1, VIT_KEEP_BF16);
+    return residual(tape, h, W2, b2, x, drop);
 }
 
 /* The network on tape: img [batch, H, W, C] -> logits [batch, classes].
@@ -384,20 +409,20 @@ static vit_tensor *run(const swin *m, vit_tape *tape, leaf_fn leaf, const void *
             const vit_real *d_attn = drop ? drop + (size_t)2 * b * stride : NULL;
             const vit_real *d_mlp = drop ? drop + (size_t)(2 * b + 1) * stride : NULL;
             vit_tensor *qkv = ln_linear(tape, recompute, x, L(ix[B_LN1_G]), L(ix[B_LN1_B]),
-                                        L(ix[B_QKV_W]), L(ix[B_QKV_B]), 0);
+                                        L(ix[B_QKV_W]), L(ix[B_QKV_B]));
             vit_tensor *bias = vit_op_relpos_bias(tape, L(ix[B_REL]), c->window);
             vit_window_opts wo = {.heads = H, .grid_h = gh, .grid_w = gw, .window = c->window,
                                   .shift = shift_of(c, s, j), .keep_weights = !recompute};
-            vit_tensor *a = vit_op_window_attn(tape, qkv, bias, &wo);
+            /* its output is read back only as the projection's bf16 operand */
+            vit_tensor *a = vit_tape_window_attn_kept(tape, qkv, bias, &wo, VIT_KEEP_BF16);
             x = residual(tape, a, L(ix[B_PROJ_W]), L(ix[B_PROJ_B]), x, d_attn);
-            vit_tensor *h = ln_linear(tape, recompute, x, L(ix[B_LN2_G]), L(ix[B_LN2_B]),
-                                      L(ix[B_FC1_W]), L(ix[B_FC1_B]), 1);
-            x = residual(tape, h, L(ix[B_FC2_W]), L(ix[B_FC2_B]), x, d_mlp);
+            x = mlp(tape, recompute, x, L(ix[B_LN2_G]), L(ix[B_LN2_B]), L(ix[B_FC1_W]),
+                    L(ix[B_FC1_B]), L(ix[B_FC2_W]), L(ix[B_FC2_B]), d_mlp);
         }
         if (s + 1 < c->stages) {
             x = vit_op_patch_merge(tape, x, gh, gw);
-            x = vit_op_layernorm(tape, x, L(m->merge[s][M_LN_G]), L(m->merge[s][M_LN_B]),
-                                 SWIN_LN_EPS);
+            x = vit_tape_layernorm_kept(tape, x, L(m->merge[s][M_LN_G]),
+                                        L(m->merge[s][M_LN_B]), SWIN_LN_EPS, VIT_KEEP_BF16);
             x = vit_op_linear(tape, x, L(m->merge[s][M_W]), NULL);
         }
     }
@@ -405,6 +430,49 @@ static vit_tensor *run(const swin *m, vit_tape *tape, leaf_fn leaf, const void *
     x = vit_op_mean_tokens(tape, x, 0);
     return vit_op_linear(tape, x, L(m->end[E_HEAD_W]), L(m->end[E_HEAD_B]));
 #undef L
+}
+
+/* ---- bf16 ---------------------------------------------------------------- */
+
+/* The operands op(B) of the weight matrices' products, packed once per step
+ * for the bf16 step (mixed.h): each linear weight W [in, out] as itself
+ * (y = x W) and transposed (dx = dy W^T), the patch weights only as
+ * themselves (the images get no gradient).  The window attention's
+ * products are not among them: they multiply activations (and stay
+ * float32 at Swin's widths, tape_ops_window.c). */
+int vit_swin_mixed_layout(const void *state, vit_params *P, vit_mixed_weights **out)
+{
+    const swin *m = state;
+    const swin_cfg *c = &m->cfg;
+    vit_mixed_weights *w = vit_mixed_weights_new();
+    if (!(*out = w))
+        return VIT_ENOMEM;
+    const float *p = (const float *)vit_params_values(P);
+#define OFF(ix) (p + vit_params_tensor(P, ix)->offset)
+#define BOTH(ix, in, o)                                                        \
+    do {                                                                       \
+        TRY(vit_mixed_weights_add(w, 0, in, o, OFF(ix), o));                   \
+        TRY(vit_mixed_weights_add(w, 1, o, in, OFF(ix), o));                   \
+    } while (0)
+    TRY(vit_mixed_weights_add(w, 0, c->patch * c->patch * c->channels, c->dim,
+                              OFF(m->end[E_PATCH_W]), c->dim));
+    int b = 0;
+    for (int s = 0; s < c->stages; s++) {
+        int C = width_of(c, s), F = c->mlp_ratio * C;
+        for (int j = 0; j < c->depths[s]; j++, b++) {
+            const int *ix = m->blocks[b];
+            BOTH(ix[B_QKV_W], C, 3 * C);
+            BOTH(ix[B_PROJ_W], C, C);
+            BOTH(ix[B_FC1_W], C, F);
+            BOTH(ix[B_FC2_W], F, C);
+        }
+        if (s + 1 < c->stages)
+            BOTH(m->merge[s][M_W], 4 * C, 2 * C);
+    }
+    BOTH(m->end[E_HEAD_W], width_of(c, c->stages - 1), c->classes);
+#undef BOTH
+#undef OFF
+    return VIT_OK;
 }
 
 /* ---- torchvision's names ----------------------------------------------- */

@@ -223,7 +223,8 @@ static inline int vit_tape_rows(const vit_tensor *x)
     return (int)(x->size / (size_t)vit_tape_last_dim(x));
 }
 
-/* ---- Ops whose output vit_op_block keeps in bf16 (src/tape/block.c): the
+/* ---- Ops whose output vit_op_block (src/tape/block.c) and the Swin
+ * (src/model/model_swin.c) keep in bf16: the
  * public ops with the output kept as keep says (vit_tape_output_kept; for
  * vit_tape_add_layernorm_kept the layer norm's output, the sum stays
  * float). ---- */
@@ -239,6 +240,8 @@ vit_tensor *vit_tape_mha_bias_kept(vit_tape *t, const vit_mha *cfg, vit_tensor *
                                    vit_real **probs, int keep);
 vit_tensor *vit_tape_linear_gelu_kept(vit_tape *t, vit_tensor *x, vit_tensor *W, vit_tensor *b,
                                       int keep);
+vit_tensor *vit_tape_window_attn_kept(vit_tape *t, vit_tensor *qkv, vit_tensor *bias,
+                                      const vit_window_opts *opts, int keep);
 
 /* y = LN(x) W + b, or GELU(LN(x) W + b) with gelu nonzero (b may be
  * NULL): vit_op_layernorm then vit_op_linear or vit_op_linear_gelu, with

@@ -17,7 +17,8 @@
  * from the tape again) and the forward's row log-sum-exps [B, H, nW, T]:
  * the weights are remade in the backward, so the op keeps one value per
  * token and head, not M^2; unless opts->keep_weights, when w.probs holds
- * the forward's weights [B, H, nW, T, T] and the backward reads them. */
+ * the forward's weights [B, H, nW, T, T], the backward reads them and lse
+ * is NULL (the backward would not read it). */
 typedef struct window_ctx {
     vit_window_attn w;
     vit_real *lse;
@@ -54,6 +55,13 @@ static const vit_op_def window_def = {"vit_op_window_attn", back_window, NULL, 0
 
 vit_tensor *vit_op_window_attn(vit_tape *t, vit_tensor *qkv, vit_tensor *bias,
                                const vit_window_opts *opts)
+{
+    return vit_tape_window_attn_kept(t, qkv, bias, opts, VIT_KEEP_FLOAT);
+}
+
+/* The output is read by no backward of this op: kept as keep says. */
+vit_tensor *vit_tape_window_attn_kept(vit_tape *t, vit_tensor *qkv, vit_tensor *bias,
+                                      const vit_window_opts *opts, int keep)
 {
     static const char fn[] = "vit_op_window_attn";
     vit_tensor *in[2] = {qkv, bias};
@@ -93,12 +101,10 @@ vit_tensor *vit_op_window_attn(vit_tape *t, vit_tensor *qkv, vit_tensor *bias,
     if (np == 0)
         return vit_tape_error(t, VIT_EINVAL);
     const int grad = vit_tape_wants_grad(t, 2, in);
-    vit_tensor *y = vit_tape_output(t, 3, (int[]){w.batch, N, D}, grad);
+    vit_tensor *y = vit_tape_output_kept(t, 3, (int[]){w.batch, N, D}, grad, keep);
     if (!y)
         return NULL;
-    window_ctx c = {w, vit_tape_saved(t, np)};
-    if (!c.lse)
-        return NULL;
+    window_ctx c = {w, NULL};
     if (opts->keep_weights && grad) {
         size_t nw;
         if (!vit_mul_size(&nw, np, (size_t)T))
@@ -106,6 +112,8 @@ vit_tensor *vit_op_window_attn(vit_tape *t, vit_tensor *qkv, vit_tensor *bias,
                                               fn));
         if (!(c.w.probs = w.probs = vit_tape_saved(t, nw)))
             return NULL;
+    } else if (!(c.lse = vit_tape_saved(t, np))) {
+        return NULL;
     }
     c.w.bias = NULL; /* the backward takes it from the tape */
     int rc = vit_window_attn_forward(&w, y->data, c.lse, qkv->data, qkv->data + D,
