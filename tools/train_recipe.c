@@ -103,8 +103,12 @@ int apply_recipe(vit_config *cfg, vit_train_config *tc, const vit_config *user,
         return cli_fail(prog, NULL);
     *picked = r;
     char v[15][32], said[512] = "", was[64], now[64];
-    /* A budget plans at most the recipe's epochs (or the given ones). */
-    snprintf(v[0], sizeof v[0], "%d", r.epochs);
+    /* A budget plans as many epochs as it allows (at most the given
+     * ones): the recipe's are what a run without one gets, and under a
+     * long budget a small set's end far inside it (the colour digits,
+     * 1,437 images: 140 epochs in 1:53 of 10 minutes, one pass 84%, where
+     * the CNN reference trains 296 to 98%), so they are no ceiling. */
+    snprintf(v[0], sizeof v[0], "%d", budget > 0 ? BUDGET_EPOCHS : r.epochs);
     snprintf(v[1], sizeof v[1], "%d", r.batch);
     /* The warm-up is the recipe's share of the run actually planned: of
      * the given epochs, and under a budget of its plan (the library lays
@@ -143,8 +147,9 @@ int apply_recipe(vit_config *cfg, vit_train_config *tc, const vit_config *user,
             continue;
         size_t at = strlen(said);
         if (k == 0 && budget > 0)
-            snprintf(said + at, sizeof said - at, "%sepochs as the budget allows (at most %s)",
-                     at ? ", " : "", now);
+            snprintf(said + at, sizeof said - at, "%sepochs as the budget allows (the recipe's "
+                     "%d is no ceiling: a small set's end far inside a long budget)",
+                     at ? ", " : "", r.epochs);
         else if (k == 2) /* the key holds all 17 digits; a person reads three */
             snprintf(said + at, sizeof said - at, "%swarmup %.3g", at ? ", " : "", tc->warmup);
         else
