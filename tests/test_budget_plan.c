@@ -502,6 +502,22 @@ START_TEST(a_heavy_load_trains_in_the_views_time)
     ck_assert_int_eq(vit_budget_cut(&p, 2, views, &end), VIT_BUDGET_CUT_TTA);
     ck_assert_double_le(end, VIT_BUDGET_CEILING * 300);
     ck_assert_double_ge(end, 0.6 * 300);
+    /* A plan of one epoch measured slow (a cold step under load), held
+     * inside that epoch (the trainer does so for plans of one or two
+     * epochs, which no epoch's end could lengthen): at a settled pace
+     * twice as fast it gets the epochs that fit, ending by the aim at the
+     * pace plus its spread (the old plan ran its one epoch and ended at a
+     * quarter of the budget). */
+    vit_budget_plan in = {.budget = 6, .elapsed = 0.9, .steps_per_epoch = 45, .epoch_step = 12,
+                          .epochs = 1, .cap = 1000000, .step = 0.022, .spread = 0.004,
+                          .scoring = 0.1, .final = 0.3};
+    views = 1;
+    int e = vit_budget_replan(&in, VIT_BUDGET_SETTLED, &views);
+    ck_assert_int_ge(e, 3);
+    vit_budget_plan hi = in;
+    hi.step += in.spread;
+    ck_assert_double_le(vit_budget_end(&hi, e), VIT_BUDGET_AIM_SETTLED * 6);
+    ck_assert_double_gt(vit_budget_end(&hi, e + 1), VIT_BUDGET_AIM_SETTLED * 6);
     /* A plan already without them is held as it stands: no shortening
      * for views it does not score. */
     p.elapsed = 12 + 50;

@@ -320,7 +320,7 @@ static double final_margin(const vit_trainer *t)
     return step > 0 ? m * (1 + spread / step) : m;
 }
 
-int vit_train_hold_budget(vit_trainer *t)
+int vit_train_hold_budget(vit_trainer *t, int inside)
 {
     double now = now_seconds();
     double x[3] = {0, 0, 0};
@@ -347,7 +347,11 @@ int vit_train_hold_budget(vit_trainer *t)
     double step = vit_budget_pace_step(&t->pace);
     double slow = slowdown(t, step), margin = final_margin(t);
     double tta = margin * final_tta_scoring(t) * slow;
-    vit_budget_plan p = position(t, x[0], step, 0, final_once(t) * slow * margin, tta);
+    /* A window inside an epoch is its steps alone: the epochs' scoring
+     * and checkpoints as measured, at the steps' slowdown. */
+    double scoring = inside ? epoch_scoring(t) * (step > t->at.step_seconds
+                                                  ? step / t->at.step_seconds : 1) : 0;
+    vit_budget_plan p = position(t, x[0], step, scoring, final_once(t) * slow * margin, tta);
     p.spread = vit_budget_pace_spread(&t->pace);
     int had = t->at.plan_cut == VIT_PLAN_WHOLE, views = had;
     int want = vit_budget_replan(&p, t->pace.windows - 1, &views);

@@ -191,8 +191,10 @@ int vit_train_plan_budget(vit_trainer *t);
  * passes VIT_BUDGET_CEILING of the budget; longer only before the
  * cosine's middle, at a settled pace plus its spread).  The schedule is
  * laid out anew either way (event PLAN).  Every rank takes rank 0's
- * times. */
-int vit_train_hold_budget(vit_trainer *t);
+ * times.  inside: called between steps of an epoch (a plan of one or two
+ * epochs, which no epoch's end could lengthen: see train.c's step_once),
+ * the window then steps alone and the epochs' scoring planned apart. */
+int vit_train_hold_budget(vit_trainer *t, int inside);
 
 /* 1 when the final test-time augmented scoring, at its cost measured at
  * the plan, the run's slowdown since and its measured margin, still ends
