@@ -78,8 +78,6 @@ check "busy: ends within the 6 s budget" 'awk -v w="$wall" "BEGIN { exit !(w <= 
 "$tools/vit_train" --data "$tmp/small" --dim 16 --depth 1 --heads 2 --mlp 16 --tta none \
     --budget 8s --out "$tmp/sm" --threads 2 >"$tmp/sm.txt" 2>&1
 grep -E "^budget|^recipe" "$tmp/sm.txt"
-sm=$(grep -E "^budget" "$tmp/sm.txt" | head -1 | sed -E 's/.* ([0-9]+) epochs.*/\1/')
-check "small folder: a plan ($sm epochs)" '[ -n "$sm" ] && [ "$sm" -ge 1 ]'
 check "small folder: the recipe line says the epochs are the budget's, the recipe's 140 no ceiling" \
     'grep -qE "^recipe .*epochs as the budget allows \(the recipe.s 140 is no ceiling" "$tmp/sm.txt" &&
      ! grep -qE "^recipe .*at most 140" "$tmp/sm.txt"'
