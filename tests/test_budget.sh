@@ -9,7 +9,8 @@
 #      on a small folder the recipe line says the epochs are as the
 #      budget allows (the recipe's 140 no ceiling), and the warm-up is a
 #      28th of the epochs planned, as it says (not the recipe's own
-#      figure); a budget shorter
+#      figure), and no second stem (gray), where a small colour set gets
+#      it and local_conv; a budget shorter
 #      than one epoch ends inside it, scored, within the budget, its plan
 #      line predicting no more than the budget and saying what gives way,
 #      every progress line's ETA within it;
@@ -87,6 +88,17 @@ check "small folder: the recipe line names the warm-up as the plan's, no recipe 
     'grep -qE "^recipe .*warmup a 28th of the epochs planned" "$tmp/sm.txt" &&
      ! grep -qE "^recipe .*warmup [0-9]" "$tmp/sm.txt"'
 check "small folder: the warm-up is a 28th of the $last epochs planned ($warm)" 'awk -v w="$warm" -v e="$last" "BEGIN { exit !(w > 0 && (w - e / 28) < 1e-9 && (e / 28 - w) < 1e-9) }"'
+check "small folder, gray: no second stem under the budget" '! grep -qE "^recipe .*stem2" "$tmp/sm.txt"'
+# A small colour set under a budget gets the second stem and local_conv,
+# said with why; the run has them.
+"$tools/vit_make_data" rgb32 "$tmp/rgb" --count 200 >/dev/null 2>&1
+"$tools/vit_train" --data "$tmp/rgb" --dim 16 --depth 1 --heads 2 --mlp 16 --tta none \
+    --budget 3s --out "$tmp/rg" --threads 2 >"$tmp/rg.txt" 2>&1
+grep -E "^recipe" "$tmp/rg.txt"
+check "small colour set: the recipe line gives stem2 32 and local_conv 1, and why" \
+    'grep -qE "^recipe .*stem 16, stem2 32 \(a colour set under 10000 images, with a budget: [^)]*\), local_conv 1," "$tmp/rg.txt"'
+check "small colour set: the run has them" \
+    'grep -aqx "stem2 = 32" "$tmp/rg/last.ckpt" && grep -aqx "local_conv = 1" "$tmp/rg/last.ckpt"'
 
 # ---- 1d. a budget shorter than one epoch ----------------------------------
 # 28x28 images at a model four times the recipe's width: an epoch takes
