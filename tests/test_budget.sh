@@ -93,7 +93,7 @@ check "small folder, gray: no second stem under the budget" '! grep -qE "^recipe
 # said with why; the run has them.
 "$tools/vit_make_data" rgb32 "$tmp/rgb" --count 200 >/dev/null 2>&1
 "$tools/vit_train" --data "$tmp/rgb" --dim 16 --depth 1 --heads 2 --mlp 16 --tta none \
-    --budget 3s --out "$tmp/rg" --threads 2 >"$tmp/rg.txt" 2>&1
+    --budget 5s --out "$tmp/rg" --threads 2 >"$tmp/rg.txt" 2>&1
 grep -E "^recipe" "$tmp/rg.txt"
 check "small colour set: the recipe line gives stem2 32 and local_conv 1, and why" \
     'grep -qE "^recipe .*stem 16, stem2 32 \(a colour set under 10000 images, with a budget: [^)]*\), local_conv 1," "$tmp/rg.txt"'
