@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The recipe derived from the data and the time budget, through vit_train:
 #   1. --budget 10s on the digits ends within it (wall time of the whole
-#      command, a ceiling) but not far under (half of it at least), says
+#      command, a ceiling) but not far under (its first plan predicts half
+#      of it at least; the wall time is at least 3 s: see below), says
 #      its plan in one line, and its last epoch's learning rate is the
 #      cosine's end (min_lr within a hair); with a busy loop competing for
 #      a core (started here, killed at the end) a 6 s budget still holds;
-#      on a small folder the plan takes at most the recipe's 140 epochs,
-#      and the warm-up is a 28th of the epochs planned, as the recipe
-#      line says (not the recipe's own figure); a budget shorter
+#      on a small folder the recipe line says the epochs are as the
+#      budget allows (the recipe's 140 no ceiling), and the warm-up is a
+#      28th of the epochs planned, as it says (not the recipe's own
+#      figure), and no second stem (gray), where a small colour set gets
+#      it and local_conv; a budget shorter
 #      than one epoch ends inside it, scored, within the budget, its plan
 #      line predicting no more than the budget and saying what gives way,
 #      every progress line's ETA within it;
@@ -41,8 +44,17 @@ timed "$tmp/b.txt" "$tools/vit_train" --data digits --budget 10s --out "$tmp/b" 
 echo "wall time $wall s for --budget 10s"
 grep -E "^budget" "$tmp/b.txt"
 check "budget run exits 0" '[ $rc -eq 0 ]'
-check "wall time within 10 s, and over 5" 'awk -v w="$wall" "BEGIN { exit !(w >= 5 && w <= 10) }"'
-check "the plan in one line" 'grep -qE "^budget 0:00:10: [0-9]+ epochs, [0-9]+ steps, predicted 0:00:(0[5-9]|10) with the scoring \(measured [0-9]+ img/s\)$" "$tmp/b.txt"'
+# The floor is loose: the plan aims at 95% of the budget at the pace it
+# measured, but on a loaded machine a load that lifts mid-run makes the
+# epochs faster than planned, and a plan past its middle is not lengthened
+# (its cosine is well on), so the run ends early by as much (4.8 s once,
+# at 2 tests a core).  A plan that does not use the budget fails the plan
+# line's check below (predicted 5-10 s), a run that stops before its plan
+# the epochs' check; this one catches a run ended far before either.
+check "wall time within 10 s, and over 3" 'awk -v w="$wall" "BEGIN { exit !(w >= 3 && w <= 10) }"'
+# (Under load the final views may cost a fifth of the few epochs that fit:
+# then the line says they are left out.)
+check "the plan in one line" 'grep -qE "^budget 0:00:10: [0-9]+ epochs, [0-9]+ steps, predicted 0:00:(0[5-9]|10) with the scoring \(measured [0-9]+ img/s\)(; the final test-time augmented scoring is left out \(it does not fit, or would take a fifth of the epochs or more\): the figures will be one pass)?$" "$tmp/b.txt"'
 planned=$(grep -E "^budget" "$tmp/b.txt" | tail -1 | sed -E 's/.* ([0-9]+) epochs.*/\1/')
 rows=$(($(wc -l <"$tmp/b/metrics.csv") - 1))
 check "the run did the last plan's epochs ($planned)" '[ "$rows" = "$planned" ]'
@@ -62,19 +74,31 @@ grep -E "^budget|^tta|^test" "$tmp/busy.txt"
 check "busy: exits 0" '[ $rc -eq 0 ]'
 check "busy: ends within the 6 s budget" 'awk -v w="$wall" "BEGIN { exit !(w <= 6) }"'
 
-# ---- 1c. a small folder: at most the recipe's epochs, the warm-up planned --
+# ---- 1c. a small folder: epochs as the budget allows, the warm-up planned --
 "$tools/vit_make_data" gray28 "$tmp/small" --count 40 --seed 2 >/dev/null 2>&1
 "$tools/vit_train" --data "$tmp/small" --dim 16 --depth 1 --heads 2 --mlp 16 --tta none \
     --budget 8s --out "$tmp/sm" --threads 2 >"$tmp/sm.txt" 2>&1
 grep -E "^budget|^recipe" "$tmp/sm.txt"
-sm=$(grep -E "^budget" "$tmp/sm.txt" | head -1 | sed -E 's/.* ([0-9]+) epochs.*/\1/')
-check "small folder: the plan takes at most the recipe's 140 epochs ($sm)" '[ -n "$sm" ] && [ "$sm" -le 140 ]'
+check "small folder: the recipe line says the epochs are the budget's, the recipe's 140 no ceiling" \
+    'grep -qE "^recipe .*epochs as the budget allows \(the recipe.s 140 is no ceiling" "$tmp/sm.txt" &&
+     ! grep -qE "^recipe .*at most 140" "$tmp/sm.txt"'
 last=$(grep -E "^budget" "$tmp/sm.txt" | tail -1 | sed -E 's/.* ([0-9]+) epochs.*/\1/')
 warm=$(grep -a "^warmup = " "$tmp/sm/last.ckpt" | sed 's/warmup = //')
 check "small folder: the recipe line names the warm-up as the plan's, no recipe figure" \
     'grep -qE "^recipe .*warmup a 28th of the epochs planned" "$tmp/sm.txt" &&
      ! grep -qE "^recipe .*warmup [0-9]" "$tmp/sm.txt"'
 check "small folder: the warm-up is a 28th of the $last epochs planned ($warm)" 'awk -v w="$warm" -v e="$last" "BEGIN { exit !(w > 0 && (w - e / 28) < 1e-9 && (e / 28 - w) < 1e-9) }"'
+check "small folder, gray: no second stem under the budget" '! grep -qE "^recipe .*stem2" "$tmp/sm.txt"'
+# A small colour set under a budget gets the second stem and local_conv,
+# said with why; the run has them.
+"$tools/vit_make_data" rgb32 "$tmp/rgb" --count 200 >/dev/null 2>&1
+"$tools/vit_train" --data "$tmp/rgb" --dim 16 --depth 1 --heads 2 --mlp 16 --tta none \
+    --budget 5s --out "$tmp/rg" --threads 2 >"$tmp/rg.txt" 2>&1
+grep -E "^recipe" "$tmp/rg.txt"
+check "small colour set: the recipe line gives stem2 32 and local_conv 1, and why" \
+    'grep -qE "^recipe .*stem 16, stem2 32 \(a colour set under 10000 images, with a budget: [^)]*\), local_conv 1," "$tmp/rg.txt"'
+check "small colour set: the run has them" \
+    'grep -aqx "stem2 = 32" "$tmp/rg/last.ckpt" && grep -aqx "local_conv = 1" "$tmp/rg/last.ckpt"'
 
 # ---- 1d. a budget shorter than one epoch ----------------------------------
 # 28x28 images at a model four times the recipe's width: an epoch takes

@@ -25,6 +25,13 @@ static vit_budget_plan fashion(double budget)
                              .final = 1.05 * 30};
 }
 
+/* vit_budget_replan for a plan as it stands with its views (or none). */
+static int replan(const vit_budget_plan *p, int settled)
+{
+    int views = 1;
+    return vit_budget_replan(p, settled, &views);
+}
+
 START_TEST(fit_is_the_most_that_ends_by_the_aim)
 {
     vit_budget_plan p = fashion(900);
@@ -104,6 +111,8 @@ END_TEST
 /* A simulated run, epoch by epoch, as vit_train_hold_budget holds it. */
 typedef struct sim {
     int first, epochs;   /* the first plan's epochs, the run's */
+    int first_views;     /* the first plan scores the views at the end */
+    int views;           /* the run scored them (they fitted at the end) */
     int longer, late;    /* a plan after the first added epochs; one did so
                             in the second half of the plan as it stood */
     int shorter;         /* plans that took epochs away */
@@ -115,39 +124,44 @@ typedef struct sim {
                             planned with) */
 } sim;
 
-/* One run under budget seconds, planned at the first measurement and
- * trained at speed[k] times it in epoch k (2: twice as slow; past n, the
- * last), the final scoring at the last epoch's speed, its sample's margin
- * measured at 1.05; after each epoch the pace is held against the plan as
- * the trainer does: the window added to the pace, the final scoring at the
- * run's slowdown and margin, vit_budget_replan. */
-static sim simulate(double budget, const double *speed, int n)
+/* One run of shape p (its budget, steps, measured step and scoring, the
+ * time spent before the plan) whose final scoring is tta seconds of
+ * test-time augmented views, planned at the first measurement and trained
+ * at speed[k] times it in epoch k (2: twice as slow; past n, the last),
+ * the views' sample's margin measured at 1.05; after each epoch the pace
+ * is held against the plan as the trainer does: the window added to the
+ * pace, the views at the run's slowdown and margin, vit_budget_replan.  At
+ * the end the views are scored when they fit by the clock at the last
+ * epoch's speed (vit_train_final_tta_fits), planned or not. */
+static sim simulate_shape(vit_budget_plan p, double tta, const double *speed, int n)
 {
     sim r = {0};
-    vit_budget_plan p = fashion(budget);
-    const double tta = 30, margin = 1.05, measured = 938 * p.step + 2;
-    p.final = margin * tta;
-    p.epochs = vit_budget_fit(&p, VIT_BUDGET_AIM_FIRST);
+    const double margin = 1.05, budget = p.budget, spe = (double)p.steps_per_epoch;
+    const double measured = spe * p.step + p.scoring, scoring = p.scoring;
+    p.final = p.tta = margin * tta;
+    int views;
+    p.epochs = vit_budget_choose(&p, VIT_BUDGET_AIM_FIRST, &views);
     r.first = p.epochs;
-    if (vit_budget_cut(&p, p.epochs, p.final, &r.worst) != VIT_BUDGET_CUT_NONE)
+    r.first_views = views;
+    if (vit_budget_cut(&p, p.epochs, views, &r.worst) != VIT_BUDGET_CUT_NONE)
         r.worst = 0;
     vit_budget_pace pc = {0};
     double step = p.step, s = 1;
     for (int k = 0; p.epoch < p.epochs; k++) {
         s = speed[k < n ? k : n - 1];
-        double pace = 938 * step * s + 2 * s;
+        double pace = spe * step * s + scoring * s;
         p.elapsed += pace;
         p.epoch++;
         if (p.epoch == p.epochs)
             break;
-        vit_budget_pace_add(&pc, 938, pace);
+        vit_budget_pace_add(&pc, spe, pace);
         vit_budget_plan now = p;
         now.step = vit_budget_pace_step(&pc);
         now.spread = vit_budget_pace_spread(&pc);
         now.scoring = 0;
-        double slow = now.step * 938 / measured;
-        now.final = tta * (slow > 1 ? slow : 1) * margin * (1 + now.spread / now.step);
-        int want = vit_budget_replan(&now, pc.windows - 1);
+        double slow = now.step * spe / measured;
+        now.final = now.tta = tta * (slow > 1 ? slow : 1) * margin * (1 + now.spread / now.step);
+        int v = views, want = vit_budget_replan(&now, pc.windows - 1, &v);
         if (want < p.epochs)
             r.shorter++;
         if (want > p.epochs) {
@@ -157,14 +171,25 @@ static sim simulate(double budget, const double *speed, int n)
                 r.late = 1;
         }
         double end;
-        if (want != p.epochs && vit_budget_cut(&now, want, now.final, &end) == VIT_BUDGET_CUT_NONE
-            && end > r.worst)
+        if ((want != p.epochs || v != views)
+            && vit_budget_cut(&now, want, v, &end) == VIT_BUDGET_CUT_NONE && end > r.worst)
             r.worst = end;
         p.epochs = want;
+        views = v;
     }
     r.epochs = p.epochs;
-    r.end = p.elapsed + tta * s;
+    r.end = p.elapsed;
+    if (p.elapsed + margin * tta * s <= budget) {
+        r.views = 1;
+        r.end += tta * s;
+    }
     return r;
+}
+
+/* The Fashion-MNIST shape (fashion()) with 30 s of views. */
+static sim simulate(double budget, const double *speed, int n)
+{
+    return simulate_shape(fashion(budget), 30, speed, n);
 }
 
 static void say(const char *what, double budget, sim r)
@@ -280,9 +305,9 @@ START_TEST(recovery_lengthens_with_margin)
     p.epochs = 30;
     p.step = 24.0 / 938;
     p.elapsed = VIT_BUDGET_AIM_SETTLED * 900 - p.final - 25 * 24.0 - 30; /* room for 1 */
-    ck_assert_int_eq(vit_budget_replan(&p, 4), 31);
+    ck_assert_int_eq(replan(&p, 4), 31);
     p.spread = 0.05 * p.step; /* 30 s over the rest */
-    ck_assert_int_eq(vit_budget_replan(&p, 4), 30);
+    ck_assert_int_eq(replan(&p, 4), 30);
 }
 END_TEST
 
@@ -324,16 +349,17 @@ START_TEST(no_plan_predicts_past_the_budget)
     /* When not even the least one fits, what gives way is said: the final
      * test-time augmented scoring (one pass), then the epoch itself. */
     vit_budget_plan p = fashion(40); /* an epoch alone is 24 s, the views 31.5 */
+    p.tta = p.final;
     double end;
     ck_assert_int_eq(vit_budget_fit(&p, VIT_BUDGET_AIM_FIRST), 1);
-    ck_assert_int_eq(vit_budget_cut(&p, 1, p.final, &end), VIT_BUDGET_CUT_TTA);
+    ck_assert_int_eq(vit_budget_cut(&p, 1, 1, &end), VIT_BUDGET_CUT_TTA);
     ck_assert_double_le(end, 40);
     ck_assert_double_eq_tol(end, vit_budget_end(&p, 1) - p.final, 1e-9);
     p.budget = 20;
-    ck_assert_int_eq(vit_budget_cut(&p, 1, p.final, &end), VIT_BUDGET_CUT_EPOCH);
+    ck_assert_int_eq(vit_budget_cut(&p, 1, 1, &end), VIT_BUDGET_CUT_EPOCH);
     ck_assert_double_eq(end, 20);
     p.budget = 900;
-    ck_assert_int_eq(vit_budget_cut(&p, vit_budget_fit(&p, VIT_BUDGET_AIM_FIRST), p.final, &end),
+    ck_assert_int_eq(vit_budget_cut(&p, vit_budget_fit(&p, VIT_BUDGET_AIM_FIRST), 1, &end),
                      VIT_BUDGET_CUT_NONE);
     ck_assert_double_le(end, VIT_BUDGET_AIM_FIRST * 900);
 }
@@ -351,21 +377,21 @@ START_TEST(replan_keeps_a_plan_between_aim_and_ceiling)
     double at = 0.5 * (VIT_BUDGET_AIM_SETTLED + VIT_BUDGET_CEILING) * 900;
     p.elapsed = at - 20 * 24.0 - p.final;
     ck_assert_double_eq_tol(vit_budget_end(&p, 30), at, 1e-9);
-    ck_assert_int_eq(vit_budget_replan(&p, 5), 30);
+    ck_assert_int_eq(replan(&p, 5), 30);
     /* Past the ceiling: shortened to end by the aim. */
     p.elapsed += 0.02 * 900;
-    int e = vit_budget_replan(&p, 5);
+    int e = replan(&p, 5);
     ck_assert_int_lt(e, 30);
     ck_assert_double_le(vit_budget_end(&p, e), VIT_BUDGET_AIM_SETTLED * 900);
     /* Well inside, early, at a settled pace: lengthened to the aim... */
     p.elapsed -= 0.12 * 900;
-    e = vit_budget_replan(&p, 5);
+    e = replan(&p, 5);
     ck_assert_int_gt(e, 30);
     ck_assert_double_le(vit_budget_end(&p, e), VIT_BUDGET_AIM_SETTLED * 900);
     ck_assert_double_gt(vit_budget_end(&p, e + 1), VIT_BUDGET_AIM_SETTLED * 900);
     /* ...as many as end by the aim at the pace plus its spread, */
     p.spread = 0.04 * p.step;
-    int held = vit_budget_replan(&p, 5);
+    int held = replan(&p, 5);
     ck_assert_int_gt(held, 30);
     ck_assert_int_lt(held, e);
     vit_budget_plan hi = p;
@@ -374,19 +400,133 @@ START_TEST(replan_keeps_a_plan_between_aim_and_ceiling)
     ck_assert_double_gt(vit_budget_end(&hi, held + 1), VIT_BUDGET_AIM_SETTLED * 900);
     /* none when the spread is as large as the room, */
     p.spread = 0.3 * p.step;
-    ck_assert_int_eq(vit_budget_replan(&p, 5), 30);
+    ck_assert_int_eq(replan(&p, 5), 30);
     p.spread = 0;
     /* ...nor on fewer settled windows than VIT_BUDGET_SETTLED, */
-    ck_assert_int_eq(vit_budget_replan(&p, VIT_BUDGET_SETTLED - 1), 30);
+    ck_assert_int_eq(replan(&p, VIT_BUDGET_SETTLED - 1), 30);
     /* nor past the plan's middle, */
     p.epoch = 15;
     p.elapsed += 5 * 24.0;
-    ck_assert_int_eq(vit_budget_replan(&p, 5), 30);
+    ck_assert_int_eq(replan(&p, 5), 30);
     /* nor past the cap. */
     p.epoch = 10;
     p.elapsed -= 5 * 24.0;
     p.cap = 30;
-    ck_assert_int_eq(vit_budget_replan(&p, 5), 30);
+    ck_assert_int_eq(replan(&p, 5), 30);
+}
+END_TEST
+
+/* The 10,000-image colour proxy (32x32, 2,000 test images) under a heavy
+ * load, as measured with --budget 5m: 157 steps an epoch of 64 images at
+ * 114 img/s, 4 s of one-pass scoring an epoch, 140 s of shift9flip views
+ * at the end (18 views of each test image at the loaded pace). */
+static vit_budget_plan loaded(void)
+{
+    return (vit_budget_plan){.budget = 300, .elapsed = 6, .steps_per_epoch = 157,
+                             .cap = 1000000, .step = 64.0 / 114, .scoring = 4,
+                             .final = 140, .tta = 140};
+}
+
+START_TEST(views_cost_less_than_a_fifth_of_the_epochs)
+{
+    /* Fashion-MNIST at 15 minutes: the views cost one epoch of 34 or so:
+     * planned, the epochs vit_budget_fit's with them. */
+    vit_budget_plan p = fashion(900);
+    p.tta = p.final;
+    int views = -1, e = vit_budget_choose(&p, VIT_BUDGET_AIM_FIRST, &views);
+    ck_assert_int_eq(views, 1);
+    ck_assert_int_eq(e, vit_budget_fit(&p, VIT_BUDGET_AIM_FIRST));
+    double end;
+    ck_assert_int_eq(vit_budget_cut(&p, e, views, &end), VIT_BUDGET_CUT_NONE);
+    /* The loaded proxy: with the views 1 epoch fits, without them 3; the
+     * plan trains in their time (the old one planned the 1 epoch, and the
+     * views, slower still at the end, were skipped: half the budget unused). */
+    p = loaded();
+    ck_assert_int_eq(vit_budget_fit(&p, VIT_BUDGET_AIM_FIRST), 1);
+    e = vit_budget_choose(&p, VIT_BUDGET_AIM_FIRST, &views);
+    ck_assert_int_eq(views, 0);
+    vit_budget_plan q = p;
+    q.final = q.tta = 0;
+    ck_assert_int_eq(e, vit_budget_fit(&q, VIT_BUDGET_AIM_FIRST));
+    ck_assert_int_eq(e, 3);
+    ck_assert_int_eq(vit_budget_cut(&p, e, views, &end), VIT_BUDGET_CUT_TTA);
+    ck_assert_double_eq_tol(end, vit_budget_end(&q, e), 1e-9);
+    ck_assert_double_le(end, VIT_BUDGET_AIM_FIRST * 300);
+    /* At the edge: epochs of 10 s, 105 s to the aim, so 10 without the
+     * views; with 10 s of them 9 (1 < 2 of 10: planned), with 20 s 8 (2:
+     * left out, the 10 taken). */
+    p = (vit_budget_plan){.budget = 1000, .elapsed = 1000 * VIT_BUDGET_AIM_FIRST - 105,
+                          .steps_per_epoch = 10, .cap = 1000, .step = 1, .final = 10, .tta = 10};
+    ck_assert_int_eq(vit_budget_choose(&p, VIT_BUDGET_AIM_FIRST, &views), 9);
+    ck_assert_int_eq(views, 1);
+    p.final = p.tta = 20;
+    ck_assert_int_eq(vit_budget_choose(&p, VIT_BUDGET_AIM_FIRST, &views), 10);
+    ck_assert_int_eq(views, 0);
+    /* No views at all: vit_budget_fit's, "with" them. */
+    p.tta = 0;
+    ck_assert_int_eq(vit_budget_choose(&p, VIT_BUDGET_AIM_FIRST, &views),
+                     vit_budget_fit(&p, VIT_BUDGET_AIM_FIRST));
+    ck_assert_int_eq(views, 1);
+}
+END_TEST
+
+START_TEST(a_heavy_load_trains_in_the_views_time)
+{
+    /* The loaded proxy, slower still by half after the measurement: the
+     * run trains and ends near the budget (the old plan: 1 epoch, the
+     * views skipped at 150 s, half the budget unused). */
+    static const double slower[] = {1.5};
+    sim r = simulate_shape(loaded(), 140, slower, 1);
+    say("loaded, 1.5x slower", 300, r);
+    ck_assert_int_eq(r.first_views, 0);
+    ck_assert_int_ge(r.epochs, 2);
+    ck_assert_double_le(r.end, 300);
+    ck_assert_double_ge(r.end, 0.8 * 300);
+    /* At the measured pace: 3 epochs, the budget used. */
+    static const double same[] = {1};
+    r = simulate_shape(loaded(), 140, same, 1);
+    say("loaded", 300, r);
+    ck_assert_int_eq(r.epochs, 3);
+    ck_assert_double_le(r.end, 300);
+    ck_assert_double_ge(r.end, 0.85 * 300);
+    /* A plan of 2 epochs with the views, found after the first to run
+     * twice as slow: the views no longer fit, and their time goes to the
+     * second epoch (the old plan cut it and ended there, at 45%). */
+    vit_budget_plan p = {.budget = 300, .elapsed = 12 + 2 * 50, .steps_per_epoch = 157,
+                         .epoch = 1, .epochs = 2, .cap = 1000000, .step = 2 * 46.0 / 157,
+                         .final = 270, .tta = 270};
+    int views = 1;
+    ck_assert_int_eq(vit_budget_replan(&p, 0, &views), 2);
+    ck_assert_int_eq(views, 0);
+    double end;
+    ck_assert_int_eq(vit_budget_cut(&p, 2, views, &end), VIT_BUDGET_CUT_TTA);
+    ck_assert_double_le(end, VIT_BUDGET_CEILING * 300);
+    ck_assert_double_ge(end, 0.6 * 300);
+    /* A plan of one epoch measured slow (a cold step under load), held
+     * inside that epoch (the trainer does so for plans of one or two
+     * epochs, which no epoch's end could lengthen): at a settled pace
+     * twice as fast it gets the epochs that fit, ending by the aim at the
+     * pace plus its spread (the old plan ran its one epoch and ended at a
+     * quarter of the budget). */
+    vit_budget_plan in = {.budget = 6, .elapsed = 0.9, .steps_per_epoch = 45, .epoch_step = 12,
+                          .epochs = 1, .cap = 1000000, .step = 0.022, .spread = 0.004,
+                          .scoring = 0.1, .final = 0.3};
+    views = 1;
+    int e = vit_budget_replan(&in, VIT_BUDGET_SETTLED, &views);
+    ck_assert_int_ge(e, 3);
+    vit_budget_plan hi = in;
+    hi.step += in.spread;
+    ck_assert_double_le(vit_budget_end(&hi, e), VIT_BUDGET_AIM_SETTLED * 6);
+    ck_assert_double_gt(vit_budget_end(&hi, e + 1), VIT_BUDGET_AIM_SETTLED * 6);
+    /* A plan already without them is held as it stands: no shortening
+     * for views it does not score. */
+    p.elapsed = 12 + 50;
+    p.step = 46.0 / 157;
+    p.final = p.tta = 100;
+    p.epochs = 5;
+    views = 0;
+    ck_assert_int_eq(vit_budget_replan(&p, 0, &views), 5);
+    ck_assert_int_eq(views, 0);
 }
 END_TEST
 
@@ -406,6 +546,8 @@ int main(void)
     tcase_add_test(tc, the_ceiling_holds);
     tcase_add_test(tc, no_plan_predicts_past_the_budget);
     tcase_add_test(tc, replan_keeps_a_plan_between_aim_and_ceiling);
+    tcase_add_test(tc, views_cost_less_than_a_fifth_of_the_epochs);
+    tcase_add_test(tc, a_heavy_load_trains_in_the_views_time);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -371,7 +371,8 @@ static void on_plan(cli_progress *p, const vit_train_event *ev)
     hms(at->planned_seconds + p->budget_before, e, sizeof e);
     bar_clear(p);
     const char *cut = at->plan_cut == VIT_PLAN_NO_TTA
-                          ? "; the final test-time augmented scoring does not fit: the figures "
+                          ? "; the final test-time augmented scoring is left out (it does not "
+                            "fit, or would take a fifth of the epochs or more): the figures "
                             "will be one pass"
                       : at->plan_cut == VIT_PLAN_PARTIAL
                           ? "; not even one epoch and the final scoring fit: the run will end "

@@ -120,7 +120,7 @@ int finetune_recipe(vit_config *cfg, vit_train_config *tc, const vit_train_confi
     const struct {
         const char *key;
         int value;
-    } rule[] = {{"epochs", o->budget_seconds > 0 ? 1000000 : r.epochs}, {"batch", r.batch},
+    } rule[] = {{"epochs", o->budget_seconds > 0 ? BUDGET_EPOCHS : r.epochs}, {"batch", r.batch},
                 {"shift", r.shift}, {"flip", r.flip}};
     for (size_t k = 0; k < sizeof rule / sizeof rule[0]; k++) {
         char v[32];

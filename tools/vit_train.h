@@ -35,6 +35,9 @@ typedef struct split_flags {
 
 /* --seeds takes at most this many seeds. */
 #define MAX_SEEDS 64
+/* The epochs a budget's plan may take when none are given (the recipe and
+ * fine-tuning's): as many as it allows. */
+#define BUDGET_EPOCHS 1000000
 
 /* ---- train_finetune.c */
 
@@ -109,7 +112,8 @@ int adapt_arch(vit_config *cfg, const vit_dataset *train, int val, int speak);
  * the line or in the --config file (user: the config as they left it, its
  * keys knowing whether they were given); those that change a value are
  * said in one line.  With --budget and no epochs given, the epochs are
- * what the budget's plan gives, at most the recipe's.  The warm-up not
+ * what the budget's plan gives (BUDGET_EPOCHS at most, not the recipe's:
+ * a small set's end far inside a long budget).  The warm-up not
  * given is a 28th of the given epochs, or under a budget of the plan's
  * (*warmup_fraction 1/28, else 0).  *picked: the recipe (for fit_patch).
  * 0, or the exit status. */

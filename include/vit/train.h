@@ -311,7 +311,10 @@ typedef struct vit_train_progress {
                                       within the budget): VIT_PLAN_WHOLE (0)
                                       nothing; VIT_PLAN_NO_TTA the final
                                       test-time augmented scoring (the
-                                      figures will be one pass);
+                                      figures will be one pass; also when
+                                      it would cost a fifth or more of the
+                                      epochs that fit without it, which
+                                      the plan then trains instead);
                                       VIT_PLAN_PARTIAL the epoch under way
                                       too: the run ends inside it
                                       (result.out_of_budget) */
@@ -429,7 +432,11 @@ typedef struct vit_train_opts {
                                 margin) end by 95% of it; at least one
                                 more than done, at most tc's epochs
                                 (progress.plan_cut says what gives way
-                                when even that does not fit).  After each
+                                when even that does not fit); the final
+                                test-time augmented scores are left out
+                                of the plan, their time trained, when
+                                they would cost a fifth or more of the
+                                epochs that fit without them.  After each
                                 epoch the plan is checked against the
                                 settled pace (the larger of the mean of
                                 the windows after the first and the

@@ -76,13 +76,38 @@ double vit_budget_end(const vit_budget_plan *p, int epochs)
     return p->elapsed + steps * p->step + (double)(epochs - p->epoch) * p->scoring + p->final;
 }
 
-int vit_budget_cut(const vit_budget_plan *p, int epochs, double tta, double *end)
+/* p without its views: their seconds out of the final scoring. */
+static vit_budget_plan without_views(const vit_budget_plan *p)
+{
+    vit_budget_plan q = *p;
+    q.final -= q.tta;
+    q.tta = 0;
+    return q;
+}
+
+int vit_budget_choose(const vit_budget_plan *p, double aim, int *views)
+{
+    int with = vit_budget_fit(p, aim);
+    *views = 1;
+    if (!(p->tta > 0))
+        return with;
+    vit_budget_plan q = without_views(p);
+    int without = vit_budget_fit(&q, aim);
+    /* The epochs the views cost, against the run's whole length. */
+    if (vit_budget_end(p, with) <= p->budget
+        && without - with < VIT_BUDGET_VIEWS_SHARE * without)
+        return with;
+    *views = 0;
+    return without;
+}
+
+int vit_budget_cut(const vit_budget_plan *p, int epochs, int views, double *end)
 {
     int cut = VIT_BUDGET_CUT_NONE;
     *end = vit_budget_end(p, epochs);
-    if (*end > p->budget && tta > 0) {
+    if ((!views || *end > p->budget) && p->tta > 0) {
         cut = VIT_BUDGET_CUT_TTA;
-        *end -= tta;
+        *end -= p->tta;
     }
     if (*end > p->budget) {
         cut = VIT_BUDGET_CUT_EPOCH;
@@ -91,18 +116,21 @@ int vit_budget_cut(const vit_budget_plan *p, int epochs, double tta, double *end
     return cut;
 }
 
-int vit_budget_replan(const vit_budget_plan *p, int settled)
+int vit_budget_replan(const vit_budget_plan *p, int settled, int *views)
 {
-    int E = p->epochs;
+    int E = p->epochs, v;
     double aim = settled >= VIT_BUDGET_SETTLED ? VIT_BUDGET_AIM_SETTLED : VIT_BUDGET_AIM_FIRST;
-    if (vit_budget_end(p, E) > VIT_BUDGET_CEILING * p->budget) {
-        int want = vit_budget_fit(p, aim);
+    vit_budget_plan now = *views ? *p : without_views(p); /* the plan as it stands */
+    if (vit_budget_end(&now, E) > VIT_BUDGET_CEILING * p->budget) {
+        int want = vit_budget_choose(p, aim, &v);
+        vit_budget_plan chosen = v ? *p : without_views(p);
         /* Cut to end at once, the last epoch's learning rate would stay
          * short of the cosine's end: one epoch more when it ends by the
          * ceiling (the backstops between steps hold the budget). */
         if (want == p->epoch && p->epoch_step == 0 && E > p->epoch + 1
-            && vit_budget_end(p, p->epoch + 1) <= VIT_BUDGET_CEILING * p->budget)
+            && vit_budget_end(&chosen, p->epoch + 1) <= VIT_BUDGET_CEILING * p->budget)
             want = p->epoch + 1;
+        *views = v;
         return want < E ? want : E;
     }
     /* Longer: while the cosine has not passed its middle (lr above the
@@ -112,6 +140,9 @@ int vit_budget_replan(const vit_budget_plan *p, int settled)
         return E;
     vit_budget_plan hi = *p;
     hi.step = p->step + p->spread;
-    int want = vit_budget_fit(&hi, aim);
-    return want > E ? want : E;
+    int want = vit_budget_choose(&hi, aim, &v);
+    if (want <= E)
+        return E;
+    *views = v;
+    return want;
 }

@@ -18,6 +18,12 @@
 /* The settled pace looks at the median of the last this many windows
  * beside the mean of them all: one slow window moves neither much. */
 #define VIT_BUDGET_RECENT 3
+/* The final scoring's test-time augmented views are planned only when
+ * they cost less than this share of the epochs that fit without them
+ * (vit_budget_choose): a run of few epochs (a heavy load, a short budget)
+ * trains in their time instead.  Their reserve is the time a plan loses
+ * when a slowdown then leaves them out at the end, so it stays small. */
+#define VIT_BUDGET_VIEWS_SHARE 0.2
 
 /* The windows between the plan's checks: each one's steps and seconds
  * (every cost of the epochs it spans: steps, scoring, checkpoints).  The
@@ -59,7 +65,9 @@ typedef struct vit_budget_plan {
                                vit_budget_pace_spread): a longer plan must
                                end by the aim at step + spread */
     double scoring;         /* seconds of scoring after each epoch */
-    double final;           /* seconds of the final scoring */
+    double final;           /* seconds of the final scoring, tta included */
+    double tta;             /* of final, the test-time augmented views'
+                               seconds: they may give way (0: none) */
 } vit_budget_plan;
 
 /* The most epochs whose rest ends by aim * budget: the current epoch's
@@ -73,20 +81,32 @@ int vit_budget_fit(const vit_budget_plan *p, double aim);
  * from p's position, the final scoring included. */
 double vit_budget_end(const vit_budget_plan *p, int epochs);
 
-/* What gives way when a plan of `epochs` (vit_budget_fit's least) does not
- * fit the budget, *end getting the predicted end then: VIT_BUDGET_CUT_NONE
- * (the plan's own end), VIT_BUDGET_CUT_TTA (the final scoring's `tta`
- * seconds of test-time augmented views left out: one pass) or
+/* The epochs of a plan ending by aim * budget, with the views (*views 1)
+ * or without them (*views 0, p->tta's seconds given to epochs instead):
+ * with them when they fit (even the least plan ends within the budget with
+ * them) and the epochs they cost, against vit_budget_fit without them,
+ * are fewer than VIT_BUDGET_VIEWS_SHARE of those.  No views (p->tta 0):
+ * vit_budget_fit's, *views 1. */
+int vit_budget_choose(const vit_budget_plan *p, double aim, int *views);
+
+/* What gives way in a plan of `epochs`, *end getting its predicted end:
+ * VIT_BUDGET_CUT_NONE (nothing: the plan's own end), VIT_BUDGET_CUT_TTA
+ * (the final scoring's p->tta seconds of test-time augmented views left
+ * out, one pass: when views is 0, a plan chosen without them, or when
+ * vit_budget_fit's least plan with them passes the budget) or
  * VIT_BUDGET_CUT_EPOCH (the epoch under way too: the run ends inside it,
  * at the budget).  *end never passes the budget.  The values are
  * vit_train_progress.plan_cut's. */
 enum { VIT_BUDGET_CUT_NONE = 0, VIT_BUDGET_CUT_TTA = 1, VIT_BUDGET_CUT_EPOCH = 2 };
-int vit_budget_cut(const vit_budget_plan *p, int epochs, double tta, double *end);
+int vit_budget_cut(const vit_budget_plan *p, int epochs, int views, double *end);
 
-/* At an epoch's end: the epochs the run should now have.  settled: the
+/* At an epoch's end: the epochs the run should now have, and *views (in:
+ * the plan as it stands scores the views, 1, or not, 0; out: the new
+ * plan's, vit_budget_choose's when it changes).  settled: the
  * windows measured after the first (p->step the settled pace,
  * vit_budget_pace_step).  A run predicted to end past VIT_BUDGET_CEILING
- * of the budget gets the most epochs that fit the aim (never more than it
+ * of the budget gets the most epochs that fit the aim, the views left out
+ * when they cost too many (vit_budget_choose; never more epochs than it
  * has; one more than done rather than none when that one ends by the
  * ceiling: the schedule then still ends at min_lr).  One that would end earlier gets more only while its cosine has
  * not passed its middle (2 * epoch < epochs: the learning rate still high,
@@ -95,6 +115,6 @@ int vit_budget_cut(const vit_budget_plan *p, int epochs, double tta, double *end
  * at the pace plus its spread (the measured margin: the shortening test
  * then needs a lasting rise of more than the spread to undo it); after an
  * earlier shortening too.  Else p->epochs. */
-int vit_budget_replan(const vit_budget_plan *p, int settled);
+int vit_budget_replan(const vit_budget_plan *p, int settled, int *views);
 
 #endif

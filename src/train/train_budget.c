@@ -78,15 +78,16 @@ static double final_once(const vit_trainer *t)
     return t->val.count > 0 ? (double)t->test->count * t->at.score_seconds : 0;
 }
 
-/* The plan's arithmetic (budget_plan.h) at the run's position. */
+/* The plan's arithmetic (budget_plan.h) at the run's position: the final
+ * scoring's one pass `once` and its test-time augmented views `tta`. */
 static vit_budget_plan position(const vit_trainer *t, double elapsed, double step, double scoring,
-                                double final)
+                                double once, double tta)
 {
     return (vit_budget_plan){.budget = t->o.budget_seconds, .elapsed = elapsed,
                              .steps_per_epoch = t->at.steps_per_epoch,
                              .epoch_step = (long)t->st.epoch_step, .epoch = (int)t->st.epoch,
                              .epochs = t->tc.epochs, .cap = t->epochs_cap, .step = step,
-                             .scoring = scoring, .final = final};
+                             .scoring = scoring, .final = once + tta, .tta = tta};
 }
 
 /* A training step's state that the measuring passes' optimizer updates
@@ -264,12 +265,12 @@ static int measure_costs(vit_trainer *t)
     return VIT_OK;
 }
 
-/* The plan as tc's epochs, the schedule laid out and event PLAN: the
- * least plan (p's fit) when even it passes the budget has the final
- * test-time augmented scoring given way (one pass), or the epoch under way
- * cut too (the run will end inside it); planned_seconds never passes the
- * budget. */
-static void set_plan(vit_trainer *t, vit_budget_plan *p, int epochs, double tta, double ips)
+/* The plan as tc's epochs, the schedule laid out and event PLAN: without
+ * the views (views 0: vit_budget_choose left them out), or when even the
+ * least plan passes the budget, the final test-time augmented scoring
+ * gives way (one pass), or the epoch under way is cut too (the run will
+ * end inside it); planned_seconds never passes the budget. */
+static void set_plan(vit_trainer *t, vit_budget_plan *p, int epochs, int views, double ips)
 {
     t->tc.epochs = epochs;
     vit_train_layout(t);
@@ -278,7 +279,7 @@ static void set_plan(vit_trainer *t, vit_budget_plan *p, int epochs, double tta,
     _Static_assert((int)VIT_BUDGET_CUT_TTA == (int)VIT_PLAN_NO_TTA
                        && (int)VIT_BUDGET_CUT_EPOCH == (int)VIT_PLAN_PARTIAL,
                    "plan_cut's values");
-    t->at.plan_cut = vit_budget_cut(p, epochs, tta, &end);
+    t->at.plan_cut = vit_budget_cut(p, epochs, views, &end);
     t->at.planned_seconds = end;
     vit_train_event ev = {.kind = VIT_TRAIN_PLAN, .images_per_second = ips};
     vit_train_emit(t, &ev);
@@ -292,8 +293,9 @@ int vit_train_plan_budget(vit_trainer *t)
         return rc;
     double el = now_seconds() - t->t0, step = t->at.step_seconds;
     double tta = t->final_margin * final_tta_scoring(t);
-    vit_budget_plan p = position(t, el, step, epoch_scoring(t), final_once(t) + tta);
-    set_plan(t, &p, vit_budget_fit(&p, VIT_BUDGET_AIM_FIRST), tta, t->tc.batch / step);
+    vit_budget_plan p = position(t, el, step, epoch_scoring(t), final_once(t), tta);
+    int views, epochs = vit_budget_choose(&p, VIT_BUDGET_AIM_FIRST, &views);
+    set_plan(t, &p, epochs, views, t->tc.batch / step);
     t->pace_t = now_seconds();
     t->pace_step = t->st.step;
     return VIT_OK;
@@ -318,7 +320,7 @@ static double final_margin(const vit_trainer *t)
     return step > 0 ? m * (1 + spread / step) : m;
 }
 
-int vit_train_hold_budget(vit_trainer *t)
+int vit_train_hold_budget(vit_trainer *t, int inside)
 {
     double now = now_seconds();
     double x[3] = {0, 0, 0};
@@ -345,13 +347,18 @@ int vit_train_hold_budget(vit_trainer *t)
     double step = vit_budget_pace_step(&t->pace);
     double slow = slowdown(t, step), margin = final_margin(t);
     double tta = margin * final_tta_scoring(t) * slow;
-    vit_budget_plan p = position(t, x[0], step, 0, final_once(t) * slow * margin + tta);
+    /* A window inside an epoch is its steps alone: the epochs' scoring
+     * and checkpoints as measured, at the steps' slowdown. */
+    double scoring = inside ? epoch_scoring(t) * (step > t->at.step_seconds
+                                                  ? step / t->at.step_seconds : 1) : 0;
+    vit_budget_plan p = position(t, x[0], step, scoring, final_once(t) * slow * margin, tta);
     p.spread = vit_budget_pace_spread(&t->pace);
-    int want = vit_budget_replan(&p, t->pace.windows - 1);
-    if (want == t->tc.epochs)
+    int had = t->at.plan_cut == VIT_PLAN_WHOLE, views = had;
+    int want = vit_budget_replan(&p, t->pace.windows - 1, &views);
+    if (want == t->tc.epochs && views == had)
         return VIT_OK; /* kept; or at its least already: the final scoring gives way */
     t->at.replans++;
-    set_plan(t, &p, want, tta, t->tc.batch / step);
+    set_plan(t, &p, want, views, t->tc.batch / step);
     return VIT_OK;
 }
 

@@ -177,8 +177,10 @@ int vit_train_evaluate_shared(vit_trainer *r, const vit_dataset *ds, int tta, vi
  * step with the optimizer's update, a one-pass scoring, the final tta
  * scoring and its margin), cfg's epochs set to the most whose steps,
  * scoring and final scoring end by VIT_BUDGET_AIM_FIRST of the budget
- * (budget_plan.h), the schedule laid out; event PLAN (at.plan_cut when
- * even one epoch does not fit). */
+ * (budget_plan.h; the final tta views left out when they cost a fifth of
+ * the epochs or more: vit_budget_choose), the schedule laid out; event
+ * PLAN (at.plan_cut when the views are left out or even one epoch does
+ * not fit). */
 int vit_train_plan_budget(vit_trainer *t);
 
 /* After an epoch of a budgeted run (at most every 2% of the budget): the
@@ -189,8 +191,10 @@ int vit_train_plan_budget(vit_trainer *t);
  * passes VIT_BUDGET_CEILING of the budget; longer only before the
  * cosine's middle, at a settled pace plus its spread).  The schedule is
  * laid out anew either way (event PLAN).  Every rank takes rank 0's
- * times. */
-int vit_train_hold_budget(vit_trainer *t);
+ * times.  inside: called between steps of an epoch (a plan of one or two
+ * epochs, which no epoch's end could lengthen: see train.c's step_once),
+ * the window then steps alone and the epochs' scoring planned apart. */
+int vit_train_hold_budget(vit_trainer *t, int inside);
 
 /* 1 when the final test-time augmented scoring, at its cost measured at
  * the plan, the run's slowdown since and its measured margin, still ends
