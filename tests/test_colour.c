@@ -575,6 +575,16 @@ START_TEST(test_recipe_colour_test)
         ck_assert_ptr_nonnull(strstr(why, colour_class ? "colour jitter 0.3, hue 0.05, grayscale 0.1"
                                      : "saturation 0.3, hue 0.05, grayscale 0.1 (colour images; "
                                        "no brightness or contrast: image_norm undoes them)"));
+        /* a model with data_norm: still reordered, but not standardised
+         * per image (one normalisation at a time), so brightness and
+         * contrast come back */
+        vit_config dn = model;
+        dn.data_norm = 1;
+        ck_assert_int_eq(vit_recipe_pick(&d, &dn, &r, why, sizeof why), VIT_OK);
+        ck_assert_int_eq(r.channel_perm, !colour_class);
+        ck_assert_int_eq(r.image_norm, 0);
+        ck_assert(r.brightness == VIT_RECIPE_JITTER && r.contrast == VIT_RECIPE_JITTER);
+        ck_assert_ptr_null(strstr(why, "image_norm"));
         /* without the images: jitter, but no test and so no reordering */
         d.images = NULL;
         ck_assert_int_eq(vit_recipe_pick(&d, &model, &r, NULL, 0), VIT_OK);

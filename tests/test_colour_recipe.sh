@@ -54,6 +54,7 @@ rc=$?
 check "data_norm: trains" '[ $rc -eq 0 ]' || indent "$out"
 check "data_norm: the recipe's image_norm gives way" '! grep -q "image_norm" <<<"$out"' ||
     indent "$out"
+has "data_norm: and so brightness and contrast stay" "brightness 0.3, contrast 0.3, saturation 0.3" "$out"
 has "data_norm: the run says the figures" "data_norm: each channel as (x - mean) / std before the network, mean " "$out"
 check "data_norm: the checkpoint holds them" \
     'grep -aq "^data_norm = 1$" "$tmp/d/last.ckpt" && grep -aqE "^data_mean = [0-9.e-]+,[0-9.e-]+,[0-9.e-]+$" "$tmp/d/last.ckpt" && grep -aqE "^data_std = [0-9.e-]+,[0-9.e-]+,[0-9.e-]+$" "$tmp/d/last.ckpt"'

@@ -151,9 +151,9 @@ int apply_recipe(vit_config *cfg, vit_train_config *tc, const vit_config *user,
             snprintf(said + at, sizeof said - at, "%s%s %s", at ? ", " : "", keys[k], now);
     }
     /* image_norm: a key the config text leaves out when off, so not in
-     * the loop above; not beside a data_norm the user asked for (one input
-     * normalisation at a time). */
-    int norm_own = !user_set(user, utc, "image_norm") && !user->data_norm;
+     * the loop above (never beside a data_norm the user asked for: the
+     * recipe leaves it 0 then). */
+    int norm_own = !user_set(user, utc, "image_norm");
     if (r.image_norm && norm_own) {
         if (vit_config_set(cfg, "image_norm", "1") != VIT_OK)
             return cli_fail(prog, NULL);

@@ -40,8 +40,9 @@
  *           class (the colour test below), else 0;
  *   image_norm  1 where channel_perm is (vit_config.image_norm: each image
  *           standardised per channel, so its own colours are gone before
- *           the network), else 0; with it brightness and contrast are 0
- *           (the standardisation undoes them).
+ *           the network) and the model has no data_norm (one input
+ *           normalisation at a time), else 0; with it brightness and
+ *           contrast are 0 (the standardisation undoes them).
  * The class count changes nothing.  Pure functions, any thread.
  */
 #ifndef VIT_RECIPE_H

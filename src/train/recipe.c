@@ -280,7 +280,7 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
         /* Each image in its own colours: standardised per image, every
          * channel becomes the same shape up to its sign (which invert
          * covers), and the network learns shapes from the first epoch. */
-        r->image_norm = r->channel_perm;
+        r->image_norm = r->channel_perm && !model->data_norm; /* one normalisation at a time */
         /* Brightness and contrast scale each image by one factor and shift
          * its channels: the standardisation undoes both (but for the clamp
          * to [0, 1]), so they would cost draws and change nothing. */
