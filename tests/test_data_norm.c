@@ -5,7 +5,8 @@
  * normalised images; the config text (written only when on, read back
  * bitwise), its refusals; the checkpoint and the export carrying the
  * figures; the trainer computing them from the training part alone, a
- * resumed run and a fine-tuned one keeping the file's.
+ * resumed run and a fine-tuned one keeping the file's; files from before
+ * it loading without it.
  */
 #include <check.h>
 #include <math.h>
@@ -438,6 +439,29 @@ START_TEST(gray_to_colour)
 }
 END_TEST
 
+/* Files written before data_norm load without it, and their config text
+ * stays as it was (no data_ line). */
+START_TEST(old_files_unchanged)
+{
+    static const char *const files[] = {"data/v1/digits-dim8-epoch1-of-2.ckpt",
+                                         "data/v2/digits-dim8-epoch2-step270-of-3.ckpt",
+                                         "data/torch_vit.safetensors"};
+    for (int i = 0; i < 3; i++) {
+        vit_model *m = NULL;
+        int rc = i < 2 ? vit_run_load(files[i], &m, NULL, NULL, NULL)
+                       : vit_safetensors_load(files[i], &m);
+        ck_assert_msg(rc == VIT_OK, "%s: %s", files[i], vit_last_error());
+        const vit_config *c = vit_model_config(m);
+        ck_assert_int_eq(c->data_norm, 0);
+        ck_assert_int_eq(c->data_mean.n + c->data_std.n, 0);
+        char text[4096];
+        ck_assert_int_gt(vit_config_format(c, NULL, text, sizeof text), 0);
+        ck_assert_msg(!strstr(text, "data_"), "%s: %s", files[i], text);
+        vit_model_free(m);
+    }
+}
+END_TEST
+
 static Suite *data_norm_suite(void)
 {
     Suite *s = suite_create("data_norm");
@@ -451,6 +475,7 @@ static Suite *data_norm_suite(void)
     tcase_add_test(tc, trainer_computes_from_training_part);
     tcase_add_test(tc, given_kept_by_resume_and_init);
     tcase_add_test(tc, gray_to_colour);
+    tcase_add_test(tc, old_files_unchanged);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -146,7 +146,7 @@ typedef struct vit_config {
                             / data_std[c] (vit_data_norm), in training,
                             scoring, prediction and export alike; the trainer
                             computes them once from its training images
-                            (vit_dataset_channel_stats) unless given, and
+                            (vit_channel_stats) unless given, and
                             they are stored with the model.  Not with
                             image_norm (vit_config_check refuses both).
                             0: none (its config text has no line then) */

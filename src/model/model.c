@@ -227,9 +227,11 @@ static vit_tensor *run_forward(vit_model *m, vit_tape *tape, const vit_real *ima
     } else if (c->data_norm) { /* by the training set's statistics */
         size_t n = (size_t)batch * c->image_height * c->image_width * c->channels;
         vit_real *nx = vit_tape_alloc(tape, n * sizeof *nx);
-        if (!nx || vit_data_norm(nx, images, batch, c->image_height * c->image_width, c->channels,
-                                 c->data_mean.v, c->data_std.v) != VIT_OK) {
-            vit_tape_fail(tape, nx ? VIT_EINVAL : VIT_ENOMEM);
+        int rc = nx ? vit_data_norm(nx, images, batch, c->image_height * c->image_width,
+                                    c->channels, c->data_mean.v, c->data_std.v)
+                    : VIT_ENOMEM;
+        if (rc != VIT_OK) {
+            vit_tape_fail(tape, rc);
             return NULL;
         }
         images = nx;
