@@ -5,7 +5,8 @@
 #      why, and the checkpoint's config holds it (so vit_eval applies it:
 #      it reports the run's own accuracy);
 #   2. --image-norm 0 wins over the recipe: no such line, nothing stored;
-#   3. colour that names the class: no image_norm, no channel_perm;
+#   3. colour that names the class: no image_norm, no channel_perm, but
+#      data_norm 1 (stored; --data-norm 0 wins over it);
 #   4. --data-norm 1 on the colour-free set: the recipe's image_norm gives
 #      way, the run says the figures and stores them, vit_eval and
 #      vit_export apply them, --init-from and --image-norm 1 beside it
@@ -47,6 +48,11 @@ check "class: trains" '[ $rc -eq 0 ]' || indent "$out"
 has "class: the colour test finds the class" "colour carries class, so no channel_perm or invert" "$out"
 check "class: no image_norm" '! grep -q "image_norm" <<<"$out"' || indent "$out"
 check "class: none stored" '! grep -aq "^image_norm" "$tmp/c/last.ckpt"'
+has "class: the recipe line names data_norm 1" ", data_norm 1, for 120 images of 32x32x3" "$out"
+check "class: its figures stored" 'grep -aq "^data_norm = 1$" "$tmp/c/last.ckpt" && grep -aq "^data_mean = " "$tmp/c/last.ckpt"'
+out=$("$tools/vit_train" --data "$tmp/class" "${small[@]}" --data-norm 0 --out "$tmp/c0" 2>&1)
+check "class, --data-norm 0: none stored" '! grep -aq "^data_" "$tmp/c0/last.ckpt"' || indent "$out"
+check "free: no data_norm beside image_norm" '! grep -aq "^data_" "$tmp/f/last.ckpt"'
 
 # ---- 4. data_norm -------------------------------------------------------------
 out=$("$tools/vit_train" --data "$tmp/free" "${small[@]}" --data-norm 1 --out "$tmp/d" 2>&1)

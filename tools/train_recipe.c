@@ -160,6 +160,14 @@ int apply_recipe(vit_config *cfg, vit_train_config *tc, const vit_config *user,
         size_t at = strlen(said);
         snprintf(said + at, sizeof said - at, "%simage_norm 1", at ? ", " : "");
     }
+    /* data_norm likewise (its figures come from the training images when
+     * the run begins), unless the user chose either normalisation. */
+    if (r.data_norm && !user_set(user, utc, "data_norm") && !cfg->image_norm) {
+        if (vit_config_set(cfg, "data_norm", "1") != VIT_OK)
+            return cli_fail(prog, NULL);
+        size_t at = strlen(said);
+        snprintf(said + at, sizeof said - at, "%sdata_norm 1", at ? ", " : "");
+    }
     /* A model trained on mirror images is scored on them too (Fashion at 62
      * epochs: shift9flip 92.69%, shift9 92.53%), unless tta was chosen. */
     if (tc->flip && tc->tta == VIT_TTA_SHIFT9 && !user_set(user, utc, "tta")) {

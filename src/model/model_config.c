@@ -487,10 +487,10 @@ static int check_data_norm(const vit_config *c)
     if (!c->data_norm && (m->n || s->n))
         return vit_fail(VIT_EINVAL, "%s: given, but data_norm is 0 (set data_norm = 1 to "
                         "normalise by them)", m->n ? "data_mean" : "data_std");
-    if (m->n < 0 || m->n > VIT_CHANNELS_MAX || s->n < 0 || s->n > VIT_CHANNELS_MAX)
-        return vit_fail(VIT_EINVAL, "%s: %d values (0 .. %d)", m->n < 0 || m->n > VIT_CHANNELS_MAX
-                        ? "data_mean" : "data_std", m->n < 0 || m->n > VIT_CHANNELS_MAX ? m->n : s->n,
-                        VIT_CHANNELS_MAX);
+    int bad_mean = m->n < 0 || m->n > VIT_CHANNELS_MAX;
+    if (bad_mean || s->n < 0 || s->n > VIT_CHANNELS_MAX)
+        return vit_fail(VIT_EINVAL, "%s: %d values (0 .. %d)", bad_mean ? "data_mean" : "data_std",
+                        bad_mean ? m->n : s->n, VIT_CHANNELS_MAX);
     if (m->n == 0 && s->n == 0)
         return VIT_OK;
     if (m->n != c->channels || s->n != c->channels) {
