@@ -125,6 +125,20 @@ int main(int argc, char **argv)
                                  "VisionTransformer does not: (x - mean) / sqrt(var + 1e-4), "
                                  "each channel's over the image's pixels (as "
                                  "tools/torch_check_export.py does)");
+    if (tc.tta == VIT_TTA_SHIFT9 || tc.tta == VIT_TTA_SHIFT9_FLIP) {
+        double rep;
+        int rep_tta;
+        char line[256], was[48] = "";
+        if (cli_reported_accuracy(ckpt, (long long)st.epoch, &rep, &rep_tta, NULL) && rep_tta == tc.tta)
+            snprintf(was, sizeof was, " (%.4f)", rep);
+        cli_print_fitted(stdout, "note: these weights give one pass per image (as --logits and "
+                                 "metrics.csv's epochs);");
+        snprintf(line, sizeof line, "the run's final test accuracy%s was scored with tta %s, the "
+                 "mean softmax over the image and its 8 one-pixel shifts (zeros shifted in)%s: "
+                 "docs/cli.md shows it in PyTorch", was, vit_tta_name(tc.tta),
+                 tc.tta == VIT_TTA_SHIFT9_FLIP ? ", and the same of its mirror image" : "");
+        cli_print_fitted(stdout, line);
+    }
     if (c->data_norm) {
         char line[400];
         int at = snprintf(line, sizeof line, "note: the model normalises each channel before its "
@@ -139,20 +153,6 @@ int main(int argc, char **argv)
                            c->data_std.v[k]);
         snprintf(line + at, sizeof line - (size_t)at, " (data_mean and data_std hold every "
                  "digit; torchvision's Normalize(data_mean, data_std) before the weights)");
-        cli_print_fitted(stdout, line);
-    }
-    if (tc.tta == VIT_TTA_SHIFT9 || tc.tta == VIT_TTA_SHIFT9_FLIP) {
-        double rep;
-        int rep_tta;
-        char line[256], was[48] = "";
-        if (cli_reported_accuracy(ckpt, (long long)st.epoch, &rep, &rep_tta, NULL) && rep_tta == tc.tta)
-            snprintf(was, sizeof was, " (%.4f)", rep);
-        cli_print_fitted(stdout, "note: these weights give one pass per image (as --logits and "
-                                 "metrics.csv's epochs);");
-        snprintf(line, sizeof line, "the run's final test accuracy%s was scored with tta %s, the "
-                 "mean softmax over the image and its 8 one-pixel shifts (zeros shifted in)%s: "
-                 "docs/cli.md shows it in PyTorch", was, vit_tta_name(tc.tta),
-                 tc.tta == VIT_TTA_SHIFT9_FLIP ? ", and the same of its mirror image" : "");
         cli_print_fitted(stdout, line);
     }
     rc = 0;
