@@ -559,6 +559,10 @@ START_TEST(test_recipe_colour_test)
             ck_assert_ptr_nonnull(strstr(why, "no channel_perm or invert"));
             ck_assert_int_eq(r.image_norm, 0);
             ck_assert_ptr_null(strstr(why, "image_norm"));
+            /* colour kept: normalised by the set's figures instead */
+            ck_assert_int_eq(r.data_norm, 1);
+            ck_assert_ptr_nonnull(strstr(why, ", data_norm 1 (colour kept: each channel by the "
+                                              "set's mean and std)"));
         } else {
             ck_assert_msg(r.colour_acc < 0.35, "%g", r.colour_acc);
             ck_assert_int_eq(r.channel_perm, 1);
@@ -566,6 +570,8 @@ START_TEST(test_recipe_colour_test)
             ck_assert_ptr_nonnull(strstr(why, ", channel_perm and invert (mean colour"));
             ck_assert_int_eq(r.image_norm, 1);
             ck_assert_ptr_nonnull(strstr(why, ", image_norm 1 (colour carries no class)"));
+            ck_assert_int_eq(r.data_norm, 0);
+            ck_assert_ptr_null(strstr(why, "data_norm"));
         }
         /* brightness and contrast only without image_norm, which undoes them */
         double bc = colour_class ? VIT_RECIPE_JITTER : 0;
@@ -575,11 +581,28 @@ START_TEST(test_recipe_colour_test)
         ck_assert_ptr_nonnull(strstr(why, colour_class ? "colour jitter 0.3, hue 0.05, grayscale 0.1"
                                      : "saturation 0.3, hue 0.05, grayscale 0.1 (colour images; "
                                        "no brightness or contrast: image_norm undoes them)"));
+        /* a model with data_norm: still reordered, but not standardised
+         * per image (one normalisation at a time), so brightness and
+         * contrast come back */
+        vit_config dn = model;
+        dn.data_norm = 1;
+        ck_assert_int_eq(vit_recipe_pick(&d, &dn, &r, why, sizeof why), VIT_OK);
+        ck_assert_int_eq(r.channel_perm, !colour_class);
+        ck_assert_int_eq(r.image_norm, 0);
+        ck_assert_int_eq(r.data_norm, 1);
+        ck_assert(r.brightness == VIT_RECIPE_JITTER && r.contrast == VIT_RECIPE_JITTER);
+        ck_assert_ptr_null(strstr(why, "image_norm"));
+        /* a model with image_norm given: no data_norm beside it */
+        vit_config in = model;
+        in.image_norm = 1;
+        ck_assert_int_eq(vit_recipe_pick(&d, &in, &r, why, sizeof why), VIT_OK);
+        ck_assert_int_eq(r.data_norm, 0);
+        ck_assert_ptr_null(strstr(why, "data_norm"));
         /* without the images: jitter, but no test and so no reordering */
         d.images = NULL;
         ck_assert_int_eq(vit_recipe_pick(&d, &model, &r, NULL, 0), VIT_OK);
         ck_assert(r.colour_acc == -1 && r.channel_perm == 0 && r.image_norm == 0
-                  && r.brightness > 0);
+                  && r.brightness > 0 && r.data_norm == 1);
         free(ds.images);
         free(ds.labels);
     }
@@ -592,7 +615,7 @@ START_TEST(test_recipe_colour_test)
     ck_assert_int_eq(vit_recipe_pick(&d, &model, &r, why, sizeof why), VIT_OK);
     ck_assert(r.brightness == 0 && r.contrast == 0 && r.saturation == 0 && r.hue == 0
               && r.grayscale == 0 && r.channel_perm == 0 && r.invert == 0 && r.image_norm == 0
-              && r.colour_acc == -1);
+              && r.data_norm == 0 && r.colour_acc == -1);
     ck_assert_ptr_null(strstr(why, "colour"));
     free(ds.images);
     free(ds.labels);

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# The recipe's image_norm through vit_train, on tiny CIFAR-format sets
+# The recipe's image_norm and data_norm through vit_train, on tiny CIFAR-format sets
 # written by make_cifar (4 classes, 120 training images of 32x32):
 #   1. colour that carries no class: the recipe line says image_norm 1 and
 #      why, and the checkpoint's config holds it (so vit_eval applies it:
 #      it reports the run's own accuracy);
 #   2. --image-norm 0 wins over the recipe: no such line, nothing stored;
-#   3. colour that names the class: no image_norm, no channel_perm.
+#   3. colour that names the class: no image_norm, no channel_perm, but
+#      data_norm 1 (stored; --data-norm 0 wins over it);
+#   4. --data-norm 1 on the colour-free set: the recipe's image_norm gives
+#      way, the run says the figures and stores them, vit_eval and
+#      vit_export apply them, --init-from and --image-norm 1 beside it
+#      are refused with one error each.
 # A one-epoch run of a small model each (seconds).
 # Usage: test_colour_recipe.sh TOOLS_DIR MAKE_CIFAR
 set -u
@@ -43,6 +48,36 @@ check "class: trains" '[ $rc -eq 0 ]' || indent "$out"
 has "class: the colour test finds the class" "colour carries class, so no channel_perm or invert" "$out"
 check "class: no image_norm" '! grep -q "image_norm" <<<"$out"' || indent "$out"
 check "class: none stored" '! grep -aq "^image_norm" "$tmp/c/last.ckpt"'
+has "class: the recipe line names data_norm 1" ", data_norm 1, for 120 images of 32x32x3" "$out"
+check "class: its figures stored" 'grep -aq "^data_norm = 1$" "$tmp/c/last.ckpt" && grep -aq "^data_mean = " "$tmp/c/last.ckpt"'
+out=$("$tools/vit_train" --data "$tmp/class" "${small[@]}" --data-norm 0 --out "$tmp/c0" 2>&1)
+check "class, --data-norm 0: none stored" '! grep -aq "^data_" "$tmp/c0/last.ckpt"' || indent "$out"
+check "free: no data_norm beside image_norm" '! grep -aq "^data_" "$tmp/f/last.ckpt"'
+
+# ---- 4. data_norm -------------------------------------------------------------
+out=$("$tools/vit_train" --data "$tmp/free" "${small[@]}" --data-norm 1 --out "$tmp/d" 2>&1)
+rc=$?
+check "data_norm: trains" '[ $rc -eq 0 ]' || indent "$out"
+check "data_norm: the recipe's image_norm gives way" '! grep -q "image_norm" <<<"$out"' ||
+    indent "$out"
+has "data_norm: and so brightness and contrast stay" "brightness 0.3, contrast 0.3, saturation 0.3" "$out"
+has "data_norm: the run says the figures" "data_norm: each channel as (x - mean) / std before the network, mean " "$out"
+check "data_norm: the checkpoint holds them" \
+    'grep -aq "^data_norm = 1$" "$tmp/d/last.ckpt" && grep -aqE "^data_mean = [0-9.e-]+,[0-9.e-]+,[0-9.e-]+$" "$tmp/d/last.ckpt" && grep -aqE "^data_std = [0-9.e-]+,[0-9.e-]+,[0-9.e-]+$" "$tmp/d/last.ckpt"'
+acc=$(sed -nE 's/^test accuracy ([0-9.]+) .*/\1/p' <<<"$out")
+ev=$("$tools/vit_eval" "$tmp/d/last.ckpt" --data "$tmp/free" 2>&1)
+has "data_norm: vit_eval scores the run's accuracy ($acc)" "accuracy $acc" "$ev"
+ex=$("$tools/vit_export" "$tmp/d/last.ckpt" --out "$tmp/d.safetensors" 2>&1)
+has "data_norm: vit_export notes them" "by the training set's statistics (data_norm = 1 in the metadata)" "$ex"
+check "data_norm: the metadata holds them" 'head -c 4096 "$tmp/d.safetensors" | grep -aq "\"data_mean\":\"[0-9.e,-]*\",\"data_std\":"'
+out=$("$tools/vit_train" --data "$tmp/free" "${small[@]}" --data-norm 1 --image-norm 1 --out "$tmp/d2" 2>&1)
+rc=$?
+check "data_norm with image_norm: refused" '[ $rc -ne 0 ] && [ ! -e "$tmp/d2/last.ckpt" ]'
+has "data_norm with image_norm: says why" "data_norm: not with image_norm" "$out"
+out=$("$tools/vit_train" --data "$tmp/free" --epochs 1 --init-from "$tmp/d/last.ckpt" --data-norm 1 --out "$tmp/d3" 2>&1)
+rc=$?
+check "--init-from with --data-norm: refused" '[ $rc -eq 2 ]' || indent "$out"
+has "--init-from with --data-norm: says why" "--data-norm: with --init-from the architecture is the file's" "$out"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -79,8 +79,16 @@ static int config_equal(const vit_config *a, const vit_config *b, const char **w
     EQ(image_height) EQ(image_width) EQ(channels) EQ(classes) EQ(patch) EQ(dim) EQ(depth)
     EQ(heads) EQ(mlp) EQ(pool) EQ(init_std)
     EQ(patch_stride) EQ(patch_pad) EQ(lsa) EQ(stem) EQ(stem2) EQ(local_conv) EQ(image_norm)
-    EQ(arch) EQ(ln_eps)
+    EQ(arch) EQ(ln_eps) EQ(data_norm) EQ(data_mean.n) EQ(data_std.n)
 #undef EQ
+    if (memcmp(a->data_mean.v, b->data_mean.v, (size_t)a->data_mean.n * sizeof(double))) {
+        *which = "data_mean";
+        return 0;
+    }
+    if (memcmp(a->data_std.v, b->data_std.v, (size_t)a->data_std.n * sizeof(double))) {
+        *which = "data_std";
+        return 0;
+    }
     *which = "";
     return 1;
 }
@@ -625,6 +633,8 @@ START_TEST(test_config_file_is_default)
     memset(&tc, 0x7b, sizeof tc);
     c.arch = NULL; /* a pointer: garbage there is no config at all (the ViT's keys stay garbage) */
     c.image_norm = 0; /* the text has it only when on (test_config_round_trip) */
+    c.data_norm = 0;  /* likewise */
+    c.data_mean.n = c.data_std.n = 0;
     int rc = vit_config_load(&c, &tc, DIGITS_CFG);
     ck_assert_msg(rc == VIT_OK, "%s", vit_last_error());
     ASSERT_CONFIG_EQ(&c, &def);
@@ -666,6 +676,9 @@ START_TEST(test_config_round_trip)
     a.stem = 3; a.stem2 = 6;
     a.ln_eps = 1e-6 / 3;
     a.image_norm = 1; /* written only when on */
+    a.data_norm = 1;  /* likewise, with its figures (not a model: vit_config_check refuses both) */
+    a.data_mean = (vit_channel_values){3, {0.1 + 0.2, 1.0 / 3, -2.0 / 7}};
+    a.data_std = (vit_channel_values){3, {1e-5 / 3, 0.2, 1000.0 / 3}};
     ta.precision = VIT_PRECISION_AUTO;
     char buf[4096], buf2[4096];
     int len = vit_config_format(&a, &ta, buf, sizeof buf);
@@ -692,14 +705,14 @@ START_TEST(test_config_round_trip)
         snprintf(pat, sizeof pat, "%s = ", key);
         ck_assert_msg(strstr(buf, pat) != NULL, "key %s missing from the formatted text", key);
     }
-    /* ... and nothing else: one line per key (19 of the network, 33 of
+    /* ... and nothing else: one line per key (22 of the network, 33 of
      * the recipe). */
     int lines = 0;
     for (const char *p = buf; *p; p++)
         lines += *p == '\n';
     ck_assert_int_eq(nkeys, lines);
-    ck_assert_int_eq(nnet, 19);
-    ck_assert_int_eq(nkeys, 52);
+    ck_assert_int_eq(nnet, 22);
+    ck_assert_int_eq(nkeys, 55);
     /* The network alone: its keys only. */
     ck_assert_int_gt(vit_config_format(&a, NULL, buf2, sizeof buf2), 0);
     lines = 0;

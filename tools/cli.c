@@ -390,8 +390,11 @@ void cli_print_config_keys(FILE *f)
             snprintf(def, sizeof def, "%s", line + plen);
             def[strcspn(def, "\n")] = 0;
         }
-        /* a key the text leaves out when off (image_norm) is 0 */
-        fprintf(f, "  %-20s %s (default %s)\n", flag, help, line ? def : "0");
+        /* a key the text leaves out when off (image_norm) is 0; data_norm's
+         * statistics are the training set's unless given */
+        int stats = strcmp(key, "data_mean") == 0 || strcmp(key, "data_std") == 0;
+        fprintf(f, "  %-20s %s (default %s)\n", flag, help,
+                line ? def : stats ? "the training set's" : "0");
     }
     /* The other architectures' own keys (vit/arch.h), under their names. */
     for (int a = 1; a < vit_arch_count(); a++) {

@@ -403,6 +403,22 @@ static void on_resume_change(cli_progress *p, const vit_train_event *ev)
     fflush(p->out);
 }
 
+/* The figures data_norm applies (the training images', or the file's
+ * for a resumed or fine-tuned run): said once, as the recipe is. */
+static void data_norm_note(cli_progress *p, const vit_train_event *ev)
+{
+    const vit_config *c = vit_model_config(vit_trainer_model(ev->trainer));
+    if (!c || !c->data_norm)
+        return;
+    fprintf(p->out, "data_norm: each channel as (x - mean) / std before the network, mean");
+    for (int k = 0; k < c->data_mean.n; k++)
+        fprintf(p->out, "%s%.4g", k ? "," : " ", c->data_mean.v[k]);
+    fprintf(p->out, ", std");
+    for (int k = 0; k < c->data_std.n; k++)
+        fprintf(p->out, "%s%.4g", k ? "," : " ", c->data_std.v[k]);
+    fprintf(p->out, " (stored with the model)\n");
+}
+
 void cli_progress_init(cli_progress *p, int mode, double every, const char *out_dir, int with_val,
                        int score_images)
 {
@@ -434,6 +450,7 @@ int cli_progress_event(const vit_train_event *ev, void *user)
                 ev->path);
         break;
     case VIT_TRAIN_BEGIN:
+        data_norm_note(p, ev);
         p->header_due = 1;
         p->header_max = line_max(p);
         p->last_print = now_seconds();

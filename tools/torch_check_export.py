@@ -6,7 +6,9 @@ names (pre-norm blocks, exact GELU, LayerNorm eps 1e-5, class-token or mean
 pooling; with lsa = 1 in the metadata, locality self-attention and its
 blocks.L.attn.tau, and with local_conv = 1 each block's depthwise 3x3
 convolution of the patch tokens, blocks.L.local, both of which timm lacks;
-with image_norm = 1 each image standardised per channel first, as vit_image_norm),
+with image_norm = 1 each image standardised per channel first, as vit_image_norm,
+and with data_norm = 1 each channel normalised by the metadata's data_mean and
+data_std, as torchvision's Normalize does),
 loads the file with strict name and
 shape checking, runs a test split and compares with our own results.  The
 test split is the 8x8 digits' (the last 360 images of data/digits.csv.gz,
@@ -165,6 +167,10 @@ class ViT(nn.Module):
         eps = float(cfg["layer_norm_eps"])
         self.pool = cfg["global_pool"]
         self.image_norm = cfg["image_norm"]
+        # data_norm: the training set's per-channel mean and std, [1, C, 1, 1]
+        self.data_norm = None if cfg["data_mean"] is None else (
+            torch.tensor(cfg["data_mean"], dtype=torch.float64).view(1, -1, 1, 1),
+            torch.tensor(cfg["data_std"], dtype=torch.float64).view(1, -1, 1, 1))
         self.patch_embed = PatchEmbed(cfg["channels"], D, P, S, Z, cfg["stem"], cfg["stem2"])
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D))
         self.pos_embed = nn.Parameter(torch.zeros(1, T, D))
@@ -179,6 +185,9 @@ class ViT(nn.Module):
             m = x.mean(dim=(2, 3), keepdim=True)
             v = ((x - m) ** 2).mean(dim=(2, 3), keepdim=True)
             x = (x - m) / torch.sqrt(v + 1e-4)  # VIT_IMAGE_NORM_EPS
+        if self.data_norm is not None:  # (x - mean) / std in double, as vit_data_norm
+            mean, std = self.data_norm
+            x = ((x.double() - mean) / std).to(x.dtype)
         x = self.patch_embed(x)
         x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
         for blk in self.blocks:
@@ -285,6 +294,10 @@ def config_from_meta(meta):
     cfg["lsa"] = bool(int(meta.get("lsa", "0")))  # adds blocks.L.attn.tau, not timm's
     cfg["local_conv"] = bool(int(meta.get("local_conv", "0")))  # adds blocks.L.local, likewise
     cfg["image_norm"] = bool(int(meta.get("image_norm", "0")))  # written only when on
+    # data_norm (written only when on): the training set's statistics, one per channel
+    on = bool(int(meta.get("data_norm", "0")))
+    cfg["data_mean"] = [float(v) for v in meta["data_mean"].split(",")] if on else None
+    cfg["data_std"] = [float(v) for v in meta["data_std"].split(",")] if on else None
     cfg["global_pool"] = meta.get("global_pool", "token")
     cfg["layer_norm_eps"] = meta.get("layer_norm_eps", "1e-05")
     return cfg
@@ -315,7 +328,8 @@ def main():
     print(f"{args.model}: {len(tensors)} tensors, "
           f"{sum(t.numel() for t in tensors.values())} parameters, loaded strictly; "
           f"dim {cfg['dim']}, depth {cfg['depth']}, heads {cfg['heads']}, pool {cfg['global_pool']}"
-          f"{', lsa' if cfg['lsa'] else ''}{', local_conv' if cfg['local_conv'] else ''}")
+          f"{', lsa' if cfg['lsa'] else ''}{', local_conv' if cfg['local_conv'] else ''}"
+          f"{', data_norm' if cfg['data_mean'] else ''}")
 
     with torch.no_grad():
         logits = in_chunks(model, images)

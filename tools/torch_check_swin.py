@@ -15,7 +15,8 @@ in tools/torch_check_export.py) or the digits.
 
 The metadata keys read: image_height, image_width, channels, classes and
 the Swin keys patch, window, embed_dim, stages, depth_1.., heads_1..,
-mlp_ratio.  Needs torch, torchvision and numpy; not run by the tests.
+mlp_ratio, and with data_norm = 1 data_mean and data_std (each channel of the
+test images normalised by them first).  Needs torch, torchvision and numpy; not run by the tests.
 Exit status 0 if everything agrees, 1 otherwise.
 
 Usage:
@@ -89,6 +90,10 @@ def main():
     if tuple(images.shape[1:]) != (cfg["channels"], cfg["image_height"], cfg["image_width"]):
         sys.exit(f"test images {tuple(images.shape[1:])} do not fit the model's "
                  f"{cfg['image_height']}x{cfg['image_width']}x{cfg['channels']}")
+    if meta.get("data_norm", "0") == "1":  # the training set's figures, as vit_data_norm
+        mean = torch.tensor([float(v) for v in meta["data_mean"].split(",")], dtype=torch.float64)
+        std = torch.tensor([float(v) for v in meta["data_std"].split(",")], dtype=torch.float64)
+        images = ((images.double() - mean.view(1, -1, 1, 1)) / std.view(1, -1, 1, 1)).float()
     model = build_swin(cfg)
     load_state(model, tensors)
     print(f"{args.model}: {len(tensors)} tensors, "

@@ -51,7 +51,8 @@ int finetune_check(const vit_train_opts *o, int argc, char **argv)
     static const char *const arch[] = {"--arch", "--patch", "--dim", "--depth", "--heads", "--mlp",
                                        "--pool", "--patch-stride", "--patch-pad", "--lsa",
                                        "--stem", "--stem2", "--local-conv", "--ln-eps",
-                                       "--image-norm"};
+                                       "--image-norm", "--data-norm", "--data-mean",
+                                       "--data-std"};
     for (int i = 1; o->init_from && i < argc; i++)
         for (size_t k = 0; k < sizeof arch / sizeof arch[0]; k++)
             if (strcmp(argv[i], arch[k]) == 0) {

@@ -176,12 +176,22 @@ int apply_recipe(vit_config *cfg, vit_train_config *tc, const vit_config *user,
             snprintf(said + at, sizeof said - at, "%s%s %s", at ? ", " : "", keys[k], now);
     }
     /* image_norm: a key the config text leaves out when off, so not in
-     * the loop above. */
-    if (r.image_norm && !user_set(user, utc, "image_norm")) {
+     * the loop above (never beside a data_norm the user asked for: the
+     * recipe leaves it 0 then). */
+    int norm_own = !user_set(user, utc, "image_norm");
+    if (r.image_norm && norm_own) {
         if (vit_config_set(cfg, "image_norm", "1") != VIT_OK)
             return cli_fail(prog, NULL);
         size_t at = strlen(said);
         snprintf(said + at, sizeof said - at, "%simage_norm 1", at ? ", " : "");
+    }
+    /* data_norm likewise (its figures come from the training images when
+     * the run begins), unless the user chose either normalisation. */
+    if (r.data_norm && !user_set(user, utc, "data_norm") && !cfg->image_norm) {
+        if (vit_config_set(cfg, "data_norm", "1") != VIT_OK)
+            return cli_fail(prog, NULL);
+        size_t at = strlen(said);
+        snprintf(said + at, sizeof said - at, "%sdata_norm 1", at ? ", " : "");
     }
     /* A model trained on mirror images is scored on them too (Fashion at 62
      * epochs: shift9flip 92.69%, shift9 92.53%), unless tta was chosen. */
@@ -201,7 +211,7 @@ int apply_recipe(vit_config *cfg, vit_train_config *tc, const vit_config *user,
                "images, chance %.1f%%: %s\n", 100 * r.colour_acc, 100 * r.colour_chance,
                r.channel_perm ? "colour carries no class, so channel_perm and invert"
                               : "colour carries class, so no channel_perm or invert");
-    if (speak && r.image_norm && !user_set(user, utc, "image_norm"))
+    if (speak && r.image_norm && norm_own)
         printf("image_norm 1: each image standardised per channel before the network, its own "
                "colours (which carry no class) taken away\n");
     return 0;

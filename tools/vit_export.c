@@ -32,7 +32,9 @@ static void usage(void)
            "that do the same.  For a run that fitted its images on load (a folder of\n"
            "photos, --image-size, --channels), the metadata also has fit and a fit_note\n"
            "saying how to prepare an image as the run did.  A model with image_norm = 1\n"
-           "standardises each image per channel first; it says so.\n");
+           "standardises each image per channel first; one with data_norm = 1 normalises\n"
+           "each channel by the training set's mean and std (data_mean and data_std in\n"
+           "the metadata); it says so.\n");
 }
 
 int main(int argc, char **argv)
@@ -137,6 +139,22 @@ int main(int argc, char **argv)
                  "mean softmax over the image and its 8 one-pixel shifts (zeros shifted in)%s: "
                  "docs/cli.md shows it in PyTorch", was, vit_tta_name(tc.tta),
                  tc.tta == VIT_TTA_SHIFT9_FLIP ? ", and the same of its mirror image" : "");
+        cli_print_fitted(stdout, line);
+    }
+    if (c->data_norm) {
+        char line[400];
+        int at = snprintf(line, sizeof line, "note: the model normalises each channel before its "
+                          "first layer by the training set's statistics (data_norm = 1 in the "
+                          "metadata): (x - mean) / std, mean");
+        for (int k = 0; k < c->channels; k++)
+            at += snprintf(line + at, sizeof line - (size_t)at, "%s%.4g", k ? "," : " ",
+                           c->data_mean.v[k]);
+        at += snprintf(line + at, sizeof line - (size_t)at, ", std");
+        for (int k = 0; k < c->channels; k++)
+            at += snprintf(line + at, sizeof line - (size_t)at, "%s%.4g", k ? "," : " ",
+                           c->data_std.v[k]);
+        snprintf(line + at, sizeof line - (size_t)at, " (data_mean and data_std hold every "
+                 "digit; torchvision's Normalize(data_mean, data_std) before the weights)");
         cli_print_fitted(stdout, line);
     }
     rc = 0;

@@ -99,9 +99,11 @@ typedef struct vit_adapt_opts {
 
 /* Copies the architecture of src's config (patch, dim, depth, heads, mlp,
  * pool, patch_stride, patch_pad, lsa, stem, stem2, local_conv, ln_eps,
- * image_norm: the input its weights were trained on; for
- * another architecture its arch and keys) over *dst, whose image size,
- * channels, classes and recipe stay.  Cannot fail;
+ * image_norm, data_norm with data_mean and data_std: the input its
+ * weights were trained on, kept, never recomputed; for another
+ * architecture its arch and keys) over *dst, whose image size, channels,
+ * classes and recipe stay.  Statistics of 1 channel are repeated for each
+ * of dst's channels (as vit_model_adapt repeats the weights).  Cannot fail;
  * neither may be NULL. */
 void vit_config_take_arch(vit_config *dst, const vit_config *src);
 
@@ -123,7 +125,9 @@ void vit_config_take_arch(vit_config *dst, const vit_config *src);
  * channels (summed); new head (10 classes)".  Returns VIT_OK; VIT_EINVAL
  * for NULL pointers, a src of another architecture than the ViT (named), a
  * target whose architecture is not src's, a channel
- * change other than 3 <-> 1, or keep_head with other classes; VIT_ENOMEM.
+ * change other than 3 <-> 1, a change from 3 channels of a src with
+ * data_norm (its per-channel statistics have no 1-channel equivalent), or
+ * keep_head with other classes; VIT_ENOMEM.
  * src is only read. */
 int vit_model_adapt(const vit_model *src, const vit_config *target, const vit_adapt_opts *o,
                     vit_rng *rng, vit_model **out, char *note, size_t cap);

@@ -74,6 +74,16 @@ int vit_tta_passes(int tta);
  * `given` flags. */
 #define VIT_CONFIG_KEYS_MAX 64
 
+/* Most channels an image has (vit_config.channels' range). */
+#define VIT_CHANNELS_MAX 4
+
+/* One value per channel (vit_config.data_mean, data_std): v[0 .. n-1]; n
+ * = 0 is none (the entries past n are not read). */
+typedef struct vit_channel_values {
+    int n;
+    double v[VIT_CHANNELS_MAX];
+} vit_channel_values;
+
 /* What the network is: the data's shape, its architecture (vit/arch.h) and
  * the architecture's keys, and the initialisation of its tensors; how it is
  * trained is a vit_train_config (vit/train_config.h).  Both are read from
@@ -131,6 +141,19 @@ typedef struct vit_config {
                             scoring, prediction and export alike: for data
                             whose colours carry no class; 0: none (its
                             config text has no line then) */
+    int data_norm;       /* 1: each channel is normalised before the network
+                            by the training set's statistics, (x - data_mean[c])
+                            / data_std[c] (vit_data_norm), in training,
+                            scoring, prediction and export alike; the trainer
+                            computes them once from its training images
+                            (vit_channel_stats) unless given, and
+                            they are stored with the model.  Not with
+                            image_norm (vit_config_check refuses both).
+                            0: none (its config text has no line then) */
+    vit_channel_values data_mean; /* data_norm's per-channel mean (n = 0: not
+                                     yet known; config key data_mean, a
+                                     comma-separated list) */
+    vit_channel_values data_std;  /* and std, each > 0 (key data_std) */
     double init_std;     /* std of the truncated-normal weight init: part of
                             the tensor table (vit_model_tensor.scale) */
     /* the architecture (vit/arch.h): set with vit_config_set(cfg, "arch",
@@ -158,6 +181,30 @@ typedef struct vit_config {
  * VIT_EINVAL (message naming the argument) for a NULL pointer or a count,
  * pixels or channels below 1.  Thread-safe on distinct y. */
 int vit_image_norm(vit_real *y, const vit_real *x, int count, int pixels, int channels);
+
+/* Normalisation by fixed per-channel statistics (vit_config.data_norm):
+ * y = (x - mean[c]) / std[c], computed in double, for each of count
+ * images x [pixels, channels] (channels interleaved).  mean and std hold
+ * `channels` values, std > 0 (not checked here: vit_config_check checks a
+ * model's).  y (overwritten) may be x itself.  Returns VIT_OK, or
+ * VIT_EINVAL (message naming the argument) for a NULL pointer or a count,
+ * pixels or channels below 1.  Thread-safe on distinct y. */
+int vit_data_norm(vit_real *y, const vit_real *x, int count, int pixels, int channels,
+                  const double *mean, const double *std);
+
+/* The statistics vit_data_norm applies, of count images [pixels, channels]
+ * (channels interleaved; a training set's, vit_dataset.images): mean[c]
+ * and std[c] = sqrt(var[c] + VIT_IMAGE_NORM_EPS), var[c] the (biased)
+ * variance of channel c over every pixel of every image; sums in double
+ * in image order, two passes, so the figures depend on the images alone
+ * (every rank of a data-parallel run gets the same).  The floor keeps a
+ * flat channel (an opaque alpha) finite.  mean and std (the caller's,
+ * `channels` values each) are overwritten.  Returns VIT_OK, or VIT_EINVAL
+ * naming the argument for a NULL pointer or a count, pixels or channels
+ * below 1 (or channels above VIT_CHANNELS_MAX); VIT_ENUM for a non-finite
+ * pixel.  Reentrant. */
+int vit_channel_stats(const vit_real *images, int count, int pixels, int channels, double *mean,
+                      double *std);
 
 /* Fills (overwrites) *cfg with the built-in network (the digits-tiny
  * shape, the ViT) and no key given.  cfg must not be NULL.  Cannot fail. */

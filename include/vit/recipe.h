@@ -40,8 +40,13 @@
  *           class (the colour test below), else 0;
  *   image_norm  1 where channel_perm is (vit_config.image_norm: each image
  *           standardised per channel, so its own colours are gone before
- *           the network), else 0; with it brightness and contrast are 0
- *           (the standardisation undoes them).
+ *           the network) and the model has no data_norm (one input
+ *           normalisation at a time), else 0; with it brightness and
+ *           contrast are 0 (the standardisation undoes them);
+ *   data_norm  1 for colour images where image_norm is 0 here and in the
+ *           model (vit_config.data_norm: each channel normalised by the
+ *           training set's mean and std; colour that names the class kept),
+ *           else 0.
  * The class count changes nothing.  Pure functions, any thread.
  */
 #ifndef VIT_RECIPE_H
@@ -128,6 +133,8 @@ typedef struct vit_recipe {
                            keys (vit_config): for 3 channels only */
     int channel_perm, invert; /* 1 when the colour test allows them */
     int image_norm;       /* 1 likewise: vit_config.image_norm */
+    int data_norm;        /* 1 for colour images without image_norm (the
+                             recipe's or the model's): vit_config.data_norm */
     double colour_acc;    /* the colour test's held-out accuracy; -1 untested */
     double colour_chance; /* its chance level; -1 untested */
 } vit_recipe;

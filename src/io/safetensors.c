@@ -292,8 +292,12 @@ static int header_json(sbuf *b, const vit_config *c, const vit_train_config *tc,
         sb_printf(b, ",\"global_pool\":\"%s\"", c->pool == VIT_POOL_MEAN ? "avg" : "token");
     /* ln_eps is the ViT's key; other architectures' layer norms use the default */
     sb_printf(b, ",\"layer_norm_eps\":\"%g\",\"activation\":\"gelu_exact\","
-                 "\"input\":\"NCHW float32 in [0, 1], no normalization\"",
-              a == vit_arch_vit() ? c->ln_eps : VIT_LAYERNORM_EPS);
+                 "\"input\":\"NCHW float32 in [0, 1], %s\"",
+              a == vit_arch_vit() ? c->ln_eps : VIT_LAYERNORM_EPS,
+              c->data_norm ? "then (x - data_mean[c]) / data_std[c] per channel (data_norm, the "
+                             "training set's statistics; torchvision's Normalize(data_mean, "
+                             "data_std))"
+                           : "no normalization");
     /* The weights compute one pass; a model that uses test-time
      * augmentation was scored otherwise (vit_predict_tta, evaluate.c). */
     if (tc && tc->tta == VIT_TTA_SHIFT9)

@@ -8,7 +8,10 @@
 #include "vit/model.h"
 #include "vit/train_config.h"
 
-enum vit_cfg_kind { VIT_CFG_INT, VIT_CFG_DOUBLE, VIT_CFG_U64, VIT_CFG_TTA, VIT_CFG_PRECISION };
+/* VIT_CFG_CHANNELS: a vit_channel_values, in text 1 .. VIT_CHANNELS_MAX
+ * comma-separated numbers, each in [lo, hi]. */
+enum vit_cfg_kind { VIT_CFG_INT, VIT_CFG_DOUBLE, VIT_CFG_U64, VIT_CFG_TTA, VIT_CFG_PRECISION,
+                    VIT_CFG_CHANNELS };
 
 /* One key of a table: its field at offset in the struct, its range
  * (inclusive; checked when set from text) and help. */

@@ -122,9 +122,19 @@ void vit_config_take_arch(vit_config *dst, const vit_config *src)
 #define TAKE(f) dst->f = src->f;
     TAKE(patch) TAKE(dim) TAKE(depth) TAKE(heads) TAKE(mlp) TAKE(pool) TAKE(patch_stride)
     TAKE(patch_pad) TAKE(lsa) TAKE(stem) TAKE(stem2) TAKE(local_conv) TAKE(ln_eps)
-    TAKE(image_norm)
+    TAKE(image_norm) TAKE(data_norm) TAKE(data_mean) TAKE(data_std)
     TAKE(arch) TAKE(arch_cfg) /* another architecture's keys live there */
 #undef TAKE
+    /* 1 -> C channels: each reads the gray statistics (repeated weights / C
+     * then compute what the gray model did on equal channels) */
+    if (dst->data_norm && dst->data_mean.n == 1 && dst->channels > 1
+        && dst->channels <= VIT_CHANNELS_MAX) {
+        for (int c = 1; c < dst->channels; c++) {
+            dst->data_mean.v[c] = dst->data_mean.v[0];
+            dst->data_std.v[c] = dst->data_std.v[0];
+        }
+        dst->data_mean.n = dst->data_std.n = dst->channels;
+    }
     memcpy(dst->arch_given, src->arch_given, sizeof dst->arch_given);
 }
 
@@ -183,6 +193,11 @@ int vit_model_adapt(const vit_model *src, const vit_config *target, const vit_ad
     if (Cs != Cd && !(Cd == 1 || Cs == 1))
         return vit_fail(VIT_EINVAL, "vit_model_adapt: the source reads %d channels, the data has "
                         "%d: only 3 -> 1 (summed) and 1 -> 3 (repeated) are adapted", Cs, Cd);
+    if (sc->data_norm && Cs > 1 && Cd != Cs)
+        return vit_fail(VIT_EINVAL, "vit_model_adapt: the source normalises its %d channels by "
+                        "its training set's statistics (data_norm), which %d channel%s cannot "
+                        "keep: fine-tune it on %d-channel images (gray ones as equal channels)",
+                        Cs, Cd, Cd == 1 ? "" : "s", Cs);
     if (o->keep_head && target->classes != sc->classes)
         return vit_fail(VIT_EINVAL, "vit_model_adapt: the head is to be kept, but the source has "
                         "%d classes and the data %d", sc->classes, target->classes);

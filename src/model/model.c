@@ -87,6 +87,12 @@ vit_model *vit_model_new(const vit_config *cfg)
     }
     if (vit_config_check(cfg) != VIT_OK)
         return NULL;
+    if (cfg->data_norm && cfg->data_mean.n == 0) {
+        vit_fail(VIT_EINVAL, "vit_model_new: data_norm = 1 without data_mean and data_std: the "
+                 "trainer computes them from the training images (vit_channel_stats), or give "
+                 "them");
+        return NULL;
+    }
     size_t n = vit_config_param_count(cfg);
     vit_model *m = calloc(1, sizeof *m);
     if (!m)
@@ -234,6 +240,17 @@ static vit_tensor *run_forward(vit_model *m, vit_tape *tape, const vit_real *ima
             return NULL;
         }
         images = std;
+    } else if (c->data_norm) { /* by the training set's statistics */
+        size_t n = (size_t)batch * c->image_height * c->image_width * c->channels;
+        vit_real *nx = vit_tape_alloc(tape, n * sizeof *nx);
+        int rc = nx ? vit_data_norm(nx, images, batch, c->image_height * c->image_width,
+                                    c->channels, c->data_mean.v, c->data_std.v)
+                    : VIT_ENOMEM;
+        if (rc != VIT_OK) {
+            vit_tape_fail(tape, rc);
+            return NULL;
+        }
+        images = nx;
     }
     vit_arch_run r = {.cfg = c, .state = m->state, .params = m->P, .tape = tape,
                       .images = vit_tape_leaf(tape, (vit_real *)(uintptr_t)images, NULL, 4,

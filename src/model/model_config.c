@@ -33,16 +33,27 @@ static const vit_cfg_field fields[] = {
     F(init_std, VIT_CFG_DOUBLE, 1e-6, 10, "std of the weight initialisation"),
     F(image_norm, VIT_CFG_INT, 0, 1, "1: each image standardised per channel by its own mean "
       "and std before the network (for data whose colours carry no class; 0: none)"),
+    F(data_norm, VIT_CFG_INT, 0, 1, "1: each channel normalised by the training set's mean and "
+      "std, (x - data_mean) / data_std, computed once from the training images (without "
+      "--val's) and stored with the model; not with image_norm (0: none)"),
+    F(data_mean, VIT_CFG_CHANNELS, -1000, 1000, "data_norm's per-channel mean, comma-separated "
+      "(e.g. 0.485,0.456,0.406); given: used instead of the training set's"),
+    F(data_std, VIT_CFG_CHANNELS, 1e-6, 1000, "data_norm's per-channel std, comma-separated; "
+      "given with data_mean"),
 };
 #define NFIELDS (int)(sizeof fields / sizeof fields[0])
 /* The shared keys written before the architecture's (the data's shape). */
 #define NDATA 4
 /* init_std, written among the recipe's keys after SCALE_KEY (where it stood
  * before the split: the text checkpoints store is unchanged). */
-#define INIT_STD (NFIELDS - 2)
-/* image_norm: written last, and only when on, so that the text of every
- * model without it stays as it was. */
-#define IMAGE_NORM (NFIELDS - 1)
+#define INIT_STD NDATA
+/* image_norm, then data_norm with its statistics: written last, and only
+ * when on, so that the text of every model without them stays as it was. */
+#define IMAGE_NORM (NDATA + 1)
+#define DATA_NORM (NDATA + 2)
+#define DATA_MEAN (NDATA + 3)
+#define DATA_STD (NDATA + 4)
+_Static_assert(DATA_STD == NFIELDS - 1, "the trailing keys' indices");
 #define SCALE_KEY "scale"
 /* given[] of "arch" itself. */
 #define GIVEN_ARCH (VIT_CONFIG_KEYS_MAX - 1)
@@ -140,6 +151,34 @@ int vit_cfg_field_set(void *base, const vit_cfg_field *f, const char *key, const
         *(unsigned long long *)dst = v;
         return VIT_OK;
     }
+    case VIT_CFG_CHANNELS: {
+        vit_channel_values got = {0};
+        const char *p = value;
+        for (;;) {
+            if (got.n == VIT_CHANNELS_MAX)
+                return vit_fail(VIT_EINVAL, "%s: more than %d values in '%s' (one per channel)",
+                                key, VIT_CHANNELS_MAX, value);
+            errno = 0;
+            double v = strtod(p, &end);
+            if (end == p || errno || !isfinite(v))
+                return vit_fail(VIT_EINVAL, "%s: expected comma-separated numbers, one per "
+                                "channel, got '%s'", key, value);
+            if (v < f->lo || v > f->hi)
+                return vit_fail(VIT_EINVAL, "%s: %g (value %d of '%s') is out of range [%g, %g]",
+                                key, v, got.n + 1, value, f->lo, f->hi);
+            got.v[got.n++] = v;
+            while (isspace((unsigned char)*end))
+                end++;
+            if (!*end)
+                break;
+            if (*end != ',')
+                return vit_fail(VIT_EINVAL, "%s: expected comma-separated numbers, one per "
+                                "channel, got '%s'", key, value);
+            p = end + 1;
+        }
+        *(vit_channel_values *)dst = got;
+        return VIT_OK;
+    }
     case VIT_CFG_INT:
     case VIT_CFG_DOUBLE: { /* as an architecture's key of the same type (arch.c) */
         const vit_arch_key k = {key, f->kind == VIT_CFG_INT ? VIT_KEY_INT : VIT_KEY_REAL,
@@ -164,6 +203,21 @@ int vit_cfg_field_format(const void *base, const vit_cfg_field *f, char *out, si
         return snprintf(out, room, "%s = %s\n", f->key, vit_tta_name(*(const int *)src));
     case VIT_CFG_PRECISION:
         return snprintf(out, room, "%s = %s\n", f->key, vit_precision_name(*(const int *)src));
+    case VIT_CFG_CHANNELS: {
+        const vit_channel_values *cv = src;
+        int len = snprintf(out, room, "%s = ", f->key);
+        for (int i = 0; i < cv->n && len >= 0; i++) {
+            int k = snprintf(out + ((size_t)len < room ? (size_t)len : room),
+                             (size_t)len < room ? room - (size_t)len : 0, "%s%s", i ? "," : "",
+                             vit_fmt_double(cv->v[i], t));
+            len = k < 0 ? k : len + k;
+        }
+        if (len < 0)
+            return len;
+        int k = snprintf(out + ((size_t)len < room ? (size_t)len : room),
+                         (size_t)len < room ? room - (size_t)len : 0, "\n");
+        return k < 0 ? k : len + k;
+    }
     }
     return -1;
 }
@@ -379,7 +433,10 @@ int vit_config_format(const vit_config *c, const vit_train_config *tc, char *buf
     if (!tc)
         nt = 0;
     size_t len = 0;
-    int nlines = NDATA + 1 + a->nkeys + nt + 2;
+    /* the data's shape, arch, its keys, the recipe, then the trailing keys:
+     * init_std (if not written after scale), image_norm, data_norm and its
+     * statistics (each only when it is on and known) */
+    int ntrail = 5, nlines = NDATA + 1 + a->nkeys + nt + ntrail;
     for (int i = 0, init_done = 0; i < nlines; i++) {
         size_t room = len < cap ? cap - len : 0;
         int n, j = i - NDATA; /* 0: arch, 1 .. nkeys: its keys, then the recipe */
@@ -399,17 +456,59 @@ int vit_config_format(const vit_config *c, const vit_train_config *tc, char *buf
                 n = m < 0 ? m : n + m;
                 init_done = 1;
             }
-        } else if (i == nlines - 1 && c->image_norm)
-            n = vit_cfg_field_format(c, &fields[IMAGE_NORM], buf + len, room);
-        else if (i == nlines - 2 && !init_done)
-            n = vit_cfg_field_format(c, &fields[INIT_STD], buf + len, room);
-        else
-            continue;
+        } else {
+            int trail = i - (nlines - ntrail); /* 0: init_std, 1: image_norm, 2 .. 4: data_norm's */
+            int on = trail == 0   ? !init_done
+                     : trail == 1 ? c->image_norm
+                     : trail == 2 ? c->data_norm
+                     : trail == 3 ? c->data_norm && c->data_mean.n > 0
+                                  : c->data_norm && c->data_std.n > 0;
+            if (!on)
+                continue;
+            n = vit_cfg_field_format(c, &fields[trail == 0 ? INIT_STD : IMAGE_NORM + trail - 1],
+                                     buf + len, room);
+        }
         if (n < 0 || (size_t)n >= room)
             return vit_fail(VIT_EINVAL, "vit_config_format: buffer of %zu bytes too small", cap);
         len += (size_t)n;
     }
     return (int)len;
+}
+
+/* data_norm's statistics: none yet (the trainer computes them) or one
+ * finite value per channel, each std > 0; never beside image_norm. */
+static int check_data_norm(const vit_config *c)
+{
+    const vit_channel_values *m = &c->data_mean, *s = &c->data_std;
+    if (c->data_norm && c->image_norm)
+        return vit_fail(VIT_EINVAL, "data_norm: not with image_norm (one input normalisation at "
+                        "a time: image_norm standardises each image by its own mean and std, "
+                        "which leaves the training set's at 0 and 1)");
+    if (!c->data_norm && (m->n || s->n))
+        return vit_fail(VIT_EINVAL, "%s: given, but data_norm is 0 (set data_norm = 1 to "
+                        "normalise by them)", m->n ? "data_mean" : "data_std");
+    int bad_mean = m->n < 0 || m->n > VIT_CHANNELS_MAX;
+    if (bad_mean || s->n < 0 || s->n > VIT_CHANNELS_MAX)
+        return vit_fail(VIT_EINVAL, "%s: %d values (0 .. %d)", bad_mean ? "data_mean" : "data_std",
+                        bad_mean ? m->n : s->n, VIT_CHANNELS_MAX);
+    if (m->n == 0 && s->n == 0)
+        return VIT_OK;
+    if (m->n != c->channels || s->n != c->channels) {
+        const char *k = m->n != c->channels ? "data_mean" : "data_std";
+        int n = m->n != c->channels ? m->n : s->n;
+        if (n == 0)
+            return vit_fail(VIT_EINVAL, "%s: missing (give data_mean and data_std together, one "
+                            "value per channel)", k);
+        return vit_fail(VIT_EINVAL, "%s: %d value%s for images of %d channel%s (one per "
+                        "channel)", k, n, n == 1 ? "" : "s", c->channels,
+                        c->channels == 1 ? "" : "s");
+    }
+    for (int i = 0; i < c->channels; i++)
+        if (!isfinite(m->v[i]) || !isfinite(s->v[i]) || !(s->v[i] > 0))
+            return vit_fail(VIT_EINVAL, "%s: channel %d: mean %g, std %g (both finite, the std "
+                            "positive)", !isfinite(m->v[i]) ? "data_mean" : "data_std", i,
+                            m->v[i], s->v[i]);
+    return VIT_OK;
 }
 
 int vit_config_check(const vit_config *c)
@@ -424,6 +523,7 @@ int vit_config_check(const vit_config *c)
         if (v < f->lo || v > f->hi)
             return vit_fail(VIT_EINVAL, "%s: %d is out of range [%.0f, %.0f]", f->key, v, f->lo, f->hi);
     }
+    TRY(check_data_norm(c));
     const vit_arch *a = vit_config_arch(c);
     TRY(vit_arch_keys_check(a, vit_config_arch_data(c)));
     if (a->check)

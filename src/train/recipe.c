@@ -280,12 +280,16 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
         /* Each image in its own colours: standardised per image, every
          * channel becomes the same shape up to its sign (which invert
          * covers), and the network learns shapes from the first epoch. */
-        r->image_norm = r->channel_perm;
+        r->image_norm = r->channel_perm && !model->data_norm; /* one normalisation at a time */
         /* Brightness and contrast scale each image by one factor and shift
          * its channels: the standardisation undoes both (but for the clamp
          * to [0, 1]), so they would cost draws and change nothing. */
         if (r->image_norm)
             r->brightness = r->contrast = 0;
+        /* Colour kept: the set's mean and std put each channel near mean 0
+         * and std 1 (on a proxy whose colour names the class, 12 epochs:
+         * 97.17% against 94.73% over 3 seeds, docs/benchmarks.md). */
+        r->data_norm = !r->image_norm && !model->image_norm;
     }
     if (why && cap > 0) {
         char sym[64] = "";
@@ -333,6 +337,11 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
                 at = strlen(why);
                 snprintf(why + at, cap - at, ", image_norm 1 (colour carries no class)");
             }
+        }
+        if (r->data_norm) {
+            size_t at = strlen(why);
+            snprintf(why + at, cap - at, ", data_norm 1 (colour kept: each channel by the set's "
+                     "mean and std)");
         }
     }
     return VIT_OK;

@@ -177,6 +177,17 @@ static int make_model(vit_trainer *t)
     if (!t->o.resume) {
         if ((rc = check_data(t)))
             return rc;
+        /* data_norm's statistics, once, from the training part (without the
+         * validation tail); every rank holds the whole set, so all agree.
+         * A resumed run and a fine-tuned one keep their file's. */
+        vit_config *c = &t->cfg;
+        if (c->data_norm && c->data_mean.n == 0 && c->data_std.n == 0 && !t->init_src) {
+            if ((rc = vit_channel_stats(t->train.images, t->train.count,
+                                        t->train.height * t->train.width, t->train.channels,
+                                        c->data_mean.v, c->data_std.v)))
+                return rc;
+            c->data_mean.n = c->data_std.n = t->train.channels;
+        }
         if (t->init_src) { /* trained weights (train_init.c) */
             if ((rc = vit_train_init_model(t)))
                 return rc;
