@@ -229,23 +229,13 @@ static vit_tensor *run_forward(vit_model *m, vit_tape *tape, const vit_real *ima
 {
     const vit_config *c = &m->cfg;
     int ishape[4] = {batch, c->image_height, c->image_width, c->channels};
-    if (c->image_norm) { /* the standardised copy is what the network reads */
-        size_t n = (size_t)batch * c->image_height * c->image_width * c->channels;
-        vit_real *std = vit_tape_alloc(tape, n * sizeof *std);
-        int rc = std ? vit_image_norm(std, images, batch, c->image_height * c->image_width,
-                                      c->channels)
-                     : VIT_ENOMEM;
-        if (rc != VIT_OK) {
-            vit_tape_fail(tape, rc);
-            return NULL;
-        }
-        images = std;
-    } else if (c->data_norm) { /* by the training set's statistics */
-        size_t n = (size_t)batch * c->image_height * c->image_width * c->channels;
-        vit_real *nx = vit_tape_alloc(tape, n * sizeof *nx);
-        int rc = nx ? vit_data_norm(nx, images, batch, c->image_height * c->image_width,
-                                    c->channels, c->data_mean.v, c->data_std.v)
-                    : VIT_ENOMEM;
+    if (c->image_norm || c->data_norm) { /* the normalised copy is what the network reads */
+        int pixels = c->image_height * c->image_width;
+        vit_real *nx = vit_tape_alloc(tape, (size_t)batch * pixels * c->channels * sizeof *nx);
+        int rc = !nx           ? VIT_ENOMEM
+                 : c->image_norm ? vit_image_norm(nx, images, batch, pixels, c->channels)
+                                 : vit_data_norm(nx, images, batch, pixels, c->channels,
+                                                 c->data_mean.v, c->data_std.v);
         if (rc != VIT_OK) {
             vit_tape_fail(tape, rc);
             return NULL;
