@@ -55,7 +55,7 @@ check "wall time within 10 s, and over 3" 'awk -v w="$wall" "BEGIN { exit !(w >=
 # (Under load the final views may cost a fifth of the few epochs that fit:
 # then the line says they are left out.)
 check "the plan in one line" 'grep -qE "^budget 0:00:10: [0-9]+ epochs, [0-9]+ steps, predicted 0:00:(0[5-9]|10) with the scoring \(measured [0-9]+ img/s\)(; the final test-time augmented scoring is left out \(it does not fit, or would take a fifth of the epochs or more\): the figures will be one pass)?$" "$tmp/b.txt"'
-planned=$(grep -E "^budget" "$tmp/b.txt" | tail -1 | sed -E 's/.* ([0-9]+) epochs.*/\1/')
+planned=$(grep -E "^budget [0-9]" "$tmp/b.txt" | tail -1 | sed -E 's/.* ([0-9]+) epochs.*/\1/')
 rows=$(($(wc -l <"$tmp/b/metrics.csv") - 1))
 check "the run did the last plan's epochs ($planned)" '[ "$rows" = "$planned" ]'
 last_lr=$(tail -1 "$tmp/b/metrics.csv" | cut -d, -f6)
@@ -82,7 +82,7 @@ grep -E "^budget|^recipe" "$tmp/sm.txt"
 check "small folder: the recipe line says the epochs are the budget's, the recipe's 140 no ceiling" \
     'grep -qE "^recipe .*epochs as the budget allows \(the recipe.s 140 is no ceiling" "$tmp/sm.txt" &&
      ! grep -qE "^recipe .*at most 140" "$tmp/sm.txt"'
-last=$(grep -E "^budget" "$tmp/sm.txt" | tail -1 | sed -E 's/.* ([0-9]+) epochs.*/\1/')
+last=$(grep -E "^budget [0-9]" "$tmp/sm.txt" | tail -1 | sed -E 's/.* ([0-9]+) epochs.*/\1/')
 warm=$(grep -a "^warmup = " "$tmp/sm/last.ckpt" | sed 's/warmup = //')
 check "small folder: the recipe line names the warm-up as the plan's, no recipe figure" \
     'grep -qE "^recipe .*warmup a 28th of the epochs planned" "$tmp/sm.txt" &&
@@ -138,7 +138,7 @@ check "and the run does 2 epochs" '[ "$(($(wc -l <"$tmp/c/metrics.csv") - 1))" =
 # ---- 2b. the plan is the run's: a resume without --budget goes on to it ----
 "$tools/vit_train" --data digits --budget 8s --stop-after 1 --tta none --out "$tmp/r" \
     --threads 2 >"$tmp/r.txt" 2>&1
-plan=$(grep -E "^budget" "$tmp/r.txt" | tail -1 | sed -E 's/.* ([0-9]+) epochs.*/\1/')
+plan=$(grep -E "^budget [0-9]" "$tmp/r.txt" | tail -1 | sed -E 's/.* ([0-9]+) epochs.*/\1/')
 check "--stop-after 1 names the plan ($plan epochs)" 'grep -q "^stopped after epoch 1 of $plan (--stop-after)" "$tmp/r.txt"'
 "$tools/vit_train" --resume "$tmp/r/last.ckpt" --threads 2 >"$tmp/r2.txt" 2>&1
 check "the resume without --budget trains to the plan" '[ "$(($(wc -l <"$tmp/r/metrics.csv") - 1))" = "$plan" ] && ! grep -q "^budget" "$tmp/r2.txt"'
