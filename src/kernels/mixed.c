@@ -234,6 +234,34 @@ void vit_mgemm_a16(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int 
 #endif
 }
 
+void vit_mgemm_a16_b16(enum CBLAS_TRANSPOSE ta, int M, int N, int K, const uint16_t *A, int lda,
+                       const uint16_t *B, int ldb, vit_real beta, vit_real *C, int ldc)
+{
+#ifndef VIT_DOUBLE
+    int rc = vit_gemm_bf16_a16_b16(ta == CblasTrans, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    if (rc != VIT_OK && tl_status == VIT_OK)
+        tl_status = rc;
+#else
+    (void)ta, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)beta;
+    (void)C, (void)ldc;
+#endif
+}
+
+/* C's rows = bias, one copy a row (beta 1 then adds the product onto it). */
+static void bias_rows(int M, int N, const vit_real *bias, vit_real *C, int ldc)
+{
+    for (int r = 0; r < M; r++)
+        memcpy(C + (size_t)r * ldc, bias, (size_t)N * sizeof *C);
+}
+
+void vit_mgemm_bias_a16(int M, int N, int K, const uint16_t *A, int lda, const vit_real *B,
+                        int ldb, const vit_real *bias, vit_real *C, int ldc)
+{
+    if (bias)
+        bias_rows(M, N, bias, C, ldc);
+    vit_mgemm_a16(CblasNoTrans, CblasNoTrans, M, N, K, A, lda, B, ldb, bias ? 1 : 0, C, ldc);
+}
+
 void vit_mgemm_bias(int M, int N, int K, const vit_real *A, int lda, const vit_real *B, int ldb,
                     const vit_real *bias, vit_real *C, int ldc)
 {
@@ -242,7 +270,6 @@ void vit_mgemm_bias(int M, int N, int K, const vit_real *A, int lda, const vit_r
         return;
     }
     if (bias)
-        for (int r = 0; r < M; r++)
-            memcpy(C + (size_t)r * ldc, bias, (size_t)N * sizeof *C);
+        bias_rows(M, N, bias, C, ldc);
     vit_mgemm(CblasNoTrans, CblasNoTrans, M, N, K, 1, A, lda, B, ldb, bias ? 1 : 0, C, ldc);
 }

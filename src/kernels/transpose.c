@@ -121,6 +121,77 @@ static int use_avx512(void)
     }
     return c == 2;
 }
+
+enum { TILE16 = 32 };
+
+/* The 16-bit tiles: 32 x 32, one row a vector of 32 values; five rounds of
+ * block swaps as in transpose_avx512 (b = 1 .. 16), the two permutes of
+ * round s taking, from rows i and i + b, for the columns j of each 2b
+ * block (q = j mod 2b, base = j - q):
+ *   new row i:      q < b: row i's base + q,      else row i + b's base + q - b
+ *   new row i + b:  q < b: row i's base + b + q,  else row i + b's base + q
+ * (indices 32.. name the second row). */
+__attribute__((target("avx512f,avx512bw")))
+static void transpose16_avx512(int rows, int cols, const uint16_t *B, int ldb, uint16_t *P,
+                               int ldp)
+{
+    uint16_t idx[5][2][TILE16] __attribute__((aligned(64)));
+    for (int s = 0; s < 5; s++) {
+        int b = 1 << s;
+        for (int j = 0; j < TILE16; j++) {
+            int q = j % (2 * b), base = j - q;
+            idx[s][0][j] = (uint16_t)(q < b ? base + q : TILE16 + base + q - b);
+            idx[s][1][j] = (uint16_t)(q < b ? base + b + q : TILE16 + base + q);
+        }
+    }
+    __m512i lo[5], hi[5];
+    for (int s = 0; s < 5; s++) {
+        lo[s] = _mm512_load_si512(idx[s][0]);
+        hi[s] = _mm512_load_si512(idx[s][1]);
+    }
+    for (int r0 = 0; r0 < rows; r0 += TILE16) {
+        int nr = rows - r0 < TILE16 ? rows - r0 : TILE16;
+        __mmask32 row_mask = (__mmask32)(nr == TILE16 ? 0xffffffffu : (1u << nr) - 1);
+        for (int c0 = 0; c0 < cols; c0 += TILE16) {
+            int nc = cols - c0 < TILE16 ? cols - c0 : TILE16;
+            __mmask32 col_mask = (__mmask32)(nc == TILE16 ? 0xffffffffu : (1u << nc) - 1);
+            __m512i x[TILE16];
+#pragma GCC unroll 32
+            for (int i = 0; i < TILE16; i++)
+                x[i] = i < nr ? _mm512_maskz_loadu_epi16(col_mask, B + (size_t)(r0 + i) * ldb + c0)
+                              : _mm512_setzero_si512();
+#pragma GCC unroll 5
+            for (int s = 0; s < 5; s++) {
+                int b = 1 << s;
+#pragma GCC unroll 32
+                for (int i = 0; i < TILE16; i++) {
+                    if (i & b)
+                        continue;
+                    __m512i a = x[i], c = x[i + b];
+                    x[i] = _mm512_permutex2var_epi16(a, lo[s], c);
+                    x[i + b] = _mm512_permutex2var_epi16(a, hi[s], c);
+                }
+            }
+#pragma GCC unroll 32
+            for (int j = 0; j < TILE16; j++)
+                if (j < nc)
+                    _mm512_mask_storeu_epi16(P + (size_t)(c0 + j) * ldp + r0, row_mask, x[j]);
+        }
+    }
+}
+
+/* 1 when this CPU runs the 16-bit AVX-512 tiles (AVX-512BW). */
+static int use_avx512bw(void)
+{
+    static atomic_int chosen; /* 0 not yet, 1 no, 2 yes */
+    int c = atomic_load_explicit(&chosen, memory_order_acquire);
+    if (!c) {
+        __builtin_cpu_init();
+        c = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") ? 2 : 1;
+        atomic_store_explicit(&chosen, c, memory_order_release);
+    }
+    return c == 2;
+}
 #endif
 
 void vit_transpose_scaled(int rows, int pad_to, int cols, float alpha, const float *B,
@@ -141,4 +212,29 @@ void vit_transpose_scaled_plain(int rows, int pad_to, int cols, float alpha, con
                                 int ldb, float *P, int ldp)
 {
     plain_tiles(rows, pad_to < rows ? rows : pad_to, cols, alpha, B, ldb, P, ldp);
+}
+
+void vit_transpose16_plain(int rows, int cols, const uint16_t *B, int ldb, uint16_t *P, int ldp)
+{
+    enum { T = 32 };
+    for (int r0 = 0; r0 < rows; r0 += T) {
+        int r1 = r0 + T < rows ? r0 + T : rows;
+        for (int c0 = 0; c0 < cols; c0 += T) {
+            int c1 = c0 + T < cols ? c0 + T : cols;
+            for (int c = c0; c < c1; c++)
+                for (int r = r0; r < r1; r++)
+                    P[(size_t)c * ldp + r] = B[(size_t)r * ldb + c];
+        }
+    }
+}
+
+void vit_transpose16(int rows, int cols, const uint16_t *B, int ldb, uint16_t *P, int ldp)
+{
+#ifdef HAVE_AVX512_TILES
+    if (use_avx512bw()) {
+        transpose16_avx512(rows, cols, B, ldb, P, ldp);
+        return;
+    }
+#endif
+    vit_transpose16_plain(rows, cols, B, ldb, P, ldp);
 }
