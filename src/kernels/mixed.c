@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "fastmath.h"
 #include "threads.h"
 #include "vit/bf16.h"
 
@@ -272,4 +273,45 @@ void vit_mgemm_bias(int M, int N, int K, const vit_real *A, int lda, const vit_r
     if (bias)
         bias_rows(M, N, bias, C, ldc);
     vit_mgemm(CblasNoTrans, CblasNoTrans, M, N, K, 1, A, lda, B, ldb, bias ? 1 : 0, C, ldc);
+}
+
+/* ---- a gradient's rounding and its column sums --------------------------- */
+
+#ifndef VIT_DOUBLE
+/* s[cols] += x's rows in order (cols adds per row, no sum reordered). */
+FM_CLONES
+static void add_rows(vit_real *restrict s, const vit_real *restrict x, int rows, int cols)
+{
+    for (int i = 0; i < rows; i++) {
+        const vit_real *r = x + (size_t)i * cols;
+        for (int j = 0; j < cols; j++)
+            s[j] += r[j];
+    }
+}
+#endif
+
+void vit_mixed_round_colsums(uint16_t *dst, vit_real *acc, const vit_real *x, int rows, int cols)
+{
+#ifndef VIT_DOUBLE
+    /* blocks of rows small enough to be read twice from L1 */
+    enum { MAX_COLS = 512, BLOCK_FLOATS = 4096 };
+    if (!acc || cols > MAX_COLS) {
+        if (acc)
+            vit_column_sums(acc, x, rows, cols);
+        vit_bf16_from_floats(dst, x, (size_t)rows * cols);
+        return;
+    }
+    vit_real s[MAX_COLS];
+    memcpy(s, acc, (size_t)cols * sizeof *s);
+    const int block = BLOCK_FLOATS / cols > 1 ? BLOCK_FLOATS / cols : 1;
+    for (int r0 = 0; r0 < rows; r0 += block) {
+        int nr = rows - r0 < block ? rows - r0 : block;
+        const vit_real *xr = x + (size_t)r0 * cols;
+        add_rows(s, xr, nr, cols);
+        vit_bf16_from_floats(dst + (size_t)r0 * cols, xr, (size_t)nr * cols);
+    }
+    memcpy(acc, s, (size_t)cols * sizeof *s);
+#else
+    (void)dst, (void)acc, (void)x, (void)rows, (void)cols;
+#endif
 }

@@ -97,6 +97,13 @@ int vit_gemm_bf16_a16_b16(int trans_a, int M, int N, int K, const uint16_t *A, i
 void vit_mgemm_a16_b16(enum CBLAS_TRANSPOSE ta, int M, int N, int K, const uint16_t *A, int lda,
                        const uint16_t *B, int ldb, vit_real beta, vit_real *C, int ldc);
 
+/* dst [rows, cols] = x [rows, cols] rounded to bf16 (vit_bf16_from_floats)
+ * and, acc not NULL, acc [cols] += x's column sums, each column's rows
+ * added in order (vit_column_sums' bits), in one pass over x: a gradient
+ * that two products read in bf16 and a bias gradient sums.  One thread. */
+void vit_mixed_round_colsums(uint16_t *dst, vit_real *acc, const vit_real *x, int rows,
+                             int cols);
+
 /* vit_mgemm_bias with A given in bf16, mixed precision on: C's rows =
  * bias (or 0 without one), then += A B; the same bits as vit_mgemm_bias on
  * the float values A was rounded from. */

@@ -122,72 +122,70 @@ static int use_avx512(void)
     return c == 2;
 }
 
-enum { TILE16 = 32 };
-
-/* The 16-bit tiles: 32 x 32, one row a vector of 32 values; five rounds of
- * block swaps as in transpose_avx512 (b = 1 .. 16), the two permutes of
- * round s taking, from rows i and i + b, for the columns j of each 2b
- * block (q = j mod 2b, base = j - q):
- *   new row i:      q < b: row i's base + q,      else row i + b's base + q - b
- *   new row i + b:  q < b: row i's base + b + q,  else row i + b's base + q
- * (indices 32.. name the second row). */
-__attribute__((target("avx512f,avx512bw")))
+/* The 16-bit copy through 32-bit tiles: source rows 2i and 2i + 1 of a
+ * block of 32, side by side in the 32-bit lanes (row 2i's value the low
+ * half), make a 16 x 16 tile of pairs; its transpose (transpose_avx512's
+ * rounds, without the scaling) has in row j the pairs of column j, which
+ * are that column's 32 values in row order: the copy's row j, stored as
+ * 16-bit values.  Four rounds of 16 two-source permutes per 512 values,
+ * 16 + 8 registers.  (A 32 x 32 tile of 16-bit values needs 32 + 10
+ * registers, and spilled.) */
+__attribute__((target("avx512f,avx512bw,avx512vl")))
 static void transpose16_avx512(int rows, int cols, const uint16_t *B, int ldb, uint16_t *P,
                                int ldp)
 {
-    uint16_t idx[5][2][TILE16] __attribute__((aligned(64)));
-    for (int s = 0; s < 5; s++) {
-        int b = 1 << s;
-        for (int j = 0; j < TILE16; j++) {
-            int q = j % (2 * b), base = j - q;
-            idx[s][0][j] = (uint16_t)(q < b ? base + q : TILE16 + base + q - b);
-            idx[s][1][j] = (uint16_t)(q < b ? base + b + q : TILE16 + base + q);
-        }
+    __m512i lo[4], hi[4];
+    for (int s = 0; s < 4; s++) {
+        lo[s] = _mm512_loadu_si512(swap_index[s][0]);
+        hi[s] = _mm512_loadu_si512(swap_index[s][1]);
     }
-    __m512i lo[5], hi[5];
-    for (int s = 0; s < 5; s++) {
-        lo[s] = _mm512_load_si512(idx[s][0]);
-        hi[s] = _mm512_load_si512(idx[s][1]);
-    }
-    for (int r0 = 0; r0 < rows; r0 += TILE16) {
-        int nr = rows - r0 < TILE16 ? rows - r0 : TILE16;
-        __mmask32 row_mask = (__mmask32)(nr == TILE16 ? 0xffffffffu : (1u << nr) - 1);
-        for (int c0 = 0; c0 < cols; c0 += TILE16) {
-            int nc = cols - c0 < TILE16 ? cols - c0 : TILE16;
-            __mmask32 col_mask = (__mmask32)(nc == TILE16 ? 0xffffffffu : (1u << nc) - 1);
-            __m512i x[TILE16];
-#pragma GCC unroll 32
-            for (int i = 0; i < TILE16; i++)
-                x[i] = i < nr ? _mm512_maskz_loadu_epi16(col_mask, B + (size_t)(r0 + i) * ldb + c0)
-                              : _mm512_setzero_si512();
-#pragma GCC unroll 5
-            for (int s = 0; s < 5; s++) {
+    for (int k0 = 0; k0 < rows; k0 += 2 * TILE) {
+        int nk = rows - k0 < 2 * TILE ? rows - k0 : 2 * TILE;
+        __mmask32 row_mask = (__mmask32)(nk == 2 * TILE ? 0xffffffffu : (1u << nk) - 1);
+        for (int c0 = 0; c0 < cols; c0 += TILE) {
+            int nc = cols - c0 < TILE ? cols - c0 : TILE;
+            __mmask16 col_mask = (__mmask16)(nc == TILE ? 0xffffu : (1u << nc) - 1);
+            __m512i x[TILE];
+#pragma GCC unroll 16
+            for (int i = 0; i < TILE; i++) {
+                int ka = k0 + 2 * i;
+                __m256i a = ka < rows ? _mm256_maskz_loadu_epi16(col_mask, B + (size_t)ka * ldb + c0)
+                                      : _mm256_setzero_si256();
+                __m256i b = ka + 1 < rows
+                                ? _mm256_maskz_loadu_epi16(col_mask, B + (size_t)(ka + 1) * ldb + c0)
+                                : _mm256_setzero_si256();
+                x[i] = _mm512_or_si512(_mm512_cvtepu16_epi32(a),
+                                       _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+            }
+#pragma GCC unroll 4
+            for (int s = 0; s < 4; s++) {
                 int b = 1 << s;
-#pragma GCC unroll 32
-                for (int i = 0; i < TILE16; i++) {
+#pragma GCC unroll 16
+                for (int i = 0; i < TILE; i++) {
                     if (i & b)
                         continue;
                     __m512i a = x[i], c = x[i + b];
-                    x[i] = _mm512_permutex2var_epi16(a, lo[s], c);
-                    x[i + b] = _mm512_permutex2var_epi16(a, hi[s], c);
+                    x[i] = _mm512_permutex2var_epi32(a, lo[s], c);
+                    x[i + b] = _mm512_permutex2var_epi32(a, hi[s], c);
                 }
             }
-#pragma GCC unroll 32
-            for (int j = 0; j < TILE16; j++)
+#pragma GCC unroll 16
+            for (int j = 0; j < TILE; j++)
                 if (j < nc)
-                    _mm512_mask_storeu_epi16(P + (size_t)(c0 + j) * ldp + r0, row_mask, x[j]);
+                    _mm512_mask_storeu_epi16(P + (size_t)(c0 + j) * ldp + k0, row_mask, x[j]);
         }
     }
 }
 
-/* 1 when this CPU runs the 16-bit AVX-512 tiles (AVX-512BW). */
+/* 1 when this CPU runs the 16-bit AVX-512 tiles (AVX-512BW and VL). */
 static int use_avx512bw(void)
 {
     static atomic_int chosen; /* 0 not yet, 1 no, 2 yes */
     int c = atomic_load_explicit(&chosen, memory_order_acquire);
     if (!c) {
         __builtin_cpu_init();
-        c = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") ? 2 : 1;
+        c = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
+                    && __builtin_cpu_supports("avx512vl") ? 2 : 1;
         atomic_store_explicit(&chosen, c, memory_order_release);
     }
     return c == 2;

@@ -35,8 +35,8 @@ void vit_transpose_scaled_plain(int rows, int pad_to, int cols, float alpha, con
  * rows ldp apart (ldp >= rows), B [rows, cols] with rows ldb apart (ldb >=
  * cols); P is overwritten there and not touched elsewhere, B and P must
  * not overlap.  For the bf16 GEMMs' transposed op(A) given in bf16
- * (src/kernels/bf16.c): 32 x 32 tiles in AVX-512 registers where the CPU
- * has AVX-512BW, else element by element in the same tiles. */
+ * (src/kernels/bf16.c): tiles in AVX-512 registers where the CPU has
+ * AVX-512BW and VL, else element by element in 32 x 32 tiles. */
 void vit_transpose16(int rows, int cols, const uint16_t *B, int ldb, uint16_t *P, int ldp);
 
 /* The same without the vector tiles (tests/test_transpose.c). */

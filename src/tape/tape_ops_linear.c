@@ -39,8 +39,8 @@ static int linear_check(vit_tape *t, const char *fn, const vit_tensor *x, const 
 #ifndef VIT_DOUBLE
 /* dx (= or +=) dy W^T and dW += x^T dy from x kept in bf16 (xh), with dy
  * rounded to bf16 once for both products (in the tape's scratch), where
- * each product would round it again: the same bits, one conversion pass
- * less.  Then db += dy's column sums.  The status. */
+ * each product would round it again, and db += dy's column sums in the
+ * same pass: the same bits, two passes over dy less.  The status. */
 static int back_linear_dy16(vit_tape *t, const uint16_t *xh, const vit_real *W,
                             const vit_real *dy, vit_real *dx, int fresh, vit_real *dW,
                             vit_real *db, int n, int in, int out)
@@ -49,11 +49,9 @@ static int back_linear_dy16(vit_tape *t, const uint16_t *xh, const vit_real *W,
     uint16_t *dy16 = (uint16_t *)vit_tape_scratch(t, (nv + 1) / 2);
     if (!dy16)
         return vit_tape_status(t);
-    vit_bf16_from_floats(dy16, dy, nv);
+    vit_mixed_round_colsums(dy16, db, dy, n, out); /* db's sums in the same pass */
     vit_mgemm_a16(CblasNoTrans, CblasTrans, n, in, out, dy16, out, W, out, fresh ? 0 : 1, dx, in);
     vit_mgemm_a16_b16(CblasTrans, in, out, n, xh, in, dy16, out, 1, dW, out);
-    if (db)
-        vit_column_sums(db, dy, n, out);
     return VIT_OK;
 }
 #endif

@@ -54,8 +54,9 @@ static float *block_scratch(vit_tape *t, int rows, int m, int e, uint16_t **h16,
  * column sums), dW2 += h^T dy, dW1 += x^T du, dx (= or +=) du W1^T, the
  * last two with du rounded to bf16 by the GELU's pass, while it is in
  * cache, and the first two with the block of dy rounded once (dy16): each
- * product would round its operand the same way, reading it again.
- * Then db2 += dy's column sums and dr = dy (handed over: the last read). */
+ * product would round its operand the same way, reading it again; db2 +=
+ * dy's column sums in the pass that rounds it (at the end without dW2).
+ * Then dr = dy (handed over: the last read). */
 static int back_mlp(vit_tape *t, const vit_op_rec *rec)
 {
     const mlp_ctx *c = rec->ctx;
@@ -78,8 +79,8 @@ static int back_mlp(vit_tape *t, const vit_op_rec *rec)
     for (int r0 = 0; r0 < n; r0 += rows) {
         int nr = n - r0 < rows ? n - r0 : rows;
         const float *dyr = dy + (size_t)r0 * e;
-        if (dW2) { /* dy's block rounded once, for dh and dW2 */
-            vit_bf16_from_floats(dy16, dyr, (size_t)nr * e);
+        if (dW2) { /* dy's block rounded once, for dh and dW2, db2's sums in the pass */
+            vit_mixed_round_colsums(dy16, db2, dyr, nr, e);
             vit_mgemm_a16(CblasNoTrans, CblasTrans, nr, m, e, dy16, e, W2->data, e, 0, du, m);
         } else {
             vit_mgemm(CblasNoTrans, CblasTrans, nr, m, e, 1, dyr, e, W2->data, e, 0, du, m);
@@ -99,7 +100,7 @@ static int back_mlp(vit_tape *t, const vit_op_rec *rec)
             vit_mgemm_a16(CblasNoTrans, CblasTrans, nr, d, m, du16, m, W1->data, m,
                           fresh ? 0 : 1, dx + (size_t)r0 * d, d);
     }
-    if (db2)
+    if (db2 && !dW2)
         vit_column_sums(db2, dy, n, e);
     return vit_tape_status(t) ? vit_tape_status(t) : vit_tape_grad_pass(t, rec->in[5], rec->out, 1);
 }
