@@ -154,6 +154,18 @@ static void gather(vit_real *restrict dst, const vit_real *restrict src, const i
         copy_row(dst + (size_t)p * d, src + (size_t)tok[p] * ld, d);
 }
 
+/* dst[0, n) += src[0, n), at the usual widths with n a constant (a few
+ * vector adds, no loop). */
+static inline void add_row(vit_real *restrict dst, const vit_real *restrict src, int n)
+{
+    if (n == 16)
+        for (int c = 0; c < 16; c++) dst[c] += src[c];
+    else if (n == 32)
+        for (int c = 0; c < 32; c++) dst[c] += src[c];
+    else
+        for (int c = 0; c < n; c++) dst[c] += src[c];
+}
+
 /* rows tok[] of dst (+)= src[T, d]. */
 FM_CLONES
 static void scatter(vit_real *restrict dst, const vit_real *restrict src, const int *tok, int T,
@@ -163,7 +175,7 @@ static void scatter(vit_real *restrict dst, const vit_real *restrict src, const 
         vit_real *row = dst + (size_t)tok[p] * ld;
         const vit_real *sr = src + (size_t)p * d;
         if (add)
-            for (int c = 0; c < d; c++) row[c] += sr[c];
+            add_row(row, sr, d);
         else
             copy_row(row, sr, d);
     }

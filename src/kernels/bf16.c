@@ -33,6 +33,7 @@
 #include "blas.h"
 #include "dnnl.h"
 #include "error.h"
+#include "fastmath.h"
 #include "mixed.h"
 #include "threads.h"
 #include "transpose.h"
@@ -418,11 +419,13 @@ static void pack_vnni_cols(vit_bf16 *dst, vit_bf16 *tmp, int K, int Kp, int N, c
 /* The same from B[K, N] given in bf16: only the interleave (the values a
  * conversion of B's float values would give, when they were rounded with
  * vit_bf16_from_floats). */
-static void pack_vnni_rows16(vit_bf16 *dst, int K, int N, const vit_bf16 *B, int ldb)
+FM_CLONES
+static void pack_vnni_rows16(vit_bf16 *restrict dst, int K, int N, const vit_bf16 *restrict B,
+                             int ldb)
 {
     for (int k = 0; k < K; k += 2) {
         const vit_bf16 *r0 = B + (size_t)k * ldb, *r1 = k + 1 < K ? r0 + ldb : NULL;
-        vit_bf16 *d = dst + (size_t)k * N;
+        vit_bf16 *restrict d = dst + (size_t)k * N;
         if (r1)
             for (int n = 0; n < N; n++) {
                 d[2 * n] = r0[n];
