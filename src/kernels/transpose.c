@@ -57,6 +57,25 @@ static const int swap_index[4][2][TILE] __attribute__((aligned(64))) = {
      {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}},
 };
 
+/* The four rounds on a tile x[TILE] of 32-bit lanes (moved, not
+ * interpreted: the float and the 16-bit tiles share them). */
+__attribute__((target("avx512f"), always_inline))
+static inline void swap_rounds(__m512i x[TILE], const __m512i lo[4], const __m512i hi[4])
+{
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; s++) {
+        int b = 1 << s;
+#pragma GCC unroll 16
+        for (int i = 0; i < TILE; i++) {
+            if (i & b)
+                continue;
+            __m512i a = x[i], c = x[i + b];
+            x[i] = _mm512_permutex2var_epi32(a, lo[s], c);
+            x[i + b] = _mm512_permutex2var_epi32(a, hi[s], c);
+        }
+    }
+}
+
 __attribute__((target("avx512f")))
 static void transpose_avx512(int rows, int pad_to, int cols, float alpha, const float *B,
                              int ldb, float *P, int ldp)
@@ -82,28 +101,19 @@ static void transpose_avx512(int rows, int pad_to, int cols, float alpha, const 
                 continue;
             }
             __mmask16 col_mask = (__mmask16)(nc == TILE ? 0xffffu : (1u << nc) - 1);
-            __m512 x[TILE];
+            __m512i x[TILE];
 #pragma GCC unroll 16
             for (int i = 0; i < TILE; i++)
-                x[i] = i < nr ? _mm512_maskz_loadu_ps(col_mask, B + (size_t)(r0 + i) * ldb + c0)
-                              : _mm512_setzero_ps();
-#pragma GCC unroll 4
-            for (int s = 0; s < 4; s++) {
-                int b = 1 << s;
-#pragma GCC unroll 16
-                for (int i = 0; i < TILE; i++) {
-                    if (i & b)
-                        continue;
-                    __m512 a = x[i], c = x[i + b];
-                    x[i] = _mm512_permutex2var_ps(a, lo[s], c);
-                    x[i + b] = _mm512_permutex2var_ps(a, hi[s], c);
-                }
-            }
+                x[i] = i < nr ? _mm512_castps_si512(_mm512_maskz_loadu_ps(
+                                    col_mask, B + (size_t)(r0 + i) * ldb + c0))
+                              : _mm512_setzero_si512();
+            swap_rounds(x, lo, hi);
 #pragma GCC unroll 16
             for (int j = 0; j < TILE; j++)
                 if (j < nc)
                     _mm512_mask_storeu_ps(P + (size_t)(c0 + j) * ldp + r0, pad_mask,
-                                          _mm512_maskz_mul_ps(row_mask, va, x[j]));
+                                          _mm512_maskz_mul_ps(row_mask, va,
+                                                              _mm512_castsi512_ps(x[j])));
         }
     }
 }
@@ -157,18 +167,7 @@ static void transpose16_avx512(int rows, int cols, const uint16_t *B, int ldb, u
                 x[i] = _mm512_or_si512(_mm512_cvtepu16_epi32(a),
                                        _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
             }
-#pragma GCC unroll 4
-            for (int s = 0; s < 4; s++) {
-                int b = 1 << s;
-#pragma GCC unroll 16
-                for (int i = 0; i < TILE; i++) {
-                    if (i & b)
-                        continue;
-                    __m512i a = x[i], c = x[i + b];
-                    x[i] = _mm512_permutex2var_epi32(a, lo[s], c);
-                    x[i + b] = _mm512_permutex2var_epi32(a, hi[s], c);
-                }
-            }
+            swap_rounds(x, lo, hi);
 #pragma GCC unroll 16
             for (int j = 0; j < TILE; j++)
                 if (j < nc)
