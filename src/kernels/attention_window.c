@@ -228,7 +228,8 @@ typedef struct {
     const vit_real *q, *k, *v, *dout, *lse_in;
     vit_real *out, *lse, *dq, *dk, *dv, *dbias;
     vit_real *work;
-    int *iwork;              /* per thread: tok[T], label[T] */
+    int *iwork;              /* per window: tok[T], label[T] (window_tokens); then per
+                                window its regions flag: made once per call */
     atomic_int next_slab;
     atomic_ullong first_bad; /* task * T * T + p * T + p' of a non-finite score */
     vit_real *partial;       /* backward with dbias: [groups, dbias_heads, T, T] */
@@ -240,7 +241,7 @@ typedef struct {
 
 typedef struct {
     vit_real *q, *k, *v, *o, *tmp, *s, *p;
-    int *tok, *label;
+    const int *tok, *label; /* the current task's window's (begin_task) */
 } wslab;
 
 static wslab take_slab(wjob *J)
@@ -255,8 +256,7 @@ static wslab take_slab(wjob *J)
     s.tmp = s.o + (size_t)T * J->w->d_v;
     s.s = s.tmp + (size_t)T * J->g.dmax;
     s.p = s.s + (size_t)T * T;
-    s.tok = J->iwork + (size_t)i * 2 * T;
-    s.label = s.tok + T;
+    s.tok = s.label = NULL;
     return s;
 }
 
@@ -270,23 +270,23 @@ static void task_index(const wjob *J, size_t t, int *b, int *h, int *wi)
 }
 
 /* Task t's head and the offsets of its (item, head) in q, k and v (rows
- * ld_q, ld_k, ld_v apart) and in out (dense [B, N, H*d_v]); also lists the
- * window's tokens and region labels in the slab. */
+ * ld_q, ld_k, ld_v apart) and in out (dense [B, N, H*d_v]); also points
+ * the slab at the window's tokens and region labels. */
 typedef struct {
     int h;
     int regions; /* nonzero: the window holds more than one region */
     size_t oq, ok, ov, oo;
 } wtask;
 
-static wtask begin_task(const wjob *J, size_t t, const wslab *sl)
+static wtask begin_task(const wjob *J, size_t t, wslab *sl)
 {
     const wgeo *g = &J->g;
     int b, h, wi;
     task_index(J, t, &b, &h, &wi);
-    window_tokens(J->w, g, wi, sl->tok, sl->label);
+    sl->tok = J->iwork + (size_t)wi * 2 * g->T;
+    sl->label = sl->tok + g->T;
+    const int regions = J->iwork[(size_t)g->nW * 2 * g->T + wi];
     const size_t N = (size_t)g->N;
-    int regions = 0;
-    for (int p = 1; p < g->T; p++) regions |= sl->label[p] != sl->label[0];
     wtask task = {h, regions, (size_t)b * N * g->ldq + (size_t)h * J->w->d_k,
                   (size_t)b * N * g->ldk + (size_t)h * J->w->d_k,
                   (size_t)b * N * g->ldv + (size_t)h * J->w->d_v,
@@ -367,7 +367,7 @@ static long window_scores(const wjob *J, const wtask *task, const wslab *sl, wro
 /* One window of one (item, head): its scores, their softmax (the rows'
  * log-sum-exp kept in lse), O_w = P V_w scattered to out.  Returns 1
  * after recording a non-finite score. */
-static int window_forward(wjob *J, size_t t, const wslab *sl)
+static int window_forward(wjob *J, size_t t, wslab *sl)
 {
     const vit_window_attn *w = J->w;
     const wgeo *g = &J->g;
@@ -402,15 +402,24 @@ static void forward_tasks(void *ctx, size_t lo, size_t hi)
         if (window_forward(J, t, &sl)) return;
 }
 
-/* Scratch of nt threads; 0 or VIT_ENOMEM. */
+/* Scratch of nt threads, and every window's tokens, labels and regions
+ * flag (the same for every item and head: listed once, not per task);
+ * 0 or VIT_ENOMEM. */
 static int alloc_work(const char *fn, wjob *J, int nt)
 {
+    const int T = J->g.T, nW = J->g.nW;
     J->work = malloc((size_t)nt * J->g.slab * sizeof *J->work);
-    J->iwork = malloc((size_t)nt * 2 * J->g.T * sizeof *J->iwork);
+    J->iwork = malloc(((size_t)nW * 2 * T + nW) * sizeof *J->iwork);
     if (!J->work || !J->iwork) {
         free(J->work);
         free(J->iwork);
         return vit_fail(VIT_ENOMEM, "%s: cannot allocate scratch for %d thread(s)", fn, nt);
+    }
+    for (int wi = 0; wi < nW; wi++) {
+        int *tok = J->iwork + (size_t)wi * 2 * T, *label = tok + T, regions = 0;
+        window_tokens(J->w, &J->g, wi, tok, label);
+        for (int p = 1; p < T; p++) regions |= label[p] != label[0];
+        J->iwork[(size_t)nW * 2 * T + wi] = regions;
     }
     return VIT_OK;
 }
@@ -478,7 +487,7 @@ int vit_window_attn_forward(const vit_window_attn *w, vit_real *out, vit_real *l
  *   dbias += dS,  dQ_w = s dS K_w,  dK_w = s dS^T Q_w,
  * each scattered (added) to the window's tokens. */
 /* dbias: where this window adds its dS ([T, T], its head's), or NULL. */
-static void window_backward(wjob *J, size_t t, const wslab *sl, vit_real *dbias)
+static void window_backward(wjob *J, size_t t, wslab *sl, vit_real *dbias)
 {
     const vit_window_attn *w = J->w;
     const wgeo *g = &J->g;
