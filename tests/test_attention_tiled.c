@@ -686,6 +686,11 @@ START_TEST(test_window_vs_masked)
     w = win_shape(2, 1, 6, 4, 2, 1, 3, 3);
     w.bias_heads = 1;
     compare_window("6x4 M2 shift1 bias H=1", w, 1, 69);
+    /* one window across the width, no shift: read and written in place */
+    compare_window("8x4 M4 shift0 (in place)", win_shape(2, 2, 8, 4, 4, 0, 3, 4), 0, 60);
+    w = win_shape(2, 2, 8, 4, 4, 0, 3, 3);
+    w.bias_heads = 2;
+    compare_window("8x4 M4 shift0 bias (in place)", w, 1, 59);
 }
 END_TEST
 

@@ -3,7 +3,10 @@
  * bf16 pre-activation from a table of all 65,536 values: against the
  * public float32 kernels (vit_gelu_forward, vit_gelu_backward) and the
  * rounding (vit_bf16_from_floats), bit for bit (but for the sign of a
- * zero gradient), for every finite bf16 value, on one thread and on two. */
+ * zero gradient), for every finite bf16 value, on one thread and on two.
+ * And the bf16 GEMMs' operands given in bf16 (src/kernels/bf16.c: a
+ * gradient rounded once for its two products, op(A) read in place): the
+ * same bits as the GEMM on the float values they were rounded from. */
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -11,6 +14,7 @@
 #include <string.h>
 
 #include "activations_internal.h"
+#include "mixed.h"
 #include "vit/vit.h"
 
 enum { ROWS = 256, COLS = 256, ALL = ROWS * COLS };
@@ -122,6 +126,80 @@ START_TEST(backward_matches_computed_gelu_grad)
 }
 END_TEST
 
+/* C = beta C + op(A) B over bf16 operands, three ways, on the path _i says
+ * (0: the CPU's, 1: FALLBACK): vit_gemm_bf16 on float A and B; the same
+ * with A and B given as their bf16 roundings (vit_gemm_bf16_a16_b16), A
+ * at its dense stride (rows read in place when not transposed and K is
+ * even) and at a padded one (copied); and B alone in bf16 through
+ * vit_bf16_pack_b16 (vit_gemm_bf16_packed).  All bit for bit. */
+START_TEST(bf16_operands_match_float_operands)
+{
+    vit_set_threads(1);
+    if (_i == 1)
+        ck_assert_int_eq(vit_bf16_set_path(VIT_BF16_FALLBACK), VIT_OK);
+    static const int shapes[][3] = {{37, 24, 64}, {16, 33, 20}, {50, 17, 31}, {8, 96, 49}};
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int beta = 0; beta < 2; beta++) {
+                const int M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
+                const int rows_a = ta ? K : M, dense = ta ? M : K, pad = dense + 3;
+                float *A = malloc((size_t)rows_a * pad * sizeof *A);
+                float *B = malloc((size_t)K * N * sizeof *B), *C[4];
+                uint16_t *A16 = malloc((size_t)rows_a * pad * 2), *B16 = malloc((size_t)K * N * 2);
+                uint16_t *A16p = malloc((size_t)rows_a * pad * 2);
+                ck_assert(A && B && A16 && B16 && A16p);
+                for (int i = 0; i < rows_a * pad; i++)
+                    A[i] = (float)sin(0.731 * i + si) * 2;
+                for (int i = 0; i < K * N; i++)
+                    B[i] = (float)cos(0.377 * i + ta) * 3;
+                ck_assert_int_eq(vit_bf16_from_floats(A16, A, (size_t)rows_a * dense), VIT_OK);
+                for (int r = 0; r < rows_a; r++)
+                    ck_assert_int_eq(vit_bf16_from_floats(A16p + (size_t)r * pad,
+                                                          A + (size_t)r * dense, (size_t)dense),
+                                     VIT_OK);
+                ck_assert_int_eq(vit_bf16_from_floats(B16, B, (size_t)K * N), VIT_OK);
+                for (int c = 0; c < 4; c++) {
+                    C[c] = malloc((size_t)M * N * sizeof *C[c]);
+                    ck_assert_ptr_nonnull(C[c]);
+                    for (int i = 0; i < M * N; i++)
+                        C[c][i] = (float)(i % 7) - 3;
+                }
+                ck_assert_int_eq(vit_gemm_bf16(ta, 0, M, N, K, 1, A, dense, B, N, (float)beta,
+                                               C[0], N), VIT_OK);
+                ck_assert_int_eq(vit_gemm_bf16_a16_b16(ta, M, N, K, A16, dense, B16, N,
+                                                       (float)beta, C[1], N), VIT_OK);
+                ck_assert_int_eq(vit_gemm_bf16_a16_b16(ta, M, N, K, A16p, pad, B16, N,
+                                                       (float)beta, C[2], N), VIT_OK);
+                vit_bf16_packed *P;
+                ck_assert_int_eq(vit_bf16_packed_new(&P), VIT_OK);
+                ck_assert_int_eq(vit_bf16_pack_b16(P, K, N, B16, N), VIT_OK);
+                ck_assert_int_eq(vit_gemm_bf16_packed(ta, M, N, K, 1, A, dense, P, (float)beta,
+                                                      C[3], N), VIT_OK);
+                vit_bf16_packed_free(P);
+                double top = 0;
+                for (int i = 0; i < M * N; i++)
+                    top = fmax(top, fabs(C[0][i]));
+                ck_assert_msg(top > 1, "%dx%dx%d: a product of nothing", M, N, K);
+                for (int c = 1; c < 4; c++)
+                    ck_assert_msg(!memcmp(C[0], C[c], (size_t)M * N * sizeof *C[0]),
+                                  "%dx%dx%d trans_a %d beta %d: way %d differs", M, N, K, ta,
+                                  beta, c);
+                for (int c = 0; c < 4; c++)
+                    free(C[c]);
+                free(A), free(B), free(A16), free(B16), free(A16p);
+            }
+    /* A bf16 B is taken untransposed and whole only. */
+    vit_bf16_packed *P;
+    uint16_t b16[4] = {0};
+    ck_assert_int_eq(vit_bf16_packed_new(&P), VIT_OK);
+    ck_assert_int_eq(vit_bf16_pack_b16(P, 2, 2, NULL, 2), VIT_EINVAL);
+    ck_assert_int_eq(vit_bf16_pack_b16(P, 2, 2, b16, 1), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "vit_bf16_pack_b16"));
+    vit_bf16_packed_free(P);
+    ck_assert_int_eq(vit_bf16_set_path(VIT_BF16_AUTO), VIT_OK);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("mixed_kernels");
@@ -130,6 +208,9 @@ int main(void)
     tcase_add_test(tc, forward_adds_the_bias_then_rounds);
     tcase_add_loop_test(tc, backward_matches_computed_gelu_grad, 0, 2);
     suite_add_tcase(s, tc);
+    TCase *tg = tcase_create("bf16_operands");
+    tcase_add_loop_test(tg, bf16_operands_match_float_operands, 0, 2);
+    suite_add_tcase(s, tg);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -2,7 +2,9 @@
  * Windowed self-attention on a token grid (Swin): scores only inside each
  * M x M window, so the cost is linear in the number of tokens.  Each
  * window's tokens are gathered into small dense blocks (taking the cyclic
- * shift into account), attended densely, and the results scattered back.
+ * shift into account), attended densely, and the results scattered back;
+ * a window whose tokens are consecutive rows (one window across the grid's
+ * width, no shift) is read and written in place instead.
  * Same result as vit_sdpa with the vit_mask_window mask.  See
  * include/vit/attention.h.
  */
@@ -128,18 +130,40 @@ static void window_tokens(const vit_window_attn *w, const wgeo *g, int wi, int *
         }
 }
 
-/* dst[T, d] = rows tok[] of the head's columns of src (leading dim ld).
- * Plain loops rather than memcpy: a row is a head's few values (16 for the
- * usual head), which a call per row would cost more than it moves. */
+/* dst[0, n) = src[0, n).  A row is a head's few values: at the usual
+ * widths (16, 32) a copy of constant size, which the compiler makes a few
+ * vector moves.  A loop of element copies (or of fixed-size blocks) gcc
+ * turns into a call to memcpy per row, which cost more in the call than
+ * in the move. */
+static inline void copy_row(vit_real *restrict dst, const vit_real *restrict src, int n)
+{
+    if (n == 16)
+        memcpy(dst, src, 16 * sizeof *dst);
+    else if (n == 32)
+        memcpy(dst, src, 32 * sizeof *dst);
+    else
+        memcpy(dst, src, (size_t)n * sizeof *dst);
+}
+
+/* dst[T, d] = rows tok[] of the head's columns of src (leading dim ld). */
 FM_CLONES
 static void gather(vit_real *restrict dst, const vit_real *restrict src, const int *tok, int T,
                    int d, int ld)
 {
-    for (int p = 0; p < T; p++) {
-        const vit_real *sr = src + (size_t)tok[p] * ld;
-        vit_real *dr = dst + (size_t)p * d;
-        for (int c = 0; c < d; c++) dr[c] = sr[c];
-    }
+    for (int p = 0; p < T; p++)
+        copy_row(dst + (size_t)p * d, src + (size_t)tok[p] * ld, d);
+}
+
+/* dst[0, n) += src[0, n), at the usual widths with n a constant (a few
+ * vector adds, no loop). */
+static inline void add_row(vit_real *restrict dst, const vit_real *restrict src, int n)
+{
+    if (n == 16)
+        for (int c = 0; c < 16; c++) dst[c] += src[c];
+    else if (n == 32)
+        for (int c = 0; c < 32; c++) dst[c] += src[c];
+    else
+        for (int c = 0; c < n; c++) dst[c] += src[c];
 }
 
 /* rows tok[] of dst (+)= src[T, d]. */
@@ -151,9 +175,9 @@ static void scatter(vit_real *restrict dst, const vit_real *restrict src, const 
         vit_real *row = dst + (size_t)tok[p] * ld;
         const vit_real *sr = src + (size_t)p * d;
         if (add)
-            for (int c = 0; c < d; c++) row[c] += sr[c];
+            add_row(row, sr, d);
         else
-            for (int c = 0; c < d; c++) row[c] = sr[c];
+            copy_row(row, sr, d);
     }
 }
 
@@ -204,18 +228,20 @@ typedef struct {
     const vit_real *q, *k, *v, *dout, *lse_in;
     vit_real *out, *lse, *dq, *dk, *dv, *dbias;
     vit_real *work;
-    int *iwork;              /* per thread: tok[T], label[T] */
+    int *iwork;              /* per window: tok[T], label[T] (window_tokens); then per
+                                window its regions flag: made once per call */
     atomic_int next_slab;
     atomic_ullong first_bad; /* task * T * T + p * T + p' of a non-finite score */
     vit_real *partial;       /* backward with dbias: [groups, dbias_heads, T, T] */
     size_t groups;           /* backward: tasks, groups of (item, head) pairs */
     int dbias_heads;
     int direct;              /* the products on src/kernels/pair_gemm.c's kernels */
+    int contig;              /* each window's tokens are consecutive rows (window_rows) */
 } wjob;
 
 typedef struct {
     vit_real *q, *k, *v, *o, *tmp, *s, *p;
-    int *tok, *label;
+    const int *tok, *label; /* the current task's window's (begin_task) */
 } wslab;
 
 static wslab take_slab(wjob *J)
@@ -230,8 +256,7 @@ static wslab take_slab(wjob *J)
     s.tmp = s.o + (size_t)T * J->w->d_v;
     s.s = s.tmp + (size_t)T * J->g.dmax;
     s.p = s.s + (size_t)T * T;
-    s.tok = J->iwork + (size_t)i * 2 * T;
-    s.label = s.tok + T;
+    s.tok = s.label = NULL;
     return s;
 }
 
@@ -245,23 +270,23 @@ static void task_index(const wjob *J, size_t t, int *b, int *h, int *wi)
 }
 
 /* Task t's head and the offsets of its (item, head) in q, k and v (rows
- * ld_q, ld_k, ld_v apart) and in out (dense [B, N, H*d_v]); also lists the
- * window's tokens and region labels in the slab. */
+ * ld_q, ld_k, ld_v apart) and in out (dense [B, N, H*d_v]); also points
+ * the slab at the window's tokens and region labels. */
 typedef struct {
     int h;
     int regions; /* nonzero: the window holds more than one region */
     size_t oq, ok, ov, oo;
 } wtask;
 
-static wtask begin_task(const wjob *J, size_t t, const wslab *sl)
+static wtask begin_task(const wjob *J, size_t t, wslab *sl)
 {
     const wgeo *g = &J->g;
     int b, h, wi;
     task_index(J, t, &b, &h, &wi);
-    window_tokens(J->w, g, wi, sl->tok, sl->label);
+    sl->tok = J->iwork + (size_t)wi * 2 * g->T;
+    sl->label = sl->tok + g->T;
+    const int regions = J->iwork[(size_t)g->nW * 2 * g->T + wi];
     const size_t N = (size_t)g->N;
-    int regions = 0;
-    for (int p = 1; p < g->T; p++) regions |= sl->label[p] != sl->label[0];
     wtask task = {h, regions, (size_t)b * N * g->ldq + (size_t)h * J->w->d_k,
                   (size_t)b * N * g->ldk + (size_t)h * J->w->d_k,
                   (size_t)b * N * g->ldv + (size_t)h * J->w->d_v,
@@ -269,39 +294,62 @@ static wtask begin_task(const wjob *J, size_t t, const wslab *sl)
     return task;
 }
 
+/* A window's rows of one operand: where the products read them and their
+ * row stride.  Gathered into the slab (stride d), or where the window's
+ * tokens are consecutive rows of the grid (one window across its width,
+ * no shift: J->contig) the rows themselves in place, which the products
+ * read at their stride: the same values, no copy. */
+typedef struct {
+    const vit_real *p;
+    int ld;
+} wrows;
+
+/* The window's rows of the head's columns of src (row stride ld), d wide:
+ * in place, or gathered into buf. */
+static wrows window_rows(const wjob *J, const wslab *sl, vit_real *buf, const vit_real *src,
+                         int d, int ld)
+{
+    if (J->contig)
+        return (wrows){src + (size_t)sl->tok[0] * ld, ld};
+    gather(buf, src, sl->tok, J->g.T, d, ld);
+    return (wrows){buf, d};
+}
+
 /* ---- Forward --------------------------------------------------------------- */
 
 /* The window's products on the direct kernels of src/kernels/pair_gemm.c when they
  * take its widths (float32, T <= 32, d 16 or 32), else on GEMMs:
  *   w_nt    C[T, T] = alpha A[T, d] B[T, d]^T          (overwritten)
- *   w_rows  C[T, d] = op(A) B[T, d], op(A) = A or A^T  (overwritten) */
-static void w_nt(int direct, int T, int d, vit_real alpha, const vit_real *A, const vit_real *B,
-                 vit_real *C)
+ *   w_rows  C[T, d] = op(A) B[T, d], op(A) = A or A^T  (overwritten)
+ * with A's, B's and C's rows lda, ldb, ldc apart (A [T, T] in w_rows: T). */
+static void w_nt(int direct, int T, int d, vit_real alpha, wrows A, wrows B, vit_real *C)
 {
     if (direct)
-        vit_pair_nt(T, T, d, alpha, A, d, B, d, C, T);
+        vit_pair_nt(T, T, d, alpha, A.p, A.ld, B.p, B.ld, C, T);
     else
-        vit_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, d, alpha, A, d, B, d, 0, C, T);
+        vit_gemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, d, alpha, A.p, A.ld, B.p, B.ld,
+                 0, C, T);
 }
 
-static void w_rows(int direct, int ta, int T, int d, const vit_real *A, const vit_real *B,
-                   vit_real *C)
+static void w_rows(int direct, int ta, int T, int d, const vit_real *A, wrows B, vit_real *C,
+                   int ldc)
 {
     if (direct)
-        vit_pair_nn(ta, T, T, d, A, T, B, d, 0, C, d);
+        vit_pair_nn(ta, T, T, d, A, T, B.p, B.ld, 0, C, ldc);
     else
         vit_gemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, CblasNoTrans, T, d, T, 1, A, T,
-                 B, d, 0, C, d);
+                 B.p, B.ld, 0, C, ldc);
 }
 
 /* The window's scores into p [T, T]: S = s Q_w K_w^T + bias, -inf across
- * regions (q and k already gathered into the slab).  Returns the index of
- * the first non-finite score before the mask, or -1. */
-static long window_scores(const wjob *J, const wtask *task, const wslab *sl, vit_real *p)
+ * regions (q and k the window's rows).  Returns the index of the first
+ * non-finite score before the mask, or -1. */
+static long window_scores(const wjob *J, const wtask *task, const wslab *sl, wrows q, wrows k,
+                          vit_real *p)
 {
     const vit_window_attn *w = J->w;
     const int T = J->g.T;
-    w_nt(J->direct, T, w->d_k, J->scale, sl->q, sl->k, p);
+    w_nt(J->direct, T, w->d_k, J->scale, q, k, p);
     const vit_real *bb = !w->bias ? NULL
                        : w->bias + (w->bias_heads == 1 ? 0 : (size_t)task->h * T * T);
     long bad = vit_attn_add_bias_check(p, bb, (size_t)T * T);
@@ -319,25 +367,29 @@ static long window_scores(const wjob *J, const wtask *task, const wslab *sl, vit
 /* One window of one (item, head): its scores, their softmax (the rows'
  * log-sum-exp kept in lse), O_w = P V_w scattered to out.  Returns 1
  * after recording a non-finite score. */
-static int window_forward(wjob *J, size_t t, const wslab *sl)
+static int window_forward(wjob *J, size_t t, wslab *sl)
 {
     const vit_window_attn *w = J->w;
     const wgeo *g = &J->g;
     const int T = g->T, dk = w->d_k, dv = w->d_v;
     const wtask task = begin_task(J, t, sl);
     const int ldo = w->heads * dv;
-    gather(sl->q, J->q + task.oq, sl->tok, T, dk, g->ldq);
-    gather(sl->k, J->k + task.ok, sl->tok, T, dk, g->ldk);
-    gather(sl->v, J->v + task.ov, sl->tok, T, dv, g->ldv);
+    wrows q = window_rows(J, sl, sl->q, J->q + task.oq, dk, g->ldq);
+    wrows k = window_rows(J, sl, sl->k, J->k + task.ok, dk, g->ldk);
+    wrows v = window_rows(J, sl, sl->v, J->v + task.ov, dv, g->ldv);
 
     vit_real *p = w->probs ? w->probs + t * (size_t)T * T : sl->p;
-    long bad = window_scores(J, &task, sl, p);
+    long bad = window_scores(J, &task, sl, q, k, p);
     if (bad >= 0) {
         vit_atomic_min(&J->first_bad, (unsigned long long)t * T * T + (unsigned long long)bad);
         return 1;
     }
     softmax_lse(p, T, J->lse ? J->lse + t * T : NULL);
-    w_rows(J->direct, 0, T, dv, p, sl->v, sl->o);
+    if (J->contig) { /* O_w straight into its rows */
+        w_rows(J->direct, 0, T, dv, p, v, J->out + task.oo + (size_t)sl->tok[0] * ldo, ldo);
+        return 0;
+    }
+    w_rows(J->direct, 0, T, dv, p, v, sl->o, dv);
     scatter(J->out + task.oo, sl->o, sl->tok, T, dv, ldo, 0);
     return 0;
 }
@@ -350,15 +402,24 @@ static void forward_tasks(void *ctx, size_t lo, size_t hi)
         if (window_forward(J, t, &sl)) return;
 }
 
-/* Scratch of nt threads; 0 or VIT_ENOMEM. */
+/* Scratch of nt threads, and every window's tokens, labels and regions
+ * flag (the same for every item and head: listed once, not per task);
+ * 0 or VIT_ENOMEM. */
 static int alloc_work(const char *fn, wjob *J, int nt)
 {
+    const int T = J->g.T, nW = J->g.nW;
     J->work = malloc((size_t)nt * J->g.slab * sizeof *J->work);
-    J->iwork = malloc((size_t)nt * 2 * J->g.T * sizeof *J->iwork);
+    J->iwork = malloc(((size_t)nW * 2 * T + nW) * sizeof *J->iwork);
     if (!J->work || !J->iwork) {
         free(J->work);
         free(J->iwork);
         return vit_fail(VIT_ENOMEM, "%s: cannot allocate scratch for %d thread(s)", fn, nt);
+    }
+    for (int wi = 0; wi < nW; wi++) {
+        int *tok = J->iwork + (size_t)wi * 2 * T, *label = tok + T, regions = 0;
+        window_tokens(J->w, &J->g, wi, tok, label);
+        for (int p = 1; p < T; p++) regions |= label[p] != label[0];
+        J->iwork[(size_t)nW * 2 * T + wi] = regions;
     }
     return VIT_OK;
 }
@@ -370,6 +431,7 @@ static void job_init(wjob *J, const vit_window_attn *w, vit_real scale)
     J->g = wgeometry(w);
     J->scale = scale;
     J->direct = vit_pair_direct(w->d_k, w->d_v, J->g.T);
+    J->contig = J->g.nwx == 1 && w->shift == 0;
     atomic_init(&J->next_slab, 0);
     atomic_init(&J->first_bad, ULLONG_MAX);
 }
@@ -425,35 +487,34 @@ int vit_window_attn_forward(const vit_window_attn *w, vit_real *out, vit_real *l
  *   dbias += dS,  dQ_w = s dS K_w,  dK_w = s dS^T Q_w,
  * each scattered (added) to the window's tokens. */
 /* dbias: where this window adds its dS ([T, T], its head's), or NULL. */
-static void window_backward(wjob *J, size_t t, const wslab *sl, vit_real *dbias)
+static void window_backward(wjob *J, size_t t, wslab *sl, vit_real *dbias)
 {
     const vit_window_attn *w = J->w;
     const wgeo *g = &J->g;
     const int T = g->T, dk = w->d_k, dv = w->d_v;
     const wtask task = begin_task(J, t, sl);
     const int ldo = w->heads * dv;
-    gather(sl->q, J->q + task.oq, sl->tok, T, dk, g->ldq);
-    gather(sl->k, J->k + task.ok, sl->tok, T, dk, g->ldk);
+    wrows q = window_rows(J, sl, sl->q, J->q + task.oq, dk, g->ldq);
+    wrows k = window_rows(J, sl, sl->k, J->k + task.ok, dk, g->ldk);
     const vit_real *p = sl->p;
     if (w->probs) {
         p = w->probs + t * (size_t)T * T;
     } else {
-        window_scores(J, &task, sl, sl->p); /* finite: the forward checked them */
+        window_scores(J, &task, sl, q, k, sl->p); /* finite: the forward checked them */
         /* the weights remade: exp(S - lse) row by row (lse >= the row's max) */
         for (int i = 0; i < T; i++)
             vit_attn_exp_shifted(sl->p + (size_t)i * T, T, J->lse_in[t * T + i]);
     }
-    vit_real *dout = sl->o;
-    gather(dout, J->dout + task.oo, sl->tok, T, dv, ldo);
+    wrows dout = window_rows(J, sl, sl->o, J->dout + task.oo, dv, ldo);
 
     if (J->dv) {
-        w_rows(J->direct, 1, T, dv, p, dout, sl->tmp);
+        w_rows(J->direct, 1, T, dv, p, dout, sl->tmp, dv);
         scatter(J->dv + task.ov, sl->tmp, sl->tok, T, dv, g->ldv, 1);
     }
     if (!J->dq && !J->dk && !dbias) return;
-    gather(sl->v, J->v + task.ov, sl->tok, T, dv, g->ldv);
+    wrows v = window_rows(J, sl, sl->v, J->v + task.ov, dv, g->ldv);
     vit_real *ds = sl->s;
-    w_nt(J->direct, T, dv, 1, dout, sl->v, ds);
+    w_nt(J->direct, T, dv, 1, dout, v, ds);
     vit_attn_softmax_grad_rows(p, ds, T, 0, T);
     if (dbias)
         add_into(dbias, ds, (size_t)T * T);
@@ -461,11 +522,11 @@ static void window_backward(wjob *J, size_t t, const wslab *sl, vit_real *dbias)
     /* dS scaled once, for both products (the direct kernels take no alpha). */
     scale_by(ds, J->scale, (size_t)T * T);
     if (J->dq) {
-        w_rows(J->direct, 0, T, dk, ds, sl->k, sl->tmp);
+        w_rows(J->direct, 0, T, dk, ds, k, sl->tmp, dk);
         scatter(J->dq + task.oq, sl->tmp, sl->tok, T, dk, g->ldq, 1);
     }
     if (J->dk) {
-        w_rows(J->direct, 1, T, dk, ds, sl->q, sl->tmp);
+        w_rows(J->direct, 1, T, dk, ds, q, sl->tmp, dk);
         scatter(J->dk + task.ok, sl->tmp, sl->tok, T, dk, g->ldk, 1);
     }
 }

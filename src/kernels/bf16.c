@@ -33,6 +33,7 @@
 #include "blas.h"
 #include "dnnl.h"
 #include "error.h"
+#include "fastmath.h"
 #include "mixed.h"
 #include "threads.h"
 #include "transpose.h"
@@ -415,6 +416,29 @@ static void pack_vnni_cols(vit_bf16 *dst, vit_bf16 *tmp, int K, int Kp, int N, c
     }
 }
 
+/* The same from B[K, N] given in bf16: only the interleave (the values a
+ * conversion of B's float values would give, when they were rounded with
+ * vit_bf16_from_floats). */
+FM_CLONES
+static void pack_vnni_rows16(vit_bf16 *restrict dst, int K, int N, const vit_bf16 *restrict B,
+                             int ldb)
+{
+    for (int k = 0; k < K; k += 2) {
+        const vit_bf16 *r0 = B + (size_t)k * ldb, *r1 = k + 1 < K ? r0 + ldb : NULL;
+        vit_bf16 *restrict d = dst + (size_t)k * N;
+        if (r1)
+            for (int n = 0; n < N; n++) {
+                d[2 * n] = r0[n];
+                d[2 * n + 1] = r1[n];
+            }
+        else
+            for (int n = 0; n < N; n++) {
+                d[2 * n] = r0[n];
+                d[2 * n + 1] = 0;
+            }
+    }
+}
+
 static void pack_fallback(float *dst, int trans_b, int K, int N, const float *B, int ldb)
 {
     if (!trans_b) {
@@ -477,19 +501,23 @@ static int plain_from_vnni(vit_bf16_packed *p, int Kp, int N)
     return 1;
 }
 
-int vit_bf16_pack_b(vit_bf16_packed *p, int trans_b, int K, int N, const float *B, int ldb)
+/* vit_bf16_pack_b for B (float) or, when B16 is not NULL, B16 (bf16,
+ * trans_b 0 only): named fn in its messages. */
+static int pack_b(const char *fn, vit_bf16_packed *p, int trans_b, int K, int N, const float *B,
+                  const vit_bf16 *B16, int ldb)
 {
-    static const char fn[] = "vit_bf16_pack_b";
     TRY(vit_check_ptr(fn, "p", p));
     p->K = p->N = p->Kp = 0; /* empty until the pack succeeds */
     p->path = VIT_BF16_AUTO;
     if (!HAVE_GEMM)
         return vit_fail(VIT_EINVAL, no_gemm_msg, fn);
-    TRY(vit_check_ptr(fn, "B", B));
+    TRY(vit_check_ptr(fn, "B", B16 ? (const void *)B16 : (const void *)B));
     TRY(vit_check_dim(fn, "K", K));
     TRY(vit_check_dim(fn, "N", N));
     if (trans_b != 0 && trans_b != 1)
         return vit_fail(VIT_EINVAL, "%s: trans_b must be 0 or 1, got %d", fn, trans_b);
+    if (B16 && trans_b)
+        return vit_fail(VIT_EINVAL, "%s: a bf16 B is taken untransposed only", fn);
     int need = trans_b ? K : N;
     if (ldb < need)
         return vit_fail(VIT_EINVAL, "%s: ldb = %d is below %s = %d", fn, ldb,
@@ -500,13 +528,15 @@ int vit_bf16_pack_b(vit_bf16_packed *p, int trans_b, int K, int N, const float *
     vit_bf16 *tmp = NULL;
 #if USE_XSMM
     /* the converted row pair or column: this thread's scratch, kept */
-    if (path == VIT_BF16_XSMM && !(tmp = pack_tmp(trans_b ? (size_t)Kp : 2 * (size_t)N)))
+    if (path == VIT_BF16_XSMM && !B16 && !(tmp = pack_tmp(trans_b ? (size_t)Kp : 2 * (size_t)N)))
         return vit_fail(VIT_ENOMEM, "%s: out of memory for a %d x %d operand", fn, K, N);
 #endif
     if (reserve(p, (size_t)Kp * (size_t)N * elem) != VIT_OK)
         return vit_fail(VIT_ENOMEM, "%s: out of memory for a %d x %d operand", fn, K, N);
     if (path == VIT_BF16_XSMM) {
-        if (trans_b)
+        if (B16)
+            pack_vnni_rows16(p->data, K, N, B16, ldb);
+        else if (trans_b)
             pack_vnni_cols(p->data, tmp, K, Kp, N, B, ldb);
         else
             pack_vnni_rows(p->data, tmp, K, N, B, ldb);
@@ -524,6 +554,9 @@ int vit_bf16_pack_b(vit_bf16_packed *p, int trans_b, int K, int N, const float *
             p->plain = NULL;
             p->plain_cap = 0;
         }
+    } else if (B16) { /* the rounded values as float32: exact */
+        for (int k = 0; k < K; k++)
+            to_floats((float *)p->data + (size_t)k * N, B16 + (size_t)k * ldb, (size_t)N);
     } else {
         pack_fallback(p->data, trans_b, K, N, B, ldb);
     }
@@ -534,6 +567,16 @@ int vit_bf16_pack_b(vit_bf16_packed *p, int trans_b, int K, int N, const float *
     return VIT_OK;
 }
 
+int vit_bf16_pack_b(vit_bf16_packed *p, int trans_b, int K, int N, const float *B, int ldb)
+{
+    return pack_b("vit_bf16_pack_b", p, trans_b, K, N, B, NULL, ldb);
+}
+
+int vit_bf16_pack_b16(vit_bf16_packed *p, int K, int N, const uint16_t *B, int ldb)
+{
+    return pack_b("vit_bf16_pack_b16", p, 0, K, N, NULL, B, ldb);
+}
+
 /* ---- per-thread scratch ---------------------------------------------------- */
 
 #if HAVE_GEMM
@@ -542,8 +585,8 @@ typedef struct {
     size_t a_cap; /* bytes */
     float *t;     /* the product before alpha and beta: [rows, N] */
     size_t t_cap;
-    float *g;      /* trans_a: a block of A's rows (a bf16 A's as float32), then its
-                      transpose, before conversion */
+    float *g;      /* trans_a with a float A: the transpose of a block of A's rows,
+                      before conversion */
     size_t g_cap;
     vit_bf16 *pk;  /* vit_bf16_pack_b's converted row pair or column */
     size_t pk_cap;
@@ -724,31 +767,26 @@ static int convert_a(scratch *s, vit_bf16 *dst, int ld, const gemm_job *j, int r
             else
                 from_floats(d, j->A + (size_t)(r0 + r) * j->lda, (size_t)K);
         }
+    } else if (j->A16) {
+        /* A is [K, M] in bf16: its columns r0.. moved into dst's rows by
+         * 16-bit register tiles (src/kernels/transpose.c), no conversion */
+        vit_transpose16(K, rows, j->A16 + r0, j->lda, dst, ld);
     } else {
         /* A is [K, M]: row k of A holds column k of op(A).  KC rows of A
-         * at a time (a bf16 A first as float32, exact) are transposed in
-         * float32 by register tiles (src/kernels/transpose.c; times 1 is exact)
-         * into h [rows, KC], then converted row by row: a scatter of
-         * 2-byte values down the columns ran the large model's MLP weight
-         * gradient at a fifth of the kernel's rate.  Two small buffers,
-         * not a float copy of the whole op(A). */
+         * at a time are transposed in float32 by register tiles
+         * (src/kernels/transpose.c; times 1 is exact) into h [rows, KC],
+         * then converted row by row: a scatter of 2-byte values down the
+         * columns ran the large model's MLP weight gradient at a fifth of
+         * the kernel's rate.  Two small buffers, not a float copy of the
+         * whole op(A). */
         enum { KC = 64 };
-        float *g = grow((void **)&s->g, &s->g_cap, 2 * (size_t)KC * rows * sizeof *g);
-        if (!g)
+        float *h = grow((void **)&s->g, &s->g_cap, (size_t)KC * rows * sizeof *h);
+        if (!h)
             return 0;
-        float *h = g + (size_t)KC * rows;
         for (int k0 = 0; k0 < K; k0 += KC) {
             int kc = K - k0 < KC ? K - k0 : KC;
-            const float *src = j->A + (size_t)k0 * j->lda + r0;
-            int lds = j->lda;
-            if (j->A16) {
-                for (int k = 0; k < kc; k++)
-                    to_floats(g + (size_t)k * rows, j->A16 + (size_t)(k0 + k) * j->lda + r0,
-                              (size_t)rows);
-                src = g;
-                lds = rows;
-            }
-            vit_transpose_scaled(kc, kc, rows, 1.0f, src, lds, h, kc);
+            vit_transpose_scaled(kc, kc, rows, 1.0f, j->A + (size_t)k0 * j->lda + r0, j->lda, h,
+                                 kc);
             for (int r = 0; r < rows; r++)
                 from_floats(dst + (size_t)r * ld + k0, h + (size_t)r * kc, (size_t)kc);
         }
@@ -844,9 +882,16 @@ static int rows_xsmm(scratch *s, const gemm_job *j, int r0, int rows, float *C)
 {
     const vit_bf16_packed *B = j->B;
     int N = B->N, Kp = B->Kp;
-    vit_bf16 *Ab = grow(&s->a, &s->a_cap, (size_t)rows * Kp * sizeof *Ab);
-    if (!Ab || !convert_a(s, Ab, Kp, j, r0, rows))
-        return 0;
+    const vit_bf16 *Ab;
+    if (j->A16 && !j->trans_a && j->lda == Kp) {
+        /* op(A)'s rows given in bf16 as the kernel reads them: no copy */
+        Ab = j->A16 + (size_t)r0 * j->lda;
+    } else {
+        vit_bf16 *a = grow(&s->a, &s->a_cap, (size_t)rows * Kp * sizeof *a);
+        if (!a || !convert_a(s, a, Kp, j, r0, rows))
+            return 0;
+        Ab = a;
+    }
     if (j->alpha == 1 && (j->beta == 0 || j->beta == 1)
         && bf16_product(j, rows, Ab, C, j->ldc, j->beta == 1))
         return 1;
@@ -963,6 +1008,22 @@ int vit_gemm_bf16_a16(int trans_a, int trans_b, int M, int N, int K, const uint1
     if (!s || (!s->own_b && vit_bf16_packed_new(&s->own_b) != VIT_OK))
         return vit_fail(VIT_ENOMEM, "vit_gemm_bf16_a16: out of memory for scratch");
     TRY(vit_bf16_pack_b(s->own_b, trans_b, K, N, B, ldb));
+    return vit_gemm_bf16_packed_a16(trans_a, M, N, K, A, lda, s->own_b, beta, C, ldc);
+#endif
+}
+
+int vit_gemm_bf16_a16_b16(int trans_a, int M, int N, int K, const uint16_t *A, int lda,
+                          const uint16_t *B, int ldb, float beta, float *C, int ldc)
+{
+#if !HAVE_GEMM
+    (void)trans_a, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb;
+    (void)beta, (void)C, (void)ldc;
+    return vit_fail(VIT_EINVAL, no_gemm_msg, "vit_gemm_bf16_a16_b16");
+#else
+    scratch *s = my_scratch();
+    if (!s || (!s->own_b && vit_bf16_packed_new(&s->own_b) != VIT_OK))
+        return vit_fail(VIT_ENOMEM, "vit_gemm_bf16_a16_b16: out of memory for scratch");
+    TRY(vit_bf16_pack_b16(s->own_b, K, N, B, ldb));
     return vit_gemm_bf16_packed_a16(trans_a, M, N, K, A, lda, s->own_b, beta, C, ldc);
 #endif
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "fastmath.h"
 #include "threads.h"
 #include "vit/bf16.h"
 
@@ -234,6 +235,34 @@ void vit_mgemm_a16(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int 
 #endif
 }
 
+void vit_mgemm_a16_b16(enum CBLAS_TRANSPOSE ta, int M, int N, int K, const uint16_t *A, int lda,
+                       const uint16_t *B, int ldb, vit_real beta, vit_real *C, int ldc)
+{
+#ifndef VIT_DOUBLE
+    int rc = vit_gemm_bf16_a16_b16(ta == CblasTrans, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    if (rc != VIT_OK && tl_status == VIT_OK)
+        tl_status = rc;
+#else
+    (void)ta, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb, (void)beta;
+    (void)C, (void)ldc;
+#endif
+}
+
+/* C's rows = bias, one copy a row (beta 1 then adds the product onto it). */
+static void bias_rows(int M, int N, const vit_real *bias, vit_real *C, int ldc)
+{
+    for (int r = 0; r < M; r++)
+        memcpy(C + (size_t)r * ldc, bias, (size_t)N * sizeof *C);
+}
+
+void vit_mgemm_bias_a16(int M, int N, int K, const uint16_t *A, int lda, const vit_real *B,
+                        int ldb, const vit_real *bias, vit_real *C, int ldc)
+{
+    if (bias)
+        bias_rows(M, N, bias, C, ldc);
+    vit_mgemm_a16(CblasNoTrans, CblasNoTrans, M, N, K, A, lda, B, ldb, bias ? 1 : 0, C, ldc);
+}
+
 void vit_mgemm_bias(int M, int N, int K, const vit_real *A, int lda, const vit_real *B, int ldb,
                     const vit_real *bias, vit_real *C, int ldc)
 {
@@ -242,7 +271,47 @@ void vit_mgemm_bias(int M, int N, int K, const vit_real *A, int lda, const vit_r
         return;
     }
     if (bias)
-        for (int r = 0; r < M; r++)
-            memcpy(C + (size_t)r * ldc, bias, (size_t)N * sizeof *C);
+        bias_rows(M, N, bias, C, ldc);
     vit_mgemm(CblasNoTrans, CblasNoTrans, M, N, K, 1, A, lda, B, ldb, bias ? 1 : 0, C, ldc);
+}
+
+/* ---- a gradient's rounding and its column sums --------------------------- */
+
+#ifndef VIT_DOUBLE
+/* s[cols] += x's rows in order (cols adds per row, no sum reordered). */
+FM_CLONES
+static void add_rows(vit_real *restrict s, const vit_real *restrict x, int rows, int cols)
+{
+    for (int i = 0; i < rows; i++) {
+        const vit_real *r = x + (size_t)i * cols;
+        for (int j = 0; j < cols; j++)
+            s[j] += r[j];
+    }
+}
+#endif
+
+void vit_mixed_round_colsums(uint16_t *dst, vit_real *acc, const vit_real *x, int rows, int cols)
+{
+#ifndef VIT_DOUBLE
+    /* blocks of rows small enough to be read twice from L1 */
+    enum { MAX_COLS = 512, BLOCK_FLOATS = 4096 };
+    if (!acc || cols > MAX_COLS) {
+        if (acc)
+            vit_column_sums(acc, x, rows, cols);
+        vit_bf16_from_floats(dst, x, (size_t)rows * cols);
+        return;
+    }
+    vit_real s[MAX_COLS];
+    memcpy(s, acc, (size_t)cols * sizeof *s);
+    const int block = BLOCK_FLOATS / cols > 1 ? BLOCK_FLOATS / cols : 1;
+    for (int r0 = 0; r0 < rows; r0 += block) {
+        int nr = rows - r0 < block ? rows - r0 : block;
+        const vit_real *xr = x + (size_t)r0 * cols;
+        add_rows(s, xr, nr, cols);
+        vit_bf16_from_floats(dst + (size_t)r0 * cols, xr, (size_t)nr * cols);
+    }
+    memcpy(acc, s, (size_t)cols * sizeof *s);
+#else
+    (void)dst, (void)acc, (void)x, (void)rows, (void)cols;
+#endif
 }

@@ -79,4 +79,35 @@ void vit_mgemm_a16(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M, int 
                    const uint16_t *A, int lda, const vit_real *B, int ldb, vit_real beta,
                    vit_real *C, int ldc);
 
+/* Internal (src/kernels/bf16.c): vit_bf16_pack_b of op(B) = B [K, N]
+ * (untransposed, row stride ldb) given in bf16: the same packed operand as
+ * vit_bf16_pack_b of float values that vit_bf16_from_floats rounded to B,
+ * without converting them again. */
+int vit_bf16_pack_b16(vit_bf16_packed *p, int K, int N, const uint16_t *B, int ldb);
+
+/* Internal (src/kernels/bf16.c): vit_gemm_bf16_a16 with op(B) = B [K, N]
+ * given in bf16 too (vit_bf16_pack_b16's B): the same bits as
+ * vit_gemm_bf16_a16 on the float values B was rounded from. */
+int vit_gemm_bf16_a16_b16(int trans_a, int M, int N, int K, const uint16_t *A, int lda,
+                          const uint16_t *B, int ldb, float beta, float *C, int ldc);
+
+/* vit_mgemm_a16 with op(B) = B [K, N] untransposed and given in bf16, for
+ * a gradient rounded once and read by two products (dx = dy W^T and
+ * dW = x^T dy); records an error like vit_mgemm. */
+void vit_mgemm_a16_b16(enum CBLAS_TRANSPOSE ta, int M, int N, int K, const uint16_t *A, int lda,
+                       const uint16_t *B, int ldb, vit_real beta, vit_real *C, int ldc);
+
+/* dst [rows, cols] = x [rows, cols] rounded to bf16 (vit_bf16_from_floats)
+ * and, acc not NULL, acc [cols] += x's column sums, each column's rows
+ * added in order (vit_column_sums' bits), in one pass over x: a gradient
+ * that two products read in bf16 and a bias gradient sums.  One thread. */
+void vit_mixed_round_colsums(uint16_t *dst, vit_real *acc, const vit_real *x, int rows,
+                             int cols);
+
+/* vit_mgemm_bias with A given in bf16, mixed precision on: C's rows =
+ * bias (or 0 without one), then += A B; the same bits as vit_mgemm_bias on
+ * the float values A was rounded from. */
+void vit_mgemm_bias_a16(int M, int N, int K, const uint16_t *A, int lda, const vit_real *B,
+                        int ldb, const vit_real *bias, vit_real *C, int ldc);
+
 #endif

@@ -57,6 +57,25 @@ static const int swap_index[4][2][TILE] __attribute__((aligned(64))) = {
      {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}},
 };
 
+/* The four rounds on a tile x[TILE] of 32-bit lanes (moved, not
+ * interpreted: the float and the 16-bit tiles share them). */
+__attribute__((target("avx512f"), always_inline))
+static inline void swap_rounds(__m512i x[TILE], const __m512i lo[4], const __m512i hi[4])
+{
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; s++) {
+        int b = 1 << s;
+#pragma GCC unroll 16
+        for (int i = 0; i < TILE; i++) {
+            if (i & b)
+                continue;
+            __m512i a = x[i], c = x[i + b];
+            x[i] = _mm512_permutex2var_epi32(a, lo[s], c);
+            x[i + b] = _mm512_permutex2var_epi32(a, hi[s], c);
+        }
+    }
+}
+
 __attribute__((target("avx512f")))
 static void transpose_avx512(int rows, int pad_to, int cols, float alpha, const float *B,
                              int ldb, float *P, int ldp)
@@ -82,28 +101,19 @@ static void transpose_avx512(int rows, int pad_to, int cols, float alpha, const 
                 continue;
             }
             __mmask16 col_mask = (__mmask16)(nc == TILE ? 0xffffu : (1u << nc) - 1);
-            __m512 x[TILE];
+            __m512i x[TILE];
 #pragma GCC unroll 16
             for (int i = 0; i < TILE; i++)
-                x[i] = i < nr ? _mm512_maskz_loadu_ps(col_mask, B + (size_t)(r0 + i) * ldb + c0)
-                              : _mm512_setzero_ps();
-#pragma GCC unroll 4
-            for (int s = 0; s < 4; s++) {
-                int b = 1 << s;
-#pragma GCC unroll 16
-                for (int i = 0; i < TILE; i++) {
-                    if (i & b)
-                        continue;
-                    __m512 a = x[i], c = x[i + b];
-                    x[i] = _mm512_permutex2var_ps(a, lo[s], c);
-                    x[i + b] = _mm512_permutex2var_ps(a, hi[s], c);
-                }
-            }
+                x[i] = i < nr ? _mm512_castps_si512(_mm512_maskz_loadu_ps(
+                                    col_mask, B + (size_t)(r0 + i) * ldb + c0))
+                              : _mm512_setzero_si512();
+            swap_rounds(x, lo, hi);
 #pragma GCC unroll 16
             for (int j = 0; j < TILE; j++)
                 if (j < nc)
                     _mm512_mask_storeu_ps(P + (size_t)(c0 + j) * ldp + r0, pad_mask,
-                                          _mm512_maskz_mul_ps(row_mask, va, x[j]));
+                                          _mm512_maskz_mul_ps(row_mask, va,
+                                                              _mm512_castsi512_ps(x[j])));
         }
     }
 }
@@ -117,6 +127,64 @@ static int use_avx512(void)
     if (!c) {
         __builtin_cpu_init();
         c = __builtin_cpu_supports("avx512f") ? 2 : 1;
+        atomic_store_explicit(&chosen, c, memory_order_release);
+    }
+    return c == 2;
+}
+
+/* The 16-bit copy through 32-bit tiles: source rows 2i and 2i + 1 of a
+ * block of 32, side by side in the 32-bit lanes (row 2i's value the low
+ * half), make a 16 x 16 tile of pairs; its transpose (transpose_avx512's
+ * rounds, without the scaling) has in row j the pairs of column j, which
+ * are that column's 32 values in row order: the copy's row j, stored as
+ * 16-bit values.  Four rounds of 16 two-source permutes per 512 values,
+ * 16 + 8 registers.  (A 32 x 32 tile of 16-bit values needs 32 + 10
+ * registers, and spilled.) */
+__attribute__((target("avx512f,avx512bw,avx512vl")))
+static void transpose16_avx512(int rows, int cols, const uint16_t *B, int ldb, uint16_t *P,
+                               int ldp)
+{
+    __m512i lo[4], hi[4];
+    for (int s = 0; s < 4; s++) {
+        lo[s] = _mm512_loadu_si512(swap_index[s][0]);
+        hi[s] = _mm512_loadu_si512(swap_index[s][1]);
+    }
+    for (int k0 = 0; k0 < rows; k0 += 2 * TILE) {
+        int nk = rows - k0 < 2 * TILE ? rows - k0 : 2 * TILE;
+        __mmask32 row_mask = (__mmask32)(nk == 2 * TILE ? 0xffffffffu : (1u << nk) - 1);
+        for (int c0 = 0; c0 < cols; c0 += TILE) {
+            int nc = cols - c0 < TILE ? cols - c0 : TILE;
+            __mmask16 col_mask = (__mmask16)(nc == TILE ? 0xffffu : (1u << nc) - 1);
+            __m512i x[TILE];
+#pragma GCC unroll 16
+            for (int i = 0; i < TILE; i++) {
+                int ka = k0 + 2 * i;
+                __m256i a = ka < rows ? _mm256_maskz_loadu_epi16(col_mask, B + (size_t)ka * ldb + c0)
+                                      : _mm256_setzero_si256();
+                __m256i b = ka + 1 < rows
+                                ? _mm256_maskz_loadu_epi16(col_mask, B + (size_t)(ka + 1) * ldb + c0)
+                                : _mm256_setzero_si256();
+                x[i] = _mm512_or_si512(_mm512_cvtepu16_epi32(a),
+                                       _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+            }
+            swap_rounds(x, lo, hi);
+#pragma GCC unroll 16
+            for (int j = 0; j < TILE; j++)
+                if (j < nc)
+                    _mm512_mask_storeu_epi16(P + (size_t)(c0 + j) * ldp + k0, row_mask, x[j]);
+        }
+    }
+}
+
+/* 1 when this CPU runs the 16-bit AVX-512 tiles (AVX-512BW and VL). */
+static int use_avx512bw(void)
+{
+    static atomic_int chosen; /* 0 not yet, 1 no, 2 yes */
+    int c = atomic_load_explicit(&chosen, memory_order_acquire);
+    if (!c) {
+        __builtin_cpu_init();
+        c = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
+                    && __builtin_cpu_supports("avx512vl") ? 2 : 1;
         atomic_store_explicit(&chosen, c, memory_order_release);
     }
     return c == 2;
@@ -141,4 +209,29 @@ void vit_transpose_scaled_plain(int rows, int pad_to, int cols, float alpha, con
                                 int ldb, float *P, int ldp)
 {
     plain_tiles(rows, pad_to < rows ? rows : pad_to, cols, alpha, B, ldb, P, ldp);
+}
+
+void vit_transpose16_plain(int rows, int cols, const uint16_t *B, int ldb, uint16_t *P, int ldp)
+{
+    enum { T = 32 };
+    for (int r0 = 0; r0 < rows; r0 += T) {
+        int r1 = r0 + T < rows ? r0 + T : rows;
+        for (int c0 = 0; c0 < cols; c0 += T) {
+            int c1 = c0 + T < cols ? c0 + T : cols;
+            for (int c = c0; c < c1; c++)
+                for (int r = r0; r < r1; r++)
+                    P[(size_t)c * ldp + r] = B[(size_t)r * ldb + c];
+        }
+    }
+}
+
+void vit_transpose16(int rows, int cols, const uint16_t *B, int ldb, uint16_t *P, int ldp)
+{
+#ifdef HAVE_AVX512_TILES
+    if (use_avx512bw()) {
+        transpose16_avx512(rows, cols, B, ldb, P, ldp);
+        return;
+    }
+#endif
+    vit_transpose16_plain(rows, cols, B, ldb, P, ldp);
 }

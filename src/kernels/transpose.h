@@ -11,6 +11,8 @@
 #ifndef VIT_TRANSPOSE_H
 #define VIT_TRANSPOSE_H
 
+#include <stdint.h>
+
 /* P[c, r] = alpha * B[r, c] for 0 <= r < rows, and 0 for rows <= r <
  * pad_to (a pad_to below rows counts as rows), for 0 <= c < cols: P is
  * [cols, pad_to] with rows ldp apart (ldp >= pad_to), B is [rows, cols]
@@ -27,5 +29,17 @@ void vit_transpose_scaled(int rows, int pad_to, int cols, float alpha, const flo
  * (tests/test_transpose.c checks both against a plain loop). */
 void vit_transpose_scaled_plain(int rows, int pad_to, int cols, float alpha, const float *B,
                                 int ldb, float *P, int ldp);
+
+/* P[c, r] = B[r, c] for 0 <= r < rows, 0 <= c < cols, of 16-bit values
+ * (bf16 bit patterns, moved, not interpreted): P is [cols, rows] with
+ * rows ldp apart (ldp >= rows), B [rows, cols] with rows ldb apart (ldb >=
+ * cols); P is overwritten there and not touched elsewhere, B and P must
+ * not overlap.  For the bf16 GEMMs' transposed op(A) given in bf16
+ * (src/kernels/bf16.c): tiles in AVX-512 registers where the CPU has
+ * AVX-512BW and VL, else element by element in 32 x 32 tiles. */
+void vit_transpose16(int rows, int cols, const uint16_t *B, int ldb, uint16_t *P, int ldp);
+
+/* The same without the vector tiles (tests/test_transpose.c). */
+void vit_transpose16_plain(int rows, int cols, const uint16_t *B, int ldb, uint16_t *P, int ldp);
 
 #endif

@@ -35,22 +35,28 @@ typedef struct mlp_ctx {
 } mlp_ctx;
 
 /* The scratch for one block: rows * m floats, then twice as many bf16
- * (h16, then du16 in the backward), each 64-byte aligned. */
-static float *block_scratch(vit_tape *t, int rows, int m, uint16_t **h16, uint16_t **du16)
+ * (h16, then du16 in the backward), then rows * e bf16 (dy16, the
+ * backward's), each 64-byte aligned. */
+static float *block_scratch(vit_tape *t, int rows, int m, int e, uint16_t **h16, uint16_t **du16,
+                            uint16_t **dy16)
 {
-    size_t floats = ((size_t)rows * m + 31) / 32 * 32;
-    float *f = vit_tape_scratch(t, 2 * floats);
+    size_t floats = ((size_t)rows * m + 31) / 32 * 32, fe = ((size_t)rows * e + 31) / 32 * 32;
+    float *f = vit_tape_scratch(t, 2 * floats + fe / 2);
     *h16 = f ? (uint16_t *)(f + floats) : NULL;
     *du16 = *h16 ? *h16 + floats : NULL;
+    if (dy16)
+        *dy16 = *du16 ? *du16 + floats : NULL;
     return f;
 }
 
 /* in: x, W1, b1 (or NULL), W2, b2 (or NULL), r.  Block by block of rows:
  * dh = dy W2^T, then h again and du = dh GELU'(v) over dh (db1 += its
  * column sums), dW2 += h^T dy, dW1 += x^T du, dx (= or +=) du W1^T, the
- * last with du rounded to bf16 by the GELU's pass, while it is in cache
- * (the product would round it the same way, reading it again).
- * Then db2 += dy's column sums and dr = dy (handed over: the last read). */
+ * last two with du rounded to bf16 by the GELU's pass, while it is in
+ * cache, and the first two with the block of dy rounded once (dy16): each
+ * product would round its operand the same way, reading it again; db2 +=
+ * dy's column sums in the pass that rounds it (at the end without dW2).
+ * Then dr = dy (handed over: the last read). */
 static int back_mlp(vit_tape *t, const vit_op_rec *rec)
 {
     const mlp_ctx *c = rec->ctx;
@@ -66,18 +72,25 @@ static int back_mlp(vit_tape *t, const vit_op_rec *rec)
         return vit_tape_status(t);
     const uint16_t *xh = vit_tape_half(x); /* x kept in bf16: read as it is */
     int rows = vit_tape_piece_rows(n, m); /* of hidden values */
-    uint16_t *h16, *du16;
-    float *du = block_scratch(t, rows, m, &h16, &du16);
+    uint16_t *h16, *du16, *dy16;
+    float *du = block_scratch(t, rows, m, e, &h16, &du16, &dy16);
     if (!du)
         return vit_tape_status(t);
     for (int r0 = 0; r0 < n; r0 += rows) {
         int nr = n - r0 < rows ? n - r0 : rows;
         const float *dyr = dy + (size_t)r0 * e;
-        vit_mgemm(CblasNoTrans, CblasTrans, nr, m, e, 1, dyr, e, W2->data, e, 0, du, m);
+        if (dW2) { /* dy's block rounded once, for dh and dW2, db2's sums in the pass */
+            vit_mixed_round_colsums(dy16, db2, dyr, nr, e);
+            vit_mgemm_a16(CblasNoTrans, CblasTrans, nr, m, e, dy16, e, W2->data, e, 0, du, m);
+        } else {
+            vit_mgemm(CblasNoTrans, CblasTrans, nr, m, e, 1, dyr, e, W2->data, e, 0, du, m);
+        }
         vit_gelu_backward_v16(du, db1, c->v16 + (size_t)r0 * m, h16, dx ? du16 : NULL, nr, m);
         if (dW2)
-            vit_mgemm_a16(CblasTrans, CblasNoTrans, m, e, nr, h16, m, dyr, e, 1, dW2, e);
-        if (dW1 && xh)
+            vit_mgemm_a16_b16(CblasTrans, m, e, nr, h16, m, dy16, e, 1, dW2, e);
+        if (dW1 && xh && dx) /* du16 made by the GELU's pass */
+            vit_mgemm_a16_b16(CblasTrans, d, m, nr, xh + (size_t)r0 * d, d, du16, m, 1, dW1, m);
+        else if (dW1 && xh)
             vit_mgemm_a16(CblasTrans, CblasNoTrans, d, m, nr, xh + (size_t)r0 * d, d, du, m, 1,
                           dW1, m);
         else if (dW1)
@@ -87,7 +100,7 @@ static int back_mlp(vit_tape *t, const vit_op_rec *rec)
             vit_mgemm_a16(CblasNoTrans, CblasTrans, nr, d, m, du16, m, W1->data, m,
                           fresh ? 0 : 1, dx + (size_t)r0 * d, d);
     }
-    if (db2)
+    if (db2 && !dW2)
         vit_column_sums(db2, dy, n, e);
     return vit_tape_status(t) ? vit_tape_status(t) : vit_tape_grad_pass(t, rec->in[5], rec->out, 1);
 }
@@ -111,7 +124,7 @@ static vit_tensor *mlp_mixed(vit_tape *t, vit_tensor *const in[6])
     const uint16_t *xh = vit_tape_half(x); /* x kept in bf16: read as it is */
     int rows = vit_tape_piece_rows(n, m); /* of hidden values */
     uint16_t *h16, *unused;
-    float *u = block_scratch(t, rows, m, &h16, &unused);
+    float *u = block_scratch(t, rows, m, e, &h16, &unused, NULL);
     if (!u)
         return NULL;
     for (int r0 = 0; r0 < n; r0 += rows) {

@@ -10,33 +10,41 @@
 #include "error.h"
 #include "tape_internal.h"
 
-/* The table row of position pair (i, j) of an M x M window. */
-static int relpos_row(int M, int i, int j)
+/* The table row of position pair (i, j) of an M x M window, i = yi*M + xi
+ * and j = yj*M + xj; the loops below step through the pairs in order
+ * (i, then j) with the coordinates as counters, not divisions. */
+static int relpos_row(int M, int yi, int xi, int yj, int xj)
 {
-    return (i / M - j / M + M - 1) * (2 * M - 1) + (i % M - j % M + M - 1);
+    return (yi - yj + M - 1) * (2 * M - 1) + (xi - xj + M - 1);
 }
 
 /* bias [H, T, T] = table [(2M-1)^2, H] gathered by pair. */
 static void relpos_forward(vit_real *bias, const vit_real *table, int M, int H)
 {
-    const int T = M * M;
-    for (int i = 0; i < T; i++)
-        for (int j = 0; j < T; j++) {
-            const vit_real *row = table + (size_t)relpos_row(M, i, j) * H;
-            for (int h = 0; h < H; h++) bias[((size_t)h * T + i) * T + j] = row[h];
-        }
+    const size_t TT = (size_t)M * M * M * M;
+    size_t ij = 0; /* i * T + j */
+    for (int yi = 0; yi < M; yi++)
+        for (int xi = 0; xi < M; xi++)
+            for (int yj = 0; yj < M; yj++)
+                for (int xj = 0; xj < M; xj++, ij++) {
+                    const vit_real *row = table + (size_t)relpos_row(M, yi, xi, yj, xj) * H;
+                    for (int h = 0; h < H; h++) bias[h * TT + ij] = row[h];
+                }
 }
 
 /* dtable [(2M-1)^2, H] += dbias [H, T, T] scattered back: each table entry
  * sums the pairs at its offset (in pair order, whatever the threads). */
 static void relpos_backward(vit_real *dtable, const vit_real *dbias, int M, int H)
 {
-    const int T = M * M;
-    for (int i = 0; i < T; i++)
-        for (int j = 0; j < T; j++) {
-            vit_real *row = dtable + (size_t)relpos_row(M, i, j) * H;
-            for (int h = 0; h < H; h++) row[h] += dbias[((size_t)h * T + i) * T + j];
-        }
+    const size_t TT = (size_t)M * M * M * M;
+    size_t ij = 0;
+    for (int yi = 0; yi < M; yi++)
+        for (int xi = 0; xi < M; xi++)
+            for (int yj = 0; yj < M; yj++)
+                for (int xj = 0; xj < M; xj++, ij++) {
+                    vit_real *row = dtable + (size_t)relpos_row(M, yi, xi, yj, xj) * H;
+                    for (int h = 0; h < H; h++) row[h] += dbias[h * TT + ij];
+                }
 }
 
 typedef struct relpos_ctx {

@@ -1,0 +1,140 @@
+/* Windowed attention (vit/attention.h) in float32, the training precision:
+ * a window whose tokens are consecutive rows of the grid (one window across
+ * the grid's width, no shift) is read and written in place, the others
+ * are gathered into dense blocks first and scattered back
+ * (src/kernels/attention_window.c).  Both routes must give the same bits.
+ *
+ * The same two windows of M x M tokens, side by side in an M x 2M grid
+ * (gathered) and stacked in a 2M x M grid (in place), with the tokens
+ * moved accordingly: out, lse (or the kept weights), dq, dk, dv and dbias
+ * equal bit for bit, Q, K and V read from one fused [B, N, 3D] buffer as
+ * Swin's block does.  At M = 7 (49 tokens, Swin's window: GEMMs) and
+ * M = 4 (16 tokens: src/kernels/pair_gemm.c's direct kernels), on one
+ * thread and on two.  (The float64 build checks both routes against the
+ * masked full attention and finite differences: test_attention_tiled.) */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vit/vit.h"
+
+/* Token of the side-by-side grid (row r, column c of M x 2M) in the stacked
+ * one (2M x M): window c / M of the first becomes window c / M of the
+ * second. */
+static int stacked(int M, int r, int c)
+{
+    return ((c / M) * M + r) * M + c % M;
+}
+
+static float *fill(size_t n, double f)
+{
+    float *p = malloc(n * sizeof *p);
+    ck_assert_ptr_nonnull(p);
+    for (size_t i = 0; i < n; i++)
+        p[i] = (float)sin(f * (double)i + 0.1);
+    return p;
+}
+
+/* dst's token rows (width w) = src's, moved from side by side to stacked. */
+static void restack(float *dst, const float *src, int B, int M, int w)
+{
+    const int N = 2 * M * M;
+    for (int b = 0; b < B; b++)
+        for (int r = 0; r < M; r++)
+            for (int c = 0; c < 2 * M; c++)
+                memcpy(dst + ((size_t)b * N + stacked(M, r, c)) * w,
+                       src + ((size_t)b * N + r * 2 * M + c) * w, (size_t)w * sizeof *dst);
+}
+
+static void same_bits(const char *what, const float *a, const float *b, size_t n, int M, int kept)
+{
+    ck_assert_msg(!memcmp(a, b, n * sizeof *a), "M = %d, weights %s: %s differs", M,
+                  kept ? "kept" : "remade", what);
+}
+
+/* One route: forward and backward on grid gh x gw of the fused qkv. */
+static void run(vit_window_attn w, const float *qkv, const float *dout, float *out, float *lse,
+                float *dqkv, float *dbias)
+{
+    const int D = w.heads * w.d_k;
+    ck_assert_int_eq(vit_window_attn_forward(&w, out, lse, qkv, qkv + D, qkv + 2 * D), VIT_OK);
+    ck_assert_int_eq(vit_window_attn_backward(&w, dqkv, dqkv + D, dqkv + 2 * D, dbias, dout, lse,
+                                              qkv, qkv + D, qkv + 2 * D),
+                     VIT_OK);
+}
+
+static void compare_routes(int M, int d, int kept)
+{
+    const int B = 2, H = 2, D = H * d, T = M * M, N = 2 * T;
+    const size_t nqkv = (size_t)B * N * 3 * D, nout = (size_t)B * N * D;
+    const size_t nlse = (size_t)B * H * N, nw = nlse * T, nb = (size_t)H * T * T;
+    float *qkv = fill(nqkv, 0.37), *dout = fill(nout, 0.91), *bias = fill(nb, 0.13);
+    float *qkv2 = fill(nqkv, 0), *dout2 = fill(nout, 0);
+    restack(qkv2, qkv, B, M, 3 * D);
+    restack(dout2, dout, B, M, D);
+    float *out[2], *lse[2], *probs[2], *dqkv[2], *dbias[2];
+    for (int r = 0; r < 2; r++) {
+        out[r] = calloc(nout, sizeof(float));
+        lse[r] = calloc(nlse, sizeof(float));
+        probs[r] = kept ? calloc(nw, sizeof(float)) : NULL;
+        dqkv[r] = calloc(nqkv, sizeof(float));
+        dbias[r] = calloc(nb, sizeof(float));
+        ck_assert(out[r] && lse[r] && (probs[r] || !kept) && dqkv[r] && dbias[r]);
+    }
+    vit_window_attn w;
+    memset(&w, 0, sizeof w);
+    w.batch = B, w.heads = H, w.window = M, w.d_k = w.d_v = d;
+    w.bias = bias, w.bias_heads = H, w.ld_q = w.ld_k = w.ld_v = 3 * D;
+    w.grid_h = M, w.grid_w = 2 * M, w.probs = probs[0]; /* side by side: gathered */
+    run(w, qkv, dout, out[0], lse[0], dqkv[0], dbias[0]);
+    w.grid_h = 2 * M, w.grid_w = M, w.probs = probs[1]; /* stacked: in place */
+    run(w, qkv2, dout2, out[1], lse[1], dqkv[1], dbias[1]);
+
+    float *moved = fill(nqkv, 0);
+    restack(moved, out[0], B, M, D);
+    same_bits("out", moved, out[1], nout, M, kept);
+    same_bits("lse", lse[0], lse[1], nlse, M, kept);
+    if (kept)
+        same_bits("weights", probs[0], probs[1], nw, M, kept);
+    restack(moved, dqkv[0], B, M, 3 * D);
+    same_bits("dq, dk, dv", moved, dqkv[1], nqkv, M, kept);
+    same_bits("dbias", dbias[0], dbias[1], nb, M, kept);
+    /* not a comparison of nothing: every gradient part is nonzero */
+    double top[4] = {0, 0, 0, 0};
+    for (size_t i = 0; i < nqkv; i++)
+        top[(i % (3 * D)) / D] = fmax(top[(i % (3 * D)) / D], fabs(dqkv[1][i]));
+    for (size_t i = 0; i < nb; i++)
+        top[3] = fmax(top[3], fabs(dbias[1][i]));
+    for (int u = 0; u < 4; u++)
+        ck_assert_msg(top[u] > 1e-3, "M = %d: gradient part %d is all zero", M, u);
+
+    for (int r = 0; r < 2; r++) {
+        free(out[r]), free(lse[r]), free(probs[r]), free(dqkv[r]), free(dbias[r]);
+    }
+    free(qkv), free(dout), free(bias), free(qkv2), free(dout2), free(moved);
+}
+
+START_TEST(in_place_windows_match_gathered_ones)
+{
+    ck_assert_int_eq(vit_set_threads(_i ? 2 : 1), VIT_OK);
+    for (int kept = 0; kept < 2; kept++) {
+        compare_routes(7, 32, kept); /* Swin's window and head: GEMMs */
+        compare_routes(4, 16, kept); /* 16 tokens: the direct pair kernels */
+    }
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("window");
+    TCase *tc = tcase_create("routes");
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, in_place_windows_match_gathered_ones, 0, 2);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
