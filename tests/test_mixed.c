@@ -731,9 +731,23 @@ START_TEST(training_step_within_bound)
 }
 END_TEST
 
-/* One training step of m[0] (float32) and m[1] (made with precision bf16),
- * from the same parameters, on batch B of img and labels (K classes), on
- * `threads` threads, and the checks the architectures' bf16 steps share,
+/* A model of config c at precision (ck_assert on failure), initialised
+ * from seed 7. */
+static vit_model *model_at(const vit_config *c, int precision)
+{
+    vit_model *m = vit_model_new(c);
+    ck_assert_msg(m != NULL, "%s", vit_last_error());
+    ck_assert_int_ge(vit_model_set_precision(m, precision), 0);
+    vit_rng r;
+    vit_rng_seed(&r, 7);
+    vit_model_init(m, &r);
+    return m;
+}
+
+/* One training step of two models of config c, m[0] float32 and m[1] made
+ * with precision bf16, from the same parameters, on a batch of B random
+ * images and labels, on `threads` threads, and the checks the
+ * architectures' bf16 steps share,
  * with Gf products on the longest chain from the images to the logits and
  * G on the longest to a parameter's gradient (as for the ViT, see the top).
  * Against float32:
@@ -751,9 +765,16 @@ END_TEST
  * thread, the switch by hand around the float32 model's step gives the
  * bf16 model's bits (its weights packed once per step: the same numbers as
  * packed per product).  what: the architecture, for the printed line. */
-static void step_within_bound(vit_model *m[2], const float *img, const int *labels, int B, int K,
-                              int threads, int Gf, int G, const char *matrix, const char *what)
+static void step_within_bound(const vit_config *c, int B, int threads, int Gf, int G,
+                              const char *matrix, const char *what)
 {
+    const int K = c->classes;
+    float *img = randn((size_t)B * c->image_height * c->image_width * c->channels, 1);
+    int *labels = malloc((size_t)B * sizeof *labels);
+    ck_assert_ptr_nonnull(labels);
+    for (int i = 0; i < B; i++)
+        labels[i] = (int)vit_rng_below(&rng, K);
+    vit_model *m[2] = {model_at(c, VIT_PRECISION_FP32), model_at(c, VIT_PRECISION_BF16)};
     ck_assert_int_eq(vit_set_threads(threads), VIT_OK);
     float *grads[2], *z[2];
     double loss[2];
@@ -825,22 +846,12 @@ static void step_within_bound(vit_model *m[2], const float *img, const int *labe
     check_packed_is_per_product(m[1], m[0], img, labels, B, grads[1], bf16);
     vit_tape_free(tape);
     for (int k = 0; k < 2; k++) {
+        vit_model_free(m[k]);
         free(grads[k]);
         free(z[k]);
     }
-}
-
-/* A model of config c at precision (ck_assert on failure), initialised
- * from seed 7. */
-static vit_model *model_at(const vit_config *c, int precision)
-{
-    vit_model *m = vit_model_new(c);
-    ck_assert_msg(m != NULL, "%s", vit_last_error());
-    ck_assert_int_ge(vit_model_set_precision(m, precision), 0);
-    vit_rng r;
-    vit_rng_seed(&r, 7);
-    vit_model_init(m, &r);
-    return m;
+    free(img);
+    free(labels);
 }
 
 /* The Swin's step (vit_arch "swin"): 16x16 grey images in 2x2 patches, an
@@ -856,12 +867,7 @@ static vit_model *model_at(const vit_config *c, int precision)
  * (patch, qkv, proj, fc1, fc2, merge, head). */
 START_TEST(swin_step_within_bound)
 {
-    enum { B = 8, HW = 16, K = 10 };
     const int Gf = 2 + 4 * 4 + 1, G = Gf + 1 + 4 * 4 + 1 + 1;
-    float *img = randn((size_t)B * HW * HW, 1);
-    int labels[B];
-    for (int i = 0; i < B; i++)
-        labels[i] = (int)vit_rng_below(&rng, K);
     vit_config c;
     vit_config_default(&c);
     static const char *const kv[][2] = {
@@ -871,11 +877,7 @@ START_TEST(swin_step_within_bound)
         {"heads_2", "2"}, {"mlp_ratio", "2"}};
     for (size_t i = 0; i < sizeof kv / sizeof *kv; i++)
         ck_assert_msg(vit_config_set(&c, kv[i][0], kv[i][1]) == VIT_OK, "%s", vit_last_error());
-    vit_model *m[2] = {model_at(&c, VIT_PRECISION_FP32), model_at(&c, VIT_PRECISION_BF16)};
-    step_within_bound(m, img, labels, B, K, _i + 1, Gf, G, ".w", "swin");
-    for (int k = 0; k < 2; k++)
-        vit_model_free(m[k]);
-    free(img);
+    step_within_bound(&c, 8, _i + 1, Gf, G, ".w", "swin");
 }
 END_TEST
 
@@ -917,20 +919,11 @@ static void convmlp_config(vit_config *c, const char *arch)
  * step_within_bound's, every ".w" tensor a weight matrix. */
 START_TEST(registered_arch_step_within_bound)
 {
-    enum { B = 8, HW = 12, C = 3, K = 10 };
     const int Gf = 4, G = Gf + 3 + 1;
     register_convmlp();
-    float *img = randn((size_t)B * HW * HW * C, 1);
-    int labels[B];
-    for (int i = 0; i < B; i++)
-        labels[i] = (int)vit_rng_below(&rng, K);
     vit_config c;
     convmlp_config(&c, "convmlp");
-    vit_model *m[2] = {model_at(&c, VIT_PRECISION_FP32), model_at(&c, VIT_PRECISION_BF16)};
-    step_within_bound(m, img, labels, B, K, _i + 1, Gf, G, ".w", "convmlp");
-    for (int k = 0; k < 2; k++)
-        vit_model_free(m[k]);
-    free(img);
+    step_within_bound(&c, 8, _i + 1, Gf, G, ".w", "convmlp");
 }
 END_TEST
 
