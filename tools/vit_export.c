@@ -149,8 +149,8 @@ int main(int argc, char **argv)
     if (c->data_norm) {
         char line[400];
         int at = snprintf(line, sizeof line, "note: the model normalises each channel before its "
-                          "first layer by the training set's statistics (data_norm = 1; the "
-                          "metadata's input says how): (x - mean) / std, mean");
+                          "first layer by the training set's statistics (data_norm = 1 in the "
+                          "metadata): (x - mean) / std, mean");
         for (int k = 0; k < c->channels; k++)
             at += snprintf(line + at, sizeof line - (size_t)at, "%s%.4g", k ? "," : " ",
                            c->data_mean.v[k]);
