@@ -356,10 +356,11 @@ static vit_model *trained_tiny(void)
     return m;
 }
 
-/* bf16 is the built-in architectures' (vit/model.h): for a registered one
- * it is refused, naming the architecture, whatever the CPU (this float64
- * library has no bf16 at all, yet the answer is the same), the model
- * keeping fp32; auto is fp32 for it, and fp32 is fp32. */
+/* bf16 needs the architecture's bf16_weights hook (vit/arch.h): for a
+ * registered one without it, bf16 is refused, naming the architecture,
+ * whatever the CPU (this float64 library has no bf16 at all, yet the
+ * answer is the same), the model keeping fp32; auto is fp32 for it, and
+ * fp32 is fp32.  (tests/test_mixed.c trains one with the hook.) */
 START_TEST(test_registered_arch_refuses_bf16)
 {
     vit_config c;

@@ -248,7 +248,8 @@ START_TEST(checkpoint_and_export)
     bytes[n - 1] = 0; /* the header is text; the tail is floats */
     ck_assert_ptr_nonnull(strstr(bytes + 8, "\"data_norm\":\"1\",\"data_mean\":\"0.25,0.5,0.625\","
                                             "\"data_std\":\"0.5,0.25,0.125\""));
-    ck_assert_ptr_nonnull(strstr(bytes + 8, "then (x - data_mean[c]) / data_std[c] per channel"));
+    ck_assert_ptr_nonnull(strstr(bytes + 8, "then (x - mean[c]) / std[c] for each channel c, mean "
+                                            "= [0.25, 0.5, 0.625], std = [0.5, 0.25, 0.125]"));
     free(bytes);
     for (int k = 0; k < 2; k++) {
         vit_model *l = NULL;

@@ -36,22 +36,27 @@ static vit_model *model_with_values(const vit_config *cfg, int period)
     return m;
 }
 
+static void small_config(vit_config *c, int pool)
+{
+    vit_config_default(c);
+    c->image_height = H;
+    c->image_width = W;
+    c->channels = C;
+    c->classes = K;
+    c->patch = P;
+    c->patch_stride = 0; /* non-overlapping: T above */
+    c->patch_pad = 0;
+    c->dim = D;
+    c->depth = DEPTH;
+    c->heads = HEADS;
+    c->mlp = M;
+    c->pool = pool;
+}
+
 static vit_model *small_model(int pool)
 {
     vit_config cfg;
-    vit_config_default(&cfg);
-    cfg.image_height = H;
-    cfg.image_width = W;
-    cfg.channels = C;
-    cfg.classes = K;
-    cfg.patch = P;
-    cfg.patch_stride = 0; /* non-overlapping: T above */
-    cfg.patch_pad = 0;
-    cfg.dim = D;
-    cfg.depth = DEPTH;
-    cfg.heads = HEADS;
-    cfg.mlp = M;
-    cfg.pool = pool;
+    small_config(&cfg, pool);
     return model_with_values(&cfg, 2);
 }
 
@@ -434,6 +439,63 @@ START_TEST(metadata)
     ck_assert_str_eq(meta(&g_file, "pool"), "mean");
     free_file(&g_file);
     vit_model_free(m);
+}
+END_TEST
+
+/* The metadata's "input" says what to do to an image's pixels before the
+ * weights, for each of the model's input normalisations: none; image_norm
+ * (each image's channels by their own mean and variance, the floor
+ * VIT_IMAGE_NORM_EPS); data_norm with the model's own figures, which read
+ * back from the text bitwise.  The tensors are the same in all three. */
+START_TEST(input_metadata)
+{
+    static const double mean[C] = {0.1, -1.0 / 3, 0.7}, std[C] = {0.25, 1e-6, 3};
+    static const char *const want[3] = {
+        "NCHW float32 in [0, 1], no normalization",
+        "NCHW float32 in [0, 1], then each image standardised per channel: (x - m) / sqrt(v + "
+        "0.0001), m and v the mean and (biased) variance of that channel over the image's 4x6 "
+        "pixels (image_norm = 1)",
+        "NCHW float32 in [0, 1], then (x - mean[c]) / std[c] for each channel c, mean = [0.1, "
+        "-0.3333333333333333, 0.7], std = [0.25, 1e-06, 3] (data_norm = 1: the training set's "
+        "statistics, data_mean and data_std; torchvision's Normalize(mean, std))"};
+    static st_file plain;
+    for (int k = 0; k < 3; k++) {
+        vit_config cfg;
+        small_config(&cfg, VIT_POOL_CLS);
+        cfg.image_norm = k == 1;
+        cfg.data_norm = k == 2;
+        if (k == 2) {
+            cfg.data_mean.n = cfg.data_std.n = C;
+            memcpy(cfg.data_mean.v, mean, sizeof mean);
+            memcpy(cfg.data_std.v, std, sizeof std);
+        }
+        vit_model *m = model_with_values(&cfg, 2);
+        export_small(m, "input.safetensors");
+        const char *input = meta(&g_file, "input");
+        ck_assert_msg(input && strcmp(input, want[k]) == 0, "case %d: input '%s'", k,
+                      input ? input : "(none)");
+        if (k == 2) { /* the figures in the text are the model's, to the bit */
+            const char *at = strstr(input, "mean = [");
+            for (int j = 0; j < 2 * C; j++) {
+                char *end;
+                at = j == C ? strstr(at, "std = [") + 7 : at + (j ? 2 : 8);
+                double v = strtod(at, &end);
+                ck_assert_msg(v == (j < C ? mean[j] : std[j - C]), "value %d: %.17g", j, v);
+                at = end;
+            }
+        }
+        if (k == 0) {
+            plain = g_file;
+        } else {
+            ck_assert_uint_eq(g_file.size - 8 - g_file.header_len,
+                              plain.size - 8 - plain.header_len);
+            ck_assert_int_eq(memcmp(g_file.data, plain.data, plain.size - 8 - plain.header_len),
+                             0);
+            free_file(&g_file);
+        }
+        vit_model_free(m);
+    }
+    free_file(&plain);
 }
 END_TEST
 
@@ -1269,6 +1331,7 @@ static Suite *export_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, names_shapes_offsets);
     tcase_add_test(tc, metadata);
+    tcase_add_test(tc, input_metadata);
     tcase_add_test(tc, transposes_and_patch_layout);
     tcase_add_test(tc, round_trip);
     tcase_add_test(tc, atomic_write_and_errors);

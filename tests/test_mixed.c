@@ -50,6 +50,8 @@
 
 #include "vit/vit.h"
 
+#include "../examples/convmlp.h"
+
 static vit_rng rng;
 static const double U = 1.0 / 256, EPS32 = 1.0 / 16777216;
 
@@ -729,41 +731,11 @@ START_TEST(training_step_within_bound)
 }
 END_TEST
 
-/* The Swin's step (vit_arch "swin"): 16x16 grey images in 2x2 patches, an
- * 8x8 grid in windows of 4 (the second block shifted), merged to 4x4;
- * widths 32 and 64, heads 32 wide, two blocks a stage; batch 8; _i + 1
- * threads.  Its bf16 products: the patch embedding, per block QKV, the
- * projection, fc1 and fc2, the merge's linear and the head (the window
- * attention stays float32).  So, as for the ViT (see the top), the longest
- * chain of products is, forward, Gf = 2 + 4 * 4 + 1 = 19 (patch, blocks,
- * merge, head), and to a parameter's gradient G = Gf + 1 + 4 * 4 + 1 + 1
- * = 38 (the head's dX, the blocks' and the merge's dX, the last dW).
- * Against float32 from the same parameters:
- *  - each image's logits within sqrt(Gf) 2u of their 2-norm (so each
- *    logit too);
- *  - the loss within sqrt(2) sqrt(Gf) 2u times the mean logit row norm
- *    (cross-entropy's gradient in the logits, p - y, has 2-norm at most
- *    sqrt(2); first order);
- *  - each parameter tensor's gradient within sqrt(G) 2u (relative,
- *    2-norm);
- * and bf16 really ran: the loss differs, and every weight matrix's
- * gradient and the logits by more than u / 64 somewhere (float32 sums
- * alone would differ by ~1e-7).  Where bf16 cannot run, both steps are
- * the same bits.  Then, on one thread, the switch by hand around the
- * float32 model's step gives the bf16 model's bits (its weights packed
- * once per step: the same numbers as packed per product). */
-static vit_model *swin_model(int precision)
+/* A model of config c at precision (ck_assert on failure), initialised
+ * from seed 7. */
+static vit_model *model_at(const vit_config *c, int precision)
 {
-    vit_config c;
-    vit_config_default(&c);
-    static const char *const kv[][2] = {
-        {"arch", "swin"}, {"image_height", "16"}, {"image_width", "16"}, {"channels", "1"},
-        {"classes", "10"}, {"patch", "2"}, {"window", "4"}, {"embed_dim", "32"},
-        {"stages", "2"}, {"depth_1", "2"}, {"depth_2", "2"}, {"heads_1", "1"},
-        {"heads_2", "2"}, {"mlp_ratio", "2"}};
-    for (size_t i = 0; i < sizeof kv / sizeof *kv; i++)
-        ck_assert_msg(vit_config_set(&c, kv[i][0], kv[i][1]) == VIT_OK, "%s", vit_last_error());
-    vit_model *m = vit_model_new(&c);
+    vit_model *m = vit_model_new(c);
     ck_assert_msg(m != NULL, "%s", vit_last_error());
     ck_assert_int_ge(vit_model_set_precision(m, precision), 0);
     vit_rng r;
@@ -772,28 +744,50 @@ static vit_model *swin_model(int precision)
     return m;
 }
 
-START_TEST(swin_step_within_bound)
+/* One training step of two models of config c, m[0] float32 and m[1] made
+ * with precision bf16, from the same parameters, on a batch of B random
+ * images and labels, on `threads` threads, and the checks the
+ * architectures' bf16 steps share,
+ * with Gf products on the longest chain from the images to the logits and
+ * G on the longest to a parameter's gradient (as for the ViT, see the top).
+ * Against float32:
+ *  - each image's logits within sqrt(Gf) 2u of their 2-norm (so each
+ *    logit too);
+ *  - the loss within sqrt(2) sqrt(Gf) 2u times the mean logit row norm
+ *    (cross-entropy's gradient in the logits, p - y, has 2-norm at most
+ *    sqrt(2); first order);
+ *  - each parameter tensor's gradient within sqrt(G) 2u (relative,
+ *    2-norm), none of them zero;
+ * and bf16 really ran: the loss differs, and every weight matrix's
+ * gradient (the tensors whose names contain `matrix`) and the logits by
+ * more than u / 64 somewhere (float32 sums alone would differ by ~1e-7).
+ * Where bf16 cannot run, both steps are the same bits.  Then, on one
+ * thread, the switch by hand around the float32 model's step gives the
+ * bf16 model's bits (its weights packed once per step: the same numbers as
+ * packed per product).  what: the architecture, for the printed line. */
+static void step_within_bound(const vit_config *c, int B, int threads, int Gf, int G,
+                              const char *matrix, const char *what)
 {
-    enum { B = 8, HW = 16, K = 10 };
-    const int Gf = 2 + 4 * 4 + 1, G = Gf + 1 + 4 * 4 + 1 + 1;
-    float *img = randn((size_t)B * HW * HW, 1);
-    int labels[B];
+    const int K = c->classes;
+    float *img = randn((size_t)B * c->image_height * c->image_width * c->channels, 1);
+    int *labels = malloc((size_t)B * sizeof *labels);
+    ck_assert_ptr_nonnull(labels);
     for (int i = 0; i < B; i++)
         labels[i] = (int)vit_rng_below(&rng, K);
-    ck_assert_int_eq(vit_set_threads(_i + 1), VIT_OK);
-    vit_model *m[2];
-    float *grads[2], z[2][B * K];
+    vit_model *m[2] = {model_at(c, VIT_PRECISION_FP32), model_at(c, VIT_PRECISION_BF16)};
+    ck_assert_int_eq(vit_set_threads(threads), VIT_OK);
+    float *grads[2], *z[2];
     double loss[2];
-    size_t np = 0;
+    size_t np = vit_model_param_count(m[0]);
+    ck_assert_uint_eq(vit_model_param_count(m[1]), np);
     vit_tape *tape = vit_tape_new();
     ck_assert_ptr_nonnull(tape);
     for (int k = 0; k < 2; k++) {
-        m[k] = swin_model(k ? VIT_PRECISION_BF16 : VIT_PRECISION_FP32);
-        np = vit_model_param_count(m[k]);
         ck_assert_msg(vit_model_train_grads(m[k], img, labels, B, 0.1f, &loss[k], NULL)
                       == VIT_OK, "%s", vit_last_error());
         grads[k] = malloc(np * sizeof *grads[k]);
-        ck_assert_ptr_nonnull(grads[k]);
+        z[k] = malloc((size_t)B * K * sizeof *z[k]);
+        ck_assert(grads[k] && z[k]);
         memcpy(grads[k], vit_model_grads(m[k]), np * sizeof *grads[k]);
         /* the logits: the same forward, mixed on this thread for bf16 */
         int bf = vit_model_precision(m[k]) == VIT_PRECISION_BF16;
@@ -802,7 +796,7 @@ START_TEST(swin_step_within_bound)
         vit_tensor *y = vit_model_forward(m[k], tape, img, B, 0);
         ck_assert_int_eq(vit_bf16_thread_mixed(0), bf);
         ck_assert_msg(y != NULL, "%s", vit_last_error());
-        memcpy(z[k], y->data, sizeof z[k]);
+        memcpy(z[k], y->data, (size_t)B * K * sizeof *z[k]);
     }
     int bf16 = vit_model_precision(m[1]) == VIT_PRECISION_BF16;
     ck_assert_int_eq(bf16, vit_precision_resolve(VIT_PRECISION_BF16, NULL, 0)
@@ -840,22 +834,188 @@ START_TEST(swin_step_within_bound)
             ck_assert_msg(rel <= lim, "%s: relative gradient difference %.3g above %.3g",
                           t->name, rel, lim);
             worst = fmax(worst, rel);
-            if (strstr(t->name, ".w")) /* patch, qkv, proj, fc1, fc2, merge, head */
+            if (strstr(t->name, matrix))
                 least_matrix = fmin(least_matrix, rel);
         }
         ck_assert_msg(least_matrix > U / 64, "a weight matrix's gradient within %.3g of "
                       "float32's: no bf16 rounding seen there", least_matrix);
-        printf("swin bf16 step (%d thread(s)): logits within %.2e, loss %.2e (bound %.2e), "
+        printf("%s bf16 step (%d thread(s)): logits within %.2e, loss %.2e (bound %.2e), "
                "gradients within %.2e (bound %.2e), every weight matrix's above %.2e\n",
-               _i + 1, worst_z, dl, lim_l, worst, sqrt((double)G) * 2 * U, least_matrix);
+               what, threads, worst_z, dl, lim_l, worst, sqrt((double)G) * 2 * U, least_matrix);
     }
     check_packed_is_per_product(m[1], m[0], img, labels, B, grads[1], bf16);
     vit_tape_free(tape);
     for (int k = 0; k < 2; k++) {
         vit_model_free(m[k]);
         free(grads[k]);
+        free(z[k]);
     }
     free(img);
+    free(labels);
+}
+
+/* The Swin's step (vit_arch "swin"): 16x16 grey images in 2x2 patches, an
+ * 8x8 grid in windows of 4 (the second block shifted), merged to 4x4;
+ * widths 32 and 64, heads 32 wide, two blocks a stage; batch 8; _i + 1
+ * threads.  Its bf16 products: the patch embedding, per block QKV, the
+ * projection, fc1 and fc2, the merge's linear and the head (the window
+ * attention stays float32).  So, as for the ViT (see the top), the longest
+ * chain of products is, forward, Gf = 2 + 4 * 4 + 1 = 19 (patch, blocks,
+ * merge, head), and to a parameter's gradient G = Gf + 1 + 4 * 4 + 1 + 1
+ * = 38 (the head's dX, the blocks' and the merge's dX, the last dW); the
+ * checks are step_within_bound's, every ".w" tensor a weight matrix
+ * (patch, qkv, proj, fc1, fc2, merge, head). */
+START_TEST(swin_step_within_bound)
+{
+    const int Gf = 2 + 4 * 4 + 1, G = Gf + 1 + 4 * 4 + 1 + 1;
+    vit_config c;
+    vit_config_default(&c);
+    static const char *const kv[][2] = {
+        {"arch", "swin"}, {"image_height", "16"}, {"image_width", "16"}, {"channels", "1"},
+        {"classes", "10"}, {"patch", "2"}, {"window", "4"}, {"embed_dim", "32"},
+        {"stages", "2"}, {"depth_1", "2"}, {"depth_2", "2"}, {"heads_1", "1"},
+        {"heads_2", "2"}, {"mlp_ratio", "2"}};
+    for (size_t i = 0; i < sizeof kv / sizeof *kv; i++)
+        ck_assert_msg(vit_config_set(&c, kv[i][0], kv[i][1]) == VIT_OK, "%s", vit_last_error());
+    step_within_bound(&c, 8, _i + 1, Gf, G, ".w", "swin");
+}
+END_TEST
+
+/* ---- a registered architecture's bf16 step (vit_arch.bf16_weights) ------- */
+
+/* examples/convmlp.c registered (once: a test run without fork registers
+ * it for every test), and a copy of it without its bf16_weights hook. */
+static vit_arch convmlp_fp32;
+
+static void register_convmlp(void)
+{
+    if (!vit_arch_find("convmlp"))
+        ck_assert_msg(vit_arch_register(convmlp_arch()) == VIT_OK, "%s", vit_last_error());
+    if (!vit_arch_find("convmlp_fp32")) {
+        convmlp_fp32 = *convmlp_arch();
+        convmlp_fp32.name = "convmlp_fp32";
+        convmlp_fp32.bf16_weights = NULL;
+        ck_assert_msg(vit_arch_register(&convmlp_fp32) == VIT_OK, "%s", vit_last_error());
+    }
+}
+
+static void convmlp_config(vit_config *c, const char *arch)
+{
+    vit_config_default(c);
+    static const char *const kv[][2] = {
+        {"image_height", "12"}, {"image_width", "12"}, {"channels", "3"}, {"classes", "10"},
+        {"width1", "16"}, {"width2", "32"}, {"hidden", "64"}, {"init_std", "0.3"}};
+    ck_assert_msg(vit_config_set(c, "arch", arch) == VIT_OK, "%s", vit_last_error());
+    for (size_t i = 0; i < sizeof kv / sizeof *kv; i++)
+        ck_assert_msg(vit_config_set(c, kv[i][0], kv[i][1]) == VIT_OK, "%s", vit_last_error());
+}
+
+/* The example's own architecture (examples/convmlp.c, registered as a user
+ * would) in bf16 through its hook: 12x12 colour images, batch 8, _i + 1
+ * threads.  Its bf16 products: conv1 (as a patch embedding, whose input,
+ * the images, gets no gradient), conv2, fc and the head.  The longest
+ * chain forward is Gf = 4; to a parameter's gradient G = Gf + 3 + 1 = 8
+ * (the head's, fc's and conv2's dX, then conv1's dW).  The checks are
+ * step_within_bound's, every ".w" tensor a weight matrix. */
+START_TEST(registered_arch_step_within_bound)
+{
+    const int Gf = 4, G = Gf + 3 + 1;
+    register_convmlp();
+    vit_config c;
+    convmlp_config(&c, "convmlp");
+    step_within_bound(&c, 8, _i + 1, Gf, G, ".w", "convmlp");
+}
+END_TEST
+
+/* The same architecture without the hook: bf16 refused whatever the CPU,
+ * as before the hook existed (VIT_EINVAL naming bf16 and the
+ * architecture), the model keeping fp32; auto is fp32 for it.  With the
+ * hook, auto is what the CPU resolves. */
+START_TEST(arch_without_hook_refuses_bf16)
+{
+    register_convmlp();
+    vit_config c;
+    convmlp_config(&c, "convmlp_fp32");
+    vit_model *m = vit_model_new(&c);
+    ck_assert_msg(m != NULL, "%s", vit_last_error());
+    ck_assert_int_eq(vit_model_set_precision(m, VIT_PRECISION_BF16), VIT_EINVAL);
+    ck_assert_msg(strstr(vit_last_error(), "bf16") && strstr(vit_last_error(), "not convmlp_fp32"),
+                  "%s", vit_last_error());
+    ck_assert_int_eq(vit_model_precision(m), VIT_PRECISION_FP32);
+    ck_assert_int_eq(vit_model_set_precision(m, VIT_PRECISION_AUTO), VIT_PRECISION_FP32);
+    vit_model_free(m);
+    convmlp_config(&c, "convmlp");
+    m = vit_model_new(&c);
+    ck_assert_msg(m != NULL, "%s", vit_last_error());
+    ck_assert_int_eq(vit_model_set_precision(m, VIT_PRECISION_AUTO),
+                     vit_precision_resolve(VIT_PRECISION_AUTO, NULL, 0));
+    vit_model_free(m);
+}
+END_TEST
+
+/* A hook's declarations are checked against the model's tensors: each bad
+ * one is VIT_EINVAL naming the architecture, the tensor and the problem,
+ * and the model keeps fp32; an error of the hook's own comes back as it
+ * is.  Where bf16 cannot run (VIT_BF16_CPU=none) the hook is never asked:
+ * bf16 falls back to fp32 as for the built-in architectures. */
+static int bad_case;
+
+static int bad_bf16_weights(const vit_config *cfg, const void *state, const vit_params *p,
+                            vit_arch_bf16 *set)
+{
+    (void)cfg;
+    (void)state;
+    (void)p;
+    const int AS_IS = VIT_ARCH_BF16_AS_IS; /* tensor 0 is conv1.w [27, 16] */
+    switch (bad_case) {
+    case 0: return vit_arch_bf16_add(set, 8, 0, 1, 1, 1, AS_IS);
+    case 1: return vit_arch_bf16_add(set, 0, 0, 0, 16, 16, AS_IS);
+    case 2: return vit_arch_bf16_add(set, 0, 0, 27, 16, 8, AS_IS);
+    case 3: return vit_arch_bf16_add(set, 0, 0, 27, 16, 16, 4);
+    case 4: return vit_arch_bf16_add(set, 0, 1, 27, 16, 16, AS_IS);
+    default:
+        if (vit_arch_bf16_add(set, 0, 0, 27, 16, 16, AS_IS) != VIT_OK)
+            return VIT_EINVAL;
+        return vit_set_error(VIT_EIO, "convmlp_bad: its own error");
+    }
+}
+
+START_TEST(bad_bf16_weights_refused)
+{
+    static vit_arch bad;
+    register_convmlp();
+    if (!vit_arch_find("convmlp_bad")) {
+        bad = *convmlp_arch();
+        bad.name = "convmlp_bad";
+        bad.bf16_weights = bad_bf16_weights;
+        ck_assert_msg(vit_arch_register(&bad) == VIT_OK, "%s", vit_last_error());
+    }
+    static const struct { int rc; const char *says; } want[] = {
+        {VIT_EINVAL, "convmlp_bad: tensor 8 is not one of the model's 0 .. 7"},
+        {VIT_EINVAL, "conv1.w: a 0 x 16 matrix with row stride 16"},
+        {VIT_EINVAL, "conv1.w: a 27 x 16 matrix with row stride 8"},
+        {VIT_EINVAL, "conv1.w: use 4 is not"},
+        {VIT_EINVAL, "conv1.w: a 27 x 16 matrix from value 1 with row stride 16 runs past its "
+                     "432 values"},
+        {VIT_EIO, "convmlp_bad: its own error"}};
+    int can = vit_precision_resolve(VIT_PRECISION_BF16, NULL, 0) == VIT_PRECISION_BF16;
+    vit_config c;
+    convmlp_config(&c, "convmlp_bad");
+    for (bad_case = 0; bad_case < 6; bad_case++) {
+        vit_model *m = vit_model_new(&c);
+        ck_assert_msg(m != NULL, "%s", vit_last_error());
+        int rc = vit_model_set_precision(m, VIT_PRECISION_BF16);
+        if (can) {
+            ck_assert_msg(rc == want[bad_case].rc && strstr(vit_last_error(), want[bad_case].says),
+                          "case %d: %d, '%s'", bad_case, rc, vit_last_error());
+            ck_assert_int_eq(vit_model_precision(m), VIT_PRECISION_FP32);
+        } else {
+            ck_assert_int_eq(rc, VIT_PRECISION_FP32);
+        }
+        vit_model_free(m);
+    }
+    ck_assert_int_eq(vit_arch_bf16_add(NULL, 0, 0, 1, 1, 1, VIT_ARCH_BF16_AS_IS), VIT_EINVAL);
+    ck_assert_msg(strstr(vit_last_error(), "set is NULL"), "%s", vit_last_error());
 }
 END_TEST
 
@@ -1201,6 +1361,9 @@ int main(void)
     tcase_add_test(tc, block_mlp_bad_shape_refused);
     tcase_add_loop_test(tc, training_step_within_bound, 0, 4);
     tcase_add_loop_test(tc, swin_step_within_bound, 0, 2);
+    tcase_add_loop_test(tc, registered_arch_step_within_bound, 0, 2);
+    tcase_add_test(tc, arch_without_hook_refuses_bf16);
+    tcase_add_test(tc, bad_bf16_weights_refused);
     tcase_add_test(tc, set_precision_switches_the_step);
     tcase_add_test(tc, off_is_float32);
     tcase_add_loop_test(tc, attention_core_within_bound, 0, 2);

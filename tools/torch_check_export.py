@@ -167,10 +167,7 @@ class ViT(nn.Module):
         eps = float(cfg["layer_norm_eps"])
         self.pool = cfg["global_pool"]
         self.image_norm = cfg["image_norm"]
-        # data_norm: the training set's per-channel mean and std, [1, C, 1, 1]
-        self.data_norm = None if cfg["data_mean"] is None else (
-            torch.tensor(cfg["data_mean"], dtype=torch.float64).view(1, -1, 1, 1),
-            torch.tensor(cfg["data_std"], dtype=torch.float64).view(1, -1, 1, 1))
+        self.data_norm = data_norm_of(cfg)
         self.patch_embed = PatchEmbed(cfg["channels"], D, P, S, Z, cfg["stem"], cfg["stem2"])
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D))
         self.pos_embed = nn.Parameter(torch.zeros(1, T, D))
@@ -181,13 +178,7 @@ class ViT(nn.Module):
         self.head = nn.Linear(D, cfg["classes"])
 
     def forward(self, x):
-        if self.image_norm:  # each image's channels by their own mean and std (vit_image_norm)
-            m = x.mean(dim=(2, 3), keepdim=True)
-            v = ((x - m) ** 2).mean(dim=(2, 3), keepdim=True)
-            x = (x - m) / torch.sqrt(v + 1e-4)  # VIT_IMAGE_NORM_EPS
-        if self.data_norm is not None:  # (x - mean) / std in double, as vit_data_norm
-            mean, std = self.data_norm
-            x = ((x.double() - mean) / std).to(x.dtype)
+        x = normalise(x, self.image_norm, self.data_norm)
         x = self.patch_embed(x)
         x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
         for blk in self.blocks:
@@ -195,6 +186,42 @@ class ViT(nn.Module):
         x = self.norm(x)
         x = x[:, 0] if self.pool == "token" else x[:, 1:].mean(dim=1)
         return self.head(x)
+
+
+def data_norm_of(cfg):
+    """data_norm's per-channel mean and std as [1, C, 1, 1] float64 tensors,
+    or None (cfg from config_from_meta)."""
+    if cfg["data_mean"] is None:
+        return None
+    return (torch.tensor(cfg["data_mean"], dtype=torch.float64).view(1, -1, 1, 1),
+            torch.tensor(cfg["data_std"], dtype=torch.float64).view(1, -1, 1, 1))
+
+
+def normalise(x, image_norm, data_norm):
+    """The model's input normalisation of images x [B, C, H, W], as the
+    export's metadata "input" says: with image_norm each image's channels by
+    their own mean m and (biased) variance v, (x - m) / sqrt(v + 1e-4)
+    (vit_image_norm); with data_norm = (mean, std), (x - mean[c]) / std[c]
+    (vit_data_norm); in float64 as ours, back to x's dtype."""
+    if image_norm:
+        d = x.double()
+        m = d.mean(dim=(2, 3), keepdim=True)
+        v = ((d - m) ** 2).mean(dim=(2, 3), keepdim=True)
+        x = ((d - m) / torch.sqrt(v + 1e-4)).to(x.dtype)  # VIT_IMAGE_NORM_EPS
+    if data_norm is not None:
+        mean, std = data_norm
+        x = ((x.double() - mean) / std).to(x.dtype)
+    return x
+
+
+def norm_from_meta(meta, cfg):
+    """image_norm and data_norm's figures into cfg, from an export's
+    metadata: each written only when on."""
+    cfg["image_norm"] = bool(int(meta.get("image_norm", "0")))
+    on = bool(int(meta.get("data_norm", "0")))
+    cfg["data_mean"] = [float(v) for v in meta["data_mean"].split(",")] if on else None
+    cfg["data_std"] = [float(v) for v in meta["data_std"].split(",")] if on else None
+    return cfg
 
 
 def predict_tta(model, x, flip=False):
@@ -293,11 +320,7 @@ def config_from_meta(meta):
     cfg["stem2"] = int(meta.get("stem2", "0"))  # and since its second layer
     cfg["lsa"] = bool(int(meta.get("lsa", "0")))  # adds blocks.L.attn.tau, not timm's
     cfg["local_conv"] = bool(int(meta.get("local_conv", "0")))  # adds blocks.L.local, likewise
-    cfg["image_norm"] = bool(int(meta.get("image_norm", "0")))  # written only when on
-    # data_norm (written only when on): the training set's statistics, one per channel
-    on = bool(int(meta.get("data_norm", "0")))
-    cfg["data_mean"] = [float(v) for v in meta["data_mean"].split(",")] if on else None
-    cfg["data_std"] = [float(v) for v in meta["data_std"].split(",")] if on else None
+    norm_from_meta(meta, cfg)  # image_norm, data_norm's figures
     cfg["global_pool"] = meta.get("global_pool", "token")
     cfg["layer_norm_eps"] = meta.get("layer_norm_eps", "1e-05")
     return cfg
@@ -329,6 +352,7 @@ def main():
           f"{sum(t.numel() for t in tensors.values())} parameters, loaded strictly; "
           f"dim {cfg['dim']}, depth {cfg['depth']}, heads {cfg['heads']}, pool {cfg['global_pool']}"
           f"{', lsa' if cfg['lsa'] else ''}{', local_conv' if cfg['local_conv'] else ''}"
+          f"{', image_norm' if cfg['image_norm'] else ''}"
           f"{', data_norm' if cfg['data_mean'] else ''}")
 
     with torch.no_grad():

@@ -15,8 +15,10 @@ in tools/torch_check_export.py) or the digits.
 
 The metadata keys read: image_height, image_width, channels, classes and
 the Swin keys patch, window, embed_dim, stages, depth_1.., heads_1..,
-mlp_ratio, and with data_norm = 1 data_mean and data_std (each channel of the
-test images normalised by them first).  Needs torch, torchvision and numpy; not run by the tests.
+mlp_ratio; with image_norm = 1 each test image is standardised per channel
+first (its own mean and variance, as vit_image_norm), and with data_norm = 1
+each channel normalised by data_mean and data_std (as vit_data_norm), as the
+metadata's "input" says.  Needs torch, torchvision and numpy; not run by the tests.
 Exit status 0 if everything agrees, 1 otherwise.
 
 Usage:
@@ -33,8 +35,9 @@ from torch import nn
 from torchvision.models.swin_transformer import SwinTransformer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_check_export import (in_chunks, load_digits_test, load_idx_test,  # noqa: E402
-                                read_logits, read_safetensors)
+from torch_check_export import (data_norm_of, in_chunks, load_digits_test,  # noqa: E402
+                                load_idx_test, norm_from_meta, normalise, read_logits,
+                                read_safetensors)
 
 
 def swin_config(meta):
@@ -43,7 +46,7 @@ def swin_config(meta):
                                      "patch", "window", "embed_dim", "stages", "mlp_ratio")}
     cfg["depths"] = [int(meta[f"depth_{s + 1}"]) for s in range(cfg["stages"])]
     cfg["heads"] = [int(meta[f"heads_{s + 1}"]) for s in range(cfg["stages"])]
-    return cfg
+    return norm_from_meta(meta, cfg)
 
 
 def build_swin(cfg):
@@ -90,10 +93,8 @@ def main():
     if tuple(images.shape[1:]) != (cfg["channels"], cfg["image_height"], cfg["image_width"]):
         sys.exit(f"test images {tuple(images.shape[1:])} do not fit the model's "
                  f"{cfg['image_height']}x{cfg['image_width']}x{cfg['channels']}")
-    if meta.get("data_norm", "0") == "1":  # the training set's figures, as vit_data_norm
-        mean = torch.tensor([float(v) for v in meta["data_mean"].split(",")], dtype=torch.float64)
-        std = torch.tensor([float(v) for v in meta["data_std"].split(",")], dtype=torch.float64)
-        images = ((images.double() - mean.view(1, -1, 1, 1)) / std.view(1, -1, 1, 1)).float()
+    # the model's input normalisation (metadata "input"), as our forward does it
+    images = normalise(images, cfg["image_norm"], data_norm_of(cfg))
     model = build_swin(cfg)
     load_state(model, tensors)
     print(f"{args.model}: {len(tensors)} tensors, "

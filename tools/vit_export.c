@@ -121,10 +121,15 @@ int main(int argc, char **argv)
     }
     if (c->image_norm) {
         char line[400];
+        const vit_arch *a = vit_model_arch(m);
+        const char *check = a == vit_arch_vit()             ? ", as tools/torch_check_export.py does"
+                            : strcmp(a->name, "swin") == 0 ? ", as tools/torch_check_swin.py does"
+                                                           : "";
         snprintf(line, sizeof line, "note: the model standardises each image per channel before "
-                 "its first layer (image_norm = 1 in the metadata), which timm's "
-                 "VisionTransformer does not: (x - mean) / sqrt(var + %g), each channel's over "
-                 "the image's pixels (as tools/torch_check_export.py does)", VIT_IMAGE_NORM_EPS);
+                 "its first layer (image_norm = 1; the metadata's input says how), which %s "
+                 "does not: (x - mean) / sqrt(var + %g), each channel's over the image's "
+                 "pixels%s", a->export_layout ? a->export_layout : a->name, VIT_IMAGE_NORM_EPS,
+                 check);
         cli_print_fitted(stdout, line);
     }
     if (tc.tta == VIT_TTA_SHIFT9 || tc.tta == VIT_TTA_SHIFT9_FLIP) {

@@ -18,11 +18,12 @@
  *   - describe: its multiply-adds per image, how many residual stages
  *     stochastic depth may drop, where its attention maps are (or none);
  *   - optionally export_tensor: each tensor's name and layout in an exported
- *     file (copy, transpose, Conv2d reshape), and adapt: its keys the user
- *     did not give, fitted to the data (as the ViT's patch is).
+ *     file (copy, transpose, Conv2d reshape), adapt: its keys the user
+ *     did not give, fitted to the data (as the ViT's patch is), and
+ *     bf16_weights: its weight matrices, for a bf16 training step.
  * then vit_arch_register(&my_arch) before the first config names it, and
  * `arch = NAME` in a config (or `--arch NAME` to vit_train) selects it.
- * docs/extending.md works one through; examples/example_arch.c is one.
+ * docs/extending.md works one through; examples/convmlp.c is one.
  *
  * A vit_config (vit/model.h) carries the selection and the storage:
  *     const vit_arch *arch;            NULL or vit_arch_vit(): the ViT
@@ -178,6 +179,52 @@ typedef struct vit_arch_export {
     int order;                          /* file order: by (order, layout index) */
 } vit_arch_export;
 
+/* ---- bf16: the weight matrices a training step packs ------------------------ */
+
+/* In a bf16 training step (vit_model_set_precision, vit/model.h; the
+ * recipe's precision = bf16 or auto) the matrix products of the library's
+ * layer ops on the tape (vit_op_linear, vit_op_patch_embed, vit_op_block
+ * and the attention projections; the attention core's where vit/bf16.h
+ * says) take bf16 inputs with float32 sums, and a
+ * product whose op(B) is one of the model's weight matrices reads it from a
+ * copy converted ("packed") once per step, after the optimizer's update,
+ * instead of converting it again in every product of every batch slice.
+ * An architecture offers bf16 by saying which matrices those are (its
+ * vit_arch.bf16_weights hook, which calls vit_arch_bf16_add once per matrix
+ * into the set the library hands it); one without the hook has no bf16 step.
+ * The set belongs to the library. */
+typedef struct vit_arch_bf16 vit_arch_bf16;
+
+/* How the products read a declared matrix W: as it is (y = x W: a linear
+ * layer's or a patch embedding's forward), transposed (dx = dy W^T: the
+ * gradient of that layer's input; not for a first layer whose input is the
+ * images, which get no gradient), or both.  The weight's own gradient
+ * (dW = x^T dy) reads no weight. */
+enum vit_arch_bf16_use {
+    VIT_ARCH_BF16_AS_IS = 1,
+    VIT_ARCH_BF16_TRANSPOSED = 2,
+    VIT_ARCH_BF16_BOTH = 3
+};
+
+/* Declares one weight matrix W [rows, cols] into set: the values of the
+ * model's parameter tensor `tensor` (its index in the vit_params build
+ * filled) from value `offset` of that tensor on, row i at offset + i ld
+ * (ld >= cols; cols for a whole [rows, cols] tensor, more for a column
+ * block of a wider one), read by the products as `use` says (enum
+ * vit_arch_bf16_use).  A product finds its pack by the exact operand (the
+ * address, transposition, shape and row stride it is called with): declare
+ * W as the op is given it (vit_op_linear's W [in, out]: rows in, cols out;
+ * vit_op_patch_embed's [k k C, dim]).  A matrix no product reads costs a
+ * pack per step and changes nothing; a product whose weight is not declared
+ * still runs in bf16, converting it per call (the same numbers, slower).
+ * Only inside the arch's bf16_weights hook, on its thread.  VIT_OK;
+ * VIT_EINVAL (with a message naming the architecture and the tensor) for a
+ * NULL set, a tensor out of range, rows, cols below 1, ld below cols, a use
+ * that is not one of the enum's, or a matrix that runs past the tensor's
+ * values; VIT_ENOMEM. */
+int vit_arch_bf16_add(vit_arch_bf16 *set, int tensor, size_t offset, int rows, int cols, int ld,
+                      int use);
+
 /* An architecture.  Static storage: the library keeps the pointer. */
 typedef struct vit_arch {
     const char *name;     /* [a-z0-9_]+, e.g. "vit", "swin"; the config's arch */
@@ -230,6 +277,23 @@ typedef struct vit_arch {
                          vit_arch_export *e);
     const char *export_layout; /* the file's "layout" metadata, e.g.
                                   "timm.VisionTransformer"; NULL: the name */
+
+    /* Optional: the arch's bf16 step (see vit_arch_bf16 above).  NULL: it
+     * has none: precision bf16 is VIT_EINVAL for it (whatever the CPU) and
+     * auto resolves to fp32 (vit_model_set_precision).  Else, for a model
+     * of cfg (checked), the state build made and its allocated tensors p,
+     * it declares its weight matrices with vit_arch_bf16_add(set, ...) (none
+     * is allowed: every product then converts its weight per call), and
+     * returns VIT_OK or the first error (vit_arch_bf16_add's, or its own
+     * with a message); on an error the model keeps its precision.  By
+     * offering bf16 the arch accepts that its training step's products
+     * round their inputs to bf16 (u = 2^-8 relative, vit/bf16.h); its
+     * vit_op_custom ops still see float values, evaluation and export stay
+     * float32.  Called by vit_model_set_precision when a model turns bf16
+     * (once, not per step), on the caller's thread; it must not keep set or
+     * change p's values.  The built-in vit and swin use it too. */
+    int (*bf16_weights)(const vit_config *cfg, const void *state, const vit_params *p,
+                        vit_arch_bf16 *set);
 } vit_arch;
 
 /* ---- the registry ---------------------------------------------------------- */

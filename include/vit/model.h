@@ -354,19 +354,23 @@ int vit_model_precision(const vit_model *m);
 
 /* Sets the precision of the model's later training steps (the recipe's
  * precision, vit/train_config.h), resolved by vit_precision_resolve
- * (vit/bf16.h).  bf16 is implemented for the built-in architectures, the
- * ViT and Swin: their linear layers (and the ViT's attention products
- * where heads are >= 64 wide over >= 64 keys) take bf16 inputs with
- * float32 sums, the weights packed once per step from the float32 master
+ * (vit/bf16.h).  bf16 is implemented for the architectures that declare
+ * their weight matrices (vit_arch.bf16_weights, vit/arch.h): the built-in
+ * ViT and Swin, and a registered one that offers it.  Their products (the
+ * linear layers, patch embeddings, and the ViT's attention products where
+ * heads are >= 64 wide over >= 64 keys) take bf16 inputs with float32
+ * sums, the declared weights packed once per step from the float32 master
  * weights; Swin's window attention, every softmax, layer norm, reduction,
- * the loss and the optimizer stay float32.  An architecture registered
- * with vit_arch_register has no bf16 step (the library cannot tell which
- * of its tensors are weight matrices, nor whether its own ops stand bf16
- * inputs): bf16 is VIT_EINVAL for it, naming the architecture, and auto
- * resolves to fp32.  Returns what it resolved to (VIT_PRECISION_FP32 or
- * _BF16); VIT_EINVAL for a NULL m, a precision that is not one of
- * VIT_PRECISION_* or bf16 for a registered architecture, VIT_ENOMEM (then
- * the model keeps its precision).  Not while the model trains. */
+ * the loss and the optimizer stay float32.  For an architecture without
+ * the hook (the library cannot tell which of its tensors are weight
+ * matrices, nor whether it trains within bf16's rounding) bf16 is
+ * VIT_EINVAL, naming the architecture, whatever the CPU, and auto resolves
+ * to fp32.  Turning bf16 on calls the hook (once).  Returns what it
+ * resolved to (VIT_PRECISION_FP32 or _BF16); VIT_EINVAL for a NULL m, a
+ * precision that is not one of VIT_PRECISION_* or bf16 for an architecture
+ * without the hook; the hook's error (a declaration vit_arch_bf16_add
+ * refused, VIT_ENOMEM); on an error the model keeps its precision.  Not
+ * while the model trains. */
 int vit_model_set_precision(vit_model *m, int precision);
 
 /* Activation checkpointing of the model's later training steps (the

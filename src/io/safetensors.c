@@ -260,6 +260,38 @@ static int is_adamw_key(const char *key)
     return 0;
 }
 
+/* What a user of the weights does to an image's pixels first: the
+ * metadata's "input", for each of the model's normalisations (image_norm,
+ * data_norm with its figures, or none), as vit_image_norm and
+ * vit_data_norm compute it. */
+static void input_text(const vit_config *c, char *out, size_t cap)
+{
+    int at = snprintf(out, cap, "NCHW float32 in [0, 1], ");
+    if (c->image_norm) {
+        snprintf(out + at, cap - (size_t)at, "then each image standardised per channel: (x - m) "
+                 "/ sqrt(v + %g), m and v the mean and (biased) variance of that channel over "
+                 "the image's %dx%d pixels (image_norm = 1)", VIT_IMAGE_NORM_EPS,
+                 c->image_height, c->image_width);
+        return;
+    }
+    if (!c->data_norm) {
+        snprintf(out + at, cap - (size_t)at, "no normalization");
+        return;
+    }
+    const vit_channel_values *v[2] = {&c->data_mean, &c->data_std};
+    at += snprintf(out + at, cap - (size_t)at, "then (x - mean[c]) / std[c] for each channel c");
+    for (int k = 0; k < 2; k++) {
+        char t[32];
+        at += snprintf(out + at, cap - (size_t)at, ", %s = [", k ? "std" : "mean");
+        for (int i = 0; i < v[k]->n; i++)
+            at += snprintf(out + at, cap - (size_t)at, "%s%s", i ? ", " : "",
+                           vit_fmt_double(v[k]->v[i], t));
+        at += snprintf(out + at, cap - (size_t)at, "]");
+    }
+    snprintf(out + at, cap - (size_t)at, " (data_norm = 1: the training set's statistics, "
+             "data_mean and data_std; torchvision's Normalize(mean, std))");
+}
+
 /* The JSON header, padded with spaces to a multiple of 8 bytes. */
 static int header_json(sbuf *b, const vit_config *c, const vit_train_config *tc,
                        char *const *class_names, const vit_data_fit *fit, const plan_tensor *o,
@@ -291,13 +323,11 @@ static int header_json(sbuf *b, const vit_config *c, const vit_train_config *tc,
     if (a == vit_arch_vit())
         sb_printf(b, ",\"global_pool\":\"%s\"", c->pool == VIT_POOL_MEAN ? "avg" : "token");
     /* ln_eps is the ViT's key; other architectures' layer norms use the default */
-    sb_printf(b, ",\"layer_norm_eps\":\"%g\",\"activation\":\"gelu_exact\","
-                 "\"input\":\"NCHW float32 in [0, 1], %s\"",
-              a == vit_arch_vit() ? c->ln_eps : VIT_LAYERNORM_EPS,
-              c->data_norm ? "then (x - data_mean[c]) / data_std[c] per channel (data_norm, the "
-                             "training set's statistics; torchvision's Normalize(data_mean, "
-                             "data_std))"
-                           : "no normalization");
+    sb_printf(b, ",\"layer_norm_eps\":\"%g\",\"activation\":\"gelu_exact\",\"input\":",
+              a == vit_arch_vit() ? c->ln_eps : VIT_LAYERNORM_EPS);
+    char input[1024];
+    input_text(c, input, sizeof input);
+    sb_json_string(b, input);
     /* The weights compute one pass; a model that uses test-time
      * augmentation was scored otherwise (vit_predict_tta, evaluate.c). */
     if (tc && tc->tta == VIT_TTA_SHIFT9)

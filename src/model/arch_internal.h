@@ -1,5 +1,6 @@
 /* Internal: the architecture registry's and config parser's shared parts
- * (arch.c, model_config.c, model_vit.c). */
+ * (arch.c, model_config.c, model_vit.c) and the bf16 seam (arch_bf16.c,
+ * model.c). */
 #ifndef VIT_SRC_ARCH_INTERNAL_H
 #define VIT_SRC_ARCH_INTERNAL_H
 
@@ -24,5 +25,14 @@ int vit_arch_key_format(const vit_arch_key *k, const void *base, char *out, size
 
 /* Every key of a within its range at base: VIT_OK or VIT_EINVAL naming it. */
 int vit_arch_keys_check(const vit_arch *a, const void *base);
+
+/* bf16 (arch_bf16.c): the weight matrices a's bf16_weights hook declares
+ * for a model of cfg (the state build made, p allocated), as the operands a
+ * step packs (mixed.h): *out a new set the caller frees
+ * (vit_mixed_weights_free), NULL on error.  VIT_EINVAL naming a when it has
+ * no hook (bf16 refused), or the hook's error. */
+typedef struct vit_mixed_weights vit_mixed_weights;
+int vit_arch_bf16_layout(const vit_arch *a, const vit_config *cfg, const void *state,
+                         vit_params *p, vit_mixed_weights **out);
 
 #endif

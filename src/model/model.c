@@ -18,8 +18,6 @@
 #include "fastmath.h"
 #include "mixed.h"
 #include "slice_sum.h"
-#include "model_swin.h"
-#include "model_vit.h"
 #include "arch_internal.h"
 #include "threads.h"
 #include "vit/activations.h"
@@ -59,24 +57,17 @@ struct vit_model {
     vit_slice_sum *gather;   /* several slices' reports (vit_train_extras.grads_ready) */
 };
 
-/* The built-in architectures have a bf16 step: their weight matrices
- * packed once per step (model_vit.h, model_swin.h).  Another architecture
- * (vit_arch_register) has none: the library cannot tell which of its
- * tensors are weight matrices, nor whether its own ops (vit_op_custom)
- * would stand bf16 inputs, so bf16 is refused for it (vit/model.h). */
+/* An architecture has a bf16 step when it declares its weight matrices
+ * (vit_arch.bf16_weights: the built-in ViT and Swin, and any registered
+ * one that offers it); they are packed once per step (arch_bf16.c). */
 static int has_mixed(const vit_arch *a)
 {
-    return a == vit_arch_vit() || a == &vit_arch_swin_def;
+    return a->bf16_weights != NULL;
 }
 
 static int mixed_layout(vit_model *m)
 {
-    if (m->arch == vit_arch_vit())
-        return vit_vit_mixed_layout(&m->cfg, m->state, m->P, &m->mixed);
-    if (m->arch == &vit_arch_swin_def)
-        return vit_swin_mixed_layout(m->state, m->P, &m->mixed);
-    return vit_fail(VIT_EINVAL, "precision: bf16 is implemented for the built-in "
-                    "architectures (vit, swin) only, not %s (use fp32)", m->arch->name);
+    return vit_arch_bf16_layout(m->arch, &m->cfg, m->state, m->P, &m->mixed);
 }
 
 vit_model *vit_model_new(const vit_config *cfg)

@@ -418,10 +418,33 @@ int vit_config_load(vit_config *c, vit_train_config *tc, const char *path)
     return vit_config_parse(c, tc, text, path);
 }
 
+/* The keys written after the recipe: each only when its switch (an int
+ * field of vit_config) is on, and a list only when it holds values, so
+ * that the text of every model without them stays as it was. */
+static const struct trailing_key {
+    int field;     /* in fields[] */
+    size_t on;     /* offset of its switch */
+} trailing[] = {
+    {IMAGE_NORM, offsetof(vit_config, image_norm)},
+    {DATA_NORM, offsetof(vit_config, data_norm)},
+    {DATA_MEAN, offsetof(vit_config, data_norm)}, /* once known */
+    {DATA_STD, offsetof(vit_config, data_norm)},
+};
+
+static int trailing_written(const vit_config *c, const struct trailing_key *k)
+{
+    const vit_cfg_field *f = &fields[k->field];
+    if (!*(const int *)((const char *)c + k->on))
+        return 0;
+    return f->kind != VIT_CFG_CHANNELS
+           || ((const vit_channel_values *)((const char *)c + f->offset))->n > 0;
+}
+
 /* The data's shape, then `arch` (not for the ViT, whose text is as it was
  * before the seam) and the architecture's keys, then the recipe with
- * init_std after scale (without a recipe: init_std last), the order of the
- * text before the network and the recipe were split. */
+ * init_std after scale (without a recipe: init_std after the arch's keys),
+ * the order of the text before the network and the recipe were split;
+ * then the trailing keys. */
 int vit_config_format(const vit_config *c, const vit_train_config *tc, char *buf, size_t cap)
 {
     if (!c || !buf)
@@ -433,45 +456,38 @@ int vit_config_format(const vit_config *c, const vit_train_config *tc, char *buf
     if (!tc)
         nt = 0;
     size_t len = 0;
-    /* the data's shape, arch, its keys, the recipe, then the trailing keys:
-     * init_std (if not written after scale), image_norm, data_norm and its
-     * statistics (each only when it is on and known) */
-    int ntrail = 5, nlines = NDATA + 1 + a->nkeys + nt + ntrail;
-    for (int i = 0, init_done = 0; i < nlines; i++) {
-        size_t room = len < cap ? cap - len : 0;
-        int n, j = i - NDATA; /* 0: arch, 1 .. nkeys: its keys, then the recipe */
-        if (i < NDATA)
-            n = vit_cfg_field_format(c, &fields[i], buf + len, room);
-        else if (j == 0 && a == vit_arch_vit())
-            continue;
-        else if (j == 0)
-            n = snprintf(buf + len, room, "arch = %s\n", a->name);
-        else if (j <= a->nkeys)
-            n = vit_arch_key_format(&a->keys[j - 1], base, buf + len, room);
-        else if (j - a->nkeys - 1 < nt) {
-            const vit_cfg_field *f = &t[j - a->nkeys - 1];
-            n = vit_cfg_field_format(tc, f, buf + len, room);
-            if (n >= 0 && (size_t)n < room && strcmp(f->key, SCALE_KEY) == 0) {
-                int m = vit_cfg_field_format(c, &fields[INIT_STD], buf + len + n, room - (size_t)n);
-                n = m < 0 ? m : n + m;
-                init_done = 1;
-            }
-        } else {
-            int trail = i - (nlines - ntrail); /* 0: init_std, 1: image_norm, 2 .. 4: data_norm's */
-            int on = trail == 0   ? !init_done
-                     : trail == 1 ? c->image_norm
-                     : trail == 2 ? c->data_norm
-                     : trail == 3 ? c->data_norm && c->data_mean.n > 0
-                                  : c->data_norm && c->data_std.n > 0;
-            if (!on)
-                continue;
-            n = vit_cfg_field_format(c, &fields[trail == 0 ? INIT_STD : IMAGE_NORM + trail - 1],
-                                     buf + len, room);
+    /* One line by `call`, which writes at `out` into `room` bytes and
+     * returns snprintf's count. */
+#define PUT(call)                                                                          \
+    do {                                                                                   \
+        char *out = buf + len;                                                             \
+        size_t room = cap - len;                                                           \
+        int n_ = (call);                                                                   \
+        if (n_ < 0 || (size_t)n_ >= room)                                                  \
+            return vit_fail(VIT_EINVAL, "vit_config_format: buffer of %zu bytes too small", \
+                            cap);                                                          \
+        len += (size_t)n_;                                                                 \
+    } while (0)
+    for (int i = 0; i < NDATA; i++)
+        PUT(vit_cfg_field_format(c, &fields[i], out, room));
+    if (a != vit_arch_vit())
+        PUT(snprintf(out, room, "arch = %s\n", a->name));
+    for (int k = 0; k < a->nkeys; k++)
+        PUT(vit_arch_key_format(&a->keys[k], base, out, room));
+    int init_done = 0;
+    for (int k = 0; k < nt; k++) {
+        PUT(vit_cfg_field_format(tc, &t[k], out, room));
+        if (strcmp(t[k].key, SCALE_KEY) == 0) {
+            PUT(vit_cfg_field_format(c, &fields[INIT_STD], out, room));
+            init_done = 1;
         }
-        if (n < 0 || (size_t)n >= room)
-            return vit_fail(VIT_EINVAL, "vit_config_format: buffer of %zu bytes too small", cap);
-        len += (size_t)n;
     }
+    if (!init_done)
+        PUT(vit_cfg_field_format(c, &fields[INIT_STD], out, room));
+    for (size_t k = 0; k < sizeof trailing / sizeof trailing[0]; k++)
+        if (trailing_written(c, &trailing[k]))
+            PUT(vit_cfg_field_format(c, &fields[trailing[k].field], out, room));
+#undef PUT
     return (int)len;
 }
 

@@ -40,7 +40,6 @@
 #include <string.h>
 
 #include "arch_internal.h"
-#include "model_swin.h"
 #include "tape_internal.h"
 #include "error.h"
 #include "mixed.h"
@@ -434,28 +433,22 @@ static vit_tensor *run(const swin *m, vit_tape *tape, leaf_fn leaf, const void *
 
 /* ---- bf16 ---------------------------------------------------------------- */
 
-/* The operands op(B) of the weight matrices' products, packed once per step
- * for the bf16 step (mixed.h): each linear weight W [in, out] as itself
- * (y = x W) and transposed (dx = dy W^T), the patch weights only as
- * themselves (the images get no gradient).  The window attention's
- * products are not among them: they multiply activations (and stay
- * float32 at Swin's widths, tape_ops_window.c). */
-int vit_swin_mixed_layout(const void *state, vit_params *P, vit_mixed_weights **out)
+/* The weight matrices of the bf16 step (vit_arch.bf16_weights): each
+ * linear weight W [in, out] as itself (y = x W) and transposed (dx = dy
+ * W^T), the patch weights only as themselves (the images get no
+ * gradient).  The window attention's products are not among them: they
+ * multiply activations (and stay float32 at Swin's widths,
+ * tape_ops_window.c). */
+static int swin_bf16_weights(const vit_config *cfg, const void *state, const vit_params *P,
+                             vit_arch_bf16 *set)
 {
+    (void)cfg;
+    (void)P;
     const swin *m = state;
     const swin_cfg *c = &m->cfg;
-    vit_mixed_weights *w = vit_mixed_weights_new();
-    if (!(*out = w))
-        return VIT_ENOMEM;
-    const float *p = (const float *)vit_params_values(P);
-#define OFF(ix) (p + vit_params_tensor(P, ix)->offset)
-#define BOTH(ix, in, o)                                                        \
-    do {                                                                       \
-        TRY(vit_mixed_weights_add(w, 0, in, o, OFF(ix), o));                   \
-        TRY(vit_mixed_weights_add(w, 1, o, in, OFF(ix), o));                   \
-    } while (0)
-    TRY(vit_mixed_weights_add(w, 0, c->patch * c->patch * c->channels, c->dim,
-                              OFF(m->end[E_PATCH_W]), c->dim));
+#define BOTH(ix, in, o) TRY(vit_arch_bf16_add(set, ix, 0, in, o, o, VIT_ARCH_BF16_BOTH))
+    TRY(vit_arch_bf16_add(set, m->end[E_PATCH_W], 0, c->patch * c->patch * c->channels, c->dim,
+                          c->dim, VIT_ARCH_BF16_AS_IS));
     int b = 0;
     for (int s = 0; s < c->stages; s++) {
         int C = width_of(c, s), F = c->mlp_ratio * C;
@@ -471,7 +464,6 @@ int vit_swin_mixed_layout(const void *state, vit_params *P, vit_mixed_weights **
     }
     BOTH(m->end[E_HEAD_W], width_of(c, c->stages - 1), c->classes);
 #undef BOTH
-#undef OFF
     return VIT_OK;
 }
 
@@ -668,4 +660,5 @@ const vit_arch vit_arch_swin_def = {
     .describe = swin_describe,
     .export_tensor = swin_export_tensor,
     .export_layout = "torchvision.SwinTransformer",
+    .bf16_weights = swin_bf16_weights,
 };

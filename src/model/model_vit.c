@@ -14,7 +14,7 @@
  * The attention weights are contiguous in the layout vit_mha expects, so one
  * leaf over that range feeds vit_op_mha.
  */
-#include "model_vit.h"
+#include "vit/model.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -184,51 +184,41 @@ oom:
     return vit_fail(VIT_ENOMEM, "vit: out of memory for the model's state");
 }
 
-/* The operands op(B) of the weight matrices' products, for packing once
- * per step (mixed.h): W [in, out] as itself (y = x W) and transposed
- * (dx = dy W^T); the patch weights only as themselves (the images get no
- * gradient) unless a stem's feature map wants one, and the stem's weights
- * as themselves; the last block's Q and K|V column blocks of W_QKV too,
- * which its class-token-only attention multiplies separately. */
-int vit_vit_mixed_layout(const vit_config *c, const void *state, vit_params *P,
-                         vit_mixed_weights **out)
+/* The weight matrices of the bf16 step (vit_arch.bf16_weights): each W
+ * [in, out] as itself (y = x W) and transposed (dx = dy W^T); the patch
+ * weights only as themselves (the images get no gradient) unless a stem's
+ * feature map wants one, and the stem's weights as themselves; the last
+ * block's Q and K|V column blocks of W_QKV too, which its class-token-only
+ * attention multiplies separately. */
+static int bf16_weights(const vit_config *c, const void *state, const vit_params *P,
+                        vit_arch_bf16 *set)
 {
+    (void)P;
     const vit_state *m = state;
-    vit_mixed_weights *w = vit_mixed_weights_new();
-    if (!(*out = w))
-        return VIT_ENOMEM;
-    const float *p = (const float *)vit_params_values(P);
-#define OFF(ix) (p + vit_params_tensor(P, ix)->offset)
-#define BOTH(B, in, out, ld)                                                   \
-    do {                                                                       \
-        TRY(vit_mixed_weights_add(w, 0, in, out, B, ld));                      \
-        TRY(vit_mixed_weights_add(w, 1, out, in, B, ld));                      \
-    } while (0)
-    int D = c->dim, NP = c->patch * c->patch * m->patch.channels;
+#define ADD(ix, off, in, out, ld, use) TRY(vit_arch_bf16_add(set, ix, off, in, out, ld, use))
+    const int D = c->dim, NP = c->patch * c->patch * m->patch.channels;
+    const int AS_IS = VIT_ARCH_BF16_AS_IS, BOTH = VIT_ARCH_BF16_BOTH;
     if (c->stem > 0) { /* the patch embedding's input then wants its gradient */
-        TRY(vit_mixed_weights_add(w, 0, 9 * c->channels, c->stem, OFF(m->ix[VIT_MT_STEM_W]),
-                                  c->stem));
+        ADD(m->ix[VIT_MT_STEM_W], 0, 9 * c->channels, c->stem, c->stem, AS_IS);
         if (c->stem2 > 0) /* and so does stem2's */
-            BOTH(OFF(m->ix[VIT_MT_STEM2_W]), 16 * c->stem, c->stem2, c->stem2);
-        BOTH(OFF(m->ix[VIT_MT_PATCH_W]), NP, D, D);
+            ADD(m->ix[VIT_MT_STEM2_W], 0, 16 * c->stem, c->stem2, c->stem2, BOTH);
+        ADD(m->ix[VIT_MT_PATCH_W], 0, NP, D, D, BOTH);
     } else {
-        TRY(vit_mixed_weights_add(w, 0, NP, D, OFF(m->ix[VIT_MT_PATCH_W]), D));
+        ADD(m->ix[VIT_MT_PATCH_W], 0, NP, D, D, AS_IS);
     }
     for (int l = 0; l < c->depth; l++) {
         const int *ix = m->blocks[l].ix;
-        const float *qkv = OFF(ix[VIT_MT_W_QKV]);
-        BOTH(qkv, D, 3 * D, 3 * D);
+        ADD(ix[VIT_MT_W_QKV], 0, D, 3 * D, 3 * D, BOTH);
         if (l == c->depth - 1 && c->pool == VIT_POOL_CLS) { /* block_graph's cls_only */
-            BOTH(qkv, D, D, 3 * D);
-            BOTH(qkv + D, D, 2 * D, 3 * D);
+            ADD(ix[VIT_MT_W_QKV], 0, D, D, 3 * D, BOTH);
+            ADD(ix[VIT_MT_W_QKV], (size_t)D, D, 2 * D, 3 * D, BOTH);
         }
-        BOTH(OFF(ix[VIT_MT_W_O]), D, D, D);
-        BOTH(OFF(ix[VIT_MT_W1]), D, c->mlp, c->mlp);
-        BOTH(OFF(ix[VIT_MT_W2]), c->mlp, D, D);
+        ADD(ix[VIT_MT_W_O], 0, D, D, D, BOTH);
+        ADD(ix[VIT_MT_W1], 0, D, c->mlp, c->mlp, BOTH);
+        ADD(ix[VIT_MT_W2], 0, c->mlp, D, D, BOTH);
     }
-    BOTH(OFF(m->ix[VIT_MT_HEAD_W]), D, c->classes, c->classes);
-#undef BOTH
-#undef OFF
+    ADD(m->ix[VIT_MT_HEAD_W], 0, D, c->classes, c->classes, BOTH);
+#undef ADD
     return VIT_OK;
 }
 
@@ -454,4 +444,5 @@ const vit_arch vit_arch_vit_def = {
     .describe = describe,
     .export_tensor = export_tensor,
     .export_layout = "timm.VisionTransformer",
+    .bf16_weights = bf16_weights,
 };
