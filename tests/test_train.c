@@ -1602,6 +1602,8 @@ typedef struct budget_watch {
     int shortened;     /* plans that gave fewer epochs than the one before */
     double last_lr;    /* of the last step */
     double sleep_s;    /* per step from epoch 2 on: the machine slows down */
+    int cut_after_steps; /* the last plan came after the last step, at an epoch's end that
+                            it made the run's last */
 } budget_watch;
 
 static int on_budget_event(const vit_train_event *ev, void *user)
@@ -1613,8 +1615,10 @@ static int on_budget_event(const vit_train_event *ev, void *user)
         else
             w->shortened += ev->at->epochs < w->epochs;
         w->epochs = ev->at->epochs;
+        w->cut_after_steps = (unsigned long long)ev->at->epochs == ev->at->epoch;
     }
     if (ev->kind == VIT_TRAIN_STEP) {
+        w->cut_after_steps = 0;
         w->last_lr = ev->lr;
         if (ev->at->epoch >= 1) {
             struct timespec ts = {0, (long)(w->sleep_s * 1e9)};
@@ -1681,14 +1685,25 @@ START_TEST(test_budget_holds)
         return;
     }
     ck_assert_int_eq(res.epochs_done, at->epochs);
-    /* The schedule's end is the run's end: the last step's learning rate
-     * is the cosine's last before min_lr, which it reaches there. */
     ck_assert_int_eq((long)at->step, at->total_steps);
     ck_assert(vit_lr_at(at->total_steps, at->total_steps, at->warmup_steps, tc.lr, tc.min_lr)
               == tc.min_lr);
-    ck_assert(w.last_lr == vit_lr_at(at->total_steps - 1, at->total_steps, at->warmup_steps,
-                                      tc.lr, tc.min_lr));
-    ck_assert(w.last_lr - tc.min_lr < 1e-3 * (tc.lr - tc.min_lr));
+    if (w.cut_after_steps) {
+        /* The machine slowed down more than the plans saw (another job's
+         * load: CI runs two tests at a time) and a plan made after the
+         * last step, at that epoch's end, ended the run there (or gave up
+         * the final views): the ceiling holding at an epoch's end, as
+         * out_of_budget is inside one.  Its schedule has no step left to
+         * follow, so the last step's rate was the plan before's.  (Seen
+         * once under ASan in a whole-suite run.) */
+        printf("cut at the end of epoch %d: the schedule's end is not checked\n", at->epochs);
+    } else {
+        /* The schedule's end is the run's end: the last step's learning
+         * rate is the cosine's last before min_lr, which it reaches there. */
+        ck_assert(w.last_lr == vit_lr_at(at->total_steps - 1, at->total_steps,
+                                          at->warmup_steps, tc.lr, tc.min_lr));
+        ck_assert(w.last_lr - tc.min_lr < 1e-3 * (tc.lr - tc.min_lr));
+    }
     /* The plan is the run's: its checkpoint keeps the epochs. */
     char path[128];
     snprintf(path, sizeof path, "%s/last.ckpt", dir);
