@@ -10,7 +10,8 @@
  * equal bit for bit, Q, K and V read from one fused [B, N, 3D] buffer as
  * Swin's block does.  At M = 7 (49 tokens, Swin's window: GEMMs) and
  * M = 4 (16 tokens: src/kernels/pair_gemm.c's direct kernels), on one
- * thread and on two.  (The float64 build checks both routes against the
+ * thread and on two.  And through the tape, whose op writes a fresh
+ * gradient whole instead of clearing and adding to it.  (The float64 build checks both routes against the
  * masked full attention and finite differences: test_attention_tiled.) */
 #include <check.h>
 #include <math.h>
@@ -125,12 +126,68 @@ START_TEST(in_place_windows_match_gathered_ones)
 }
 END_TEST
 
+/* The tape's op writes a fresh gradient of qkv whole instead of clearing it
+ * and adding (src/tape/tape_ops_window.c): through a tape, qkv made by an
+ * op (so that its gradient is the tape's, not cleared), the leaf's
+ * gradient must equal the kernel's backward added to zeros, bit for bit,
+ * on both routes (side by side: gathered; stacked: in place) and with a
+ * shift, the weights kept or remade. */
+static void tape_case(int M, int gh, int gw, int shift, int kept)
+{
+    const int B = 2, H = 2, d = M == 7 ? 32 : 16, D = H * d, N = gh * gw;
+    const size_t nqkv = (size_t)B * N * 3 * D, nout = (size_t)B * N * D;
+    float *qkv = fill(nqkv, 0.37), *dout = fill(nout, 0.91), *zero = fill(nqkv, 0);
+    float *leaf_grad = fill(nqkv, 0), *ref = fill(nqkv, 0), *out = fill(nout, 0);
+    memset(zero, 0, nqkv * sizeof *zero);
+    memset(leaf_grad, 0, nqkv * sizeof *leaf_grad);
+    memset(ref, 0, nqkv * sizeof *ref);
+    vit_window_attn w;
+    memset(&w, 0, sizeof w);
+    w.batch = B, w.heads = H, w.window = M, w.d_k = w.d_v = d, w.grid_h = gh, w.grid_w = gw;
+    w.shift = shift, w.ld_q = w.ld_k = w.ld_v = 3 * D;
+    float *lse = fill((size_t)B * H * N, 0), *probs = fill((size_t)B * H * N * M * M, 0);
+    w.probs = kept ? probs : NULL; /* as the op keeps them */
+    ck_assert_int_eq(vit_window_attn_forward(&w, out, kept ? NULL : lse, qkv, qkv + D,
+                                             qkv + 2 * D), VIT_OK);
+    ck_assert_int_eq(vit_window_attn_backward(&w, ref, ref + D, ref + 2 * D, NULL, dout, lse, qkv,
+                                              qkv + D, qkv + 2 * D), VIT_OK);
+
+    vit_tape *t = vit_tape_new();
+    ck_assert_ptr_nonnull(t);
+    int shape[3] = {B, N, 3 * D};
+    vit_tensor *x = vit_tape_leaf(t, qkv, leaf_grad, 3, shape);
+    vit_tensor *z = vit_tape_leaf(t, zero, NULL, 3, shape);
+    vit_window_opts o = {.heads = H, .grid_h = gh, .grid_w = gw, .window = M, .shift = shift,
+                         .keep_weights = kept};
+    vit_tensor *y = vit_op_window_attn(t, vit_op_add(t, x, z), NULL, &o);
+    ck_assert_ptr_nonnull(y);
+    ck_assert_int_eq(vit_tape_backward_from(t, y, dout), VIT_OK);
+    ck_assert_msg(!memcmp(leaf_grad, ref, nqkv * sizeof *ref),
+                  "M = %d, grid %d x %d, shift %d, weights %s: the tape's dqkv differs", M, gh, gw,
+                  shift, kept ? "kept" : "remade");
+    vit_tape_free(t);
+    free(qkv), free(dout), free(zero), free(leaf_grad), free(ref), free(out), free(lse), free(probs);
+}
+
+START_TEST(tape_writes_fresh_gradients_whole)
+{
+    ck_assert_int_eq(vit_set_threads(_i ? 2 : 1), VIT_OK);
+    for (int kept = 0; kept < 2; kept++)
+        for (int M = 4; M <= 7; M += 3) {
+            tape_case(M, M, 2 * M, 0, kept);     /* gathered */
+            tape_case(M, 2 * M, M, 0, kept);     /* in place */
+            tape_case(M, 2 * M, 2 * M, M / 2, kept); /* shifted */
+        }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("window");
     TCase *tc = tcase_create("routes");
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, in_place_windows_match_gathered_ones, 0, 2);
+    tcase_add_loop_test(tc, tape_writes_fresh_gradients_whole, 0, 2);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

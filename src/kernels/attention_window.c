@@ -22,6 +22,7 @@
 #include "fastmath.h"
 #include "pair_gemm.h"
 #include "threads.h"
+#include "window_internal.h"
 
 /* ---- Shapes ------------------------------------------------------------- */
 
@@ -237,6 +238,7 @@ typedef struct {
     int dbias_heads;
     int direct;              /* the products on src/kernels/pair_gemm.c's kernels */
     int contig;              /* each window's tokens are consecutive rows (window_rows) */
+    int overwrite;           /* backward: dq, dk, dv written, not added to */
 } wjob;
 
 typedef struct {
@@ -481,6 +483,23 @@ int vit_window_attn_forward(const vit_window_attn *w, vit_real *out, vit_real *l
 
 /* ---- Backward -------------------------------------------------------------- */
 
+/* A window's gradient rows C_w [T, d] = op(A) B into dst (the head's
+ * columns, rows ld apart) at the window's tokens: added through the slab's
+ * tmp; or, when the gradient is written whole (J->overwrite), copied from
+ * tmp, or where the window's tokens are consecutive rows (J->contig)
+ * written there by the product itself, as the forward writes O_w. */
+static void grad_rows(const wjob *J, const wslab *sl, int ta, int d, const vit_real *A,
+                      wrows B, vit_real *dst, int ld)
+{
+    const int T = J->g.T;
+    if (J->overwrite && J->contig) {
+        w_rows(J->direct, ta, T, d, A, B, dst + (size_t)sl->tok[0] * ld, ld);
+        return;
+    }
+    w_rows(J->direct, ta, T, d, A, B, sl->tmp, d);
+    scatter(dst, sl->tmp, sl->tok, T, d, ld, !J->overwrite);
+}
+
 /* One window: with P the forward's (w->probs) or remade from the scores
  * and the forward's lse,
  *   dV_w = P^T dO_w,  dP = dO_w V_w^T,  dS = P .* (dP - rowsum(dP .* P)),
@@ -507,10 +526,8 @@ static void window_backward(wjob *J, size_t t, wslab *sl, vit_real *dbias)
     }
     wrows dout = window_rows(J, sl, sl->o, J->dout + task.oo, dv, ldo);
 
-    if (J->dv) {
-        w_rows(J->direct, 1, T, dv, p, dout, sl->tmp, dv);
-        scatter(J->dv + task.ov, sl->tmp, sl->tok, T, dv, g->ldv, 1);
-    }
+    if (J->dv)
+        grad_rows(J, sl, 1, dv, p, dout, J->dv + task.ov, g->ldv);
     if (!J->dq && !J->dk && !dbias) return;
     wrows v = window_rows(J, sl, sl->v, J->v + task.ov, dv, g->ldv);
     vit_real *ds = sl->s;
@@ -521,14 +538,10 @@ static void window_backward(wjob *J, size_t t, wslab *sl, vit_real *dbias)
     if (!J->dq && !J->dk) return;
     /* dS scaled once, for both products (the direct kernels take no alpha). */
     scale_by(ds, J->scale, (size_t)T * T);
-    if (J->dq) {
-        w_rows(J->direct, 0, T, dk, ds, k, sl->tmp, dk);
-        scatter(J->dq + task.oq, sl->tmp, sl->tok, T, dk, g->ldq, 1);
-    }
-    if (J->dk) {
-        w_rows(J->direct, 1, T, dk, ds, q, sl->tmp, dk);
-        scatter(J->dk + task.ok, sl->tmp, sl->tok, T, dk, g->ldk, 1);
-    }
+    if (J->dq)
+        grad_rows(J, sl, 0, dk, ds, k, J->dq + task.oq, g->ldq);
+    if (J->dk)
+        grad_rows(J, sl, 1, dk, ds, q, J->dk + task.ok, g->ldk);
 }
 
 /* Groups of (item, head) pairs, a fixed number whatever the thread count
@@ -562,6 +575,14 @@ int vit_window_attn_backward(const vit_window_attn *w, vit_real *dq, vit_real *d
                              const vit_real *lse, const vit_real *q, const vit_real *k,
                              const vit_real *v)
 {
+    return vit_window_attn_backward_to(w, dq, dk, dv, dbias, dout, lse, q, k, v, 0);
+}
+
+int vit_window_attn_backward_to(const vit_window_attn *w, vit_real *dq, vit_real *dk,
+                                vit_real *dv, vit_real *dbias, const vit_real *dout,
+                                const vit_real *lse, const vit_real *q, const vit_real *k,
+                                const vit_real *v, int overwrite)
+{
     static const char fn[] = "vit_window_attn_backward";
     vit_real scale = 0;
     int rc;
@@ -576,6 +597,7 @@ int vit_window_attn_backward(const vit_window_attn *w, vit_real *dq, vit_real *d
     job_init(&J, w, scale);
     J.q = q; J.k = k; J.v = v; J.dout = dout; J.lse_in = lse;
     J.dq = dq; J.dk = dk; J.dv = dv; J.dbias = dbias;
+    J.overwrite = overwrite;
     size_t windows = (size_t)w->batch * w->heads * J.g.nW, pairs = (size_t)w->batch * w->heads;
     J.groups = pairs < WINDOW_GROUPS ? pairs : WINDOW_GROUPS;
     J.dbias_heads = w->bias_heads;

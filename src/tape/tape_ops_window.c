@@ -12,6 +12,7 @@
 #include "error.h"
 #include "tape_internal.h"
 #include "vit/attention.h"
+#include "window_internal.h"
 
 /* What the backward keeps: the kernel's shape (its bias pointer is taken
  * from the tape again) and the forward's row log-sum-exps [B, H, nW, T]:
@@ -24,12 +25,17 @@ typedef struct window_ctx {
     vit_real *lse;
 } window_ctx;
 
-/* in: qkv, bias (NULL when absent).  dQ, dK, dV accumulate into qkv's
- * gradient at columns 0, D, 2D (stride 3D); dbias into the bias's. */
+/* in: qkv, bias (NULL when absent).  dQ, dK, dV go to qkv's gradient at
+ * columns 0, D, 2D (stride 3D), written when it is fresh, else added;
+ * dbias is added to the bias's. */
 static int back_window(vit_tape *t, const vit_op_rec *r)
 {
     const window_ctx *c = r->ctx;
-    vit_real *dqkv = vit_tape_grad_acc(t, r->in[0]);
+    /* A fresh dqkv (nothing else reads qkv, as in Swin's blocks) is written
+     * whole by the kernel (every token's Q, K and V columns, rows 3D
+     * apart): not cleared first. */
+    int fresh = 0;
+    vit_real *dqkv = vit_tape_grad_out(t, r->in[0], &fresh);
     vit_real *dbias = r->in[1] ? vit_tape_grad_acc(t, r->in[1]) : NULL;
     if (vit_tape_status(t))
         return vit_tape_status(t);
@@ -43,9 +49,9 @@ static int back_window(vit_tape *t, const vit_op_rec *r)
         return vit_tape_status(t);
     }
     const size_t D = (size_t)c->w.heads * c->w.d_k;
-    int rc = vit_window_attn_backward(&w, dqkv, dqkv ? dqkv + D : NULL,
-                                      dqkv ? dqkv + 2 * D : NULL, dbias, r->out->grad, c->lse,
-                                      qkv, qkv + D, qkv + 2 * D);
+    int rc = vit_window_attn_backward_to(&w, dqkv, dqkv ? dqkv + D : NULL,
+                                         dqkv ? dqkv + 2 * D : NULL, dbias, r->out->grad,
+                                         c->lse, qkv, qkv + D, qkv + 2 * D, fresh);
     vit_tape_lease_end(lease_bias);
     vit_tape_lease_end(lease);
     return rc;
