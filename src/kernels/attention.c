@@ -273,7 +273,7 @@ typedef struct {
 
 static int pair_mode(const vit_sdpa *a)
 {
-    if (pairs_in_parallel(a) && vit_pair_direct(a->d_k, a->d_v, a->n_k))
+    if (pairs_in_parallel(a) && vit_pair_direct_wide(a->d_k, a->d_v, a->n_k))
         return PAIR_DIRECT;
     const int wide = a->d_k >= PAIR_BF16_MIN_WIDTH && a->d_v >= PAIR_BF16_MIN_WIDTH
                   && a->n_k >= PAIR_BF16_MIN_WIDTH;

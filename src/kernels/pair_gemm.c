@@ -166,13 +166,13 @@
             NT_BLOCK(V, 1, KB);                                                                \
     }
 
-/* AVX2 (Zen 3): only as many vectors of keys as N needs (KB = 1..4 for
- * N up to 32; 17 keys are 3 vectors, not 4), rows in blocks of R with
+/* AVX2 (Zen 3): only as many vectors of keys as N needs (KB = 1..8 for
+ * N up to VIT_PAIR_MAX_KEYS_AVX2; 17 keys are 3 vectors, not 4), rows in blocks of R with
  * R * KB at most 12 accumulators and the leftover rows one block of their
  * own, and the transposed copy by 8 x 8 register tiles
  * (vit_transpose_scaled), not by gathers: on a Zen 3 core the 17-key
  * scores of width 16 took 0.66 us this way against 0.58 us through
- * libxsmm and ... us now.  Every score is the same chain of multiply-adds
+ * libxsmm and 0.27 us now.  Every score is the same chain of multiply-adds
  * over t in order, then the one multiplication by alpha, as before. */
 #define NT256_R(KB) ((KB) == 1 ? 8 : 12 / (KB))
 
@@ -190,7 +190,7 @@
 
 #define NT256_KEYS(NAME, DD, KBB)                                                             \
     V256_ATTR static void NAME(int M, int N, float alpha, const float *A, int lda,             \
-                               const float (*bt)[VIT_PAIR_MAX_KEYS], float *C, int ldc)       \
+                               const float (*bt)[VIT_PAIR_MAX_KEYS_AVX2], float *C, int ldc)       \
     {                                                                                          \
         enum { D = DD, KB = KBB, R = NT256_R(KBB) };                                           \
         int i = 0;                                                                             \
@@ -200,21 +200,26 @@
     }
 
 typedef void (*nt256_keys_fn)(int, int, float, const float *, int,
-                              const float (*)[VIT_PAIR_MAX_KEYS], float *, int);
+                              const float (*)[VIT_PAIR_MAX_KEYS_AVX2], float *, int);
 
 #define NT256(NAME, DD)                                                                       \
     NT256_KEYS(NAME##_k1, DD, 1)                                                              \
     NT256_KEYS(NAME##_k2, DD, 2)                                                              \
     NT256_KEYS(NAME##_k3, DD, 3)                                                              \
     NT256_KEYS(NAME##_k4, DD, 4)                                                              \
+    NT256_KEYS(NAME##_k5, DD, 5)                                                              \
+    NT256_KEYS(NAME##_k6, DD, 6)                                                              \
+    NT256_KEYS(NAME##_k7, DD, 7)                                                              \
+    NT256_KEYS(NAME##_k8, DD, 8)                                                              \
     static void NAME(int M, int N, float alpha, const float *A, int lda, const float *B,       \
                      int ldb, float *C, int ldc)                                               \
     {                                                                                          \
-        static const nt256_keys_fn by_kb[] = {NAME##_k1, NAME##_k2, NAME##_k3, NAME##_k4};     \
-        float bt[DD][VIT_PAIR_MAX_KEYS] __attribute__((aligned(32)));                          \
+        static const nt256_keys_fn by_kb[] = {NAME##_k1, NAME##_k2, NAME##_k3, NAME##_k4,       \
+                                              NAME##_k5, NAME##_k6, NAME##_k7, NAME##_k8};     \
+        float bt[DD][VIT_PAIR_MAX_KEYS_AVX2] __attribute__((aligned(32)));                          \
         const int kb = (N + V256_W - 1) / V256_W;                                               \
-        vit_transpose_scaled(N, kb * V256_W, DD, 1.0f, B, ldb, &bt[0][0], VIT_PAIR_MAX_KEYS);   \
-        by_kb[kb - 1](M, N, alpha, A, lda, (const float (*)[VIT_PAIR_MAX_KEYS])bt, C, ldc);    \
+        vit_transpose_scaled(N, kb * V256_W, DD, 1.0f, B, ldb, &bt[0][0], VIT_PAIR_MAX_KEYS_AVX2);   \
+        by_kb[kb - 1](M, N, alpha, A, lda, (const float (*)[VIT_PAIR_MAX_KEYS_AVX2])bt, C, ldc);    \
     }
 
 typedef void (*rows_fn)(int, int, const float *, int, const float *, int, float, float *, int);
@@ -257,6 +262,17 @@ static const kernel_set *kernels(void)
     return c == 3 ? &avx512_set : c == 2 ? &avx2_set : NULL;
 }
 
+/* The most keys this CPU's kernels take for head widths dk, dv: AVX2's
+ * hold up to 64 (VIT_PAIR_MAX_KEYS_AVX2), used at width 16 only (at 50
+ * keys and width 32, the medium model's pairs, whole steps were 7% slower
+ * than with libxsmm on Zen 3); AVX-512's stay at the 32 they were measured
+ * for on Zen 4 (level with libxsmm at 50 keys there). */
+static int max_keys(int dk, int dv)
+{
+    return kernels() == &avx2_set && dk == 16 && dv == 16 ? VIT_PAIR_MAX_KEYS_AVX2
+                                                          : VIT_PAIR_MAX_KEYS;
+}
+
 /* 0, 1 for D = 16, 32; -1 for any other width. */
 static int width_index(int d)
 {
@@ -267,6 +283,12 @@ int vit_pair_direct(int dk, int dv, int nk)
 {
     return width_index(dk) >= 0 && width_index(dv) >= 0 && nk >= 1 && nk <= VIT_PAIR_MAX_KEYS
         && kernels() && vit_gemm_get_path() != VIT_GEMM_BLAS;
+}
+
+int vit_pair_direct_wide(int dk, int dv, int nk)
+{
+    return width_index(dk) >= 0 && width_index(dv) >= 0 && nk >= 1 && kernels()
+        && nk <= max_keys(dk, dv) && vit_gemm_get_path() != VIT_GEMM_BLAS;
 }
 
 void vit_pair_nt(int M, int N, int d, vit_real alpha, const vit_real *A, int lda,
@@ -284,6 +306,12 @@ void vit_pair_nn(int ta, int M, int K, int d, const vit_real *A, int lda, const 
 #else /* float64, or no x86-64 vector kernels: the GEMMs serve */
 
 int vit_pair_direct(int dk, int dv, int nk)
+{
+    (void)dk, (void)dv, (void)nk;
+    return 0;
+}
+
+int vit_pair_direct_wide(int dk, int dv, int nk)
 {
     (void)dk, (void)dv, (void)nk;
     return 0;
