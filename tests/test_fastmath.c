@@ -22,6 +22,9 @@
  * this replaced has forward error 1 (every digit lost) from x ~ -5.5 on,
  * where 1 + erf(x/sqrt 2) cancels, and returns NaN for GELU(-inf) and
  * GELU'(+-inf).
+ *
+ * Also: the float32 local convolution's vector path against its scalar
+ * order, bitwise.
  */
 #include <check.h>
 #include <float.h>
@@ -253,6 +256,52 @@ START_TEST(softmax_exp_accuracy)
 }
 END_TEST
 
+/* The float32 local convolution (src/tape/local_conv.c), whose AVX2 path
+ * is written in intrinsics: bitwise the scalar sum in its documented
+ * order (token + bias, then each in-grid tap's product, dy then dx), for
+ * channel counts with and without a tail past its 16-lane blocks. */
+START_TEST(local_conv_float32_bitwise)
+{
+    enum { B = 2, GH = 3, GW = 4, T = 1 + GH * GW };
+    const int channels[] = {3, 16, 40, 64};
+    for (size_t k = 0; k < sizeof channels / sizeof channels[0]; k++) {
+        const int C = channels[k];
+        float *x = malloc(sizeof(float) * B * T * C), *y = malloc(sizeof(float) * B * T * C);
+        float *w = malloc(sizeof(float) * 9 * C), *bias = malloc(sizeof(float) * C);
+        ck_assert(x && y && w && bias);
+        for (int i = 0; i < B * T * C; i++)
+            x[i] = (float)sin(0.7 * i + 0.3) * 1.3f;
+        for (int i = 0; i < 9 * C; i++)
+            w[i] = (float)cos(1.1 * i) * 0.4f;
+        for (int i = 0; i < C; i++)
+            bias[i] = (float)(i % 7) * 0.01f - 0.03f;
+        ck_assert_int_eq(vit_local_conv_forward(y, x, w, bias, B, GH, GW, C), VIT_OK);
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < GH; i++)
+                for (int j = 0; j < GW; j++)
+                    for (int c = 0; c < C; c++) {
+                        const float *xb = x + (size_t)b * T * C;
+                        float v = xb[(1 + i * GW + j) * C + c];
+                        v += bias[c];
+                        for (int dy = -1; dy <= 1; dy++)
+                            for (int dx = -1; dx <= 1; dx++) {
+                                int r = i + dy, q = j + dx;
+                                if (r < 0 || r >= GH || q < 0 || q >= GW)
+                                    continue;
+                                float p = w[((dy + 1) * 3 + dx + 1) * C + c]
+                                        * xb[(1 + r * GW + q) * C + c];
+                                v += p;
+                            }
+                        float got = y[((size_t)b * T + 1 + i * GW + j) * C + c];
+                        ck_assert_msg(memcmp(&got, &v, sizeof v) == 0,
+                                      "C %d, item %d, token (%d, %d), channel %d: %.9g, want %.9g",
+                                      C, b, i, j, c, (double)got, (double)v);
+                    }
+        free(x); free(y); free(w); free(bias);
+    }
+}
+END_TEST
+
 static Suite *fastmath_suite(void)
 {
     Suite *s = suite_create("test_fastmath");
@@ -263,6 +312,7 @@ static Suite *fastmath_suite(void)
     tcase_add_test(tc, gelu_core_region);
     tcase_add_test(tc, gelu_special_values);
     tcase_add_test(tc, softmax_exp_accuracy);
+    tcase_add_test(tc, local_conv_float32_bitwise);
     suite_add_tcase(s, tc);
     return s;
 }

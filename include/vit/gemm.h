@@ -5,15 +5,18 @@
  * libxsmm is found), that call chooses, once per shape, between a libxsmm
  * JIT kernel (every product up to 1024 wide: the projections, MLPs, weight
  * gradients and attention's per-head products of ViT-sized models, where it
- * was ahead of or level with OpenBLAS) and OpenBLAS (wider products, and a
- * beta other than 0 or 1).  The choice is a fixed
+ * was ahead of or level with OpenBLAS on Zen 4) and OpenBLAS (wider
+ * products, and a beta other than 0 or 1; on a CPU with AVX2 but not
+ * AVX-512, where libxsmm's code is AVX2, also the weight gradients over
+ * 256 rows or more and the products with N * K of 192 * 64 or more).  The choice is a fixed
  * rule of the shape (see src/kernels/gemm.c), not a timing, so a run's results do
  * not depend on how busy the machine was.  The float64 library and a build
  * without libxsmm always use BLAS.
  *
  * One family of products skips this layer: in the float32 library on a CPU
  * with AVX2 and FMA, the per-head products of small attention pairs (head
- * width 16 or 32, at most 32 keys, e.g. the digits model's 17 x 16 by
+ * width 16 or 32, at most 32 keys, or at width 16 up to 64 on a CPU
+ * without AVX-512; e.g. the digits model's 17 x 16 by
  * 16 x 17) run on direct kernels inside the attention core, with or
  * without libxsmm, unless the path is VIT_GEMM_BLAS.  They are not counted
  * in the statistics below.

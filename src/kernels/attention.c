@@ -273,7 +273,7 @@ typedef struct {
 
 static int pair_mode(const vit_sdpa *a)
 {
-    if (pairs_in_parallel(a) && vit_pair_direct(a->d_k, a->d_v, a->n_k))
+    if (pairs_in_parallel(a) && vit_pair_direct_wide(a->d_k, a->d_v, a->n_k))
         return PAIR_DIRECT;
     const int wide = a->d_k >= PAIR_BF16_MIN_WIDTH && a->d_v >= PAIR_BF16_MIN_WIDTH
                   && a->n_k >= PAIR_BF16_MIN_WIDTH;
@@ -395,6 +395,23 @@ static int head_forward(const vit_sdpa *a, const pair_how *how, vit_real scale, 
     return 0;
 }
 
+/* Asks the caches for the head slices of pair x (item x / H, head x % H)
+ * of rows [n, width] of t, ld apart (NULL: none): a pair's rows of q, k, v
+ * (and dout) are a 64- or 128-byte piece of each of n rows of matrices
+ * larger than L2, so the pair-parallel loops ask for the next pair's
+ * while this one runs (the first loads of each pair were a third of the
+ * scores' copy of K on Zen 3's digits step). */
+static void prefetch_head(const vit_real *t, int x, int H, int n, int width, int ld)
+{
+    if (!t)
+        return;
+    const char *p = (const char *)(t + (size_t)(x / H) * n * ld + (size_t)(x % H) * width);
+    const size_t bytes = (size_t)width * sizeof *t, row = (size_t)ld * sizeof *t;
+    for (int i = 0; i < n; i++, p += row)
+        for (size_t c = 0; c < bytes; c += 64)
+            __builtin_prefetch(p + c);
+}
+
 /* Pairs lo..hi-1 of the pair-parallel forward; first_bad is the earliest
  * pair with a non-finite score. */
 typedef struct {
@@ -410,12 +427,19 @@ static void forward_pairs(void *ctx, size_t lo, size_t hi)
     fwd_job *J = ctx;
     const int H = J->a->heads;
     bad_score bad;
-    for (size_t x = lo; x < hi; x++)
+    const vit_sdpa *a = J->a;
+    for (size_t x = lo; x < hi; x++) {
+        if (x + 1 < hi) {
+            prefetch_head(J->q, (int)x + 1, H, a->n_q, a->d_k, vit_sdpa_ld_q(a));
+            prefetch_head(J->k, (int)x + 1, H, a->n_k, a->d_k, vit_sdpa_ld_k(a));
+            prefetch_head(J->v, (int)x + 1, H, a->n_k, a->d_v, vit_sdpa_ld_v(a));
+        }
         if (head_forward(J->a, J->how, J->scale, (int)(x / H), (int)(x % H), J->out, J->probs,
                          J->q, J->k, J->v, &bad)) {
             vit_atomic_min(&J->first_bad, x);
             return;
         }
+    }
 }
 
 /* q [B, n_q, H*d_k], k [B, n_k, H*d_k], v [B, n_k, H*d_v]
@@ -599,11 +623,19 @@ static void backward_pairs(void *ctx, size_t lo, size_t hi)
 {
     const bwd_job *J = ctx;
     const int H = J->a->heads;
+    const vit_sdpa *a = J->a;
     vit_real ds[PAIR_SCORES_MAX];
-    for (size_t x = lo; x < hi; x++)
+    for (size_t x = lo; x < hi; x++) {
+        if (x + 1 < hi) {
+            prefetch_head(J->dout, (int)x + 1, H, a->n_q, a->d_v, H * a->d_v);
+            prefetch_head(J->q, (int)x + 1, H, a->n_q, a->d_k, vit_sdpa_ld_q(a));
+            prefetch_head(J->k, (int)x + 1, H, a->n_k, a->d_k, vit_sdpa_ld_k(a));
+            prefetch_head(J->v, (int)x + 1, H, a->n_k, a->d_v, vit_sdpa_ld_v(a));
+        }
         head_backward(J->a, J->how, J->scale, J->beta, (int)(x / H), (int)(x % H), J->dq,
                       J->pair_ds ? J->pair_ds + x : NULL, J->dk, J->dv, J->dbias, J->dout,
                       J->probs, J->q, J->k, J->v, ds);
+    }
 }
 
 /* dout [B, n_q, H*d_v] -> dq, dk, dv (layouts of q, k, v), dbias

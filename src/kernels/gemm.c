@@ -279,7 +279,38 @@ static int blas_is_strong(void)
  * Haswell kernels digits 4302-5054 against 3790-4234).  Against OpenBLAS's
  * SSE3 fallback libxsmm won every one of 36 shapes measured, by 1.1x to
  * 10x, so it takes every product then. */
-static int auto_wants_xsmm(int N)
+/* On a CPU with AVX2 but not AVX-512 (Zen 3) libxsmm's code is AVX2 and
+ * the BLAS's Haswell/Zen kernels beat it on the weight gradients and the
+ * wide products: one Zen 3 core, thread CPU time, best of 5, OpenBLAS
+ * 0.3.21 "Zen" against libxsmm 1.17: TN with K >= 544 (the weight
+ * gradients) 67-86 GFLOP/s against 40-50; NN/NT with N*K >= 128*128 (the
+ * medium and large models' MLP and QKV products) 70-89 against 42-61, and
+ * at 192*64 (a QKV of width 64) 83 against 67 over 3,200 rows, level over
+ * 544.  The narrow ones stay on libxsmm (N*K <= 64*128: 81-97 against
+ * 58-84), and
+ * so do a TN with M or N under 32 or a short K (a 9 x 16 stem gradient
+ * over 50,176 rows: 70 against 32; attention pairs). */
+static int avx2_prefers_blas(int ta, int M, int N, int K)
+{
+    if (ta)
+        return M >= 32 && N >= 32 && K >= 256;
+    return (long)N * K >= 12288;
+}
+
+/* 1 when this CPU has AVX2 and not AVX-512 (decided once). */
+static int avx2_only(void)
+{
+    static atomic_int kind = -1;
+    int k = atomic_load_explicit(&kind, memory_order_relaxed);
+    if (k < 0) {
+        __builtin_cpu_init();
+        k = __builtin_cpu_supports("avx2") && !__builtin_cpu_supports("avx512f");
+        atomic_store_explicit(&kind, k, memory_order_relaxed);
+    }
+    return k;
+}
+
+static int auto_wants_xsmm(int ta, int M, int N, int K)
 {
     static atomic_int strong = -1;
     int st = atomic_load_explicit(&strong, memory_order_relaxed);
@@ -287,7 +318,11 @@ static int auto_wants_xsmm(int N)
         st = blas_is_strong();
         atomic_store_explicit(&strong, st, memory_order_relaxed);
     }
-    return !st || N <= 1024;
+    if (!st)
+        return 1;
+    if (avx2_only() && avx2_prefers_blas(ta, M, N, K))
+        return 0;
+    return N <= 1024;
 }
 
 /* ---- libxsmm ------------------------------------------------------------- */
@@ -442,7 +477,7 @@ static void decide(cache_entry *e)
     e->kernel = e->kernel_rest = e->kernel_tail = NULL;
     int want = pol == VIT_GEMM_XSMM
                || ((pol == VIT_GEMM_AUTO || pol == VIT_GEMM_DNNL)
-                   && auto_wants_xsmm(e->N));
+                   && auto_wants_xsmm(e->ta != CblasNoTrans, e->M, e->N, e->K));
     if (want && e->beta >= 0) {
         pthread_once(&xsmm_once, xsmm_setup);
         e->packed = e->tb != CblasNoTrans || !e->alpha_one;

@@ -39,8 +39,22 @@
  * AVX2 and FMA, and the GEMM path not BLAS.  0 otherwise (then use GEMMs). */
 int vit_pair_direct(int dk, int dv, int nk);
 
-/* C[M, N] = alpha * A[M, d] B[N, d]^T (overwritten); N <= VIT_PAIR_MAX_KEYS,
- * d a width vit_pair_direct took; rows of A, B, C lda, ldb, ldc apart. */
+/* Largest key count of the AVX2 kernels (a CPU without AVX-512: Zen 3),
+ * for vit_pair_direct_wide. */
+#define VIT_PAIR_MAX_KEYS_AVX2 64
+
+/* vit_pair_direct, but at head widths dk = dv = 16 up to
+ * VIT_PAIR_MAX_KEYS_AVX2 keys where the CPU runs the AVX2 kernels (with
+ * AVX-512, or at width 32: VIT_PAIR_MAX_KEYS).  For the plain attention
+ * core: the Fashion-MNIST default's 50-key pairs of width 16 (scores
+ * through libxsmm paid a transposed copy each) ran its whole step in ~0.9
+ * of the CPU time on Zen 3, bitwise the same.  The windowed core keeps
+ * vit_pair_direct (not measured with more keys). */
+int vit_pair_direct_wide(int dk, int dv, int nk);
+
+/* C[M, N] = alpha * A[M, d] B[N, d]^T (overwritten); N at most the limit
+ * of the vit_pair_direct* that took the pair, d a width it took; rows of
+ * A, B, C lda, ldb, ldc apart. */
 void vit_pair_nt(int M, int N, int d, vit_real alpha, const vit_real *A, int lda,
                  const vit_real *B, int ldb, vit_real *C, int ldc);
 

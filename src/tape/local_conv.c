@@ -73,6 +73,47 @@ static void token_forward(vit_real *restrict yo, const vit_real *restrict xo,
     }
 }
 
+#if !defined(VIT_DOUBLE) && defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define LC_AVX2 1
+
+/* token_forward in AVX registers, two vectors of 8 channels a block: gcc
+ * made the AVX2 clone's acc[16] scalar adds and multiplies (on Zen 3 it
+ * was 2.8% of the Fashion-MNIST default's step).  Per channel the same
+ * operations in the same order (a multiply, then an add, tap by tap; no
+ * FMA), so the same bits as token_forward. */
+__attribute__((target("avx2")))
+static void token_forward_avx2(float *restrict yo, const float *restrict xo,
+                               const float *restrict bias, const float *const *wp,
+                               const float *const *xp, int n, int C)
+{
+    int c = 0;
+    for (; c + 16 <= C; c += 16) {
+        __m256 a0 = _mm256_loadu_ps(xo + c), a1 = _mm256_loadu_ps(xo + c + 8);
+        if (bias) {
+            a0 = _mm256_add_ps(a0, _mm256_loadu_ps(bias + c));
+            a1 = _mm256_add_ps(a1, _mm256_loadu_ps(bias + c + 8));
+        }
+        for (int t = 0; t < n; t++) {
+            a0 = _mm256_add_ps(a0, _mm256_mul_ps(_mm256_loadu_ps(wp[t] + c),
+                                                 _mm256_loadu_ps(xp[t] + c)));
+            a1 = _mm256_add_ps(a1, _mm256_mul_ps(_mm256_loadu_ps(wp[t] + c + 8),
+                                                 _mm256_loadu_ps(xp[t] + c + 8)));
+        }
+        _mm256_storeu_ps(yo + c, a0);
+        _mm256_storeu_ps(yo + c + 8, a1);
+    }
+    for (; c < C; c++) {
+        float v = xo[c];
+        if (bias)
+            v += bias[c];
+        for (int t = 0; t < n; t++)
+            v += wp[t][c] * xp[t][c];
+        yo[c] = v;
+    }
+}
+#endif
+
 /* Shapes: x, y [B, T, C], T = 1 + GH*GW; w [9, C]; bias [C]. */
 int vit_local_conv_forward(vit_real *y, const vit_real *x, const vit_real *w,
                            const vit_real *bias, int B, int GH, int GW, int C)
@@ -81,6 +122,9 @@ int vit_local_conv_forward(vit_real *y, const vit_real *x, const vit_real *w,
     if (rc)
         return rc;
     const size_t T = 1 + (size_t)GH * GW;
+#ifdef LC_AVX2
+    const int avx2 = __builtin_cpu_supports("avx2");
+#endif
     for (int b = 0; b < B; b++) {
         const vit_real *xb = x + (size_t)b * T * C;
         vit_real *yb = y + (size_t)b * T * C;
@@ -90,6 +134,12 @@ int vit_local_conv_forward(vit_real *y, const vit_real *x, const vit_real *w,
                 const vit_real *wp[9], *xp[9];
                 int n = taps(w, xb + C, i, j, GH, GW, C, wp, xp);
                 size_t o = (1 + (size_t)i * GW + j) * C;
+#ifdef LC_AVX2
+                if (avx2) {
+                    token_forward_avx2(yb + o, xb + o, bias, wp, xp, n, C);
+                    continue;
+                }
+#endif
                 token_forward(yb + o, xb + o, bias, wp, xp, n, C);
             }
     }
