@@ -512,7 +512,9 @@ int vit_model_train_grads_ex(vit_model *m, const vit_real *images, const int *la
  * reset), T = patches + 1 (token 0 is the class token); row i of head h is
  * query i's distribution over the keys.  Read only; NULL for a NULL m,
  * layer outside 0 .. depth-1, or a model long enough that its layers run
- * the tiled attention core (vit_sdpa_use_tiled), which keeps no maps. */
+ * the tiled attention core (vit_sdpa_use_tiled), which keeps no maps.
+ * Scoring keeps none either: NULL after vit_predict_tta, vit_evaluate_tta
+ * and the trainer's evaluations, which read only the logits. */
 const vit_real *vit_model_attention_maps(const vit_model *m, int layer);
 
 VIT_END_DECLS

@@ -19,6 +19,7 @@
 #include "mixed.h"
 #include "slice_sum.h"
 #include "arch_internal.h"
+#include "model_internal.h"
 #include "threads.h"
 #include "vit/activations.h"
 #include "vit/attention.h"
@@ -326,8 +327,10 @@ static void eval_thread(void *ctx, size_t lo, size_t hi)
  * batch instead of one per op, which for a small model keeps the second
  * core busy where op-level splitting leaves it idle.  A piece's numbers do
  * not depend on the thread it runs on, nor on how many threads its ops
- * use, so the logits are the same bits as a single thread's. */
-static vit_tensor *forward_eval(vit_model *m, vit_tape *tape, const vit_real *images, int batch)
+ * use, so the logits are the same bits as a single thread's.  keep_maps 0:
+ * no attention maps are copied out (scoring reads only the logits). */
+static vit_tensor *forward_eval(vit_model *m, vit_tape *tape, const vit_real *images, int batch,
+                                int keep_maps)
 {
     const vit_config *c = &m->cfg;
     const vit_arch_info *in = &m->info;
@@ -340,7 +343,7 @@ static vit_tensor *forward_eval(vit_model *m, vit_tape *tape, const vit_real *im
     int shape[2] = {batch, c->classes};
     vit_tensor *z = vit_tape_tensor(tape, 2, shape);
     size_t per_map = (size_t)in->attn_heads * in->attn_queries * in->attn_keys * batch;
-    int keep_maps = m->nmaps > 0; /* none: the architecture has none to show */
+    keep_maps = keep_maps && m->nmaps > 0; /* none: the architecture has none to show */
     vit_real *all = z && keep_maps ? vit_tape_alloc(tape, per_map * m->nmaps * sizeof *all) : NULL;
     vit_real **to = all ? vit_tape_alloc(tape, (size_t)nt * m->nmaps * sizeof *to) : NULL;
     vit_tape *tapes[256];
@@ -391,8 +394,18 @@ vit_tensor *vit_model_forward(vit_model *m, vit_tape *tape, const vit_real *imag
         return NULL;
     }
     if (!grads || !vit_tape_grad_enabled(tape))
-        return forward_eval(m, tape, images, batch);
+        return forward_eval(m, tape, images, batch, 1);
     return run_forward(m, tape, images, batch, m->grads, m->maps, NULL, 0, NULL, 0);
+}
+
+vit_tensor *vit_model_logits(vit_model *m, vit_tape *tape, const vit_real *images, int batch)
+{
+    if (!m || !tape || !images || batch <= 0) {
+        vit_fail(VIT_EINVAL, "vit_model_logits: bad argument");
+        vit_tape_fail(tape, VIT_EINVAL);
+        return NULL;
+    }
+    return forward_eval(m, tape, images, batch, 0);
 }
 
 const vit_real *vit_model_attention_maps(const vit_model *m, int layer)
