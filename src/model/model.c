@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -251,17 +252,23 @@ static vit_tensor *run_forward(vit_model *m, vit_tape *tape, const vit_real *ima
 
 static int ensure_slices(vit_model *m, int n, int with_grads);
 
-/* An evaluation's pieces spread over threads: thread s runs pieces
- * [pieces * s / nt, pieces * (s + 1) / nt) on tapes[s], copying each
- * piece's logits into z and its attention maps through to + s * nmaps. */
+/* An evaluation's pieces spread over threads: each thread s takes the next
+ * piece not yet taken (next) until none is left or one failed, runs it on
+ * tapes[s] and copies its logits into z and its attention maps through
+ * to + s * nmaps.  Taking pieces as they come rather than a fixed share
+ * keeps both cores busy to the end when the other thread is slowed (a
+ * shared machine, the short last piece); every piece lands in its own
+ * rows whoever runs it, so the result does not depend on who did. */
 typedef struct {
     vit_model *m;
     vit_tape **tapes;
     const vit_real *images;
-    int batch, chunk, pieces, nt;
+    int batch, chunk, pieces;
     vit_tensor *z;
     vit_real *all;     /* the maps [nmaps][batch items], or NULL */
     vit_real **to;     /* [nt][nmaps] */
+    atomic_int next;   /* the next piece to take */
+    atomic_int failed; /* 1 once a piece failed: the others stop */
     int rc[256];       /* per thread; nt <= vit_threads() <= 256 */
     char msg[256][320]; /* a worker's message (vit_last_error is per thread) */
 } eval_job;
@@ -287,9 +294,9 @@ static int eval_piece(eval_job *J, vit_tape *tape, vit_real **to, int i, int nb)
     return VIT_OK;
 }
 
-/* Thread s's pieces, in order (vit_parallel over the threads).  A worker's
- * tape is a training slice's, reset here and put in no-grad mode for the
- * while; thread 0 (the caller) runs on the caller's tape. */
+/* Thread s's pieces (vit_parallel over the threads).  A worker's tape is a
+ * training slice's, reset here and put in no-grad mode for the while;
+ * thread 0 (the caller) runs on the caller's tape. */
 static void eval_thread(void *ctx, size_t lo, size_t hi)
 {
     eval_job *J = ctx;
@@ -300,13 +307,13 @@ static void eval_thread(void *ctx, size_t lo, size_t hi)
             vit_tape_reset(tape);
             was = vit_tape_set_grad(tape, 0);
         }
-        int p_lo = (int)((long long)J->pieces * s / J->nt);
-        int p_hi = (int)((long long)J->pieces * (s + 1) / J->nt);
         vit_real **to = J->all ? J->to + s * J->m->nmaps : NULL;
-        int rc = VIT_OK;
-        for (int p = p_lo; p < p_hi && rc == VIT_OK; p++) {
+        int rc = VIT_OK, p;
+        while (rc == VIT_OK && !atomic_load(&J->failed)
+               && (p = atomic_fetch_add(&J->next, 1)) < J->pieces) {
             int i = p * J->chunk, nb = J->batch - i < J->chunk ? J->batch - i : J->chunk;
-            rc = eval_piece(J, tape, to, i, nb);
+            if ((rc = eval_piece(J, tape, to, i, nb)) != VIT_OK)
+                atomic_store(&J->failed, 1);
         }
         J->rc[s] = rc;
         if (rc != VIT_OK && s > 0)
@@ -360,8 +367,10 @@ static vit_tensor *forward_eval(vit_model *m, vit_tape *tape, const vit_real *im
             ok = 0;
         } else {
             *J = (eval_job){.m = m, .tapes = tapes, .images = images, .batch = batch,
-                            .chunk = chunk, .pieces = pieces, .nt = nt, .z = z, .all = all,
+                            .chunk = chunk, .pieces = pieces, .z = z, .all = all,
                             .to = to};
+            atomic_init(&J->next, 0);
+            atomic_init(&J->failed, 0);
             vit_parallel(nt, (size_t)nt, eval_thread, J);
             for (int s = 0; ok && s < nt; s++) /* the first failing thread speaks */
                 if (J->rc[s] != VIT_OK) {
