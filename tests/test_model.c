@@ -387,6 +387,68 @@ START_TEST(test_forward_shapes_and_maps)
 }
 END_TEST
 
+START_TEST(test_forward_eval_threads)
+{
+    /* A no-grad batch of 150 images runs in three 64-image pieces (the last
+     * of 22); on three threads each piece has its own thread and tape.
+     * The logits and every attention map are the same bits as on one
+     * thread, and in the same places; a training step afterwards still
+     * runs on the tapes the workers borrowed. */
+    enum { B = 150, PIX = 16, MAP = B * 2 * 5 * 5 };
+    vit_config cfg;
+    tiny_config(&cfg, VIT_POOL_CLS);
+    cfg.init_std = 0.5;
+    vit_model *m = vit_model_new(&cfg);
+    vit_rng rng;
+    vit_rng_seed(&rng, 5);
+    vit_model_init(m, &rng);
+    vit_tape *t = vit_tape_new();
+    vit_real *img = malloc(sizeof *img * B * PIX), *maps1 = malloc(sizeof *maps1 * 2 * MAP);
+    vit_real z1[B * 3];
+    int labels[B];
+    uint64_t seed = 11;
+    for (int i = 0; i < B * PIX; i++)
+        img[i] = (vit_real)gc_uniform(&seed);
+    for (int i = 0; i < B; i++)
+        labels[i] = i % 3;
+    for (int threads = 1; threads <= 3; threads += 2) {
+        ck_assert_int_eq(vit_set_threads(threads), VIT_OK);
+        vit_tape_reset(t);
+        vit_tensor *z = vit_model_forward(m, t, img, B, 0);
+        ck_assert_ptr_nonnull(z);
+        ck_assert_int_eq(vit_tape_grad_enabled(t), 1);
+        for (int l = 0; l < 2; l++) {
+            const vit_real *maps = vit_model_attention_maps(m, l);
+            ck_assert_ptr_nonnull(maps);
+            if (threads == 1)
+                memcpy(maps1 + l * MAP, maps, sizeof *maps * MAP);
+            else
+                ck_assert(memcmp(maps1 + l * MAP, maps, sizeof *maps * MAP) == 0);
+        }
+        if (threads == 1)
+            memcpy(z1, z->data, sizeof z1);
+        else
+            ck_assert(memcmp(z1, z->data, sizeof z1) == 0);
+    }
+    /* Each image alone gives its row (the pieces hold the right items). */
+    for (int b = 0; b < B; b += 37) {
+        vit_tape_reset(t);
+        vit_tensor *z = vit_model_forward(m, t, img + b * PIX, 1, 0);
+        ck_assert_ptr_nonnull(z);
+        for (int k = 0; k < 3; k++)
+            ck_assert_double_eq_tol(z->data[k], z1[b * 3 + k], 1e-12);
+    }
+    double loss;
+    ck_assert_int_eq(vit_model_train_grads(m, img, labels, B, 0, &loss, NULL), VIT_OK);
+    ck_assert(isfinite(loss) && loss > 0);
+    vit_set_threads(1);
+    free(img);
+    free(maps1);
+    vit_model_free(m);
+    vit_tape_free(t);
+}
+END_TEST
+
 /* ---- parameter count, layout, groups --------------------------------- */
 
 /* Weight matrices by name: the last component is w, w_qkv, w_o,
@@ -1766,6 +1828,7 @@ static Suite *model_suite(void)
     tcase_set_timeout(tg, 120);
     tcase_add_loop_test(tg, test_model_gradient, 0, 7);
     tcase_add_test(tg, test_forward_shapes_and_maps);
+    tcase_add_test(tg, test_forward_eval_threads);
     tcase_add_test(tg, test_lsa_and_overlap_model);
     tcase_add_loop_test(tg, test_train_grads_slices, 0, 3);
     tcase_add_test(tg, test_train_grads_extras);

@@ -431,9 +431,16 @@ const vit_model_tensor *vit_model_tensor_at(const vit_model *m, int i);
  * buffer (the caller's, only read) must stay valid until the backward.  With
  * grads != 0 the parameters are leaves whose grad is the model's gradient
  * buffer, so vit_tape_backward accumulates into vit_model_grads(m); with
- * grads = 0 they are constants (evaluation: no gradient buffers, less work).
- * Returns NULL on error (message in vit_last_error): VIT_EINVAL for a NULL
- * m, tape or images or batch < 1, VIT_ENOMEM, or a kernel's error. */
+ * grads = 0 they are constants (evaluation: no gradient buffers, less work)
+ * and the batch runs in pieces of 64 images spread over the threads
+ * (vit_threads()), each thread's pieces on a tape of its own: the caller's,
+ * then tapes owned by the model (those of vit_model_train_grads, created on
+ * first use, freed with it), so a model, like a tape, serves one thread at
+ * a time.  A piece's ops then run on its thread alone; they compute the
+ * same bits as when split across threads (tests/test_model.c checks the
+ * logits and maps of three threads against one's).  Returns NULL on error
+ * (message in vit_last_error): VIT_EINVAL for a NULL m, tape or images or
+ * batch < 1, VIT_ENOMEM, or a kernel's error. */
 vit_tensor *vit_model_forward(vit_model *m, vit_tape *tape, const vit_real *images,
                               int batch, int grads);
 
@@ -512,7 +519,9 @@ int vit_model_train_grads_ex(vit_model *m, const vit_real *images, const int *la
  * reset), T = patches + 1 (token 0 is the class token); row i of head h is
  * query i's distribution over the keys.  Read only; NULL for a NULL m,
  * layer outside 0 .. depth-1, or a model long enough that its layers run
- * the tiled attention core (vit_sdpa_use_tiled), which keeps no maps. */
+ * the tiled attention core (vit_sdpa_use_tiled), which keeps no maps.
+ * Scoring keeps none either: NULL after vit_predict_tta, vit_evaluate_tta
+ * and the trainer's evaluations, which read only the logits. */
 const vit_real *vit_model_attention_maps(const vit_model *m, int layer);
 
 VIT_END_DECLS

@@ -145,9 +145,16 @@ static void bias_gelu_fwd_rows(void *p, size_t lo, size_t hi)
     const vit_real *b = J->b;
     for (size_t i = lo; i < hi; i++) {
         vit_real *u = J->u + i * (size_t)d, *y = J->y + i * (size_t)d;
-        if (y == u) /* no-grad: GELU in place */
+        /* No-grad: GELU in place.  The bias test stays out of the loops,
+         * which gcc then vectorises (with it inside they ran scalar, a
+         * third of an evaluation's time); the same operations per element,
+         * so the same bits. */
+        if (y == u && b)
             for (int j = 0; j < d; j++)
-                y[j] = gelu1(b ? u[j] + b[j] : u[j]);
+                y[j] = gelu1(y[j] + b[j]);
+        else if (y == u)
+            for (int j = 0; j < d; j++)
+                y[j] = gelu1(y[j]);
         else if (b)
             for (int j = 0; j < d; j++)
                 y[j] = gelu1_and_grad(u[j] + b[j], &u[j]);

@@ -11,8 +11,9 @@
  * Training steps go one level up: vit_model_train_grads runs one slice of
  * the batch per thread, and every kernel inside a slice runs on that thread
  * alone (vit_parallel called from inside a body runs inline), so a step has
- * one fork/join instead of hundreds.  Op-level splitting still serves
- * everything else (evaluation, the kernels called directly, batch 1).
+ * one fork/join instead of hundreds; a no-grad forward (evaluation) does
+ * the same with its 64-image pieces.  Op-level splitting still serves
+ * everything else (the kernels called directly, batches of one piece).
  *
  * Workers wait for work by polling and then sleeping on a condition
  * variable.  The poll is long (200 us) while the thread has had its CPU to

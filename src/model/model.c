@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 #include "mixed.h"
 #include "slice_sum.h"
 #include "arch_internal.h"
+#include "model_internal.h"
 #include "threads.h"
 #include "vit/activations.h"
 #include "vit/attention.h"
@@ -248,44 +250,143 @@ static vit_tensor *run_forward(vit_model *m, vit_tape *tape, const vit_real *ima
 /* Images per piece of the no-grad forward. */
 #define EVAL_CHUNK 64
 
+static int ensure_slices(vit_model *m, int n, int with_grads);
+
+/* An evaluation's pieces spread over threads: each thread s takes the next
+ * piece not yet taken (next) until none is left or one failed, runs it on
+ * tapes[s] and copies its logits into z and its attention maps through
+ * to + s * nmaps.  Taking pieces as they come rather than a fixed share
+ * keeps both cores busy to the end when the other thread is slowed (a
+ * shared machine, the short last piece); every piece lands in its own
+ * rows whoever runs it, so the result does not depend on who did. */
+typedef struct {
+    vit_model *m;
+    vit_tape **tapes;
+    const vit_real *images;
+    int batch, chunk, pieces;
+    vit_tensor *z;
+    vit_real *all;     /* the maps [nmaps][batch items], or NULL */
+    vit_real **to;     /* [nt][nmaps] */
+    atomic_int next;   /* the next piece to take */
+    atomic_int failed; /* 1 once a piece failed: the others stop */
+    int rc[256];       /* per thread; nt <= vit_threads() <= 256 */
+    char msg[256][320]; /* a worker's message (vit_last_error is per thread) */
+} eval_job;
+
+/* One piece, images [i, i + nb), in no-grad mode through the arena's
+ * memory above a mark, so that only its logits (and maps) outlive it. */
+static int eval_piece(eval_job *J, vit_tape *tape, vit_real **to, int i, int nb)
+{
+    vit_model *m = J->m;
+    const vit_config *c = &m->cfg;
+    const vit_arch_info *in = &m->info;
+    size_t img = (size_t)c->image_height * c->image_width * c->channels;
+    size_t per_item = (size_t)in->attn_heads * in->attn_queries * in->attn_keys;
+    for (int l = 0; to && l < m->nmaps; l++) /* the piece's items of map l */
+        to[l] = J->all + per_item * ((size_t)J->batch * l + i);
+    size_t mark = vit_tape_mark(tape);
+    vit_tensor *y = run_forward(m, tape, J->images + (size_t)i * img, nb, NULL, NULL, to, 0,
+                                NULL, 0);
+    if (!y)
+        return vit_tape_status(tape) ? vit_tape_status(tape) : VIT_EINVAL;
+    memcpy(J->z->data + (size_t)i * c->classes, y->data, y->size * sizeof *y->data);
+    vit_tape_release(tape, mark);
+    return VIT_OK;
+}
+
+/* Thread s's pieces (vit_parallel over the threads).  A worker's tape is a
+ * training slice's, reset here and put in no-grad mode for the while;
+ * thread 0 (the caller) runs on the caller's tape. */
+static void eval_thread(void *ctx, size_t lo, size_t hi)
+{
+    eval_job *J = ctx;
+    for (size_t s = lo; s < hi; s++) {
+        vit_tape *tape = J->tapes[s];
+        int was = 1;
+        if (s > 0) {
+            vit_tape_reset(tape);
+            was = vit_tape_set_grad(tape, 0);
+        }
+        vit_real **to = J->all ? J->to + s * J->m->nmaps : NULL;
+        int rc = VIT_OK, p;
+        while (rc == VIT_OK && !atomic_load(&J->failed)
+               && (p = atomic_fetch_add(&J->next, 1)) < J->pieces) {
+            int i = p * J->chunk, nb = J->batch - i < J->chunk ? J->batch - i : J->chunk;
+            if ((rc = eval_piece(J, tape, to, i, nb)) != VIT_OK)
+                atomic_store(&J->failed, 1);
+        }
+        J->rc[s] = rc;
+        if (rc != VIT_OK && s > 0)
+            snprintf(J->msg[s], sizeof J->msg[s], "%s", vit_last_error());
+        if (s > 0) {
+            vit_tape_set_grad(tape, was);
+            vit_tape_reset(tape); /* nothing of the evaluation stays on it */
+        }
+    }
+}
+
 /* Evaluation: the same forward in no-grad mode, a piece of the batch at a
  * time through the same arena memory (a mark and a release per piece), so
  * that only the logits and the attention maps stay on the tape.  A
- * 256-image evaluation of the digits model needs a few MB instead of ~70. */
-static vit_tensor *forward_eval(vit_model *m, vit_tape *tape, const vit_real *images, int batch)
+ * 256-image evaluation of the digits model needs a few MB instead of ~70.
+ * Several pieces are spread over the threads, each thread's on a tape of
+ * its own (the caller's, then the training slices'): one fork/join per
+ * batch instead of one per op, which for a small model keeps the second
+ * core busy where op-level splitting leaves it idle.  A piece's numbers do
+ * not depend on the thread it runs on, nor on how many threads its ops
+ * use, so the logits are the same bits as a single thread's.  keep_maps 0:
+ * no attention maps are copied out (scoring reads only the logits). */
+static vit_tensor *forward_eval(vit_model *m, vit_tape *tape, const vit_real *images, int batch,
+                                int keep_maps)
 {
     const vit_config *c = &m->cfg;
     const vit_arch_info *in = &m->info;
     int was = vit_tape_set_grad(tape, 0);
     int chunk = batch < EVAL_CHUNK ? batch : EVAL_CHUNK;
+    int pieces = (batch + chunk - 1) / chunk;
+    int nt = vit_threads() < pieces ? vit_threads() : pieces;
+    if (nt > 1 && ensure_slices(m, nt, 0) != VIT_OK)
+        nt = 1; /* no tapes for the workers: on the caller's alone */
     int shape[2] = {batch, c->classes};
     vit_tensor *z = vit_tape_tensor(tape, 2, shape);
-    size_t per_item = (size_t)in->attn_heads * in->attn_queries * in->attn_keys;
-    size_t per_map = per_item * batch;
-    int keep_maps = m->nmaps > 0; /* none: the architecture has none to show */
+    size_t per_map = (size_t)in->attn_heads * in->attn_queries * in->attn_keys * batch;
+    keep_maps = keep_maps && m->nmaps > 0; /* none: the architecture has none to show */
     vit_real *all = z && keep_maps ? vit_tape_alloc(tape, per_map * m->nmaps * sizeof *all) : NULL;
+    vit_real **to = all ? vit_tape_alloc(tape, (size_t)nt * m->nmaps * sizeof *to) : NULL;
+    vit_tape *tapes[256];
+    for (int s = 0; s < nt; s++)
+        tapes[s] = s == 0 ? tape : m->slices[s].tape;
     for (int l = 0; l < m->nmaps; l++)
         m->maps[l] = NULL;
-    size_t img = (size_t)c->image_height * c->image_width * c->channels;
-    vit_real **to = keep_maps ? m->maps_to : NULL;
-    for (int i = 0; z && (all || !keep_maps) && i < batch; i += chunk) {
-        int nb = batch - i < chunk ? batch - i : chunk;
-        for (int l = 0; to && l < m->nmaps; l++) /* the piece's items of map l */
-            to[l] = all + per_map * l + per_item * i;
-        size_t mark = vit_tape_mark(tape);
-        vit_tensor *y = run_forward(m, tape, images + (size_t)i * img, nb, NULL, NULL, to, 0,
-                                    NULL, 0);
-        if (!y) {
-            z = NULL;
-            break;
+    int ok = z && (to || !keep_maps);
+    if (ok) {
+        eval_job *J = malloc(sizeof *J);
+        if (!J) {
+            vit_fail(VIT_ENOMEM, "vit_model_forward: out of memory");
+            vit_tape_fail(tape, VIT_ENOMEM);
+            ok = 0;
+        } else {
+            *J = (eval_job){.m = m, .tapes = tapes, .images = images, .batch = batch,
+                            .chunk = chunk, .pieces = pieces, .z = z, .all = all,
+                            .to = to};
+            atomic_init(&J->next, 0);
+            atomic_init(&J->failed, 0);
+            vit_parallel(nt, (size_t)nt, eval_thread, J);
+            for (int s = 0; ok && s < nt; s++) /* the first failing thread speaks */
+                if (J->rc[s] != VIT_OK) {
+                    ok = 0;
+                    if (s > 0) {
+                        vit_fail(J->rc[s], "%s", J->msg[s]);
+                        vit_tape_fail(tape, J->rc[s]);
+                    }
+                }
+            free(J);
         }
-        memcpy(z->data + (size_t)i * c->classes, y->data, y->size * sizeof *y->data);
-        vit_tape_release(tape, mark);
     }
     for (int l = 0; l < m->nmaps; l++)
-        m->maps[l] = z && keep_maps ? all + per_map * l : NULL;
+        m->maps[l] = ok && keep_maps ? all + per_map * l : NULL;
     vit_tape_set_grad(tape, was);
-    return z && (all || !keep_maps) ? z : NULL;
+    return ok ? z : NULL;
 }
 
 vit_tensor *vit_model_forward(vit_model *m, vit_tape *tape, const vit_real *images, int batch,
@@ -302,8 +403,18 @@ vit_tensor *vit_model_forward(vit_model *m, vit_tape *tape, const vit_real *imag
         return NULL;
     }
     if (!grads || !vit_tape_grad_enabled(tape))
-        return forward_eval(m, tape, images, batch);
+        return forward_eval(m, tape, images, batch, 1);
     return run_forward(m, tape, images, batch, m->grads, m->maps, NULL, 0, NULL, 0);
+}
+
+vit_tensor *vit_model_logits(vit_model *m, vit_tape *tape, const vit_real *images, int batch)
+{
+    if (!m || !tape || !images || batch <= 0) {
+        vit_fail(VIT_EINVAL, "vit_model_logits: bad argument");
+        vit_tape_fail(tape, VIT_EINVAL);
+        return NULL;
+    }
+    return forward_eval(m, tape, images, batch, 0);
 }
 
 const vit_real *vit_model_attention_maps(const vit_model *m, int layer)
@@ -426,27 +537,27 @@ static void sum_slices(void *ctx, size_t lo, size_t hi)
     }
 }
 
-/* Tapes and buffers for n slices, kept across calls. */
-static int ensure_slices(vit_model *m, int n)
+/* Tapes for n slices, kept across calls, and with with_grads the gradient
+ * buffers of slices 1 .. n-1 (an evaluation needs the tapes alone). */
+static int ensure_slices(vit_model *m, int n, int with_grads)
 {
-    if (n <= m->nslices)
-        return VIT_OK;
-    struct slice *sl = realloc(m->slices, (size_t)n * sizeof *sl);
-    if (!sl)
-        return vit_fail(VIT_ENOMEM, "vit_model_train_grads: out of memory");
-    m->slices = sl;
-    for (; m->nslices < n; m->nslices++) {
-        struct slice *S = &sl[m->nslices];
-        memset(S, 0, sizeof *S);
-        S->tape = vit_tape_new();
-        S->grads = m->nslices ? malloc(m->nparams * sizeof *S->grads) : NULL;
-        if (!S->tape || (m->nslices && !S->grads)) {
-            vit_tape_free(S->tape);
-            free(S->grads);
-            return vit_fail(VIT_ENOMEM, "vit_model_train_grads: out of memory for slice %d",
-                            m->nslices);
+    if (n > m->nslices) {
+        struct slice *sl = realloc(m->slices, (size_t)n * sizeof *sl);
+        if (!sl)
+            return vit_fail(VIT_ENOMEM, "vit_model: out of memory for %d slices", n);
+        m->slices = sl;
+        for (; m->nslices < n; m->nslices++) {
+            struct slice *S = &sl[m->nslices];
+            memset(S, 0, sizeof *S);
+            if (!(S->tape = vit_tape_new()))
+                return vit_fail(VIT_ENOMEM, "vit_model: out of memory for slice %d",
+                                m->nslices);
         }
     }
+    for (int s = 1; with_grads && s < n; s++)
+        if (!m->slices[s].grads && !(m->slices[s].grads = malloc(m->nparams * sizeof
+                                                                 *m->slices[s].grads)))
+            return vit_fail(VIT_ENOMEM, "vit_model_train_grads: out of memory for slice %d", s);
     return VIT_OK;
 }
 
@@ -481,7 +592,7 @@ int vit_model_train_grads_ex(vit_model *m, const vit_real *images, const int *la
     if (batch <= 0)
         return vit_fail(VIT_EINVAL, "vit_model_train_grads: batch %d must be positive", batch);
     int n = vit_threads() < batch ? vit_threads() : batch;
-    int rc = ensure_slices(m, n);
+    int rc = ensure_slices(m, n, 1);
     if (rc != VIT_OK)
         return rc;
     /* bf16: the weights as the optimizer left them, packed once for every

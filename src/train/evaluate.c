@@ -12,6 +12,7 @@
 
 #include "argmax.h"
 #include "error.h"
+#include "model_internal.h"
 #include "train_internal.h"
 #include "vit/augment.h"
 
@@ -50,7 +51,7 @@ static void softmax_rows(const vit_real *z, int b, int K, vit_real *probs)
 static int predict_pass(vit_model *m, vit_tape *tape, const vit_real *images, int b, vit_real *probs)
 {
     vit_tape_reset(tape);
-    vit_tensor *z = vit_model_forward(m, tape, images, b, 0);
+    vit_tensor *z = vit_model_logits(m, tape, images, b);
     if (!z)
         return vit_tape_status(tape) ? vit_tape_status(tape) : VIT_EINVAL;
     softmax_rows(z->data, b, vit_model_config(m)->classes, probs);
