@@ -50,7 +50,6 @@ struct vit_model {
     vit_real *params, *grads; /* P's buffers */
     int nmaps;               /* info.attn_layers */
     const vit_real **maps;   /* per layer, from the last forward */
-    vit_real **maps_to;      /* per layer, where an evaluation piece copies them */
     struct slice *slices;    /* vit_model_train_grads, one per thread */
     int precision;           /* VIT_PRECISION_FP32 or _BF16 (resolved) */
     int recompute;           /* 1: activation checkpointing in training */
@@ -96,8 +95,7 @@ vit_model *vit_model_new(const vit_config *cfg)
     m->nmaps = m->info.attn_layers > 0 ? m->info.attn_layers : 0;
     m->P = vit_params_new();
     m->maps = calloc((size_t)m->nmaps + 1, sizeof *m->maps);
-    m->maps_to = calloc((size_t)m->nmaps + 1, sizeof *m->maps_to);
-    if (!m->P || !m->maps || !m->maps_to)
+    if (!m->P || !m->maps)
         goto oom;
     int rc = m->arch->build(&m->cfg, m->P, &m->state);
     if (rc == VIT_OK && (rc = vit_params_alloc(m->P)) == VIT_ENOMEM)
@@ -125,7 +123,6 @@ void vit_model_free(vit_model *m)
         m->arch->release(m->state);
     vit_params_free(m->P);
     free(m->maps);
-    free(m->maps_to);
     for (int i = 0; i < m->nslices; i++) {
         vit_tape_free(m->slices[i].tape);
         free(m->slices[i].grads);
