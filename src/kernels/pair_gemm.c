@@ -279,16 +279,22 @@ static int width_index(int d)
     return d == 16 ? 0 : d == 32 ? 1 : -1;
 }
 
+/* The kernels take the pair: widths they have, 1 .. most keys, a CPU
+ * with kernels, and the GEMM path not forced to BLAS. */
+static int direct_up_to(int dk, int dv, int nk, int most)
+{
+    return width_index(dk) >= 0 && width_index(dv) >= 0 && nk >= 1 && nk <= most && kernels()
+        && vit_gemm_get_path() != VIT_GEMM_BLAS;
+}
+
 int vit_pair_direct(int dk, int dv, int nk)
 {
-    return width_index(dk) >= 0 && width_index(dv) >= 0 && nk >= 1 && nk <= VIT_PAIR_MAX_KEYS
-        && kernels() && vit_gemm_get_path() != VIT_GEMM_BLAS;
+    return direct_up_to(dk, dv, nk, VIT_PAIR_MAX_KEYS);
 }
 
 int vit_pair_direct_wide(int dk, int dv, int nk)
 {
-    return width_index(dk) >= 0 && width_index(dv) >= 0 && nk >= 1 && kernels()
-        && nk <= max_keys(dk, dv) && vit_gemm_get_path() != VIT_GEMM_BLAS;
+    return direct_up_to(dk, dv, nk, max_keys(dk, dv));
 }
 
 void vit_pair_nt(int M, int N, int d, vit_real alpha, const vit_real *A, int lda,

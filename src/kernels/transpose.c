@@ -182,31 +182,19 @@ static void transpose_avx2(int rows, int pad_to, int cols, float alpha, const fl
     }
 }
 
-/* 1 when this CPU runs the AVX2 tiles (AVX2 without AVX-512F). */
-static int use_avx2(void)
+/* The float tiles this CPU runs: 3 AVX-512, 2 AVX2 (without AVX-512F),
+ * 1 the plain ones; decided on first use (threads that race decide the
+ * same). */
+static int float_tiles(void)
 {
-    static atomic_int chosen; /* 0 not yet, 1 no, 2 yes */
+    static atomic_int chosen; /* 0 not yet */
     int c = atomic_load_explicit(&chosen, memory_order_acquire);
     if (!c) {
         __builtin_cpu_init();
-        c = __builtin_cpu_supports("avx2") ? 2 : 1;
+        c = __builtin_cpu_supports("avx512f") ? 3 : __builtin_cpu_supports("avx2") ? 2 : 1;
         atomic_store_explicit(&chosen, c, memory_order_release);
     }
-    return c == 2;
-}
-
-/* 1 when this CPU runs the AVX-512 tiles; decided on first use (threads
- * that race decide the same). */
-static int use_avx512(void)
-{
-    static atomic_int chosen; /* 0 not yet, 1 no, 2 yes */
-    int c = atomic_load_explicit(&chosen, memory_order_acquire);
-    if (!c) {
-        __builtin_cpu_init();
-        c = __builtin_cpu_supports("avx512f") ? 2 : 1;
-        atomic_store_explicit(&chosen, c, memory_order_release);
-    }
-    return c == 2;
+    return c;
 }
 
 /* The 16-bit copy through 32-bit tiles: source rows 2i and 2i + 1 of a
@@ -274,11 +262,12 @@ void vit_transpose_scaled(int rows, int pad_to, int cols, float alpha, const flo
     if (pad_to < rows)
         pad_to = rows;
 #ifdef HAVE_AVX512_TILES
-    if (use_avx512()) {
+    const int tiles = float_tiles();
+    if (tiles == 3) {
         transpose_avx512(rows, pad_to, cols, alpha, B, ldb, P, ldp);
         return;
     }
-    if (use_avx2()) {
+    if (tiles == 2) {
         transpose_avx2(rows, pad_to, cols, alpha, B, ldb, P, ldp);
         return;
     }
