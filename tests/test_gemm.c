@@ -478,6 +478,56 @@ START_TEST(policy_switch)
 }
 END_TEST
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(VIT_DOUBLE)
+/* The path the shape (trans_a, M, N, K) ran on since the last reset. */
+static vit_gemm_path path_of(int ta, int M, int N, int K)
+{
+    vit_gemm_shape sh[64];
+    size_t n = vit_gemm_shapes(sh, 64);
+    ck_assert_uint_le(n, 64);
+    for (size_t i = 0; i < n; i++)
+        if (sh[i].trans_a == ta && sh[i].M == M && sh[i].N == N && sh[i].K == K)
+            return sh[i].path;
+    ck_abort_msg("no GEMM of shape ta %d %d x %d x %d ran", ta, M, N, K);
+    return VIT_GEMM_AUTO;
+}
+#endif
+
+/* The automatic policy on a CPU with AVX2 but not AVX-512 (src/kernels/
+ * gemm.c, avx2_prefers_blas): the weight gradient (TN, K = 544) and a wide
+ * product (N * K = 128 * 128) go to the BLAS, a narrow one (64 * 64) stays
+ * on libxsmm; with AVX-512 all three, N <= 1024, stay on libxsmm.  An
+ * OPENBLAS_CORETYPE may pick a BLAS core too weak for the rule, so the
+ * AVX2 case is asserted only with OpenBLAS choosing its own (an AVX2 CPU
+ * gets its Haswell or Zen kernels). */
+START_TEST(auto_rule_by_cpu)
+{
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(VIT_DOUBLE)
+    __builtin_cpu_init();
+    int avx512 = __builtin_cpu_supports("avx512f");
+    int avx2_only = __builtin_cpu_supports("avx2") && !avx512;
+    if (!avx512 && !(avx2_only && !getenv("OPENBLAS_CORETYPE")))
+        return;
+    ck_assert_int_eq(vit_gemm_set_path(VIT_GEMM_AUTO), VIT_OK);
+    vit_set_threads(1); /* whole products: with 2 threads each runs in halves */
+    const int n = 544;
+    vit_real *x = randn((size_t)n * 128), *W = randn(128 * 128), *y = zeros((size_t)n * 128);
+    vit_real *dy = randn((size_t)n * 128), *dx = zeros((size_t)n * 128), *dW = zeros(128 * 128);
+    vit_gemm_stats_reset();
+    ck_assert_int_eq(vit_linear_forward(y, x, W, NULL, n, 128, 128), VIT_OK);
+    ck_assert_int_eq(vit_linear_backward(dx, dW, NULL, dy, x, W, n, 128, 128), VIT_OK);
+    ck_assert_int_eq(vit_linear_forward(y, x, W, NULL, n, 64, 64), VIT_OK);
+    vit_gemm_path wide = avx2_only ? VIT_GEMM_BLAS : VIT_GEMM_XSMM;
+    ck_assert_int_eq(path_of(0, n, 128, 128), wide);  /* y = x W, wide */
+    ck_assert_int_eq(path_of(1, 128, 128, n), wide);  /* dW = x^T dy */
+    ck_assert_int_eq(path_of(0, n, 64, 64), VIT_GEMM_XSMM); /* narrow */
+    vit_gemm_stats_reset();
+    vit_set_threads(2);
+    free(x); free(W); free(y); free(dy); free(dx); free(dW);
+#endif
+}
+END_TEST
+
 int main(void)
 {
     vit_rng_seed(&rng, 14);
@@ -497,6 +547,7 @@ int main(void)
         tcase_add_test(p, patch_embed_agrees);
         tcase_add_test(p, attention_agrees);
         tcase_add_test(p, train_step_agrees);
+        tcase_add_test(p, auto_rule_by_cpu);
         suite_add_tcase(s, p);
     }
     SRunner *r = srunner_create(s);
