@@ -176,6 +176,26 @@ expect "attention query out of range" 1 "outside the" \
 [ -e "$tmp/b.png" ] && { fail=$((fail + 1)); echo "FAIL attention query: a file was written"; }
 expect "training curves" 0 "" "$tools/vit_plot" "$tmp/run/metrics.csv" --out "$tmp/c.png"
 [ -s "$tmp/c.png" ] || { fail=$((fail + 1)); echo "FAIL training curves: no file"; }
+# Time to accuracy (issue 50): the first epoch at or above each target, its
+# wall time, and the final figure's from final.csv; a row of exactly the
+# target counts, a dip after it does not undo it.
+mkdir -p "$tmp/tt"
+printf '%s\n' epoch,train_loss,train_acc,test_loss,test_acc,lr,seconds 1,1,0.5,0.9,0.800000,0.001,30.5 \
+    2,0.8,0.6,0.7,0.900000,0.001,61.2 3,0.7,0.7,0.6,0.895000,0.001,95 4,0.6,0.8,0.5,0.935000,0.0005,3725.4 \
+    >"$tmp/tt/metrics.csv"
+printf '%s\n' epoch,train_loss,test_loss,test_acc,tta,ema,test_acc_one_pass,test_loss_one_pass,seconds \
+    4,0.6,0.45,0.941200,3,0,0.935,0.5,3790 >"$tmp/tt/final.csv"
+times() { "$tools/vit_plot" "$tmp/tt/metrics.csv" --time-to 85,90,93.5,94 --out "$tmp/tt/c.png" |
+          sed -n '/^time to/,/whole run$/p'; }
+exact "vit_plot --time-to: epochs, wall times, the final figure's" 0 "time to accuracy (test, one pass, first epoch at or above):
+   85.00%  epoch    2  0:01:01 (61.2 s)
+   90.00%  epoch    2  0:01:01 (61.2 s)
+   93.50%  epoch    4  1:02:05 (3725.4 s)
+   94.00%  not reached (best 93.50% at epoch 4)
+  final test accuracy 94.12% (tta shift9flip): 1:03:10 (3790.0 s), the whole run" times
+exact "vit_plot --time-to: a bad target" 2 \
+    "vit_plot: --time-to: expected up to 16 percentages in (0, 100] separated by commas, got '94,0'" \
+    "$tools/vit_plot" "$tmp/tt/metrics.csv" --time-to 94,0
 expect "export" 0 "20 tensors" "$tools/vit_export" "$tmp/run/last.ckpt" --out "$tmp/m.safetensors"
 expect "export of a missing checkpoint" 1 "$tmp/none.ckpt" \
     "$tools/vit_export" "$tmp/none.ckpt" --out "$tmp/n.safetensors"

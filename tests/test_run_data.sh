@@ -59,9 +59,12 @@ reported=$(sed -n 's/^test accuracy \([0-9.]*\) (tta shift9.*/\1/p' "$tmp/tta.ou
 row=$(tail -n 1 "$tmp/tta/final.csv" 2>/dev/null)
 echo "     final.csv: $(head -n 1 "$tmp/tta/final.csv" 2>/dev/null) / $row"
 check "tta run: final.csv has the reported $reported with tta 1, the epoch and the one-pass figure" \
-    '[ -n "$reported" ] && [ "$(head -n 1 "$tmp/tta/final.csv")" = "epoch,train_loss,test_loss,test_acc,tta,ema,test_acc_one_pass,test_loss_one_pass" ] &&
+    '[ -n "$reported" ] && [ "$(head -n 1 "$tmp/tta/final.csv")" = "epoch,train_loss,test_loss,test_acc,tta,ema,test_acc_one_pass,test_loss_one_pass,seconds" ] &&
      awk -F, -v r="$reported" "{ exit !(\$1 == 1 && sprintf(\"%.4f\", \$4) == r && \$5 == 1) }" <<<"$row" &&
      [ "$(awk -F, "NR == 2 { printf \"%.6f\", \$5 }" "$tmp/tta/metrics.csv")" = "$(cut -d, -f7 <<<"$row")" ]'
+check "tta run: final.csv's seconds (the time to its figure) at or after the last epoch's, under a minute" \
+    'awk -F, -v e="$(awk -F, "NR == 2 { print \$7 }" "$tmp/tta/metrics.csv")" \
+         "{ exit !(e > 0 && \$9 >= e && \$9 < 60) }" <<<"$row"'
 plot=$("$tools/vit_plot" "$tmp/tta/metrics.csv" --out tta.png 2>&1)
 check "vit_plot on it: the final figure ringed" \
     'grep -qx "$tmp/tta/final.csv: final test accuracy $reported (tta shift9), ringed" <<<"$plot"'

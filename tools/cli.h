@@ -110,6 +110,10 @@ int cli_run_dir(const char *spec, char *out, size_t cap);
 #define CLI_CLASS_LABEL 24
 void cli_print_confusion(const int *confusion, int K, char *const *names);
 
+/* Seconds as h:mm:ss into buf (0:02:05, 1:03:07; negative or not finite:
+ * 0:00:00); returns buf. */
+const char *cli_hms(double s, char *buf, size_t cap);
+
 /* Columns of the terminal stdout is, or 0 when it is not one: the window
  * size, else $COLUMNS, else 80. */
 int cli_terminal_columns(void);

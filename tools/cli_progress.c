@@ -27,8 +27,8 @@ static int line_max(const cli_progress *p)
     return p->mode == 2 ? (cols > 0 ? cols : 80) - 1 : 100;
 }
 
-/* Seconds as h:mm:ss (0:02:05, 1:03:07). */
-static const char *hms(double s, char *buf, size_t cap)
+/* Seconds as h:mm:ss (0:02:05, 1:03:07): cli.h. */
+const char *cli_hms(double s, char *buf, size_t cap)
 {
     long t = s > 0 && s < 3.6e9 ? (long)(s + 0.5) : 0;
     snprintf(buf, cap, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
@@ -48,7 +48,7 @@ static int progress_text(char *out, size_t cap, int max, const vit_train_progres
     snprintf(steps, sizeof steps, " step %ld/%ld", step, spe);
     snprintf(lossv, sizeof lossv, " loss %.4f", loss);
     snprintf(speed, sizeof speed, " %.0f img/s", ips);
-    hms(eta, t, sizeof t);
+    cli_hms(eta, t, sizeof t);
     int n = 0, dropped = 0;
     for (;;) {
         bar[0] = 0;
@@ -198,7 +198,7 @@ static void epoch_row(cli_progress *p, const vit_train_progress *at, const vit_e
     snprintf(cell[COL_TRAIN_ACC], sizeof cell[0], "%.4f", m->train_acc);
     snprintf(cell[COL_TEST_LOSS], sizeof cell[0], "%.4f", p->with_val ? m->val_loss : m->test_loss);
     snprintf(cell[COL_TEST_ACC], sizeof cell[0], "%.4f", p->with_val ? m->val_acc : m->test_acc);
-    snprintf(cell[COL_TIME], sizeof cell[0], "%s", hms(m->seconds, t, sizeof t));
+    snprintf(cell[COL_TIME], sizeof cell[0], "%s", cli_hms(m->seconds, t, sizeof t));
     snprintf(cell[COL_LR], sizeof cell[0], "%.2e", m->lr);
     snprintf(cell[COL_IPS], sizeof cell[0], "%.0f", ips);
     fprintf(p->out, "%*s", p->epoch_w, ep);
@@ -290,7 +290,7 @@ static void model_summary(cli_progress *p, const vit_train_event *ev)
         snprintf(grid, sizeof grid, " (%dx%d patches of %d, stride %d, padding %d)", gh, gw,
                  c->patch, c->patch_stride ? c->patch_stride : c->patch, c->patch_pad);
     double left = (double)(at->total_steps - (long)at->step) * per_step;
-    hms(budget_eta(at, left + scoring_left(p, ev, per_step / batch)), eta, sizeof eta);
+    cli_hms(budget_eta(at, left + scoring_left(p, ev, per_step / batch)), eta, sizeof eta);
     count_text(vit_model_param_count(vit_trainer_model(ev->trainer)), n, sizeof n);
     int max = line_max(p);
     int len = arch != vit_arch_vit()
@@ -367,8 +367,8 @@ static void on_plan(cli_progress *p, const vit_train_event *ev)
 {
     const vit_train_progress *at = ev->at;
     char b[32], e[32];
-    hms(at->budget_seconds + p->budget_before + p->budget_after, b, sizeof b);
-    hms(at->planned_seconds + p->budget_before, e, sizeof e);
+    cli_hms(at->budget_seconds + p->budget_before + p->budget_after, b, sizeof b);
+    cli_hms(at->planned_seconds + p->budget_before, e, sizeof e);
     bar_clear(p);
     const char *cut = at->plan_cut == VIT_PLAN_NO_TTA
                           ? "; the final test-time augmented scoring is left out (it does not "

@@ -5,6 +5,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -14,9 +15,77 @@
 
 static const char *prog = "vit_plot";
 
+#define MAX_TARGETS 16
+
+/* LIST ("90,92.5,94", percentages in (0, 100]) into targets (fractions);
+ * the count, or 0 after saying what is wrong. */
+static int parse_targets(const char *list, double *targets)
+{
+    int n = 0;
+    const char *p = list;
+    for (;;) {
+        char *end;
+        double v = strtod(p, &end);
+        if (end == p || (*end && *end != ',') || !(v > 0 && v <= 100) || n == MAX_TARGETS) {
+            fprintf(stderr, "%s: --time-to: expected up to %d percentages in (0, 100] separated "
+                    "by commas, got '%s'\n", prog, MAX_TARGETS, list);
+            return 0;
+        }
+        targets[n++] = v / 100;
+        if (!*end)
+            return n;
+        p = end + 1;
+    }
+}
+
+/* The run's time to each target: the first epoch whose one-pass accuracy
+ * (acc, a column of m) reached it, and the wall time at its end (the
+ * seconds column: training and that epoch's scoring, resumes included);
+ * then the time to the final figure (final.csv's seconds, when it has
+ * them).  what names the column for the reader. */
+static void print_time_to(const vit_metrics_table *m, const double *acc, const char *what,
+                          const double *targets, int nt, const vit_metrics_table *fin)
+{
+    const double *sec = vit_metrics_column(m, "seconds");
+    printf("time to accuracy (%s, one pass, first epoch at or above):\n", what);
+    int best = -1;
+    for (int i = 0; i < m->rows; i++)
+        if (!isnan(acc[i]) && (best < 0 || acc[i] > acc[best]))
+            best = i;
+    for (int k = 0; k < nt; k++) {
+        int at = -1;
+        /* The accuracies are written with 6 decimals: compare at that
+         * grain, so 94% is reached by a row that says 0.940000. */
+        for (int i = 0; i < m->rows && at < 0; i++)
+            if (!isnan(acc[i]) && acc[i] >= targets[k] - 5e-7)
+                at = i;
+        char t[32];
+        if (at >= 0 && sec && !isnan(sec[at]))
+            printf("  %6.2f%%  epoch %4.0f  %s (%.1f s)\n", 100 * targets[k], m->epoch[at],
+                   cli_hms(sec[at], t, sizeof t), sec[at]);
+        else if (at >= 0)
+            printf("  %6.2f%%  epoch %4.0f  (no seconds column)\n", 100 * targets[k], m->epoch[at]);
+        else if (best >= 0)
+            printf("  %6.2f%%  not reached (best %.2f%% at epoch %.0f)\n", 100 * targets[k],
+                   100 * acc[best], m->epoch[best]);
+        else
+            printf("  %6.2f%%  not reached (no %s figures)\n", 100 * targets[k], what);
+    }
+    const double *f_acc = fin ? vit_metrics_column(fin, "test_acc") : NULL;
+    const double *f_sec = fin ? vit_metrics_column(fin, "seconds") : NULL;
+    const double *f_tta = fin ? vit_metrics_column(fin, "tta") : NULL;
+    if (f_acc && f_sec && !isnan(f_acc[0]) && !isnan(f_sec[0])) {
+        char t[32];
+        int tta = f_tta && !isnan(f_tta[0]) && f_tta[0] != 0;
+        printf("  final test accuracy %.2f%%%s%s%s: %s (%.1f s), the whole run\n", 100 * f_acc[0],
+               tta ? " (tta " : "", tta ? vit_tta_name((int)f_tta[0]) : "", tta ? ")" : "",
+               cli_hms(f_sec[0], t, sizeof t), f_sec[0]);
+    }
+}
+
 static void usage(void)
 {
-    printf("usage: vit_plot METRICS.csv [--out curves.png] [--title TEXT]\n"
+    printf("usage: vit_plot METRICS.csv [--out curves.png] [--title TEXT] [--time-to LIST]\n"
            "Draws every column of the metrics.csv that vit_train writes into its --out\n"
            "folder against the epoch, as a PNG (default curves.png): the losses (top\n"
            "panel), the accuracies (train, and test or, with --val, validation; one\n"
@@ -25,14 +94,21 @@ static void usage(void)
            "final.csv beside it holds the figures the run reported at its end (with\n"
            "test-time augmentation or averaged weights they differ from the one-pass\n"
            "points), they are ringed in red at the epoch of the model they score: the\n"
-           "last, or best.ckpt's with --save-best.  The title defaults to the CSV's path.\n");
+           "last, or best.ckpt's with --save-best.  The title defaults to the CSV's path.\n"
+           "  --time-to LIST  also print the run's time to each accuracy of LIST\n"
+           "               (percentages, e.g. 90,92,93,94): the first epoch whose one-pass\n"
+           "               test accuracy (validation with --val) reached it and the run's\n"
+           "               wall time at that epoch's end, scoring included; and the time\n"
+           "               to the final figure of final.csv\n");
 }
 
 int main(int argc, char **argv)
 {
     cli_ignore_file_size_signal();
     const char *csv = NULL, *out = "curves.png", *title = NULL;
-    static const cli_flag flags[] = {{"--out", 1}, {"--title", 1}, {"--help", 0},
+    double targets[MAX_TARGETS];
+    int ntargets = 0;
+    static const cli_flag flags[] = {{"--out", 1}, {"--title", 1}, {"--time-to", 1}, {"--help", 0},
                                      {"--version", 0}, {NULL, 0}};
     if (!cli_normalize(prog, &argc, &argv, flags, 0))
         return 2;
@@ -48,6 +124,10 @@ int main(int argc, char **argv)
             out = v;
         else if (strcmp(a, "--title") == 0)
             title = v;
+        else if (strcmp(a, "--time-to") == 0) {
+            if (!(ntargets = parse_targets(v, targets)))
+                return 2;
+        }
         else
             return cli_unknown_option(prog, a);
     }
@@ -108,6 +188,9 @@ int main(int argc, char **argv)
                    f_tta && f_tta[0] != 0 ? " (tta " : "",
                    f_tta && f_tta[0] != 0 ? vit_tta_name((int)f_tta[0]) : "",
                    f_tta && f_tta[0] != 0 ? ")" : "", on);
+        if (ntargets)
+            print_time_to(&m, val ? v_acc : m.test_acc, val ? "validation" : "test", targets,
+                          ntargets, have_fin ? &fin : NULL);
         for (int c = 0; c < m.cols; c++)
             if (fig_curves_panel_of(m.names[c]) == FIG_PANEL_NONE &&
                 strcmp(m.names[c], "epoch") != 0 && strcmp(m.names[c], "seconds") != 0)

@@ -711,7 +711,9 @@ void vit_trainer_free(vit_trainer *t);
  * with tta and ema), tta (VIT_TTA_*), ema, test_acc_one_pass,
  * test_loss_one_pass, and val_acc, val_acc_one_pass, best_epoch (the
  * epoch of the model scored, OUT/best.ckpt's with save_best; 0: the last)
- * with a validation set); a run that trains on (a resume, an overwrite)
+ * with a validation set, and last seconds: res->run_seconds, the run's wall
+ * time to these figures, resumes included; files before 0.3.0 lack it);
+ * a run that trains on (a resume, an overwrite)
  * removes or moves the old one first, so final.csv always describes the
  * run that ended with the last.ckpt beside it.
  * With resume, the run continues from the checkpoint (at an

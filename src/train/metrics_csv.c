@@ -367,14 +367,16 @@ int vit_metrics_write_final(const char *dir, const vit_train_result *res, double
     if (rc)
         return rc;
     int val = res->val_accuracy >= 0;
-    fprintf(f, "epoch,train_loss,test_loss,test_acc,tta,ema,test_acc_one_pass,test_loss_one_pass%s\n",
-            val ? ",val_acc,val_acc_one_pass,best_epoch" : "");
+    /* seconds (last, so that readers by position of the older file still
+     * find theirs): the run's wall time to these figures, resumes included. */
+    fprintf(f, "epoch,train_loss,test_loss,test_acc,tta,ema,test_acc_one_pass,test_loss_one_pass%s"
+            ",seconds\n", val ? ",val_acc,val_acc_one_pass,best_epoch" : "");
     fprintf(f, "%d,%.6f,%.6f,%.6f,%d,%.8g,%.6f,%.6f", res->epochs_done, train_loss, res->test_loss,
             res->test_accuracy, res->tta, res->ema, res->test_accuracy_plain,
             res->test_loss_plain);
     if (val)
         fprintf(f, ",%.6f,%.6f,%d", res->val_accuracy, res->val_accuracy_plain, res->best_epoch);
-    fputc('\n', f);
+    fprintf(f, ",%.1f\n", res->run_seconds);
     return vit_atomic_close(f, tmp, path, ferror(f) ? vit_fail(VIT_EIO, "%s: write error", path)
                                                     : VIT_OK);
 }

@@ -514,19 +514,21 @@ int vit_trainer_fit(vit_trainer *t, vit_train_result *res)
         return rc;
     if ((rc = final_scores(t, res)))
         return rc;
+    /* The run's time up to its final figures (final.csv says it: the time
+     * to that accuracy). */
+    res->seconds = now_seconds() - t->t0;
+    res->run_seconds = t->prior_seconds + res->seconds;
     /* The figures just reported, beside metrics.csv (which holds one-pass
      * figures per epoch). */
     rc = vit_dist_rank() == 0 ? vit_metrics_write_final(t->o.out_dir, res, t->last_train_loss)
                               : VIT_OK;
     if ((rc = vit_dist_agree(rc)))
         return rc;
-    res->seconds = now_seconds() - t->t0;
     /* This invocation's images: a resume inside an epoch did only its rest. */
     double images = (double)(t->st.epoch - t->at.start_epoch) * t->train.count
                     + (double)t->st.epoch_step * t->tc.batch
                     - (double)t->start_epoch_step * t->tc.batch;
     res->images_per_second = images / res->seconds;
-    res->run_seconds = t->prior_seconds + res->seconds;
     double partial = (double)t->st.epoch_step * t->tc.batch; /* out of budget */
     res->run_images_per_second = ((double)t->st.epoch * t->train.count + partial) / res->run_seconds;
     return VIT_OK;
