@@ -231,18 +231,23 @@ END_TEST
 /* A Swin written by torchvision (tools/torch_swin_fixture.py: every
  * parameter random, torchvision's names and layouts, the config in its
  * metadata) loads through vit_safetensors_load and gives torchvision's
- * float64 logits on its 4 images, to rounding. */
+ * float64 logits on its 4 images, to rounding.  _i = 1: the --wide
+ * fixture, 8x16 images whose second stage (a 2x4 grid in windows of 2)
+ * torchvision shifts by 0 rows and 1 column. */
 START_TEST(test_swin_torchvision_fixture)
 {
+    static const char *const stem[2] = {"data/swin_torch", "data/swin_torch_wide"};
+    char path[64];
     vit_model *m = NULL;
-    ck_assert_msg(vit_safetensors_load("data/swin_torch.safetensors", &m) == VIT_OK, "%s",
-                  vit_last_error());
+    snprintf(path, sizeof path, "%s.safetensors", stem[_i]);
+    ck_assert_msg(vit_safetensors_load(path, &m) == VIT_OK, "%s", vit_last_error());
     ck_assert_str_eq(vit_config_arch(vit_model_config(m))->name, "swin");
-    FILE *f = fopen("data/swin_torch_logits.txt", "r");
+    snprintf(path, sizeof path, "%s_logits.txt", stem[_i]);
+    FILE *f = fopen(path, "r");
     ck_assert_ptr_nonnull(f);
     int B, H, W, C, K;
     ck_assert_int_eq(fscanf(f, "%d %d %d %d %d", &B, &H, &W, &C, &K), 5);
-    ck_assert(B == 4 && H == 8 && W == 8 && C == 2 && K == 3);
+    ck_assert(B == 4 && H == 8 && W == (_i ? 16 : 8) && C == 2 && K == 3);
     vit_real *images = gc_zeros((size_t)B * H * W * C), *want = gc_zeros((size_t)B * K);
     for (int i = 0; i < B * H * W * C; i++) {
         double v;
@@ -261,7 +266,8 @@ START_TEST(test_swin_torchvision_fixture)
     double diff = gc_max_abs_diff(z->data, want, (size_t)B * K), big = 0;
     for (int i = 0; i < B * K; i++)
         big = fmax(big, fabs((double)want[i]));
-    printf("swin vs torchvision: max |logit difference| %.3g (largest |logit| %.3g)\n", diff, big);
+    printf("swin %dx%d vs torchvision: max |logit difference| %.3g (largest |logit| %.3g)\n",
+           H, W, diff, big);
     ck_assert_msg(big > 0.1, "the fixture's logits are too small to tell anything");
     ck_assert_msg(diff < 1e-12, "logits differ from torchvision's by %g", diff);
     vit_tape_free(t);
@@ -281,7 +287,7 @@ static Suite *swin_suite(void)
     TCase *tc = tcase_create("config");
     tcase_add_test(tc, test_swin_rejects_bad_configs);
     tcase_add_test(tc, test_swin_recipe);
-    tcase_add_test(tc, test_swin_torchvision_fixture);
+    tcase_add_loop_test(tc, test_swin_torchvision_fixture, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -4,7 +4,7 @@
  * window's tokens are gathered into small dense blocks (taking the cyclic
  * shift into account), attended densely, and the results scattered back;
  * a window whose tokens are consecutive rows (one window across the grid's
- * width, no shift) is read and written in place instead.
+ * width, no shift on either axis) is read and written in place instead.
  * Same result as vit_sdpa with the vit_mask_window mask.  See
  * include/vit/attention.h.
  */
@@ -64,9 +64,12 @@ static int window_check(const char *fn, const vit_window_attn *w, vit_real *scal
     if (w->grid_h % w->window != 0 || w->grid_w % w->window != 0)
         return vit_fail(VIT_EINVAL, "%s: grid %d x %d is not a multiple of the window %d",
                         fn, w->grid_h, w->grid_w, w->window);
-    if (w->shift < 0 || w->shift >= w->window)
-        return vit_fail(VIT_EINVAL, "%s: shift must be in [0, window = %d), got %d",
-                        fn, w->window, w->shift);
+    if (w->shift_h < 0 || w->shift_h >= w->window)
+        return vit_fail(VIT_EINVAL, "%s: shift_h must be in [0, window = %d), got %d",
+                        fn, w->window, w->shift_h);
+    if (w->shift_w < 0 || w->shift_w >= w->window)
+        return vit_fail(VIT_EINVAL, "%s: shift_w must be in [0, window = %d), got %d",
+                        fn, w->window, w->shift_w);
     if ((long long)w->heads * w->d_k > INT_MAX || (long long)w->heads * w->d_v > INT_MAX ||
         (long long)w->grid_h * w->grid_w > INT_MAX ||
         (long long)w->window * w->window > 65536)
@@ -104,8 +107,8 @@ size_t vit_window_attn_lse_size(const vit_window_attn *w)
 
 /* ---- Windows -------------------------------------------------------------- */
 
-/* Along one axis of length len, shifted coordinate s (Swin's
- * roll(x, -shift) puts original position (s + shift) mod len there) and
+/* Along one axis of length len and its own shift, shifted coordinate s
+ * (Swin's roll(x, -shift) puts original position (s + shift) mod len there) and
  * its region label: with a shift the last window of the axis holds the
  * positions [len-M, len-shift) and [len-shift, len) of the shifted frame,
  * which come from opposite ends of the original axis and must not
@@ -124,10 +127,10 @@ static void window_tokens(const vit_window_attn *w, const wgeo *g, int wi, int *
     for (int py = 0; py < M; py++)
         for (int px = 0; px < M; px++) {
             int sy = wy * M + py, sx = wx * M + px;
-            int r = (sy + w->shift) % w->grid_h, c = (sx + w->shift) % w->grid_w;
+            int r = (sy + w->shift_h) % w->grid_h, c = (sx + w->shift_w) % w->grid_w;
             tok[py * M + px] = r * w->grid_w + c;
-            label[py * M + px] = 3 * axis_region(sy, w->grid_h, M, w->shift)
-                               + axis_region(sx, w->grid_w, M, w->shift);
+            label[py * M + px] = 3 * axis_region(sy, w->grid_h, M, w->shift_h)
+                               + axis_region(sx, w->grid_w, M, w->shift_w);
         }
 }
 
@@ -433,7 +436,7 @@ static void job_init(wjob *J, const vit_window_attn *w, vit_real scale)
     J->g = wgeometry(w);
     J->scale = scale;
     J->direct = vit_pair_direct(w->d_k, w->d_v, J->g.T);
-    J->contig = J->g.nwx == 1 && w->shift == 0;
+    J->contig = J->g.nwx == 1 && w->shift_h == 0 && w->shift_w == 0;
     atomic_init(&J->next_slab, 0);
     atomic_init(&J->first_bad, ULLONG_MAX);
 }
