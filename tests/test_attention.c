@@ -11,6 +11,7 @@
  *  - argument errors.
  */
 #include <check.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -240,10 +241,16 @@ START_TEST(test_sdpa_grad_window)
     unsigned char m[64];
     vit_sdpa a = sdpa_shape(2, 2, 8, 8, 3, 3);
     a.mask.allowed = m;
-    ck_assert_int_eq(vit_mask_window(m, 2, 4, 2, 0), VIT_OK);
+    ck_assert_int_eq(vit_mask_window(m, 2, 4, 2, 0, 0), VIT_OK);
     run_sdpa_case("sdpa/window", a, 0, 62);
-    ck_assert_int_eq(vit_mask_window(m, 2, 4, 2, 1), VIT_OK);
+    ck_assert_int_eq(vit_mask_window(m, 2, 4, 2, 1, 1), VIT_OK);
     run_sdpa_case("sdpa/window_shift", a, 0, 63);
+    /* columns shifted, rows not (as torchvision when one window covers
+     * the rows), and the other way round */
+    ck_assert_int_eq(vit_mask_window(m, 2, 4, 2, 0, 1), VIT_OK);
+    run_sdpa_case("sdpa/window_shift_w", a, 0, 64);
+    ck_assert_int_eq(vit_mask_window(m, 2, 4, 2, 1, 0), VIT_OK);
+    run_sdpa_case("sdpa/window_shift_h", a, 0, 65);
 }
 END_TEST
 
@@ -1020,7 +1027,7 @@ START_TEST(test_window_mask_exact_zeros)
     enum { N = 16 };
     unsigned char m[N * N];
     for (int shift = 0; shift < 2; shift++) {
-        ck_assert_int_eq(vit_mask_window(m, 4, 4, 2, shift), VIT_OK);
+        ck_assert_int_eq(vit_mask_window(m, 4, 4, 2, shift, shift), VIT_OK);
         vit_sdpa a = sdpa_shape(2, 2, N, N, 3, 3);
         a.mask.allowed = m;
         sdpa_case c;
@@ -1057,18 +1064,25 @@ START_TEST(test_mask_counts)
     memset(m, 1, N * N);
     ck_assert_uint_eq(vit_mask_count(m, N, N), 4096);
     /* 8 x 8 grid, 4 x 4 windows: 4 windows of 16 tokens, 16 * 16 each. */
-    ck_assert_int_eq(vit_mask_window(m, 8, 8, 4, 0), VIT_OK);
+    ck_assert_int_eq(vit_mask_window(m, 8, 8, 4, 0, 0), VIT_OK);
     ck_assert_uint_eq(vit_mask_count(m, N, N), 1024);
     /* Shift 2: in the shifted frame the top-left window is one region
      * (16^2 = 256), the two border windows split into two groups of 8
      * (2 * 2 * 8^2 = 256) and the corner window into four groups of 4
      * (4 * 4^2 = 64): 576 in all. */
-    ck_assert_int_eq(vit_mask_window(m, 8, 8, 4, 2), VIT_OK);
+    ck_assert_int_eq(vit_mask_window(m, 8, 8, 4, 2, 2), VIT_OK);
     ck_assert_uint_eq(vit_mask_count(m, N, N), 576);
+    /* The axes count apart: rows unshifted give 2 * 4^2 = 32 pairs per
+     * column pair, columns shifted by 2 give 4^2 + 2^2 + 2^2 = 24, and
+     * 32 * 24 = 768 (the other way round the same). */
+    ck_assert_int_eq(vit_mask_window(m, 8, 8, 4, 0, 2), VIT_OK);
+    ck_assert_uint_eq(vit_mask_count(m, N, N), 768);
+    ck_assert_int_eq(vit_mask_window(m, 8, 8, 4, 2, 0), VIT_OK);
+    ck_assert_uint_eq(vit_mask_count(m, N, N), 768);
     /* Every token attends to itself; the plain window mask equals the
      * product of "same row block" and "same column block". */
     for (int t = 0; t < N; t++) ck_assert(m[t * N + t]);
-    ck_assert_int_eq(vit_mask_window(m, 8, 8, 4, 0), VIT_OK);
+    ck_assert_int_eq(vit_mask_window(m, 8, 8, 4, 0, 0), VIT_OK);
     for (int t = 0; t < N; t++)
         for (int u = 0; u < N; u++)
             ck_assert_int_eq(m[t * N + u], (t / 8) / 4 == (u / 8) / 4 && (t % 8) / 4 == (u % 8) / 4);
@@ -1076,30 +1090,47 @@ START_TEST(test_mask_counts)
 }
 END_TEST
 
-/* Independent reconstruction of Swin's shifted-window mask: roll the token
- * grid by -shift (torch.roll(x, (-s, -s))), label the rolled positions with
- * Swin's region slices, cut M x M windows, and allow a pair when both fall
- * in one window with one label.  Then map rolled positions back to the
- * original token numbers. */
-static void rolled_window_mask(unsigned char *allowed, int gh, int gw, int M, int s)
+/* Python's slice x[start:stop] of a length-len axis, start and stop
+ * possibly negative (from the end) and stop possibly None (INT_MAX here):
+ * the half-open range [*lo, *hi), empty when hi <= lo. */
+static void py_slice(int start, int stop, int len, int *lo, int *hi)
+{
+    *lo = start < 0 ? len + start : start;
+    *hi = stop == INT_MAX ? len : stop < 0 ? len + stop : stop;
+}
+
+/* Independent reconstruction of Swin's shifted-window mask, written as
+ * torchvision 0.14's shifted_window_attention builds it: roll the token
+ * grid by (-sh, -sw) (torch.roll), and when sh + sw > 0 label the rolled
+ * positions by its slices, h_slices = ((0, -M), (-M, -sh), (-sh, None))
+ * and the same for w, assigned in order (so an axis with shift 0, whose
+ * slice (-0, None) is the whole axis, ends in one label), cut M x M
+ * windows, and allow a pair when both fall in one window with one label.
+ * Then map rolled positions back to the original token numbers. */
+static void rolled_window_mask(unsigned char *allowed, int gh, int gw, int M, int sh, int sw)
 {
     int N = gh * gw;
     int *tok = malloc(N * sizeof *tok), *label = malloc(N * sizeof *label);
     int *win = malloc(N * sizeof *win);
     for (int r = 0; r < gh; r++)
         for (int c = 0; c < gw; c++) {
-            /* rolled[r][c] = original[(r + s) % gh][(c + s) % gw] */
-            tok[r * gw + c] = ((r + s) % gh) * gw + (c + s) % gw;
+            /* rolled[r][c] = original[(r + sh) % gh][(c + sw) % gw] */
+            tok[r * gw + c] = ((r + sh) % gh) * gw + (c + sw) % gw;
             win[r * gw + c] = (r / M) * (gw / M) + c / M;
             label[r * gw + c] = 0;
         }
-    if (s > 0) {
-        int hs[4] = {0, gh - M, gh - s, gh}, ws[4] = {0, gw - M, gw - s, gw};
+    if (sh + sw > 0) {
+        const int hsl[3][2] = {{0, -M}, {-M, -sh}, {-sh, INT_MAX}};
+        const int wsl[3][2] = {{0, -M}, {-M, -sw}, {-sw, INT_MAX}};
         int cnt = 0;
         for (int a = 0; a < 3; a++)
-            for (int b = 0; b < 3; b++, cnt++)
-                for (int r = hs[a]; r < hs[a + 1]; r++)
-                    for (int c = ws[b]; c < ws[b + 1]; c++) label[r * gw + c] = cnt;
+            for (int b = 0; b < 3; b++, cnt++) {
+                int r0, r1, c0, c1;
+                py_slice(hsl[a][0], hsl[a][1], gh, &r0, &r1);
+                py_slice(wsl[b][0], wsl[b][1], gw, &c0, &c1);
+                for (int r = r0; r < r1; r++)
+                    for (int c = c0; c < c1; c++) label[r * gw + c] = cnt;
+            }
     }
     memset(allowed, 0, (size_t)N * N);
     for (int p = 0; p < N; p++)
@@ -1111,19 +1142,23 @@ static void rolled_window_mask(unsigned char *allowed, int gh, int gw, int M, in
 
 START_TEST(test_shifted_mask_vs_rolled_grid)
 {
-    const int cases[][4] = {{8, 8, 4, 2}, {8, 8, 4, 1}, {8, 8, 4, 3}, {4, 8, 4, 2},
-                            {6, 4, 2, 1}, {8, 8, 4, 0}};
+    /* grid_h, grid_w, M, shift_h, shift_w; from {7, 14, 7, 0, 3} on one
+     * shift per axis: torchvision's for a 7 x 14 grid in windows of 7
+     * (28x56 images, patch 4) and others with one axis or neither at 0 */
+    const int cases[][5] = {{8, 8, 4, 2, 2}, {8, 8, 4, 1, 1}, {8, 8, 4, 3, 3}, {4, 8, 4, 2, 2},
+                            {6, 4, 2, 1, 1}, {8, 8, 4, 0, 0}, {7, 14, 7, 0, 3}, {14, 7, 7, 3, 0},
+                            {8, 8, 4, 0, 2}, {8, 8, 4, 1, 3}, {6, 9, 3, 2, 1}, {4, 8, 4, 2, 0}};
     for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
-        int gh = cases[t][0], gw = cases[t][1], M = cases[t][2], s = cases[t][3];
-        int N = gh * gw;
+        int gh = cases[t][0], gw = cases[t][1], M = cases[t][2], sh = cases[t][3];
+        int sw = cases[t][4], N = gh * gw;
         unsigned char *m = malloc((size_t)N * N), *r = malloc((size_t)N * N);
-        ck_assert_int_eq(vit_mask_window(m, gh, gw, M, s), VIT_OK);
-        rolled_window_mask(r, gh, gw, M, s);
+        ck_assert_int_eq(vit_mask_window(m, gh, gw, M, sh, sw), VIT_OK);
+        rolled_window_mask(r, gh, gw, M, sh, sw);
         for (int i = 0; i < N; i++)
             for (int j = 0; j < N; j++) {
                 ck_assert_msg(m[i * N + j] == r[i * N + j],
-                              "grid %dx%d M=%d shift=%d: token %d -> %d: got %d, rolled grid %d",
-                              gh, gw, M, s, i, j, m[i * N + j], r[i * N + j]);
+                              "grid %dx%d M=%d shifts %d, %d: token %d -> %d: got %d, rolled "
+                              "grid %d", gh, gw, M, sh, sw, i, j, m[i * N + j], r[i * N + j]);
                 ck_assert_int_eq(m[i * N + j], m[j * N + i]); /* symmetric */
             }
         free(m); free(r);
@@ -1243,11 +1278,16 @@ START_TEST(test_bad_input)
     unsigned char mk[64];
     EXPECT_EINVAL(vit_mask_causal(NULL, 3, 3), "allowed");
     EXPECT_EINVAL(vit_mask_causal(mk, 3, 0), "n_k");
-    EXPECT_EINVAL(vit_mask_window(mk, 6, 4, 4, 0), "multiple");
-    EXPECT_EINVAL(vit_mask_window(mk, 4, 4, 4, 4), "shift");
-    EXPECT_EINVAL(vit_mask_window(mk, 4, 4, 2, -1), "shift");
-    EXPECT_EINVAL(vit_mask_window(mk, 4, 4, 0, 0), "M");
-    EXPECT_EINVAL(vit_mask_window(NULL, 4, 4, 2, 0), "allowed");
+    EXPECT_EINVAL(vit_mask_window(mk, 6, 4, 4, 0, 0), "multiple");
+    EXPECT_EINVAL(vit_mask_window(mk, 4, 4, 4, 4, 4), "shift");
+    EXPECT_EINVAL(vit_mask_window(mk, 4, 4, 2, -1, -1), "shift");
+    /* each axis alone, the other shift valid */
+    EXPECT_EINVAL(vit_mask_window(mk, 4, 4, 2, 2, 0), "shift_h");
+    EXPECT_EINVAL(vit_mask_window(mk, 4, 4, 2, -1, 1), "shift_h");
+    EXPECT_EINVAL(vit_mask_window(mk, 4, 4, 2, 0, 2), "shift_w");
+    EXPECT_EINVAL(vit_mask_window(mk, 4, 4, 2, 1, -1), "shift_w");
+    EXPECT_EINVAL(vit_mask_window(mk, 4, 4, 0, 0, 0), "M");
+    EXPECT_EINVAL(vit_mask_window(NULL, 4, 4, 2, 0, 0), "allowed");
     EXPECT_EINVAL(vit_mask_no_self(NULL, 3, 3), "allowed");
     EXPECT_EINVAL(vit_mask_no_self(mk, 0, 3), "n_q");
     EXPECT_EINVAL(vit_mask_no_self(mk, 2, 1), "n_k = 1");

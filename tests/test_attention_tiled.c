@@ -531,8 +531,8 @@ END_TEST
 static int win_token(const vit_window_attn *w, int wi, int p)
 {
     int M = w->window, nwx = w->grid_w / M;
-    int r = ((wi / nwx) * M + p / M + w->shift) % w->grid_h;
-    int col = ((wi % nwx) * M + p % M + w->shift) % w->grid_w;
+    int r = ((wi / nwx) * M + p / M + w->shift_h) % w->grid_h;
+    int col = ((wi % nwx) * M + p % M + w->shift_w) % w->grid_w;
     return r * w->grid_w + col;
 }
 
@@ -585,7 +585,8 @@ static void compare_window(const char *tag, vit_window_attn w, int with_bias, ui
     const int N = w.grid_h * w.grid_w, T = w.window * w.window, H = w.heads, B = w.batch;
     const int nW = N / T, bh = with_bias ? w.bias_heads : 1;
     unsigned char *allowed = malloc((size_t)N * N);
-    ck_assert_int_eq(vit_mask_window(allowed, w.grid_h, w.grid_w, w.window, w.shift), VIT_OK);
+    ck_assert_int_eq(vit_mask_window(allowed, w.grid_h, w.grid_w, w.window, w.shift_h,
+                                     w.shift_w), VIT_OK);
     vit_real *full_bias = gc_zeros((size_t)bh * N * N);
     if (with_bias)
         for (int h = 0; h < bh; h++)
@@ -664,8 +665,20 @@ static vit_window_attn win_shape(int B, int H, int gh, int gw, int M, int shift,
 {
     vit_window_attn w;
     memset(&w, 0, sizeof w);
-    w.batch = B; w.heads = H; w.grid_h = gh; w.grid_w = gw; w.window = M; w.shift = shift;
+    w.batch = B; w.heads = H; w.grid_h = gh; w.grid_w = gw; w.window = M;
+    w.shift_h = w.shift_w = shift;
     w.d_k = dk; w.d_v = dv;
+    return w;
+}
+
+/* win_shape with its own shift per axis (torchvision drops the shift only
+ * on an axis that one window covers). */
+static vit_window_attn win_axes(int B, int H, int gh, int gw, int M, int shift_h, int shift_w,
+                                int dk, int dv)
+{
+    vit_window_attn w = win_shape(B, H, gh, gw, M, 0, dk, dv);
+    w.shift_h = shift_h;
+    w.shift_w = shift_w;
     return w;
 }
 
@@ -691,6 +704,17 @@ START_TEST(test_window_vs_masked)
     w = win_shape(2, 2, 8, 4, 4, 0, 3, 3);
     w.bias_heads = 2;
     compare_window("8x4 M4 shift0 bias (in place)", w, 1, 59);
+    /* one shift per axis: 0 on the axis one window covers (7 x 14 in
+     * windows of 7, torchvision's 28x56 images at patch 4), and a
+     * row-only shift, which must leave the in-place route */
+    compare_window("7x14 M7 shift 0,3", win_axes(1, 2, 7, 14, 7, 0, 3, 4, 4), 0, 58);
+    w = win_axes(2, 2, 8, 4, 4, 2, 0, 3, 3);
+    w.bias_heads = 2;
+    compare_window("8x4 M4 shift 2,0 bias", w, 1, 57);
+    compare_window("6x9 M3 shift 2,1", win_axes(2, 2, 6, 9, 3, 2, 1, 3, 2), 0, 56);
+    w = win_axes(1, 2, 4, 8, 4, 0, 2, 3, 3);
+    w.bias_heads = 1;
+    compare_window("4x8 M4 shift 0,2 bias shared", w, 1, 55);
 }
 END_TEST
 
@@ -733,6 +757,11 @@ START_TEST(test_window_gradcheck)
     w.bias_heads = 1;
     gradcheck_window("6x3 M3 shift0 bias shared", w, 1, 72);
     gradcheck_window("4x4 M2 shift0", win_shape(1, 1, 4, 4, 2, 0, 3, 3), 0, 73);
+    /* a shift on one axis only, each way */
+    w = win_axes(1, 2, 3, 6, 3, 0, 1, 2, 2);
+    w.bias_heads = 2;
+    gradcheck_window("3x6 M3 shift 0,1 bias/head", w, 1, 74);
+    gradcheck_window("4x4 M2 shift 1,0", win_axes(1, 2, 4, 4, 2, 1, 0, 3, 2), 0, 75);
 }
 END_TEST
 
@@ -879,10 +908,16 @@ START_TEST(test_bad_input)
     ck_assert_uint_eq(vit_window_attn_lse_size(&e), 0);
     ck_assert_ptr_nonnull(strstr(vit_last_error(), "multiple"));
     e = w;
-    e.shift = 2;
-    EXPECT_EINVAL(vit_window_attn_forward(&e, out, p, q, k, v), "shift");
-    e.shift = -1;
-    EXPECT_EINVAL(vit_window_attn_backward(&e, q, k, v, NULL, out, p, q, k, v), "shift");
+    e.shift_h = 2; /* each axis checked alone, the other one valid */
+    EXPECT_EINVAL(vit_window_attn_forward(&e, out, p, q, k, v), "shift_h");
+    e.shift_h = -1;
+    EXPECT_EINVAL(vit_window_attn_backward(&e, q, k, v, NULL, out, p, q, k, v), "shift_h");
+    e = w;
+    e.shift_w = 2;
+    EXPECT_EINVAL(vit_window_attn_forward(&e, out, p, q, k, v), "shift_w");
+    e.shift_h = 0, e.shift_w = -1;
+    EXPECT_EINVAL(vit_window_attn_backward(&e, q, k, v, NULL, out, p, q, k, v), "shift_w");
+    ck_assert_uint_eq(vit_window_attn_lse_size(&e), 0);
     e = w;
     e.window = 0;
     EXPECT_EINVAL(vit_window_attn_forward(&e, out, p, q, k, v), "window");

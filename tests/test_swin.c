@@ -33,19 +33,23 @@ static void set(vit_config *c, const char *key, const char *value)
 /* 8x8 images of 2 channels, patch 2: a 4x4 grid in windows of 2 (block 1
  * shifted by 1, across the wrapped border), merged to 2x2 (one window:
  * no shift there); widths 4 and 8, two heads each, 3 classes: the
- * fixture's model too. */
-static void tiny(vit_config *c)
+ * fixture's model too.  wide: 8x16 images instead, whose 2x4 second stage
+ * shifts block 1 by 0 rows and 1 column (the --wide fixture's model). */
+static void tiny_of(vit_config *c, int wide)
 {
     vit_config_default(c);
     set(c, "arch", "swin");
     static const char *const kv[][2] = {
-        {"image_height", "8"}, {"image_width", "8"}, {"channels", "2"}, {"classes", "3"},
+        {"image_height", "8"}, {"channels", "2"}, {"classes", "3"},
         {"patch", "2"}, {"window", "2"}, {"embed_dim", "4"}, {"stages", "2"},
         {"depth_1", "2"}, {"depth_2", "2"}, {"heads_1", "2"}, {"heads_2", "2"},
         {"mlp_ratio", "2"}};
     for (size_t i = 0; i < sizeof kv / sizeof *kv; i++)
         set(c, kv[i][0], kv[i][1]);
+    set(c, "image_width", wide ? "16" : "8");
 }
+
+static void tiny(vit_config *c) { tiny_of(c, 0); }
 
 /* The arch's hooks run by hand on our own vit_params, as vit_model does. */
 typedef struct swin_ctx {
@@ -58,12 +62,13 @@ typedef struct swin_ctx {
     int labels[GB];
     const vit_real *drop; /* stochastic depth's scales, [2 NBLOCKS, GB], or NULL */
     int recompute;        /* vit_arch_run's: the layer norms' outputs remade */
+    int width;            /* the images' width: 8, or 16 (tiny_of's wide) */
 } swin_ctx;
 
 static vit_tensor *forward(swin_ctx *c, vit_tape *t)
 {
     vit_arch_run r = {.cfg = &c->cfg, .state = c->state, .params = c->P, .tape = t,
-                      .images = vit_tape_leaf(t, c->images, NULL, 4, (int[]){GB, 8, 8, 2}),
+                      .images = vit_tape_leaf(t, c->images, NULL, 4, (int[]){GB, 8, c->width, 2}),
                       .batch = GB, .grads = vit_params_grads(c->P), .train = 1,
                       .drop_scale = c->drop, .drop_stride = GB, .recompute = c->recompute};
     vit_tensor *z = c->a->forward(&r);
@@ -84,16 +89,18 @@ static double swin_loss(void *p)
  * gradient against central differences, tensor by tensor.  _i & 1: with
  * stochastic depth's scales, every branch of image 0 kept (x 1.25), of
  * image 1 alternately dropped and kept; _i & 2: with recompute (the layer
- * norms' outputs remade in the backward). */
+ * norms' outputs remade in the backward); _i = 4: the wide model, its
+ * second stage shifted along one axis only. */
 START_TEST(test_swin_gradient)
 {
     vit_real drop[2 * NBLOCKS * GB];
     for (int l = 0; l < 2 * NBLOCKS; l++)
         drop[l * GB] = (vit_real)1.25, drop[l * GB + 1] = (vit_real)(l % 2 ? 1.25 : 0);
     swin_ctx c = {.a = vit_arch_find("swin"), .P = vit_params_new(), .tape = vit_tape_new(),
-                  .drop = _i & 1 ? drop : NULL, .recompute = _i >> 1};
+                  .drop = _i & 1 ? drop : NULL, .recompute = (_i >> 1) & 1,
+                  .width = _i == 4 ? 16 : 8};
     ck_assert_ptr_nonnull(c.a);
-    tiny(&c.cfg);
+    tiny_of(&c.cfg, _i == 4);
     ck_assert_int_eq(c.a->check(&c.cfg), VIT_OK);
     ck_assert_msg(c.a->build(&c.cfg, c.P, &c.state) == VIT_OK, "%s", vit_last_error());
     ck_assert_int_eq(vit_params_alloc(c.P), VIT_OK);
@@ -103,8 +110,8 @@ START_TEST(test_swin_gradient)
     size_t n = vit_params_count(c.P);
     uint64_t seed = 7;
     gc_fill(vit_params_values(c.P), n, &seed, 0.6);
-    c.images = gc_zeros((size_t)GB * 8 * 8 * 2);
-    for (int i = 0; i < GB * 8 * 8 * 2; i++)
+    c.images = gc_zeros((size_t)GB * 8 * c.width * 2);
+    for (int i = 0; i < GB * 8 * c.width * 2; i++)
         c.images[i] = (vit_real)gc_uniform(&seed);
     for (int i = 0; i < GB; i++)
         c.labels[i] = (i + 1) % 3;
@@ -134,8 +141,9 @@ START_TEST(test_swin_gradient)
         ck_assert_msg(norm > 1e-6, "%s: gradient is zero", pt->name);
         worst = fmax(worst, e);
     }
-    printf("swin gradient%s%s: %d tensors, %zu parameters, max_rel %.2e\n",
-           _i & 1 ? " (drop path)" : "", _i & 2 ? " (recompute)" : "", nt, n, worst);
+    printf("swin gradient%s%s%s: %d tensors, %zu parameters, max_rel %.2e\n",
+           _i & 1 ? " (drop path)" : "", _i & 2 ? " (recompute)" : "",
+           _i == 4 ? " (8x16: a shift on one axis)" : "", nt, n, worst);
     c.a->release(c.state);
     vit_params_free(c.P);
     vit_tape_free(c.tape);
@@ -231,18 +239,23 @@ END_TEST
 /* A Swin written by torchvision (tools/torch_swin_fixture.py: every
  * parameter random, torchvision's names and layouts, the config in its
  * metadata) loads through vit_safetensors_load and gives torchvision's
- * float64 logits on its 4 images, to rounding. */
+ * float64 logits on its 4 images, to rounding.  _i = 1: the --wide
+ * fixture, 8x16 images whose second stage (a 2x4 grid in windows of 2)
+ * torchvision shifts by 0 rows and 1 column. */
 START_TEST(test_swin_torchvision_fixture)
 {
+    static const char *const stem[2] = {"data/swin_torch", "data/swin_torch_wide"};
+    char path[64];
     vit_model *m = NULL;
-    ck_assert_msg(vit_safetensors_load("data/swin_torch.safetensors", &m) == VIT_OK, "%s",
-                  vit_last_error());
+    snprintf(path, sizeof path, "%s.safetensors", stem[_i]);
+    ck_assert_msg(vit_safetensors_load(path, &m) == VIT_OK, "%s", vit_last_error());
     ck_assert_str_eq(vit_config_arch(vit_model_config(m))->name, "swin");
-    FILE *f = fopen("data/swin_torch_logits.txt", "r");
+    snprintf(path, sizeof path, "%s_logits.txt", stem[_i]);
+    FILE *f = fopen(path, "r");
     ck_assert_ptr_nonnull(f);
     int B, H, W, C, K;
     ck_assert_int_eq(fscanf(f, "%d %d %d %d %d", &B, &H, &W, &C, &K), 5);
-    ck_assert(B == 4 && H == 8 && W == 8 && C == 2 && K == 3);
+    ck_assert(B == 4 && H == 8 && W == (_i ? 16 : 8) && C == 2 && K == 3);
     vit_real *images = gc_zeros((size_t)B * H * W * C), *want = gc_zeros((size_t)B * K);
     for (int i = 0; i < B * H * W * C; i++) {
         double v;
@@ -261,7 +274,8 @@ START_TEST(test_swin_torchvision_fixture)
     double diff = gc_max_abs_diff(z->data, want, (size_t)B * K), big = 0;
     for (int i = 0; i < B * K; i++)
         big = fmax(big, fabs((double)want[i]));
-    printf("swin vs torchvision: max |logit difference| %.3g (largest |logit| %.3g)\n", diff, big);
+    printf("swin %dx%d vs torchvision: max |logit difference| %.3g (largest |logit| %.3g)\n",
+           H, W, diff, big);
     ck_assert_msg(big > 0.1, "the fixture's logits are too small to tell anything");
     ck_assert_msg(diff < 1e-12, "logits differ from torchvision's by %g", diff);
     vit_tape_free(t);
@@ -276,12 +290,12 @@ static Suite *swin_suite(void)
     Suite *s = suite_create("swin");
     TCase *tg = tcase_create("gradient");
     tcase_set_timeout(tg, 120);
-    tcase_add_loop_test(tg, test_swin_gradient, 0, 4);
+    tcase_add_loop_test(tg, test_swin_gradient, 0, 5);
     suite_add_tcase(s, tg);
     TCase *tc = tcase_create("config");
     tcase_add_test(tc, test_swin_rejects_bad_configs);
     tcase_add_test(tc, test_swin_recipe);
-    tcase_add_test(tc, test_swin_torchvision_fixture);
+    tcase_add_loop_test(tc, test_swin_torchvision_fixture, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }

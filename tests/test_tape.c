@@ -2061,11 +2061,15 @@ END_TEST
 
 /* Windowed attention on a 4 x 4 grid of B = 2 items, H = 2 heads of width
  * 3 (qkv [2, 16, 18]), windows of 2 x 2: case 0 plain windows with a bias
- * per head, 1 shifted by 1 with one shared bias, 2 shifted without bias. */
-static const vit_window_opts win_opts[3] = {
-    {.heads = 2, .grid_h = 4, .grid_w = 4, .window = 2, .shift = 0},
-    {.heads = 2, .grid_h = 4, .grid_w = 4, .window = 2, .shift = 1},
-    {.heads = 2, .grid_h = 4, .grid_w = 4, .window = 2, .shift = 1, .scale = 0.7},
+ * per head, 1 shifted by 1 with one shared bias, 2 shifted without bias,
+ * 3 shifted by 1 column and no row with a bias per head, 4 by 1 row and no
+ * column without bias. */
+static const vit_window_opts win_opts[5] = {
+    {.heads = 2, .grid_h = 4, .grid_w = 4, .window = 2},
+    {.heads = 2, .grid_h = 4, .grid_w = 4, .window = 2, .shift_h = 1, .shift_w = 1},
+    {.heads = 2, .grid_h = 4, .grid_w = 4, .window = 2, .shift_h = 1, .shift_w = 1, .scale = 0.7},
+    {.heads = 2, .grid_h = 4, .grid_w = 4, .window = 2, .shift_w = 1},
+    {.heads = 2, .grid_h = 4, .grid_w = 4, .window = 2, .shift_h = 1},
 };
 
 static vit_tensor *b_window(graph *g, vit_tape *t, vit_tensor **in)
@@ -2078,10 +2082,12 @@ START_TEST(test_window_attn)
     graph g = {.build = b_window, .smoothing = SMOOTHING, .aux = &win_opts[_i]};
     uint64_t seed = 90 + (uint64_t)_i;
     add_leaf(&g, "qkv", 1, 1.5, &seed, 3, 2, 16, 18, 0);
-    if (_i < 2)
-        add_leaf(&g, "bias", 1, 1.0, &seed, 3, _i == 0 ? 2 : 1, 4, 4, 0);
-    static const char *what[3] = {"window_attn", "window_attn (shifted, shared bias)",
-                                  "window_attn (shifted, no bias)"};
+    if (_i < 2 || _i == 3)
+        add_leaf(&g, "bias", 1, 1.0, &seed, 3, _i == 1 ? 1 : 2, 4, 4, 0);
+    static const char *what[5] = {"window_attn", "window_attn (shifted, shared bias)",
+                                  "window_attn (shifted, no bias)",
+                                  "window_attn (columns shifted, not rows)",
+                                  "window_attn (rows shifted, not columns)"};
     check_graph(&g, what[_i]);
 }
 END_TEST
@@ -2097,7 +2103,7 @@ START_TEST(test_window_attn_matches_masked)
     unsigned char allowed[N * N];
     uint64_t seed = 7 + (uint64_t)_i;
     gc_fill(qkv, sizeof qkv / sizeof *qkv, &seed, 2.0);
-    ck_assert_int_eq(vit_mask_window(allowed, 4, 4, o->window, o->shift), VIT_OK);
+    ck_assert_int_eq(vit_mask_window(allowed, 4, 4, o->window, o->shift_h, o->shift_w), VIT_OK);
     vit_sdpa a = {.batch = B, .heads = H, .n_q = N, .n_k = N, .d_k = D / H, .d_v = D / H,
                   .scale = o->scale, .mask = {.allowed = allowed},
                   .ld_q = 3 * D, .ld_k = 3 * D, .ld_v = 3 * D};
@@ -2154,13 +2160,17 @@ START_TEST(test_window_attn_errors)
         expect_msg("vit_op_window_attn", biases[i].what);
     }
     /* Options: a window that does not divide the grid, a shift outside
-     * [0, M), no heads, NULL. */
-    vit_window_opts bad[3] = {o, o, o};
+     * [0, M) on either axis (the other one valid), no heads, NULL. */
+    vit_window_opts bad[6] = {o, o, o, o, o, o};
     bad[0].window = 3;
-    bad[1].shift = 2;
+    bad[1].shift_h = 2;
     bad[2].heads = 0;
-    const char *bad_what[3] = {"multiple of the window", "shift", "heads"};
-    for (int i = 0; i < 3; i++) {
+    bad[3].shift_w = 2;
+    bad[4].shift_w = -1, bad[4].shift_h = 1;
+    bad[5].shift_h = -1, bad[5].shift_w = 1;
+    const char *bad_what[6] = {"multiple of the window", "shift", "heads", "shift", "shift",
+                               "shift"};
+    for (int i = 0; i < 6; i++) {
         vit_tape_reset(t);
         vit_tensor *x = vit_tape_leaf(t, buf, NULL, 3, (int[]){2, 16, 18});
         ck_assert_ptr_null(vit_op_window_attn(t, x, NULL, &bad[i]));
@@ -2517,8 +2527,8 @@ static Suite *tape_suite(void)
     tcase_add_loop_test(tc, test_masked_mean, 0, 2);
     tcase_add_loop_test(tc, test_mha_bias, 0, 4);
     tcase_add_test(tc, test_checkpoint_grad);
-    tcase_add_loop_test(tc, test_window_attn, 0, 3);
-    tcase_add_loop_test(tc, test_window_attn_matches_masked, 0, 3);
+    tcase_add_loop_test(tc, test_window_attn, 0, 5);
+    tcase_add_loop_test(tc, test_window_attn_matches_masked, 0, 5);
     tcase_add_loop_test(tc, test_relpos_bias, 0, 2);
     tcase_add_test(tc, test_relpos_bias_index);
     tcase_add_loop_test(tc, test_gather_tokens, 0, 2);

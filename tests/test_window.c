@@ -132,7 +132,7 @@ END_TEST
  * gradient must equal the kernel's backward added to zeros, bit for bit,
  * on both routes (side by side: gathered; stacked: in place) and with a
  * shift, the weights kept or remade. */
-static void tape_case(int M, int gh, int gw, int shift, int kept)
+static void tape_case(int M, int gh, int gw, int shift_h, int shift_w, int kept)
 {
     const int B = 2, H = 2, d = M == 7 ? 32 : 16, D = H * d, N = gh * gw;
     const size_t nqkv = (size_t)B * N * 3 * D, nout = (size_t)B * N * D;
@@ -144,7 +144,7 @@ static void tape_case(int M, int gh, int gw, int shift, int kept)
     vit_window_attn w;
     memset(&w, 0, sizeof w);
     w.batch = B, w.heads = H, w.window = M, w.d_k = w.d_v = d, w.grid_h = gh, w.grid_w = gw;
-    w.shift = shift, w.ld_q = w.ld_k = w.ld_v = 3 * D;
+    w.shift_h = shift_h, w.shift_w = shift_w, w.ld_q = w.ld_k = w.ld_v = 3 * D;
     float *lse = fill((size_t)B * H * N, 0), *probs = fill((size_t)B * H * N * M * M, 0);
     w.probs = kept ? probs : NULL; /* as the op keeps them */
     ck_assert_int_eq(vit_window_attn_forward(&w, out, kept ? NULL : lse, qkv, qkv + D,
@@ -157,14 +157,15 @@ static void tape_case(int M, int gh, int gw, int shift, int kept)
     int shape[3] = {B, N, 3 * D};
     vit_tensor *x = vit_tape_leaf(t, qkv, leaf_grad, 3, shape);
     vit_tensor *z = vit_tape_leaf(t, zero, NULL, 3, shape);
-    vit_window_opts o = {.heads = H, .grid_h = gh, .grid_w = gw, .window = M, .shift = shift,
+    vit_window_opts o = {.heads = H, .grid_h = gh, .grid_w = gw, .window = M,
+                         .shift_h = shift_h, .shift_w = shift_w,
                          .keep_weights = kept};
     vit_tensor *y = vit_op_window_attn(t, vit_op_add(t, x, z), NULL, &o);
     ck_assert_ptr_nonnull(y);
     ck_assert_int_eq(vit_tape_backward_from(t, y, dout), VIT_OK);
     ck_assert_msg(!memcmp(leaf_grad, ref, nqkv * sizeof *ref),
-                  "M = %d, grid %d x %d, shift %d, weights %s: the tape's dqkv differs", M, gh, gw,
-                  shift, kept ? "kept" : "remade");
+                  "M = %d, grid %d x %d, shifts %d, %d, weights %s: the tape's dqkv differs", M,
+                  gh, gw, shift_h, shift_w, kept ? "kept" : "remade");
     vit_tape_free(t);
     free(qkv), free(dout), free(zero), free(leaf_grad), free(ref), free(out), free(lse), free(probs);
 }
@@ -174,9 +175,11 @@ START_TEST(tape_writes_fresh_gradients_whole)
     ck_assert_int_eq(vit_set_threads(_i ? 2 : 1), VIT_OK);
     for (int kept = 0; kept < 2; kept++)
         for (int M = 4; M <= 7; M += 3) {
-            tape_case(M, M, 2 * M, 0, kept);     /* gathered */
-            tape_case(M, 2 * M, M, 0, kept);     /* in place */
-            tape_case(M, 2 * M, 2 * M, M / 2, kept); /* shifted */
+            tape_case(M, M, 2 * M, 0, 0, kept);     /* gathered */
+            tape_case(M, 2 * M, M, 0, 0, kept);     /* in place */
+            tape_case(M, 2 * M, 2 * M, M / 2, M / 2, kept); /* shifted */
+            tape_case(M, M, 2 * M, 0, M / 2, kept); /* shifted columns only */
+            tape_case(M, 2 * M, M, M / 2, 0, kept); /* rows only: not in place */
         }
 }
 END_TEST

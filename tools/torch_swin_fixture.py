@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes tests/data/swin_torch.safetensors and tests/data/swin_torch_logits.txt:
 a small Swin written by torchvision itself, for tests/test_swin.c to load
-and reproduce without Python.
+and reproduce without Python; with --wide, swin_torch_wide.safetensors and
+swin_torch_wide_logits.txt instead (below).
 
 The model is torchvision's SwinTransformer (v1) on 8x8 images of 2
 channels (its patch convolution replaced by one of 2 channels): patch 2, a
@@ -17,8 +18,14 @@ torchvision's float64 logits:
   line 1: B H W C K
   then B*H*W*C pixel values, then B*K logits, whitespace-separated.
 
+The --wide model is the same on 8x16 images: a 4x8 grid (windows of 2,
+block 1 shifted by 1 on both axes), merged to 2x4, where one window covers
+the rows but not the columns: torchvision shifts that stage's second block
+by 0 rows and 1 column (each axis decides alone), which a shift dropped on
+both axes whenever one is covered does not reproduce.
+
 Needs torch, torchvision and numpy; run by hand:
-  python3 tools/torch_swin_fixture.py [--out tests/data]
+  python3 tools/torch_swin_fixture.py [--out tests/data] [--wide]
 """
 import argparse
 import json
@@ -56,9 +63,13 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.path.join(here, "..", "tests", "data"))
+    ap.add_argument("--wide", action="store_true", help="the 8x16 model (one shift per axis)")
     args = ap.parse_args()
     torch.manual_seed(45)
-    cfg = {k: int(v) for k, v in META.items() if k not in ("arch", "layout")
+    meta, stem = dict(META), "swin_torch"
+    if args.wide:
+        meta["image_width"], stem = "16", "swin_torch_wide"
+    cfg = {k: int(v) for k, v in meta.items() if k not in ("arch", "layout")
            and not k.startswith(("depth_", "heads_"))}
     cfg["depths"], cfg["heads"] = [2, 2], [2, 2]
     model = build_swin(cfg)
@@ -72,11 +83,11 @@ def main():
                 v += 1.0
             p.copy_(v)
             tensors[name] = p.clone()
-        B, H, W, C, K = 4, 8, 8, 2, 3
+        B, H, W, C, K = 4, cfg["image_height"], cfg["image_width"], 2, 3
         images = torch.rand(B, H, W, C)
         logits = model.double()(images.double().permute(0, 3, 1, 2))
-    write_safetensors(os.path.join(args.out, "swin_torch.safetensors"), tensors, META)
-    with open(os.path.join(args.out, "swin_torch_logits.txt"), "w") as f:
+    write_safetensors(os.path.join(args.out, stem + ".safetensors"), tensors, meta)
+    with open(os.path.join(args.out, stem + "_logits.txt"), "w") as f:
         f.write(f"{B} {H} {W} {C} {K}\n")
         f.write(" ".join(f"{v:.9g}" for v in images.flatten().tolist()) + "\n")
         f.write(" ".join(f"{v:.17g}" for v in logits.flatten().tolist()) + "\n")

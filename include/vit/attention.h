@@ -157,17 +157,21 @@ int vit_mask_no_self(unsigned char *allowed, int n_q, int n_k);
 
 /* Swin-style window mask for self-attention on a grid_h x grid_w token grid
  * (tokens numbered row by row): allowed[N, N], N = grid_h*grid_w, is 1 where
- * two tokens fall in the same M x M window.  With shift > 0 (Swin uses
- * M/2, rounded down) the windows are those of the grid cyclically shifted
- * by `shift` rows and columns towards the origin (Swin's
- * roll(x, -shift)), and two tokens in one shifted window may
+ * two tokens fall in the same M x M window.  With shifts (Swin uses M/2,
+ * rounded down) the windows are those of the grid cyclically shifted by
+ * shift_h rows and shift_w columns towards the origin (Swin's
+ * roll(x, (-shift_h, -shift_w))), and two tokens in one shifted window may
  * interact only if they were also neighbours before the shift (Swin's
- * region mask), so no token attends across the wrapped border.
- * grid_h and grid_w must be multiples of M; 0 <= shift < M.  allowed is
- * overwritten and owned by the caller.
+ * region mask, per axis), so no token attends across a wrapped border.
+ * The two shifts are separate because torchvision drops the shift only on
+ * an axis that one window covers: a 7 x 14 grid in windows of 7 shifts
+ * 0 rows and 3 columns.  grid_h and grid_w must be multiples of M;
+ * 0 <= shift_h, shift_w < M.  allowed is overwritten and owned by the
+ * caller.  (Until 0.3.0 one `shift` served both axes.)
  * Returns VIT_OK, or VIT_EINVAL for a NULL allowed, a size < 1, a grid that
- * is not a multiple of M, or shift outside [0, M). */
-int vit_mask_window(unsigned char *allowed, int grid_h, int grid_w, int M, int shift);
+ * is not a multiple of M, or a shift outside [0, M). */
+int vit_mask_window(unsigned char *allowed, int grid_h, int grid_w, int M, int shift_h,
+                    int shift_w);
 
 /* Number of nonzero entries of an n_q x n_k mask (0, with a message in
  * vit_last_error, for a NULL mask or a non-positive size).  Reads only. */
@@ -426,8 +430,8 @@ int vit_sdpa_tiled_backward_scale(const vit_sdpa *a, vit_real *dq, vit_real *dk,
  * grid, computing scores only inside each window: cost linear in the
  * number of tokens N = grid_h * grid_w (N * M^2 scores, not N^2).  The
  * result equals vit_sdpa with mask.allowed from
- * vit_mask_window(grid_h, grid_w, M, shift) (same shift and region rules:
- * nothing attends across the wrapped border) and the window bias spread
+ * vit_mask_window(grid_h, grid_w, M, shift_h, shift_w) (same shift and
+ * region rules: nothing attends across a wrapped border) and the window bias spread
  * over the window pairs.
  *
  * Layouts: q, k [B, N, H*d_k], v and out [B, N, H*d_v], tokens numbered row
@@ -435,8 +439,8 @@ int vit_sdpa_tiled_backward_scale(const vit_sdpa *a, vit_real *dq, vit_real *dk,
  * by row over the SHIFTED grid, nW = (grid_h/M) * (grid_w/M), and inside a
  * window positions p = py*M + px (T = M*M of them) are row-major in the
  * shifted frame: position (py, px) of window (wy, wx) is the token at
- * original row (wy*M + py + shift) mod grid_h, column
- * (wx*M + px + shift) mod grid_w.
+ * original row (wy*M + py + shift_h) mod grid_h, column
+ * (wx*M + px + shift_w) mod grid_w.
  *   lse   [B, H, nW, T]      position p of a window: the log-sum-exp of
  *                            its scores over the window's T tokens (those
  *                            of its region), all the backward needs to
@@ -451,7 +455,10 @@ typedef struct vit_window_attn {
     int grid_h;     /* token rows */
     int grid_w;     /* token columns */
     int window;     /* M; must divide grid_h and grid_w */
-    int shift;      /* 0 <= shift < M (Swin: 0, or M/2 every other block) */
+    int shift_h;    /* rows of cyclic shift, 0 <= shift_h < M */
+    int shift_w;    /* columns of cyclic shift, 0 <= shift_w < M (Swin: 0,
+                     * or M/2 every other block on each axis that one
+                     * window does not cover; until 0.3.0 one `shift`) */
     int d_k;        /* query/key width per head */
     int d_v;        /* value width per head */
     vit_real scale; /* 0 means 1/sqrt(d_k); fixed (no learnable per-head scale
@@ -489,7 +496,7 @@ size_t vit_window_attn_lse_size(const vit_window_attn *w);
  * Allocates and frees a little scratch (a few windows' worth per thread).
  * Runs on the library's threads over (item, head, window).
  * Errors: VIT_EINVAL for a NULL w or buffer, a size < 1, a grid not a
- * multiple of M, shift outside [0, M), a non-finite scale, bad bias_heads,
+ * multiple of M, shift_h or shift_w outside [0, M), a non-finite scale, bad bias_heads,
  * an ld_* neither 0 nor at least its row width, out aliasing an input; VIT_ENOMEM for overflowing sizes or a failed
  * allocation; VIT_ENUM for a non-finite score inside a window (masked or
  * not), naming item, head, query and key tokens. */

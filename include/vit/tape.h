@@ -325,7 +325,9 @@ typedef struct vit_window_opts {
     int grid_h;     /* token rows */
     int grid_w;     /* token columns; N = grid_h * grid_w */
     int window;     /* M; divides grid_h and grid_w; T = M * M */
-    int shift;      /* 0 <= shift < M: Swin's cyclic shift (0 or M/2) */
+    int shift_h;    /* 0 <= shift_h < M: Swin's cyclic shift of the rows */
+    int shift_w;    /* 0 <= shift_w < M: and of the columns (each 0 or M/2;
+                       until 0.3.0 one `shift` for both) */
     vit_real scale; /* score scale; 0 means 1/sqrt(D/H) */
     int keep_weights; /* 0: the op keeps the rows' log-sum-exps [B, H, N]
                          and remakes the weights in the backward (less
@@ -339,11 +341,12 @@ typedef struct vit_window_opts {
  * qkv [B, N, 3*D] holds Q, K and V side by side (columns 0, D, 2D, as
  * vit_op_linear with W [d_model, 3*D] makes them; head h uses columns
  * h*D/H .. of each), N = grid_h * grid_w tokens numbered row by row.  Each
- * token attends only to the tokens of its M x M window; with a shift the
- * windows are those of the grid rolled by -shift on both axes, and tokens
- * that come from opposite borders do not attend each other (the region
- * mask): exactly vit_mha's core with mask.allowed from
- * vit_mask_window(grid_h, grid_w, M, shift), at a cost linear in N.
+ * token attends only to the tokens of its M x M window; with shifts the
+ * windows are those of the grid rolled by -shift_h rows and -shift_w
+ * columns, and tokens that come from opposite borders do not attend each
+ * other (the region mask): exactly vit_mha's core with mask.allowed from
+ * vit_mask_window(grid_h, grid_w, M, shift_h, shift_w), at a cost linear
+ * in N.
  * bias: NULL, or an additive score bias by window position pair,
  * [H, T, T] (one per head) or [1, T, T] (shared), shared by every window
  * and item: Swin's relative position bias after its lookup

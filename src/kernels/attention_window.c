@@ -4,7 +4,7 @@
  * window's tokens are gathered into small dense blocks (taking the cyclic
  * shift into account), attended densely, and the results scattered back;
  * a window whose tokens are consecutive rows (one window across the grid's
- * width, no shift) is read and written in place instead.
+ * width, no shift on either axis) is read and written in place instead.
  * Same result as vit_sdpa with the vit_mask_window mask.  See
  * include/vit/attention.h.
  */
@@ -28,7 +28,8 @@
 
 /* Derived sizes: N tokens, T = M*M tokens per window, windows per axis,
  * leading dimensions, and the reals of one thread's scratch:
- * q, k [T, d_k], v, o [T, d_v], tmp [T, max(d_k, d_v)], s, p [T, T]. */
+ * q, k [T, d_k], v, o [T, d_v], tmp [T, max(d_k, d_v)], s, p [T, T],
+ * mx [T]. */
 typedef struct {
     int N, T, nwy, nwx, nW, ldq, ldk, ldv, dmax;
     size_t slab;
@@ -46,7 +47,7 @@ static wgeo wgeometry(const vit_window_attn *w)
     g.ldk = w->ld_k ? w->ld_k : w->heads * w->d_k;
     g.ldv = w->ld_v ? w->ld_v : w->heads * w->d_v;
     g.dmax = w->d_k > w->d_v ? w->d_k : w->d_v;
-    g.slab = (size_t)g.T * (2 * (size_t)w->d_k + 2 * (size_t)w->d_v + g.dmax + 2 * (size_t)g.T);
+    g.slab = (size_t)g.T * (2 * (size_t)w->d_k + 2 * (size_t)w->d_v + g.dmax + 2 * (size_t)g.T + 1);
     return g;
 }
 
@@ -64,9 +65,12 @@ static int window_check(const char *fn, const vit_window_attn *w, vit_real *scal
     if (w->grid_h % w->window != 0 || w->grid_w % w->window != 0)
         return vit_fail(VIT_EINVAL, "%s: grid %d x %d is not a multiple of the window %d",
                         fn, w->grid_h, w->grid_w, w->window);
-    if (w->shift < 0 || w->shift >= w->window)
-        return vit_fail(VIT_EINVAL, "%s: shift must be in [0, window = %d), got %d",
-                        fn, w->window, w->shift);
+    if (w->shift_h < 0 || w->shift_h >= w->window)
+        return vit_fail(VIT_EINVAL, "%s: shift_h must be in [0, window = %d), got %d",
+                        fn, w->window, w->shift_h);
+    if (w->shift_w < 0 || w->shift_w >= w->window)
+        return vit_fail(VIT_EINVAL, "%s: shift_w must be in [0, window = %d), got %d",
+                        fn, w->window, w->shift_w);
     if ((long long)w->heads * w->d_k > INT_MAX || (long long)w->heads * w->d_v > INT_MAX ||
         (long long)w->grid_h * w->grid_w > INT_MAX ||
         (long long)w->window * w->window > 65536)
@@ -104,8 +108,8 @@ size_t vit_window_attn_lse_size(const vit_window_attn *w)
 
 /* ---- Windows -------------------------------------------------------------- */
 
-/* Along one axis of length len, shifted coordinate s (Swin's
- * roll(x, -shift) puts original position (s + shift) mod len there) and
+/* Along one axis of length len and its own shift, shifted coordinate s
+ * (Swin's roll(x, -shift) puts original position (s + shift) mod len there) and
  * its region label: with a shift the last window of the axis holds the
  * positions [len-M, len-shift) and [len-shift, len) of the shifted frame,
  * which come from opposite ends of the original axis and must not
@@ -124,10 +128,10 @@ static void window_tokens(const vit_window_attn *w, const wgeo *g, int wi, int *
     for (int py = 0; py < M; py++)
         for (int px = 0; px < M; px++) {
             int sy = wy * M + py, sx = wx * M + px;
-            int r = (sy + w->shift) % w->grid_h, c = (sx + w->shift) % w->grid_w;
+            int r = (sy + w->shift_h) % w->grid_h, c = (sx + w->shift_w) % w->grid_w;
             tok[py * M + px] = r * w->grid_w + c;
-            label[py * M + px] = 3 * axis_region(sy, w->grid_h, M, w->shift)
-                               + axis_region(sx, w->grid_w, M, w->shift);
+            label[py * M + px] = 3 * axis_region(sy, w->grid_h, M, w->shift_h)
+                               + axis_region(sx, w->grid_w, M, w->shift_w);
         }
 }
 
@@ -153,6 +157,27 @@ static void gather(vit_real *restrict dst, const vit_real *restrict src, const i
 {
     for (int p = 0; p < T; p++)
         copy_row(dst + (size_t)p * d, src + (size_t)tok[p] * ld, d);
+}
+
+/* The three gathers of a window at once: qd, kd [T, dk] and vd [T, dv]
+ * from rows tok[] of q, k, v (leading dims lq, lk, lv).  One pass over
+ * the tokens, each visited once for its three pieces, which in a fused
+ * projection lie in one row (at Swin's first stage, one head: 96
+ * consecutive floats), instead of three passes each fetching a third of
+ * every row: the gathers read rows that the projection left in L3 or
+ * memory, and the copies wait on those loads (gather was 14% of the
+ * window kernels' time on Zen 3, perf). */
+FM_CLONES
+static void gather3(vit_real *restrict qd, vit_real *restrict kd, vit_real *restrict vd,
+                    const vit_real *q, const vit_real *k, const vit_real *v, const int *tok,
+                    int T, int dk, int dv, int lq, int lk, int lv)
+{
+    for (int p = 0; p < T; p++) {
+        const size_t t = (size_t)tok[p];
+        copy_row(qd + (size_t)p * dk, q + t * lq, dk);
+        copy_row(kd + (size_t)p * dk, k + t * lk, dk);
+        copy_row(vd + (size_t)p * dv, v + t * lv, dv);
+    }
 }
 
 /* dst[0, n) += src[0, n), at the usual widths with n a constant (a few
@@ -195,20 +220,77 @@ static void scale_by(vit_real *y, vit_real s, size_t n)
     for (size_t e = 0; e < n; e++) y[e] *= s;
 }
 
-/* In place: the rows of s [T, T] (scores, -inf where masked; the diagonal
- * is never masked) -> their softmax, with lse[i] = log sum_j exp(s_ij),
- * the row's log-sum-exp, which is all the backward needs to remake them
- * (lse NULL: not wanted, the weights themselves are kept).
- * Separate passes (max, exp, sum, scale), so that each vectorises. */
+/* c ? x : 0, in float32 through the bits (vectorises; see mask_regions). */
+static inline vit_real keep_or_zero(int c, vit_real x)
+{
+#ifdef VIT_DOUBLE
+    return c ? x : 0;
+#else
+    return fm_select(c, x, 0.0f);
+#endif
+}
+
+/* In place, p [T, T]: row i minus sub[i].  With label (a window of
+ * several regions) an entry across regions (-inf) becomes 0 instead, for
+ * window_exp. */
 FM_CLONES
-static void softmax_lse(vit_real *s, int T, vit_real *lse)
+static void rows_minus(vit_real *p, int T, const vit_real *sub, const int *label)
 {
     for (int i = 0; i < T; i++) {
-        vit_real *r = s + (size_t)i * T, mx = r[0];
-#pragma omp simd reduction(max : mx)
+        vit_real *restrict r = p + (size_t)i * T;
+        const vit_real m = sub[i];
+        if (!label) {
+            for (int j = 0; j < T; j++) r[j] -= m;
+            continue;
+        }
+        const int li = label[i];
+        for (int j = 0; j < T; j++) r[j] = keep_or_zero(label[j] == li, r[j] - m);
+    }
+}
+
+/* In place, p [T, T] as rows_minus left it -> exp(p), 0 across regions:
+ * exp(S - m) row by row, the same values as exp of each row minus its m
+ * (x - m, then exp(x - 0) of that).  One exp over the window's T*T
+ * values instead of one call per row of T = 49 (six vectors of 8 and a
+ * scalar tail on AVX2, with the constants set up again per row), and no
+ * exp of -inf for the masked entries: there fastmath.h's exp underflows,
+ * which Zen 3 takes twice as long over as a normal result (measured:
+ * 2.2 against 1.0 ns a value); they get exp(0) and are zeroed after, the
+ * +0 that the exp of -inf gives. */
+FM_CLONES
+static void window_exp(vit_real *p, int T, const int *label)
+{
+    vit_attn_exp_shifted(p, T * T, 0);
+    if (!label) return;
+    for (int i = 0; i < T; i++) {
+        vit_real *restrict r = p + (size_t)i * T;
+        const int li = label[i];
+        for (int j = 0; j < T; j++) r[j] = keep_or_zero(label[j] == li, r[j]);
+    }
+}
+
+/* In place: the rows of s [T, T] (scores, -inf where masked, the masked
+ * entries those whose labels differ when label is given, NULL for a
+ * window of one region; the diagonal is never masked) -> their softmax,
+ * with lse[i] = log sum_j exp(s_ij), the row's log-sum-exp, which is all
+ * the backward needs to remake them (lse NULL: not wanted, the weights
+ * themselves are kept).  mx: T reals of scratch (the rows' maxima).
+ * Separate passes (max, exp, sum, scale), so that each vectorises. */
+FM_CLONES
+static void softmax_lse(vit_real *s, int T, vit_real *lse, vit_real *mx, const int *label)
+{
+    for (int i = 0; i < T; i++) {
+        const vit_real *r = s + (size_t)i * T;
+        vit_real m = r[0];
+#pragma omp simd reduction(max : m)
         for (int j = 1; j < T; j++)
-            mx = r[j] > mx ? r[j] : mx;
-        vit_attn_exp_shifted(r, T, mx);
+            m = r[j] > m ? r[j] : m;
+        mx[i] = m;
+    }
+    rows_minus(s, T, mx, label);
+    window_exp(s, T, label);
+    for (int i = 0; i < T; i++) {
+        vit_real *r = s + (size_t)i * T;
         double sum = 0;
 #pragma omp simd reduction(+ : sum)
         for (int j = 0; j < T; j++)
@@ -216,7 +298,7 @@ static void softmax_lse(vit_real *s, int T, vit_real *lse)
         const vit_real inv = (vit_real)(1.0 / sum); /* sum >= 1: the max gives exp(0) */
         for (int j = 0; j < T; j++) r[j] *= inv;
         if (lse)
-            lse[i] = mx + (vit_real)log(sum);
+            lse[i] = mx[i] + (vit_real)log(sum);
     }
 }
 
@@ -242,7 +324,7 @@ typedef struct {
 } wjob;
 
 typedef struct {
-    vit_real *q, *k, *v, *o, *tmp, *s, *p;
+    vit_real *q, *k, *v, *o, *tmp, *s, *p, *mx;
     const int *tok, *label; /* the current task's window's (begin_task) */
 } wslab;
 
@@ -258,6 +340,7 @@ static wslab take_slab(wjob *J)
     s.tmp = s.o + (size_t)T * J->w->d_v;
     s.s = s.tmp + (size_t)T * J->g.dmax;
     s.p = s.s + (size_t)T * T;
+    s.mx = s.p + (size_t)T * T;
     s.tok = s.label = NULL;
     return s;
 }
@@ -317,6 +400,25 @@ static wrows window_rows(const wjob *J, const wslab *sl, vit_real *buf, const vi
     return (wrows){buf, d};
 }
 
+/* window_rows of q, k and v together (gather3 when they are gathered). */
+static void window_qkv(const wjob *J, const wslab *sl, const wtask *task, wrows *q, wrows *k,
+                       wrows *v)
+{
+    const vit_window_attn *w = J->w;
+    const wgeo *g = &J->g;
+    if (J->contig) {
+        *q = window_rows(J, sl, sl->q, J->q + task->oq, w->d_k, g->ldq);
+        *k = window_rows(J, sl, sl->k, J->k + task->ok, w->d_k, g->ldk);
+        *v = window_rows(J, sl, sl->v, J->v + task->ov, w->d_v, g->ldv);
+        return;
+    }
+    gather3(sl->q, sl->k, sl->v, J->q + task->oq, J->k + task->ok, J->v + task->ov, sl->tok,
+            g->T, w->d_k, w->d_v, g->ldq, g->ldk, g->ldv);
+    *q = (wrows){sl->q, w->d_k};
+    *k = (wrows){sl->k, w->d_k};
+    *v = (wrows){sl->v, w->d_v};
+}
+
 /* ---- Forward --------------------------------------------------------------- */
 
 /* The window's products on the direct kernels of src/kernels/pair_gemm.c when they
@@ -343,6 +445,27 @@ static void w_rows(int direct, int ta, int T, int d, const vit_real *A, wrows B,
                  B.p, B.ld, 0, C, ldc);
 }
 
+/* p [T, T]: -inf where the two positions' region labels differ.  In
+ * float32 through fm_select's bits: gcc 12 keeps `c ? x : -INFINITY` on
+ * floats a branch and does not vectorise it (it may not make a possibly
+ * trapping arm unconditional without -ffast-math), which cost a shifted
+ * block of 14 x 14 tokens a quarter more forward time than an unshifted
+ * one on Zen 3.  The same values either way. */
+FM_CLONES
+static void mask_regions(vit_real *p, const int *label, int T)
+{
+    for (int i = 0; i < T; i++) {
+        vit_real *restrict pi = p + (size_t)i * T;
+        const int li = label[i];
+        for (int j = 0; j < T; j++)
+#ifdef VIT_DOUBLE
+            pi[j] = label[j] == li ? pi[j] : -INFINITY;
+#else
+            pi[j] = fm_select(label[j] == li, pi[j], -INFINITY);
+#endif
+    }
+}
+
 /* The window's scores into p [T, T]: S = s Q_w K_w^T + bias, -inf across
  * regions (q and k the window's rows).  Returns the index of the first
  * non-finite score before the mask, or -1. */
@@ -358,11 +481,7 @@ static long window_scores(const wjob *J, const wtask *task, const wslab *sl, wro
     /* The region mask, in windows that hold tokens from opposite borders;
      * the diagonal is always allowed, so no row is empty. */
     if (bad < 0 && task->regions)
-        for (int i = 0; i < T; i++) {
-            vit_real *pi = p + (size_t)i * T;
-            const int li = sl->label[i];
-            for (int j = 0; j < T; j++) pi[j] = sl->label[j] == li ? pi[j] : -INFINITY;
-        }
+        mask_regions(p, sl->label, T);
     return bad;
 }
 
@@ -373,12 +492,11 @@ static int window_forward(wjob *J, size_t t, wslab *sl)
 {
     const vit_window_attn *w = J->w;
     const wgeo *g = &J->g;
-    const int T = g->T, dk = w->d_k, dv = w->d_v;
+    const int T = g->T, dv = w->d_v;
     const wtask task = begin_task(J, t, sl);
     const int ldo = w->heads * dv;
-    wrows q = window_rows(J, sl, sl->q, J->q + task.oq, dk, g->ldq);
-    wrows k = window_rows(J, sl, sl->k, J->k + task.ok, dk, g->ldk);
-    wrows v = window_rows(J, sl, sl->v, J->v + task.ov, dv, g->ldv);
+    wrows q, k, v;
+    window_qkv(J, sl, &task, &q, &k, &v);
 
     vit_real *p = w->probs ? w->probs + t * (size_t)T * T : sl->p;
     long bad = window_scores(J, &task, sl, q, k, p);
@@ -386,7 +504,7 @@ static int window_forward(wjob *J, size_t t, wslab *sl)
         vit_atomic_min(&J->first_bad, (unsigned long long)t * T * T + (unsigned long long)bad);
         return 1;
     }
-    softmax_lse(p, T, J->lse ? J->lse + t * T : NULL);
+    softmax_lse(p, T, J->lse ? J->lse + t * T : NULL, sl->mx, task.regions ? sl->label : NULL);
     if (J->contig) { /* O_w straight into its rows */
         w_rows(J->direct, 0, T, dv, p, v, J->out + task.oo + (size_t)sl->tok[0] * ldo, ldo);
         return 0;
@@ -433,7 +551,7 @@ static void job_init(wjob *J, const vit_window_attn *w, vit_real scale)
     J->g = wgeometry(w);
     J->scale = scale;
     J->direct = vit_pair_direct(w->d_k, w->d_v, J->g.T);
-    J->contig = J->g.nwx == 1 && w->shift == 0;
+    J->contig = J->g.nwx == 1 && w->shift_h == 0 && w->shift_w == 0;
     atomic_init(&J->next_slab, 0);
     atomic_init(&J->first_bad, ULLONG_MAX);
 }
@@ -513,23 +631,24 @@ static void window_backward(wjob *J, size_t t, wslab *sl, vit_real *dbias)
     const int T = g->T, dk = w->d_k, dv = w->d_v;
     const wtask task = begin_task(J, t, sl);
     const int ldo = w->heads * dv;
-    wrows q = window_rows(J, sl, sl->q, J->q + task.oq, dk, g->ldq);
-    wrows k = window_rows(J, sl, sl->k, J->k + task.ok, dk, g->ldk);
+    /* v too, though dV needs only P and dO: Swin asks for every gradient */
+    wrows q, k, v;
+    window_qkv(J, sl, &task, &q, &k, &v);
     const vit_real *p = sl->p;
     if (w->probs) {
         p = w->probs + t * (size_t)T * T;
     } else {
         window_scores(J, &task, sl, q, k, sl->p); /* finite: the forward checked them */
         /* the weights remade: exp(S - lse) row by row (lse >= the row's max) */
-        for (int i = 0; i < T; i++)
-            vit_attn_exp_shifted(sl->p + (size_t)i * T, T, J->lse_in[t * T + i]);
+        const int *label = task.regions ? sl->label : NULL;
+        rows_minus(sl->p, T, J->lse_in + t * T, label);
+        window_exp(sl->p, T, label);
     }
     wrows dout = window_rows(J, sl, sl->o, J->dout + task.oo, dv, ldo);
 
     if (J->dv)
         grad_rows(J, sl, 1, dv, p, dout, J->dv + task.ov, g->ldv);
     if (!J->dq && !J->dk && !dbias) return;
-    wrows v = window_rows(J, sl, sl->v, J->v + task.ov, dv, g->ldv);
     vit_real *ds = sl->s;
     w_nt(J->direct, T, dv, 1, dout, v, ds);
     vit_attn_softmax_grad_rows(p, ds, T, 0, T);

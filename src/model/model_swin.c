@@ -16,8 +16,9 @@
  *
  * Tokens are [B, gh*gw, C], numbered row by row over the grid: the memory
  * layout of torchvision's [B, H, W, C].  Block j of a stage shifts its
- * windows by M/2 when j is odd and the window is smaller than the grid
- * (torchvision drops the shift when one window covers the grid).  Every
+ * windows by M/2 when j is odd, on each axis that the window does not
+ * cover (torchvision drops the shift per axis: a 7 x 14 grid in windows
+ * of 7 shifts 0 rows and 3 columns).  Every
  * grid must be a multiple of the window and, before a merge, even
  * (torchvision would pad; we refuse).
  *
@@ -94,12 +95,13 @@ static void swin_stage_grid(const swin_cfg *c, int s, int *gh, int *gw)
 
 static int width_of(const swin_cfg *c, int s) { return c->dim << s; }
 
-/* torchvision's shift: M/2 on odd blocks unless one window covers the grid. */
-static int shift_of(const swin_cfg *c, int s, int j)
+/* torchvision's shift along an axis of len tokens: M/2 on odd blocks
+ * unless one window covers that axis.  Each axis decides alone (a 7 x 14
+ * grid in windows of 7 shifts 0 rows and 3 columns), as torchvision's
+ * shifted_window_attention sets shift_size[0] and [1] separately. */
+static int shift_of(const swin_cfg *c, int j, int len)
 {
-    int gh, gw;
-    swin_stage_grid(c, s, &gh, &gw);
-    return (j % 2 && c->window < gh && c->window < gw) ? c->window / 2 : 0;
+    return (j % 2 && c->window < len) ? c->window / 2 : 0;
 }
 
 static int swin_config_check(const swin_cfg *c)
@@ -411,7 +413,8 @@ static vit_tensor *run(const swin *m, vit_tape *tape, leaf_fn leaf, const void *
                                         L(ix[B_QKV_W]), L(ix[B_QKV_B]));
             vit_tensor *bias = vit_op_relpos_bias(tape, L(ix[B_REL]), c->window);
             vit_window_opts wo = {.heads = H, .grid_h = gh, .grid_w = gw, .window = c->window,
-                                  .shift = shift_of(c, s, j), .keep_weights = !recompute};
+                                  .shift_h = shift_of(c, j, gh), .shift_w = shift_of(c, j, gw),
+                                  .keep_weights = !recompute};
             /* its output is read back only as the projection's bf16 operand */
             vit_tensor *a = vit_tape_window_attn_kept(tape, qkv, bias, &wo, VIT_KEEP_BF16);
             x = residual(tape, a, L(ix[B_PROJ_W]), L(ix[B_PROJ_B]), x, d_attn);

@@ -99,7 +99,8 @@ vit_tensor *vit_tape_window_attn_kept(vit_tape *t, vit_tensor *qkv, vit_tensor *
             return NULL;
     }
     vit_window_attn w = {.batch = qkv->shape[0], .heads = H, .grid_h = opts->grid_h,
-                         .grid_w = opts->grid_w, .window = M, .shift = opts->shift,
+                         .grid_w = opts->grid_w, .window = M,
+                         .shift_h = opts->shift_h, .shift_w = opts->shift_w,
                          .d_k = D / H, .d_v = D / H, .scale = opts->scale,
                          .bias = bias ? bias->data : NULL, .bias_heads = bias ? bias->shape[0] : 0,
                          .ld_q = D3, .ld_k = D3, .ld_v = D3};
