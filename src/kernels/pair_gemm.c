@@ -17,8 +17,7 @@
  */
 #include "pair_gemm.h"
 
-#include <stdatomic.h>
-
+#include "cpu_internal.h"
 #include "transpose.h"
 #include "vit/gemm.h"
 
@@ -250,16 +249,10 @@ PAIR_SET(V256, avx2, NT256_SET)
  * first use (threads that race to choose choose the same). */
 static const kernel_set *kernels(void)
 {
-    static atomic_int chosen; /* 0 not yet, 1 none, 2 AVX2, 3 AVX-512 */
-    int c = atomic_load_explicit(&chosen, memory_order_relaxed);
-    if (!c) {
-        __builtin_cpu_init();
-        c = !__builtin_cpu_supports("fma") ? 1
-            : __builtin_cpu_supports("avx512f") ? 3
-            : __builtin_cpu_supports("avx2") ? 2 : 1;
-        atomic_store_explicit(&chosen, c, memory_order_relaxed);
-    }
-    return c == 3 ? &avx512_set : c == 2 ? &avx2_set : NULL;
+    const unsigned f = vit_cpu_features();
+    if (!(f & VIT_CPU_FMA))
+        return NULL;
+    return f & VIT_CPU_AVX512F ? &avx512_set : f & VIT_CPU_AVX2 ? &avx2_set : NULL;
 }
 
 /* The most keys this CPU's kernels take for head widths dk, dv: AVX2's
