@@ -165,15 +165,19 @@
             NT_BLOCK(V, 1, KB);                                                                \
     }
 
-/* AVX2 (Zen 3): only as many vectors of keys as N needs (KB = 1..8 for
- * N up to VIT_PAIR_MAX_KEYS_AVX2; 17 keys are 3 vectors, not 4), rows in blocks of R with
- * R * KB at most 12 accumulators and the leftover rows one block of their
- * own, and the transposed copy by 8 x 8 register tiles
- * (vit_transpose_scaled), not by gathers: on a Zen 3 core the 17-key
- * scores of width 16 took 0.66 us this way against 0.58 us through
- * libxsmm and 0.27 us now.  Every score is the same chain of multiply-adds
- * over t in order, then the one multiplication by alpha, as before. */
+/* AVX2 (Zen 3): only as many vectors of keys as N needs (KB = 1..4; 17
+ * keys are 3 vectors, not 4), rows in blocks of R with R * KB at most 12
+ * accumulators and the leftover rows one block of their own, and the
+ * transposed copy by 8 x 8 register tiles (vit_transpose_scaled), not by
+ * gathers: on a Zen 3 core the 17-key scores of width 16 took 0.66 us this
+ * way against 0.58 us through libxsmm and 0.27 us now.  Over 32 keys (up
+ * to VIT_PAIR_MAX_KEYS_AVX2) the keys go in two passes, the first 32 and
+ * the rest: one pass of 5-8 vectors held one row at a time (R = 1), 7-8
+ * loads of the copy for 7-8 multiply-adds, and was load-bound.  Every
+ * score is the same chain of multiply-adds over t in order, then the one
+ * multiplication by alpha, in either form. */
 #define NT256_R(KB) ((KB) == 1 ? 8 : 12 / (KB))
+#define NT256_PASS 4 /* vectors of keys in one pass */
 
 #define NT256_TAIL(KB)                                                                        \
     switch (M - i) {                                                                           \
@@ -206,19 +210,23 @@ typedef void (*nt256_keys_fn)(int, int, float, const float *, int,
     NT256_KEYS(NAME##_k2, DD, 2)                                                              \
     NT256_KEYS(NAME##_k3, DD, 3)                                                              \
     NT256_KEYS(NAME##_k4, DD, 4)                                                              \
-    NT256_KEYS(NAME##_k5, DD, 5)                                                              \
-    NT256_KEYS(NAME##_k6, DD, 6)                                                              \
-    NT256_KEYS(NAME##_k7, DD, 7)                                                              \
-    NT256_KEYS(NAME##_k8, DD, 8)                                                              \
     static void NAME(int M, int N, float alpha, const float *A, int lda, const float *B,       \
                      int ldb, float *C, int ldc)                                               \
     {                                                                                          \
-        static const nt256_keys_fn by_kb[] = {NAME##_k1, NAME##_k2, NAME##_k3, NAME##_k4,       \
-                                              NAME##_k5, NAME##_k6, NAME##_k7, NAME##_k8};     \
+        static const nt256_keys_fn by_kb[] = {NAME##_k1, NAME##_k2, NAME##_k3, NAME##_k4};     \
+        enum { PASS = NT256_PASS * V256_W };                                                   \
         float bt[DD][VIT_PAIR_MAX_KEYS_AVX2] __attribute__((aligned(32)));                          \
         const int kb = (N + V256_W - 1) / V256_W;                                               \
         vit_transpose_scaled(N, kb * V256_W, DD, 1.0f, B, ldb, &bt[0][0], VIT_PAIR_MAX_KEYS_AVX2);   \
-        by_kb[kb - 1](M, N, alpha, A, lda, (const float (*)[VIT_PAIR_MAX_KEYS_AVX2])bt, C, ldc);    \
+        if (kb <= NT256_PASS) {                                                                \
+            by_kb[kb - 1](M, N, alpha, A, lda, (const float (*)[VIT_PAIR_MAX_KEYS_AVX2])bt, C, ldc); \
+            return;                                                                            \
+        }                                                                                      \
+        by_kb[NT256_PASS - 1](M, PASS, alpha, A, lda,                                          \
+                              (const float (*)[VIT_PAIR_MAX_KEYS_AVX2])bt, C, ldc);             \
+        by_kb[kb - NT256_PASS - 1](M, N - PASS, alpha, A, lda,                                 \
+                                   (const float (*)[VIT_PAIR_MAX_KEYS_AVX2])&bt[0][PASS],      \
+                                   C + PASS, ldc);                                             \
     }
 
 typedef void (*rows_fn)(int, int, const float *, int, const float *, int, float, float *, int);
