@@ -50,11 +50,7 @@
 #define V256_REGS 16
 #define V256_LOAD(p) _mm256_loadu_ps(p)
 #define V256_STORE(p, v) _mm256_storeu_ps((p), (v))
-#define V256_STORE_N(p, v, n)                                                                 \
-    _mm256_maskstore_ps((p),                                                                   \
-                        _mm256_cmpgt_epi32(_mm256_set1_epi32(n),                               \
-                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),         \
-                        (v))
+#define V256_STORE_N(p, v, n) vit_store_first8((p), (v), (n))
 #define V256_SET1(x) _mm256_set1_ps(x)
 #define V256_MUL(a, b) _mm256_mul_ps((a), (b))
 #define V256_FMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))

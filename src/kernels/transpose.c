@@ -157,7 +157,6 @@ static void transpose_avx2(int rows, int pad_to, int cols, float alpha, const fl
     for (int r0 = 0; r0 < pad_to; r0 += 8) {
         int nr = rows - r0 < 8 ? (rows > r0 ? rows - r0 : 0) : 8;
         int np = pad_to - r0 < 8 ? pad_to - r0 : 8;
-        const __m256i pad_mask = FIRST_N8(np);
         const __m256 row_keep = _mm256_castsi256_ps(FIRST_N8(nr));
         for (int c0 = 0; c0 < cols; c0 += 8) {
             int nc = cols - c0 < 8 ? cols - c0 : 8;
@@ -175,7 +174,7 @@ static void transpose_avx2(int rows, int pad_to, int cols, float alpha, const fl
                 if (np == 8)
                     _mm256_storeu_ps(p, y);
                 else
-                    _mm256_maskstore_ps(p, pad_mask, y);
+                    vit_store_first8(p, y, np);
             }
         }
     }
