@@ -249,8 +249,8 @@ typedef struct {
 PAIR_SET(V512, avx512, PAIR_NT)
 PAIR_SET(V256, avx2, NT256_SET)
 
-/* The set for this CPU, or NULL for none (then the GEMMs serve); chosen on
- * first use (threads that race to choose choose the same). */
+/* The set for this CPU (vit_cpu_features), or NULL for none (then the
+ * GEMMs serve). */
 static const kernel_set *kernels(void)
 {
     const unsigned f = vit_cpu_features();
