@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "blas.h"
+#include "cpu_internal.h"
 #include "dnnl.h"
 #include "error.h"
 #include "transpose.h"
@@ -297,17 +298,10 @@ static int avx2_prefers_blas(int ta, int M, int N, int K)
     return (long)N * K >= 12288;
 }
 
-/* 1 when this CPU has AVX2 and not AVX-512 (decided once). */
+/* 1 when this CPU has AVX2 and not AVX-512. */
 static int avx2_only(void)
 {
-    static atomic_int kind = -1;
-    int k = atomic_load_explicit(&kind, memory_order_relaxed);
-    if (k < 0) {
-        __builtin_cpu_init();
-        k = __builtin_cpu_supports("avx2") && !__builtin_cpu_supports("avx512f");
-        atomic_store_explicit(&kind, k, memory_order_relaxed);
-    }
-    return k;
+    return (vit_cpu_features() & (VIT_CPU_AVX2 | VIT_CPU_AVX512F)) == VIT_CPU_AVX2;
 }
 
 static int auto_wants_xsmm(int ta, int M, int N, int K)

@@ -17,8 +17,7 @@
  */
 #include "pair_gemm.h"
 
-#include <stdatomic.h>
-
+#include "cpu_internal.h"
 #include "transpose.h"
 #include "vit/gemm.h"
 
@@ -51,11 +50,7 @@
 #define V256_REGS 16
 #define V256_LOAD(p) _mm256_loadu_ps(p)
 #define V256_STORE(p, v) _mm256_storeu_ps((p), (v))
-#define V256_STORE_N(p, v, n)                                                                 \
-    _mm256_maskstore_ps((p),                                                                   \
-                        _mm256_cmpgt_epi32(_mm256_set1_epi32(n),                               \
-                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),         \
-                        (v))
+#define V256_STORE_N(p, v, n) vit_store_first8((p), (v), (n))
 #define V256_SET1(x) _mm256_set1_ps(x)
 #define V256_MUL(a, b) _mm256_mul_ps((a), (b))
 #define V256_FMA(a, b, c) _mm256_fmadd_ps((a), (b), (c))
@@ -166,15 +161,19 @@
             NT_BLOCK(V, 1, KB);                                                                \
     }
 
-/* AVX2 (Zen 3): only as many vectors of keys as N needs (KB = 1..8 for
- * N up to VIT_PAIR_MAX_KEYS_AVX2; 17 keys are 3 vectors, not 4), rows in blocks of R with
- * R * KB at most 12 accumulators and the leftover rows one block of their
- * own, and the transposed copy by 8 x 8 register tiles
- * (vit_transpose_scaled), not by gathers: on a Zen 3 core the 17-key
- * scores of width 16 took 0.66 us this way against 0.58 us through
- * libxsmm and 0.27 us now.  Every score is the same chain of multiply-adds
- * over t in order, then the one multiplication by alpha, as before. */
+/* AVX2 (Zen 3): only as many vectors of keys as N needs (KB = 1..4; 17
+ * keys are 3 vectors, not 4), rows in blocks of R with R * KB at most 12
+ * accumulators and the leftover rows one block of their own, and the
+ * transposed copy by 8 x 8 register tiles (vit_transpose_scaled), not by
+ * gathers: on a Zen 3 core the 17-key scores of width 16 took 0.66 us this
+ * way against 0.58 us through libxsmm and 0.27 us now.  Over 32 keys (up
+ * to VIT_PAIR_MAX_KEYS_AVX2) the keys go in two passes, the first 32 and
+ * the rest: one pass of 5-8 vectors held one row at a time (R = 1), 7-8
+ * loads of the copy for 7-8 multiply-adds, and was load-bound.  Every
+ * score is the same chain of multiply-adds over t in order, then the one
+ * multiplication by alpha, in either form. */
 #define NT256_R(KB) ((KB) == 1 ? 8 : 12 / (KB))
+#define NT256_PASS 4 /* vectors of keys in one pass */
 
 #define NT256_TAIL(KB)                                                                        \
     switch (M - i) {                                                                           \
@@ -207,19 +206,23 @@ typedef void (*nt256_keys_fn)(int, int, float, const float *, int,
     NT256_KEYS(NAME##_k2, DD, 2)                                                              \
     NT256_KEYS(NAME##_k3, DD, 3)                                                              \
     NT256_KEYS(NAME##_k4, DD, 4)                                                              \
-    NT256_KEYS(NAME##_k5, DD, 5)                                                              \
-    NT256_KEYS(NAME##_k6, DD, 6)                                                              \
-    NT256_KEYS(NAME##_k7, DD, 7)                                                              \
-    NT256_KEYS(NAME##_k8, DD, 8)                                                              \
     static void NAME(int M, int N, float alpha, const float *A, int lda, const float *B,       \
                      int ldb, float *C, int ldc)                                               \
     {                                                                                          \
-        static const nt256_keys_fn by_kb[] = {NAME##_k1, NAME##_k2, NAME##_k3, NAME##_k4,       \
-                                              NAME##_k5, NAME##_k6, NAME##_k7, NAME##_k8};     \
+        static const nt256_keys_fn by_kb[] = {NAME##_k1, NAME##_k2, NAME##_k3, NAME##_k4};     \
+        enum { PASS = NT256_PASS * V256_W };                                                   \
         float bt[DD][VIT_PAIR_MAX_KEYS_AVX2] __attribute__((aligned(32)));                          \
         const int kb = (N + V256_W - 1) / V256_W;                                               \
         vit_transpose_scaled(N, kb * V256_W, DD, 1.0f, B, ldb, &bt[0][0], VIT_PAIR_MAX_KEYS_AVX2);   \
-        by_kb[kb - 1](M, N, alpha, A, lda, (const float (*)[VIT_PAIR_MAX_KEYS_AVX2])bt, C, ldc);    \
+        if (kb <= NT256_PASS) {                                                                \
+            by_kb[kb - 1](M, N, alpha, A, lda, (const float (*)[VIT_PAIR_MAX_KEYS_AVX2])bt, C, ldc); \
+            return;                                                                            \
+        }                                                                                      \
+        by_kb[NT256_PASS - 1](M, PASS, alpha, A, lda,                                          \
+                              (const float (*)[VIT_PAIR_MAX_KEYS_AVX2])bt, C, ldc);             \
+        by_kb[kb - NT256_PASS - 1](M, N - PASS, alpha, A, lda,                                 \
+                                   (const float (*)[VIT_PAIR_MAX_KEYS_AVX2])&bt[0][PASS],      \
+                                   C + PASS, ldc);                                             \
     }
 
 typedef void (*rows_fn)(int, int, const float *, int, const float *, int, float, float *, int);
@@ -246,20 +249,14 @@ typedef struct {
 PAIR_SET(V512, avx512, PAIR_NT)
 PAIR_SET(V256, avx2, NT256_SET)
 
-/* The set for this CPU, or NULL for none (then the GEMMs serve); chosen on
- * first use (threads that race to choose choose the same). */
+/* The set for this CPU (vit_cpu_features), or NULL for none (then the
+ * GEMMs serve). */
 static const kernel_set *kernels(void)
 {
-    static atomic_int chosen; /* 0 not yet, 1 none, 2 AVX2, 3 AVX-512 */
-    int c = atomic_load_explicit(&chosen, memory_order_relaxed);
-    if (!c) {
-        __builtin_cpu_init();
-        c = !__builtin_cpu_supports("fma") ? 1
-            : __builtin_cpu_supports("avx512f") ? 3
-            : __builtin_cpu_supports("avx2") ? 2 : 1;
-        atomic_store_explicit(&chosen, c, memory_order_relaxed);
-    }
-    return c == 3 ? &avx512_set : c == 2 ? &avx2_set : NULL;
+    const unsigned f = vit_cpu_features();
+    if (!(f & VIT_CPU_FMA))
+        return NULL;
+    return f & VIT_CPU_AVX512F ? &avx512_set : f & VIT_CPU_AVX2 ? &avx2_set : NULL;
 }
 
 /* The most keys this CPU's kernels take for head widths dk, dv: AVX2's

@@ -10,8 +10,7 @@
  */
 #include "transpose.h"
 
-#include <stdatomic.h>
-
+#include "cpu_internal.h"
 #include "fastmath.h"
 
 enum { TILE = 16 };
@@ -158,7 +157,6 @@ static void transpose_avx2(int rows, int pad_to, int cols, float alpha, const fl
     for (int r0 = 0; r0 < pad_to; r0 += 8) {
         int nr = rows - r0 < 8 ? (rows > r0 ? rows - r0 : 0) : 8;
         int np = pad_to - r0 < 8 ? pad_to - r0 : 8;
-        const __m256i pad_mask = FIRST_N8(np);
         const __m256 row_keep = _mm256_castsi256_ps(FIRST_N8(nr));
         for (int c0 = 0; c0 < cols; c0 += 8) {
             int nc = cols - c0 < 8 ? cols - c0 : 8;
@@ -176,25 +174,18 @@ static void transpose_avx2(int rows, int pad_to, int cols, float alpha, const fl
                 if (np == 8)
                     _mm256_storeu_ps(p, y);
                 else
-                    _mm256_maskstore_ps(p, pad_mask, y);
+                    vit_store_first8(p, y, np);
             }
         }
     }
 }
 
 /* The float tiles this CPU runs: 3 AVX-512, 2 AVX2 (without AVX-512F),
- * 1 the plain ones; decided on first use (threads that race decide the
- * same). */
+ * 1 the plain ones. */
 static int float_tiles(void)
 {
-    static atomic_int chosen; /* 0 not yet */
-    int c = atomic_load_explicit(&chosen, memory_order_acquire);
-    if (!c) {
-        __builtin_cpu_init();
-        c = __builtin_cpu_supports("avx512f") ? 3 : __builtin_cpu_supports("avx2") ? 2 : 1;
-        atomic_store_explicit(&chosen, c, memory_order_release);
-    }
-    return c;
+    const unsigned f = vit_cpu_features();
+    return f & VIT_CPU_AVX512F ? 3 : f & VIT_CPU_AVX2 ? 2 : 1;
 }
 
 /* The 16-bit copy through 32-bit tiles: source rows 2i and 2i + 1 of a
@@ -241,18 +232,11 @@ static void transpose16_avx512(int rows, int cols, const uint16_t *B, int ldb, u
     }
 }
 
-/* 1 when this CPU runs the 16-bit AVX-512 tiles (AVX-512BW and VL). */
+/* 1 when this CPU runs the 16-bit AVX-512 tiles (AVX-512F, BW and VL). */
 static int use_avx512bw(void)
 {
-    static atomic_int chosen; /* 0 not yet, 1 no, 2 yes */
-    int c = atomic_load_explicit(&chosen, memory_order_acquire);
-    if (!c) {
-        __builtin_cpu_init();
-        c = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
-                    && __builtin_cpu_supports("avx512vl") ? 2 : 1;
-        atomic_store_explicit(&chosen, c, memory_order_release);
-    }
-    return c == 2;
+    const unsigned need = VIT_CPU_AVX512F | VIT_CPU_AVX512BW_VL;
+    return (vit_cpu_features() & need) == need;
 }
 #endif
 

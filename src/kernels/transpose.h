@@ -25,6 +25,35 @@
 void vit_transpose_scaled(int rows, int pad_to, int cols, float alpha, const float *B,
                           int ldb, float *P, int ldp);
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+/* p[0..n) = the first n lanes of v, 0 < n < 8, nothing after them
+ * touched: for the ragged edges of the AVX2 tiles and kernels.  By one
+ * 4-, 2- and 1-lane store each at most, not _mm256_maskstore_ps: AMD's
+ * masked stores are microcoded (vmaskmovps to memory was most of the
+ * attention pairs' transposed copies at 50 keys on Zen 3). */
+__attribute__((target("avx"), always_inline)) static inline void
+vit_store_first8(float *p, __m256 v, int n)
+{
+    __m128 x = _mm256_castps256_ps128(v);
+    if (n >= 4) {
+        _mm_storeu_ps(p, x);
+        x = _mm256_extractf128_ps(v, 1);
+        p += 4;
+        n -= 4;
+    }
+    if (n >= 2) {
+        _mm_storel_pi((__m64 *)(void *)p, x);
+        x = _mm_movehl_ps(x, x);
+        p += 2;
+        n -= 2;
+    }
+    if (n)
+        _mm_store_ss(p, x);
+}
+#endif
+
 /* The same without the vector tiles, as a CPU without AVX-512 runs it
  * (tests/test_transpose.c checks both against a plain loop). */
 void vit_transpose_scaled_plain(int rows, int pad_to, int cols, float alpha, const float *B,

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cpu_internal.h"
 #include "error.h"
 #include "fastmath.h"
 #include "tape_internal.h"
@@ -38,6 +39,22 @@ static int taps(const vit_real *w, const vit_real *xb, int i, int j, int GH, int
     return n;
 }
 
+/* Channels c .. C - 1 of one output token, one at a time: the channels
+ * past the vector blocks of token_forward and token_forward_avx2. */
+static inline void token_tail(vit_real *restrict yo, const vit_real *restrict xo,
+                              const vit_real *restrict bias, const vit_real *const *wp,
+                              const vit_real *const *xp, int n, int c, int C)
+{
+    for (; c < C; c++) {
+        vit_real v = xo[c];
+        if (bias)
+            v += bias[c];
+        for (int t = 0; t < n; t++)
+            v += wp[t][c] * xp[t][c];
+        yo[c] = v;
+    }
+}
+
 /* One output token: yo = xo + bias + sum of wp[t] * xp[t], 16 channels at
  * a time in registers (adding into yo in memory once per tap stalls on
  * its own stores).  Every channel adds its terms in the order above, the
@@ -63,14 +80,7 @@ static void token_forward(vit_real *restrict yo, const vit_real *restrict xo,
         for (int u = 0; u < LC_LANES; u++)
             yo[c + u] = acc[u];
     }
-    for (; c < C; c++) {
-        vit_real v = xo[c];
-        if (bias)
-            v += bias[c];
-        for (int t = 0; t < n; t++)
-            v += wp[t][c] * xp[t][c];
-        yo[c] = v;
-    }
+    token_tail(yo, xo, bias, wp, xp, n, c, C);
 }
 
 #if !defined(VIT_DOUBLE) && defined(__x86_64__) && defined(__GNUC__)
@@ -103,14 +113,7 @@ static void token_forward_avx2(float *restrict yo, const float *restrict xo,
         _mm256_storeu_ps(yo + c, a0);
         _mm256_storeu_ps(yo + c + 8, a1);
     }
-    for (; c < C; c++) {
-        float v = xo[c];
-        if (bias)
-            v += bias[c];
-        for (int t = 0; t < n; t++)
-            v += wp[t][c] * xp[t][c];
-        yo[c] = v;
-    }
+    token_tail(yo, xo, bias, wp, xp, n, c, C);
 }
 #endif
 
@@ -123,7 +126,7 @@ int vit_local_conv_forward(vit_real *y, const vit_real *x, const vit_real *w,
         return rc;
     const size_t T = 1 + (size_t)GH * GW;
 #ifdef LC_AVX2
-    const int avx2 = __builtin_cpu_supports("avx2");
+    const int avx2 = (vit_cpu_features() & VIT_CPU_AVX2) != 0;
 #endif
     for (int b = 0; b < B; b++) {
         const vit_real *xb = x + (size_t)b * T * C;
