@@ -615,7 +615,8 @@ static int torch_name(const char *ours, char *out, size_t cap, int *op)
 #define KEY(name, field, hi, def, help)                                        \
     {name, VIT_KEY_INT, offsetof(swin_cfg, field), 1, hi, def, help, NULL}
 static const vit_arch_key swin_keys[] = {
-    KEY("patch", patch, 64, "2", "patch side in pixels (a P x P convolution at stride P)"),
+    KEY("patch", patch, 64, "2", "patch side in pixels of the image, or of the stem's last map "
+        "(a P x P convolution at stride P)"),
     KEY("window", window, 64, "7", "attention windows of M x M tokens; divide every grid"),
     KEY("embed_dim", dim, 4096, "32", "stage 1's width; each stage doubles it"),
     KEY("stages", stages, SWIN_MAX_STAGES, "2", "stages, patch merging between them"),
