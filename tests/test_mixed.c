@@ -881,6 +881,26 @@ START_TEST(swin_step_within_bound)
 }
 END_TEST
 
+/* The same Swin after the convolutional stem (stem 4, stem2 4; patch 1 of
+ * stem2's 8x8 map: the same grid): two more products forward (the stem's
+ * convolutions) and two more back (the patch embedding's and stem2's dX,
+ * whose maps want their gradients), Gf + 2 and G + 4. */
+START_TEST(swin_stem_step_within_bound)
+{
+    const int Gf = 2 + 2 + 4 * 4 + 1, G = Gf + 1 + 4 * 4 + 1 + 2 + 1;
+    vit_config c;
+    vit_config_default(&c);
+    static const char *const kv[][2] = {
+        {"arch", "swin"}, {"image_height", "16"}, {"image_width", "16"}, {"channels", "1"},
+        {"classes", "10"}, {"stem", "4"}, {"stem2", "4"}, {"patch", "1"}, {"window", "4"},
+        {"embed_dim", "32"}, {"stages", "2"}, {"depth_1", "2"}, {"depth_2", "2"},
+        {"heads_1", "1"}, {"heads_2", "2"}, {"mlp_ratio", "2"}};
+    for (size_t i = 0; i < sizeof kv / sizeof *kv; i++)
+        ck_assert_msg(vit_config_set(&c, kv[i][0], kv[i][1]) == VIT_OK, "%s", vit_last_error());
+    step_within_bound(&c, 8, 1, Gf, G, ".w", "swin with a stem");
+}
+END_TEST
+
 /* ---- a registered architecture's bf16 step (vit_arch.bf16_weights) ------- */
 
 /* examples/convmlp.c registered (once: a test run without fork registers
@@ -1361,6 +1381,7 @@ int main(void)
     tcase_add_test(tc, block_mlp_bad_shape_refused);
     tcase_add_loop_test(tc, training_step_within_bound, 0, 4);
     tcase_add_loop_test(tc, swin_step_within_bound, 0, 2);
+    tcase_add_test(tc, swin_stem_step_within_bound);
     tcase_add_loop_test(tc, registered_arch_step_within_bound, 0, 2);
     tcase_add_test(tc, arch_without_hook_refuses_bf16);
     tcase_add_test(tc, bad_bf16_weights_refused);

@@ -2,8 +2,9 @@
  * tests/test_swin.c - the built-in Swin Transformer (src/model/model_swin.c)
  * through the public API: `arch = swin` and its keys, vit_model, the
  * arch's hooks (vit/arch.h).  Every parameter's gradient against central
- * differences in float64 (with and without stochastic depth's scales), the
- * recipe's choices, bad configs refused, and a model written by
+ * differences in float64 (with and without stochastic depth's scales, and
+ * with the convolutional stem), the recipe's choices, bad configs refused,
+ * the stem's multiply-adds and old configs without it, and a model written by
  * torchvision (tools/torch_swin_fixture.py) loading through
  * vit_safetensors_load and reproducing its logits.
  */
@@ -51,6 +52,16 @@ static void tiny_of(vit_config *c, int wide)
 
 static void tiny(vit_config *c) { tiny_of(c, 0); }
 
+/* tiny with the convolutional stem: 3 channels of 3x3, then 4 of 4x4 at
+ * stride 2, whose 4x4 map patch 1 cuts into the same 4x4 grid. */
+static void tiny_stem(vit_config *c)
+{
+    tiny(c);
+    set(c, "stem", "3");
+    set(c, "stem2", "4");
+    set(c, "patch", "1");
+}
+
 /* The arch's hooks run by hand on our own vit_params, as vit_model does. */
 typedef struct swin_ctx {
     const vit_arch *a;
@@ -89,18 +100,23 @@ static double swin_loss(void *p)
  * gradient against central differences, tensor by tensor.  _i & 1: with
  * stochastic depth's scales, every branch of image 0 kept (x 1.25), of
  * image 1 alternately dropped and kept; _i & 2: with recompute (the layer
- * norms' outputs remade in the backward); _i = 4: the wide model, its
- * second stage shifted along one axis only. */
+ * norms' outputs remade in the backward); _i = 4, 5: with the stem
+ * (tiny_stem: its two convolutions' 4 tensors first), 5 with drop path;
+ * _i = 6: the wide model, its second stage shifted along one axis only. */
 START_TEST(test_swin_gradient)
 {
     vit_real drop[2 * NBLOCKS * GB];
     for (int l = 0; l < 2 * NBLOCKS; l++)
         drop[l * GB] = (vit_real)1.25, drop[l * GB + 1] = (vit_real)(l % 2 ? 1.25 : 0);
     swin_ctx c = {.a = vit_arch_find("swin"), .P = vit_params_new(), .tape = vit_tape_new(),
-                  .drop = _i & 1 ? drop : NULL, .recompute = (_i >> 1) & 1,
-                  .width = _i == 4 ? 16 : 8};
+                  .drop = _i & 1 ? drop : NULL, .recompute = _i < 4 && (_i >> 1) & 1,
+                  .width = _i == 6 ? 16 : 8};
+    int stem = _i == 4 || _i == 5;
     ck_assert_ptr_nonnull(c.a);
-    tiny_of(&c.cfg, _i == 4);
+    if (stem)
+        tiny_stem(&c.cfg);
+    else
+        tiny_of(&c.cfg, _i == 6);
     ck_assert_int_eq(c.a->check(&c.cfg), VIT_OK);
     ck_assert_msg(c.a->build(&c.cfg, c.P, &c.state) == VIT_OK, "%s", vit_last_error());
     ck_assert_int_eq(vit_params_alloc(c.P), VIT_OK);
@@ -126,7 +142,9 @@ START_TEST(test_swin_gradient)
 
     double worst = 0;
     int nt = vit_params_tensor_count(c.P);
-    ck_assert_int_eq(nt, 4 + NBLOCKS * 13 + 3 + 4);
+    ck_assert_int_eq(nt, 4 * stem + 4 + NBLOCKS * 13 + 3 + 4);
+    if (stem)
+        ck_assert_str_eq(vit_params_tensor(c.P, 0)->name, "stem.w");
     vit_real *values = vit_params_values(c.P);
     for (int i = 0; i < nt; i++) {
         const vit_param_tensor *pt = vit_params_tensor(c.P, i);
@@ -141,9 +159,9 @@ START_TEST(test_swin_gradient)
         ck_assert_msg(norm > 1e-6, "%s: gradient is zero", pt->name);
         worst = fmax(worst, e);
     }
-    printf("swin gradient%s%s%s: %d tensors, %zu parameters, max_rel %.2e\n",
-           _i & 1 ? " (drop path)" : "", _i & 2 ? " (recompute)" : "",
-           _i == 4 ? " (8x16: a shift on one axis)" : "", nt, n, worst);
+    printf("swin gradient%s%s%s%s: %d tensors, %zu parameters, max_rel %.2e\n",
+           _i & 1 ? " (drop path)" : "", _i & 2 && _i < 4 ? " (recompute)" : "",
+           stem ? " (stem)" : "", _i == 6 ? " (8x16: a shift on one axis)" : "", nt, n, worst);
     c.a->release(c.state);
     vit_params_free(c.P);
     vit_tape_free(c.tape);
@@ -192,6 +210,85 @@ START_TEST(test_swin_rejects_bad_configs)
 }
 END_TEST
 
+/* The stem's bad combinations: stem2 without stem, stem2 on an odd image,
+ * a patch that does not divide stem2's map, a patch that leaves a grid the
+ * window does not fit, a negative channel count. */
+START_TEST(test_swin_rejects_bad_stems)
+{
+    vit_config c;
+    tiny_stem(&c);
+    vit_model *m = vit_model_new(&c);
+    ck_assert_msg(m != NULL, "%s", vit_last_error());
+    vit_model_free(m);
+    set(&c, "stem", "0");
+    refused(&c, "stem2: 4 channels of a second stem convolution need a first (stem > 0)");
+    tiny_stem(&c);
+    c.image_height = c.image_width = 9; /* patch 1, window 2: odd only for stem2 */
+    refused(&c, "stem2: its stride 2 halves the 9x9 feature map");
+    tiny_stem(&c);
+    set(&c, "patch", "3");
+    refused(&c, "patch 3 does not divide the 4x4 feature map (stem2 halves the image)");
+    tiny_stem(&c);
+    set(&c, "patch", "2"); /* the map's 2x2 grid merges to 1x1: no window 2 there */
+    refused(&c, "window 2");
+    tiny_stem(&c);
+    ck_assert_int_eq(vit_config_set(&c, "stem", "-1"), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "stem"));
+}
+END_TEST
+
+/* The stem's multiply-adds: Fashion-MNIST's 28x28 Swin with stem 16, stem2
+ * 32 and patch 1 (the same 14x14 grid) costs the plain one's plus the two
+ * convolutions, less the patch embedding's 2x2x1 -> 32 and plus its
+ * 1x1x32 -> 32 per token. */
+START_TEST(test_swin_stem_macs)
+{
+    vit_config c;
+    vit_config_default(&c);
+    set(&c, "arch", "swin");
+    c.image_height = c.image_width = 28, c.channels = 1, c.classes = 10;
+    ck_assert_int_eq(vit_config_arch(&c)->adapt(&c, 60000, NULL, 0), VIT_OK);
+    size_t plain = vit_config_macs(&c);
+    set(&c, "stem", "16");
+    set(&c, "stem2", "32");
+    set(&c, "patch", "1");
+    size_t with = vit_config_macs(&c);
+    size_t convs = 28 * 28 * 9 * 1 * 16 + 14 * 14 * 16 * 16 * 32;
+    size_t patches = 14 * 14 * (1 * 1 * 32 * 32 - 2 * 2 * 1 * 32);
+    ck_assert_uint_gt(plain, 0);
+    ck_assert_uint_eq(with, plain + convs + patches);
+    printf("swin 28x28 multiply-adds: %zu, with stem 16 and stem2 32 %zu\n", plain, with);
+}
+END_TEST
+
+/* A config written before the stem keys (a checkpoint's or an export's
+ * text without their lines) reads back with stem = stem2 = 0: the same
+ * model, tensor by tensor. */
+START_TEST(test_swin_old_config_no_stem)
+{
+    vit_config c, back;
+    tiny(&c);
+    char text[4096], old[4096] = "";
+    ck_assert_int_gt(vit_config_format(&c, NULL, text, sizeof text), 0);
+    ck_assert_ptr_nonnull(strstr(text, "stem = 0\n"));
+    ck_assert_ptr_nonnull(strstr(text, "stem2 = 0\n"));
+    for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n"))
+        if (strncmp(l, "stem", 4) != 0)
+            strcat(strcat(old, l), "\n");
+    ck_assert_ptr_null(strstr(old, "stem"));
+    vit_config_default(&back);
+    ck_assert_msg(vit_config_parse(&back, NULL, old, "old") == VIT_OK, "%s", vit_last_error());
+    vit_model *a = vit_model_new(&c), *b = vit_model_new(&back);
+    ck_assert_msg(a && b, "%s", vit_last_error());
+    ck_assert_int_eq(vit_model_tensor_count(a), vit_model_tensor_count(b));
+    for (int i = 0; i < vit_model_tensor_count(a); i++)
+        ck_assert_str_eq(vit_model_tensor_at(a, i)->name, vit_model_tensor_at(b, i)->name);
+    ck_assert_uint_eq(vit_config_param_count(&back), vit_config_param_count(&c));
+    vit_model_free(a);
+    vit_model_free(b);
+}
+END_TEST
+
 /* What the recipe's rule (the arch's adapt hook) sets for images of h x w:
  * the formatted config must hold every line of want. */
 static void adapted(int h, int w, const char *const *want, int nwant, const char *why_has)
@@ -212,7 +309,8 @@ static void adapted(int h, int w, const char *const *want, int nwant, const char
 
 /* 28x28 -> patch 2, 14x14 grid, window 7, two stages (7x7 after merging);
  * 32x32 -> 16x16 grid, window 8; 64x64 -> patch 4; 96x96 -> patch 6; a
- * key the user gave is kept; no rule fits 37x37. */
+ * key the user gave is kept; no rule fits 37x37; 28x28 with stem2 ->
+ * patch 1 of its 14x14 map, with a stem alone patch 2. */
 START_TEST(test_swin_recipe)
 {
     adapted(28, 28, (const char *const[]){"patch = 2\n", "window = 7\n", "stages = 2\n"}, 3,
@@ -233,6 +331,24 @@ START_TEST(test_swin_recipe)
     ck_assert_msg(strstr(text, "window = 4\n"), "%s", text);
     c.image_height = c.image_width = 37;
     ck_assert_int_eq(vit_config_arch(&c)->adapt(&c, 50000, why, sizeof why), VIT_EINVAL);
+    /* With stem2 the patch is picked for its 14x14 map (patch 1: the same
+     * grid); with a stem alone, whose map is the image's size, as before. */
+    for (int two = 0; two < 2; two++) {
+        vit_config_default(&c);
+        set(&c, "arch", "swin");
+        set(&c, "stem", "16");
+        if (two)
+            set(&c, "stem2", "32");
+        c.image_height = c.image_width = 28, c.channels = 1, c.classes = 10;
+        ck_assert_int_eq(vit_config_arch(&c)->adapt(&c, 60000, why, sizeof why), VIT_OK);
+        ck_assert_int_gt(vit_config_format(&c, NULL, text, sizeof text), 0);
+        ck_assert_msg(strstr(text, two ? "patch = 1\n" : "patch = 2\n"), "%s", text);
+        ck_assert_msg(strstr(text, "window = 7\n") && strstr(text, "stages = 2\n"), "%s", text);
+        ck_assert_msg(strstr(text, "stem = 16\n"), "%s", text);
+        ck_assert_msg(!two || strstr(why, "patch 1 makes a 14x14 grid of stem2's 14x14 map"),
+                      "%s", why);
+        ck_assert_int_eq(vit_config_check(&c), VIT_OK);
+    }
 }
 END_TEST
 
@@ -290,10 +406,13 @@ static Suite *swin_suite(void)
     Suite *s = suite_create("swin");
     TCase *tg = tcase_create("gradient");
     tcase_set_timeout(tg, 120);
-    tcase_add_loop_test(tg, test_swin_gradient, 0, 5);
+    tcase_add_loop_test(tg, test_swin_gradient, 0, 7);
     suite_add_tcase(s, tg);
     TCase *tc = tcase_create("config");
     tcase_add_test(tc, test_swin_rejects_bad_configs);
+    tcase_add_test(tc, test_swin_rejects_bad_stems);
+    tcase_add_test(tc, test_swin_stem_macs);
+    tcase_add_test(tc, test_swin_old_config_no_stem);
     tcase_add_test(tc, test_swin_recipe);
     tcase_add_loop_test(tc, test_swin_torchvision_fixture, 0, 2);
     suite_add_tcase(s, tc);

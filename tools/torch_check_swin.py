@@ -10,12 +10,18 @@ be within --tol (1e-4) and every prediction must agree.
 
 torchvision's patch convolution takes 3 channels; for other images the
 check puts a Conv2d of the file's channel count in its place (same name,
-features.0.0).  The test split comes from --data (a folder of IDX files as
+features.0.0).  A model with a convolutional stem (stem > 0; stem2 > 0
+too) has no torchvision counterpart: the export names it as our extension,
+a Sequential called "stem" in front of features[0]'s patch convolution,
+features.0.stem.{0: Conv2d 3x3 padding 1, 1: GELU, 2: Conv2d 4x4 stride 2
+padding 1, 3: GELU} (docs/architectures.md), and the check builds exactly
+that: torchvision's SwinTransformer with the module prepended to
+features[0], whose patch convolution then reads the stem's channels.  The test split comes from --data (a folder of IDX files as
 in tools/torch_check_export.py) or the digits.
 
 The metadata keys read: image_height, image_width, channels, classes and
 the Swin keys patch, window, embed_dim, stages, depth_1.., heads_1..,
-mlp_ratio; with image_norm = 1 each test image is standardised per channel
+mlp_ratio, stem and stem2 (0 when absent: files written before them); with image_norm = 1 each test image is standardised per channel
 first (its own mean and variance, as vit_image_norm), and with data_norm = 1
 each channel normalised by data_mean and data_std (as vit_data_norm), as the
 metadata's "input" says.  Needs torch, torchvision and numpy; not run by the tests.
@@ -31,6 +37,8 @@ import sys
 
 import numpy as np
 import torch
+from collections import OrderedDict
+
 from torch import nn
 from torchvision.models.swin_transformer import SwinTransformer
 
@@ -46,18 +54,40 @@ def swin_config(meta):
                                      "patch", "window", "embed_dim", "stages", "mlp_ratio")}
     cfg["depths"] = [int(meta[f"depth_{s + 1}"]) for s in range(cfg["stages"])]
     cfg["heads"] = [int(meta[f"heads_{s + 1}"]) for s in range(cfg["stages"])]
+    cfg["stem"] = int(meta.get("stem", "0"))  # written since the Swin's stem
+    cfg["stem2"] = int(meta.get("stem2", "0"))
     return norm_from_meta(meta, cfg)
+
+
+def stem_module(cfg):
+    """Our convolutional stem (vit's and swin's keys stem, stem2): a 3x3
+    convolution and exact GELU, then a 4x4 one at stride 2 and GELU; None
+    without one.  Returns the module and the channels it hands on."""
+    if not cfg["stem"]:
+        return None, cfg["channels"]
+    layers = [nn.Conv2d(cfg["channels"], cfg["stem"], kernel_size=3, padding=1), nn.GELU()]
+    if cfg["stem2"]:
+        layers += [nn.Conv2d(cfg["stem"], cfg["stem2"], kernel_size=4, stride=2, padding=1),
+                   nn.GELU()]
+    return nn.Sequential(*layers), cfg["stem2"] or cfg["stem"]
 
 
 def build_swin(cfg):
     """torchvision's SwinTransformer of cfg, in eval mode (no stochastic
-    depth), with the patch convolution taking cfg's channels."""
+    depth), with the patch convolution taking cfg's channels, and with a
+    stem our module "stem" prepended to features[0] (its layers keep
+    their names 0, 1, 2, so their parameters keep torchvision's)."""
     P = cfg["patch"]
     model = SwinTransformer(patch_size=[P, P], embed_dim=cfg["embed_dim"], depths=cfg["depths"],
                             num_heads=cfg["heads"], window_size=[cfg["window"]] * 2,
                             mlp_ratio=float(cfg["mlp_ratio"]), stochastic_depth_prob=0.0,
                             num_classes=cfg["classes"])
-    model.features[0][0] = nn.Conv2d(cfg["channels"], cfg["embed_dim"], kernel_size=P, stride=P)
+    stem, cin = stem_module(cfg)
+    model.features[0][0] = nn.Conv2d(cin, cfg["embed_dim"], kernel_size=P, stride=P)
+    if stem is not None:
+        patch = model.features[0]
+        model.features[0] = nn.Sequential(OrderedDict(
+            [("stem", stem)] + [(name, layer) for name, layer in patch.named_children()]))
     return model.eval()
 
 
@@ -100,7 +130,8 @@ def main():
     print(f"{args.model}: {len(tensors)} tensors, "
           f"{sum(t.numel() for t in tensors.values())} parameters, loaded strictly into "
           f"torchvision's SwinTransformer (patch {cfg['patch']}, window {cfg['window']}, "
-          f"depths {cfg['depths']}, heads {cfg['heads']})")
+          f"depths {cfg['depths']}, heads {cfg['heads']}"
+          + (f", our stem {cfg['stem']}/{cfg['stem2']} in front" if cfg["stem"] else "") + ")")
     with torch.no_grad():
         logits = in_chunks(model, images)
     pred = logits.argmax(dim=1).numpy()

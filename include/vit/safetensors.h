@@ -34,7 +34,12 @@
  *   ln.g / ln.b                        norm.weight / .bias
  *   head.w [D, K], head.b              head.weight [K, D] = head.w^T, head.bias
  *
- * (T = number of patches + 1, M = mlp, K = classes.)  The metadata holds
+ * (T = number of patches + 1, M = mlp, K = classes.)  Another
+ * architecture's names are its own (vit/arch.h, export_tensor): the Swin's
+ * torchvision's SwinTransformer's, and its convolutional stem, which
+ * torchvision lacks, under our extension features.0.stem.0.weight /
+ * .bias and features.0.stem.2.weight / .bias (a Sequential in front of
+ * the patch convolution, docs/architectures.md).  The metadata holds
  * the model's config: the model keys of vit_config_format (dim, depth,
  * heads, mlp, patch, image_height, image_width, channels, classes, pool)
  * and its training recipe (lr, epochs, seed, ...), except that AdamW's

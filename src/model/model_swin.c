@@ -4,8 +4,11 @@
  * tape, and torchvision's names for them, laid out like torchvision's
  * SwinTransformer (v1) so that an export loads there.
  *
- * Network: patch embedding (a P x P convolution at stride P, as a linear
- * map of each patch, then LayerNorm); stages s = 0..S-1 of depths[s]
+ * Network: optionally a convolutional stem (stem.h: a 3x3 convolution of
+ * `stem` channels and GELU, then optionally a 4x4 one at stride 2 of
+ * `stem2` channels and GELU, the ViT's); patch embedding (a P x P
+ * convolution at stride P over the image or the stem's last map, as a
+ * linear map of each patch, then LayerNorm); stages s = 0..S-1 of depths[s]
  * blocks of width dim * 2^s and heads[s] heads; a block is
  *     x = x + proj(WindowAttention(LN1(x)))      (shifted every other block)
  *     x = x + fc2(GELU(fc1(LN2(x))))
@@ -23,7 +26,10 @@
  * (torchvision would pad; we refuse).
  *
  * Parameters (in this order; C_s = dim * 2^s, H_s heads, M the window,
- * R = mlp_ratio, K classes):
+ * R = mlp_ratio, K classes, Cin the image's channels, or stem2's or
+ * stem's with a stem):
+ *   stem.w [9*C, stem]  stem.b [stem]            (stem > 0 only)
+ *   stem2.w [16*stem, stem2]  stem2.b [stem2]    (stem2 > 0 only)
  *   patch.w [P*P*Cin, C_0]  patch.b [C_0]  patch.ln.g, patch.ln.b [C_0]
  *   s.j.{ln1.g, ln1.b [C_s], rel [(2M-1)^2, H_s], qkv.w [C_s, 3C_s],
  *        qkv.b [3C_s], proj.w [C_s, C_s], proj.b [C_s],
@@ -44,6 +50,7 @@
 #include "tape_internal.h"
 #include "error.h"
 #include "mixed.h"
+#include "stem.h"
 #include "vit/arch.h"
 #include "vit/attention.h"
 #include "vit/embeddings.h"
@@ -64,6 +71,7 @@ typedef struct swin_cfg {
     int depths[SWIN_MAX_STAGES]; /* blocks per stage, >= 1 */
     int heads[SWIN_MAX_STAGES];  /* heads per stage, dividing its width */
     int mlp_ratio;  /* MLP hidden width = mlp_ratio * width */
+    int stem, stem2; /* the convolutional stem's channels (stem.h), 0: none */
     double init_std;  /* std of the truncated normal linear weights (0.02) */
 } swin_cfg;
 
@@ -73,7 +81,8 @@ typedef struct swin swin;
 enum { B_LN1_G, B_LN1_B, B_REL, B_QKV_W, B_QKV_B, B_PROJ_W, B_PROJ_B, B_LN2_G, B_LN2_B,
        B_FC1_W, B_FC1_B, B_FC2_W, B_FC2_B, B_ROWS };
 /* The tensors outside the blocks. */
-enum { E_PATCH_W, E_PATCH_B, E_PATCH_LN_G, E_PATCH_LN_B, E_LN_G, E_LN_B, E_HEAD_W, E_HEAD_B,
+enum { E_STEM_W, E_STEM_B, E_STEM2_W, E_STEM2_B, /* with a stem only */
+       E_PATCH_W, E_PATCH_B, E_PATCH_LN_G, E_PATCH_LN_B, E_LN_G, E_LN_B, E_HEAD_W, E_HEAD_B,
        E_ROWS };
 enum { M_W, M_LN_G, M_LN_B, M_ROWS };
 
@@ -87,10 +96,25 @@ struct swin {
 
 /* ---- config ------------------------------------------------------------ */
 
+static vit_stem stem_of(const swin_cfg *c)
+{
+    return (vit_stem){.height = c->image_height, .width = c->image_width,
+                      .channels = c->channels, .stem = c->stem, .stem2 = c->stem2};
+}
+
+/* What the patches are cut from (the image or the stem's last map). */
+static void patch_input(const swin_cfg *c, int *h, int *w, int *ch)
+{
+    vit_stem st = stem_of(c);
+    vit_stem_map(&st, h, w, ch);
+}
+
 static void swin_stage_grid(const swin_cfg *c, int s, int *gh, int *gw)
 {
-    *gh = c->image_height / c->patch >> s;
-    *gw = c->image_width / c->patch >> s;
+    int h, w, ch;
+    patch_input(c, &h, &w, &ch);
+    *gh = h / c->patch >> s;
+    *gw = w / c->patch >> s;
 }
 
 static int width_of(const swin_cfg *c, int s) { return c->dim << s; }
@@ -113,9 +137,15 @@ static int swin_config_check(const swin_cfg *c)
         return vit_fail(VIT_EINVAL, "%s: images %dx%dx%d with %d classes (need sizes >= 1 and "
                         ">= 2 classes)", fn, c->image_height, c->image_width, c->channels,
                         c->classes);
-    if (c->patch < 1 || c->image_height % c->patch || c->image_width % c->patch)
-        return vit_fail(VIT_EINVAL, "%s: patch %d does not divide the %dx%d images", fn,
-                        c->patch, c->image_height, c->image_width);
+    if (c->stem < 0 || c->stem2 < 0)
+        return vit_fail(VIT_EINVAL, "%s: stem %d, stem2 %d (each >= 0)", fn, c->stem, c->stem2);
+    vit_stem st = stem_of(c);
+    TRY(vit_stem_check(&st));
+    int mh, mw, mc;
+    vit_stem_map(&st, &mh, &mw, &mc);
+    if (c->patch < 1 || mh % c->patch || mw % c->patch)
+        return vit_fail(VIT_EINVAL, "%s: patch %d does not divide the %dx%d %s", fn, c->patch,
+                        mh, mw, c->stem2 > 0 ? "feature map (stem2 halves the image)" : "images");
     if (c->stages < 1 || c->stages > SWIN_MAX_STAGES)
         return vit_fail(VIT_EINVAL, "%s: %d stages (1..%d)", fn, c->stages, SWIN_MAX_STAGES);
     if (c->window < 1 || c->dim < 1 || c->mlp_ratio < 1)
@@ -151,8 +181,12 @@ static void say_why(const swin_cfg *c, char *why, size_t cap)
     char merged[48] = "";
     if (c->stages > 1)
         snprintf(merged, sizeof merged, " (%dx%d after merging)", gh, gw);
-    snprintf(why, cap, "patch %d makes a %dx%d grid (at most 16x16), window %d divides "
-             "it, %d stage%s%s, widths %d..%d, depths %d", c->patch, g0h, g0w, c->window,
+    char map[48] = ""; /* the map the patches are cut from, when not the image */
+    if (c->stem2 > 0)
+        snprintf(map, sizeof map, " of stem2's %dx%d map", c->image_height / 2,
+                 c->image_width / 2);
+    snprintf(why, cap, "patch %d makes a %dx%d grid%s (at most 16x16), window %d divides "
+             "it, %d stage%s%s, widths %d..%d, depths %d", c->patch, g0h, g0w, map, c->window,
              c->stages, c->stages > 1 ? "s" : "", merged, c->dim, width_of(c, c->stages - 1),
              c->depths[0]);
     for (int s = 1, n = (int)strlen(why); s < c->stages && n < (int)cap; s++, n = (int)strlen(why))
@@ -160,29 +194,34 @@ static void say_why(const swin_cfg *c, char *why, size_t cap)
 }
 
 /* The rule: patch 2 if it gives a grid of at most 16 x 16, else the
- * smallest patch that does; the window the largest of 8..4 dividing the
- * grid (7 for 14 x 14: 7 divides it); as many stages (at most 3) as the
- * grid halves into multiples of the window; width 32 doubling per stage,
- * one head per 32 channels; depths 2 then 6 (most blocks where the
- * tokens are few), 2 for a single stage; MLP ratio 2.  At 28 x 28 that is
+ * smallest patch that does (with stem2, whose stride 2 already halves the
+ * image, of its map and from patch 1: the same grid); the window the
+ * largest of 8..4 dividing the grid (7 for 14 x 14: 7 divides it); as
+ * many stages (at most 3) as the grid halves into multiples of the window;
+ * width 32 doubling per stage, one head per 32 channels; depths 2 then 6
+ * (most blocks where the tokens are few), 2 for a single stage; MLP ratio
+ * 2; no stem (the user's keys alone).  At 28 x 28 that is
  * 16 M multiply-adds an image, about 1.6 times the ViT's Fashion-MNIST
  * default (10 M), so the recipe's compute budget gives it ~45 epochs. */
 static int swin_config_pick(swin_cfg *c, int height, int width, int channels, int classes,
-                         char *why, size_t cap)
+                            int stem, int stem2, char *why, size_t cap)
 {
     memset(c, 0, sizeof *c);
     *c = (swin_cfg){.image_height = height, .image_width = width, .channels = channels,
-                           .classes = classes, .dim = 32, .mlp_ratio = 2,
-                           .init_std = 0.02};
-    for (int p = 2; p <= 16 && !c->patch; p++)
-        if (height % p == 0 && width % p == 0 && height / p <= 16 && width / p <= 16)
+                           .classes = classes, .dim = 32, .mlp_ratio = 2, .stem = stem,
+                           .stem2 = stem2, .init_std = 0.02};
+    int mh, mw, mc;
+    patch_input(c, &mh, &mw, &mc);
+    for (int p = stem2 > 0 ? 1 : 2; p <= 16 && !c->patch; p++)
+        if (mh % p == 0 && mw % p == 0 && mh / p <= 16 && mw / p <= 16)
             c->patch = p;
-    if (!c->patch && height <= 16 && width <= 16)
+    if (!c->patch && mh <= 16 && mw <= 16)
         c->patch = 1;
     if (!c->patch)
-        return vit_fail(VIT_EINVAL, "swin recipe: no patch of 1..16 divides %dx%d images into "
-                        "a grid of at most 16x16", height, width);
-    int gh = height / c->patch, gw = width / c->patch;
+        return vit_fail(VIT_EINVAL, "swin recipe: no patch of 1..16 divides %dx%d %s into "
+                        "a grid of at most 16x16", mh, mw, stem2 > 0 ? "maps (stem2's)"
+                        : "images");
+    int gh = mh / c->patch, gw = mw / c->patch;
     for (int m = 8; m >= 4 && !c->window; m--)
         if (gh % m == 0 && gw % m == 0)
             c->window = m;
@@ -209,9 +248,12 @@ static int swin_config_pick(swin_cfg *c, int height, int width, int channels, in
 
 static size_t swin_macs(const swin_cfg *c)
 {
-    int gh, gw;
+    int gh, gw, mh, mw, mc;
     swin_stage_grid(c, 0, &gh, &gw);
-    size_t n = (size_t)gh * gw, macs = n * c->patch * c->patch * c->channels * c->dim;
+    patch_input(c, &mh, &mw, &mc);
+    vit_stem st = stem_of(c);
+    size_t n = (size_t)gh * gw;
+    size_t macs = vit_stem_macs(&st) + n * c->patch * c->patch * mc * c->dim;
     for (int s = 0; s < c->stages; s++) {
         size_t C = (size_t)width_of(c, s), T = (size_t)c->window * c->window;
         swin_stage_grid(c, s, &gh, &gw);
@@ -243,16 +285,27 @@ static int add(swin *m, const char *name, int ndim, int d0, int d1, int init, do
 
 /* torchvision's init: linear weights truncated normal (std 0.02) and zero
  * biases, the relative position tables likewise, LayerNorms 1 and 0, the
- * patch convolution PyTorch's default (uniform within 1/sqrt(fan_in)).
+ * patch convolution PyTorch's default (uniform within 1/sqrt(fan_in)), and
+ * so the stem's convolutions, which torchvision would make as Conv2d too.
  * Decay on the weight matrices only. */
 static int layout(swin *m)
 {
     const swin_cfg *c = &m->cfg;
-    double sd = c->init_std, fan = 1.0 / sqrt((double)c->patch * c->patch * c->channels);
-    int C0 = c->dim, N = VIT_INIT_NORMAL;
-    TRYIX(m->end[E_PATCH_W], add(m, "patch.w", 2, c->patch * c->patch * c->channels, C0,
-                                 VIT_INIT_UNIFORM, fan, 1));
-    TRYIX(m->end[E_PATCH_B], add(m, "patch.b", 1, C0, 0, VIT_INIT_UNIFORM, fan, 0));
+    int mh, mw, Cin;
+    patch_input(c, &mh, &mw, &Cin);
+    double sd = c->init_std, fan = 1.0 / sqrt((double)c->patch * c->patch * Cin);
+    int C0 = c->dim, N = VIT_INIT_NORMAL, U = VIT_INIT_UNIFORM;
+    if (c->stem > 0) { /* first: torchvision's features.0.stem (torch_name) */
+        double f1 = 1.0 / sqrt(9.0 * c->channels), f2 = 1.0 / sqrt(16.0 * c->stem);
+        TRYIX(m->end[E_STEM_W], add(m, "stem.w", 2, 9 * c->channels, c->stem, U, f1, 1));
+        TRYIX(m->end[E_STEM_B], add(m, "stem.b", 1, c->stem, 0, U, f1, 0));
+        if (c->stem2 > 0) {
+            TRYIX(m->end[E_STEM2_W], add(m, "stem2.w", 2, 16 * c->stem, c->stem2, U, f2, 1));
+            TRYIX(m->end[E_STEM2_B], add(m, "stem2.b", 1, c->stem2, 0, U, f2, 0));
+        }
+    }
+    TRYIX(m->end[E_PATCH_W], add(m, "patch.w", 2, c->patch * c->patch * Cin, C0, U, fan, 1));
+    TRYIX(m->end[E_PATCH_B], add(m, "patch.b", 1, C0, 0, U, fan, 0));
     TRYIX(m->end[E_PATCH_LN_G], add(m, "patch.ln.g", 1, C0, 0, VIT_INIT_ONE, 0, 0));
     TRYIX(m->end[E_PATCH_LN_B], add(m, "patch.ln.b", 1, C0, 0, VIT_INIT_ZERO, 0, 0));
     int b = 0, R = 2 * c->window - 1;
@@ -395,9 +448,17 @@ static vit_tensor *run(const swin *m, vit_tape *tape, leaf_fn leaf, const void *
 {
     const swin_cfg *c = &m->cfg;
 #define L(ix) leaf(lctx, (ix))
-    vit_patch_shape ps = {.batch = batch, .height = c->image_height, .width = c->image_width,
-                          .channels = c->channels, .patch = c->patch, .dim = c->dim,
+    if (c->stem > 0) { /* [B, H, W, stem], then [B, H/2, W/2, stem2]: what the patches read */
+        vit_stem st = stem_of(c);
+        img = vit_stem_layer(tape, vit_stem_shape(&st), batch, img, L(m->end[E_STEM_W]),
+                             L(m->end[E_STEM_B]));
+        if (c->stem2 > 0)
+            img = vit_stem_layer(tape, vit_stem2_shape(&st), batch, img, L(m->end[E_STEM2_W]),
+                                 L(m->end[E_STEM2_B]));
+    }
+    vit_patch_shape ps = {.batch = batch, .patch = c->patch, .dim = c->dim,
                           .stride = c->patch};
+    patch_input(c, &ps.height, &ps.width, &ps.channels);
     vit_tensor *x = vit_op_patch_embed(tape, &ps, img, L(m->end[E_PATCH_W]),
                                        L(m->end[E_PATCH_B]));
     x = vit_op_layernorm(tape, x, L(m->end[E_PATCH_LN_G]), L(m->end[E_PATCH_LN_B]), SWIN_LN_EPS);
@@ -450,8 +511,18 @@ static int swin_bf16_weights(const vit_config *cfg, const void *state, const vit
     const swin *m = state;
     const swin_cfg *c = &m->cfg;
 #define BOTH(ix, in, o) TRY(vit_arch_bf16_add(set, ix, 0, in, o, o, VIT_ARCH_BF16_BOTH))
-    TRY(vit_arch_bf16_add(set, m->end[E_PATCH_W], 0, c->patch * c->patch * c->channels, c->dim,
-                          c->dim, VIT_ARCH_BF16_AS_IS));
+    int mh, mw, Cin;
+    patch_input(c, &mh, &mw, &Cin);
+    if (c->stem > 0) { /* as the ViT's: each map after the first wants its gradient */
+        TRY(vit_arch_bf16_add(set, m->end[E_STEM_W], 0, 9 * c->channels, c->stem, c->stem,
+                              VIT_ARCH_BF16_AS_IS));
+        if (c->stem2 > 0)
+            BOTH(m->end[E_STEM2_W], 16 * c->stem, c->stem2);
+        BOTH(m->end[E_PATCH_W], c->patch * c->patch * Cin, c->dim);
+    } else {
+        TRY(vit_arch_bf16_add(set, m->end[E_PATCH_W], 0, c->patch * c->patch * Cin, c->dim,
+                              c->dim, VIT_ARCH_BF16_AS_IS));
+    }
     int b = 0;
     for (int s = 0; s < c->stages; s++) {
         int C = width_of(c, s), F = c->mlp_ratio * C;
@@ -493,7 +564,15 @@ static const torch_row merge_rows[] = { /* "S.merge.<ours>": features.(2S+2).<th
     {"w", "reduction.weight", VIT_EXPORT_TRANSPOSE}, {"ln.g", "norm.weight", VIT_EXPORT_COPY},
     {"ln.b", "norm.bias", VIT_EXPORT_COPY},
 };
+/* The stem, which torchvision's SwinTransformer lacks: ours, a Sequential
+ * (Conv2d 3x3, GELU, Conv2d 4x4 stride 2, GELU) named "stem" in front of
+ * the patch embedding's features[0] (docs/architectures.md,
+ * tools/torch_check_swin.py), as timm's hybrid backbone is the ViT's. */
 static const torch_row end_rows[] = {
+    {"stem.w", "features.0.stem.0.weight", VIT_EXPORT_CONV},
+    {"stem.b", "features.0.stem.0.bias", VIT_EXPORT_COPY},
+    {"stem2.w", "features.0.stem.2.weight", VIT_EXPORT_CONV},
+    {"stem2.b", "features.0.stem.2.bias", VIT_EXPORT_COPY},
     {"patch.w", "features.0.0.weight", VIT_EXPORT_CONV},
     {"patch.b", "features.0.0.bias", VIT_EXPORT_COPY},
     {"patch.ln.g", "features.0.2.weight", VIT_EXPORT_COPY},
@@ -539,7 +618,8 @@ static int torch_name(const char *ours, char *out, size_t cap, int *op)
 #define KEY(name, field, hi, def, help)                                        \
     {name, VIT_KEY_INT, offsetof(swin_cfg, field), 1, hi, def, help, NULL}
 static const vit_arch_key swin_keys[] = {
-    KEY("patch", patch, 64, "2", "patch side in pixels (a P x P convolution at stride P)"),
+    KEY("patch", patch, 64, "2", "patch side in pixels of the image, or of the stem's last map "
+        "(a P x P convolution at stride P)"),
     KEY("window", window, 64, "7", "attention windows of M x M tokens; divide every grid"),
     KEY("embed_dim", dim, 4096, "32", "stage 1's width; each stage doubles it"),
     KEY("stages", stages, SWIN_MAX_STAGES, "2", "stages, patch merging between them"),
@@ -552,9 +632,16 @@ static const vit_arch_key swin_keys[] = {
     KEY("heads_3", heads[2], 1024, "4", "attention heads of stage 3"),
     KEY("heads_4", heads[3], 1024, "8", "attention heads of stage 4"),
     KEY("mlp_ratio", mlp_ratio, 64, "2", "MLP hidden width over the block's width"),
+    /* the ViT's two stem keys, meaning the same (stem.h); 0 allowed */
+    {"stem", VIT_KEY_INT, offsetof(swin_cfg, stem), 0, 4096, "0", "channels of a 3x3 "
+     "convolution + GELU before the patches (0: patches of the image itself)", NULL},
+    {"stem2", VIT_KEY_INT, offsetof(swin_cfg, stem2), 0, 4096, "0", "channels of a second stem "
+     "convolution, 4x4 at stride 2 + GELU: the patches are cut from its half-size map (0: none; "
+     "needs stem)", NULL},
 };
 #undef KEY
-enum { SWIN_KEYS = (int)(sizeof swin_keys / sizeof *swin_keys), SWIN_STAGE_KEY0 = 4 };
+enum { SWIN_KEYS = (int)(sizeof swin_keys / sizeof *swin_keys), SWIN_STAGE_KEY0 = 4,
+       SWIN_STEM_KEY0 = SWIN_KEYS - 2 };
 
 /* The Swin of a vit_config: its keys, the data's shape and init_std. */
 static swin_cfg swin_of(const vit_config *cfg)
@@ -588,9 +675,9 @@ static int swin_adapt(vit_config *cfg, int train_count, char *why, size_t cap)
     (void)train_count;
     swin_cfg pick, *c = vit_config_arch_data_mut(cfg);
     TRY(swin_config_pick(&pick, cfg->image_height, cfg->image_width, cfg->channels,
-                         cfg->classes, NULL, 0));
+                         cfg->classes, c->stem, c->stem2, NULL, 0));
     int ruled = 0;
-    for (int k = 0; k < SWIN_KEYS; k++) {
+    for (int k = 0; k < SWIN_STEM_KEY0; k++) { /* the stem is the user's alone */
         const vit_arch_key *key = &swin_keys[k];
         int stage = k >= SWIN_STAGE_KEY0 && k < SWIN_STAGE_KEY0 + 2 * SWIN_MAX_STAGES
                         ? key->key[strlen(key->key) - 1] - '1' : -1;
@@ -643,7 +730,8 @@ static int swin_export_tensor(const vit_config *cfg, int i, const vit_param_tens
     const swin_cfg *c = vit_config_arch_data(cfg);
     TRY(torch_name(t->name, e->name, sizeof e->name, &e->op));
     e->ndim = e->op == VIT_EXPORT_CONV ? 4 : e->op == VIT_EXPORT_TRANSPOSE ? 2 : t->ndim;
-    e->kernel = c->patch;
+    e->kernel = strcmp(t->name, "stem.w") == 0    ? 3
+              : strcmp(t->name, "stem2.w") == 0 ? 4 : c->patch;
     e->order = i;
     return VIT_OK;
 }

@@ -26,6 +26,7 @@
 #include "arch_internal.h"
 #include "error.h"
 #include "model_tensors.h"
+#include "stem.h"
 #include "vit/activations.h"
 #include "vit/attention.h"
 #include "vit/block.h"
@@ -63,14 +64,17 @@ static const vit_arch_key keys[] = {
 #undef KI
 #undef F
 
+/* The stem's keys (stem.h: the Swin's mean the same). */
+static vit_stem stem_of(const vit_config *c)
+{
+    return (vit_stem){.height = c->image_height, .width = c->image_width,
+                      .channels = c->channels, .stem = c->stem, .stem2 = c->stem2};
+}
+
 static int check(const vit_config *c)
 {
-    if (c->stem2 > 0 && c->stem == 0)
-        return vit_fail(VIT_EINVAL, "stem2: %d channels of a second stem convolution need a "
-                        "first (stem > 0)", c->stem2);
-    if (c->stem2 > 0 && (c->image_height % 2 || c->image_width % 2))
-        return vit_fail(VIT_EINVAL, "stem2: its stride 2 halves the %dx%d feature map, which "
-                        "needs an even height and width", c->image_height, c->image_width);
+    vit_stem st = stem_of(c);
+    TRY(vit_stem_check(&st));
     vit_patch_shape ps = vit_config_patch_shape(c);
     if ((c->patch_stride == 0 || c->patch_stride == c->patch) && c->patch_pad == 0) {
         if (ps.height % c->patch || ps.width % c->patch)
@@ -93,32 +97,23 @@ static int check(const vit_config *c)
 
 vit_patch_shape vit_config_patch_shape(const vit_config *cfg)
 {
-    int half = cfg->stem > 0 && cfg->stem2 > 0; /* the patches read stem2's map */
-    return (vit_patch_shape){.batch = 1, .height = cfg->image_height >> half,
-                             .width = cfg->image_width >> half,
-                             .channels = half ? cfg->stem2 : cfg->stem > 0 ? cfg->stem
-                                                                           : cfg->channels,
-                             .patch = cfg->patch, .dim = cfg->dim,
-                             .stride = cfg->patch_stride, .pad = cfg->patch_pad};
+    vit_stem st = stem_of(cfg);
+    vit_patch_shape ps = {.batch = 1, .patch = cfg->patch, .dim = cfg->dim,
+                          .stride = cfg->patch_stride, .pad = cfg->patch_pad};
+    vit_stem_map(&st, &ps.height, &ps.width, &ps.channels); /* the patches read the last map */
+    return ps;
 }
 
-/* A 3x3 convolution at stride 1 with padding 1 is a patch embedding
- * whose patches overlap all but one pixel: H*W outputs, laid out
- * [H, W, stem] like an image of stem channels. */
 vit_patch_shape vit_config_stem_shape(const vit_config *cfg)
 {
-    return (vit_patch_shape){.batch = 1, .height = cfg->image_height, .width = cfg->image_width,
-                             .channels = cfg->channels, .patch = 3, .dim = cfg->stem,
-                             .stride = 1, .pad = 1};
+    vit_stem st = stem_of(cfg);
+    return vit_stem_shape(&st);
 }
 
-/* stem2's 4x4 convolution at stride 2 with padding 1 over the [H, W, stem]
- * map: H/2 x W/2 outputs (H and W even), laid out [H/2, W/2, stem2]. */
 vit_patch_shape vit_config_stem2_shape(const vit_config *cfg)
 {
-    return (vit_patch_shape){.batch = 1, .height = cfg->image_height, .width = cfg->image_width,
-                             .channels = cfg->stem, .patch = 4, .dim = cfg->stem2, .stride = 2,
-                             .pad = 1};
+    vit_stem st = stem_of(cfg);
+    return vit_stem2_shape(&st);
 }
 
 /* ---- the model's state ------------------------------------------------ */
@@ -347,19 +342,11 @@ static vit_tensor *forward(const vit_arch_run *r)
 
     vit_tensor *img = r->images;
 #define W_(id) param(&L, tape, s->ix[VIT_MT_##id])
-    if (c->stem > 0) { /* [B, H*W, stem] is the [B, H, W, stem] the patches read */
-        vit_patch_shape ss = vit_config_stem_shape(c);
-        ss.batch = batch;
-        img = vit_op_gelu(tape, vit_op_patch_embed(tape, &ss, img, W_(STEM_W), W_(STEM_B)));
-        int fshape[4] = {batch, c->image_height, c->image_width, c->stem};
-        img = vit_op_reshape(tape, img, 4, fshape);
-        if (c->stem2 > 0) { /* [B, H/2*W/2, stem2] as [B, H/2, W/2, stem2] */
-            vit_patch_shape s2 = vit_config_stem2_shape(c);
-            s2.batch = batch;
-            img = vit_op_gelu(tape, vit_op_patch_embed(tape, &s2, img, W_(STEM2_W), W_(STEM2_B)));
-            int f2[4] = {batch, ps.height, ps.width, ps.channels}; /* what the patches read */
-            img = vit_op_reshape(tape, img, 4, f2);
-        }
+    if (c->stem > 0) { /* [B, H, W, stem], then [B, H/2, W/2, stem2]: what the patches read */
+        img = vit_stem_layer(tape, vit_config_stem_shape(c), batch, img, W_(STEM_W), W_(STEM_B));
+        if (c->stem2 > 0)
+            img = vit_stem_layer(tape, vit_config_stem2_shape(c), batch, img, W_(STEM2_W),
+                                 W_(STEM2_B));
     }
     vit_tensor *x = vit_op_patch_embed(tape, &ps, img, W_(PATCH_W), W_(PATCH_B));
     x = vit_op_cls_prepend(tape, x, W_(CLS));
