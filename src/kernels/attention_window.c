@@ -220,13 +220,16 @@ static void scale_by(vit_real *y, vit_real s, size_t n)
     for (size_t e = 0; e < n; e++) y[e] *= s;
 }
 
-/* c ? x : 0, in float32 through the bits (vectorises; see mask_regions). */
-static inline vit_real keep_or_zero(int c, vit_real x)
+/* c ? x : y for c 0 or 1, in float32 through the bits: gcc 12 keeps
+ * `c ? x : y` on floats a branch and does not vectorise it (it may not
+ * make a possibly trapping arm unconditional without -ffast-math).  The
+ * same values either way. */
+static inline vit_real pick(int c, vit_real x, vit_real y)
 {
 #ifdef VIT_DOUBLE
-    return c ? x : 0;
+    return c ? x : y;
 #else
-    return fm_select(c, x, 0.0f);
+    return fm_select(c, x, y);
 #endif
 }
 
@@ -244,7 +247,7 @@ static void rows_minus(vit_real *p, int T, const vit_real *sub, const int *label
             continue;
         }
         const int li = label[i];
-        for (int j = 0; j < T; j++) r[j] = keep_or_zero(label[j] == li, r[j] - m);
+        for (int j = 0; j < T; j++) r[j] = pick(label[j] == li, r[j] - m, 0);
     }
 }
 
@@ -265,7 +268,7 @@ static void window_exp(vit_real *p, int T, const int *label)
     for (int i = 0; i < T; i++) {
         vit_real *restrict r = p + (size_t)i * T;
         const int li = label[i];
-        for (int j = 0; j < T; j++) r[j] = keep_or_zero(label[j] == li, r[j]);
+        for (int j = 0; j < T; j++) r[j] = pick(label[j] == li, r[j], 0);
     }
 }
 
@@ -445,12 +448,9 @@ static void w_rows(int direct, int ta, int T, int d, const vit_real *A, wrows B,
                  B.p, B.ld, 0, C, ldc);
 }
 
-/* p [T, T]: -inf where the two positions' region labels differ.  In
- * float32 through fm_select's bits: gcc 12 keeps `c ? x : -INFINITY` on
- * floats a branch and does not vectorise it (it may not make a possibly
- * trapping arm unconditional without -ffast-math), which cost a shifted
- * block of 14 x 14 tokens a quarter more forward time than an unshifted
- * one on Zen 3.  The same values either way. */
+/* p [T, T]: -inf where the two positions' region labels differ, by pick
+ * (as a branch it cost a shifted block of 14 x 14 tokens a quarter more
+ * forward time than an unshifted one on Zen 3). */
 FM_CLONES
 static void mask_regions(vit_real *p, const int *label, int T)
 {
@@ -458,11 +458,7 @@ static void mask_regions(vit_real *p, const int *label, int T)
         vit_real *restrict pi = p + (size_t)i * T;
         const int li = label[i];
         for (int j = 0; j < T; j++)
-#ifdef VIT_DOUBLE
-            pi[j] = label[j] == li ? pi[j] : -INFINITY;
-#else
-            pi[j] = fm_select(label[j] == li, pi[j], -INFINITY);
-#endif
+            pi[j] = pick(label[j] == li, pi[j], -INFINITY);
     }
 }
 
