@@ -182,9 +182,11 @@ static void say_why(const swin_cfg *c, char *why, size_t cap)
     if (c->stages > 1)
         snprintf(merged, sizeof merged, " (%dx%d after merging)", gh, gw);
     char map[48] = ""; /* the map the patches are cut from, when not the image */
-    if (c->stem2 > 0)
-        snprintf(map, sizeof map, " of stem2's %dx%d map", c->image_height / 2,
-                 c->image_width / 2);
+    if (c->stem2 > 0) {
+        int mh, mw, mc;
+        patch_input(c, &mh, &mw, &mc);
+        snprintf(map, sizeof map, " of stem2's %dx%d map", mh, mw);
+    }
     snprintf(why, cap, "patch %d makes a %dx%d grid%s (at most 16x16), window %d divides "
              "it, %d stage%s%s, widths %d..%d, depths %d", c->patch, g0h, g0w, map, c->window,
              c->stages, c->stages > 1 ? "s" : "", merged, c->dim, width_of(c, c->stages - 1),
@@ -730,8 +732,9 @@ static int swin_export_tensor(const vit_config *cfg, int i, const vit_param_tens
     const swin_cfg *c = vit_config_arch_data(cfg);
     TRY(torch_name(t->name, e->name, sizeof e->name, &e->op));
     e->ndim = e->op == VIT_EXPORT_CONV ? 4 : e->op == VIT_EXPORT_TRANSPOSE ? 2 : t->ndim;
-    e->kernel = strcmp(t->name, "stem.w") == 0    ? 3
-              : strcmp(t->name, "stem2.w") == 0 ? 4 : c->patch;
+    const vit_stem st = stem_of(c); /* the stem's kernels are its layers' patches */
+    e->kernel = strcmp(t->name, "stem.w") == 0    ? vit_stem_shape(&st).patch
+              : strcmp(t->name, "stem2.w") == 0 ? vit_stem2_shape(&st).patch : c->patch;
     e->order = i;
     return VIT_OK;
 }
