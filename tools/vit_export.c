@@ -37,6 +37,25 @@ static void usage(void)
            "the metadata); it says so.\n");
 }
 
+/* The script that rebuilds an exported file of a built-in layout in
+ * PyTorch and applies its image_norm, by the file's "layout" metadata
+ * (vit_arch.export_layout): a new layout is one row.  A layout not listed,
+ * or none (a user's architecture), names no script. */
+static const struct {
+    const char *layout, *script;
+} torch_checks[] = {
+    {"timm.VisionTransformer", "tools/torch_check_export.py"},
+    {"torchvision.SwinTransformer", "tools/torch_check_swin.py"},
+};
+
+static const char *torch_check_script(const char *layout)
+{
+    for (size_t i = 0; layout && i < sizeof torch_checks / sizeof torch_checks[0]; i++)
+        if (strcmp(torch_checks[i].layout, layout) == 0)
+            return torch_checks[i].script;
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
     cli_ignore_file_size_signal();
@@ -122,14 +141,13 @@ int main(int argc, char **argv)
     if (c->image_norm) {
         char line[400];
         const vit_arch *a = vit_model_arch(m);
-        const char *check = a == vit_arch_vit()             ? ", as tools/torch_check_export.py does"
-                            : strcmp(a->name, "swin") == 0 ? ", as tools/torch_check_swin.py does"
-                                                           : "";
+        const char *check = torch_check_script(a->export_layout);
         snprintf(line, sizeof line, "note: the model standardises each image per channel before "
                  "its first layer (image_norm = 1; the metadata's input says how), which %s "
                  "does not: (x - mean) / sqrt(var + %g), each channel's over the image's "
-                 "pixels%s", a->export_layout ? a->export_layout : a->name, VIT_IMAGE_NORM_EPS,
-                 check);
+                 "pixels%s%s%s", a->export_layout ? a->export_layout : a->name,
+                 VIT_IMAGE_NORM_EPS, check ? ", as " : "", check ? check : "",
+                 check ? " does" : "");
         cli_print_fitted(stdout, line);
     }
     if (tc.tta == VIT_TTA_SHIFT9 || tc.tta == VIT_TTA_SHIFT9_FLIP) {
