@@ -37,6 +37,24 @@ static void usage(void)
            "the metadata); it says so.\n");
 }
 
+/* The files the options name. */
+typedef struct export_opts {
+    const char *out, *logits, *data;
+} export_opts;
+
+static int read_option(void *user, const char *a, const char *v)
+{
+    export_opts *o = user;
+    const char **to = strcmp(a, "--out") == 0      ? &o->out
+                      : strcmp(a, "--logits") == 0 ? &o->logits
+                      : strcmp(a, "--data") == 0   ? &o->data
+                                                   : NULL;
+    if (!to)
+        return cli_unknown_option(prog, a);
+    *to = v;
+    return -1;
+}
+
 /* The script that rebuilds an exported file of a built-in layout in
  * PyTorch and applies its image_norm, by the file's "layout" metadata
  * (vit_arch.export_layout): a new layout is one row.  A layout not listed,
@@ -59,28 +77,15 @@ static const char *torch_check_script(const char *layout)
 int main(int argc, char **argv)
 {
     cli_ignore_file_size_signal();
-    const char *ckpt = NULL, *out = NULL, *logits = NULL, *data = NULL;
+    const char *ckpt = NULL;
+    export_opts o = {NULL, NULL, NULL};
     static const cli_flag flags[] = {{"--out", 1}, {"--logits", 1}, {"--data", 1},
                                      {"--help", 0}, {"--version", 0}, {NULL, 0}};
-    if (!cli_normalize(prog, &argc, &argv, flags, 0))
-        return 2;
     const char **pos[] = {&ckpt};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        int r = cli_arg(prog, argc, argv, &i, flags, usage, pos, 1, &v);
-        if (r == CLI_ARG_TAKEN)
-            continue;
-        if (r != CLI_ARG_OPTION)
-            return r;
-        if (strcmp(a, "--out") == 0)
-            out = v;
-        else if (strcmp(a, "--logits") == 0)
-            logits = v;
-        else if (strcmp(a, "--data") == 0)
-            data = v;
-        else
-            return cli_unknown_option(prog, a);
-    }
+    int exit_rc = cli_options(prog, &argc, &argv, flags, usage, pos, 1, read_option, &o);
+    if (exit_rc >= 0)
+        return exit_rc;
+    const char *out = o.out, *logits = o.logits, *data = o.data;
     if (!ckpt || !out) {
         fprintf(stderr, "%s: %s (see --help)\n", prog,
                 !ckpt ? "no checkpoint given" : "no --out file given");
