@@ -3,7 +3,8 @@
 # written by make_cifar (4 classes, 120 training images of 32x32):
 #   1. colour that carries no class: the recipe line says image_norm 1 and
 #      why, and the checkpoint's config holds it (so vit_eval applies it:
-#      it reports the run's own accuracy);
+#      it reports the run's own accuracy), and vit_export's note on it
+#      names the PyTorch check of the file's layout (ViT and Swin);
 #   2. --image-norm 0 wins over the recipe: no such line, nothing stored;
 #   3. colour that names the class: no image_norm, no channel_perm, but
 #      data_norm 1 (stored; --data-norm 0 wins over it);
@@ -32,6 +33,14 @@ check "free: the checkpoint's config has it" 'grep -aq "^image_norm = 1$" "$tmp/
 acc=$(sed -nE 's/^test accuracy ([0-9.]+) .*/\1/p' <<<"$out")
 ev=$("$tools/vit_eval" "$tmp/f/last.ckpt" --data "$tmp/free" 2>&1)
 has "free: vit_eval scores the run's accuracy ($acc)" "accuracy $acc" "$ev"
+# vit_export's image_norm note names the PyTorch check of the file's layout
+ex=$("$tools/vit_export" "$tmp/f/last.ckpt" --out "$tmp/f.safetensors" 2>&1)
+has "free: vit_export names the ViT's check" "which timm.VisionTransformer does not: (x - mean) / sqrt(var + 0.0001), each channel's over the image's pixels, as tools/torch_check_export.py does" "$ex"
+out=$("$tools/vit_train" --data "$tmp/free" --arch swin --patch 4 --window 4 --embed-dim 8 --stages 1 \
+      --epochs 1 --tta none --threads 1 --out "$tmp/fs" 2>&1)
+check "free, swin: trains" 'grep -aq "^image_norm = 1$" "$tmp/fs/last.ckpt"' || indent "$out"
+ex=$("$tools/vit_export" "$tmp/fs/last.ckpt" --out "$tmp/fs.safetensors" 2>&1)
+has "free, swin: vit_export names Swin's check" "which torchvision.SwinTransformer does not: (x - mean) / sqrt(var + 0.0001), each channel's over the image's pixels, as tools/torch_check_swin.py does" "$ex"
 
 # ---- 2. the flag wins -------------------------------------------------------
 out=$("$tools/vit_train" --data "$tmp/free" "${small[@]}" --image-norm 0 --out "$tmp/f0" 2>&1)

@@ -302,6 +302,23 @@ int cli_arg(const char *prog, int argc, char **argv, int *i, const cli_flag *fla
     return CLI_ARG_OPTION;
 }
 
+int cli_options(const char *prog, int *argc, char ***argv, const cli_flag *flags,
+                void (*usage)(void), const char **pos[], int npos, cli_option_fn option,
+                void *user)
+{
+    if (!cli_normalize(prog, argc, argv, flags, 0))
+        return 2;
+    for (int i = 1; i < *argc; i++) {
+        const char *flag = (*argv)[i], *value;
+        int r = cli_arg(prog, *argc, *argv, &i, flags, usage, pos, npos, &value);
+        if (r == CLI_ARG_OPTION)
+            r = option(user, flag, value);
+        if (r >= 0)
+            return r;
+    }
+    return -1;
+}
+
 int cli_unknown_option(const char *prog, const char *option)
 {
     fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, option);

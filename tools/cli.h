@@ -83,6 +83,22 @@ int cli_normalize(const char *prog, int *argc, char ***argv, const cli_flag *fla
 int cli_arg(const char *prog, int argc, char **argv, int *i, const cli_flag *flags,
             void (*usage)(void), const char **pos[], int npos, const char **value);
 
+/* A tool's reader of one option for cli_options: flag as cli_normalize
+ * wrote it ("--out"), value the argument after it (NULL for a flag that
+ * takes none), user the tool's own state.  Returns -1 to go on, or the
+ * status to exit with after saying the problem (2; cli_unknown_option for
+ * a flag the tool lists but does not read). */
+typedef int (*cli_option_fn)(void *user, const char *flag, const char *value);
+
+/* The whole option loop of a tool without config keys: cli_normalize,
+ * then cli_arg on each argument, positional ones stored into
+ * *pos[0..npos) and each option handed to option(user, flag, value).
+ * Returns -1 when every argument was read, else the status to exit with
+ * (0 after --help or --version, 2 after an error said). */
+int cli_options(const char *prog, int *argc, char ***argv, const cli_flag *flags,
+                void (*usage)(void), const char **pos[], int npos, cli_option_fn option,
+                void *user);
+
 /* Prints "PROG: unknown option 'OPTION' (see --help)" and returns 2 (for an
  * option a tool lists but its loop does not read). */
 int cli_unknown_option(const char *prog, const char *option);

@@ -36,6 +36,42 @@ static void usage(void)
            "Also prints, per map, its range and the patch with the largest weight.\n");
 }
 
+/* What the options set (digit -1: none given). */
+typedef struct attn_opts {
+    const char *out, *data, *qtext;
+    int digit, scale, fit;
+} attn_opts;
+
+static int read_option(void *user, const char *a, const char *v)
+{
+    attn_opts *o = user;
+    if (strcmp(a, "--fit") == 0)
+        o->fit = 1;
+    else if (strcmp(a, "--digit") == 0) {
+        if (!cli_int(prog, a, v, 0, 1 << 30, &o->digit))
+            return 2;
+    } else if (strcmp(a, "--query") == 0)
+        o->qtext = v;
+    else if (strcmp(a, "--out") == 0)
+        o->out = v;
+    else if (strcmp(a, "--data") == 0)
+        o->data = v;
+    else if (strcmp(a, "--scale") == 0) {
+        if (strcmp(v, "absolute") == 0)
+            o->scale = FIG_SCALE_ABSOLUTE;
+        else if (strcmp(v, "figure") == 0)
+            o->scale = FIG_SCALE_FIGURE;
+        else if (strcmp(v, "map") == 0)
+            o->scale = FIG_SCALE_MAP;
+        else {
+            fprintf(stderr, "%s: --scale: expected absolute, figure or map, got '%s'\n", prog, v);
+            return 2;
+        }
+    } else
+        return cli_unknown_option(prog, a);
+    return -1;
+}
+
 /* The name of class cls, as printed in the picture and on stdout: the
  * checkpoint's name for it (the digit itself for digits and IDX). */
 static void class_name(char *buf, size_t cap, const vit_run_state *st, int cls)
@@ -189,47 +225,18 @@ static void print_summary(const vit_config *c, const vit_real *maps, int gw)
 int main(int argc, char **argv)
 {
     cli_ignore_file_size_signal();
-    const char *ckpt = NULL, *png = NULL, *out = "attention.png", *data = NULL, *qtext = "cls";
-    int digit = -1, scale = FIG_SCALE_ABSOLUTE, fit = 0;
+    const char *ckpt = NULL, *png = NULL;
+    attn_opts o = {.out = "attention.png", .qtext = "cls", .digit = -1,
+                   .scale = FIG_SCALE_ABSOLUTE};
     static const cli_flag flags[] = {{"--digit", 1}, {"--query", 1}, {"--out", 1}, {"--data", 1},
                                      {"--scale", 1}, {"--fit", 0}, {"--help", 0}, {"--version", 0},
                                      {NULL, 0}};
-    if (!cli_normalize(prog, &argc, &argv, flags, 0))
-        return 2;
     const char **pos[] = {&ckpt, &png};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        int r = cli_arg(prog, argc, argv, &i, flags, usage, pos, 2, &v);
-        if (r == CLI_ARG_TAKEN)
-            continue;
-        if (r != CLI_ARG_OPTION)
-            return r;
-        if (strcmp(a, "--fit") == 0)
-            fit = 1;
-        else if (strcmp(a, "--digit") == 0) {
-            if (!cli_int(prog, a, v, 0, 1 << 30, &digit))
-                return 2;
-        } else if (strcmp(a, "--query") == 0)
-            qtext = v;
-        else if (strcmp(a, "--out") == 0)
-            out = v;
-        else if (strcmp(a, "--data") == 0)
-            data = v;
-        else if (strcmp(a, "--scale") == 0) {
-            if (strcmp(v, "absolute") == 0)
-                scale = FIG_SCALE_ABSOLUTE;
-            else if (strcmp(v, "figure") == 0)
-                scale = FIG_SCALE_FIGURE;
-            else if (strcmp(v, "map") == 0)
-                scale = FIG_SCALE_MAP;
-            else {
-                fprintf(stderr, "%s: --scale: expected absolute, figure or map, got '%s'\n", prog,
-                        v);
-                return 2;
-            }
-        } else
-            return cli_unknown_option(prog, a);
-    }
+    int exit_rc = cli_options(prog, &argc, &argv, flags, usage, pos, 2, read_option, &o);
+    if (exit_rc >= 0)
+        return exit_rc;
+    const char *out = o.out, *data = o.data, *qtext = o.qtext;
+    int digit = o.digit, scale = o.scale, fit = o.fit;
     if (!ckpt) {
         fprintf(stderr, "%s: no checkpoint given (see --help)\n", prog);
         return 2;

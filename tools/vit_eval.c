@@ -23,6 +23,41 @@ static void usage(void)
            "or a data folder; without it, the data the checkpoint's run trained on.\n");
 }
 
+/* What the options set (tta -1: the model's). */
+typedef struct eval_opts {
+    const char *data;
+    int split_train, threads, tta;
+} eval_opts;
+
+static int read_option(void *user, const char *a, const char *v)
+{
+    eval_opts *o = user;
+    if (strcmp(a, "--data") == 0)
+        o->data = v;
+    else if (strcmp(a, "--split") == 0) {
+        if (strcmp(v, "train") && strcmp(v, "test")) {
+            fprintf(stderr, "%s: --split: expected test or train, got '%s'\n", prog, v);
+            return 2;
+        }
+        o->split_train = strcmp(v, "train") == 0;
+    } else if (strcmp(a, "--tta") == 0) {
+        if (strcmp(v, "none") && strcmp(v, "shift9") && strcmp(v, "shift9flip")) {
+            fprintf(stderr, "%s: --tta: expected none, shift9 or shift9flip, got '%s'\n", prog,
+                    v);
+            return 2;
+        }
+        o->tta = strcmp(v, "shift9") == 0       ? VIT_TTA_SHIFT9
+                 : strcmp(v, "shift9flip") == 0 ? VIT_TTA_SHIFT9_FLIP
+                                                : VIT_TTA_NONE;
+    } else if (strcmp(a, "--threads") == 0) {
+        if (!cli_int(prog, a, v, 1, 256, &o->threads))
+            return 2;
+    } else {
+        return cli_unknown_option(prog, a);
+    }
+    return -1;
+}
+
 /* Per class: precision (of the images predicted as the class, the share
  * that are), recall (of the class's images, the share predicted as it),
  * F1 (their harmonic mean) and the image count; then the macro average.
@@ -68,44 +103,16 @@ static void print_scoring(int tta, int by_flag, double ema)
 
 int main(int argc, char **argv)
 {
-    const char *ckpt = NULL, *data = NULL;
-    int split_train = 0, threads = 0, tta = -1;
+    const char *ckpt = NULL;
+    eval_opts o = {.tta = -1};
     static const cli_flag flags[] = {{"--data", 1}, {"--split", 1}, {"--threads", 1}, {"--tta", 1},
                                      {"--help", 0}, {"--version", 0}, {NULL, 0}};
-    if (!cli_normalize(prog, &argc, &argv, flags, 0))
-        return 2;
     const char **pos[] = {&ckpt};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        int r = cli_arg(prog, argc, argv, &i, flags, usage, pos, 1, &v);
-        if (r == CLI_ARG_TAKEN)
-            continue;
-        if (r != CLI_ARG_OPTION)
-            return r;
-        if (strcmp(a, "--data") == 0)
-            data = v;
-        else if (strcmp(a, "--split") == 0) {
-            if (strcmp(v, "train") && strcmp(v, "test")) {
-                fprintf(stderr, "%s: --split: expected test or train, got '%s'\n", prog, v);
-                return 2;
-            }
-            split_train = strcmp(v, "train") == 0;
-        } else if (strcmp(a, "--tta") == 0) {
-            if (strcmp(v, "none") && strcmp(v, "shift9") && strcmp(v, "shift9flip")) {
-                fprintf(stderr, "%s: --tta: expected none, shift9 or shift9flip, got '%s'\n",
-                        prog, v);
-                return 2;
-            }
-            tta = strcmp(v, "shift9") == 0       ? VIT_TTA_SHIFT9
-                  : strcmp(v, "shift9flip") == 0 ? VIT_TTA_SHIFT9_FLIP
-                                                 : VIT_TTA_NONE;
-        } else if (strcmp(a, "--threads") == 0) {
-            if (!cli_int(prog, a, v, 1, 256, &threads))
-                return 2;
-        } else {
-            return cli_unknown_option(prog, a);
-        }
-    }
+    int exit_rc = cli_options(prog, &argc, &argv, flags, usage, pos, 1, read_option, &o);
+    if (exit_rc >= 0)
+        return exit_rc;
+    const char *data = o.data;
+    int split_train = o.split_train, threads = o.threads, tta = o.tta;
     if (!ckpt) {
         fprintf(stderr, "%s: no checkpoint given (see --help)\n", prog);
         return 2;

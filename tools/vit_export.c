@@ -37,31 +37,55 @@ static void usage(void)
            "the metadata); it says so.\n");
 }
 
+/* The files the options name. */
+typedef struct export_opts {
+    const char *out, *logits, *data;
+} export_opts;
+
+static int read_option(void *user, const char *a, const char *v)
+{
+    export_opts *o = user;
+    const char **to = strcmp(a, "--out") == 0      ? &o->out
+                      : strcmp(a, "--logits") == 0 ? &o->logits
+                      : strcmp(a, "--data") == 0   ? &o->data
+                                                   : NULL;
+    if (!to)
+        return cli_unknown_option(prog, a);
+    *to = v;
+    return -1;
+}
+
+/* The script that rebuilds an exported file of a built-in layout in
+ * PyTorch and applies its image_norm, by the file's "layout" metadata
+ * (vit_arch.export_layout): a new layout is one row.  A layout not listed,
+ * or none (a user's architecture), names no script. */
+static const struct {
+    const char *layout, *script;
+} torch_checks[] = {
+    {"timm.VisionTransformer", "tools/torch_check_export.py"},
+    {"torchvision.SwinTransformer", "tools/torch_check_swin.py"},
+};
+
+static const char *torch_check_script(const char *layout)
+{
+    for (size_t i = 0; layout && i < sizeof torch_checks / sizeof torch_checks[0]; i++)
+        if (strcmp(torch_checks[i].layout, layout) == 0)
+            return torch_checks[i].script;
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
     cli_ignore_file_size_signal();
-    const char *ckpt = NULL, *out = NULL, *logits = NULL, *data = NULL;
+    const char *ckpt = NULL;
+    export_opts o = {NULL, NULL, NULL};
     static const cli_flag flags[] = {{"--out", 1}, {"--logits", 1}, {"--data", 1},
                                      {"--help", 0}, {"--version", 0}, {NULL, 0}};
-    if (!cli_normalize(prog, &argc, &argv, flags, 0))
-        return 2;
     const char **pos[] = {&ckpt};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        int r = cli_arg(prog, argc, argv, &i, flags, usage, pos, 1, &v);
-        if (r == CLI_ARG_TAKEN)
-            continue;
-        if (r != CLI_ARG_OPTION)
-            return r;
-        if (strcmp(a, "--out") == 0)
-            out = v;
-        else if (strcmp(a, "--logits") == 0)
-            logits = v;
-        else if (strcmp(a, "--data") == 0)
-            data = v;
-        else
-            return cli_unknown_option(prog, a);
-    }
+    int exit_rc = cli_options(prog, &argc, &argv, flags, usage, pos, 1, read_option, &o);
+    if (exit_rc >= 0)
+        return exit_rc;
+    const char *out = o.out, *logits = o.logits, *data = o.data;
     if (!ckpt || !out) {
         fprintf(stderr, "%s: %s (see --help)\n", prog,
                 !ckpt ? "no checkpoint given" : "no --out file given");
@@ -122,14 +146,13 @@ int main(int argc, char **argv)
     if (c->image_norm) {
         char line[400];
         const vit_arch *a = vit_model_arch(m);
-        const char *check = a == vit_arch_vit()             ? ", as tools/torch_check_export.py does"
-                            : strcmp(a->name, "swin") == 0 ? ", as tools/torch_check_swin.py does"
-                                                           : "";
+        const char *check = torch_check_script(a->export_layout);
         snprintf(line, sizeof line, "note: the model standardises each image per channel before "
                  "its first layer (image_norm = 1; the metadata's input says how), which %s "
                  "does not: (x - mean) / sqrt(var + %g), each channel's over the image's "
-                 "pixels%s", a->export_layout ? a->export_layout : a->name, VIT_IMAGE_NORM_EPS,
-                 check);
+                 "pixels%s%s%s", a->export_layout ? a->export_layout : a->name,
+                 VIT_IMAGE_NORM_EPS, check ? ", as " : "", check ? check : "",
+                 check ? " does" : "");
         cli_print_fitted(stdout, line);
     }
     if (tc.tta == VIT_TTA_SHIFT9 || tc.tta == VIT_TTA_SHIFT9_FLIP) {

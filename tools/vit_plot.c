@@ -102,35 +102,42 @@ static void usage(void)
            "               to the final figure of final.csv\n");
 }
 
+/* What the options set. */
+typedef struct plot_opts {
+    const char *out, *title;
+    double targets[MAX_TARGETS];
+    int ntargets;
+} plot_opts;
+
+static int read_option(void *user, const char *a, const char *v)
+{
+    plot_opts *o = user;
+    if (strcmp(a, "--out") == 0)
+        o->out = v;
+    else if (strcmp(a, "--title") == 0)
+        o->title = v;
+    else if (strcmp(a, "--time-to") == 0) {
+        if (!(o->ntargets = parse_targets(v, o->targets)))
+            return 2;
+    } else
+        return cli_unknown_option(prog, a);
+    return -1;
+}
+
 int main(int argc, char **argv)
 {
     cli_ignore_file_size_signal();
-    const char *csv = NULL, *out = "curves.png", *title = NULL;
-    double targets[MAX_TARGETS];
-    int ntargets = 0;
+    const char *csv = NULL;
+    plot_opts o = {.out = "curves.png"};
     static const cli_flag flags[] = {{"--out", 1}, {"--title", 1}, {"--time-to", 1}, {"--help", 0},
                                      {"--version", 0}, {NULL, 0}};
-    if (!cli_normalize(prog, &argc, &argv, flags, 0))
-        return 2;
     const char **pos[] = {&csv};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        int r = cli_arg(prog, argc, argv, &i, flags, usage, pos, 1, &v);
-        if (r == CLI_ARG_TAKEN)
-            continue;
-        if (r != CLI_ARG_OPTION)
-            return r;
-        if (strcmp(a, "--out") == 0)
-            out = v;
-        else if (strcmp(a, "--title") == 0)
-            title = v;
-        else if (strcmp(a, "--time-to") == 0) {
-            if (!(ntargets = parse_targets(v, targets)))
-                return 2;
-        }
-        else
-            return cli_unknown_option(prog, a);
-    }
+    int exit_rc = cli_options(prog, &argc, &argv, flags, usage, pos, 1, read_option, &o);
+    if (exit_rc >= 0)
+        return exit_rc;
+    const char *out = o.out, *title = o.title;
+    const double *targets = o.targets;
+    int ntargets = o.ntargets;
     if (!csv) {
         fprintf(stderr, "%s: no metrics file given (see --help)\n", prog);
         return 2;

@@ -120,21 +120,38 @@ const char *vit_data_internal_zlib_message(gzFile g, const char *path, int *err)
     return msg;
 }
 
-/* Whether the folder holds a file that looks like an IDX image file: then
- * the IDX loader runs and reports precisely whatever else is missing. */
-static int has_idx_files(const char *dir)
+/* Whether folder path has an entry whose name passes test(dir, name)
+ * (dir: what the test needs beside the name); 0 when it cannot be
+ * listed. */
+static int any_entry(const char *path, int (*test)(const char *dir, const char *name),
+                     const char *dir)
 {
-    static const char *marks[4] = {"-idx3-ubyte", ".idx3-ubyte", "-idx4-ubyte", ".idx4-ubyte"};
-    DIR *d = opendir(dir);
+    DIR *d = opendir(path);
     struct dirent *e;
     int found = 0;
     if (d == NULL)
         return 0;
     while (!found && (e = readdir(d)) != NULL)
-        for (int i = 0; i < 4; i++)
-            found |= strstr(e->d_name, marks[i]) != NULL;
+        found = test(dir, e->d_name);
     closedir(d);
     return found;
+}
+
+static int is_idx_name(const char *dir, const char *name)
+{
+    static const char *marks[4] = {"-idx3-ubyte", ".idx3-ubyte", "-idx4-ubyte", ".idx4-ubyte"};
+    (void)dir;
+    int found = 0;
+    for (int i = 0; i < 4; i++)
+        found |= strstr(name, marks[i]) != NULL;
+    return found;
+}
+
+/* Whether the folder holds a file that looks like an IDX image file: then
+ * the IDX loader runs and reports precisely whatever else is missing. */
+static int has_idx_files(const char *dir)
+{
+    return any_entry(dir, is_idx_name, NULL);
 }
 
 /* Whether dir holds one of the CIFAR binary files (the loader then names
@@ -159,20 +176,19 @@ static int is_image_file_name(const char *s)
                            strcasecmp(dot, ".jpeg") == 0);
 }
 
+static int is_visible_image(const char *dir, const char *name)
+{
+    (void)dir;
+    return name[0] != '.' && is_image_file_name(name);
+}
+
 /* Whether the folder dir/name holds an image file (then it looks like a
  * class folder). */
 static int holds_images(const char *dir, const char *name)
 {
     char *sub = vit_data_internal_join(dir, name, "");
-    DIR *d = sub ? opendir(sub) : NULL;
-    struct dirent *e;
-    int found = 0;
+    int found = sub && any_entry(sub, is_visible_image, NULL);
     free(sub);
-    if (d == NULL)
-        return 0;
-    while (!found && (e = readdir(d)) != NULL)
-        found = e->d_name[0] != '.' && is_image_file_name(e->d_name);
-    closedir(d);
     return found;
 }
 
@@ -235,17 +251,14 @@ static int not_a_data_set(const char *spec, int is_folder)
 
 /* Whether some subfolder of dir holds an image file (a folder of class
  * folders, when it has no train/ and test/). */
+static int is_class_folder(const char *dir, const char *name)
+{
+    return name[0] != '.' && holds_images(dir, name);
+}
+
 static int has_class_folders(const char *dir)
 {
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    int found = 0;
-    if (d == NULL)
-        return 0;
-    while (!found && (e = readdir(d)) != NULL)
-        found = e->d_name[0] != '.' && holds_images(dir, e->d_name);
-    closedir(d);
-    return found;
+    return any_entry(dir, is_class_folder, dir);
 }
 
 void vit_data_internal_note_shape(const vit_dataset *ds, vit_data_report *rep)

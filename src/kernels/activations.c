@@ -170,6 +170,14 @@ void vit_bias_gelu_forward(vit_real *y, vit_real *u, const vit_real *b, int n, i
     vit_parallel(vit_threads_for(20.0 * n * (double)d), (size_t)n, bias_gelu_fwd_rows, &J);
 }
 
+/* Threads for a backward split by columns over n rows of d: at least 16
+ * columns each. */
+static int cols_threads(int n, int d)
+{
+    int nt = vit_threads_for(4.0 * n * (double)d);
+    return nt <= d / 16 ? nt : d / 16 > 1 ? d / 16 : 1;
+}
+
 /* Columns [lo, hi) of every row: du = dy g, db += du.  du may be dy.
  * Split by columns so that each db[j] is one thread's sum in row order. */
 BG_CLONES
@@ -193,10 +201,7 @@ void vit_bias_gelu_backward(vit_real *du, vit_real *db, const vit_real *dy, cons
                             int n, int d)
 {
     bias_gelu_job J = {.y = du, .db = db, .dy = dy, .g = g, .n = n, .d = d};
-    int nt = vit_threads_for(4.0 * n * (double)d);
-    if (nt > d / 16)
-        nt = d / 16 > 1 ? d / 16 : 1;
-    vit_parallel(nt, (size_t)d, bias_gelu_bwd_cols, &J);
+    vit_parallel(cols_threads(n, d), (size_t)d, bias_gelu_bwd_cols, &J);
 }
 
 #ifndef VIT_DOUBLE
@@ -273,10 +278,7 @@ void vit_bias_gelu_backward_bf16(float *du, float *db, const float *dy, const ui
                                  int d)
 {
     bias_gelu_bf16_job J = {du, db, dy, g, n, d};
-    int nt = vit_threads_for(4.0 * n * (double)d);
-    if (nt > d / 16)
-        nt = d / 16 > 1 ? d / 16 : 1;
-    vit_parallel(nt, (size_t)d, bias_gelu_bf16_bwd_cols, &J);
+    vit_parallel(cols_threads(n, d), (size_t)d, bias_gelu_bf16_bwd_cols, &J);
 }
 #endif
 
@@ -404,10 +406,7 @@ void vit_gelu_backward_v16(float *dh, float *db, const uint16_t *v16, uint16_t *
                            uint16_t *du16, int n, int d)
 {
     gelu_v16_bwd_job J = {dh, db, gelu_table_get(), v16, h16, du16, n, d};
-    int nt = vit_threads_for(4.0 * n * (double)d);
-    if (nt > d / 16)
-        nt = d / 16 > 1 ? d / 16 : 1;
-    vit_parallel(nt, (size_t)d, gelu_v16_bwd_cols, &J);
+    vit_parallel(cols_threads(n, d), (size_t)d, gelu_v16_bwd_cols, &J);
 }
 #endif
 

@@ -462,23 +462,18 @@ static void mask_regions(vit_real *p, const int *label, int T)
     }
 }
 
-/* The window's scores into p [T, T]: S = s Q_w K_w^T + bias, -inf across
- * regions (q and k the window's rows).  Returns the index of the first
- * non-finite score before the mask, or -1. */
-static long window_scores(const wjob *J, const wtask *task, const wslab *sl, wrows q, wrows k,
-                          vit_real *p)
+/* The window's scores into p [T, T]: S = s Q_w K_w^T + bias (q and k the
+ * window's rows), without the region mask (the forward applies it, the
+ * backward's rows_minus zeroes those entries itself).  Returns the index
+ * of the first non-finite score, or -1. */
+static long window_scores(const wjob *J, const wtask *task, wrows q, wrows k, vit_real *p)
 {
     const vit_window_attn *w = J->w;
     const int T = J->g.T;
     w_nt(J->direct, T, w->d_k, J->scale, q, k, p);
     const vit_real *bb = !w->bias ? NULL
                        : w->bias + (w->bias_heads == 1 ? 0 : (size_t)task->h * T * T);
-    long bad = vit_attn_add_bias_check(p, bb, (size_t)T * T);
-    /* The region mask, in windows that hold tokens from opposite borders;
-     * the diagonal is always allowed, so no row is empty. */
-    if (bad < 0 && task->regions)
-        mask_regions(p, sl->label, T);
-    return bad;
+    return vit_attn_add_bias_check(p, bb, (size_t)T * T);
 }
 
 /* One window of one (item, head): its scores, their softmax (the rows'
@@ -495,11 +490,16 @@ static int window_forward(wjob *J, size_t t, wslab *sl)
     window_qkv(J, sl, &task, &q, &k, &v);
 
     vit_real *p = w->probs ? w->probs + t * (size_t)T * T : sl->p;
-    long bad = window_scores(J, &task, sl, q, k, p);
+    long bad = window_scores(J, &task, q, k, p);
     if (bad >= 0) {
         vit_atomic_min(&J->first_bad, (unsigned long long)t * T * T + (unsigned long long)bad);
         return 1;
     }
+    /* The region mask, in windows that hold tokens from opposite borders
+     * (the rows' maxima must not see the masked scores); the diagonal is
+     * always allowed, so no row is empty. */
+    if (task.regions)
+        mask_regions(p, sl->label, T);
     softmax_lse(p, T, J->lse ? J->lse + t * T : NULL, sl->mx, task.regions ? sl->label : NULL);
     if (J->contig) { /* O_w straight into its rows */
         w_rows(J->direct, 0, T, dv, p, v, J->out + task.oo + (size_t)sl->tok[0] * ldo, ldo);
@@ -634,8 +634,10 @@ static void window_backward(wjob *J, size_t t, wslab *sl, vit_real *dbias)
     if (w->probs) {
         p = w->probs + t * (size_t)T * T;
     } else {
-        window_scores(J, &task, sl, q, k, sl->p); /* finite: the forward checked them */
-        /* the weights remade: exp(S - lse) row by row (lse >= the row's max) */
+        window_scores(J, &task, q, k, sl->p); /* finite: the forward checked them */
+        /* the weights remade: exp(S - lse) row by row (lse >= the row's
+         * max); rows_minus writes the region mask's entries as 0 (window_exp
+         * zeroes their exp), so the scores need no -inf pass first */
         const int *label = task.regions ? sl->label : NULL;
         rows_minus(sl->p, T, J->lse_in + t * T, label);
         window_exp(sl->p, T, label);

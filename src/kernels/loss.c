@@ -5,8 +5,10 @@
 
 #include "error.h"
 
-static int check_common(const char *fn, const int *labels, int n, int classes,
-                        vit_real smoothing)
+/* What every loss checks first: labels non-NULL, n and classes positive,
+ * smoothing in [0, 1). */
+static int check_sizes(const char *fn, const int *labels, int n, int classes,
+                       vit_real smoothing)
 {
     TRY(vit_check_ptr(fn, "labels", labels));
     TRY(vit_check_dim(fn, "n", n));
@@ -14,6 +16,14 @@ static int check_common(const char *fn, const int *labels, int n, int classes,
     if (!(smoothing >= 0 && smoothing < 1))
         return vit_fail(VIT_EINVAL, "%s: smoothing must be in [0, 1), got %g", fn,
                         (double)smoothing);
+    return VIT_OK;
+}
+
+/* check_sizes, and every label in 0..classes-1. */
+static int check_common(const char *fn, const int *labels, int n, int classes,
+                        vit_real smoothing)
+{
+    TRY(check_sizes(fn, labels, n, classes, smoothing));
     for (int i = 0; i < n; i++)
         if (labels[i] < 0 || labels[i] >= classes)
             return vit_fail(VIT_EINVAL, "%s: labels[%d] = %d is outside 0..%d", fn, i,
@@ -100,12 +110,7 @@ static double row_weight(const int *labels, const vit_real *weights, int i, int 
 static int check_masked(const char *fn, const int *labels, const vit_real *weights, int n,
                         int classes, vit_real smoothing, int ignore, double *total)
 {
-    TRY(vit_check_ptr(fn, "labels", labels));
-    TRY(vit_check_dim(fn, "n", n));
-    TRY(vit_check_dim(fn, "classes", classes));
-    if (!(smoothing >= 0 && smoothing < 1))
-        return vit_fail(VIT_EINVAL, "%s: smoothing must be in [0, 1), got %g", fn,
-                        (double)smoothing);
+    TRY(check_sizes(fn, labels, n, classes, smoothing));
     *total = 0;
     for (int i = 0; i < n; i++) {
         if (labels[i] != ignore && (labels[i] < 0 || labels[i] >= classes))

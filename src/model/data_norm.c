@@ -10,6 +10,7 @@
 #include <math.h>
 
 #include "error.h"
+#include "norm_internal.h"
 
 int vit_data_norm(vit_real *y, const vit_real *x, int count, int pixels, int channels,
                   const double *mean, const double *std)
@@ -40,21 +41,12 @@ int vit_channel_stats(const vit_real *images, int count, int pixels, int channel
                         "each must be at least 1, channels at most %d", count, pixels, channels,
                         VIT_CHANNELS_MAX);
     size_t n = (size_t)count * pixels;
-    double s[VIT_CHANNELS_MAX] = {0}, ss[VIT_CHANNELS_MAX] = {0};
-    for (size_t p = 0; p < n; p++)
-        for (int c = 0; c < channels; c++)
-            s[c] += (double)images[p * channels + c];
     for (int c = 0; c < channels; c++) {
-        if (!isfinite(s[c]))
+        double var;
+        vit_channel_moments(images + c, n, (size_t)channels, &mean[c], &var);
+        if (!isfinite(mean[c])) /* a non-finite pixel makes the sum, so the mean, one */
             return vit_fail(VIT_ENUM, "vit_channel_stats: channel %d holds a non-finite pixel", c);
-        mean[c] = s[c] / (double)n;
+        std[c] = sqrt(var + VIT_IMAGE_NORM_EPS);
     }
-    for (size_t p = 0; p < n; p++)
-        for (int c = 0; c < channels; c++) {
-            double d = (double)images[p * channels + c] - mean[c];
-            ss[c] += d * d;
-        }
-    for (int c = 0; c < channels; c++)
-        std[c] = sqrt(ss[c] / (double)n + VIT_IMAGE_NORM_EPS);
     return VIT_OK;
 }

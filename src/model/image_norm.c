@@ -11,6 +11,21 @@
 #include <math.h>
 
 #include "error.h"
+#include "norm_internal.h"
+
+void vit_channel_moments(const vit_real *x, size_t n, size_t stride, double *mean, double *var)
+{
+    double s = 0, ss = 0;
+    for (size_t p = 0; p < n; p++)
+        s += (double)x[p * stride];
+    double m = s / (double)n;
+    for (size_t p = 0; p < n; p++) {
+        double d = (double)x[p * stride] - m;
+        ss += d * d;
+    }
+    *mean = m;
+    *var = ss / (double)n;
+}
 
 int vit_image_norm(vit_real *y, const vit_real *x, int count, int pixels, int channels)
 {
@@ -24,15 +39,9 @@ int vit_image_norm(vit_real *y, const vit_real *x, int count, int pixels, int ch
         const vit_real *a = x + i * img;
         vit_real *b = y + i * img;
         for (int c = 0; c < channels; c++) {
-            double s = 0, ss = 0;
-            for (int p = 0; p < pixels; p++)
-                s += (double)a[(size_t)p * channels + c];
-            double m = s / pixels;
-            for (int p = 0; p < pixels; p++) {
-                double d = (double)a[(size_t)p * channels + c] - m;
-                ss += d * d;
-            }
-            double inv = 1 / sqrt(ss / pixels + VIT_IMAGE_NORM_EPS);
+            double m, var;
+            vit_channel_moments(a + c, (size_t)pixels, (size_t)channels, &m, &var);
+            double inv = 1 / sqrt(var + VIT_IMAGE_NORM_EPS);
             for (int p = 0; p < pixels; p++) /* after the sums: y may be x */
                 b[(size_t)p * channels + c] = (vit_real)(((double)a[(size_t)p * channels + c] - m)
                                                          * inv);

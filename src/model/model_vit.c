@@ -90,8 +90,6 @@ static int check(const vit_config *c)
     }
     if (c->dim % c->heads)
         return vit_fail(VIT_EINVAL, "heads: %d does not divide dim %d", c->heads, c->dim);
-    if (c->dim % c->heads)
-        return vit_fail(VIT_EINVAL, "heads: %d does not divide dim %d", c->heads, c->dim);
     return VIT_OK;
 }
 

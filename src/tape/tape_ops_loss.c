@@ -30,40 +30,53 @@ static int back_xent(vit_tape *t, const vit_op_rec *r)
 
 static const vit_op_def xent_def = {"vit_op_cross_entropy", back_xent, NULL, 0};
 
-/* The losses' entry check: logits 2-D [B, C], what (labels or targets)
- * non-NULL.  VIT_OK or the error, recorded. */
-static int logits_check(vit_tape *t, const char *fn, const vit_tensor *logits, const void *p,
-                        const char *what)
+/* The losses' opening: the entry checks (logits 2-D [B, C], what_p, the
+ * labels or targets, non-NULL), the output [1] into *y and the softmax
+ * [B, C], which is the op's *probs too and so stays on the tape.  The
+ * softmax, or NULL with the error recorded. */
+static vit_real *loss_open(vit_tape *t, const vit_op_def *def, vit_tensor *logits,
+                           const void *what_p, const char *what, vit_tensor **y)
 {
-    int rc = vit_tape_check_shape(t, fn, "logits", logits, "[B, C]", 2, (int[]){-1, -1});
-    if (rc == VIT_OK && !p)
-        rc = vit_tape_fail(t, vit_fail(VIT_EINVAL, "%s: %s is NULL", fn, what));
-    return rc;
+    if (!vit_tape_begin(t, def->name, 1, &logits))
+        return NULL;
+    int rc = vit_tape_check_shape(t, def->name, "logits", logits, "[B, C]", 2, (int[]){-1, -1});
+    if (rc == VIT_OK && !what_p)
+        rc = vit_tape_fail(t, vit_fail(VIT_EINVAL, "%s: %s is NULL", def->name, what));
+    if (rc != VIT_OK)
+        return NULL;
+    int one = 1;
+    *y = vit_tape_output(t, 1, &one, vit_tape_wants_grad(t, 1, &logits));
+    return *y ? vit_tape_reals(t, (size_t)logits->shape[0] * logits->shape[1]) : NULL;
+}
+
+/* The losses' close: the op recorded with its backward's ctx, the softmax
+ * p handed out in *probs (may be NULL).  y, or NULL on error. */
+static vit_tensor *loss_close(vit_tape *t, const vit_op_def *def, int rc, vit_tensor *y,
+                              vit_tensor *logits, const void *ctx, size_t ctx_size, vit_real *p,
+                              vit_real **probs)
+{
+    if (!vit_tape_record(t, def, rc, y, 1, &logits, ctx, ctx_size))
+        return NULL;
+    if (probs)
+        *probs = p;
+    return y;
 }
 
 vit_tensor *vit_op_cross_entropy(vit_tape *t, vit_tensor *logits, const int *labels,
                                  vit_real smoothing, vit_real **probs)
 {
-    if (!vit_tape_begin(t, xent_def.name, 1, &logits))
-        return NULL;
-    if (logits_check(t, xent_def.name, logits, labels, "labels"))
+    vit_tensor *y = NULL;
+    vit_real *p = loss_open(t, &xent_def, logits, labels, "labels", &y);
+    if (!p)
         return NULL;
     int B = logits->shape[0], C = logits->shape[1];
-    int one = 1;
-    vit_tensor *y = vit_tape_output(t, 1, &one, vit_tape_wants_grad(t, 1, &logits));
-    /* The probabilities are the op's output too (probs), so they stay. */
-    vit_real *p = y ? vit_tape_reals(t, (size_t)B * C) : NULL;
-    int *lab = p ? vit_tape_alloc(t, (size_t)B * sizeof *lab) : NULL;
+    int *lab = vit_tape_alloc(t, (size_t)B * sizeof *lab);
     if (!lab)
         return NULL;
     memcpy(lab, labels, (size_t)B * sizeof *lab);
     int rc = vit_cross_entropy_forward(y->data, p, logits->data, lab, B, C, smoothing);
     xent_ctx c = {p, lab, smoothing};
-    if (!vit_tape_record(t, &xent_def, rc, y, 1, &logits, &c, sizeof c))
-        return NULL;
-    if (probs)
-        *probs = p;
-    return y;
+    return loss_close(t, &xent_def, rc, y, logits, &c, sizeof c, p, probs);
 }
 
 /* What the masked loss's backward keeps: as xent_ctx, plus the weights
@@ -94,15 +107,12 @@ vit_tensor *vit_op_cross_entropy_masked(vit_tape *t, vit_tensor *logits, const i
                                         const vit_real *weights, int ignore, vit_real smoothing,
                                         vit_real **probs)
 {
-    if (!vit_tape_begin(t, xent_masked_def.name, 1, &logits))
-        return NULL;
-    if (logits_check(t, xent_masked_def.name, logits, labels, "labels"))
+    vit_tensor *y = NULL;
+    vit_real *p = loss_open(t, &xent_masked_def, logits, labels, "labels", &y);
+    if (!p)
         return NULL;
     int B = logits->shape[0], C = logits->shape[1];
-    int one = 1;
-    vit_tensor *y = vit_tape_output(t, 1, &one, vit_tape_wants_grad(t, 1, &logits));
-    vit_real *p = y ? vit_tape_reals(t, (size_t)B * C) : NULL;
-    int *lab = p ? vit_tape_alloc(t, (size_t)B * sizeof *lab) : NULL;
+    int *lab = vit_tape_alloc(t, (size_t)B * sizeof *lab);
     vit_real *w = lab && weights ? vit_tape_reals(t, (size_t)B) : NULL;
     if (!lab || (weights && !w))
         return NULL;
@@ -112,11 +122,7 @@ vit_tensor *vit_op_cross_entropy_masked(vit_tape *t, vit_tensor *logits, const i
     int rc = vit_cross_entropy_masked_forward(y->data, p, logits->data, lab, w, B, C, smoothing,
                                               ignore);
     xent_masked_ctx c = {p, w, lab, smoothing, ignore};
-    if (!vit_tape_record(t, &xent_masked_def, rc, y, 1, &logits, &c, sizeof c))
-        return NULL;
-    if (probs)
-        *probs = p;
-    return y;
+    return loss_close(t, &xent_masked_def, rc, y, logits, &c, sizeof c, p, probs);
 }
 
 /* What the soft loss's backward keeps: the softmax [B, C] and the targets
@@ -141,23 +147,16 @@ static const vit_op_def xent_soft_def = {"vit_op_cross_entropy_soft", back_xent_
 vit_tensor *vit_op_cross_entropy_soft(vit_tape *t, vit_tensor *logits, const vit_real *targets,
                                       vit_real **probs)
 {
-    if (!vit_tape_begin(t, xent_soft_def.name, 1, &logits))
-        return NULL;
-    if (logits_check(t, xent_soft_def.name, logits, targets, "targets"))
+    vit_tensor *y = NULL;
+    vit_real *p = loss_open(t, &xent_soft_def, logits, targets, "targets", &y);
+    if (!p)
         return NULL;
     int B = logits->shape[0], C = logits->shape[1];
-    int one = 1;
-    vit_tensor *y = vit_tape_output(t, 1, &one, vit_tape_wants_grad(t, 1, &logits));
-    vit_real *p = y ? vit_tape_reals(t, (size_t)B * C) : NULL;
-    vit_real *tg = p ? vit_tape_reals(t, (size_t)B * C) : NULL;
+    vit_real *tg = vit_tape_reals(t, (size_t)B * C);
     if (!tg)
         return NULL;
     memcpy(tg, targets, (size_t)B * C * sizeof *tg);
     int rc = vit_soft_cross_entropy_forward(y->data, p, logits->data, tg, B, C);
     xent_soft_ctx c = {p, tg};
-    if (!vit_tape_record(t, &xent_soft_def, rc, y, 1, &logits, &c, sizeof c))
-        return NULL;
-    if (probs)
-        *probs = p;
-    return y;
+    return loss_close(t, &xent_soft_def, rc, y, logits, &c, sizeof c, p, probs);
 }

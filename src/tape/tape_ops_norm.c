@@ -41,6 +41,22 @@ static int gain_shift_check(vit_tape *t, const char *fn, const vit_tensor *gamma
     return rc ? rc : vit_tape_check_shape(t, fn, "beta", beta, "[d], d = x's last dimension", 1, &d);
 }
 
+/* The layer norm's output, the shape of in[0] (kept as keep says), with
+ * its saved mean and rstd [n each] at *mean and its bf16 copy at *y16 (NULL
+ * unless kept in bf16: the kernel rounds it in the same pass).  y, or NULL
+ * with the tape's error. */
+static vit_tensor *ln_output(vit_tape *t, vit_tensor *const in[3], int n, int keep,
+                             vit_real **mean, uint16_t **y16)
+{
+    vit_tensor *y = vit_tape_output_kept(t, in[0]->ndim, in[0]->shape,
+                                         vit_tape_wants_grad(t, 3, in), keep);
+    *mean = y ? vit_tape_saved(t, 2 * (size_t)n) : NULL;
+    if (!*mean)
+        return NULL;
+    *y16 = vit_tape_half_new(t, y);
+    return vit_tape_status(t) ? NULL : y;
+}
+
 vit_tensor *vit_op_layernorm(vit_tape *t, vit_tensor *x, vit_tensor *gamma, vit_tensor *beta,
                              vit_real eps)
 {
@@ -56,13 +72,10 @@ vit_tensor *vit_tape_layernorm_kept(vit_tape *t, vit_tensor *x, vit_tensor *gamm
     int d = vit_tape_last_dim(x), n = vit_tape_rows(x);
     if (gain_shift_check(t, layernorm_def.name, gamma, beta, d))
         return NULL;
-    vit_tensor *y = vit_tape_output_kept(t, x->ndim, x->shape, vit_tape_wants_grad(t, 3, in),
-                                         keep);
-    vit_real *mean = y ? vit_tape_saved(t, 2 * (size_t)n) : NULL;
-    if (!mean)
-        return NULL;
-    uint16_t *y16 = vit_tape_half_new(t, y); /* kept in bf16: rounded in the same pass */
-    if (vit_tape_status(t))
+    vit_real *mean;
+    uint16_t *y16;
+    vit_tensor *y = ln_output(t, in, n, keep, &mean, &y16);
+    if (!y)
         return NULL;
     int rc = vit_layernorm_forward16(y->data, y16, mean, mean + n, x->data, gamma->data,
                                      beta->data, n, d, eps);
@@ -102,13 +115,10 @@ vit_tensor *vit_tape_add_layernorm_kept(vit_tape *t, vit_tensor *a, vit_tensor *
     if (!s || !vit_tape_record(t, &vit_tape_add_def, VIT_OK, s, 2, in, NULL, 0))
         return NULL;
     vit_tensor *lin[3] = {s, gamma, beta};
-    vit_tensor *y = vit_tape_output_kept(t, a->ndim, a->shape, vit_tape_wants_grad(t, 3, lin),
-                                         keep);
-    vit_real *mean = y ? vit_tape_saved(t, 2 * (size_t)n) : NULL;
-    if (!mean)
-        return NULL;
-    uint16_t *y16 = vit_tape_half_new(t, y); /* kept in bf16: rounded in the same pass */
-    if (vit_tape_status(t))
+    vit_real *mean;
+    uint16_t *y16;
+    vit_tensor *y = ln_output(t, lin, n, keep, &mean, &y16);
+    if (!y)
         return NULL;
     vit_add_layernorm_forward(s->data, y->data, y16, mean, mean + n, a->data, b->data,
                               gamma->data, beta->data, n, d, eps);

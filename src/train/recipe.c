@@ -288,7 +288,7 @@ int vit_recipe_pick(const vit_recipe_data *d, const vit_config *model, vit_recip
             r->brightness = r->contrast = 0;
         /* Colour kept: the set's mean and std put each channel near mean 0
          * and std 1 (on a proxy whose colour names the class, 12 epochs:
-         * 97.17% against 94.73% over 3 seeds, docs/benchmarks.md). */
+         * 97.17% against 94.73% over 3 seeds, docs/benchmarks-log.md). */
         r->data_norm = !r->image_norm && !model->image_norm;
     }
     if (why && cap > 0) {
