@@ -19,6 +19,7 @@
 #include "vit/core.h"
 #include "vit/model.h"
 #include "vit/params.h"
+#include "vit/recipe.h"
 #include "vit/safetensors.h"
 #include "vit/tape.h"
 
@@ -247,7 +248,11 @@ START_TEST(test_swin_stem_macs)
     vit_config_default(&c);
     set(&c, "arch", "swin");
     c.image_height = c.image_width = 28, c.channels = 1, c.classes = 10;
-    ck_assert_int_eq(vit_config_arch(&c)->adapt(&c, 60000, NULL, 0), VIT_OK);
+    /* under the rule's count: the plain Swin */
+    ck_assert_int_eq(vit_config_arch(&c)->adapt(&c, VIT_RECIPE_STEM2_COUNT - 1, NULL, 0), VIT_OK);
+    char text[4096];
+    ck_assert_int_gt(vit_config_format(&c, NULL, text, sizeof text), 0);
+    ck_assert_msg(strstr(text, "patch = 2\n") && strstr(text, "stem = 0\n"), "%s", text);
     size_t plain = vit_config_macs(&c);
     set(&c, "stem", "16");
     set(&c, "stem2", "32");
@@ -291,15 +296,16 @@ END_TEST
 
 /* What the recipe's rule (the arch's adapt hook) sets for images of h x w:
  * the formatted config must hold every line of want. */
-static void adapted(int h, int w, const char *const *want, int nwant, const char *why_has)
+static void adapted(int h, int w, int count, const char *const *want, int nwant,
+                    const char *why_has)
 {
     vit_config c;
     vit_config_default(&c);
     set(&c, "arch", "swin");
     c.image_height = h, c.image_width = w, c.channels = 3, c.classes = 10;
     const vit_arch *a = vit_config_arch(&c);
-    char why[256], text[4096];
-    ck_assert_int_eq(a->adapt(&c, 50000, why, sizeof why), VIT_OK);
+    char why[512], text[4096];
+    ck_assert_int_eq(a->adapt(&c, count, why, sizeof why), VIT_OK);
     ck_assert_msg(strstr(why, why_has), "%dx%d: '%s' lacks '%s'", h, w, why, why_has);
     ck_assert_int_gt(vit_config_format(&c, NULL, text, sizeof text), 0);
     for (int i = 0; i < nwant; i++)
@@ -307,30 +313,59 @@ static void adapted(int h, int w, const char *const *want, int nwant, const char
     ck_assert_int_eq(vit_config_check(&c), VIT_OK);
 }
 
-/* 28x28 -> patch 2, 14x14 grid, window 7, two stages (7x7 after merging);
- * 32x32 -> 16x16 grid, window 8; 64x64 -> patch 4; 96x96 -> patch 6; a
- * key the user gave is kept; no rule fits 37x37; 28x28 with stem2 ->
- * patch 1 of its 14x14 map, with a stem alone patch 2. */
+/* Under VIT_RECIPE_STEM2_COUNT images: 28x28 -> patch 2, 14x14 grid,
+ * window 7, two stages (7x7 after merging); 32x32 -> 16x16 grid, window 8.
+ * From that count on, the same grids of the stem's half-size map (patch
+ * 1), with the ViT recipe's stem channels; 64x64 -> patch 4 and 96x96 ->
+ * patch 6 without (a plain patch over 2); a key the user gave is kept; no
+ * rule fits 37x37; 28x28 with stem2 given -> patch 1 of its 14x14 map,
+ * with a stem alone patch 2. */
+#define STEMS "stem = " VIT_RECIPE_TEXT(VIT_RECIPE_STEM) "\n", \
+              "stem2 = " VIT_RECIPE_TEXT(VIT_RECIPE_STEM2) "\n"
 START_TEST(test_swin_recipe)
 {
-    adapted(28, 28, (const char *const[]){"patch = 2\n", "window = 7\n", "stages = 2\n"}, 3,
-            "patch 2 makes a 14x14 grid (at most 16x16), window 7 divides it, 2 stages "
-            "(7x7 after merging)");
-    adapted(32, 32, (const char *const[]){"patch = 2\n", "window = 8\n", "stages = 2\n"}, 3,
-            "16x16 grid");
-    adapted(64, 64, (const char *const[]){"patch = 4\n", "window = 8\n"}, 2, "patch 4");
-    adapted(96, 96, (const char *const[]){"patch = 6\n", "window = 8\n"}, 2, "patch 6");
+    const int few = VIT_RECIPE_STEM2_COUNT - 1, many = VIT_RECIPE_STEM2_COUNT;
+    adapted(28, 28, few, (const char *const[]){"patch = 2\n", "window = 7\n", "stages = 2\n",
+            "stem = 0\n", "stem2 = 0\n"}, 5, "patch 2 makes a 14x14 grid (at most 16x16), "
+            "window 7 divides it, 2 stages (7x7 after merging)");
+    adapted(32, 32, few, (const char *const[]){"patch = 2\n", "window = 8\n", "stages = 2\n"},
+            3, "16x16 grid");
+    adapted(28, 28, many, (const char *const[]){"patch = 1\n", "window = 7\n", "stages = 2\n",
+            STEMS}, 5, "patch 1 makes a 14x14 grid of stem2's 14x14 map (at most 16x16), window "
+            "7 divides it, 2 stages (7x7 after merging), widths 32..64, depths 2+6, stem 16 and "
+            "stem2 32 before the patches (10000 images or more)");
+    adapted(32, 32, many, (const char *const[]){"patch = 1\n", "window = 8\n", STEMS}, 4,
+            "16x16 grid of stem2's 16x16 map");
+    adapted(64, 64, many, (const char *const[]){"patch = 4\n", "window = 8\n", "stem = 0\n"},
+            3, "patch 4");
+    adapted(96, 96, many, (const char *const[]){"patch = 6\n", "window = 8\n", "stem = 0\n"},
+            3, "patch 6");
+    /* Any of patch, stem and stem2 given: the rule leaves the stem alone. */
+    static const char *const given[][2] = {{"patch", "2"}, {"stem", "0"}, {"stem2", "0"}};
+    for (int g = 0; g < 3; g++) {
+        vit_config c;
+        vit_config_default(&c);
+        set(&c, "arch", "swin");
+        set(&c, given[g][0], given[g][1]);
+        c.image_height = c.image_width = 28, c.channels = 1, c.classes = 10;
+        char why[512], text[4096];
+        ck_assert_int_eq(vit_config_arch(&c)->adapt(&c, many, why, sizeof why), VIT_OK);
+        ck_assert_int_gt(vit_config_format(&c, NULL, text, sizeof text), 0);
+        ck_assert_msg(strstr(text, "patch = 2\n") && strstr(text, "stem2 = 0\n"), "%s: %s",
+                      given[g][0], text);
+        ck_assert_msg(!strstr(why, "stem 16"), "%s: %s", given[g][0], why);
+    }
     vit_config c;
     vit_config_default(&c);
     set(&c, "arch", "swin");
     set(&c, "window", "4");
     c.image_height = c.image_width = 32, c.channels = 3, c.classes = 10;
-    char why[256], text[4096];
-    ck_assert_int_eq(vit_config_arch(&c)->adapt(&c, 50000, why, sizeof why), VIT_OK);
+    char why[512], text[4096];
+    ck_assert_int_eq(vit_config_arch(&c)->adapt(&c, many, why, sizeof why), VIT_OK);
     ck_assert_int_gt(vit_config_format(&c, NULL, text, sizeof text), 0);
     ck_assert_msg(strstr(text, "window = 4\n"), "%s", text);
     c.image_height = c.image_width = 37;
-    ck_assert_int_eq(vit_config_arch(&c)->adapt(&c, 50000, why, sizeof why), VIT_EINVAL);
+    ck_assert_int_eq(vit_config_arch(&c)->adapt(&c, many, why, sizeof why), VIT_EINVAL);
     /* With stem2 the patch is picked for its 14x14 map (patch 1: the same
      * grid); with a stem alone, whose map is the image's size, as before. */
     for (int two = 0; two < 2; two++) {
@@ -351,6 +386,7 @@ START_TEST(test_swin_recipe)
     }
 }
 END_TEST
+#undef STEMS
 
 /* A Swin written by torchvision (tools/torch_swin_fixture.py: every
  * parameter random, torchvision's names and layouts, the config in its

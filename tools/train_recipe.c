@@ -42,7 +42,7 @@ int adapt_arch(vit_config *cfg, const vit_dataset *train, int val, int speak)
     const vit_arch *a = vit_config_arch(cfg);
     if (!a->adapt)
         return 0;
-    char why[256] = "";
+    char why[512] = "";
     cfg->image_height = train->height;
     cfg->image_width = train->width;
     cfg->channels = train->channels;
@@ -145,8 +145,11 @@ int apply_recipe(vit_config *cfg, vit_train_config *tc, const vit_config *user,
     const char *keys[15] = {"epochs", "batch", "warmup", "shift", "flip", "stem", "stem2",
                             "local_conv", "brightness", "contrast", "saturation", "hue",
                             "grayscale", "channel_perm", "invert"};
+    const int own_stem = vit_config_arch(cfg) != vit_arch_vit();
     for (int k = 0; k < 15; k++) {
         if (user_set(user, utc, keys[k]))
+            continue;
+        if (own_stem && k >= 5 && k <= 7) /* another arch's stem: its adapt hook's rule */
             continue;
         key_text(cfg, tc, keys[k], was, sizeof was);
         if (!*was || vit_config_set_any(cfg, tc, keys[k], v[k]) != VIT_OK)
