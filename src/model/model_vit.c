@@ -406,8 +406,11 @@ static int export_tensor(const vit_config *c, int i, const vit_param_tensor *pt,
           : t.row->timm_op == VIT_MT_CONV      ? VIT_EXPORT_CONV
                                                : VIT_EXPORT_COPY;
     e->ndim = t.row->timm_ndim;
-    e->kernel = t.id == VIT_MT_STEM_W || t.id == VIT_MT_LOCAL_W ? 3
-              : t.id == VIT_MT_STEM2_W ? 4 : c->patch;
+    const vit_stem st = stem_of(c); /* the stem's kernels are its layers' patches */
+    e->kernel = t.id == VIT_MT_STEM_W    ? vit_stem_shape(&st).patch
+              : t.id == VIT_MT_STEM2_W ? vit_stem2_shape(&st).patch
+              : t.id == VIT_MT_LOCAL_W ? 3 /* local_conv: a 3x3 depthwise convolution */
+                                       : c->patch;
     /* timm's state_dict: the embeddings, each block, the end; in each
      * part, the rows by their rank there. */
     int sec = section(&t);
