@@ -11,7 +11,10 @@
 #   4. --data-norm 1 on the colour-free set: the recipe's image_norm gives
 #      way, the run says the figures and stores them, vit_eval and
 #      vit_export apply them, --init-from and --image-norm 1 beside it
-#      are refused with one error each.
+#      are refused with one error each;
+#   5. the recipe leaves a Swin's stem to the Swin's own rule: on 10,000
+#      gray 8x8 images (IDX files written here) the run says and stores
+#      stem 16 and stem2 32 with patch 1; --stem 0 trains the plain Swin.
 # A one-epoch run of a small model each (seconds).
 # Usage: test_colour_recipe.sh TOOLS_DIR MAKE_CIFAR
 set -u
@@ -87,6 +90,31 @@ out=$("$tools/vit_train" --data "$tmp/free" --epochs 1 --init-from "$tmp/d/last.
 rc=$?
 check "--init-from with --data-norm: refused" '[ $rc -eq 2 ]' || indent "$out"
 has "--init-from with --data-norm: says why" "--data-norm: with --init-from the architecture is the file's" "$out"
+
+# ---- 5. Swin's stem: its own rule, not the ViT recipe's ---------------------
+# IDX files (big-endian header, then bytes): N gray 8x8 images of noise,
+# labels 0 and 1 alternating.
+be32() { # N as 4 big-endian bytes
+    printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' $(($1 >> 24 & 255)) $(($1 >> 16 & 255)) \
+              $(($1 >> 8 & 255)) $(($1 & 255)))"
+}
+idx() { # DIR PREFIX N
+    { be32 2051; be32 "$3"; be32 8; be32 8; head -c $(($3 * 64)) /dev/urandom; } \
+        >"$1/$2-images-idx3-ubyte"
+    { be32 2049; be32 "$3"; for ((i = 0; i < $3; i += 2)); do printf '\x00\x01'; done; } \
+        >"$1/$2-labels-idx1-ubyte"
+}
+mkdir "$tmp/gray" && idx "$tmp/gray" train 10000 && idx "$tmp/gray" t10k 100
+tiny=(--arch swin --embed-dim 8 --heads-1 1 --depth-1 1 --epochs 1 --tta none --threads 1)
+out=$("$tools/vit_train" --data "$tmp/gray" "${tiny[@]}" --out "$tmp/s" 2>&1)
+check "swin, 10,000 images: trains" '[ -e "$tmp/s/last.ckpt" ]' || indent "$out"
+has "swin, 10,000 images: the rule's line" "stem 16 and stem2 32 before the patches (10000 images or more)" "$out"
+check "swin, 10,000 images: the checkpoint holds stem 16, stem2 32, patch 1" \
+    'grep -aqx "stem = 16" "$tmp/s/last.ckpt" && grep -aqx "stem2 = 32" "$tmp/s/last.ckpt" && grep -aqx "patch = 1" "$tmp/s/last.ckpt"'
+out=$("$tools/vit_train" --data "$tmp/gray" "${tiny[@]}" --stem 0 --out "$tmp/s0" 2>&1)
+check "swin --stem 0: trains" '[ -e "$tmp/s0/last.ckpt" ]' || indent "$out"
+check "swin --stem 0: no stem, patch 2" \
+    '! grep -q "stem 16" <<<"$out" && grep -aqx "stem2 = 0" "$tmp/s0/last.ckpt" && grep -aqx "patch = 2" "$tmp/s0/last.ckpt"'
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
