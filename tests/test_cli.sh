@@ -96,6 +96,12 @@ exact "eval: suggest" 2 "vit_eval: unknown option --splt; did you mean --split?"
 exact "eval: flag=" 2 "vit_eval: --split: expected test or train, got 'val'" "$tools/vit_eval" x.ckpt --split=val
 exact "predict: suggest" 2 "vit_predict: unknown option --versoin; did you mean --version?" \
     "$tools/vit_predict" --versoin
+# One parser for --tta in both scoring tools (cli_tta): the same line,
+# "auto" refused (it is the config key's, not theirs), the value kept.
+exact "predict: --tta auto" 2 "vit_predict: --tta: expected none, shift9 or shift9flip, got 'auto'" \
+    "$tools/vit_predict" x.ckpt a.png --tta auto
+exact "eval: --tta=" 2 "vit_eval: --tta: expected none, shift9 or shift9flip, got 'Shift9'" \
+    "$tools/vit_eval" x.ckpt --tta=Shift9
 exact "attn: flag=" 2 "vit_attn: --digit: expected an integer in [0, 1073741824], got '-1'" \
     "$tools/vit_attn" x.ckpt --digit=-1
 exact "plot: suggest" 2 "vit_plot: unknown option --tilte; did you mean --title?" "$tools/vit_plot" m.csv --tilte x

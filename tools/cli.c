@@ -75,6 +75,23 @@ int cli_int(const char *prog, const char *flag, const char *text, int lo, int hi
     return 1;
 }
 
+int cli_tta(const char *prog, const char *flag, const char *text, int *out)
+{
+    static const struct {
+        const char *name;
+        int tta;
+    } modes[] = {{"none", VIT_TTA_NONE}, {"shift9", VIT_TTA_SHIFT9},
+                 {"shift9flip", VIT_TTA_SHIFT9_FLIP}};
+    for (size_t i = 0; text && i < sizeof modes / sizeof modes[0]; i++)
+        if (strcmp(text, modes[i].name) == 0) {
+            *out = modes[i].tta;
+            return 1;
+        }
+    fprintf(stderr, "%s: %s: expected none, shift9 or shift9flip, got '%s'\n", prog, flag,
+            text ? text : "(nothing)");
+    return 0;
+}
+
 int cli_duration(const char *prog, const char *flag, const char *text, double *seconds)
 {
     const char *p = text ? text : "", *units = "hms";

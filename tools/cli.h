@@ -22,6 +22,11 @@ const char *cli_digits_path(void);
  * flag and returns 0 on failure. */
 int cli_int(const char *prog, const char *flag, const char *text, int lo, int hi, int *out);
 
+/* Parses a test-time augmentation name (none, shift9, shift9flip) into
+ * *out (VIT_TTA_*); prints an error naming the flag and returns 0 on
+ * failure.  ("auto" is the config key's, not a scoring tool's.) */
+int cli_tta(const char *prog, const char *flag, const char *text, int *out);
+
 /* Parses a duration such as "20m", "90s", "1h30m", "1.5h" or "600" (bare:
  * seconds) into *seconds: numbers each followed by h, m or s, in that
  * order, at most once each; the total must be more than 0 and at most a

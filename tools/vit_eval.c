@@ -41,14 +41,8 @@ static int read_option(void *user, const char *a, const char *v)
         }
         o->split_train = strcmp(v, "train") == 0;
     } else if (strcmp(a, "--tta") == 0) {
-        if (strcmp(v, "none") && strcmp(v, "shift9") && strcmp(v, "shift9flip")) {
-            fprintf(stderr, "%s: --tta: expected none, shift9 or shift9flip, got '%s'\n", prog,
-                    v);
+        if (!cli_tta(prog, a, v, &o->tta))
             return 2;
-        }
-        o->tta = strcmp(v, "shift9") == 0       ? VIT_TTA_SHIFT9
-                 : strcmp(v, "shift9flip") == 0 ? VIT_TTA_SHIFT9_FLIP
-                                                : VIT_TTA_NONE;
     } else if (strcmp(a, "--threads") == 0) {
         if (!cli_int(prog, a, v, 1, 256, &o->threads))
             return 2;

@@ -99,14 +99,8 @@ static int parse(int argc, char **argv, opts *o, char **paths, int *npaths)
         } else if (strcmp(opt, "--csv") == 0) {
             o->csv = value;
         } else if (strcmp(opt, "--tta") == 0) {
-            if (strcmp(value, "none") && strcmp(value, "shift9") && strcmp(value, "shift9flip")) {
-                fprintf(stderr, "%s: --tta: expected none, shift9 or shift9flip, got '%s'\n",
-                        prog, value);
+            if (!cli_tta(prog, opt, value, &o->tta))
                 return 2;
-            }
-            o->tta = strcmp(value, "shift9") == 0       ? VIT_TTA_SHIFT9
-                     : strcmp(value, "shift9flip") == 0 ? VIT_TTA_SHIFT9_FLIP
-                                                        : VIT_TTA_NONE;
         } else if (strcmp(opt, "--topk") == 0) {
             char *end;
             long v = strtol(value, &end, 10);
