@@ -232,7 +232,8 @@ static int swin_config_pick(swin_cfg *c, int height, int width, int channels, in
         c->window = gh == gw ? gh : 0;
     if (!c->window)
         return vit_fail(VIT_EINVAL, "swin recipe: no window of 4..8 divides the %dx%d grid of "
-                        "patch %d", gh, gw, c->patch);
+                        "patch %d (%dx%d images); square images always have one", gh, gw,
+                        c->patch, height, width);
     c->stages = 1;
     while (c->stages < 3 && gh % 2 == 0 && gw % 2 == 0 && (gh / 2) % c->window == 0 &&
            (gw / 2) % c->window == 0) {
