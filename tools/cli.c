@@ -77,14 +77,12 @@ int cli_int(const char *prog, const char *flag, const char *text, int lo, int hi
 
 int cli_tta(const char *prog, const char *flag, const char *text, int *out)
 {
-    static const struct {
-        const char *name;
-        int tta;
-    } modes[] = {{"none", VIT_TTA_NONE}, {"shift9", VIT_TTA_SHIFT9},
-                 {"shift9flip", VIT_TTA_SHIFT9_FLIP}};
+    /* The config's names (vit_tta_name), but not "auto": that is a run's
+     * choice on its validation images, which a scoring tool has not. */
+    static const int modes[] = {VIT_TTA_NONE, VIT_TTA_SHIFT9, VIT_TTA_SHIFT9_FLIP};
     for (size_t i = 0; text && i < sizeof modes / sizeof modes[0]; i++)
-        if (strcmp(text, modes[i].name) == 0) {
-            *out = modes[i].tta;
+        if (strcmp(text, vit_tta_name(modes[i])) == 0) {
+            *out = modes[i];
             return 1;
         }
     fprintf(stderr, "%s: %s: expected none, shift9 or shift9flip, got '%s'\n", prog, flag,
