@@ -37,17 +37,27 @@ void settle_overlap(vit_config *cfg, const vit_config *user, int patch_default,
         cfg->patch_pad = keep ? pad_default : 0;
 }
 
+/* cfg's architecture's adapt hook (which it must have) for images of
+ * h x w x c in `classes` classes from `count` training images, the shape
+ * set on cfg first. */
+static int adapt_to(vit_config *cfg, int h, int w, int c, int classes, int count, char *why,
+                    size_t cap)
+{
+    cfg->image_height = h;
+    cfg->image_width = w;
+    cfg->channels = c;
+    cfg->classes = classes;
+    return vit_config_arch(cfg)->adapt(cfg, count, why, cap);
+}
+
 int adapt_arch(vit_config *cfg, const vit_dataset *train, int val, int speak)
 {
     const vit_arch *a = vit_config_arch(cfg);
     if (!a->adapt)
         return 0;
     char why[512] = "";
-    cfg->image_height = train->height;
-    cfg->image_width = train->width;
-    cfg->channels = train->channels;
-    cfg->classes = train->classes;
-    if (a->adapt(cfg, train->count - val, why, sizeof why) != VIT_OK)
+    if (adapt_to(cfg, train->height, train->width, train->channels, train->classes,
+                 train->count - val, why, sizeof why) != VIT_OK)
         return cli_fail(prog, NULL);
     if (speak && why[0])
         printf("%s (keys not set by flag or --config): %s\n", a->name, why);
@@ -56,15 +66,10 @@ int adapt_arch(vit_config *cfg, const vit_dataset *train, int val, int speak)
 
 int arch_takes(const vit_config *cfg, int h, int w, int c, int classes, int count)
 {
-    const vit_arch *a = vit_config_arch(cfg);
-    if (!a->adapt)
+    if (!vit_config_arch(cfg)->adapt)
         return 1;
     vit_config t = *cfg; /* the arch's keys live inside: a real copy */
-    t.image_height = h;
-    t.image_width = w;
-    t.channels = c;
-    t.classes = classes;
-    return a->adapt(&t, count, NULL, 0) == VIT_OK;
+    return adapt_to(&t, h, w, c, classes, count, NULL, 0) == VIT_OK;
 }
 
 /* 1 if the user gave key (the file or a flag: vit_config_given,

@@ -344,7 +344,7 @@ int load_data(const char *data, const split_flags *f, const vit_run_data *rec,
         && !arch_takes(f->arch, rep.fit.height, rep.fit.width, rep.fit.channels, train->classes,
                        train->count - (tail > 0 ? tail : o->val_count))) {
         int side = rep.fit.height > rep.fit.width ? rep.fit.height : rep.fit.width;
-        vit_data_report first = rep;
+        int ruled = rep.ruled;
         want.fit = (vit_data_fit){side, side, rep.fit.channels};
         vit_dataset_free(train);
         vit_dataset_free(test);
@@ -354,7 +354,7 @@ int load_data(const char *data, const split_flags *f, const vit_run_data *rec,
                 fprintf(stderr, "%s: %s\n", prog, vit_last_error());
             return 1;
         }
-        rep.ruled = first.ruled; /* the rule chose, then the square */
+        rep.ruled = ruled; /* the rule chose, then the square */
         squared = 1;
     }
     o->data_split = rep.split;
