@@ -155,11 +155,11 @@ END_TEST
 /* n lines of the digits format; line i has pixels (i + j) % 17, label i % 10. */
 static char *digits_csv(int n)
 {
-    char *s = malloc((size_t)n * 300 + 1), *p = s;
+    const size_t cap = (size_t)n * 300 + 1;
+    char *s = malloc(cap), *p = s;
     ck_assert_ptr_nonnull(s);
     /* snprintf with the room left: with -O3 and the sanitizers gcc 12 reads
      * these sprintf calls as writing through a null pointer (-Werror). */
-    const size_t cap = (size_t)n * 300 + 1;
     for (int i = 0; i < n; i++) {
         for (int j = 0; j < 64; j++)
             p += snprintf(p, cap - (size_t)(p - s), "%d,", (i + j) % 17);
