@@ -17,12 +17,16 @@
  * backward, which is the last reader.  So the backward holds the gradients
  * crossing one point of the graph, not one per activation.
  */
+/* MAP_ANONYMOUS (chunk_new) is not in the POSIX 2008 the build asks for. */
+#define _DEFAULT_SOURCE
 #include "vit/tape.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+
 
 #include "error.h"
 #include "tape_engine.h"
@@ -58,10 +62,15 @@ vit_tensor *vit_tape_error(vit_tape *t, int code)
 
 static chunk *chunk_new(size_t cap)
 {
-    /* One malloc holds the header and the bytes; over-allocate to align. */
-    chunk *c = malloc(sizeof *c + cap + VIT_TAPE_ALIGN);
-    if (!c)
+    /* Straight from the kernel, not malloc: a chunk is megabytes and lives
+     * until a reset folds it, and freeing one through malloc raises glibc's
+     * mmap threshold to its size, after which such blocks come from the
+     * heap and a step's peak grows with its fragments. */
+    size_t len = sizeof(chunk) + cap + VIT_TAPE_ALIGN;
+    void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
         return NULL;
+    chunk *c = m;
     uintptr_t p = (uintptr_t)(c + 1);
     p = (p + VIT_TAPE_ALIGN - 1) & ~(uintptr_t)(VIT_TAPE_ALIGN - 1);
     *c = (chunk){.cap = cap, .base = (unsigned char *)p};
@@ -72,7 +81,7 @@ static void free_chunks(chunk *c)
 {
     for (chunk *n; c; c = n) {
         n = c->next;
-        free(c);
+        munmap(c, sizeof(chunk) + c->cap + VIT_TAPE_ALIGN);
     }
 }
 
@@ -228,6 +237,17 @@ size_t vit_tape_bytes(const vit_tape *t)
     for (const gblock *b = t->pool; b; b = b->next)
         n += b->cap * sizeof(vit_real);
     return n + vit_tape_bytes(t->sub);
+}
+
+size_t vit_tape_used_bytes(const vit_tape *t)
+{
+    if (!t)
+        return 0;
+    size_t cap = 0;
+    for (const chunk *c = t->chunks; c; c = c->next)
+        cap += c->cap;
+    return vit_tape_bytes(t) - cap - vit_tape_bytes(t->sub) + t->high
+           + vit_tape_used_bytes(t->sub);
 }
 
 int vit_tape_op_count(const vit_tape *t) { return t ? t->nops : 0; }
