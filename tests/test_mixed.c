@@ -865,6 +865,65 @@ static void step_within_bound(const vit_config *c, int B, int threads, int Gf, i
  * = 38 (the head's dX, the blocks' and the merge's dX, the last dW); the
  * checks are step_within_bound's, every ".w" tensor a weight matrix
  * (patch, qkv, proj, fc1, fc2, merge, head). */
+/* A step's slices in pieces (vit_model_set_micro_batch) in the model's
+ * precision (bf16 where the CPU has it, else float32): against the whole
+ * slices, per tensor within what the pieces' other order of the weight
+ * gradients' sums over rows can make (the forward of an image is the same
+ * in a piece as in its slice): in float32 sqrt(rows) EPS32 per sum,
+ * rows = 16 images of 65 tokens a slice, and in bf16 the bound of
+ * training_step_within_bound, as a rounded activation may then round the
+ * other way. */
+START_TEST(training_step_in_pieces)
+{
+    vit_config c;
+    vit_config_default(&c);
+    c.image_height = c.image_width = 16;
+    c.patch = 2;
+    c.dim = 64;
+    c.heads = 1;
+    c.mlp = 64;
+    c.depth = 2;
+    const int batch = 32, G = 2 + 6 * c.depth + 6 * c.depth + 2;
+    size_t npix = (size_t)batch * c.image_height * c.image_width;
+    float *img = randn(npix, 1);
+    int labels[32];
+    for (int i = 0; i < batch; i++)
+        labels[i] = (int)vit_rng_below(&rng, 10);
+    ck_assert_int_eq(vit_set_threads(2), VIT_OK);
+    vit_model *m = vit_model_new(&c);
+    ck_assert_ptr_nonnull(m);
+    ck_assert_int_ge(vit_model_set_precision(m, VIT_PRECISION_BF16), 0);
+    vit_rng r;
+    vit_rng_seed(&r, 9);
+    vit_model_init(m, &r);
+    size_t np = vit_model_param_count(m);
+    float *whole = malloc(np * sizeof *whole);
+    ck_assert_ptr_nonnull(whole);
+    double loss[2];
+    ck_assert_int_eq(vit_model_set_micro_batch(m, batch), VIT_OK);
+    ck_assert_int_eq(vit_model_train_grads(m, img, labels, batch, 0.1f, &loss[0], NULL), VIT_OK);
+    memcpy(whole, vit_model_grads(m), np * sizeof *whole);
+    ck_assert_int_eq(vit_model_set_micro_batch(m, 3), VIT_OK);
+    ck_assert_int_eq(vit_model_train_grads(m, img, labels, batch, 0.1f, &loss[1], NULL), VIT_OK);
+    int bf16 = vit_model_precision(m) == VIT_PRECISION_BF16;
+    double lim = bf16 ? sqrt((double)G) * 2 * U : sqrt(16.0 * 65) * EPS32, worst = 0;
+    for (int i = 0; i < vit_model_tensor_count(m); i++) {
+        const vit_model_tensor *t = vit_model_tensor_at(m, i);
+        double rel = tensor_rel(t, vit_model_grads(m), whole, NULL);
+        ck_assert_msg(rel <= lim, "%s: pieces differ from the whole slice by %.3g (bound %.3g)",
+                      t->name, rel, lim);
+        worst = fmax(worst, rel);
+    }
+    printf("pieces of 3 against slices of 16 (%s): worst tensor %.3g, bound %.3g\n",
+           bf16 ? "bf16" : "float32", worst, lim);
+    ck_assert(worst > 0); /* other sums: not the same run twice */
+    ck_assert_double_le(fabs(loss[1] - loss[0]), 1e-5 * loss[0]);
+    vit_model_free(m);
+    free(whole);
+    free(img);
+}
+END_TEST
+
 START_TEST(swin_step_within_bound)
 {
     const int Gf = 2 + 4 * 4 + 1, G = Gf + 1 + 4 * 4 + 1 + 1;
@@ -1380,6 +1439,7 @@ int main(void)
     tcase_add_loop_test(tc, block_gradients_within_bound, 0, 2);
     tcase_add_test(tc, block_mlp_bad_shape_refused);
     tcase_add_loop_test(tc, training_step_within_bound, 0, 4);
+    tcase_add_test(tc, training_step_in_pieces);
     tcase_add_loop_test(tc, swin_step_within_bound, 0, 2);
     tcase_add_test(tc, swin_stem_step_within_bound);
     tcase_add_loop_test(tc, registered_arch_step_within_bound, 0, 2);

@@ -767,14 +767,14 @@ START_TEST(test_config_round_trip)
         snprintf(pat, sizeof pat, "%s = ", key);
         ck_assert_msg(strstr(buf, pat) != NULL, "key %s missing from the formatted text", key);
     }
-    /* ... and nothing else: one line per key (22 of the network, 33 of
+    /* ... and nothing else: one line per key (22 of the network, 34 of
      * the recipe). */
     int lines = 0;
     for (const char *p = buf; *p; p++)
         lines += *p == '\n';
     ck_assert_int_eq(nkeys, lines);
     ck_assert_int_eq(nnet, 22);
-    ck_assert_int_eq(nkeys, 55);
+    ck_assert_int_eq(nkeys, 56);
     /* The network alone: its keys only. */
     ck_assert_int_gt(vit_config_format(&a, NULL, buf2, sizeof buf2), 0);
     lines = 0;
@@ -1487,6 +1487,162 @@ START_TEST(test_train_grads_slices)
 }
 END_TEST
 
+static vit_model *filled_model(const vit_config *cfg, uint64_t seed, vit_real **images, int batch);
+
+/* A slice in pieces (vit_model_set_micro_batch): the same gradient, loss and
+ * right answers as one tape over the whole batch up to rounding (float64:
+ * 1e-12 of the largest gradient), on 1 and 2 threads, with the products
+ * really cut to the pieces' rows (on 1 thread pieces of 3 of the 10 items
+ * are 2, 3, 2, 3: two of 3, each block's MLP once forward, once backward);
+ * vit_model_micro_batch says what is in effect. */
+START_TEST(test_train_grads_pieces)
+{
+    vit_config cfg;
+    tiny_config(&cfg, VIT_POOL_MEAN);
+    vit_model *m = vit_model_new(&cfg);
+    ck_assert_ptr_nonnull(m);
+    size_t n = vit_model_param_count(m);
+    uint64_t seed = 91;
+    gc_fill(vit_model_params(m), n, &seed, 0.6);
+    vit_real images[SB * 16];
+    int labels[SB];
+    for (int i = 0; i < SB * 16; i++)
+        images[i] = (vit_real)gc_uniform(&seed);
+    for (int i = 0; i < SB; i++)
+        labels[i] = (i * 7) % 3;
+    vit_tape *t = vit_tape_new();
+    vit_model_zero_grads(m);
+    vit_tensor *loss = vit_op_cross_entropy(t, vit_model_forward(m, t, images, SB, 1), labels,
+                                            (vit_real)0.1, NULL);
+    ck_assert_ptr_nonnull(loss);
+    ck_assert_int_eq(vit_tape_backward(t, loss), VIT_OK);
+    double ref_loss = loss->data[0];
+    vit_real *ref = gc_zeros(n);
+    memcpy(ref, vit_model_grads(m), n * sizeof *ref);
+    double gmax = 0;
+    for (size_t i = 0; i < n; i++)
+        gmax = fmax(gmax, fabs(ref[i]));
+    int whole_correct = -1;
+
+    ck_assert_int_eq(vit_model_micro_batch(m), 0); /* automatic, not probed yet */
+    const int sizes[] = {SB, 1, 3, 0};
+    for (int threads = 1; threads <= 2; threads++) {
+        ck_assert_int_eq(vit_set_threads(threads), VIT_OK);
+        for (int k = 0; k < 4; k++) {
+            ck_assert_int_eq(vit_model_set_micro_batch(m, sizes[k]), VIT_OK);
+            double l = 0;
+            int correct = -1;
+            vit_gemm_stats_reset();
+            ck_assert_int_eq(vit_model_train_grads(m, images, labels, SB, (vit_real)0.1, &l,
+                                                   &correct), VIT_OK);
+            if (sizes[k] == 3 && threads == 1) {
+                ck_assert_uint_eq(gemm_calls_of(3 * 5, cfg.mlp, cfg.dim),
+                                  (unsigned long long)(2 * 2 * cfg.depth));
+                ck_assert_uint_eq(gemm_calls_of(2 * 5, cfg.mlp, cfg.dim),
+                                  (unsigned long long)(2 * 2 * cfg.depth));
+                ck_assert_uint_eq(gemm_calls_of(SB * 5, cfg.mlp, cfg.dim), 0);
+            }
+            if (sizes[k] == 0) /* the tiny model's every item fits in one piece */
+                ck_assert_int_ge(vit_model_micro_batch(m), SB);
+            else
+                ck_assert_int_eq(vit_model_micro_batch(m), sizes[k]);
+            const vit_real *g = vit_model_grads(m);
+            double worst = 0;
+            for (size_t i = 0; i < n; i++)
+                worst = fmax(worst, fabs(g[i] - ref[i]));
+            ck_assert_msg(worst <= 1e-12 * gmax, "%d threads, pieces of %d: gradient off by %g "
+                          "(max %g)", threads, sizes[k], worst, gmax);
+            ck_assert_double_le(fabs(l - ref_loss), 1e-13 * fabs(ref_loss));
+            if (whole_correct < 0)
+                whole_correct = correct;
+            ck_assert_int_eq(correct, whole_correct);
+        }
+    }
+    ck_assert_int_eq(vit_model_set_micro_batch(m, -1), VIT_EINVAL);
+    ck_assert_int_eq(vit_model_set_micro_batch(NULL, 2), VIT_EINVAL);
+    ck_assert_int_eq(vit_model_micro_batch(NULL), 0);
+    vit_set_threads(1);
+    free(ref);
+    vit_tape_free(t);
+    vit_model_free(m);
+}
+END_TEST
+
+/* The automatic pieces of a model whose slice would not fit in 24 MiB of
+ * tape (a 16x16 grid of width 64, about 2 MB of tape an image in float64,
+ * 1 MB in float32): the slice of 24 runs in pieces, each of at most the
+ * images that fit (measured here on a tape of our own: 24 MiB over the
+ * difference between 1 and 3 images), the same choice for a second model
+ * whatever its images, and gradients as the whole slice's up to rounding. */
+START_TEST(test_train_grads_pieces_auto)
+{
+    vit_config cfg;
+    vit_config_default(&cfg);
+    cfg.image_height = cfg.image_width = 16;
+    cfg.channels = 1;
+    cfg.classes = 4;
+    cfg.patch = 1;
+    cfg.patch_stride = 0;
+    cfg.patch_pad = 0;
+    cfg.dim = 64;
+    cfg.depth = 2;
+    cfg.heads = 2;
+    cfg.mlp = 96;
+    cfg.pool = VIT_POOL_MEAN;
+    enum { B = 24 };
+    vit_real *images[2];
+    vit_model *m[2] = {filled_model(&cfg, 5, &images[0], B), filled_model(&cfg, 6, &images[1], B)};
+    int labels[B];
+    for (int i = 0; i < B; i++)
+        labels[i] = i % 4;
+    ck_assert_int_eq(vit_set_threads(1), VIT_OK);
+    double l[2];
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(vit_model_train_grads(m[i], images[i], labels, B, 0, &l[i], NULL), VIT_OK);
+    int piece = vit_model_micro_batch(m[0]);
+    ck_assert_int_eq(vit_model_micro_batch(m[1]), piece);
+    size_t n = vit_model_param_count(m[0]);
+    vit_real *g = gc_zeros(n);
+    memcpy(g, vit_model_grads(m[0]), n * sizeof *g);
+
+    /* What 1 and 3 images take on a tape, as the model's probe measures
+     * (this forward adds to the model's gradients: copied above). */
+    size_t used[2];
+    for (int i = 0; i < 2; i++) {
+        vit_tape *t = vit_tape_new();
+        int nb = i ? 3 : 1;
+        vit_tensor *z = vit_model_forward(m[0], t, images[0], nb, 1);
+        ck_assert_int_eq(vit_tape_backward(t, vit_op_cross_entropy(t, z, labels, 0, NULL)), VIT_OK);
+        used[i] = vit_tape_used_bytes(t);
+        vit_tape_free(t);
+    }
+    size_t per = (used[1] - used[0]) / 2;
+    printf("pieces: %zu bytes of tape an image, pieces of %d of a slice of %d\n", per, piece, B);
+    ck_assert_int_gt(piece, 1);
+    ck_assert_int_lt(piece, B);
+    double fit = (double)((size_t)24 << 20) / (double)per;
+    ck_assert_msg(fabs(piece - fit) <= 1, "pieces of %d where %.2f images fit", piece, fit);
+
+    /* The same step as one slice, up to rounding. */
+    ck_assert_int_eq(vit_model_set_micro_batch(m[0], B), VIT_OK);
+    double whole;
+    ck_assert_int_eq(vit_model_train_grads(m[0], images[0], labels, B, 0, &whole, NULL), VIT_OK);
+    double worst = 0, gmax = 0;
+    for (size_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs(g[i] - vit_model_grads(m[0])[i]));
+        gmax = fmax(gmax, fabs(g[i]));
+    }
+    ck_assert_msg(worst <= (sizeof(vit_real) == 8 ? 1e-12 : 1e-5) * gmax,
+                  "pieces against the whole slice: off by %g (max %g)", worst, gmax);
+    ck_assert_double_le(fabs(whole - l[0]), (sizeof(vit_real) == 8 ? 1e-13 : 1e-6) * whole);
+    free(g);
+    for (int i = 0; i < 2; i++) {
+        free(images[i]);
+        vit_model_free(m[i]);
+    }
+}
+END_TEST
+
 /* ---- one model, several modes ----------------------------------------- */
 
 /* A model of cfg with parameters and images drawn from seed. */
@@ -1573,17 +1729,21 @@ static void check_step_reports(ready_log *L, const vit_real *images, const int *
  * once too, final when reported, and the gradients bitwise those of the
  * same slices without reports.  With recompute (each block a checkpoint,
  * run again in the backward) the blocks' parameters are reported from the
- * recomputation's backward: the same on 1, 2 and 3 slices. */
+ * recomputation's backward: the same on 1, 2 and 3 slices.  With slices in
+ * pieces of 2 images (_i = 2, 3) the reports come from each slice's last
+ * piece, after which its gradients are whole: the same checks hold. */
 START_TEST(test_train_grads_ready)
 {
     vit_config cfg;
-    tiny_config(&cfg, _i ? VIT_POOL_MEAN : VIT_POOL_CLS);
-    cfg.depth = 2 + _i;
+    int rc = _i % 2, pieces = _i >= 2; /* pieces: slices of 2 images a piece */
+    tiny_config(&cfg, rc ? VIT_POOL_MEAN : VIT_POOL_CLS);
+    cfg.depth = 2 + rc;
     cfg.dim = 24; /* 11,699 and 17,355 parameters: 6 and 9 chunks on several slices */
     cfg.mlp = 64;
     vit_real *images;
     vit_model *m = filled_model(&cfg, 79, &images, SB);
-    ck_assert_int_eq(vit_model_set_recompute(m, _i), VIT_OK);
+    ck_assert_int_eq(vit_model_set_recompute(m, rc), VIT_OK);
+    ck_assert_int_eq(vit_model_set_micro_batch(m, pieces ? 2 : 0), VIT_OK);
     size_t n = vit_model_param_count(m);
     int labels[SB];
     for (int i = 0; i < SB; i++)
@@ -1831,8 +1991,10 @@ static Suite *model_suite(void)
     tcase_add_test(tg, test_forward_eval_threads);
     tcase_add_test(tg, test_lsa_and_overlap_model);
     tcase_add_loop_test(tg, test_train_grads_slices, 0, 3);
+    tcase_add_test(tg, test_train_grads_pieces);
+    tcase_add_test(tg, test_train_grads_pieces_auto);
     tcase_add_test(tg, test_train_grads_extras);
-    tcase_add_loop_test(tg, test_train_grads_ready, 0, 2);
+    tcase_add_loop_test(tg, test_train_grads_ready, 0, 4);
     tcase_add_loop_test(tg, test_nograd_forward_is_bitwise, 0, 4);
     tcase_add_loop_test(tg, test_recompute_is_bitwise, 0, 2);
     tcase_add_test(tg, test_tape_memory_bound);

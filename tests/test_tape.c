@@ -1316,8 +1316,12 @@ START_TEST(test_memory_steady)
     ck_assert_int_eq(vit_tape_bytes(t), 0);
     int ops1, ops;
     double loss1 = mem_step(t, &n, &ops1);
-    size_t bytes1 = vit_tape_bytes(t);
+    size_t bytes1 = vit_tape_bytes(t), used1 = vit_tape_used_bytes(t);
     ck_assert_int_eq(ops1, 6); /* linear, gelu, linear, add, linear, cross-entropy */
+    /* What the step used is within what the tape holds, and at least the
+     * arena's two [64, 512] outputs (the first linear's and GELU's). */
+    ck_assert_uint_le(used1, bytes1);
+    ck_assert_uint_ge(used1, 2 * 64 * 512 * sizeof(vit_real));
     /* Two [64, 512] tensors with their grads alone are 1 MiB. */
     ck_assert_msg(bytes1 >= 1u << 20, "arena holds only %zu bytes", bytes1);
     vit_real *g1 = gc_zeros(128 * 512);
@@ -1331,6 +1335,7 @@ START_TEST(test_memory_steady)
         ck_assert_int_eq(ops, ops1);
         ck_assert_msg(vit_tape_bytes(t) == bytes1, "step %d: arena %zu bytes, first step %zu",
                       step + 2, vit_tape_bytes(t), bytes1);
+        ck_assert_uint_eq(vit_tape_used_bytes(t), used1);
         /* Reused memory must not leak old values into the new step. */
         ck_assert(loss == loss1);
         ck_assert(memcmp(g1, n.g1, 128 * 512 * sizeof *g1) == 0);
@@ -1339,6 +1344,10 @@ START_TEST(test_memory_steady)
     vit_tape_reset(t);
     ck_assert_int_eq(vit_tape_op_count(t), 0);
     ck_assert_int_eq(vit_tape_bytes(t), bytes1);
+    /* A reset keeps the memory but nothing of it is used yet: the arena's
+     * outputs no longer count. */
+    ck_assert_uint_le(vit_tape_used_bytes(t) + 2 * 64 * 512 * sizeof(vit_real), used1);
+    ck_assert_int_eq(vit_tape_used_bytes(NULL), 0);
     vit_tape_free(t);
     free(g1);
     free(n.x); free(n.W1); free(n.b1); free(n.W2); free(n.Wh);

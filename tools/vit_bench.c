@@ -55,6 +55,7 @@ enum { BATCH = 64, CLASSES = 10, MAX_REPS = 64 };
 
 typedef struct options {
     int threads, steps, reps, warmup, quick, recompute, list_shapes;
+    int micro_batch; /* --micro-batch (0: the model's automatic pieces) */
     int precision; /* as asked (VIT_PRECISION_*); bf16: what it resolved to */
     const char *config;
 } options;
@@ -254,6 +255,7 @@ static int run_config(const char *name, const vit_config *c, const options *o, d
     memset(&opt, 0, sizeof opt);
     if (!m || !images || vit_model_set_precision(m, o->precision) < 0
         || vit_model_set_recompute(m, o->recompute) != VIT_OK
+        || vit_model_set_micro_batch(m, o->micro_batch) != VIT_OK
         || vit_adamw_init(&opt, vit_model_param_count(m), 0.9, 0.999, 1e-8, 0.05) != VIT_OK) {
         fprintf(stderr, "vit_bench: setup failed: %s\n", vit_last_error());
         return 1;
@@ -307,6 +309,10 @@ static int run_config(const char *name, const vit_config *c, const options *o, d
     double share = median(grad_share, o->reps);
     printf("  phases (timed reps, median): forward+loss+backward %.0f%%, AdamW %.0f%%\n",
            100 * share, 100 * (1 - share));
+    int slice = (BATCH + o->threads - 1) / o->threads, piece = vit_model_micro_batch(m);
+    printf("  pieces: %d of at most %d images a thread's slice of %d (%s)\n",
+           (slice + piece - 1) / piece, piece, slice,
+           o->micro_batch ? "--micro-batch" : "automatic: about 24 MiB of tape each");
     fputs(profile_text, stdout);
     vit_adamw_free(&opt);
     free(images);
@@ -446,6 +452,7 @@ static int usage(FILE *f)
     fprintf(f,
         "usage: vit_bench [--threads N] [--config NAME] [--steps N] [--reps N] [--quick]\n"
         "                 [--recompute] [--shapes] [--precision fp32|bf16|auto]\n"
+        "                 [--micro-batch N]\n"
         "  NAME: digits, medium, large, attention, gemm or all (default), or a config\n"
         "        file FILE.cfg of any architecture (with image_height, image_width,\n"
         "        channels, classes)\n"
@@ -454,6 +461,8 @@ static int usage(FILE *f)
         "  --reps N     timed repetitions; the median is reported (default 5)\n"
         "  --quick      fewer steps and repetitions, smaller GEMM\n"
         "  --recompute  train with recompute = 1: each block recomputed in the backward\n"
+        "  --micro-batch N  each thread's slice in pieces of at most N images (the\n"
+        "               recipe's micro_batch; default 0: pieces of about 24 MiB of tape)\n"
         "  --shapes     list every GEMM shape of a step, its precision, path (blas, xsmm\n"
         "               or dnnl) and rate\n"
         "  --precision P  the steps' matrix products: fp32 (default), bf16 (bfloat16\n"
@@ -479,7 +488,7 @@ int main(int argc, char **argv)
 {
     if (!cli_gemm_env_ok("vit_bench")) /* a VIT_GEMM it would not take: refused */
         return 2;
-    options o = {0, 20, 5, 5, 0, 0, 0, VIT_PRECISION_FP32, "all"};
+    options o = {0, 20, 5, 5, 0, 0, 0, 0, VIT_PRECISION_FP32, "all"};
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     o.threads = ncpu > 0 ? (int)ncpu : 1;
     int steps_set = 0, reps_set = 0;
@@ -497,6 +506,8 @@ int main(int argc, char **argv)
         }
         if (!strcmp(a, "--threads")) {
             if (!parse_int(a, v, 1, 256, &o.threads)) return 2;
+        } else if (!strcmp(a, "--micro-batch")) {
+            if (!parse_int(a, v, 0, 1 << 20, &o.micro_batch)) return 2;
         } else if (!strcmp(a, "--steps")) {
             if (!parse_int(a, v, 1, 100000, &o.steps)) return 2;
             steps_set = 1;

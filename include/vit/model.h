@@ -383,6 +383,26 @@ int vit_model_set_precision(vit_model *m, int precision);
 int vit_model_set_recompute(vit_model *m, int recompute);
 int vit_model_recompute(const vit_model *m);
 
+/* Training's pieces (the recipe's micro_batch).  vit_model_train_grads
+ * gives each thread a slice of the batch and runs the slice's forward and
+ * backward in pieces of at most `images` images, one after another on the
+ * thread's tape, their gradients added up: the same gradient up to
+ * rounding, with the memory of one piece's activations instead of the
+ * slice's, and no recomputation.  0 (a new model's) is automatic: at the
+ * first training step of at least 3 images a thread, the model is probed
+ * (a forward and backward of 1 and of 3 of the batch's images on new tapes,
+ * vit_tape_used_bytes) and pieces take as many images as fit in 24 MiB of
+ * tape; the probe depends on the model, its precision and recompute (a
+ * change of either probes again), not on the images, so runs of the same
+ * model, batch and threads sum in the same order and stay bitwise
+ * repeatable.  A slice of fewer images than a piece runs whole.
+ * VIT_OK; VIT_EINVAL for a NULL m or a negative images.  Not while the
+ * model trains.  vit_model_micro_batch reads the images a piece in effect:
+ * the value set, else the automatic choice once made (0 before it, and for
+ * NULL). */
+int vit_model_set_micro_batch(vit_model *m, int images);
+int vit_model_micro_batch(const vit_model *m);
+
 /* The model's architecture (vit/arch.h: the ViT unless its config says
  * otherwise), and what it described of the model (multiply-adds, drop-path
  * stages, attention maps); owned by the model.  NULL for a NULL m. */

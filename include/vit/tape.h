@@ -100,6 +100,14 @@ int vit_tape_fail(vit_tape *tape, int code);
  * recomputes on (for memory reports); 0 for NULL. */
 size_t vit_tape_bytes(const vit_tape *tape);
 
+/* Bytes the recording since the last vit_tape_reset used at its most: the
+ * arena's high-water mark (not its capacity, which a longer recording
+ * before may have left larger), with the gradient pool, attention scratch
+ * and op records as vit_tape_bytes counts them.  On a new tape after one
+ * forward and backward it is what that step needs (vit_model_set_micro_batch
+ * sizes its pieces by it).  0 for NULL. */
+size_t vit_tape_used_bytes(const vit_tape *tape);
+
 /* Number of ops recorded since the last reset; 0 for NULL. */
 int vit_tape_op_count(const vit_tape *tape);
 

@@ -90,6 +90,9 @@ typedef struct vit_train_config {
     /* memory */
     int recompute;       /* 1: activation checkpointing of every block (0 or
                             1; vit_model_set_recompute) */
+    int micro_batch;     /* each thread's share of a batch runs in pieces of
+                            at most this many images (0: automatic, pieces
+                            of about 24 MiB of tape; vit_model_set_micro_batch) */
     double ckpt_minutes; /* a checkpoint inside a long epoch every this many
                             minutes (0: only at epoch ends) */
     /* arithmetic */

@@ -6,6 +6,7 @@
  */
 #include "vit/model.h"
 
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -53,6 +54,8 @@ struct vit_model {
     struct slice *slices;    /* vit_model_train_grads, one per thread */
     int precision;           /* VIT_PRECISION_FP32 or _BF16 (resolved) */
     int recompute;           /* 1: activation checkpointing in training */
+    int micro_batch;         /* images a piece of a thread's slice; 0: auto */
+    int piece_auto;          /* auto's choice (0: not probed yet) */
     vit_mixed_weights *mixed; /* bf16: the weight matrices, packed once per step */
     int nslices;
     vit_slice_sum *gather;   /* several slices' reports (vit_train_extras.grads_ready) */
@@ -159,6 +162,8 @@ int vit_model_set_precision(vit_model *m, int precision)
         }
     }
     vit_mixed_weights_free(keep);
+    if (got != m->precision)
+        m->piece_auto = 0; /* bf16 keeps less: probe again */
     m->precision = got;
     return got;
 }
@@ -169,7 +174,22 @@ int vit_model_set_recompute(vit_model *m, int recompute)
         return vit_fail(VIT_EINVAL, "vit_model_set_recompute: %s", !m ? "model is NULL"
                         : "recompute is neither 0 nor 1");
     m->recompute = recompute;
+    m->piece_auto = 0; /* what a step keeps changed: probe again */
     return VIT_OK;
+}
+
+int vit_model_set_micro_batch(vit_model *m, int images)
+{
+    if (!m || images < 0)
+        return vit_fail(VIT_EINVAL, "vit_model_set_micro_batch: %s", !m ? "model is NULL"
+                        : "images is negative");
+    m->micro_batch = images;
+    return VIT_OK;
+}
+
+int vit_model_micro_batch(const vit_model *m)
+{
+    return !m ? 0 : m->micro_batch ? m->micro_batch : m->piece_auto;
 }
 
 int vit_model_recompute(const vit_model *m) { return m ? m->recompute : 0; }
@@ -435,6 +455,7 @@ typedef struct {
     vit_slice_sum *gather; /* several slices with reports: their sum as they go */
     int concurrent;        /* slices 1 .. concurrent-1 run on workers */
     pthread_t caller;      /* the thread that called (the one that may call MPI) */
+    int piece;             /* most images a piece of a slice (run_slice) */
 } slice_job;
 
 /* vit_train_extras.grads_ready behind a tape's leaf reports: the leaf's
@@ -461,37 +482,64 @@ static void leaf_ready(void *ctx, vit_tensor *leaf)
         R->fn(R->ctx, off, leaf->size);
 }
 
-/* Forward and backward of rows [lo, hi) of the batch into the slice's own
- * gradient buffer, seeded with its share (hi - lo) / batch of the mean. */
+/* Forward, loss and backward of images [lo, lo + nb) of the batch on tape,
+ * their gradients added into g (the tape's leaves accumulate), seeded with
+ * their share nb / batch of the mean; with report, the leaves' reports
+ * (vit_train_extras.grads_ready) as the backward finishes each.  Adds the
+ * pieces' loss (times nb) and right answers to *loss_sum and *correct. */
+static int run_piece(const slice_job *J, vit_tape *tape, int lo, int nb, vit_real *g,
+                     ready_job *report, double *loss_sum, int *correct)
+{
+    vit_model *m = J->m;
+    const vit_config *c = &m->cfg;
+    size_t img = (size_t)c->image_height * c->image_width * c->channels;
+    vit_tape_reset(tape);
+    /* No maps are kept here, so a head on the class token lets the last
+     * block compute that token alone. */
+    vit_tensor *z = run_forward(m, tape, J->images + (size_t)lo * img, nb, g, NULL, NULL, 1,
+                                J->drop ? J->drop + lo : NULL, J->batch);
+    vit_tensor *loss = J->targets ? vit_op_cross_entropy_soft(tape, z, J->targets
+                                                              + (size_t)lo * c->classes, NULL)
+                                  : vit_op_cross_entropy(tape, z, J->labels + lo, J->smoothing,
+                                                         NULL);
+    vit_real share = (vit_real)nb / (vit_real)J->batch;
+    if (report)
+        vit_tape_on_leaf_grad(tape, leaf_ready, report);
+    int rc = loss ? vit_tape_backward_from(tape, loss, &share)
+                  : vit_tape_status(tape) ? vit_tape_status(tape) : VIT_EINVAL;
+    vit_tape_on_leaf_grad(tape, NULL, NULL);
+    if (rc != VIT_OK)
+        return rc;
+    *loss_sum += (double)loss->data[0] * nb;
+    for (int r = 0; r < nb; r++)
+        *correct += vit_argmax(z->data + (size_t)r * c->classes, c->classes) == J->labels[lo + r];
+    return VIT_OK;
+}
+
+/* Images [lo, hi) of the batch (slice s of n) into the slice's own gradient
+ * buffer, in pieces of at most J->piece images one after another on its
+ * tape (vit_model_set_micro_batch); the reports wait for the last piece,
+ * the one after which each leaf's gradient is whole. */
 static void run_slice(const slice_job *J, int s)
 {
     vit_model *m = J->m;
     struct slice *S = &m->slices[s];
-    const vit_config *c = &m->cfg;
     int lo = (int)((long long)J->batch * s / J->n), hi = (int)((long long)J->batch * (s + 1) / J->n);
-    int nb = hi - lo;
-    size_t img = (size_t)c->image_height * c->image_width * c->channels;
+    int nb = hi - lo, parts = (nb + J->piece - 1) / J->piece;
     vit_real *g = s == 0 ? m->grads : S->grads;
     memset(g, 0, m->nparams * sizeof *g);
-    vit_tape_reset(S->tape);
     if (m->mixed)
         vit_mixed_enter(m->mixed);
-    /* No maps are kept here, so a head on the class token lets the last
-     * block compute that token alone. */
-    vit_tensor *z = run_forward(m, S->tape, J->images + (size_t)lo * img, nb, g, NULL, NULL, 1,
-                                J->drop ? J->drop + lo : NULL, J->batch);
-    vit_tensor *loss = J->targets ? vit_op_cross_entropy_soft(S->tape, z, J->targets
-                                                              + (size_t)lo * c->classes, NULL)
-                                  : vit_op_cross_entropy(S->tape, z, J->labels + lo, J->smoothing,
-                                                         NULL);
-    vit_real share = (vit_real)nb / (vit_real)J->batch;
     int on_caller = pthread_equal(pthread_self(), J->caller);
     ready_job R = {g, m->nparams, J->ready, J->ready_ctx, J->gather, on_caller};
-    if (J->ready)
-        vit_tape_on_leaf_grad(S->tape, leaf_ready, &R);
-    S->rc = loss ? vit_tape_backward_from(S->tape, loss, &share)
-                 : vit_tape_status(S->tape) ? vit_tape_status(S->tape) : VIT_EINVAL;
-    vit_tape_on_leaf_grad(S->tape, NULL, NULL);
+    S->loss_sum = 0;
+    S->correct = 0;
+    S->rc = VIT_OK;
+    for (int p = 0; p < parts && S->rc == VIT_OK; p++) {
+        int a = lo + (int)((long long)nb * p / parts), b = lo + (int)((long long)nb * (p + 1) / parts);
+        S->rc = run_piece(J, S->tape, a, b - a, g, J->ready && p == parts - 1 ? &R : NULL,
+                          &S->loss_sum, &S->correct);
+    }
     /* The caller passes the other slices' chunks on while they finish. */
     if (J->gather && s == 0)
         vit_slice_sum_serve(J->gather);
@@ -500,14 +548,8 @@ static void run_slice(const slice_job *J, int s)
     int mixed_rc = m->mixed ? vit_mixed_leave() : VIT_OK;
     if (S->rc == VIT_OK)
         S->rc = mixed_rc;
-    if (S->rc != VIT_OK) {
+    if (S->rc != VIT_OK)
         snprintf(S->msg, sizeof S->msg, "%s", vit_last_error());
-        return;
-    }
-    S->loss_sum = (double)loss->data[0] * nb;
-    S->correct = 0;
-    for (int r = 0; r < nb; r++)
-        S->correct += vit_argmax(z->data + (size_t)r * c->classes, c->classes) == J->labels[lo + r];
 }
 
 static void run_slices(void *ctx, size_t lo, size_t hi)
@@ -573,6 +615,52 @@ static int gather_begin(vit_model *m, slice_job *J)
     return vit_slice_sum_begin(m->gather, bufs, n, J->concurrent, J->ready, J->ready_ctx);
 }
 
+/* Automatic pieces: as many images as fit in PIECE_BYTES of tape.  Pieces
+ * of a 24 MiB tape ran as fast as whole slices of 32 images on the 2-core
+ * Zen 3 (the benchmark's large, medium and Swin models: docs/design.md,
+ * "Pieces of a slice"), and much smaller ones (4 images of medium) lost
+ * 12% to the products' smaller rows. */
+#define PIECE_BYTES ((size_t)24 << 20)
+enum { PROBE_FEW = 1, PROBE_MORE = 3 };
+
+/* What a tape takes for one image and what it takes whatever the count:
+ * a forward and backward of PROBE_FEW and of PROBE_MORE of the batch's
+ * images on new tapes, into the model's gradient buffer (which every slice
+ * clears before its own).  The bytes depend on the model, its precision
+ * and its recompute, never on the images' values, so every run of the same
+ * model picks the same pieces and sums its gradients in the same order. */
+static int probe_pieces(vit_model *m, const slice_job *J)
+{
+    size_t used[2];
+    const int count[2] = {PROBE_FEW, PROBE_MORE};
+    slice_job P = *J;
+    P.drop = NULL;
+    P.ready = NULL;
+    P.batch = PROBE_MORE;
+    for (int i = 0; i < 2; i++) {
+        /* Freed at once: the arena's chunks are maps of their own
+         * (src/tape/tape.c), so a probe leaves no heap behind it. */
+        vit_tape *t = vit_tape_new();
+        if (!t)
+            return VIT_ENOMEM;
+        if (m->mixed)
+            vit_mixed_enter(m->mixed);
+        double loss = 0;
+        int right = 0;
+        int rc = run_piece(&P, t, 0, count[i], m->grads, NULL, &loss, &right);
+        int mixed_rc = m->mixed ? vit_mixed_leave() : VIT_OK;
+        used[i] = vit_tape_used_bytes(t);
+        vit_tape_free(t);
+        if (rc != VIT_OK || (rc = mixed_rc) != VIT_OK)
+            return rc;
+    }
+    size_t per = used[1] > used[0] ? (used[1] - used[0]) / (PROBE_MORE - PROBE_FEW) : 1;
+    size_t fixed = used[0] > per ? used[0] - per : 0;
+    size_t fit = fixed < PIECE_BYTES ? (PIECE_BYTES - fixed) / (per ? per : 1) : 1;
+    m->piece_auto = fit < 1 ? 1 : fit > INT_MAX ? INT_MAX : (int)fit;
+    return VIT_OK;
+}
+
 int vit_model_train_grads(vit_model *m, const vit_real *images, const int *labels, int batch,
                           vit_real smoothing, double *loss, int *correct)
 {
@@ -598,7 +686,12 @@ int vit_model_train_grads_ex(vit_model *m, const vit_real *images, const int *la
         return rc;
     slice_job J = {m, images, labels, batch, n, smoothing, ex ? ex->targets : NULL,
                    ex ? ex->drop_scale : NULL, ex ? ex->grads_ready : NULL,
-                   ex ? ex->ready_ctx : NULL, NULL, 1, pthread_self()};
+                   ex ? ex->ready_ctx : NULL, NULL, 1, pthread_self(), 0};
+    int widest = (batch + n - 1) / n;
+    if (!m->micro_batch && !m->piece_auto && widest >= PROBE_MORE
+        && (rc = probe_pieces(m, &J)) != VIT_OK)
+        return rc;
+    J.piece = m->micro_batch ? m->micro_batch : m->piece_auto ? m->piece_auto : widest;
     if (J.ready && n > 1 && (rc = gather_begin(m, &J)) != VIT_OK)
         return rc;
     vit_parallel(n, (size_t)n, run_slices, &J);

@@ -68,6 +68,10 @@ static const vit_cfg_field fields[] = {
     F(recompute, VIT_CFG_INT, 0, 1,
       "1: keep less and remake it in the backward (less memory; the ViT keeps each "
       "block's input, Swin remakes its layer norms and window weights)"),
+    F(micro_batch, VIT_CFG_INT, 0, 1 << 20,
+      "most images a thread runs through forward and backward at once; its share of a "
+      "batch runs in such pieces, their gradients added (the same step up to rounding, "
+      "the memory of one piece; 0: as many as fit in about 24 MiB)"),
     F(ckpt_minutes, VIT_CFG_DOUBLE, 0, 1e6, "minutes between checkpoints inside an epoch "
       "(0: off)"),
     F(precision, VIT_CFG_PRECISION, 0, 2, "training's matrix products: fp32, bf16 (bfloat16 "

@@ -17,12 +17,16 @@
  * backward, which is the last reader.  So the backward holds the gradients
  * crossing one point of the graph, not one per activation.
  */
+/* MAP_ANONYMOUS (chunk_new) is not in the POSIX 2008 the build asks for. */
+#define _DEFAULT_SOURCE
 #include "vit/tape.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+
 
 #include "error.h"
 #include "tape_engine.h"
@@ -56,12 +60,34 @@ vit_tensor *vit_tape_error(vit_tape *t, int code)
 
 /* ---- Arena ----------------------------------------------------------- */
 
+/* Under AddressSanitizer the chunks stay malloc's, whose redzones catch a
+ * write past a chunk's end; a map has none. */
+#if defined(__SANITIZE_ADDRESS__)
+#define CHUNK_MALLOC 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CHUNK_MALLOC 1
+#endif
+#endif
+
 static chunk *chunk_new(size_t cap)
 {
-    /* One malloc holds the header and the bytes; over-allocate to align. */
-    chunk *c = malloc(sizeof *c + cap + VIT_TAPE_ALIGN);
-    if (!c)
+    /* Straight from the kernel, not malloc: a chunk is megabytes and lives
+     * until a reset folds it, and freeing one through malloc raises glibc's
+     * mmap threshold to its size, after which such blocks come from the
+     * heap and a step's peak grows with its fragments (30 MB on the large
+     * benchmark after the pieces' probe: docs/design.md). */
+    size_t len = sizeof(chunk) + cap + VIT_TAPE_ALIGN;
+#ifdef CHUNK_MALLOC
+    void *m = malloc(len);
+    if (!m)
         return NULL;
+#else
+    void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return NULL;
+#endif
+    chunk *c = m;
     uintptr_t p = (uintptr_t)(c + 1);
     p = (p + VIT_TAPE_ALIGN - 1) & ~(uintptr_t)(VIT_TAPE_ALIGN - 1);
     *c = (chunk){.cap = cap, .base = (unsigned char *)p};
@@ -72,7 +98,11 @@ static void free_chunks(chunk *c)
 {
     for (chunk *n; c; c = n) {
         n = c->next;
+#ifdef CHUNK_MALLOC
         free(c);
+#else
+        munmap(c, sizeof(chunk) + c->cap + VIT_TAPE_ALIGN);
+#endif
     }
 }
 
@@ -228,6 +258,17 @@ size_t vit_tape_bytes(const vit_tape *t)
     for (const gblock *b = t->pool; b; b = b->next)
         n += b->cap * sizeof(vit_real);
     return n + vit_tape_bytes(t->sub);
+}
+
+size_t vit_tape_used_bytes(const vit_tape *t)
+{
+    if (!t)
+        return 0;
+    size_t cap = 0;
+    for (const chunk *c = t->chunks; c; c = c->next)
+        cap += c->cap;
+    return vit_tape_bytes(t) - cap - vit_tape_bytes(t->sub) + t->high
+           + vit_tape_used_bytes(t->sub);
 }
 
 int vit_tape_op_count(const vit_tape *t) { return t ? t->nops : 0; }

@@ -241,7 +241,8 @@ static int setup_model(vit_trainer *t)
         return rc;
     /* How the steps compute: the recipe's, on the model trained. */
     if ((rc = vit_model_set_precision(t->m, t->tc.precision)) < 0
-        || (rc = vit_model_set_recompute(t->m, t->tc.recompute)))
+        || (rc = vit_model_set_recompute(t->m, t->tc.recompute))
+        || (rc = vit_model_set_micro_batch(t->m, t->tc.micro_batch)))
         return rc;
     if ((rc = vit_check_data_shape(&t->cfg, &t->train, "training"))
         || (rc = vit_check_data_shape(&t->cfg, t->test, "test")))
