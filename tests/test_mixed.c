@@ -661,6 +661,28 @@ static void check_packed_is_per_product(vit_model *mb, vit_model *mf, const floa
  * switch around a one-thread float32-config step gives bitwise the same
  * gradients as the bf16 config's one-thread step (packed weights once per
  * step, or the same operand packed per product: the same numbers). */
+/* 16x16 images in 64 patches of 2, one head of width 64 over 65 tokens:
+ * wide enough for the bf16 attention core. */
+static void wide_config(vit_config *c)
+{
+    vit_config_default(c);
+    c->image_height = c->image_width = 16;
+    c->patch = 2;
+    c->dim = 64;
+    c->heads = 1;
+    c->mlp = 64;
+    c->depth = 2;
+}
+
+/* batch gray images of c's size, normal values, and labels below 10. */
+static float *random_batch(const vit_config *c, int batch, int *labels)
+{
+    float *img = randn((size_t)batch * c->image_height * c->image_width, 1);
+    for (int i = 0; i < batch; i++)
+        labels[i] = (int)vit_rng_below(&rng, 10);
+    return img;
+}
+
 START_TEST(training_step_within_bound)
 {
     vit_config c;
@@ -669,13 +691,7 @@ START_TEST(training_step_within_bound)
     c.stem2 = _i == 2 ? 4 : 0; /* its 4x4 map in 2x2 patches (4 at stride 2, padded) */
     int core = 0; /* products of the attention core on the longest path, per block */
     if (_i == 3) {
-        c.stem = 0;
-        c.image_height = c.image_width = 16;
-        c.patch = 2;
-        c.dim = 64;
-        c.heads = 1;
-        c.mlp = 64;
-        c.depth = 2;
+        wide_config(&c);
         core = 2;
     }
     const int batch = 32;
@@ -684,11 +700,8 @@ START_TEST(training_step_within_bound)
     vit_model *m[2];
     float *grads[2];
     size_t np = 0;
-    size_t npix = (size_t)batch * c.image_height * c.image_width;
-    float *img = randn(npix, 1);
     int labels[32];
-    for (int i = 0; i < batch; i++)
-        labels[i] = (int)vit_rng_below(&rng, 10);
+    float *img = random_batch(&c, batch, labels);
     ck_assert_int_eq(vit_set_threads(2), VIT_OK);
     for (int k = 0; k < 2; k++) {
         m[k] = vit_model_new(&c);
@@ -876,19 +889,10 @@ static void step_within_bound(const vit_config *c, int B, int threads, int Gf, i
 START_TEST(training_step_in_pieces)
 {
     vit_config c;
-    vit_config_default(&c);
-    c.image_height = c.image_width = 16;
-    c.patch = 2;
-    c.dim = 64;
-    c.heads = 1;
-    c.mlp = 64;
-    c.depth = 2;
+    wide_config(&c);
     const int batch = 32, G = 2 + 6 * c.depth + 6 * c.depth + 2;
-    size_t npix = (size_t)batch * c.image_height * c.image_width;
-    float *img = randn(npix, 1);
     int labels[32];
-    for (int i = 0; i < batch; i++)
-        labels[i] = (int)vit_rng_below(&rng, 10);
+    float *img = random_batch(&c, batch, labels);
     ck_assert_int_eq(vit_set_threads(2), VIT_OK);
     vit_model *m = vit_model_new(&c);
     ck_assert_ptr_nonnull(m);

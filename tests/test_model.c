@@ -1499,15 +1499,10 @@ START_TEST(test_train_grads_pieces)
 {
     vit_config cfg;
     tiny_config(&cfg, VIT_POOL_MEAN);
-    vit_model *m = vit_model_new(&cfg);
-    ck_assert_ptr_nonnull(m);
+    vit_real *images;
+    vit_model *m = filled_model(&cfg, 91, &images, SB);
     size_t n = vit_model_param_count(m);
-    uint64_t seed = 91;
-    gc_fill(vit_model_params(m), n, &seed, 0.6);
-    vit_real images[SB * 16];
     int labels[SB];
-    for (int i = 0; i < SB * 16; i++)
-        images[i] = (vit_real)gc_uniform(&seed);
     for (int i = 0; i < SB; i++)
         labels[i] = (i * 7) % 3;
     vit_tape *t = vit_tape_new();
@@ -1563,6 +1558,7 @@ START_TEST(test_train_grads_pieces)
     ck_assert_int_eq(vit_model_micro_batch(NULL), 0);
     vit_set_threads(1);
     free(ref);
+    free(images);
     vit_tape_free(t);
     vit_model_free(m);
 }
