@@ -328,6 +328,16 @@ check_readme_block() {
         diff "$out" "$file" | head -20 | sed 's/^/     /'
     fi
 }
+# vit_bench's pieces: set by --micro-batch, or the model's own choice; slices
+# of 2 images (32 threads over 64) run whole, unprobed, and say so.
+expect "bench: micro-batch pieces" 0 \
+    "^  pieces: 4 of at most 8 images a thread's slice of 32 \(--micro-batch\)$" \
+    "$tools/vit_bench" --threads 2 --config digits --quick --steps 1 --reps 1 --micro-batch 8
+expect "bench: slices too small to probe" 0 \
+    "^  pieces: 1 of at most 2 images a thread's slice of 2 \(automatic" \
+    "$tools/vit_bench" --threads 32 --config digits --quick --steps 1 --reps 1
+exact "bench: bad micro-batch" 2 "vit_bench: --micro-batch needs an integer in [0, 1048576]" \
+    "$tools/vit_bench" --micro-batch -1
 check_readme_block "## Using attention in your own training code" "$example"
 # The model example lives in docs/extending.md, beside the README.
 check_readme_block "## Writing your own model" "$model_example" "$(dirname "$readme")/docs/extending.md"

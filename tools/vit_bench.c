@@ -309,7 +309,10 @@ static int run_config(const char *name, const vit_config *c, const options *o, d
     double share = median(grad_share, o->reps);
     printf("  phases (timed reps, median): forward+loss+backward %.0f%%, AdamW %.0f%%\n",
            100 * share, 100 * (1 - share));
+    /* 0: slices under 3 images, which the model runs whole without probing. */
     int slice = (BATCH + o->threads - 1) / o->threads, piece = vit_model_micro_batch(m);
+    if (piece <= 0 || piece > slice)
+        piece = slice;
     printf("  pieces: %d of at most %d images a thread's slice of %d (%s)\n",
            (slice + piece - 1) / piece, piece, slice,
            o->micro_batch ? "--micro-batch" : "automatic: about 24 MiB of tape each");
@@ -406,9 +409,14 @@ static int in_child(bench_fn fn, const void *arg, const options *o, double gemm_
         _exit(rc);
     }
     int status = 0;
-    if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status))
+    if (waitpid(pid, &status, 0) < 0)
         return 1;
-    return WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) { /* say so: a crash must not pass as a silent exit 1 */
+        fprintf(stderr, "vit_bench: the benchmark's process died of signal %d\n",
+                WTERMSIG(status));
+        return 1;
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
 static int train_fn(const void *arg, const options *o, double g)
