@@ -27,7 +27,6 @@
 #include <string.h>
 #include <sys/mman.h>
 
-
 #include "error.h"
 #include "tape_engine.h"
 #include "tape_internal.h"
@@ -247,29 +246,26 @@ int vit_tape_fail(vit_tape *t, int code) { return t ? tape_fail(t, code) : code;
 
 int vit_tape_status(const vit_tape *t) { return t ? t->status : VIT_EINVAL; }
 
-size_t vit_tape_bytes(const vit_tape *t)
+/* What t and the tape it recomputes on hold, counting the arena as its
+ * chunks' capacity, or with used as its high-water mark since the reset. */
+static size_t tape_bytes(const vit_tape *t, int used)
 {
     if (!t)
         return 0;
     size_t n = t->cap_ops * sizeof *t->ops
              + (t->scratch_cap + t->ring_cap[0] + t->ring_cap[1]) * sizeof(vit_real);
-    for (const chunk *c = t->chunks; c; c = c->next)
-        n += c->cap;
+    if (used)
+        n += t->high;
+    else
+        for (const chunk *c = t->chunks; c; c = c->next)
+            n += c->cap;
     for (const gblock *b = t->pool; b; b = b->next)
         n += b->cap * sizeof(vit_real);
-    return n + vit_tape_bytes(t->sub);
+    return n + tape_bytes(t->sub, used);
 }
 
-size_t vit_tape_used_bytes(const vit_tape *t)
-{
-    if (!t)
-        return 0;
-    size_t cap = 0;
-    for (const chunk *c = t->chunks; c; c = c->next)
-        cap += c->cap;
-    return vit_tape_bytes(t) - cap - vit_tape_bytes(t->sub) + t->high
-           + vit_tape_used_bytes(t->sub);
-}
+size_t vit_tape_bytes(const vit_tape *t) { return tape_bytes(t, 0); }
+size_t vit_tape_used_bytes(const vit_tape *t) { return tape_bytes(t, 1); }
 
 int vit_tape_op_count(const vit_tape *t) { return t ? t->nops : 0; }
 
