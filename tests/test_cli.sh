@@ -155,6 +155,20 @@ expect "eval" 0 "test split: 360 images, loss [0-9.]+, accuracy 0\.[0-9]+" \
 expect "eval, --key=value" 0 "^train split: 1437 images, loss [0-9.]+, accuracy 0\.[0-9]+$" \
     "$tools/vit_eval" "$tmp/run/last.ckpt" --data=digits --split=train
 expect "eval missing checkpoint" 1 "$tmp/none.ckpt" "$tools/vit_eval" "$tmp/none.ckpt"
+# A run's folder stands for its checkpoint: last.ckpt here (no best.ckpt),
+# the same figures; a folder without one is refused by name.
+by_file=$("$tools/vit_eval" "$tmp/run/last.ckpt" --data digits 2>&1)
+by_dir=$("$tools/vit_eval" "$tmp/run" --data digits 2>&1)
+if [ -n "$by_file" ] && [ "$by_dir" = "$by_file" ]; then
+    pass=$((pass + 1)); echo "ok   eval of the run's folder: last.ckpt's output"
+else
+    fail=$((fail + 1)); echo "FAIL eval of the run's folder:"; sed 's/^/     /' <<<"$by_dir"
+fi
+mkdir -p "$tmp/empty"
+exact "eval: a folder without a run" 2 "vit_eval: checkpoint $tmp/empty: a folder without last.ckpt, so not a run's folder (give a run's folder or a checkpoint file)" \
+    "$tools/vit_eval" "$tmp/empty"
+exact "resume: a folder without a run" 2 "vit_train: --resume $tmp/empty: a folder without last.ckpt, so not a run's folder (give a run's folder or a checkpoint file)" \
+    "$tools/vit_train" --resume "$tmp/empty"
 head -c 100 "$tmp/run/last.ckpt" >"$tmp/cut.ckpt"
 expect "eval truncated checkpoint" 1 "cut.ckpt.*truncated" "$tools/vit_eval" "$tmp/cut.ckpt"
 echo "not a png" >"$tmp/x.png"

@@ -214,14 +214,15 @@ echo "     metrics: $(tr '\n' ';' <<<"$want")"
 check "--val: each epoch's figures, val acc too, are metrics.csv's" '[ -n "$rows" ] && [ "$rows" = "$want" ] && [ "$(wc -l <<<"$rows")" -eq 3 ]'
 check "--val: the final validation accuracy is the last epoch's" \
     'grep -qx "validation accuracy $(tail -1 <<<"$want" | cut -d" " -f5)" val.out'
-"$tools/vit_train" $small --epochs 4 --resume v/last.ckpt >drop.out 2>&1
+"$tools/vit_train" $small --epochs 4 --val 50 --resume v/last.ckpt >drop.out 2>&1
 rc=$?
 cat drop.out | sed 's/^/     | /'
-check "--val: a resume without it is refused, metrics untouched" \
-    '[ $rc -ne 0 ] && grep -q "logged with a validation set and this run has none" drop.out && [ "$(wc -l <v/metrics.csv)" -eq 4 ]'
-"$tools/vit_train" $small --epochs 4 --val 100 --resume v/last.ckpt >keep.out 2>&1
-check "--val: a resume with it adds epoch 4 with its val_acc, val_loss" \
-    '[ "$(wc -l <v/metrics.csv)" -eq 5 ] && [ "$(tail -1 v/metrics.csv | tr -cd , | wc -c)" -eq 8 ]'
+check "--val: a resume with another count is refused, naming both, metrics untouched" \
+    '[ $rc -ne 0 ] && grep -q "held out its last 100 training images for validation, this resume asks for 50" drop.out && [ "$(wc -l <v/metrics.csv)" -eq 4 ]'
+"$tools/vit_train" $small --epochs 4 --resume v >keep.out 2>&1
+rc=$?
+check "--val: a resume of the run's folder, without --val, keeps the run's: epoch 4 with its val_acc, val_loss" \
+    '[ $rc -eq 0 ] && [ "$(wc -l <v/metrics.csv)" -eq 5 ] && [ "$(tail -1 v/metrics.csv | tr -cd , | wc -c)" -eq 8 ] && [ -n "$(tail -1 v/metrics.csv | cut -d, -f8)" ]'
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

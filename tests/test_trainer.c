@@ -474,6 +474,7 @@ START_TEST(test_checkpoint_knows_its_data)
     ck_assert_int_eq(got.train_count, N_TRAIN);
     ck_assert_int_eq(got.test_count, g_test.count);
     ck_assert_int_eq(got.height * got.width * got.channels, 64);
+    ck_assert_int_eq(got.val_count, 0);
 
     /* One label changed is other data: refused on resume, naming both. */
     vit_dataset other = g_train;
@@ -497,6 +498,46 @@ START_TEST(test_checkpoint_knows_its_data)
     ck_assert(vit_run_data_same(&got, &changed));
     ck_assert_str_eq(got.spec, "digits"); /* no spec given: the run's is kept */
     free(other.labels);
+    fu_remove_tree(dir);
+}
+END_TEST
+
+/* The validation tail is in the record, and a resume that would hold out
+ * another is refused, naming both counts; the same count goes on. */
+START_TEST(test_checkpoint_records_val_count)
+{
+    load_digits();
+    char dir[64], ckpt[128];
+    fu_mkdtemp(dir, sizeof dir, "/tmp/vit_trainer_test_XXXXXX");
+    snprintf(ckpt, sizeof ckpt, "%s/last.ckpt", dir);
+    vit_config cfg;
+    vit_train_config tc;
+    tiny_config(&cfg, &tc, 2);
+    vit_train_result res;
+    vit_train_opts o = {.out_dir = dir, .ckpt_every = 1, .stop_after_epochs = 1,
+                        .val_count = 300};
+    ck_assert_int_eq(vit_train_run(&cfg, &tc, &g_train, &g_test, &o, &res), VIT_OK);
+    vit_train_result_free(&res);
+    vit_run_data got;
+    int known = 0;
+    ck_assert_int_eq(vit_run_data_read(ckpt, &got, &known), VIT_OK);
+    ck_assert_int_eq(known, 1);
+    ck_assert_int_eq(got.val_count, 300);
+    ck_assert_int_eq(got.train_count, N_TRAIN); /* the tail is counted in */
+
+    o.resume = ckpt;
+    o.stop_after_epochs = 0;
+    o.val_count = 200;
+    ck_assert_int_eq(vit_train_run(&cfg, &tc, &g_train, &g_test, &o, &res), VIT_EINVAL);
+    ck_assert_msg(strstr(vit_last_error(), "last 300 training images") != NULL
+                  && strstr(vit_last_error(), "asks for 200") != NULL, "%s", vit_last_error());
+    o.val_count = 300;
+    ck_assert_msg(vit_train_run(&cfg, &tc, &g_train, &g_test, &o, &res) == VIT_OK, "%s",
+                  vit_last_error());
+    ck_assert_int_eq(res.epochs_done, 2);
+    vit_train_result_free(&res);
+    ck_assert_int_eq(vit_run_data_read(ckpt, &got, &known), VIT_OK);
+    ck_assert_int_eq(got.val_count, 300);
     fu_remove_tree(dir);
 }
 END_TEST
@@ -738,6 +779,7 @@ static Suite *trainer_suite(void)
     tcase_add_loop_test(tc, test_stop_and_resume_exact, 0, 2);
     tcase_add_test(tc, test_resume_and_set_aside_events);
     tcase_add_test(tc, test_checkpoint_knows_its_data);
+    tcase_add_test(tc, test_checkpoint_records_val_count);
     tcase_add_test(tc, test_save_best_scores_the_kept_model);
     tcase_add_test(tc, test_early_stop_resumes_with_its_best);
     tcase_add_test(tc, test_resumed_epoch_counts_the_whole_run);

@@ -53,6 +53,10 @@ check "vit_eval best.ckpt --tta none gives its one-pass figure" \
     'grep -qE "^test split: 360 images, loss [0-9.]+, accuracy ${plain:-x}$" "$tmp/ev1.txt"'
 check "vit_eval best.ckpt names the run's figure for it, the same" \
     'grep -qx "the run reported test accuracy ${acc:-x} for this model (tta shift9, final.csv)" "$tmp/ev.txt"'
+# The run's folder names the model it kept: best.ckpt, said on stderr.
+"$tools/vit_eval" "$tmp/sb/" --data digits >"$tmp/evd.txt" 2>"$tmp/evd.err"
+check "vit_eval RUN_FOLDER scores best.ckpt, as vit_eval best.ckpt, and says so" \
+    'cmp -s "$tmp/evd.txt" "$tmp/ev.txt" && grep -qx "vit_eval: checkpoint $tmp/sb/: best.ckpt, the model the run kept (its last epoch is last.ckpt)" "$tmp/evd.err"'
 "$tools/vit_eval" "$tmp/sb/last.ckpt" --data digits >"$tmp/evl.txt" 2>&1
 if [ "${best:-3}" -lt 3 ]; then
     check "vit_eval last.ckpt (epoch 3, not the best) claims no reported figure" \

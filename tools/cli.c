@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int cli_gemm_env_ok(const char *prog)
@@ -654,4 +655,39 @@ int cli_reported_accuracy(const char *ckpt, long long epoch, double *acc, int *t
     }
     vit_metrics_free(&t);
     return ok;
+}
+
+/* 1 if dir/name is a regular file, its path in buf. */
+static int run_file(const char *dir, const char *name, char *buf, size_t cap, int *fits)
+{
+    struct stat sb;
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/') /* "runs/x/" names runs/x/last.ckpt */
+        len--;
+    int n = snprintf(buf, cap, "%.*s/%s", (int)len, dir, name);
+    *fits = n >= 0 && (size_t)n < cap;
+    return *fits && stat(buf, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+const char *cli_run_checkpoint(const char *prog, const char *flag, const char *arg, int resume,
+                               char *buf, size_t cap)
+{
+    struct stat sb;
+    if (!arg || stat(arg, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return arg; /* a file, or nothing: the loader says what is wrong */
+    const char *what = flag ? flag : "checkpoint";
+    int fits = 1;
+    if (!resume && run_file(arg, "best.ckpt", buf, cap, &fits)) {
+        fprintf(stderr, "%s: %s %s: best.ckpt, the model the run kept (its last epoch is "
+                "last.ckpt)\n", prog, what, arg);
+        return buf;
+    }
+    if (fits && run_file(arg, "last.ckpt", buf, cap, &fits))
+        return buf;
+    if (!fits)
+        fprintf(stderr, "%s: %s %s: path too long\n", prog, what, arg);
+    else
+        fprintf(stderr, "%s: %s %s: a folder without last.ckpt, so not a run's folder (give "
+                "a run's folder or a checkpoint file)\n", prog, what, arg);
+    return NULL;
 }

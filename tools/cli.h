@@ -198,6 +198,17 @@ int cli_load_data(const char *prog, const char *data, const vit_data_opts *opts,
  * or it scored another model (best.ckpt's, not this last.ckpt's). */
 int cli_reported_accuracy(const char *ckpt, long long epoch, double *acc, int *tta, int *scored);
 
+/* What a checkpoint argument names: a checkpoint file, or a run's folder.
+ * For a folder, `resume` 1 takes its last.ckpt (where the run stopped);
+ * 0 takes the model the run kept, best.ckpt when the run wrote one (its
+ * final figures scored it; a note on stderr says so) else last.ckpt.  The
+ * path is written to buf (cap bytes) for a folder; a file argument is
+ * returned as given.  NULL, with one line on stderr naming the flag (or
+ * "checkpoint" for NULL flag) and the folder, when the folder holds no
+ * such file or the path does not fit. */
+const char *cli_run_checkpoint(const char *prog, const char *flag, const char *arg, int resume,
+                               char *buf, size_t cap);
+
 /* Prints the config keys as options (for --help). */
 void cli_print_config_keys(FILE *f);
 

@@ -2,6 +2,7 @@
  * vit_train's fine-tuning flags (--init-from and its kin, vit_train_opts)
  * and the recipe of a run that starts from trained weights.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,8 +13,11 @@
 
 int finetune_flag(const char *a, const char *v, vit_train_opts *o)
 {
-    if (strcmp(a, "--init-from") == 0)
-        o->init_from = v;
+    static char from[PATH_MAX + 16];
+    if (strcmp(a, "--init-from") == 0) {
+        if (!(o->init_from = cli_run_checkpoint(prog, a, v, 0, from, sizeof from)))
+            return 2;
+    }
     else if (strcmp(a, "--init-arch") == 0)
         o->init_arch = v;
     else if (strcmp(a, "--init-heads") == 0) {

@@ -4,6 +4,7 @@
  * (or of one patch) over the patch grid as a heat map laid over the input,
  * into one PNG, labelled with the predicted class.
  */
+#include <limits.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -33,6 +34,7 @@ static void usage(void)
            "same on every map and in every picture, so spread-out attention stays dark;\n"
            "figure: the largest weight of any map in the picture; map: each map's own\n"
            "largest (every map then looks peaked, however flat it is).\n"
+           "CKPT may be a run's folder: its best.ckpt when the run kept one, else last.ckpt.\n"
            "Also prints, per map, its range and the patch with the largest weight.\n");
 }
 
@@ -246,6 +248,9 @@ int main(int argc, char **argv)
         return 2;
     }
 
+    char ckpt_path[PATH_MAX + 16]; /* a run folder's checkpoint */
+    if (!(ckpt = cli_run_checkpoint(prog, NULL, ckpt, 0, ckpt_path, sizeof ckpt_path)))
+        return 2;
     vit_model *m = NULL;
     vit_run_state st;
     if (vit_run_load(ckpt, &m, NULL, NULL, &st))

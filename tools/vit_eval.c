@@ -1,6 +1,7 @@
 /*
  * vit_eval - score a checkpoint on a data set: loss, accuracy, confusion.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -15,6 +16,7 @@ static void usage(void)
            "                [--tta none|shift9|shift9flip]\n"
            "Scores a checkpoint written by vit_train on the test (default) or training\n"
            "split of a data set and prints loss, accuracy and the confusion matrix.\n"
+           "CKPT may be a run's folder: its best.ckpt when the run kept one, else last.ckpt.\n"
            "The model is scored as it was trained to be used: with the averaged weights\n"
            "of a run with ema, and with the test-time augmentation of its config (tta);\n"
            "--tta overrides that (none: one pass per image; shift9: the mean\n"
@@ -111,6 +113,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: no checkpoint given (see --help)\n", prog);
         return 2;
     }
+    char ckpt_path[PATH_MAX + 16]; /* a run folder's checkpoint */
+    if (!(ckpt = cli_run_checkpoint(prog, NULL, ckpt, 0, ckpt_path, sizeof ckpt_path)))
+        return 2;
     if (threads)
         vit_set_threads(threads);
     vit_model *m = NULL;

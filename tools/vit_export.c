@@ -4,6 +4,7 @@
  * them; optionally also the model's logits on the test split as CSV, which
  * tools/torch_check_export.py compares against PyTorch's.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -22,7 +23,7 @@ static void usage(void)
            "blocks.N.attn.qkv, ..., head; a stem as patch_embed.backbone.0, the 3x3\n"
            "Conv2d before GELU, stem2 as backbone.2; with lsa = 1 also\n"
            "blocks.N.attn.tau, a tensor timm lacks), with the model config in\n"
-           "__metadata__.\n"
+           "__metadata__.  ""CKPT may be a run's folder: its best.ckpt when the run kept one, else last.ckpt.\n"
            "--logits also writes the logits of the test split of --data (default: the\n"
            "data the run trained on) as CSV (index,label,pred,logit_0,...) for\n"
            "tools/torch_check_export.py to compare with PyTorch; the data is checked\n"
@@ -91,6 +92,9 @@ int main(int argc, char **argv)
                 !ckpt ? "no checkpoint given" : "no --out file given");
         return 2;
     }
+    char ckpt_path[PATH_MAX + 16]; /* a run folder's checkpoint */
+    if (!(ckpt = cli_run_checkpoint(prog, NULL, ckpt, 0, ckpt_path, sizeof ckpt_path)))
+        return 2;
     vit_model *m = NULL;
     vit_run_state st;
     vit_train_config tc; /* the run's recipe: into the metadata, its tta said */

@@ -3,6 +3,7 @@
  * a checkpoint; prints, per file, the most likely classes and their
  * probabilities, or writes them to a CSV file.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +27,7 @@ static void usage(void)
            "--class-names of training, for digits and IDX).  Images must have the\n"
            "model's size and channels, unless --fit is given or the run fitted its own\n"
            "images (vit_train --image-size or --channels, or a folder of mixed images):\n"
-           "then every image is fitted the same way.\n"
+           "then every image is fitted the same way.  ""CKPT may be a run's folder: its best.ckpt when the run kept one, else last.ckpt.\n"
            "  --fit        convert gray<->RGB (RGB to gray by BT.601 luma) and resize to\n"
            "               the model's size with a bilinear (triangle) filter, widened\n"
            "               when shrinking (vit_image_fit)\n"
@@ -207,6 +208,10 @@ int main(int argc, char **argv)
     if (paths == NULL)
         return cli_fail(prog, "out of memory");
     int rc = parse(argc, argv, &o, paths, &npaths);
+    char ckpt_path[PATH_MAX + 16]; /* a run folder's checkpoint */
+    if (rc < 0 && !(o.ckpt = cli_run_checkpoint(prog, NULL, o.ckpt, 0, ckpt_path,
+                                                sizeof ckpt_path)))
+        rc = 2;
     if (rc < 0 && cli_image_paths(prog, paths, npaths, &files, &n, &ignored))
         rc = 1;
     free(paths);

@@ -42,7 +42,8 @@ static void usage(FILE *f)
         "                       already holds a run is refused\n"
         "  --force              start over in a folder that already holds a run\n"
         "  --resume CKPT        continue a run from its checkpoint (taken at an epoch's\n"
-        "                       end or inside one).  The run keeps its recipe:\n");
+        "                       end or inside one), or from a run's folder (its\n"
+        "                       last.ckpt).  The run keeps its recipe:\n");
     fprintf(f, "                       %s\n", VIT_RESUME_MAY_CHANGE);
     fprintf(f,
         "                       (--epochs: the cosine schedule is recomputed for the\n"
@@ -55,6 +56,7 @@ static void usage(FILE *f)
         "");
     fputs(
         "  --init-from FILE     a new run from trained weights: one of our checkpoints\n"
+        "                       (or a run's folder: its best.ckpt, else last.ckpt)\n"
         "                       or exports, or a timm VisionTransformer safetensors\n"
         "                       file; its architecture, adapted to the data (position\n"
         "                       embeddings resampled, 3 <-> 1 channels, a new head).\n"
@@ -207,6 +209,15 @@ static void folder_of(const char *path, char *out, size_t cap)
         snprintf(out, cap, ".");
     else
         snprintf(out, cap, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+}
+
+/* --resume's checkpoint: the file given, or a run folder's last.ckpt
+ * (NULL after saying why).  One buffer: both passes over the flags
+ * resolve the same argument. */
+static const char *resume_path(const char *arg)
+{
+    static char path[PATH_MAX + 16];
+    return cli_run_checkpoint(prog, "--resume", arg, 1, path, sizeof path);
 }
 
 /* Under mpirun every rank runs the same command; rank 0 alone speaks. */
@@ -485,8 +496,10 @@ static int parse_flags(int argc, char **argv, vit_config *cfg, vit_train_config 
                 fprintf(stderr, "%s: --out: path longer than %d bytes\n", prog, (int)out_cap - 1);
                 return 2;
             }
-        } else if (strcmp(a, "--resume") == 0)
-            o->resume = v;
+        } else if (strcmp(a, "--resume") == 0) {
+            if (!(o->resume = resume_path(v)))
+                return 2;
+        }
         else if (strcmp(a, "--val") == 0) {
             if (!cli_int(prog, a, v, 0, 1 << 30, &o->val_count))
                 return 2;
@@ -607,8 +620,10 @@ static int run(int argc, char **argv)
             config = argv[++i];
         else if (strcmp(argv[i], "--arch") == 0 && i + 1 < argc)
             arch = argv[++i];
-        else if (strcmp(argv[i], "--resume") == 0 && i + 1 < argc)
-            o.resume = argv[++i];
+        else if (strcmp(argv[i], "--resume") == 0 && i + 1 < argc) {
+            if (!(o.resume = resume_path(argv[++i])))
+                return 2;
+        }
     }
     /* A resumed run starts from its own recipe; flags then say what differs. */
     if (o.resume && vit_run_config(o.resume, &cfg, &tc))
@@ -639,6 +654,15 @@ static int run(int argc, char **argv)
     if (o.resume && vit_run_data_read(o.resume, &rec, &known))
         return cli_fail(prog, NULL);
     data = o.resume ? cli_data_of_run(&rec, known, data, &unused) : data ? data : "digits";
+    /* A resume holds out the validation images the run did, unless --val
+     * says otherwise (which the library refuses, naming both); a recorded
+     * --val-split gives them itself (train_split.c). */
+    int val_given = 0;
+    for (int i = 1; i < argc; i++)
+        val_given |= strcmp(argv[i], "--val") == 0;
+    if (o.resume && known && rec.val_count > 0 && rec.split.val == 0 && !o.other_data &&
+        !val_given)
+        o.val_count = rec.val_count;
     /* Recorded as an absolute path, so that tools run from elsewhere find
      * it again ("digits" and paths that do not resolve stay as given). */
     char data_abs[PATH_MAX];

@@ -68,6 +68,11 @@ typedef struct vit_run_data {
                                          before it was recorded; stored as
                                          "fit = HxWxC" (0 for a part
                                          kept) */
+    int val_count;                    /* the validation tail held out of
+                                         train_count (vit_train_opts
+                                         .val_count): 0 for none, and in
+                                         records written before it was
+                                         recorded (0.3.0) */
 } vit_run_data;
 
 /* Fills *out with the fingerprint of train and test and with spec (NULL:
@@ -385,7 +390,10 @@ typedef struct vit_train_opts {
     int ckpt_every;          /* epochs between checkpoints (>= 1) */
     int val_count;           /* hold out the last val_count training images
                                 as a validation set (0: none); the test set
-                                is never used for choices */
+                                is never used for choices.  Recorded in the
+                                checkpoints' data record; a resume must
+                                give the same (vit_train does, from the
+                                record) */
     int stop_after_epochs;   /* stop (with a checkpoint) once this many epochs
                                 are complete, as if interrupted; 0: run to
                                 the end */
@@ -725,7 +733,8 @@ void vit_trainer_free(vit_trainer *t);
  * checkpoints the run writes from then on (so vit_run_config and a later
  * resume see the new values), any other difference is refused with
  * VIT_EINVAL naming the key and both values, as is a val_count that adds
- * or removes the validation set.  A resumed run that has done all its
+ * or removes the validation set or, where the checkpoint recorded its
+ * val_count (vit_run_data, from 0.3.0), changes it.  A resumed run that has done all its
  * epochs trains nothing and sets res->already_complete.  OUT/metrics.csv
  * then keeps the checkpoint's epochs' rows of the metrics.csv next to the
  * checkpoint.  An out_dir that already holds another run

@@ -116,6 +116,9 @@ int vit_run_data_format(const vit_run_data *d, char *buf, size_t cap)
     if (n >= 0 && (size_t)n < cap && (d->fit.height > 0 || d->fit.channels > 0))
         n += snprintf(buf + n, cap - (size_t)n, "fit = %dx%dx%d\n", d->fit.height, d->fit.width,
                       d->fit.channels);
+    /* Likewise only with a validation tail. */
+    if (n >= 0 && (size_t)n < cap && d->val_count > 0)
+        n += snprintf(buf + n, cap - (size_t)n, "val_count = %d\n", d->val_count);
     if (n < 0 || (size_t)n >= cap)
         return vit_fail(VIT_EINVAL, "vit_run_save: the data record does not fit %zu bytes", cap);
     return VIT_OK;
@@ -142,10 +145,10 @@ static int parse_fit(const char *v, vit_data_fit *fit)
 /* One "key = value" line of the record into *d; 0 when it is not one. */
 static int parse_line(const char *line, vit_run_data *d)
 {
-    static const char *const ints[6] = {"train_count", "test_count", "height", "width",
-                                        "channels", "classes"};
-    int *slots[6] = {&d->train_count, &d->test_count, &d->height, &d->width, &d->channels,
-                     &d->classes};
+    static const char *const ints[7] = {"train_count", "test_count", "height", "width",
+                                        "channels", "classes", "val_count"};
+    int *slots[7] = {&d->train_count, &d->test_count, &d->height, &d->width, &d->channels,
+                     &d->classes, &d->val_count};
     const char *eq = strstr(line, " = ");
     if (!eq)
         return 0;
@@ -173,7 +176,7 @@ static int parse_line(const char *line, vit_run_data *d)
         d->split.seed = strtoull(v, &end, 10);
         return *end == 0 && end != v && *v != '-';
     }
-    for (int k = 0; k < 6; k++)
+    for (int k = 0; k < 7; k++)
         if (strlen(ints[k]) == klen && strncmp(line, ints[k], klen) == 0) {
             long x = strtol(v, &end, 10);
             if (*end || end == v || x < 0 || x > 1 << 30)
@@ -209,6 +212,9 @@ int vit_run_data_parse(const char *text, const char *path, vit_run_data *d)
     if (d->train_count <= 0 || d->test_count <= 0 || d->height <= 0 || d->width <= 0
         || d->channels <= 0 || d->classes <= 0)
         return vit_fail(VIT_EFORMAT, "%s: the data record lacks counts or the image shape", path);
+    if (d->val_count >= d->train_count)
+        return vit_fail(VIT_EFORMAT, "%s: the data record holds out %d validation images of %d "
+                        "training images", path, d->val_count, d->train_count);
     if (!(d->split.val + d->split.test < 1))
         return vit_fail(VIT_EFORMAT, "%s: the data record's split fractions %g and %g sum to 1 "
                         "or more", path, d->split.val, d->split.test);

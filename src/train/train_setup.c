@@ -144,6 +144,7 @@ static int check_data(vit_trainer *t)
         return rc;
     now.split = t->o.data_split;
     now.fit = t->o.data_fit;
+    now.val_count = t->o.val_count;
     if (t->st.has_data && !vit_run_data_same(&t->st.data, &now) && !t->o.other_data) {
         char was[256], is[256];
         return vit_fail(VIT_EDATA, "%s: the run trained on %s%s%s%s; this data%s%s%s is %s",
@@ -153,6 +154,14 @@ static int check_data(vit_trainer *t)
                         *now.spec ? ", '" : "", now.spec, *now.spec ? "'," : "",
                         vit_run_data_describe(&now, is, sizeof is));
     }
+    /* Another validation tail would train on images the run held out
+     * (or hold out some it trained on). */
+    if (t->st.has_data && !t->o.other_data && t->st.data.val_count != t->o.val_count &&
+        t->st.data.val_count > 0)
+        return vit_fail(VIT_EINVAL, "%s: the run held out its last %d training images for "
+                        "validation, this resume asks for %d (val_count); a resumed run keeps "
+                        "its own",
+                        t->o.resume, t->st.data.val_count, t->o.val_count);
     if (!t->o.data_spec && t->st.has_data)
         memcpy(now.spec, t->st.data.spec, sizeof now.spec);
     /* The same data without a split given: the split the record names. */
