@@ -685,46 +685,126 @@ START_TEST(train_refusals)
 }
 END_TEST
 
-/* Another architecture's weights are refused by name: a Swin export
- * through vit_train_run's init_from and through vit_model_adapt. */
-START_TEST(train_refuses_swin)
+/* A small Swin (8x8 gray images: a 4x4 grid in windows of 2, two stages),
+ * with its keys set on sc and the shape h x w. */
+static void swin_config(vit_config *sc, int h, int w)
 {
-    vit_config sc;
-    vit_config_default(&sc);
-    static const char *const kv[][2] = {
-        {"arch", "swin"}, {"image_height", "8"}, {"image_width", "8"}, {"channels", "1"},
+    vit_config_default(sc);
+    char hs[16], ws[16];
+    snprintf(hs, sizeof hs, "%d", h);
+    snprintf(ws, sizeof ws, "%d", w);
+    const char *const kv[][2] = {
+        {"arch", "swin"}, {"image_height", hs}, {"image_width", ws}, {"channels", "1"},
         {"classes", "10"}, {"patch", "2"}, {"window", "2"}, {"embed_dim", "4"},
         {"stages", "2"}, {"depth_1", "2"}, {"depth_2", "2"}, {"heads_1", "2"},
         {"heads_2", "2"}, {"mlp_ratio", "2"}};
     for (size_t i = 0; i < sizeof kv / sizeof *kv; i++)
-        ck_assert_msg(vit_config_set(&sc, kv[i][0], kv[i][1]) == VIT_OK, "%s: %s", kv[i][0],
+        ck_assert_msg(vit_config_set(sc, kv[i][0], kv[i][1]) == VIT_OK, "%s: %s", kv[i][0],
                       vit_last_error());
+}
+
+/* Another architecture's weights adapt as the ViT's do, where it has the
+ * same parts: a gray Swin read by an RGB one computes the same logits on
+ * equal channels (its patch embedding repeated / 3, everything else
+ * copied); a new head for other classes; images its windows cannot tile
+ * are refused naming the size; and vit_train_run fine-tunes it, refusing
+ * the ViT-only freeze. */
+START_TEST(swin_adapts)
+{
+    vit_config sc;
+    swin_config(&sc, 8, 8);
     vit_model *swin = vit_model_new(&sc);
     ck_assert_msg(swin != NULL, "%s", vit_last_error());
     vit_rng rng;
     vit_rng_seed(&rng, 2);
     vit_model_init(swin, &rng);
+
+    vit_config rgb = sc;
+    rgb.channels = 3;
+    vit_adapt_opts keep = {.keep_head = 1};
+    vit_model *m = NULL;
+    char note[256];
+    ck_assert_msg(vit_model_adapt(swin, &rgb, &keep, &rng, &m, note, sizeof note) == VIT_OK, "%s",
+                  vit_last_error());
+    ck_assert_msg(strstr(note, "1 -> 3 channels (repeated / 3)"), "note: %s", note);
+    enum { B = 3, HW = 64 };
+    vit_real g[B * HW], g3[B * HW * 3];
+    uint32_t s = 7;
+    images(&s, g, (size_t)B * HW);
+    for (size_t i = 0; i < (size_t)B * HW; i++)
+        g3[3 * i] = g3[3 * i + 1] = g3[3 * i + 2] = g[i];
+    vit_tape *tape = vit_tape_new();
+    vit_tensor *y = vit_model_forward(swin, tape, g, B, 0);
+    ck_assert_ptr_nonnull(y);
+    double want[B * 10], spread = 0;
+    for (int i = 0; i < B * 10; i++)
+        want[i] = (double)y->data[i], spread = fmax(spread, fabs(want[i] - want[0]));
+    ck_assert(spread > 1e-3); /* logits that tell the classes apart */
+    vit_tape_free(tape);
+    expect_logits(m, g3, B, want, 1e-5, "swin 1 -> 3 (repeated / 3)");
+    vit_model_free(m);
+
+    /* Other classes: a new head, every other tensor copied bitwise. */
+    vit_config five = sc;
+    five.classes = 5;
+    vit_adapt_opts fresh = {.keep_head = 0};
+    ck_assert_msg(vit_model_adapt(swin, &five, &fresh, &rng, &m, note, sizeof note) == VIT_OK,
+                  "%s", vit_last_error());
+    ck_assert_msg(strstr(note, "new head (5 classes)"), "note: %s", note);
+    int copied = 0;
+    for (int i = 0; i < vit_model_tensor_count(m); i++) {
+        const vit_model_tensor *t = vit_model_tensor_at(m, i), *u = vit_model_tensor_at(swin, i);
+        ck_assert_str_eq(t->name, u->name);
+        if (strncmp(t->name, "head.", 5) == 0)
+            continue;
+        ck_assert_msg(t->size == u->size &&
+                      memcmp(vit_model_params(m) + t->offset, vit_model_params(swin) + u->offset,
+                             t->size * sizeof(vit_real)) == 0, "%s not copied", t->name);
+        copied++;
+    }
+    ck_assert_int_eq(copied, vit_model_tensor_count(m) - 2);
+    ck_assert_int_eq(vit_model_tensor_at(m, vit_model_tensor_count(m) - 2)->shape[1], 5);
+    vit_model_free(m);
+
+    /* 12x12 images: a 6x6 grid that merges to 3x3, which windows of 2 do
+     * not tile. */
+    vit_config big = sc;
+    big.image_height = big.image_width = 12;
+    m = (vit_model *)&big;
+    ck_assert_int_eq(vit_model_adapt(swin, &big, &fresh, &rng, &m, NULL, 0), VIT_EINVAL);
+    ck_assert_ptr_null(m);
+    ck_assert_msg(strstr(vit_last_error(), "the swin model of the source does not fit 12x12 "
+                         "images"), "%s", vit_last_error());
+
+    /* Through the trainer: it fine-tunes from the export, and names the
+     * ViT-only options it cannot apply. */
     char path[600];
     snprintf(path, sizeof path, "%s", fu_path("swin.safetensors"));
     ck_assert_msg(vit_safetensors_save(swin, NULL, NULL, path, NULL) == VIT_OK, "%s",
                   vit_last_error());
-    vit_adapt_opts ao = {.keep_head = 0};
-    vit_model *m = NULL;
-    ck_assert_int_eq(vit_model_adapt(swin, &sc, &ao, &rng, &m, NULL, 0), VIT_EINVAL);
-    ck_assert_ptr_null(m);
-    ck_assert_msg(strstr(vit_last_error(), "a swin model"), "%s", vit_last_error());
     vit_model_free(swin);
     vit_dataset train, test;
     digits(&train, &test);
     vit_config cfg;
     vit_train_config tc;
     small_config(&cfg, &tc);
-    vit_train_opts o = {.out_dir = fu_path("swin_refused"), .ckpt_every = 1, .init_from = path};
+    vit_train_opts o = {.out_dir = fu_path("swin_frozen"), .ckpt_every = 1, .init_from = path,
+                        .freeze = 1};
     vit_train_result res;
     ck_assert_int_eq(vit_train_run(&cfg, &tc, &train, &test, &o, &res), VIT_EINVAL);
-    ck_assert_msg(strstr(vit_last_error(), "a swin model: fine-tuning starts from a ViT's"),
-                  "%s", vit_last_error());
-    ck_assert_int_eq(access(fu_path("swin_refused/last.ckpt"), F_OK), -1);
+    ck_assert_msg(strstr(vit_last_error(), "a swin model: freeze counts a ViT's blocks"), "%s",
+                  vit_last_error());
+    ck_assert_int_eq(access(fu_path("swin_frozen/last.ckpt"), F_OK), -1);
+    o.freeze = 0;
+    o.out_dir = fu_path("swin_tuned");
+    ck_assert_msg(vit_train_run(&cfg, &tc, &train, &test, &o, &res) == VIT_OK, "%s",
+                  vit_last_error());
+    vit_train_result_free(&res);
+    vit_model *tuned = NULL;
+    ck_assert_msg(vit_run_load(fu_path("swin_tuned/last.ckpt"), &tuned, NULL, NULL, NULL) ==
+                  VIT_OK, "%s", vit_last_error());
+    ck_assert_str_eq(vit_model_arch(tuned)->name, "swin");
+    vit_model_free(tuned);
 }
 END_TEST
 
@@ -750,7 +830,7 @@ static Suite *finetune_suite(void)
     tcase_add_test(tt, train_linear_probe);
     tcase_add_test(tt, train_init_keeps_source);
     tcase_add_test(tt, train_refusals);
-    tcase_add_test(tt, train_refuses_swin);
+    tcase_add_test(tt, swin_adapts);
     suite_add_tcase(s, tt);
     return s;
 }

@@ -109,22 +109,26 @@ void vit_config_take_arch(vit_config *dst, const vit_config *src);
 
 /* A new model for target (its architecture src's: vit_config_take_arch;
  * its image size, channels and classes those of the new data) with src's
- * weights adapted:
- *   - position embeddings resampled (vit_pos_resample) when the grid
- *     differs;
- *   - the first layer (patch.w, or stem.w with a stem) from 3 channels to 1
+ * weights adapted, tensor by tensor by name (any architecture):
+ *   - a ViT's position embeddings resampled (vit_pos_resample) when the
+ *     grid differs;
+ *   - the first layer (the one tensor [taps * C, out] whose rows scale
+ *     with the channels: patch.w, or stem.w with a stem) from 3 channels to 1
  *     by summing the channels' weights (timm's adapt_input_conv), from 1
  *     to 3 by repeating them scaled by 1/3 (so a gray image given as three
  *     equal channels computes what it did); other channel changes refused;
- *   - the head kept with o->keep_head (the classes must agree), otherwise
+ *   - the head (head.*) kept with o->keep_head (the classes must agree), otherwise
  *     new: drawn from rng as vit_model_init draws it (truncated normal of
  *     target's init_std, zero bias);
- *   - every other tensor copied.
+ *   - every other tensor copied; one whose shape differs from src's
+ *     otherwise (an architecture whose tensors depend on the image size
+ *     in another way) is refused, naming it and both shapes.
  * *out is the caller's.  note (cap bytes, may be NULL) receives one line
  * saying what was adapted, e.g. "pos 14x14 -> 7x7 bicubic; 3 -> 1
  * channels (summed); new head (10 classes)".  Returns VIT_OK; VIT_EINVAL
- * for NULL pointers, a src of another architecture than the ViT (named), a
- * target whose architecture is not src's, a channel
+ * for NULL pointers, a target whose architecture is not src's or that src's
+ * keys do not fit (Swin's windows that do not tile target's grid: "the
+ * swin model of the source does not fit HxW images: ..."), a channel
  * change other than 3 <-> 1, a change from 3 channels of a src with
  * data_norm (its per-channel statistics have no 1-channel equivalent), or
  * keep_head with other classes; VIT_ENOMEM.

@@ -152,6 +152,26 @@ static void grid_of(const vit_config *c, int *gh, int *gw)
     vit_patch_grid(&ps, gh, gw);
 }
 
+/* "[d0, d1, ...]" of t into buf. */
+static const char *shape_text(const vit_model_tensor *t, char *buf, size_t cap)
+{
+    size_t l = (size_t)snprintf(buf, cap, "[");
+    for (int k = 0; k < t->ndim && l < cap; k++)
+        l += (size_t)snprintf(buf + l, cap - l, "%s%d", k ? ", " : "", t->shape[k]);
+    if (l < cap)
+        snprintf(buf + l, cap - l, "]");
+    return buf;
+}
+
+/* 1 if target tensor t is source tensor s with Cd channels where s has
+ * Cs: a first layer, [taps * C, out] rows tap * C + c (a patch embedding
+ * or a stem's convolution, whatever the architecture calls it). */
+static int channel_rows(const vit_model_tensor *s, const vit_model_tensor *t, int Cs, int Cd)
+{
+    return s->ndim == 2 && t->ndim == 2 && s->shape[1] == t->shape[1] && s->shape[0] % Cs == 0 &&
+           t->shape[0] % Cd == 0 && s->shape[0] / Cs == t->shape[0] / Cd;
+}
+
 /* The first layer [taps * Cs, out] of src into dst [taps * Cd, out]. */
 static void adapt_channels(const vit_real *s, int Cs, vit_real *d, int Cd, int taps, int out)
 {
@@ -182,10 +202,6 @@ int vit_model_adapt(const vit_model *src, const vit_config *target, const vit_ad
         return vit_fail(VIT_EINVAL, "vit_model_adapt: %s is NULL",
                         !src ? "src" : !target ? "target" : !o ? "o" : !rng ? "rng" : "out");
     const vit_config *sc = vit_model_config(src);
-    if (vit_model_arch(src) != vit_arch_vit())
-        return vit_fail(VIT_EINVAL, "vit_model_adapt: the source is a %s model; only the ViT's "
-                        "weights are adapted (position embeddings, patch embedding, head)",
-                        vit_model_arch(src)->name);
     if (!same_arch(target, sc))
         return vit_fail(VIT_EINVAL, "vit_model_adapt: the target's architecture (dim, depth, "
                         "heads, mlp, patch, ...) is not the source's (vit_config_take_arch)");
@@ -205,12 +221,17 @@ int vit_model_adapt(const vit_model *src, const vit_config *target, const vit_ad
     if (!m) {
         char why[300];
         snprintf(why, sizeof why, "%s", vit_last_error());
-        return vit_fail(VIT_EINVAL, "vit_model_adapt: the target: %s", why);
+        return vit_fail(VIT_EINVAL, "vit_model_adapt: the %s model of the source does not fit "
+                        "%dx%d images: %s", vit_model_arch(src)->name, target->image_height,
+                        target->image_width, why);
     }
     vit_model_init(m, rng);
-    int sgh, sgw, tgh, tgw;
-    grid_of(sc, &sgh, &sgw);
-    grid_of(target, &tgh, &tgw);
+    const int is_vit = vit_model_arch(src) == vit_arch_vit();
+    int sgh = 0, sgw = 0, tgh = 0, tgw = 0; /* the ViT's grids: its pos */
+    if (is_vit) {
+        grid_of(sc, &sgh, &sgw);
+        grid_of(target, &tgh, &tgw);
+    }
     char buf[256] = "";
     size_t l = 0;
     int rc = VIT_OK;
@@ -218,19 +239,29 @@ int vit_model_adapt(const vit_model *src, const vit_config *target, const vit_ad
     for (int i = 0; i < vit_model_tensor_count(m) && rc == VIT_OK; i++) {
         const vit_model_tensor *t = vit_model_tensor_at(m, i), *s = find(src, t->name);
         vit_real *d = vit_model_params(m) + t->offset;
+        if (!s) { /* cannot happen for one architecture and keys: said, not crashed */
+            rc = vit_fail(VIT_EINVAL, "vit_model_adapt: the source has no tensor %s", t->name);
+            break;
+        }
         const vit_real *v = sp + s->offset;
         if (strncmp(t->name, "head.", 5) == 0 && !o->keep_head)
             continue; /* vit_model_init's */
-        if (strcmp(t->name, "pos") == 0 && (sgh != tgh || sgw != tgw)) {
+        if (is_vit && strcmp(t->name, "pos") == 0 && (sgh != tgh || sgw != tgw)) {
             rc = vit_pos_resample(v, 1, sgh, sgw, sc->dim, d, tgh, tgw);
             l += (size_t)snprintf(buf + l, sizeof buf - l, "%sposition embeddings %dx%d -> %dx%d "
                                   "(bicubic)", l ? "; " : "", sgh, sgw, tgh, tgw);
-        } else if (strcmp(t->name, first_w(sc)) == 0 && Cs != Cd) {
+        } else if (Cs != Cd && channel_rows(s, t, Cs, Cd)) {
             adapt_channels(v, Cs, d, Cd, s->shape[0] / Cs, s->shape[1]);
             l += (size_t)snprintf(buf + l, sizeof buf - l, "%s%d -> %d channels (%s)",
                                   l ? "; " : "", Cs, Cd, Cd == 1 ? "summed" : "repeated / 3");
-        } else {
+        } else if (s->size == t->size && s->ndim == t->ndim &&
+                   memcmp(s->shape, t->shape, (size_t)t->ndim * sizeof *t->shape) == 0) {
             memcpy(d, v, t->size * sizeof *d);
+        } else {
+            char a[64], b[64];
+            rc = vit_fail(VIT_EINVAL, "vit_model_adapt: tensor %s is %s in the source and %s "
+                          "for the data: not adapted", t->name, shape_text(s, a, sizeof a),
+                          shape_text(t, b, sizeof b));
         }
     }
     if (l < sizeof buf)

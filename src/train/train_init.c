@@ -109,15 +109,30 @@ int vit_train_init_source(vit_trainer *t)
     if (rc)
         return rc;
     const vit_config *sc = vit_model_config(t->init_src);
-    if (vit_model_arch(t->init_src) != vit_arch_vit())
-        return vit_fail(VIT_EINVAL, "%s: a %s model: fine-tuning starts from a ViT's weights "
-                        "only (its position embeddings, patch embedding and head are adapted)",
-                        o->init_from, vit_model_arch(t->init_src)->name);
+    /* The blocks layer decay and freezing count are the ViT's
+     * ("blocks.L."); another architecture's tensors name no such layers. */
+    if (vit_model_arch(t->init_src) != vit_arch_vit() && (o->freeze || o->layer_decay))
+        return vit_fail(VIT_EINVAL, "%s: a %s model: %s counts a ViT's blocks, which this "
+                        "model does not have (linear_probe and plain fine-tuning work)",
+                        o->init_from, vit_model_arch(t->init_src)->name,
+                        o->freeze ? "freeze" : "layer_decay");
     TRY(check_opts(o, sc->depth));
     if (o->init_norm == VIT_INIT_NORM_IMAGENET && sc->channels != 3)
         return vit_fail(VIT_EINVAL, "%s: ImageNet's normalisation is for 3 channels, the "
                         "weights read %d", o->init_from, sc->channels);
     vit_config_take_arch(&t->cfg, sc);
+    /* An architecture without position embeddings to resample keeps its
+     * keys, which may not suit other images (Swin's windows must tile the
+     * grid): said here, naming the weights, not later as a bare config
+     * error. */
+    if (vit_config_check(&t->cfg) != VIT_OK) {
+        char why[300];
+        snprintf(why, sizeof why, "%s", vit_last_error());
+        return vit_fail(VIT_EINVAL, "%s: the %s model of these weights, trained on %dx%d "
+                        "images, does not fit the data's %dx%d: %s", o->init_from,
+                        vit_model_arch(t->init_src)->name, sc->image_height, sc->image_width,
+                        t->cfg.image_height, t->cfg.image_width, why);
+    }
     return VIT_OK;
 }
 
@@ -188,10 +203,17 @@ int vit_train_init_model(vit_trainer *t)
                               o->freeze, o->freeze == 1 ? "" : "s");
     if (!o->linear_probe && o->layer_decay > 0 && o->layer_decay < 1)
         snprintf(lr + l, sizeof lr - l, "; layer decay %g", o->layer_decay);
-    snprintf(t->init_note, sizeof t->init_note, "%s %s (%016llx), %dx%d, dim %d, depth %d, "
-             "heads %d%s: %s%s", t->init_timm ? "timm" : "our", t->init_timm ? "file" : "model",
+    char arch[64];
+    if (vit_model_arch(src) == vit_arch_vit())
+        snprintf(arch, sizeof arch, "dim %d, depth %d, heads %d", t->cfg.dim, t->cfg.depth,
+                 t->cfg.heads);
+    else
+        snprintf(arch, sizeof arch, "%s, %.1fk parameters", vit_model_arch(src)->name,
+                 (double)vit_model_param_count(src) / 1e3);
+    snprintf(t->init_note, sizeof t->init_note, "%s %s (%016llx), %dx%d, %s%s: %s%s",
+             t->init_timm ? "timm" : "our", t->init_timm ? "file" : "model",
              t->st.data.init_hash, vit_model_config(src)->image_height,
-             vit_model_config(src)->image_width, t->cfg.dim, t->cfg.depth, t->cfg.heads,
+             vit_model_config(src)->image_width, arch,
              fold ? "; ImageNet mean/std folded into the patch embedding" : "", note, lr);
     vit_model_free(src);
     t->init_src = NULL;
