@@ -229,7 +229,7 @@ cp "$good" "$c/flip.ckpt"; printf '\x55' | dd of="$c/flip.ckpt" bs=1 seek=3000 c
 row "ckpt: one byte changed" "flip.ckpt': checksum mismatch" vit_eval "$c/flip.ckpt"
 { cat "$good"; printf 'junk'; } >"$c/long.ckpt"
 row "ckpt: bytes appended" "long.ckpt': 4 unexpected bytes after the last tensor" vit_eval "$c/long.ckpt"
-row "ckpt: a folder" "$c' is not a regular file" vit_eval "$c"
+row "ckpt: a folder that is not a run's" "checkpoint $c: a folder without last.ckpt, so not a run's folder" vit_eval "$c"
 row "ckpt: missing" "cannot open '$c/none.ckpt'" vit_eval "$c/none.ckpt"
 row "ckpt: other format version" "version6.ckpt': unsupported format version 6" vit_eval "$bad/version6.ckpt"
 row "ckpt: absurd tensor dims" "absurd_dims.ckpt': tensor 'patch.w' dims\[0\] = 4611686018427387904 exceeds the [0-9]+ bytes left" \
