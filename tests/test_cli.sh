@@ -217,6 +217,17 @@ exact "vit_plot --time-to: a bad target" 2 \
     "vit_plot: --time-to: expected up to 16 percentages in (0, 100] separated by commas, got '94,0'" \
     "$tools/vit_plot" "$tmp/tt/metrics.csv" --time-to 94,0
 expect "export" 0 "20 tensors" "$tools/vit_export" "$tmp/run/last.ckpt" --out "$tmp/m.safetensors"
+# An existing file is kept unless --force: its bytes unchanged.
+printf 'mine' >"$tmp/keep.csv"
+exact "export: an existing --out is refused" 2 \
+    "vit_export: --out $tmp/m.safetensors already exists; pass --force to replace it" \
+    "$tools/vit_export" "$tmp/run/last.ckpt" --out "$tmp/m.safetensors"
+exact "export: an existing --logits is refused" 2 \
+    "vit_export: --logits $tmp/keep.csv already exists; pass --force to replace it" \
+    "$tools/vit_export" "$tmp/run/last.ckpt" --out "$tmp/m2.safetensors" --logits "$tmp/keep.csv"
+expect "export: nothing written when refused" 0 "^mine$" cat "$tmp/keep.csv"
+expect "export --force replaces it" 0 "20 tensors" \
+    "$tools/vit_export" "$tmp/run/last.ckpt" --out "$tmp/m.safetensors" --force
 expect "export of a missing checkpoint" 1 "$tmp/none.ckpt" \
     "$tools/vit_export" "$tmp/none.ckpt" --out "$tmp/n.safetensors"
 

@@ -34,7 +34,8 @@ static void usage(void)
            "same on every map and in every picture, so spread-out attention stays dark;\n"
            "figure: the largest weight of any map in the picture; map: each map's own\n"
            "largest (every map then looks peaked, however flat it is).\n"
-           "CKPT may be a run's folder: its best.ckpt when the run kept one, else last.ckpt.\n"
+           "CKPT may be a run's folder: its best.ckpt when the run kept one, else\n"
+           "last.ckpt.\n"
            "Also prints, per map, its range and the patch with the largest weight.\n");
 }
 

@@ -17,13 +17,15 @@ static const char *prog = "vit_export";
 static void usage(void)
 {
     printf("usage: vit_export CKPT --out MODEL.safetensors [--logits LOGITS.csv]\n"
-           "                  [--data SPEC]\n"
+           "                  [--data SPEC] [--force]\n"
            "Writes the weights of checkpoint CKPT as float32 safetensors under timm's\n"
            "VisionTransformer names (patch_embed.proj, cls_token, pos_embed,\n"
            "blocks.N.attn.qkv, ..., head; a stem as patch_embed.backbone.0, the 3x3\n"
            "Conv2d before GELU, stem2 as backbone.2; with lsa = 1 also\n"
            "blocks.N.attn.tau, a tensor timm lacks), with the model config in\n"
-           "__metadata__.  ""CKPT may be a run's folder: its best.ckpt when the run kept one, else last.ckpt.\n"
+           "__metadata__.  CKPT may be a run's folder: its best.ckpt when the run kept\n"
+           "one, else last.ckpt.  An existing --out or --logits file is refused unless\n"
+           "--force.\n"
            "--logits also writes the logits of the test split of --data (default: the\n"
            "data the run trained on) as CSV (index,label,pred,logit_0,...) for\n"
            "tools/torch_check_export.py to compare with PyTorch; the data is checked\n"
@@ -41,11 +43,16 @@ static void usage(void)
 /* The files the options name. */
 typedef struct export_opts {
     const char *out, *logits, *data;
+    int force; /* replace existing files */
 } export_opts;
 
 static int read_option(void *user, const char *a, const char *v)
 {
     export_opts *o = user;
+    if (strcmp(a, "--force") == 0) {
+        o->force = 1;
+        return -1;
+    }
     const char **to = strcmp(a, "--out") == 0      ? &o->out
                       : strcmp(a, "--logits") == 0 ? &o->logits
                       : strcmp(a, "--data") == 0   ? &o->data
@@ -79,8 +86,8 @@ int main(int argc, char **argv)
 {
     cli_ignore_file_size_signal();
     const char *ckpt = NULL;
-    export_opts o = {NULL, NULL, NULL};
-    static const cli_flag flags[] = {{"--out", 1}, {"--logits", 1}, {"--data", 1},
+    export_opts o = {NULL, NULL, NULL, 0};
+    static const cli_flag flags[] = {{"--out", 1}, {"--logits", 1}, {"--data", 1}, {"--force", 0},
                                      {"--help", 0}, {"--version", 0}, {NULL, 0}};
     const char **pos[] = {&ckpt};
     int exit_rc = cli_options(prog, &argc, &argv, flags, usage, pos, 1, read_option, &o);
@@ -91,6 +98,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: %s (see --help)\n", prog,
                 !ckpt ? "no checkpoint given" : "no --out file given");
         return 2;
+    }
+    /* An existing file may be someone's (a downloaded model): replaced
+     * only when asked. */
+    for (int k = 0; k < 2 && !o.force; k++) {
+        const char *f = k ? logits : out;
+        if (f && access(f, F_OK) == 0) {
+            fprintf(stderr, "%s: %s %s already exists; pass --force to replace it\n", prog,
+                    k ? "--logits" : "--out", f);
+            return 2;
+        }
     }
     char ckpt_path[PATH_MAX + 16]; /* a run folder's checkpoint */
     if (!(ckpt = cli_run_checkpoint(prog, NULL, ckpt, 0, ckpt_path, sizeof ckpt_path)))
