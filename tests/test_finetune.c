@@ -69,6 +69,15 @@ static void fold_imagenet(vit_model *m)
     ck_assert_msg(vit_model_fold_input_norm(m, mean, std) == VIT_OK, "%s", vit_last_error());
 }
 
+/* n gray values from seed s into g, and the same as three equal channels
+ * into g3 [n * 3]. */
+static void gray_and_rgb(uint32_t s, vit_real *g, vit_real *g3, size_t n)
+{
+    images(&s, g, n);
+    for (size_t i = 0; i < n; i++)
+        g3[3 * i] = g3[3 * i + 1] = g3[3 * i + 2] = g[i];
+}
+
 /* m's logits of x [b, ...] against want [b * classes] within tol. */
 static void expect_logits(vit_model *m, const vit_real *x, int b, const double *want, double tol,
                           const char *what)
@@ -243,10 +252,7 @@ START_TEST(channels_adapted)
     enum { B = 2, HW = 224 * 224 };
     vit_real *g = malloc((size_t)B * HW * sizeof *g), *g3 = malloc((size_t)B * HW * 3 * sizeof *g3);
     ck_assert(g && g3);
-    uint32_t s = 99;
-    images(&s, g, (size_t)B * HW);
-    for (size_t i = 0; i < (size_t)B * HW; i++)
-        g3[3 * i] = g3[3 * i + 1] = g3[3 * i + 2] = g[i];
+    gray_and_rgb(99, g, g3, (size_t)B * HW);
     vit_tape *tape = vit_tape_new();
     vit_tensor *y = vit_model_forward(rgb, tape, g3, B, 0);
     ck_assert_ptr_nonnull(y);
@@ -729,10 +735,7 @@ START_TEST(swin_adapts)
     ck_assert_msg(strstr(note, "1 -> 3 channels (repeated / 3)"), "note: %s", note);
     enum { B = 3, HW = 64 };
     vit_real g[B * HW], g3[B * HW * 3];
-    uint32_t s = 7;
-    images(&s, g, (size_t)B * HW);
-    for (size_t i = 0; i < (size_t)B * HW; i++)
-        g3[3 * i] = g3[3 * i + 1] = g3[3 * i + 2] = g[i];
+    gray_and_rgb(7, g, g3, (size_t)B * HW);
     vit_tape *tape = vit_tape_new();
     vit_tensor *y = vit_model_forward(swin, tape, g, B, 0);
     ck_assert_ptr_nonnull(y);

@@ -450,20 +450,31 @@ START_TEST(test_resume_and_set_aside_events)
 }
 END_TEST
 
-START_TEST(test_checkpoint_knows_its_data)
+/* A tiny run of the digits stopped after its first epoch of two, in a
+ * new folder dir (64 bytes) whose checkpoint is ckpt (128 bytes), with
+ * *o's data_spec and val_count; *o is left as the run's opts. */
+static void first_epoch_run(char *dir, char *ckpt, vit_config *cfg, vit_train_config *tc,
+                            vit_train_opts *o)
 {
     load_digits();
+    fu_mkdtemp(dir, 64, "/tmp/vit_trainer_test_XXXXXX");
+    snprintf(ckpt, 128, "%s/last.ckpt", dir);
+    tiny_config(cfg, tc, 2);
+    *o = (vit_train_opts){.out_dir = dir, .ckpt_every = 1, .stop_after_epochs = 1,
+                          .data_spec = o->data_spec, .val_count = o->val_count};
+    vit_train_result res;
+    ck_assert_int_eq(vit_train_run(cfg, tc, &g_train, &g_test, o, &res), VIT_OK);
+    vit_train_result_free(&res);
+}
+
+START_TEST(test_checkpoint_knows_its_data)
+{
     char dir[64], ckpt[128];
-    fu_mkdtemp(dir, sizeof dir, "/tmp/vit_trainer_test_XXXXXX");
-    snprintf(ckpt, sizeof ckpt, "%s/last.ckpt", dir);
     vit_config cfg;
     vit_train_config tc;
-    tiny_config(&cfg, &tc, 2);
     vit_train_result res;
-    vit_train_opts o = {.out_dir = dir, .ckpt_every = 1, .stop_after_epochs = 1,
-                        .data_spec = "digits"};
-    ck_assert_int_eq(vit_train_run(&cfg, &tc, &g_train, &g_test, &o, &res), VIT_OK);
-    vit_train_result_free(&res);
+    vit_train_opts o = {.data_spec = "digits"};
+    first_epoch_run(dir, ckpt, &cfg, &tc, &o);
     vit_run_data got, want;
     int known = 0;
     ck_assert_int_eq(vit_run_data_read(ckpt, &got, &known), VIT_OK);
@@ -506,18 +517,12 @@ END_TEST
  * another is refused, naming both counts; the same count goes on. */
 START_TEST(test_checkpoint_records_val_count)
 {
-    load_digits();
     char dir[64], ckpt[128];
-    fu_mkdtemp(dir, sizeof dir, "/tmp/vit_trainer_test_XXXXXX");
-    snprintf(ckpt, sizeof ckpt, "%s/last.ckpt", dir);
     vit_config cfg;
     vit_train_config tc;
-    tiny_config(&cfg, &tc, 2);
     vit_train_result res;
-    vit_train_opts o = {.out_dir = dir, .ckpt_every = 1, .stop_after_epochs = 1,
-                        .val_count = 300};
-    ck_assert_int_eq(vit_train_run(&cfg, &tc, &g_train, &g_test, &o, &res), VIT_OK);
-    vit_train_result_free(&res);
+    vit_train_opts o = {.val_count = 300};
+    first_epoch_run(dir, ckpt, &cfg, &tc, &o);
     vit_run_data got;
     int known = 0;
     ck_assert_int_eq(vit_run_data_read(ckpt, &got, &known), VIT_OK);
