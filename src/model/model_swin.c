@@ -476,8 +476,9 @@ static vit_tensor *run(const swin *m, vit_tape *tape, leaf_fn leaf, const void *
             const vit_real *d_mlp = drop ? drop + (size_t)(2 * b + 1) * stride : NULL;
             vit_tensor *qkv = ln_linear(tape, recompute, x, L(ix[B_LN1_G]), L(ix[B_LN1_B]),
                                         L(ix[B_QKV_W]), L(ix[B_QKV_B]));
-            vit_tensor *bias = vit_op_relpos_bias(tape, L(ix[B_REL]), c->window);
-            vit_window_opts wo = {.heads = H, .grid_h = gh, .grid_w = gw, .window = c->window,
+            vit_tensor *bias = vit_op_relpos_bias(tape, L(ix[B_REL]), c->window, c->window);
+            vit_window_opts wo = {.heads = H, .grid_h = gh, .grid_w = gw,
+                                  .window_h = c->window, .window_w = c->window,
                                   .shift_h = shift_of(c, j, gh), .shift_w = shift_of(c, j, gw),
                                   .keep_weights = !recompute};
             /* its output is read back only as the projection's bf16 operand */
