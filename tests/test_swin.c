@@ -5,8 +5,8 @@
  * differences in float64 (with and without stochastic depth's scales, and
  * with the convolutional stem), the recipe's choices, bad configs refused,
  * the stem's multiply-adds and old configs without it, and a model written by
- * torchvision (tools/torch_swin_fixture.py) loading through
- * vit_safetensors_load and reproducing its logits.
+ * torchvision (tools/torch_swin_fixture.py; square windows, and 2x3 ones)
+ * loading through vit_safetensors_load and reproducing its logits.
  */
 #include <check.h>
 #include <math.h>
@@ -569,10 +569,13 @@ END_TEST
  * metadata) loads through vit_safetensors_load and gives torchvision's
  * float64 logits on its 4 images, to rounding.  _i = 1: the --wide
  * fixture, 8x16 images whose second stage (a 2x4 grid in windows of 2)
- * torchvision shifts by 0 rows and 1 column. */
+ * torchvision shifts by 0 rows and 1 column.  _i = 2: the --rect fixture,
+ * 8x12 images in torchvision's windows of [2, 3] (window_w 3 in its
+ * metadata): a 4x6 grid shifted by 1 row and 1 column, tables [15, 2]. */
 START_TEST(test_swin_torchvision_fixture)
 {
-    static const char *const stem[2] = {"data/swin_torch", "data/swin_torch_wide"};
+    static const char *const stem[3] = {"data/swin_torch", "data/swin_torch_wide",
+                                        "data/swin_torch_rect"};
     char path[64];
     vit_model *m = NULL;
     snprintf(path, sizeof path, "%s.safetensors", stem[_i]);
@@ -583,7 +586,8 @@ START_TEST(test_swin_torchvision_fixture)
     ck_assert_ptr_nonnull(f);
     int B, H, W, C, K;
     ck_assert_int_eq(fscanf(f, "%d %d %d %d %d", &B, &H, &W, &C, &K), 5);
-    ck_assert(B == 4 && H == 8 && W == (_i ? 16 : 8) && C == 2 && K == 3);
+    static const int width[3] = {8, 16, 12};
+    ck_assert(B == 4 && H == 8 && W == width[_i] && C == 2 && K == 3);
     vit_real *images = gc_zeros((size_t)B * H * W * C), *want = gc_zeros((size_t)B * K);
     for (int i = 0; i < B * H * W * C; i++) {
         double v;
@@ -628,7 +632,7 @@ static Suite *swin_suite(void)
     tcase_add_test(tc, test_swin_window_w_follows);
     tcase_add_test(tc, test_swin_recipe);
     tcase_add_test(tc, test_swin_recipe_keeps_square);
-    tcase_add_loop_test(tc, test_swin_torchvision_fixture, 0, 2);
+    tcase_add_loop_test(tc, test_swin_torchvision_fixture, 0, 3);
     suite_add_tcase(s, tc);
     return s;
 }
