@@ -232,8 +232,9 @@ int article_heads_run(uint64_t seed, double noise, article_heads *out)
 
     /* A window as large as the grid is global attention: the same mask
      * function counts both. */
-    if ((rc = vit_mask_window(all, ARTICLE_GRID, ARTICLE_GRID, ARTICLE_GRID, 0, 0)) ||
-        (rc = vit_mask_window(win, ARTICLE_GRID, ARTICLE_GRID, 4, 0, 0))) {
+    if ((rc = vit_mask_window(all, ARTICLE_GRID, ARTICLE_GRID, ARTICLE_GRID, ARTICLE_GRID, 0,
+                              0)) ||
+        (rc = vit_mask_window(win, ARTICLE_GRID, ARTICLE_GRID, 4, 4, 0, 0))) {
         rc = lib_fail(rc, fn);
         goto done;
     }
@@ -429,7 +430,7 @@ static int window_count(const char *fn, int grid, int M, int shift, size_t *coun
     size_t n = (size_t)grid * grid;
     unsigned char *mask = malloc(n * n);
     if (!mask) return fail(VIT_ENOMEM, fn, "out of memory for a %zu x %zu mask", n, n);
-    int rc = vit_mask_window(mask, grid, grid, M, shift, shift);
+    int rc = vit_mask_window(mask, grid, grid, M, M, shift, shift);
     if (rc)
         rc = lib_fail(rc, fn);
     else

@@ -123,8 +123,8 @@ typedef struct article_cost {
     double pixel_vs_patch;                /* pixel_entries / vit_entries */
     int swin_patch, swin_tokens, swin_window; /* 4, 56^2, 7 */
     size_t swin_global;                   /* counted on a one-window mask */
-    size_t swin_windowed;                 /* vit_mask_window(56, 56, 7, 0) */
-    size_t swin_shifted;                  /* vit_mask_window(56, 56, 7, 3) */
+    size_t swin_windowed;                 /* vit_mask_window(56, 56, 7, 7, 0, 0) */
+    size_t swin_shifted;                  /* vit_mask_window(56, 56, 7, 7, 3, 3) */
     double swin_ratio;                    /* swin_global / swin_windowed */
 } article_cost;
 

@@ -29,11 +29,11 @@ typedef struct convmlp_config {
 
 static const vit_arch_key convmlp_keys[] = {
     {"width1", VIT_KEY_INT, offsetof(convmlp_config, width1), 1, 4096, "16",
-     "channels of the 3x3 convolution", NULL},
+     "channels of the 3x3 convolution", NULL, NULL},
     {"width2", VIT_KEY_INT, offsetof(convmlp_config, width2), 1, 4096, "32",
-     "channels of the 2x2 stride-2 convolution", NULL},
+     "channels of the 2x2 stride-2 convolution", NULL, NULL},
     {"hidden", VIT_KEY_INT, offsetof(convmlp_config, hidden), 1, 65536, "64",
-     "width of the MLP after the pooling", NULL},
+     "width of the MLP after the pooling", NULL, NULL},
 };
 
 /* The tensors, in layout (and checkpoint) order. */

@@ -306,7 +306,8 @@ done:
 static int case_window_attn(real_emit_fn emit, void *ctx)
 {
     enum { B = 2, H = 2, G = 8, M = 4, N = G * G, T = M * M, DH = 16, D = H * DH };
-    vit_window_attn w = {.batch = B, .heads = H, .grid_h = G, .grid_w = G, .window = M,
+    vit_window_attn w = {.batch = B, .heads = H, .grid_h = G, .grid_w = G, .window_h = M,
+                         .window_w = M,
                          .shift_h = 2, .shift_w = 2, .d_k = DH, .d_v = DH, .bias_heads = H,
                          .ld_q = 3 * D, .ld_k = 3 * D, .ld_v = 3 * D};
     const size_t nx = (size_t)B * N * 3 * D, no = (size_t)B * N * D, nb = (size_t)H * T * T;

@@ -26,9 +26,12 @@ typedef struct tiny_config {
 
 static const char *const act_names[] = {"none", "gelu", NULL};
 static const vit_arch_key tiny_keys[] = {
-    {"width", VIT_KEY_INT, offsetof(tiny_config, width), 1, 1000, "6", "hidden width", NULL},
-    {"act", VIT_KEY_ENUM, offsetof(tiny_config, act), 0, 0, "gelu", "activation", act_names},
-    {"gain", VIT_KEY_REAL, offsetof(tiny_config, gain), 0.125, 8, "2", "init gain", NULL},
+    {"width", VIT_KEY_INT, offsetof(tiny_config, width), 1, 1000, "6", "hidden width", NULL,
+     NULL},
+    {"act", VIT_KEY_ENUM, offsetof(tiny_config, act), 0, 0, "gelu", "activation", act_names,
+     NULL},
+    {"gain", VIT_KEY_REAL, offsetof(tiny_config, gain), 0.125, 8, "2", "init gain", NULL,
+     NULL},
 };
 
 static int tiny_build(const vit_config *cfg, vit_params *p, void **state)
@@ -137,6 +140,26 @@ START_TEST(test_registry)
     clash[0].offset = sizeof(tiny_config); /* past its struct */
     ck_assert_int_eq(vit_arch_register(&bad), VIT_EINVAL);
     ck_assert_ptr_nonnull(strstr(vit_last_error(), "offset"));
+    /* follows: an earlier INT key of the same range, nothing else */
+    vit_arch_key two[2] = {tiny_keys[0], tiny_keys[0]};
+    two[1].key = "width2";
+    two[1].offset = offsetof(tiny_config, act);
+    bad.keys = two;
+    bad.nkeys = 2;
+    two[1].follows = "depth"; /* no such key */
+    ck_assert_int_eq(vit_arch_register(&bad), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "key 'width2' follows 'depth'"));
+    two[1].follows = "width2"; /* itself: not earlier */
+    ck_assert_int_eq(vit_arch_register(&bad), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "follows 'width2'"));
+    two[1].follows = "width";
+    two[1].hi = 999; /* another range */
+    ck_assert_int_eq(vit_arch_register(&bad), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "not an earlier INT key of its range"));
+    two[0] = tiny_keys[2]; /* a REAL key */
+    two[0].key = "width", two[1].hi = two[0].hi, two[1].lo = two[0].lo;
+    ck_assert_int_eq(vit_arch_register(&bad), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "not an earlier INT key"));
     ck_assert_int_eq(vit_arch_register(NULL), VIT_EINVAL);
     ck_assert_int_eq(vit_arch_count(), n);
     /* Selecting an architecture that is not registered: its text would not

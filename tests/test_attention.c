@@ -241,16 +241,22 @@ START_TEST(test_sdpa_grad_window)
     unsigned char m[64];
     vit_sdpa a = sdpa_shape(2, 2, 8, 8, 3, 3);
     a.mask.allowed = m;
-    ck_assert_int_eq(vit_mask_window(m, 2, 4, 2, 0, 0), VIT_OK);
+    ck_assert_int_eq(vit_mask_window(m, 2, 4, 2, 2, 0, 0), VIT_OK);
     run_sdpa_case("sdpa/window", a, 0, 62);
-    ck_assert_int_eq(vit_mask_window(m, 2, 4, 2, 1, 1), VIT_OK);
+    ck_assert_int_eq(vit_mask_window(m, 2, 4, 2, 2, 1, 1), VIT_OK);
     run_sdpa_case("sdpa/window_shift", a, 0, 63);
     /* columns shifted, rows not (as torchvision when one window covers
      * the rows), and the other way round */
-    ck_assert_int_eq(vit_mask_window(m, 2, 4, 2, 0, 1), VIT_OK);
+    ck_assert_int_eq(vit_mask_window(m, 2, 4, 2, 2, 0, 1), VIT_OK);
     run_sdpa_case("sdpa/window_shift_w", a, 0, 64);
-    ck_assert_int_eq(vit_mask_window(m, 2, 4, 2, 1, 0), VIT_OK);
+    ck_assert_int_eq(vit_mask_window(m, 2, 4, 2, 2, 1, 0), VIT_OK);
     run_sdpa_case("sdpa/window_shift_h", a, 0, 65);
+    /* windows of 1 row by 2 columns, and 2 rows by 4 (one across the
+     * width), shifted */
+    ck_assert_int_eq(vit_mask_window(m, 2, 4, 1, 2, 0, 1), VIT_OK);
+    run_sdpa_case("sdpa/window_1x2_shift_w", a, 0, 66);
+    ck_assert_int_eq(vit_mask_window(m, 2, 4, 2, 4, 1, 0), VIT_OK);
+    run_sdpa_case("sdpa/window_2x4_shift_h", a, 0, 67);
 }
 END_TEST
 
@@ -1027,7 +1033,7 @@ START_TEST(test_window_mask_exact_zeros)
     enum { N = 16 };
     unsigned char m[N * N];
     for (int shift = 0; shift < 2; shift++) {
-        ck_assert_int_eq(vit_mask_window(m, 4, 4, 2, shift, shift), VIT_OK);
+        ck_assert_int_eq(vit_mask_window(m, 4, 4, 2, 2, shift, shift), VIT_OK);
         vit_sdpa a = sdpa_shape(2, 2, N, N, 3, 3);
         a.mask.allowed = m;
         sdpa_case c;
@@ -1064,28 +1070,41 @@ START_TEST(test_mask_counts)
     memset(m, 1, N * N);
     ck_assert_uint_eq(vit_mask_count(m, N, N), 4096);
     /* 8 x 8 grid, 4 x 4 windows: 4 windows of 16 tokens, 16 * 16 each. */
-    ck_assert_int_eq(vit_mask_window(m, 8, 8, 4, 0, 0), VIT_OK);
+    ck_assert_int_eq(vit_mask_window(m, 8, 8, 4, 4, 0, 0), VIT_OK);
     ck_assert_uint_eq(vit_mask_count(m, N, N), 1024);
     /* Shift 2: in the shifted frame the top-left window is one region
      * (16^2 = 256), the two border windows split into two groups of 8
      * (2 * 2 * 8^2 = 256) and the corner window into four groups of 4
      * (4 * 4^2 = 64): 576 in all. */
-    ck_assert_int_eq(vit_mask_window(m, 8, 8, 4, 2, 2), VIT_OK);
+    ck_assert_int_eq(vit_mask_window(m, 8, 8, 4, 4, 2, 2), VIT_OK);
     ck_assert_uint_eq(vit_mask_count(m, N, N), 576);
     /* The axes count apart: rows unshifted give 2 * 4^2 = 32 pairs per
      * column pair, columns shifted by 2 give 4^2 + 2^2 + 2^2 = 24, and
      * 32 * 24 = 768 (the other way round the same). */
-    ck_assert_int_eq(vit_mask_window(m, 8, 8, 4, 0, 2), VIT_OK);
+    ck_assert_int_eq(vit_mask_window(m, 8, 8, 4, 4, 0, 2), VIT_OK);
     ck_assert_uint_eq(vit_mask_count(m, N, N), 768);
-    ck_assert_int_eq(vit_mask_window(m, 8, 8, 4, 2, 0), VIT_OK);
+    ck_assert_int_eq(vit_mask_window(m, 8, 8, 4, 4, 2, 0), VIT_OK);
     ck_assert_uint_eq(vit_mask_count(m, N, N), 768);
     /* Every token attends to itself; the plain window mask equals the
      * product of "same row block" and "same column block". */
     for (int t = 0; t < N; t++) ck_assert(m[t * N + t]);
-    ck_assert_int_eq(vit_mask_window(m, 8, 8, 4, 0, 0), VIT_OK);
+    ck_assert_int_eq(vit_mask_window(m, 8, 8, 4, 4, 0, 0), VIT_OK);
     for (int t = 0; t < N; t++)
         for (int u = 0; u < N; u++)
             ck_assert_int_eq(m[t * N + u], (t / 8) / 4 == (u / 8) / 4 && (t % 8) / 4 == (u % 8) / 4);
+    /* Windows of 4 rows by 2 columns: 8 windows of 8 tokens, 8 * 8^2 =
+     * 512, the product of "same block of 4 rows" and "same block of 2
+     * columns".  Shifted by 2 rows and 1 column, the axes count apart:
+     * rows as above, 4^2 + 2^2 + 2^2 = 24 pairs; columns in windows of 2
+     * shifted by 1, three whole windows (3 * 2^2 = 12) and the wrapped one
+     * split into 1 + 1 (2): 14; 24 * 14 = 336. */
+    ck_assert_int_eq(vit_mask_window(m, 8, 8, 4, 2, 0, 0), VIT_OK);
+    ck_assert_uint_eq(vit_mask_count(m, N, N), 512);
+    for (int t = 0; t < N; t++)
+        for (int u = 0; u < N; u++)
+            ck_assert_int_eq(m[t * N + u], (t / 8) / 4 == (u / 8) / 4 && (t % 8) / 2 == (u % 8) / 2);
+    ck_assert_int_eq(vit_mask_window(m, 8, 8, 4, 2, 2, 1), VIT_OK);
+    ck_assert_uint_eq(vit_mask_count(m, N, N), 336);
     free(m);
 }
 END_TEST
@@ -1102,12 +1121,14 @@ static void py_slice(int start, int stop, int len, int *lo, int *hi)
 /* Independent reconstruction of Swin's shifted-window mask, written as
  * torchvision 0.14's shifted_window_attention builds it: roll the token
  * grid by (-sh, -sw) (torch.roll), and when sh + sw > 0 label the rolled
- * positions by its slices, h_slices = ((0, -M), (-M, -sh), (-sh, None))
- * and the same for w, assigned in order (so an axis with shift 0, whose
- * slice (-0, None) is the whole axis, ends in one label), cut M x M
- * windows, and allow a pair when both fall in one window with one label.
+ * positions by its slices, h_slices = ((0, -Mh), (-Mh, -sh), (-sh, None))
+ * and w_slices = ((0, -Mw), (-Mw, -sw), (-sw, None)) (its window_size
+ * [Mh, Mw]), assigned in order (so an axis with shift 0, whose slice
+ * (-0, None) is the whole axis, ends in one label), cut Mh x Mw windows,
+ * and allow a pair when both fall in one window with one label.
  * Then map rolled positions back to the original token numbers. */
-static void rolled_window_mask(unsigned char *allowed, int gh, int gw, int M, int sh, int sw)
+static void rolled_window_mask(unsigned char *allowed, int gh, int gw, int Mh, int Mw, int sh,
+                               int sw)
 {
     int N = gh * gw;
     int *tok = malloc(N * sizeof *tok), *label = malloc(N * sizeof *label);
@@ -1116,12 +1137,12 @@ static void rolled_window_mask(unsigned char *allowed, int gh, int gw, int M, in
         for (int c = 0; c < gw; c++) {
             /* rolled[r][c] = original[(r + sh) % gh][(c + sw) % gw] */
             tok[r * gw + c] = ((r + sh) % gh) * gw + (c + sw) % gw;
-            win[r * gw + c] = (r / M) * (gw / M) + c / M;
+            win[r * gw + c] = (r / Mh) * (gw / Mw) + c / Mw;
             label[r * gw + c] = 0;
         }
     if (sh + sw > 0) {
-        const int hsl[3][2] = {{0, -M}, {-M, -sh}, {-sh, INT_MAX}};
-        const int wsl[3][2] = {{0, -M}, {-M, -sw}, {-sw, INT_MAX}};
+        const int hsl[3][2] = {{0, -Mh}, {-Mh, -sh}, {-sh, INT_MAX}};
+        const int wsl[3][2] = {{0, -Mw}, {-Mw, -sw}, {-sw, INT_MAX}};
         int cnt = 0;
         for (int a = 0; a < 3; a++)
             for (int b = 0; b < 3; b++, cnt++) {
@@ -1142,23 +1163,30 @@ static void rolled_window_mask(unsigned char *allowed, int gh, int gw, int M, in
 
 START_TEST(test_shifted_mask_vs_rolled_grid)
 {
-    /* grid_h, grid_w, M, shift_h, shift_w; from {7, 14, 7, 0, 3} on one
-     * shift per axis: torchvision's for a 7 x 14 grid in windows of 7
-     * (28x56 images, patch 4) and others with one axis or neither at 0 */
-    const int cases[][5] = {{8, 8, 4, 2, 2}, {8, 8, 4, 1, 1}, {8, 8, 4, 3, 3}, {4, 8, 4, 2, 2},
-                            {6, 4, 2, 1, 1}, {8, 8, 4, 0, 0}, {7, 14, 7, 0, 3}, {14, 7, 7, 3, 0},
-                            {8, 8, 4, 0, 2}, {8, 8, 4, 1, 3}, {6, 9, 3, 2, 1}, {4, 8, 4, 2, 0}};
+    /* grid_h, grid_w, Mh, Mw, shift_h, shift_w; from {7, 14, 7, 7, 0, 3}
+     * on one shift per axis: torchvision's for a 7 x 14 grid in windows
+     * of 7 (28x56 images, patch 4) and others with one axis or neither at
+     * 0; from {8, 6, 4, 3, ..} rectangular windows: 16 x 14 in 8 x 7
+     * (64x56 photos, patch 4) shifted by 4 and 3, 8 x 7 in one window */
+    const int cases[][6] = {
+        {8, 8, 4, 4, 2, 2},   {8, 8, 4, 4, 1, 1},  {8, 8, 4, 4, 3, 3},  {4, 8, 4, 4, 2, 2},
+        {6, 4, 2, 2, 1, 1},   {8, 8, 4, 4, 0, 0},  {7, 14, 7, 7, 0, 3}, {14, 7, 7, 7, 3, 0},
+        {8, 8, 4, 4, 0, 2},   {8, 8, 4, 4, 1, 3},  {6, 9, 3, 3, 2, 1},  {4, 8, 4, 4, 2, 0},
+        {8, 6, 4, 3, 2, 1},   {8, 6, 4, 3, 0, 1},  {8, 6, 4, 3, 2, 0},  {6, 9, 3, 3, 1, 1},
+        {6, 9, 2, 3, 1, 1},   {6, 9, 3, 9, 1, 0},  {16, 14, 8, 7, 4, 3}, {8, 7, 8, 7, 0, 0},
+        {4, 12, 2, 6, 1, 3}};
     for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
-        int gh = cases[t][0], gw = cases[t][1], M = cases[t][2], sh = cases[t][3];
-        int sw = cases[t][4], N = gh * gw;
+        int gh = cases[t][0], gw = cases[t][1], Mh = cases[t][2], Mw = cases[t][3];
+        int sh = cases[t][4], sw = cases[t][5], N = gh * gw;
         unsigned char *m = malloc((size_t)N * N), *r = malloc((size_t)N * N);
-        ck_assert_int_eq(vit_mask_window(m, gh, gw, M, sh, sw), VIT_OK);
-        rolled_window_mask(r, gh, gw, M, sh, sw);
+        ck_assert_int_eq(vit_mask_window(m, gh, gw, Mh, Mw, sh, sw), VIT_OK);
+        rolled_window_mask(r, gh, gw, Mh, Mw, sh, sw);
         for (int i = 0; i < N; i++)
             for (int j = 0; j < N; j++) {
                 ck_assert_msg(m[i * N + j] == r[i * N + j],
-                              "grid %dx%d M=%d shifts %d, %d: token %d -> %d: got %d, rolled "
-                              "grid %d", gh, gw, M, sh, sw, i, j, m[i * N + j], r[i * N + j]);
+                              "grid %dx%d window %dx%d shifts %d, %d: token %d -> %d: got %d, "
+                              "rolled grid %d", gh, gw, Mh, Mw, sh, sw, i, j, m[i * N + j],
+                              r[i * N + j]);
                 ck_assert_int_eq(m[i * N + j], m[j * N + i]); /* symmetric */
             }
         free(m); free(r);
@@ -1278,16 +1306,26 @@ START_TEST(test_bad_input)
     unsigned char mk[64];
     EXPECT_EINVAL(vit_mask_causal(NULL, 3, 3), "allowed");
     EXPECT_EINVAL(vit_mask_causal(mk, 3, 0), "n_k");
-    EXPECT_EINVAL(vit_mask_window(mk, 6, 4, 4, 0, 0), "multiple");
-    EXPECT_EINVAL(vit_mask_window(mk, 4, 4, 4, 4, 4), "shift");
-    EXPECT_EINVAL(vit_mask_window(mk, 4, 4, 2, -1, -1), "shift");
+    EXPECT_EINVAL(vit_mask_window(mk, 6, 4, 4, 4, 0, 0), "multiple");
+    EXPECT_EINVAL(vit_mask_window(mk, 4, 4, 4, 4, 4, 4), "shift");
+    EXPECT_EINVAL(vit_mask_window(mk, 4, 4, 2, 2, -1, -1), "shift");
     /* each axis alone, the other shift valid */
-    EXPECT_EINVAL(vit_mask_window(mk, 4, 4, 2, 2, 0), "shift_h");
-    EXPECT_EINVAL(vit_mask_window(mk, 4, 4, 2, -1, 1), "shift_h");
-    EXPECT_EINVAL(vit_mask_window(mk, 4, 4, 2, 0, 2), "shift_w");
-    EXPECT_EINVAL(vit_mask_window(mk, 4, 4, 2, 1, -1), "shift_w");
-    EXPECT_EINVAL(vit_mask_window(mk, 4, 4, 0, 0, 0), "M");
-    EXPECT_EINVAL(vit_mask_window(NULL, 4, 4, 2, 0, 0), "allowed");
+    EXPECT_EINVAL(vit_mask_window(mk, 4, 4, 2, 2, 2, 0), "shift_h");
+    EXPECT_EINVAL(vit_mask_window(mk, 4, 4, 2, 2, -1, 1), "shift_h");
+    EXPECT_EINVAL(vit_mask_window(mk, 4, 4, 2, 2, 0, 2), "shift_w");
+    EXPECT_EINVAL(vit_mask_window(mk, 4, 4, 2, 2, 1, -1), "shift_w");
+    EXPECT_EINVAL(vit_mask_window(mk, 4, 4, 0, 2, 0, 0), "Mh");
+    EXPECT_EINVAL(vit_mask_window(mk, 4, 4, 2, 0, 0, 0), "Mw");
+    EXPECT_EINVAL(vit_mask_window(NULL, 4, 4, 2, 2, 0, 0), "allowed");
+    /* rectangular windows: each axis against its own side; a shift valid
+     * on the other axis's side is refused on its own */
+    EXPECT_EINVAL(vit_mask_window(mk, 4, 6, 2, 4, 0, 0), "grid_w 6 (grid 4 x 6) is not a "
+                  "multiple of the window's Mw = 4 (window 2 x 4)");
+    EXPECT_EINVAL(vit_mask_window(mk, 6, 4, 4, 2, 0, 0), "grid_h 6 (grid 6 x 4) is not a "
+                  "multiple of the window's Mh = 4 (window 4 x 2)");
+    EXPECT_EINVAL(vit_mask_window(mk, 4, 8, 2, 4, 2, 0), "shift_h must be in [0, Mh = 2), got 2");
+    EXPECT_EINVAL(vit_mask_window(mk, 8, 4, 4, 2, 0, 2), "shift_w must be in [0, Mw = 2), got 2");
+    ck_assert_int_eq(vit_mask_window(mk, 2, 4, 2, 4, 1, 3), VIT_OK);
     EXPECT_EINVAL(vit_mask_no_self(NULL, 3, 3), "allowed");
     EXPECT_EINVAL(vit_mask_no_self(mk, 0, 3), "n_q");
     EXPECT_EINVAL(vit_mask_no_self(mk, 2, 1), "n_k = 1");

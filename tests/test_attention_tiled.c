@@ -530,9 +530,9 @@ END_TEST
  * attention.h. */
 static int win_token(const vit_window_attn *w, int wi, int p)
 {
-    int M = w->window, nwx = w->grid_w / M;
-    int r = ((wi / nwx) * M + p / M + w->shift_h) % w->grid_h;
-    int col = ((wi % nwx) * M + p % M + w->shift_w) % w->grid_w;
+    int Mh = w->window_h, Mw = w->window_w, nwx = w->grid_w / Mw;
+    int r = ((wi / nwx) * Mh + p / Mw + w->shift_h) % w->grid_h;
+    int col = ((wi % nwx) * Mw + p % Mw + w->shift_w) % w->grid_w;
     return r * w->grid_w + col;
 }
 
@@ -546,7 +546,7 @@ static void wcase_init(wcase *c, vit_window_attn w, int with_bias, uint64_t seed
 {
     memset(c, 0, sizeof *c);
     c->w = w;
-    size_t N = (size_t)w.grid_h * w.grid_w, T = (size_t)w.window * w.window;
+    size_t N = (size_t)w.grid_h * w.grid_w, T = (size_t)w.window_h * w.window_w;
     c->nq = w.batch * N * w.heads * w.d_k;
     c->nv = w.batch * N * w.heads * w.d_v;
     c->nb = (size_t)w.bias_heads * T * T;
@@ -582,11 +582,11 @@ static void compare_window(const char *tag, vit_window_attn w, int with_bias, ui
 {
     wcase c;
     wcase_init(&c, w, with_bias, seed);
-    const int N = w.grid_h * w.grid_w, T = w.window * w.window, H = w.heads, B = w.batch;
+    const int N = w.grid_h * w.grid_w, T = w.window_h * w.window_w, H = w.heads, B = w.batch;
     const int nW = N / T, bh = with_bias ? w.bias_heads : 1;
     unsigned char *allowed = malloc((size_t)N * N);
-    ck_assert_int_eq(vit_mask_window(allowed, w.grid_h, w.grid_w, w.window, w.shift_h,
-                                     w.shift_w), VIT_OK);
+    ck_assert_int_eq(vit_mask_window(allowed, w.grid_h, w.grid_w, w.window_h, w.window_w,
+                                     w.shift_h, w.shift_w), VIT_OK);
     vit_real *full_bias = gc_zeros((size_t)bh * N * N);
     if (with_bias)
         for (int h = 0; h < bh; h++)
@@ -665,7 +665,7 @@ static vit_window_attn win_shape(int B, int H, int gh, int gw, int M, int shift,
 {
     vit_window_attn w;
     memset(&w, 0, sizeof w);
-    w.batch = B; w.heads = H; w.grid_h = gh; w.grid_w = gw; w.window = M;
+    w.batch = B; w.heads = H; w.grid_h = gh; w.grid_w = gw; w.window_h = w.window_w = M;
     w.shift_h = w.shift_w = shift;
     w.d_k = dk; w.d_v = dv;
     return w;
@@ -679,6 +679,15 @@ static vit_window_attn win_axes(int B, int H, int gh, int gw, int M, int shift_h
     vit_window_attn w = win_shape(B, H, gh, gw, M, 0, dk, dv);
     w.shift_h = shift_h;
     w.shift_w = shift_w;
+    return w;
+}
+
+/* Windows of Mh rows by Mw columns, each axis with its own shift. */
+static vit_window_attn win_rect(int B, int H, int gh, int gw, int Mh, int Mw, int shift_h,
+                                int shift_w, int dk, int dv)
+{
+    vit_window_attn w = win_axes(B, H, gh, gw, Mh, shift_h, shift_w, dk, dv);
+    w.window_w = Mw;
     return w;
 }
 
@@ -715,6 +724,43 @@ START_TEST(test_window_vs_masked)
     w = win_axes(1, 2, 4, 8, 4, 0, 2, 3, 3);
     w.bias_heads = 1;
     compare_window("4x8 M4 shift 0,2 bias shared", w, 1, 55);
+}
+END_TEST
+
+/* Rectangular windows: 8x6 in windows of 4x3 (shifted on either axis,
+ * both, neither), 6x9 in 3x3 against 2x3 (the same columns, other rows),
+ * 16x14 in 8x7 (64x56 photos at patch 4, shifted 4 and 3), one window of
+ * 8x7 over its whole grid (the merged stage: in place), a window across
+ * the width that is not square (6x4 in 2x4: in place, and shifted by
+ * rows: gathered), with a bias per head and shared. */
+START_TEST(test_window_rect_vs_masked)
+{
+    compare_window("8x6 W4x3 shift 0,0", win_rect(2, 2, 8, 6, 4, 3, 0, 0, 3, 4), 0, 41);
+    compare_window("8x6 W4x3 shift 2,0", win_rect(2, 2, 8, 6, 4, 3, 2, 0, 3, 4), 0, 42);
+    compare_window("8x6 W4x3 shift 0,1", win_rect(2, 2, 8, 6, 4, 3, 0, 1, 4, 3), 0, 43);
+    compare_window("8x6 W4x3 shift 2,1", win_rect(2, 3, 8, 6, 4, 3, 2, 1, 3, 3), 0, 44);
+    compare_window("6x9 W3x3 shift 1,1", win_rect(1, 2, 6, 9, 3, 3, 1, 1, 2, 3), 0, 45);
+    compare_window("6x9 W2x3 shift 1,1", win_rect(1, 2, 6, 9, 2, 3, 1, 1, 2, 3), 0, 46);
+    compare_window("6x9 W2x3 shift 0,1", win_rect(2, 2, 6, 9, 2, 3, 0, 1, 3, 2), 0, 47);
+    compare_window("6x9 W2x3 shift 1,0", win_rect(2, 2, 6, 9, 2, 3, 1, 0, 3, 2), 0, 48);
+    vit_window_attn w = win_rect(2, 2, 8, 6, 4, 3, 2, 1, 3, 3);
+    w.bias_heads = 2;
+    compare_window("8x6 W4x3 shift 2,1 bias/head", w, 1, 49);
+    w = win_rect(2, 2, 6, 9, 2, 3, 1, 1, 3, 3);
+    w.bias_heads = 1;
+    w.scale = 0.7;
+    compare_window("6x9 W2x3 shift 1,1 bias shared", w, 1, 50);
+    w = win_rect(1, 2, 16, 14, 8, 7, 4, 3, 4, 4);
+    w.bias_heads = 2;
+    compare_window("16x14 W8x7 shift 4,3 bias/head", w, 1, 51);
+    w = win_rect(2, 2, 8, 7, 8, 7, 0, 0, 4, 4);
+    w.bias_heads = 2;
+    compare_window("8x7 W8x7 (1 window, in place) bias", w, 1, 52);
+    w = win_rect(2, 2, 6, 4, 2, 4, 0, 0, 3, 3);
+    w.bias_heads = 2;
+    compare_window("6x4 W2x4 (in place) bias", w, 1, 53);
+    w.shift_h = 1;
+    compare_window("6x4 W2x4 shift 1,0 bias", w, 1, 54);
 }
 END_TEST
 
@@ -762,6 +808,23 @@ START_TEST(test_window_gradcheck)
     w.bias_heads = 2;
     gradcheck_window("3x6 M3 shift 0,1 bias/head", w, 1, 74);
     gradcheck_window("4x4 M2 shift 1,0", win_axes(1, 2, 4, 4, 2, 1, 0, 3, 2), 0, 75);
+}
+END_TEST
+
+/* Mh != Mw: windows of 2x3 on a 4x6 grid shifted on either axis and both,
+ * 3x2 on 6x4, with a bias per head and shared, and 1x3 (one row). */
+START_TEST(test_window_rect_gradcheck)
+{
+    vit_window_attn w = win_rect(2, 2, 4, 6, 2, 3, 1, 1, 3, 2);
+    w.bias_heads = 2;
+    gradcheck_window("4x6 W2x3 shift 1,1 bias/head", w, 1, 76);
+    w = win_rect(1, 2, 4, 6, 2, 3, 0, 1, 2, 3);
+    w.bias_heads = 1;
+    gradcheck_window("4x6 W2x3 shift 0,1 bias shared", w, 1, 77);
+    w = win_rect(1, 2, 6, 4, 3, 2, 1, 0, 2, 2);
+    w.bias_heads = 2;
+    gradcheck_window("6x4 W3x2 shift 1,0 bias/head", w, 1, 78);
+    gradcheck_window("2x6 W1x3 shift 0,1", win_rect(1, 2, 2, 6, 1, 3, 0, 1, 3, 2), 0, 79);
 }
 END_TEST
 
@@ -919,8 +982,26 @@ START_TEST(test_bad_input)
     EXPECT_EINVAL(vit_window_attn_backward(&e, q, k, v, NULL, out, p, q, k, v), "shift_w");
     ck_assert_uint_eq(vit_window_attn_lse_size(&e), 0);
     e = w;
-    e.window = 0;
-    EXPECT_EINVAL(vit_window_attn_forward(&e, out, p, q, k, v), "window");
+    e.window_h = 0;
+    EXPECT_EINVAL(vit_window_attn_forward(&e, out, p, q, k, v), "window_h");
+    e = w;
+    e.window_w = 0;
+    EXPECT_EINVAL(vit_window_attn_forward(&e, out, p, q, k, v), "window_w");
+    /* rectangular: each axis against its own side (w: a 4x4 grid) */
+    e = w;
+    e.window_w = 4, e.window_h = 3;
+    EXPECT_EINVAL(vit_window_attn_forward(&e, out, p, q, k, v),
+                  "grid_h 4 (grid 4 x 4) is not a multiple of window_h 3 (window 3 x 4)");
+    e.window_h = 4, e.window_w = 3;
+    EXPECT_EINVAL(vit_window_attn_backward(&e, q, k, v, NULL, out, p, q, k, v),
+                  "grid_w 4 (grid 4 x 4) is not a multiple of window_w 3 (window 4 x 3)");
+    e = w;
+    e.window_h = 4, e.window_w = 2, e.shift_h = 3, e.shift_w = 2;
+    EXPECT_EINVAL(vit_window_attn_forward(&e, out, p, q, k, v),
+                  "shift_w must be in [0, window_w = 2), got 2");
+    e.window_h = 2, e.window_w = 4, e.shift_h = 2, e.shift_w = 3;
+    EXPECT_EINVAL(vit_window_attn_forward(&e, out, p, q, k, v),
+                  "shift_h must be in [0, window_h = 2), got 2");
     e = w;
     e.d_k = 0;
     EXPECT_EINVAL(vit_window_attn_forward(&e, out, p, q, k, v), "d_k");
@@ -973,7 +1054,9 @@ static Suite *tiled_suite(void)
     TCase *w = tcase_create("window");
     tcase_set_timeout(w, 60);
     tcase_add_test(w, test_window_vs_masked);
+    tcase_add_test(w, test_window_rect_vs_masked);
     tcase_add_test(w, test_window_gradcheck);
+    tcase_add_test(w, test_window_rect_gradcheck);
     tcase_add_test(w, test_window_accumulates);
     tcase_add_test(w, test_window_kept_weights_need_no_lse);
     suite_add_tcase(s, w);

@@ -35,29 +35,31 @@ check "mixed folder: the data line counts the fitted images and the ignored note
     'grep -qx "data: 20 train, 6 test images of 64x56x3, 3 classes (1 other file ignored: not .png, .jpg or .jpeg)" <<<"$out"'
 check "mixed folder: the transform is in the checkpoint's data record" 'grep -aqx "fit = 64x56x3" "$tmp/run/last.ckpt"'
 
-# ---- the same folder for a Swin: a square it can window ----------------
+# ---- the same folder for a Swin: rectangular windows -------------------
 # 64x56 makes a 16x14 grid of patch 4, which no square window of 4..8
-# tiles: the folder is read again as 64x64 (the longer side), said in the
-# same line and recorded (the six 64x64 files now as they are), and
-# vit_eval scores it as the run did.
+# tiles: the Swin trains on the rule's shape as it is, in windows of 8x7
+# (8x7 after merging: one window), said in its rule's line and recorded,
+# and vit_eval scores it as the run did.
 swin=(--arch swin --epochs 1 --batch 8 --threads 1)
 out=$("$tools/vit_train" --data "$tmp/photos" --out "$tmp/runsw" "${swin[@]}" 2>&1)
 rc=$?
-check "mixed folder, --arch swin: trains on the square of the rule's longer side" \
-    '[ $rc -eq 0 ] && grep -q "^data: 20 train, 6 test images of 64x64x3" <<<"$out"' || indent "$out"
-check "mixed folder, --arch swin: one line says the rule, then the square and why" \
-    '[ "$(grep -c "^images: 26 read, 64x64 to 120x96 (HxW), 13 gray, 13 colour; 20 resized, 13 converted, all now 64x64x3 (sizes differ: the median, longest side at most 64, sides multiples of 8, then square, as swin lays out no 64x56 images; RGB, as some images are colour; --image-size and --channels choose)" <<<"$out")" -eq 1 ]'
-check "mixed folder, --arch swin: the square is in the checkpoint's data record" \
-    'grep -aqx "fit = 64x64x3" "$tmp/runsw/last.ckpt"'
+check "mixed folder, --arch swin: trains on the rule's 64x56" \
+    '[ $rc -eq 0 ] && grep -q "^data: 20 train, 6 test images of 64x56x3" <<<"$out"' || indent "$out"
+check "mixed folder, --arch swin: the images line is the rule's, no square" \
+    '[ "$(grep -c "^images: 26 read, 64x64 to 120x96 (HxW), 13 gray, 13 colour; 26 resized, 13 converted, all now 64x56x3 (sizes differ: the median, longest side at most 64, sides multiples of 8; RGB, as some images are colour; --image-size and --channels choose)" <<<"$out")" -eq 1 ]'
+check "mixed folder, --arch swin: the rule's line says the windows of 8x7" \
+    'grep -q "^swin (keys not set by flag or --config): patch 4 makes a 16x14 grid (at most 16x16), window 8x7 divides it, 2 stages (8x7 after merging), widths 32..64, depths 2+6$" <<<"$out"' || indent "$out"
+check "mixed folder, --arch swin: the shape and the window's columns are in the checkpoint" \
+    'grep -aqx "fit = 64x56x3" "$tmp/runsw/last.ckpt" && grep -aqx "window = 8" "$tmp/runsw/last.ckpt" && grep -aqx "window_w = 7" "$tmp/runsw/last.ckpt"'
 ev=$("$tools/vit_eval" "$tmp/runsw/last.ckpt" --threads 1 2>&1)
 got=$(sed -n "s/^test split: 6 images, loss [0-9.]*, accuracy \([0-9.]*\).*/\1/p" <<<"$ev")
 said=$(sed -n "s/^the run reported test accuracy \([0-9.]*\).*/\1/p" <<<"$ev")
 check "mixed folder, --arch swin: vit_eval fits the images as the run did (its accuracy)" \
     '[ -n "$got" ] && [ "$got" = "$said" ]' || indent "$ev"
-out=$("$tools/vit_train" --data "$tmp/photos" --out "$tmp/runsw2" "${swin[@]}" --image-size 64x56 2>&1)
+out=$("$tools/vit_train" --data "$tmp/photos" --out "$tmp/runsw2" "${swin[@]}" --window 8 2>&1)
 rc=$?
-check "--arch swin --image-size 64x56: the size asked for is kept, and refused by the recipe" \
-    '[ $rc -ne 0 ] && grep -q "no window of 4..8 divides the 16x14 grid of patch 4 (64x56 images); square images always have one$" <<<"$out" && [ ! -e "$tmp/runsw2/last.ckpt" ]' || indent "$out"
+check "--arch swin --window 8 on 64x56: square 8x8 windows refused, naming stage, grid and window" \
+    '[ $rc -ne 0 ] && grep -q "stage 0.s 16x14 token grid is not a multiple of window 8 (rows of 8, columns of 8)" <<<"$out" && [ ! -e "$tmp/runsw2/last.ckpt" ]' || indent "$out"
 
 # ---- flags convert every image ------------------------------------------
 out=$("$tools/vit_train" --data "$tmp/photos" --out "$tmp/run32" --image-size 32x24 --channels 1 \

@@ -5,8 +5,8 @@
  * differences in float64 (with and without stochastic depth's scales, and
  * with the convolutional stem), the recipe's choices, bad configs refused,
  * the stem's multiply-adds and old configs without it, and a model written by
- * torchvision (tools/torch_swin_fixture.py) loading through
- * vit_safetensors_load and reproducing its logits.
+ * torchvision (tools/torch_swin_fixture.py; square windows, and 2x3 ones)
+ * loading through vit_safetensors_load and reproducing its logits.
  */
 #include <check.h>
 #include <math.h>
@@ -36,7 +36,10 @@ static void set(vit_config *c, const char *key, const char *value)
  * shifted by 1, across the wrapped border), merged to 2x2 (one window:
  * no shift there); widths 4 and 8, two heads each, 3 classes: the
  * fixture's model too.  wide: 8x16 images instead, whose 2x4 second stage
- * shifts block 1 by 0 rows and 1 column (the --wide fixture's model). */
+ * shifts block 1 by 0 rows and 1 column (the --wide fixture's model).
+ * wide 2: 8x12 images in windows of 2 rows by 3 columns (window_w 3): a
+ * 4x6 grid whose block 1 shifts by 1 row and 1 column, merged to 2x3, one
+ * window (no shift). */
 static void tiny_of(vit_config *c, int wide)
 {
     vit_config_default(c);
@@ -48,7 +51,9 @@ static void tiny_of(vit_config *c, int wide)
         {"mlp_ratio", "2"}};
     for (size_t i = 0; i < sizeof kv / sizeof *kv; i++)
         set(c, kv[i][0], kv[i][1]);
-    set(c, "image_width", wide ? "16" : "8");
+    set(c, "image_width", wide == 2 ? "12" : wide ? "16" : "8");
+    if (wide == 2)
+        set(c, "window_w", "3");
 }
 
 static void tiny(vit_config *c) { tiny_of(c, 0); }
@@ -103,7 +108,8 @@ static double swin_loss(void *p)
  * image 1 alternately dropped and kept; _i & 2: with recompute (the layer
  * norms' outputs remade in the backward); _i = 4, 5: with the stem
  * (tiny_stem: its two convolutions' 4 tensors first), 5 with drop path;
- * _i = 6: the wide model, its second stage shifted along one axis only. */
+ * _i = 6: the wide model, its second stage shifted along one axis only;
+ * _i = 7: rectangular windows of 2x3 (tiny_of's wide 2). */
 START_TEST(test_swin_gradient)
 {
     vit_real drop[2 * NBLOCKS * GB];
@@ -111,13 +117,13 @@ START_TEST(test_swin_gradient)
         drop[l * GB] = (vit_real)1.25, drop[l * GB + 1] = (vit_real)(l % 2 ? 1.25 : 0);
     swin_ctx c = {.a = vit_arch_find("swin"), .P = vit_params_new(), .tape = vit_tape_new(),
                   .drop = _i & 1 ? drop : NULL, .recompute = _i < 4 && (_i >> 1) & 1,
-                  .width = _i == 6 ? 16 : 8};
+                  .width = _i == 6 ? 16 : _i == 7 ? 12 : 8};
     int stem = _i == 4 || _i == 5;
     ck_assert_ptr_nonnull(c.a);
     if (stem)
         tiny_stem(&c.cfg);
     else
-        tiny_of(&c.cfg, _i == 6);
+        tiny_of(&c.cfg, _i == 6 ? 1 : _i == 7 ? 2 : 0);
     ck_assert_int_eq(c.a->check(&c.cfg), VIT_OK);
     ck_assert_msg(c.a->build(&c.cfg, c.P, &c.state) == VIT_OK, "%s", vit_last_error());
     ck_assert_int_eq(vit_params_alloc(c.P), VIT_OK);
@@ -160,9 +166,12 @@ START_TEST(test_swin_gradient)
         ck_assert_msg(norm > 1e-6, "%s: gradient is zero", pt->name);
         worst = fmax(worst, e);
     }
-    printf("swin gradient%s%s%s%s: %d tensors, %zu parameters, max_rel %.2e\n",
+    if (_i == 7) /* the tables of 2x3 windows: (2*2-1) * (2*3-1) rows */
+        ck_assert_int_eq(vit_params_tensor(c.P, 6)->shape[0], 15);
+    printf("swin gradient%s%s%s%s%s: %d tensors, %zu parameters, max_rel %.2e\n",
            _i & 1 ? " (drop path)" : "", _i & 2 && _i < 4 ? " (recompute)" : "",
-           stem ? " (stem)" : "", _i == 6 ? " (8x16: a shift on one axis)" : "", nt, n, worst);
+           stem ? " (stem)" : "", _i == 6 ? " (8x16: a shift on one axis)" : "",
+           _i == 7 ? " (8x12: windows of 2x3)" : "", nt, n, worst);
     c.a->release(c.state);
     vit_params_free(c.P);
     vit_tape_free(c.tape);
@@ -204,6 +213,19 @@ START_TEST(test_swin_rejects_bad_configs)
     tiny(&c);
     set(&c, "depth_3", "5");
     refused(&c, "depth_3");
+    tiny(&c);
+    set(&c, "window_w", "3"); /* 4x4 grid: rows of 2 fit, columns of 3 do not */
+    refused(&c, "stage 0's 4x4 token grid is not a multiple of window 2x3 (rows of 2, columns "
+            "of 3)");
+    tiny_of(&c, 2);
+    set(&c, "stages", "3"); /* 4x6 -> 2x3 -> 1x1 (odd before the merge) */
+    refused(&c, "stage 1's 2x3 grid is odd");
+    tiny_of(&c, 2);
+    set(&c, "window", "4"); /* window_w given: 4x3 windows on the 4x6 grid, then 2x3 */
+    refused(&c, "stage 1's 2x3 token grid is not a multiple of window 4x3");
+    tiny(&c);
+    ck_assert_int_eq(vit_config_set(&c, "window_w", "0"), VIT_EINVAL);
+    ck_assert_ptr_nonnull(strstr(vit_last_error(), "window_w"));
     tiny(&c);
     ck_assert_int_eq(vit_config_set(&c, "depth_1", "0"), VIT_EINVAL);
     ck_assert_int_eq(vit_config_set(&c, "dim", "64"), VIT_EINVAL);
@@ -294,6 +316,145 @@ START_TEST(test_swin_old_config_no_stem)
 }
 END_TEST
 
+/* window_w, the windows' columns, follows window while it is not given: a
+ * config or checkpoint written before the key (or without it) is square,
+ * and a square config's text is what it was before the key (no window_w
+ * line); a rectangular one's text has the line after window's and reads
+ * back to the same model. */
+START_TEST(test_swin_window_w_follows)
+{
+    vit_config c, back;
+    tiny(&c);
+    char text[4096], again[4096];
+    int n = vit_config_format(&c, NULL, text, sizeof text);
+    ck_assert_int_gt(n, 0);
+    ck_assert_msg(strstr(text, "window = 2\nembed_dim = 4\n") && !strstr(text, "window_w"),
+                  "%s", text);
+    /* window alone, before or after: the windows square */
+    set(&c, "window", "4");
+    ck_assert_int_eq(vit_config_given(&c, "window_w"), 0);
+    c.image_height = c.image_width = 16; /* a 8x8 grid, 4x4 after merging */
+    vit_model *m = vit_model_new(&c);
+    ck_assert_msg(m != NULL, "%s", vit_last_error());
+    ck_assert_str_eq(vit_model_tensor_at(m, 6)->name, "0.0.rel");
+    ck_assert_int_eq(vit_model_tensor_at(m, 6)->shape[0], 7 * 7);
+    vit_model_free(m);
+    ck_assert_int_gt(vit_config_format(&c, NULL, text, sizeof text), 0);
+    ck_assert_msg(strstr(text, "window = 4\n") && !strstr(text, "window_w"), "%s", text);
+    /* old text (no window_w line) with window 4: square, its text the same */
+    vit_config_default(&back);
+    ck_assert_msg(vit_config_parse(&back, NULL, text, "old") == VIT_OK, "%s", vit_last_error());
+    ck_assert_int_eq(vit_config_given(&back, "window_w"), 0);
+    ck_assert_int_gt(vit_config_format(&back, NULL, again, sizeof again), 0);
+    ck_assert_str_eq(again, text);
+    ck_assert_uint_eq(vit_config_param_count(&back), vit_config_param_count(&c));
+    /* given: kept whatever window does after; written after window */
+    set(&c, "window_w", "2");
+    set(&c, "window", "8");
+    set(&c, "window", "4");
+    ck_assert_int_gt(vit_config_format(&c, NULL, text, sizeof text), 0);
+    ck_assert_msg(strstr(text, "window = 4\nwindow_w = 2\nembed_dim"), "%s", text);
+    m = vit_model_new(&c);
+    ck_assert_msg(m != NULL, "%s", vit_last_error());
+    ck_assert_int_eq(vit_model_tensor_at(m, 6)->shape[0], 7 * 3);
+    vit_model_free(m);
+    vit_config_default(&back);
+    ck_assert_msg(vit_config_parse(&back, NULL, text, "new") == VIT_OK, "%s", vit_last_error());
+    ck_assert_int_gt(vit_config_format(&back, NULL, again, sizeof again), 0);
+    ck_assert_str_eq(again, text);
+    ck_assert_uint_eq(vit_config_param_count(&back), vit_config_param_count(&c));
+    ck_assert_uint_eq(vit_config_macs(&back), vit_config_macs(&c));
+    /* the multiply-adds count T = Mh * Mw scores per token: 4x2 windows
+     * against 4x4 differ by 2 (16 - 8) C per token and block */
+    size_t rect = vit_config_macs(&c);
+    set(&c, "window_w", "4");
+    ck_assert_int_gt(vit_config_format(&c, NULL, text, sizeof text), 0);
+    ck_assert_msg(!strstr(text, "window_w"), "equal to window: left out\n%s", text);
+    size_t square = vit_config_macs(&c);
+    /* stage 0: 8x8 tokens, width 4, 2 blocks; stage 1: 4x4, width 8, 2 */
+    ck_assert_uint_eq(square - rect, (size_t)2 * (16 - 8) * (64 * 4 * 2 + 16 * 8 * 2));
+}
+END_TEST
+
+/* The rule before rectangular windows (square, the largest of 8..4
+ * dividing both sides, else one window over a square grid, else refused)
+ * and its stages: what every shape it accepted must still get. */
+static int old_rule(int gh, int gw, int *stages)
+{
+    int M = 0;
+    for (int m = 8; m >= 4 && !M; m--)
+        if (gh % m == 0 && gw % m == 0)
+            M = m;
+    if (!M)
+        M = gh == gw ? gh : 0;
+    *stages = 1;
+    while (M && *stages < 3 && gh % 2 == 0 && gw % 2 == 0 && (gh / 2) % M == 0 &&
+           (gw / 2) % M == 0) {
+        ++*stages;
+        gh /= 2;
+        gw /= 2;
+    }
+    return M;
+}
+
+/* The int after "key = " in config text, or -1. */
+static int text_int(const char *text, const char *key)
+{
+    char pat[32];
+    snprintf(pat, sizeof pat, "\n%s = ", key);
+    const char *p = strstr(text, pat);
+    return p ? atoi(p + strlen(pat)) : -1;
+}
+
+/* Every image shape from 4x4 to 100x100: where the old rule gave a square
+ * window it is kept (window_w equal, left out of the text) with the same
+ * stages; where it refused the grid, the windows are rectangular, the
+ * largest of 8..4 dividing each side (else the side), and the model
+ * builds. */
+START_TEST(test_swin_recipe_keeps_square)
+{
+    int kept = 0, now = 0;
+    for (int h = 4; h <= 100; h++)
+        for (int w = 4; w <= 100; w++) {
+            vit_config c;
+            vit_config_default(&c);
+            set(&c, "arch", "swin");
+            c.image_height = h, c.image_width = w, c.channels = 3, c.classes = 10;
+            char text[4096];
+            if (vit_config_arch(&c)->adapt(&c, 100, NULL, 0) != VIT_OK) {
+                ck_assert_msg(strstr(vit_last_error(), "no patch of 1..16"), "%dx%d: %s", h, w,
+                              vit_last_error());
+                continue;
+            }
+            ck_assert_int_gt(vit_config_format(&c, NULL, text, sizeof text), 0);
+            int P = text_int(text, "patch"), gh = h / P, gw = w / P, stages;
+            int M = old_rule(gh, gw, &stages);
+            int Mh = text_int(text, "window"), Mw = text_int(text, "window_w");
+            if (M) {
+                ck_assert_msg(Mh == M && Mw == -1 && text_int(text, "stages") == stages,
+                              "%dx%d (grid %dx%d): window %d, window_w %d, stages %d; before "
+                              "window %d, stages %d", h, w, gh, gw, Mh, Mw,
+                              text_int(text, "stages"), M, stages);
+                kept++;
+            } else {
+                ck_assert_msg(Mw > 0 && Mw != Mh && gh % Mh == 0 && gw % Mw == 0,
+                              "%dx%d (grid %dx%d): window %d, window_w %d", h, w, gh, gw, Mh, Mw);
+                for (int m = 8; m > Mh; m--)
+                    ck_assert_msg(m > gh || gh % m, "%dx%d: rows of %d, not %d", h, w, Mh, m);
+                for (int m = 8; m > Mw; m--)
+                    ck_assert_msg(m > gw || gw % m, "%dx%d: columns of %d, not %d", h, w, Mw, m);
+                ck_assert_msg(vit_config_check(&c) == VIT_OK, "%dx%d: %s", h, w,
+                              vit_last_error());
+                now++;
+            }
+        }
+    printf("swin rule: %d shapes keep their square window, %d refused before now windowed\n",
+           kept, now);
+    ck_assert_int_gt(kept, 100);
+    ck_assert_int_gt(now, 1000);
+}
+END_TEST
+
 /* What the recipe's rule (the arch's adapt hook) sets for images of h x w:
  * the formatted config must hold every line of want. */
 static void adapted(int h, int w, int count, const char *const *want, int nwant,
@@ -340,6 +501,21 @@ START_TEST(test_swin_recipe)
             3, "patch 4");
     adapted(96, 96, many, (const char *const[]){"patch = 6\n", "window = 8\n", "stem = 0\n"},
             3, "patch 6");
+    /* No square window of 8..4 tiles these grids: rectangular ones, the
+     * largest of 8..4 per side, as many stages as both sides halve into */
+    adapted(64, 56, few, (const char *const[]){"patch = 4\n", "window = 8\n",
+            "window_w = 7\n", "stages = 2\n"}, 4, "patch 4 makes a 16x14 grid (at most 16x16), "
+            "window 8x7 divides it, 2 stages (8x7 after merging), widths 32..64, depths 2+6");
+    adapted(56, 64, few, (const char *const[]){"patch = 4\n", "window = 7\n",
+            "window_w = 8\n", "stages = 2\n"}, 4, "patch 4 makes a 14x16 grid (at most 16x16), "
+            "window 7x8 divides it, 2 stages (7x8 after merging)");
+    adapted(64, 40, few, (const char *const[]){"patch = 4\n", "window = 8\n",
+            "window_w = 5\n", "stages = 2\n"}, 4, "patch 4 makes a 16x10 grid (at most 16x16), "
+            "window 8x5 divides it, 2 stages (8x5 after merging)");
+    /* 8x64: a 2x16 grid of patch 4, no window of 8..4 for 2 rows: one
+     * window across them, 2x8, one stage (1 row after merging) */
+    adapted(8, 64, few, (const char *const[]){"patch = 4\n", "window = 2\n",
+            "window_w = 8\n", "stages = 1\n"}, 4, "window 2x8 divides it, 1 stage,");
     /* Any of patch, stem and stem2 given: the rule leaves the stem alone. */
     static const char *const given[][2] = {{"patch", "2"}, {"stem", "0"}, {"stem2", "0"}};
     for (int g = 0; g < 3; g++) {
@@ -393,10 +569,13 @@ END_TEST
  * metadata) loads through vit_safetensors_load and gives torchvision's
  * float64 logits on its 4 images, to rounding.  _i = 1: the --wide
  * fixture, 8x16 images whose second stage (a 2x4 grid in windows of 2)
- * torchvision shifts by 0 rows and 1 column. */
+ * torchvision shifts by 0 rows and 1 column.  _i = 2: the --rect fixture,
+ * 8x12 images in torchvision's windows of [2, 3] (window_w 3 in its
+ * metadata): a 4x6 grid shifted by 1 row and 1 column, tables [15, 2]. */
 START_TEST(test_swin_torchvision_fixture)
 {
-    static const char *const stem[2] = {"data/swin_torch", "data/swin_torch_wide"};
+    static const char *const stem[3] = {"data/swin_torch", "data/swin_torch_wide",
+                                        "data/swin_torch_rect"};
     char path[64];
     vit_model *m = NULL;
     snprintf(path, sizeof path, "%s.safetensors", stem[_i]);
@@ -407,7 +586,8 @@ START_TEST(test_swin_torchvision_fixture)
     ck_assert_ptr_nonnull(f);
     int B, H, W, C, K;
     ck_assert_int_eq(fscanf(f, "%d %d %d %d %d", &B, &H, &W, &C, &K), 5);
-    ck_assert(B == 4 && H == 8 && W == (_i ? 16 : 8) && C == 2 && K == 3);
+    static const int width[3] = {8, 16, 12};
+    ck_assert(B == 4 && H == 8 && W == width[_i] && C == 2 && K == 3);
     vit_real *images = gc_zeros((size_t)B * H * W * C), *want = gc_zeros((size_t)B * K);
     for (int i = 0; i < B * H * W * C; i++) {
         double v;
@@ -442,15 +622,17 @@ static Suite *swin_suite(void)
     Suite *s = suite_create("swin");
     TCase *tg = tcase_create("gradient");
     tcase_set_timeout(tg, 120);
-    tcase_add_loop_test(tg, test_swin_gradient, 0, 7);
+    tcase_add_loop_test(tg, test_swin_gradient, 0, 8);
     suite_add_tcase(s, tg);
     TCase *tc = tcase_create("config");
     tcase_add_test(tc, test_swin_rejects_bad_configs);
     tcase_add_test(tc, test_swin_rejects_bad_stems);
     tcase_add_test(tc, test_swin_stem_macs);
     tcase_add_test(tc, test_swin_old_config_no_stem);
+    tcase_add_test(tc, test_swin_window_w_follows);
     tcase_add_test(tc, test_swin_recipe);
-    tcase_add_loop_test(tc, test_swin_torchvision_fixture, 0, 2);
+    tcase_add_test(tc, test_swin_recipe_keeps_square);
+    tcase_add_loop_test(tc, test_swin_torchvision_fixture, 0, 3);
     suite_add_tcase(s, tc);
     return s;
 }

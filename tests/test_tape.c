@@ -2068,18 +2068,31 @@ END_TEST
 
 /* ---- Swin's ops: windowed attention ------------------------------------ */
 
-/* Windowed attention on a 4 x 4 grid of B = 2 items, H = 2 heads of width
- * 3 (qkv [2, 16, 18]), windows of 2 x 2: case 0 plain windows with a bias
- * per head, 1 shifted by 1 with one shared bias, 2 shifted without bias,
- * 3 shifted by 1 column and no row with a bias per head, 4 by 1 row and no
- * column without bias. */
-static const vit_window_opts win_opts[5] = {
-    {.heads = 2, .grid_h = 4, .grid_w = 4, .window = 2},
-    {.heads = 2, .grid_h = 4, .grid_w = 4, .window = 2, .shift_h = 1, .shift_w = 1},
-    {.heads = 2, .grid_h = 4, .grid_w = 4, .window = 2, .shift_h = 1, .shift_w = 1, .scale = 0.7},
-    {.heads = 2, .grid_h = 4, .grid_w = 4, .window = 2, .shift_w = 1},
-    {.heads = 2, .grid_h = 4, .grid_w = 4, .window = 2, .shift_h = 1},
+/* Windowed attention on 16 tokens of B = 2 items, H = 2 heads of width 3
+ * (qkv [2, 16, 18]).  A 4 x 4 grid in windows of 2 x 2: case 0 plain
+ * windows with a bias per head, 1 shifted by 1 with one shared bias, 2
+ * shifted without bias, 3 shifted by 1 column and no row with a bias per
+ * head, 4 by 1 row and no column without bias.  Rectangular windows (the
+ * bias [1 or H, T, T] with T = 8): 5 a 4 x 4 grid in windows of 2 x 4
+ * shifted by 1 row and 2 columns with a bias per head, 6 a 2 x 8 grid in
+ * windows of 2 x 4 shifted by 2 columns with a shared bias, 7 a 4 x 4
+ * grid in windows of 4 x 2 shifted by 2 rows and 1 column without. */
+static const vit_window_opts win_opts[8] = {
+    {.heads = 2, .grid_h = 4, .grid_w = 4, .window_h = 2, .window_w = 2},
+    {.heads = 2, .grid_h = 4, .grid_w = 4, .window_h = 2, .window_w = 2, .shift_h = 1,
+     .shift_w = 1},
+    {.heads = 2, .grid_h = 4, .grid_w = 4, .window_h = 2, .window_w = 2, .shift_h = 1,
+     .shift_w = 1, .scale = 0.7},
+    {.heads = 2, .grid_h = 4, .grid_w = 4, .window_h = 2, .window_w = 2, .shift_w = 1},
+    {.heads = 2, .grid_h = 4, .grid_w = 4, .window_h = 2, .window_w = 2, .shift_h = 1},
+    {.heads = 2, .grid_h = 4, .grid_w = 4, .window_h = 2, .window_w = 4, .shift_h = 1,
+     .shift_w = 2},
+    {.heads = 2, .grid_h = 2, .grid_w = 8, .window_h = 2, .window_w = 4, .shift_w = 2},
+    {.heads = 2, .grid_h = 4, .grid_w = 4, .window_h = 4, .window_w = 2, .shift_h = 2,
+     .shift_w = 1},
 };
+/* Which cases have a bias, and its heads (0: none). */
+static const int win_bias_heads[8] = {2, 1, 0, 2, 0, 2, 1, 0};
 
 static vit_tensor *b_window(graph *g, vit_tape *t, vit_tensor **in)
 {
@@ -2091,12 +2104,16 @@ START_TEST(test_window_attn)
     graph g = {.build = b_window, .smoothing = SMOOTHING, .aux = &win_opts[_i]};
     uint64_t seed = 90 + (uint64_t)_i;
     add_leaf(&g, "qkv", 1, 1.5, &seed, 3, 2, 16, 18, 0);
-    if (_i < 2 || _i == 3)
-        add_leaf(&g, "bias", 1, 1.0, &seed, 3, _i == 1 ? 1 : 2, 4, 4, 0);
-    static const char *what[5] = {"window_attn", "window_attn (shifted, shared bias)",
+    const int T = win_opts[_i].window_h * win_opts[_i].window_w;
+    if (win_bias_heads[_i])
+        add_leaf(&g, "bias", 1, 1.0, &seed, 3, win_bias_heads[_i], T, T, 0);
+    static const char *what[8] = {"window_attn", "window_attn (shifted, shared bias)",
                                   "window_attn (shifted, no bias)",
                                   "window_attn (columns shifted, not rows)",
-                                  "window_attn (rows shifted, not columns)"};
+                                  "window_attn (rows shifted, not columns)",
+                                  "window_attn (2x4 windows, shifted 1, 2)",
+                                  "window_attn (2x4 windows over 2x8, shifted 0, 2, shared bias)",
+                                  "window_attn (4x2 windows, shifted 2, 1, no bias)"};
     check_graph(&g, what[_i]);
 }
 END_TEST
@@ -2112,7 +2129,8 @@ START_TEST(test_window_attn_matches_masked)
     unsigned char allowed[N * N];
     uint64_t seed = 7 + (uint64_t)_i;
     gc_fill(qkv, sizeof qkv / sizeof *qkv, &seed, 2.0);
-    ck_assert_int_eq(vit_mask_window(allowed, 4, 4, o->window, o->shift_h, o->shift_w), VIT_OK);
+    ck_assert_int_eq(vit_mask_window(allowed, o->grid_h, o->grid_w, o->window_h, o->window_w,
+                                     o->shift_h, o->shift_w), VIT_OK);
     vit_sdpa a = {.batch = B, .heads = H, .n_q = N, .n_k = N, .d_k = D / H, .d_v = D / H,
                   .scale = o->scale, .mask = {.allowed = allowed},
                   .ld_q = 3 * D, .ld_k = 3 * D, .ld_v = 3 * D};
@@ -2169,17 +2187,28 @@ START_TEST(test_window_attn_errors)
         expect_msg("vit_op_window_attn", biases[i].what);
     }
     /* Options: a window that does not divide the grid, a shift outside
-     * [0, M) on either axis (the other one valid), no heads, NULL. */
-    vit_window_opts bad[6] = {o, o, o, o, o, o};
-    bad[0].window = 3;
+     * [0, M) on either axis (the other one valid), no heads; rectangular
+     * windows whose rows or columns do not divide the grid's, a shift
+     * outside its own axis's side (valid on the other's); NULL. */
+    vit_window_opts bad[11] = {o, o, o, o, o, o, o, o, o, o, o};
+    bad[0].window_h = bad[0].window_w = 3;
     bad[1].shift_h = 2;
     bad[2].heads = 0;
     bad[3].shift_w = 2;
     bad[4].shift_w = -1, bad[4].shift_h = 1;
     bad[5].shift_h = -1, bad[5].shift_w = 1;
-    const char *bad_what[6] = {"multiple of the window", "shift", "heads", "shift", "shift",
-                               "shift"};
-    for (int i = 0; i < 6; i++) {
+    bad[6].window_h = 3, bad[6].window_w = 4;
+    bad[7].window_h = 4, bad[7].window_w = 3;
+    bad[8].window_h = 2, bad[8].window_w = 4, bad[8].shift_h = 2, bad[8].shift_w = 3;
+    bad[9].window_h = 4, bad[9].window_w = 2, bad[9].shift_h = 3, bad[9].shift_w = 2;
+    bad[10].window_w = 0;
+    const char *bad_what[11] = {"multiple of window", "shift", "heads", "shift", "shift",
+                                "shift", "grid_h 4 (grid 4 x 4) is not a multiple of window_h 3",
+                                "grid_w 4 (grid 4 x 4) is not a multiple of window_w 3",
+                                "shift_h must be in [0, window_h = 2), got 2",
+                                "shift_w must be in [0, window_w = 2), got 2",
+                                "window_w (0)"};
+    for (int i = 0; i < 11; i++) {
         vit_tape_reset(t);
         vit_tensor *x = vit_tape_leaf(t, buf, NULL, 3, (int[]){2, 16, 18});
         ck_assert_ptr_null(vit_op_window_attn(t, x, NULL, &bad[i]));
@@ -2198,22 +2227,33 @@ END_TEST
 
 /* The bias alone (window 3: table [25, 2] -> [2, 9, 9]) and (index 1)
  * feeding the windowed attention (window 2: table [9, 2] -> [2, 4, 4]),
- * the table's gradient through both. */
+ * the table's gradient through both; with Mh != Mw the bias alone
+ * (index 2, window 2 x 3: table [15, 2] -> [2, 6, 6]; index 3, 3 x 2) and
+ * into the attention of 2 x 4 windows shifted by 1 row and 2 columns
+ * (index 4, table [21, 2] -> [2, 8, 8]). */
+static const int relpos_win[5][2] = {{3, 3}, {2, 2}, {2, 3}, {3, 2}, {2, 4}};
+
 static vit_tensor *b_relpos(graph *g, vit_tape *t, vit_tensor **in)
 {
-    if (g->index == 0)
-        return vit_op_relpos_bias(t, in[0], 3);
-    return vit_op_window_attn(t, in[1], vit_op_relpos_bias(t, in[0], 2), &win_opts[1]);
+    const int *w = relpos_win[g->index];
+    if (g->index != 1 && g->index != 4)
+        return vit_op_relpos_bias(t, in[0], w[0], w[1]);
+    return vit_op_window_attn(t, in[1], vit_op_relpos_bias(t, in[0], w[0], w[1]),
+                              &win_opts[g->index == 1 ? 1 : 5]);
 }
 
 START_TEST(test_relpos_bias)
 {
     graph g = {.build = b_relpos, .smoothing = SMOOTHING, .index = _i};
     uint64_t seed = 110 + (uint64_t)_i;
-    add_leaf(&g, "table", 1, 1.0, &seed, 2, _i == 0 ? 25 : 9, 2, 0, 0);
-    if (_i == 1)
+    const int *w = relpos_win[_i];
+    add_leaf(&g, "table", 1, 1.0, &seed, 2, (2 * w[0] - 1) * (2 * w[1] - 1), 2, 0, 0);
+    if (_i == 1 || _i == 4)
         add_leaf(&g, "qkv", 1, 1.5, &seed, 3, 2, 16, 18, 0);
-    check_graph(&g, _i == 0 ? "relpos_bias" : "relpos_bias into window_attn");
+    char what[64];
+    snprintf(what, sizeof what, "relpos_bias %dx%d%s", w[0], w[1],
+             _i == 1 || _i == 4 ? " into window_attn" : "");
+    check_graph(&g, what);
 }
 END_TEST
 
@@ -2229,7 +2269,7 @@ START_TEST(test_relpos_bias_index)
         for (int h = 0; h < 3; h++)
             table[r * 3 + h] = (vit_real)(10 * r + h);
     vit_tape *t = vit_tape_new();
-    vit_tensor *y = vit_op_relpos_bias(t, vit_tape_leaf(t, table, NULL, 2, (int[]){9, 3}), 2);
+    vit_tensor *y = vit_op_relpos_bias(t, vit_tape_leaf(t, table, NULL, 2, (int[]){9, 3}), 2, 2);
     ck_assert_msg(y != NULL, "%s", vit_last_error());
     ck_assert_int_eq(y->ndim, 3);
     ck_assert_int_eq(y->shape[0], 3);
@@ -2246,7 +2286,7 @@ START_TEST(test_relpos_bias_index)
     vit_real g[9 * 3] = {0};
     vit_tape_reset(t);
     vit_tensor *tab = vit_tape_leaf(t, table, g, 2, (int[]){9, 3});
-    y = vit_op_relpos_bias(t, tab, 2);
+    y = vit_op_relpos_bias(t, tab, 2, 2);
     vit_real ones[48];
     for (int i = 0; i < 48; i++) ones[i] = 1;
     ck_assert_int_eq(vit_tape_backward_from(t, y, ones), VIT_OK);
@@ -2259,21 +2299,82 @@ START_TEST(test_relpos_bias_index)
 }
 END_TEST
 
+/* A window of 2 rows by 3 columns (torchvision's window_size [2, 3]):
+ * positions p = y*3 + x, table [(2*2-1)*(2*3-1), H] = [15, H], and
+ * index[i][j] = (y_i - y_j + 1) * 5 + (x_i - x_j + 2), by hand:
+ *   i = (0,0): 7 6 5 2 1 0     i = (1,0): 12 11 10 7 6 5
+ *   i = (0,1): 8 7 6 3 2 1     i = (1,1): 13 12 11 8 7 6
+ *   i = (0,2): 9 8 7 4 3 2     i = (1,2): 14 13 12 9 8 7
+ * (torchvision 0.14's relative_position_index for window_size [2, 3]
+ * prints the same).  The backward's count per row: the pairs at offset
+ * (dy, dx), (2 - |dy|) * (3 - |dx|). */
+START_TEST(test_relpos_bias_index_rect)
+{
+    static const int index[6][6] = {{7, 6, 5, 2, 1, 0},       {8, 7, 6, 3, 2, 1},
+                                    {9, 8, 7, 4, 3, 2},       {12, 11, 10, 7, 6, 5},
+                                    {13, 12, 11, 8, 7, 6},    {14, 13, 12, 9, 8, 7}};
+    enum { R = 15, H = 2, T = 6 };
+    vit_real table[R * H];
+    for (int r = 0; r < R; r++)
+        for (int h = 0; h < H; h++)
+            table[r * H + h] = (vit_real)(10 * r + h);
+    vit_real g[R * H] = {0};
+    vit_tape *t = vit_tape_new();
+    vit_tensor *y = vit_op_relpos_bias(t, vit_tape_leaf(t, table, g, 2, (int[]){R, H}), 2, 3);
+    ck_assert_msg(y != NULL, "%s", vit_last_error());
+    ck_assert_int_eq(y->ndim, 3);
+    ck_assert_int_eq(y->shape[0], H);
+    ck_assert_int_eq(y->shape[1], T);
+    ck_assert_int_eq(y->shape[2], T);
+    for (int h = 0; h < H; h++)
+        for (int i = 0; i < T; i++)
+            for (int j = 0; j < T; j++)
+                ck_assert_msg(y->data[(h * T + i) * T + j] == (vit_real)(10 * index[i][j] + h),
+                              "bias[%d, %d, %d] = %g", h, i, j,
+                              (double)y->data[(h * T + i) * T + j]);
+    vit_real ones[H * T * T];
+    for (int i = 0; i < H * T * T; i++) ones[i] = 1;
+    ck_assert_int_eq(vit_tape_backward_from(t, y, ones), VIT_OK);
+    static const int count[R] = {1, 2, 3, 2, 1, 2, 4, 6, 4, 2, 1, 2, 3, 2, 1};
+    for (int r = 0; r < R; r++)
+        for (int h = 0; h < H; h++)
+            ck_assert_msg(g[r * H + h] == count[r], "dtable[%d, %d] = %g", r, h,
+                          (double)g[r * H + h]);
+    /* 3 x 2 is not 2 x 3: its table has 5 * 3 = 15 rows too, laid out
+     * otherwise. */
+    vit_tape_reset(t);
+    y = vit_op_relpos_bias(t, vit_tape_leaf(t, table, NULL, 2, (int[]){R, H}), 3, 2);
+    ck_assert_msg(y != NULL, "%s", vit_last_error());
+    /* (y_i - y_j + 2) * 3 + (x_i - x_j + 1): pair (0, 1) reads 2 * 3 + 0 = 6,
+     * pair (5, 0) = (2,1) -> (0,0) reads 4 * 3 + 2 = 14 */
+    ck_assert(y->data[0 * T + 1] == (vit_real)(10 * 6));
+    ck_assert(y->data[5 * T + 0] == (vit_real)(10 * 14));
+    vit_tape_free(t);
+}
+END_TEST
+
 START_TEST(test_relpos_bias_errors)
 {
     static vit_real buf[64];
     vit_tape *t = vit_tape_new();
-    struct { int ndim, shape[4], window; const char *what; } cases[] = {
-        {2, {9, 2}, 3, "[25, *], got [9, 2]"},     /* a table for another window */
-        {1, {18}, 2, "table must be"},             /* flat: the right count only */
-        {3, {3, 3, 2}, 2, "got [3, 3, 2]"},
-        {2, {2, 9}, 2, "got [2, 9]"},               /* transposed */
-        {2, {9, 2}, 0, "window"},
+    struct { int ndim, shape[4], mh, mw; const char *what; } cases[] = {
+        {2, {9, 2}, 3, 3, "[25, *], got [9, 2]"},   /* a table for another window */
+        {1, {18}, 2, 2, "table must be"},           /* flat: the right count only */
+        {3, {3, 3, 2}, 2, 2, "got [3, 3, 2]"},
+        {2, {2, 9}, 2, 2, "got [2, 9]"},             /* transposed */
+        {2, {9, 2}, 0, 2, "window_h must be 1..256, got 0"},
+        {2, {9, 2}, 2, 0, "window_w must be 1..256, got 0"},
+        {2, {9, 2}, 2, 257, "window_w must be 1..256, got 257"},
+        /* rectangular: the square table of either side, or 3 x 2's
+         * count the other way ([15, *] fits both 2 x 3 and 3 x 2) */
+        {2, {9, 2}, 2, 3, "(window 2 x 3) = [15, *], got [9, 2]"},
+        {2, {25, 2}, 2, 3, "(window 2 x 3) = [15, *], got [25, 2]"},
+        {2, {21, 2}, 3, 2, "(window 3 x 2) = [15, *], got [21, 2]"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         vit_tape_reset(t);
         vit_tensor *x = vit_tape_leaf(t, buf, NULL, cases[i].ndim, cases[i].shape);
-        ck_assert_ptr_null(vit_op_relpos_bias(t, x, cases[i].window));
+        ck_assert_ptr_null(vit_op_relpos_bias(t, x, cases[i].mh, cases[i].mw));
         ck_assert_int_eq(vit_tape_status(t), VIT_EINVAL);
         expect_msg("vit_op_relpos_bias", cases[i].what);
     }
@@ -2536,10 +2637,11 @@ static Suite *tape_suite(void)
     tcase_add_loop_test(tc, test_masked_mean, 0, 2);
     tcase_add_loop_test(tc, test_mha_bias, 0, 4);
     tcase_add_test(tc, test_checkpoint_grad);
-    tcase_add_loop_test(tc, test_window_attn, 0, 5);
-    tcase_add_loop_test(tc, test_window_attn_matches_masked, 0, 5);
-    tcase_add_loop_test(tc, test_relpos_bias, 0, 2);
+    tcase_add_loop_test(tc, test_window_attn, 0, 8);
+    tcase_add_loop_test(tc, test_window_attn_matches_masked, 0, 8);
+    tcase_add_loop_test(tc, test_relpos_bias, 0, 5);
     tcase_add_test(tc, test_relpos_bias_index);
+    tcase_add_test(tc, test_relpos_bias_index_rect);
     tcase_add_loop_test(tc, test_gather_tokens, 0, 2);
     tcase_add_test(tc, test_patch_merge_order);
     tcase_add_test(tc, test_checkpoint_bitwise);

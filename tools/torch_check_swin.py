@@ -20,8 +20,10 @@ features[0], whose patch convolution then reads the stem's channels.  The test s
 in tools/torch_check_export.py) or the digits.
 
 The metadata keys read: image_height, image_width, channels, classes and
-the Swin keys patch, window, embed_dim, stages, depth_1.., heads_1..,
-mlp_ratio, stem and stem2 (0 when absent: files written before them); with image_norm = 1 each test image is standardised per channel
+the Swin keys patch, window, window_w (the windows' columns: window's
+when absent, square windows), embed_dim, stages, depth_1.., heads_1..,
+mlp_ratio, stem and stem2 (0 when absent: files written before them); with
+image_norm = 1 each test image is standardised per channel
 first (its own mean and variance, as vit_image_norm), and with data_norm = 1
 each channel normalised by data_mean and data_std (as vit_data_norm), as the
 metadata's "input" says.  Needs torch, torchvision and numpy; not run by the tests.
@@ -54,6 +56,8 @@ def swin_config(meta):
                                      "patch", "window", "embed_dim", "stages", "mlp_ratio")}
     cfg["depths"] = [int(meta[f"depth_{s + 1}"]) for s in range(cfg["stages"])]
     cfg["heads"] = [int(meta[f"heads_{s + 1}"]) for s in range(cfg["stages"])]
+    # the windows' columns: written only when they differ from the rows
+    cfg["window_w"] = int(meta.get("window_w", cfg["window"]))
     cfg["stem"] = int(meta.get("stem", "0"))  # written since the Swin's stem
     cfg["stem2"] = int(meta.get("stem2", "0"))
     return norm_from_meta(meta, cfg)
@@ -79,7 +83,8 @@ def build_swin(cfg):
     their names 0, 1, 2, so their parameters keep torchvision's)."""
     P = cfg["patch"]
     model = SwinTransformer(patch_size=[P, P], embed_dim=cfg["embed_dim"], depths=cfg["depths"],
-                            num_heads=cfg["heads"], window_size=[cfg["window"]] * 2,
+                            num_heads=cfg["heads"],
+                            window_size=[cfg["window"], cfg.get("window_w", cfg["window"])],
                             mlp_ratio=float(cfg["mlp_ratio"]), stochastic_depth_prob=0.0,
                             num_classes=cfg["classes"])
     stem, cin = stem_module(cfg)
@@ -129,7 +134,8 @@ def main():
     load_state(model, tensors)
     print(f"{args.model}: {len(tensors)} tensors, "
           f"{sum(t.numel() for t in tensors.values())} parameters, loaded strictly into "
-          f"torchvision's SwinTransformer (patch {cfg['patch']}, window {cfg['window']}, "
+          f"torchvision's SwinTransformer (patch {cfg['patch']}, window "
+          f"{cfg['window']}x{cfg['window_w']}, "
           f"depths {cfg['depths']}, heads {cfg['heads']}"
           + (f", our stem {cfg['stem']}/{cfg['stem2']} in front" if cfg["stem"] else "") + ")")
     with torch.no_grad():

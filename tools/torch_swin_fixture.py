@@ -2,7 +2,7 @@
 """Writes tests/data/swin_torch.safetensors and tests/data/swin_torch_logits.txt:
 a small Swin written by torchvision itself, for tests/test_swin.c to load
 and reproduce without Python; with --wide, swin_torch_wide.safetensors and
-swin_torch_wide_logits.txt instead (below).
+swin_torch_wide_logits.txt instead, with --rect swin_torch_rect.* (below).
 
 The model is torchvision's SwinTransformer (v1) on 8x8 images of 2
 channels (its patch convolution replaced by one of 2 channels): patch 2, a
@@ -24,8 +24,14 @@ the rows but not the columns: torchvision shifts that stage's second block
 by 0 rows and 1 column (each axis decides alone), which a shift dropped on
 both axes whenever one is covered does not reproduce.
 
+The --rect model is the same on 8x12 images in windows of 2 rows by 3
+columns (window_size [2, 3], window_w 3 in the metadata): a 4x6 grid
+whose second block torchvision shifts by 1 row and 1 column (2 // 2, 3 // 2)
+and whose relative position tables are [(2*2-1)*(2*3-1), heads] = [15, 2],
+merged to 2x3, one window (no shift).
+
 Needs torch, torchvision and numpy; run by hand:
-  python3 tools/torch_swin_fixture.py [--out tests/data] [--wide]
+  python3 tools/torch_swin_fixture.py [--out tests/data] [--wide | --rect]
 """
 import argparse
 import json
@@ -64,14 +70,18 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.path.join(here, "..", "tests", "data"))
     ap.add_argument("--wide", action="store_true", help="the 8x16 model (one shift per axis)")
+    ap.add_argument("--rect", action="store_true", help="the 8x12 model in windows of 2x3")
     args = ap.parse_args()
     torch.manual_seed(45)
     meta, stem = dict(META), "swin_torch"
     if args.wide:
         meta["image_width"], stem = "16", "swin_torch_wide"
+    if args.rect:
+        meta["image_width"], meta["window_w"], stem = "12", "3", "swin_torch_rect"
     cfg = {k: int(v) for k, v in meta.items() if k not in ("arch", "layout")
            and not k.startswith(("depth_", "heads_"))}
     cfg["depths"], cfg["heads"] = [2, 2], [2, 2]
+    cfg["stem"] = cfg["stem2"] = 0  # build_swin's keys since the stem: none here
     model = build_swin(cfg)
     tensors = {}
     with torch.no_grad():

@@ -64,14 +64,6 @@ int adapt_arch(vit_config *cfg, const vit_dataset *train, int val, int speak)
     return 0;
 }
 
-int arch_takes(const vit_config *cfg, int h, int w, int c, int classes, int count)
-{
-    if (!vit_config_arch(cfg)->adapt)
-        return 1;
-    vit_config t = *cfg; /* the arch's keys live inside: a real copy */
-    return adapt_to(&t, h, w, c, classes, count, NULL, 0) == VIT_OK;
-}
-
 /* 1 if the user gave key (the file or a flag: vit_config_given,
  * vit_train_config_given). */
 static int user_set(const vit_config *user, const vit_train_config *utc, const char *key)

@@ -274,8 +274,7 @@ static int keep_run_names(const char *resume, vit_dataset *train, vit_dataset *t
 }
 
 /* The one line of what was done to the images, when anything was. */
-static void say_images(const vit_data_report *r, const split_flags *f, int from_run,
-                       const vit_data_fit *unsuited)
+static void say_images(const vit_data_report *r, const split_flags *f, int from_run)
 {
     const vit_data_fit *t = &r->fit;
     int n = r->gray + r->colour;
@@ -284,10 +283,6 @@ static void say_images(const vit_data_report *r, const split_flags *f, int from_
         if (r->ruled & 1)
             snprintf(why, sizeof why, "sizes differ: the median, longest side at most %d, "
                      "sides multiples of 8", VIT_DATA_FIT_MAX_SIDE);
-        if (unsuited)
-            snprintf(why + strlen(why), sizeof why - strlen(why), ", then square, as %s lays "
-                     "out no %dx%d images", vit_config_arch(f->arch)->name, unsuited->height,
-                     unsuited->width);
         if (r->ruled & 2)
             snprintf(why + strlen(why), sizeof why - strlen(why), "%s%s", *why ? "; " : "",
                      "RGB, as some images are colour");
@@ -331,32 +326,9 @@ int load_data(const char *data, const split_flags *f, const vit_run_data *rec,
                 rep.unreadable ? " (--skip-bad skips image files that cannot be read)" : "");
         return 1;
     }
-    /* The rule's shape suits a ViT (its patch sizes divide multiples of 8)
-     * but not every architecture: Swin's square windows tile no grid of
-     * 56x64 images, half the shapes the rule can give.  A square of the
-     * longer side suits every built-in one, so a mixed folder is read again
-     * as that (from the files: no second resampling), unless a size was
-     * asked for or the run's is kept. */
-    vit_data_fit unsuited = rep.fit;
-    int squared = 0;
-    if ((rep.ruled & 1) && !(f->given & (8 | 32 | 64)) && !rec && f->arch
-        && rep.fit.height != rep.fit.width
-        && !arch_takes(f->arch, rep.fit.height, rep.fit.width, rep.fit.channels, train->classes,
-                       train->count - (tail > 0 ? tail : o->val_count))) {
-        int side = rep.fit.height > rep.fit.width ? rep.fit.height : rep.fit.width;
-        int ruled = rep.ruled;
-        want.fit = (vit_data_fit){side, side, rep.fit.channels};
-        vit_dataset_free(train);
-        vit_dataset_free(test);
-        tail = 0;
-        if (vit_data_load_opts(data, cli_digits_path(), &want, train, test, &tail, &rep)) {
-            if (speak)
-                fprintf(stderr, "%s: %s\n", prog, vit_last_error());
-            return 1;
-        }
-        rep.ruled = ruled; /* the rule chose, then the square */
-        squared = 1;
-    }
+    /* The rule's shape (sides multiples of 8 up to 64) suits every
+     * built-in architecture as it is: the ViT's patch sizes divide it and
+     * Swin's windows may be rectangular (8x7 for 64x56's 16x14 grid). */
     o->data_split = rep.split;
     *ignored = rep.ignored;
     o->data_fit = want.fit.height || want.fit.channels || rep.ruled ? rep.fit
@@ -377,7 +349,6 @@ int load_data(const char *data, const split_flags *f, const vit_run_data *rec,
                "(--test-split %g, --split-seed %llu)\n", data, 100 * o->data_split.test,
                o->data_split.test, o->data_split.seed);
     if (speak)
-        say_images(&rep, f, rec && (rec->fit.height || rec->fit.channels),
-                   squared ? &unsuited : NULL);
+        say_images(&rep, f, rec && (rec->fit.height || rec->fit.channels));
     return 0;
 }

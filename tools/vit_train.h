@@ -31,8 +31,6 @@ typedef struct split_flags {
     vit_data_fit fit;
     int skip_bad;
     const char *class_names;
-    const vit_config *arch; /* the network asked for (NULL: none to suit):
-                               a mixed folder is fitted to a shape it takes */
 } split_flags;
 
 /* --seeds takes at most this many seeds. */
@@ -109,11 +107,6 @@ void settle_overlap(vit_config *cfg, const vit_config *user, int patch_default,
 /* An architecture's own keys nobody gave, fitted to the data by its adapt
  * hook (vit/arch.h), said in one line.  0, or the exit status. */
 int adapt_arch(vit_config *cfg, const vit_dataset *train, int val, int speak);
-
-/* 1 when cfg's architecture lays out images of h x w x c in `classes`
- * classes from `count` training images (its adapt hook, on a copy,
- * succeeds), or has no adapt hook; 0 when it refuses them. */
-int arch_takes(const vit_config *cfg, int h, int w, int c, int classes, int count);
 
 /* The recipe for this data (vit_recipe_pick) for the keys nobody set on
  * the line or in the --config file (user: the config as they left it, its

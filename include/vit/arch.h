@@ -79,6 +79,16 @@ typedef struct vit_arch_key {
     const char *help;          /* one line */
     const char *const *names;  /* ENUM: the accepted texts, NULL-terminated;
                                   the value stored is the index; else NULL */
+    const char *follows;       /* NULL, or an earlier INT key of the same
+                                  range whose value this INT key takes while
+                                  it is not given (vit_config_given): setting
+                                  that key (vit_config_set, config text,
+                                  checkpoints) sets this one too, and
+                                  vit_config_format leaves this key out when
+                                  the two are equal, so text written before
+                                  the key existed reads as it did and keeps
+                                  its bytes.  Swin's window_w follows
+                                  window.  (New in 0.3.0.) */
 } vit_arch_key;
 
 /* Most keys an architecture may have, and the bytes of its config struct

@@ -157,21 +157,23 @@ int vit_mask_no_self(unsigned char *allowed, int n_q, int n_k);
 
 /* Swin-style window mask for self-attention on a grid_h x grid_w token grid
  * (tokens numbered row by row): allowed[N, N], N = grid_h*grid_w, is 1 where
- * two tokens fall in the same M x M window.  With shifts (Swin uses M/2,
- * rounded down) the windows are those of the grid cyclically shifted by
- * shift_h rows and shift_w columns towards the origin (Swin's
- * roll(x, (-shift_h, -shift_w))), and two tokens in one shifted window may
- * interact only if they were also neighbours before the shift (Swin's
- * region mask, per axis), so no token attends across a wrapped border.
- * The two shifts are separate because torchvision drops the shift only on
- * an axis that one window covers: a 7 x 14 grid in windows of 7 shifts
- * 0 rows and 3 columns.  grid_h and grid_w must be multiples of M;
- * 0 <= shift_h, shift_w < M.  allowed is overwritten and owned by the
- * caller.  (Until 0.3.0 one `shift` served both axes.)
- * Returns VIT_OK, or VIT_EINVAL for a NULL allowed, a size < 1, a grid that
- * is not a multiple of M, or a shift outside [0, M). */
-int vit_mask_window(unsigned char *allowed, int grid_h, int grid_w, int M, int shift_h,
-                    int shift_w);
+ * two tokens fall in the same window of Mh rows by Mw columns (square
+ * windows: Mh = Mw).  With shifts (Swin uses Mh/2 and Mw/2, rounded down)
+ * the windows are those of the grid cyclically shifted by shift_h rows and
+ * shift_w columns towards the origin (Swin's roll(x, (-shift_h, -shift_w))),
+ * and two tokens in one shifted window may interact only if they were also
+ * neighbours before the shift (Swin's region mask, per axis), so no token
+ * attends across a wrapped border.  The two shifts are separate because
+ * torchvision drops the shift only on an axis that one window covers: a
+ * 7 x 14 grid in windows of 7 x 7 shifts 0 rows and 3 columns.  grid_h must
+ * be a multiple of Mh and grid_w of Mw; 0 <= shift_h < Mh, 0 <= shift_w < Mw.
+ * allowed is overwritten and owned by the caller.  (Until 0.3.0 one window
+ * side M and one `shift` served both axes.)
+ * Returns VIT_OK, or VIT_EINVAL (naming the argument) for a NULL allowed, a
+ * size < 1, grid_h not a multiple of Mh or grid_w of Mw, or a shift outside
+ * its axis's range. */
+int vit_mask_window(unsigned char *allowed, int grid_h, int grid_w, int Mh, int Mw,
+                    int shift_h, int shift_w);
 
 /* Number of nonzero entries of an n_q x n_k mask (0, with a message in
  * vit_last_error, for a NULL mask or a non-positive size).  Reads only. */
@@ -426,21 +428,22 @@ int vit_sdpa_tiled_backward_scale(const vit_sdpa *a, vit_real *dq, vit_real *dk,
 
 /* ---- Windowed self-attention (Swin) ------------------------------------ */
 
-/* Self-attention restricted to M x M windows of a grid_h x grid_w token
- * grid, computing scores only inside each window: cost linear in the
- * number of tokens N = grid_h * grid_w (N * M^2 scores, not N^2).  The
- * result equals vit_sdpa with mask.allowed from
- * vit_mask_window(grid_h, grid_w, M, shift_h, shift_w) (same shift and
- * region rules: nothing attends across a wrapped border) and the window bias spread
- * over the window pairs.
+/* Self-attention restricted to windows of Mh rows by Mw columns (square
+ * windows: Mh = Mw) of a grid_h x grid_w token grid, computing scores only
+ * inside each window: cost linear in the number of tokens N = grid_h *
+ * grid_w (N * T scores, T = Mh * Mw, not N^2).  The result equals vit_sdpa
+ * with mask.allowed from
+ * vit_mask_window(grid_h, grid_w, Mh, Mw, shift_h, shift_w) (same shift and
+ * region rules: nothing attends across a wrapped border) and the window
+ * bias spread over the window pairs.
  *
  * Layouts: q, k [B, N, H*d_k], v and out [B, N, H*d_v], tokens numbered row
  * by row in the ORIGINAL grid, as for vit_sdpa.  Windows are numbered row
- * by row over the SHIFTED grid, nW = (grid_h/M) * (grid_w/M), and inside a
- * window positions p = py*M + px (T = M*M of them) are row-major in the
- * shifted frame: position (py, px) of window (wy, wx) is the token at
- * original row (wy*M + py + shift_h) mod grid_h, column
- * (wx*M + px + shift_w) mod grid_w.
+ * by row over the SHIFTED grid, nW = (grid_h/Mh) * (grid_w/Mw), and inside
+ * a window positions p = py*Mw + px (T = Mh*Mw of them, 0 <= py < Mh,
+ * 0 <= px < Mw) are row-major in the shifted frame: position (py, px) of
+ * window (wy, wx) is the token at original row (wy*Mh + py + shift_h) mod
+ * grid_h, column (wx*Mw + px + shift_w) mod grid_w.
  *   lse   [B, H, nW, T]      position p of a window: the log-sum-exp of
  *                            its scores over the window's T tokens (those
  *                            of its region), all the backward needs to
@@ -454,11 +457,15 @@ typedef struct vit_window_attn {
     int heads;      /* H */
     int grid_h;     /* token rows */
     int grid_w;     /* token columns */
-    int window;     /* M; must divide grid_h and grid_w */
-    int shift_h;    /* rows of cyclic shift, 0 <= shift_h < M */
-    int shift_w;    /* columns of cyclic shift, 0 <= shift_w < M (Swin: 0,
-                     * or M/2 every other block on each axis that one
-                     * window does not cover; until 0.3.0 one `shift`) */
+    int window_h;   /* Mh: window rows; must divide grid_h (until 0.3.0 one
+                     * `window` M served both axes) */
+    int window_w;   /* Mw: window columns; must divide grid_w (Mw = Mh:
+                     * square windows); T = Mh * Mw, at most 65536 */
+    int shift_h;    /* rows of cyclic shift, 0 <= shift_h < Mh */
+    int shift_w;    /* columns of cyclic shift, 0 <= shift_w < Mw (Swin: 0,
+                     * or Mh/2 and Mw/2 every other block, on each axis
+                     * that one window does not cover; until 0.3.0 one
+                     * `shift`) */
     int d_k;        /* query/key width per head */
     int d_v;        /* value width per head */
     vit_real scale; /* 0 means 1/sqrt(d_k); fixed (no learnable per-head scale
@@ -474,10 +481,10 @@ typedef struct vit_window_attn {
      * does).  out and dout are always dense [B, N, H*d_v]. */
     int ld_q, ld_k, ld_v;
     /* NULL, or the caller's [B, H, nW, T] rows of T weights (B * H * N * T
-     * reals, T = M^2: vit_window_attn_lse_size times T): the forward writes
+     * reals, T = Mh*Mw: vit_window_attn_lse_size times T): the forward writes
      * (overwrites) each window's softmax weights there, and the backward,
      * given the same pointer, reads them instead of remaking them from lse
-     * (no second Q K^T, exponential or bias pass; M^2 reals per token and
+     * (no second Q K^T, exponential or bias pass; T reals per token and
      * head instead of one).  The two backwards agree up to rounding: the
      * forward's weights are exp(s - max) / sum, the remade ones
      * exp(s - lse). */
@@ -486,7 +493,7 @@ typedef struct vit_window_attn {
 
 /* Reals of lse: B * H * N, one per query row (0, with a message, for an
  * invalid shape).  (Until 0.3.0 the forward kept the weights themselves,
- * B * H * N * M^2 reals, from vit_window_attn_probs_size.) */
+ * B * H * N * T reals, from vit_window_attn_probs_size.) */
 size_t vit_window_attn_lse_size(const vit_window_attn *w);
 
 /* Forward.  Writes (overwrites) out [B, N, H*d_v] and lse [B, H, nW, T]
@@ -495,11 +502,14 @@ size_t vit_window_attn_lse_size(const vit_window_attn *w);
  * or w->probs.
  * Allocates and frees a little scratch (a few windows' worth per thread).
  * Runs on the library's threads over (item, head, window).
- * Errors: VIT_EINVAL for a NULL w or buffer, a size < 1, a grid not a
- * multiple of M, shift_h or shift_w outside [0, M), a non-finite scale, bad bias_heads,
- * an ld_* neither 0 nor at least its row width, out aliasing an input; VIT_ENOMEM for overflowing sizes or a failed
- * allocation; VIT_ENUM for a non-finite score inside a window (masked or
- * not), naming item, head, query and key tokens. */
+ * Errors: VIT_EINVAL (naming the field and the sizes) for a NULL w or
+ * buffer, a size < 1, grid_h not a multiple of window_h or grid_w of
+ * window_w, a window of more than 65536 tokens, shift_h outside
+ * [0, window_h) or shift_w outside [0, window_w), a non-finite scale, bad
+ * bias_heads, an ld_* neither 0 nor at least its row width, out aliasing
+ * an input; VIT_ENOMEM for overflowing sizes or a failed allocation;
+ * VIT_ENUM for a non-finite score inside a window (masked or not), naming
+ * item, head, query and key tokens. */
 int vit_window_attn_forward(const vit_window_attn *w, vit_real *out, vit_real *lse,
                             const vit_real *q, const vit_real *k, const vit_real *v);
 

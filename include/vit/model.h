@@ -253,7 +253,8 @@ int vit_config_parse(vit_config *cfg, vit_train_config *tc, const char *text,
 
 /* Writes every key of the network and, when tc is not NULL, of the recipe
  * as config text into the caller's buf[cap] (overwritten, NUL-terminated):
- * the data's shape, `arch` (not for the ViT), the architecture's keys, then
+ * the data's shape, `arch` (not for the ViT), the architecture's keys
+ * (but a key that follows another, vit_arch_key.follows, and equals it), then
  * the recipe's (init_std among them, where it stood before the split, so
  * that the text checkpoints store is as it was).  vit_config_parse reads
  * it back to equal structs.  Returns the length (without the NUL), or

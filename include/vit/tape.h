@@ -332,10 +332,13 @@ typedef struct vit_window_opts {
     int heads;      /* H; divides D */
     int grid_h;     /* token rows */
     int grid_w;     /* token columns; N = grid_h * grid_w */
-    int window;     /* M; divides grid_h and grid_w; T = M * M */
-    int shift_h;    /* 0 <= shift_h < M: Swin's cyclic shift of the rows */
-    int shift_w;    /* 0 <= shift_w < M: and of the columns (each 0 or M/2;
-                       until 0.3.0 one `shift` for both) */
+    int window_h;   /* Mh: window rows, 1..256, divides grid_h (until 0.3.0
+                       one `window` M for both axes) */
+    int window_w;   /* Mw: window columns, 1..256, divides grid_w (Mw = Mh:
+                       square windows); T = Mh * Mw */
+    int shift_h;    /* 0 <= shift_h < Mh: Swin's cyclic shift of the rows */
+    int shift_w;    /* 0 <= shift_w < Mw: and of the columns (Swin: 0, or
+                       Mh/2 and Mw/2; until 0.3.0 one `shift` for both) */
     vit_real scale; /* score scale; 0 means 1/sqrt(D/H) */
     int keep_weights; /* 0: the op keeps the rows' log-sum-exps [B, H, N]
                          and remakes the weights in the backward (less
@@ -349,12 +352,13 @@ typedef struct vit_window_opts {
  * qkv [B, N, 3*D] holds Q, K and V side by side (columns 0, D, 2D, as
  * vit_op_linear with W [d_model, 3*D] makes them; head h uses columns
  * h*D/H .. of each), N = grid_h * grid_w tokens numbered row by row.  Each
- * token attends only to the tokens of its M x M window; with shifts the
+ * token attends only to the tokens of its window of Mh rows by Mw columns
+ * (positions p = py*Mw + px inside it, T = Mh*Mw); with shifts the
  * windows are those of the grid rolled by -shift_h rows and -shift_w
  * columns, and tokens that come from opposite borders do not attend each
  * other (the region mask): exactly vit_mha's core with mask.allowed from
- * vit_mask_window(grid_h, grid_w, M, shift_h, shift_w), at a cost linear
- * in N.
+ * vit_mask_window(grid_h, grid_w, Mh, Mw, shift_h, shift_w), at a cost
+ * linear in N.
  * bias: NULL, or an additive score bias by window position pair,
  * [H, T, T] (one per head) or [1, T, T] (shared), shared by every window
  * and item: Swin's relative position bias after its lookup
@@ -367,23 +371,26 @@ typedef struct vit_window_opts {
  * [B, H, N, T] instead.  Every rank and dimension is checked:
  * VIT_EINVAL naming the argument and the expected and given shapes for a
  * qkv not [B, N, 3*D] with D a multiple of H, a bias not [1 or H, T, T],
- * and for bad opts (NULL, a size < 1, a grid not a multiple of M, a shift
- * outside [0, M), a non-finite scale); VIT_ENUM for a non-finite score. */
+ * and for bad opts (NULL, a size < 1, a window side above 256, grid_h not
+ * a multiple of Mh or grid_w of Mw, shift_h outside [0, Mh) or shift_w
+ * outside [0, Mw), a non-finite scale); VIT_ENUM for a non-finite
+ * score. */
 vit_tensor *vit_op_window_attn(vit_tape *tape, vit_tensor *qkv, vit_tensor *bias,
                                const vit_window_opts *opts);
 
-/* Swin's relative position bias: the learnable table [(2M-1)^2, H]
- * (2-D; M = window, 1..256) gathered into the score bias [H, T, T]
- * (T = M*M) of an M x M window, ready for vit_op_window_attn (or
- * vit_op_mha_bias).  Positions p = y*M + x row-major; pair (i, j) reads
- * row (y_i - y_j + M - 1) * (2M - 1) + (x_i - x_j + M - 1) of the table,
- * as torchvision's relative_position_index (its
- * relative_position_bias_table has this layout).  The backward
- * scatter-adds into the table's gradient: each entry receives the sum
- * over the pairs at its offset.  VIT_EINVAL (naming the op, the argument
- * and the shapes) for a window out of range or a table not
- * [(2M-1)^2, H]. */
-vit_tensor *vit_op_relpos_bias(vit_tape *tape, vit_tensor *table, int window);
+/* Swin's relative position bias: the learnable table
+ * [(2Mh-1)*(2Mw-1), H] (2-D; Mh = window_h rows and Mw = window_w columns,
+ * each 1..256) gathered into the score bias [H, T, T] (T = Mh*Mw) of a
+ * window of Mh x Mw, ready for vit_op_window_attn (or vit_op_mha_bias).
+ * Positions p = y*Mw + x row-major (0 <= y < Mh, 0 <= x < Mw); pair (i, j)
+ * reads row (y_i - y_j + Mh - 1) * (2Mw - 1) + (x_i - x_j + Mw - 1) of the
+ * table, as torchvision's relative_position_index for window_size
+ * [Mh, Mw] (its relative_position_bias_table has this layout).  The
+ * backward scatter-adds into the table's gradient: each entry receives
+ * the sum over the pairs at its offset.  VIT_EINVAL (naming the op, the
+ * argument and the shapes) for a window side out of range or a table not
+ * [(2Mh-1)*(2Mw-1), H].  (Until 0.3.0 one side M: table [(2M-1)^2, H].) */
+vit_tensor *vit_op_relpos_bias(vit_tape *tape, vit_tensor *table, int window_h, int window_w);
 
 /* Patch embedding of images [B, H, W, C] (4-D; a leaf, usually without
  * grad) with W [P*P*C, D] (2-D) and b [D] (1-D, may be NULL): tokens

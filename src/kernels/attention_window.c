@@ -1,8 +1,9 @@
 /*
  * Windowed self-attention on a token grid (Swin): scores only inside each
- * M x M window, so the cost is linear in the number of tokens.  Each
- * window's tokens are gathered into small dense blocks (taking the cyclic
- * shift into account), attended densely, and the results scattered back;
+ * window of Mh rows by Mw columns, so the cost is linear in the number of
+ * tokens.  Each window's tokens are gathered into small dense blocks
+ * (taking the cyclic shift into account), attended densely, and the
+ * results scattered back;
  * a window whose tokens are consecutive rows (one window across the grid's
  * width, no shift on either axis) is read and written in place instead.
  * Same result as vit_sdpa with the vit_mask_window mask.  See
@@ -26,7 +27,7 @@
 
 /* ---- Shapes ------------------------------------------------------------- */
 
-/* Derived sizes: N tokens, T = M*M tokens per window, windows per axis,
+/* Derived sizes: N tokens, T = Mh*Mw tokens per window, windows per axis,
  * leading dimensions, and the reals of one thread's scratch:
  * q, k [T, d_k], v, o [T, d_v], tmp [T, max(d_k, d_v)], s, p [T, T],
  * mx [T]. */
@@ -39,9 +40,9 @@ static wgeo wgeometry(const vit_window_attn *w)
 {
     wgeo g;
     g.N = w->grid_h * w->grid_w;
-    g.T = w->window * w->window;
-    g.nwy = w->grid_h / w->window;
-    g.nwx = w->grid_w / w->window;
+    g.T = w->window_h * w->window_w;
+    g.nwy = w->grid_h / w->window_h;
+    g.nwx = w->grid_w / w->window_w;
     g.nW = g.nwy * g.nwx;
     g.ldq = w->ld_q ? w->ld_q : w->heads * w->d_k;
     g.ldk = w->ld_k ? w->ld_k : w->heads * w->d_k;
@@ -59,25 +60,32 @@ static int window_check(const char *fn, const vit_window_attn *w, vit_real *scal
     if ((rc = vit_check_dim(fn, "heads", w->heads)) != VIT_OK) return rc;
     if ((rc = vit_check_dim(fn, "grid_h", w->grid_h)) != VIT_OK) return rc;
     if ((rc = vit_check_dim(fn, "grid_w", w->grid_w)) != VIT_OK) return rc;
-    if ((rc = vit_check_dim(fn, "window", w->window)) != VIT_OK) return rc;
+    if ((rc = vit_check_dim(fn, "window_h", w->window_h)) != VIT_OK) return rc;
+    if ((rc = vit_check_dim(fn, "window_w", w->window_w)) != VIT_OK) return rc;
     if ((rc = vit_check_dim(fn, "d_k", w->d_k)) != VIT_OK) return rc;
     if ((rc = vit_check_dim(fn, "d_v", w->d_v)) != VIT_OK) return rc;
-    if (w->grid_h % w->window != 0 || w->grid_w % w->window != 0)
-        return vit_fail(VIT_EINVAL, "%s: grid %d x %d is not a multiple of the window %d",
-                        fn, w->grid_h, w->grid_w, w->window);
-    if (w->shift_h < 0 || w->shift_h >= w->window)
-        return vit_fail(VIT_EINVAL, "%s: shift_h must be in [0, window = %d), got %d",
-                        fn, w->window, w->shift_h);
-    if (w->shift_w < 0 || w->shift_w >= w->window)
-        return vit_fail(VIT_EINVAL, "%s: shift_w must be in [0, window = %d), got %d",
-                        fn, w->window, w->shift_w);
+    if (w->grid_h % w->window_h != 0)
+        return vit_fail(VIT_EINVAL, "%s: grid_h %d (grid %d x %d) is not a multiple of "
+                        "window_h %d (window %d x %d)", fn, w->grid_h, w->grid_h, w->grid_w,
+                        w->window_h, w->window_h, w->window_w);
+    if (w->grid_w % w->window_w != 0)
+        return vit_fail(VIT_EINVAL, "%s: grid_w %d (grid %d x %d) is not a multiple of "
+                        "window_w %d (window %d x %d)", fn, w->grid_w, w->grid_h, w->grid_w,
+                        w->window_w, w->window_h, w->window_w);
+    if (w->shift_h < 0 || w->shift_h >= w->window_h)
+        return vit_fail(VIT_EINVAL, "%s: shift_h must be in [0, window_h = %d), got %d",
+                        fn, w->window_h, w->shift_h);
+    if (w->shift_w < 0 || w->shift_w >= w->window_w)
+        return vit_fail(VIT_EINVAL, "%s: shift_w must be in [0, window_w = %d), got %d",
+                        fn, w->window_w, w->shift_w);
     if ((long long)w->heads * w->d_k > INT_MAX || (long long)w->heads * w->d_v > INT_MAX ||
         (long long)w->grid_h * w->grid_w > INT_MAX ||
-        (long long)w->window * w->window > 65536)
-        return vit_fail(VIT_EINVAL, "%s: heads * d, grid_h * grid_w or window^2 too large", fn);
+        (long long)w->window_h * w->window_w > 65536)
+        return vit_fail(VIT_EINVAL, "%s: heads * d, grid_h * grid_w or window_h * window_w "
+                        "too large", fn);
     size_t n, s;
     if (!vit_mul_size(&n, (size_t)w->batch * w->heads, (size_t)w->grid_h * w->grid_w) ||
-        !vit_mul_size(&s, n, (size_t)w->window * w->window) ||
+        !vit_mul_size(&s, n, (size_t)w->window_h * w->window_w) ||
         !vit_mul_size(&s, n, (size_t)w->d_k > (size_t)w->d_v ? (size_t)w->d_k : (size_t)w->d_v))
         return vit_fail(VIT_ENOMEM, "%s: buffer sizes overflow size_t", fn);
     const int ld[3] = {w->ld_q, w->ld_k, w->ld_v};
@@ -108,12 +116,12 @@ size_t vit_window_attn_lse_size(const vit_window_attn *w)
 
 /* ---- Windows -------------------------------------------------------------- */
 
-/* Along one axis of length len and its own shift, shifted coordinate s
- * (Swin's roll(x, -shift) puts original position (s + shift) mod len there) and
- * its region label: with a shift the last window of the axis holds the
- * positions [len-M, len-shift) and [len-shift, len) of the shifted frame,
- * which come from opposite ends of the original axis and must not
- * interact. */
+/* Along one axis of length len, with that axis's window side M and shift:
+ * shifted coordinate s's region label (Swin's roll(x, -shift) puts
+ * original position (s + shift) mod len at s): with a shift the last
+ * window of the axis holds the positions [len-M, len-shift) and
+ * [len-shift, len) of the shifted frame, which come from opposite ends of
+ * the original axis and must not interact. */
 static int axis_region(int s, int len, int M, int shift)
 {
     return shift == 0 ? 0 : s < len - M ? 0 : s < len - shift ? 1 : 2;
@@ -124,14 +132,14 @@ static int axis_region(int s, int len, int M, int shift)
  * frame). */
 static void window_tokens(const vit_window_attn *w, const wgeo *g, int wi, int *tok, int *label)
 {
-    const int M = w->window, wy = wi / g->nwx, wx = wi % g->nwx;
-    for (int py = 0; py < M; py++)
-        for (int px = 0; px < M; px++) {
-            int sy = wy * M + py, sx = wx * M + px;
+    const int Mh = w->window_h, Mw = w->window_w, wy = wi / g->nwx, wx = wi % g->nwx;
+    for (int py = 0; py < Mh; py++)
+        for (int px = 0; px < Mw; px++) {
+            int sy = wy * Mh + py, sx = wx * Mw + px;
             int r = (sy + w->shift_h) % w->grid_h, c = (sx + w->shift_w) % w->grid_w;
-            tok[py * M + px] = r * w->grid_w + c;
-            label[py * M + px] = 3 * axis_region(sy, w->grid_h, M, w->shift_h)
-                               + axis_region(sx, w->grid_w, M, w->shift_w);
+            tok[py * Mw + px] = r * w->grid_w + c;
+            label[py * Mw + px] = 3 * axis_region(sy, w->grid_h, Mh, w->shift_h)
+                                + axis_region(sx, w->grid_w, Mw, w->shift_w);
         }
 }
 

@@ -102,6 +102,16 @@ int vit_arch_register(const vit_arch *a)
         if (k->offset % w || k->offset + w > a->config_size)
             return vit_fail(VIT_EINVAL, "vit_arch_register: %s: key '%s' at offset %zu does not "
                             "fit config_size %zu", n, k->key, k->offset, a->config_size);
+        if (k->follows) {
+            int j = 0;
+            while (j < i && strcmp(a->keys[j].key, k->follows) != 0)
+                j++;
+            if (j == i || k->type != VIT_KEY_INT || a->keys[j].type != VIT_KEY_INT ||
+                a->keys[j].lo != k->lo || a->keys[j].hi != k->hi)
+                return vit_fail(VIT_EINVAL, "vit_arch_register: %s: key '%s' follows '%s', "
+                                "which is not an earlier INT key of its range (both INT)", n,
+                                k->key, k->follows);
+        }
         if (!k->def || vit_arch_key_set(k, scratch, k->def) != VIT_OK) {
             char why[300];
             snprintf(why, sizeof why, "%s", k->def ? vit_last_error() : "no default");

@@ -182,7 +182,7 @@ int vit_cfg_field_set(void *base, const vit_cfg_field *f, const char *key, const
     case VIT_CFG_INT:
     case VIT_CFG_DOUBLE: { /* as an architecture's key of the same type (arch.c) */
         const vit_arch_key k = {key, f->kind == VIT_CFG_INT ? VIT_KEY_INT : VIT_KEY_REAL,
-                                f->offset, f->lo, f->hi, NULL, NULL, NULL};
+                                f->offset, f->lo, f->hi, NULL, NULL, NULL, NULL};
         return vit_arch_key_set(&k, base, value);
     }
     }
@@ -264,8 +264,13 @@ static int set_arch_key(vit_config *c, const char *key, const char *value)
                             "first)", key, o->name, a->name, o->name);
         return vit_fail(VIT_EINVAL, "unknown config key '%s'", key);
     }
-    TRY(vit_arch_key_set(&a->keys[k], vit_config_arch_data_mut(c), value));
+    char *base = vit_config_arch_data_mut(c);
+    TRY(vit_arch_key_set(&a->keys[k], base, value));
     c->arch_given[k] = 1;
+    /* the keys that follow this one while they are not given */
+    for (int j = 0; j < a->nkeys; j++)
+        if (a->keys[j].follows && strcmp(a->keys[j].follows, key) == 0 && !c->arch_given[j])
+            memcpy(base + a->keys[j].offset, base + a->keys[k].offset, sizeof(int));
     return VIT_OK;
 }
 
@@ -440,6 +445,20 @@ static int trailing_written(const vit_config *c, const struct trailing_key *k)
            || ((const vit_channel_values *)((const char *)c + f->offset))->n > 0;
 }
 
+/* 1 when arch key k follows another (vit_arch_key.follows) and has its
+ * value: the text leaves it out, and reading the text back gives it. */
+static int follows_equal(const vit_arch *a, const void *base, int k)
+{
+    const vit_arch_key *key = &a->keys[k];
+    int j = key->follows ? vit_arch_key_find(a, key->follows) : -1;
+    if (j < 0)
+        return 0;
+    int v, w;
+    memcpy(&v, (const char *)base + key->offset, sizeof v);
+    memcpy(&w, (const char *)base + a->keys[j].offset, sizeof w);
+    return v == w;
+}
+
 /* The data's shape, then `arch` (not for the ViT, whose text is as it was
  * before the seam) and the architecture's keys, then the recipe with
  * init_std after scale (without a recipe: init_std after the arch's keys),
@@ -473,7 +492,8 @@ int vit_config_format(const vit_config *c, const vit_train_config *tc, char *buf
     if (a != vit_arch_vit())
         PUT(snprintf(out, room, "arch = %s\n", a->name));
     for (int k = 0; k < a->nkeys; k++)
-        PUT(vit_arch_key_format(&a->keys[k], base, out, room));
+        if (!follows_equal(a, base, k))
+            PUT(vit_arch_key_format(&a->keys[k], base, out, room));
     int init_done = 0;
     for (int k = 0; k < nt; k++) {
         PUT(vit_cfg_field_format(tc, &t[k], out, room));

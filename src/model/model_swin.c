@@ -12,26 +12,27 @@
  * blocks of width dim * 2^s and heads[s] heads; a block is
  *     x = x + proj(WindowAttention(LN1(x)))      (shifted every other block)
  *     x = x + fc2(GELU(fc1(LN2(x))))
- * with a learned relative position bias per head ((2M-1)^2 table); between
+ * with a learned relative position bias per head ((2Mh-1)(2Mw-1) table, the
+ * window Mh rows by Mw columns: square unless window_w differs); between
  * stages patch merging (the 2 x 2 neighbours concatenated in torchvision's
  * order, LayerNorm over 4C, a linear map 4C -> 2C without bias); then
  * LayerNorm, the mean over the tokens, the head.
  *
  * Tokens are [B, gh*gw, C], numbered row by row over the grid: the memory
  * layout of torchvision's [B, H, W, C].  Block j of a stage shifts its
- * windows by M/2 when j is odd, on each axis that the window does not
- * cover (torchvision drops the shift per axis: a 7 x 14 grid in windows
- * of 7 shifts 0 rows and 3 columns).  Every
- * grid must be a multiple of the window and, before a merge, even
- * (torchvision would pad; we refuse).
+ * windows by Mh/2 rows and Mw/2 columns when j is odd, on each axis that
+ * the window does not cover (torchvision drops the shift per axis: a
+ * 7 x 14 grid in windows of 7 x 7 shifts 0 rows and 3 columns).  Every
+ * grid's rows must be a multiple of Mh and its columns of Mw and, before a
+ * merge, even (torchvision would pad; we refuse).
  *
- * Parameters (in this order; C_s = dim * 2^s, H_s heads, M the window,
+ * Parameters (in this order; C_s = dim * 2^s, H_s heads, Mh x Mw the window,
  * R = mlp_ratio, K classes, Cin the image's channels, or stem2's or
  * stem's with a stem):
  *   stem.w [9*C, stem]  stem.b [stem]            (stem > 0 only)
  *   stem2.w [16*stem, stem2]  stem2.b [stem2]    (stem2 > 0 only)
  *   patch.w [P*P*Cin, C_0]  patch.b [C_0]  patch.ln.g, patch.ln.b [C_0]
- *   s.j.{ln1.g, ln1.b [C_s], rel [(2M-1)^2, H_s], qkv.w [C_s, 3C_s],
+ *   s.j.{ln1.g, ln1.b [C_s], rel [(2Mh-1)(2Mw-1), H_s], qkv.w [C_s, 3C_s],
  *        qkv.b [3C_s], proj.w [C_s, C_s], proj.b [C_s],
  *        ln2.g, ln2.b [C_s], fc1.w [C_s, R C_s], fc1.b [R C_s],
  *        fc2.w [R C_s, C_s], fc2.b [C_s]}          block j of stage s
@@ -65,7 +66,8 @@
 typedef struct swin_cfg {
     int image_height, image_width, channels, classes;
     int patch;      /* P: the patch embedding's kernel and stride */
-    int window;     /* M: attention windows of M x M tokens */
+    int window;     /* Mh: attention windows of Mh rows ... */
+    int window_w;   /* Mw: ... by Mw columns (the key follows window) */
     int dim;        /* C: stage 0's width; stage s has C * 2^s */
     int stages;     /* S, 1..SWIN_MAX_STAGES */
     int depths[SWIN_MAX_STAGES]; /* blocks per stage, >= 1 */
@@ -119,13 +121,25 @@ static void swin_stage_grid(const swin_cfg *c, int s, int *gh, int *gw)
 
 static int width_of(const swin_cfg *c, int s) { return c->dim << s; }
 
-/* torchvision's shift along an axis of len tokens: M/2 on odd blocks
- * unless one window covers that axis.  Each axis decides alone (a 7 x 14
- * grid in windows of 7 shifts 0 rows and 3 columns), as torchvision's
- * shifted_window_attention sets shift_size[0] and [1] separately. */
-static int shift_of(const swin_cfg *c, int j, int len)
+/* torchvision's shift along an axis of len tokens whose window side is M
+ * (Mh for the rows, Mw for the columns): M/2 on odd blocks unless one
+ * window covers that axis.  Each axis decides alone (a 7 x 14 grid in
+ * windows of 7 x 7 shifts 0 rows and 3 columns), as torchvision's
+ * shifted_window_attention sets shift_size[0] and [1] separately from
+ * window_size[0] // 2 and window_size[1] // 2. */
+static int shift_of(int j, int len, int M)
 {
-    return (j % 2 && c->window < len) ? c->window / 2 : 0;
+    return (j % 2 && M < len) ? M / 2 : 0;
+}
+
+/* The window as text: "7" when square, "8x7" (rows x columns) when not. */
+static const char *window_text(const swin_cfg *c, char *buf, size_t cap)
+{
+    if (c->window == c->window_w)
+        snprintf(buf, cap, "%d", c->window);
+    else
+        snprintf(buf, cap, "%dx%d", c->window, c->window_w);
+    return buf;
 }
 
 static int swin_config_check(const swin_cfg *c)
@@ -148,9 +162,11 @@ static int swin_config_check(const swin_cfg *c)
                         mh, mw, c->stem2 > 0 ? "feature map (stem2 halves the image)" : "images");
     if (c->stages < 1 || c->stages > SWIN_MAX_STAGES)
         return vit_fail(VIT_EINVAL, "%s: %d stages (1..%d)", fn, c->stages, SWIN_MAX_STAGES);
-    if (c->window < 1 || c->dim < 1 || c->mlp_ratio < 1)
-        return vit_fail(VIT_EINVAL, "%s: window %d, dim %d, mlp_ratio %d (each must be >= 1)",
-                        fn, c->window, c->dim, c->mlp_ratio);
+    if (c->window < 1 || c->window_w < 1 || c->dim < 1 || c->mlp_ratio < 1)
+        return vit_fail(VIT_EINVAL, "%s: window %d, window_w %d, dim %d, mlp_ratio %d (each "
+                        "must be >= 1)", fn, c->window, c->window_w, c->dim, c->mlp_ratio);
+    char win[32];
+    window_text(c, win, sizeof win);
     if (!(c->init_std >= 0 && isfinite(c->init_std)))
         return vit_fail(VIT_EINVAL, "%s: init_std %g (finite, >= 0)", fn, c->init_std);
     for (int s = 0; s < c->stages; s++) {
@@ -160,9 +176,10 @@ static int swin_config_check(const swin_cfg *c)
             return vit_fail(VIT_EINVAL, "%s: stage %d has depth %d and %d heads for width %d "
                             "(depth >= 1, heads dividing the width)", fn, s, c->depths[s],
                             c->heads[s], C);
-        if (gh < 1 || gw < 1 || gh % c->window || gw % c->window)
+        if (gh < 1 || gw < 1 || gh % c->window || gw % c->window_w)
             return vit_fail(VIT_EINVAL, "%s: stage %d's %dx%d token grid is not a multiple of "
-                            "window %d", fn, s, gh, gw, c->window);
+                            "window %s (rows of %d, columns of %d)", fn, s, gh, gw, win,
+                            c->window, c->window_w);
         if (s + 1 < c->stages && (gh % 2 || gw % 2))
             return vit_fail(VIT_EINVAL, "%s: stage %d's %dx%d grid is odd: patch merging needs "
                             "it even", fn, s, gh, gw);
@@ -187,19 +204,35 @@ static void say_why(const swin_cfg *c, char *why, size_t cap)
         patch_input(c, &mh, &mw, &mc);
         snprintf(map, sizeof map, " of stem2's %dx%d map", mh, mw);
     }
-    snprintf(why, cap, "patch %d makes a %dx%d grid%s (at most 16x16), window %d divides "
-             "it, %d stage%s%s, widths %d..%d, depths %d", c->patch, g0h, g0w, map, c->window,
+    char win[32];
+    snprintf(why, cap, "patch %d makes a %dx%d grid%s (at most 16x16), window %s divides "
+             "it, %d stage%s%s, widths %d..%d, depths %d", c->patch, g0h, g0w, map,
+             window_text(c, win, sizeof win),
              c->stages, c->stages > 1 ? "s" : "", merged, c->dim, width_of(c, c->stages - 1),
              c->depths[0]);
     for (int s = 1, n = (int)strlen(why); s < c->stages && n < (int)cap; s++, n = (int)strlen(why))
         snprintf(why + n, cap - (size_t)n, "+%d", c->depths[s]);
 }
 
+/* The window side for an axis of len tokens when no square window of 8..4
+ * divides both: the largest of 8..4 dividing len, else len itself (one
+ * window across that axis: a 2-token axis, or 9, 11, 13, 15). */
+static int axis_window(int len)
+{
+    for (int m = 8; m >= 4; m--)
+        if (len % m == 0)
+            return m;
+    return len;
+}
+
 /* The rule: patch 2 if it gives a grid of at most 16 x 16, else the
  * smallest patch that does (with stem2, whose stride 2 already halves the
- * image, of its map and from patch 1: the same grid); the window the
- * largest of 8..4 dividing the grid (7 for 14 x 14: 7 divides it); as
- * many stages (at most 3) as the grid halves into multiples of the window;
+ * image, of its map and from patch 1: the same grid); the window square,
+ * the largest of 8..4 dividing both sides of the grid (7 for 14 x 14), and
+ * when none does, chosen per axis (axis_window: 8x7 for 16 x 14, one
+ * window over a square grid that 8..4 do not divide, as before); as many
+ * stages (at most 3) as the grid halves into multiples of the window's
+ * sides;
  * width 32 doubling per stage, one head per 32 channels; depths 2 then 6
  * (most blocks where the tokens are few), 2 for a single stage; MLP ratio
  * 2; the stem as given (swin_rule_stem decides it before).  At 28 x 28
@@ -227,16 +260,14 @@ static int swin_config_pick(swin_cfg *c, int height, int width, int channels, in
     int gh = mh / c->patch, gw = mw / c->patch;
     for (int m = 8; m >= 4 && !c->window; m--)
         if (gh % m == 0 && gw % m == 0)
-            c->window = m;
-    if (!c->window) /* small or awkward grids: one window over the whole grid if square */
-        c->window = gh == gw ? gh : 0;
-    if (!c->window)
-        return vit_fail(VIT_EINVAL, "swin recipe: no window of 4..8 divides the %dx%d grid of "
-                        "patch %d (%dx%d images); square images always have one", gh, gw,
-                        c->patch, height, width);
+            c->window = c->window_w = m;
+    if (!c->window) {
+        c->window = axis_window(gh);
+        c->window_w = axis_window(gw);
+    }
     c->stages = 1;
     while (c->stages < 3 && gh % 2 == 0 && gw % 2 == 0 && (gh / 2) % c->window == 0 &&
-           (gw / 2) % c->window == 0) {
+           (gw / 2) % c->window_w == 0) {
         c->stages++;
         gh /= 2;
         gw /= 2;
@@ -259,7 +290,7 @@ static size_t swin_macs(const swin_cfg *c)
     size_t n = (size_t)gh * gw;
     size_t macs = vit_stem_macs(&st) + n * c->patch * c->patch * mc * c->dim;
     for (int s = 0; s < c->stages; s++) {
-        size_t C = (size_t)width_of(c, s), T = (size_t)c->window * c->window;
+        size_t C = (size_t)width_of(c, s), T = (size_t)c->window * c->window_w;
         swin_stage_grid(c, s, &gh, &gw);
         n = (size_t)gh * gw;
         /* qkv, proj, fc1, fc2; scores and the weighted sum: 2 T C per token */
@@ -312,7 +343,7 @@ static int layout(swin *m)
     TRYIX(m->end[E_PATCH_B], add(m, "patch.b", 1, C0, 0, U, fan, 0));
     TRYIX(m->end[E_PATCH_LN_G], add(m, "patch.ln.g", 1, C0, 0, VIT_INIT_ONE, 0, 0));
     TRYIX(m->end[E_PATCH_LN_B], add(m, "patch.ln.b", 1, C0, 0, VIT_INIT_ZERO, 0, 0));
-    int b = 0, R = 2 * c->window - 1;
+    int b = 0, R = (2 * c->window - 1) * (2 * c->window_w - 1);
     for (int s = 0; s < c->stages; s++) {
         int C = width_of(c, s), H = c->heads[s], F = c->mlp_ratio * C;
         for (int j = 0; j < c->depths[s]; j++, b++) {
@@ -325,7 +356,7 @@ static int layout(swin *m)
     } while (0)
             ROW(B_LN1_G, "ln1.g", 1, C, 0, VIT_INIT_ONE, 0, 0);
             ROW(B_LN1_B, "ln1.b", 1, C, 0, VIT_INIT_ZERO, 0, 0);
-            ROW(B_REL, "rel", 2, R * R, H, N, 0.02, 0);
+            ROW(B_REL, "rel", 2, R, H, N, 0.02, 0);
             ROW(B_QKV_W, "qkv.w", 2, C, 3 * C, N, sd, 1);
             ROW(B_QKV_B, "qkv.b", 1, 3 * C, 0, VIT_INIT_ZERO, 0, 0);
             ROW(B_PROJ_W, "proj.w", 2, C, C, N, sd, 1);
@@ -476,9 +507,11 @@ static vit_tensor *run(const swin *m, vit_tape *tape, leaf_fn leaf, const void *
             const vit_real *d_mlp = drop ? drop + (size_t)(2 * b + 1) * stride : NULL;
             vit_tensor *qkv = ln_linear(tape, recompute, x, L(ix[B_LN1_G]), L(ix[B_LN1_B]),
                                         L(ix[B_QKV_W]), L(ix[B_QKV_B]));
-            vit_tensor *bias = vit_op_relpos_bias(tape, L(ix[B_REL]), c->window);
-            vit_window_opts wo = {.heads = H, .grid_h = gh, .grid_w = gw, .window = c->window,
-                                  .shift_h = shift_of(c, j, gh), .shift_w = shift_of(c, j, gw),
+            vit_tensor *bias = vit_op_relpos_bias(tape, L(ix[B_REL]), c->window, c->window_w);
+            vit_window_opts wo = {.heads = H, .grid_h = gh, .grid_w = gw,
+                                  .window_h = c->window, .window_w = c->window_w,
+                                  .shift_h = shift_of(j, gh, c->window),
+                                  .shift_w = shift_of(j, gw, c->window_w),
                                   .keep_weights = !recompute};
             /* its output is read back only as the projection's bf16 operand */
             vit_tensor *a = vit_tape_window_attn_kept(tape, qkv, bias, &wo, VIT_KEEP_BF16);
@@ -620,11 +653,17 @@ static int torch_name(const char *ours, char *out, size_t cap, int *op)
 /* The arch's config struct inside a vit_config is a swin_cfg whose
  * data-shape and init fields the library's own config supplies (swin_of). */
 #define KEY(name, field, hi, def, help)                                        \
-    {name, VIT_KEY_INT, offsetof(swin_cfg, field), 1, hi, def, help, NULL}
+    {name, VIT_KEY_INT, offsetof(swin_cfg, field), 1, hi, def, help, NULL, NULL}
 static const vit_arch_key swin_keys[] = {
     KEY("patch", patch, 64, "2", "patch side in pixels of the image, or of the stem's last map "
         "(a P x P convolution at stride P)"),
-    KEY("window", window, 64, "7", "attention windows of M x M tokens; divide every grid"),
+    KEY("window", window, 64, "7", "attention windows' rows (of M x M tokens unless window_w "
+        "is given); divide every grid's rows"),
+    /* follows window: a config or checkpoint without it is square, and a
+     * square config's text is as before the key */
+    {"window_w", VIT_KEY_INT, offsetof(swin_cfg, window_w), 1, 64, "7", "attention windows' "
+     "columns (not given: window's, square windows); divide every grid's columns", NULL,
+     "window"},
     KEY("embed_dim", dim, 4096, "32", "stage 1's width; each stage doubles it"),
     KEY("stages", stages, SWIN_MAX_STAGES, "2", "stages, patch merging between them"),
     KEY("depth_1", depths[0], 256, "2", "blocks of stage 1 (plain and shifted windows alternate)"),
@@ -638,13 +677,13 @@ static const vit_arch_key swin_keys[] = {
     KEY("mlp_ratio", mlp_ratio, 64, "2", "MLP hidden width over the block's width"),
     /* the ViT's two stem keys, meaning the same (stem.h); 0 allowed */
     {"stem", VIT_KEY_INT, offsetof(swin_cfg, stem), 0, 4096, "0", "channels of a 3x3 "
-     "convolution + GELU before the patches (0: patches of the image itself)", NULL},
+     "convolution + GELU before the patches (0: patches of the image itself)", NULL, NULL},
     {"stem2", VIT_KEY_INT, offsetof(swin_cfg, stem2), 0, 4096, "0", "channels of a second stem "
      "convolution, 4x4 at stride 2 + GELU: the patches are cut from its half-size map (0: none; "
-     "needs stem)", NULL},
+     "needs stem)", NULL, NULL},
 };
 #undef KEY
-enum { SWIN_KEYS = (int)(sizeof swin_keys / sizeof *swin_keys), SWIN_STAGE_KEY0 = 4,
+enum { SWIN_KEYS = (int)(sizeof swin_keys / sizeof *swin_keys), SWIN_STAGE_KEY0 = 5,
        SWIN_STEM_KEY0 = SWIN_KEYS - 2 };
 
 /* The Swin of a vit_config: its keys, the data's shape and init_std. */
@@ -714,6 +753,9 @@ static int swin_adapt(vit_config *cfg, int train_count, char *why, size_t cap)
         const vit_arch_key *key = &swin_keys[k];
         int stage = k >= SWIN_STAGE_KEY0 && k < SWIN_STAGE_KEY0 + 2 * SWIN_MAX_STAGES
                         ? key->key[strlen(key->key) - 1] - '1' : -1;
+        /* window_w not given follows a given window (set with it: square) */
+        if (key->follows && vit_config_given(cfg, key->follows) == 1)
+            continue;
         if (stage < c->stages && vit_config_given(cfg, key->key) == 0) {
             memcpy((char *)c + key->offset, (const char *)&pick + key->offset, sizeof(int));
             ruled = 1;

@@ -38,7 +38,7 @@
 static const char *const pool_names[] = {"cls", "mean", NULL};
 
 #define F(key, type, lo, hi, def, help, names) \
-    {#key, type, offsetof(vit_config, key), lo, hi, def, help, names}
+    {#key, type, offsetof(vit_config, key), lo, hi, def, help, names, NULL}
 #define KI(key, lo, hi, def, help) F(key, VIT_KEY_INT, lo, hi, def, help, NULL)
 
 static const vit_arch_key keys[] = {

@@ -3,7 +3,7 @@
  * windowed kernel (src/kernels/attention_window.c), forward beside backward.
  * Shapes (vit/tape.h): qkv [B, N, 3*D] (Q, K, V side by side, as a fused
  * projection makes them; N = grid_h * grid_w, D = H * d), bias NULL or
- * [1 or H, T, T] (T = M*M), y [B, N, D].  The kernel reads Q, K and V out
+ * [1 or H, T, T] (T = Mh*Mw), y [B, N, D].  The kernel reads Q, K and V out
  * of qkv in place (row stride 3*D) and its backward writes their gradients
  * there the same way: no copies.
  */
@@ -17,7 +17,7 @@
 /* What the backward keeps: the kernel's shape (its bias pointer is taken
  * from the tape again) and the forward's row log-sum-exps [B, H, nW, T]:
  * the weights are remade in the backward, so the op keeps one value per
- * token and head, not M^2; unless opts->keep_weights, when w.probs holds
+ * token and head, not T; unless opts->keep_weights, when w.probs holds
  * the forward's weights [B, H, nW, T, T], the backward reads them and lse
  * is NULL (the backward would not read it). */
 typedef struct window_ctx {
@@ -75,15 +75,15 @@ vit_tensor *vit_tape_window_attn_kept(vit_tape *t, vit_tensor *qkv, vit_tensor *
         return NULL;
     if (!opts)
         return vit_tape_error(t, vit_fail(VIT_EINVAL, "%s: opts is NULL", fn));
-    const int H = opts->heads, M = opts->window;
-    if (H < 1 || opts->grid_h < 1 || opts->grid_w < 1 || M < 1)
+    const int H = opts->heads, Mh = opts->window_h, Mw = opts->window_w;
+    if (H < 1 || opts->grid_h < 1 || opts->grid_w < 1 || Mh < 1 || Mw < 1)
         return vit_tape_error(t, vit_fail(VIT_EINVAL,
-            "%s: heads (%d), grid_h (%d), grid_w (%d) and window (%d) must be positive", fn, H,
-            opts->grid_h, opts->grid_w, M));
-    if ((long long)opts->grid_h * opts->grid_w > 1 << 30 || M > 256)
-        return vit_tape_error(t, vit_fail(VIT_EINVAL, "%s: grid %d x %d or window %d too large",
-                                          fn, opts->grid_h, opts->grid_w, M));
-    const int N = opts->grid_h * opts->grid_w, T = M * M;
+            "%s: heads (%d), grid_h (%d), grid_w (%d), window_h (%d) and window_w (%d) must be "
+            "positive", fn, H, opts->grid_h, opts->grid_w, Mh, Mw));
+    if ((long long)opts->grid_h * opts->grid_w > 1 << 30 || Mh > 256 || Mw > 256)
+        return vit_tape_error(t, vit_fail(VIT_EINVAL, "%s: grid %d x %d or window %d x %d too "
+                                          "large", fn, opts->grid_h, opts->grid_w, Mh, Mw));
+    const int N = opts->grid_h * opts->grid_w, T = Mh * Mw;
     if (vit_tape_check_shape(t, fn, "qkv", qkv, "[B, grid_h*grid_w, 3*D]", 3,
                              (int[]){-1, N, -1}))
         return NULL;
@@ -94,12 +94,12 @@ vit_tensor *vit_tape_window_attn_kept(vit_tape *t, vit_tensor *qkv, vit_tensor *
     const int D = D3 / 3;
     if (bias) {
         int bh = bias->ndim == 3 && bias->shape[0] == 1 ? 1 : H;
-        if (vit_tape_check_shape(t, fn, "bias", bias, "[1 or heads, window^2, window^2]", 3,
+        if (vit_tape_check_shape(t, fn, "bias", bias, "[1 or heads, window_h*window_w, window_h*window_w]", 3,
                                  (int[]){bh, T, T}))
             return NULL;
     }
     vit_window_attn w = {.batch = qkv->shape[0], .heads = H, .grid_h = opts->grid_h,
-                         .grid_w = opts->grid_w, .window = M,
+                         .grid_w = opts->grid_w, .window_h = Mh, .window_w = Mw,
                          .shift_h = opts->shift_h, .shift_w = opts->shift_w,
                          .d_k = D / H, .d_v = D / H, .scale = opts->scale,
                          .bias = bias ? bias->data : NULL, .bias_heads = bias ? bias->shape[0] : 0,
