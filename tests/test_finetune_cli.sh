@@ -62,6 +62,33 @@ out=$("$tools/vit_train" --data "$tmp/rgb" --out "$tmp/refused-timm" --init-from
 same "timm, wrong arch: exit 1" 1 $?
 has "timm, wrong arch: says why" "not a vit_tiny_patch16_224: dim 32 (the file) vs 192" "$out"
 
+# A Swin on 28x28 gray digits (a 14x14 grid in windows of 7), fine-tuned
+# on the 32x32 RGB ones from its run's folder: its windows do not tile
+# 32x32's 16x16 grid, so the images are fitted to its 28x28, said in the
+# images line; --image-size 32x32 asks for the size it cannot take, refused
+# naming both sizes; nothing written.
+"$tools/vit_make_data" gray28 "$tmp/g28" --count 200 >/dev/null 2>&1
+"$tools/vit_train" --data "$tmp/g28" --arch swin --embed-dim 8 --heads-1 1 --heads-2 1 \
+    --depth-2 2 --epochs 1 --batch 8 --threads 1 --out "$tmp/swin" --quiet >/dev/null 2>&1
+same "swin source run" 0 $?
+out=$("$tools/vit_train" --data "$tmp/rgb" --out "$tmp/ft-swin" --init-from "$tmp/swin" \
+    --epochs 1 --batch 8 --threads 1 2>&1)
+same "swin: fine-tuned run" 0 $?
+has "swin: fitted to the weights' size" "all now 28x28x3 (the size of the weights' swin model, which it keeps: --image-size chooses another)" "$out"
+has "swin: adapted" "28x28, swin, " "$out"
+has "swin: channels and head" "1 -> 3 channels (repeated / 3); new head (10 classes)" "$out"
+"$tools/vit_eval" "$tmp/ft-swin" --threads 1 >/dev/null 2>&1
+same "swin: vit_eval reads it" 0 $?
+out=$("$tools/vit_train" --data "$tmp/rgb" --out "$tmp/refused-swin" --init-from "$tmp/swin" \
+    --image-size 32x32 --epochs 1 --threads 1 2>&1)
+same "swin at a size its windows do not tile: exit 1" 1 $?
+has "swin at a size its windows do not tile: says why" "the swin model of these weights, trained on 28x28 images, does not fit the data's 32x32" "$out"
+same "swin: nothing written for the refused run" "" "$(ls "$tmp/refused-swin" 2>/dev/null)"
+out=$("$tools/vit_train" --data "$tmp/rgb" --out "$tmp/refused-swin" --init-from "$tmp/swin" \
+    --freeze 1 --epochs 1 --threads 1 2>&1)
+same "swin with --freeze: exit 1" 1 $?
+has "swin with --freeze: says why" "a swin model: freeze counts a ViT's blocks" "$out"
+
 refuse() { # NAME NEEDLE ARGS...
     local name=$1 needle=$2
     shift 2

@@ -81,6 +81,33 @@ int finetune_check(const vit_train_opts *o, int argc, char **argv)
     return -1;
 }
 
+/* The config of the weights at path, our checkpoint or export: 1 with
+ * *cfg filled, 0 for another file (a timm ViT) or one that cannot be read
+ * (the trainer says why when it loads it). */
+static int weights_config(const char *path, vit_config *cfg)
+{
+    if (vit_run_config(path, cfg, NULL) == VIT_OK)
+        return 1;
+    vit_model *m = NULL;
+    if (vit_safetensors_load(path, &m) != VIT_OK)
+        return 0;
+    *cfg = *vit_model_config(m);
+    vit_model_free(m);
+    return 1;
+}
+
+int finetune_fit(const vit_train_opts *o, split_flags *f)
+{
+    vit_config sc;
+    if (!o->init_from || (f->given & (8 | 32 | 64)) || !weights_config(o->init_from, &sc) ||
+        vit_config_arch(&sc) == vit_arch_vit())
+        return 0;
+    f->fit.height = sc.image_height;
+    f->fit.width = sc.image_width;
+    f->fit_arch = vit_config_arch(&sc)->name;
+    return 0;
+}
+
 /* 1 if the user gave recipe key key (the file or a flag). */
 static int given(const vit_train_config *utc, const char *key)
 {

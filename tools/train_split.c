@@ -279,7 +279,8 @@ static void say_images(const vit_data_report *r, const split_flags *f, int from_
     const vit_data_fit *t = &r->fit;
     int n = r->gray + r->colour;
     char line[1024], why[400] = "";
-    if (r->ruled || f->given & (8 | 16 | 32 | 64) || (from_run && (r->resized || r->converted))) {
+    if (r->ruled || f->given & (8 | 16 | 32 | 64) || (from_run && (r->resized || r->converted)) ||
+        (f->fit_arch && r->resized)) {
         if (r->ruled & 1)
             snprintf(why, sizeof why, "sizes differ: the median, longest side at most %d, "
                      "sides multiples of 8", VIT_DATA_FIT_MAX_SIDE);
@@ -288,6 +289,10 @@ static void say_images(const vit_data_report *r, const split_flags *f, int from_
                      "RGB, as some images are colour");
         if (f->given & (8 | 16 | 32 | 64))
             snprintf(why + strlen(why), sizeof why - strlen(why), "%sas asked", *why ? "; " : "");
+        if (f->fit_arch)
+            snprintf(why + strlen(why), sizeof why - strlen(why), "%sthe size of the weights' "
+                     "%s model, which it keeps: --image-size chooses another", *why ? "; " : "",
+                     f->fit_arch);
         else if (!r->ruled)
             snprintf(why + strlen(why), sizeof why - strlen(why), "as the run did");
         snprintf(line, sizeof line, "images: %d read, %dx%d to %dx%d (HxW), %d gray, %d colour; "

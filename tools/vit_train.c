@@ -638,7 +638,7 @@ static int run(int argc, char **argv)
     if (arch && !cli_config_flag(prog, &cfg, &tc, "--arch", arch))
         return 2;
 
-    split_flags sf = {{0, 0, 0}, 0, {0, 0, 0}, 0, NULL};
+    split_flags sf = {{0, 0, 0}, 0, {0, 0, 0}, 0, NULL, NULL};
     if ((rc = parse_flags(argc, argv, &cfg, &tc, &o, &look, &data, out, sizeof out, &threads, seeds,
                           &nseeds, &sf)) >= 0)
         return rc;
@@ -686,6 +686,7 @@ static int run(int argc, char **argv)
     int speak = vit_dist_rank() == 0;
     vit_dataset train = {0}, test = {0};
     int ignored = 0;
+    finetune_fit(&o, &sf);
     if ((rc = load_data(data, &sf, o.resume && known ? &rec : NULL, o.resume, &o, &train, &test,
                         speak, &ignored)))
         return rc;

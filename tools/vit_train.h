@@ -31,6 +31,8 @@ typedef struct split_flags {
     vit_data_fit fit;
     int skip_bad;
     const char *class_names;
+    const char *fit_arch; /* fit set to the size of the weights of this
+                             architecture (finetune_fit), not by a flag */
 } split_flags;
 
 /* --seeds takes at most this many seeds. */
@@ -50,6 +52,14 @@ int finetune_flag(const char *a, const char *v, vit_train_opts *o);
  * with a flag that sets the architecture (the file's; cli_normalize wrote
  * the flags with '-'): 2 (said); else -1. */
 int finetune_check(const vit_train_opts *o, int argc, char **argv);
+
+/* Weights whose architecture keeps no resampling for another image size
+ * (a Swin's windows, unlike a ViT's position embeddings) fine-tune at
+ * their own size: with --init-from and no --image-size (or
+ * --image-height/--image-width), sets f->fit's sides to the weights'
+ * image size and f->fit_arch to the architecture's name.  Weights that
+ * cannot be read here are left to the trainer, which says why.  0. */
+int finetune_fit(const vit_train_opts *o, split_flags *f);
 
 /* The fine-tuning recipe for the keys nobody set, said in one line when
  * speak (user: what the file and the flags gave, vit_config_given): the data's rule (vit_recipe_pick) for epochs (the budget's with
