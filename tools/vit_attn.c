@@ -88,13 +88,14 @@ static void class_name(char *buf, size_t cap, const vit_run_state *st, int cls)
 /* Where the model's architecture keeps its attention maps (vit/arch.h):
  * set once the model is loaded. */
 static vit_arch_info A;
+static vit_arch_attn L0; /* layer 0's maps: every layer's shape (a ViT's) */
 
 /* The model's token grid (overlapping patches included). */
 static void config_grid(const vit_config *c, int *gh, int *gw)
 {
     (void)c;
-    *gh = A.attn_grid_h;
-    *gw = A.attn_grid_w;
+    *gh = L0.grid_h;
+    *gw = L0.grid_w;
 }
 
 /* Parses "cls" (query -1) or "R,C" into a patch index on a gh x gw grid. */
@@ -169,7 +170,7 @@ static int attention_rows(vit_model *m, const vit_real *px, int query, vit_real 
     const vit_config *c = vit_model_config(m);
     int gh, gw;
     config_grid(c, &gh, &gw);
-    int T = A.attn_keys, first = A.attn_first, n = gh * gw;
+    int T = L0.keys, first = L0.first, n = gh * gw;
     int q = query < 0 ? 0 : query + first;
     vit_tape *tape = vit_tape_new();
     if (!tape)
@@ -190,9 +191,9 @@ static int attention_rows(vit_model *m, const vit_real *px, int query, vit_real 
     *prob = 1 / sum;
     for (int l = 0; l < A.attn_layers; l++) {
         const vit_real *a = vit_model_attention_maps(m, l);
-        for (int h = 0; h < A.attn_heads && a; h++) {
-            const vit_real *row = a + ((size_t)h * A.attn_queries + (size_t)q) * (size_t)T;
-            memcpy(maps + ((size_t)l * A.attn_heads + h) * (size_t)n, row + first,
+        for (int h = 0; h < L0.heads && a; h++) {
+            const vit_real *row = a + ((size_t)h * L0.queries + (size_t)q) * (size_t)T;
+            memcpy(maps + ((size_t)l * L0.heads + h) * (size_t)n, row + first,
                    (size_t)n * sizeof *maps);
         }
     }
@@ -208,8 +209,8 @@ static void print_summary(const vit_config *c, const vit_real *maps, int gw)
     int n = gh * gw;
     (void)c;
     for (int l = 0; l < A.attn_layers; l++)
-        for (int h = 0; h < A.attn_heads; h++) {
-            const vit_real *w = maps + ((size_t)l * A.attn_heads + h) * (size_t)n;
+        for (int h = 0; h < L0.heads; h++) {
+            const vit_real *w = maps + ((size_t)l * L0.heads + h) * (size_t)n;
             int best = 0, least = 0;
             double patches = 0;
             for (int i = 0; i < n; i++) {
@@ -261,6 +262,8 @@ int main(int argc, char **argv)
     data = cli_data_of_run(&st.data, st.has_data, data, &how);
     const vit_config *c = vit_model_config(m);
     A = *vit_model_info(m);
+    if (A.attn_layers >= 1)
+        L0 = *vit_model_attention_layer(m, 0);
     if (A.attn_layers < 1) {
         fprintf(stderr, "%s: %s: this %s model keeps no attention maps to draw\n", prog, ckpt,
                 vit_model_arch(m)->name);
@@ -277,12 +280,12 @@ int main(int argc, char **argv)
     if (!parse_query(qtext, gh, gw, &query) ||
         load_image(c, png, fit || cli_run_fits(&st), digit, data, &how, &px, &label))
         goto done;
-    if (query < 0 && !A.attn_cls) {
+    if (query < 0 && !L0.cls) {
         fprintf(stderr, "%s: --query cls: a %s model has no class token; give --query R,C\n",
                 prog, vit_model_arch(m)->name);
         goto done;
     }
-    maps = malloc((size_t)A.attn_layers * A.attn_heads * gh * gw * sizeof *maps);
+    maps = malloc((size_t)A.attn_layers * L0.heads * gh * gw * sizeof *maps);
     if (!maps) {
         fprintf(stderr, "%s: out of memory\n", prog);
         goto done;
@@ -306,7 +309,7 @@ int main(int argc, char **argv)
     snprintf(pline, sizeof pline, "heat over the input at %.0f%%", FIG_ATTN_ALPHA * 100);
     fig_attn f = {.image = px, .height = c->image_height, .width = c->image_width,
                   .channels = c->channels, .grid_h = gh, .grid_w = gw, .layers = A.attn_layers,
-                  .heads = A.attn_heads, .maps = maps, .scale = scale, .query = query, .title = title,
+                  .heads = L0.heads, .maps = maps, .scale = scale, .query = query, .title = title,
                   .notes = {source, qline, pline,
                             scale == FIG_SCALE_MAP      ? "colour: 0 to each map's own largest weight"
                             : scale == FIG_SCALE_FIGURE ? "colour: 0 to the largest weight shown"
@@ -325,7 +328,7 @@ int main(int argc, char **argv)
     print_summary(c, maps, gw);
     const char *scale_name[] = {"absolute", "figure", "map"};
     printf("wrote %s (%dx%d pixels): %d layers x %d heads, query %s, scale %s\n", out, lay.width,
-           lay.height, A.attn_layers, A.attn_heads, qtext, scale_name[scale]);
+           lay.height, A.attn_layers, L0.heads, qtext, scale_name[scale]);
     rc = 0;
 done:
     draw_canvas_free(&canvas);
