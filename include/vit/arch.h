@@ -199,9 +199,10 @@ typedef struct vit_arch_attn {
     int stage;          /* the stage the layer belongs to, 0-based, for a
                            model whose grids change (Swin); 0 otherwise */
     char label[VIT_ARCH_ATTN_LABEL]; /* "" or a short name of the layer for
-                           drawings and listings ("stage 1 block 0",
-                           "stage 0 block 1 shifted"); "": the tools
-                           call it by its number */
+                           drawings and listings (a Swin's: "stage 1
+                           block 2, shifted", counting from 1 as its
+                           keys do); "": the tools call it by its
+                           number */
 } vit_arch_attn;
 
 /* How a tensor goes into an exported file (vit_export, vit/safetensors.h)
