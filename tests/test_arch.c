@@ -483,6 +483,105 @@ START_TEST(test_resume_keeps_the_arch)
 }
 END_TEST
 
+/* ---- attention layers' shapes (vit_arch.attn_layer) ------------------------ */
+
+/* tiny, saying it has two layers of maps: a 4x4 grid, then a 2x2 one. */
+static void maps_describe(const vit_config *cfg, vit_arch_info *info)
+{
+    tiny_describe(cfg, info);
+    info->attn_layers = 2;
+}
+
+static void maps_layer(const vit_config *cfg, int layer, vit_arch_attn *a)
+{
+    (void)cfg;
+    a->heads = 1 + layer;
+    a->grid_h = a->grid_w = 4 >> layer;
+    a->queries = a->keys = a->grid_h * a->grid_w;
+    a->stage = layer;
+    snprintf(a->label, sizeof a->label, "stage %d", layer);
+}
+
+/* As maps_layer, but layer 1's keys do not cover its grid. */
+static void short_layer(const vit_config *cfg, int layer, vit_arch_attn *a)
+{
+    maps_layer(cfg, layer, a);
+    if (layer == 1)
+        a->keys = 3;
+}
+
+static const vit_arch maps_arch = {
+    .name = "tiny_maps", .summary = "tiny with two layers of maps", .keys = tiny_keys,
+    .nkeys = 3, .config_size = sizeof(tiny_config), .build = tiny_build,
+    .forward = tiny_forward, .describe = maps_describe, .attn_layer = maps_layer};
+static const vit_arch no_hook_arch = {
+    .name = "tiny_no_hook", .summary = "maps but no attn_layer", .keys = tiny_keys,
+    .nkeys = 3, .config_size = sizeof(tiny_config), .build = tiny_build,
+    .forward = tiny_forward, .describe = maps_describe};
+static const vit_arch short_arch = {
+    .name = "tiny_short_keys", .summary = "maps whose keys miss the grid", .keys = tiny_keys,
+    .nkeys = 3, .config_size = sizeof(tiny_config), .build = tiny_build,
+    .forward = tiny_forward, .describe = maps_describe, .attn_layer = short_layer};
+
+static vit_model *model_of(const vit_arch *a)
+{
+    if (!vit_arch_find(a->name))
+        ck_assert_msg(vit_arch_register(a) == VIT_OK, "%s", vit_last_error());
+    vit_config c;
+    tiny_cfg(&c);
+    ck_assert_int_eq(vit_config_set_arch(&c, a), VIT_OK);
+    return vit_model_new(&c);
+}
+
+START_TEST(test_attention_layers)
+{
+    /* The ViT: every block alike, the class token first. */
+    vit_config c;
+    vit_config_default(&c);
+    vit_model *m = vit_model_new(&c);
+    ck_assert_msg(m != NULL, "%s", vit_last_error());
+    ck_assert_int_eq(vit_model_info(m)->attn_layers, c.depth);
+    for (int l = 0; l < c.depth; l++) {
+        const vit_arch_attn *a = vit_model_attention_layer(m, l);
+        ck_assert_ptr_nonnull(a);
+        ck_assert_int_eq(a->heads, c.heads);
+        /* the default's overlapping patches: a 4x4 grid of 8x8 images */
+        ck_assert_int_eq(a->grid_h, 4);
+        ck_assert_int_eq(a->grid_w, 4);
+        ck_assert_int_eq(a->queries, 17);
+        ck_assert_int_eq(a->keys, 17);
+        ck_assert_int_eq(a->first, 1);
+        ck_assert_int_eq(a->cls, 1);
+        ck_assert_int_eq(a->stage, 0);
+        ck_assert_str_eq(a->label, "");
+    }
+    ck_assert_ptr_null(vit_model_attention_layer(m, c.depth));
+    ck_assert_ptr_null(vit_model_attention_layer(m, -1));
+    ck_assert_ptr_null(vit_model_attention_layer(NULL, 0));
+    vit_model_free(m);
+
+    /* Layers of their own shapes, kept as the hook gave them. */
+    m = model_of(&maps_arch);
+    ck_assert_msg(m != NULL, "%s", vit_last_error());
+    const vit_arch_attn *a0 = vit_model_attention_layer(m, 0), *a1 = vit_model_attention_layer(m, 1);
+    ck_assert_int_eq(a0->grid_h, 4);
+    ck_assert_int_eq(a0->keys, 16);
+    ck_assert_int_eq(a1->grid_w, 2);
+    ck_assert_int_eq(a1->heads, 2);
+    ck_assert_int_eq(a1->stage, 1);
+    ck_assert_str_eq(a1->label, "stage 1");
+    vit_model_free(m);
+
+    /* Refused: maps without the hook, and keys that miss the grid. */
+    ck_assert_ptr_null(model_of(&no_hook_arch));
+    ck_assert_msg(strstr(vit_last_error(), "tiny_no_hook describes 2 attention layers but has "
+                                           "no attn_layer hook"), "%s", vit_last_error());
+    ck_assert_ptr_null(model_of(&short_arch));
+    ck_assert_msg(strstr(vit_last_error(), "tiny_short_keys's attention layer 1: bad keys"),
+                  "%s", vit_last_error());
+}
+END_TEST
+
 static Suite *arch_suite(void)
 {
     Suite *s = suite_create("arch");
@@ -498,6 +597,7 @@ static Suite *arch_suite(void)
     tcase_add_test(t, test_checkpoint_round_trip);
     tcase_add_test(t, test_safetensors_round_trip);
     tcase_add_test(t, test_resume_keeps_the_arch);
+    tcase_add_test(t, test_attention_layers);
     suite_add_tcase(s, t);
     return s;
 }

@@ -194,6 +194,43 @@ expect "attention picture" 0 "wrote" "$tools/vit_attn" "$tmp/run/last.ckpt" --di
 expect "attention query out of range" 1 "outside the" \
     "$tools/vit_attn" "$tmp/run/last.ckpt" --digit 0 --query 9,9 --out "$tmp/b.png"
 [ -e "$tmp/b.png" ] && { fail=$((fail + 1)); echo "FAIL attention query: a file was written"; }
+# A Swin's maps (issue: vit_attn on a Swin): 8x8 digits in patches of 1,
+# stage 1 an 8x8 grid in windows of 4 (block 2 shifted by 2), stage 2 a 4x4
+# grid in one window with 2 heads.  Query (1,6): block 1's window is rows
+# 0..3, columns 4..7; block 2's shifted window holds rows 6,7,0,1 and
+# columns 6,7,0,1, of which the region mask leaves the query rows 0..1,
+# columns 6..7; stage 2 takes patch (0,3) of its one window.  Every line's
+# argmax must lie there; the PNG is as large as it says (its IHDR), 4 rows
+# (one heading each) of up to 2 heads.
+expect "swin: tiny run" 0 "checkpoint" "$tools/vit_train" --data digits --arch swin --patch 1 \
+    --window 4 --stages 2 --depth-2 2 --epochs 1 --quiet --threads 1 --tta none --out "$tmp/swin"
+png_size() { od -An -tu1 -j16 -N8 "$1" | awk '{printf "%dx%d", $1*16777216+$2*65536+$3*256+$4, $5*16777216+$6*65536+$7*256+$8}'; }
+sw_out=$("$tools/vit_attn" "$tmp/swin" --digit 0 --query 1,6 --out "$tmp/sw.png" 2>&1)
+sw_rc=$?
+sw_ok=1
+[ $sw_rc -eq 0 ] || sw_ok=0
+[ "$(grep -c '^L[0-9] H[0-9] ' <<<"$sw_out")" = 6 ] || sw_ok=0
+while read -r layer r c; do
+    case $layer in
+    L0) [ "$r" -le 3 ] && [ "$c" -ge 4 ] ;;
+    L1) [ "$r" -le 1 ] && [ "$c" -ge 6 ] ;;
+    L2 | L3) [ "$r" -le 3 ] && [ "$c" -le 3 ] ;;
+    *) false ;;
+    esac || { sw_ok=0; echo "     $layer: argmax ($r,$c) outside the query's window"; }
+done < <(sed -nE 's/^(L[0-9]) H[0-9] .*largest on patch \(([0-9]+),([0-9]+)\)$/\1 \2 \3/p' <<<"$sw_out")
+grep -qE '^L1 H0 \(stage 1 block 2, shifted, 8x8 grid\): weights 0\.000-' <<<"$sw_out" || sw_ok=0
+grep -qE '^L3 H1 \(stage 2 block 2, 4x4 grid\): weights ' <<<"$sw_out" || sw_ok=0
+grep -q "class token" <<<"$sw_out" && sw_ok=0
+said=$(sed -nE 's/^wrote .* \(([0-9]+x[0-9]+) pixels\): 4 layers x up to 2 heads, query 1,6, scale absolute$/\1/p' <<<"$sw_out")
+[ -n "$said" ] && [ "$said" = "$(png_size "$tmp/sw.png")" ] && [ "$said" = 415x699 ] || sw_ok=0
+if [ $sw_ok = 1 ]; then pass=$((pass + 1)); echo "ok   swin: vit_attn maps"; else
+    fail=$((fail + 1)); echo "FAIL swin: vit_attn maps (exit $sw_rc; png $(png_size "$tmp/sw.png")):"
+    sed 's/^/     /' <<<"$sw_out"; fi
+expect "swin: default query is the centre patch" 0 "^wrote .*: 4 layers x up to 2 heads, query 4,4 \(centre\), " \
+    "$tools/vit_attn" "$tmp/swin" --digit 0 --out "$tmp/sw2.png"
+exact "swin: --query cls refused" 1 "vit_attn: --query cls: a swin model has no class token; give --query R,C (a patch of its first 8x8 grid), or leave --query out for the centre patch (4,4)" \
+    "$tools/vit_attn" "$tmp/swin" --digit 0 --query cls --out "$tmp/sw3.png"
+[ -e "$tmp/sw3.png" ] && { fail=$((fail + 1)); echo "FAIL swin: --query cls wrote a file"; }
 expect "training curves" 0 "" "$tools/vit_plot" "$tmp/run/metrics.csv" --out "$tmp/c.png"
 [ -s "$tmp/c.png" ] || { fail=$((fail + 1)); echo "FAIL training curves: no file"; }
 # Time to accuracy (issue 50): the first epoch at or above each target, its

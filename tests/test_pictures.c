@@ -421,6 +421,71 @@ START_TEST(attention_shared_scale)
 }
 END_TEST
 
+/* Layers of their own grids (a Swin's stages): layer 0 on 4x4 with 2
+ * heads, layer 1 on 2x2 with 1 (its second column left empty), the maps
+ * packed layer after layer; each map one-hot, every pixel checked on its
+ * own grid's cells; the row headings move the maps down a line; the query
+ * frame on layer 1's own cell. */
+START_TEST(attention_layers_of_their_own)
+{
+    vit_real image[IMG * IMG] = {0}, maps[2 * 16 + 4] = {0};
+    const int gh[2] = {4, 2}, gw[2] = {4, 2}, heads[2] = {2, 1}, query[2] = {5, 0};
+    const int hot[2][2] = {{6, 9}, {3, -1}};
+    maps[hot[0][0]] = maps[16 + hot[0][1]] = maps[32 + hot[1][0]] = (vit_real)0.9;
+    const char *const names[2] = {"L0 STAGE 1", "L1 STAGE 2"};
+    fig_attn f = {.image = image, .height = IMG, .width = IMG, .channels = 1, .grid_h = 4,
+                  .grid_w = 4, .layers = 2, .heads = 2, .maps = maps, .query = 5,
+                  .layer_grid_h = gh, .layer_grid_w = gw, .layer_heads = heads,
+                  .layer_query = query};
+    draw_canvas c;
+    fig_attn_layout plain, lay;
+    ck_assert_msg(fig_attn_layout_of(&f, &plain) == VIT_OK, "%s", vit_last_error());
+    f.layer_names = names;
+    ck_assert_msg(fig_attn_draw(&f, &c, &lay) == VIT_OK, "%s", vit_last_error());
+    ck_assert_int_eq(lay.names, 1);
+    ck_assert_int_eq(lay.maps_y, plain.maps_y + 13);
+    ck_assert_int_eq(lay.pitch_y, plain.pitch_y + 13);
+    ck_assert_ptr_eq(fig_attn_map(&f, 1, 0), maps + 32);
+    picture p = save_and_read(&c, "attn_layers.png");
+    draw_rgb hotc = draw_colormap(0.9), cold = draw_colormap(0), black = {0, 0, 0},
+             white = {255, 255, 255};
+    for (int l = 0; l < 2; l++)
+        for (int h = 0; h < 2; h++) {
+            int x0, y0, cell = IMG / gh[l] * lay.map_scale, n = IMG * lay.map_scale;
+            fig_attn_map_origin(&lay, l, h, &x0, &y0);
+            for (int y = 1; y < n - 1; y++)
+                for (int x = 1; x < n - 1; x++) {
+                    int k = (y / cell) * gw[l] + x / cell;
+                    int edge = y % cell == 0 || x % cell == 0 || y % cell == cell - 1 ||
+                               x % cell == cell - 1; /* the query frame may lie there */
+                    draw_rgb got = at(&p, x0 + x, y0 + y);
+                    if (h >= heads[l])
+                        ck_assert_msg(same(got, white), "L%d H%d (%d,%d): not empty", l, h, x, y);
+                    else if (!(edge && k == query[l]))
+                        ck_assert_msg(same(got, overlay(black, k == hot[l][h] ? hotc : cold)),
+                                      "L%d H%d pixel (%d,%d) of cell %d", l, h, x, y, k);
+                }
+            if (h < heads[l]) { /* the query's frame: its own cell's corner, white */
+                int cx = x0 + (query[l] % gw[l]) * cell, cy = y0 + (query[l] / gw[l]) * cell;
+                ck_assert(same(at(&p, cx, cy), white));
+            }
+        }
+    free(p.px);
+    draw_canvas_free(&c);
+    /* a layer's grid that does not cut the image, more maps than columns */
+    const int bad_gw[2] = {4, 3}, many[2] = {2, 3};
+    fig_attn g = f;
+    g.layer_grid_w = bad_gw;
+    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay), VIT_EINVAL);
+    ck_assert_msg(strstr(vit_last_error(), "layer 1's 2x3 grid") != NULL, "%s", vit_last_error());
+    g = f;
+    g.layer_heads = many;
+    ck_assert_int_eq(fig_attn_draw(&g, &c, &lay), VIT_EINVAL);
+    ck_assert_msg(strstr(vit_last_error(), "layer 1 has 3 maps (1..2)") != NULL, "%s",
+                  vit_last_error());
+}
+END_TEST
+
 START_TEST(attention_bad_input)
 {
     vit_real image[IMG * IMG] = {0}, maps[GH * GW] = {0};
@@ -863,6 +928,7 @@ static Suite *pictures_suite(void)
     tcase_add_test(tc, lines_and_clipping);
     tcase_add_test(tc, colormap_ramp);
     tcase_add_test(tc, attention_one_hot_cells);
+    tcase_add_test(tc, attention_layers_of_their_own);
     tcase_add_test(tc, attention_scale_and_query_outline);
     tcase_add_test(tc, attention_shared_scale);
     tcase_add_test(tc, attention_bad_input);

@@ -617,6 +617,254 @@ START_TEST(test_swin_torchvision_fixture)
 }
 END_TEST
 
+/* ---- attention maps (vit_model_attention_maps) ----------------------------- */
+
+/* The model's tensor named name (its index), failing the test when absent. */
+static int tensor_ix(const vit_model *m, const char *name)
+{
+    for (int i = 0; i < vit_model_tensor_count(m); i++)
+        if (strcmp(vit_model_tensor_at(m, i)->name, name) == 0)
+            return i;
+    ck_abort_msg("no tensor %s", name);
+    return -1;
+}
+
+static vit_real *values_of(vit_model *m, const char *name)
+{
+    return vit_model_params(m) + vit_model_tensor_at(m, tensor_ix(m, name))->offset;
+}
+
+static vit_tensor *leaf_of(vit_model *m, vit_tape *t, const char *name)
+{
+    const vit_model_tensor *mt = vit_model_tensor_at(m, tensor_ix(m, name));
+    return vit_tape_leaf(t, vit_model_params(m) + mt->offset, NULL, mt->ndim, mt->shape);
+}
+
+/* Block (s, j)'s softmax weights of image b, head h, query token i over
+ * key token k of a gh x gw grid, from scratch in double: LN1 of the block's
+ * input x [N, C] (eps 1e-5, the biased variance), Q and K of qkv.w and
+ * qkv.b, scores q.k / sqrt(d) plus the relative position table's row for
+ * the two tokens' ORIGINAL row and column offsets (they are neighbours
+ * inside a window), over the keys vit_mask_window allows; ref [N, N]. */
+static void reference_weights(vit_model *m, int s, int j, const vit_real *x, int gh, int gw,
+                              int C, int H, int Mh, int Mw, const unsigned char *allowed,
+                              int h, double *ref)
+{
+    char name[64];
+    const int N = gh * gw, d = C / H;
+#define BLOCK_VALUES(row) (snprintf(name, sizeof name, "%d.%d.%s", s, j, row), values_of(m, name))
+    const vit_real *g = BLOCK_VALUES("ln1.g"), *be = BLOCK_VALUES("ln1.b");
+    const vit_real *W = BLOCK_VALUES("qkv.w"), *bq = BLOCK_VALUES("qkv.b");
+    const vit_real *rel = BLOCK_VALUES("rel");
+#undef BLOCK_VALUES
+    double *q = malloc(sizeof *q * N * d), *k = malloc(sizeof *k * N * d), *ln = malloc(sizeof *ln * C);
+    for (int t = 0; t < N; t++) {
+        double mean = 0, var = 0;
+        for (int c = 0; c < C; c++)
+            mean += x[t * C + c];
+        mean /= C;
+        for (int c = 0; c < C; c++)
+            var += (x[t * C + c] - mean) * (x[t * C + c] - mean);
+        var /= C;
+        for (int c = 0; c < C; c++)
+            ln[c] = (x[t * C + c] - mean) / sqrt(var + 1e-5) * g[c] + be[c];
+        for (int e = 0; e < d; e++) {
+            double sq = bq[h * d + e], sk = bq[C + h * d + e];
+            for (int c = 0; c < C; c++) {
+                sq += ln[c] * W[c * 3 * C + h * d + e];
+                sk += ln[c] * W[c * 3 * C + C + h * d + e];
+            }
+            q[t * d + e] = sq;
+            k[t * d + e] = sk;
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        double mx = -INFINITY, sum = 0;
+        for (int t = 0; t < N; t++) {
+            ref[i * N + t] = -INFINITY;
+            if (!allowed[i * N + t])
+                continue;
+            double sc = 0;
+            for (int e = 0; e < d; e++)
+                sc += q[i * d + e] * k[t * d + e];
+            int dy = i / gw - t / gw, dx = i % gw - t % gw;
+            ck_assert(abs(dy) < Mh && abs(dx) < Mw); /* neighbours, never across a wrap */
+            sc = sc / sqrt((double)d) + rel[((dy + Mh - 1) * (2 * Mw - 1) + dx + Mw - 1) * H + h];
+            ref[i * N + t] = sc;
+            mx = fmax(mx, sc);
+        }
+        for (int t = 0; t < N; t++)
+            sum += allowed[i * N + t] ? exp(ref[i * N + t] - mx) : 0;
+        for (int t = 0; t < N; t++)
+            ref[i * N + t] = allowed[i * N + t] ? exp(ref[i * N + t] - mx) / sum : 0;
+    }
+    free(q);
+    free(k);
+    free(ln);
+}
+
+/* A Swin's maps, layer by layer (its blocks, stage by stage), against the
+ * softmax weights made from scratch (reference_weights) over the block's
+ * input, on tiny (4x4 grid, windows of 2, block 1 shifted by 1 row and
+ * column, then a 2x2 grid) and _i = 1 tiny_of's wide 2 (4x6 in 2x3
+ * windows, shifted by 1 and 1, then 2x3): every row of every head within
+ * 1e-12, exactly 0 outside the query's window, summing to 1.  The block
+ * inputs are known because every block's proj and fc2 are zeroed (each
+ * residual branch adds exactly 0): stage 0's is the patch embedding's
+ * layer norm, stage 1's that merged, normed and mapped.  First, on the
+ * random model, the maps leave the logits' bits alone: vit_model_forward
+ * (maps kept) against vit_model_logits (none). */
+START_TEST(test_swin_attention_maps)
+{
+    enum { B = 2 };
+    vit_config c;
+    tiny_of(&c, _i ? 2 : 0);
+    const int W = _i ? 12 : 8, gh0 = 4, gw0 = W / 2, Mh = 2, Mw = _i ? 3 : 2;
+    vit_model *m = vit_model_new(&c);
+    ck_assert_msg(m != NULL, "%s", vit_last_error());
+    vit_rng rng;
+    vit_rng_seed(&rng, 11);
+    vit_model_init(m, &rng);
+    vit_real *p = vit_model_params(m);
+    for (size_t i = 0; i < vit_model_param_count(m); i++) /* every tensor of order one */
+        p[i] = (vit_real)(vit_rng_uniform(&rng) - 0.5);
+    size_t npx = (size_t)B * 8 * W * 2;
+    vit_real *img = malloc(npx * sizeof *img);
+    for (size_t i = 0; i < npx; i++)
+        img[i] = (vit_real)vit_rng_uniform(&rng);
+
+    ck_assert_int_eq(vit_model_info(m)->attn_layers, NBLOCKS);
+    static const char *const labels[NBLOCKS] = {"stage 1 block 1", "stage 1 block 2, shifted",
+                                                "stage 2 block 1", "stage 2 block 2"};
+    for (int l = 0; l < NBLOCKS; l++) {
+        const vit_arch_attn *a = vit_model_attention_layer(m, l);
+        ck_assert_int_eq(a->heads, 2);
+        ck_assert_int_eq(a->grid_h, gh0 >> (l / 2));
+        ck_assert_int_eq(a->grid_w, gw0 >> (l / 2));
+        ck_assert_int_eq(a->queries, a->grid_h * a->grid_w);
+        ck_assert_int_eq(a->keys, a->queries);
+        ck_assert_int_eq(a->first, 0);
+        ck_assert_int_eq(a->cls, 0);
+        ck_assert_int_eq(a->stage, l / 2);
+        ck_assert_str_eq(a->label, labels[l]);
+    }
+
+    /* Maps asked for or not: the same logits, bit for bit.  Without maps:
+     * the arch's forward run by hand on a copy of the model's tensors, in
+     * evaluation (no grad) and with gradients (training's mode). */
+    const vit_arch *a = vit_model_arch(m);
+    vit_params *P = vit_params_new();
+    void *state = NULL;
+    ck_assert_msg(a->build(&c, P, &state) == VIT_OK, "%s", vit_last_error());
+    ck_assert_int_eq(vit_params_alloc(P), VIT_OK);
+    ck_assert_uint_eq(vit_params_count(P), vit_model_param_count(m));
+    memcpy(vit_params_values(P), p, vit_params_count(P) * sizeof *p);
+    vit_tape *t1 = vit_tape_new(), *t2 = vit_tape_new(), *t3 = vit_tape_new();
+    const size_t nz = (size_t)B * 3 * sizeof(vit_real);
+    const vit_real *kept[NBLOCKS];
+    vit_real zs[2][2][B * 3];
+    for (int grad = 0; grad < 2; grad++)
+        for (int with_maps = 0; with_maps < 2; with_maps++) {
+            vit_tape *t = with_maps ? t2 : t1;
+            vit_tape_reset(t);
+            vit_tape_set_grad(t, grad);
+            for (int l = 0; l < NBLOCKS; l++)
+                kept[l] = NULL;
+            vit_arch_run r = {.cfg = &c, .state = state, .params = P, .tape = t,
+                              .images = vit_tape_leaf(t, img, NULL, 4, (int[]){B, 8, W, 2}),
+                              .batch = B, .grads = grad ? vit_params_grads(P) : NULL,
+                              .maps = with_maps ? kept : NULL};
+            vit_tensor *z = a->forward(&r);
+            ck_assert_msg(z != NULL, "%s", vit_last_error());
+            memcpy(zs[grad][with_maps], z->data, nz);
+            for (int l = 0; l < NBLOCKS; l++)
+                ck_assert(with_maps ? kept[l] != NULL : kept[l] == NULL);
+        }
+    ck_assert_mem_eq(zs[0][0], zs[0][1], nz);
+    ck_assert_mem_eq(zs[1][0], zs[1][1], nz);
+    a->release(state);
+    vit_params_free(P);
+    /* and through the model: vit_model_forward keeps maps, the same logits */
+    vit_tape_reset(t1);
+    vit_tape_set_grad(t1, 1);
+    vit_tensor *zm = vit_model_forward(m, t1, img, B, 0);
+    ck_assert_msg(zm != NULL, "%s", vit_last_error());
+    ck_assert_mem_eq(zm->data, zs[0][0], nz);
+    for (int l = 0; l < NBLOCKS; l++)
+        ck_assert_ptr_nonnull(vit_model_attention_maps(m, l));
+
+    /* Zero every block's proj and fc2: each block passes its input on. */
+    char name[64];
+    for (int s = 0; s < 2; s++)
+        for (int j = 0; j < 2; j++) {
+            static const char *const rows[] = {"proj.w", "proj.b", "fc2.w", "fc2.b"};
+            for (int r = 0; r < 4; r++) {
+                snprintf(name, sizeof name, "%d.%d.%s", s, j, rows[r]);
+                const vit_model_tensor *mt = vit_model_tensor_at(m, tensor_ix(m, name));
+                memset(p + mt->offset, 0, mt->size * sizeof *p);
+            }
+        }
+    vit_tape_reset(t2);
+    ck_assert_ptr_nonnull(vit_model_forward(m, t2, img, B, 0));
+    /* The blocks' inputs, from the public ops. */
+    vit_tape_set_grad(t3, 0);
+    vit_patch_shape ps = {.batch = B, .height = 8, .width = W, .channels = 2, .patch = 2,
+                          .dim = 4, .stride = 2};
+    vit_tensor *x0 = vit_op_patch_embed(t3, &ps, vit_tape_leaf(t3, img, NULL, 4,
+                                                               (int[]){B, 8, W, 2}),
+                                        leaf_of(m, t3, "patch.w"), leaf_of(m, t3, "patch.b"));
+    x0 = vit_op_layernorm(t3, x0, leaf_of(m, t3, "patch.ln.g"), leaf_of(m, t3, "patch.ln.b"),
+                          (vit_real)1e-5);
+    vit_tensor *x1 = vit_op_patch_merge(t3, x0, gh0, gw0);
+    x1 = vit_op_layernorm(t3, x1, leaf_of(m, t3, "0.merge.ln.g"), leaf_of(m, t3, "0.merge.ln.b"),
+                          (vit_real)1e-5);
+    x1 = vit_op_linear(t3, x1, leaf_of(m, t3, "0.merge.w"), NULL);
+    ck_assert_msg(x0 && x1, "%s", vit_last_error());
+
+    for (int l = 0; l < NBLOCKS; l++) {
+        const int s = l / 2, j = l % 2, gh = gh0 >> s, gw = gw0 >> s, N = gh * gw, C = 4 << s;
+        const int sh = j && Mh < gh ? Mh / 2 : 0, sw = j && Mw < gw ? Mw / 2 : 0;
+        const vit_real *maps = vit_model_attention_maps(m, l), *x = (s ? x1 : x0)->data;
+        unsigned char *allowed = malloc((size_t)N * N);
+        double *ref = malloc(sizeof *ref * N * N);
+        ck_assert_int_eq(vit_mask_window(allowed, gh, gw, Mh, Mw, sh, sw), VIT_OK);
+        double worst = 0;
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < 2; h++) {
+                reference_weights(m, s, j, x + (size_t)b * N * C, gh, gw, C, 2, Mh, Mw,
+                                  allowed, h, ref);
+                for (int i = 0; i < N; i++) {
+                    const vit_real *row = maps + (((size_t)b * 2 + h) * N + i) * N;
+                    double sum = 0;
+                    for (int k = 0; k < N; k++) {
+                        if (!allowed[i * N + k]) {
+                            ck_assert_msg(row[k] == 0, "layer %d item %d head %d query %d: "
+                                          "key %d outside the window has %g", l, b, h, i, k,
+                                          (double)row[k]);
+                            continue;
+                        }
+                        sum += row[k];
+                        worst = fmax(worst, fabs(row[k] - ref[i * N + k]));
+                    }
+                    ck_assert_msg(fabs(sum - 1) < 1e-12, "layer %d item %d head %d query %d: "
+                                  "the window's weights sum to %.15f", l, b, h, i, sum);
+                }
+            }
+        printf("swin maps layer %d (%dx%d grid, shift %d,%d): worst |map - reference| %.3g\n",
+               l, gh, gw, sh, sw, worst);
+        ck_assert_msg(worst < 1e-12, "layer %d: maps differ from the softmax weights by %g", l,
+                      worst);
+        free(allowed);
+        free(ref);
+    }
+    vit_tape_free(t1);
+    vit_tape_free(t2);
+    vit_tape_free(t3);
+    free(img);
+    vit_model_free(m);
+}
+END_TEST
+
 static Suite *swin_suite(void)
 {
     Suite *s = suite_create("swin");
@@ -633,6 +881,7 @@ static Suite *swin_suite(void)
     tcase_add_test(tc, test_swin_recipe);
     tcase_add_test(tc, test_swin_recipe_keeps_square);
     tcase_add_loop_test(tc, test_swin_torchvision_fixture, 0, 3);
+    tcase_add_loop_test(tc, test_swin_attention_maps, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -47,18 +47,49 @@ static void map_range(const vit_real *w, int n, double *min, double *max)
     }
 }
 
+void fig_attn_grid(const fig_attn *f, int layer, int *grid_h, int *grid_w)
+{
+    *grid_h = f->layer_grid_h ? f->layer_grid_h[layer] : f->grid_h;
+    *grid_w = f->layer_grid_w ? f->layer_grid_w[layer] : f->grid_w;
+}
+
+int fig_attn_heads(const fig_attn *f, int layer)
+{
+    return f->layer_heads ? f->layer_heads[layer] : f->heads;
+}
+
+int fig_attn_query(const fig_attn *f, int layer)
+{
+    return f->layer_query ? f->layer_query[layer] : f->query;
+}
+
+/* Patches of layer l's grid. */
+static int layer_cells(const fig_attn *f, int layer)
+{
+    int gh, gw;
+    fig_attn_grid(f, layer, &gh, &gw);
+    return gh * gw;
+}
+
+const vit_real *fig_attn_map(const fig_attn *f, int layer, int head)
+{
+    size_t at = 0;
+    for (int l = 0; l < layer; l++)
+        at += (size_t)fig_attn_heads(f, l) * (size_t)layer_cells(f, l);
+    return f->maps + at + (size_t)head * (size_t)layer_cells(f, layer);
+}
+
 double fig_attn_top(const fig_attn *f, int layer, int head)
 {
-    int n = f->grid_h * f->grid_w;
     double lo, hi, top = 0;
     if (f->scale == FIG_SCALE_MAP) {
-        map_range(f->maps + ((size_t)layer * (size_t)f->heads + (size_t)head) * (size_t)n, n, &lo,
-                  &top);
+        map_range(fig_attn_map(f, layer, head), layer_cells(f, layer), &lo, &top);
     } else if (f->scale == FIG_SCALE_FIGURE) {
-        for (int k = 0; k < f->layers * f->heads; k++) {
-            map_range(f->maps + (size_t)k * (size_t)n, n, &lo, &hi);
-            top = fmax(top, hi);
-        }
+        for (int l = 0; l < f->layers; l++)
+            for (int h = 0; h < fig_attn_heads(f, l); h++) {
+                map_range(fig_attn_map(f, l, h), layer_cells(f, l), &lo, &hi);
+                top = fmax(top, hi);
+            }
     } else {
         top = 1;
     }
@@ -92,6 +123,24 @@ int fig_attn_layout_of(const fig_attn *f, fig_attn_layout *lay)
     if (f->layers > 1000 || f->heads > 1000 || f->grid_h > 4096 || f->grid_w > 4096)
         return vit_set_error(VIT_EINVAL, "%s: too large (%d layers, %d heads, %dx%d grid)", what,
                              f->layers, f->heads, f->grid_h, f->grid_w);
+    for (int l = 0; l < f->layers; l++) {
+        int gh, gw, nh = fig_attn_heads(f, l), q = fig_attn_query(f, l);
+        fig_attn_grid(f, l, &gh, &gw);
+        if (gh <= 0 || gw <= 0 || gh > 4096 || gw > 4096 || f->height % gh || f->width % gw ||
+            f->height / gh != f->width / gw)
+            return vit_set_error(VIT_EINVAL, "%s: layer %d's %dx%d grid does not cut the %dx%d "
+                                 "image into square patches", what, l, gh, gw, f->height,
+                                 f->width);
+        if (nh < 1 || nh > f->heads)
+            return vit_set_error(VIT_EINVAL, "%s: layer %d has %d maps (1..%d)", what, l, nh,
+                                 f->heads);
+        if (q < -1 || q >= gh * gw)
+            return vit_set_error(VIT_EINVAL, "%s: layer %d's query patch %d is outside its "
+                                 "%dx%d grid", what, l, q, gh, gw);
+    }
+    lay->names = 0;
+    for (int l = 0; f->layer_names && l < f->layers; l++)
+        lay->names |= f->layer_names[l] != NULL;
 
     /* Nearest-neighbour upsampling of the image by a whole factor keeps
      * every patch one square of whole image pixels, at least
@@ -102,7 +151,7 @@ int fig_attn_layout_of(const fig_attn *f, fig_attn_layout *lay)
     char label[64];
     map_label(label, sizeof label, f->layers - 1, f->heads - 1, 0.999, 0.999);
     lay->pitch_x = imax(map_w, draw_text_width(label, 1)) + GAP;
-    lay->pitch_y = LABEL_H + map_h + GAP;
+    lay->pitch_y = (lay->names ? 2 : 1) * LABEL_H + map_h + GAP;
 
     int top = MARGIN + (f->title ? DRAW_GLYPH_H + 8 : 0);
     lay->image_scale = ceil_div(FIG_MAP_MIN_PX, imax(f->height, f->width));
@@ -117,8 +166,11 @@ int fig_attn_layout_of(const fig_attn *f, fig_attn_layout *lay)
         right = imax(right, MARGIN + draw_text_width(f->title, 1));
 
     lay->maps_x = MARGIN + 1; /* + 1: room for the map's frame */
-    lay->maps_y = lay->image_y + img_h + GAP + LABEL_H;
+    lay->maps_y = lay->image_y + img_h + GAP + (lay->names ? 2 : 1) * LABEL_H;
     right = imax(right, lay->maps_x + f->heads * lay->pitch_x - GAP);
+    for (int l = 0; lay->names && l < f->layers; l++)
+        if (f->layer_names[l])
+            right = imax(right, lay->maps_x + draw_text_width(f->layer_names[l], 1));
     lay->width = right + MARGIN;
     lay->height = lay->maps_y + (f->layers - 1) * lay->pitch_y + map_h + 1 + MARGIN;
     return VIT_OK;
@@ -168,27 +220,28 @@ static void draw_attn_header(draw_canvas *c, const fig_attn *f, const fig_attn_l
 static void draw_attn_map(draw_canvas *c, const fig_attn *f, const fig_attn_layout *lay,
                           int layer, int head)
 {
-    int n = f->grid_h * f->grid_w, x, y;
-    const vit_real *w = f->maps + ((size_t)layer * (size_t)f->heads + (size_t)head) * (size_t)n;
+    int gh, gw, x, y, q = fig_attn_query(f, layer);
+    fig_attn_grid(f, layer, &gh, &gw);
+    int n = gh * gw, cell = f->height / gh * lay->map_scale;
+    const vit_real *w = fig_attn_map(f, layer, head);
     double min, max, top = fig_attn_top(f, layer, head);
     map_range(w, n, &min, &max);
     fig_attn_map_origin(lay, layer, head, &x, &y);
     char label[64];
     map_label(label, sizeof label, layer, head, min, max);
     draw_text(c, x, y - LABEL_H, label, 1, ink);
-    int patch = f->height / f->grid_h, s = lay->map_scale;
+    int patch = f->height / gh, s = lay->map_scale;
     for (int i = 0; i < f->height; i++)
         for (int j = 0; j < f->width; j++) {
-            int k = (i / patch) * f->grid_w + j / patch;
+            int k = (i / patch) * gw + j / patch;
             double t = (double)w[k] / top;
             draw_rgb col = draw_blend(draw_image_rgb(f->image, f->width, f->channels, i, j),
                                       draw_colormap(t), FIG_ATTN_ALPHA);
             draw_fill(c, x + j * s, y + i * s, s, s, col);
         }
-    draw_frame(c, x - 1, y - 1, f->grid_w * lay->cell + 2, f->grid_h * lay->cell + 2, grey);
-    if (f->query >= 0)
-        draw_frame(c, x + (f->query % f->grid_w) * lay->cell, y + (f->query / f->grid_w) * lay->cell,
-                   lay->cell, lay->cell, white);
+    draw_frame(c, x - 1, y - 1, gw * cell + 2, gh * cell + 2, grey);
+    if (q >= 0)
+        draw_frame(c, x + (q % gw) * cell, y + (q / gw) * cell, cell, cell, white);
 }
 
 int fig_attn_draw(const fig_attn *f, draw_canvas *out, fig_attn_layout *lay)
@@ -200,9 +253,15 @@ int fig_attn_draw(const fig_attn *f, draw_canvas *out, fig_attn_layout *lay)
     if (rc != VIT_OK)
         return rc;
     draw_attn_header(out, f, lay);
-    for (int l = 0; l < f->layers; l++)
-        for (int h = 0; h < f->heads; h++)
+    for (int l = 0; l < f->layers; l++) {
+        if (lay->names && f->layer_names[l]) {
+            int x, y;
+            fig_attn_map_origin(lay, l, 0, &x, &y);
+            draw_text(out, x, y - 2 * LABEL_H, f->layer_names[l], 1, ink);
+        }
+        for (int h = 0; h < fig_attn_heads(f, l); h++)
             draw_attn_map(out, f, lay, l, h);
+    }
     return VIT_OK;
 }
 

@@ -4,9 +4,10 @@
  *
  *  - the attention figure of vit_attn: the input image and, per layer
  *    (rows) and head (columns), one query's attention over the patch grid
- *    as a heat map laid over the input: the image upsampled by a whole
- *    factor (nearest neighbour), each patch a square of `cell` pixels whose
- *    heat colour is alpha-blended over the image pixels under it;
+ *    (the layer's own, when layers differ: a Swin's stages) as a heat map
+ *    laid over the input: the image upsampled by a whole factor (nearest
+ *    neighbour), each patch a square of `cell` pixels whose heat colour is
+ *    alpha-blended over the image pixels under it;
  *  - the training curves of vit_plot: train and test loss in one panel and
  *    test accuracy in a second, against the epoch, from the metrics.csv
  *    that vit_train writes (read by the library: vit_metrics_read).
@@ -61,15 +62,37 @@ typedef struct fig_attn {
                                 (outlined on the image and on every map) */
     const char *title;       /* top line, drawn as given, or NULL */
     const char *notes[FIG_NOTES]; /* lines printed beside the image, NULL-ended */
+    /* Optional, per layer (a Swin's stages: each row on its own grid).
+     * NULL: every layer as above.  layer_grid_h, layer_grid_w: layer l's
+     * grid (each cutting the image into square patches; grid_h x grid_w
+     * above is the one the input image's query outline uses);
+     * layer_heads: its maps (1 .. heads: its row's columns past them stay
+     * empty); layer_query: its query patch on its own grid (or -1),
+     * outlined on its maps.  With any of them, maps holds layer after
+     * layer, layer l's layer_heads[l] maps of its grid's patches each
+     * (fig_attn_map).  layer_names: a heading drawn above each row ("L2
+     * stage 2 block 1"; NULL entries: none). */
+    const int *layer_grid_h, *layer_grid_w, *layer_heads, *layer_query;
+    const char *const *layer_names;
 } fig_attn;
+
+/* Layer l's grid, maps drawn and query under f's per-layer fields (or the
+ * shared ones), and the first weight of map (layer, head). */
+void fig_attn_grid(const fig_attn *f, int layer, int *grid_h, int *grid_w);
+int fig_attn_heads(const fig_attn *f, int layer);
+int fig_attn_query(const fig_attn *f, int layer);
+const vit_real *fig_attn_map(const fig_attn *f, int layer, int head);
 
 /* Where things are on the attention figure. */
 typedef struct fig_attn_layout {
     int width, height;       /* of the canvas */
-    int cell;                /* pixels per patch side on a map */
+    int cell;                /* pixels per patch side on a map (of grid_h x
+                                grid_w; another layer's: fig_attn_grid) */
     int map_scale;           /* pixels per image pixel side on a map (cell = patch * map_scale) */
     int image_x, image_y, image_scale; /* input image: corner and pixels per image pixel */
     int maps_x, maps_y;      /* top-left pixel of map (layer 0, head 0) */
+    int names;               /* 1: each row has its heading (layer_names)
+                                a line above its maps' labels */
     int pitch_x, pitch_y;    /* distance between neighbouring maps */
 } fig_attn_layout;
 

@@ -16,7 +16,8 @@
  *   - forward: the network on the tape, images [B, H, W, C] -> logits
  *     [B, classes], with the training extras it can use;
  *   - describe: its multiply-adds per image, how many residual stages
- *     stochastic depth may drop, where its attention maps are (or none);
+ *     stochastic depth may drop, how many attention maps it offers (or
+ *     none), and attn_layer: each map's shape and token grid;
  *   - optionally export_tensor: each tensor's name and layout in an exported
  *     file (copy, transpose, Conv2d reshape), adapt: its keys the user
  *     did not give, fitted to the data (as the ViT's patch is), and
@@ -136,11 +137,14 @@ typedef struct vit_arch_run {
     int drop_stride;
     const vit_real **maps;   /* NULL, or [attn_layers]: set maps[l] to layer l's
                                 attention probabilities on the tape
-                                ([batch, heads, queries, keys] as
-                                vit_arch_info says), NULL where there are none */
+                                ([batch, heads, queries, keys] as the arch's
+                                attn_layer hook says of layer l), NULL where
+                                there are none */
     vit_real *const *maps_to; /* NULL, or [attn_layers]: copy layer l's
                                 probabilities there instead (the caller
-                                releases the tape's memory after a piece) */
+                                releases the tape's memory after a piece).
+                                Both NULL (training, scoring): make none,
+                                and spend nothing on them */
 } vit_arch_run;
 
 /* A leaf on run->tape over parameter tensor i of run->params, its gradient
@@ -160,15 +164,46 @@ typedef struct vit_arch_info {
     int drop_layers;     /* residual stages stochastic depth may drop (the
                             trainer's drop_path: stage l at rate drop_path
                             (l + 1) / drop_layers); 0: drop_path is refused */
-    /* Attention maps for vit_attn and vit_model_attention_maps; attn_layers
-     * 0: none (vit_attn says so). */
-    int attn_layers;     /* maps, one per layer */
-    int attn_heads, attn_queries, attn_keys; /* each map [batch, heads, queries, keys] */
-    int attn_grid_h, attn_grid_w; /* keys attn_first .. + grid_h grid_w - 1 are the
-                                     image's patches, row-major */
-    int attn_first;      /* 1 with a class token at 0, else 0 */
-    int attn_cls;        /* 1: query 0 is a class token worth drawing */
+    /* Attention maps for vit_attn and vit_model_attention_maps: how many
+     * layers have one; 0: none (vit_attn says so).  Each layer's shape is
+     * the arch's attn_layer hook's (vit_arch_attn below).  (Until 0.3.0
+     * the fields attn_heads, attn_queries, attn_keys, attn_grid_h,
+     * attn_grid_w, attn_first and attn_cls gave one shape for every
+     * layer.) */
+    int attn_layers;
 } vit_arch_info;
+
+/* Most bytes of a vit_arch_attn's label, its NUL included. */
+#define VIT_ARCH_ATTN_LABEL 48
+
+/* One layer's attention maps, as the arch's attn_layer hook describes them
+ * and vit_model_attention_layer (vit/model.h) hands them on.  The layer's
+ * map is [batch, heads, queries, keys] (row-major): row q of head h is
+ * query token q's weights over the keys.  Its tokens are a grid_h x
+ * grid_w grid over the whole image, row by row (a cell covers image_height
+ * / grid_h by image_width / grid_w pixels), after `first` tokens that are
+ * not on it (a class token):
+ *     query first + r grid_w + c and key first + r grid_w + c are the
+ *     token of grid row r, column c.
+ * Layers may differ in every field: a hierarchical model's grid shrinks
+ * from stage to stage (Swin: 14x14, then 7x7 after patch merging) and its
+ * head count grows. */
+typedef struct vit_arch_attn {
+    int heads;          /* maps of the layer, one per head, >= 1 */
+    int queries, keys;  /* rows and columns of each: >= first + grid_h grid_w */
+    int grid_h, grid_w; /* the layer's token grid, >= 1 each */
+    int first;          /* tokens before the grid (0, or 1 with a class
+                           token at 0) */
+    int cls;            /* 1: query 0 is a class token worth drawing
+                           (needs first >= 1); 0: none */
+    int stage;          /* the stage the layer belongs to, 0-based, for a
+                           model whose grids change (Swin); 0 otherwise */
+    char label[VIT_ARCH_ATTN_LABEL]; /* "" or a short name of the layer for
+                           drawings and listings (a Swin's: "stage 1
+                           block 2, shifted", counting from 1 as its
+                           keys do); "": the tools call it by its
+                           number */
+} vit_arch_attn;
 
 /* How a tensor goes into an exported file (vit_export, vit/safetensors.h)
  * and comes back (vit_import). */
@@ -279,6 +314,15 @@ typedef struct vit_arch {
 
     /* Fills *info (zeroed by the caller) for cfg (checked).  Pure. */
     void (*describe)(const vit_config *cfg, vit_arch_info *info);
+
+    /* Needed when describe says attn_layers > 0 (else unused; NULL):
+     * fills *a (zeroed by the caller) with the shape of layer `layer`'s
+     * maps (0 .. attn_layers - 1) for cfg (checked): what the forward
+     * writes through vit_arch_run.maps / maps_to.  vit_model_new calls it
+     * once per layer and refuses a model whose hook is missing or
+     * describes a shape that does not hold (VIT_EINVAL naming the arch,
+     * the layer and the field).  Pure; any thread.  (New in 0.3.0.) */
+    void (*attn_layer)(const vit_config *cfg, int layer, vit_arch_attn *a);
 
     /* Optional (NULL: every tensor under its own name, copied, in layout
      * order): how tensor i of the model (t, as build added it) goes into an

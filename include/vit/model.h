@@ -535,15 +535,31 @@ int vit_model_train_grads_ex(vit_model *m, const vit_real *images, const int *la
                              vit_real smoothing, const vit_train_extras *ex, double *loss,
                              int *correct);
 
-/* The attention maps [batch, heads, T, T] of block `layer` from the model's
- * last forward (memory of the tape it ran on, valid until that tape's
- * reset), T = patches + 1 (token 0 is the class token); row i of head h is
- * query i's distribution over the keys.  Read only; NULL for a NULL m,
- * layer outside 0 .. depth-1, or a model long enough that its layers run
- * the tiled attention core (vit_sdpa_use_tiled), which keeps no maps.
- * Scoring keeps none either: NULL after vit_predict_tta, vit_evaluate_tta
- * and the trainer's evaluations, which read only the logits. */
+/* The attention maps of layer `layer` (0 .. vit_model_info(m)->attn_layers
+ * - 1) from the model's last forward (memory of the tape it ran on, valid
+ * until that tape's reset), [batch, heads, queries, keys] as
+ * vit_model_attention_layer(m, layer) says; row q of head h is query q's
+ * distribution over the keys.  The ViT's layers are its blocks, T = patches
+ * + 1 queries and keys (token 0 the class token).  A Swin's are its blocks
+ * in order, stage by stage, each [batch, heads_s, N_s, N_s] over its
+ * stage's grid of N_s tokens (no class token): a query's weights over the
+ * tokens of its window at their ORIGINAL grid positions (a shifted
+ * block's cyclic shift undone), 0 outside it; the maps are made only by
+ * this kind of forward (vit_model_forward), not in training or scoring.
+ * Read only; NULL for a NULL m, layer out of range, a model long enough
+ * that its layers run the tiled attention core (vit_sdpa_use_tiled), which
+ * keeps no maps, or a Swin whose first grid has more than 4096 tokens.
+ * Scoring keeps none either: NULL after vit_predict_tta, vit_evaluate_tta,
+ * vit_export_logits_csv and the trainer's evaluations, which read only the
+ * logits. */
 const vit_real *vit_model_attention_maps(const vit_model *m, int layer);
+
+/* The shape and token grid of layer `layer`'s maps (vit_arch_attn,
+ * vit/arch.h: heads, queries, keys, grid_h x grid_w, first, cls, stage,
+ * label), as the architecture described them when the model was made;
+ * owned by the model.  NULL for a NULL m or layer outside 0 ..
+ * vit_model_info(m)->attn_layers - 1.  (New in 0.3.0.) */
+const vit_arch_attn *vit_model_attention_layer(const vit_model *m, int layer);
 
 VIT_END_DECLS
 

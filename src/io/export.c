@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "model_internal.h"
 #include "vit/atomic_file.h"
 #include "vit/tape.h"
 
@@ -67,7 +68,8 @@ static int write_csv(vit_model *m, const vit_dataset *ds, const char *path, FILE
     for (int lo = 0; lo < ds->count && !bad; lo += EXPORT_BATCH) {
         int b = ds->count - lo < EXPORT_BATCH ? ds->count - lo : EXPORT_BATCH;
         vit_tape_reset(tape);
-        vit_tensor *y = vit_model_forward(m, tape, ds->images + (size_t)lo * img, b, 0);
+        /* the logits alone: no attention maps kept (a Swin would make them) */
+        vit_tensor *y = vit_model_logits(m, tape, ds->images + (size_t)lo * img, b);
         int rc = vit_tape_status(tape);
         if (!y && rc == VIT_OK)
             rc = VIT_EINVAL; /* an argument the forward refused */

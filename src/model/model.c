@@ -51,6 +51,9 @@ struct vit_model {
     vit_real *params, *grads; /* P's buffers */
     int nmaps;               /* info.attn_layers */
     const vit_real **maps;   /* per layer, from the last forward */
+    vit_arch_attn *attn;     /* [nmaps]: each layer's maps (arch->attn_layer) */
+    size_t *map_at;          /* [nmaps + 1]: reals of one image's maps before
+                                layer l's (map_at[nmaps]: all of them) */
     struct slice *slices;    /* vit_model_train_grads, one per thread */
     int precision;           /* VIT_PRECISION_FP32 or _BF16 (resolved) */
     int recompute;           /* 1: activation checkpointing in training */
@@ -72,6 +75,48 @@ static int has_mixed(const vit_arch *a)
 static int mixed_layout(vit_model *m)
 {
     return vit_arch_bf16_layout(m->arch, &m->cfg, m->state, m->P, &m->mixed);
+}
+
+/* Each layer's maps from the arch's attn_layer hook, checked, and where
+ * they lie in one image's share of a buffer of them all (map_at). */
+static int describe_maps(vit_model *m)
+{
+    const char *name = m->arch->name;
+    if (m->nmaps && !m->arch->attn_layer)
+        return vit_fail(VIT_EINVAL, "vit_model_new: architecture %s describes %d attention "
+                        "layers but has no attn_layer hook to give their shapes", name,
+                        m->nmaps);
+    for (int l = 0; l < m->nmaps; l++) {
+        vit_arch_attn *a = &m->attn[l];
+        m->arch->attn_layer(&m->cfg, l, a);
+        const char *bad = a->heads < 1                              ? "heads"
+                          : a->grid_h < 1 || a->grid_w < 1          ? "grid_h, grid_w"
+                          : a->first < 0                            ? "first"
+                          : a->cls != 0 && (a->cls != 1 || a->first < 1) ? "cls"
+                          : a->stage < 0                            ? "stage"
+                          : (long long)a->queries < (long long)a->first + (long long)a->grid_h
+                                                                          * a->grid_w
+                              ? "queries"
+                          : (long long)a->keys < (long long)a->first + (long long)a->grid_h
+                                                                       * a->grid_w
+                              ? "keys"
+                          : memchr(a->label, 0, sizeof a->label) == NULL ? "label"
+                                                                         : NULL;
+        if (bad)
+            return vit_fail(VIT_EINVAL, "vit_model_new: architecture %s's attention layer %d: "
+                            "bad %s (heads %d, queries %d, keys %d, grid %dx%d, first %d, "
+                            "cls %d, stage %d; queries and keys must cover first + the grid)",
+                            name, l, bad, a->heads, a->queries, a->keys, a->grid_h, a->grid_w,
+                            a->first, a->cls, a->stage);
+        size_t item = (size_t)a->heads * (size_t)a->queries * (size_t)a->keys;
+        if (a->heads > (1 << 20) || a->queries > (1 << 20) || a->keys > (1 << 20) ||
+            item > ((size_t)1 << 40) || m->map_at[l] > ((size_t)1 << 44))
+            return vit_fail(VIT_EINVAL, "vit_model_new: architecture %s's attention layer %d: "
+                            "maps of %d heads x %d x %d are too large", name, l, a->heads,
+                            a->queries, a->keys);
+        m->map_at[l + 1] = m->map_at[l] + item;
+    }
+    return VIT_OK;
 }
 
 vit_model *vit_model_new(const vit_config *cfg)
@@ -98,9 +143,13 @@ vit_model *vit_model_new(const vit_config *cfg)
     m->nmaps = m->info.attn_layers > 0 ? m->info.attn_layers : 0;
     m->P = vit_params_new();
     m->maps = calloc((size_t)m->nmaps + 1, sizeof *m->maps);
-    if (!m->P || !m->maps)
+    m->attn = calloc((size_t)m->nmaps + 1, sizeof *m->attn);
+    m->map_at = calloc((size_t)m->nmaps + 1, sizeof *m->map_at);
+    if (!m->P || !m->maps || !m->attn || !m->map_at)
         goto oom;
-    int rc = m->arch->build(&m->cfg, m->P, &m->state);
+    int rc = describe_maps(m);
+    if (rc == VIT_OK)
+        rc = m->arch->build(&m->cfg, m->P, &m->state);
     if (rc == VIT_OK && (rc = vit_params_alloc(m->P)) == VIT_ENOMEM)
         goto oom;
     if (rc != VIT_OK) {
@@ -122,10 +171,12 @@ void vit_model_free(vit_model *m)
 {
     if (!m)
         return;
-    if (m->arch && m->arch->release)
+    if (m->arch && m->arch->release && m->state) /* none before build */
         m->arch->release(m->state);
     vit_params_free(m->P);
     free(m->maps);
+    free(m->attn);
+    free(m->map_at);
     for (int i = 0; i < m->nslices; i++) {
         vit_tape_free(m->slices[i].tape);
         free(m->slices[i].grads);
@@ -282,7 +333,8 @@ typedef struct {
     const vit_real *images;
     int batch, chunk, pieces;
     vit_tensor *z;
-    vit_real *all;     /* the maps [nmaps][batch items], or NULL */
+    vit_real *all;     /* the maps, layer l's [batch items] from batch
+                          map_at[l] on, or NULL */
     vit_real **to;     /* [nt][nmaps] */
     atomic_int next;   /* the next piece to take */
     atomic_int failed; /* 1 once a piece failed: the others stop */
@@ -296,11 +348,9 @@ static int eval_piece(eval_job *J, vit_tape *tape, vit_real **to, int i, int nb)
 {
     vit_model *m = J->m;
     const vit_config *c = &m->cfg;
-    const vit_arch_info *in = &m->info;
     size_t img = (size_t)c->image_height * c->image_width * c->channels;
-    size_t per_item = (size_t)in->attn_heads * in->attn_queries * in->attn_keys;
     for (int l = 0; to && l < m->nmaps; l++) /* the piece's items of map l */
-        to[l] = J->all + per_item * ((size_t)J->batch * l + i);
+        to[l] = J->all + (size_t)J->batch * m->map_at[l] + (m->map_at[l + 1] - m->map_at[l]) * i;
     size_t mark = vit_tape_mark(tape);
     vit_tensor *y = run_forward(m, tape, J->images + (size_t)i * img, nb, NULL, NULL, to, 0,
                                 NULL, 0);
@@ -357,7 +407,6 @@ static vit_tensor *forward_eval(vit_model *m, vit_tape *tape, const vit_real *im
                                 int keep_maps)
 {
     const vit_config *c = &m->cfg;
-    const vit_arch_info *in = &m->info;
     int was = vit_tape_set_grad(tape, 0);
     int chunk = batch < EVAL_CHUNK ? batch : EVAL_CHUNK;
     int pieces = (batch + chunk - 1) / chunk;
@@ -366,9 +415,9 @@ static vit_tensor *forward_eval(vit_model *m, vit_tape *tape, const vit_real *im
         nt = 1; /* no tapes for the workers: on the caller's alone */
     int shape[2] = {batch, c->classes};
     vit_tensor *z = vit_tape_tensor(tape, 2, shape);
-    size_t per_map = (size_t)in->attn_heads * in->attn_queries * in->attn_keys * batch;
     keep_maps = keep_maps && m->nmaps > 0; /* none: the architecture has none to show */
-    vit_real *all = z && keep_maps ? vit_tape_alloc(tape, per_map * m->nmaps * sizeof *all) : NULL;
+    vit_real *all = z && keep_maps ? vit_tape_alloc(tape, m->map_at[m->nmaps] * batch * sizeof *all)
+                                   : NULL;
     vit_real **to = all ? vit_tape_alloc(tape, (size_t)nt * m->nmaps * sizeof *to) : NULL;
     vit_tape *tapes[256];
     for (int s = 0; s < nt; s++)
@@ -401,7 +450,7 @@ static vit_tensor *forward_eval(vit_model *m, vit_tape *tape, const vit_real *im
         }
     }
     for (int l = 0; l < m->nmaps; l++)
-        m->maps[l] = ok && keep_maps ? all + per_map * l : NULL;
+        m->maps[l] = ok && keep_maps ? all + (size_t)batch * m->map_at[l] : NULL;
     vit_tape_set_grad(tape, was);
     return ok ? z : NULL;
 }
@@ -439,6 +488,13 @@ const vit_real *vit_model_attention_maps(const vit_model *m, int layer)
     if (!m || layer < 0 || layer >= m->nmaps)
         return NULL;
     return m->maps[layer];
+}
+
+const vit_arch_attn *vit_model_attention_layer(const vit_model *m, int layer)
+{
+    if (!m || layer < 0 || layer >= m->nmaps)
+        return NULL;
+    return &m->attn[layer];
 }
 
 /* ---- a training batch split across threads ------------------------------ */

@@ -470,16 +470,81 @@ static vit_tensor *mlp(vit_tape *tape, int recompute, vit_tensor *x, vit_tensor 
     return residual(tape, h, W2, b2, x, drop);
 }
 
+/* Block b's attention maps (vit_arch_run.maps, maps_to) into dst [B, H, N,
+ * N]: the softmax weights of the block's window attention, which the op
+ * keeps only for its backward (and not in evaluation), made again by the
+ * same kernel from the same qkv [B, N, 3D] and bias [H, T, T] (so the
+ * same numbers), then spread from the kernel's [B, H, nW, T, T] (windows
+ * and their positions in the SHIFTED frame, vit/attention.h) over the
+ * grid: query token i's row holds its weights at the keys' ORIGINAL
+ * token numbers (the cyclic shift undone), 0 for every token outside
+ * its window (and across a wrapped border, which the region mask gives
+ * 0).  Only when maps are asked for; the network's values do not depend
+ * on it.  VIT_OK or an error (recorded in the tape's status). */
+static int block_maps(vit_tape *tape, const vit_tensor *qkv, const vit_tensor *bias,
+                      const vit_window_opts *wo, vit_real *dst)
+{
+    const int B = qkv->shape[0], D3 = qkv->shape[2], D = D3 / 3, H = wo->heads;
+    const int gh = wo->grid_h, gw = wo->grid_w, Mh = wo->window_h, Mw = wo->window_w;
+    const int N = gh * gw, T = Mh * Mw, nWw = gw / Mw, nW = N / T;
+    const size_t rows = (size_t)B * H * N; /* one row of T weights per query and head */
+    vit_real *probs = malloc(rows * T * sizeof *probs);
+    vit_real *out = malloc((size_t)B * N * D * sizeof *out);
+    int *tok = malloc((size_t)nW * T * sizeof *tok);
+    int rc = VIT_OK;
+    if (!probs || !out || !tok) {
+        rc = vit_fail(VIT_ENOMEM, "swin: out of memory for the attention maps of a %dx%d grid",
+                      gh, gw);
+    } else {
+        vit_window_attn w = {.batch = B, .heads = H, .grid_h = gh, .grid_w = gw,
+                             .window_h = Mh, .window_w = Mw, .shift_h = wo->shift_h,
+                             .shift_w = wo->shift_w, .d_k = D / H, .d_v = D / H,
+                             .scale = wo->scale, .bias = bias ? bias->data : NULL,
+                             .bias_heads = bias ? bias->shape[0] : 0, .ld_q = D3, .ld_k = D3,
+                             .ld_v = D3, .probs = probs};
+        rc = vit_window_attn_forward(&w, out, NULL, qkv->data, qkv->data + D,
+                                     qkv->data + 2 * D);
+    }
+    if (rc == VIT_OK) {
+        /* position (py, px) of window (wy, wx): the token at original row
+         * (wy Mh + py + shift_h) mod gh, column (wx Mw + px + shift_w) mod gw */
+        for (int wi = 0; wi < nW; wi++)
+            for (int p = 0; p < T; p++) {
+                int r = (wi / nWw * Mh + p / Mw + wo->shift_h) % gh;
+                int c = (wi % nWw * Mw + p % Mw + wo->shift_w) % gw;
+                tok[(size_t)wi * T + p] = r * gw + c;
+            }
+        memset(dst, 0, rows * N * sizeof *dst);
+        for (size_t bh = 0; bh < (size_t)B * H; bh++)
+            for (int wi = 0; wi < nW; wi++) {
+                const int *t = tok + (size_t)wi * T;
+                const vit_real *pw = probs + (bh * nW + wi) * T * T;
+                for (int i = 0; i < T; i++) {
+                    vit_real *row = dst + (bh * N + t[i]) * N;
+                    for (int j = 0; j < T; j++)
+                        row[t[j]] = pw[(size_t)i * T + j];
+                }
+            }
+    }
+    free(tok);
+    free(out);
+    free(probs);
+    if (rc != VIT_OK)
+        vit_tape_fail(tape, rc);
+    return rc;
+}
+
 /* The network on tape: img [batch, H, W, C] -> logits [batch, classes].
  * drop: NULL, or stochastic depth's scales, block b's attention branch
  * scaled by drop[2b stride + i] for image i, its MLP branch by
  * drop[(2b + 1) stride + i].  recompute: the recipe's (vit_arch_run's):
  * 1 remakes the layer norms' outputs (ln_linear) and the window
  * attention's weights (from their log-sum-exps) in the backward instead of
- * keeping them. */
+ * keeping them.  maps, maps_to: vit_arch_run's (NULL both: no maps, no
+ * work for them), one layer per block in order (block_maps). */
 static vit_tensor *run(const swin *m, vit_tape *tape, leaf_fn leaf, const void *lctx,
                        vit_tensor *img, int batch, const vit_real *drop, int stride,
-                       int recompute)
+                       int recompute, const vit_real **maps, vit_real *const *maps_to)
 {
     const swin_cfg *c = &m->cfg;
 #define L(ix) leaf(lctx, (ix))
@@ -513,6 +578,16 @@ static vit_tensor *run(const swin *m, vit_tape *tape, leaf_fn leaf, const void *
                                   .shift_h = shift_of(j, gh, c->window),
                                   .shift_w = shift_of(j, gw, c->window_w),
                                   .keep_weights = !recompute};
+            if ((maps || maps_to) && qkv && bias) {
+                size_t n = (size_t)batch * H * gh * gw * gh * gw;
+                vit_real *dst = maps_to ? maps_to[b] : vit_tape_alloc(tape, n * sizeof *dst);
+                if (maps)
+                    maps[b] = NULL;
+                if (!dst || block_maps(tape, qkv, bias, &wo, dst) != VIT_OK)
+                    return NULL;
+                if (maps)
+                    maps[b] = dst;
+            }
             /* its output is read back only as the projection's bf16 operand */
             vit_tensor *a = vit_tape_window_attn_kept(tape, qkv, bias, &wo, VIT_KEEP_BF16);
             x = residual(tape, a, L(ix[B_PROJ_W]), L(ix[B_PROJ_B]), x, d_attn);
@@ -789,17 +864,48 @@ static vit_tensor *arch_leaf(const void *run, int i) { return vit_arch_param(run
 static vit_tensor *swin_forward(const vit_arch_run *r)
 {
     return run(r->state, r->tape, arch_leaf, r, r->images, r->batch,
-               r->train ? r->drop_scale : NULL, r->drop_stride, r->recompute);
+               r->train ? r->drop_scale : NULL, r->drop_stride, r->recompute, r->maps,
+               r->maps_to);
 }
 
-/* Windowed maps ([heads, windows, T, T]) are not the [queries, keys] over
- * the grid that vit_attn draws: none are offered. */
+/* Maps are offered while the first stage's grid has at most this many
+ * tokens: a block's are heads N^2 reals an image (Swin-T at 224 x 224,
+ * 56 x 56 tokens and 3 heads: 118 MB for each of its first two blocks). */
+#define SWIN_MAPS_MAX_TOKENS 4096
+
+/* One layer of maps per block, stage by stage (swin_attn_layer). */
 static void swin_describe(const vit_config *cfg, vit_arch_info *info)
 {
     swin_cfg c = swin_of(cfg);
     info->macs = swin_macs(&c);
     for (int s = 0; s < c.stages; s++)
         info->drop_layers += c.depths[s];
+    int gh, gw;
+    swin_stage_grid(&c, 0, &gh, &gw);
+    if ((long long)gh * gw <= SWIN_MAPS_MAX_TOKENS)
+        info->attn_layers = info->drop_layers;
+}
+
+/* Block `layer`'s maps: [B, heads_s, N_s, N_s] over its stage's grid of
+ * N_s tokens, no class token (block_maps); labelled "stage S block J",
+ * ", shifted" for a block whose windows shift, S and J counting from 1
+ * as the keys' stages do (depth_1, heads_1). */
+static void swin_attn_layer(const vit_config *cfg, int layer, vit_arch_attn *a)
+{
+    swin_cfg c = swin_of(cfg);
+    int s = 0, j = layer;
+    while (s + 1 < c.stages && j >= c.depths[s])
+        j -= c.depths[s++];
+    int gh, gw;
+    swin_stage_grid(&c, s, &gh, &gw);
+    a->heads = c.heads[s];
+    a->grid_h = gh;
+    a->grid_w = gw;
+    a->queries = a->keys = gh * gw;
+    a->stage = s;
+    int shifted = shift_of(j, gh, c.window) || shift_of(j, gw, c.window_w);
+    snprintf(a->label, sizeof a->label, "stage %d block %d%s", s + 1, j + 1,
+             shifted ? ", shifted" : "");
 }
 
 /* torchvision's name and layout; our layout is its state_dict's order. */
@@ -829,6 +935,7 @@ const vit_arch vit_arch_swin_def = {
     .release = swin_release,
     .forward = swin_forward,
     .describe = swin_describe,
+    .attn_layer = swin_attn_layer,
     .export_tensor = swin_export_tensor,
     .export_layout = "torchvision.SwinTransformer",
     .bf16_weights = swin_bf16_weights,

@@ -365,26 +365,42 @@ static vit_tensor *forward(const vit_arch_run *r)
 
 /* ---- what the library asks of it ----------------------------------------- */
 
+/* The T x T attention core of c's blocks (T = patches + 1), and its grid. */
+static vit_sdpa attn_core(const vit_config *c, int *gh, int *gw)
+{
+    vit_patch_shape ps = vit_config_patch_shape(c);
+    int T = vit_patch_count(&ps) + 1;
+    ps.batch = 1;
+    vit_patch_grid(&ps, gh, gw);
+    return (vit_sdpa){.batch = 1, .heads = c->heads, .n_q = T, .n_k = T,
+                      .d_k = c->dim / c->heads, .d_v = c->dim / c->heads};
+}
+
 static void describe(const vit_config *c, vit_arch_info *info)
 {
     info->macs = vit_mt_macs(c);
     info->drop_layers = c->depth;
-    vit_patch_shape ps = vit_config_patch_shape(c);
-    int gh = 0, gw = 0, T = vit_patch_count(&ps) + 1;
-    ps.batch = 1;
-    vit_patch_grid(&ps, &gh, &gw);
+    int gh = 0, gw = 0;
+    vit_sdpa core = attn_core(c, &gh, &gw);
     /* Long sequences run the tiled attention core, which keeps no maps. */
-    vit_sdpa core = {.batch = 1, .heads = c->heads, .n_q = T, .n_k = T,
-                     .d_k = c->dim / c->heads, .d_v = c->dim / c->heads};
     if (vit_sdpa_use_tiled(&core))
         return;
     info->attn_layers = c->depth;
-    info->attn_heads = c->heads;
-    info->attn_queries = info->attn_keys = T;
-    info->attn_grid_h = gh;
-    info->attn_grid_w = gw;
-    info->attn_first = 1;
-    info->attn_cls = 1; /* (read by the head with pool = cls; there either way) */
+}
+
+/* Every block alike: [batch, heads, T, T], the class token first. */
+static void attn_layer(const vit_config *c, int layer, vit_arch_attn *a)
+{
+    (void)layer;
+    int gh = 0, gw = 0;
+    vit_sdpa core = attn_core(c, &gh, &gw);
+    a->heads = c->heads;
+    a->queries = core.n_q;
+    a->keys = core.n_k;
+    a->grid_h = gh;
+    a->grid_w = gw;
+    a->first = 1;
+    a->cls = 1; /* (read by the head with pool = cls; there either way) */
 }
 
 static int section(const vit_mt *t)
@@ -430,6 +446,7 @@ const vit_arch vit_arch_vit_def = {
     .release = release,
     .forward = forward,
     .describe = describe,
+    .attn_layer = attn_layer,
     .export_tensor = export_tensor,
     .export_layout = "timm.VisionTransformer",
     .bf16_weights = bf16_weights,
