@@ -289,12 +289,12 @@ static void say_images(const vit_data_report *r, const split_flags *f, int from_
                      "RGB, as some images are colour");
         if (f->given & (8 | 16 | 32 | 64))
             snprintf(why + strlen(why), sizeof why - strlen(why), "%sas asked", *why ? "; " : "");
+        else if (!r->ruled && !f->fit_arch)
+            snprintf(why + strlen(why), sizeof why - strlen(why), "as the run did");
         if (f->fit_arch)
             snprintf(why + strlen(why), sizeof why - strlen(why), "%sthe size of the weights' "
                      "%s model, which it keeps: --image-size chooses another", *why ? "; " : "",
                      f->fit_arch);
-        else if (!r->ruled)
-            snprintf(why + strlen(why), sizeof why - strlen(why), "as the run did");
         snprintf(line, sizeof line, "images: %d read, %dx%d to %dx%d (HxW), %d gray, %d colour; "
                  "%d resized, %d converted, all now %dx%dx%d (%s%s)", n, r->min_h, r->min_w,
                  r->max_h, r->max_w, r->gray, r->colour, r->resized, r->converted, t->height,
