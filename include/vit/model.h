@@ -459,9 +459,14 @@ const vit_model_tensor *vit_model_tensor_at(const vit_model *m, int i);
  * first use, freed with it), so a model, like a tape, serves one thread at
  * a time.  A piece's ops then run on its thread alone; they compute the
  * same bits as when split across threads (tests/test_model.c checks the
- * logits and maps of three threads against one's).  Returns NULL on error
- * (message in vit_last_error): VIT_EINVAL for a NULL m, tape or images or
- * batch < 1, VIT_ENOMEM, or a kernel's error. */
+ * logits and maps of three threads against one's).  With grads = 0 it also
+ * keeps the attention maps vit_model_attention_maps shows: a ViT's cost
+ * nothing extra, but a Swin makes its dense per-block maps for this (its
+ * window attention a second time, heads x N^2 values per block and
+ * image), so score large batches with vit_evaluate_tta (vit/train.h),
+ * which asks for no maps.  Returns NULL on error (message in
+ * vit_last_error): VIT_EINVAL for a NULL m, tape or images or batch < 1,
+ * VIT_ENOMEM, or a kernel's error. */
 vit_tensor *vit_model_forward(vit_model *m, vit_tape *tape, const vit_real *images,
                               int batch, int grads);
 
