@@ -127,19 +127,18 @@ static int axis_region(int s, int len, int M, int shift)
     return shift == 0 ? 0 : s < len - M ? 0 : s < len - shift ? 1 : 2;
 }
 
-/* Tokens (row-major in the original grid) and region labels of the T
- * positions of window wi (windows and positions row-major in the shifted
- * frame). */
-static void window_tokens(const vit_window_attn *w, const wgeo *g, int wi, int *tok, int *label)
+void vit_window_tokens(const vit_window_attn *w, int wi, int *tok, int *label)
 {
-    const int Mh = w->window_h, Mw = w->window_w, wy = wi / g->nwx, wx = wi % g->nwx;
+    const int Mh = w->window_h, Mw = w->window_w, nwx = w->grid_w / Mw;
+    const int wy = wi / nwx, wx = wi % nwx;
     for (int py = 0; py < Mh; py++)
         for (int px = 0; px < Mw; px++) {
             int sy = wy * Mh + py, sx = wx * Mw + px;
             int r = (sy + w->shift_h) % w->grid_h, c = (sx + w->shift_w) % w->grid_w;
             tok[py * Mw + px] = r * w->grid_w + c;
-            label[py * Mw + px] = 3 * axis_region(sy, w->grid_h, Mh, w->shift_h)
-                                + axis_region(sx, w->grid_w, Mw, w->shift_w);
+            if (label)
+                label[py * Mw + px] = 3 * axis_region(sy, w->grid_h, Mh, w->shift_h)
+                                    + axis_region(sx, w->grid_w, Mw, w->shift_w);
         }
 }
 
@@ -322,7 +321,7 @@ typedef struct {
     const vit_real *q, *k, *v, *dout, *lse_in;
     vit_real *out, *lse, *dq, *dk, *dv, *dbias;
     vit_real *work;
-    int *iwork;              /* per window: tok[T], label[T] (window_tokens); then per
+    int *iwork;              /* per window: tok[T], label[T] (vit_window_tokens); then per
                                 window its regions flag: made once per call */
     atomic_int next_slab;
     atomic_ullong first_bad; /* task * T * T + p * T + p' of a non-finite score */
@@ -541,7 +540,7 @@ static int alloc_work(const char *fn, wjob *J, int nt)
     }
     for (int wi = 0; wi < nW; wi++) {
         int *tok = J->iwork + (size_t)wi * 2 * T, *label = tok + T, regions = 0;
-        window_tokens(J->w, &J->g, wi, tok, label);
+        vit_window_tokens(J->w, wi, tok, label);
         for (int p = 1; p < T; p++) regions |= label[p] != label[0];
         J->iwork[(size_t)nW * 2 * T + wi] = regions;
     }
@@ -593,7 +592,7 @@ int vit_window_attn_forward(const vit_window_attn *w, vit_real *out, vit_real *l
         if (!ts)
             return vit_fail(VIT_ENUM, "%s: non-finite score at item %d, head %d, window %d "
                             "(check q, k, bias)", fn, b, h, wi);
-        window_tokens(w, &J.g, wi, ts, ts + J.g.T);
+        vit_window_tokens(w, wi, ts, ts + J.g.T);
         tok[0] = ts[(f % TT) / (unsigned)J.g.T];
         tok[1] = ts[(f % TT) % (unsigned)J.g.T];
         free(ts);

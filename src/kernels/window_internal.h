@@ -1,6 +1,7 @@
 /*
  * Internal: the windowed attention's backward for the tape's op
- * (src/tape/tape_ops_window.c).  Private to the library.
+ * (src/tape/tape_ops_window.c), and its windows' tokens for Swin's
+ * attention maps (src/model/model_swin.c).  Private to the library.
  */
 #ifndef VIT_WINDOW_INTERNAL_H
 #define VIT_WINDOW_INTERNAL_H
@@ -18,5 +19,14 @@ int vit_window_attn_backward_to(const vit_window_attn *w, vit_real *dq, vit_real
                                 vit_real *dv, vit_real *dbias, const vit_real *dout,
                                 const vit_real *lse, const vit_real *q, const vit_real *k,
                                 const vit_real *v, int overwrite);
+
+/* The tokens of window wi of w (windows numbered row by row over the
+ * SHIFTED grid, as vit/attention.h lays out lse and probs): tok[p] is the
+ * original token number (row-major over the grid) of its position
+ * p = py * window_w + px, and label[p] (label may be NULL) its region
+ * (Swin's region mask: two positions of a window interact only with equal
+ * labels).  w is checked by the caller (vit_window_attn_forward's rules);
+ * tok and label hold window_h * window_w ints. */
+void vit_window_tokens(const vit_window_attn *w, int wi, int *tok, int *label);
 
 #endif

@@ -49,6 +49,7 @@
 
 #include "arch_internal.h"
 #include "tape_internal.h"
+#include "window_internal.h"
 #include "error.h"
 #include "mixed.h"
 #include "stem.h"
@@ -486,34 +487,25 @@ static int block_maps(vit_tape *tape, const vit_tensor *qkv, const vit_tensor *b
 {
     const int B = qkv->shape[0], D3 = qkv->shape[2], D = D3 / 3, H = wo->heads;
     const int gh = wo->grid_h, gw = wo->grid_w, Mh = wo->window_h, Mw = wo->window_w;
-    const int N = gh * gw, T = Mh * Mw, nWw = gw / Mw, nW = N / T;
+    const int N = gh * gw, T = Mh * Mw, nW = N / T;
     const size_t rows = (size_t)B * H * N; /* one row of T weights per query and head */
     vit_real *probs = malloc(rows * T * sizeof *probs);
     vit_real *out = malloc((size_t)B * N * D * sizeof *out);
     int *tok = malloc((size_t)nW * T * sizeof *tok);
-    int rc = VIT_OK;
-    if (!probs || !out || !tok) {
-        rc = vit_fail(VIT_ENOMEM, "swin: out of memory for the attention maps of a %dx%d grid",
-                      gh, gw);
-    } else {
-        vit_window_attn w = {.batch = B, .heads = H, .grid_h = gh, .grid_w = gw,
-                             .window_h = Mh, .window_w = Mw, .shift_h = wo->shift_h,
-                             .shift_w = wo->shift_w, .d_k = D / H, .d_v = D / H,
-                             .scale = wo->scale, .bias = bias ? bias->data : NULL,
-                             .bias_heads = bias ? bias->shape[0] : 0, .ld_q = D3, .ld_k = D3,
-                             .ld_v = D3, .probs = probs};
-        rc = vit_window_attn_forward(&w, out, NULL, qkv->data, qkv->data + D,
-                                     qkv->data + 2 * D);
-    }
+    const vit_window_attn w = {.batch = B, .heads = H, .grid_h = gh, .grid_w = gw,
+                               .window_h = Mh, .window_w = Mw, .shift_h = wo->shift_h,
+                               .shift_w = wo->shift_w, .d_k = D / H, .d_v = D / H,
+                               .scale = wo->scale, .bias = bias ? bias->data : NULL,
+                               .bias_heads = bias ? bias->shape[0] : 0, .ld_q = D3, .ld_k = D3,
+                               .ld_v = D3, .probs = probs};
+    int rc = !probs || !out || !tok
+                 ? vit_fail(VIT_ENOMEM, "swin: out of memory for the attention maps of a "
+                            "%dx%d grid", gh, gw)
+                 : vit_window_attn_forward(&w, out, NULL, qkv->data, qkv->data + D,
+                                           qkv->data + 2 * D);
     if (rc == VIT_OK) {
-        /* position (py, px) of window (wy, wx): the token at original row
-         * (wy Mh + py + shift_h) mod gh, column (wx Mw + px + shift_w) mod gw */
-        for (int wi = 0; wi < nW; wi++)
-            for (int p = 0; p < T; p++) {
-                int r = (wi / nWw * Mh + p / Mw + wo->shift_h) % gh;
-                int c = (wi % nWw * Mw + p % Mw + wo->shift_w) % gw;
-                tok[(size_t)wi * T + p] = r * gw + c;
-            }
+        for (int wi = 0; wi < nW; wi++) /* the kernel's own window layout */
+            vit_window_tokens(&w, wi, tok + (size_t)wi * T, NULL);
         memset(dst, 0, rows * N * sizeof *dst);
         for (size_t bh = 0; bh < (size_t)B * H; bh++)
             for (int wi = 0; wi < nW; wi++) {
