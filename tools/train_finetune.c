@@ -96,16 +96,15 @@ static int weights_config(const char *path, vit_config *cfg)
     return 1;
 }
 
-int finetune_fit(const vit_train_opts *o, split_flags *f)
+void finetune_fit(const vit_train_opts *o, split_flags *f)
 {
     vit_config sc;
     if (!o->init_from || (f->given & (8 | 32 | 64)) || !weights_config(o->init_from, &sc) ||
         vit_config_arch(&sc) == vit_arch_vit())
-        return 0;
+        return;
     f->fit.height = sc.image_height;
     f->fit.width = sc.image_width;
     f->fit_arch = vit_config_arch(&sc)->name;
-    return 0;
 }
 
 /* 1 if the user gave recipe key key (the file or a flag). */

@@ -58,8 +58,8 @@ int finetune_check(const vit_train_opts *o, int argc, char **argv);
  * their own size: with --init-from and no --image-size (or
  * --image-height/--image-width), sets f->fit's sides to the weights'
  * image size and f->fit_arch to the architecture's name.  Weights that
- * cannot be read here are left to the trainer, which says why.  0. */
-int finetune_fit(const vit_train_opts *o, split_flags *f);
+ * cannot be read here are left to the trainer, which says why. */
+void finetune_fit(const vit_train_opts *o, split_flags *f);
 
 /* The fine-tuning recipe for the keys nobody set, said in one line when
  * speak (user: what the file and the flags gave, vit_config_given): the data's rule (vit_recipe_pick) for epochs (the budget's with
