@@ -4,7 +4,9 @@
 #      command, a ceiling) but not far under (its first plan predicts half
 #      of it at least; the wall time is at least 3 s: see below), says
 #      its plan in one line, and its last epoch's learning rate is the
-#      cosine's end (min_lr within a hair); with a busy loop competing for
+#      cosine's end (min_lr within a hair; when a slowdown late in the run
+#      made it end inside its last epoch, within 1% of the way from lr to
+#      min_lr at the step it ended); with a busy loop competing for
 #      a core (started here, killed at the end) a 6 s budget still holds;
 #      on a small folder the recipe line says the epochs are as the
 #      budget allows (the recipe's 140 no ceiling), and the warm-up is a
@@ -13,7 +15,8 @@
 #      it and local_conv; a budget shorter
 #      than one epoch ends inside it, scored, within the budget, its plan
 #      line predicting no more than the budget and saying what gives way,
-#      every progress line's ETA within it;
+#      every progress line's ETA within it, its cosine laid out to end
+#      where it ended (2 steps at most before the steps laid out);
 #   2. --epochs with --budget is the most the plan takes; the plan is the
 #      run's, and a resume without --budget trains to it;
 #   3. a bad duration is refused naming the flag;
@@ -27,6 +30,19 @@ set -u
 tools=$1
 . "$(dirname "$0")/check.sh"
 now() { date +%s.%N; }
+# near_end LR TOP S K: LR, the learning rate of step S (counted from 1)
+# where a budgeted run ended inside an epoch, is the cosine's end from TOP
+# to min_lr 1e-05: at most K steps before the end it was laid out to (its
+# last step is the plan's; the backstop between steps may cut a few
+# before if the pace slows), over at least 0.9 S steps (the warm-up is at
+# most a tenth): (1 - cos((K + 1) pi / (0.9 S))) / 2 of the way from
+# min_lr to TOP at most.
+near_end() {
+    awk -v r="$1" -v t="$2" -v s="$3" -v k="$4" 'BEGIN {
+        if (!(s > 0)) exit 1
+        a = (k + 1) * 3.14159265358979 / (0.9 * s); if (a > 3.14159265358979) a = 3.14159265358979
+        exit !(r >= 1e-05 && r <= 1e-05 + (t - 1e-05) * (1 - cos(a)) / 2) }'
+}
 # timed OUT CMD...: runs CMD with its output into OUT; sets rc and wall
 # (the seconds it took).
 timed() {
@@ -57,9 +73,27 @@ check "wall time within 10 s, and over 3" 'awk -v w="$wall" "BEGIN { exit !(w >=
 check "the plan in one line" 'grep -qE "^budget 0:00:10: [0-9]+ epochs, [0-9]+ steps, predicted 0:00:(0[5-9]|10) with the scoring \(measured [0-9]+ img/s\)(; the final test-time augmented scoring is left out \(it does not fit, or would take a fifth of the epochs or more\): the figures will be one pass)?$" "$tmp/b.txt"'
 planned=$(grep -E "^budget [0-9]" "$tmp/b.txt" | tail -1 | sed -E 's/.* ([0-9]+) epochs.*/\1/')
 rows=$(($(wc -l <"$tmp/b/metrics.csv") - 1))
-check "the run did the last plan's epochs ($planned)" '[ "$rows" = "$planned" ]'
-last_lr=$(tail -1 "$tmp/b/metrics.csv" | cut -d, -f6)
-check "the last epoch ends at min_lr ($last_lr)" 'awk -v r="$last_lr" "BEGIN { exit !(r >= 1e-05 && r < 1.1e-05) }"'
+cut=$(grep -E "^budget: it ran out inside epoch" "$tmp/b.txt")
+if [ -z "$cut" ]; then
+    check "the run did the last plan's epochs ($planned)" '[ "$rows" = "$planned" ]'
+    last_lr=$(tail -1 "$tmp/b/metrics.csv" | cut -d, -f6)
+    check "the last epoch ends at min_lr ($last_lr)" 'awk -v r="$last_lr" "BEGIN { exit !(r >= 1e-05 && r < 1.1e-05) }"'
+else
+    # A slowdown late in the run (the sanitizer build beside other tests)
+    # left less than the plan's last epoch: the run goes into it and ends
+    # inside it, its cosine laid out to end there (or the checks between
+    # steps cut it a few steps before a whole last epoch's end, under a
+    # sudden load); before, it ended at once with the learning rate 16%
+    # of the way down from lr to min_lr (0.00033 of 0.002).  Within 1%:
+    # ASan runs beside two busy loops started late ended at 1.01e-05 and
+    # 1.76e-05.
+    check "the run did the last plan's epochs but the one it ended inside ($planned)" \
+        '[ "$rows" = $((planned - 1)) ]'
+    last_lr=$(echo "$cut" | sed -E 's/.*learning rate ([0-9.e+-]+) \(min_lr.*/\1/')
+    top=$(grep -a -m1 "^lr = " "$tmp/b/last.ckpt" | cut -d' ' -f3)
+    check "the epoch it ended inside ends near min_lr ($last_lr, lr $top)" \
+        'awk -v r="$last_lr" -v t="$top" "BEGIN { exit !(r >= 1e-05 && r <= 1e-05 + 0.01 * (t - 1e-05)) }"'
+fi
 
 # ---- 1b. a ceiling on a busy machine ----------------------------------------
 # A loop that keeps one core busy for the whole run (the first plan is
@@ -121,10 +155,19 @@ check "under one epoch: exits 0" '[ $rc -eq 0 ]'
 # steps would take 15 s and more.
 check "under one epoch: ends within the 3 s budget (twice that under load)" \
     'awk -v w="$wall" "BEGIN { exit !(w <= 6) }"'
-check "under one epoch: said, with the step" 'grep -qE "^budget: it ran out inside epoch 1, at step [0-9]+ of [0-9]+; the figures score" "$tmp/bg.txt"'
+check "under one epoch: said, with the step" 'grep -qE "^budget: it ran out inside epoch 1, at step [0-9]+ of [0-9]+, learning rate [0-9.e+-]+ \(min_lr 1e-05\); the figures score" "$tmp/bg.txt"'
+# The plan lays the cosine out over the steps that fit, and the checks
+# between this epoch's steps follow the pace: the cut comes at most 2
+# steps before its end (before, the backstop cut it at 0.000127 at step 29
+# of a cosine laid over the epoch's 45).
+bg_lr=$(sed -nE 's/^budget: it ran out inside .*learning rate ([0-9.e+-]+) \(min_lr.*/\1/p' "$tmp/bg.txt")
+bg_step=$(sed -nE 's/^budget: it ran out inside epoch 1, at step ([0-9]+) .*/\1/p' "$tmp/bg.txt")
+bg_top=$(grep -a -m1 "^lr = " "$tmp/bg/last.ckpt" | cut -d' ' -f3)
+check "under one epoch: its cosine laid out to end at the cut ($bg_lr at step $bg_step, lr $bg_top)" \
+    'near_end "$bg_lr" "$bg_top" "$bg_step" 2'
 check "under one epoch: a test figure" 'grep -qE "^test accuracy [01]\.[0-9]{4} " "$tmp/bg.txt"'
 check "under one epoch: the plan line predicts no more than the budget, and says what gives way" \
-    'grep -qE "^budget 0:00:03: 1 epochs, [0-9]+ steps, predicted at most 0:00:0[0-3] with the scoring \(measured [0-9]+ img/s\); not even one epoch and the final scoring fit: the run will end inside the epoch, its figures one pass$" "$tmp/bg.txt"'
+    'grep -qE "^budget 0:00:03: 1 epochs, [0-9]+ steps, predicted at most 0:00:0[0-3] with the scoring \(measured [0-9]+ img/s\); its last epoch and the final scoring do not fit whole: the run will end inside that epoch, its schedule laid out to end at min_lr there, its figures one pass$" "$tmp/bg.txt"'
 etas=$(grep -oE "ETA [0-9]+:[0-9]{2}:[0-9]{2}" "$tmp/bg.txt" | sort -u | tr '\n' ' ')
 check "under one epoch: every ETA within the budget (${etas:-none})" \
     '[ -n "$etas" ] && ! grep -oE "ETA [0-9]+:[0-9]{2}:[0-9]{2}" "$tmp/bg.txt" | grep -qvE "ETA 0:00:0[0-3]"'

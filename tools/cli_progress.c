@@ -375,8 +375,9 @@ static void on_plan(cli_progress *p, const vit_train_event *ev)
                             "fit, or would take a fifth of the epochs or more): the figures "
                             "will be one pass"
                       : at->plan_cut == VIT_PLAN_PARTIAL
-                          ? "; not even one epoch and the final scoring fit: the run will end "
-                            "inside the epoch, its figures one pass"
+                          ? "; its last epoch and the final scoring do not fit whole: the run "
+                            "will end inside that epoch, its schedule laid out to end at min_lr "
+                            "there, its figures one pass"
                           : "";
     if (at->replans == 0)
         fprintf(p->out, "budget %s: %d epochs, %ld steps, predicted %s%s with the scoring "
@@ -435,6 +436,8 @@ int cli_progress_event(const vit_train_event *ev, void *user)
 {
     cli_progress *p = user;
     const vit_train_progress *at = ev->at;
+    if (ev->kind == VIT_TRAIN_STEP) /* kept even when quiet: the budget's last line says it */
+        p->last_lr = ev->lr;
     if (ev->kind == VIT_TRAIN_RESUME_CHANGE) { /* said even when quiet: the run changes */
         on_resume_change(p, ev);
         return 0;

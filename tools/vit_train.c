@@ -382,9 +382,10 @@ int train_once(const vit_config *cfg, const vit_train_config *tc, const vit_data
                (int)(res.best_epoch > 0 ? res.best_epoch : res.epochs_done - o.early_stop),
                "last.ckpt");
     if (res.out_of_budget)
-        printf("budget: it ran out inside epoch %d, at step %llu of %ld; the figures score that "
-               "step's model, and %s/last.ckpt resumes from it\n", res.epochs_done + 1,
-               res.epoch_step, res.steps_per_epoch, out);
+        printf("budget: it ran out inside epoch %d, at step %llu of %ld, learning rate %.3g "
+               "(min_lr %g); the figures score that step's model, and %s/last.ckpt resumes "
+               "from it\n", res.epochs_done + 1, res.epoch_step, res.steps_per_epoch,
+               bar.last_lr, tc->min_lr, out);
     if (o.save_best != VIT_BEST_NONE && res.best_epoch == 0)
         printf("save-best: no epoch ended, so there is no best.ckpt; the figures score the last "
                "model\n");

@@ -320,9 +320,11 @@ typedef struct vit_train_progress {
                                       it would cost a fifth or more of the
                                       epochs that fit without it, which
                                       the plan then trains instead);
-                                      VIT_PLAN_PARTIAL the epoch under way
+                                      VIT_PLAN_PARTIAL the last epoch
                                       too: the run ends inside it
-                                      (result.out_of_budget) */
+                                      (result.out_of_budget), total_steps
+                                      the steps that fit, where the
+                                      cosine reaches min_lr */
 } vit_train_progress;
 
 /* vit_train_progress.plan_cut. */
@@ -349,8 +351,9 @@ typedef enum vit_train_event_kind {
                                     before BEGIN, the plan (at->epochs,
                                     total_steps, planned_seconds; images_per_
                                     second: the measured training speed), and
-                                    after an epoch whose end moves the plan
-                                    (at->replans counts those) */,
+                                    after an epoch (or a step) whose end
+                                    moves the plan (at->replans counts
+                                    those) */,
     VIT_TRAIN_INIT               /* in vit_trainer_new, before BEGIN, with
                                     opts.init_from: path = the file,
                                     new_value = one line saying what the
@@ -470,7 +473,14 @@ typedef struct vit_train_opts {
                                 steps, when one more step, a checkpoint
                                 and the final one-pass scoring would pass
                                 the budget, the run ends there, inside its
-                                epoch (result.out_of_budget) */
+                                epoch (result.out_of_budget).  A plan
+                                whose last epoch does not fit whole
+                                (plan_cut VIT_PLAN_PARTIAL) lays its
+                                cosine out to end at min_lr at the steps
+                                that fit before that, and ends there;
+                                the last two epochs are checked between
+                                their steps too, so a slowdown there
+                                comes to such a plan. */
     double warmup_fraction;  /* > 0: the warm-up lasts this fraction of the
                                 run's epochs (tc's, or the budget's plan,
                                 and each new plan's) instead of tc's

@@ -126,10 +126,21 @@ int vit_budget_replan(const vit_budget_plan *p, int settled, int *views)
         vit_budget_plan chosen = v ? *p : without_views(p);
         /* Cut to end at once, the last epoch's learning rate would stay
          * short of the cosine's end: one epoch more when it ends by the
-         * ceiling (the backstops between steps hold the budget). */
-        if (want == p->epoch && p->epoch_step == 0 && E > p->epoch + 1
-            && vit_budget_end(&chosen, p->epoch + 1) <= VIT_BUDGET_CEILING * p->budget)
-            want = p->epoch + 1;
+         * ceiling (the backstops between steps hold the budget; it may be
+         * the plan's own last one, chosen without its views), else a part
+         * of one when a tenth of its steps fits before the final one-pass
+         * scoring: the trainer ends the run inside it, its cosine laid out
+         * to end at min_lr there. */
+        if (want == p->epoch && p->epoch_step == 0 && E > p->epoch) {
+            vit_budget_plan q = without_views(p);
+            double left = VIT_BUDGET_CEILING * p->budget - q.elapsed - q.final;
+            if (vit_budget_end(&chosen, p->epoch + 1) <= VIT_BUDGET_CEILING * p->budget)
+                want = p->epoch + 1;
+            else if (left >= 0.1 * (double)p->steps_per_epoch * p->step) {
+                want = p->epoch + 1;
+                v = 0;
+            }
+        }
         *views = v;
         return want < E ? want : E;
     }

@@ -108,7 +108,10 @@ int vit_budget_cut(const vit_budget_plan *p, int epochs, int views, double *end)
  * of the budget gets the most epochs that fit the aim, the views left out
  * when they cost too many (vit_budget_choose; never more epochs than it
  * has; one more than done rather than none when that one ends by the
- * ceiling: the schedule then still ends at min_lr).  One that would end earlier gets more only while its cosine has
+ * ceiling, its views left out if need be: the schedule then still ends at
+ * min_lr; else one more when a tenth of it fits before the final one-pass
+ * scoring, views out: the trainer ends the run inside it, its cosine laid
+ * out to end there, VIT_BUDGET_CUT_EPOCH).  One that would end earlier gets more only while its cosine has
  * not passed its middle (2 * epoch < epochs: the learning rate still high,
  * so a longer cosine still pays), at a pace measured over
  * VIT_BUDGET_SETTLED settled windows, and only as many as end by the aim

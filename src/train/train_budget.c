@@ -265,6 +265,59 @@ static int measure_costs(vit_trainer *t)
     return VIT_OK;
 }
 
+/* The steps from p's position that end before the backstop between steps
+ * would end the run (vit_train_budget_out's reserve: the checkpoint at the
+ * cut, the one-pass scoring that follows, 2% of the budget) at p's pace,
+ * two steps short of it; at least one.  Rank 0's scoring time, so that
+ * every rank counts alike (a collective call). */
+static long steps_to_backstop(const vit_trainer *t, const vit_budget_plan *p)
+{
+    double slow = p->step > t->at.step_seconds && t->at.step_seconds > 0
+                      ? p->step / t->at.step_seconds : 1;
+    double pass = vit_dist_rank() == 0 ? t->score_pass : 0;
+    if (vit_dist_size() > 1 && vit_dist_sum_double(&pass, 1) != VIT_OK)
+        pass = 0; /* a failed sum fails the next collective too: the run ends there */
+    pass = pass > 0 ? BACKSTOP_MARGIN * pass : 2 * epoch_pass(t);
+    double reserve = (pass + t->ckpt_seconds) * slow + 0.02 * t->o.budget_seconds;
+    double left = t->o.budget_seconds - p->elapsed - reserve;
+    if (!(p->step > 0))
+        return 1;
+    /* Whole epochs first, each with its scoring at its end; then the
+     * steps of the one the run ends inside. */
+    long n = 0, spe = p->steps_per_epoch, k = spe - p->epoch_step;
+    while (left >= (double)k * p->step + p->scoring && n < (long)p->cap * spe) {
+        left -= (double)k * p->step + p->scoring;
+        n += k;
+        k = spe;
+    }
+    n += (long)floor(left / p->step) - 2;
+    return n > 1 ? n : 1;
+}
+
+/* The steps p's plan of t->tc.epochs still has. */
+static long steps_needed(const vit_trainer *t, const vit_budget_plan *p)
+{
+    return (long)(t->tc.epochs - p->epoch) * t->at.steps_per_epoch - p->epoch_step;
+}
+
+/* A plan that ends inside its last epoch (VIT_PLAN_PARTIAL: its end past
+ * the budget, vit_budget_cut) has its cosine laid out to reach min_lr at
+ * the steps that fit before the backstop (the run ends there, train.c's
+ * step_once, or at the backstop if slower), the final scoring one pass.
+ * Any other is left as vit_train_layout laid it. */
+static void lay_partial(vit_trainer *t, const vit_budget_plan *p)
+{
+    long n = steps_to_backstop(t, p);
+    if (t->at.plan_cut != VIT_PLAN_PARTIAL || steps_needed(t, p) <= n)
+        return;
+    long total = (long)t->st.step + n, warm = t->at.warmup_steps;
+    t->at.total_steps = total;
+    t->at.warmup_steps = warm < total / 10 ? warm : total / 10;
+    t->at.plan_cut = VIT_PLAN_PARTIAL;
+    double end = p->elapsed + (double)n * p->step + (p->final - p->tta);
+    t->at.planned_seconds = end < p->budget ? end : p->budget;
+}
+
 /* The plan as tc's epochs, the schedule laid out and event PLAN: without
  * the views (views 0: vit_budget_choose left them out), or when even the
  * least plan passes the budget, the final test-time augmented scoring
@@ -281,6 +334,7 @@ static void set_plan(vit_trainer *t, vit_budget_plan *p, int epochs, int views, 
                    "plan_cut's values");
     t->at.plan_cut = vit_budget_cut(p, epochs, views, &end);
     t->at.planned_seconds = end;
+    lay_partial(t, p);
     vit_train_event ev = {.kind = VIT_TRAIN_PLAN, .images_per_second = ips};
     vit_train_emit(t, &ev);
 }
@@ -326,7 +380,7 @@ int vit_train_hold_budget(vit_trainer *t, int inside)
     double x[3] = {0, 0, 0};
     /* Short epochs are checked in windows of 2% of the budget at least, as
      * rank 0's clock says: a pace, not one epoch's noise. */
-    x[0] = vit_dist_rank() == 0 && now - t->pace_t < 0.02 * t->o.budget_seconds;
+    x[0] = vit_dist_rank() == 0 && inside != 2 && now - t->pace_t < 0.02 * t->o.budget_seconds;
     int rc = vit_dist_size() > 1 ? vit_dist_sum_double(x, 1) : VIT_OK;
     if (rc || x[0] > 0)
         return rc;
@@ -355,8 +409,22 @@ int vit_train_hold_budget(vit_trainer *t, int inside)
     p.spread = vit_budget_pace_spread(&t->pace);
     int had = t->at.plan_cut == VIT_PLAN_WHOLE, views = had;
     int want = vit_budget_replan(&p, t->pace.windows - 1, &views);
-    if (want == t->tc.epochs && views == had)
-        return VIT_OK; /* kept; or at its least already: the final scoring gives way */
+    if (want == t->tc.epochs && views == had) {
+        /* Kept (or at its least already: the final scoring gives way).
+         * A plan ending inside its epoch follows the pace to its cut,
+         * quietly; one that comes to end inside it, or no longer does, is
+         * a new plan. */
+        double end;
+        int was = t->at.plan_cut == VIT_PLAN_PARTIAL;
+        int is = vit_budget_cut(&p, want, views, &end) == VIT_BUDGET_CUT_EPOCH;
+        if (!was && !is)
+            return VIT_OK;
+        if (was && is) {
+            vit_train_layout(t);
+            lay_partial(t, &p);
+            return VIT_OK;
+        }
+    }
     t->at.replans++;
     set_plan(t, &p, want, views, t->tc.batch / step);
     return VIT_OK;

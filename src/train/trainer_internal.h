@@ -193,7 +193,11 @@ int vit_train_plan_budget(vit_trainer *t);
  * laid out anew either way (event PLAN).  Every rank takes rank 0's
  * times.  inside: called between steps of an epoch (a plan of one or two
  * epochs, which no epoch's end could lengthen: see train.c's step_once),
- * the window then steps alone and the epochs' scoring planned apart. */
+ * the window then steps alone and the epochs' scoring planned apart; 2:
+ * between steps, where a plan ending inside the epoch (VIT_PLAN_PARTIAL)
+ * has done the steps it laid its cosine over, a window of any length.  A
+ * plan that ends inside its epoch lays its cosine out to end at the steps
+ * that fit before the backstop between steps (vit_train_budget_out). */
 int vit_train_hold_budget(vit_trainer *t, int inside);
 
 /* 1 when the final test-time augmented scoring, at its cost measured at
