@@ -233,6 +233,22 @@ exact "swin: --query cls refused" 1 "vit_attn: --query cls: a swin model has no 
 [ -e "$tmp/sw3.png" ] && { fail=$((fail + 1)); echo "FAIL swin: --query cls wrote a file"; }
 expect "training curves" 0 "" "$tools/vit_plot" "$tmp/run/metrics.csv" --out "$tmp/c.png"
 [ -s "$tmp/c.png" ] || { fail=$((fail + 1)); echo "FAIL training curves: no file"; }
+# A picture's --out that exists (an input image named by mistake, an
+# earlier figure) is kept unless --force: its bytes unchanged.
+printf 'mine' >"$tmp/mine.png"
+exact "attention picture: an existing --out is refused" 2 \
+    "vit_attn: $tmp/mine.png already exists; pass --force to replace it, or --out another file" \
+    "$tools/vit_attn" "$tmp/run/last.ckpt" --digit 0 --out "$tmp/mine.png"
+exact "training curves: an existing --out is refused" 2 \
+    "vit_plot: $tmp/mine.png already exists; pass --force to replace it, or --out another file" \
+    "$tools/vit_plot" "$tmp/run/metrics.csv" --out "$tmp/mine.png"
+expect "pictures: nothing written when refused" 0 "^mine$" cat "$tmp/mine.png"
+expect "attention picture --force replaces it" 0 "wrote" \
+    "$tools/vit_attn" "$tmp/run/last.ckpt" --digit 0 --out "$tmp/mine.png" --force
+cmp -s "$tmp/a.png" "$tmp/mine.png" || { fail=$((fail + 1)); echo "FAIL attention picture --force: not the picture"; }
+expect "training curves --force replaces it" 0 "" \
+    "$tools/vit_plot" "$tmp/run/metrics.csv" --out "$tmp/mine.png" --force
+cmp -s "$tmp/c.png" "$tmp/mine.png" || { fail=$((fail + 1)); echo "FAIL training curves --force: not the picture"; }
 # Time to accuracy (issue 50): the first epoch at or above each target, its
 # wall time, and the final figure's from final.csv; a row of exactly the
 # target counts, a dip after it does not undo it.

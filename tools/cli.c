@@ -691,3 +691,12 @@ const char *cli_run_checkpoint(const char *prog, const char *flag, const char *a
                 "a run's folder or a checkpoint file)\n", prog, what, arg);
     return NULL;
 }
+
+int cli_refuse_existing(const char *prog, const char *path, int force)
+{
+    if (force || access(path, F_OK) != 0)
+        return 0;
+    fprintf(stderr, "%s: %s already exists; pass --force to replace it, or --out another file\n",
+            prog, path);
+    return 1;
+}

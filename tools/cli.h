@@ -198,6 +198,13 @@ int cli_load_data(const char *prog, const char *data, const vit_data_opts *opts,
  * or it scored another model (best.ckpt's, not this last.ckpt's). */
 int cli_reported_accuracy(const char *ckpt, long long epoch, double *acc, int *tta, int *scored);
 
+/* 1, with one line on stderr (`PROG: PATH already exists; pass --force to
+ * replace it, or --out another file`), when an output file the tool would
+ * write exists and force is 0: a file may be someone's (an input picture
+ * named by mistake, last week's figure), so it is replaced only when
+ * asked.  0 otherwise. */
+int cli_refuse_existing(const char *prog, const char *path, int force);
+
 /* What a checkpoint argument names: a checkpoint file, or a run's folder.
  * For a folder, `resume` 1 takes its last.ckpt (where the run stopped);
  * 0 takes the model the run kept, best.ckpt when the run wrote one (its
@@ -241,6 +248,7 @@ typedef struct cli_progress {
     double budget_after;       /* and kept for after it (the exit) */
     double t_last_step;        /* when the last step's event came */
     double score_seconds;      /* one epoch's scoring, once measured */
+    double last_lr;            /* the last step's learning rate */
 } cli_progress;
 
 void cli_progress_init(cli_progress *p, int mode, double every, const char *out_dir, int with_val,

@@ -22,12 +22,13 @@ static const char *prog = "vit_attn";
 static void usage(void)
 {
     printf("usage: vit_attn CKPT (--digit N | IMAGE) [--fit] [--query cls|R,C] [--out FILE.png]\n"
-           "                [--data SPEC] [--scale absolute|figure|map]\n"
+           "                [--data SPEC] [--scale absolute|figure|map] [--force]\n"
            "Runs the model of checkpoint CKPT on one image, either image N of the test split\n"
            "of --data (default: the data the run trained on) or a PNG or JPEG file, read\n"
            "and fitted as vit_predict does (of the model's size and channels, or with\n"
            "--fit, or when the run fitted its own images, converted and resized to\n"
-           "them), and writes a PNG (default attention.png) with the image and, per layer\n"
+           "them), and writes a PNG (default attention.png; an existing file is replaced\n"
+           "only with --force) with the image and, per layer\n"
            "(rows) and head (columns), the attention weights of the query over the patch\n"
            "grid as a heat map blended over the image, each captioned with its smallest and\n"
            "largest weight.  --query cls uses the class token (the default when the model\n"
@@ -51,7 +52,7 @@ static void usage(void)
 /* What the options set (digit -1: none given). */
 typedef struct attn_opts {
     const char *out, *data, *qtext;
-    int digit, scale, fit;
+    int digit, scale, fit, force;
 } attn_opts;
 
 static int read_option(void *user, const char *a, const char *v)
@@ -59,6 +60,8 @@ static int read_option(void *user, const char *a, const char *v)
     attn_opts *o = user;
     if (strcmp(a, "--fit") == 0)
         o->fit = 1;
+    else if (strcmp(a, "--force") == 0)
+        o->force = 1;
     else if (strcmp(a, "--digit") == 0) {
         if (!cli_int(prog, a, v, 0, 1 << 30, &o->digit))
             return 2;
@@ -248,8 +251,8 @@ int main(int argc, char **argv)
     attn_opts o = {.out = "attention.png", .qtext = NULL, .digit = -1,
                    .scale = FIG_SCALE_ABSOLUTE};
     static const cli_flag flags[] = {{"--digit", 1}, {"--query", 1}, {"--out", 1}, {"--data", 1},
-                                     {"--scale", 1}, {"--fit", 0}, {"--help", 0}, {"--version", 0},
-                                     {NULL, 0}};
+                                     {"--scale", 1}, {"--fit", 0}, {"--force", 0}, {"--help", 0},
+                                     {"--version", 0}, {NULL, 0}};
     const char **pos[] = {&ckpt, &png};
     int exit_rc = cli_options(prog, &argc, &argv, flags, usage, pos, 2, read_option, &o);
     if (exit_rc >= 0)
@@ -264,6 +267,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: give exactly one image: --digit N or a PNG or JPEG file\n", prog);
         return 2;
     }
+    if (cli_refuse_existing(prog, out, o.force))
+        return 2;
 
     char ckpt_path[PATH_MAX + 16]; /* a run folder's checkpoint */
     if (!(ckpt = cli_run_checkpoint(prog, NULL, ckpt, 0, ckpt_path, sizeof ckpt_path)))

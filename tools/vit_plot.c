@@ -85,9 +85,10 @@ static void print_time_to(const vit_metrics_table *m, const double *acc, const c
 
 static void usage(void)
 {
-    printf("usage: vit_plot METRICS.csv [--out curves.png] [--title TEXT] [--time-to LIST]\n"
+    printf("usage: vit_plot METRICS.csv [--out curves.png] [--title TEXT] [--time-to LIST] [--force]\n"
            "Draws every column of the metrics.csv that vit_train writes into its --out\n"
-           "folder against the epoch, as a PNG (default curves.png): the losses (top\n"
+           "folder against the epoch, as a PNG (default curves.png; an existing file is\n"
+           "replaced only with --force): the losses (top\n"
            "panel), the accuracies (train, and test or, with --val, validation; one\n"
            "pass per image) and the learning rate.  A run with a validation set scores\n"
            "the test set once, at the end (its per-epoch test columns are empty).  When\n"
@@ -107,12 +108,15 @@ typedef struct plot_opts {
     const char *out, *title;
     double targets[MAX_TARGETS];
     int ntargets;
+    int force;
 } plot_opts;
 
 static int read_option(void *user, const char *a, const char *v)
 {
     plot_opts *o = user;
-    if (strcmp(a, "--out") == 0)
+    if (strcmp(a, "--force") == 0)
+        o->force = 1;
+    else if (strcmp(a, "--out") == 0)
         o->out = v;
     else if (strcmp(a, "--title") == 0)
         o->title = v;
@@ -129,8 +133,8 @@ int main(int argc, char **argv)
     cli_ignore_file_size_signal();
     const char *csv = NULL;
     plot_opts o = {.out = "curves.png"};
-    static const cli_flag flags[] = {{"--out", 1}, {"--title", 1}, {"--time-to", 1}, {"--help", 0},
-                                     {"--version", 0}, {NULL, 0}};
+    static const cli_flag flags[] = {{"--out", 1}, {"--title", 1}, {"--time-to", 1}, {"--force", 0},
+                                     {"--help", 0}, {"--version", 0}, {NULL, 0}};
     const char **pos[] = {&csv};
     int exit_rc = cli_options(prog, &argc, &argv, flags, usage, pos, 1, read_option, &o);
     if (exit_rc >= 0)
@@ -142,6 +146,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: no metrics file given (see --help)\n", prog);
         return 2;
     }
+    if (cli_refuse_existing(prog, out, o.force))
+        return 2;
     vit_metrics_table m, fin = {0};
     if (vit_metrics_read(csv, &m))
         return cli_fail(prog, NULL);
