@@ -121,11 +121,20 @@ int finetune_recipe(vit_config *cfg, vit_train_config *tc, const vit_train_confi
     size_t at = 0;
     /* The data's rule for what does not depend on where the weights came
      * from: the batch, the augmentations, and (without a budget) the epochs,
-     * costed on this config's model, not the file's. */
+     * costed on the model that trains: the file's architecture and widths
+     * (ours: a Swin's, a wider ViT's) at these images' size; a file that
+     * holds no config of ours (a timm ViT) on this config's model. */
     vit_recipe_data d = {train->count - val, train->height, train->width, train->channels,
                          train->classes, train};
     vit_recipe r;
-    vit_config shape = *cfg;
+    vit_config shape = *cfg, fc;
+    if (weights_config(o->init_from, &fc)) {
+        fc.image_height = train->height;
+        fc.image_width = train->width;
+        fc.channels = train->channels;
+        fc.classes = train->classes;
+        shape = fc;
+    }
     if (vit_config_arch(&shape) == vit_arch_vit()) {
         /* The stems are this config's, as given or not: the rule picks
          * none of them for a model whose weights come from a file. */
