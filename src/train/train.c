@@ -316,7 +316,7 @@ static int step_once(vit_trainer *t)
      * (an ASan run at 0.00012 of 0.002); held, the plan ends inside an
      * epoch with its cosine laid out to the steps that fit. */
     if (t->o.budget_seconds > 0
-        && ((t->st.epoch == 0 && t->tc.epochs <= 2) || t->st.epoch + 2 >= (unsigned long long)t->tc.epochs)
+        && t->st.epoch + 2 >= (unsigned long long)t->tc.epochs /* the last two (all of 1-2) */
         && (rc = vit_train_hold_budget(t, 1)))
         return rc;
     int stop = 0;

@@ -265,6 +265,17 @@ static int measure_costs(vit_trainer *t)
     return VIT_OK;
 }
 
+/* What the backstop between steps keeps of the budget after a step, at
+ * slowdown slow: the checkpoint written at the cut and the one-pass
+ * scoring after it (pass, the last epoch's, a fifth more; before one,
+ * pass 0: twice the sample's figure), and 2% of the budget. */
+static double backstop_reserve(const vit_trainer *t, double pass, double slow)
+{
+    double scoring = pass > 0 ? BACKSTOP_MARGIN * pass * slow : 2 * epoch_pass(t) * slow;
+    scoring += t->ckpt_seconds * slow;
+    return scoring + 0.02 * t->o.budget_seconds;
+}
+
 /* The steps from p's position that end before the backstop between steps
  * would end the run (vit_train_budget_out's reserve: the checkpoint at the
  * cut, the one-pass scoring that follows, 2% of the budget) at p's pace,
@@ -277,9 +288,7 @@ static long steps_to_backstop(const vit_trainer *t, const vit_budget_plan *p)
     double pass = vit_dist_rank() == 0 ? t->score_pass : 0;
     if (vit_dist_size() > 1 && vit_dist_sum_double(&pass, 1) != VIT_OK)
         pass = 0; /* a failed sum fails the next collective too: the run ends there */
-    pass = pass > 0 ? BACKSTOP_MARGIN * pass : 2 * epoch_pass(t);
-    double reserve = (pass + t->ckpt_seconds) * slow + 0.02 * t->o.budget_seconds;
-    double left = t->o.budget_seconds - p->elapsed - reserve;
+    double left = t->o.budget_seconds - p->elapsed - backstop_reserve(t, pass, slow);
     if (!(p->step > 0))
         return 1;
     /* Whole epochs first, each with its scoring at its end; then the
@@ -307,13 +316,14 @@ static long steps_needed(const vit_trainer *t, const vit_budget_plan *p)
  * Any other is left as vit_train_layout laid it. */
 static void lay_partial(vit_trainer *t, const vit_budget_plan *p)
 {
+    if (t->at.plan_cut != VIT_PLAN_PARTIAL) /* the same on every rank */
+        return;
     long n = steps_to_backstop(t, p);
-    if (t->at.plan_cut != VIT_PLAN_PARTIAL || steps_needed(t, p) <= n)
+    if (steps_needed(t, p) <= n)
         return;
     long total = (long)t->st.step + n, warm = t->at.warmup_steps;
     t->at.total_steps = total;
     t->at.warmup_steps = warm < total / 10 ? warm : total / 10;
-    t->at.plan_cut = VIT_PLAN_PARTIAL;
     double end = p->elapsed + (double)n * p->step + (p->final - p->tta);
     t->at.planned_seconds = end < p->budget ? end : p->budget;
 }
@@ -520,14 +530,10 @@ int vit_train_budget_out(const vit_trainer *t)
         double steps = (double)(t->st.step - t->pace_step);
         double slow = steps > 0 ? (now - t->pace_t) / steps / t->at.step_seconds : 1;
         slow = slow > 1 ? slow : 1;
-        /* The checkpoint written here (as measured) and the last epoch's
-         * one-pass scoring of the sets, a fifth more; before any, twice
-         * the small sample's figure: the budget is a ceiling. */
-        double scoring = t->score_pass > 0 ? BACKSTOP_MARGIN * t->score_pass * slow
-                                           : 2 * epoch_pass(t) * slow;
-        scoring += t->ckpt_seconds * slow;
+        /* The checkpoint written here and the scoring after it: the
+         * budget is a ceiling. */
         double step = t->at.step_seconds * slow;
-        x = now - t->t0 + step + scoring + 0.02 * t->o.budget_seconds > t->o.budget_seconds;
+        x = now - t->t0 + step + backstop_reserve(t, t->score_pass, slow) > t->o.budget_seconds;
     }
     if (vit_dist_size() > 1 && vit_dist_sum_double(&x, 1) != VIT_OK)
         return 0;
