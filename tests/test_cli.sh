@@ -237,10 +237,10 @@ expect "training curves" 0 "" "$tools/vit_plot" "$tmp/run/metrics.csv" --out "$t
 # earlier figure) is kept unless --force: its bytes unchanged.
 printf 'mine' >"$tmp/mine.png"
 exact "attention picture: an existing --out is refused" 2 \
-    "vit_attn: $tmp/mine.png already exists; pass --force to replace it, or --out another file" \
+    "vit_attn: --out $tmp/mine.png already exists; pass --force to replace it" \
     "$tools/vit_attn" "$tmp/run/last.ckpt" --digit 0 --out "$tmp/mine.png"
 exact "training curves: an existing --out is refused" 2 \
-    "vit_plot: $tmp/mine.png already exists; pass --force to replace it, or --out another file" \
+    "vit_plot: --out $tmp/mine.png already exists; pass --force to replace it" \
     "$tools/vit_plot" "$tmp/run/metrics.csv" --out "$tmp/mine.png"
 expect "pictures: nothing written when refused" 0 "^mine$" cat "$tmp/mine.png"
 expect "attention picture --force replaces it" 0 "wrote" \

@@ -692,11 +692,11 @@ const char *cli_run_checkpoint(const char *prog, const char *flag, const char *a
     return NULL;
 }
 
-int cli_refuse_existing(const char *prog, const char *path, int force)
+int cli_refuse_existing(const char *prog, const char *flag, const char *path, int force)
 {
     if (force || access(path, F_OK) != 0)
         return 0;
-    fprintf(stderr, "%s: %s already exists; pass --force to replace it, or --out another file\n",
-            prog, path);
+    fprintf(stderr, "%s: %s%s%s already exists; pass --force to replace it\n", prog,
+            flag ? flag : "", flag ? " " : "", path);
     return 1;
 }

@@ -198,12 +198,12 @@ int cli_load_data(const char *prog, const char *data, const vit_data_opts *opts,
  * or it scored another model (best.ckpt's, not this last.ckpt's). */
 int cli_reported_accuracy(const char *ckpt, long long epoch, double *acc, int *tta, int *scored);
 
-/* 1, with one line on stderr (`PROG: PATH already exists; pass --force to
- * replace it, or --out another file`), when an output file the tool would
- * write exists and force is 0: a file may be someone's (an input picture
- * named by mistake, last week's figure), so it is replaced only when
- * asked.  0 otherwise. */
-int cli_refuse_existing(const char *prog, const char *path, int force);
+/* 1, with one line on stderr (`PROG: FLAG PATH already exists; pass
+ * --force to replace it`, without FLAG when flag is NULL), when an output
+ * file the tool would write exists and force is 0: a file may be someone's
+ * (a downloaded model, an input picture named by mistake, last week's
+ * figure), so it is replaced only when asked.  0 otherwise. */
+int cli_refuse_existing(const char *prog, const char *flag, const char *path, int force);
 
 /* What a checkpoint argument names: a checkpoint file, or a run's folder.
  * For a folder, `resume` 1 takes its last.ckpt (where the run stopped);

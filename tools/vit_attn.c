@@ -267,7 +267,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: give exactly one image: --digit N or a PNG or JPEG file\n", prog);
         return 2;
     }
-    if (cli_refuse_existing(prog, out, o.force))
+    if (cli_refuse_existing(prog, "--out", out, o.force))
         return 2;
 
     char ckpt_path[PATH_MAX + 16]; /* a run folder's checkpoint */

@@ -101,14 +101,9 @@ int main(int argc, char **argv)
     }
     /* An existing file may be someone's (a downloaded model): replaced
      * only when asked. */
-    for (int k = 0; k < 2 && !o.force; k++) {
-        const char *f = k ? logits : out;
-        if (f && access(f, F_OK) == 0) {
-            fprintf(stderr, "%s: %s %s already exists; pass --force to replace it\n", prog,
-                    k ? "--logits" : "--out", f);
-            return 2;
-        }
-    }
+    if (cli_refuse_existing(prog, "--out", out, o.force)
+        || (logits && cli_refuse_existing(prog, "--logits", logits, o.force)))
+        return 2;
     char ckpt_path[PATH_MAX + 16]; /* a run folder's checkpoint */
     if (!(ckpt = cli_run_checkpoint(prog, NULL, ckpt, 0, ckpt_path, sizeof ckpt_path)))
         return 2;

@@ -6,7 +6,6 @@
  */
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli.h"
 #include "vit/vit.h"
@@ -56,10 +55,8 @@ int main(int argc, char **argv)
                 !in ? "no safetensors file given" : "no --out checkpoint given");
         return 2;
     }
-    if (!force && access(out, F_OK) == 0) {
-        fprintf(stderr, "%s: %s already exists; pass --force to replace it\n", prog, out);
+    if (cli_refuse_existing(prog, NULL, out, force))
         return 1;
-    }
     vit_model *m = NULL;
     if (vit_safetensors_import(in, out, &m))
         return cli_fail(prog, NULL);

@@ -146,7 +146,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: no metrics file given (see --help)\n", prog);
         return 2;
     }
-    if (cli_refuse_existing(prog, out, o.force))
+    if (cli_refuse_existing(prog, "--out", out, o.force))
         return 2;
     vit_metrics_table m, fin = {0};
     if (vit_metrics_read(csv, &m))
