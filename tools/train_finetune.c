@@ -81,10 +81,7 @@ int finetune_check(const vit_train_opts *o, int argc, char **argv)
     return -1;
 }
 
-/* The config of the weights at path, our checkpoint or export: 1 with
- * *cfg filled, 0 for another file (a timm ViT) or one that cannot be read
- * (the trainer says why when it loads it). */
-static int weights_config(const char *path, vit_config *cfg)
+int finetune_weights_config(const char *path, vit_config *cfg)
 {
     if (vit_run_config(path, cfg, NULL) == VIT_OK)
         return 1;
@@ -96,15 +93,13 @@ static int weights_config(const char *path, vit_config *cfg)
     return 1;
 }
 
-void finetune_fit(const vit_train_opts *o, split_flags *f)
+void finetune_fit(const vit_config *ws, split_flags *f)
 {
-    vit_config sc;
-    if (!o->init_from || (f->given & (8 | 32 | 64)) || !weights_config(o->init_from, &sc) ||
-        vit_config_arch(&sc) == vit_arch_vit())
+    if (!ws || (f->given & (8 | 32 | 64)) || vit_config_arch(ws) == vit_arch_vit())
         return;
-    f->fit.height = sc.image_height;
-    f->fit.width = sc.image_width;
-    f->fit_arch = vit_config_arch(&sc)->name;
+    f->fit.height = ws->image_height;
+    f->fit.width = ws->image_width;
+    f->fit_arch = vit_config_arch(ws)->name;
 }
 
 /* 1 if the user gave recipe key key (the file or a flag). */
@@ -114,7 +109,7 @@ static int given(const vit_train_config *utc, const char *key)
 }
 
 int finetune_recipe(vit_config *cfg, vit_train_config *tc, const vit_train_config *utc,
-                    vit_train_opts *o,
+                    vit_train_opts *o, const vit_config *ws,
                     const vit_dataset *train, int val, int speak)
 {
     char said[600] = "";
@@ -128,7 +123,8 @@ int finetune_recipe(vit_config *cfg, vit_train_config *tc, const vit_train_confi
                          train->classes, train};
     vit_recipe r;
     vit_config shape = *cfg, fc;
-    if (weights_config(o->init_from, &fc)) {
+    if (ws) {
+        fc = *ws;
         fc.image_height = train->height;
         fc.image_width = train->width;
         fc.channels = train->channels;

@@ -687,7 +687,12 @@ static int run(int argc, char **argv)
     int speak = vit_dist_rank() == 0;
     vit_dataset train = {0}, test = {0};
     int ignored = 0;
-    finetune_fit(&o, &sf);
+    /* The weights' config, read once: their size (finetune_fit) and the
+     * model the recipe costs (finetune_recipe). */
+    vit_config wcfg;
+    const vit_config *ws = o.init_from && finetune_weights_config(o.init_from, &wcfg) ? &wcfg
+                                                                                      : NULL;
+    finetune_fit(ws, &sf);
     if ((rc = load_data(data, &sf, o.resume && known ? &rec : NULL, o.resume, &o, &train, &test,
                         speak, &ignored)))
         return rc;
@@ -729,7 +734,7 @@ static int run(int argc, char **argv)
     const vit_train_config utc = tc;
     vit_recipe picked = {.patch = cfg.patch};
     if (o.init_from) { /* the weights' architecture (the trainer takes it); the recipe's lr */
-        if (finetune_recipe(&cfg, &tc, &utc, &o, &train, o.val_count, look.progress)) {
+        if (finetune_recipe(&cfg, &tc, &utc, &o, ws, &train, o.val_count, look.progress)) {
             vit_dataset_free(&train);
             vit_dataset_free(&test);
             return 1;

@@ -53,20 +53,26 @@ int finetune_flag(const char *a, const char *v, vit_train_opts *o);
  * the flags with '-'): 2 (said); else -1. */
 int finetune_check(const vit_train_opts *o, int argc, char **argv);
 
+/* The config of --init-from's weights, our checkpoint or export: 1 with
+ * *cfg filled; 0 for another file (a timm ViT) or one that cannot be read
+ * here (the trainer says why when it loads it). */
+int finetune_weights_config(const char *path, vit_config *cfg);
+
 /* Weights whose architecture keeps no resampling for another image size
  * (a Swin's windows, unlike a ViT's position embeddings) fine-tune at
- * their own size: with --init-from and no --image-size (or
- * --image-height/--image-width), sets f->fit's sides to the weights'
- * image size and f->fit_arch to the architecture's name.  Weights that
- * cannot be read here are left to the trainer, which says why. */
-void finetune_fit(const vit_train_opts *o, split_flags *f);
+ * their own size: with ws (finetune_weights_config's, NULL without one)
+ * and no --image-size (or --image-height/--image-width), sets f->fit's
+ * sides to the weights' image size and f->fit_arch to the architecture's
+ * name. */
+void finetune_fit(const vit_config *ws, split_flags *f);
 
 /* The fine-tuning recipe for the keys nobody set, said in one line when
  * speak (user: what the file and the flags gave, vit_config_given): the data's rule (vit_recipe_pick) for epochs (the budget's with
- * one), batch, shift and flip; cfg's peak lr kept (said), warm-up 2
- * epochs (a rule that fails is said and left out).  0. */
+ * one; costed on ws, the weights' config, when there is one, else on
+ * cfg's model), batch, shift and flip; cfg's peak lr kept (said), warm-up
+ * 2 epochs (a rule that fails is said and left out).  0. */
 int finetune_recipe(vit_config *cfg, vit_train_config *tc, const vit_train_config *utc,
-                    vit_train_opts *o,
+                    vit_train_opts *o, const vit_config *ws,
                     const vit_dataset *train, int val, int speak);
 
 /* ---- vit_train.c */
